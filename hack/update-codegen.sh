@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Regenerates everything under pkg/generated, the zz_generated.* helpers in
+# pkg/apis, and the member-cluster CRDs in artifacts/crds. Generated code is
+# never edited by hand; change the types and run this script.
+set -o errexit -o nounset -o pipefail
+
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "${REPO_ROOT}"
+
+CODEGEN_PKG="$(go list -m -f '{{.Dir}}' k8s.io/code-generator)"
+# kube_codegen.sh installs its generators with `go install` into GOBIN.
+export GOBIN="${OUTPUT_BIN}"
+source "${CODEGEN_PKG}/kube_codegen.sh"
+
+MODULE="github.com/mci-dev/mci"
+BOILERPLATE="${REPO_ROOT}/hack/boilerplate.go.txt"
+
+kube::codegen::gen_helpers \
+  --boilerplate "${BOILERPLATE}" \
+  "${REPO_ROOT}/pkg/apis"
+
+kube::codegen::gen_openapi \
+  --output-dir "${REPO_ROOT}/pkg/generated/openapi" \
+  --output-pkg "${MODULE}/pkg/generated/openapi" \
+  --extra-pkgs "k8s.io/api/core/v1" \
+  --report-filename "${REPO_ROOT}/hack/api-rules-violations.list" \
+  --update-report \
+  --boilerplate "${BOILERPLATE}" \
+  "${REPO_ROOT}/pkg/apis"
+
+kube::codegen::gen_client \
+  --with-watch \
+  --output-dir "${REPO_ROOT}/pkg/generated" \
+  --output-pkg "${MODULE}/pkg/generated" \
+  --boilerplate "${BOILERPLATE}" \
+  "${REPO_ROOT}/pkg/apis"
+
+ensure_controller_gen
+"${OUTPUT_BIN}/controller-gen" crd:crdVersions=v1 \
+  paths=./pkg/apis/inferencepool/... \
+  paths=./pkg/apis/inference/v1alpha2/... \
+  output:crd:artifacts:config=artifacts/crds

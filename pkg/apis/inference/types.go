@@ -1,0 +1,151 @@
+package inference
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// InferencePoolImport is an InferencePool exported by other clusters of the
+// ClusterSet, as seen from this cluster.
+type InferencePoolImport struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	Spec   InferencePoolImportSpec
+	Status InferencePoolImportStatus
+}
+
+// InferencePoolImportSpec is empty: an import is computed, never authored.
+type InferencePoolImportSpec struct{}
+
+// RoutingMode says how an importing gateway reaches an exported pool.
+type RoutingMode string
+
+const (
+	RoutingModeEndpoint RoutingMode = "EndpointMode"
+	RoutingModeParent   RoutingMode = "ParentMode"
+)
+
+// InferencePoolImportStatus carries the exporting clusters and readiness.
+type InferencePoolImportStatus struct {
+	Clusters           []ImportedCluster
+	Controllers        []ImportController
+	Conditions         []metav1.Condition
+	ObservedGeneration int64
+}
+
+// ImportedCluster is one exporting cluster behind an import.
+type ImportedCluster struct {
+	Name             string
+	RoutingMode      RoutingMode
+	TargetPortNumber int32
+	EndpointPicker   EndpointPickerImport
+	Parents          []ParentImport
+	Conditions       []metav1.Condition
+}
+
+// EndpointPickerImport says how to reach the exporting cluster's EPP.
+type EndpointPickerImport struct {
+	Name    string
+	Service []ServiceImport
+	Health  *HealthEndpoint
+	Metrics *MetricsEndpoint
+}
+
+// ParentImport is a remote parent (a Gateway) that fronts the exported pool.
+type ParentImport struct {
+	Name       string
+	Namespace  string
+	Service    []ServiceImport
+	Conditions []metav1.Condition
+}
+
+// ServiceImport is the network location of a remote Service or Gateway.
+type ServiceImport struct {
+	Type      corev1.ServiceType
+	Addresses []string
+	Ports     []Port
+}
+
+// Port is a port number.
+type Port struct {
+	Number int32
+}
+
+// HealthEndpoint is the EPP's gRPC health port.
+type HealthEndpoint struct {
+	Port      int32
+	SecretRef *corev1.SecretReference
+}
+
+// MetricsEndpoint is the EPP's Prometheus metrics port.
+type MetricsEndpoint struct {
+	Port      int32
+	SecretRef *corev1.SecretReference
+}
+
+// ImportController is the upstream Gateway API Inference Extension shape of
+// an import's status: one entry per controller that manages the import.
+type ImportController struct {
+	Name              string
+	ExportingClusters []ExportingCluster
+	Conditions        []metav1.Condition
+}
+
+// ExportingCluster names a cluster that exports the pool.
+type ExportingCluster struct {
+	Name string
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// InferencePoolImportList is a list of InferencePoolImports.
+type InferencePoolImportList struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+
+	Items []InferencePoolImport
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// InferencePoolExport reports, in the exporting cluster, what became of an
+// InferencePool that carries an export annotation.
+type InferencePoolExport struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	Spec   InferencePoolExportSpec
+	Status InferencePoolExportStatus
+}
+
+// InferencePoolExportSpec is empty: an export report is computed.
+type InferencePoolExportSpec struct{}
+
+// InferencePoolExportStatus says whether the export is valid and where it is imported.
+type InferencePoolExportStatus struct {
+	RoutingMode        RoutingMode
+	Clusters           []ExportTargetCluster
+	Conditions         []metav1.Condition
+	ObservedGeneration int64
+}
+
+// ExportTargetCluster is one other member of the ClusterSet and whether it imports the pool.
+type ExportTargetCluster struct {
+	Name     string
+	Imported bool
+	Reason   string
+	Message  string
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// InferencePoolExportList is a list of InferencePoolExports.
+type InferencePoolExportList struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+
+	Items []InferencePoolExport
+}

@@ -1,0 +1,315 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	// ExportAnnotation on an InferencePool asks for it to be exported. The
+	// only supported value is ExportScopeClusterSet.
+	ExportAnnotation = "inference.networking.x-k8s.io/export"
+	// ExportModeAnnotation chooses the RoutingMode importing gateways use.
+	// It requires ExportAnnotation; EndpointMode is the default.
+	ExportModeAnnotation = "inference.networking.x-k8s.io/export-mode"
+	// ExportScopeClusterSet exports a pool to every member of the ClusterSet.
+	ExportScopeClusterSet = "ClusterSet"
+
+	// ControllerName names this implementation in status.controllers[].
+	ControllerName = "mci.x-k8s.io/apiserver"
+)
+
+// Condition types and reasons used in import and export status.
+const (
+	ConditionAccepted = "Accepted"
+	ConditionReady    = "Ready"
+	ConditionValid    = "Valid"
+
+	ReasonAccepted               = "Accepted"
+	ReasonReady                  = "Ready"
+	ReasonNotReady               = "NotReady"
+	ReasonNoReadyEndpoints       = "NoReadyEndpoints"
+	ReasonEndpointPickerNotFound = "EndpointPickerNotFound"
+	ReasonNoReadyParents         = "NoReadyParents"
+	ReasonClusterUnreachable     = "ClusterUnreachable"
+	ReasonInvalidExport          = "InvalidExport"
+	ReasonNamespaceNotFound      = "NamespaceNotFound"
+	ReasonExported               = "Exported"
+	ReasonImported               = "Imported"
+	ReasonLocalCluster           = "LocalCluster"
+)
+
+// +genclient
+// +genclient:onlyVerbs=get,list,watch
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// InferencePoolImport represents an InferencePool exported by other clusters
+// of the ClusterSet, as seen from this cluster. It has the namespace and name
+// of the exported pool. It is computed on demand from the exporting clusters
+// and is read-only: export or withdraw the InferencePool to change it.
+type InferencePoolImport struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is intentionally empty since this resource is fully computed.
+	// +optional
+	Spec InferencePoolImportSpec `json:"spec,omitempty"`
+
+	// Status communicates the imported targets (EPPs and/or parents) and readiness.
+	// +optional
+	Status InferencePoolImportStatus `json:"status,omitempty"`
+}
+
+// InferencePoolImportSpec is intentionally empty.
+type InferencePoolImportSpec struct{}
+
+// RoutingMode expresses how the importing gateway should route requests to the exported pool.
+// +enum
+type RoutingMode string
+
+const (
+	// RoutingModeEndpoint means the gateway routes to remote model server endpoints
+	// directly, choosing them through the remote EPP.
+	RoutingModeEndpoint RoutingMode = "EndpointMode"
+	// RoutingModeParent means the gateway routes via a remote parent (a Gateway)
+	// that fronts the pool.
+	RoutingModeParent RoutingMode = "ParentMode"
+)
+
+// InferencePoolImportStatus carries the exporting clusters and readiness.
+type InferencePoolImportStatus struct {
+	// Clusters is the set of exporting clusters that currently back this import,
+	// sorted by name.
+	// +listType=map
+	// +listMapKey=name
+	Clusters []ImportedCluster `json:"clusters"`
+
+	// Controllers is the upstream Gateway API Inference Extension shape of the
+	// same information: one entry, for this implementation.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Controllers []ImportController `json:"controllers,omitempty"`
+
+	// Conditions include Accepted (a valid import was synthesized) and Ready
+	// (at least one exporting cluster is ready).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration reflects the generation observed when computing this status.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// ImportedCluster is one exporting cluster behind an import.
+type ImportedCluster struct {
+	// Name of the exporting cluster, unique within the list.
+	Name string `json:"name"`
+
+	// RoutingMode tells gateways how to program the data plane for this cluster.
+	RoutingMode RoutingMode `json:"routingMode"`
+
+	// TargetPortNumber is the port the model servers listen on in the exported
+	// pool (its first spec.targetPorts entry). Used when RoutingMode=EndpointMode.
+	TargetPortNumber int32 `json:"targetPortNumber"`
+
+	// EndpointPicker describes how to connect to the EPP in the exporting cluster.
+	// Set when RoutingMode=EndpointMode.
+	// +optional
+	EndpointPicker EndpointPickerImport `json:"endpointPicker,omitzero"`
+
+	// Parents describes the parents (Gateways) to route through when
+	// RoutingMode=ParentMode.
+	// +optional
+	// +listType=atomic
+	Parents []ParentImport `json:"parents,omitempty"`
+
+	// Conditions for this cluster: Ready says whether its EPP (or a parent)
+	// can take traffic.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// EndpointPickerImport says how to connect to an exporting cluster's EPP.
+type EndpointPickerImport struct {
+	// Name of the EPP Service (informational).
+	Name string `json:"name"`
+
+	// Service endpoints (addresses and ports) where the EPP exposes ext-proc.
+	// +listType=atomic
+	Service []ServiceImport `json:"service"`
+
+	// Health endpoint of the exported EPP, from its Service port named for health.
+	// +optional
+	Health *HealthEndpoint `json:"health,omitempty"`
+
+	// Metrics endpoint of the exported EPP, from its Service port named for metrics.
+	// +optional
+	Metrics *MetricsEndpoint `json:"metrics,omitempty"`
+}
+
+// ParentImport models a remote parent (a Gateway) that fronts the imported pool.
+type ParentImport struct {
+	// Name of the Gateway.
+	Name string `json:"name"`
+	// Namespace of the Gateway.
+	Namespace string `json:"namespace"`
+	// Service holds the Gateway's addresses and listener ports.
+	// +listType=atomic
+	Service []ServiceImport `json:"service"`
+	// Conditions of the parent as the exporting cluster reports them.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ServiceImport is the network location of a remote Service or Gateway.
+type ServiceImport struct {
+	// Type mirrors core Service types: ClusterIP, NodePort, LoadBalancer or ExternalName.
+	Type corev1.ServiceType `json:"type"`
+
+	// Addresses are IPs and/or hostnames of the remote service.
+	// +optional
+	// +listType=atomic
+	Addresses []string `json:"addresses,omitempty"`
+
+	// Ports exposed by the remote service (e.g. 9002 for EPP ext-proc).
+	// +optional
+	// +listType=atomic
+	Ports []Port `json:"ports,omitempty"`
+}
+
+// Port is a port number.
+type Port struct {
+	// Number of the port.
+	Number int32 `json:"number"`
+}
+
+// HealthEndpoint is the gRPC health port of an exported EPP.
+type HealthEndpoint struct {
+	// Port of the gRPC health service.
+	Port int32 `json:"port"`
+	// SecretRef optionally references credentials for secure health checks.
+	// +optional
+	SecretRef *corev1.SecretReference `json:"secretRef,omitempty"`
+}
+
+// MetricsEndpoint is the Prometheus metrics port of an exported EPP.
+type MetricsEndpoint struct {
+	// Port of the metrics endpoint.
+	Port int32 `json:"port"`
+	// SecretRef optionally references scrape credentials.
+	// +optional
+	SecretRef *corev1.SecretReference `json:"secretRef,omitempty"`
+}
+
+// ImportController is the upstream status shape: the clusters a controller
+// imports the pool from, and its conditions.
+type ImportController struct {
+	// Name of the controller, e.g. mci.x-k8s.io/apiserver.
+	Name string `json:"name"`
+	// ExportingClusters are the clusters that export the pool.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	ExportingClusters []ExportingCluster `json:"exportingClusters,omitempty"`
+	// Conditions of the import as this controller sees it.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ExportingCluster names a cluster that exports the pool.
+type ExportingCluster struct {
+	// Name of the cluster.
+	Name string `json:"name"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// InferencePoolImportList is a list of InferencePoolImports.
+type InferencePoolImportList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []InferencePoolImport `json:"items"`
+}
+
+// +genclient
+// +genclient:onlyVerbs=get,list,watch
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// InferencePoolExport reports, in the exporting cluster, what became of an
+// InferencePool that carries an export annotation: whether the export is
+// valid and which clusters of the ClusterSet import it, or why not. It has
+// the namespace and name of the pool, and is computed on demand.
+type InferencePoolExport struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is intentionally empty since this resource is fully computed.
+	// +optional
+	Spec InferencePoolExportSpec `json:"spec,omitempty"`
+
+	// Status says whether the export is valid and where it is imported.
+	// +optional
+	Status InferencePoolExportStatus `json:"status,omitempty"`
+}
+
+// InferencePoolExportSpec is intentionally empty.
+type InferencePoolExportSpec struct{}
+
+// InferencePoolExportStatus says whether an export is valid and where it is imported.
+type InferencePoolExportStatus struct {
+	// RoutingMode is the mode the export asks for, when the export is valid.
+	// +optional
+	RoutingMode RoutingMode `json:"routingMode,omitempty"`
+
+	// Clusters lists every other member of the ClusterSet, sorted by name,
+	// and whether it imports the pool.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Clusters []ExportTargetCluster `json:"clusters,omitempty"`
+
+	// Conditions include Valid: whether the export annotations are valid.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the InferencePool generation this status reflects.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// ExportTargetCluster is one other member of the ClusterSet and whether it imports the pool.
+type ExportTargetCluster struct {
+	// Name of the cluster.
+	Name string `json:"name"`
+	// Imported is true when the cluster serves an InferencePoolImport for the pool.
+	Imported bool `json:"imported"`
+	// Reason is a CamelCase reason: Imported, NamespaceNotFound,
+	// ClusterUnreachable or InvalidExport.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message is a human readable explanation.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// InferencePoolExportList is a list of InferencePoolExports.
+type InferencePoolExportList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []InferencePoolExport `json:"items"`
+}

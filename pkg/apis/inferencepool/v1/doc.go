@@ -1,0 +1,11 @@
+// +k8s:deepcopy-gen=package
+// +kubebuilder:object:generate=false
+// +groupName=inference.networking.k8s.io
+// +groupGoName=InferencePool
+
+// Package v1 holds InferencePool (inference.networking.k8s.io/v1), the
+// member-cluster type that mci exports and imports. It is defined here from
+// the published Gateway API Inference Extension schema, because that module
+// cannot be used by this project; artifacts/crds holds the CRD generated
+// from these types.
+package v1

@@ -1,0 +1,51 @@
+// Package imports computes the InferencePoolImports and InferencePoolExports
+// one cluster of a ClusterSet serves, from read-only views of every member's
+// cache. It is pure: no clients, no goroutines, no clocks other than the
+// member status it is given. This is where the semantics of export and
+// import live.
+package imports
+
+import (
+	"time"
+
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	gatewaylisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
+
+	poollisters "github.com/mci-dev/mci/pkg/generated/listers/inferencepool/v1"
+)
+
+// ClusterSet is what the computation reads: the cluster it computes for and
+// a read-only view of each member.
+type ClusterSet struct {
+	// Name of the ClusterSet; it seeds the uids of virtual objects so that
+	// every replica, and every restart, serves the same uid.
+	Name string
+	// Local is the name of the cluster the imports are computed for. It is
+	// one of Members.
+	Local string
+	// Members are all members, the local cluster included, sorted by name.
+	Members []Member
+}
+
+// Member is a read-only view of one member cluster's cache.
+type Member struct {
+	Name string
+	// Unreachable is set when the member's watches have been down longer
+	// than the configured threshold. Its listers still hold the last
+	// known data, which is served but flagged.
+	Unreachable *Unreachable
+
+	// Namespaces of the member: namespace sameness decides placement.
+	Namespaces     corev1listers.NamespaceLister
+	Pools          poollisters.InferencePoolLister
+	Services       corev1listers.ServiceLister
+	EndpointSlices discoverylisters.EndpointSliceLister
+	Gateways       gatewaylisters.GatewayLister
+}
+
+// Unreachable says since when, and why, a member cannot be watched.
+type Unreachable struct {
+	Since   time.Time
+	Message string
+}

@@ -3,6 +3,14 @@
 // cache. It is pure: no clients, no goroutines, no clocks other than the
 // member status it is given. This is where the semantics of export and
 // import live.
+//
+// Every answer is a function of the caches alone, so that every replica of
+// the server, and every restart, serves the same objects: uids are derived
+// from names, creationTimestamps and labels come from the exporting pools,
+// and the conditions the computation writes have a zero lastTransitionTime,
+// which the server fills with CarryTransitionTimes from what it served
+// before. Objects read from the listers are shared with the informer caches
+// and are never changed; nothing returned shares memory with them.
 package imports
 
 import (

@@ -371,6 +371,11 @@ func schema_pkg_apis_inference_v1alpha1_EndpointPickerImport(ref common.Referenc
 						},
 					},
 					"service": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
 						SchemaProps: spec.SchemaProps{
 							Description: "Service endpoints (addresses and ports) where the EPP exposes ext-proc.",
 							Type:        []string{"array"},
@@ -516,6 +521,14 @@ func schema_pkg_apis_inference_v1alpha1_ImportController(ref common.ReferenceCal
 						},
 					},
 					"exportingClusters": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"name",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
 						SchemaProps: spec.SchemaProps{
 							Description: "ExportingClusters are the clusters that export the pool.",
 							Type:        []string{"array"},
@@ -598,6 +611,11 @@ func schema_pkg_apis_inference_v1alpha1_ImportedCluster(ref common.ReferenceCall
 						},
 					},
 					"parents": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
 						SchemaProps: spec.SchemaProps{
 							Description: "Parents describes the parents (Gateways) to route through when RoutingMode=ParentMode.",
 							Type:        []string{"array"},
@@ -764,6 +782,14 @@ func schema_pkg_apis_inference_v1alpha1_InferencePoolExportStatus(ref common.Ref
 						},
 					},
 					"clusters": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"name",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
 						SchemaProps: spec.SchemaProps{
 							Description: "Clusters lists every other member of the ClusterSet, sorted by name, and whether it imports the pool.",
 							Type:        []string{"array"},
@@ -928,6 +954,14 @@ func schema_pkg_apis_inference_v1alpha1_InferencePoolImportStatus(ref common.Ref
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"clusters": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"name",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
 						SchemaProps: spec.SchemaProps{
 							Description: "Clusters is the set of exporting clusters that currently back this import, sorted by name.",
 							Type:        []string{"array"},
@@ -1052,6 +1086,11 @@ func schema_pkg_apis_inference_v1alpha1_ParentImport(ref common.ReferenceCallbac
 						},
 					},
 					"service": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
 						SchemaProps: spec.SchemaProps{
 							Description: "Service holds the Gateway's addresses and listener ports.",
 							Type:        []string{"array"},
@@ -1133,6 +1172,11 @@ func schema_pkg_apis_inference_v1alpha1_ServiceImport(ref common.ReferenceCallba
 						},
 					},
 					"addresses": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
 						SchemaProps: spec.SchemaProps{
 							Description: "Addresses are IPs and/or hostnames of the remote service.",
 							Type:        []string{"array"},
@@ -1147,6 +1191,11 @@ func schema_pkg_apis_inference_v1alpha1_ServiceImport(ref common.ReferenceCallba
 						},
 					},
 					"ports": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
 						SchemaProps: spec.SchemaProps{
 							Description: "Ports exposed by the remote service (e.g. 9002 for EPP ext-proc).",
 							Type:        []string{"array"},

@@ -37,6 +37,11 @@ const (
 	ReasonExported               = "Exported"
 	ReasonImported               = "Imported"
 	ReasonLocalCluster           = "LocalCluster"
+
+	// ReasonInvalidEndpointPickerRef says an exporting pool's
+	// endpointPickerRef cannot be imported: it has no name, names a kind or
+	// group other than a core Service, or no ext-proc port can be determined.
+	ReasonInvalidEndpointPickerRef = "InvalidEndpointPickerRef"
 )
 
 // +genclient

@@ -1,0 +1,125 @@
+// Package apiserver assembles mci-apiserver: the generic Kubernetes API
+// server with the inference.networking.x-k8s.io group, whose resources are
+// computed from the ClusterSet cache rather than stored.
+package apiserver
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apiserver/pkg/registry/rest"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/klog/v2"
+
+	"github.com/mci-dev/mci/pkg/apis/inference"
+	"github.com/mci-dev/mci/pkg/apis/inference/install"
+	"github.com/mci-dev/mci/pkg/clusterset"
+	"github.com/mci-dev/mci/pkg/registry/inference/inferencepoolexport"
+	"github.com/mci-dev/mci/pkg/registry/inference/inferencepoolimport"
+	"github.com/mci-dev/mci/pkg/registry/virtual"
+)
+
+var (
+	// Scheme knows the served API group and the meta types.
+	Scheme = runtime.NewScheme()
+	// Codecs encode and decode the served API group.
+	Codecs = serializer.NewCodecFactory(Scheme)
+)
+
+func init() {
+	install.Install(Scheme)
+	// The meta types (ListOptions, WatchEvent, ...) every API server needs.
+	metav1.AddToGroupVersion(Scheme, schema.GroupVersion{Version: "v1"})
+	unversioned := schema.GroupVersion{Group: "", Version: "v1"}
+	Scheme.AddUnversionedTypes(unversioned,
+		&metav1.Status{},
+		&metav1.APIVersions{},
+		&metav1.APIGroupList{},
+		&metav1.APIGroup{},
+		&metav1.APIResourceList{},
+	)
+}
+
+// ExtraConfig is what mci-apiserver adds to the generic server config.
+type ExtraConfig struct {
+	ClusterSet clusterset.Options
+	// Sources say which clusters are members besides the local one.
+	Sources []clusterset.Source
+}
+
+// Config is the complete configuration of mci-apiserver.
+type Config struct {
+	GenericConfig *genericapiserver.RecommendedConfig
+	ExtraConfig   ExtraConfig
+}
+
+type completedConfig struct {
+	GenericConfig genericapiserver.CompletedConfig
+	ExtraConfig   *ExtraConfig
+}
+
+// CompletedConfig is a Config with every default filled in.
+type CompletedConfig struct {
+	*completedConfig
+}
+
+// Complete fills in the defaults.
+func (c *Config) Complete() CompletedConfig {
+	return CompletedConfig{&completedConfig{
+		GenericConfig: c.GenericConfig.Complete(),
+		ExtraConfig:   &c.ExtraConfig,
+	}}
+}
+
+// MCIServer is the running server.
+type MCIServer struct {
+	GenericAPIServer *genericapiserver.GenericAPIServer
+	Cache            *clusterset.Cache
+}
+
+// New builds the server: the ClusterSet cache, one computed store per
+// resource, and the API group that serves them. Watching starts in a
+// post-start hook, so nothing connects to a member before the server runs.
+func (c CompletedConfig) New() (*MCIServer, error) {
+	generic, err := c.GenericConfig.New("mci-apiserver", genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, err
+	}
+
+	var importStore, exportStore *virtual.Store
+	cache := clusterset.New(c.ExtraConfig.ClusterSet, func(ev clusterset.Event) {
+		importStore.Notify(ev)
+		exportStore.Notify(ev)
+	})
+	importStore = virtual.NewStore(inferencepoolimport.Resource{Index: cache}, cache, inferencepoolimport.Describe().New)
+	exportStore = virtual.NewStore(inferencepoolexport.Resource{LocalName: cache.LocalName()}, cache, inferencepoolexport.Describe().New)
+
+	importREST := virtual.NewREST(importStore, inferencepoolimport.Describe(), cache.Ready)
+	exportREST := virtual.NewREST(exportStore, inferencepoolexport.Describe(), cache.Ready)
+
+	group := genericapiserver.NewDefaultAPIGroupInfo(inference.GroupName, Scheme, metav1.ParameterCodec, Codecs)
+	group.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
+		"inferencepoolimports":        importREST,
+		"inferencepoolimports/status": virtual.NewStatusREST(importREST),
+		"inferencepoolexports":        exportREST,
+		"inferencepoolexports/status": virtual.NewStatusREST(exportREST),
+	}
+	if err := generic.InstallAPIGroup(&group); err != nil {
+		return nil, fmt.Errorf("installing the %s API group: %w", inference.GroupName, err)
+	}
+
+	generic.AddPostStartHookOrDie("mci-clusterset-cache", func(ctx genericapiserver.PostStartHookContext) error {
+		go func() {
+			if err := cache.Run(ctx, c.ExtraConfig.Sources...); err != nil {
+				klog.FromContext(ctx).Error(err, "ClusterSet cache stopped")
+			}
+		}()
+		go importStore.Run(ctx)
+		go exportStore.Run(ctx)
+		return nil
+	})
+	return &MCIServer{GenericAPIServer: generic, Cache: cache}, nil
+}

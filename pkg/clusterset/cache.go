@@ -1,0 +1,188 @@
+package clusterset
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/mci-dev/mci/pkg/imports"
+)
+
+// Options configure a Cache.
+type Options struct {
+	// ClusterSetName names the ClusterSet (it seeds virtual objects' uids).
+	ClusterSetName string
+	// LocalName is the name of the cluster this server serves.
+	LocalName string
+	// Local is the connection to the local cluster.
+	Local *rest.Config
+	// UnreachableAfter is how long a member may fail its probes before it
+	// is flagged ClusterUnreachable.
+	UnreachableAfter time.Duration
+}
+
+// Cache holds one member per cluster of the ClusterSet, the local cluster
+// included, and tells its handler about every change.
+type Cache struct {
+	opts    Options
+	handler Handler
+	ctx     context.Context
+
+	mu      sync.RWMutex
+	members map[string]*member
+	// sorted is the members sorted by name, rebuilt when membership changes.
+	sorted []*member
+}
+
+// New returns a Cache; Run starts it.
+func New(opts Options, handler Handler) *Cache {
+	return &Cache{opts: opts, handler: handler, members: map[string]*member{}}
+}
+
+// LocalName is the name of the local cluster.
+func (c *Cache) LocalName() string { return c.opts.LocalName }
+
+// Run connects to the local cluster and keeps the members in line with
+// the membership sources until ctx ends.
+func (c *Cache) Run(ctx context.Context, sources ...Source) error {
+	c.mu.Lock()
+	c.ctx = ctx
+	c.mu.Unlock()
+	if err := c.setMember(c.opts.LocalName, "local", c.opts.Local); err != nil {
+		return fmt.Errorf("connecting to the local cluster: %w", err)
+	}
+	desired := newDesiredMembers(c.opts.LocalName)
+	for _, s := range sources {
+		go s.Run(ctx, func(src string, configs map[string]MemberConfig) {
+			for _, change := range desired.update(src, configs) {
+				c.apply(ctx, change)
+			}
+		})
+	}
+	<-ctx.Done()
+	c.mu.Lock()
+	members := c.sorted
+	c.members, c.sorted = map[string]*member{}, nil
+	c.mu.Unlock()
+	for _, m := range members {
+		m.stop()
+	}
+	return nil
+}
+
+func (c *Cache) apply(ctx context.Context, ch change) {
+	logger := klog.FromContext(ctx).WithValues("member", ch.name)
+	if ch.config == nil {
+		logger.Info("Member left the ClusterSet")
+		c.removeMember(ch.name)
+		return
+	}
+	if ch.err != nil {
+		logger.Error(ch.err, "Ignoring member with an invalid kubeconfig", "source", ch.source)
+		return
+	}
+	logger.Info("Member joined the ClusterSet", "source", ch.source)
+	if err := c.setMember(ch.name, ch.source+"#"+ch.config.fingerprint, ch.config.rest); err != nil {
+		logger.Error(err, "Cannot connect to member")
+	}
+}
+
+// setMember starts (or restarts, when its source changed) one member.
+func (c *Cache) setMember(name, source string, config *rest.Config) error {
+	c.mu.Lock()
+	old := c.members[name]
+	if old != nil && old.source == source {
+		c.mu.Unlock()
+		return nil
+	}
+	m, err := newMember(name, source, config, c.handler)
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	m.start(c.ctx, c.opts.UnreachableAfter)
+	c.members[name] = m
+	c.resort()
+	c.mu.Unlock()
+	if old != nil {
+		old.stop()
+	}
+	c.handler(Event{Member: name, Kind: KindMember})
+	return nil
+}
+
+func (c *Cache) removeMember(name string) {
+	c.mu.Lock()
+	m := c.members[name]
+	delete(c.members, name)
+	c.resort()
+	c.mu.Unlock()
+	if m != nil {
+		m.stop()
+		c.handler(Event{Member: name, Kind: KindMember})
+	}
+}
+
+func (c *Cache) resort() {
+	c.sorted = c.sorted[:0:0]
+	for _, m := range c.members {
+		c.sorted = append(c.sorted, m)
+	}
+	sort.Slice(c.sorted, func(i, j int) bool { return c.sorted[i].name < c.sorted[j].name })
+}
+
+// Snapshot returns the read-only view the import computation reads. The
+// listers in it keep following the members; the member set is fixed.
+func (c *Cache) Snapshot() imports.ClusterSet {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	cs := imports.ClusterSet{Name: c.opts.ClusterSetName, Local: c.opts.LocalName, Members: make([]imports.Member, 0, len(c.sorted))}
+	for _, m := range c.sorted {
+		cs.Members = append(cs.Members, m.view())
+	}
+	return cs
+}
+
+// Ready reports nil once every member has synced or been flagged
+// unreachable: before that, imports computed from a partial cache would
+// show clusters disappearing and reappearing.
+func (c *Cache) Ready() error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if _, ok := c.members[c.opts.LocalName]; !ok {
+		return fmt.Errorf("not connected to the local cluster %s yet", c.opts.LocalName)
+	}
+	for _, m := range c.sorted {
+		if !m.hasSynced() && m.status() == nil {
+			return fmt.Errorf("member %s has not synced yet", m.name)
+		}
+	}
+	return nil
+}
+
+// PoolsUsingService returns the namespace/name keys of the member's pools
+// whose endpointPickerRef names the Service namespace/service.
+func (c *Cache) PoolsUsingService(memberName, namespace, service string) []string {
+	return c.poolsIndexedBy(memberName, indexEndpointPicker, namespace+"/"+service)
+}
+
+// PoolsWithParent returns the namespace/name keys of the member's pools
+// whose status lists the Gateway namespace/gateway as a parent.
+func (c *Cache) PoolsWithParent(memberName, namespace, gateway string) []string {
+	return c.poolsIndexedBy(memberName, indexParentGateway, namespace+"/"+gateway)
+}
+
+func (c *Cache) poolsIndexedBy(memberName, index, key string) []string {
+	c.mu.RLock()
+	m := c.members[memberName]
+	c.mu.RUnlock()
+	if m == nil {
+		return nil
+	}
+	return m.poolsIndexedBy(index, key)
+}

@@ -1,0 +1,53 @@
+package clusterset
+
+// Kind is the kind of object an Event is about.
+type Kind int
+
+const (
+	// KindMember says a member joined, left, or became reachable or
+	// unreachable: everything computed from it may have changed.
+	KindMember Kind = iota
+	KindInferencePool
+	KindService
+	KindEndpointSlice
+	KindGateway
+	KindNamespace
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindMember:
+		return "Member"
+	case KindInferencePool:
+		return "InferencePool"
+	case KindService:
+		return "Service"
+	case KindEndpointSlice:
+		return "EndpointSlice"
+	case KindGateway:
+		return "Gateway"
+	case KindNamespace:
+		return "Namespace"
+	}
+	return "Unknown"
+}
+
+// Event says that an object in a member's cache changed. It carries only
+// the object's coordinates: consumers read the current state from a
+// Snapshot, so events can be coalesced freely.
+type Event struct {
+	Member    string
+	Kind      Kind
+	Namespace string
+	Name      string
+	// ResourceVersion is the member's resourceVersion at this change, 0 when
+	// unknown (member events, deletions observed only through a relist).
+	ResourceVersion uint64
+	// Service is, for an EndpointSlice, the name of the Service it
+	// belongs to; for other kinds it is empty.
+	Service string
+}
+
+// Handler receives events. It must not block: the cache calls it from
+// informer goroutines.
+type Handler func(Event)

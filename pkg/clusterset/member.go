@@ -1,0 +1,321 @@
+package clusterset
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
+	gatewaylisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
+
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
+	poollisters "github.com/mci-dev/mci/pkg/generated/listers/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/imports"
+)
+
+// probeTimeout bounds one reachability probe of a member apiserver.
+const probeTimeout = 2 * time.Second
+
+// member is one connected member cluster: its informers, listers and
+// reachability. It is started once and stopped once; a changed kubeconfig
+// replaces the whole member.
+type member struct {
+	name   string
+	config *rest.Config
+	// source identifies the kubeconfig the member was built from, so a
+	// changed Secret or file reconnects it.
+	source string
+
+	kube    kubernetes.Interface
+	mci     mciclient.Interface
+	gateway gatewayclient.Interface
+	cancel  context.CancelFunc
+	done    chan struct{}
+	synced  []cache.InformerSynced
+	handler Handler
+
+	namespaces     corev1listers.NamespaceLister
+	pools          poollisters.InferencePoolLister
+	services       corev1listers.ServiceLister
+	endpointSlices discoverylisters.EndpointSliceLister
+	gateways       gatewaylisters.GatewayLister
+	poolIndexer    cache.Indexer
+
+	mu           sync.Mutex
+	failingSince time.Time
+	lastError    string
+	unreachable  bool
+}
+
+// Index names on the InferencePool informer: they let a Service or Gateway
+// change be mapped to the pools it affects without scanning every pool.
+const (
+	indexEndpointPicker = "endpointPicker"
+	indexParentGateway  = "parentGateway"
+)
+
+func poolIndexers() cache.Indexers {
+	return cache.Indexers{
+		cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
+		indexEndpointPicker: func(obj interface{}) ([]string, error) {
+			p, ok := obj.(*poolv1.InferencePool)
+			if !ok || p.Spec.EndpointPickerRef.Name == "" {
+				return nil, nil
+			}
+			return []string{p.Namespace + "/" + p.Spec.EndpointPickerRef.Name}, nil
+		},
+		indexParentGateway: func(obj interface{}) ([]string, error) {
+			p, ok := obj.(*poolv1.InferencePool)
+			if !ok {
+				return nil, nil
+			}
+			var keys []string
+			for _, parent := range p.Status.Parents {
+				ns := parent.ParentRef.Namespace
+				if ns == "" {
+					ns = p.Namespace
+				}
+				keys = append(keys, ns+"/"+parent.ParentRef.Name)
+			}
+			return keys, nil
+		},
+	}
+}
+
+func newMember(name, source string, config *rest.Config, handler Handler) (*member, error) {
+	config = rest.CopyConfig(config)
+	config.UserAgent = "mci-apiserver"
+	// Hundreds of pools across many members should not queue behind the
+	// default client-side rate limit at start-up.
+	if config.QPS == 0 {
+		config.QPS = 50
+		config.Burst = 100
+	}
+	kube, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("member %s: %w", name, err)
+	}
+	mci, err := mciclient.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("member %s: %w", name, err)
+	}
+	gw, err := gatewayclient.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("member %s: %w", name, err)
+	}
+	return &member{name: name, source: source, config: config, kube: kube, mci: mci, gateway: gw, handler: handler}, nil
+}
+
+// start begins watching the member. Resources whose API the member does not
+// serve (no Gateway API or InferencePool CRD installed) are served as empty
+// rather than blocking the member's sync forever.
+func (m *member) start(ctx context.Context, unreachableAfter time.Duration) {
+	ctx, m.cancel = context.WithCancel(ctx)
+	m.done = make(chan struct{})
+	logger := klog.FromContext(ctx).WithValues("member", m.name)
+
+	kube := m.kube
+	kubeFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTransform(trim))
+	nsInformer := kubeFactory.Core().V1().Namespaces()
+	svcInformer := kubeFactory.Core().V1().Services()
+	sliceInformer := kubeFactory.Discovery().V1().EndpointSlices()
+	m.namespaces = nsInformer.Lister()
+	m.services = svcInformer.Lister()
+	m.endpointSlices = sliceInformer.Lister()
+	m.watch(nsInformer.Informer(), KindNamespace)
+	m.watch(svcInformer.Informer(), KindService)
+	m.watch(sliceInformer.Informer(), KindEndpointSlice)
+
+	served := servedResources(kube.Discovery(), logger)
+
+	var starters []func(<-chan struct{})
+	starters = append(starters, kubeFactory.Start)
+	if served[poolv1.SchemeGroupVersion.String()+"/inferencepools"] {
+		f := mciinformers.NewSharedInformerFactoryWithOptions(m.mci, 0, mciinformers.WithTransform(trim))
+		inf := f.InferencePool().V1().InferencePools()
+		if err := inf.Informer().AddIndexers(poolIndexers()); err != nil {
+			logger.Error(err, "Adding pool indexers")
+		}
+		m.pools = inf.Lister()
+		m.poolIndexer = inf.Informer().GetIndexer()
+		m.watch(inf.Informer(), KindInferencePool)
+		starters = append(starters, f.Start)
+	} else {
+		m.poolIndexer = cache.NewIndexer(cache.MetaNamespaceKeyFunc, poolIndexers())
+		m.pools = poollisters.NewInferencePoolLister(m.poolIndexer)
+	}
+	if served[gatewayv1.SchemeGroupVersion.String()+"/gateways"] {
+		f := gatewayinformers.NewSharedInformerFactoryWithOptions(m.gateway, 0, gatewayinformers.WithTransform(trim))
+		inf := f.Gateway().V1().Gateways()
+		m.gateways = inf.Lister()
+		m.watch(inf.Informer(), KindGateway)
+		starters = append(starters, f.Start)
+	} else {
+		m.gateways = gatewaylisters.NewGatewayLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}))
+	}
+	for _, start := range starters {
+		start(ctx.Done())
+	}
+
+	go func() {
+		defer close(m.done)
+		wait.UntilWithContext(ctx, func(ctx context.Context) { m.probe(ctx, kube.Discovery().RESTClient(), unreachableAfter) }, time.Second)
+	}()
+	logger.V(2).Info("Watching member")
+}
+
+// servedResources asks the member which of the optional resources it
+// serves. A member that cannot be asked is assumed to serve them all, so
+// that its informers keep retrying instead of the member being cached as
+// empty.
+func servedResources(d discovery.DiscoveryInterface, logger klog.Logger) map[string]bool {
+	served := map[string]bool{}
+	for _, gv := range []string{poolv1.SchemeGroupVersion.String(), gatewayv1.SchemeGroupVersion.String()} {
+		list, err := d.ServerResourcesForGroupVersion(gv)
+		switch {
+		case apierrors.IsNotFound(err):
+			logger.Info("Member does not serve API group version; treating it as empty", "groupVersion", gv)
+			continue
+		case err != nil:
+			served[gv+"/inferencepools"], served[gv+"/gateways"] = true, true
+			continue
+		}
+		for _, r := range list.APIResources {
+			served[gv+"/"+r.Name] = true
+		}
+	}
+	return served
+}
+
+func (m *member) watch(informer cache.SharedIndexInformer, kind Kind) {
+	m.synced = append(m.synced, informer.HasSynced)
+	notify := func(obj interface{}) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		o, err := meta.Accessor(obj)
+		if err != nil {
+			return
+		}
+		rv, _ := strconv.ParseUint(o.GetResourceVersion(), 10, 64)
+		ev := Event{Member: m.name, Kind: kind, Namespace: o.GetNamespace(), Name: o.GetName(), ResourceVersion: rv}
+		if kind == KindNamespace {
+			ev.Namespace = o.GetName()
+		}
+		if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+			ev.Service = s.Labels[discoveryv1.LabelServiceName]
+		}
+		m.handler(ev)
+	}
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    notify,
+		UpdateFunc: func(_, obj interface{}) { notify(obj) },
+		DeleteFunc: notify,
+	})
+}
+
+// probe checks that the member apiserver answers. Informers retry on their
+// own; the probe exists because a hung apiserver (or a silent partition)
+// keeps a watch open without errors, and only a request with a deadline
+// notices.
+func (m *member) probe(ctx context.Context, client rest.Interface, unreachableAfter time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	err := client.Get().AbsPath("/readyz").Do(ctx).Error()
+	if ctx.Err() != nil && err != nil && !isTimeout(ctx) {
+		return // shutting down
+	}
+	now := time.Now()
+	m.mu.Lock()
+	changed := false
+	if err == nil {
+		changed = m.unreachable
+		m.failingSince, m.lastError, m.unreachable = time.Time{}, "", false
+	} else {
+		if m.failingSince.IsZero() {
+			m.failingSince = now
+		}
+		m.lastError = err.Error()
+		if !m.unreachable && now.Sub(m.failingSince) >= unreachableAfter {
+			m.unreachable, changed = true, true
+		}
+	}
+	m.mu.Unlock()
+	if changed {
+		klog.FromContext(ctx).Info("Member reachability changed", "member", m.name, "unreachable", err != nil, "err", err)
+		m.handler(Event{Member: m.name, Kind: KindMember})
+	}
+}
+
+func isTimeout(ctx context.Context) bool { return ctx.Err() == context.DeadlineExceeded }
+
+// hasSynced is true once every informer of the member has listed.
+func (m *member) hasSynced() bool {
+	for _, s := range m.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// status returns the member's unreachability, nil when it is reachable.
+func (m *member) status() *imports.Unreachable {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.unreachable {
+		return nil
+	}
+	return &imports.Unreachable{Since: m.failingSince, Message: m.lastError}
+}
+
+func (m *member) view() imports.Member {
+	return imports.Member{
+		Name:           m.name,
+		Unreachable:    m.status(),
+		Namespaces:     m.namespaces,
+		Pools:          m.pools,
+		Services:       m.services,
+		EndpointSlices: m.endpointSlices,
+		Gateways:       m.gateways,
+	}
+}
+
+func (m *member) stop() {
+	m.cancel()
+	<-m.done
+}
+
+// poolsIndexedBy returns the namespace/name keys of the pools of this
+// member whose index value is key.
+func (m *member) poolsIndexedBy(index, key string) []string {
+	objs, err := m.poolIndexer.ByIndex(index, key)
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*poolv1.InferencePool); ok {
+			names = append(names, p.Namespace+"/"+p.Name)
+		}
+	}
+	return names
+}

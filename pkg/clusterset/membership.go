@@ -1,0 +1,270 @@
+package clusterset
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+const (
+	// MemberClusterLabel marks a Secret that holds a member's kubeconfig;
+	// its value is the member's cluster name.
+	MemberClusterLabel = "mci.x-k8s.io/member-cluster"
+	// MemberKubeconfigKey is the Secret key that holds the kubeconfig.
+	MemberKubeconfigKey = "kubeconfig"
+)
+
+// MemberConfig is one member as a membership source describes it.
+type MemberConfig struct {
+	rest        *rest.Config
+	fingerprint string
+	// err says why the source's kubeconfig for this member is unusable.
+	err error
+}
+
+// ParseMemberKubeconfig turns kubeconfig bytes into a member connection.
+// A bad kubeconfig is reported, never fatal.
+func ParseMemberKubeconfig(data []byte) MemberConfig {
+	sum := sha256.Sum256(data)
+	mc := MemberConfig{fingerprint: hex.EncodeToString(sum[:8])}
+	if len(data) == 0 {
+		mc.err = fmt.Errorf("kubeconfig is empty")
+		return mc
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		mc.err = fmt.Errorf("invalid kubeconfig: %w", err)
+		return mc
+	}
+	mc.rest = cfg
+	return mc
+}
+
+// A Source reports the members it knows of, as a complete set, every time
+// that set may have changed.
+type Source interface {
+	Name() string
+	Run(ctx context.Context, report func(source string, members map[string]MemberConfig))
+}
+
+// DirSource reads one kubeconfig file per member from a directory; the file
+// name (without a .kubeconfig, .yaml or .yml extension) is the cluster name.
+// The directory is read again every Interval, so mounted Secrets that
+// change on disk are followed.
+type DirSource struct {
+	Dir      string
+	Interval time.Duration
+}
+
+// Name identifies the source in logs and conflicts.
+func (s DirSource) Name() string { return "dir:" + s.Dir }
+
+// Run reports the directory's members until ctx ends.
+func (s DirSource) Run(ctx context.Context, report func(string, map[string]MemberConfig)) {
+	interval := s.Interval
+	if interval == 0 {
+		interval = 10 * time.Second
+	}
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		members, err := readMemberDir(s.Dir)
+		if err != nil {
+			// An unreadable directory keeps the members we have.
+			klog.FromContext(ctx).Error(err, "Reading member kubeconfig directory", "dir", s.Dir)
+			return
+		}
+		report(s.Name(), members)
+	}, interval)
+}
+
+func readMemberDir(dir string) (map[string]MemberConfig, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	members := map[string]MemberConfig{}
+	for _, e := range entries {
+		// Skip hidden entries: Kubernetes Secret volumes keep their data in
+		// ..data and ..<timestamp> folders behind symlinks.
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		if info, err := os.Stat(path); err != nil || info.IsDir() {
+			continue
+		}
+		name := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(e.Name(), ".kubeconfig"), ".yaml"), ".yml")
+		data, err := os.ReadFile(path)
+		if err != nil {
+			members[name] = MemberConfig{err: err}
+			continue
+		}
+		members[name] = ParseMemberKubeconfig(data)
+	}
+	return members, nil
+}
+
+// SecretSource follows Secrets labelled MemberClusterLabel in one namespace
+// of the local cluster.
+type SecretSource struct {
+	Client    kubernetes.Interface
+	Namespace string
+}
+
+// Name identifies the source in logs and conflicts.
+func (s SecretSource) Name() string { return "secrets:" + s.Namespace }
+
+// Run reports the Secrets' members until ctx ends.
+func (s SecretSource) Run(ctx context.Context, report func(string, map[string]MemberConfig)) {
+	factory := informers.NewSharedInformerFactoryWithOptions(s.Client, 0,
+		informers.WithNamespace(s.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = MemberClusterLabel }))
+	informer := factory.Core().V1().Secrets()
+	lister := informer.Lister()
+	changed := make(chan struct{}, 1)
+	poke := func(interface{}) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	_, _ = informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: poke, UpdateFunc: func(_, o interface{}) { poke(o) }, DeleteFunc: poke,
+	})
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), informer.Informer().HasSynced) {
+		return
+	}
+	for {
+		secrets, _ := lister.List(labels.Everything())
+		report(s.Name(), membersFromSecrets(secrets))
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+func membersFromSecrets(secrets []*corev1.Secret) map[string]MemberConfig {
+	members := map[string]MemberConfig{}
+	sort.Slice(secrets, func(i, j int) bool { return secrets[i].Name < secrets[j].Name })
+	for _, s := range secrets {
+		name := s.Labels[MemberClusterLabel]
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			klog.Error(fmt.Errorf("%s", strings.Join(errs, "; ")), "Ignoring member Secret with an invalid cluster name", "secret", klog.KObj(s), "cluster", name)
+			continue
+		}
+		if prev, dup := members[name]; dup && prev.err == nil {
+			klog.Error(nil, "Ignoring member Secret: another Secret already names this cluster", "secret", klog.KObj(s), "cluster", name)
+			continue
+		}
+		data, ok := s.Data[MemberKubeconfigKey]
+		if !ok {
+			members[name] = MemberConfig{err: fmt.Errorf("secret %s/%s has no %q key", s.Namespace, s.Name, MemberKubeconfigKey)}
+			continue
+		}
+		members[name] = ParseMemberKubeconfig(data)
+	}
+	return members
+}
+
+// desiredMembers merges what every source reports. A cluster named by two
+// sources is taken from the one that reported it first; the local cluster
+// is never taken from a source, it is always the server's own connection.
+type desiredMembers struct {
+	local   string
+	order   []string
+	sources map[string]map[string]MemberConfig
+	chosen  map[string]chosenMember
+	// rejected remembers bad kubeconfigs already reported, so a directory
+	// re-read does not report the same one every interval.
+	rejected map[string]chosenMember
+}
+
+type chosenMember struct {
+	source      string
+	fingerprint string
+}
+
+// change is one member to (re)connect, to leave alone because its new
+// kubeconfig is bad (err), or to remove (config nil).
+type change struct {
+	name   string
+	source string
+	config *MemberConfig
+	err    error
+}
+
+func newDesiredMembers(local string) *desiredMembers {
+	return &desiredMembers{local: local, sources: map[string]map[string]MemberConfig{}, chosen: map[string]chosenMember{}, rejected: map[string]chosenMember{}}
+}
+
+func (d *desiredMembers) update(source string, members map[string]MemberConfig) []change {
+	if _, known := d.sources[source]; !known {
+		d.order = append(d.order, source)
+	}
+	d.sources[source] = members
+
+	want := map[string]chosenMember{}
+	configs := map[string]MemberConfig{}
+	for _, src := range d.order {
+		for name, mc := range d.sources[src] {
+			if name == d.local {
+				continue
+			}
+			if cur, ok := want[name]; ok {
+				if cur.source != src {
+					klog.Error(nil, "Cluster named by two membership sources; using the first", "cluster", name, "using", cur.source, "ignoring", src)
+				}
+				continue
+			}
+			want[name] = chosenMember{source: src, fingerprint: mc.fingerprint}
+			configs[name] = mc
+		}
+	}
+	var changes []change
+	for name, c := range want {
+		if d.chosen[name] == c || d.rejected[name] == c {
+			continue
+		}
+		mc := configs[name]
+		changes = append(changes, change{name: name, source: c.source, config: &mc, err: mc.err})
+		if mc.err != nil {
+			d.rejected[name] = c
+			continue
+		}
+		d.chosen[name] = c
+		delete(d.rejected, name)
+	}
+	for name := range d.rejected {
+		if _, ok := want[name]; !ok {
+			delete(d.rejected, name)
+		}
+	}
+	for name := range d.chosen {
+		if _, ok := want[name]; !ok {
+			changes = append(changes, change{name: name})
+			delete(d.chosen, name)
+		}
+	}
+	sort.Slice(changes, func(i, j int) bool { return changes[i].name < changes[j].name })
+	return changes
+}

@@ -1,0 +1,96 @@
+package clusterset
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+)
+
+// trim is the informers' transform: it keeps only the fields the import
+// computation reads, so that a member with many unrelated Services and
+// EndpointSlices costs little memory. Every member's cache holds these
+// trimmed objects, never the full ones.
+func trim(obj interface{}) (interface{}, error) {
+	switch o := obj.(type) {
+	case *corev1.Service:
+		return trimService(o), nil
+	case *discoveryv1.EndpointSlice:
+		return trimEndpointSlice(o), nil
+	case *corev1.Namespace:
+		return &corev1.Namespace{ObjectMeta: trimMeta(o.ObjectMeta, false)}, nil
+	case *gatewayv1.Gateway:
+		return trimGateway(o), nil
+	case *poolv1.InferencePool:
+		o.ManagedFields = nil
+		return o, nil
+	}
+	// cache.DeletedFinalStateUnknown and anything unexpected pass through.
+	return obj, nil
+}
+
+var _ cache.TransformFunc = trim
+
+func trimMeta(m metav1.ObjectMeta, keepLabels bool) metav1.ObjectMeta {
+	out := metav1.ObjectMeta{
+		Name:              m.Name,
+		Namespace:         m.Namespace,
+		UID:               m.UID,
+		ResourceVersion:   m.ResourceVersion,
+		Generation:        m.Generation,
+		CreationTimestamp: m.CreationTimestamp,
+		DeletionTimestamp: m.DeletionTimestamp,
+	}
+	if keepLabels {
+		out.Labels = m.Labels
+	}
+	return out
+}
+
+func trimService(s *corev1.Service) *corev1.Service {
+	out := &corev1.Service{ObjectMeta: trimMeta(s.ObjectMeta, false)}
+	out.Spec.Type = s.Spec.Type
+	out.Spec.ClusterIP = s.Spec.ClusterIP
+	out.Spec.ClusterIPs = s.Spec.ClusterIPs
+	out.Spec.ExternalName = s.Spec.ExternalName
+	if len(s.Spec.Ports) > 0 {
+		out.Spec.Ports = make([]corev1.ServicePort, len(s.Spec.Ports))
+		for i, p := range s.Spec.Ports {
+			out.Spec.Ports[i] = corev1.ServicePort{Name: p.Name, Port: p.Port, NodePort: p.NodePort, Protocol: p.Protocol, AppProtocol: p.AppProtocol}
+		}
+	}
+	out.Status.LoadBalancer.Ingress = s.Status.LoadBalancer.Ingress
+	return out
+}
+
+func trimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+	out := &discoveryv1.EndpointSlice{ObjectMeta: trimMeta(s.ObjectMeta, false), AddressType: s.AddressType}
+	if svc, ok := s.Labels[discoveryv1.LabelServiceName]; ok {
+		out.Labels = map[string]string{discoveryv1.LabelServiceName: svc}
+	}
+	// Readiness is all the computation needs of each endpoint; addresses
+	// are what a data path would need, and imports carry Service addresses.
+	if len(s.Endpoints) > 0 {
+		out.Endpoints = make([]discoveryv1.Endpoint, len(s.Endpoints))
+		for i, e := range s.Endpoints {
+			out.Endpoints[i] = discoveryv1.Endpoint{Conditions: discoveryv1.EndpointConditions{Ready: e.Conditions.Ready}}
+		}
+	}
+	return out
+}
+
+func trimGateway(g *gatewayv1.Gateway) *gatewayv1.Gateway {
+	out := &gatewayv1.Gateway{ObjectMeta: trimMeta(g.ObjectMeta, false)}
+	if len(g.Spec.Listeners) > 0 {
+		out.Spec.Listeners = make([]gatewayv1.Listener, len(g.Spec.Listeners))
+		for i, l := range g.Spec.Listeners {
+			out.Spec.Listeners[i] = gatewayv1.Listener{Name: l.Name, Port: l.Port, Protocol: l.Protocol}
+		}
+	}
+	out.Status.Addresses = g.Status.Addresses
+	out.Status.Conditions = g.Status.Conditions
+	return out
+}

@@ -1,0 +1,61 @@
+package imports
+
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mci-dev/mci/pkg/apis/inference"
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+)
+
+// importedCluster computes one exporter's status.clusters[] entry: how to
+// reach it in its routing mode, and whether it is Ready. An unreachable
+// member keeps its last known data but is never Ready.
+func importedCluster(e exporter, counter endpointCounter, generation int64) (inference.ImportedCluster, verdict) {
+	ic := inference.ImportedCluster{
+		Name:             e.member.Name,
+		RoutingMode:      e.mode,
+		TargetPortNumber: targetPortNumber(e.pool),
+	}
+	var ready verdict
+	switch e.mode {
+	case inference.RoutingModeParent:
+		ic.Parents, ready = parentImports(e.member, e.pool)
+	default:
+		ic.EndpointPicker, ready = endpointPickerImport(e.member, e.pool, counter)
+	}
+	if u := e.member.Unreachable; u != nil {
+		ready = unreachableVerdict(e.member.Name, u, ready)
+	}
+	ic.Conditions = []metav1.Condition{ready.condition(v1alpha1.ConditionReady, generation)}
+	return ic, ready
+}
+
+// targetPortNumber is the pool's first target port, 0 when it has none.
+func targetPortNumber(pool *poolv1.InferencePool) int32 {
+	if len(pool.Spec.TargetPorts) == 0 {
+		return 0
+	}
+	return pool.Spec.TargetPorts[0].Number
+}
+
+// unreachableVerdict flags a member whose watches are down: its data is
+// served as last known, and the message says what that data said.
+func unreachableVerdict(cluster string, u *Unreachable, lastKnown verdict) verdict {
+	msg := fmt.Sprintf("cluster %s has been unreachable since %s", cluster, u.Since.UTC().Format(time.RFC3339))
+	if u.Message != "" {
+		msg += ": " + u.Message
+	}
+	msg += fmt.Sprintf("; serving its last known data, by which it was %s (%s)", readyWord(lastKnown.ok), lastKnown.message)
+	return verdict{reason: v1alpha1.ReasonClusterUnreachable, message: msg}
+}
+
+func readyWord(ok bool) string {
+	if ok {
+		return "ready"
+	}
+	return "not ready"
+}

@@ -1,0 +1,123 @@
+package imports
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mci-dev/mci/pkg/apis/inference"
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+)
+
+// Export computes the InferencePoolExport of the local pool namespace/name;
+// ok=false when the pool does not exist or carries neither export
+// annotation.
+func Export(cs ClusterSet, namespace, name string) (*inference.InferencePoolExport, bool) {
+	pool := cs.localMember().pool(namespace, name)
+	if pool == nil || !hasExportAnnotation(pool.Annotations) {
+		return nil, false
+	}
+	return buildExport(cs, pool, cs.others(), namespaceCache{}), true
+}
+
+// Exports computes the InferencePoolExport of every local pool in namespace
+// ("" = all namespaces) that carries an export annotation, sorted by
+// namespace then name.
+func Exports(cs ClusterSet, namespace string) []*inference.InferencePoolExport {
+	var pools []*poolv1.InferencePool
+	for _, p := range cs.localMember().pools(namespace) {
+		if p != nil && hasExportAnnotation(p.Annotations) {
+			pools = append(pools, p)
+		}
+	}
+	slices.SortFunc(pools, func(a, b *poolv1.InferencePool) int {
+		if c := cmp.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Name, b.Name)
+	})
+
+	others := cs.others()
+	namespaces := namespaceCache{}
+	out := make([]*inference.InferencePoolExport, 0, len(pools))
+	for _, p := range pools {
+		out = append(out, buildExport(cs, p, others, namespaces))
+	}
+	return out
+}
+
+// buildExport reports what became of one local pool's export in each other
+// member (others, sorted by name).
+func buildExport(cs ClusterSet, pool *poolv1.InferencePool, others []*Member, namespaces namespaceCache) *inference.InferencePoolExport {
+	mode, _, err := ParseExport(pool.Annotations)
+	exp := &inference.InferencePoolExport{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:         pool.Namespace,
+			Name:              pool.Name,
+			UID:               virtualUID(cs.Name, kindExport, cs.Local, pool.Namespace, pool.Name),
+			Generation:        pool.Generation,
+			CreationTimestamp: pool.CreationTimestamp,
+			Labels:            copyLabels(pool.Labels),
+		},
+		Status: inference.InferencePoolExportStatus{
+			ObservedGeneration: pool.Generation,
+		},
+	}
+
+	valid := verdict{
+		ok:      true,
+		reason:  v1alpha1.ReasonExported,
+		message: fmt.Sprintf("exported to the ClusterSet in %s", mode),
+	}
+	if err != nil {
+		valid = verdict{reason: v1alpha1.ReasonInvalidExport, message: err.Error()}
+	} else {
+		exp.Status.RoutingMode = mode
+	}
+	exp.Status.Conditions = []metav1.Condition{valid.condition(v1alpha1.ConditionValid, pool.Generation)}
+
+	if len(others) > 0 {
+		exp.Status.Clusters = make([]inference.ExportTargetCluster, len(others))
+		for i, m := range others {
+			exp.Status.Clusters[i] = exportTarget(m, pool, err, namespaces)
+		}
+	}
+	return exp
+}
+
+// exportTarget says whether one other member imports the pool, and why not.
+func exportTarget(m *Member, pool *poolv1.InferencePool, invalid error, namespaces namespaceCache) inference.ExportTargetCluster {
+	t := inference.ExportTargetCluster{Name: m.Name}
+	if invalid != nil {
+		t.Reason = v1alpha1.ReasonInvalidExport
+		t.Message = fmt.Sprintf("cluster %s does not import %s/%s: the export annotations are invalid (see the Valid condition)", m.Name, pool.Namespace, pool.Name)
+		return t
+	}
+
+	has := namespaces.has(m, pool.Namespace)
+	t.Imported = has
+	switch {
+	case m.Unreachable != nil:
+		t.Reason = v1alpha1.ReasonClusterUnreachable
+		t.Message = fmt.Sprintf("cluster %s has been unreachable since %s", m.Name, m.Unreachable.Since.UTC().Format(time.RFC3339))
+		if m.Unreachable.Message != "" {
+			t.Message += ": " + m.Unreachable.Message
+		}
+		if has {
+			t.Message += fmt.Sprintf("; by its last known data it imports %s/%s", pool.Namespace, pool.Name)
+		} else {
+			t.Message += fmt.Sprintf("; by its last known data namespace %s does not exist there", pool.Namespace)
+		}
+	case !has:
+		t.Reason = v1alpha1.ReasonNamespaceNotFound
+		t.Message = fmt.Sprintf("namespace %s does not exist in cluster %s", pool.Namespace, m.Name)
+	default:
+		t.Reason = v1alpha1.ReasonImported
+		t.Message = fmt.Sprintf("cluster %s imports %s/%s", m.Name, pool.Namespace, pool.Name)
+	}
+	return t
+}

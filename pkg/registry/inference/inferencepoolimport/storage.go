@@ -1,0 +1,101 @@
+// Package inferencepoolimport serves InferencePoolImports: read-only
+// objects computed from the InferencePools that other clusters of the
+// ClusterSet export.
+package inferencepoolimport
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/mci-dev/mci/pkg/apis/inference"
+	"github.com/mci-dev/mci/pkg/clusterset"
+	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/registry/virtual"
+)
+
+// PoolIndex finds the pools a Service or Gateway change affects.
+type PoolIndex interface {
+	LocalName() string
+	PoolsUsingService(member, namespace, service string) []string
+	PoolsWithParent(member, namespace, gateway string) []string
+}
+
+// Resource derives InferencePoolImports from the ClusterSet.
+type Resource struct {
+	Index PoolIndex
+}
+
+var _ virtual.Resource = Resource{}
+
+// Compute implements virtual.Resource.
+func (Resource) Compute(cs imports.ClusterSet, namespace, name string) (virtual.Object, bool) {
+	o, ok := imports.Import(cs, namespace, name)
+	if !ok {
+		return nil, false
+	}
+	return o, true
+}
+
+// ComputeNamespace implements virtual.Resource.
+func (Resource) ComputeNamespace(cs imports.ClusterSet, namespace string) []virtual.Object {
+	objs := imports.Imports(cs, namespace)
+	out := make([]virtual.Object, len(objs))
+	for i, o := range objs {
+		out[i] = o
+	}
+	return out
+}
+
+// Affected implements virtual.Resource. An import is keyed by its pool's
+// namespace/name, so a pool change touches one import, a Service or
+// EndpointSlice change the imports of the pools whose EPP it is, a
+// Gateway change the pools it parents, and a local namespace change every
+// import of that namespace.
+func (r Resource) Affected(ev clusterset.Event) virtual.Dirty {
+	switch ev.Kind {
+	case clusterset.KindInferencePool:
+		return virtual.Dirty{Keys: []string{ev.Namespace + "/" + ev.Name}}
+	case clusterset.KindService:
+		return virtual.Dirty{Keys: r.Index.PoolsUsingService(ev.Member, ev.Namespace, ev.Name)}
+	case clusterset.KindEndpointSlice:
+		if ev.Service == "" {
+			return virtual.Dirty{}
+		}
+		return virtual.Dirty{Keys: r.Index.PoolsUsingService(ev.Member, ev.Namespace, ev.Service)}
+	case clusterset.KindGateway:
+		return virtual.Dirty{Keys: r.Index.PoolsWithParent(ev.Member, ev.Namespace, ev.Name)}
+	case clusterset.KindNamespace:
+		if ev.Member == r.Index.LocalName() {
+			return virtual.Dirty{Namespaces: []string{ev.Namespace}}
+		}
+		return virtual.Dirty{}
+	}
+	return virtual.Dirty{All: true}
+}
+
+// CarryTransitionTimes implements virtual.Resource.
+func (Resource) CarryTransitionTimes(prev, next virtual.Object, now metav1.Time) {
+	p, _ := prev.(*inference.InferencePoolImport)
+	imports.CarryTransitionTimes(p, next.(*inference.InferencePoolImport), now)
+}
+
+// Describe names the resource for the API machinery.
+func Describe() virtual.Describe {
+	return virtual.Describe{
+		Resource:       inference.Resource("inferencepoolimports"),
+		Kind:           "InferencePoolImport",
+		SingularName:   "inferencepoolimport",
+		ShortNames:     []string{"ipimp", "infpimp"},
+		ReadOnlyReason: "computed from the InferencePools that other clusters of the ClusterSet export: annotate an InferencePool with inference.networking.x-k8s.io/export=ClusterSet in an exporting cluster instead",
+		New:            func() virtual.Object { return &inference.InferencePoolImport{} },
+		NewList:        func() runtime.Object { return &inference.InferencePoolImportList{} },
+		SetItems: func(list runtime.Object, items []virtual.Object) {
+			l := list.(*inference.InferencePoolImportList)
+			l.Items = make([]inference.InferencePoolImport, len(items))
+			for i, o := range items {
+				l.Items[i] = *o.(*inference.InferencePoolImport)
+			}
+		},
+		Table: tableConvertor{},
+	}
+}

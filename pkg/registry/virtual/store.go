@@ -1,0 +1,340 @@
+package virtual
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/klog/v2"
+
+	"github.com/mci-dev/mci/pkg/clusterset"
+	"github.com/mci-dev/mci/pkg/imports"
+)
+
+// Object is a computed object: a runtime.Object with object metadata.
+type Object interface {
+	runtime.Object
+	metav1.Object
+}
+
+// Dirty is what a cluster event obliges the Store to recompute.
+type Dirty struct {
+	Keys       []string // namespace/name
+	Namespaces []string
+	All        bool
+}
+
+// Resource is how one computed resource is derived from the ClusterSet.
+type Resource interface {
+	// Compute returns the object namespace/name, false when none is served.
+	Compute(cs imports.ClusterSet, namespace, name string) (Object, bool)
+	// ComputeNamespace returns every object of namespace ("" for all).
+	ComputeNamespace(cs imports.ClusterSet, namespace string) []Object
+	// Affected says what a cluster event may have changed.
+	Affected(ev clusterset.Event) Dirty
+	// CarryTransitionTimes keeps lastTransitionTime of conditions whose
+	// status did not change from prev (nil for a new object) to next.
+	CarryTransitionTimes(prev, next Object, now metav1.Time)
+}
+
+// Snapshotter gives the current view of the ClusterSet.
+type Snapshotter interface {
+	Snapshot() imports.ClusterSet
+}
+
+// historySize bounds how many changes a watch can resume across. An older
+// resourceVersion gets 410 Gone and the client relists.
+const historySize = 20000
+
+type change struct {
+	typ     watch.EventType
+	obj     Object
+	prev    Object // the previous state, for MODIFIED
+	version Version
+}
+
+// Store holds the current objects of one resource and their recent changes.
+type Store struct {
+	resource Resource
+	cluster  Snapshotter
+	newFunc  func() Object
+	now      func() time.Time
+
+	pendingMu sync.Mutex
+	pending   Dirty
+	pendingV  Version
+	signal    chan struct{}
+
+	mu          sync.RWMutex
+	objects     map[string]Object
+	byNamespace map[string]map[string]Object
+	version     Version
+	// history holds the changes after historyStart, oldest first.
+	history      []change
+	historyStart Version
+	watchers     map[*watcher]struct{}
+	started      bool
+}
+
+// NewStore returns a Store for resource; Run keeps it up to date.
+func NewStore(resource Resource, cluster Snapshotter, newFunc func() Object) *Store {
+	return &Store{
+		resource:     resource,
+		cluster:      cluster,
+		newFunc:      newFunc,
+		now:          time.Now,
+		pendingV:     Version{},
+		signal:       make(chan struct{}, 1),
+		objects:      map[string]Object{},
+		byNamespace:  map[string]map[string]Object{},
+		version:      Version{},
+		historyStart: Version{},
+		watchers:     map[*watcher]struct{}{},
+	}
+}
+
+// Notify records a cluster event. It never blocks: events are coalesced
+// until the Store's loop recomputes what they touched.
+func (s *Store) Notify(ev clusterset.Event) {
+	d := s.resource.Affected(ev)
+	s.pendingMu.Lock()
+	if d.All {
+		s.pending.All = true
+	}
+	if !s.pending.All {
+		s.pending.Keys = append(s.pending.Keys, d.Keys...)
+		s.pending.Namespaces = append(s.pending.Namespaces, d.Namespaces...)
+	}
+	if ev.ResourceVersion > 0 {
+		s.pendingV.advance(ev.Member, ev.ResourceVersion)
+	}
+	if ev.Kind == clusterset.KindMember {
+		s.pendingV.advance(reachabilityComponent, uint64(s.now().UnixMilli()))
+	}
+	s.pendingMu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+}
+
+// Run recomputes what changed until ctx ends. The first pass computes
+// everything.
+func (s *Store) Run(ctx context.Context) {
+	s.pendingMu.Lock()
+	s.pending.All = true
+	s.pendingMu.Unlock()
+	s.recompute(ctx)
+	s.mu.Lock()
+	s.started = true
+	s.mu.Unlock()
+	for {
+		select {
+		case <-ctx.Done():
+			s.mu.Lock()
+			for w := range s.watchers {
+				w.stopLocked()
+			}
+			s.mu.Unlock()
+			return
+		case <-s.signal:
+			s.recompute(ctx)
+		}
+	}
+}
+
+func (s *Store) recompute(ctx context.Context) {
+	s.pendingMu.Lock()
+	dirty, advanced := s.pending, s.pendingV
+	s.pending, s.pendingV = Dirty{}, Version{}
+	s.pendingMu.Unlock()
+
+	cs := s.cluster.Snapshot()
+	type result struct {
+		key string
+		obj Object // nil: not served
+	}
+	var results []result
+	replaceNamespace := map[string]bool{}
+	switch {
+	case dirty.All:
+		replaceNamespace[""] = true
+		for _, o := range s.resource.ComputeNamespace(cs, "") {
+			results = append(results, result{key: key(o.GetNamespace(), o.GetName()), obj: o})
+		}
+	default:
+		seen := map[string]bool{}
+		for _, ns := range dirty.Namespaces {
+			if replaceNamespace[ns] {
+				continue
+			}
+			replaceNamespace[ns] = true
+			for _, o := range s.resource.ComputeNamespace(cs, ns) {
+				k := key(o.GetNamespace(), o.GetName())
+				seen[k] = true
+				results = append(results, result{key: k, obj: o})
+			}
+		}
+		for _, k := range dirty.Keys {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			ns, name := splitKey(k)
+			if replaceNamespace[ns] {
+				continue
+			}
+			o, ok := s.resource.Compute(cs, ns, name)
+			if !ok {
+				results = append(results, result{key: k})
+				continue
+			}
+			results = append(results, result{key: k, obj: o})
+		}
+	}
+
+	now := metav1.NewTime(s.now().Truncate(time.Second))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, n := range advanced {
+		s.version.advance(k, n)
+	}
+	version := s.version.clone()
+	rv := version.String()
+	var changes []change
+	present := map[string]bool{}
+	for _, r := range results {
+		present[r.key] = true
+		prev := s.objects[r.key]
+		if r.obj == nil {
+			if prev != nil {
+				changes = append(changes, s.deleteLocked(r.key, prev, rv, version))
+			}
+			continue
+		}
+		s.resource.CarryTransitionTimes(prev, r.obj, now)
+		if prev != nil {
+			r.obj.SetResourceVersion(prev.GetResourceVersion())
+			if equality.Semantic.DeepEqual(prev, r.obj) {
+				continue
+			}
+		}
+		r.obj.SetResourceVersion(rv)
+		s.objects[r.key] = r.obj
+		ns := r.obj.GetNamespace()
+		if s.byNamespace[ns] == nil {
+			s.byNamespace[ns] = map[string]Object{}
+		}
+		s.byNamespace[ns][r.obj.GetName()] = r.obj
+		typ := watch.Modified
+		if prev == nil {
+			typ = watch.Added
+		}
+		changes = append(changes, change{typ: typ, obj: r.obj, prev: prev, version: version})
+	}
+	// Objects of a recomputed namespace that are no longer computed are gone.
+	for ns := range replaceNamespace {
+		var candidates map[string]Object
+		if ns == "" {
+			candidates = s.objects
+		} else {
+			candidates = s.byNamespace[ns]
+		}
+		for k, prev := range candidates {
+			if ns != "" {
+				k = key(ns, k)
+			}
+			if !present[k] {
+				changes = append(changes, s.deleteLocked(k, prev, rv, version))
+			}
+		}
+	}
+	if len(changes) == 0 {
+		return
+	}
+	klog.FromContext(ctx).V(4).Info("Recomputed", "changes", len(changes), "resourceVersion", rv)
+	s.appendHistoryLocked(changes)
+	for w := range s.watchers {
+		w.send(changes)
+	}
+}
+
+func (s *Store) deleteLocked(k string, prev Object, rv string, version Version) change {
+	delete(s.objects, k)
+	ns, name := splitKey(k)
+	delete(s.byNamespace[ns], name)
+	if len(s.byNamespace[ns]) == 0 {
+		delete(s.byNamespace, ns)
+	}
+	// The deleted object is reported with the version of its deletion, as
+	// the Kubernetes API does; the stored object itself is never mutated.
+	gone := prev.DeepCopyObject().(Object)
+	gone.SetResourceVersion(rv)
+	return change{typ: watch.Deleted, obj: gone, version: version}
+}
+
+func (s *Store) appendHistoryLocked(changes []change) {
+	s.history = append(s.history, changes...)
+	if over := len(s.history) - historySize; over > 0 {
+		s.historyStart = s.history[over-1].version
+		s.history = append(s.history[:0:0], s.history[over:]...)
+	}
+}
+
+// Ready reports whether the first computation has finished.
+func (s *Store) Ready() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.started
+}
+
+// Get returns the object namespace/name.
+func (s *Store) Get(namespace, name string) (Object, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	o, ok := s.objects[key(namespace, name)]
+	return o, ok
+}
+
+// List returns the objects of namespace ("" for all) that match, sorted by
+// namespace and name, and the resourceVersion of the list.
+func (s *Store) List(namespace string, match func(Object) bool) ([]Object, string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []Object
+	collect := func(objs map[string]Object) {
+		for _, o := range objs {
+			if match(o) {
+				out = append(out, o)
+			}
+		}
+	}
+	if namespace == "" {
+		collect(s.objects)
+	} else {
+		collect(s.byNamespace[namespace])
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].GetNamespace() != out[j].GetNamespace() {
+			return out[i].GetNamespace() < out[j].GetNamespace()
+		}
+		return out[i].GetName() < out[j].GetName()
+	})
+	return out, s.version.String()
+}
+
+func key(namespace, name string) string { return namespace + "/" + name }
+
+func splitKey(k string) (string, string) {
+	for i := 0; i < len(k); i++ {
+		if k[i] == '/' {
+			return k[:i], k[i+1:]
+		}
+	}
+	return "", k
+}

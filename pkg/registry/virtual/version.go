@@ -1,0 +1,92 @@
+package virtual
+
+import (
+	"encoding/base64"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Version is a resourceVersion made of the resourceVersions of the member
+// clusters the computed objects were derived from: one component per
+// member. Unlike a per-process counter it means the same on every replica
+// of the server, so a client may resume a watch on another replica.
+// Components only grow. A component that is absent counts as zero.
+type Version map[string]uint64
+
+// reachabilityComponent orders member joins, departures and reachability
+// changes, which have no member resourceVersion: its value is a Unix time
+// in milliseconds, comparable across replicas whose clocks agree.
+const reachabilityComponent = "~membership"
+
+// Covers reports whether v has seen everything o has: every component of o
+// is at most the same component of v.
+func (v Version) Covers(o Version) bool {
+	for k, n := range o {
+		if v[k] < n {
+			return false
+		}
+	}
+	return true
+}
+
+// advance raises component k to n if n is larger, and reports whether it did.
+func (v Version) advance(k string, n uint64) bool {
+	if n > v[k] {
+		v[k] = n
+		return true
+	}
+	return false
+}
+
+func (v Version) clone() Version {
+	out := make(Version, len(v))
+	for k, n := range v {
+		out[k] = n
+	}
+	return out
+}
+
+// String encodes v as an opaque resourceVersion.
+func (v Version) String() string {
+	keys := make([]string, 0, len(v))
+	for k := range v {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(strconv.FormatUint(v[k], 10))
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(b.String()))
+}
+
+// ParseVersion decodes a resourceVersion made by Version.String.
+func ParseVersion(s string) (Version, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("resourceVersion %q was not issued by this server", s)
+	}
+	v := Version{}
+	if len(raw) == 0 {
+		return v, nil
+	}
+	for _, part := range strings.Split(string(raw), ",") {
+		k, n, ok := strings.Cut(part, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("resourceVersion %q was not issued by this server", s)
+		}
+		num, err := strconv.ParseUint(n, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("resourceVersion %q was not issued by this server", s)
+		}
+		v[k] = num
+	}
+	return v, nil
+}

@@ -1,0 +1,209 @@
+package virtual
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// watcherBuffer bounds the changes queued for one watcher. A watcher that
+// falls this far behind is cut off (its watch ends) rather than allowed to
+// grow the server's memory; the client re-watches from its last
+// resourceVersion.
+const watcherBuffer = 4096
+
+// bookmarkInterval is how often a watcher that allows bookmarks is told the
+// current resourceVersion, so that it can resume from a recent one.
+var bookmarkInterval = 30 * time.Second
+
+// WatchOptions select what a watch sees and where it starts.
+type WatchOptions struct {
+	Namespace string
+	Match     func(Object) bool
+	// ResourceVersion to start after; "" or "0" starts with the current
+	// state sent as ADDED events.
+	ResourceVersion   string
+	SendInitialEvents bool
+	AllowBookmarks    bool
+}
+
+// Watch starts a watch. A resourceVersion older than the retained history
+// gets 410 Gone, one not issued by this server 400 Bad Request.
+func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, error) {
+	var since Version
+	if opts.ResourceVersion != "" && opts.ResourceVersion != "0" {
+		v, err := ParseVersion(opts.ResourceVersion)
+		if err != nil {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+		since = v
+	}
+
+	w := &watcher{
+		store:  s,
+		opts:   opts,
+		in:     make(chan []change, watcherBuffer),
+		result: make(chan watch.Event),
+		done:   make(chan struct{}),
+	}
+	s.mu.Lock()
+	var initial []Object
+	var backlog []change
+	initialVersion := s.version.String()
+	switch {
+	case since == nil || opts.SendInitialEvents:
+		for _, o := range s.objects {
+			initial = append(initial, o)
+		}
+	default:
+		if !since.Covers(s.historyStart) {
+			s.mu.Unlock()
+			return nil, apierrors.NewResourceExpired("too old resource version: " + opts.ResourceVersion + " (the server keeps a limited history; relist)")
+		}
+		for _, c := range s.history {
+			if !since.Covers(c.version) {
+				backlog = append(backlog, c)
+			}
+		}
+	}
+	s.watchers[w] = struct{}{}
+	s.mu.Unlock()
+
+	go w.run(ctx, initial, initialVersion, backlog)
+	return w, nil
+}
+
+type watcher struct {
+	store  *Store
+	opts   WatchOptions
+	in     chan []change
+	result chan watch.Event
+
+	stopOnce sync.Once
+	done     chan struct{}
+}
+
+// send queues changes for the watcher; it is called with the store locked.
+func (w *watcher) send(changes []change) {
+	select {
+	case w.in <- changes:
+	default:
+		// Too slow: cut it off rather than buffer without bound.
+		w.stopLocked()
+	}
+}
+
+// stopLocked ends the watcher; the store's lock is held.
+func (w *watcher) stopLocked() {
+	w.stopOnce.Do(func() {
+		delete(w.store.watchers, w)
+		close(w.done)
+	})
+}
+
+// Stop implements watch.Interface.
+func (w *watcher) Stop() {
+	w.store.mu.Lock()
+	w.stopLocked()
+	w.store.mu.Unlock()
+}
+
+// ResultChan implements watch.Interface.
+func (w *watcher) ResultChan() <-chan watch.Event { return w.result }
+
+func (w *watcher) run(ctx context.Context, initial []Object, initialVersion string, backlog []change) {
+	defer close(w.result)
+	defer w.Stop()
+	emit := func(e watch.Event) bool {
+		select {
+		case w.result <- e:
+			return true
+		case <-w.done:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for _, o := range initial {
+		if w.matches(o) && !emit(watch.Event{Type: watch.Added, Object: o}) {
+			return
+		}
+	}
+	if w.opts.SendInitialEvents {
+		b := w.bookmark(initialVersion)
+		b.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
+		if !emit(watch.Event{Type: watch.Bookmark, Object: b}) {
+			return
+		}
+	}
+	for _, c := range backlog {
+		if e, ok := w.filter(c); ok && !emit(e) {
+			return
+		}
+	}
+	var ticks <-chan time.Time
+	if w.opts.AllowBookmarks {
+		t := time.NewTicker(bookmarkInterval)
+		defer t.Stop()
+		ticks = t.C
+	}
+	for {
+		select {
+		case <-w.done:
+			return
+		case <-ctx.Done():
+			return
+		case changes := <-w.in:
+			for _, c := range changes {
+				if e, ok := w.filter(c); ok && !emit(e) {
+					return
+				}
+			}
+		case <-ticks:
+			w.store.mu.RLock()
+			rv := w.store.version.String()
+			w.store.mu.RUnlock()
+			if !emit(watch.Event{Type: watch.Bookmark, Object: w.bookmark(rv)}) {
+				return
+			}
+		}
+	}
+}
+
+func (w *watcher) bookmark(rv string) Object {
+	o := w.store.newFunc()
+	o.SetResourceVersion(rv)
+	return o
+}
+
+func (w *watcher) matches(o Object) bool {
+	if w.opts.Namespace != "" && o.GetNamespace() != w.opts.Namespace {
+		return false
+	}
+	return w.opts.Match == nil || w.opts.Match(o)
+}
+
+// filter turns a change into the event this watcher sees: an object that
+// starts or stops matching the watcher's selectors is ADDED or DELETED.
+func (w *watcher) filter(c change) (watch.Event, bool) {
+	now := w.matches(c.obj)
+	switch c.typ {
+	case watch.Modified:
+		was := c.prev != nil && w.matches(c.prev)
+		switch {
+		case now && was:
+			return watch.Event{Type: watch.Modified, Object: c.obj}, true
+		case now:
+			return watch.Event{Type: watch.Added, Object: c.obj}, true
+		case was:
+			return watch.Event{Type: watch.Deleted, Object: c.obj}, true
+		}
+		return watch.Event{}, false
+	default:
+		return watch.Event{Type: c.typ, Object: c.obj}, now
+	}
+}

@@ -1,0 +1,235 @@
+// Package app holds mci-apiserver's flags and turns them into a running
+// server: Options -> Config -> CompletedConfig -> MCIServer.
+package app
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/apiserver"
+	"github.com/mci-dev/mci/pkg/clusterset"
+	generatedopenapi "github.com/mci-dev/mci/pkg/generated/openapi"
+)
+
+// Options are mci-apiserver's flags.
+type Options struct {
+	Recommended *genericoptions.RecommendedOptions
+	Logs        *logs.Options
+
+	ClusterName         string
+	ClusterSetName      string
+	Kubeconfig          string
+	MemberKubeconfigDir string
+	Namespace           string
+	UnreachableAfter    time.Duration
+}
+
+// NewOptions returns the defaults. There is no etcd: nothing is stored.
+func NewOptions() *Options {
+	o := &Options{
+		Recommended:      genericoptions.NewRecommendedOptions("", apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
+		Logs:             logs.NewOptions(),
+		Namespace:        os.Getenv("POD_NAMESPACE"),
+		UnreachableAfter: 10 * time.Second,
+	}
+	o.Recommended.Etcd = nil
+	o.Recommended.Admission = nil
+	o.Recommended.CoreAPI = nil
+	if o.Namespace == "" {
+		o.Namespace = "mci-system"
+	}
+	return o
+}
+
+// NewCommand returns the mci-apiserver command.
+func NewCommand(o *Options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "mci-apiserver",
+		Short: "Serves InferencePoolImports computed from every member of a ClusterSet",
+		Long: `mci-apiserver is a Kubernetes aggregated API server. Registered with an
+APIService in a member cluster, it serves InferencePoolImport and
+InferencePoolExport (inference.networking.x-k8s.io/v1alpha1) as read-only
+resources computed from the InferencePools that members export. It writes
+nothing to any cluster.`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
+				return err
+			}
+			if err := o.Complete(cmd.Context()); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	fs := cmd.Flags()
+	o.Recommended.AddFlags(fs)
+	logsapi.AddFlags(o.Logs, fs)
+	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "Name of the cluster this server serves. Default: the About API ClusterProperty cluster.clusterset.k8s.io of the local cluster.")
+	fs.StringVar(&o.ClusterSetName, "clusterset-name", o.ClusterSetName, "Name of the ClusterSet; it seeds the uids of served objects. Default: the ClusterProperty clusterset.k8s.io, else \"default\".")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the local cluster. Default: the in-cluster configuration.")
+	fs.StringVar(&o.MemberKubeconfigDir, "member-kubeconfig-dir", o.MemberKubeconfigDir, "Directory with one kubeconfig file per member cluster, named after the cluster (an optional .kubeconfig/.yaml extension is dropped). Re-read periodically. A file named after the local cluster is ignored.")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the local cluster whose Secrets labelled "+clusterset.MemberClusterLabel+" hold member kubeconfigs. Default: $POD_NAMESPACE, else mci-system.")
+	fs.DurationVar(&o.UnreachableAfter, "member-unreachable-after", o.UnreachableAfter, "How long a member may fail to answer before its clusters are flagged Ready=False with reason ClusterUnreachable (its last known data is kept).")
+	return cmd
+}
+
+// Complete fills in what the flags leave to discovery.
+func (o *Options) Complete(ctx context.Context) error {
+	if o.ClusterName != "" && o.ClusterSetName != "" {
+		return nil
+	}
+	config, err := o.localConfig()
+	if err != nil {
+		return err
+	}
+	props, err := clusterProperties(ctx, config)
+	if err != nil {
+		return err
+	}
+	if o.ClusterName == "" {
+		o.ClusterName = props["cluster.clusterset.k8s.io"]
+	}
+	if o.ClusterSetName == "" {
+		o.ClusterSetName = props["clusterset.k8s.io"]
+	}
+	if o.ClusterSetName == "" {
+		o.ClusterSetName = "default"
+	}
+	return nil
+}
+
+// clusterProperties reads the About API's ClusterProperties; a cluster
+// without the About API has none.
+func clusterProperties(ctx context.Context, config *rest.Config) (map[string]string, error) {
+	client, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	gvr := schema.GroupVersionResource{Group: "about.k8s.io", Version: "v1alpha1", Resource: "clusterproperties"}
+	list, err := client.Resource(gvr).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return map[string]string{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading ClusterProperties: %w", err)
+	}
+	props := map[string]string{}
+	for _, item := range list.Items {
+		if v, ok := item.Object["spec"].(map[string]interface{})["value"].(string); ok {
+			props[item.GetName()] = v
+		}
+	}
+	return props, nil
+}
+
+// Validate checks the flags.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.ClusterName == "" {
+		errs = append(errs, fmt.Errorf("--cluster-name is required when the local cluster has no ClusterProperty cluster.clusterset.k8s.io"))
+	}
+	if o.UnreachableAfter <= 0 {
+		errs = append(errs, fmt.Errorf("--member-unreachable-after must be positive"))
+	}
+	errs = append(errs, o.Recommended.Validate()...)
+	return utilerrors.NewAggregate(errs)
+}
+
+func (o *Options) localConfig() (*rest.Config, error) {
+	if o.Kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	}
+	return rest.InClusterConfig()
+}
+
+// Config turns the options into a server configuration.
+func (o *Options) Config() (*apiserver.Config, error) {
+	if err := o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{net.ParseIP("127.0.0.1")}); err != nil {
+		return nil, fmt.Errorf("creating self-signed certificates: %w", err)
+	}
+	local, err := o.localConfig()
+	if err != nil {
+		return nil, fmt.Errorf("local cluster configuration: %w", err)
+	}
+	// Delegated authentication and authorization use the local cluster too
+	// unless their own kubeconfig flags say otherwise.
+	if o.Kubeconfig != "" {
+		if o.Recommended.Authentication.RemoteKubeConfigFile == "" {
+			o.Recommended.Authentication.RemoteKubeConfigFile = o.Kubeconfig
+		}
+		if o.Recommended.Authorization.RemoteKubeConfigFile == "" {
+			o.Recommended.Authorization.RemoteKubeConfigFile = o.Kubeconfig
+		}
+	}
+
+	generic := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
+	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
+	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
+	generic.OpenAPIConfig.Info.Title = "mci"
+	generic.OpenAPIConfig.Info.Version = "v1alpha1"
+	generic.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
+	generic.OpenAPIV3Config.Info.Title = "mci"
+	generic.OpenAPIV3Config.Info.Version = "v1alpha1"
+	if err := o.Recommended.ApplyTo(generic); err != nil {
+		return nil, err
+	}
+
+	kube, err := kubernetes.NewForConfig(local)
+	if err != nil {
+		return nil, err
+	}
+	sources := []clusterset.Source{clusterset.SecretSource{Client: kube, Namespace: o.Namespace}}
+	if o.MemberKubeconfigDir != "" {
+		sources = append([]clusterset.Source{clusterset.DirSource{Dir: o.MemberKubeconfigDir}}, sources...)
+	}
+	return &apiserver.Config{
+		GenericConfig: generic,
+		ExtraConfig: apiserver.ExtraConfig{
+			ClusterSet: clusterset.Options{
+				ClusterSetName:   o.ClusterSetName,
+				LocalName:        o.ClusterName,
+				Local:            local,
+				UnreachableAfter: o.UnreachableAfter,
+			},
+			Sources: sources,
+		},
+	}, nil
+}
+
+// Run starts the server and blocks until ctx ends.
+func (o *Options) Run(ctx context.Context) error {
+	config, err := o.Config()
+	if err != nil {
+		return err
+	}
+	server, err := config.Complete().New()
+	if err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Serving", "cluster", o.ClusterName, "clusterSet", o.ClusterSetName)
+	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+}

@@ -23,6 +23,7 @@ kube::codegen::gen_openapi \
   --output-dir "${REPO_ROOT}/pkg/generated/openapi" \
   --output-pkg "${MODULE}/pkg/generated/openapi" \
   --extra-pkgs "k8s.io/api/core/v1" \
+  --output-model-name-file zz_generated.model_name.go \
   --report-filename "${REPO_ROOT}/hack/api-rules-violations.list" \
   --update-report \
   --boilerplate "${BOILERPLATE}" \

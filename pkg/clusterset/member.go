@@ -74,7 +74,6 @@ const (
 
 func poolIndexers() cache.Indexers {
 	return cache.Indexers{
-		cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
 		indexEndpointPicker: func(obj interface{}) ([]string, error) {
 			p, ok := obj.(*poolv1.InferencePool)
 			if !ok || p.Spec.EndpointPickerRef.Name == "" {
@@ -159,7 +158,9 @@ func (m *member) start(ctx context.Context, unreachableAfter time.Duration) {
 		m.watch(inf.Informer(), KindInferencePool)
 		starters = append(starters, f.Start)
 	} else {
-		m.poolIndexer = cache.NewIndexer(cache.MetaNamespaceKeyFunc, poolIndexers())
+		indexers := poolIndexers()
+		indexers[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc
+		m.poolIndexer = cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers)
 		m.pools = poollisters.NewInferencePoolLister(m.poolIndexer)
 	}
 	if served[gatewayv1.SchemeGroupVersion.String()+"/gateways"] {

@@ -186,7 +186,7 @@ func TestExportMetadata(t *testing.T) {
 
 	wantUID := uuid.NewSHA1(uidNamespace, []byte("test-set/InferencePoolExport/cluster-a/example/llm-pool")).String()
 	assert.Equal(t, types.UID(wantUID), exp.UID)
-	imp := virtualUID(testClusterSet, kindImport, "cluster-a", testNamespace, testPool)
+	imp := virtualUID(testClusterSet, kindImport, testNamespace, testPool)
 	assert.NotEqual(t, imp, exp.UID, "an export and an import of the same pool have different uids")
 
 	exp.Labels["changed"] = "by a caller"

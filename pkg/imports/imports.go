@@ -115,7 +115,7 @@ func buildImport(cs ClusterSet, key poolKey, exporters []exporter, counter func(
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:         key.namespace,
 			Name:              key.name,
-			UID:               virtualUID(cs.Name, kindImport, cs.Local, key.namespace, key.name),
+			UID:               virtualUID(cs.Name, kindImport, key.namespace, key.name),
 			Generation:        importGeneration,
 			CreationTimestamp: oldest.CreationTimestamp,
 			Labels:            copyLabels(oldest.Labels),

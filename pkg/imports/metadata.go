@@ -2,6 +2,7 @@ package imports
 
 import (
 	"maps"
+	"strings"
 
 	"github.com/google/uuid"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,12 +17,13 @@ const (
 	kindExport = "InferencePoolExport"
 )
 
-// virtualUID derives the uid of a virtual object from what identifies it, so
-// that every replica and every restart serves the same uid, and two clusters
-// (or two kinds) never share one.
-func virtualUID(clusterSet, kind, local, namespace, name string) types.UID {
-	key := clusterSet + "/" + kind + "/" + local + "/" + namespace + "/" + name
-	return types.UID(uuid.NewSHA1(uidNamespace, []byte(key)).String())
+// virtualUID derives the uid of a virtual object from what identifies it
+// (parts joined by "/"), so that every replica and every restart serves the
+// same uid. An import is identified by ClusterSet, kind and namespace/name:
+// it is the same logical object in every importing cluster. An export is a
+// report of one exporting cluster, so that cluster is part of its identity.
+func virtualUID(parts ...string) types.UID {
+	return types.UID(uuid.NewSHA1(uidNamespace, []byte(strings.Join(parts, "/"))).String())
 }
 
 // copyLabels copies labels of a cached object: the output must never share a

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
+	utilcompatibility "k8s.io/apiserver/pkg/util/compatibility"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -55,6 +56,9 @@ func NewOptions() *Options {
 	o.Recommended.Etcd = nil
 	o.Recommended.Admission = nil
 	o.Recommended.CoreAPI = nil
+	// The kube-apiserver in front of us already applies priority and
+	// fairness to every request it proxies here.
+	o.Recommended.Features.EnablePriorityAndFairness = false
 	if o.Namespace == "" {
 		o.Namespace = "mci-system"
 	}
@@ -187,6 +191,9 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	}
 
 	generic := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
+	// The version the generic server reports and gates features by: that of
+	// the Kubernetes libraries it is built with.
+	generic.EffectiveVersion = utilcompatibility.DefaultBuildEffectiveVersion()
 	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
 	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
 	generic.OpenAPIConfig.Info.Title = "mci"

@@ -1,0 +1,106 @@
+package clusterset
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+)
+
+// StopAPIServer stops the kube-apiserver of cluster, as a crash would: its
+// clients see connections refused until StartAPIServer.
+func (cs *ClusterSet) StopAPIServer(cluster string) error {
+	return cs.stopServer(cluster, func(c *Cluster) *process { return c.apiServer })
+}
+
+// StartAPIServer starts the kube-apiserver of cluster again on the same
+// port, with the same data, and waits until it is ready.
+func (cs *ClusterSet) StartAPIServer(ctx context.Context, cluster string) error {
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return err
+	}
+	p, err := cs.restart(&c.apiServer)
+	if err != nil {
+		return err
+	}
+	if err := cs.saveState(); err != nil {
+		return err
+	}
+	return waitReady(ctx, p, apiServerReadyTimeout, apiServerReady(c.Config))
+}
+
+// PauseAPIServer freezes the kube-apiserver of cluster (SIGSTOP): it keeps
+// its connections open and answers nothing, as a hung server does.
+func (cs *ClusterSet) PauseAPIServer(cluster string) error {
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return err
+	}
+	return c.apiServer.signal(syscall.SIGSTOP)
+}
+
+// ResumeAPIServer lets a paused kube-apiserver run again (SIGCONT).
+func (cs *ClusterSet) ResumeAPIServer(cluster string) error {
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return err
+	}
+	return c.apiServer.signal(syscall.SIGCONT)
+}
+
+// StopMCIAPIServer stops the mci-apiserver of cluster. The APIService stays,
+// so the aggregator reports it unavailable, as when the server crashes.
+func (cs *ClusterSet) StopMCIAPIServer(cluster string) error {
+	return cs.stopServer(cluster, func(c *Cluster) *process { return c.mciAPIServer })
+}
+
+// StartMCIAPIServer starts the mci-apiserver of cluster again on the same
+// port and waits until its APIService is Available.
+func (cs *ClusterSet) StartMCIAPIServer(ctx context.Context, cluster string) error {
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return err
+	}
+	if c.mciAPIServer == nil {
+		return fmt.Errorf("clusterset: %s runs no mci-apiserver (Options.MCIAPIServerBinary was empty)", cluster)
+	}
+	if _, err := cs.restart(&c.mciAPIServer); err != nil {
+		return err
+	}
+	if err := cs.saveState(); err != nil {
+		return err
+	}
+	return cs.waitMCIAPIServer(ctx, c)
+}
+
+func (cs *ClusterSet) stopServer(cluster string, which func(*Cluster) *process) error {
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return err
+	}
+	p := which(c)
+	if p == nil {
+		return fmt.Errorf("clusterset: %s runs no such server", cluster)
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return p.stop(stopGrace)
+}
+
+// restart starts the stopped server *server again with the same command
+// line and replaces it. A server that still runs is left alone.
+func (cs *ClusterSet) restart(server **process) (*process, error) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	old := *server
+	if old.alive() {
+		return old, nil
+	}
+	p := &process{Name: old.Name, Binary: old.Binary, Args: old.Args, Log: old.Log, Port: old.Port}
+	cs.progress("starting %s on %s", p.Name, hostPort(p.Port))
+	if err := p.start(cs.detached); err != nil {
+		return nil, err
+	}
+	*server = p
+	return p, nil
+}

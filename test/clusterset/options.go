@@ -1,0 +1,131 @@
+package clusterset
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Options says what ClusterSet to run and where.
+type Options struct {
+	// Dir holds everything: certificates, kubeconfigs, etcd data, logs and,
+	// when Detached, state.json. Required.
+	Dir string
+	// Clusters are the member cluster names; DefaultClusters when empty.
+	Clusters []string
+	// BinDir holds kube-apiserver and etcd (hack/build-kube-tools.sh);
+	// $MCI_BIN_DIR, else _output/bin of this repository, when empty.
+	BinDir string
+	// MCIAPIServerBinary is the mci-apiserver to run in every cluster;
+	// empty runs none.
+	MCIAPIServerBinary string
+	// Detached servers outlive the calling process (`make clusterset-up`):
+	// they run in their own session, are recorded in <Dir>/state.json, and
+	// Down stops them. Up then reuses a healthy ClusterSet found in Dir.
+	Detached bool
+	// Log receives progress lines; nothing is printed when nil.
+	Log io.Writer
+	// CRDPaths are YAML files or directories of CRDs to install in every
+	// cluster; the project's CRDs and the Gateway API standard CRDs when
+	// empty.
+	CRDPaths []string
+}
+
+func (o *Options) complete() error {
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.Dir == "" {
+		return errors.New("clusterset: Options.Dir is required")
+	}
+	var err error
+	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
+		return fmt.Errorf("clusterset: %w", err)
+	}
+	if len(o.Clusters) == 0 {
+		o.Clusters = slices.Clone(DefaultClusters)
+	}
+	seen := map[string]bool{}
+	for _, c := range o.Clusters {
+		if errs := validation.IsDNS1123Label(c); len(errs) > 0 {
+			return fmt.Errorf("clusterset: cluster name %q: %s", c, strings.Join(errs, "; "))
+		}
+		if seen[c] {
+			return fmt.Errorf("clusterset: cluster %q named twice", c)
+		}
+		seen[c] = true
+	}
+	if o.BinDir == "" {
+		o.BinDir = os.Getenv("MCI_BIN_DIR")
+	}
+	var root string
+	if o.BinDir == "" || len(o.CRDPaths) == 0 {
+		if root, err = repoRoot(); err != nil {
+			return err
+		}
+	}
+	if o.BinDir == "" {
+		o.BinDir = filepath.Join(root, "_output", "bin")
+	}
+	if o.BinDir, err = filepath.Abs(o.BinDir); err != nil {
+		return fmt.Errorf("clusterset: %w", err)
+	}
+	for _, b := range []string{"etcd", "kube-apiserver"} {
+		if err := executable(filepath.Join(o.BinDir, b)); err != nil {
+			return fmt.Errorf("clusterset: %w; build it with hack/build-kube-tools.sh (the first build takes several minutes)", err)
+		}
+	}
+	if o.MCIAPIServerBinary != "" {
+		if o.MCIAPIServerBinary, err = filepath.Abs(o.MCIAPIServerBinary); err != nil {
+			return fmt.Errorf("clusterset: %w", err)
+		}
+		if err := executable(o.MCIAPIServerBinary); err != nil {
+			return fmt.Errorf("clusterset: %w; build it with `go build -o %s ./cmd/mci-apiserver`", err, o.MCIAPIServerBinary)
+		}
+	}
+	if len(o.CRDPaths) == 0 {
+		if o.CRDPaths, err = defaultCRDPaths(root); err != nil {
+			return fmt.Errorf("clusterset: %w", err)
+		}
+	}
+	return nil
+}
+
+func executable(path string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("%s not found", path)
+	}
+	if info.IsDir() || info.Mode()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file", path)
+	}
+	return nil
+}
+
+const modulePath = "github.com/mci-dev/mci"
+
+// repoRoot finds this repository from the working directory, which is a
+// package directory under `go test` and the repository under `go run`.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && slices.Contains(strings.Split(string(data), "\n"), "module "+modulePath) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("clusterset: not inside the github.com/mci-dev/mci repository; set Options.BinDir and Options.CRDPaths")
+		}
+		dir = parent
+	}
+}

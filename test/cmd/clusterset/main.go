@@ -1,0 +1,209 @@
+// Command clusterset runs the local ClusterSet of package test/clusterset in
+// the background, for `make clusterset-up` and `make run`:
+//
+//	clusterset up [--clusters=N | --names=a,b,c] [--dir=_output/clusterset] [--mci-apiserver=_output/bin/mci-apiserver]
+//	clusterset down [--dir=_output/clusterset]
+//	clusterset status [--dir=_output/clusterset]
+//	clusterset apply-examples [--dir=_output/clusterset] [--examples=artifacts/examples]
+//
+// `up` returns once every server is ready and leaves them running; running
+// it again reuses a healthy ClusterSet (restarting the mci-apiservers if
+// their binary was rebuilt). `down` stops exactly the servers `up` recorded.
+// `apply-examples` applies each folder of --examples to the cluster of the
+// same name, status included, since no controller runs to write it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/mci-dev/mci/test/clusterset"
+)
+
+const (
+	defaultDir          = "_output/clusterset"
+	defaultMCIAPIServer = "_output/bin/mci-apiserver"
+	defaultExamples     = "artifacts/examples"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
+	case "up":
+		err = up(ctx, args)
+	case "down":
+		err = down(args)
+	case "status":
+		err = status(ctx, args)
+	case "apply-examples":
+		err = applyExamples(ctx, args)
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, `usage:
+  clusterset up [--clusters=N | --names=a,b,c] [--dir=`+defaultDir+`] [--mci-apiserver=`+defaultMCIAPIServer+`]
+  clusterset down [--dir=`+defaultDir+`]
+  clusterset status [--dir=`+defaultDir+`]
+  clusterset apply-examples [--dir=`+defaultDir+`] [--examples=`+defaultExamples+`]`)
+	os.Exit(2)
+}
+
+func up(ctx context.Context, args []string) error {
+	flags := flag.NewFlagSet("up", flag.ExitOnError)
+	dir := flags.String("dir", defaultDir, "directory for certificates, kubeconfigs, etcd data, logs and state")
+	count := flags.Int("clusters", 0, "number of member clusters, named cluster-a, cluster-b, ... (default 3)")
+	names := flags.String("names", "", "comma-separated member cluster names, instead of --clusters")
+	mci := flags.String("mci-apiserver", defaultMCIAPIServer, `mci-apiserver binary to run in every cluster; "" runs none`)
+	_ = flags.Parse(args)
+
+	opts := clusterset.Options{Dir: *dir, Detached: true, Log: os.Stderr}
+	switch {
+	case *count != 0 && *names != "":
+		return errors.New("give --clusters or --names, not both")
+	case *names != "":
+		opts.Clusters = strings.Split(*names, ",")
+	case *count < 0 || *count > 26:
+		return fmt.Errorf("--clusters=%d: want 1 to 26", *count)
+	case *count > 0:
+		for i := range *count {
+			opts.Clusters = append(opts.Clusters, "cluster-"+string(rune('a'+i)))
+		}
+	}
+	opts.MCIAPIServerBinary = *mci
+	if !flagSet(flags, "mci-apiserver") {
+		// The default path is only used when something was built there: the
+		// clusters are useful without mci-apiserver too.
+		if _, err := os.Stat(*mci); errors.Is(err, fs.ErrNotExist) {
+			fmt.Fprintf(os.Stderr, "no %s: starting the clusters without mci-apiserver\n", *mci)
+			opts.MCIAPIServerBinary = ""
+		}
+	}
+
+	fmt.Fprintln(os.Stderr, "starting the local ClusterSet in", *dir)
+	cs, err := clusterset.Up(ctx, opts)
+	if err != nil {
+		if _, statErr := os.Stat(filepath.Join(*dir, "logs")); statErr == nil {
+			err = fmt.Errorf("%w\nlogs are in %s", err, filepath.Join(*dir, "logs"))
+		}
+		return err
+	}
+	var kubeconfigs []string
+	fmt.Println()
+	for _, c := range cs.Clusters {
+		fmt.Printf("%-12s %s  kubeconfig %s\n", c.Name, c.Server, c.Kubeconfig)
+		kubeconfigs = append(kubeconfigs, c.Kubeconfig)
+	}
+	fmt.Printf("logs in %s; stop with: go run ./test/cmd/clusterset down --dir=%s\n\n", filepath.Join(cs.Dir, "logs"), *dir)
+	fmt.Printf("export KUBECONFIG=%s\n", strings.Join(kubeconfigs, ":"))
+	fmt.Printf("kubectl --context %s get inferencepoolimports -A\n", cs.Clusters[len(cs.Clusters)-1].Name)
+	return nil
+}
+
+func down(args []string) error {
+	flags := flag.NewFlagSet("down", flag.ExitOnError)
+	dir := flags.String("dir", defaultDir, "directory of the ClusterSet")
+	_ = flags.Parse(args)
+	if _, err := os.Stat(filepath.Join(*dir, "state.json")); errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintln(os.Stderr, "no ClusterSet runs from", *dir)
+		return nil
+	}
+	if err := clusterset.Down(*dir); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "stopped the ClusterSet in %s (logs and kubeconfigs kept)\n", *dir)
+	return nil
+}
+
+func status(ctx context.Context, args []string) error {
+	flags := flag.NewFlagSet("status", flag.ExitOnError)
+	dir := flags.String("dir", defaultDir, "directory of the ClusterSet")
+	_ = flags.Parse(args)
+	cs, err := clusterset.Load(*dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("no ClusterSet runs from %s", *dir)
+	}
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "SERVER\tPID\tADDRESS\tSTATE\tLOG")
+	for _, p := range cs.Processes() {
+		state := "running"
+		if !p.Alive {
+			state = "DEAD"
+		}
+		fmt.Fprintf(w, "%s\t%d\t127.0.0.1:%d\t%s\t%s\n", p.Name, p.PID, p.Port, state, p.Log)
+	}
+	_ = w.Flush()
+	fmt.Println()
+	for _, c := range cs.Clusters {
+		fmt.Printf("%-12s kubeconfig %s\n", c.Name, c.Kubeconfig)
+	}
+	if err := cs.Healthy(ctx); err != nil {
+		return fmt.Errorf("unhealthy:\n%w", err)
+	}
+	fmt.Println("healthy")
+	return nil
+}
+
+func applyExamples(ctx context.Context, args []string) error {
+	flags := flag.NewFlagSet("apply-examples", flag.ExitOnError)
+	dir := flags.String("dir", defaultDir, "directory of the ClusterSet")
+	examples := flags.String("examples", defaultExamples, "directory with one folder of manifests per cluster, named after it")
+	_ = flags.Parse(args)
+	cs, err := clusterset.Load(*dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("no ClusterSet runs from %s: start one with `go run ./test/cmd/clusterset up`", *dir)
+	}
+	if err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(*examples)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		if _, err := cs.Cluster(e.Name()); err != nil {
+			fmt.Fprintf(os.Stderr, "skipping %s: the ClusterSet has no cluster %s\n", filepath.Join(*examples, e.Name()), e.Name())
+			continue
+		}
+		applied, err := cs.ApplyFiles(ctx, e.Name(), filepath.Join(*examples, e.Name()))
+		for _, what := range applied {
+			fmt.Fprintf(os.Stderr, "%s: applied %s\n", e.Name(), what)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func flagSet(flags *flag.FlagSet, name string) bool {
+	set := false
+	flags.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}

@@ -1,0 +1,66 @@
+// Package e2e tests mci against a real local ClusterSet: three
+// kube-apiservers sharing one etcd, each with an mci-apiserver registered
+// through the aggregator. Every request goes through a cluster's
+// kube-apiserver, as a user's would.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/mci-dev/mci/test/clusterset"
+)
+
+// clusters is the ClusterSet every test in this package shares. Tests use
+// namespaces of their own so that they do not see each other's pools.
+var clusters *clusterset.ClusterSet
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	binDir := os.Getenv("MCI_BIN_DIR")
+	if binDir == "" {
+		binDir = filepath.Join("..", "..", "_output", "bin")
+	}
+	binDir, _ = filepath.Abs(binDir)
+	mci := filepath.Join(binDir, "mci-apiserver")
+	if _, err := os.Stat(mci); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %s is missing: run `make build tools` (or `make test-e2e`)\n", mci)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "mci-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	clusters, err = clusterset.Up(ctx, clusterset.Options{
+		Dir:                dir,
+		BinDir:             binDir,
+		MCIAPIServerBinary: mci,
+		Log:                os.Stderr,
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: starting the local ClusterSet: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "e2e: ClusterSet up in %s\n", time.Since(start).Round(time.Second))
+	code := m.Run()
+	if err := clusters.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: stopping the ClusterSet: %v\n", err)
+	}
+	if code == 0 {
+		_ = os.RemoveAll(dir)
+	} else {
+		fmt.Fprintf(os.Stderr, "e2e: logs kept in %s\n", filepath.Join(dir, "logs"))
+	}
+	return code
+}

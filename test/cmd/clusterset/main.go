@@ -199,7 +199,33 @@ func applyExamples(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	printTryThis(cs)
 	return nil
+}
+
+// printTryThis tells the user what to look at once the examples are in.
+func printTryThis(cs *clusterset.ClusterSet) {
+	kubeconfig := func(name string) string {
+		c, err := cs.Cluster(name)
+		if err != nil {
+			return "<no " + name + ">"
+		}
+		return c.Kubeconfig
+	}
+	fmt.Printf(`
+The examples are in: cluster-a exports example/llm-pool (EndpointMode), cluster-c
+exports the same name (ParentMode), cluster-b imports it. Try:
+
+  export KUBECONFIG=%s
+  kubectl get inferencepoolimports -A            # short names: ipimp, infpimp
+  kubectl get ipimp -n example llm-pool -o yaml  # status.clusters[] and status.controllers[]
+  kubectl get ipimp -A -w                        # then, in another shell, withdraw cluster-a's export:
+    kubectl --kubeconfig %s -n example annotate inferencepool llm-pool inference.networking.x-k8s.io/export-
+  kubectl explain inferencepoolimport.status.clusters
+  kubectl --kubeconfig %s get inferencepoolexports -A -o wide
+
+Stop everything with: make clusterset-down
+`, kubeconfig("cluster-b"), kubeconfig("cluster-a"), kubeconfig("cluster-a"))
 }
 
 func flagSet(flags *flag.FlagSet, name string) bool {

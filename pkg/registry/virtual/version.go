@@ -48,6 +48,10 @@ func (v Version) clone() Version {
 	return out
 }
 
+// versionFormat prefixes every encoded Version, so that even the empty
+// Version has a non-empty resourceVersion and the format can evolve.
+const versionFormat = "v1;"
+
 // String encodes v as an opaque resourceVersion.
 func (v Version) String() string {
 	keys := make([]string, 0, len(v))
@@ -56,6 +60,7 @@ func (v Version) String() string {
 	}
 	sort.Strings(keys)
 	var b strings.Builder
+	b.WriteString(versionFormat)
 	for i, k := range keys {
 		if i > 0 {
 			b.WriteByte(',')
@@ -73,11 +78,15 @@ func ParseVersion(s string) (Version, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resourceVersion %q was not issued by this server", s)
 	}
+	body, ok := strings.CutPrefix(string(raw), versionFormat)
+	if !ok {
+		return nil, fmt.Errorf("resourceVersion %q was not issued by this server", s)
+	}
 	v := Version{}
-	if len(raw) == 0 {
+	if body == "" {
 		return v, nil
 	}
-	for _, part := range strings.Split(string(raw), ",") {
+	for _, part := range strings.Split(body, ",") {
 		k, n, ok := strings.Cut(part, "=")
 		if !ok || k == "" {
 			return nil, fmt.Errorf("resourceVersion %q was not issued by this server", s)

@@ -1,0 +1,313 @@
+package virtual
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/mci-dev/mci/pkg/apis/inference"
+	"github.com/mci-dev/mci/pkg/clusterset"
+	"github.com/mci-dev/mci/pkg/imports"
+)
+
+// tableResource computes objects from a table the test edits: the Store's
+// logic is what is under test, not the import computation.
+type tableResource struct {
+	mu      sync.Mutex
+	objects map[string]*inference.InferencePoolImport
+}
+
+func (r *tableResource) set(ns, name string, labels map[string]string, clusters ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := &inference.InferencePoolImport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}}
+	for _, c := range clusters {
+		o.Status.Clusters = append(o.Status.Clusters, inference.ImportedCluster{Name: c})
+	}
+	r.objects[key(ns, name)] = o
+}
+
+func (r *tableResource) remove(ns, name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.objects, key(ns, name))
+}
+
+func (r *tableResource) Compute(_ imports.ClusterSet, ns, name string) (Object, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o, ok := r.objects[key(ns, name)]
+	if !ok {
+		return nil, false
+	}
+	return o.DeepCopy(), true
+}
+
+func (r *tableResource) ComputeNamespace(_ imports.ClusterSet, ns string) []Object {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Object
+	for _, o := range r.objects {
+		if ns == "" || o.Namespace == ns {
+			out = append(out, o.DeepCopy())
+		}
+	}
+	return out
+}
+
+func (r *tableResource) Affected(ev clusterset.Event) Dirty {
+	if ev.Kind == clusterset.KindNamespace {
+		return Dirty{Namespaces: []string{ev.Namespace}}
+	}
+	return Dirty{Keys: []string{key(ev.Namespace, ev.Name)}}
+}
+
+func (r *tableResource) CarryTransitionTimes(Object, Object, metav1.Time) {}
+
+type emptySnapshot struct{}
+
+func (emptySnapshot) Snapshot() imports.ClusterSet { return imports.ClusterSet{} }
+
+func startStore(t *testing.T, r *tableResource) *Store {
+	t.Helper()
+	s := NewStore(r, emptySnapshot{}, func() Object { return &inference.InferencePoolImport{} })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go s.Run(ctx)
+	require.Eventually(t, s.Ready, 5*time.Second, 5*time.Millisecond)
+	return s
+}
+
+// notifyPool tells the store that member m changed ns/name at resourceVersion rv.
+func notifyPool(s *Store, member, ns, name string, rv uint64) {
+	s.Notify(clusterset.Event{Member: member, Kind: clusterset.KindInferencePool, Namespace: ns, Name: name, ResourceVersion: rv})
+}
+
+func next(t *testing.T, w watch.Interface) watch.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-w.ResultChan():
+		require.True(t, ok, "watch closed")
+		return ev
+	case <-time.After(5 * time.Second):
+		t.Fatal("no watch event")
+	}
+	return watch.Event{}
+}
+
+func nameOf(ev watch.Event) string { return ev.Object.(*inference.InferencePoolImport).Name }
+
+func TestStoreServesComputedObjectsAndTheirChanges(t *testing.T) {
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	r.set("ns1", "a", nil, "cluster-a")
+	s := startStore(t, r)
+
+	o, ok := s.Get("ns1", "a")
+	require.True(t, ok, "the first pass computes everything")
+	firstRV := o.GetResourceVersion()
+	require.NotEmpty(t, firstRV)
+
+	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: firstRV})
+	require.NoError(t, err)
+	defer w.Stop()
+
+	r.set("ns1", "a", nil, "cluster-a", "cluster-c")
+	notifyPool(s, "cluster-c", "ns1", "a", 10)
+	ev := next(t, w)
+	assert.Equal(t, watch.Modified, ev.Type)
+	assert.Len(t, ev.Object.(*inference.InferencePoolImport).Status.Clusters, 2)
+	v, err := ParseVersion(ev.Object.(Object).GetResourceVersion())
+	require.NoError(t, err)
+	assert.Equal(t, uint64(10), v["cluster-c"], "the version carries the member's resourceVersion")
+
+	t.Run("an event that changes nothing emits nothing", func(t *testing.T) {
+		notifyPool(s, "cluster-c", "ns1", "a", 11)
+		r.set("ns1", "b", nil, "cluster-a")
+		notifyPool(s, "cluster-a", "ns1", "b", 12)
+		ev := next(t, w)
+		assert.Equal(t, watch.Added, ev.Type)
+		assert.Equal(t, "b", nameOf(ev), "the no-op change of a produced no event before b's")
+	})
+
+	t.Run("an object no longer computed is deleted", func(t *testing.T) {
+		r.remove("ns1", "b")
+		notifyPool(s, "cluster-a", "ns1", "b", 13)
+		ev := next(t, w)
+		assert.Equal(t, watch.Deleted, ev.Type)
+		assert.Equal(t, "b", nameOf(ev))
+		_, ok := s.Get("ns1", "b")
+		assert.False(t, ok)
+	})
+
+	t.Run("recomputing a namespace deletes what disappeared from it", func(t *testing.T) {
+		r.remove("ns1", "a")
+		s.Notify(clusterset.Event{Member: "cluster-b", Kind: clusterset.KindNamespace, Namespace: "ns1", ResourceVersion: 14})
+		ev := next(t, w)
+		assert.Equal(t, watch.Deleted, ev.Type)
+		assert.Equal(t, "a", nameOf(ev))
+	})
+}
+
+func TestWatchResumesFromAnyVersionInItsHistory(t *testing.T) {
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	s := startStore(t, r)
+	_, start := s.List("", func(Object) bool { return true })
+
+	// One change at a time: changes that arrive together are computed
+	// together and share one version.
+	for i, name := range []string{"a", "b", "c"} {
+		r.set("ns", name, nil, "cluster-a")
+		notifyPool(s, "cluster-a", "ns", name, uint64(100+i))
+		require.Eventually(t, func() bool { _, ok := s.Get("ns", name); return ok }, 5*time.Second, 5*time.Millisecond)
+	}
+	b, _ := s.Get("ns", "b")
+
+	tests := []struct {
+		name string
+		rv   string
+		want []string
+	}{
+		{name: "from before any change, every change is replayed", rv: start, want: []string{"a", "b", "c"}},
+		{name: "from b's version, only what came after", rv: b.GetResourceVersion(), want: []string{"c"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: tc.rv})
+			require.NoError(t, err)
+			defer w.Stop()
+			for _, want := range tc.want {
+				ev := next(t, w)
+				assert.Equal(t, watch.Added, ev.Type)
+				assert.Equal(t, want, nameOf(ev))
+			}
+		})
+	}
+
+	t.Run("a version from another replica that saw the same changes in another order resumes", func(t *testing.T) {
+		v, err := ParseVersion(b.GetResourceVersion())
+		require.NoError(t, err)
+		w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: v.String()})
+		require.NoError(t, err)
+		w.Stop()
+	})
+	t.Run("a version the server never issued is a bad request", func(t *testing.T) {
+		_, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: "%%%"})
+		assert.True(t, apierrors.IsBadRequest(err), "%v", err)
+	})
+}
+
+func TestWatchOlderThanTheHistoryIsGone(t *testing.T) {
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	s := startStore(t, r)
+	s.mu.Lock()
+	s.historyStart = Version{"cluster-a": 50}
+	s.mu.Unlock()
+	_, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: Version{"cluster-a": 10}.String()})
+	assert.True(t, apierrors.IsResourceExpired(err) || apierrors.IsGone(err), "%v", err)
+}
+
+func TestWatchWithInitialEventsEndsThemWithABookmark(t *testing.T) {
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	r.set("ns", "a", nil, "cluster-a")
+	r.set("other", "b", nil, "cluster-a")
+	s := startStore(t, r)
+
+	w, err := s.Watch(context.Background(), WatchOptions{Namespace: "ns", SendInitialEvents: true, AllowBookmarks: true, ResourceVersion: ""})
+	require.NoError(t, err)
+	defer w.Stop()
+	ev := next(t, w)
+	assert.Equal(t, watch.Added, ev.Type)
+	assert.Equal(t, "a", nameOf(ev), "only the watched namespace")
+	ev = next(t, w)
+	require.Equal(t, watch.Bookmark, ev.Type)
+	assert.Equal(t, "true", ev.Object.(Object).GetAnnotations()[metav1.InitialEventsAnnotationKey])
+	assert.NotEmpty(t, ev.Object.(Object).GetResourceVersion())
+}
+
+func TestWatchSeesObjectsEnterAndLeaveItsLabelSelector(t *testing.T) {
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	r.set("ns", "a", map[string]string{"team": "x"}, "cluster-a")
+	s := startStore(t, r)
+	match := func(o Object) bool { return o.GetLabels()["team"] == "y" }
+	w, err := s.Watch(context.Background(), WatchOptions{Match: match, ResourceVersion: "0"})
+	require.NoError(t, err)
+	defer w.Stop()
+
+	r.set("ns", "a", map[string]string{"team": "y"}, "cluster-a")
+	notifyPool(s, "cluster-a", "ns", "a", 5)
+	assert.Equal(t, watch.Added, next(t, w).Type, "it starts matching")
+	r.set("ns", "a", map[string]string{"team": "x"}, "cluster-a")
+	notifyPool(s, "cluster-a", "ns", "a", 6)
+	assert.Equal(t, watch.Deleted, next(t, w).Type, "it stops matching")
+}
+
+func TestASlowWatcherIsCutOffInsteadOfGrowingMemory(t *testing.T) {
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	s := startStore(t, r)
+	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: "0"})
+	require.NoError(t, err)
+	// Nobody reads w. Each recompute queues one batch for it.
+	for i := 0; i < watcherBuffer+10; i++ {
+		name := fmt.Sprintf("p%d", i)
+		r.set("ns", name, nil, "cluster-a")
+		s.Notify(clusterset.Event{Member: "cluster-a", Kind: clusterset.KindInferencePool, Namespace: "ns", Name: name, ResourceVersion: uint64(i + 1)})
+		s.recompute(context.Background())
+	}
+	s.mu.RLock()
+	_, still := s.watchers[w.(*watcher)]
+	s.mu.RUnlock()
+	assert.False(t, still, "the watcher was removed")
+	// Its channel is closed once its goroutine notices.
+	require.Eventually(t, func() bool {
+		for {
+			select {
+			case _, ok := <-w.ResultChan():
+				if !ok {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	}, 5*time.Second, 10*time.Millisecond)
+}
+
+func TestVersionCovers(t *testing.T) {
+	tests := []struct {
+		name string
+		v, o Version
+		want bool
+	}{
+		{"equal", Version{"a": 1, "b": 2}, Version{"a": 1, "b": 2}, true},
+		{"ahead in one component", Version{"a": 2, "b": 2}, Version{"a": 1, "b": 2}, true},
+		{"behind in one component", Version{"a": 2, "b": 1}, Version{"a": 1, "b": 2}, false},
+		{"a component the other lacks counts as zero", Version{"a": 1}, Version{"a": 1, "b": 0}, true},
+		{"missing a component the other has", Version{"a": 1}, Version{"a": 1, "b": 3}, false},
+		{"everything covers the empty version", Version{}, Version{}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, tc.v.Covers(tc.o))
+		})
+	}
+}
+
+func TestVersionRoundTrips(t *testing.T) {
+	v := Version{"cluster-a": 12, "cluster-b": 7, reachabilityComponent: 1700000000000}
+	got, err := ParseVersion(v.String())
+	require.NoError(t, err)
+	assert.Equal(t, v, got)
+	assert.Equal(t, v.String(), got.String(), "the encoding is canonical")
+	for _, bad := range []string{"%%", "", "YQ", "djE7YT0", "djE7YT14"} { // "%%", "", "a", "v1;a=", "v1;a=x"
+		_, err := ParseVersion(bad)
+		assert.Error(t, err, bad)
+	}
+}

@@ -1,0 +1,58 @@
+package clusterset
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+func TestTrimKeepsWhatTheComputationReadsAndDropsTheRest(t *testing.T) {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "epp", Namespace: "ns", ResourceVersion: "7",
+			Annotations:   map[string]string{"big": "annotation"},
+			Labels:        map[string]string{"app": "epp"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+		},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeLoadBalancer, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+			Selector: map[string]string{"app": "epp"},
+			Ports:    []corev1.ServicePort{{Name: "health", Port: 9003}},
+		},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "127.0.0.2"}}}},
+	}
+	out, err := trim(svc)
+	require.NoError(t, err)
+	got := out.(*corev1.Service)
+	assert.Equal(t, "7", got.ResourceVersion)
+	assert.Empty(t, got.Annotations)
+	assert.Empty(t, got.ManagedFields)
+	assert.Empty(t, got.Spec.Selector)
+	assert.Equal(t, svc.Spec.Ports[0].Port, got.Spec.Ports[0].Port)
+	assert.Equal(t, "127.0.0.2", got.Status.LoadBalancer.Ingress[0].IP)
+
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns", Labels: map[string]string{discoveryv1.LabelServiceName: "epp", "other": "x"}},
+		Endpoints: []discoveryv1.Endpoint{{
+			Addresses: []string{"192.0.2.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false)},
+			TargetRef: &corev1.ObjectReference{Name: "pod"},
+		}},
+	}
+	out, err = trim(slice)
+	require.NoError(t, err)
+	gotSlice := out.(*discoveryv1.EndpointSlice)
+	assert.Equal(t, map[string]string{discoveryv1.LabelServiceName: "epp"}, gotSlice.Labels)
+	require.Len(t, gotSlice.Endpoints, 1)
+	assert.False(t, *gotSlice.Endpoints[0].Conditions.Ready, "readiness is kept")
+	assert.Empty(t, gotSlice.Endpoints[0].Addresses)
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", Labels: map[string]string{"a": "b"}}, Spec: corev1.NamespaceSpec{Finalizers: []corev1.FinalizerName{"kubernetes"}}}
+	out, err = trim(ns)
+	require.NoError(t, err)
+	assert.Equal(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, out)
+}

@@ -37,7 +37,7 @@ verify:
 	go vet ./...
 
 .PHONY: test-unit
-test-unit:
+test-unit: tools
 	go test $(GO_TEST_FLAGS) -timeout 20m $$(go list ./... | grep -v -e /test/e2e -e /test/clusterset)
 
 # e2e tests start their own ClusterSet of real kube-apiservers.
@@ -49,8 +49,9 @@ test-e2e: build tools
 test: verify test-unit test-e2e
 
 .PHONY: bench
-bench:
+bench: build tools
 	go test -run '^$$' -bench . -benchmem ./pkg/...
+	MCI_BIN_DIR=$(OUTPUT_BIN) go test -run '^$$' -bench . -benchtime=1x -timeout 30m -v ./test/bench/
 
 .PHONY: clusterset-up
 clusterset-up: build tools

@@ -14,6 +14,10 @@ type Instance struct {
 	Namespace string
 	// Address is the instance's IP address.
 	Address string
+	// Port is the instance's port when the source knows it (an
+	// EndpointSlice's port), 0 otherwise (Pods: the port is the caller's
+	// knowledge, an InferencePool's targetPorts for instance).
+	Port int32
 }
 
 // EventType says whether an instance became available or went away.

@@ -1,0 +1,73 @@
+package discovery
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// watchReadySet runs the informers of factory until ctx ends and streams the
+// changes of the ready set that snapshot computes from their caches.
+//
+// Level-triggered, as controllers are: informer handlers only note that
+// something changed, and one goroutine recomputes the whole ready set from
+// the caches and emits its difference from the set last emitted. An
+// instance that moves between objects (an endpoint from one EndpointSlice
+// to another) therefore causes no event when both are seen in one
+// recomputation, and changes that arrive while a slow consumer holds up a
+// send are folded into the next difference instead of piling up.
+func watchReadySet(ctx context.Context, what string, factory informers.SharedInformerFactory, informer cache.SharedIndexInformer, snapshot func() (map[string]Instance, error)) (<-chan Event, error) {
+	changed := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+		DeleteFunc: func(any) { poke() },
+	}); err != nil {
+		return nil, fmt.Errorf("watching %s: %w", what, err)
+	}
+	logger := klog.FromContext(ctx).WithValues("source", what)
+	factory.Start(ctx.Done())
+
+	events := make(chan Event)
+	go func() {
+		defer close(events)
+		// Shutdown waits for the informers' goroutines, which stop with ctx.
+		defer factory.Shutdown()
+		if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+			return
+		}
+		emitted := map[string]Instance{}
+		for {
+			current, err := snapshot()
+			if err != nil {
+				// Only a broken cache fails here; keep the last set and try
+				// again on the next change.
+				logger.Error(err, "Computing the ready instances")
+			} else {
+				for _, ev := range diff(emitted, current) {
+					select {
+					case events <- ev:
+					case <-ctx.Done():
+						return
+					}
+				}
+				emitted = current
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return events, nil
+}

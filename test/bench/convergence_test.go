@@ -67,6 +67,7 @@ func timeToEvent(b *testing.B, w watch.Interface, write func() error, want func(
 		select {
 		case ev, ok := <-w.ResultChan():
 			require.True(b, ok, "watch closed")
+			require.NotEqual(b, watch.Error, ev.Type, "watch error: %+v", ev.Object)
 			if want(ev) {
 				return time.Since(start)
 			}

@@ -90,7 +90,7 @@ func BenchmarkList10kImports(b *testing.B) {
 		return err
 	}))
 	b.Logf("created %d exported pools in %s", listSize, time.Since(start).Round(time.Millisecond))
-	imports := mciB.InferenceV1alpha1().InferencePoolImports("")
+	imports := mciB.InferenceV1alpha1().InferencePoolImports(ns)
 	require.NoError(b, wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		l, err := imports.List(ctx, metav1.ListOptions{})
 		return err == nil && len(l.Items) >= listSize, nil

@@ -46,7 +46,11 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if os.Getenv("MCI_BENCH_KEEP") == "" {
+			os.RemoveAll(dir)
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	clusters, err = clusterset.Up(ctx, clusterset.Options{

@@ -311,3 +311,19 @@ func TestVersionRoundTrips(t *testing.T) {
 		assert.Error(t, err, bad)
 	}
 }
+
+func TestInitialEventsWithoutBookmarksEndWithoutABookmark(t *testing.T) {
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	r.set("ns", "a", nil, "cluster-a")
+	s := startStore(t, r)
+	// What the API server asks for on a plain watch without a resourceVersion.
+	w, err := s.Watch(context.Background(), WatchOptions{SendInitialEvents: true})
+	require.NoError(t, err)
+	defer w.Stop()
+	assert.Equal(t, watch.Added, next(t, w).Type)
+	r.set("ns", "b", nil, "cluster-a")
+	notifyPool(s, "cluster-a", "ns", "b", 3)
+	ev := next(t, w)
+	assert.Equal(t, watch.Added, ev.Type, "no bookmark between the initial events and the live ones")
+	assert.Equal(t, "b", nameOf(ev))
+}

@@ -133,7 +133,11 @@ func (w *watcher) run(ctx context.Context, initial []Object, initialVersion stri
 			return
 		}
 	}
-	if w.opts.SendInitialEvents {
+	// The end of the initial events is a bookmark, so it is sent only to a
+	// client that allows bookmarks: the API server defaults
+	// sendInitialEvents to true for a watch without a resourceVersion, and
+	// such a client expects plain ADDED events and nothing else.
+	if w.opts.SendInitialEvents && w.opts.AllowBookmarks {
 		b := w.bookmark(initialVersion)
 		b.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
 		if !emit(watch.Event{Type: watch.Bookmark, Object: b}) {

@@ -47,6 +47,7 @@ type member struct {
 	kube    kubernetes.Interface
 	mci     mciclient.Interface
 	gateway gatewayclient.Interface
+	ctx     context.Context
 	cancel  context.CancelFunc
 	done    chan struct{}
 	synced  []cache.InformerSynced
@@ -58,6 +59,7 @@ type member struct {
 	endpointSlices discoverylisters.EndpointSliceLister
 	gateways       gatewaylisters.GatewayLister
 	poolIndexer    cache.Indexer
+	poolNamespaces *poolNamespaces
 
 	mu           sync.Mutex
 	failingSince time.Time
@@ -128,20 +130,19 @@ func newMember(name, source string, config *rest.Config, handler Handler) (*memb
 // rather than blocking the member's sync forever.
 func (m *member) start(ctx context.Context, unreachableAfter time.Duration) {
 	ctx, m.cancel = context.WithCancel(ctx)
+	m.ctx = ctx
 	m.done = make(chan struct{})
 	logger := klog.FromContext(ctx).WithValues("member", m.name)
 
 	kube := m.kube
 	kubeFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTransform(trim))
 	nsInformer := kubeFactory.Core().V1().Namespaces()
-	svcInformer := kubeFactory.Core().V1().Services()
-	sliceInformer := kubeFactory.Discovery().V1().EndpointSlices()
 	m.namespaces = nsInformer.Lister()
-	m.services = svcInformer.Lister()
-	m.endpointSlices = sliceInformer.Lister()
 	m.watch(nsInformer.Informer(), KindNamespace)
-	m.watch(svcInformer.Informer(), KindService)
-	m.watch(sliceInformer.Informer(), KindEndpointSlice)
+	m.synced = append(m.synced, nsInformer.Informer().HasSynced)
+	m.poolNamespaces = newPoolNamespaces(ctx, kube, m.watch)
+	m.services = serviceLister{m.poolNamespaces}
+	m.endpointSlices = endpointSliceLister{m.poolNamespaces}
 
 	served := servedResources(kube.Discovery(), logger)
 
@@ -156,6 +157,7 @@ func (m *member) start(ctx context.Context, unreachableAfter time.Duration) {
 		m.pools = inf.Lister()
 		m.poolIndexer = inf.Informer().GetIndexer()
 		m.watch(inf.Informer(), KindInferencePool)
+		m.synced = append(m.synced, inf.Informer().HasSynced)
 		starters = append(starters, f.Start)
 	} else {
 		indexers := poolIndexers()
@@ -168,6 +170,7 @@ func (m *member) start(ctx context.Context, unreachableAfter time.Duration) {
 		inf := f.Gateway().V1().Gateways()
 		m.gateways = inf.Lister()
 		m.watch(inf.Informer(), KindGateway)
+		m.synced = append(m.synced, inf.Informer().HasSynced)
 		starters = append(starters, f.Start)
 	} else {
 		m.gateways = gatewaylisters.NewGatewayLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}))
@@ -206,9 +209,11 @@ func servedResources(d discovery.DiscoveryInterface, logger klog.Logger) map[str
 	return served
 }
 
+// watch passes the informer's changes on as Events. Informers the member
+// starts once also count towards hasSynced; the per-namespace ones are
+// tracked by poolNamespaces.
 func (m *member) watch(informer cache.SharedIndexInformer, kind Kind) {
-	m.synced = append(m.synced, informer.HasSynced)
-	notify := func(obj interface{}) {
+	notify := func(obj interface{}, deleted bool) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
@@ -224,13 +229,41 @@ func (m *member) watch(informer cache.SharedIndexInformer, kind Kind) {
 		if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
 			ev.Service = s.Labels[discoveryv1.LabelServiceName]
 		}
+		if kind == KindInferencePool {
+			m.poolEvent(ev, deleted)
+			return
+		}
 		m.handler(ev)
 	}
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    notify,
-		UpdateFunc: func(_, obj interface{}) { notify(obj) },
-		DeleteFunc: notify,
+		AddFunc:    func(obj interface{}) { notify(obj, false) },
+		UpdateFunc: func(_, obj interface{}) { notify(obj, false) },
+		DeleteFunc: func(obj interface{}) { notify(obj, true) },
 	})
+}
+
+// poolEvent keeps the Services and EndpointSlices of the pool's namespace
+// watched while the namespace has pools, and passes the event on once that
+// namespace's cache has synced, so that an import is never computed from a
+// namespace cache still being filled (its EPP would look missing).
+func (m *member) poolEvent(ev Event, deleted bool) {
+	if deleted {
+		if pools, err := m.poolIndexer.ByIndex(cache.NamespaceIndex, ev.Namespace); err == nil && len(pools) == 0 {
+			m.poolNamespaces.release(ev.Namespace)
+		}
+		m.handler(ev)
+		return
+	}
+	ns, _ := m.poolNamespaces.ensure(ev.Namespace)
+	if ns.hasSynced() {
+		m.handler(ev)
+		return
+	}
+	go func() {
+		if cache.WaitForCacheSync(m.ctx.Done(), ns.hasSynced) {
+			m.handler(ev)
+		}
+	}()
 }
 
 // probe checks that the member apiserver answers. Informers retry on their
@@ -275,7 +308,7 @@ func (m *member) hasSynced() bool {
 			return false
 		}
 	}
-	return true
+	return m.poolNamespaces.hasSynced()
 }
 
 // status returns the member's unreachability, nil when it is reachable.

@@ -21,7 +21,7 @@ func trim(obj interface{}) (interface{}, error) {
 	case *discoveryv1.EndpointSlice:
 		return trimEndpointSlice(o), nil
 	case *corev1.Namespace:
-		return &corev1.Namespace{ObjectMeta: trimMeta(o.ObjectMeta, false)}, nil
+		return &corev1.Namespace{ObjectMeta: trimMeta(o.ObjectMeta)}, nil
 	case *gatewayv1.Gateway:
 		return trimGateway(o), nil
 	case *poolv1.InferencePool:
@@ -34,32 +34,29 @@ func trim(obj interface{}) (interface{}, error) {
 
 var _ cache.TransformFunc = trim
 
-func trimMeta(m metav1.ObjectMeta, keepLabels bool) metav1.ObjectMeta {
-	out := metav1.ObjectMeta{
+// trimMeta keeps what identifies an object and orders its changes.
+func trimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
 		Name:              m.Name,
 		Namespace:         m.Namespace,
-		UID:               m.UID,
 		ResourceVersion:   m.ResourceVersion,
-		Generation:        m.Generation,
-		CreationTimestamp: m.CreationTimestamp,
 		DeletionTimestamp: m.DeletionTimestamp,
 	}
-	if keepLabels {
-		out.Labels = m.Labels
-	}
-	return out
 }
 
 func trimService(s *corev1.Service) *corev1.Service {
-	out := &corev1.Service{ObjectMeta: trimMeta(s.ObjectMeta, false)}
+	out := &corev1.Service{ObjectMeta: trimMeta(s.ObjectMeta)}
 	out.Spec.Type = s.Spec.Type
-	out.Spec.ClusterIP = s.Spec.ClusterIP
 	out.Spec.ClusterIPs = s.Spec.ClusterIPs
+	if len(s.Spec.ClusterIPs) == 0 {
+		// Only objects from before dual-stack lack clusterIPs.
+		out.Spec.ClusterIP = s.Spec.ClusterIP
+	}
 	out.Spec.ExternalName = s.Spec.ExternalName
 	if len(s.Spec.Ports) > 0 {
 		out.Spec.Ports = make([]corev1.ServicePort, len(s.Spec.Ports))
 		for i, p := range s.Spec.Ports {
-			out.Spec.Ports[i] = corev1.ServicePort{Name: p.Name, Port: p.Port, NodePort: p.NodePort, Protocol: p.Protocol, AppProtocol: p.AppProtocol}
+			out.Spec.Ports[i] = corev1.ServicePort{Name: p.Name, Port: p.Port}
 		}
 	}
 	out.Status.LoadBalancer.Ingress = s.Status.LoadBalancer.Ingress
@@ -67,7 +64,7 @@ func trimService(s *corev1.Service) *corev1.Service {
 }
 
 func trimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
-	out := &discoveryv1.EndpointSlice{ObjectMeta: trimMeta(s.ObjectMeta, false), AddressType: s.AddressType}
+	out := &discoveryv1.EndpointSlice{ObjectMeta: trimMeta(s.ObjectMeta), AddressType: s.AddressType}
 	if svc, ok := s.Labels[discoveryv1.LabelServiceName]; ok {
 		out.Labels = map[string]string{discoveryv1.LabelServiceName: svc}
 	}
@@ -83,7 +80,7 @@ func trimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice 
 }
 
 func trimGateway(g *gatewayv1.Gateway) *gatewayv1.Gateway {
-	out := &gatewayv1.Gateway{ObjectMeta: trimMeta(g.ObjectMeta, false)}
+	out := &gatewayv1.Gateway{ObjectMeta: trimMeta(g.ObjectMeta)}
 	if len(g.Spec.Listeners) > 0 {
 		out.Spec.Listeners = make([]gatewayv1.Listener, len(g.Spec.Listeners))
 		for i, l := range g.Spec.Listeners {

@@ -18,12 +18,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
 
-// heapInuse asks cluster-b's mci-apiserver for its heap in use after a
-// garbage collection (pprof's heap profile with gc=1 reports MemStats).
-func heapInuse(b *testing.B) uint64 {
+// liveHeap asks cluster-b's mci-apiserver for its live heap (HeapAlloc)
+// right after a garbage collection: pprof's heap profile with gc=1 collects
+// first and reports runtime.MemStats.
+func liveHeap(b *testing.B) uint64 {
 	b.Helper()
 	c, err := clusters.Cluster("cluster-b")
 	require.NoError(b, err)
@@ -44,23 +46,23 @@ func heapInuse(b *testing.B) uint64 {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "# HeapInuse = "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), "# HeapAlloc = "); ok {
 			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
 			require.NoError(b, err)
 			return n
 		}
 	}
-	b.Fatal("no HeapInuse in the heap profile")
+	b.Fatal("no HeapAlloc in the heap profile")
 	return 0
 }
 
 // stableHeap samples the heap until two samples a few seconds apart agree
 // within 1 MiB: the member's informers have caught up.
 func stableHeap(b *testing.B) uint64 {
-	prev := heapInuse(b)
+	prev := liveHeap(b)
 	for i := 0; i < 20; i++ {
 		time.Sleep(3 * time.Second)
-		cur := heapInuse(b)
+		cur := liveHeap(b)
 		if diff := int64(cur) - int64(prev); diff < 1<<20 && diff > -(1<<20) {
 			return cur
 		}
@@ -71,17 +73,36 @@ func stableHeap(b *testing.B) uint64 {
 
 // BenchmarkHeapUnrelatedObjects: how much 10,000 Services and 10,000
 // EndpointSlices that no pool uses, in member cluster-a, add to cluster-b's
-// mci-apiserver heap. The cache trims them to what the computation reads.
+// mci-apiserver heap: first in a namespace without InferencePools (not
+// watched at all), then beside pools (watched, trimmed to what the
+// computation reads).
 func BenchmarkHeapUnrelatedObjects(b *testing.B) {
 	ctx := context.Background()
-	kubeA, _ := clients(b, "cluster-a")
-	const ns = "bench-unrelated"
-	ensureNamespace(b, kubeA, ns)
-	before := stableHeap(b)
+	kubeA, mciA := clients(b, "cluster-a")
+	const (
+		elsewhere = "bench-unrelated"
+		beside    = "bench-beside-pools"
+	)
+	ensureNamespace(b, kubeA, elsewhere)
+	ensureNamespace(b, kubeA, beside)
+	_, err := mciA.InferencePoolV1().InferencePools(beside).Create(ctx, pool(beside, "the-pool", true), metav1.CreateOptions{})
+	require.NoError(b, err)
 
-	require.NoError(b, parallel(listSize, 16, func(i int) error {
+	for _, ns := range []string{elsewhere, beside} {
+		before := stableHeap(b)
+		require.NoError(b, createUnrelated(ctx, kubeA, ns))
+		after := stableHeap(b)
+		growth := float64(int64(after)-int64(before)) / (1 << 20)
+		b.ReportMetric(growth, "heap-growth-MiB-"+ns)
+		b.Logf("mci-apiserver live heap: %.1f MiB before, %.1f MiB after %d unrelated Services and EndpointSlices in %s: %+.1f MiB",
+			float64(before)/(1<<20), float64(after)/(1<<20), listSize, ns, growth)
+	}
+}
+
+func createUnrelated(ctx context.Context, kube kubernetes.Interface, ns string) error {
+	return parallel(listSize, 16, func(i int) error {
 		name := fmt.Sprintf("svc-%05d", i)
-		_, err := kubeA.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		_, err := kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name, "tier": "backend"}, Annotations: map[string]string{"owner": "team-" + name}},
 			Spec: corev1.ServiceSpec{
 				Selector: map[string]string{"app": name},
@@ -91,7 +112,7 @@ func BenchmarkHeapUnrelatedObjects(b *testing.B) {
 		if err != nil {
 			return err
 		}
-		_, err = kubeA.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		_, err = kube.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
 			ObjectMeta:  metav1.ObjectMeta{Name: name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Endpoints: []discoveryv1.Endpoint{
@@ -101,11 +122,5 @@ func BenchmarkHeapUnrelatedObjects(b *testing.B) {
 			Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
 		}, metav1.CreateOptions{})
 		return err
-	}))
-	after := stableHeap(b)
-	growth := float64(int64(after)-int64(before)) / (1 << 20)
-	b.ReportMetric(growth, "heap-growth-MiB")
-	b.ReportMetric(float64(before)/(1<<20), "heap-before-MiB")
-	b.Logf("mci-apiserver heap in use: %.1f MiB before, %.1f MiB after %d unrelated Services and EndpointSlices in a member: +%.1f MiB",
-		float64(before)/(1<<20), float64(after)/(1<<20), listSize, growth)
+	})
 }

@@ -114,11 +114,7 @@ func (r *REST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runt
 // List implements rest.Lister. Limit is not honoured: the whole list is
 // returned, which API clients accept (the server may ignore limit).
 func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
-	match, err := matcher(options)
-	if err != nil {
-		return nil, err
-	}
-	items, rv := r.store.List(genericapirequest.NamespaceValue(ctx), match)
+	items, rv := r.store.List(genericapirequest.NamespaceValue(ctx), matcher(options))
 	list := r.desc.NewList()
 	r.desc.SetItems(list, items)
 	if err := setListResourceVersion(list, rv); err != nil {
@@ -129,11 +125,7 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 
 // Watch implements rest.Watcher.
 func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
-	match, err := matcher(options)
-	if err != nil {
-		return nil, err
-	}
-	opts := WatchOptions{Namespace: genericapirequest.NamespaceValue(ctx), Match: match}
+	opts := WatchOptions{Namespace: genericapirequest.NamespaceValue(ctx), Match: matcher(options)}
 	if options != nil {
 		opts.ResourceVersion = options.ResourceVersion
 		opts.SendInitialEvents = options.SendInitialEvents != nil && *options.SendInitialEvents
@@ -142,7 +134,7 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 	return r.store.Watch(ctx, opts)
 }
 
-func matcher(options *metainternalversion.ListOptions) (func(Object) bool, error) {
+func matcher(options *metainternalversion.ListOptions) func(Object) bool {
 	label, field := labels.Everything(), fields.Everything()
 	if options != nil {
 		if options.LabelSelector != nil {
@@ -152,22 +144,18 @@ func matcher(options *metainternalversion.ListOptions) (func(Object) bool, error
 			field = options.FieldSelector
 		}
 	}
-	for _, req := range field.Requirements() {
-		switch req.Field {
-		case "metadata.name", "metadata.namespace":
-		default:
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("field selector %q is not supported: use metadata.name or metadata.namespace", req.Field))
-		}
-	}
+	// The API machinery has already refused field selectors other than
+	// metadata.name and metadata.namespace, the only fields these objects
+	// are selectable by.
 	if label.Empty() && field.Empty() {
-		return func(Object) bool { return true }, nil
+		return func(Object) bool { return true }
 	}
 	return func(o Object) bool {
 		if !label.Matches(labels.Set(o.GetLabels())) {
 			return false
 		}
 		return field.Matches(fields.Set{"metadata.name": o.GetName(), "metadata.namespace": o.GetNamespace()})
-	}, nil
+	}
 }
 
 func setListResourceVersion(list runtime.Object, rv string) error {

@@ -1,0 +1,166 @@
+package clusterset
+
+import (
+	"context"
+	"sort"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// poolNamespaces watches Services and EndpointSlices only in the namespaces
+// where the member has InferencePools, with one namespace-scoped informer
+// pair per such namespace. EPP Services live beside their pools (an
+// endpointPickerRef names a Service of the pool's namespace), so this is
+// everything the computation can read, and the cache grows with pools
+// rather than with every Service of the cluster.
+type poolNamespaces struct {
+	kube  kubernetes.Interface
+	watch func(cache.SharedIndexInformer, Kind)
+
+	mu   sync.RWMutex
+	ctx  context.Context
+	byNS map[string]*namespaceInformers
+}
+
+type namespaceInformers struct {
+	cancel   context.CancelFunc
+	services cache.SharedIndexInformer
+	slices   cache.SharedIndexInformer
+}
+
+func (n *namespaceInformers) hasSynced() bool {
+	return n.services.HasSynced() && n.slices.HasSynced()
+}
+
+func newPoolNamespaces(ctx context.Context, kube kubernetes.Interface, watch func(cache.SharedIndexInformer, Kind)) *poolNamespaces {
+	return &poolNamespaces{kube: kube, watch: watch, ctx: ctx, byNS: map[string]*namespaceInformers{}}
+}
+
+// ensure watches namespace; it returns the namespace's informers and
+// whether they were started by this call.
+func (p *poolNamespaces) ensure(namespace string) (*namespaceInformers, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n, ok := p.byNS[namespace]; ok {
+		return n, false
+	}
+	ctx, cancel := context.WithCancel(p.ctx)
+	factory := informers.NewSharedInformerFactoryWithOptions(p.kube, 0, informers.WithNamespace(namespace), informers.WithTransform(trim))
+	n := &namespaceInformers{
+		cancel:   cancel,
+		services: factory.Core().V1().Services().Informer(),
+		slices:   factory.Discovery().V1().EndpointSlices().Informer(),
+	}
+	p.watch(n.services, KindService)
+	p.watch(n.slices, KindEndpointSlice)
+	factory.Start(ctx.Done())
+	p.byNS[namespace] = n
+	return n, true
+}
+
+// release stops watching namespace.
+func (p *poolNamespaces) release(namespace string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n, ok := p.byNS[namespace]; ok {
+		n.cancel()
+		delete(p.byNS, namespace)
+	}
+}
+
+func (p *poolNamespaces) hasSynced() bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	for _, n := range p.byNS {
+		if !n.hasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// indexers returns the store of one resource for each watched namespace,
+// sorted by namespace, or only namespace's when it is not empty.
+func (p *poolNamespaces) indexers(namespace string, pick func(*namespaceInformers) cache.SharedIndexInformer) []cache.Indexer {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if namespace != "" {
+		if n, ok := p.byNS[namespace]; ok {
+			return []cache.Indexer{pick(n).GetIndexer()}
+		}
+		return nil
+	}
+	names := make([]string, 0, len(p.byNS))
+	for ns := range p.byNS {
+		names = append(names, ns)
+	}
+	sort.Strings(names)
+	out := make([]cache.Indexer, 0, len(names))
+	for _, ns := range names {
+		out = append(out, pick(p.byNS[ns]).GetIndexer())
+	}
+	return out
+}
+
+func pickServices(n *namespaceInformers) cache.SharedIndexInformer { return n.services }
+func pickSlices(n *namespaceInformers) cache.SharedIndexInformer   { return n.slices }
+
+// emptyIndexer answers for namespaces without pools: nothing there.
+var emptyIndexer = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+
+func (p *poolNamespaces) indexer(namespace string, pick func(*namespaceInformers) cache.SharedIndexInformer) cache.Indexer {
+	if idx := p.indexers(namespace, pick); len(idx) == 1 {
+		return idx[0]
+	}
+	return emptyIndexer
+}
+
+// serviceLister lists Services across the watched namespaces.
+type serviceLister struct{ p *poolNamespaces }
+
+var _ corev1listers.ServiceLister = serviceLister{}
+
+func (l serviceLister) List(selector labels.Selector) ([]*corev1.Service, error) {
+	var out []*corev1.Service
+	for _, idx := range l.p.indexers("", pickServices) {
+		items, err := corev1listers.NewServiceLister(idx).List(selector)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, items...)
+	}
+	return out, nil
+}
+
+func (l serviceLister) Services(namespace string) corev1listers.ServiceNamespaceLister {
+	return corev1listers.NewServiceLister(l.p.indexer(namespace, pickServices)).Services(namespace)
+}
+
+// endpointSliceLister lists EndpointSlices across the watched namespaces.
+type endpointSliceLister struct{ p *poolNamespaces }
+
+var _ discoverylisters.EndpointSliceLister = endpointSliceLister{}
+
+func (l endpointSliceLister) List(selector labels.Selector) ([]*discoveryv1.EndpointSlice, error) {
+	var out []*discoveryv1.EndpointSlice
+	for _, idx := range l.p.indexers("", pickSlices) {
+		items, err := discoverylisters.NewEndpointSliceLister(idx).List(selector)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, items...)
+	}
+	return out, nil
+}
+
+func (l endpointSliceLister) EndpointSlices(namespace string) discoverylisters.EndpointSliceNamespaceLister {
+	return discoverylisters.NewEndpointSliceLister(l.p.indexer(namespace, pickSlices)).EndpointSlices(namespace)
+}

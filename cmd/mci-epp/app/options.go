@@ -1,0 +1,240 @@
+// Package app holds mci-epp's flags and turns them into a running Endpoint
+// Picker: a fixed list of model servers (standalone) or an InferencePool in a
+// cluster (Kubernetes mode).
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/mci-dev/mci/pkg/discovery"
+	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	"github.com/mci-dev/mci/pkg/metrics"
+	"github.com/mci-dev/mci/pkg/scheduling"
+)
+
+// Options are mci-epp's flags.
+type Options struct {
+	Logs *logs.Options
+
+	BindAddress   string
+	GRPCPort      int
+	HealthPort    int
+	MetricsPort   int
+	SecureServing bool
+
+	PoolName      string
+	PoolNamespace string
+	Kubeconfig    string
+
+	Endpoints   []string
+	ModelConfig string
+
+	BaseModels          []string
+	MaxFallbacks        int
+	MaxRequestBodyBytes int64
+	ScrapeInterval      time.Duration
+	Scheduling          scheduling.Config
+}
+
+// NewOptions returns the defaults: the ports of the Endpoint Picker
+// convention (ext_proc 9002, health 9003, metrics 9090) and seed 001's
+// thresholds.
+func NewOptions() *Options {
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "default"
+	}
+	return &Options{
+		Logs:                logs.NewOptions(),
+		BindAddress:         "0.0.0.0",
+		GRPCPort:            9002,
+		HealthPort:          9003,
+		MetricsPort:         9090,
+		PoolNamespace:       ns,
+		MaxRequestBodyBytes: epp.DefaultMaxRequestBodyBytes,
+		ScrapeInterval:      metrics.DefaultInterval,
+		Scheduling:          scheduling.DefaultConfig(),
+	}
+}
+
+// NewCommand returns the mci-epp command.
+func NewCommand(o *Options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "mci-epp",
+		Short: "Endpoint Picker for one InferencePool: picks a model server for each inference request",
+		Long: `mci-epp is an Envoy ext_proc server that speaks the Endpoint Picker protocol
+of the Gateway API Inference Extension for one InferencePool. For each request
+it reads the model from the OpenAI-style body, maps it through the pool's
+InferenceModels (criticality, weighted target models) and picks a model
+server from their vLLM metrics.
+
+Standalone:  mci-epp --endpoints 10.0.0.1:8000,10.0.0.2:8000 --model-config models.yaml
+Kubernetes:  mci-epp --pool-name my-pool [--pool-namespace ns] [--kubeconfig FILE]`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	fs := cmd.Flags()
+	logsapi.AddFlags(o.Logs, fs)
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "IP address the ext_proc, health and metrics servers listen on.")
+	fs.IntVar(&o.GRPCPort, "grpc-port", o.GRPCPort, "Port of the ext_proc gRPC service.")
+	fs.IntVar(&o.HealthPort, "grpc-health-port", o.HealthPort, "Port of the gRPC health service (grpc.health.v1): liveness, readiness and the ext_proc service turn SERVING once the model servers are known.")
+	fs.IntVar(&o.MetricsPort, "metrics-port", o.MetricsPort, "Port of the Prometheus /metrics endpoint.")
+	fs.BoolVar(&o.SecureServing, "secure-serving", o.SecureServing, "Serve ext_proc over TLS with a self-signed certificate.")
+	fs.StringVar(&o.PoolName, "pool-name", o.PoolName, "Name of the InferencePool. Required in Kubernetes mode; in standalone mode it only labels the metrics.")
+	fs.StringVar(&o.PoolNamespace, "pool-namespace", o.PoolNamespace, "Namespace of the InferencePool (Kubernetes mode). Default: $POD_NAMESPACE, else default.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the pool's cluster (Kubernetes mode). Default: the in-cluster configuration.")
+	fs.StringSliceVar(&o.Endpoints, "endpoints", o.Endpoints, "Standalone mode: the model servers, ip:port[,ip:port...]; each serves inference and /metrics on that port.")
+	fs.StringVar(&o.ModelConfig, "model-config", o.ModelConfig, "Standalone mode: a YAML file of InferenceModel objects (inference.networking.x-k8s.io/v1alpha2) separated by ---.")
+	fs.StringSliceVar(&o.BaseModels, "base-models", o.BaseModels, "Names the model servers serve their base model under. A request for one of them needs no LoRA adapter; any other target model is taken for an adapter.")
+	fs.IntVar(&o.MaxFallbacks, "max-fallback-endpoints", o.MaxFallbacks, "How many fallback endpoints follow the picked one in the destination (ip:port,ip:port,...), each picked by the same policy among the rest.")
+	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body buffered; larger requests get 413.")
+	fs.DurationVar(&o.ScrapeInterval, "metrics-scrape-interval", o.ScrapeInterval, "Pause between two scrapes of a model server's metrics.")
+	fs.DurationVar(&o.Scheduling.MetricsStaleness, "metrics-staleness-threshold", o.Scheduling.MetricsStaleness, "Metrics older than this make a model server unknown to the scheduler (it never wins against a measured one).")
+	fs.IntVar(&o.Scheduling.LowQueueThreshold, "low-queue-threshold", o.Scheduling.LowQueueThreshold, "Critical and Standard requests prefer model servers with fewer waiting requests than this.")
+	fs.IntVar(&o.Scheduling.SheddableQueueThreshold, "sheddable-queue-threshold", o.Scheduling.SheddableQueueThreshold, "Sheddable requests go only to model servers with at most this many waiting requests and at most --sheddable-kv-cache-threshold KV cache utilization; with none, they get 429.")
+	fs.Float64Var(&o.Scheduling.SheddableKVCacheThreshold, "sheddable-kv-cache-threshold", o.Scheduling.SheddableKVCacheThreshold, "KV cache utilization (0 to 1) above which a model server takes no sheddable request.")
+	return cmd
+}
+
+// standalone reports whether the flags ask for the standalone mode.
+func (o *Options) standalone() bool { return len(o.Endpoints) > 0 }
+
+// Validate checks the flags.
+func (o *Options) Validate() error {
+	var errs []error
+	for name, p := range map[string]int{"--grpc-port": o.GRPCPort, "--grpc-health-port": o.HealthPort, "--metrics-port": o.MetricsPort} {
+		if p < 0 || p > 65535 {
+			errs = append(errs, fmt.Errorf("%s %d is not a port", name, p))
+		}
+	}
+	if o.standalone() {
+		if o.Kubeconfig != "" {
+			errs = append(errs, errors.New("--kubeconfig is for the Kubernetes mode; --endpoints selects the standalone mode"))
+		}
+	} else {
+		if o.PoolName == "" {
+			errs = append(errs, errors.New("either --endpoints (standalone mode) or --pool-name (Kubernetes mode) is required"))
+		}
+		if o.ModelConfig != "" {
+			errs = append(errs, errors.New("--model-config is for the standalone mode (with --endpoints); in Kubernetes mode the InferenceModels come from the cluster"))
+		}
+	}
+	if o.MaxFallbacks < 0 {
+		errs = append(errs, errors.New("--max-fallback-endpoints must not be negative"))
+	}
+	if o.MaxRequestBodyBytes <= 0 {
+		errs = append(errs, errors.New("--max-request-body-bytes must be positive"))
+	}
+	if o.ScrapeInterval <= 0 {
+		errs = append(errs, errors.New("--metrics-scrape-interval must be positive"))
+	}
+	if err := o.Scheduling.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return utilerrors.NewAggregate(errs)
+}
+
+// Source builds the candidate source the flags describe.
+func (o *Options) Source() (epp.Source, error) {
+	if o.standalone() {
+		eps, err := epp.ParseEndpoints(o.Endpoints)
+		if err != nil {
+			return nil, fmt.Errorf("--endpoints: %w", err)
+		}
+		src := epp.StaticSource{Endpoints: eps}
+		if o.ModelConfig != "" {
+			f, err := os.Open(o.ModelConfig)
+			if err != nil {
+				return nil, fmt.Errorf("--model-config: %w", err)
+			}
+			defer func() { _ = f.Close() }()
+			if src.Models, err = epp.LoadModels(f); err != nil {
+				return nil, fmt.Errorf("--model-config %s: %w", o.ModelConfig, err)
+			}
+		}
+		return src, nil
+	}
+
+	config, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("cluster configuration: %w", err)
+	}
+	client, err := versioned.NewForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	ns := o.PoolNamespace
+	return &epp.KubeSource{
+		Client:    client,
+		Namespace: ns,
+		PoolName:  o.PoolName,
+		// Pods rather than EndpointSlices: an InferencePool selects pods,
+		// it has no Service, and the local ClusterSet's pods have loopback
+		// addresses that EndpointSlices cannot carry.
+		NewDiscovery: func(selector map[string]string) discovery.ServiceDiscovery {
+			return discovery.NewPodDiscovery(kube, ns, selector)
+		},
+	}, nil
+}
+
+// Run runs the Endpoint Picker until ctx ends.
+func (o *Options) Run(ctx context.Context) error {
+	src, err := o.Source()
+	if err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	if static, ok := src.(epp.StaticSource); ok {
+		for _, im := range static.Models {
+			if o.PoolName != "" && im.Spec.PoolRef.Name != "" && im.Spec.PoolRef.Name != o.PoolName {
+				// The file is this EPP's configuration: its models are
+				// served whatever pool they name, but say so.
+				logger.Info("InferenceModel names another pool; serving it anyway", "inferenceModel", im.Name, "poolRef", im.Spec.PoolRef.Name, "pool", o.PoolName)
+			}
+		}
+	}
+	e, err := epp.New(epp.Config{
+		BindAddress:         o.BindAddress,
+		GRPCPort:            o.GRPCPort,
+		HealthPort:          o.HealthPort,
+		MetricsPort:         o.MetricsPort,
+		SecureServing:       o.SecureServing,
+		PoolName:            o.PoolName,
+		MaxRequestBodyBytes: o.MaxRequestBodyBytes,
+		ScrapeInterval:      o.ScrapeInterval,
+		Picker: epp.PickerConfig{
+			Scheduling:   o.Scheduling,
+			MaxFallbacks: o.MaxFallbacks,
+			BaseModels:   o.BaseModels,
+		},
+	}, src)
+	if err != nil {
+		return err
+	}
+	return e.Run(ctx)
+}

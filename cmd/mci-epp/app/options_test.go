@@ -1,0 +1,91 @@
+package app
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mci-dev/mci/pkg/epp"
+)
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		set     func(*Options)
+		wantErr string
+	}{
+		{name: "standalone with endpoints is valid", set: func(o *Options) { o.Endpoints = []string{"127.0.0.1:8000"} }},
+		{name: "Kubernetes mode with a pool name is valid", set: func(o *Options) { o.PoolName = "pool" }},
+		{name: "neither endpoints nor a pool name", set: func(*Options) {}, wantErr: "either --endpoints (standalone mode) or --pool-name (Kubernetes mode) is required"},
+		{name: "a model config in Kubernetes mode", set: func(o *Options) { o.PoolName, o.ModelConfig = "pool", "models.yaml" }, wantErr: "--model-config is for the standalone mode"},
+		{name: "a kubeconfig in standalone mode", set: func(o *Options) { o.Endpoints, o.Kubeconfig = []string{"127.0.0.1:8000"}, "kc" }, wantErr: "--kubeconfig is for the Kubernetes mode"},
+		{name: "a port out of range", set: func(o *Options) { o.PoolName, o.GRPCPort = "pool", 70000 }, wantErr: "--grpc-port 70000 is not a port"},
+		{name: "a KV cache threshold above 1", set: func(o *Options) { o.PoolName, o.Scheduling.SheddableKVCacheThreshold = "pool", 80 }, wantErr: "not between 0 and 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := NewOptions()
+			tt.set(o)
+			err := o.Validate()
+			if tt.wantErr == "" {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.wantErr)
+		})
+	}
+}
+
+func TestStandaloneSource(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+		return p
+	}
+	good := write("good.yaml", `apiVersion: inference.networking.x-k8s.io/v1alpha2
+kind: InferenceModel
+metadata:
+  name: llama2
+spec:
+  modelName: llama2
+  criticality: Critical
+  poolRef:
+    name: pool
+`)
+	bad := write("bad.yaml", "apiVersion: inference.networking.x-k8s.io/v1alpha2\nkind: InferenceModel\nmetadata: {name: x}\nspec:\n  modelName: [\n")
+
+	t.Run("endpoints and models are read", func(t *testing.T) {
+		o := NewOptions()
+		o.Endpoints, o.ModelConfig = []string{"127.0.0.1:8000", "127.0.0.2:8000"}, good
+		src, err := o.Source()
+		require.NoError(t, err)
+		static := src.(epp.StaticSource)
+		assert.Len(t, static.Endpoints, 2)
+		require.Len(t, static.Models, 1)
+		assert.Equal(t, "llama2", static.Models[0].Spec.ModelName)
+	})
+	t.Run("bad YAML is a startup error naming the file and the document", func(t *testing.T) {
+		o := NewOptions()
+		o.Endpoints, o.ModelConfig = []string{"127.0.0.1:8000"}, bad
+		_, err := o.Source()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "--model-config "+bad+": document 1:")
+	})
+	t.Run("a missing model config file is a startup error", func(t *testing.T) {
+		o := NewOptions()
+		o.Endpoints, o.ModelConfig = []string{"127.0.0.1:8000"}, filepath.Join(dir, "missing.yaml")
+		_, err := o.Source()
+		assert.ErrorContains(t, err, "--model-config")
+	})
+	t.Run("an endpoint that is not ip:port is a startup error", func(t *testing.T) {
+		o := NewOptions()
+		o.Endpoints = []string{"model-server:8000"}
+		_, err := o.Source()
+		assert.ErrorContains(t, err, `"model-server" is not an IP address`)
+	})
+}

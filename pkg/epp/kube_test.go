@@ -1,0 +1,159 @@
+package epp
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	inferencepoolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/discovery"
+	"github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
+)
+
+// fakeDiscovery lists its instances and streams the events the test sends.
+type fakeDiscovery struct {
+	selector  map[string]string
+	instances []discovery.Instance
+	events    chan discovery.Event
+}
+
+func (d *fakeDiscovery) List(context.Context) ([]discovery.Instance, error) {
+	return d.instances, nil
+}
+
+func (d *fakeDiscovery) Watch(ctx context.Context) (<-chan discovery.Event, error) {
+	out := make(chan discovery.Event)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case ev := <-d.events:
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+func inferencePool(selector map[string]string, port int32) *inferencepoolv1.InferencePool {
+	return &inferencepoolv1.InferencePool{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool", Namespace: "ns"},
+		Spec: inferencepoolv1.InferencePoolSpec{
+			Selector:          inferencepoolv1.LabelSelector{MatchLabels: selector},
+			TargetPorts:       []inferencepoolv1.Port{{Number: port}},
+			EndpointPickerRef: inferencepoolv1.EndpointPickerRef{Name: "epp"},
+		},
+	}
+}
+
+func addresses(p *Pool) []string {
+	var out []string
+	for _, e := range p.Endpoints() {
+		out = append(out, e.Address)
+	}
+	return out
+}
+
+func TestKubeSource(t *testing.T) {
+	im := inferenceModel("mine", "chat", nil)
+	im.Namespace = "ns"
+	other := inferenceModel("other-pool", "other", nil)
+	other.Namespace, other.Spec.PoolRef.Name = "ns", "another-pool"
+	client := fake.NewSimpleClientset(im, other)
+
+	var mu sync.Mutex
+	var discoveries []*fakeDiscovery
+	src := &KubeSource{
+		Client: client, Namespace: "ns", PoolName: "pool",
+		NewDiscovery: func(selector map[string]string) discovery.ServiceDiscovery {
+			mu.Lock()
+			defer mu.Unlock()
+			d := &fakeDiscovery{
+				selector:  maps.Clone(selector),
+				instances: []discovery.Instance{{ID: "pod-a", Address: "10.0.0.1"}, {ID: "pod-b", Address: "10.0.0.2", Port: 9000}},
+				events:    make(chan discovery.Event),
+			}
+			discoveries = append(discoveries, d)
+			return d
+		},
+	}
+	last := func() *fakeDiscovery {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(discoveries) == 0 {
+			return nil
+		}
+		return discoveries[len(discoveries)-1]
+	}
+	pool, models := NewPool("pool", nil, nil), NewModels()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, pool, models) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	eventually := func(cond func() bool, msg string) {
+		t.Helper()
+		require.Eventually(t, cond, 5*time.Second, 5*time.Millisecond, msg)
+	}
+
+	eventually(func() bool { return models.Len() == 1 }, "the pool's InferenceModels are read")
+	assert.NotNil(t, models.Get("chat"))
+	assert.Nil(t, models.Get("other"), "an InferenceModel of another pool is not the pool's")
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-pool.Synced():
+		t.Fatal("the pool is synced before its InferencePool exists")
+	default:
+	}
+
+	_, err := client.InferencePoolV1().InferencePools("ns").Create(ctx, inferencePool(map[string]string{"app": "vllm"}, 8000), metav1.CreateOptions{})
+	require.NoError(t, err)
+	eventually(func() bool {
+		select {
+		case <-pool.Synced():
+			return true
+		default:
+			return false
+		}
+	}, "the pool syncs once the InferencePool's instances are listed")
+	assert.Equal(t, map[string]string{"app": "vllm"}, last().selector)
+	assert.Equal(t, []string{"10.0.0.1:8000", "10.0.0.2:9000"}, addresses(pool), "the target port, unless the instance knows its own")
+
+	last().events <- discovery.Event{Type: discovery.InstanceAdded, Instance: discovery.Instance{ID: "pod-c", Address: "10.0.0.3"}}
+	eventually(func() bool { return slices.Contains(addresses(pool), "10.0.0.3:8000") }, "an added instance becomes a candidate")
+	last().events <- discovery.Event{Type: discovery.InstanceRemoved, Instance: discovery.Instance{ID: "pod-a"}}
+	eventually(func() bool { return !slices.Contains(addresses(pool), "10.0.0.1:8000") }, "a removed instance is no candidate")
+
+	_, err = client.InferencePoolV1().InferencePools("ns").Update(ctx, inferencePool(map[string]string{"app": "vllm"}, 8080), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	eventually(func() bool { return slices.Equal(addresses(pool), []string{"10.0.0.2:9000", "10.0.0.3:8080"}) }, "a new target port applies to the instances")
+
+	_, err = client.InferencePoolV1().InferencePools("ns").Update(ctx, inferencePool(map[string]string{"app": "vllm-2"}, 8080), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	eventually(func() bool { return maps.Equal(last().selector, map[string]string{"app": "vllm-2"}) }, "a new selector restarts the discovery")
+	eventually(func() bool { return slices.Equal(addresses(pool), []string{"10.0.0.1:8080", "10.0.0.2:9000"}) }, "with the new discovery's instances")
+
+	im2 := inferenceModel("late", "late", nil)
+	im2.Namespace = "ns"
+	_, err = client.InferenceV1alpha2().InferenceModels("ns").Create(ctx, im2, metav1.CreateOptions{})
+	require.NoError(t, err)
+	eventually(func() bool { return models.Get("late") != nil }, "a new InferenceModel is picked up")
+
+	require.NoError(t, client.InferencePoolV1().InferencePools("ns").Delete(ctx, "pool", metav1.DeleteOptions{}))
+	eventually(func() bool { return len(pool.Endpoints()) == 0 }, "a deleted InferencePool leaves no candidates")
+}

@@ -1,0 +1,101 @@
+package epp
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// unlisted is the model label of a request whose model has no
+// InferenceModel. Such names come from callers, so they never become label
+// values: a caller could otherwise mint time series at will.
+const unlisted = "unlisted"
+
+// Metrics are the EPP's Prometheus metrics: the pool-level gauges upstream
+// EPPs expose (inference_pool_*) and the EPP's own request metrics.
+type Metrics struct {
+	requests  *prometheus.CounterVec
+	decisions prometheus.Histogram
+	streams   prometheus.Gauge
+}
+
+// NewMetrics registers the EPP's metrics for pool in reg. staleness is the
+// scheduler's: stale metrics count as unknown in the pool's averages too.
+func NewMetrics(reg prometheus.Registerer, pool *Pool, staleness time.Duration) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mci_epp_requests_total",
+			Help: "Requests the endpoint picker answered, by requested and target model (\"unlisted\" for a model without an InferenceModel) and HTTP status (200: routed).",
+		}, []string{"model_name", "target_model_name", "code"}),
+		decisions: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "mci_epp_decision_duration_seconds",
+			Help:    "Time from the end of the request body to the answer sent: parsing, model mapping and scheduling.",
+			Buckets: []float64{10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 100e-3},
+		}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mci_epp_ext_proc_streams",
+			Help: "ext_proc streams open now.",
+		}),
+	}
+	reg.MustRegister(m.requests, m.decisions, m.streams, &poolCollector{pool: pool, staleness: staleness})
+	return m
+}
+
+func (m *Metrics) observe(d *Decision, code int, took time.Duration) {
+	model, target := "", ""
+	if d != nil {
+		model, target = unlisted, unlisted
+		if d.Listed {
+			model, target = d.Model, d.TargetModel
+		}
+	}
+	m.requests.WithLabelValues(model, target, strconv.Itoa(code)).Inc()
+	m.decisions.Observe(took.Seconds())
+}
+
+var (
+	poolQueueDesc = prometheus.NewDesc("inference_pool_average_queue_size",
+		"Average number of requests waiting in the model servers of the pool that have known metrics.", []string{"name"}, nil)
+	poolKVCacheDesc = prometheus.NewDesc("inference_pool_average_kv_cache_utilization",
+		"Average KV cache utilization (0 to 1) of the model servers of the pool that have known metrics.", []string{"name"}, nil)
+	poolReadyDesc = prometheus.NewDesc("inference_pool_ready_pods",
+		"Ready model servers in the pool: the candidate endpoints.", []string{"name"}, nil)
+)
+
+// poolCollector derives the pool gauges at scrape time from the pool and
+// its metrics, rather than keeping copies up to date.
+type poolCollector struct {
+	pool      *Pool
+	staleness time.Duration
+}
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- poolQueueDesc
+	ch <- poolKVCacheDesc
+	ch <- poolReadyDesc
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	snap := c.pool.snap.Load()
+	cutoff := time.Now().Add(-c.staleness)
+	var queue, kv float64
+	known := 0
+	for i := range snap.endpoints {
+		m := c.pool.metricsOf(snap, i)
+		if m == nil || (c.staleness > 0 && m.UpdatedAt.Before(cutoff)) {
+			continue
+		}
+		known++
+		queue += float64(m.WaitingQueue)
+		kv += m.KVCacheUsage
+	}
+	if known > 0 {
+		queue /= float64(known)
+		kv /= float64(known)
+	}
+	name := c.pool.Name()
+	ch <- prometheus.MustNewConstMetric(poolQueueDesc, prometheus.GaugeValue, queue, name)
+	ch <- prometheus.MustNewConstMetric(poolKVCacheDesc, prometheus.GaugeValue, kv, name)
+	ch <- prometheus.MustNewConstMetric(poolReadyDesc, prometheus.GaugeValue, float64(len(snap.endpoints)), name)
+}

@@ -1,0 +1,122 @@
+package epp
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/mci-dev/mci/pkg/extproc"
+)
+
+// DefaultMaxRequestBodyBytes bounds a request body the EPP buffers: far
+// above a chat request with a long context, low enough that a handful of
+// huge requests cannot exhaust the EPP's memory.
+const DefaultMaxRequestBodyBytes = 8 << 20
+
+// Server is the EPP's ext_proc service: for each request stream it reads the
+// headers and the whole body (FULL_DUPLEX_STREAMED), asks the Picker, and
+// answers with the destination and the (possibly rewritten) body, or with an
+// immediate error response. Everything happens on the stream's own
+// goroutine, so a stream the gateway abandons ends with nothing left behind.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+
+	picker  *Picker
+	metrics *Metrics
+	maxBody int64
+	logger  logr.Logger
+}
+
+// NewServer returns the ext_proc service. maxBody bounds request bodies (<=
+// 0: DefaultMaxRequestBodyBytes); metrics may be nil.
+func NewServer(picker *Picker, metrics *Metrics, maxBody int64, logger logr.Logger) *Server {
+	if maxBody <= 0 {
+		maxBody = DefaultMaxRequestBodyBytes
+	}
+	return &Server{picker: picker, metrics: metrics, maxBody: maxBody, logger: logger}
+}
+
+// Process serves one request's stream.
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	ctx := stream.Context()
+	if s.metrics != nil {
+		s.metrics.streams.Inc()
+		defer s.metrics.streams.Dec()
+	}
+	req, err := extproc.ReadRequest(stream, s.maxBody)
+	start := time.Now()
+	switch {
+	case errors.Is(err, extproc.ErrBodyTooLarge):
+		return s.refuse(stream, nil, &Error{Code: http.StatusRequestEntityTooLarge, Err: err}, start)
+	case ctx.Err() != nil:
+		// The gateway went away (client cancel, timeout): nothing to answer.
+		return status.FromContextError(ctx.Err()).Err()
+	case errors.Is(err, extproc.ErrProtocol):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case err != nil:
+		return err
+	}
+
+	subset, hasSubset, err := extproc.SubsetHint(req.Metadata)
+	if err != nil {
+		// The gateway's hint is broken; picking outside it would break the
+		// protocol, so nothing can be picked.
+		return s.refuse(stream, nil, &Error{Code: http.StatusServiceUnavailable, Err: err}, start)
+	}
+	d, err := s.picker.Pick(req.Body, subset, hasSubset, start)
+	if err != nil {
+		return s.refuse(stream, d, err, start)
+	}
+	if err := extproc.SendAll(stream, req.Route(d.Endpoints, d.Body)); err != nil {
+		return err
+	}
+	if s.metrics != nil {
+		s.metrics.observe(d, http.StatusOK, time.Since(start))
+	}
+	if log := s.logger.V(4); log.Enabled() {
+		log.Info("Routed request", "path", req.Header(":path"), "model", d.Model, "targetModel", d.TargetModel,
+			"criticality", d.Criticality, "endpoints", d.Endpoints)
+	}
+
+	// A gateway configured to send the response phase as well gets it back
+	// unchanged, until it ends the stream.
+	for {
+		msg, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp, err := extproc.PassThrough(msg, req.ProtocolConfig)
+		if err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// refuse answers with an immediate error response and ends the stream: the
+// gateway sends the response to the client and stops processing.
+func (s *Server) refuse(stream extprocv3.ExternalProcessor_ProcessServer, d *Decision, err error, start time.Time) error {
+	code := StatusCode(err)
+	if s.metrics != nil {
+		s.metrics.observe(d, code, time.Since(start))
+	}
+	if log := s.logger.V(3); log.Enabled() {
+		args := []any{"code", code, "reason", err.Error()}
+		if d != nil {
+			args = append(args, "model", d.Model, "criticality", d.Criticality)
+		}
+		log.Info("Refused request", args...)
+	}
+	return stream.Send(extproc.ErrorResponse(code, err.Error()))
+}

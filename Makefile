@@ -43,7 +43,7 @@ test-unit: tools
 # e2e tests start their own ClusterSet of real kube-apiservers.
 .PHONY: test-e2e
 test-e2e: build tools
-	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -timeout 40m -p 1 ./test/...
+	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -timeout 40m -p 1 ./test/e2e/ ./test/clusterset/
 
 .PHONY: test
 test: verify test-unit test-e2e

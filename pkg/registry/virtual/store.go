@@ -338,3 +338,21 @@ func splitKey(k string) (string, string) {
 	}
 	return "", k
 }
+
+// One adapts a typed computation's (object, ok) result to a Resource's: a
+// typed nil must not become a non-nil Object.
+func One[T Object](o T, ok bool) (Object, bool) {
+	if !ok {
+		return nil, false
+	}
+	return o, true
+}
+
+// All adapts a typed computation's objects to a Resource's.
+func All[T Object](objs []T) []Object {
+	out := make([]Object, len(objs))
+	for i, o := range objs {
+		out[i] = o
+	}
+	return out
+}

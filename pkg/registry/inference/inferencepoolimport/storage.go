@@ -29,21 +29,12 @@ var _ virtual.Resource = Resource{}
 
 // Compute implements virtual.Resource.
 func (Resource) Compute(cs imports.ClusterSet, namespace, name string) (virtual.Object, bool) {
-	o, ok := imports.Import(cs, namespace, name)
-	if !ok {
-		return nil, false
-	}
-	return o, true
+	return virtual.One(imports.Import(cs, namespace, name))
 }
 
 // ComputeNamespace implements virtual.Resource.
 func (Resource) ComputeNamespace(cs imports.ClusterSet, namespace string) []virtual.Object {
-	objs := imports.Imports(cs, namespace)
-	out := make([]virtual.Object, len(objs))
-	for i, o := range objs {
-		out[i] = o
-	}
-	return out
+	return virtual.All(imports.Imports(cs, namespace))
 }
 
 // Affected implements virtual.Resource. An import is keyed by its pool's

@@ -1,0 +1,229 @@
+// Package app holds mci-sidecar's flags and turns them into a running
+// sidecar.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+
+	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	"github.com/mci-dev/mci/pkg/scheduling"
+	"github.com/mci-dev/mci/pkg/sidecar"
+)
+
+// Options are mci-sidecar's flags.
+type Options struct {
+	Logs *logs.Options
+
+	Kubeconfig  string
+	BindAddress string
+	GRPCPort    int
+	HealthPort  int
+	MetricsPort int
+
+	LocalClusterName     string
+	DefaultClusterPolicy string
+	Gateways             []string
+	InferenceModels      bool
+
+	MaxRequestBodyBytes int64
+	EPPAttemptTimeout   time.Duration
+	HealthInterval      time.Duration
+	HealthTimeout       time.Duration
+	ScrapeInterval      time.Duration
+	ScrapeTimeout       time.Duration
+	DrainTimeout        time.Duration
+	Scheduling          scheduling.Config
+}
+
+// NewOptions returns the defaults: the ports of the Endpoint Picker
+// convention (ext_proc 9002, health 9003, metrics 9090), so the sidecar can
+// stand where an EPP stands.
+func NewOptions() *Options {
+	return &Options{
+		Logs:                 logs.NewOptions(),
+		BindAddress:          "0.0.0.0",
+		GRPCPort:             9002,
+		HealthPort:           9003,
+		MetricsPort:          9090,
+		DefaultClusterPolicy: string(sidecar.PolicyHealthBased),
+		InferenceModels:      true,
+		MaxRequestBodyBytes:  sidecar.DefaultMaxRequestBodyBytes,
+		EPPAttemptTimeout:    sidecar.DefaultAttemptTimeout,
+		HealthInterval:       sidecar.DefaultHealthInterval,
+		HealthTimeout:        sidecar.DefaultHealthTimeout,
+		ScrapeInterval:       sidecar.DefaultScrapeInterval,
+		ScrapeTimeout:        sidecar.DefaultScrapeTimeout,
+		DrainTimeout:         sidecar.DefaultDrainTimeout,
+		Scheduling:           scheduling.DefaultConfig(),
+	}
+}
+
+// NewCommand returns the mci-sidecar command.
+func NewCommand(o *Options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "mci-sidecar",
+		Short: "Multi-cluster ext_proc server for an Inference Gateway",
+		Long: `mci-sidecar is the Envoy ext_proc server of an Inference Gateway that makes
+InferencePoolImports routable. For each request it matches the HTTPRoute rule,
+picks a backendRef by weight (InferencePool and InferencePoolImport mixed),
+picks a cluster of an import by policy, and then relays the request to that
+cluster's Endpoint Picker (EndpointMode: the gateway receives the remote model
+server as destination) or names the remote parent gateway as destination
+(ParentMode).
+
+Cluster policy per HTTPRoute: annotation mci.x-k8s.io/cluster-policy
+(Weighted, HealthBased, MetricsBased, LocalFirst), cluster weights:
+mci.x-k8s.io/cluster-weights ("cluster-a=3,cluster-c=1"), failure mode of
+imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	fs := cmd.Flags()
+	logsapi.AddFlags(o.Logs, fs)
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the local cluster. Default: the in-cluster configuration.")
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "IP address the ext_proc, health and metrics servers listen on.")
+	fs.IntVar(&o.GRPCPort, "grpc-port", o.GRPCPort, "Port of the ext_proc gRPC service the gateway calls.")
+	fs.IntVar(&o.HealthPort, "grpc-health-port", o.HealthPort, "Port of the gRPC health service (grpc.health.v1); SERVING once the first routing table is built, NOT_SERVING while draining.")
+	fs.IntVar(&o.MetricsPort, "metrics-port", o.MetricsPort, "Port of the Prometheus /metrics endpoint.")
+	fs.StringVar(&o.LocalClusterName, "local-cluster-name", o.LocalClusterName, "Name of this cluster in the ClusterSet: the cluster of local InferencePools (LocalFirst, metrics labels). Default: "+sidecar.DefaultLocalCluster+".")
+	fs.StringVar(&o.DefaultClusterPolicy, "default-cluster-policy", o.DefaultClusterPolicy, "Cluster policy where no annotation chooses one: Weighted, HealthBased, MetricsBased or LocalFirst.")
+	fs.StringSliceVar(&o.Gateways, "gateway", o.Gateways, "namespace/name of the Gateway this sidecar serves; only HTTPRoutes attached to it are routed. Repeatable. Default: every HTTPRoute.")
+	fs.BoolVar(&o.InferenceModels, "inference-models", o.InferenceModels, "Read InferenceModels (inference.networking.x-k8s.io/v1alpha2) for the criticality of requests (MetricsBased shedding). Routing does not wait for them. Without them every request is Standard and never shed.")
+	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body buffered; larger requests get 413.")
+	fs.DurationVar(&o.EPPAttemptTimeout, "epp-attempt-timeout", o.EPPAttemptTimeout, "Longest wait for one EPP's answer before the next cluster is tried. Keep it below the gateway's ext_proc message timeout.")
+	fs.DurationVar(&o.HealthInterval, "health-check-interval", o.HealthInterval, "Pause between two gRPC health checks of an EPP.")
+	fs.DurationVar(&o.HealthTimeout, "health-check-timeout", o.HealthTimeout, "Timeout of one gRPC health check of an EPP.")
+	fs.DurationVar(&o.ScrapeInterval, "metrics-scrape-interval", o.ScrapeInterval, "Pause between two scrapes of an EPP's pool metrics (MetricsBased).")
+	fs.DurationVar(&o.ScrapeTimeout, "metrics-scrape-timeout", o.ScrapeTimeout, "Timeout of one scrape of an EPP's pool metrics.")
+	fs.DurationVar(&o.Scheduling.MetricsStaleness, "metrics-staleness-threshold", o.Scheduling.MetricsStaleness, "Pool metrics older than this make a cluster unmeasured for MetricsBased.")
+	fs.IntVar(&o.Scheduling.LowQueueThreshold, "low-queue-threshold", o.Scheduling.LowQueueThreshold, "MetricsBased: critical and standard requests prefer clusters whose pool's average queue is below this.")
+	fs.IntVar(&o.Scheduling.SheddableQueueThreshold, "sheddable-queue-threshold", o.Scheduling.SheddableQueueThreshold, "MetricsBased: sheddable requests go only to clusters whose pool's average queue is at most this and average KV cache at most --sheddable-kv-cache-threshold.")
+	fs.Float64Var(&o.Scheduling.SheddableKVCacheThreshold, "sheddable-kv-cache-threshold", o.Scheduling.SheddableKVCacheThreshold, "MetricsBased: average KV cache utilization (0 to 1) above which a cluster takes no sheddable request.")
+	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "On SIGTERM, how long open ext_proc streams may take to finish.")
+	return cmd
+}
+
+// Validate checks the flags.
+func (o *Options) Validate() error {
+	var errs []error
+	for name, p := range map[string]int{"--grpc-port": o.GRPCPort, "--grpc-health-port": o.HealthPort, "--metrics-port": o.MetricsPort} {
+		if p < 0 || p > 65535 {
+			errs = append(errs, fmt.Errorf("%s %d is not a port", name, p))
+		}
+	}
+	if _, err := sidecar.ParsePolicy(o.DefaultClusterPolicy); err != nil {
+		errs = append(errs, fmt.Errorf("--default-cluster-policy: %w", err))
+	}
+	if _, err := o.gateways(); err != nil {
+		errs = append(errs, err)
+	}
+	for name, d := range map[string]time.Duration{
+		"--epp-attempt-timeout": o.EPPAttemptTimeout, "--health-check-interval": o.HealthInterval, "--health-check-timeout": o.HealthTimeout,
+		"--metrics-scrape-interval": o.ScrapeInterval, "--metrics-scrape-timeout": o.ScrapeTimeout, "--drain-timeout": o.DrainTimeout,
+	} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", name))
+		}
+	}
+	if o.MaxRequestBodyBytes <= 0 {
+		errs = append(errs, errors.New("--max-request-body-bytes must be positive"))
+	}
+	if err := o.Scheduling.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return utilerrors.NewAggregate(errs)
+}
+
+func (o *Options) gateways() ([]types.NamespacedName, error) {
+	var out []types.NamespacedName
+	for _, g := range o.Gateways {
+		ns, name, ok := strings.Cut(g, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return nil, fmt.Errorf("--gateway %q: want namespace/name", g)
+		}
+		out = append(out, types.NamespacedName{Namespace: ns, Name: name})
+	}
+	return out, nil
+}
+
+// Config turns the flags into the sidecar's configuration.
+func (o *Options) Config() (sidecar.Config, error) {
+	gws, err := o.gateways()
+	if err != nil {
+		return sidecar.Config{}, err
+	}
+	policy, err := sidecar.ParsePolicy(o.DefaultClusterPolicy)
+	if err != nil {
+		return sidecar.Config{}, err
+	}
+	return sidecar.Config{
+		BindAddress: o.BindAddress,
+		GRPCPort:    o.GRPCPort,
+		HealthPort:  o.HealthPort,
+		MetricsPort: o.MetricsPort,
+		Watch: sidecar.WatchConfig{
+			LocalCluster:    o.LocalClusterName,
+			DefaultPolicy:   policy,
+			Gateways:        gws,
+			InferenceModels: o.InferenceModels,
+		},
+		Server: sidecar.ServerConfig{
+			MaxRequestBodyBytes: o.MaxRequestBodyBytes,
+			AttemptTimeout:      o.EPPAttemptTimeout,
+			Scheduling:          o.Scheduling,
+		},
+		HealthInterval: o.HealthInterval,
+		HealthTimeout:  o.HealthTimeout,
+		ScrapeInterval: o.ScrapeInterval,
+		ScrapeTimeout:  o.ScrapeTimeout,
+		DrainTimeout:   o.DrainTimeout,
+	}, nil
+}
+
+// Run runs the sidecar until ctx ends.
+func (o *Options) Run(ctx context.Context) error {
+	cfg, err := o.Config()
+	if err != nil {
+		return err
+	}
+	restConfig, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("cluster configuration: %w", err)
+	}
+	var clients sidecar.Clients
+	if clients.Kube, err = kubernetes.NewForConfig(restConfig); err != nil {
+		return err
+	}
+	if clients.MCI, err = versioned.NewForConfig(restConfig); err != nil {
+		return err
+	}
+	if clients.Gateway, err = gatewayclient.NewForConfig(restConfig); err != nil {
+		return err
+	}
+	s, err := sidecar.New(cfg, clients)
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx)
+}

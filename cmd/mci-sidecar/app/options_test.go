@@ -1,0 +1,68 @@
+package app
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/mci-dev/mci/pkg/sidecar"
+)
+
+func TestOptions(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+		check   func(t *testing.T, cfg sidecar.Config)
+	}{
+		{
+			name: "the defaults are the EPP ports and HealthBased",
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, 9002, cfg.GRPCPort)
+				assert.Equal(t, 9003, cfg.HealthPort)
+				assert.Equal(t, 9090, cfg.MetricsPort)
+				assert.Equal(t, sidecar.PolicyHealthBased, cfg.Watch.DefaultPolicy)
+				assert.True(t, cfg.Watch.InferenceModels)
+				assert.Equal(t, sidecar.DefaultAttemptTimeout, cfg.Server.AttemptTimeout)
+			},
+		},
+		{
+			name: "flags reach the configuration",
+			args: []string{"--local-cluster-name=cluster-b", "--default-cluster-policy=LocalFirst", "--gateway=example/inf-gw",
+				"--gateway=other/gw", "--grpc-port=19002", "--bind-address=127.0.0.1", "--epp-attempt-timeout=500ms", "--drain-timeout=3s"},
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, "cluster-b", cfg.Watch.LocalCluster)
+				assert.Equal(t, sidecar.PolicyLocalFirst, cfg.Watch.DefaultPolicy)
+				assert.Equal(t, []types.NamespacedName{{Namespace: "example", Name: "inf-gw"}, {Namespace: "other", Name: "gw"}}, cfg.Watch.Gateways)
+				assert.Equal(t, 19002, cfg.GRPCPort)
+				assert.Equal(t, "127.0.0.1", cfg.BindAddress)
+				assert.Equal(t, 500*time.Millisecond, cfg.Server.AttemptTimeout)
+				assert.Equal(t, 3*time.Second, cfg.DrainTimeout)
+			},
+		},
+		{name: "an unknown policy is refused", args: []string{"--default-cluster-policy=Fastest"}, wantErr: "unknown cluster policy"},
+		{name: "a gateway without a namespace is refused", args: []string{"--gateway=inf-gw"}, wantErr: "want namespace/name"},
+		{name: "a port out of range is refused", args: []string{"--metrics-port=70000"}, wantErr: "is not a port"},
+		{name: "a zero timeout is refused", args: []string{"--epp-attempt-timeout=0s"}, wantErr: "must be positive"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := NewOptions()
+			cmd := NewCommand(o)
+			require.NoError(t, cmd.Flags().Parse(tt.args))
+			err := o.Validate()
+			if tt.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			cfg, err := o.Config()
+			require.NoError(t, err)
+			tt.check(t, cfg)
+		})
+	}
+}

@@ -1,0 +1,713 @@
+package sidecar
+
+import (
+	"cmp"
+	"fmt"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/epp"
+)
+
+// Inputs are everything a routing table is built from: the informers'
+// contents and the sidecar's settings. Build does not modify them.
+type Inputs struct {
+	Routes   []*gatewayv1.HTTPRoute
+	Imports  []*v1alpha1.InferencePoolImport
+	Pools    []*poolv1.InferencePool
+	Services []*corev1.Service
+	// Models give requests their criticality (MetricsBased policy).
+	Models []*v1alpha2.InferenceModel
+
+	// LocalCluster names this cluster; DefaultLocalCluster when empty.
+	LocalCluster string
+	// DefaultPolicy applies where no annotation chooses one;
+	// PolicyHealthBased when empty.
+	DefaultPolicy Policy
+	// Gateways, when not empty, restricts the table to the HTTPRoutes whose
+	// parentRefs name one of these Gateways: the gateway the sidecar serves.
+	Gateways []types.NamespacedName
+}
+
+// Reasons of BuildErrors. Those of backendRefs are Gateway API's
+// ResolvedRefs reasons.
+const (
+	ReasonInvalidKind            = "InvalidKind"
+	ReasonBackendNotFound        = "BackendNotFound"
+	ReasonRefNotPermitted        = "RefNotPermitted"
+	ReasonUnsupportedValue       = "UnsupportedValue"
+	ReasonInvalidAnnotation      = "InvalidAnnotation"
+	ReasonNoReadyClusters        = "NoReadyClusters"
+	ReasonInvalidImportedCluster = "InvalidImportedCluster"
+	ReasonInvalidEndpointPicker  = "InvalidEndpointPicker"
+	ReasonUnsupportedFilter      = "UnsupportedFilter"
+	ReasonConflictingModel       = "ConflictingInferenceModel"
+	ReasonLocalClusterInImport   = "LocalClusterInImport"
+	ReasonNoBackendRefs          = "NoBackendRefs"
+	ReasonAllWeightsZero         = "AllWeightsZero"
+)
+
+// BuildError is a problem Build found in an object. The object is still
+// used as far as it can be: a broken backendRef answers 500 for its share of
+// the traffic, a broken cluster of an import is skipped.
+type BuildError struct {
+	// Kind, Namespace and Name identify the object.
+	Kind      string
+	Namespace string
+	Name      string
+	// Reason is a CamelCase reason.
+	Reason string
+	// Message says what is wrong, for a person.
+	Message string
+}
+
+func (e *BuildError) Error() string {
+	return fmt.Sprintf("%s %s/%s: %s: %s", e.Kind, e.Namespace, e.Name, e.Reason, e.Message)
+}
+
+// Build computes a routing table. It is a pure function of its inputs and
+// never fails as a whole: what cannot be used is reported in the returned
+// errors (also kept in Table.Errors), in a stable order.
+func Build(in Inputs) (*Table, []error) {
+	b := &builder{
+		in:      in,
+		local:   cmp.Or(in.LocalCluster, DefaultLocalCluster),
+		policy:  cmp.Or(in.DefaultPolicy, PolicyHealthBased),
+		pools:   map[types.NamespacedName]*poolv1.InferencePool{},
+		imports: map[types.NamespacedName]*v1alpha1.InferencePoolImport{},
+		svcs:    map[types.NamespacedName]*corev1.Service{},
+		locals:  map[types.NamespacedName]localResult{},
+		remotes: map[types.NamespacedName][]*Cluster{},
+		models:  map[types.NamespacedName]*epp.Models{},
+	}
+	for _, p := range in.Pools {
+		b.pools[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
+	}
+	for _, imp := range in.Imports {
+		b.imports[types.NamespacedName{Namespace: imp.Namespace, Name: imp.Name}] = imp
+	}
+	for _, s := range in.Services {
+		b.svcs[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = s
+	}
+	b.indexModels()
+
+	routes := slices.Clone(in.Routes)
+	slices.SortFunc(routes, func(x, y *gatewayv1.HTTPRoute) int {
+		if c := x.CreationTimestamp.Time.Compare(y.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Namespace+"/"+x.Name, y.Namespace+"/"+y.Name)
+	})
+	t := &Table{}
+	for _, r := range routes {
+		if !b.attached(r) {
+			continue
+		}
+		b.route(t, r)
+	}
+	t.index.sort()
+	t.Errors = b.errs
+	return t, b.errs
+}
+
+type builder struct {
+	in     Inputs
+	local  string
+	policy Policy
+
+	pools   map[types.NamespacedName]*poolv1.InferencePool
+	imports map[types.NamespacedName]*v1alpha1.InferencePoolImport
+	svcs    map[types.NamespacedName]*corev1.Service
+
+	// Resolved once, however many backendRefs name them, so that each
+	// problem is reported once.
+	locals  map[types.NamespacedName]localResult
+	remotes map[types.NamespacedName][]*Cluster
+	models  map[types.NamespacedName]*epp.Models
+
+	errs []error
+}
+
+type localResult struct {
+	pool    *poolv1.InferencePool
+	cluster *Cluster
+}
+
+func (b *builder) report(kind, namespace, name, reason, format string, args ...any) {
+	b.errs = append(b.errs, &BuildError{Kind: kind, Namespace: namespace, Name: name, Reason: reason, Message: fmt.Sprintf(format, args...)})
+}
+
+// attached reports whether the route applies to the sidecar's gateway.
+func (b *builder) attached(r *gatewayv1.HTTPRoute) bool {
+	if len(b.in.Gateways) == 0 {
+		return true
+	}
+	for _, p := range r.Spec.ParentRefs {
+		if p.Group != nil && string(*p.Group) != gatewayv1.GroupName {
+			continue
+		}
+		if p.Kind != nil && string(*p.Kind) != "Gateway" {
+			continue
+		}
+		ns := r.Namespace
+		if p.Namespace != nil {
+			ns = string(*p.Namespace)
+		}
+		if slices.Contains(b.in.Gateways, types.NamespacedName{Namespace: ns, Name: string(p.Name)}) {
+			return true
+		}
+	}
+	return false
+}
+
+// routeAnnotations are the settings a route's annotations give.
+type routeAnnotations struct {
+	policy      Policy
+	weights     map[string]int64
+	failureMode poolv1.EndpointPickerFailureMode
+}
+
+func (b *builder) annotations(r *gatewayv1.HTTPRoute) routeAnnotations {
+	var ra routeAnnotations
+	report := func(format string, args ...any) {
+		b.report("HTTPRoute", r.Namespace, r.Name, ReasonInvalidAnnotation, format, args...)
+	}
+	if v, ok := r.Annotations[PolicyAnnotation]; ok {
+		p, err := ParsePolicy(v)
+		if err != nil {
+			report("%s: %v; using the policy of the backend or the default", PolicyAnnotation, err)
+		}
+		ra.policy = p
+	}
+	if v, ok := r.Annotations[ClusterWeightsAnnotation]; ok {
+		w, err := parseClusterWeights(v)
+		if err != nil {
+			report("%s: %v; clusters weigh 1 each", ClusterWeightsAnnotation, err)
+		}
+		ra.weights = w
+	}
+	if v, ok := r.Annotations[FailureModeAnnotation]; ok {
+		switch fm := poolv1.EndpointPickerFailureMode(v); fm {
+		case poolv1.FailOpen, poolv1.FailClose:
+			ra.failureMode = fm
+		default:
+			report("%s: unknown failure mode %q, want FailOpen or FailClose", FailureModeAnnotation, v)
+		}
+	}
+	return ra
+}
+
+// parseClusterWeights parses "a=3,b=1" (spaces allowed).
+func parseClusterWeights(s string) (map[string]int64, error) {
+	w := map[string]int64{}
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, num, ok := strings.Cut(item, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" {
+			return nil, fmt.Errorf("%q is not cluster=weight", item)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 32)
+		if err != nil || n < 0 || n > 1000000 {
+			return nil, fmt.Errorf("weight of cluster %q: %q is not an integer from 0 to 1000000", name, num)
+		}
+		w[name] = n
+	}
+	return w, nil
+}
+
+func (b *builder) route(t *Table, r *gatewayv1.HTTPRoute) {
+	ra := b.annotations(r)
+	key := types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
+	report := func(reason, format string, args ...any) {
+		b.report("HTTPRoute", r.Namespace, r.Name, reason, format, args...)
+	}
+	hostnames := make([]string, 0, len(r.Spec.Hostnames))
+	for _, h := range r.Spec.Hostnames {
+		hostnames = append(hostnames, string(h))
+	}
+	if len(hostnames) == 0 {
+		hostnames = append(hostnames, "")
+	}
+
+	for ri, rule := range r.Spec.Rules {
+		if len(rule.Filters) > 0 {
+			report(ReasonUnsupportedFilter, "rule %d has filters; mci-sidecar does not apply HTTPRoute filters, the rule routes as if it had none", ri)
+		}
+		rl := &Rule{Route: key, Index: ri}
+		names := make([]string, 0, len(rule.BackendRefs))
+		weights := make([]int64, 0, len(rule.BackendRefs))
+		for bi, ref := range rule.BackendRefs {
+			if len(ref.Filters) > 0 {
+				report(ReasonUnsupportedFilter, "rule %d backendRef %d has filters; mci-sidecar does not apply HTTPRoute filters", ri, bi)
+			}
+			be := b.backend(r, ri, bi, ref.BackendRef, ra)
+			rl.Backends = append(rl.Backends, be)
+			names = append(names, be.String())
+			weights = append(weights, be.Weight)
+		}
+		if len(rule.BackendRefs) == 0 {
+			report(ReasonNoBackendRefs, "rule %d has no backendRefs: its requests get 500", ri)
+		} else if !slices.ContainsFunc(weights, func(w int64) bool { return w > 0 }) {
+			report(ReasonAllWeightsZero, "every backendRef of rule %d weighs 0: its requests get 500", ri)
+		}
+		rl.wrr = newSmoothWRR(wrrKey(key.String()+"#"+strconv.Itoa(ri), names, weights), weights)
+		t.rules = append(t.rules, rl)
+
+		matches := rule.Matches
+		if len(matches) == 0 {
+			// The API's default: a PathPrefix match on "/".
+			matches = []gatewayv1.HTTPRouteMatch{{}}
+		}
+		for mi, m := range matches {
+			mt, err := compileMatch(m)
+			if err != nil {
+				report(ReasonUnsupportedValue, "rule %d match %d: %v; the match is ignored", ri, mi, err)
+				continue
+			}
+			mt.rule = rl
+			mt.routeCreated = r.CreationTimestamp.Time
+			mt.routeKey = key.String()
+			mt.ruleIndex, mt.matchIndex = ri, mi
+			for _, h := range hostnames {
+				t.index.add(h, mt)
+			}
+		}
+	}
+}
+
+// compileMatch turns an HTTPRouteMatch into a matcher, with the API's
+// defaults (PathPrefix "/", Exact header and query matches).
+func compileMatch(m gatewayv1.HTTPRouteMatch) (*matcher, error) {
+	mt := &matcher{pathKind: pathPrefix, pathValue: "/"}
+	if p := m.Path; p != nil {
+		if p.Value != nil {
+			mt.pathValue = *p.Value
+		}
+		typ := gatewayv1.PathMatchPathPrefix
+		if p.Type != nil {
+			typ = *p.Type
+		}
+		switch typ {
+		case gatewayv1.PathMatchExact:
+			mt.pathKind = pathExact
+		case gatewayv1.PathMatchPathPrefix:
+			mt.pathKind = pathPrefix
+		case gatewayv1.PathMatchRegularExpression:
+			re, err := regexp.Compile(`^(?:` + mt.pathValue + `)$`)
+			if err != nil {
+				return nil, fmt.Errorf("path regular expression %q: %w", mt.pathValue, err)
+			}
+			mt.pathKind, mt.pathRE = pathRegex, re
+		default:
+			return nil, fmt.Errorf("unknown path match type %q", typ)
+		}
+		if mt.pathKind != pathRegex && !strings.HasPrefix(mt.pathValue, "/") {
+			return nil, fmt.Errorf("path %q does not start with /", mt.pathValue)
+		}
+	}
+	if m.Method != nil {
+		mt.method = string(*m.Method)
+	}
+	seen := map[string]bool{}
+	for _, h := range m.Headers {
+		name := strings.ToLower(string(h.Name))
+		if seen[name] {
+			// Gateway API: only the first entry of a name counts.
+			continue
+		}
+		seen[name] = true
+		vm, err := valueMatch(name, h.Value, h.Type == nil || *h.Type == gatewayv1.HeaderMatchExact,
+			h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression)
+		if err != nil {
+			return nil, fmt.Errorf("header %s: %w", h.Name, err)
+		}
+		mt.headers = append(mt.headers, vm)
+	}
+	seen = map[string]bool{}
+	for _, q := range m.QueryParams {
+		name := string(q.Name)
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		vm, err := valueMatch(name, q.Value, q.Type == nil || *q.Type == gatewayv1.QueryParamMatchExact,
+			q.Type != nil && *q.Type == gatewayv1.QueryParamMatchRegularExpression)
+		if err != nil {
+			return nil, fmt.Errorf("query parameter %s: %w", q.Name, err)
+		}
+		mt.query = append(mt.query, vm)
+	}
+	return mt, nil
+}
+
+func valueMatch(name, value string, exact, regex bool) (valueMatcher, error) {
+	switch {
+	case exact:
+		return valueMatcher{name: name, value: value}, nil
+	case regex:
+		re, err := regexp.Compile(`^(?:` + value + `)$`)
+		if err != nil {
+			return valueMatcher{}, fmt.Errorf("regular expression %q: %w", value, err)
+		}
+		return valueMatcher{name: name, re: re}, nil
+	default:
+		return valueMatcher{}, fmt.Errorf("unknown match type")
+	}
+}
+
+// backend resolves one backendRef of rule ri.
+func (b *builder) backend(r *gatewayv1.HTTPRoute, ri, bi int, ref gatewayv1.BackendRef, ra routeAnnotations) *Backend {
+	group, kind := "", "Service"
+	if ref.Group != nil {
+		group = string(*ref.Group)
+	}
+	if ref.Kind != nil {
+		kind = string(*ref.Kind)
+	}
+	ns := r.Namespace
+	if ref.Namespace != nil && *ref.Namespace != "" {
+		ns = string(*ref.Namespace)
+	}
+	be := &Backend{Namespace: ns, Name: string(ref.Name), Weight: 1, FailureMode: poolv1.FailClose}
+	if ref.Weight != nil {
+		be.Weight = max(int64(*ref.Weight), 0)
+	}
+	invalid := func(reason, format string, args ...any) *Backend {
+		msg := fmt.Sprintf("rule %d backendRef %d: ", ri, bi) + fmt.Sprintf(format, args...)
+		be.Invalid = reason + ": " + msg
+		b.report("HTTPRoute", r.Namespace, r.Name, reason, "%s", msg)
+		return be
+	}
+	switch {
+	case group == InferencePoolGroup && kind == InferencePoolKind:
+		be.Kind = BackendInferencePool
+	case group == InferencePoolImportGroup && kind == InferencePoolImportKind:
+		be.Kind = BackendInferencePoolImport
+	default:
+		be.Kind = BackendKind(kind)
+		return invalid(ReasonInvalidKind, "kind %q of group %q is not routed by mci-sidecar; want %s.%s or %s.%s",
+			kind, group, InferencePoolKind, InferencePoolGroup, InferencePoolImportKind, InferencePoolImportGroup)
+	}
+	if ns != r.Namespace {
+		// Cross-namespace references need a ReferenceGrant, which the
+		// sidecar does not read: refused, never silently allowed.
+		return invalid(ReasonRefNotPermitted, "%s %s/%s is in another namespace than the route; cross-namespace backendRefs are not supported", kind, ns, ref.Name)
+	}
+	key := types.NamespacedName{Namespace: ns, Name: string(ref.Name)}
+	be.models = b.models[key]
+
+	var obj metav1.Object
+	switch be.Kind {
+	case BackendInferencePool:
+		lr := b.localPool(key)
+		if lr.pool == nil {
+			return invalid(ReasonBackendNotFound, "InferencePool %s does not exist", key)
+		}
+		obj = lr.pool
+		be.FailureMode = failureMode(lr.pool)
+		if lr.cluster != nil {
+			c := *lr.cluster
+			be.Clusters = []*Cluster{&c}
+		}
+	case BackendInferencePoolImport:
+		imp := b.imports[key]
+		if imp == nil {
+			return invalid(ReasonBackendNotFound, "InferencePoolImport %s does not exist (no other cluster of the ClusterSet exports the pool)", key)
+		}
+		obj = imp
+		for _, c := range b.remoteClusters(imp) {
+			c := *c
+			c.Weight = 1
+			if w, ok := ra.weights[c.Name]; ok {
+				c.Weight = w
+			}
+			be.Clusters = append(be.Clusters, &c)
+		}
+		lr := b.localPool(key)
+		if lr.cluster != nil {
+			c := *lr.cluster
+			be.Local = &c
+		}
+		switch {
+		case ra.failureMode != "":
+			be.FailureMode = ra.failureMode
+		case lr.pool != nil:
+			be.FailureMode = failureMode(lr.pool)
+		}
+	}
+
+	be.Policy = b.policy
+	if v := objectSetting(obj, PolicyAnnotation); v != "" {
+		if p, err := ParsePolicy(v); err == nil {
+			be.Policy = p
+		} else {
+			b.report(string(be.Kind), ns, be.Name, ReasonInvalidAnnotation, "%s: %v", PolicyAnnotation, err)
+		}
+	}
+	if ra.policy != "" {
+		be.Policy = ra.policy
+	}
+
+	names := make([]string, len(be.Clusters))
+	weights := make([]int64, len(be.Clusters))
+	for i, c := range be.Clusters {
+		names[i], weights[i] = c.Name, c.Weight
+	}
+	be.wrr = newSmoothWRR(wrrKey(r.Namespace+"/"+r.Name+"#"+strconv.Itoa(ri)+"/"+strconv.Itoa(bi), names, weights), weights)
+	return be
+}
+
+// objectSetting reads a setting from an object's annotations, else from its
+// labels (imports carry their exporter's labels, not its annotations).
+func objectSetting(obj metav1.Object, key string) string {
+	if obj == nil {
+		return ""
+	}
+	if v, ok := obj.GetAnnotations()[key]; ok {
+		return v
+	}
+	return obj.GetLabels()[key]
+}
+
+func failureMode(p *poolv1.InferencePool) poolv1.EndpointPickerFailureMode {
+	if p.Spec.EndpointPickerRef.FailureMode == poolv1.FailOpen {
+		return poolv1.FailOpen
+	}
+	return poolv1.FailClose
+}
+
+// localPool resolves a local InferencePool and its EPP, once.
+func (b *builder) localPool(key types.NamespacedName) localResult {
+	if lr, ok := b.locals[key]; ok {
+		return lr
+	}
+	lr := localResult{pool: b.pools[key]}
+	if lr.pool != nil {
+		c, err := b.localCluster(lr.pool)
+		if err != nil {
+			b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidEndpointPicker, "%v; the pool has no cluster to route to", err)
+		}
+		lr.cluster = c
+	}
+	b.locals[key] = lr
+	return lr
+}
+
+// localCluster locates a local pool's EPP through its Service, the way
+// mci-apiserver locates an exported one: the Service's LoadBalancer ingress,
+// else its cluster IP, else its ExternalName; the endpointPickerRef's port,
+// else the Service port named for ext-proc; health and metrics ports by name,
+// else the conventional 9003 and 9090 when the Service has them.
+func (b *builder) localCluster(p *poolv1.InferencePool) (*Cluster, error) {
+	ref := p.Spec.EndpointPickerRef
+	if (ref.Group != nil && *ref.Group != "") || (ref.Kind != "" && ref.Kind != "Service") {
+		return nil, fmt.Errorf("endpointPickerRef names a %s; only a core Service is supported", cmp.Or(ref.Kind, "Service"))
+	}
+	if ref.Name == "" {
+		return nil, fmt.Errorf("endpointPickerRef has no name")
+	}
+	svc := b.svcs[types.NamespacedName{Namespace: p.Namespace, Name: ref.Name}]
+	if svc == nil {
+		return nil, fmt.Errorf("Service %s/%s of the endpointPickerRef does not exist", p.Namespace, ref.Name)
+	}
+	addrs := serviceAddresses(svc)
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("Service %s/%s of the endpointPickerRef has no address", p.Namespace, ref.Name)
+	}
+	port := int32(0)
+	if ref.Port != nil {
+		port = ref.Port.Number
+	} else {
+		port = findPort(svc.Spec.Ports, func(n string) bool {
+			return n == "ext-proc" || n == "extproc" || n == "grpc" || n == "grpc-ext-proc" || strings.HasSuffix(n, "-ext-proc")
+		}, 9002)
+	}
+	if port == 0 {
+		return nil, fmt.Errorf("the ext-proc port of Service %s/%s is unknown: set endpointPickerRef.port", p.Namespace, ref.Name)
+	}
+	c := &Cluster{
+		Name:   b.local,
+		Pool:   p.Namespace + "/" + p.Name,
+		Mode:   v1alpha1.RoutingModeEndpoint,
+		EPP:    net.JoinHostPort(addrs[0], strconv.Itoa(int(port))),
+		Weight: 1,
+		Local:  true,
+	}
+	if hp := findPort(svc.Spec.Ports, func(n string) bool {
+		return n == "health" || n == "grpc-health" || n == "health-grpc" || strings.HasSuffix(n, "-health")
+	}, 9003); hp != 0 {
+		c.Health = net.JoinHostPort(addrs[0], strconv.Itoa(int(hp)))
+	}
+	if mp := findPort(svc.Spec.Ports, func(n string) bool {
+		return n == "metrics" || n == "http-metrics" || strings.HasSuffix(n, "-metrics")
+	}, 9090); mp != 0 {
+		c.Metrics = metricsURL(addrs[0], mp)
+	}
+	return c, nil
+}
+
+func metricsURL(host string, port int32) string {
+	return "http://" + net.JoinHostPort(host, strconv.Itoa(int(port))) + "/metrics"
+}
+
+// serviceAddresses: LoadBalancer ingress IPs and hostnames, else cluster
+// IPs, else the ExternalName.
+func serviceAddresses(svc *corev1.Service) []string {
+	var out []string
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		if ing.IP != "" {
+			out = append(out, ing.IP)
+		}
+		if ing.Hostname != "" {
+			out = append(out, ing.Hostname)
+		}
+	}
+	if len(out) > 0 {
+		return out
+	}
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	for _, ip := range ips {
+		if ip != "" && ip != corev1.ClusterIPNone {
+			out = append(out, ip)
+		}
+	}
+	if len(out) == 0 && svc.Spec.ExternalName != "" {
+		out = append(out, svc.Spec.ExternalName)
+	}
+	return out
+}
+
+// findPort returns the first Service port whose name matches, else the one
+// numbered fallback, else 0.
+func findPort(ports []corev1.ServicePort, matches func(string) bool, fallback int32) int32 {
+	for _, p := range ports {
+		if matches(p.Name) {
+			return p.Port
+		}
+	}
+	for _, p := range ports {
+		if p.Port == fallback {
+			return p.Port
+		}
+	}
+	return 0
+}
+
+// remoteClusters resolves an import's clusters, once: the entries whose
+// Ready condition is not False and that carry what their routing mode
+// needs.
+func (b *builder) remoteClusters(imp *v1alpha1.InferencePoolImport) []*Cluster {
+	key := types.NamespacedName{Namespace: imp.Namespace, Name: imp.Name}
+	if cs, ok := b.remotes[key]; ok {
+		return cs
+	}
+	report := func(reason, format string, args ...any) {
+		b.report(InferencePoolImportKind, imp.Namespace, imp.Name, reason, format, args...)
+	}
+	var out []*Cluster
+	notReady := 0
+	for _, ic := range imp.Status.Clusters {
+		if ic.Name == b.local {
+			// An import never lists the importing cluster; one that does
+			// would send requests in a circle.
+			report(ReasonLocalClusterInImport, "cluster %q is the local cluster; it is skipped", ic.Name)
+			continue
+		}
+		if meta.IsStatusConditionFalse(ic.Conditions, v1alpha1.ConditionReady) {
+			notReady++
+			continue
+		}
+		c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: 1}
+		switch c.Mode {
+		case v1alpha1.RoutingModeEndpoint:
+			svc := ic.EndpointPicker.Service
+			if len(svc) == 0 || len(svc[0].Addresses) == 0 || len(svc[0].Ports) == 0 || svc[0].Ports[0].Number <= 0 {
+				report(ReasonInvalidImportedCluster, "cluster %q: the endpointPicker has no service address and port; the cluster is skipped", ic.Name)
+				continue
+			}
+			host := svc[0].Addresses[0]
+			c.EPP = net.JoinHostPort(host, strconv.Itoa(int(svc[0].Ports[0].Number)))
+			if h := ic.EndpointPicker.Health; h != nil && h.Port > 0 {
+				c.Health = net.JoinHostPort(host, strconv.Itoa(int(h.Port)))
+			}
+			if m := ic.EndpointPicker.Metrics; m != nil && m.Port > 0 {
+				c.Metrics = metricsURL(host, m.Port)
+			}
+		case v1alpha1.RoutingModeParent:
+			c.Parent = parentAddress(ic.Parents)
+			if c.Parent == "" {
+				report(ReasonInvalidImportedCluster, "cluster %q: no parent gateway has an address and a port; the cluster is skipped", ic.Name)
+				continue
+			}
+		default:
+			report(ReasonInvalidImportedCluster, "cluster %q: unknown routing mode %q; the cluster is skipped", ic.Name, ic.RoutingMode)
+			continue
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		report(ReasonNoReadyClusters, "none of its %d cluster(s) can take requests (%d not Ready); its requests get 503, or follow FailOpen", len(imp.Status.Clusters), notReady)
+	}
+	b.remotes[key] = out
+	return out
+}
+
+// parentAddress is where a ParentMode request goes: the first parent
+// gateway that is Programmed (or says nothing) with an address and a port,
+// its first address and lowest listener port.
+func parentAddress(parents []v1alpha1.ParentImport) string {
+	best := ""
+	for _, p := range parents {
+		if len(p.Service) == 0 || len(p.Service[0].Addresses) == 0 || len(p.Service[0].Ports) == 0 {
+			continue
+		}
+		addr := net.JoinHostPort(p.Service[0].Addresses[0], strconv.Itoa(int(p.Service[0].Ports[0].Number)))
+		if !meta.IsStatusConditionFalse(p.Conditions, string(gatewayv1.GatewayConditionProgrammed)) {
+			return addr
+		}
+		if best == "" {
+			best = addr
+		}
+	}
+	return best
+}
+
+// indexModels groups the InferenceModels by the pool they name.
+func (b *builder) indexModels() {
+	byPool := map[types.NamespacedName][]*v1alpha2.InferenceModel{}
+	for _, m := range b.in.Models {
+		k := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.PoolRef.Name}
+		byPool[k] = append(byPool[k], m)
+	}
+	keys := make([]types.NamespacedName, 0, len(byPool))
+	for k := range byPool {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y types.NamespacedName) int { return strings.Compare(x.String(), y.String()) })
+	for _, k := range keys {
+		ms := epp.NewModels()
+		for _, ignored := range ms.Set(byPool[k]) {
+			b.report("InferenceModel", k.Namespace, "", ReasonConflictingModel, "%s", ignored)
+		}
+		b.models[k] = ms
+	}
+}

@@ -1,0 +1,422 @@
+package sidecar
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/scheduling"
+)
+
+func reasons(errs []error) []string {
+	var out []string
+	for _, e := range errs {
+		var be *BuildError
+		if errors.As(e, &be) {
+			out = append(out, be.Reason)
+		} else {
+			out = append(out, "not a BuildError: "+e.Error())
+		}
+	}
+	return out
+}
+
+// only returns the single backend of the single rule of the table.
+func only(t *testing.T, tbl *Table) *Backend {
+	t.Helper()
+	require.Len(t, tbl.Rules(), 1)
+	require.Len(t, tbl.Rules()[0].Backends, 1)
+	return tbl.Rules()[0].Backends[0]
+}
+
+func TestBuild(t *testing.T) {
+	oneRef := func(ref gatewayv1.HTTPBackendRef) []*gatewayv1.HTTPRoute {
+		return []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, ref))}
+	}
+	twoClusters := importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"}, imported{name: "cluster-c", addr: "127.0.3.1", port: 19002})
+
+	tests := []struct {
+		name        string
+		in          Inputs
+		wantReasons []string
+		check       func(t *testing.T, tbl *Table)
+	}{
+		{
+			name: "an import's clusters carry their EPP, health and metrics addresses",
+			in:   Inputs{Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{twoClusters}},
+			check: func(t *testing.T, tbl *Table) {
+				b := only(t, tbl)
+				assert.Empty(t, b.Invalid)
+				assert.Equal(t, BackendInferencePoolImport, b.Kind)
+				require.Len(t, b.Clusters, 2)
+				assert.Equal(t, Cluster{Name: "cluster-a", Pool: "example/llm", Mode: v1alpha1.RoutingModeEndpoint, EPP: "127.0.2.1:9002",
+					Health: "127.0.2.1:9003", Metrics: "http://127.0.2.1:9090/metrics", Weight: 1}, *b.Clusters[0])
+				assert.Equal(t, "127.0.3.1:19002", b.Clusters[1].EPP)
+				assert.Equal(t, poolv1.FailClose, b.FailureMode, "FailClose is the API's default")
+				assert.Equal(t, PolicyHealthBased, b.Policy, "HealthBased is the default policy")
+				assert.Nil(t, b.Local)
+			},
+		},
+		{
+			name: "a local pool is a cluster of its own, reached through its EPP Service",
+			in: Inputs{
+				Routes: oneRef(poolRef("llm", nil)), LocalCluster: "cluster-b",
+				Pools: []*poolv1.InferencePool{pool("llm", poolv1.FailOpen)}, Services: []*corev1.Service{eppService("llm", "127.0.1.1")},
+			},
+			check: func(t *testing.T, tbl *Table) {
+				b := only(t, tbl)
+				require.Len(t, b.Clusters, 1)
+				assert.Equal(t, Cluster{Name: "cluster-b", Pool: "example/llm", Mode: v1alpha1.RoutingModeEndpoint, EPP: "127.0.1.1:9002",
+					Health: "127.0.1.1:9003", Metrics: "http://127.0.1.1:9090/metrics", Weight: 1, Local: true}, *b.Clusters[0])
+				assert.Equal(t, poolv1.FailOpen, b.FailureMode, "the pool's failure mode")
+			},
+		},
+		{
+			name: "a local EPP Service without a LoadBalancer address is reached on its cluster IP",
+			in: Inputs{
+				Routes: oneRef(poolRef("llm", nil)),
+				Pools:  []*poolv1.InferencePool{pool("llm", "")},
+				Services: []*corev1.Service{func() *corev1.Service {
+					s := eppService("llm", "")
+					s.Status = corev1.ServiceStatus{}
+					return s
+				}()},
+			},
+			check: func(t *testing.T, tbl *Table) {
+				assert.Equal(t, "10.96.0.10:9002", only(t, tbl).Clusters[0].EPP)
+				assert.Equal(t, DefaultLocalCluster, only(t, tbl).Clusters[0].Name)
+			},
+		},
+		{
+			name:        "a backendRef to a missing import is invalid and reported",
+			in:          Inputs{Routes: oneRef(importRef("missing", nil))},
+			wantReasons: []string{ReasonBackendNotFound},
+			check: func(t *testing.T, tbl *Table) {
+				assert.Contains(t, only(t, tbl).Invalid, "does not exist")
+			},
+		},
+		{
+			name:        "a backendRef to a missing pool is invalid and reported",
+			in:          Inputs{Routes: oneRef(poolRef("missing", nil))},
+			wantReasons: []string{ReasonBackendNotFound},
+			check:       func(t *testing.T, tbl *Table) { assert.NotEmpty(t, only(t, tbl).Invalid) },
+		},
+		{
+			name: "a Service backendRef is a kind the sidecar does not route",
+			in: Inputs{Routes: oneRef(gatewayv1.HTTPBackendRef{BackendRef: gatewayv1.BackendRef{
+				BackendObjectReference: gatewayv1.BackendObjectReference{Name: "svc", Port: ptr.To[gatewayv1.PortNumber](80)}}})},
+			wantReasons: []string{ReasonInvalidKind},
+			check:       func(t *testing.T, tbl *Table) { assert.Contains(t, only(t, tbl).Invalid, "InvalidKind") },
+		},
+		{
+			name:        "an InferencePool of the old x-k8s.io group is a kind the sidecar does not know",
+			in:          Inputs{Routes: oneRef(backendRef(InferencePoolImportGroup, InferencePoolKind, "llm", nil))},
+			wantReasons: []string{ReasonInvalidKind},
+		},
+		{
+			name: "a cross-namespace backendRef is refused",
+			in: Inputs{
+				Routes: oneRef(func() gatewayv1.HTTPBackendRef {
+					r := importRef("llm", nil)
+					r.Namespace = ptr.To[gatewayv1.Namespace]("other")
+					return r
+				}()),
+				Imports: []*v1alphaImport{twoClusters},
+			},
+			wantReasons: []string{ReasonRefNotPermitted},
+			check:       func(t *testing.T, tbl *Table) { assert.NotEmpty(t, only(t, tbl).Invalid) },
+		},
+		{
+			name: "an import with no ready cluster is a valid backend without clusters",
+			in: Inputs{Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{importOf("llm",
+				imported{name: "cluster-a", addr: "127.0.2.1", ready: metav1.ConditionFalse})}},
+			wantReasons: []string{ReasonNoReadyClusters},
+			check: func(t *testing.T, tbl *Table) {
+				assert.Empty(t, only(t, tbl).Invalid)
+				assert.Empty(t, only(t, tbl).Clusters)
+			},
+		},
+		{
+			name: "a cluster whose Ready is False is left out, one whose Ready is Unknown is kept",
+			in: Inputs{Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{importOf("llm",
+				imported{name: "cluster-a", addr: "127.0.2.1", ready: metav1.ConditionFalse},
+				imported{name: "cluster-c", addr: "127.0.3.1", ready: metav1.ConditionUnknown})}},
+			check: func(t *testing.T, tbl *Table) {
+				require.Len(t, only(t, tbl).Clusters, 1)
+				assert.Equal(t, "cluster-c", only(t, tbl).Clusters[0].Name)
+			},
+		},
+		{
+			name: "a cluster without an EPP address is reported and skipped",
+			in: Inputs{Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{func() *v1alphaImport {
+				imp := importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"}, imported{name: "cluster-c", addr: "127.0.3.1"})
+				imp.Status.Clusters[0].EndpointPicker.Service[0].Addresses = nil
+				return imp
+			}()}},
+			wantReasons: []string{ReasonInvalidImportedCluster},
+			check: func(t *testing.T, tbl *Table) {
+				require.Len(t, only(t, tbl).Clusters, 1)
+				assert.Equal(t, "cluster-c", only(t, tbl).Clusters[0].Name)
+			},
+		},
+		{
+			name: "an import without any status does not panic",
+			in: Inputs{Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llm"},
+			}}},
+			wantReasons: []string{ReasonNoReadyClusters},
+		},
+		{
+			name: "a cluster with an unknown routing mode is reported and skipped",
+			in: Inputs{Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{func() *v1alphaImport {
+				imp := importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"})
+				imp.Status.Clusters[0].RoutingMode = "TunnelMode"
+				return imp
+			}()}},
+			wantReasons: []string{ReasonInvalidImportedCluster, ReasonNoReadyClusters},
+		},
+		{
+			name: "an import listing the local cluster never routes to it",
+			in: Inputs{LocalCluster: "cluster-b", Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{importOf("llm",
+				imported{name: "cluster-b", addr: "127.0.1.1"}, imported{name: "cluster-a", addr: "127.0.2.1"})}},
+			wantReasons: []string{ReasonLocalClusterInImport},
+			check: func(t *testing.T, tbl *Table) {
+				require.Len(t, only(t, tbl).Clusters, 1)
+				assert.Equal(t, "cluster-a", only(t, tbl).Clusters[0].Name)
+			},
+		},
+		{
+			name: "a ParentMode cluster goes to its parent's first address and lowest port",
+			in:   Inputs{Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{importOf("llm", imported{name: "cluster-a", parent: "127.0.2.9"})}},
+			check: func(t *testing.T, tbl *Table) {
+				c := only(t, tbl).Clusters[0]
+				assert.Equal(t, v1alpha1.RoutingModeParent, c.Mode)
+				assert.Equal(t, "127.0.2.9:80", c.Parent)
+				assert.Empty(t, c.EPP)
+			},
+		},
+		{
+			name: "a Programmed parent is preferred to one that is not",
+			in: Inputs{Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{func() *v1alphaImport {
+				imp := importOf("llm", imported{name: "cluster-a", parent: "127.0.2.9"})
+				first := imp.Status.Clusters[0].Parents[0]
+				first.Conditions = []metav1.Condition{{Type: string(gatewayv1.GatewayConditionProgrammed), Status: metav1.ConditionFalse}}
+				second := *first.DeepCopy()
+				second.Service[0].Addresses = []string{"127.0.2.10"}
+				second.Conditions = nil
+				imp.Status.Clusters[0].Parents = []v1alpha1.ParentImport{first, second}
+				return imp
+			}()}},
+			check: func(t *testing.T, tbl *Table) { assert.Equal(t, "127.0.2.10:80", only(t, tbl).Clusters[0].Parent) },
+		},
+		{
+			name: "a pool whose EPP Service is missing is a valid backend without clusters",
+			in:   Inputs{Routes: oneRef(poolRef("llm", nil)), Pools: []*poolv1.InferencePool{pool("llm", "")}},
+			// Reported once however many backendRefs name the pool.
+			wantReasons: []string{ReasonInvalidEndpointPicker},
+			check: func(t *testing.T, tbl *Table) {
+				assert.Empty(t, only(t, tbl).Invalid)
+				assert.Empty(t, only(t, tbl).Clusters)
+			},
+		},
+		{
+			name: "an import gets the same-named local pool for LocalFirst, and its failure mode",
+			in: Inputs{
+				LocalCluster: "cluster-b", Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{twoClusters},
+				Pools: []*poolv1.InferencePool{pool("llm", poolv1.FailOpen)}, Services: []*corev1.Service{eppService("llm", "127.0.1.1")},
+			},
+			check: func(t *testing.T, tbl *Table) {
+				b := only(t, tbl)
+				require.NotNil(t, b.Local)
+				assert.Equal(t, "cluster-b", b.Local.Name)
+				assert.True(t, b.Local.Local)
+				assert.Equal(t, poolv1.FailOpen, b.FailureMode)
+			},
+		},
+		{
+			name: "route annotations choose the policy, the cluster weights and the import's failure mode",
+			in: Inputs{
+				Routes: []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))),
+					PolicyAnnotation, "Weighted", ClusterWeightsAnnotation, "cluster-a=3, cluster-c=0", FailureModeAnnotation, "FailOpen")},
+				Imports: []*v1alphaImport{twoClusters},
+			},
+			check: func(t *testing.T, tbl *Table) {
+				b := only(t, tbl)
+				assert.Equal(t, PolicyWeighted, b.Policy)
+				assert.Equal(t, poolv1.FailOpen, b.FailureMode)
+				assert.EqualValues(t, 3, b.Clusters[0].Weight)
+				assert.EqualValues(t, 0, b.Clusters[1].Weight)
+			},
+		},
+		{
+			name: "invalid route annotations are reported and ignored",
+			in: Inputs{
+				DefaultPolicy: PolicyLocalFirst,
+				Routes: []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))),
+					PolicyAnnotation, "Fastest", ClusterWeightsAnnotation, "cluster-a", FailureModeAnnotation, "FailSometimes")},
+				Imports: []*v1alphaImport{twoClusters},
+			},
+			wantReasons: []string{ReasonInvalidAnnotation, ReasonInvalidAnnotation, ReasonInvalidAnnotation},
+			check: func(t *testing.T, tbl *Table) {
+				b := only(t, tbl)
+				assert.Equal(t, PolicyLocalFirst, b.Policy)
+				assert.Equal(t, poolv1.FailClose, b.FailureMode)
+				assert.EqualValues(t, 1, b.Clusters[0].Weight)
+			},
+		},
+		{
+			name: "an import's label chooses its policy when the route does not",
+			in: Inputs{Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{func() *v1alphaImport {
+				imp := twoClusters.DeepCopy()
+				imp.Labels = map[string]string{PolicyAnnotation: "MetricsBased"}
+				return imp
+			}()}},
+			check: func(t *testing.T, tbl *Table) { assert.Equal(t, PolicyMetricsBased, only(t, tbl).Policy) },
+		},
+		{
+			name: "the route's policy wins over the import's",
+			in: Inputs{
+				Routes: []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), PolicyAnnotation, "Weighted")},
+				Imports: []*v1alphaImport{func() *v1alphaImport {
+					imp := twoClusters.DeepCopy()
+					imp.Labels = map[string]string{PolicyAnnotation: "MetricsBased"}
+					return imp
+				}()},
+			},
+			check: func(t *testing.T, tbl *Table) { assert.Equal(t, PolicyWeighted, only(t, tbl).Policy) },
+		},
+		{
+			name: "only routes attached to the sidecar's gateway are routed",
+			in: Inputs{
+				Gateways: []types.NamespacedName{{Namespace: ns, Name: "inf-gw"}},
+				Routes: []*gatewayv1.HTTPRoute{
+					func() *gatewayv1.HTTPRoute {
+						r := route("mine", 0, nil, rule(nil, importRef("llm", nil)))
+						r.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw"}}
+						return r
+					}(),
+					func() *gatewayv1.HTTPRoute {
+						r := route("theirs", 0, nil, rule(nil, importRef("llm", nil)))
+						r.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "other-gw"}}
+						return r
+					}(),
+				},
+				Imports: []*v1alphaImport{twoClusters},
+			},
+			check: func(t *testing.T, tbl *Table) {
+				require.Len(t, tbl.Rules(), 1)
+				assert.Equal(t, "mine", tbl.Rules()[0].Route.Name)
+			},
+		},
+		{
+			name: "a broken match is reported and ignored, the rule's other matches still apply",
+			in: Inputs{
+				Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule([]gatewayv1.HTTPRouteMatch{regex("(unclosed"), prefix("/v1")}, importRef("llm", nil)))},
+				Imports: []*v1alphaImport{twoClusters},
+			},
+			wantReasons: []string{ReasonUnsupportedValue},
+			check: func(t *testing.T, tbl *Table) {
+				assert.NotNil(t, tbl.Match(&RequestAttrs{Path: "/v1/x"}))
+				assert.Nil(t, tbl.Match(&RequestAttrs{Path: "/(unclosed"}))
+			},
+		},
+		{
+			name: "a rule without backendRefs and one whose weights are all 0 are reported",
+			in: Inputs{Routes: []*gatewayv1.HTTPRoute{route("r", 0, nil,
+				rule([]gatewayv1.HTTPRouteMatch{prefix("/a")}),
+				rule([]gatewayv1.HTTPRouteMatch{prefix("/b")}, importRef("llm", ptr.To[int32](0))))},
+				Imports: []*v1alphaImport{twoClusters}},
+			wantReasons: []string{ReasonNoBackendRefs, ReasonAllWeightsZero},
+			check: func(t *testing.T, tbl *Table) {
+				assert.Nil(t, tbl.Match(&RequestAttrs{Path: "/a"}).PickBackend())
+				assert.Nil(t, tbl.Match(&RequestAttrs{Path: "/b"}).PickBackend())
+			},
+		},
+		{
+			name: "filters are reported as not applied",
+			in: Inputs{Routes: []*gatewayv1.HTTPRoute{route("r", 0, nil, gatewayv1.HTTPRouteRule{
+				Filters:     []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestHeaderModifier}},
+				BackendRefs: []gatewayv1.HTTPBackendRef{importRef("llm", nil)},
+			})}, Imports: []*v1alphaImport{twoClusters}},
+			wantReasons: []string{ReasonUnsupportedFilter},
+		},
+		{
+			name: "an import's problems are reported once however many rules name it",
+			in: Inputs{Routes: []*gatewayv1.HTTPRoute{route("r", 0, nil,
+				rule([]gatewayv1.HTTPRouteMatch{prefix("/a")}, importRef("llm", nil)),
+				rule([]gatewayv1.HTTPRouteMatch{prefix("/b")}, importRef("llm", nil)))},
+				Imports: []*v1alphaImport{importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1", ready: metav1.ConditionFalse})}},
+			wantReasons: []string{ReasonNoReadyClusters},
+		},
+		{
+			name: "InferenceModels of the backend give criticality",
+			in: Inputs{
+				Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{twoClusters},
+				Models: []*v1alpha2.InferenceModel{
+					{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "batch"}, Spec: v1alpha2.InferenceModelSpec{
+						ModelName: "batch", Criticality: ptr.To(v1alpha2.Sheddable), PoolRef: v1alpha2.PoolObjectReference{Name: "llm"}}},
+					{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other-pool"}, Spec: v1alpha2.InferenceModelSpec{
+						ModelName: "chat", Criticality: ptr.To(v1alpha2.Sheddable), PoolRef: v1alpha2.PoolObjectReference{Name: "other"}}},
+				},
+			},
+			check: func(t *testing.T, tbl *Table) {
+				b := only(t, tbl)
+				assert.Equal(t, scheduling.Sheddable, b.Criticality("batch"))
+				assert.Equal(t, scheduling.Standard, b.Criticality("chat"), "a model of another pool")
+				assert.Equal(t, scheduling.Standard, b.Criticality(""))
+			},
+		},
+		{
+			name: "empty inputs build an empty table",
+			in:   Inputs{},
+			check: func(t *testing.T, tbl *Table) {
+				assert.Empty(t, tbl.Rules())
+				assert.Nil(t, tbl.Match(&RequestAttrs{Path: "/"}))
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tbl, errs := Build(tt.in)
+			assert.Equal(t, tt.wantReasons, reasons(errs), "%v", errs)
+			assert.Equal(t, errs, tbl.Errors)
+			if tt.check != nil {
+				tt.check(t, tbl)
+			}
+		})
+	}
+}
+
+func TestBuildIsPure(t *testing.T) {
+	imp := importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"})
+	r := annotate(route("r", 0, []string{"My.Model.com"}, rule(nil, importRef("llm", nil))), ClusterWeightsAnnotation, "cluster-a=2")
+	before := []any{imp.DeepCopy(), r.DeepCopy()}
+	in := Inputs{Routes: []*gatewayv1.HTTPRoute{r}, Imports: []*v1alphaImport{imp}}
+	t1, _ := Build(in)
+	t2, _ := Build(in)
+	assert.Equal(t, before, []any{imp, r}, "inputs are not modified")
+	c1, c2 := only(t, t1).Clusters[0], only(t, t2).Clusters[0]
+	assert.Equal(t, *c1, *c2)
+	assert.NotSame(t, c1, c2, "tables share nothing mutable")
+	assert.Equal(t, t1.Rules()[0].wrr.key, t2.Rules()[0].wrr.key)
+}
+
+func TestParseClusterWeights(t *testing.T) {
+	w, err := parseClusterWeights(" a=1 ,b = 20,, ")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int64{"a": 1, "b": 20}, w)
+	for _, bad := range []string{"a", "=1", "a=-1", "a=x", "a=2000000"} {
+		_, err := parseClusterWeights(bad)
+		assert.Error(t, err, bad)
+	}
+}

@@ -1,0 +1,86 @@
+// Package sidecar is mci-sidecar's routing core: an Envoy ext_proc server
+// that runs next to an Inference Gateway and makes each request land on a
+// model server of the right cluster of the ClusterSet.
+//
+// The parts, from the cluster's objects to a request's answer:
+//
+//   - Build turns HTTPRoutes, InferencePoolImports, InferencePools, Services
+//     and InferenceModels into an immutable Table (a pure function, with
+//     every broken reference reported as a BuildError rather than a
+//     failure). Watcher keeps it current from informers with a single
+//     rebuild goroutine; Router swaps tables atomically.
+//   - Table.Match finds the HTTPRoute rule of a request (hostnames, path,
+//     method, headers, query parameters) with Gateway API precedence.
+//   - Rule.PickBackend picks a backendRef by weight, InferencePool and
+//     InferencePoolImport backendRefs mixed, with smooth weighted
+//     round-robin: the split is exact over every cycle of sum(weights)
+//     requests, so the proposal's 50/50 example splits exactly equally.
+//   - A ClusterPolicy (Weighted, HealthBased, MetricsBased, LocalFirst)
+//     orders the backend's clusters, from what the HealthProber and
+//     PoolScraper know of their EPPs.
+//   - Server relays the request to the first cluster's EPP (EndpointMode)
+//     and returns its answer to the gateway, trying the next cluster when an
+//     EPP fails before answering, or answers with a remote parent gateway as
+//     the destination (ParentMode).
+//
+// Decisions where the proposal and the API are silent:
+//
+//   - Policy. Imports are computed and read-only, so the cluster policy is
+//     chosen by the annotation mci.x-k8s.io/cluster-policy on the HTTPRoute
+//     (it applies to all its backendRefs), else by the same annotation or
+//     label on the InferencePool / InferencePoolImport the backendRef names
+//     (an import carries the labels of its oldest exporting pool, so an
+//     exporter can label its pool), else by the sidecar's
+//     --default-cluster-policy (HealthBased by default). An invalid value is
+//     reported and ignored. Cluster weights for Weighted and HealthBased
+//     come from mci.x-k8s.io/cluster-weights on the route
+//     ("cluster-a=3,cluster-c=1"; unlisted clusters weigh 1, weight 0 is
+//     never picked).
+//   - Eligibility. A cluster whose per-cluster Ready condition is False is
+//     never chosen (Unknown or absent is eligible). HealthBased prefers
+//     clusters whose EPP answered SERVING, then clusters of unknown health
+//     (not probed yet, or no health port), and skips the others. A failed
+//     ext_proc stream marks the EPP NotServing at once, until its next good
+//     probe.
+//   - MetricsBased reads the pool gauges inference_pool_average_queue_size
+//     and inference_pool_average_kv_cache_utilization from the EPP's
+//     metrics port and runs pkg/scheduling with one candidate per cluster;
+//     a cluster whose fresh inference_pool_ready_pods is 0 is skipped. A
+//     sheddable request (criticality from the InferenceModel of the
+//     backend's namespace whose poolRef names it) gets 429 only when every
+//     measured cluster is saturated and no unmeasured one remains.
+//   - LocalFirst applies to InferencePoolImport backendRefs: the local
+//     InferencePool of the same namespace/name comes first while its EPP is
+//     not known to be failing, then the remote clusters (HealthBased).
+//   - Failure mode. An InferencePool backendRef uses its pool's
+//     endpointPickerRef.failureMode. An import has none: it takes
+//     mci.x-k8s.io/failure-mode from the route, else the failure mode of
+//     the local InferencePool of the same namespace/name, else FailClose
+//     (the API's default). In both modes the clusters of the policy's order
+//     are tried in turn: an EPP that fails, times out, or answers 503 (its
+//     pool has no endpoint) is followed by the next cluster. When none
+//     takes the request, FailClose answers 503 (the last EPP's own 503 when
+//     there is one). FailOpen has no endpoint list to fall back on — the
+//     sidecar never sees remote model servers, only their EPPs — so it goes
+//     on with the clusters the policy left out (health may be stale), and
+//     then lets the request continue unchanged with no destination: the
+//     gateway does what it does for a pool whose EPP is down (for a local
+//     pool, its own load balancing over the pool's endpoints, which is
+//     FailOpen's meaning in one cluster; for a remote pool it has nothing
+//     and answers 503 itself). Pointing the gateway at an EPP's address, or
+//     at a parent the import does not list, would be wrong, not open.
+//   - Gateway API errors: no matching rule answers 404; a backendRef of
+//     another kind, to a missing object, or to another namespace (there is
+//     no ReferenceGrant support) answers 500 for its share of the weight,
+//     as Gateway API requires; a backend with no available cluster answers
+//     503. HTTPRoute filters are not applied (reported).
+//   - EPP streams end with the request phase: the response phase of the
+//     gateway's stream, if it sends one, is let through by the sidecar. A
+//     subset hint of the gateway is passed to the local EPP only: it lists
+//     local endpoints, which a remote EPP does not have.
+//   - ParentMode's destination is the first Programmed parent's first
+//     address and lowest listener port; the request's host and path are
+//     kept.
+//   - Local EPPs are reached like remote ones: their Service's LoadBalancer
+//     ingress, else its cluster IP, else its ExternalName.
+package sidecar

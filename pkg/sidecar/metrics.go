@@ -1,0 +1,156 @@
+package sidecar
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcomes of a request, the outcome label of mci_sidecar_requests_total.
+const (
+	// OutcomeRouted: a cluster's EPP answered with a destination.
+	OutcomeRouted = "routed"
+	// OutcomeParent: routed to a remote parent gateway (ParentMode).
+	OutcomeParent = "parent"
+	// OutcomeRefused: a cluster's EPP answered with an error of its own
+	// (429, 400, ...), relayed to the gateway.
+	OutcomeRefused = "refused"
+	// OutcomeShed: MetricsBased shed a sheddable request (429).
+	OutcomeShed = "shed"
+	// OutcomeNoRoute: no HTTPRoute rule matches (404).
+	OutcomeNoRoute = "no_route"
+	// OutcomeInvalidBackend: the picked backendRef cannot be used (500).
+	OutcomeInvalidBackend = "invalid_backend"
+	// OutcomeUnavailable: no cluster could take the request (503).
+	OutcomeUnavailable = "unavailable"
+	// OutcomeFailOpen: no cluster could take the request and FailOpen let it
+	// continue without a destination.
+	OutcomeFailOpen = "fail_open"
+	// OutcomeError: the request could not be read (413, protocol errors).
+	OutcomeError = "error"
+)
+
+// Metrics are the sidecar's Prometheus metrics.
+type Metrics struct {
+	requests     *prometheus.CounterVec
+	eppFailures  *prometheus.CounterVec
+	pickDuration prometheus.Histogram
+	answer       prometheus.Histogram
+	streams      prometheus.Gauge
+	generation   prometheus.Gauge
+	tableErrors  prometheus.Gauge
+	buildTime    prometheus.Histogram
+}
+
+// NewMetrics registers the sidecar's metrics in reg. router and health feed
+// the EPP health gauges, which are derived at scrape time; either may be
+// nil.
+func NewMetrics(reg prometheus.Registerer, router *Router, health *HealthProber) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mci_sidecar_requests_total",
+			Help: "Requests the sidecar answered, by the cluster that took them (\"\" when none did) and outcome (routed, parent, refused, shed, no_route, invalid_backend, unavailable, fail_open, error).",
+		}, []string{"cluster", "outcome", "code"}),
+		eppFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mci_sidecar_epp_failures_total",
+			Help: "ext_proc streams to a cluster's EPP that failed before it answered, each followed by the next cluster.",
+		}, []string{"cluster"}),
+		pickDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "mci_sidecar_pick_duration_seconds",
+			Help:    "Time to match the route, pick the backendRef and order the clusters of one request (the EPP call not included).",
+			Buckets: []float64{1e-6, 2.5e-6, 5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 5e-3},
+		}),
+		answer: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "mci_sidecar_answer_duration_seconds",
+			Help:    "Time from the end of the request body to the answer sent to the gateway, EPP round trips included.",
+			Buckets: []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1},
+		}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mci_sidecar_ext_proc_streams",
+			Help: "ext_proc streams from the gateway open now.",
+		}),
+		generation: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mci_sidecar_routing_table_generation",
+			Help: "Generation of the routing table in use; it grows by one per rebuild.",
+		}),
+		tableErrors: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mci_sidecar_routing_table_errors",
+			Help: "Problems found building the routing table in use (broken references, unknown kinds, imports without a ready cluster); see the logs.",
+		}),
+		buildTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "mci_sidecar_routing_table_build_duration_seconds",
+			Help:    "Time to rebuild the routing table from the informers' caches.",
+			Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10),
+		}),
+	}
+	reg.MustRegister(m.requests, m.eppFailures, m.pickDuration, m.answer, m.streams, m.generation, m.tableErrors, m.buildTime)
+	if router != nil && health != nil {
+		reg.MustRegister(&eppHealthCollector{router: router, health: health})
+	}
+	return m
+}
+
+func (m *Metrics) request(cluster, outcome string, code int) {
+	if m != nil {
+		m.requests.WithLabelValues(cluster, outcome, strconv.Itoa(code)).Inc()
+	}
+}
+
+func (m *Metrics) eppFailure(cluster string) {
+	if m != nil {
+		m.eppFailures.WithLabelValues(cluster).Inc()
+	}
+}
+
+func (m *Metrics) picked(d time.Duration) {
+	if m != nil {
+		m.pickDuration.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) answered(d time.Duration) {
+	if m != nil {
+		m.answer.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) published(t *Table, took time.Duration) {
+	if m != nil {
+		m.generation.Set(float64(t.Generation))
+		m.tableErrors.Set(float64(len(t.Errors)))
+		m.buildTime.Observe(took.Seconds())
+	}
+}
+
+var eppHealthDesc = prometheus.NewDesc("mci_sidecar_epp_healthy",
+	"gRPC health of each cluster's EPP as the prober last saw it: 1 serving, 0 not serving; absent while unknown.",
+	[]string{"cluster", "pool"}, nil)
+
+// eppHealthCollector derives the health gauges at scrape time from the
+// current table and the prober, rather than keeping copies up to date.
+type eppHealthCollector struct {
+	router *Router
+	health *HealthProber
+}
+
+func (c *eppHealthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- eppHealthDesc }
+
+func (c *eppHealthCollector) Collect(ch chan<- prometheus.Metric) {
+	seen := map[[2]string]bool{}
+	for _, cl := range c.router.Table().Clusters() {
+		k := [2]string{cl.Name, cl.Pool}
+		if seen[k] {
+			continue
+		}
+		v := 0.0
+		switch c.health.Health(cl.Health) {
+		case HealthServing:
+			v = 1
+		case HealthUnknown:
+			continue
+		}
+		seen[k] = true
+		ch <- prometheus.MustNewConstMetric(eppHealthDesc, prometheus.GaugeValue, v, cl.Name, cl.Pool)
+	}
+}

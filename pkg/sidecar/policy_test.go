@@ -1,0 +1,299 @@
+package sidecar
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/scheduling"
+)
+
+// fakeState is health and metrics by cluster name.
+type fakeState struct {
+	health  map[string]Health
+	metrics map[string]*PoolMetrics
+	failed  []string
+}
+
+func (f *fakeState) Health(c *Cluster) Health            { return f.health[c.Name] }
+func (f *fakeState) PoolMetrics(c *Cluster) *PoolMetrics { return f.metrics[c.Name] }
+func (f *fakeState) Failed(c *Cluster)                   { f.failed = append(f.failed, c.Name) }
+
+// testBackend is an import backend of clusters a, b, c, ... with the given
+// weights (1 each when none are given), and optionally a local pool.
+func testBackend(policy Policy, local bool, names []string, weights ...int64) *Backend {
+	b := &Backend{Kind: BackendInferencePoolImport, Namespace: ns, Name: "llm", Policy: policy}
+	w := make([]int64, len(names))
+	for i, n := range names {
+		w[i] = 1
+		if i < len(weights) {
+			w[i] = weights[i]
+		}
+		b.Clusters = append(b.Clusters, &Cluster{Name: n, Pool: ns + "/llm", Mode: v1alpha1.RoutingModeEndpoint, EPP: n + ":9002", Health: n + ":9003", Weight: w[i]})
+	}
+	if local {
+		b.Local = &Cluster{Name: "local", Pool: ns + "/llm", Mode: v1alpha1.RoutingModeEndpoint, EPP: "local:9002", Health: "local:9003", Weight: 1, Local: true}
+	}
+	b.wrr = newSmoothWRR("test", w)
+	return b
+}
+
+func names(cs []*Cluster) []string {
+	out := []string{}
+	for _, c := range cs {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+// firstPicks orders n times and counts the first cluster of each order.
+func firstPicks(t *testing.T, p ClusterPolicy, b *Backend, st State, n int) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	for range n {
+		order, err := p.Order(b, PickRequest{Now: epoch}, st)
+		require.NoError(t, err)
+		if len(order) == 0 {
+			got[""]++
+			continue
+		}
+		got[order[0].Name]++
+	}
+	return got
+}
+
+func TestWeighted(t *testing.T) {
+	tests := []struct {
+		name      string
+		weights   []int64
+		health    map[string]Health
+		wantFirst map[string]int
+		wantOrder []string // the first order
+	}{
+		{
+			name:      "equal weights split equally",
+			wantFirst: map[string]int{"a": 100, "b": 100, "c": 100},
+			wantOrder: []string{"a", "b", "c"},
+		},
+		{
+			name:      "annotated weights hold exactly",
+			weights:   []int64{3, 1, 2},
+			wantFirst: map[string]int{"a": 150, "b": 50, "c": 100},
+			wantOrder: []string{"a", "c", "b"},
+		},
+		{
+			name:      "weight 0 is never picked nor tried",
+			weights:   []int64{1, 0, 1},
+			wantFirst: map[string]int{"a": 150, "c": 150},
+			wantOrder: []string{"a", "c"},
+		},
+		{
+			name:      "health is ignored",
+			health:    map[string]Health{"a": HealthNotServing},
+			wantFirst: map[string]int{"a": 100, "b": 100, "c": 100},
+			wantOrder: []string{"a", "b", "c"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &fakeState{health: tt.health}
+			order, err := Weighted{}.Order(testBackend(PolicyWeighted, false, []string{"a", "b", "c"}, tt.weights...), PickRequest{}, st)
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantOrder, names(order))
+			assert.Equal(t, tt.wantFirst, firstPicks(t, Weighted{}, testBackend(PolicyWeighted, false, []string{"a", "b", "c"}, tt.weights...), st, 300))
+		})
+	}
+
+	t.Run("a backend without clusters has no order", func(t *testing.T) {
+		order, err := Weighted{}.Order(testBackend(PolicyWeighted, false, nil), PickRequest{}, &fakeState{})
+		require.NoError(t, err)
+		assert.Empty(t, order)
+	})
+}
+
+func TestHealthBased(t *testing.T) {
+	tests := []struct {
+		name      string
+		health    map[string]Health
+		weights   []int64
+		wantFirst map[string]int
+		wantOrder []string
+	}{
+		{
+			name:      "serving clusters share by weight, unknown ones are the fallback, not-serving ones are skipped",
+			health:    map[string]Health{"a": HealthServing, "b": HealthServing, "c": HealthUnknown, "d": HealthNotServing},
+			weights:   []int64{1, 3, 1, 1},
+			wantFirst: map[string]int{"a": 100, "b": 300},
+			wantOrder: []string{"b", "a", "c"},
+		},
+		{
+			name:      "with no serving cluster, the unknown ones share",
+			health:    map[string]Health{"c": HealthUnknown, "d": HealthUnknown, "a": HealthNotServing, "b": HealthNotServing},
+			wantFirst: map[string]int{"c": 200, "d": 200},
+			wantOrder: []string{"c", "d"},
+		},
+		{
+			name:      "with every cluster down there is nothing to try",
+			health:    map[string]Health{"a": HealthNotServing, "b": HealthNotServing, "c": HealthNotServing, "d": HealthNotServing},
+			wantFirst: map[string]int{"": 400},
+			wantOrder: []string{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &fakeState{health: tt.health}
+			clusters := []string{"a", "b", "c", "d"}
+			order, err := HealthBased{}.Order(testBackend(PolicyHealthBased, false, clusters, tt.weights...), PickRequest{}, st)
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantOrder, names(order))
+			assert.Equal(t, tt.wantFirst, firstPicks(t, HealthBased{}, testBackend(PolicyHealthBased, false, clusters, tt.weights...), st, 400))
+		})
+	}
+}
+
+func TestLocalFirst(t *testing.T) {
+	tests := []struct {
+		name      string
+		local     bool
+		health    map[string]Health
+		wantOrder []string
+	}{
+		{
+			name:      "the local pool first while its EPP serves, then the remote clusters",
+			local:     true,
+			health:    map[string]Health{"local": HealthServing, "a": HealthServing, "b": HealthServing},
+			wantOrder: []string{"local", "a", "b"},
+		},
+		{
+			name:      "a local EPP of unknown health is still first",
+			local:     true,
+			health:    map[string]Health{"a": HealthServing},
+			wantOrder: []string{"local", "a", "b"},
+		},
+		{
+			name:      "the remote clusters when the local EPP fails",
+			local:     true,
+			health:    map[string]Health{"local": HealthNotServing, "a": HealthNotServing, "b": HealthServing},
+			wantOrder: []string{"b"},
+		},
+		{
+			name:      "without a local pool it is HealthBased",
+			health:    map[string]Health{"a": HealthNotServing, "b": HealthServing},
+			wantOrder: []string{"b"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			order, err := LocalFirst{}.Order(testBackend(PolicyLocalFirst, tt.local, []string{"a", "b"}), PickRequest{}, &fakeState{health: tt.health})
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantOrder, names(order))
+		})
+	}
+}
+
+func TestMetricsBased(t *testing.T) {
+	fresh := func(queue, kv float64, ready int) *PoolMetrics {
+		return &PoolMetrics{AverageQueue: queue, AverageKVCache: kv, ReadyPods: ready, UpdatedAt: epoch}
+	}
+	stale := func(queue, kv float64) *PoolMetrics {
+		return &PoolMetrics{AverageQueue: queue, AverageKVCache: kv, ReadyPods: 3, UpdatedAt: epoch.Add(-time.Minute)}
+	}
+	tests := []struct {
+		name        string
+		criticality scheduling.Criticality
+		health      map[string]Health
+		metrics     map[string]*PoolMetrics
+		wantOrder   []string
+		wantErr     error
+	}{
+		{
+			name:      "a critical request goes to the cluster with the shortest queue, then by KV cache",
+			metrics:   map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": fresh(2, 0.9, 3), "c": fresh(2, 0.1, 3)},
+			wantOrder: []string{"c", "b", "a"},
+		},
+		{
+			name:        "a sheddable request goes only to clusters with capacity",
+			criticality: scheduling.Sheddable,
+			metrics:     map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": fresh(5, 0.5, 3), "c": fresh(1, 0.95, 3)},
+			wantOrder:   []string{"b"},
+		},
+		{
+			name:        "a sheddable request is shed when every cluster is saturated",
+			criticality: scheduling.Sheddable,
+			metrics:     map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": fresh(6, 0.5, 3), "c": fresh(1, 0.95, 3)},
+			wantErr:     ErrShed,
+		},
+		{
+			name:        "a critical request is never shed, even when every cluster is saturated",
+			criticality: scheduling.Critical,
+			metrics:     map[string]*PoolMetrics{"a": fresh(80, 0.9, 3), "b": fresh(60, 0.99, 3), "c": fresh(70, 0.95, 3)},
+			wantOrder:   []string{"b", "c", "a"},
+		},
+		{
+			name:        "a sheddable request is not shed while a cluster has unknown metrics",
+			criticality: scheduling.Sheddable,
+			metrics:     map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": stale(0, 0)},
+			wantOrder:   []string{"b", "c"},
+		},
+		{
+			name:      "measured clusters come before unmeasured ones",
+			metrics:   map[string]*PoolMetrics{"b": fresh(40, 0.7, 3)},
+			wantOrder: []string{"b", "a", "c"},
+		},
+		{
+			name:      "a cluster whose pool has no ready pod is skipped",
+			metrics:   map[string]*PoolMetrics{"a": fresh(0, 0, 0), "b": fresh(10, 0.5, 2), "c": fresh(20, 0.5, -1)},
+			wantOrder: []string{"b", "c"},
+		},
+		{
+			name:      "a cluster whose EPP is not serving is skipped",
+			health:    map[string]Health{"a": HealthNotServing},
+			metrics:   map[string]*PoolMetrics{"a": fresh(0, 0, 3), "b": fresh(10, 0.5, 3), "c": fresh(20, 0.5, 3)},
+			wantOrder: []string{"b", "c"},
+		},
+		{
+			name:      "without fresh metrics the order is HealthBased's",
+			health:    map[string]Health{"a": HealthNotServing, "b": HealthServing},
+			metrics:   map[string]*PoolMetrics{"b": stale(0, 0)},
+			wantOrder: []string{"b", "c"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := NewMetricsBased(scheduling.DefaultConfig())
+			order, err := p.Order(testBackend(PolicyMetricsBased, false, []string{"a", "b", "c"}),
+				PickRequest{Criticality: tt.criticality, Now: epoch}, &fakeState{health: tt.health, metrics: tt.metrics})
+			if tt.wantErr != nil {
+				assert.ErrorIs(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			names := names(order)
+			// Unmeasured clusters come last in random order; compare them as a set.
+			assert.Equal(t, len(tt.wantOrder), len(names), "%v", names)
+			measured := 0
+			for _, n := range tt.wantOrder {
+				if m := tt.metrics[n]; m != nil && m.UpdatedAt.Equal(epoch) {
+					measured++
+				}
+			}
+			assert.Equal(t, tt.wantOrder[:measured], names[:measured])
+			assert.ElementsMatch(t, tt.wantOrder[measured:], names[measured:])
+		})
+	}
+}
+
+func TestNewPolicies(t *testing.T) {
+	ps := NewPolicies(scheduling.DefaultConfig())
+	for _, p := range Policies {
+		assert.NotNil(t, ps[p], p)
+	}
+	_, err := ParsePolicy("RoundRobin")
+	assert.Error(t, err)
+	p, err := ParsePolicy("LocalFirst")
+	require.NoError(t, err)
+	assert.Equal(t, PolicyLocalFirst, p)
+}

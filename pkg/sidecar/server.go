@@ -1,0 +1,285 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/scheduling"
+)
+
+// Defaults of ServerConfig.
+const (
+	DefaultMaxRequestBodyBytes = epp.DefaultMaxRequestBodyBytes
+	// DefaultAttemptTimeout bounds one EPP's answer. Keep it well below the
+	// gateway's ext_proc message timeout, so that the next cluster can still
+	// be tried in time.
+	DefaultAttemptTimeout = 2 * time.Second
+)
+
+// ServerConfig configures the ext_proc server.
+type ServerConfig struct {
+	// MaxRequestBodyBytes bounds a buffered request body (413 past it);
+	// <= 0: DefaultMaxRequestBodyBytes.
+	MaxRequestBodyBytes int64
+	// AttemptTimeout bounds the wait for one EPP's answer; <= 0:
+	// DefaultAttemptTimeout.
+	AttemptTimeout time.Duration
+	// Scheduling configures the MetricsBased policy's filter chain.
+	Scheduling scheduling.Config
+}
+
+// FailureRecorder learns of EPPs that failed a request (passive health).
+type FailureRecorder interface {
+	Failed(c *Cluster)
+}
+
+// Server is the sidecar's ext_proc service. For each request stream of the
+// gateway it reads the request whole, matches its HTTPRoute rule, picks a
+// backendRef by weight and orders the backend's clusters by policy; then it
+// answers with the first cluster that takes the request: a cluster's EPP
+// (EndpointMode), to which the request is relayed and whose answer — the
+// model server's address as destination, the possibly rewritten body, or
+// an error of its own — goes back to the gateway; or a remote parent
+// gateway (ParentMode), given as the destination with the request's host
+// and path unchanged.
+//
+// Everything happens on the stream's goroutine (plus one sender per EPP
+// stream), so a stream the gateway abandons leaves nothing behind.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+
+	router   *Router
+	state    State
+	policies map[Policy]ClusterPolicy
+	relay    *relayer
+	metrics  *Metrics
+	maxBody  int64
+	logger   logr.Logger
+}
+
+// NewServer returns the ext_proc service. state tells the policies what is
+// known of the clusters; if it is also a FailureRecorder it learns of
+// failed EPPs. metrics may be nil.
+func NewServer(router *Router, state State, cfg ServerConfig, metrics *Metrics, logger logr.Logger) *Server {
+	if cfg.MaxRequestBodyBytes <= 0 {
+		cfg.MaxRequestBodyBytes = DefaultMaxRequestBodyBytes
+	}
+	if cfg.AttemptTimeout <= 0 {
+		cfg.AttemptTimeout = DefaultAttemptTimeout
+	}
+	return &Server{
+		router:   router,
+		state:    state,
+		policies: NewPolicies(cfg.Scheduling),
+		relay:    newRelayer(cfg.AttemptTimeout),
+		metrics:  metrics,
+		maxBody:  cfg.MaxRequestBodyBytes,
+		logger:   logger,
+	}
+}
+
+// Close closes the connections to EPPs.
+func (s *Server) Close() { s.relay.close() }
+
+// Retain keeps connections to the EPPs of t and lets the others go.
+func (s *Server) Retain(t *Table) {
+	keep := map[string]bool{}
+	for _, c := range t.Clusters() {
+		if c.EPP != "" {
+			keep[c.EPP] = true
+		}
+	}
+	s.relay.retain(keep)
+}
+
+// Process serves one request's stream.
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	ctx := stream.Context()
+	if s.metrics != nil {
+		s.metrics.streams.Inc()
+		defer s.metrics.streams.Dec()
+	}
+	rec := &recorder{Stream: stream}
+	req, err := extproc.ReadRequest(rec, s.maxBody)
+	start := time.Now()
+	switch {
+	case errors.Is(err, extproc.ErrBodyTooLarge):
+		s.metrics.request("", OutcomeError, http.StatusRequestEntityTooLarge)
+		return stream.Send(extproc.ErrorResponse(http.StatusRequestEntityTooLarge, err.Error()))
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	case errors.Is(err, extproc.ErrProtocol):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case err != nil:
+		return err
+	}
+
+	resps, a := s.answer(ctx, req, rec.msgs, start)
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	if err := extproc.SendAll(stream, resps); err != nil {
+		return err
+	}
+	s.metrics.answered(time.Since(start))
+	s.metrics.request(a.cluster, a.outcome, a.code)
+	if log := s.logger.V(4); log.Enabled() {
+		log.Info("Answered request", "host", req.Header(":authority"), "path", req.Header(":path"),
+			"route", a.route, "backend", a.backend, "cluster", a.cluster, "outcome", a.outcome, "code", a.code, "tried", a.tried)
+	}
+
+	// A gateway configured to send the response phase as well gets it back
+	// unchanged, until it ends the stream.
+	for {
+		msg, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp, err := extproc.PassThrough(msg, req.ProtocolConfig)
+		if err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// answered is what became of a request, for metrics and logs.
+type answered struct {
+	route, backend, cluster, outcome string
+	code                             int
+	tried                            []string
+}
+
+// answer decides where the request goes and returns the responses for the
+// gateway.
+func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extprocv3.ProcessingRequest, start time.Time) ([]*extprocv3.ProcessingResponse, answered) {
+	var a answered
+	refuse := func(code int, outcome, format string, args ...any) ([]*extprocv3.ProcessingResponse, answered) {
+		a.code, a.outcome = code, outcome
+		return []*extprocv3.ProcessingResponse{extproc.ErrorResponse(code, fmt.Sprintf(format, args...))}, a
+	}
+
+	attrs := AttrsFromRequest(req)
+	rule := s.router.Table().Match(&attrs)
+	if rule == nil {
+		s.metrics.picked(time.Since(start))
+		return refuse(http.StatusNotFound, OutcomeNoRoute, "no HTTPRoute rule matches host %q path %q", attrs.Host, attrs.Path)
+	}
+	a.route = fmt.Sprintf("%s#%d", rule.Route, rule.Index)
+	be := rule.PickBackend()
+	if be == nil {
+		s.metrics.picked(time.Since(start))
+		return refuse(http.StatusInternalServerError, OutcomeInvalidBackend, "HTTPRoute %s rule %d has no backendRef with a weight", rule.Route, rule.Index)
+	}
+	a.backend = be.String()
+	if be.Invalid != "" {
+		s.metrics.picked(time.Since(start))
+		return refuse(http.StatusInternalServerError, OutcomeInvalidBackend, "HTTPRoute %s: %s", rule.Route, be.Invalid)
+	}
+	pr := PickRequest{Now: start}
+	if be.Policy == PolicyMetricsBased {
+		// Criticality only matters to the metrics-based ranking, which is
+		// the only one worth a look at the body.
+		if body, err := epp.ParseBody(req.Body); err == nil {
+			pr.Criticality = be.Criticality(body.Model())
+		}
+	}
+	order, err := s.policies[be.Policy].Order(be, pr, s.state)
+	s.metrics.picked(time.Since(start))
+	if errors.Is(err, ErrShed) {
+		return refuse(http.StatusTooManyRequests, OutcomeShed, "%s: %v", be, err)
+	}
+
+	var last *refusal
+	try := func(c *Cluster) []*extprocv3.ProcessingResponse {
+		a.tried = append(a.tried, c.Name)
+		if c.Mode == v1alpha1.RoutingModeParent {
+			a.cluster, a.outcome, a.code = c.Name, OutcomeParent, http.StatusOK
+			return req.Route([]string{c.Parent}, nil)
+		}
+		send := msgs
+		if !c.Local {
+			send = withoutSubsetHint(msgs)
+		}
+		resps, err := s.relay.relay(ctx, c.EPP, send)
+		if err == nil {
+			a.cluster, a.outcome, a.code = c.Name, OutcomeRouted, http.StatusOK
+			if ir := resps[0].GetImmediateResponse(); ir != nil {
+				a.outcome, a.code = OutcomeRefused, int(ir.GetStatus().GetCode())
+			}
+			return resps
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		var r *refusal
+		if errors.As(err, &r) {
+			last = r
+		} else {
+			s.metrics.eppFailure(c.Name)
+			if fr, ok := s.state.(FailureRecorder); ok {
+				fr.Failed(c)
+			}
+		}
+		s.logger.V(2).Info("EPP did not take the request; trying the next cluster", "backend", be.String(), "cluster", c.Name, "epp", c.EPP, "err", err)
+		return nil
+	}
+
+	for _, c := range order {
+		if resps := try(c); resps != nil || ctx.Err() != nil {
+			return resps, a
+		}
+	}
+
+	if be.FailureMode == poolv1.FailOpen {
+		// FailOpen: the clusters the policy left out (known unhealthy, or
+		// without capacity) are better than nothing; the health they were
+		// left out for may be stale.
+		rest := slices.Clone(be.Clusters)
+		if be.Local != nil && be.Policy == PolicyLocalFirst {
+			rest = append(rest, be.Local)
+		}
+		for _, c := range rest {
+			if slices.Contains(order, c) || (c.Weight == 0 && be.Policy != PolicyMetricsBased) {
+				continue
+			}
+			if resps := try(c); resps != nil || ctx.Err() != nil {
+				return resps, a
+			}
+		}
+		// Nothing can pick an endpoint: let the request go on unchanged,
+		// without a destination, to whatever the gateway does on its own
+		// (for a local pool, its own load balancing over the pool, which is
+		// what FailOpen means for a single cluster; for a remote one there
+		// is nothing, and the gateway answers 503 itself).
+		a.outcome, a.code = OutcomeFailOpen, http.StatusOK
+		return req.Forward(nil, nil, req.Body), a
+	}
+	if last != nil {
+		a.outcome, a.code = OutcomeUnavailable, http.StatusServiceUnavailable
+		return []*extprocv3.ProcessingResponse{last.resp}, a
+	}
+	if len(a.tried) == 0 {
+		return refuse(http.StatusServiceUnavailable, OutcomeUnavailable, "%s has no cluster available", be)
+	}
+	return refuse(http.StatusServiceUnavailable, OutcomeUnavailable, "%s: no cluster's EPP answered (tried %v)", be, a.tried)
+}

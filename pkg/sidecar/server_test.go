@@ -1,0 +1,518 @@
+package sidecar
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/scheduling"
+	extproctest "github.com/mci-dev/mci/test/extproc"
+)
+
+// What a fake EPP does with a request.
+const (
+	eppRoute       int32 = iota // answer with its destination
+	eppFail                     // end the stream with an error before answering
+	eppHang                     // never answer
+	eppUnavailable              // answer 503: its pool has no endpoint
+	eppShed                     // answer 429
+)
+
+// fakeEPP is a minimal Endpoint Picker on 127.0.0.1: it routes every
+// request to its own destination and says so in a header, or misbehaves on
+// demand.
+type fakeEPP struct {
+	name, dest string
+	mode       atomic.Int32
+	calls      atomic.Int64
+	addr       string
+	srv        *grpc.Server
+
+	mu       sync.Mutex
+	subsets  []bool // whether each request carried a subset hint
+	lastBody []byte
+}
+
+func startFakeEPP(t *testing.T, name, dest string) *fakeEPP {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	f := &fakeEPP{name: name, dest: dest, addr: lis.Addr().String(), srv: grpc.NewServer()}
+	extprocv3.RegisterExternalProcessorServer(f.srv, f)
+	go func() { _ = f.srv.Serve(lis) }()
+	t.Cleanup(f.srv.Stop)
+	return f
+}
+
+func (f *fakeEPP) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	f.calls.Add(1)
+	req, err := extproc.ReadRequest(stream, 0)
+	if err != nil {
+		return err
+	}
+	_, hasSubset, _ := extproc.SubsetHint(req.Metadata)
+	f.mu.Lock()
+	f.subsets = append(f.subsets, hasSubset)
+	f.lastBody = req.Body
+	f.mu.Unlock()
+	switch f.mode.Load() {
+	case eppFail:
+		return status.Error(codes.Internal, "picker exploded")
+	case eppHang:
+		<-stream.Context().Done()
+		return stream.Context().Err()
+	case eppUnavailable:
+		return stream.Send(extproc.ErrorResponse(http.StatusServiceUnavailable, "no ready endpoints in "+f.name))
+	case eppShed:
+		return stream.Send(extproc.ErrorResponse(http.StatusTooManyRequests, "shed by "+f.name))
+	}
+	mutation := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+		extproc.SetHeader(extproc.DestinationEndpointHeader, f.dest),
+		extproc.SetHeader("x-picked-by", f.name),
+	}}
+	if err := extproc.SendAll(stream, req.Forward(mutation, extproc.DestinationMetadata(f.dest), req.Body)); err != nil {
+		return err
+	}
+	for {
+		msg, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp, err := extproc.PassThrough(msg, req.ProtocolConfig)
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+func hostPort(t *testing.T, addr string) (string, int32) {
+	t.Helper()
+	h, p, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	n, err := strconv.Atoi(p)
+	require.NoError(t, err)
+	return h, int32(n)
+}
+
+// harness is a sidecar ext_proc Server on 127.0.0.1 with a table built from
+// its inputs, and a gateway-like client.
+type harness struct {
+	router  *Router
+	state   *fakeState
+	server  *Server
+	client  *extproctest.Client
+	metrics *Metrics
+}
+
+func startServer(t *testing.T, in Inputs, st *fakeState) *harness {
+	t.Helper()
+	h := &harness{router: NewRouter(), state: st}
+	tbl, _ := Build(in)
+	h.router.Publish(tbl)
+	h.metrics = NewMetrics(prometheus.NewRegistry(), nil, nil)
+	h.server = NewServer(h.router, st, ServerConfig{AttemptTimeout: 300 * time.Millisecond, Scheduling: scheduling.DefaultConfig()}, h.metrics, logr.Discard())
+	t.Cleanup(h.server.Close)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(srv, h.server)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	c, err := extproctest.Dial(lis.Addr().String(), extproctest.Options{MessageTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	h.client = c
+	return h
+}
+
+func (h *harness) do(t *testing.T, req extproctest.Request) *extproctest.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := h.client.Do(ctx, req)
+	require.NoError(t, err)
+	return res
+}
+
+var chatBody = []byte(`{"model":"chat","prompt":"hello"}`)
+
+// twoClusterImport is an import of clusters a and c whose EPPs are a and c.
+func twoClusterImport(t *testing.T, a, c *fakeEPP) *v1alphaImport {
+	ah, ap := hostPort(t, a.addr)
+	ch, cp := hostPort(t, c.addr)
+	return importOf("llm", imported{name: "cluster-a", addr: ah, port: ap}, imported{name: "cluster-c", addr: ch, port: cp})
+}
+
+func TestServerRelaysToTheChosenEPP(t *testing.T) {
+	a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+	c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
+	h := startServer(t, Inputs{
+		Routes:  []*gatewayv1.HTTPRoute{route("r", 0, []string{"my.model.com"}, rule([]gatewayv1.HTTPRouteMatch{prefix("/v1")}, importRef("llm", nil)))},
+		Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+	}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}})
+
+	res := h.do(t, extproctest.Request{Authority: "my.model.com", Path: "/v1/completions", Body: chatBody})
+	require.Nil(t, res.Immediate)
+	assert.Equal(t, "10.1.0.1:8000", res.Destination, "the EPP's destination reaches the gateway")
+	assert.Equal(t, "epp-a", res.Headers.Get("x-picked-by"), "the EPP's header mutations reach the gateway")
+	assert.Equal(t, chatBody, res.Body, "the body streams back")
+	assert.Equal(t, "my.model.com", res.Headers.Get(":authority"))
+	assert.Equal(t, chatBody, a.lastBody, "the EPP got the whole body")
+	assert.EqualValues(t, 0, c.calls.Load())
+	assert.Equal(t, 1.0, testutil.ToFloat64(h.metrics.requests.WithLabelValues("cluster-a", OutcomeRouted, "200")))
+
+	t.Run("a request without a body", func(t *testing.T) {
+		res := h.do(t, extproctest.Request{Method: "GET", Authority: "my.model.com", Path: "/v1/models"})
+		require.Nil(t, res.Immediate)
+		assert.Equal(t, "10.1.0.1:8000", res.Destination)
+	})
+
+	t.Run("a large body in many chunks", func(t *testing.T) {
+		big := make([]byte, 300<<10)
+		for i := range big {
+			big[i] = 'x'
+		}
+		copy(big, `{"model":"chat","prompt":"`)
+		big[len(big)-2], big[len(big)-1] = '"', '}'
+		res := h.do(t, extproctest.Request{Authority: "my.model.com", Path: "/v1/completions", Body: big, ChunkSize: 7000})
+		require.Nil(t, res.Immediate)
+		assert.Equal(t, big, res.Body)
+	})
+
+	t.Run("no matching rule is 404", func(t *testing.T) {
+		res := h.do(t, extproctest.Request{Authority: "other.com", Path: "/v1/completions", Body: chatBody})
+		require.NotNil(t, res.Immediate)
+		assert.Equal(t, http.StatusNotFound, res.Immediate.StatusCode)
+	})
+}
+
+func TestServerFailsOverToTheNextCluster(t *testing.T) {
+	tests := []struct {
+		name string
+		// break the first EPP
+		breakA func(a *fakeEPP)
+		// whether the failure counts against the EPP's health
+		wantFailed bool
+	}{
+		{name: "the first EPP ends the stream with an error", breakA: func(a *fakeEPP) { a.mode.Store(eppFail) }, wantFailed: true},
+		{name: "the first EPP does not answer in time", breakA: func(a *fakeEPP) { a.mode.Store(eppHang) }, wantFailed: true},
+		{name: "the first EPP is down", breakA: func(a *fakeEPP) { a.srv.Stop() }, wantFailed: true},
+		{name: "the first EPP's pool has no endpoint (503)", breakA: func(a *fakeEPP) { a.mode.Store(eppUnavailable) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+			c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
+			st := &fakeState{health: map[string]Health{"cluster-a": HealthServing}}
+			h := startServer(t, Inputs{
+				Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
+				Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+			}, st)
+			tt.breakA(a)
+
+			res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+			require.Nil(t, res.Immediate, "%+v", res.Immediate)
+			assert.Equal(t, "10.3.0.1:8000", res.Destination, "the next cluster answered")
+			assert.Equal(t, chatBody, res.Body)
+			assert.EqualValues(t, 1, c.calls.Load())
+			if tt.wantFailed {
+				assert.Equal(t, []string{"cluster-a"}, st.failed, "the failure is recorded against the EPP")
+			} else {
+				assert.Empty(t, st.failed)
+			}
+		})
+	}
+}
+
+func TestServerFailureModes(t *testing.T) {
+	setup := func(t *testing.T, annotations ...string) (*harness, *fakeEPP, *fakeEPP) {
+		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+		c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
+		h := startServer(t, Inputs{
+			Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), annotations...)},
+			Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+		}, &fakeState{health: map[string]Health{"cluster-a": HealthServing, "cluster-c": HealthServing}})
+		return h, a, c
+	}
+
+	t.Run("FailClose answers 503 when no cluster's EPP answers", func(t *testing.T) {
+		h, a, c := setup(t)
+		a.mode.Store(eppFail)
+		c.mode.Store(eppFail)
+		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+		require.NotNil(t, res.Immediate)
+		assert.Equal(t, http.StatusServiceUnavailable, res.Immediate.StatusCode)
+		assert.Contains(t, res.Immediate.Details, "no cluster's EPP answered")
+	})
+
+	t.Run("FailClose relays the last EPP's own 503", func(t *testing.T) {
+		h, a, c := setup(t)
+		a.mode.Store(eppUnavailable)
+		c.mode.Store(eppUnavailable)
+		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+		require.NotNil(t, res.Immediate)
+		assert.Equal(t, http.StatusServiceUnavailable, res.Immediate.StatusCode)
+		assert.Contains(t, res.Immediate.Details, "no ready endpoints in epp-")
+	})
+
+	t.Run("FailOpen lets the request go on unchanged without a destination", func(t *testing.T) {
+		h, a, c := setup(t, FailureModeAnnotation, "FailOpen")
+		a.mode.Store(eppFail)
+		c.mode.Store(eppFail)
+		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+		require.Nil(t, res.Immediate)
+		assert.Empty(t, res.Destination)
+		assert.Equal(t, chatBody, res.Body)
+	})
+
+	t.Run("an EPP's own refusal other than 503 is relayed, not retried", func(t *testing.T) {
+		h, a, c := setup(t, PolicyAnnotation, "Weighted", ClusterWeightsAnnotation, "cluster-c=0")
+		a.mode.Store(eppShed)
+		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+		require.NotNil(t, res.Immediate)
+		assert.Equal(t, http.StatusTooManyRequests, res.Immediate.StatusCode)
+		assert.EqualValues(t, 0, c.calls.Load())
+	})
+
+	t.Run("FailOpen tries the clusters the policy left out before giving up", func(t *testing.T) {
+		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+		c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
+		h := startServer(t, Inputs{
+			Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), FailureModeAnnotation, "FailOpen")},
+			Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+		}, &fakeState{health: map[string]Health{"cluster-a": HealthNotServing, "cluster-c": HealthNotServing}})
+		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+		require.Nil(t, res.Immediate)
+		assert.Equal(t, "10.1.0.1:8000", res.Destination, "a probe said down, the EPP answered")
+	})
+
+	t.Run("FailClose does not try clusters known to be down", func(t *testing.T) {
+		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+		c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
+		h := startServer(t, Inputs{
+			Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
+			Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+		}, &fakeState{health: map[string]Health{"cluster-a": HealthNotServing, "cluster-c": HealthNotServing}})
+		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+		require.NotNil(t, res.Immediate)
+		assert.Equal(t, http.StatusServiceUnavailable, res.Immediate.StatusCode)
+		assert.Contains(t, res.Immediate.Details, "has no cluster available")
+		assert.EqualValues(t, 0, a.calls.Load()+c.calls.Load())
+	})
+}
+
+func TestServerParentMode(t *testing.T) {
+	h := startServer(t, Inputs{
+		Routes:  []*gatewayv1.HTTPRoute{route("r", 0, []string{"my.model.com"}, rule(nil, importRef("llm", nil)))},
+		Imports: []*v1alphaImport{importOf("llm", imported{name: "cluster-a", parent: "127.0.2.9"})},
+	}, &fakeState{})
+	res := h.do(t, extproctest.Request{Authority: "my.model.com", Path: "/v1/completions?x=1", Body: chatBody})
+	require.Nil(t, res.Immediate)
+	assert.Equal(t, "127.0.2.9:80", res.Destination, "the remote parent gateway")
+	assert.Equal(t, "my.model.com", res.Headers.Get(":authority"), "the host is kept")
+	assert.Equal(t, "/v1/completions?x=1", res.Headers.Get(":path"), "the path is kept")
+	assert.Equal(t, chatBody, res.Body)
+	assert.Equal(t, 1.0, testutil.ToFloat64(h.metrics.requests.WithLabelValues("cluster-a", OutcomeParent, "200")))
+}
+
+func TestServerGatewayAPIErrors(t *testing.T) {
+	h := startServer(t, Inputs{
+		Routes: []*gatewayv1.HTTPRoute{
+			route("missing", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/missing")}, importRef("nope", nil))),
+			route("service", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/service")}, backendRef("", "Service", "svc", nil))),
+			route("none", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/none")})),
+			route("notready", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/notready")}, importRef("down", nil))),
+		},
+		Imports: []*v1alphaImport{importOf("down", imported{name: "cluster-a", addr: "127.0.0.1", port: 1, ready: metav1.ConditionFalse})},
+	}, &fakeState{})
+	for path, code := range map[string]int{"/missing": 500, "/service": 500, "/none": 500, "/notready": 503, "/elsewhere": 404} {
+		t.Run(path, func(t *testing.T) {
+			res := h.do(t, extproctest.Request{Path: path, Body: chatBody})
+			require.NotNil(t, res.Immediate)
+			assert.Equal(t, code, res.Immediate.StatusCode, res.Immediate.Details)
+		})
+	}
+}
+
+func TestServerShedsOnlyWhenEveryClusterIsSaturated(t *testing.T) {
+	a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+	c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
+	models := []*v1alpha2.InferenceModel{{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "batch"},
+		Spec:       v1alpha2.InferenceModelSpec{ModelName: "batch", Criticality: ptr.To(v1alpha2.Sheddable), PoolRef: v1alpha2.PoolObjectReference{Name: "llm"}},
+	}}
+	now := time.Now()
+	saturated := &PoolMetrics{AverageQueue: 20, AverageKVCache: 0.9, ReadyPods: 2, UpdatedAt: now.Add(time.Hour)}
+	idle := &PoolMetrics{AverageQueue: 0, AverageKVCache: 0.1, ReadyPods: 2, UpdatedAt: now.Add(time.Hour)}
+	st := &fakeState{metrics: map[string]*PoolMetrics{"cluster-a": saturated, "cluster-c": idle}}
+	h := startServer(t, Inputs{
+		Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), PolicyAnnotation, "MetricsBased")},
+		Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+		Models:  models,
+	}, st)
+	batch := []byte(`{"model":"batch","prompt":"x"}`)
+
+	res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: batch})
+	require.Nil(t, res.Immediate)
+	assert.Equal(t, "10.3.0.1:8000", res.Destination, "the cluster with capacity")
+
+	st.metrics["cluster-c"] = saturated
+	res = h.do(t, extproctest.Request{Path: "/v1/completions", Body: batch})
+	require.NotNil(t, res.Immediate)
+	assert.Equal(t, http.StatusTooManyRequests, res.Immediate.StatusCode)
+
+	res = h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+	require.Nil(t, res.Immediate, "a standard request is never shed")
+}
+
+func TestServerSubsetHintGoesToTheLocalEPPOnly(t *testing.T) {
+	local := startFakeEPP(t, "epp-local", "10.2.0.1:8000")
+	remote := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+	lh, lp := hostPort(t, local.addr)
+	rh, rp := hostPort(t, remote.addr)
+	p := pool("llm", "")
+	p.Spec.EndpointPickerRef.Port.Number = lp
+	h := startServer(t, Inputs{
+		Routes: []*gatewayv1.HTTPRoute{
+			route("local", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/local")}, poolRef("llm", nil))),
+			route("remote", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/remote")}, importRef("llm", nil))),
+		},
+		Pools:    []*poolv1.InferencePool{p},
+		Services: []*corev1.Service{eppService("llm", lh)},
+		Imports:  []*v1alphaImport{importOf("llm", imported{name: "cluster-a", addr: rh, port: rp})},
+	}, &fakeState{})
+	hint := extproc.SubsetHintMetadata("10.2.0.1:8000")
+
+	res := h.do(t, extproctest.Request{Path: "/local", Body: chatBody, Metadata: hint})
+	assert.Equal(t, "10.2.0.1:8000", res.Destination)
+	res = h.do(t, extproctest.Request{Path: "/remote", Body: chatBody, Metadata: hint})
+	assert.Equal(t, "10.1.0.1:8000", res.Destination)
+	assert.Equal(t, []bool{true}, local.subsets)
+	assert.Equal(t, []bool{false}, remote.subsets, "the local endpoints mean nothing to a remote EPP")
+}
+
+// TestServerSplitsFiftyFifty runs the proposal's 50/50 example through the
+// data path: a local InferencePool and an InferencePoolImport, weight 50
+// each, and every request relayed to the chosen EPP.
+func TestServerSplitsFiftyFifty(t *testing.T) {
+	local := startFakeEPP(t, "epp-local", "10.2.0.1:8000")
+	remote := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+	lh, lp := hostPort(t, local.addr)
+	rh, rp := hostPort(t, remote.addr)
+	p := pool("llm", "")
+	p.Spec.EndpointPickerRef.Port.Number = lp
+	h := startServer(t, Inputs{
+		Routes: []*gatewayv1.HTTPRoute{route("llm-route", 0, []string{"my.model.com"}, rule([]gatewayv1.HTTPRouteMatch{prefix("/completions")},
+			poolRef("llm", ptr.To[int32](50)), importRef("llm", ptr.To[int32](50))))},
+		Pools:    []*poolv1.InferencePool{p},
+		Services: []*corev1.Service{eppService("llm", lh)},
+		Imports:  []*v1alphaImport{importOf("llm", imported{name: "cluster-a", addr: rh, port: rp})},
+	}, &fakeState{})
+
+	const n = 400
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range n / 4 {
+				res := h.do(t, extproctest.Request{Authority: "my.model.com", Path: "/completions", Body: chatBody})
+				assert.NotEmpty(t, res.Destination)
+			}
+		})
+	}
+	wg.Wait()
+	assert.EqualValues(t, n/2, local.calls.Load())
+	assert.EqualValues(t, n/2, remote.calls.Load())
+}
+
+func TestRelayCollectsTheWholeAnswer(t *testing.T) {
+	e := startFakeEPP(t, "epp", "10.0.0.1:8000")
+	r := newRelayer(time.Second)
+	defer r.close()
+	headers := func(eos bool) *extprocv3.ProcessingRequest {
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/")}}}, EndOfStream: eos,
+		}}}
+	}
+	chunk := func(s string, eos bool) *extprocv3.ProcessingRequest {
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(s), EndOfStream: eos}}}
+	}
+	trailers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}}
+
+	tests := []struct {
+		name      string
+		msgs      []*extprocv3.ProcessingRequest
+		wantShape shape
+		wantKinds []string
+	}{
+		{name: "headers only", msgs: []*extprocv3.ProcessingRequest{headers(true)}, wantKinds: []string{"headers"}},
+		{
+			name: "a body ended by end_of_stream", msgs: []*extprocv3.ProcessingRequest{headers(false), chunk("ab", false), chunk("c", true)},
+			wantShape: shape{hasBody: true}, wantKinds: []string{"headers", "body"},
+		},
+		{
+			name: "a body ended by trailers", msgs: []*extprocv3.ProcessingRequest{headers(false), chunk("abc", false), trailers},
+			wantShape: shape{hasBody: true, endedByTrailers: true}, wantKinds: []string{"headers", "body", "trailers"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.wantShape, shapeOf(tt.msgs))
+			resps, err := r.relay(context.Background(), e.addr, tt.msgs)
+			require.NoError(t, err)
+			var kinds []string
+			for _, resp := range resps {
+				switch {
+				case resp.GetRequestHeaders() != nil:
+					kinds = append(kinds, "headers")
+					assert.Equal(t, "10.0.0.1:8000", extproc.DestinationFromMetadata(resp.GetDynamicMetadata()))
+				case resp.GetRequestBody() != nil:
+					kinds = append(kinds, "body")
+				case resp.GetRequestTrailers() != nil:
+					kinds = append(kinds, "trailers")
+				}
+			}
+			assert.Equal(t, tt.wantKinds, kinds)
+		})
+	}
+
+	t.Run("an EPP that is not there fails fast", func(t *testing.T) {
+		dead, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := dead.Addr().String()
+		require.NoError(t, dead.Close())
+		start := time.Now()
+		_, err = r.relay(context.Background(), addr, []*extprocv3.ProcessingRequest{headers(true)})
+		require.ErrorIs(t, err, errNoAnswer)
+		assert.Less(t, time.Since(start), 500*time.Millisecond)
+	})
+}

@@ -1,0 +1,203 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
+
+	"github.com/mci-dev/mci/pkg/epp"
+	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
+	"github.com/mci-dev/mci/pkg/scheduling"
+	extproctest "github.com/mci-dev/mci/test/extproc"
+)
+
+// modelServer stands for a vLLM pod on 127.0.0.1: idle metrics, and an
+// inference endpoint that says who served the request.
+func modelServer(t *testing.T, name string) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			fmt.Fprint(w, "vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.1\n")
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = json.NewEncoder(w).Encode(map[string]string{"served_by": name, "host": r.Host, "path": r.URL.Path})
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// runEPP runs a pkg/epp Endpoint Picker on 127.0.0.1 in front of one model
+// server; stop takes it down.
+func runEPP(t *testing.T, model *httptest.Server) (e *epp.EPP, stop func()) {
+	e, err := epp.New(epp.Config{
+		BindAddress: "127.0.0.1", PoolName: "llm", ScrapeInterval: 50 * time.Millisecond,
+		Picker: epp.PickerConfig{Scheduling: scheduling.DefaultConfig()},
+	}, epp.StaticSource{Endpoints: []epp.Endpoint{{Name: "pod", Address: model.Listener.Addr().String()}}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		_ = e.Run(ctx)
+		close(done)
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}
+	t.Cleanup(stop)
+	return e, stop
+}
+
+// eppImported is the import entry of a cluster whose EPP is e.
+func eppImported(t *testing.T, name string, e *epp.EPP) func(*v1alphaImport) {
+	return func(imp *v1alphaImport) {
+		host, port := hostPort(t, e.GRPCAddr())
+		_, hp := hostPort(t, e.HealthAddr())
+		_, mp := hostPort(t, e.MetricsAddr())
+		entry := importOf("x", imported{name: name, addr: host, port: port}).Status.Clusters[0]
+		entry.EndpointPicker.Health.Port = hp
+		entry.EndpointPicker.Metrics.Port = mp
+		imp.Status.Clusters = append(imp.Status.Clusters, entry)
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestSidecarDataPath runs the whole data path on loopback: an Envoy-like
+// gateway (test/extproc.Proxy) asks the sidecar, which relays to one of two
+// clusters' real EPPs (pkg/epp), whose model server answers. Taking one
+// EPP down moves the traffic to the other cluster with no failed request.
+func TestSidecarDataPath(t *testing.T) {
+	msA, msC := modelServer(t, "model-a"), modelServer(t, "model-c")
+	eppA, stopA := runEPP(t, msA)
+	eppC, _ := runEPP(t, msC)
+
+	imp := importOf("llm")
+	eppImported(t, "cluster-a", eppA)(imp)
+	eppImported(t, "cluster-c", eppC)(imp)
+	r := route("llm-route", 0, []string{"my.model.com"}, rule([]gatewayv1.HTTPRouteMatch{prefix("/v1")}, importRef("llm", nil)))
+	r.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw"}}
+
+	s, err := New(Config{
+		BindAddress:    "127.0.0.1",
+		Watch:          WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: PolicyHealthBased, Gateways: gatewayRefs("example/inf-gw")},
+		Server:         ServerConfig{AttemptTimeout: time.Second, Scheduling: scheduling.DefaultConfig()},
+		HealthInterval: 50 * time.Millisecond,
+		DrainTimeout:   2 * time.Second,
+	}, Clients{
+		Kube:    kubefake.NewSimpleClientset(),
+		MCI:     mcifake.NewSimpleClientset(imp),
+		Gateway: gatewayfake.NewSimpleClientset(r),
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			cancel()
+			<-done
+		}
+	}()
+
+	// Ready once the table is built.
+	hc, err := grpc.NewClient(s.HealthAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer func() { _ = hc.Close() }()
+	serving := func() bool {
+		resp, err := healthpb.NewHealthClient(hc).Check(context.Background(), &healthpb.HealthCheckRequest{})
+		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	}
+	require.Eventually(t, serving, 10*time.Second, 10*time.Millisecond)
+	// And once the prober has seen both EPPs, so the split is even.
+	require.Eventually(t, func() bool {
+		_, body := get(t, "http://"+s.MetricsAddr()+"/metrics")
+		return strings.Count(body, "mci_sidecar_epp_healthy{") == 2 && !strings.Contains(body, "mci_sidecar_epp_healthy{cluster=\"cluster-a\",pool=\"example/llm\"} 0")
+	}, 10*time.Second, 20*time.Millisecond)
+
+	client, err := extproctest.Dial(s.GRPCAddr(), extproctest.Options{MessageTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	defer func() { _ = client.Close() }()
+	gw := httptest.NewServer(extproctest.NewProxy(client, nil))
+	defer gw.Close()
+
+	send := func() (int, map[string]string) {
+		req, err := http.NewRequest(http.MethodPost, gw.URL+"/v1/completions", strings.NewReader(`{"model":"base","prompt":"hi"}`))
+		require.NoError(t, err)
+		req.Host = "my.model.com"
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer func() { _ = resp.Body.Close() }()
+		var out map[string]string
+		b, _ := io.ReadAll(resp.Body)
+		_ = json.Unmarshal(b, &out)
+		if out == nil {
+			out = map[string]string{"body": string(b)}
+		}
+		return resp.StatusCode, out
+	}
+
+	served := map[string]int{}
+	for range 40 {
+		code, out := send()
+		require.Equal(t, http.StatusOK, code, out)
+		served[out["served_by"]]++
+		assert.Equal(t, "my.model.com", out["host"])
+		assert.Equal(t, "/v1/completions", out["path"])
+	}
+	assert.Equal(t, map[string]int{"model-a": 20, "model-c": 20}, served, "two healthy clusters of equal weight share equally")
+
+	// cluster-a's EPP goes down: every request still succeeds, on cluster-c.
+	stopA()
+	served = map[string]int{}
+	for range 40 {
+		code, out := send()
+		require.Equal(t, http.StatusOK, code, out)
+		served[out["served_by"]]++
+	}
+	assert.Equal(t, map[string]int{"model-c": 40}, served)
+
+	_, body := get(t, "http://"+s.MetricsAddr()+"/metrics")
+	assert.Contains(t, body, `mci_sidecar_requests_total{cluster="cluster-c",code="200",outcome="routed"}`)
+	assert.Contains(t, body, "mci_sidecar_routing_table_generation")
+	assert.Contains(t, body, "mci_sidecar_pick_duration_seconds_bucket")
+	assert.Contains(t, body, `mci_sidecar_epp_healthy{cluster="cluster-a",pool="example/llm"} 0`)
+
+	// SIGTERM: the sidecar drains and stops.
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sidecar did not stop")
+	}
+	stopped = true
+	assert.False(t, serving())
+}

@@ -1,0 +1,240 @@
+package sidecar
+
+import (
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/scheduling"
+)
+
+// Annotations of an HTTPRoute that tune how the sidecar routes its
+// inference backendRefs. The policy annotation may also sit on the
+// InferencePool or InferencePoolImport a backendRef names (as a label too,
+// since imports carry the labels of their oldest exporting pool): the
+// route's wins.
+const (
+	// PolicyAnnotation chooses how a cluster of an InferencePoolImport is
+	// picked: Weighted, HealthBased, MetricsBased or LocalFirst.
+	PolicyAnnotation = "mci.x-k8s.io/cluster-policy"
+	// ClusterWeightsAnnotation gives clusters weights for the Weighted and
+	// HealthBased policies: "cluster-a=3,cluster-c=1". An unlisted cluster
+	// weighs 1; weight 0 takes a cluster out of rotation.
+	ClusterWeightsAnnotation = "mci.x-k8s.io/cluster-weights"
+	// FailureModeAnnotation sets the failure mode (FailOpen or FailClose)
+	// of the route's InferencePoolImport backendRefs, which have no
+	// endpointPickerRef of their own to carry one.
+	FailureModeAnnotation = "mci.x-k8s.io/failure-mode"
+)
+
+// The backendRef kinds the sidecar routes to.
+const (
+	InferencePoolGroup       = "inference.networking.k8s.io"
+	InferencePoolKind        = "InferencePool"
+	InferencePoolImportGroup = "inference.networking.x-k8s.io"
+	InferencePoolImportKind  = "InferencePoolImport"
+)
+
+// DefaultLocalCluster names the local cluster when no name is configured.
+const DefaultLocalCluster = "local"
+
+// Policy is how a cluster is picked among the clusters of a backend.
+type Policy string
+
+// The cluster policies.
+const (
+	// PolicyWeighted picks clusters by weight (equal unless
+	// ClusterWeightsAnnotation says otherwise), ignoring their health.
+	PolicyWeighted Policy = "Weighted"
+	// PolicyHealthBased is Weighted over the clusters whose EPP answers its
+	// gRPC health check.
+	PolicyHealthBased Policy = "HealthBased"
+	// PolicyMetricsBased ranks clusters by their EPP's pool metrics with the
+	// filter chain of pkg/scheduling.
+	PolicyMetricsBased Policy = "MetricsBased"
+	// PolicyLocalFirst sends an import's requests to the local InferencePool
+	// of the same namespace/name while its EPP is healthy, else to the
+	// remote clusters (HealthBased).
+	PolicyLocalFirst Policy = "LocalFirst"
+)
+
+// Policies are the valid policies.
+var Policies = []Policy{PolicyWeighted, PolicyHealthBased, PolicyMetricsBased, PolicyLocalFirst}
+
+// ParsePolicy checks a policy name.
+func ParsePolicy(s string) (Policy, error) {
+	p := Policy(s)
+	if slices.Contains(Policies, p) {
+		return p, nil
+	}
+	return "", fmt.Errorf("unknown cluster policy %q: want one of %v", s, Policies)
+}
+
+// BackendKind is the kind of a backendRef the sidecar routes to.
+type BackendKind string
+
+const (
+	BackendInferencePool       BackendKind = InferencePoolKind
+	BackendInferencePoolImport BackendKind = InferencePoolImportKind
+)
+
+// Cluster is one place a backend's requests can go: a cluster's EPP
+// (EndpointMode) or a parent gateway (ParentMode).
+type Cluster struct {
+	// Name of the cluster.
+	Name string
+	// Pool is the pool's namespace/name.
+	Pool string
+	// Mode says whether the request goes through EPP or to Parent.
+	Mode v1alpha1.RoutingMode
+	// EPP is the ext_proc address ("host:port") of the cluster's EPP.
+	EPP string
+	// Health is the address of the EPP's gRPC health service; "" when
+	// unknown, and then the cluster's health is unknown.
+	Health string
+	// Metrics is the URL of the EPP's Prometheus metrics; "" when unknown.
+	Metrics string
+	// Parent is the address ("host:port") of the parent gateway (ParentMode).
+	Parent string
+	// Weight is the cluster's weight for the Weighted and HealthBased
+	// policies.
+	Weight int64
+	// Local is true for the local InferencePool.
+	Local bool
+}
+
+// Backend is one backendRef of a rule, resolved.
+type Backend struct {
+	Kind      BackendKind
+	Namespace string
+	Name      string
+	// Weight is the backendRef's weight (default 1).
+	Weight int64
+	// Invalid, when not empty, says why the backendRef cannot be used:
+	// requests picked for it get 500, as Gateway API asks.
+	Invalid string
+	// Clusters are the clusters requests may go to: for an import, its
+	// exporting clusters whose Ready condition is not False; for a pool, the
+	// local pool. Empty means no cluster is available: 503 or FailOpen.
+	Clusters []*Cluster
+	// Local is, for an import, the local InferencePool of the same
+	// namespace/name, for the LocalFirst policy; nil without one.
+	Local *Cluster
+	// FailureMode says what happens when no cluster answers.
+	FailureMode poolv1.EndpointPickerFailureMode
+	// Policy picks among Clusters.
+	Policy Policy
+
+	models *epp.Models
+	// wrr picks among Clusters by their weights.
+	wrr *smoothWRR
+}
+
+// String names the backend for logs and errors.
+func (b *Backend) String() string {
+	return string(b.Kind) + " " + b.Namespace + "/" + b.Name
+}
+
+// Criticality is the criticality of requests for a model, from the
+// InferenceModels of the backend's namespace whose poolRef names the
+// backend; Standard for a model without one.
+func (b *Backend) Criticality(model string) scheduling.Criticality {
+	if b.models == nil || model == "" {
+		return scheduling.Standard
+	}
+	if m := b.models.Get(model); m != nil {
+		return m.Criticality
+	}
+	return scheduling.Standard
+}
+
+// Rule is one HTTPRoute rule with its backends.
+type Rule struct {
+	// Route is the HTTPRoute.
+	Route types.NamespacedName
+	// Index is the rule's index in the route.
+	Index int
+	// Backends are the rule's backendRefs, in order.
+	Backends []*Backend
+
+	// wrr picks among Backends by weight.
+	wrr *smoothWRR
+}
+
+// PickBackend picks a backend by weight; nil when every weight is 0 (or
+// there are no backendRefs), which Gateway API answers with 500.
+func (r *Rule) PickBackend() *Backend {
+	if i := r.wrr.next(nil); i >= 0 {
+		return r.Backends[i]
+	}
+	return nil
+}
+
+// Table is an immutable routing table. Requests read it concurrently while a
+// new one is built; Router swaps tables atomically.
+type Table struct {
+	// Generation counts published tables; Router sets it.
+	Generation uint64
+	// Errors are the problems Build reported.
+	Errors []error
+
+	index hostIndex
+	rules []*Rule
+}
+
+// Match returns the rule a request belongs to, nil when none matches (404).
+func (t *Table) Match(a *RequestAttrs) *Rule {
+	if m := t.index.match(a); m != nil {
+		return m.rule
+	}
+	return nil
+}
+
+// Rules returns the table's rules, route by route in precedence order of
+// the routes (oldest first). Do not modify them.
+func (t *Table) Rules() []*Rule { return t.rules }
+
+// Clusters returns every distinct cluster of the table (by EPP, health,
+// metrics and parent address), for the health prober and the metrics
+// scraper.
+func (t *Table) Clusters() []*Cluster {
+	type key struct{ name, pool, epp, health, metrics, parent string }
+	seen := map[key]bool{}
+	var out []*Cluster
+	add := func(c *Cluster) {
+		k := key{c.Name, c.Pool, c.EPP, c.Health, c.Metrics, c.Parent}
+		if seen[k] {
+			return
+		}
+		seen[k] = true
+		out = append(out, c)
+	}
+	for _, r := range t.rules {
+		for _, b := range r.Backends {
+			for _, c := range b.Clusters {
+				add(c)
+			}
+			if b.Local != nil {
+				add(b.Local)
+			}
+		}
+	}
+	return out
+}
+
+// wrrs returns every weighted picker of the table, so that Router can carry
+// their state over from the previous table.
+func (t *Table) wrrs(yield func(**smoothWRR)) {
+	for _, r := range t.rules {
+		yield(&r.wrr)
+		for _, b := range r.Backends {
+			if b.wrr != nil {
+				yield(&b.wrr)
+			}
+		}
+	}
+}

@@ -1,0 +1,149 @@
+package sidecar
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
+)
+
+var importsGVR = v1alpha1.SchemeGroupVersion.WithResource("inferencepoolimports")
+
+// clustersOf returns the cluster names of the only backend the current
+// table routes "/" to, nil when there is none (or it is invalid).
+func clustersOf(r *Router) []string {
+	rl := r.Table().Match(&RequestAttrs{Host: "my.model.com", Path: "/v1/completions"})
+	if rl == nil || len(rl.Backends) == 0 || rl.Backends[0].Invalid != "" {
+		return nil
+	}
+	return names(rl.Backends[0].Clusters)
+}
+
+func TestWatcherFollowsTheCluster(t *testing.T) {
+	kube := kubefake.NewSimpleClientset(eppService("llm", "127.0.1.1"))
+	mci := mcifake.NewSimpleClientset(
+		importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"}),
+		pool("llm", poolv1.FailOpen),
+	)
+	gw := gatewayfake.NewSimpleClientset(route("llm-route", 0, []string{"my.model.com"}, rule(nil, importRef("llm", nil))))
+
+	router := NewRouter()
+	published := make(chan *Table, 1000)
+	w := NewWatcher(Clients{Kube: kube, MCI: mci, Gateway: gw}, WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: PolicyLocalFirst, InferenceModels: true}, router,
+		func(t *Table, _ time.Duration) { published <- t })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+
+	select {
+	case <-w.Synced():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watcher never synced")
+	}
+	require.Equal(t, []string{"cluster-a"}, clustersOf(router))
+	b := router.Table().Match(&RequestAttrs{Host: "my.model.com", Path: "/"}).Backends[0]
+	assert.Equal(t, PolicyLocalFirst, b.Policy)
+	require.NotNil(t, b.Local, "the local pool of the same name")
+	assert.Equal(t, "127.0.1.1:9002", b.Local.EPP)
+	assert.Equal(t, poolv1.FailOpen, b.FailureMode)
+
+	// Each import event is in the routing table within milliseconds.
+	var lat []time.Duration
+	for i, cs := range [][]imported{
+		{{name: "cluster-a", addr: "127.0.2.1"}, {name: "cluster-c", addr: "127.0.3.1"}},
+		{{name: "cluster-c", addr: "127.0.3.1"}},
+		{{name: "cluster-a", addr: "127.0.2.1", ready: metav1.ConditionFalse}, {name: "cluster-c", addr: "127.0.3.1"}},
+		{{name: "cluster-a", addr: "127.0.2.1"}},
+	} {
+		imp := importOf("llm", cs...)
+		imp.ResourceVersion = ""
+		var want []string
+		for _, c := range cs {
+			if c.ready != metav1.ConditionFalse {
+				want = append(want, c.name)
+			}
+		}
+		start := time.Now()
+		require.NoError(t, mci.Tracker().Update(importsGVR, imp, ns))
+		require.Eventually(t, func() bool { return slices.Equal(want, clustersOf(router)) }, 10*time.Second, 100*time.Microsecond, "event %d", i)
+		lat = append(lat, time.Since(start))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	t.Logf("import event to routing table, fake clientset: min %v max %v", lat[0], lat[len(lat)-1])
+
+	// Withdrawing the export removes the import: its share answers 500.
+	require.NoError(t, mci.Tracker().Delete(importsGVR, ns, "llm"))
+	require.Eventually(t, func() bool {
+		rl := router.Table().Match(&RequestAttrs{Host: "my.model.com", Path: "/"})
+		return rl != nil && rl.Backends[0].Invalid != ""
+	}, 10*time.Second, time.Millisecond)
+
+	// A new route is routed once it is seen.
+	_, err := gw.GatewayV1().HTTPRoutes(ns).Create(ctx, route("second", time.Hour, []string{"other.com"}, rule(nil, poolRef("llm", nil))), metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		rl := router.Table().Match(&RequestAttrs{Host: "other.com", Path: "/"})
+		return rl != nil && rl.Route.Name == "second" && len(rl.Backends[0].Clusters) == 1
+	}, 10*time.Second, time.Millisecond)
+
+	// The EPP Service going away leaves the local pool without a cluster.
+	require.NoError(t, kube.CoreV1().Services(ns).Delete(ctx, "llm-epp", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		rl := router.Table().Match(&RequestAttrs{Host: "other.com", Path: "/"})
+		return rl != nil && len(rl.Backends[0].Clusters) == 0
+	}, 10*time.Second, time.Millisecond)
+
+	// Generations only grow.
+	var last uint64
+	for len(published) > 0 {
+		tbl := <-published
+		assert.Greater(t, tbl.Generation, last)
+		last = tbl.Generation
+	}
+}
+
+func TestWatcherRestrictsToItsGateway(t *testing.T) {
+	attached := route("mine", 0, []string{"my.model.com"}, rule(nil, importRef("llm", nil)))
+	attached.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw"}}
+	other := route("theirs", 0, []string{"my.model.com"}, rule(nil, importRef("llm", nil)))
+	other.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "other-gw"}}
+	router := NewRouter()
+	w := NewWatcher(Clients{
+		Kube:    kubefake.NewSimpleClientset(),
+		MCI:     mcifake.NewSimpleClientset(importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"})),
+		Gateway: gatewayfake.NewSimpleClientset(attached, other),
+	}, WatchConfig{Gateways: gatewayRefs("example/inf-gw")}, router, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Run(ctx) }()
+	<-w.Synced()
+	require.Len(t, router.Table().Rules(), 1)
+	assert.Equal(t, "mine", router.Table().Rules()[0].Route.Name)
+}
+
+func gatewayRefs(refs ...string) []types.NamespacedName {
+	var out []types.NamespacedName
+	for _, r := range refs {
+		ns, name, _ := strings.Cut(r, "/")
+		out = append(out, types.NamespacedName{Namespace: ns, Name: name})
+	}
+	return out
+}

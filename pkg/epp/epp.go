@@ -43,23 +43,19 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
+	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/metrics"
 )
 
@@ -67,8 +63,11 @@ import (
 // names them. "" is the server as a whole.
 const (
 	LivenessService  = "liveness"
-	ReadinessService = "readiness"
+	ReadinessService = extproc.ReadinessService
 )
+
+// drainTimeout bounds the wait for open ext_proc streams at shutdown.
+const drainTimeout = 5 * time.Second
 
 // Config is what an EPP runs with.
 type Config struct {
@@ -107,41 +106,18 @@ type EPP struct {
 	source  Source
 	pool    *Pool
 	models  *Models
-	picker  *Picker
 	scraper *metrics.Scraper
-
-	grpcLis, healthLis, metricsLis net.Listener
-	grpcServer, healthGRPC         *grpc.Server
-	health                         *health.Server
-	httpServer                     *http.Server
+	servers *extproc.Servers
 }
 
 // New builds an EPP and binds its listeners.
-func New(cfg Config, source Source) (_ *EPP, err error) {
+func New(cfg Config, source Source) (*EPP, error) {
 	scraper := metrics.NewScraper(metrics.ScraperOptions{Interval: cfg.ScrapeInterval})
 	pool := NewPool(cfg.PoolName, scraper, scraper)
 	models := NewModels()
 	picker, err := NewPicker(cfg.Picker, pool, models, cfg.Rand)
 	if err != nil {
 		return nil, err
-	}
-	e := &EPP{cfg: cfg, source: source, pool: pool, models: models, picker: picker, scraper: scraper}
-	defer func() {
-		if err != nil {
-			e.closeListeners()
-		}
-	}()
-	listen := func(port int) (net.Listener, error) {
-		return net.Listen("tcp", net.JoinHostPort(cfg.BindAddress, strconv.Itoa(port)))
-	}
-	if e.grpcLis, err = listen(cfg.GRPCPort); err != nil {
-		return nil, fmt.Errorf("ext_proc listener: %w", err)
-	}
-	if e.healthLis, err = listen(cfg.HealthPort); err != nil {
-		return nil, fmt.Errorf("health listener: %w", err)
-	}
-	if e.metricsLis, err = listen(cfg.MetricsPort); err != nil {
-		return nil, fmt.Errorf("metrics listener: %w", err)
 	}
 
 	reg := prometheus.NewRegistry()
@@ -156,32 +132,23 @@ func New(cfg Config, source Source) (_ *EPP, err error) {
 		}
 		opts = append(opts, grpc.Creds(creds))
 	}
-	e.health = health.NewServer()
-	e.health.SetServingStatus(LivenessService, healthpb.HealthCheckResponse_SERVING)
-	for _, svc := range readinessServices {
-		e.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	servers, err := extproc.Listen(extproc.ServingOptions{
+		BindAddress: cfg.BindAddress,
+		GRPCPort:    cfg.GRPCPort,
+		HealthPort:  cfg.HealthPort,
+		MetricsPort: cfg.MetricsPort,
+	}, NewServer(picker, m, cfg.MaxRequestBodyBytes, klog.Background().WithName("ext_proc")), reg, opts...)
+	if err != nil {
+		return nil, err
 	}
-	e.grpcServer = grpc.NewServer(opts...)
-	extprocv3.RegisterExternalProcessorServer(e.grpcServer, NewServer(picker, m, cfg.MaxRequestBodyBytes, klog.Background().WithName("ext_proc")))
-	// Health on the ext_proc port too, for gateways that health-check the
-	// EPP's cluster where they send ext_proc.
-	healthpb.RegisterHealthServer(e.grpcServer, e.health)
-	e.healthGRPC = grpc.NewServer()
-	healthpb.RegisterHealthServer(e.healthGRPC, e.health)
-
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	e.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	return e, nil
+	servers.SetServing(LivenessService)
+	return &EPP{cfg: cfg, source: source, pool: pool, models: models, scraper: scraper, servers: servers}, nil
 }
 
-// readinessServices turn SERVING once the pool has synced.
-var readinessServices = []string{"", ReadinessService, extprocv3.ExternalProcessor_ServiceDesc.ServiceName}
-
 // GRPCAddr, HealthAddr and MetricsAddr are the listeners' addresses.
-func (e *EPP) GRPCAddr() string    { return e.grpcLis.Addr().String() }
-func (e *EPP) HealthAddr() string  { return e.healthLis.Addr().String() }
-func (e *EPP) MetricsAddr() string { return e.metricsLis.Addr().String() }
+func (e *EPP) GRPCAddr() string    { return e.servers.GRPCAddr() }
+func (e *EPP) HealthAddr() string  { return e.servers.HealthAddr() }
+func (e *EPP) MetricsAddr() string { return e.servers.MetricsAddr() }
 
 // Pool returns the EPP's candidates.
 func (e *EPP) Pool() *Pool { return e.pool }
@@ -206,54 +173,26 @@ func (e *EPP) Run(ctx context.Context) error {
 		}
 		fail("candidate source", err)
 	})
-	wg.Go(func() { fail("ext_proc server", e.grpcServer.Serve(e.grpcLis)) })
-	wg.Go(func() { fail("health server", e.healthGRPC.Serve(e.healthLis)) })
 	wg.Go(func() {
-		if err := e.httpServer.Serve(e.metricsLis); !errors.Is(err, http.ErrServerClosed) {
-			fail("metrics server", err)
+		// The error already names the server that failed.
+		if err := e.servers.Run(ctx, drainTimeout); err != nil && ctx.Err() == nil {
+			cancel(err)
 		}
 	})
 	wg.Go(func() {
 		select {
 		case <-e.pool.Synced():
-			for _, svc := range readinessServices {
-				e.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
-			}
+			e.servers.Ready()
 			logger.Info("Endpoint picker ready", "pool", e.cfg.PoolName, "endpoints", len(e.pool.Endpoints()), "models", e.models.Len())
 		case <-ctx.Done():
 		}
 	})
 	logger.Info("Endpoint picker serving", "extProc", e.GRPCAddr(), "health", e.HealthAddr(), "metrics", e.MetricsAddr(), "secure", e.cfg.SecureServing)
-
-	<-ctx.Done()
-	e.health.Shutdown()
-	stopped := make(chan struct{})
-	go func() {
-		e.grpcServer.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		e.grpcServer.Stop()
-	}
-	e.healthGRPC.Stop()
-	shutdownCtx, shutdownCancel := context.WithTimeout(context.Background(), time.Second)
-	defer shutdownCancel()
-	_ = e.httpServer.Shutdown(shutdownCtx)
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
-}
-
-func (e *EPP) closeListeners() {
-	for _, l := range []net.Listener{e.grpcLis, e.healthLis, e.metricsLis} {
-		if l != nil {
-			_ = l.Close()
-		}
-	}
 }
 
 // selfSignedCredentials makes TLS credentials from a fresh self-signed

@@ -2,7 +2,6 @@ package epp
 
 import (
 	"errors"
-	"io"
 	"net/http"
 	"time"
 
@@ -84,24 +83,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			"criticality", d.Criticality, "endpoints", d.Endpoints)
 	}
 
-	// A gateway configured to send the response phase as well gets it back
-	// unchanged, until it ends the stream.
-	for {
-		msg, err := stream.Recv()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		resp, err := extproc.PassThrough(msg, req.ProtocolConfig)
-		if err != nil {
-			return status.Error(codes.InvalidArgument, err.Error())
-		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-	}
+	return req.PassThroughResponse(stream)
 }
 
 // refuse answers with an immediate error response and ends the stream: the

@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -12,6 +13,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -384,5 +387,29 @@ func TestPassThrough(t *testing.T) {
 	t.Run("a request message after the request is a protocol violation", func(t *testing.T) {
 		_, err := PassThrough(body("x", true), nil)
 		assert.ErrorIs(t, err, ErrProtocol)
+	})
+}
+
+func TestPassThroughResponse(t *testing.T) {
+	respHeaders := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{}}
+	respTrailers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{}}
+
+	t.Run("the response phase passes through until the gateway ends the stream", func(t *testing.T) {
+		stream := &fakeStream{in: []*extprocv3.ProcessingRequest{respHeaders, respTrailers}}
+		require.NoError(t, (&Request{}).PassThroughResponse(stream))
+		require.Len(t, stream.sent, 2)
+		assert.NotNil(t, stream.sent[0].GetResponseHeaders())
+		assert.NotNil(t, stream.sent[1].GetResponseTrailers())
+	})
+	t.Run("a request message after the request is an invalid argument", func(t *testing.T) {
+		stream := &fakeStream{in: []*extprocv3.ProcessingRequest{body("x", true)}}
+		err := (&Request{}).PassThroughResponse(stream)
+		assert.Equal(t, codes.InvalidArgument, status.Code(err))
+		assert.Empty(t, stream.sent)
+	})
+	t.Run("a stream error ends it as it is", func(t *testing.T) {
+		broken := errors.New("connection reset")
+		stream := &fakeStream{in: []*extprocv3.ProcessingRequest{respHeaders}, end: broken}
+		assert.ErrorIs(t, (&Request{}).PassThroughResponse(stream), broken)
 	})
 }

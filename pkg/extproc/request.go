@@ -13,6 +13,10 @@
 // order (Request.Forward). The BUFFERED and STREAMED body modes are not
 // supported: in them the gateway waits for the headers response before it
 // sends the body, which a picker that needs the body cannot give.
+//
+// Servers runs such a server the way both commands serve it: ext_proc, gRPC
+// health and Prometheus metrics on the ports of ServingOptions, drained at
+// shutdown.
 package extproc
 
 import (

@@ -3,6 +3,7 @@ package extproc
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -188,6 +191,29 @@ func PassThrough(msg *extprocv3.ProcessingRequest, cfg *extprocv3.ProtocolConfig
 		}}, nil
 	default:
 		return nil, fmt.Errorf("%w: got %s after the request was answered", ErrProtocol, kind(msg))
+	}
+}
+
+// PassThroughResponse answers the rest of the stream of a request already
+// answered, the response phase of a gateway configured to send it as well,
+// with PassThrough until the gateway ends the stream. A message PassThrough
+// refuses ends the stream with an InvalidArgument status.
+func (r *Request) PassThroughResponse(stream Stream) error {
+	for {
+		msg, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp, err := PassThrough(msg, r.ProtocolConfig)
+		if err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
 	}
 }
 

@@ -26,11 +26,12 @@ func serviceType(svc *corev1.Service) corev1.ServiceType {
 	return svc.Spec.Type
 }
 
-// serviceAddresses are where a remote client reaches the Service: its
-// LoadBalancer ingress IPs and hostnames, else its cluster IPs ("None", the
-// headless marker, is no address), else its ExternalName. A headless Service
-// without any of these has no address.
-func serviceAddresses(svc *corev1.Service) []string {
+// ServiceAddresses are where a client outside the Service's own namespace
+// reaches it, without duplicates: its LoadBalancer ingress IPs and
+// hostnames, else its cluster IPs ("None", the headless marker, is no
+// address), else its ExternalName. A headless Service without any of these
+// has no address (nil).
+func ServiceAddresses(svc *corev1.Service) []string {
 	var out []string
 	for _, ing := range svc.Status.LoadBalancer.Ingress {
 		if ing.IP != "" {
@@ -147,7 +148,7 @@ func appendUniquePort(list []int32, n int32) []int32 {
 func serviceImport(svc *corev1.Service, extProcPort int32) inference.ServiceImport {
 	si := inference.ServiceImport{
 		Type:      serviceType(svc),
-		Addresses: serviceAddresses(svc),
+		Addresses: ServiceAddresses(svc),
 	}
 	if extProcPort != 0 {
 		si.Ports = []inference.Port{{Number: extProcPort}}

@@ -19,6 +19,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/imports"
 )
 
 // Inputs are everything a routing table is built from: the informers'
@@ -526,7 +527,7 @@ func (b *builder) localCluster(p *poolv1.InferencePool) (*Cluster, error) {
 	if svc == nil {
 		return nil, fmt.Errorf("Service %s/%s of the endpointPickerRef does not exist", p.Namespace, ref.Name)
 	}
-	addrs := serviceAddresses(svc)
+	addrs := imports.ServiceAddresses(svc)
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("Service %s/%s of the endpointPickerRef has no address", p.Namespace, ref.Name)
 	}
@@ -564,36 +565,6 @@ func (b *builder) localCluster(p *poolv1.InferencePool) (*Cluster, error) {
 
 func metricsURL(host string, port int32) string {
 	return "http://" + net.JoinHostPort(host, strconv.Itoa(int(port))) + "/metrics"
-}
-
-// serviceAddresses: LoadBalancer ingress IPs and hostnames, else cluster
-// IPs, else the ExternalName.
-func serviceAddresses(svc *corev1.Service) []string {
-	var out []string
-	for _, ing := range svc.Status.LoadBalancer.Ingress {
-		if ing.IP != "" {
-			out = append(out, ing.IP)
-		}
-		if ing.Hostname != "" {
-			out = append(out, ing.Hostname)
-		}
-	}
-	if len(out) > 0 {
-		return out
-	}
-	ips := svc.Spec.ClusterIPs
-	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
-		ips = []string{svc.Spec.ClusterIP}
-	}
-	for _, ip := range ips {
-		if ip != "" && ip != corev1.ClusterIPNone {
-			out = append(out, ip)
-		}
-	}
-	if len(out) == 0 && svc.Spec.ExternalName != "" {
-		out = append(out, svc.Spec.ExternalName)
-	}
-	return out
 }
 
 // findPort returns the first Service port whose name matches, else the one

@@ -2,10 +2,9 @@ package sidecar
 
 import (
 	"context"
+	"flag"
 	"net"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -22,18 +21,16 @@ import (
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
-// TestSidecarOverhead measures the latency the sidecar adds over calling the
-// EPP directly, on loopback, at a fixed request rate, both paths in the same
-// run (interleaved). It is a measurement, not a check: it runs only when
-// MCI_SIDECAR_OVERHEAD is set to the rate per path (e.g. 1000), and logs
-// percentiles.
+var overheadRate = flag.Int("sidecar.overhead-rate", 500, "BenchmarkSidecarOverhead: requests per second on each path")
+
+// BenchmarkSidecarOverhead measures the latency the sidecar adds over
+// calling the EPP directly, on loopback, at a fixed request rate, both paths
+// in the same run (interleaved), and reports percentiles.
 //
-//	MCI_SIDECAR_OVERHEAD=1000 go test -run TestSidecarOverhead -v ./pkg/sidecar/
-func TestSidecarOverhead(t *testing.T) {
-	rate, _ := strconv.Atoi(os.Getenv("MCI_SIDECAR_OVERHEAD"))
-	if rate <= 0 {
-		t.Skip("set MCI_SIDECAR_OVERHEAD=<requests/s per path> to measure")
-	}
+//	go test -run '^$' -bench SidecarOverhead -benchtime 1x ./pkg/sidecar/ [-sidecar.overhead-rate=1000]
+func BenchmarkSidecarOverhead(b *testing.B) {
+	t := b
+	rate := *overheadRate
 	msA := modelServer(t, "model-a")
 	eppA, _ := runEPP(t, msA)
 	imp := importOf("llm")
@@ -107,8 +104,12 @@ func TestSidecarOverhead(t *testing.T) {
 		ds := lat[name]
 		t.Logf("%-7s n=%d rate=%d/s p50=%v p90=%v p99=%v max=%v", name, len(ds), rate, pct(ds, .5), pct(ds, .9), pct(ds, .99), ds[len(ds)-1])
 	}
-	t.Logf("added by the sidecar: p50 %v, p99 %v; failures %d",
-		pct(lat["sidecar"], .5)-pct(lat["direct"], .5), pct(lat["sidecar"], .99)-pct(lat["direct"], .99), failures)
+	addedP50 := pct(lat["sidecar"], .5) - pct(lat["direct"], .5)
+	addedP99 := pct(lat["sidecar"], .99) - pct(lat["direct"], .99)
+	t.Logf("added by the sidecar: p50 %v, p99 %v; failures %d", addedP50, addedP99, failures)
+	b.ReportMetric(float64(addedP50.Microseconds()), "added-p50-µs")
+	b.ReportMetric(float64(addedP99.Microseconds()), "added-p99-µs")
+	b.ReportMetric(float64(failures), "failed")
 }
 
 func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }

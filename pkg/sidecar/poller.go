@@ -14,6 +14,8 @@ import (
 // set of targets (EPP health addresses, EPP metrics URLs). Each target is
 // polled by a goroutine of its own, so a hung target delays no other. All
 // methods are safe for concurrent use; set may be called before Run.
+// (metrics.Scraper keeps a loop of its own: it validates URLs and logs
+// each model server's failures, where this one is generic over check.)
 type poller[T any] struct {
 	interval time.Duration
 	// check polls one target. An error keeps the last value (it goes stale);

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"time"
@@ -142,24 +141,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			"route", a.route, "backend", a.backend, "cluster", a.cluster, "outcome", a.outcome, "code", a.code, "tried", a.tried)
 	}
 
-	// A gateway configured to send the response phase as well gets it back
-	// unchanged, until it ends the stream.
-	for {
-		msg, err := stream.Recv()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		resp, err := extproc.PassThrough(msg, req.ProtocolConfig)
-		if err != nil {
-			return status.Error(codes.InvalidArgument, err.Error())
-		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-	}
+	return req.PassThroughResponse(stream)
 }
 
 // answered is what became of a request, for metrics and logs.

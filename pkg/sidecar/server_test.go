@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -97,25 +96,10 @@ func (f *fakeEPP) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 	if err := extproc.SendAll(stream, req.Forward(mutation, extproc.DestinationMetadata(f.dest), req.Body)); err != nil {
 		return err
 	}
-	for {
-		msg, err := stream.Recv()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		resp, err := extproc.PassThrough(msg, req.ProtocolConfig)
-		if err != nil {
-			return err
-		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-	}
+	return req.PassThroughResponse(stream)
 }
 
-func hostPort(t *testing.T, addr string) (string, int32) {
+func hostPort(t testing.TB, addr string) (string, int32) {
 	t.Helper()
 	h, p, err := net.SplitHostPort(addr)
 	require.NoError(t, err)

@@ -4,20 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"k8s.io/klog/v2"
+
+	"github.com/mci-dev/mci/pkg/extproc"
 )
 
 // DefaultDrainTimeout bounds the wait for open ext_proc streams at shutdown.
@@ -55,16 +49,15 @@ type Sidecar struct {
 	prober  *HealthProber
 	scraper *PoolScraper
 	metrics *Metrics
-
-	grpcLis, healthLis, metricsLis net.Listener
-	grpcServer, healthGRPC         *grpc.Server
-	health                         *health.Server
-	httpServer                     *http.Server
+	// servers report readiness as an EPP does (so that gateways health-check
+	// the sidecar as they would an EPP): once the first routing table is
+	// published.
+	servers *extproc.Servers
 }
 
 // New builds a sidecar reading the cluster through clients, and binds its
 // listeners.
-func New(cfg Config, clients Clients) (_ *Sidecar, err error) {
+func New(cfg Config, clients Clients) (*Sidecar, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
@@ -74,56 +67,28 @@ func New(cfg Config, clients Clients) (_ *Sidecar, err error) {
 		prober:  NewHealthProber(cfg.HealthInterval, cfg.HealthTimeout),
 		scraper: NewPoolScraper(cfg.ScrapeInterval, cfg.ScrapeTimeout),
 	}
-	defer func() {
-		if err != nil {
-			s.closeListeners()
-		}
-	}()
-	listen := func(port int) (net.Listener, error) {
-		return net.Listen("tcp", net.JoinHostPort(cfg.BindAddress, strconv.Itoa(port)))
-	}
-	if s.grpcLis, err = listen(cfg.GRPCPort); err != nil {
-		return nil, fmt.Errorf("ext_proc listener: %w", err)
-	}
-	if s.healthLis, err = listen(cfg.HealthPort); err != nil {
-		return nil, fmt.Errorf("health listener: %w", err)
-	}
-	if s.metricsLis, err = listen(cfg.MetricsPort); err != nil {
-		return nil, fmt.Errorf("metrics listener: %w", err)
-	}
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.metrics = NewMetrics(reg, s.router, s.prober)
 	s.server = NewServer(s.router, liveState{health: s.prober, metrics: s.scraper}, cfg.Server, s.metrics, klog.Background().WithName("ext_proc"))
 	s.watcher = NewWatcher(clients, cfg.Watch, s.router, s.published)
-
-	s.health = health.NewServer()
-	for _, svc := range servingServices {
-		s.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	servers, err := extproc.Listen(extproc.ServingOptions{
+		BindAddress: cfg.BindAddress,
+		GRPCPort:    cfg.GRPCPort,
+		HealthPort:  cfg.HealthPort,
+		MetricsPort: cfg.MetricsPort,
+	}, s.server, reg)
+	if err != nil {
+		return nil, err
 	}
-	s.grpcServer = grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(s.grpcServer, s.server)
-	healthpb.RegisterHealthServer(s.grpcServer, s.health)
-	s.healthGRPC = grpc.NewServer()
-	healthpb.RegisterHealthServer(s.healthGRPC, s.health)
-
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	s.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.servers = servers
 	return s, nil
 }
 
-// servingServices turn SERVING once the first routing table is published:
-// the server as a whole, readiness, and the ext_proc service, as an EPP
-// reports them (so that gateways health-check the sidecar as they would an
-// EPP).
-var servingServices = []string{"", "readiness", extprocv3.ExternalProcessor_ServiceDesc.ServiceName}
-
 // GRPCAddr, HealthAddr and MetricsAddr are the listeners' addresses.
-func (s *Sidecar) GRPCAddr() string    { return s.grpcLis.Addr().String() }
-func (s *Sidecar) HealthAddr() string  { return s.healthLis.Addr().String() }
-func (s *Sidecar) MetricsAddr() string { return s.metricsLis.Addr().String() }
+func (s *Sidecar) GRPCAddr() string    { return s.servers.GRPCAddr() }
+func (s *Sidecar) HealthAddr() string  { return s.servers.HealthAddr() }
+func (s *Sidecar) MetricsAddr() string { return s.servers.MetricsAddr() }
 
 // Router returns the sidecar's routing table holder.
 func (s *Sidecar) Router() *Router { return s.router }
@@ -174,19 +139,16 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		}
 		fail("routing table watcher", err)
 	})
-	wg.Go(func() { fail("ext_proc server", s.grpcServer.Serve(s.grpcLis)) })
-	wg.Go(func() { fail("health server", s.healthGRPC.Serve(s.healthLis)) })
 	wg.Go(func() {
-		if err := s.httpServer.Serve(s.metricsLis); !errors.Is(err, http.ErrServerClosed) {
-			fail("metrics server", err)
+		// The error already names the server that failed.
+		if err := s.servers.Run(ctx, s.cfg.DrainTimeout); err != nil && ctx.Err() == nil {
+			cancel(err)
 		}
 	})
 	wg.Go(func() {
 		select {
 		case <-s.watcher.Synced():
-			for _, svc := range servingServices {
-				s.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
-			}
+			s.servers.Ready()
 			t := s.router.Table()
 			logger.Info("Sidecar ready", "generation", t.Generation, "rules", len(t.Rules()), "problems", len(t.Errors))
 		case <-ctx.Done():
@@ -194,37 +156,10 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	})
 	logger.Info("Sidecar serving", "extProc", s.GRPCAddr(), "health", s.HealthAddr(), "metrics", s.MetricsAddr(),
 		"localCluster", s.cfg.Watch.LocalCluster, "defaultPolicy", s.cfg.Watch.DefaultPolicy)
-
-	<-ctx.Done()
-	logger.Info("Draining", "timeout", s.cfg.DrainTimeout)
-	s.health.Shutdown()
-	stopped := make(chan struct{})
-	go func() {
-		s.grpcServer.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-time.After(s.cfg.DrainTimeout):
-		logger.Info("Drain timeout; cutting the streams still open")
-		s.grpcServer.Stop()
-	}
-	s.healthGRPC.Stop()
-	shutdownCtx, shutdownCancel := context.WithTimeout(context.Background(), time.Second)
-	defer shutdownCancel()
-	_ = s.httpServer.Shutdown(shutdownCtx)
 	wg.Wait()
 	s.server.Close()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
-}
-
-func (s *Sidecar) closeListeners() {
-	for _, l := range []net.Listener{s.grpcLis, s.healthLis, s.metricsLis} {
-		if l != nil {
-			_ = l.Close()
-		}
-	}
 }

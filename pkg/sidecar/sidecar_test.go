@@ -29,7 +29,7 @@ import (
 
 // modelServer stands for a vLLM pod on 127.0.0.1: idle metrics, and an
 // inference endpoint that says who served the request.
-func modelServer(t *testing.T, name string) *httptest.Server {
+func modelServer(t testing.TB, name string) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/metrics" {
 			fmt.Fprint(w, "vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.1\n")
@@ -44,7 +44,7 @@ func modelServer(t *testing.T, name string) *httptest.Server {
 
 // runEPP runs a pkg/epp Endpoint Picker on 127.0.0.1 in front of one model
 // server; stop takes it down.
-func runEPP(t *testing.T, model *httptest.Server) (e *epp.EPP, stop func()) {
+func runEPP(t testing.TB, model *httptest.Server) (e *epp.EPP, stop func()) {
 	e, err := epp.New(epp.Config{
 		BindAddress: "127.0.0.1", PoolName: "llm", ScrapeInterval: 50 * time.Millisecond,
 		Picker: epp.PickerConfig{Scheduling: scheduling.DefaultConfig()},
@@ -68,7 +68,7 @@ func runEPP(t *testing.T, model *httptest.Server) (e *epp.EPP, stop func()) {
 }
 
 // eppImported is the import entry of a cluster whose EPP is e.
-func eppImported(t *testing.T, name string, e *epp.EPP) func(*v1alphaImport) {
+func eppImported(t testing.TB, name string, e *epp.EPP) func(*v1alphaImport) {
 	return func(imp *v1alphaImport) {
 		host, port := hostPort(t, e.GRPCAddr())
 		_, hp := hostPort(t, e.HealthAddr())

@@ -208,6 +208,8 @@ func (s *PoolScraper) Get(url, pool string) *PoolMetrics {
 	return nil
 }
 
+// scrape reads another exposition than metrics.Scraper's (pool gauges by
+// pool, not one model server's vLLM metrics): only the GET is alike.
 func (s *PoolScraper) scrape(ctx context.Context, url string) (*map[string]*PoolMetrics, error) {
 	started := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/discovery"
 	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/metrics"
 	"github.com/mci-dev/mci/pkg/scheduling"
@@ -29,10 +30,7 @@ import (
 type Options struct {
 	Logs *logs.Options
 
-	BindAddress   string
-	GRPCPort      int
-	HealthPort    int
-	MetricsPort   int
+	extproc.ServingOptions
 	SecureServing bool
 
 	PoolName      string
@@ -57,12 +55,11 @@ func NewOptions() *Options {
 	if ns == "" {
 		ns = "default"
 	}
+	serving := extproc.NewServingOptions()
+	serving.HealthPortUsage = "liveness, readiness and the ext_proc service turn SERVING once the model servers are known."
 	return &Options{
 		Logs:                logs.NewOptions(),
-		BindAddress:         "0.0.0.0",
-		GRPCPort:            9002,
-		HealthPort:          9003,
-		MetricsPort:         9090,
+		ServingOptions:      serving,
 		PoolNamespace:       ns,
 		MaxRequestBodyBytes: epp.DefaultMaxRequestBodyBytes,
 		ScrapeInterval:      metrics.DefaultInterval,
@@ -96,10 +93,7 @@ Kubernetes:  mci-epp --pool-name my-pool [--pool-namespace ns] [--kubeconfig FIL
 	}
 	fs := cmd.Flags()
 	logsapi.AddFlags(o.Logs, fs)
-	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "IP address the ext_proc, health and metrics servers listen on.")
-	fs.IntVar(&o.GRPCPort, "grpc-port", o.GRPCPort, "Port of the ext_proc gRPC service.")
-	fs.IntVar(&o.HealthPort, "grpc-health-port", o.HealthPort, "Port of the gRPC health service (grpc.health.v1): liveness, readiness and the ext_proc service turn SERVING once the model servers are known.")
-	fs.IntVar(&o.MetricsPort, "metrics-port", o.MetricsPort, "Port of the Prometheus /metrics endpoint.")
+	o.ServingOptions.AddFlags(fs)
 	fs.BoolVar(&o.SecureServing, "secure-serving", o.SecureServing, "Serve ext_proc over TLS with a self-signed certificate.")
 	fs.StringVar(&o.PoolName, "pool-name", o.PoolName, "Name of the InferencePool. Required in Kubernetes mode; in standalone mode it only labels the metrics.")
 	fs.StringVar(&o.PoolNamespace, "pool-namespace", o.PoolNamespace, "Namespace of the InferencePool (Kubernetes mode). Default: $POD_NAMESPACE, else default.")
@@ -123,10 +117,8 @@ func (o *Options) standalone() bool { return len(o.Endpoints) > 0 }
 // Validate checks the flags.
 func (o *Options) Validate() error {
 	var errs []error
-	for name, p := range map[string]int{"--grpc-port": o.GRPCPort, "--grpc-health-port": o.HealthPort, "--metrics-port": o.MetricsPort} {
-		if p < 0 || p > 65535 {
-			errs = append(errs, fmt.Errorf("%s %d is not a port", name, p))
-		}
+	if err := o.ServingOptions.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.standalone() {
 		if o.Kubeconfig != "" {

@@ -18,6 +18,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
+	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/pkg/sidecar"
@@ -27,11 +28,8 @@ import (
 type Options struct {
 	Logs *logs.Options
 
-	Kubeconfig  string
-	BindAddress string
-	GRPCPort    int
-	HealthPort  int
-	MetricsPort int
+	Kubeconfig string
+	extproc.ServingOptions
 
 	LocalClusterName     string
 	DefaultClusterPolicy string
@@ -52,12 +50,11 @@ type Options struct {
 // convention (ext_proc 9002, health 9003, metrics 9090), so the sidecar can
 // stand where an EPP stands.
 func NewOptions() *Options {
+	serving := extproc.NewServingOptions()
+	serving.HealthPortUsage = "SERVING once the first routing table is built, NOT_SERVING while draining."
 	return &Options{
 		Logs:                 logs.NewOptions(),
-		BindAddress:          "0.0.0.0",
-		GRPCPort:             9002,
-		HealthPort:           9003,
-		MetricsPort:          9090,
+		ServingOptions:       serving,
 		DefaultClusterPolicy: string(sidecar.PolicyHealthBased),
 		InferenceModels:      true,
 		MaxRequestBodyBytes:  sidecar.DefaultMaxRequestBodyBytes,
@@ -102,10 +99,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs := cmd.Flags()
 	logsapi.AddFlags(o.Logs, fs)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the local cluster. Default: the in-cluster configuration.")
-	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "IP address the ext_proc, health and metrics servers listen on.")
-	fs.IntVar(&o.GRPCPort, "grpc-port", o.GRPCPort, "Port of the ext_proc gRPC service the gateway calls.")
-	fs.IntVar(&o.HealthPort, "grpc-health-port", o.HealthPort, "Port of the gRPC health service (grpc.health.v1); SERVING once the first routing table is built, NOT_SERVING while draining.")
-	fs.IntVar(&o.MetricsPort, "metrics-port", o.MetricsPort, "Port of the Prometheus /metrics endpoint.")
+	o.ServingOptions.AddFlags(fs)
 	fs.StringVar(&o.LocalClusterName, "local-cluster-name", o.LocalClusterName, "Name of this cluster in the ClusterSet: the cluster of local InferencePools (LocalFirst, metrics labels). Default: "+sidecar.DefaultLocalCluster+".")
 	fs.StringVar(&o.DefaultClusterPolicy, "default-cluster-policy", o.DefaultClusterPolicy, "Cluster policy where no annotation chooses one: Weighted, HealthBased, MetricsBased or LocalFirst.")
 	fs.StringSliceVar(&o.Gateways, "gateway", o.Gateways, "namespace/name of the Gateway this sidecar serves; only HTTPRoutes attached to it are routed. Repeatable. Default: every HTTPRoute.")
@@ -127,10 +121,8 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 // Validate checks the flags.
 func (o *Options) Validate() error {
 	var errs []error
-	for name, p := range map[string]int{"--grpc-port": o.GRPCPort, "--grpc-health-port": o.HealthPort, "--metrics-port": o.MetricsPort} {
-		if p < 0 || p > 65535 {
-			errs = append(errs, fmt.Errorf("%s %d is not a port", name, p))
-		}
+	if err := o.ServingOptions.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if _, err := sidecar.ParsePolicy(o.DefaultClusterPolicy); err != nil {
 		errs = append(errs, fmt.Errorf("--default-cluster-policy: %w", err))

@@ -1,0 +1,201 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/klog/v2"
+)
+
+// ReadinessService is the gRPC health service that turns SERVING once the
+// process is ready, as the Endpoint Picker protocol names it.
+const ReadinessService = "readiness"
+
+// readinessServices turn SERVING on Servers.Ready: the server as a whole,
+// readiness, and the ext_proc service.
+var readinessServices = []string{"", ReadinessService, extprocv3.ExternalProcessor_ServiceDesc.ServiceName}
+
+// ServingOptions are the flags of where an ext_proc process serves: the
+// ports of the Endpoint Picker convention by default, so that mci-epp and
+// mci-sidecar can stand in for each other.
+type ServingOptions struct {
+	BindAddress string
+	GRPCPort    int
+	HealthPort  int
+	MetricsPort int
+
+	// HealthPortUsage ends the help of --grpc-health-port: which of its
+	// services turn SERVING when, which only the command knows.
+	HealthPortUsage string
+}
+
+// NewServingOptions returns the defaults: every address, ext_proc on 9002,
+// gRPC health on 9003, metrics on 9090.
+func NewServingOptions() ServingOptions {
+	return ServingOptions{BindAddress: "0.0.0.0", GRPCPort: 9002, HealthPort: 9003, MetricsPort: 9090}
+}
+
+// AddFlags adds --bind-address, --grpc-port, --grpc-health-port and
+// --metrics-port to fs.
+func (o *ServingOptions) AddFlags(fs *pflag.FlagSet) {
+	healthUsage := "Port of the gRPC health service (grpc.health.v1)."
+	if o.HealthPortUsage != "" {
+		healthUsage = "Port of the gRPC health service (grpc.health.v1): " + o.HealthPortUsage
+	}
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "IP address the ext_proc, health and metrics servers listen on.")
+	fs.IntVar(&o.GRPCPort, "grpc-port", o.GRPCPort, "Port of the ext_proc gRPC service the gateway calls.")
+	fs.IntVar(&o.HealthPort, "grpc-health-port", o.HealthPort, healthUsage)
+	fs.IntVar(&o.MetricsPort, "metrics-port", o.MetricsPort, "Port of the Prometheus /metrics endpoint.")
+}
+
+// Validate checks the ports.
+func (o *ServingOptions) Validate() error {
+	var errs []error
+	for _, p := range []struct {
+		flag string
+		port int
+	}{{"--grpc-port", o.GRPCPort}, {"--grpc-health-port", o.HealthPort}, {"--metrics-port", o.MetricsPort}} {
+		if p.port < 0 || p.port > 65535 {
+			errs = append(errs, fmt.Errorf("%s %d is not a port", p.flag, p.port))
+		}
+	}
+	return utilerrors.NewAggregate(errs)
+}
+
+// Servers are the three servers of an ext_proc process: the ext_proc gRPC
+// service, the gRPC health service (on a port of its own and on the ext_proc
+// port, for gateways that health-check the cluster where they send ext_proc)
+// and the Prometheus /metrics endpoint. The readiness services are
+// NOT_SERVING until Ready.
+type Servers struct {
+	grpcLis, healthLis, metricsLis net.Listener
+	grpcServer, healthGRPC         *grpc.Server
+	health                         *health.Server
+	httpServer                     *http.Server
+}
+
+// Listen binds the listeners of o (port 0 picks a free port) and builds the
+// servers: processor on the ext_proc server, configured by grpcOpts, and
+// reg's metrics on /metrics.
+func Listen(o ServingOptions, processor extprocv3.ExternalProcessorServer, reg *prometheus.Registry, grpcOpts ...grpc.ServerOption) (_ *Servers, err error) {
+	s := &Servers{}
+	defer func() {
+		if err != nil {
+			s.closeListeners()
+		}
+	}()
+	listen := func(port int) (net.Listener, error) {
+		return net.Listen("tcp", net.JoinHostPort(o.BindAddress, strconv.Itoa(port)))
+	}
+	if s.grpcLis, err = listen(o.GRPCPort); err != nil {
+		return nil, fmt.Errorf("ext_proc listener: %w", err)
+	}
+	if s.healthLis, err = listen(o.HealthPort); err != nil {
+		return nil, fmt.Errorf("health listener: %w", err)
+	}
+	if s.metricsLis, err = listen(o.MetricsPort); err != nil {
+		return nil, fmt.Errorf("metrics listener: %w", err)
+	}
+
+	s.health = health.NewServer()
+	for _, svc := range readinessServices {
+		s.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	s.grpcServer = grpc.NewServer(grpcOpts...)
+	extprocv3.RegisterExternalProcessorServer(s.grpcServer, processor)
+	healthpb.RegisterHealthServer(s.grpcServer, s.health)
+	s.healthGRPC = grpc.NewServer()
+	healthpb.RegisterHealthServer(s.healthGRPC, s.health)
+
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	s.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return s, nil
+}
+
+// GRPCAddr, HealthAddr and MetricsAddr are the listeners' addresses.
+func (s *Servers) GRPCAddr() string    { return s.grpcLis.Addr().String() }
+func (s *Servers) HealthAddr() string  { return s.healthLis.Addr().String() }
+func (s *Servers) MetricsAddr() string { return s.metricsLis.Addr().String() }
+
+// SetServing reports a health service SERVING until the drain.
+func (s *Servers) SetServing(service string) {
+	s.health.SetServingStatus(service, healthpb.HealthCheckResponse_SERVING)
+}
+
+// Ready turns the readiness services SERVING: the server as a whole
+// (""), ReadinessService and the ext_proc service.
+func (s *Servers) Ready() {
+	for _, svc := range readinessServices {
+		s.SetServing(svc)
+	}
+}
+
+// Run serves until ctx ends or a server fails, then drains: the health
+// services turn NOT_SERVING, the ext_proc server stops accepting streams and
+// lets the open ones finish for up to drainTimeout, then the rest stops. It
+// returns the failure, if a server failed.
+func (s *Servers) Run(ctx context.Context, drainTimeout time.Duration) error {
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	fail := func(what string, err error) {
+		if err != nil && ctx.Err() == nil {
+			cancel(fmt.Errorf("%s: %w", what, err))
+		}
+	}
+	wg.Go(func() { fail("ext_proc server", s.grpcServer.Serve(s.grpcLis)) })
+	wg.Go(func() { fail("health server", s.healthGRPC.Serve(s.healthLis)) })
+	wg.Go(func() {
+		if err := s.httpServer.Serve(s.metricsLis); !errors.Is(err, http.ErrServerClosed) {
+			fail("metrics server", err)
+		}
+	})
+
+	<-ctx.Done()
+	logger.Info("Draining", "timeout", drainTimeout)
+	s.health.Shutdown()
+	stopped := make(chan struct{})
+	go func() {
+		s.grpcServer.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(drainTimeout):
+		logger.Info("Drain timeout; cutting the streams still open")
+		s.grpcServer.Stop()
+	}
+	s.healthGRPC.Stop()
+	shutdownCtx, shutdownCancel := context.WithTimeout(context.Background(), time.Second)
+	defer shutdownCancel()
+	_ = s.httpServer.Shutdown(shutdownCtx)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+func (s *Servers) closeListeners() {
+	for _, l := range []net.Listener{s.grpcLis, s.healthLis, s.metricsLis} {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+}

@@ -57,8 +57,13 @@ func (c *Cache) Run(ctx context.Context, sources ...Source) error {
 		return fmt.Errorf("connecting to the local cluster: %w", err)
 	}
 	desired := newDesiredMembers(c.opts.LocalName)
+	// Sources report from their own goroutines; membership changes are
+	// applied one report at a time.
+	var membership sync.Mutex
 	for _, s := range sources {
 		go s.Run(ctx, func(src string, configs map[string]MemberConfig) {
+			membership.Lock()
+			defer membership.Unlock()
 			for _, change := range desired.update(src, configs) {
 				c.apply(ctx, change)
 			}
@@ -94,18 +99,20 @@ func (c *Cache) apply(ctx context.Context, ch change) {
 
 // setMember starts (or restarts, when its source changed) one member.
 func (c *Cache) setMember(name, source string, config *rest.Config) error {
-	c.mu.Lock()
-	old := c.members[name]
+	c.mu.RLock()
+	old, ctx := c.members[name], c.ctx
+	c.mu.RUnlock()
 	if old != nil && old.source == source {
-		c.mu.Unlock()
 		return nil
 	}
 	m, err := newMember(name, source, config, c.handler)
 	if err != nil {
-		c.mu.Unlock()
 		return err
 	}
-	m.start(c.ctx, c.opts.UnreachableAfter)
+	// Starting asks the member what it serves, which a hung member makes
+	// slow: never under the lock that every request's snapshot takes.
+	m.start(ctx, c.opts.UnreachableAfter)
+	c.mu.Lock()
 	c.members[name] = m
 	c.resort()
 	c.mu.Unlock()

@@ -31,27 +31,31 @@ import (
 	"github.com/mci-dev/mci/pkg/imports"
 )
 
-// probeTimeout bounds one reachability probe of a member apiserver.
-const probeTimeout = 2 * time.Second
+const (
+	// probeTimeout bounds one reachability probe of a member apiserver.
+	probeTimeout = 2 * time.Second
+	// discoveryTimeout bounds asking a member which APIs it serves.
+	discoveryTimeout = 5 * time.Second
+)
 
 // member is one connected member cluster: its informers, listers and
 // reachability. It is started once and stopped once; a changed kubeconfig
 // replaces the whole member.
 type member struct {
-	name   string
-	config *rest.Config
+	name string
 	// source identifies the kubeconfig the member was built from, so a
 	// changed Secret or file reconnects it.
 	source string
 
-	kube    kubernetes.Interface
-	mci     mciclient.Interface
-	gateway gatewayclient.Interface
-	ctx     context.Context
-	cancel  context.CancelFunc
-	done    chan struct{}
-	synced  []cache.InformerSynced
-	handler Handler
+	kube      kubernetes.Interface
+	mci       mciclient.Interface
+	gateway   gatewayclient.Interface
+	discovery discovery.DiscoveryInterface
+	ctx       context.Context
+	cancel    context.CancelFunc
+	done      chan struct{}
+	synced    []cache.InformerSynced
+	handler   Handler
 
 	namespaces     corev1listers.NamespaceLister
 	pools          poollisters.InferencePoolLister
@@ -122,7 +126,14 @@ func newMember(name, source string, config *rest.Config, handler Handler) (*memb
 	if err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
-	return &member{name: name, source: source, config: config, kube: kube, mci: mci, gateway: gw, handler: handler}, nil
+	// Discovery at start-up must not wait forever on a hung member.
+	bounded := rest.CopyConfig(config)
+	bounded.Timeout = discoveryTimeout
+	disc, err := discovery.NewDiscoveryClientForConfig(bounded)
+	if err != nil {
+		return nil, fmt.Errorf("member %s: %w", name, err)
+	}
+	return &member{name: name, source: source, kube: kube, mci: mci, gateway: gw, discovery: disc, handler: handler}, nil
 }
 
 // start begins watching the member. Resources whose API the member does not
@@ -144,7 +155,7 @@ func (m *member) start(ctx context.Context, unreachableAfter time.Duration) {
 	m.services = serviceLister{m.poolNamespaces}
 	m.endpointSlices = endpointSliceLister{m.poolNamespaces}
 
-	served := servedResources(kube.Discovery(), logger)
+	served := servedResources(m.discovery, logger)
 
 	var starters []func(<-chan struct{})
 	starters = append(starters, kubeFactory.Start)

@@ -1,0 +1,358 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/sidecar"
+	"github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/simulator"
+)
+
+// These tests run the whole multi-cluster data path on the local ClusterSet:
+// cluster-a and cluster-c export an InferencePool served by a real mci-epp
+// binary (Kubernetes mode) in front of simulated model servers; cluster-b
+// has an HTTPRoute to the pool's InferencePoolImport and runs mci-sidecar
+// (in-process, reading cluster-b through its kube-apiserver) behind an
+// Envoy-like test gateway. Loopback blocks 127.0.81-83.x are theirs.
+
+// sidecarSetup is the ClusterSet-wide setup of one sidecar test.
+type sidecarSetup struct {
+	ns      string
+	gateway *httptest.Server
+	// epps are the exporting clusters' EPPs by cluster name; instances the
+	// simulator instance of each cluster.
+	epps      map[string]*clusterEPP
+	instances map[string]string
+}
+
+// clusterEPP is an mci-epp process of one cluster.
+type clusterEPP struct {
+	cluster string
+	ip      string
+	pid     int
+	stop    func() // SIGTERM, then SIGKILL after 10s; idempotent.
+}
+
+// exportingCluster sets up, in cluster name of namespace ns, one simulator
+// (pod "sim-<name>") on 127.0.<block>.1:8000, the exported InferencePool
+// pool, its mci-epp on 127.0.<block>.100, the LoadBalancer EPP Service with
+// that ingress IP and a ready EPP EndpointSlice.
+func exportingCluster(t *testing.T, name, ns, pool string, block int) (*clusterEPP, string) {
+	t.Helper()
+	ctx := t.Context()
+	c := clusterClients(t, name)
+	c.createNamespace(t, ctx, ns)
+
+	instance := "sim-" + name
+	m := &modelServer{pod: instance, ip: fmt.Sprintf("127.0.%d.1", block)}
+	m.sim = startSimulator(t, m.address(), simulator.Options{
+		InstanceID: instance,
+		Model:      baseModel,
+		MaxLoRA:    1,
+		Latency:    time.Millisecond,
+	})
+	_, err := c.kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: instance, Namespace: ns, Labels: map[string]string{"app": pool}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	(&eppPool{t: t, cluster: c, ns: ns, name: pool}).setReady(m, true)
+
+	_, err = c.mci.InferencePoolV1().InferencePools(ns).Create(ctx, exportedPool(ns, pool, v1alpha1.RoutingModeEndpoint), metav1.CreateOptions{})
+	require.NoError(t, err)
+	eppIP := fmt.Sprintf("127.0.%d.100", block)
+	epp := startClusterEPP(t, name, ns, pool, eppIP)
+	c.createEPPService(t, ctx, ns, eppIP)
+	c.setEPPEndpoint(t, ctx, ns, true)
+	return epp, instance
+}
+
+// startClusterEPP starts mci-epp in Kubernetes mode against cluster name,
+// bound to ip, and waits until its gRPC health says SERVING.
+func startClusterEPP(t *testing.T, name, ns, pool, ip string) *clusterEPP {
+	t.Helper()
+	c, err := clusters.Cluster(name)
+	require.NoError(t, err)
+	logPath := filepath.Join(t.TempDir(), "mci-epp-"+name+".log")
+	logFile, err := os.Create(logPath)
+	require.NoError(t, err)
+	cmd := exec.Command(binary(t, "mci-epp"),
+		"--pool-name="+pool,
+		"--pool-namespace="+ns,
+		"--kubeconfig="+c.Kubeconfig,
+		"--bind-address="+ip,
+		"--grpc-port="+strconv.Itoa(eppGRPCPort),
+		"--grpc-health-port="+strconv.Itoa(eppHealthPort),
+		"--metrics-port="+strconv.Itoa(eppMetricsPort),
+		"--base-models="+baseModel,
+		"-v=2",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		_ = logFile.Close()
+		close(exited)
+	}()
+	var once sync.Once
+	e := &clusterEPP{cluster: name, ip: ip, pid: cmd.Process.Pid}
+	e.stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+		})
+	}
+	t.Cleanup(func() {
+		e.stop()
+		if t.Failed() {
+			out, _ := os.ReadFile(logPath)
+			t.Logf("mci-epp of %s (pid %d) output:\n%s", name, e.pid, out)
+		}
+	})
+
+	conn, err := grpc.NewClient(net.JoinHostPort(ip, strconv.Itoa(eppHealthPort)), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer func() { _ = conn.Close() }()
+	health := healthpb.NewHealthClient(conn)
+	eventually(t, t.Context(), 30*time.Second, func(ctx context.Context) (bool, string) {
+		select {
+		case <-exited:
+			return true, "exited"
+		default:
+		}
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: "readiness"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return resp.GetStatus() == healthpb.HealthCheckResponse_SERVING, resp.GetStatus().String()
+	})
+	select {
+	case <-exited:
+		t.Fatalf("mci-epp of %s exited before it was ready: %v", name, waitErr)
+	default:
+	}
+	return e
+}
+
+// newSidecarSetup builds the ClusterSet of the sidecar tests in namespace
+// ns, using loopback blocks base (cluster-a), base+1 (the sidecar) and
+// base+2 (cluster-c), and returns cluster-b's gateway once the sidecar
+// routes to both exporting clusters.
+func newSidecarSetup(t *testing.T, ns string, base int) *sidecarSetup {
+	t.Helper()
+	ctx := t.Context()
+	const pool = "llm"
+	start := time.Now()
+	s := &sidecarSetup{ns: ns, epps: map[string]*clusterEPP{}, instances: map[string]string{}}
+	for i, name := range []string{"cluster-a", "cluster-c"} {
+		s.epps[name], s.instances[name] = exportingCluster(t, name, ns, pool, base+2*i)
+	}
+
+	b := clusterClients(t, "cluster-b")
+	b.createNamespace(t, ctx, ns)
+	_, err := b.gateway.GatewayV1().HTTPRoutes(ns).Create(ctx, &gatewayv1.HTTPRoute{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "completions", Namespace: ns,
+			Annotations: map[string]string{sidecar.PolicyAnnotation: string(sidecar.PolicyWeighted)},
+		},
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "inference-gateway"}}},
+			Rules: []gatewayv1.HTTPRouteRule{{
+				Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{
+					Type: ptr.To(gatewayv1.PathMatchPathPrefix), Value: ptr.To("/v1/completions"),
+				}}},
+				BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
+					BackendObjectReference: gatewayv1.BackendObjectReference{
+						Group: ptr.To(gatewayv1.Group(sidecar.InferencePoolImportGroup)),
+						Kind:  ptr.To(gatewayv1.Kind(sidecar.InferencePoolImportKind)),
+						Name:  pool,
+					},
+				}}},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
+		imp, err := b.importOf(ctx, ns, pool)
+		if err != nil || imp == nil {
+			return false, fmt.Sprintf("import not served yet (err=%v)", err)
+		}
+		var ready []string
+		for _, c := range imp.Status.Clusters {
+			if conditionStatus(c.Conditions, "Ready") == metav1.ConditionTrue {
+				ready = append(ready, c.Name)
+			}
+		}
+		return strings.Join(ready, ",") == "cluster-a,cluster-c", fmt.Sprintf("%+v", imp.Status)
+	})
+	t.Logf("cluster-b's InferencePoolImport lists cluster-a and cluster-c Ready %s after the setup began", time.Since(start).Round(time.Millisecond))
+
+	sc, err := sidecar.New(sidecar.Config{
+		BindAddress: fmt.Sprintf("127.0.%d.1", base+1),
+		Watch:       sidecar.WatchConfig{LocalCluster: "cluster-b"},
+		Server:      sidecar.ServerConfig{AttemptTimeout: 2 * time.Second},
+	}, sidecar.Clients{Kube: b.kube, MCI: b.mci, Gateway: b.gateway})
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sc.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			assert.NoError(t, err, "the sidecar stopped with an error")
+		case <-time.After(20 * time.Second):
+			t.Errorf("the sidecar did not stop within 20s")
+		}
+	})
+
+	// The sidecar's table routes the rule to both clusters' EPPs.
+	wantEPPs := map[string]string{}
+	for name, e := range s.epps {
+		wantEPPs[name] = net.JoinHostPort(e.ip, strconv.Itoa(eppGRPCPort))
+	}
+	eventually(t, ctx, 15*time.Second, func(context.Context) (bool, string) {
+		select {
+		case err := <-done:
+			t.Fatalf("the sidecar stopped: %v", err)
+		default:
+		}
+		tbl := sc.Router().Table()
+		if tbl == nil {
+			return false, "no table yet"
+		}
+		for _, r := range tbl.Rules() {
+			for _, be := range r.Backends {
+				got := map[string]string{}
+				for _, c := range be.Clusters {
+					got[c.Name] = c.EPP
+				}
+				if be.Name == pool && fmt.Sprint(got) == fmt.Sprint(wantEPPs) {
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprintf("table generation %d: rules %d, errors %v", tbl.Generation, len(tbl.Rules()), tbl.Errors)
+	})
+
+	client, err := extproc.Dial(sc.GRPCAddr(), extproc.Options{MessageTimeout: 10 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	s.gateway = httptest.NewServer(extproc.NewProxy(client, nil))
+	t.Cleanup(s.gateway.Close)
+	t.Logf("setup done in %s: sidecar ext_proc on %s", time.Since(start).Round(time.Millisecond), sc.GRPCAddr())
+	return s
+}
+
+// send sends one completion request through cluster-b's gateway and
+// returns the status, the answering simulator instance and the body.
+func (s *sidecarSetup) send(t *testing.T) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.gateway.URL+"/v1/completions", strings.NewReader(string(completion(baseModel))))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := noProxyClient.Do(req)
+	require.NoError(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, resp.Header.Get(simulator.InstanceHeader), string(body)
+}
+
+// spread sends n requests and counts where they land: the simulator
+// instance, or "HTTP <code>" for a failure.
+func (s *sidecarSetup) spread(t *testing.T, n int) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	for range n {
+		code, instance, _ := s.send(t)
+		if code != http.StatusOK {
+			got["HTTP "+strconv.Itoa(code)]++
+			continue
+		}
+		got[instance]++
+	}
+	return got
+}
+
+func TestSidecarSplitsAWeightedRouteAcrossClustersAndFailsOverWhenAnEPPStops(t *testing.T) {
+	s := newSidecarSetup(t, "e2e-sidecar", 81)
+	simA, simC := s.instances["cluster-a"], s.instances["cluster-c"]
+
+	t.Run("requests from cluster-b's gateway land in cluster-a and cluster-c about equally", func(t *testing.T) {
+		const n = 400
+		start := time.Now()
+		got := s.spread(t, n)
+		t.Logf("%d requests in %s: %v", n, time.Since(start).Round(time.Millisecond), got)
+		require.Equal(t, n, got[simA]+got[simC], "every request is answered by a simulator of cluster-a or cluster-c: %v", got)
+		for _, inst := range []string{simA, simC} {
+			assert.GreaterOrEqual(t, got[inst], n*40/100, "%s gets at least 40%%: %v", inst, got)
+			assert.LessOrEqual(t, got[inst], n*60/100, "%s gets at most 60%%: %v", inst, got)
+		}
+	})
+
+	t.Run("when cluster-a's EPP stops every request lands in cluster-c", func(t *testing.T) {
+		start := time.Now()
+		s.epps["cluster-a"].stop()
+		t.Logf("cluster-a's mci-epp (pid %d) exited %s after SIGTERM", s.epps["cluster-a"].pid, time.Since(start).Round(time.Millisecond))
+
+		// Settling: some requests may still fail while the sidecar learns
+		// that the EPP is gone; then N in a row must succeed on cluster-c.
+		const consecutive = 50
+		var last string
+		misses := 0
+		eventually(t, t.Context(), 10*time.Second, func(context.Context) (bool, string) {
+			for streak := range consecutive {
+				code, instance, body := s.send(t)
+				if code != http.StatusOK || instance != simC {
+					misses++
+					last = fmt.Sprintf("HTTP %d from %q after %d successes: %s", code, instance, streak, body)
+					return false, last
+				}
+			}
+			return true, ""
+		})
+		t.Logf("%d requests missed cluster-c while the sidecar settled (last: %s)", misses, last)
+		t.Logf("%d consecutive requests landed in cluster-c %s after cluster-a's EPP was told to stop", consecutive, time.Since(start).Round(time.Millisecond))
+
+		got := s.spread(t, 100)
+		assert.Equal(t, map[string]int{simC: 100}, got, "after failover every request lands in cluster-c")
+	})
+}

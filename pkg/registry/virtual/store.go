@@ -45,7 +45,15 @@ type Resource interface {
 // Snapshotter gives the current view of the ClusterSet.
 type Snapshotter interface {
 	Snapshot() imports.ClusterSet
+	// Ready is nil once every member has listed (or is flagged
+	// unreachable): from then on, every change reaches the Store as an
+	// event, including deletions.
+	Ready() error
 }
+
+// baselineInterval is how often a Store that has not yet seen a complete
+// ClusterSet checks again.
+var baselineInterval = time.Second
 
 // historySize bounds how many changes a watch can resume across. An older
 // resourceVersion gets 410 Gone and the client relists.
@@ -79,6 +87,10 @@ type Store struct {
 	historyStart Version
 	watchers     map[*watcher]struct{}
 	started      bool
+	// baselined is set once the ClusterSet was complete: changes before
+	// that are not in the history (a member's first list reports what
+	// exists, not what was deleted), so a watch cannot resume from them.
+	baselined bool
 }
 
 // NewStore returns a Store for resource; Run keeps it up to date.
@@ -133,8 +145,13 @@ func (s *Store) Run(ctx context.Context) {
 	s.mu.Lock()
 	s.started = true
 	s.mu.Unlock()
+	s.baseline()
+	tick := time.NewTicker(baselineInterval)
+	defer tick.Stop()
 	for {
 		select {
+		case <-tick.C:
+			s.baseline()
 		case <-ctx.Done():
 			s.mu.Lock()
 			for w := range s.watchers {
@@ -262,6 +279,23 @@ func (s *Store) recompute(ctx context.Context) {
 	for w := range s.watchers {
 		w.send(changes)
 	}
+}
+
+// baseline starts the resumable history once the ClusterSet is complete:
+// a watch may resume from any version the Store issues after this, and gets
+// 410 Gone for anything older, which makes clients relist.
+func (s *Store) baseline() {
+	s.mu.RLock()
+	done := s.baselined
+	s.mu.RUnlock()
+	if done || s.cluster.Ready() != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.baselined = true
+	s.historyStart = s.version.clone()
+	s.history = nil
 }
 
 func (s *Store) deleteLocked(k string, prev Object, rv string, version Version) change {

@@ -75,6 +75,23 @@ func (r *tableResource) CarryTransitionTimes(Object, Object, metav1.Time) {}
 type emptySnapshot struct{}
 
 func (emptySnapshot) Snapshot() imports.ClusterSet { return imports.ClusterSet{} }
+func (emptySnapshot) Ready() error                 { return nil }
+
+// syncingSnapshot is a ClusterSet whose members have not all listed yet.
+type syncingSnapshot struct {
+	emptySnapshot
+	mu    sync.Mutex
+	ready bool
+}
+
+func (s *syncingSnapshot) Ready() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ready {
+		return fmt.Errorf("member cluster-a has not synced yet")
+	}
+	return nil
+}
 
 func startStore(t *testing.T, r *tableResource) *Store {
 	t.Helper()
@@ -326,4 +343,35 @@ func TestInitialEventsWithoutBookmarksEndWithoutABookmark(t *testing.T) {
 	ev := next(t, w)
 	assert.Equal(t, watch.Added, ev.Type, "no bookmark between the initial events and the live ones")
 	assert.Equal(t, "b", nameOf(ev))
+}
+
+func TestAWatchResumesOnlyFromVersionsIssuedOnceEveryMemberListed(t *testing.T) {
+	baselineInterval = 10 * time.Millisecond
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	r.set("ns", "a", nil, "cluster-a")
+	cluster := &syncingSnapshot{}
+	s := NewStore(r, cluster, func() Object { return &inference.InferencePoolImport{} })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+	require.Eventually(t, s.Ready, 5*time.Second, 5*time.Millisecond)
+	_, early := s.List("", func(Object) bool { return true })
+
+	// Before every member has listed, a deletion that happened earlier may
+	// never be reported: resuming is refused and the client relists.
+	_, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: early})
+	require.True(t, apierrors.IsResourceExpired(err), "%v", err)
+
+	cluster.mu.Lock()
+	cluster.ready = true
+	cluster.mu.Unlock()
+	require.Eventually(t, func() bool {
+		_, rv := s.List("", func(Object) bool { return true })
+		w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: rv})
+		if err != nil {
+			return false
+		}
+		w.Stop()
+		return true
+	}, 5*time.Second, 10*time.Millisecond, "versions issued after the baseline resume")
 }

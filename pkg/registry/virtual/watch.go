@@ -59,6 +59,9 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 		for _, o := range s.objects {
 			initial = append(initial, o)
 		}
+	case !s.baselined:
+		s.mu.Unlock()
+		return nil, apierrors.NewResourceExpired("resource version " + opts.ResourceVersion + " cannot be resumed: the server has not finished listing every member cluster yet; relist")
 	default:
 		if !since.Covers(s.historyStart) {
 			s.mu.Unlock()

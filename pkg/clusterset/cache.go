@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -112,6 +113,15 @@ func (c *Cache) setMember(name, source string, config *rest.Config) error {
 	// Starting asks the member what it serves, which a hung member makes
 	// slow: never under the lock that every request's snapshot takes.
 	m.start(ctx, c.opts.UnreachableAfter)
+	if old != nil {
+		// A reconnected member (rotated credentials) replaces the old one
+		// only once it has listed, so its imports do not flap while its
+		// cache fills. An unreachable one is swapped in after the
+		// threshold, and is then flagged as such.
+		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, c.opts.UnreachableAfter, true, func(context.Context) (bool, error) {
+			return m.hasSynced(), nil
+		})
+	}
 	c.mu.Lock()
 	c.members[name] = m
 	c.resort()

@@ -87,15 +87,21 @@ type Store struct {
 	historyStart Version
 	watchers     map[*watcher]struct{}
 	started      bool
-	// baselined is set once the ClusterSet was complete: changes before
-	// that are not in the history (a member's first list reports what
-	// exists, not what was deleted), so a watch cannot resume from them.
-	baselined bool
+	// epoch identifies this Store's versions (epochComponent).
+	epoch uint64
+	// baseline is the version at which the ClusterSet was first complete
+	// (nil before). A version issued elsewhere can only be resumed from if
+	// it covers the baseline: before it, this Store's state came from
+	// members still listing, and a member's first list reports what exists,
+	// never what was deleted.
+	baseline Version
 }
 
 // NewStore returns a Store for resource; Run keeps it up to date.
 func NewStore(resource Resource, cluster Snapshotter, newFunc func() Object) *Store {
+	epoch := uint64(time.Now().UnixMilli())
 	return &Store{
+		epoch:        epoch,
 		resource:     resource,
 		cluster:      cluster,
 		newFunc:      newFunc,
@@ -104,7 +110,7 @@ func NewStore(resource Resource, cluster Snapshotter, newFunc func() Object) *St
 		signal:       make(chan struct{}, 1),
 		objects:      map[string]Object{},
 		byNamespace:  map[string]map[string]Object{},
-		version:      Version{},
+		version:      Version{epochComponent: epoch},
 		historyStart: Version{},
 		watchers:     map[*watcher]struct{}{},
 	}
@@ -145,13 +151,13 @@ func (s *Store) Run(ctx context.Context) {
 	s.mu.Lock()
 	s.started = true
 	s.mu.Unlock()
-	s.baseline()
+	s.takeBaseline()
 	tick := time.NewTicker(baselineInterval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-tick.C:
-			s.baseline()
+			s.takeBaseline()
 		case <-ctx.Done():
 			s.mu.Lock()
 			for w := range s.watchers {
@@ -281,21 +287,20 @@ func (s *Store) recompute(ctx context.Context) {
 	}
 }
 
-// baseline starts the resumable history once the ClusterSet is complete:
-// a watch may resume from any version the Store issues after this, and gets
-// 410 Gone for anything older, which makes clients relist.
-func (s *Store) baseline() {
+// takeBaseline records the version at which the ClusterSet first became
+// complete; see Store.baseline.
+func (s *Store) takeBaseline() {
 	s.mu.RLock()
-	done := s.baselined
+	done := s.baseline != nil
 	s.mu.RUnlock()
 	if done || s.cluster.Ready() != nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.baselined = true
-	s.historyStart = s.version.clone()
-	s.history = nil
+	if s.baseline == nil {
+		s.baseline = s.version.clone()
+	}
 }
 
 func (s *Store) deleteLocked(k string, prev Object, rv string, version Version) change {

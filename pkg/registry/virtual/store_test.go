@@ -227,7 +227,7 @@ func TestWatchOlderThanTheHistoryIsGone(t *testing.T) {
 	s.mu.Lock()
 	s.historyStart = Version{"cluster-a": 50}
 	s.mu.Unlock()
-	_, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: Version{"cluster-a": 10}.String()})
+	_, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: Version{"cluster-a": 10, epochComponent: s.epoch}.String()})
 	assert.True(t, apierrors.IsResourceExpired(err) || apierrors.IsGone(err), "%v", err)
 }
 
@@ -345,7 +345,7 @@ func TestInitialEventsWithoutBookmarksEndWithoutABookmark(t *testing.T) {
 	assert.Equal(t, "b", nameOf(ev))
 }
 
-func TestAWatchResumesOnlyFromVersionsIssuedOnceEveryMemberListed(t *testing.T) {
+func TestAForeignVersionResumesOnlyOnceEveryMemberListed(t *testing.T) {
 	baselineInterval = 10 * time.Millisecond
 	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
 	r.set("ns", "a", nil, "cluster-a")
@@ -355,23 +355,38 @@ func TestAWatchResumesOnlyFromVersionsIssuedOnceEveryMemberListed(t *testing.T) 
 	defer cancel()
 	go s.Run(ctx)
 	require.Eventually(t, s.Ready, 5*time.Second, 5*time.Millisecond)
-	_, early := s.List("", func(Object) bool { return true })
+	_, own := s.List("", func(Object) bool { return true })
+	foreign := Version{"cluster-a": 5, epochComponent: 1}.String()
 
+	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: own})
+	require.NoError(t, err, "a version this Store issued resumes from its own history at any time")
+	w.Stop()
 	// Before every member has listed, a deletion that happened earlier may
-	// never be reported: resuming is refused and the client relists.
-	_, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: early})
+	// never be reported: a version from elsewhere is refused and the client
+	// relists.
+	_, err = s.Watch(context.Background(), WatchOptions{ResourceVersion: foreign})
 	require.True(t, apierrors.IsResourceExpired(err), "%v", err)
 
+	// The last member's list arrives (resourceVersion 7), then the
+	// ClusterSet is complete.
+	r.set("ns", "a", nil, "cluster-a", "cluster-c")
+	notifyPool(s, "cluster-a", "ns", "a", 7)
+	require.Eventually(t, func() bool {
+		o, _ := s.Get("ns", "a")
+		v, _ := ParseVersion(o.GetResourceVersion())
+		return v["cluster-a"] == 7
+	}, 5*time.Second, 5*time.Millisecond)
 	cluster.mu.Lock()
 	cluster.ready = true
 	cluster.mu.Unlock()
 	require.Eventually(t, func() bool {
-		_, rv := s.List("", func(Object) bool { return true })
-		w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: rv})
+		w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: Version{"cluster-a": 9, epochComponent: 1}.String()})
 		if err != nil {
 			return false
 		}
 		w.Stop()
 		return true
-	}, 5*time.Second, 10*time.Millisecond, "versions issued after the baseline resume")
+	}, 5*time.Second, 10*time.Millisecond, "a foreign version that covers the baseline resumes")
+	_, err = s.Watch(context.Background(), WatchOptions{ResourceVersion: foreign})
+	assert.True(t, apierrors.IsResourceExpired(err), "a foreign version older than the baseline is still refused: %v", err)
 }

@@ -20,10 +20,19 @@ type Version map[string]uint64
 // in milliseconds, comparable across replicas whose clocks agree.
 const reachabilityComponent = "~membership"
 
+// epochComponent names the Store that issued a version (its start time in
+// Unix milliseconds). It orders nothing: Covers ignores it. It tells a
+// Store whether a version is its own, whose whole history it has, or one
+// from another replica or an earlier run of the server.
+const epochComponent = "~epoch"
+
 // Covers reports whether v has seen everything o has: every component of o
-// is at most the same component of v.
+// is at most the same component of v. The epoch is not compared.
 func (v Version) Covers(o Version) bool {
 	for k, n := range o {
+		if k == epochComponent {
+			continue
+		}
 		if v[k] < n {
 			return false
 		}

@@ -43,6 +43,9 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 		since = v
 	}
 
+	// A watch may arrive before the periodic check noticed that the
+	// ClusterSet became complete.
+	s.takeBaseline()
 	w := &watcher{
 		store:  s,
 		opts:   opts,
@@ -59,9 +62,9 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 		for _, o := range s.objects {
 			initial = append(initial, o)
 		}
-	case !s.baselined:
+	case since[epochComponent] != s.epoch && (s.baseline == nil || !since.Covers(s.baseline)):
 		s.mu.Unlock()
-		return nil, apierrors.NewResourceExpired("resource version " + opts.ResourceVersion + " cannot be resumed: the server has not finished listing every member cluster yet; relist")
+		return nil, apierrors.NewResourceExpired("resource version " + opts.ResourceVersion + " was issued by another replica or an earlier run of the server, before this one had listed every member cluster; relist")
 	default:
 		if !since.Covers(s.historyStart) {
 			s.mu.Unlock()

@@ -111,6 +111,10 @@ func (c CompletedConfig) New() (*MCIServer, error) {
 		return nil, fmt.Errorf("installing the %s API group: %w", inference.GroupName, err)
 	}
 
+	// /readyz stays unready until the stores report ready: every member has
+	// listed or is flagged unreachable (bounded by the generic server's
+	// storage initialization timeout).
+	generic.AddPostStartHookOrDie("storage-readiness", generic.StorageReadinessHook.Hook)
 	generic.AddPostStartHookOrDie("mci-clusterset-cache", func(ctx genericapiserver.PostStartHookContext) error {
 		go func() {
 			if err := cache.Run(ctx, c.ExtraConfig.Sources...); err != nil {

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -185,7 +186,14 @@ type eppProcess struct {
 	ip     string
 	pool   string
 	client *extproc.Client
-	log    string
+}
+
+// clusterEPP is a running mci-epp process.
+type clusterEPP struct {
+	cluster string
+	ip      string
+	pid     int
+	stop    func() // SIGTERM, then SIGKILL after 10s; idempotent.
 }
 
 // binary returns the path of a binary in MCI_BIN_DIR (default
@@ -205,27 +213,35 @@ func binary(t *testing.T, name string) string {
 	return path
 }
 
-// startEPP starts mci-epp in Kubernetes mode for the pool, on
-// 127.0.<block>.100, and waits until its gRPC health says it is SERVING.
-// The process is stopped (SIGTERM, then SIGKILL) when the test ends; its
-// output is printed if the test failed.
+// startEPP starts mci-epp in Kubernetes mode for the pool in cluster-a, on
+// 127.0.<block>.100, waits until it is SERVING and dials its ext_proc port.
 func (p *eppPool) startEPP() *eppProcess {
 	t := p.t
 	t.Helper()
-	c, err := clusters.Cluster("cluster-a")
+	e := &eppProcess{ip: fmt.Sprintf("127.0.%d.100", p.block), pool: p.name}
+	startClusterEPP(t, "cluster-a", p.ns, p.name, e.ip)
+	var err error
+	e.client, err = extproc.Dial(net.JoinHostPort(e.ip, strconv.Itoa(eppGRPCPort)), extproc.Options{MessageTimeout: 10 * time.Second})
 	require.NoError(t, err)
-	e := &eppProcess{
-		ip:   fmt.Sprintf("127.0.%d.100", p.block),
-		pool: p.name,
-		log:  filepath.Join(t.TempDir(), "mci-epp.log"),
-	}
-	logFile, err := os.Create(e.log)
+	t.Cleanup(func() { _ = e.client.Close() })
+	p.epp = e
+	return e
+}
+
+// startClusterEPP starts mci-epp in Kubernetes mode against cluster name,
+// bound to ip, and waits until its gRPC health says SERVING.
+func startClusterEPP(t *testing.T, name, ns, pool, ip string) *clusterEPP {
+	t.Helper()
+	c, err := clusters.Cluster(name)
+	require.NoError(t, err)
+	logPath := filepath.Join(t.TempDir(), "mci-epp-"+name+".log")
+	logFile, err := os.Create(logPath)
 	require.NoError(t, err)
 	cmd := exec.Command(binary(t, "mci-epp"),
-		"--pool-name="+p.name,
-		"--pool-namespace="+p.ns,
+		"--pool-name="+pool,
+		"--pool-namespace="+ns,
 		"--kubeconfig="+c.Kubeconfig,
-		"--bind-address="+e.ip,
+		"--bind-address="+ip,
 		"--grpc-port="+strconv.Itoa(eppGRPCPort),
 		"--grpc-health-port="+strconv.Itoa(eppHealthPort),
 		"--metrics-port="+strconv.Itoa(eppMetricsPort),
@@ -241,23 +257,30 @@ func (p *eppPool) startEPP() *eppProcess {
 		_ = logFile.Close()
 		close(exited)
 	}()
+	var once sync.Once
+	e := &clusterEPP{cluster: name, ip: ip, pid: cmd.Process.Pid}
+	e.stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+		})
+	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		e.stop()
 		if t.Failed() {
-			out, _ := os.ReadFile(e.log)
-			t.Logf("mci-epp (pid %d) output:\n%s", cmd.Process.Pid, out)
+			out, _ := os.ReadFile(logPath)
+			t.Logf("mci-epp of %s (pid %d) output:\n%s", name, e.pid, out)
 		}
 	})
 
-	conn, err := grpc.NewClient(net.JoinHostPort(e.ip, strconv.Itoa(eppHealthPort)), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(net.JoinHostPort(ip, strconv.Itoa(eppHealthPort)), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
+	defer func() { _ = conn.Close() }()
 	health := healthpb.NewHealthClient(conn)
 	eventually(t, t.Context(), 30*time.Second, func(ctx context.Context) (bool, string) {
 		select {
@@ -275,14 +298,9 @@ func (p *eppPool) startEPP() *eppProcess {
 	})
 	select {
 	case <-exited:
-		t.Fatalf("mci-epp exited before it was ready: %v (its output is below)", waitErr)
+		t.Fatalf("mci-epp of %s exited before it was ready: %v", name, waitErr)
 	default:
 	}
-
-	e.client, err = extproc.Dial(net.JoinHostPort(e.ip, strconv.Itoa(eppGRPCPort)), extproc.Options{MessageTimeout: 10 * time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = e.client.Close() })
-	p.epp = e
 	return e
 }
 

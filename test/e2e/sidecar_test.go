@@ -7,21 +7,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -48,14 +40,6 @@ type sidecarSetup struct {
 	// simulator instance of each cluster.
 	epps      map[string]*clusterEPP
 	instances map[string]string
-}
-
-// clusterEPP is an mci-epp process of one cluster.
-type clusterEPP struct {
-	cluster string
-	ip      string
-	pid     int
-	stop    func() // SIGTERM, then SIGKILL after 10s; idempotent.
 }
 
 // exportingCluster sets up, in cluster name of namespace ns, one simulator
@@ -90,82 +74,6 @@ func exportingCluster(t *testing.T, name, ns, pool string, block int) (*clusterE
 	c.createEPPService(t, ctx, ns, eppIP)
 	c.setEPPEndpoint(t, ctx, ns, true)
 	return epp, instance
-}
-
-// startClusterEPP starts mci-epp in Kubernetes mode against cluster name,
-// bound to ip, and waits until its gRPC health says SERVING.
-func startClusterEPP(t *testing.T, name, ns, pool, ip string) *clusterEPP {
-	t.Helper()
-	c, err := clusters.Cluster(name)
-	require.NoError(t, err)
-	logPath := filepath.Join(t.TempDir(), "mci-epp-"+name+".log")
-	logFile, err := os.Create(logPath)
-	require.NoError(t, err)
-	cmd := exec.Command(binary(t, "mci-epp"),
-		"--pool-name="+pool,
-		"--pool-namespace="+ns,
-		"--kubeconfig="+c.Kubeconfig,
-		"--bind-address="+ip,
-		"--grpc-port="+strconv.Itoa(eppGRPCPort),
-		"--grpc-health-port="+strconv.Itoa(eppHealthPort),
-		"--metrics-port="+strconv.Itoa(eppMetricsPort),
-		"--base-models="+baseModel,
-		"-v=2",
-	)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	var waitErr error
-	go func() {
-		waitErr = cmd.Wait()
-		_ = logFile.Close()
-		close(exited)
-	}()
-	var once sync.Once
-	e := &clusterEPP{cluster: name, ip: ip, pid: cmd.Process.Pid}
-	e.stop = func() {
-		once.Do(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				<-exited
-			}
-		})
-	}
-	t.Cleanup(func() {
-		e.stop()
-		if t.Failed() {
-			out, _ := os.ReadFile(logPath)
-			t.Logf("mci-epp of %s (pid %d) output:\n%s", name, e.pid, out)
-		}
-	})
-
-	conn, err := grpc.NewClient(net.JoinHostPort(ip, strconv.Itoa(eppHealthPort)), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer func() { _ = conn.Close() }()
-	health := healthpb.NewHealthClient(conn)
-	eventually(t, t.Context(), 30*time.Second, func(ctx context.Context) (bool, string) {
-		select {
-		case <-exited:
-			return true, "exited"
-		default:
-		}
-		ctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: "readiness"})
-		if err != nil {
-			return false, err.Error()
-		}
-		return resp.GetStatus() == healthpb.HealthCheckResponse_SERVING, resp.GetStatus().String()
-	})
-	select {
-	case <-exited:
-		t.Fatalf("mci-epp of %s exited before it was ready: %v", name, waitErr)
-	default:
-	}
-	return e
 }
 
 // newSidecarSetup builds the ClusterSet of the sidecar tests in namespace

@@ -1,24 +1,37 @@
 package epp_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
-	"slices"
+	"io"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
 	"github.com/mci-dev/mci/pkg/epp"
+	mciextproc "github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/metrics"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
 var (
-	loadRate     = flag.Int("epp.load-rate", 2000, "BenchmarkLoad: requests per second")
-	loadDuration = flag.Duration("epp.load-duration", 3*time.Second, "BenchmarkLoad: how long to send")
-	loadInFlight = flag.Int("epp.load-in-flight", 256, "BenchmarkLoad: the most requests in flight")
+	loadRate     = flag.Int("epp.load-rate", 2000, "BenchmarkLoad: round trips per second")
+	loadDuration = flag.Duration("epp.load-duration", 4*time.Second, "BenchmarkLoad: sending time per server")
+	loadRounds   = flag.Int("epp.load-rounds", 8, "BenchmarkLoad: interleaved turns per server")
 )
 
 // body4KiB is a chat completions request of 4 KiB for a listed model, so
@@ -29,23 +42,28 @@ func body4KiB() []byte {
 	return []byte(head + strings.Repeat("x", 4096-len(head)-len(tail)) + tail)
 }
 
-func benchEPP(b *testing.B) *testEPP {
-	eps := startModelServers(b,
-		pod("A", 10, 0.30, "lora-x"), pod("B", 5, 0.70), pod("C", 60, 0.20, "lora-x"), pod("D", 3, 0.5))
-	return startEPP(b, epp.Config{}, eps)
+// benchPods are the model servers of the benchmarks: four pods, one of them
+// with the LoRA adapter the request needs loaded, one saturated.
+func benchPods() []*modelServer {
+	return []*modelServer{pod("A", 10, 0.30, "lora-x"), pod("B", 5, 0.70), pod("C", 60, 0.20, "lora-x"), pod("D", 3, 0.5)}
+}
+
+// benchRequest is the request of the benchmarks: a 4 KiB chat body sent in
+// four 1 KiB chunks, as Envoy passes on a body arriving in pieces.
+func benchRequest() extproctest.Request {
+	return extproctest.Request{Path: "/v1/chat/completions", Body: body4KiB(), ChunkSize: 1024}
 }
 
 // BenchmarkRoundTrip is one ext_proc exchange with a 4 KiB body over
-// loopback, as Envoy has it with the EPP: open a stream, send the headers and
-// the body (4 chunks of 1 KiB), read the headers response and the rewritten
-// body back, close. serial gives the latency of one exchange, parallel the
-// throughput ceiling of client and EPP together on this machine.
+// loopback, client and EPP in this process: open a stream, send the headers
+// and the body, read the headers response and the rewritten body back,
+// close. serial gives the latency of one exchange, parallel the throughput
+// of client and EPP together.
 func BenchmarkRoundTrip(b *testing.B) {
-	e := benchEPP(b)
-	body := body4KiB()
-	req := extproctest.Request{Path: "/v1/chat/completions", Body: body, ChunkSize: 1024}
+	e := startEPP(b, epp.Config{}, startModelServers(b, benchPods()...))
+	req := benchRequest()
 	b.Run("serial", func(b *testing.B) {
-		b.SetBytes(int64(len(body)))
+		b.SetBytes(int64(len(req.Body)))
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := e.client.Do(context.Background(), req); err != nil {
@@ -69,58 +87,202 @@ func BenchmarkRoundTrip(b *testing.B) {
 	})
 }
 
-// BenchmarkLoad sends a fixed rate of ext_proc round trips (-epp.load-rate,
-// 2000/s by default) for a fixed time (-epp.load-duration, 3s) and reports
-// the latency percentiles, measured from when each request was due, so that
-// a stall shows in the figures instead of delaying the senders. It ignores
-// b.N: run it with -bench BenchmarkLoad -benchtime 1x.
+// BenchmarkLoad measures what mci-epp adds to a request as a gateway sees it:
+// the latency of ext_proc round trips with a 4 KiB body at a fixed rate
+// (-epp.load-rate, 2000/s), sent open-loop from this process to an EPP in a
+// process of its own, as Envoy and the EPP are in a cluster. The same run
+// drives, interleaved with it, a floor: a server in its own process with the
+// same gRPC plumbing that reads the request and answers a fixed destination
+// without picking, which is what any ext_proc hop costs with this client.
+// It ignores b.N: run it with -benchtime 1x.
+//
+//	go test -run '^$' -bench BenchmarkLoad -benchtime 1x ./pkg/epp/
 func BenchmarkLoad(b *testing.B) {
-	e := benchEPP(b)
-	req := extproctest.Request{Path: "/v1/chat/completions", Body: body4KiB(), ChunkSize: 1024}
-	total := int(float64(*loadRate) * loadDuration.Seconds())
-	interval := time.Second / time.Duration(*loadRate)
-	latencies := make([]time.Duration, total)
-	var failed, late atomic.Int64
-	slots := make(chan struct{}, *loadInFlight)
-	var wg sync.WaitGroup
+	floor := startChild(b, "floor")
+	picker := startChild(b, "epp")
+	req := benchRequest()
+	warm := extproctest.LoadOptions{Request: req, Rate: 1000, Duration: 500 * time.Millisecond}
+	extproctest.Load(context.Background(), warm, floor.Target, picker.Target)
 
 	b.ResetTimer()
-	start := time.Now()
-	for i := range total {
-		due := start.Add(time.Duration(i) * interval)
-		time.Sleep(time.Until(due))
-		select {
-		case slots <- struct{}{}:
-		default:
-			// Too many in flight: the EPP is not keeping up. Wait, and
-			// let the wait count in this request's latency.
-			late.Add(1)
-			slots <- struct{}{}
-		}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			res, err := e.client.Do(ctx, req)
-			latencies[i] = time.Since(due)
-			if err != nil || res.Immediate != nil {
-				failed.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
+	floorCPU, pickerCPU := floor.cpu(b), picker.cpu(b)
+	res := extproctest.Load(context.Background(), extproctest.LoadOptions{
+		Request: req, Rate: *loadRate, Duration: *loadDuration, Rounds: *loadRounds,
+	}, floor.Target, picker.Target)
+	floorCPU, pickerCPU = floor.cpu(b)-floorCPU, picker.cpu(b)-pickerCPU
 	b.StopTimer()
+	for _, r := range res {
+		b.Log(r)
+		require.Zero(b, r.Failed, "%s failed round trips", r.Name)
+	}
+	f, p := res[0], res[1]
+	// CPU time per round trip of each server process: unlike latency, it
+	// hardly depends on what else the machine runs.
+	b.ReportMetric(float64(pickerCPU.Microseconds())/float64(p.Sent), "epp-cpu-µs/op")
+	b.ReportMetric(float64(floorCPU.Microseconds())/float64(f.Sent), "floor-cpu-µs/op")
+	b.ReportMetric(p.Rate(), "req/s")
+	b.ReportMetric(float64(p.Percentile(.5).Microseconds()), "epp-p50-µs")
+	b.ReportMetric(float64(p.Percentile(.99).Microseconds()), "epp-p99-µs")
+	b.ReportMetric(float64(f.Percentile(.5).Microseconds()), "floor-p50-µs")
+	b.ReportMetric(float64(f.Percentile(.99).Microseconds()), "floor-p99-µs")
+	b.ReportMetric(float64((p.Percentile(.99) - f.Percentile(.99)).Microseconds()), "added-p99-µs")
+}
 
-	slices.Sort(latencies)
-	pct := func(p float64) time.Duration { return latencies[min(int(p*float64(total)), total-1)] }
-	b.ReportMetric(float64(total)/elapsed.Seconds(), "req/s")
-	b.ReportMetric(float64(pct(0.50).Microseconds()), "p50-µs")
-	b.ReportMetric(float64(pct(0.99).Microseconds()), "p99-µs")
-	b.ReportMetric(float64(pct(0.999).Microseconds()), "p99.9-µs")
-	b.ReportMetric(float64(latencies[total-1].Microseconds()), "max-µs")
-	b.ReportMetric(float64(failed.Load()), "failed")
-	b.ReportMetric(float64(late.Load()), "backlogged")
-	b.Log(fmt.Sprintf("%d requests at %d/s in %v: p50 %v, p99 %v, p99.9 %v, max %v, %d failed",
-		total, *loadRate, elapsed.Round(time.Millisecond), pct(0.5), pct(0.99), pct(0.999), latencies[total-1], failed.Load()))
+// BenchmarkCeiling is the throughput ceiling of mci-epp in a process of its
+// own: 32 closed-loop senders for the benchmark's time.
+//
+//	go test -run '^$' -bench BenchmarkCeiling -benchtime 3s ./pkg/epp/
+func BenchmarkCeiling(b *testing.B) {
+	picker := startChild(b, "epp")
+	req := benchRequest()
+	var done atomic.Int64
+	b.SetParallelism(16) // 16 x GOMAXPROCS senders
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := picker.Target.Client.Do(context.Background(), req); err != nil {
+				b.Error(err)
+				return
+			}
+			done.Add(1)
+		}
+	})
+	b.ReportMetric(float64(done.Load())/time.Since(start).Seconds(), "req/s")
+}
+
+// benchChildEnv makes the test binary a benchmark's server process (see
+// TestMain): "epp" for an EPP over benchPods, "floor" for the null
+// processor. The child prints its ext_proc address on its first line and
+// serves until its stdin closes, so it never outlives the benchmark.
+const benchChildEnv = "MCI_EPP_BENCH_CHILD"
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(benchChildEnv); role != "" {
+		if err := runBenchChild(role); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// benchChild is a server process of a benchmark and a client of it.
+type benchChild struct {
+	extproctest.Target
+	pid int
+}
+
+// cpu returns the CPU time (user and system) the process has used so far.
+func (c *benchChild) cpu(b *testing.B) time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.pid))
+	require.NoError(b, err)
+	// The fields after the command name, which ends with the last ')':
+	// utime and stime are the 12th and 13th, in clock ticks (100 per
+	// second on Linux).
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	utime, err := strconv.ParseInt(fields[11], 10, 64)
+	require.NoError(b, err)
+	stime, err := strconv.ParseInt(fields[12], 10, 64)
+	require.NoError(b, err)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// startChild runs this test binary as a server process of the given role and
+// returns a client of it.
+func startChild(b *testing.B, role string) *benchChild {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), benchChildEnv+"="+role)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	require.NoError(b, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(b, err)
+	require.NoError(b, cmd.Start())
+	b.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	})
+	addr, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(b, err, "the %s process did not start", role)
+	client, err := extproctest.Dial(strings.TrimSpace(addr), extproctest.Options{})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = client.Close() })
+	return &benchChild{Target: extproctest.Target{Name: role, Client: client}, pid: cmd.Process.Pid}
+}
+
+func runBenchChild(role string) error {
+	// MCI_EPP_BENCH_CPUPROFILE=<dir> profiles the child into <dir>/<role>.cpu.
+	if dir := os.Getenv("MCI_EPP_BENCH_CPUPROFILE"); dir != "" {
+		f, err := os.Create(filepath.Join(dir, role+".cpu"))
+		if err != nil {
+			return err
+		}
+		defer func() { _ = f.Close() }()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	var servers interface {
+		GRPCAddr() string
+		Run(context.Context) error
+	}
+	switch role {
+	case "epp":
+		var eps []epp.Endpoint
+		for _, m := range benchPods() {
+			m.srv = httptest.NewServer(m)
+			defer m.srv.Close()
+			eps = append(eps, epp.Endpoint{Name: m.name, Address: m.srv.Listener.Addr().String()})
+		}
+		// The scrapes at their production interval: the test's faster
+		// ones would cost the process more than requests do.
+		e, err := newTestEPP(epp.Config{ScrapeInterval: metrics.DefaultInterval}, eps)
+		if err != nil {
+			return err
+		}
+		servers = e
+	case "floor":
+		s, err := mciextproc.Listen(mciextproc.ServingOptions{BindAddress: "127.0.0.1"}, nullProcessor{}, prometheus.NewRegistry())
+		if err != nil {
+			return err
+		}
+		s.Ready()
+		servers = floorServers{s}
+	default:
+		return fmt.Errorf("unknown role %q", role)
+	}
+	// The address goes out once the server is bound; the client's first
+	// streams wait for it to serve.
+	fmt.Println(servers.GRPCAddr())
+	return servers.Run(ctx)
+}
+
+type floorServers struct{ *mciextproc.Servers }
+
+func (s floorServers) Run(ctx context.Context) error { return s.Servers.Run(ctx, time.Second) }
+
+// nullProcessor answers every request with a fixed destination and the body
+// unchanged: the ext_proc protocol and gRPC, without a decision.
+type nullProcessor struct {
+	extprocv3.UnimplementedExternalProcessorServer
+}
+
+func (nullProcessor) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	req, err := mciextproc.ReadRequest(stream, epp.DefaultMaxRequestBodyBytes)
+	if err != nil {
+		return err
+	}
+	if err := mciextproc.SendAll(stream, req.Route([]string{"127.0.0.1:8000"}, nil)); err != nil {
+		return err
+	}
+	return req.PassThroughResponse(stream)
 }

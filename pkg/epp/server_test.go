@@ -113,17 +113,7 @@ type testEPP struct {
 // and has scraped every endpoint.
 func startEPP(t testing.TB, cfg epp.Config, eps []epp.Endpoint) *testEPP {
 	t.Helper()
-	cfg.BindAddress = "127.0.0.1"
-	cfg.PoolName = "pool"
-	cfg.ScrapeInterval = 20 * time.Millisecond
-	if cfg.Picker.Scheduling == (scheduling.Config{}) {
-		cfg.Picker.Scheduling = scheduling.DefaultConfig()
-	}
-	cfg.Picker.BaseModels = []string{"base"}
-	if cfg.Rand == nil {
-		cfg.Rand = rand.NewPCG(1, 2)
-	}
-	e, err := epp.New(cfg, epp.StaticSource{Endpoints: eps, Models: testModels})
+	e, err := newTestEPP(cfg, eps)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -148,6 +138,24 @@ func startEPP(t testing.TB, cfg epp.Config, eps []epp.Endpoint) *testEPP {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Close() })
 	return &testEPP{EPP: e, client: client}
+}
+
+// newTestEPP builds an EPP on 127.0.0.1 over eps and testModels, with the
+// defaults of the tests filled into cfg.
+func newTestEPP(cfg epp.Config, eps []epp.Endpoint) (*epp.EPP, error) {
+	cfg.BindAddress = "127.0.0.1"
+	cfg.PoolName = "pool"
+	if cfg.ScrapeInterval == 0 {
+		cfg.ScrapeInterval = 20 * time.Millisecond
+	}
+	if cfg.Picker.Scheduling == (scheduling.Config{}) {
+		cfg.Picker.Scheduling = scheduling.DefaultConfig()
+	}
+	cfg.Picker.BaseModels = []string{"base"}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.NewPCG(1, 2)
+	}
+	return epp.New(cfg, epp.StaticSource{Endpoints: eps, Models: testModels})
 }
 
 func healthStatus(t testing.TB, addr, service string) healthpb.HealthCheckResponse_ServingStatus {

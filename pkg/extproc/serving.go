@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -115,7 +116,7 @@ func Listen(o ServingOptions, processor extprocv3.ExternalProcessorServer, reg *
 	for _, svc := range readinessServices {
 		s.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
-	s.grpcServer = grpc.NewServer(grpcOpts...)
+	s.grpcServer = grpc.NewServer(append(streamServerOptions(), grpcOpts...)...)
 	extprocv3.RegisterExternalProcessorServer(s.grpcServer, processor)
 	healthpb.RegisterHealthServer(s.grpcServer, s.health)
 	s.healthGRPC = grpc.NewServer()
@@ -125,6 +126,21 @@ func Listen(o ServingOptions, processor extprocv3.ExternalProcessorServer, reg *
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	s.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return s, nil
+}
+
+// streamServerOptions tune the ext_proc server for many short streams of a
+// few small messages each, one per HTTP request:
+//   - Stream workers run each stream on a goroutine that lives on, instead
+//     of a new one per stream whose stack grows again every time.
+//   - Fixed flow-control windows, large enough for any request body chunk,
+//     turn off the bandwidth-delay probing, whose pings and window updates
+//     would otherwise follow the data frames of every stream.
+func streamServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.InitialWindowSize(1 << 20),
+		grpc.InitialConnWindowSize(16 << 20),
+	}
 }
 
 // GRPCAddr, HealthAddr and MetricsAddr are the listeners' addresses.

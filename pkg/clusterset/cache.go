@@ -25,6 +25,10 @@ type Options struct {
 	// UnreachableAfter is how long a member may fail its probes before it
 	// is flagged ClusterUnreachable.
 	UnreachableAfter time.Duration
+	// RemoveAfter is how long a member other than the local cluster may
+	// fail its probes before the pools it exported are no longer served;
+	// 0 never.
+	RemoveAfter time.Duration
 }
 
 // Cache holds one member per cluster of the ClusterSet, the local cluster
@@ -112,7 +116,11 @@ func (c *Cache) setMember(name, source string, config *rest.Config) error {
 	}
 	// Starting asks the member what it serves, which a hung member makes
 	// slow: never under the lock that every request's snapshot takes.
-	m.start(ctx, c.opts.UnreachableAfter)
+	th := thresholds{unreachableAfter: c.opts.UnreachableAfter, removeAfter: c.opts.RemoveAfter}
+	if name == c.opts.LocalName {
+		th.removeAfter = 0
+	}
+	m.start(ctx, th)
 	if old != nil {
 		// A reconnected member (rotated credentials) replaces the old one
 		// only once it has listed, so its imports do not flap while its

@@ -2,7 +2,9 @@ package clusterset
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -34,6 +36,10 @@ import (
 const (
 	// probeTimeout bounds one reachability probe of a member apiserver.
 	probeTimeout = 2 * time.Second
+	// probeInterval is how often a reachable member is probed.
+	probeInterval = time.Second
+	// probeMaxInterval caps the backoff between probes of a failing member.
+	probeMaxInterval = 10 * time.Second
 	// discoveryTimeout bounds asking a member which APIs it serves.
 	discoveryTimeout = 5 * time.Second
 )
@@ -65,10 +71,27 @@ type member struct {
 	poolIndexer    cache.Indexer
 	poolNamespaces *poolNamespaces
 
-	mu           sync.Mutex
+	mu sync.Mutex
+	// lastAnswered is when the member last answered a probe; a member that
+	// fails one is failing since then, so that an outage is flagged within
+	// the threshold of its start, not of the first probe that noticed it.
+	lastAnswered time.Time
 	failingSince time.Time
 	lastError    string
 	unreachable  bool
+	// removed: the member has failed for longer than its removal threshold,
+	// so the pools it exported are no longer served.
+	removed bool
+}
+
+// thresholds say when a failing member is flagged and when its data is
+// dropped.
+type thresholds struct {
+	// unreachableAfter: flagged ClusterUnreachable, last known data kept.
+	unreachableAfter time.Duration
+	// removeAfter: its exported pools leave the imports; 0 never (the
+	// local cluster, whose namespaces decide every placement).
+	removeAfter time.Duration
 }
 
 // Index names on the InferencePool informer: they let a Service or Gateway
@@ -139,7 +162,7 @@ func newMember(name, source string, config *rest.Config, handler Handler) (*memb
 // start begins watching the member. Resources whose API the member does not
 // serve (no Gateway API or InferencePool CRD installed) are served as empty
 // rather than blocking the member's sync forever.
-func (m *member) start(ctx context.Context, unreachableAfter time.Duration) {
+func (m *member) start(ctx context.Context, th thresholds) {
 	ctx, m.cancel = context.WithCancel(ctx)
 	m.ctx = ctx
 	m.done = make(chan struct{})
@@ -192,7 +215,7 @@ func (m *member) start(ctx context.Context, unreachableAfter time.Duration) {
 
 	go func() {
 		defer close(m.done)
-		wait.UntilWithContext(ctx, func(ctx context.Context) { m.probe(ctx, kube.Discovery().RESTClient(), unreachableAfter) }, time.Second)
+		m.probeLoop(ctx, kube.Discovery().RESTClient(), th)
 	}()
 	logger.V(2).Info("Watching member")
 }
@@ -277,37 +300,157 @@ func (m *member) poolEvent(ev Event, deleted bool) {
 	}()
 }
 
-// probe checks that the member apiserver answers. Informers retry on their
-// own; the probe exists because a hung apiserver (or a silent partition)
-// keeps a watch open without errors, and only a request with a deadline
-// notices.
-func (m *member) probe(ctx context.Context, client rest.Interface, unreachableAfter time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	err := client.Get().AbsPath("/readyz").Do(ctx).Error()
-	if ctx.Err() != nil && err != nil && !isTimeout(ctx) {
-		return // shutting down
-	}
-	now := time.Now()
-	m.mu.Lock()
-	changed := false
-	if err == nil {
-		changed = m.unreachable
-		m.failingSince, m.lastError, m.unreachable = time.Time{}, "", false
-	} else {
-		if m.failingSince.IsZero() {
-			m.failingSince = now
-		}
-		m.lastError = err.Error()
-		if !m.unreachable && now.Sub(m.failingSince) >= unreachableAfter {
-			m.unreachable, changed = true, true
-		}
-	}
-	m.mu.Unlock()
-	if changed {
-		klog.FromContext(ctx).Info("Member reachability changed", "member", m.name, "unreachable", err != nil, "err", err)
+// probeLoop checks that the member apiserver answers, every probeInterval
+// while it does and with exponential backoff and jitter while it does not
+// (so that many replicas probing a dead member do not beat in step), but
+// never sleeping past the next threshold. Informers retry on their own,
+// with their own jittered backoff; the probe exists because a hung
+// apiserver (or a silent partition) keeps a watch open without errors, and
+// only a request with a deadline notices.
+func (m *member) probeLoop(ctx context.Context, client rest.Interface, th thresholds) {
+	logger := klog.FromContext(ctx)
+	notify := func(err error) {
+		st := m.status()
+		logger.Info("Member reachability changed", "member", m.name, "unreachable", st != nil, "removed", st != nil && st.removed, "err", err)
 		m.handler(Event{Member: m.name, Kind: KindMember})
 	}
+	backoff := probeBackoff()
+	for {
+		started := time.Now()
+		result := make(chan error, 1)
+		go func() { result <- m.probe(ctx, client) }()
+		// A failing member crosses its thresholds on time even while a
+		// probe hangs (a paused apiserver answers nothing until the
+		// probe's timeout): no answer yet is no recovery.
+		var err error
+		for answered := false; !answered; {
+			var threshold <-chan time.Time
+			var timer *time.Timer
+			if d := m.untilThreshold(time.Now(), th); d > 0 {
+				timer = time.NewTimer(d)
+				threshold = timer.C
+			}
+			select {
+			case err = <-result:
+				answered = true
+			case <-threshold:
+				if m.crossThresholds(time.Now(), th) {
+					notify(errProbePending)
+				}
+			}
+			if timer != nil {
+				timer.Stop()
+			}
+		}
+		if ctx.Err() != nil {
+			return // shutting down
+		}
+		changed, untilNext := m.assess(started, time.Now(), err, th)
+		if changed {
+			notify(err)
+		}
+		delay := wait.Jitter(probeInterval, 0.1)
+		if err != nil {
+			delay = backoff.Step()
+			if untilNext > 0 && untilNext < delay {
+				delay = untilNext
+			}
+		} else {
+			backoff = probeBackoff()
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// errProbePending is the probe outcome logged when a failing member crosses
+// a threshold while its latest probe has not answered yet.
+var errProbePending = errors.New("the member has not answered its probe yet")
+
+func probeBackoff() wait.Backoff {
+	return wait.Backoff{Duration: probeInterval, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: probeMaxInterval}
+}
+
+// probe asks the member apiserver whether it is ready, within probeTimeout.
+func (m *member) probe(ctx context.Context, client rest.Interface) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	// No retries: a connection refused or reset is the answer.
+	return client.Get().AbsPath("/readyz").MaxRetries(0).Do(ctx).Error()
+}
+
+// assess records the outcome of a probe sent at started and answered (or
+// timed out) at now: a failing member fails from the moment it last
+// answered (else from its first failed probe). It reports whether the member's state (reachable, unreachable,
+// removed) changed, and how long until the next threshold a failing member
+// has not crossed yet (0: none left).
+func (m *member) assess(started, now time.Time, err error, th thresholds) (changed bool, untilNext time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err == nil {
+		changed = m.unreachable || m.removed
+		m.failingSince, m.lastError, m.unreachable, m.removed = time.Time{}, "", false, false
+		m.lastAnswered = now
+		return changed, 0
+	}
+	if m.failingSince.IsZero() {
+		m.failingSince = started
+		if !m.lastAnswered.IsZero() {
+			m.failingSince = m.lastAnswered
+		}
+	}
+	m.lastError = err.Error()
+	changed = m.crossThresholdsLocked(now, th)
+	return changed, m.untilThresholdLocked(now, th)
+}
+
+// crossThresholds flags a failing member unreachable, then removed, once it
+// has failed for as long as their thresholds, and reports whether it did.
+func (m *member) crossThresholds(now time.Time, th thresholds) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.crossThresholdsLocked(now, th)
+}
+
+func (m *member) crossThresholdsLocked(now time.Time, th thresholds) (changed bool) {
+	if m.failingSince.IsZero() {
+		return false
+	}
+	failing := now.Sub(m.failingSince)
+	if !m.unreachable && failing >= th.unreachableAfter {
+		m.unreachable, changed = true, true
+	}
+	if !m.removed && th.removeAfter > 0 && failing >= th.removeAfter {
+		m.removed, changed = true, true
+	}
+	return changed
+}
+
+// untilThreshold is how long until a failing member crosses its next
+// threshold; 0 when it is not failing or has crossed them all.
+func (m *member) untilThreshold(now time.Time, th thresholds) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.untilThresholdLocked(now, th)
+}
+
+func (m *member) untilThresholdLocked(now time.Time, th thresholds) time.Duration {
+	if m.failingSince.IsZero() {
+		return 0
+	}
+	failing := now.Sub(m.failingSince)
+	switch {
+	case !m.unreachable:
+		return max(th.unreachableAfter-failing, time.Nanosecond)
+	case !m.removed && th.removeAfter > 0:
+		return max(th.removeAfter-failing, time.Nanosecond)
+	}
+	return 0
 }
 
 func isTimeout(ctx context.Context) bool { return ctx.Err() == context.DeadlineExceeded }
@@ -322,20 +465,44 @@ func (m *member) hasSynced() bool {
 	return m.poolNamespaces.hasSynced()
 }
 
+// memberStatus is a failing member's state.
+type memberStatus struct {
+	imports.Unreachable
+	removed bool
+}
+
 // status returns the member's unreachability, nil when it is reachable.
-func (m *member) status() *imports.Unreachable {
+func (m *member) status() *memberStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.unreachable {
 		return nil
 	}
-	return &imports.Unreachable{Since: m.failingSince, Message: m.lastError}
+	st := &memberStatus{Unreachable: imports.Unreachable{Since: m.failingSince, Message: m.lastError}, removed: m.removed}
+	if m.removed {
+		st.Message += "; its exported pools are no longer served until it answers again"
+	}
+	return st
 }
 
 func (m *member) view() imports.Member {
+	st := m.status()
+	if st == nil {
+		return m.viewWith(nil)
+	}
+	if st.removed {
+		// Past the removal threshold only the member's namespaces are
+		// kept: they say whether it would import (as InferencePoolExports
+		// report), while nothing it exported is served any more.
+		return imports.Member{Name: m.name, Unreachable: &st.Unreachable, Namespaces: m.namespaces}
+	}
+	return m.viewWith(&st.Unreachable)
+}
+
+func (m *member) viewWith(u *imports.Unreachable) imports.Member {
 	return imports.Member{
 		Name:           m.name,
-		Unreachable:    m.status(),
+		Unreachable:    u,
 		Namespaces:     m.namespaces,
 		Pools:          m.pools,
 		Services:       m.services,

@@ -35,7 +35,10 @@ import (
 // Options are mci-apiserver's flags.
 type Options struct {
 	Recommended *genericoptions.RecommendedOptions
-	Logs        *logs.Options
+	// ServerRun holds the generic server's run flags, graceful shutdown
+	// among them.
+	ServerRun *genericoptions.ServerRunOptions
+	Logs      *logs.Options
 
 	ClusterName         string
 	ClusterSetName      string
@@ -43,16 +46,32 @@ type Options struct {
 	MemberKubeconfigDir string
 	Namespace           string
 	UnreachableAfter    time.Duration
+	RemoveAfter         time.Duration
 }
+
+const (
+	// defaultHTTP2MaxStreams lets the aggregator multiplex hundreds of
+	// proxied watches over one HTTP/2 connection (the generic server
+	// allows 100; kube-apiserver itself allows 1000).
+	defaultHTTP2MaxStreams = 1000
+	// defaultWatchTerminationGracePeriod: at shutdown, open watches are
+	// ended (clients re-watch on another replica from their last
+	// resourceVersion) and the server waits up to this long for them.
+	defaultWatchTerminationGracePeriod = 10 * time.Second
+)
 
 // NewOptions returns the defaults. There is no etcd: nothing is stored.
 func NewOptions() *Options {
 	o := &Options{
 		Recommended:      genericoptions.NewRecommendedOptions("", apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
+		ServerRun:        genericoptions.NewServerRunOptions(),
 		Logs:             logs.NewOptions(),
 		Namespace:        os.Getenv("POD_NAMESPACE"),
 		UnreachableAfter: 10 * time.Second,
+		RemoveAfter:      5 * time.Minute,
 	}
+	o.Recommended.SecureServing.HTTP2MaxStreamsPerConnection = defaultHTTP2MaxStreams
+	o.ServerRun.ShutdownWatchTerminationGracePeriod = defaultWatchTerminationGracePeriod
 	o.Recommended.Etcd = nil
 	o.Recommended.Admission = nil
 	o.Recommended.CoreAPI = nil
@@ -91,6 +110,7 @@ nothing to any cluster.`,
 	}
 	fs := cmd.Flags()
 	o.Recommended.AddFlags(fs)
+	o.ServerRun.AddUniversalFlags(fs)
 	logsapi.AddFlags(o.Logs, fs)
 	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "Name of the cluster this server serves. Default: the About API ClusterProperty cluster.clusterset.k8s.io of the local cluster.")
 	fs.StringVar(&o.ClusterSetName, "clusterset-name", o.ClusterSetName, "Name of the ClusterSet; it seeds the uids of served objects. Default: the ClusterProperty clusterset.k8s.io, else \"default\".")
@@ -98,6 +118,7 @@ nothing to any cluster.`,
 	fs.StringVar(&o.MemberKubeconfigDir, "member-kubeconfig-dir", o.MemberKubeconfigDir, "Directory with one kubeconfig file per member cluster, named after the cluster (an optional .kubeconfig/.yaml extension is dropped). Re-read periodically. A file named after the local cluster is ignored.")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the local cluster whose Secrets labelled "+clusterset.MemberClusterLabel+" hold member kubeconfigs. Default: $POD_NAMESPACE, else mci-system.")
 	fs.DurationVar(&o.UnreachableAfter, "member-unreachable-after", o.UnreachableAfter, "How long a member may fail to answer before its clusters are flagged Ready=False with reason ClusterUnreachable (its last known data is kept).")
+	fs.DurationVar(&o.RemoveAfter, "member-remove-after", o.RemoveAfter, "How long a member may fail to answer before its data is dropped: the pools it exported leave the imports (watchers see them change or go) until it answers again. Must exceed --member-unreachable-after.")
 	return cmd
 }
 
@@ -159,7 +180,11 @@ func (o *Options) Validate() error {
 	if o.UnreachableAfter <= 0 {
 		errs = append(errs, fmt.Errorf("--member-unreachable-after must be positive"))
 	}
+	if o.RemoveAfter <= o.UnreachableAfter {
+		errs = append(errs, fmt.Errorf("--member-remove-after (%s) must exceed --member-unreachable-after (%s)", o.RemoveAfter, o.UnreachableAfter))
+	}
 	errs = append(errs, o.Recommended.Validate()...)
+	errs = append(errs, o.ServerRun.Validate()...)
 	return utilerrors.NewAggregate(errs)
 }
 
@@ -191,6 +216,9 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	}
 
 	generic := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
+	if err := o.ServerRun.ApplyTo(&generic.Config); err != nil {
+		return nil, err
+	}
 	// The version the generic server reports and gates features by: that of
 	// the Kubernetes libraries it is built with.
 	generic.EffectiveVersion = utilcompatibility.DefaultBuildEffectiveVersion()
@@ -221,6 +249,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 				LocalName:        o.ClusterName,
 				Local:            local,
 				UnreachableAfter: o.UnreachableAfter,
+				RemoveAfter:      o.RemoveAfter,
 			},
 			Sources: sources,
 		},

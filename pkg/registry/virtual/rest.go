@@ -111,10 +111,21 @@ func (r *REST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runt
 	return o, nil
 }
 
-// List implements rest.Lister. Limit is not honoured: the whole list is
-// returned, which API clients accept (the server may ignore limit).
+// List implements rest.Lister, with resourceVersion and
+// resourceVersionMatch as Store.ListWithOptions serves them. Limit is not
+// honoured: the whole list is returned, which API clients accept (the
+// server may ignore limit).
 func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
-	items, rv := r.store.List(genericapirequest.NamespaceValue(ctx), matcher(options))
+	opts := ListOptions{Namespace: genericapirequest.NamespaceValue(ctx), Match: matcher(options)}
+	if options != nil {
+		opts.ResourceVersion = options.ResourceVersion
+		opts.ResourceVersionMatch = options.ResourceVersionMatch
+		opts.Limit = options.Limit
+	}
+	items, rv, err := r.store.ListWithOptions(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
 	list := r.desc.NewList()
 	r.desc.SetItems(list, items)
 	if err := setListResourceVersion(list, rv); err != nil {

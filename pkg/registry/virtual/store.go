@@ -62,7 +62,7 @@ const historySize = 20000
 type change struct {
 	typ     watch.EventType
 	obj     Object
-	prev    Object // the previous state, for MODIFIED
+	prev    Object // the previous state, for MODIFIED and DELETED
 	version Version
 }
 
@@ -86,7 +86,12 @@ type Store struct {
 	history      []change
 	historyStart Version
 	watchers     map[*watcher]struct{}
-	started      bool
+	// advanced is closed (and replaced) whenever version moves, waking
+	// requests that wait for a version this Store has not reached yet.
+	advanced chan struct{}
+	started  bool
+	// stopped: Run has ended; no new watch would ever see an event.
+	stopped bool
 	// epoch identifies this Store's versions (epochComponent).
 	epoch uint64
 	// baseline is the version at which the ClusterSet was first complete
@@ -113,6 +118,7 @@ func NewStore(resource Resource, cluster Snapshotter, newFunc func() Object) *St
 		version:      Version{epochComponent: epoch},
 		historyStart: Version{},
 		watchers:     map[*watcher]struct{}{},
+		advanced:     make(chan struct{}),
 	}
 }
 
@@ -159,7 +165,10 @@ func (s *Store) Run(ctx context.Context) {
 		case <-tick.C:
 			s.takeBaseline()
 		case <-ctx.Done():
+			// Ending every watch lets clients resume on another replica from
+			// their last resourceVersion while this one shuts down.
 			s.mu.Lock()
+			s.stopped = true
 			for w := range s.watchers {
 				w.stopLocked()
 			}
@@ -224,8 +233,15 @@ func (s *Store) recompute(ctx context.Context) {
 	now := metav1.NewTime(s.now().Truncate(time.Second))
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	moved := false
 	for k, n := range advanced {
-		s.version.advance(k, n)
+		if s.version.advance(k, n) {
+			moved = true
+		}
+	}
+	if moved {
+		close(s.advanced)
+		s.advanced = make(chan struct{})
 	}
 	version := s.version.clone()
 	rv := version.String()
@@ -280,6 +296,21 @@ func (s *Store) recompute(ctx context.Context) {
 	if len(changes) == 0 {
 		return
 	}
+	if !moved {
+		// Changes that no member resourceVersion moved (deletions seen only
+		// through a relist, say) still need a version no client holds yet:
+		// one that listed at the current version would otherwise skip them
+		// when it resumes.
+		s.version.advance(reachabilityComponent, max(uint64(s.now().UnixMilli()), s.version[reachabilityComponent]+1))
+		close(s.advanced)
+		s.advanced = make(chan struct{})
+		version = s.version.clone()
+		rv = version.String()
+		for i := range changes {
+			changes[i].version = version
+			changes[i].obj.SetResourceVersion(rv)
+		}
+	}
 	klog.FromContext(ctx).V(4).Info("Recomputed", "changes", len(changes), "resourceVersion", rv)
 	s.appendHistoryLocked(changes)
 	for w := range s.watchers {
@@ -312,9 +343,11 @@ func (s *Store) deleteLocked(k string, prev Object, rv string, version Version) 
 	}
 	// The deleted object is reported with the version of its deletion, as
 	// the Kubernetes API does; the stored object itself is never mutated.
+	// prev is kept so that a LIST at an exact earlier version can undo the
+	// deletion.
 	gone := prev.DeepCopyObject().(Object)
 	gone.SetResourceVersion(rv)
-	return change{typ: watch.Deleted, obj: gone, version: version}
+	return change{typ: watch.Deleted, obj: gone, prev: prev, version: version}
 }
 
 func (s *Store) appendHistoryLocked(changes []change) {
@@ -358,13 +391,18 @@ func (s *Store) List(namespace string, match func(Object) bool) ([]Object, strin
 	} else {
 		collect(s.byNamespace[namespace])
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].GetNamespace() != out[j].GetNamespace() {
-			return out[i].GetNamespace() < out[j].GetNamespace()
-		}
-		return out[i].GetName() < out[j].GetName()
-	})
+	sortObjects(out)
 	return out, s.version.String()
+}
+
+// sortObjects sorts by namespace, then name.
+func sortObjects(objs []Object) {
+	sort.Slice(objs, func(i, j int) bool {
+		if objs[i].GetNamespace() != objs[j].GetNamespace() {
+			return objs[i].GetNamespace() < objs[j].GetNamespace()
+		}
+		return objs[i].GetName() < objs[j].GetName()
+	})
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }

@@ -380,7 +380,9 @@ func TestAForeignVersionResumesOnlyOnceEveryMemberListed(t *testing.T) {
 	cluster.ready = true
 	cluster.mu.Unlock()
 	require.Eventually(t, func() bool {
-		w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: Version{"cluster-a": 9, epochComponent: 1}.String()})
+		// The other replica's membership component is its own clock's.
+		later := uint64(time.Now().Add(time.Hour).UnixMilli())
+		w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: Version{"cluster-a": 9, reachabilityComponent: later, epochComponent: 1}.String()})
 		if err != nil {
 			return false
 		}
@@ -389,4 +391,48 @@ func TestAForeignVersionResumesOnlyOnceEveryMemberListed(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "a foreign version that covers the baseline resumes")
 	_, err = s.Watch(context.Background(), WatchOptions{ResourceVersion: foreign})
 	assert.True(t, apierrors.IsResourceExpired(err), "a foreign version older than the baseline is still refused: %v", err)
+}
+
+func TestAChangeWithoutANewerMemberVersionStillGetsANewVersion(t *testing.T) {
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	r.set("ns", "a", nil, "cluster-a")
+	s := startStore(t, r)
+	notifyPool(s, "cluster-a", "ns", "a", 5)
+	_, listed := s.List("", func(Object) bool { return true })
+
+	// A deletion seen only through a relist carries no resourceVersion.
+	r.remove("ns", "a")
+	notifyPool(s, "cluster-a", "ns", "a", 0)
+	require.Eventually(t, func() bool { _, ok := s.Get("ns", "a"); return !ok }, 5*time.Second, 5*time.Millisecond)
+	_, after := s.List("", func(Object) bool { return true })
+	assert.NotEqual(t, listed, after)
+
+	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: listed})
+	require.NoError(t, err)
+	defer w.Stop()
+	ev := next(t, w)
+	assert.Equal(t, watch.Deleted, ev.Type, "a client that listed before the deletion sees it when it resumes")
+	assert.Equal(t, after, ev.Object.(Object).GetResourceVersion())
+}
+
+func TestAStoppedStoreEndsItsWatchesAndRefusesNewOnes(t *testing.T) {
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	s := NewStore(r, emptySnapshot{}, func() Object { return &inference.InferencePoolImport{} })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	require.Eventually(t, s.Ready, 5*time.Second, 5*time.Millisecond)
+	w, err := s.Watch(context.Background(), WatchOptions{})
+	require.NoError(t, err)
+
+	cancel()
+	<-done
+	select {
+	case _, ok := <-w.ResultChan():
+		assert.False(t, ok, "the watch ends")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch did not end when the store stopped")
+	}
+	_, err = s.Watch(context.Background(), WatchOptions{})
+	assert.True(t, apierrors.IsTooManyRequests(err), "%v", err)
 }

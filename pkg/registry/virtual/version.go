@@ -40,6 +40,19 @@ func (v Version) Covers(o Version) bool {
 	return true
 }
 
+// coversMembers is Covers for a version another Store issued: its
+// reachabilityComponent was stamped by another clock at other moments (each
+// replica stamps the same join when it sees it), so only the member
+// components are compared.
+func (v Version) coversMembers(o Version) bool {
+	for k, n := range o {
+		if k != epochComponent && k != reachabilityComponent && v[k] < n {
+			return false
+		}
+	}
+	return true
+}
+
 // advance raises component k to n if n is larger, and reports whether it did.
 func (v Version) advance(k string, n uint64) bool {
 	if n > v[k] {

@@ -54,6 +54,11 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 		done:   make(chan struct{}),
 	}
 	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		// What the API server answers a watch during its shutdown.
+		return nil, apierrors.NewTooManyRequests("the server is shutting down; retry the watch", 1)
+	}
 	var initial []Object
 	var backlog []change
 	initialVersion := s.version.String()
@@ -62,11 +67,18 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 		for _, o := range s.objects {
 			initial = append(initial, o)
 		}
-	case since[epochComponent] != s.epoch && (s.baseline == nil || !since.Covers(s.baseline)):
+	case since[epochComponent] != s.epoch && (s.baseline == nil || !since.coversMembers(s.baseline)):
 		s.mu.Unlock()
 		return nil, apierrors.NewResourceExpired("resource version " + opts.ResourceVersion + " was issued by another replica or an earlier run of the server, before this one had listed every member cluster; relist")
 	default:
-		if !since.Covers(s.historyStart) {
+		covers := since.Covers
+		if since[epochComponent] != s.epoch {
+			covers = since.coversMembers
+		}
+		// The backlog compares whole versions: a foreign version's older
+		// reachability stamp resends this Store's membership changes, a
+		// duplicate the client absorbs rather than a change it misses.
+		if !covers(s.historyStart) {
 			s.mu.Unlock()
 			return nil, apierrors.NewResourceExpired("too old resource version: " + opts.ResourceVersion + " (the server keeps a limited history; relist)")
 		}

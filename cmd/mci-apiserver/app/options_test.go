@@ -1,0 +1,42 @@
+package app
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestDefaultsCarryHundredsOfWatchesAndDrainThem(t *testing.T) {
+	o := NewOptions()
+	assert.Equal(t, 1000, o.Recommended.SecureServing.HTTP2MaxStreamsPerConnection, "the aggregator multiplexes watches over one HTTP/2 connection")
+	assert.Equal(t, 10*time.Second, o.ServerRun.ShutdownWatchTerminationGracePeriod)
+	assert.Equal(t, 5*time.Minute, o.RemoveAfter)
+}
+
+func TestValidateMemberThresholds(t *testing.T) {
+	tests := []struct {
+		name              string
+		unreachable, gone time.Duration
+		wantErr           string
+	}{
+		{name: "the defaults are valid", unreachable: 10 * time.Second, gone: 5 * time.Minute},
+		{name: "removal must come after flagging", unreachable: time.Minute, gone: time.Minute, wantErr: "--member-remove-after (1m0s) must exceed --member-unreachable-after (1m0s)"},
+		{name: "flagging needs a positive threshold", unreachable: 0, gone: time.Minute, wantErr: "--member-unreachable-after must be positive"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOptions()
+			o.ClusterName = "cluster-a"
+			o.UnreachableAfter, o.RemoveAfter = tc.unreachable, tc.gone
+			err := o.Validate()
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.wantErr)
+		})
+	}
+}

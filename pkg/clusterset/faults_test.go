@@ -1,0 +1,304 @@
+package clusterset
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/mci-dev/mci/pkg/apis/inference"
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/test/clusterset"
+)
+
+func TestAFailingMemberIsFlaggedThenRemovedAndComesBack(t *testing.T) {
+	th := thresholds{unreachableAfter: 10 * time.Second, removeAfter: time.Minute}
+	down := errors.New("connection refused")
+	type probe struct {
+		at          time.Duration // since the first probe
+		err         error
+		wantChanged bool
+		wantState   string // reachable, unreachable, removed
+		wantNext    time.Duration
+	}
+	tests := []struct {
+		name   string
+		th     thresholds
+		probes []probe
+	}{
+		{
+			name: "a member failing past each threshold is flagged, then removed",
+			th:   th,
+			probes: []probe{
+				{at: 0, err: down, wantState: "reachable", wantNext: 10 * time.Second},
+				{at: 4 * time.Second, err: down, wantState: "reachable", wantNext: 6 * time.Second},
+				{at: 10 * time.Second, err: down, wantChanged: true, wantState: "unreachable", wantNext: 50 * time.Second},
+				{at: 30 * time.Second, err: down, wantState: "unreachable", wantNext: 30 * time.Second},
+				{at: time.Minute, err: down, wantChanged: true, wantState: "removed"},
+				{at: 2 * time.Minute, err: down, wantState: "removed"},
+				{at: 2*time.Minute + time.Second, wantChanged: true, wantState: "reachable"},
+			},
+		},
+		{
+			name: "a member that answers before the threshold was never flagged",
+			th:   th,
+			probes: []probe{
+				{at: 0, err: down, wantState: "reachable", wantNext: 10 * time.Second},
+				{at: 9 * time.Second, wantState: "reachable"},
+				// Failing since it last answered, at 9s.
+				{at: 10 * time.Second, err: down, wantState: "reachable", wantNext: 9 * time.Second},
+			},
+		},
+		{
+			name: "an outage counts from the last answer, not from the probe that noticed it",
+			th:   th,
+			probes: []probe{
+				{at: 0, wantState: "reachable"},
+				{at: 8 * time.Second, err: down, wantState: "reachable", wantNext: 2 * time.Second},
+				{at: 10 * time.Second, err: down, wantChanged: true, wantState: "unreachable", wantNext: 50 * time.Second},
+			},
+		},
+		{
+			name: "the local cluster is flagged but never removed",
+			th:   thresholds{unreachableAfter: 10 * time.Second},
+			probes: []probe{
+				{at: 0, err: down, wantState: "reachable", wantNext: 10 * time.Second},
+				{at: 10 * time.Second, err: down, wantChanged: true, wantState: "unreachable"},
+				{at: time.Hour, err: down, wantState: "unreachable"},
+			},
+		},
+	}
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &member{name: "cluster-b"}
+			for _, p := range tc.probes {
+				changed, next := m.assess(t0.Add(p.at), t0.Add(p.at), p.err, tc.th)
+				assert.Equal(t, p.wantChanged, changed, "changed at %s", p.at)
+				assert.Equal(t, p.wantNext, next, "time to the next threshold at %s", p.at)
+				state := "reachable"
+				if st := m.status(); st != nil {
+					state = "unreachable"
+					if st.removed {
+						state = "removed"
+					}
+				}
+				assert.Equal(t, p.wantState, state, "state at %s", p.at)
+			}
+		})
+	}
+}
+
+func TestARemovedMemberServesOnlyItsNamespaces(t *testing.T) {
+	m := &member{name: "cluster-b", unreachable: true, removed: true, failingSince: time.Unix(1, 0), lastError: "connection refused"}
+	v := m.view()
+	require.NotNil(t, v.Unreachable)
+	assert.Contains(t, v.Unreachable.Message, "connection refused")
+	assert.Contains(t, v.Unreachable.Message, "no longer served")
+	assert.Nil(t, v.Pools, "nothing the member exported is served")
+	assert.Nil(t, v.Services)
+	assert.Nil(t, v.EndpointSlices)
+	assert.Nil(t, v.Gateways)
+}
+
+// TestMemberFaultsAgainstKubeAPIServer watches a real kube-apiserver as the
+// local cluster and, through a TCP proxy the test can cut, as member
+// "remote": the member's export is flagged, then removed, then served
+// again when the link comes back.
+func TestMemberFaultsAgainstKubeAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a kube-apiserver and etcd")
+	}
+	binDir := os.Getenv("MCI_BIN_DIR")
+	if binDir == "" {
+		binDir = filepath.Join("..", "..", "_output", "bin")
+	}
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			t.Fatalf("%s is missing from %s: run hack/build-kube-tools.sh (`make tools`)", b, binDir)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	cs, err := clusterset.Up(ctx, clusterset.Options{Dir: t.TempDir(), BinDir: binDir, Clusters: []string{"faults"}, Log: testLog{t}})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, cs.Stop()) })
+	local := cs.Clusters[0].Config
+
+	const ns, name = "faults", "pool"
+	kube := kubernetes.NewForConfigOrDie(local)
+	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	pool := &poolv1.InferencePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{v1alpha1.ExportAnnotation: v1alpha1.ExportScopeClusterSet}},
+		Spec: poolv1.InferencePoolSpec{
+			Selector:          poolv1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			TargetPorts:       []poolv1.Port{{Number: 8000}},
+			EndpointPickerRef: poolv1.EndpointPickerRef{Name: "epp", Port: &poolv1.Port{Number: 9002}},
+		},
+	}
+	_, err = mciclient.NewForConfigOrDie(local).InferencePoolV1().InferencePools(ns).Create(ctx, pool, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	proxy := newCutProxy(t, strings.TrimPrefix(local.Host, "https://"))
+	remote := rest.CopyConfig(local)
+	remote.Host = "https://" + proxy.addr()
+
+	var mu sync.Mutex
+	memberEvents := 0
+	cache := New(Options{ClusterSetName: "test", LocalName: "local", Local: local, UnreachableAfter: time.Second, RemoveAfter: 3 * time.Second}, func(ev Event) {
+		if ev.Member == "remote" && ev.Kind == KindMember {
+			mu.Lock()
+			memberEvents++
+			mu.Unlock()
+		}
+	})
+	go func() { _ = cache.Run(ctx, staticSource{"remote": {rest: remote, fingerprint: "1"}}) }()
+
+	remoteOf := func() imports.Member {
+		for _, m := range cache.Snapshot().Members {
+			if m.Name == "remote" {
+				return m
+			}
+		}
+		return imports.Member{}
+	}
+	imported := func() bool {
+		imp, ok := imports.Import(cache.Snapshot(), ns, name)
+		return ok && len(imp.Status.Clusters) == 1 && imp.Status.Clusters[0].Name == "remote"
+	}
+	require.Eventually(t, func() bool { return cache.Ready() == nil && imported() }, time.Minute, 50*time.Millisecond,
+		"the local cluster imports the pool that member remote exports")
+
+	proxy.setCut(true)
+	start := time.Now()
+	require.Eventually(t, func() bool { return remoteOf().Unreachable != nil }, 10*time.Second, 20*time.Millisecond)
+	t.Logf("flagged unreachable after %s (threshold 1s)", time.Since(start).Round(10*time.Millisecond))
+	assert.True(t, imported(), "an unreachable member's last known data is kept")
+	imp, _ := imports.Import(cache.Snapshot(), ns, name)
+	assert.Equal(t, v1alpha1.ReasonClusterUnreachable, readyReason(imp))
+
+	require.Eventually(t, func() bool { return !imported() }, 15*time.Second, 20*time.Millisecond)
+	t.Logf("export removed after %s (threshold 3s)", time.Since(start).Round(10*time.Millisecond))
+	assert.True(t, remoteOf().Namespaces != nil, "a removed member's namespaces are kept")
+
+	proxy.setCut(false)
+	start = time.Now()
+	require.Eventually(t, func() bool { return imported() && remoteOf().Unreachable == nil }, time.Minute, 20*time.Millisecond)
+	t.Logf("served again %s after the link came back", time.Since(start).Round(10*time.Millisecond))
+	mu.Lock()
+	defer mu.Unlock()
+	assert.GreaterOrEqual(t, memberEvents, 4, "joined, flagged, removed and back are each an event")
+}
+
+func readyReason(imp *inference.InferencePoolImport) string {
+	if imp == nil || len(imp.Status.Clusters) == 0 {
+		return ""
+	}
+	for _, c := range imp.Status.Clusters[0].Conditions {
+		if c.Type == "Ready" {
+			return c.Reason
+		}
+	}
+	return ""
+}
+
+// staticSource reports a fixed set of members once.
+type staticSource map[string]MemberConfig
+
+func (s staticSource) Name() string { return "static" }
+
+func (s staticSource) Run(ctx context.Context, report func(string, map[string]MemberConfig)) {
+	report(s.Name(), s)
+	<-ctx.Done()
+}
+
+// cutProxy forwards TCP connections to a backend until cut: then it closes
+// every open connection and refuses new ones, as a crashed apiserver or a
+// partition would.
+type cutProxy struct {
+	ln      net.Listener
+	backend string
+	mu      sync.Mutex
+	cut     bool
+	conns   map[net.Conn]struct{}
+}
+
+func newCutProxy(t *testing.T, backend string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &cutProxy{ln: ln, backend: backend, conns: map[net.Conn]struct{}{}}
+	t.Cleanup(func() { _ = ln.Close(); p.setCut(true) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *cutProxy) serve(c net.Conn) {
+	if !p.track(c) {
+		return
+	}
+	b, err := net.Dial("tcp", p.backend)
+	if err != nil || !p.track(b) {
+		_ = c.Close()
+		return
+	}
+	go func() { _, _ = io.Copy(b, c); _ = b.Close() }()
+	_, _ = io.Copy(c, b)
+	_ = c.Close()
+}
+
+func (p *cutProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
+		_ = c.Close()
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			_ = c.Close()
+		}
+		p.conns = map[net.Conn]struct{}{}
+	}
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

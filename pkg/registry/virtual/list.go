@@ -1,0 +1,165 @@
+package virtual
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// blockTimeout is how long a LIST waits for the Store to reach a version it
+// has not reached yet (one another replica issued, whose member events are
+// still on their way here) before it answers "too large resource version",
+// as the Kubernetes watch cache does.
+var blockTimeout = 3 * time.Second
+
+// tooLargeRetrySeconds is the Retry-After of that answer.
+const tooLargeRetrySeconds = 1
+
+// ListOptions select what a LIST returns and from which version, following
+// the Kubernetes API conventions for resourceVersion and
+// resourceVersionMatch. The API machinery has already refused the invalid
+// combinations (a match without a resourceVersion, Exact with "0").
+type ListOptions struct {
+	Namespace            string
+	Match                func(Object) bool
+	ResourceVersion      string
+	ResourceVersionMatch metav1.ResourceVersionMatch
+	// Limit only matters for what resourceVersionMatch means when unset:
+	// with a limit, a resourceVersion other than "0" asks for that exact
+	// version. The whole list is returned regardless.
+	Limit int64
+}
+
+// ListWithOptions serves a LIST:
+//   - resourceVersion "" (most recent) or "0" (any): the current state.
+//   - NotOlderThan (or no match and no limit): the current state once it
+//     covers resourceVersion, waiting up to blockTimeout, else 504 with the
+//     ResourceVersionTooLarge cause that makes clients relist.
+//   - Exact (or no match with a limit): the state at resourceVersion,
+//     rebuilt from the history; 410 Gone when the history no longer reaches
+//     back that far or the version was issued by another replica or an
+//     earlier run, whose exact states this Store never had.
+func (s *Store) ListWithOptions(ctx context.Context, opts ListOptions) ([]Object, string, error) {
+	match := opts.Match
+	if match == nil {
+		match = func(Object) bool { return true }
+	}
+	if opts.ResourceVersion == "" || opts.ResourceVersion == "0" {
+		items, rv := s.List(opts.Namespace, match)
+		return items, rv, nil
+	}
+	v, err := ParseVersion(opts.ResourceVersion)
+	if err != nil {
+		return nil, "", apierrors.NewBadRequest(err.Error())
+	}
+	if err := s.waitFor(ctx, v); err != nil {
+		return nil, "", err
+	}
+	exact := opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact ||
+		(opts.ResourceVersionMatch == "" && opts.Limit > 0)
+	if !exact {
+		items, rv := s.List(opts.Namespace, match)
+		return items, rv, nil
+	}
+	items, err := s.listExact(opts.Namespace, match, v, opts.ResourceVersion)
+	if err != nil {
+		return nil, "", err
+	}
+	return items, v.String(), nil
+}
+
+// waitFor waits until the Store's version covers v, for at most
+// blockTimeout.
+func (s *Store) waitFor(ctx context.Context, v Version) error {
+	timer := time.NewTimer(blockTimeout)
+	defer timer.Stop()
+	for {
+		s.mu.RLock()
+		covered, advanced, current := s.version.Covers(v), s.advanced, s.version.String()
+		s.mu.RUnlock()
+		if covered {
+			return nil
+		}
+		select {
+		case <-advanced:
+		case <-ctx.Done():
+			return apierrors.NewTimeoutError(fmt.Sprintf("waiting for resource version %s: %v", v.String(), ctx.Err()), tooLargeRetrySeconds)
+		case <-timer.C:
+			return tooLargeResourceVersion(v, current)
+		}
+	}
+}
+
+// tooLargeResourceVersion is the answer of the Kubernetes storage layer
+// (k8s.io/apiserver/pkg/storage.NewTooLargeResourceVersionError) for a
+// version the server has not reached: 504 Timeout with the
+// ResourceVersionTooLarge cause, which client-go reflectors answer by
+// relisting from the most recent version.
+func tooLargeResourceVersion(want Version, current string) error {
+	err := apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %s, current: %s (this server has not yet seen every member change that version includes)", want.String(), current), tooLargeRetrySeconds)
+	err.ErrStatus.Details.Causes = []metav1.StatusCause{{
+		Type:    metav1.CauseTypeResourceVersionTooLarge,
+		Message: "Too large resource version",
+	}}
+	return err
+}
+
+// listExact rebuilds the objects of namespace as they were at v by undoing,
+// newest first, the changes v does not cover. v must be this Store's own
+// and reach back no further than the history.
+func (s *Store) listExact(namespace string, match func(Object) bool, v Version, rv string) ([]Object, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if v[epochComponent] != s.epoch {
+		return nil, apierrors.NewResourceExpired("resource version " + rv + " was issued by another replica or an earlier run of the server, which cannot serve its exact state; list without resourceVersionMatch=Exact")
+	}
+	if !v.Covers(s.historyStart) {
+		return nil, apierrors.NewResourceExpired("too old resource version: " + rv + " (the server keeps a limited history; relist)")
+	}
+	// Versions only grow, so the changes v covers are a prefix of the
+	// history: undoing the rest gives the state after the last change v
+	// covers.
+	first := len(s.history)
+	for i, c := range s.history {
+		if !v.Covers(c.version) {
+			first = i
+			break
+		}
+	}
+
+	state := map[string]Object{}
+	if namespace == "" {
+		for k, o := range s.objects {
+			state[k] = o
+		}
+	} else {
+		for name, o := range s.byNamespace[namespace] {
+			state[key(namespace, name)] = o
+		}
+	}
+	for i := len(s.history) - 1; i >= first; i-- {
+		c := s.history[i]
+		if namespace != "" && c.obj.GetNamespace() != namespace {
+			continue
+		}
+		k := key(c.obj.GetNamespace(), c.obj.GetName())
+		switch c.typ {
+		case watch.Added:
+			delete(state, k)
+		case watch.Modified, watch.Deleted:
+			state[k] = c.prev
+		}
+	}
+	out := make([]Object, 0, len(state))
+	for _, o := range state {
+		if match(o) {
+			out = append(out, o)
+		}
+	}
+	sortObjects(out)
+	return out, nil
+}

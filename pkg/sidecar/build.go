@@ -40,6 +40,11 @@ type Inputs struct {
 	// Gateways, when not empty, restricts the table to the HTTPRoutes whose
 	// parentRefs name one of these Gateways: the gateway the sidecar serves.
 	Gateways []types.NamespacedName
+	// EndpointPickerServices are the sidecar's own Services. When not
+	// empty the sidecar is an EPP shim: a local InferencePool whose
+	// endpointPickerRef names one of them is "this pool plus the import of
+	// the same namespace/name" (see doc.go).
+	EndpointPickerServices []types.NamespacedName
 }
 
 // Reasons of BuildErrors. Those of backendRefs are Gateway API's
@@ -58,6 +63,8 @@ const (
 	ReasonLocalClusterInImport   = "LocalClusterInImport"
 	ReasonNoBackendRefs          = "NoBackendRefs"
 	ReasonAllWeightsZero         = "AllWeightsZero"
+	ReasonNoShimClusters         = "NoClusters"
+	ReasonAmbiguousShimPool      = "AmbiguousEndpointPickerService"
 )
 
 // BuildError is a problem Build found in an object. The object is still
@@ -90,7 +97,7 @@ func Build(in Inputs) (*Table, []error) {
 		imports: map[types.NamespacedName]*v1alpha1.InferencePoolImport{},
 		svcs:    map[types.NamespacedName]*corev1.Service{},
 		locals:  map[types.NamespacedName]localResult{},
-		remotes: map[types.NamespacedName][]*Cluster{},
+		remotes: map[types.NamespacedName]remoteResult{},
 		models:  map[types.NamespacedName]*epp.Models{},
 	}
 	for _, p := range in.Pools {
@@ -111,7 +118,7 @@ func Build(in Inputs) (*Table, []error) {
 		}
 		return strings.Compare(x.Namespace+"/"+x.Name, y.Namespace+"/"+y.Name)
 	})
-	t := &Table{}
+	t := &Table{shimMode: len(in.EndpointPickerServices) > 0, local: b.local}
 	for _, r := range routes {
 		if !b.attached(r) {
 			continue
@@ -119,8 +126,103 @@ func Build(in Inputs) (*Table, []error) {
 		b.route(t, r)
 	}
 	t.index.sort()
+	if t.shimMode {
+		pools := slices.Clone(in.Pools)
+		slices.SortFunc(pools, func(x, y *poolv1.InferencePool) int {
+			return strings.Compare(x.Namespace+"/"+x.Name, y.Namespace+"/"+y.Name)
+		})
+		for _, p := range pools {
+			if be := b.shim(p); be != nil {
+				t.addShim(be)
+			}
+		}
+		b.reportAmbiguousShims(t)
+	}
 	t.Errors = b.errs
 	return t, b.errs
+}
+
+// isShim reports whether the pool's endpointPickerRef names one of the
+// sidecar's own Services.
+func isShim(p *poolv1.InferencePool, services []types.NamespacedName) bool {
+	ref := p.Spec.EndpointPickerRef
+	if (ref.Group != nil && *ref.Group != "") || (ref.Kind != "" && ref.Kind != "Service") {
+		return false
+	}
+	return slices.Contains(services, types.NamespacedName{Namespace: p.Namespace, Name: ref.Name})
+}
+
+// shim builds the backend of a shim pool as requests reach it without an
+// HTTPRoute; nil when the pool is no shim pool.
+func (b *builder) shim(p *poolv1.InferencePool) *Backend {
+	if !isShim(p, b.in.EndpointPickerServices) {
+		return nil
+	}
+	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	lr := b.localPool(key)
+	be := &Backend{Kind: BackendInferencePool, Namespace: p.Namespace, Name: p.Name, Weight: 1, Shim: true, models: b.models[key]}
+	be.FailureMode = failureMode(p)
+	b.shimClusters(be, key, lr, nil)
+	if len(be.Clusters) == 0 && b.imports[key] == nil {
+		b.report(InferencePoolKind, key.Namespace, key.Name, ReasonNoShimClusters,
+			"its endpoint picker is mci-sidecar, but no other cluster exports the pool and it has no %s annotation: its requests get 503, or follow FailOpen", LocalEndpointPickerAnnotation)
+	}
+	be.Policy = b.policy
+	if v := objectSetting(p, PolicyAnnotation); v != "" {
+		if pol, err := ParsePolicy(v); err == nil {
+			be.Policy = pol
+		} else {
+			b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidAnnotation, "%s: %v", PolicyAnnotation, err)
+		}
+	}
+	be.wrr = newClusterWRR("shim "+key.String(), be.Clusters)
+	return be
+}
+
+// shimClusters gives a shim pool's backend its clusters: the pool's real
+// local EPP (LocalEndpointPickerAnnotation), when it has one, also as
+// Local, then the clusters of the import of the same namespace/name.
+// weights are the route's cluster weights; nil: the pool's.
+func (b *builder) shimClusters(be *Backend, key types.NamespacedName, lr localResult, weights map[string]int64) {
+	if weights == nil {
+		weights = lr.weights
+	}
+	weigh := func(c *Cluster) *Cluster {
+		c.Weight = 1
+		if w, ok := weights[c.Name]; ok {
+			c.Weight = w
+		}
+		return c
+	}
+	if lr.cluster != nil {
+		c := *lr.cluster
+		be.Local = weigh(&c)
+		be.Clusters = append(be.Clusters, be.Local)
+	}
+	if imp := b.imports[key]; imp != nil {
+		for _, c := range b.remoteClusters(imp) {
+			c := *c
+			be.Clusters = append(be.Clusters, weigh(&c))
+		}
+	}
+}
+
+// reportAmbiguousShims reports the sidecar Services that several shim pools
+// name: requests through them must say which pool they are for.
+func (b *builder) reportAmbiguousShims(t *Table) {
+	bySvc := map[types.NamespacedName][]string{}
+	for _, be := range t.shimList {
+		p := b.pools[types.NamespacedName{Namespace: be.Namespace, Name: be.Name}]
+		svc := types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.EndpointPickerRef.Name}
+		bySvc[svc] = append(bySvc[svc], p.Name)
+	}
+	for _, svc := range b.in.EndpointPickerServices {
+		if names := bySvc[svc]; len(names) > 1 {
+			b.report("Service", svc.Namespace, svc.Name, ReasonAmbiguousShimPool,
+				"InferencePools %v all name this sidecar Service as their endpoint picker: a request through it is routed only when the gateway's metadata (%s/%s) or its HTTPRoute rule says which pool it is for, else it gets 500",
+				names, ShimMetadataNamespace, ShimPoolKey)
+		}
+	}
 }
 
 type builder struct {
@@ -135,15 +237,55 @@ type builder struct {
 	// Resolved once, however many backendRefs name them, so that each
 	// problem is reported once.
 	locals  map[types.NamespacedName]localResult
-	remotes map[types.NamespacedName][]*Cluster
+	remotes map[types.NamespacedName]remoteResult
 	models  map[types.NamespacedName]*epp.Models
 
 	errs []error
+
+	// incremental, when true, keeps the problems of local pools and imports
+	// in their cached results instead of reporting them where they are
+	// first resolved; used, when set, records which were resolved. The
+	// Incremental builder needs both to know what a route depends on.
+	incremental bool
+	used        map[objectRef]struct{}
+}
+
+// objectRef names a resolved local pool (remote false) or import.
+type objectRef struct {
+	remote bool
+	key    types.NamespacedName
+}
+
+// resolved records a resolution: its problems are reported by Build at the
+// first one, and kept aside by Incremental.
+func (b *builder) resolved(ref objectRef, mark int) []error {
+	errs := slices.Clone(b.errs[mark:])
+	if b.incremental {
+		b.errs = b.errs[:mark]
+	}
+	return errs
+}
+
+func (b *builder) use(ref objectRef) {
+	if b.used != nil {
+		b.used[ref] = struct{}{}
+	}
+}
+
+type remoteResult struct {
+	clusters []*Cluster
+	errs     []error
 }
 
 type localResult struct {
 	pool    *poolv1.InferencePool
 	cluster *Cluster
+	// shim is true for a pool whose EPP is the sidecar; cluster is then the
+	// pool's real local EPP, if it has one, and weights come from its
+	// ClusterWeightsAnnotation.
+	shim    bool
+	weights map[string]int64
+	errs    []error
 }
 
 func (b *builder) report(kind, namespace, name, reason, format string, args ...any) {
@@ -422,7 +564,12 @@ func (b *builder) backend(r *gatewayv1.HTTPRoute, ri, bi int, ref gatewayv1.Back
 		}
 		obj = lr.pool
 		be.FailureMode = failureMode(lr.pool)
-		if lr.cluster != nil {
+		switch {
+		case lr.shim:
+			// The pool's EPP is this sidecar: relaying to it would loop.
+			be.Shim = true
+			b.shimClusters(be, key, lr, ra.weights)
+		case lr.cluster != nil:
 			c := *lr.cluster
 			be.Clusters = []*Cluster{&c}
 		}
@@ -465,13 +612,18 @@ func (b *builder) backend(r *gatewayv1.HTTPRoute, ri, bi int, ref gatewayv1.Back
 		be.Policy = ra.policy
 	}
 
-	names := make([]string, len(be.Clusters))
-	weights := make([]int64, len(be.Clusters))
-	for i, c := range be.Clusters {
+	be.wrr = newClusterWRR(r.Namespace+"/"+r.Name+"#"+strconv.Itoa(ri)+"/"+strconv.Itoa(bi), be.Clusters)
+	return be
+}
+
+// newClusterWRR returns the weighted picker of a backend's clusters.
+func newClusterWRR(owner string, clusters []*Cluster) *smoothWRR {
+	names := make([]string, len(clusters))
+	weights := make([]int64, len(clusters))
+	for i, c := range clusters {
 		names[i], weights[i] = c.Name, c.Weight
 	}
-	be.wrr = newSmoothWRR(wrrKey(r.Namespace+"/"+r.Name+"#"+strconv.Itoa(ri)+"/"+strconv.Itoa(bi), names, weights), weights)
-	return be
+	return newSmoothWRR(wrrKey(owner, names, weights), weights)
 }
 
 // objectSetting reads a setting from an object's annotations, else from its
@@ -495,19 +647,68 @@ func failureMode(p *poolv1.InferencePool) poolv1.EndpointPickerFailureMode {
 
 // localPool resolves a local InferencePool and its EPP, once.
 func (b *builder) localPool(key types.NamespacedName) localResult {
+	ref := objectRef{key: key}
+	b.use(ref)
 	if lr, ok := b.locals[key]; ok {
 		return lr
 	}
+	mark := len(b.errs)
+	lr := b.resolveLocal(key)
+	lr.errs = b.resolved(ref, mark)
+	b.locals[key] = lr
+	return lr
+}
+
+func (b *builder) resolveLocal(key types.NamespacedName) localResult {
 	lr := localResult{pool: b.pools[key]}
-	if lr.pool != nil {
-		c, err := b.localCluster(lr.pool)
+	switch {
+	case lr.pool == nil:
+	case isShim(lr.pool, b.in.EndpointPickerServices):
+		lr.shim = true
+		if v, ok := lr.pool.Annotations[ClusterWeightsAnnotation]; ok {
+			w, err := parseClusterWeights(v)
+			if err != nil {
+				b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidAnnotation, "%s: %v; clusters weigh 1 each", ClusterWeightsAnnotation, err)
+			}
+			lr.weights = w
+		}
+		v, ok := lr.pool.Annotations[LocalEndpointPickerAnnotation]
+		if !ok {
+			break
+		}
+		ref, err := parseEndpointPicker(v)
+		if err == nil {
+			lr.cluster, err = b.localCluster(lr.pool, ref)
+		}
+		if err != nil {
+			b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidAnnotation, "%s: %v; the pool's local model servers are not routed to", LocalEndpointPickerAnnotation, err)
+		}
+	default:
+		c, err := b.localCluster(lr.pool, lr.pool.Spec.EndpointPickerRef)
 		if err != nil {
 			b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidEndpointPicker, "%v; the pool has no cluster to route to", err)
 		}
 		lr.cluster = c
 	}
-	b.locals[key] = lr
 	return lr
+}
+
+// parseEndpointPicker parses LocalEndpointPickerAnnotation: "service" or
+// "service:port".
+func parseEndpointPicker(v string) (poolv1.EndpointPickerRef, error) {
+	name, port, hasPort := strings.Cut(strings.TrimSpace(v), ":")
+	ref := poolv1.EndpointPickerRef{Name: name}
+	if name == "" || strings.Contains(name, "/") {
+		return ref, fmt.Errorf("%q is not a Service name of the pool's namespace, with an optional :port", v)
+	}
+	if hasPort {
+		n, err := strconv.ParseInt(port, 10, 32)
+		if err != nil || n < 1 || n > 65535 {
+			return ref, fmt.Errorf("port %q of %q is not a port number", port, v)
+		}
+		ref.Port = &poolv1.Port{Number: int32(n)}
+	}
+	return ref, nil
 }
 
 // localCluster locates a local pool's EPP through its Service, the way
@@ -515,8 +716,7 @@ func (b *builder) localPool(key types.NamespacedName) localResult {
 // else its cluster IP, else its ExternalName; the endpointPickerRef's port,
 // else the Service port named for ext-proc; health and metrics ports by name,
 // else the conventional 9003 and 9090 when the Service has them.
-func (b *builder) localCluster(p *poolv1.InferencePool) (*Cluster, error) {
-	ref := p.Spec.EndpointPickerRef
+func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPickerRef) (*Cluster, error) {
 	if (ref.Group != nil && *ref.Group != "") || (ref.Kind != "" && ref.Kind != "Service") {
 		return nil, fmt.Errorf("endpointPickerRef names a %s; only a core Service is supported", cmp.Or(ref.Kind, "Service"))
 	}
@@ -588,9 +788,19 @@ func findPort(ports []corev1.ServicePort, matches func(string) bool, fallback in
 // needs.
 func (b *builder) remoteClusters(imp *v1alpha1.InferencePoolImport) []*Cluster {
 	key := types.NamespacedName{Namespace: imp.Namespace, Name: imp.Name}
-	if cs, ok := b.remotes[key]; ok {
-		return cs
+	ref := objectRef{remote: true, key: key}
+	b.use(ref)
+	if rr, ok := b.remotes[key]; ok {
+		return rr.clusters
 	}
+	mark := len(b.errs)
+	out := b.resolveRemote(imp)
+	b.remotes[key] = remoteResult{clusters: out, errs: b.resolved(ref, mark)}
+	return out
+}
+
+func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
+	key := types.NamespacedName{Namespace: imp.Namespace, Name: imp.Name}
 	report := func(reason, format string, args ...any) {
 		b.report(InferencePoolImportKind, imp.Namespace, imp.Name, reason, format, args...)
 	}
@@ -638,7 +848,6 @@ func (b *builder) remoteClusters(imp *v1alpha1.InferencePoolImport) []*Cluster {
 	if len(out) == 0 {
 		report(ReasonNoReadyClusters, "none of its %d cluster(s) can take requests (%d not Ready); its requests get 503, or follow FailOpen", len(imp.Status.Clusters), notReady)
 	}
-	b.remotes[key] = out
 	return out
 }
 
@@ -675,10 +884,18 @@ func (b *builder) indexModels() {
 	}
 	slices.SortFunc(keys, func(x, y types.NamespacedName) int { return strings.Compare(x.String(), y.String()) })
 	for _, k := range keys {
-		ms := epp.NewModels()
-		for _, ignored := range ms.Set(byPool[k]) {
-			b.report("InferenceModel", k.Namespace, "", ReasonConflictingModel, "%s", ignored)
-		}
+		ms, errs := modelsOf(k, byPool[k])
 		b.models[k] = ms
+		b.errs = append(b.errs, errs...)
 	}
+}
+
+// modelsOf indexes the InferenceModels of one pool.
+func modelsOf(pool types.NamespacedName, models []*v1alpha2.InferenceModel) (*epp.Models, []error) {
+	ms := epp.NewModels()
+	var errs []error
+	for _, ignored := range ms.Set(models) {
+		errs = append(errs, &BuildError{Kind: "InferenceModel", Namespace: pool.Namespace, Reason: ReasonConflictingModel, Message: ignored})
+	}
+	return ms, errs
 }

@@ -7,8 +7,13 @@
 //   - Build turns HTTPRoutes, InferencePoolImports, InferencePools, Services
 //     and InferenceModels into an immutable Table (a pure function, with
 //     every broken reference reported as a BuildError rather than a
-//     failure). Watcher keeps it current from informers with a single
-//     rebuild goroutine; Router swaps tables atomically.
+//     failure). Incremental computes the same table from objects that
+//     change one at a time, redoing only what a change touches (the routes
+//     that name a changed pool, import, Service or InferenceModel, and the
+//     host groups of those routes); a randomized test holds it equal to
+//     Build. Watcher feeds it the keys of changed objects from informers
+//     on a single goroutine; Router swaps tables atomically, and a table is
+//     never modified once published.
 //   - Table.Match finds the HTTPRoute rule of a request (hostnames, path,
 //     method, headers, query parameters) with Gateway API precedence.
 //   - Rule.PickBackend picks a backendRef by weight, InferencePool and
@@ -83,4 +88,27 @@
 //     kept.
 //   - Local EPPs are reached like remote ones: their Service's LoadBalancer
 //     ingress, else its cluster IP, else its ExternalName.
+//   - EPP shim (--endpoint-picker-service=namespace/name, the sidecar's own
+//     Services). A local InferencePool whose endpointPickerRef names one
+//     of them is a shim pool: "this pool plus the import of the same
+//     namespace/name". Its clusters are the pool's real local EPP, named
+//     by the annotation mci.x-k8s.io/local-endpoint-picker ("service" or
+//     "service:port"; the sidecar cannot be it, that would loop), then the
+//     import's clusters; policy and cluster weights come from the pool's
+//     annotations, its failure mode from its endpointPickerRef. In shim
+//     mode every request is an EPP-protocol request for a shim pool (no
+//     HTTPRoute is needed); which one is decided by, in order: the
+//     gateway's filter metadata mci.x-k8s.io/inference-pool
+//     ("namespace/name", e.g. route metadata Envoy forwards with
+//     metadata_options); the only shim pool, which is the common case of
+//     one sidecar Service per pool, as one EPP per pool; the only shim pool
+//     among the backendRefs of the request's HTTPRoute rule. Otherwise the
+//     request gets 500 (503 while no shim pool exists), and several shim
+//     pools behind one Service are reported. An HTTPRoute backendRef to a
+//     shim pool resolves the same way, never to the sidecar itself.
+//   - Relayed requests. A request the sidecar relays to a remote EPP
+//     carries x-mci-relayed-from: <local cluster>; a shim-mode sidecar
+//     serves such a request with its pool's local EPP only and fails
+//     closed, so that clusters exporting shim pools to each other never
+//     bounce a request back and forth. The header only narrows routing.
 package sidecar

@@ -159,6 +159,10 @@ type LocalFirst struct{}
 
 func (LocalFirst) Order(b *Backend, req PickRequest, st State) ([]*Cluster, error) {
 	remote, err := HealthBased{}.Order(b, req, st)
+	if b.Shim {
+		// A shim pool's local EPP is one of its clusters as well.
+		remote = slices.DeleteFunc(remote, func(c *Cluster) bool { return c == b.Local })
+	}
 	if b.Local == nil || st.Health(b.Local) == HealthNotServing {
 		return remote, err
 	}

@@ -30,18 +30,21 @@ func (r *Router) Table() *Table { return r.table.Load() }
 // weighted pickers of t whose candidates and weights are unchanged take over
 // the state of the previous table's, so that a rebuild (any informer event)
 // does not restart the round-robin cycle, which would skew a split toward
-// the candidates that come first. t must not be in use yet.
+// the candidates that come first (a table of Incremental comes with the
+// state carried over already). t must not be in use yet.
 func (r *Router) Publish(t *Table) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	old := r.table.Load()
-	prev := map[string]*smoothWRR{}
-	old.wrrs(func(w **smoothWRR) { prev[(*w).key] = *w })
-	t.wrrs(func(w **smoothWRR) {
-		if p, ok := prev[(*w).key]; ok {
-			*w = p
-		}
-	})
+	if !t.carried {
+		prev := map[string]*smoothWRR{}
+		old.wrrs(func(w **smoothWRR) { prev[(*w).key] = *w })
+		t.wrrs(func(w **smoothWRR) {
+			if p, ok := prev[(*w).key]; ok {
+				*w = p
+			}
+		})
+	}
 	t.Generation = old.Generation + 1
 	r.table.Store(t)
 }

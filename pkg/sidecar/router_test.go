@@ -155,20 +155,7 @@ func BenchmarkPick(b *testing.B) {
 // BenchmarkBuild rebuilds a table of 200 HTTPRoutes over 100 imports of
 // three clusters each and 100 local pools: the cost of one informer event.
 func BenchmarkBuild(b *testing.B) {
-	var in Inputs
-	for i := range 100 {
-		name := fmt.Sprintf("pool-%03d", i)
-		in.Imports = append(in.Imports, importOf(name,
-			imported{name: "a", addr: "127.0.2.1"}, imported{name: "c", addr: "127.0.3.1"}, imported{name: "d", addr: "127.0.4.1"}))
-		in.Pools = append(in.Pools, pool(name, ""))
-		in.Services = append(in.Services, eppService(name, "127.0.1.1"))
-	}
-	for i := range 200 {
-		name := fmt.Sprintf("pool-%03d", i%100)
-		in.Routes = append(in.Routes, route(fmt.Sprintf("r%03d", i), time.Duration(i), []string{fmt.Sprintf("m%d.model.com", i)},
-			rule([]gatewayv1.HTTPRouteMatch{prefix("/v1"), withHeaders(prefix("/v1/completions"), "x-tier", "gold")},
-				poolRef(name, ptr.To[int32](50)), importRef(name, ptr.To[int32](50)))))
-	}
+	in := benchInputs()
 	r := NewRouter()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -37,7 +37,8 @@ type ServerConfig struct {
 	// AttemptTimeout bounds the wait for one EPP's answer; <= 0:
 	// DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
-	// Scheduling configures the MetricsBased policy's filter chain.
+	// Scheduling configures the MetricsBased policy's filter chain; zero:
+	// scheduling.DefaultConfig().
 	Scheduling scheduling.Config
 }
 
@@ -79,6 +80,11 @@ func NewServer(router *Router, state State, cfg ServerConfig, metrics *Metrics, 
 	}
 	if cfg.AttemptTimeout <= 0 {
 		cfg.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if cfg.Scheduling == (scheduling.Config{}) {
+		// Zero thresholds would leave no cluster with capacity for a
+		// sheddable request.
+		cfg.Scheduling = scheduling.DefaultConfig()
 	}
 	return &Server{
 		router:   router,
@@ -161,22 +167,42 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 	}
 
 	attrs := AttrsFromRequest(req)
-	rule := s.router.Table().Match(&attrs)
-	if rule == nil {
-		s.metrics.picked(time.Since(start))
-		return refuse(http.StatusNotFound, OutcomeNoRoute, "no HTTPRoute rule matches host %q path %q", attrs.Host, attrs.Path)
-	}
-	a.route = fmt.Sprintf("%s#%d", rule.Route, rule.Index)
-	be := rule.PickBackend()
-	if be == nil {
-		s.metrics.picked(time.Since(start))
-		return refuse(http.StatusInternalServerError, OutcomeInvalidBackend, "HTTPRoute %s rule %d has no backendRef with a weight", rule.Route, rule.Index)
+	tbl := s.router.Table()
+	var be *Backend
+	if tbl.ShimMode() {
+		var code int
+		var msg string
+		be, code, msg = tbl.shimFor(req, &attrs)
+		if be == nil {
+			s.metrics.picked(time.Since(start))
+			return refuse(code, OutcomeNoRoute, "%s", msg)
+		}
+		if relayer := req.Header(RelayedHeader); relayer != "" {
+			// Another cluster's sidecar chose this cluster: only the
+			// pool's local EPP may answer, and a refusal is better than
+			// FailOpen, so that the relaying sidecar tries its next
+			// cluster.
+			be = be.localOnly()
+		}
+	} else {
+		rule := tbl.Match(&attrs)
+		if rule == nil {
+			s.metrics.picked(time.Since(start))
+			return refuse(http.StatusNotFound, OutcomeNoRoute, "no HTTPRoute rule matches host %q path %q", attrs.Host, attrs.Path)
+		}
+		a.route = fmt.Sprintf("%s#%d", rule.Route, rule.Index)
+		be = rule.PickBackend()
+		if be == nil {
+			s.metrics.picked(time.Since(start))
+			return refuse(http.StatusInternalServerError, OutcomeInvalidBackend, "HTTPRoute %s rule %d has no backendRef with a weight", rule.Route, rule.Index)
+		}
+		if be.Invalid != "" {
+			a.backend = be.String()
+			s.metrics.picked(time.Since(start))
+			return refuse(http.StatusInternalServerError, OutcomeInvalidBackend, "HTTPRoute %s: %s", rule.Route, be.Invalid)
+		}
 	}
 	a.backend = be.String()
-	if be.Invalid != "" {
-		s.metrics.picked(time.Since(start))
-		return refuse(http.StatusInternalServerError, OutcomeInvalidBackend, "HTTPRoute %s: %s", rule.Route, be.Invalid)
-	}
 	pr := PickRequest{Now: start}
 	if be.Policy == PolicyMetricsBased {
 		// Criticality only matters to the metrics-based ranking, which is
@@ -200,7 +226,7 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 		}
 		send := msgs
 		if !c.Local {
-			send = withoutSubsetHint(msgs)
+			send = markRelayed(withoutSubsetHint(msgs), tbl.local)
 		}
 		resps, err := s.relay.relay(ctx, c.EPP, send)
 		if err == nil {
@@ -237,7 +263,7 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 		// without capacity) are better than nothing; the health they were
 		// left out for may be stale.
 		rest := slices.Clone(be.Clusters)
-		if be.Local != nil && be.Policy == PolicyLocalFirst {
+		if be.Local != nil && be.Policy == PolicyLocalFirst && !be.Shim {
 			rest = append(rest, be.Local)
 		}
 		for _, c := range rest {

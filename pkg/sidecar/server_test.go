@@ -54,6 +54,8 @@ type fakeEPP struct {
 	mu       sync.Mutex
 	subsets  []bool // whether each request carried a subset hint
 	lastBody []byte
+	// relayed is the RelayedHeader of each request ("" without one).
+	relayed []string
 }
 
 func startFakeEPP(t *testing.T, name, dest string) *fakeEPP {
@@ -77,6 +79,7 @@ func (f *fakeEPP) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 	f.mu.Lock()
 	f.subsets = append(f.subsets, hasSubset)
 	f.lastBody = req.Body
+	f.relayed = append(f.relayed, req.Header(RelayedHeader))
 	f.mu.Unlock()
 	switch f.mode.Load() {
 	case eppFail:

@@ -97,17 +97,15 @@ func (s *Sidecar) Router() *Router { return s.router }
 // connections to its EPPs.
 func (s *Sidecar) published(t *Table, took time.Duration) {
 	var healthTargets, metricsTargets []string
-	for _, r := range t.Rules() {
-		for _, b := range r.Backends {
-			clusters := b.Clusters
-			if b.Local != nil {
-				clusters = append(clusters[:len(clusters):len(clusters)], b.Local)
-			}
-			for _, c := range clusters {
-				healthTargets = append(healthTargets, c.Health)
-				if b.Policy == PolicyMetricsBased {
-					metricsTargets = append(metricsTargets, c.Metrics)
-				}
+	for b := range t.backends {
+		clusters := b.Clusters
+		if b.Local != nil && !b.Shim {
+			clusters = append(clusters[:len(clusters):len(clusters)], b.Local)
+		}
+		for _, c := range clusters {
+			healthTargets = append(healthTargets, c.Health)
+			if b.Policy == PolicyMetricsBased {
+				metricsTargets = append(metricsTargets, c.Metrics)
 			}
 		}
 	}

@@ -29,7 +29,29 @@ const (
 	// of the route's InferencePoolImport backendRefs, which have no
 	// endpointPickerRef of their own to carry one.
 	FailureModeAnnotation = "mci.x-k8s.io/failure-mode"
+	// LocalEndpointPickerAnnotation, on an InferencePool whose EPP is the
+	// sidecar (shim mode), names the pool's real local EPP: "service" or
+	// "service:port", a Service of the pool's namespace found as an
+	// endpointPickerRef's is. Without it the pool's local model servers are
+	// reached only through FailOpen.
+	LocalEndpointPickerAnnotation = "mci.x-k8s.io/local-endpoint-picker"
 )
+
+// What tells a shim-mode sidecar which InferencePool a request is for, when
+// its Services serve several: the gateway's filter metadata
+// ShimMetadataNamespace with the key ShimPoolKey, "namespace/name" (Envoy
+// forwards route or cluster metadata of that namespace with the ext_proc
+// filter's metadata_options).
+const (
+	ShimMetadataNamespace = "mci.x-k8s.io"
+	ShimPoolKey           = "inference-pool"
+)
+
+// RelayedHeader marks a request a sidecar relays to another cluster's EPP;
+// its value is the relaying sidecar's cluster. A shim-mode sidecar serves
+// such a request with its local EPP only, so that two clusters that both
+// export a shim pool never send a request back and forth.
+const RelayedHeader = "x-mci-relayed-from"
 
 // The backendRef kinds the sidecar routes to.
 const (
@@ -126,6 +148,10 @@ type Backend struct {
 	Local *Cluster
 	// FailureMode says what happens when no cluster answers.
 	FailureMode poolv1.EndpointPickerFailureMode
+	// Shim is true for an InferencePool whose EPP is the sidecar itself:
+	// its Clusters are the pool's real local EPP (also Local), if it has
+	// one, then the clusters of the import of the same namespace/name.
+	Shim bool
 	// Policy picks among Clusters.
 	Policy Policy
 
@@ -184,6 +210,53 @@ type Table struct {
 
 	index hostIndex
 	rules []*Rule
+
+	// shimMode is true when the sidecar is an EPP shim; shims are its shim
+	// pools, as requests reach them without an HTTPRoute, by pool and in
+	// order of namespace/name.
+	shimMode bool
+	shims    map[types.NamespacedName]*Backend
+	shimList []*Backend
+	// local names the local cluster (RelayedHeader).
+	local string
+	// carried is true when the builder already gave the weighted pickers
+	// the state of the previous table's (Incremental does).
+	carried bool
+}
+
+func (t *Table) addShim(be *Backend) {
+	if t.shims == nil {
+		t.shims = map[types.NamespacedName]*Backend{}
+	}
+	t.shims[types.NamespacedName{Namespace: be.Namespace, Name: be.Name}] = be
+	t.shimList = append(t.shimList, be)
+}
+
+// ShimMode reports whether the sidecar serves as the EPP of shim pools.
+func (t *Table) ShimMode() bool { return t.shimMode }
+
+// Shims returns the backends of the shim pools, by namespace/name. Do not
+// modify them.
+func (t *Table) Shims() []*Backend { return t.shimList }
+
+// Shim returns the backend of a shim pool; nil when pool is not one.
+func (t *Table) Shim(pool types.NamespacedName) *Backend { return t.shims[pool] }
+
+// backends yields every backend of the table: those of the rules, then
+// the shim pools'.
+func (t *Table) backends(yield func(*Backend) bool) {
+	for _, r := range t.rules {
+		for _, b := range r.Backends {
+			if !yield(b) {
+				return
+			}
+		}
+	}
+	for _, b := range t.shimList {
+		if !yield(b) {
+			return
+		}
+	}
 }
 
 // Match returns the rule a request belongs to, nil when none matches (404).
@@ -213,14 +286,12 @@ func (t *Table) Clusters() []*Cluster {
 		seen[k] = true
 		out = append(out, c)
 	}
-	for _, r := range t.rules {
-		for _, b := range r.Backends {
-			for _, c := range b.Clusters {
-				add(c)
-			}
-			if b.Local != nil {
-				add(b.Local)
-			}
+	for b := range t.backends {
+		for _, c := range b.Clusters {
+			add(c)
+		}
+		if b.Local != nil {
+			add(b.Local)
 		}
 	}
 	return out
@@ -231,10 +302,10 @@ func (t *Table) Clusters() []*Cluster {
 func (t *Table) wrrs(yield func(**smoothWRR)) {
 	for _, r := range t.rules {
 		yield(&r.wrr)
-		for _, b := range r.Backends {
-			if b.wrr != nil {
-				yield(&b.wrr)
-			}
+	}
+	for b := range t.backends {
+		if b.wrr != nil {
+			yield(&b.wrr)
 		}
 	}
 }

@@ -6,17 +6,20 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
 )
@@ -35,6 +38,9 @@ type WatchConfig struct {
 	LocalCluster  string
 	DefaultPolicy Policy
 	Gateways      []types.NamespacedName
+	// EndpointPickerServices are the sidecar's own Services: set, the
+	// sidecar is an EPP shim for the InferencePools that name them.
+	EndpointPickerServices []types.NamespacedName
 	// InferenceModels, when true, reads the InferenceModels of the cluster
 	// to know the criticality of requests (for MetricsBased shedding). When
 	// false every request is Standard and never shed.
@@ -44,11 +50,12 @@ type WatchConfig struct {
 // Watcher keeps the Router's table built from informers: HTTPRoutes
 // (Gateway API), InferencePoolImports (served by mci-apiserver through the
 // aggregation layer), InferencePools, Services (for local EPPs) and
-// optionally InferenceModels. Event handlers only signal that something
-// changed; a single goroutine rebuilds the whole table from the caches and
-// publishes it. Events arriving during a build coalesce into one more build,
-// so a burst of events costs at most two builds, and the table a request
-// sees is at most one build behind the caches.
+// optionally InferenceModels. Event handlers only record which object
+// changed; a single goroutine reads those objects from the caches, hands
+// them to an Incremental builder, which redoes only what they touch, and
+// publishes the new table when routing changed. Events arriving during a
+// build coalesce into the next one, and the table a request sees is at
+// most one build behind the caches.
 type Watcher struct {
 	clients   Clients
 	cfg       WatchConfig
@@ -57,13 +64,34 @@ type Watcher struct {
 
 	synced   chan struct{}
 	syncOnce sync.Once
+
+	mu      sync.Mutex
+	pending map[objectChange]struct{}
+}
+
+// The kinds of objects the watcher follows.
+type objectKind int8
+
+const (
+	kindRoute objectKind = iota
+	kindImport
+	kindPool
+	kindService
+	kindModel
+)
+
+// objectChange says that the object of a kind with a key (namespace/name)
+// changed: the current state is read from the cache.
+type objectChange struct {
+	kind objectKind
+	key  string
 }
 
 // NewWatcher returns a watcher that publishes to router. onPublish, when
 // set, is called after each publication (to retarget the health prober and
 // metrics scraper, record metrics).
 func NewWatcher(clients Clients, cfg WatchConfig, router *Router, onPublish func(t *Table, took time.Duration)) *Watcher {
-	return &Watcher{clients: clients, cfg: cfg, router: router, onPublish: onPublish, synced: make(chan struct{})}
+	return &Watcher{clients: clients, cfg: cfg, router: router, onPublish: onPublish, synced: make(chan struct{}), pending: map[objectChange]struct{}{}}
 }
 
 // Synced is closed once the first table built from synced caches is
@@ -85,35 +113,30 @@ func (w *Watcher) Run(ctx context.Context) error {
 	mciFactory := mciinformers.NewSharedInformerFactoryWithOptions(w.clients.MCI, 0, mciinformers.WithTransform(dropManagedFields))
 	gwFactory := gatewayinformers.NewSharedInformerFactoryWithOptions(w.clients.Gateway, 0, gatewayinformers.WithTransform(dropManagedFields))
 
-	services := kubeFactory.Core().V1().Services()
-	routes := gwFactory.Gateway().V1().HTTPRoutes()
-	imports := mciFactory.Inference().V1alpha1().InferencePoolImports()
-	pools := mciFactory.InferencePool().V1().InferencePools()
-	informers := []cache.SharedIndexInformer{services.Informer(), routes.Informer(), imports.Informer(), pools.Informer()}
+	informers := map[objectKind]cache.SharedIndexInformer{
+		kindService: kubeFactory.Core().V1().Services().Informer(),
+		kindRoute:   gwFactory.Gateway().V1().HTTPRoutes().Informer(),
+		kindImport:  mciFactory.Inference().V1alpha1().InferencePoolImports().Informer(),
+		kindPool:    mciFactory.InferencePool().V1().InferencePools().Informer(),
+	}
 	// The routing table waits for these; InferenceModels only refine
 	// criticality, so a cluster without their CRD must not keep the sidecar
 	// from routing: their informer is not waited for.
-	required := len(informers)
-	var models func() ([]*v1alpha2.InferenceModel, error)
 	if w.cfg.InferenceModels {
-		ims := mciFactory.Inference().V1alpha2().InferenceModels()
-		informers = append(informers, ims.Informer())
-		models = func() ([]*v1alpha2.InferenceModel, error) { return ims.Lister().List(labels.Everything()) }
+		informers[kindModel] = mciFactory.Inference().V1alpha2().InferenceModels().Informer()
 	}
 
 	changed := make(chan struct{}, 1)
-	poke := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { signal(changed) },
-		UpdateFunc: func(any, any) { signal(changed) },
-		DeleteFunc: func(any) { signal(changed) },
-	}
-	synced := make([]cache.InformerSynced, 0, len(informers))
-	for i, inf := range informers {
-		if _, err := inf.AddEventHandler(poke); err != nil {
+	var synced []cache.InformerSynced
+	for kind, inf := range informers {
+		reg, err := inf.AddEventHandler(w.handler(kind, changed))
+		if err != nil {
 			return err
 		}
-		if i < required {
-			synced = append(synced, inf.HasSynced)
+		if kind != kindModel {
+			// The registration has synced once the handler got every
+			// object of the initial list.
+			synced = append(synced, reg.HasSynced)
 		}
 	}
 	kubeFactory.Start(ctx.Done())
@@ -129,47 +152,104 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return nil // ctx ended
 	}
 
+	inc := NewIncremental(Inputs{
+		LocalCluster: w.cfg.LocalCluster, DefaultPolicy: w.cfg.DefaultPolicy, Gateways: w.cfg.Gateways,
+		EndpointPickerServices: w.cfg.EndpointPickerServices,
+	})
 	var lastErrs []string
 	for {
-		// Drain a pending signal first: the build below sees every change
-		// that caused it.
-		select {
-		case <-changed:
-		default:
-		}
 		start := time.Now()
-		in := Inputs{LocalCluster: w.cfg.LocalCluster, DefaultPolicy: w.cfg.DefaultPolicy, Gateways: w.cfg.Gateways}
-		var err error
-		if in.Routes, err = routes.Lister().List(labels.Everything()); err == nil {
-			if in.Imports, err = imports.Lister().List(labels.Everything()); err == nil {
-				if in.Pools, err = pools.Lister().List(labels.Everything()); err == nil {
-					if in.Services, err = services.Lister().List(labels.Everything()); err == nil && models != nil {
-						in.Models, err = models()
-					}
-				}
+		w.mu.Lock()
+		batch := w.pending
+		w.pending = make(map[objectChange]struct{}, len(batch))
+		w.mu.Unlock()
+		for ch := range batch {
+			if err := apply(inc, informers[ch.kind].GetIndexer(), ch); err != nil {
+				logger.Error(err, "Reading a cache", "key", ch.key)
 			}
 		}
-		if err != nil {
-			// Listers of synced caches do not fail; if one ever does, keep
-			// the last table rather than publish a partial one.
-			logger.Error(err, "Reading the caches; keeping the routing table")
-		} else {
-			t, errs := Build(in)
+		t, fresh := inc.Table()
+		if fresh {
 			w.router.Publish(t)
 			took := time.Since(start)
 			if w.onPublish != nil {
 				w.onPublish(t, took)
 			}
-			lastErrs = logProblems(logger, t, errs, lastErrs)
-			logger.V(4).Info("Published routing table", "generation", t.Generation, "rules", len(t.Rules()), "took", took)
-			w.syncOnce.Do(func() { close(w.synced) })
+			lastErrs = logProblems(logger, t, t.Errors, lastErrs)
+			logger.V(4).Info("Published routing table", "generation", t.Generation, "rules", len(t.Rules()), "changes", len(batch), "took", took)
 		}
+		w.syncOnce.Do(func() { close(w.synced) })
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
 		}
 	}
+}
+
+// handler records the changed object's key and wakes the build loop.
+func (w *Watcher) handler(kind objectKind, changed chan<- struct{}) cache.ResourceEventHandler {
+	record := func(obj any) {
+		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		if err != nil {
+			return
+		}
+		w.mu.Lock()
+		w.pending[objectChange{kind: kind, key: key}] = struct{}{}
+		w.mu.Unlock()
+		signal(changed)
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    record,
+		UpdateFunc: func(_, obj any) { record(obj) },
+		DeleteFunc: record,
+	}
+}
+
+// apply hands the current state of a changed object to the builder.
+func apply(inc *Incremental, store cache.Store, ch objectChange) error {
+	obj, exists, err := store.GetByKey(ch.key)
+	if err != nil {
+		return err
+	}
+	ns, name, err := cache.SplitMetaNamespaceKey(ch.key)
+	if err != nil {
+		return err
+	}
+	k := types.NamespacedName{Namespace: ns, Name: name}
+	switch ch.kind {
+	case kindRoute:
+		if r, ok := obj.(*gatewayv1.HTTPRoute); exists && ok {
+			inc.SetRoute(r)
+		} else {
+			inc.DeleteRoute(k)
+		}
+	case kindImport:
+		if imp, ok := obj.(*v1alpha1.InferencePoolImport); exists && ok {
+			inc.SetImport(imp)
+		} else {
+			inc.DeleteImport(k)
+		}
+	case kindPool:
+		if p, ok := obj.(*poolv1.InferencePool); exists && ok {
+			inc.SetPool(p)
+		} else {
+			inc.DeletePool(k)
+		}
+	case kindService:
+		if svc, ok := obj.(*corev1.Service); exists && ok {
+			inc.SetService(svc)
+		} else {
+			inc.DeleteService(k)
+		}
+	case kindModel:
+		if m, ok := obj.(*v1alpha2.InferenceModel); exists && ok {
+			inc.SetModel(m)
+		} else {
+			inc.DeleteModel(k)
+		}
+	}
+	return nil
 }
 
 // logProblems logs the build's problems when they differ from the last

@@ -16,10 +16,12 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/extproc"
 	"github.com/mci-dev/mci/test/simulator"
@@ -37,16 +39,41 @@ type sidecarSetup struct {
 	ns      string
 	gateway *httptest.Server
 	// epps are the exporting clusters' EPPs by cluster name; instances the
-	// simulator instance of each cluster.
+	// simulator instance of each cluster, servers its model server.
 	epps      map[string]*clusterEPP
 	instances map[string]string
+	servers   map[string]*modelServer
+	// b is cluster-b, where the sidecar runs.
+	b       *cluster
+	sidecar *sidecar.Sidecar
+}
+
+// sidecarOptions shape a sidecar test's ClusterSet.
+type sidecarOptions struct {
+	// blockA and blockC are the loopback blocks of cluster-a's and
+	// cluster-c's simulator (.1) and EPP (.100); sidecarIP is where the
+	// sidecar listens.
+	blockA, blockC int
+	sidecarIP      string
+	// routeAnnotations are the annotations of cluster-b's HTTPRoute; nil:
+	// the Weighted policy.
+	routeAnnotations map[string]string
+	// shim makes the sidecar an EPP shim instead: cluster-b has no
+	// HTTPRoute but an InferencePool "llm" whose endpointPickerRef is the
+	// sidecar's Service "mci-sidecar".
+	shim bool
+	// inferenceModels makes the sidecar read cluster-b's InferenceModels.
+	inferenceModels bool
+	// probeInterval paces the sidecar's health checks and metric scrapes
+	// of EPPs; zero: the defaults.
+	probeInterval time.Duration
 }
 
 // exportingCluster sets up, in cluster name of namespace ns, one simulator
 // (pod "sim-<name>") on 127.0.<block>.1:8000, the exported InferencePool
 // pool, its mci-epp on 127.0.<block>.100, the LoadBalancer EPP Service with
 // that ingress IP and a ready EPP EndpointSlice.
-func exportingCluster(t *testing.T, name, ns, pool string, block int) (*clusterEPP, string) {
+func exportingCluster(t *testing.T, name, ns, pool string, block int) (*clusterEPP, *modelServer) {
 	t.Helper()
 	ctx := t.Context()
 	c := clusterClients(t, name)
@@ -73,7 +100,7 @@ func exportingCluster(t *testing.T, name, ns, pool string, block int) (*clusterE
 	epp := startClusterEPP(t, name, ns, pool, eppIP)
 	c.createEPPService(t, ctx, ns, eppIP)
 	c.setEPPEndpoint(t, ctx, ns, true)
-	return epp, instance
+	return epp, m
 }
 
 // newSidecarSetup builds the ClusterSet of the sidecar tests in namespace
@@ -81,39 +108,28 @@ func exportingCluster(t *testing.T, name, ns, pool string, block int) (*clusterE
 // base+2 (cluster-c), and returns cluster-b's gateway once the sidecar
 // routes to both exporting clusters.
 func newSidecarSetup(t *testing.T, ns string, base int) *sidecarSetup {
+	return newSidecarSetupWith(t, ns, sidecarOptions{blockA: base, blockC: base + 2, sidecarIP: fmt.Sprintf("127.0.%d.1", base+1)})
+}
+
+func newSidecarSetupWith(t *testing.T, ns string, o sidecarOptions) *sidecarSetup {
 	t.Helper()
 	ctx := t.Context()
 	const pool = "llm"
 	start := time.Now()
-	s := &sidecarSetup{ns: ns, epps: map[string]*clusterEPP{}, instances: map[string]string{}}
-	for i, name := range []string{"cluster-a", "cluster-c"} {
-		s.epps[name], s.instances[name] = exportingCluster(t, name, ns, pool, base+2*i)
+	s := &sidecarSetup{ns: ns, epps: map[string]*clusterEPP{}, instances: map[string]string{}, servers: map[string]*modelServer{}}
+	for name, block := range map[string]int{"cluster-a": o.blockA, "cluster-c": o.blockC} {
+		epp, m := exportingCluster(t, name, ns, pool, block)
+		s.epps[name], s.servers[name], s.instances[name] = epp, m, m.pod
 	}
 
 	b := clusterClients(t, "cluster-b")
+	s.b = b
 	b.createNamespace(t, ctx, ns)
-	_, err := b.gateway.GatewayV1().HTTPRoutes(ns).Create(ctx, &gatewayv1.HTTPRoute{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "completions", Namespace: ns,
-			Annotations: map[string]string{sidecar.PolicyAnnotation: string(sidecar.PolicyWeighted)},
-		},
-		Spec: gatewayv1.HTTPRouteSpec{
-			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "inference-gateway"}}},
-			Rules: []gatewayv1.HTTPRouteRule{{
-				Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{
-					Type: ptr.To(gatewayv1.PathMatchPathPrefix), Value: ptr.To("/v1/completions"),
-				}}},
-				BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
-					BackendObjectReference: gatewayv1.BackendObjectReference{
-						Group: ptr.To(gatewayv1.Group(sidecar.InferencePoolImportGroup)),
-						Kind:  ptr.To(gatewayv1.Kind(sidecar.InferencePoolImportKind)),
-						Name:  pool,
-					},
-				}}},
-			}},
-		},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	if o.shim {
+		createShimPool(t, b, ns, pool, o.sidecarIP)
+	} else {
+		createRoute(t, b, ns, pool, o.routeAnnotations)
+	}
 
 	eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
 		imp, err := b.importOf(ctx, ns, pool)
@@ -130,12 +146,22 @@ func newSidecarSetup(t *testing.T, ns string, base int) *sidecarSetup {
 	})
 	t.Logf("cluster-b's InferencePoolImport lists cluster-a and cluster-c Ready %s after the setup began", time.Since(start).Round(time.Millisecond))
 
-	sc, err := sidecar.New(sidecar.Config{
-		BindAddress: fmt.Sprintf("127.0.%d.1", base+1),
-		Watch:       sidecar.WatchConfig{LocalCluster: "cluster-b"},
-		Server:      sidecar.ServerConfig{AttemptTimeout: 2 * time.Second},
-	}, sidecar.Clients{Kube: b.kube, MCI: b.mci, Gateway: b.gateway})
+	cfg := sidecar.Config{
+		BindAddress: o.sidecarIP,
+		// Only its own namespace's route: namespaces of other tests stay
+		// (no namespace controller deletes them) with routes of the same
+		// path.
+		Watch:          sidecar.WatchConfig{LocalCluster: "cluster-b", InferenceModels: o.inferenceModels, Gateways: []types.NamespacedName{{Namespace: ns, Name: "inference-gateway"}}},
+		Server:         sidecar.ServerConfig{AttemptTimeout: 2 * time.Second},
+		HealthInterval: o.probeInterval,
+		ScrapeInterval: o.probeInterval,
+	}
+	if o.shim {
+		cfg.Watch.EndpointPickerServices = []types.NamespacedName{{Namespace: ns, Name: shimServiceName}}
+	}
+	sc, err := sidecar.New(cfg, sidecar.Clients{Kube: b.kube, MCI: b.mci, Gateway: b.gateway})
 	require.NoError(t, err)
+	s.sidecar = sc
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sc.Run(runCtx) }()
@@ -149,7 +175,8 @@ func newSidecarSetup(t *testing.T, ns string, base int) *sidecarSetup {
 		}
 	})
 
-	// The sidecar's table routes the rule to both clusters' EPPs.
+	// The sidecar's table routes the rule (or the shim pool) to both
+	// clusters' EPPs.
 	wantEPPs := map[string]string{}
 	for name, e := range s.epps {
 		wantEPPs[name] = net.JoinHostPort(e.ip, strconv.Itoa(eppGRPCPort))
@@ -161,21 +188,10 @@ func newSidecarSetup(t *testing.T, ns string, base int) *sidecarSetup {
 		default:
 		}
 		tbl := sc.Router().Table()
-		if tbl == nil {
-			return false, "no table yet"
+		if fmt.Sprint(eppsOf(tbl, ns, pool)) == fmt.Sprint(wantEPPs) {
+			return true, ""
 		}
-		for _, r := range tbl.Rules() {
-			for _, be := range r.Backends {
-				got := map[string]string{}
-				for _, c := range be.Clusters {
-					got[c.Name] = c.EPP
-				}
-				if be.Name == pool && fmt.Sprint(got) == fmt.Sprint(wantEPPs) {
-					return true, ""
-				}
-			}
-		}
-		return false, fmt.Sprintf("table generation %d: rules %d, errors %v", tbl.Generation, len(tbl.Rules()), tbl.Errors)
+		return false, fmt.Sprintf("table generation %d: rules %d, shims %d, errors %v", tbl.Generation, len(tbl.Rules()), len(tbl.Shims()), tbl.Errors)
 	})
 
 	client, err := extproc.Dial(sc.GRPCAddr(), extproc.Options{MessageTimeout: 10 * time.Second})
@@ -185,6 +201,94 @@ func newSidecarSetup(t *testing.T, ns string, base int) *sidecarSetup {
 	t.Cleanup(s.gateway.Close)
 	t.Logf("setup done in %s: sidecar ext_proc on %s", time.Since(start).Round(time.Millisecond), sc.GRPCAddr())
 	return s
+}
+
+// eppsOf returns the EPP of each cluster the table routes the pool's
+// backend to (the first backendRef naming it, else its shim), by cluster.
+func eppsOf(tbl *sidecar.Table, ns, pool string) map[string]string {
+	got := map[string]string{}
+	for _, r := range tbl.Rules() {
+		for _, be := range r.Backends {
+			if be.Namespace == ns && be.Name == pool {
+				for _, c := range be.Clusters {
+					got[c.Name] = c.EPP
+				}
+				return got
+			}
+		}
+	}
+	for _, be := range tbl.Shims() {
+		if be.Namespace == ns && be.Name == pool {
+			for _, c := range be.Clusters {
+				got[c.Name] = c.EPP
+			}
+		}
+	}
+	return got
+}
+
+// shimServiceName is the sidecar's Service in the shim tests.
+const shimServiceName = "mci-sidecar"
+
+// createShimPool creates, in cluster-b, the sidecar's LoadBalancer Service
+// at ip and a local InferencePool named pool (not exported) whose
+// endpointPickerRef is that Service: the gateway calls the sidecar as the
+// pool's EPP.
+func createShimPool(t *testing.T, b *cluster, ns, pool, ip string) {
+	t.Helper()
+	ctx := t.Context()
+	svc, err := b.kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: shimServiceName, Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeLoadBalancer,
+			Selector: map[string]string{"app": shimServiceName},
+			Ports:    []corev1.ServicePort{{Name: "grpc-ext-proc", Port: int32(eppGRPCPort)}, {Name: "grpc-health", Port: int32(eppHealthPort)}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
+	_, err = b.kube.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	_, err = b.mci.InferencePoolV1().InferencePools(ns).Create(ctx, &poolv1.InferencePool{
+		ObjectMeta: metav1.ObjectMeta{Name: pool, Namespace: ns},
+		Spec: poolv1.InferencePoolSpec{
+			Selector:          poolv1.LabelSelector{MatchLabels: map[string]string{"app": pool}},
+			TargetPorts:       []poolv1.Port{{Number: 8000}},
+			EndpointPickerRef: poolv1.EndpointPickerRef{Name: shimServiceName, Port: &poolv1.Port{Number: int32(eppGRPCPort)}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+// createRoute creates cluster-b's HTTPRoute "completions": /v1/completions
+// to the InferencePoolImport pool.
+func createRoute(t *testing.T, b *cluster, ns, pool string, annotations map[string]string) {
+	t.Helper()
+	if annotations == nil {
+		annotations = map[string]string{sidecar.PolicyAnnotation: string(sidecar.PolicyWeighted)}
+	}
+	_, err := b.gateway.GatewayV1().HTTPRoutes(ns).Create(t.Context(), &gatewayv1.HTTPRoute{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "completions", Namespace: ns,
+			Annotations: annotations,
+		},
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "inference-gateway"}}},
+			Rules: []gatewayv1.HTTPRouteRule{{
+				Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{
+					Type: ptr.To(gatewayv1.PathMatchPathPrefix), Value: ptr.To("/v1/completions"),
+				}}},
+				BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
+					BackendObjectReference: gatewayv1.BackendObjectReference{
+						Group: ptr.To(gatewayv1.Group(sidecar.InferencePoolImportGroup)),
+						Kind:  ptr.To(gatewayv1.Kind(sidecar.InferencePoolImportKind)),
+						Name:  gatewayv1.ObjectName(pool),
+					},
+				}}},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
 }
 
 // send sends one completion request through cluster-b's gateway and

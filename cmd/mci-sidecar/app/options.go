@@ -31,10 +31,11 @@ type Options struct {
 	Kubeconfig string
 	extproc.ServingOptions
 
-	LocalClusterName     string
-	DefaultClusterPolicy string
-	Gateways             []string
-	InferenceModels      bool
+	LocalClusterName       string
+	DefaultClusterPolicy   string
+	Gateways               []string
+	EndpointPickerServices []string
+	InferenceModels        bool
 
 	MaxRequestBodyBytes int64
 	EPPAttemptTimeout   time.Duration
@@ -103,6 +104,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.StringVar(&o.LocalClusterName, "local-cluster-name", o.LocalClusterName, "Name of this cluster in the ClusterSet: the cluster of local InferencePools (LocalFirst, metrics labels). Default: "+sidecar.DefaultLocalCluster+".")
 	fs.StringVar(&o.DefaultClusterPolicy, "default-cluster-policy", o.DefaultClusterPolicy, "Cluster policy where no annotation chooses one: Weighted, HealthBased, MetricsBased or LocalFirst.")
 	fs.StringSliceVar(&o.Gateways, "gateway", o.Gateways, "namespace/name of the Gateway this sidecar serves; only HTTPRoutes attached to it are routed. Repeatable. Default: every HTTPRoute.")
+	fs.StringSliceVar(&o.EndpointPickerServices, "endpoint-picker-service", o.EndpointPickerServices, "namespace/name of a Service of this sidecar that InferencePools name as their endpointPickerRef. Repeatable. Set, the sidecar is an EPP shim: it serves the gateway's EPP-protocol requests for each such pool with the pool's real local EPP (annotation "+sidecar.LocalEndpointPickerAnnotation+") and the clusters of the InferencePoolImport of the same namespace/name, instead of routing by HTTPRoute.")
 	fs.BoolVar(&o.InferenceModels, "inference-models", o.InferenceModels, "Read InferenceModels (inference.networking.x-k8s.io/v1alpha2) for the criticality of requests (MetricsBased shedding). Routing does not wait for them. Without them every request is Standard and never shed.")
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body buffered; larger requests get 413.")
 	fs.DurationVar(&o.EPPAttemptTimeout, "epp-attempt-timeout", o.EPPAttemptTimeout, "Longest wait for one EPP's answer before the next cluster is tried. Keep it below the gateway's ext_proc message timeout.")
@@ -130,6 +132,9 @@ func (o *Options) Validate() error {
 	if _, err := o.gateways(); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := namespacedNames("--endpoint-picker-service", o.EndpointPickerServices); err != nil {
+		errs = append(errs, err)
+	}
 	for name, d := range map[string]time.Duration{
 		"--epp-attempt-timeout": o.EPPAttemptTimeout, "--health-check-interval": o.HealthInterval, "--health-check-timeout": o.HealthTimeout,
 		"--metrics-scrape-interval": o.ScrapeInterval, "--metrics-scrape-timeout": o.ScrapeTimeout, "--drain-timeout": o.DrainTimeout,
@@ -148,11 +153,15 @@ func (o *Options) Validate() error {
 }
 
 func (o *Options) gateways() ([]types.NamespacedName, error) {
+	return namespacedNames("--gateway", o.Gateways)
+}
+
+func namespacedNames(flag string, values []string) ([]types.NamespacedName, error) {
 	var out []types.NamespacedName
-	for _, g := range o.Gateways {
+	for _, g := range values {
 		ns, name, ok := strings.Cut(g, "/")
 		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-			return nil, fmt.Errorf("--gateway %q: want namespace/name", g)
+			return nil, fmt.Errorf("%s %q: want namespace/name", flag, g)
 		}
 		out = append(out, types.NamespacedName{Namespace: ns, Name: name})
 	}
@@ -169,16 +178,21 @@ func (o *Options) Config() (sidecar.Config, error) {
 	if err != nil {
 		return sidecar.Config{}, err
 	}
+	shimServices, err := namespacedNames("--endpoint-picker-service", o.EndpointPickerServices)
+	if err != nil {
+		return sidecar.Config{}, err
+	}
 	return sidecar.Config{
 		BindAddress: o.BindAddress,
 		GRPCPort:    o.GRPCPort,
 		HealthPort:  o.HealthPort,
 		MetricsPort: o.MetricsPort,
 		Watch: sidecar.WatchConfig{
-			LocalCluster:    o.LocalClusterName,
-			DefaultPolicy:   policy,
-			Gateways:        gws,
-			InferenceModels: o.InferenceModels,
+			LocalCluster:           o.LocalClusterName,
+			DefaultPolicy:          policy,
+			Gateways:               gws,
+			EndpointPickerServices: shimServices,
+			InferenceModels:        o.InferenceModels,
 		},
 		Server: sidecar.ServerConfig{
 			MaxRequestBodyBytes: o.MaxRequestBodyBytes,

@@ -32,11 +32,12 @@ func TestOptions(t *testing.T) {
 		{
 			name: "flags reach the configuration",
 			args: []string{"--local-cluster-name=cluster-b", "--default-cluster-policy=LocalFirst", "--gateway=example/inf-gw",
-				"--gateway=other/gw", "--grpc-port=19002", "--bind-address=127.0.0.1", "--epp-attempt-timeout=500ms", "--drain-timeout=3s"},
+				"--gateway=other/gw", "--endpoint-picker-service=example/mci-sidecar", "--grpc-port=19002", "--bind-address=127.0.0.1", "--epp-attempt-timeout=500ms", "--drain-timeout=3s"},
 			check: func(t *testing.T, cfg sidecar.Config) {
 				assert.Equal(t, "cluster-b", cfg.Watch.LocalCluster)
 				assert.Equal(t, sidecar.PolicyLocalFirst, cfg.Watch.DefaultPolicy)
 				assert.Equal(t, []types.NamespacedName{{Namespace: "example", Name: "inf-gw"}, {Namespace: "other", Name: "gw"}}, cfg.Watch.Gateways)
+				assert.Equal(t, []types.NamespacedName{{Namespace: "example", Name: "mci-sidecar"}}, cfg.Watch.EndpointPickerServices)
 				assert.Equal(t, 19002, cfg.GRPCPort)
 				assert.Equal(t, "127.0.0.1", cfg.BindAddress)
 				assert.Equal(t, 500*time.Millisecond, cfg.Server.AttemptTimeout)
@@ -45,6 +46,7 @@ func TestOptions(t *testing.T) {
 		},
 		{name: "an unknown policy is refused", args: []string{"--default-cluster-policy=Fastest"}, wantErr: "unknown cluster policy"},
 		{name: "a gateway without a namespace is refused", args: []string{"--gateway=inf-gw"}, wantErr: "want namespace/name"},
+		{name: "an endpoint picker Service without a namespace is refused", args: []string{"--endpoint-picker-service=mci-sidecar"}, wantErr: "--endpoint-picker-service \"mci-sidecar\": want namespace/name"},
 		{name: "a port out of range is refused", args: []string{"--metrics-port=70000"}, wantErr: "is not a port"},
 		{name: "a zero timeout is refused", args: []string{"--epp-attempt-timeout=0s"}, wantErr: "must be positive"},
 	}

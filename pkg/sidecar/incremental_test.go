@@ -1,0 +1,404 @@
+package sidecar
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+)
+
+// describeTable renders everything of a table that routing reads, so that
+// two tables route alike iff their descriptions are equal. It also checks
+// that every matcher points at a rule of the table itself.
+func describeTable(t *testing.T, tbl *Table) string {
+	t.Helper()
+	var b strings.Builder
+	ruleIndex := func(r *Rule) int {
+		i := slices.Index(tbl.rules, r)
+		require.GreaterOrEqual(t, i, 0, "a matcher of %s#%d points at a rule that is not in the table", r.Route, r.Index)
+		return i
+	}
+	fmt.Fprintf(&b, "shimMode=%v local=%s\n", tbl.shimMode, tbl.local)
+	for i, r := range tbl.rules {
+		fmt.Fprintf(&b, "rule %d: %s#%d wrr=%s\n", i, r.Route, r.Index, r.wrr.key)
+		for _, be := range r.Backends {
+			describeBackend(t, &b, be)
+		}
+	}
+	group := func(name string, ms []*matcher) {
+		fmt.Fprintf(&b, "host %q:", name)
+		for _, m := range ms {
+			fmt.Fprintf(&b, " [rule %d match %d %d%q %q h%d q%d]", ruleIndex(m.rule), m.matchIndex, m.pathKind, m.pathValue, m.method, len(m.headers), len(m.query))
+		}
+		b.WriteString("\n")
+	}
+	hosts := make([]string, 0, len(tbl.index.exact))
+	for h := range tbl.index.exact {
+		hosts = append(hosts, h)
+	}
+	sort.Strings(hosts)
+	for _, h := range hosts {
+		group(h, tbl.index.exact[h])
+	}
+	for _, g := range tbl.index.wildcards {
+		group("*"+g.suffix, g.matchers)
+	}
+	group("", tbl.index.any)
+	for _, be := range tbl.shimList {
+		b.WriteString("shim ")
+		describeBackend(t, &b, be)
+		require.Same(t, be, tbl.Shim(types.NamespacedName{Namespace: be.Namespace, Name: be.Name}))
+	}
+	errs := make([]string, len(tbl.Errors))
+	for i, e := range tbl.Errors {
+		errs[i] = e.Error()
+	}
+	sort.Strings(errs)
+	for _, e := range errs {
+		fmt.Fprintf(&b, "error %s\n", e)
+	}
+	return b.String()
+}
+
+func describeBackend(t *testing.T, b *strings.Builder, be *Backend) {
+	fmt.Fprintf(b, "  %s w=%d invalid=%q fm=%s policy=%s shim=%v\n", be, be.Weight, be.Invalid, be.FailureMode, be.Policy, be.Shim)
+	for _, c := range be.Clusters {
+		fmt.Fprintf(b, "    cluster %+v\n", *c)
+	}
+	if be.Local != nil {
+		fmt.Fprintf(b, "    local %+v\n", *be.Local)
+		if be.Shim {
+			require.Same(t, be.Clusters[0], be.Local, "a shim's local EPP is its first cluster")
+		}
+	}
+	if be.wrr != nil {
+		fmt.Fprintf(b, "    wrr %s\n", be.wrr.key)
+	}
+	if be.models != nil {
+		fmt.Fprintf(b, "    models %d chat=%d code=%d\n", be.models.Len(), be.Criticality("chat"), be.Criticality("code"))
+	}
+}
+
+// universe generates random objects from a small set of names, so that
+// random changes keep hitting the same objects and the references between
+// them.
+type universe struct {
+	r *rand.Rand
+}
+
+var (
+	uNamespaces = []string{"example", "other"}
+	uNames      = []string{"llm", "chat", "code"}
+)
+
+func (u universe) pick(xs ...string) string { return xs[u.r.IntN(len(xs))] }
+
+func (u universe) created() metav1.Time {
+	return metav1.NewTime(epoch.Add(time.Duration(u.r.IntN(3)) * time.Minute))
+}
+
+func (u universe) route() *gatewayv1.HTTPRoute {
+	r := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{
+		Namespace: u.pick(uNamespaces...), Name: u.pick("r0", "r1", "r2", "r3"), CreationTimestamp: u.created(),
+	}}
+	if u.r.IntN(3) == 0 {
+		r.Annotations = map[string]string{}
+		switch u.r.IntN(4) {
+		case 0:
+			r.Annotations[PolicyAnnotation] = u.pick("Weighted", "LocalFirst", "Fastest")
+		case 1:
+			r.Annotations[ClusterWeightsAnnotation] = u.pick("cluster-a=3", "cluster-c=0,cluster-b=2", "bad")
+		case 2:
+			r.Annotations[FailureModeAnnotation] = u.pick("FailOpen", "FailClose", "Sometimes")
+		}
+	}
+	r.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: gatewayv1.ObjectName(u.pick("gw", "other-gw"))}}
+	for range u.r.IntN(3) {
+		r.Spec.Hostnames = append(r.Spec.Hostnames, gatewayv1.Hostname(u.pick("a.example.com", "*.example.com", "B.example.com", "*.a.example.com")))
+	}
+	for range 1 + u.r.IntN(3) {
+		var rl gatewayv1.HTTPRouteRule
+		for range u.r.IntN(3) {
+			var m gatewayv1.HTTPRouteMatch
+			switch u.r.IntN(5) {
+			case 0:
+				m = prefix(u.pick("/", "/v1", "/v1/"))
+			case 1:
+				m = exact(u.pick("/v1/completions", "/v1/chat"))
+			case 2:
+				m = regex(u.pick("/v[0-9]+/.*", "("))
+			case 3:
+				m = withHeaders(prefix("/v1"), "x-model", u.pick("chat", "code"))
+			case 4:
+				m = withMethod(m, "POST")
+			}
+			rl.Matches = append(rl.Matches, m)
+		}
+		for range u.r.IntN(4) {
+			var ref gatewayv1.HTTPBackendRef
+			weight := []*int32{nil, ptr.To[int32](0), ptr.To[int32](1), ptr.To[int32](3)}[u.r.IntN(4)]
+			switch u.r.IntN(5) {
+			case 0, 1:
+				ref = importRef(u.pick(uNames...), weight)
+			case 2, 3:
+				ref = poolRef(u.pick(uNames...), weight)
+			case 4:
+				ref = backendRef("", "Service", u.pick(uNames...), weight)
+			}
+			if u.r.IntN(8) == 0 {
+				ref.Namespace = ptr.To(gatewayv1.Namespace(u.pick(uNamespaces...)))
+			}
+			if u.r.IntN(10) == 0 {
+				ref.Filters = []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestHeaderModifier}}
+			}
+			rl.BackendRefs = append(rl.BackendRefs, ref)
+		}
+		r.Spec.Rules = append(r.Spec.Rules, rl)
+	}
+	return r
+}
+
+func (u universe) importOf() *v1alpha1.InferencePoolImport {
+	imp := &v1alpha1.InferencePoolImport{ObjectMeta: metav1.ObjectMeta{Namespace: u.pick(uNamespaces...), Name: u.pick(uNames...), CreationTimestamp: u.created()}}
+	if u.r.IntN(4) == 0 {
+		imp.Labels = map[string]string{PolicyAnnotation: u.pick("MetricsBased", "Weighted", "nope")}
+	}
+	for _, name := range []string{"cluster-a", "cluster-b", "cluster-c"} {
+		if u.r.IntN(3) == 0 || (name == "cluster-b" && u.r.IntN(3) != 0) {
+			continue
+		}
+		c := v1alpha1.ImportedCluster{Name: name, RoutingMode: v1alpha1.RoutingModeEndpoint}
+		addr := fmt.Sprintf("127.0.%d.%d", u.r.IntN(2)+1, u.r.IntN(3)+1)
+		switch u.r.IntN(5) {
+		case 0:
+			c.RoutingMode = v1alpha1.RoutingModeParent
+			c.Parents = []v1alpha1.ParentImport{{Name: "gw", Service: []v1alpha1.ServiceImport{{Addresses: []string{addr}, Ports: []v1alpha1.Port{{Number: 80}}}}}}
+		case 1:
+			// No address: the cluster is skipped and reported.
+		default:
+			c.EndpointPicker.Service = []v1alpha1.ServiceImport{{Addresses: []string{addr}, Ports: []v1alpha1.Port{{Number: 9002}}}}
+			c.EndpointPicker.Health = &v1alpha1.HealthEndpoint{Port: 9003}
+		}
+		c.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionStatus(u.pick("True", "True", "False", "Unknown"))}}
+		imp.Status.Clusters = append(imp.Status.Clusters, c)
+	}
+	return imp
+}
+
+func (u universe) pool() *poolv1.InferencePool {
+	name := u.pick(uNames...)
+	p := pool(name, poolv1.EndpointPickerFailureMode(u.pick("", "FailOpen", "FailClose")))
+	p.Namespace = u.pick(uNamespaces...)
+	p.Spec.EndpointPickerRef.Name = u.pick(name+"-epp", "mci-sidecar", "mci-sidecar", "missing")
+	if u.r.IntN(2) == 0 {
+		p.Spec.EndpointPickerRef.Port = nil
+	}
+	p.Annotations = map[string]string{}
+	if u.r.IntN(2) == 0 {
+		p.Annotations[LocalEndpointPickerAnnotation] = u.pick(name+"-epp", name+"-epp:9002", "missing", "bad:port")
+	}
+	if u.r.IntN(4) == 0 {
+		p.Annotations[ClusterWeightsAnnotation] = u.pick("cluster-b=2", "x")
+	}
+	if u.r.IntN(4) == 0 {
+		p.Annotations[PolicyAnnotation] = u.pick("LocalFirst", "nope")
+	}
+	return p
+}
+
+func (u universe) service() *corev1.Service {
+	s := eppService(u.pick(uNames...), fmt.Sprintf("127.0.9.%d", u.r.IntN(3)+1))
+	s.Namespace = u.pick(uNamespaces...)
+	switch u.r.IntN(4) {
+	case 0:
+		s.Name = "mci-sidecar"
+	case 1:
+		s.Status.LoadBalancer.Ingress = nil
+		if u.r.IntN(2) == 0 {
+			s.Spec.ClusterIP = ""
+		}
+	}
+	return s
+}
+
+func (u universe) model() *v1alpha2.InferenceModel {
+	return &v1alpha2.InferenceModel{
+		ObjectMeta: metav1.ObjectMeta{Namespace: u.pick(uNamespaces...), Name: u.pick("m0", "m1", "m2", "m3"), CreationTimestamp: u.created()},
+		Spec: v1alpha2.InferenceModelSpec{
+			ModelName:   u.pick("chat", "code"),
+			Criticality: ptr.To(v1alpha2.Criticality(u.pick("Critical", "Standard", "Sheddable"))),
+			PoolRef:     v1alpha2.PoolObjectReference{Name: u.pick(uNames...)},
+		},
+	}
+}
+
+// objects is the reference state: what Build is given.
+type objects struct {
+	routes   map[types.NamespacedName]*gatewayv1.HTTPRoute
+	imports  map[types.NamespacedName]*v1alpha1.InferencePoolImport
+	pools    map[types.NamespacedName]*poolv1.InferencePool
+	services map[types.NamespacedName]*corev1.Service
+	models   map[types.NamespacedName]*v1alpha2.InferenceModel
+}
+
+func values[T any](m map[types.NamespacedName]T) []T {
+	out := make([]T, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+func (o *objects) inputs(settings Inputs) Inputs {
+	in := settings
+	in.Routes, in.Imports, in.Pools, in.Services, in.Models = values(o.routes), values(o.imports), values(o.pools), values(o.services), values(o.models)
+	return in
+}
+
+// change makes one random change to both the reference state and x.
+func (u universe) change(o *objects, x *Incremental) string {
+	del := u.r.IntN(4) == 0
+	switch u.r.IntN(5) {
+	case 0:
+		r := u.route()
+		k := keyOf(r.Namespace, r.Name)
+		if del {
+			delete(o.routes, k)
+			x.DeleteRoute(k)
+			return "delete route " + k.String()
+		}
+		o.routes[k] = r
+		x.SetRoute(r)
+		return "set route " + k.String()
+	case 1:
+		imp := u.importOf()
+		k := keyOf(imp.Namespace, imp.Name)
+		if del {
+			delete(o.imports, k)
+			x.DeleteImport(k)
+			return "delete import " + k.String()
+		}
+		o.imports[k] = imp
+		x.SetImport(imp)
+		return "set import " + k.String()
+	case 2:
+		p := u.pool()
+		k := keyOf(p.Namespace, p.Name)
+		if del {
+			delete(o.pools, k)
+			x.DeletePool(k)
+			return "delete pool " + k.String()
+		}
+		o.pools[k] = p
+		x.SetPool(p)
+		return "set pool " + k.String()
+	case 3:
+		s := u.service()
+		k := keyOf(s.Namespace, s.Name)
+		if del {
+			delete(o.services, k)
+			x.DeleteService(k)
+			return "delete service " + k.String()
+		}
+		o.services[k] = s
+		x.SetService(s)
+		return "set service " + k.String()
+	default:
+		m := u.model()
+		k := keyOf(m.Namespace, m.Name)
+		if del {
+			delete(o.models, k)
+			x.DeleteModel(k)
+			return "delete model " + k.String()
+		}
+		o.models[k] = m
+		x.SetModel(m)
+		return "set model " + k.String()
+	}
+}
+
+func TestIncrementalEqualsBuildOverRandomChanges(t *testing.T) {
+	settings := []struct {
+		name string
+		in   Inputs
+	}{
+		{name: "every route", in: Inputs{LocalCluster: "cluster-b"}},
+		{name: "one gateway's routes", in: Inputs{LocalCluster: "cluster-b", DefaultPolicy: PolicyWeighted,
+			Gateways: []types.NamespacedName{{Namespace: "example", Name: "gw"}}}},
+		{name: "EPP shim", in: Inputs{LocalCluster: "cluster-b",
+			EndpointPickerServices: []types.NamespacedName{{Namespace: "example", Name: "mci-sidecar"}, {Namespace: "other", Name: "mci-sidecar"}}}},
+	}
+	const seeds, steps = 20, 100
+	for _, s := range settings {
+		t.Run(s.name, func(t *testing.T) {
+			publications := 0
+			for seed := range uint64(seeds) {
+				u := universe{r: rand.New(rand.NewPCG(seed, 42))}
+				o := &objects{
+					routes: map[types.NamespacedName]*gatewayv1.HTTPRoute{}, imports: map[types.NamespacedName]*v1alpha1.InferencePoolImport{},
+					pools: map[types.NamespacedName]*poolv1.InferencePool{}, services: map[types.NamespacedName]*corev1.Service{},
+					models: map[types.NamespacedName]*v1alpha2.InferenceModel{},
+				}
+				x := NewIncremental(s.in)
+				var history []string
+				prev := ""
+				for step := range steps {
+					// Changes come alone or in bursts, as informer events
+					// coalesce.
+					for range 1 + u.r.IntN(3) {
+						history = append(history, u.change(o, x))
+					}
+					got, changed := x.Table()
+					want, _ := Build(o.inputs(s.in))
+					gotDesc, wantDesc := describeTable(t, got), describeTable(t, want)
+					require.Equal(t, wantDesc, gotDesc, "seed %d step %d after: %s", seed, step, strings.Join(history[max(0, len(history)-6):], "; "))
+					if !changed {
+						require.Equal(t, prev, gotDesc, "seed %d step %d: an unchanged table must route as the previous one", seed, step)
+					} else {
+						publications++
+					}
+					prev = gotDesc
+				}
+			}
+			t.Logf("%d seeds x %d steps: %d new tables", seeds, steps, publications)
+		})
+	}
+}
+
+func TestIncrementalSkipsChangesThatDoNotMatter(t *testing.T) {
+	x := NewIncremental(Inputs{LocalCluster: "cluster-b"})
+	x.SetRoute(route("r", 0, nil, rule(nil, importRef("llm", nil))))
+	x.SetImport(importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"}))
+	first, changed := x.Table()
+	require.True(t, changed)
+
+	x.SetService(eppService("unrelated", "127.0.9.9"))
+	x.SetImport(importOf("unrelated", imported{name: "cluster-a", addr: "127.0.2.1"}))
+	same, changed := x.Table()
+	require.False(t, changed, "objects no route depends on do not make a new table")
+	require.Same(t, first, same)
+
+	x.SetImport(importOf("llm", imported{name: "cluster-a", addr: "127.0.2.2"}))
+	next, changed := x.Table()
+	require.True(t, changed)
+	require.NotSame(t, first, next)
+	require.Equal(t, "127.0.2.1:9002", first.Rules()[0].Backends[0].Clusters[0].EPP, "the previous table is never modified")
+	require.Equal(t, "127.0.2.2:9002", next.Rules()[0].Backends[0].Clusters[0].EPP)
+	require.True(t, next.carried)
+	require.Same(t, first.Rules()[0].wrr, next.Rules()[0].wrr, "a recompiled route keeps the round-robin state of its unchanged rule")
+	require.Same(t, first.Rules()[0].Backends[0].wrr, next.Rules()[0].Backends[0].wrr, "and of its backend whose clusters and weights are unchanged")
+}

@@ -1,0 +1,278 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
+	"github.com/mci-dev/mci/pkg/sidecar"
+	"github.com/mci-dev/mci/test/simulator"
+)
+
+// These tests run mci-sidecar on the local ClusterSet like sidecar_test.go,
+// with the loopback blocks 127.0.85-89.x.
+
+// try sends one completion request through the gateway; safe to call from
+// any goroutine.
+func (s *sidecarSetup) try(ctx context.Context) (int, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.gateway.URL+"/v1/completions", strings.NewReader(string(completion(baseModel))))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := noProxyClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return 0, "", err
+	}
+	return resp.StatusCode, resp.Header.Get(simulator.InstanceHeader), nil
+}
+
+// spreadParallel sends n requests over workers connections and counts
+// where they land, as spread does.
+func (s *sidecarSetup) spreadParallel(t *testing.T, n, workers int) map[string]int {
+	t.Helper()
+	var mu sync.Mutex
+	got := map[string]int{}
+	var firstErr error
+	jobs := make(chan struct{}, n)
+	for range n {
+		jobs <- struct{}{}
+	}
+	close(jobs)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range jobs {
+				code, instance, err := s.try(t.Context())
+				mu.Lock()
+				switch {
+				case err != nil:
+					if firstErr == nil {
+						firstErr = err
+					}
+					got["error"]++
+				case code != http.StatusOK:
+					got["HTTP "+strconv.Itoa(code)]++
+				default:
+					got[instance]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, firstErr)
+	return got
+}
+
+// settle waits until n requests in a row satisfy ok.
+func (s *sidecarSetup) settle(t *testing.T, timeout time.Duration, n int, what string, ok func(code int, instance string) bool) {
+	t.Helper()
+	start := time.Now()
+	eventually(t, t.Context(), timeout, func(ctx context.Context) (bool, string) {
+		for i := range n {
+			code, instance, err := s.try(ctx)
+			if err != nil || !ok(code, instance) {
+				return false, fmt.Sprintf("%s: request %d of %d got HTTP %d from %q (err=%v)", what, i+1, n, code, instance, err)
+			}
+		}
+		return true, ""
+	})
+	t.Logf("%s: %d requests in a row after %s", what, n, time.Since(start).Round(time.Millisecond))
+}
+
+// annotateRoute replaces the annotations of cluster-b's HTTPRoute.
+func (s *sidecarSetup) annotateRoute(t *testing.T, annotations map[string]string) {
+	t.Helper()
+	routes := s.b.gateway.GatewayV1().HTTPRoutes(s.ns)
+	r, err := routes.Get(t.Context(), "completions", metav1.GetOptions{})
+	require.NoError(t, err)
+	r.Annotations = annotations
+	_, err = routes.Update(t.Context(), r, metav1.UpdateOptions{})
+	require.NoError(t, err)
+}
+
+func TestSidecarSplitsShedsWithdrawsAndFailsClosedAcrossTheClusterSet(t *testing.T) {
+	weighted := map[string]string{
+		sidecar.PolicyAnnotation:      string(sidecar.PolicyWeighted),
+		sidecar.FailureModeAnnotation: "FailClose",
+	}
+	s := newSidecarSetupWith(t, "e2e-sidecar-routing", sidecarOptions{
+		blockA: 85, blockC: 87, sidecarIP: "127.0.86.1",
+		routeAnnotations: weighted,
+		inferenceModels:  true,
+		probeInterval:    200 * time.Millisecond,
+	})
+	simA, simC := s.instances["cluster-a"], s.instances["cluster-c"]
+
+	t.Run("2,000 requests split 50/50 within statistical bounds", func(t *testing.T) {
+		const n = 2000
+		start := time.Now()
+		got := s.spreadParallel(t, n, 4)
+		t.Logf("%d requests in %s: %v", n, time.Since(start).Round(time.Millisecond), got)
+		// On a loaded machine a request may exceed the gateway's ext_proc
+		// message timeout (504): a handful is tolerated, not more.
+		answered := got[simA] + got[simC]
+		require.GreaterOrEqual(t, answered, n-10, "requests are answered by cluster-a or cluster-c: %v", got)
+		// A fair coin would stay within 4 standard deviations (sqrt(n)/2
+		// = 22) of n/2 but once in 15,000 runs; smooth weighted
+		// round-robin is exact, so any skew comes from the table, not luck.
+		for _, inst := range []string{simA, simC} {
+			assert.InDelta(t, answered/2, got[inst], 90, "%s's share: %v", inst, got)
+		}
+	})
+
+	t.Run("sheddable requests are shed only when every cluster is saturated", func(t *testing.T) {
+		_, err := s.b.mci.InferenceV1alpha2().InferenceModels(s.ns).Create(t.Context(), &v1alpha2.InferenceModel{
+			ObjectMeta: metav1.ObjectMeta{Name: "sheddable", Namespace: s.ns},
+			Spec: v1alpha2.InferenceModelSpec{
+				ModelName:   baseModel,
+				Criticality: ptr.To(v1alpha2.Sheddable),
+				PoolRef:     v1alpha2.PoolObjectReference{Name: "llm"},
+			},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		s.annotateRoute(t, map[string]string{
+			sidecar.PolicyAnnotation:      string(sidecar.PolicyMetricsBased),
+			sidecar.FailureModeAnnotation: "FailClose",
+		})
+		defer func() {
+			s.servers["cluster-a"].pin(t, 0, 0.1)
+			s.servers["cluster-c"].pin(t, 0, 0.1)
+			s.annotateRoute(t, weighted)
+		}()
+
+		// cluster-a saturated (queue 10 > 5), cluster-c has capacity.
+		s.servers["cluster-a"].pin(t, 10, 0.9)
+		s.servers["cluster-c"].pin(t, 0, 0.1)
+		defer func() {
+			if t.Failed() {
+				for name, e := range s.epps {
+					resp, err := noProxyClient.Get("http://" + e.ip + ":" + strconv.Itoa(eppMetricsPort) + "/metrics")
+					if err != nil {
+						t.Logf("%s metrics: %v", name, err)
+						continue
+					}
+					body, _ := io.ReadAll(resp.Body)
+					_ = resp.Body.Close()
+					for line := range strings.SplitSeq(string(body), "\n") {
+						if strings.HasPrefix(line, "inference_pool_") {
+							t.Logf("%s: %s", name, line)
+						}
+					}
+				}
+				t.Logf("table problems: %v", s.sidecar.Router().Table().Errors)
+			}
+		}()
+		s.settle(t, 30*time.Second, 30, "only cluster-a saturated: sheddable requests go to cluster-c", func(code int, instance string) bool {
+			return code == http.StatusOK && instance == simC
+		})
+
+		s.servers["cluster-c"].pin(t, 10, 0.95)
+		s.settle(t, 30*time.Second, 30, "both saturated: sheddable requests are shed", func(code int, _ string) bool {
+			return code == http.StatusTooManyRequests
+		})
+
+		s.servers["cluster-a"].pin(t, 0, 0.1)
+		s.settle(t, 30*time.Second, 30, "cluster-a has capacity again: sheddable requests go to cluster-a", func(code int, instance string) bool {
+			return code == http.StatusOK && instance == simA
+		})
+	})
+
+	t.Run("withdrawing cluster-c's export removes it from routing within one watch event", func(t *testing.T) {
+		ctx := t.Context()
+		imports := s.b.mci.InferenceV1alpha1().InferencePoolImports(s.ns)
+		list, err := imports.List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		w, err := imports.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+		require.NoError(t, err)
+		defer w.Stop()
+
+		c := clusterClients(t, "cluster-c")
+		pools := c.mci.InferencePoolV1().InferencePools(s.ns)
+		p, err := pools.Get(ctx, "llm", metav1.GetOptions{})
+		require.NoError(t, err)
+		delete(p.Annotations, v1alpha1.ExportAnnotation)
+		delete(p.Annotations, v1alpha1.ExportModeAnnotation)
+		withdrawn := time.Now()
+		_, err = pools.Update(ctx, p, metav1.UpdateOptions{})
+		require.NoError(t, err)
+
+		var ev watch.Event
+		select {
+		case ev = <-w.ResultChan():
+		case <-time.After(30 * time.Second):
+			t.Fatal("no watch event within 30s of the withdrawal")
+		}
+		received := time.Now()
+		require.Equal(t, watch.Modified, ev.Type, "%+v", ev)
+		imp := ev.Object.(*v1alpha1.InferencePoolImport)
+		var names []string
+		for _, ic := range imp.Status.Clusters {
+			names = append(names, ic.Name)
+		}
+		require.Equal(t, []string{"cluster-a"}, names, "the first watch event after the withdrawal no longer lists cluster-c")
+		t.Logf("cluster-b's import watch event arrived %s after the withdrawal", received.Sub(withdrawn).Round(time.Millisecond))
+
+		// The sidecar's informer gets the same event: its table follows.
+		deadline := time.Now().Add(10 * time.Second)
+		for fmt.Sprint(eppsOf(s.sidecar.Router().Table(), s.ns, "llm")) != fmt.Sprint(map[string]string{"cluster-a": s.epps["cluster-a"].ip + ":" + strconv.Itoa(eppGRPCPort)}) {
+			require.True(t, time.Now().Before(deadline), "the sidecar still routes to %v", eppsOf(s.sidecar.Router().Table(), s.ns, "llm"))
+			time.Sleep(time.Millisecond)
+		}
+		t.Logf("the sidecar's table dropped cluster-c %s after this test's watch event", time.Since(received).Round(time.Millisecond))
+
+		got := s.spread(t, 100)
+		assert.Equal(t, map[string]int{simA: 100}, got, "every request lands in cluster-a")
+	})
+
+	t.Run("with cluster-a's EPP down and no cluster left, FailClose answers 503", func(t *testing.T) {
+		s.epps["cluster-a"].stop()
+		s.settle(t, 20*time.Second, 30, "no EPP left", func(code int, _ string) bool {
+			return code == http.StatusServiceUnavailable
+		})
+	})
+}
+
+func TestSidecarAsAnEPPShimMakesAGatewayMultiCluster(t *testing.T) {
+	s := newSidecarSetupWith(t, "e2e-sidecar-shim", sidecarOptions{
+		blockA: 88, blockC: 89, sidecarIP: "127.0.88.200",
+		shim: true,
+	})
+	simA, simC := s.instances["cluster-a"], s.instances["cluster-c"]
+
+	// cluster-b has no HTTPRoute: the gateway calls the sidecar as the EPP
+	// of its InferencePool "llm", and the sidecar serves it with the
+	// clusters of the import of the same name.
+	routes, err := s.b.gateway.GatewayV1().HTTPRoutes(s.ns).List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Empty(t, routes.Items)
+
+	const n = 200
+	got := s.spreadParallel(t, n, 2)
+	t.Logf("%d requests through the shim: %v", n, got)
+	require.GreaterOrEqual(t, got[simA]+got[simC], n-5, "requests are answered by cluster-a or cluster-c: %v", got)
+	for _, inst := range []string{simA, simC} {
+		assert.GreaterOrEqual(t, got[inst], n*30/100, "%s gets its share: %v", inst, got)
+	}
+}

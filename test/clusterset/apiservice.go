@@ -2,10 +2,16 @@ package clusterset
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -34,14 +41,19 @@ const apiServiceAvailableTimeout = 90 * time.Second
 var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 
 // mciAPIServerProcess is the contract between this harness and
-// cmd/mci-apiserver: the flags below are all it is given.
-func mciAPIServerProcess(dir, binary, cluster string, port int) *process {
+// cmd/mci-apiserver: the flags below are all it is given. Replica 0 is
+// named after its cluster alone, replica r > 0 gets a "-<r>" suffix.
+func mciAPIServerProcess(dir, binary, cluster string, replica, port int, unreachableAfter time.Duration) *process {
 	kubeconfig := filepath.Join(dir, cluster+".kubeconfig")
-	return &process{
-		Name:   cluster + "-mci-apiserver",
+	name := cluster + "-mci-apiserver"
+	if replica > 0 {
+		name = fmt.Sprintf("%s-%d", name, replica)
+	}
+	p := &process{
+		Name:   name,
 		Binary: binary,
 		Port:   port,
-		Log:    filepath.Join(dir, "logs", cluster+"-mci-apiserver.log"),
+		Log:    filepath.Join(dir, "logs", name+".log"),
 		Args: []string{
 			"--cluster-name=" + cluster,
 			"--clusterset-name=" + ClusterSetName,
@@ -54,9 +66,19 @@ func mciAPIServerProcess(dir, binary, cluster string, port int) *process {
 			"--bind-address=127.0.0.1",
 			"--tls-cert-file=" + filepath.Join(dir, "pki", "mci-apiserver.crt"),
 			"--tls-private-key-file=" + filepath.Join(dir, "pki", "mci-apiserver.key"),
+			// As in artifacts/deploy: /readyz fails at once on SIGTERM so the
+			// front (the Service) stops sending new connections before the
+			// listener closes; requests still arriving then get 429 and
+			// Retry-After, which clients retry without relisting.
+			"--shutdown-delay-duration=1s",
+			"--shutdown-send-retry-after",
 			"-v=2",
 		},
 	}
+	if unreachableAfter > 0 {
+		p.Args = append(p.Args, "--member-unreachable-after="+unreachableAfter.String())
+	}
+	return p
 }
 
 // registerMCIAPIServer makes the aggregator of one cluster send
@@ -173,21 +195,41 @@ func waitAPIServiceAvailable(ctx context.Context, log io.Writer, cluster string,
 }
 
 func (cs *ClusterSet) startMCIAPIServer(ctx context.Context, c *Cluster) error {
-	cs.progress("starting mci-apiserver for %s on %s", c.Name, hostPort(c.mciAPIServer.Port))
-	if err := c.mciAPIServer.start(cs.detached); err != nil {
-		return err
+	for _, p := range c.mciProcesses() {
+		cs.progress("starting %s on %s", p.Name, hostPort(p.Port))
+		if err := p.start(cs.detached); err != nil {
+			return err
+		}
+	}
+	if len(c.MCIAPIServerReplicaPorts) > 1 {
+		f, err := startReplicaFront(c.MCIAPIServerPort, c.MCIAPIServerReplicaPorts, cs.pki.mciServingCA.certPEM)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.Name, err)
+		}
+		c.front = f
+		cs.progress("front for %s's %d mci-apiservers on %s", c.Name, len(c.MCIAPIServerReplicaPorts), hostPort(c.MCIAPIServerPort))
 	}
 	kube, dyn, err := clients(c.Config)
 	if err != nil {
 		return err
 	}
-	if err := registerMCIAPIServer(ctx, kube, dyn, c.mciAPIServer.Port, cs.pki.mciServingCA.certPEM); err != nil {
+	if err := registerMCIAPIServer(ctx, kube, dyn, c.MCIAPIServerPort, cs.pki.mciServingCA.certPEM); err != nil {
 		return fmt.Errorf("%s: %w", c.Name, err)
 	}
 	return nil
 }
 
+// waitMCIAPIServer waits until every replica is ready and the aggregator
+// serves the API.
 func (cs *ClusterSet) waitMCIAPIServer(ctx context.Context, c *Cluster) error {
+	if ps := c.mciProcesses(); len(ps) > 1 {
+		for _, p := range ps {
+			cs.progress("waiting for %s to be ready", p.Name)
+			if err := waitReady(ctx, p, apiServiceAvailableTimeout, replicaReady(p.Port, cs.pki.mciServingCA.certPEM)); err != nil {
+				return fmt.Errorf("%s: %w", c.Name, err)
+			}
+		}
+	}
 	cs.progress("waiting for APIService %s in %s", APIServiceName, c.Name)
 	kube, dyn, err := clients(c.Config)
 	if err != nil {
@@ -197,6 +239,207 @@ func (cs *ClusterSet) waitMCIAPIServer(ctx context.Context, c *Cluster) error {
 		return fmt.Errorf("%s: APIService %s: %w", c.Name, APIServiceName, err)
 	}
 	return nil
+}
+
+// mciProcesses are the mci-apiserver replicas of c, replica 0 first.
+func (c *Cluster) mciProcesses() []*process {
+	if c.mciAPIServer == nil {
+		return nil
+	}
+	return append([]*process{c.mciAPIServer}, c.mciReplicas...)
+}
+
+// mciReplica points at the process of replica r of c, so that a restart
+// can replace it.
+func (c *Cluster) mciReplica(r int) (**process, error) {
+	switch {
+	case c.mciAPIServer == nil:
+		return nil, fmt.Errorf("clusterset: %s runs no mci-apiserver (Options.MCIAPIServerBinary was empty)", c.Name)
+	case r == 0:
+		return &c.mciAPIServer, nil
+	case r > 0 && r <= len(c.mciReplicas):
+		return &c.mciReplicas[r-1], nil
+	}
+	return nil, fmt.Errorf("clusterset: %s has no mci-apiserver replica %d (it runs %d)", c.Name, r, 1+len(c.mciReplicas))
+}
+
+// replicaReady asks one mci-apiserver replica's /readyz, which is open to
+// anonymous requests, as a kubelet's readiness probe would.
+func replicaReady(port int, caPEM []byte) func(context.Context) (bool, string) {
+	client := replicaClient(caPEM)
+	url := "https://" + hostPort(port) + "/readyz"
+	return func(ctx context.Context) (bool, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if resp.StatusCode != http.StatusOK {
+			return false, fmt.Sprintf("%s: %s", resp.Status, failedChecks(string(body)))
+		}
+		return true, ""
+	}
+}
+
+func replicaClient(caPEM []byte) *http.Client {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	return &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, DisableKeepAlives: true},
+	}
+}
+
+// replicaFront stands for the Service in front of an mci-apiserver
+// Deployment: a TCP listener on loopback that hands each connection to the
+// next replica whose /readyz answered last time it was asked (every
+// replica when none did, as kube-proxy falls back to terminating
+// endpoints), trying the next one when a replica refuses the connection.
+// TLS passes through untouched: the aggregator still verifies the
+// replica's certificate.
+type replicaFront struct {
+	listener net.Listener
+	backends []int
+	ready    []atomic.Bool
+	next     atomic.Uint64
+	stop     chan struct{}
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+const frontProbeInterval = 250 * time.Millisecond
+
+func startReplicaFront(port int, backends []int, caPEM []byte) (*replicaFront, error) {
+	l, err := net.Listen("tcp", hostPort(port))
+	if err != nil {
+		return nil, fmt.Errorf("starting the front of the mci-apiserver replicas: %w", err)
+	}
+	f := &replicaFront{
+		listener: l,
+		backends: backends,
+		ready:    make([]atomic.Bool, len(backends)),
+		stop:     make(chan struct{}),
+		conns:    map[net.Conn]struct{}{},
+	}
+	f.wg.Go(f.accept)
+	for i, b := range backends {
+		check := replicaReady(b, caPEM)
+		f.wg.Go(func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() { <-f.stop; cancel() }()
+			wait.UntilWithContext(ctx, func(ctx context.Context) {
+				ok, _ := check(ctx)
+				f.ready[i].Store(ok)
+			}, frontProbeInterval)
+		})
+	}
+	return f, nil
+}
+
+func (f *replicaFront) accept() {
+	for {
+		conn, err := f.listener.Accept()
+		if err != nil {
+			return // closed
+		}
+		f.wg.Go(func() { f.relay(conn) })
+	}
+}
+
+// candidates are the backends to try for one connection, ready ones
+// first, starting from the next in turn.
+func (f *replicaFront) candidates() []int {
+	start := int(f.next.Add(1))
+	var ready, other []int
+	for i := range f.backends {
+		j := (start + i) % len(f.backends)
+		if f.ready[j].Load() {
+			ready = append(ready, f.backends[j])
+		} else {
+			other = append(other, f.backends[j])
+		}
+	}
+	return append(ready, other...)
+}
+
+func (f *replicaFront) relay(client net.Conn) {
+	defer client.Close()
+	var backend net.Conn
+	for _, port := range f.candidates() {
+		c, err := net.DialTimeout("tcp", hostPort(port), time.Second)
+		if err == nil {
+			backend = c
+			break
+		}
+	}
+	if backend == nil {
+		return
+	}
+	defer backend.Close()
+	if !f.track(client, backend) {
+		return
+	}
+	defer f.untrack(client, backend)
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		// A closed side ends the whole connection, as a dead pod does.
+		_ = dst.Close()
+		_ = src.Close()
+		done <- struct{}{}
+	}
+	go pipe(backend, client)
+	go pipe(client, backend)
+	<-done
+	<-done
+}
+
+func (f *replicaFront) track(conns ...net.Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.stop:
+		return false
+	default:
+	}
+	for _, c := range conns {
+		f.conns[c] = struct{}{}
+	}
+	return true
+}
+
+func (f *replicaFront) untrack(conns ...net.Conn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range conns {
+		delete(f.conns, c)
+	}
+}
+
+// close stops listening and cuts every relayed connection.
+func (f *replicaFront) close() {
+	f.mu.Lock()
+	select {
+	case <-f.stop:
+		f.mu.Unlock()
+		return
+	default:
+	}
+	close(f.stop)
+	_ = f.listener.Close()
+	for c := range f.conns {
+		_ = c.Close()
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
 }
 
 // MCIServingCertFiles are the certificate and key that an mci-apiserver

@@ -42,10 +42,18 @@ type Cluster struct {
 	// before changing it.
 	Config *rest.Config
 	// MCIAPIServerPort is the port mci-apiserver serves on, 0 when none runs.
+	// With Options.Replicas > 1 it is the port of the front that spreads
+	// connections over the replicas, which the APIService points at.
 	MCIAPIServerPort int
+	// MCIAPIServerReplicaPorts are the ports of the mci-apiserver replicas,
+	// in replica order; one entry, MCIAPIServerPort, without a front.
+	MCIAPIServerReplicaPorts []int
 
 	apiServer    *process
-	mciAPIServer *process
+	mciAPIServer *process // replica 0
+	// mciReplicas are replicas 1 and up, with Options.Replicas > 1.
+	mciReplicas []*process
+	front       *replicaFront
 }
 
 // ClusterSet is a running local ClusterSet.
@@ -55,15 +63,20 @@ type ClusterSet struct {
 	// Clusters are the member clusters, in the order of Options.Clusters.
 	Clusters []*Cluster
 
-	mu         sync.Mutex
-	detached   bool
-	binDir     string
-	mciBinary  string
-	mciModTime time.Time
-	etcd       *process
-	pki        *pki
-	log        io.Writer
-	started    time.Time
+	mu               sync.Mutex
+	detached         bool
+	binDir           string
+	mciBinary        string
+	mciModTime       time.Time
+	replicas         int
+	unreachableAfter time.Duration
+	etcd             *process
+	pki              *pki
+	log              io.Writer
+	started          time.Time
+
+	// dataPath are the servers of StartDataPath (datapath.go).
+	dataPath []*process
 }
 
 // Up starts a ClusterSet and returns when every server is ready: CRDs
@@ -89,6 +102,9 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 		mciBinary: opts.MCIAPIServerBinary,
 		log:       opts.Log,
 		started:   time.Now(),
+
+		replicas:         opts.Replicas,
+		unreachableAfter: opts.MemberUnreachableAfter,
 	}
 	if err := cs.up(ctx, opts); err != nil {
 		if stopErr := cs.Stop(); stopErr != nil {
@@ -118,9 +134,14 @@ func (cs *ClusterSet) up(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	// etcd client and peer ports, a kube-apiserver and an mci-apiserver port
-	// per cluster.
-	ports, err := freePorts(2 + 2*len(opts.Clusters))
+	// etcd client and peer ports, a kube-apiserver port per cluster, and
+	// per cluster a port for each mci-apiserver replica and, with more than
+	// one, a port for the front before them.
+	perCluster := cs.replicas
+	if cs.replicas > 1 {
+		perCluster++
+	}
+	ports, err := freePorts(2 + len(opts.Clusters) + perCluster*len(opts.Clusters))
 	if err != nil {
 		return err
 	}
@@ -172,8 +193,20 @@ func (cs *ClusterSet) up(ctx context.Context, opts Options) error {
 
 	if cs.mciBinary != "" {
 		for i, c := range cs.Clusters {
-			c.mciAPIServer = mciAPIServerProcess(cs.Dir, cs.mciBinary, c.Name, ports[2+len(cs.Clusters)+i])
+			own := ports[2+len(cs.Clusters)+i*perCluster:][:perCluster]
+			for r := range cs.replicas {
+				p := mciAPIServerProcess(cs.Dir, cs.mciBinary, c.Name, r, own[r], cs.unreachableAfter)
+				if r == 0 {
+					c.mciAPIServer = p
+				} else {
+					c.mciReplicas = append(c.mciReplicas, p)
+				}
+				c.MCIAPIServerReplicaPorts = append(c.MCIAPIServerReplicaPorts, p.Port)
+			}
 			c.MCIAPIServerPort = c.mciAPIServer.Port
+			if cs.replicas > 1 {
+				c.MCIAPIServerPort = own[cs.replicas]
+			}
 			if err := cs.startMCIAPIServer(ctx, c); err != nil {
 				return err
 			}
@@ -288,7 +321,13 @@ func (cs *ClusterSet) MembersDir() string { return filepath.Join(cs.Dir, "member
 func (cs *ClusterSet) Stop() error {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	return cs.state().stop(cs.Dir, cs.detached)
+	err := cs.state().stop(cs.Dir, cs.detached)
+	for _, c := range cs.Clusters {
+		if c.front != nil {
+			c.front.close()
+		}
+	}
+	return err
 }
 
 // Healthy checks that every server runs and answers: etcd and each
@@ -354,8 +393,9 @@ func (cs *ClusterSet) processes() []*process {
 func (cs *ClusterSet) state() *state {
 	s := &state{Etcd: cs.etcd, BinDir: cs.binDir, MCIAPIServerBinary: cs.mciBinary, MCIAPIServerModTime: cs.mciModTime}
 	for _, c := range cs.Clusters {
-		s.Clusters = append(s.Clusters, clusterState{Name: c.Name, APIServer: c.apiServer, MCIAPIServer: c.mciAPIServer})
+		s.Clusters = append(s.Clusters, clusterState{Name: c.Name, APIServer: c.apiServer, MCIAPIServer: c.mciAPIServer, MCIAPIServerReplicas: c.mciReplicas})
 	}
+	s.DataPath = cs.dataPath
 	return s
 }
 

@@ -17,8 +17,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -462,3 +464,24 @@ status:
     message: Programmed by a controller that does not run
     lastTransitionTime: "2026-01-01T00:00:00Z"
 `
+
+// The member identity of the local ClusterSet has exactly the permissions
+// the deployment manifests give members, so that e2e tests catch a server
+// that needs more than a real installation grants.
+func TestMemberReaderRulesMatchTheDeploymentManifest(t *testing.T) {
+	root, err := repoRoot()
+	require.NoError(t, err)
+	objs, err := readObjects([]string{filepath.Join(root, "artifacts", "deploy", "mci-apiserver", "25-member-reader.yaml")})
+	require.NoError(t, err)
+	var found bool
+	for _, o := range objs {
+		if o.GetKind() != "ClusterRole" || o.GetName() != memberReaderUser {
+			continue
+		}
+		var role rbacv1.ClusterRole
+		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role))
+		assert.Equal(t, memberReaderRules, role.Rules)
+		found = true
+	}
+	require.True(t, found, "no ClusterRole %s in the manifest", memberReaderUser)
+}

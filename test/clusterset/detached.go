@@ -109,6 +109,7 @@ func Load(dir string) (*ClusterSet, error) {
 		mciBinary:  s.MCIAPIServerBinary,
 		mciModTime: s.MCIAPIServerModTime,
 		etcd:       s.Etcd,
+		dataPath:   s.DataPath,
 		log:        io.Discard,
 		started:    time.Now(),
 	}
@@ -122,9 +123,11 @@ func Load(dir string) (*ClusterSet, error) {
 			Server:       "https://" + hostPort(cst.APIServer.Port),
 			apiServer:    cst.APIServer,
 			mciAPIServer: cst.MCIAPIServer,
+			mciReplicas:  cst.MCIAPIServerReplicas,
 		}
 		if c.mciAPIServer != nil {
 			c.MCIAPIServerPort = c.mciAPIServer.Port
+			c.MCIAPIServerReplicaPorts = []int{c.mciAPIServer.Port}
 		}
 		cfg, err := clientcmd.LoadFromFile(c.Kubeconfig)
 		if err != nil {

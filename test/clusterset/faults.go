@@ -9,7 +9,7 @@ import (
 // StopAPIServer stops the kube-apiserver of cluster, as a crash would: its
 // clients see connections refused until StartAPIServer.
 func (cs *ClusterSet) StopAPIServer(cluster string) error {
-	return cs.stopServer(cluster, func(c *Cluster) *process { return c.apiServer })
+	return cs.stopServer(cluster, func(c *Cluster) (*process, error) { return c.apiServer, nil })
 }
 
 // StartAPIServer starts the kube-apiserver of cluster again on the same
@@ -48,14 +48,27 @@ func (cs *ClusterSet) ResumeAPIServer(cluster string) error {
 	return c.apiServer.signal(syscall.SIGCONT)
 }
 
-// StopMCIAPIServer stops the mci-apiserver of cluster. The APIService stays,
-// so the aggregator reports it unavailable, as when the server crashes.
+// StopMCIAPIServer stops the mci-apiserver of cluster, every replica of
+// it. The APIService stays, so the aggregator reports it unavailable, as
+// when the server crashes.
 func (cs *ClusterSet) StopMCIAPIServer(cluster string) error {
-	return cs.stopServer(cluster, func(c *Cluster) *process { return c.mciAPIServer })
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return err
+	}
+	if c.mciAPIServer == nil {
+		return fmt.Errorf("clusterset: %s runs no such server", cluster)
+	}
+	for r := range c.mciProcesses() {
+		if err := cs.StopMCIAPIServerReplica(cluster, r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// StartMCIAPIServer starts the mci-apiserver of cluster again on the same
-// port and waits until its APIService is Available.
+// StartMCIAPIServer starts the mci-apiserver of cluster (every replica)
+// again on the same ports and waits until its APIService is Available.
 func (cs *ClusterSet) StartMCIAPIServer(ctx context.Context, cluster string) error {
 	c, err := cs.Cluster(cluster)
 	if err != nil {
@@ -64,8 +77,11 @@ func (cs *ClusterSet) StartMCIAPIServer(ctx context.Context, cluster string) err
 	if c.mciAPIServer == nil {
 		return fmt.Errorf("clusterset: %s runs no mci-apiserver (Options.MCIAPIServerBinary was empty)", cluster)
 	}
-	if _, err := cs.restart(&c.mciAPIServer); err != nil {
-		return err
+	for r := range c.mciProcesses() {
+		p, _ := c.mciReplica(r)
+		if _, err := cs.restart(p); err != nil {
+			return err
+		}
 	}
 	if err := cs.saveState(); err != nil {
 		return err
@@ -73,12 +89,49 @@ func (cs *ClusterSet) StartMCIAPIServer(ctx context.Context, cluster string) err
 	return cs.waitMCIAPIServer(ctx, c)
 }
 
-func (cs *ClusterSet) stopServer(cluster string, which func(*Cluster) *process) error {
+// StopMCIAPIServerReplica stops replica r (0, 1, ... Options.Replicas-1) of
+// cluster's mci-apiserver, as when one pod of the Deployment goes away:
+// the front stops sending it connections and those it relayed break.
+func (cs *ClusterSet) StopMCIAPIServerReplica(cluster string, r int) error {
+	return cs.stopServer(cluster, func(c *Cluster) (*process, error) {
+		p, err := c.mciReplica(r)
+		if err != nil {
+			return nil, err
+		}
+		return *p, nil
+	})
+}
+
+// StartMCIAPIServerReplica starts replica r of cluster's mci-apiserver
+// again on the same port and waits until its /readyz answers.
+func (cs *ClusterSet) StartMCIAPIServerReplica(ctx context.Context, cluster string, r int) error {
 	c, err := cs.Cluster(cluster)
 	if err != nil {
 		return err
 	}
-	p := which(c)
+	pp, err := c.mciReplica(r)
+	if err != nil {
+		return err
+	}
+	p, err := cs.restart(pp)
+	if err != nil {
+		return err
+	}
+	if err := cs.saveState(); err != nil {
+		return err
+	}
+	return waitReady(ctx, p, apiServiceAvailableTimeout, replicaReady(p.Port, cs.pki.mciServingCA.certPEM))
+}
+
+func (cs *ClusterSet) stopServer(cluster string, which func(*Cluster) (*process, error)) error {
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return err
+	}
+	p, err := which(c)
+	if err != nil {
+		return err
+	}
 	if p == nil {
 		return fmt.Errorf("clusterset: %s runs no such server", cluster)
 	}

@@ -1,6 +1,7 @@
 package clusterset
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 
@@ -60,3 +61,25 @@ func (cs *ClusterSet) UserConfig(cluster, user string, groups ...string) (*rest.
 	}
 	return restConfig(kubeconfig(c.Name, c.Server, cs.pki.servingCA.certPEM, user, kp))
 }
+
+// FrontProxyClientCert mints a client certificate with commonName from the
+// requestheader (front-proxy) CA, the CA the aggregator's own certificate
+// comes from, for tests of whom an mci-apiserver lets assert identities in
+// X-Remote-User headers: only the name kube-apiserver's
+// --requestheader-allowed-names lists.
+func (cs *ClusterSet) FrontProxyClientCert(commonName string) (tls.Certificate, error) {
+	kp, err := cs.pki.frontProxyCA.sign(certRequest{commonName: commonName, usage: x509.ExtKeyUsageClientAuth})
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(kp.certPEM, kp.keyPEM)
+}
+
+// FrontProxyClientName is the common name of the aggregator's client
+// certificate, the one name allowed to assert identities.
+const FrontProxyClientName = frontProxyClientName
+
+// MCIServingCA is the PEM of the CA that signed every mci-apiserver's
+// serving certificate (the APIService's caBundle), for clients that talk
+// to an mci-apiserver directly.
+func (cs *ClusterSet) MCIServingCA() []byte { return cs.pki.mciServingCA.certPEM }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -25,6 +26,16 @@ type Options struct {
 	// MCIAPIServerBinary is the mci-apiserver to run in every cluster;
 	// empty runs none.
 	MCIAPIServerBinary string
+	// Replicas is how many mci-apiservers run in every cluster; 1 when 0.
+	// With more than one, the APIService points at a TCP front on loopback
+	// that plays the Service: it spreads connections over the replicas
+	// whose /readyz answers, as kube-proxy does over ready endpoints. The
+	// front runs in the calling process, so Replicas > 1 cannot be
+	// Detached.
+	Replicas int
+	// MemberUnreachableAfter is every mci-apiserver's
+	// --member-unreachable-after; the server's default when 0.
+	MemberUnreachableAfter time.Duration
 	// Detached servers outlive the calling process (`make clusterset-up`):
 	// they run in their own session, are recorded in <Dir>/state.json, and
 	// Down stops them. Up then reuses a healthy ClusterSet found in Dir.
@@ -60,6 +71,17 @@ func (o *Options) complete() error {
 			return fmt.Errorf("clusterset: cluster %q named twice", c)
 		}
 		seen[c] = true
+	}
+	switch {
+	case o.Replicas == 0:
+		o.Replicas = 1
+	case o.Replicas < 0:
+		return fmt.Errorf("clusterset: Options.Replicas is %d", o.Replicas)
+	case o.Replicas > 1 && o.Detached:
+		return errors.New("clusterset: Options.Replicas > 1 needs an attached ClusterSet: the front that spreads connections over the replicas runs in the calling process")
+	}
+	if o.MemberUnreachableAfter < 0 {
+		return fmt.Errorf("clusterset: Options.MemberUnreachableAfter is %s", o.MemberUnreachableAfter)
 	}
 	if o.BinDir == "" {
 		o.BinDir = os.Getenv("MCI_BIN_DIR")

@@ -21,12 +21,17 @@ type state struct {
 	BinDir              string         `json:"binDir"`
 	MCIAPIServerBinary  string         `json:"mciAPIServerBinary,omitempty"`
 	MCIAPIServerModTime time.Time      `json:"mciAPIServerModTime,omitzero"`
+	// DataPath are the servers StartDataPath runs: model-server
+	// simulators, mci-epps, mci-sidecar and the test gateway.
+	DataPath []*process `json:"dataPath,omitempty"`
 }
 
 type clusterState struct {
 	Name         string   `json:"name"`
 	APIServer    *process `json:"apiServer"`
 	MCIAPIServer *process `json:"mciAPIServer,omitempty"`
+	// MCIAPIServerReplicas are replicas 1 and up (Options.Replicas > 1).
+	MCIAPIServerReplicas []*process `json:"mciAPIServerReplicas,omitempty"`
 }
 
 // tiers are the servers in the order they stop: the mci-apiservers, which
@@ -37,6 +42,7 @@ func (s *state) tiers() [][]*process {
 		if c.MCIAPIServer != nil {
 			mci = append(mci, c.MCIAPIServer)
 		}
+		mci = append(mci, c.MCIAPIServerReplicas...)
 		if c.APIServer != nil {
 			kube = append(kube, c.APIServer)
 		}
@@ -62,7 +68,8 @@ func (s *state) stop(dir string, removeState bool) error {
 		mu   sync.Mutex
 		errs []error
 	)
-	for _, tier := range s.tiers() {
+	// The data path first: it watches the kube-apiservers.
+	for _, tier := range append([][]*process{s.DataPath}, s.tiers()...) {
 		var wg sync.WaitGroup
 		for _, p := range tier {
 			wg.Go(func() {

@@ -4,13 +4,17 @@
 //	clusterset up [--clusters=N | --names=a,b,c] [--dir=_output/clusterset] [--mci-apiserver=_output/bin/mci-apiserver]
 //	clusterset down [--dir=_output/clusterset]
 //	clusterset status [--dir=_output/clusterset]
-//	clusterset apply-examples [--dir=_output/clusterset] [--examples=artifacts/examples]
+//	clusterset apply-examples [--dir=_output/clusterset] [--examples=artifacts/examples] [--datapath [--datapath-loopback-block=90]]
 //
 // `up` returns once every server is ready and leaves them running; running
 // it again reuses a healthy ClusterSet (restarting the mci-apiservers if
 // their binary was rebuilt). `down` stops exactly the servers `up` recorded.
 // `apply-examples` applies each folder of --examples to the cluster of the
-// same name, status included, since no controller runs to write it.
+// same name, status included, since no controller runs to write it; with
+// --datapath it then starts the data path (clusterset.StartDataPath):
+// model-server simulators behind mci-epp in the exporting clusters,
+// mci-sidecar and an Envoy-like gateway in cluster-b, so that a request to
+// cluster-b's gateway reaches a model server of another cluster.
 package main
 
 import (
@@ -65,7 +69,7 @@ func usage() {
   clusterset up [--clusters=N | --names=a,b,c] [--dir=`+defaultDir+`] [--mci-apiserver=`+defaultMCIAPIServer+`]
   clusterset down [--dir=`+defaultDir+`]
   clusterset status [--dir=`+defaultDir+`]
-  clusterset apply-examples [--dir=`+defaultDir+`] [--examples=`+defaultExamples+`]`)
+  clusterset apply-examples [--dir=`+defaultDir+`] [--examples=`+defaultExamples+`] [--datapath [--datapath-loopback-block=90]]`)
 	os.Exit(2)
 }
 
@@ -155,6 +159,13 @@ func status(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintf(w, "%s\t%d\t127.0.0.1:%d\t%s\t%s\n", p.Name, p.PID, p.Port, state, p.Log)
 	}
+	for _, p := range cs.DataPathServers() {
+		state := "running"
+		if !p.Alive {
+			state = "DEAD"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", p.Name, p.PID, p.Address, state, p.Log)
+	}
 	_ = w.Flush()
 	fmt.Println()
 	for _, c := range cs.Clusters {
@@ -171,6 +182,9 @@ func applyExamples(ctx context.Context, args []string) error {
 	flags := flag.NewFlagSet("apply-examples", flag.ExitOnError)
 	dir := flags.String("dir", defaultDir, "directory of the ClusterSet")
 	examples := flags.String("examples", defaultExamples, "directory with one folder of manifests per cluster, named after it")
+	datapath := flags.Bool("datapath", false, "then start the data path: model-server simulators behind mci-epp in every cluster but cluster-b, mci-sidecar and a gateway in cluster-b")
+	block := flags.Int("datapath-loopback-block", clusterset.DefaultDataPathLoopbackBlock, "the data path of the i-th cluster listens on 127.0.<block+i>.0/24")
+	binDir := flags.String("datapath-bin-dir", "", "directory of mci-epp, mci-sidecar, simulator and gateway (default: the ClusterSet's)")
 	_ = flags.Parse(args)
 	cs, err := clusterset.Load(*dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -199,12 +213,25 @@ func applyExamples(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	printTryThis(cs)
+	if _, err := cs.Cluster("cluster-b"); *datapath && (err != nil || len(cs.Clusters) < 2) {
+		fmt.Fprintln(os.Stderr, "skipping the data path: it needs a cluster-b for the gateway and another cluster to export a pool")
+		*datapath = false
+	}
+	if !*datapath {
+		printTryThis(cs, nil)
+		return nil
+	}
+	fmt.Fprintln(os.Stderr, "starting the data path")
+	dp, err := cs.StartDataPath(ctx, clusterset.DataPathOptions{LoopbackBlock: *block, BinDir: *binDir, Log: os.Stderr})
+	if err != nil {
+		return fmt.Errorf("%w\n(if another data path uses 127.0.%d.x, move this one with `make run DATAPATH_LOOPBACK_BLOCK=<n>`)", err, *block)
+	}
+	printTryThis(cs, dp)
 	return nil
 }
 
 // printTryThis tells the user what to look at once the examples are in.
-func printTryThis(cs *clusterset.ClusterSet) {
+func printTryThis(cs *clusterset.ClusterSet, dp *clusterset.DataPath) {
 	kubeconfig := func(name string) string {
 		c, err := cs.Cluster(name)
 		if err != nil {
@@ -223,9 +250,40 @@ exports the same name (ParentMode), cluster-b imports it. Try:
     kubectl --kubeconfig %s -n example annotate inferencepool llm-pool inference.networking.x-k8s.io/export-
   kubectl explain inferencepoolimport.status.clusters
   kubectl --kubeconfig %s get inferencepoolexports -A -o wide
-
-Stop everything with: make clusterset-down
 `, kubeconfig("cluster-b"), kubeconfig("cluster-a"), kubeconfig("cluster-a"))
+	if dp != nil {
+		printDataPath(cs, dp)
+	}
+	fmt.Printf("\nStop everything with: make clusterset-down\n")
+}
+
+// printDataPath tells the user how to send a request through the data path.
+func printDataPath(cs *clusterset.ClusterSet, dp *clusterset.DataPath) {
+	var servers []string
+	for _, c := range cs.Names() {
+		servers = append(servers, dp.ModelServers[c]...)
+	}
+	logs := filepath.Join(cs.Dir, "logs")
+	fmt.Printf(`
+The data path runs: %s's gateway on %s asks its mci-sidecar over
+ext_proc; the sidecar picks a cluster of the InferencePoolImport %s/%s and
+asks that cluster's mci-epp for one of its model servers:
+  %s
+Send a request:
+
+  curl -s %s -H 'Content-Type: application/json' \
+    -d '%s'
+
+The answer's "instance" (and header X-Simulator-Instance) names the model
+server that served it. Then:
+
+  kubectl get ipimp -n %s %s -o yaml     # the clusters the sidecar routes to
+  go run ./test/cmd/clusterset status --dir=%s   # every server, its address and log
+  tail -f %s/%s-mci-sidecar.log %s/%s-gateway.log
+`, dp.GatewayCluster, dp.GatewayURL, dp.Namespace, dp.Pool, strings.Join(servers, ", "),
+		dp.CompletionURL(), dp.CompletionBody(),
+		dp.Namespace, dp.Pool, cs.Dir,
+		logs, dp.GatewayCluster, logs, dp.GatewayCluster)
 }
 
 func flagSet(flags *flag.FlagSet, name string) bool {

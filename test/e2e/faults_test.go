@@ -1,0 +1,508 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/clusterset"
+	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	harness "github.com/mci-dev/mci/test/clusterset"
+)
+
+// faultThreshold is --member-unreachable-after in the fault ClusterSet:
+// short, so that the outage scenarios stay quick.
+const faultThreshold = 3 * time.Second
+
+// faultSet is a ClusterSet of its own for the fault scenarios: two
+// clusters, each with two mci-apiserver replicas behind a front that plays
+// the Service, so that one replica can die while the other serves. It is
+// separate from the shared ClusterSet, whose servers the other tests
+// expect to stay up.
+type faultSet struct {
+	// t is the test of all scenarios, which owns what outlives one.
+	t        *testing.T
+	cs       *harness.ClusterSet
+	a, b     *cluster
+	bConfig  *rest.Config
+	informer cache.SharedIndexInformer
+	// syncs counts full lists the informer asked for: LISTs and watches
+	// with sendInitialEvents. After the first, each is a relist.
+	syncs atomic.Int64
+	// pools are the pools cluster-a exports, as the test made them: the
+	// truth to compare with while cluster-a cannot be asked.
+	pools map[string]bool
+}
+
+const faultNS = "faults"
+
+// TestFaultsInAnHAClusterSet runs the fault scenarios one after the other
+// against one informer in cluster-b that watches, through the aggregator,
+// the imports of pools exported by cluster-a. After each fault the
+// informer's store must equal a fresh LIST and the pools cluster-a really
+// exports: no lost and no phantom import.
+func TestFaultsInAnHAClusterSet(t *testing.T) {
+	f := startFaultSet(t)
+	ctx := t.Context()
+
+	t.Run("a watch on a replica that stops resumes on the other without a relist", func(t *testing.T) {
+		before := f.syncs.Load()
+		for r := range 2 {
+			require.NoError(t, f.cs.StopMCIAPIServerReplica("cluster-b", r))
+			// A change while one replica is down reaches the informer
+			// through the other.
+			name := fmt.Sprintf("during-replica-%d-down", r)
+			f.createPool(t, ctx, name)
+			f.requireConsistent(t, ctx)
+			require.NoError(t, f.cs.StartMCIAPIServerReplica(ctx, "cluster-b", r))
+		}
+		relists := f.syncs.Load() - before
+		t.Logf("relists while replicas stopped in turn: %d", relists)
+		assert.Zero(t, relists, "a watch must resume on the other replica from its resourceVersion")
+	})
+
+	t.Run("a paused member is flagged ClusterUnreachable within the threshold and recovers", func(t *testing.T) {
+		require.NoError(t, f.cs.PauseAPIServer("cluster-a"))
+		paused := time.Now()
+		resumed := false
+		defer func() {
+			if !resumed {
+				_ = f.cs.ResumeAPIServer("cluster-a")
+			}
+		}()
+		eventually(t, ctx, 4*faultThreshold+10*time.Second, func(ctx context.Context) (bool, string) {
+			return f.allImportsReason(ctx, v1alpha1.ReasonClusterUnreachable)
+		})
+		flagged := time.Since(paused)
+		t.Logf("member outage flagged after %s (threshold %s)", flagged.Round(10*time.Millisecond), faultThreshold)
+		assert.LessOrEqual(t, flagged, faultThreshold+time.Second, "an outage is flagged within the threshold + 1s")
+		f.requireConsistent(t, ctx)
+
+		require.NoError(t, f.cs.ResumeAPIServer("cluster-a"))
+		resumed = true
+		eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+			return f.allImportsReason(ctx, "Ready")
+		})
+		f.createPool(t, ctx, "after-pause")
+		f.requireConsistent(t, ctx)
+	})
+
+	// Before the kill: the kill proves that the server reconnects with the
+	// rotated credentials, as the old ones are revoked in between.
+	t.Run("a rotated member Secret is used without dropping the member", func(t *testing.T) {
+		b := f.b
+		secretWith := func(kubeconfig []byte) *corev1.Secret {
+			return &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: "member-cluster-a", Namespace: harness.MCIAPIServerNamespace, Labels: map[string]string{clusterset.MemberClusterLabel: "cluster-a"}},
+				Data:       map[string][]byte{clusterset.MemberKubeconfigKey: kubeconfig},
+			}
+		}
+		// cluster-a moves from the kubeconfig directory to a Secret with
+		// the token of a member-reader ServiceAccount, and the directory's
+		// identity loses its permissions in cluster-a (open watches go on).
+		joins := f.secretJoins(t)
+		_, err := b.kube.CoreV1().Secrets(harness.MCIAPIServerNamespace).Create(ctx, secretWith(f.memberToken(t, ctx, "reader-1")), metav1.CreateOptions{})
+		require.NoError(t, err)
+		dirFile := filepath.Join(f.cs.MembersDir(), "cluster-a.kubeconfig")
+		require.NoError(t, os.Rename(dirFile, filepath.Join(f.cs.Dir, "cluster-a.kubeconfig.parked")))
+		require.NoError(t, f.a.kube.RbacV1().ClusterRoleBindings().Delete(ctx, "mci-member-reader", metav1.DeleteOptions{}))
+		// The directory is read again every 10s.
+		f.waitSecretJoins(t, joins)
+		f.createPool(t, ctx, "from-secret")
+		f.requireConsistent(t, ctx)
+
+		// The rotation: a new ServiceAccount token, and the old
+		// ServiceAccount deleted, which invalidates its tokens.
+		rotated := secretWith(f.memberToken(t, ctx, "reader-2"))
+		current, err := b.kube.CoreV1().Secrets(harness.MCIAPIServerNamespace).Get(ctx, rotated.Name, metav1.GetOptions{})
+		require.NoError(t, err)
+		rotated.ResourceVersion = current.ResourceVersion
+		var deleted atomic.Int64
+		handle, err := f.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { deleted.Add(1) }})
+		require.NoError(t, err)
+		joins = f.secretJoins(t)
+		_, err = b.kube.CoreV1().Secrets(harness.MCIAPIServerNamespace).Update(ctx, rotated, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		assert.Never(t, func() bool {
+			ok, _ := f.allImportsReason(ctx, "Ready")
+			return !ok
+		}, 5*time.Second, 200*time.Millisecond, "rotating credentials must not flap the member's imports")
+		f.waitSecretJoins(t, joins)
+		assert.Zero(t, deleted.Load(), "no import may disappear while credentials rotate")
+		require.NoError(t, f.informer.RemoveEventHandler(handle))
+		f.a.deleteServiceAccount(t, ctx, "reader-1")
+		f.createPool(t, ctx, "after-rotation")
+		f.requireConsistent(t, ctx)
+	})
+
+	t.Run("a member kube-apiserver killed and restarted during watches", func(t *testing.T) {
+		stopping := time.Now()
+		require.NoError(t, f.cs.StopAPIServer("cluster-a"))
+		stopped := time.Now()
+		restarted := false
+		defer func() {
+			if !restarted {
+				_ = f.cs.StartAPIServer(context.Background(), "cluster-a")
+			}
+		}()
+		eventually(t, ctx, 4*faultThreshold+10*time.Second, func(ctx context.Context) (bool, string) {
+			return f.allImportsReason(ctx, v1alpha1.ReasonClusterUnreachable)
+		})
+		t.Logf("member crash flagged %s after its kube-apiserver was gone (its graceful stop took %s; threshold %s)",
+			time.Since(stopped).Round(10*time.Millisecond), stopped.Sub(stopping).Round(10*time.Millisecond), faultThreshold)
+		f.requireConsistent(t, ctx)
+		require.NoError(t, f.cs.StartAPIServer(ctx, "cluster-a"))
+		restarted = true
+		// Reconnecting needs the rotated credentials: the first ones are
+		// gone.
+		eventually(t, ctx, 2*convergence, func(ctx context.Context) (bool, string) {
+			return f.allImportsReason(ctx, "Ready")
+		})
+		f.createPool(t, ctx, "after-restart")
+		f.deletePool(t, ctx, "during-replica-0-down")
+		f.requireConsistent(t, ctx)
+	})
+
+	t.Run("500 concurrent watchers through the aggregator", func(t *testing.T) {
+		f.manyWatchers(t, ctx, 500, 5)
+		f.requireConsistent(t, ctx)
+	})
+}
+
+func startFaultSet(t *testing.T) *faultSet {
+	t.Helper()
+	binDir := os.Getenv("MCI_BIN_DIR")
+	if binDir == "" {
+		binDir = filepath.Join("..", "..", "_output", "bin")
+	}
+	binDir, err := filepath.Abs(binDir)
+	require.NoError(t, err)
+	dir, err := os.MkdirTemp("", "mci-e2e-faults-")
+	require.NoError(t, err)
+	start := time.Now()
+	upCtx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cs, err := harness.Up(upCtx, harness.Options{
+		Dir:                    dir,
+		Clusters:               []string{"cluster-a", "cluster-b"},
+		BinDir:                 binDir,
+		MCIAPIServerBinary:     filepath.Join(binDir, "mci-apiserver"),
+		Replicas:               2,
+		MemberUnreachableAfter: faultThreshold,
+		Log:                    testWriter{t},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		assert.NoError(t, cs.Stop())
+		if t.Failed() {
+			t.Logf("fault ClusterSet logs kept in %s", filepath.Join(dir, "logs"))
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	t.Logf("fault ClusterSet (2 clusters, 2 mci-apiserver replicas each) up in %s", time.Since(start).Round(time.Second))
+
+	f := &faultSet{cs: cs, a: clientsIn(t, cs, "cluster-a"), b: clientsIn(t, cs, "cluster-b"), pools: map[string]bool{}, t: t}
+	kb, err := cs.Cluster("cluster-b")
+	require.NoError(t, err)
+	f.bConfig = rest.CopyConfig(kb.Config)
+	ctx := t.Context()
+	f.a.createNamespace(t, ctx, faultNS)
+	f.b.createNamespace(t, ctx, faultNS)
+	f.a.createEPPService(t, ctx, faultNS, "127.0.0.9")
+	f.a.setEPPEndpoint(t, ctx, faultNS, true)
+	for _, name := range []string{"first", "second"} {
+		f.createPool(t, ctx, name)
+	}
+	f.startInformer(t)
+	f.requireConsistent(t, ctx)
+	return f
+}
+
+// clientsIn returns the clients of one cluster of cs.
+func clientsIn(t *testing.T, cs *harness.ClusterSet, name string) *cluster {
+	t.Helper()
+	c, err := cs.Cluster(name)
+	require.NoError(t, err)
+	return &cluster{name: name, kube: kubernetes.NewForConfigOrDie(c.Config), mci: mciclient.NewForConfigOrDie(c.Config)}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// startInformer starts the informer under test in cluster-b, as a client
+// such as mci-sidecar builds it (with client-go's default streaming list),
+// counting the full lists it makes.
+func (f *faultSet) startInformer(t *testing.T) {
+	t.Helper()
+	client := f.b.mci
+	imports := client.InferenceV1alpha1().InferencePoolImports(faultNS)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			f.syncs.Add(1)
+			return imports.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			if ptr.Deref(o.SendInitialEvents, false) {
+				f.syncs.Add(1)
+			}
+			return imports.Watch(ctx, o)
+		},
+	}
+	f.informer = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), &v1alpha1.InferencePoolImport{}, cache.SharedIndexInformerOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go f.informer.RunWithContext(ctx)
+	syncCtx, syncCancel := context.WithTimeout(ctx, convergence)
+	defer syncCancel()
+	require.True(t, cache.WaitForCacheSync(syncCtx.Done(), f.informer.HasSynced), "the informer must sync through the aggregator")
+}
+
+func (f *faultSet) createPool(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	_, err := f.a.mci.InferencePoolV1().InferencePools(faultNS).Create(ctx, exportedPool(faultNS, name, v1alpha1.RoutingModeEndpoint), metav1.CreateOptions{})
+	require.NoError(t, err)
+	f.pools[name] = true
+}
+
+func (f *faultSet) deletePool(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	require.NoError(t, f.a.mci.InferencePoolV1().InferencePools(faultNS).Delete(ctx, name, metav1.DeleteOptions{}))
+	delete(f.pools, name)
+}
+
+// importState is what must agree between the informer, a LIST and the
+// exported pools: the imports by name, with each exporting cluster's
+// readiness. Times are left out: each replica stamps its own.
+func importState(objs []*v1alpha1.InferencePoolImport) string {
+	var lines []string
+	for _, imp := range objs {
+		lines = append(lines, imp.Name+"="+importClusters(imp))
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, " ")
+}
+
+// requireConsistent waits until the informer's store equals a fresh LIST
+// and both hold exactly one import per pool cluster-a exports.
+func (f *faultSet) requireConsistent(t *testing.T, ctx context.Context) {
+	t.Helper()
+	var want []string
+	for name := range f.pools {
+		want = append(want, name)
+	}
+	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		list, err := f.b.mci.InferenceV1alpha1().InferencePoolImports(faultNS).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "listing imports: " + err.Error()
+		}
+		listed := make([]*v1alpha1.InferencePoolImport, 0, len(list.Items))
+		var got []string
+		for i := range list.Items {
+			listed = append(listed, &list.Items[i])
+			got = append(got, list.Items[i].Name)
+		}
+		var stored []*v1alpha1.InferencePoolImport
+		for _, o := range f.informer.GetStore().List() {
+			stored = append(stored, o.(*v1alpha1.InferencePoolImport))
+		}
+		slices.Sort(want)
+		slices.Sort(got)
+		inStore, inList := importState(stored), importState(listed)
+		return slices.Equal(want, got) && inStore == inList,
+			fmt.Sprintf("pools %v; LIST %s; informer %s", want, inList, inStore)
+	})
+}
+
+// allImportsReason reports whether every import in cluster-b says of
+// cluster-a that it is Ready with reason.
+func (f *faultSet) allImportsReason(ctx context.Context, reason string) (bool, string) {
+	list, err := f.b.mci.InferenceV1alpha1().InferencePoolImports(faultNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, err.Error()
+	}
+	var states []string
+	ok := len(list.Items) > 0
+	for i := range list.Items {
+		s := importClusters(&list.Items[i])
+		states = append(states, list.Items[i].Name+"="+s)
+		ok = ok && s == "cluster-a:"+reason
+	}
+	return ok, strings.Join(states, " ")
+}
+
+// memberToken returns a kubeconfig for cluster-a with the token of a new
+// ServiceAccount there that is bound to the member reader role.
+func (f *faultSet) memberToken(t *testing.T, ctx context.Context, name string) []byte {
+	t.Helper()
+	ka, err := f.cs.Cluster("cluster-a")
+	require.NoError(t, err)
+	return tokenKubeconfig(t, "cluster-a", ka.Server, ka.Config.CAData, memberReaderToken(t, ctx, f.a, name, f.t))
+}
+
+// secretJoins counts, in the log of each of cluster-b's mci-apiserver
+// replicas, the connections to cluster-a made from a member Secret.
+func (f *faultSet) secretJoins(t *testing.T) []int {
+	t.Helper()
+	var counts []int
+	for _, p := range f.cs.Processes() {
+		if !strings.HasPrefix(p.Name, "cluster-b-mci-apiserver") {
+			continue
+		}
+		data, err := os.ReadFile(p.Log)
+		require.NoError(t, err)
+		n := 0
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.Contains(l, "Member joined the ClusterSet") && strings.Contains(l, `member="cluster-a"`) && strings.Contains(l, `source="secret`) {
+				n++
+			}
+		}
+		counts = append(counts, n)
+	}
+	return counts
+}
+
+// waitSecretJoins waits until every replica connected to cluster-a from a
+// Secret again since before was counted.
+func (f *faultSet) waitSecretJoins(t *testing.T, before []int) {
+	t.Helper()
+	eventually(t, t.Context(), convergence, func(context.Context) (bool, string) {
+		now := f.secretJoins(t)
+		for i := range now {
+			if now[i] <= before[i] {
+				return false, fmt.Sprintf("connections from a Secret per replica: %v, before %v", now, before)
+			}
+		}
+		return true, ""
+	})
+}
+
+func (c *cluster) deleteServiceAccount(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	require.NoError(t, c.kube.CoreV1().ServiceAccounts(harness.MCIAPIServerNamespace).Delete(ctx, name, metav1.DeleteOptions{}))
+}
+
+// manyWatchers opens n watches on the imports of cluster-b through the
+// aggregator, changes an exported pool rounds times, and measures how long
+// each change takes to reach every watcher, and the memory of cluster-b's
+// mci-apiservers meanwhile.
+func (f *faultSet) manyWatchers(t *testing.T, ctx context.Context, n, rounds int) {
+	t.Helper()
+	cfg := rest.CopyConfig(f.bConfig)
+	cfg.QPS, cfg.Burst = 1000, 1000
+	imports := mciclient.NewForConfigOrDie(cfg).InferenceV1alpha1().InferencePoolImports(faultNS)
+	list, err := imports.List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	rssBefore := f.mciRSS(t)
+
+	watchCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	// seen[w] receives the name of each import watcher w sees added.
+	seen := make([]chan string, n)
+	opened := make(chan error, n)
+	for w := range n {
+		seen[w] = make(chan string, rounds+8)
+		go func() {
+			wi, err := imports.Watch(watchCtx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+			opened <- err
+			if err != nil {
+				return
+			}
+			defer wi.Stop()
+			for ev := range wi.ResultChan() {
+				if imp, ok := ev.Object.(*v1alpha1.InferencePoolImport); ok && ev.Type == watch.Added {
+					select {
+					case seen[w] <- imp.Name:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	openStart := time.Now()
+	for range n {
+		require.NoError(t, <-opened)
+	}
+	t.Logf("%d watches open in %s", n, time.Since(openStart).Round(time.Millisecond))
+	rssOpen := f.mciRSS(t)
+
+	var latencies []time.Duration
+	for r := range rounds {
+		name := fmt.Sprintf("load-%d", r)
+		changed := time.Now()
+		f.createPool(t, ctx, name)
+		deadline := time.After(convergence)
+		for w := range n {
+		wait:
+			for {
+				select {
+				case got := <-seen[w]:
+					if got == name {
+						break wait
+					}
+				case <-deadline:
+					t.Fatalf("round %d: watcher %d did not see %s within %s (%d watchers done)", r, w, name, convergence, w)
+				}
+			}
+			latencies = append(latencies, time.Since(changed))
+		}
+	}
+	// The loop above reads the watchers in turn, so a latency is an upper
+	// bound of when the event arrived, never less.
+	slices.Sort(latencies)
+	p := func(q float64) time.Duration { return latencies[int(q*float64(len(latencies)-1))] }
+	rssAfter := f.mciRSS(t)
+	t.Logf("event delivery to %d watchers over %d changes: p50 %s, p99 %s, max %s (target p99 < 100ms)",
+		n, rounds, p(0.50).Round(time.Millisecond), p(0.99).Round(time.Millisecond), latencies[len(latencies)-1].Round(time.Millisecond))
+	t.Logf("cluster-b mci-apiserver RSS (MiB, per replica) before %v, %d watches open %v, after %d changes %v (target < 200)", rssBefore, n, rssOpen, rounds, rssAfter)
+	for i, rss := range rssAfter {
+		assert.Less(t, max(rss, rssOpen[i]), 200, "mci-apiserver replica %d RSS in MiB with %d watchers", i, n)
+	}
+	assert.Less(t, p(0.99), time.Second, "p99 event delivery far beyond the 100ms target")
+}
+
+// mciRSS reads the resident memory (VmRSS, in MiB) of each of cluster-b's
+// mci-apiserver replicas.
+func (f *faultSet) mciRSS(t *testing.T) []int {
+	t.Helper()
+	var rss []int
+	for _, p := range f.cs.Processes() {
+		if !strings.HasPrefix(p.Name, "cluster-b-mci-apiserver") {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.PID))
+		require.NoError(t, err)
+		var kb int
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(l, "VmRSS:") {
+				_, err := fmt.Sscanf(strings.TrimPrefix(l, "VmRSS:"), "%d", &kb)
+				require.NoError(t, err)
+			}
+		}
+		rss = append(rss, kb/1024)
+	}
+	return rss
+}

@@ -1,0 +1,259 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/mci-dev/mci/pkg/clusterset"
+	harness "github.com/mci-dev/mci/test/clusterset"
+)
+
+const deployDir = "../../artifacts/deploy/mci-apiserver"
+
+func readManifests(t *testing.T, paths ...string) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		require.NoError(t, err)
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			var obj map[string]any
+			err := dec.Decode(&obj)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err, p)
+			if obj != nil {
+				objs = append(objs, &unstructured.Unstructured{Object: obj})
+			}
+		}
+	}
+	return objs
+}
+
+// The deployment manifests are applied to a real kube-apiserver, which
+// validates every object (a pod template, a probe, a securityContext, RBAC
+// role references, a PodDisruptionBudget). No kubelet runs, so no pod
+// starts. The shared ClusterSet already runs an mci-apiserver in
+// mci-system behind the same APIService name, so the manifests move to a
+// namespace of their own, cluster-scoped names get a suffix, and the
+// APIService, whose name cannot change, is applied as a server-side dry
+// run: validated and admitted like the rest, not stored.
+func TestSecurityDeploymentManifestsApplyToARealCluster(t *testing.T) {
+	ctx := t.Context()
+	b := clusterClients(t, "cluster-b")
+	kb, err := clusters.Cluster("cluster-b")
+	require.NoError(t, err)
+	dyn := dynamic.NewForConfigOrDie(kb.Config)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(b.kube.Discovery()))
+
+	files, err := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	objs := readManifests(t, append(files, filepath.Join(deployDir, "examples", "member-secret.yaml"))...)
+
+	const ns, suffix = "e2e-deploy", "-e2e-deploy"
+	kinds := map[string]int{}
+	var cleanups []func()
+	defer func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}()
+	for _, obj := range objs {
+		kinds[obj.GetKind()]++
+		relocate(obj, ns, suffix)
+		gvk := obj.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		require.NoError(t, err, "%s %s", gvk, obj.GetName())
+		var api dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
+		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			require.NotEmpty(t, obj.GetNamespace(), "%s %s names no namespace", obj.GetKind(), obj.GetName())
+			api = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace())
+		}
+		opts := metav1.ApplyOptions{FieldManager: "mci-e2e-deploy", Force: true}
+		if obj.GetKind() == "APIService" {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err = api.Apply(ctx, obj.GetName(), obj, opts)
+		require.NoError(t, err, "applying %s %s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName())
+		if len(opts.DryRun) == 0 && obj.GetKind() != "Namespace" {
+			name := obj.GetName()
+			cleanups = append(cleanups, func() { _ = api.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		}
+		if obj.GetKind() == "Namespace" {
+			cleanups = append(cleanups, func() {
+				_ = b.kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+			})
+		}
+	}
+	t.Logf("applied %v", kinds)
+	for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "PodDisruptionBudget", "Service", "APIService", "Secret"} {
+		assert.NotZero(t, kinds[kind], "the manifests have no %s", kind)
+	}
+
+	// What makes it a production deployment, as the API stored it.
+	d, err := b.kube.AppsV1().Deployments(ns).Get(ctx, "mci-apiserver", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int32(2), *d.Spec.Replicas)
+	requireHardenedPodSpec(t, d)
+	pdb, err := b.kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "mci-apiserver", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, d.Spec.Selector.MatchLabels, pdb.Spec.Selector.MatchLabels, "the PodDisruptionBudget covers the Deployment's pods")
+	svc, err := b.kube.CoreV1().Services(ns).Get(ctx, "mci-apiserver", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, d.Spec.Selector.MatchLabels, svc.Spec.Selector, "the Service selects the Deployment's pods")
+
+	// The example member Secret is one mci-apiserver would accept.
+	secret, err := b.kube.CoreV1().Secrets(ns).Get(ctx, "member-cluster-b", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "cluster-b", secret.Labels[clusterset.MemberClusterLabel])
+	_, err = clientcmd.RESTConfigFromKubeConfig(secret.Data[clusterset.MemberKubeconfigKey])
+	assert.NoError(t, err, "the example's kubeconfig parses")
+}
+
+func requireHardenedPodSpec(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	pod := d.Spec.Template.Spec
+	require.Len(t, pod.Containers, 1)
+	c := pod.Containers[0]
+	assert.NotNil(t, pod.Affinity.PodAntiAffinity, "replicas spread over nodes")
+	assert.True(t, *pod.SecurityContext.RunAsNonRoot)
+	assert.True(t, *c.SecurityContext.ReadOnlyRootFilesystem)
+	assert.False(t, *c.SecurityContext.AllowPrivilegeEscalation)
+	assert.Equal(t, []corev1.Capability{"ALL"}, c.SecurityContext.Capabilities.Drop)
+	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
+	assert.Equal(t, "/livez", c.LivenessProbe.HTTPGet.Path)
+	assert.False(t, c.Resources.Requests.Cpu().IsZero())
+	assert.False(t, c.Resources.Requests.Memory().IsZero())
+	assert.False(t, c.Resources.Limits.Memory().IsZero())
+}
+
+// relocate moves an object of the manifests from mci-system to ns and
+// suffixes cluster-scoped names (and the references to them).
+func relocate(obj *unstructured.Unstructured, ns, suffix string) {
+	const from = "mci-system"
+	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true}
+	switch {
+	case obj.GetKind() == "Namespace" && obj.GetName() == from:
+		obj.SetName(ns)
+	case clusterScoped[obj.GetKind()]:
+		obj.SetName(obj.GetName() + suffix)
+	case obj.GetNamespace() == from:
+		obj.SetNamespace(ns)
+	case obj.GetNamespace() == "kube-system":
+		obj.SetName(obj.GetName() + suffix)
+	}
+	if kind, _, _ := unstructured.NestedString(obj.Object, "roleRef", "kind"); kind == "ClusterRole" {
+		name, _, _ := unstructured.NestedString(obj.Object, "roleRef", "name")
+		if strings.HasPrefix(name, "mci-") {
+			_ = unstructured.SetNestedField(obj.Object, name+suffix, "roleRef", "name")
+		}
+	}
+	if subjects, ok, _ := unstructured.NestedSlice(obj.Object, "subjects"); ok {
+		for _, s := range subjects {
+			if m, ok := s.(map[string]any); ok && m["namespace"] == from {
+				m["namespace"] = ns
+			}
+		}
+		_ = unstructured.SetNestedSlice(obj.Object, subjects, "subjects")
+	}
+	if obj.GetKind() == "APIService" {
+		_ = unstructured.SetNestedField(obj.Object, ns, "spec", "service", "namespace")
+	}
+}
+
+// hack/create-member-secret.sh against the local ClusterSet's kubeconfigs:
+// cluster-c becomes a member Secret in cluster-b, with the kubeconfig's own
+// credentials and with a ServiceAccount token.
+func TestSecurityCreateMemberSecretScript(t *testing.T) {
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Fatal("kubectl is required for this test")
+	}
+	ctx := t.Context()
+	b, c := clusterClients(t, "cluster-b"), clusterClients(t, "cluster-c")
+	kb, err := clusters.Cluster("cluster-b")
+	require.NoError(t, err)
+	kc, err := clusters.Cluster("cluster-c")
+	require.NoError(t, err)
+	// Not mci-system: the running mci-apiserver must not pick these up.
+	const ns = "e2e-member-script"
+	b.createNamespace(t, ctx, ns)
+	script := func(args ...string) string {
+		t.Helper()
+		args = append([]string{"--kubeconfig", kc.Kubeconfig, "--context", "cluster-c", "--namespace", ns, "--target-kubeconfig", kb.Kubeconfig}, args...)
+		cmd := exec.CommandContext(ctx, "../../hack/create-member-secret.sh", args...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		require.NoError(t, err, "create-member-secret.sh %s: %s", strings.Join(args, " "), stderr.String())
+		return string(out)
+	}
+	// connect checks what the Secret's kubeconfig is: self-contained, one
+	// context, and who it authenticates as in cluster-c.
+	connect := func(t *testing.T, secret *corev1.Secret) (string, kubernetes.Interface) {
+		t.Helper()
+		assert.Equal(t, "cluster-c", secret.Labels[clusterset.MemberClusterLabel])
+		data := secret.Data[clusterset.MemberKubeconfigKey]
+		cfg, err := clientcmd.Load(data)
+		require.NoError(t, err)
+		assert.Len(t, cfg.Contexts, 1, "minified to one context")
+		for _, cl := range cfg.Clusters {
+			assert.Empty(t, cl.CertificateAuthority, "flattened: no file references")
+			assert.NotEmpty(t, cl.CertificateAuthorityData)
+		}
+		rc, err := clientcmd.RESTConfigFromKubeConfig(data)
+		require.NoError(t, err)
+		kube := kubernetes.NewForConfigOrDie(rc)
+		review, err := kube.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		return review.Status.UserInfo.Username, kube
+	}
+
+	t.Run("dry run prints the Secret of the context's own credentials", func(t *testing.T) {
+		var secret corev1.Secret
+		require.NoError(t, utilyaml.Unmarshal([]byte(script("--dry-run")), &secret))
+		assert.Equal(t, "member-cluster-c", secret.Name)
+		user, _ := connect(t, &secret)
+		assert.Equal(t, "mci-local-admin", user)
+		_, err := b.kube.CoreV1().Secrets(ns).Get(ctx, secret.Name, metav1.GetOptions{})
+		assert.True(t, err != nil, "a dry run creates nothing")
+	})
+
+	t.Run("with a ServiceAccount token, applied to the target cluster", func(t *testing.T) {
+		memberReaderToken(t, ctx, c, "e2e-script-reader", t) // creates the ServiceAccount and its binding
+		script("--token-for-service-account", harness.MCIAPIServerNamespace+"/e2e-script-reader", "--token-duration", "1h")
+		secret, err := b.kube.CoreV1().Secrets(ns).Get(ctx, "member-cluster-c", metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.NotContains(t, secret.Annotations, corev1.LastAppliedConfigAnnotation, "the kubeconfig must not be copied into an annotation")
+		user, kube := connect(t, secret)
+		assert.Equal(t, "system:serviceaccount:"+harness.MCIAPIServerNamespace+":e2e-script-reader", user)
+		_, err = kube.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1})
+		assert.NoError(t, err, "the member reader may list services")
+		_, err = kube.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1})
+		assert.Error(t, err, "the member reader may not list secrets")
+	})
+}

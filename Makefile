@@ -1,7 +1,8 @@
 # mci: Multi-Cluster Inference for Kubernetes.
 #
 #   make run          start a local ClusterSet (real kube-apiservers) with the examples
-#   make test         codegen check, vet, unit and e2e tests
+#   make test         codegen check, vet, unit and e2e tests, bench-smoke
+#   make bench        benchmarks against the alternatives (docs/performance.md)
 #   make build        binaries into _output/bin
 #
 # The first run on a fresh machine builds kube-apiserver and etcd from their
@@ -46,12 +47,46 @@ test-e2e: build tools
 	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -timeout 40m -p 1 ./test/e2e/ ./test/clusterset/
 
 .PHONY: test
-test: verify test-unit test-e2e
+test: verify test-unit test-e2e bench-smoke
+
+# make bench: every measurement of docs/performance.md, on local ClusterSets
+# of 3 and 10 clusters, against its baseline in the same run (15-20 minutes
+# on 2 cores). The table goes to stdout and to _output/bench/results.md and
+# results.json. Sizes: MCI_BENCH_* variables (test/bench/config_test.go).
+# make bench-smoke runs the same code with tiny sizes (part of make test);
+# make bench-micro runs the in-process Go benchmarks of ./pkg/...
+BENCH_FLAGS := -run '^$$' -bench . -benchtime=1x -v
 
 .PHONY: bench
 bench: build tools
+	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_BENCH_OUT=$(CURDIR)/_output/bench go test $(BENCH_FLAGS) -timeout 30m ./test/bench/
+
+.PHONY: bench-smoke
+bench-smoke: build tools
+	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_BENCH_PROFILE=smoke MCI_BENCH_OUT=$(CURDIR)/_output/bench-smoke go test $(BENCH_FLAGS) -timeout 5m ./test/bench/
+
+.PHONY: bench-micro
+bench-micro:
 	go test -run '^$$' -bench . -benchmem ./pkg/...
-	MCI_BIN_DIR=$(OUTPUT_BIN) go test -run '^$$' -bench . -benchtime=1x -timeout 30m -v ./test/bench/
+
+# Each fuzz target runs for FUZZTIME (go test allows one -fuzz target per run).
+# Not part of make test; their seed corpora run there as ordinary tests.
+FUZZTIME ?= 60s
+FUZZ_TARGETS := \
+	./pkg/imports:FuzzParseExport \
+	./pkg/imports:FuzzImports \
+	./pkg/registry/virtual:FuzzParseVersion \
+	./pkg/registry/virtual:FuzzVersionRoundTrips \
+	./pkg/extproc:FuzzReadRequest \
+	./pkg/epp:FuzzParseBody \
+	./pkg/metrics:FuzzParse
+
+.PHONY: fuzz
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  echo "fuzz $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+	  go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
+	done
 
 .PHONY: clusterset-up
 clusterset-up: build tools
@@ -61,6 +96,13 @@ clusterset-up: build tools
 clusterset-down:
 	go run ./test/cmd/clusterset down --dir=$(CLUSTERSET_DIR)
 
+# The data path of make run: model-server simulators behind mci-epp in
+# cluster-a and cluster-c, mci-sidecar and an Envoy-like gateway in
+# cluster-b, on 127.0.<DATAPATH_LOOPBACK_BLOCK + cluster index>.x.
+DATAPATH_LOOPBACK_BLOCK ?= 90
+
 .PHONY: run
 run: clusterset-up
-	go run ./test/cmd/clusterset apply-examples --dir=$(CLUSTERSET_DIR) --examples=$(CURDIR)/artifacts/examples
+	go build -o $(OUTPUT_BIN)/ ./test/cmd/simulator ./test/cmd/gateway
+	go run ./test/cmd/clusterset apply-examples --dir=$(CLUSTERSET_DIR) --examples=$(CURDIR)/artifacts/examples \
+	  --datapath --datapath-loopback-block=$(DATAPATH_LOOPBACK_BLOCK)

@@ -2,148 +2,360 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sort"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 
-	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
-	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
-	"k8s.io/client-go/kubernetes"
+	"github.com/mci-dev/mci/test/bench/crdfanout"
+	"github.com/mci-dev/mci/test/clusterset"
 )
 
-func clients(b *testing.B, name string) (kubernetes.Interface, mciclient.Interface) {
+// startBaseline runs the CRD fan-out controller for namespace ns, writing
+// into targets (every member when nil), until the benchmark ends.
+func (e *env) startBaseline(b *testing.B, ns string, targets []string) *crdfanout.Controller {
 	b.Helper()
-	c, err := clusters.Cluster(name)
+	var members []crdfanout.Member
+	for _, name := range e.names {
+		members = append(members, crdfanout.Member{Name: name, Config: e.cfg[name]})
+	}
+	ctrl, err := crdfanout.New(crdfanout.Options{
+		ClusterSetName: clusterset.ClusterSetName, Members: members, Targets: targets, Namespace: ns, Workers: 8,
+	})
 	require.NoError(b, err)
-	cfg := *c.Config
-	cfg.QPS, cfg.Burst = 500, 1000
-	return kubernetes.NewForConfigOrDie(&cfg), mciclient.NewForConfigOrDie(&cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Run(ctx) }()
+	b.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	select {
+	case <-ctrl.Synced():
+	case err := <-done:
+		b.Fatalf("the baseline controller stopped: %v", err)
+	case <-time.After(2 * time.Minute):
+		b.Fatal("the baseline controller's informers did not sync in 2m")
+	}
+	return ctrl
 }
 
-func ensureNamespace(b *testing.B, kube kubernetes.Interface, ns string) {
+// watchFrom lists ri (for its resourceVersion) and watches from there, so
+// that only changes arrive.
+func watchFrom(b *testing.B, ri dynamic.ResourceInterface, opts metav1.ListOptions) watch.Interface {
 	b.Helper()
-	_, _ = kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	ctx := context.Background()
+	l, err := ri.List(ctx, metav1.ListOptions{LabelSelector: opts.LabelSelector, FieldSelector: opts.FieldSelector, Limit: 1})
+	require.NoError(b, err)
+	opts.ResourceVersion = l.GetResourceVersion()
+	w, err := ri.Watch(ctx, opts)
+	require.NoError(b, err)
+	b.Cleanup(w.Stop)
+	return w
 }
 
-func pool(ns, name string, exported bool) *poolv1.InferencePool {
-	p := &poolv1.InferencePool{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: poolv1.InferencePoolSpec{
-			Selector:          poolv1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-			TargetPorts:       []poolv1.Port{{Number: 8000}},
-			EndpointPickerRef: poolv1.EndpointPickerRef{Name: name + "-epp", Port: &poolv1.Port{Number: 9002}},
-		},
-	}
-	if exported {
-		p.Annotations = map[string]string{v1alpha1.ExportAnnotation: v1alpha1.ExportScopeClusterSet}
-	}
-	return p
-}
-
-// exportPatch sets or removes the export annotation.
-func exportPatch(on bool) []byte {
-	if on {
-		return []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.ExportAnnotation, v1alpha1.ExportScopeClusterSet))
-	}
-	return []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, v1alpha1.ExportAnnotation))
-}
-
-// timeToEvent applies write and returns how long until w delivers an event
+// eventAfter applies write and returns how long until w delivers an event
 // that want accepts.
-func timeToEvent(b *testing.B, w watch.Interface, write func() error, want func(watch.Event) bool) time.Duration {
-	b.Helper()
+func eventAfter(w watch.Interface, write func() error, want func(watch.Event) bool) (time.Duration, error) {
 	start := time.Now()
-	require.NoError(b, write())
-	timeout := time.After(30 * time.Second)
+	if err := write(); err != nil {
+		return 0, err
+	}
+	timeout := time.NewTimer(60 * time.Second)
+	defer timeout.Stop()
 	for {
 		select {
 		case ev, ok := <-w.ResultChan():
-			require.True(b, ok, "watch closed")
-			require.NotEqual(b, watch.Error, ev.Type, "watch error: %+v", ev.Object)
-			if want(ev) {
-				return time.Since(start)
+			if !ok {
+				return 0, errors.New("watch closed")
 			}
-		case <-timeout:
-			b.Fatal("no event within 30s")
+			if ev.Type == watch.Error {
+				return 0, fmt.Errorf("watch error: %+v", ev.Object)
+			}
+			if want(ev) {
+				return time.Since(start), nil
+			}
+		case <-timeout.C:
+			return 0, errors.New("no event within 60s")
 		}
 	}
 }
 
-// BenchmarkConvergence: from an export annotation change in cluster-a to
-// the watch event seen by a client of cluster-b's kube-apiserver, against
-// the single-hop floor: a write to cluster-a and a watch on cluster-a's
-// own kube-apiserver. The two alternate, sample by sample.
-func BenchmarkConvergence(b *testing.B) {
-	ctx := context.Background()
-	kubeA, mciA := clients(b, "cluster-a")
-	kubeB, mciB := clients(b, "cluster-b")
-	const ns = "bench-convergence"
-	ensureNamespace(b, kubeA, ns)
-	ensureNamespace(b, kubeB, ns)
-	pools := mciA.InferencePoolV1().InferencePools(ns)
-	_, err := pools.Create(ctx, pool(ns, "mci", false), metav1.CreateOptions{})
-	require.NoError(b, err)
-	_, err = pools.Create(ctx, pool(ns, "floor", false), metav1.CreateOptions{})
-	require.NoError(b, err)
+func named(ev watch.Event, name string) (*unstructured.Unstructured, bool) {
+	u, ok := ev.Object.(*unstructured.Unstructured)
+	return u, ok && u.GetName() == name
+}
 
-	imports, err := mciB.InferenceV1alpha1().InferencePoolImports(ns).Watch(ctx, metav1.ListOptions{})
-	require.NoError(b, err)
-	defer imports.Stop()
-	floorWatch, err := pools.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=floor"})
-	require.NoError(b, err)
-	defer floorWatch.Stop()
-	// Drain the floor watch's initial ADDED.
-	timeToEvent(b, floorWatch, func() error { return nil }, func(watch.Event) bool { return true })
-
-	var viaMCI, floor []time.Duration
-	samples := b.N
-	if samples < 20 {
-		samples = 200
-	}
-	b.ResetTimer()
-	for i := 0; i < samples; i++ {
-		on := i%2 == 0
-		viaMCI = append(viaMCI, timeToEvent(b, imports, func() error {
-			_, err := pools.Patch(ctx, "mci", types.MergePatchType, exportPatch(on), metav1.PatchOptions{})
-			return err
-		}, func(ev watch.Event) bool {
-			if on {
-				return ev.Type == watch.Added
+// importedFrom reports whether an import (mci's or the baseline's) lists
+// cluster in status.clusters, and whether that entry is Ready.
+func importedFrom(u *unstructured.Unstructured, cluster string) (listed, ready bool) {
+	clusters, _, _ := unstructured.NestedSlice(u.Object, "status", "clusters")
+	for _, c := range clusters {
+		m, ok := c.(map[string]any)
+		if !ok || m["name"] != cluster {
+			continue
+		}
+		conds, _, _ := unstructured.NestedSlice(m, "conditions")
+		for _, cd := range conds {
+			if cm, ok := cd.(map[string]any); ok && cm["type"] == "Ready" {
+				return true, cm["status"] == "True"
 			}
-			return ev.Type == watch.Deleted
-		}))
-		floor = append(floor, timeToEvent(b, floorWatch, func() error {
-			_, err := pools.Patch(ctx, "floor", types.MergePatchType, exportPatch(on), metav1.PatchOptions{})
+		}
+		return true, false
+	}
+	return false, false
+}
+
+// variant is one system under a latency comparison: how to make a change
+// and how its observer recognises that the change arrived.
+type variant struct {
+	name   string
+	w      watch.Interface
+	change func(on bool) error
+	seen   func(ev watch.Event, on bool) bool
+	lat    []time.Duration
+}
+
+// interleave runs samples rounds; in each, every variant makes one change
+// (on in even rounds, off in odd ones), in an order that rotates so that
+// no variant always goes first.
+func interleave(b *testing.B, samples int, vs []*variant) {
+	b.Helper()
+	for i := range samples {
+		on := i%2 == 0
+		for j := range vs {
+			v := vs[(i+j)%len(vs)]
+			d, err := eventAfter(v.w, func() error { return v.change(on) }, func(ev watch.Event) bool { return v.seen(ev, on) })
+			require.NoError(b, err, "%s, sample %d", v.name, i)
+			v.lat = append(v.lat, d)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// convergenceP50 is mci's median convergence by ClusterSet size.
+var convergenceP50 = map[int]float64{}
+
+// benchConvergence: an export annotation change in cluster-a until a client
+// of cluster-b's kube-apiserver sees it, for mci (the import through the
+// aggregator), the single-hop floor (the pool's own watch on cluster-a) and
+// the CRD fan-out baseline (its custom resource in cluster-b, counted once
+// its status lists cluster-a: a client cannot route before that).
+func benchConvergence(b *testing.B, e *env) {
+	ctx := context.Background()
+	n := len(e.names)
+	const mciNS, baseNS = "conv-mci", "conv-baseline"
+	e.namespaceEverywhere(b, mciNS)
+	e.namespaceEverywhere(b, baseNS)
+	poolsA := e.mci["cluster-a"].InferencePoolV1()
+	for _, p := range []struct{ ns, name string }{{mciNS, "mci"}, {mciNS, "floor"}, {baseNS, "baseline"}} {
+		_, err := poolsA.InferencePools(p.ns).Create(ctx, pool(p.ns, p.name, false), metav1.CreateOptions{})
+		require.NoError(b, err)
+	}
+	e.startBaseline(b, baseNS, nil)
+	logf("convergence at %d clusters: %d samples per variant", n, cfg.ConvergenceSamples)
+
+	patch := func(ns, name string) func(bool) error {
+		return func(on bool) error {
+			_, err := poolsA.InferencePools(ns).Patch(ctx, name, types.MergePatchType, exportPatch(on), metav1.PatchOptions{})
 			return err
-		}, func(ev watch.Event) bool { return ev.Type == watch.Modified }))
+		}
 	}
-	b.StopTimer()
-	report(b, "mci", viaMCI)
-	report(b, "floor", floor)
-	b.ReportMetric(percentile(viaMCI, 99).Seconds()/percentile(floor, 99).Seconds(), "p99-ratio-to-floor")
-	b.Logf("convergence over %d samples: mci p50 %s p99 %s; single-hop floor p50 %s p99 %s",
-		samples, percentile(viaMCI, 50), percentile(viaMCI, 99), percentile(floor, 50), percentile(floor, 99))
+	importSeen := func(name string) func(watch.Event, bool) bool {
+		return func(ev watch.Event, on bool) bool {
+			u, ok := named(ev, name)
+			if !ok {
+				return false
+			}
+			if !on {
+				return ev.Type == watch.Deleted
+			}
+			listed, _ := importedFrom(u, "cluster-a")
+			return ev.Type != watch.Deleted && listed
+		}
+	}
+	vs := []*variant{
+		{
+			name:   "mci",
+			w:      watchFrom(b, e.dyn["cluster-b"].Resource(importGVR).Namespace(mciNS), metav1.ListOptions{}),
+			change: patch(mciNS, "mci"),
+			seen:   importSeen("mci"),
+		},
+		{
+			name:   "floor",
+			w:      watchFrom(b, e.dyn["cluster-a"].Resource(poolGVR).Namespace(mciNS), metav1.ListOptions{FieldSelector: "metadata.name=floor"}),
+			change: patch(mciNS, "floor"),
+			seen: func(ev watch.Event, _ bool) bool {
+				_, ok := named(ev, "floor")
+				return ok && ev.Type == watch.Modified
+			},
+		},
+		{
+			name:   "baseline",
+			w:      watchFrom(b, e.dyn["cluster-b"].Resource(crdfanout.GVR).Namespace(baseNS), metav1.ListOptions{}),
+			change: patch(baseNS, "baseline"),
+			seen:   importSeen("baseline"),
+		},
+	}
+	interleave(b, cfg.ConvergenceSamples, vs)
+	mci, floor, base := vs[0].lat, vs[1].lat, vs[2].lat
+	// Sizes run smallest first: the largest one's figures stay.
+	results.fact(factConvClusters, float64(n))
+	results.fact(factConvP99, ms(percentile(mci, 99)))
+	results.fact(factConvFloorP99, ms(percentile(floor, 99)))
+	results.fact(factConvBaseP99, ms(percentile(base, 99)))
+	convergenceP50[n] = ms(median(mci))
+	const sec = "convergence"
+	name := func(what string) string { return fmt.Sprintf("%d clusters: %s", n, what) }
+	samples := fmt.Sprintf("%d samples each", len(mci))
+	results.compare(sec, name("p50 vs single-hop floor"), "ms", ms(median(mci)), "floor", ms(median(floor)), "", false, samples)
+	results.compare(sec, name("p99 vs single-hop floor"), "ms", ms(percentile(mci, 99)), "floor", ms(percentile(floor, 99)),
+		"<= 2x floor", percentile(mci, 99) <= 2*percentile(floor, 99), samples)
+	results.compare(sec, name("p50 vs CRD fan-out"), "ms", ms(median(mci)), "CRD fan-out", ms(median(base)), "", false, samples)
+	results.compare(sec, name("p99 vs CRD fan-out"), "ms", ms(percentile(mci, 99)), "CRD fan-out", ms(percentile(base, 99)),
+		"< baseline", percentile(mci, 99) < percentile(base, 99), samples)
 }
 
-func percentile(d []time.Duration, p int) time.Duration {
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	idx := (len(s)*p + 99) / 100
-	if idx > 0 {
-		idx--
+// benchWriteAmplification counts the writes that member kube-apiservers
+// serve (apiserver_request_total, write verbs, every member, background
+// writes excluded, the benchmark's own change subtracted) per export change
+// and per EPP readiness flap in cluster-a, mci and the baseline in
+// alternating windows.
+func benchWriteAmplification(b *testing.B, e *env) {
+	ctx := context.Background()
+	const mciNS, baseNS = "writes-mci", "writes-baseline"
+	a := e.kube["cluster-a"]
+	for _, ns := range []string{mciNS, baseNS} {
+		e.namespaceEverywhere(b, ns)
+		_, err := e.mci["cluster-a"].InferencePoolV1().InferencePools(ns).Create(ctx, pool(ns, "flap", true), metav1.CreateOptions{})
+		require.NoError(b, err)
+		require.NoError(b, createEPPService(ctx, a, ns, "flap-epp", "", true))
 	}
-	return s[idx]
+	ctrl := e.startBaseline(b, baseNS, nil)
+
+	type system struct {
+		name string
+		ns   string
+		w    watch.Interface
+	}
+	systems := []*system{
+		{name: "mci", ns: mciNS, w: watchFrom(b, e.dyn["cluster-b"].Resource(importGVR).Namespace(mciNS), metav1.ListOptions{})},
+		{name: "CRD fan-out", ns: baseNS, w: watchFrom(b, e.dyn["cluster-b"].Resource(crdfanout.GVR).Namespace(baseNS), metav1.ListOptions{})},
+	}
+	// Both imports are served and Ready before counting starts.
+	for _, s := range systems {
+		ri := e.dyn["cluster-b"].Resource(importGVR)
+		if s.ns == baseNS {
+			ri = e.dyn["cluster-b"].Resource(crdfanout.GVR)
+		}
+		require.NoError(b, pollFor(time.Minute, func() bool {
+			u, err := ri.Namespace(s.ns).Get(ctx, "flap", metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			_, ready := importedFrom(u, "cluster-a")
+			return ready
+		}), "%s: the import in cluster-b is not Ready", s.name)
+	}
+
+	changes := max(cfg.WriteChanges, 1)
+	settle := 2 * time.Second
+	if cfg.Profile == "smoke" {
+		settle = 500 * time.Millisecond
+	}
+	perChange := map[string][]float64{}
+	perFlap := map[string][]float64{}
+	baselineOwn := map[string][]float64{}
+	window := func(s *system, kind string) {
+		before := e.writeCounts(b)
+		ownBefore := ctrl.Writes()
+		for i := range changes {
+			// Off then on, so the window ends where it started.
+			on := i%2 == 1
+			var write func() error
+			seen := func(ev watch.Event) bool {
+				u, ok := named(ev, "flap")
+				if !ok {
+					return false
+				}
+				listed, ready := importedFrom(u, "cluster-a")
+				if kind == "export" {
+					if on {
+						return ev.Type != watch.Deleted && listed
+					}
+					return ev.Type == watch.Deleted
+				}
+				return ev.Type == watch.Modified && listed && ready == on
+			}
+			if kind == "export" {
+				write = func() error {
+					_, err := e.mci["cluster-a"].InferencePoolV1().InferencePools(s.ns).Patch(ctx, "flap", types.MergePatchType, exportPatch(on), metav1.PatchOptions{})
+					return err
+				}
+			} else {
+				write = func() error { return setEndpointReady(ctx, a, s.ns, "flap-epp", on) }
+			}
+			_, err := eventAfter(s.w, write, seen)
+			require.NoError(b, err, "%s: %s change %d", s.name, kind, i)
+		}
+		if changes%2 == 1 { // back to exported and Ready
+			if kind == "export" {
+				_, err := e.mci["cluster-a"].InferencePoolV1().InferencePools(s.ns).Patch(ctx, "flap", types.MergePatchType, exportPatch(true), metav1.PatchOptions{})
+				require.NoError(b, err)
+			} else {
+				require.NoError(b, setEndpointReady(ctx, a, s.ns, "flap-epp", true))
+			}
+		}
+		time.Sleep(settle) // the baseline's writes to the other members land
+		after := e.writeCounts(b)
+		total, by := diffCounts(before, after)
+		own := float64(changes + changes%2)
+		writes := (total - own) / float64(changes)
+		logf("write amplification, %s, %s: %.1f writes per change (%v, of which %v the benchmark's own)", s.name, kind, writes, by, own)
+		if kind == "export" {
+			perChange[s.name] = append(perChange[s.name], writes)
+		} else {
+			perFlap[s.name] = append(perFlap[s.name], writes)
+		}
+		if s.name != "mci" {
+			baselineOwn[kind] = append(baselineOwn[kind], float64(ctrl.Writes()-ownBefore)/float64(changes))
+		}
+	}
+	for round := range 2 {
+		for j := range systems {
+			window(systems[(round+j)%2], "export")
+		}
+		for j := range systems {
+			window(systems[(round+j)%2], "flap")
+		}
+	}
+	n := len(e.names)
+	const sec = "write amplification"
+	note := func(kind string) string {
+		return fmt.Sprintf("%d clusters, %d changes x 2 windows; the controller itself counted %.1f", n, changes, medianFloat(baselineOwn[kind]))
+	}
+	m, base := medianFloat(perChange["mci"]), medianFloat(perChange["CRD fan-out"])
+	results.fact(factBaseWritesPerChange, base/float64(n-1))
+	results.fact(factBaseWritesPerFlap, medianFloat(perFlap["CRD fan-out"])/float64(n-1))
+	results.compare(sec, "writes to members per export change", "writes", m, "CRD fan-out", base, "0", m == 0, note("export"))
+	m, base = medianFloat(perFlap["mci"]), medianFloat(perFlap["CRD fan-out"])
+	results.compare(sec, "writes to members per EPP readiness flap", "writes", m, "CRD fan-out", base, "0", m == 0, note("flap"))
 }
 
-func report(b *testing.B, name string, d []time.Duration) {
-	b.ReportMetric(float64(percentile(d, 50).Microseconds())/1000, name+"-p50-ms")
-	b.ReportMetric(float64(percentile(d, 99).Microseconds())/1000, name+"-p99-ms")
+func pollFor(timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not true after %s", timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return nil
 }

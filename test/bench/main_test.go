@@ -1,69 +1,91 @@
-// Package bench measures mci-apiserver against its baselines on a real
-// local ClusterSet, each comparison interleaved in the same run:
+// Package bench measures mci against its alternatives on real local
+// ClusterSets (test/clusterset: etcd, a kube-apiserver and an mci-apiserver
+// per cluster), each comparison interleaved in the same run (A, B, A, B)
+// and reported as medians and percentiles:
 //
 //   - convergence: an export change in cluster-a seen by a watch through
-//     cluster-b's kube-apiserver, against a write and watch on one
-//     kube-apiserver (the single-hop floor);
-//   - LIST of 10,000 imports through the aggregator, against LIST of
-//     10,000 equivalent custom resources from a kube-apiserver;
-//   - mci-apiserver heap growth from 10,000 unrelated Services and
-//     EndpointSlices in a member.
+//     cluster-b's kube-apiserver, against the single-hop floor (write and
+//     watch on one kube-apiserver) and against the CRD fan-out baseline
+//     (test/bench/crdfanout, the proposal's reference design);
+//   - write amplification: writes to member apiservers per export change
+//     and per EPP readiness flap, mci against the baseline;
+//   - LIST and WATCH at scale: all imports through the aggregator against
+//     the same custom resources, and many watchers of each;
+//   - memory: mci-apiserver heap and RSS per member and per exported pool,
+//     unrelated Services and EndpointSlices, the baseline's etcd bytes;
+//   - data path: requests through mci-sidecar and mci-epp against mci-epp
+//     alone, and scheduling decisions per second.
 //
-// Run with `make bench` (go test -run '^$' -bench . -benchtime=1x). The
-// ClusterSet is started only when benchmarks run.
+// `make bench` runs it with full sizes and `make bench-smoke` with tiny
+// ones (MCI_BENCH_PROFILE=smoke); config_test.go lists the knobs. The table
+// goes to stdout and to results.md and results.json in $MCI_BENCH_OUT
+// (_output/bench by default). Nothing starts unless -bench is given, so
+// `go test ./...` passes through.
 package bench
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
+	"slices"
 	"testing"
-	"time"
-
-	"github.com/mci-dev/mci/test/clusterset"
 )
 
-var clusters *clusterset.ClusterSet
+var cfg sizes
 
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
 		os.Exit(m.Run())
 	}
-	os.Exit(run(m))
+	var err error
+	if cfg, err = loadSizes(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	results.start(cfg)
+	logf("profile %s: ClusterSets of %v clusters; results to %s", cfg.Profile, cfg.clusterSetSizes(), cfg.Out)
+	code := m.Run()
+	results.Failed = code != 0
+	if err := results.write(cfg.Out); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: writing results:", err)
+		code = 1
+	}
+	os.Exit(code)
 }
 
-func run(m *testing.M) int {
-	binDir := os.Getenv("MCI_BIN_DIR")
-	if binDir == "" {
-		binDir = filepath.Join("..", "..", "_output", "bin")
+// BenchmarkScheduling needs no ClusterSet: it runs first.
+func BenchmarkScheduling(b *testing.B) {
+	for _, pods := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("pods=%d", pods), func(b *testing.B) { benchScheduling(b, pods) })
 	}
-	binDir, _ = filepath.Abs(binDir)
-	dir, err := os.MkdirTemp("", "mci-bench-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+}
+
+// BenchmarkClusterSet starts one ClusterSet per size, smallest first, and
+// runs on each what belongs to that size. Each ClusterSet is stopped
+// before the next starts, so they never compete for the machine.
+func BenchmarkClusterSet(b *testing.B) {
+	sizes := cfg.clusterSetSizes()
+	idle := map[int]idleFigures{}
+	for i, n := range sizes {
+		b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
+			e := startClusterSet(b, n)
+			idle[n] = measureIdle(b, e)
+			if slices.Contains(cfg.ConvergenceClusters, n) {
+				b.Run("convergence", func(b *testing.B) { benchConvergence(b, e) })
+			}
+			if i == 0 {
+				b.Run("write-amplification", func(b *testing.B) { benchWriteAmplification(b, e) })
+				b.Run("data-path", func(b *testing.B) { benchDataPath(b, e) })
+			}
+			if n == cfg.ScaleClusters {
+				b.Run("scale", func(b *testing.B) { benchScale(b, e) })
+			}
+		})
 	}
-	defer func() {
-		if os.Getenv("MCI_BENCH_KEEP") == "" {
-			os.RemoveAll(dir)
-		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	clusters, err = clusterset.Up(ctx, clusterset.Options{
-		Dir:                dir,
-		Clusters:           []string{"cluster-a", "cluster-b"},
-		BinDir:             binDir,
-		MCIAPIServerBinary: filepath.Join(binDir, "mci-apiserver"),
-		Log:                os.Stderr,
-	})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench: starting the local ClusterSet: %v\n", err)
-		return 1
+	perMember(idle)
+	if len(convergenceP50) >= 2 {
+		lo, hi := slices.Min(sizes), slices.Max(sizes)
+		results.fact(factConvSlope, (convergenceP50[hi]-convergenceP50[lo])/float64(hi-lo))
 	}
-	defer clusters.Stop()
-	return m.Run()
 }

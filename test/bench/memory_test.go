@@ -1,112 +1,86 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
-	"net/http"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
-// liveHeap asks cluster-b's mci-apiserver for its live heap (HeapAlloc)
-// right after a garbage collection: pprof's heap profile with gc=1 collects
-// first and reports runtime.MemStats.
-func liveHeap(b *testing.B) uint64 {
+const mib = 1 << 20
+
+// idleFigures are what one ClusterSet size costs before any pool exists.
+type idleFigures struct {
+	heap, rss uint64
+	watches   float64
+}
+
+// measureIdle records cluster-b's mci-apiserver heap and RSS and the WATCH
+// requests cluster-a's kube-apiserver serves, on a fresh ClusterSet.
+func measureIdle(b *testing.B, e *env) idleFigures {
 	b.Helper()
-	c, err := clusters.Cluster("cluster-b")
-	require.NoError(b, err)
-	pki := filepath.Join(clusters.Dir, "pki")
-	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "admin.crt"), filepath.Join(pki, "admin.key"))
-	require.NoError(b, err)
-	caPEM, err := os.ReadFile(filepath.Join(pki, "mci-serving-ca.crt"))
-	require.NoError(b, err)
-	pool := x509.NewCertPool()
-	require.True(b, pool.AppendCertsFromPEM(caPEM))
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
-		Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12,
-	}}}
-	resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/heap?gc=1&debug=1", c.MCIAPIServerPort))
-	require.NoError(b, err)
-	defer resp.Body.Close()
-	require.Equal(b, http.StatusOK, resp.StatusCode)
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "# HeapAlloc = "); ok {
-			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			require.NoError(b, err)
-			return n
-		}
-	}
-	b.Fatal("no HeapAlloc in the heap profile")
-	return 0
+	n := len(e.names)
+	f := idleFigures{heap: e.stableHeap(b, "cluster-b"), rss: e.rss(b, "cluster-b"), watches: e.watchConnections(b, "cluster-a")}
+	results.add("memory", fmt.Sprintf("mci-apiserver live heap, idle, %d clusters", n), "MiB", float64(f.heap)/mib, "cluster-b's server, after a GC")
+	results.add("memory", fmt.Sprintf("mci-apiserver RSS, idle, %d clusters", n), "MiB", float64(f.rss)/mib, "")
+	results.add("list and watch", fmt.Sprintf("WATCH requests on one member kube-apiserver, %d clusters", n), "watches", f.watches,
+		fmt.Sprintf("cluster-a, with %d mci-apiservers watching it", n))
+	return f
 }
 
-// stableHeap samples the heap until two samples a few seconds apart agree
-// within 1 MiB: the member's informers have caught up.
-func stableHeap(b *testing.B) uint64 {
-	prev := liveHeap(b)
-	for i := 0; i < 20; i++ {
-		time.Sleep(3 * time.Second)
-		cur := liveHeap(b)
-		if diff := int64(cur) - int64(prev); diff < 1<<20 && diff > -(1<<20) {
-			return cur
-		}
-		prev = cur
+// perMember derives the cost of one more member from the smallest and the
+// largest ClusterSet: the slope, so that what does not depend on members
+// cancels out.
+func perMember(idle map[int]idleFigures) {
+	var ns []int
+	for n := range idle {
+		ns = append(ns, n)
 	}
-	return prev
+	if len(ns) == 0 {
+		return
+	}
+	slices.Sort(ns)
+	lo, hi := ns[0], ns[len(ns)-1]
+	results.fact(factHeapIdle, float64(idle[hi].heap))
+	results.fact(factHeapIdleClusters, float64(hi))
+	if lo == hi {
+		return
+	}
+	d := float64(hi - lo)
+	results.fact(factHeapPerMember, (float64(idle[hi].heap)-float64(idle[lo].heap))/d)
+	results.fact(factWatchesPerReplica, (idle[hi].watches-idle[lo].watches)/d)
+	note := fmt.Sprintf("slope between %d and %d clusters", lo, hi)
+	results.add("memory", "mci-apiserver heap per member (idle)", "KiB", (float64(idle[hi].heap)-float64(idle[lo].heap))/d/1024, note)
+	results.add("memory", "mci-apiserver RSS per member (idle)", "KiB", (float64(idle[hi].rss)-float64(idle[lo].rss))/d/1024, note)
+	// Every cluster runs one mci-apiserver, and each watches every member:
+	// one more cluster adds one watching replica to each member.
+	results.add("list and watch", "WATCH requests per mci-apiserver replica on each member", "watches", (idle[hi].watches-idle[lo].watches)/d, note)
 }
 
-// BenchmarkHeapUnrelatedObjects: how much 10,000 Services and 10,000
-// EndpointSlices that no pool uses, in member cluster-a, add to cluster-b's
-// mci-apiserver heap: first in a namespace without InferencePools (not
-// watched at all), then beside pools (watched, trimmed to what the
-// computation reads).
-func BenchmarkHeapUnrelatedObjects(b *testing.B) {
-	ctx := context.Background()
-	kubeA, mciA := clients(b, "cluster-a")
-	const (
-		elsewhere = "bench-unrelated"
-		beside    = "bench-beside-pools"
-	)
-	ensureNamespace(b, kubeA, elsewhere)
-	ensureNamespace(b, kubeA, beside)
-	_, err := mciA.InferencePoolV1().InferencePools(beside).Create(ctx, pool(beside, "the-pool", true), metav1.CreateOptions{})
-	require.NoError(b, err)
-
-	for _, ns := range []string{elsewhere, beside} {
-		before := stableHeap(b)
-		require.NoError(b, createUnrelated(ctx, kubeA, ns))
-		after := stableHeap(b)
-		growth := float64(int64(after)-int64(before)) / (1 << 20)
-		b.ReportMetric(growth, "heap-growth-MiB-"+ns)
-		b.Logf("mci-apiserver live heap: %.1f MiB before, %.1f MiB after %d unrelated Services and EndpointSlices in %s: %+.1f MiB",
-			float64(before)/(1<<20), float64(after)/(1<<20), listSize, ns, growth)
-	}
-}
-
-func createUnrelated(ctx context.Context, kube kubernetes.Interface, ns string) error {
-	return parallel(listSize, 16, func(i int) error {
+// createUnrelated creates count Services, each with an EndpointSlice of two
+// endpoints, that no pool uses, in ns. The Services are headless (no
+// cluster IP to allocate: half the writes, and the allocator's range would
+// not hold 20,000 of them); mci caches them trimmed either way.
+func createUnrelated(ctx context.Context, kube kubernetes.Interface, ns string, count, writers int) error {
+	return parallel(count, writers, func(i int) error {
 		name := fmt.Sprintf("svc-%05d", i)
 		_, err := kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name, "tier": "backend"}, Annotations: map[string]string{"owner": "team-" + name}},
 			Spec: corev1.ServiceSpec{
-				Selector: map[string]string{"app": name},
-				Ports:    []corev1.ServicePort{{Name: "http", Port: 8080}, {Name: "metrics", Port: 9090}},
+				ClusterIP: corev1.ClusterIPNone,
+				Selector:  map[string]string{"app": name},
+				Ports:     []corev1.ServicePort{{Name: "http", Port: 8080}, {Name: "metrics", Port: 9090}},
 			},
 		}, metav1.CreateOptions{})
 		if err != nil {
@@ -123,4 +97,44 @@ func createUnrelated(ctx context.Context, kube kubernetes.Interface, ns string) 
 		}, metav1.CreateOptions{})
 		return err
 	})
+}
+
+// benchScheduling counts the scheduling decisions per second of the EPP's
+// filter chain (pkg/scheduling) over pods candidates with a spread of
+// queues, KV cache and adapters, cycling through critical, standard and
+// sheddable requests. It times its own loop for cfg.SchedulingTime: the
+// run's -benchtime is 1x.
+func benchScheduling(b *testing.B, pods int) {
+	r := rand.New(rand.NewPCG(uint64(pods), 0))
+	now := time.Now()
+	adapters := []string{"lora-a", "lora-b", "lora-c", "lora-d", "lora-e", "lora-f"}
+	cands := make([]*scheduling.Metrics, pods)
+	for i := range cands {
+		m := &scheduling.Metrics{
+			WaitingQueue: r.IntN(100), KVCacheUsage: r.Float64(),
+			ActiveAdapters: sets.New[string](), WaitingAdapters: sets.New[string](), MaxLoRA: 4, UpdatedAt: now,
+		}
+		for range r.IntN(5) {
+			m.ActiveAdapters.Insert(adapters[r.IntN(len(adapters))])
+		}
+		cands[i] = m
+	}
+	reqs := []scheduling.Request{
+		{Criticality: scheduling.Critical, Adapter: "lora-c"},
+		{Criticality: scheduling.Critical, Adapter: "lora-z"},
+		{Criticality: scheduling.Standard},
+		{Criticality: scheduling.Sheddable, Adapter: "lora-c"},
+	}
+	s := scheduling.New(scheduling.DefaultConfig(), rand.NewPCG(1, 2))
+	decisions := 0
+	start := time.Now()
+	for time.Since(start) < cfg.SchedulingTime {
+		for i := range 1000 {
+			_, _ = s.Schedule(reqs[i%len(reqs)], cands, now)
+		}
+		decisions += 1000
+	}
+	rate := float64(decisions) / time.Since(start).Seconds()
+	results.add("scheduling", fmt.Sprintf("EPP scheduling decisions per second, %d pods", pods), "decisions/s", rate,
+		fmt.Sprintf("one goroutine; %.1f µs per decision", 1e6/rate))
 }

@@ -1,0 +1,268 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+
+	"github.com/mci-dev/mci/pkg/sidecar"
+	"github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/simulator"
+)
+
+// The data path's loopback "pods": the model server and mci-epp of
+// cluster-a, and cluster-b's mci-sidecar.
+const (
+	simIP     = "127.0.201.1"
+	eppIP     = "127.0.201.100"
+	sidecarIP = "127.0.202.1"
+	dpNS      = "datapath"
+	dpPool    = "dp"
+	dpModel   = "base"
+)
+
+// binaryPath is a binary of MCI_BIN_DIR (default _output/bin).
+func binaryPath(b *testing.B, name string) string {
+	b.Helper()
+	dir := os.Getenv("MCI_BIN_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "_output", "bin")
+	}
+	path, err := filepath.Abs(filepath.Join(dir, name))
+	require.NoError(b, err)
+	_, err = os.Stat(path)
+	require.NoError(b, err, "%s is missing: run make build", path)
+	return path
+}
+
+// runBinary starts a binary of _output/bin until the benchmark ends; it is
+// killed with this process if that dies first.
+func runBinary(b *testing.B, name string, args ...string) {
+	b.Helper()
+	logPath := filepath.Join(b.TempDir(), name+".log")
+	logFile, err := os.Create(logPath)
+	require.NoError(b, err)
+	cmd := exec.Command(binaryPath(b, name), args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(b, cmd.Start())
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		_ = logFile.Close()
+		close(exited)
+	}()
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if b.Failed() {
+			out, _ := os.ReadFile(logPath)
+			b.Logf("%s (pid %d) output:\n%s", name, cmd.Process.Pid, out)
+		}
+	})
+}
+
+// benchDataPath: a request through the Go gateway (test/extproc's Proxy,
+// which does what Envoy does with ext_proc) -> mci-sidecar of cluster-b ->
+// mci-epp of cluster-a's exported pool -> the model server simulator,
+// against the same gateway -> mci-epp -> simulator. Latency at a fixed
+// rate (open loop, the two paths alternating request by request) and
+// throughput with a fixed number of clients (closed loop, the two paths
+// alternating in slices).
+func benchDataPath(b *testing.B, e *env) {
+	ctx := context.Background()
+	sim, err := simulator.New(simulator.Options{InstanceID: "sim-0", Model: dpModel, Latency: -1, Concurrency: 1024})
+	require.NoError(b, err)
+	l, err := net.Listen("tcp", net.JoinHostPort(simIP, "8000"))
+	require.NoError(b, err)
+	simCtx, stopSim := context.WithCancel(ctx)
+	simDone := make(chan error, 1)
+	go func() { simDone <- sim.Serve(simCtx, l) }()
+	b.Cleanup(func() {
+		stopSim()
+		<-simDone
+	})
+	runBinary(b, "mci-epp", "--endpoints="+net.JoinHostPort(simIP, "8000"), "--pool-name="+dpPool,
+		"--bind-address="+eppIP, "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090",
+		"--base-models="+dpModel, "--metrics-scrape-interval=50ms", "-v=0")
+
+	// cluster-a exports the pool with its EPP; cluster-b routes to its import.
+	e.namespaceEverywhere(b, dpNS)
+	_, err = e.mci["cluster-a"].InferencePoolV1().InferencePools(dpNS).Create(ctx, pool(dpNS, dpPool, true), metav1.CreateOptions{})
+	require.NoError(b, err)
+	require.NoError(b, createEPPService(ctx, e.kube["cluster-a"], dpNS, dpPool+"-epp", eppIP, true))
+	gw := gatewayclient.NewForConfigOrDie(e.cfg["cluster-b"])
+	_, err = gw.GatewayV1().HTTPRoutes(dpNS).Create(ctx, &gatewayv1.HTTPRoute{
+		ObjectMeta: metav1.ObjectMeta{Name: "completions", Namespace: dpNS, Annotations: map[string]string{sidecar.PolicyAnnotation: string(sidecar.PolicyWeighted)}},
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "inference-gateway"}}},
+			Rules: []gatewayv1.HTTPRouteRule{{
+				Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: ptr.To(gatewayv1.PathMatchPathPrefix), Value: ptr.To("/v1/completions")}}},
+				BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{
+					Group: ptr.To(gatewayv1.Group(sidecar.InferencePoolImportGroup)),
+					Kind:  ptr.To(gatewayv1.Kind(sidecar.InferencePoolImportKind)),
+					Name:  dpPool,
+				}}}},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(b, err)
+	c, err := e.cs.Cluster("cluster-b")
+	require.NoError(b, err)
+	runBinary(b, "mci-sidecar", "--kubeconfig="+c.Kubeconfig, "--local-cluster-name=cluster-b", "--inference-models=false",
+		"--bind-address="+sidecarIP, "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "-v=0")
+
+	dial := func(ip string) *extproc.Client {
+		client, err := extproc.Dial(net.JoinHostPort(ip, "9002"), extproc.Options{MessageTimeout: 10 * time.Second})
+		require.NoError(b, err)
+		b.Cleanup(func() { _ = client.Close() })
+		return client
+	}
+	paths := []*dataPath{
+		{name: "direct", client: dial(eppIP)},
+		{name: "sidecar", client: dial(sidecarIP)},
+	}
+	transport := &http.Transport{Proxy: nil, MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute}
+	b.Cleanup(transport.CloseIdleConnections)
+	for _, p := range paths {
+		p.gateway = httptest.NewServer(extproc.NewProxy(p.client, transport))
+		b.Cleanup(p.gateway.Close)
+		p.http = &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	}
+	// Both paths answer before anything is measured: the EPP has scraped
+	// the simulator and the sidecar has its routing table.
+	for _, p := range paths {
+		require.NoError(b, pollFor(2*time.Minute, func() bool { return p.send(ctx) == nil }), "%s path never answered: %v", p.name, p.send(ctx))
+		for range 100 { // warm connections
+			_ = p.send(ctx)
+		}
+	}
+
+	openLoop(ctx, paths, cfg.DataPathRate, cfg.DataPathDuration)
+	closedLoop(ctx, paths, cfg.DataPathConcurrency, cfg.DataPathDuration)
+
+	direct, viaSidecar := paths[0], paths[1]
+	const sec = "data path"
+	note := fmt.Sprintf("%d req/s per path for %s, interleaved; failures: direct %d, sidecar %d", cfg.DataPathRate, cfg.DataPathDuration, direct.failed.Load(), viaSidecar.failed.Load())
+	addedP99 := percentile(viaSidecar.lat, 99) - percentile(direct.lat, 99)
+	results.compare(sec, "p50 latency, gateway -> sidecar -> EPP -> simulator", "ms", ms(median(viaSidecar.lat)), "gateway -> EPP -> simulator", ms(median(direct.lat)), "", false, note)
+	results.compare(sec, "p99 latency, gateway -> sidecar -> EPP -> simulator", "ms", ms(percentile(viaSidecar.lat, 99)), "gateway -> EPP -> simulator", ms(percentile(direct.lat, 99)),
+		"sidecar adds < 1 ms at p99", addedP99 < time.Millisecond, fmt.Sprintf("added p99 %.3f ms; ", ms(addedP99))+note)
+	results.compare(sec, "throughput through the sidecar", "req/s", medianFloat(viaSidecar.rates), "direct to the EPP", medianFloat(direct.rates), "", false,
+		fmt.Sprintf("%d concurrent clients, median of %d interleaved slices", cfg.DataPathConcurrency, len(direct.rates)))
+}
+
+// dataPath is one way to the model server: a gateway in front of an
+// ext_proc server.
+type dataPath struct {
+	name    string
+	client  *extproc.Client
+	gateway *httptest.Server
+	http    *http.Client
+
+	mu     sync.Mutex
+	lat    []time.Duration
+	rates  []float64
+	failed atomic.Int64
+}
+
+var completionBody = `{"model":"` + dpModel + `","prompt":"Write a haiku about GPUs.","max_tokens":8}`
+
+func (p *dataPath) send(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.gateway.URL+"/v1/completions", strings.NewReader(completionBody))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := p.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	if !strings.Contains(string(body), "sim-0") {
+		return errors.New("the answer is not the simulator's")
+	}
+	return nil
+}
+
+// openLoop sends rate requests per second to each path, alternating, for
+// duration, and records each latency from the moment it was due.
+func openLoop(ctx context.Context, paths []*dataPath, rate int, duration time.Duration) {
+	interval := time.Second / time.Duration(max(rate*len(paths), 1))
+	total := int(duration / interval)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range total {
+		due := start.Add(time.Duration(i) * interval)
+		time.Sleep(time.Until(due))
+		p := paths[i%len(paths)]
+		wg.Go(func() {
+			err := p.send(ctx)
+			d := time.Since(due)
+			if err != nil {
+				p.failed.Add(1)
+				return
+			}
+			p.mu.Lock()
+			p.lat = append(p.lat, d)
+			p.mu.Unlock()
+		})
+	}
+	wg.Wait()
+}
+
+// closedLoop keeps clients requests in flight on one path at a time,
+// switching path every slice, for duration in all, and records the rate of
+// each slice.
+func closedLoop(ctx context.Context, paths []*dataPath, clients int, duration time.Duration) {
+	slices := 8
+	slice := duration / time.Duration(slices)
+	for i := range slices {
+		p := paths[i%len(paths)]
+		var done atomic.Int64
+		end := time.Now().Add(slice)
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range max(clients, 1) {
+			wg.Go(func() {
+				for time.Now().Before(end) {
+					if err := p.send(ctx); err != nil {
+						p.failed.Add(1)
+						continue
+					}
+					done.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		p.rates = append(p.rates, float64(done.Load())/time.Since(start).Seconds())
+	}
+}

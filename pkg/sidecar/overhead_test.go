@@ -4,8 +4,6 @@ import (
 	"context"
 	"flag"
 	"net"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,13 +19,14 @@ import (
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
-var overheadRate = flag.Int("sidecar.overhead-rate", 500, "BenchmarkSidecarOverhead: requests per second on each path")
+var overheadRate = flag.Int("sidecar.overhead-rate", 2000, "BenchmarkSidecarOverhead: requests per second, on one path at a time")
 
 // BenchmarkSidecarOverhead measures the latency the sidecar adds over
-// calling the EPP directly, on loopback, at a fixed request rate, both paths
-// in the same run (interleaved), and reports percentiles.
+// calling the EPP directly, on loopback, at a fixed request rate on each
+// path, both paths in the same run in interleaved turns, and reports
+// percentiles.
 //
-//	go test -run '^$' -bench SidecarOverhead -benchtime 1x ./pkg/sidecar/ [-sidecar.overhead-rate=1000]
+//	go test -run '^$' -bench SidecarOverhead -benchtime 1x ./pkg/sidecar/ [-sidecar.overhead-rate=2000]
 func BenchmarkSidecarOverhead(b *testing.B) {
 	t := b
 	rate := *overheadRate
@@ -67,49 +66,19 @@ func BenchmarkSidecarOverhead(b *testing.B) {
 		require.NoError(t, err)
 	}
 
-	const duration = 5 * time.Second
-	var mu sync.Mutex
-	lat := map[string][]time.Duration{}
-	failures := 0
-	var wg sync.WaitGroup
-	interval := time.Second / time.Duration(2*rate)
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	end := time.Now().Add(duration)
-	for i := 0; time.Now().Before(end); i++ {
-		<-tick.C
-		name, c := "direct", direct
-		if i%2 == 1 {
-			name, c = "sidecar", viaSidecar
-		}
-		wg.Go(func() {
-			start := time.Now()
-			res, err := c.Do(context.Background(), req)
-			d := time.Since(start)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil || res.Destination == "" {
-				failures++
-				return
-			}
-			lat[name] = append(lat[name], d)
-		})
+	res := extproctest.Load(context.Background(), extproctest.LoadOptions{
+		Request: req, Rate: rate, Duration: 5 * time.Second, Rounds: 10,
+	}, extproctest.Target{Name: "direct", Client: direct}, extproctest.Target{Name: "sidecar", Client: viaSidecar})
+	for _, r := range res {
+		t.Log(r)
 	}
-	wg.Wait()
-	pct := func(ds []time.Duration, p float64) time.Duration {
-		slices.Sort(ds)
-		return ds[min(len(ds)-1, int(float64(len(ds))*p))]
-	}
-	for _, name := range []string{"direct", "sidecar"} {
-		ds := lat[name]
-		t.Logf("%-7s n=%d rate=%d/s p50=%v p90=%v p99=%v max=%v", name, len(ds), rate, pct(ds, .5), pct(ds, .9), pct(ds, .99), ds[len(ds)-1])
-	}
-	addedP50 := pct(lat["sidecar"], .5) - pct(lat["direct"], .5)
-	addedP99 := pct(lat["sidecar"], .99) - pct(lat["direct"], .99)
-	t.Logf("added by the sidecar: p50 %v, p99 %v; failures %d", addedP50, addedP99, failures)
+	d, s := res[0], res[1]
+	addedP50 := s.Percentile(.5) - d.Percentile(.5)
+	addedP99 := s.Percentile(.99) - d.Percentile(.99)
+	t.Logf("added by the sidecar: p50 %v, p99 %v", addedP50, addedP99)
 	b.ReportMetric(float64(addedP50.Microseconds()), "added-p50-µs")
 	b.ReportMetric(float64(addedP99.Microseconds()), "added-p99-µs")
-	b.ReportMetric(float64(failures), "failed")
+	b.ReportMetric(float64(d.Failed+s.Failed), "failed")
 }
 
 func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }

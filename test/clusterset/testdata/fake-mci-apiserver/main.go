@@ -32,6 +32,8 @@ func main() {
 	bind := flags.String("bind-address", "", "")
 	certFile := flags.String("tls-cert-file", "", "")
 	keyFile := flags.String("tls-private-key-file", "", "")
+	flags.Duration("shutdown-delay-duration", 0, "")
+	flags.Bool("shutdown-send-retry-after", false, "")
 	flags.Int("v", 0, "")
 	if err := flags.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)

@@ -49,9 +49,9 @@ func benchPods() []*modelServer {
 }
 
 // benchRequest is the request of the benchmarks: a 4 KiB chat body sent in
-// four 1 KiB chunks, as Envoy passes on a body arriving in pieces.
+// one chunk, as Envoy passes on a body that arrives in one read.
 func benchRequest() extproctest.Request {
-	return extproctest.Request{Path: "/v1/chat/completions", Body: body4KiB(), ChunkSize: 1024}
+	return extproctest.Request{Path: "/v1/chat/completions", Body: body4KiB()}
 }
 
 // BenchmarkRoundTrip is one ext_proc exchange with a 4 KiB body over

@@ -111,6 +111,10 @@ func readMemberDir(dir string) (map[string]MemberConfig, error) {
 			continue
 		}
 		name := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(e.Name(), ".kubeconfig"), ".yaml"), ".yml")
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			klog.ErrorS(fmt.Errorf("%s", strings.Join(errs, "; ")), "Ignoring member kubeconfig file with an invalid cluster name", "file", path, "cluster", name)
+			continue
+		}
 		data, err := os.ReadFile(path)
 		if err != nil {
 			members[name] = MemberConfig{err: err}
@@ -169,11 +173,11 @@ func membersFromSecrets(secrets []*corev1.Secret) map[string]MemberConfig {
 	for _, s := range secrets {
 		name := s.Labels[MemberClusterLabel]
 		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-			klog.Error(fmt.Errorf("%s", strings.Join(errs, "; ")), "Ignoring member Secret with an invalid cluster name", "secret", klog.KObj(s), "cluster", name)
+			klog.ErrorS(fmt.Errorf("%s", strings.Join(errs, "; ")), "Ignoring member Secret with an invalid cluster name", "secret", klog.KObj(s), "cluster", name)
 			continue
 		}
 		if prev, dup := members[name]; dup && prev.err == nil {
-			klog.Error(nil, "Ignoring member Secret: another Secret already names this cluster", "secret", klog.KObj(s), "cluster", name)
+			klog.ErrorS(nil, "Ignoring member Secret: another Secret already names this cluster", "secret", klog.KObj(s), "cluster", name)
 			continue
 		}
 		data, ok := s.Data[MemberKubeconfigKey]
@@ -232,7 +236,7 @@ func (d *desiredMembers) update(source string, members map[string]MemberConfig) 
 			}
 			if cur, ok := want[name]; ok {
 				if cur.source != src {
-					klog.Error(nil, "Cluster named by two membership sources; using the first", "cluster", name, "using", cur.source, "ignoring", src)
+					klog.ErrorS(nil, "Cluster named by two membership sources; using the first", "cluster", name, "using", cur.source, "ignoring", src)
 				}
 				continue
 			}

@@ -28,10 +28,13 @@ type ListOptions struct {
 	Match                func(Object) bool
 	ResourceVersion      string
 	ResourceVersionMatch metav1.ResourceVersionMatch
-	// Limit only matters for what resourceVersionMatch means when unset:
-	// with a limit, a resourceVersion other than "0" asks for that exact
-	// version. The whole list is returned regardless.
+	// Limit asks for pages of at most that many objects, except with
+	// resourceVersion "0", which (as from the Kubernetes watch cache) gets
+	// everything at once. With a limit, a resourceVersion other than "0"
+	// and no match asks for that exact version.
 	Limit int64
+	// Continue is the token of the previous page.
+	Continue string
 }
 
 // ListWithOptions serves a LIST:
@@ -43,33 +46,55 @@ type ListOptions struct {
 //     rebuilt from the history; 410 Gone when the history no longer reaches
 //     back that far or the version was issued by another replica or an
 //     earlier run, whose exact states this Store never had.
-func (s *Store) ListWithOptions(ctx context.Context, opts ListOptions) ([]Object, string, error) {
+//
+// With a limit, the objects come in pages (see page.go).
+func (s *Store) ListWithOptions(ctx context.Context, opts ListOptions) (page, string, error) {
 	match := opts.Match
 	if match == nil {
 		match = func(Object) bool { return true }
 	}
-	if opts.ResourceVersion == "" || opts.ResourceVersion == "0" {
+	if opts.Continue != "" {
+		tok, err := decodeContinue(opts.Continue)
+		if err != nil {
+			return page{}, "", apierrors.NewBadRequest(err.Error())
+		}
+		v, err := ParseVersion(tok.ResourceVersion)
+		if err != nil {
+			return page{}, "", apierrors.NewBadRequest("invalid continue token: " + err.Error())
+		}
+		items, err := s.listExact(opts.Namespace, match, v, tok.ResourceVersion)
+		if err != nil {
+			return page{}, "", err
+		}
+		return paginate(items, tok.ResourceVersion, &tok, opts.Limit), tok.ResourceVersion, nil
+	}
+	if opts.ResourceVersion == "0" {
 		items, rv := s.List(opts.Namespace, match)
-		return items, rv, nil
+		return page{items: items}, rv, nil
+	}
+	if opts.ResourceVersion == "" {
+		items, rv := s.List(opts.Namespace, match)
+		return paginate(items, rv, nil, opts.Limit), rv, nil
 	}
 	v, err := ParseVersion(opts.ResourceVersion)
 	if err != nil {
-		return nil, "", apierrors.NewBadRequest(err.Error())
+		return page{}, "", apierrors.NewBadRequest(err.Error())
 	}
 	if err := s.waitFor(ctx, v); err != nil {
-		return nil, "", err
+		return page{}, "", err
 	}
 	exact := opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact ||
 		(opts.ResourceVersionMatch == "" && opts.Limit > 0)
 	if !exact {
 		items, rv := s.List(opts.Namespace, match)
-		return items, rv, nil
+		return paginate(items, rv, nil, opts.Limit), rv, nil
 	}
 	items, err := s.listExact(opts.Namespace, match, v, opts.ResourceVersion)
 	if err != nil {
-		return nil, "", err
+		return page{}, "", err
 	}
-	return items, v.String(), nil
+	rv := v.String()
+	return paginate(items, rv, nil, opts.Limit), rv, nil
 }
 
 // waitFor waits until the Store's version covers v, for at most

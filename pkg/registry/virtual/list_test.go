@@ -98,7 +98,8 @@ func TestListHonoursResourceVersionMatch(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			assert.Equal(t, tc.want, listed(items))
+			assert.Equal(t, tc.want, listed(items.items))
+			assert.Empty(t, items.next, "everything fits in one page")
 			assert.Equal(t, tc.wantRV, rv)
 		})
 	}
@@ -124,7 +125,7 @@ func TestListNotOlderThanWaitsForTheStoreToCatchUp(t *testing.T) {
 	}()
 	items, got, err := s.ListWithOptions(context.Background(), ListOptions{ResourceVersion: v.String(), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"ns/a:1"}, listed(items), "the list waited for the change the version includes")
+	assert.Equal(t, []string{"ns/a:1"}, listed(items.items), "the list waited for the change the version includes")
 	gotV, err := ParseVersion(got)
 	require.NoError(t, err)
 	assert.True(t, gotV.Covers(v))
@@ -147,5 +148,60 @@ func TestListExactOlderThanTheHistoryIsGone(t *testing.T) {
 	assert.True(t, apierrors.IsResourceExpired(err), "%v", err)
 	items, _, err := s.ListWithOptions(context.Background(), ListOptions{ResourceVersion: current, ResourceVersionMatch: metav1.ResourceVersionMatchExact})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"ns/a:1"}, listed(items))
+	assert.Equal(t, []string{"ns/a:1"}, listed(items.items))
+}
+
+// TestListInPagesIsOneSnapshot lists with a limit while the objects change
+// between pages: the pages together are the state of the first page's
+// version, and a token that left the history is 410 Gone.
+func TestListInPagesIsOneSnapshot(t *testing.T) {
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		r.set("ns", name, nil, "cluster-a")
+	}
+	r.set("other", "z", nil, "cluster-a")
+	s := startStore(t, r)
+	notifyPool(s, "cluster-a", "ns", "a", 3)
+	waitForVersion(t, s, "cluster-a", 3)
+
+	first, rv, err := s.ListWithOptions(context.Background(), ListOptions{Limit: 2})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ns/a:1", "ns/b:1"}, listed(first.items))
+	require.NotEmpty(t, first.next)
+	assert.Equal(t, int64(4), first.remaining)
+
+	// Changes after the first page: c gains a cluster, d goes, f comes.
+	r.set("ns", "c", nil, "cluster-a", "cluster-c")
+	r.remove("ns", "d")
+	r.set("ns", "f", nil, "cluster-a")
+	notifyPool(s, "cluster-a", "ns", "c", 4)
+	waitForVersion(t, s, "cluster-a", 4)
+
+	var all []string
+	all = append(all, listed(first.items)...)
+	next := first.next
+	for next != "" {
+		pg, pageRV, err := s.ListWithOptions(context.Background(), ListOptions{Limit: 2, Continue: next})
+		require.NoError(t, err)
+		assert.Equal(t, rv, pageRV, "every page is at the first page's version")
+		all = append(all, listed(pg.items)...)
+		next = pg.next
+	}
+	assert.Equal(t, []string{"ns/a:1", "ns/b:1", "ns/c:1", "ns/d:1", "ns/e:1", "other/z:1"}, all)
+
+	everything, _, err := s.ListWithOptions(context.Background(), ListOptions{ResourceVersion: "0", Limit: 2})
+	require.NoError(t, err)
+	assert.Len(t, everything.items, 6, "resourceVersion 0 ignores the limit, as the watch cache does")
+	assert.Empty(t, everything.next)
+
+	_, _, err = s.ListWithOptions(context.Background(), ListOptions{Limit: 2, Continue: "not a token"})
+	assert.True(t, apierrors.IsBadRequest(err), "%v", err)
+
+	// As if the history had been trimmed past the first page's version.
+	s.mu.Lock()
+	s.historyStart, _ = ParseVersion(s.version.String())
+	s.history = nil
+	s.mu.Unlock()
+	_, _, err = s.ListWithOptions(context.Background(), ListOptions{Limit: 2, Continue: first.next})
+	assert.True(t, apierrors.IsResourceExpired(err), "%v", err)
 }

@@ -3,6 +3,7 @@ package virtual
 import (
 	"context"
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -111,25 +112,33 @@ func (r *REST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runt
 	return o, nil
 }
 
-// List implements rest.Lister, with resourceVersion and
-// resourceVersionMatch as Store.ListWithOptions serves them. Limit is not
-// honoured: the whole list is returned, which API clients accept (the
-// server may ignore limit).
+// List implements rest.Lister, with resourceVersion,
+// resourceVersionMatch, limit and continue as Store.ListWithOptions serves
+// them.
 func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
 	opts := ListOptions{Namespace: genericapirequest.NamespaceValue(ctx), Match: matcher(options)}
 	if options != nil {
 		opts.ResourceVersion = options.ResourceVersion
 		opts.ResourceVersionMatch = options.ResourceVersionMatch
 		opts.Limit = options.Limit
+		opts.Continue = options.Continue
 	}
-	items, rv, err := r.store.ListWithOptions(ctx, opts)
+	pg, rv, err := r.store.ListWithOptions(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	list := r.desc.NewList()
-	r.desc.SetItems(list, items)
+	r.desc.SetItems(list, pg.items)
 	if err := setListResourceVersion(list, rv); err != nil {
 		return nil, err
+	}
+	if pg.next != "" {
+		accessor, err := meta.ListAccessor(list)
+		if err != nil {
+			return nil, err
+		}
+		accessor.SetContinue(pg.next)
+		accessor.SetRemainingItemCount(&pg.remaining)
 	}
 	return list, nil
 }

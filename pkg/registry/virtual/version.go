@@ -43,7 +43,10 @@ func (v Version) Covers(o Version) bool {
 // coversMembers is Covers for a version another Store issued: its
 // reachabilityComponent was stamped by another clock at other moments (each
 // replica stamps the same join when it sees it), so only the member
-// components are compared.
+// components are compared. What that cannot see: a member departure this
+// Store processed before its baseline that the other had not seen when it
+// issued the version (a window of a few probe intervals); that departure
+// is not reported to the resuming client.
 func (v Version) coversMembers(o Version) bool {
 	for k, n := range o {
 		if k != epochComponent && k != reachabilityComponent && v[k] < n {

@@ -85,11 +85,9 @@ func (e *BuildError) Error() string {
 	return fmt.Sprintf("%s %s/%s: %s: %s", e.Kind, e.Namespace, e.Name, e.Reason, e.Message)
 }
 
-// Build computes a routing table. It is a pure function of its inputs and
-// never fails as a whole: what cannot be used is reported in the returned
-// errors (also kept in Table.Errors), in a stable order.
-func Build(in Inputs) (*Table, []error) {
-	b := &builder{
+// newBuilder returns a builder with in's settings and empty indexes.
+func newBuilder(in Inputs) *builder {
+	return &builder{
 		in:      in,
 		local:   cmp.Or(in.LocalCluster, DefaultLocalCluster),
 		policy:  cmp.Or(in.DefaultPolicy, PolicyHealthBased),
@@ -100,6 +98,13 @@ func Build(in Inputs) (*Table, []error) {
 		remotes: map[types.NamespacedName]remoteResult{},
 		models:  map[types.NamespacedName]*epp.Models{},
 	}
+}
+
+// Build computes a routing table. It is a pure function of its inputs and
+// never fails as a whole: what cannot be used is reported in the returned
+// errors (also kept in Table.Errors), in a stable order.
+func Build(in Inputs) (*Table, []error) {
+	b := newBuilder(in)
 	for _, p := range in.Pools {
 		b.pools[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	"github.com/mci-dev/mci/pkg/epp"
 )
 
 // Incremental builds routing tables from objects that change one at a time,
@@ -91,19 +90,10 @@ type shimEntry struct {
 // of in are ignored) and no objects.
 func NewIncremental(in Inputs) *Incremental {
 	in.Routes, in.Imports, in.Pools, in.Services, in.Models = nil, nil, nil, nil, nil
+	b := newBuilder(in)
+	b.incremental = true
 	return &Incremental{
-		b: &builder{
-			in:          in,
-			local:       cmp.Or(in.LocalCluster, DefaultLocalCluster),
-			policy:      cmp.Or(in.DefaultPolicy, PolicyHealthBased),
-			pools:       map[types.NamespacedName]*poolv1.InferencePool{},
-			imports:     map[types.NamespacedName]*v1alpha1.InferencePoolImport{},
-			svcs:        map[types.NamespacedName]*corev1.Service{},
-			locals:      map[types.NamespacedName]localResult{},
-			remotes:     map[types.NamespacedName]remoteResult{},
-			models:      map[types.NamespacedName]*epp.Models{},
-			incremental: true,
-		},
+		b:           b,
 		routes:      map[types.NamespacedName]*gatewayv1.HTTPRoute{},
 		entries:     map[types.NamespacedName]*routeEntry{},
 		byName:      map[types.NamespacedName]map[types.NamespacedName]struct{}{},

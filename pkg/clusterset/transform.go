@@ -25,7 +25,11 @@ func trim(obj interface{}) (interface{}, error) {
 	case *gatewayv1.Gateway:
 		return trimGateway(o), nil
 	case *poolv1.InferencePool:
+		// The pod selector is the EPP's business: imports carry the EPP
+		// and the target port, never the pods, so every member's copy of
+		// every pool would keep a map nobody reads.
 		o.ManagedFields = nil
+		o.Spec.Selector = poolv1.LabelSelector{}
 		return o, nil
 	}
 	// cache.DeletedFinalStateUnknown and anything unexpected pass through.

@@ -9,6 +9,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 )
 
 func TestTrimKeepsWhatTheComputationReadsAndDropsTheRest(t *testing.T) {
@@ -55,4 +57,28 @@ func TestTrimKeepsWhatTheComputationReadsAndDropsTheRest(t *testing.T) {
 	out, err = trim(ns)
 	require.NoError(t, err)
 	assert.Equal(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, out)
+}
+
+func TestTrimDropsThePoolsPodSelector(t *testing.T) {
+	pool := &poolv1.InferencePool{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "llm", Namespace: "ns", Labels: map[string]string{"team": "a"},
+			Annotations:   map[string]string{"inference.networking.x-k8s.io/export": "ClusterSet"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+		},
+		Spec: poolv1.InferencePoolSpec{
+			Selector:          poolv1.LabelSelector{MatchLabels: map[string]string{"app": "llm"}},
+			TargetPorts:       []poolv1.Port{{Number: 8000}},
+			EndpointPickerRef: poolv1.EndpointPickerRef{Name: "epp"},
+		},
+	}
+	out, err := trim(pool)
+	require.NoError(t, err)
+	got := out.(*poolv1.InferencePool)
+	assert.Empty(t, got.Spec.Selector.MatchLabels)
+	assert.Empty(t, got.ManagedFields)
+	assert.Equal(t, map[string]string{"team": "a"}, got.Labels, "imports carry the pool's labels")
+	assert.Equal(t, "ClusterSet", got.Annotations["inference.networking.x-k8s.io/export"])
+	assert.Equal(t, int32(8000), int32(got.Spec.TargetPorts[0].Number))
+	assert.Equal(t, "epp", string(got.Spec.EndpointPickerRef.Name))
 }

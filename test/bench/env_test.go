@@ -413,6 +413,31 @@ func (e *env) rss(b *testing.B, cluster string) uint64 {
 	return 0
 }
 
+// cpuTime is the CPU time cluster's mci-apiserver has used so far, from
+// /proc (utime + stime, in clock ticks of 10ms).
+func (e *env) cpuTime(b *testing.B, cluster string) time.Duration {
+	b.Helper()
+	for _, p := range e.cs.Processes() {
+		if p.Name != cluster+"-mci-apiserver" {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID))
+		require.NoError(b, err)
+		// The fields after the command, which may contain spaces.
+		fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+		require.Greater(b, len(fields), 12, "/proc/%d/stat", p.PID)
+		var ticks uint64
+		for _, f := range fields[11:13] {
+			n, err := strconv.ParseUint(f, 10, 64)
+			require.NoError(b, err)
+			ticks += n
+		}
+		return time.Duration(ticks) * 10 * time.Millisecond
+	}
+	b.Fatalf("no mci-apiserver process for %s", cluster)
+	return 0
+}
+
 // etcdBytes is the size of the keys and values under prefix in the
 // ClusterSet's etcd, read through etcd's JSON gateway (/v3/kv/range).
 func (e *env) etcdBytes(b *testing.B, prefix string) (keys int, size int64) {

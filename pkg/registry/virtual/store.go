@@ -313,8 +313,16 @@ func (s *Store) recompute(ctx context.Context) {
 	}
 	klog.FromContext(ctx).V(4).Info("Recomputed", "changes", len(changes), "resourceVersion", rv)
 	s.appendHistoryLocked(changes)
+	if len(s.watchers) == 0 {
+		return
+	}
+	live := make([]change, len(changes))
+	for i, c := range changes {
+		c.obj = newEncodedOnce(c.obj)
+		live[i] = c
+	}
 	for w := range s.watchers {
-		w.send(changes)
+		w.send(live)
 	}
 }
 

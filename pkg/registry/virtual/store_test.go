@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
@@ -108,11 +109,16 @@ func notifyPool(s *Store, member, ns, name string, rv uint64) {
 	s.Notify(clusterset.Event{Member: member, Kind: clusterset.KindInferencePool, Namespace: ns, Name: name, ResourceVersion: rv})
 }
 
+// next returns the next event of w, with the object the API server would
+// encode: a live change comes wrapped for encoding once.
 func next(t *testing.T, w watch.Interface) watch.Event {
 	t.Helper()
 	select {
 	case ev, ok := <-w.ResultChan():
 		require.True(t, ok, "watch closed")
+		if co, ok := ev.Object.(runtime.CacheableObject); ok {
+			ev.Object = co.GetObject()
+		}
 		return ev
 	case <-time.After(5 * time.Second):
 		t.Fatal("no watch event")

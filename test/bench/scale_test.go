@@ -160,6 +160,7 @@ func benchScale(b *testing.B, e *env) {
 	results.add("convergence", fmt.Sprintf("bulk: %d pools created in %d clusters, all %d imports served in cluster-b", total, n, want), "s", (created + served).Seconds(),
 		fmt.Sprintf("from the first create; creating took %s at %.0f pools/s", created.Round(time.Millisecond), float64(total)/created.Seconds()))
 	heapAfter, rssAfter := e.stableHeap(b, "cluster-b"), e.rss(b, "cluster-b")
+	e.saveHeapProfile(b, "cluster-b", "mci-apiserver-heap-pools.pb.gz")
 	perPool := float64(int64(heapAfter)-int64(heapBefore)) / float64(total)
 	results.fact(factHeapPerPool, perPool)
 	results.check("memory", "mci-apiserver heap per exported pool", "bytes", perPool, "< 4 KiB", perPool < 4096,

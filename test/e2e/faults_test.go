@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -269,7 +270,20 @@ func (f *faultSet) startInformer(t *testing.T) {
 			if ptr.Deref(o.SendInitialEvents, false) {
 				f.syncs.Add(1)
 			}
-			return imports.Watch(ctx, o)
+			w, err := imports.Watch(ctx, o)
+			if err != nil {
+				// What made the informer relist, if it does.
+				t.Logf("watch from resourceVersion %q: %v", o.ResourceVersion, err)
+				return nil, err
+			}
+			return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+				// Not once the informer is stopping: its watch ends with a
+				// cancellation then, and the test may be over.
+				if ev.Type == watch.Error && ctx.Err() == nil {
+					t.Logf("watch from resourceVersion %q ended with an error event: %v", o.ResourceVersion, apierrors.FromObject(ev.Object))
+				}
+				return ev, true
+			}), nil
 		},
 	}
 	f.informer = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), &v1alpha1.InferencePoolImport{}, cache.SharedIndexInformerOptions{})

@@ -145,16 +145,9 @@ func (s *Store) listExact(namespace string, match func(Object) bool, v Version, 
 	if !v.Covers(s.historyStart) {
 		return nil, apierrors.NewResourceExpired("too old resource version: " + rv + " (the server keeps a limited history; relist)")
 	}
-	// Versions only grow, so the changes v covers are a prefix of the
-	// history: undoing the rest gives the state after the last change v
-	// covers.
-	first := len(s.history)
-	for i, c := range s.history {
-		if !v.Covers(c.version) {
-			first = i
-			break
-		}
-	}
+	// Undoing the changes v does not cover gives the state after the last
+	// change it covers.
+	first := s.firstUncovered(v)
 
 	state := map[string]Object{}
 	if namespace == "" {

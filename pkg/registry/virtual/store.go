@@ -60,10 +60,13 @@ var baselineInterval = time.Second
 const historySize = 20000
 
 type change struct {
-	typ     watch.EventType
-	obj     Object
-	prev    Object // the previous state, for MODIFIED and DELETED
-	version Version
+	typ  watch.EventType
+	obj  Object
+	prev Object // the previous state, for MODIFIED and DELETED
+	// step is how the version moved from the previous change of the
+	// history to this one, shared by the changes of one recomputation.
+	// A whole Version per change cost more than the change's object.
+	step versionStep
 }
 
 // Store holds the current objects of one resource and their recent changes.
@@ -82,9 +85,12 @@ type Store struct {
 	objects     map[string]Object
 	byNamespace map[string]map[string]Object
 	version     Version
-	// history holds the changes after historyStart, oldest first.
+	// history holds the changes after historyStart, oldest first; the
+	// version of each is historyStart advanced by the steps up to it, and
+	// historyEnd is the version of the last.
 	history      []change
 	historyStart Version
+	historyEnd   Version
 	watchers     map[*watcher]struct{}
 	// advanced is closed (and replaced) whenever version moves, waking
 	// requests that wait for a version this Store has not reached yet.
@@ -117,6 +123,7 @@ func NewStore(resource Resource, cluster Snapshotter, newFunc func() Object) *St
 		byNamespace:  map[string]map[string]Object{},
 		version:      Version{epochComponent: epoch},
 		historyStart: Version{},
+		historyEnd:   Version{},
 		watchers:     map[*watcher]struct{}{},
 		advanced:     make(chan struct{}),
 	}
@@ -243,8 +250,7 @@ func (s *Store) recompute(ctx context.Context) {
 		close(s.advanced)
 		s.advanced = make(chan struct{})
 	}
-	version := s.version.clone()
-	rv := version.String()
+	rv := s.version.String()
 	var changes []change
 	present := map[string]bool{}
 	for _, r := range results {
@@ -252,7 +258,7 @@ func (s *Store) recompute(ctx context.Context) {
 		prev := s.objects[r.key]
 		if r.obj == nil {
 			if prev != nil {
-				changes = append(changes, s.deleteLocked(r.key, prev, rv, version))
+				changes = append(changes, s.deleteLocked(r.key, prev, rv))
 			}
 			continue
 		}
@@ -274,7 +280,7 @@ func (s *Store) recompute(ctx context.Context) {
 		if prev == nil {
 			typ = watch.Added
 		}
-		changes = append(changes, change{typ: typ, obj: r.obj, prev: prev, version: version})
+		changes = append(changes, change{typ: typ, obj: r.obj, prev: prev})
 	}
 	// Objects of a recomputed namespace that are no longer computed are gone.
 	for ns := range replaceNamespace {
@@ -289,7 +295,7 @@ func (s *Store) recompute(ctx context.Context) {
 				k = key(ns, k)
 			}
 			if !present[k] {
-				changes = append(changes, s.deleteLocked(k, prev, rv, version))
+				changes = append(changes, s.deleteLocked(k, prev, rv))
 			}
 		}
 	}
@@ -304,12 +310,14 @@ func (s *Store) recompute(ctx context.Context) {
 		s.version.advance(reachabilityComponent, max(uint64(s.now().UnixMilli()), s.version[reachabilityComponent]+1))
 		close(s.advanced)
 		s.advanced = make(chan struct{})
-		version = s.version.clone()
-		rv = version.String()
+		rv = s.version.String()
 		for i := range changes {
-			changes[i].version = version
 			changes[i].obj.SetResourceVersion(rv)
 		}
+	}
+	step := s.historyEnd.catchUp(s.version)
+	for i := range changes {
+		changes[i].step = step
 	}
 	klog.FromContext(ctx).V(4).Info("Recomputed", "changes", len(changes), "resourceVersion", rv)
 	s.appendHistoryLocked(changes)
@@ -342,7 +350,7 @@ func (s *Store) takeBaseline() {
 	}
 }
 
-func (s *Store) deleteLocked(k string, prev Object, rv string, version Version) change {
+func (s *Store) deleteLocked(k string, prev Object, rv string) change {
 	delete(s.objects, k)
 	ns, name := splitKey(k)
 	delete(s.byNamespace[ns], name)
@@ -355,15 +363,32 @@ func (s *Store) deleteLocked(k string, prev Object, rv string, version Version) 
 	// deletion.
 	gone := prev.DeepCopyObject().(Object)
 	gone.SetResourceVersion(rv)
-	return change{typ: watch.Deleted, obj: gone, prev: prev, version: version}
+	return change{typ: watch.Deleted, obj: gone, prev: prev}
 }
 
 func (s *Store) appendHistoryLocked(changes []change) {
 	s.history = append(s.history, changes...)
 	if over := len(s.history) - historySize; over > 0 {
-		s.historyStart = s.history[over-1].version
+		for _, c := range s.history[:over] {
+			s.historyStart.apply(c.step)
+		}
 		s.history = append(s.history[:0:0], s.history[over:]...)
 	}
+}
+
+// firstUncovered is the index of the first change of the history that v
+// does not cover (len(history) when v covers them all). Versions only
+// grow, so the changes v covers are a prefix of the history. The store's
+// lock is held.
+func (s *Store) firstUncovered(v Version) int {
+	version := s.historyStart.clone()
+	for i, c := range s.history {
+		version.apply(c.step)
+		if !v.Covers(version) {
+			return i
+		}
+	}
+	return len(s.history)
 }
 
 // Ready reports whether the first computation has finished.

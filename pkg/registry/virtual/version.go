@@ -65,6 +65,34 @@ func (v Version) advance(k string, n uint64) bool {
 	return false
 }
 
+// versionStep is the components of a version that moved from the one
+// before, with their new values: a Version as a difference.
+type versionStep []versionComponent
+
+type versionComponent struct {
+	name  string
+	value uint64
+}
+
+// catchUp raises v to to and returns the step that did it: the components
+// of to above v.
+func (v Version) catchUp(to Version) versionStep {
+	var step versionStep
+	for k, n := range to {
+		if v.advance(k, n) {
+			step = append(step, versionComponent{name: k, value: n})
+		}
+	}
+	return step
+}
+
+// apply advances v by step.
+func (v Version) apply(step versionStep) {
+	for _, c := range step {
+		v.advance(c.name, c.value)
+	}
+}
+
 func (v Version) clone() Version {
 	out := make(Version, len(v))
 	for k, n := range v {
@@ -73,54 +101,84 @@ func (v Version) clone() Version {
 	return out
 }
 
-// versionFormat prefixes every encoded Version, so that even the empty
-// Version has a non-empty resourceVersion and the format can evolve.
-const versionFormat = "v1;"
+// The encodings of a Version. Every encoding starts with a format prefix, so
+// that even the empty Version has a non-empty resourceVersion and the
+// format can evolve; ParseVersion reads the older ones, so that a client
+// resumes across a rolling upgrade.
+//
+//   - v2 (issued): "v2;" then name=value pairs sorted by name, joined with
+//     ",", values in base 36. Names are cluster names (DNS subdomains) and
+//     the reserved "~" components, so the text needs no escaping. Every
+//     computed object carries its version: the plain text is about two
+//     thirds of v1's length, a third of the per-object cost of the version
+//     with ten members.
+//   - v1: the same pairs in base 10 after "v1;", the whole base64url
+//     encoded.
+const (
+	versionFormat   = "v2;"
+	versionFormatV1 = "v1;"
+)
 
 // String encodes v as an opaque resourceVersion.
 func (v Version) String() string {
 	keys := make([]string, 0, len(v))
+	n := len(versionFormat)
 	for k := range v {
 		keys = append(keys, k)
+		n += len(k) + 15
 	}
 	sort.Strings(keys)
-	var b strings.Builder
-	b.WriteString(versionFormat)
+	b := make([]byte, 0, n)
+	b = append(b, versionFormat...)
 	for i, k := range keys {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(strconv.FormatUint(v[k], 10))
+		b = append(b, k...)
+		b = append(b, '=')
+		b = strconv.AppendUint(b, v[k], 36)
 	}
-	return base64.RawURLEncoding.EncodeToString([]byte(b.String()))
+	return string(b)
 }
 
-// ParseVersion decodes a resourceVersion made by Version.String.
+// ParseVersion decodes a resourceVersion made by Version.String, in the
+// current format or an older one.
 func ParseVersion(s string) (Version, error) {
+	if body, ok := strings.CutPrefix(s, versionFormat); ok {
+		return parseComponents(s, body, 36)
+	}
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return nil, fmt.Errorf("resourceVersion %q was not issued by this server", s)
+		return nil, notIssued(s)
 	}
-	body, ok := strings.CutPrefix(string(raw), versionFormat)
+	body, ok := strings.CutPrefix(string(raw), versionFormatV1)
 	if !ok {
-		return nil, fmt.Errorf("resourceVersion %q was not issued by this server", s)
+		return nil, notIssued(s)
 	}
+	return parseComponents(s, body, 10)
+}
+
+// parseComponents reads the name=value pairs of body, the resourceVersion
+// s without its format prefix.
+func parseComponents(s, body string, base int) (Version, error) {
 	v := Version{}
 	if body == "" {
 		return v, nil
 	}
-	for _, part := range strings.Split(body, ",") {
+	for part := range strings.SplitSeq(body, ",") {
 		k, n, ok := strings.Cut(part, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("resourceVersion %q was not issued by this server", s)
+			return nil, notIssued(s)
 		}
-		num, err := strconv.ParseUint(n, 10, 64)
+		num, err := strconv.ParseUint(n, base, 64)
 		if err != nil {
-			return nil, fmt.Errorf("resourceVersion %q was not issued by this server", s)
+			return nil, notIssued(s)
 		}
 		v[k] = num
 	}
 	return v, nil
+}
+
+func notIssued(s string) error {
+	return fmt.Errorf("resourceVersion %q was not issued by this server", s)
 }

@@ -17,6 +17,9 @@ func FuzzParseVersion(f *testing.F) {
 	f.Add("djE7YT0")                            // "v1;a="
 	f.Add("djE7YT0xOCw")                        // "v1;a=18,"
 	f.Add("djE7YT0xODQ0Njc0NDA3MzcwOTU1MTYxNg") // "v1;a=18446744073709551616"
+	f.Add("v2;a=")
+	f.Add("v2;a=3w5e11264sgsg") // 2^64 in base 36
+	f.Add("v2;a=1,,b=2")
 	f.Fuzz(func(t *testing.T, s string) {
 		v, err := ParseVersion(s)
 		if err != nil {

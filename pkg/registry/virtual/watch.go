@@ -2,6 +2,7 @@ package virtual
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -82,11 +83,7 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 			s.mu.Unlock()
 			return nil, apierrors.NewResourceExpired("too old resource version: " + opts.ResourceVersion + " (the server keeps a limited history; relist)")
 		}
-		for _, c := range s.history {
-			if !since.Covers(c.version) {
-				backlog = append(backlog, c)
-			}
-		}
+		backlog = slices.Clone(s.history[s.firstUncovered(since):])
 	}
 	s.watchers[w] = struct{}{}
 	s.mu.Unlock()

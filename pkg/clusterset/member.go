@@ -335,7 +335,7 @@ func (m *member) probeLoop(ctx context.Context, client rest.Interface, th thresh
 				answered = true
 			case <-threshold:
 				if m.crossThresholds(time.Now(), th) {
-					notify(errProbePending)
+					notify(m.pendingProbeError())
 				}
 			}
 			if timer != nil {
@@ -371,6 +371,18 @@ func (m *member) probeLoop(ctx context.Context, client rest.Interface, th thresh
 // errProbePending is the probe outcome logged when a failing member crosses
 // a threshold while its latest probe has not answered yet.
 var errProbePending = errors.New("the member has not answered its probe yet")
+
+// pendingProbeError is what to log when a member crosses a threshold while
+// a probe is in flight: the previous probe's error when there was one (a
+// refused connection says more than "no answer yet"), else errProbePending.
+func (m *member) pendingProbeError() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lastError == "" {
+		return errProbePending
+	}
+	return fmt.Errorf("%s (the latest probe has not answered yet)", m.lastError)
+}
 
 func probeBackoff() wait.Backoff {
 	return wait.Backoff{Duration: probeInterval, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: probeMaxInterval}

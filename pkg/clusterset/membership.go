@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
 )
 
@@ -185,9 +186,63 @@ func membersFromSecrets(secrets []*corev1.Secret) map[string]MemberConfig {
 			members[name] = MemberConfig{err: fmt.Errorf("secret %s/%s has no %q key", s.Namespace, s.Name, MemberKubeconfigKey)}
 			continue
 		}
-		members[name] = ParseMemberKubeconfig(data)
+		members[name] = parseSecretKubeconfig(data)
 	}
 	return members
+}
+
+// parseSecretKubeconfig is ParseMemberKubeconfig for a kubeconfig from a
+// Secret, which must be self-contained: no exec or auth-provider plugin and
+// no file. Whoever may write a Secret in the server's namespace must not be
+// able to make the server run a command, or read one of its own files (its
+// ServiceAccount token, say) and send it to a server of their choosing.
+// Kubeconfig files of the member directory are the operator's and may
+// reference what is mounted beside them.
+func parseSecretKubeconfig(data []byte) MemberConfig {
+	mc := ParseMemberKubeconfig(data)
+	if mc.err != nil {
+		return mc
+	}
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		mc.rest, mc.err = nil, fmt.Errorf("invalid kubeconfig: %w", err)
+		return mc
+	}
+	if err := selfContained(cfg); err != nil {
+		mc.rest, mc.err = nil, err
+	}
+	return mc
+}
+
+// selfContained says what in the current context of cfg is not inline:
+// field names only, never values, which may be secret.
+func selfContained(cfg *clientcmdapi.Config) error {
+	var problems []string
+	ctx := cfg.Contexts[cfg.CurrentContext]
+	if ctx == nil {
+		return nil // ParseMemberKubeconfig refused it already
+	}
+	if c := cfg.Clusters[ctx.Cluster]; c != nil && c.CertificateAuthority != "" {
+		problems = append(problems, "cluster.certificate-authority names a file (inline it as certificate-authority-data)")
+	}
+	if u := cfg.AuthInfos[ctx.AuthInfo]; u != nil {
+		if u.Exec != nil {
+			problems = append(problems, "user.exec runs a command")
+		}
+		if u.AuthProvider != nil {
+			problems = append(problems, "user.auth-provider runs a plugin")
+		}
+		if u.TokenFile != "" {
+			problems = append(problems, "user.tokenFile names a file (inline it as token)")
+		}
+		if u.ClientCertificate != "" || u.ClientKey != "" {
+			problems = append(problems, "user.client-certificate or client-key names a file (inline them as client-certificate-data and client-key-data)")
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("a kubeconfig from a Secret must be self-contained: %s", strings.Join(problems, "; "))
 }
 
 // desiredMembers merges what every source reports. A cluster named by two
@@ -201,6 +256,9 @@ type desiredMembers struct {
 	// rejected remembers bad kubeconfigs already reported, so a directory
 	// re-read does not report the same one every interval.
 	rejected map[string]chosenMember
+	// localClaims remembers, per source, the fingerprint of the kubeconfig
+	// it names the local cluster with, so that each is reported once.
+	localClaims map[string]string
 }
 
 type chosenMember struct {
@@ -218,7 +276,7 @@ type change struct {
 }
 
 func newDesiredMembers(local string) *desiredMembers {
-	return &desiredMembers{local: local, sources: map[string]map[string]MemberConfig{}, chosen: map[string]chosenMember{}, rejected: map[string]chosenMember{}}
+	return &desiredMembers{local: local, sources: map[string]map[string]MemberConfig{}, chosen: map[string]chosenMember{}, rejected: map[string]chosenMember{}, localClaims: map[string]string{}}
 }
 
 func (d *desiredMembers) update(source string, members map[string]MemberConfig) []change {
@@ -226,6 +284,9 @@ func (d *desiredMembers) update(source string, members map[string]MemberConfig) 
 		d.order = append(d.order, source)
 	}
 	d.sources[source] = members
+	if d.newLocalClaim(source, members) {
+		klog.InfoS("Ignoring a member kubeconfig that names the local cluster: its own connection (--kubeconfig) is used", "cluster", d.local, "source", source)
+	}
 
 	want := map[string]chosenMember{}
 	configs := map[string]MemberConfig{}
@@ -271,4 +332,22 @@ func (d *desiredMembers) update(source string, members map[string]MemberConfig) 
 	}
 	sort.Slice(changes, func(i, j int) bool { return changes[i].name < changes[j].name })
 	return changes
+}
+
+// newLocalClaim says whether source names the local cluster with a
+// kubeconfig not reported yet. Such a kubeconfig is ignored, as the
+// server's own connection is the local cluster: a ClusterSet-wide member
+// list names every cluster, this one included, so it is no error, but
+// whoever expects it to be used can read why it is not, once.
+func (d *desiredMembers) newLocalClaim(source string, members map[string]MemberConfig) bool {
+	mc, ok := members[d.local]
+	if !ok {
+		delete(d.localClaims, source)
+		return false
+	}
+	if seen, ok := d.localClaims[source]; ok && seen == mc.fingerprint {
+		return false
+	}
+	d.localClaims[source] = mc.fingerprint
+	return true
 }

@@ -1,6 +1,7 @@
 package clusterset
 
 import (
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"testing"
@@ -118,6 +119,101 @@ func TestDesiredMembers(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestAKubeconfigNamingTheLocalClusterIsReportedOncePerChange(t *testing.T) {
+	good := func(server string) MemberConfig { return ParseMemberKubeconfig(kubeconfigFor(server)) }
+	d := newDesiredMembers("local")
+	steps := []struct {
+		source  string
+		members map[string]MemberConfig
+		want    bool
+	}{
+		{"secrets", map[string]MemberConfig{"local": good("https://elsewhere")}, true},
+		{"secrets", map[string]MemberConfig{"local": good("https://elsewhere"), "a": good("https://a")}, false},
+		{"dir", map[string]MemberConfig{"local": good("https://elsewhere")}, true},
+		{"secrets", map[string]MemberConfig{"local": good("https://moved")}, true},
+		{"secrets", map[string]MemberConfig{}, false},
+		{"secrets", map[string]MemberConfig{"local": good("https://moved")}, true},
+	}
+	for i, s := range steps {
+		assert.Equal(t, s.want, d.newLocalClaim(s.source, s.members), "step %d", i)
+		for _, c := range d.update(s.source, s.members) {
+			assert.NotEqual(t, "local", c.name, "step %d: the local cluster never comes from a source", i)
+		}
+	}
+}
+
+func TestAKubeconfigFromASecretMustBeSelfContained(t *testing.T) {
+	const head = `apiVersion: v1
+kind: Config
+current-context: c
+contexts: [{name: c, context: {cluster: c, user: u}}]
+`
+	tests := []struct {
+		name       string
+		kubeconfig string
+		wantErr    []string
+	}{
+		{
+			name:       "inline data and a token are self-contained",
+			kubeconfig: head + "clusters: [{name: c, cluster: {server: \"https://a\", certificate-authority-data: " + caData + "}}]\nusers: [{name: u, user: {token: t}}]\n",
+		},
+		{
+			name:       "an exec plugin would run a command",
+			kubeconfig: head + "clusters: [{name: c, cluster: {server: \"https://a\"}}]\nusers: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, \"echo secret-arg\"], interactiveMode: Never}}}]\n",
+			wantErr:    []string{"self-contained", "user.exec runs a command"},
+		},
+		{
+			name:       "an auth provider would run a plugin",
+			kubeconfig: head + "clusters: [{name: c, cluster: {server: \"https://a\"}}]\nusers: [{name: u, user: {auth-provider: {name: oidc, config: {id-token: secret-token}}}}]\n",
+			wantErr:    []string{"user.auth-provider runs a plugin"},
+		},
+		{
+			name:       "a token file would send the server's own file",
+			kubeconfig: head + "clusters: [{name: c, cluster: {server: \"https://a\"}}]\nusers: [{name: u, user: {tokenFile: " + existingFile(t) + "}}]\n",
+			wantErr:    []string{"user.tokenFile names a file"},
+		},
+		{
+			name:       "a CA file would be read from the server's disk",
+			kubeconfig: head + "clusters: [{name: c, cluster: {server: \"https://a\", certificate-authority: " + existingFile(t) + "}}]\nusers: [{name: u, user: {token: t}}]\n",
+			wantErr:    []string{"cluster.certificate-authority names a file"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			mc := parseSecretKubeconfig([]byte(tc.kubeconfig))
+			if len(tc.wantErr) == 0 {
+				require.NoError(t, mc.err)
+				require.NotNil(t, mc.rest)
+				return
+			}
+			require.Error(t, mc.err)
+			assert.Nil(t, mc.rest, "no connection is made from it")
+			for _, want := range tc.wantErr {
+				assert.Contains(t, mc.err.Error(), want)
+			}
+			assert.NotContains(t, mc.err.Error(), "secret-", "values are never quoted")
+		})
+	}
+
+	t.Run("the member directory may reference files", func(t *testing.T) {
+		mc := ParseMemberKubeconfig([]byte(head + "clusters: [{name: c, cluster: {server: \"https://a\"}}]\nusers: [{name: u, user: {tokenFile: " + existingFile(t) + "}}]\n"))
+		require.NoError(t, mc.err)
+	})
+}
+
+// caData stands for inline CA data, base64 as kubeconfig data fields
+// carry it; it is parsed when a connection is made, not here.
+var caData = base64.StdEncoding.EncodeToString([]byte("inline CA data"))
+
+// existingFile is a file the kubeconfig can name: validation checks that
+// named files exist.
+func existingFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(path, []byte("content"), 0o600))
+	return path
 }
 
 func TestReadMemberDir(t *testing.T) {

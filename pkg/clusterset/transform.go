@@ -1,6 +1,8 @@
 package clusterset
 
 import (
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +32,7 @@ func trim(obj interface{}) (interface{}, error) {
 		// every pool would keep a map nobody reads.
 		o.ManagedFields = nil
 		o.Spec.Selector = poolv1.LabelSelector{}
+		o.Annotations = projectAnnotations(o.Annotations)
 		return o, nil
 	}
 	// cache.DeletedFinalStateUnknown and anything unexpected pass through.
@@ -37,6 +40,30 @@ func trim(obj interface{}) (interface{}, error) {
 }
 
 var _ cache.TransformFunc = trim
+
+// projectAnnotationDomains are the annotation key prefixes mci reads on an
+// InferencePool (the export annotations and mci's own).
+var projectAnnotationDomains = []string{"inference.networking.x-k8s.io/", "mci.x-k8s.io/"}
+
+// projectAnnotations keeps a pool's annotations of mci's domains. A pool's
+// annotations may total 256 KiB (kubectl apply alone leaves a copy of the
+// whole object in one), and every mci-apiserver of every cluster would
+// otherwise hold them for every pool of every member.
+func projectAnnotations(in map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range in {
+		for _, domain := range projectAnnotationDomains {
+			if strings.HasPrefix(k, domain) {
+				if out == nil {
+					out = make(map[string]string, 2)
+				}
+				out[k] = v
+				break
+			}
+		}
+	}
+	return out
+}
 
 // trimMeta keeps what identifies an object and orders its changes.
 func trimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {

@@ -1,6 +1,7 @@
 package clusterset
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -59,11 +60,17 @@ func TestTrimKeepsWhatTheComputationReadsAndDropsTheRest(t *testing.T) {
 	assert.Equal(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, out)
 }
 
-func TestTrimDropsThePoolsPodSelector(t *testing.T) {
+func TestTrimDropsThePoolsPodSelectorAndForeignAnnotations(t *testing.T) {
 	pool := &poolv1.InferencePool{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "llm", Namespace: "ns", Labels: map[string]string{"team": "a"},
-			Annotations:   map[string]string{"inference.networking.x-k8s.io/export": "ClusterSet"},
+			Annotations: map[string]string{
+				"inference.networking.x-k8s.io/export":      "ClusterSet",
+				"inference.networking.x-k8s.io/export-mode": "ParentMode",
+				"mci.x-k8s.io/some-setting":                 "kept",
+				corev1.LastAppliedConfigAnnotation:          strings.Repeat("x", 200<<10),
+				"example.com/notes":                         "dropped",
+			},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
 		},
 		Spec: poolv1.InferencePoolSpec{
@@ -78,7 +85,11 @@ func TestTrimDropsThePoolsPodSelector(t *testing.T) {
 	assert.Empty(t, got.Spec.Selector.MatchLabels)
 	assert.Empty(t, got.ManagedFields)
 	assert.Equal(t, map[string]string{"team": "a"}, got.Labels, "imports carry the pool's labels")
-	assert.Equal(t, "ClusterSet", got.Annotations["inference.networking.x-k8s.io/export"])
+	assert.Equal(t, map[string]string{
+		"inference.networking.x-k8s.io/export":      "ClusterSet",
+		"inference.networking.x-k8s.io/export-mode": "ParentMode",
+		"mci.x-k8s.io/some-setting":                 "kept",
+	}, got.Annotations, "only the annotations of mci's domains are kept")
 	assert.Equal(t, int32(8000), int32(got.Spec.TargetPorts[0].Number))
 	assert.Equal(t, "epp", string(got.Spec.EndpointPickerRef.Name))
 }

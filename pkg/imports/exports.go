@@ -3,7 +3,9 @@ package imports
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,17 +56,20 @@ func Exports(cs ClusterSet, namespace string) []*inference.InferencePoolExport {
 // member (others, sorted by name).
 func buildExport(cs ClusterSet, pool *poolv1.InferencePool, others []*Member, namespaces namespaceCache) *inference.InferencePoolExport {
 	mode, _, err := ParseExport(pool.Annotations)
+	// A member's apiserver never sets a negative generation, but one that
+	// did must not make this server serve an object the API would refuse.
+	generation := max(pool.Generation, 0)
 	exp := &inference.InferencePoolExport{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:         pool.Namespace,
 			Name:              pool.Name,
 			UID:               virtualUID(cs.Name, kindExport, cs.Local, pool.Namespace, pool.Name),
-			Generation:        pool.Generation,
+			Generation:        generation,
 			CreationTimestamp: pool.CreationTimestamp,
 			Labels:            copyLabels(pool.Labels),
 		},
 		Status: inference.InferencePoolExportStatus{
-			ObservedGeneration: pool.Generation,
+			ObservedGeneration: generation,
 		},
 	}
 
@@ -74,11 +79,11 @@ func buildExport(cs ClusterSet, pool *poolv1.InferencePool, others []*Member, na
 		message: fmt.Sprintf("exported to the ClusterSet in %s", mode),
 	}
 	if err != nil {
-		valid = verdict{reason: v1alpha1.ReasonInvalidExport, message: err.Error()}
+		valid = verdict{reason: v1alpha1.ReasonInvalidExport, message: invalidExportMessage(pool.Annotations, err)}
 	} else {
 		exp.Status.RoutingMode = mode
 	}
-	exp.Status.Conditions = []metav1.Condition{valid.condition(v1alpha1.ConditionValid, pool.Generation)}
+	exp.Status.Conditions = []metav1.Condition{valid.condition(v1alpha1.ConditionValid, generation)}
 
 	if len(others) > 0 {
 		exp.Status.Clusters = make([]inference.ExportTargetCluster, len(others))
@@ -87,6 +92,36 @@ func buildExport(cs ClusterSet, pool *poolv1.InferencePool, others []*Member, na
 		}
 	}
 	return exp
+}
+
+// maxQuotedValue is how much of an annotation value the message of an
+// invalid export quotes.
+const maxQuotedValue = 256
+
+// invalidExportMessage is the message of an export that ParseExport found
+// invalid with err. ParseExport quotes the values it refuses, and a value
+// may be 256 KiB while a condition's message may be 32 KiB: with every long
+// value shortened, the message still says what is wrong and what is
+// allowed. The verdict always comes from the real values; should the
+// shortened ones read differently, the real message is kept (and the
+// condition truncates it).
+func invalidExportMessage(annotations map[string]string, err error) string {
+	var shortened map[string]string
+	for k, v := range annotations {
+		if len(v) <= maxQuotedValue {
+			continue
+		}
+		if shortened == nil {
+			shortened = maps.Clone(annotations)
+		}
+		shortened[k] = validPrefix(v, maxQuotedValue) + "... (" + strconv.Itoa(len(v)) + " bytes)"
+	}
+	if shortened != nil {
+		if _, _, shortErr := ParseExport(shortened); shortErr != nil {
+			return shortErr.Error()
+		}
+	}
+	return err.Error()
 }
 
 // exportTarget says whether one other member imports the pool, and why not.

@@ -210,7 +210,8 @@ func fuzzClusterSet(tb testing.TB, data []byte) ClusterSet {
 
 // FuzzImports computes imports and exports from arbitrary member objects:
 // it must never panic, must be deterministic and independent of member
-// order, and must keep the placement and ordering rules.
+// order, must keep the placement and ordering rules, and must serve only
+// conditions the API accepts.
 func FuzzImports(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{1, 1, 1, 1, 1, 5, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1})
@@ -238,6 +239,11 @@ func FuzzImports(f *testing.F) {
 			require.NotContains(t, names, cs.Local, "the local cluster imports its own pool")
 			require.Len(t, slices.Compact(slices.Clone(names)), len(names), "duplicate clusters in %s/%s: %v", imp.Namespace, imp.Name, names)
 
+			requireValidConditions(t, imp.Status.Conditions)
+			for _, c := range imp.Status.Clusters {
+				requireValidConditions(t, c.Conditions)
+			}
+
 			one, ok := Import(cs, imp.Namespace, imp.Name)
 			require.True(t, ok, "Imports serves %s/%s, Import does not", imp.Namespace, imp.Name)
 			require.Equal(t, imp, one, "Import and Imports disagree on %s/%s", imp.Namespace, imp.Name)
@@ -255,6 +261,7 @@ func FuzzImports(f *testing.F) {
 		exports := Exports(cs, "")
 		require.Equal(t, exports, Exports(reversed, ""), "Exports depends on the order of members")
 		for _, exp := range exports {
+			requireValidConditions(t, exp.Status.Conditions)
 			one, ok := Export(cs, exp.Namespace, exp.Name)
 			require.True(t, ok)
 			require.Equal(t, exp, one, "Export and Exports disagree on %s/%s", exp.Namespace, exp.Name)

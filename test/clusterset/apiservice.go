@@ -43,7 +43,7 @@ var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io",
 // mciAPIServerProcess is the contract between this harness and
 // cmd/mci-apiserver: the flags below are all it is given. Replica 0 is
 // named after its cluster alone, replica r > 0 gets a "-<r>" suffix.
-func mciAPIServerProcess(dir, binary, cluster string, replica, port int, unreachableAfter time.Duration) *process {
+func mciAPIServerProcess(dir, binary, cluster string, replica, port int, unreachableAfter, removeAfter time.Duration) *process {
 	kubeconfig := filepath.Join(dir, cluster+".kubeconfig")
 	name := cluster + "-mci-apiserver"
 	if replica > 0 {
@@ -77,6 +77,9 @@ func mciAPIServerProcess(dir, binary, cluster string, replica, port int, unreach
 	}
 	if unreachableAfter > 0 {
 		p.Args = append(p.Args, "--member-unreachable-after="+unreachableAfter.String())
+	}
+	if removeAfter > 0 {
+		p.Args = append(p.Args, "--member-remove-after="+removeAfter.String())
 	}
 	return p
 }

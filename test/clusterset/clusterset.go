@@ -70,6 +70,7 @@ type ClusterSet struct {
 	mciModTime       time.Time
 	replicas         int
 	unreachableAfter time.Duration
+	removeAfter      time.Duration
 	etcd             *process
 	pki              *pki
 	log              io.Writer
@@ -105,6 +106,7 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 
 		replicas:         opts.Replicas,
 		unreachableAfter: opts.MemberUnreachableAfter,
+		removeAfter:      opts.MemberRemoveAfter,
 	}
 	if err := cs.up(ctx, opts); err != nil {
 		if stopErr := cs.Stop(); stopErr != nil {
@@ -195,7 +197,7 @@ func (cs *ClusterSet) up(ctx context.Context, opts Options) error {
 		for i, c := range cs.Clusters {
 			own := ports[2+len(cs.Clusters)+i*perCluster:][:perCluster]
 			for r := range cs.replicas {
-				p := mciAPIServerProcess(cs.Dir, cs.mciBinary, c.Name, r, own[r], cs.unreachableAfter)
+				p := mciAPIServerProcess(cs.Dir, cs.mciBinary, c.Name, r, own[r], cs.unreachableAfter, cs.removeAfter)
 				if r == 0 {
 					c.mciAPIServer = p
 				} else {

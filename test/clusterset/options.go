@@ -36,6 +36,10 @@ type Options struct {
 	// MemberUnreachableAfter is every mci-apiserver's
 	// --member-unreachable-after; the server's default when 0.
 	MemberUnreachableAfter time.Duration
+	// MemberRemoveAfter is every mci-apiserver's --member-remove-after, the
+	// server's default when 0. The server requires it to exceed
+	// --member-unreachable-after (whose default is 10s).
+	MemberRemoveAfter time.Duration
 	// Detached servers outlive the calling process (`make clusterset-up`):
 	// they run in their own session, are recorded in <Dir>/state.json, and
 	// Down stops them. Up then reuses a healthy ClusterSet found in Dir.
@@ -82,6 +86,13 @@ func (o *Options) complete() error {
 	}
 	if o.MemberUnreachableAfter < 0 {
 		return fmt.Errorf("clusterset: Options.MemberUnreachableAfter is %s", o.MemberUnreachableAfter)
+	}
+	// Said here rather than as an mci-apiserver that exits at start-up.
+	switch {
+	case o.MemberRemoveAfter < 0:
+		return fmt.Errorf("clusterset: Options.MemberRemoveAfter is %s", o.MemberRemoveAfter)
+	case o.MemberRemoveAfter > 0 && o.MemberUnreachableAfter > 0 && o.MemberRemoveAfter <= o.MemberUnreachableAfter:
+		return fmt.Errorf("clusterset: Options.MemberRemoveAfter (%s) must exceed Options.MemberUnreachableAfter (%s)", o.MemberRemoveAfter, o.MemberUnreachableAfter)
 	}
 	if o.BinDir == "" {
 		o.BinDir = os.Getenv("MCI_BIN_DIR")

@@ -116,7 +116,7 @@ nothing to any cluster.`,
 	fs.StringVar(&o.ClusterSetName, "clusterset-name", o.ClusterSetName, "Name of the ClusterSet; it seeds the uids of served objects. Default: the ClusterProperty clusterset.k8s.io, else \"default\".")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the local cluster. Default: the in-cluster configuration.")
 	fs.StringVar(&o.MemberKubeconfigDir, "member-kubeconfig-dir", o.MemberKubeconfigDir, "Directory with one kubeconfig file per member cluster, named after the cluster (an optional .kubeconfig/.yaml extension is dropped). Re-read periodically. A file named after the local cluster is ignored.")
-	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the local cluster whose Secrets labelled "+clusterset.MemberClusterLabel+" hold member kubeconfigs. Default: $POD_NAMESPACE, else mci-system.")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the local cluster whose Secrets labelled "+clusterset.MemberClusterLabel+" hold member kubeconfigs, each self-contained (credentials inline: no exec or auth-provider plugin, no file). Default: $POD_NAMESPACE, else mci-system.")
 	fs.DurationVar(&o.UnreachableAfter, "member-unreachable-after", o.UnreachableAfter, "How long a member may fail to answer before its clusters are flagged Ready=False with reason ClusterUnreachable (its last known data is kept).")
 	fs.DurationVar(&o.RemoveAfter, "member-remove-after", o.RemoveAfter, "How long a member may fail to answer before its data is dropped: the pools it exported leave the imports (watchers see them change or go) until it answers again. Must exceed --member-unreachable-after.")
 	return cmd

@@ -225,12 +225,12 @@ func (cs *ClusterSet) startMCIAPIServer(ctx context.Context, c *Cluster) error {
 // waitMCIAPIServer waits until every replica is ready and the aggregator
 // serves the API.
 func (cs *ClusterSet) waitMCIAPIServer(ctx context.Context, c *Cluster) error {
-	if ps := c.mciProcesses(); len(ps) > 1 {
-		for _, p := range ps {
-			cs.progress("waiting for %s to be ready", p.Name)
-			if err := waitReady(ctx, p, apiServiceAvailableTimeout, replicaReady(p.Port, cs.pki.mciServingCA.certPEM)); err != nil {
-				return fmt.Errorf("%s: %w", c.Name, err)
-			}
+	// Every replica, a single one too: the aggregator may call the
+	// APIService Available before the server's /readyz first passes.
+	for _, p := range c.mciProcesses() {
+		cs.progress("waiting for %s to be ready", p.Name)
+		if err := waitReady(ctx, p, apiServiceAvailableTimeout, replicaReady(p.Port, cs.pki.mciServingCA.certPEM)); err != nil {
+			return fmt.Errorf("%s: %w", c.Name, err)
 		}
 	}
 	cs.progress("waiting for APIService %s in %s", APIServiceName, c.Name)

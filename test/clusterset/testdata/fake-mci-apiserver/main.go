@@ -43,6 +43,8 @@ func main() {
 	}
 
 	mux := http.NewServeMux()
+	// The harness waits for /readyz, as for the real server.
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/apis/"+groupVersion, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{
 			"kind":         "APIResourceList",

@@ -1,18 +1,11 @@
 package epp_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime/pprof"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -98,18 +91,18 @@ func BenchmarkRoundTrip(b *testing.B) {
 //
 //	go test -run '^$' -bench BenchmarkLoad -benchtime 1x ./pkg/epp/
 func BenchmarkLoad(b *testing.B) {
-	floor := startChild(b, "floor")
-	picker := startChild(b, "epp")
+	floor := extproctest.StartChild(b, "floor")
+	picker := extproctest.StartChild(b, "epp")
 	req := benchRequest()
 	warm := extproctest.LoadOptions{Request: req, Rate: 1000, Duration: 500 * time.Millisecond}
 	extproctest.Load(context.Background(), warm, floor.Target, picker.Target)
 
 	b.ResetTimer()
-	floorCPU, pickerCPU := floor.cpu(b), picker.cpu(b)
+	floorCPU, pickerCPU := floor.CPU(b), picker.CPU(b)
 	res := extproctest.Load(context.Background(), extproctest.LoadOptions{
 		Request: req, Rate: *loadRate, Duration: *loadDuration, Rounds: *loadRounds,
 	}, floor.Target, picker.Target)
-	floorCPU, pickerCPU = floor.cpu(b)-floorCPU, picker.cpu(b)-pickerCPU
+	floorCPU, pickerCPU = floor.CPU(b)-floorCPU, picker.CPU(b)-pickerCPU
 	b.StopTimer()
 	for _, r := range res {
 		b.Log(r)
@@ -133,7 +126,7 @@ func BenchmarkLoad(b *testing.B) {
 //
 //	go test -run '^$' -bench BenchmarkCeiling -benchtime 3s ./pkg/epp/
 func BenchmarkCeiling(b *testing.B) {
-	picker := startChild(b, "epp")
+	picker := extproctest.StartChild(b, "epp")
 	req := benchRequest()
 	var done atomic.Int64
 	b.SetParallelism(16) // 16 x GOMAXPROCS senders
@@ -151,86 +144,14 @@ func BenchmarkCeiling(b *testing.B) {
 	b.ReportMetric(float64(done.Load())/time.Since(start).Seconds(), "req/s")
 }
 
-// benchChildEnv makes the test binary a benchmark's server process (see
-// TestMain): "epp" for an EPP over benchPods, "floor" for the null
-// processor. The child prints its ext_proc address on its first line and
-// serves until its stdin closes, so it never outlives the benchmark.
-const benchChildEnv = "MCI_EPP_BENCH_CHILD"
-
 func TestMain(m *testing.M) {
-	if role := os.Getenv(benchChildEnv); role != "" {
-		if err := runBenchChild(role); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	extproctest.RunIfChild(serveBenchChild)
 	os.Exit(m.Run())
 }
 
-// benchChild is a server process of a benchmark and a client of it.
-type benchChild struct {
-	extproctest.Target
-	pid int
-}
-
-// cpu returns the CPU time (user and system) the process has used so far.
-func (c *benchChild) cpu(b *testing.B) time.Duration {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.pid))
-	require.NoError(b, err)
-	// The fields after the command name, which ends with the last ')':
-	// utime and stime are the 12th and 13th, in clock ticks (100 per
-	// second on Linux).
-	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	utime, err := strconv.ParseInt(fields[11], 10, 64)
-	require.NoError(b, err)
-	stime, err := strconv.ParseInt(fields[12], 10, 64)
-	require.NoError(b, err)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
-}
-
-// startChild runs this test binary as a server process of the given role and
-// returns a client of it.
-func startChild(b *testing.B, role string) *benchChild {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), benchChildEnv+"="+role)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	require.NoError(b, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(b, err)
-	require.NoError(b, cmd.Start())
-	b.Cleanup(func() {
-		_ = stdin.Close()
-		_ = cmd.Wait()
-	})
-	addr, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(b, err, "the %s process did not start", role)
-	client, err := extproctest.Dial(strings.TrimSpace(addr), extproctest.Options{})
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = client.Close() })
-	return &benchChild{Target: extproctest.Target{Name: role, Client: client}, pid: cmd.Process.Pid}
-}
-
-func runBenchChild(role string) error {
-	// MCI_EPP_BENCH_CPUPROFILE=<dir> profiles the child into <dir>/<role>.cpu.
-	if dir := os.Getenv("MCI_EPP_BENCH_CPUPROFILE"); dir != "" {
-		f, err := os.Create(filepath.Join(dir, role+".cpu"))
-		if err != nil {
-			return err
-		}
-		defer func() { _ = f.Close() }()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		cancel()
-	}()
+// serveBenchChild serves a benchmark's server process (extproctest.StartChild):
+// "epp" for an EPP over benchPods, "floor" for the null processor.
+func serveBenchChild(ctx context.Context, role string, ready func(addr string)) error {
 	var servers interface {
 		GRPCAddr() string
 		Run(context.Context) error
@@ -260,9 +181,7 @@ func runBenchChild(role string) error {
 	default:
 		return fmt.Errorf("unknown role %q", role)
 	}
-	// The address goes out once the server is bound; the client's first
-	// streams wait for it to serve.
-	fmt.Println(servers.GRPCAddr())
+	ready(servers.GRPCAddr())
 	return servers.Run(ctx)
 }
 

@@ -181,6 +181,32 @@ func TestHeaderValuePrefersRawValue(t *testing.T) {
 	assert.Equal(t, []string{"1", "2"}, m["x-a"])
 }
 
+func TestHeaderMapToMapKeepsValuesApart(t *testing.T) {
+	m := HeaderMapToMap(&corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+		{Key: ":path", RawValue: []byte("/v1/completions")},
+		{Key: "X-Rep", RawValue: []byte("first")},
+		{Key: "empty", RawValue: []byte{}},
+		{Key: "x-value", Value: "from value"},
+		{Key: "x-rep", RawValue: []byte("second")},
+		{Key: "host", RawValue: []byte("example.com")},
+	}})
+	assert.Equal(t, map[string][]string{
+		":path":   {"/v1/completions"},
+		"x-rep":   {"first", "second"},
+		"empty":   {""},
+		"x-value": {"from value"},
+		"host":    {"example.com"},
+	}, m)
+
+	// The values share their storage: appending to one header's values
+	// must not write over another's.
+	m[":path"] = append(m[":path"], "appended")
+	m["empty"] = append(m["empty"], "appended")
+	assert.Equal(t, []string{"first", "second"}, m["x-rep"])
+	assert.Equal(t, []string{"from value"}, m["x-value"])
+	assert.Equal(t, []string{"example.com"}, m["host"])
+}
+
 // streamed collects the streamed body of resps and whether the last chunk
 // ended the stream.
 func streamed(t *testing.T, resps []*extprocv3.ProcessingResponse) (string, bool) {

@@ -150,12 +150,46 @@ func ReadRequest(stream Stream, maxBody int64) (*Request, error) {
 // HeaderMapToMap turns an ext_proc header map into values by lower-case
 // name. A header's raw_value wins over its value, as in Envoy.
 func HeaderMapToMap(hm *corev3.HeaderMap) map[string][]string {
-	headers := make(map[string][]string, len(hm.GetHeaders()))
-	for _, h := range hm.GetHeaders() {
+	hs := hm.GetHeaders()
+	// Every request goes through here: the values share one string and
+	// their slices one array, instead of an allocation of each per header.
+	size := 0
+	for _, h := range hs {
+		size += valueLen(h)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for _, h := range hs {
+		if raw := h.GetRawValue(); len(raw) > 0 {
+			b.Write(raw)
+		} else {
+			b.WriteString(h.GetValue())
+		}
+	}
+	all := b.String()
+	values := make([]string, len(hs))
+	headers := make(map[string][]string, len(hs))
+	for i, h := range hs {
+		n := valueLen(h)
+		values[i], all = all[:n], all[n:]
 		name := strings.ToLower(h.GetKey())
-		headers[name] = append(headers[name], HeaderValue(h))
+		if prev, ok := headers[name]; ok {
+			// A repeated header: the capacity of one below makes this
+			// append copy rather than overwrite the next header's value.
+			headers[name] = append(prev, values[i])
+			continue
+		}
+		headers[name] = values[i : i+1 : i+1]
 	}
 	return headers
+}
+
+// valueLen is the length of what HeaderValue returns.
+func valueLen(h *corev3.HeaderValue) int {
+	if n := len(h.GetRawValue()); n > 0 {
+		return n
+	}
+	return len(h.GetValue())
 }
 
 // HeaderValue returns a header's raw_value, or its value when raw_value is

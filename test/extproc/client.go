@@ -62,14 +62,11 @@ func New(cc grpc.ClientConnInterface, opts Options) *Client {
 // Dial returns a client of its own connection to target ("host:port"),
 // plaintext unless dialOpts say otherwise. Close closes the connection.
 func Dial(target string, opts Options, dialOpts ...grpc.DialOption) (*Client, error) {
-	dialOpts = append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		// Fixed flow-control windows, as Envoy's HTTP/2 codec has: no
-		// bandwidth-delay probing, whose pings the server would answer
-		// on every stream.
-		grpc.WithInitialWindowSize(1 << 20),
-		grpc.WithInitialConnWindowSize(16 << 20),
-	}, dialOpts...)
+	// Fixed flow-control windows, as Envoy's HTTP/2 codec has: no
+	// bandwidth-delay probing, whose pings the server would answer on every
+	// stream.
+	dialOpts = append(append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		mciextproc.StreamDialOptions()...), dialOpts...)
 	conn, err := grpc.NewClient(target, dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to ext_proc server %s: %w", target, err)

@@ -77,8 +77,12 @@ type Config struct {
 	// (Prometheus /metrics). 0 picks a free port (tests).
 	GRPCPort, HealthPort, MetricsPort int
 	// SecureServing serves ext_proc over TLS with a self-signed certificate,
-	// as gateways that verify nothing but encryption expect.
+	// as gateways that verify nothing but encryption expect. TLS, when
+	// enabled, supersedes it.
 	SecureServing bool
+	// TLS serves every port over TLS with a certificate from files,
+	// optionally requiring client certificates.
+	TLS extproc.TLSOptions
 	// PoolName names the pool in the metrics.
 	PoolName string
 	// MaxRequestBodyBytes bounds the request bodies buffered; <= 0:
@@ -125,7 +129,7 @@ func New(cfg Config, source Source) (*EPP, error) {
 	m := NewMetrics(reg, pool, cfg.Picker.Scheduling.MetricsStaleness)
 
 	var opts []grpc.ServerOption
-	if cfg.SecureServing {
+	if cfg.SecureServing && !cfg.TLS.Enabled() {
 		creds, err := selfSignedCredentials(cfg.BindAddress)
 		if err != nil {
 			return nil, err
@@ -137,6 +141,7 @@ func New(cfg Config, source Source) (*EPP, error) {
 		GRPCPort:    cfg.GRPCPort,
 		HealthPort:  cfg.HealthPort,
 		MetricsPort: cfg.MetricsPort,
+		TLS:         cfg.TLS,
 	}, NewServer(picker, m, cfg.MaxRequestBodyBytes, klog.Background().WithName("ext_proc")), reg, opts...)
 	if err != nil {
 		return nil, err
@@ -187,7 +192,8 @@ func (e *EPP) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	})
-	logger.Info("Endpoint picker serving", "extProc", e.GRPCAddr(), "health", e.HealthAddr(), "metrics", e.MetricsAddr(), "secure", e.cfg.SecureServing)
+	logger.Info("Endpoint picker serving", "extProc", e.GRPCAddr(), "health", e.HealthAddr(), "metrics", e.MetricsAddr(),
+		"secure", e.cfg.SecureServing || e.cfg.TLS.Enabled(), "clientCertificates", e.cfg.TLS.ClientCAFile != "")
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -38,6 +39,8 @@ type ServingOptions struct {
 	GRPCPort    int
 	HealthPort  int
 	MetricsPort int
+	// TLS, when enabled, serves every port over TLS.
+	TLS TLSOptions
 
 	// HealthPortUsage ends the help of --grpc-health-port: which of its
 	// services turn SERVING when, which only the command knows.
@@ -50,8 +53,8 @@ func NewServingOptions() ServingOptions {
 	return ServingOptions{BindAddress: "0.0.0.0", GRPCPort: 9002, HealthPort: 9003, MetricsPort: 9090}
 }
 
-// AddFlags adds --bind-address, --grpc-port, --grpc-health-port and
-// --metrics-port to fs.
+// AddFlags adds --bind-address, --grpc-port, --grpc-health-port,
+// --metrics-port and the TLS flags to fs.
 func (o *ServingOptions) AddFlags(fs *pflag.FlagSet) {
 	healthUsage := "Port of the gRPC health service (grpc.health.v1)."
 	if o.HealthPortUsage != "" {
@@ -61,9 +64,10 @@ func (o *ServingOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.GRPCPort, "grpc-port", o.GRPCPort, "Port of the ext_proc gRPC service the gateway calls.")
 	fs.IntVar(&o.HealthPort, "grpc-health-port", o.HealthPort, healthUsage)
 	fs.IntVar(&o.MetricsPort, "metrics-port", o.MetricsPort, "Port of the Prometheus /metrics endpoint.")
+	o.TLS.AddFlags(fs)
 }
 
-// Validate checks the ports.
+// Validate checks the ports and the TLS files.
 func (o *ServingOptions) Validate() error {
 	var errs []error
 	for _, p := range []struct {
@@ -74,6 +78,7 @@ func (o *ServingOptions) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %d is not a port", p.flag, p.port))
 		}
 	}
+	errs = append(errs, o.TLS.Validate()...)
 	return utilerrors.NewAggregate(errs)
 }
 
@@ -91,8 +96,19 @@ type Servers struct {
 
 // Listen binds the listeners of o (port 0 picks a free port) and builds the
 // servers: processor on the ext_proc server, configured by grpcOpts, and
-// reg's metrics on /metrics.
+// reg's metrics on /metrics. With o.TLS every server serves TLS, whatever
+// credentials grpcOpts names.
 func Listen(o ServingOptions, processor extprocv3.ExternalProcessorServer, reg *prometheus.Registry, grpcOpts ...grpc.ServerOption) (_ *Servers, err error) {
+	tlsConfig, err := o.TLS.ServerConfig()
+	if err != nil {
+		return nil, err
+	}
+	var healthOpts []grpc.ServerOption
+	if tlsConfig != nil {
+		creds := grpc.Creds(credentials.NewTLS(tlsConfig))
+		grpcOpts = append(grpcOpts, creds)
+		healthOpts = append(healthOpts, creds)
+	}
 	s := &Servers{}
 	defer func() {
 		if err != nil {
@@ -119,12 +135,12 @@ func Listen(o ServingOptions, processor extprocv3.ExternalProcessorServer, reg *
 	s.grpcServer = grpc.NewServer(append(streamServerOptions(), grpcOpts...)...)
 	extprocv3.RegisterExternalProcessorServer(s.grpcServer, processor)
 	healthpb.RegisterHealthServer(s.grpcServer, s.health)
-	s.healthGRPC = grpc.NewServer()
+	s.healthGRPC = grpc.NewServer(healthOpts...)
 	healthpb.RegisterHealthServer(s.healthGRPC, s.health)
 
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	s.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig}
 	return s, nil
 }
 
@@ -178,7 +194,12 @@ func (s *Servers) Run(ctx context.Context, drainTimeout time.Duration) error {
 	wg.Go(func() { fail("ext_proc server", s.grpcServer.Serve(s.grpcLis)) })
 	wg.Go(func() { fail("health server", s.healthGRPC.Serve(s.healthLis)) })
 	wg.Go(func() {
-		if err := s.httpServer.Serve(s.metricsLis); !errors.Is(err, http.ErrServerClosed) {
+		serve := s.httpServer.Serve
+		if s.httpServer.TLSConfig != nil {
+			// The certificate comes from TLSConfig.
+			serve = func(l net.Listener) error { return s.httpServer.ServeTLS(l, "", "") }
+		}
+		if err := serve(s.metricsLis); !errors.Is(err, http.ErrServerClosed) {
 			fail("metrics server", err)
 		}
 	})

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 )
@@ -15,9 +17,11 @@ import (
 //   - A valid export: exported=true, err=nil, and mode is the routing mode
 //     (EndpointMode when export-mode is absent).
 //   - An invalid export (export-mode without export, or a value that is not
-//     allowed, the empty string included): exported=false and err says what
-//     is wrong, quoting the bad value and the allowed ones. Callers surface
-//     err in the InferencePoolExport's Valid condition.
+//     allowed, the empty string included, or an endpoint-picker-secret that
+//     is not a Secret name): exported=false and err says what is wrong,
+//     quoting the bad value and the allowed ones. Callers surface err in the
+//     InferencePoolExport's Valid condition. A bad Secret name withdraws the
+//     export rather than letting importers reach a TLS EPP in plaintext.
 //
 // Values are matched exactly: "clusterset" is not "ClusterSet".
 func ParseExport(annotations map[string]string) (mode inference.RoutingMode, exported bool, err error) {
@@ -48,10 +52,30 @@ func ParseExport(annotations map[string]string) (mode inference.RoutingMode, exp
 		}
 	}
 
+	if _, err := EndpointPickerSecret(annotations); err != nil {
+		problems = append(problems, err.Error())
+	}
+
 	if len(problems) > 0 {
 		return "", false, fmt.Errorf("invalid export: %s", strings.Join(problems, "; "))
 	}
 	return mode, true, nil
+}
+
+// EndpointPickerSecret reads a pool's endpoint-picker-secret annotation: the
+// name of the Secret, in the pool's namespace, with the TLS credentials for
+// its EPP; "" when the annotation is absent (plaintext). A value that is not
+// a Secret name is an error that quotes it.
+func EndpointPickerSecret(annotations map[string]string) (string, error) {
+	name, ok := annotations[v1alpha1.EndpointPickerSecretAnnotation]
+	if !ok {
+		return "", nil
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return "", fmt.Errorf("annotation %q has value %q, which is not a Secret name: %s",
+			v1alpha1.EndpointPickerSecretAnnotation, name, strings.Join(errs, "; "))
+	}
+	return name, nil
 }
 
 // hasExportAnnotation says whether a pool carries either export annotation,

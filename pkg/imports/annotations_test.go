@@ -14,6 +14,7 @@ func TestParseExport(t *testing.T) {
 	const (
 		exportKey = v1alpha1.ExportAnnotation
 		modeKey   = v1alpha1.ExportModeAnnotation
+		secretKey = v1alpha1.EndpointPickerSecretAnnotation
 	)
 	tests := []struct {
 		name         string
@@ -78,6 +79,27 @@ func TestParseExport(t *testing.T) {
 			name:        "both annotations wrong reports both problems",
 			annotations: map[string]string{exportKey: "Global", modeKey: "Direct"},
 			wantErr:     []string{`"Global"`, `"Direct"`},
+		},
+		{
+			name:         "an endpoint-picker-secret naming a Secret keeps the export valid",
+			annotations:  map[string]string{exportKey: "ClusterSet", secretKey: "epp-client-tls"},
+			wantMode:     inference.RoutingModeEndpoint,
+			wantExported: true,
+		},
+		{
+			name:        "an endpoint-picker-secret that is not a Secret name makes the export invalid",
+			annotations: map[string]string{exportKey: "ClusterSet", secretKey: "example/epp-tls"},
+			wantErr:     []string{`"` + secretKey + `"`, `"example/epp-tls"`, "not a Secret name"},
+		},
+		{
+			name:        "an empty endpoint-picker-secret makes the export invalid",
+			annotations: map[string]string{exportKey: "ClusterSet", secretKey: ""},
+			wantErr:     []string{`"` + secretKey + `"`, `""`},
+		},
+		{
+			name:        "a bad endpoint-picker-secret is reported with the other problems",
+			annotations: map[string]string{exportKey: "Global", secretKey: "Upper"},
+			wantErr:     []string{`"Global"`, `"Upper"`},
 		},
 	}
 	for _, tc := range tests {

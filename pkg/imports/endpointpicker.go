@@ -62,11 +62,16 @@ func endpointPickerImport(m *Member, pool *poolv1.InferencePool, counter endpoin
 	}
 	ports := resolveEPPPorts(svc, refPort)
 	epp.Service = []inference.ServiceImport{serviceImport(svc, ports.extProc)}
+	// The exporter's ParseExport has accepted the annotation's value.
+	secret, _ := EndpointPickerSecret(pool.Annotations)
+	if secret != "" {
+		epp.SecretRef = &corev1.SecretReference{Namespace: pool.Namespace, Name: secret}
+	}
 	if ports.health != 0 {
-		epp.Health = &inference.HealthEndpoint{Port: ports.health}
+		epp.Health = &inference.HealthEndpoint{Port: ports.health, SecretRef: epp.SecretRef}
 	}
 	if ports.metrics != 0 {
-		epp.Metrics = &inference.MetricsEndpoint{Port: ports.metrics}
+		epp.Metrics = &inference.MetricsEndpoint{Port: ports.metrics, SecretRef: epp.SecretRef}
 	}
 
 	if ports.extProc == 0 {

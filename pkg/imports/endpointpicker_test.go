@@ -59,6 +59,77 @@ func TestEndpointModeEntry(t *testing.T) {
 	})
 }
 
+func TestEndpointPickerSecretRef(t *testing.T) {
+	secret := func(name string) poolOption {
+		return func(p *poolv1.InferencePool) { p.Annotations[v1alpha1.EndpointPickerSecretAnnotation] = name }
+	}
+	ref := &corev1.SecretReference{Namespace: testNamespace, Name: "epp-client-tls"}
+	tests := []struct {
+		name    string
+		objs    []runtime.Object
+		want    *corev1.SecretReference
+		health  *inference.HealthEndpoint
+		metrics *inference.MetricsEndpoint
+	}{
+		{
+			name:    "without the annotation the EPP is reached in plaintext: no secretRef anywhere",
+			objs:    readyEPP(testNamespace, testPool),
+			health:  &inference.HealthEndpoint{Port: 9003},
+			metrics: &inference.MetricsEndpoint{Port: 9090},
+		},
+		{
+			name:    "the annotation names a Secret of the pool's namespace for the ext-proc, health and metrics ports",
+			objs:    readyEPP(testNamespace, testPool, secret("epp-client-tls")),
+			want:    ref,
+			health:  &inference.HealthEndpoint{Port: 9003, SecretRef: ref},
+			metrics: &inference.MetricsEndpoint{Port: 9090, SecretRef: ref},
+		},
+		{
+			name: "a Service without health and metrics ports carries the Secret on the endpointPicker alone",
+			objs: []runtime.Object{
+				pool(testNamespace, testPool, secret("epp-client-tls")),
+				service(testNamespace, testEPP, ports(port("ext-proc", 9002))),
+				slice(testNamespace, testEPP, isReady),
+			},
+			want: ref,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ic := importedFrom(t, tc.objs...)
+			assert.Equal(t, tc.want, ic.EndpointPicker.SecretRef)
+			assert.Equal(t, tc.health, ic.EndpointPicker.Health)
+			assert.Equal(t, tc.metrics, ic.EndpointPicker.Metrics)
+		})
+	}
+
+	t.Run("a pool whose annotation is not a Secret name is not imported rather than reached in plaintext", func(t *testing.T) {
+		cs := clusterSet("cluster-b",
+			member(t, "cluster-a", readyEPP(testNamespace, testPool, secret("not/a-name"))...),
+			member(t, "cluster-b", namespace(testNamespace)),
+		)
+		_, ok := importBothWays(t, cs, testNamespace, testPool)
+		assert.False(t, ok)
+	})
+
+	t.Run("a ParentMode export has no EPP, so the annotation adds nothing", func(t *testing.T) {
+		ic := importedFrom(t,
+			pool(testNamespace, testPool, parentMode(gatewayRef("", "gw")), secret("epp-client-tls")),
+			gateway(testNamespace, "gw", []int32{80}, addresses("203.0.113.10"), programmed(metav1.ConditionTrue)),
+		)
+		assert.Equal(t, inference.EndpointPickerImport{}, ic.EndpointPicker)
+	})
+
+	t.Run("the served v1alpha1 object carries the references", func(t *testing.T) {
+		ic := importedFrom(t, readyEPP(testNamespace, testPool, secret("epp-client-tls"))...)
+		var out v1alpha1.ImportedCluster
+		require.NoError(t, v1alpha1.Convert_inference_ImportedCluster_To_v1alpha1_ImportedCluster(&ic, &out, nil))
+		assert.Equal(t, ref, out.EndpointPicker.SecretRef)
+		assert.Equal(t, ref, out.EndpointPicker.Health.SecretRef)
+		assert.Equal(t, ref, out.EndpointPicker.Metrics.SecretRef)
+	})
+}
+
 func TestEndpointPickerServiceByType(t *testing.T) {
 	tests := []struct {
 		name      string

@@ -52,6 +52,12 @@ func TestExportValidity(t *testing.T) {
 			wantReason:  v1alpha1.ReasonInvalidExport,
 			wantMessage: []string{`"Tunnel"`, `"EndpointMode"`, `"ParentMode"`},
 		},
+		{
+			name:        "an endpoint-picker-secret that is not a Secret name is reported invalid",
+			annotations: map[string]string{v1alpha1.ExportAnnotation: "ClusterSet", v1alpha1.EndpointPickerSecretAnnotation: "EPP TLS"},
+			wantReason:  v1alpha1.ReasonInvalidExport,
+			wantMessage: []string{`"` + v1alpha1.EndpointPickerSecretAnnotation + `"`, `"EPP TLS"`, "not a Secret name"},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net"
 	"regexp"
@@ -394,22 +395,36 @@ func (b *builder) route(t *Table, r *gatewayv1.HTTPRoute) {
 	}
 
 	for ri, rule := range r.Spec.Rules {
-		if len(rule.Filters) > 0 {
-			report(ReasonUnsupportedFilter, "rule %d has filters; mci-sidecar does not apply HTTPRoute filters, the rule routes as if it had none", ri)
-		}
 		rl := &Rule{Route: key, Index: ri}
+		filters, err := compileFilters(rule.Filters)
+		switch {
+		case err != nil:
+			rl.Invalid = fmt.Sprintf("rule %d: %v", ri, err)
+			report(ReasonUnsupportedFilter, "%s", rl.Invalid)
+		case filters != nil && filters.redirect != nil:
+			// A redirect answers every request of the rule, whatever its
+			// backendRefs (it needs none).
+			rl.redirect = filters
+		}
 		names := make([]string, 0, len(rule.BackendRefs))
 		weights := make([]int64, 0, len(rule.BackendRefs))
 		for bi, ref := range rule.BackendRefs {
-			if len(ref.Filters) > 0 {
-				report(ReasonUnsupportedFilter, "rule %d backendRef %d has filters; mci-sidecar does not apply HTTPRoute filters", ri, bi)
-			}
 			be := b.backend(r, ri, bi, ref.BackendRef, ra)
+			if be.Invalid == "" && rl.Invalid == "" {
+				// The rule's filters, then the backendRef's: what a
+				// request picked for this backendRef goes through.
+				if be.filters, err = compileFilters(rule.Filters, ref.Filters); err != nil {
+					be.Invalid = fmt.Sprintf("%s: rule %d backendRef %d: %v", ReasonUnsupportedFilter, ri, bi, err)
+					report(ReasonUnsupportedFilter, "rule %d backendRef %d: %v", ri, bi, err)
+				}
+			}
 			rl.Backends = append(rl.Backends, be)
 			names = append(names, be.String())
 			weights = append(weights, be.Weight)
 		}
-		if len(rule.BackendRefs) == 0 {
+		if rl.Invalid != "" || rl.redirect != nil {
+			// Answered before any backendRef is picked.
+		} else if len(rule.BackendRefs) == 0 {
 			report(ReasonNoBackendRefs, "rule %d has no backendRefs: its requests get 500", ri)
 		} else if !slices.ContainsFunc(weights, func(w int64) bool { return w > 0 }) {
 			report(ReasonAllWeightsZero, "every backendRef of rule %d weighs 0: its requests get 500", ri)
@@ -666,8 +681,15 @@ func (b *builder) localPool(key types.NamespacedName) localResult {
 
 func (b *builder) resolveLocal(key types.NamespacedName) localResult {
 	lr := localResult{pool: b.pools[key]}
+	if lr.pool == nil {
+		return lr
+	}
+	secret, secretErr := imports.EndpointPickerSecret(lr.pool.Annotations)
+	if secretErr != nil {
+		// Never plaintext to an EPP that its pool says serves TLS.
+		b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidAnnotation, "%v; the pool's local EPP is not routed to", secretErr)
+	}
 	switch {
-	case lr.pool == nil:
 	case isShim(lr.pool, b.in.EndpointPickerServices):
 		lr.shim = true
 		if v, ok := lr.pool.Annotations[ClusterWeightsAnnotation]; ok {
@@ -682,14 +704,14 @@ func (b *builder) resolveLocal(key types.NamespacedName) localResult {
 			break
 		}
 		ref, err := parseEndpointPicker(v)
-		if err == nil {
-			lr.cluster, err = b.localCluster(lr.pool, ref)
+		if err == nil && secretErr == nil {
+			lr.cluster, err = b.localCluster(lr.pool, ref, secret)
 		}
 		if err != nil {
 			b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidAnnotation, "%s: %v; the pool's local model servers are not routed to", LocalEndpointPickerAnnotation, err)
 		}
-	default:
-		c, err := b.localCluster(lr.pool, lr.pool.Spec.EndpointPickerRef)
+	case secretErr == nil:
+		c, err := b.localCluster(lr.pool, lr.pool.Spec.EndpointPickerRef, secret)
 		if err != nil {
 			b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidEndpointPicker, "%v; the pool has no cluster to route to", err)
 		}
@@ -720,8 +742,10 @@ func parseEndpointPicker(v string) (poolv1.EndpointPickerRef, error) {
 // mci-apiserver locates an exported one: the Service's LoadBalancer ingress,
 // else its cluster IP, else its ExternalName; the endpointPickerRef's port,
 // else the Service port named for ext-proc; health and metrics ports by name,
-// else the conventional 9003 and 9090 when the Service has them.
-func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPickerRef) (*Cluster, error) {
+// else the conventional 9003 and 9090 when the Service has them. secret,
+// when set, names the Secret of the pool's namespace to reach all three
+// with.
+func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPickerRef, secret string) (*Cluster, error) {
 	if (ref.Group != nil && *ref.Group != "") || (ref.Kind != "" && ref.Kind != "Service") {
 		return nil, fmt.Errorf("endpointPickerRef names a %s; only a core Service is supported", cmp.Or(ref.Kind, "Service"))
 	}
@@ -755,6 +779,10 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 		Weight: 1,
 		Local:  true,
 	}
+	if secret != "" {
+		c.EPPSecret = types.NamespacedName{Namespace: p.Namespace, Name: secret}
+		c.HealthSecret, c.MetricsSecret = c.EPPSecret, c.EPPSecret
+	}
 	if hp := findPort(svc.Spec.Ports, func(n string) bool {
 		return n == "health" || n == "grpc-health" || n == "health-grpc" || strings.HasSuffix(n, "-health")
 	}, 9003); hp != 0 {
@@ -763,13 +791,19 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 	if mp := findPort(svc.Spec.Ports, func(n string) bool {
 		return n == "metrics" || n == "http-metrics" || strings.HasSuffix(n, "-metrics")
 	}, 9090); mp != 0 {
-		c.Metrics = metricsURL(addrs[0], mp)
+		c.Metrics = metricsURL(addrs[0], mp, c.MetricsSecret)
 	}
 	return c, nil
 }
 
-func metricsURL(host string, port int32) string {
-	return "http://" + net.JoinHostPort(host, strconv.Itoa(int(port))) + "/metrics"
+// metricsURL is where an EPP's metrics are scraped: over HTTPS when it has
+// credentials.
+func metricsURL(host string, port int32, secret types.NamespacedName) string {
+	scheme := "http://"
+	if secret.Name != "" {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(host, strconv.Itoa(int(port))) + "/metrics"
 }
 
 // findPort returns the first Service port whose name matches, else the one
@@ -830,13 +864,21 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 				report(ReasonInvalidImportedCluster, "cluster %q: the endpointPicker has no service address and port; the cluster is skipped", ic.Name)
 				continue
 			}
+			epp := ic.EndpointPicker
+			secrets, err := importSecrets(imp.Namespace, epp.SecretRef, epp.Health, epp.Metrics)
+			if err != nil {
+				// Never plaintext to an EPP that its import says serves TLS.
+				report(ReasonInvalidImportedCluster, "cluster %q: %v; the cluster is skipped", ic.Name, err)
+				continue
+			}
 			host := svc[0].Addresses[0]
 			c.EPP = net.JoinHostPort(host, strconv.Itoa(int(svc[0].Ports[0].Number)))
-			if h := ic.EndpointPicker.Health; h != nil && h.Port > 0 {
+			c.EPPSecret, c.HealthSecret, c.MetricsSecret = secrets[0], secrets[1], secrets[2]
+			if h := epp.Health; h != nil && h.Port > 0 {
 				c.Health = net.JoinHostPort(host, strconv.Itoa(int(h.Port)))
 			}
-			if m := ic.EndpointPicker.Metrics; m != nil && m.Port > 0 {
-				c.Metrics = metricsURL(host, m.Port)
+			if m := epp.Metrics; m != nil && m.Port > 0 {
+				c.Metrics = metricsURL(host, m.Port, c.MetricsSecret)
 			}
 		case v1alpha1.RoutingModeParent:
 			c.Parent = parentAddress(ic.Parents)
@@ -854,6 +896,35 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 		report(ReasonNoReadyClusters, "none of its %d cluster(s) can take requests (%d not Ready); its requests get 503, or follow FailOpen", len(imp.Status.Clusters), notReady)
 	}
 	return out
+}
+
+// importSecrets returns the Secrets of an import's endpointPicker, health
+// and metrics secretRefs (zero for none). A reference without a namespace
+// is to the import's own; one to another namespace is refused, as there is
+// no ReferenceGrant for it (mci-apiserver only ever names the pool's).
+func importSecrets(namespace string, epp *corev1.SecretReference, health *v1alpha1.HealthEndpoint, metrics *v1alpha1.MetricsEndpoint) ([3]types.NamespacedName, error) {
+	refs := [3]*corev1.SecretReference{epp}
+	if health != nil {
+		refs[1] = health.SecretRef
+	}
+	if metrics != nil {
+		refs[2] = metrics.SecretRef
+	}
+	var out [3]types.NamespacedName
+	for i, r := range refs {
+		if r == nil {
+			continue
+		}
+		ns := cmp.Or(r.Namespace, namespace)
+		if ns != namespace {
+			return out, fmt.Errorf("secretRef %s/%s is in another namespace than the import's; only Secrets of namespace %s can be used", ns, r.Name, namespace)
+		}
+		if r.Name == "" {
+			return out, errors.New("a secretRef has no name")
+		}
+		out[i] = types.NamespacedName{Namespace: ns, Name: r.Name}
+	}
+	return out, nil
 }
 
 // parentAddress is where a ParentMode request goes: the first parent

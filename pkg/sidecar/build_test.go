@@ -326,8 +326,8 @@ func TestBuild(t *testing.T) {
 			},
 			wantReasons: []string{ReasonUnsupportedValue},
 			check: func(t *testing.T, tbl *Table) {
-				assert.NotNil(t, tbl.Match(&RequestAttrs{Path: "/v1/x"}))
-				assert.Nil(t, tbl.Match(&RequestAttrs{Path: "/(unclosed"}))
+				assert.NotNil(t, ruleOf(tbl, &RequestAttrs{Path: "/v1/x"}))
+				assert.Nil(t, ruleOf(tbl, &RequestAttrs{Path: "/(unclosed"}))
 			},
 		},
 		{
@@ -338,14 +338,14 @@ func TestBuild(t *testing.T) {
 				Imports: []*v1alphaImport{twoClusters}},
 			wantReasons: []string{ReasonNoBackendRefs, ReasonAllWeightsZero},
 			check: func(t *testing.T, tbl *Table) {
-				assert.Nil(t, tbl.Match(&RequestAttrs{Path: "/a"}).PickBackend())
-				assert.Nil(t, tbl.Match(&RequestAttrs{Path: "/b"}).PickBackend())
+				assert.Nil(t, ruleOf(tbl, &RequestAttrs{Path: "/a"}).PickBackend())
+				assert.Nil(t, ruleOf(tbl, &RequestAttrs{Path: "/b"}).PickBackend())
 			},
 		},
 		{
-			name: "filters are reported as not applied",
+			name: "a filter the sidecar cannot apply is reported",
 			in: Inputs{Routes: []*gatewayv1.HTTPRoute{route("r", 0, nil, gatewayv1.HTTPRouteRule{
-				Filters:     []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestHeaderModifier}},
+				Filters:     []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestMirror}},
 				BackendRefs: []gatewayv1.HTTPBackendRef{importRef("llm", nil)},
 			})}, Imports: []*v1alphaImport{twoClusters}},
 			wantReasons: []string{ReasonUnsupportedFilter},
@@ -381,7 +381,7 @@ func TestBuild(t *testing.T) {
 			in:   Inputs{},
 			check: func(t *testing.T, tbl *Table) {
 				assert.Empty(t, tbl.Rules())
-				assert.Nil(t, tbl.Match(&RequestAttrs{Path: "/"}))
+				assert.Nil(t, ruleOf(tbl, &RequestAttrs{Path: "/"}))
 			},
 		},
 	}

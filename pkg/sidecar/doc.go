@@ -106,6 +106,20 @@
 //     request gets 500 (503 while no shim pool exists), and several shim
 //     pools behind one Service are reported. An HTTPRoute backendRef to a
 //     shim pool resolves the same way, never to the sidecar itself.
+//   - TLS to EPPs. A cluster whose import names a secretRef (from the
+//     exporting pool's mci.x-k8s.io/endpoint-picker-secret; for a local
+//     pool, the annotation itself) is reached over TLS on its ext_proc,
+//     health and metrics (HTTPS) addresses with that Secret of the local
+//     cluster: ca.crt, optionally tls.crt and tls.key (mutual TLS) and
+//     server-name. Credentials reads only Secrets labelled
+//     mci.x-k8s.io/endpoint-picker-credentials=true in the namespaces it
+//     is given (--endpoint-picker-secret-namespaces), never cluster-wide. A
+//     missing or unusable Secret, or a failed handshake, fails the cluster
+//     like any EPP failure (next cluster, then the failure mode); it is
+//     never reached in plaintext. Connections are kept per address and
+//     Secret version, so a rotated Secret is dialled anew at once. A
+//     secretRef to another namespace than the import's is refused (no
+//     ReferenceGrant), and the cluster is skipped.
 //   - Relayed requests. A request the sidecar relays to a remote EPP
 //     carries x-mci-relayed-from: <local cluster>; a shim-mode sidecar
 //     serves such a request with its pool's local EPP only and fails

@@ -110,7 +110,7 @@ func BenchmarkImportEventToRoutedRequest(b *testing.B) {
 	// routedTo routes one request as the Server does up to the EPP call and
 	// returns the EPP address of the import's first cluster in policy order.
 	routedTo := func() string {
-		rl := router.Table().Match(attrs)
+		rl, _ := router.Table().Match(attrs)
 		if rl == nil {
 			return ""
 		}

@@ -41,9 +41,14 @@ func AttrsFromRequest(req *extproc.Request) RequestAttrs {
 // normalizeHost lowercases a request host and drops its port and a trailing
 // dot: HTTPRoute hostnames never carry them and must match regardless.
 func normalizeHost(h string) string {
-	if host, _, err := net.SplitHostPort(h); err == nil {
-		h = host
-	} else if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+	// Without a colon there is no port, and SplitHostPort would only build
+	// an error to say so, for nearly every request.
+	if strings.Contains(h, ":") {
+		if host, _, err := net.SplitHostPort(h); err == nil {
+			return strings.TrimSuffix(strings.ToLower(host), ".")
+		}
+	}
+	if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
 		h = h[1 : len(h)-1]
 	}
 	return strings.TrimSuffix(strings.ToLower(h), ".")

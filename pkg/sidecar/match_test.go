@@ -43,6 +43,8 @@ func TestNormalizeHost(t *testing.T) {
 		"my.model.com.":     "my.model.com",
 		"[::1]:80":          "::1",
 		"[::1]":             "::1",
+		"::1":               "::1",
+		"Model.COM.:8080":   "model.com",
 		"":                  "",
 	} {
 		assert.Equal(t, want, normalizeHost(in), in)
@@ -239,7 +241,7 @@ func TestMatch(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tbl, _ := Build(Inputs{Routes: tt.routes})
-			got := tbl.Match(&tt.req)
+			got, _ := tbl.Match(&tt.req)
 			if tt.want == "" {
 				assert.Nil(t, got)
 				return

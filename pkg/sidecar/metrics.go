@@ -20,7 +20,10 @@ const (
 	OutcomeShed = "shed"
 	// OutcomeNoRoute: no HTTPRoute rule matches (404).
 	OutcomeNoRoute = "no_route"
-	// OutcomeInvalidBackend: the picked backendRef cannot be used (500).
+	// OutcomeRedirected: an HTTPRoute RequestRedirect filter answered.
+	OutcomeRedirected = "redirected"
+	// OutcomeInvalidBackend: the picked backendRef, or its rule, cannot be
+	// used (500).
 	OutcomeInvalidBackend = "invalid_backend"
 	// OutcomeUnavailable: no cluster could take the request (503).
 	OutcomeUnavailable = "unavailable"

@@ -2,83 +2,273 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"net"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-
+	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
-var overheadRate = flag.Int("sidecar.overhead-rate", 2000, "BenchmarkSidecarOverhead: requests per second, on one path at a time")
+var (
+	overheadRate     = flag.Int("sidecar.overhead-rate", 2000, "BenchmarkSidecarOverhead: round trips per second, on one path at a time")
+	overheadDuration = flag.Duration("sidecar.overhead-duration", 4*time.Second, "BenchmarkSidecarOverhead: sending time per path")
+	overheadRounds   = flag.Int("sidecar.overhead-rounds", 8, "BenchmarkSidecarOverhead: interleaved turns per path")
+)
 
-// BenchmarkSidecarOverhead measures the latency the sidecar adds over
-// calling the EPP directly, on loopback, at a fixed request rate on each
-// path, both paths in the same run in interleaved turns, and reports
-// percentiles.
-//
-//	go test -run '^$' -bench SidecarOverhead -benchtime 1x ./pkg/sidecar/ [-sidecar.overhead-rate=2000]
-func BenchmarkSidecarOverhead(b *testing.B) {
-	t := b
-	rate := *overheadRate
-	msA := modelServer(t, "model-a")
-	eppA, _ := runEPP(t, msA)
-	imp := importOf("llm")
-	eppImported(t, "cluster-a", eppA)(imp)
-	tbl, errs := Build(Inputs{
-		Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
-		Imports: []*v1alphaImport{imp},
+// overheadRequest is the request of the overhead benchmarks: a short
+// completion for the base model, which the EPP routes without rewriting.
+var overheadRequest = extproctest.Request{Path: "/v1/completions", Body: []byte(`{"model":"base","prompt":"Write a haiku about GPUs."}`)}
+
+// The servers of the overhead benchmarks (overheadServer).
+const (
+	roleEPP       = "epp"
+	roleSidecar   = "sidecar"
+	roleNullRelay = "null-relay"
+)
+
+// overheadEPPEnv gives the sidecar and null-relay processes the EPP's
+// ext_proc address.
+const overheadEPPEnv = "MCI_SIDECAR_BENCH_EPP"
+
+func TestMain(m *testing.M) {
+	extproctest.RunIfChild(func(ctx context.Context, role string, ready func(string)) error {
+		srv, release, err := overheadServer(role, os.Getenv(overheadEPPEnv))
+		if err != nil {
+			return err
+		}
+		defer release()
+		ready(srv.GRPCAddr())
+		return srv.Run(ctx)
 	})
-	require.Empty(t, errs)
-	router := NewRouter()
-	router.Publish(tbl)
-	srv := NewServer(router, &fakeState{}, ServerConfig{Scheduling: scheduling.DefaultConfig()}, NewMetrics(prometheus.NewRegistry(), nil, nil), logr.Discard())
-	defer srv.Close()
-	lis, err := netListen()
-	require.NoError(t, err)
-	gs := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(gs, srv)
-	go func() { _ = gs.Serve(lis) }()
-	defer gs.Stop()
-
-	direct, err := extproctest.Dial(eppA.GRPCAddr(), extproctest.Options{})
-	require.NoError(t, err)
-	defer func() { _ = direct.Close() }()
-	viaSidecar, err := extproctest.Dial(lis.Addr().String(), extproctest.Options{})
-	require.NoError(t, err)
-	defer func() { _ = viaSidecar.Close() }()
-
-	req := extproctest.Request{Path: "/v1/completions", Body: []byte(`{"model":"base","prompt":"Write a haiku about GPUs."}`)}
-	// Warm up connections and the EPP's metrics.
-	for range 200 {
-		_, err := direct.Do(context.Background(), req)
-		require.NoError(t, err)
-		_, err = viaSidecar.Do(context.Background(), req)
-		require.NoError(t, err)
-	}
-
-	res := extproctest.Load(context.Background(), extproctest.LoadOptions{
-		Request: req, Rate: rate, Duration: 5 * time.Second, Rounds: 10,
-	}, extproctest.Target{Name: "direct", Client: direct}, extproctest.Target{Name: "sidecar", Client: viaSidecar})
-	for _, r := range res {
-		t.Log(r)
-	}
-	d, s := res[0], res[1]
-	addedP50 := s.Percentile(.5) - d.Percentile(.5)
-	addedP99 := s.Percentile(.99) - d.Percentile(.99)
-	t.Logf("added by the sidecar: p50 %v, p99 %v", addedP50, addedP99)
-	b.ReportMetric(float64(addedP50.Microseconds()), "added-p50-µs")
-	b.ReportMetric(float64(addedP99.Microseconds()), "added-p99-µs")
-	b.ReportMetric(float64(d.Failed+s.Failed), "failed")
+	os.Exit(m.Run())
 }
 
-func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+// BenchmarkSidecarOverhead measures what mci-sidecar adds to a request as a
+// gateway sees it: the latency of ext_proc round trips at a fixed rate
+// (-sidecar.overhead-rate, 2000/s), sent open-loop from this process, on
+// three paths driven in interleaved turns in the same run, each server in a
+// process of its own as in a cluster:
+//
+//   - direct: to mci-epp;
+//   - null-relay: through a relay that pipes the stream to the same EPP and
+//     decides nothing, with the sidecar's gRPC plumbing on both sides: the
+//     floor of any extra ext_proc hop on this machine;
+//   - sidecar: through mci-sidecar, which matches the route, picks the
+//     cluster (HealthBased, the EPP probed as in production) and relays.
+//
+// Beside the latencies it reports the CPU time of each server process per
+// round trip it served, which depends far less than latency on what else
+// the machine runs. It ignores b.N: run it with -benchtime 1x.
+//
+//	go test -run '^$' -bench SidecarOverhead -benchtime 1x ./pkg/sidecar/
+//
+// MCI_BENCH_CPUPROFILE=<dir> writes a CPU profile of each server process to
+// <dir>/<role>.cpu.
+func BenchmarkSidecarOverhead(b *testing.B) {
+	eppProc := extproctest.StartChild(b, roleEPP)
+	relay := extproctest.StartChild(b, roleNullRelay, overheadEPPEnv+"="+eppProc.Addr)
+	side := extproctest.StartChild(b, roleSidecar, overheadEPPEnv+"="+eppProc.Addr)
+	targets := []extproctest.Target{{Name: "direct", Client: eppProc.Client}, relay.Target, side.Target}
+	// Until the EPP has scraped its model server and the sidecar has
+	// probed the EPP, some answers are errors: the warm-up does not count.
+	extproctest.Load(context.Background(), extproctest.LoadOptions{Request: overheadRequest, Rate: 1000, Duration: time.Second}, targets...)
+
+	b.ResetTimer()
+	procs := []*extproctest.Child{eppProc, relay, side}
+	cpu := make([]time.Duration, len(procs))
+	for i, p := range procs {
+		cpu[i] = p.CPU(b)
+	}
+	res := extproctest.Load(context.Background(), extproctest.LoadOptions{
+		Request: overheadRequest, Rate: *overheadRate, Duration: *overheadDuration, Rounds: *overheadRounds,
+	}, targets...)
+	for i, p := range procs {
+		cpu[i] = p.CPU(b) - cpu[i]
+	}
+	b.StopTimer()
+	for _, r := range res {
+		b.Log(r)
+		require.Zero(b, r.Failed, "%s failed round trips", r.Name)
+	}
+	d, n, s := res[0], res[1], res[2]
+	perOp := func(cpu time.Duration, sent int) float64 { return float64(cpu.Microseconds()) / float64(sent) }
+	added := func(r *extproctest.LoadResult, over *extproctest.LoadResult, p float64) time.Duration {
+		return r.Percentile(p) - over.Percentile(p)
+	}
+	b.Logf("added over direct: null relay p50 %v, p99 %v; sidecar p50 %v, p99 %v; sidecar over null relay: p50 %v, p99 %v",
+		added(n, d, .5), added(n, d, .99), added(s, d, .5), added(s, d, .99), added(s, n, .5), added(s, n, .99))
+	b.Logf("CPU per round trip: EPP %.0f µs (all paths), null relay %.0f µs, sidecar %.0f µs",
+		perOp(cpu[0], d.Sent+n.Sent+s.Sent), perOp(cpu[1], n.Sent), perOp(cpu[2], s.Sent))
+	b.ReportMetric(perOp(cpu[2], s.Sent), "sidecar-cpu-µs/op")
+	b.ReportMetric(perOp(cpu[1], n.Sent), "relay-cpu-µs/op")
+	b.ReportMetric(perOp(cpu[0], d.Sent+n.Sent+s.Sent), "epp-cpu-µs/op")
+	b.ReportMetric(float64(added(s, d, .5).Microseconds()), "added-p50-µs")
+	b.ReportMetric(float64(added(s, d, .99).Microseconds()), "added-p99-µs")
+	b.ReportMetric(float64(added(n, d, .5).Microseconds()), "relay-added-p50-µs")
+	b.ReportMetric(float64(added(n, d, .99).Microseconds()), "relay-added-p99-µs")
+	b.ReportMetric(float64(added(s, n, .5).Microseconds()), "over-relay-p50-µs")
+	b.ReportMetric(float64(added(s, n, .99).Microseconds()), "over-relay-p99-µs")
+	b.ReportMetric(float64(d.Percentile(.99).Microseconds()), "direct-p99-µs")
+	b.ReportMetric(s.Rate(), "req/s")
+}
+
+// BenchmarkSidecarRoundTrip is one ext_proc round trip at a time on each
+// path of BenchmarkSidecarOverhead, every server in this process, for
+// profiles and allocation counts: what the sidecar allocates per request is
+// the difference between its allocs/op and direct's.
+//
+//	go test -run '^$' -bench SidecarRoundTrip -benchmem ./pkg/sidecar/ [-cpuprofile cpu.out -memprofile mem.out]
+func BenchmarkSidecarRoundTrip(b *testing.B) {
+	eppAddr := serveInProcess(b, roleEPP, "")
+	for _, role := range []string{"direct", roleNullRelay, roleSidecar} {
+		addr := eppAddr
+		if role != "direct" {
+			addr = serveInProcess(b, role, eppAddr)
+		}
+		client, err := extproctest.Dial(addr, extproctest.Options{})
+		require.NoError(b, err)
+		b.Cleanup(func() { _ = client.Close() })
+		// The EPP answers 503 until it has scraped its model server, and
+		// the sidecar tries its cluster only once the probe has seen it
+		// serving or not.
+		require.Eventually(b, func() bool {
+			res, err := client.Do(context.Background(), overheadRequest)
+			return err == nil && res.Destination != ""
+		}, 10*time.Second, 10*time.Millisecond)
+		b.Run(role, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				res, err := client.Do(context.Background(), overheadRequest)
+				if err != nil || res.Destination == "" {
+					b.Fatalf("round trip: %v (%+v)", err, res)
+				}
+			}
+		})
+	}
+}
+
+// serveInProcess runs the server of a role in this process until the
+// benchmark ends and returns its ext_proc address.
+func serveInProcess(b *testing.B, role, eppAddr string) string {
+	srv, release, err := overheadServer(role, eppAddr)
+	require.NoError(b, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	b.Cleanup(func() {
+		cancel()
+		require.NoError(b, <-done)
+		release()
+	})
+	return srv.GRPCAddr()
+}
+
+// overheadServer builds the ext_proc server of a role of the overhead
+// benchmarks:
+//   - roleEPP: mci-epp for pool "llm" in front of one idle model server;
+//   - roleSidecar: the sidecar's ext_proc service, whose one route sends
+//     every request to the import of "llm" in one cluster, the EPP at
+//     eppAddr, with the HealthBased policy and the EPP probed as the
+//     sidecar does;
+//   - roleNullRelay: a NullRelay to eppAddr over a connection set up as
+//     the sidecar's to an EPP are.
+//
+// The last two are served as mci-sidecar serves (extproc.Listen). release
+// frees what the server holds besides itself, once it has stopped.
+func overheadServer(role, eppAddr string) (srv interface {
+	GRPCAddr() string
+	Run(context.Context) error
+}, release func(), err error) {
+	switch role {
+	case roleEPP:
+		ms := httptest.NewServer(modelHandler("model-a"))
+		e, err := epp.New(epp.Config{
+			BindAddress: "127.0.0.1", PoolName: "llm",
+			Picker: epp.PickerConfig{Scheduling: scheduling.DefaultConfig()},
+		}, epp.StaticSource{Endpoints: []epp.Endpoint{{Name: "pod", Address: ms.Listener.Addr().String()}}})
+		if err != nil {
+			ms.Close()
+			return nil, nil, err
+		}
+		return e, ms.Close, nil
+
+	case roleSidecar:
+		host, portStr, err := net.SplitHostPort(eppAddr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("EPP address %q: %w", eppAddr, err)
+		}
+		port, err := strconv.ParseInt(portStr, 10, 32)
+		if err != nil {
+			return nil, nil, fmt.Errorf("EPP address %q: %w", eppAddr, err)
+		}
+		imp := importOf("llm", imported{name: "cluster-a", addr: host, port: int32(port)})
+		// mci-epp serves gRPC health on its ext_proc port as well.
+		imp.Status.Clusters[0].EndpointPicker.Health.Port = int32(port)
+		tbl, errs := Build(Inputs{
+			Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
+			Imports: []*v1alphaImport{imp},
+		})
+		if len(errs) > 0 {
+			return nil, nil, errors.Join(errs...)
+		}
+		router := NewRouter()
+		router.Publish(tbl)
+		prober := NewHealthProber(0, 0)
+		prober.SetTargets([]string{net.JoinHostPort(host, portStr)})
+		reg := prometheus.NewRegistry()
+		server := NewServer(router, liveState{health: prober}, ServerConfig{}, NewMetrics(reg, router, prober), logr.Discard())
+		servers, err := extproc.Listen(extproc.ServingOptions{BindAddress: "127.0.0.1"}, server, reg)
+		if err != nil {
+			server.Close()
+			return nil, nil, err
+		}
+		servers.Ready()
+		return sidecarServers{servers, prober}, server.Close, nil
+
+	case roleNullRelay:
+		relayer := newRelayer(DefaultAttemptTimeout)
+		conn, err := relayer.conn(eppAddr)
+		if err != nil {
+			return nil, nil, err
+		}
+		servers, err := extproc.Listen(extproc.ServingOptions{BindAddress: "127.0.0.1"}, extproctest.NewNullRelay(conn), prometheus.NewRegistry())
+		if err != nil {
+			relayer.close()
+			return nil, nil, err
+		}
+		servers.Ready()
+		return sidecarServers{servers, nil}, relayer.close, nil
+	}
+	return nil, nil, fmt.Errorf("unknown role %q", role)
+}
+
+// sidecarServers run as Sidecar.Run does: the servers, and the health
+// prober when there is one.
+type sidecarServers struct {
+	*extproc.Servers
+	prober *HealthProber
+}
+
+func (s sidecarServers) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if s.prober != nil {
+		wg.Go(func() { _ = s.prober.Run(ctx) })
+	}
+	return s.Servers.Run(ctx, time.Second)
+}

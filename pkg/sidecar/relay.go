@@ -6,15 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -27,6 +26,15 @@ import (
 type recorder struct {
 	extproc.Stream
 	msgs []*extprocv3.ProcessingRequest
+	// buf holds the messages of most requests (the headers, a body in one
+	// chunk, maybe trailers) without an allocation of their own.
+	buf [3]*extprocv3.ProcessingRequest
+}
+
+func newRecorder(s extproc.Stream) *recorder {
+	r := &recorder{Stream: s}
+	r.msgs = r.buf[:0]
+	return r
 }
 
 func (r *recorder) Recv() (*extprocv3.ProcessingRequest, error) {
@@ -40,6 +48,9 @@ func (r *recorder) Recv() (*extprocv3.ProcessingRequest, error) {
 // errNoAnswer wraps the ways an EPP can fail before answering.
 var errNoAnswer = errors.New("the EPP did not answer")
 
+// errAttemptTimeout ends an EPP stream that did not answer in time.
+var errAttemptTimeout = errors.New("attempt timeout")
+
 // refusal is an EPP's immediate 503 (its pool has no endpoint): the next
 // cluster is tried, and the answer is kept in case none does better.
 type refusal struct {
@@ -50,44 +61,68 @@ func (r *refusal) Error() string {
 	return fmt.Sprintf("the EPP answered %d: %s", r.resp.GetImmediateResponse().GetStatus().GetCode(), r.resp.GetImmediateResponse().GetDetails())
 }
 
-// relayer opens ext_proc streams to EPPs on connections cached per address.
+// relayer opens ext_proc streams to EPPs on connections cached per address
+// and credentials.
 type relayer struct {
 	timeout time.Duration
 	linger  time.Duration
+	// creds say how each address is reached; nil: plaintext.
+	creds *Credentials
 
 	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	conns map[connKey]*grpc.ClientConn
 	// grace is how long a connection to an EPP that left the table stays
 	// open for the streams still using it.
 	grace time.Duration
 }
 
 func newRelayer(timeout time.Duration) *relayer {
-	return &relayer{timeout: timeout, linger: time.Second, conns: map[string]*grpc.ClientConn{}, grace: 2*timeout + 5*time.Second}
+	return &relayer{timeout: timeout, linger: time.Second, conns: map[connKey]*grpc.ClientConn{}, grace: 2*timeout + 5*time.Second}
 }
 
-// dialOptions: plaintext, as gateways speak to EPPs; a short reconnect
-// backoff so that an EPP that comes back is used again within about a
-// second instead of gRPC's default of up to two minutes.
-var dialOptions = []grpc.DialOption{
-	grpc.WithTransportCredentials(insecure.NewCredentials()),
+// connKey is an EPP address and the version of the credentials it is
+// reached with ("" for plaintext).
+type connKey struct {
+	addr, version string
+}
+
+// dialOptions: a short reconnect backoff so that an EPP that comes back is
+// used again within about a second instead of gRPC's default of up to two
+// minutes; the fixed flow-control windows of extproc.StreamDialOptions, as
+// the EPP's server has them. The transport credentials are each address's:
+// plaintext, as gateways speak to EPPs, unless its cluster names a Secret.
+var dialOptions = append([]grpc.DialOption{
 	grpc.WithConnectParams(grpc.ConnectParams{
 		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 		MinConnectTimeout: time.Second,
 	}),
-}
+}, extproc.StreamDialOptions()...)
 
+// conn returns the connection to addr with its current credentials. When
+// they changed (a rotated Secret), the connection made with the old ones
+// is left to the streams still using it and closed after the grace period.
 func (r *relayer) conn(addr string) (*grpc.ClientConn, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if c := r.conns[addr]; c != nil {
-		return c, nil
-	}
-	c, err := grpc.NewClient(addr, dialOptions...)
+	t, err := r.creds.forTarget(addr)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to EPP %s: %w", addr, err)
 	}
-	r.conns[addr] = c
+	key := connKey{addr: addr, version: t.version}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.conns[key]; c != nil {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr, append(slices.Clip(dialOptions), grpc.WithTransportCredentials(t.grpc))...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to EPP %s: %w", addr, err)
+	}
+	for k, old := range r.conns {
+		if k.addr == addr {
+			delete(r.conns, k)
+			time.AfterFunc(r.grace, func() { _ = old.Close() })
+		}
+	}
+	r.conns[key] = c
 	return c, nil
 }
 
@@ -96,9 +131,9 @@ func (r *relayer) conn(addr string) (*grpc.ClientConn, error) {
 func (r *relayer) retain(keep map[string]bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for addr, c := range r.conns {
-		if !keep[addr] {
-			delete(r.conns, addr)
+	for k, c := range r.conns {
+		if !keep[k.addr] {
+			delete(r.conns, k)
 			time.AfterFunc(r.grace, func() { _ = c.Close() })
 		}
 	}
@@ -107,9 +142,9 @@ func (r *relayer) retain(keep map[string]bool) {
 func (r *relayer) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for addr, c := range r.conns {
+	for k, c := range r.conns {
 		_ = c.Close()
-		delete(r.conns, addr)
+		delete(r.conns, k)
 	}
 }
 
@@ -126,26 +161,62 @@ func shapeOf(msgs []*extprocv3.ProcessingRequest) shape {
 	return s
 }
 
-// withoutSubsetHint returns msgs with the subset hint removed from the
-// metadata of the first message: the hint lists endpoints of the local
-// pool, which a remote EPP does not have and would answer with 503.
-func withoutSubsetHint(msgs []*extprocv3.ProcessingRequest) []*extprocv3.ProcessingRequest {
-	if len(msgs) == 0 || msgs[0].GetMetadataContext().GetFilterMetadata()[extproc.SubsetHintNamespace] == nil {
+// forRemote returns msgs as a remote cluster's EPP is to get them: the
+// subset hint removed from the metadata of the first message, as it lists
+// endpoints of the local pool, which a remote EPP does not have and would
+// answer with 503; and RelayedHeader, naming the local cluster, added to its
+// headers. msgs stay as they are, for the local EPP. Only the messages that
+// lead to the two changes are new; every other field is shared with the
+// original: copying it whole (proto.Clone) costs an allocation per header,
+// and a generic shallow copy (protoreflect) about as much time.
+// TestForRemote fails when a field is left behind.
+func forRemote(msgs []*extprocv3.ProcessingRequest, local string) []*extprocv3.ProcessingRequest {
+	if len(msgs) == 0 {
 		return msgs
 	}
-	first := proto.Clone(msgs[0]).(*extprocv3.ProcessingRequest)
-	md := first.GetMetadataContext()
-	fm := make(map[string]*structpb.Struct, len(md.GetFilterMetadata()))
-	for k, v := range md.GetFilterMetadata() {
-		if k != extproc.SubsetHintNamespace {
-			fm[k] = v
-		}
+	m := msgs[0]
+	first := &extprocv3.ProcessingRequest{
+		Request:            m.Request,
+		MetadataContext:    m.MetadataContext,
+		Attributes:         m.Attributes,
+		ObservabilityMode:  m.ObservabilityMode,
+		ProtocolConfig:     m.ProtocolConfig,
+		FlowControlInit:    m.FlowControlInit,
+		ClientWindowUpdate: m.ClientWindowUpdate,
 	}
-	first.MetadataContext = &corev3.Metadata{FilterMetadata: fm, TypedFilterMetadata: md.GetTypedFilterMetadata()}
+	keepUnknown(first, m)
+	if md := m.GetMetadataContext(); md.GetFilterMetadata()[extproc.SubsetHintNamespace] != nil {
+		fm := make(map[string]*structpb.Struct, len(md.GetFilterMetadata()))
+		for k, v := range md.GetFilterMetadata() {
+			if k != extproc.SubsetHintNamespace {
+				fm[k] = v
+			}
+		}
+		first.MetadataContext = &corev3.Metadata{FilterMetadata: fm, TypedFilterMetadata: md.TypedFilterMetadata}
+		keepUnknown(first.MetadataContext, md)
+	}
+	if h := m.GetRequestHeaders(); h != nil {
+		// Clipped, so that the append cannot write into the original's
+		// array.
+		hm := &corev3.HeaderMap{Headers: append(slices.Clip(h.GetHeaders().GetHeaders()),
+			&corev3.HeaderValue{Key: RelayedHeader, RawValue: []byte(local)})}
+		keepUnknown(hm, h.GetHeaders())
+		headers := &extprocv3.HttpHeaders{Headers: hm, Attributes: h.Attributes, EndOfStream: h.EndOfStream}
+		keepUnknown(headers, h)
+		first.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: headers}
+	}
 	out := make([]*extprocv3.ProcessingRequest, len(msgs))
 	out[0] = first
 	copy(out[1:], msgs[1:])
 	return out
+}
+
+// keepUnknown gives dst the fields of src that this build does not know,
+// such as a newer gateway's, so that the EPP still gets them.
+func keepUnknown(dst, src proto.Message) {
+	if u := src.ProtoReflect().GetUnknown(); len(u) > 0 {
+		dst.ProtoReflect().SetUnknown(u)
+	}
 }
 
 // relay replays the request to the EPP at addr and collects its whole
@@ -162,60 +233,63 @@ func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.Proc
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	var timedOut atomic.Bool
-	timer := time.AfterFunc(r.timeout, func() {
-		timedOut.Store(true)
-		cancel()
-	})
+	ctx, cancel := context.WithCancelCause(ctx)
+	// One timer bounds the wait for the answer and then, re-armed, the
+	// wait for the EPP to end its stream.
+	timer := time.AfterFunc(r.timeout, func() { cancel(errAttemptTimeout) })
 	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
 	if err != nil {
 		timer.Stop()
-		cancel()
+		cancel(nil)
 		return nil, fmt.Errorf("%w: opening the stream: %w", errNoAnswer, err)
 	}
 	// The sender runs beside the receiver, as in a gateway: an EPP may
 	// answer (an immediate response) before it has read the whole body.
-	var wg sync.WaitGroup
-	wg.Go(func() {
+	// Once it has sent everything, it learns whether the EPP answered and,
+	// if so, ends the stream: one goroutine per EPP stream does both.
+	answered := make(chan bool)
+	go func() {
 		for _, m := range msgs {
 			if stream.Send(m) != nil {
-				return
+				break
 			}
 		}
-	})
-	resps, err := receive(stream, shapeOf(msgs))
-	timer.Stop()
-	if err != nil || resps[len(resps)-1].GetImmediateResponse() != nil {
-		// A gateway resets the stream once it has an immediate response.
-		cancel()
-		wg.Wait()
-		if err != nil {
-			if timedOut.Load() {
-				err = fmt.Errorf("no answer within %v: %w", r.timeout, err)
-			}
-			return nil, fmt.Errorf("%w: %w", errNoAnswer, err)
+		if !<-answered {
+			return
 		}
-		if resps[0].GetImmediateResponse().GetStatus().GetCode() == http.StatusServiceUnavailable {
-			return nil, &refusal{resp: resps[0]}
-		}
-		return resps, nil
-	}
-	// Answered: the EPP has read the whole request. End our side and let it
-	// end its own, so that it sees a clean end of stream; one that lingers
-	// is reset.
-	wg.Wait()
-	go func() {
+		// The EPP has read the whole request. End our side and let it end
+		// its own, so that it sees a clean end of stream; one that lingers
+		// is reset.
 		_ = stream.CloseSend()
-		linger := time.AfterFunc(r.linger, cancel)
+		timer.Reset(r.linger)
 		for {
 			if _, err := stream.Recv(); err != nil {
 				break
 			}
 		}
-		linger.Stop()
-		cancel()
+		timer.Stop()
+		cancel(nil)
 	}()
+	resps, err := receive(stream, shapeOf(msgs))
+	timer.Stop()
+	if err == nil && resps[len(resps)-1].GetImmediateResponse() == nil {
+		answered <- true
+		return resps, nil
+	}
+	// A gateway resets the stream once it has an immediate response. The
+	// sender takes the news only once it has stopped sending msgs, which
+	// the next cluster's stream sends again.
+	cancel(nil)
+	answered <- false
+	if err != nil {
+		if errors.Is(context.Cause(ctx), errAttemptTimeout) {
+			err = fmt.Errorf("no answer within %v: %w", r.timeout, err)
+		}
+		return nil, fmt.Errorf("%w: %w", errNoAnswer, err)
+	}
+	if resps[0].GetImmediateResponse().GetStatus().GetCode() == http.StatusServiceUnavailable {
+		return nil, &refusal{resp: resps[0]}
+	}
 	return resps, nil
 }
 
@@ -223,7 +297,9 @@ func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.Proc
 // response and the whole body (and the trailers response for a request
 // ended by trailers) are back, or an immediate response comes.
 func receive(stream extprocv3.ExternalProcessor_ProcessClient, s shape) ([]*extprocv3.ProcessingResponse, error) {
-	var resps []*extprocv3.ProcessingResponse
+	// Room for the headers response, a body in one chunk and the trailers
+	// response: the answer of nearly every request.
+	resps := make([]*extprocv3.ProcessingResponse, 0, 3)
 	gotHeaders, bodyDone, trailersDone := false, !s.hasBody, !s.endedByTrailers
 	for !gotHeaders || !bodyDone || !trailersDone {
 		resp, err := stream.Recv()

@@ -38,7 +38,7 @@ func tableWith(t testing.TB, gen int) *Table {
 func TestRouterSwapsUnderConcurrentReaders(t *testing.T) {
 	r := NewRouter()
 	assert.Zero(t, r.Table().Generation)
-	assert.Nil(t, r.Table().Match(&RequestAttrs{Path: "/"}), "the empty table matches nothing")
+	assert.Nil(t, ruleOf(r.Table(), &RequestAttrs{Path: "/"}), "the empty table matches nothing")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var reads atomic.Int64
@@ -53,7 +53,7 @@ func TestRouterSwapsUnderConcurrentReaders(t *testing.T) {
 					return
 				}
 				lastGen = tbl.Generation
-				rl := tbl.Match(&RequestAttrs{Host: "h", Path: "/v1/completions"})
+				rl, _ := tbl.Match(&RequestAttrs{Host: "h", Path: "/v1/completions"})
 				if rl == nil {
 					continue
 				}
@@ -96,7 +96,7 @@ func TestRouterCarriesWeightedStateOver(t *testing.T) {
 		tbl, _ := Build(Inputs{Routes: []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, refs...))}, Imports: imports})
 		return tbl
 	}
-	pick := func(r *Router) string { return r.Table().Match(&RequestAttrs{Path: "/"}).PickBackend().Name }
+	pick := func(r *Router) string { return ruleOf(r.Table(), &RequestAttrs{Path: "/"}).PickBackend().Name }
 
 	t.Run("a rebuild between every request keeps the split exact", func(t *testing.T) {
 		r := NewRouter()
@@ -144,7 +144,7 @@ func BenchmarkPick(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		rl := r.Table().Match(&attrs)
+		rl, _ := r.Table().Match(&attrs)
 		be := rl.PickBackend()
 		if _, err := policies[be.Policy].Order(be, PickRequest{Now: epoch}, st); err != nil {
 			b.Fatal(err)

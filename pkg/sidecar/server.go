@@ -118,7 +118,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		s.metrics.streams.Inc()
 		defer s.metrics.streams.Dec()
 	}
-	rec := &recorder{Stream: stream}
+	rec := newRecorder(stream)
 	req, err := extproc.ReadRequest(rec, s.maxBody)
 	start := time.Now()
 	switch {
@@ -137,6 +137,9 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()
 	}
+	if f := a.filters(); f != nil {
+		f.applyTo(resps, req.Header, a.pathPrefix)
+	}
 	if err := extproc.SendAll(stream, resps); err != nil {
 		return err
 	}
@@ -144,7 +147,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	s.metrics.request(a.cluster, a.outcome, a.code)
 	if log := s.logger.V(4); log.Enabled() {
 		log.Info("Answered request", "host", req.Header(":authority"), "path", req.Header(":path"),
-			"route", a.route, "backend", a.backend, "cluster", a.cluster, "outcome", a.outcome, "code", a.code, "tried", a.tried)
+			"route", a.routeName(), "backend", a.backendName(), "cluster", a.cluster, "outcome", a.outcome, "code", a.code, "tried", a.tried)
 	}
 
 	return req.PassThroughResponse(stream)
@@ -152,9 +155,42 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 
 // answered is what became of a request, for metrics and logs.
 type answered struct {
-	route, backend, cluster, outcome string
-	code                             int
-	tried                            []string
+	// rule and backend are named only when logged, which few requests are.
+	rule             *Rule
+	backend          *Backend
+	cluster, outcome string
+	code             int
+	tried            []string
+	// pathPrefix is what the rule's PathPrefix match matched.
+	pathPrefix string
+}
+
+// filters are the HTTPRoute filters the request goes through: those of its
+// backend when it goes on upstream (not in shim mode, where the gateway
+// applies the route's filters itself).
+func (a *answered) filters() *requestFilters {
+	if a.rule == nil || a.backend == nil || a.backend.filters == nil {
+		return nil
+	}
+	switch a.outcome {
+	case OutcomeRouted, OutcomeParent, OutcomeFailOpen:
+		return a.backend.filters
+	}
+	return nil
+}
+
+func (a *answered) routeName() string {
+	if a.rule == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s#%d", a.rule.Route, a.rule.Index)
+}
+
+func (a *answered) backendName() string {
+	if a.backend == nil {
+		return ""
+	}
+	return a.backend.String()
 }
 
 // answer decides where the request goes and returns the responses for the
@@ -185,24 +221,38 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 			be = be.localOnly()
 		}
 	} else {
-		rule := tbl.Match(&attrs)
+		rule, prefix := tbl.Match(&attrs)
 		if rule == nil {
 			s.metrics.picked(time.Since(start))
 			return refuse(http.StatusNotFound, OutcomeNoRoute, "no HTTPRoute rule matches host %q path %q", attrs.Host, attrs.Path)
 		}
-		a.route = fmt.Sprintf("%s#%d", rule.Route, rule.Index)
+		a.rule, a.pathPrefix = rule, prefix
+		switch {
+		case rule.Invalid != "":
+			s.metrics.picked(time.Since(start))
+			return refuse(http.StatusInternalServerError, OutcomeInvalidBackend, "HTTPRoute %s: %s", rule.Route, rule.Invalid)
+		case rule.redirect != nil:
+			s.metrics.picked(time.Since(start))
+			a.outcome, a.code = OutcomeRedirected, rule.redirect.redirect.status
+			return []*extprocv3.ProcessingResponse{rule.redirect.redirectResponse(req.Header, prefix)}, a
+		}
 		be = rule.PickBackend()
 		if be == nil {
 			s.metrics.picked(time.Since(start))
 			return refuse(http.StatusInternalServerError, OutcomeInvalidBackend, "HTTPRoute %s rule %d has no backendRef with a weight", rule.Route, rule.Index)
 		}
 		if be.Invalid != "" {
-			a.backend = be.String()
+			a.backend = be
 			s.metrics.picked(time.Since(start))
 			return refuse(http.StatusInternalServerError, OutcomeInvalidBackend, "HTTPRoute %s: %s", rule.Route, be.Invalid)
 		}
 	}
-	a.backend = be.String()
+	a.backend = be
+	if f := be.filters; f != nil && f.redirect != nil && !tbl.ShimMode() {
+		s.metrics.picked(time.Since(start))
+		a.outcome, a.code = OutcomeRedirected, f.redirect.status
+		return []*extprocv3.ProcessingResponse{f.redirectResponse(req.Header, a.pathPrefix)}, a
+	}
 	pr := PickRequest{Now: start}
 	if be.Policy == PolicyMetricsBased {
 		// Criticality only matters to the metrics-based ranking, which is
@@ -218,6 +268,9 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 	}
 
 	var last *refusal
+	// What remote clusters' EPPs get, made once for every remote cluster
+	// tried.
+	var remote []*extprocv3.ProcessingRequest
 	try := func(c *Cluster) []*extprocv3.ProcessingResponse {
 		a.tried = append(a.tried, c.Name)
 		if c.Mode == v1alpha1.RoutingModeParent {
@@ -226,7 +279,10 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 		}
 		send := msgs
 		if !c.Local {
-			send = markRelayed(withoutSubsetHint(msgs), tbl.local)
+			if remote == nil {
+				remote = forRemote(msgs, tbl.local)
+			}
+			send = remote
 		}
 		resps, err := s.relay.relay(ctx, c.EPP, send)
 		if err == nil {

@@ -56,6 +56,17 @@ type fakeEPP struct {
 	lastBody []byte
 	// relayed is the RelayedHeader of each request ("" without one).
 	relayed []string
+	// paths are the :path of each request.
+	paths []string
+}
+
+func (f *fakeEPP) lastPath() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.paths) == 0 {
+		return ""
+	}
+	return f.paths[len(f.paths)-1]
 }
 
 func startFakeEPP(t *testing.T, name, dest string) *fakeEPP {
@@ -80,6 +91,7 @@ func (f *fakeEPP) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 	f.subsets = append(f.subsets, hasSubset)
 	f.lastBody = req.Body
 	f.relayed = append(f.relayed, req.Header(RelayedHeader))
+	f.paths = append(f.paths, req.Header(":path"))
 	f.mu.Unlock()
 	switch f.mode.Load() {
 	case eppFail:

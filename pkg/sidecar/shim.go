@@ -5,9 +5,6 @@ import (
 	"net/http"
 	"strings"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/types"
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
@@ -35,7 +32,9 @@ func (t *Table) shimFor(req *extproc.Request, attrs *RequestAttrs) (*Backend, in
 	case 1:
 		return t.shimList[0], 0, ""
 	}
-	if rule := t.Match(attrs); rule != nil {
+	// The gateway applies the rule's filters itself in shim mode: only the
+	// pool is taken from it.
+	if rule, _ := t.Match(attrs); rule != nil {
 		var found *Backend
 		for _, be := range rule.Backends {
 			if !be.Shim || be.Invalid != "" {
@@ -70,23 +69,4 @@ func (b *Backend) localOnly() *Backend {
 	}
 	out.wrr = newClusterWRR("relayed", out.Clusters)
 	return &out
-}
-
-// markRelayed returns msgs with RelayedHeader added to the request headers
-// of the first message.
-func markRelayed(msgs []*extprocv3.ProcessingRequest, cluster string) []*extprocv3.ProcessingRequest {
-	if len(msgs) == 0 || msgs[0].GetRequestHeaders() == nil {
-		return msgs
-	}
-	first := proto.Clone(msgs[0]).(*extprocv3.ProcessingRequest)
-	hm := first.GetRequestHeaders().GetHeaders()
-	if hm == nil {
-		hm = &corev3.HeaderMap{}
-		first.GetRequestHeaders().Headers = hm
-	}
-	hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: RelayedHeader, RawValue: []byte(cluster)})
-	out := make([]*extprocv3.ProcessingRequest, len(msgs))
-	out[0] = first
-	copy(out[1:], msgs[1:])
-	return out
 }

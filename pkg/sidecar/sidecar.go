@@ -24,6 +24,14 @@ type Config struct {
 	// GRPCPort (ext_proc), HealthPort (grpc.health.v1) and MetricsPort
 	// (Prometheus /metrics). 0 picks a free port (tests).
 	GRPCPort, HealthPort, MetricsPort int
+	// TLS, when enabled, serves those ports over TLS.
+	TLS extproc.TLSOptions
+	// SecretNamespaces are the namespaces whose Secrets labelled
+	// CredentialsLabel=true the sidecar reads, for the EPPs that need TLS
+	// (the Secrets that pools' endpoint-picker-secret annotations, and so
+	// imports' secretRefs, name). Empty: no Secret is read, and such EPPs
+	// are not reached.
+	SecretNamespaces []string
 	// Watch configures the routing table.
 	Watch WatchConfig
 	// Server configures the ext_proc service.
@@ -48,6 +56,7 @@ type Sidecar struct {
 	server  *Server
 	prober  *HealthProber
 	scraper *PoolScraper
+	creds   *Credentials
 	metrics *Metrics
 	// servers report readiness as an EPP does (so that gateways health-check
 	// the sidecar as they would an EPP): once the first routing table is
@@ -71,12 +80,14 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.metrics = NewMetrics(reg, s.router, s.prober)
 	s.server = NewServer(s.router, liveState{health: s.prober, metrics: s.scraper}, cfg.Server, s.metrics, klog.Background().WithName("ext_proc"))
+	s.useCredentials(NewCredentials(clients.Kube, cfg.SecretNamespaces, klog.Background().WithName("credentials")))
 	s.watcher = NewWatcher(clients, cfg.Watch, s.router, s.published)
 	servers, err := extproc.Listen(extproc.ServingOptions{
 		BindAddress: cfg.BindAddress,
 		GRPCPort:    cfg.GRPCPort,
 		HealthPort:  cfg.HealthPort,
 		MetricsPort: cfg.MetricsPort,
+		TLS:         cfg.TLS,
 	}, s.server, reg)
 	if err != nil {
 		return nil, err
@@ -93,9 +104,12 @@ func (s *Sidecar) MetricsAddr() string { return s.servers.MetricsAddr() }
 // Router returns the sidecar's routing table holder.
 func (s *Sidecar) Router() *Router { return s.router }
 
-// published follows a new table: probe and scrape its clusters, keep the
-// connections to its EPPs.
+// published follows a new table: reach its addresses with their
+// credentials, probe and scrape its clusters, keep the connections to its
+// EPPs.
 func (s *Sidecar) published(t *Table, took time.Duration) {
+	// First, so that no probe of a new address goes out without them.
+	s.creds.SetTargets(t)
 	var healthTargets, metricsTargets []string
 	for b := range t.backends {
 		clusters := b.Clusters
@@ -130,6 +144,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { fail("health prober", s.prober.Run(ctx)) })
 	wg.Go(func() { fail("metrics scraper", s.scraper.Run(ctx)) })
+	wg.Go(func() { fail("EPP credentials", s.creds.Run(ctx)) })
 	wg.Go(func() {
 		err := s.watcher.Run(ctx)
 		if err == nil && ctx.Err() == nil {
@@ -144,16 +159,22 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() {
-		select {
-		case <-s.watcher.Synced():
-			s.servers.Ready()
-			t := s.router.Table()
-			logger.Info("Sidecar ready", "generation", t.Generation, "rules", len(t.Rules()), "problems", len(t.Errors))
-		case <-ctx.Done():
+		// Ready once the first table is built and the credentials of its
+		// EPPs are known.
+		for _, synced := range []<-chan struct{}{s.watcher.Synced(), s.creds.Synced()} {
+			select {
+			case <-synced:
+			case <-ctx.Done():
+				return
+			}
 		}
+		s.servers.Ready()
+		t := s.router.Table()
+		logger.Info("Sidecar ready", "generation", t.Generation, "rules", len(t.Rules()), "problems", len(t.Errors))
 	})
 	logger.Info("Sidecar serving", "extProc", s.GRPCAddr(), "health", s.HealthAddr(), "metrics", s.MetricsAddr(),
-		"localCluster", s.cfg.Watch.LocalCluster, "defaultPolicy", s.cfg.Watch.DefaultPolicy)
+		"localCluster", s.cfg.Watch.LocalCluster, "defaultPolicy", s.cfg.Watch.DefaultPolicy,
+		"tls", s.cfg.TLS.Enabled(), "secretNamespaces", s.cfg.SecretNamespaces)
 	wg.Wait()
 	s.server.Close()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {

@@ -30,16 +30,21 @@ import (
 // modelServer stands for a vLLM pod on 127.0.0.1: idle metrics, and an
 // inference endpoint that says who served the request.
 func modelServer(t testing.TB, name string) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(modelHandler(name))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// modelHandler is what modelServer serves.
+func modelHandler(name string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/metrics" {
 			fmt.Fprint(w, "vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.1\n")
 			return
 		}
 		_, _ = io.Copy(io.Discard, r.Body)
 		_ = json.NewEncoder(w).Encode(map[string]string{"served_by": name, "host": r.Host, "path": r.URL.Path})
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+	})
 }
 
 // runEPP runs a pkg/epp Endpoint Picker on 127.0.0.1 in front of one model

@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 )
@@ -41,15 +40,24 @@ var HealthService = extprocv3.ExternalProcessor_ServiceDesc.ServiceName
 type HealthProber struct {
 	poller  *poller[Health]
 	timeout time.Duration
+	// creds say how each address is reached; nil: plaintext.
+	creds *Credentials
 
 	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	conns map[string]probeConn
+}
+
+// probeConn is a connection to a health address and the version of the
+// credentials it was made with.
+type probeConn struct {
+	version string
+	conn    *grpc.ClientConn
 }
 
 // NewHealthProber returns a prober with no targets. Zero durations take the
 // defaults.
 func NewHealthProber(interval, timeout time.Duration) *HealthProber {
-	h := &HealthProber{timeout: timeout, conns: map[string]*grpc.ClientConn{}}
+	h := &HealthProber{timeout: timeout, conns: map[string]probeConn{}}
 	if interval <= 0 {
 		interval = DefaultHealthInterval
 	}
@@ -67,7 +75,7 @@ func (h *HealthProber) Run(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for addr, c := range h.conns {
-		_ = c.Close()
+		_ = c.conn.Close()
 		delete(h.conns, addr)
 	}
 	return err
@@ -97,25 +105,36 @@ func (h *HealthProber) MarkFailed(addr string) {
 	}
 }
 
+// conn returns the connection to addr with its current credentials; one
+// made with other ones is closed (only addr's own poll uses it).
 func (h *HealthProber) conn(addr string) (*grpc.ClientConn, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if c := h.conns[addr]; c != nil {
-		return c, nil
-	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	t, err := h.creds.forTarget(addr)
 	if err != nil {
 		return nil, err
 	}
-	h.conns[addr] = c
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	old := h.conns[addr]
+	if old.conn != nil && old.version == t.version {
+		return old.conn, nil
+	}
+	if old.conn != nil {
+		_ = old.conn.Close()
+		delete(h.conns, addr)
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(t.grpc))
+	if err != nil {
+		return nil, err
+	}
+	h.conns[addr] = probeConn{version: t.version, conn: c}
 	return c, nil
 }
 
 func (h *HealthProber) closeConn(addr string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if c := h.conns[addr]; c != nil {
-		_ = c.Close()
+	if c := h.conns[addr]; c.conn != nil {
+		_ = c.conn.Close()
 		delete(h.conns, addr)
 	}
 }
@@ -160,6 +179,20 @@ type PoolScraper struct {
 	poller  *poller[map[string]*PoolMetrics]
 	client  *http.Client
 	timeout time.Duration
+	// creds say how each URL is reached; nil: plaintext.
+	creds *Credentials
+
+	// tlsClients are the clients of the URLs scraped over TLS, each with
+	// the credentials of one version.
+	mu         sync.Mutex
+	tlsClients map[string]scrapeClient
+}
+
+// scrapeClient is an HTTP client for one URL and the version of its
+// credentials.
+type scrapeClient struct {
+	version string
+	client  *http.Client
 }
 
 // NewPoolScraper returns a scraper with no targets. Zero durations take the
@@ -167,7 +200,7 @@ type PoolScraper struct {
 func NewPoolScraper(interval, timeout time.Duration) *PoolScraper {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
-	s := &PoolScraper{client: &http.Client{Transport: tr}, timeout: timeout}
+	s := &PoolScraper{client: &http.Client{Transport: tr}, timeout: timeout, tlsClients: map[string]scrapeClient{}}
 	if interval <= 0 {
 		interval = DefaultScrapeInterval
 	}
@@ -175,13 +208,59 @@ func NewPoolScraper(interval, timeout time.Duration) *PoolScraper {
 		s.timeout = DefaultScrapeTimeout
 	}
 	s.poller = newPoller(interval, s.scrape)
+	s.poller.forget = s.forget
 	return s
 }
 
 // Run scrapes until ctx ends.
 func (s *PoolScraper) Run(ctx context.Context) error {
-	defer s.client.CloseIdleConnections()
+	defer func() {
+		s.client.CloseIdleConnections()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for url, c := range s.tlsClients {
+			c.client.CloseIdleConnections()
+			delete(s.tlsClients, url)
+		}
+	}()
 	return s.poller.Run(ctx)
+}
+
+// clientFor returns the client that scrapes url with its current
+// credentials: the shared one for plaintext, else one of its own, made
+// anew when the credentials change.
+func (s *PoolScraper) clientFor(url string) (*http.Client, error) {
+	t, err := s.creds.forTarget(url)
+	if err != nil {
+		return nil, err
+	}
+	if t.config == nil {
+		return s.client, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.tlsClients[url]
+	if old.client != nil && old.version == t.version {
+		return old.client, nil
+	}
+	if old.client != nil {
+		old.client.CloseIdleConnections()
+	}
+	tr := s.client.Transport.(*http.Transport).Clone()
+	tr.TLSClientConfig = t.config
+	c := &http.Client{Transport: tr}
+	s.tlsClients[url] = scrapeClient{version: t.version, client: c}
+	return c, nil
+}
+
+// forget drops the client of a URL no longer scraped.
+func (s *PoolScraper) forget(url string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.tlsClients[url]; ok {
+		c.client.CloseIdleConnections()
+		delete(s.tlsClients, url)
+	}
 }
 
 // SetTargets makes the scraped URLs exactly urls.
@@ -219,7 +298,11 @@ func (s *PoolScraper) scrape(ctx context.Context, url string) (*map[string]*Pool
 		return nil, err
 	}
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	resp, err := s.client.Do(req)
+	client, err := s.clientFor(url)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, err
 	}

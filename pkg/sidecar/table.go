@@ -120,6 +120,11 @@ type Cluster struct {
 	Health string
 	// Metrics is the URL of the EPP's Prometheus metrics; "" when unknown.
 	Metrics string
+	// EPPSecret, HealthSecret and MetricsSecret name the Secrets of the
+	// local cluster with the TLS credentials for EPP, Health and Metrics
+	// (an import's secretRefs; for a local pool, its endpoint-picker-secret
+	// annotation); zero: plaintext.
+	EPPSecret, HealthSecret, MetricsSecret types.NamespacedName
 	// Parent is the address ("host:port") of the parent gateway (ParentMode).
 	Parent string
 	// Weight is the cluster's weight for the Weighted and HealthBased
@@ -154,6 +159,10 @@ type Backend struct {
 	Shim bool
 	// Policy picks among Clusters.
 	Policy Policy
+	// filters are the HTTPRoute filters of the backendRef's rule, then of
+	// the backendRef: what a request routed to it goes through. nil when
+	// there are none.
+	filters *requestFilters
 
 	models *epp.Models
 	// wrr picks among Clusters by their weights.
@@ -186,6 +195,12 @@ type Rule struct {
 	Index int
 	// Backends are the rule's backendRefs, in order.
 	Backends []*Backend
+	// Invalid, when not empty, says why the rule cannot be served (a
+	// filter the sidecar cannot apply): its requests get 500.
+	Invalid string
+	// redirect, when set, answers every request of the rule with a
+	// redirect (its RequestRedirect filter).
+	redirect *requestFilters
 
 	// wrr picks among Backends by weight.
 	wrr *smoothWRR
@@ -259,12 +274,19 @@ func (t *Table) backends(yield func(*Backend) bool) {
 	}
 }
 
-// Match returns the rule a request belongs to, nil when none matches (404).
-func (t *Table) Match(a *RequestAttrs) *Rule {
-	if m := t.index.match(a); m != nil {
-		return m.rule
+// Match returns the rule a request belongs to, nil when none matches (404),
+// and, when the match is a PathPrefix, the prefix it matched: what a
+// ReplacePrefixMatch rewrite replaces.
+func (t *Table) Match(a *RequestAttrs) (*Rule, string) {
+	m := t.index.match(a)
+	switch {
+	case m == nil:
+		return nil, ""
+	case m.pathKind == pathPrefix:
+		return m.rule, m.pathValue
+	default:
+		return m.rule, ""
 	}
-	return nil
 }
 
 // Rules returns the table's rules, route by route in precedence order of
@@ -272,14 +294,17 @@ func (t *Table) Match(a *RequestAttrs) *Rule {
 func (t *Table) Rules() []*Rule { return t.rules }
 
 // Clusters returns every distinct cluster of the table (by EPP, health,
-// metrics and parent address), for the health prober and the metrics
-// scraper.
+// metrics and parent address, and credentials), for the health prober, the
+// metrics scraper and the credentials of their addresses.
 func (t *Table) Clusters() []*Cluster {
-	type key struct{ name, pool, epp, health, metrics, parent string }
+	type key struct {
+		name, pool, epp, health, metrics, parent string
+		secrets                                  [3]types.NamespacedName
+	}
 	seen := map[key]bool{}
 	var out []*Cluster
 	add := func(c *Cluster) {
-		k := key{c.Name, c.Pool, c.EPP, c.Health, c.Metrics, c.Parent}
+		k := key{c.Name, c.Pool, c.EPP, c.Health, c.Metrics, c.Parent, [3]types.NamespacedName{c.EPPSecret, c.HealthSecret, c.MetricsSecret}}
 		if seen[k] {
 			return
 		}

@@ -26,7 +26,7 @@ var importsGVR = v1alpha1.SchemeGroupVersion.WithResource("inferencepoolimports"
 // clustersOf returns the cluster names of the only backend the current
 // table routes "/" to, nil when there is none (or it is invalid).
 func clustersOf(r *Router) []string {
-	rl := r.Table().Match(&RequestAttrs{Host: "my.model.com", Path: "/v1/completions"})
+	rl, _ := r.Table().Match(&RequestAttrs{Host: "my.model.com", Path: "/v1/completions"})
 	if rl == nil || len(rl.Backends) == 0 || rl.Backends[0].Invalid != "" {
 		return nil
 	}
@@ -59,7 +59,7 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 		t.Fatal("the watcher never synced")
 	}
 	require.Equal(t, []string{"cluster-a"}, clustersOf(router))
-	b := router.Table().Match(&RequestAttrs{Host: "my.model.com", Path: "/"}).Backends[0]
+	b := ruleOf(router.Table(), &RequestAttrs{Host: "my.model.com", Path: "/"}).Backends[0]
 	assert.Equal(t, PolicyLocalFirst, b.Policy)
 	require.NotNil(t, b.Local, "the local pool of the same name")
 	assert.Equal(t, "127.0.1.1:9002", b.Local.EPP)
@@ -92,7 +92,7 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 	// Withdrawing the export removes the import: its share answers 500.
 	require.NoError(t, mci.Tracker().Delete(importsGVR, ns, "llm"))
 	require.Eventually(t, func() bool {
-		rl := router.Table().Match(&RequestAttrs{Host: "my.model.com", Path: "/"})
+		rl, _ := router.Table().Match(&RequestAttrs{Host: "my.model.com", Path: "/"})
 		return rl != nil && rl.Backends[0].Invalid != ""
 	}, 10*time.Second, time.Millisecond)
 
@@ -100,14 +100,14 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 	_, err := gw.GatewayV1().HTTPRoutes(ns).Create(ctx, route("second", time.Hour, []string{"other.com"}, rule(nil, poolRef("llm", nil))), metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		rl := router.Table().Match(&RequestAttrs{Host: "other.com", Path: "/"})
+		rl, _ := router.Table().Match(&RequestAttrs{Host: "other.com", Path: "/"})
 		return rl != nil && rl.Route.Name == "second" && len(rl.Backends[0].Clusters) == 1
 	}, 10*time.Second, time.Millisecond)
 
 	// The EPP Service going away leaves the local pool without a cluster.
 	require.NoError(t, kube.CoreV1().Services(ns).Delete(ctx, "llm-epp", metav1.DeleteOptions{}))
 	require.Eventually(t, func() bool {
-		rl := router.Table().Match(&RequestAttrs{Host: "other.com", Path: "/"})
+		rl, _ := router.Table().Match(&RequestAttrs{Host: "other.com", Path: "/"})
 		return rl != nil && len(rl.Backends[0].Clusters) == 0
 	}, 10*time.Second, time.Millisecond)
 

@@ -99,7 +99,7 @@ func TestFiftyFiftySplit(t *testing.T) {
 		Imports:  []*v1alphaImport{importOf("llm-pool", imported{name: "cluster-a", addr: "127.0.2.1"})},
 	})
 	require.Empty(t, errs)
-	r := tbl.Match(&RequestAttrs{Host: "my.model.com", Path: "/completions"})
+	r, _ := tbl.Match(&RequestAttrs{Host: "my.model.com", Path: "/completions"})
 	require.NotNil(t, r)
 
 	const n = 2000
@@ -136,7 +136,7 @@ func TestBackendWeights(t *testing.T) {
 				imports = append(imports, importOf(name, imported{name: "c", addr: "127.0.2.1"}))
 			}
 			tbl, _ := Build(Inputs{Routes: []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, refs...))}, Imports: imports})
-			r := tbl.Match(&RequestAttrs{Path: "/"})
+			r, _ := tbl.Match(&RequestAttrs{Path: "/"})
 			require.NotNil(t, r)
 			if tt.want == nil {
 				assert.Nil(t, r.PickBackend())

@@ -146,20 +146,39 @@ func TestSidecarManifestsApplyToAKubeAPIServer(t *testing.T) {
 		assert.ErrorContains(t, err, "terminationGracePeriodSecond")
 	})
 
+	// The example grant of EPP credentials, in a namespace of pools.
+	credentials := filepath.Join(manifests, "examples", "endpoint-picker-credentials.yaml")
+	t.Run("the EPP credentials grant is accepted in a namespace of pools", func(t *testing.T) {
+		applied, err := cs.Apply(ctx, "solo", &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "example"},
+		}})
+		require.NoError(t, err)
+		more, err := cs.ApplyFiles(ctx, "solo", credentials)
+		require.NoError(t, err)
+		assert.Equal(t, []string{
+			"roles.rbac.authorization.k8s.io/example/mci-sidecar-endpoint-picker-credentials",
+			"rolebindings.rbac.authorization.k8s.io/example/mci-sidecar-endpoint-picker-credentials",
+		}, more, "after %v", applied)
+	})
+
 	t.Run("mci-sidecar may read what it watches and nothing more", func(t *testing.T) {
 		c, err := cs.Cluster("solo")
 		require.NoError(t, err)
 		kube, err := kubernetes.NewForConfig(c.Config)
 		require.NoError(t, err)
-		allowed := func(group, resource, verb string) bool {
+		allowedIn := func(namespace, group, resource, verb string) bool {
 			t.Helper()
 			sar, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 				User:               "system:serviceaccount:mci-system:mci-sidecar",
 				Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:mci-system", "system:authenticated"},
-				ResourceAttributes: &authorizationv1.ResourceAttributes{Group: group, Resource: resource, Verb: verb},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Group: group, Resource: resource, Verb: verb},
 			}}, metav1.CreateOptions{})
 			require.NoError(t, err)
 			return sar.Status.Allowed
+		}
+		allowed := func(group, resource, verb string) bool {
+			t.Helper()
+			return allowedIn("", group, resource, verb)
 		}
 		// pkg/sidecar/watch.go's informers.
 		for _, gr := range []string{"services", "httproutes.gateway.networking.k8s.io", "inferencepoolimports.inference.networking.x-k8s.io",
@@ -173,6 +192,16 @@ func TestSidecarManifestsApplyToAKubeAPIServer(t *testing.T) {
 		for _, gr := range []string{"secrets", "pods", "endpointslices.discovery.k8s.io", "gateways.gateway.networking.k8s.io"} {
 			resource, group, _ := strings.Cut(gr, ".")
 			assert.False(t, allowed(group, resource, "list"), "list %s", gr)
+		}
+		// pkg/sidecar/credentials.go's informers: Secrets of the namespaces
+		// granted (--endpoint-picker-secret-namespaces), read-only.
+		for _, verb := range []string{"get", "list", "watch"} {
+			assert.True(t, allowedIn("example", "", "secrets", verb), "%s secrets in example", verb)
+			assert.False(t, allowedIn("default", "", "secrets", verb), "%s secrets in default", verb)
+			assert.False(t, allowedIn("mci-system", "", "secrets", verb), "%s secrets in mci-system", verb)
+		}
+		for _, verb := range []string{"create", "update", "patch", "delete"} {
+			assert.False(t, allowedIn("example", "", "secrets", verb), "%s secrets in example", verb)
 		}
 	})
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
@@ -232,22 +233,36 @@ func (p *eppPool) startEPP() *eppProcess {
 // bound to ip, and waits until its gRPC health says SERVING.
 func startClusterEPP(t *testing.T, name, ns, pool, ip string) *clusterEPP {
 	t.Helper()
+	return startClusterEPPWith(t, name, ns, pool, ip, eppProcessOptions{})
+}
+
+// eppProcessOptions are what some tests add to an mci-epp process.
+type eppProcessOptions struct {
+	// args are more flags.
+	args []string
+	// healthCreds are what its health port is checked with; nil:
+	// plaintext.
+	healthCreds credentials.TransportCredentials
+}
+
+func startClusterEPPWith(t *testing.T, name, ns, pool, ip string, o eppProcessOptions) *clusterEPP {
+	t.Helper()
 	c, err := clusters.Cluster(name)
 	require.NoError(t, err)
 	logPath := filepath.Join(t.TempDir(), "mci-epp-"+name+".log")
 	logFile, err := os.Create(logPath)
 	require.NoError(t, err)
-	cmd := exec.Command(binary(t, "mci-epp"),
-		"--pool-name="+pool,
-		"--pool-namespace="+ns,
-		"--kubeconfig="+c.Kubeconfig,
-		"--bind-address="+ip,
-		"--grpc-port="+strconv.Itoa(eppGRPCPort),
-		"--grpc-health-port="+strconv.Itoa(eppHealthPort),
-		"--metrics-port="+strconv.Itoa(eppMetricsPort),
-		"--base-models="+baseModel,
+	cmd := exec.Command(binary(t, "mci-epp"), append([]string{
+		"--pool-name=" + pool,
+		"--pool-namespace=" + ns,
+		"--kubeconfig=" + c.Kubeconfig,
+		"--bind-address=" + ip,
+		"--grpc-port=" + strconv.Itoa(eppGRPCPort),
+		"--grpc-health-port=" + strconv.Itoa(eppHealthPort),
+		"--metrics-port=" + strconv.Itoa(eppMetricsPort),
+		"--base-models=" + baseModel,
 		"-v=3",
-	)
+	}, o.args...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	require.NoError(t, cmd.Start())
 	exited := make(chan struct{})
@@ -278,7 +293,11 @@ func startClusterEPP(t *testing.T, name, ns, pool, ip string) *clusterEPP {
 		}
 	})
 
-	conn, err := grpc.NewClient(net.JoinHostPort(ip, strconv.Itoa(eppHealthPort)), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	healthCreds := o.healthCreds
+	if healthCreds == nil {
+		healthCreds = insecure.NewCredentials()
+	}
+	conn, err := grpc.NewClient(net.JoinHostPort(ip, strconv.Itoa(eppHealthPort)), grpc.WithTransportCredentials(healthCreds))
 	require.NoError(t, err)
 	defer func() { _ = conn.Close() }()
 	health := healthpb.NewHealthClient(conn)

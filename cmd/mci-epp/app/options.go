@@ -94,7 +94,7 @@ Kubernetes:  mci-epp --pool-name my-pool [--pool-namespace ns] [--kubeconfig FIL
 	fs := cmd.Flags()
 	logsapi.AddFlags(o.Logs, fs)
 	o.ServingOptions.AddFlags(fs)
-	fs.BoolVar(&o.SecureServing, "secure-serving", o.SecureServing, "Serve ext_proc over TLS with a self-signed certificate.")
+	fs.BoolVar(&o.SecureServing, "secure-serving", o.SecureServing, "Serve ext_proc over TLS with a self-signed certificate, for gateways that encrypt without verifying. --tls-cert-file serves a real certificate on every port instead.")
 	fs.StringVar(&o.PoolName, "pool-name", o.PoolName, "Name of the InferencePool. Required in Kubernetes mode; in standalone mode it only labels the metrics.")
 	fs.StringVar(&o.PoolNamespace, "pool-namespace", o.PoolNamespace, "Namespace of the InferencePool (Kubernetes mode). Default: $POD_NAMESPACE, else default.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the pool's cluster (Kubernetes mode). Default: the in-cluster configuration.")
@@ -216,6 +216,7 @@ func (o *Options) Run(ctx context.Context) error {
 		HealthPort:          o.HealthPort,
 		MetricsPort:         o.MetricsPort,
 		SecureServing:       o.SecureServing,
+		TLS:                 o.TLS,
 		PoolName:            o.PoolName,
 		MaxRequestBodyBytes: o.MaxRequestBodyBytes,
 		ScrapeInterval:      o.ScrapeInterval,

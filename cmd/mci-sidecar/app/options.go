@@ -12,12 +12,14 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/types"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/scheduling"
@@ -36,6 +38,7 @@ type Options struct {
 	Gateways               []string
 	EndpointPickerServices []string
 	InferenceModels        bool
+	SecretNamespaces       []string
 
 	MaxRequestBodyBytes int64
 	EPPAttemptTimeout   time.Duration
@@ -105,6 +108,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.StringVar(&o.DefaultClusterPolicy, "default-cluster-policy", o.DefaultClusterPolicy, "Cluster policy where no annotation chooses one: Weighted, HealthBased, MetricsBased or LocalFirst.")
 	fs.StringSliceVar(&o.Gateways, "gateway", o.Gateways, "namespace/name of the Gateway this sidecar serves; only HTTPRoutes attached to it are routed. Repeatable. Default: every HTTPRoute.")
 	fs.StringSliceVar(&o.EndpointPickerServices, "endpoint-picker-service", o.EndpointPickerServices, "namespace/name of a Service of this sidecar that InferencePools name as their endpointPickerRef. Repeatable. Set, the sidecar is an EPP shim: it serves the gateway's EPP-protocol requests for each such pool with the pool's real local EPP (annotation "+sidecar.LocalEndpointPickerAnnotation+") and the clusters of the InferencePoolImport of the same namespace/name, instead of routing by HTTPRoute.")
+	fs.StringSliceVar(&o.SecretNamespaces, "endpoint-picker-secret-namespaces", o.SecretNamespaces, "Namespaces whose Secrets labelled "+sidecar.CredentialsLabel+"=true the sidecar reads (get, list, watch: grant it a Role in each), for EPPs that serve TLS: an InferencePool's annotation "+v1alpha1.EndpointPickerSecretAnnotation+" names such a Secret of its namespace, and so do the secretRefs of its imports. Keys: "+sidecar.SecretCAKey+" (required), "+sidecar.SecretCertKey+" and "+sidecar.SecretKeyKey+" (a client certificate, for mutual TLS), "+sidecar.SecretServerNameKey+" (the name to verify instead of the address). Repeatable. Default: none, and such EPPs are not reached.")
 	fs.BoolVar(&o.InferenceModels, "inference-models", o.InferenceModels, "Read InferenceModels (inference.networking.x-k8s.io/v1alpha2) for the criticality of requests (MetricsBased shedding). Routing does not wait for them. Without them every request is Standard and never shed.")
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body buffered; larger requests get 413.")
 	fs.DurationVar(&o.EPPAttemptTimeout, "epp-attempt-timeout", o.EPPAttemptTimeout, "Longest wait for one EPP's answer before the next cluster is tried. Keep it below the gateway's ext_proc message timeout.")
@@ -134,6 +138,11 @@ func (o *Options) Validate() error {
 	}
 	if _, err := namespacedNames("--endpoint-picker-service", o.EndpointPickerServices); err != nil {
 		errs = append(errs, err)
+	}
+	for _, ns := range o.SecretNamespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--endpoint-picker-secret-namespaces %q is not a namespace name: %s", ns, strings.Join(msgs, "; ")))
+		}
 	}
 	for name, d := range map[string]time.Duration{
 		"--epp-attempt-timeout": o.EPPAttemptTimeout, "--health-check-interval": o.HealthInterval, "--health-check-timeout": o.HealthTimeout,
@@ -183,10 +192,12 @@ func (o *Options) Config() (sidecar.Config, error) {
 		return sidecar.Config{}, err
 	}
 	return sidecar.Config{
-		BindAddress: o.BindAddress,
-		GRPCPort:    o.GRPCPort,
-		HealthPort:  o.HealthPort,
-		MetricsPort: o.MetricsPort,
+		BindAddress:      o.BindAddress,
+		GRPCPort:         o.GRPCPort,
+		HealthPort:       o.HealthPort,
+		MetricsPort:      o.MetricsPort,
+		TLS:              o.TLS,
+		SecretNamespaces: o.SecretNamespaces,
 		Watch: sidecar.WatchConfig{
 			LocalCluster:           o.LocalClusterName,
 			DefaultPolicy:          policy,

@@ -44,6 +44,15 @@ func TestOptions(t *testing.T) {
 				assert.Equal(t, 3*time.Second, cfg.DrainTimeout)
 			},
 		},
+		{
+			name: "Secret namespaces reach the configuration",
+			args: []string{"--endpoint-picker-secret-namespaces=example,team-b", "--endpoint-picker-secret-namespaces=team-c"},
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, []string{"example", "team-b", "team-c"}, cfg.SecretNamespaces)
+			},
+		},
+		{name: "a Secret namespace that is not a namespace name is refused", args: []string{"--endpoint-picker-secret-namespaces=Example/x"}, wantErr: `--endpoint-picker-secret-namespaces "Example/x" is not a namespace name`},
+		{name: "a serving certificate without its key is refused", args: []string{"--tls-cert-file=/etc/mci/tls.crt"}, wantErr: "--tls-cert-file needs --tls-private-key-file"},
 		{name: "an unknown policy is refused", args: []string{"--default-cluster-policy=Fastest"}, wantErr: "unknown cluster policy"},
 		{name: "a gateway without a namespace is refused", args: []string{"--gateway=inf-gw"}, wantErr: "want namespace/name"},
 		{name: "an endpoint picker Service without a namespace is refused", args: []string{"--endpoint-picker-service=mci-sidecar"}, wantErr: "--endpoint-picker-service \"mci-sidecar\": want namespace/name"},

@@ -47,11 +47,14 @@ type ImportedCluster struct {
 }
 
 // EndpointPickerImport says how to reach the exporting cluster's EPP.
+// SecretRef, when set, names the TLS credentials (in the importing cluster)
+// for its ext-proc, health and metrics ports.
 type EndpointPickerImport struct {
-	Name    string
-	Service []ServiceImport
-	Health  *HealthEndpoint
-	Metrics *MetricsEndpoint
+	Name      string
+	Service   []ServiceImport
+	Health    *HealthEndpoint
+	Metrics   *MetricsEndpoint
+	SecretRef *corev1.SecretReference
 }
 
 // ParentImport is a remote parent (a Gateway) that fronts the exported pool.

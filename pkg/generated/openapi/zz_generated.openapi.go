@@ -401,12 +401,18 @@ func schema_pkg_apis_inference_v1alpha1_EndpointPickerImport(ref common.Referenc
 							Ref:         ref(v1alpha1.MetricsEndpoint{}.OpenAPIModelName()),
 						},
 					},
+					"secretRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "SecretRef references the TLS credentials for reaching the EPP: a Secret of the importing cluster, in the pool's namespace, named by the exporting pool's annotation mci.x-k8s.io/endpoint-picker-secret. It applies to the ext-proc, health and metrics ports alike (health and metrics carry the same reference). Keys: ca.crt (required: the CA that verifies the EPP's serving certificate), tls.crt and tls.key (optional: a client certificate, for mutual TLS) and server-name (optional: the name to verify the serving certificate against instead of the address dialled). Unset: the EPP is reached in plaintext.",
+							Ref:         ref(v1.SecretReference{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"name", "service"},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.HealthEndpoint{}.OpenAPIModelName(), v1alpha1.MetricsEndpoint{}.OpenAPIModelName(), v1alpha1.ServiceImport{}.OpenAPIModelName()},
+			v1alpha1.HealthEndpoint{}.OpenAPIModelName(), v1alpha1.MetricsEndpoint{}.OpenAPIModelName(), v1alpha1.ServiceImport{}.OpenAPIModelName(), v1.SecretReference{}.OpenAPIModelName()},
 	}
 }
 

@@ -14,6 +14,15 @@ const (
 	ExportModeAnnotation = "inference.networking.x-k8s.io/export-mode"
 	// ExportScopeClusterSet exports a pool to every member of the ClusterSet.
 	ExportScopeClusterSet = "ClusterSet"
+	// EndpointPickerSecretAnnotation on an InferencePool says that its EPP
+	// serves TLS, and names the Secret with the credentials to reach it.
+	// By namespace sameness the Secret lives in the pool's namespace of each
+	// cluster that reaches the EPP (the importing clusters, and the pool's
+	// own cluster for a sidecar routing to it locally); an import carries it
+	// as endpointPicker.secretRef (and health.secretRef, metrics.secretRef).
+	// The value must be a Secret name (a DNS subdomain); anything else makes
+	// the export invalid rather than silently plaintext.
+	EndpointPickerSecretAnnotation = "mci.x-k8s.io/endpoint-picker-secret"
 
 	// ControllerName names this implementation in status.controllers[].
 	ControllerName = "mci.x-k8s.io/apiserver"
@@ -155,6 +164,18 @@ type EndpointPickerImport struct {
 	// Metrics endpoint of the exported EPP, from its Service port named for metrics.
 	// +optional
 	Metrics *MetricsEndpoint `json:"metrics,omitempty"`
+
+	// SecretRef references the TLS credentials for reaching the EPP: a
+	// Secret of the importing cluster, in the pool's namespace, named by the
+	// exporting pool's annotation mci.x-k8s.io/endpoint-picker-secret. It
+	// applies to the ext-proc, health and metrics ports alike (health and
+	// metrics carry the same reference). Keys: ca.crt (required: the CA that
+	// verifies the EPP's serving certificate), tls.crt and tls.key
+	// (optional: a client certificate, for mutual TLS) and server-name
+	// (optional: the name to verify the serving certificate against instead
+	// of the address dialled). Unset: the EPP is reached in plaintext.
+	// +optional
+	SecretRef *corev1.SecretReference `json:"secretRef,omitempty"`
 }
 
 // ParentImport models a remote parent (a Gateway) that fronts the imported pool.

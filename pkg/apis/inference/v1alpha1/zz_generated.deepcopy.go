@@ -47,6 +47,11 @@ func (in *EndpointPickerImport) DeepCopyInto(out *EndpointPickerImport) {
 		*out = new(MetricsEndpoint)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.SecretRef != nil {
+		in, out := &in.SecretRef, &out.SecretRef
+		*out = new(v1.SecretReference)
+		**out = **in
+	}
 	return
 }
 

@@ -1,0 +1,383 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/klog/v2"
+)
+
+// CredentialsLabel marks the Secrets the sidecar may use as EPP
+// credentials (what an InferencePool's mci.x-k8s.io/endpoint-picker-secret,
+// and so an import's secretRefs, name): it reads only Secrets labelled
+// CredentialsLabel=true, and only in the namespaces it is given. So it never
+// holds another Secret, and the Secrets it uses are opted in by their owner.
+const CredentialsLabel = "mci.x-k8s.io/endpoint-picker-credentials"
+
+// The keys of an EPP credentials Secret. A kubernetes.io/tls Secret with a
+// ca.crt (as cert-manager writes them) has this shape.
+const (
+	// SecretCAKey (required) is the PEM bundle of the CAs that verify the
+	// EPP's serving certificate.
+	SecretCAKey = "ca.crt"
+	// SecretCertKey and SecretKeyKey (optional, together) are the client
+	// certificate and its private key, for EPPs that require mutual TLS.
+	SecretCertKey = corev1.TLSCertKey
+	SecretKeyKey  = corev1.TLSPrivateKeyKey
+	// SecretServerNameKey (optional) is the name the serving certificate is
+	// verified against; without it, the host the sidecar dials (the import's
+	// address: an IP or a hostname).
+	SecretServerNameKey = "server-name"
+)
+
+// Credentials gives each address of the routing table (EPP ext_proc and
+// health addresses, metrics URLs) what it is reached with: plaintext, or TLS
+// with the credentials of the Secret its cluster names. Secrets come from
+// informers, one per namespace given, restricted to CredentialsLabel; a
+// Secret is parsed once per version, and its problems are logged once per
+// change. An address whose Secret is missing or unusable gets an error: the
+// cluster fails (the next one is tried), it is never reached in plaintext.
+//
+// A nil *Credentials reaches every address in plaintext.
+type Credentials struct {
+	client     kubernetes.Interface
+	namespaces []string
+	logger     klog.Logger
+	synced     chan struct{}
+	// listers by namespace; written before synced is closed, read after.
+	listers map[string]corelisters.SecretNamespaceLister
+
+	mu sync.RWMutex
+	// targets are the addresses reached over TLS, with their Secret.
+	targets map[string]types.NamespacedName
+	// loaded is the last outcome of each Secret in use.
+	loaded    map[types.NamespacedName]*loadedSecret
+	conflicts string
+}
+
+// endpointTLS is how an address is reached.
+type endpointTLS struct {
+	// version identifies the credentials, "" for plaintext: connections are
+	// kept per address and version, so that changed credentials dial anew.
+	version string
+	// config is nil for plaintext.
+	config *tls.Config
+	grpc   credentials.TransportCredentials
+}
+
+var plaintext = &endpointTLS{grpc: insecure.NewCredentials()}
+
+// loadedSecret is what one version of a Secret gave.
+type loadedSecret struct {
+	// version is the Secret's uid and resourceVersion; "" when it does not
+	// exist.
+	version string
+	tls     *endpointTLS
+	err     error
+}
+
+// NewCredentials returns credentials read with client from the Secrets of
+// namespaces. Without namespaces no Secret is read, and every address that
+// needs one fails.
+func NewCredentials(client kubernetes.Interface, namespaces []string, logger klog.Logger) *Credentials {
+	return &Credentials{
+		client:     client,
+		namespaces: slices.Compact(slices.Sorted(slices.Values(namespaces))),
+		logger:     logger,
+		synced:     make(chan struct{}),
+		listers:    map[string]corelisters.SecretNamespaceLister{},
+		targets:    map[string]types.NamespacedName{},
+		loaded:     map[types.NamespacedName]*loadedSecret{},
+	}
+}
+
+// Synced is closed once the Secrets are listed.
+func (c *Credentials) Synced() <-chan struct{} { return c.synced }
+
+// Run watches the Secrets until ctx ends.
+func (c *Credentials) Run(ctx context.Context) error {
+	selector := labels.Set{CredentialsLabel: "true"}.AsSelector().String()
+	var synced []cache.InformerSynced
+	var factories []kubeinformers.SharedInformerFactory
+	for _, ns := range c.namespaces {
+		f := kubeinformers.NewSharedInformerFactoryWithOptions(c.client, 0,
+			kubeinformers.WithNamespace(ns),
+			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }),
+			kubeinformers.WithTransform(dropManagedFields))
+		inf := f.Core().V1().Secrets()
+		reg, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.changed,
+			UpdateFunc: func(_, obj any) { c.changed(obj) },
+			DeleteFunc: c.changed,
+		})
+		if err != nil {
+			return err
+		}
+		c.listers[ns] = inf.Lister().Secrets(ns)
+		synced = append(synced, reg.HasSynced)
+		factories = append(factories, f)
+		f.Start(ctx.Done())
+	}
+	defer func() {
+		for _, f := range factories {
+			f.Shutdown()
+		}
+	}()
+	if len(c.namespaces) > 0 {
+		c.logger.Info("Waiting for the Secrets of EPP credentials", "namespaces", c.namespaces, "labelSelector", selector)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return nil // ctx ended
+	}
+	close(c.synced)
+	c.mu.RLock()
+	inUse := slices.Collect(func(yield func(types.NamespacedName) bool) {
+		for _, ref := range c.targets {
+			if !yield(ref) {
+				return
+			}
+		}
+	})
+	c.mu.RUnlock()
+	for _, ref := range inUse {
+		_, _ = c.resolve(ref)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// changed loads a Secret in use again as soon as it changes, so that its
+// problems (or their fix) are logged without waiting for a request.
+func (c *Credentials) changed(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	ns, name, _ := cache.SplitMetaNamespaceKey(key)
+	ref := types.NamespacedName{Namespace: ns, Name: name}
+	c.mu.RLock()
+	_, inUse := c.loaded[ref]
+	c.mu.RUnlock()
+	if inUse && c.isSynced() {
+		_, _ = c.resolve(ref)
+	}
+}
+
+func (c *Credentials) isSynced() bool {
+	select {
+	case <-c.synced:
+		return true
+	default:
+		return false
+	}
+}
+
+// SetTargets makes the addresses of t's clusters reached with their
+// Secrets, and forgets Secrets no longer named. An address that clusters
+// name with different Secrets (pools sharing one EPP but not their
+// annotations) is reached with TLS rather than plaintext, and the problem
+// is logged.
+func (c *Credentials) SetTargets(t *Table) {
+	if c == nil {
+		return
+	}
+	targets := map[string]types.NamespacedName{}
+	conflicts := map[string][]string{}
+	add := func(target string, ref types.NamespacedName) {
+		if target == "" {
+			return
+		}
+		prev, seen := targets[target]
+		if seen && prev != ref {
+			conflicts[target] = append(conflicts[target], prev.String(), ref.String())
+		}
+		if !seen || prev.Name == "" || (ref.Name != "" && ref.String() < prev.String()) {
+			targets[target] = ref
+		}
+	}
+	for _, cl := range t.Clusters() {
+		add(cl.EPP, cl.EPPSecret)
+		add(cl.Health, cl.HealthSecret)
+		add(cl.Metrics, cl.MetricsSecret)
+	}
+	inUse := map[types.NamespacedName]bool{}
+	for target, ref := range targets {
+		if ref.Name == "" {
+			delete(targets, target)
+		} else {
+			inUse[ref] = true
+		}
+	}
+
+	c.mu.Lock()
+	c.targets = targets
+	for ref := range c.loaded {
+		if !inUse[ref] {
+			delete(c.loaded, ref)
+		}
+	}
+	report := describeConflicts(conflicts)
+	changed := report != c.conflicts
+	c.conflicts = report
+	c.mu.Unlock()
+	if changed && report != "" {
+		c.logger.Info("Addresses are named with different EPP credentials by different clusters; each is reached with TLS", "conflicts", report)
+	}
+	if c.isSynced() {
+		for ref := range inUse {
+			_, _ = c.resolve(ref)
+		}
+	}
+}
+
+func describeConflicts(conflicts map[string][]string) string {
+	var out []string
+	for target, refs := range conflicts {
+		refs = slices.Compact(slices.Sorted(slices.Values(refs)))
+		for i, r := range refs {
+			if r == "/" {
+				refs[i] = "plaintext"
+			}
+		}
+		out = append(out, target+": "+strings.Join(refs, ", "))
+	}
+	slices.Sort(out)
+	return strings.Join(out, "; ")
+}
+
+// forTarget returns how target (an address of the table) is reached.
+func (c *Credentials) forTarget(target string) (*endpointTLS, error) {
+	if c == nil {
+		return plaintext, nil
+	}
+	c.mu.RLock()
+	ref, ok := c.targets[target]
+	c.mu.RUnlock()
+	if !ok {
+		return plaintext, nil
+	}
+	t, err := c.resolve(ref)
+	if err != nil {
+		return nil, fmt.Errorf("TLS credentials for %s: %w", target, err)
+	}
+	return t, nil
+}
+
+// resolve returns the credentials of the Secret's current version, loading
+// them when it changed.
+func (c *Credentials) resolve(ref types.NamespacedName) (*endpointTLS, error) {
+	if !c.isSynced() {
+		return nil, fmt.Errorf("the sidecar has not listed the Secrets of EPP credentials yet (Secret %s)", ref)
+	}
+	lister := c.listers[ref.Namespace]
+	var secret *corev1.Secret
+	version := ""
+	if lister != nil {
+		if s, err := lister.Get(ref.Name); err == nil {
+			secret, version = s, string(s.UID)+"/"+s.ResourceVersion
+		}
+	}
+	c.mu.RLock()
+	l := c.loaded[ref]
+	c.mu.RUnlock()
+	if l != nil && l.version == version {
+		return l.tls, l.err
+	}
+
+	l = &loadedSecret{version: version}
+	switch {
+	case lister == nil:
+		l.err = fmt.Errorf("Secret %s: namespace %s is not one of the sidecar's --endpoint-picker-secret-namespaces, so the sidecar reads no Secret there", ref, ref.Namespace)
+	case secret == nil:
+		l.err = fmt.Errorf("Secret %s labelled %s=true does not exist", ref, CredentialsLabel)
+	default:
+		var config *tls.Config
+		if config, l.err = secretTLSConfig(secret); l.err == nil {
+			l.tls = &endpointTLS{version: ref.String() + "/" + version, config: config, grpc: credentials.NewTLS(config)}
+		}
+	}
+
+	c.mu.Lock()
+	prev := c.loaded[ref]
+	if prev != nil && prev.version == version {
+		// Loaded meanwhile by another caller, who logged it.
+		c.mu.Unlock()
+		return prev.tls, prev.err
+	}
+	c.loaded[ref] = l
+	c.mu.Unlock()
+	c.log(ref, prev, l, secret)
+	return l.tls, l.err
+}
+
+// log reports a Secret's new outcome: its problem when it has a new one,
+// that it is in use when it was not or changed. Never its data.
+func (c *Credentials) log(ref types.NamespacedName, prev, l *loadedSecret, secret *corev1.Secret) {
+	switch {
+	case l.err != nil:
+		if prev == nil || prev.err == nil || prev.err.Error() != l.err.Error() {
+			c.logger.Error(l.err, "EPP credentials are unusable: the EPPs that need them are not reached, and their clusters fail over or follow the failure mode", "secret", klog.KRef(ref.Namespace, ref.Name))
+		}
+	default:
+		c.logger.Info("EPP credentials loaded", "secret", klog.KRef(ref.Namespace, ref.Name), "resourceVersion", secret.ResourceVersion,
+			"clientCertificate", len(l.tls.config.Certificates) > 0, "serverName", l.tls.config.ServerName)
+	}
+}
+
+// secretTLSConfig is the client TLS configuration of an EPP credentials
+// Secret. Errors name the Secret and the key, never the data.
+func secretTLSConfig(s *corev1.Secret) (*tls.Config, error) {
+	ref := s.Namespace + "/" + s.Name
+	caPEM := s.Data[SecretCAKey]
+	if len(caPEM) == 0 {
+		return nil, fmt.Errorf("Secret %s has no %s: the CA that verifies the EPP's serving certificate is required", ref, SecretCAKey)
+	}
+	roots, err := certutil.NewPoolFromBytes(caPEM)
+	if err != nil {
+		return nil, fmt.Errorf("Secret %s: %s: %w", ref, SecretCAKey, err)
+	}
+	config := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		RootCAs:    roots,
+		ServerName: strings.TrimSpace(string(s.Data[SecretServerNameKey])),
+	}
+	certPEM, hasCert := s.Data[SecretCertKey]
+	keyPEM, hasKey := s.Data[SecretKeyKey]
+	switch {
+	case hasCert && hasKey:
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("Secret %s: the client certificate %s with %s: %w", ref, SecretCertKey, SecretKeyKey, err)
+		}
+		config.Certificates = []tls.Certificate{pair}
+	case hasCert:
+		return nil, fmt.Errorf("Secret %s has %s but no %s: a client certificate needs its key", ref, SecretCertKey, SecretKeyKey)
+	case hasKey:
+		return nil, fmt.Errorf("Secret %s has %s but no %s: a client key needs its certificate", ref, SecretKeyKey, SecretCertKey)
+	}
+	return config, nil
+}
+
+// useCredentials makes the sidecar's EPP streams, health checks and metric
+// scrapes reach their addresses with c.
+func (s *Sidecar) useCredentials(c *Credentials) {
+	s.creds = c
+	s.server.relay.creds = c
+	s.prober.creds = c
+	s.scraper.creds = c
+}

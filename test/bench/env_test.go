@@ -418,21 +418,16 @@ func (e *env) stableHeap(b *testing.B, cluster string) uint64 {
 // rss is the resident set of cluster's mci-apiserver, from /proc.
 func (e *env) rss(b *testing.B, cluster string) uint64 {
 	b.Helper()
-	for _, p := range e.cs.Processes() {
-		if p.Name != cluster+"-mci-apiserver" {
-			continue
-		}
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.PID))
-		require.NoError(b, err)
-		for _, line := range strings.Split(string(data), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-				require.NoError(b, err)
-				return kb << 10
-			}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.mciPID(b, cluster)))
+	require.NoError(b, err)
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			require.NoError(b, err)
+			return kb << 10
 		}
 	}
-	b.Fatalf("no mci-apiserver process for %s", cluster)
+	b.Fatalf("no VmRSS for %s's mci-apiserver", cluster)
 	return 0
 }
 
@@ -440,22 +435,28 @@ func (e *env) rss(b *testing.B, cluster string) uint64 {
 // /proc (utime + stime, in clock ticks of 10ms).
 func (e *env) cpuTime(b *testing.B, cluster string) time.Duration {
 	b.Helper()
-	for _, p := range e.cs.Processes() {
-		if p.Name != cluster+"-mci-apiserver" {
-			continue
-		}
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID))
+	pid := e.mciPID(b, cluster)
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(b, err)
+	// The fields after the command, which may contain spaces.
+	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	require.Greater(b, len(fields), 12, "/proc/%d/stat", pid)
+	var ticks uint64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseUint(f, 10, 64)
 		require.NoError(b, err)
-		// The fields after the command, which may contain spaces.
-		fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
-		require.Greater(b, len(fields), 12, "/proc/%d/stat", p.PID)
-		var ticks uint64
-		for _, f := range fields[11:13] {
-			n, err := strconv.ParseUint(f, 10, 64)
-			require.NoError(b, err)
-			ticks += n
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// mciPID is the process id of cluster's mci-apiserver.
+func (e *env) mciPID(b *testing.B, cluster string) int {
+	b.Helper()
+	for _, p := range e.cs.Processes() {
+		if p.Name == cluster+"-mci-apiserver" {
+			return p.PID
 		}
-		return time.Duration(ticks) * 10 * time.Millisecond
 	}
 	b.Fatalf("no mci-apiserver process for %s", cluster)
 	return 0

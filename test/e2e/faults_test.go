@@ -191,36 +191,11 @@ func TestFaultsInAnHAClusterSet(t *testing.T) {
 
 func startFaultSet(t *testing.T) *faultSet {
 	t.Helper()
-	binDir := os.Getenv("MCI_BIN_DIR")
-	if binDir == "" {
-		binDir = filepath.Join("..", "..", "_output", "bin")
-	}
-	binDir, err := filepath.Abs(binDir)
-	require.NoError(t, err)
-	dir, err := os.MkdirTemp("", "mci-e2e-faults-")
-	require.NoError(t, err)
-	start := time.Now()
-	upCtx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	cs, err := harness.Up(upCtx, harness.Options{
-		Dir:                    dir,
+	cs := startClusterSet(t, "mci-e2e-faults-", harness.Options{
 		Clusters:               []string{"cluster-a", "cluster-b"},
-		BinDir:                 binDir,
-		MCIAPIServerBinary:     filepath.Join(binDir, "mci-apiserver"),
 		Replicas:               2,
 		MemberUnreachableAfter: faultThreshold,
-		Log:                    testWriter{t},
 	})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		assert.NoError(t, cs.Stop())
-		if t.Failed() {
-			t.Logf("fault ClusterSet logs kept in %s", filepath.Join(dir, "logs"))
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
-	t.Logf("fault ClusterSet (2 clusters, 2 mci-apiserver replicas each) up in %s", time.Since(start).Round(time.Second))
 
 	f := &faultSet{cs: cs, a: clientsIn(t, cs, "cluster-a"), b: clientsIn(t, cs, "cluster-b"), pools: map[string]bool{}, t: t}
 	kb, err := cs.Cluster("cluster-b")

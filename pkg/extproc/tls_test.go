@@ -3,7 +3,6 @@ package extproc
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net/http"
@@ -88,19 +87,6 @@ func tlsServers(t *testing.T, o TLSOptions) *Servers {
 	return s
 }
 
-func clientTLS(t *testing.T, caPEM []byte, client *tlstest.Client) *tls.Config {
-	t.Helper()
-	roots := x509.NewCertPool()
-	require.True(t, roots.AppendCertsFromPEM(caPEM))
-	c := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-	if client != nil {
-		pair, err := tls.X509KeyPair(client.CertPEM, client.KeyPEM)
-		require.NoError(t, err)
-		c.Certificates = []tls.Certificate{pair}
-	}
-	return c
-}
-
 // checkHealth asks addr's gRPC health service about the server over a new
 // connection.
 func checkHealth(addr string, creds credentials.TransportCredentials) error {
@@ -141,16 +127,16 @@ func TestServersServeMutualTLSOnEveryPort(t *testing.T) {
 	})
 
 	for _, addr := range []string{s.GRPCAddr(), s.HealthAddr()} {
-		assert.NoError(t, checkHealth(addr, credentials.NewTLS(clientTLS(t, serving.CAPEM, &client))), "a trusted client certificate on %s", addr)
-		assert.Error(t, checkHealth(addr, credentials.NewTLS(clientTLS(t, serving.CAPEM, nil))), "no client certificate on %s", addr)
-		assert.Error(t, checkHealth(addr, credentials.NewTLS(clientTLS(t, serving.CAPEM, &stranger))), "an untrusted client certificate on %s", addr)
+		assert.NoError(t, checkHealth(addr, credentials.NewTLS(tlstest.ClientConfig(t, serving.CAPEM, &client))), "a trusted client certificate on %s", addr)
+		assert.Error(t, checkHealth(addr, credentials.NewTLS(tlstest.ClientConfig(t, serving.CAPEM, nil))), "no client certificate on %s", addr)
+		assert.Error(t, checkHealth(addr, credentials.NewTLS(tlstest.ClientConfig(t, serving.CAPEM, &stranger))), "an untrusted client certificate on %s", addr)
 		assert.Error(t, checkHealth(addr, insecure.NewCredentials()), "plaintext on %s", addr)
 	}
 
-	body, err := getMetrics("https://"+s.MetricsAddr()+"/metrics", clientTLS(t, serving.CAPEM, &client))
+	body, err := getMetrics("https://"+s.MetricsAddr()+"/metrics", tlstest.ClientConfig(t, serving.CAPEM, &client))
 	require.NoError(t, err)
 	assert.Contains(t, body, "test_total 0")
-	_, err = getMetrics("https://"+s.MetricsAddr()+"/metrics", clientTLS(t, serving.CAPEM, nil))
+	_, err = getMetrics("https://"+s.MetricsAddr()+"/metrics", tlstest.ClientConfig(t, serving.CAPEM, nil))
 	assert.Error(t, err, "metrics without a client certificate")
 	_, err = getMetrics("http://"+s.MetricsAddr()+"/metrics", nil)
 	assert.ErrorContains(t, err, "400 Bad Request", "metrics in plaintext")
@@ -164,12 +150,12 @@ func TestServersServeRotatedCertificates(t *testing.T) {
 		KeyFile:  tlstest.WriteFile(t, dir, "tls.key", first.KeyPEM),
 	}
 	s := tlsServers(t, o)
-	require.NoError(t, checkHealth(s.GRPCAddr(), credentials.NewTLS(clientTLS(t, first.CAPEM, nil))))
+	require.NoError(t, checkHealth(s.GRPCAddr(), credentials.NewTLS(tlstest.ClientConfig(t, first.CAPEM, nil))))
 
 	t.Run("a pair that does not load keeps the last good one in use", func(t *testing.T) {
 		tlstest.WriteFile(t, dir, "tls.key", []byte("half-written"))
 		time.Sleep(1100 * time.Millisecond)
-		assert.NoError(t, checkHealth(s.GRPCAddr(), credentials.NewTLS(clientTLS(t, first.CAPEM, nil))))
+		assert.NoError(t, checkHealth(s.GRPCAddr(), credentials.NewTLS(tlstest.ClientConfig(t, first.CAPEM, nil))))
 	})
 
 	t.Run("new connections get the new certificate once the files change", func(t *testing.T) {
@@ -177,10 +163,10 @@ func TestServersServeRotatedCertificates(t *testing.T) {
 		tlstest.WriteFile(t, dir, "tls.crt", second.CertPEM)
 		tlstest.WriteFile(t, dir, "tls.key", second.KeyPEM)
 		assert.EventuallyWithT(t, func(c *assert.CollectT) {
-			assert.NoError(c, checkHealth(s.GRPCAddr(), credentials.NewTLS(clientTLS(t, second.CAPEM, nil))))
+			assert.NoError(c, checkHealth(s.GRPCAddr(), credentials.NewTLS(tlstest.ClientConfig(t, second.CAPEM, nil))))
 		}, 5*time.Second, 100*time.Millisecond)
-		assert.Error(t, checkHealth(s.GRPCAddr(), credentials.NewTLS(clientTLS(t, first.CAPEM, nil))), "the old CA no longer verifies the server")
-		body, err := getMetrics("https://"+s.MetricsAddr()+"/metrics", clientTLS(t, second.CAPEM, nil))
+		assert.Error(t, checkHealth(s.GRPCAddr(), credentials.NewTLS(tlstest.ClientConfig(t, first.CAPEM, nil))), "the old CA no longer verifies the server")
+		body, err := getMetrics("https://"+s.MetricsAddr()+"/metrics", tlstest.ClientConfig(t, second.CAPEM, nil))
 		require.NoError(t, err)
 		assert.Contains(t, body, "test_total 0")
 	})

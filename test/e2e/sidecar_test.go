@@ -162,18 +162,7 @@ func newSidecarSetupWith(t *testing.T, ns string, o sidecarOptions) *sidecarSetu
 	sc, err := sidecar.New(cfg, sidecar.Clients{Kube: b.kube, MCI: b.mci, Gateway: b.gateway})
 	require.NoError(t, err)
 	s.sidecar = sc
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sc.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err, "the sidecar stopped with an error")
-		case <-time.After(20 * time.Second):
-			t.Errorf("the sidecar did not stop within 20s")
-		}
-	})
+	done := runSidecar(t, sc)
 
 	// The sidecar's table routes the rule (or the shim pool) to both
 	// clusters' EPPs.
@@ -201,6 +190,25 @@ func newSidecarSetupWith(t *testing.T, ns string, o sidecarOptions) *sidecarSetu
 	t.Cleanup(s.gateway.Close)
 	t.Logf("setup done in %s: sidecar ext_proc on %s", time.Since(start).Round(time.Millisecond), sc.GRPCAddr())
 	return s
+}
+
+// runSidecar runs sc until the test ends, then checks that it stopped
+// cleanly. The channel reports its end if it stops before.
+func runSidecar(t *testing.T, sc *sidecar.Sidecar) <-chan error {
+	t.Helper()
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sc.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			assert.NoError(t, err, "the sidecar stopped with an error")
+		case <-time.After(20 * time.Second):
+			t.Errorf("the sidecar did not stop within 20s")
+		}
+	})
+	return done
 }
 
 // eppsOf returns the EPP of each cluster the table routes the pool's

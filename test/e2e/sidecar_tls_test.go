@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -67,7 +65,7 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfTheImportingCluster(t *testin
 			"--tls-private-key-file=" + tlstest.WriteFile(t, dir, "tls.key", serving.KeyPEM),
 			"--tls-client-ca-file=" + tlstest.WriteFile(t, dir, "client-ca.crt", client.CertPEM),
 		},
-		healthCreds: credentials.NewTLS(clientTLS(t, serving.CAPEM, &client)),
+		healthCreds: credentials.NewTLS(tlstest.ClientConfig(t, serving.CAPEM, &client)),
 	})
 	a.createEPPService(t, ctx, ns, eppIP)
 	a.setEPPEndpoint(t, ctx, ns, true)
@@ -77,8 +75,8 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfTheImportingCluster(t *testin
 		stranger := tlstest.NewClient(t, "stranger")
 		for name, dial := range map[string][]grpc.DialOption{
 			"plaintext":                 nil,
-			"an untrusted certificate":  {grpc.WithTransportCredentials(credentials.NewTLS(clientTLS(t, serving.CAPEM, &stranger)))},
-			"the sidecar's certificate": {grpc.WithTransportCredentials(credentials.NewTLS(clientTLS(t, serving.CAPEM, &client)))},
+			"an untrusted certificate":  {grpc.WithTransportCredentials(credentials.NewTLS(tlstest.ClientConfig(t, serving.CAPEM, &stranger)))},
+			"the sidecar's certificate": {grpc.WithTransportCredentials(credentials.NewTLS(tlstest.ClientConfig(t, serving.CAPEM, &client)))},
 		} {
 			c, err := extproc.Dial(eppAddr, extproc.Options{MessageTimeout: 5 * time.Second}, dial...)
 			require.NoError(t, err)
@@ -143,18 +141,7 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfTheImportingCluster(t *testin
 		HealthInterval:   200 * time.Millisecond,
 	}, sidecar.Clients{Kube: b.kube, MCI: b.mci, Gateway: b.gateway})
 	require.NoError(t, err)
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sc.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err, "the sidecar stopped with an error")
-		case <-time.After(20 * time.Second):
-			t.Errorf("the sidecar did not stop within 20s")
-		}
-	})
+	runSidecar(t, sc)
 	ec, err := extproc.Dial(sc.GRPCAddr(), extproc.Options{MessageTimeout: 10 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ec.Close() })
@@ -229,19 +216,4 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfTheImportingCluster(t *testin
 		assert.Contains(t, string(body), `mci_sidecar_requests_total{cluster="cluster-a",code="200",outcome="routed"}`)
 		assert.Contains(t, string(body), `code="503",outcome="unavailable"}`)
 	})
-}
-
-// clientTLS is a client configuration that verifies servers with caPEM
-// and presents client, if any.
-func clientTLS(t *testing.T, caPEM []byte, client *tlstest.Client) *tls.Config {
-	t.Helper()
-	roots := x509.NewCertPool()
-	require.True(t, roots.AppendCertsFromPEM(caPEM))
-	c := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-	if client != nil {
-		pair, err := tls.X509KeyPair(client.CertPEM, client.KeyPEM)
-		require.NoError(t, err)
-		c.Certificates = []tls.Certificate{pair}
-	}
-	return c
 }

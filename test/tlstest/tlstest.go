@@ -5,6 +5,8 @@ package tlstest
 
 import (
 	"crypto"
+	"crypto/tls"
+	"crypto/x509"
 	"net"
 	"os"
 	"path/filepath"
@@ -78,4 +80,19 @@ func WriteFile(t testing.TB, dir, name string, data []byte) string {
 	path := filepath.Join(dir, name)
 	require.NoError(t, os.WriteFile(path, data, 0o600))
 	return path
+}
+
+// ClientConfig is a client configuration that verifies servers with caPEM
+// and presents client, if not nil.
+func ClientConfig(t testing.TB, caPEM []byte, client *Client) *tls.Config {
+	t.Helper()
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(caPEM))
+	c := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if client != nil {
+		pair, err := tls.X509KeyPair(client.CertPEM, client.KeyPEM)
+		require.NoError(t, err)
+		c.Certificates = []tls.Certificate{pair}
+	}
+	return c
 }

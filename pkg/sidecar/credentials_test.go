@@ -276,25 +276,10 @@ func TestCredentialsForTargets(t *testing.T) {
 func runTLSEPP(t *testing.T, model *httptest.Server, serving tlstest.Serving, clientCA []byte) *epp.EPP {
 	t.Helper()
 	dir := t.TempDir()
-	e, err := epp.New(epp.Config{
-		BindAddress: "127.0.0.1", PoolName: "llm", ScrapeInterval: 50 * time.Millisecond,
-		TLS: extproc.TLSOptions{
-			CertFile:     tlstest.WriteFile(t, dir, "tls.crt", serving.CertPEM),
-			KeyFile:      tlstest.WriteFile(t, dir, "tls.key", serving.KeyPEM),
-			ClientCAFile: tlstest.WriteFile(t, dir, "client-ca.crt", clientCA),
-		},
-		Picker: epp.PickerConfig{Scheduling: scheduling.DefaultConfig()},
-	}, epp.StaticSource{Endpoints: []epp.Endpoint{{Name: "pod", Address: model.Listener.Addr().String()}}})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		_ = e.Run(ctx)
-		close(done)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
+	e, _ := runEPP(t, model, extproc.TLSOptions{
+		CertFile:     tlstest.WriteFile(t, dir, "tls.crt", serving.CertPEM),
+		KeyFile:      tlstest.WriteFile(t, dir, "tls.key", serving.KeyPEM),
+		ClientCAFile: tlstest.WriteFile(t, dir, "client-ca.crt", clientCA),
 	})
 	return e
 }

@@ -22,6 +22,7 @@ import (
 	gatewayfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/extproc"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	extproctest "github.com/mci-dev/mci/test/extproc"
@@ -48,10 +49,11 @@ func modelHandler(name string) http.Handler {
 }
 
 // runEPP runs a pkg/epp Endpoint Picker on 127.0.0.1 in front of one model
-// server; stop takes it down.
-func runEPP(t testing.TB, model *httptest.Server) (e *epp.EPP, stop func()) {
+// server, serving tls (plaintext when empty); stop takes it down.
+func runEPP(t testing.TB, model *httptest.Server, tls extproc.TLSOptions) (e *epp.EPP, stop func()) {
 	e, err := epp.New(epp.Config{
 		BindAddress: "127.0.0.1", PoolName: "llm", ScrapeInterval: 50 * time.Millisecond,
+		TLS:    tls,
 		Picker: epp.PickerConfig{Scheduling: scheduling.DefaultConfig()},
 	}, epp.StaticSource{Endpoints: []epp.Endpoint{{Name: "pod", Address: model.Listener.Addr().String()}}})
 	require.NoError(t, err)
@@ -100,8 +102,8 @@ func get(t *testing.T, url string) (int, string) {
 // EPP down moves the traffic to the other cluster with no failed request.
 func TestSidecarDataPath(t *testing.T) {
 	msA, msC := modelServer(t, "model-a"), modelServer(t, "model-c")
-	eppA, stopA := runEPP(t, msA)
-	eppC, _ := runEPP(t, msC)
+	eppA, stopA := runEPP(t, msA, extproc.TLSOptions{})
+	eppC, _ := runEPP(t, msC, extproc.TLSOptions{})
 
 	imp := importOf("llm")
 	eppImported(t, "cluster-a", eppA)(imp)

@@ -442,3 +442,30 @@ func TestAStoppedStoreEndsItsWatchesAndRefusesNewOnes(t *testing.T) {
 	_, err = s.Watch(context.Background(), WatchOptions{})
 	assert.True(t, apierrors.IsTooManyRequests(err), "%v", err)
 }
+
+// A member change that alters no object still moves the version; a watcher
+// that allows bookmarks is told so, and nothing when the version stays.
+func TestBookmarksFollowTheVersionWithoutChanges(t *testing.T) {
+	defer func(d time.Duration) { bookmarkInterval = d }(bookmarkInterval)
+	bookmarkInterval = 20 * time.Millisecond
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	r.set("ns1", "a", nil, "cluster-a")
+	s := startStore(t, r)
+	o, _ := s.Get("ns1", "a")
+	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: o.GetResourceVersion(), AllowBookmarks: true})
+	require.NoError(t, err)
+	defer w.Stop()
+
+	select {
+	case ev := <-w.ResultChan():
+		t.Fatalf("nothing moved, yet the watcher got %s", ev.Type)
+	case <-time.After(100 * time.Millisecond):
+	}
+
+	notifyPool(s, "cluster-c", "ns1", "a", 42) // the computed object stays the same
+	ev := next(t, w)
+	require.Equal(t, watch.Bookmark, ev.Type)
+	v, err := ParseVersion(ev.Object.(Object).GetResourceVersion())
+	require.NoError(t, err)
+	assert.Equal(t, uint64(42), v["cluster-c"], "the bookmark carries the moved version")
+}

@@ -18,8 +18,12 @@ import (
 const watcherBuffer = 4096
 
 // bookmarkInterval is how often a watcher that allows bookmarks is told the
-// current resourceVersion, so that it can resume from a recent one.
-var bookmarkInterval = 30 * time.Second
+// current resourceVersion when it moved since what the watcher last got.
+// Member changes that alter no object still move the version; a client
+// that resumes on another replica must hold a recent one, or that replica
+// (whose state started after those changes) cannot tell that the client
+// missed nothing, and answers 410.
+var bookmarkInterval = time.Second
 
 // WatchOptions select what a watch sees and where it starts.
 type WatchOptions struct {
@@ -133,9 +137,15 @@ func (w *watcher) ResultChan() <-chan watch.Event { return w.result }
 func (w *watcher) run(ctx context.Context, initial []Object, initialVersion string, backlog []change) {
 	defer close(w.result)
 	defer w.Stop()
+	// sent is the resourceVersion the client last got: at first, the one
+	// it asked to start from.
+	sent := w.opts.ResourceVersion
 	emit := func(e watch.Event) bool {
 		select {
 		case w.result <- e:
+			if o, ok := e.Object.(metav1.Object); ok {
+				sent = o.GetResourceVersion()
+			}
 			return true
 		case <-w.done:
 			return false
@@ -186,6 +196,9 @@ func (w *watcher) run(ctx context.Context, initial []Object, initialVersion stri
 			w.store.mu.RLock()
 			rv := w.store.version.String()
 			w.store.mu.RUnlock()
+			if rv == sent {
+				continue
+			}
 			if !emit(watch.Event{Type: watch.Bookmark, Object: w.bookmark(rv)}) {
 				return
 			}

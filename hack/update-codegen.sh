@@ -7,7 +7,14 @@ set -o errexit -o nounset -o pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "${REPO_ROOT}"
 
-CODEGEN_PKG="$(go list -m -f '{{.Dir}}' k8s.io/code-generator)"
+# `go mod download` fetches the pinned code-generator on a fresh machine
+# (`go list -m -f '{{.Dir}}'` prints nothing until the module is downloaded)
+# and names its directory.
+CODEGEN_PKG="$(go mod download -json k8s.io/code-generator | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
+if [[ -z "${CODEGEN_PKG}" || ! -f "${CODEGEN_PKG}/kube_codegen.sh" ]]; then
+  echo "update-codegen: k8s.io/code-generator could not be downloaded (go mod download k8s.io/code-generator)" >&2
+  exit 1
+fi
 # kube_codegen.sh installs its generators with `go install` into GOBIN.
 export GOBIN="${OUTPUT_BIN}"
 source "${CODEGEN_PKG}/kube_codegen.sh"

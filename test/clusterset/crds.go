@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -32,22 +33,28 @@ var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 
 // defaultCRDPaths are the member-cluster CRDs: the project's own
 // (InferencePool, InferenceModel) and the Gateway API standard channel.
+// `go mod download -json` fetches the module when a fresh machine does not
+// have it yet (`go list -m` would print an empty directory) and says where
+// it is.
 func defaultCRDPaths(repoRoot string) ([]string, error) {
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", gatewayAPIModule)
+	cmd := exec.Command("go", "mod", "download", "-json", gatewayAPIModule)
 	cmd.Dir = repoRoot
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("locating the %s module for its CRDs (go list -m): %w: %s", gatewayAPIModule, err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("downloading the %s module for its CRDs (go mod download): %w: %s%s", gatewayAPIModule, err, strings.TrimSpace(stderr.String()), strings.TrimSpace(string(out)))
 	}
-	gw := strings.TrimSpace(string(out))
-	if gw == "" {
-		return nil, fmt.Errorf("module %s is not downloaded; run go mod download %s", gatewayAPIModule, gatewayAPIModule)
+	var mod struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &mod); err != nil {
+		return nil, fmt.Errorf("reading go mod download's answer for %s: %w", gatewayAPIModule, err)
+	}
+	if mod.Error != "" || mod.Dir == "" {
+		return nil, fmt.Errorf("module %s is not available: %s", gatewayAPIModule, mod.Error)
 	}
 	return []string{
 		filepath.Join(repoRoot, "artifacts", "crds"),
-		filepath.Join(gw, "config", "crd", "standard"),
+		filepath.Join(mod.Dir, "config", "crd", "standard"),
 	}, nil
 }
 

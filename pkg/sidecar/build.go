@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
@@ -38,9 +39,17 @@ type Inputs struct {
 	// DefaultPolicy applies where no annotation chooses one;
 	// PolicyHealthBased when empty.
 	DefaultPolicy Policy
-	// Gateways, when not empty, restricts the table to the HTTPRoutes whose
-	// parentRefs name one of these Gateways: the gateway the sidecar serves.
-	Gateways []types.NamespacedName
+	// ServedGateways, when not empty, are the Gateways the sidecar serves:
+	// the table holds only the HTTPRoutes attached to one of them, as their
+	// listeners allow (attach.go). Empty: every HTTPRoute, whatever its
+	// parentRefs.
+	ServedGateways []types.NamespacedName
+	// Gateways are the cluster's Gateways (only the served ones are read),
+	// Namespaces its namespaces (whose labels allowedRoutes selectors
+	// match), ReferenceGrants what allows cross-namespace backendRefs.
+	Gateways        []*gatewayv1.Gateway
+	Namespaces      []*corev1.Namespace
+	ReferenceGrants []*gatewayv1beta1.ReferenceGrant
 	// EndpointPickerServices are the sidecar's own Services. When not
 	// empty the sidecar is an EPP shim: a local InferencePool whose
 	// endpointPickerRef names one of them is "this pool plus the import of
@@ -98,6 +107,10 @@ func newBuilder(in Inputs) *builder {
 		locals:  map[types.NamespacedName]localResult{},
 		remotes: map[types.NamespacedName]remoteResult{},
 		models:  map[types.NamespacedName]*epp.Models{},
+
+		gateways: map[types.NamespacedName]*gatewayv1.Gateway{},
+		nsLabels: map[string]map[string]string{},
+		grants:   map[string]map[string]*gatewayv1beta1.ReferenceGrant{},
 	}
 }
 
@@ -115,6 +128,17 @@ func Build(in Inputs) (*Table, []error) {
 	for _, s := range in.Services {
 		b.svcs[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = s
 	}
+	for _, g := range in.Gateways {
+		if k := (types.NamespacedName{Namespace: g.Namespace, Name: g.Name}); slices.Contains(in.ServedGateways, k) {
+			b.gateways[k] = g
+		}
+	}
+	for _, n := range in.Namespaces {
+		b.nsLabels[n.Name] = n.Labels
+	}
+	for _, g := range in.ReferenceGrants {
+		b.setGrant(g)
+	}
 	b.indexModels()
 
 	routes := slices.Clone(in.Routes)
@@ -126,10 +150,9 @@ func Build(in Inputs) (*Table, []error) {
 	})
 	t := &Table{shimMode: len(in.EndpointPickerServices) > 0, local: b.local}
 	for _, r := range routes {
-		if !b.attached(r) {
-			continue
+		if hostnames, ok := b.attached(r); ok {
+			b.route(t, r, hostnames)
 		}
-		b.route(t, r)
 	}
 	t.index.sort()
 	if t.shimMode {
@@ -246,6 +269,12 @@ type builder struct {
 	remotes map[types.NamespacedName]remoteResult
 	models  map[types.NamespacedName]*epp.Models
 
+	// The served Gateways, the labels of namespaces, and the
+	// ReferenceGrants by namespace and name.
+	gateways map[types.NamespacedName]*gatewayv1.Gateway
+	nsLabels map[string]map[string]string
+	grants   map[string]map[string]*gatewayv1beta1.ReferenceGrant
+
 	errs []error
 
 	// incremental, when true, keeps the problems of local pools and imports
@@ -298,27 +327,25 @@ func (b *builder) report(kind, namespace, name, reason, format string, args ...a
 	b.errs = append(b.errs, &BuildError{Kind: kind, Namespace: namespace, Name: name, Reason: reason, Message: fmt.Sprintf(format, args...)})
 }
 
-// attached reports whether the route applies to the sidecar's gateway.
-func (b *builder) attached(r *gatewayv1.HTTPRoute) bool {
-	if len(b.in.Gateways) == 0 {
-		return true
+// attached reports whether the route applies to the sidecar's Gateways
+// and, when it does, the hostnames it is served for (nil: its own). A route
+// that names a served Gateway whose listeners all refuse it is reported.
+func (b *builder) attached(r *gatewayv1.HTTPRoute) ([]string, bool) {
+	if len(b.in.ServedGateways) == 0 {
+		return nil, true
 	}
-	for _, p := range r.Spec.ParentRefs {
-		if p.Group != nil && string(*p.Group) != gatewayv1.GroupName {
-			continue
-		}
-		if p.Kind != nil && string(*p.Kind) != "Gateway" {
-			continue
-		}
-		ns := r.Namespace
-		if p.Namespace != nil {
-			ns = string(*p.Namespace)
-		}
-		if slices.Contains(b.in.Gateways, types.NamespacedName{Namespace: ns, Name: string(p.Name)}) {
-			return true
-		}
+	a := b.attach(r)
+	if a.named && !a.accepted {
+		b.report("HTTPRoute", r.Namespace, r.Name, a.reason, "not attached to the sidecar's Gateway, so not served: %s", strings.Join(a.why, "; "))
 	}
-	return false
+	return a.hostnames, a.accepted
+}
+
+func (b *builder) setGrant(g *gatewayv1beta1.ReferenceGrant) {
+	if b.grants[g.Namespace] == nil {
+		b.grants[g.Namespace] = map[string]*gatewayv1beta1.ReferenceGrant{}
+	}
+	b.grants[g.Namespace][g.Name] = g
 }
 
 // routeAnnotations are the settings a route's annotations give.
@@ -380,18 +407,21 @@ func parseClusterWeights(s string) (map[string]int64, error) {
 	return w, nil
 }
 
-func (b *builder) route(t *Table, r *gatewayv1.HTTPRoute) {
+// route compiles an attached route into t, for hostnames (nil: the
+// route's own, or any when it has none).
+func (b *builder) route(t *Table, r *gatewayv1.HTTPRoute, hostnames []string) {
 	ra := b.annotations(r)
 	key := types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
 	report := func(reason, format string, args ...any) {
 		b.report("HTTPRoute", r.Namespace, r.Name, reason, format, args...)
 	}
-	hostnames := make([]string, 0, len(r.Spec.Hostnames))
-	for _, h := range r.Spec.Hostnames {
-		hostnames = append(hostnames, string(h))
-	}
-	if len(hostnames) == 0 {
-		hostnames = append(hostnames, "")
+	if hostnames == nil {
+		for _, h := range r.Spec.Hostnames {
+			hostnames = append(hostnames, string(h))
+		}
+		if len(hostnames) == 0 {
+			hostnames = append(hostnames, "")
+		}
 	}
 
 	for ri, rule := range r.Spec.Rules {
@@ -567,12 +597,10 @@ func (b *builder) backend(r *gatewayv1.HTTPRoute, ri, bi int, ref gatewayv1.Back
 		return invalid(ReasonInvalidKind, "kind %q of group %q is not routed by mci-sidecar; want %s.%s or %s.%s",
 			kind, group, InferencePoolKind, InferencePoolGroup, InferencePoolImportKind, InferencePoolImportGroup)
 	}
-	if ns != r.Namespace {
-		// Cross-namespace references need a ReferenceGrant, which the
-		// sidecar does not read: refused, never silently allowed.
-		return invalid(ReasonRefNotPermitted, "%s %s/%s is in another namespace than the route; cross-namespace backendRefs are not supported", kind, ns, ref.Name)
-	}
 	key := types.NamespacedName{Namespace: ns, Name: string(ref.Name)}
+	if ns != r.Namespace && !b.referenceGranted(r.Namespace, group, kind, key) {
+		return invalid(ReasonRefNotPermitted, "%s %s is in another namespace than the route, and no ReferenceGrant of namespace %s allows HTTPRoutes of namespace %s to refer to it", kind, key, ns, r.Namespace)
+	}
 	be.models = b.models[key]
 
 	var obj metav1.Object

@@ -298,7 +298,8 @@ func TestBuild(t *testing.T) {
 		{
 			name: "only routes attached to the sidecar's gateway are routed",
 			in: Inputs{
-				Gateways: []types.NamespacedName{{Namespace: ns, Name: "inf-gw"}},
+				ServedGateways: []types.NamespacedName{{Namespace: ns, Name: "inf-gw"}},
+				Gateways:       []*gatewayv1.Gateway{gateway("inf-gw", listener("http", 80, "", nil)), gateway("other-gw", listener("http", 80, "", nil))},
 				Routes: []*gatewayv1.HTTPRoute{
 					func() *gatewayv1.HTTPRoute {
 						r := route("mine", 0, nil, rule(nil, importRef("llm", nil)))

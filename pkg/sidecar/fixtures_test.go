@@ -161,3 +161,27 @@ func importOf(name string, clusters ...imported) *v1alpha1.InferencePoolImport {
 }
 
 type v1alphaImport = v1alpha1.InferencePoolImport
+
+// gateway builds a Gateway of ns with listeners; listener builds an HTTP
+// listener that allows what allowed says (nil: the API's default, routes of
+// the Gateway's namespace).
+func gateway(name string, listeners ...gatewayv1.Listener) *gatewayv1.Gateway {
+	return &gatewayv1.Gateway{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       gatewayv1.GatewaySpec{GatewayClassName: "inference", Listeners: listeners},
+	}
+}
+
+func listener(name string, port int32, hostname string, allowed *gatewayv1.AllowedRoutes) gatewayv1.Listener {
+	l := gatewayv1.Listener{Name: gatewayv1.SectionName(name), Port: gatewayv1.PortNumber(port), Protocol: gatewayv1.HTTPProtocolType, AllowedRoutes: allowed}
+	if hostname != "" {
+		l.Hostname = ptr.To(gatewayv1.Hostname(hostname))
+	}
+	return l
+}
+
+// fromNamespaces is an allowedRoutes of routes from the namespaces from
+// says (with selector for Selector).
+func fromNamespaces(from gatewayv1.FromNamespaces, selector *metav1.LabelSelector) *gatewayv1.AllowedRoutes {
+	return &gatewayv1.AllowedRoutes{Namespaces: &gatewayv1.RouteNamespaces{From: &from, Selector: selector}}
+}

@@ -2,12 +2,15 @@ package sidecar
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
@@ -20,7 +23,10 @@ import (
 //
 //   - An HTTPRoute is compiled on its own (matches, rules, backends) and
 //     recompiled when it changes or when a pool, import, Service or
-//     InferenceModel that one of its backendRefs depends on changes.
+//     InferenceModel that one of its backendRefs depends on changes; when
+//     the listeners of a served Gateway it names change, or the labels of
+//     its namespace (allowedRoutes selectors); when a ReferenceGrant of a
+//     namespace its backendRefs refer to changes.
 //   - A local pool's EPP, an import's clusters and a pool's InferenceModels
 //     are resolved once and kept until they change.
 //   - The host index keeps the precedence-sorted matchers of every
@@ -44,6 +50,12 @@ type Incremental struct {
 	byName   map[types.NamespacedName]map[types.NamespacedName]struct{}
 	bySvc    map[types.NamespacedName]map[types.NamespacedName]struct{}
 	poolSvcs map[types.NamespacedName][]types.NamespacedName
+	// byGateway are the routes that name a served Gateway, inNamespace the
+	// same routes by namespace; byTarget the routes with backendRefs to
+	// another namespace, by that namespace.
+	byGateway   map[types.NamespacedName]map[types.NamespacedName]struct{}
+	inNamespace map[string]map[types.NamespacedName]struct{}
+	byTarget    map[string]map[types.NamespacedName]struct{}
 
 	models     map[types.NamespacedName]*v1alpha2.InferenceModel
 	modelsOf   map[types.NamespacedName]map[types.NamespacedName]*v1alpha2.InferenceModel
@@ -67,11 +79,16 @@ type Incremental struct {
 	last *Table
 }
 
-// routeEntry is one compiled, attached HTTPRoute.
+// routeEntry is one compiled HTTPRoute: attached, or naming a served
+// Gateway that refuses it (no rules then, only its errors).
 type routeEntry struct {
 	key   types.NamespacedName
 	route *gatewayv1.HTTPRoute
-	rules []*Rule
+	// gateways are the served Gateways it names; targets the other
+	// namespaces its backendRefs refer to.
+	gateways []types.NamespacedName
+	targets  []string
+	rules    []*Rule
 	// index holds the route's own matchers, unsorted, by hostname group.
 	index hostIndex
 	hosts []string
@@ -90,6 +107,7 @@ type shimEntry struct {
 // of in are ignored) and no objects.
 func NewIncremental(in Inputs) *Incremental {
 	in.Routes, in.Imports, in.Pools, in.Services, in.Models = nil, nil, nil, nil, nil
+	in.Gateways, in.Namespaces, in.ReferenceGrants = nil, nil, nil
 	b := newBuilder(in)
 	b.incremental = true
 	return &Incremental{
@@ -99,6 +117,9 @@ func NewIncremental(in Inputs) *Incremental {
 		byName:      map[types.NamespacedName]map[types.NamespacedName]struct{}{},
 		bySvc:       map[types.NamespacedName]map[types.NamespacedName]struct{}{},
 		poolSvcs:    map[types.NamespacedName][]types.NamespacedName{},
+		byGateway:   map[types.NamespacedName]map[types.NamespacedName]struct{}{},
+		inNamespace: map[string]map[types.NamespacedName]struct{}{},
+		byTarget:    map[string]map[types.NamespacedName]struct{}{},
 		models:      map[types.NamespacedName]*v1alpha2.InferenceModel{},
 		modelsOf:    map[types.NamespacedName]map[types.NamespacedName]*v1alpha2.InferenceModel{},
 		modelErrs:   map[types.NamespacedName][]error{},
@@ -206,6 +227,92 @@ func (x *Incremental) removeModel(k types.NamespacedName) {
 		delete(x.modelsOf, pk)
 	}
 	x.dirtyModels[pk] = struct{}{}
+}
+
+// SetGateway adds or replaces a Gateway; DeleteGateway removes one. Only
+// the served Gateways matter, and of them only their listeners: a status
+// update changes nothing.
+func (x *Incremental) SetGateway(g *gatewayv1.Gateway) {
+	k := keyOf(g.Namespace, g.Name)
+	if !slices.Contains(x.b.in.ServedGateways, k) {
+		return
+	}
+	if old := x.b.gateways[k]; old != nil && equality.Semantic.DeepEqual(old.Spec.Listeners, g.Spec.Listeners) {
+		x.b.gateways[k] = g
+		return
+	}
+	x.b.gateways[k] = g
+	x.dirty(x.byGateway[k])
+}
+
+func (x *Incremental) DeleteGateway(k types.NamespacedName) {
+	if _, ok := x.b.gateways[k]; ok {
+		delete(x.b.gateways, k)
+		x.dirty(x.byGateway[k])
+	}
+}
+
+// SetNamespace adds or replaces a Namespace; DeleteNamespace removes one.
+// Only its labels matter, to the routes of the namespace that name a
+// served Gateway.
+func (x *Incremental) SetNamespace(n *corev1.Namespace) {
+	old, ok := x.b.nsLabels[n.Name]
+	x.b.nsLabels[n.Name] = n.Labels
+	if !ok || !maps.Equal(old, n.Labels) {
+		x.dirty(x.inNamespace[n.Name])
+	}
+}
+
+func (x *Incremental) DeleteNamespace(name string) {
+	if _, ok := x.b.nsLabels[name]; ok {
+		delete(x.b.nsLabels, name)
+		x.dirty(x.inNamespace[name])
+	}
+}
+
+// SetReferenceGrant adds or replaces a ReferenceGrant; DeleteReferenceGrant
+// removes one. The routes with backendRefs to its namespace from another
+// are affected.
+func (x *Incremental) SetReferenceGrant(g *gatewayv1beta1.ReferenceGrant) {
+	if old := x.b.grants[g.Namespace][g.Name]; old != nil && equality.Semantic.DeepEqual(old.Spec, g.Spec) {
+		x.b.setGrant(g)
+		return
+	}
+	x.b.setGrant(g)
+	x.dirty(x.byTarget[g.Namespace])
+}
+
+func (x *Incremental) DeleteReferenceGrant(k types.NamespacedName) {
+	if _, ok := x.b.grants[k.Namespace][k.Name]; ok {
+		delete(x.b.grants[k.Namespace], k.Name)
+		if len(x.b.grants[k.Namespace]) == 0 {
+			delete(x.b.grants, k.Namespace)
+		}
+		x.dirty(x.byTarget[k.Namespace])
+	}
+}
+
+// dirty marks routes for recompilation.
+func (x *Incremental) dirty(routes map[types.NamespacedName]struct{}) {
+	for rk := range routes {
+		x.dirtyRoutes[rk] = struct{}{}
+	}
+}
+
+// index adds (or, with add false, removes) a route to a set of a
+// dependency index.
+func index[K comparable](m map[K]map[types.NamespacedName]struct{}, k K, rk types.NamespacedName, add bool) {
+	if add {
+		if m[k] == nil {
+			m[k] = map[types.NamespacedName]struct{}{}
+		}
+		m[k][rk] = struct{}{}
+		return
+	}
+	delete(m[k], rk)
+	if len(m[k]) == 0 {
+		delete(m, k)
+	}
 }
 
 // name marks everything resolved for a namespace/name (local pool, import)
@@ -376,36 +483,44 @@ func (x *Incremental) shimMode() bool { return len(x.b.in.EndpointPickerServices
 func (x *Incremental) compileRoute(rk types.NamespacedName) {
 	old := x.entries[rk]
 	if old != nil {
-		for _, k := range old.names {
-			delete(x.byName[k], rk)
-			if len(x.byName[k]) == 0 {
-				delete(x.byName, k)
-			}
-		}
+		x.indexEntry(old, false)
 		x.unhost(old)
 		x.using(old.used, -1)
 		delete(x.entries, rk)
 		x.changed = true
 	}
 	r := x.routes[rk]
-	if r == nil || !x.b.attached(r) {
+	if r == nil {
 		if old != nil {
 			x.order = nil
 		}
 		return
 	}
-	e := &routeEntry{key: rk, route: r, names: routeNames(r), used: map[objectRef]struct{}{}}
-	for _, k := range e.names {
-		if x.byName[k] == nil {
-			x.byName[k] = map[types.NamespacedName]struct{}{}
-		}
-		x.byName[k][rk] = struct{}{}
-	}
-	t := &Table{}
+	e := &routeEntry{key: rk, route: r, used: map[objectRef]struct{}{}}
 	x.b.errs, x.b.used = nil, e.used
-	x.b.route(t, r)
-	e.rules, e.index, e.errs = t.rules, t.index, x.b.errs
+	hostnames, attached := x.b.attached(r)
+	if attached {
+		e.names = routeNames(r)
+		for _, k := range e.names {
+			if k.Namespace != rk.Namespace && !slices.Contains(e.targets, k.Namespace) {
+				e.targets = append(e.targets, k.Namespace)
+			}
+		}
+		t := &Table{}
+		x.b.route(t, r, hostnames)
+		e.rules, e.index = t.rules, t.index
+	}
+	e.errs = x.b.errs
 	x.b.errs, x.b.used = nil, nil
+	e.gateways, _ = servedParents(r, x.b.in.ServedGateways)
+	if !attached && len(e.gateways) == 0 {
+		// None of the sidecar's business until it names a served Gateway.
+		if old != nil {
+			x.order = nil
+		}
+		return
+	}
+	x.indexEntry(e, true)
 	x.using(e.used, 1)
 	if old != nil {
 		prev := wrrsOf(old.rules, nil)
@@ -441,6 +556,23 @@ func (x *Incremental) compileRoute(rk types.NamespacedName) {
 		x.order = nil
 	}
 	x.changed = true
+}
+
+// indexEntry adds (or removes) an entry's dependencies to the indexes
+// that say which routes a change affects.
+func (x *Incremental) indexEntry(e *routeEntry, add bool) {
+	for _, k := range e.names {
+		index(x.byName, k, e.key, add)
+	}
+	for _, g := range e.gateways {
+		index(x.byGateway, g, e.key, add)
+	}
+	if len(e.gateways) > 0 {
+		index(x.inNamespace, e.key.Namespace, e.key, add)
+	}
+	for _, ns := range e.targets {
+		index(x.byTarget, ns, e.key, add)
+	}
 }
 
 func (x *Incremental) unhost(e *routeEntry) {

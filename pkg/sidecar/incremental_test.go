@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
@@ -126,7 +127,19 @@ func (u universe) route() *gatewayv1.HTTPRoute {
 			r.Annotations[FailureModeAnnotation] = u.pick("FailOpen", "FailClose", "Sometimes")
 		}
 	}
-	r.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: gatewayv1.ObjectName(u.pick("gw", "other-gw"))}}
+	for range 1 + u.r.IntN(2) {
+		p := gatewayv1.ParentReference{Name: gatewayv1.ObjectName(u.pick("gw", "gw", "other-gw"))}
+		if u.r.IntN(3) == 0 {
+			p.Namespace = ptr.To(gatewayv1.Namespace(u.pick(uNamespaces...)))
+		}
+		if u.r.IntN(3) == 0 {
+			p.SectionName = ptr.To(gatewayv1.SectionName(u.pick("http", "https", "tcp")))
+		}
+		if u.r.IntN(4) == 0 {
+			p.Port = ptr.To(gatewayv1.PortNumber(u.pick2(80, 443)))
+		}
+		r.Spec.ParentRefs = append(r.Spec.ParentRefs, p)
+	}
 	for range u.r.IntN(3) {
 		r.Spec.Hostnames = append(r.Spec.Hostnames, gatewayv1.Hostname(u.pick("a.example.com", "*.example.com", "B.example.com", "*.a.example.com")))
 	}
@@ -159,7 +172,7 @@ func (u universe) route() *gatewayv1.HTTPRoute {
 			case 4:
 				ref = backendRef("", "Service", u.pick(uNames...), weight)
 			}
-			if u.r.IntN(8) == 0 {
+			if u.r.IntN(4) == 0 {
 				ref.Namespace = ptr.To(gatewayv1.Namespace(u.pick(uNamespaces...)))
 			}
 			if u.r.IntN(10) == 0 {
@@ -170,6 +183,77 @@ func (u universe) route() *gatewayv1.HTTPRoute {
 		r.Spec.Rules = append(r.Spec.Rules, rl)
 	}
 	return r
+}
+
+func (u universe) pick2(xs ...int32) int32 { return xs[u.r.IntN(len(xs))] }
+
+// gateway generates a Gateway with listeners of the kinds of allowedRoutes
+// Gateway API has: namespaces from Same (also by default), All, Selector
+// (matching the labels namespace generates, or invalid), kinds, hostnames.
+func (u universe) gateway() *gatewayv1.Gateway {
+	g := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: u.pick(uNamespaces...), Name: u.pick("gw", "other-gw")}}
+	g.Spec.GatewayClassName = "inference"
+	for i := range u.r.IntN(4) {
+		l := gatewayv1.Listener{
+			Name:     gatewayv1.SectionName(u.pick("http", "https", "tcp")),
+			Port:     gatewayv1.PortNumber(u.pick2(80, 443)),
+			Protocol: gatewayv1.ProtocolType(u.pick("HTTP", "HTTP", "HTTPS", "TCP")),
+		}
+		if i > 0 && l.Name == g.Spec.Listeners[0].Name {
+			l.Name += "-2"
+		}
+		if u.r.IntN(2) == 0 {
+			l.Hostname = ptr.To(gatewayv1.Hostname(u.pick("*.example.com", "a.example.com", "other.com", "*.a.example.com")))
+		}
+		switch u.r.IntN(7) {
+		case 0:
+			// The API's default: from Same.
+		case 1:
+			l.AllowedRoutes = fromNamespaces(gatewayv1.NamespacesFromSame, nil)
+		case 2:
+			l.AllowedRoutes = fromNamespaces(gatewayv1.NamespacesFromAll, nil)
+		case 3:
+			l.AllowedRoutes = fromNamespaces(gatewayv1.NamespacesFromSelector, &metav1.LabelSelector{MatchLabels: map[string]string{"team": u.pick("a", "b")}})
+		case 4:
+			l.AllowedRoutes = fromNamespaces(gatewayv1.NamespacesFromSelector, &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: "team", Operator: metav1.LabelSelectorOperator(u.pick("Exists", "DoesNotExist", "Bogus"))}}})
+		case 5:
+			l.AllowedRoutes = fromNamespaces(gatewayv1.NamespacesFromSelector, nil)
+		case 6:
+			l.AllowedRoutes = fromNamespaces(gatewayv1.NamespacesFromAll, nil)
+			l.AllowedRoutes.Kinds = []gatewayv1.RouteGroupKind{{Kind: gatewayv1.Kind(u.pick("HTTPRoute", "GRPCRoute"))}}
+		}
+		g.Spec.Listeners = append(g.Spec.Listeners, l)
+	}
+	return g
+}
+
+func (u universe) namespace() *corev1.Namespace {
+	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: u.pick(uNamespaces...)}}
+	if u.r.IntN(3) != 0 {
+		n.Labels = map[string]string{"team": u.pick("a", "b")}
+	}
+	return n
+}
+
+// referenceGrant generates a ReferenceGrant that allows, or looks like
+// it allows, HTTPRoutes of a namespace to refer to pools or imports.
+func (u universe) referenceGrant() *gatewayv1beta1.ReferenceGrant {
+	g := &gatewayv1beta1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: u.pick(uNamespaces...), Name: u.pick("g0", "g1")}}
+	g.Spec.From = []gatewayv1beta1.ReferenceGrantFrom{{
+		Group: gatewayv1.GroupName, Kind: gatewayv1.Kind(u.pick("HTTPRoute", "HTTPRoute", "GRPCRoute")), Namespace: gatewayv1.Namespace(u.pick(uNamespaces...)),
+	}}
+	for range 1 + u.r.IntN(2) {
+		to := gatewayv1beta1.ReferenceGrantTo{Group: InferencePoolImportGroup, Kind: InferencePoolImportKind}
+		if u.r.IntN(2) == 0 {
+			to.Group, to.Kind = InferencePoolGroup, InferencePoolKind
+		}
+		if u.r.IntN(2) == 0 {
+			to.Name = ptr.To(gatewayv1.ObjectName(u.pick(uNames...)))
+		}
+		g.Spec.To = append(g.Spec.To, to)
+	}
+	return g
 }
 
 func (u universe) importOf() *v1alpha1.InferencePoolImport {
@@ -253,6 +337,18 @@ type objects struct {
 	pools    map[types.NamespacedName]*poolv1.InferencePool
 	services map[types.NamespacedName]*corev1.Service
 	models   map[types.NamespacedName]*v1alpha2.InferenceModel
+	gateways map[types.NamespacedName]*gatewayv1.Gateway
+	nss      map[types.NamespacedName]*corev1.Namespace
+	grants   map[types.NamespacedName]*gatewayv1beta1.ReferenceGrant
+}
+
+func newObjects() *objects {
+	return &objects{
+		routes: map[types.NamespacedName]*gatewayv1.HTTPRoute{}, imports: map[types.NamespacedName]*v1alpha1.InferencePoolImport{},
+		pools: map[types.NamespacedName]*poolv1.InferencePool{}, services: map[types.NamespacedName]*corev1.Service{},
+		models: map[types.NamespacedName]*v1alpha2.InferenceModel{}, gateways: map[types.NamespacedName]*gatewayv1.Gateway{},
+		nss: map[types.NamespacedName]*corev1.Namespace{}, grants: map[types.NamespacedName]*gatewayv1beta1.ReferenceGrant{},
+	}
 }
 
 func values[T any](m map[types.NamespacedName]T) []T {
@@ -266,13 +362,14 @@ func values[T any](m map[types.NamespacedName]T) []T {
 func (o *objects) inputs(settings Inputs) Inputs {
 	in := settings
 	in.Routes, in.Imports, in.Pools, in.Services, in.Models = values(o.routes), values(o.imports), values(o.pools), values(o.services), values(o.models)
+	in.Gateways, in.Namespaces, in.ReferenceGrants = values(o.gateways), values(o.nss), values(o.grants)
 	return in
 }
 
 // change makes one random change to both the reference state and x.
 func (u universe) change(o *objects, x *Incremental) string {
 	del := u.r.IntN(4) == 0
-	switch u.r.IntN(5) {
+	switch u.r.IntN(8) {
 	case 0:
 		r := u.route()
 		k := keyOf(r.Namespace, r.Name)
@@ -317,6 +414,39 @@ func (u universe) change(o *objects, x *Incremental) string {
 		o.services[k] = s
 		x.SetService(s)
 		return "set service " + k.String()
+	case 5:
+		g := u.gateway()
+		k := keyOf(g.Namespace, g.Name)
+		if del {
+			delete(o.gateways, k)
+			x.DeleteGateway(k)
+			return "delete gateway " + k.String()
+		}
+		o.gateways[k] = g
+		x.SetGateway(g)
+		return "set gateway " + k.String()
+	case 6:
+		n := u.namespace()
+		k := keyOf("", n.Name)
+		if del {
+			delete(o.nss, k)
+			x.DeleteNamespace(n.Name)
+			return "delete namespace " + n.Name
+		}
+		o.nss[k] = n
+		x.SetNamespace(n)
+		return fmt.Sprintf("set namespace %s %v", n.Name, n.Labels)
+	case 7:
+		g := u.referenceGrant()
+		k := keyOf(g.Namespace, g.Name)
+		if del {
+			delete(o.grants, k)
+			x.DeleteReferenceGrant(k)
+			return "delete grant " + k.String()
+		}
+		o.grants[k] = g
+		x.SetReferenceGrant(g)
+		return "set grant " + k.String()
 	default:
 		m := u.model()
 		k := keyOf(m.Namespace, m.Name)
@@ -338,7 +468,9 @@ func TestIncrementalEqualsBuildOverRandomChanges(t *testing.T) {
 	}{
 		{name: "every route", in: Inputs{LocalCluster: "cluster-b"}},
 		{name: "one gateway's routes", in: Inputs{LocalCluster: "cluster-b", DefaultPolicy: PolicyWeighted,
-			Gateways: []types.NamespacedName{{Namespace: "example", Name: "gw"}}}},
+			ServedGateways: []types.NamespacedName{{Namespace: "example", Name: "gw"}}}},
+		{name: "two gateways' routes", in: Inputs{LocalCluster: "cluster-b",
+			ServedGateways: []types.NamespacedName{{Namespace: "example", Name: "gw"}, {Namespace: "other", Name: "gw"}}}},
 		{name: "EPP shim", in: Inputs{LocalCluster: "cluster-b",
 			EndpointPickerServices: []types.NamespacedName{{Namespace: "example", Name: "mci-sidecar"}, {Namespace: "other", Name: "mci-sidecar"}}}},
 	}
@@ -346,13 +478,12 @@ func TestIncrementalEqualsBuildOverRandomChanges(t *testing.T) {
 	for _, s := range settings {
 		t.Run(s.name, func(t *testing.T) {
 			publications := 0
+			// How often the tables met each Gateway API rule, so that the
+			// generator is known to exercise them.
+			seen := map[string]int{}
 			for seed := range uint64(seeds) {
 				u := universe{r: rand.New(rand.NewPCG(seed, 42))}
-				o := &objects{
-					routes: map[types.NamespacedName]*gatewayv1.HTTPRoute{}, imports: map[types.NamespacedName]*v1alpha1.InferencePoolImport{},
-					pools: map[types.NamespacedName]*poolv1.InferencePool{}, services: map[types.NamespacedName]*corev1.Service{},
-					models: map[types.NamespacedName]*v1alpha2.InferenceModel{},
-				}
+				o := newObjects()
 				x := NewIncremental(s.in)
 				var history []string
 				prev := ""
@@ -365,6 +496,7 @@ func TestIncrementalEqualsBuildOverRandomChanges(t *testing.T) {
 					got, changed := x.Table()
 					want, _ := Build(o.inputs(s.in))
 					gotDesc, wantDesc := describeTable(t, got), describeTable(t, want)
+					countGatewayRules(want, o.routes, seen)
 					require.Equal(t, wantDesc, gotDesc, "seed %d step %d after: %s", seed, step, strings.Join(history[max(0, len(history)-6):], "; "))
 					if !changed {
 						require.Equal(t, prev, gotDesc, "seed %d step %d: an unchanged table must route as the previous one", seed, step)
@@ -374,31 +506,47 @@ func TestIncrementalEqualsBuildOverRandomChanges(t *testing.T) {
 					prev = gotDesc
 				}
 			}
-			t.Logf("%d seeds x %d steps: %d new tables", seeds, steps, publications)
+			t.Logf("%d seeds x %d steps: %d new tables; Gateway API rules met: %v", seeds, steps, publications, seen)
+			require.Positive(t, seen["granted cross-namespace backendRef"])
+			require.Positive(t, seen[ReasonRefNotPermitted])
+			if len(s.in.ServedGateways) > 0 {
+				for _, what := range []string{"route attached from another namespace", "route narrowed to listener hostnames",
+					ReasonNotAllowedByListeners, ReasonNoMatchingListenerHostname, ReasonNoMatchingParent} {
+					require.Positive(t, seen[what], what)
+				}
+			}
 		})
 	}
 }
 
-func TestIncrementalSkipsChangesThatDoNotMatter(t *testing.T) {
-	x := NewIncremental(Inputs{LocalCluster: "cluster-b"})
-	x.SetRoute(route("r", 0, nil, rule(nil, importRef("llm", nil))))
-	x.SetImport(importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"}))
-	first, changed := x.Table()
-	require.True(t, changed)
-
-	x.SetService(eppService("unrelated", "127.0.9.9"))
-	x.SetImport(importOf("unrelated", imported{name: "cluster-a", addr: "127.0.2.1"}))
-	same, changed := x.Table()
-	require.False(t, changed, "objects no route depends on do not make a new table")
-	require.Same(t, first, same)
-
-	x.SetImport(importOf("llm", imported{name: "cluster-a", addr: "127.0.2.2"}))
-	next, changed := x.Table()
-	require.True(t, changed)
-	require.NotSame(t, first, next)
-	require.Equal(t, "127.0.2.1:9002", first.Rules()[0].Backends[0].Clusters[0].EPP, "the previous table is never modified")
-	require.Equal(t, "127.0.2.2:9002", next.Rules()[0].Backends[0].Clusters[0].EPP)
-	require.True(t, next.carried)
-	require.Same(t, first.Rules()[0].wrr, next.Rules()[0].wrr, "a recompiled route keeps the round-robin state of its unchanged rule")
-	require.Same(t, first.Rules()[0].Backends[0].wrr, next.Rules()[0].Backends[0].wrr, "and of its backend whose clusters and weights are unchanged")
+// countGatewayRules counts what a table shows of the Gateway API rules.
+func countGatewayRules(tbl *Table, routes map[types.NamespacedName]*gatewayv1.HTTPRoute, seen map[string]int) {
+	for _, err := range tbl.Errors {
+		if be, ok := err.(*BuildError); ok {
+			seen[be.Reason]++
+		}
+	}
+	for _, rl := range tbl.rules {
+		if rl.Route.Namespace != "example" {
+			seen["route attached from another namespace"]++
+		}
+		for _, be := range rl.Backends {
+			if be.Namespace != rl.Route.Namespace && be.Invalid == "" {
+				seen["granted cross-namespace backendRef"]++
+			}
+		}
+	}
+	named := func(ms []*matcher) {
+		for _, m := range ms {
+			if len(routes[m.rule.Route].Spec.Hostnames) == 0 {
+				seen["route narrowed to listener hostnames"]++
+			}
+		}
+	}
+	for _, ms := range tbl.index.exact {
+		named(ms)
+	}
+	for _, g := range tbl.index.wildcards {
+		named(g.matchers)
+	}
 }

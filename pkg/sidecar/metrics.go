@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"errors"
 	"strconv"
 	"time"
 
@@ -43,6 +44,7 @@ type Metrics struct {
 	streams      prometheus.Gauge
 	generation   prometheus.Gauge
 	tableErrors  prometheus.Gauge
+	refusals     *prometheus.GaugeVec
 	buildTime    prometheus.Histogram
 }
 
@@ -81,13 +83,17 @@ func NewMetrics(reg prometheus.Registerer, router *Router, health *HealthProber)
 			Name: "mci_sidecar_routing_table_errors",
 			Help: "Problems found building the routing table in use (broken references, unknown kinds, imports without a ready cluster); see the logs.",
 		}),
+		refusals: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mci_sidecar_gateway_api_refusals",
+			Help: "What the routing table in use refuses under Gateway API's rules, by reason: HTTPRoutes that name the served Gateway but no listener of it accepts (NotAllowedByListeners, NoMatchingListenerHostname, NoMatchingParent), which are not served, and cross-namespace backendRefs no ReferenceGrant allows (RefNotPermitted), which answer 500 for their share; see the logs.",
+		}, []string{"reason"}),
 		buildTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "mci_sidecar_routing_table_build_duration_seconds",
 			Help:    "Time to rebuild the routing table from the informers' caches.",
 			Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10),
 		}),
 	}
-	reg.MustRegister(m.requests, m.eppFailures, m.pickDuration, m.answer, m.streams, m.generation, m.tableErrors, m.buildTime)
+	reg.MustRegister(m.requests, m.eppFailures, m.pickDuration, m.answer, m.streams, m.generation, m.tableErrors, m.refusals, m.buildTime)
 	if router != nil && health != nil {
 		reg.MustRegister(&eppHealthCollector{router: router, health: health})
 	}
@@ -122,6 +128,18 @@ func (m *Metrics) published(t *Table, took time.Duration) {
 	if m != nil {
 		m.generation.Set(float64(t.Generation))
 		m.tableErrors.Set(float64(len(t.Errors)))
+		refused := map[string]int{ReasonNotAllowedByListeners: 0, ReasonNoMatchingListenerHostname: 0, ReasonNoMatchingParent: 0, ReasonRefNotPermitted: 0}
+		for _, err := range t.Errors {
+			var be *BuildError
+			if errors.As(err, &be) {
+				if _, ok := refused[be.Reason]; ok {
+					refused[be.Reason]++
+				}
+			}
+		}
+		for reason, n := range refused {
+			m.refusals.WithLabelValues(reason).Set(float64(n))
+		}
 		m.buildTime.Observe(took.Seconds())
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 
@@ -37,7 +38,9 @@ type Clients struct {
 type WatchConfig struct {
 	LocalCluster  string
 	DefaultPolicy Policy
-	Gateways      []types.NamespacedName
+	// Gateways are the Gateways the sidecar serves (namespace/name): only
+	// the HTTPRoutes their listeners accept are routed. Empty: every HTTPRoute.
+	Gateways []types.NamespacedName
 	// EndpointPickerServices are the sidecar's own Services: set, the
 	// sidecar is an EPP shim for the InferencePools that name them.
 	EndpointPickerServices []types.NamespacedName
@@ -47,8 +50,9 @@ type WatchConfig struct {
 	InferenceModels bool
 }
 
-// Watcher keeps the Router's table built from informers: HTTPRoutes
-// (Gateway API), InferencePoolImports (served by mci-apiserver through the
+// Watcher keeps the Router's table built from informers: HTTPRoutes and
+// ReferenceGrants (Gateway API), the served Gateways and the Namespaces
+// when it serves Gateways, InferencePoolImports (served by mci-apiserver through the
 // aggregation layer), InferencePools, Services (for local EPPs) and
 // optionally InferenceModels. Event handlers only record which object
 // changed; a single goroutine reads those objects from the caches, hands
@@ -78,6 +82,9 @@ const (
 	kindPool
 	kindService
 	kindModel
+	kindGateway
+	kindNamespace
+	kindReferenceGrant
 )
 
 // objectChange says that the object of a kind with a key (namespace/name)
@@ -118,6 +125,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 		kindRoute:   gwFactory.Gateway().V1().HTTPRoutes().Informer(),
 		kindImport:  mciFactory.Inference().V1alpha1().InferencePoolImports().Informer(),
 		kindPool:    mciFactory.InferencePool().V1().InferencePools().Informer(),
+		// What allows a backendRef to another namespace.
+		kindReferenceGrant: gwFactory.Gateway().V1beta1().ReferenceGrants().Informer(),
+	}
+	if len(w.cfg.Gateways) > 0 {
+		// The served Gateways' listeners decide which routes attach, some
+		// by the labels of the routes' namespaces.
+		informers[kindGateway] = gwFactory.Gateway().V1().Gateways().Informer()
+		informers[kindNamespace] = kubeFactory.Core().V1().Namespaces().Informer()
 	}
 	// The routing table waits for these; InferenceModels only refine
 	// criticality, so a cluster without their CRD must not keep the sidecar
@@ -147,13 +162,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 		mciFactory.Shutdown()
 		gwFactory.Shutdown()
 	}()
-	logger.Info("Waiting for the caches of HTTPRoutes, InferencePoolImports, InferencePools and Services")
+	logger.Info("Waiting for the caches of HTTPRoutes, ReferenceGrants, InferencePoolImports, InferencePools and Services, and of Gateways and Namespaces when serving Gateways", "gateways", w.cfg.Gateways)
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx ended
 	}
 
 	inc := NewIncremental(Inputs{
-		LocalCluster: w.cfg.LocalCluster, DefaultPolicy: w.cfg.DefaultPolicy, Gateways: w.cfg.Gateways,
+		LocalCluster: w.cfg.LocalCluster, DefaultPolicy: w.cfg.DefaultPolicy, ServedGateways: w.cfg.Gateways,
 		EndpointPickerServices: w.cfg.EndpointPickerServices,
 	})
 	var lastErrs []string
@@ -247,6 +262,24 @@ func apply(inc *Incremental, store cache.Store, ch objectChange) error {
 			inc.SetModel(m)
 		} else {
 			inc.DeleteModel(k)
+		}
+	case kindGateway:
+		if g, ok := obj.(*gatewayv1.Gateway); exists && ok {
+			inc.SetGateway(g)
+		} else {
+			inc.DeleteGateway(k)
+		}
+	case kindNamespace:
+		if n, ok := obj.(*corev1.Namespace); exists && ok {
+			inc.SetNamespace(n)
+		} else {
+			inc.DeleteNamespace(name)
+		}
+	case kindReferenceGrant:
+		if g, ok := obj.(*gatewayv1beta1.ReferenceGrant); exists && ok {
+			inc.SetReferenceGrant(g)
+		} else {
+			inc.DeleteReferenceGrant(k)
 		}
 	}
 	return nil

@@ -20,7 +20,6 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-	gatewayfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
@@ -313,7 +312,7 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfItsImport(t *testing.T) {
 		HealthInterval:   50 * time.Millisecond,
 		ScrapeInterval:   50 * time.Millisecond,
 		DrainTimeout:     2 * time.Second,
-	}, Clients{Kube: kube, MCI: mcifake.NewSimpleClientset(imp), Gateway: gatewayfake.NewSimpleClientset(r)})
+	}, Clients{Kube: kube, MCI: mcifake.NewSimpleClientset(imp), Gateway: gatewayClients(r, gateway("inf-gw", listener("http", 80, "", nil)))})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

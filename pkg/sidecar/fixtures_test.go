@@ -5,8 +5,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
@@ -184,4 +186,26 @@ func listener(name string, port int32, hostname string, allowed *gatewayv1.Allow
 // says (with selector for Selector).
 func fromNamespaces(from gatewayv1.FromNamespaces, selector *metav1.LabelSelector) *gatewayv1.AllowedRoutes {
 	return &gatewayv1.AllowedRoutes{Namespaces: &gatewayv1.RouteNamespaces{From: &from, Selector: selector}}
+}
+
+// gatewayClients returns a fake Gateway API clientset holding objs.
+// Gateways are added with their resource named: the fake's guess from the
+// kind would be "gatewaies".
+func gatewayClients(objs ...runtime.Object) *gatewayfake.Clientset {
+	var gateways []*gatewayv1.Gateway
+	var others []runtime.Object
+	for _, o := range objs {
+		if g, ok := o.(*gatewayv1.Gateway); ok {
+			gateways = append(gateways, g)
+		} else {
+			others = append(others, o)
+		}
+	}
+	c := gatewayfake.NewSimpleClientset(others...)
+	for _, g := range gateways {
+		if err := c.Tracker().Create(gatewayv1.SchemeGroupVersion.WithResource("gateways"), g, g.Namespace); err != nil {
+			panic(err)
+		}
+	}
+	return c
 }

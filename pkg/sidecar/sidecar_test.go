@@ -19,7 +19,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-	gatewayfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/extproc"
@@ -120,7 +119,7 @@ func TestSidecarDataPath(t *testing.T) {
 	}, Clients{
 		Kube:    kubefake.NewSimpleClientset(),
 		MCI:     mcifake.NewSimpleClientset(imp),
-		Gateway: gatewayfake.NewSimpleClientset(r),
+		Gateway: gatewayClients(r, gateway("inf-gw", listener("http", 80, "", nil))),
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

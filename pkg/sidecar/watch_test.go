@@ -10,10 +10,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 	gatewayfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
@@ -129,7 +132,7 @@ func TestWatcherRestrictsToItsGateway(t *testing.T) {
 	w := NewWatcher(Clients{
 		Kube:    kubefake.NewSimpleClientset(),
 		MCI:     mcifake.NewSimpleClientset(importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"})),
-		Gateway: gatewayfake.NewSimpleClientset(attached, other),
+		Gateway: gatewayClients(attached, other, gateway("inf-gw", listener("http", 80, "", nil)), gateway("other-gw", listener("http", 80, "", nil))),
 	}, WatchConfig{Gateways: gatewayRefs("example/inf-gw")}, router, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -137,6 +140,77 @@ func TestWatcherRestrictsToItsGateway(t *testing.T) {
 	<-w.Synced()
 	require.Len(t, router.Table().Rules(), 1)
 	assert.Equal(t, "mine", router.Table().Rules()[0].Route.Name)
+}
+
+// TestWatcherFollowsAttachmentRules changes the served Gateway's
+// allowedRoutes, a namespace's labels and a ReferenceGrant through the
+// clients, and watches a route of another namespace, and its backendRef to
+// an import of the Gateway's namespace, follow.
+func TestWatcherFollowsAttachmentRules(t *testing.T) {
+	theirs := route("theirs", 0, []string{"their.model.com"}, rule(nil, importRef("llm", nil)))
+	theirs.Namespace = "team-a"
+	theirs.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw", Namespace: ptr.To(gatewayv1.Namespace(ns))}}
+	theirs.Spec.Rules[0].BackendRefs[0].Namespace = ptr.To(gatewayv1.Namespace(ns))
+	kube := kubefake.NewSimpleClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}})
+	gw := gatewayClients(theirs, gateway("inf-gw", listener("http", 80, "", nil)))
+	router := NewRouter()
+	w := NewWatcher(Clients{
+		Kube:    kube,
+		MCI:     mcifake.NewSimpleClientset(importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"})),
+		Gateway: gw,
+	}, WatchConfig{Gateways: gatewayRefs("example/inf-gw")}, router, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Run(ctx) }()
+	<-w.Synced()
+
+	// served says whether their.model.com is routed, and to a usable
+	// backend.
+	served := func() (routed, usable bool) {
+		rl, _ := router.Table().Match(&RequestAttrs{Host: "their.model.com", Path: "/"})
+		if rl == nil {
+			return false, false
+		}
+		return true, rl.Backends[0].Invalid == ""
+	}
+	waitFor := func(what string, routed, usable bool) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			r, u := served()
+			return r == routed && u == usable
+		}, 10*time.Second, time.Millisecond, what)
+	}
+	waitFor("from: Same (the default) refuses a route of another namespace", false, false)
+
+	g, err := gw.GatewayV1().Gateways(ns).Get(ctx, "inf-gw", metav1.GetOptions{})
+	require.NoError(t, err)
+	g.Spec.Listeners[0].AllowedRoutes = fromNamespaces(gatewayv1.NamespacesFromSelector, &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}})
+	_, err = gw.GatewayV1().Gateways(ns).Update(ctx, g, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(router.Table().Errors, func(err error) bool {
+			return strings.Contains(err.Error(), "labels of namespace team-a do not match allowedRoutes.namespaces.selector")
+		})
+	}, 10*time.Second, time.Millisecond, "a selector the namespace's labels do not match refuses it, and says why")
+	waitFor("refused", false, false)
+
+	_, err = kube.CoreV1().Namespaces().Update(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Labels: map[string]string{"team": "a"}}}, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	waitFor("labelling the namespace attaches the route; its backendRef to another namespace is refused without a ReferenceGrant", true, false)
+
+	grant := &gatewayv1beta1.ReferenceGrant{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "team-a-routes"},
+		Spec: gatewayv1beta1.ReferenceGrantSpec{
+			From: []gatewayv1beta1.ReferenceGrantFrom{{Group: gatewayv1.GroupName, Kind: "HTTPRoute", Namespace: "team-a"}},
+			To:   []gatewayv1beta1.ReferenceGrantTo{{Group: InferencePoolImportGroup, Kind: InferencePoolImportKind}},
+		},
+	}
+	_, err = gw.GatewayV1beta1().ReferenceGrants(ns).Create(ctx, grant, metav1.CreateOptions{})
+	require.NoError(t, err)
+	waitFor("a ReferenceGrant makes the backendRef usable", true, true)
+
+	require.NoError(t, gw.GatewayV1beta1().ReferenceGrants(ns).Delete(ctx, grant.Name, metav1.DeleteOptions{}))
+	waitFor("deleting the ReferenceGrant refuses it again", true, false)
 }
 
 func gatewayRefs(refs ...string) []types.NamespacedName {

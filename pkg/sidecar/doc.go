@@ -5,12 +5,16 @@
 // The parts, from the cluster's objects to a request's answer:
 //
 //   - Build turns HTTPRoutes, InferencePoolImports, InferencePools, Services
-//     and InferenceModels into an immutable Table (a pure function, with
+//     and InferenceModels, with the served Gateways, Namespaces and
+//     ReferenceGrants that decide which routes and backendRefs Gateway API
+//     allows, into an immutable Table (a pure function, with
 //     every broken reference reported as a BuildError rather than a
 //     failure). Incremental computes the same table from objects that
 //     change one at a time, redoing only what a change touches (the routes
-//     that name a changed pool, import, Service or InferenceModel, and the
-//     host groups of those routes); a randomized test holds it equal to
+//     that name a changed pool, import, Service or InferenceModel; the
+//     routes that name a Gateway whose listeners changed, of a namespace
+//     whose labels changed, or with backendRefs into the namespace of a
+//     changed ReferenceGrant; and the host groups of those routes); a randomized test holds it equal to
 //     Build. Watcher feeds it the keys of changed objects from informers
 //     on a single goroutine; Router swaps tables atomically, and a table is
 //     never modified once published.
@@ -75,10 +79,42 @@
 //     and answers 503 itself). Pointing the gateway at an EPP's address, or
 //     at a parent the import does not list, would be wrong, not open.
 //   - Gateway API errors: no matching rule answers 404; a backendRef of
-//     another kind, to a missing object, or to another namespace (there is
-//     no ReferenceGrant support) answers 500 for its share of the weight,
-//     as Gateway API requires; a backend with no available cluster answers
-//     503. HTTPRoute filters are not applied (reported).
+//     another kind, or to a missing object, answers 500 for its share of
+//     the weight, as Gateway API requires; a backend with no available
+//     cluster answers 503. HTTPRoute filters are not applied (reported).
+//   - Gateway API attachment (attach.go). With --gateway the sidecar serves
+//     only the routes attached to those Gateways: a parentRef (group and
+//     kind defaulting to Gateway, namespace to the route's) selects the
+//     listeners of its sectionName and port (each when set), and a route
+//     attaches when at least one selected listener accepts it:
+//     allowedRoutes.namespaces.from Same (the default), All or Selector
+//     (the route namespace's labels; a Selector without a selector, or an
+//     invalid one, accepts none), allowedRoutes.kinds (group defaulting to
+//     Gateway API's; without kinds, HTTP and HTTPS listeners allow
+//     HTTPRoutes, others none), and, when both have hostnames, an
+//     intersection of the route's hostnames with the listener's. The route
+//     is then served for those intersections only (for the listener's
+//     hostname when it has none), so that a route behind a listener of
+//     a.example.com never answers for b.example.com. A served Gateway that
+//     does not exist accepts nothing. The Gateways' listeners, not their
+//     status, are read. Without --gateway every HTTPRoute is served: the
+//     sidecar does not know which listeners requests come through.
+//   - ReferenceGrants. A backendRef to an InferencePool or
+//     InferencePoolImport of another namespace is used only when a
+//     ReferenceGrant (v1beta1) of that namespace has a from of group
+//     gateway.networking.k8s.io, kind HTTPRoute and the route's namespace,
+//     and a to of the backend's group and kind with no name or its name;
+//     otherwise it is refused (RefNotPermitted) and answers 500 for its
+//     share of the weight.
+//   - Refusals are reported, not written. A route that names a served
+//     Gateway none of whose listeners accepts it is reported once with
+//     every listener's reason (the most specific of NoMatchingParent,
+//     NotAllowedByListeners, NoMatchingListenerHostname as its reason); a
+//     route that another parentRef attaches is served and its refused
+//     parentRefs are not reported. Reports are logged once per change of
+//     the table's problems and counted by reason in
+//     mci_sidecar_gateway_api_refusals. mci writes no route status: the
+//     gateway's own controller does.
 //   - EPP streams end with the request phase: the response phase of the
 //     gateway's stream, if it sends one, is let through by the sidecar. A
 //     subset hint of the gateway is passed to the local EPP only: it lists
@@ -118,8 +154,9 @@
 //     like any EPP failure (next cluster, then the failure mode); it is
 //     never reached in plaintext. Connections are kept per address and
 //     Secret version, so a rotated Secret is dialled anew at once. A
-//     secretRef to another namespace than the import's is refused (no
-//     ReferenceGrant), and the cluster is skipped.
+//     secretRef to another namespace than the import's is refused (mci
+//     reads no ReferenceGrant for Secrets: mci-apiserver only ever names
+//     the pool's own), and the cluster is skipped.
 //   - Relayed requests. A request the sidecar relays to a remote EPP
 //     carries x-mci-relayed-from: <local cluster>; a shim-mode sidecar
 //     serves such a request with its pool's local EPP only and fails

@@ -268,14 +268,24 @@ func createShimPool(t *testing.T, b *cluster, ns, pool, ip string) {
 	require.NoError(t, err)
 }
 
-// createRoute creates cluster-b's HTTPRoute "completions": /v1/completions
-// to the InferencePoolImport pool.
+// createRoute creates cluster-b's Gateway "inference-gateway" that the
+// sidecar serves (one HTTP listener, allowedRoutes left to the API's
+// default) and its HTTPRoute "completions": /v1/completions to the
+// InferencePoolImport pool.
 func createRoute(t *testing.T, b *cluster, ns, pool string, annotations map[string]string) {
 	t.Helper()
+	_, err := b.gateway.GatewayV1().Gateways(ns).Create(t.Context(), &gatewayv1.Gateway{
+		ObjectMeta: metav1.ObjectMeta{Name: "inference-gateway", Namespace: ns},
+		Spec: gatewayv1.GatewaySpec{
+			GatewayClassName: "inference",
+			Listeners:        []gatewayv1.Listener{{Name: "http", Protocol: gatewayv1.HTTPProtocolType, Port: 80}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
 	if annotations == nil {
 		annotations = map[string]string{sidecar.PolicyAnnotation: string(sidecar.PolicyWeighted)}
 	}
-	_, err := b.gateway.GatewayV1().HTTPRoutes(ns).Create(t.Context(), &gatewayv1.HTTPRoute{
+	_, err = b.gateway.GatewayV1().HTTPRoutes(ns).Create(t.Context(), &gatewayv1.HTTPRoute{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "completions", Namespace: ns,
 			Annotations: annotations,

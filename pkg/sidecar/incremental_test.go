@@ -550,3 +550,60 @@ func countGatewayRules(tbl *Table, routes map[types.NamespacedName]*gatewayv1.HT
 		named(g.matchers)
 	}
 }
+
+// A Gateway's status, labels of namespaces no route of the Gateway lives
+// in, and ReferenceGrants of namespaces no backendRef crosses into change
+// nothing; a change that matters recompiles only the routes it affects.
+func TestIncrementalRecompilesOnlyTheRoutesAGatewayAPIChangeAffects(t *testing.T) {
+	x := NewIncremental(Inputs{LocalCluster: "cluster-b", ServedGateways: []types.NamespacedName{{Namespace: ns, Name: "inf-gw"}}})
+	g := gateway("inf-gw", listener("http", 80, "", fromNamespaces(gatewayv1.NamespacesFromAll, nil)))
+	x.SetGateway(g)
+	local := route("local", 0, []string{"local.example.com"}, rule(nil, importRef("llm", nil)))
+	local.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw"}}
+	x.SetRoute(local)
+	team := route("team", 0, []string{"team.example.com"}, rule(nil, gatewayv1.HTTPBackendRef{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{
+		Group: ptr.To(gatewayv1.Group(InferencePoolImportGroup)), Kind: ptr.To(gatewayv1.Kind(InferencePoolImportKind)), Name: "llm", Namespace: ptr.To(gatewayv1.Namespace(ns)),
+	}}}))
+	team.Namespace = "team-a"
+	team.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw", Namespace: ptr.To(gatewayv1.Namespace(ns))}}
+	x.SetRoute(team)
+	x.SetImport(importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"}))
+	x.SetNamespace(labelled("team-a"))
+	first, changed := x.Table()
+	require.True(t, changed)
+	require.Len(t, first.Rules(), 2)
+	require.NotEmpty(t, first.Rules()[1].Backends[0].Invalid, "no ReferenceGrant yet")
+
+	status := g.DeepCopy()
+	status.Status.Conditions = []metav1.Condition{{Type: "Programmed", Status: metav1.ConditionTrue}}
+	x.SetGateway(status)
+	x.SetGateway(gateway("other-gw"))
+	x.SetNamespace(labelled("team-b", "team", "b"))
+	x.SetNamespace(labelled("team-a"))
+	x.SetReferenceGrant(&gatewayv1beta1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "g"}})
+	same, changed := x.Table()
+	require.False(t, changed, "a Gateway's status, another Gateway, unrelated namespaces and ReferenceGrants make no new table")
+	require.Same(t, first, same)
+
+	x.SetReferenceGrant(&gatewayv1beta1.ReferenceGrant{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "g"},
+		Spec: gatewayv1beta1.ReferenceGrantSpec{
+			From: []gatewayv1beta1.ReferenceGrantFrom{{Group: gatewayv1.GroupName, Kind: "HTTPRoute", Namespace: "team-a"}},
+			To:   []gatewayv1beta1.ReferenceGrantTo{{Group: InferencePoolImportGroup, Kind: InferencePoolImportKind}},
+		},
+	})
+	next, changed := x.Table()
+	require.True(t, changed)
+	require.Same(t, first.Rules()[0], next.Rules()[0], "the route of the Gateway's namespace is not recompiled")
+	require.NotSame(t, first.Rules()[1], next.Rules()[1], "the route whose backendRef the grant allows is")
+	require.Empty(t, next.Rules()[1].Backends[0].Invalid)
+
+	g = g.DeepCopy()
+	g.Spec.Listeners[0].AllowedRoutes = fromNamespaces(gatewayv1.NamespacesFromSame, nil)
+	x.SetGateway(g)
+	last, changed := x.Table()
+	require.True(t, changed)
+	require.Len(t, last.Rules(), 1, "from: Same drops the route of another namespace")
+	require.Equal(t, "local", last.Rules()[0].Route.Name)
+	require.Equal(t, []string{ReasonNotAllowedByListeners}, reasons(last.Errors))
+}

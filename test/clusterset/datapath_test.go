@@ -181,7 +181,8 @@ func TestSidecarManifestsApplyToAKubeAPIServer(t *testing.T) {
 			return allowedIn("", group, resource, verb)
 		}
 		// pkg/sidecar/watch.go's informers.
-		for _, gr := range []string{"services", "httproutes.gateway.networking.k8s.io", "inferencepoolimports.inference.networking.x-k8s.io",
+		for _, gr := range []string{"services", "httproutes.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io",
+			"referencegrants.gateway.networking.k8s.io", "inferencepoolimports.inference.networking.x-k8s.io",
 			"inferencepools.inference.networking.k8s.io", "inferencemodels.inference.networking.x-k8s.io"} {
 			resource, group, _ := strings.Cut(gr, ".")
 			for _, verb := range []string{"get", "list", "watch"} {
@@ -189,9 +190,17 @@ func TestSidecarManifestsApplyToAKubeAPIServer(t *testing.T) {
 			}
 			assert.False(t, allowed(group, resource, "update"), "update %s", gr)
 		}
-		for _, gr := range []string{"secrets", "pods", "endpointslices.discovery.k8s.io", "gateways.gateway.networking.k8s.io"} {
+		for _, gr := range []string{"secrets", "pods", "endpointslices.discovery.k8s.io", "grpcroutes.gateway.networking.k8s.io"} {
 			resource, group, _ := strings.Cut(gr, ".")
 			assert.False(t, allowed(group, resource, "list"), "list %s", gr)
+		}
+		// Namespaces, for the labels allowedRoutes selectors match: listed
+		// and watched by the informer, nothing more.
+		for _, verb := range []string{"list", "watch"} {
+			assert.True(t, allowed("", "namespaces", verb), "%s namespaces", verb)
+		}
+		for _, verb := range []string{"get", "update", "delete"} {
+			assert.False(t, allowed("", "namespaces", verb), "%s namespaces", verb)
 		}
 		// pkg/sidecar/credentials.go's informers: Secrets of the namespaces
 		// granted (--endpoint-picker-secret-namespaces), read-only.

@@ -54,6 +54,10 @@ func servedParents(r *gatewayv1.HTTPRoute, served []types.NamespacedName) ([]typ
 	return keys, refs
 }
 
+// refusalRank orders the reasons of a refused route: when several listeners
+// refuse it, the reason of the one that came closest to accepting it wins.
+var refusalRank = map[string]int{ReasonNoMatchingParent: 0, ReasonNotAllowedByListeners: 1, ReasonNoMatchingListenerHostname: 2}
+
 // attachment is what a route's parentRefs to the served Gateways give.
 type attachment struct {
 	// named is true when the route names a served Gateway at all; routes
@@ -80,10 +84,8 @@ func (b *builder) attach(r *gatewayv1.HTTPRoute) attachment {
 	var a attachment
 	keys, refs := servedParents(r, b.in.ServedGateways)
 	a.named = len(keys) > 0
-	// The most telling reason wins when several listeners refuse.
-	rank := map[string]int{ReasonNoMatchingParent: 0, ReasonNotAllowedByListeners: 1, ReasonNoMatchingListenerHostname: 2}
 	refuse := func(reason, format string, args ...any) {
-		if a.reason == "" || rank[reason] > rank[a.reason] {
+		if a.reason == "" || refusalRank[reason] > refusalRank[a.reason] {
 			a.reason = reason
 		}
 		a.why = append(a.why, fmt.Sprintf(format, args...))

@@ -1,6 +1,8 @@
-// Package metrics reads the load of vLLM model servers from their Prometheus
-// /metrics endpoints into scheduling.Metrics: Parse turns one exposition into
-// metrics, Scraper keeps the latest metrics of a changing set of servers.
+// Package metrics reads load from Prometheus /metrics endpoints: Parse turns
+// one vLLM model server's exposition into scheduling.Metrics, Scraper keeps
+// the latest metrics of a changing set of model servers, and ParsePool reads
+// the pool-level gauges an Endpoint Picker exposes, under the names of
+// either upstream EPP (Gateway API Inference Extension or llm-d).
 package metrics
 
 import (
@@ -55,7 +57,7 @@ func Parse(r io.Reader) (*scheduling.Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading metrics: %w", err)
 	}
-	families, err := parseText(bytes.NewReader(relevantLines(body)))
+	families, err := parseText(bytes.NewReader(relevantLines(body, readNames[:])))
 	if err != nil {
 		return nil, fmt.Errorf("parsing metrics: %w", err)
 	}
@@ -108,8 +110,8 @@ func Parse(r io.Reader) (*scheduling.Metrics, error) {
 	return m, nil
 }
 
-// relevantLines keeps the lines of body that belong to the families Parse
-// reads (their samples and their HELP and TYPE comments), compacting them in
+// relevantLines keeps the lines of body that belong to the families names
+// (those Parse or ParsePool reads) (their samples and their HELP and TYPE comments), compacting them in
 // place. A vLLM /metrics page is mostly latency histograms, and parsing them
 // all costs about ten times more than the rest of a scrape, at ten scrapes a
 // second per model server. It also means a malformed line of a family Parse
@@ -120,7 +122,7 @@ func Parse(r io.Reader) (*scheduling.Metrics, error) {
 // plain or quoted name). Everything else is kept for the parser to judge, so
 // that input which is not an exposition at all (an HTML error page, binary
 // data) fails as a parse error rather than vanishing.
-func relevantLines(body []byte) []byte {
+func relevantLines(body []byte, names []string) []byte {
 	out := body[:0]
 	for len(body) > 0 {
 		end := bytes.IndexByte(body, '\n')
@@ -129,7 +131,7 @@ func relevantLines(body []byte) []byte {
 		}
 		line := body[:end+1]
 		body = body[end+1:]
-		if keepLine(line) {
+		if keepLine(line, names) {
 			// out never overtakes the line being read: append's copy is safe.
 			out = append(out, line...)
 		}
@@ -137,7 +139,7 @@ func relevantLines(body []byte) []byte {
 	return out
 }
 
-func keepLine(line []byte) bool {
+func keepLine(line []byte, names []string) bool {
 	line = bytes.TrimLeft(line, " \t")
 	if len(line) == 0 || line[0] == '\n' || line[0] == '\r' {
 		return false
@@ -154,14 +156,14 @@ func keepLine(line []byte) bool {
 		if len(rest) == 0 || (rest[0] != ' ' && rest[0] != '\t') {
 			return false
 		}
-		return startsWithReadName(bytes.TrimLeft(rest, " \t"))
+		return startsWithName(bytes.TrimLeft(rest, " \t"), names)
 	case c == '{':
 		// A name quoted inside the braces: {"vllm:...", label="..."} 1.
 		// Without one the line is malformed: the parser says so.
 		rest := bytes.TrimLeft(line[1:], " \t")
-		return len(rest) == 0 || rest[0] != '"' || startsWithReadName(rest)
+		return len(rest) == 0 || rest[0] != '"' || startsWithName(rest, names)
 	case c == '_' || c == ':' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'):
-		return startsWithReadName(line)
+		return startsWithName(line, names)
 	default:
 		return true
 	}
@@ -170,24 +172,24 @@ func keepLine(line []byte) bool {
 // readNames are the metric families Parse reads.
 var readNames = [...]string{WaitingQueueMetric, KVCacheUsageMetric, LegacyKVCacheUsageMetric, LoRAInfoMetric}
 
-// startsWithReadName reports whether b starts with the name of a family Parse
-// reads, plain or quoted. A quoted name with escapes counts as one: telling
-// is the parser's job.
-func startsWithReadName(b []byte) bool {
+// startsWithName reports whether b starts with one of names, plain or
+// quoted. A quoted name with escapes counts as one: telling is the parser's
+// job.
+func startsWithName(b []byte, names []string) bool {
 	if len(b) > 0 && b[0] == '"' {
 		end := bytes.IndexAny(b[1:], "\"\\")
 		if end < 0 || b[1+end] != '"' {
 			return true
 		}
 		name := b[1 : 1+end]
-		for _, n := range readNames {
+		for _, n := range names {
 			if string(name) == n {
 				return true
 			}
 		}
 		return false
 	}
-	for _, n := range readNames {
+	for _, n := range names {
 		if len(b) > len(n) && string(b[:len(n)]) == n {
 			switch b[len(n)] {
 			case '{', ' ', '\t', '\n', '\r':

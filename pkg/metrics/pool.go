@@ -1,0 +1,213 @@
+package metrics
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// PoolNameLabel names the InferencePool of a pool gauge's series, in both
+// naming schemes.
+const PoolNameLabel = "name"
+
+// PoolScheme is one set of names an Endpoint Picker gives its pool-level
+// gauges.
+type PoolScheme struct {
+	// Name says whose names these are, for logs and metrics.
+	Name string
+	// Queue, KVCache and ReadyPods are the families of the average waiting
+	// queue, the average KV cache utilization (0-1) and the ready model
+	// servers of the pool.
+	Queue, KVCache, ReadyPods string
+}
+
+// The naming schemes ParsePool reads, in order of preference. Upstream EPPs
+// label every series with the pool's name (PoolNameLabel).
+var (
+	// GIEScheme: the Gateway API Inference Extension EPP (and mci-epp); the
+	// llm-d EPP still emits these as deprecated aliases.
+	GIEScheme = PoolScheme{
+		Name:      "inference_pool",
+		Queue:     "inference_pool_average_queue_size",
+		KVCache:   "inference_pool_average_kv_cache_utilization",
+		ReadyPods: "inference_pool_ready_pods",
+	}
+	// LLMDScheme: the llm-d router's EPP (subsystem llm_d_epp,
+	// pkg/epp/metrics/llm_d_router_metrics.go), whose ready-pods gauge is
+	// ready_endpoints.
+	LLMDScheme = PoolScheme{
+		Name:      "llm_d_epp",
+		Queue:     "llm_d_epp_average_queue_size",
+		KVCache:   "llm_d_epp_average_kv_cache_utilization",
+		ReadyPods: "llm_d_epp_ready_endpoints",
+	}
+	// LLMDRouterScheme: llm-d router releases that named the subsystem
+	// llm_d_router_epp before settling on llm_d_epp.
+	LLMDRouterScheme = PoolScheme{
+		Name:      "llm_d_router_epp",
+		Queue:     "llm_d_router_epp_average_queue_size",
+		KVCache:   "llm_d_router_epp_average_kv_cache_utilization",
+		ReadyPods: "llm_d_router_epp_ready_endpoints",
+	}
+	PoolSchemes = []PoolScheme{GIEScheme, LLMDScheme, LLMDRouterScheme}
+)
+
+// poolNames are the families ParsePool reads.
+var poolNames = func() []string {
+	var out []string
+	for _, s := range PoolSchemes {
+		out = append(out, s.Queue, s.KVCache, s.ReadyPods)
+	}
+	return out
+}()
+
+// PoolMetrics are the pool-level gauges of one InferencePool as its EPP
+// exposes them.
+type PoolMetrics struct {
+	// AverageQueue is the average number of requests waiting in the pool's
+	// model servers (>= 0).
+	AverageQueue float64
+	// AverageKVCache is their average KV cache utilization, 0 to 1.
+	AverageKVCache float64
+	// ReadyPods is the number of ready model servers; -1 when the EPP does
+	// not expose it.
+	ReadyPods int
+	// Scheme is the Name of the naming scheme they were read under.
+	Scheme string
+	// UpdatedAt is when they were observed; ParsePool leaves it to the
+	// caller.
+	UpdatedAt time.Time
+}
+
+// ErrNoPoolMetrics means an exposition has no pool with both the queue and
+// the KV cache gauge under any naming scheme.
+var ErrNoPoolMetrics = errors.New("no pool gauges")
+
+// ParsePool reads the pool gauges of a Prometheus text exposition, by the
+// pool name of their series ("" for a series without PoolNameLabel). A pool
+// needs the queue and the KV cache gauge of one scheme; its ready pods gauge
+// is optional. When an EPP serves a pool under several schemes (llm-d emits
+// both, with the same values), the first scheme of PoolSchemes wins; names of
+// two schemes are never mixed for one pool.
+//
+// Only the lines of pool gauges are parsed, so a malformed line of another
+// metric (an EPP's page is mostly histograms) cannot hide the load, and the
+// body must be bounded by the caller. Any input gives pool metrics or an
+// error, never a panic: a value that is not a finite, non-negative number
+// (or a KV cache utilization above 1, clamped to 1 as "full") is an error.
+func ParsePool(r io.Reader) (map[string]*PoolMetrics, error) {
+	body, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading pool metrics: %w", err)
+	}
+	families, err := parseText(bytes.NewReader(relevantLines(body, poolNames)))
+	if err != nil {
+		return nil, fmt.Errorf("parsing pool metrics: %w", err)
+	}
+	out := map[string]*PoolMetrics{}
+	for _, scheme := range PoolSchemes {
+		found, err := parseScheme(families, scheme)
+		if err != nil {
+			return nil, err
+		}
+		for pool, m := range found {
+			if _, ok := out[pool]; !ok {
+				out[pool] = m
+			}
+		}
+	}
+	if len(out) == 0 {
+		var want []string
+		for _, s := range PoolSchemes {
+			want = append(want, s.Queue+" and "+s.KVCache)
+		}
+		return nil, fmt.Errorf("%w: want %s", ErrNoPoolMetrics, strings.Join(want, ", or "))
+	}
+	return out, nil
+}
+
+// PoolNames returns the pools of a ParsePool result, sorted.
+func PoolNames(pools map[string]*PoolMetrics) []string {
+	out := make([]string, 0, len(pools))
+	for p := range pools {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// parseScheme reads the pools that have the queue and KV cache gauges of
+// scheme.
+func parseScheme(families map[string]*dto.MetricFamily, scheme PoolScheme) (map[string]*PoolMetrics, error) {
+	queue, kv := families[scheme.Queue], families[scheme.KVCache]
+	if queue == nil || kv == nil {
+		return nil, nil
+	}
+	out := map[string]*PoolMetrics{}
+	partial := map[string]*PoolMetrics{}
+	get := func(pool string) *PoolMetrics {
+		m := partial[pool]
+		if m == nil {
+			m = &PoolMetrics{AverageQueue: math.NaN(), AverageKVCache: math.NaN(), ReadyPods: -1, Scheme: scheme.Name}
+			partial[pool] = m
+		}
+		return m
+	}
+	each := func(mf *dto.MetricFamily, set func(*PoolMetrics, float64) error) error {
+		for _, s := range mf.GetMetric() {
+			v, err := value(mf, s)
+			if err == nil {
+				if !(v >= 0) || math.IsInf(v, 0) {
+					err = fmt.Errorf("value %v is not a non-negative number", v)
+				} else {
+					err = set(get(labelValue(s, PoolNameLabel)), v)
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("metric %s: %w", mf.GetName(), err)
+			}
+		}
+		return nil
+	}
+	if err := each(queue, func(m *PoolMetrics, v float64) error { m.AverageQueue = v; return nil }); err != nil {
+		return nil, err
+	}
+	if err := each(kv, func(m *PoolMetrics, v float64) error {
+		// A fraction; above 1 is a rounding artifact or percent: "full" is
+		// the safe reading.
+		m.AverageKVCache = min(v, 1)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if ready := families[scheme.ReadyPods]; ready != nil {
+		if err := each(ready, func(m *PoolMetrics, v float64) error {
+			m.ReadyPods = int(min(math.Round(v), math.MaxInt32))
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	for pool, m := range partial {
+		if !math.IsNaN(m.AverageQueue) && !math.IsNaN(m.AverageKVCache) {
+			out[pool] = m
+		}
+	}
+	return out, nil
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mci-dev/mci/pkg/metrics"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -37,18 +38,9 @@ func (h Health) String() string {
 	}
 }
 
-// PoolMetrics are the pool-level gauges a cluster's EPP exposes.
-type PoolMetrics struct {
-	// AverageQueue is inference_pool_average_queue_size.
-	AverageQueue float64
-	// AverageKVCache is inference_pool_average_kv_cache_utilization (0-1).
-	AverageKVCache float64
-	// ReadyPods is inference_pool_ready_pods; -1 when the EPP does not
-	// expose it.
-	ReadyPods int
-	// UpdatedAt is when they were scraped.
-	UpdatedAt time.Time
-}
+// PoolMetrics are the pool-level gauges a cluster's EPP exposes, read under
+// either naming scheme (metrics.ParsePool).
+type PoolMetrics = metrics.PoolMetrics
 
 // State is what the policies know about clusters at request time: the
 // health prober's and the metrics scraper's latest findings.
@@ -65,8 +57,8 @@ type PickRequest struct {
 	Now time.Time
 }
 
-// ErrShed means a sheddable request was shed: every cluster with known
-// metrics is saturated and none has unknown metrics. Answered with 429.
+// ErrShed means a sheddable request was shed: every cluster it could go to
+// is measured and saturated (none is unmeasured). Answered with 429.
 var ErrShed = errors.New("sheddable request shed: every cluster is saturated")
 
 // ClusterPolicy orders the clusters of a backend for one request: the
@@ -171,17 +163,29 @@ func (LocalFirst) Order(b *Backend, req PickRequest, st State) ([]*Cluster, erro
 
 // MetricsBased ranks the clusters with the filter chain of pkg/scheduling,
 // a cluster standing for one candidate: its pool's average queue for the
-// queue, its pool's average KV cache utilization for the KV cache. So a
-// critical request goes to the least loaded cluster, and a sheddable one
-// only to a cluster with capacity (average queue <= 5 and KV cache <= 80%
-// by default), and is shed (ErrShed) only when every cluster is saturated.
+// queue, its pool's average KV cache utilization for the KV cache.
 //
 // Clusters whose EPP is known not to be serving, and those whose fresh
-// metrics say the pool has no ready pod, are skipped. A cluster without
-// fresh metrics is unknown: it never wins against a measured one, but it is
-// not taken for saturated either, so a sheddable request is not shed while
-// such a cluster remains. With no fresh metrics at all the order is
-// HealthBased's.
+// metrics say the pool has no ready pod, are skipped. The others fall in
+// three groups, tried in this order:
+//
+//  1. Measured clusters with capacity (fresh metrics, average queue <=
+//     SheddableQueueThreshold and KV cache <= SheddableKVCacheThreshold, 5
+//     and 80% by default), ranked by the filter chain.
+//  2. Unmeasured clusters: no fresh metrics, whatever the reason (not
+//     scraped yet, stale, the EPP refuses the sidecar's token, unreachable,
+//     unparseable; see PoolScraper.State). Unknown load is not zero load,
+//     so they never win against a cluster known to have capacity; nor is
+//     it saturation, so they come before the clusters known to be
+//     saturated. Among themselves they are ordered as HealthBased orders
+//     them (weighted round-robin over the serving ones, then those of
+//     unknown health), so that they share the traffic that reaches them.
+//  3. Measured saturated clusters, ranked by the filter chain: a critical
+//     or standard request is never refused while a cluster remains. A
+//     sheddable request never goes to them: it is shed (ErrShed) only when
+//     every remaining cluster is measured and saturated.
+//
+// With no cluster measured, the order is therefore HealthBased's.
 type MetricsBased struct {
 	cfg        scheduling.Config
 	schedulers sync.Pool
@@ -199,62 +203,104 @@ func (p *MetricsBased) fresh(m *PoolMetrics, now time.Time) bool {
 		(p.cfg.MetricsStaleness <= 0 || !m.UpdatedAt.Before(now.Add(-p.cfg.MetricsStaleness)))
 }
 
+// hasCapacity is the filter chain's "has capacity" for a pool.
+func (p *MetricsBased) hasCapacity(m *scheduling.Metrics) bool {
+	return m.WaitingQueue <= p.cfg.SheddableQueueThreshold && m.KVCacheUsage <= p.cfg.SheddableKVCacheThreshold
+}
+
 func (p *MetricsBased) Order(b *Backend, req PickRequest, st State) ([]*Cluster, error) {
 	var (
-		clusters []*Cluster
-		cands    []*scheduling.Metrics
-		known    int
+		spare, saturated         []*Cluster
+		spareLoad, saturatedLoad []*scheduling.Metrics
+		unmeasured               = make([]bool, len(b.Clusters))
+		health                   = make([]Health, len(b.Clusters))
+		anyUnmeasured            bool
 	)
-	for _, c := range b.Clusters {
-		if st.Health(c) == HealthNotServing {
+	for i, c := range b.Clusters {
+		health[i] = st.Health(c)
+		if health[i] == HealthNotServing {
 			continue
 		}
 		m := st.PoolMetrics(c)
 		if !p.fresh(m, req.Now) {
-			clusters, cands = append(clusters, c), append(cands, nil)
+			unmeasured[i], anyUnmeasured = true, true
 			continue
 		}
 		if m.ReadyPods == 0 {
 			continue
 		}
-		known++
-		clusters = append(clusters, c)
-		cands = append(cands, &scheduling.Metrics{
+		load := &scheduling.Metrics{
 			WaitingQueue: int(math.Round(min(max(m.AverageQueue, 0), 1<<30))),
 			KVCacheUsage: min(max(m.AverageKVCache, 0), 1),
 			UpdatedAt:    m.UpdatedAt,
-		})
-	}
-	if known == 0 {
-		return HealthBased{}.Order(b, req, st)
+		}
+		if p.hasCapacity(load) {
+			spare, spareLoad = append(spare, c), append(spareLoad, load)
+		} else {
+			saturated, saturatedLoad = append(saturated, c), append(saturatedLoad, load)
+		}
 	}
 
+	out := make([]*Cluster, 0, len(b.Clusters))
+	out = p.rank(out, spare, spareLoad, req)
+	if anyUnmeasured {
+		out = appendUnmeasured(out, b, unmeasured, health, len(out) == 0)
+	}
+	if req.Criticality == scheduling.Sheddable {
+		if len(out) == 0 && len(saturated) > 0 {
+			return nil, ErrShed
+		}
+		return out, nil
+	}
+	return p.rank(out, saturated, saturatedLoad, req), nil
+}
+
+// rank appends clusters in the order the filter chain picks them, each
+// pick among those left.
+func (p *MetricsBased) rank(out, clusters []*Cluster, load []*scheduling.Metrics, req PickRequest) []*Cluster {
+	if len(clusters) == 0 {
+		return out
+	}
+	// A sheddable request only ever reaches clusters with capacity here,
+	// so the chain does not drop it.
+	r := scheduling.Request{Criticality: req.Criticality}
 	s := p.schedulers.Get().(*scheduling.Scheduler)
 	defer p.schedulers.Put(s)
-	out := make([]*Cluster, 0, len(clusters))
+	clusters, load = slices.Clone(clusters), slices.Clone(load)
 	for len(clusters) > 0 {
-		i, err := s.Schedule(scheduling.Request{Criticality: req.Criticality}, cands, req.Now)
-		if errors.Is(err, scheduling.ErrDropped) {
-			if len(out) > 0 {
-				// The fallbacks of a sheddable request need capacity too.
-				break
-			}
-			for j, m := range cands {
-				if m == nil {
-					out = append(out, clusters[j])
-				}
-			}
-			if len(out) == 0 {
-				return nil, ErrShed
-			}
-			break
-		}
+		i, err := s.Schedule(r, load, req.Now)
 		if err != nil {
-			break
+			// Not expected (see above); the rest keep the order they came in.
+			return append(out, clusters...)
 		}
 		out = append(out, clusters[i])
 		clusters = slices.Delete(clusters, i, i+1)
-		cands = slices.Delete(cands, i, i+1)
+		load = slices.Delete(load, i, i+1)
 	}
-	return out, nil
+	return out
+}
+
+// appendUnmeasured appends the unmeasured clusters as HealthBased orders
+// them: serving ones first, then those of unknown health. When they lead
+// the order (first), the first of them is the weighted round-robin's pick,
+// so that they share the traffic by weight; otherwise they are fallbacks,
+// heaviest first, and the round-robin is left alone.
+func appendUnmeasured(out []*Cluster, b *Backend, unmeasured []bool, health []Health, first bool) []*Cluster {
+	is := func(h Health) func(int) bool {
+		return func(i int) bool { return unmeasured[i] && health[i] == h }
+	}
+	lead := -1
+	if first {
+		if lead = b.wrr.next(is(HealthServing)); lead < 0 {
+			lead = b.wrr.next(is(HealthUnknown))
+		}
+		if lead >= 0 {
+			out = append(out, b.Clusters[lead])
+		}
+	}
+	for _, h := range []Health{HealthServing, HealthUnknown} {
+		keep := is(h)
+		out = appendByWeight(out, b.Clusters, func(i int) bool { return i != lead && keep(i) && b.Clusters[i].Weight > 0 })
+	}
+	return out
 }

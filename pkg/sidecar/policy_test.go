@@ -204,10 +204,15 @@ func TestMetricsBased(t *testing.T) {
 	tests := []struct {
 		name        string
 		criticality scheduling.Criticality
+		clusters    []string // default a, b, c
+		weights     []int64
 		health      map[string]Health
 		metrics     map[string]*PoolMetrics
-		wantOrder   []string
-		wantErr     error
+		// wantOrder is the first order; wantFirst, when set, counts the
+		// first cluster of 60 orders instead.
+		wantOrder []string
+		wantFirst map[string]int
+		wantErr   error
 	}{
 		{
 			name:      "a critical request goes to the cluster with the shortest queue, then by KV cache",
@@ -221,7 +226,7 @@ func TestMetricsBased(t *testing.T) {
 			wantOrder:   []string{"b"},
 		},
 		{
-			name:        "a sheddable request is shed when every cluster is saturated",
+			name:        "a sheddable request is shed when every cluster is measured and saturated",
 			criticality: scheduling.Sheddable,
 			metrics:     map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": fresh(6, 0.5, 3), "c": fresh(1, 0.95, 3)},
 			wantErr:     ErrShed,
@@ -233,26 +238,49 @@ func TestMetricsBased(t *testing.T) {
 			wantOrder:   []string{"b", "c", "a"},
 		},
 		{
-			name:        "a sheddable request is not shed while a cluster has unknown metrics",
+			name:        "a sheddable request goes to an unmeasured cluster rather than be shed",
 			criticality: scheduling.Sheddable,
 			metrics:     map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": stale(0, 0)},
 			wantOrder:   []string{"b", "c"},
 		},
 		{
-			name:      "measured clusters come before unmeasured ones",
-			metrics:   map[string]*PoolMetrics{"b": fresh(40, 0.7, 3)},
-			wantOrder: []string{"b", "a", "c"},
+			name:        "a sheddable request goes to measured clusters with capacity, then to unmeasured ones, never to saturated ones",
+			criticality: scheduling.Sheddable,
+			metrics:     map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": fresh(1, 0.1, 3)},
+			wantOrder:   []string{"b", "c"},
+		},
+		{
+			name:      "unmeasured clusters come after measured ones with capacity and before saturated ones",
+			metrics:   map[string]*PoolMetrics{"a": fresh(40, 0.7, 3), "b": fresh(3, 0.5, 3)},
+			wantOrder: []string{"b", "c", "a"},
+		},
+		{
+			name:      "an unmeasured cluster is not taken for idle: a measured one with capacity wins every time",
+			metrics:   map[string]*PoolMetrics{"a": fresh(4, 0.7, 3), "b": stale(0, 0)},
+			wantFirst: map[string]int{"a": 60},
+		},
+		{
+			name:      "when every measured cluster is saturated, the unmeasured ones take the traffic by weight",
+			weights:   []int64{1, 2, 1},
+			metrics:   map[string]*PoolMetrics{"a": fresh(70, 0.9, 3)},
+			wantFirst: map[string]int{"b": 40, "c": 20},
+		},
+		{
+			name:      "unmeasured clusters that are serving come before those of unknown health",
+			health:    map[string]Health{"b": HealthServing},
+			metrics:   map[string]*PoolMetrics{"a": fresh(2, 0.1, 3)},
+			wantOrder: []string{"a", "b", "c"},
 		},
 		{
 			name:      "a cluster whose pool has no ready pod is skipped",
-			metrics:   map[string]*PoolMetrics{"a": fresh(0, 0, 0), "b": fresh(10, 0.5, 2), "c": fresh(20, 0.5, -1)},
+			metrics:   map[string]*PoolMetrics{"a": fresh(0, 0, 0), "b": fresh(1, 0.5, 2), "c": fresh(2, 0.5, -1)},
 			wantOrder: []string{"b", "c"},
 		},
 		{
-			name:      "a cluster whose EPP is not serving is skipped",
-			health:    map[string]Health{"a": HealthNotServing},
-			metrics:   map[string]*PoolMetrics{"a": fresh(0, 0, 3), "b": fresh(10, 0.5, 3), "c": fresh(20, 0.5, 3)},
-			wantOrder: []string{"b", "c"},
+			name:      "a cluster whose EPP is not serving is skipped, measured or not",
+			health:    map[string]Health{"a": HealthNotServing, "c": HealthNotServing},
+			metrics:   map[string]*PoolMetrics{"a": fresh(0, 0, 3), "b": fresh(10, 0.5, 3)},
+			wantOrder: []string{"b"},
 		},
 		{
 			name:      "without fresh metrics the order is HealthBased's",
@@ -260,28 +288,40 @@ func TestMetricsBased(t *testing.T) {
 			metrics:   map[string]*PoolMetrics{"b": stale(0, 0)},
 			wantOrder: []string{"b", "c"},
 		},
+		{
+			name:      "no cluster left is an empty order, not an error",
+			health:    map[string]Health{"a": HealthNotServing, "b": HealthNotServing, "c": HealthNotServing},
+			wantOrder: []string{},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			clusters := tt.clusters
+			if clusters == nil {
+				clusters = []string{"a", "b", "c"}
+			}
 			p := NewMetricsBased(scheduling.DefaultConfig())
-			order, err := p.Order(testBackend(PolicyMetricsBased, false, []string{"a", "b", "c"}),
-				PickRequest{Criticality: tt.criticality, Now: epoch}, &fakeState{health: tt.health, metrics: tt.metrics})
+			b := testBackend(PolicyMetricsBased, false, clusters, tt.weights...)
+			st := &fakeState{health: tt.health, metrics: tt.metrics}
+			req := PickRequest{Criticality: tt.criticality, Now: epoch}
+			if tt.wantFirst != nil {
+				got := map[string]int{}
+				for range 60 {
+					order, err := p.Order(b, req, st)
+					require.NoError(t, err)
+					require.NotEmpty(t, order)
+					got[order[0].Name]++
+				}
+				assert.Equal(t, tt.wantFirst, got)
+				return
+			}
+			order, err := p.Order(b, req, st)
 			if tt.wantErr != nil {
 				assert.ErrorIs(t, err, tt.wantErr)
 				return
 			}
 			require.NoError(t, err)
-			names := names(order)
-			// Unmeasured clusters come last in random order; compare them as a set.
-			assert.Equal(t, len(tt.wantOrder), len(names), "%v", names)
-			measured := 0
-			for _, n := range tt.wantOrder {
-				if m := tt.metrics[n]; m != nil && m.UpdatedAt.Equal(epoch) {
-					measured++
-				}
-			}
-			assert.Equal(t, tt.wantOrder[:measured], names[:measured])
-			assert.ElementsMatch(t, tt.wantOrder[measured:], names[measured:])
+			assert.Equal(t, tt.wantOrder, names(order))
 		})
 	}
 }

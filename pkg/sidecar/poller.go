@@ -125,6 +125,14 @@ func (p *poller[T]) get(key string) *T {
 	return t.value.Load()
 }
 
+// has reports whether key is a target.
+func (p *poller[T]) has(key string) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	_, ok := p.targets[key]
+	return ok
+}
+
 // put records a value for a target out of turn (a passive health finding).
 func (p *poller[T]) put(key string, v *T) {
 	p.mu.RLock()

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
 // DefaultDrainTimeout bounds the wait for open ext_proc streams at shutdown.
@@ -41,6 +42,10 @@ type Config struct {
 	// (MetricsBased only). Zero: the defaults.
 	HealthInterval, HealthTimeout time.Duration
 	ScrapeInterval, ScrapeTimeout time.Duration
+	// MetricsTokenFile, when set, holds the bearer token sent with the
+	// scrapes of EPP metrics whose credentials Secret has no token of its
+	// own: in a pod, DefaultServiceAccountTokenFile. Re-read as it rotates.
+	MetricsTokenFile string
 	// DrainTimeout bounds the wait for open streams at shutdown; zero:
 	// DefaultDrainTimeout.
 	DrainTimeout time.Duration
@@ -70,15 +75,29 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
+	staleness := cfg.Server.Scheduling.MetricsStaleness
+	if cfg.Server.Scheduling == (scheduling.Config{}) {
+		staleness = scheduling.DefaultConfig().MetricsStaleness
+	}
+	scraper, err := NewPoolScraper(PoolScraperOptions{
+		Interval:  cfg.ScrapeInterval,
+		Timeout:   cfg.ScrapeTimeout,
+		Staleness: staleness,
+		TokenFile: cfg.MetricsTokenFile,
+	})
+	if err != nil {
+		return nil, err
+	}
 	s := &Sidecar{
 		cfg:     cfg,
 		router:  NewRouter(),
 		prober:  NewHealthProber(cfg.HealthInterval, cfg.HealthTimeout),
-		scraper: NewPoolScraper(cfg.ScrapeInterval, cfg.ScrapeTimeout),
+		scraper: scraper,
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.metrics = NewMetrics(reg, s.router, s.prober)
+	registerPoolMetricsState(reg, s.router, s.scraper)
 	s.server = NewServer(s.router, liveState{health: s.prober, metrics: s.scraper}, cfg.Server, s.metrics, klog.Background().WithName("ext_proc"))
 	s.useCredentials(NewCredentials(clients.Kube, cfg.SecretNamespaces, klog.Background().WithName("credentials")))
 	s.watcher = NewWatcher(clients, cfg.Watch, s.router, s.published)
@@ -174,7 +193,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	})
 	logger.Info("Sidecar serving", "extProc", s.GRPCAddr(), "health", s.HealthAddr(), "metrics", s.MetricsAddr(),
 		"localCluster", s.cfg.Watch.LocalCluster, "defaultPolicy", s.cfg.Watch.DefaultPolicy,
-		"tls", s.cfg.TLS.Enabled(), "secretNamespaces", s.cfg.SecretNamespaces)
+		"tls", s.cfg.TLS.Enabled(), "secretNamespaces", s.cfg.SecretNamespaces, "metricsTokenFile", s.cfg.MetricsTokenFile)
 	wg.Wait()
 	s.server.Close()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {

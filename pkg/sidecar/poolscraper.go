@@ -1,0 +1,403 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/transport"
+	"k8s.io/klog/v2"
+
+	"github.com/mci-dev/mci/pkg/metrics"
+)
+
+// DefaultServiceAccountTokenFile is where a pod's projected ServiceAccount
+// token is mounted: the token the sidecar sends with its metrics scrapes by
+// default, as upstream EPPs require one on /metrics by default.
+const DefaultServiceAccountTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+// maxPoolMetricsBytes bounds an EPP's /metrics page; past it the scrape is
+// unparseable rather than read as a shorter page.
+const maxPoolMetricsBytes = 4 << 20
+
+// MetricsState is what the sidecar knows of a cluster's pool metrics: the
+// state label of mci_sidecar_epp_metrics_state.
+type MetricsState string
+
+const (
+	// MetricsFresh: the pool's gauges were read and are younger than the
+	// staleness bound. Only such a cluster is measured for MetricsBased.
+	MetricsFresh MetricsState = "fresh"
+	// MetricsStale: no fresh gauges and no failure to blame: not scraped
+	// yet, or the last good gauges are older than the staleness bound.
+	MetricsStale MetricsState = "stale"
+	// MetricsUnauthorized: the EPP answered 401 or 403: it wants a bearer
+	// token the sidecar does not have, or does not accept the one sent.
+	MetricsUnauthorized MetricsState = "unauthorized"
+	// MetricsUnreachable: no answer (connection, TLS, timeout, unusable
+	// credentials), or an HTTP status other than 200, 401 and 403.
+	MetricsUnreachable MetricsState = "unreachable"
+	// MetricsUnparseable: the page is not a Prometheus text exposition, is
+	// too large, or has no pool gauges (for this pool) under either naming
+	// scheme.
+	MetricsUnparseable MetricsState = "unparseable"
+)
+
+// MetricsStates are all the states, in the order the metric lists them.
+var MetricsStates = []MetricsState{MetricsFresh, MetricsStale, MetricsUnauthorized, MetricsUnreachable, MetricsUnparseable}
+
+// PoolScraperOptions configure a PoolScraper. Zero durations take the
+// defaults.
+type PoolScraperOptions struct {
+	Interval, Timeout time.Duration
+	// Staleness is how old gauges may be and still be fresh: MetricsBased's
+	// scheduling.Config.MetricsStaleness.
+	Staleness time.Duration
+	// TokenFile, when set, holds the bearer token sent to every EPP whose
+	// pool credentials name none (the projected ServiceAccount token). It
+	// is re-read when the kubelet may have rotated it, and at once after a
+	// 401.
+	TokenFile string
+}
+
+// PoolScraper keeps the pool metrics each EPP metrics URL serves, and the
+// outcome of its last scrape. A failed scrape keeps the last gauges, whose
+// age then makes them stale; the failure is reported at once (State, a log
+// line per change of outcome, mci_sidecar_epp_metrics_state).
+//
+// A scrape sends a bearer token, as upstream EPPs require on /metrics by
+// default: the `token` of the cluster's credentials Secret when it has one,
+// else the token of TokenFile, else none.
+type PoolScraper struct {
+	poller    *poller[scrapeResult]
+	client    *http.Client
+	timeout   time.Duration
+	staleness time.Duration
+	// tokenFile is the file token's source; nil: no file token.
+	tokenFile transport.ResettableTokenSource
+	// creds say how each URL is reached; nil: plaintext.
+	creds *Credentials
+
+	// tlsClients are the clients of the URLs scraped over TLS, each with
+	// the credentials of one version.
+	mu         sync.Mutex
+	tlsClients map[string]scrapeClient
+}
+
+// scrapeResult is the outcome of a URL's last scrape and the last good
+// gauges, which a failure keeps.
+type scrapeResult struct {
+	state MetricsState
+	// err says why the last scrape failed; nil when it did not.
+	err error
+	// pools are the last good gauges by pool name; nil before any.
+	pools map[string]*PoolMetrics
+	// token says which token the last scrape sent.
+	token string
+}
+
+// scrapeClient is an HTTP client for one URL and the version of its
+// credentials.
+type scrapeClient struct {
+	version string
+	client  *http.Client
+}
+
+// NewPoolScraper returns a scraper with no targets. It fails only when
+// TokenFile is set and cannot be read.
+func NewPoolScraper(o PoolScraperOptions) (*PoolScraper, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	s := &PoolScraper{client: &http.Client{Transport: tr}, timeout: o.Timeout, staleness: o.Staleness, tlsClients: map[string]scrapeClient{}}
+	if o.Interval <= 0 {
+		o.Interval = DefaultScrapeInterval
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultScrapeTimeout
+	}
+	if o.TokenFile != "" {
+		if _, err := os.ReadFile(o.TokenFile); err != nil {
+			return nil, fmt.Errorf("the token file for EPP metrics: %w", err)
+		}
+		s.tokenFile = transport.NewCachedFileTokenSource(o.TokenFile)
+	}
+	s.poller = newPoller(o.Interval, s.scrape)
+	s.poller.forget = s.forget
+	return s, nil
+}
+
+// Run scrapes until ctx ends.
+func (s *PoolScraper) Run(ctx context.Context) error {
+	defer func() {
+		s.client.CloseIdleConnections()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for url, c := range s.tlsClients {
+			c.client.CloseIdleConnections()
+			delete(s.tlsClients, url)
+		}
+	}()
+	return s.poller.Run(ctx)
+}
+
+// clientFor returns the client that scrapes url with its current
+// credentials: the shared one for plaintext, else one of its own, made
+// anew when the credentials change.
+func (s *PoolScraper) clientFor(url string) (*http.Client, error) {
+	t, err := s.creds.forTarget(url)
+	if err != nil {
+		return nil, err
+	}
+	if t.config == nil {
+		return s.client, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.tlsClients[url]
+	if old.client != nil && old.version == t.version {
+		return old.client, nil
+	}
+	if old.client != nil {
+		old.client.CloseIdleConnections()
+	}
+	tr := s.client.Transport.(*http.Transport).Clone()
+	tr.TLSClientConfig = t.config
+	c := &http.Client{Transport: tr}
+	s.tlsClients[url] = scrapeClient{version: t.version, client: c}
+	return c, nil
+}
+
+// forget drops the client of a URL no longer scraped.
+func (s *PoolScraper) forget(url string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.tlsClients[url]; ok {
+		c.client.CloseIdleConnections()
+		delete(s.tlsClients, url)
+	}
+}
+
+// SetTargets makes the scraped URLs exactly urls.
+func (s *PoolScraper) SetTargets(urls []string) { s.poller.set(urls) }
+
+// Get returns the latest gauges of pool (the series labelled with its name,
+// or the only series) at url, fresh or not; nil when none were read.
+func (s *PoolScraper) Get(url, pool string) *PoolMetrics {
+	if url == "" {
+		return nil
+	}
+	r := s.poller.get(url)
+	if r == nil {
+		return nil
+	}
+	return poolOf(r.pools, pool)
+}
+
+func poolOf(pools map[string]*PoolMetrics, pool string) *PoolMetrics {
+	if m, ok := pools[pool]; ok {
+		return m
+	}
+	if len(pools) == 1 {
+		for _, m := range pools {
+			return m
+		}
+	}
+	return nil
+}
+
+// State returns the state of pool's metrics at url at time now, and why
+// when they are not fresh. ok is false when url is not scraped.
+func (s *PoolScraper) State(url, pool string, now time.Time) (state MetricsState, why error, ok bool) {
+	if url == "" || !s.poller.has(url) {
+		return "", nil, false
+	}
+	r := s.poller.get(url)
+	if r == nil {
+		return MetricsStale, errors.New("not scraped yet"), true
+	}
+	m := poolOf(r.pools, pool)
+	switch {
+	case m != nil && (s.staleness <= 0 || !m.UpdatedAt.Before(now.Add(-s.staleness))):
+		return MetricsFresh, nil, true
+	case r.state != MetricsFresh:
+		return r.state, r.err, true
+	case m == nil:
+		return MetricsUnparseable, fmt.Errorf("the EPP serves no pool gauges for pool %q (it serves %q)", pool, metrics.PoolNames(r.pools)), true
+	default:
+		return MetricsStale, fmt.Errorf("the last pool gauges were read at %s", m.UpdatedAt.Format(time.RFC3339)), true
+	}
+}
+
+// scrape reads url once. It always records an outcome (the poller keeps
+// the last value), carrying the last good gauges over a failure, and logs
+// the outcome when it differs from the previous one.
+func (s *PoolScraper) scrape(ctx context.Context, url string) (*scrapeResult, error) {
+	prev := s.poller.get(url)
+	r := s.read(ctx, url)
+	if ctx.Err() != nil {
+		// Removed or stopping: the outcome says nothing about the EPP.
+		return nil, ctx.Err()
+	}
+	if r.state != MetricsFresh && prev != nil {
+		r.pools = prev.pools
+	}
+	if prev == nil || prev.state != r.state || prev.token != r.token {
+		logOutcome(klog.FromContext(ctx), url, r)
+	}
+	return r, nil
+}
+
+func logOutcome(logger klog.Logger, url string, r *scrapeResult) {
+	logger = logger.WithValues("url", url, "state", r.state, "token", r.token)
+	switch r.state {
+	case MetricsFresh:
+		schemes := map[string]bool{}
+		for _, m := range r.pools {
+			schemes[m.Scheme] = true
+		}
+		logger.Info("Reading the pool metrics of an EPP", "pools", metrics.PoolNames(r.pools), "schemes", len(schemes))
+	case MetricsUnauthorized:
+		logger.Info("An EPP refuses the sidecar its pool metrics: its clusters are unmeasured for MetricsBased until it accepts the token sent (see the README, \"Metrics behind authentication\")", "err", r.err)
+	default:
+		logger.Info("Cannot read the pool metrics of an EPP: its clusters are unmeasured for MetricsBased until it can", "err", r.err)
+	}
+}
+
+// read scrapes url once and classifies the outcome.
+func (s *PoolScraper) read(ctx context.Context, url string) *scrapeResult {
+	started := time.Now()
+	fail := func(state MetricsState, token string, err error) *scrapeResult {
+		return &scrapeResult{state: state, err: err, token: token}
+	}
+	client, err := s.clientFor(url)
+	if err != nil {
+		return fail(MetricsUnreachable, "", err)
+	}
+	token, tokenSource, err := s.bearerToken(url)
+	if err != nil {
+		return fail(MetricsUnreachable, tokenSource, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fail(MetricsUnreachable, tokenSource, err)
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fail(MetricsUnreachable, tokenSource, err)
+	}
+	defer func() {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+	}()
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusUnauthorized, http.StatusForbidden:
+		if resp.StatusCode == http.StatusUnauthorized && tokenSource == tokenFromFile {
+			// As client-go does: the kubelet may have rotated the token
+			// since it was read; the next scrape reads the file again.
+			s.tokenFile.ResetTokenOlderThan(time.Now())
+		}
+		return fail(MetricsUnauthorized, tokenSource, fmt.Errorf("GET %s: %s", url, resp.Status))
+	default:
+		return fail(MetricsUnreachable, tokenSource, fmt.Errorf("GET %s: %s", url, resp.Status))
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPoolMetricsBytes+1))
+	if err != nil {
+		return fail(MetricsUnreachable, tokenSource, fmt.Errorf("GET %s: reading the page: %w", url, err))
+	}
+	if len(body) > maxPoolMetricsBytes {
+		return fail(MetricsUnparseable, tokenSource, fmt.Errorf("GET %s: the page is larger than %d bytes", url, maxPoolMetricsBytes))
+	}
+	pools, err := metrics.ParsePool(bytes.NewReader(body))
+	if err != nil {
+		return fail(MetricsUnparseable, tokenSource, fmt.Errorf("GET %s: %w", url, err))
+	}
+	for _, m := range pools {
+		// The EPP computed them at some point during the scrape; its start
+		// is the conservative time for staleness.
+		m.UpdatedAt = started
+	}
+	return &scrapeResult{state: MetricsFresh, pools: pools, token: tokenSource}
+}
+
+// Where a scrape's bearer token came from, for logs.
+const (
+	tokenNone     = "none"
+	tokenFromFile = "file"
+)
+
+// bearerToken returns the token to send to url and where it comes from:
+// the `token` of its credentials Secret, else the token file, else none.
+func (s *PoolScraper) bearerToken(url string) (token, source string, err error) {
+	token, ref, err := s.creds.metricsToken(url)
+	switch {
+	case err != nil:
+		return "", "secret " + ref, err
+	case token != "":
+		return token, "secret " + ref, nil
+	case s.tokenFile != nil:
+		t, err := s.tokenFile.Token()
+		if err != nil {
+			return "", tokenFromFile, fmt.Errorf("reading the token file for EPP metrics: %w", err)
+		}
+		return strings.TrimSpace(t.AccessToken), tokenFromFile, nil
+	default:
+		return "", tokenNone, nil
+	}
+}
+
+const eppMetricsStateHelp = "State of each cluster's pool metrics as MetricsBased sees them, one-hot over the state label: fresh (measured), stale, unauthorized (the EPP answered 401/403), unreachable, unparseable. Only clusters of MetricsBased backends are scraped."
+
+var eppMetricsStateDesc = prometheus.NewDesc("mci_sidecar_epp_metrics_state", eppMetricsStateHelp, []string{"cluster", "pool", "state"}, nil)
+
+// poolMetricsCollector derives the state gauges at scrape time from the
+// current table and the scraper.
+type poolMetricsCollector struct {
+	router  *Router
+	scraper *PoolScraper
+}
+
+// registerPoolMetricsState registers mci_sidecar_epp_metrics_state in reg.
+func registerPoolMetricsState(reg prometheus.Registerer, router *Router, scraper *PoolScraper) {
+	reg.MustRegister(&poolMetricsCollector{router: router, scraper: scraper})
+}
+
+func (c *poolMetricsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- eppMetricsStateDesc }
+
+func (c *poolMetricsCollector) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now()
+	seen := map[[2]string]bool{}
+	for _, cl := range c.router.Table().Clusters() {
+		k := [2]string{cl.Name, cl.Pool}
+		if seen[k] {
+			continue
+		}
+		_, pool, _ := strings.Cut(cl.Pool, "/")
+		state, _, ok := c.scraper.State(cl.Metrics, pool, now)
+		if !ok {
+			continue
+		}
+		seen[k] = true
+		for _, s := range MetricsStates {
+			v := 0.0
+			if s == state {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(eppMetricsStateDesc, prometheus.GaugeValue, v, cl.Name, cl.Pool, string(s))
+		}
+	}
+}

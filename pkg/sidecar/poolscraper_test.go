@@ -1,0 +1,395 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
+
+	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/metrics"
+	"github.com/mci-dev/mci/test/tlstest"
+)
+
+// gauges is a pool's page under the GIE names.
+func gauges(pool string, queue int) string {
+	return fmt.Sprintf("inference_pool_average_queue_size{name=%q} %d\ninference_pool_average_kv_cache_utilization{name=%q} 0.5\n", pool, queue, pool)
+}
+
+// metricsServer serves page to requests that carry "Bearer <token>" when
+// token is set, and records the Authorization headers it got. As
+// controller-runtime's authentication and authorization filters answer: 401
+// without the token (not authenticated), 403 with it when forbid is set (not
+// authorized).
+type metricsServer struct {
+	*httptest.Server
+	token  atomic.Pointer[string]
+	forbid atomic.Bool
+	page   atomic.Pointer[string]
+	mu    sync.Mutex
+	seen  []string
+}
+
+func newMetricsServer(t *testing.T, page, token string) *metricsServer {
+	m := &metricsServer{}
+	m.page.Store(&page)
+	m.token.Store(&token)
+	m.Server = httptest.NewServer(m)
+	t.Cleanup(m.Close)
+	return m
+}
+
+func (m *metricsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	got := r.Header.Get("Authorization")
+	m.mu.Lock()
+	m.seen = append(m.seen, got)
+	m.mu.Unlock()
+	if want := *m.token.Load(); want != "" {
+		switch {
+		case got != "Bearer "+want:
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		case m.forbid.Load():
+			http.Error(w, "Forbidden", http.StatusForbidden)
+			return
+		}
+	}
+	_, _ = w.Write([]byte(*m.page.Load()))
+}
+
+func (m *metricsServer) requests() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.seen)
+}
+
+func (m *metricsServer) lastAuthorization() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.seen) == 0 {
+		return ""
+	}
+	return m.seen[len(m.seen)-1]
+}
+
+// logLines collects the Info lines of a logger.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logger() klog.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, args)
+	}, funcr.Options{})
+}
+
+func (l *logLines) count(substr string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if strings.Contains(line, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+func runScraper(t *testing.T, s *PoolScraper, logs *logLines) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	if logs != nil {
+		ctx = klog.NewContext(ctx, logs.logger())
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = s.Run(ctx)
+		close(done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+func writeToken(t *testing.T, path, token string) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(path+".tmp", []byte(token+"\n"), 0o600))
+	// As the kubelet does: the new token appears at once, never half written.
+	require.NoError(t, os.Rename(path+".tmp", path))
+}
+
+func TestPoolScraperStates(t *testing.T) {
+	// Port 1 is privileged: nothing of a test listens there.
+	closedURL := "http://127.0.0.1:1/metrics"
+	forbidden := newMetricsServer(t, gauges("llm", 1), "sidecar-token")
+	forbidden.forbid.Store(true)
+	status := func(code int) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", code) }))
+		t.Cleanup(s.Close)
+		return s
+	}
+
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeToken(t, tokenFile, "sidecar-token")
+
+	tests := []struct {
+		name      string
+		url       string
+		pool      string
+		wantState MetricsState
+		wantWhy   string
+		wantQueue float64
+	}{
+		{name: "gauges under the GIE names are fresh", url: newMetricsServer(t, gauges("llm", 3), "").URL, pool: "llm", wantState: MetricsFresh, wantQueue: 3},
+		{name: "gauges under the llm-d names are fresh", url: newMetricsServer(t, "llm_d_epp_average_queue_size{name=\"llm\"} 4\nllm_d_epp_average_kv_cache_utilization{name=\"llm\"} 0.2\nllm_d_epp_ready_endpoints{name=\"llm\"} 2\n", "").URL, pool: "llm", wantState: MetricsFresh, wantQueue: 4},
+		{name: "an EPP that accepts the sidecar's token is fresh", url: newMetricsServer(t, gauges("llm", 5), "sidecar-token").URL, pool: "llm", wantState: MetricsFresh, wantQueue: 5},
+		{name: "an EPP that wants another token is unauthorized (401)", url: newMetricsServer(t, gauges("llm", 1), "other-token").URL, pool: "llm", wantState: MetricsUnauthorized, wantWhy: "401 Unauthorized"},
+		{name: "an EPP that does not authorize the token is unauthorized (403)", url: forbidden.URL, pool: "llm", wantState: MetricsUnauthorized, wantWhy: "403 Forbidden"},
+		{name: "401 is unauthorized", url: status(http.StatusUnauthorized).URL, pool: "llm", wantState: MetricsUnauthorized, wantWhy: "401 Unauthorized"},
+		{name: "another status is unreachable", url: status(http.StatusInternalServerError).URL, pool: "llm", wantState: MetricsUnreachable, wantWhy: "500 Internal Server Error"},
+		{name: "a closed port is unreachable", url: closedURL, pool: "llm", wantState: MetricsUnreachable, wantWhy: "connection refused"},
+		{name: "a page without pool gauges is unparseable", url: newMetricsServer(t, "go_goroutines 3\n", "").URL, pool: "llm", wantState: MetricsUnparseable, wantWhy: "no pool gauges"},
+		{name: "garbage is unparseable", url: newMetricsServer(t, "<html>\x00\xff", "").URL, pool: "llm", wantState: MetricsUnparseable, wantWhy: "parsing pool metrics"},
+		{name: "a page without this pool's gauges is unparseable for it", url: newMetricsServer(t, gauges("a", 1)+gauges("b", 2), "").URL, pool: "llm", wantState: MetricsUnparseable, wantWhy: `no pool gauges for pool "llm"`},
+	}
+	s, err := NewPoolScraper(PoolScraperOptions{Interval: 20 * time.Millisecond, Timeout: time.Second, Staleness: time.Minute, TokenFile: tokenFile})
+	require.NoError(t, err)
+	var urls []string
+	for _, tt := range tests {
+		urls = append(urls, tt.url)
+	}
+	s.SetTargets(urls)
+	runScraper(t, s, nil)
+
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.EventuallyWithT(t, func(ct *assert.CollectT) {
+				state, why, ok := s.State(tt.url, tt.pool, time.Now())
+				require.True(ct, ok)
+				assert.Equal(ct, tt.wantState, state)
+				if tt.wantWhy != "" {
+					require.Error(ct, why)
+					assert.Contains(ct, why.Error(), tt.wantWhy)
+				}
+			}, 5*time.Second, 10*time.Millisecond)
+			if tt.wantState == MetricsFresh {
+				assert.Equal(t, tt.wantQueue, s.Get(tt.url, tt.pool).AverageQueue)
+			} else {
+				assert.Nil(t, s.Get(tt.url, tt.pool))
+			}
+		})
+	}
+
+	t.Run("a URL not scraped has no state", func(t *testing.T) {
+		_, _, ok := s.State("http://127.0.0.1:2/metrics", "llm", time.Now())
+		assert.False(t, ok)
+		_, _, ok = s.State("", "llm", time.Now())
+		assert.False(t, ok)
+	})
+
+	t.Run("a URL not scraped yet is stale", func(t *testing.T) {
+		idle, err := NewPoolScraper(PoolScraperOptions{})
+		require.NoError(t, err)
+		idle.SetTargets([]string{closedURL})
+		state, why, ok := idle.State(closedURL, "llm", time.Now())
+		require.True(t, ok)
+		assert.Equal(t, MetricsStale, state)
+		assert.ErrorContains(t, why, "not scraped yet")
+	})
+}
+
+func TestPoolScraperKeepsGaugesOverAFailureUntilTheyAreStale(t *testing.T) {
+	m := newMetricsServer(t, gauges("llm", 7), "")
+	s, err := NewPoolScraper(PoolScraperOptions{Interval: 20 * time.Millisecond, Timeout: time.Second, Staleness: time.Minute})
+	require.NoError(t, err)
+	s.SetTargets([]string{m.URL})
+	runScraper(t, s, nil)
+	require.Eventually(t, func() bool { g := s.Get(m.URL, "llm"); return g != nil && g.AverageQueue == 7 }, 5*time.Second, 10*time.Millisecond)
+
+	token := "now-required"
+	m.token.Store(&token)
+	// The failure shows at once, but the gauges still count while fresh...
+	require.Eventually(t, func() bool {
+		state, _, _ := s.State(m.URL, "llm", time.Now().Add(2*time.Minute))
+		return state == MetricsUnauthorized
+	}, 5*time.Second, 10*time.Millisecond)
+	state, _, _ := s.State(m.URL, "llm", time.Now())
+	assert.Equal(t, MetricsFresh, state)
+	assert.Equal(t, 7.0, s.Get(m.URL, "llm").AverageQueue)
+	// ...and a success after them is stale once they age.
+	m.token.Store(new(string))
+	require.Eventually(t, func() bool {
+		state, _, _ := s.State(m.URL, "llm", time.Now())
+		return state == MetricsFresh
+	}, 5*time.Second, 10*time.Millisecond)
+	m.Close()
+	require.Eventually(t, func() bool {
+		state, _, _ := s.State(m.URL, "llm", time.Now().Add(2*time.Minute))
+		return state == MetricsUnreachable
+	}, 5*time.Second, 10*time.Millisecond)
+}
+
+func TestPoolScraperSendsTheTokenFileAndFollowsItsRotation(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeToken(t, tokenFile, "first")
+	m := newMetricsServer(t, gauges("llm", 1), "first")
+	logs := &logLines{}
+	s, err := NewPoolScraper(PoolScraperOptions{Interval: 20 * time.Millisecond, Timeout: time.Second, Staleness: time.Minute, TokenFile: tokenFile})
+	require.NoError(t, err)
+	s.SetTargets([]string{m.URL})
+	runScraper(t, s, logs)
+	// The outcome of the last scrape.
+	fresh := func() bool { r := s.poller.get(m.URL); return r != nil && r.state == MetricsFresh }
+	require.Eventually(t, fresh, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, "Bearer first", m.lastAuthorization())
+
+	// The EPP's cluster now accepts only a rotated token, which the
+	// kubelet writes: the 401 makes the sidecar read the file again.
+	second := "second"
+	m.token.Store(&second)
+	writeToken(t, tokenFile, "second")
+	require.Eventually(t, func() bool { return m.lastAuthorization() == "Bearer second" && fresh() }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // a few more scrapes
+	assert.Equal(t, 2, logs.count(`"state"="fresh"`), "one line per change of state, not per scrape: %q", logs.lines)
+	assert.LessOrEqual(t, logs.count(`"state"="unauthorized"`), 1, "%q", logs.lines)
+
+	t.Run("a token file that cannot be read fails the scraper's construction", func(t *testing.T) {
+		_, err := NewPoolScraper(PoolScraperOptions{TokenFile: filepath.Join(t.TempDir(), "missing")})
+		assert.ErrorContains(t, err, "the token file for EPP metrics")
+	})
+
+	t.Run("without a token file no token is sent", func(t *testing.T) {
+		open := newMetricsServer(t, gauges("llm", 1), "")
+		s, err := NewPoolScraper(PoolScraperOptions{Interval: 20 * time.Millisecond})
+		require.NoError(t, err)
+		s.SetTargets([]string{open.URL})
+		runScraper(t, s, nil)
+		require.Eventually(t, func() bool { return s.Get(open.URL, "llm") != nil }, 5*time.Second, 10*time.Millisecond)
+		assert.Empty(t, open.lastAuthorization())
+	})
+}
+
+func TestPoolScraperLogsOncePerChangeOfState(t *testing.T) {
+	m := newMetricsServer(t, gauges("llm", 1), "wanted")
+	logs := &logLines{}
+	s, err := NewPoolScraper(PoolScraperOptions{Interval: 10 * time.Millisecond, Timeout: time.Second})
+	require.NoError(t, err)
+	s.SetTargets([]string{m.URL})
+	runScraper(t, s, logs)
+	require.Eventually(t, func() bool { return m.requests() > 10 }, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 1, logs.count(`"state"="unauthorized"`), "%q", logs.lines)
+	m.token.Store(new(string))
+	require.Eventually(t, func() bool { return logs.count(`"state"="fresh"`) == 1 }, 5*time.Second, 10*time.Millisecond)
+	assert.Len(t, logs.lines, 2, "%q", logs.lines)
+}
+
+func TestPoolScraperSendsTheTokenOfTheCredentialsSecret(t *testing.T) {
+	serving := tlstest.NewServing(t, "127.0.0.1", "127.0.0.1")
+	cert, err := tls.X509KeyPair(serving.CertPEM, serving.KeyPEM)
+	require.NoError(t, err)
+	m := &metricsServer{}
+	page, token := gauges("llm", 2), "secret-token"
+	m.page.Store(&page)
+	m.token.Store(&token)
+	m.Server = httptest.NewUnstartedServer(m)
+	m.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	m.StartTLS()
+	t.Cleanup(m.Close)
+	url := m.URL + "/metrics"
+
+	kube := kubefake.NewSimpleClientset(credentialsSecret("epp-creds", map[string][]byte{"ca.crt": serving.CAPEM, SecretTokenKey: []byte("secret-token\n")}))
+	creds := runCredentials(t, kube, ns)
+	creds.SetTargets(&Table{shimList: []*Backend{{Clusters: []*Cluster{{Name: "cluster-a", Pool: ns + "/llm", Metrics: url, MetricsSecret: types.NamespacedName{Namespace: ns, Name: "epp-creds"}}}}}})
+
+	// The Secret's token wins over the token file.
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeToken(t, tokenFile, "file-token")
+	s, err := NewPoolScraper(PoolScraperOptions{Interval: 20 * time.Millisecond, Timeout: time.Second, Staleness: time.Minute, TokenFile: tokenFile})
+	require.NoError(t, err)
+	s.creds = creds
+	s.SetTargets([]string{url})
+	runScraper(t, s, nil)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		state, why, _ := s.State(url, "llm", time.Now())
+		assert.Equal(ct, MetricsFresh, state, "%v", why)
+	}, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, "Bearer secret-token", m.lastAuthorization())
+
+	tok, secret, err := creds.metricsToken("http://127.0.0.1:1/metrics")
+	require.NoError(t, err)
+	assert.Empty(t, tok+secret, "a URL without a Secret has no Secret token")
+}
+
+func TestEPPMetricsStateMetric(t *testing.T) {
+	m := newMetricsServer(t, gauges("llm", 1), "wanted")
+	s, err := NewPoolScraper(PoolScraperOptions{Interval: 20 * time.Millisecond, Timeout: time.Second})
+	require.NoError(t, err)
+	router := NewRouter()
+	router.Publish(&Table{shimList: []*Backend{{Clusters: []*Cluster{
+		{Name: "cluster-a", Pool: ns + "/llm", Metrics: m.URL},
+		{Name: "cluster-c", Pool: ns + "/llm", Metrics: "http://127.0.0.1:1/not-scraped"},
+	}}}})
+	reg := prometheus.NewRegistry()
+	registerPoolMetricsState(reg, router, s)
+	s.SetTargets([]string{m.URL})
+	runScraper(t, s, nil)
+	want := func(state MetricsState) string {
+		var b strings.Builder
+		b.WriteString("# HELP mci_sidecar_epp_metrics_state " + eppMetricsStateHelp + "\n")
+		b.WriteString("# TYPE mci_sidecar_epp_metrics_state gauge\n")
+		for _, s := range MetricsStates {
+			v := 0
+			if s == state {
+				v = 1
+			}
+			fmt.Fprintf(&b, "mci_sidecar_epp_metrics_state{cluster=\"cluster-a\",pool=\"%s/llm\",state=\"%s\"} %d\n", ns, s, v)
+		}
+		return b.String()
+	}
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.NoError(ct, testutil.GatherAndCompare(reg, strings.NewReader(want(MetricsUnauthorized)), "mci_sidecar_epp_metrics_state"))
+	}, 5*time.Second, 10*time.Millisecond)
+	m.token.Store(new(string))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.NoError(ct, testutil.GatherAndCompare(reg, strings.NewReader(want(MetricsFresh)), "mci_sidecar_epp_metrics_state"))
+	}, 5*time.Second, 10*time.Millisecond)
+}
+
+// TestParsePoolOfMCIEPP reads the gauges as pkg/epp exposes them.
+func TestParsePoolOfMCIEPP(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	p := epp.NewPool("llm", nil, nil)
+	require.NoError(t, p.SetEndpoints([]epp.Endpoint{{Name: "a", Address: "127.0.0.1:1"}}))
+	epp.NewMetrics(reg, p, time.Second)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	got, err := metrics.ParsePool(resp.Body)
+	require.NoError(t, err)
+	require.Contains(t, got, "llm")
+	assert.Equal(t, 1, got["llm"].ReadyPods)
+}

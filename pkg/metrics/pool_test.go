@@ -82,8 +82,8 @@ func TestParsePool(t *testing.T) {
 			},
 		},
 		{
-			name: "names of two schemes are not mixed for one pool",
-			text: "inference_pool_average_queue_size{name=\"a\"} 1\nllm_d_epp_average_kv_cache_utilization{name=\"a\"} 0.1\n",
+			name:    "names of two schemes are not mixed for one pool",
+			text:    "inference_pool_average_queue_size{name=\"a\"} 1\nllm_d_epp_average_kv_cache_utilization{name=\"a\"} 0.1\n",
 			wantErr: "no pool gauges",
 		},
 		{

@@ -44,8 +44,8 @@ type metricsServer struct {
 	token  atomic.Pointer[string]
 	forbid atomic.Bool
 	page   atomic.Pointer[string]
-	mu    sync.Mutex
-	seen  []string
+	mu     sync.Mutex
+	seen   []string
 }
 
 func newMetricsServer(t *testing.T, page, token string) *metricsServer {

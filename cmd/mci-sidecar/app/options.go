@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
@@ -39,6 +41,7 @@ type Options struct {
 	EndpointPickerServices []string
 	InferenceModels        bool
 	SecretNamespaces       []string
+	EPPMetricsTokenFile    string
 
 	MaxRequestBodyBytes int64
 	EPPAttemptTimeout   time.Duration
@@ -69,6 +72,7 @@ func NewOptions() *Options {
 		ScrapeTimeout:        sidecar.DefaultScrapeTimeout,
 		DrainTimeout:         sidecar.DefaultDrainTimeout,
 		Scheduling:           scheduling.DefaultConfig(),
+		EPPMetricsTokenFile:  sidecar.DefaultServiceAccountTokenFile,
 	}
 }
 
@@ -109,6 +113,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.StringSliceVar(&o.Gateways, "gateway", o.Gateways, "namespace/name of the Gateway this sidecar serves; only the HTTPRoutes its listeners accept are routed (Gateway API's allowedRoutes namespaces and kinds, parentRef sectionName and port, listener hostnames; the sidecar reads that Gateway and the Namespaces' labels). Repeatable. Default: every HTTPRoute, whatever its parentRefs. Cross-namespace backendRefs need a ReferenceGrant either way.")
 	fs.StringSliceVar(&o.EndpointPickerServices, "endpoint-picker-service", o.EndpointPickerServices, "namespace/name of a Service of this sidecar that InferencePools name as their endpointPickerRef. Repeatable. Set, the sidecar is an EPP shim: it serves the gateway's EPP-protocol requests for each such pool with the pool's real local EPP (annotation "+sidecar.LocalEndpointPickerAnnotation+") and the clusters of the InferencePoolImport of the same namespace/name, instead of routing by HTTPRoute.")
 	fs.StringSliceVar(&o.SecretNamespaces, "endpoint-picker-secret-namespaces", o.SecretNamespaces, "Namespaces whose Secrets labelled "+sidecar.CredentialsLabel+"=true the sidecar reads (get, list, watch: grant it a Role in each), for EPPs that serve TLS: an InferencePool's annotation "+v1alpha1.EndpointPickerSecretAnnotation+" names such a Secret of its namespace, and so do the secretRefs of its imports. Keys: "+sidecar.SecretCAKey+" (required), "+sidecar.SecretCertKey+" and "+sidecar.SecretKeyKey+" (a client certificate, for mutual TLS), "+sidecar.SecretServerNameKey+" (the name to verify instead of the address). Repeatable. Default: none, and such EPPs are not reached.")
+	fs.StringVar(&o.EPPMetricsTokenFile, "epp-metrics-token-file", o.EPPMetricsTokenFile, "File of the bearer token sent with the scrapes of EPPs' /metrics (MetricsBased), which upstream EPPs require by default; re-read as it rotates. A pool's credentials Secret with a key "+sidecar.SecretTokenKey+" overrides it for that pool's EPP. Default: the pod's ServiceAccount token (when the file does not exist, scrapes carry no token, which the sidecar logs at start). Empty: send no token but the Secrets'.")
 	fs.BoolVar(&o.InferenceModels, "inference-models", o.InferenceModels, "Read InferenceModels (inference.networking.x-k8s.io/v1alpha2) for the criticality of requests (MetricsBased shedding). Routing does not wait for them. Without them every request is Standard and never shed.")
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body buffered; larger requests get 413.")
 	fs.DurationVar(&o.EPPAttemptTimeout, "epp-attempt-timeout", o.EPPAttemptTimeout, "Longest wait for one EPP's answer before the next cluster is tried. Keep it below the gateway's ext_proc message timeout.")
@@ -154,6 +159,11 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxRequestBodyBytes <= 0 {
 		errs = append(errs, errors.New("--max-request-body-bytes must be positive"))
+	}
+	if f := o.EPPMetricsTokenFile; f != "" && f != sidecar.DefaultServiceAccountTokenFile {
+		if _, err := os.Stat(f); err != nil {
+			errs = append(errs, fmt.Errorf("--epp-metrics-token-file: %w", err))
+		}
 	}
 	if err := o.Scheduling.Validate(); err != nil {
 		errs = append(errs, err)
@@ -210,12 +220,25 @@ func (o *Options) Config() (sidecar.Config, error) {
 			AttemptTimeout:      o.EPPAttemptTimeout,
 			Scheduling:          o.Scheduling,
 		},
-		HealthInterval: o.HealthInterval,
-		HealthTimeout:  o.HealthTimeout,
-		ScrapeInterval: o.ScrapeInterval,
-		ScrapeTimeout:  o.ScrapeTimeout,
-		DrainTimeout:   o.DrainTimeout,
+		HealthInterval:   o.HealthInterval,
+		HealthTimeout:    o.HealthTimeout,
+		ScrapeInterval:   o.ScrapeInterval,
+		ScrapeTimeout:    o.ScrapeTimeout,
+		DrainTimeout:     o.DrainTimeout,
+		MetricsTokenFile: o.metricsTokenFile(),
 	}, nil
+}
+
+// metricsTokenFile is the token file the sidecar uses: the flag's, except
+// the default ServiceAccount token file when the pod has none mounted
+// (automountServiceAccountToken: false, or not in a pod).
+func (o *Options) metricsTokenFile() string {
+	if o.EPPMetricsTokenFile == sidecar.DefaultServiceAccountTokenFile {
+		if _, err := os.Stat(o.EPPMetricsTokenFile); err != nil {
+			return ""
+		}
+	}
+	return o.EPPMetricsTokenFile
 }
 
 // Run runs the sidecar until ctx ends.
@@ -237,6 +260,9 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	if clients.Gateway, err = gatewayclient.NewForConfig(restConfig); err != nil {
 		return err
+	}
+	if cfg.MetricsTokenFile == "" && o.EPPMetricsTokenFile != "" {
+		klog.FromContext(ctx).Info("No ServiceAccount token is mounted: scrapes of EPP metrics carry no token except a pool Secret's, and EPPs that require one (upstream EPPs do by default) leave their clusters unmeasured", "file", o.EPPMetricsTokenFile)
 	}
 	s, err := sidecar.New(cfg, clients)
 	if err != nil {

@@ -1,6 +1,8 @@
 package app
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,6 +14,8 @@ import (
 )
 
 func TestOptions(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("token"), 0o600))
 	tests := []struct {
 		name    string
 		args    []string
@@ -51,6 +55,25 @@ func TestOptions(t *testing.T) {
 				assert.Equal(t, []string{"example", "team-b", "team-c"}, cfg.SecretNamespaces)
 			},
 		},
+		{
+			name: "without a mounted ServiceAccount token, scrapes carry none",
+			check: func(t *testing.T, cfg sidecar.Config) {
+				if _, err := os.Stat(sidecar.DefaultServiceAccountTokenFile); err == nil {
+					assert.Equal(t, sidecar.DefaultServiceAccountTokenFile, cfg.MetricsTokenFile, "this machine has a ServiceAccount token")
+					return
+				}
+				assert.Empty(t, cfg.MetricsTokenFile)
+			},
+		},
+		{
+			name: "a token file reaches the configuration",
+			args: []string{"--epp-metrics-token-file=" + tokenFile},
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, tokenFile, cfg.MetricsTokenFile)
+			},
+		},
+		{name: "an empty token file flag sends no token", args: []string{"--epp-metrics-token-file="}, check: func(t *testing.T, cfg sidecar.Config) { assert.Empty(t, cfg.MetricsTokenFile) }},
+		{name: "a token file that does not exist is refused", args: []string{"--epp-metrics-token-file=/nonexistent/token"}, wantErr: "--epp-metrics-token-file: stat /nonexistent/token"},
 		{name: "a Secret namespace that is not a namespace name is refused", args: []string{"--endpoint-picker-secret-namespaces=Example/x"}, wantErr: `--endpoint-picker-secret-namespaces "Example/x" is not a namespace name`},
 		{name: "a serving certificate without its key is refused", args: []string{"--tls-cert-file=/etc/mci/tls.crt"}, wantErr: "--tls-cert-file needs --tls-private-key-file"},
 		{name: "an unknown policy is refused", args: []string{"--default-cluster-policy=Fastest"}, wantErr: "unknown cluster policy"},

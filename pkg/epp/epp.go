@@ -43,6 +43,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -85,6 +86,12 @@ type Config struct {
 	TLS extproc.TLSOptions
 	// PoolName names the pool in the metrics.
 	PoolName string
+	// PoolMetricsSchemes are the names the pool gauges are served under;
+	// empty: metrics.GIEScheme's (inference_pool_*).
+	PoolMetricsSchemes []metrics.PoolScheme
+	// MetricsFilter, when set, guards /metrics (metricsauth): as upstream
+	// EPPs serve it by default, to bearer tokens only.
+	MetricsFilter func(http.Handler) http.Handler
 	// MaxRequestBodyBytes bounds the request bodies buffered; <= 0:
 	// DefaultMaxRequestBodyBytes.
 	MaxRequestBodyBytes int64
@@ -126,7 +133,7 @@ func New(cfg Config, source Source) (*EPP, error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := NewMetrics(reg, pool, cfg.Picker.Scheduling.MetricsStaleness)
+	m := NewMetrics(reg, pool, cfg.Picker.Scheduling.MetricsStaleness, cfg.PoolMetricsSchemes...)
 
 	var opts []grpc.ServerOption
 	if cfg.SecureServing && !cfg.TLS.Enabled() {
@@ -142,6 +149,8 @@ func New(cfg Config, source Source) (*EPP, error) {
 		HealthPort:  cfg.HealthPort,
 		MetricsPort: cfg.MetricsPort,
 		TLS:         cfg.TLS,
+		// As upstream EPPs: only the metrics port is guarded.
+		MetricsFilter: cfg.MetricsFilter,
 	}, NewServer(picker, m, cfg.MaxRequestBodyBytes, klog.Background().WithName("ext_proc")), reg, opts...)
 	if err != nil {
 		return nil, err
@@ -193,7 +202,7 @@ func (e *EPP) Run(ctx context.Context) error {
 		}
 	})
 	logger.Info("Endpoint picker serving", "extProc", e.GRPCAddr(), "health", e.HealthAddr(), "metrics", e.MetricsAddr(),
-		"secure", e.cfg.SecureServing || e.cfg.TLS.Enabled(), "clientCertificates", e.cfg.TLS.ClientCAFile != "")
+		"secure", e.cfg.SecureServing || e.cfg.TLS.Enabled(), "clientCertificates", e.cfg.TLS.ClientCAFile != "", "metricsAuth", e.cfg.MetricsFilter != nil)
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err

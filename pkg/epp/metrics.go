@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mci-dev/mci/pkg/metrics"
 )
 
 // unlisted is the model label of a request whose model has no
@@ -13,7 +15,8 @@ import (
 const unlisted = "unlisted"
 
 // Metrics are the EPP's Prometheus metrics: the pool-level gauges upstream
-// EPPs expose (inference_pool_*) and the EPP's own request metrics.
+// EPPs expose (inference_pool_*, or llm-d's llm_d_epp_*) and the EPP's own
+// request metrics.
 type Metrics struct {
 	requests  *prometheus.CounterVec
 	decisions prometheus.Histogram
@@ -22,7 +25,9 @@ type Metrics struct {
 
 // NewMetrics registers the EPP's metrics for pool in reg. staleness is the
 // scheduler's: stale metrics count as unknown in the pool's averages too.
-func NewMetrics(reg prometheus.Registerer, pool *Pool, staleness time.Duration) *Metrics {
+// The pool gauges are served under each of schemes (none: the GIE names),
+// as the llm-d EPP serves both its own and the GIE names.
+func NewMetrics(reg prometheus.Registerer, pool *Pool, staleness time.Duration, schemes ...metrics.PoolScheme) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mci_epp_requests_total",
@@ -38,7 +43,14 @@ func NewMetrics(reg prometheus.Registerer, pool *Pool, staleness time.Duration) 
 			Help: "ext_proc streams open now.",
 		}),
 	}
-	reg.MustRegister(m.requests, m.decisions, m.streams, &poolCollector{pool: pool, staleness: staleness})
+	if len(schemes) == 0 {
+		schemes = []metrics.PoolScheme{metrics.GIEScheme}
+	}
+	pc := &poolCollector{pool: pool, staleness: staleness}
+	for _, s := range schemes {
+		pc.schemes = append(pc.schemes, newPoolDescs(s))
+	}
+	reg.MustRegister(m.requests, m.decisions, m.streams, pc)
 	return m
 }
 
@@ -54,26 +66,32 @@ func (m *Metrics) observe(d *Decision, code int, took time.Duration) {
 	m.decisions.Observe(took.Seconds())
 }
 
-var (
-	poolQueueDesc = prometheus.NewDesc("inference_pool_average_queue_size",
-		"Average number of requests waiting in the model servers of the pool that have known metrics.", []string{"name"}, nil)
-	poolKVCacheDesc = prometheus.NewDesc("inference_pool_average_kv_cache_utilization",
-		"Average KV cache utilization (0 to 1) of the model servers of the pool that have known metrics.", []string{"name"}, nil)
-	poolReadyDesc = prometheus.NewDesc("inference_pool_ready_pods",
-		"Ready model servers in the pool: the candidate endpoints.", []string{"name"}, nil)
-)
+// poolDescs are the descriptors of the pool gauges under one naming scheme.
+type poolDescs struct{ queue, kvCache, ready *prometheus.Desc }
+
+func newPoolDescs(s metrics.PoolScheme) poolDescs {
+	label := []string{metrics.PoolNameLabel}
+	return poolDescs{
+		queue:   prometheus.NewDesc(s.Queue, "Average number of requests waiting in the model servers of the pool that have known metrics.", label, nil),
+		kvCache: prometheus.NewDesc(s.KVCache, "Average KV cache utilization (0 to 1) of the model servers of the pool that have known metrics.", label, nil),
+		ready:   prometheus.NewDesc(s.ReadyPods, "Ready model servers in the pool: the candidate endpoints.", label, nil),
+	}
+}
 
 // poolCollector derives the pool gauges at scrape time from the pool and
 // its metrics, rather than keeping copies up to date.
 type poolCollector struct {
 	pool      *Pool
 	staleness time.Duration
+	schemes   []poolDescs
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- poolQueueDesc
-	ch <- poolKVCacheDesc
-	ch <- poolReadyDesc
+	for _, d := range c.schemes {
+		ch <- d.queue
+		ch <- d.kvCache
+		ch <- d.ready
+	}
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
@@ -95,7 +113,9 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		kv /= float64(known)
 	}
 	name := c.pool.Name()
-	ch <- prometheus.MustNewConstMetric(poolQueueDesc, prometheus.GaugeValue, queue, name)
-	ch <- prometheus.MustNewConstMetric(poolKVCacheDesc, prometheus.GaugeValue, kv, name)
-	ch <- prometheus.MustNewConstMetric(poolReadyDesc, prometheus.GaugeValue, float64(len(snap.endpoints)), name)
+	for _, d := range c.schemes {
+		ch <- prometheus.MustNewConstMetric(d.queue, prometheus.GaugeValue, queue, name)
+		ch <- prometheus.MustNewConstMetric(d.kvCache, prometheus.GaugeValue, kv, name)
+		ch <- prometheus.MustNewConstMetric(d.ready, prometheus.GaugeValue, float64(len(snap.endpoints)), name)
+	}
 }

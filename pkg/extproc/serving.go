@@ -45,6 +45,9 @@ type ServingOptions struct {
 	// HealthPortUsage ends the help of --grpc-health-port: which of its
 	// services turn SERVING when, which only the command knows.
 	HealthPortUsage string
+	// MetricsFilter, when set, wraps the /metrics handler (authentication
+	// and authorization of scrapers).
+	MetricsFilter func(http.Handler) http.Handler
 }
 
 // NewServingOptions returns the defaults: every address, ext_proc on 9002,
@@ -139,7 +142,11 @@ func Listen(o ServingOptions, processor extprocv3.ExternalProcessorServer, reg *
 	healthpb.RegisterHealthServer(s.healthGRPC, s.health)
 
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	var metrics http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	if o.MetricsFilter != nil {
+		metrics = o.MetricsFilter(metrics)
+	}
+	mux.Handle("/metrics", metrics)
 	s.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig}
 	return s, nil
 }

@@ -1,9 +1,11 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -377,19 +379,44 @@ func TestEPPMetricsStateMetric(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 }
 
-// TestParsePoolOfMCIEPP reads the gauges as pkg/epp exposes them.
+// TestParsePoolOfMCIEPP reads the gauges as pkg/epp serves them, under
+// each naming scheme it can serve.
 func TestParsePoolOfMCIEPP(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	p := epp.NewPool("llm", nil, nil)
-	require.NoError(t, p.SetEndpoints([]epp.Endpoint{{Name: "a", Address: "127.0.0.1:1"}}))
-	epp.NewMetrics(reg, p, time.Second)
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	defer srv.Close()
-	resp, err := http.Get(srv.URL)
-	require.NoError(t, err)
-	defer func() { _ = resp.Body.Close() }()
-	got, err := metrics.ParsePool(resp.Body)
-	require.NoError(t, err)
-	require.Contains(t, got, "llm")
-	assert.Equal(t, 1, got["llm"].ReadyPods)
+	tests := []struct {
+		name       string
+		schemes    []metrics.PoolScheme
+		wantScheme string
+		wantNames  []string
+		wantAbsent []string
+	}{
+		{name: "by default the GIE names", wantScheme: "inference_pool", wantNames: []string{"inference_pool_ready_pods"}, wantAbsent: []string{"llm_d_epp_ready_endpoints"}},
+		{name: "the llm-d names", schemes: []metrics.PoolScheme{metrics.LLMDScheme}, wantScheme: "llm_d_epp", wantNames: []string{"llm_d_epp_ready_endpoints"}, wantAbsent: []string{"inference_pool_ready_pods"}},
+		{name: "both, as llm-d serves them", schemes: []metrics.PoolScheme{metrics.LLMDScheme, metrics.GIEScheme}, wantScheme: "inference_pool", wantNames: []string{"llm_d_epp_ready_endpoints", "inference_pool_ready_pods"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			p := epp.NewPool("llm", nil, nil)
+			require.NoError(t, p.SetEndpoints([]epp.Endpoint{{Name: "a", Address: "127.0.0.1:1"}}))
+			epp.NewMetrics(reg, p, time.Second, tt.schemes...)
+			srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+			defer srv.Close()
+			resp, err := http.Get(srv.URL)
+			require.NoError(t, err)
+			defer func() { _ = resp.Body.Close() }()
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			for _, n := range tt.wantNames {
+				assert.Contains(t, string(body), n+`{name="llm"} 1`)
+			}
+			for _, n := range tt.wantAbsent {
+				assert.NotContains(t, string(body), n)
+			}
+			got, err := metrics.ParsePool(bytes.NewReader(body))
+			require.NoError(t, err)
+			require.Contains(t, got, "llm")
+			assert.Equal(t, 1, got["llm"].ReadyPods)
+			assert.Equal(t, tt.wantScheme, got["llm"].Scheme)
+		})
+	}
 }

@@ -7,12 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -23,6 +25,7 @@ import (
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/metrics"
+	"github.com/mci-dev/mci/pkg/metricsauth"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -32,6 +35,11 @@ type Options struct {
 
 	extproc.ServingOptions
 	SecureServing bool
+	// MetricsEndpointAuth and MetricsTokenFile guard /metrics; PoolMetricsNames
+	// names the pool gauges.
+	MetricsEndpointAuth bool
+	MetricsTokenFile    string
+	PoolMetricsNames    string
 
 	PoolName      string
 	PoolNamespace string
@@ -64,6 +72,28 @@ func NewOptions() *Options {
 		MaxRequestBodyBytes: epp.DefaultMaxRequestBodyBytes,
 		ScrapeInterval:      metrics.DefaultInterval,
 		Scheduling:          scheduling.DefaultConfig(),
+		PoolMetricsNames:    poolNamesGIE,
+	}
+}
+
+// The values of --pool-metrics-names.
+const (
+	poolNamesGIE  = "inference_pool"
+	poolNamesLLMD = "llm_d_epp"
+	poolNamesBoth = "both"
+)
+
+// poolMetricsSchemes are the naming schemes --pool-metrics-names asks for.
+func (o *Options) poolMetricsSchemes() ([]metrics.PoolScheme, error) {
+	switch o.PoolMetricsNames {
+	case poolNamesGIE:
+		return []metrics.PoolScheme{metrics.GIEScheme}, nil
+	case poolNamesLLMD:
+		return []metrics.PoolScheme{metrics.LLMDScheme}, nil
+	case poolNamesBoth:
+		return []metrics.PoolScheme{metrics.LLMDScheme, metrics.GIEScheme}, nil
+	default:
+		return nil, fmt.Errorf("--pool-metrics-names %q: want %s, %s or %s", o.PoolMetricsNames, poolNamesGIE, poolNamesLLMD, poolNamesBoth)
 	}
 }
 
@@ -95,6 +125,9 @@ Kubernetes:  mci-epp --pool-name my-pool [--pool-namespace ns] [--kubeconfig FIL
 	logsapi.AddFlags(o.Logs, fs)
 	o.ServingOptions.AddFlags(fs)
 	fs.BoolVar(&o.SecureServing, "secure-serving", o.SecureServing, "Serve ext_proc over TLS with a self-signed certificate, for gateways that encrypt without verifying. --tls-cert-file serves a real certificate on every port instead.")
+	fs.BoolVar(&o.MetricsEndpointAuth, "metrics-endpoint-auth", o.MetricsEndpointAuth, "Serve /metrics only to bearer tokens, as upstream EPPs do by default: in Kubernetes mode the pool's cluster authenticates the token (TokenReview) and authorizes get on the non-resource URL /metrics (SubjectAccessReview); the EPP's identity needs create on tokenreviews and subjectaccessreviews. Without a token 401, with a token not allowed 403. Off by default, so that the local ClusterSet and tests scrape it freely.")
+	fs.StringVar(&o.MetricsTokenFile, "metrics-token-file", o.MetricsTokenFile, "With --metrics-endpoint-auth: accept the tokens of this file instead of asking the cluster (kube-apiserver's --token-auth-file format: token,user,uid,\"groups\"; every user it names may read /metrics). Required in standalone mode.")
+	fs.StringVar(&o.PoolMetricsNames, "pool-metrics-names", o.PoolMetricsNames, "Names of the pool gauges on /metrics: inference_pool (the Gateway API Inference Extension EPP's: inference_pool_average_queue_size, ..._kv_cache_utilization, inference_pool_ready_pods), llm_d_epp (the llm-d router EPP's: llm_d_epp_average_queue_size, ..._kv_cache_utilization, llm_d_epp_ready_endpoints) or both (as llm-d serves them).")
 	fs.StringVar(&o.PoolName, "pool-name", o.PoolName, "Name of the InferencePool. Required in Kubernetes mode; in standalone mode it only labels the metrics.")
 	fs.StringVar(&o.PoolNamespace, "pool-namespace", o.PoolNamespace, "Namespace of the InferencePool (Kubernetes mode). Default: $POD_NAMESPACE, else default.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the pool's cluster (Kubernetes mode). Default: the in-cluster configuration.")
@@ -132,6 +165,15 @@ func (o *Options) Validate() error {
 			errs = append(errs, errors.New("--model-config is for the standalone mode (with --endpoints); in Kubernetes mode the InferenceModels come from the cluster"))
 		}
 	}
+	if o.MetricsTokenFile != "" && !o.MetricsEndpointAuth {
+		errs = append(errs, errors.New("--metrics-token-file needs --metrics-endpoint-auth"))
+	}
+	if o.MetricsEndpointAuth && o.standalone() && o.MetricsTokenFile == "" {
+		errs = append(errs, errors.New("--metrics-endpoint-auth in standalone mode needs --metrics-token-file: there is no cluster to review tokens"))
+	}
+	if _, err := o.poolMetricsSchemes(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.MaxFallbacks < 0 {
 		errs = append(errs, errors.New("--max-fallback-endpoints must not be negative"))
 	}
@@ -168,9 +210,9 @@ func (o *Options) Source() (epp.Source, error) {
 		return src, nil
 	}
 
-	config, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	config, err := o.restConfig()
 	if err != nil {
-		return nil, fmt.Errorf("cluster configuration: %w", err)
+		return nil, err
 	}
 	client, err := versioned.NewForConfig(config)
 	if err != nil {
@@ -194,6 +236,42 @@ func (o *Options) Source() (epp.Source, error) {
 	}, nil
 }
 
+func (o *Options) restConfig() (*rest.Config, error) {
+	config, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("cluster configuration: %w", err)
+	}
+	return config, nil
+}
+
+// metricsFilter builds the guard of /metrics the flags ask for; nil: none.
+func (o *Options) metricsFilter(logger klog.Logger) (func(http.Handler) http.Handler, error) {
+	if !o.MetricsEndpointAuth {
+		return nil, nil
+	}
+	logger = logger.WithName("metrics-auth")
+	var f *metricsauth.Filter
+	if o.MetricsTokenFile != "" {
+		var err error
+		if f, err = metricsauth.Static(o.MetricsTokenFile, logger); err != nil {
+			return nil, fmt.Errorf("--metrics-token-file: %w", err)
+		}
+	} else {
+		config, err := o.restConfig()
+		if err != nil {
+			return nil, err
+		}
+		kube, err := kubernetes.NewForConfig(config)
+		if err != nil {
+			return nil, err
+		}
+		if f, err = metricsauth.Delegating(kube, logger); err != nil {
+			return nil, err
+		}
+	}
+	return f.Wrap, nil
+}
+
 // Run runs the Endpoint Picker until ctx ends.
 func (o *Options) Run(ctx context.Context) error {
 	src, err := o.Source()
@@ -210,7 +288,17 @@ func (o *Options) Run(ctx context.Context) error {
 			}
 		}
 	}
+	schemes, err := o.poolMetricsSchemes()
+	if err != nil {
+		return err
+	}
+	filter, err := o.metricsFilter(logger)
+	if err != nil {
+		return err
+	}
 	e, err := epp.New(epp.Config{
+		PoolMetricsSchemes:  schemes,
+		MetricsFilter:       filter,
 		BindAddress:         o.BindAddress,
 		GRPCPort:            o.GRPCPort,
 		HealthPort:          o.HealthPort,

@@ -23,6 +23,15 @@ func TestValidate(t *testing.T) {
 		{name: "a model config in Kubernetes mode", set: func(o *Options) { o.PoolName, o.ModelConfig = "pool", "models.yaml" }, wantErr: "--model-config is for the standalone mode"},
 		{name: "a kubeconfig in standalone mode", set: func(o *Options) { o.Endpoints, o.Kubeconfig = []string{"127.0.0.1:8000"}, "kc" }, wantErr: "--kubeconfig is for the Kubernetes mode"},
 		{name: "a port out of range", set: func(o *Options) { o.PoolName, o.GRPCPort = "pool", 70000 }, wantErr: "--grpc-port 70000 is not a port"},
+		{name: "metrics auth in Kubernetes mode asks the cluster", set: func(o *Options) { o.PoolName, o.MetricsEndpointAuth = "pool", true }},
+		{name: "metrics auth in standalone mode needs a token file", set: func(o *Options) { o.Endpoints, o.MetricsEndpointAuth = []string{"127.0.0.1:8000"}, true }, wantErr: "needs --metrics-token-file"},
+		{name: "metrics auth in standalone mode with a token file is valid", set: func(o *Options) {
+			o.Endpoints, o.MetricsEndpointAuth, o.MetricsTokenFile = []string{"127.0.0.1:8000"}, true, "tokens.csv"
+		}},
+		{name: "a token file without metrics auth", set: func(o *Options) { o.PoolName, o.MetricsTokenFile = "pool", "tokens.csv" }, wantErr: "--metrics-token-file needs --metrics-endpoint-auth"},
+		{name: "llm-d pool metric names", set: func(o *Options) { o.PoolName, o.PoolMetricsNames = "pool", "llm_d_epp" }},
+		{name: "both pool metric names", set: func(o *Options) { o.PoolName, o.PoolMetricsNames = "pool", "both" }},
+		{name: "unknown pool metric names", set: func(o *Options) { o.PoolName, o.PoolMetricsNames = "pool", "vllm" }, wantErr: `--pool-metrics-names "vllm"`},
 		{name: "a KV cache threshold above 1", set: func(o *Options) { o.PoolName, o.Scheduling.SheddableKVCacheThreshold = "pool", 80 }, wantErr: "not between 0 and 1"},
 	}
 	for _, tt := range tests {

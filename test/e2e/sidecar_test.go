@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -67,6 +68,12 @@ type sidecarOptions struct {
 	// probeInterval paces the sidecar's health checks and metric scrapes
 	// of EPPs; zero: the defaults.
 	probeInterval time.Duration
+	// eppArgs are more flags of the mci-epp of a cluster, by cluster name.
+	eppArgs map[string][]string
+	// metricsTokenFile is the sidecar's token file for EPP metrics.
+	metricsTokenFile string
+	// logger, when set, is the sidecar's logger.
+	logger *klog.Logger
 }
 
 // exportingCluster sets up, in cluster name of namespace ns, one simulator
@@ -74,6 +81,12 @@ type sidecarOptions struct {
 // pool, its mci-epp on 127.0.<block>.100, the LoadBalancer EPP Service with
 // that ingress IP and a ready EPP EndpointSlice.
 func exportingCluster(t *testing.T, name, ns, pool string, block int) (*clusterEPP, *modelServer) {
+	t.Helper()
+	return exportingClusterWith(t, name, ns, pool, block, eppProcessOptions{})
+}
+
+// exportingClusterWith is exportingCluster with an EPP started with o.
+func exportingClusterWith(t *testing.T, name, ns, pool string, block int, o eppProcessOptions) (*clusterEPP, *modelServer) {
 	t.Helper()
 	ctx := t.Context()
 	c := clusterClients(t, name)
@@ -97,7 +110,7 @@ func exportingCluster(t *testing.T, name, ns, pool string, block int) (*clusterE
 	_, err = c.mci.InferencePoolV1().InferencePools(ns).Create(ctx, exportedPool(ns, pool, v1alpha1.RoutingModeEndpoint), metav1.CreateOptions{})
 	require.NoError(t, err)
 	eppIP := fmt.Sprintf("127.0.%d.100", block)
-	epp := startClusterEPP(t, name, ns, pool, eppIP)
+	epp := startClusterEPPWith(t, name, ns, pool, eppIP, o)
 	c.createEPPService(t, ctx, ns, eppIP)
 	c.setEPPEndpoint(t, ctx, ns, true)
 	return epp, m
@@ -118,7 +131,7 @@ func newSidecarSetupWith(t *testing.T, ns string, o sidecarOptions) *sidecarSetu
 	start := time.Now()
 	s := &sidecarSetup{ns: ns, epps: map[string]*clusterEPP{}, instances: map[string]string{}, servers: map[string]*modelServer{}}
 	for name, block := range map[string]int{"cluster-a": o.blockA, "cluster-c": o.blockC} {
-		epp, m := exportingCluster(t, name, ns, pool, block)
+		epp, m := exportingClusterWith(t, name, ns, pool, block, eppProcessOptions{args: o.eppArgs[name]})
 		s.epps[name], s.servers[name], s.instances[name] = epp, m, m.pod
 	}
 
@@ -151,10 +164,11 @@ func newSidecarSetupWith(t *testing.T, ns string, o sidecarOptions) *sidecarSetu
 		// Only its own namespace's route: namespaces of other tests stay
 		// (no namespace controller deletes them) with routes of the same
 		// path.
-		Watch:          sidecar.WatchConfig{LocalCluster: "cluster-b", InferenceModels: o.inferenceModels, Gateways: []types.NamespacedName{{Namespace: ns, Name: "inference-gateway"}}},
-		Server:         sidecar.ServerConfig{AttemptTimeout: 2 * time.Second},
-		HealthInterval: o.probeInterval,
-		ScrapeInterval: o.probeInterval,
+		Watch:            sidecar.WatchConfig{LocalCluster: "cluster-b", InferenceModels: o.inferenceModels, Gateways: []types.NamespacedName{{Namespace: ns, Name: "inference-gateway"}}},
+		Server:           sidecar.ServerConfig{AttemptTimeout: 2 * time.Second},
+		HealthInterval:   o.probeInterval,
+		ScrapeInterval:   o.probeInterval,
+		MetricsTokenFile: o.metricsTokenFile,
 	}
 	if o.shim {
 		cfg.Watch.EndpointPickerServices = []types.NamespacedName{{Namespace: ns, Name: shimServiceName}}
@@ -162,7 +176,11 @@ func newSidecarSetupWith(t *testing.T, ns string, o sidecarOptions) *sidecarSetu
 	sc, err := sidecar.New(cfg, sidecar.Clients{Kube: b.kube, MCI: b.mci, Gateway: b.gateway})
 	require.NoError(t, err)
 	s.sidecar = sc
-	done := runSidecar(t, sc)
+	logger := klog.Background()
+	if o.logger != nil {
+		logger = *o.logger
+	}
+	done := runSidecarLogging(t, sc, logger)
 
 	// The sidecar's table routes the rule (or the shim pool) to both
 	// clusters' EPPs.
@@ -196,7 +214,13 @@ func newSidecarSetupWith(t *testing.T, ns string, o sidecarOptions) *sidecarSetu
 // cleanly. The channel reports its end if it stops before.
 func runSidecar(t *testing.T, sc *sidecar.Sidecar) <-chan error {
 	t.Helper()
-	runCtx, cancel := context.WithCancel(context.Background())
+	return runSidecarLogging(t, sc, klog.Background())
+}
+
+// runSidecarLogging is runSidecar with the sidecar's logger.
+func runSidecarLogging(t *testing.T, sc *sidecar.Sidecar, logger klog.Logger) <-chan error {
+	t.Helper()
+	runCtx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	done := make(chan error, 1)
 	go func() { done <- sc.Run(runCtx) }()
 	t.Cleanup(func() {

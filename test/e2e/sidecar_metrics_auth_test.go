@@ -1,0 +1,240 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/mci-dev/mci/pkg/sidecar"
+)
+
+// This test runs mci-sidecar on the local ClusterSet like sidecar_test.go,
+// with the loopback blocks 127.0.176-178.x, against EPPs that serve their
+// metrics as the upstream ones do: cluster-a's mci-epp requires a bearer
+// token on /metrics (--metrics-endpoint-auth: TokenReview and
+// SubjectAccessReview against cluster-a's kube-apiserver, as the GIE and
+// llm-d EPPs do by default), cluster-c's serves its pool gauges under the
+// llm-d router's names.
+
+// capturedLogs keeps the lines of a logger, for counting.
+type capturedLogs struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (c *capturedLogs) logger() klog.Logger {
+	return funcr.New(func(prefix, args string) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.lines = append(c.lines, args)
+	}, funcr.Options{})
+}
+
+// count counts the lines that contain every one of parts.
+func (c *capturedLogs) count(parts ...string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, l := range c.lines {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(l, p)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
+// metricsStates returns the state of each cluster's pool metrics that the
+// sidecar's mci_sidecar_epp_metrics_state reports (the label whose value
+// is 1), by cluster.
+func metricsStates(t *testing.T, sc *sidecar.Sidecar, pool string) (map[string]string, error) {
+	t.Helper()
+	resp, err := noProxyClient.Get("http://" + sc.MetricsAddr() + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, "mci_sidecar_epp_metrics_state{")
+		if !ok || !strings.HasSuffix(line, "} 1") || !strings.Contains(rest, `pool="`+pool+`"`) {
+			continue
+		}
+		var cluster, state string
+		for kv := range strings.SplitSeq(strings.TrimSuffix(rest, "} 1"), ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			v = strings.Trim(v, `"`)
+			switch k {
+			case "cluster":
+				cluster = v
+			case "state":
+				state = v
+			}
+		}
+		out[cluster] = state
+	}
+	return out, nil
+}
+
+func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t *testing.T) {
+	const (
+		ns     = "e2e-metrics-auth"
+		pool   = "llm"
+		reader = "mci-e2e-epp-metrics-reader"
+	)
+	ctx := t.Context()
+
+	// The sidecar's identity in cluster-a: a ServiceAccount, whose token
+	// the sidecar reads from its token file as it would the projected
+	// token of its pod (here cluster-a's, since each cluster of the local
+	// ClusterSet has an issuer of its own).
+	a := clusterClients(t, "cluster-a")
+	a.createNamespace(t, ctx, ns)
+	_, err := a.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "mci-sidecar"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	tr, err := a.kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "mci-sidecar", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(tr.Status.Token), 0o600))
+
+	logs := &capturedLogs{}
+	logger := logs.logger()
+	s := newSidecarSetupWith(t, ns, sidecarOptions{
+		blockA: 176, blockC: 178, sidecarIP: "127.0.177.1",
+		routeAnnotations: map[string]string{
+			sidecar.PolicyAnnotation:      string(sidecar.PolicyMetricsBased),
+			sidecar.FailureModeAnnotation: "FailClose",
+		},
+		probeInterval: 200 * time.Millisecond,
+		eppArgs: map[string][]string{
+			"cluster-a": {"--metrics-endpoint-auth"},
+			"cluster-c": {"--pool-metrics-names=llm_d_epp"},
+		},
+		metricsTokenFile: tokenFile,
+		logger:           &logger,
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs.mu.Lock()
+			defer logs.mu.Unlock()
+			for _, l := range logs.lines {
+				if strings.Contains(l, "metrics") {
+					t.Logf("sidecar: %s", l)
+				}
+			}
+		}
+	})
+	simA, simC := s.instances["cluster-a"], s.instances["cluster-c"]
+	urlA := `"url"="http://` + net.JoinHostPort(s.epps["cluster-a"].ip, strconv.Itoa(eppMetricsPort)) + `/metrics"`
+	full := ns + "/" + pool
+	waitStates := func(what string, want map[string]string) {
+		t.Helper()
+		start := time.Now()
+		eventually(t, ctx, 30*time.Second, func(context.Context) (bool, string) {
+			got, err := metricsStates(t, s.sidecar, full)
+			if err != nil {
+				return false, err.Error()
+			}
+			return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprint(got)
+		})
+		t.Logf("%s: mci_sidecar_epp_metrics_state says %v after %s", what, want, time.Since(start).Round(time.Millisecond))
+	}
+
+	t.Run("without RBAC in the EPP's cluster the cluster is unauthorized, logged once, and unmeasured", func(t *testing.T) {
+		s.servers["cluster-a"].pin(t, 0, 0.1)
+		s.servers["cluster-c"].pin(t, 0, 0.1)
+		// cluster-c's gauges are read under the llm-d names.
+		waitStates("the token is authenticated but not authorized (403)", map[string]string{"cluster-a": "unauthorized", "cluster-c": "fresh"})
+
+		// Unknown load is not zero load: a measured cluster with
+		// capacity takes every request...
+		s.settle(t, 30*time.Second, 30, "cluster-a unmeasured, cluster-c measured with capacity: requests go to cluster-c", func(code int, instance string) bool {
+			return code == http.StatusOK && instance == simC
+		})
+		// ...nor is it saturation: the unmeasured cluster comes before a
+		// saturated one.
+		s.servers["cluster-c"].pin(t, 10, 0.9)
+		s.settle(t, 30*time.Second, 30, "cluster-a unmeasured, cluster-c measured and saturated: requests go to cluster-a", func(code int, instance string) bool {
+			return code == http.StatusOK && instance == simA
+		})
+
+		// Scraped every 200ms for seconds now: one line for the change.
+		assert.Equal(t, 1, logs.count(urlA, `"state"="unauthorized"`), "one log line per change of state")
+		assert.Equal(t, 1, logs.count(urlA, `"state"="unauthorized"`, "403 Forbidden"))
+		assert.Zero(t, logs.count(urlA, `"state"="fresh"`))
+	})
+
+	t.Run("with the ClusterRole of the README bound to the sidecar's identity, its metrics are read and used", func(t *testing.T) {
+		// What artifacts/deploy/epp-metrics-reader.yaml grants.
+		_, err := a.kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: reader},
+			Rules:      []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
+		}, metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) {
+			require.NoError(t, err)
+		}
+		t.Cleanup(func() {
+			_ = a.kube.RbacV1().ClusterRoles().Delete(context.Background(), reader, metav1.DeleteOptions{})
+		})
+		_, err = a.kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: reader},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: reader},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "mci-sidecar"}},
+		}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			require.NoError(t, a.kube.RbacV1().ClusterRoleBindings().Delete(ctx, reader, metav1.DeleteOptions{}))
+			t.Fatalf("a ClusterRoleBinding %s was left over; deleted, run again", reader)
+		}
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_ = a.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), reader, metav1.DeleteOptions{})
+		})
+
+		// The EPP caches a denial for metricsauth.CacheTTL (10s).
+		waitStates("the token is authorized", map[string]string{"cluster-a": "fresh", "cluster-c": "fresh"})
+		// Seconds of refused scrapes every 200ms until then, one line.
+		assert.Equal(t, 1, logs.count(urlA, `"state"="unauthorized"`), "one log line per change of state")
+		assert.Equal(t, 1, logs.count(urlA, `"state"="fresh"`), "one log line per change of state")
+
+		// Both measured and saturated, cluster-a worse: the metrics read
+		// behind authentication decide (unmeasured, cluster-a would come
+		// first).
+		s.servers["cluster-a"].pin(t, 30, 0.9)
+		s.settle(t, 30*time.Second, 30, "both measured and saturated, cluster-a's queue longer: requests go to cluster-c", func(code int, instance string) bool {
+			return code == http.StatusOK && instance == simC
+		})
+		s.servers["cluster-a"].pin(t, 0, 0.1)
+		s.settle(t, 30*time.Second, 30, "cluster-a measured with capacity: requests go to cluster-a", func(code int, instance string) bool {
+			return code == http.StatusOK && instance == simA
+		})
+	})
+}

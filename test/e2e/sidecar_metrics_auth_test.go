@@ -22,6 +22,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -194,17 +195,23 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 	})
 
 	t.Run("with the ClusterRole of the README bound to the sidecar's identity, its metrics are read and used", func(t *testing.T) {
-		// What artifacts/deploy/epp-metrics-reader.yaml grants.
-		_, err := a.kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-			ObjectMeta: metav1.ObjectMeta{Name: reader},
-			Rules:      []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
-		}, metav1.CreateOptions{})
+		// The ClusterRole of artifacts/deploy/mci-sidecar/examples/
+		// epp-metrics-reader.yaml as it is, bound to the test's
+		// ServiceAccount (the manifest binds mci-system's).
+		var role *rbacv1.ClusterRole
+		for _, obj := range readManifests(t, "../../artifacts/deploy/mci-sidecar/examples/epp-metrics-reader.yaml") {
+			if obj.GetKind() == "ClusterRole" {
+				role = &rbacv1.ClusterRole{}
+				require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, role))
+			}
+		}
+		require.NotNil(t, role, "the manifest has a ClusterRole")
+		role.Name = reader
+		_, err := a.kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
 		if !apierrors.IsAlreadyExists(err) {
 			require.NoError(t, err)
 		}
-		t.Cleanup(func() {
-			_ = a.kube.RbacV1().ClusterRoles().Delete(context.Background(), reader, metav1.DeleteOptions{})
-		})
+		t.Cleanup(func() { _ = a.kube.RbacV1().ClusterRoles().Delete(context.Background(), reader, metav1.DeleteOptions{}) })
 		_, err = a.kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: reader},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: reader},
@@ -215,9 +222,7 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 			t.Fatalf("a ClusterRoleBinding %s was left over; deleted, run again", reader)
 		}
 		require.NoError(t, err)
-		t.Cleanup(func() {
-			_ = a.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), reader, metav1.DeleteOptions{})
-		})
+		t.Cleanup(func() { _ = a.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), reader, metav1.DeleteOptions{}) })
 
 		// The EPP caches a denial for metricsauth.CacheTTL (10s).
 		waitStates("the token is authorized", map[string]string{"cluster-a": "fresh", "cluster-c": "fresh"})

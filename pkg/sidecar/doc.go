@@ -51,13 +51,38 @@
 //     (not probed yet, or no health port), and skips the others. A failed
 //     ext_proc stream marks the EPP NotServing at once, until its next good
 //     probe.
-//   - MetricsBased reads the pool gauges inference_pool_average_queue_size
-//     and inference_pool_average_kv_cache_utilization from the EPP's
-//     metrics port and runs pkg/scheduling with one candidate per cluster;
-//     a cluster whose fresh inference_pool_ready_pods is 0 is skipped. A
-//     sheddable request (criticality from the InferenceModel of the
-//     backend's namespace whose poolRef names it) gets 429 only when every
-//     measured cluster is saturated and no unmeasured one remains.
+//   - MetricsBased reads the pool gauges of the EPP's metrics port under
+//     either upstream naming scheme (metrics.ParsePool): the Gateway API
+//     Inference Extension's inference_pool_average_queue_size,
+//     inference_pool_average_kv_cache_utilization and
+//     inference_pool_ready_pods, or the llm-d router's
+//     llm_d_epp_average_queue_size, llm_d_epp_average_kv_cache_utilization
+//     and llm_d_epp_ready_endpoints, series labelled name=<pool>. It runs
+//     pkg/scheduling with one candidate per cluster; a cluster whose fresh
+//     ready pods gauge is 0 is skipped.
+//   - Unknown load is not zero load. A cluster is measured only while its
+//     gauges are fresh (younger than --metrics-staleness-threshold); one
+//     whose EPP refuses the token (401/403), cannot be reached, serves no
+//     parseable gauges for the pool, or has not been read yet is
+//     unmeasured. MetricsBased tries measured clusters with capacity
+//     first (filter chain order), then the unmeasured ones (HealthBased
+//     order: weighted round-robin among serving ones, then unknown
+//     health), then the measured saturated ones (critical and standard
+//     requests only). So an unmeasured cluster never takes traffic from a
+//     cluster known to have room, nor is it starved behind clusters known
+//     to be full. A sheddable request (criticality from the InferenceModel
+//     of the backend's namespace whose poolRef names it) gets 429 only
+//     when every cluster left is measured and saturated.
+//   - Metrics behind authentication. Upstream EPPs serve /metrics to bearer
+//     tokens only by default. Each scrape sends the `token` key of the
+//     cluster's credentials Secret (the Secret of TLS to EPPs, below) when
+//     it has one, else the token of --epp-metrics-token-file (the pod's
+//     ServiceAccount token by default, re-read as the kubelet rotates it
+//     and at once after a 401), else none. Each cluster's metrics state
+//     (fresh, stale, unauthorized, unreachable, unparseable) is the gauge
+//     mci_sidecar_epp_metrics_state{cluster,pool,state} (one-hot), and
+//     each EPP metrics URL logs one line per change of its scrapes'
+//     outcome, never one per scrape.
 //   - LocalFirst applies to InferencePoolImport backendRefs: the local
 //     InferencePool of the same namespace/name comes first while its EPP is
 //     not known to be failing, then the remote clusters (HealthBased).

@@ -211,7 +211,9 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 		if !apierrors.IsAlreadyExists(err) {
 			require.NoError(t, err)
 		}
-		t.Cleanup(func() { _ = a.kube.RbacV1().ClusterRoles().Delete(context.Background(), reader, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = a.kube.RbacV1().ClusterRoles().Delete(context.Background(), reader, metav1.DeleteOptions{})
+		})
 		_, err = a.kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: reader},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: reader},
@@ -222,7 +224,9 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 			t.Fatalf("a ClusterRoleBinding %s was left over; deleted, run again", reader)
 		}
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = a.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), reader, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = a.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), reader, metav1.DeleteOptions{})
+		})
 
 		// The EPP caches a denial for metricsauth.CacheTTL (10s).
 		waitStates("the token is authorized", map[string]string{"cluster-a": "fresh", "cluster-c": "fresh"})

@@ -44,7 +44,8 @@ func newIndexer() cache.Indexer {
 // EndpointSlices and Gateways, in any order).
 func member(tb testing.TB, name string, objs ...runtime.Object) Member {
 	tb.Helper()
-	nss, pools, svcs, eps, gws := newIndexer(), newIndexer(), newIndexer(), newIndexer(), newIndexer()
+	nss, pools, svcs, eps, gws, grants := newIndexer(), newIndexer(), newIndexer(), newIndexer(), newIndexer(), newIndexer()
+	routes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{RoutesByImportIndex: RoutesByImport})
 	for _, o := range objs {
 		var err error
 		switch o.(type) {
@@ -58,18 +59,24 @@ func member(tb testing.TB, name string, objs ...runtime.Object) Member {
 			err = eps.Add(o)
 		case *gatewayv1.Gateway:
 			err = gws.Add(o)
+		case *gatewayv1.HTTPRoute:
+			err = routes.Add(o)
+		case *gatewayv1.ReferenceGrant:
+			err = grants.Add(o)
 		default:
 			tb.Fatalf("member %s: unexpected object %T", name, o)
 		}
 		require.NoError(tb, err)
 	}
 	return Member{
-		Name:           name,
-		Namespaces:     corev1listers.NewNamespaceLister(nss),
-		Pools:          poollisters.NewInferencePoolLister(pools),
-		Services:       corev1listers.NewServiceLister(svcs),
-		EndpointSlices: discoverylisters.NewEndpointSliceLister(eps),
-		Gateways:       gatewaylisters.NewGatewayLister(gws),
+		Name:            name,
+		Namespaces:      corev1listers.NewNamespaceLister(nss),
+		Pools:           poollisters.NewInferencePoolLister(pools),
+		Services:        corev1listers.NewServiceLister(svcs),
+		EndpointSlices:  discoverylisters.NewEndpointSliceLister(eps),
+		Gateways:        gatewaylisters.NewGatewayLister(gws),
+		Routes:          NewRouteIndex(routes),
+		ReferenceGrants: gatewaylisters.NewReferenceGrantLister(grants),
 	}
 }
 

@@ -168,6 +168,7 @@ func buildImport(cs ClusterSet, key poolKey, exporters []exporter, counter func(
 		Controllers: []inference.ImportController{{
 			Name:              v1alpha1.ControllerName,
 			ExportingClusters: exporting,
+			Parents:           importParents(cs.localMember(), key),
 			Conditions:        conditions,
 		}},
 		Conditions:         conditions,

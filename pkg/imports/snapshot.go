@@ -50,6 +50,12 @@ type Member struct {
 	Services       corev1listers.ServiceLister
 	EndpointSlices discoverylisters.EndpointSliceLister
 	Gateways       gatewaylisters.GatewayLister
+
+	// Routes and ReferenceGrants are read of the local cluster only (nil
+	// for the others): they give an import its parents, the local Gateways
+	// of the HTTPRoutes that use it as a backendRef.
+	Routes          RouteIndex
+	ReferenceGrants gatewaylisters.ReferenceGrantLister
 }
 
 // Unreachable says since when, and why, a member cannot be watched.

@@ -10,14 +10,14 @@ import (
 // of one import. For every condition of next whose LastTransitionTime is
 // zero (every condition the computation itself writes), at every level
 // (status.conditions, clusters[].conditions, clusters[].parents[].conditions,
-// controllers[].conditions), it copies the time of prev's condition of the
+// controllers[].conditions, controllers[].parents[].conditions), it copies the time of prev's condition of the
 // same type when its status is unchanged, and sets now when the status
 // changed, the condition is new, or prev's time is zero. Conditions that
 // already carry a time are left alone: those are a member Gateway's own
 // conditions, copied with the time that Gateway reported.
 //
-// Entries are matched by cluster name, parent namespace/name and controller
-// name. prev may be nil (a first sighting: every time becomes now). next is
+// Entries are matched by cluster name, parent namespace/name, controller
+// name and, for a controller's parents, the whole parentRef. prev may be nil (a first sighting: every time becomes now). next is
 // changed in place; prev is only read.
 func CarryTransitionTimes(prev, next *inference.InferencePoolImport, now metav1.Time) {
 	if next == nil {
@@ -55,15 +55,27 @@ func CarryTransitionTimes(prev, next *inference.InferencePoolImport, now metav1.
 	for i := range next.Status.Controllers {
 		nc := &next.Status.Controllers[i]
 		var prevConds []metav1.Condition
+		var prevParents []inference.ParentStatus
 		if old != nil {
 			for k := range old.Controllers {
 				if old.Controllers[k].Name == nc.Name {
-					prevConds = old.Controllers[k].Conditions
+					prevConds, prevParents = old.Controllers[k].Conditions, old.Controllers[k].Parents
 					break
 				}
 			}
 		}
 		carryConditions(prevConds, nc.Conditions, now)
+		for j := range nc.Parents {
+			np := &nc.Parents[j]
+			var prevParentConds []metav1.Condition
+			for k := range prevParents {
+				if sameParentRef(prevParents[k].ParentRef, np.ParentRef) {
+					prevParentConds = prevParents[k].Conditions
+					break
+				}
+			}
+			carryConditions(prevParentConds, np.Conditions, now)
+		}
 	}
 }
 
@@ -116,4 +128,8 @@ func carryConditions(prev, next []metav1.Condition, now metav1.Time) {
 			}
 		}
 	}
+}
+
+func sameParentRef(a, b inference.ParentReference) bool {
+	return a.Kind == b.Kind && a.Namespace == b.Namespace && a.Name == b.Name && ptrEqual(a.Group, b.Group)
 }

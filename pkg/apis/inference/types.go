@@ -94,7 +94,24 @@ type MetricsEndpoint struct {
 type ImportController struct {
 	Name              string
 	ExportingClusters []ExportingCluster
+	Parents           []ParentStatus
 	Conditions        []metav1.Condition
+}
+
+// ParentStatus is the import's status with respect to one local parent of
+// an HTTPRoute that uses it as a backendRef.
+type ParentStatus struct {
+	Conditions     []metav1.Condition
+	ParentRef      ParentReference
+	ControllerName string
+}
+
+// ParentReference identifies a parent of a route, such as a Gateway.
+type ParentReference struct {
+	Group     *string
+	Kind      string
+	Name      string
+	Namespace string
 }
 
 // ExportingCluster names a cluster that exports the pool.

@@ -50,6 +50,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.InferencePoolImportStatus{}.OpenAPIModelName():    schema_pkg_apis_inference_v1alpha1_InferencePoolImportStatus(ref),
 		v1alpha1.MetricsEndpoint{}.OpenAPIModelName():              schema_pkg_apis_inference_v1alpha1_MetricsEndpoint(ref),
 		v1alpha1.ParentImport{}.OpenAPIModelName():                 schema_pkg_apis_inference_v1alpha1_ParentImport(ref),
+		v1alpha1.ParentReference{}.OpenAPIModelName():              schema_pkg_apis_inference_v1alpha1_ParentReference(ref),
+		v1alpha1.ParentStatus{}.OpenAPIModelName():                 schema_pkg_apis_inference_v1alpha1_ParentStatus(ref),
 		v1alpha1.Port{}.OpenAPIModelName():                         schema_pkg_apis_inference_v1alpha1_Port(ref),
 		v1alpha1.ServiceImport{}.OpenAPIModelName():                schema_pkg_apis_inference_v1alpha1_ServiceImport(ref),
 		v1.AWSElasticBlockStoreVolumeSource{}.OpenAPIModelName():   schema_k8sio_api_core_v1_AWSElasticBlockStoreVolumeSource(ref),
@@ -548,6 +550,24 @@ func schema_pkg_apis_inference_v1alpha1_ImportController(ref common.ReferenceCal
 							},
 						},
 					},
+					"parents": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Parents are the local cluster's parents (Gateways) of the HTTPRoutes that use the import as a backendRef, each with the import's status with respect to that parent. Computed from the local cluster's HTTPRoutes and Gateways; empty when no route uses the import.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.ParentStatus{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 					"conditions": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{
@@ -574,7 +594,7 @@ func schema_pkg_apis_inference_v1alpha1_ImportController(ref common.ReferenceCal
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.ExportingCluster{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
+			v1alpha1.ExportingCluster{}.OpenAPIModelName(), v1alpha1.ParentStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
 	}
 }
 
@@ -1137,6 +1157,100 @@ func schema_pkg_apis_inference_v1alpha1_ParentImport(ref common.ReferenceCallbac
 		},
 		Dependencies: []string{
 			v1alpha1.ServiceImport{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_inference_v1alpha1_ParentReference(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ParentReference identifies a parent of a route, such as a Gateway.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"group": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Group of the parent; gateway.networking.k8s.io for a Gateway.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind of the parent, e.g. Gateway.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name of the parent.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"namespace": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Namespace of the parent.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_inference_v1alpha1_ParentStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ParentStatus is the import's status with respect to one local parent of an HTTPRoute that uses it as a backendRef, in the shape of the upstream InferencePool ParentStatus.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"conditions": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"type",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Conditions: Accepted (the route's parentRef names an existing parent that may take the route) and ResolvedRefs (the route's backendRef to this import is permitted and resolves to it).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(metav1.Condition{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"parentRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ParentRef identifies the parent, in the importing cluster.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.ParentReference{}.OpenAPIModelName()),
+						},
+					},
+					"controllerName": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ControllerName is the controller that computed this entry.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"parentRef"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.ParentReference{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
 	}
 }
 

@@ -244,6 +244,13 @@ type ImportController struct {
 	// +listType=map
 	// +listMapKey=name
 	ExportingClusters []ExportingCluster `json:"exportingClusters,omitempty"`
+	// Parents are the local cluster's parents (Gateways) of the HTTPRoutes
+	// that use the import as a backendRef, each with the import's status
+	// with respect to that parent. Computed from the local cluster's
+	// HTTPRoutes and Gateways; empty when no route uses the import.
+	// +optional
+	// +listType=atomic
+	Parents []ParentStatus `json:"parents,omitempty"`
 	// Conditions of the import as this controller sees it.
 	// +optional
 	// +listType=map
@@ -256,6 +263,58 @@ type ExportingCluster struct {
 	// Name of the cluster.
 	Name string `json:"name"`
 }
+
+// ParentStatus is the import's status with respect to one local parent of
+// an HTTPRoute that uses it as a backendRef, in the shape of the upstream
+// InferencePool ParentStatus.
+type ParentStatus struct {
+	// Conditions: Accepted (the route's parentRef names an existing parent
+	// that may take the route) and ResolvedRefs (the route's backendRef to
+	// this import is permitted and resolves to it).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// ParentRef identifies the parent, in the importing cluster.
+	ParentRef ParentReference `json:"parentRef"`
+	// ControllerName is the controller that computed this entry.
+	// +optional
+	ControllerName string `json:"controllerName,omitempty"`
+}
+
+// ParentReference identifies a parent of a route, such as a Gateway.
+type ParentReference struct {
+	// Group of the parent; gateway.networking.k8s.io for a Gateway.
+	// +optional
+	Group *string `json:"group,omitempty"`
+	// Kind of the parent, e.g. Gateway.
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// Name of the parent.
+	Name string `json:"name"`
+	// Namespace of the parent.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// Condition types and reasons of an import's parents (status.controllers[]
+// .parents[].conditions), as the upstream InferencePool ParentStatus names
+// them.
+const (
+	ConditionResolvedRefs = "ResolvedRefs"
+
+	// ReasonNotSupportedByParent: the parentRef names no Gateway this
+	// cluster has, or a kind of parent mci does not route through.
+	ReasonNotSupportedByParent = "NotSupportedByParent"
+	// ReasonHTTPRouteNotAccepted: the parent's controller rejected the route
+	// (the route's status says so), or no listener of the parent allows it.
+	ReasonHTTPRouteNotAccepted = "HTTPRouteNotAccepted"
+	// ReasonResolvedRefs: the backendRef is permitted and names this import.
+	ReasonResolvedRefs = "ResolvedRefs"
+	// ReasonRefNotPermitted: the backendRef crosses namespaces and no
+	// ReferenceGrant in the import's namespace allows it.
+	ReasonRefNotPermitted = "RefNotPermitted"
+)
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 

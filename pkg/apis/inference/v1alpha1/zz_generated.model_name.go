@@ -102,6 +102,16 @@ func (in ParentImport) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ParentReference) OpenAPIModelName() string {
+	return "io.x-k8s.networking.inference.v1alpha1.ParentReference"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ParentStatus) OpenAPIModelName() string {
+	return "io.x-k8s.networking.inference.v1alpha1.ParentStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Port) OpenAPIModelName() string {
 	return "io.x-k8s.networking.inference.v1alpha1.Port"
 }

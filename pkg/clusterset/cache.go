@@ -114,6 +114,7 @@ func (c *Cache) setMember(name, source string, config *rest.Config) error {
 	if err != nil {
 		return err
 	}
+	m.local = name == c.opts.LocalName
 	// Starting asks the member what it serves, which a hung member makes
 	// slow: never under the lock that every request's snapshot takes.
 	th := thresholds{unreachableAfter: c.opts.UnreachableAfter, removeAfter: c.opts.RemoveAfter}
@@ -200,6 +201,19 @@ func (c *Cache) PoolsUsingService(memberName, namespace, service string) []strin
 // whose status lists the Gateway namespace/gateway as a parent.
 func (c *Cache) PoolsWithParent(memberName, namespace, gateway string) []string {
 	return c.poolsIndexedBy(memberName, indexParentGateway, namespace+"/"+gateway)
+}
+
+// ImportsRoutedThrough returns the namespace/name keys of the imports that
+// the local cluster's HTTPRoutes with parent Gateway namespace/gateway use:
+// a change of that Gateway may change their parents.
+func (c *Cache) ImportsRoutedThrough(namespace, gateway string) []string {
+	c.mu.RLock()
+	m := c.members[c.opts.LocalName]
+	c.mu.RUnlock()
+	if m == nil {
+		return nil
+	}
+	return m.importsRoutedThrough(namespace, gateway)
 }
 
 func (c *Cache) poolsIndexedBy(memberName, index, key string) []string {

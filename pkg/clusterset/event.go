@@ -12,6 +12,10 @@ const (
 	KindEndpointSlice
 	KindGateway
 	KindNamespace
+	// KindHTTPRoute and KindReferenceGrant are watched in the local cluster
+	// only: they decide the parents of the imports it serves.
+	KindHTTPRoute
+	KindReferenceGrant
 )
 
 func (k Kind) String() string {
@@ -28,6 +32,10 @@ func (k Kind) String() string {
 		return "Gateway"
 	case KindNamespace:
 		return "Namespace"
+	case KindHTTPRoute:
+		return "HTTPRoute"
+	case KindReferenceGrant:
+		return "ReferenceGrant"
 	}
 	return "Unknown"
 }
@@ -46,6 +54,10 @@ type Event struct {
 	// Service is, for an EndpointSlice, the name of the Service it
 	// belongs to; for other kinds it is empty.
 	Service string
+	// Imports are, for an HTTPRoute, the namespace/name keys of the
+	// InferencePoolImports it uses as backendRefs before and after the
+	// change; for other kinds it is empty.
+	Imports []string
 }
 
 // Handler receives events. It must not block: the cache calls it from

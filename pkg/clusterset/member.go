@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -49,6 +50,9 @@ const (
 // replaces the whole member.
 type member struct {
 	name string
+	// local is the cluster this server serves: only there are HTTPRoutes
+	// and ReferenceGrants watched.
+	local bool
 	// source identifies the kubeconfig the member was built from, so a
 	// changed Secret or file reconnects it.
 	source string
@@ -69,6 +73,9 @@ type member struct {
 	endpointSlices discoverylisters.EndpointSliceLister
 	gateways       gatewaylisters.GatewayLister
 	poolIndexer    cache.Indexer
+	// routeIndexer and grants are set for the local member only.
+	routeIndexer cache.Indexer
+	grants       gatewaylisters.ReferenceGrantLister
 	poolNamespaces *poolNamespaces
 
 	mu sync.Mutex
@@ -199,16 +206,20 @@ func (m *member) start(ctx context.Context, th thresholds) {
 		m.poolIndexer = cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers)
 		m.pools = poollisters.NewInferencePoolLister(m.poolIndexer)
 	}
-	if served[gatewayv1.SchemeGroupVersion.String()+"/gateways"] {
-		f := gatewayinformers.NewSharedInformerFactoryWithOptions(m.gateway, 0, gatewayinformers.WithTransform(trim))
-		inf := f.Gateway().V1().Gateways()
+	gw := gatewayinformers.NewSharedInformerFactoryWithOptions(m.gateway, 0, gatewayinformers.WithTransform(trim))
+	gatewayGV := gatewayv1.SchemeGroupVersion.String()
+	if served[gatewayGV+"/gateways"] {
+		inf := gw.Gateway().V1().Gateways()
 		m.gateways = inf.Lister()
 		m.watch(inf.Informer(), KindGateway)
 		m.synced = append(m.synced, inf.Informer().HasSynced)
-		starters = append(starters, f.Start)
 	} else {
-		m.gateways = gatewaylisters.NewGatewayLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}))
+		m.gateways = gatewaylisters.NewGatewayLister(newNamespacedIndexer(nil))
 	}
+	if m.local {
+		m.startRouteInformers(gw, served, logger)
+	}
+	starters = append(starters, gw.Start)
 	for _, start := range starters {
 		start(ctx.Done())
 	}
@@ -218,6 +229,104 @@ func (m *member) start(ctx context.Context, th thresholds) {
 		m.probeLoop(ctx, kube.Discovery().RESTClient(), th)
 	}()
 	logger.V(2).Info("Watching member")
+}
+
+// startRouteInformers watches the HTTPRoutes and ReferenceGrants of the
+// local cluster: what makes an import's parents. Without the Gateway API's
+// HTTPRoute (or ReferenceGrant) the cluster has none, and the imports it
+// serves list no parents (no cross-namespace route is permitted); that is
+// said once in the log.
+func (m *member) startRouteInformers(gw gatewayinformers.SharedInformerFactory, served map[string]bool, logger klog.Logger) {
+	gatewayGV := gatewayv1.SchemeGroupVersion.String()
+	if served[gatewayGV+"/httproutes"] {
+		inf := gw.Gateway().V1().HTTPRoutes().Informer()
+		if err := inf.AddIndexers(routeIndexers()); err != nil {
+			logger.Error(err, "Adding HTTPRoute indexers")
+		}
+		m.routeIndexer = inf.GetIndexer()
+		m.watchRoutes(inf)
+		m.synced = append(m.synced, inf.HasSynced)
+	} else {
+		logger.Info("The local cluster does not serve HTTPRoutes; imports will list no parents", "groupVersion", gatewayGV)
+		m.routeIndexer = newNamespacedIndexer(routeIndexers())
+	}
+	if served[gatewayGV+"/referencegrants"] {
+		inf := gw.Gateway().V1().ReferenceGrants()
+		m.grants = inf.Lister()
+		m.watch(inf.Informer(), KindReferenceGrant)
+		m.synced = append(m.synced, inf.Informer().HasSynced)
+	} else {
+		logger.Info("The local cluster does not serve ReferenceGrants; no HTTPRoute may use an import of another namespace", "groupVersion", gatewayGV)
+		m.grants = gatewaylisters.NewReferenceGrantLister(newNamespacedIndexer(nil))
+	}
+}
+
+// indexRouteParent indexes the local HTTPRoutes that use an import by the
+// Gateways they name as parents, so that a Gateway change finds the imports
+// whose parents it may change.
+const indexRouteParent = "parentGateway"
+
+func routeIndexers() cache.Indexers {
+	return cache.Indexers{
+		imports.RoutesByImportIndex: imports.RoutesByImport,
+		indexRouteParent: func(obj interface{}) ([]string, error) {
+			r, ok := obj.(*gatewayv1.HTTPRoute)
+			if !ok || len(imports.ImportBackendRefs(r)) == 0 {
+				return nil, nil
+			}
+			var keys []string
+			for _, p := range r.Spec.ParentRefs {
+				ns := r.Namespace
+				if p.Namespace != nil && *p.Namespace != "" {
+					ns = string(*p.Namespace)
+				}
+				keys = append(keys, ns+"/"+string(p.Name))
+			}
+			return keys, nil
+		},
+	}
+}
+
+func newNamespacedIndexer(extra cache.Indexers) cache.Indexer {
+	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	for k, v := range extra {
+		indexers[k] = v
+	}
+	return cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers)
+}
+
+// watchRoutes passes HTTPRoute changes on as Events that name the imports
+// the route used before and after the change: a route that stops using an
+// import must still recompute it. Changes of routes that use no import, before
+// or after, are not passed on.
+func (m *member) watchRoutes(informer cache.SharedIndexInformer) {
+	notify := func(old, obj interface{}) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		r, ok := obj.(*gatewayv1.HTTPRoute)
+		if !ok {
+			return
+		}
+		keys := imports.ImportBackendRefs(r)
+		if o, ok := old.(*gatewayv1.HTTPRoute); ok {
+			for _, k := range imports.ImportBackendRefs(o) {
+				if !slices.Contains(keys, k) {
+					keys = append(keys, k)
+				}
+			}
+		}
+		if len(keys) == 0 {
+			return
+		}
+		rv, _ := strconv.ParseUint(r.ResourceVersion, 10, 64)
+		m.handler(Event{Member: m.name, Kind: KindHTTPRoute, Namespace: r.Namespace, Name: r.Name, ResourceVersion: rv, Imports: keys})
+	}
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { notify(nil, obj) },
+		UpdateFunc: func(old, obj interface{}) { notify(old, obj) },
+		DeleteFunc: func(obj interface{}) { notify(nil, obj) },
+	})
 }
 
 // servedResources asks the member which of the optional resources it
@@ -233,7 +342,9 @@ func servedResources(d discovery.DiscoveryInterface, logger klog.Logger) map[str
 			logger.Info("Member does not serve API group version; treating it as empty", "groupVersion", gv)
 			continue
 		case err != nil:
-			served[gv+"/inferencepools"], served[gv+"/gateways"] = true, true
+			for _, r := range []string{"inferencepools", "gateways", "httproutes", "referencegrants"} {
+				served[gv+"/"+r] = true
+			}
 			continue
 		}
 		for _, r := range list.APIResources {
@@ -512,7 +623,7 @@ func (m *member) view() imports.Member {
 }
 
 func (m *member) viewWith(u *imports.Unreachable) imports.Member {
-	return imports.Member{
+	v := imports.Member{
 		Name:           m.name,
 		Unreachable:    u,
 		Namespaces:     m.namespaces,
@@ -521,11 +632,40 @@ func (m *member) viewWith(u *imports.Unreachable) imports.Member {
 		EndpointSlices: m.endpointSlices,
 		Gateways:       m.gateways,
 	}
+	if m.local {
+		v.Routes = imports.NewRouteIndex(m.routeIndexer)
+		v.ReferenceGrants = m.grants
+	}
+	return v
 }
 
 func (m *member) stop() {
 	m.cancel()
 	<-m.done
+}
+
+// importsRoutedThrough returns the namespace/name keys of the imports used by
+// the member's HTTPRoutes that name Gateway namespace/gateway as a parent
+// (only the local member watches routes).
+func (m *member) importsRoutedThrough(namespace, gateway string) []string {
+	if m.routeIndexer == nil {
+		return nil
+	}
+	objs, err := m.routeIndexer.ByIndex(indexRouteParent, namespace+"/"+gateway)
+	if err != nil {
+		return nil
+	}
+	var keys []string
+	for _, o := range objs {
+		if r, ok := o.(*gatewayv1.HTTPRoute); ok {
+			for _, k := range imports.ImportBackendRefs(r) {
+				if !slices.Contains(keys, k) {
+					keys = append(keys, k)
+				}
+			}
+		}
+	}
+	return keys
 }
 
 // poolsIndexedBy returns the namespace/name keys of the pools of this

@@ -5,11 +5,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/imports"
 )
 
 // trim is the informers' transform: it keeps only the fields the import
@@ -26,6 +28,10 @@ func trim(obj interface{}) (interface{}, error) {
 		return &corev1.Namespace{ObjectMeta: trimMeta(o.ObjectMeta)}, nil
 	case *gatewayv1.Gateway:
 		return trimGateway(o), nil
+	case *gatewayv1.HTTPRoute:
+		return trimHTTPRoute(o), nil
+	case *gatewayv1.ReferenceGrant:
+		return &gatewayv1.ReferenceGrant{ObjectMeta: trimMeta(o.ObjectMeta), Spec: o.Spec}, nil
 	case *poolv1.InferencePool:
 		// The pod selector is the EPP's business: imports carry the EPP
 		// and the target port, never the pods, so every member's copy of
@@ -115,10 +121,41 @@ func trimGateway(g *gatewayv1.Gateway) *gatewayv1.Gateway {
 	if len(g.Spec.Listeners) > 0 {
 		out.Spec.Listeners = make([]gatewayv1.Listener, len(g.Spec.Listeners))
 		for i, l := range g.Spec.Listeners {
-			out.Spec.Listeners[i] = gatewayv1.Listener{Name: l.Name, Port: l.Port, Protocol: l.Protocol}
+			// allowedRoutes decides whether the local Gateway takes a
+			// route (an import's parents); it is small.
+			out.Spec.Listeners[i] = gatewayv1.Listener{Name: l.Name, Port: l.Port, Protocol: l.Protocol, AllowedRoutes: l.AllowedRoutes}
 		}
 	}
 	out.Status.Addresses = g.Status.Addresses
 	out.Status.Conditions = g.Status.Conditions
+	return out
+}
+
+// trimHTTPRoute keeps what an import's parents are computed from: the
+// parentRefs and the backendRefs to InferencePoolImports, with the Accepted
+// condition each parent's controller wrote. A route that uses no import
+// keeps only its metadata: routes are many, and most send traffic elsewhere.
+func trimHTTPRoute(r *gatewayv1.HTTPRoute) *gatewayv1.HTTPRoute {
+	out := &gatewayv1.HTTPRoute{ObjectMeta: trimMeta(r.ObjectMeta)}
+	if len(imports.ImportBackendRefs(r)) == 0 {
+		return out
+	}
+	out.Spec.ParentRefs = r.Spec.ParentRefs
+	var refs []gatewayv1.HTTPBackendRef
+	for _, rule := range r.Spec.Rules {
+		for _, ref := range rule.BackendRefs {
+			if imports.IsImportBackendRef(ref.BackendObjectReference) {
+				refs = append(refs, gatewayv1.HTTPBackendRef{BackendRef: gatewayv1.BackendRef{BackendObjectReference: ref.BackendObjectReference}})
+			}
+		}
+	}
+	out.Spec.Rules = []gatewayv1.HTTPRouteRule{{BackendRefs: refs}}
+	for _, p := range r.Status.Parents {
+		ps := gatewayv1.RouteParentStatus{ParentRef: p.ParentRef, ControllerName: p.ControllerName}
+		if c := meta.FindStatusCondition(p.Conditions, string(gatewayv1.RouteConditionAccepted)); c != nil {
+			ps.Conditions = []metav1.Condition{*c}
+		}
+		out.Status.Parents = append(out.Status.Parents, ps)
+	}
 	return out
 }

@@ -10,6 +10,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 )
@@ -92,4 +93,48 @@ func TestTrimDropsThePoolsPodSelectorAndForeignAnnotations(t *testing.T) {
 	}, got.Annotations, "only the annotations of mci's domains are kept")
 	assert.Equal(t, int32(8000), int32(got.Spec.TargetPorts[0].Number))
 	assert.Equal(t, "epp", string(got.Spec.EndpointPickerRef.Name))
+}
+
+func TestTrimKeepsOfAnHTTPRouteOnlyWhatMakesImportParents(t *testing.T) {
+	importRef := gatewayv1.HTTPBackendRef{BackendRef: gatewayv1.BackendRef{
+		BackendObjectReference: gatewayv1.BackendObjectReference{
+			Group: ptr.To(gatewayv1.Group("inference.networking.x-k8s.io")), Kind: ptr.To(gatewayv1.Kind("InferencePoolImport")), Name: "llm-pool",
+		},
+		Weight: ptr.To(int32(50)),
+	}}
+	serviceRef := gatewayv1.HTTPBackendRef{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{Name: "web"}}}
+	route := &gatewayv1.HTTPRoute{
+		ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ns", ResourceVersion: "9", Annotations: map[string]string{"big": "x"}},
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "gw"}}},
+			Hostnames:       []gatewayv1.Hostname{"example.com"},
+			Rules: []gatewayv1.HTTPRouteRule{
+				{Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Value: ptr.To("/v1")}}}, BackendRefs: []gatewayv1.HTTPBackendRef{importRef, serviceRef}},
+			},
+		},
+		Status: gatewayv1.HTTPRouteStatus{RouteStatus: gatewayv1.RouteStatus{Parents: []gatewayv1.RouteParentStatus{{
+			ParentRef: gatewayv1.ParentReference{Name: "gw"}, ControllerName: "example.net/gw",
+			Conditions: []metav1.Condition{{Type: "Accepted", Status: metav1.ConditionTrue}, {Type: "ResolvedRefs", Status: metav1.ConditionTrue}},
+		}}}},
+	}
+	out, err := trim(route)
+	require.NoError(t, err)
+	got := out.(*gatewayv1.HTTPRoute)
+	assert.Equal(t, "9", got.ResourceVersion)
+	assert.Empty(t, got.Annotations)
+	assert.Empty(t, got.Spec.Hostnames)
+	assert.Equal(t, route.Spec.ParentRefs, got.Spec.ParentRefs)
+	require.Len(t, got.Spec.Rules, 1)
+	assert.Empty(t, got.Spec.Rules[0].Matches)
+	require.Len(t, got.Spec.Rules[0].BackendRefs, 1, "only the import backendRef is kept")
+	assert.Equal(t, importRef.BackendObjectReference, got.Spec.Rules[0].BackendRefs[0].BackendObjectReference)
+	require.Len(t, got.Status.Parents, 1)
+	require.Len(t, got.Status.Parents[0].Conditions, 1)
+	assert.Equal(t, "Accepted", got.Status.Parents[0].Conditions[0].Type)
+
+	plain := route.DeepCopy()
+	plain.Spec.Rules[0].BackendRefs = []gatewayv1.HTTPBackendRef{serviceRef}
+	out, err = trim(plain)
+	require.NoError(t, err)
+	assert.Equal(t, &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ns", ResourceVersion: "9"}}, out, "a route that uses no import keeps only its metadata")
 }

@@ -102,7 +102,7 @@ func ImportBackendRefs(route *gatewayv1.HTTPRoute) []string {
 	var out []string
 	for _, rule := range route.Spec.Rules {
 		for _, ref := range rule.BackendRefs {
-			if !isImportRef(ref.BackendObjectReference) {
+			if !IsImportBackendRef(ref.BackendObjectReference) {
 				continue
 			}
 			key := refNamespace(ref.Namespace, route.Namespace) + "/" + string(ref.Name)
@@ -114,7 +114,8 @@ func ImportBackendRefs(route *gatewayv1.HTTPRoute) []string {
 	return out
 }
 
-func isImportRef(ref gatewayv1.BackendObjectReference) bool {
+// IsImportBackendRef says whether a backendRef names an InferencePoolImport.
+func IsImportBackendRef(ref gatewayv1.BackendObjectReference) bool {
 	return ref.Group != nil && string(*ref.Group) == importBackendGroup &&
 		ref.Kind != nil && string(*ref.Kind) == importBackendKind && ref.Name != ""
 }

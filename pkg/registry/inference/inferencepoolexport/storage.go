@@ -44,7 +44,8 @@ func (r Resource) Affected(ev clusterset.Event) virtual.Dirty {
 			return virtual.Dirty{Namespaces: []string{ev.Namespace}}
 		}
 		return virtual.Dirty{}
-	case clusterset.KindService, clusterset.KindEndpointSlice, clusterset.KindGateway:
+	case clusterset.KindService, clusterset.KindEndpointSlice, clusterset.KindGateway,
+		clusterset.KindHTTPRoute, clusterset.KindReferenceGrant:
 		return virtual.Dirty{}
 	}
 	return virtual.Dirty{All: true}

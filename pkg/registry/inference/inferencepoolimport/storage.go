@@ -18,6 +18,9 @@ type PoolIndex interface {
 	LocalName() string
 	PoolsUsingService(member, namespace, service string) []string
 	PoolsWithParent(member, namespace, gateway string) []string
+	// ImportsRoutedThrough: the imports used by local HTTPRoutes whose
+	// parent is the local Gateway namespace/gateway.
+	ImportsRoutedThrough(namespace, gateway string) []string
 }
 
 // Resource derives InferencePoolImports from the ClusterSet.
@@ -40,8 +43,10 @@ func (Resource) ComputeNamespace(cs imports.ClusterSet, namespace string) []virt
 // Affected implements virtual.Resource. An import is keyed by its pool's
 // namespace/name, so a pool change touches one import, a Service or
 // EndpointSlice change the imports of the pools whose EPP it is, a
-// Gateway change the pools it parents, and a local namespace change every
-// import of that namespace.
+// Gateway change the pools it parents (and, in the local cluster, the
+// imports its routes use), an HTTPRoute change the imports it used before
+// and after, a ReferenceGrant change every import of its namespace, and a
+// local namespace change every import of that namespace.
 func (r Resource) Affected(ev clusterset.Event) virtual.Dirty {
 	switch ev.Kind {
 	case clusterset.KindInferencePool:
@@ -54,7 +59,15 @@ func (r Resource) Affected(ev clusterset.Event) virtual.Dirty {
 		}
 		return virtual.Dirty{Keys: r.Index.PoolsUsingService(ev.Member, ev.Namespace, ev.Service)}
 	case clusterset.KindGateway:
-		return virtual.Dirty{Keys: r.Index.PoolsWithParent(ev.Member, ev.Namespace, ev.Name)}
+		keys := r.Index.PoolsWithParent(ev.Member, ev.Namespace, ev.Name)
+		if ev.Member == r.Index.LocalName() {
+			keys = append(keys, r.Index.ImportsRoutedThrough(ev.Namespace, ev.Name)...)
+		}
+		return virtual.Dirty{Keys: keys}
+	case clusterset.KindHTTPRoute:
+		return virtual.Dirty{Keys: ev.Imports}
+	case clusterset.KindReferenceGrant:
+		return virtual.Dirty{Namespaces: []string{ev.Namespace}}
 	case clusterset.KindNamespace:
 		if ev.Member == r.Index.LocalName() {
 			return virtual.Dirty{Namespaces: []string{ev.Namespace}}

@@ -74,8 +74,8 @@ type member struct {
 	gateways       gatewaylisters.GatewayLister
 	poolIndexer    cache.Indexer
 	// routeIndexer and grants are set for the local member only.
-	routeIndexer cache.Indexer
-	grants       gatewaylisters.ReferenceGrantLister
+	routeIndexer   cache.Indexer
+	grants         gatewaylisters.ReferenceGrantLister
 	poolNamespaces *poolNamespaces
 
 	mu sync.Mutex

@@ -485,3 +485,24 @@ func TestMemberReaderRulesMatchTheDeploymentManifest(t *testing.T) {
 	}
 	require.True(t, found, "no ClusterRole %s in the manifest", memberReaderUser)
 }
+
+// The rules the deployment gives mci-apiserver in its own cluster for import
+// parents are exactly LocalRouteReaderRules: read HTTPRoutes and
+// ReferenceGrants, nothing more.
+func TestLocalRouteReaderRulesMatchTheDeploymentManifest(t *testing.T) {
+	root, err := repoRoot()
+	require.NoError(t, err)
+	objs, err := readObjects([]string{filepath.Join(root, "artifacts", "deploy", "mci-apiserver", "20-rbac.yaml")})
+	require.NoError(t, err)
+	var found bool
+	for _, o := range objs {
+		if o.GetKind() != "ClusterRole" || o.GetName() != "mci-apiserver:local-route-reader" {
+			continue
+		}
+		var role rbacv1.ClusterRole
+		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role))
+		assert.Equal(t, LocalRouteReaderRules, role.Rules)
+		found = true
+	}
+	require.True(t, found, "no ClusterRole mci-apiserver:local-route-reader in the manifest")
+}

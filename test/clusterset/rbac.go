@@ -22,6 +22,16 @@ var memberReaderRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"gateway.networking.k8s.io"}, Resources: []string{"gateways"}, Verbs: []string{"get", "list", "watch"}},
 }
 
+// LocalRouteReaderRules is what an mci-apiserver reads in its own cluster
+// only, beyond memberReaderRules: the HTTPRoutes and ReferenceGrants that
+// make an import's parents. artifacts/deploy/mci-apiserver/20-rbac.yaml
+// grants exactly these (a test keeps the two identical); the e2e tests
+// check through SubjectAccessReviews that the deployed ServiceAccount may
+// read and not write them.
+var LocalRouteReaderRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{"gateway.networking.k8s.io"}, Resources: []string{"httproutes", "referencegrants"}, Verbs: []string{"get", "list", "watch"}},
+}
+
 // grantMemberReader binds memberReaderRules to the identity of the
 // members/ kubeconfigs.
 func grantMemberReader(ctx context.Context, kube kubernetes.Interface) error {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -126,6 +127,22 @@ func TestSecurityDeploymentManifestsApplyToARealCluster(t *testing.T) {
 	svc, err := b.kube.CoreV1().Services(ns).Get(ctx, "mci-apiserver", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, d.Spec.Selector.MatchLabels, svc.Spec.Selector, "the Service selects the Deployment's pods")
+
+	// In its own cluster the deployed ServiceAccount reads the HTTPRoutes
+	// and ReferenceGrants behind import parents, cluster-wide, and may not
+	// write them.
+	sa := "system:serviceaccount:" + ns + ":mci-apiserver"
+	for _, resource := range []string{"httproutes", "referencegrants", "gateways"} {
+		for verb, want := range map[string]bool{"list": true, "watch": true, "get": true, "create": false, "update": false, "patch": false, "delete": false} {
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:               sa,
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Group: "gateway.networking.k8s.io", Resource: resource, Verb: verb},
+			}}
+			got, err := b.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, want, got.Status.Allowed, "%s %s %s", sa, verb, resource)
+		}
+	}
 
 	// The example member Secret is one mci-apiserver would accept.
 	secret, err := b.kube.CoreV1().Secrets(ns).Get(ctx, "member-cluster-b", metav1.GetOptions{})

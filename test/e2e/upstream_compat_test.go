@@ -201,7 +201,14 @@ func TestServedImportsDecodeIntoTheUpstreamInferencePoolImportShape(t *testing.T
 		return false, string(items[0])
 	})
 
-	for _, raw := range items {
+	// A list's items carry no apiVersion and kind; a GET of each does.
+	for i, item := range items {
+		var meta upstreamImport
+		require.NoError(t, json.Unmarshal(item, &meta))
+		raw, err := b.kube.Discovery().RESTClient().Get().
+			AbsPath("/apis/inference.networking.x-k8s.io/v1alpha1/namespaces/" + ns + "/inferencepoolimports/" + meta.Name).DoRaw(ctx)
+		require.NoError(t, err)
+		items[i] = raw
 		problems, controllers := checkUpstreamImport(raw)
 		assert.Empty(t, problems)
 		require.Len(t, controllers, 1)
@@ -224,8 +231,10 @@ func TestServedImportsDecodeIntoTheUpstreamInferencePoolImportShape(t *testing.T
 	var unrouted upstreamImport
 	require.NoError(t, json.Unmarshal(items[1], &unrouted))
 	require.Equal(t, "unrouted", unrouted.Name)
-	require.NoError(t, decodeStrict(unrouted.Status.Controllers[0], &ctrl))
-	assert.Empty(t, ctrl.Parents, "no route uses it")
+	var unroutedCtrl upstreamImportController
+	require.NoError(t, decodeStrict(unrouted.Status.Controllers[0], &unroutedCtrl))
+	assert.Empty(t, unroutedCtrl.Parents, "no route uses it")
+	assert.Equal(t, []upstreamExportingCluster{{Name: "cluster-a"}}, unroutedCtrl.ExportingClusters)
 }
 
 // The checker itself refuses what upstream clients would choke on: each

@@ -7,6 +7,9 @@
 //     cluster-b's kube-apiserver, against the single-hop floor (write and
 //     watch on one kube-apiserver) and against the CRD fan-out baseline
 //     (test/bench/crdfanout, the proposal's reference design);
+//   - import parents: an HTTPRoute change in cluster-b until the parents of
+//     its import follow in a watch through cluster-b's kube-apiserver,
+//     against the single-hop floor (the route's own watch);
 //   - write amplification: writes to member apiservers per export change
 //     and per EPP readiness flap, mci against the baseline;
 //   - LIST and WATCH at scale: all imports through the aggregator against
@@ -73,6 +76,7 @@ func BenchmarkClusterSet(b *testing.B) {
 			idle[n] = measureIdle(b, e)
 			if slices.Contains(cfg.ConvergenceClusters, n) {
 				b.Run("convergence", func(b *testing.B) { benchConvergence(b, e) })
+				b.Run("import-parents", func(b *testing.B) { benchImportParents(b, e) })
 			}
 			if i == 0 {
 				b.Run("write-amplification", func(b *testing.B) { benchWriteAmplification(b, e) })

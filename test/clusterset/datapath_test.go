@@ -14,9 +14,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 )
 
 // mciBinDir is where the mci binaries are: $MCI_BIN_DIR, else _output/bin,
@@ -88,6 +93,29 @@ func TestDataPathOfMakeRunRoutesARequestFromTheGatewayClusterToAnotherCluster(t 
 		require.Equal(t, 200, code, body)
 		assert.Contains(t, dp.ModelServers["cluster-a"], instance, body)
 		assert.Contains(t, body, `"instance":"`+instance+`"`, "the simulator names itself in the body too")
+	})
+
+	t.Run("kubectl get ipimp -n demo llm-pool -o yaml in cluster-b lists the route's Gateway as the import's parent", func(t *testing.T) {
+		gc, err := cs.Cluster(dp.GatewayCluster)
+		require.NoError(t, err)
+		var imp v1alpha1.InferencePoolImport
+		var out []byte
+		require.Eventually(t, func() bool {
+			out, err = exec.CommandContext(ctx, "kubectl", "--kubeconfig", gc.Kubeconfig, "get", "ipimp", "-n", DataPathNamespace, DataPathPool, "-o", "yaml").CombinedOutput()
+			if err != nil || yaml.UnmarshalStrict(out, &imp) != nil || len(imp.Status.Controllers) != 1 {
+				return false
+			}
+			return len(imp.Status.Controllers[0].Parents) == 1
+		}, 20*time.Second, 100*time.Millisecond, "kubectl: %v\n%s", err, out)
+		t.Logf("kubectl get ipimp -n %s %s -o yaml:\n%s", DataPathNamespace, DataPathPool, out)
+		p := imp.Status.Controllers[0].Parents[0]
+		assert.Equal(t, v1alpha1.ParentReference{Group: ptr.To("gateway.networking.k8s.io"), Kind: "Gateway", Name: dataPathGatewayName, Namespace: DataPathNamespace}, p.ParentRef)
+		assert.Equal(t, v1alpha1.ControllerName, p.ControllerName)
+		for _, c := range []string{"Accepted", "ResolvedRefs"} {
+			cond := meta.FindStatusCondition(p.Conditions, c)
+			require.NotNil(t, cond, c)
+			assert.Equal(t, metav1.ConditionTrue, cond.Status, cond.Message)
+		}
 	})
 
 	servers := cs.DataPathServers()

@@ -158,6 +158,55 @@ func (f *fuzzBytes) gateway() *gatewayv1.Gateway {
 	return g
 }
 
+func (f *fuzzBytes) route() *gatewayv1.HTTPRoute {
+	r := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: pick(f, fuzzNamespaces...), Name: pick(f, fuzzNames...)}}
+	for range f.intn(3) {
+		ref := gatewayv1.ParentReference{Name: gatewayv1.ObjectName(f.string("gw", ""))}
+		if f.bool() {
+			ref.Namespace = ptr(gatewayv1.Namespace(f.string("ns0", "ns1", "")))
+		}
+		if f.bool() {
+			ref.Kind = ptr(gatewayv1.Kind(f.string("Gateway", "Service")))
+		}
+		if f.bool() {
+			ref.SectionName = ptr(gatewayv1.SectionName(f.string("l0", "l1")))
+		}
+		if f.bool() {
+			ref.Port = ptr(f.port())
+		}
+		r.Spec.ParentRefs = append(r.Spec.ParentRefs, ref)
+		if f.bool() {
+			r.Status.Parents = append(r.Status.Parents, gatewayv1.RouteParentStatus{ParentRef: ref, Conditions: []metav1.Condition{{
+				Type: "Accepted", Status: metav1.ConditionStatus(f.string("True", "False")), Reason: f.string("Accepted", "NotAllowedByListeners"),
+			}}})
+		}
+	}
+	for range f.intn(3) {
+		ref := gatewayv1.HTTPBackendRef{}
+		ref.Name = gatewayv1.ObjectName(pick(f, fuzzNames...))
+		if f.intn(4) != 0 {
+			ref.Group = ptr(gatewayv1.Group(f.string(v1alpha1.GroupName, "")))
+			ref.Kind = ptr(gatewayv1.Kind(f.string("InferencePoolImport", "InferencePool")))
+		}
+		if f.bool() {
+			ref.Namespace = ptr(gatewayv1.Namespace(f.string("ns0", "ns1", "")))
+		}
+		r.Spec.Rules = append(r.Spec.Rules, gatewayv1.HTTPRouteRule{BackendRefs: []gatewayv1.HTTPBackendRef{ref}})
+	}
+	return r
+}
+
+func (f *fuzzBytes) referenceGrant() *gatewayv1.ReferenceGrant {
+	g := &gatewayv1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: pick(f, fuzzNamespaces...), Name: pick(f, fuzzNames...)}}
+	g.Spec.From = []gatewayv1.ReferenceGrantFrom{{Group: gatewayv1.GroupName, Kind: gatewayv1.Kind(f.string("HTTPRoute", "GRPCRoute")), Namespace: gatewayv1.Namespace(f.string("ns0", "ns1"))}}
+	to := gatewayv1.ReferenceGrantTo{Group: v1alpha1.GroupName, Kind: gatewayv1.Kind(f.string("InferencePoolImport", "Service"))}
+	if f.bool() {
+		to.Name = ptr(gatewayv1.ObjectName(pick(f, fuzzNames...)))
+	}
+	g.Spec.To = []gatewayv1.ReferenceGrantTo{to}
+	return g
+}
+
 // fuzzClusterSet builds a ClusterSet of up to three members from data.
 func fuzzClusterSet(tb testing.TB, data []byte) ClusterSet {
 	f := &fuzzBytes{data: data}
@@ -183,7 +232,7 @@ func fuzzClusterSet(tb testing.TB, data []byte) ClusterSet {
 			}
 		}
 		for range 1 + f.intn(6) {
-			switch f.intn(4) {
+			switch f.intn(6) {
 			case 0:
 				p := f.pool()
 				add(p, "pool", p.Namespace, p.Name)
@@ -197,6 +246,12 @@ func fuzzClusterSet(tb testing.TB, data []byte) ClusterSet {
 			case 3:
 				g := f.gateway()
 				add(g, "gw", g.Namespace, g.Name)
+			case 4:
+				r := f.route()
+				add(r, "route", r.Namespace, r.Name)
+			case 5:
+				g := f.referenceGrant()
+				add(g, "grant", g.Namespace, g.Name)
 			}
 		}
 		m := member(tb, name, objs...)
@@ -242,6 +297,19 @@ func FuzzImports(f *testing.F) {
 			requireValidConditions(t, imp.Status.Conditions)
 			for _, c := range imp.Status.Clusters {
 				requireValidConditions(t, c.Conditions)
+			}
+			parents := imp.Status.Controllers[0].Parents
+			require.True(t, slices.IsSortedFunc(parents, func(a, b inference.ParentStatus) int {
+				return cmp.Or(cmp.Compare(a.ParentRef.Namespace, b.ParentRef.Namespace), cmp.Compare(a.ParentRef.Name, b.ParentRef.Name),
+					cmp.Compare(*a.ParentRef.Group, *b.ParentRef.Group), cmp.Compare(a.ParentRef.Kind, b.ParentRef.Kind))
+			}), "parents of %s/%s not sorted", imp.Namespace, imp.Name)
+			for i, p := range parents {
+				require.NotEmpty(t, p.ParentRef.Name, "a parent without a name")
+				require.Len(t, p.Conditions, 2, "a parent has Accepted and ResolvedRefs")
+				requireValidConditions(t, p.Conditions)
+				if i > 0 {
+					require.False(t, sameParentRef(parents[i-1].ParentRef, p.ParentRef), "parent %s listed twice", p.ParentRef.Name)
+				}
 			}
 
 			one, ok := Import(cs, imp.Namespace, imp.Name)

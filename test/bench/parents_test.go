@@ -64,6 +64,8 @@ func benchImportParents(b *testing.B, e *env) {
 		}}, metav1.CreateOptions{})
 		require.NoError(b, err)
 	}
+	// The floor's route uses no import that exists, so that only the
+	// measured route makes the import's parents.
 	route := func(name, gw string) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
@@ -71,7 +73,7 @@ func benchImportParents(b *testing.B, e *env) {
 			"spec": map[string]any{
 				"parentRefs": []any{map[string]any{"name": gw}},
 				"rules": []any{map[string]any{"backendRefs": []any{map[string]any{
-					"group": "inference.networking.x-k8s.io", "kind": "InferencePoolImport", "name": "routed",
+					"group": "inference.networking.x-k8s.io", "kind": "InferencePoolImport", "name": name,
 				}}}},
 			},
 		}}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -141,6 +144,29 @@ func TestImportParentsFollowTheImportingClustersRoutesAndGateways(t *testing.T) 
 		err = b.gateway.GatewayV1().HTTPRoutes(team).Delete(ctx, "cross", metav1.DeleteOptions{})
 		require.NoError(t, err)
 		want(t, b, ns+"/later-gw:True/True")
+	})
+	t.Run("a watcher of the import gets an event when a route moves", func(t *testing.T) {
+		imports := b.mci.InferenceV1alpha1().InferencePoolImports(ns)
+		list, err := imports.List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		w, err := imports.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+		require.NoError(t, err)
+		defer w.Stop()
+		_, err = routes.Patch(ctx, "llm", types.MergePatchType, []byte(`{"spec":{"parentRefs":[{"name":"inf-gw"}]}}`), metav1.PatchOptions{})
+		require.NoError(t, err)
+		timeout := time.After(convergence)
+		for {
+			select {
+			case ev, ok := <-w.ResultChan():
+				require.True(t, ok, "the watch closed")
+				imp, isImport := ev.Object.(*v1alpha1.InferencePoolImport)
+				if ev.Type == watch.Modified && isImport && imp.Name == "llm" && parentsState(imp) == ns+"/inf-gw:True/True" {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("no watch event with parent %s/inf-gw within %s", ns, convergence)
+			}
+		}
 	})
 	t.Run("a route that no longer uses the import takes its parents with it", func(t *testing.T) {
 		err := routes.Delete(ctx, "llm", metav1.DeleteOptions{})

@@ -136,7 +136,11 @@ func (k parentKey) String() string {
 	if k.group == gatewayv1.GroupName && k.kind == gatewayKind {
 		return k.namespace + "/" + k.name
 	}
-	return k.kind + "." + k.group + " " + k.namespace + "/" + k.name
+	kind := k.kind
+	if k.group != "" {
+		kind += "." + k.group
+	}
+	return kind + " " + k.namespace + "/" + k.name
 }
 
 func parentKeyOf(ref gatewayv1.ParentReference, routeNamespace string) parentKey {
@@ -170,6 +174,8 @@ func importParents(local *Member, key poolKey) []inference.ParentStatus {
 	if local == nil || local.Routes == nil {
 		return nil
 	}
+	// An error here means the index is missing, which member start-up
+	// logs; parents are then empty rather than wrong.
 	routes, err := local.Routes.RoutesToImport(key.namespace, key.name)
 	if err != nil || len(routes) == 0 {
 		return nil

@@ -23,9 +23,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 	gatewaylisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
+	gatewaylistersv1beta1 "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1beta1"
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
@@ -75,7 +77,7 @@ type member struct {
 	poolIndexer    cache.Indexer
 	// routeIndexer and grants are set for the local member only.
 	routeIndexer   cache.Indexer
-	grants         gatewaylisters.ReferenceGrantLister
+	grants         gatewaylistersv1beta1.ReferenceGrantLister
 	poolNamespaces *poolNamespaces
 
 	mu sync.Mutex
@@ -250,14 +252,15 @@ func (m *member) startRouteInformers(gw gatewayinformers.SharedInformerFactory, 
 		logger.Info("The local cluster does not serve HTTPRoutes; imports will list no parents", "groupVersion", gatewayGV)
 		m.routeIndexer = newNamespacedIndexer(routeIndexers())
 	}
-	if served[gatewayGV+"/referencegrants"] {
-		inf := gw.Gateway().V1().ReferenceGrants()
+	grantGV := gatewayv1beta1.SchemeGroupVersion.String()
+	if served[grantGV+"/referencegrants"] {
+		inf := gw.Gateway().V1beta1().ReferenceGrants()
 		m.grants = inf.Lister()
 		m.watch(inf.Informer(), KindReferenceGrant)
 		m.synced = append(m.synced, inf.Informer().HasSynced)
 	} else {
-		logger.Info("The local cluster does not serve ReferenceGrants; no HTTPRoute may use an import of another namespace", "groupVersion", gatewayGV)
-		m.grants = gatewaylisters.NewReferenceGrantLister(newNamespacedIndexer(nil))
+		logger.Info("The local cluster does not serve ReferenceGrants; no HTTPRoute may use an import of another namespace", "groupVersion", grantGV)
+		m.grants = gatewaylistersv1beta1.NewReferenceGrantLister(newNamespacedIndexer(nil))
 	}
 }
 
@@ -335,7 +338,7 @@ func (m *member) watchRoutes(informer cache.SharedIndexInformer) {
 // empty.
 func servedResources(d discovery.DiscoveryInterface, logger klog.Logger) map[string]bool {
 	served := map[string]bool{}
-	for _, gv := range []string{poolv1.SchemeGroupVersion.String(), gatewayv1.SchemeGroupVersion.String()} {
+	for _, gv := range []string{poolv1.SchemeGroupVersion.String(), gatewayv1.SchemeGroupVersion.String(), gatewayv1beta1.SchemeGroupVersion.String()} {
 		list, err := d.ServerResourcesForGroupVersion(gv)
 		switch {
 		case apierrors.IsNotFound(err):

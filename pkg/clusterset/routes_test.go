@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/mci-dev/mci/test/clusterset"
@@ -99,10 +100,10 @@ func TestLocalHTTPRouteChangesNameTheImportsTheyTouch(t *testing.T) {
 	plain.Spec.Rules = []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{Name: "web", Port: ptr.To(gatewayv1.PortNumber(80))}}}}}}
 	_, err = gw.HTTPRoutes(ns).Create(ctx, plain, metav1.CreateOptions{})
 	require.NoError(t, err)
-	grant := &gatewayv1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "g"}}
+	grant := &gatewayv1beta1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "g"}}
 	grant.Spec.From = []gatewayv1.ReferenceGrantFrom{{Group: gatewayv1.GroupName, Kind: "HTTPRoute", Namespace: "other"}}
 	grant.Spec.To = []gatewayv1.ReferenceGrantTo{{Group: "inference.networking.x-k8s.io", Kind: "InferencePoolImport"}}
-	_, err = gw.ReferenceGrants(ns).Create(ctx, grant, metav1.CreateOptions{})
+	_, err = gatewayclient.NewForConfigOrDie(local).GatewayV1beta1().ReferenceGrants(ns).Create(ctx, grant, metav1.CreateOptions{})
 	require.NoError(t, err)
 	// The grant's event comes after the plain route's would have.
 	require.Eventually(t, func() bool {

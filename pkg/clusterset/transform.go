@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/imports"
@@ -30,8 +31,8 @@ func trim(obj interface{}) (interface{}, error) {
 		return trimGateway(o), nil
 	case *gatewayv1.HTTPRoute:
 		return trimHTTPRoute(o), nil
-	case *gatewayv1.ReferenceGrant:
-		return &gatewayv1.ReferenceGrant{ObjectMeta: trimMeta(o.ObjectMeta), Spec: o.Spec}, nil
+	case *gatewayv1beta1.ReferenceGrant:
+		return &gatewayv1beta1.ReferenceGrant{ObjectMeta: trimMeta(o.ObjectMeta), Spec: o.Spec}, nil
 	case *poolv1.InferencePool:
 		// The pod selector is the EPP's business: imports carry the EPP
 		// and the target port, never the pods, so every member's copy of

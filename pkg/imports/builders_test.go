@@ -16,7 +16,9 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 	gatewaylisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
+	gatewaylistersv1beta1 "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1beta1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
@@ -61,7 +63,7 @@ func member(tb testing.TB, name string, objs ...runtime.Object) Member {
 			err = gws.Add(o)
 		case *gatewayv1.HTTPRoute:
 			err = routes.Add(o)
-		case *gatewayv1.ReferenceGrant:
+		case *gatewayv1beta1.ReferenceGrant:
 			err = grants.Add(o)
 		default:
 			tb.Fatalf("member %s: unexpected object %T", name, o)
@@ -76,7 +78,7 @@ func member(tb testing.TB, name string, objs ...runtime.Object) Member {
 		EndpointSlices:  discoverylisters.NewEndpointSliceLister(eps),
 		Gateways:        gatewaylisters.NewGatewayLister(gws),
 		Routes:          NewRouteIndex(routes),
-		ReferenceGrants: gatewaylisters.NewReferenceGrantLister(grants),
+		ReferenceGrants: gatewaylistersv1beta1.NewReferenceGrantLister(grants),
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
@@ -196,8 +197,8 @@ func (f *fuzzBytes) route() *gatewayv1.HTTPRoute {
 	return r
 }
 
-func (f *fuzzBytes) referenceGrant() *gatewayv1.ReferenceGrant {
-	g := &gatewayv1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: pick(f, fuzzNamespaces...), Name: pick(f, fuzzNames...)}}
+func (f *fuzzBytes) referenceGrant() *gatewayv1beta1.ReferenceGrant {
+	g := &gatewayv1beta1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: pick(f, fuzzNamespaces...), Name: pick(f, fuzzNames...)}}
 	g.Spec.From = []gatewayv1.ReferenceGrantFrom{{Group: gatewayv1.GroupName, Kind: gatewayv1.Kind(f.string("HTTPRoute", "GRPCRoute")), Namespace: gatewayv1.Namespace(f.string("ns0", "ns1"))}}
 	to := gatewayv1.ReferenceGrantTo{Group: v1alpha1.GroupName, Kind: gatewayv1.Kind(f.string("InferencePoolImport", "Service"))}
 	if f.bool() {

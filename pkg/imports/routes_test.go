@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
@@ -79,8 +80,8 @@ func allowedRoutes(from gatewayv1.FromNamespaces, kinds ...gatewayv1.RouteGroupK
 	}
 }
 
-func grant(ns string, fromNamespace string, toName *string) *gatewayv1.ReferenceGrant {
-	g := &gatewayv1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "allow-" + fromNamespace}}
+func grant(ns string, fromNamespace string, toName *string) *gatewayv1beta1.ReferenceGrant {
+	g := &gatewayv1beta1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "allow-" + fromNamespace}}
 	g.Spec.From = []gatewayv1.ReferenceGrantFrom{{Group: gatewayv1.GroupName, Kind: "HTTPRoute", Namespace: gatewayv1.Namespace(fromNamespace)}}
 	to := gatewayv1.ReferenceGrantTo{Group: v1alpha1.GroupName, Kind: "InferencePoolImport"}
 	if toName != nil {

@@ -19,6 +19,7 @@ import (
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	gatewaylisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
+	gatewaylistersv1beta1 "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1beta1"
 
 	poollisters "github.com/mci-dev/mci/pkg/generated/listers/inferencepool/v1"
 )
@@ -54,8 +55,10 @@ type Member struct {
 	// Routes and ReferenceGrants are read of the local cluster only (nil
 	// for the others): they give an import its parents, the local Gateways
 	// of the HTTPRoutes that use it as a backendRef.
-	Routes          RouteIndex
-	ReferenceGrants gatewaylisters.ReferenceGrantLister
+	Routes RouteIndex
+	// ReferenceGrants are read at v1beta1, the version every Gateway API
+	// release with ReferenceGrant serves (and the sidecar reads).
+	ReferenceGrants gatewaylistersv1beta1.ReferenceGrantLister
 }
 
 // Unreachable says since when, and why, a member cannot be watched.

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 )
@@ -134,10 +135,10 @@ func TestImportParentsFollowTheImportingClustersRoutesAndGateways(t *testing.T) 
 		// (allowedRoutes' default), and the reference is not granted.
 		want(t, b, ns+"/inf-gw:False(HTTPRouteNotAccepted)/False(RefNotPermitted) "+ns+"/later-gw:True/True")
 
-		grant := &gatewayv1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "routes-of-team"}}
+		grant := &gatewayv1beta1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "routes-of-team"}}
 		grant.Spec.From = []gatewayv1.ReferenceGrantFrom{{Group: gatewayv1.GroupName, Kind: "HTTPRoute", Namespace: gatewayv1.Namespace(team)}}
 		grant.Spec.To = []gatewayv1.ReferenceGrantTo{{Group: v1alpha1.GroupName, Kind: "InferencePoolImport"}}
-		_, err = b.gateway.GatewayV1().ReferenceGrants(ns).Create(ctx, grant, metav1.CreateOptions{})
+		_, err = b.gateway.GatewayV1beta1().ReferenceGrants(ns).Create(ctx, grant, metav1.CreateOptions{})
 		require.NoError(t, err)
 		want(t, b, ns+"/inf-gw:False(HTTPRouteNotAccepted)/True "+ns+"/later-gw:True/True")
 

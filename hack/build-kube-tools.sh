@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds the kube-apiserver and etcd that the local ClusterSet runs, from the
-# tools modules under hack/tools, into _output/bin. A build happens once per
+# Builds the kube-apiserver, kube-controller-manager and etcd that the local
+# ClusterSet runs, from the tools modules under hack/tools, into _output/bin. A build happens once per
 # pinned version: a stamp file next to each binary records the version it was
 # built from, and later runs only check it.
 #
 # The first kube-apiserver build compiles most of k8s.io/kubernetes: several
-# minutes on a 2-core machine. Later builds (e.g. after a version bump of a
-# dependency) reuse Go's build cache.
+# minutes on a 2-core machine. kube-controller-manager comes from the same
+# module and shares most of those packages, so it follows in a few minutes
+# more. Later builds (e.g. after a version bump of a dependency) reuse Go's
+# build cache.
 set -o errexit -o nounset -o pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -60,6 +62,13 @@ KUBE_LDFLAGS+=" -X k8s.io/component-base/version.gitTreeState=clean"
 build_tool kube-apiserver "${KUBE_DIR}" k8s.io/kubernetes \
   k8s.io/kubernetes/cmd/kube-apiserver \
   "first run only: several minutes on 2 cores" \
+  -ldflags "${KUBE_LDFLAGS}"
+
+# The namespace, garbage-collector and service-account controllers of every
+# member cluster; same module, version and stamp scheme as kube-apiserver.
+build_tool kube-controller-manager "${KUBE_DIR}" k8s.io/kubernetes \
+  k8s.io/kubernetes/cmd/kube-controller-manager \
+  "first run only: a few minutes on 2 cores, sharing most of kube-apiserver's packages" \
   -ldflags "${KUBE_LDFLAGS}"
 
 build_tool etcd "${REPO_ROOT}/hack/tools/etcd" go.etcd.io/etcd/server/v3 \

@@ -97,6 +97,15 @@ func namespace(name string) *corev1.Namespace {
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 }
 
+// terminating marks ns as being deleted, as `kubectl delete namespace` does
+// until the namespace controller has emptied it.
+func terminating(ns *corev1.Namespace) *corev1.Namespace {
+	now := metav1.NewTime(t0)
+	ns.DeletionTimestamp = &now
+	ns.Status.Phase = corev1.NamespaceTerminating
+	return ns
+}
+
 type poolOption func(*poolv1.InferencePool)
 
 // pool is an InferencePool exported to the ClusterSet in the default mode,

@@ -39,6 +39,13 @@ func TestImportPlacement(t *testing.T) {
 			),
 		},
 		{
+			name: "no import is served where the namespace is being deleted",
+			cs: clusterSet("cluster-b",
+				member(t, "cluster-a", objects(nsObjects(testNamespace), readyEPP(testNamespace, testPool))...),
+				member(t, "cluster-b", terminating(namespace(testNamespace))),
+			),
+		},
+		{
 			name: "the exporting cluster does not import its own pool",
 			cs: clusterSet("cluster-a",
 				member(t, "cluster-a", objects(nsObjects(testNamespace), readyEPP(testNamespace, testPool))...),

@@ -36,12 +36,16 @@ func (cs ClusterSet) others() []*Member {
 // hasNamespace says whether the member has the namespace. A missing lister
 // or any lister error counts as "no": placement then errs on the side of
 // serving nothing rather than something wrong.
+//
+// A namespace being deleted counts as gone: the namespace controller waits
+// until no object is left in it, and an import kept there while the
+// namespace exists would keep it Terminating forever.
 func (m *Member) hasNamespace(namespace string) bool {
 	if m == nil || m.Namespaces == nil || namespace == "" {
 		return false
 	}
 	ns, err := m.Namespaces.Get(namespace)
-	return err == nil && ns != nil
+	return err == nil && ns != nil && ns.DeletionTimestamp == nil
 }
 
 // pool gets one pool of the member, or nil.

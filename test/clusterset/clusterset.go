@@ -1,12 +1,14 @@
 // Package clusterset runs a real local ClusterSet for end-to-end tests and
 // `make run`: one etcd, one kube-apiserver per member cluster (each under
-// its own etcd prefix) on loopback ports, the member-cluster CRDs, and
-// optionally one mci-apiserver per cluster registered with that cluster's
-// aggregator through an APIService.
+// its own etcd prefix) and one kube-controller-manager per member cluster
+// (namespace deletion, garbage collection, service accounts) on loopback
+// ports, the member-cluster CRDs, and optionally one mci-apiserver per
+// cluster registered with that cluster's aggregator through an APIService.
 //
-// No kubelet or controller-manager runs: tests play their part by writing
-// status themselves (Apply writes the status a manifest carries). Everything
-// listens on 127.0.0.1 only. hack/build-kube-tools.sh builds the binaries.
+// No kubelet runs, and no controller that needs one: tests play their part
+// by writing status themselves (Apply writes the status a manifest
+// carries) and write EndpointSlices themselves. Everything listens on
+// 127.0.0.1 only. hack/build-kube-tools.sh builds the binaries.
 package clusterset
 
 import (
@@ -49,8 +51,9 @@ type Cluster struct {
 	// in replica order; one entry, MCIAPIServerPort, without a front.
 	MCIAPIServerReplicaPorts []int
 
-	apiServer    *process
-	mciAPIServer *process // replica 0
+	apiServer         *process
+	controllerManager *process
+	mciAPIServer      *process // replica 0
 	// mciReplicas are replicas 1 and up, with Options.Replicas > 1.
 	mciReplicas []*process
 	front       *replicaFront
@@ -136,17 +139,19 @@ func (cs *ClusterSet) up(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	// etcd client and peer ports, a kube-apiserver port per cluster, and
-	// per cluster a port for each mci-apiserver replica and, with more than
-	// one, a port for the front before them.
+	// etcd client and peer ports, a kube-apiserver port per cluster, per
+	// cluster a port for each mci-apiserver replica and, with more than
+	// one, a port for the front before them, and a kube-controller-manager
+	// port per cluster, last.
 	perCluster := cs.replicas
 	if cs.replicas > 1 {
 		perCluster++
 	}
-	ports, err := freePorts(2 + len(opts.Clusters) + perCluster*len(opts.Clusters))
+	ports, err := freePorts(2 + len(opts.Clusters) + perCluster*len(opts.Clusters) + len(opts.Clusters))
 	if err != nil {
 		return err
 	}
+	controllerManagerPorts := ports[len(ports)-len(opts.Clusters):]
 
 	cs.etcd = etcdProcess(cs.Dir, cs.binDir, ports[0], ports[1])
 	cs.progress("starting etcd on %s (data in %s)", hostPort(ports[0]), filepath.Join(cs.Dir, "etcd"))
@@ -184,10 +189,21 @@ func (cs *ClusterSet) up(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
+	// Started before the CRDs go in, awaited after: it comes up meanwhile.
+	for i, c := range cs.Clusters {
+		if err := cs.startControllerManager(c, controllerManagerPorts[i]); err != nil {
+			return err
+		}
+	}
 
 	cs.progress("installing CRDs (%d) and member-reader RBAC in every cluster", len(crds))
 	if err := cs.eachCluster(func(c *Cluster) error { return cs.installBasics(ctx, c, crds) }); err != nil {
 		return err
+	}
+	for _, c := range cs.Clusters {
+		if err := cs.waitControllerManager(ctx, c); err != nil {
+			return err
+		}
 	}
 	if err := cs.writeMembers(); err != nil {
 		return err
@@ -318,7 +334,8 @@ func (cs *ClusterSet) Names() []string {
 // contract lists.
 func (cs *ClusterSet) MembersDir() string { return filepath.Join(cs.Dir, "members") }
 
-// Stop stops every server (mci-apiservers, kube-apiservers, then etcd) and
+// Stop stops every server (mci-apiservers and kube-controller-managers,
+// kube-apiservers, then etcd) and
 // keeps the directory for inspection: logs, kubeconfigs, certificates.
 func (cs *ClusterSet) Stop() error {
 	cs.mu.Lock()
@@ -333,7 +350,8 @@ func (cs *ClusterSet) Stop() error {
 }
 
 // Healthy checks that every server runs and answers: etcd and each
-// kube-apiserver ready, each APIService Available.
+// kube-apiserver ready, each kube-controller-manager healthy, each
+// APIService Available.
 func (cs *ClusterSet) Healthy(ctx context.Context) error {
 	var errs []error
 	for _, p := range cs.processes() {
@@ -353,6 +371,11 @@ func (cs *ClusterSet) Healthy(ctx context.Context) error {
 		if ok, msg := apiServerReady(c.Config)(ctx); !ok {
 			errs = append(errs, fmt.Errorf("%s kube-apiserver is not ready: %s", c.Name, msg))
 			continue
+		}
+		if c.controllerManager == nil {
+			errs = append(errs, fmt.Errorf("%s runs no kube-controller-manager", c.Name))
+		} else if ok, msg := controllerManagerHealthy(c.controllerManager.Port, cs.pki.servingCA.certPEM)(ctx); !ok {
+			errs = append(errs, fmt.Errorf("%s kube-controller-manager is not healthy: %s", c.Name, msg))
 		}
 		if c.mciAPIServer == nil {
 			continue
@@ -377,7 +400,8 @@ type ProcessInfo struct {
 	Alive bool
 }
 
-// Processes lists every server: mci-apiservers, kube-apiservers, etcd.
+// Processes lists every server: mci-apiservers, kube-controller-managers,
+// kube-apiservers, etcd.
 func (cs *ClusterSet) Processes() []ProcessInfo {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -395,7 +419,7 @@ func (cs *ClusterSet) processes() []*process {
 func (cs *ClusterSet) state() *state {
 	s := &state{Etcd: cs.etcd, BinDir: cs.binDir, MCIAPIServerBinary: cs.mciBinary, MCIAPIServerModTime: cs.mciModTime}
 	for _, c := range cs.Clusters {
-		s.Clusters = append(s.Clusters, clusterState{Name: c.Name, APIServer: c.apiServer, MCIAPIServer: c.mciAPIServer, MCIAPIServerReplicas: c.mciReplicas})
+		s.Clusters = append(s.Clusters, clusterState{Name: c.Name, APIServer: c.apiServer, ControllerManager: c.controllerManager, MCIAPIServer: c.mciAPIServer, MCIAPIServerReplicas: c.mciReplicas})
 	}
 	s.DataPath = cs.dataPath
 	return s

@@ -36,13 +36,13 @@ func (l testLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// requireBinaries fails, rather than skips, without kube-apiserver and etcd:
+// requireBinaries fails, rather than skips, without the kube tools:
 // a skipped harness test would hide that no e2e test can run.
 func requireBinaries(t *testing.T) {
 	t.Helper()
 	root, err := repoRoot()
 	require.NoError(t, err)
-	for _, b := range []string{"kube-apiserver", "etcd"} {
+	for _, b := range kubeTools {
 		_, err := os.Stat(filepath.Join(root, "_output", "bin", b))
 		require.NoError(t, err, "%s is missing: run hack/build-kube-tools.sh (the first build takes several minutes)", b)
 	}

@@ -118,12 +118,13 @@ func Load(dir string) (*ClusterSet, error) {
 	}
 	for _, cst := range s.Clusters {
 		c := &Cluster{
-			Name:         cst.Name,
-			Kubeconfig:   filepath.Join(dir, cst.Name+".kubeconfig"),
-			Server:       "https://" + hostPort(cst.APIServer.Port),
-			apiServer:    cst.APIServer,
-			mciAPIServer: cst.MCIAPIServer,
-			mciReplicas:  cst.MCIAPIServerReplicas,
+			Name:              cst.Name,
+			Kubeconfig:        filepath.Join(dir, cst.Name+".kubeconfig"),
+			Server:            "https://" + hostPort(cst.APIServer.Port),
+			apiServer:         cst.APIServer,
+			controllerManager: cst.ControllerManager,
+			mciAPIServer:      cst.MCIAPIServer,
+			mciReplicas:       cst.MCIAPIServerReplicas,
 		}
 		if c.mciAPIServer != nil {
 			c.MCIAPIServerPort = c.mciAPIServer.Port
@@ -151,6 +152,11 @@ func (cs *ClusterSet) differsFrom(opts Options) string {
 		return fmt.Sprintf("it runs binaries from %s, not %s", cs.binDir, opts.BinDir)
 	case cs.mciBinary != opts.MCIAPIServerBinary:
 		return fmt.Sprintf("it runs mci-apiserver %q, not %q", cs.mciBinary, opts.MCIAPIServerBinary)
+	}
+	for _, c := range cs.Clusters {
+		if c.controllerManager == nil {
+			return fmt.Sprintf("%s runs no kube-controller-manager (started by an older version)", c.Name)
+		}
 	}
 	return ""
 }

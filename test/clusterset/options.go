@@ -20,7 +20,8 @@ type Options struct {
 	Dir string
 	// Clusters are the member cluster names; DefaultClusters when empty.
 	Clusters []string
-	// BinDir holds kube-apiserver and etcd (hack/build-kube-tools.sh);
+	// BinDir holds kube-apiserver, kube-controller-manager and etcd
+	// (hack/build-kube-tools.sh);
 	// $MCI_BIN_DIR, else _output/bin of this repository, when empty.
 	BinDir string
 	// MCIAPIServerBinary is the mci-apiserver to run in every cluster;
@@ -109,7 +110,7 @@ func (o *Options) complete() error {
 	if o.BinDir, err = filepath.Abs(o.BinDir); err != nil {
 		return fmt.Errorf("clusterset: %w", err)
 	}
-	for _, b := range []string{"etcd", "kube-apiserver"} {
+	for _, b := range kubeTools {
 		if err := executable(filepath.Join(o.BinDir, b)); err != nil {
 			return fmt.Errorf("clusterset: %w; build it with hack/build-kube-tools.sh (the first build takes several minutes)", err)
 		}
@@ -129,6 +130,10 @@ func (o *Options) complete() error {
 	}
 	return nil
 }
+
+// kubeTools are the binaries hack/build-kube-tools.sh builds and every
+// ClusterSet runs.
+var kubeTools = []string{"etcd", "kube-apiserver", "kube-controller-manager"}
 
 func executable(path string) error {
 	info, err := os.Stat(path)

@@ -87,8 +87,10 @@ func apiServerProcess(dir, binDir, cluster string, etcdPort, port int) *process 
 			// of the "kubernetes" Service, and Endpoints validation rejects
 			// loopback addresses (an error every 10s): keep it off.
 			"--endpoint-reconciler-type=none",
-			// No controller-manager creates the "default" ServiceAccount of a
-			// namespace, which this plugin requires of every new Pod.
+			// This plugin refuses a Pod until the "default" ServiceAccount of
+			// its namespace exists, which the controller-manager creates a
+			// moment after the namespace; tests create Pods (which no
+			// kubelet runs) right after their namespace.
 			"--disable-admission-plugins=ServiceAccount",
 			// Many apiservers on two shared cores: skip the profiling
 			// endpoints and keep the log readable.

@@ -27,15 +27,17 @@ type state struct {
 }
 
 type clusterState struct {
-	Name         string   `json:"name"`
-	APIServer    *process `json:"apiServer"`
-	MCIAPIServer *process `json:"mciAPIServer,omitempty"`
+	Name              string   `json:"name"`
+	APIServer         *process `json:"apiServer"`
+	ControllerManager *process `json:"controllerManager,omitempty"`
+	MCIAPIServer      *process `json:"mciAPIServer,omitempty"`
 	// MCIAPIServerReplicas are replicas 1 and up (Options.Replicas > 1).
 	MCIAPIServerReplicas []*process `json:"mciAPIServerReplicas,omitempty"`
 }
 
-// tiers are the servers in the order they stop: the mci-apiservers, which
-// watch the kube-apiservers, then those, then the etcd under them all.
+// tiers are the servers in the order they stop: the mci-apiservers and
+// kube-controller-managers, which watch the kube-apiservers, then those,
+// then the etcd under them all.
 func (s *state) tiers() [][]*process {
 	var mci, kube, etcd []*process
 	for _, c := range s.Clusters {
@@ -43,6 +45,9 @@ func (s *state) tiers() [][]*process {
 			mci = append(mci, c.MCIAPIServer)
 		}
 		mci = append(mci, c.MCIAPIServerReplicas...)
+		if c.ControllerManager != nil {
+			mci = append(mci, c.ControllerManager)
+		}
 		if c.APIServer != nil {
 			kube = append(kube, c.APIServer)
 		}

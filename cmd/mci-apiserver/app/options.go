@@ -16,6 +16,7 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	utilcompatibility "k8s.io/apiserver/pkg/util/compatibility"
 	"k8s.io/client-go/dynamic"
@@ -30,6 +31,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apiserver"
 	"github.com/mci-dev/mci/pkg/clusterset"
 	generatedopenapi "github.com/mci-dev/mci/pkg/generated/openapi"
+	"github.com/mci-dev/mci/pkg/servingcert"
 )
 
 // Options are mci-apiserver's flags.
@@ -47,7 +49,19 @@ type Options struct {
 	Namespace           string
 	UnreachableAfter    time.Duration
 	RemoveAfter         time.Duration
+	// ServingCertSecret, when set, names the Secret in Namespace that holds
+	// a self-signed serving certificate (created when missing) whose CA the
+	// server writes into its APIService's caBundle.
+	ServingCertSecret string
 }
+
+// apiServiceName is the APIService that registers this server's group
+// version with the aggregator.
+var apiServiceName = v1alpha1.SchemeGroupVersion.Version + "." + v1alpha1.SchemeGroupVersion.Group
+
+// apiServiceWait is how long the server waits at start for its APIService
+// to exist, with --serving-cert-secret.
+const apiServiceWait = 2 * time.Minute
 
 const (
 	// defaultHTTP2MaxStreams lets the aggregator multiplex hundreds of
@@ -119,6 +133,7 @@ nothing to any cluster.`,
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the local cluster whose Secrets labelled "+clusterset.MemberClusterLabel+" hold member kubeconfigs, each self-contained (credentials inline: no exec or auth-provider plugin, no file). Default: $POD_NAMESPACE, else mci-system.")
 	fs.DurationVar(&o.UnreachableAfter, "member-unreachable-after", o.UnreachableAfter, "How long a member may fail to answer before its clusters are flagged Ready=False with reason ClusterUnreachable (its last known data is kept).")
 	fs.DurationVar(&o.RemoveAfter, "member-remove-after", o.RemoveAfter, "How long a member may fail to answer before its data is dropped: the pools it exported leave the imports (watchers see them change or go) until it answers again. Must exceed --member-unreachable-after.")
+	fs.StringVar(&o.ServingCertSecret, "serving-cert-secret", o.ServingCertSecret, "Name of a kubernetes.io/tls Secret in --namespace to serve with, for clusters without cert-manager: when missing, or no longer valid for the Service that APIService "+apiServiceName+" names, or within 30 days of its end, the server creates a certificate signed by a new self-signed CA there, and writes that CA into the APIService's caBundle. Replicas share the Secret. Exclusive with --tls-cert-file.")
 	return cmd
 }
 
@@ -183,6 +198,9 @@ func (o *Options) Validate() error {
 	if o.RemoveAfter <= o.UnreachableAfter {
 		errs = append(errs, fmt.Errorf("--member-remove-after (%s) must exceed --member-unreachable-after (%s)", o.RemoveAfter, o.UnreachableAfter))
 	}
+	if o.ServingCertSecret != "" && o.Recommended.SecureServing.ServerCert.CertKey.CertFile != "" {
+		errs = append(errs, fmt.Errorf("--serving-cert-secret and --tls-cert-file are exclusive: serve either the certificate the server keeps in a Secret or the one in the file"))
+	}
 	errs = append(errs, o.Recommended.Validate()...)
 	errs = append(errs, o.ServerRun.Validate()...)
 	return utilerrors.NewAggregate(errs)
@@ -197,8 +215,10 @@ func (o *Options) localConfig() (*rest.Config, error) {
 
 // Config turns the options into a server configuration.
 func (o *Options) Config() (*apiserver.Config, error) {
-	if err := o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{net.ParseIP("127.0.0.1")}); err != nil {
-		return nil, fmt.Errorf("creating self-signed certificates: %w", err)
+	if o.Recommended.SecureServing.ServerCert.GeneratedCert == nil {
+		if err := o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{net.ParseIP("127.0.0.1")}); err != nil {
+			return nil, fmt.Errorf("creating self-signed certificates: %w", err)
+		}
 	}
 	local, err := o.localConfig()
 	if err != nil {
@@ -258,6 +278,11 @@ func (o *Options) Config() (*apiserver.Config, error) {
 
 // Run starts the server and blocks until ctx ends.
 func (o *Options) Run(ctx context.Context) error {
+	if o.ServingCertSecret != "" {
+		if err := o.useServingCertSecret(ctx); err != nil {
+			return err
+		}
+	}
 	config, err := o.Config()
 	if err != nil {
 		return err
@@ -268,4 +293,36 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	klog.FromContext(ctx).Info("Serving", "cluster", o.ClusterName, "clusterSet", o.ClusterSetName)
 	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+}
+
+// useServingCertSecret serves with the certificate of --serving-cert-secret,
+// creating or renewing it, and makes the APIService trust it.
+func (o *Options) useServingCertSecret(ctx context.Context) error {
+	local, err := o.localConfig()
+	if err != nil {
+		return fmt.Errorf("local cluster configuration: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(local)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(local)
+	if err != nil {
+		return err
+	}
+	b, err := servingcert.Ensure(ctx, kube, dyn, servingcert.Options{
+		Namespace:      o.Namespace,
+		SecretName:     o.ServingCertSecret,
+		APIService:     apiServiceName,
+		APIServiceWait: apiServiceWait,
+	})
+	if err != nil {
+		return fmt.Errorf("--serving-cert-secret: %w", err)
+	}
+	content, err := dynamiccertificates.NewStaticCertKeyContent("serving-cert-secret::"+o.Namespace+"/"+o.ServingCertSecret, b.CertPEM, b.KeyPEM)
+	if err != nil {
+		return fmt.Errorf("--serving-cert-secret: %w", err)
+	}
+	o.Recommended.SecureServing.ServerCert.GeneratedCert = content
+	return nil
 }

@@ -40,3 +40,33 @@ func TestValidateMemberThresholds(t *testing.T) {
 		})
 	}
 }
+
+func TestValidateServingCertSources(t *testing.T) {
+	tests := []struct {
+		name             string
+		secret, certFile string
+		wantErr          string
+	}{
+		{name: "a Secret alone is valid", secret: "mci-apiserver-tls"},
+		{name: "a certificate file alone is valid", certFile: "/etc/tls/tls.crt"},
+		{name: "both are refused", secret: "mci-apiserver-tls", certFile: "/etc/tls/tls.crt", wantErr: "--serving-cert-secret and --tls-cert-file are exclusive"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOptions()
+			o.ClusterName = "cluster-a"
+			o.ServingCertSecret = tc.secret
+			o.Recommended.SecureServing.ServerCert.CertKey.CertFile = tc.certFile
+			o.Recommended.SecureServing.ServerCert.CertKey.KeyFile = tc.certFile + ".key"
+			if tc.certFile == "" {
+				o.Recommended.SecureServing.ServerCert.CertKey.KeyFile = ""
+			}
+			err := o.Validate()
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			assert.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}

@@ -179,6 +179,39 @@ func TestUpRunsMemberClustersThatAcceptWhatTestsWrite(t *testing.T) {
 			assert.Equal(t, "127.0.0.2", got.Status.LoadBalancer.Ingress[0].IP)
 		})
 
+		t.Run(c.Name+" runs the controllers of a kube-controller-manager", func(t *testing.T) {
+			const ns = "controllers"
+			_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+			require.NoError(t, err)
+			assert.Eventually(t, func() bool {
+				_, err := kube.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+				return err == nil
+			}, time.Minute, 100*time.Millisecond, "the serviceaccount controller creates the default ServiceAccount")
+			assert.Eventually(t, func() bool {
+				cm, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+				return err == nil && cm.Data["ca.crt"] == string(cs.pki.servingCA.certPEM)
+			}, time.Minute, 100*time.Millisecond, "the root CA publisher publishes the serving CA")
+
+			owner, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
+			require.NoError(t, err)
+			_, err = kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+				Name:            "dependent",
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}},
+			}}, metav1.CreateOptions{})
+			require.NoError(t, err)
+			require.NoError(t, kube.CoreV1().ConfigMaps(ns).Delete(ctx, owner.Name, metav1.DeleteOptions{}))
+			assert.Eventually(t, func() bool {
+				_, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "dependent", metav1.GetOptions{})
+				return apierrors.IsNotFound(err)
+			}, time.Minute, 100*time.Millisecond, "the garbage collector deletes the dependent of a deleted owner")
+
+			require.NoError(t, kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
+			assert.Eventually(t, func() bool {
+				_, err := kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+				return apierrors.IsNotFound(err)
+			}, time.Minute, 100*time.Millisecond, "the namespace controller empties and removes a deleted namespace")
+		})
+
 		t.Run(c.Name+" forbids a minted user what RBAC does not grant", func(t *testing.T) {
 			cfg, err := cs.UserConfig(c.Name, "alice", "team-a")
 			require.NoError(t, err)
@@ -255,7 +288,7 @@ func TestUpRunsMemberClustersThatAcceptWhatTestsWrite(t *testing.T) {
 	})
 
 	infos := cs.Processes()
-	require.Len(t, infos, 3, "etcd and two kube-apiservers")
+	require.Len(t, infos, 5, "etcd, two kube-apiservers, two kube-controller-managers")
 	for _, p := range infos {
 		require.True(t, p.Alive, "%s", p.Name)
 	}
@@ -350,7 +383,7 @@ func TestUpRegistersMCIAPIServerWithEveryAggregator(t *testing.T) {
 	})
 
 	infos := cs.Processes()
-	require.Len(t, infos, 5, "etcd, two kube-apiservers, two mci-apiservers")
+	require.Len(t, infos, 7, "etcd, two kube-apiservers, two kube-controller-managers, two mci-apiservers")
 	stopped = true
 	require.NoError(t, cs.Stop())
 	requireAllGone(t, infos)
@@ -389,7 +422,7 @@ func TestDetachedUpIsReusedAndDownStopsIt(t *testing.T) {
 	rebuilt, err := Up(ctx, opts)
 	require.NoError(t, err)
 	after := rebuilt.Processes()
-	require.Len(t, after, 3, "etcd, kube-apiserver, mci-apiserver")
+	require.Len(t, after, 4, "etcd, kube-apiserver, kube-controller-manager, mci-apiserver")
 	for i, p := range after {
 		if strings.HasSuffix(p.Name, "mci-apiserver") {
 			assert.NotEqual(t, infos[i].PID, p.PID, "%s was not restarted", p.Name)

@@ -39,23 +39,32 @@ func readManifests(t *testing.T, paths ...string) []*unstructured.Unstructured {
 	for _, p := range paths {
 		data, err := os.ReadFile(p)
 		require.NoError(t, err)
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			var obj map[string]any
-			err := dec.Decode(&obj)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			require.NoError(t, err, p)
-			if obj != nil {
-				objs = append(objs, &unstructured.Unstructured{Object: obj})
-			}
+		objs = append(objs, decodeManifests(t, data, p)...)
+	}
+	return objs
+}
+
+// decodeManifests decodes a multi-document YAML stream read from source.
+func decodeManifests(t *testing.T, data []byte, source string) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var obj map[string]any
+		err := dec.Decode(&obj)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err, source)
+		if obj != nil {
+			objs = append(objs, &unstructured.Unstructured{Object: obj})
 		}
 	}
 	return objs
 }
 
-// The deployment manifests are applied to a real kube-apiserver, which
+// The deployment manifests, as `kubectl apply -k` builds them, are applied
+// to a real kube-apiserver, which
 // validates every object (a pod template, a probe, a securityContext, RBAC
 // role references, a PodDisruptionBudget). No kubelet runs, so no pod
 // starts. The shared ClusterSet already runs an mci-apiserver in
@@ -71,10 +80,7 @@ func TestSecurityDeploymentManifestsApplyToARealCluster(t *testing.T) {
 	dyn := dynamic.NewForConfigOrDie(kb.Config)
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(b.kube.Discovery()))
 
-	files, err := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
-	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	objs := readManifests(t, append(files, filepath.Join(deployDir, "examples", "member-secret.yaml"))...)
+	objs := append(kustomize(t, deployDir), readManifests(t, filepath.Join(deployDir, "examples", "member-secret.yaml"))...)
 
 	const ns, suffix = "e2e-deploy", "-e2e-deploy"
 	kinds := map[string]int{}

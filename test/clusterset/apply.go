@@ -30,7 +30,8 @@ func (cs *ClusterSet) ApplyFiles(ctx context.Context, cluster string, paths ...s
 
 // Apply creates or updates objects in cluster with server-side apply, and
 // then writes the status that an object carries through its status
-// subresource: no controller or kubelet runs in the local ClusterSet, so
+// subresource: no kubelet, cloud or gateway controller runs in the local
+// ClusterSet (only the kube-controller-manager's nodeless controllers), so
 // the harness writes what they would (a LoadBalancer ingress, a Pod IP, a
 // Gateway's addresses). Namespaces are applied first; objects without a
 // namespace go to "default".

@@ -10,7 +10,7 @@
 // it again reuses a healthy ClusterSet (restarting the mci-apiservers if
 // their binary was rebuilt). `down` stops exactly the servers `up` recorded.
 // `apply-examples` applies each folder of --examples to the cluster of the
-// same name, status included, since no controller runs to write it; with
+// same name, status included, since no controller that would write it runs; with
 // --datapath it then starts the data path (clusterset.StartDataPath):
 // model-server simulators behind mci-epp in the exporting clusters,
 // mci-sidecar and an Envoy-like gateway in cluster-b, so that a request to

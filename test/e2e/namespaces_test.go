@@ -99,14 +99,18 @@ func (c *cluster) waitImport(t *testing.T, ctx context.Context, namespace, name 
 // removed namespace, saying what it waits for when it does not.
 func (c *cluster) waitNamespaceGone(t *testing.T, ctx context.Context, namespace string) {
 	t.Helper()
+	var state string
 	eventually(t, ctx, deletion, func(ctx context.Context) (bool, string) {
 		got, err := c.kube.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err):
 			return true, ""
-		}
-		if err != nil {
+		case err != nil && state != "":
+			return false, state // the last poll's deadline says less than the state before it
+		case err != nil:
 			return false, err.Error()
 		}
-		return false, fmt.Sprintf("%s: namespace %s is %s: %+v", c.name, namespace, got.Status.Phase, got.Status.Conditions)
+		state = fmt.Sprintf("%s: namespace %s is %s: %+v", c.name, namespace, got.Status.Phase, got.Status.Conditions)
+		return false, state
 	})
 }

@@ -47,4 +47,5 @@ ensure_controller_gen
 "${OUTPUT_BIN}/controller-gen" crd:crdVersions=v1 \
   paths=./pkg/apis/inferencepool/... \
   paths=./pkg/apis/inference/v1alpha2/... \
+  paths=./pkg/apis/llmd/v1alpha2/... \
   output:crd:artifacts:config=artifacts/crds

@@ -6,7 +6,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// SchemeGroupVersion is the group version of InferenceModel.
+// SchemeGroupVersion is the group version of InferenceModel,
+// InferenceObjective and InferenceModelRewrite.
 var SchemeGroupVersion = schema.GroupVersion{Group: "inference.networking.x-k8s.io", Version: "v1alpha2"}
 
 var (
@@ -17,7 +18,11 @@ var (
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion, &InferenceModel{}, &InferenceModelList{})
+	scheme.AddKnownTypes(SchemeGroupVersion,
+		&InferenceModel{}, &InferenceModelList{},
+		&InferenceObjective{}, &InferenceObjectiveList{},
+		&InferenceModelRewrite{}, &InferenceModelRewriteList{},
+	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }

@@ -25,6 +25,7 @@ import (
 	inferencev1alpha1 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inference/v1alpha1"
 	inferencev1alpha2 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inference/v1alpha2"
 	inferencepoolv1 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inferencepool/v1"
+	llmdv1alpha2 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/llmd/v1alpha2"
 	discovery "k8s.io/client-go/discovery"
 	rest "k8s.io/client-go/rest"
 	flowcontrol "k8s.io/client-go/util/flowcontrol"
@@ -35,6 +36,7 @@ type Interface interface {
 	InferenceV1alpha1() inferencev1alpha1.InferenceV1alpha1Interface
 	InferenceV1alpha2() inferencev1alpha2.InferenceV1alpha2Interface
 	InferencePoolV1() inferencepoolv1.InferencePoolV1Interface
+	LLMDV1alpha2() llmdv1alpha2.LLMDV1alpha2Interface
 }
 
 // Clientset contains the clients for groups.
@@ -43,6 +45,7 @@ type Clientset struct {
 	inferenceV1alpha1 *inferencev1alpha1.InferenceV1alpha1Client
 	inferenceV1alpha2 *inferencev1alpha2.InferenceV1alpha2Client
 	inferencePoolV1   *inferencepoolv1.InferencePoolV1Client
+	lLMDV1alpha2      *llmdv1alpha2.LLMDV1alpha2Client
 }
 
 // InferenceV1alpha1 retrieves the InferenceV1alpha1Client
@@ -58,6 +61,11 @@ func (c *Clientset) InferenceV1alpha2() inferencev1alpha2.InferenceV1alpha2Inter
 // InferencePoolV1 retrieves the InferencePoolV1Client
 func (c *Clientset) InferencePoolV1() inferencepoolv1.InferencePoolV1Interface {
 	return c.inferencePoolV1
+}
+
+// LLMDV1alpha2 retrieves the LLMDV1alpha2Client
+func (c *Clientset) LLMDV1alpha2() llmdv1alpha2.LLMDV1alpha2Interface {
+	return c.lLMDV1alpha2
 }
 
 // Discovery retrieves the DiscoveryClient
@@ -116,6 +124,10 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 	if err != nil {
 		return nil, err
 	}
+	cs.lLMDV1alpha2, err = llmdv1alpha2.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 
 	cs.DiscoveryClient, err = discovery.NewDiscoveryClientForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
@@ -140,6 +152,7 @@ func New(c rest.Interface) *Clientset {
 	cs.inferenceV1alpha1 = inferencev1alpha1.New(c)
 	cs.inferenceV1alpha2 = inferencev1alpha2.New(c)
 	cs.inferencePoolV1 = inferencepoolv1.New(c)
+	cs.lLMDV1alpha2 = llmdv1alpha2.New(c)
 
 	cs.DiscoveryClient = discovery.NewDiscoveryClient(c)
 	return &cs

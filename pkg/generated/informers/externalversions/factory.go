@@ -28,6 +28,7 @@ import (
 	inference "github.com/mci-dev/mci/pkg/generated/informers/externalversions/inference"
 	inferencepool "github.com/mci-dev/mci/pkg/generated/informers/externalversions/inferencepool"
 	internalinterfaces "github.com/mci-dev/mci/pkg/generated/informers/externalversions/internalinterfaces"
+	llmd "github.com/mci-dev/mci/pkg/generated/informers/externalversions/llmd"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -328,6 +329,7 @@ type SharedInformerFactory interface {
 
 	Inference() inference.Interface
 	InferencePool() inferencepool.Interface
+	LLMD() llmd.Interface
 }
 
 func (f *sharedInformerFactory) Inference() inference.Interface {
@@ -336,4 +338,8 @@ func (f *sharedInformerFactory) Inference() inference.Interface {
 
 func (f *sharedInformerFactory) InferencePool() inferencepool.Interface {
 	return inferencepool.New(f, f.namespace, f.tweakListOptions)
+}
+
+func (f *sharedInformerFactory) LLMD() llmd.Interface {
+	return llmd.New(f, f.namespace, f.tweakListOptions)
 }

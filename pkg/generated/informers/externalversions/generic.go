@@ -24,6 +24,7 @@ import (
 	v1alpha1 "github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	v1alpha2 "github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	v1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	cache "k8s.io/client-go/tools/cache"
 )
@@ -67,6 +68,16 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		// Group=inference.networking.x-k8s.io, Version=v1alpha2
 	case v1alpha2.SchemeGroupVersion.WithResource("inferencemodels"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Inference().V1alpha2().InferenceModels().Informer()}, nil
+	case v1alpha2.SchemeGroupVersion.WithResource("inferencemodelrewrites"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Inference().V1alpha2().InferenceModelRewrites().Informer()}, nil
+	case v1alpha2.SchemeGroupVersion.WithResource("inferenceobjectives"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Inference().V1alpha2().InferenceObjectives().Informer()}, nil
+
+		// Group=llm-d.ai, Version=v1alpha2
+	case llmdv1alpha2.SchemeGroupVersion.WithResource("inferencemodelrewrites"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.LLMD().V1alpha2().InferenceModelRewrites().Informer()}, nil
+	case llmdv1alpha2.SchemeGroupVersion.WithResource("inferenceobjectives"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.LLMD().V1alpha2().InferenceObjectives().Informer()}, nil
 
 	}
 

@@ -26,6 +26,8 @@ import (
 	fakeinferencev1alpha2 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inference/v1alpha2/fake"
 	inferencepoolv1 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inferencepool/v1"
 	fakeinferencepoolv1 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inferencepool/v1/fake"
+	llmdv1alpha2 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/llmd/v1alpha2"
+	fakellmdv1alpha2 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/llmd/v1alpha2/fake"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -112,4 +114,9 @@ func (c *Clientset) InferenceV1alpha2() inferencev1alpha2.InferenceV1alpha2Inter
 // InferencePoolV1 retrieves the InferencePoolV1Client
 func (c *Clientset) InferencePoolV1() inferencepoolv1.InferencePoolV1Interface {
 	return &fakeinferencepoolv1.FakeInferencePoolV1{Fake: &c.Fake}
+}
+
+// LLMDV1alpha2 retrieves the LLMDV1alpha2Client
+func (c *Clientset) LLMDV1alpha2() llmdv1alpha2.LLMDV1alpha2Interface {
+	return &fakellmdv1alpha2.FakeLLMDV1alpha2{Fake: &c.Fake}
 }

@@ -22,6 +22,7 @@ import (
 	inferencev1alpha1 "github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	inferencev1alpha2 "github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	inferencepoolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -36,6 +37,7 @@ var localSchemeBuilder = runtime.SchemeBuilder{
 	inferencev1alpha1.AddToScheme,
 	inferencev1alpha2.AddToScheme,
 	inferencepoolv1.AddToScheme,
+	llmdv1alpha2.AddToScheme,
 }
 
 // AddToScheme adds all types of this clientset into the given scheme. This allows composition

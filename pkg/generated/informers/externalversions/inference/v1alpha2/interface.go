@@ -26,6 +26,10 @@ import (
 type Interface interface {
 	// InferenceModels returns a InferenceModelInformer.
 	InferenceModels() TypedInferenceModelInformer
+	// InferenceModelRewrites returns a InferenceModelRewriteInformer.
+	InferenceModelRewrites() TypedInferenceModelRewriteInformer
+	// InferenceObjectives returns a InferenceObjectiveInformer.
+	InferenceObjectives() TypedInferenceObjectiveInformer
 }
 
 type version struct {
@@ -42,4 +46,14 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 // InferenceModels returns a TypedInferenceModelInformer.
 func (v *version) InferenceModels() TypedInferenceModelInformer {
 	return &inferenceModelInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// InferenceModelRewrites returns a TypedInferenceModelRewriteInformer.
+func (v *version) InferenceModelRewrites() TypedInferenceModelRewriteInformer {
+	return &inferenceModelRewriteInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// InferenceObjectives returns a TypedInferenceObjectiveInformer.
+func (v *version) InferenceObjectives() TypedInferenceObjectiveInformer {
+	return &inferenceObjectiveInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }

@@ -19,3 +19,7 @@ limitations under the License.
 package v1alpha2
 
 type InferenceModelExpansion interface{}
+
+type InferenceModelRewriteExpansion interface{}
+
+type InferenceObjectiveExpansion interface{}

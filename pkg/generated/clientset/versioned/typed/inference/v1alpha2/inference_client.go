@@ -29,6 +29,8 @@ import (
 type InferenceV1alpha2Interface interface {
 	RESTClient() rest.Interface
 	InferenceModelsGetter
+	InferenceModelRewritesGetter
+	InferenceObjectivesGetter
 }
 
 // InferenceV1alpha2Client is used to interact with features provided by the inference.networking.x-k8s.io group.
@@ -38,6 +40,14 @@ type InferenceV1alpha2Client struct {
 
 func (c *InferenceV1alpha2Client) InferenceModels(namespace string) InferenceModelInterface {
 	return newInferenceModels(c, namespace)
+}
+
+func (c *InferenceV1alpha2Client) InferenceModelRewrites(namespace string) InferenceModelRewriteInterface {
+	return newInferenceModelRewrites(c, namespace)
+}
+
+func (c *InferenceV1alpha2Client) InferenceObjectives(namespace string) InferenceObjectiveInterface {
+	return newInferenceObjectives(c, namespace)
 }
 
 // NewForConfig creates a new InferenceV1alpha2Client for the given config.

@@ -32,6 +32,14 @@ func (c *FakeInferenceV1alpha2) InferenceModels(namespace string) v1alpha2.Infer
 	return newFakeInferenceModels(c, namespace)
 }
 
+func (c *FakeInferenceV1alpha2) InferenceModelRewrites(namespace string) v1alpha2.InferenceModelRewriteInterface {
+	return newFakeInferenceModelRewrites(c, namespace)
+}
+
+func (c *FakeInferenceV1alpha2) InferenceObjectives(namespace string) v1alpha2.InferenceObjectiveInterface {
+	return newFakeInferenceObjectives(c, namespace)
+}
+
 // RESTClient returns a RESTClient that is used to communicate
 // with API server by this client implementation.
 func (c *FakeInferenceV1alpha2) RESTClient() rest.Interface {

@@ -55,7 +55,6 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
 
-	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/metrics"
 )
@@ -134,6 +133,7 @@ func New(cfg Config, source Source) (*EPP, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := NewMetrics(reg, pool, cfg.Picker.Scheduling.MetricsStaleness, cfg.PoolMetricsSchemes...)
+	reg.MustRegister(NewAPICollector(models))
 
 	var opts []grpc.ServerOption
 	if cfg.SecureServing && !cfg.TLS.Enabled() {
@@ -197,7 +197,9 @@ func (e *EPP) Run(ctx context.Context) error {
 		select {
 		case <-e.pool.Synced():
 			e.servers.Ready()
-			logger.Info("Endpoint picker ready", "pool", e.cfg.PoolName, "endpoints", len(e.pool.Endpoints()), "models", e.models.Len())
+			models, objectives, rules := e.models.Counts()
+			logger.Info("Endpoint picker ready", "pool", e.cfg.PoolName, "endpoints", len(e.pool.Endpoints()),
+				"inferenceModels", models, "inferenceObjectives", objectives, "rewriteRules", rules)
 		case <-ctx.Done():
 		}
 	})
@@ -228,16 +230,17 @@ func selfSignedCredentials(bindAddress string) (credentials.TransportCredentials
 	return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), nil
 }
 
-// StaticSource is a fixed set of endpoints and models: the standalone mode.
+// StaticSource is a fixed set of endpoints and request configuration: the
+// standalone mode.
 type StaticSource struct {
 	Endpoints []Endpoint
-	Models    []*v1alpha2.InferenceModel
+	Config    ModelConfig
 }
 
-// Run sets the endpoints and models once and waits for ctx to end.
+// Run sets the endpoints and configuration once and waits for ctx to end.
 func (s StaticSource) Run(ctx context.Context, pool *Pool, models *Models) error {
-	for _, ignored := range models.Set(s.Models) {
-		klog.FromContext(ctx).Info("Ignoring an InferenceModel", "inferenceModel", ignored)
+	for _, ignored := range models.Set(s.Config) {
+		klog.FromContext(ctx).Info("Ignoring or repairing part of the model configuration", "note", ignored)
 	}
 	if err := pool.SetEndpoints(s.Endpoints); err != nil {
 		return err

@@ -10,11 +10,14 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	inferencepoolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
 	"github.com/mci-dev/mci/pkg/discovery"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	informers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
@@ -22,8 +25,18 @@ import (
 
 // KubeSource follows an InferencePool in a cluster: the pool's selector and
 // first target port, the ready instances a ServiceDiscovery finds for that
-// selector, and the InferenceModels of the pool's namespace whose poolRef
-// names the pool.
+// selector, and the InferenceModels, InferenceObjectives and
+// InferenceModelRewrites (both groups: inference.networking.x-k8s.io and
+// llm-d.ai) of the pool's namespace whose poolRef names the pool.
+//
+// Which of those five resources the cluster serves is asked once, at start
+// (API discovery): a GIE v1 cluster has no InferenceModel CRD, an older one no
+// InferenceObjective, and neither must keep the EPP from serving. A resource
+// the cluster does not serve is logged and reported by the
+// mci_epp_model_config_api_served metric; one installed later is read after
+// a restart. A cluster that cannot be asked is taken to serve them all, so
+// that their informers keep retrying rather than the EPP serving without
+// them unnoticed.
 //
 // The pool is synced once the InferencePool has been read and its instances
 // listed; until the InferencePool exists the EPP is not ready. An
@@ -49,7 +62,9 @@ func (s *KubeSource) Run(ctx context.Context, pool *Pool, models *Models) error 
 	logger := klog.FromContext(ctx).WithValues("inferencePool", klog.KRef(s.Namespace, s.PoolName))
 	factory := informers.NewSharedInformerFactoryWithOptions(s.Client, 0, informers.WithNamespace(s.Namespace))
 	pools := factory.InferencePool().V1().InferencePools()
-	ims := factory.Inference().V1alpha2().InferenceModels()
+	served := s.servedConfigAPIs(logger)
+	models.setServedAPIs(served)
+	cfg := s.configListers(factory, served)
 
 	// Level-triggered: handlers only say that something changed; the loop
 	// recomputes from the caches.
@@ -59,14 +74,17 @@ func (s *KubeSource) Run(ctx context.Context, pool *Pool, models *Models) error 
 		UpdateFunc: func(any, any) { signal(changed) },
 		DeleteFunc: func(any) { signal(changed) },
 	}
-	for _, inf := range []cache.SharedIndexInformer{pools.Informer(), ims.Informer()} {
+	infs := append([]cache.SharedIndexInformer{pools.Informer()}, cfg.informers...)
+	synced := make([]cache.InformerSynced, 0, len(infs))
+	for _, inf := range infs {
 		if _, err := inf.AddEventHandler(poke); err != nil {
 			return err
 		}
+		synced = append(synced, inf.HasSynced)
 	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), pools.Informer().HasSynced, ims.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx ended
 	}
 
@@ -75,7 +93,7 @@ func (s *KubeSource) Run(ctx context.Context, pool *Pool, models *Models) error 
 	for dirty := true; ; {
 		if dirty {
 			dirty = false
-			s.syncModels(logger, ims.Lister().InferenceModels(s.Namespace).List, models)
+			s.syncModels(logger, cfg, models)
 			ip, err := pools.Lister().InferencePools(s.Namespace).Get(s.PoolName)
 			if err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("reading InferencePool %s/%s: %w", s.Namespace, s.PoolName, err)
@@ -204,22 +222,166 @@ func (f *follower) publish() {
 	}
 }
 
-// syncModels sets the InferenceModels that name the pool.
-func (s *KubeSource) syncModels(logger klog.Logger, list func(labels.Selector) ([]*v1alpha2.InferenceModel, error), models *Models) {
-	all, err := list(labels.Everything())
-	if err != nil {
-		logger.Error(err, "Listing InferenceModels")
-		return
+// The model configuration resources KubeSource reads, as API discovery
+// names them ("<group>/<version>/<resource>").
+var (
+	apiInferenceModels = v1alpha2.SchemeGroupVersion.WithResource("inferencemodels")
+	apiObjectives      = v1alpha2.SchemeGroupVersion.WithResource("inferenceobjectives")
+	apiRewrites        = v1alpha2.SchemeGroupVersion.WithResource("inferencemodelrewrites")
+	apiLLMDObjectives  = llmdv1alpha2.SchemeGroupVersion.WithResource("inferenceobjectives")
+	apiLLMDRewrites    = llmdv1alpha2.SchemeGroupVersion.WithResource("inferencemodelrewrites")
+	modelConfigAPIs    = []schema.GroupVersionResource{apiInferenceModels, apiObjectives, apiRewrites, apiLLMDObjectives, apiLLMDRewrites}
+)
+
+// servedConfigAPIs asks the cluster which model configuration resources it
+// serves.
+func (s *KubeSource) servedConfigAPIs(logger klog.Logger) map[schema.GroupVersionResource]bool {
+	served := map[schema.GroupVersionResource]bool{}
+	byGV := map[schema.GroupVersion][]schema.GroupVersionResource{}
+	for _, r := range modelConfigAPIs {
+		byGV[r.GroupVersion()] = append(byGV[r.GroupVersion()], r)
 	}
-	mine := make([]*v1alpha2.InferenceModel, 0, len(all))
-	for _, im := range all {
-		if ref := im.Spec.PoolRef; ref.Name == s.PoolName && (ref.Kind == "" || ref.Kind == "InferencePool") {
-			mine = append(mine, im)
+	for gv, rs := range byGV {
+		list, err := s.Client.Discovery().ServerResourcesForGroupVersion(gv.String())
+		if err != nil && !apierrors.IsNotFound(err) {
+			logger.Error(err, "Asking the cluster which resources it serves; taking it to serve them all", "groupVersion", gv)
+			for _, r := range rs {
+				served[r] = true
+			}
+			continue
+		}
+		names := sets.New[string]()
+		if list != nil {
+			for _, r := range list.APIResources {
+				names.Insert(r.Name)
+			}
+		}
+		for _, r := range rs {
+			served[r] = names.Has(r.Resource)
+			if !served[r] {
+				logger.Info("The cluster does not serve this resource; the pool is configured without it (restart the EPP after installing its CRD)", "resource", r.Resource+"."+r.Group, "version", r.Version)
+			}
 		}
 	}
-	for _, ignored := range models.Set(mine) {
-		logger.V(2).Info("Ignoring an InferenceModel", "inferenceModel", ignored)
+	return served
+}
+
+// configListers are the listers of the served model configuration
+// resources (nil for the others) and their informers.
+type configListers struct {
+	models         func(labels.Selector) ([]*v1alpha2.InferenceModel, error)
+	objectives     func(labels.Selector) ([]*v1alpha2.InferenceObjective, error)
+	rewrites       func(labels.Selector) ([]*v1alpha2.InferenceModelRewrite, error)
+	llmdObjectives func(labels.Selector) ([]*llmdv1alpha2.InferenceObjective, error)
+	llmdRewrites   func(labels.Selector) ([]*llmdv1alpha2.InferenceModelRewrite, error)
+	informers      []cache.SharedIndexInformer
+}
+
+func (s *KubeSource) configListers(factory informers.SharedInformerFactory, served map[schema.GroupVersionResource]bool) configListers {
+	var c configListers
+	x, llmd := factory.Inference().V1alpha2(), factory.LLMD().V1alpha2()
+	if served[apiInferenceModels] {
+		c.models = x.InferenceModels().Lister().InferenceModels(s.Namespace).List
+		c.informers = append(c.informers, x.InferenceModels().Informer())
 	}
+	if served[apiObjectives] {
+		c.objectives = x.InferenceObjectives().Lister().InferenceObjectives(s.Namespace).List
+		c.informers = append(c.informers, x.InferenceObjectives().Informer())
+	}
+	if served[apiRewrites] {
+		c.rewrites = x.InferenceModelRewrites().Lister().InferenceModelRewrites(s.Namespace).List
+		c.informers = append(c.informers, x.InferenceModelRewrites().Informer())
+	}
+	if served[apiLLMDObjectives] {
+		c.llmdObjectives = llmd.InferenceObjectives().Lister().InferenceObjectives(s.Namespace).List
+		c.informers = append(c.informers, llmd.InferenceObjectives().Informer())
+	}
+	if served[apiLLMDRewrites] {
+		c.llmdRewrites = llmd.InferenceModelRewrites().Lister().InferenceModelRewrites(s.Namespace).List
+		c.informers = append(c.informers, llmd.InferenceModelRewrites().Informer())
+	}
+	return c
+}
+
+// syncModels sets the model configuration objects that name the pool.
+func (s *KubeSource) syncModels(logger klog.Logger, c configListers, models *Models) {
+	cfg, err := s.modelConfig(c)
+	if err != nil {
+		logger.Error(err, "Listing the pool's model configuration")
+		return
+	}
+	for _, ignored := range models.Set(cfg) {
+		logger.V(2).Info("Ignoring or repairing part of the model configuration", "note", ignored)
+	}
+}
+
+func (s *KubeSource) modelConfig(c configListers) (ModelConfig, error) {
+	var cfg ModelConfig
+	if c.models != nil {
+		all, err := c.models(labels.Everything())
+		if err != nil {
+			return cfg, fmt.Errorf("InferenceModels: %w", err)
+		}
+		for _, im := range all {
+			if ref := im.Spec.PoolRef; ref.Name == s.PoolName && (ref.Kind == "" || ref.Kind == "InferencePool") {
+				cfg.Models = append(cfg.Models, im)
+			}
+		}
+	}
+	if c.objectives != nil {
+		all, err := c.objectives(labels.Everything())
+		if err != nil {
+			return cfg, fmt.Errorf("InferenceObjectives: %w", err)
+		}
+		for _, o := range all {
+			if s.namesPool(&o.Spec.PoolRef) {
+				cfg.Objectives = append(cfg.Objectives, o)
+			}
+		}
+	}
+	if c.llmdObjectives != nil {
+		all, err := c.llmdObjectives(labels.Everything())
+		if err != nil {
+			return cfg, fmt.Errorf("InferenceObjectives (llm-d.ai): %w", err)
+		}
+		for _, o := range all {
+			if s.namesPool(&o.Spec.PoolRef) {
+				cfg.Objectives = append(cfg.Objectives, ObjectiveFromLLMD(o))
+			}
+		}
+	}
+	if c.rewrites != nil {
+		all, err := c.rewrites(labels.Everything())
+		if err != nil {
+			return cfg, fmt.Errorf("InferenceModelRewrites: %w", err)
+		}
+		for _, rw := range all {
+			if s.namesPool(rw.Spec.PoolRef) {
+				cfg.Rewrites = append(cfg.Rewrites, rw)
+			}
+		}
+	}
+	if c.llmdRewrites != nil {
+		all, err := c.llmdRewrites(labels.Everything())
+		if err != nil {
+			return cfg, fmt.Errorf("InferenceModelRewrites (llm-d.ai): %w", err)
+		}
+		for _, rw := range all {
+			if s.namesPool(rw.Spec.PoolRef) {
+				cfg.Rewrites = append(cfg.Rewrites, RewriteFromLLMD(rw))
+			}
+		}
+	}
+	return cfg, nil
+}
+
+// namesPool reports whether a poolRef names the pool: its name, and the
+// InferencePool kind and group, or none (the CRDs' defaults), as upstream
+// EPPs compare them.
+func (s *KubeSource) namesPool(ref *v1alpha2.PoolObjectReference) bool {
+	return ref != nil && ref.Name == s.PoolName &&
+		(ref.Kind == "" || ref.Kind == "InferencePool") &&
+		(ref.Group == "" || ref.Group == inferencepoolv1.SchemeGroupVersion.Group)
 }
 
 func signal(ch chan<- struct{}) {

@@ -3,6 +3,7 @@ package epp
 import (
 	"context"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -11,8 +12,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 
 	inferencepoolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
 	"github.com/mci-dev/mci/pkg/discovery"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
 )
@@ -72,7 +76,24 @@ func TestKubeSource(t *testing.T) {
 	im.Namespace = "ns"
 	other := inferenceModel("other-pool", "other", nil)
 	other.Namespace, other.Spec.PoolRef.Name = "ns", "another-pool"
-	client := fake.NewSimpleClientset(im, other)
+	// One objective per group for the pool, one for another pool, and an
+	// llm-d.ai rewrite; the cluster serves every resource but the
+	// inference.networking.x-k8s.io InferenceModelRewrite.
+	obj := objective("batch", ptr.To[int32](-1))
+	obj.Namespace = "ns"
+	llmdObj := llmdObjective("chat", 3)
+	llmdObj.Namespace = "ns"
+	otherObj := objective("elsewhere", ptr.To[int32](1))
+	otherObj.Namespace, otherObj.Spec.PoolRef.Name = "ns", "another-pool"
+	llmdRewrite := &llmdv1alpha2.InferenceModelRewrite{
+		ObjectMeta: metav1.ObjectMeta{Name: "rw", Namespace: "ns"},
+		Spec:       rewrite("", rule([]string{"chat"}, rewriteTarget("chat-v2", nil))).Spec,
+	}
+	client := fake.NewSimpleClientset(im, other, obj, llmdObj, otherObj, llmdRewrite)
+	client.Resources = []*metav1.APIResourceList{
+		{GroupVersion: "inference.networking.x-k8s.io/v1alpha2", APIResources: []metav1.APIResource{{Name: "inferencemodels"}, {Name: "inferenceobjectives"}}},
+		{GroupVersion: "llm-d.ai/v1alpha2", APIResources: []metav1.APIResource{{Name: "inferenceobjectives"}, {Name: "inferencemodelrewrites"}}},
+	}
 
 	var mu sync.Mutex
 	var discoveries []*fakeDiscovery
@@ -114,6 +135,14 @@ func TestKubeSource(t *testing.T) {
 	eventually(func() bool { return models.Len() == 1 }, "the pool's InferenceModels are read")
 	assert.NotNil(t, models.Get("chat"))
 	assert.Nil(t, models.Get("other"), "an InferenceModel of another pool is not the pool's")
+	eventually(func() bool { _, o, r := models.Counts(); return o == 2 && r == 1 }, "the pool's objectives and rewrites of both groups are read")
+	assert.Equal(t, "InferenceObjective ns/batch (inference.networking.x-k8s.io)", models.Objective("batch").Source)
+	assert.Equal(t, "InferenceObjective ns/chat (llm-d.ai)", models.Objective("chat").Source)
+	assert.Nil(t, models.Objective("elsewhere"), "an objective of another pool is not the pool's")
+	assert.Equal(t, "chat-v2", models.Resolve("chat", RequestHeaders{}, rand.New(rand.NewPCG(1, 2))).TargetModel)
+	assert.Equal(t, map[schema.GroupVersionResource]bool{
+		apiInferenceModels: true, apiObjectives: true, apiRewrites: false, apiLLMDObjectives: true, apiLLMDRewrites: true,
+	}, models.servedAPIs(), "what the cluster serves is recorded for the metrics")
 	time.Sleep(50 * time.Millisecond)
 	select {
 	case <-pool.Synced():

@@ -18,9 +18,10 @@ const unlisted = "unlisted"
 // EPPs expose (inference_pool_*, or llm-d's llm_d_epp_*) and the EPP's own
 // request metrics.
 type Metrics struct {
-	requests  *prometheus.CounterVec
-	decisions prometheus.Histogram
-	streams   prometheus.Gauge
+	requests          *prometheus.CounterVec
+	decisions         prometheus.Histogram
+	streams           prometheus.Gauge
+	unknownObjectives prometheus.Counter
 }
 
 // NewMetrics registers the EPP's metrics for pool in reg. staleness is the
@@ -31,7 +32,7 @@ func NewMetrics(reg prometheus.Registerer, pool *Pool, staleness time.Duration, 
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mci_epp_requests_total",
-			Help: "Requests the endpoint picker answered, by requested and target model (\"unlisted\" for a model without an InferenceModel) and HTTP status (200: routed).",
+			Help: "Requests the endpoint picker answered, by requested and target model (\"unlisted\" for a model that no InferenceModel or exact InferenceModelRewrite rule names, and for a target model that only the request chose) and HTTP status (200: routed).",
 		}, []string{"model_name", "target_model_name", "code"}),
 		decisions: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "mci_epp_decision_duration_seconds",
@@ -42,6 +43,10 @@ func NewMetrics(reg prometheus.Registerer, pool *Pool, staleness time.Duration, 
 			Name: "mci_epp_ext_proc_streams",
 			Help: "ext_proc streams open now.",
 		}),
+		unknownObjectives: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mci_epp_unknown_objective_requests_total",
+			Help: "Requests that named (x-gateway-inference-objective) an InferenceObjective the pool does not have; they are served with the default priority 0.",
+		}),
 	}
 	if len(schemes) == 0 {
 		schemes = []metrics.PoolScheme{metrics.GIEScheme}
@@ -50,7 +55,7 @@ func NewMetrics(reg prometheus.Registerer, pool *Pool, staleness time.Duration, 
 	for _, s := range schemes {
 		pc.schemes = append(pc.schemes, newPoolDescs(s))
 	}
-	reg.MustRegister(m.requests, m.decisions, m.streams, pc)
+	reg.MustRegister(m.requests, m.decisions, m.streams, m.unknownObjectives, pc)
 	return m
 }
 
@@ -59,7 +64,12 @@ func (m *Metrics) observe(d *Decision, code int, took time.Duration) {
 	if d != nil {
 		model, target = unlisted, unlisted
 		if d.Listed {
-			model, target = d.Model, d.TargetModel
+			model = d.Model
+		}
+		// A target an object chose is a name from the configuration; one
+		// the request chose (its model, the rewrite header) is not.
+		if (d.Listed && d.RewrittenBy == "") || (d.RewrittenBy != "" && d.RewrittenBy != RewrittenByHeader) {
+			target = d.TargetModel
 		}
 	}
 	m.requests.WithLabelValues(model, target, strconv.Itoa(code)).Inc()
@@ -117,5 +127,28 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d.queue, prometheus.GaugeValue, queue, name)
 		ch <- prometheus.MustNewConstMetric(d.kvCache, prometheus.GaugeValue, kv, name)
 		ch <- prometheus.MustNewConstMetric(d.ready, prometheus.GaugeValue, float64(len(snap.endpoints)), name)
+	}
+}
+
+var apiServedDesc = prometheus.NewDesc("mci_epp_model_config_api_served",
+	"Kubernetes mode: 1 when the pool's cluster serves this model configuration resource (InferenceModel, InferenceObjective, InferenceModelRewrite, by group), 0 when the EPP runs without it.",
+	[]string{"group", "version", "resource"}, nil)
+
+// NewAPICollector reports which model configuration resources the pool's
+// cluster serves (mci_epp_model_config_api_served; nothing in standalone
+// mode).
+func NewAPICollector(models *Models) prometheus.Collector { return &apiCollector{models: models} }
+
+type apiCollector struct{ models *Models }
+
+func (c *apiCollector) Describe(ch chan<- *prometheus.Desc) { ch <- apiServedDesc }
+
+func (c *apiCollector) Collect(ch chan<- prometheus.Metric) {
+	for r, served := range c.models.servedAPIs() {
+		v := 0.0
+		if served {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(apiServedDesc, prometheus.GaugeValue, v, r.Group, r.Version, r.Resource)
 	}
 }

@@ -1,18 +1,14 @@
 package epp
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
+	"cmp"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync/atomic"
 
-	yamlutil "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/yaml"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	"github.com/mci-dev/mci/pkg/scheduling"
@@ -27,28 +23,21 @@ type Model struct {
 	// Criticality of its requests.
 	Criticality scheduling.Criticality
 	// Source is the InferenceModel it comes from, "namespace/name".
-	Source string
-	// targets are the target model names, cum their cumulative weights.
-	targets []string
-	cum     []int64
+	Source  string
+	targets weighted
 }
 
 // Targets returns the target model names, in the InferenceModel's order.
-func (m *Model) Targets() []string { return slices.Clone(m.targets) }
+func (m *Model) Targets() []string { return slices.Clone(m.targets.names) }
 
 // TargetModel picks the model a request is rewritten to, with the
 // InferenceModel's weights; r supplies the randomness. A model without
 // targets is its own target.
 func (m *Model) TargetModel(r *rand.Rand) string {
-	switch len(m.targets) {
-	case 0:
+	if len(m.targets.names) == 0 {
 		return m.Name
-	case 1:
-		return m.targets[0]
 	}
-	n := r.Int64N(m.cum[len(m.cum)-1])
-	i, _ := slices.BinarySearch(m.cum, n+1)
-	return m.targets[i]
+	return m.targets.pick(r)
 }
 
 // newModel resolves an InferenceModel. A target without a weight weighs 1
@@ -56,25 +45,15 @@ func (m *Model) TargetModel(r *rand.Rand) string {
 // forbids but a hand-written file may hold, the targets share equally.
 func newModel(im *v1alpha2.InferenceModel) *Model {
 	m := &Model{Name: im.Spec.ModelName, Criticality: criticality(im.Spec.Criticality), Source: im.Namespace + "/" + im.Name}
-	var total int64
-	for _, t := range im.Spec.TargetModels {
-		w := int64(1)
+	names := make([]string, len(im.Spec.TargetModels))
+	weights := make([]int64, len(im.Spec.TargetModels))
+	for i, t := range im.Spec.TargetModels {
+		names[i], weights[i] = t.Name, 1
 		if t.Weight != nil {
-			w = max(int64(*t.Weight), 0)
-		}
-		if w == 0 {
-			continue
-		}
-		total += w
-		m.targets = append(m.targets, t.Name)
-		m.cum = append(m.cum, total)
-	}
-	if total == 0 && len(im.Spec.TargetModels) > 0 {
-		for i, t := range im.Spec.TargetModels {
-			m.targets = append(m.targets, t.Name)
-			m.cum = append(m.cum, int64(i+1))
+			weights[i] = int64(*t.Weight)
 		}
 	}
+	m.targets = newWeighted(names, weights)
 	return m
 }
 
@@ -94,136 +73,161 @@ func criticality(c *v1alpha2.Criticality) scheduling.Criticality {
 	}
 }
 
-// Models holds the InferenceModels of a pool by model name. Reads are
-// lock-free; Set swaps in a new map. Safe for concurrent use.
+// weighted is a weighted choice among names: cum holds the cumulative
+// weights of the names that can be chosen.
+type weighted struct {
+	names []string
+	cum   []int64
+}
+
+// newWeighted keeps the names of positive weight; when none has one, they
+// all share equally (what upstream EPPs do when every weight is 0 or unset).
+func newWeighted(names []string, weights []int64) weighted {
+	var w weighted
+	var total int64
+	for i, n := range names {
+		if weights[i] <= 0 {
+			continue
+		}
+		total += weights[i]
+		w.names = append(w.names, n)
+		w.cum = append(w.cum, total)
+	}
+	if total == 0 {
+		w.names = slices.Clone(names)
+		w.cum = make([]int64, len(names))
+		for i := range names {
+			w.cum[i] = int64(i + 1)
+		}
+	}
+	return w
+}
+
+// pick chooses a name by weight; "" when there is none.
+func (w weighted) pick(r *rand.Rand) string {
+	switch len(w.names) {
+	case 0:
+		return ""
+	case 1:
+		return w.names[0]
+	}
+	n := r.Int64N(w.cum[len(w.cum)-1])
+	i, _ := slices.BinarySearch(w.cum, n+1)
+	return w.names[i]
+}
+
+// ModelConfig is every object that says what the EPP does with the requests
+// of its pool. Objectives and Rewrites of the llm-d.ai group are converted
+// with ObjectiveFromLLMD and RewriteFromLLMD first.
+type ModelConfig struct {
+	Models     []*v1alpha2.InferenceModel
+	Objectives []*v1alpha2.InferenceObjective
+	Rewrites   []*v1alpha2.InferenceModelRewrite
+}
+
+// Models holds a pool's request configuration: its InferenceModels by model
+// name, its InferenceObjectives by name and its InferenceModelRewrite rules
+// by the model they match. Reads are lock-free; Set swaps in a new state.
+// Safe for concurrent use.
 type Models struct {
-	byName atomic.Pointer[map[string]*Model]
+	state  atomic.Pointer[modelState]
+	served atomic.Pointer[map[schema.GroupVersionResource]bool]
+}
+
+type modelState struct {
+	byName     map[string]*Model
+	objectives map[string]*Objective
+	rewrites   rewriteIndex
 }
 
 // NewModels returns an empty set.
 func NewModels() *Models {
 	s := &Models{}
-	s.byName.Store(&map[string]*Model{})
+	s.state.Store(&modelState{byName: map[string]*Model{}, objectives: map[string]*Objective{}})
 	return s
 }
 
-// Set replaces the models. When several InferenceModels claim one model
-// name, the oldest (creationTimestamp, then namespace/name) wins, as
-// upstream's conflict rule says; Set returns the ones it ignored so that the
-// caller can report them.
-func (s *Models) Set(objs []*v1alpha2.InferenceModel) (ignored []string) {
-	sorted := slices.Clone(objs)
-	slices.SortStableFunc(sorted, func(a, b *v1alpha2.InferenceModel) int {
-		if c := a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+// Set replaces the configuration. Conflicts are resolved as upstream
+// resolves them, and Set returns what it ignored or repaired so that the
+// caller can report it:
+//   - Several InferenceModels with one model name: the oldest
+//     (creationTimestamp, then namespace/name) wins.
+//   - Several InferenceObjectives with one name (requests name objectives by
+//     name only): llm-d.ai/v1alpha2 wins over inference.networking.x-k8s.io,
+//     the group GIE v1.6 moved them out of; then the oldest.
+//   - InferenceModelRewrite rules: see rewriteIndex.
+func (s *Models) Set(c ModelConfig) (ignored []string) {
+	st := &modelState{
+		byName:     make(map[string]*Model, len(c.Models)),
+		objectives: make(map[string]*Objective, len(c.Objectives)),
+	}
+	models := slices.Clone(c.Models)
+	slices.SortStableFunc(models, func(a, b *v1alpha2.InferenceModel) int {
+		return cmp.Or(a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time), strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
 	})
-	byName := make(map[string]*Model, len(sorted))
-	for _, im := range sorted {
-		if old, ok := byName[im.Spec.ModelName]; ok {
-			ignored = append(ignored, fmt.Sprintf("%s/%s (model %q is already served by the older %s)", im.Namespace, im.Name, im.Spec.ModelName, old.Source))
+	for _, im := range models {
+		if old, ok := st.byName[im.Spec.ModelName]; ok {
+			ignored = append(ignored, fmt.Sprintf("InferenceModel %s/%s (model %q is already served by the older %s)", im.Namespace, im.Name, im.Spec.ModelName, old.Source))
 			continue
 		}
-		byName[im.Spec.ModelName] = newModel(im)
+		st.byName[im.Spec.ModelName] = newModel(im)
 	}
-	s.byName.Store(&byName)
+
+	objectives := slices.Clone(c.Objectives)
+	slices.SortStableFunc(objectives, func(a, b *v1alpha2.InferenceObjective) int {
+		return cmp.Or(-cmp.Compare(groupRank(a.APIVersion), groupRank(b.APIVersion)),
+			a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time),
+			strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
+	})
+	for _, o := range objectives {
+		obj := newObjective(o)
+		if old, ok := st.objectives[o.Name]; ok {
+			ignored = append(ignored, fmt.Sprintf("%s (objective %q is already defined by %s)", obj.Source, o.Name, old.Source))
+			continue
+		}
+		st.objectives[o.Name] = obj
+	}
+
+	var notes []string
+	st.rewrites, notes = newRewriteIndex(c.Rewrites)
+	ignored = append(ignored, notes...)
+	s.state.Store(st)
 	return ignored
 }
 
 // Get returns the model for a name, nil when no InferenceModel has it.
 func (s *Models) Get(name string) *Model {
-	return (*s.byName.Load())[name]
+	return s.state.Load().byName[name]
+}
+
+// Objective returns the InferenceObjective of a name, nil when there is
+// none.
+func (s *Models) Objective(name string) *Objective {
+	return s.state.Load().objectives[name]
 }
 
 // Len returns how many model names are known.
 func (s *Models) Len() int {
-	return len(*s.byName.Load())
+	return len(s.state.Load().byName)
 }
 
-// LoadModels reads a YAML stream of InferenceModel objects
-// (inference.networking.x-k8s.io/v1alpha2, as seed 001 writes them),
-// documents separated by "---". Unknown fields are errors, so that a typo
-// does not silently drop a setting, and so are the things the CRD's
-// validation would refuse. Errors name the document (counting from 1).
-func LoadModels(r io.Reader) ([]*v1alpha2.InferenceModel, error) {
-	reader := yamlutil.NewYAMLReader(bufio.NewReader(r))
-	var models []*v1alpha2.InferenceModel
-	names := map[string]int{}
-	for doc := 1; ; doc++ {
-		data, err := reader.Read()
-		if err == io.EOF {
-			return models, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", doc, err)
-		}
-		if isEmptyDocument(data) {
-			doc--
-			continue
-		}
-		im := &v1alpha2.InferenceModel{}
-		if err := yaml.UnmarshalStrict(data, im); err != nil {
-			return nil, fmt.Errorf("document %d: %w", doc, err)
-		}
-		if gv := v1alpha2.SchemeGroupVersion.String(); im.APIVersion != gv || im.Kind != "InferenceModel" {
-			return nil, fmt.Errorf("document %d: apiVersion %q, kind %q: want apiVersion %s, kind InferenceModel", doc, im.APIVersion, im.Kind, gv)
-		}
-		if err := validateModel(im); err != nil {
-			return nil, fmt.Errorf("document %d (InferenceModel %q): %w", doc, im.Name, err)
-		}
-		key := im.Namespace + "/" + im.Name
-		if prev, ok := names[key]; ok {
-			return nil, fmt.Errorf("document %d: InferenceModel %q is already defined in document %d", doc, im.Name, prev)
-		}
-		names[key] = doc
-		models = append(models, im)
-	}
+// Counts returns how many InferenceModels, InferenceObjectives and
+// InferenceModelRewrite rules are in use.
+func (s *Models) Counts() (models, objectives, rewriteRules int) {
+	st := s.state.Load()
+	return len(st.byName), len(st.objectives), st.rewrites.rules
 }
 
-// isEmptyDocument reports a document of only comments and blank lines.
-func isEmptyDocument(data []byte) bool {
-	for line := range bytes.SplitSeq(data, []byte("\n")) {
-		line = bytes.TrimSpace(line)
-		if len(line) > 0 && line[0] != '#' {
-			return false
-		}
-	}
-	return true
+// setServedAPIs records which model configuration resources the pool's
+// cluster serves (KubeSource); the metrics report it.
+func (s *Models) setServedAPIs(served map[schema.GroupVersionResource]bool) {
+	s.served.Store(&served)
 }
 
-// validateModel checks what the InferenceModel CRD's schema checks.
-func validateModel(im *v1alpha2.InferenceModel) error {
-	var errs []error
-	if im.Name == "" {
-		errs = append(errs, errors.New("metadata.name is required"))
+// servedAPIs returns what setServedAPIs recorded, nil in standalone mode.
+func (s *Models) servedAPIs() map[schema.GroupVersionResource]bool {
+	if p := s.served.Load(); p != nil {
+		return *p
 	}
-	switch n := len(im.Spec.ModelName); {
-	case n == 0:
-		errs = append(errs, errors.New("spec.modelName is required"))
-	case n > 256:
-		errs = append(errs, fmt.Errorf("spec.modelName is %d characters, at most 256", n))
-	}
-	if c := im.Spec.Criticality; c != nil && *c != v1alpha2.Critical && *c != v1alpha2.Standard && *c != v1alpha2.Sheddable {
-		errs = append(errs, fmt.Errorf("spec.criticality %q: want Critical, Standard or Sheddable", *c))
-	}
-	if len(im.Spec.TargetModels) > 10 {
-		errs = append(errs, fmt.Errorf("spec.targetModels has %d entries, at most 10", len(im.Spec.TargetModels)))
-	}
-	weighted := 0
-	for i, t := range im.Spec.TargetModels {
-		if t.Name == "" {
-			errs = append(errs, fmt.Errorf("spec.targetModels[%d].name is required", i))
-		}
-		if t.Weight != nil {
-			weighted++
-			if *t.Weight < 1 || *t.Weight > 1000000 {
-				errs = append(errs, fmt.Errorf("spec.targetModels[%d].weight %d: want 1 to 1000000", i, *t.Weight))
-			}
-		}
-	}
-	if weighted != 0 && weighted != len(im.Spec.TargetModels) {
-		errs = append(errs, errors.New("spec.targetModels: set a weight on every target or on none"))
-	}
-	return errors.Join(errs...)
+	return nil
 }

@@ -112,7 +112,7 @@ func TestModelsSet(t *testing.T) {
 	newer.CreationTimestamp = metav1.NewTime(time.Date(2025, 2, 1, 0, 0, 0, 0, time.UTC))
 
 	s := NewModels()
-	ignored := s.Set([]*v1alpha2.InferenceModel{newer, older, inferenceModel("other", "other", nil)})
+	ignored := s.Set(ModelConfig{Models: []*v1alpha2.InferenceModel{newer, older, inferenceModel("other", "other", nil)}})
 	require.Equal(t, 2, s.Len())
 	assert.Equal(t, scheduling.Critical, s.Get("llama2").Criticality, "the oldest InferenceModel of a model name wins")
 	assert.Equal(t, "default/older", s.Get("llama2").Source)
@@ -121,11 +121,11 @@ func TestModelsSet(t *testing.T) {
 	assert.Equal(t, scheduling.Standard, s.Get("other").Criticality, "no criticality is Standard")
 	assert.Nil(t, s.Get("unknown"))
 
-	s.Set(nil)
+	s.Set(ModelConfig{})
 	assert.Equal(t, 0, s.Len())
 }
 
-func TestLoadModels(t *testing.T) {
+func TestLoadModelConfigInferenceModels(t *testing.T) {
 	tests := []struct {
 		name    string
 		yaml    string
@@ -141,16 +141,17 @@ func TestLoadModels(t *testing.T) {
 		{name: "an empty file", yaml: "", want: nil},
 		{name: "YAML that does not parse", yaml: "kind: [InferenceModel\n", wantErr: "document 1"},
 		{name: "an unknown field", yaml: strings.Replace(seedModel, "criticality:", "critical1ty:", 1), wantErr: `unknown field "critical1ty"`},
-		{name: "another kind", yaml: strings.Replace(seedModel, "kind: InferenceModel", "kind: InferencePool", 1), wantErr: "want apiVersion inference.networking.x-k8s.io/v1alpha2, kind InferenceModel"},
+		{name: "another kind", yaml: strings.Replace(seedModel, "kind: InferenceModel", "kind: InferencePool", 1), wantErr: "want inference.networking.x-k8s.io/v1alpha2 InferenceModel, or InferenceObjective or InferenceModelRewrite in inference.networking.x-k8s.io/v1alpha2 or llm-d.ai/v1alpha2"},
 		{name: "an unknown criticality", yaml: strings.Replace(seedModel, "Critical", "Urgent", 1), wantErr: `spec.criticality "Urgent"`},
 		{name: "no model name", yaml: strings.Replace(seedModel, "modelName: llama2", "modelName: \"\"", 1), wantErr: "spec.modelName is required"},
 		{name: "a weight out of range", yaml: strings.Replace(seedModel, "weight: 75", "weight: 0", 1), wantErr: "spec.targetModels[0].weight 0"},
 		{name: "weights on some targets only", yaml: strings.Replace(seedModel, "    weight: 25\n", "", 1), wantErr: "set a weight on every target or on none"},
-		{name: "a name defined twice", yaml: seedModel + "---\n" + seedModel, wantErr: "document 2: InferenceModel \"inferencemodel-llama2\" is already defined in document 1"},
+		{name: "a name defined twice", yaml: seedModel + "---\n" + seedModel, wantErr: "document 2 (InferenceModel \"inferencemodel-llama2\"): InferenceModel \"inferencemodel-llama2\" of inference.networking.x-k8s.io/v1alpha2 is already defined in document 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := LoadModels(strings.NewReader(tt.yaml))
+			cfg, err := LoadModelConfig(strings.NewReader(tt.yaml))
+			got := cfg.Models
 			if tt.wantErr != "" {
 				require.Error(t, err)
 				assert.Contains(t, err.Error(), tt.wantErr)
@@ -166,11 +167,11 @@ func TestLoadModels(t *testing.T) {
 	}
 
 	t.Run("the seed's weights and criticality are read", func(t *testing.T) {
-		got, err := LoadModels(strings.NewReader(seedModel))
+		cfg, err := LoadModelConfig(strings.NewReader(seedModel))
 		require.NoError(t, err)
-		m := newModel(got[0])
+		m := newModel(cfg.Models[0])
 		assert.Equal(t, scheduling.Critical, m.Criticality)
 		assert.Equal(t, []string{"vllm-llama2-7b-2024-11-20", "vllm-llama2-7b-2025-03-24"}, m.Targets())
-		assert.Equal(t, []int64{75, 100}, m.cum)
+		assert.Equal(t, []int64{75, 100}, m.targets.cum)
 	})
 }

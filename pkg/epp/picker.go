@@ -1,6 +1,7 @@
 package epp
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -56,13 +57,22 @@ type PickerConfig struct {
 type Decision struct {
 	// Model is the model the request asked for.
 	Model string
-	// Listed is whether an InferenceModel has Model.
+	// Listed is whether an InferenceModel or an exact InferenceModelRewrite
+	// rule names Model.
 	Listed bool
-	// TargetModel is the model it is sent for: an InferenceModel's target,
-	// or Model itself.
+	// TargetModel is the model it is sent for (see Models.Resolve).
 	TargetModel string
+	// RewrittenBy says what chose TargetModel (Resolution.RewrittenBy).
+	RewrittenBy string
 	// Criticality of the request.
 	Criticality scheduling.Criticality
+	// Objective is the InferenceObjective the request named, nil when none
+	// (or an unknown one, then UnknownObjective names it).
+	Objective        *Objective
+	UnknownObjective string
+	// FairnessID is the request's flow (DefaultFairnessID when it names
+	// none). mci has no flow control: it is logged and left on the request.
+	FairnessID string
 	// Endpoints are the picked endpoints' addresses, the primary first.
 	Endpoints []string
 	// Body is the rewritten body, nil when the body goes on unchanged.
@@ -70,8 +80,9 @@ type Decision struct {
 }
 
 // Picker makes the EPP's decisions: it reads the model of a request body,
-// maps it through the InferenceModels, and schedules it on the pool's
-// endpoints. It knows nothing of gRPC. Safe for concurrent use.
+// maps it and the request's steering headers through the pool's
+// InferenceModels, InferenceObjectives and InferenceModelRewrites
+// (Models.Resolve), and schedules it on the pool's endpoints. It knows nothing of gRPC. Safe for concurrent use.
 type Picker struct {
 	cfg    PickerConfig
 	pool   *Pool
@@ -111,7 +122,8 @@ func NewPicker(cfg PickerConfig, pool *Pool, models *Models, src rand.Source) (*
 	}, nil
 }
 
-// Pick decides where a request with this body goes. subset, when
+// Pick decides where a request with this body and steering headers goes.
+// subset, when
 // hasSubset, restricts the candidates to the endpoints it lists: "ip:port"
 // entries match that endpoint, bare "ip" entries any endpoint on the IP. now
 // is the reference time for the metrics' staleness.
@@ -119,16 +131,17 @@ func NewPicker(cfg PickerConfig, pool *Pool, models *Models, src rand.Source) (*
 // Errors are *Error: 400 for a body that is not a JSON object or has no
 // model, 503 when no endpoint is ready (or none in the subset), 429 when a
 // sheddable request is dropped.
-func (p *Picker) Pick(body []byte, subset []string, hasSubset bool, now time.Time) (*Decision, error) {
+func (p *Picker) Pick(body []byte, h RequestHeaders, subset []string, hasSubset bool, now time.Time) (*Decision, error) {
 	b, err := ParseBody(body)
 	if err != nil {
 		return nil, &Error{Code: http.StatusBadRequest, Err: err}
 	}
-	d := &Decision{Model: b.Model(), TargetModel: b.Model(), Criticality: scheduling.Standard}
-	m := p.models.Get(d.Model)
-	if m != nil {
-		d.Listed, d.Criticality = true, m.Criticality
-	}
+	d := &Decision{Model: b.Model(), FairnessID: cmp.Or(h.FairnessID, DefaultFairnessID)}
+	p.mu.Lock()
+	res := p.models.Resolve(d.Model, h, p.rand)
+	p.mu.Unlock()
+	d.Listed, d.Criticality, d.TargetModel, d.RewrittenBy = res.Listed, res.Criticality, res.TargetModel, res.RewrittenBy
+	d.Objective, d.UnknownObjective = res.Objective, res.UnknownObjective
 
 	snap := p.pool.snap.Load()
 	ids := make([]int, 0, len(snap.endpoints))
@@ -156,7 +169,7 @@ func (p *Picker) Pick(body []byte, subset []string, hasSubset bool, now time.Tim
 		cands[j] = p.pool.metricsOf(snap, i)
 	}
 
-	picked, err := p.schedule(d, m, ids, cands, now)
+	picked, err := p.schedule(d, ids, cands, now)
 	if err != nil {
 		return d, err
 	}
@@ -170,15 +183,12 @@ func (p *Picker) Pick(body []byte, subset []string, hasSubset bool, now time.Tim
 	return d, nil
 }
 
-// schedule picks the target model and the endpoints under the lock. ids and
-// cands are parallel and consumed: each pick is swapped out of them before
-// the next (a fallback) is scheduled among the rest.
-func (p *Picker) schedule(d *Decision, m *Model, ids []int, cands []*scheduling.Metrics, now time.Time) ([]int, error) {
+// schedule picks the endpoints under the lock. ids and cands are parallel
+// and consumed: each pick is swapped out of them before the next (a
+// fallback) is scheduled among the rest.
+func (p *Picker) schedule(d *Decision, ids []int, cands []*scheduling.Metrics, now time.Time) ([]int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if m != nil {
-		d.TargetModel = m.TargetModel(p.rand)
-	}
 	req := scheduling.Request{Criticality: d.Criticality, Adapter: d.TargetModel}
 	if p.base.Has(d.TargetModel) {
 		req.Adapter = ""

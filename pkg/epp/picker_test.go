@@ -43,6 +43,11 @@ func (s server) metrics() *scheduling.Metrics {
 
 func newTestPicker(t testing.TB, cfg PickerConfig, servers []server, models ...*v1alpha2.InferenceModel) *Picker {
 	t.Helper()
+	return newConfiguredPicker(t, cfg, servers, ModelConfig{Models: models})
+}
+
+func newConfiguredPicker(t testing.TB, cfg PickerConfig, servers []server, mc ModelConfig) *Picker {
+	t.Helper()
 	fm := fakeMetrics{}
 	var eps []Endpoint
 	for _, s := range servers {
@@ -53,7 +58,7 @@ func newTestPicker(t testing.TB, cfg PickerConfig, servers []server, models ...*
 	pool := NewPool("pool", fm, nil)
 	require.NoError(t, pool.SetEndpoints(eps))
 	ms := NewModels()
-	ms.Set(models)
+	ms.Set(mc)
 	if cfg.Scheduling == (scheduling.Config{}) {
 		cfg.Scheduling = scheduling.DefaultConfig()
 	}
@@ -73,6 +78,19 @@ var (
 	}
 	critical  = inferenceModel("critical", "chat", ptr.To(v1alpha2.Critical), target("lora-x", nil))
 	sheddable = inferenceModel("sheddable", "batch", ptr.To(v1alpha2.Sheddable))
+	// The objectives and rewrites of the picker tests: a sheddable
+	// objective in each group, a critical one, and a canary rewrite.
+	testConfig = ModelConfig{
+		Models: []*v1alpha2.InferenceModel{critical, sheddable},
+		Objectives: []*v1alpha2.InferenceObjective{
+			objective("background", ptr.To[int32](-1)),
+			ObjectiveFromLLMD(llmdObjective("llmd-background", -5)),
+			objective("interactive", ptr.To[int32](10)),
+		},
+		Rewrites: []*v1alpha2.InferenceModelRewrite{
+			rewrite("canary", rule([]string{"food-review"}, rewriteTarget("food-review-v2", nil))),
+		},
+	}
 )
 
 func TestPick(t *testing.T) {
@@ -81,6 +99,7 @@ func TestPick(t *testing.T) {
 		cfg      PickerConfig
 		servers  []server
 		body     []byte
+		headers  RequestHeaders
 		subset   []string
 		noSubset bool
 		// want lists the endpoints the primary may be; wantCode the error.
@@ -160,6 +179,53 @@ func TestPick(t *testing.T) {
 			wantCode: http.StatusTooManyRequests,
 		},
 		{
+			name: "a request naming an objective of negative priority is sheddable: 429 with every server saturated",
+			servers: []server{
+				{addr: "10.0.0.1:8000", queue: 6, kv: 0.5}, {addr: "10.0.0.2:8000", queue: 1, kv: 0.85},
+			},
+			body: req("m"), headers: RequestHeaders{Objective: "background"}, noSubset: true,
+			wantCode: http.StatusTooManyRequests,
+		},
+		{
+			name: "an llm-d.ai objective of negative priority is sheddable too",
+			servers: []server{
+				{addr: "10.0.0.1:8000", queue: 6, kv: 0.5}, {addr: "10.0.0.2:8000", queue: 1, kv: 0.85},
+			},
+			body: req("m"), headers: RequestHeaders{Objective: "llmd-background"}, noSubset: true,
+			wantCode: http.StatusTooManyRequests,
+		},
+		{
+			name: "the objective's priority wins over the InferenceModel's criticality: a sheddable model named with a priority above 0 is critical and served",
+			servers: []server{
+				{addr: "10.0.0.1:8000", queue: 6, kv: 0.5}, {addr: "10.0.0.2:8000", queue: 1, kv: 0.85},
+			},
+			body: req("batch"), headers: RequestHeaders{Objective: "interactive"}, noSubset: true,
+			want: []string{"10.0.0.2:8000"}, wantModel: "batch", wantCrit: scheduling.Critical,
+		},
+		{
+			name: "an unknown objective is served as if the request named none: the InferenceModel's criticality",
+			servers: []server{
+				{addr: "10.0.0.1:8000", queue: 6, kv: 0.5}, {addr: "10.0.0.2:8000", queue: 1, kv: 0.85},
+			},
+			body: req("batch"), headers: RequestHeaders{Objective: "no-such-objective"}, noSubset: true,
+			wantCode: http.StatusTooManyRequests,
+		},
+		{
+			name:    "an exact InferenceModelRewrite rule rewrites the body's model",
+			servers: idle, body: req("food-review"), noSubset: true,
+			want: []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}, wantModel: "food-review-v2", wantRewrite: true,
+		},
+		{
+			name:    "the model name rewrite header rewrites a model no rule matches",
+			servers: idle, body: req("m"), headers: RequestHeaders{ModelNameRewrite: "m-v3"}, noSubset: true,
+			want: []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}, wantModel: "m-v3", wantRewrite: true,
+		},
+		{
+			name:    "a matching rule wins over the model name rewrite header",
+			servers: idle, body: req("food-review"), headers: RequestHeaders{ModelNameRewrite: "m-v3"}, noSubset: true,
+			want: []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}, wantModel: "food-review-v2", wantRewrite: true,
+		},
+		{
 			name:    "a body that is not JSON: 400",
 			servers: idle, body: []byte("hello"), noSubset: true,
 			wantCode: http.StatusBadRequest,
@@ -198,10 +264,10 @@ func TestPick(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := newTestPicker(t, tt.cfg, tt.servers, critical, sheddable)
+			p := newConfiguredPicker(t, tt.cfg, tt.servers, testConfig)
 			seen := sets.New[string]()
 			for range 200 {
-				d, err := p.Pick(tt.body, tt.subset, !tt.noSubset, now)
+				d, err := p.Pick(tt.body, tt.headers, tt.subset, !tt.noSubset, now)
 				if tt.wantCode != 0 {
 					require.Error(t, err)
 					assert.Equal(t, tt.wantCode, StatusCode(err), err.Error())
@@ -259,7 +325,7 @@ func BenchmarkPick(b *testing.B) {
 		p := newTestPicker(b, PickerConfig{}, servers, critical)
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := p.Pick(body, nil, false, now); err != nil {
+			if _, err := p.Pick(body, RequestHeaders{}, nil, false, now); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -269,7 +335,7 @@ func BenchmarkPick(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, err := p.Pick(body, nil, false, now); err != nil {
+				if _, err := p.Pick(body, RequestHeaders{}, nil, false, now); err != nil {
 					b.Error(err)
 					return
 				}
@@ -278,7 +344,6 @@ func BenchmarkPick(b *testing.B) {
 	})
 	b.Run("schedule-only", func(b *testing.B) {
 		p := newTestPicker(b, PickerConfig{}, servers, critical)
-		m := p.models.Get("chat")
 		snap := p.pool.snap.Load()
 		ids := make([]int, len(servers))
 		cands := make([]*scheduling.Metrics, len(servers))
@@ -286,7 +351,7 @@ func BenchmarkPick(b *testing.B) {
 			for i := range servers {
 				ids[i], cands[i] = i, p.pool.metricsOf(snap, i)
 			}
-			if _, err := p.schedule(&Decision{Model: "chat"}, m, ids, cands, now); err != nil {
+			if _, err := p.schedule(&Decision{Model: "chat", TargetModel: "lora-x", Criticality: scheduling.Critical}, ids, cands, now); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -3,12 +3,14 @@ package epp
 import (
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/mci-dev/mci/pkg/extproc"
 )
@@ -30,7 +32,15 @@ type Server struct {
 	metrics *Metrics
 	maxBody int64
 	logger  logr.Logger
+
+	// loggedObjectives are the unknown objectives already logged, so that
+	// each is logged once; bounded, since callers choose the names.
+	mu               sync.Mutex
+	loggedObjectives sets.Set[string]
 }
+
+// maxLoggedObjectives bounds Server.loggedObjectives.
+const maxLoggedObjectives = 100
 
 // NewServer returns the ext_proc service. maxBody bounds request bodies (<=
 // 0: DefaultMaxRequestBodyBytes); metrics may be nil.
@@ -38,7 +48,34 @@ func NewServer(picker *Picker, metrics *Metrics, maxBody int64, logger logr.Logg
 	if maxBody <= 0 {
 		maxBody = DefaultMaxRequestBodyBytes
 	}
-	return &Server{picker: picker, metrics: metrics, maxBody: maxBody, logger: logger}
+	return &Server{picker: picker, metrics: metrics, maxBody: maxBody, logger: logger, loggedObjectives: sets.New[string]()}
+}
+
+// unknownObjective counts a request that names an objective the pool does
+// not have, and logs each such name once (the first maxLoggedObjectives
+// names). Upstream EPPs serve such a request with the default priority, 0,
+// and so does mci: the request is served as if it named no objective.
+func (s *Server) unknownObjective(name string) {
+	if s.metrics != nil {
+		s.metrics.unknownObjectives.Inc()
+	}
+	s.mu.Lock()
+	first := !s.loggedObjectives.Has(name) && s.loggedObjectives.Len() < maxLoggedObjectives
+	if first {
+		s.loggedObjectives.Insert(name)
+	}
+	s.mu.Unlock()
+	if first {
+		s.logger.Info("A request names an InferenceObjective the pool does not have; serving it with the default priority (0), as if it named none. Logged once per name; mci_epp_unknown_objective_requests_total counts them all",
+			"objective", name, "header", ObjectiveHeader)
+	}
+}
+
+func objectiveName(d *Decision) string {
+	if d.Objective != nil {
+		return d.Objective.Name
+	}
+	return ""
 }
 
 // Process serves one request's stream.
@@ -68,7 +105,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		// protocol, so nothing can be picked.
 		return s.refuse(stream, nil, &Error{Code: http.StatusServiceUnavailable, Err: err}, start)
 	}
-	d, err := s.picker.Pick(req.Body, subset, hasSubset, start)
+	d, err := s.picker.Pick(req.Body, ReadRequestHeaders(req.Header), subset, hasSubset, start)
+	if d != nil && d.UnknownObjective != "" {
+		s.unknownObjective(d.UnknownObjective)
+	}
 	if err != nil {
 		return s.refuse(stream, d, err, start)
 	}
@@ -79,8 +119,8 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		s.metrics.observe(d, http.StatusOK, time.Since(start))
 	}
 	if log := s.logger.V(4); log.Enabled() {
-		log.Info("Routed request", "path", req.Header(":path"), "model", d.Model, "targetModel", d.TargetModel,
-			"criticality", d.Criticality, "endpoints", d.Endpoints)
+		log.Info("Routed request", "path", req.Header(":path"), "model", d.Model, "targetModel", d.TargetModel, "rewrittenBy", d.RewrittenBy,
+			"criticality", d.Criticality, "objective", objectiveName(d), "fairnessID", d.FairnessID, "endpoints", d.Endpoints)
 	}
 
 	return req.PassThroughResponse(stream)
@@ -96,7 +136,7 @@ func (s *Server) refuse(stream extprocv3.ExternalProcessor_ProcessServer, d *Dec
 	if log := s.logger.V(3); log.Enabled() {
 		args := []any{"code", code, "reason", err.Error()}
 		if d != nil {
-			args = append(args, "model", d.Model, "criticality", d.Criticality)
+			args = append(args, "model", d.Model, "criticality", d.Criticality, "objective", objectiveName(d), "fairnessID", d.FairnessID)
 		}
 		log.Info("Refused request", args...)
 	}

@@ -155,7 +155,7 @@ func newTestEPP(cfg epp.Config, eps []epp.Endpoint) (*epp.EPP, error) {
 	if cfg.Rand == nil {
 		cfg.Rand = rand.NewPCG(1, 2)
 	}
-	return epp.New(cfg, epp.StaticSource{Endpoints: eps, Models: testModels})
+	return epp.New(cfg, epp.StaticSource{Endpoints: eps, Config: epp.ModelConfig{Models: testModels}})
 }
 
 func healthStatus(t testing.TB, addr, service string) healthpb.HealthCheckResponse_ServingStatus {

@@ -31,8 +31,12 @@ type Inputs struct {
 	Imports  []*v1alpha1.InferencePoolImport
 	Pools    []*poolv1.InferencePool
 	Services []*corev1.Service
-	// Models give requests their criticality (MetricsBased policy).
-	Models []*v1alpha2.InferenceModel
+	// Models and Objectives give requests their criticality (MetricsBased
+	// policy): the InferenceObjective a request names, else the
+	// InferenceModel of its model (epp.Models.Resolve). Objectives of the
+	// llm-d.ai group are converted with epp.ObjectiveFromLLMD.
+	Models     []*v1alpha2.InferenceModel
+	Objectives []*v1alpha2.InferenceObjective
 
 	// LocalCluster names this cluster; DefaultLocalCluster when empty.
 	LocalCluster string
@@ -975,12 +979,25 @@ func parentAddress(parents []v1alpha1.ParentImport) string {
 	return best
 }
 
-// indexModels groups the InferenceModels by the pool they name.
+// indexModels groups the InferenceModels and InferenceObjectives by the
+// pool they name.
 func (b *builder) indexModels() {
-	byPool := map[types.NamespacedName][]*v1alpha2.InferenceModel{}
+	byPool := map[types.NamespacedName]*epp.ModelConfig{}
+	of := func(k types.NamespacedName) *epp.ModelConfig {
+		if byPool[k] == nil {
+			byPool[k] = &epp.ModelConfig{}
+		}
+		return byPool[k]
+	}
 	for _, m := range b.in.Models {
-		k := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.PoolRef.Name}
-		byPool[k] = append(byPool[k], m)
+		c := of(types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.PoolRef.Name})
+		c.Models = append(c.Models, m)
+	}
+	for _, o := range b.in.Objectives {
+		if k, ok := objectivePool(o); ok {
+			c := of(k)
+			c.Objectives = append(c.Objectives, o)
+		}
 	}
 	keys := make([]types.NamespacedName, 0, len(byPool))
 	for k := range byPool {
@@ -988,17 +1005,25 @@ func (b *builder) indexModels() {
 	}
 	slices.SortFunc(keys, func(x, y types.NamespacedName) int { return strings.Compare(x.String(), y.String()) })
 	for _, k := range keys {
-		ms, errs := modelsOf(k, byPool[k])
+		ms, errs := modelsOf(k, *byPool[k])
 		b.models[k] = ms
 		b.errs = append(b.errs, errs...)
 	}
 }
 
-// modelsOf indexes the InferenceModels of one pool.
-func modelsOf(pool types.NamespacedName, models []*v1alpha2.InferenceModel) (*epp.Models, []error) {
+// objectivePool is the pool an InferenceObjective names; false when its
+// poolRef is of another kind or group than InferencePool.
+func objectivePool(o *v1alpha2.InferenceObjective) (types.NamespacedName, bool) {
+	ref := o.Spec.PoolRef
+	ok := (ref.Kind == "" || ref.Kind == "InferencePool") && (ref.Group == "" || ref.Group == poolv1.SchemeGroupVersion.Group)
+	return types.NamespacedName{Namespace: o.Namespace, Name: ref.Name}, ok
+}
+
+// modelsOf indexes the InferenceModels and InferenceObjectives of one pool.
+func modelsOf(pool types.NamespacedName, c epp.ModelConfig) (*epp.Models, []error) {
 	ms := epp.NewModels()
 	var errs []error
-	for _, ignored := range ms.Set(models) {
+	for _, ignored := range ms.Set(c) {
 		errs = append(errs, &BuildError{Kind: "InferenceModel", Namespace: pool.Namespace, Reason: ReasonConflictingModel, Message: ignored})
 	}
 	return ms, errs

@@ -15,6 +15,8 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
+	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -372,9 +374,37 @@ func TestBuild(t *testing.T) {
 			},
 			check: func(t *testing.T, tbl *Table) {
 				b := only(t, tbl)
-				assert.Equal(t, scheduling.Sheddable, b.Criticality("batch"))
-				assert.Equal(t, scheduling.Standard, b.Criticality("chat"), "a model of another pool")
-				assert.Equal(t, scheduling.Standard, b.Criticality(""))
+				assert.Equal(t, scheduling.Sheddable, b.Criticality("batch", ""))
+				assert.Equal(t, scheduling.Standard, b.Criticality("chat", ""), "a model of another pool")
+				assert.Equal(t, scheduling.Standard, b.Criticality("", ""))
+			},
+		},
+		{
+			name: "InferenceObjectives of the backend, of both groups, give criticality by the objective a request names",
+			in: Inputs{
+				Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{twoClusters},
+				Models: []*v1alpha2.InferenceModel{
+					{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "batch"}, Spec: v1alpha2.InferenceModelSpec{
+						ModelName: "batch", Criticality: ptr.To(v1alpha2.Sheddable), PoolRef: v1alpha2.PoolObjectReference{Name: "llm"}}},
+				},
+				Objectives: []*v1alpha2.InferenceObjective{
+					{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "background"}, Spec: v1alpha2.InferenceObjectiveSpec{
+						Priority: ptr.To[int32](-1), PoolRef: v1alpha2.PoolObjectReference{Name: "llm"}}},
+					epp.ObjectiveFromLLMD(&llmdv1alpha2.InferenceObjective{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "interactive"}, Spec: v1alpha2.InferenceObjectiveSpec{
+						Priority: ptr.To[int32](5), PoolRef: v1alpha2.PoolObjectReference{Name: "llm", Group: "inference.networking.k8s.io"}}}),
+					{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "elsewhere"}, Spec: v1alpha2.InferenceObjectiveSpec{
+						Priority: ptr.To[int32](-1), PoolRef: v1alpha2.PoolObjectReference{Name: "other"}}},
+					{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other-group"}, Spec: v1alpha2.InferenceObjectiveSpec{
+						Priority: ptr.To[int32](-1), PoolRef: v1alpha2.PoolObjectReference{Name: "llm", Group: "example.com"}}},
+				},
+			},
+			check: func(t *testing.T, tbl *Table) {
+				b := only(t, tbl)
+				assert.Equal(t, scheduling.Sheddable, b.Criticality("chat", "background"), "priority below 0")
+				assert.Equal(t, scheduling.Critical, b.Criticality("batch", "interactive"), "the objective wins over the InferenceModel")
+				assert.Equal(t, scheduling.Sheddable, b.Criticality("batch", "no-such-objective"), "an unknown objective counts as none")
+				assert.Equal(t, scheduling.Standard, b.Criticality("chat", "elsewhere"), "an objective of another pool")
+				assert.Equal(t, scheduling.Standard, b.Criticality("chat", "other-group"), "an objective whose poolRef is of another group")
 			},
 		},
 		{

@@ -15,6 +15,8 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
+	"github.com/mci-dev/mci/pkg/epp"
 )
 
 // Incremental builds routing tables from objects that change one at a time,
@@ -28,7 +30,7 @@ import (
 //     its namespace (allowedRoutes selectors); when a ReferenceGrant of a
 //     namespace its backendRefs refer to changes.
 //   - A local pool's EPP, an import's clusters and a pool's InferenceModels
-//     are resolved once and kept until they change.
+//     and InferenceObjectives are resolved once and kept until they change.
 //   - The host index keeps the precedence-sorted matchers of every
 //     hostname; only the hostnames of recompiled routes are sorted again,
 //     the others are shared with the previous table.
@@ -59,10 +61,13 @@ type Incremental struct {
 
 	models     map[types.NamespacedName]*v1alpha2.InferenceModel
 	modelsOf   map[types.NamespacedName]map[types.NamespacedName]*v1alpha2.InferenceModel
-	modelErrs  map[types.NamespacedName][]error
-	shims      map[types.NamespacedName]*shimEntry
-	hostGroups map[string][]*matcher
-	hostRoutes map[string]map[types.NamespacedName]struct{}
+	objectives map[ObjectiveKey]*v1alpha2.InferenceObjective
+	// objectivesOf are the objectives by the pool they name.
+	objectivesOf map[types.NamespacedName]map[ObjectiveKey]*v1alpha2.InferenceObjective
+	modelErrs    map[types.NamespacedName][]error
+	shims        map[types.NamespacedName]*shimEntry
+	hostGroups   map[string][]*matcher
+	hostRoutes   map[string]map[types.NamespacedName]struct{}
 	// uses counts the entries (routes, shims) that use a resolved object;
 	// errRefs are the resolved objects that have problems, so that a table
 	// lists the problems of the objects in use without visiting them all.
@@ -106,33 +111,35 @@ type shimEntry struct {
 // NewIncremental returns a builder with Build's settings (the object lists
 // of in are ignored) and no objects.
 func NewIncremental(in Inputs) *Incremental {
-	in.Routes, in.Imports, in.Pools, in.Services, in.Models = nil, nil, nil, nil, nil
+	in.Routes, in.Imports, in.Pools, in.Services, in.Models, in.Objectives = nil, nil, nil, nil, nil, nil
 	in.Gateways, in.Namespaces, in.ReferenceGrants = nil, nil, nil
 	b := newBuilder(in)
 	b.incremental = true
 	return &Incremental{
-		b:           b,
-		routes:      map[types.NamespacedName]*gatewayv1.HTTPRoute{},
-		entries:     map[types.NamespacedName]*routeEntry{},
-		byName:      map[types.NamespacedName]map[types.NamespacedName]struct{}{},
-		bySvc:       map[types.NamespacedName]map[types.NamespacedName]struct{}{},
-		poolSvcs:    map[types.NamespacedName][]types.NamespacedName{},
-		byGateway:   map[types.NamespacedName]map[types.NamespacedName]struct{}{},
-		inNamespace: map[string]map[types.NamespacedName]struct{}{},
-		byTarget:    map[string]map[types.NamespacedName]struct{}{},
-		models:      map[types.NamespacedName]*v1alpha2.InferenceModel{},
-		modelsOf:    map[types.NamespacedName]map[types.NamespacedName]*v1alpha2.InferenceModel{},
-		modelErrs:   map[types.NamespacedName][]error{},
-		shims:       map[types.NamespacedName]*shimEntry{},
-		hostGroups:  map[string][]*matcher{},
-		hostRoutes:  map[string]map[types.NamespacedName]struct{}{},
-		uses:        map[objectRef]int{},
-		errRefs:     map[objectRef]struct{}{},
-		dirtyRoutes: map[types.NamespacedName]struct{}{},
-		dirtyNames:  map[types.NamespacedName]struct{}{},
-		dirtyModels: map[types.NamespacedName]struct{}{},
-		dirtyHosts:  map[string]struct{}{},
-		changed:     true,
+		b:            b,
+		routes:       map[types.NamespacedName]*gatewayv1.HTTPRoute{},
+		entries:      map[types.NamespacedName]*routeEntry{},
+		byName:       map[types.NamespacedName]map[types.NamespacedName]struct{}{},
+		bySvc:        map[types.NamespacedName]map[types.NamespacedName]struct{}{},
+		poolSvcs:     map[types.NamespacedName][]types.NamespacedName{},
+		byGateway:    map[types.NamespacedName]map[types.NamespacedName]struct{}{},
+		inNamespace:  map[string]map[types.NamespacedName]struct{}{},
+		byTarget:     map[string]map[types.NamespacedName]struct{}{},
+		models:       map[types.NamespacedName]*v1alpha2.InferenceModel{},
+		modelsOf:     map[types.NamespacedName]map[types.NamespacedName]*v1alpha2.InferenceModel{},
+		objectives:   map[ObjectiveKey]*v1alpha2.InferenceObjective{},
+		objectivesOf: map[types.NamespacedName]map[ObjectiveKey]*v1alpha2.InferenceObjective{},
+		modelErrs:    map[types.NamespacedName][]error{},
+		shims:        map[types.NamespacedName]*shimEntry{},
+		hostGroups:   map[string][]*matcher{},
+		hostRoutes:   map[string]map[types.NamespacedName]struct{}{},
+		uses:         map[objectRef]int{},
+		errRefs:      map[objectRef]struct{}{},
+		dirtyRoutes:  map[types.NamespacedName]struct{}{},
+		dirtyNames:   map[types.NamespacedName]struct{}{},
+		dirtyModels:  map[types.NamespacedName]struct{}{},
+		dirtyHosts:   map[string]struct{}{},
+		changed:      true,
 	}
 }
 
@@ -315,6 +322,56 @@ func index[K comparable](m map[K]map[types.NamespacedName]struct{}, k K, rk type
 	}
 }
 
+// ObjectiveKey names an InferenceObjective: the two groups may hold one
+// namespace/name each.
+type ObjectiveKey struct {
+	Group string
+	types.NamespacedName
+}
+
+// KeyOfObjective is the key of an InferenceObjective of a group
+// (apiVersion as epp.ObjectiveFromLLMD sets it: llm-d.ai; anything else is
+// inference.networking.x-k8s.io).
+func KeyOfObjective(apiVersion string, k types.NamespacedName) ObjectiveKey {
+	if apiVersion == llmdv1alpha2.SchemeGroupVersion.String() {
+		return ObjectiveKey{Group: llmdv1alpha2.SchemeGroupVersion.Group, NamespacedName: k}
+	}
+	return ObjectiveKey{Group: v1alpha2.SchemeGroupVersion.Group, NamespacedName: k}
+}
+
+// SetObjective adds or replaces an InferenceObjective (of either group);
+// DeleteObjective removes one.
+func (x *Incremental) SetObjective(o *v1alpha2.InferenceObjective) {
+	k := KeyOfObjective(o.APIVersion, keyOf(o.Namespace, o.Name))
+	x.removeObjective(k)
+	pk, ok := objectivePool(o)
+	if !ok {
+		return
+	}
+	x.objectives[k] = o
+	if x.objectivesOf[pk] == nil {
+		x.objectivesOf[pk] = map[ObjectiveKey]*v1alpha2.InferenceObjective{}
+	}
+	x.objectivesOf[pk][k] = o
+	x.dirtyModels[pk] = struct{}{}
+}
+
+func (x *Incremental) DeleteObjective(k ObjectiveKey) { x.removeObjective(k) }
+
+func (x *Incremental) removeObjective(k ObjectiveKey) {
+	old, ok := x.objectives[k]
+	if !ok {
+		return
+	}
+	delete(x.objectives, k)
+	pk, _ := objectivePool(old)
+	delete(x.objectivesOf[pk], k)
+	if len(x.objectivesOf[pk]) == 0 {
+		delete(x.objectivesOf, pk)
+	}
+	x.dirtyModels[pk] = struct{}{}
+}
+
 // name marks everything resolved for a namespace/name (local pool, import)
 // as stale.
 func (x *Incremental) name(k types.NamespacedName) {
@@ -438,12 +495,16 @@ func routeNames(r *gatewayv1.HTTPRoute) []types.NamespacedName {
 // nothing that matters changed).
 func (x *Incremental) Table() (*Table, bool) {
 	for pk := range x.dirtyModels {
-		if ms := x.modelsOf[pk]; len(ms) > 0 {
-			list := make([]*v1alpha2.InferenceModel, 0, len(ms))
+		ms, objs := x.modelsOf[pk], x.objectivesOf[pk]
+		if len(ms) > 0 || len(objs) > 0 {
+			var c epp.ModelConfig
 			for _, m := range ms {
-				list = append(list, m)
+				c.Models = append(c.Models, m)
 			}
-			x.b.models[pk], x.modelErrs[pk] = modelsOf(pk, list)
+			for _, o := range objs {
+				c.Objectives = append(c.Objectives, o)
+			}
+			x.b.models[pk], x.modelErrs[pk] = modelsOf(pk, c)
 		} else {
 			delete(x.b.models, pk)
 			delete(x.modelErrs, pk)

@@ -90,7 +90,12 @@ func describeBackend(t *testing.T, b *strings.Builder, be *Backend) {
 		fmt.Fprintf(b, "    wrr %s\n", be.wrr.key)
 	}
 	if be.models != nil {
-		fmt.Fprintf(b, "    models %d chat=%d code=%d\n", be.models.Len(), be.Criticality("chat"), be.Criticality("code"))
+		m, o, _ := be.models.Counts()
+		fmt.Fprintf(b, "    models %d objectives %d chat=%d code=%d", m, o, be.Criticality("chat", ""), be.Criticality("code", ""))
+		for _, obj := range []string{"o0", "o1", "o2"} {
+			fmt.Fprintf(b, " chat/%s=%d", obj, be.Criticality("chat", obj))
+		}
+		fmt.Fprintln(b)
 	}
 }
 
@@ -147,7 +152,7 @@ func (u universe) route() *gatewayv1.HTTPRoute {
 		var rl gatewayv1.HTTPRouteRule
 		for range u.r.IntN(3) {
 			var m gatewayv1.HTTPRouteMatch
-			switch u.r.IntN(5) {
+			switch u.r.IntN(6) {
 			case 0:
 				m = prefix(u.pick("/", "/v1", "/v1/"))
 			case 1:
@@ -164,7 +169,7 @@ func (u universe) route() *gatewayv1.HTTPRoute {
 		for range u.r.IntN(4) {
 			var ref gatewayv1.HTTPBackendRef
 			weight := []*int32{nil, ptr.To[int32](0), ptr.To[int32](1), ptr.To[int32](3)}[u.r.IntN(4)]
-			switch u.r.IntN(5) {
+			switch u.r.IntN(6) {
 			case 0, 1:
 				ref = importRef(u.pick(uNames...), weight)
 			case 2, 3:
@@ -267,7 +272,7 @@ func (u universe) importOf() *v1alpha1.InferencePoolImport {
 		}
 		c := v1alpha1.ImportedCluster{Name: name, RoutingMode: v1alpha1.RoutingModeEndpoint}
 		addr := fmt.Sprintf("127.0.%d.%d", u.r.IntN(2)+1, u.r.IntN(3)+1)
-		switch u.r.IntN(5) {
+		switch u.r.IntN(6) {
 		case 0:
 			c.RoutingMode = v1alpha1.RoutingModeParent
 			c.Parents = []v1alpha1.ParentImport{{Name: "gw", Service: []v1alpha1.ServiceImport{{Addresses: []string{addr}, Ports: []v1alpha1.Port{{Number: 80}}}}}}
@@ -330,6 +335,20 @@ func (u universe) model() *v1alpha2.InferenceModel {
 	}
 }
 
+func (u universe) objective() *v1alpha2.InferenceObjective {
+	o := &v1alpha2.InferenceObjective{
+		ObjectMeta: metav1.ObjectMeta{Namespace: u.pick(uNamespaces...), Name: u.pick("o0", "o1", "o2"), CreationTimestamp: u.created()},
+		Spec: v1alpha2.InferenceObjectiveSpec{
+			Priority: ptr.To(int32(u.r.IntN(3) - 1)),
+			PoolRef:  v1alpha2.PoolObjectReference{Name: u.pick(uNames...)},
+		},
+	}
+	if u.r.IntN(2) == 0 {
+		o.APIVersion = "llm-d.ai/v1alpha2"
+	}
+	return o
+}
+
 // objects is the reference state: what Build is given.
 type objects struct {
 	routes   map[types.NamespacedName]*gatewayv1.HTTPRoute
@@ -340,6 +359,8 @@ type objects struct {
 	gateways map[types.NamespacedName]*gatewayv1.Gateway
 	nss      map[types.NamespacedName]*corev1.Namespace
 	grants   map[types.NamespacedName]*gatewayv1beta1.ReferenceGrant
+	// objectives of both groups.
+	objectives map[ObjectiveKey]*v1alpha2.InferenceObjective
 }
 
 func newObjects() *objects {
@@ -348,10 +369,11 @@ func newObjects() *objects {
 		pools: map[types.NamespacedName]*poolv1.InferencePool{}, services: map[types.NamespacedName]*corev1.Service{},
 		models: map[types.NamespacedName]*v1alpha2.InferenceModel{}, gateways: map[types.NamespacedName]*gatewayv1.Gateway{},
 		nss: map[types.NamespacedName]*corev1.Namespace{}, grants: map[types.NamespacedName]*gatewayv1beta1.ReferenceGrant{},
+		objectives: map[ObjectiveKey]*v1alpha2.InferenceObjective{},
 	}
 }
 
-func values[T any](m map[types.NamespacedName]T) []T {
+func values[K comparable, T any](m map[K]T) []T {
 	out := make([]T, 0, len(m))
 	for _, v := range m {
 		out = append(out, v)
@@ -363,13 +385,14 @@ func (o *objects) inputs(settings Inputs) Inputs {
 	in := settings
 	in.Routes, in.Imports, in.Pools, in.Services, in.Models = values(o.routes), values(o.imports), values(o.pools), values(o.services), values(o.models)
 	in.Gateways, in.Namespaces, in.ReferenceGrants = values(o.gateways), values(o.nss), values(o.grants)
+	in.Objectives = values(o.objectives)
 	return in
 }
 
 // change makes one random change to both the reference state and x.
 func (u universe) change(o *objects, x *Incremental) string {
 	del := u.r.IntN(4) == 0
-	switch u.r.IntN(8) {
+	switch u.r.IntN(9) {
 	case 0:
 		r := u.route()
 		k := keyOf(r.Namespace, r.Name)
@@ -447,6 +470,17 @@ func (u universe) change(o *objects, x *Incremental) string {
 		o.grants[k] = g
 		x.SetReferenceGrant(g)
 		return "set grant " + k.String()
+	case 8:
+		ob := u.objective()
+		k := KeyOfObjective(ob.APIVersion, keyOf(ob.Namespace, ob.Name))
+		if del {
+			delete(o.objectives, k)
+			x.DeleteObjective(k)
+			return "delete objective " + k.String()
+		}
+		o.objectives[k] = ob
+		x.SetObjective(ob)
+		return "set objective " + k.String()
 	default:
 		m := u.model()
 		k := keyOf(m.Namespace, m.Name)

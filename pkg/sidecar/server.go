@@ -257,9 +257,11 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 	if be.Policy == PolicyMetricsBased {
 		// Criticality only matters to the metrics-based ranking, which is
 		// the only one worth a look at the body.
+		model := ""
 		if body, err := epp.ParseBody(req.Body); err == nil {
-			pr.Criticality = be.Criticality(body.Model())
+			model = body.Model()
 		}
+		pr.Criticality = be.Criticality(model, epp.ReadRequestHeaders(req.Header).Objective)
 	}
 	order, err := s.policies[be.Policy].Order(be, pr, s.state)
 	s.metrics.picked(time.Since(start))

@@ -27,6 +27,8 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
+	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	extproctest "github.com/mci-dev/mci/test/extproc"
@@ -378,6 +380,10 @@ func TestServerShedsOnlyWhenEveryClusterIsSaturated(t *testing.T) {
 		Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), PolicyAnnotation, "MetricsBased")},
 		Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
 		Models:  models,
+		Objectives: []*v1alpha2.InferenceObjective{
+			{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "background"}, Spec: v1alpha2.InferenceObjectiveSpec{Priority: ptr.To[int32](-10), PoolRef: v1alpha2.PoolObjectReference{Name: "llm"}}},
+			epp.ObjectiveFromLLMD(&llmdv1alpha2.InferenceObjective{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "interactive"}, Spec: v1alpha2.InferenceObjectiveSpec{Priority: ptr.To[int32](1), PoolRef: v1alpha2.PoolObjectReference{Name: "llm"}}}),
+		},
 	}, st)
 	batch := []byte(`{"model":"batch","prompt":"x"}`)
 
@@ -392,6 +398,17 @@ func TestServerShedsOnlyWhenEveryClusterIsSaturated(t *testing.T) {
 
 	res = h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
 	require.Nil(t, res.Immediate, "a standard request is never shed")
+
+	// The InferenceObjective a request names decides over the InferenceModel.
+	background := http.Header{}
+	background.Set(epp.ObjectiveHeader, "background")
+	res = h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Headers: background})
+	require.NotNil(t, res.Immediate, "a request naming an objective of priority below 0 is sheddable")
+	assert.Equal(t, http.StatusTooManyRequests, res.Immediate.StatusCode)
+	interactive := http.Header{}
+	interactive.Set(epp.LLMDObjectiveHeader, "interactive")
+	res = h.do(t, extproctest.Request{Path: "/v1/completions", Body: batch, Headers: interactive})
+	require.Nil(t, res.Immediate, "a sheddable model named with an objective of priority above 0 is not shed")
 }
 
 func TestServerSubsetHintGoesToTheLocalEPPOnly(t *testing.T) {

@@ -174,17 +174,18 @@ func (b *Backend) String() string {
 	return string(b.Kind) + " " + b.Namespace + "/" + b.Name
 }
 
-// Criticality is the criticality of requests for a model, from the
-// InferenceModels of the backend's namespace whose poolRef names the
-// backend; Standard for a model without one.
-func (b *Backend) Criticality(model string) scheduling.Criticality {
-	if b.models == nil || model == "" {
+// Criticality is the criticality of a request for a model that names an
+// objective (header x-gateway-inference-objective; "" for none), from the
+// InferenceObjectives and InferenceModels of the backend's namespace whose
+// poolRef names the backend: the objective's priority (below 0 is
+// sheddable), else the model's InferenceModel, else Standard (epp.Models
+// decides, as the EPP does). An objective the pool does not have counts as
+// none.
+func (b *Backend) Criticality(model, objective string) scheduling.Criticality {
+	if b.models == nil {
 		return scheduling.Standard
 	}
-	if m := b.models.Get(model); m != nil {
-		return m.Criticality
-	}
-	return scheduling.Standard
+	return b.models.Criticality(model, objective)
 }
 
 // Rule is one HTTPRoute rule with its backends.

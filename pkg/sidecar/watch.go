@@ -21,6 +21,8 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
+	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
 )
@@ -44,9 +46,10 @@ type WatchConfig struct {
 	// EndpointPickerServices are the sidecar's own Services: set, the
 	// sidecar is an EPP shim for the InferencePools that name them.
 	EndpointPickerServices []types.NamespacedName
-	// InferenceModels, when true, reads the InferenceModels of the cluster
-	// to know the criticality of requests (for MetricsBased shedding). When
-	// false every request is Standard and never shed.
+	// InferenceModels, when true, reads the InferenceModels and the
+	// InferenceObjectives (inference.networking.x-k8s.io and llm-d.ai) of
+	// the cluster to know the criticality of requests (for MetricsBased
+	// shedding). When false every request is Standard and never shed.
 	InferenceModels bool
 }
 
@@ -85,6 +88,8 @@ const (
 	kindGateway
 	kindNamespace
 	kindReferenceGrant
+	kindObjective
+	kindLLMDObjective
 )
 
 // objectChange says that the object of a kind with a key (namespace/name)
@@ -134,11 +139,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 		informers[kindGateway] = gwFactory.Gateway().V1().Gateways().Informer()
 		informers[kindNamespace] = kubeFactory.Core().V1().Namespaces().Informer()
 	}
-	// The routing table waits for these; InferenceModels only refine
-	// criticality, so a cluster without their CRD must not keep the sidecar
-	// from routing: their informer is not waited for.
+	// The routing table waits for these; InferenceModels and
+	// InferenceObjectives only refine criticality, so a cluster without
+	// their CRDs must not keep the sidecar from routing: their informers are
+	// not waited for.
 	if w.cfg.InferenceModels {
 		informers[kindModel] = mciFactory.Inference().V1alpha2().InferenceModels().Informer()
+		informers[kindObjective] = mciFactory.Inference().V1alpha2().InferenceObjectives().Informer()
+		informers[kindLLMDObjective] = mciFactory.LLMD().V1alpha2().InferenceObjectives().Informer()
 	}
 
 	changed := make(chan struct{}, 1)
@@ -148,7 +156,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if kind != kindModel {
+		if kind != kindModel && kind != kindObjective && kind != kindLLMDObjective {
 			// The registration has synced once the handler got every
 			// object of the initial list.
 			synced = append(synced, reg.HasSynced)
@@ -280,6 +288,18 @@ func apply(inc *Incremental, store cache.Store, ch objectChange) error {
 			inc.SetReferenceGrant(g)
 		} else {
 			inc.DeleteReferenceGrant(k)
+		}
+	case kindObjective:
+		if o, ok := obj.(*v1alpha2.InferenceObjective); exists && ok {
+			inc.SetObjective(o)
+		} else {
+			inc.DeleteObjective(KeyOfObjective(v1alpha2.SchemeGroupVersion.String(), k))
+		}
+	case kindLLMDObjective:
+		if o, ok := obj.(*llmdv1alpha2.InferenceObjective); exists && ok {
+			inc.SetObjective(epp.ObjectiveFromLLMD(o))
+		} else {
+			inc.DeleteObjective(KeyOfObjective(llmdv1alpha2.SchemeGroupVersion.String(), k))
 		}
 	}
 	return nil

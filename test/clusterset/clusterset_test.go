@@ -127,7 +127,10 @@ func TestUpRunsMemberClustersThatAcceptWhatTestsWrite(t *testing.T) {
 		})
 
 		t.Run(c.Name+" serves InferencePool and Gateway Established", func(t *testing.T) {
-			for _, name := range []string{"inferencepools.inference.networking.k8s.io", "inferencemodels.inference.networking.x-k8s.io", "gateways.gateway.networking.k8s.io", "httproutes.gateway.networking.k8s.io"} {
+			for _, name := range []string{"inferencepools.inference.networking.k8s.io", "inferencemodels.inference.networking.x-k8s.io",
+				"inferenceobjectives.inference.networking.x-k8s.io", "inferencemodelrewrites.inference.networking.x-k8s.io",
+				"inferenceobjectives.llm-d.ai", "inferencemodelrewrites.llm-d.ai",
+				"gateways.gateway.networking.k8s.io", "httproutes.gateway.networking.k8s.io"} {
 				crd, err := dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
 				require.NoError(t, err)
 				established, msg := condition(crd, "Established")

@@ -32,7 +32,9 @@ const gatewayAPIModule = "sigs.k8s.io/gateway-api"
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // defaultCRDPaths are the member-cluster CRDs: the project's own
-// (InferencePool, InferenceModel) and the Gateway API standard channel.
+// (InferencePool, InferenceModel, and InferenceObjective and
+// InferenceModelRewrite in both their groups) and the Gateway API standard
+// channel.
 // `go mod download -json` fetches the module when a fresh machine does not
 // have it yet (`go list -m` would print an empty directory) and says where
 // it is.

@@ -211,7 +211,8 @@ func TestSidecarManifestsApplyToAKubeAPIServer(t *testing.T) {
 		// pkg/sidecar/watch.go's informers.
 		for _, gr := range []string{"services", "httproutes.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io",
 			"referencegrants.gateway.networking.k8s.io", "inferencepoolimports.inference.networking.x-k8s.io",
-			"inferencepools.inference.networking.k8s.io", "inferencemodels.inference.networking.x-k8s.io"} {
+			"inferencepools.inference.networking.k8s.io", "inferencemodels.inference.networking.x-k8s.io",
+			"inferenceobjectives.inference.networking.x-k8s.io", "inferenceobjectives.llm-d.ai"} {
 			resource, group, _ := strings.Cut(gr, ".")
 			for _, verb := range []string{"get", "list", "watch"} {
 				assert.True(t, allowed(group, resource, verb), "%s %s", verb, gr)

@@ -105,8 +105,11 @@ func NewCommand(o *Options) *cobra.Command {
 		Long: `mci-epp is an Envoy ext_proc server that speaks the Endpoint Picker protocol
 of the Gateway API Inference Extension for one InferencePool. For each request
 it reads the model from the OpenAI-style body, maps it through the pool's
-InferenceModels (criticality, weighted target models) and picks a model
-server from their vLLM metrics.
+InferenceObjectives (the x-gateway-inference-objective header's priority;
+below 0 is sheddable), InferenceModelRewrites (weighted model rewrites) and
+InferenceModels (criticality, weighted target models), and picks a model
+server from their vLLM metrics. InferenceObjective and InferenceModelRewrite
+are read in both inference.networking.x-k8s.io/v1alpha2 and llm-d.ai/v1alpha2.
 
 Standalone:  mci-epp --endpoints 10.0.0.1:8000,10.0.0.2:8000 --model-config models.yaml
 Kubernetes:  mci-epp --pool-name my-pool [--pool-namespace ns] [--kubeconfig FILE]`,
@@ -132,7 +135,7 @@ Kubernetes:  mci-epp --pool-name my-pool [--pool-namespace ns] [--kubeconfig FIL
 	fs.StringVar(&o.PoolNamespace, "pool-namespace", o.PoolNamespace, "Namespace of the InferencePool (Kubernetes mode). Default: $POD_NAMESPACE, else default.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the pool's cluster (Kubernetes mode). Default: the in-cluster configuration.")
 	fs.StringSliceVar(&o.Endpoints, "endpoints", o.Endpoints, "Standalone mode: the model servers, ip:port[,ip:port...]; each serves inference and /metrics on that port.")
-	fs.StringVar(&o.ModelConfig, "model-config", o.ModelConfig, "Standalone mode: a YAML file of InferenceModel objects (inference.networking.x-k8s.io/v1alpha2) separated by ---.")
+	fs.StringVar(&o.ModelConfig, "model-config", o.ModelConfig, "Standalone mode: a YAML file of InferenceModel (inference.networking.x-k8s.io/v1alpha2), InferenceObjective and InferenceModelRewrite (inference.networking.x-k8s.io/v1alpha2 or llm-d.ai/v1alpha2) objects separated by ---. A document the CRDs would refuse is a startup error.")
 	fs.StringSliceVar(&o.BaseModels, "base-models", o.BaseModels, "Names the model servers serve their base model under. A request for one of them needs no LoRA adapter; any other target model is taken for an adapter.")
 	fs.IntVar(&o.MaxFallbacks, "max-fallback-endpoints", o.MaxFallbacks, "How many fallback endpoints follow the picked one in the destination (ip:port,ip:port,...), each picked by the same policy among the rest.")
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body buffered; larger requests get 413.")
@@ -162,7 +165,7 @@ func (o *Options) Validate() error {
 			errs = append(errs, errors.New("either --endpoints (standalone mode) or --pool-name (Kubernetes mode) is required"))
 		}
 		if o.ModelConfig != "" {
-			errs = append(errs, errors.New("--model-config is for the standalone mode (with --endpoints); in Kubernetes mode the InferenceModels come from the cluster"))
+			errs = append(errs, errors.New("--model-config is for the standalone mode (with --endpoints); in Kubernetes mode the InferenceModels, InferenceObjectives and InferenceModelRewrites come from the cluster"))
 		}
 	}
 	if o.MetricsTokenFile != "" && !o.MetricsEndpointAuth {
@@ -203,7 +206,7 @@ func (o *Options) Source() (epp.Source, error) {
 				return nil, fmt.Errorf("--model-config: %w", err)
 			}
 			defer func() { _ = f.Close() }()
-			if src.Models, err = epp.LoadModels(f); err != nil {
+			if src.Config, err = epp.LoadModelConfig(f); err != nil {
 				return nil, fmt.Errorf("--model-config %s: %w", o.ModelConfig, err)
 			}
 		}
@@ -280,12 +283,21 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	logger := klog.FromContext(ctx)
 	if static, ok := src.(epp.StaticSource); ok {
-		for _, im := range static.Models {
-			if o.PoolName != "" && im.Spec.PoolRef.Name != "" && im.Spec.PoolRef.Name != o.PoolName {
-				// The file is this EPP's configuration: its models are
-				// served whatever pool they name, but say so.
-				logger.Info("InferenceModel names another pool; serving it anyway", "inferenceModel", im.Name, "poolRef", im.Spec.PoolRef.Name, "pool", o.PoolName)
+		// The file is this EPP's configuration: its objects apply whatever
+		// pool they name, but say so.
+		otherPool := func(kind, name, ref string) {
+			if o.PoolName != "" && ref != "" && ref != o.PoolName {
+				logger.Info("Model configuration object names another pool; applying it anyway", "kind", kind, "name", name, "poolRef", ref, "pool", o.PoolName)
 			}
+		}
+		for _, im := range static.Config.Models {
+			otherPool("InferenceModel", im.Name, im.Spec.PoolRef.Name)
+		}
+		for _, obj := range static.Config.Objectives {
+			otherPool("InferenceObjective", obj.Name, obj.Spec.PoolRef.Name)
+		}
+		for _, rw := range static.Config.Rewrites {
+			otherPool("InferenceModelRewrite", rw.Name, rw.Spec.PoolRef.Name)
 		}
 	}
 	schemes, err := o.poolMetricsSchemes()

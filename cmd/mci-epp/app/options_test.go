@@ -65,25 +65,59 @@ spec:
   criticality: Critical
   poolRef:
     name: pool
+---
+apiVersion: llm-d.ai/v1alpha2
+kind: InferenceObjective
+metadata:
+  name: batch
+spec:
+  priority: -1
+  poolRef:
+    name: pool
+---
+apiVersion: inference.networking.x-k8s.io/v1alpha2
+kind: InferenceModelRewrite
+metadata:
+  name: canary
+spec:
+  poolRef:
+    name: pool
+  rules:
+  - matches:
+    - model: {value: llama2}
+    targets:
+    - modelRewrite: llama2-v2
 `)
 	bad := write("bad.yaml", "apiVersion: inference.networking.x-k8s.io/v1alpha2\nkind: InferenceModel\nmetadata: {name: x}\nspec:\n  modelName: [\n")
 
-	t.Run("endpoints and models are read", func(t *testing.T) {
+	t.Run("endpoints, models, objectives and rewrites are read", func(t *testing.T) {
 		o := NewOptions()
 		o.Endpoints, o.ModelConfig = []string{"127.0.0.1:8000", "127.0.0.2:8000"}, good
 		src, err := o.Source()
 		require.NoError(t, err)
 		static := src.(epp.StaticSource)
 		assert.Len(t, static.Endpoints, 2)
-		require.Len(t, static.Models, 1)
-		assert.Equal(t, "llama2", static.Models[0].Spec.ModelName)
+		require.Len(t, static.Config.Models, 1)
+		assert.Equal(t, "llama2", static.Config.Models[0].Spec.ModelName)
+		require.Len(t, static.Config.Objectives, 1)
+		assert.Equal(t, "llm-d.ai/v1alpha2", static.Config.Objectives[0].APIVersion)
+		require.Len(t, static.Config.Rewrites, 1)
+		assert.Equal(t, "canary", static.Config.Rewrites[0].Name)
 	})
 	t.Run("bad YAML is a startup error naming the file and the document", func(t *testing.T) {
 		o := NewOptions()
 		o.Endpoints, o.ModelConfig = []string{"127.0.0.1:8000"}, bad
 		_, err := o.Source()
 		require.Error(t, err)
-		assert.Contains(t, err.Error(), "--model-config "+bad+": document 1:")
+		assert.Contains(t, err.Error(), "--model-config "+bad+": document 1")
+	})
+	t.Run("a bad InferenceObjective is a startup error naming it", func(t *testing.T) {
+		o := NewOptions()
+		o.Endpoints = []string{"127.0.0.1:8000"}
+		o.ModelConfig = write("bad-objective.yaml", "apiVersion: llm-d.ai/v1alpha2\nkind: InferenceObjective\nmetadata: {name: batch}\nspec:\n  priority: low\n  poolRef: {name: pool}\n")
+		_, err := o.Source()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), `document 1 (InferenceObjective "batch")`)
 	})
 	t.Run("a missing model config file is a startup error", func(t *testing.T) {
 		o := NewOptions()

@@ -1,0 +1,177 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
+	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
+	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/simulator"
+)
+
+// TestEPPHonoursInferenceObjectivesAndModelRewritesOfBothGroups runs the
+// real mci-epp in Kubernetes mode against cluster-a with the successors of
+// InferenceModel created in the cluster, in both their groups
+// (inference.networking.x-k8s.io/v1alpha2 up to GIE v1.5, llm-d.ai/v1alpha2
+// since): the objective a request names decides whether it is shed under
+// saturation, and a rewrite changes the model the model server is asked
+// for. Loopback block 127.0.78.x.
+func TestEPPHonoursInferenceObjectivesAndModelRewritesOfBothGroups(t *testing.T) {
+	p := newEPPPool(t, "e2e-epp-objectives", 78, []string{"pod-1", "pod-2"}, "lora-x", "lora-y")
+	ctx := t.Context()
+	x, llmd := p.cluster.mci.InferenceV1alpha2(), p.cluster.mci.LLMDV1alpha2()
+	pool := v1alpha2.PoolObjectReference{Name: p.name}
+	meta := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name, Namespace: p.ns} }
+
+	_, err := x.InferenceObjectives(p.ns).Create(ctx, &v1alpha2.InferenceObjective{
+		ObjectMeta: meta("background"), Spec: v1alpha2.InferenceObjectiveSpec{Priority: ptr.To[int32](-1), PoolRef: pool},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = llmd.InferenceObjectives(p.ns).Create(ctx, &llmdv1alpha2.InferenceObjective{
+		ObjectMeta: meta("batch"), Spec: v1alpha2.InferenceObjectiveSpec{Priority: ptr.To[int32](-10), PoolRef: pool},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = llmd.InferenceObjectives(p.ns).Create(ctx, &llmdv1alpha2.InferenceObjective{
+		ObjectMeta: meta("interactive"), Spec: v1alpha2.InferenceObjectiveSpec{Priority: ptr.To[int32](5), PoolRef: pool},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	exact := func(model string, targets ...string) v1alpha2.InferenceModelRewriteRule {
+		r := v1alpha2.InferenceModelRewriteRule{Matches: []v1alpha2.Match{{Model: &v1alpha2.ModelMatch{Value: model}}}}
+		for _, target := range targets {
+			r.Targets = append(r.Targets, v1alpha2.ModelRewriteTarget{ModelRewrite: target})
+		}
+		return r
+	}
+	_, err = x.InferenceModelRewrites(p.ns).Create(ctx, &v1alpha2.InferenceModelRewrite{
+		ObjectMeta: meta("assistant"),
+		Spec:       v1alpha2.InferenceModelRewriteSpec{PoolRef: &pool, Rules: []v1alpha2.InferenceModelRewriteRule{exact("assistant", "lora-x")}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = llmd.InferenceModelRewrites(p.ns).Create(ctx, &llmdv1alpha2.InferenceModelRewrite{
+		ObjectMeta: meta("food-review"),
+		Spec:       v1alpha2.InferenceModelRewriteSpec{PoolRef: &pool, Rules: []v1alpha2.InferenceModelRewriteRule{exact("food-review", "lora-y")}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	// Every pod saturated: no capacity for a sheddable request.
+	for _, m := range p.servers {
+		m.pin(t, 100, 0.95)
+	}
+	e := p.startEPP()
+	p.waitForPoolMetrics([]int{100, 100}, []float64{0.95, 0.95})
+
+	withHeader := func(name, value string) extproc.Request {
+		h := http.Header{}
+		h.Set(name, value)
+		return extproc.Request{Path: "/v1/completions", Body: completion(baseModel), Headers: h}
+	}
+	t.Run("a request naming an objective of priority below 0 is shed under saturation, in either group", func(t *testing.T) {
+		for _, objective := range []string{"background", "batch"} {
+			res := e.do(t, withHeader(epp.ObjectiveHeader, objective))
+			require.NotNil(t, res.Immediate, "%s: destination %q", objective, res.Destination)
+			assert.Equal(t, http.StatusTooManyRequests, res.Immediate.StatusCode, "%s: body %s", objective, res.Immediate.Body)
+		}
+	})
+	t.Run("a request naming an objective of priority above 0, or none, is served", func(t *testing.T) {
+		for _, req := range []extproc.Request{withHeader(epp.LLMDObjectiveHeader, "interactive"), {Path: "/v1/completions", Body: completion(baseModel)}} {
+			res := e.do(t, req)
+			require.Nil(t, res.Immediate, "headers %v: immediate response %+v", req.Headers, res.Immediate)
+			assert.Contains(t, []string{p.servers[0].address(), p.servers[1].address()}, res.Destination)
+		}
+	})
+	t.Run("an unknown objective is served with the default priority and counted", func(t *testing.T) {
+		res := e.do(t, withHeader(epp.ObjectiveHeader, "no-such-objective"))
+		require.Nil(t, res.Immediate, "immediate response %+v", res.Immediate)
+		m, err := e.metric(ctx, "mci_epp_unknown_objective_requests_total")
+		require.NoError(t, err)
+		assert.Equal(t, 1.0, m[""])
+	})
+	t.Run("the EPP reports every model configuration resource as served", func(t *testing.T) {
+		m, err := e.metric(ctx, "mci_epp_model_config_api_served")
+		require.NoError(t, err)
+		assert.Len(t, m, 5, "%v", m)
+		for labels, v := range m {
+			assert.Equal(t, 1.0, v, labels)
+		}
+	})
+	t.Run("a deleted objective no longer sheds: its name is unknown, priority 0", func(t *testing.T) {
+		require.NoError(t, x.InferenceObjectives(p.ns).Delete(ctx, "background", metav1.DeleteOptions{}))
+		eventually(t, ctx, watchEvent, func(ctx context.Context) (bool, string) {
+			res := e.do(t, withHeader(epp.ObjectiveHeader, "background"))
+			return res.Immediate == nil, fmt.Sprintf("immediate response %+v", res.Immediate)
+		})
+	})
+
+	gateway := httptest.NewServer(extproc.NewProxy(e.client, nil))
+	t.Cleanup(gateway.Close)
+	for _, tc := range []struct {
+		name, model, served string
+	}{
+		{"an inference.networking.x-k8s.io rewrite changes the model the model server is asked for", "assistant", "lora-x"},
+		{"an llm-d.ai rewrite changes the model the model server is asked for", "food-review", "lora-y"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, gateway.URL+"/v1/completions", strings.NewReader(string(completion(tc.model))))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := noProxyClient.Do(req)
+			require.NoError(t, err)
+			defer func() { _ = resp.Body.Close() }()
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "body: %s", body)
+			assert.NotEmpty(t, resp.Header.Get(simulator.InstanceHeader), "a simulator answered")
+			got, err := decodeResponse(body)
+			require.NoError(t, err)
+			assert.Equal(t, tc.served, got.Model, "the model the simulator was asked for")
+		})
+	}
+}
+
+// metric reads the samples of one metric from the EPP's /metrics, keyed by
+// their label set as printed ("" for none).
+func (e *eppProcess) metric(ctx context.Context, name string) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	url := "http://" + net.JoinHostPort(e.ip, strconv.Itoa(eppMetricsPort)) + "/metrics"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := noProxyClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	got := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		series, value, ok := strings.Cut(sc.Text(), " ")
+		rest, isName := strings.CutPrefix(series, name)
+		if !ok || !isName || (rest != "" && rest[0] != '{') {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return nil, fmt.Errorf("metric %s: %w", series, err)
+		}
+		got[rest] = v
+	}
+	return got, sc.Err()
+}

@@ -1,9 +1,13 @@
 // Package epp is mci's reference Endpoint Picker for one InferencePool: an
 // Envoy ext_proc v3 server that reads each request's model from its
-// OpenAI-style body, maps it through the pool's InferenceModels (criticality,
-// weighted target models), and picks a model server with seed 001's filter
-// chain (pkg/scheduling) over the servers' scraped vLLM metrics
-// (pkg/metrics). It answers with the Endpoint Picker protocol: the
+// OpenAI-style body and its steering headers, resolves them through the
+// pool's InferenceObjectives (priority), InferenceModelRewrites (weighted
+// model rewrites) and InferenceModels (criticality, weighted target models)
+// with Models.Resolve, and picks a model server with seed 001's filter chain
+// (pkg/scheduling) over the servers' scraped vLLM metrics (pkg/metrics).
+// InferenceObjective and InferenceModelRewrite are read in both groups that
+// served them: inference.networking.x-k8s.io/v1alpha2 (GIE up to v1.5) and
+// llm-d.ai/v1alpha2 (GIE v1.6 on). It answers with the Endpoint Picker protocol: the
 // destination in the x-gateway-destination-endpoint header and the
 // envoy.lb dynamic metadata, 429 for a shed request, 503 when no endpoint is
 // ready, 400 for a body without a model, 413 for an oversized body.
@@ -12,6 +16,24 @@
 // on ext_proc; EPP runs the servers (ext_proc, gRPC health, Prometheus
 // metrics) around a Source that keeps the candidates and models current: a
 // fixed list (StaticSource) or an InferencePool in a cluster (KubeSource).
+//
+// Objectives and rewrites, as upstream EPPs apply them (details on
+// Models.Resolve and rewriteIndex):
+//   - A request names an InferenceObjective by metadata.name in
+//     x-gateway-inference-objective (or x-llm-d-inference-objective).
+//     Priority below 0 is Sheddable, 0 (unset, or no objective) Standard,
+//     above 0 Critical. The objective wins over the InferenceModel's
+//     criticality.
+//   - An objective the pool does not have is served with priority 0, as
+//     upstream EPPs do (not 400): logged once per name, counted by
+//     mci_epp_unknown_objective_requests_total.
+//   - Target model: an exact InferenceModelRewrite rule, then an
+//     InferenceModel's targetModels, then a rule without matches, then the
+//     x-gateway-model-name-rewrite header, then the model as requested.
+//   - x-gateway-inference-fairness-id is read and logged (there is no flow
+//     control to use it); like every steering header it stays on the
+//     request.
+//   - One objective name in both groups: llm-d.ai wins.
 //
 // Where seed 001 is silent:
 //   - A model name without an InferenceModel is served as it is, with

@@ -5,7 +5,7 @@
 // The parts, from the cluster's objects to a request's answer:
 //
 //   - Build turns HTTPRoutes, InferencePoolImports, InferencePools, Services
-//     and InferenceModels, with the served Gateways, Namespaces and
+//     InferenceModels and InferenceObjectives, with the served Gateways, Namespaces and
 //     ReferenceGrants that decide which routes and backendRefs Gateway API
 //     allows, into an immutable Table (a pure function, with
 //     every broken reference reported as a BuildError rather than a
@@ -70,9 +70,12 @@
 //     health), then the measured saturated ones (critical and standard
 //     requests only). So an unmeasured cluster never takes traffic from a
 //     cluster known to have room, nor is it starved behind clusters known
-//     to be full. A sheddable request (criticality from the InferenceModel
-//     of the backend's namespace whose poolRef names it) gets 429 only
-//     when every cluster left is measured and saturated.
+//     to be full. A sheddable request (criticality as the EPP decides it:
+//     the InferenceObjective the request names in
+//     x-gateway-inference-objective, priority below 0, else the
+//     InferenceModel of its model; of the backend's namespace and whose
+//     poolRef names it) gets 429 only when every cluster left is measured
+//     and saturated.
 //   - Metrics behind authentication. Upstream EPPs serve /metrics to bearer
 //     tokens only by default. Each scrape sends the `token` key of the
 //     cluster's credentials Secret (the Secret of TLS to EPPs, below) when

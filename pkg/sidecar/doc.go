@@ -4,20 +4,21 @@
 //
 // The parts, from the cluster's objects to a request's answer:
 //
-//   - Build turns HTTPRoutes, InferencePoolImports, InferencePools, Services
-//     InferenceModels and InferenceObjectives, with the served Gateways, Namespaces and
-//     ReferenceGrants that decide which routes and backendRefs Gateway API
-//     allows, into an immutable Table (a pure function, with
-//     every broken reference reported as a BuildError rather than a
-//     failure). Incremental computes the same table from objects that
-//     change one at a time, redoing only what a change touches (the routes
-//     that name a changed pool, import, Service or InferenceModel; the
-//     routes that name a Gateway whose listeners changed, of a namespace
-//     whose labels changed, or with backendRefs into the namespace of a
-//     changed ReferenceGrant; and the host groups of those routes); a randomized test holds it equal to
-//     Build. Watcher feeds it the keys of changed objects from informers
-//     on a single goroutine; Router swaps tables atomically, and a table is
-//     never modified once published.
+//   - Build turns HTTPRoutes, InferencePoolImports, InferencePools,
+//     Services, InferenceModels and InferenceObjectives, with the served
+//     Gateways, Namespaces and ReferenceGrants that decide which routes and
+//     backendRefs Gateway API allows, into an immutable Table (a pure
+//     function, with every broken reference reported as a BuildError rather
+//     than a failure). Incremental computes the same table from objects
+//     that change one at a time, redoing only what a change touches (the
+//     routes that name a changed pool, import, Service, InferenceModel or
+//     InferenceObjective; the routes that name a Gateway whose listeners
+//     changed, of a namespace whose labels changed, or with backendRefs
+//     into the namespace of a changed ReferenceGrant; and the host groups
+//     of those routes); a randomized test holds it equal to Build. Watcher
+//     feeds it the keys of changed objects from informers on a single
+//     goroutine; Router swaps tables atomically, and a table is never
+//     modified once published.
 //   - Table.Match finds the HTTPRoute rule of a request (hostnames, path,
 //     method, headers, query parameters) with Gateway API precedence.
 //   - Rule.PickBackend picks a backendRef by weight, InferencePool and

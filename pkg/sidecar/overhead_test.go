@@ -228,7 +228,7 @@ func overheadServer(role, eppAddr string) (srv interface {
 		}
 		router := NewRouter()
 		router.Publish(tbl)
-		prober := NewHealthProber(0, 0)
+		prober := NewHealthProber(0, 0, DialPolicy{})
 		prober.SetTargets([]string{net.JoinHostPort(host, portStr)})
 		reg := prometheus.NewRegistry()
 		server := NewServer(router, liveState{health: prober}, ServerConfig{}, NewMetrics(reg, router, prober), logr.Discard())
@@ -241,7 +241,7 @@ func overheadServer(role, eppAddr string) (srv interface {
 		return sidecarServers{servers, prober}, server.Close, nil
 
 	case roleNullRelay:
-		relayer := newRelayer(DefaultAttemptTimeout)
+		relayer := newRelayer(DefaultAttemptTimeout, DialPolicy{})
 		conn, err := relayer.conn(eppAddr)
 		if err != nil {
 			return nil, nil, err

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // poller keeps the latest result of a periodic check of each of a changing
@@ -34,6 +32,13 @@ type poller[T any] struct {
 type pollTarget[T any] struct {
 	cancel context.CancelFunc
 	value  atomic.Pointer[T]
+	// wake, when it holds a token, makes the loop check at once rather
+	// than at the end of its interval.
+	wake chan struct{}
+}
+
+func newPollTarget[T any]() *pollTarget[T] {
+	return &pollTarget[T]{wake: make(chan struct{}, 1)}
 }
 
 func newPoller[T any](interval time.Duration, check func(context.Context, string) (*T, error)) *poller[T] {
@@ -73,7 +78,7 @@ func (p *poller[T]) set(keys []string) {
 		if _, ok := p.targets[k]; ok {
 			continue
 		}
-		t := &pollTarget[T]{}
+		t := newPollTarget[T]()
 		p.targets[k] = t
 		if p.runCtx != nil {
 			p.start(k, t)
@@ -97,12 +102,24 @@ func (p *poller[T]) start(key string, t *pollTarget[T]) {
 	t.cancel = cancel
 	p.wg.Go(func() {
 		defer cancel()
-		wait.UntilWithContext(ctx, func(ctx context.Context) {
+		timer := time.NewTimer(0)
+		defer timer.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+			case <-timer.C:
+			case <-t.wake:
+				timer.Stop()
+			}
+			if ctx.Err() != nil {
+				break
+			}
 			v, err := p.check(ctx, key)
 			if err == nil && ctx.Err() == nil {
 				t.value.Store(v)
 			}
-		}, p.interval)
+			timer.Reset(p.interval)
+		}
 		if p.forget != nil {
 			p.mu.RLock()
 			_, back := p.targets[key]
@@ -131,6 +148,20 @@ func (p *poller[T]) has(key string) bool {
 	defer p.mu.RUnlock()
 	_, ok := p.targets[key]
 	return ok
+}
+
+// poke makes a target check at once (its interval starts again after).
+func (p *poller[T]) poke(key string) {
+	p.mu.RLock()
+	t := p.targets[key]
+	p.mu.RUnlock()
+	if t == nil {
+		return
+	}
+	select {
+	case t.wake <- struct{}{}:
+	default: // a check is already due
+	}
 }
 
 // put records a value for a target out of turn (a passive health finding).

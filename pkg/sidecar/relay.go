@@ -13,7 +13,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -68,6 +67,8 @@ type relayer struct {
 	linger  time.Duration
 	// creds say how each address is reached; nil: plaintext.
 	creds *Credentials
+	// dial are the dial options of DialPolicy, shared with the prober.
+	dial []grpc.DialOption
 
 	mu    sync.Mutex
 	conns map[connKey]*grpc.ClientConn
@@ -76,8 +77,8 @@ type relayer struct {
 	grace time.Duration
 }
 
-func newRelayer(timeout time.Duration) *relayer {
-	return &relayer{timeout: timeout, linger: time.Second, conns: map[connKey]*grpc.ClientConn{}, grace: 2*timeout + 5*time.Second}
+func newRelayer(timeout time.Duration, dial DialPolicy) *relayer {
+	return &relayer{timeout: timeout, linger: time.Second, dial: dial.options(), conns: map[connKey]*grpc.ClientConn{}, grace: 2*timeout + 5*time.Second}
 }
 
 // connKey is an EPP address and the version of the credentials it is
@@ -85,18 +86,6 @@ func newRelayer(timeout time.Duration) *relayer {
 type connKey struct {
 	addr, version string
 }
-
-// dialOptions: a short reconnect backoff so that an EPP that comes back is
-// used again within about a second instead of gRPC's default of up to two
-// minutes; the fixed flow-control windows of extproc.StreamDialOptions, as
-// the EPP's server has them. The transport credentials are each address's:
-// plaintext, as gateways speak to EPPs, unless its cluster names a Secret.
-var dialOptions = append([]grpc.DialOption{
-	grpc.WithConnectParams(grpc.ConnectParams{
-		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-		MinConnectTimeout: time.Second,
-	}),
-}, extproc.StreamDialOptions()...)
 
 // conn returns the connection to addr with its current credentials. When
 // they changed (a rotated Secret), the connection made with the old ones
@@ -112,7 +101,7 @@ func (r *relayer) conn(addr string) (*grpc.ClientConn, error) {
 	if c := r.conns[key]; c != nil {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, append(slices.Clip(dialOptions), grpc.WithTransportCredentials(t.grpc))...)
+	c, err := grpc.NewClient(addr, append(r.dial, grpc.WithTransportCredentials(t.grpc))...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to EPP %s: %w", addr, err)
 	}
@@ -135,6 +124,20 @@ func (r *relayer) retain(keep map[string]bool) {
 		if !keep[k.addr] {
 			delete(r.conns, k)
 			time.AfterFunc(r.grace, func() { _ = c.Close() })
+		}
+	}
+}
+
+// reconnect makes the connections to addr that wait to reconnect try at
+// once: the EPP's health port answered again, so its ext_proc port likely
+// does too, and the next request should not fail on a connection still in
+// its backoff.
+func (r *relayer) reconnect(addr string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, c := range r.conns {
+		if k.addr == addr {
+			c.ResetConnectBackoff()
 		}
 	}
 }

@@ -40,6 +40,9 @@ type ServerConfig struct {
 	// Scheduling configures the MetricsBased policy's filter chain; zero:
 	// scheduling.DefaultConfig().
 	Scheduling scheduling.Config
+	// Dial is how EPPs are connected to, by the relay and the health
+	// prober alike; zero fields: DefaultDialPolicy.
+	Dial DialPolicy
 }
 
 // FailureRecorder learns of EPPs that failed a request (passive health).
@@ -90,7 +93,7 @@ func NewServer(router *Router, state State, cfg ServerConfig, metrics *Metrics, 
 		router:   router,
 		state:    state,
 		policies: NewPolicies(cfg.Scheduling),
-		relay:    newRelayer(cfg.AttemptTimeout),
+		relay:    newRelayer(cfg.AttemptTimeout, cfg.Dial),
 		metrics:  metrics,
 		maxBody:  cfg.MaxRequestBodyBytes,
 		logger:   logger,
@@ -109,6 +112,17 @@ func (s *Server) Retain(t *Table) {
 		}
 	}
 	s.relay.retain(keep)
+}
+
+// reconnect follows an EPP health address that turned SERVING: the relay's
+// connections to the ext_proc addresses of the clusters probed there retry
+// at once, so that active probing and the relay agree that the EPP is back.
+func (s *Server) reconnect(healthAddr string) {
+	for _, c := range s.router.Table().Clusters() {
+		if c.Health == healthAddr && c.EPP != "" {
+			s.relay.reconnect(c.EPP)
+		}
+	}
 }
 
 // Process serves one request's stream.

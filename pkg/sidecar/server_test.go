@@ -472,7 +472,7 @@ func TestServerSplitsFiftyFifty(t *testing.T) {
 
 func TestRelayCollectsTheWholeAnswer(t *testing.T) {
 	e := startFakeEPP(t, "epp", "10.0.0.1:8000")
-	r := newRelayer(time.Second)
+	r := newRelayer(time.Second, DialPolicy{})
 	defer r.close()
 	headers := func(eos bool) *extprocv3.ProcessingRequest {
 		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{

@@ -91,7 +91,7 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	s := &Sidecar{
 		cfg:     cfg,
 		router:  NewRouter(),
-		prober:  NewHealthProber(cfg.HealthInterval, cfg.HealthTimeout),
+		prober:  NewHealthProber(cfg.HealthInterval, cfg.HealthTimeout, cfg.Server.Dial),
 		scraper: scraper,
 	}
 	reg := prometheus.NewRegistry()
@@ -99,6 +99,7 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	s.metrics = NewMetrics(reg, s.router, s.prober)
 	registerPoolMetricsState(reg, s.router, s.scraper)
 	s.server = NewServer(s.router, liveState{health: s.prober, metrics: s.scraper}, cfg.Server, s.metrics, klog.Background().WithName("ext_proc"))
+	s.prober.onServing = s.server.reconnect
 	s.useCredentials(NewCredentials(clients.Kube, cfg.SecretNamespaces, klog.Background().WithName("credentials")))
 	s.watcher = NewWatcher(clients, cfg.Watch, s.router, s.published)
 	servers, err := extproc.Listen(extproc.ServingOptions{

@@ -9,6 +9,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 )
@@ -27,14 +28,24 @@ const (
 var HealthService = extprocv3.ExternalProcessor_ServiceDesc.ServiceName
 
 // HealthProber keeps the gRPC health of each EPP health address: one Check
-// per interval, bounded by a timeout, on a connection kept per address. A
-// failed ext_proc stream marks an EPP NotServing at once (MarkFailed) until
-// its next successful check, so failover does not wait for the next probe.
+// per interval, bounded by a timeout, on a connection kept per address and
+// dialled with the relay's DialPolicy. A failed ext_proc stream marks an
+// EPP NotServing at once (MarkFailed) until its next successful check, so
+// failover does not wait for the next probe.
+//
+// Recovery does not wait for the interval either: a connection that turns
+// READY (the EPP is back) is checked at once, and an address that turns
+// SERVING is reported to OnServing, which makes the relay's connections to
+// that EPP retry at once instead of at the end of their backoff.
 type HealthProber struct {
 	poller  *poller[Health]
 	timeout time.Duration
+	dial    []grpc.DialOption
 	// creds say how each address is reached; nil: plaintext.
 	creds *Credentials
+	// onServing, when set, learns of each address that turns SERVING after
+	// it was not (or was not known). Set before Run.
+	onServing func(addr string)
 
 	mu    sync.Mutex
 	conns map[string]probeConn
@@ -47,10 +58,10 @@ type probeConn struct {
 	conn    *grpc.ClientConn
 }
 
-// NewHealthProber returns a prober with no targets. Zero durations take the
-// defaults.
-func NewHealthProber(interval, timeout time.Duration) *HealthProber {
-	h := &HealthProber{timeout: timeout, conns: map[string]probeConn{}}
+// NewHealthProber returns a prober with no targets that dials with dial.
+// Zero durations take the defaults.
+func NewHealthProber(interval, timeout time.Duration, dial DialPolicy) *HealthProber {
+	h := &HealthProber{timeout: timeout, dial: dial.options(), conns: map[string]probeConn{}}
 	if interval <= 0 {
 		interval = DefaultHealthInterval
 	}
@@ -115,12 +126,36 @@ func (h *HealthProber) conn(addr string) (*grpc.ClientConn, error) {
 		_ = old.conn.Close()
 		delete(h.conns, addr)
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(t.grpc))
+	c, err := grpc.NewClient(addr, append(h.dial, grpc.WithTransportCredentials(t.grpc))...)
 	if err != nil {
 		return nil, err
 	}
 	h.conns[addr] = probeConn{version: t.version, conn: c}
+	go h.checkWhenReady(addr, c)
 	return c, nil
+}
+
+// checkWhenReady checks addr at once each time its connection turns READY
+// (the EPP came back, or a first connection was made), rather than at the
+// end of the interval. A connection that was lost goes IDLE and would wait
+// for the next check to dial again: it is made to reconnect at once, and
+// so keeps trying with the DialPolicy's backoff while the EPP is down. It
+// ends with the connection.
+func (h *HealthProber) checkWhenReady(addr string, c *grpc.ClientConn) {
+	for {
+		s := c.GetState()
+		switch s {
+		case connectivity.Shutdown:
+			return
+		case connectivity.Idle:
+			c.Connect()
+		case connectivity.Ready:
+			h.poller.poke(addr)
+		}
+		if !c.WaitForStateChange(context.Background(), s) {
+			return
+		}
+	}
 }
 
 func (h *HealthProber) closeConn(addr string) {
@@ -153,6 +188,9 @@ func (h *HealthProber) check(ctx context.Context, addr string) (*Health, error) 
 	}
 	if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
 		result = HealthServing
+		if prev := h.poller.get(addr); (prev == nil || *prev != HealthServing) && h.onServing != nil {
+			h.onServing(addr)
+		}
 	}
 	return &result, nil
 }

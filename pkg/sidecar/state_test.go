@@ -29,7 +29,7 @@ func TestHealthProber(t *testing.T) {
 	down := dead.Addr().String()
 	require.NoError(t, dead.Close())
 
-	p := NewHealthProber(20*time.Millisecond, 200*time.Millisecond)
+	p := NewHealthProber(20*time.Millisecond, 200*time.Millisecond, DialPolicy{})
 	p.SetTargets([]string{up, down})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -67,7 +67,7 @@ func TestHealthProber(t *testing.T) {
 
 	t.Run("a failure marks the EPP down until its next good probe", func(t *testing.T) {
 		hs.SetServingStatus(HealthService, healthpb.HealthCheckResponse_SERVING)
-		p2 := NewHealthProber(time.Hour, time.Second)
+		p2 := NewHealthProber(time.Hour, time.Second, DialPolicy{})
 		p2.SetTargets([]string{up})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

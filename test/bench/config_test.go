@@ -40,6 +40,10 @@ type sizes struct {
 	DataPathConcurrency int           `json:"dataPathConcurrency"`
 	// SchedulingTime is how long each scheduling measurement runs.
 	SchedulingTime time.Duration `json:"schedulingTime"`
+	// RecoveryOutage is how long the EPP stays down before the recovery
+	// measurement restarts it: longer than gRPC's default maximum backoff
+	// (120 s) in the full profile.
+	RecoveryOutage time.Duration `json:"recoveryOutage"`
 	// Writers is how many clients create objects in parallel.
 	Writers int `json:"writers"`
 	// Out is where results.md and results.json go.
@@ -63,6 +67,7 @@ func defaultSizes(profile string) sizes {
 			DataPathDuration:    time.Second,
 			DataPathConcurrency: 4,
 			SchedulingTime:      20 * time.Millisecond,
+			RecoveryOutage:      3 * time.Second,
 			Writers:             8,
 		}
 	}
@@ -81,6 +86,7 @@ func defaultSizes(profile string) sizes {
 		DataPathDuration:    10 * time.Second,
 		DataPathConcurrency: 16,
 		SchedulingTime:      time.Second,
+		RecoveryOutage:      150 * time.Second,
 		Writers:             24,
 	}
 }
@@ -121,6 +127,7 @@ func loadSizes() (sizes, error) {
 	durations := map[string]*time.Duration{
 		"DATAPATH_DURATION": &s.DataPathDuration,
 		"SCHEDULING_TIME":   &s.SchedulingTime,
+		"RECOVERY_OUTAGE":   &s.RecoveryOutage,
 	}
 	for name, p := range durations {
 		if v := os.Getenv("MCI_BENCH_" + name); v != "" {

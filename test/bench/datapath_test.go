@@ -55,8 +55,9 @@ func binaryPath(b *testing.B, name string) string {
 }
 
 // runBinary starts a binary of _output/bin until the benchmark ends; it is
-// killed with this process if that dies first.
-func runBinary(b *testing.B, name string, args ...string) {
+// killed with this process if that dies first. stop ends it earlier (and
+// waits for it); calling it again does nothing.
+func runBinary(b *testing.B, name string, args ...string) (stop func()) {
 	b.Helper()
 	logPath := filepath.Join(b.TempDir(), name+".log")
 	logFile, err := os.Create(logPath)
@@ -71,19 +72,26 @@ func runBinary(b *testing.B, name string, args ...string) {
 		_ = logFile.Close()
 		close(exited)
 	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+		})
+	}
 	b.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		stop()
 		if b.Failed() {
 			out, _ := os.ReadFile(logPath)
 			b.Logf("%s (pid %d) output:\n%s", name, cmd.Process.Pid, out)
 		}
 	})
+	return stop
 }
 
 // benchDataPath: a request through the Go gateway (test/extproc's Proxy,
@@ -106,9 +114,10 @@ func benchDataPath(b *testing.B, e *env) {
 		stopSim()
 		<-simDone
 	})
-	runBinary(b, "mci-epp", "--endpoints="+net.JoinHostPort(simIP, "8000"), "--pool-name="+dpPool,
-		"--bind-address="+eppIP, "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090",
-		"--base-models="+dpModel, "--metrics-scrape-interval=50ms", "-v=0")
+	eppArgs := []string{"--endpoints=" + net.JoinHostPort(simIP, "8000"), "--pool-name=" + dpPool,
+		"--bind-address=" + eppIP, "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090",
+		"--base-models=" + dpModel, "--metrics-scrape-interval=50ms", "-v=0"}
+	stopEPP := runBinary(b, "mci-epp", eppArgs...)
 
 	// cluster-a exports the pool with its EPP; cluster-b routes to its import.
 	e.namespaceEverywhere(b, dpNS)
@@ -174,6 +183,8 @@ func benchDataPath(b *testing.B, e *env) {
 		"sidecar adds < 1 ms at p99", addedP99 < time.Millisecond, fmt.Sprintf("added p99 %.3f ms; ", ms(addedP99))+note)
 	results.compare(sec, "throughput through the sidecar", "req/s", medianFloat(viaSidecar.rates), "direct to the EPP", medianFloat(direct.rates), "", false,
 		fmt.Sprintf("%d concurrent clients, median of %d interleaved slices", cfg.DataPathConcurrency, len(direct.rates)))
+
+	benchEPPRecovery(b, viaSidecar, stopEPP, func() { runBinary(b, "mci-epp", eppArgs...) })
 }
 
 // dataPath is one way to the model server: a gateway in front of an

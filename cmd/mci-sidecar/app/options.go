@@ -45,6 +45,7 @@ type Options struct {
 
 	MaxRequestBodyBytes int64
 	EPPAttemptTimeout   time.Duration
+	EPPReconnectDelay   time.Duration
 	HealthInterval      time.Duration
 	HealthTimeout       time.Duration
 	ScrapeInterval      time.Duration
@@ -66,6 +67,7 @@ func NewOptions() *Options {
 		InferenceModels:      true,
 		MaxRequestBodyBytes:  sidecar.DefaultMaxRequestBodyBytes,
 		EPPAttemptTimeout:    sidecar.DefaultAttemptTimeout,
+		EPPReconnectDelay:    sidecar.DefaultReconnectMaxDelay,
 		HealthInterval:       sidecar.DefaultHealthInterval,
 		HealthTimeout:        sidecar.DefaultHealthTimeout,
 		ScrapeInterval:       sidecar.DefaultScrapeInterval,
@@ -117,6 +119,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.BoolVar(&o.InferenceModels, "inference-models", o.InferenceModels, "Read InferenceModels and InferenceObjectives (inference.networking.x-k8s.io/v1alpha2 and llm-d.ai/v1alpha2) for the criticality of requests (MetricsBased shedding): the objective a request names in x-gateway-inference-objective (priority below 0 is sheddable), else its model's InferenceModel. Routing does not wait for them. Without them every request is Standard and never shed.")
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body buffered; larger requests get 413.")
 	fs.DurationVar(&o.EPPAttemptTimeout, "epp-attempt-timeout", o.EPPAttemptTimeout, "Longest wait for one EPP's answer before the next cluster is tried. Keep it below the gateway's ext_proc message timeout.")
+	fs.DurationVar(&o.EPPReconnectDelay, "epp-reconnect-max-delay", o.EPPReconnectDelay, "Longest pause between two attempts to reconnect to an EPP that is down, for the ext_proc relay and the health checks alike: an EPP that comes back is used again within about this long, whatever the length of its outage (gRPC's own default grows to 120s).")
 	fs.DurationVar(&o.HealthInterval, "health-check-interval", o.HealthInterval, "Pause between two gRPC health checks of an EPP.")
 	fs.DurationVar(&o.HealthTimeout, "health-check-timeout", o.HealthTimeout, "Timeout of one gRPC health check of an EPP.")
 	fs.DurationVar(&o.ScrapeInterval, "metrics-scrape-interval", o.ScrapeInterval, "Pause between two scrapes of an EPP's pool metrics (MetricsBased).")
@@ -150,7 +153,7 @@ func (o *Options) Validate() error {
 		}
 	}
 	for name, d := range map[string]time.Duration{
-		"--epp-attempt-timeout": o.EPPAttemptTimeout, "--health-check-interval": o.HealthInterval, "--health-check-timeout": o.HealthTimeout,
+		"--epp-attempt-timeout": o.EPPAttemptTimeout, "--epp-reconnect-max-delay": o.EPPReconnectDelay, "--health-check-interval": o.HealthInterval, "--health-check-timeout": o.HealthTimeout,
 		"--metrics-scrape-interval": o.ScrapeInterval, "--metrics-scrape-timeout": o.ScrapeTimeout, "--drain-timeout": o.DrainTimeout,
 	} {
 		if d <= 0 {
@@ -219,6 +222,7 @@ func (o *Options) Config() (sidecar.Config, error) {
 			MaxRequestBodyBytes: o.MaxRequestBodyBytes,
 			AttemptTimeout:      o.EPPAttemptTimeout,
 			Scheduling:          o.Scheduling,
+			Dial:                sidecar.DialPolicy{MaxDelay: o.EPPReconnectDelay},
 		},
 		HealthInterval:   o.HealthInterval,
 		HealthTimeout:    o.HealthTimeout,

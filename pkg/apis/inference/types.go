@@ -55,6 +55,46 @@ type EndpointPickerImport struct {
 	Health    *HealthEndpoint
 	Metrics   *MetricsEndpoint
 	SecretRef *corev1.SecretReference
+	// Transport of the ext-proc port.
+	Transport *EndpointTransport
+}
+
+// EndpointTransport says how one port of an exported EPP is reached.
+type EndpointTransport struct {
+	Mode       TransportMode
+	Validation *BackendTLSValidation
+}
+
+// TransportMode is Plaintext or TLS.
+type TransportMode string
+
+const (
+	TransportPlaintext TransportMode = "Plaintext"
+	TransportTLS       TransportMode = "TLS"
+)
+
+// BackendTLSValidation is the validation of a BackendTLSPolicy that targets
+// the EPP Service in the exporting cluster.
+type BackendTLSValidation struct {
+	PolicyName              string
+	CACertificateRefs       []CACertificateRef
+	WellKnownCACertificates string
+	Hostname                string
+	SubjectAltNames         []SubjectAltName
+}
+
+// CACertificateRef names an object with CA certificates.
+type CACertificateRef struct {
+	Group string
+	Kind  string
+	Name  string
+}
+
+// SubjectAltName is a name the serving certificate must carry.
+type SubjectAltName struct {
+	Type     string
+	Hostname string
+	URI      string
 }
 
 // ParentImport is a remote parent (a Gateway) that fronts the exported pool.
@@ -81,12 +121,14 @@ type Port struct {
 type HealthEndpoint struct {
 	Port      int32
 	SecretRef *corev1.SecretReference
+	Transport *EndpointTransport
 }
 
 // MetricsEndpoint is the EPP's Prometheus metrics port.
 type MetricsEndpoint struct {
 	Port      int32
 	SecretRef *corev1.SecretReference
+	Transport *EndpointTransport
 }
 
 // ImportController is the upstream Gateway API Inference Extension shape of

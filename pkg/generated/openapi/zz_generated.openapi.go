@@ -34,7 +34,10 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
+		v1alpha1.BackendTLSValidation{}.OpenAPIModelName():         schema_pkg_apis_inference_v1alpha1_BackendTLSValidation(ref),
+		v1alpha1.CACertificateRef{}.OpenAPIModelName():             schema_pkg_apis_inference_v1alpha1_CACertificateRef(ref),
 		v1alpha1.EndpointPickerImport{}.OpenAPIModelName():         schema_pkg_apis_inference_v1alpha1_EndpointPickerImport(ref),
+		v1alpha1.EndpointTransport{}.OpenAPIModelName():            schema_pkg_apis_inference_v1alpha1_EndpointTransport(ref),
 		v1alpha1.ExportTargetCluster{}.OpenAPIModelName():          schema_pkg_apis_inference_v1alpha1_ExportTargetCluster(ref),
 		v1alpha1.ExportingCluster{}.OpenAPIModelName():             schema_pkg_apis_inference_v1alpha1_ExportingCluster(ref),
 		v1alpha1.HealthEndpoint{}.OpenAPIModelName():               schema_pkg_apis_inference_v1alpha1_HealthEndpoint(ref),
@@ -54,6 +57,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.ParentStatus{}.OpenAPIModelName():                 schema_pkg_apis_inference_v1alpha1_ParentStatus(ref),
 		v1alpha1.Port{}.OpenAPIModelName():                         schema_pkg_apis_inference_v1alpha1_Port(ref),
 		v1alpha1.ServiceImport{}.OpenAPIModelName():                schema_pkg_apis_inference_v1alpha1_ServiceImport(ref),
+		v1alpha1.SubjectAltName{}.OpenAPIModelName():               schema_pkg_apis_inference_v1alpha1_SubjectAltName(ref),
 		v1.AWSElasticBlockStoreVolumeSource{}.OpenAPIModelName():   schema_k8sio_api_core_v1_AWSElasticBlockStoreVolumeSource(ref),
 		v1.Affinity{}.OpenAPIModelName():                           schema_k8sio_api_core_v1_Affinity(ref),
 		v1.AppArmorProfile{}.OpenAPIModelName():                    schema_k8sio_api_core_v1_AppArmorProfile(ref),
@@ -358,6 +362,118 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 	}
 }
 
+func schema_pkg_apis_inference_v1alpha1_BackendTLSValidation(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "BackendTLSValidation is the validation of the BackendTLSPolicy that targets an exported EPP's Service port, carried to importers. The CA certificates it names are read in the importing cluster, in the pool's namespace (namespace sameness, as secretRef).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"policyName": {
+						SchemaProps: spec.SchemaProps{
+							Description: "PolicyName is the BackendTLSPolicy's name in the exporting cluster, in the pool's namespace.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"caCertificateRefs": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "CACertificateRefs name the objects with the CA certificates (key ca.crt) that verify the serving certificate: core ConfigMaps.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.CACertificateRef{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"wellKnownCACertificates": {
+						SchemaProps: spec.SchemaProps{
+							Description: "WellKnownCACertificates is \"System\" for the system's trusted CAs.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"hostname": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Hostname is the name sent as SNI and, without SubjectAltNames, verified against the certificate.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"subjectAltNames": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "SubjectAltNames, when set, are verified instead of Hostname: the certificate must carry one of them.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.SubjectAltName{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"policyName", "hostname"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.CACertificateRef{}.OpenAPIModelName(), v1alpha1.SubjectAltName{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_inference_v1alpha1_CACertificateRef(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CACertificateRef names an object with CA certificates, in the pool's namespace.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"group": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Group of the object (\"\" for core).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind of the object: ConfigMap.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name of the object.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"kind", "name"},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_inference_v1alpha1_EndpointPickerImport(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -409,12 +525,46 @@ func schema_pkg_apis_inference_v1alpha1_EndpointPickerImport(ref common.Referenc
 							Ref:         ref(v1.SecretReference{}.OpenAPIModelName()),
 						},
 					},
+					"transport": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Transport says how the ext-proc port is reached: from the exporting pool's annotation mci.x-k8s.io/endpoint-picker-transport and the BackendTLSPolicy that targets the EPP Service in the exporting cluster. Unset: TLS with secretRef when it is set, else the importing sidecar's default.",
+							Ref:         ref(v1alpha1.EndpointTransport{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"name", "service"},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.HealthEndpoint{}.OpenAPIModelName(), v1alpha1.MetricsEndpoint{}.OpenAPIModelName(), v1alpha1.ServiceImport{}.OpenAPIModelName(), v1.SecretReference{}.OpenAPIModelName()},
+			v1alpha1.EndpointTransport{}.OpenAPIModelName(), v1alpha1.HealthEndpoint{}.OpenAPIModelName(), v1alpha1.MetricsEndpoint{}.OpenAPIModelName(), v1alpha1.ServiceImport{}.OpenAPIModelName(), v1.SecretReference{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_inference_v1alpha1_EndpointTransport(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "EndpointTransport says how one port of an exported EPP is reached.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"mode": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Mode is Plaintext or TLS. Empty: TLS with the secretRef of the port when there is one, else the importing sidecar's default.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"validation": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Validation says how the EPP's serving certificate is verified, as a BackendTLSPolicy (gateway.networking.k8s.io/v1) that targets this port of the EPP Service in the exporting cluster says it. Only with TLS. Without it and without a secretRef, a TLS port's certificate is not verified, as gateways reach an EPP's default self-signed one.",
+							Ref:         ref(v1alpha1.BackendTLSValidation{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.BackendTLSValidation{}.OpenAPIModelName()},
 	}
 }
 
@@ -505,12 +655,18 @@ func schema_pkg_apis_inference_v1alpha1_HealthEndpoint(ref common.ReferenceCallb
 							Ref:         ref(v1.SecretReference{}.OpenAPIModelName()),
 						},
 					},
+					"transport": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Transport says how the health port is reached (see endpointPicker.transport).",
+							Ref:         ref(v1alpha1.EndpointTransport{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"port"},
 			},
 		},
 		Dependencies: []string{
-			v1.SecretReference{}.OpenAPIModelName()},
+			v1alpha1.EndpointTransport{}.OpenAPIModelName(), v1.SecretReference{}.OpenAPIModelName()},
 	}
 }
 
@@ -1080,12 +1236,18 @@ func schema_pkg_apis_inference_v1alpha1_MetricsEndpoint(ref common.ReferenceCall
 							Ref:         ref(v1.SecretReference{}.OpenAPIModelName()),
 						},
 					},
+					"transport": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Transport says how the metrics port is reached (see endpointPicker.transport).",
+							Ref:         ref(v1alpha1.EndpointTransport{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"port"},
 			},
 		},
 		Dependencies: []string{
-			v1.SecretReference{}.OpenAPIModelName()},
+			v1alpha1.EndpointTransport{}.OpenAPIModelName(), v1.SecretReference{}.OpenAPIModelName()},
 	}
 }
 
@@ -1335,6 +1497,42 @@ func schema_pkg_apis_inference_v1alpha1_ServiceImport(ref common.ReferenceCallba
 		},
 		Dependencies: []string{
 			v1alpha1.Port{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_inference_v1alpha1_SubjectAltName(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SubjectAltName is a name the serving certificate must carry.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"type": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Type is Hostname or URI.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"hostname": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Hostname, for Type Hostname.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"uri": {
+						SchemaProps: spec.SchemaProps{
+							Description: "URI, for Type URI.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"type"},
+			},
+		},
 	}
 }
 

@@ -23,6 +23,17 @@ const (
 	// The value must be a Secret name (a DNS subdomain); anything else makes
 	// the export invalid rather than silently plaintext.
 	EndpointPickerSecretAnnotation = "mci.x-k8s.io/endpoint-picker-secret"
+	// EndpointPickerTransportAnnotation on an InferencePool says how each
+	// port of its EPP is reached: "TLS" or "Plaintext" for every port, or
+	// a list of port=mode with ports ext-proc, health and metrics, e.g.
+	// "ext-proc=TLS" for an upstream EPP with its default flags (ext_proc
+	// over TLS with a self-signed certificate, plaintext gRPC health and
+	// metrics). A port it does not name follows the Secret of
+	// EndpointPickerSecretAnnotation (TLS), a BackendTLSPolicy that targets
+	// the ext-proc port (TLS), else the importing sidecar's default. A
+	// value that does not parse makes the export invalid. Imports carry it
+	// as endpointPicker.transport (and health.transport, metrics.transport).
+	EndpointPickerTransportAnnotation = "mci.x-k8s.io/endpoint-picker-transport"
 
 	// ControllerName names this implementation in status.controllers[].
 	ControllerName = "mci.x-k8s.io/apiserver"
@@ -176,6 +187,94 @@ type EndpointPickerImport struct {
 	// of the address dialled). Unset: the EPP is reached in plaintext.
 	// +optional
 	SecretRef *corev1.SecretReference `json:"secretRef,omitempty"`
+
+	// Transport says how the ext-proc port is reached: from the exporting
+	// pool's annotation mci.x-k8s.io/endpoint-picker-transport and the
+	// BackendTLSPolicy that targets the EPP Service in the exporting
+	// cluster. Unset: TLS with secretRef when it is set, else the
+	// importing sidecar's default.
+	// +optional
+	Transport *EndpointTransport `json:"transport,omitempty"`
+}
+
+// EndpointTransport says how one port of an exported EPP is reached.
+type EndpointTransport struct {
+	// Mode is Plaintext or TLS. Empty: TLS with the secretRef of the port
+	// when there is one, else the importing sidecar's default.
+	// +optional
+	Mode TransportMode `json:"mode,omitempty"`
+
+	// Validation says how the EPP's serving certificate is verified, as a
+	// BackendTLSPolicy (gateway.networking.k8s.io/v1) that targets this
+	// port of the EPP Service in the exporting cluster says it. Only with
+	// TLS. Without it and without a secretRef, a TLS port's certificate is
+	// not verified, as gateways reach an EPP's default self-signed one.
+	// +optional
+	Validation *BackendTLSValidation `json:"validation,omitempty"`
+}
+
+// TransportMode is how a port is reached.
+type TransportMode string
+
+const (
+	// TransportPlaintext reaches the port without TLS.
+	TransportPlaintext TransportMode = "Plaintext"
+	// TransportTLS reaches the port over TLS.
+	TransportTLS TransportMode = "TLS"
+)
+
+// BackendTLSValidation is the validation of the BackendTLSPolicy that
+// targets an exported EPP's Service port, carried to importers. The CA
+// certificates it names are read in the importing cluster, in the pool's
+// namespace (namespace sameness, as secretRef).
+type BackendTLSValidation struct {
+	// PolicyName is the BackendTLSPolicy's name in the exporting cluster,
+	// in the pool's namespace.
+	PolicyName string `json:"policyName"`
+
+	// CACertificateRefs name the objects with the CA certificates (key
+	// ca.crt) that verify the serving certificate: core ConfigMaps.
+	// +optional
+	// +listType=atomic
+	CACertificateRefs []CACertificateRef `json:"caCertificateRefs,omitempty"`
+
+	// WellKnownCACertificates is "System" for the system's trusted CAs.
+	// +optional
+	WellKnownCACertificates string `json:"wellKnownCACertificates,omitempty"`
+
+	// Hostname is the name sent as SNI and, without SubjectAltNames,
+	// verified against the certificate.
+	Hostname string `json:"hostname"`
+
+	// SubjectAltNames, when set, are verified instead of Hostname: the
+	// certificate must carry one of them.
+	// +optional
+	// +listType=atomic
+	SubjectAltNames []SubjectAltName `json:"subjectAltNames,omitempty"`
+}
+
+// CACertificateRef names an object with CA certificates, in the pool's
+// namespace.
+type CACertificateRef struct {
+	// Group of the object ("" for core).
+	// +optional
+	Group string `json:"group,omitempty"`
+	// Kind of the object: ConfigMap.
+	Kind string `json:"kind"`
+	// Name of the object.
+	Name string `json:"name"`
+}
+
+// SubjectAltName is a name the serving certificate must carry.
+type SubjectAltName struct {
+	// Type is Hostname or URI.
+	Type string `json:"type"`
+	// Hostname, for Type Hostname.
+	// +optional
+	Hostname string `json:"hostname,omitempty"`
+	// URI, for Type URI.
+	// +optional
+	URI string `json:"uri,omitempty"`
 }
 
 // ParentImport models a remote parent (a Gateway) that fronts the imported pool.
@@ -223,6 +322,10 @@ type HealthEndpoint struct {
 	// SecretRef optionally references credentials for secure health checks.
 	// +optional
 	SecretRef *corev1.SecretReference `json:"secretRef,omitempty"`
+	// Transport says how the health port is reached (see
+	// endpointPicker.transport).
+	// +optional
+	Transport *EndpointTransport `json:"transport,omitempty"`
 }
 
 // MetricsEndpoint is the Prometheus metrics port of an exported EPP.
@@ -232,6 +335,10 @@ type MetricsEndpoint struct {
 	// SecretRef optionally references scrape credentials.
 	// +optional
 	SecretRef *corev1.SecretReference `json:"secretRef,omitempty"`
+	// Transport says how the metrics port is reached (see
+	// endpointPicker.transport).
+	// +optional
+	Transport *EndpointTransport `json:"transport,omitempty"`
 }
 
 // ImportController is the upstream status shape: the clusters a controller

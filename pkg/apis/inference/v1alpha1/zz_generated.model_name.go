@@ -22,8 +22,23 @@ limitations under the License.
 package v1alpha1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in BackendTLSValidation) OpenAPIModelName() string {
+	return "io.x-k8s.networking.inference.v1alpha1.BackendTLSValidation"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in CACertificateRef) OpenAPIModelName() string {
+	return "io.x-k8s.networking.inference.v1alpha1.CACertificateRef"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in EndpointPickerImport) OpenAPIModelName() string {
 	return "io.x-k8s.networking.inference.v1alpha1.EndpointPickerImport"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in EndpointTransport) OpenAPIModelName() string {
+	return "io.x-k8s.networking.inference.v1alpha1.EndpointTransport"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
@@ -119,4 +134,9 @@ func (in Port) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ServiceImport) OpenAPIModelName() string {
 	return "io.x-k8s.networking.inference.v1alpha1.ServiceImport"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SubjectAltName) OpenAPIModelName() string {
+	return "io.x-k8s.networking.inference.v1alpha1.SubjectAltName"
 }

@@ -16,6 +16,7 @@ const (
 	// only: they decide the parents of the imports it serves.
 	KindHTTPRoute
 	KindReferenceGrant
+	KindBackendTLSPolicy
 )
 
 func (k Kind) String() string {
@@ -36,6 +37,8 @@ func (k Kind) String() string {
 		return "HTTPRoute"
 	case KindReferenceGrant:
 		return "ReferenceGrant"
+	case KindBackendTLSPolicy:
+		return "BackendTLSPolicy"
 	}
 	return "Unknown"
 }

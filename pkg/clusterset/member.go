@@ -79,6 +79,8 @@ type member struct {
 	routeIndexer   cache.Indexer
 	grants         gatewaylistersv1beta1.ReferenceGrantLister
 	poolNamespaces *poolNamespaces
+	// backendTLSPolicies is nil when the member does not serve them.
+	backendTLSPolicies gatewaylisters.BackendTLSPolicyLister
 
 	mu sync.Mutex
 	// lastAnswered is when the member last answered a probe; a member that
@@ -218,6 +220,12 @@ func (m *member) start(ctx context.Context, th thresholds) {
 	} else {
 		m.gateways = gatewaylisters.NewGatewayLister(newNamespacedIndexer(nil))
 	}
+	if served[gatewayGV+"/backendtlspolicies"] {
+		inf := gw.Gateway().V1().BackendTLSPolicies()
+		m.backendTLSPolicies = inf.Lister()
+		m.watch(inf.Informer(), KindBackendTLSPolicy)
+		m.synced = append(m.synced, inf.Informer().HasSynced)
+	}
 	if m.local {
 		m.startRouteInformers(gw, served, logger)
 	}
@@ -345,7 +353,7 @@ func servedResources(d discovery.DiscoveryInterface, logger klog.Logger) map[str
 			logger.Info("Member does not serve API group version; treating it as empty", "groupVersion", gv)
 			continue
 		case err != nil:
-			for _, r := range []string{"inferencepools", "gateways", "httproutes", "referencegrants"} {
+			for _, r := range []string{"inferencepools", "gateways", "httproutes", "referencegrants", "backendtlspolicies"} {
 				served[gv+"/"+r] = true
 			}
 			continue
@@ -634,6 +642,8 @@ func (m *member) viewWith(u *imports.Unreachable) imports.Member {
 		Services:       m.services,
 		EndpointSlices: m.endpointSlices,
 		Gateways:       m.gateways,
+
+		BackendTLSPolicies: m.backendTLSPolicies,
 	}
 	if m.local {
 		v.Routes = imports.NewRouteIndex(m.routeIndexer)

@@ -33,6 +33,12 @@ func trim(obj interface{}) (interface{}, error) {
 		return trimHTTPRoute(o), nil
 	case *gatewayv1beta1.ReferenceGrant:
 		return &gatewayv1beta1.ReferenceGrant{ObjectMeta: trimMeta(o.ObjectMeta), Spec: o.Spec}, nil
+	case *gatewayv1.BackendTLSPolicy:
+		// Imports carry the targets and the validation only; the age
+		// decides between policies that target the same port.
+		meta := trimMeta(o.ObjectMeta)
+		meta.CreationTimestamp = o.CreationTimestamp
+		return &gatewayv1.BackendTLSPolicy{ObjectMeta: meta, Spec: gatewayv1.BackendTLSPolicySpec{TargetRefs: o.Spec.TargetRefs, Validation: o.Spec.Validation}}, nil
 	case *poolv1.InferencePool:
 		// The pod selector is the EPP's business: imports carry the EPP
 		// and the target port, never the pods, so every member's copy of

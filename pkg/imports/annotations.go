@@ -17,11 +17,13 @@ import (
 //   - A valid export: exported=true, err=nil, and mode is the routing mode
 //     (EndpointMode when export-mode is absent).
 //   - An invalid export (export-mode without export, or a value that is not
-//     allowed, the empty string included, or an endpoint-picker-secret that
-//     is not a Secret name): exported=false and err says what is wrong,
+//     allowed, the empty string included, an endpoint-picker-secret that
+//     is not a Secret name, or an endpoint-picker-transport that does not
+//     parse): exported=false and err says what is wrong,
 //     quoting the bad value and the allowed ones. Callers surface err in the
-//     InferencePoolExport's Valid condition. A bad Secret name withdraws the
-//     export rather than letting importers reach a TLS EPP in plaintext.
+//     InferencePoolExport's Valid condition. A bad Secret name or transport
+//     withdraws the export rather than letting importers reach a TLS EPP
+//     in plaintext.
 //
 // Values are matched exactly: "clusterset" is not "ClusterSet".
 func ParseExport(annotations map[string]string) (mode inference.RoutingMode, exported bool, err error) {
@@ -53,6 +55,9 @@ func ParseExport(annotations map[string]string) (mode inference.RoutingMode, exp
 	}
 
 	if _, err := EndpointPickerSecret(annotations); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if _, err := EndpointPickerTransport(annotations); err != nil {
 		problems = append(problems, err.Error())
 	}
 

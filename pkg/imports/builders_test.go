@@ -43,10 +43,10 @@ func newIndexer() cache.Indexer {
 
 // member builds a Member whose listers are backed by real client-go
 // indexers holding objs (Namespaces, InferencePools, Services,
-// EndpointSlices and Gateways, in any order).
+// EndpointSlices, Gateways and BackendTLSPolicies, in any order).
 func member(tb testing.TB, name string, objs ...runtime.Object) Member {
 	tb.Helper()
-	nss, pools, svcs, eps, gws, grants := newIndexer(), newIndexer(), newIndexer(), newIndexer(), newIndexer(), newIndexer()
+	nss, pools, svcs, eps, gws, grants, btls := newIndexer(), newIndexer(), newIndexer(), newIndexer(), newIndexer(), newIndexer(), newIndexer()
 	routes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{RoutesByImportIndex: RoutesByImport})
 	for _, o := range objs {
 		var err error
@@ -65,6 +65,8 @@ func member(tb testing.TB, name string, objs ...runtime.Object) Member {
 			err = routes.Add(o)
 		case *gatewayv1beta1.ReferenceGrant:
 			err = grants.Add(o)
+		case *gatewayv1.BackendTLSPolicy:
+			err = btls.Add(o)
 		default:
 			tb.Fatalf("member %s: unexpected object %T", name, o)
 		}
@@ -79,6 +81,8 @@ func member(tb testing.TB, name string, objs ...runtime.Object) Member {
 		Gateways:        gatewaylisters.NewGatewayLister(gws),
 		Routes:          NewRouteIndex(routes),
 		ReferenceGrants: gatewaylistersv1beta1.NewReferenceGrantLister(grants),
+
+		BackendTLSPolicies: gatewaylisters.NewBackendTLSPolicyLister(btls),
 	}
 }
 

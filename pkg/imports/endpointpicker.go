@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
@@ -67,11 +68,21 @@ func endpointPickerImport(m *Member, pool *poolv1.InferencePool, counter endpoin
 	if secret != "" {
 		epp.SecretRef = &corev1.SecretReference{Namespace: pool.Namespace, Name: secret}
 	}
+	// The exporter's ParseExport has accepted the transport annotation too.
+	modes, _ := EndpointPickerTransport(pool.Annotations)
+	policies := m.backendTLSPolicies(pool.Namespace)
+	policy := func(port int32) *gatewayv1.BackendTLSPolicy {
+		if len(policies) == 0 || port == 0 {
+			return nil
+		}
+		return TLSPolicyForPort(policies, svc.Name, servicePortName(svc, port))
+	}
+	epp.Transport = portTransport(modes.ExtProc, policy(ports.extProc), true)
 	if ports.health != 0 {
-		epp.Health = &inference.HealthEndpoint{Port: ports.health, SecretRef: epp.SecretRef}
+		epp.Health = &inference.HealthEndpoint{Port: ports.health, SecretRef: epp.SecretRef, Transport: portTransport(modes.Health, policy(ports.health), false)}
 	}
 	if ports.metrics != 0 {
-		epp.Metrics = &inference.MetricsEndpoint{Port: ports.metrics, SecretRef: epp.SecretRef}
+		epp.Metrics = &inference.MetricsEndpoint{Port: ports.metrics, SecretRef: epp.SecretRef, Transport: portTransport(modes.Metrics, policy(ports.metrics), false)}
 	}
 
 	if ports.extProc == 0 {

@@ -59,6 +59,9 @@ type Member struct {
 	// ReferenceGrants are read at v1beta1, the version every Gateway API
 	// release with ReferenceGrant serves (and the sidecar reads).
 	ReferenceGrants gatewaylistersv1beta1.ReferenceGrantLister
+	// BackendTLSPolicies say how importers verify an exported EPP's TLS;
+	// nil when the member does not serve them.
+	BackendTLSPolicies gatewaylisters.BackendTLSPolicyLister
 }
 
 // Unreachable says since when, and why, a member cannot be watched.

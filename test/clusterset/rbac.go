@@ -12,14 +12,14 @@ import (
 )
 
 // memberReaderRules is what an mci-apiserver may do in the clusters it
-// watches, per the Membership contract: read the five kinds the import
+// watches, per the Membership contract: read the six kinds the import
 // computation uses, nothing else. A member kubeconfig that could do more
 // would hide a server that asks for more.
 var memberReaderRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{""}, Resources: []string{"namespaces", "services"}, Verbs: []string{"get", "list", "watch"}},
 	{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
 	{APIGroups: []string{"inference.networking.k8s.io"}, Resources: []string{"inferencepools"}, Verbs: []string{"get", "list", "watch"}},
-	{APIGroups: []string{"gateway.networking.k8s.io"}, Resources: []string{"gateways"}, Verbs: []string{"get", "list", "watch"}},
+	{APIGroups: []string{"gateway.networking.k8s.io"}, Resources: []string{"gateways", "backendtlspolicies"}, Verbs: []string{"get", "list", "watch"}},
 }
 
 // LocalRouteReaderRules is what an mci-apiserver reads in its own cluster

@@ -45,7 +45,7 @@ func (r Resource) Affected(ev clusterset.Event) virtual.Dirty {
 		}
 		return virtual.Dirty{}
 	case clusterset.KindService, clusterset.KindEndpointSlice, clusterset.KindGateway,
-		clusterset.KindHTTPRoute, clusterset.KindReferenceGrant:
+		clusterset.KindHTTPRoute, clusterset.KindReferenceGrant, clusterset.KindBackendTLSPolicy:
 		return virtual.Dirty{}
 	}
 	return virtual.Dirty{All: true}

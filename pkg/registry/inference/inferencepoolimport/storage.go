@@ -45,8 +45,8 @@ func (Resource) ComputeNamespace(cs imports.ClusterSet, namespace string) []virt
 // EndpointSlice change the imports of the pools whose EPP it is, a
 // Gateway change the pools it parents (and, in the local cluster, the
 // imports its routes use), an HTTPRoute change the imports it used before
-// and after, a ReferenceGrant change every import of its namespace, and a
-// local namespace change every import of that namespace.
+// and after, a ReferenceGrant or BackendTLSPolicy change every import of its
+// namespace, and a local namespace change every import of that namespace.
 func (r Resource) Affected(ev clusterset.Event) virtual.Dirty {
 	switch ev.Kind {
 	case clusterset.KindInferencePool:
@@ -66,7 +66,9 @@ func (r Resource) Affected(ev clusterset.Event) virtual.Dirty {
 		return virtual.Dirty{Keys: keys}
 	case clusterset.KindHTTPRoute:
 		return virtual.Dirty{Keys: ev.Imports}
-	case clusterset.KindReferenceGrant:
+	// A BackendTLSPolicy names Services of its own namespace; it changes
+	// rarely, so every import of the namespace is recomputed.
+	case clusterset.KindReferenceGrant, clusterset.KindBackendTLSPolicy:
 		return virtual.Dirty{Namespaces: []string{ev.Namespace}}
 	case clusterset.KindNamespace:
 		if ev.Member == r.Index.LocalName() {

@@ -43,6 +43,10 @@ type Inputs struct {
 	// DefaultPolicy applies where no annotation chooses one;
 	// PolicyHealthBased when empty.
 	DefaultPolicy Policy
+	// DefaultTransport is the mode of each EPP port that neither its pool
+	// (annotation, Secret, BackendTLSPolicy) nor its import decides;
+	// plaintext where it is empty too.
+	DefaultTransport imports.TransportModes
 	// ServedGateways, when not empty, are the Gateways the sidecar serves:
 	// the table holds only the HTTPRoutes attached to one of them, as their
 	// listeners allow (attach.go). Empty: every HTTPRoute, whatever its
@@ -721,6 +725,11 @@ func (b *builder) resolveLocal(key types.NamespacedName) localResult {
 		// Never plaintext to an EPP that its pool says serves TLS.
 		b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidAnnotation, "%v; the pool's local EPP is not routed to", secretErr)
 	}
+	modes, transportErr := imports.EndpointPickerTransport(lr.pool.Annotations)
+	if transportErr != nil {
+		b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidAnnotation, "%v; the pool's local EPP is not routed to", transportErr)
+		secretErr = transportErr
+	}
 	switch {
 	case isShim(lr.pool, b.in.EndpointPickerServices):
 		lr.shim = true
@@ -737,13 +746,13 @@ func (b *builder) resolveLocal(key types.NamespacedName) localResult {
 		}
 		ref, err := parseEndpointPicker(v)
 		if err == nil && secretErr == nil {
-			lr.cluster, err = b.localCluster(lr.pool, ref, secret)
+			lr.cluster, err = b.localCluster(lr.pool, ref, secret, modes)
 		}
 		if err != nil {
 			b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidAnnotation, "%s: %v; the pool's local model servers are not routed to", LocalEndpointPickerAnnotation, err)
 		}
 	case secretErr == nil:
-		c, err := b.localCluster(lr.pool, lr.pool.Spec.EndpointPickerRef, secret)
+		c, err := b.localCluster(lr.pool, lr.pool.Spec.EndpointPickerRef, secret, modes)
 		if err != nil {
 			b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidEndpointPicker, "%v; the pool has no cluster to route to", err)
 		}
@@ -776,8 +785,8 @@ func parseEndpointPicker(v string) (poolv1.EndpointPickerRef, error) {
 // else the Service port named for ext-proc; health and metrics ports by name,
 // else the conventional 9003 and 9090 when the Service has them. secret,
 // when set, names the Secret of the pool's namespace to reach all three
-// with.
-func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPickerRef, secret string) (*Cluster, error) {
+// with; modes are the pool's transport annotation.
+func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPickerRef, secret string, modes imports.TransportModes) (*Cluster, error) {
 	if (ref.Group != nil && *ref.Group != "") || (ref.Kind != "" && ref.Kind != "Service") {
 		return nil, fmt.Errorf("endpointPickerRef names a %s; only a core Service is supported", cmp.Or(ref.Kind, "Service"))
 	}
@@ -811,28 +820,39 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 		Weight: 1,
 		Local:  true,
 	}
+	var secretRef types.NamespacedName
 	if secret != "" {
-		c.EPPSecret = types.NamespacedName{Namespace: p.Namespace, Name: secret}
-		c.HealthSecret, c.MetricsSecret = c.EPPSecret, c.EPPSecret
+		secretRef = types.NamespacedName{Namespace: p.Namespace, Name: secret}
+	}
+	var err error
+	def := b.in.DefaultTransport
+	if c.EPPTransport, err = resolveTransport(imports.PortExtProc, modes.ExtProc, secretRef, nil, p.Namespace, def.ExtProc); err != nil {
+		return nil, err
 	}
 	if hp := findPort(svc.Spec.Ports, func(n string) bool {
 		return n == "health" || n == "grpc-health" || n == "health-grpc" || strings.HasSuffix(n, "-health")
 	}, 9003); hp != 0 {
 		c.Health = net.JoinHostPort(addrs[0], strconv.Itoa(int(hp)))
+		if c.HealthTransport, err = resolveTransport(imports.PortHealth, modes.Health, secretRef, nil, p.Namespace, def.Health); err != nil {
+			return nil, err
+		}
 	}
 	if mp := findPort(svc.Spec.Ports, func(n string) bool {
 		return n == "metrics" || n == "http-metrics" || strings.HasSuffix(n, "-metrics")
 	}, 9090); mp != 0 {
-		c.Metrics = metricsURL(addrs[0], mp, c.MetricsSecret)
+		if c.MetricsTransport, err = resolveTransport(imports.PortMetrics, modes.Metrics, secretRef, nil, p.Namespace, def.Metrics); err != nil {
+			return nil, err
+		}
+		c.Metrics = metricsURL(addrs[0], mp, c.MetricsTransport.TLS)
 	}
 	return c, nil
 }
 
-// metricsURL is where an EPP's metrics are scraped: over HTTPS when it has
-// credentials.
-func metricsURL(host string, port int32, secret types.NamespacedName) string {
+// metricsURL is where an EPP's metrics are scraped: over HTTPS when its
+// transport is TLS.
+func metricsURL(host string, port int32, tls bool) string {
 	scheme := "http://"
-	if secret.Name != "" {
+	if tls {
 		scheme = "https://"
 	}
 	return scheme + net.JoinHostPort(host, strconv.Itoa(int(port))) + "/metrics"
@@ -903,14 +923,17 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 				report(ReasonInvalidImportedCluster, "cluster %q: %v; the cluster is skipped", ic.Name, err)
 				continue
 			}
+			if err := b.importTransports(c, imp.Namespace, epp, secrets); err != nil {
+				report(ReasonInvalidImportedCluster, "cluster %q: %v; the cluster is skipped", ic.Name, err)
+				continue
+			}
 			host := svc[0].Addresses[0]
 			c.EPP = net.JoinHostPort(host, strconv.Itoa(int(svc[0].Ports[0].Number)))
-			c.EPPSecret, c.HealthSecret, c.MetricsSecret = secrets[0], secrets[1], secrets[2]
 			if h := epp.Health; h != nil && h.Port > 0 {
 				c.Health = net.JoinHostPort(host, strconv.Itoa(int(h.Port)))
 			}
 			if m := epp.Metrics; m != nil && m.Port > 0 {
-				c.Metrics = metricsURL(host, m.Port, c.MetricsSecret)
+				c.Metrics = metricsURL(host, m.Port, c.MetricsTransport.TLS)
 			}
 		case v1alpha1.RoutingModeParent:
 			c.Parent = parentAddress(ic.Parents)
@@ -928,6 +951,31 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 		report(ReasonNoReadyClusters, "none of its %d cluster(s) can take requests (%d not Ready); its requests get 503, or follow FailOpen", len(imp.Status.Clusters), notReady)
 	}
 	return out
+}
+
+// importTransports resolves how each port of an imported cluster's EPP is
+// reached, from the import's transports, its Secrets and the sidecar's
+// defaults.
+func (b *builder) importTransports(c *Cluster, namespace string, epp v1alpha1.EndpointPickerImport, secrets [3]types.NamespacedName) error {
+	def := b.in.DefaultTransport
+	mode, validation := transportOf(epp.Transport)
+	var err error
+	if c.EPPTransport, err = resolveTransport(imports.PortExtProc, mode, secrets[0], validation, namespace, def.ExtProc); err != nil {
+		return err
+	}
+	if epp.Health != nil {
+		mode, validation = transportOf(epp.Health.Transport)
+		if c.HealthTransport, err = resolveTransport(imports.PortHealth, mode, secrets[1], validation, namespace, def.Health); err != nil {
+			return err
+		}
+	}
+	if epp.Metrics != nil {
+		mode, validation = transportOf(epp.Metrics.Transport)
+		if c.MetricsTransport, err = resolveTransport(imports.PortMetrics, mode, secrets[2], validation, namespace, def.Metrics); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // importSecrets returns the Secrets of an import's endpointPicker, health

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
+
+	"github.com/mci-dev/mci/pkg/imports"
 )
 
 // CredentialsLabel marks the Secrets the sidecar may use as EPP
@@ -62,12 +65,24 @@ type Credentials struct {
 	// listers by namespace; written before synced is closed, read after.
 	listers map[string]corelisters.SecretNamespaceLister
 
+	// configMaps are the CA ConfigMaps of BackendTLSPolicies, by
+	// namespace; written before synced is closed, read after.
+	configMaps map[string]corelisters.ConfigMapNamespaceLister
+
 	mu sync.RWMutex
-	// targets are the addresses reached over TLS, with their Secret.
-	targets map[string]types.NamespacedName
+	// targets are the addresses of the table, with how each is reached.
+	targets map[string]target
 	// loaded is the last outcome of each Secret in use.
-	loaded    map[types.NamespacedName]*loadedSecret
+	loaded map[types.NamespacedName]*loadedSecret
+	// validated is the last outcome of each BackendTLSPolicy validation
+	// in use, by namespace and validation.
+	validated map[string]*loadedValidation
+	// failures is the last connection error of each address that failed.
+	failures  map[string]string
 	conflicts string
+
+	transportGauge *prometheus.GaugeVec
+	failureCounter *prometheus.CounterVec
 }
 
 // endpointTLS is how an address is reached.
@@ -101,9 +116,26 @@ func NewCredentials(client kubernetes.Interface, namespaces []string, logger klo
 		logger:     logger,
 		synced:     make(chan struct{}),
 		listers:    map[string]corelisters.SecretNamespaceLister{},
-		targets:    map[string]types.NamespacedName{},
+		configMaps: map[string]corelisters.ConfigMapNamespaceLister{},
+		targets:    map[string]target{},
 		loaded:     map[types.NamespacedName]*loadedSecret{},
+		validated:  map[string]*loadedValidation{},
+		failures:   map[string]string{},
 	}
+}
+
+// registerMetrics registers mci_sidecar_epp_transport and
+// mci_sidecar_epp_connection_failures_total in reg.
+func (c *Credentials) registerMetrics(reg prometheus.Registerer) {
+	c.transportGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mci_sidecar_epp_transport",
+		Help: "1 for the transport each port of each cluster's EPP is reached with: plaintext, tls-unverified (TLS asked with no Secret or BackendTLSPolicy to verify with), tls-verified (a BackendTLSPolicy), tls-secret (the pool's credentials Secret).",
+	}, []string{"cluster", "port", "transport"})
+	c.failureCounter = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mci_sidecar_epp_connection_failures_total",
+		Help: "Failed connections to a port of a cluster's EPP (refused, TLS handshake or credentials failure, a transport the EPP does not serve), by the transport asked for. The cluster fails over; nothing is retried with a weaker transport.",
+	}, []string{"cluster", "port", "transport"})
+	reg.MustRegister(c.transportGauge, c.failureCounter)
 }
 
 // Synced is closed once the Secrets are listed.
@@ -129,7 +161,11 @@ func (c *Credentials) Run(ctx context.Context) error {
 			return err
 		}
 		c.listers[ns] = inf.Lister().Secrets(ns)
-		synced = append(synced, reg.HasSynced)
+		// The CA ConfigMaps of BackendTLSPolicies, with the same label:
+		// resolved on use, by version, like the Secrets.
+		cms := f.Core().V1().ConfigMaps()
+		c.configMaps[ns] = cms.Lister().ConfigMaps(ns)
+		synced = append(synced, reg.HasSynced, cms.Informer().HasSynced)
 		factories = append(factories, f)
 		f.Start(ctx.Done())
 	}
@@ -147,8 +183,8 @@ func (c *Credentials) Run(ctx context.Context) error {
 	close(c.synced)
 	c.mu.RLock()
 	inUse := slices.Collect(func(yield func(types.NamespacedName) bool) {
-		for _, ref := range c.targets {
-			if !yield(ref) {
+		for _, tg := range c.targets {
+			if tg.transport.TLS && tg.transport.Secret.Name != "" && !yield(tg.transport.Secret) {
 				return
 			}
 		}
@@ -188,47 +224,54 @@ func (c *Credentials) isSynced() bool {
 }
 
 // SetTargets makes the addresses of t's clusters reached with their
-// Secrets, and forgets Secrets no longer named. An address that clusters
-// name with different Secrets (pools sharing one EPP but not their
-// annotations) is reached with TLS rather than plaintext, and the problem
-// is logged.
+// transports, and forgets Secrets no longer named. An address that clusters
+// name with different transports (pools sharing one EPP but not their
+// annotations) is reached with the first TLS one rather than plaintext,
+// and the problem is logged. Each address's transport is logged when it
+// changes and exposed as mci_sidecar_epp_transport.
 func (c *Credentials) SetTargets(t *Table) {
 	if c == nil {
 		return
 	}
-	targets := map[string]types.NamespacedName{}
+	targets := map[string]target{}
 	conflicts := map[string][]string{}
-	add := func(target string, ref types.NamespacedName) {
-		if target == "" {
+	add := func(addr string, cl *Cluster, port string, pt PortTransport) {
+		if addr == "" {
 			return
 		}
-		prev, seen := targets[target]
-		if seen && prev != ref {
-			conflicts[target] = append(conflicts[target], prev.String(), ref.String())
+		next := target{cluster: cl.Name, port: port, transport: pt}
+		prev, seen := targets[addr]
+		if seen && prev.transport.key() != pt.key() {
+			conflicts[addr] = append(conflicts[addr], prev.transport.describe(), pt.describe())
 		}
-		if !seen || prev.Name == "" || (ref.Name != "" && ref.String() < prev.String()) {
-			targets[target] = ref
+		// TLS over plaintext; among TLS ones, the first by key.
+		if !seen || (!prev.transport.TLS && pt.TLS) || (pt.TLS && pt.key() < prev.transport.key()) {
+			targets[addr] = next
 		}
 	}
 	for _, cl := range t.Clusters() {
-		add(cl.EPP, cl.EPPSecret)
-		add(cl.Health, cl.HealthSecret)
-		add(cl.Metrics, cl.MetricsSecret)
+		add(cl.EPP, cl, imports.PortExtProc, cl.EPPTransport)
+		add(cl.Health, cl, imports.PortHealth, cl.HealthTransport)
+		add(cl.Metrics, cl, imports.PortMetrics, cl.MetricsTransport)
 	}
 	inUse := map[types.NamespacedName]bool{}
-	for target, ref := range targets {
-		if ref.Name == "" {
-			delete(targets, target)
-		} else {
-			inUse[ref] = true
+	for _, tg := range targets {
+		if tg.transport.TLS && tg.transport.Secret.Name != "" {
+			inUse[tg.transport.Secret] = true
 		}
 	}
 
 	c.mu.Lock()
+	prevTargets := c.targets
 	c.targets = targets
 	for ref := range c.loaded {
 		if !inUse[ref] {
 			delete(c.loaded, ref)
+		}
+	}
+	for k := range c.failures {
+		if _, ok := targets[k]; !ok {
+			delete(c.failures, k)
 		}
 	}
 	report := describeConflicts(conflicts)
@@ -236,8 +279,9 @@ func (c *Credentials) SetTargets(t *Table) {
 	c.conflicts = report
 	c.mu.Unlock()
 	if changed && report != "" {
-		c.logger.Info("Addresses are named with different EPP credentials by different clusters; each is reached with TLS", "conflicts", report)
+		c.logger.Info("Addresses are named with different transports by different clusters; each is reached with TLS", "conflicts", report)
 	}
+	c.reportTransports(prevTargets, targets)
 	if c.isSynced() {
 		for ref := range inUse {
 			_, _ = c.resolve(ref)
@@ -245,37 +289,132 @@ func (c *Credentials) SetTargets(t *Table) {
 	}
 }
 
+// target is an address of the table: the cluster and port it is of, and
+// how it is reached.
+type target struct {
+	cluster, port string
+	transport     PortTransport
+}
+
+// describe names a transport for the logs.
+func (p PortTransport) describe() string {
+	switch p.Kind() {
+	case TransportKindSecret:
+		return "TLS with Secret " + p.Secret.String()
+	case TransportKindVerified:
+		return "TLS verified by BackendTLSPolicy " + p.Namespace + "/" + p.Validation.PolicyName
+	}
+	return p.Kind()
+}
+
+// reportTransports logs each address whose transport is new or changed,
+// and sets mci_sidecar_epp_transport.
+func (c *Credentials) reportTransports(prev, next map[string]target) {
+	for addr, tg := range next {
+		if p, ok := prev[addr]; ok && p.transport.key() == tg.transport.key() && p.cluster == tg.cluster {
+			continue
+		}
+		kv := []any{"cluster", tg.cluster, "port", tg.port, "address", addr, "transport", tg.transport.describe()}
+		if tg.transport.Kind() == TransportKindUnverified {
+			// Asked for (a TLS mode with no Secret and no BackendTLSPolicy
+			// to verify with), as gateways reach an EPP's self-signed
+			// certificate; said once, so that nobody takes it for verified.
+			c.logger.Info("EPP port reached with TLS whose certificate is not verified: add a BackendTLSPolicy for its Service (or the pool's credentials Secret) to verify it", kv...)
+			continue
+		}
+		c.logger.Info("EPP port transport", kv...)
+	}
+	if c.transportGauge == nil {
+		return
+	}
+	c.transportGauge.Reset()
+	for _, tg := range next {
+		c.transportGauge.WithLabelValues(tg.cluster, tg.port, tg.transport.Kind()).Set(1)
+	}
+}
+
 func describeConflicts(conflicts map[string][]string) string {
 	var out []string
 	for target, refs := range conflicts {
 		refs = slices.Compact(slices.Sorted(slices.Values(refs)))
-		for i, r := range refs {
-			if r == "/" {
-				refs[i] = "plaintext"
-			}
-		}
 		out = append(out, target+": "+strings.Join(refs, ", "))
 	}
 	slices.Sort(out)
 	return strings.Join(out, "; ")
 }
 
+// unverifiedTLS is TLS whose serving certificate is not verified.
+var unverifiedTLS = func() *endpointTLS {
+	config := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true} //nolint:gosec // asked for: see PortTransport
+	return &endpointTLS{version: TransportKindUnverified, config: config, grpc: credentials.NewTLS(config)}
+}()
+
 // forTarget returns how target (an address of the table) is reached.
-func (c *Credentials) forTarget(target string) (*endpointTLS, error) {
+func (c *Credentials) forTarget(addr string) (*endpointTLS, error) {
 	if c == nil {
 		return plaintext, nil
 	}
 	c.mu.RLock()
-	ref, ok := c.targets[target]
+	tg, ok := c.targets[addr]
 	c.mu.RUnlock()
-	if !ok {
+	if !ok || !tg.transport.TLS {
 		return plaintext, nil
 	}
-	t, err := c.resolve(ref)
-	if err != nil {
-		return nil, fmt.Errorf("TLS credentials for %s: %w", target, err)
+	switch tg.transport.Kind() {
+	case TransportKindSecret:
+		t, err := c.resolve(tg.transport.Secret)
+		if err != nil {
+			return nil, fmt.Errorf("TLS credentials for %s: %w", addr, err)
+		}
+		return t, nil
+	case TransportKindVerified:
+		t, err := c.resolveValidation(tg.transport.Namespace, tg.transport.Validation)
+		if err != nil {
+			return nil, fmt.Errorf("TLS validation for %s: %w", addr, err)
+		}
+		return t, nil
 	}
-	return t, nil
+	return unverifiedTLS, nil
+}
+
+// Failed records that addr could not be reached (a refused connection, a
+// failed TLS handshake, a transport of the wrong kind: the EPP's error
+// says which). It is logged once per change of the error and counted in
+// mci_sidecar_epp_connection_failures_total.
+func (c *Credentials) Failed(addr string, err error) {
+	if c == nil || err == nil {
+		return
+	}
+	c.mu.Lock()
+	tg := c.targets[addr]
+	msg := err.Error()
+	changed := c.failures[addr] != msg
+	c.failures[addr] = msg
+	c.mu.Unlock()
+	kind := tg.transport.Kind()
+	if c.failureCounter != nil {
+		c.failureCounter.WithLabelValues(tg.cluster, tg.port, kind).Inc()
+	}
+	if changed {
+		c.logger.Error(err, "EPP port unreachable with its transport: the cluster fails over or follows its failure mode, never a weaker transport", "cluster", tg.cluster, "port", tg.port, "address", addr, "transport", tg.transport.describe())
+	}
+}
+
+// Reached records that addr answered, so that its next failure is logged
+// again.
+func (c *Credentials) Reached(addr string) {
+	if c == nil {
+		return
+	}
+	c.mu.RLock()
+	_, failed := c.failures[addr]
+	c.mu.RUnlock()
+	if failed {
+		c.mu.Lock()
+		delete(c.failures, addr)
+		c.mu.Unlock()
+		c.logger.Info("EPP port reachable again", "address", addr)
+	}
 }
 
 // resolve returns the credentials of the Secret's current version, loading

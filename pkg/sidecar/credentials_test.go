@@ -103,6 +103,7 @@ func TestBuildNamesTheSecretsOfEachAddress(t *testing.T) {
 		return imp
 	}
 	creds := types.NamespacedName{Namespace: ns, Name: "epp-creds"}
+	secretTLS := PortTransport{TLS: true, Secret: creds, Namespace: ns}
 	routes := []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))}
 
 	t.Run("an import's secretRefs name the Secrets of the EPP, health and metrics addresses; metrics go over HTTPS", func(t *testing.T) {
@@ -114,8 +115,8 @@ func TestBuildNamesTheSecretsOfEachAddress(t *testing.T) {
 		require.Len(t, b.Clusters, 2)
 		assert.Equal(t, Cluster{Name: "cluster-a", Pool: "example/llm", Mode: v1alpha1.RoutingModeEndpoint, EPP: "127.0.2.1:9002",
 			Health: "127.0.2.1:9003", Metrics: "https://127.0.2.1:9090/metrics", Weight: 1,
-			EPPSecret: creds, HealthSecret: creds, MetricsSecret: creds}, *b.Clusters[0])
-		assert.Equal(t, creds, b.Clusters[1].EPPSecret, "a secretRef without a namespace is in the import's")
+			EPPTransport: secretTLS, HealthTransport: secretTLS, MetricsTransport: secretTLS}, *b.Clusters[0])
+		assert.Equal(t, creds, b.Clusters[1].EPPTransport.Secret, "a secretRef without a namespace is in the import's")
 	})
 
 	t.Run("a secretRef to another namespace skips the cluster rather than reach it in plaintext", func(t *testing.T) {
@@ -128,7 +129,7 @@ func TestBuildNamesTheSecretsOfEachAddress(t *testing.T) {
 		b := only(t, tbl)
 		require.Len(t, b.Clusters, 1)
 		assert.Equal(t, "cluster-c", b.Clusters[0].Name)
-		assert.Equal(t, types.NamespacedName{}, b.Clusters[0].EPPSecret)
+		assert.Equal(t, PortTransport{}, b.Clusters[0].EPPTransport)
 	})
 
 	localRoutes := []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, poolRef("llm", nil)))}
@@ -139,7 +140,7 @@ func TestBuildNamesTheSecretsOfEachAddress(t *testing.T) {
 		tbl, errs := Build(Inputs{Routes: localRoutes, Pools: []*poolv1.InferencePool{annotated("epp-creds")}, Services: []*corev1.Service{eppService("llm", "127.0.1.1")}})
 		require.Empty(t, errs)
 		c := only(t, tbl).Clusters[0]
-		assert.Equal(t, [3]types.NamespacedName{creds, creds, creds}, [3]types.NamespacedName{c.EPPSecret, c.HealthSecret, c.MetricsSecret})
+		assert.Equal(t, [3]PortTransport{secretTLS, secretTLS, secretTLS}, [3]PortTransport{c.EPPTransport, c.HealthTransport, c.MetricsTransport})
 		assert.Equal(t, "https://127.0.1.1:9090/metrics", c.Metrics)
 	})
 
@@ -181,8 +182,8 @@ func TestCredentialsForTargets(t *testing.T) {
 	table := func(secret string, secretNS string) *Table {
 		cl := &Cluster{Name: "cluster-a", Pool: "example/llm", EPP: "127.0.2.1:9002", Health: "127.0.2.1:9003", Metrics: "http://127.0.2.1:9090/metrics"}
 		if secret != "" {
-			cl.EPPSecret = types.NamespacedName{Namespace: secretNS, Name: secret}
-			cl.HealthSecret = cl.EPPSecret
+			cl.EPPTransport = PortTransport{TLS: true, Secret: types.NamespacedName{Namespace: secretNS, Name: secret}}
+			cl.HealthTransport = cl.EPPTransport
 		}
 		return &Table{shimList: []*Backend{{Clusters: []*Cluster{cl}}}}
 	}

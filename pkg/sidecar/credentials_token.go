@@ -20,9 +20,11 @@ func (c *Credentials) metricsToken(target string) (token, secret string, err err
 		return "", "", nil
 	}
 	c.mu.RLock()
-	ref, ok := c.targets[target]
+	tg, ok := c.targets[target]
 	c.mu.RUnlock()
-	if !ok {
+	// The pool's Secret, whether the port is reached over TLS or not.
+	ref := tg.transport.Secret
+	if !ok || ref.Name == "" {
 		return "", "", nil
 	}
 	if !c.isSynced() {

@@ -323,7 +323,7 @@ func TestPoolScraperSendsTheTokenOfTheCredentialsSecret(t *testing.T) {
 
 	kube := kubefake.NewSimpleClientset(credentialsSecret("epp-creds", map[string][]byte{"ca.crt": serving.CAPEM, SecretTokenKey: []byte("secret-token\n")}))
 	creds := runCredentials(t, kube, ns)
-	creds.SetTargets(&Table{shimList: []*Backend{{Clusters: []*Cluster{{Name: "cluster-a", Pool: ns + "/llm", Metrics: url, MetricsSecret: types.NamespacedName{Namespace: ns, Name: "epp-creds"}}}}}})
+	creds.SetTargets(&Table{shimList: []*Backend{{Clusters: []*Cluster{{Name: "cluster-a", Pool: ns + "/llm", Metrics: url, MetricsTransport: PortTransport{TLS: true, Secret: types.NamespacedName{Namespace: ns, Name: "epp-creds"}, Namespace: ns}}}}}})
 
 	// The Secret's token wins over the token file.
 	tokenFile := filepath.Join(t.TempDir(), "token")

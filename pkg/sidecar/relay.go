@@ -13,6 +13,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -236,6 +238,19 @@ func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.Proc
 	if err != nil {
 		return nil, err
 	}
+	resps, err := r.relayOn(ctx, conn, msgs)
+	// A connection that failed (refused, a failed TLS handshake, the wrong
+	// transport) is logged once per change with the transport it was
+	// asked for.
+	if status.Code(err) == codes.Unavailable {
+		r.creds.Failed(addr, err)
+	} else if err == nil {
+		r.creds.Reached(addr)
+	}
+	return resps, err
+}
+
+func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	// One timer bounds the wait for the answer and then, re-armed, the
 	// wait for the EPP to end its stream.

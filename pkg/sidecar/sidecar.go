@@ -100,7 +100,9 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	registerPoolMetricsState(reg, s.router, s.scraper)
 	s.server = NewServer(s.router, liveState{health: s.prober, metrics: s.scraper}, cfg.Server, s.metrics, klog.Background().WithName("ext_proc"))
 	s.prober.onServing = s.server.reconnect
-	s.useCredentials(NewCredentials(clients.Kube, cfg.SecretNamespaces, klog.Background().WithName("credentials")))
+	creds := NewCredentials(clients.Kube, cfg.SecretNamespaces, klog.Background().WithName("credentials"))
+	creds.registerMetrics(reg)
+	s.useCredentials(creds)
 	s.watcher = NewWatcher(clients, cfg.Watch, s.router, s.published)
 	servers, err := extproc.Listen(extproc.ServingOptions{
 		BindAddress: cfg.BindAddress,

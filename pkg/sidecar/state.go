@@ -171,6 +171,7 @@ func (h *HealthProber) check(ctx context.Context, addr string) (*Health, error) 
 	result := HealthNotServing
 	conn, err := h.conn(addr)
 	if err != nil {
+		h.creds.Failed(addr, err)
 		return &result, nil
 	}
 	client := healthpb.NewHealthClient(conn)
@@ -185,6 +186,11 @@ func (h *HealthProber) check(ctx context.Context, addr string) (*Health, error) 
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
+	}
+	if status.Code(err) == codes.Unavailable {
+		h.creds.Failed(addr, err)
+	} else if err == nil {
+		h.creds.Reached(addr)
 	}
 	if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
 		result = HealthServing

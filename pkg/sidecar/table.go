@@ -120,11 +120,12 @@ type Cluster struct {
 	Health string
 	// Metrics is the URL of the EPP's Prometheus metrics; "" when unknown.
 	Metrics string
-	// EPPSecret, HealthSecret and MetricsSecret name the Secrets of the
-	// local cluster with the TLS credentials for EPP, Health and Metrics
-	// (an import's secretRefs; for a local pool, its endpoint-picker-secret
-	// annotation); zero: plaintext.
-	EPPSecret, HealthSecret, MetricsSecret types.NamespacedName
+	// EPPTransport, HealthTransport and MetricsTransport say how EPP,
+	// Health and Metrics are reached: plaintext or TLS, verified with the
+	// Secret of the local cluster that an import's secretRefs (a local
+	// pool's endpoint-picker-secret annotation) name, or as a
+	// BackendTLSPolicy says, or not verified.
+	EPPTransport, HealthTransport, MetricsTransport PortTransport
 	// Parent is the address ("host:port") of the parent gateway (ParentMode).
 	Parent string
 	// Weight is the cluster's weight for the Weighted and HealthBased
@@ -300,12 +301,12 @@ func (t *Table) Rules() []*Rule { return t.rules }
 func (t *Table) Clusters() []*Cluster {
 	type key struct {
 		name, pool, epp, health, metrics, parent string
-		secrets                                  [3]types.NamespacedName
+		transports                               [3]string
 	}
 	seen := map[key]bool{}
 	var out []*Cluster
 	add := func(c *Cluster) {
-		k := key{c.Name, c.Pool, c.EPP, c.Health, c.Metrics, c.Parent, [3]types.NamespacedName{c.EPPSecret, c.HealthSecret, c.MetricsSecret}}
+		k := key{c.Name, c.Pool, c.EPP, c.Health, c.Metrics, c.Parent, [3]string{c.EPPTransport.key(), c.HealthTransport.key(), c.MetricsTransport.key()}}
 		if seen[k] {
 			return
 		}

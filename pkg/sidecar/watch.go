@@ -25,6 +25,7 @@ import (
 	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
+	"github.com/mci-dev/mci/pkg/imports"
 )
 
 // Clients are the clients of the local cluster the sidecar reads. MCI must
@@ -40,6 +41,9 @@ type Clients struct {
 type WatchConfig struct {
 	LocalCluster  string
 	DefaultPolicy Policy
+	// DefaultTransport is the mode of each EPP port that nothing else
+	// decides (see Inputs.DefaultTransport).
+	DefaultTransport imports.TransportModes
 	// Gateways are the Gateways the sidecar serves (namespace/name): only
 	// the HTTPRoutes their listeners accept are routed. Empty: every HTTPRoute.
 	Gateways []types.NamespacedName
@@ -176,7 +180,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 
 	inc := NewIncremental(Inputs{
-		LocalCluster: w.cfg.LocalCluster, DefaultPolicy: w.cfg.DefaultPolicy, ServedGateways: w.cfg.Gateways,
+		LocalCluster: w.cfg.LocalCluster, DefaultPolicy: w.cfg.DefaultPolicy, DefaultTransport: w.cfg.DefaultTransport, ServedGateways: w.cfg.Gateways,
 		EndpointPickerServices: w.cfg.EndpointPickerServices,
 	})
 	var lastErrs []string

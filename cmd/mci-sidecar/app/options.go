@@ -24,6 +24,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/pkg/sidecar"
 )
@@ -35,13 +36,14 @@ type Options struct {
 	Kubeconfig string
 	extproc.ServingOptions
 
-	LocalClusterName       string
-	DefaultClusterPolicy   string
-	Gateways               []string
-	EndpointPickerServices []string
-	InferenceModels        bool
-	SecretNamespaces       []string
-	EPPMetricsTokenFile    string
+	LocalClusterName        string
+	DefaultClusterPolicy    string
+	Gateways                []string
+	EndpointPickerServices  []string
+	InferenceModels         bool
+	SecretNamespaces        []string
+	EPPMetricsTokenFile     string
+	EndpointPickerTransport string
 
 	MaxRequestBodyBytes int64
 	EPPAttemptTimeout   time.Duration
@@ -116,6 +118,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.StringSliceVar(&o.EndpointPickerServices, "endpoint-picker-service", o.EndpointPickerServices, "namespace/name of a Service of this sidecar that InferencePools name as their endpointPickerRef. Repeatable. Set, the sidecar is an EPP shim: it serves the gateway's EPP-protocol requests for each such pool with the pool's real local EPP (annotation "+sidecar.LocalEndpointPickerAnnotation+") and the clusters of the InferencePoolImport of the same namespace/name, instead of routing by HTTPRoute.")
 	fs.StringSliceVar(&o.SecretNamespaces, "endpoint-picker-secret-namespaces", o.SecretNamespaces, "Namespaces whose Secrets labelled "+sidecar.CredentialsLabel+"=true the sidecar reads (get, list, watch: grant it a Role in each), for EPPs that serve TLS: an InferencePool's annotation "+v1alpha1.EndpointPickerSecretAnnotation+" names such a Secret of its namespace, and so do the secretRefs of its imports. Keys: "+sidecar.SecretCAKey+" (required), "+sidecar.SecretCertKey+" and "+sidecar.SecretKeyKey+" (a client certificate, for mutual TLS), "+sidecar.SecretServerNameKey+" (the name to verify instead of the address). Repeatable. Default: none, and such EPPs are not reached.")
 	fs.StringVar(&o.EPPMetricsTokenFile, "epp-metrics-token-file", o.EPPMetricsTokenFile, "File of the bearer token sent with the scrapes of EPPs' /metrics (MetricsBased), which upstream EPPs require by default; re-read as it rotates. A pool's credentials Secret with a key "+sidecar.SecretTokenKey+" overrides it for that pool's EPP. Default: the pod's ServiceAccount token (when the file does not exist, scrapes carry no token, which the sidecar logs at start). Empty: send no token but the Secrets'.")
+	fs.StringVar(&o.EndpointPickerTransport, "endpoint-picker-transport", o.EndpointPickerTransport, "How the ports of EPPs are reached where nothing else says (the pool's annotation "+v1alpha1.EndpointPickerTransportAnnotation+", its credentials Secret, a BackendTLSPolicy of its EPP Service): TLS or Plaintext for every port, or port=mode pairs with ports ext-proc, health and metrics. \"ext-proc=TLS\" suits EPPs with the upstream defaults (Gateway API Inference Extension and llm-d EPPs: ext_proc over TLS with a self-signed certificate, plaintext gRPC health and metrics); a TLS port with nothing to verify it with is not verified, as gateways reach those EPPs. Default: plaintext.")
 	fs.BoolVar(&o.InferenceModels, "inference-models", o.InferenceModels, "Read InferenceModels and InferenceObjectives (inference.networking.x-k8s.io/v1alpha2 and llm-d.ai/v1alpha2) for the criticality of requests (MetricsBased shedding): the objective a request names in x-gateway-inference-objective (priority below 0 is sheddable), else its model's InferenceModel. Routing does not wait for them. Without them every request is Standard and never shed.")
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body buffered; larger requests get 413.")
 	fs.DurationVar(&o.EPPAttemptTimeout, "epp-attempt-timeout", o.EPPAttemptTimeout, "Longest wait for one EPP's answer before the next cluster is tried. Keep it below the gateway's ext_proc message timeout.")
@@ -143,6 +146,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := o.gateways(); err != nil {
 		errs = append(errs, err)
+	}
+	if _, err := imports.ParseTransport(o.EndpointPickerTransport); err != nil {
+		errs = append(errs, fmt.Errorf("--endpoint-picker-transport: %w", err))
 	}
 	if _, err := namespacedNames("--endpoint-picker-service", o.EndpointPickerServices); err != nil {
 		errs = append(errs, err)
@@ -204,6 +210,10 @@ func (o *Options) Config() (sidecar.Config, error) {
 	if err != nil {
 		return sidecar.Config{}, err
 	}
+	transport, err := imports.ParseTransport(o.EndpointPickerTransport)
+	if err != nil {
+		return sidecar.Config{}, fmt.Errorf("--endpoint-picker-transport: %w", err)
+	}
 	return sidecar.Config{
 		BindAddress:      o.BindAddress,
 		GRPCPort:         o.GRPCPort,
@@ -214,6 +224,7 @@ func (o *Options) Config() (sidecar.Config, error) {
 		Watch: sidecar.WatchConfig{
 			LocalCluster:           o.LocalClusterName,
 			DefaultPolicy:          policy,
+			DefaultTransport:       transport,
 			Gateways:               gws,
 			EndpointPickerServices: shimServices,
 			InferenceModels:        o.InferenceModels,

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/sidecar"
 )
 
@@ -74,6 +75,15 @@ func TestOptions(t *testing.T) {
 		},
 		{name: "an empty token file flag sends no token", args: []string{"--epp-metrics-token-file="}, check: func(t *testing.T, cfg sidecar.Config) { assert.Empty(t, cfg.MetricsTokenFile) }},
 		{name: "a token file that does not exist is refused", args: []string{"--epp-metrics-token-file=/nonexistent/token"}, wantErr: "--epp-metrics-token-file: stat /nonexistent/token"},
+		{
+			name: "the EPP transport and reconnect delay reach the configuration",
+			args: []string{"--endpoint-picker-transport=ext-proc=TLS", "--epp-reconnect-max-delay=500ms"},
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, imports.TransportModes{ExtProc: "TLS"}, cfg.Watch.DefaultTransport)
+				assert.Equal(t, 500*time.Millisecond, cfg.Server.Dial.MaxDelay)
+			},
+		},
+		{name: "an EPP transport that does not parse is refused", args: []string{"--endpoint-picker-transport=ext-proc=tls"}, wantErr: `--endpoint-picker-transport: port ext-proc: transport mode "tls"`},
 		{name: "a Secret namespace that is not a namespace name is refused", args: []string{"--endpoint-picker-secret-namespaces=Example/x"}, wantErr: `--endpoint-picker-secret-namespaces "Example/x" is not a namespace name`},
 		{name: "a serving certificate without its key is refused", args: []string{"--tls-cert-file=/etc/mci/tls.crt"}, wantErr: "--tls-cert-file needs --tls-private-key-file"},
 		{name: "an unknown policy is refused", args: []string{"--default-cluster-policy=Fastest"}, wantErr: "unknown cluster policy"},

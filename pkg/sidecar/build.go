@@ -37,6 +37,9 @@ type Inputs struct {
 	// llm-d.ai group are converted with epp.ObjectiveFromLLMD.
 	Models     []*v1alpha2.InferenceModel
 	Objectives []*v1alpha2.InferenceObjective
+	// BackendTLSPolicies of the local cluster say how local EPPs' TLS is
+	// verified (and make their ext-proc port TLS).
+	BackendTLSPolicies []*gatewayv1.BackendTLSPolicy
 
 	// LocalCluster names this cluster; DefaultLocalCluster when empty.
 	LocalCluster string
@@ -112,6 +115,7 @@ func newBuilder(in Inputs) *builder {
 		pools:   map[types.NamespacedName]*poolv1.InferencePool{},
 		imports: map[types.NamespacedName]*v1alpha1.InferencePoolImport{},
 		svcs:    map[types.NamespacedName]*corev1.Service{},
+		btls:    map[types.NamespacedName]*gatewayv1.BackendTLSPolicy{},
 		locals:  map[types.NamespacedName]localResult{},
 		remotes: map[types.NamespacedName]remoteResult{},
 		models:  map[types.NamespacedName]*epp.Models{},
@@ -146,6 +150,9 @@ func Build(in Inputs) (*Table, []error) {
 	}
 	for _, g := range in.ReferenceGrants {
 		b.setGrant(g)
+	}
+	for _, p := range in.BackendTLSPolicies {
+		b.btls[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
 	}
 	b.indexModels()
 
@@ -270,6 +277,7 @@ type builder struct {
 	pools   map[types.NamespacedName]*poolv1.InferencePool
 	imports map[types.NamespacedName]*v1alpha1.InferencePoolImport
 	svcs    map[types.NamespacedName]*corev1.Service
+	btls    map[types.NamespacedName]*gatewayv1.BackendTLSPolicy
 
 	// Resolved once, however many backendRefs name them, so that each
 	// problem is reported once.
@@ -826,26 +834,59 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 	}
 	var err error
 	def := b.in.DefaultTransport
-	if c.EPPTransport, err = resolveTransport(imports.PortExtProc, modes.ExtProc, secretRef, nil, p.Namespace, def.ExtProc); err != nil {
+	validation := b.localValidation(p.Namespace, svc)
+	if c.EPPTransport, err = resolveTransport(imports.PortExtProc, modes.ExtProc, secretRef, validation(port), p.Namespace, def.ExtProc); err != nil {
 		return nil, err
 	}
 	if hp := findPort(svc.Spec.Ports, func(n string) bool {
 		return n == "health" || n == "grpc-health" || n == "health-grpc" || strings.HasSuffix(n, "-health")
 	}, 9003); hp != 0 {
 		c.Health = net.JoinHostPort(addrs[0], strconv.Itoa(int(hp)))
-		if c.HealthTransport, err = resolveTransport(imports.PortHealth, modes.Health, secretRef, nil, p.Namespace, def.Health); err != nil {
+		if c.HealthTransport, err = resolveTransport(imports.PortHealth, modes.Health, secretRef, validation(hp), p.Namespace, def.Health); err != nil {
 			return nil, err
 		}
 	}
 	if mp := findPort(svc.Spec.Ports, func(n string) bool {
 		return n == "metrics" || n == "http-metrics" || strings.HasSuffix(n, "-metrics")
 	}, 9090); mp != 0 {
-		if c.MetricsTransport, err = resolveTransport(imports.PortMetrics, modes.Metrics, secretRef, nil, p.Namespace, def.Metrics); err != nil {
+		if c.MetricsTransport, err = resolveTransport(imports.PortMetrics, modes.Metrics, secretRef, validation(mp), p.Namespace, def.Metrics); err != nil {
 			return nil, err
 		}
 		c.Metrics = metricsURL(addrs[0], mp, c.MetricsTransport.TLS)
 	}
 	return c, nil
+}
+
+// localValidation returns, for a port number of a local EPP Service, the
+// validation of the local cluster's BackendTLSPolicy for that port (see
+// imports.TLSPolicyForPort), nil without one.
+func (b *builder) localValidation(namespace string, svc *corev1.Service) func(port int32) *v1alpha1.BackendTLSValidation {
+	var policies []*gatewayv1.BackendTLSPolicy
+	for k, p := range b.btls {
+		if k.Namespace == namespace {
+			policies = append(policies, p)
+		}
+	}
+	return func(port int32) *v1alpha1.BackendTLSValidation {
+		if len(policies) == 0 {
+			return nil
+		}
+		name := ""
+		for _, sp := range svc.Spec.Ports {
+			if sp.Port == port {
+				name = sp.Name
+			}
+		}
+		p := imports.TLSPolicyForPort(policies, svc.Name, name)
+		if p == nil {
+			return nil
+		}
+		var out v1alpha1.BackendTLSValidation
+		// The import's own conversion, so that local and imported
+		// validations are alike.
+		_ = v1alpha1.Convert_inference_BackendTLSValidation_To_v1alpha1_BackendTLSValidation(imports.ValidationOf(p), &out, nil)
+		return &out
+	}
 }
 
 // metricsURL is where an EPP's metrics are scraped: over HTTPS when its

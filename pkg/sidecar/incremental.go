@@ -113,6 +113,7 @@ type shimEntry struct {
 func NewIncremental(in Inputs) *Incremental {
 	in.Routes, in.Imports, in.Pools, in.Services, in.Models, in.Objectives = nil, nil, nil, nil, nil, nil
 	in.Gateways, in.Namespaces, in.ReferenceGrants = nil, nil, nil
+	in.BackendTLSPolicies = nil
 	b := newBuilder(in)
 	b.incremental = true
 	return &Incremental{
@@ -204,6 +205,34 @@ func (x *Incremental) DeleteService(k types.NamespacedName) {
 	if _, ok := x.b.svcs[k]; ok {
 		delete(x.b.svcs, k)
 		x.service(k)
+	}
+}
+
+// SetBackendTLSPolicy adds or replaces a BackendTLSPolicy;
+// DeleteBackendTLSPolicy removes one. The pools whose EPP Service it
+// targets, before or after, are affected.
+func (x *Incremental) SetBackendTLSPolicy(p *gatewayv1.BackendTLSPolicy) {
+	k := keyOf(p.Namespace, p.Name)
+	x.backendTLSPolicyTargets(x.b.btls[k])
+	x.b.btls[k] = p
+	x.backendTLSPolicyTargets(p)
+}
+
+func (x *Incremental) DeleteBackendTLSPolicy(k types.NamespacedName) {
+	if p, ok := x.b.btls[k]; ok {
+		delete(x.b.btls, k)
+		x.backendTLSPolicyTargets(p)
+	}
+}
+
+func (x *Incremental) backendTLSPolicyTargets(p *gatewayv1.BackendTLSPolicy) {
+	if p == nil {
+		return
+	}
+	for _, ref := range p.Spec.TargetRefs {
+		if ref.Group == "" && ref.Kind == "Service" {
+			x.service(keyOf(p.Namespace, string(ref.Name)))
+		}
 	}
 }
 

@@ -55,6 +55,11 @@ type WatchConfig struct {
 	// the cluster to know the criticality of requests (for MetricsBased
 	// shedding). When false every request is Standard and never shed.
 	InferenceModels bool
+	// BackendTLSPolicies, when true, reads the cluster's BackendTLSPolicies
+	// (gateway.networking.k8s.io/v1) for the TLS of local EPPs; the table
+	// waits for them, so that no local EPP is reached unverified for want
+	// of its policy. False for a cluster without their CRD.
+	BackendTLSPolicies bool
 }
 
 // Watcher keeps the Router's table built from informers: HTTPRoutes and
@@ -94,6 +99,7 @@ const (
 	kindReferenceGrant
 	kindObjective
 	kindLLMDObjective
+	kindBackendTLSPolicy
 )
 
 // objectChange says that the object of a kind with a key (namespace/name)
@@ -151,6 +157,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 		informers[kindModel] = mciFactory.Inference().V1alpha2().InferenceModels().Informer()
 		informers[kindObjective] = mciFactory.Inference().V1alpha2().InferenceObjectives().Informer()
 		informers[kindLLMDObjective] = mciFactory.LLMD().V1alpha2().InferenceObjectives().Informer()
+	}
+	if w.cfg.BackendTLSPolicies {
+		informers[kindBackendTLSPolicy] = gwFactory.Gateway().V1().BackendTLSPolicies().Informer()
 	}
 
 	changed := make(chan struct{}, 1)
@@ -304,6 +313,12 @@ func apply(inc *Incremental, store cache.Store, ch objectChange) error {
 			inc.SetObjective(epp.ObjectiveFromLLMD(o))
 		} else {
 			inc.DeleteObjective(KeyOfObjective(llmdv1alpha2.SchemeGroupVersion.String(), k))
+		}
+	case kindBackendTLSPolicy:
+		if p, ok := obj.(*gatewayv1.BackendTLSPolicy); exists && ok {
+			inc.SetBackendTLSPolicy(p)
+		} else {
+			inc.DeleteBackendTLSPolicy(k)
 		}
 	}
 	return nil

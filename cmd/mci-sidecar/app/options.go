@@ -41,6 +41,7 @@ type Options struct {
 	Gateways                []string
 	EndpointPickerServices  []string
 	InferenceModels         bool
+	BackendTLSPolicies      bool
 	SecretNamespaces        []string
 	EPPMetricsTokenFile     string
 	EndpointPickerTransport string
@@ -67,6 +68,7 @@ func NewOptions() *Options {
 		ServingOptions:       serving,
 		DefaultClusterPolicy: string(sidecar.PolicyHealthBased),
 		InferenceModels:      true,
+		BackendTLSPolicies:   true,
 		MaxRequestBodyBytes:  sidecar.DefaultMaxRequestBodyBytes,
 		EPPAttemptTimeout:    sidecar.DefaultAttemptTimeout,
 		EPPReconnectDelay:    sidecar.DefaultReconnectMaxDelay,
@@ -120,6 +122,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.StringVar(&o.EPPMetricsTokenFile, "epp-metrics-token-file", o.EPPMetricsTokenFile, "File of the bearer token sent with the scrapes of EPPs' /metrics (MetricsBased), which upstream EPPs require by default; re-read as it rotates. A pool's credentials Secret with a key "+sidecar.SecretTokenKey+" overrides it for that pool's EPP. Default: the pod's ServiceAccount token (when the file does not exist, scrapes carry no token, which the sidecar logs at start). Empty: send no token but the Secrets'.")
 	fs.StringVar(&o.EndpointPickerTransport, "endpoint-picker-transport", o.EndpointPickerTransport, "How the ports of EPPs are reached where nothing else says (the pool's annotation "+v1alpha1.EndpointPickerTransportAnnotation+", its credentials Secret, a BackendTLSPolicy of its EPP Service): TLS or Plaintext for every port, or port=mode pairs with ports ext-proc, health and metrics. \"ext-proc=TLS\" suits EPPs with the upstream defaults (Gateway API Inference Extension and llm-d EPPs: ext_proc over TLS with a self-signed certificate, plaintext gRPC health and metrics); a TLS port with nothing to verify it with is not verified, as gateways reach those EPPs. Default: plaintext.")
 	fs.BoolVar(&o.InferenceModels, "inference-models", o.InferenceModels, "Read InferenceModels and InferenceObjectives (inference.networking.x-k8s.io/v1alpha2 and llm-d.ai/v1alpha2) for the criticality of requests (MetricsBased shedding): the objective a request names in x-gateway-inference-objective (priority below 0 is sheddable), else its model's InferenceModel. Routing does not wait for them. Without them every request is Standard and never shed.")
+	fs.BoolVar(&o.BackendTLSPolicies, "backend-tls-policies", o.BackendTLSPolicies, "Read BackendTLSPolicies (gateway.networking.k8s.io/v1) for the TLS of local EPPs, as gateways do: a policy that targets an EPP Service makes its ext-proc port TLS, verified with the policy's CA ConfigMaps (read in --endpoint-picker-secret-namespaces) and hostname. Routing waits for them. Turn off only in a cluster without their CRD. (Imports carry the exporting cluster's policies without this flag.)")
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body buffered; larger requests get 413.")
 	fs.DurationVar(&o.EPPAttemptTimeout, "epp-attempt-timeout", o.EPPAttemptTimeout, "Longest wait for one EPP's answer before the next cluster is tried. Keep it below the gateway's ext_proc message timeout.")
 	fs.DurationVar(&o.EPPReconnectDelay, "epp-reconnect-max-delay", o.EPPReconnectDelay, "Longest pause between two attempts to reconnect to an EPP that is down, for the ext_proc relay and the health checks alike: an EPP that comes back is used again within about this long, whatever the length of its outage (gRPC's own default grows to 120s).")
@@ -228,6 +231,7 @@ func (o *Options) Config() (sidecar.Config, error) {
 			Gateways:               gws,
 			EndpointPickerServices: shimServices,
 			InferenceModels:        o.InferenceModels,
+			BackendTLSPolicies:     o.BackendTLSPolicies,
 		},
 		Server: sidecar.ServerConfig{
 			MaxRequestBodyBytes: o.MaxRequestBodyBytes,

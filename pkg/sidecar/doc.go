@@ -171,21 +171,52 @@
 //     request gets 500 (503 while no shim pool exists), and several shim
 //     pools behind one Service are reported. An HTTPRoute backendRef to a
 //     shim pool resolves the same way, never to the sidecar itself.
-//   - TLS to EPPs. A cluster whose import names a secretRef (from the
-//     exporting pool's mci.x-k8s.io/endpoint-picker-secret; for a local
-//     pool, the annotation itself) is reached over TLS on its ext_proc,
-//     health and metrics (HTTPS) addresses with that Secret of the local
-//     cluster: ca.crt, optionally tls.crt and tls.key (mutual TLS) and
-//     server-name. Credentials reads only Secrets labelled
-//     mci.x-k8s.io/endpoint-picker-credentials=true in the namespaces it
-//     is given (--endpoint-picker-secret-namespaces), never cluster-wide. A
-//     missing or unusable Secret, or a failed handshake, fails the cluster
-//     like any EPP failure (next cluster, then the failure mode); it is
-//     never reached in plaintext. Connections are kept per address and
-//     Secret version, so a rotated Secret is dialled anew at once. A
-//     secretRef to another namespace than the import's is refused (mci
-//     reads no ReferenceGrant for Secrets: mci-apiserver only ever names
-//     the pool's own), and the cluster is skipped.
+//   - Transport to EPPs. Each port of each cluster's EPP (ext_proc,
+//     health, metrics) has a PortTransport: plaintext, TLS not verified
+//     (how gateways reach an upstream EPP's default self-signed
+//     certificate), TLS verified as a BackendTLSPolicy says, or TLS with
+//     the credentials Secret (CA, optional client certificate). Per port,
+//     the first that applies decides the mode (resolveTransport): the
+//     pool's mci.x-k8s.io/endpoint-picker-transport ("TLS", "Plaintext",
+//     or port=mode pairs such as "ext-proc=TLS"; an import carries it as
+//     transport.mode); the Secret (from the exporting pool's
+//     mci.x-k8s.io/endpoint-picker-secret; for a local pool, the
+//     annotation itself): TLS; a BackendTLSPolicy that targets the ext-proc
+//     port of the EPP Service: TLS; --endpoint-picker-transport; else
+//     plaintext. A TLS port is verified with the Secret, else with the
+//     BackendTLSPolicy of that Service port (for an import, the exporting
+//     cluster's, carried by mci-apiserver as transport.validation; for a
+//     local pool, the local cluster's), else not at all. Upstream EPPs
+//     (GIE's cmd/epp and the llm-d EPP built on it) serve by default
+//     ext_proc over self-signed TLS and health and metrics in plaintext:
+//     "ext-proc=TLS" is their setting.
+//   - Credentials reads only Secrets, and the CA ConfigMaps of
+//     BackendTLSPolicies, labelled mci.x-k8s.io/endpoint-picker-credentials
+//     =true in the namespaces it is given (--endpoint-picker-secret-
+//     namespaces), never cluster-wide; they are resolved in the pool's
+//     namespace of the local cluster (namespace sameness). A missing or
+//     unusable Secret or ConfigMap, a failed handshake, or a transport the
+//     EPP does not serve fails the cluster like any EPP failure (next
+//     cluster, then the failure mode); nothing is retried with a weaker
+//     transport, and Plaintext asked for an ext-proc port that a
+//     BackendTLSPolicy targets is refused. Each port's transport is logged
+//     when it changes and exported (mci_sidecar_epp_transport); failed
+//     connections are logged once per change of the error and counted
+//     (mci_sidecar_epp_connection_failures_total). Connections are kept
+//     per address and credentials version, so a rotated Secret or
+//     ConfigMap is dialled anew at once. A secretRef to another namespace
+//     than the import's is refused (mci reads no ReferenceGrant for
+//     Secrets: mci-apiserver only ever names the pool's own), and the
+//     cluster is skipped.
+//   - Recovery. The relay and the health prober dial with one DialPolicy
+//     (reconnect after 100 ms, at most every --epp-reconnect-max-delay,
+//     1 s; gRPC's default grows to 120 s). The prober keeps its connection
+//     reconnecting, checks at once when it turns READY, and an address
+//     that turns SERVING makes the relay's connections to that EPP retry
+//     at once: active probes and the relay agree, and an EPP that comes
+//     back serves within about a second whatever the outage length. A
+//     failed stream still marks the EPP NotServing until its next good
+//     probe.
 //   - Relayed requests. A request the sidecar relays to a remote EPP
 //     carries x-mci-relayed-from: <local cluster>; a shim-mode sidecar
 //     serves such a request with its pool's local EPP only and fails

@@ -210,7 +210,7 @@ func TestSidecarManifestsApplyToAKubeAPIServer(t *testing.T) {
 		}
 		// pkg/sidecar/watch.go's informers.
 		for _, gr := range []string{"services", "httproutes.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io",
-			"referencegrants.gateway.networking.k8s.io", "inferencepoolimports.inference.networking.x-k8s.io",
+			"referencegrants.gateway.networking.k8s.io", "backendtlspolicies.gateway.networking.k8s.io", "inferencepoolimports.inference.networking.x-k8s.io",
 			"inferencepools.inference.networking.k8s.io", "inferencemodels.inference.networking.x-k8s.io",
 			"inferenceobjectives.inference.networking.x-k8s.io", "inferenceobjectives.llm-d.ai"} {
 			resource, group, _ := strings.Cut(gr, ".")
@@ -231,15 +231,18 @@ func TestSidecarManifestsApplyToAKubeAPIServer(t *testing.T) {
 		for _, verb := range []string{"get", "update", "delete"} {
 			assert.False(t, allowed("", "namespaces", verb), "%s namespaces", verb)
 		}
-		// pkg/sidecar/credentials.go's informers: Secrets of the namespaces
-		// granted (--endpoint-picker-secret-namespaces), read-only.
-		for _, verb := range []string{"get", "list", "watch"} {
-			assert.True(t, allowedIn("example", "", "secrets", verb), "%s secrets in example", verb)
-			assert.False(t, allowedIn("default", "", "secrets", verb), "%s secrets in default", verb)
-			assert.False(t, allowedIn("mci-system", "", "secrets", verb), "%s secrets in mci-system", verb)
-		}
-		for _, verb := range []string{"create", "update", "patch", "delete"} {
-			assert.False(t, allowedIn("example", "", "secrets", verb), "%s secrets in example", verb)
+		// pkg/sidecar/credentials.go's informers: Secrets and the CA
+		// ConfigMaps of BackendTLSPolicies in the namespaces granted
+		// (--endpoint-picker-secret-namespaces), read-only.
+		for _, resource := range []string{"secrets", "configmaps"} {
+			for _, verb := range []string{"get", "list", "watch"} {
+				assert.True(t, allowedIn("example", "", resource, verb), "%s %s in example", verb, resource)
+				assert.False(t, allowedIn("default", "", resource, verb), "%s %s in default", verb, resource)
+				assert.False(t, allowedIn("mci-system", "", resource, verb), "%s %s in mci-system", verb, resource)
+			}
+			for _, verb := range []string{"create", "update", "patch", "delete"} {
+				assert.False(t, allowedIn("example", "", resource, verb), "%s %s in example", verb, resource)
+			}
 		}
 	})
 }

@@ -33,12 +33,12 @@ type loadedValidation struct {
 // verified; else one of the subjectAltNames. Its problems are logged once
 // per change; a validation that cannot be used is an error (the cluster
 // fails), never a connection without verification.
-func (c *Credentials) resolveValidation(namespace string, v *v1alpha1.BackendTLSValidation) (*endpointTLS, error) {
+// key identifies the validation and its namespace (PortTransport.key).
+func (c *Credentials) resolveValidation(namespace string, v *v1alpha1.BackendTLSValidation, key string) (*endpointTLS, error) {
 	policy := namespace + "/" + v.PolicyName
 	if !c.isSynced() {
 		return nil, fmt.Errorf("the sidecar has not listed the CA ConfigMaps yet (BackendTLSPolicy %s)", policy)
 	}
-	key := namespace + "|" + fmt.Sprintf("%+v", *v)
 	var (
 		version strings.Builder
 		pems    [][]byte

@@ -239,7 +239,7 @@ func (c *Credentials) SetTargets(t *Table) {
 		if addr == "" {
 			return
 		}
-		next := target{cluster: cl.Name, port: port, transport: pt}
+		next := target{cluster: cl.Name, port: port, transport: pt, key: pt.key()}
 		prev, seen := targets[addr]
 		if seen && prev.transport.key() != pt.key() {
 			conflicts[addr] = append(conflicts[addr], prev.transport.describe(), pt.describe())
@@ -294,6 +294,8 @@ func (c *Credentials) SetTargets(t *Table) {
 type target struct {
 	cluster, port string
 	transport     PortTransport
+	// key is transport.key(), computed once rather than per request.
+	key string
 }
 
 // describe names a transport for the logs.
@@ -368,7 +370,7 @@ func (c *Credentials) forTarget(addr string) (*endpointTLS, error) {
 		}
 		return t, nil
 	case TransportKindVerified:
-		t, err := c.resolveValidation(tg.transport.Namespace, tg.transport.Validation)
+		t, err := c.resolveValidation(tg.transport.Namespace, tg.transport.Validation, tg.key)
 		if err != nil {
 			return nil, fmt.Errorf("TLS validation for %s: %w", addr, err)
 		}

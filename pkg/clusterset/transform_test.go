@@ -138,3 +138,25 @@ func TestTrimKeepsOfAnHTTPRouteOnlyWhatMakesImportParents(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ns", ResourceVersion: "9"}}, out, "a route that uses no import keeps only its metadata")
 }
+
+func TestTrimKeepsABackendTLSPolicysTargetsValidationAndAge(t *testing.T) {
+	created := metav1.NewTime(metav1.Now().Rfc3339Copy().Time)
+	p := &gatewayv1.BackendTLSPolicy{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "epp-tls", Namespace: "ns", ResourceVersion: "9", CreationTimestamp: created,
+			Annotations: map[string]string{"big": "annotation"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+		},
+		Spec: gatewayv1.BackendTLSPolicySpec{
+			TargetRefs: []gatewayv1.LocalPolicyTargetReferenceWithSectionName{{LocalPolicyTargetReference: gatewayv1.LocalPolicyTargetReference{Kind: "Service", Name: "epp"}}},
+			Validation: gatewayv1.BackendTLSPolicyValidation{CACertificateRefs: []gatewayv1.LocalObjectReference{{Kind: "ConfigMap", Name: "ca"}}, Hostname: "epp.example.com"},
+			Options:    map[gatewayv1.AnnotationKey]gatewayv1.AnnotationValue{"x": "y"},
+		},
+		Status: gatewayv1.PolicyStatus{Ancestors: []gatewayv1.PolicyAncestorStatus{{ControllerName: "gw"}}},
+	}
+	out, err := trim(p)
+	require.NoError(t, err)
+	assert.Equal(t, &gatewayv1.BackendTLSPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "epp-tls", Namespace: "ns", ResourceVersion: "9", CreationTimestamp: created},
+		Spec:       gatewayv1.BackendTLSPolicySpec{TargetRefs: p.Spec.TargetRefs, Validation: p.Spec.Validation},
+	}, out)
+}

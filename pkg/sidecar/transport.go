@@ -98,7 +98,7 @@ func resolveTransport(port, explicit string, secret types.NamespacedName, valida
 		}
 		// The Secret stays known to the port (its metrics token), but
 		// TLS is off.
-		return PortTransport{Secret: secret, Namespace: namespace}, nil
+		return PortTransport{Secret: secret}, nil
 	case string(v1alpha1.TransportTLS):
 		t := PortTransport{TLS: true, Secret: secret, Namespace: namespace}
 		if secret.Name == "" {

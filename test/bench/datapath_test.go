@@ -184,7 +184,16 @@ func benchDataPath(b *testing.B, e *env) {
 	results.compare(sec, "throughput through the sidecar", "req/s", medianFloat(viaSidecar.rates), "direct to the EPP", medianFloat(direct.rates), "", false,
 		fmt.Sprintf("%d concurrent clients, median of %d interleaved slices", cfg.DataPathConcurrency, len(direct.rates)))
 
-	benchEPPRecovery(b, viaSidecar, stopEPP, func() { runBinary(b, "mci-epp", eppArgs...) })
+	// Recovery under HealthBased, where the health prober decides whether
+	// the cluster is tried at all.
+	healthBased := func() {
+		r, err := gw.GatewayV1().HTTPRoutes(dpNS).Get(ctx, "completions", metav1.GetOptions{})
+		require.NoError(b, err)
+		r.Annotations[sidecar.PolicyAnnotation] = string(sidecar.PolicyHealthBased)
+		_, err = gw.GatewayV1().HTTPRoutes(dpNS).Update(ctx, r, metav1.UpdateOptions{})
+		require.NoError(b, err)
+	}
+	benchEPPRecovery(b, viaSidecar, healthBased, stopEPP, func() { runBinary(b, "mci-epp", eppArgs...) })
 }
 
 // dataPath is one way to the model server: a gateway in front of an

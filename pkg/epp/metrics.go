@@ -22,7 +22,22 @@ type Metrics struct {
 	decisions         prometheus.Histogram
 	streams           prometheus.Gauge
 	unknownObjectives prometheus.Counter
+	inFlight          prometheus.Gauge
+	servedBy          *prometheus.CounterVec
 }
+
+// Results of a served report, the result label of
+// mci_epp_served_reports_total.
+const (
+	// ServedPicked: the endpoint that served is the one picked first.
+	ServedPicked = "picked"
+	// ServedFallback: one of the fallbacks served.
+	ServedFallback = "fallback"
+	// ServedOther: an endpoint that was not picked served.
+	ServedOther = "other"
+	// ServedUnreported: the response phase came without a report.
+	ServedUnreported = "unreported"
+)
 
 // NewMetrics registers the EPP's metrics for pool in reg. staleness is the
 // scheduler's: stale metrics count as unknown in the pool's averages too.
@@ -47,6 +62,14 @@ func NewMetrics(reg prometheus.Registerer, pool *Pool, staleness time.Duration, 
 			Name: "mci_epp_unknown_objective_requests_total",
 			Help: "Requests that named (x-gateway-inference-objective) an InferenceObjective the pool does not have; they are served with the default priority 0.",
 		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mci_epp_requests_in_flight",
+			Help: "Requests routed to a model server whose response has not ended: from the pick to the response's last message (end of stream or trailers), or to the end of the gateway's stream when the response phase does not reach the endpoint picker.",
+		}),
+		servedBy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mci_epp_served_reports_total",
+			Help: "Response phases of routed requests by what the gateway reported as the endpoint that served them (x-gateway-destination-endpoint-served): picked (the first endpoint picked), fallback (a fallback picked), other (an endpoint not picked), unreported.",
+		}, []string{"result"}),
 	}
 	if len(schemes) == 0 {
 		schemes = []metrics.PoolScheme{metrics.GIEScheme}
@@ -55,7 +78,7 @@ func NewMetrics(reg prometheus.Registerer, pool *Pool, staleness time.Duration, 
 	for _, s := range schemes {
 		pc.schemes = append(pc.schemes, newPoolDescs(s))
 	}
-	reg.MustRegister(m.requests, m.decisions, m.streams, m.unknownObjectives, pc)
+	reg.MustRegister(m.requests, m.decisions, m.streams, m.unknownObjectives, m.inFlight, m.servedBy, pc)
 	return m
 }
 
@@ -85,6 +108,36 @@ func newPoolDescs(s metrics.PoolScheme) poolDescs {
 		queue:   prometheus.NewDesc(s.Queue, "Average number of requests waiting in the model servers of the pool that have known metrics.", label, nil),
 		kvCache: prometheus.NewDesc(s.KVCache, "Average KV cache utilization (0 to 1) of the model servers of the pool that have known metrics.", label, nil),
 		ready:   prometheus.NewDesc(s.ReadyPods, "Ready model servers in the pool: the candidate endpoints.", label, nil),
+	}
+}
+
+// requestInFlight is one routed request counted in
+// mci_epp_requests_in_flight until end, which may be called more than once.
+type requestInFlight struct {
+	gauge prometheus.Gauge
+	ended bool
+}
+
+// startRequest counts a routed request in flight; m may be nil.
+func (m *Metrics) startRequest() *requestInFlight {
+	r := &requestInFlight{}
+	if m != nil {
+		r.gauge = m.inFlight
+		r.gauge.Inc()
+	}
+	return r
+}
+
+func (r *requestInFlight) end() {
+	if r.gauge != nil && !r.ended {
+		r.ended = true
+		r.gauge.Dec()
+	}
+}
+
+func (m *Metrics) served(result string) {
+	if m != nil {
+		m.servedBy.WithLabelValues(result).Inc()
 	}
 }
 

@@ -2,7 +2,9 @@ package epp
 
 import (
 	"errors"
+	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -112,6 +114,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	if err != nil {
 		return s.refuse(stream, d, err, start)
 	}
+	// The request is in flight from its pick until its response has
+	// ended, or the gateway ended the stream without one.
+	inFlight := s.metrics.startRequest()
+	defer inFlight.end()
 	if err := extproc.SendAll(stream, req.Route(d.Endpoints, d.Body)); err != nil {
 		return err
 	}
@@ -122,8 +128,56 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		log.Info("Routed request", "path", req.Header(":path"), "model", d.Model, "targetModel", d.TargetModel, "rewrittenBy", d.RewrittenBy,
 			"criticality", d.Criticality, "objective", objectiveName(d), "fairnessID", d.FairnessID, "endpoints", d.Endpoints)
 	}
+	return s.passResponse(stream, req, d, inFlight)
+}
 
-	return req.PassThroughResponse(stream)
+// passResponse answers the response phase, letting the response through
+// unchanged, until the gateway ends the stream. The response's last
+// message ends the request's time in flight; the first that reports the
+// endpoint that served it is counted against the pick.
+func (s *Server) passResponse(stream extprocv3.ExternalProcessor_ProcessServer, req *extproc.Request, d *Decision, inFlight *requestInFlight) error {
+	reported := false
+	for {
+		msg, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !reported {
+			reported = true
+			served := extproc.ServedEndpoint(msg.GetMetadataContext())
+			s.metrics.served(servedResult(served, d.Endpoints))
+			if log := s.logger.V(4); log.Enabled() && served != "" {
+				log.Info("Request served", "path", req.Header(":path"), "served", served, "endpoints", d.Endpoints)
+			}
+		}
+		if extproc.EndsResponse(msg) {
+			inFlight.end()
+		}
+		resp, err := extproc.PassThrough(msg, req.ProtocolConfig)
+		if err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// servedResult says how the endpoint the gateway reports as having served
+// a request relates to the endpoints picked for it.
+func servedResult(served string, picked []string) string {
+	switch {
+	case served == "":
+		return ServedUnreported
+	case len(picked) > 0 && served == picked[0]:
+		return ServedPicked
+	case slices.Contains(picked, served):
+		return ServedFallback
+	}
+	return ServedOther
 }
 
 // refuse answers with an immediate error response and ends the stream: the

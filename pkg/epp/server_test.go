@@ -428,3 +428,68 @@ func TestProxyForwardsToThePickedPod(t *testing.T) {
 	defer func() { _ = resp.Body.Close() }()
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
 }
+
+// TestRequestsInFlightFollowTheResponsePhase holds requests in the
+// response phase, as a gateway does while a model server streams its
+// answer, and checks that the EPP counts them in flight until their
+// response ends, whichever way it ends, and counts the served reports.
+func TestRequestsInFlightFollowTheResponsePhase(t *testing.T) {
+	eps := startModelServers(t, pod("A", 1, 0.1))
+	e := startEPP(t, epp.Config{}, eps)
+	inFlight := func() string { return metricValue(t, e.MetricsAddr(), "mci_epp_requests_in_flight") }
+	served := func(result string) string {
+		return metricValue(t, e.MetricsAddr(), `mci_epp_served_reports_total{result="`+result+`"}`)
+	}
+
+	// held starts a request whose response is held after its headers, in
+	// the middle of its body, until the returned writer is closed.
+	held := func(ctx context.Context, served string) (*io.PipeWriter, <-chan error) {
+		pr, pw := io.Pipe()
+		done := make(chan error, 1)
+		go func() {
+			res, err := e.client.Do(ctx, extproctest.Request{Path: "/v1/completions", Body: completion("batch"),
+				Response: &extproctest.Response{BodyReader: pr, Served: served}})
+			if err == nil && (res.Response == nil || string(res.Response.Body) != "first second") {
+				err = fmt.Errorf("the response did not come through unchanged: %+v", res.Response)
+			}
+			done <- err
+		}()
+		_, err := pw.Write([]byte("first "))
+		require.NoError(t, err)
+		return pw, done
+	}
+
+	const n = 3
+	var writers []*io.PipeWriter
+	var dones []<-chan error
+	for range n {
+		pw, done := held(context.Background(), eps[0].Address)
+		writers, dones = append(writers, pw), append(dones, done)
+	}
+	require.Eventually(t, func() bool { return inFlight() == strconv.Itoa(n) }, 5*time.Second, 5*time.Millisecond,
+		"the held requests are in flight: %s", inFlight())
+	for i, pw := range writers {
+		_, err := pw.Write([]byte("second"))
+		require.NoError(t, err)
+		require.NoError(t, pw.Close())
+		require.NoError(t, <-dones[i])
+	}
+	require.Eventually(t, func() bool { return inFlight() == "0" }, 5*time.Second, 5*time.Millisecond, "a finished response is not in flight")
+	assert.Equal(t, strconv.Itoa(n), served(epp.ServedPicked), "the gateway reported the picked endpoint")
+
+	t.Run("a request whose gateway goes away is not in flight any more", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		pw, done := held(ctx, "10.9.9.9:8000")
+		require.Eventually(t, func() bool { return inFlight() == "1" }, 5*time.Second, 5*time.Millisecond)
+		cancel()
+		require.Error(t, <-done)
+		_ = pw.Close()
+		require.Eventually(t, func() bool { return inFlight() == "0" }, 5*time.Second, 5*time.Millisecond)
+		assert.Equal(t, "1", served(epp.ServedOther), "an endpoint that was not picked served")
+	})
+
+	t.Run("a request without a response phase is in flight until its stream ends", func(t *testing.T) {
+		e.do(t, extproctest.Request{Body: completion("batch")})
+		require.Eventually(t, func() bool { return inFlight() == "0" }, 5*time.Second, 5*time.Millisecond)
+	})
+}

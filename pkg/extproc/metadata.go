@@ -76,3 +76,21 @@ func SplitEndpoints(value string) []string {
 	}
 	return endpoints
 }
+
+// ServedEndpoint returns the endpoint that served the request, as the
+// gateway reports it in the metadata_context of the response phase: the
+// filter metadata DestinationEndpointNamespace / DestinationEndpointServedKey
+// of the Endpoint Picker protocol. "" when the gateway does not report it.
+func ServedEndpoint(md *corev3.Metadata) string {
+	return md.GetFilterMetadata()[DestinationEndpointNamespace].GetFields()[DestinationEndpointServedKey].GetStringValue()
+}
+
+// ServedMetadata returns the metadata_context a gateway sends in the
+// response phase to report the endpoint that served the request.
+func ServedMetadata(endpoint string) *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		DestinationEndpointNamespace: {Fields: map[string]*structpb.Value{
+			DestinationEndpointServedKey: structpb.NewStringValue(endpoint),
+		}},
+	}}
+}

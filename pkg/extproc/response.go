@@ -30,6 +30,11 @@ const (
 	// metadata lists the endpoints a picker must choose from.
 	SubsetHintNamespace = "envoy.lb.subset_hint"
 	SubsetHintKey       = "x-gateway-destination-endpoint-subset"
+	// DestinationEndpointServedKey, in the filter metadata namespace
+	// DestinationEndpointNamespace of the response phase's messages, is
+	// where the gateway reports the endpoint that served the request (the
+	// destination or one of its fallbacks).
+	DestinationEndpointServedKey = "x-gateway-destination-endpoint-served"
 )
 
 // ChunkSize is the largest body chunk Forward streams back: Envoy
@@ -192,6 +197,21 @@ func PassThrough(msg *extprocv3.ProcessingRequest, cfg *extprocv3.ProtocolConfig
 	default:
 		return nil, fmt.Errorf("%w: got %s after the request was answered", ErrProtocol, kind(msg))
 	}
+}
+
+// EndsResponse says whether msg is the last message of the response phase
+// a gateway sends: response headers that end the stream, the body chunk
+// that does, or the response trailers.
+func EndsResponse(msg *extprocv3.ProcessingRequest) bool {
+	switch r := msg.Request.(type) {
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return r.ResponseHeaders.GetEndOfStream()
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return r.ResponseBody.GetEndOfStream()
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return true
+	}
+	return false
 }
 
 // PassThroughResponse answers the rest of the stream of a request already

@@ -39,6 +39,7 @@ const (
 type Metrics struct {
 	requests     *prometheus.CounterVec
 	eppFailures  *prometheus.CounterVec
+	responses    *prometheus.CounterVec
 	pickDuration prometheus.Histogram
 	answer       prometheus.Histogram
 	streams      prometheus.Gauge
@@ -61,6 +62,10 @@ func NewMetrics(reg prometheus.Registerer, router *Router, health *HealthProber)
 			Name: "mci_sidecar_epp_failures_total",
 			Help: "ext_proc streams to a cluster's EPP that failed before it answered, each followed by the next cluster.",
 		}, []string{"cluster"}),
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mci_sidecar_epp_response_phase_total",
+			Help: "Response phases relayed to the EPP that routed the request, by cluster and outcome: completed; canceled (the gateway ended the stream early); immediate (the EPP answered with an immediate response); failed, timeout, ended (the EPP's stream failed, did not answer in time, or ended with answers owed: the sidecar answered the rest itself and the response went on unchanged).",
+		}, []string{"cluster", "outcome"}),
 		pickDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "mci_sidecar_pick_duration_seconds",
 			Help:    "Time to match the route, pick the backendRef and order the clusters of one request (the EPP call not included).",
@@ -93,7 +98,7 @@ func NewMetrics(reg prometheus.Registerer, router *Router, health *HealthProber)
 			Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10),
 		}),
 	}
-	reg.MustRegister(m.requests, m.eppFailures, m.pickDuration, m.answer, m.streams, m.generation, m.tableErrors, m.refusals, m.buildTime)
+	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.pickDuration, m.answer, m.streams, m.generation, m.tableErrors, m.refusals, m.buildTime)
 	if router != nil && health != nil {
 		reg.MustRegister(&eppHealthCollector{router: router, health: health})
 	}
@@ -109,6 +114,12 @@ func (m *Metrics) request(cluster, outcome string, code int) {
 func (m *Metrics) eppFailure(cluster string) {
 	if m != nil {
 		m.eppFailures.WithLabelValues(cluster).Inc()
+	}
+}
+
+func (m *Metrics) responsePhase(cluster, outcome string) {
+	if m != nil {
+		m.responses.WithLabelValues(cluster, outcome).Inc()
 	}
 }
 

@@ -231,14 +231,17 @@ func keepUnknown(dst, src proto.Message) {
 // any point before can be replaced by the next cluster's. An immediate 503
 // comes back as a *refusal error.
 //
-// The EPP's stream ends with the request phase: the sidecar answers the
-// response phase itself (it lets it through unchanged, as mci-epp does).
-func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
+// With keep, the stream of an EPP that answered with a destination is
+// returned open, for the response phase (relayResponse); without, it is
+// ended with the request phase and the sidecar answers the response phase
+// itself. A stream that answered with an immediate response, or failed, is
+// reset, as a gateway resets it.
+func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.ProcessingRequest, keep bool) ([]*extprocv3.ProcessingResponse, *eppStream, error) {
 	conn, err := r.conn(addr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	resps, err := r.relayOn(ctx, conn, msgs)
+	resps, kept, err := r.relayOn(ctx, conn, msgs, keep)
 	// A connection that failed (refused, a failed TLS handshake, the wrong
 	// transport) is logged once per change with the transport it was
 	// asked for.
@@ -247,10 +250,10 @@ func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.Proc
 	} else if err == nil {
 		r.creds.Reached(addr)
 	}
-	return resps, err
+	return resps, kept, err
 }
 
-func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*extprocv3.ProcessingRequest) ([]*extprocv3.ProcessingResponse, error) {
+func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*extprocv3.ProcessingRequest, keep bool) ([]*extprocv3.ProcessingResponse, *eppStream, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	// One timer bounds the wait for the answer and then, re-armed, the
 	// wait for the EPP to end its stream.
@@ -259,20 +262,21 @@ func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*ex
 	if err != nil {
 		timer.Stop()
 		cancel(nil)
-		return nil, fmt.Errorf("%w: opening the stream: %w", errNoAnswer, err)
+		return nil, nil, fmt.Errorf("%w: opening the stream: %w", errNoAnswer, err)
 	}
 	// The sender runs beside the receiver, as in a gateway: an EPP may
 	// answer (an immediate response) before it has read the whole body.
-	// Once it has sent everything, it learns whether the EPP answered and,
-	// if so, ends the stream: one goroutine per EPP stream does both.
-	answered := make(chan bool)
+	// Once it has sent everything, it learns what becomes of the stream;
+	// a kept stream is handed over only then, so that nothing else sends
+	// on it while the sender does.
+	next := make(chan streamFate)
 	go func() {
 		for _, m := range msgs {
 			if stream.Send(m) != nil {
 				break
 			}
 		}
-		if !<-answered {
+		if <-next != fateEnd {
 			return
 		}
 		// The EPP has read the whole request. End our side and let it end
@@ -289,27 +293,48 @@ func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*ex
 		cancel(nil)
 	}()
 	resps, err := receive(stream, shapeOf(msgs))
-	timer.Stop()
 	if err == nil && resps[len(resps)-1].GetImmediateResponse() == nil {
-		answered <- true
-		return resps, nil
+		if keep {
+			// The timer still bounds the sender, which may be blocked on
+			// an EPP that answered without reading everything.
+			next <- fateKeep
+			timer.Stop()
+			return resps, &eppStream{stream: stream, ctx: ctx, cancel: cancel}, nil
+		}
+		timer.Stop()
+		next <- fateEnd
+		return resps, nil, nil
 	}
+	timer.Stop()
 	// A gateway resets the stream once it has an immediate response. The
 	// sender takes the news only once it has stopped sending msgs, which
 	// the next cluster's stream sends again.
 	cancel(nil)
-	answered <- false
+	next <- fateReset
 	if err != nil {
 		if errors.Is(context.Cause(ctx), errAttemptTimeout) {
 			err = fmt.Errorf("no answer within %v: %w", r.timeout, err)
 		}
-		return nil, fmt.Errorf("%w: %w", errNoAnswer, err)
+		return nil, nil, fmt.Errorf("%w: %w", errNoAnswer, err)
 	}
 	if resps[0].GetImmediateResponse().GetStatus().GetCode() == http.StatusServiceUnavailable {
-		return nil, &refusal{resp: resps[0]}
+		return nil, nil, &refusal{resp: resps[0]}
 	}
-	return resps, nil
+	return resps, nil, nil
 }
+
+// streamFate is what becomes of an EPP's stream once the request phase is
+// answered.
+type streamFate int
+
+const (
+	// fateEnd: the request phase was all; the stream ends cleanly.
+	fateEnd streamFate = iota
+	// fateKeep: the stream stays open for the response phase.
+	fateKeep
+	// fateReset: the stream was reset (an immediate answer, a failure).
+	fateReset
+)
 
 // receive reads an EPP's answer to the request phase: until the headers
 // response and the whole body (and the trailers response for a request

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -43,6 +44,9 @@ type ServerConfig struct {
 	// Dial is how EPPs are connected to, by the relay and the health
 	// prober alike; zero fields: DefaultDialPolicy.
 	Dial DialPolicy
+	// ResponsePhase says whether the EPP that routed a request sees its
+	// response phase; "": ResponsePhaseRelay.
+	ResponsePhase ResponsePhase
 }
 
 // FailureRecorder learns of EPPs that failed a request (passive health).
@@ -72,6 +76,13 @@ type Server struct {
 	metrics  *Metrics
 	maxBody  int64
 	logger   logr.Logger
+	// keepEPP: the EPP's stream is kept for the response phase.
+	keepEPP bool
+
+	// lastTakeover is when an EPP of each cluster was last logged at level
+	// 0 for not finishing a response phase.
+	logMu        sync.Mutex
+	lastTakeover map[string]time.Time
 }
 
 // NewServer returns the ext_proc service. state tells the policies what is
@@ -97,6 +108,9 @@ func NewServer(router *Router, state State, cfg ServerConfig, metrics *Metrics, 
 		metrics:  metrics,
 		maxBody:  cfg.MaxRequestBodyBytes,
 		logger:   logger,
+		keepEPP:  cfg.ResponsePhase != ResponsePhaseSkip,
+
+		lastTakeover: map[string]time.Time{},
 	}
 }
 
@@ -149,12 +163,18 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 
 	resps, a := s.answer(ctx, req, rec.msgs, start)
 	if ctx.Err() != nil {
+		if a.live != nil {
+			a.live.cancel(nil)
+		}
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	if f := a.filters(); f != nil {
 		f.applyTo(resps, req.Header, a.pathPrefix)
 	}
 	if err := extproc.SendAll(stream, resps); err != nil {
+		if a.live != nil {
+			a.live.cancel(err)
+		}
 		return err
 	}
 	s.metrics.answered(time.Since(start))
@@ -164,6 +184,12 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			"route", a.routeName(), "backend", a.backendName(), "cluster", a.cluster, "outcome", a.outcome, "code", a.code, "tried", a.tried)
 	}
 
+	if a.live != nil {
+		// The EPP that routed the request sees its response phase, from
+		// the gateway's own stream (not the recorder, which would keep
+		// every response message).
+		return s.relayResponse(stream, a.live, req, resps, a.liveCluster)
+	}
 	return req.PassThroughResponse(stream)
 }
 
@@ -177,6 +203,10 @@ type answered struct {
 	tried            []string
 	// pathPrefix is what the rule's PathPrefix match matched.
 	pathPrefix string
+	// live is the stream of the EPP of liveCluster that routed the
+	// request, kept open for the response phase.
+	live        *eppStream
+	liveCluster *Cluster
 }
 
 // filters are the HTTPRoute filters the request goes through: those of its
@@ -300,9 +330,10 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 			}
 			send = remote
 		}
-		resps, err := s.relay.relay(ctx, c.EPP, send)
+		resps, live, err := s.relay.relay(ctx, c.EPP, send, s.keepEPP)
 		if err == nil {
 			a.cluster, a.outcome, a.code = c.Name, OutcomeRouted, http.StatusOK
+			a.live, a.liveCluster = live, c
 			if ir := resps[0].GetImmediateResponse(); ir != nil {
 				a.outcome, a.code = OutcomeRefused, int(ir.GetStatus().GetCode())
 			}

@@ -503,7 +503,7 @@ func TestRelayCollectsTheWholeAnswer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			assert.Equal(t, tt.wantShape, shapeOf(tt.msgs))
-			resps, err := r.relay(context.Background(), e.addr, tt.msgs)
+			resps, _, err := r.relay(context.Background(), e.addr, tt.msgs, false)
 			require.NoError(t, err)
 			var kinds []string
 			for _, resp := range resps {
@@ -527,7 +527,7 @@ func TestRelayCollectsTheWholeAnswer(t *testing.T) {
 		addr := dead.Addr().String()
 		require.NoError(t, dead.Close())
 		start := time.Now()
-		_, err = r.relay(context.Background(), addr, []*extprocv3.ProcessingRequest{headers(true)})
+		_, _, err = r.relay(context.Background(), addr, []*extprocv3.ProcessingRequest{headers(true)}, false)
 		require.ErrorIs(t, err, errNoAnswer)
 		assert.Less(t, time.Since(start), 500*time.Millisecond)
 	})

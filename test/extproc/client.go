@@ -1,9 +1,15 @@
 // Package extproc is a test double of the Envoy side of ext_proc: Client
 // drives an ext_proc server as Envoy does with the Inference Gateway's
-// settings (request headers SEND, request body FULL_DUPLEX_STREAMED), and
-// Proxy is a tiny Envoy-like HTTP gateway built on it that asks an Endpoint
-// Picker where each request goes and forwards it there. Envoy is not
-// available on the machines this project is tested on; these stand in for it.
+// settings (artifacts/envoy/envoy.yaml, as in the Gateway API Inference
+// Extension's examples: request headers SEND, request body
+// FULL_DUPLEX_STREAMED, request trailers SEND; response headers SEND,
+// response body FULL_DUPLEX_STREAMED, response trailers SEND), and Proxy is
+// a tiny Envoy-like HTTP gateway built on it that asks an Endpoint Picker
+// where each request goes, forwards it there, and runs the response through
+// the same ext_proc stream, reporting the endpoint that served it
+// (x-gateway-destination-endpoint-served) as the Endpoint Picker protocol
+// asks of a gateway. Envoy is not available on the machines this project is
+// tested on; these stand in for it.
 package extproc
 
 import (
@@ -108,6 +114,11 @@ type Request struct {
 	// Metadata is sent as the metadata_context of the headers message: the
 	// filter metadata Envoy forwards, e.g. mciextproc.SubsetHintMetadata(...).
 	Metadata *corev3.Metadata
+	// Response, when set, is the upstream's response, which Do runs through
+	// the response phase once the request phase is answered; without one
+	// the stream ends with the request phase, as Envoy's does when the
+	// request never reaches an upstream.
+	Response *Response
 }
 
 // Result is the server's answer to one request.
@@ -129,6 +140,9 @@ type Result struct {
 	// DynamicMetadata is the dynamic metadata the server set, merged over
 	// its responses.
 	DynamicMetadata *structpb.Struct
+	// Response is what the server made of Request.Response, when there was
+	// one.
+	Response *ResponseResult
 }
 
 // ImmediateResponse is a response the server asked the gateway to send to
@@ -144,13 +158,54 @@ type ImmediateResponse struct {
 // Do runs one request through the server: it sends the headers, then the
 // body in chunks without waiting for an answer (FULL_DUPLEX_STREAMED), and
 // reads the answers until the server has answered the headers and streamed
-// the whole body back, or answered with an immediate response. It returns an
-// error when the stream fails or the server breaks the protocol.
+// the whole body back, or answered with an immediate response; then, for a
+// request with a Response, the response phase (Exchange.Respond). It
+// returns an error when the stream fails or the server breaks the protocol.
 func (c *Client) Do(ctx context.Context, req Request) (*Result, error) {
+	x, err := c.Start(ctx, req)
+	if err != nil || x.Result.Immediate != nil {
+		if x != nil {
+			return x.Result, err
+		}
+		return nil, err
+	}
+	defer x.Close()
+	if req.Response != nil {
+		rec := &recordingSink{}
+		res := &ResponseResult{}
+		res.Immediate, err = x.Respond(*req.Response, rec)
+		if err != nil {
+			x.Reset()
+			return x.Result, err
+		}
+		res.Status, res.Headers, res.Body, res.Trailers = rec.status, rec.headers, rec.body, rec.trailers
+		x.Result.Response = res
+	}
+	return x.Result, nil
+}
+
+// Exchange is one request's ext_proc stream after its request phase: the
+// server's answer (Result) and the stream, kept for the response phase.
+type Exchange struct {
+	// Result is the server's answer to the request phase.
+	Result *Result
+
+	stream   extprocv3.ExternalProcessor_ProcessClient
+	cancel   context.CancelFunc
+	opts     Options
+	timedOut *atomic.Bool
+	watchdog *time.Timer
+}
+
+// Start runs the request phase of req (see Do) and returns the exchange,
+// whose stream stays open for the response phase until Close or Reset.
+// After an error or an immediate response the stream is already reset, as
+// Envoy resets it, and the returned Exchange only carries the Result.
+func (c *Client) Start(ctx context.Context, req Request) (*Exchange, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	stream, err := c.ext.Process(ctx)
 	if err != nil {
+		cancel()
 		return nil, fmt.Errorf("opening ext_proc stream: %w", err)
 	}
 
@@ -162,9 +217,11 @@ func (c *Client) Do(ctx context.Context, req Request) (*Result, error) {
 			EndOfStream: !hasBody,
 		}},
 		MetadataContext: req.Metadata,
+		// What Envoy announces for the Inference Gateway's processing
+		// mode.
 		ProtocolConfig: &extprocv3.ProtocolConfiguration{
 			RequestBodyMode:  filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
-			ResponseBodyMode: filterv3.ProcessingMode_NONE,
+			ResponseBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
 		},
 	}
 
@@ -179,23 +236,17 @@ func (c *Client) Do(ctx context.Context, req Request) (*Result, error) {
 	})
 
 	// Envoy's message timeout: each answer must come within it.
-	var timedOut atomic.Bool
-	var watchdog *time.Timer
+	x := &Exchange{stream: stream, cancel: cancel, opts: c.opts, timedOut: &atomic.Bool{}}
 	if c.opts.MessageTimeout > 0 {
-		watchdog = time.AfterFunc(c.opts.MessageTimeout, func() {
-			timedOut.Store(true)
+		x.watchdog = time.AfterFunc(c.opts.MessageTimeout, func() {
+			x.timedOut.Store(true)
 			cancel()
 		})
 	}
-	res, err := receive(stream, headers, hasBody, func() {
-		if watchdog != nil {
-			watchdog.Reset(c.opts.MessageTimeout)
-		}
-	})
-	if watchdog != nil {
-		watchdog.Stop()
-	}
-	if timedOut.Load() || err != nil || res.Immediate != nil {
+	res, err := receive(stream, headers, hasBody, x.gotMessage)
+	x.stopWatchdog()
+	x.Result = res
+	if x.timedOut.Load() || err != nil || res.Immediate != nil {
 		// Envoy resets the stream once it has its answer or gives up. The
 		// sender then fails at its next Send; one blocked reading a
 		// BodyReader ends when the reader returns, which Do does not wait for.
@@ -203,24 +254,54 @@ func (c *Client) Do(ctx context.Context, req Request) (*Result, error) {
 		if req.BodyReader == nil {
 			wg.Wait()
 		}
-		if timedOut.Load() {
-			return nil, ErrMessageTimeout
+		if x.timedOut.Load() {
+			return x, ErrMessageTimeout
 		}
-		return res, err
+		return x, err
 	}
-	// Done: end our side of the stream and let the server end its own, so
-	// that it sees a clean io.EOF rather than a reset; a server that lingers
-	// is reset after a second.
 	wg.Wait()
-	_ = stream.CloseSend()
-	linger := time.AfterFunc(time.Second, cancel)
+	return x, nil
+}
+
+func (x *Exchange) gotMessage() {
+	if x.watchdog != nil {
+		x.watchdog.Reset(x.opts.MessageTimeout)
+	}
+}
+
+func (x *Exchange) armWatchdog() {
+	if x.watchdog != nil {
+		x.watchdog.Reset(x.opts.MessageTimeout)
+	}
+}
+
+func (x *Exchange) stopWatchdog() {
+	if x.watchdog != nil {
+		x.watchdog.Stop()
+	}
+}
+
+// Close ends the exchange as Envoy does once processing is complete: it
+// ends its side of the stream and lets the server end its own, so that the
+// server sees a clean io.EOF rather than a reset; a server that lingers is
+// reset after a second.
+func (x *Exchange) Close() {
+	x.stopWatchdog()
+	_ = x.stream.CloseSend()
+	linger := time.AfterFunc(time.Second, x.cancel)
 	defer linger.Stop()
 	for {
-		if _, err := stream.Recv(); err != nil {
+		if _, err := x.stream.Recv(); err != nil {
 			break
 		}
 	}
-	return res, nil
+	x.cancel()
+}
+
+// Reset resets the stream, as Envoy does when the client goes away.
+func (x *Exchange) Reset() {
+	x.stopWatchdog()
+	x.cancel()
 }
 
 // requestHeaders returns the headers Envoy would send for req. Keys are
@@ -261,17 +342,22 @@ func toHeaderMap(h http.Header) *corev3.HeaderMap {
 
 // sendBody sends the body in chunks, end_of_stream on the last.
 func sendBody(stream extprocv3.ExternalProcessor_ProcessClient, req Request) error {
-	size := req.ChunkSize
+	return streamChunks(req.Body, req.BodyReader, req.ChunkSize, func(chunk []byte, last bool) error {
+		return stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			RequestBody: &extprocv3.HttpBody{Body: chunk, EndOfStream: last},
+		}})
+	})
+}
+
+// streamChunks cuts body, or what r yields when it is not nil, into
+// chunks of at most size (default DefaultChunkSize) and hands them to send
+// in order, the last one (empty when r ends after its data) with last set. A reader's error ends it, as Envoy resets the stream when the
+// body it passes on fails.
+func streamChunks(body []byte, r io.Reader, size int, send func(chunk []byte, last bool) error) error {
 	if size <= 0 {
 		size = DefaultChunkSize
 	}
-	send := func(chunk []byte, eos bool) error {
-		return stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-			RequestBody: &extprocv3.HttpBody{Body: chunk, EndOfStream: eos},
-		}})
-	}
-	if req.BodyReader == nil {
-		body := req.Body
+	if r == nil {
 		for {
 			n := min(size, len(body))
 			if err := send(body[:n], n == len(body)); err != nil {
@@ -284,13 +370,16 @@ func sendBody(stream extprocv3.ExternalProcessor_ProcessClient, req Request) err
 	}
 	buf := make([]byte, size)
 	for {
-		n, err := io.ReadFull(req.BodyReader, buf)
+		// What has arrived goes on at once, as Envoy passes on a body
+		// still arriving (a model server's streamed tokens).
+		n, err := r.Read(buf)
 		switch {
-		case err == io.EOF || err == io.ErrUnexpectedEOF:
+		case err == io.EOF:
 			return send(append([]byte(nil), buf[:n]...), true)
 		case err != nil:
-			// Envoy resets the stream when the downstream body fails.
 			return err
+		case n == 0:
+			continue
 		}
 		if err := send(append([]byte(nil), buf[:n]...), false); err != nil {
 			return err

@@ -49,6 +49,7 @@ type Options struct {
 	MaxRequestBodyBytes int64
 	EPPAttemptTimeout   time.Duration
 	EPPReconnectDelay   time.Duration
+	EPPResponsePhase    string
 	HealthInterval      time.Duration
 	HealthTimeout       time.Duration
 	ScrapeInterval      time.Duration
@@ -72,6 +73,7 @@ func NewOptions() *Options {
 		MaxRequestBodyBytes:  sidecar.DefaultMaxRequestBodyBytes,
 		EPPAttemptTimeout:    sidecar.DefaultAttemptTimeout,
 		EPPReconnectDelay:    sidecar.DefaultReconnectMaxDelay,
+		EPPResponsePhase:     string(sidecar.ResponsePhaseRelay),
 		HealthInterval:       sidecar.DefaultHealthInterval,
 		HealthTimeout:        sidecar.DefaultHealthTimeout,
 		ScrapeInterval:       sidecar.DefaultScrapeInterval,
@@ -126,6 +128,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body buffered; larger requests get 413.")
 	fs.DurationVar(&o.EPPAttemptTimeout, "epp-attempt-timeout", o.EPPAttemptTimeout, "Longest wait for one EPP's answer before the next cluster is tried. Keep it below the gateway's ext_proc message timeout.")
 	fs.DurationVar(&o.EPPReconnectDelay, "epp-reconnect-max-delay", o.EPPReconnectDelay, "Longest pause between two attempts to reconnect to an EPP that is down, for the ext_proc relay and the health checks alike: an EPP that comes back is used again within about this long, whatever the length of its outage (gRPC's own default grows to 120s).")
+	fs.StringVar(&o.EPPResponsePhase, "epp-response-phase", o.EPPResponsePhase, "What the EPP that routed a request sees of its response phase (EndpointMode). Relay: the sidecar keeps the EPP's stream open and relays the gateway's response headers, body and trailers (and the served endpoint report) to it and its answers back, as if the gateway talked to it: its in-flight counts, flow control and usage accounting need it. Skip: the EPP's stream ends with the request phase and the sidecar lets the response phase through itself, which saves the hop for EPPs that need no response.")
 	fs.DurationVar(&o.HealthInterval, "health-check-interval", o.HealthInterval, "Pause between two gRPC health checks of an EPP.")
 	fs.DurationVar(&o.HealthTimeout, "health-check-timeout", o.HealthTimeout, "Timeout of one gRPC health check of an EPP.")
 	fs.DurationVar(&o.ScrapeInterval, "metrics-scrape-interval", o.ScrapeInterval, "Pause between two scrapes of an EPP's pool metrics (MetricsBased).")
@@ -152,6 +155,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := imports.ParseTransport(o.EndpointPickerTransport); err != nil {
 		errs = append(errs, fmt.Errorf("--endpoint-picker-transport: %w", err))
+	}
+	if _, err := sidecar.ParseResponsePhase(o.EPPResponsePhase); err != nil {
+		errs = append(errs, fmt.Errorf("--epp-response-phase: %w", err))
 	}
 	if _, err := namespacedNames("--endpoint-picker-service", o.EndpointPickerServices); err != nil {
 		errs = append(errs, err)
@@ -217,6 +223,10 @@ func (o *Options) Config() (sidecar.Config, error) {
 	if err != nil {
 		return sidecar.Config{}, fmt.Errorf("--endpoint-picker-transport: %w", err)
 	}
+	responsePhase, err := sidecar.ParseResponsePhase(o.EPPResponsePhase)
+	if err != nil {
+		return sidecar.Config{}, err
+	}
 	return sidecar.Config{
 		BindAddress:      o.BindAddress,
 		GRPCPort:         o.GRPCPort,
@@ -236,6 +246,7 @@ func (o *Options) Config() (sidecar.Config, error) {
 		Server: sidecar.ServerConfig{
 			MaxRequestBodyBytes: o.MaxRequestBodyBytes,
 			AttemptTimeout:      o.EPPAttemptTimeout,
+			ResponsePhase:       responsePhase,
 			Scheduling:          o.Scheduling,
 			Dial:                sidecar.DialPolicy{MaxDelay: o.EPPReconnectDelay},
 		},

@@ -32,12 +32,13 @@ func TestOptions(t *testing.T) {
 				assert.Equal(t, sidecar.PolicyHealthBased, cfg.Watch.DefaultPolicy)
 				assert.True(t, cfg.Watch.InferenceModels)
 				assert.Equal(t, sidecar.DefaultAttemptTimeout, cfg.Server.AttemptTimeout)
+				assert.Equal(t, sidecar.ResponsePhaseRelay, cfg.Server.ResponsePhase, "EPPs see the response phase by default")
 			},
 		},
 		{
 			name: "flags reach the configuration",
 			args: []string{"--local-cluster-name=cluster-b", "--default-cluster-policy=LocalFirst", "--gateway=example/inf-gw",
-				"--gateway=other/gw", "--endpoint-picker-service=example/mci-sidecar", "--grpc-port=19002", "--bind-address=127.0.0.1", "--epp-attempt-timeout=500ms", "--drain-timeout=3s"},
+				"--gateway=other/gw", "--endpoint-picker-service=example/mci-sidecar", "--grpc-port=19002", "--bind-address=127.0.0.1", "--epp-attempt-timeout=500ms", "--drain-timeout=3s", "--epp-response-phase=Skip"},
 			check: func(t *testing.T, cfg sidecar.Config) {
 				assert.Equal(t, "cluster-b", cfg.Watch.LocalCluster)
 				assert.Equal(t, sidecar.PolicyLocalFirst, cfg.Watch.DefaultPolicy)
@@ -47,6 +48,7 @@ func TestOptions(t *testing.T) {
 				assert.Equal(t, "127.0.0.1", cfg.BindAddress)
 				assert.Equal(t, 500*time.Millisecond, cfg.Server.AttemptTimeout)
 				assert.Equal(t, 3*time.Second, cfg.DrainTimeout)
+				assert.Equal(t, sidecar.ResponsePhaseSkip, cfg.Server.ResponsePhase)
 			},
 		},
 		{
@@ -90,6 +92,7 @@ func TestOptions(t *testing.T) {
 		{name: "a gateway without a namespace is refused", args: []string{"--gateway=inf-gw"}, wantErr: "want namespace/name"},
 		{name: "an endpoint picker Service without a namespace is refused", args: []string{"--endpoint-picker-service=mci-sidecar"}, wantErr: "--endpoint-picker-service \"mci-sidecar\": want namespace/name"},
 		{name: "a port out of range is refused", args: []string{"--metrics-port=70000"}, wantErr: "is not a port"},
+		{name: "an unknown response phase is refused", args: []string{"--epp-response-phase=Answer"}, wantErr: `--epp-response-phase: unknown response phase "Answer"`},
 		{name: "a zero timeout is refused", args: []string{"--epp-attempt-timeout=0s"}, wantErr: "must be positive"},
 	}
 	for _, tt := range tests {

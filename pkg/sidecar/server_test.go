@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -43,6 +44,15 @@ const (
 	eppShed                     // answer 429
 )
 
+// What a fake EPP does in the response phase.
+const (
+	respPass      int32 = iota // let it through, marking the response headers
+	respFail                   // fail the stream once the response headers arrive
+	respHang                   // never answer the response headers
+	respEnd                    // end the stream once the response headers arrive
+	respImmediate              // answer the response headers with an immediate 502
+)
+
 // fakeEPP is a minimal Endpoint Picker on 127.0.0.1: it routes every
 // request to its own destination and says so in a header, or misbehaves on
 // demand.
@@ -60,6 +70,79 @@ type fakeEPP struct {
 	relayed []string
 	// paths are the :path of each request.
 	paths []string
+
+	// respMode is what it does in the response phase.
+	respMode atomic.Int32
+	// responses counts the response-phase messages it got, served the
+	// served reports, ends how its streams ended after the request phase
+	// ("eof", "canceled", or the mode that ended it).
+	responses atomic.Int64
+	served    []string
+	ends      []string
+}
+
+func (f *fakeEPP) endsOf() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.ends...)
+}
+
+func (f *fakeEPP) ended(how string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ends = append(f.ends, how)
+}
+
+// respond answers the response phase as respMode says; in every mode the
+// response headers get the header x-response-seen-by.
+func (f *fakeEPP) respond(stream extprocv3.ExternalProcessor_ProcessServer, req *extproc.Request) error {
+	for {
+		msg, err := stream.Recv()
+		if err == io.EOF {
+			f.ended("eof")
+			return nil
+		}
+		if err != nil {
+			f.ended("canceled")
+			return err
+		}
+		f.responses.Add(1)
+		if served := extproc.ServedEndpoint(msg.GetMetadataContext()); served != "" && msg.GetResponseHeaders() != nil {
+			f.mu.Lock()
+			f.served = append(f.served, served)
+			f.mu.Unlock()
+		}
+		if msg.GetResponseHeaders() != nil {
+			switch f.respMode.Load() {
+			case respFail:
+				f.ended("fail")
+				return status.Error(codes.Internal, "picker exploded in the response phase")
+			case respHang:
+				<-stream.Context().Done()
+				f.ended("hang")
+				return stream.Context().Err()
+			case respEnd:
+				f.ended("end")
+				return nil
+			case respImmediate:
+				f.ended("immediate")
+				return stream.Send(extproc.ErrorResponse(http.StatusBadGateway, "the response is no good"))
+			}
+			if err := stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
+				Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{extproc.SetHeader("x-response-seen-by", f.name)}}},
+			}}}); err != nil {
+				return err
+			}
+			continue
+		}
+		resp, err := extproc.PassThrough(msg, req.ProtocolConfig)
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
 }
 
 func (f *fakeEPP) lastPath() string {
@@ -113,7 +196,7 @@ func (f *fakeEPP) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 	if err := extproc.SendAll(stream, req.Forward(mutation, extproc.DestinationMetadata(f.dest), req.Body)); err != nil {
 		return err
 	}
-	return req.PassThroughResponse(stream)
+	return f.respond(stream, req)
 }
 
 func hostPort(t testing.TB, addr string) (string, int32) {
@@ -137,11 +220,17 @@ type harness struct {
 
 func startServer(t *testing.T, in Inputs, st *fakeState) *harness {
 	t.Helper()
+	return startServerWith(t, in, st, ServerConfig{})
+}
+
+func startServerWith(t *testing.T, in Inputs, st *fakeState, cfg ServerConfig) *harness {
+	t.Helper()
 	h := &harness{router: NewRouter(), state: st}
 	tbl, _ := Build(in)
 	h.router.Publish(tbl)
 	h.metrics = NewMetrics(prometheus.NewRegistry(), nil, nil)
-	h.server = NewServer(h.router, st, ServerConfig{AttemptTimeout: 300 * time.Millisecond, Scheduling: scheduling.DefaultConfig()}, h.metrics, logr.Discard())
+	cfg.AttemptTimeout, cfg.Scheduling = 300*time.Millisecond, scheduling.DefaultConfig()
+	h.server = NewServer(h.router, st, cfg, h.metrics, logr.Discard())
 	t.Cleanup(h.server.Close)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

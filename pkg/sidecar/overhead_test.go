@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"strconv"
@@ -31,14 +32,28 @@ var (
 )
 
 // overheadRequest is the request of the overhead benchmarks: a short
-// completion for the base model, which the EPP routes without rewriting.
-var overheadRequest = extproctest.Request{Path: "/v1/completions", Body: []byte(`{"model":"base","prompt":"Write a haiku about GPUs."}`)}
+// completion for the base model, which the EPP routes without rewriting,
+// and its response, which the gateway runs through the response phase
+// (headers, then the body in one chunk).
+var overheadRequest = extproctest.Request{
+	Path: "/v1/completions",
+	Body: []byte(`{"model":"base","prompt":"Write a haiku about GPUs."}`),
+	Response: &extproctest.Response{
+		Headers: http.Header{"Content-Type": {"application/json"}},
+		Body:    []byte(`{"id":"cmpl-1","object":"text_completion","model":"base","choices":[{"index":0,"text":"Silicon rivers hum","finish_reason":"length"}],"usage":{"prompt_tokens":8,"completion_tokens":4,"total_tokens":12}}`),
+	},
+}
 
 // The servers of the overhead benchmarks (overheadServer).
 const (
 	roleEPP       = "epp"
 	roleSidecar   = "sidecar"
 	roleNullRelay = "null-relay"
+	// roleSidecarSkip is the sidecar with ResponsePhaseSkip: the EPP's
+	// stream ends with the request phase and the sidecar answers the
+	// response phase itself (the behaviour before the response phase was
+	// relayed): the baseline of what relaying it costs.
+	roleSidecarSkip = "sidecar-skip"
 )
 
 // overheadEPPEnv gives the sidecar and null-relay processes the EPP's
@@ -61,15 +76,20 @@ func TestMain(m *testing.M) {
 // BenchmarkSidecarOverhead measures what mci-sidecar adds to a request as a
 // gateway sees it: the latency of ext_proc round trips at a fixed rate
 // (-sidecar.overhead-rate, 2000/s), sent open-loop from this process, on
-// three paths driven in interleaved turns in the same run, each server in a
-// process of its own as in a cluster:
+// four paths driven in interleaved turns in the same run, each server in a
+// process of its own as in a cluster. Every round trip is a whole exchange:
+// the request phase, then the response phase (headers, a one-chunk body).
 //
 //   - direct: to mci-epp;
 //   - null-relay: through a relay that pipes the stream to the same EPP and
 //     decides nothing, with the sidecar's gRPC plumbing on both sides: the
 //     floor of any extra ext_proc hop on this machine;
 //   - sidecar: through mci-sidecar, which matches the route, picks the
-//     cluster (HealthBased, the EPP probed as in production) and relays.
+//     cluster (HealthBased, the EPP probed as in production) and relays
+//     both phases to the EPP;
+//   - sidecar-skip: the same with --epp-response-phase=Skip: the EPP's
+//     stream ends with the request phase and the sidecar answers the
+//     response phase itself, as before the response phase was relayed.
 //
 // Beside the latencies it reports the CPU time of each server process per
 // round trip it served, which depends far less than latency on what else
@@ -83,19 +103,21 @@ func BenchmarkSidecarOverhead(b *testing.B) {
 	eppProc := extproctest.StartChild(b, roleEPP)
 	relay := extproctest.StartChild(b, roleNullRelay, overheadEPPEnv+"="+eppProc.Addr)
 	side := extproctest.StartChild(b, roleSidecar, overheadEPPEnv+"="+eppProc.Addr)
-	targets := []extproctest.Target{{Name: "direct", Client: eppProc.Client}, relay.Target, side.Target}
+	skip := extproctest.StartChild(b, roleSidecarSkip, overheadEPPEnv+"="+eppProc.Addr)
+	targets := []extproctest.Target{{Name: "direct", Client: eppProc.Client}, relay.Target, side.Target, skip.Target}
 	// Until the EPP has scraped its model server and the sidecar has
 	// probed the EPP, some answers are errors: the warm-up does not count.
 	extproctest.Load(context.Background(), extproctest.LoadOptions{Request: overheadRequest, Rate: 1000, Duration: time.Second}, targets...)
 
 	b.ResetTimer()
-	procs := []*extproctest.Child{eppProc, relay, side}
+	procs := []*extproctest.Child{eppProc, relay, side, skip}
 	cpu := make([]time.Duration, len(procs))
 	for i, p := range procs {
 		cpu[i] = p.CPU(b)
 	}
 	res := extproctest.Load(context.Background(), extproctest.LoadOptions{
 		Request: overheadRequest, Rate: *overheadRate, Duration: *overheadDuration, Rounds: *overheadRounds,
+		Check: checkOverheadAnswer,
 	}, targets...)
 	for i, p := range procs {
 		cpu[i] = p.CPU(b) - cpu[i]
@@ -105,26 +127,47 @@ func BenchmarkSidecarOverhead(b *testing.B) {
 		b.Log(r)
 		require.Zero(b, r.Failed, "%s failed round trips", r.Name)
 	}
-	d, n, s := res[0], res[1], res[2]
+	d, n, s, k := res[0], res[1], res[2], res[3]
 	perOp := func(cpu time.Duration, sent int) float64 { return float64(cpu.Microseconds()) / float64(sent) }
 	added := func(r *extproctest.LoadResult, over *extproctest.LoadResult, p float64) time.Duration {
 		return r.Percentile(p) - over.Percentile(p)
 	}
 	b.Logf("added over direct: null relay p50 %v, p99 %v; sidecar p50 %v, p99 %v; sidecar over null relay: p50 %v, p99 %v",
 		added(n, d, .5), added(n, d, .99), added(s, d, .5), added(s, d, .99), added(s, n, .5), added(s, n, .99))
-	b.Logf("CPU per round trip: EPP %.0f µs (all paths), null relay %.0f µs, sidecar %.0f µs",
-		perOp(cpu[0], d.Sent+n.Sent+s.Sent), perOp(cpu[1], n.Sent), perOp(cpu[2], s.Sent))
+	b.Logf("CPU per round trip: EPP %.0f µs (all paths), null relay %.0f µs, sidecar %.0f µs, sidecar with the response phase skipped %.0f µs",
+		perOp(cpu[0], d.Sent+n.Sent+s.Sent+k.Sent), perOp(cpu[1], n.Sent), perOp(cpu[2], s.Sent), perOp(cpu[3], k.Sent))
+	b.Logf("response phase relayed over skipped: sidecar CPU %+.0f µs per round trip, p50 %v, p99 %v",
+		perOp(cpu[2], s.Sent)-perOp(cpu[3], k.Sent), added(s, k, .5), added(s, k, .99))
 	b.ReportMetric(perOp(cpu[2], s.Sent), "sidecar-cpu-µs/op")
 	b.ReportMetric(perOp(cpu[1], n.Sent), "relay-cpu-µs/op")
-	b.ReportMetric(perOp(cpu[0], d.Sent+n.Sent+s.Sent), "epp-cpu-µs/op")
+	b.ReportMetric(perOp(cpu[3], k.Sent), "skip-sidecar-cpu-µs/op")
+	b.ReportMetric(perOp(cpu[0], d.Sent+n.Sent+s.Sent+k.Sent), "epp-cpu-µs/op")
 	b.ReportMetric(float64(added(s, d, .5).Microseconds()), "added-p50-µs")
 	b.ReportMetric(float64(added(s, d, .99).Microseconds()), "added-p99-µs")
 	b.ReportMetric(float64(added(n, d, .5).Microseconds()), "relay-added-p50-µs")
 	b.ReportMetric(float64(added(n, d, .99).Microseconds()), "relay-added-p99-µs")
 	b.ReportMetric(float64(added(s, n, .5).Microseconds()), "over-relay-p50-µs")
 	b.ReportMetric(float64(added(s, n, .99).Microseconds()), "over-relay-p99-µs")
+	b.ReportMetric(float64(added(k, d, .5).Microseconds()), "skip-added-p50-µs")
+	b.ReportMetric(float64(added(k, d, .99).Microseconds()), "skip-added-p99-µs")
 	b.ReportMetric(float64(d.Percentile(.99).Microseconds()), "direct-p99-µs")
 	b.ReportMetric(s.Rate(), "req/s")
+}
+
+// checkOverheadAnswer accepts a round trip routed by the EPP whose
+// response came back whole.
+func checkOverheadAnswer(res *extproctest.Result) error {
+	switch {
+	case res.Immediate != nil:
+		return fmt.Errorf("immediate response %d: %s", res.Immediate.StatusCode, res.Immediate.Body)
+	case res.Destination == "":
+		return errors.New("no destination")
+	case res.Response == nil || res.Response.Immediate != nil:
+		return fmt.Errorf("no response passed on: %+v", res.Response)
+	case string(res.Response.Body) != string(overheadRequest.Response.Body):
+		return fmt.Errorf("the response body changed: %q", res.Response.Body)
+	}
+	return nil
 }
 
 // BenchmarkSidecarRoundTrip is one ext_proc round trip at a time on each
@@ -135,7 +178,7 @@ func BenchmarkSidecarOverhead(b *testing.B) {
 //	go test -run '^$' -bench SidecarRoundTrip -benchmem ./pkg/sidecar/ [-cpuprofile cpu.out -memprofile mem.out]
 func BenchmarkSidecarRoundTrip(b *testing.B) {
 	eppAddr := serveInProcess(b, roleEPP, "")
-	for _, role := range []string{"direct", roleNullRelay, roleSidecar} {
+	for _, role := range []string{"direct", roleNullRelay, roleSidecar, roleSidecarSkip} {
 		addr := eppAddr
 		if role != "direct" {
 			addr = serveInProcess(b, role, eppAddr)
@@ -148,13 +191,13 @@ func BenchmarkSidecarRoundTrip(b *testing.B) {
 		// serving or not.
 		require.Eventually(b, func() bool {
 			res, err := client.Do(context.Background(), overheadRequest)
-			return err == nil && res.Destination != ""
+			return err == nil && res.Destination != "" && res.Response != nil
 		}, 10*time.Second, 10*time.Millisecond)
 		b.Run(role, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				res, err := client.Do(context.Background(), overheadRequest)
-				if err != nil || res.Destination == "" {
+				if err != nil || res.Destination == "" || res.Response == nil {
 					b.Fatalf("round trip: %v (%+v)", err, res)
 				}
 			}
@@ -184,7 +227,7 @@ func serveInProcess(b *testing.B, role, eppAddr string) string {
 //   - roleSidecar: the sidecar's ext_proc service, whose one route sends
 //     every request to the import of "llm" in one cluster, the EPP at
 //     eppAddr, with the HealthBased policy and the EPP probed as the
-//     sidecar does;
+//     sidecar does; roleSidecarSkip the same with ResponsePhaseSkip;
 //   - roleNullRelay: a NullRelay to eppAddr over a connection set up as
 //     the sidecar's to an EPP are.
 //
@@ -207,7 +250,7 @@ func overheadServer(role, eppAddr string) (srv interface {
 		}
 		return e, ms.Close, nil
 
-	case roleSidecar:
+	case roleSidecar, roleSidecarSkip:
 		host, portStr, err := net.SplitHostPort(eppAddr)
 		if err != nil {
 			return nil, nil, fmt.Errorf("EPP address %q: %w", eppAddr, err)
@@ -231,7 +274,11 @@ func overheadServer(role, eppAddr string) (srv interface {
 		prober := NewHealthProber(0, 0, DialPolicy{})
 		prober.SetTargets([]string{net.JoinHostPort(host, portStr)})
 		reg := prometheus.NewRegistry()
-		server := NewServer(router, liveState{health: prober}, ServerConfig{}, NewMetrics(reg, router, prober), logr.Discard())
+		cfg := ServerConfig{}
+		if role == roleSidecarSkip {
+			cfg.ResponsePhase = ResponsePhaseSkip
+		}
+		server := NewServer(router, liveState{health: prober}, cfg, NewMetrics(reg, router, prober), logr.Discard())
 		servers, err := extproc.Listen(extproc.ServingOptions{BindAddress: "127.0.0.1"}, server, reg)
 		if err != nil {
 			server.Close()

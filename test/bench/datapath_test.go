@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,14 +32,17 @@ import (
 )
 
 // The data path's loopback "pods": the model server and mci-epp of
-// cluster-a, and cluster-b's mci-sidecar.
+// cluster-a, and cluster-b's mci-sidecar, with the response phase relayed
+// to the EPP (the default) and skipped (answered by the sidecar, the
+// behaviour before it was relayed).
 const (
-	simIP     = "127.0.201.1"
-	eppIP     = "127.0.201.100"
-	sidecarIP = "127.0.202.1"
-	dpNS      = "datapath"
-	dpPool    = "dp"
-	dpModel   = "base"
+	simIP         = "127.0.201.1"
+	eppIP         = "127.0.201.100"
+	sidecarIP     = "127.0.202.1"
+	skipSidecarIP = "127.0.202.2"
+	dpNS          = "datapath"
+	dpPool        = "dp"
+	dpModel       = "base"
 )
 
 // binaryPath is a binary of MCI_BIN_DIR (default _output/bin).
@@ -54,10 +59,10 @@ func binaryPath(b *testing.B, name string) string {
 	return path
 }
 
-// runBinary starts a binary of _output/bin until the benchmark ends; it is
-// killed with this process if that dies first. stop ends it earlier (and
-// waits for it); calling it again does nothing.
-func runBinary(b *testing.B, name string, args ...string) (stop func()) {
+// runBinary starts a binary of _output/bin until the benchmark ends and
+// returns its pid; it is killed with this process if that dies first. stop
+// ends it earlier (and waits for it); calling it again does nothing.
+func runBinary(b *testing.B, name string, args ...string) (pid int, stop func()) {
 	b.Helper()
 	logPath := filepath.Join(b.TempDir(), name+".log")
 	logFile, err := os.Create(logPath)
@@ -91,16 +96,37 @@ func runBinary(b *testing.B, name string, args ...string) (stop func()) {
 			b.Logf("%s (pid %d) output:\n%s", name, cmd.Process.Pid, out)
 		}
 	})
-	return stop
+	return cmd.Process.Pid, stop
+}
+
+// processCPU is the CPU time (user and system) process pid has used so
+// far, from /proc (clock ticks of 10ms).
+func processCPU(b *testing.B, pid int) time.Duration {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(b, err)
+	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	require.Greater(b, len(fields), 12, "/proc/%d/stat", pid)
+	var ticks uint64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseUint(f, 10, 64)
+		require.NoError(b, err)
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 // benchDataPath: a request through the Go gateway (test/extproc's Proxy,
-// which does what Envoy does with ext_proc) -> mci-sidecar of cluster-b ->
-// mci-epp of cluster-a's exported pool -> the model server simulator,
-// against the same gateway -> mci-epp -> simulator. Latency at a fixed
-// rate (open loop, the two paths alternating request by request) and
-// throughput with a fixed number of clients (closed loop, the two paths
-// alternating in slices).
+// which does what Envoy does with ext_proc, the response phase included)
+// -> mci-sidecar of cluster-b -> mci-epp of cluster-a's exported pool ->
+// the model server simulator, against the same gateway -> mci-epp ->
+// simulator, and against a second mci-sidecar with
+// --epp-response-phase=Skip (the EPP's stream ends with the request phase
+// and the sidecar answers the response phase: the behaviour before it was
+// relayed), in the same run. Latency at a fixed rate (open loop, the paths
+// alternating request by request), the sidecars' CPU time per request
+// over it, and throughput with a fixed number of clients (closed loop, the
+// paths alternating in slices).
 func benchDataPath(b *testing.B, e *env) {
 	ctx := context.Background()
 	sim, err := simulator.New(simulator.Options{InstanceID: "sim-0", Model: dpModel, Latency: -1, Concurrency: 1024})
@@ -117,7 +143,7 @@ func benchDataPath(b *testing.B, e *env) {
 	eppArgs := []string{"--endpoints=" + net.JoinHostPort(simIP, "8000"), "--pool-name=" + dpPool,
 		"--bind-address=" + eppIP, "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090",
 		"--base-models=" + dpModel, "--metrics-scrape-interval=50ms", "-v=0"}
-	stopEPP := runBinary(b, "mci-epp", eppArgs...)
+	_, stopEPP := runBinary(b, "mci-epp", eppArgs...)
 
 	// cluster-a exports the pool with its EPP; cluster-b routes to its import.
 	e.namespaceEverywhere(b, dpNS)
@@ -142,8 +168,11 @@ func benchDataPath(b *testing.B, e *env) {
 	require.NoError(b, err)
 	c, err := e.cs.Cluster("cluster-b")
 	require.NoError(b, err)
-	runBinary(b, "mci-sidecar", "--kubeconfig="+c.Kubeconfig, "--local-cluster-name=cluster-b", "--inference-models=false",
+	sidecarPID, _ := runBinary(b, "mci-sidecar", "--kubeconfig="+c.Kubeconfig, "--local-cluster-name=cluster-b", "--inference-models=false",
 		"--bind-address="+sidecarIP, "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "-v=0")
+	skipPID, _ := runBinary(b, "mci-sidecar", "--kubeconfig="+c.Kubeconfig, "--local-cluster-name=cluster-b", "--inference-models=false",
+		"--bind-address="+skipSidecarIP, "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "-v=0",
+		"--epp-response-phase=Skip")
 
 	dial := func(ip string) *extproc.Client {
 		client, err := extproc.Dial(net.JoinHostPort(ip, "9002"), extproc.Options{MessageTimeout: 10 * time.Second})
@@ -153,7 +182,8 @@ func benchDataPath(b *testing.B, e *env) {
 	}
 	paths := []*dataPath{
 		{name: "direct", client: dial(eppIP)},
-		{name: "sidecar", client: dial(sidecarIP)},
+		{name: "sidecar", client: dial(sidecarIP), pid: sidecarPID},
+		{name: "sidecar, response phase skipped", client: dial(skipSidecarIP), pid: skipPID},
 	}
 	transport := &http.Transport{Proxy: nil, MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute}
 	b.Cleanup(transport.CloseIdleConnections)
@@ -171,18 +201,40 @@ func benchDataPath(b *testing.B, e *env) {
 		}
 	}
 
+	for _, p := range paths {
+		if p.pid != 0 {
+			p.cpu = processCPU(b, p.pid)
+		}
+		p.sent.Store(0)
+	}
 	openLoop(ctx, paths, cfg.DataPathRate, cfg.DataPathDuration)
+	for _, p := range paths {
+		if p.pid != 0 {
+			p.cpu = processCPU(b, p.pid) - p.cpu
+		}
+	}
 	closedLoop(ctx, paths, cfg.DataPathConcurrency, cfg.DataPathDuration)
 
-	direct, viaSidecar := paths[0], paths[1]
+	direct, viaSidecar, skipped := paths[0], paths[1], paths[2]
 	const sec = "data path"
-	note := fmt.Sprintf("%d req/s per path for %s, interleaved; failures: direct %d, sidecar %d", cfg.DataPathRate, cfg.DataPathDuration, direct.failed.Load(), viaSidecar.failed.Load())
+	note := fmt.Sprintf("%d req/s per path for %s, interleaved; failures: direct %d, sidecar %d, sidecar with the response phase skipped %d",
+		cfg.DataPathRate, cfg.DataPathDuration, direct.failed.Load(), viaSidecar.failed.Load(), skipped.failed.Load())
 	addedP99 := percentile(viaSidecar.lat, 99) - percentile(direct.lat, 99)
 	results.compare(sec, "p50 latency, gateway -> sidecar -> EPP -> simulator", "ms", ms(median(viaSidecar.lat)), "gateway -> EPP -> simulator", ms(median(direct.lat)), "", false, note)
 	results.compare(sec, "p99 latency, gateway -> sidecar -> EPP -> simulator", "ms", ms(percentile(viaSidecar.lat, 99)), "gateway -> EPP -> simulator", ms(percentile(direct.lat, 99)),
 		"sidecar adds < 1 ms at p99", addedP99 < time.Millisecond, fmt.Sprintf("added p99 %.3f ms; ", ms(addedP99))+note)
 	results.compare(sec, "throughput through the sidecar", "req/s", medianFloat(viaSidecar.rates), "direct to the EPP", medianFloat(direct.rates), "", false,
 		fmt.Sprintf("%d concurrent clients, median of %d interleaved slices", cfg.DataPathConcurrency, len(direct.rates)))
+
+	// What relaying the response phase to the EPP costs, against the
+	// sidecar answering it itself, in the same run.
+	skipNote := "the same sidecar with --epp-response-phase=Skip (EPP stream ends with the request phase; the behaviour before the response phase was relayed); " + note
+	results.compare(sec, "p50 latency, response phase relayed to the EPP", "ms", ms(median(viaSidecar.lat)), "response phase answered by the sidecar", ms(median(skipped.lat)), "", false, skipNote)
+	results.compare(sec, "p99 latency, response phase relayed to the EPP", "ms", ms(percentile(viaSidecar.lat, 99)), "response phase answered by the sidecar", ms(percentile(skipped.lat, 99)), "", false,
+		fmt.Sprintf("added p99 %.3f ms; ", ms(percentile(viaSidecar.lat, 99)-percentile(skipped.lat, 99)))+skipNote)
+	results.compare(sec, "sidecar CPU per request, response phase relayed to the EPP", "µs", viaSidecar.cpuPerRequest(), "response phase answered by the sidecar", skipped.cpuPerRequest(), "", false,
+		fmt.Sprintf("user+system CPU of each mci-sidecar process over the open loop (10 ms ticks) / requests sent to it (%d, %d); added %.0f µs per request",
+			viaSidecar.sent.Load(), skipped.sent.Load(), viaSidecar.cpuPerRequest()-skipped.cpuPerRequest()))
 
 	// Recovery under HealthBased, where the health prober decides whether
 	// the cluster is tried at all.
@@ -203,6 +255,11 @@ type dataPath struct {
 	client  *extproc.Client
 	gateway *httptest.Server
 	http    *http.Client
+	// pid is the sidecar process of the path (0: none); cpu its CPU time
+	// over the open loop, and sent the requests sent then.
+	pid  int
+	cpu  time.Duration
+	sent atomic.Int64
 
 	mu     sync.Mutex
 	lat    []time.Duration
@@ -212,7 +269,17 @@ type dataPath struct {
 
 var completionBody = `{"model":"` + dpModel + `","prompt":"Write a haiku about GPUs.","max_tokens":8}`
 
+// cpuPerRequest is the sidecar's CPU time per request of the open loop,
+// in µs.
+func (p *dataPath) cpuPerRequest() float64 {
+	if p.sent.Load() == 0 {
+		return 0
+	}
+	return float64(p.cpu.Microseconds()) / float64(p.sent.Load())
+}
+
 func (p *dataPath) send(ctx context.Context) error {
+	p.sent.Add(1)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.gateway.URL+"/v1/completions", strings.NewReader(completionBody))
 	if err != nil {
 		return err

@@ -30,8 +30,9 @@
 //     PoolScraper know of their EPPs.
 //   - Server relays the request to the first cluster's EPP (EndpointMode)
 //     and returns its answer to the gateway, trying the next cluster when an
-//     EPP fails before answering, or answers with a remote parent gateway as
-//     the destination (ParentMode).
+//     EPP fails before answering, then relays the response phase to the EPP
+//     that answered; or answers with a remote parent gateway as the
+//     destination (ParentMode).
 //
 // Decisions where the proposal and the API are silent:
 //
@@ -144,10 +145,41 @@
 //     the table's problems and counted by reason in
 //     mci_sidecar_gateway_api_refusals. mci writes no route status: the
 //     gateway's own controller does.
-//   - EPP streams end with the request phase: the response phase of the
-//     gateway's stream, if it sends one, is let through by the sidecar. A
-//     subset hint of the gateway is passed to the local EPP only: it lists
-//     local endpoints, which a remote EPP does not have.
+//   - The response phase (EndpointMode). The stream of the EPP that picked
+//     the endpoint stays open: the sidecar relays the gateway's response
+//     headers, body (in whatever mode the gateway sends it) and trailers,
+//     with their metadata_context (the served report
+//     x-gateway-destination-endpoint-served of the EPP protocol), to that
+//     EPP and its answers back, message by message, as if the gateway
+//     talked to it; so the EPP counts the request in flight until its
+//     response ends, and sees its usage. Only the EPP that answered the
+//     request phase sees it: the streams of EPPs that failed or refused
+//     (503) were reset before the next cluster was tried, and the next
+//     EPP got the whole request again. The EPP's mode_override answers go
+//     to the gateway like any answer; the sidecar follows the response body
+//     mode the gateway announced (protocol_config), changed by an override
+//     only where Envoy honours one (no FULL_DUPLEX_STREAMED body mode). A
+//     gateway that ends the stream early (its client went away) resets the
+//     EPP's stream with it. An EPP that fails in the response phase, does
+//     not answer a response message within the attempt timeout (a
+//     FULL_DUPLEX_STREAMED body is waited for only once the gateway's body
+//     has ended: an EPP may hold it to read the usage at its end), or ends
+//     its stream with answers owed, does not fail a response already
+//     served: the sidecar answers what it owed (the headers, the body
+//     bytes it did not stream back, the trailers) and the rest of the
+//     response phase itself, unchanged; it logs it (once a minute per
+//     cluster at level 0), counts it in mci_sidecar_epp_response_phase_total
+//     (outcome failed, timeout or ended), and a failure or timeout counts
+//     against the EPP's health like a failed request. An immediate response
+//     of the EPP in the response phase goes to the gateway.
+//     --epp-response-phase=Skip restores the request-phase-only behaviour:
+//     the EPP's stream ends with the request phase and the sidecar lets the
+//     response phase through itself. ParentMode and the sidecar's own
+//     answers (404, 500, 429, 503, redirects, FailOpen without a
+//     destination) have no EPP stream: the sidecar lets the response phase
+//     through itself, and in ParentMode the remote gateway's own EPP sees
+//     the response. A subset hint of the gateway is passed to the local EPP
+//     only: it lists local endpoints, which a remote EPP does not have.
 //   - ParentMode's destination is the first Programmed parent's first
 //     address and lowest listener port; the request's host and path are
 //     kept.

@@ -305,3 +305,97 @@ func TestProxy(t *testing.T) {
 		assert.Contains(t, string(b), "shed")
 	})
 }
+
+// TestRespondSpeaksTheResponsePhase checks the response phase as Envoy
+// drives it with the Inference Gateway's processing mode: the response
+// headers with the served report, the body in FULL_DUPLEX_STREAMED
+// chunks, the trailers, each answer applied.
+func TestRespondSpeaksTheResponsePhase(t *testing.T) {
+	var got []*extprocv3.ProcessingRequest
+	c := serve(t, Options{MessageTimeout: 2 * time.Second}, func(stream extprocv3.ExternalProcessor_ProcessServer) error {
+		req, err := mciextproc.ReadRequest(stream, 0)
+		if err != nil {
+			return err
+		}
+		if err := mciextproc.SendAll(stream, req.Route([]string{"10.0.0.1:8000"}, nil)); err != nil {
+			return err
+		}
+		assert.Equal(t, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, req.ProtocolConfig.GetResponseBodyMode())
+		for {
+			msg, err := stream.Recv()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			got = append(got, msg)
+			var resp *extprocv3.ProcessingResponse
+			switch r := msg.Request.(type) {
+			case *extprocv3.ProcessingRequest_ResponseHeaders:
+				resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
+					Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{mciextproc.SetHeader("x-epp", "seen")}}},
+				}}}
+			case *extprocv3.ProcessingRequest_ResponseBody:
+				// Upper-cased, to show that the body streamed back is what
+				// goes on.
+				resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{
+					Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
+						StreamedResponse: &extprocv3.StreamedBodyResponse{Body: []byte(strings.ToUpper(string(r.ResponseBody.GetBody()))), EndOfStream: r.ResponseBody.GetEndOfStream()},
+					}}},
+				}}}
+			case *extprocv3.ProcessingRequest_ResponseTrailers:
+				resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{
+					HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{mciextproc.SetHeader("x-usage", "7")}},
+				}}}
+			}
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+		}
+	})
+
+	res, err := do(t, c, Request{Path: "/v1/completions", Body: []byte(`{"model":"a"}`), Response: &Response{
+		Headers: http.Header{"Content-Type": {"application/json"}}, Body: []byte("hello world"), ChunkSize: 4,
+		Trailers: http.Header{"X-Trailer": {"t"}},
+	}})
+	require.NoError(t, err)
+	require.NotNil(t, res.Response)
+	assert.Equal(t, http.StatusOK, res.Response.Status)
+	assert.Equal(t, "seen", res.Response.Headers.Get("X-Epp"))
+	assert.Equal(t, "HELLO WORLD", string(res.Response.Body))
+	assert.Equal(t, "7", res.Response.Trailers.Get("X-Usage"))
+	assert.Equal(t, "t", res.Response.Trailers.Get("X-Trailer"))
+
+	var kinds []string
+	for _, m := range got {
+		assert.Equal(t, "10.0.0.1:8000", mciextproc.ServedEndpoint(m.GetMetadataContext()), "every message reports the endpoint that served")
+		switch r := m.Request.(type) {
+		case *extprocv3.ProcessingRequest_ResponseHeaders:
+			kinds = append(kinds, "headers")
+			assert.False(t, r.ResponseHeaders.GetEndOfStream())
+		case *extprocv3.ProcessingRequest_ResponseBody:
+			kinds = append(kinds, "body")
+			assert.False(t, r.ResponseBody.GetEndOfStream(), "trailers end the response, not the body")
+		case *extprocv3.ProcessingRequest_ResponseTrailers:
+			kinds = append(kinds, "trailers")
+		}
+	}
+	assert.Equal(t, []string{"headers", "body", "body", "body", "trailers"}, kinds)
+}
+
+// TestRespondPassesTheRestOnWhenTheServerEndsItsStream: as Envoy, a server
+// that closes its stream ends the processing; the response goes on.
+func TestRespondPassesTheRestOnWhenTheServerEndsItsStream(t *testing.T) {
+	c := serve(t, Options{}, func(stream extprocv3.ExternalProcessor_ProcessServer) error {
+		req, err := mciextproc.ReadRequest(stream, 0)
+		if err != nil {
+			return err
+		}
+		return mciextproc.SendAll(stream, req.Route([]string{"10.0.0.1:8000"}, nil))
+	})
+	res, err := do(t, c, Request{Path: "/v1/completions", Body: []byte(`{"model":"a"}`), Response: &Response{Status: 201, Body: []byte("unchanged"), ChunkSize: 3}})
+	require.NoError(t, err)
+	assert.Equal(t, 201, res.Response.Status)
+	assert.Equal(t, "unchanged", string(res.Response.Body))
+}

@@ -171,7 +171,11 @@
 //     cluster at level 0), counts it in mci_sidecar_epp_response_phase_total
 //     (outcome failed, timeout or ended), and a failure or timeout counts
 //     against the EPP's health like a failed request. An immediate response
-//     of the EPP in the response phase goes to the gateway.
+//     of the EPP in the response phase goes to the gateway. A connection to
+//     an EPP that left the routing table, or whose credentials changed, is
+//     closed after a grace period (twice the attempt timeout plus 5s): a
+//     response phase still open on it then ends as failed, is answered by
+//     the sidecar, and does not count against the EPP's health.
 //     --epp-response-phase=Skip restores the request-phase-only behaviour:
 //     the EPP's stream ends with the request phase and the sidecar lets the
 //     response phase through itself. ParentMode and the sidecar's own

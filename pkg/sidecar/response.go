@@ -158,12 +158,15 @@ func (s *Server) relayResponse(gw extproc.Stream, e *eppStream, req *extproc.Req
 	return <-toEPP
 }
 
-// takenOver logs and counts an EPP the sidecar replaced in the response
-// phase: once per cluster and minute at level 0, the others at level 2. An
-// EPP that failed or timed out counts as failed for the cluster's health,
-// as a failed stream of the request phase does.
+// takenOver logs an EPP the sidecar replaced in the response phase: once
+// per cluster and minute at level 0, the others at level 2. An EPP that
+// failed or timed out counts as failed for the cluster's health, as a
+// failed stream of the request phase does.
 func (s *Server) takenOver(c *Cluster, outcome string, err error) {
-	if outcome == ResponseFailed || outcome == ResponseTimeout {
+	// A stream cancelled on the sidecar's side (its connection closed after
+	// the EPP left the table, or its credentials changed) says nothing of
+	// the EPP's health.
+	if outcome == ResponseTimeout || (outcome == ResponseFailed && status.Code(err) != codes.Canceled) {
 		if fr, ok := s.state.(FailureRecorder); ok {
 			fr.Failed(c)
 		}

@@ -162,6 +162,20 @@ type ImmediateResponse struct {
 // request with a Response, the response phase (Exchange.Respond). It
 // returns an error when the stream fails or the server breaks the protocol.
 func (c *Client) Do(ctx context.Context, req Request) (*Result, error) {
+	return c.do(ctx, req, nil)
+}
+
+// do is Do; answered, when not nil, is set to when the answer was whole,
+// before the stream is closed: what a gateway's client waits for, as Envoy
+// closes the stream after it has passed the answer on.
+func (c *Client) do(ctx context.Context, req Request, answered *time.Time) (*Result, error) {
+	if answered != nil {
+		defer func() {
+			if answered.IsZero() {
+				*answered = time.Now()
+			}
+		}()
+	}
 	x, err := c.Start(ctx, req)
 	if err != nil || x.Result.Immediate != nil {
 		if x != nil {
@@ -180,6 +194,9 @@ func (c *Client) Do(ctx context.Context, req Request) (*Result, error) {
 		}
 		res.Status, res.Headers, res.Body, res.Trailers = rec.status, rec.headers, rec.body, rec.trailers
 		x.Result.Response = res
+	}
+	if answered != nil {
+		*answered = time.Now()
 	}
 	return x.Result, nil
 }

@@ -42,7 +42,9 @@ type LoadResult struct {
 	Name string
 	// Latencies, sorted, of the successful round trips, each measured from
 	// the moment it was due to be sent (open loop), so a stall of the
-	// server shows in the figures instead of slowing the sender down.
+	// server shows in the figures instead of slowing the sender down, to
+	// the moment the answer was whole (the stream's close, which a
+	// gateway does after passing the answer on, not included).
 	Latencies []time.Duration
 	// Failed counts round trips that errored or failed Check; the first
 	// failure is kept in FirstError.
@@ -141,8 +143,9 @@ func Load(ctx context.Context, opts LoadOptions, targets ...Target) []*LoadResul
 					defer func() { <-slots }()
 					rctx, cancel := context.WithTimeout(ctx, timeout)
 					defer cancel()
-					res, err := t.Client.Do(rctx, opts.Request)
-					latency := time.Since(due)
+					var answered time.Time
+					res, err := t.Client.do(rctx, opts.Request, &answered)
+					latency := answered.Sub(due)
 					if err == nil {
 						err = check(res)
 					}

@@ -173,17 +173,18 @@ func respond(resp *http.Response) error {
 			Trailers: trailers, Served: served,
 		}, sink)
 		_ = upstream.Close()
-		switch {
-		case err != nil:
-			x.Reset()
-		case ir != nil:
-			x.Reset()
+		if err == nil && ir != nil {
 			err = &immediateError{resp: ir}
-		default:
-			x.Close()
 		}
+		// The response goes out first; the stream closes after, as in
+		// Envoy.
 		sink.headers <- headersAnswer{err: err}
 		_ = pw.CloseWithError(err)
+		if err != nil {
+			x.Reset()
+		} else {
+			x.Close()
+		}
 	}()
 	a := <-sink.headers
 	if a.err != nil {

@@ -212,6 +212,7 @@ func benchDataPath(b *testing.B, e *env) {
 		if p.pid != 0 {
 			p.cpu = processCPU(b, p.pid) - p.cpu
 		}
+		p.openSent = p.sent.Load()
 	}
 	closedLoop(ctx, paths, cfg.DataPathConcurrency, cfg.DataPathDuration)
 
@@ -234,7 +235,7 @@ func benchDataPath(b *testing.B, e *env) {
 		fmt.Sprintf("added p99 %.3f ms; ", ms(percentile(viaSidecar.lat, 99)-percentile(skipped.lat, 99)))+skipNote)
 	results.compare(sec, "sidecar CPU per request, response phase relayed to the EPP", "µs", viaSidecar.cpuPerRequest(), "response phase answered by the sidecar", skipped.cpuPerRequest(), "", false,
 		fmt.Sprintf("user+system CPU of each mci-sidecar process over the open loop (10 ms ticks) / requests sent to it (%d, %d); added %.0f µs per request",
-			viaSidecar.sent.Load(), skipped.sent.Load(), viaSidecar.cpuPerRequest()-skipped.cpuPerRequest()))
+			viaSidecar.openSent, skipped.openSent, viaSidecar.cpuPerRequest()-skipped.cpuPerRequest()))
 
 	// Recovery under HealthBased, where the health prober decides whether
 	// the cluster is tried at all.
@@ -256,10 +257,12 @@ type dataPath struct {
 	gateway *httptest.Server
 	http    *http.Client
 	// pid is the sidecar process of the path (0: none); cpu its CPU time
-	// over the open loop, and sent the requests sent then.
-	pid  int
-	cpu  time.Duration
-	sent atomic.Int64
+	// over the open loop, and openSent the requests sent then (sent counts
+	// them all).
+	pid      int
+	cpu      time.Duration
+	sent     atomic.Int64
+	openSent int64
 
 	mu     sync.Mutex
 	lat    []time.Duration
@@ -272,10 +275,10 @@ var completionBody = `{"model":"` + dpModel + `","prompt":"Write a haiku about G
 // cpuPerRequest is the sidecar's CPU time per request of the open loop,
 // in µs.
 func (p *dataPath) cpuPerRequest() float64 {
-	if p.sent.Load() == 0 {
+	if p.openSent == 0 {
 		return 0
 	}
-	return float64(p.cpu.Microseconds()) / float64(p.sent.Load())
+	return float64(p.cpu.Microseconds()) / float64(p.openSent)
 }
 
 func (p *dataPath) send(ctx context.Context) error {

@@ -87,8 +87,9 @@ type eppStream struct {
 	cancel context.CancelCauseFunc
 }
 
-// relayResponse relays the response phase of the gateway's stream gw to the
-// EPP of cluster c, which answered the request phase with resps, and the
+// relayResponse relays the response phase of the gateway's stream gw, whose
+// processing mode cfg announced, to the EPP of cluster c, which answered
+// the request phase with resps, and the
 // EPP's answers back, message by message in both directions, until both
 // sides have ended their streams. It returns what the gateway's stream ends
 // with.
@@ -99,8 +100,8 @@ type eppStream struct {
 // answers owed), the sidecar answers what it owed and the rest of the
 // response phase itself, as ResponsePhaseSkip would: a response already
 // served is not failed because its EPP failed.
-func (s *Server) relayResponse(gw extproc.Stream, e *eppStream, req *extproc.Request, resps []*extprocv3.ProcessingResponse, c *Cluster) error {
-	o := newOwed(req.ProtocolConfig, resps, s.relay.timeout, e.cancel)
+func (s *Server) relayResponse(gw extproc.Stream, e *eppStream, cfg *extprocv3.ProtocolConfiguration, resps []*extprocv3.ProcessingResponse, c *Cluster) error {
+	o := newOwed(cfg, resps, s.relay.timeout, e.cancel)
 	defer o.stop()
 	defer e.cancel(nil)
 	toEPP := make(chan error, 1)

@@ -187,8 +187,8 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	if a.live != nil {
 		// The EPP that routed the request sees its response phase, from
 		// the gateway's own stream (not the recorder, which would keep
-		// every response message).
-		return s.relayResponse(stream, a.live, req, resps, a.liveCluster)
+		// every response message); the request itself is not kept for it.
+		return s.relayResponse(stream, a.live, req.ProtocolConfig, resps, a.liveCluster)
 	}
 	return req.PassThroughResponse(stream)
 }

@@ -89,10 +89,9 @@ type eppStream struct {
 
 // relayResponse relays the response phase of the gateway's stream gw, whose
 // processing mode cfg announced, to the EPP of cluster c, which answered
-// the request phase with resps, and the
-// EPP's answers back, message by message in both directions, until both
-// sides have ended their streams. It returns what the gateway's stream ends
-// with.
+// the request phase with resps, and the EPP's answers back, message by
+// message in both directions, until both sides have ended their streams. It
+// returns what the gateway's stream ends with.
 //
 // Two goroutines share the work: this one relays the EPP's answers to the
 // gateway, a second one the gateway's messages to the EPP. When the EPP

@@ -291,7 +291,9 @@ func (o *owed) fromGateway(msg *extprocv3.ProcessingRequest, gw extproc.Stream) 
 		case len(r.ResponseBody.GetBody()) > 0:
 			o.body = append(o.body, r.ResponseBody.GetBody())
 		}
-		if r.ResponseBody.GetEndOfStream() {
+		if o.duplex && r.ResponseBody.GetEndOfStream() {
+			// Only a streamed body is owed as a whole; other modes owe
+			// one answer per chunk.
 			o.bodyEOS, o.bodyClosed = true, true
 		}
 	case *extprocv3.ProcessingRequest_ResponseTrailers:

@@ -8,11 +8,14 @@ import (
 	"testing"
 	"time"
 
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/mci-dev/mci/pkg/extproc"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
@@ -230,4 +233,122 @@ func hostOf(t *testing.T, f *fakeEPP) string {
 func portOf(t *testing.T, f *fakeEPP) int32 {
 	_, p := hostPort(t, f.addr)
 	return p
+}
+
+// sentStream is a gateway stream that keeps what is sent to it.
+type sentStream struct {
+	extproc.Stream
+	sent []*extprocv3.ProcessingResponse
+}
+
+func (s *sentStream) Send(r *extprocv3.ProcessingResponse) error {
+	s.sent = append(s.sent, r)
+	return nil
+}
+
+func TestTakeOverAnswersWhatTheEPPOwedInOrder(t *testing.T) {
+	duplex := &extprocv3.ProtocolConfiguration{ResponseBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED}
+	headers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{}}}
+	chunk := func(b string, eos bool) *extprocv3.ProcessingRequest {
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(b), EndOfStream: eos}}}
+	}
+	trailers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{}}}
+	headersAnswer := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
+	streamedBack := func(b string, eos bool) *extprocv3.ProcessingResponse {
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
+			BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: []byte(b), EndOfStream: eos}}},
+		}}}}
+	}
+	// describe names the answers: "headers", "body:<bytes>[:eos]", "body" (a
+	// plain body answer), "trailers".
+	describe := func(resps []*extprocv3.ProcessingResponse) []string {
+		var out []string
+		for _, r := range resps {
+			switch {
+			case r.GetResponseHeaders() != nil:
+				out = append(out, "headers")
+			case r.GetResponseBody() != nil:
+				sr := r.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+				if sr == nil {
+					out = append(out, "body")
+					continue
+				}
+				d := "body:" + string(sr.GetBody())
+				if sr.GetEndOfStream() {
+					d += ":eos"
+				}
+				out = append(out, d)
+			case r.GetResponseTrailers() != nil:
+				out = append(out, "trailers")
+			}
+		}
+		return out
+	}
+
+	tests := []struct {
+		name    string
+		cfg     *extprocv3.ProtocolConfiguration
+		gateway []*extprocv3.ProcessingRequest
+		epp     []*extprocv3.ProcessingResponse
+		want    []string
+	}{
+		{
+			name:    "nothing answered yet: the headers, then the whole body",
+			cfg:     duplex,
+			gateway: []*extprocv3.ProcessingRequest{headers, chunk("hello ", false), chunk("world", true)},
+			want:    []string{"headers", "body:hello world:eos"},
+		},
+		{
+			name:    "the body bytes the EPP did not stream back",
+			cfg:     duplex,
+			gateway: []*extprocv3.ProcessingRequest{headers, chunk("hello ", false), chunk("world", true)},
+			epp:     []*extprocv3.ProcessingResponse{headersAnswer, streamedBack("hello w", false)},
+			want:    []string{"body:orld:eos"},
+		},
+		{
+			name:    "a body ended by trailers: its rest without end_of_stream, then the trailers",
+			cfg:     duplex,
+			gateway: []*extprocv3.ProcessingRequest{headers, chunk("abc", false), trailers},
+			epp:     []*extprocv3.ProcessingResponse{headersAnswer, streamedBack("a", false)},
+			want:    []string{"body:bc", "trailers"},
+		},
+		{
+			name:    "everything answered: nothing",
+			cfg:     duplex,
+			gateway: []*extprocv3.ProcessingRequest{headers, chunk("abc", true)},
+			epp:     []*extprocv3.ProcessingResponse{headersAnswer, streamedBack("abc", true)},
+		},
+		{
+			name:    "other body modes: one answer per chunk",
+			gateway: []*extprocv3.ProcessingRequest{headers, chunk("a", false), chunk("b", true)},
+			epp:     []*extprocv3.ProcessingResponse{headersAnswer},
+			want:    []string{"body", "body"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := newOwed(tt.cfg, nil, time.Minute, func(error) {})
+			defer o.stop()
+			gw := &sentStream{}
+			for _, m := range tt.gateway {
+				forward, err := o.fromGateway(m, gw)
+				require.NoError(t, err)
+				require.True(t, forward)
+			}
+			for _, r := range tt.epp {
+				o.fromEPP(r)
+			}
+			assert.Equal(t, len(tt.want) > 0, o.owing())
+			require.NoError(t, o.takeOver(gw))
+			assert.Equal(t, tt.want, describe(gw.sent))
+			assert.False(t, o.owing())
+
+			// From now on the sidecar answers the gateway itself.
+			gw.sent = nil
+			forward, err := o.fromGateway(trailers, gw)
+			require.NoError(t, err)
+			assert.False(t, forward)
+			assert.Equal(t, []string{"trailers"}, describe(gw.sent))
+		})
+	}
 }

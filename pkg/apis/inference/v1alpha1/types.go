@@ -35,8 +35,14 @@ const (
 	// as endpointPicker.transport (and health.transport, metrics.transport).
 	EndpointPickerTransportAnnotation = "mci.x-k8s.io/endpoint-picker-transport"
 
-	// ControllerName names this implementation in status.controllers[].
+	// ControllerName names this implementation in status.controllers[] of
+	// imports and in the parent status entry of exported InferencePools.
 	ControllerName = "mci.x-k8s.io/apiserver"
+
+	// ExportedParentKind is the parentRef kind of the status entry that
+	// marks an InferencePool as exported: the pool's own InferencePoolImport
+	// (same namespace and name), in this API group.
+	ExportedParentKind = "InferencePoolImport"
 )
 
 // Condition types and reasons used in import and export status.
@@ -44,6 +50,10 @@ const (
 	ConditionAccepted = "Accepted"
 	ConditionReady    = "Ready"
 	ConditionValid    = "Valid"
+	// ConditionExported is the condition of the parent status entry mci
+	// sets on an exported InferencePool in its own cluster (upstream
+	// proposal 1374): True when every other member imports the pool.
+	ConditionExported = "Exported"
 
 	ReasonAccepted               = "Accepted"
 	ReasonReady                  = "Ready"

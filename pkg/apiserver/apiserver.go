@@ -17,6 +17,8 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/install"
 	"github.com/mci-dev/mci/pkg/clusterset"
+	"github.com/mci-dev/mci/pkg/exportstatus"
+	poolclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/registry/inference/inferencepoolexport"
 	"github.com/mci-dev/mci/pkg/registry/inference/inferencepoolimport"
 	"github.com/mci-dev/mci/pkg/registry/virtual"
@@ -48,6 +50,17 @@ type ExtraConfig struct {
 	ClusterSet clusterset.Options
 	// Sources say which clusters are members besides the local one.
 	Sources []clusterset.Source
+	// ExportedStatus, when set, runs the controller that writes the
+	// Exported parent status entry on the local cluster's exported
+	// InferencePools; nil writes nothing.
+	ExportedStatus *ExportedStatusConfig
+}
+
+// ExportedStatusConfig is what the Exported status controller writes
+// through and how its replicas elect the writer.
+type ExportedStatusConfig struct {
+	Pools    poolclient.InferencePoolsGetter
+	Election exportstatus.Election
 }
 
 // Config is the complete configuration of mci-apiserver.
@@ -89,11 +102,20 @@ func (c CompletedConfig) New() (*MCIServer, error) {
 		return nil, err
 	}
 
-	var importStore, exportStore *virtual.Store
+	var (
+		importStore, exportStore *virtual.Store
+		exported                 *exportstatus.Controller
+	)
 	cache := clusterset.New(c.ExtraConfig.ClusterSet, func(ev clusterset.Event) {
 		importStore.Notify(ev)
 		exportStore.Notify(ev)
+		if exported != nil {
+			exported.Notify(ev)
+		}
 	})
+	if es := c.ExtraConfig.ExportedStatus; es != nil {
+		exported = exportstatus.New(cache, cache.LocalName(), es.Pools)
+	}
 	importStore = virtual.NewStore(inferencepoolimport.Resource{Index: cache}, cache, inferencepoolimport.Describe().New)
 	exportStore = virtual.NewStore(inferencepoolexport.Resource{LocalName: cache.LocalName()}, cache, inferencepoolexport.Describe().New)
 
@@ -123,6 +145,9 @@ func (c CompletedConfig) New() (*MCIServer, error) {
 		}()
 		go importStore.Run(ctx)
 		go exportStore.Run(ctx)
+		if exported != nil {
+			go exported.Run(ctx, c.ExtraConfig.ExportedStatus.Election)
+		}
 		return nil
 	})
 	return &MCIServer{GenericAPIServer: generic, Cache: cache}, nil

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
@@ -30,6 +31,8 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apiserver"
 	"github.com/mci-dev/mci/pkg/clusterset"
+	"github.com/mci-dev/mci/pkg/exportstatus"
+	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	generatedopenapi "github.com/mci-dev/mci/pkg/generated/openapi"
 	"github.com/mci-dev/mci/pkg/servingcert"
 )
@@ -53,6 +56,9 @@ type Options struct {
 	// a self-signed serving certificate (created when missing) whose CA the
 	// server writes into its APIService's caBundle.
 	ServingCertSecret string
+	// ExportedStatus turns on the writing of the Exported parent status
+	// entry on the local cluster's exported InferencePools.
+	ExportedStatus bool
 }
 
 // apiServiceName is the APIService that registers this server's group
@@ -83,6 +89,7 @@ func NewOptions() *Options {
 		Namespace:        os.Getenv("POD_NAMESPACE"),
 		UnreachableAfter: 10 * time.Second,
 		RemoveAfter:      5 * time.Minute,
+		ExportedStatus:   true,
 	}
 	o.Recommended.SecureServing.HTTP2MaxStreamsPerConnection = defaultHTTP2MaxStreams
 	o.ServerRun.ShutdownWatchTerminationGracePeriod = defaultWatchTerminationGracePeriod
@@ -106,8 +113,10 @@ func NewCommand(o *Options) *cobra.Command {
 		Long: `mci-apiserver is a Kubernetes aggregated API server. Registered with an
 APIService in a member cluster, it serves InferencePoolImport and
 InferencePoolExport (inference.networking.x-k8s.io/v1alpha1) as read-only
-resources computed from the InferencePools that members export. It writes
-nothing to any cluster.`,
+resources computed from the InferencePools that members export. The one
+thing it writes is, in its own cluster, the Exported parent status entry of
+each exported InferencePool (one elected replica writes; --exported-status
+turns it off); it writes nothing to any other cluster.`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
@@ -132,6 +141,7 @@ nothing to any cluster.`,
 	fs.StringVar(&o.MemberKubeconfigDir, "member-kubeconfig-dir", o.MemberKubeconfigDir, "Directory with one kubeconfig file per member cluster, named after the cluster (an optional .kubeconfig/.yaml extension is dropped). Re-read periodically. A file named after the local cluster is ignored.")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the local cluster whose Secrets labelled "+clusterset.MemberClusterLabel+" hold member kubeconfigs, each self-contained (credentials inline: no exec or auth-provider plugin, no file). Default: $POD_NAMESPACE, else mci-system.")
 	fs.DurationVar(&o.UnreachableAfter, "member-unreachable-after", o.UnreachableAfter, "How long a member may fail to answer before its clusters are flagged Ready=False with reason ClusterUnreachable (its last known data is kept).")
+	fs.BoolVar(&o.ExportedStatus, "exported-status", o.ExportedStatus, "Write, on each InferencePool of the local cluster that carries an export annotation, a status.parents entry for its InferencePoolImport with the Exported condition (upstream proposal 1374). One replica writes, elected with the Lease "+exportstatus.LeaseName+" in --namespace; it writes only when the export state changes. With false nothing is written, and entries written before stay as they are.")
 	fs.DurationVar(&o.RemoveAfter, "member-remove-after", o.RemoveAfter, "How long a member may fail to answer before its data is dropped: the pools it exported leave the imports (watchers see them change or go) until it answers again. Must exceed --member-unreachable-after.")
 	fs.StringVar(&o.ServingCertSecret, "serving-cert-secret", o.ServingCertSecret, "Name of a kubernetes.io/tls Secret in --namespace to serve with, for clusters without cert-manager: when missing, or no longer valid for the Service that APIService "+apiServiceName+" names, or within 30 days of its end, the server creates a certificate signed by a new self-signed CA there, and writes that CA into the APIService's caBundle. Replicas share the Secret. Exclusive with --tls-cert-file.")
 	return cmd
@@ -261,6 +271,25 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if o.MemberKubeconfigDir != "" {
 		sources = append([]clusterset.Source{clusterset.DirSource{Dir: o.MemberKubeconfigDir}}, sources...)
 	}
+	var exported *apiserver.ExportedStatusConfig
+	if o.ExportedStatus {
+		pools, err := mciclient.NewForConfig(local)
+		if err != nil {
+			return nil, err
+		}
+		identity, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("naming this replica for leader election: %w", err)
+		}
+		exported = &apiserver.ExportedStatusConfig{
+			Pools: pools.InferencePoolV1(),
+			Election: exportstatus.Election{
+				Leases:    kube.CoordinationV1(),
+				Namespace: o.Namespace,
+				Identity:  identity + "_" + string(uuid.NewUUID()),
+			},
+		}
+	}
 	return &apiserver.Config{
 		GenericConfig: generic,
 		ExtraConfig: apiserver.ExtraConfig{
@@ -271,7 +300,8 @@ func (o *Options) Config() (*apiserver.Config, error) {
 				UnreachableAfter: o.UnreachableAfter,
 				RemoveAfter:      o.RemoveAfter,
 			},
-			Sources: sources,
+			Sources:        sources,
+			ExportedStatus: exported,
 		},
 	}, nil
 }

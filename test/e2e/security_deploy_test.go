@@ -156,6 +156,28 @@ func TestSecurityDeploymentManifestsApplyToARealCluster(t *testing.T) {
 	assert.Equal(t, "cluster-b", secret.Labels[clusterset.MemberClusterLabel])
 	_, err = clientcmd.RESTConfigFromKubeConfig(secret.Data[clusterset.MemberKubeconfigKey])
 	assert.NoError(t, err, "the example's kubeconfig parses")
+
+	// The one write mci makes, and nothing more: the Exported status of
+	// pools and the Lease that elects its writer, in its own namespace.
+	user := "system:serviceaccount:" + ns + ":mci-apiserver"
+	for _, tc := range []struct {
+		attrs authorizationv1.ResourceAttributes
+		want  bool
+	}{
+		{authorizationv1.ResourceAttributes{Group: "inference.networking.k8s.io", Resource: "inferencepools", Subresource: "status", Verb: "patch", Namespace: "any"}, true},
+		{authorizationv1.ResourceAttributes{Group: "inference.networking.k8s.io", Resource: "inferencepools", Verb: "get", Namespace: "any"}, true},
+		{authorizationv1.ResourceAttributes{Group: "inference.networking.k8s.io", Resource: "inferencepools", Verb: "patch", Namespace: "any"}, false},
+		{authorizationv1.ResourceAttributes{Group: "coordination.k8s.io", Resource: "leases", Verb: "update", Namespace: ns, Name: "mci-apiserver-exported-status"}, true},
+		{authorizationv1.ResourceAttributes{Group: "coordination.k8s.io", Resource: "leases", Verb: "create", Namespace: ns}, true},
+		{authorizationv1.ResourceAttributes{Group: "coordination.k8s.io", Resource: "leases", Verb: "update", Namespace: "kube-system"}, false},
+	} {
+		attrs := tc.attrs
+		review, err := b.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts"}, ResourceAttributes: &attrs},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, review.Status.Allowed, "%s %s/%s in %s", attrs.Verb, attrs.Resource, attrs.Subresource, attrs.Namespace)
+	}
 }
 
 func requireHardenedPodSpec(t *testing.T, d *appsv1.Deployment) {

@@ -128,6 +128,11 @@ func poolIndexers() cache.Indexers {
 			}
 			var keys []string
 			for _, parent := range p.Status.Parents {
+				// Only Gateways: mci's own Exported entry (kind
+				// InferencePoolImport) names the pool, not a Gateway.
+				if ref := parent.ParentRef; (ref.Kind != "" && ref.Kind != "Gateway") || (ref.Group != nil && *ref.Group != gatewayv1.GroupName) {
+					continue
+				}
 				ns := parent.ParentRef.Namespace
 				if ns == "" {
 					ns = p.Namespace

@@ -29,11 +29,9 @@ func TestAnImportFollowsChangesToTheEPPServiceAndTheParentGateway(t *testing.T) 
 	_, err := a.mci.InferencePoolV1().InferencePools(ns).Create(ctx, exportedPool(ns, "llm", v1alpha1.RoutingModeEndpoint), metav1.CreateOptions{})
 	require.NoError(t, err)
 	c.createProgrammedGateway(t, ctx, ns, "inf-gw", "127.0.0.12")
-	pool, err := c.mci.InferencePoolV1().InferencePools(ns).Create(ctx, exportedPool(ns, "llm", v1alpha1.RoutingModeParent), metav1.CreateOptions{})
+	_, err = c.mci.InferencePoolV1().InferencePools(ns).Create(ctx, exportedPool(ns, "llm", v1alpha1.RoutingModeParent), metav1.CreateOptions{})
 	require.NoError(t, err)
-	pool.Status.Parents = []poolv1.ParentStatus{{ParentRef: poolv1.ParentReference{Name: "inf-gw"}}}
-	_, err = c.mci.InferencePoolV1().InferencePools(ns).UpdateStatus(ctx, pool, metav1.UpdateOptions{})
-	require.NoError(t, err)
+	c.setGatewayParents(t, ctx, ns, "llm", "", poolv1.ParentReference{Name: "inf-gw"})
 
 	// addresses renders what cluster-b's import says of each cluster.
 	addresses := func(imp *v1alpha1.InferencePoolImport) string {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
@@ -136,6 +138,29 @@ func (c *cluster) createProgrammedGateway(t *testing.T, ctx context.Context, nam
 		LastTransitionTime: metav1.Now(), ObservedGeneration: gw.Generation,
 	}}
 	_, err = c.gateway.GatewayV1().Gateways(namespace).UpdateStatus(ctx, gw, metav1.UpdateOptions{})
+	require.NoError(t, err)
+}
+
+// setGatewayParents sets the pool's status.parents entries of controller
+// to parents, as a gateway controller does: read, modify only its own
+// entries, write with the resourceVersion read, retry on a conflict. Other
+// controllers write the same atomic list (mci writes its Exported entry
+// there), so a blind replace could lose their entries or fail.
+func (c *cluster) setGatewayParents(t *testing.T, ctx context.Context, namespace, name, controller string, parents ...poolv1.ParentReference) {
+	t.Helper()
+	api := c.mci.InferencePoolV1().InferencePools(namespace)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pool, err := api.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pool.Status.Parents = slices.DeleteFunc(pool.Status.Parents, func(p poolv1.ParentStatus) bool { return p.ControllerName == controller })
+		for _, ref := range parents {
+			pool.Status.Parents = append(pool.Status.Parents, poolv1.ParentStatus{ParentRef: ref, ControllerName: controller})
+		}
+		_, err = api.UpdateStatus(ctx, pool, metav1.UpdateOptions{})
+		return err
+	})
 	require.NoError(t, err)
 }
 

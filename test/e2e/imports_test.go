@@ -113,11 +113,9 @@ func TestParentModeImportCarriesTheRemoteGateway(t *testing.T) {
 	b.createNamespace(t, ctx, ns)
 	c.createNamespace(t, ctx, ns)
 	c.createProgrammedGateway(t, ctx, ns, "inf-gw", "127.0.0.6")
-	pool, err := c.mci.InferencePoolV1().InferencePools(ns).Create(ctx, exportedPool(ns, "llm", v1alpha1.RoutingModeParent), metav1.CreateOptions{})
+	_, err := c.mci.InferencePoolV1().InferencePools(ns).Create(ctx, exportedPool(ns, "llm", v1alpha1.RoutingModeParent), metav1.CreateOptions{})
 	require.NoError(t, err)
-	pool.Status.Parents = []poolv1.ParentStatus{{ParentRef: poolv1.ParentReference{Name: "inf-gw"}, ControllerName: "example.com/gateway"}}
-	_, err = c.mci.InferencePoolV1().InferencePools(ns).UpdateStatus(ctx, pool, metav1.UpdateOptions{})
-	require.NoError(t, err)
+	c.setGatewayParents(t, ctx, ns, "llm", "example.com/gateway", poolv1.ParentReference{Name: "inf-gw"})
 
 	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 		imp, err := b.importOf(ctx, ns, "llm")

@@ -1,0 +1,323 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/exportstatus"
+	harness "github.com/mci-dev/mci/test/clusterset"
+)
+
+// gatewayController is another controller writing the pool's status: its
+// entry must come through every change of mci's untouched.
+const gatewayController = "example.com/gateway-controller"
+
+// exportedEntry returns mci's Exported entry on the pool, nil when it has
+// none, and the pool's other entries.
+func exportedEntry(pool *poolv1.InferencePool) (own *poolv1.ParentStatus, others []poolv1.ParentStatus) {
+	for i, p := range pool.Status.Parents {
+		if p.ControllerName == v1alpha1.ControllerName && p.ParentRef.Kind == "InferencePoolImport" {
+			own = &pool.Status.Parents[i]
+			continue
+		}
+		others = append(others, p)
+	}
+	return own, others
+}
+
+// describeParents renders status.parents for failure messages.
+func describeParents(pool *poolv1.InferencePool) string {
+	var parts []string
+	for _, p := range pool.Status.Parents {
+		s := fmt.Sprintf("%s %s/%s by %s", p.ParentRef.Kind, p.ParentRef.Namespace, p.ParentRef.Name, p.ControllerName)
+		for _, c := range p.Conditions {
+			s += fmt.Sprintf(" [%s=%s %s: %s]", c.Type, c.Status, c.Reason, c.Message)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// waitExported waits until the pool's mci entry has the Exported condition
+// with status and reason (status "" waits for the entry to be gone), and
+// returns the pool.
+func (c *cluster) waitExported(t *testing.T, ctx context.Context, namespace, name string, status metav1.ConditionStatus, reason string) *poolv1.InferencePool {
+	t.Helper()
+	var pool *poolv1.InferencePool
+	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		var err error
+		pool, err = c.mci.InferencePoolV1().InferencePools(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		own, _ := exportedEntry(pool)
+		if status == "" {
+			return own == nil, describeParents(pool)
+		}
+		if own == nil || len(own.Conditions) != 1 {
+			return false, describeParents(pool)
+		}
+		cond := own.Conditions[0]
+		return cond.Type == "Exported" && cond.Status == status && cond.Reason == reason, describeParents(pool)
+	})
+	return pool
+}
+
+// The exporting cluster's pool carries mci's parent entry for its
+// InferencePoolImport, as proposal 1374 asks: False while a member lacks
+// the namespace, True once every member imports it, gone when the export
+// annotation is; EPP readiness flaps write nothing; a gateway's entry on
+// the same pool is never touched.
+func TestExportedStatusFollowsTheExportState(t *testing.T) {
+	ctx := context.Background()
+	a, b, c := clusterClients(t, "cluster-a"), clusterClients(t, "cluster-b"), clusterClients(t, "cluster-c")
+	const ns, name = "e2e-exported", "llm"
+	a.createNamespace(t, ctx, ns)
+	b.createNamespace(t, ctx, ns)
+	a.createEPPService(t, ctx, ns, "127.0.0.21")
+	a.setEPPEndpoint(t, ctx, ns, true)
+	pools := a.mci.InferencePoolV1().InferencePools(ns)
+	_, err := pools.Create(ctx, exportedPool(ns, name, v1alpha1.RoutingModeEndpoint), metav1.CreateOptions{})
+	require.NoError(t, err)
+	a.setGatewayParents(t, ctx, ns, name, gatewayController, poolv1.ParentReference{Name: "inf-gw"})
+
+	// cluster-c lacks the namespace.
+	pool := a.waitExported(t, ctx, ns, name, metav1.ConditionFalse, v1alpha1.ReasonNamespaceNotFound)
+	own, others := exportedEntry(pool)
+	assert.Contains(t, own.Conditions[0].Message, "namespace e2e-exported does not exist in cluster cluster-c")
+	assert.Equal(t, v1alpha1.GroupName, *own.ParentRef.Group)
+	assert.Equal(t, ns, own.ParentRef.Namespace)
+	assert.Equal(t, name, own.ParentRef.Name)
+	assert.Equal(t, pool.Generation, own.Conditions[0].ObservedGeneration)
+	require.Len(t, others, 1)
+	gatewayEntry := others[0]
+	assert.Equal(t, gatewayController, gatewayEntry.ControllerName)
+	assert.True(t, managedBy(pool, exportstatus.FieldManager, "status"), "mci's field manager owns its status write")
+
+	c.createNamespace(t, ctx, ns)
+	pool = a.waitExported(t, ctx, ns, name, metav1.ConditionTrue, v1alpha1.ReasonExported)
+	own, others = exportedEntry(pool)
+	assert.Contains(t, own.Conditions[0].Message, "cluster-b, cluster-c")
+	assert.Equal(t, []poolv1.ParentStatus{gatewayEntry}, others, "the gateway's entry is untouched")
+
+	// Readiness flaps: cluster-b sees each one, the pool is not written.
+	before := pool.ResourceVersion
+	for i, ready := range []bool{false, true, false, true} {
+		a.setEPPEndpoint(t, ctx, ns, ready)
+		eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+			imp, err := b.importOf(ctx, ns, name)
+			if err != nil || imp == nil || len(imp.Status.Clusters) != 1 {
+				return false, fmt.Sprintf("flap %d: err=%v imp=%+v", i, err, imp)
+			}
+			want := metav1.ConditionFalse
+			if ready {
+				want = metav1.ConditionTrue
+			}
+			return conditionStatus(imp.Status.Clusters[0].Conditions, "Ready") == want, fmt.Sprintf("flap %d: %+v", i, imp.Status.Clusters[0].Conditions)
+		})
+	}
+	time.Sleep(time.Second) // a write the controller would make lands in this time
+	pool, err = pools.Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, before, pool.ResourceVersion, "EPP readiness flaps write nothing to the pool: %s", describeParents(pool))
+
+	// The EPP Service is gone: the importers would get nowhere.
+	require.NoError(t, a.kube.CoreV1().Services(ns).Delete(ctx, "epp", metav1.DeleteOptions{}))
+	a.waitExported(t, ctx, ns, name, metav1.ConditionFalse, v1alpha1.ReasonEndpointPickerNotFound)
+	a.createEPPService(t, ctx, ns, "127.0.0.21")
+	a.waitExported(t, ctx, ns, name, metav1.ConditionTrue, v1alpha1.ReasonExported)
+
+	// An invalid annotation.
+	_, err = pools.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"inference.networking.x-k8s.io/export":"World"}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	pool = a.waitExported(t, ctx, ns, name, metav1.ConditionFalse, v1alpha1.ReasonInvalidExport)
+	own, _ = exportedEntry(pool)
+	assert.Contains(t, own.Conditions[0].Message, `"World"`)
+
+	// The annotations removed: the entry goes, the gateway's stays.
+	_, err = pools.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"inference.networking.x-k8s.io/export":null,"inference.networking.x-k8s.io/export-mode":null}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	pool = a.waitExported(t, ctx, ns, name, "", "")
+	_, others = exportedEntry(pool)
+	assert.Equal(t, []poolv1.ParentStatus{gatewayEntry}, others, "the gateway's entry is untouched")
+}
+
+// managedBy says whether manager has written the pool's subresource.
+func managedBy(pool *poolv1.InferencePool, manager, subresource string) bool {
+	for _, f := range pool.ManagedFields {
+		if f.Manager == manager && f.Subresource == subresource {
+			return true
+		}
+	}
+	return false
+}
+
+// With two mci-apiservers per cluster, exactly one writes the Exported
+// status: the holder of the Lease in the exporting cluster, one write per
+// change of export state; an importing cluster gets no write, not even a
+// Lease. When the leader stops, the other replica takes over.
+func TestExportedStatusIsWrittenByOneReplica(t *testing.T) {
+	ctx := t.Context()
+	cs := startClusterSet(t, "mci-e2e-exported-", harness.Options{
+		Clusters: []string{"cluster-a", "cluster-b"},
+		Replicas: 2,
+	})
+	a, b := clientsIn(t, cs, "cluster-a"), clientsIn(t, cs, "cluster-b")
+	const ns, name = "e2e-exported-replicas", "llm"
+	a.createNamespace(t, ctx, ns)
+	b.createNamespace(t, ctx, ns)
+	a.createEPPService(t, ctx, ns, "127.0.0.22")
+	a.setEPPEndpoint(t, ctx, ns, true)
+	pools := a.mci.InferencePoolV1().InferencePools(ns)
+	_, err := pools.Create(ctx, exportedPool(ns, name, v1alpha1.RoutingModeEndpoint), metav1.CreateOptions{})
+	require.NoError(t, err)
+	a.waitExported(t, ctx, ns, name, metav1.ConditionTrue, v1alpha1.ReasonExported)
+
+	replicasA, replicasB := replicaMetrics(t, cs, "cluster-a"), replicaMetrics(t, cs, "cluster-b")
+	leader := -1
+	for r, m := range replicasA {
+		if m(t, ctx, "mci_exported_status_leader") == 1 {
+			require.Equal(t, -1, leader, "two replicas of cluster-a lead")
+			leader = r
+		}
+	}
+	require.NotEqual(t, -1, leader, "no replica of cluster-a leads")
+	writes := func() []float64 {
+		out := make([]float64, len(replicasA))
+		for r, m := range replicasA {
+			out[r] = m(t, ctx, `mci_exported_status_writes_total{result="written"}`)
+		}
+		return out
+	}
+	initial := writes()
+	assert.Equal(t, 1.0, initial[leader], "one write made the pool Exported")
+	assert.Equal(t, 1.0, initial[0]+initial[1], "only the leader writes: %v", initial)
+	for r, m := range replicasB {
+		assert.Zero(t, m(t, ctx, "mci_exported_status_leader"), "cluster-b replica %d leads with nothing to write", r)
+		assert.Zero(t, m(t, ctx, `mci_exported_status_writes_total{result="written"}`), "cluster-b replica %d wrote", r)
+	}
+	_, err = b.kube.CoordinationV1().Leases(harness.MCIAPIServerNamespace).Get(ctx, exportstatus.LeaseName, metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "an importing cluster gets no Lease: %v", err)
+
+	// Readiness flaps: no write.
+	pool, err := pools.Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	for _, ready := range []bool{false, true, false, true} {
+		a.setEPPEndpoint(t, ctx, ns, ready)
+		time.Sleep(300 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	after, err := pools.Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, pool.ResourceVersion, after.ResourceVersion, "readiness flaps write nothing")
+	assert.Equal(t, initial, writes())
+
+	// Two changes of export state: two writes, by the leader.
+	for i, annotation := range []string{`null`, `"ClusterSet"`} {
+		_, err = pools.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"inference.networking.x-k8s.io/export":`+annotation+`}}}`), metav1.PatchOptions{})
+		require.NoError(t, err)
+		if i == 0 {
+			a.waitExported(t, ctx, ns, name, "", "")
+		} else {
+			a.waitExported(t, ctx, ns, name, metav1.ConditionTrue, v1alpha1.ReasonExported)
+		}
+	}
+	time.Sleep(time.Second)
+	got := writes()
+	assert.Equal(t, initial[leader]+2, got[leader], "one write per change of export state")
+	assert.Equal(t, initial[1-leader], got[1-leader], "the other replica never writes")
+
+	// The leader stops (SIGTERM releases the Lease): the other replica
+	// takes over and writes the next change.
+	require.NoError(t, cs.StopMCIAPIServerReplica("cluster-a", leader))
+	other := replicasA[1-leader]
+	eventually(t, ctx, time.Minute, func(ctx context.Context) (bool, string) {
+		v := other(t, ctx, "mci_exported_status_leader")
+		return v == 1, fmt.Sprintf("leader gauge %v", v)
+	})
+	taken := other(t, ctx, `mci_exported_status_writes_total{result="written"}`)
+	_, err = pools.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"inference.networking.x-k8s.io/export":"World"}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	a.waitExported(t, ctx, ns, name, metav1.ConditionFalse, v1alpha1.ReasonInvalidExport)
+	assert.Equal(t, taken+1, other(t, ctx, `mci_exported_status_writes_total{result="written"}`), "the new leader wrote the change")
+}
+
+// replicaMetric reads one metric (name with its labels, as exposed) of one
+// mci-apiserver replica; 0 when absent.
+type replicaMetric func(t *testing.T, ctx context.Context, series string) float64
+
+// replicaMetrics returns a reader of each mci-apiserver replica of cluster,
+// talking to the replica directly (not through the aggregator) as the
+// cluster's admin: /metrics is authorized by the cluster like any request.
+func replicaMetrics(t *testing.T, cs *harness.ClusterSet, cluster string) []replicaMetric {
+	t.Helper()
+	c, err := cs.Cluster(cluster)
+	require.NoError(t, err)
+	var out []replicaMetric
+	for _, port := range c.MCIAPIServerReplicaPorts {
+		config := rest.CopyConfig(c.Config)
+		config.Host = fmt.Sprintf("https://127.0.0.1:%d", port)
+		config.TLSClientConfig.CAData = nil
+		config.TLSClientConfig.CAFile = filepath.Join(cs.Dir, "pki", "mci-serving-ca.crt")
+		client, err := kubernetes.NewForConfig(config)
+		require.NoError(t, err)
+		out = append(out, func(t *testing.T, ctx context.Context, series string) float64 {
+			t.Helper()
+			body, err := client.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+			require.NoError(t, err, "reading the metrics of the replica on port %d", port)
+			return seriesValue(t, body, series)
+		})
+	}
+	return out
+}
+
+// seriesValue finds series (name{label="value",...}) in a Prometheus text
+// exposition; 0 when absent.
+func seriesValue(t *testing.T, body []byte, series string) float64 {
+	t.Helper()
+	name, labels, _ := strings.Cut(series, "{")
+	labels = strings.TrimSuffix(labels, "}")
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	require.NoError(t, err)
+	family, ok := families[name]
+	if !ok {
+		return 0
+	}
+	for _, m := range family.GetMetric() {
+		if labelString(m) == labels {
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func labelString(m *dto.Metric) string {
+	var parts []string
+	for _, l := range m.GetLabel() {
+		parts = append(parts, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+	}
+	return strings.Join(parts, ",")
+}

@@ -281,24 +281,30 @@ var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "DELE
 // priority-and-fairness configuration), whatever the benchmark does.
 var backgroundWrites = map[string]bool{"leases": true, "apiservices": true, "flowschemas": true, "prioritylevelconfigurations": true}
 
-// writeCounts sums, per resource, the write requests every member's
-// kube-apiserver has served, background writes excluded.
-func (e *env) writeCounts(b *testing.B) map[string]float64 {
+// writeCounts sums, per cluster and per resource (with its subresource:
+// "inferencepools/status.inference.networking.k8s.io"), the write requests
+// every member's kube-apiserver has served, background writes excluded.
+func (e *env) writeCounts(b *testing.B) map[string]map[string]float64 {
 	b.Helper()
-	out := map[string]float64{}
+	out := map[string]map[string]float64{}
 	for _, name := range e.names {
 		body, err := e.apiServerMetrics(context.Background(), name)
 		require.NoError(b, err)
+		counts := map[string]float64{}
 		for _, s := range metricSamples(body, "apiserver_request_total") {
 			if !writeVerbs[s.labels["verb"]] || backgroundWrites[s.labels["resource"]] {
 				continue
 			}
 			key := s.labels["resource"]
+			if s.labels["subresource"] != "" {
+				key += "/" + s.labels["subresource"]
+			}
 			if s.labels["group"] != "" {
 				key += "." + s.labels["group"]
 			}
-			out[key] += s.value
+			counts[key] += s.value
 		}
+		out[name] = counts
 	}
 	return out
 }

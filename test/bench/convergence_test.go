@@ -314,6 +314,15 @@ func benchWriteAmplification(b *testing.B, e *env) {
 			}
 			_, err := eventAfter(s.w, write, seen)
 			require.NoError(b, err, "%s: %s change %d", s.name, kind, i)
+			if s.name == "mci" && kind == "export" {
+				// Each state is written before the next change, so that
+				// an off-on pair is not coalesced into no write at all
+				// (which the controller, level-triggered, would do).
+				require.NoError(b, pollFor(time.Minute, func() bool {
+					p, err := e.mci[exporting].InferencePoolV1().InferencePools(s.ns).Get(ctx, "flap", metav1.GetOptions{})
+					return err == nil && (len(p.Status.Parents) == 1) == on
+				}), "mci: the Exported status of change %d is not written", i)
+			}
 		}
 		if changes%2 == 1 { // back to exported and Ready
 			if kind == "export" {

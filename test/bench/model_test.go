@@ -121,7 +121,7 @@ func scaleModel(f map[string]float64) string {
 			}
 			sb.WriteString("\n")
 		}
-		sb.WriteString("\nmci writes nothing at any scale.\n")
+		sb.WriteString("\nmci writes nothing to importing clusters and nothing per readiness flap at any scale; in the exporting cluster it writes the pool's Exported status, one write per change of export state.\n")
 	}
 	return sb.String()
 }

@@ -70,3 +70,21 @@ func TestValidateServingCertSources(t *testing.T) {
 		})
 	}
 }
+
+func TestExportedStatusIsOnByDefaultAndCanBeTurnedOff(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want bool
+	}{
+		{name: "on by default", want: true},
+		{name: "off with --exported-status=false", args: []string{"--exported-status=false"}, want: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOptions()
+			require.NoError(t, NewCommand(o).Flags().Parse(tc.args))
+			assert.Equal(t, tc.want, o.ExportedStatus)
+		})
+	}
+}

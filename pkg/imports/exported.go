@@ -9,6 +9,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 )
 
 // Exported computes the Exported condition of the local pool
@@ -47,7 +48,7 @@ func Exported(cs ClusterSet, namespace, name string) (metav1.Condition, bool) {
 
 	var problems []problem
 	if exp.Status.RoutingMode == inference.RoutingModeEndpoint {
-		if p, bad := localEndpointPicker(local, cs.Local, pool.Namespace, pool.Name); bad {
+		if p, bad := localEndpointPicker(local, cs.Local, pool); bad {
 			problems = append(problems, p)
 		}
 	}
@@ -105,17 +106,16 @@ var exportedReasonRank = map[string]int{
 // Service that importers of an EndpointMode export are sent to: it is
 // named by the pool's endpointPickerRef and must exist in the exporting
 // (local) cluster. Its readiness is not looked at.
-func localEndpointPicker(local *Member, cluster, namespace, name string) (problem, bool) {
-	pool := local.pool(namespace, name)
+func localEndpointPicker(local *Member, cluster string, pool *poolv1.InferencePool) (problem, bool) {
 	svcName, invalid := eppServiceName(cluster, pool)
 	if invalid != nil {
 		return problem{reason: invalid.reason, message: invalid.message}, true
 	}
-	if local.service(namespace, svcName) == nil {
+	if local.service(pool.Namespace, svcName) == nil {
 		return problem{
 			reason: v1alpha1.ReasonEndpointPickerNotFound,
 			message: fmt.Sprintf("Service %s/%s, the endpointPickerRef of InferencePool %s/%s, does not exist in cluster %s",
-				namespace, svcName, namespace, name, cluster),
+				pool.Namespace, svcName, pool.Namespace, pool.Name, cluster),
 		}, true
 	}
 	return problem{}, false

@@ -334,6 +334,14 @@ func FuzzImports(f *testing.F) {
 			one, ok := Export(cs, exp.Namespace, exp.Name)
 			require.True(t, ok)
 			require.Equal(t, exp, one, "Export and Exports disagree on %s/%s", exp.Namespace, exp.Name)
+
+			// Every pool with an export has an Exported condition, valid
+			// for the API, the same whatever the order of members.
+			cond, ok := Exported(cs, exp.Namespace, exp.Name)
+			require.True(t, ok, "no Exported condition for %s/%s", exp.Namespace, exp.Name)
+			requireValidConditions(t, []metav1.Condition{cond})
+			again, _ := Exported(reversed, exp.Namespace, exp.Name)
+			require.Equal(t, cond, again, "Exported depends on the order of members")
 		}
 	})
 }

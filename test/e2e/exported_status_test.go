@@ -60,8 +60,13 @@ func describeParents(pool *poolv1.InferencePool) string {
 // returns the pool.
 func (c *cluster) waitExported(t *testing.T, ctx context.Context, namespace, name string, status metav1.ConditionStatus, reason string) *poolv1.InferencePool {
 	t.Helper()
+	return c.waitExportedWithin(t, ctx, convergence, namespace, name, status, reason)
+}
+
+func (c *cluster) waitExportedWithin(t *testing.T, ctx context.Context, timeout time.Duration, namespace, name string, status metav1.ConditionStatus, reason string) *poolv1.InferencePool {
+	t.Helper()
 	var pool *poolv1.InferencePool
-	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+	eventually(t, ctx, timeout, func(ctx context.Context) (bool, string) {
 		var err error
 		pool, err = c.mci.InferencePoolV1().InferencePools(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -172,7 +177,8 @@ func managedBy(pool *poolv1.InferencePool, manager, subresource string) bool {
 // With two mci-apiservers per cluster, exactly one writes the Exported
 // status: the holder of the Lease in the exporting cluster, one write per
 // change of export state; an importing cluster gets no write, not even a
-// Lease. When the leader stops, the other replica takes over.
+// Lease. A member that hangs makes the pool not Exported until it answers
+// again. When the leader stops, the other replica takes over.
 func TestExportedStatusIsWrittenByOneReplica(t *testing.T) {
 	ctx := t.Context()
 	cs := startClusterSet(t, "mci-e2e-exported-", harness.Options{
@@ -248,6 +254,24 @@ func TestExportedStatusIsWrittenByOneReplica(t *testing.T) {
 	got := writes()
 	assert.Equal(t, initial[leader]+2, got[leader], "one write per change of export state")
 	assert.Equal(t, initial[1-leader], got[1-leader], "the other replica never writes")
+
+	// cluster-b hangs: past the unreachable threshold the pool is not
+	// Exported any more, and is again once cluster-b answers.
+	require.NoError(t, cs.PauseAPIServer("cluster-b"))
+	paused := true
+	t.Cleanup(func() {
+		if paused {
+			_ = cs.ResumeAPIServer("cluster-b")
+		}
+	})
+	pool = a.waitExportedWithin(t, ctx, time.Minute, ns, name, metav1.ConditionFalse, v1alpha1.ReasonClusterUnreachable)
+	own, _ := exportedEntry(pool)
+	assert.Contains(t, own.Conditions[0].Message, "cluster cluster-b has been unreachable since")
+	require.NoError(t, cs.ResumeAPIServer("cluster-b"))
+	paused = false
+	a.waitExportedWithin(t, ctx, time.Minute, ns, name, metav1.ConditionTrue, v1alpha1.ReasonExported)
+	time.Sleep(time.Second)
+	assert.Equal(t, initial[leader]+4, writes()[leader], "one write each way")
 
 	// The leader stops (SIGTERM releases the Lease): the other replica
 	// takes over and writes the next change.

@@ -53,7 +53,8 @@ const (
 type member struct {
 	name string
 	// local is the cluster this server serves: only there are HTTPRoutes
-	// and ReferenceGrants watched.
+	// and ReferenceGrants watched, and only there do pools keep every
+	// status.parents entry (see trimOther).
 	local bool
 	// source identifies the kubeconfig the member was built from, so a
 	// changed Secret or file reconnects it.
@@ -130,7 +131,7 @@ func poolIndexers() cache.Indexers {
 			for _, parent := range p.Status.Parents {
 				// Only Gateways: mci's own Exported entry (kind
 				// InferencePoolImport) names the pool, not a Gateway.
-				if ref := parent.ParentRef; (ref.Kind != "" && ref.Kind != "Gateway") || (ref.Group != nil && *ref.Group != gatewayv1.GroupName) {
+				if !isGateway(parent.ParentRef) {
 					continue
 				}
 				ns := parent.ParentRef.Namespace
@@ -199,7 +200,11 @@ func (m *member) start(ctx context.Context, th thresholds) {
 	var starters []func(<-chan struct{})
 	starters = append(starters, kubeFactory.Start)
 	if served[poolv1.SchemeGroupVersion.String()+"/inferencepools"] {
-		f := mciinformers.NewSharedInformerFactoryWithOptions(m.mci, 0, mciinformers.WithTransform(trim))
+		transform := trimOther
+		if m.local {
+			transform = trim
+		}
+		f := mciinformers.NewSharedInformerFactoryWithOptions(m.mci, 0, mciinformers.WithTransform(transform))
 		inf := f.InferencePool().V1().InferencePools()
 		if err := inf.Informer().AddIndexers(poolIndexers()); err != nil {
 			logger.Error(err, "Adding pool indexers")

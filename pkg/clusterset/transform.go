@@ -1,6 +1,7 @@
 package clusterset
 
 import (
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,6 +54,27 @@ func trim(obj interface{}) (interface{}, error) {
 }
 
 var _ cache.TransformFunc = trim
+
+// trimOther is trim for every member but the local cluster: its pools keep
+// only the Gateways among status.parents, the parents the import
+// computation reads. The other entries, mci's own Exported entry of each
+// exported pool among them, are the exporting cluster's business, and
+// every mci-apiserver of every cluster would otherwise hold them. The local
+// cluster's pools keep every entry: the Exported status is written from
+// them, and a write must carry the other controllers' entries as they are.
+func trimOther(obj interface{}) (interface{}, error) {
+	out, err := trim(obj)
+	if p, ok := out.(*poolv1.InferencePool); ok && err == nil {
+		p.Status.Parents = slices.DeleteFunc(p.Status.Parents, func(ps poolv1.ParentStatus) bool { return !isGateway(ps.ParentRef) })
+	}
+	return out, err
+}
+
+// isGateway says whether a pool's parent is a Gateway (the kind and group
+// a parentRef defaults to).
+func isGateway(ref poolv1.ParentReference) bool {
+	return (ref.Kind == "" || ref.Kind == "Gateway") && (ref.Group == nil || *ref.Group == gatewayv1.GroupName)
+}
 
 // projectAnnotationDomains are the annotation key prefixes mci reads on an
 // InferencePool (the export annotations and mci's own).

@@ -160,3 +160,25 @@ func TestTrimKeepsABackendTLSPolicysTargetsValidationAndAge(t *testing.T) {
 		Spec:       gatewayv1.BackendTLSPolicySpec{TargetRefs: p.Spec.TargetRefs, Validation: p.Spec.Validation},
 	}, out)
 }
+
+func TestOtherMembersPoolsKeepOnlyGatewayParents(t *testing.T) {
+	parents := func() []poolv1.ParentStatus {
+		return []poolv1.ParentStatus{
+			{ParentRef: poolv1.ParentReference{Name: "gw"}, ControllerName: "example.com/gateway"},
+			{ParentRef: poolv1.ParentReference{Group: ptr.To("gateway.networking.k8s.io"), Kind: "Gateway", Name: "gw2"}},
+			{ParentRef: poolv1.ParentReference{Group: ptr.To("inference.networking.x-k8s.io"), Kind: "InferencePoolImport", Name: "pool"}, ControllerName: "mci.x-k8s.io/apiserver",
+				Conditions: []metav1.Condition{{Type: "Exported", Status: metav1.ConditionTrue, Reason: "Exported", Message: "exported to every other member"}}},
+		}
+	}
+	pool := func() *poolv1.InferencePool {
+		return &poolv1.InferencePool{ObjectMeta: metav1.ObjectMeta{Name: "pool", Namespace: "ns"}, Status: poolv1.InferencePoolStatus{Parents: parents()}}
+	}
+
+	out, err := trimOther(pool())
+	require.NoError(t, err)
+	assert.Equal(t, parents()[:2], out.(*poolv1.InferencePool).Status.Parents, "another member's pool keeps its Gateways only")
+
+	out, err = trim(pool())
+	require.NoError(t, err)
+	assert.Equal(t, parents(), out.(*poolv1.InferencePool).Status.Parents, "the local cluster's pool keeps every entry")
+}

@@ -542,3 +542,32 @@ func TestLocalRouteReaderRulesMatchTheDeploymentManifest(t *testing.T) {
 	}
 	require.True(t, found, "no ClusterRole mci-apiserver:local-route-reader in the manifest")
 }
+
+// The rules the deployment gives mci-apiserver for the Exported status are
+// exactly ExportedStatusWriterRules (a ClusterRole) and
+// ExportedStatusElectionRules (a Role in its namespace).
+func TestExportedStatusRulesMatchTheDeploymentManifest(t *testing.T) {
+	root, err := repoRoot()
+	require.NoError(t, err)
+	objs, err := readObjects([]string{filepath.Join(root, "artifacts", "deploy", "mci-apiserver", "20-rbac.yaml")})
+	require.NoError(t, err)
+	want := map[string][]rbacv1.PolicyRule{
+		"ClusterRole/mci-apiserver:exported-status-writer": ExportedStatusWriterRules,
+		"Role/mci-apiserver:exported-status-election":      ExportedStatusElectionRules,
+	}
+	found := map[string]bool{}
+	for _, o := range objs {
+		key := o.GetKind() + "/" + o.GetName()
+		rules, ok := want[key]
+		if !ok {
+			continue
+		}
+		var role rbacv1.ClusterRole // a Role has the same rules field
+		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"rules": o.Object["rules"]}, &role))
+		assert.Equal(t, rules, role.Rules, key)
+		found[key] = true
+	}
+	for key := range want {
+		assert.True(t, found[key], "no %s in the manifest", key)
+	}
+}

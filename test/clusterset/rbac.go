@@ -32,6 +32,22 @@ var LocalRouteReaderRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"gateway.networking.k8s.io"}, Resources: []string{"httproutes", "referencegrants"}, Verbs: []string{"get", "list", "watch"}},
 }
 
+// ExportedStatusWriterRules and ExportedStatusElectionRules are mci's one
+// write, in its own cluster only: the Exported status of its exported
+// InferencePools, and the Lease (in its namespace) that elects the replica
+// that writes it. artifacts/deploy/mci-apiserver/20-rbac.yaml grants
+// exactly these (a test keeps them identical); the deploy e2e test checks
+// through SubjectAccessReviews what they allow and refuse. The harness's
+// mci-apiservers reach their own cluster as its admin.
+var (
+	ExportedStatusWriterRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{"inference.networking.k8s.io"}, Resources: []string{"inferencepools/status"}, Verbs: []string{"get", "patch", "update"}},
+	}
+	ExportedStatusElectionRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+	}
+)
+
 // grantMemberReader binds memberReaderRules to the identity of the
 // members/ kubeconfigs.
 func grantMemberReader(ctx context.Context, kube kubernetes.Interface) error {

@@ -120,10 +120,10 @@ func NewCommand(o *Options) *cobra.Command {
 		Long: `mci-apiserver is a Kubernetes aggregated API server. Registered with an
 APIService in a member cluster, it serves InferencePoolImport and
 InferencePoolExport (inference.networking.x-k8s.io/v1alpha1) as read-only
-resources computed from the InferencePools that members export. The one
-thing it writes is, in its own cluster, the Exported parent status entry of
-each exported InferencePool (one elected replica writes; --exported-status
-turns it off); it writes nothing to any other cluster.`,
+resources computed from the InferencePools that members export. Of the
+members' objects it writes only, in its own cluster, the Exported parent
+status entry of each exported InferencePool (one elected replica writes;
+--exported-status turns it off); it writes nothing to any other cluster.`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {

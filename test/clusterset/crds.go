@@ -81,9 +81,18 @@ func readCRDs(paths []string) ([]*unstructured.Unstructured, error) {
 	return crds, nil
 }
 
+// isKustomization says whether a file is kustomize's index of a directory.
+func isKustomization(name string) bool {
+	switch name {
+	case "kustomization.yaml", "kustomization.yml", "Kustomization":
+		return true
+	}
+	return false
+}
+
 // readObjects decodes every object in the YAML (or JSON) files at paths:
-// files, or directories whose *.yaml, *.yml and *.json files are read in
-// name order.
+// files, or directories whose *.yaml, *.yml and *.json files (but their
+// kustomization) are read in name order.
 func readObjects(paths []string) ([]*unstructured.Unstructured, error) {
 	var files []string
 	for _, p := range paths {
@@ -100,6 +109,11 @@ func readObjects(paths []string) ([]*unstructured.Unstructured, error) {
 			return nil, fmt.Errorf("reading manifests: %w", err)
 		}
 		for _, e := range entries { // sorted by name
+			// A component's kustomization.yaml is kubectl apply -k's index of
+			// the directory, not an object of the API.
+			if isKustomization(e.Name()) {
+				continue
+			}
 			switch filepath.Ext(e.Name()) {
 			case ".yaml", ".yml", ".json":
 				if !e.IsDir() {

@@ -272,21 +272,31 @@ func replicaReady(port int, caPEM []byte) func(context.Context) (bool, string) {
 	client := replicaClient(caPEM)
 	url := "https://" + hostPort(port) + "/readyz"
 	return func(ctx context.Context) (bool, string) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		code, body, err := getEndpoint(ctx, client, url)
 		if err != nil {
 			return false, err.Error()
 		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return false, err.Error()
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		if resp.StatusCode != http.StatusOK {
-			return false, fmt.Sprintf("%s: %s", resp.Status, failedChecks(string(body)))
+		if code != http.StatusOK {
+			return false, fmt.Sprintf("%d %s: %s", code, http.StatusText(code), failedChecks(body))
 		}
 		return true, ""
 	}
+}
+
+// getEndpoint GETs a health endpoint (/readyz, /healthz) and returns its
+// status code and the first 4 KiB of its body.
+func getEndpoint(ctx context.Context, client *http.Client, url string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, string(body), nil
 }
 
 func replicaClient(caPEM []byte) *http.Client {

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -121,17 +120,11 @@ func controllerManagerHealthy(port int, caPEM []byte) func(context.Context) (boo
 	}
 	url := "https://" + hostPort(port) + "/healthz"
 	return func(ctx context.Context) (bool, string) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		code, body, err := getEndpoint(ctx, client, url)
 		if err != nil {
 			return false, err.Error()
 		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return false, err.Error()
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return resp.StatusCode == http.StatusOK && strings.TrimSpace(string(body)) == "ok", fmt.Sprintf("%d: %s", resp.StatusCode, body)
+		return code == http.StatusOK && strings.TrimSpace(body) == "ok", fmt.Sprintf("%d: %s", code, body)
 	}
 }
 

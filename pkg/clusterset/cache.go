@@ -194,7 +194,13 @@ func (c *Cache) Ready() error {
 // PoolsUsingService returns the namespace/name keys of the member's pools
 // whose endpointPickerRef names the Service namespace/service.
 func (c *Cache) PoolsUsingService(memberName, namespace, service string) []string {
-	return c.poolsIndexedBy(memberName, indexEndpointPicker, namespace+"/"+service)
+	c.mu.RLock()
+	m := c.members[memberName]
+	c.mu.RUnlock()
+	if m == nil {
+		return nil
+	}
+	return m.poolsUsingService(namespace, service)
 }
 
 // PoolsWithParent returns the namespace/name keys of the member's pools

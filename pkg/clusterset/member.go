@@ -106,22 +106,17 @@ type thresholds struct {
 	removeAfter time.Duration
 }
 
-// Index names on the InferencePool informer: they let a Service or Gateway
-// change be mapped to the pools it affects without scanning every pool.
-const (
-	indexEndpointPicker = "endpointPicker"
-	indexParentGateway  = "parentGateway"
-)
+// indexParentGateway is an index of the InferencePool informer: it lets a
+// Gateway change be mapped to the pools whose status names it without
+// scanning every pool. A Service change is mapped by a scan of its
+// namespace's pools instead (poolsUsingService): an index of
+// endpointPickerRefs holds a set per pool, as each pool has its own EPP,
+// which cost every member's cache about 330 bytes per pool, a tenth of
+// what mci holds per exported pool; namespaces hold few pools.
+const indexParentGateway = "parentGateway"
 
 func poolIndexers() cache.Indexers {
 	return cache.Indexers{
-		indexEndpointPicker: func(obj interface{}) ([]string, error) {
-			p, ok := obj.(*poolv1.InferencePool)
-			if !ok || p.Spec.EndpointPickerRef.Name == "" {
-				return nil, nil
-			}
-			return []string{p.Namespace + "/" + p.Spec.EndpointPickerRef.Name}, nil
-		},
 		indexParentGateway: func(obj interface{}) ([]string, error) {
 			p, ok := obj.(*poolv1.InferencePool)
 			if !ok {
@@ -693,6 +688,22 @@ func (m *member) importsRoutedThrough(namespace, gateway string) []string {
 
 // poolsIndexedBy returns the namespace/name keys of the pools of this
 // member whose index value is key.
+// poolsUsingService lists the pools of namespace whose endpointPickerRef
+// names service.
+func (m *member) poolsUsingService(namespace, service string) []string {
+	objs, err := m.poolIndexer.ByIndex(cache.NamespaceIndex, namespace)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, o := range objs {
+		if p, ok := o.(*poolv1.InferencePool); ok && p.Spec.EndpointPickerRef.Name == service {
+			names = append(names, p.Namespace+"/"+p.Name)
+		}
+	}
+	return names
+}
+
 func (m *member) poolsIndexedBy(index, key string) []string {
 	objs, err := m.poolIndexer.ByIndex(index, key)
 	if err != nil {

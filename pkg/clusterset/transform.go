@@ -66,6 +66,13 @@ func trimOther(obj interface{}) (interface{}, error) {
 	out, err := trim(obj)
 	if p, ok := out.(*poolv1.InferencePool); ok && err == nil {
 		p.Status.Parents = slices.DeleteFunc(p.Status.Parents, func(ps poolv1.ParentStatus) bool { return !isGateway(ps.ParentRef) })
+		// DeleteFunc keeps the decoded array: without a fresh one, every
+		// other member's exported pool would hold its emptied entry.
+		if len(p.Status.Parents) == 0 {
+			p.Status.Parents = nil
+		} else if len(p.Status.Parents) < cap(p.Status.Parents) {
+			p.Status.Parents = slices.Clone(p.Status.Parents)
+		}
 	}
 	return out, err
 }

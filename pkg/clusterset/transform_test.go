@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -178,7 +179,31 @@ func TestOtherMembersPoolsKeepOnlyGatewayParents(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, parents()[:2], out.(*poolv1.InferencePool).Status.Parents, "another member's pool keeps its Gateways only")
 
+	assert.Equal(t, 2, cap(out.(*poolv1.InferencePool).Status.Parents), "nor the array that held the others")
+
+	exportedOnly := pool()
+	exportedOnly.Status.Parents = parents()[2:]
+	out, err = trimOther(exportedOnly)
+	require.NoError(t, err)
+	assert.Nil(t, out.(*poolv1.InferencePool).Status.Parents, "a pool with mci's entry only keeps nothing")
+
 	out, err = trim(pool())
 	require.NoError(t, err)
 	assert.Equal(t, parents(), out.(*poolv1.InferencePool).Status.Parents, "the local cluster's pool keeps every entry")
+}
+
+func TestPoolsUsingServiceAreThePoolsOfItsNamespaceThatNameIt(t *testing.T) {
+	withEPP := func(ns, name, epp string) *poolv1.InferencePool {
+		return &poolv1.InferencePool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: poolv1.InferencePoolSpec{EndpointPickerRef: poolv1.EndpointPickerRef{Name: epp}}}
+	}
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, p := range []*poolv1.InferencePool{
+		withEPP("a", "p1", "epp"), withEPP("a", "p2", "epp"), withEPP("a", "p3", "other"), withEPP("b", "p4", "epp"),
+	} {
+		require.NoError(t, idx.Add(p))
+	}
+	m := &member{poolIndexer: idx}
+	assert.ElementsMatch(t, []string{"a/p1", "a/p2"}, m.poolsUsingService("a", "epp"))
+	assert.Equal(t, []string{"b/p4"}, m.poolsUsingService("b", "epp"))
+	assert.Empty(t, m.poolsUsingService("c", "epp"))
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/test/bench/crdfanout"
 )
 
@@ -94,6 +97,40 @@ func pollEvery(interval, timeout time.Duration, cond func() bool) error {
 	return nil
 }
 
+// waitExportedStatus waits until every member's pools in ns (perCluster of
+// them, and the anchor in cluster-a) carry mci's Exported entry, and
+// returns how long that took.
+func (e *env) waitExportedStatus(b *testing.B, ns string, perCluster int, timeout time.Duration) time.Duration {
+	b.Helper()
+	start := time.Now()
+	done := map[string]bool{}
+	require.NoError(b, pollFor(timeout, func() bool {
+		for _, name := range e.names {
+			if done[name] {
+				continue
+			}
+			pools, err := e.mci[name].InferencePoolV1().InferencePools(ns).List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				return false
+			}
+			written := 0
+			for _, p := range pools.Items {
+				if slices.ContainsFunc(p.Status.Parents, func(ps poolv1.ParentStatus) bool {
+					return ps.ControllerName == v1alpha1.ControllerName && ps.ParentRef.Kind == v1alpha1.ExportedParentKind
+				}) {
+					written++
+				}
+			}
+			if written < perCluster {
+				return false
+			}
+			done[name] = true
+		}
+		return true
+	}), "Exported status of every pool")
+	return time.Since(start)
+}
+
 // benchScale: unrelated objects, then PoolsPerCluster exported pools in
 // every member, then the baseline's custom resources for the same pools in
 // cluster-b; memory at each step, LIST of everything, and many watchers.
@@ -159,6 +196,12 @@ func benchScale(b *testing.B, e *env) {
 	logf("%d pools created in %s (%.0f/s); cluster-b served all %d imports %s after the last create", total, created.Round(time.Millisecond), float64(total)/created.Seconds(), want, served.Round(time.Millisecond))
 	results.add("convergence", fmt.Sprintf("bulk: %d pools created in %d clusters, all %d imports served in cluster-b", total, n, want), "s", (created + served).Seconds(),
 		fmt.Sprintf("from the first create; creating took %s at %.0f pools/s", created.Round(time.Millisecond), float64(total)/created.Seconds()))
+	// The Exported status of every pool is part of the steady state: until
+	// each member's leader has written it (at its client's 20 writes/s),
+	// every member's mci-apiserver is still receiving the status updates.
+	statused := e.waitExportedStatus(b, scaleNS, cfg.PoolsPerCluster, 10*time.Minute)
+	results.add("convergence", fmt.Sprintf("bulk: Exported status written on all %d pools", total), "s", (created + statused).Seconds(),
+		fmt.Sprintf("from the first create; each member's leader writes its %d pools' status at most 20 writes/s", cfg.PoolsPerCluster))
 	heapAfter, rssAfter := e.stableHeap(b, "cluster-b"), e.rss(b, "cluster-b")
 	e.saveHeapProfile(b, "cluster-b", "mci-apiserver-heap-pools.pb.gz")
 	perPool := float64(int64(heapAfter)-int64(heapBefore)) / float64(total)

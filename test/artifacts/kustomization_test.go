@@ -14,7 +14,7 @@ import (
 // kustomization (`kubectl apply -k`): a file added beside the others but
 // not listed would silently not be installed.
 func TestKustomizationsListEveryManifestOfTheirComponent(t *testing.T) {
-	for _, component := range []string{"mci-apiserver", "mci-sidecar"} {
+	for _, component := range []string{"mci-apiserver", "mci-sidecar", "mci-epp"} {
 		t.Run(component, func(t *testing.T) {
 			dir := filepath.Join("..", "..", "artifacts", "deploy", component)
 			data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))

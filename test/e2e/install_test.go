@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,6 +40,7 @@ const (
 	deployRoot         = "../../artifacts/deploy"
 	certManagerOverlay = deployRoot + "/mci-apiserver-cert-manager"
 	sidecarDeployDir   = deployRoot + "/mci-sidecar"
+	eppDeployDir       = deployRoot + "/mci-epp"
 	servingCertSecret  = "mci-apiserver-tls"
 	servedAs           = harness.MCIAPIServerServiceName + "." + harness.MCIAPIServerNamespace + ".svc"
 )
@@ -109,6 +111,37 @@ func TestInstallKustomizationsAreAcceptedByARealCluster(t *testing.T) {
 	t.Run("kubectl apply -k artifacts/deploy/mci-sidecar", func(t *testing.T) {
 		out := kubectl(t, kb, nil, "apply", "-k", sidecarDeployDir, "--dry-run=server")
 		for _, want := range []string{"deployment.apps/inference-gateway", "service/inference-gateway", "configmap/inference-gateway-envoy", "clusterrole.rbac.authorization.k8s.io/mci-sidecar"} {
+			assert.Contains(t, out, want+" created (server dry run)")
+		}
+	})
+
+	t.Run("an overlay of artifacts/deploy/mci-epp for a pool of another namespace", func(t *testing.T) {
+		// What a user does for their own pool: the kustomization as a base,
+		// with the pool's namespace. The ServiceAccount's bindings follow
+		// the namespace, and the namespace exists (the pool's).
+		ns := "epp-install"
+		_, err := kubernetes.NewForConfigOrDie(kb.Config).CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) {
+			require.NoError(t, err)
+		}
+		base, err := filepath.Abs(eppDeployDir)
+		require.NoError(t, err)
+		overlay := t.TempDir()
+		// kustomize takes bases by relative path only.
+		rel, err := filepath.Rel(overlay, base)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(overlay, "kustomization.yaml"),
+			[]byte("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: "+ns+"\nresources:\n- "+rel+"\n"), 0o600))
+		objs := kustomize(t, overlay)
+		for _, kind := range []string{"RoleBinding", "ClusterRoleBinding"} {
+			binding := findObject(t, objs, kind, map[string]string{"RoleBinding": "mci-epp", "ClusterRoleBinding": "mci-epp-metrics-auth"}[kind])
+			subjects, _, _ := unstructured.NestedSlice(binding.Object, "subjects")
+			require.Len(t, subjects, 1)
+			assert.Equal(t, ns, subjects[0].(map[string]any)["namespace"], "%s binds the ServiceAccount of the pool's namespace", kind)
+		}
+		out := kubectl(t, kb, nil, "apply", "-k", overlay, "--dry-run=server")
+		for _, want := range []string{"serviceaccount/mci-epp", "role.rbac.authorization.k8s.io/mci-epp", "rolebinding.rbac.authorization.k8s.io/mci-epp",
+			"clusterrole.rbac.authorization.k8s.io/mci-epp-metrics-auth", "deployment.apps/mci-epp", "service/epp"} {
 			assert.Contains(t, out, want+" created (server dry run)")
 		}
 	})

@@ -48,8 +48,8 @@ type contentPart struct {
 
 // PromptBlocks appends to dst the chained hashes of the prompt's full
 // blocks: the text of a completions request's prompt (a string, or the
-// strings of an array, one after the other; an array of token ids is taken
-// as its JSON text), or, for a chat completions request, each message's
+// strings of an array, one after the other; token ids as their decimal
+// text, each followed by a comma), or, for a chat completions request, each message's
 // role, a newline, its text content (a string, or the text parts of an
 // array; other parts such as images are left out) and a newline. Each hash
 // covers the block and the hash before it, the first one the scope as
@@ -119,7 +119,10 @@ func writeContent(h *blockHasher, raw json.RawMessage) error {
 					h.writeString(cp.Text)
 				}
 			default:
+				// A token id (or anything else): its JSON text, and a
+				// comma so that 12,345 and 123,45 differ.
 				h.write(part)
+				h.writeString(",")
 			}
 		}
 		return nil

@@ -257,14 +257,14 @@ func (p *Pipeline) rankMeasured(req *Request, kept []int, slots []slot) {
 }
 
 func rankRun(s *scheduling.Scheduler, r scheduling.Request, run []int, slots []slot, now time.Time) {
-	var loadBuf [maxStack]*scheduling.Metrics
-	var restBuf [maxStack]int
-	load, rest := loadBuf[:0], restBuf[:0]
-	if len(run) > maxStack {
-		load, rest = make([]*scheduling.Metrics, 0, len(run)), make([]int, 0, len(run))
-	}
-	for _, i := range run {
-		load, rest = append(load, &slots[i].load), append(rest, i)
+	// The scheduler keeps what it is given out of sight of escape
+	// analysis: copies of the loads go to it, so that the pick's scratch
+	// stays on the stack for the other pickers.
+	values := make([]scheduling.Metrics, len(run))
+	load, rest := make([]*scheduling.Metrics, 0, len(run)), make([]int, 0, len(run))
+	for k, i := range run {
+		values[k] = slots[i].load
+		load, rest = append(load, &values[k]), append(rest, i)
 	}
 	for k := range run {
 		j, err := s.Schedule(r, load, now)

@@ -42,12 +42,15 @@ type promptBody struct {
 
 // contentPart is one part of a chat message's content array.
 type contentPart struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
+	Type string          `json:"type"`
+	Text json.RawMessage `json:"text"`
 }
 
 // PromptBlocks appends to dst the chained hashes of the prompt's full
-// blocks: the text of a completions request's prompt (a string, or the
+// blocks. The text is the JSON text of the strings as sent, escapes
+// included (a client that escapes the same text otherwise makes another
+// prefix, as rare as it is harmless): that of a completions request's
+// prompt (a string, or the
 // strings of an array, one after the other; token ids as their decimal
 // text, each followed by a comma), or, for a chat completions request, each message's
 // role, a newline, its text content (a string, or the text parts of an
@@ -92,11 +95,9 @@ func writeContent(h *blockHasher, raw json.RawMessage) error {
 	}
 	switch raw[0] {
 	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return fmt.Errorf("reading the prompt: %w", err)
-		}
-		h.writeString(s)
+		// The string as sent, escapes included: json.Unmarshal has
+		// checked it, and unescaping would cost a second pass and a copy.
+		h.write(raw[1 : len(raw)-1])
 		return nil
 	case '[':
 		var parts []json.RawMessage
@@ -115,8 +116,10 @@ func writeContent(h *blockHasher, raw json.RawMessage) error {
 				if err := json.Unmarshal(part, &cp); err != nil {
 					return fmt.Errorf("reading the prompt: %w", err)
 				}
-				if cp.Type == "text" {
-					h.writeString(cp.Text)
+				if cp.Type == "text" && len(cp.Text) > 0 && cp.Text[0] == '"' {
+					if err := writeContent(h, cp.Text); err != nil {
+						return err
+					}
 				}
 			default:
 				// A token id (or anything else): its JSON text, and a

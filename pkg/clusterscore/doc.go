@@ -58,8 +58,10 @@
 //     there. Soft: the load scorers (in-flight, queue, KV cache) sit in the
 //     same total, so a short shared prefix (3 of 16 blocks scores 0.56 at
 //     weight 3) loses to a cluster with ten fewer requests in flight (0.91
-//     at weight 1) plus the queue and KV cache, while a whole shared
-//     conversation (3 at weight 3) wins over any load below saturation.
+//     at weight 1), while a whole shared conversation (3 at weight 3)
+//     outweighs any difference of queue and KV cache below saturation
+//     (at most 1.3), and yields only to a cluster that is at once much
+//     less busy, faster and failing less.
 //   - Sessions are a header (or a cookie) value, scoped per pool, pinned to
 //     the cluster that last served them for a TTL after their last request
 //     (10 minutes by default) in a bounded table (100,000; least recently

@@ -1,7 +1,6 @@
 package clusterscore
 
 import (
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +41,9 @@ func (r *Rotation) Fits(cands []Candidate) bool {
 func rotationKey(cands []Candidate) string {
 	var b strings.Builder
 	for _, c := range cands {
+		// Length-prefixed, so that no name can pass for another's weight.
+		b.WriteString(strconv.Itoa(len(c.Name)))
+		b.WriteByte(':')
 		b.WriteString(c.Name)
 		b.WriteByte('=')
 		b.WriteString(strconv.FormatInt(c.Weight, 10))
@@ -71,11 +73,4 @@ func (r *Rotation) next(eligible func(int) bool) int {
 		r.credit[best] -= total
 	}
 	return best
-}
-
-// credits returns a copy of the credits, for tests.
-func (r *Rotation) credits() []int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.credit)
 }

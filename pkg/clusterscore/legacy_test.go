@@ -272,6 +272,14 @@ func TestMetricsBased(t *testing.T) {
 			wantOrder: []string{"a", "b", "c"},
 		},
 		{
+			// Not in pkg/sidecar's table: there the serving cluster also
+			// comes first by name.
+			name:      "an unmeasured serving cluster comes before one of unknown health whatever the names",
+			health:    map[string]Health{"c": HealthServing},
+			metrics:   map[string]*PoolMetrics{"a": fresh(2, 0.1, 3)},
+			wantOrder: []string{"a", "c", "b"},
+		},
+		{
 			name:      "a cluster whose pool has no ready pod is skipped",
 			metrics:   map[string]*PoolMetrics{"a": fresh(0, 0, 0), "b": fresh(1, 0.5, 2), "c": fresh(2, 0.5, -1)},
 			wantOrder: []string{"b", "c"},

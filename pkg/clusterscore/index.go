@@ -45,6 +45,7 @@ type indexEntry struct {
 type indexShard struct {
 	mu      sync.RWMutex
 	clock   uint32
+	evicted uint64
 	sets    uint64
 	entries []indexEntry
 }
@@ -85,6 +86,20 @@ func (x *PrefixIndex) Len() int {
 	return n
 }
 
+// Evicted counts the blocks pushed out to make room since creation: an
+// index that evicts blocks younger than the prefixes worth keeping is too
+// small (a metric for the operator, who sizes it).
+func (x *PrefixIndex) Evicted() uint64 {
+	var n uint64
+	for i := range x.shards {
+		sh := &x.shards[i]
+		sh.mu.RLock()
+		n += sh.evicted
+		sh.mu.RUnlock()
+	}
+	return n
+}
+
 // ClusterID is the id the index keeps for a cluster name; never 0.
 func ClusterID(name string) uint32 {
 	// FNV-1a, inline so that it does not allocate.
@@ -113,6 +128,9 @@ func (x *PrefixIndex) Record(blocks []uint64, cluster uint32) {
 		sh.clock++
 		e := victim(set, key, sh.clock)
 		if e.key != key {
+			if e.key != 0 {
+				sh.evicted++
+			}
 			*e = indexEntry{key: key}
 		}
 		e.used = sh.clock

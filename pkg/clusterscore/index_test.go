@@ -75,6 +75,7 @@ func TestPrefixIndex(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			x := NewPrefixIndex(1024)
 			tt.record(x)
+			assert.Zero(t, x.Evicted())
 			got := make([]int, len(ids))
 			x.Match(tt.query, ids, got)
 			assert.Equal(t, tt.want, got)
@@ -119,6 +120,7 @@ func TestPrefixIndexMemoryIsBounded(t *testing.T) {
 
 	assert.LessOrEqual(t, x.Len(), x.Capacity())
 	assert.GreaterOrEqual(t, x.Len(), capacity*9/10, "a full index uses its room")
+	assert.Equal(t, uint64(1_000_000-x.Len()), x.Evicted(), "every block recorded is held or was evicted")
 	assert.Less(t, x.Capacity(), capacity+indexShards*indexWays)
 	perPrefix := float64(x.Bytes()) / float64(x.Capacity())
 	t.Logf("index of %d blocks: %d bytes (%.0f bytes per prefix, %.2f MiB per 100,000 prefixes)", x.Capacity(), x.Bytes(), perPrefix, perPrefix*100_000/(1<<20))

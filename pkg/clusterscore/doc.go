@@ -85,7 +85,9 @@
 //     unmeasured ones skipped them); the annotation documents weight 0 as
 //     "out of rotation", which is now what it does everywhere.
 //   - Explanations (Explanation) are filled only when the caller passes
-//     one; without, a pick over up to 16 candidates does not allocate.
+//     one; without, a pick over up to 16 candidates into a reused order
+//     does not allocate (but for the chain picker, whose filter chain
+//     takes its input on the heap).
 //
 // Concurrency: a Pipeline is immutable; Memory, Rotation and their parts
 // are safe for concurrent use, so picks run from every ext_proc stream at

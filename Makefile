@@ -79,7 +79,9 @@ FUZZ_TARGETS := \
 	./pkg/registry/virtual:FuzzVersionRoundTrips \
 	./pkg/extproc:FuzzReadRequest \
 	./pkg/epp:FuzzParseBody \
-	./pkg/metrics:FuzzParse
+	./pkg/metrics:FuzzParse \
+	./pkg/clusterscore:FuzzParse \
+	./pkg/clusterscore:FuzzPromptBlocks
 
 .PHONY: fuzz
 fuzz:

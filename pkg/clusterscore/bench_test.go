@@ -1,0 +1,141 @@
+package clusterscore
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// BenchmarkPick is a pick over 3 clusters, every scorer on (the target is
+// under 20 µs of CPU): a 64-block prompt (4 KiB) whose first half one
+// cluster served, a pinned session, observations and fresh metrics for
+// every cluster.
+func BenchmarkPick(b *testing.B) {
+	all := "prefix-cache=3,session=2,in-flight=1,latency=1,errors=1,queue=1,kv-cache=1,weight=1"
+	for _, bc := range []struct{ name, config string }{
+		{"all-scorers", all},
+		{"all-scorers-two-choices", all + ",pick=two-choices"},
+		{PrefixAffinity, PrefixAffinity},
+		{MetricsBased, MetricsBased},
+		{HealthBased, HealthBased},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			f := newAffinityFixture(b)
+			cfg, err := Parse(bc.config)
+			require.NoError(b, err)
+			p, err := New(cfg, f.p.thresholds, f.mem)
+			require.NoError(b, err)
+			req := f.req()
+			req.Blocks, req.Session = chain(7, 64), "alice"
+			f.mem.Prefixes.Record(req.Blocks[:32], ClusterID("b"))
+			f.mem.Sessions.Pin(scope, "alice", "c", epoch)
+			for _, c := range f.cands {
+				f.mem.Observed.Started(scope, c.Name)
+				f.mem.Observed.FirstByte(scope, c.Name, 0)
+			}
+			rot := NewRotation(f.cands)
+			order := make([]int, 0, len(f.cands))
+			b.ReportAllocs()
+			for b.Loop() {
+				order, err = p.Pick(req, f.cands, rot, order[:0], nil)
+				if err != nil || len(order) != 3 {
+					b.Fatal(order, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPickParallel is BenchmarkPick's PrefixAffinity from every core,
+// recording each pick, as concurrent ext_proc streams do.
+func BenchmarkPickParallel(b *testing.B) {
+	f := newAffinityFixture(b)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		req := f.req()
+		req.Blocks = chain(7, 64)
+		order := make([]int, 0, 3)
+		for pb.Next() {
+			var err error
+			order, err = f.p.Pick(req, f.cands, nil, order[:0], nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			f.mem.Served(req, f.cands[order[0]].Name)
+		}
+	})
+}
+
+// BenchmarkExplainedPick is a PrefixAffinity pick with its explanation
+// formatted, as a debug log or response header would have it.
+func BenchmarkExplainedPick(b *testing.B) {
+	f := newAffinityFixture(b)
+	req := f.req()
+	var ex Explanation
+	order := make([]int, 0, 3)
+	b.ReportAllocs()
+	for b.Loop() {
+		order, _ = f.p.Pick(req, f.cands, nil, order[:0], &ex)
+		_ = ex.String()
+	}
+}
+
+// BenchmarkPromptBlocks hashes a chat request of a 4 KiB prompt: reading
+// the body (encoding/json) and hashing its text, then the hashing alone.
+func BenchmarkPromptBlocks(b *testing.B) {
+	prompt := text("You are a helpful assistant.", 3000) + text("What is", 1096)
+	body := chatBody(b, prompt[:3000], prompt[3000:])
+	blocks := make([]uint64, 0, MaxBlocks)
+	b.Run("chat-body", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var err error
+			blocks, err = PromptBlocks(blocks[:0], scope, body)
+			if err != nil || len(blocks) != 64 {
+				b.Fatal(len(blocks), err)
+			}
+		}
+	})
+	b.Run("hash-only", func(b *testing.B) {
+		b.SetBytes(int64(len(prompt)))
+		b.ReportAllocs()
+		for b.Loop() {
+			h := newBlockHasher(blocks[:0], scope)
+			h.writeString(prompt)
+			blocks = h.out
+		}
+	})
+}
+
+// BenchmarkServed records a 64-block prompt and pins its session.
+func BenchmarkServed(b *testing.B) {
+	f := newAffinityFixture(b)
+	req := f.req()
+	req.Blocks, req.Session = chain(7, 64), "alice"
+	b.ReportAllocs()
+	for b.Loop() {
+		f.mem.Served(req, "b")
+	}
+}
+
+// BenchmarkPrefixIndexMemory reports the index's memory per 100,000
+// prefixes (blocks), full, and the cost of recording into a full index.
+func BenchmarkPrefixIndexMemory(b *testing.B) {
+	for _, capacity := range []int{100_000, 1 << 18, 1_000_000} {
+		b.Run(fmt.Sprint(capacity), func(b *testing.B) {
+			x := NewPrefixIndex(capacity)
+			for i := range capacity / 50 * 2 {
+				x.Record(chain(uint64(i), 50), ClusterID(strings.Repeat("c", 1+i%3)))
+			}
+			blocks := chain(1<<40, 64)
+			for b.Loop() {
+				x.Record(blocks, 1)
+			}
+			b.ReportMetric(float64(x.Bytes())*100_000/float64(x.Capacity()), "bytes/100k-prefixes")
+			b.ReportMetric(float64(x.Bytes()), "index-bytes")
+		})
+	}
+}

@@ -1,0 +1,274 @@
+package clusterscore
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Filter is one stage that decides, before any scoring, whether a candidate
+// may take the request at all, and in which tier it waits.
+type Filter uint8
+
+// The filters. Their order in a configuration does not matter: each looks
+// at one property of a candidate.
+const (
+	// FilterHealth drops candidates whose EPP is known not to be serving.
+	// Under the round-robin and chain pickers, candidates of unknown health
+	// come after the serving ones.
+	FilterHealth Filter = iota
+	// FilterReady drops candidates whose Ready condition is False, and
+	// those whose fresh pool metrics count no ready pod.
+	FilterReady
+	// FilterWeight drops candidates of weight 0 or less.
+	FilterWeight
+	// FilterModel drops candidates known not to serve the request's model.
+	FilterModel
+	// FilterSaturation puts candidates whose fresh pool metrics say they
+	// are saturated last, and drops them for a sheddable request, which is
+	// shed (ErrShed) when nothing else remains.
+	FilterSaturation
+	// FilterLocalFirst puts the local pool first while its EPP is not known
+	// to be failing.
+	FilterLocalFirst
+	numFilters
+)
+
+var filterNames = [numFilters]string{"health", "ready", "weight", "model", "saturation", "local-first"}
+
+func (f Filter) String() string {
+	if f < numFilters {
+		return filterNames[f]
+	}
+	return "Filter(" + strconv.Itoa(int(f)) + ")"
+}
+
+// Scorer names one scorer. Each scores every candidate left by the filters
+// in [0, 1], higher is better.
+type Scorer uint8
+
+// The scorers.
+const (
+	// ScorePrefixCache is the share of the request's leading prompt blocks
+	// that the candidate served last (PrefixIndex).
+	ScorePrefixCache Scorer = iota
+	// ScoreSession is 1 for the candidate the request's session is pinned
+	// to, 0 for the others.
+	ScoreSession
+	// ScoreLatency is the lowest observed time to first byte among the
+	// candidates divided by the candidate's (Observer).
+	ScoreLatency
+	// ScoreErrors is 1 minus the candidate's observed error ratio.
+	ScoreErrors
+	// ScoreInFlight is (least in-flight + 1) / (the candidate's in-flight +
+	// 1): requests this sidecar has sent and not yet seen finish.
+	ScoreInFlight
+	// ScoreQueue is 1 / (1 + queue/q0) of the pool's average queue, q0 the
+	// sheddable queue threshold (at least 1); 0.5 when unmeasured.
+	ScoreQueue
+	// ScoreKVCache is 1 minus the pool's average KV cache utilization; 0.5
+	// when unmeasured.
+	ScoreKVCache
+	// ScoreWeight is the candidate's configured weight over the largest.
+	ScoreWeight
+	// NumScorers is how many scorers there are.
+	NumScorers
+)
+
+var scorerNames = [NumScorers]string{"prefix-cache", "session", "latency", "errors", "in-flight", "queue", "kv-cache", "weight"}
+
+func (s Scorer) String() string {
+	if s < NumScorers {
+		return scorerNames[s]
+	}
+	return "Scorer(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Picker turns the tiers and scores into the failover order.
+type Picker uint8
+
+// The pickers.
+const (
+	// PickMaxScore takes the highest total of the first tier, ties broken
+	// at random; the rest follow by total.
+	PickMaxScore Picker = iota
+	// PickTwoChoices draws two candidates of the first tier at random and
+	// takes the higher total (power of two choices); the rest follow by
+	// total.
+	PickTwoChoices
+	// PickRoundRobin takes the first candidate by smooth weighted
+	// round-robin (Rotation); the rest follow by weight, then name.
+	PickRoundRobin
+	// PickChain ranks measured candidates with the filter chain of
+	// pkg/scheduling, unmeasured ones as PickRoundRobin does (MetricsBased).
+	PickChain
+	numPickers
+)
+
+var pickerNames = [numPickers]string{"max-score", "two-choices", "round-robin", "chain"}
+
+func (p Picker) String() string {
+	if p < numPickers {
+		return pickerNames[p]
+	}
+	return "Picker(" + strconv.Itoa(int(p)) + ")"
+}
+
+// WeightedScorer is a scorer and what its score counts for in the total.
+type WeightedScorer struct {
+	Scorer Scorer
+	Weight float64
+}
+
+// Config is a named configuration of the pipeline.
+type Config struct {
+	// Name is the configuration's name, or the annotation text it was
+	// parsed from.
+	Name    string
+	Filters []Filter
+	Scorers []WeightedScorer
+	Picker  Picker
+}
+
+// Has reports whether the configuration includes the filter.
+func (c Config) Has(f Filter) bool { return slices.Contains(c.Filters, f) }
+
+// The named configurations. The first four are the sidecar's policies of
+// old, with their exact behaviour.
+const (
+	Weighted       = "Weighted"
+	HealthBased    = "HealthBased"
+	MetricsBased   = "MetricsBased"
+	LocalFirst     = "LocalFirst"
+	PrefixAffinity = "PrefixAffinity"
+)
+
+// defaultFilters are the filters of a configuration written as scorers.
+var defaultFilters = []Filter{FilterHealth, FilterReady, FilterWeight, FilterModel, FilterSaturation}
+
+// Named returns the named configurations, by name.
+func Named() map[string]Config {
+	return map[string]Config{
+		Weighted:     {Name: Weighted, Filters: []Filter{FilterWeight, FilterModel}, Picker: PickRoundRobin},
+		HealthBased:  {Name: HealthBased, Filters: []Filter{FilterHealth, FilterWeight, FilterModel}, Picker: PickRoundRobin},
+		LocalFirst:   {Name: LocalFirst, Filters: []Filter{FilterHealth, FilterWeight, FilterModel, FilterLocalFirst}, Picker: PickRoundRobin},
+		MetricsBased: {Name: MetricsBased, Filters: defaultFilters, Picker: PickChain},
+		PrefixAffinity: {
+			Name:    PrefixAffinity,
+			Filters: defaultFilters,
+			Scorers: []WeightedScorer{
+				{ScorePrefixCache, 3}, {ScoreSession, 2}, {ScoreInFlight, 1},
+				{ScoreLatency, 1}, {ScoreErrors, 1}, {ScoreQueue, 1}, {ScoreKVCache, 1},
+			},
+			Picker: PickMaxScore,
+		},
+	}
+}
+
+// Names lists the named configurations.
+var Names = []string{Weighted, HealthBased, MetricsBased, LocalFirst, PrefixAffinity}
+
+// maxAnnotation bounds the annotation text Parse reads; annotations are
+// small, and a long one is a mistake.
+const maxAnnotation = 512
+
+// maxWeight bounds a scorer's weight so that totals stay comparable.
+const maxWeight = 1000
+
+// ErrSyntax is wrapped by every error of Parse.
+var ErrSyntax = errors.New("invalid cluster scoring configuration")
+
+// Parse reads a configuration from an annotation value: either the name of
+// a named configuration (Names), or a comma-separated list of items
+//
+//	<scorer>=<weight>                 a scorer and its weight, 0 < weight <= 1000
+//	pick=<picker>                     max-score (default), two-choices, round-robin, chain
+//	filters=<filter>+<filter>...      instead of health+ready+weight+model+saturation
+//
+// such as "prefix-cache=3,session=2,in-flight=1,queue=1,kv-cache=1" or
+// "in-flight=1,pick=two-choices". Spaces around items are ignored. Each
+// scorer, pick and filters may appear once; at least one scorer is needed
+// unless the picker is round-robin or chain.
+func Parse(s string) (Config, error) {
+	if len(s) > maxAnnotation {
+		return Config{}, fmt.Errorf("%w: %d bytes, at most %d", ErrSyntax, len(s), maxAnnotation)
+	}
+	s = strings.TrimSpace(s)
+	if c, ok := Named()[s]; ok {
+		return c, nil
+	}
+	if s == "" {
+		return Config{}, fmt.Errorf("%w: empty; want one of %v or a list such as %q", ErrSyntax, Names, "prefix-cache=3,in-flight=1")
+	}
+	if !strings.Contains(s, "=") {
+		return Config{}, fmt.Errorf("%w: unknown configuration %q; want one of %v or a list such as %q", ErrSyntax, s, Names, "prefix-cache=3,in-flight=1")
+	}
+	c := Config{Name: s, Filters: defaultFilters, Picker: PickMaxScore}
+	var seenScorer [NumScorers]bool
+	var seenPick, seenFilters bool
+	for item := range strings.SplitSeq(s, ",") {
+		key, value, ok := strings.Cut(strings.TrimSpace(item), "=")
+		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+		if !ok || key == "" || value == "" {
+			return Config{}, fmt.Errorf("%w: item %q is not <name>=<value>", ErrSyntax, item)
+		}
+		switch key {
+		case "pick":
+			if seenPick {
+				return Config{}, fmt.Errorf("%w: pick given twice", ErrSyntax)
+			}
+			seenPick = true
+			i := slices.Index(pickerNames[:], value)
+			if i < 0 {
+				return Config{}, fmt.Errorf("%w: unknown picker %q; want one of %v", ErrSyntax, value, pickerNames)
+			}
+			c.Picker = Picker(i)
+		case "filters":
+			if seenFilters {
+				return Config{}, fmt.Errorf("%w: filters given twice", ErrSyntax)
+			}
+			seenFilters = true
+			fs, err := parseFilters(value)
+			if err != nil {
+				return Config{}, err
+			}
+			c.Filters = fs
+		default:
+			i := slices.Index(scorerNames[:], key)
+			if i < 0 {
+				return Config{}, fmt.Errorf("%w: unknown scorer %q; want one of %v, pick or filters", ErrSyntax, key, scorerNames)
+			}
+			if seenScorer[i] {
+				return Config{}, fmt.Errorf("%w: scorer %s given twice", ErrSyntax, key)
+			}
+			seenScorer[i] = true
+			w, err := strconv.ParseFloat(value, 64)
+			if err != nil || math.IsNaN(w) || w <= 0 || w > maxWeight {
+				return Config{}, fmt.Errorf("%w: weight %q of %s is not a number above 0 and at most %d", ErrSyntax, value, key, maxWeight)
+			}
+			c.Scorers = append(c.Scorers, WeightedScorer{Scorer(i), w})
+		}
+	}
+	if len(c.Scorers) == 0 && (c.Picker == PickMaxScore || c.Picker == PickTwoChoices) {
+		return Config{}, fmt.Errorf("%w: picker %s needs at least one scorer", ErrSyntax, c.Picker)
+	}
+	return c, nil
+}
+
+func parseFilters(value string) ([]Filter, error) {
+	var out []Filter
+	for name := range strings.SplitSeq(value, "+") {
+		i := slices.Index(filterNames[:], strings.TrimSpace(name))
+		if i < 0 {
+			return nil, fmt.Errorf("%w: unknown filter %q; want some of %v joined by +", ErrSyntax, name, filterNames)
+		}
+		if slices.Contains(out, Filter(i)) {
+			return nil, fmt.Errorf("%w: filter %s given twice", ErrSyntax, name)
+		}
+		out = append(out, Filter(i))
+	}
+	return out, nil
+}

@@ -1,0 +1,113 @@
+package clusterscore
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mci-dev/mci/pkg/scheduling"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    Config
+		wantErr string
+	}{
+		{
+			name: "a named configuration is found by its name",
+			in:   " MetricsBased ",
+			want: Named()[MetricsBased],
+		},
+		{
+			name: "scorers with weights, the default filters and picker",
+			in:   "prefix-cache=3, session=2,in-flight=1,queue=0.5",
+			want: Config{
+				Name:    "prefix-cache=3, session=2,in-flight=1,queue=0.5",
+				Filters: []Filter{FilterHealth, FilterReady, FilterWeight, FilterModel, FilterSaturation},
+				Scorers: []WeightedScorer{{ScorePrefixCache, 3}, {ScoreSession, 2}, {ScoreInFlight, 1}, {ScoreQueue, 0.5}},
+				Picker:  PickMaxScore,
+			},
+		},
+		{
+			name: "a picker and filters of one's own",
+			in:   "in-flight=1,pick=two-choices,filters=health+saturation",
+			want: Config{
+				Name:    "in-flight=1,pick=two-choices,filters=health+saturation",
+				Filters: []Filter{FilterHealth, FilterSaturation},
+				Scorers: []WeightedScorer{{ScoreInFlight, 1}},
+				Picker:  PickTwoChoices,
+			},
+		},
+		{
+			name: "round-robin needs no scorer",
+			in:   "pick=round-robin",
+			want: Config{Name: "pick=round-robin", Filters: defaultFilters, Picker: PickRoundRobin},
+		},
+		{name: "an empty value is refused", in: "  ", wantErr: "empty"},
+		{name: "an unknown name is refused with the known ones", in: "RoundRobin", wantErr: `unknown configuration "RoundRobin"; want one of [Weighted HealthBased MetricsBased LocalFirst PrefixAffinity]`},
+		{name: "an unknown scorer is refused", in: "prefix=3", wantErr: `unknown scorer "prefix"`},
+		{name: "a scorer given twice is refused", in: "queue=1,queue=2", wantErr: "scorer queue given twice"},
+		{name: "a weight of 0 is refused", in: "queue=0", wantErr: `weight "0" of queue`},
+		{name: "a negative weight is refused", in: "queue=-1", wantErr: `weight "-1" of queue`},
+		{name: "NaN is refused", in: "queue=NaN", wantErr: `weight "NaN" of queue`},
+		{name: "infinity is refused", in: "queue=+Inf", wantErr: `weight "+Inf" of queue`},
+		{name: "a weight above 1000 is refused", in: "queue=1001", wantErr: `weight "1001" of queue`},
+		{name: "an item without a value is refused", in: "queue=1,", wantErr: `item "" is not <name>=<value>`},
+		{name: "an unknown picker is refused", in: "queue=1,pick=best", wantErr: `unknown picker "best"`},
+		{name: "pick given twice is refused", in: "queue=1,pick=chain,pick=chain", wantErr: "pick given twice"},
+		{name: "an unknown filter is refused", in: "queue=1,filters=health+lucky", wantErr: `unknown filter "lucky"`},
+		{name: "a filter given twice is refused", in: "queue=1,filters=health+health", wantErr: "filter health given twice"},
+		{name: "a scoring picker without scorers is refused", in: "pick=max-score", wantErr: "picker max-score needs at least one scorer"},
+		{name: "an overlong value is refused", in: strings.Repeat("queue=1,", 100), wantErr: "at most 512"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Parse(tt.in)
+			if tt.wantErr != "" {
+				require.ErrorIs(t, err, ErrSyntax)
+				assert.Contains(t, err.Error(), tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestNamedConfigurationsCompile(t *testing.T) {
+	for _, name := range Names {
+		cfg, err := Parse(name)
+		require.NoError(t, err, name)
+		_, err = New(cfg, scheduling.DefaultConfig(), NewMemory(DefaultMemoryOptions()))
+		require.NoError(t, err, name)
+	}
+	_, err := New(Named()[PrefixAffinity], scheduling.DefaultConfig(), nil)
+	assert.ErrorContains(t, err, "needs the affinity memory")
+	_, err = New(Named()[MetricsBased], scheduling.Config{SheddableKVCacheThreshold: 2}, nil)
+	assert.ErrorContains(t, err, "not between 0 and 1")
+}
+
+// FuzzParse: no input panics; what parses compiles and picks.
+func FuzzParse(f *testing.F) {
+	for _, s := range append([]string{"", "queue=1", "prefix-cache=3,session=2,pick=two-choices,filters=health+ready", "a=b=c", ",,,", "queue=1e309", "filters=+"}, Names...) {
+		f.Add(s)
+	}
+	mem := NewMemory(MemoryOptions{PrefixBlocks: 1, Sessions: 1})
+	cands := []Candidate{{Name: "a", Weight: 1}, {Name: "b", Weight: 2, Health: HealthServing}}
+	f.Fuzz(func(t *testing.T, s string) {
+		cfg, err := Parse(s)
+		if err != nil {
+			require.ErrorIs(t, err, ErrSyntax)
+			return
+		}
+		p, err := New(cfg, scheduling.DefaultConfig(), mem)
+		require.NoError(t, err)
+		order, err := p.Pick(&Request{Now: epoch}, cands, NewRotation(cands), nil, &Explanation{})
+		require.NoError(t, err)
+		assert.LessOrEqual(t, len(order), len(cands))
+	})
+}

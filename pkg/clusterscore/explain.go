@@ -1,0 +1,99 @@
+package clusterscore
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Verdict is what the filters decided about a candidate.
+type Verdict uint8
+
+// The verdicts.
+const (
+	Kept Verdict = iota
+	DroppedNotServing
+	DroppedNotReady
+	DroppedNoReadyPods
+	DroppedWeight
+	DroppedModel
+	DroppedSaturated
+	numVerdicts
+)
+
+var verdictNames = [numVerdicts]string{"kept", "not-serving", "not-ready", "no-ready-pods", "weight-0", "no-model", "saturated"}
+
+func (v Verdict) String() string {
+	if v < numVerdicts {
+		return verdictNames[v]
+	}
+	return "Verdict(" + strconv.Itoa(int(v)) + ")"
+}
+
+// ClusterExplanation is why one candidate came where it did.
+type ClusterExplanation struct {
+	Name    string
+	Verdict Verdict
+	// Tier orders the kept candidates before any score: lower first
+	// (saturated ones, of unknown health, unmeasured, as the picker
+	// wants).
+	Tier int8
+	// Scores holds each configured scorer's score, by Scorer.
+	Scores [NumScorers]float64
+	// Total is the weighted sum of the scores.
+	Total float64
+}
+
+// Explanation is why a pick came out as it did. A caller that wants one
+// keeps an Explanation and passes it to Pick, which overwrites it (reusing
+// its space); passing nil costs nothing.
+type Explanation struct {
+	Config   string
+	Scorers  []WeightedScorer
+	Clusters []ClusterExplanation
+}
+
+func (e *Explanation) reset(p *Pipeline, cands []Candidate) {
+	e.Config, e.Scorers = p.cfg.Name, p.cfg.Scorers
+	e.Clusters = e.Clusters[:0]
+	for i := range cands {
+		e.Clusters = append(e.Clusters, ClusterExplanation{Name: cands[i].Name})
+	}
+}
+
+func (e *Explanation) fill(slots []slot) {
+	for i := range slots {
+		e.Clusters[i].Verdict, e.Clusters[i].Tier, e.Clusters[i].Total = slots[i].verdict, slots[i].tier, slots[i].total
+	}
+}
+
+// String is the explanation on one line, for a debug log or a response
+// header: the configuration, then per candidate its verdict, tier, each
+// scorer's score and the total, such as
+//
+//	PrefixAffinity a:kept,tier=0,prefix-cache=0.75,in-flight=1,total=3.25 b:saturated
+func (e *Explanation) String() string {
+	var b strings.Builder
+	b.WriteString(e.Config)
+	for _, c := range e.Clusters {
+		b.WriteByte(' ')
+		b.WriteString(c.Name)
+		b.WriteByte(':')
+		b.WriteString(c.Verdict.String())
+		if c.Verdict != Kept {
+			continue
+		}
+		b.WriteString(",tier=")
+		b.WriteString(strconv.Itoa(int(c.Tier)))
+		for _, s := range e.Scorers {
+			b.WriteByte(',')
+			b.WriteString(s.Scorer.String())
+			b.WriteByte('=')
+			b.WriteString(strconv.FormatFloat(c.Scores[s.Scorer], 'g', 3, 64))
+		}
+		if len(e.Scorers) > 0 {
+			b.WriteString(",total=")
+			b.WriteString(strconv.FormatFloat(c.Total, 'g', 4, 64))
+		}
+	}
+	return b.String()
+}

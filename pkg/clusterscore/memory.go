@@ -1,0 +1,48 @@
+package clusterscore
+
+import "time"
+
+// Memory is what the pipeline learns from the requests it routes: the
+// prefix index, the session pins and the observations. One Memory serves
+// every backend of a sidecar (entries are scoped by Request.Scope).
+type Memory struct {
+	Prefixes *PrefixIndex
+	Sessions *Sessions
+	Observed *Observer
+}
+
+// MemoryOptions size a Memory.
+type MemoryOptions struct {
+	// PrefixBlocks is the prefix index's capacity in blocks.
+	PrefixBlocks int
+	// Sessions is how many sessions are pinned at most, for SessionTTL
+	// after their last request.
+	Sessions   int
+	SessionTTL time.Duration
+	// EWMAAlpha weighs a new sample of the observed averages.
+	EWMAAlpha float64
+}
+
+// DefaultMemoryOptions: 262,144 blocks (16 MiB of prompt text; 8 MiB of
+// index), 100,000 sessions pinned for 10 minutes.
+func DefaultMemoryOptions() MemoryOptions {
+	return MemoryOptions{PrefixBlocks: 1 << 18, Sessions: 100_000, SessionTTL: 10 * time.Minute, EWMAAlpha: DefaultEWMAAlpha}
+}
+
+// NewMemory returns an empty memory.
+func NewMemory(o MemoryOptions) *Memory {
+	return &Memory{
+		Prefixes: NewPrefixIndex(o.PrefixBlocks),
+		Sessions: NewSessions(o.Sessions, o.SessionTTL),
+		Observed: NewObserver(o.EWMAAlpha),
+	}
+}
+
+// Served records that cluster took the request: its prompt blocks are
+// now likely cached there, and its session is pinned there. The sidecar
+// calls it with the cluster whose EPP answered, which may not be the first
+// of the order.
+func (m *Memory) Served(req *Request, cluster string) {
+	m.Prefixes.Record(req.Blocks, ClusterID(cluster))
+	m.Sessions.Pin(req.Scope, req.Session, cluster, req.Now)
+}

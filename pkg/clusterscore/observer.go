@@ -1,0 +1,133 @@
+package clusterscore
+
+import (
+	"sync"
+	"time"
+)
+
+// Observer keeps what this sidecar itself measures of each cluster:
+// requests in flight, time to the first response byte and errors. Metrics
+// a remote cluster reports about itself cross a trust boundary; these do
+// not. The sidecar calls Started when it sends a request to a cluster,
+// FirstByte when the first byte of the response comes back, and Finished
+// when the exchange ends, exactly once per Started. It is safe for
+// concurrent use.
+type Observer struct {
+	// alpha is the EWMA weight of a new sample.
+	alpha float64
+
+	mu       sync.RWMutex
+	clusters map[scopedKey]*observed
+}
+
+// observed is one cluster of one scope. Its fields are guarded by mu.
+type observed struct {
+	mu       sync.Mutex
+	inFlight int64
+	// ttfb is the EWMA of time to first byte in seconds; 0 before the
+	// first sample.
+	ttfb float64
+	// errors is the EWMA of failures (1) and successes (0).
+	errors float64
+}
+
+// Observation is a snapshot of one cluster's observations.
+type Observation struct {
+	InFlight int64
+	// TTFB is the moving average of time to first byte; 0 when none was
+	// measured yet.
+	TTFB time.Duration
+	// ErrorRatio is the moving average share of failed exchanges.
+	ErrorRatio float64
+}
+
+// DefaultEWMAAlpha weighs a new sample a tenth: about the last 20
+// exchanges count.
+const DefaultEWMAAlpha = 0.1
+
+// NewObserver returns an observer whose moving averages weigh a new
+// sample alpha (0 < alpha <= 1; DefaultEWMAAlpha otherwise).
+func NewObserver(alpha float64) *Observer {
+	if !(alpha > 0 && alpha <= 1) {
+		alpha = DefaultEWMAAlpha
+	}
+	return &Observer{alpha: alpha, clusters: map[scopedKey]*observed{}}
+}
+
+func (o *Observer) get(scope, cluster string) *observed {
+	k := scopedKey{scope, cluster}
+	o.mu.RLock()
+	c := o.clusters[k]
+	o.mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if c = o.clusters[k]; c == nil {
+		c = &observed{}
+		o.clusters[k] = c
+	}
+	return c
+}
+
+// Started counts a request sent to a cluster of scope.
+func (o *Observer) Started(scope, cluster string) {
+	c := o.get(scope, cluster)
+	c.mu.Lock()
+	c.inFlight++
+	c.mu.Unlock()
+}
+
+// FirstByte records the time from sending a request to the first byte of
+// its response.
+func (o *Observer) FirstByte(scope, cluster string, d time.Duration) {
+	c := o.get(scope, cluster)
+	c.mu.Lock()
+	if s := d.Seconds(); c.ttfb == 0 {
+		c.ttfb = max(s, 1e-9)
+	} else {
+		c.ttfb += o.alpha * (s - c.ttfb)
+	}
+	c.mu.Unlock()
+}
+
+// Finished ends a request Started before; failed says it failed (no
+// answer, or an error status).
+func (o *Observer) Finished(scope, cluster string, failed bool) {
+	c := o.get(scope, cluster)
+	sample := 0.0
+	if failed {
+		sample = 1
+	}
+	c.mu.Lock()
+	c.inFlight = max(c.inFlight-1, 0)
+	c.errors += o.alpha * (sample - c.errors)
+	c.mu.Unlock()
+}
+
+// Observe returns the observations of a cluster of scope; zero when none.
+func (o *Observer) Observe(scope, cluster string) Observation {
+	o.mu.RLock()
+	c := o.clusters[scopedKey{scope, cluster}]
+	o.mu.RUnlock()
+	if c == nil {
+		return Observation{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Observation{InFlight: c.inFlight, TTFB: time.Duration(c.ttfb * float64(time.Second)), ErrorRatio: c.errors}
+}
+
+// Retain forgets the clusters of scopes keep reports false, as the
+// routing table drops pools and clusters; the map is otherwise bounded by
+// the pools and clusters of the ClusterSet.
+func (o *Observer) Retain(keep func(scope, cluster string) bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k := range o.clusters {
+		if !keep(k.scope, k.name) {
+			delete(o.clusters, k)
+		}
+	}
+}

@@ -1,0 +1,359 @@
+package clusterscore
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mci-dev/mci/pkg/scheduling"
+)
+
+// Pipeline is a compiled configuration. It is immutable and safe for
+// concurrent use; the state it reads and writes lives in the Memory and
+// the Rotation its callers pass.
+type Pipeline struct {
+	cfg        Config
+	thresholds scheduling.Config
+	mem        *Memory
+	has        [numFilters]bool
+	// observed is true when a scorer reads the Observer.
+	observed   bool
+	schedulers sync.Pool
+}
+
+// New compiles a configuration. thresholds are the filter chain's:
+// saturation is its "has capacity" for sheddable requests, freshness its
+// staleness bound. mem holds the affinity and observations; it may be nil
+// only when no scorer needs it.
+func New(cfg Config, thresholds scheduling.Config, mem *Memory) (*Pipeline, error) {
+	if err := thresholds.Validate(); err != nil {
+		return nil, fmt.Errorf("cluster scoring %s: %w", cfg.Name, err)
+	}
+	if cfg.Picker >= numPickers {
+		return nil, fmt.Errorf("cluster scoring %s: unknown picker %d", cfg.Name, cfg.Picker)
+	}
+	p := &Pipeline{cfg: cfg, thresholds: thresholds, mem: mem}
+	for _, f := range cfg.Filters {
+		if f >= numFilters {
+			return nil, fmt.Errorf("cluster scoring %s: unknown filter %d", cfg.Name, f)
+		}
+		p.has[f] = true
+	}
+	for _, s := range cfg.Scorers {
+		if s.Scorer >= NumScorers || !(s.Weight > 0) {
+			return nil, fmt.Errorf("cluster scoring %s: scorer %v with weight %v", cfg.Name, s.Scorer, s.Weight)
+		}
+		switch s.Scorer {
+		case ScorePrefixCache, ScoreSession, ScoreLatency, ScoreErrors, ScoreInFlight:
+			if mem == nil {
+				return nil, fmt.Errorf("cluster scoring %s: scorer %v needs the affinity memory", cfg.Name, s.Scorer)
+			}
+			p.observed = p.observed || s.Scorer >= ScoreLatency
+		}
+	}
+	p.schedulers.New = func() any { return scheduling.New(thresholds, nil) }
+	return p, nil
+}
+
+// Config returns the configuration the pipeline was compiled from.
+func (p *Pipeline) Config() Config { return p.cfg }
+
+// Memory returns the memory the pipeline reads; nil when it needs none.
+func (p *Pipeline) Memory() *Memory { return p.mem }
+
+// maxStack is how many candidates a pick handles without allocating its
+// scratch space.
+const maxStack = 16
+
+// slot is the scratch of one candidate during a pick.
+type slot struct {
+	verdict Verdict
+	tier    int8
+	total   float64
+	load    scheduling.Metrics
+}
+
+// Pick orders the candidates for one request: the request goes to the
+// first, and to the next ones in turn when an EPP fails before answering.
+// The indices into cands are appended to order (pass a reused slice to
+// avoid allocating). Candidates left out are not tried. An empty order
+// means none can take the request; ErrShed that a sheddable request is
+// shed.
+//
+// rot is the backend's rotation, made for these candidates (NewRotation);
+// it is needed by the round-robin and chain pickers only. ex, when not nil,
+// is filled with the reasons (Explanation); nil costs nothing.
+func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []int, ex *Explanation) ([]int, error) {
+	var buf [maxStack]slot
+	slots := buf[:0]
+	if len(cands) > maxStack {
+		slots = make([]slot, 0, len(cands))
+	}
+	slots = slots[:len(cands)]
+	if ex != nil {
+		ex.reset(p, cands)
+	}
+	start := len(order)
+	shedding := req.Criticality == scheduling.Sheddable && p.has[FilterSaturation]
+	anySaturated := false
+	for i := range cands {
+		s := &slots[i]
+		p.classify(&cands[i], req.Now, s)
+		if s.verdict == DroppedSaturated && !shedding {
+			s.verdict = Kept
+		}
+		anySaturated = anySaturated || s.verdict == DroppedSaturated
+		if s.verdict == Kept {
+			order = append(order, i)
+		}
+	}
+	kept := order[start:]
+	if len(kept) == 0 && anySaturated && !p.localLeads(cands) {
+		if ex != nil {
+			ex.fill(slots)
+		}
+		return order, ErrShed
+	}
+	if len(kept) > 0 && len(p.cfg.Scorers) > 0 {
+		p.score(req, cands, kept, slots, ex)
+	}
+	o := orderer{p: p, cands: cands, slots: slots}
+	o.sort(kept)
+	if len(kept) > 0 {
+		o.lead(kept, rot)
+		if p.cfg.Picker == PickChain {
+			p.rankMeasured(req, kept, slots)
+		}
+	}
+	if p.has[FilterLocalFirst] {
+		order = p.localFirst(cands, order, start)
+	}
+	if ex != nil {
+		ex.fill(slots)
+	}
+	return order, nil
+}
+
+// classify runs the filters on one candidate and finds its tier.
+func (p *Pipeline) classify(c *Candidate, now time.Time, s *slot) {
+	measured := p.fresh(c.Pool, now)
+	if measured {
+		s.load = scheduling.Metrics{
+			WaitingQueue: int(math.Round(min(max(c.Pool.AverageQueue, 0), 1<<30))),
+			KVCacheUsage: min(max(c.Pool.AverageKVCache, 0), 1),
+			UpdatedAt:    c.Pool.UpdatedAt,
+		}
+	}
+	saturated := measured && (s.load.WaitingQueue > p.thresholds.SheddableQueueThreshold ||
+		s.load.KVCacheUsage > p.thresholds.SheddableKVCacheThreshold)
+	switch {
+	case p.has[FilterHealth] && c.Health == HealthNotServing:
+		s.verdict = DroppedNotServing
+	case p.has[FilterReady] && c.NotReady:
+		s.verdict = DroppedNotReady
+	case p.has[FilterReady] && measured && c.Pool.ReadyPods == 0:
+		s.verdict = DroppedNoReadyPods
+	case p.has[FilterWeight] && c.Weight <= 0:
+		s.verdict = DroppedWeight
+	case p.has[FilterModel] && c.ModelUnavailable:
+		s.verdict = DroppedModel
+	case p.has[FilterSaturation] && saturated:
+		s.verdict = DroppedSaturated
+	default:
+		s.verdict = Kept
+	}
+	unknown := int8(0)
+	if p.has[FilterHealth] && c.Health == HealthUnknown {
+		unknown = 1
+	}
+	sat := int8(0)
+	if p.has[FilterSaturation] && saturated {
+		sat = 1
+	}
+	switch p.cfg.Picker {
+	case PickRoundRobin:
+		s.tier = 2*sat + unknown
+	case PickChain:
+		// Measured with capacity, unmeasured serving, unmeasured of
+		// unknown health, measured saturated (MetricsBased).
+		switch {
+		case !measured:
+			s.tier = 1 + unknown
+		case sat == 1:
+			s.tier = 3
+		default:
+			s.tier = 0
+		}
+	default:
+		s.tier = sat
+	}
+}
+
+// fresh reports whether pool metrics are known: present, comparable and
+// younger than the staleness bound.
+func (p *Pipeline) fresh(m *PoolMetrics, now time.Time) bool {
+	return m != nil && !math.IsNaN(m.AverageKVCache) && !math.IsNaN(m.AverageQueue) &&
+		(p.thresholds.MetricsStaleness <= 0 || !m.UpdatedAt.Before(now.Add(-p.thresholds.MetricsStaleness)))
+}
+
+// rotates reports whether a tier is ordered by weight, its lead picked by
+// the rotation.
+func (p *Pipeline) rotates(tier int8) bool {
+	return p.cfg.Picker == PickRoundRobin || (p.cfg.Picker == PickChain && (tier == 1 || tier == 2))
+}
+
+// localLeads reports whether FilterLocalFirst will put a local candidate
+// first, so that the request is not shed.
+func (p *Pipeline) localLeads(cands []Candidate) bool {
+	if !p.has[FilterLocalFirst] {
+		return false
+	}
+	for i := range cands {
+		if cands[i].Local && cands[i].Health != HealthNotServing {
+			return true
+		}
+	}
+	return false
+}
+
+// localFirst moves the local candidate to the front of order[start:]
+// while its EPP is not known to be failing, and leaves it out otherwise.
+func (p *Pipeline) localFirst(cands []Candidate, order []int, start int) []int {
+	local := slices.IndexFunc(cands, func(c Candidate) bool { return c.Local })
+	if local < 0 {
+		return order
+	}
+	if i := slices.Index(order[start:], local); i >= 0 {
+		order = slices.Delete(order, start+i, start+i+1)
+	}
+	if cands[local].Health == HealthNotServing || cands[local].ModelUnavailable {
+		return order
+	}
+	return slices.Insert(order, start, local)
+}
+
+// rankMeasured reorders each run of measured candidates (tiers 0 and 3 of
+// the chain picker) in the order the filter chain picks them, each pick
+// among those left.
+func (p *Pipeline) rankMeasured(req *Request, kept []int, slots []slot) {
+	s := p.schedulers.Get().(*scheduling.Scheduler)
+	defer p.schedulers.Put(s)
+	r := scheduling.Request{Criticality: req.Criticality}
+	for lo := 0; lo < len(kept); {
+		tier := slots[kept[lo]].tier
+		hi := lo + 1
+		for hi < len(kept) && slots[kept[hi]].tier == tier {
+			hi++
+		}
+		if !p.rotates(tier) {
+			rankRun(s, r, kept[lo:hi], slots, req.Now)
+		}
+		lo = hi
+	}
+}
+
+func rankRun(s *scheduling.Scheduler, r scheduling.Request, run []int, slots []slot, now time.Time) {
+	// The scheduler keeps what it is given out of sight of escape
+	// analysis: copies of the loads go to it, so that the pick's scratch
+	// stays on the stack for the other pickers.
+	values := make([]scheduling.Metrics, len(run))
+	load, rest := make([]*scheduling.Metrics, 0, len(run)), make([]int, 0, len(run))
+	for k, i := range run {
+		values[k] = slots[i].load
+		load, rest = append(load, &values[k]), append(rest, i)
+	}
+	for k := range run {
+		j, err := s.Schedule(r, load, now)
+		if err != nil {
+			// Not expected: a sheddable request only reaches measured
+			// candidates with capacity. The rest keep their order.
+			copy(run[k:], rest)
+			return
+		}
+		run[k] = rest[j]
+		rest, load = slices.Delete(rest, j, j+1), slices.Delete(load, j, j+1)
+	}
+}
+
+// orderer sorts kept candidates: by tier, then by total (scored tiers) or
+// weight (rotating tiers), then by name.
+type orderer struct {
+	p     *Pipeline
+	cands []Candidate
+	slots []slot
+}
+
+func (o *orderer) less(a, b int) bool {
+	sa, sb := &o.slots[a], &o.slots[b]
+	if sa.tier != sb.tier {
+		return sa.tier < sb.tier
+	}
+	if !o.p.rotates(sa.tier) && sa.total != sb.total {
+		return sa.total > sb.total
+	}
+	if wa, wb := o.cands[a].Weight, o.cands[b].Weight; wa != wb {
+		return wa > wb
+	}
+	return strings.Compare(o.cands[a].Name, o.cands[b].Name) < 0
+}
+
+// sort is an insertion sort: a handful of candidates, stable, and no
+// closure to allocate.
+func (o *orderer) sort(idx []int) {
+	for i := 1; i < len(idx); i++ {
+		for j := i; j > 0 && o.less(idx[j], idx[j-1]); j-- {
+			idx[j], idx[j-1] = idx[j-1], idx[j]
+		}
+	}
+}
+
+// lead chooses the first candidate among those of the first tier and moves
+// it to the front, the others keeping their order.
+func (o *orderer) lead(kept []int, rot *Rotation) {
+	tier := o.slots[kept[0]].tier
+	n := 1
+	for n < len(kept) && o.slots[kept[n]].tier == tier {
+		n++
+	}
+	first := 0
+	switch {
+	case o.p.rotates(tier):
+		if rot == nil {
+			return
+		}
+		i := rot.next(func(i int) bool { return i < len(o.slots) && o.slots[i].verdict == Kept && o.slots[i].tier == tier })
+		if first = slices.Index(kept[:n], i); first < 0 {
+			return
+		}
+	case o.p.cfg.Picker == PickMaxScore:
+		// Ties at the top are broken at random, so that requests between
+		// two metric scrapes do not all go to the same candidate.
+		top := 1
+		for top < n && o.slots[kept[top]].total == o.slots[kept[0]].total {
+			top++
+		}
+		first = rand.IntN(top)
+	case o.p.cfg.Picker == PickTwoChoices:
+		if n > 1 {
+			a := rand.IntN(n)
+			b := rand.IntN(n - 1)
+			if b >= a {
+				b++
+			}
+			// On equal totals the first draw stays: either is fair.
+			first = a
+			if o.slots[kept[b]].total > o.slots[kept[a]].total {
+				first = b
+			}
+		}
+	}
+	if first > 0 {
+		c := kept[first]
+		copy(kept[1:first+1], kept[:first])
+		kept[0] = c
+	}
+}

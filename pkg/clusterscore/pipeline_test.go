@@ -1,0 +1,300 @@
+package clusterscore
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mci-dev/mci/pkg/scheduling"
+)
+
+const scope = "ns/llm"
+
+func freshPool(queue, kv float64) *PoolMetrics {
+	return &PoolMetrics{AverageQueue: queue, AverageKVCache: kv, ReadyPods: 2, UpdatedAt: epoch}
+}
+
+// affinityFixture is PrefixAffinity over clusters a, b and c, all serving
+// with the same fresh metrics, and a prompt of 16 blocks.
+type affinityFixture struct {
+	p      *Pipeline
+	mem    *Memory
+	cands  []Candidate
+	blocks []uint64
+}
+
+func newAffinityFixture(t testing.TB) *affinityFixture {
+	t.Helper()
+	mem := NewMemory(DefaultMemoryOptions())
+	p, err := New(Named()[PrefixAffinity], scheduling.DefaultConfig(), mem)
+	require.NoError(t, err)
+	f := &affinityFixture{p: p, mem: mem, blocks: chain(42, 16)}
+	for _, n := range []string{"a", "b", "c"} {
+		f.cands = append(f.cands, Candidate{Name: n, Weight: 1, Health: HealthServing, Pool: freshPool(1, 0.3)})
+	}
+	return f
+}
+
+func (f *affinityFixture) req() *Request {
+	return &Request{Now: epoch, Scope: scope, Blocks: f.blocks, Criticality: scheduling.Standard}
+}
+
+func (f *affinityFixture) order(t testing.TB, req *Request) ([]string, error) {
+	t.Helper()
+	idx, err := f.p.Pick(req, f.cands, nil, nil, nil)
+	var out []string
+	for _, i := range idx {
+		out = append(out, f.cands[i].Name)
+	}
+	return out, err
+}
+
+func (f *affinityFixture) cand(name string) *Candidate {
+	for i := range f.cands {
+		if f.cands[i].Name == name {
+			return &f.cands[i]
+		}
+	}
+	panic(name)
+}
+
+func TestPrefixAffinity(t *testing.T) {
+	tests := []struct {
+		name    string
+		setup   func(f *affinityFixture, req *Request)
+		want    []string // the order, or only its first when one name is given
+		wantErr error
+	}{
+		{
+			name:  "a request goes where its prefix was served",
+			setup: func(f *affinityFixture, req *Request) { f.mem.Served(req, "b") },
+			want:  []string{"b"},
+		},
+		{
+			name: "the longer cached prefix wins",
+			setup: func(f *affinityFixture, req *Request) {
+				f.mem.Prefixes.Record(f.blocks[:4], ClusterID("a"))
+				f.mem.Prefixes.Record(f.blocks[:12], ClusterID("c"))
+			},
+			want: []string{"c", "a", "b"},
+		},
+		{
+			name: "affinity yields to saturation: the saturated cluster goes last",
+			setup: func(f *affinityFixture, req *Request) {
+				f.mem.Served(req, "b")
+				f.cand("b").Pool = freshPool(30, 0.5)
+				f.cand("c").Pool = freshPool(2, 0.3) // no tie to break at random
+			},
+			want: []string{"a", "c", "b"},
+		},
+		{
+			name: "a sheddable request never goes to a saturated cluster, affinity or not",
+			setup: func(f *affinityFixture, req *Request) {
+				f.mem.Served(req, "b")
+				f.cand("b").Pool = freshPool(3, 0.95)
+				f.cand("c").Pool = freshPool(2, 0.3)
+				req.Criticality = scheduling.Sheddable
+			},
+			want: []string{"a", "c"},
+		},
+		{
+			name: "a sheddable request is shed when every cluster is measured and saturated",
+			setup: func(f *affinityFixture, req *Request) {
+				for i := range f.cands {
+					f.cands[i].Pool = freshPool(10, 0.5)
+				}
+				req.Criticality = scheduling.Sheddable
+			},
+			wantErr: ErrShed,
+		},
+		{
+			name: "an unmeasured cluster takes a sheddable request rather than shed it",
+			setup: func(f *affinityFixture, req *Request) {
+				f.cands[0].Pool, f.cands[1].Pool, f.cands[2].Pool = freshPool(10, 0.5), nil, freshPool(10, 0.5)
+				req.Criticality = scheduling.Sheddable
+			},
+			want: []string{"b"},
+		},
+		{
+			name: "affinity yields to load: a short shared prefix does not outweigh ten more requests in flight",
+			setup: func(f *affinityFixture, req *Request) {
+				f.mem.Prefixes.Record(f.blocks[:3], ClusterID("b"))
+				for range 10 {
+					f.mem.Observed.Started(scope, "b")
+				}
+				f.cand("c").Pool = freshPool(3, 0.3)
+			},
+			// c's longer queue costs it less than b's load.
+			want: []string{"a", "c", "b"},
+		},
+		{
+			name: "a cluster known not to serve is never tried, whatever its affinity",
+			setup: func(f *affinityFixture, req *Request) {
+				f.mem.Served(req, "b")
+				f.cand("b").Health = HealthNotServing
+				f.cand("c").ModelUnavailable = true
+			},
+			want: []string{"a"},
+		},
+		{
+			name: "a session goes back to its cluster",
+			setup: func(f *affinityFixture, req *Request) {
+				req.Blocks, req.Session = nil, "alice"
+				f.mem.Served(req, "c")
+			},
+			want: []string{"c"},
+		},
+		{
+			name: "a session leaves its cluster while that one is saturated",
+			setup: func(f *affinityFixture, req *Request) {
+				req.Blocks, req.Session = nil, "alice"
+				f.mem.Served(req, "c")
+				f.cand("c").Pool = freshPool(0, 0.99)
+				f.cand("b").Pool = freshPool(2, 0.3)
+			},
+			want: []string{"a", "b", "c"},
+		},
+		{
+			name: "slow and failing clusters come after the others",
+			setup: func(f *affinityFixture, req *Request) {
+				req.Blocks = nil
+				f.mem.Observed.FirstByte(scope, "a", 400*time.Millisecond)
+				f.mem.Observed.FirstByte(scope, "b", 100*time.Millisecond)
+				f.mem.Observed.FirstByte(scope, "c", 100*time.Millisecond)
+				f.mem.Observed.Started(scope, "c")
+				f.mem.Observed.Finished(scope, "c", true)
+			},
+			want: []string{"b", "c", "a"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newAffinityFixture(t)
+			req := f.req()
+			tt.setup(f, req)
+			got, err := f.order(t, req)
+			if tt.wantErr != nil {
+				assert.ErrorIs(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			if len(tt.want) == 1 {
+				require.NotEmpty(t, got)
+				got = got[:1]
+			}
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+// Between two metric scrapes every cluster looks the same: the requests
+// must spread, not herd on one.
+func TestNoHerdingBetweenScrapes(t *testing.T) {
+	t.Run("the sidecar's own in-flight counts spread requests evenly", func(t *testing.T) {
+		f := newAffinityFixture(t)
+		got := map[string]int{}
+		for range 300 {
+			req := f.req()
+			req.Blocks = nil
+			order, err := f.order(t, req)
+			require.NoError(t, err)
+			got[order[0]]++
+			f.mem.Observed.Started(scope, order[0]) // none finishes
+		}
+		assert.Equal(t, map[string]int{"a": 100, "b": 100, "c": 100}, got)
+	})
+	t.Run("equal scores are broken at random", func(t *testing.T) {
+		f := newAffinityFixture(t)
+		got := map[string]int{}
+		for range 600 {
+			req := f.req()
+			req.Blocks = nil
+			order, err := f.order(t, req)
+			require.NoError(t, err)
+			got[order[0]]++
+		}
+		for _, n := range []string{"a", "b", "c"} {
+			assert.Greater(t, got[n], 120, "cluster %s first %d times of 600: %v", n, got[n], got)
+		}
+	})
+	t.Run("power of two choices never takes the worst of three", func(t *testing.T) {
+		mem := NewMemory(DefaultMemoryOptions())
+		cfg, err := Parse("in-flight=1,pick=two-choices")
+		require.NoError(t, err)
+		p, err := New(cfg, scheduling.DefaultConfig(), mem)
+		require.NoError(t, err)
+		cands := []Candidate{{Name: "a", Weight: 1}, {Name: "b", Weight: 1}, {Name: "c", Weight: 1}}
+		for range 5 {
+			mem.Observed.Started(scope, "c")
+		}
+		mem.Observed.Started(scope, "b")
+		got := map[string]int{}
+		for range 300 {
+			order, err := p.Pick(&Request{Scope: scope}, cands, nil, nil, nil)
+			require.NoError(t, err)
+			got[cands[order[0]].Name]++
+		}
+		assert.Zero(t, got["c"])
+		assert.Greater(t, got["b"], 40, "the middle one is taken when drawn with the worst: %v", got)
+	})
+}
+
+func TestExplanation(t *testing.T) {
+	f := newAffinityFixture(t)
+	req := f.req()
+	f.mem.Served(req, "b")
+	f.cand("c").Health = HealthNotServing
+	var ex Explanation
+	order, err := f.p.Pick(req, f.cands, nil, nil, &ex)
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 0}, order)
+	assert.Equal(t, "PrefixAffinity"+
+		" a:kept,tier=0,prefix-cache=0,session=0,in-flight=1,latency=1,errors=1,queue=0.833,kv-cache=0.7,total=4.533"+
+		" b:kept,tier=0,prefix-cache=1,session=0,in-flight=1,latency=1,errors=1,queue=0.833,kv-cache=0.7,total=7.533"+
+		" c:not-serving", ex.String())
+
+	order, err = f.p.Pick(req, f.cands, nil, order[:0], &ex)
+	require.NoError(t, err)
+	assert.Len(t, ex.Clusters, 3, "an explanation is overwritten, not appended to")
+	assert.Equal(t, []int{1, 0}, order)
+
+	allocs := testing.AllocsPerRun(100, func() {
+		order, _ = f.p.Pick(req, f.cands, nil, order[:0], nil)
+	})
+	assert.Zero(t, allocs, "a pick without explanation into a reused order does not allocate")
+}
+
+// TestConcurrentPicks runs picks, hooks and records from many goroutines,
+// as many ext_proc streams do; go test -race checks it.
+func TestConcurrentPicks(t *testing.T) {
+	f := newAffinityFixture(t)
+	mb := mustPipeline(t, MetricsBased)
+	rot := NewRotation(f.cands)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			var order []int
+			var ex Explanation
+			for i := range 200 {
+				req := &Request{Now: epoch, Scope: scope, Blocks: chain(uint64(i%10), 8), Session: []string{"s1", "s2", ""}[i%3]}
+				var err error
+				order, err = f.p.Pick(req, f.cands, nil, order[:0], &ex)
+				require.NoError(t, err)
+				c := f.cands[order[0]].Name
+				f.mem.Observed.Started(scope, c)
+				f.mem.Observed.FirstByte(scope, c, time.Duration(g+1)*time.Millisecond)
+				f.mem.Served(req, c)
+				f.mem.Observed.Finished(scope, c, i%17 == 0)
+				_, err = mb.Pick(req, f.cands, rot, order[:0], nil)
+				require.NoError(t, err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, c := range f.cands {
+		assert.Zero(t, f.mem.Observed.Observe(scope, c.Name).InFlight)
+	}
+}

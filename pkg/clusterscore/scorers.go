@@ -1,0 +1,114 @@
+package clusterscore
+
+// score fills the totals of the kept candidates, and the explanation's
+// scores when asked.
+func (p *Pipeline) score(req *Request, cands []Candidate, kept []int, slots []slot, ex *Explanation) {
+	var obsBuf [maxStack]Observation
+	var valBuf [maxStack]float64
+	obs, val := obsBuf[:0], valBuf[:0]
+	if len(kept) > maxStack {
+		obs, val = make([]Observation, 0, len(kept)), make([]float64, 0, len(kept))
+	}
+	val = val[:len(kept)]
+	if p.observed {
+		for _, i := range kept {
+			obs = append(obs, p.mem.Observed.Observe(req.Scope, cands[i].Name))
+		}
+	}
+	for _, ws := range p.cfg.Scorers {
+		p.scoreOne(ws.Scorer, req, cands, kept, slots, obs, val)
+		for k, i := range kept {
+			slots[i].total += ws.Weight * val[k]
+			if ex != nil {
+				ex.Clusters[i].Scores[ws.Scorer] = val[k]
+			}
+		}
+	}
+}
+
+// scoreOne writes one scorer's score of kept[k] to val[k].
+func (p *Pipeline) scoreOne(s Scorer, req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation, val []float64) {
+	switch s {
+	case ScorePrefixCache:
+		var idBuf [maxStack]uint32
+		var matchBuf [maxStack]int
+		ids, matched := idBuf[:0], matchBuf[:0]
+		if len(kept) > maxStack {
+			ids, matched = make([]uint32, 0, len(kept)), make([]int, 0, len(kept))
+		}
+		for _, i := range kept {
+			ids = append(ids, ClusterID(cands[i].Name))
+		}
+		matched = matched[:len(kept)]
+		p.mem.Prefixes.Match(req.Blocks, ids, matched)
+		for k := range kept {
+			val[k] = 0
+			if len(req.Blocks) > 0 {
+				val[k] = float64(matched[k]) / float64(len(req.Blocks))
+			}
+		}
+	case ScoreSession:
+		pinned := p.mem.Sessions.Cluster(req.Scope, req.Session, req.Now)
+		for k, i := range kept {
+			val[k] = 0
+			if pinned != "" && cands[i].Name == pinned {
+				val[k] = 1
+			}
+		}
+	case ScoreLatency:
+		// Relative to the fastest; a cluster not measured yet scores as
+		// the fastest, so that it gets measured.
+		best := 0.0
+		for _, o := range obs {
+			if t := o.TTFB.Seconds(); t > 0 && (best == 0 || t < best) {
+				best = t
+			}
+		}
+		for k, o := range obs {
+			val[k] = 1
+			if t := o.TTFB.Seconds(); t > 0 {
+				val[k] = best / t
+			}
+		}
+	case ScoreErrors:
+		for k, o := range obs {
+			val[k] = 1 - min(max(o.ErrorRatio, 0), 1)
+		}
+	case ScoreInFlight:
+		least := int64(-1)
+		for _, o := range obs {
+			if least < 0 || o.InFlight < least {
+				least = o.InFlight
+			}
+		}
+		for k, o := range obs {
+			val[k] = float64(least+1) / float64(o.InFlight+1)
+		}
+	case ScoreQueue:
+		q0 := float64(max(p.thresholds.SheddableQueueThreshold, 1))
+		for k, i := range kept {
+			val[k] = 0.5
+			if p.fresh(cands[i].Pool, req.Now) {
+				val[k] = 1 / (1 + float64(slots[i].load.WaitingQueue)/q0)
+			}
+		}
+	case ScoreKVCache:
+		for k, i := range kept {
+			val[k] = 0.5
+			if p.fresh(cands[i].Pool, req.Now) {
+				val[k] = 1 - slots[i].load.KVCacheUsage
+			}
+		}
+	case ScoreWeight:
+		most := int64(0)
+		for _, i := range kept {
+			most = max(most, cands[i].Weight)
+		}
+		for k, i := range kept {
+			val[k] = 0
+			if most > 0 {
+				val[k] = float64(max(cands[i].Weight, 0)) / float64(most)
+			}
+		}
+	}
+}

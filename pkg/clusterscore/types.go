@@ -1,0 +1,71 @@
+package clusterscore
+
+import (
+	"errors"
+	"time"
+
+	"github.com/mci-dev/mci/pkg/metrics"
+	"github.com/mci-dev/mci/pkg/scheduling"
+)
+
+// Health is what the health prober last learned about a candidate's EPP.
+// The values are those of the sidecar's Health, so that an adapter can
+// convert one into the other.
+type Health int8
+
+const (
+	// HealthUnknown: not probed yet, or no health port.
+	HealthUnknown Health = iota
+	// HealthServing: the EPP answered SERVING.
+	HealthServing
+	// HealthNotServing: the EPP answered anything else, did not answer,
+	// or a stream to it just failed.
+	HealthNotServing
+)
+
+// PoolMetrics are the pool gauges of a candidate's EPP.
+type PoolMetrics = metrics.PoolMetrics
+
+// Candidate is one cluster a request may go to, as the caller knows it at
+// request time. The caller keeps the candidates of a backend in a stable
+// order (the Rotation is parallel to them).
+type Candidate struct {
+	// Name of the cluster; unique among the candidates.
+	Name string
+	// Weight is the configured weight; 0 takes the candidate out.
+	Weight int64
+	// Health of its EPP.
+	Health Health
+	// Pool holds the latest pool metrics of its EPP; nil when none.
+	Pool *PoolMetrics
+	// NotReady is true when the cluster's Ready condition is False.
+	NotReady bool
+	// ModelUnavailable is true when the cluster is known not to serve the
+	// request's model.
+	ModelUnavailable bool
+	// Local marks the local InferencePool (FilterLocalFirst). A local pool
+	// that is not part of the weighted rotation is passed with weight 0.
+	Local bool
+}
+
+// Request is what the pipeline knows about one request.
+type Request struct {
+	// Criticality decides shedding: only Sheddable requests are shed.
+	Criticality scheduling.Criticality
+	// Now is the reference time for metrics staleness and session expiry.
+	Now time.Time
+	// Scope is what the candidates' names are relative to, such as the
+	// pool's "namespace/name": sessions and observations are kept per
+	// scope and cluster, so that two pools of the same cluster do not
+	// share them. PromptBlocks takes the same scope as its salt.
+	Scope string
+	// Blocks are the chained hashes of the request's prompt blocks
+	// (PromptBlocks); nil when the body has no prompt.
+	Blocks []uint64
+	// Session is the request's session key (SessionKey); "" when none.
+	Session string
+}
+
+// ErrShed means a sheddable request was shed: every candidate it could go
+// to is measured and saturated. The sidecar answers 429.
+var ErrShed = errors.New("sheddable request shed: every cluster is saturated")

@@ -26,7 +26,7 @@ type completionRequest struct {
 	Stream    bool            `json:"stream"`
 	MaxTokens *int            `json:"max_tokens"`
 	Prompt    json.RawMessage `json:"prompt"`
-	Messages []struct {
+	Messages  []struct {
 		Role    string          `json:"role"`
 		Content json.RawMessage `json:"content"`
 	} `json:"messages"`

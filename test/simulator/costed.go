@@ -61,15 +61,11 @@ func (s *Server) costedCompletion(w http.ResponseWriter, r *http.Request, k kind
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
-	for start := 0; start < len(words); start += cm.StreamChunkTokens {
-		end := min(start+cm.StreamChunkTokens, len(words))
-		// The first chunk's first token is out at once; every later
-		// token costs a decode step.
-		steps := end - start
-		if start == 0 {
-			steps--
-		}
-		if !sleep(ctx, time.Duration(steps)*t.perToken) {
+	// The first token goes out alone at once, so that the client sees
+	// it at the time to first token; the others, a decode step each, go
+	// in chunks.
+	for start, end := 0, 1; start < len(words); start, end = end, min(end+cm.StreamChunkTokens, len(words)) {
+		if start > 0 && !sleep(ctx, time.Duration(end-start)*t.perToken) {
 			return
 		}
 		text := strings.Join(words[start:end], " ")

@@ -128,7 +128,7 @@ func TestCostModelChargesUncachedPrefill(t *testing.T) {
 	assert.Equal(t, 192, warm.usage.PromptTokensDetails.CachedTokens, "12 full blocks of the first prompt")
 	assert.Equal(t, 10, warm.usage.CompletionTokens)
 	assert.Len(t, strings.Fields(warm.text), 10)
-	assert.Equal(t, 3, warm.chunks, "10 tokens in chunks of 4")
+	assert.Equal(t, 4, warm.chunks, "the first token alone, then 9 in chunks of 4")
 	// Cold: 5 ms + 200 × 0.5 ms = 105 ms; warm: 5 ms + 12 × 0.5 ms = 11 ms.
 	assert.GreaterOrEqual(t, cold.ttft, 105*time.Millisecond)
 	assert.Less(t, warm.ttft, 80*time.Millisecond)
@@ -163,6 +163,9 @@ func TestCostModelQueuesBeyondTheBatch(t *testing.T) {
 		m := s.Metrics()
 		return m.Running == 2 && m.Waiting == 1 && m.KVCacheUsage > 0
 	}, time.Second, 5*time.Millisecond, "two run, one waits")
+	var load Metrics
+	getJSON(t, http.MethodGet, srv.URL+"/admin/load", "", &load)
+	assert.Equal(t, 2, load.Running)
 	wg.Wait()
 	slowest := max(ttfts[0], ttfts[1], ttfts[2])
 	assert.GreaterOrEqual(t, slowest, 300*time.Millisecond, "the third waited for a place: %v", ttfts)

@@ -138,6 +138,7 @@ func (p Pins) clone() Pins {
 //	GET  /health                                      liveness: always 200
 //	POST /admin/ready?ready=true|false                set readiness
 //	GET, POST /admin/pins                             read or replace the Pins
+//	GET  /admin/load                                  Metrics as JSON
 //
 // and with a cost model:
 //
@@ -242,6 +243,7 @@ func New(opts Options) (*Server, error) {
 	mux.HandleFunc("POST /admin/ready", s.adminReady)
 	mux.HandleFunc("GET /admin/pins", s.getPins)
 	mux.HandleFunc("POST /admin/pins", s.setPins)
+	mux.HandleFunc("GET /admin/load", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, s.Metrics()) })
 	mux.HandleFunc("POST /admin/prefix-match", s.prefixMatch)
 	mux.HandleFunc("GET /admin/cache", s.cacheAdmin)
 	mux.HandleFunc("DELETE /admin/cache", s.cacheAdmin)
@@ -285,10 +287,12 @@ func (s *Server) Pins() Pins {
 // Metrics is what /metrics reports now: the real load with the pins
 // applied.
 type Metrics struct {
-	Waiting, Running                 int
-	KVCacheUsage                     float64
-	RunningAdapters, WaitingAdapters []string
-	MaxLoRA                          int
+	Waiting         int      `json:"waiting"`
+	Running         int      `json:"running"`
+	KVCacheUsage    float64  `json:"kvCacheUsage"`
+	RunningAdapters []string `json:"runningAdapters"`
+	WaitingAdapters []string `json:"waitingAdapters"`
+	MaxLoRA         int      `json:"maxLoRA"`
 }
 
 // Metrics returns what /metrics would report now.

@@ -84,7 +84,7 @@ func defaultConfig(profile string) config {
 	}
 	if profile == "smoke" {
 		c.Profile = "smoke"
-		c.RunDuration = 5 * time.Second
+		c.RunDuration = 4 * time.Second
 		c.Repetitions = 1
 		c.RequestTimeout = 10 * time.Second
 		c.Scenarios = []string{scenarioSharedPrefix}

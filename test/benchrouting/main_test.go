@@ -63,7 +63,9 @@ func TestMain(m *testing.M) {
 func BenchmarkRouting(b *testing.B) {
 	started := time.Now()
 	res := &results{Profile: cfg.Profile, Started: started.UTC(), Config: cfg, Scenarios: map[string]*scenarioResult{}}
+	res.LoadAverage[0] = loadAverage()
 	defer func() {
+		res.LoadAverage[1] = loadAverage()
 		res.Failed = b.Failed()
 		res.Elapsed = time.Since(started).Round(time.Second).String()
 		if err := res.write(cfg.Out); err != nil {

@@ -48,13 +48,16 @@ type scenarioResult struct {
 // results is results.json: the shared-prefix scenario's policies at the
 // top (the issue's headline), and every scenario's under scenarios.
 type results struct {
-	Profile   string                     `json:"profile"`
-	Started   time.Time                  `json:"started"`
-	Elapsed   string                     `json:"elapsed"`
-	Config    config                     `json:"config"`
-	Policies  map[string]*policyResult   `json:"policies"`
-	Scenarios map[string]*scenarioResult `json:"scenarios"`
-	Failed    bool                       `json:"failed"`
+	Profile string    `json:"profile"`
+	Started time.Time `json:"started"`
+	Elapsed string    `json:"elapsed"`
+	// LoadAverage is /proc/loadavg at the start and at the end: a run on
+	// a busy machine is noisy, and says so.
+	LoadAverage [2]string                  `json:"load_average"`
+	Config      config                     `json:"config"`
+	Policies    map[string]*policyResult   `json:"policies"`
+	Scenarios   map[string]*scenarioResult `json:"scenarios"`
+	Failed      bool                       `json:"failed"`
 }
 
 // summarize computes a policy's result from its runs (its repetitions).
@@ -162,6 +165,16 @@ func round(v float64, digits int) float64 {
 	return math.Round(v*p) / p
 }
 
+// loadAverage is the first three fields of /proc/loadavg, or why not.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
 // write writes results.json and results.md into dir.
 func (r *results) write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -182,8 +195,8 @@ func (r *results) write(dir string) error {
 // markdown is the table of docs/performance.md's "Routing quality".
 func (r *results) markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Routing quality (profile %s, %s per policy and repetition, %d repetitions, interleaved):\n\n",
-		r.Profile, r.Config.RunDuration, r.Config.Repetitions)
+	fmt.Fprintf(&b, "Routing quality: run %s, profile %s, %s in all, %s per policy and repetition, %d repetitions interleaved; load average %s at the start and %s at the end.\n\n",
+		r.Started.Format(time.RFC3339), r.Profile, r.Elapsed, r.Config.RunDuration, r.Config.Repetitions, r.LoadAverage[0], r.LoadAverage[1])
 	for _, name := range r.Config.Scenarios {
 		s := r.Scenarios[name]
 		if s == nil {

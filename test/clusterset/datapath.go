@@ -97,9 +97,6 @@ type DataPathOptions struct {
 	// SimulatorArgs, when set, returns more flags for the simulators of
 	// cluster (for example a cost model).
 	SimulatorArgs func(cluster string) []string
-	// RouteAnnotations are set on the HTTPRoute (for example the cluster
-	// policy).
-	RouteAnnotations map[string]string
 }
 
 // dataPathSidecarService is the Service name of mci-sidecar that a
@@ -271,7 +268,7 @@ func (cs *ClusterSet) StartDataPath(ctx context.Context, opts DataPathOptions) (
 	gwIP := opts.ip(cs, opts.GatewayCluster, 1)
 	if err := cs.applyTemplate(ctx, opts.GatewayCluster, gatewayClusterTemplate, map[string]any{
 		"Namespace": DataPathNamespace, "Pool": DataPathPool, "Gateway": dataPathGatewayName, "IP": gwIP, "Port": DataPathGatewayPort,
-		"LocalPool": opts.LocalPool, "RouteAnnotations": opts.RouteAnnotations,
+		"LocalPool": opts.LocalPool,
 	}); err != nil {
 		return nil, err
 	}

@@ -158,12 +158,6 @@ kind: HTTPRoute
 metadata:
   name: {{.Pool}}
   namespace: {{.Namespace}}
-{{- with .RouteAnnotations}}
-  annotations:
-{{- range $k, $v := .}}
-    {{printf "%q" $k}}: {{printf "%q" $v}}
-{{- end}}
-{{- end}}
 spec:
   parentRefs:
   - name: {{.Gateway}}

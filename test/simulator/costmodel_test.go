@@ -160,9 +160,13 @@ func TestCostModelQueuesBeyondTheBatch(t *testing.T) {
 		wg.Go(func() { ttfts[i] = streamCompletion(t, srv.URL, fmt.Sprintf("request %d", i), 1).ttft })
 	}
 	require.Eventually(t, func() bool {
+		resp, err := http.Get(srv.URL + "/admin/load")
+		if err != nil {
+			return false
+		}
+		defer func() { _ = resp.Body.Close() }()
 		var m Metrics
-		getJSON(t, http.MethodGet, srv.URL+"/admin/load", "", &m)
-		return m.Running == 2 && m.Waiting == 1 && m.KVCacheUsage > 0
+		return json.NewDecoder(resp.Body).Decode(&m) == nil && m.Running == 2 && m.Waiting == 1 && m.KVCacheUsage > 0
 	}, time.Second, 5*time.Millisecond, "two run, one waits")
 	wg.Wait()
 	slowest := max(ttfts[0], ttfts[1], ttfts[2])

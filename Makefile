@@ -1,7 +1,7 @@
 # mci: Multi-Cluster Inference for Kubernetes.
 #
 #   make run          start a local ClusterSet (real kube-apiservers) with the examples
-#   make test         codegen check, vet, unit and e2e tests, bench-smoke
+#   make test         codegen check, vet, unit and e2e tests, bench-smoke, bench-routing-smoke
 #   make bench        benchmarks against the alternatives (docs/performance.md)
 #   make build        binaries into _output/bin
 #
@@ -47,7 +47,7 @@ test-e2e: build tools
 	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -timeout 40m -p 1 ./test/e2e/ ./test/clusterset/
 
 .PHONY: test
-test: verify test-unit test-e2e bench-smoke
+test: verify test-unit test-e2e bench-smoke bench-routing-smoke
 
 # make bench: every measurement of docs/performance.md, on local ClusterSets
 # of 3 and 10 clusters, against its baseline in the same run (15-20 minutes
@@ -55,11 +55,36 @@ test: verify test-unit test-e2e bench-smoke
 # results.json. Sizes: MCI_BENCH_* variables (test/bench/config_test.go).
 # make bench-smoke runs the same code with tiny sizes (part of make test);
 # make bench-micro runs the in-process Go benchmarks of ./pkg/...
+# make bench ends with the latest routing-quality table of make bench-routing
+# (which it does not rerun: that takes its own ~15 minutes).
 BENCH_FLAGS := -run '^$$' -bench . -benchtime=1x -v
 
 .PHONY: bench
 bench: build tools
 	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_BENCH_OUT=$(CURDIR)/_output/bench go test $(BENCH_FLAGS) -timeout 30m ./test/bench/
+	@if [[ -f _output/bench-routing/results.md ]]; then \
+	  echo "Latest routing quality (make bench-routing, _output/bench-routing/results.json):"; cat _output/bench-routing/results.md; \
+	else echo "No routing-quality results yet: run make bench-routing."; fi
+
+# make bench-routing: routing quality (docs/performance.md, "Routing
+# quality"): mci-sidecar's cluster policies against round-robin and an
+# oracle, on a local ClusterSet of 3 clusters with simulated model servers
+# that model prefix caching, three scenarios (about 15 minutes on 2 cores).
+# The table goes to stdout and to _output/bench-routing/results.md and
+# results.json. MCI_BENCH_ROUTING_* variables (test/benchrouting/config_test.go)
+# change the run; MCI_BENCH_ROUTING_POLICIES=Weighted,PrefixAffinity,Oracle
+# compares any cluster policy names. bench-routing-smoke (part of make test)
+# runs one scenario for seconds per policy and checks the results' shape and
+# sanity.
+BENCH_ROUTING_FLAGS := -run '^$$' -bench BenchmarkRouting -benchtime=1x -v
+
+.PHONY: bench-routing
+bench-routing: build tools
+	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_BENCH_ROUTING_OUT=$(CURDIR)/_output/bench-routing go test $(BENCH_ROUTING_FLAGS) -timeout 30m ./test/benchrouting/
+
+.PHONY: bench-routing-smoke
+bench-routing-smoke: build tools
+	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_BENCH_PROFILE=smoke MCI_BENCH_ROUTING_OUT=$(CURDIR)/_output/bench-routing-smoke go test $(BENCH_ROUTING_FLAGS) -timeout 5m ./test/benchrouting/
 
 .PHONY: bench-smoke
 bench-smoke: build tools

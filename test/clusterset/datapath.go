@@ -88,7 +88,20 @@ type DataPathOptions struct {
 	BinDir string
 	// Log receives progress lines; the ClusterSet's log when nil.
 	Log io.Writer
+	// LocalPool gives the gateway cluster model servers and an EPP of its
+	// own too, behind a local shim InferencePool of the pool's name (its
+	// endpointPickerRef is mci-sidecar's Service, which runs with
+	// --endpoint-picker-service), and routes the HTTPRoute to that pool:
+	// the sidecar then picks among the local cluster and the import's.
+	LocalPool bool
+	// SimulatorArgs, when set, returns more flags for the simulators of
+	// cluster (for example a cost model).
+	SimulatorArgs func(cluster string) []string
 }
+
+// dataPathSidecarService is the Service name of mci-sidecar that a
+// LocalPool's shim pool names as its endpointPickerRef.
+const dataPathSidecarService = "mci-sidecar"
 
 // DataPath is a running data path.
 type DataPath struct {
@@ -99,8 +112,14 @@ type DataPath struct {
 	// GatewayURL is the gateway's base URL, http://127.0.<block>.1:8080.
 	GatewayURL string
 	// ModelServers are the simulators' instance IDs
-	// ("<cluster>/<pod>"), by exporting cluster.
+	// ("<cluster>/<pod>"), by cluster (the exporting ones, and the
+	// gateway's with LocalPool).
 	ModelServers map[string][]string
+	// ModelServerURLs are the simulators' base URLs, in the order of
+	// ModelServers.
+	ModelServerURLs map[string][]string
+	// EPPs are the ext_proc addresses of the clusters' mci-epp.
+	EPPs map[string]string
 }
 
 // CompletionURL is where completion requests go through the gateway.
@@ -183,12 +202,14 @@ func (cs *ClusterSet) StartDataPath(ctx context.Context, opts DataPathOptions) (
 		return nil, err
 	}
 	dp := &DataPath{
-		Namespace:      DataPathNamespace,
-		Pool:           DataPathPool,
-		Model:          DataPathModel,
-		GatewayCluster: opts.GatewayCluster,
-		GatewayURL:     "http://" + net.JoinHostPort(opts.ip(cs, opts.GatewayCluster, 1), strconv.Itoa(DataPathGatewayPort)),
-		ModelServers:   map[string][]string{},
+		Namespace:       DataPathNamespace,
+		Pool:            DataPathPool,
+		Model:           DataPathModel,
+		GatewayCluster:  opts.GatewayCluster,
+		GatewayURL:      "http://" + net.JoinHostPort(opts.ip(cs, opts.GatewayCluster, 1), strconv.Itoa(DataPathGatewayPort)),
+		ModelServers:    map[string][]string{},
+		ModelServerURLs: map[string][]string{},
+		EPPs:            map[string]string{},
 	}
 	bin := func(name string) string { return filepath.Join(opts.BinDir, name) }
 	type awaited struct {
@@ -197,14 +218,21 @@ func (cs *ClusterSet) StartDataPath(ctx context.Context, opts DataPathOptions) (
 	}
 	var wait []awaited
 
-	for _, cluster := range opts.ExportingClusters {
+	servingClusters := opts.ExportingClusters
+	if opts.LocalPool {
+		servingClusters = append([]string{opts.GatewayCluster}, servingClusters...)
+	}
+	for _, cluster := range servingClusters {
 		var pods []dataPathPod
 		for n := 1; n <= opts.ModelServers; n++ {
 			pod := dataPathPod{Name: fmt.Sprintf("model-server-%d", n), IP: opts.ip(cs, cluster, n)}
 			instance := cluster + "/" + pod.Name
 			addr := net.JoinHostPort(pod.IP, strconv.Itoa(modelServerPort))
-			p := cs.dataPathProcess(cluster+"-"+pod.Name, bin("simulator"), modelServerPort,
-				"--listen="+addr, "--model="+DataPathModel, "--instance-id="+instance)
+			args := []string{"--listen=" + addr, "--model=" + DataPathModel, "--instance-id=" + instance}
+			if opts.SimulatorArgs != nil {
+				args = append(args, opts.SimulatorArgs(cluster)...)
+			}
+			p := cs.dataPathProcess(cluster+"-"+pod.Name, bin("simulator"), modelServerPort, args...)
 			cs.progress("starting %s (simulator) on %s", p.Name, addr)
 			if err := cs.startDataPathProcess(p); err != nil {
 				return nil, err
@@ -212,10 +240,16 @@ func (cs *ClusterSet) StartDataPath(ctx context.Context, opts DataPathOptions) (
 			wait = append(wait, awaited{p, httpOK("http://" + addr + "/health")})
 			pods = append(pods, pod)
 			dp.ModelServers[cluster] = append(dp.ModelServers[cluster], instance)
+			dp.ModelServerURLs[cluster] = append(dp.ModelServerURLs[cluster], "http://"+addr)
 		}
 		eppIP := opts.ip(cs, cluster, eppHost)
+		dp.EPPs[cluster] = net.JoinHostPort(eppIP, strconv.Itoa(eppGRPCPort))
+		shim := ""
+		if cluster == opts.GatewayCluster {
+			shim = dataPathSidecarService
+		}
 		if err := cs.applyTemplate(ctx, cluster, exportingClusterTemplate, map[string]any{
-			"Namespace": DataPathNamespace, "Pool": DataPathPool, "Pods": pods, "EPPIP": eppIP,
+			"Namespace": DataPathNamespace, "Pool": DataPathPool, "Pods": pods, "EPPIP": eppIP, "Shim": shim,
 			"ModelServerPort": modelServerPort, "GRPCPort": eppGRPCPort, "HealthPort": eppHealthPort, "MetricsPort": eppMetricsPort,
 		}); err != nil {
 			return nil, err
@@ -234,14 +268,18 @@ func (cs *ClusterSet) StartDataPath(ctx context.Context, opts DataPathOptions) (
 	gwIP := opts.ip(cs, opts.GatewayCluster, 1)
 	if err := cs.applyTemplate(ctx, opts.GatewayCluster, gatewayClusterTemplate, map[string]any{
 		"Namespace": DataPathNamespace, "Pool": DataPathPool, "Gateway": dataPathGatewayName, "IP": gwIP, "Port": DataPathGatewayPort,
+		"LocalPool": opts.LocalPool,
 	}); err != nil {
 		return nil, err
 	}
 	gc, _ := cs.Cluster(opts.GatewayCluster)
 	sidecarAddr := net.JoinHostPort(gwIP, strconv.Itoa(eppGRPCPort))
-	sc := cs.dataPathProcess(opts.GatewayCluster+"-mci-sidecar", bin("mci-sidecar"), eppGRPCPort,
-		"--kubeconfig="+gc.Kubeconfig, "--bind-address="+gwIP, "--local-cluster-name="+opts.GatewayCluster,
-		"--gateway="+DataPathNamespace+"/"+dataPathGatewayName, "-v=2")
+	scArgs := []string{"--kubeconfig=" + gc.Kubeconfig, "--bind-address=" + gwIP, "--local-cluster-name=" + opts.GatewayCluster,
+		"--gateway=" + DataPathNamespace + "/" + dataPathGatewayName, "-v=2"}
+	if opts.LocalPool {
+		scArgs = append(scArgs, "--endpoint-picker-service="+DataPathNamespace+"/"+dataPathSidecarService)
+	}
+	sc := cs.dataPathProcess(opts.GatewayCluster+"-mci-sidecar", bin("mci-sidecar"), eppGRPCPort, scArgs...)
 	cs.progress("starting %s on %s", sc.Name, sidecarAddr)
 	if err := cs.startDataPathProcess(sc); err != nil {
 		return nil, err
@@ -369,163 +407,6 @@ func (cs *ClusterSet) startDataPathProcess(p *process) error {
 	cs.dataPath = append(cs.dataPath, p)
 	return cs.saveState()
 }
-
-// dataPathPod is a model server's pod: its name and loopback address.
-type dataPathPod struct {
-	Name string
-	IP   string
-}
-
-// exportingClusterTemplate is what a kubelet, the EndpointSlice controller
-// and a LoadBalancer controller would have written for the pool too: the
-// pods Running and Ready with their addresses, the EPP Service's ingress
-// address and a ready endpoint (documentation range: slices refuse
-// loopback), so the import's cluster entry is Ready.
-var exportingClusterTemplate = template.Must(template.New("exporting").Parse(`
-apiVersion: v1
-kind: Namespace
-metadata:
-  name: {{.Namespace}}
----
-apiVersion: inference.networking.k8s.io/v1
-kind: InferencePool
-metadata:
-  name: {{.Pool}}
-  namespace: {{.Namespace}}
-  annotations:
-    inference.networking.x-k8s.io/export: "ClusterSet"
-    inference.networking.x-k8s.io/export-mode: "EndpointMode"
-spec:
-  selector:
-    matchLabels:
-      app: {{.Pool}}
-  targetPorts:
-  - number: {{.ModelServerPort}}
-  endpointPickerRef:
-    name: {{.Pool}}-epp
-    port:
-      number: {{.GRPCPort}}
-    failureMode: FailOpen
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: {{.Pool}}-epp
-  namespace: {{.Namespace}}
-spec:
-  type: LoadBalancer
-  selector:
-    app: {{.Pool}}-epp
-  ports:
-  - name: ext-proc
-    port: {{.GRPCPort}}
-    appProtocol: http2
-  - name: health
-    port: {{.HealthPort}}
-  - name: metrics
-    port: {{.MetricsPort}}
-status:
-  loadBalancer:
-    ingress:
-    - ip: {{.EPPIP}}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {{.Pool}}-epp-1
-  namespace: {{.Namespace}}
-  labels:
-    kubernetes.io/service-name: {{.Pool}}-epp
-addressType: IPv4
-endpoints:
-- addresses: ["192.0.2.100"]
-  conditions:
-    ready: true
-ports:
-- name: ext-proc
-  port: {{.GRPCPort}}
-  protocol: TCP
-{{- range .Pods}}
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {{.Name}}
-  namespace: {{$.Namespace}}
-  labels:
-    app: {{$.Pool}}
-spec:
-  containers:
-  - name: vllm
-    image: vllm/vllm-openai
-    ports:
-    - containerPort: {{$.ModelServerPort}}
-status:
-  phase: Running
-  podIP: {{.IP}}
-  podIPs:
-  - ip: {{.IP}}
-  conditions:
-  - type: Ready
-    status: "True"
-{{- end}}
-`))
-
-// gatewayClusterTemplate is the gateway cluster's side: the namespace (an
-// import is served only where its namespace exists), the Gateway the
-// sidecar serves, programmed at the gateway's address, and an HTTPRoute
-// from /v1 to the import.
-var gatewayClusterTemplate = template.Must(template.New("gateway").Parse(`
-apiVersion: v1
-kind: Namespace
-metadata:
-  name: {{.Namespace}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: {{.Gateway}}
-  namespace: {{.Namespace}}
-spec:
-  gatewayClassName: mci-local
-  listeners:
-  - name: http
-    protocol: HTTP
-    port: {{.Port}}
-status:
-  addresses:
-  - type: IPAddress
-    value: {{.IP}}
-  conditions:
-  - type: Accepted
-    status: "True"
-    reason: Accepted
-    message: Accepted by the local ClusterSet's data path
-    lastTransitionTime: "2026-01-01T00:00:00Z"
-  - type: Programmed
-    status: "True"
-    reason: Programmed
-    message: Served by test/cmd/gateway with mci-sidecar
-    lastTransitionTime: "2026-01-01T00:00:00Z"
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: {{.Pool}}
-  namespace: {{.Namespace}}
-spec:
-  parentRefs:
-  - name: {{.Gateway}}
-  rules:
-  - matches:
-    - path:
-        type: PathPrefix
-        value: /v1
-    backendRefs:
-    - group: inference.networking.x-k8s.io
-      kind: InferencePoolImport
-      name: {{.Pool}}
-`))
 
 // applyTemplate renders tmpl with data and applies the objects to cluster.
 func (cs *ClusterSet) applyTemplate(ctx context.Context, cluster string, tmpl *template.Template, data any) error {

@@ -22,10 +22,11 @@ const (
 
 // completionRequest is the part of an OpenAI request the simulator reads.
 type completionRequest struct {
-	Model    string          `json:"model"`
-	Stream   bool            `json:"stream"`
-	Prompt   json.RawMessage `json:"prompt"`
-	Messages []struct {
+	Model     string          `json:"model"`
+	Stream    bool            `json:"stream"`
+	MaxTokens *int            `json:"max_tokens"`
+	Prompt    json.RawMessage `json:"prompt"`
+	Messages  []struct {
 		Role    string          `json:"role"`
 		Content json.RawMessage `json:"content"`
 	} `json:"messages"`
@@ -56,6 +57,14 @@ func (s *Server) completion(k kind) http.HandlerFunc {
 			}
 			adapter = req.Model
 		}
+		if s.opts.CostModel != nil {
+			if req.MaxTokens != nil && (*req.MaxTokens < 1 || *req.MaxTokens > maxOutputTokens) {
+				writeError(w, http.StatusBadRequest, "max_tokens %d is not between 1 and %d", *req.MaxTokens, maxOutputTokens)
+				return
+			}
+			s.costedCompletion(w, r, k, &req, adapter)
+			return
+		}
 		latency := s.opts.Latency
 		if v := r.Header.Get(LatencyHeader); v != "" {
 			d, err := time.ParseDuration(v)
@@ -83,25 +92,8 @@ func (s *Server) completion(k kind) http.HandlerFunc {
 
 		n := s.requests.Add(1)
 		text := fmt.Sprintf("Simulated answer %d of %s from instance %s.", n, req.Model, s.opts.InstanceID)
-		promptTokens := countTokens(req.Prompt)
-		for _, m := range req.Messages {
-			promptTokens += countTokens(m.Content)
-		}
-		resp := response{
-			Created:  time.Now().Unix(),
-			Model:    req.Model,
-			Instance: s.opts.InstanceID,
-		}
-		switch k {
-		case textCompletion:
-			resp.ID = "cmpl-" + s.opts.InstanceID + "-" + strconv.FormatUint(n, 10)
-			resp.Object = "text_completion"
-			resp.Choices = []choice{{Text: &text, FinishReason: "stop"}}
-		case chatCompletion:
-			resp.ID = "chatcmpl-" + s.opts.InstanceID + "-" + strconv.FormatUint(n, 10)
-			resp.Object = "chat.completion"
-			resp.Choices = []choice{{Message: &message{Role: "assistant", Content: text}, FinishReason: "stop"}}
-		}
+		promptTokens := len(req.tokens())
+		resp := s.newResponse(k, n, req.Model, text)
 		completionTokens := len(strings.Fields(text))
 		usage := &usage{PromptTokens: promptTokens, CompletionTokens: completionTokens, TotalTokens: promptTokens + completionTokens}
 
@@ -112,6 +104,27 @@ func (s *Server) completion(k kind) http.HandlerFunc {
 		resp.Usage = usage
 		writeJSON(w, http.StatusOK, resp)
 	}
+}
+
+// newResponse is the n-th answer of the server, with text as its only
+// choice.
+func (s *Server) newResponse(k kind, n uint64, model, text string) response {
+	resp := response{
+		Created:  time.Now().Unix(),
+		Model:    model,
+		Instance: s.opts.InstanceID,
+	}
+	switch k {
+	case textCompletion:
+		resp.ID = "cmpl-" + s.opts.InstanceID + "-" + strconv.FormatUint(n, 10)
+		resp.Object = "text_completion"
+		resp.Choices = []choice{{Text: &text, FinishReason: "stop"}}
+	case chatCompletion:
+		resp.ID = "chatcmpl-" + s.opts.InstanceID + "-" + strconv.FormatUint(n, 10)
+		resp.Object = "chat.completion"
+		resp.Choices = []choice{{Message: &message{Role: "assistant", Content: text}, FinishReason: "stop"}}
+	}
+	return resp
 }
 
 // response is an OpenAI completion or chat completion, with Instance added:
@@ -143,6 +156,13 @@ type usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
+	// PromptTokensDetails says, under a cost model, how many prompt tokens
+	// the prefix cache served (OpenAI's and vLLM's field).
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+type promptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // writeStream answers as server-sent events, as OpenAI and vLLM do for
@@ -166,35 +186,44 @@ func writeStream(w http.ResponseWriter, k kind, resp response, u *usage) {
 	_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
 }
 
-// countTokens approximates the tokens of a prompt (a string, a list of
-// strings, or chat content parts) by counting words.
-func countTokens(raw json.RawMessage) int {
+// tokens are the request's prompt tokens: those of its prompt, then of its
+// messages' contents in order.
+func (r *completionRequest) tokens() []string {
+	out := appendTokens(nil, r.Prompt)
+	for _, m := range r.Messages {
+		out = appendTokens(out, m.Content)
+	}
+	return out
+}
+
+// appendTokens approximates the tokens of a prompt (a string, a list of
+// strings, or chat content parts) by its words, a token ID standing for
+// itself.
+func appendTokens(out []string, raw json.RawMessage) []string {
 	if len(raw) == 0 {
-		return 0
+		return out
 	}
 	var v any
 	if json.Unmarshal(raw, &v) != nil {
-		return 0
+		return out
 	}
-	var count func(any) int
-	count = func(v any) int {
+	var walk func(any)
+	walk = func(v any) {
 		switch v := v.(type) {
 		case string:
-			return len(strings.Fields(v))
+			out = append(out, strings.Fields(v)...)
 		case []any:
-			n := 0
 			for _, e := range v {
-				n += count(e)
+				walk(e)
 			}
-			return n
 		case map[string]any:
-			return count(v["text"])
+			walk(v["text"])
 		case float64:
-			return 1 // a token ID
+			out = append(out, strconv.FormatFloat(v, 'g', -1, 64)) // a token ID
 		}
-		return 0
 	}
-	return count(v)
+	walk(v)
+	return out
 }
 
 type model struct {

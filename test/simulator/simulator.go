@@ -78,6 +78,9 @@ type Options struct {
 	// NotReady starts the instance not ready (the readiness endpoint
 	// answers 503) until SetReady(true).
 	NotReady bool
+	// CostModel, when set, makes requests cost what prefill and decode
+	// would (see CostModel) instead of Latency, with a prefix cache.
+	CostModel *CostModel
 }
 
 // Pins fix what /metrics reports regardless of the real load, so that tests
@@ -135,6 +138,12 @@ func (p Pins) clone() Pins {
 //	GET  /health                                      liveness: always 200
 //	POST /admin/ready?ready=true|false                set readiness
 //	GET, POST /admin/pins                             read or replace the Pins
+//	GET  /admin/load                                  Metrics as JSON
+//
+// and with a cost model:
+//
+//	POST /admin/prefix-match         how much of a request's prompt is cached
+//	GET, DELETE /admin/cache         the prefix cache's counters; DELETE empties it
 type Server struct {
 	opts     Options
 	adapters map[string]bool
@@ -142,6 +151,10 @@ type Server struct {
 	instance *discovery.InstanceHandle
 	handler  http.Handler
 	requests atomic.Uint64
+	// cache and kvBlocks (the KV blocks of running requests) exist with a
+	// cost model only.
+	cache    *prefixCache
+	kvBlocks atomic.Int64
 
 	mu   sync.RWMutex
 	pins Pins
@@ -173,6 +186,15 @@ func New(opts Options) (*Server, error) {
 	if err := opts.Pins.Validate(); err != nil {
 		return nil, fmt.Errorf("simulator: %w", err)
 	}
+	var cache *prefixCache
+	if opts.CostModel != nil {
+		cm := *opts.CostModel
+		if err := cm.complete(); err != nil {
+			return nil, fmt.Errorf("simulator: %w", err)
+		}
+		opts.CostModel = &cm
+		cache = newPrefixCache(cm.CacheBlocks)
+	}
 	adapters := map[string]bool{}
 	for _, a := range opts.LoRAAdapters {
 		if a == "" || a == opts.Model {
@@ -199,6 +221,7 @@ func New(opts Options) (*Server, error) {
 		engine:   newEngine(opts.Concurrency, opts.MaxLoRA),
 		instance: instance,
 		pins:     opts.Pins.clone(),
+		cache:    cache,
 	}
 	if err := s.setMetadata(""); err != nil {
 		return nil, err
@@ -220,6 +243,10 @@ func New(opts Options) (*Server, error) {
 	mux.HandleFunc("POST /admin/ready", s.adminReady)
 	mux.HandleFunc("GET /admin/pins", s.getPins)
 	mux.HandleFunc("POST /admin/pins", s.setPins)
+	mux.HandleFunc("GET /admin/load", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, s.Metrics()) })
+	mux.HandleFunc("POST /admin/prefix-match", s.prefixMatch)
+	mux.HandleFunc("GET /admin/cache", s.cacheAdmin)
+	mux.HandleFunc("DELETE /admin/cache", s.cacheAdmin)
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(InstanceHeader, s.opts.InstanceID)
 		mux.ServeHTTP(w, r)
@@ -260,10 +287,12 @@ func (s *Server) Pins() Pins {
 // Metrics is what /metrics reports now: the real load with the pins
 // applied.
 type Metrics struct {
-	Waiting, Running                 int
-	KVCacheUsage                     float64
-	RunningAdapters, WaitingAdapters []string
-	MaxLoRA                          int
+	Waiting         int      `json:"waiting"`
+	Running         int      `json:"running"`
+	KVCacheUsage    float64  `json:"kvCacheUsage"`
+	RunningAdapters []string `json:"runningAdapters"`
+	WaitingAdapters []string `json:"waitingAdapters"`
+	MaxLoRA         int      `json:"maxLoRA"`
 }
 
 // Metrics returns what /metrics would report now.
@@ -273,6 +302,11 @@ func (s *Server) Metrics() Metrics {
 		Waiting: l.Waiting, Running: l.Running, KVCacheUsage: l.KVCacheUsage,
 		RunningAdapters: l.RunningAdapters, WaitingAdapters: l.WaitingAdapters,
 		MaxLoRA: s.opts.MaxLoRA,
+	}
+	if cm := s.opts.CostModel; cm != nil {
+		// Under a cost model the KV cache holds the blocks of the running
+		// requests, as vLLM's usage gauge counts them.
+		m.KVCacheUsage = min(float64(s.kvBlocks.Load())/float64(cm.CacheBlocks), 1)
 	}
 	p := s.Pins()
 	if p.Waiting != nil {
@@ -340,6 +374,11 @@ func (s *Server) setMetadata(address string) error {
 			"max_num_seqs": s.opts.Concurrency,
 			"latency":      s.opts.Latency.String(),
 		},
+	}
+	if cm := s.opts.CostModel; cm != nil {
+		md["runtime_config"].(map[string]any)["block_size"] = cm.BlockTokens
+		md["runtime_config"].(map[string]any)["num_gpu_blocks"] = cm.CacheBlocks
+		md["runtime_config"].(map[string]any)["enable_prefix_caching"] = true
 	}
 	if address != "" {
 		md["transport"] = map[string]any{"http": address}

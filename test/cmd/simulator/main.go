@@ -5,8 +5,14 @@
 //	    [--lora-adapters=lora-x,lora-y --max-lora=2] [--latency=20ms] [--concurrency=16] \
 //	    [--instance-id=sim-a] [--not-ready] \
 //	    [--pin-waiting=10] [--pin-running=2] [--pin-kv-cache=0.3] \
-//	    [--pin-running-adapters=lora-x] [--pin-waiting-adapters=]
+//	    [--pin-running-adapters=lora-x] [--pin-waiting-adapters=] \
+//	    [--cost-model --block-tokens=16 --cache-blocks=4096 --prefill-base=5ms \
+//	     --prefill-per-token=200us --decode-per-token=5ms --output-tokens=16 \
+//	     --stream-chunk-tokens=4 --round-trip=0s]
 //
+// --cost-model, or any of the flags after it, makes requests cost prefill
+// and decode time with a prefix cache (simulator.CostModel) instead of
+// --latency.
 // A pin flag given (even empty, for the adapter lists) fixes what /metrics
 // reports; see simulator.Pins. The instance ID is --instance-id, else
 // $POD_NAME, else the host name. SIGTERM or SIGINT marks the instance not
@@ -68,6 +74,9 @@ func parseFlags(args []string) (simulator.Options, string, error) {
 		pinWaiting, pinRunning                 int
 		pinKVCache                             float64
 		pinRunningAdapters, pinWaitingAdapters string
+
+		costModel bool
+		cm        simulator.CostModel
 	)
 	fs.StringVar(&listen, "listen", "127.0.1.1:8000", "address to serve on; loopback addresses only in the local ClusterSet")
 	fs.StringVar(&opts.Model, "model", "", "base model served (required)")
@@ -82,6 +91,15 @@ func parseFlags(args []string) (simulator.Options, string, error) {
 	fs.Float64Var(&pinKVCache, "pin-kv-cache", 0, "report this KV cache usage (0 to 1)")
 	fs.StringVar(&pinRunningAdapters, "pin-running-adapters", "", "report these running LoRA adapters (comma-separated)")
 	fs.StringVar(&pinWaitingAdapters, "pin-waiting-adapters", "", "report these waiting LoRA adapters (comma-separated)")
+	fs.BoolVar(&costModel, "cost-model", false, "cost requests by a prefill and decode model with a prefix cache instead of --latency")
+	fs.IntVar(&cm.BlockTokens, "block-tokens", simulator.DefaultBlockTokens, "cost model: tokens per prefix cache block")
+	fs.IntVar(&cm.CacheBlocks, "cache-blocks", simulator.DefaultCacheBlocks, "cost model: prefix cache capacity in blocks (least recently used evicted)")
+	fs.DurationVar(&cm.Base, "prefill-base", 0, "cost model: fixed time to the first token")
+	fs.DurationVar(&cm.PrefillPerToken, "prefill-per-token", 0, "cost model: prefill time of each uncached prompt token")
+	fs.DurationVar(&cm.DecodePerToken, "decode-per-token", 0, "cost model: time of each output token after the first")
+	fs.IntVar(&cm.OutputTokens, "output-tokens", simulator.DefaultOutputTokens, "cost model: answer length when a request sets no max_tokens")
+	fs.IntVar(&cm.StreamChunkTokens, "stream-chunk-tokens", simulator.DefaultStreamChunkTokens, "cost model: tokens per streamed chunk")
+	fs.DurationVar(&cm.RoundTrip, "round-trip", 0, "cost model: network round trip added before each response (a remote cluster's)")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return opts, "", err
@@ -106,8 +124,14 @@ func parseFlags(args []string) (simulator.Options, string, error) {
 			opts.Pins.RunningAdapters = split(pinRunningAdapters)
 		case "pin-waiting-adapters":
 			opts.Pins.WaitingAdapters = split(pinWaitingAdapters)
+		case "block-tokens", "cache-blocks", "prefill-base", "prefill-per-token",
+			"decode-per-token", "output-tokens", "stream-chunk-tokens", "round-trip":
+			costModel = true
 		}
 	})
+	if costModel {
+		opts.CostModel = &cm
+	}
 	return opts, listen, nil
 }
 

@@ -49,6 +49,21 @@ func TestParseFlags(t *testing.T) {
 				Pins: simulator.Pins{WaitingAdapters: []string{}}},
 			listen: "127.0.1.1:8000",
 		},
+		{
+			name: "a cost model flag enables the cost model",
+			args: []string{"--model=m", "--prefill-per-token=100us", "--round-trip=3ms"},
+			want: simulator.Options{Model: "m", Latency: simulator.DefaultLatency, Concurrency: simulator.DefaultConcurrency, LoRAAdapters: []string{},
+				CostModel: &simulator.CostModel{BlockTokens: simulator.DefaultBlockTokens, CacheBlocks: simulator.DefaultCacheBlocks,
+					OutputTokens: simulator.DefaultOutputTokens, StreamChunkTokens: simulator.DefaultStreamChunkTokens,
+					PrefillPerToken: 100 * time.Microsecond, RoundTrip: 3 * time.Millisecond}},
+			listen: "127.0.1.1:8000",
+		},
+		{
+			name:   "--cost-model=false leaves it off",
+			args:   []string{"--model=m", "--cost-model=false"},
+			want:   simulator.Options{Model: "m", Latency: simulator.DefaultLatency, Concurrency: simulator.DefaultConcurrency, LoRAAdapters: []string{}},
+			listen: "127.0.1.1:8000",
+		},
 		{name: "no model", args: []string{}, wantErr: true},
 		{name: "a stray argument", args: []string{"--model=m", "extra"}, wantErr: true},
 	}

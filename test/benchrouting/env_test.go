@@ -1,0 +1,312 @@
+package benchrouting
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/simulator"
+)
+
+// The clusters: cluster-b imports and runs mci-sidecar and the gateway, with
+// a local pool of its own; cluster-a and cluster-c export theirs.
+var clusterNames = []string{"cluster-a", "cluster-b", "cluster-c"}
+
+const (
+	importingCluster = "cluster-b"
+	// saturatedCluster is the remote cluster that background load fills
+	// in the saturated-cluster scenario.
+	saturatedCluster = "cluster-a"
+	// policyAnnotation selects mci-sidecar's cluster policy on the
+	// HTTPRoute (pkg/sidecar's PolicyAnnotation, which this harness
+	// deliberately does not import: it drives the sidecar as a user does).
+	policyAnnotation = "mci.x-k8s.io/cluster-policy"
+	// directGatewayHost is the host, in each cluster's loopback block, of
+	// the harness's own gateway to that cluster's EPP.
+	directGatewayHost = 150
+)
+
+var (
+	httpRouteGVR     = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}
+	inferencePoolGVR = schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
+)
+
+// env is the running ClusterSet and data path.
+type env struct {
+	cfg config
+	cs  *clusterset.ClusterSet
+	dp  *clusterset.DataPath
+	dyn dynamic.Interface // of the importing cluster
+	// servers are the model servers' base URLs by cluster; direct the
+	// base URLs of the harness's gateways to each cluster's EPP.
+	servers map[string][]string
+	direct  map[string]string
+	policy  string // the current cluster policy; "" before the first
+}
+
+// startEnv starts a ClusterSet of 3 clusters and the data path, with the
+// cost model in every simulator, until the benchmark ends.
+func startEnv(b *testing.B, cfg config) *env {
+	b.Helper()
+	binDir := os.Getenv("MCI_BIN_DIR")
+	if binDir == "" {
+		binDir = filepath.Join("..", "..", "_output", "bin")
+	}
+	binDir, err := filepath.Abs(binDir)
+	require.NoError(b, err)
+	// The data path's test doubles are built next to the ClusterSet.
+	dir, err := os.MkdirTemp("", "mci-bench-routing-")
+	require.NoError(b, err)
+	b.Cleanup(func() {
+		if os.Getenv("MCI_BENCH_KEEP") == "" {
+			_ = os.RemoveAll(dir)
+		} else {
+			b.Logf("ClusterSet kept in %s", dir)
+		}
+	})
+	dpBin := filepath.Join(dir, "bin")
+	require.NoError(b, os.MkdirAll(dpBin, 0o755))
+	for _, name := range []string{"mci-epp", "mci-sidecar"} {
+		require.NoError(b, os.Symlink(filepath.Join(binDir, name), filepath.Join(dpBin, name)))
+	}
+	buildDoubles(b, dpBin)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	cs, err := clusterset.Up(ctx, clusterset.Options{
+		Dir:                filepath.Join(dir, "clusterset"),
+		Clusters:           clusterNames,
+		BinDir:             binDir,
+		MCIAPIServerBinary: filepath.Join(binDir, "mci-apiserver"),
+		Log:                progressLog{},
+	})
+	require.NoError(b, err, "starting the local ClusterSet")
+	b.Cleanup(func() {
+		if err := cs.Stop(); err != nil {
+			b.Errorf("stopping the ClusterSet: %v", err)
+		}
+	})
+	dp, err := cs.StartDataPath(ctx, clusterset.DataPathOptions{
+		GatewayCluster: importingCluster,
+		ModelServers:   cfg.ServersPerCluster,
+		LoopbackBlock:  cfg.LoopbackBlock,
+		BinDir:         dpBin,
+		LocalPool:      true,
+		SimulatorArgs:  func(cluster string) []string { return simulatorArgs(cfg, cluster) },
+	})
+	require.NoError(b, err, "starting the data path")
+	logf("ClusterSet and data path up in %s", time.Since(start).Round(time.Second))
+
+	c, err := cs.Cluster(importingCluster)
+	require.NoError(b, err)
+	dyn, err := dynamic.NewForConfig(c.Config)
+	require.NoError(b, err)
+	e := &env{cfg: cfg, cs: cs, dp: dp, dyn: dyn, servers: dp.ModelServerURLs, direct: map[string]string{}}
+	for i, cluster := range clusterNames {
+		require.Len(b, e.servers[cluster], cfg.ServersPerCluster, "model servers of %s", cluster)
+		e.direct[cluster] = startDirectGateway(b, dp.EPPs[cluster], fmt.Sprintf("127.0.%d.%d", cfg.LoopbackBlock+i, directGatewayHost))
+	}
+	return e
+}
+
+// buildDoubles builds the data path's test doubles (the simulator and the
+// gateway) into dir.
+func buildDoubles(b *testing.B, dir string) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "github.com/mci-dev/mci/test/cmd/simulator", "github.com/mci-dev/mci/test/cmd/gateway").CombinedOutput()
+	require.NoError(b, err, "building the simulator and the gateway: %s", out)
+}
+
+// simulatorArgs are the cost model's flags for cluster's simulators: the
+// remote clusters' add the round trip.
+func simulatorArgs(cfg config, cluster string) []string {
+	cm := cfg.Cost
+	args := []string{
+		"--concurrency=" + strconv.Itoa(cfg.Batch),
+		"--block-tokens=" + strconv.Itoa(cm.BlockTokens),
+		"--cache-blocks=" + strconv.Itoa(cm.CacheBlocks),
+		"--prefill-base=" + cm.Base.String(),
+		"--prefill-per-token=" + cm.PrefillPerToken.String(),
+		"--decode-per-token=" + cm.DecodePerToken.String(),
+		"--output-tokens=" + strconv.Itoa(cm.OutputTokens),
+		"--stream-chunk-tokens=" + strconv.Itoa(cm.StreamChunkTokens),
+	}
+	if cluster != importingCluster {
+		args = append(args, "--round-trip="+cfg.RemoteRoundTrip.String())
+	}
+	return args
+}
+
+// startDirectGateway serves, on ip, a gateway (test/extproc's Proxy, the
+// code of test/cmd/gateway) that asks the EPP at epp: the path of the
+// reference routings, which choose the cluster themselves and leave the
+// choice of the server to that cluster's EPP.
+func startDirectGateway(b *testing.B, epp, ip string) string {
+	b.Helper()
+	client, err := extproc.Dial(epp, extproc.Options{MessageTimeout: 10 * time.Second})
+	require.NoError(b, err)
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	require.NoError(b, err)
+	srv := &http.Server{Handler: extproc.NewProxy(client, nil), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	b.Cleanup(func() {
+		_ = srv.Close()
+		_ = client.Close()
+	})
+	return "http://" + l.Addr().String()
+}
+
+// setPolicy sets the cluster policy on the HTTPRoute and on the local
+// shim InferencePool, and gives mci-sidecar time to see the change (its
+// informers). Both, because with a single shim pool the sidecar takes the
+// pool's backend, whose policy is the pool's annotation, whatever the route
+// says (pkg/sidecar shim.go); with an HTTPRoute to an import the route's
+// annotation alone decides.
+func (e *env) setPolicy(ctx context.Context, policy string) error {
+	if policy == e.policy {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{policyAnnotation: policy}}})
+	for _, gvr := range []schema.GroupVersionResource{httpRouteGVR, inferencePoolGVR} {
+		if _, err := e.dyn.Resource(gvr).Namespace(e.dp.Namespace).Patch(ctx, e.dp.Pool, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("setting the cluster policy %s on %s %s/%s: %w", policy, gvr.Resource, e.dp.Namespace, e.dp.Pool, err)
+		}
+	}
+	e.policy = policy
+	time.Sleep(time.Second)
+	return nil
+}
+
+// allServers lists every model server as cluster and URL.
+func (e *env) allServers() []server {
+	var out []server
+	for _, c := range clusterNames {
+		for _, u := range e.servers[c] {
+			out = append(out, server{cluster: c, url: u})
+		}
+	}
+	return out
+}
+
+type server struct{ cluster, url string }
+
+// resetCaches empties every server's prefix cache, so that each run
+// starts cold, and waits until no request runs or waits anywhere.
+func (e *env) resetCaches(ctx context.Context) error {
+	for _, s := range e.allServers() {
+		var st simulator.CacheStats
+		if err := call(ctx, http.MethodDelete, s.url+"/admin/cache", nil, &st); err != nil {
+			return err
+		}
+	}
+	deadline := time.Now().Add(e.cfg.RequestTimeout + 10*time.Second)
+	for {
+		busy := ""
+		for _, s := range e.allServers() {
+			var m simulator.Metrics
+			if err := call(ctx, http.MethodGet, s.url+"/admin/load", nil, &m); err != nil {
+				return err
+			}
+			if m.Running+m.Waiting > 0 {
+				busy = fmt.Sprintf("%s has %d running and %d waiting", s.url, m.Running, m.Waiting)
+			}
+		}
+		if busy == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the servers did not drain: %s", busy)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// cacheStats reads every server's prefix cache counters, by URL.
+func (e *env) cacheStats(ctx context.Context) (map[string]simulator.CacheStats, error) {
+	out := map[string]simulator.CacheStats{}
+	for _, s := range e.allServers() {
+		var st simulator.CacheStats
+		if err := call(ctx, http.MethodGet, s.url+"/admin/cache", nil, &st); err != nil {
+			return nil, err
+		}
+		out[s.url] = st
+	}
+	return out, nil
+}
+
+// call sends a request with an optional JSON body and decodes the JSON
+// answer into into.
+func call(ctx context.Context, method, url string, body []byte, into any) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var r io.Reader
+	if body != nil {
+		r = strings.NewReader(string(body))
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, r)
+	if err != nil {
+		return err
+	}
+	resp, err := adminClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, b)
+	}
+	if err := json.Unmarshal(b, into); err != nil {
+		return fmt.Errorf("%s %s: %w", method, url, err)
+	}
+	return nil
+}
+
+// loopbackTransport reaches the data path directly, whatever the
+// environment's proxy settings, with enough idle connections for the
+// open-loop load.
+func loopbackTransport() *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	tr.MaxIdleConns = 1024
+	tr.MaxIdleConnsPerHost = 256
+	return tr
+}
+
+var adminClient = &http.Client{Transport: loopbackTransport()}
+
+// progressLog prints the ClusterSet's progress lines with the benchmark's.
+type progressLog struct{}
+
+func (progressLog) Write(p []byte) (int, error) {
+	logf("%s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench-routing %s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}

@@ -1,0 +1,162 @@
+package benchrouting
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mci-dev/mci/test/simulator"
+)
+
+// sidecarPolicies are mci-sidecar's cluster policies the benchmark
+// compares, each selected by its value of the HTTPRoute's annotation
+// mci.x-k8s.io/cluster-policy. A new policy is one more name here (or in
+// MCI_BENCH_ROUTING_POLICIES): any name that is not a reference routing is
+// taken as such an annotation value.
+var sidecarPolicies = []string{"Weighted", "HealthBased", "MetricsBased", "LocalFirst"}
+
+// referenceRoutings bypass mci-sidecar: the harness picks the cluster
+// itself and sends the request to that cluster's own gateway, whose EPP
+// picks the server, as it does for the sidecar.
+var referenceRoutings = map[string]func(*env) router{
+	// RoundRobin: plain round-robin over the 3 clusters.
+	"RoundRobin": func(e *env) router { return &roundRobin{targets: e.directTargets()} },
+	// Oracle: the cluster one of whose servers holds the longest cached
+	// prefix of the request, asked of every server just before sending;
+	// among clusters tied (none holds any of it, mostly) the one with the
+	// fewest of the harness's requests in flight, then round-robin.
+	"Oracle": func(e *env) router { return newOracle(e) },
+}
+
+// referenceOrder is the order of the references after the sidecar's
+// policies.
+var referenceOrder = []string{"RoundRobin", "Oracle"}
+
+func policyNames() []string {
+	return append(append([]string{}, sidecarPolicies...), referenceOrder...)
+}
+
+func isReference(name string) bool {
+	_, ok := referenceRoutings[name]
+	return ok
+}
+
+// router says where a request goes: the gateway base URL. done is called
+// once the request is answered.
+type router interface {
+	route(ctx context.Context, body []byte) (base string, done func(), err error)
+}
+
+func noop() {}
+
+// viaSidecar sends every request to the importing cluster's gateway, where
+// mci-sidecar chooses by the route's policy.
+type viaSidecar struct{ gateway string }
+
+func (v viaSidecar) route(context.Context, []byte) (string, func(), error) {
+	return v.gateway, noop, nil
+}
+
+// routerFor returns the router of a policy, setting the route's policy
+// first when the sidecar chooses.
+func (e *env) routerFor(ctx context.Context, policy string) (router, error) {
+	if newRef, ok := referenceRoutings[policy]; ok {
+		return newRef(e), nil
+	}
+	if err := e.setPolicy(ctx, policy); err != nil {
+		return nil, err
+	}
+	return viaSidecar{gateway: e.dp.GatewayURL}, nil
+}
+
+type target struct{ cluster, base string }
+
+func (e *env) directTargets() []target {
+	out := make([]target, 0, len(clusterNames))
+	for _, c := range clusterNames {
+		out = append(out, target{cluster: c, base: e.direct[c]})
+	}
+	return out
+}
+
+type roundRobin struct {
+	targets []target
+	next    atomic.Uint64
+}
+
+func (r *roundRobin) route(context.Context, []byte) (string, func(), error) {
+	t := r.targets[(r.next.Add(1)-1)%uint64(len(r.targets))]
+	return t.base, noop, nil
+}
+
+type oracle struct {
+	e        *env
+	targets  []target
+	ties     atomic.Uint64
+	mu       sync.Mutex
+	inFlight map[string]int
+}
+
+func newOracle(e *env) *oracle {
+	return &oracle{e: e, targets: e.directTargets(), inFlight: map[string]int{}}
+}
+
+func (o *oracle) route(ctx context.Context, body []byte) (string, func(), error) {
+	servers := o.e.allServers()
+	cached := make([]int, len(servers))
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i, s := range servers {
+		wg.Go(func() {
+			var m simulator.PrefixMatch
+			errs[i] = call(ctx, http.MethodPost, s.url+"/admin/prefix-match", body, &m)
+			cached[i] = m.CachedTokens
+		})
+	}
+	wg.Wait()
+	best := map[string]int{}
+	for i, s := range servers {
+		if errs[i] != nil {
+			return "", nil, fmt.Errorf("oracle: %w", errs[i])
+		}
+		best[s.cluster] = max(best[s.cluster], cached[i])
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t, err := pickOracle(o.targets, best, o.inFlight, o.ties.Add(1)-1)
+	if err != nil {
+		return "", nil, err
+	}
+	o.inFlight[t.cluster]++
+	return t.base, func() {
+		o.mu.Lock()
+		o.inFlight[t.cluster]--
+		o.mu.Unlock()
+	}, nil
+}
+
+// pickOracle picks the target whose cluster holds the most cached tokens;
+// among ties, the one with the fewest requests in flight; among those,
+// the n-th in turn.
+func pickOracle(targets []target, cached, inFlight map[string]int, n uint64) (target, error) {
+	var tied []target
+	for _, t := range targets {
+		if len(tied) == 0 {
+			tied = []target{t}
+			continue
+		}
+		top := tied[0].cluster
+		switch {
+		case cached[t.cluster] > cached[top] || cached[t.cluster] == cached[top] && inFlight[t.cluster] < inFlight[top]:
+			tied = []target{t}
+		case cached[t.cluster] == cached[top] && inFlight[t.cluster] == inFlight[top]:
+			tied = append(tied, t)
+		}
+	}
+	if len(tied) == 0 {
+		return target{}, fmt.Errorf("oracle: no cluster to send to")
+	}
+	return tied[n%uint64(len(tied))], nil
+}

@@ -1,0 +1,221 @@
+package benchrouting
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// policyResult is what results.json reports of one policy in one
+// scenario. The first six keys are the issue's.
+type policyResult struct {
+	TTFTP50      float64            `json:"ttft_p50_ms"`
+	TTFTP99      float64            `json:"ttft_p99_ms"`
+	E2EP99       float64            `json:"e2e_p99_ms"`
+	Throughput   float64            `json:"throughput_rps"`
+	PrefixHit    float64            `json:"prefix_hit_ratio"`
+	ShedRatio    float64            `json:"shed_ratio"`
+	ErrorRatio   float64            `json:"error_ratio"`
+	Sent         int                `json:"requests"`
+	Completed    int                `json:"completed"`
+	HerdingRatio float64            `json:"herding_ratio"`
+	Samples      int                `json:"load_samples"`
+	ClusterShare map[string]float64 `json:"cluster_share"`
+	ClusterBusy  map[string]float64 `json:"cluster_mean_busy"`
+	ClusterQueue map[string]float64 `json:"cluster_mean_waiting"`
+	ClusterPeakQ map[string]int     `json:"cluster_peak_waiting"`
+	// RequestHitRatio is the same ratio from the requests' usage
+	// (cached_tokens / prompt_tokens of the completed requests): a check
+	// of PrefixHit, which the simulators' counters give.
+	RequestHitRatio float64 `json:"request_hit_ratio"`
+}
+
+// scenarioResult is one scenario: the workload and each policy's result.
+type scenarioResult struct {
+	Description string                   `json:"description"`
+	RateRPS     float64                  `json:"rate_rps"`
+	CapacityRPS float64                  `json:"capacity_rps"`
+	Requests    int                      `json:"requests_per_run"`
+	Policies    map[string]*policyResult `json:"policies"`
+}
+
+// results is results.json: the shared-prefix scenario's policies at the
+// top (the issue's headline), and every scenario's under scenarios.
+type results struct {
+	Profile string    `json:"profile"`
+	Started time.Time `json:"started"`
+	Elapsed string    `json:"elapsed"`
+	// LoadAverage is /proc/loadavg at the start and at the end: a run on
+	// a busy machine is noisy, and says so.
+	LoadAverage [2]string                  `json:"load_average"`
+	Config      config                     `json:"config"`
+	Policies    map[string]*policyResult   `json:"policies"`
+	Scenarios   map[string]*scenarioResult `json:"scenarios"`
+	Failed      bool                       `json:"failed"`
+}
+
+// summarize computes a policy's result from its runs (its repetitions).
+func summarize(runs []*runResult) *policyResult {
+	r := &policyResult{ClusterShare: map[string]float64{}, ClusterBusy: map[string]float64{},
+		ClusterQueue: map[string]float64{}, ClusterPeakQ: map[string]int{}}
+	var ttft, e2e []time.Duration
+	var active time.Duration
+	var hits, queries uint64
+	var shed, failed, served, cachedTokens, promptTokens int
+	var samples []loadSample
+	for _, run := range runs {
+		active += run.active
+		hits += run.hitTokens
+		queries += run.queryTokens
+		samples = append(samples, run.samples...)
+		for _, o := range run.outcomes {
+			r.Sent++
+			switch {
+			case o.code == http.StatusTooManyRequests:
+				shed++
+				continue
+			case o.code != http.StatusOK || !o.complete || o.ttft == 0:
+				failed++
+				continue
+			}
+			r.Completed++
+			ttft = append(ttft, o.ttft)
+			e2e = append(e2e, o.e2e)
+			cachedTokens += o.cachedTokens
+			promptTokens += o.promptTokens
+			if o.cluster != "" {
+				served++
+				r.ClusterShare[o.cluster]++
+			}
+		}
+	}
+	r.TTFTP50, r.TTFTP99 = ms(percentile(ttft, 50)), ms(percentile(ttft, 99))
+	r.E2EP99 = ms(percentile(e2e, 99))
+	if active > 0 {
+		r.Throughput = round(float64(r.Completed)/active.Seconds(), 2)
+	}
+	r.PrefixHit = ratio(int(hits), int(queries))
+	r.RequestHitRatio = ratio(cachedTokens, promptTokens)
+	r.ShedRatio = ratio(shed, r.Sent)
+	r.ErrorRatio = ratio(failed, r.Sent)
+	for c := range r.ClusterShare {
+		r.ClusterShare[c] = ratio(int(r.ClusterShare[c]), served)
+	}
+	r.HerdingRatio, r.Samples = herding(samples), len(samples)
+	for _, c := range clusterNames {
+		var busy, waiting float64
+		for _, s := range samples {
+			busy += float64(s.running[c])
+			waiting += float64(s.waiting[c])
+			r.ClusterPeakQ[c] = max(r.ClusterPeakQ[c], s.waiting[c])
+		}
+		if len(samples) > 0 {
+			r.ClusterBusy[c] = round(busy/float64(len(samples)), 2)
+			r.ClusterQueue[c] = round(waiting/float64(len(samples)), 2)
+		}
+	}
+	return r
+}
+
+// herding is the share of samples in which one cluster sits idle (nothing
+// running or waiting) while another queues (something waiting).
+func herding(samples []loadSample) float64 {
+	n := 0
+	for _, s := range samples {
+		idle, queues := false, false
+		for _, c := range clusterNames {
+			idle = idle || s.running[c]+s.waiting[c] == 0
+			queues = queues || s.waiting[c] > 0
+		}
+		if idle && queues {
+			n++
+		}
+	}
+	return ratio(n, len(samples))
+}
+
+// percentile is the nearest-rank p-th percentile; 0 of nothing.
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 1) }
+
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return round(float64(a)/float64(b), 3)
+}
+
+func round(v float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(v*p) / p
+}
+
+// loadAverage is the first three fields of /proc/loadavg, or why not.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// write writes results.json and results.md into dir.
+func (r *results) write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	md := r.markdown()
+	fmt.Print(md)
+	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(md), 0o644)
+}
+
+// markdown is the table of docs/performance.md's "Routing quality".
+func (r *results) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Routing quality: run %s, profile %s, %s in all, %s per policy and repetition, %d repetitions interleaved; load average %s at the start and %s at the end.\n\n",
+		r.Started.Format(time.RFC3339), r.Profile, r.Elapsed, r.Config.RunDuration, r.Config.Repetitions, r.LoadAverage[0], r.LoadAverage[1])
+	for _, name := range r.Config.Scenarios {
+		s := r.Scenarios[name]
+		if s == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "**%s** — %s; %.1f req/s offered (%.0f%% of %.1f req/s capacity without cache hits), %d requests per run.\n\n",
+			name, s.Description, s.RateRPS, 100*s.RateRPS/max(s.CapacityRPS, 1e-9), s.CapacityRPS, s.Requests)
+		b.WriteString("| routing | TTFT p50 | TTFT p99 | e2e p99 | completed req/s | prefix-cache hit ratio | shed | errors | idle-while-queueing | requests a / b (local) / c |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, p := range r.Config.Policies {
+			pr := s.Policies[p]
+			if pr == nil {
+				continue
+			}
+			fmt.Fprintf(&b, "| `%s` | %.0f ms | %.0f ms | %.0f ms | %.1f | %.2f | %.3f | %.3f | %.1f%% | %.2f / %.2f / %.2f |\n",
+				p, pr.TTFTP50, pr.TTFTP99, pr.E2EP99, pr.Throughput, pr.PrefixHit, pr.ShedRatio, pr.ErrorRatio,
+				100*pr.HerdingRatio, pr.ClusterShare["cluster-a"], pr.ClusterShare["cluster-b"], pr.ClusterShare["cluster-c"])
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}

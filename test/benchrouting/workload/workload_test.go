@@ -1,0 +1,141 @@
+package workload
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func profile() Profile {
+	return Profile{
+		Seed: 7, Duration: time.Minute, Rate: 20,
+		Groups: 4, SystemTokens: 300, ActiveConversations: 20, Turns: 6, UserTokens: 30, OutputTokens: 20,
+		OneShotShare: 0.2, OneShotTokens: 200,
+	}
+}
+
+func TestGenerateIsSeeded(t *testing.T) {
+	a, err := Generate(profile())
+	require.NoError(t, err)
+	b, err := Generate(profile())
+	require.NoError(t, err)
+	assert.Equal(t, a, b, "the same profile, the same requests")
+	p := profile()
+	p.Seed = 8
+	c, err := Generate(p)
+	require.NoError(t, err)
+	assert.NotEqual(t, a, c)
+}
+
+func TestGenerateShape(t *testing.T) {
+	reqs, err := Generate(profile())
+	require.NoError(t, err)
+	// Poisson arrivals: 1200 expected, standard deviation about 35.
+	assert.InDelta(t, 1200, len(reqs), 150)
+	oneShots := 0
+	last := map[int]Request{}
+	systems := map[int]string{}
+	for i, r := range reqs {
+		assert.Equal(t, i, r.Index)
+		if i > 0 {
+			assert.GreaterOrEqual(t, r.At, reqs[i-1].At, "sent in order")
+		}
+		assert.Less(t, r.At, time.Minute)
+		assert.Equal(t, 20, r.MaxTokens)
+		if r.Conversation < 0 {
+			oneShots++
+			assert.Len(t, r.Messages, 1)
+			assert.Equal(t, 200, r.PromptTokens())
+			continue
+		}
+		require.Equal(t, "system", r.Messages[0].Role)
+		if s, ok := systems[r.Group]; ok {
+			assert.Equal(t, s, r.Messages[0].Content, "a group shares its system prompt")
+		}
+		systems[r.Group] = r.Messages[0].Content
+		assert.Equal(t, "user", r.Messages[len(r.Messages)-1].Role)
+		assert.LessOrEqual(t, r.Turn, 6)
+		assert.Len(t, r.Messages, 2*r.Turn)
+		assert.Equal(t, 300+30*r.Turn+20*(r.Turn-1), r.PromptTokens())
+		if prev, ok := last[r.Conversation]; ok {
+			assert.Equal(t, prev.Turn+1, r.Turn)
+			assert.Equal(t, prev.Messages, r.Messages[:len(prev.Messages)], "a turn resends the history")
+			assert.Equal(t, "assistant", r.Messages[len(prev.Messages)].Role)
+		} else {
+			assert.Equal(t, 1, r.Turn, "a conversation starts at turn 1")
+		}
+		last[r.Conversation] = r
+	}
+	assert.InDelta(t, 0.2, float64(oneShots)/float64(len(reqs)), 0.05)
+	assert.Len(t, systems, 4)
+	assert.NotEqual(t, systems[0], systems[1])
+}
+
+func TestNoSharedPrefixes(t *testing.T) {
+	p := profile()
+	p.OneShotShare = 1
+	reqs, err := Generate(p)
+	require.NoError(t, err)
+	firstWords := map[string]bool{}
+	for _, r := range reqs {
+		require.Equal(t, -1, r.Conversation)
+		w := strings.Fields(r.Messages[0].Content)[0]
+		assert.False(t, firstWords[w], "requests share no prefix")
+		firstWords[w] = true
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*Profile)
+		want   string
+	}{
+		{"no duration", func(p *Profile) { p.Duration = 0 }, "duration"},
+		{"no rate", func(p *Profile) { p.Rate = 0 }, "rate"},
+		{"NaN rate", func(p *Profile) { p.Rate = math.NaN() }, "rate"},
+		{"share above 1", func(p *Profile) { p.OneShotShare = 1.5 }, "one-shot share"},
+		{"no groups", func(p *Profile) { p.Groups = 0 }, "groups 0"},
+		{"no output", func(p *Profile) { p.OutputTokens = 0 }, "output tokens"},
+		{"too many requests", func(p *Profile) { p.Rate = 9000; p.Duration = time.Hour }, "a million"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := profile()
+			tt.change(&p)
+			_, err := Generate(p)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+	t.Run("one-shot only needs no conversations", func(t *testing.T) {
+		_, err := Generate(Profile{Seed: 1, Duration: time.Second, Rate: 5, OneShotShare: 1, OneShotTokens: 10, OutputTokens: 4})
+		assert.NoError(t, err)
+	})
+}
+
+func TestCapacity(t *testing.T) {
+	reqs := []Request{
+		{Messages: []Message{{Content: strings.Repeat("w ", 100)}}, MaxTokens: 11},
+		{Messages: []Message{{Content: strings.Repeat("w ", 300)}}, MaxTokens: 11},
+	}
+	c := Cost{Base: 10 * time.Millisecond, PrefillPerToken: time.Millisecond, DecodePerToken: 5 * time.Millisecond}
+	// Mean: 10 + 200 + 50 = 260 ms.
+	assert.Equal(t, 260*time.Millisecond, ServiceTime(reqs, c))
+	assert.InDelta(t, 8/0.26, Capacity(reqs, c, 8), 1e-9)
+	assert.Zero(t, Capacity(nil, c, 8))
+	assert.Zero(t, Capacity(reqs, Cost{}, 8))
+
+	p, capacity, err := Calibrate(profile(), c, 12, 0.7)
+	require.NoError(t, err)
+	got, err := Generate(p)
+	require.NoError(t, err)
+	assert.InDelta(t, 0.7, p.Rate/Capacity(got, c, 12), 0.05, "the rate loads the capacity to 70%%")
+	assert.InDelta(t, capacity, Capacity(got, c, 12), capacity*0.05)
+	_, _, err = Calibrate(profile(), c, 12, 0)
+	assert.Error(t, err)
+}

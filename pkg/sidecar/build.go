@@ -809,14 +809,14 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("Service %s/%s of the endpointPickerRef has no address", p.Namespace, ref.Name)
 	}
-	port := int32(0)
+	refPort := int32(0)
 	if ref.Port != nil {
-		port = ref.Port.Number
-	} else {
-		port = findPort(svc.Spec.Ports, func(n string) bool {
-			return n == "ext-proc" || n == "extproc" || n == "grpc" || n == "grpc-ext-proc" || strings.HasSuffix(n, "-ext-proc")
-		}, 9002)
+		refPort = ref.Port.Number
 	}
+	// The rule mci-apiserver uses for the pool's import, so that the local
+	// pool and its import reach the same port of the same Service.
+	ports := imports.ResolveEPPPorts(svc, refPort)
+	port := ports.ExtProc
 	if port == 0 {
 		return nil, fmt.Errorf("the ext-proc port of Service %s/%s is unknown: set endpointPickerRef.port", p.Namespace, ref.Name)
 	}
@@ -838,17 +838,13 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 	if c.EPPTransport, err = resolveTransport(imports.PortExtProc, modes.ExtProc, secretRef, validation(port), p.Namespace, def.ExtProc); err != nil {
 		return nil, err
 	}
-	if hp := findPort(svc.Spec.Ports, func(n string) bool {
-		return n == "health" || n == "grpc-health" || n == "health-grpc" || strings.HasSuffix(n, "-health")
-	}, 9003); hp != 0 {
+	if hp := ports.Health; hp != 0 {
 		c.Health = net.JoinHostPort(addrs[0], strconv.Itoa(int(hp)))
 		if c.HealthTransport, err = resolveTransport(imports.PortHealth, modes.Health, secretRef, validation(hp), p.Namespace, def.Health); err != nil {
 			return nil, err
 		}
 	}
-	if mp := findPort(svc.Spec.Ports, func(n string) bool {
-		return n == "metrics" || n == "http-metrics" || strings.HasSuffix(n, "-metrics")
-	}, 9090); mp != 0 {
+	if mp := ports.Metrics; mp != 0 {
 		if c.MetricsTransport, err = resolveTransport(imports.PortMetrics, modes.Metrics, secretRef, validation(mp), p.Namespace, def.Metrics); err != nil {
 			return nil, err
 		}
@@ -897,22 +893,6 @@ func metricsURL(host string, port int32, tls bool) string {
 		scheme = "https://"
 	}
 	return scheme + net.JoinHostPort(host, strconv.Itoa(int(port))) + "/metrics"
-}
-
-// findPort returns the first Service port whose name matches, else the one
-// numbered fallback, else 0.
-func findPort(ports []corev1.ServicePort, matches func(string) bool, fallback int32) int32 {
-	for _, p := range ports {
-		if matches(p.Name) {
-			return p.Port
-		}
-	}
-	for _, p := range ports {
-		if p.Port == fallback {
-			return p.Port
-		}
-	}
-	return 0
 }
 
 // remoteClusters resolves an import's clusters, once: the entries whose

@@ -103,7 +103,7 @@ FUZZ_TARGETS := \
 	./pkg/registry/virtual:FuzzParseVersion \
 	./pkg/registry/virtual:FuzzVersionRoundTrips \
 	./pkg/extproc:FuzzReadRequest \
-	./pkg/epp:FuzzParseBody \
+	./pkg/requestmodel:FuzzParseBody \
 	./pkg/metrics:FuzzParse \
 	./pkg/clusterscore:FuzzParse \
 	./pkg/clusterscore:FuzzPromptBlocks

@@ -20,8 +20,8 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 )
 
 // Inputs are everything a routing table is built from: the informers'
@@ -33,8 +33,8 @@ type Inputs struct {
 	Services []*corev1.Service
 	// Models and Objectives give requests their criticality (MetricsBased
 	// policy): the InferenceObjective a request names, else the
-	// InferenceModel of its model (epp.Models.Resolve). Objectives of the
-	// llm-d.ai group are converted with epp.ObjectiveFromLLMD.
+	// InferenceModel of its model (requestmodel.Models.Resolve). Objectives of the
+	// llm-d.ai group are converted with requestmodel.ObjectiveFromLLMD.
 	Models     []*v1alpha2.InferenceModel
 	Objectives []*v1alpha2.InferenceObjective
 	// BackendTLSPolicies of the local cluster say how local EPPs' TLS is
@@ -118,7 +118,7 @@ func newBuilder(in Inputs) *builder {
 		btls:    map[types.NamespacedName]*gatewayv1.BackendTLSPolicy{},
 		locals:  map[types.NamespacedName]localResult{},
 		remotes: map[types.NamespacedName]remoteResult{},
-		models:  map[types.NamespacedName]*epp.Models{},
+		models:  map[types.NamespacedName]*requestmodel.Models{},
 
 		gateways: map[types.NamespacedName]*gatewayv1.Gateway{},
 		nsLabels: map[string]map[string]string{},
@@ -283,7 +283,7 @@ type builder struct {
 	// problem is reported once.
 	locals  map[types.NamespacedName]localResult
 	remotes map[types.NamespacedName]remoteResult
-	models  map[types.NamespacedName]*epp.Models
+	models  map[types.NamespacedName]*requestmodel.Models
 
 	// The served Gateways, the labels of namespaces, and the
 	// ReferenceGrants by namespace and name.
@@ -1051,10 +1051,10 @@ func parentAddress(parents []v1alpha1.ParentImport) string {
 // indexModels groups the InferenceModels and InferenceObjectives by the
 // pool they name.
 func (b *builder) indexModels() {
-	byPool := map[types.NamespacedName]*epp.ModelConfig{}
-	of := func(k types.NamespacedName) *epp.ModelConfig {
+	byPool := map[types.NamespacedName]*requestmodel.ModelConfig{}
+	of := func(k types.NamespacedName) *requestmodel.ModelConfig {
 		if byPool[k] == nil {
-			byPool[k] = &epp.ModelConfig{}
+			byPool[k] = &requestmodel.ModelConfig{}
 		}
 		return byPool[k]
 	}
@@ -1089,8 +1089,8 @@ func objectivePool(o *v1alpha2.InferenceObjective) (types.NamespacedName, bool) 
 }
 
 // modelsOf indexes the InferenceModels and InferenceObjectives of one pool.
-func modelsOf(pool types.NamespacedName, c epp.ModelConfig) (*epp.Models, []error) {
-	ms := epp.NewModels()
+func modelsOf(pool types.NamespacedName, c requestmodel.ModelConfig) (*requestmodel.Models, []error) {
+	ms := requestmodel.NewModels()
 	var errs []error
 	for _, ignored := range ms.Set(c) {
 		errs = append(errs, &BuildError{Kind: "InferenceModel", Namespace: pool.Namespace, Reason: ReasonConflictingModel, Message: ignored})

@@ -19,8 +19,8 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
-	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -394,7 +394,7 @@ func TestBuild(t *testing.T) {
 				Objectives: []*v1alpha2.InferenceObjective{
 					{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "background"}, Spec: v1alpha2.InferenceObjectiveSpec{
 						Priority: ptr.To[int32](-1), PoolRef: v1alpha2.PoolObjectReference{Name: "llm"}}},
-					epp.ObjectiveFromLLMD(&llmdv1alpha2.InferenceObjective{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "interactive"}, Spec: v1alpha2.InferenceObjectiveSpec{
+					requestmodel.ObjectiveFromLLMD(&llmdv1alpha2.InferenceObjective{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "interactive"}, Spec: v1alpha2.InferenceObjectiveSpec{
 						Priority: ptr.To[int32](5), PoolRef: v1alpha2.PoolObjectReference{Name: "llm", Group: "inference.networking.k8s.io"}}}),
 					{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "elsewhere"}, Spec: v1alpha2.InferenceObjectiveSpec{
 						Priority: ptr.To[int32](-1), PoolRef: v1alpha2.PoolObjectReference{Name: "other"}}},

@@ -16,7 +16,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
-	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 )
 
 // Incremental builds routing tables from objects that change one at a time,
@@ -359,7 +359,7 @@ type ObjectiveKey struct {
 }
 
 // KeyOfObjective is the key of an InferenceObjective of a group
-// (apiVersion as epp.ObjectiveFromLLMD sets it: llm-d.ai; anything else is
+// (apiVersion as requestmodel.ObjectiveFromLLMD sets it: llm-d.ai; anything else is
 // inference.networking.x-k8s.io).
 func KeyOfObjective(apiVersion string, k types.NamespacedName) ObjectiveKey {
 	if apiVersion == llmdv1alpha2.SchemeGroupVersion.String() {
@@ -526,7 +526,7 @@ func (x *Incremental) Table() (*Table, bool) {
 	for pk := range x.dirtyModels {
 		ms, objs := x.modelsOf[pk], x.objectivesOf[pk]
 		if len(ms) > 0 || len(objs) > 0 {
-			var c epp.ModelConfig
+			var c requestmodel.ModelConfig
 			for _, m := range ms {
 				c.Models = append(c.Models, m)
 			}

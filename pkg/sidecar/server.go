@@ -16,14 +16,14 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
 // Defaults of ServerConfig.
 const (
-	DefaultMaxRequestBodyBytes = epp.DefaultMaxRequestBodyBytes
+	DefaultMaxRequestBodyBytes = requestmodel.DefaultMaxRequestBodyBytes
 	// DefaultAttemptTimeout bounds one EPP's answer. Keep it well below the
 	// gateway's ext_proc message timeout, so that the next cluster can still
 	// be tried in time.
@@ -302,10 +302,10 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 		// Criticality only matters to the metrics-based ranking, which is
 		// the only one worth a look at the body.
 		model := ""
-		if body, err := epp.ParseBody(req.Body); err == nil {
+		if body, err := requestmodel.ParseBody(req.Body); err == nil {
 			model = body.Model()
 		}
-		pr.Criticality = be.Criticality(model, epp.ReadRequestHeaders(req.Header).Objective)
+		pr.Criticality = be.Criticality(model, requestmodel.ReadRequestHeaders(req.Header).Objective)
 	}
 	order, err := s.policies[be.Policy].Order(be, pr, s.state)
 	s.metrics.picked(time.Since(start))

@@ -29,8 +29,8 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
-	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
@@ -471,7 +471,7 @@ func TestServerShedsOnlyWhenEveryClusterIsSaturated(t *testing.T) {
 		Models:  models,
 		Objectives: []*v1alpha2.InferenceObjective{
 			{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "background"}, Spec: v1alpha2.InferenceObjectiveSpec{Priority: ptr.To[int32](-10), PoolRef: v1alpha2.PoolObjectReference{Name: "llm"}}},
-			epp.ObjectiveFromLLMD(&llmdv1alpha2.InferenceObjective{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "interactive"}, Spec: v1alpha2.InferenceObjectiveSpec{Priority: ptr.To[int32](1), PoolRef: v1alpha2.PoolObjectReference{Name: "llm"}}}),
+			requestmodel.ObjectiveFromLLMD(&llmdv1alpha2.InferenceObjective{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "interactive"}, Spec: v1alpha2.InferenceObjectiveSpec{Priority: ptr.To[int32](1), PoolRef: v1alpha2.PoolObjectReference{Name: "llm"}}}),
 		},
 	}, st)
 	batch := []byte(`{"model":"batch","prompt":"x"}`)
@@ -490,12 +490,12 @@ func TestServerShedsOnlyWhenEveryClusterIsSaturated(t *testing.T) {
 
 	// The InferenceObjective a request names decides over the InferenceModel.
 	background := http.Header{}
-	background.Set(epp.ObjectiveHeader, "background")
+	background.Set(requestmodel.ObjectiveHeader, "background")
 	res = h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Headers: background})
 	require.NotNil(t, res.Immediate, "a request naming an objective of priority below 0 is sheddable")
 	assert.Equal(t, http.StatusTooManyRequests, res.Immediate.StatusCode)
 	interactive := http.Header{}
-	interactive.Set(epp.LLMDObjectiveHeader, "interactive")
+	interactive.Set(requestmodel.LLMDObjectiveHeader, "interactive")
 	res = h.do(t, extproctest.Request{Path: "/v1/completions", Body: batch, Headers: interactive})
 	require.Nil(t, res.Immediate, "a sheddable model named with an objective of priority above 0 is not shed")
 }

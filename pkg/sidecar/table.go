@@ -8,7 +8,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -165,7 +165,7 @@ type Backend struct {
 	// there are none.
 	filters *requestFilters
 
-	models *epp.Models
+	models *requestmodel.Models
 	// wrr picks among Clusters by their weights.
 	wrr *smoothWRR
 }
@@ -179,7 +179,7 @@ func (b *Backend) String() string {
 // objective (header x-gateway-inference-objective; "" for none), from the
 // InferenceObjectives and InferenceModels of the backend's namespace whose
 // poolRef names the backend: the objective's priority (below 0 is
-// sheddable), else the model's InferenceModel, else Standard (epp.Models
+// sheddable), else the model's InferenceModel, else Standard (requestmodel.Models
 // decides, as the EPP does). An objective the pool does not have counts as
 // none.
 func (b *Backend) Criticality(model, objective string) scheduling.Criticality {

@@ -22,10 +22,10 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
-	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
 	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 )
 
 // Clients are the clients of the local cluster the sidecar reads. MCI must
@@ -310,7 +310,7 @@ func apply(inc *Incremental, store cache.Store, ch objectChange) error {
 		}
 	case kindLLMDObjective:
 		if o, ok := obj.(*llmdv1alpha2.InferenceObjective); exists && ok {
-			inc.SetObjective(epp.ObjectiveFromLLMD(o))
+			inc.SetObjective(requestmodel.ObjectiveFromLLMD(o))
 		} else {
 			inc.DeleteObjective(KeyOfObjective(llmdv1alpha2.SchemeGroupVersion.String(), k))
 		}

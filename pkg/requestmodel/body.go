@@ -1,4 +1,4 @@
-package epp
+package requestmodel
 
 import (
 	"bytes"
@@ -6,6 +6,11 @@ import (
 	"errors"
 	"fmt"
 )
+
+// DefaultMaxRequestBodyBytes bounds a request body the EPP, or the sidecar
+// before it, buffers: far above a chat request with a long context, low
+// enough that a handful of huge requests cannot exhaust its memory.
+const DefaultMaxRequestBodyBytes = 8 << 20
 
 var (
 	// ErrNotJSON means the request body is not a JSON object. The EPP

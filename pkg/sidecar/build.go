@@ -211,14 +211,7 @@ func (b *builder) shim(p *poolv1.InferencePool) *Backend {
 		b.report(InferencePoolKind, key.Namespace, key.Name, ReasonNoShimClusters,
 			"its endpoint picker is mci-sidecar, but no other cluster exports the pool and it has no %s annotation: its requests get 503, or follow FailOpen", LocalEndpointPickerAnnotation)
 	}
-	be.Policy = b.policy
-	if v := objectSetting(p, PolicyAnnotation); v != "" {
-		if pol, err := ParsePolicy(v); err == nil {
-			be.Policy = pol
-		} else {
-			b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidAnnotation, "%s: %v", PolicyAnnotation, err)
-		}
-	}
+	be.Policy = cmp.Or(b.policyOf(InferencePoolKind, p, ""), b.policy)
 	be.wrr = newClusterWRR("shim "+key.String(), be.Clusters)
 	return be
 }
@@ -376,13 +369,7 @@ func (b *builder) annotations(r *gatewayv1.HTTPRoute) routeAnnotations {
 	report := func(format string, args ...any) {
 		b.report("HTTPRoute", r.Namespace, r.Name, ReasonInvalidAnnotation, format, args...)
 	}
-	if v, ok := r.Annotations[PolicyAnnotation]; ok {
-		p, err := ParsePolicy(v)
-		if err != nil {
-			report("%s: %v; using the policy of the backend or the default", PolicyAnnotation, err)
-		}
-		ra.policy = p
-	}
+	ra.policy = b.policyOf("HTTPRoute", r, "; using the policy of the backend or the default")
 	if v, ok := r.Annotations[ClusterWeightsAnnotation]; ok {
 		w, err := parseClusterWeights(v)
 		if err != nil {
@@ -664,17 +651,8 @@ func (b *builder) backend(r *gatewayv1.HTTPRoute, ri, bi int, ref gatewayv1.Back
 		}
 	}
 
-	be.Policy = b.policy
-	if v := objectSetting(obj, PolicyAnnotation); v != "" {
-		if p, err := ParsePolicy(v); err == nil {
-			be.Policy = p
-		} else {
-			b.report(string(be.Kind), ns, be.Name, ReasonInvalidAnnotation, "%s: %v", PolicyAnnotation, err)
-		}
-	}
-	if ra.policy != "" {
-		be.Policy = ra.policy
-	}
+	// The route's policy, else its backend's, else the default.
+	be.Policy = cmp.Or(ra.policy, b.policyOf(string(be.Kind), obj, ""), b.policy)
 
 	be.wrr = newClusterWRR(r.Namespace+"/"+r.Name+"#"+strconv.Itoa(ri)+"/"+strconv.Itoa(bi), be.Clusters)
 	return be
@@ -688,6 +666,32 @@ func newClusterWRR(owner string, clusters []*Cluster) *smoothWRR {
 		names[i], weights[i] = c.Name, c.Weight
 	}
 	return newSmoothWRR(wrrKey(owner, names, weights), weights)
+}
+
+// policyOf is the policy PolicyAnnotation names on obj (nil: none), ""
+// when it names none: the one place the annotation is read. A route's
+// annotation is read;
+// a pool's or an import's annotation, else its label (an import carries its
+// exporter's labels), where an empty value is none. An invalid value is
+// reported against obj, with onInvalid appended, and is none.
+func (b *builder) policyOf(kind string, obj metav1.Object, onInvalid string) Policy {
+	var v string
+	var ok bool
+	if r, route := obj.(*gatewayv1.HTTPRoute); route {
+		v, ok = r.Annotations[PolicyAnnotation]
+	} else {
+		v = objectSetting(obj, PolicyAnnotation)
+		ok = v != ""
+	}
+	if !ok {
+		return ""
+	}
+	p, err := ParsePolicy(v)
+	if err != nil {
+		b.report(kind, obj.GetNamespace(), obj.GetName(), ReasonInvalidAnnotation, "%s: %v%s", PolicyAnnotation, err, onInvalid)
+		return ""
+	}
+	return p
 }
 
 // objectSetting reads a setting from an object's annotations, else from its

@@ -297,17 +297,16 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 		a.outcome, a.code = OutcomeRedirected, f.redirect.status
 		return []*extprocv3.ProcessingResponse{f.redirectResponse(req.Header, a.pathPrefix)}, a
 	}
-	pr := PickRequest{Now: start}
-	if be.Policy == PolicyMetricsBased {
-		// Criticality only matters to the metrics-based ranking, which is
-		// the only one worth a look at the body.
+	policy := s.policies[be.Policy]
+	pr := PickRequest{Now: start, Header: req.Header, Body: req.Body}
+	if policy.Needs().Criticality {
 		model := ""
 		if body, err := requestmodel.ParseBody(req.Body); err == nil {
 			model = body.Model()
 		}
 		pr.Criticality = be.Criticality(model, requestmodel.ReadRequestHeaders(req.Header).Objective)
 	}
-	order, err := s.policies[be.Policy].Order(be, pr, s.state)
+	order, err := policy.Order(be, pr, s.state)
 	s.metrics.picked(time.Since(start))
 	if errors.Is(err, ErrShed) {
 		return refuse(http.StatusTooManyRequests, OutcomeShed, "%s: %v", be, err)
@@ -365,12 +364,8 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 		// FailOpen: the clusters the policy left out (known unhealthy, or
 		// without capacity) are better than nothing; the health they were
 		// left out for may be stale.
-		rest := slices.Clone(be.Clusters)
-		if be.Local != nil && be.Policy == PolicyLocalFirst && !be.Shim {
-			rest = append(rest, be.Local)
-		}
-		for _, c := range rest {
-			if slices.Contains(order, c) || (c.Weight == 0 && be.Policy != PolicyMetricsBased) {
+		for _, c := range policy.FailOpen(be) {
+			if slices.Contains(order, c) {
 				continue
 			}
 			if resps := try(c); resps != nil || ctx.Err() != nil {

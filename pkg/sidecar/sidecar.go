@@ -140,7 +140,7 @@ func (s *Sidecar) published(t *Table, took time.Duration) {
 		}
 		for _, c := range clusters {
 			healthTargets = append(healthTargets, c.Health)
-			if b.Policy == PolicyMetricsBased {
+			if s.server.policies[b.Policy].Needs().PoolMetrics {
 				metricsTargets = append(metricsTargets, c.Metrics)
 			}
 		}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"golang.org/x/sync/errgroup"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -156,51 +156,51 @@ func (s *Sidecar) published(t *Table, took time.Duration) {
 // ones finish for up to DrainTimeout, then the rest stops.
 func (s *Sidecar) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var wg sync.WaitGroup
-	fail := func(what string, err error) {
-		if err != nil && ctx.Err() == nil {
-			cancel(fmt.Errorf("%s: %w", what, err))
-		}
+	// The first part to fail stops the others; errors after the stop (ctx
+	// done) are the stop's own and are dropped.
+	g, ctx := errgroup.WithContext(ctx)
+	run := func(what string, f func(context.Context) error) {
+		g.Go(func() error {
+			err := f(ctx)
+			if err == nil || ctx.Err() != nil {
+				return nil
+			}
+			if what == "" {
+				return err
+			}
+			return fmt.Errorf("%s: %w", what, err)
+		})
 	}
-	wg.Go(func() { fail("health prober", s.prober.Run(ctx)) })
-	wg.Go(func() { fail("metrics scraper", s.scraper.Run(ctx)) })
-	wg.Go(func() { fail("EPP credentials", s.creds.Run(ctx)) })
-	wg.Go(func() {
-		err := s.watcher.Run(ctx)
-		if err == nil && ctx.Err() == nil {
-			err = errors.New("stopped")
+	run("health prober", s.prober.Run)
+	run("metrics scraper", s.scraper.Run)
+	run("EPP credentials", s.creds.Run)
+	run("routing table watcher", func(ctx context.Context) error {
+		if err := s.watcher.Run(ctx); err != nil || ctx.Err() != nil {
+			return err
 		}
-		fail("routing table watcher", err)
+		return errors.New("stopped")
 	})
-	wg.Go(func() {
-		// The error already names the server that failed.
-		if err := s.servers.Run(ctx, s.cfg.DrainTimeout); err != nil && ctx.Err() == nil {
-			cancel(err)
-		}
-	})
-	wg.Go(func() {
+	// The servers' error already names the server that failed.
+	run("", func(ctx context.Context) error { return s.servers.Run(ctx, s.cfg.DrainTimeout) })
+	g.Go(func() error {
 		// Ready once the first table is built and the credentials of its
 		// EPPs are known.
 		for _, synced := range []<-chan struct{}{s.watcher.Synced(), s.creds.Synced()} {
 			select {
 			case <-synced:
 			case <-ctx.Done():
-				return
+				return nil
 			}
 		}
 		s.servers.Ready()
 		t := s.router.Table()
 		logger.Info("Sidecar ready", "generation", t.Generation, "rules", len(t.Rules()), "problems", len(t.Errors))
+		return nil
 	})
 	logger.Info("Sidecar serving", "extProc", s.GRPCAddr(), "health", s.HealthAddr(), "metrics", s.MetricsAddr(),
 		"localCluster", s.cfg.Watch.LocalCluster, "defaultPolicy", s.cfg.Watch.DefaultPolicy,
 		"tls", s.cfg.TLS.Enabled(), "secretNamespaces", s.cfg.SecretNamespaces, "metricsTokenFile", s.cfg.MetricsTokenFile)
-	wg.Wait()
+	err := g.Wait()
 	s.server.Close()
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
+	return err
 }

@@ -105,6 +105,7 @@ FUZZ_TARGETS := \
 	./pkg/extproc:FuzzReadRequest \
 	./pkg/requestmodel:FuzzParseBody \
 	./pkg/metrics:FuzzParse \
+	./pkg/metrics:FuzzParsePool \
 	./pkg/clusterscore:FuzzParse \
 	./pkg/clusterscore:FuzzPromptBlocks
 

@@ -278,38 +278,9 @@ func (s *Scraper) scrape(ctx context.Context, rawURL string) (*scheduling.Metric
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", rawURL, resp.Status)
 	}
-	m, err := Parse(&limitedReader{r: resp.Body, left: s.maxBytes})
+	m, err := Parse(LimitReader(resp.Body, s.maxBytes))
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", rawURL, err)
 	}
 	return m, nil
-}
-
-// errTooLarge is returned by limitedReader past its limit. Unlike
-// io.LimitReader, which ends with io.EOF, it makes an oversized response fail
-// instead of reading as a shorter exposition.
-var errTooLarge = errors.New("response body too large")
-
-type limitedReader struct {
-	r    io.Reader
-	left int64
-}
-
-func (l *limitedReader) Read(p []byte) (int, error) {
-	if l.left <= 0 {
-		// Tell a body of exactly the limit from a longer one.
-		var one [1]byte
-		if n, err := l.r.Read(one[:]); n > 0 {
-			return 0, errTooLarge
-		} else if err != nil {
-			return 0, err
-		}
-		return 0, nil
-	}
-	if int64(len(p)) > l.left {
-		p = p[:l.left]
-	}
-	n, err := l.r.Read(p)
-	l.left -= int64(n)
-	return n, err
 }

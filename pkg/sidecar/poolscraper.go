@@ -315,12 +315,12 @@ func (s *PoolScraper) read(ctx context.Context, url string) *scrapeResult {
 	default:
 		return fail(MetricsUnreachable, tokenSource, fmt.Errorf("GET %s: %s", url, resp.Status))
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPoolMetricsBytes+1))
+	body, err := io.ReadAll(metrics.LimitReader(resp.Body, maxPoolMetricsBytes))
+	if errors.Is(err, metrics.ErrTooLarge) {
+		return fail(MetricsUnparseable, tokenSource, fmt.Errorf("GET %s: the page is larger than %d bytes", url, maxPoolMetricsBytes))
+	}
 	if err != nil {
 		return fail(MetricsUnreachable, tokenSource, fmt.Errorf("GET %s: reading the page: %w", url, err))
-	}
-	if len(body) > maxPoolMetricsBytes {
-		return fail(MetricsUnparseable, tokenSource, fmt.Errorf("GET %s: the page is larger than %d bytes", url, maxPoolMetricsBytes))
 	}
 	pools, err := metrics.ParsePool(bytes.NewReader(body))
 	if err != nil {

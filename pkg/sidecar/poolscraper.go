@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mci-dev/mci/pkg/poll"
 	"io"
 	"net/http"
 	"os"
@@ -77,7 +78,7 @@ type PoolScraperOptions struct {
 // default: the `token` of the cluster's credentials Secret when it has one,
 // else the token of TokenFile, else none.
 type PoolScraper struct {
-	poller    *poller[scrapeResult]
+	poller    *poll.Poller[scrapeResult]
 	client    *http.Client
 	timeout   time.Duration
 	staleness time.Duration
@@ -129,8 +130,8 @@ func NewPoolScraper(o PoolScraperOptions) (*PoolScraper, error) {
 		}
 		s.tokenFile = transport.NewCachedFileTokenSource(o.TokenFile)
 	}
-	s.poller = newPoller(o.Interval, s.scrape)
-	s.poller.forget = s.forget
+	s.poller = poll.New(o.Interval, s.scrape)
+	s.poller.Forget = s.forget
 	return s, nil
 }
 
@@ -186,7 +187,7 @@ func (s *PoolScraper) forget(url string) {
 }
 
 // SetTargets makes the scraped URLs exactly urls.
-func (s *PoolScraper) SetTargets(urls []string) { s.poller.set(urls) }
+func (s *PoolScraper) SetTargets(urls []string) { s.poller.Set(urls) }
 
 // Get returns the latest gauges of pool (the series labelled with its name,
 // or the only series) at url, fresh or not; nil when none were read.
@@ -194,7 +195,7 @@ func (s *PoolScraper) Get(url, pool string) *PoolMetrics {
 	if url == "" {
 		return nil
 	}
-	r := s.poller.get(url)
+	r := s.poller.Get(url)
 	if r == nil {
 		return nil
 	}
@@ -216,10 +217,10 @@ func poolOf(pools map[string]*PoolMetrics, pool string) *PoolMetrics {
 // State returns the state of pool's metrics at url at time now, and why
 // when they are not fresh. ok is false when url is not scraped.
 func (s *PoolScraper) State(url, pool string, now time.Time) (state MetricsState, why error, ok bool) {
-	if url == "" || !s.poller.has(url) {
+	if url == "" || !s.poller.Has(url) {
 		return "", nil, false
 	}
-	r := s.poller.get(url)
+	r := s.poller.Get(url)
 	if r == nil {
 		return MetricsStale, errors.New("not scraped yet"), true
 	}
@@ -240,7 +241,7 @@ func (s *PoolScraper) State(url, pool string, now time.Time) (state MetricsState
 // the last value), carrying the last good gauges over a failure, and logs
 // the outcome when it differs from the previous one.
 func (s *PoolScraper) scrape(ctx context.Context, url string) (*scrapeResult, error) {
-	prev := s.poller.get(url)
+	prev := s.poller.Get(url)
 	r := s.read(ctx, url)
 	if ctx.Err() != nil {
 		// Removed or stopping: the outcome says nothing about the EPP.

@@ -263,7 +263,7 @@ func TestPoolScraperSendsTheTokenFileAndFollowsItsRotation(t *testing.T) {
 	s.SetTargets([]string{m.URL})
 	runScraper(t, s, logs)
 	// The outcome of the last scrape.
-	fresh := func() bool { r := s.poller.get(m.URL); return r != nil && r.state == MetricsFresh }
+	fresh := func() bool { r := s.poller.Get(m.URL); return r != nil && r.state == MetricsFresh }
 	require.Eventually(t, fresh, 5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, "Bearer first", m.lastAuthorization())
 

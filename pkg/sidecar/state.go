@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"github.com/mci-dev/mci/pkg/poll"
 	"strings"
 	"sync"
 	"time"
@@ -38,7 +39,7 @@ var HealthService = extprocv3.ExternalProcessor_ServiceDesc.ServiceName
 // SERVING is reported to OnServing, which makes the relay's connections to
 // that EPP retry at once instead of at the end of their backoff.
 type HealthProber struct {
-	poller  *poller[Health]
+	poller  *poll.Poller[Health]
 	timeout time.Duration
 	dial    []grpc.DialOption
 	// creds say how each address is reached; nil: plaintext.
@@ -68,8 +69,8 @@ func NewHealthProber(interval, timeout time.Duration, dial DialPolicy) *HealthPr
 	if h.timeout <= 0 {
 		h.timeout = DefaultHealthTimeout
 	}
-	h.poller = newPoller(interval, h.check)
-	h.poller.forget = h.closeConn
+	h.poller = poll.New(interval, h.check)
+	h.poller.Forget = h.closeConn
 	return h
 }
 
@@ -86,7 +87,7 @@ func (h *HealthProber) Run(ctx context.Context) error {
 }
 
 // SetTargets makes the probed addresses exactly addrs.
-func (h *HealthProber) SetTargets(addrs []string) { h.poller.set(addrs) }
+func (h *HealthProber) SetTargets(addrs []string) { h.poller.Set(addrs) }
 
 // Health returns what is known of addr; HealthUnknown for "" or an address
 // not probed yet.
@@ -94,7 +95,7 @@ func (h *HealthProber) Health(addr string) Health {
 	if addr == "" {
 		return HealthUnknown
 	}
-	if v := h.poller.get(addr); v != nil {
+	if v := h.poller.Get(addr); v != nil {
 		return *v
 	}
 	return HealthUnknown
@@ -105,7 +106,7 @@ var notServing = HealthNotServing
 // MarkFailed records that the EPP at health address addr just failed.
 func (h *HealthProber) MarkFailed(addr string) {
 	if addr != "" {
-		h.poller.put(addr, &notServing)
+		h.poller.Put(addr, &notServing)
 	}
 }
 
@@ -150,7 +151,7 @@ func (h *HealthProber) checkWhenReady(addr string, c *grpc.ClientConn) {
 		case connectivity.Idle:
 			c.Connect()
 		case connectivity.Ready:
-			h.poller.poke(addr)
+			h.poller.Poke(addr)
 		}
 		if !c.WaitForStateChange(context.Background(), s) {
 			return
@@ -194,7 +195,7 @@ func (h *HealthProber) check(ctx context.Context, addr string) (*Health, error) 
 	}
 	if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
 		result = HealthServing
-		if prev := h.poller.get(addr); (prev == nil || *prev != HealthServing) && h.onServing != nil {
+		if prev := h.poller.Get(addr); (prev == nil || *prev != HealthServing) && h.onServing != nil {
 			h.onServing(addr)
 		}
 	}

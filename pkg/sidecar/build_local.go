@@ -3,6 +3,7 @@ package sidecar
 import (
 	"cmp"
 	"fmt"
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"net"
 	"strconv"
 	"strings"
@@ -142,17 +143,17 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 	var err error
 	def := b.in.DefaultTransport
 	validation := b.localValidation(p.Namespace, svc)
-	if c.EPPTransport, err = resolveTransport(imports.PortExtProc, modes.ExtProc, secretRef, validation(port), p.Namespace, def.ExtProc); err != nil {
+	if c.EPPTransport, err = epptransport.Resolve(imports.PortExtProc, modes.ExtProc, secretRef, validation(port), p.Namespace, def.ExtProc); err != nil {
 		return nil, err
 	}
 	if hp := ports.Health; hp != 0 {
 		c.Health = net.JoinHostPort(addrs[0], strconv.Itoa(int(hp)))
-		if c.HealthTransport, err = resolveTransport(imports.PortHealth, modes.Health, secretRef, validation(hp), p.Namespace, def.Health); err != nil {
+		if c.HealthTransport, err = epptransport.Resolve(imports.PortHealth, modes.Health, secretRef, validation(hp), p.Namespace, def.Health); err != nil {
 			return nil, err
 		}
 	}
 	if mp := ports.Metrics; mp != 0 {
-		if c.MetricsTransport, err = resolveTransport(imports.PortMetrics, modes.Metrics, secretRef, validation(mp), p.Namespace, def.Metrics); err != nil {
+		if c.MetricsTransport, err = epptransport.Resolve(imports.PortMetrics, modes.Metrics, secretRef, validation(mp), p.Namespace, def.Metrics); err != nil {
 			return nil, err
 		}
 		c.Metrics = metricsURL(addrs[0], mp, c.MetricsTransport.TLS)

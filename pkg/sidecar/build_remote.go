@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"net"
 	"strconv"
 
@@ -100,20 +101,20 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 // defaults.
 func (b *builder) importTransports(c *Cluster, namespace string, epp v1alpha1.EndpointPickerImport, secrets [3]types.NamespacedName) error {
 	def := b.in.DefaultTransport
-	mode, validation := transportOf(epp.Transport)
+	mode, validation := epptransport.Of(epp.Transport)
 	var err error
-	if c.EPPTransport, err = resolveTransport(imports.PortExtProc, mode, secrets[0], validation, namespace, def.ExtProc); err != nil {
+	if c.EPPTransport, err = epptransport.Resolve(imports.PortExtProc, mode, secrets[0], validation, namespace, def.ExtProc); err != nil {
 		return err
 	}
 	if epp.Health != nil {
-		mode, validation = transportOf(epp.Health.Transport)
-		if c.HealthTransport, err = resolveTransport(imports.PortHealth, mode, secrets[1], validation, namespace, def.Health); err != nil {
+		mode, validation = epptransport.Of(epp.Health.Transport)
+		if c.HealthTransport, err = epptransport.Resolve(imports.PortHealth, mode, secrets[1], validation, namespace, def.Health); err != nil {
 			return err
 		}
 	}
 	if epp.Metrics != nil {
-		mode, validation = transportOf(epp.Metrics.Transport)
-		if c.MetricsTransport, err = resolveTransport(imports.PortMetrics, mode, secrets[2], validation, namespace, def.Metrics); err != nil {
+		mode, validation = epptransport.Of(epp.Metrics.Transport)
+		if c.MetricsTransport, err = epptransport.Resolve(imports.PortMetrics, mode, secrets[2], validation, namespace, def.Metrics); err != nil {
 			return err
 		}
 	}

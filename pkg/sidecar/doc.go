@@ -212,7 +212,7 @@
 //     (how gateways reach an upstream EPP's default self-signed
 //     certificate), TLS verified as a BackendTLSPolicy says, or TLS with
 //     the credentials Secret (CA, optional client certificate). Per port,
-//     the first that applies decides the mode (resolveTransport): the
+//     the first that applies decides the mode (epptransport.Resolve): the
 //     pool's mci.x-k8s.io/endpoint-picker-transport ("TLS", "Plaintext",
 //     or port=mode pairs such as "ext-proc=TLS"; an import carries it as
 //     transport.mode); the Secret (from the exporting pool's
@@ -226,7 +226,7 @@
 //     (GIE's cmd/epp and the llm-d EPP built on it) serve by default
 //     ext_proc over self-signed TLS and health and metrics in plaintext:
 //     "ext-proc=TLS" is their setting.
-//   - Credentials reads only Secrets, and the CA ConfigMaps of
+//   - Credentials (pkg/epptransport) reads only Secrets, and the CA ConfigMaps of
 //     BackendTLSPolicies, labelled mci.x-k8s.io/endpoint-picker-credentials
 //     =true in the namespaces it is given (--endpoint-picker-secret-
 //     namespaces), never cluster-wide; they are resolved in the pool's

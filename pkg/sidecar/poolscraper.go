@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/poll"
 	"io"
 	"net/http"
@@ -85,7 +86,7 @@ type PoolScraper struct {
 	// tokenFile is the file token's source; nil: no file token.
 	tokenFile transport.ResettableTokenSource
 	// creds say how each URL is reached; nil: plaintext.
-	creds *Credentials
+	creds *epptransport.Credentials
 
 	// tlsClients are the clients of the URLs scraped over TLS, each with
 	// the credentials of one version.
@@ -153,26 +154,26 @@ func (s *PoolScraper) Run(ctx context.Context) error {
 // credentials: the shared one for plaintext, else one of its own, made
 // anew when the credentials change.
 func (s *PoolScraper) clientFor(url string) (*http.Client, error) {
-	t, err := s.creds.forTarget(url)
+	t, err := s.creds.ForTarget(url)
 	if err != nil {
 		return nil, err
 	}
-	if t.config == nil {
+	if t.Config == nil {
 		return s.client, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.tlsClients[url]
-	if old.client != nil && old.version == t.version {
+	if old.client != nil && old.version == t.Version {
 		return old.client, nil
 	}
 	if old.client != nil {
 		old.client.CloseIdleConnections()
 	}
 	tr := s.client.Transport.(*http.Transport).Clone()
-	tr.TLSClientConfig = t.config
+	tr.TLSClientConfig = t.Config
 	c := &http.Client{Transport: tr}
-	s.tlsClients[url] = scrapeClient{version: t.version, client: c}
+	s.tlsClients[url] = scrapeClient{version: t.Version, client: c}
 	return c, nil
 }
 
@@ -344,7 +345,7 @@ const (
 // bearerToken returns the token to send to url and where it comes from:
 // the `token` of its credentials Secret, else the token file, else none.
 func (s *PoolScraper) bearerToken(url string) (token, source string, err error) {
-	token, ref, err := s.creds.metricsToken(url)
+	token, ref, err := s.creds.MetricsToken(url)
 	switch {
 	case err != nil:
 		return "", "secret " + ref, err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mci-dev/mci/pkg/epptransport"
+	"github.com/mci-dev/mci/pkg/imports"
 	"golang.org/x/sync/errgroup"
 	"time"
 
@@ -61,7 +63,7 @@ type Sidecar struct {
 	server  *Server
 	prober  *HealthProber
 	scraper *PoolScraper
-	creds   *Credentials
+	creds   *epptransport.Credentials
 	metrics *Metrics
 	// servers report readiness as an EPP does (so that gateways health-check
 	// the sidecar as they would an EPP): once the first routing table is
@@ -100,8 +102,8 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	registerPoolMetricsState(reg, s.router, s.scraper)
 	s.server = NewServer(s.router, liveState{health: s.prober, metrics: s.scraper}, cfg.Server, s.metrics, klog.Background().WithName("ext_proc"))
 	s.prober.onServing = s.server.reconnect
-	creds := NewCredentials(clients.Kube, cfg.SecretNamespaces, klog.Background().WithName("credentials"))
-	creds.registerMetrics(reg)
+	creds := epptransport.NewCredentials(clients.Kube, cfg.SecretNamespaces, klog.Background().WithName("credentials"))
+	creds.RegisterMetrics(reg)
 	s.useCredentials(creds)
 	s.watcher = NewWatcher(clients, cfg.Watch, s.router, s.published)
 	servers, err := extproc.Listen(extproc.ServingOptions{
@@ -131,7 +133,7 @@ func (s *Sidecar) Router() *Router { return s.router }
 // EPPs.
 func (s *Sidecar) published(t *Table, took time.Duration) {
 	// First, so that no probe of a new address goes out without them.
-	s.creds.SetTargets(t)
+	s.creds.SetTargets(credentialTargets(t))
 	var healthTargets, metricsTargets []string
 	for b := range t.backends {
 		clusters := b.Clusters
@@ -203,4 +205,26 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	err := g.Wait()
 	s.server.Close()
 	return err
+}
+
+// useCredentials makes the sidecar's EPP streams, health checks and metric
+// scrapes reach their addresses with c.
+func (s *Sidecar) useCredentials(c *epptransport.Credentials) {
+	s.creds = c
+	s.server.relay.creds = c
+	s.prober.creds = c
+	s.scraper.creds = c
+}
+
+// credentialTargets are the addresses of t's clusters' EPPs and how each
+// is reached.
+func credentialTargets(t *Table) []epptransport.Target {
+	var out []epptransport.Target
+	for _, cl := range t.Clusters() {
+		out = append(out,
+			epptransport.Target{Addr: cl.EPP, Cluster: cl.Name, Port: imports.PortExtProc, Transport: cl.EPPTransport},
+			epptransport.Target{Addr: cl.Health, Cluster: cl.Name, Port: imports.PortHealth, Transport: cl.HealthTransport},
+			epptransport.Target{Addr: cl.Metrics, Cluster: cl.Name, Port: imports.PortMetrics, Transport: cl.MetricsTransport})
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/poll"
 	"strings"
 	"sync"
@@ -43,7 +44,7 @@ type HealthProber struct {
 	timeout time.Duration
 	dial    []grpc.DialOption
 	// creds say how each address is reached; nil: plaintext.
-	creds *Credentials
+	creds *epptransport.Credentials
 	// onServing, when set, learns of each address that turns SERVING after
 	// it was not (or was not known). Set before Run.
 	onServing func(addr string)
@@ -113,25 +114,25 @@ func (h *HealthProber) MarkFailed(addr string) {
 // conn returns the connection to addr with its current credentials; one
 // made with other ones is closed (only addr's own poll uses it).
 func (h *HealthProber) conn(addr string) (*grpc.ClientConn, error) {
-	t, err := h.creds.forTarget(addr)
+	t, err := h.creds.ForTarget(addr)
 	if err != nil {
 		return nil, err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	old := h.conns[addr]
-	if old.conn != nil && old.version == t.version {
+	if old.conn != nil && old.version == t.Version {
 		return old.conn, nil
 	}
 	if old.conn != nil {
 		_ = old.conn.Close()
 		delete(h.conns, addr)
 	}
-	c, err := grpc.NewClient(addr, append(h.dial, grpc.WithTransportCredentials(t.grpc))...)
+	c, err := grpc.NewClient(addr, append(h.dial, grpc.WithTransportCredentials(t.GRPC))...)
 	if err != nil {
 		return nil, err
 	}
-	h.conns[addr] = probeConn{version: t.version, conn: c}
+	h.conns[addr] = probeConn{version: t.Version, conn: c}
 	go h.checkWhenReady(addr, c)
 	return c, nil
 }

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"fmt"
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -125,7 +126,7 @@ type Cluster struct {
 	// Secret of the local cluster that an import's secretRefs (a local
 	// pool's endpoint-picker-secret annotation) name, or as a
 	// BackendTLSPolicy says, or not verified.
-	EPPTransport, HealthTransport, MetricsTransport PortTransport
+	EPPTransport, HealthTransport, MetricsTransport epptransport.PortTransport
 	// Parent is the address ("host:port") of the parent gateway (ParentMode).
 	Parent string
 	// Weight is the cluster's weight for the Weighted and HealthBased
@@ -306,7 +307,7 @@ func (t *Table) Clusters() []*Cluster {
 	seen := map[key]bool{}
 	var out []*Cluster
 	add := func(c *Cluster) {
-		k := key{c.Name, c.Pool, c.EPP, c.Health, c.Metrics, c.Parent, [3]string{c.EPPTransport.key(), c.HealthTransport.key(), c.MetricsTransport.key()}}
+		k := key{c.Name, c.Pool, c.EPP, c.Health, c.Metrics, c.Parent, [3]string{c.EPPTransport.Key(), c.HealthTransport.Key(), c.MetricsTransport.Key()}}
 		if seen[k] {
 			return
 		}

@@ -2,13 +2,13 @@ package sidecar
 
 import (
 	"context"
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"k8s.io/client-go/util/workqueue"
 	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -121,20 +121,12 @@ func NewWatcher(clients Clients, cfg WatchConfig, router *Router, onPublish func
 // published.
 func (w *Watcher) Synced() <-chan struct{} { return w.synced }
 
-// dropManagedFields keeps the caches small: nothing reads managed fields.
-func dropManagedFields(obj any) (any, error) {
-	if a, err := meta.Accessor(obj); err == nil {
-		a.SetManagedFields(nil)
-	}
-	return obj, nil
-}
-
 // Run watches and rebuilds until ctx ends.
 func (w *Watcher) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(w.clients.Kube, 0, kubeinformers.WithTransform(dropManagedFields))
-	mciFactory := mciinformers.NewSharedInformerFactoryWithOptions(w.clients.MCI, 0, mciinformers.WithTransform(dropManagedFields))
-	gwFactory := gatewayinformers.NewSharedInformerFactoryWithOptions(w.clients.Gateway, 0, gatewayinformers.WithTransform(dropManagedFields))
+	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(w.clients.Kube, 0, kubeinformers.WithTransform(epptransport.StripManagedFields))
+	mciFactory := mciinformers.NewSharedInformerFactoryWithOptions(w.clients.MCI, 0, mciinformers.WithTransform(epptransport.StripManagedFields))
+	gwFactory := gatewayinformers.NewSharedInformerFactoryWithOptions(w.clients.Gateway, 0, gatewayinformers.WithTransform(epptransport.StripManagedFields))
 
 	informers := map[objectKind]cache.SharedIndexInformer{
 		kindService: kubeFactory.Core().V1().Services().Informer(),

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"io"
 	"net"
 	"net/http"
@@ -121,7 +122,7 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfTheImportingCluster(t *testin
 	setSecret := func(t *testing.T, data map[string][]byte) {
 		t.Helper()
 		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: ns, Labels: map[string]string{sidecar.CredentialsLabel: "true"}},
+			ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: ns, Labels: map[string]string{epptransport.CredentialsLabel: "true"}},
 			Type:       corev1.SecretTypeOpaque,
 			Data:       data,
 		}

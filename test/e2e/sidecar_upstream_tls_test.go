@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -154,7 +155,7 @@ func TestSidecarReachesAnEPPWithTheUpstreamDefaultsAndHonoursBackendTLSPolicy(t 
 	setCA := func(t *testing.T, caPEM []byte) {
 		t.Helper()
 		cm := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: caName, Namespace: ns, Labels: map[string]string{sidecar.CredentialsLabel: "true"}},
+			ObjectMeta: metav1.ObjectMeta{Name: caName, Namespace: ns, Labels: map[string]string{epptransport.CredentialsLabel: "true"}},
 			Data:       map[string]string{"ca.crt": string(caPEM)},
 		}
 		if _, err := configMaps.Update(t.Context(), cm, metav1.UpdateOptions{}); err != nil {

@@ -162,9 +162,6 @@ func valueEnd(raw []byte, i int) int {
 // Model returns the body's model.
 func (b *Body) Model() string { return b.model }
 
-// Raw returns the body as parsed.
-func (b *Body) Raw() []byte { return b.raw }
-
 // WithModel returns the body with its model set to model: a new slice when
 // the model changes, the parsed bytes when it does not.
 func (b *Body) WithModel(model string) []byte {

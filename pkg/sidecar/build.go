@@ -122,66 +122,6 @@ func newBuilder(in Inputs) *builder {
 	}
 }
 
-// Build computes a routing table. It is a pure function of its inputs and
-// never fails as a whole: what cannot be used is reported in the returned
-// errors (also kept in Table.Errors), in a stable order.
-func Build(in Inputs) (*Table, []error) {
-	b := newBuilder(in)
-	for _, p := range in.Pools {
-		b.pools[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
-	}
-	for _, imp := range in.Imports {
-		b.imports[types.NamespacedName{Namespace: imp.Namespace, Name: imp.Name}] = imp
-	}
-	for _, s := range in.Services {
-		b.svcs[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = s
-	}
-	for _, g := range in.Gateways {
-		if k := (types.NamespacedName{Namespace: g.Namespace, Name: g.Name}); slices.Contains(in.ServedGateways, k) {
-			b.gateways[k] = g
-		}
-	}
-	for _, n := range in.Namespaces {
-		b.nsLabels[n.Name] = n.Labels
-	}
-	for _, g := range in.ReferenceGrants {
-		b.setGrant(g)
-	}
-	for _, p := range in.BackendTLSPolicies {
-		b.btls[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
-	}
-	b.indexModels()
-
-	routes := slices.Clone(in.Routes)
-	slices.SortFunc(routes, func(x, y *gatewayv1.HTTPRoute) int {
-		if c := x.CreationTimestamp.Time.Compare(y.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return strings.Compare(x.Namespace+"/"+x.Name, y.Namespace+"/"+y.Name)
-	})
-	t := &Table{shimMode: len(in.EndpointPickerServices) > 0, local: b.local}
-	for _, r := range routes {
-		if hostnames, ok := b.attached(r); ok {
-			b.route(t, r, hostnames)
-		}
-	}
-	t.index.sort()
-	if t.shimMode {
-		pools := slices.Clone(in.Pools)
-		slices.SortFunc(pools, func(x, y *poolv1.InferencePool) int {
-			return strings.Compare(x.Namespace+"/"+x.Name, y.Namespace+"/"+y.Name)
-		})
-		for _, p := range pools {
-			if be := b.shim(p); be != nil {
-				t.addShim(be)
-			}
-		}
-		b.reportAmbiguousShims(t)
-	}
-	t.Errors = b.errs
-	return t, b.errs
-}
-
 type builder struct {
 	in     Inputs
 	local  string

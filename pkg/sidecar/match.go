@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"regexp"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-	"slices"
 	"strings"
 	"time"
 
@@ -237,23 +236,6 @@ func (h *hostIndex) add(hostname string, m *matcher) {
 		}
 		h.exact[hostname] = append(h.exact[hostname], m)
 	}
-}
-
-// sort puts every group in precedence order.
-func (h *hostIndex) sort() {
-	for _, ms := range h.exact {
-		slices.SortFunc(ms, compareMatchers)
-	}
-	slices.SortFunc(h.wildcards, func(a, b wildcardGroup) int {
-		if c := cmp.Compare(len(b.suffix), len(a.suffix)); c != 0 {
-			return c
-		}
-		return strings.Compare(a.suffix, b.suffix)
-	})
-	for _, g := range h.wildcards {
-		slices.SortFunc(g.matchers, compareMatchers)
-	}
-	slices.SortFunc(h.any, compareMatchers)
 }
 
 // match returns the winning matcher for a request, nil when none matches.

@@ -63,7 +63,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/mci-dev/mci/pkg/requestmodel"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -80,6 +79,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/metrics"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 )
 
 // The gRPC health services the EPP reports, as the Endpoint Picker protocol

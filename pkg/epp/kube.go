@@ -3,7 +3,6 @@ package epp
 import (
 	"context"
 	"fmt"
-	"github.com/mci-dev/mci/pkg/requestmodel"
 	"maps"
 	"net"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 	"github.com/mci-dev/mci/pkg/discovery"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	informers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 )
 
 // KubeSource follows an InferencePool in a cluster: the pool's selector and

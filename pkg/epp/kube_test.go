@@ -2,8 +2,6 @@ package epp
 
 import (
 	"context"
-	"github.com/mci-dev/mci/pkg/requestmodel"
-	"github.com/mci-dev/mci/pkg/requestmodel/requestmodeltest"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -21,6 +19,8 @@ import (
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
 	"github.com/mci-dev/mci/pkg/discovery"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
+	"github.com/mci-dev/mci/pkg/requestmodel"
+	"github.com/mci-dev/mci/pkg/requestmodel/requestmodeltest"
 )
 
 // fakeDiscovery lists its instances and streams the events the test sends.

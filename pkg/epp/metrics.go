@@ -1,13 +1,13 @@
 package epp
 
 import (
-	"github.com/mci-dev/mci/pkg/requestmodel"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mci-dev/mci/pkg/metrics"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 )
 
 // unlisted is the model label of a request whose model has no

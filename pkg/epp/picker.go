@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/mci-dev/mci/pkg/requestmodel"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 

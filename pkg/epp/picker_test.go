@@ -2,8 +2,6 @@ package epp
 
 import (
 	"fmt"
-	"github.com/mci-dev/mci/pkg/requestmodel"
-	"github.com/mci-dev/mci/pkg/requestmodel/requestmodeltest"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -16,6 +14,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
+	"github.com/mci-dev/mci/pkg/requestmodel"
+	"github.com/mci-dev/mci/pkg/requestmodel/requestmodeltest"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 

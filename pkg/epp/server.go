@@ -2,7 +2,6 @@ package epp
 
 import (
 	"errors"
-	"github.com/mci-dev/mci/pkg/requestmodel"
 	"io"
 	"net/http"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 )
 
 // Server is the EPP's ext_proc service: for each request stream it reads the

@@ -1,9 +1,6 @@
 package epptransport_test
 
 import (
-	"github.com/mci-dev/mci/pkg/epptransport"
-	"github.com/mci-dev/mci/pkg/epptransport/epptransporttest"
-	"github.com/mci-dev/mci/pkg/imports"
 	"testing"
 	"time"
 
@@ -13,6 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
+	"github.com/mci-dev/mci/pkg/epptransport"
+	"github.com/mci-dev/mci/pkg/epptransport/epptransporttest"
+	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/test/tlstest"
 )
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mci-dev/mci/pkg/poll"
 	"io"
 	"net/http"
 	"net/url"
@@ -15,6 +14,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/mci-dev/mci/pkg/poll"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 

@@ -1,7 +1,6 @@
 package requestmodel
 
 import (
-	"github.com/mci-dev/mci/pkg/requestmodel/requestmodeltest"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
+	"github.com/mci-dev/mci/pkg/requestmodel/requestmodeltest"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 

@@ -1,7 +1,6 @@
 package requestmodel
 
 import (
-	"github.com/mci-dev/mci/pkg/requestmodel/requestmodeltest"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
+	"github.com/mci-dev/mci/pkg/requestmodel/requestmodeltest"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 

@@ -3,7 +3,6 @@ package sidecar
 import (
 	"cmp"
 	"fmt"
-	"github.com/mci-dev/mci/pkg/epptransport"
 	"net"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/imports"
 )
 

@@ -3,8 +3,6 @@ package sidecar
 import (
 	"context"
 	"encoding/json"
-	"github.com/mci-dev/mci/pkg/epptransport"
-	"github.com/mci-dev/mci/pkg/epptransport/epptransporttest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +21,8 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/epptransport"
+	"github.com/mci-dev/mci/pkg/epptransport/epptransporttest"
 	"github.com/mci-dev/mci/pkg/extproc"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
 	"github.com/mci-dev/mci/pkg/scheduling"

@@ -6,9 +6,10 @@ import (
 	"net"
 	"net/url"
 	"regexp"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"strings"
 	"time"
+
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/extproc"
 )

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mci-dev/mci/pkg/epptransport"
-	"github.com/mci-dev/mci/pkg/poll"
 	"io"
 	"net/http"
 	"os"
@@ -18,7 +16,9 @@ import (
 	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/metrics"
+	"github.com/mci-dev/mci/pkg/poll"
 )
 
 // DefaultServiceAccountTokenFile is where a pod's projected ServiceAccount

@@ -5,8 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"github.com/mci-dev/mci/pkg/epptransport"
-	"github.com/mci-dev/mci/pkg/epptransport/epptransporttest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -29,6 +27,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/epptransport"
+	"github.com/mci-dev/mci/pkg/epptransport/epptransporttest"
 	"github.com/mci-dev/mci/pkg/metrics"
 	"github.com/mci-dev/mci/test/tlstest"
 )

@@ -2,8 +2,6 @@ package sidecar
 
 import (
 	"context"
-	"github.com/mci-dev/mci/pkg/epptransport"
-	"github.com/mci-dev/mci/pkg/poll"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +12,9 @@ import (
 	"google.golang.org/grpc/connectivity"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/mci-dev/mci/pkg/epptransport"
+	"github.com/mci-dev/mci/pkg/poll"
 )
 
 // Defaults of the health prober and the metrics scraper.

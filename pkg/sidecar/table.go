@@ -2,13 +2,13 @@ package sidecar
 
 import (
 	"fmt"
-	"github.com/mci-dev/mci/pkg/epptransport"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )

@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"github.com/mci-dev/mci/pkg/epptransport"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/epptransport"
 )
 
 func TestLocalPoolsFollowTheirBackendTLSPolicy(t *testing.T) {

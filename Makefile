@@ -103,8 +103,9 @@ FUZZ_TARGETS := \
 	./pkg/registry/virtual:FuzzParseVersion \
 	./pkg/registry/virtual:FuzzVersionRoundTrips \
 	./pkg/extproc:FuzzReadRequest \
-	./pkg/epp:FuzzParseBody \
+	./pkg/requestmodel:FuzzParseBody \
 	./pkg/metrics:FuzzParse \
+	./pkg/metrics:FuzzParsePool \
 	./pkg/clusterscore:FuzzParse \
 	./pkg/clusterscore:FuzzPromptBlocks
 

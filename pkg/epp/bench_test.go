@@ -18,6 +18,7 @@ import (
 	"github.com/mci-dev/mci/pkg/epp"
 	mciextproc "github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/metrics"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
@@ -196,7 +197,7 @@ type nullProcessor struct {
 }
 
 func (nullProcessor) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	req, err := mciextproc.ReadRequest(stream, epp.DefaultMaxRequestBodyBytes)
+	req, err := mciextproc.ReadRequest(stream, requestmodel.DefaultMaxRequestBodyBytes)
 	if err != nil {
 		return err
 	}

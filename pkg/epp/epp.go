@@ -3,7 +3,7 @@
 // OpenAI-style body and its steering headers, resolves them through the
 // pool's InferenceObjectives (priority), InferenceModelRewrites (weighted
 // model rewrites) and InferenceModels (criticality, weighted target models)
-// with Models.Resolve, and picks a model server with seed 001's filter chain
+// with requestmodel.Models.Resolve, and picks a model server with seed 001's filter chain
 // (pkg/scheduling) over the servers' scraped vLLM metrics (pkg/metrics).
 // InferenceObjective and InferenceModelRewrite are read in both groups that
 // served them: inference.networking.x-k8s.io/v1alpha2 (GIE up to v1.5) and
@@ -18,7 +18,7 @@
 // fixed list (StaticSource) or an InferencePool in a cluster (KubeSource).
 //
 // Objectives and rewrites, as upstream EPPs apply them (details on
-// Models.Resolve and rewriteIndex):
+// requestmodel.Models.Resolve):
 //   - A request names an InferenceObjective by metadata.name in
 //     x-gateway-inference-objective (or x-llm-d-inference-objective).
 //     Priority below 0 is Sheddable, 0 (unset, or no objective) Standard,
@@ -79,6 +79,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/metrics"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 )
 
 // The gRPC health services the EPP reports, as the Endpoint Picker protocol
@@ -114,7 +115,7 @@ type Config struct {
 	// EPPs serve it by default, to bearer tokens only.
 	MetricsFilter func(http.Handler) http.Handler
 	// MaxRequestBodyBytes bounds the request bodies buffered; <= 0:
-	// DefaultMaxRequestBodyBytes.
+	// requestmodel.DefaultMaxRequestBodyBytes.
 	MaxRequestBodyBytes int64
 	// ScrapeInterval is the pause between scrapes of a model server's
 	// metrics; 0: the scraper's default.
@@ -128,7 +129,7 @@ type Config struct {
 // Source keeps a pool's endpoints and models current until ctx ends. Its
 // first SetEndpoints marks the pool synced, which makes the EPP ready.
 type Source interface {
-	Run(ctx context.Context, pool *Pool, models *Models) error
+	Run(ctx context.Context, pool *Pool, models *requestmodel.Models) error
 }
 
 // EPP is a running Endpoint Picker: its listeners are bound by New, so their
@@ -137,7 +138,7 @@ type EPP struct {
 	cfg     Config
 	source  Source
 	pool    *Pool
-	models  *Models
+	models  *requestmodel.Models
 	scraper *metrics.Scraper
 	servers *extproc.Servers
 }
@@ -146,7 +147,7 @@ type EPP struct {
 func New(cfg Config, source Source) (*EPP, error) {
 	scraper := metrics.NewScraper(metrics.ScraperOptions{Interval: cfg.ScrapeInterval})
 	pool := NewPool(cfg.PoolName, scraper, scraper)
-	models := NewModels()
+	models := requestmodel.NewModels()
 	picker, err := NewPicker(cfg.Picker, pool, models, cfg.Rand)
 	if err != nil {
 		return nil, err
@@ -256,11 +257,11 @@ func selfSignedCredentials(bindAddress string) (credentials.TransportCredentials
 // standalone mode.
 type StaticSource struct {
 	Endpoints []Endpoint
-	Config    ModelConfig
+	Config    requestmodel.ModelConfig
 }
 
 // Run sets the endpoints and configuration once and waits for ctx to end.
-func (s StaticSource) Run(ctx context.Context, pool *Pool, models *Models) error {
+func (s StaticSource) Run(ctx context.Context, pool *Pool, models *requestmodel.Models) error {
 	for _, ignored := range models.Set(s.Config) {
 		klog.FromContext(ctx).Info("Ignoring or repairing part of the model configuration", "note", ignored)
 	}

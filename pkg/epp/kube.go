@@ -21,6 +21,7 @@ import (
 	"github.com/mci-dev/mci/pkg/discovery"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	informers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 )
 
 // KubeSource follows an InferencePool in a cluster: the pool's selector and
@@ -58,12 +59,12 @@ type KubeSource struct {
 }
 
 // Run follows the pool until ctx ends.
-func (s *KubeSource) Run(ctx context.Context, pool *Pool, models *Models) error {
+func (s *KubeSource) Run(ctx context.Context, pool *Pool, models *requestmodel.Models) error {
 	logger := klog.FromContext(ctx).WithValues("inferencePool", klog.KRef(s.Namespace, s.PoolName))
 	factory := informers.NewSharedInformerFactoryWithOptions(s.Client, 0, informers.WithNamespace(s.Namespace))
 	pools := factory.InferencePool().V1().InferencePools()
 	served := s.servedConfigAPIs(logger)
-	models.setServedAPIs(served)
+	models.SetServedAPIs(served)
 	cfg := s.configListers(factory, served)
 
 	// Level-triggered: handlers only say that something changed; the loop
@@ -304,7 +305,7 @@ func (s *KubeSource) configListers(factory informers.SharedInformerFactory, serv
 }
 
 // syncModels sets the model configuration objects that name the pool.
-func (s *KubeSource) syncModels(logger klog.Logger, c configListers, models *Models) {
+func (s *KubeSource) syncModels(logger klog.Logger, c configListers, models *requestmodel.Models) {
 	cfg, err := s.modelConfig(c)
 	if err != nil {
 		logger.Error(err, "Listing the pool's model configuration")
@@ -315,8 +316,8 @@ func (s *KubeSource) syncModels(logger klog.Logger, c configListers, models *Mod
 	}
 }
 
-func (s *KubeSource) modelConfig(c configListers) (ModelConfig, error) {
-	var cfg ModelConfig
+func (s *KubeSource) modelConfig(c configListers) (requestmodel.ModelConfig, error) {
+	var cfg requestmodel.ModelConfig
 	if c.models != nil {
 		all, err := c.models(labels.Everything())
 		if err != nil {
@@ -346,7 +347,7 @@ func (s *KubeSource) modelConfig(c configListers) (ModelConfig, error) {
 		}
 		for _, o := range all {
 			if s.namesPool(&o.Spec.PoolRef) {
-				cfg.Objectives = append(cfg.Objectives, ObjectiveFromLLMD(o))
+				cfg.Objectives = append(cfg.Objectives, requestmodel.ObjectiveFromLLMD(o))
 			}
 		}
 	}
@@ -368,7 +369,7 @@ func (s *KubeSource) modelConfig(c configListers) (ModelConfig, error) {
 		}
 		for _, rw := range all {
 			if s.namesPool(rw.Spec.PoolRef) {
-				cfg.Rewrites = append(cfg.Rewrites, RewriteFromLLMD(rw))
+				cfg.Rewrites = append(cfg.Rewrites, requestmodel.RewriteFromLLMD(rw))
 			}
 		}
 	}

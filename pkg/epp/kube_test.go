@@ -19,6 +19,8 @@ import (
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
 	"github.com/mci-dev/mci/pkg/discovery"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
+	"github.com/mci-dev/mci/pkg/requestmodel"
+	"github.com/mci-dev/mci/pkg/requestmodel/requestmodeltest"
 )
 
 // fakeDiscovery lists its instances and streams the events the test sends.
@@ -72,22 +74,22 @@ func addresses(p *Pool) []string {
 }
 
 func TestKubeSource(t *testing.T) {
-	im := inferenceModel("mine", "chat", nil)
+	im := requestmodeltest.InferenceModel("mine", "chat", nil)
 	im.Namespace = "ns"
-	other := inferenceModel("other-pool", "other", nil)
+	other := requestmodeltest.InferenceModel("other-pool", "other", nil)
 	other.Namespace, other.Spec.PoolRef.Name = "ns", "another-pool"
 	// One objective per group for the pool, one for another pool, and an
 	// llm-d.ai rewrite; the cluster serves every resource but the
 	// inference.networking.x-k8s.io InferenceModelRewrite.
-	obj := objective("batch", ptr.To[int32](-1))
+	obj := requestmodeltest.Objective("batch", ptr.To[int32](-1))
 	obj.Namespace = "ns"
-	llmdObj := llmdObjective("chat", 3)
+	llmdObj := requestmodeltest.LLMDObjective("chat", 3)
 	llmdObj.Namespace = "ns"
-	otherObj := objective("elsewhere", ptr.To[int32](1))
+	otherObj := requestmodeltest.Objective("elsewhere", ptr.To[int32](1))
 	otherObj.Namespace, otherObj.Spec.PoolRef.Name = "ns", "another-pool"
 	llmdRewrite := &llmdv1alpha2.InferenceModelRewrite{
 		ObjectMeta: metav1.ObjectMeta{Name: "rw", Namespace: "ns"},
-		Spec:       rewrite("", rule([]string{"chat"}, rewriteTarget("chat-v2", nil))).Spec,
+		Spec:       requestmodeltest.Rewrite("", requestmodeltest.Rule([]string{"chat"}, requestmodeltest.RewriteTarget("chat-v2", nil))).Spec,
 	}
 	client := fake.NewSimpleClientset(im, other, obj, llmdObj, otherObj, llmdRewrite)
 	client.Resources = []*metav1.APIResourceList{
@@ -119,7 +121,7 @@ func TestKubeSource(t *testing.T) {
 		}
 		return discoveries[len(discoveries)-1]
 	}
-	pool, models := NewPool("pool", nil, nil), NewModels()
+	pool, models := NewPool("pool", nil, nil), requestmodel.NewModels()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx, pool, models) }()
@@ -139,10 +141,10 @@ func TestKubeSource(t *testing.T) {
 	assert.Equal(t, "InferenceObjective ns/batch (inference.networking.x-k8s.io)", models.Objective("batch").Source)
 	assert.Equal(t, "InferenceObjective ns/chat (llm-d.ai)", models.Objective("chat").Source)
 	assert.Nil(t, models.Objective("elsewhere"), "an objective of another pool is not the pool's")
-	assert.Equal(t, "chat-v2", models.Resolve("chat", RequestHeaders{}, rand.New(rand.NewPCG(1, 2))).TargetModel)
+	assert.Equal(t, "chat-v2", models.Resolve("chat", requestmodel.RequestHeaders{}, rand.New(rand.NewPCG(1, 2))).TargetModel)
 	assert.Equal(t, map[schema.GroupVersionResource]bool{
 		apiInferenceModels: true, apiObjectives: true, apiRewrites: false, apiLLMDObjectives: true, apiLLMDRewrites: true,
-	}, models.servedAPIs(), "what the cluster serves is recorded for the metrics")
+	}, models.ServedAPIs(), "what the cluster serves is recorded for the metrics")
 	time.Sleep(50 * time.Millisecond)
 	select {
 	case <-pool.Synced():
@@ -177,7 +179,7 @@ func TestKubeSource(t *testing.T) {
 	eventually(func() bool { return maps.Equal(last().selector, map[string]string{"app": "vllm-2"}) }, "a new selector restarts the discovery")
 	eventually(func() bool { return slices.Equal(addresses(pool), []string{"10.0.0.1:8080", "10.0.0.2:9000"}) }, "with the new discovery's instances")
 
-	im2 := inferenceModel("late", "late", nil)
+	im2 := requestmodeltest.InferenceModel("late", "late", nil)
 	im2.Namespace = "ns"
 	_, err = client.InferenceV1alpha2().InferenceModels("ns").Create(ctx, im2, metav1.CreateOptions{})
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mci-dev/mci/pkg/metrics"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 )
 
 // unlisted is the model label of a request whose model has no
@@ -91,7 +92,7 @@ func (m *Metrics) observe(d *Decision, code int, took time.Duration) {
 		}
 		// A target an object chose is a name from the configuration; one
 		// the request chose (its model, the rewrite header) is not.
-		if (d.Listed && d.RewrittenBy == "") || (d.RewrittenBy != "" && d.RewrittenBy != RewrittenByHeader) {
+		if (d.Listed && d.RewrittenBy == "") || (d.RewrittenBy != "" && d.RewrittenBy != requestmodel.RewrittenByHeader) {
 			target = d.TargetModel
 		}
 	}
@@ -190,14 +191,16 @@ var apiServedDesc = prometheus.NewDesc("mci_epp_model_config_api_served",
 // NewAPICollector reports which model configuration resources the pool's
 // cluster serves (mci_epp_model_config_api_served; nothing in standalone
 // mode).
-func NewAPICollector(models *Models) prometheus.Collector { return &apiCollector{models: models} }
+func NewAPICollector(models *requestmodel.Models) prometheus.Collector {
+	return &apiCollector{models: models}
+}
 
-type apiCollector struct{ models *Models }
+type apiCollector struct{ models *requestmodel.Models }
 
 func (c *apiCollector) Describe(ch chan<- *prometheus.Desc) { ch <- apiServedDesc }
 
 func (c *apiCollector) Collect(ch chan<- prometheus.Metric) {
-	for r, served := range c.models.servedAPIs() {
+	for r, served := range c.models.ServedAPIs() {
 		v := 0.0
 		if served {
 			v = 1

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -68,7 +69,7 @@ type Decision struct {
 	Criticality scheduling.Criticality
 	// Objective is the InferenceObjective the request named, nil when none
 	// (or an unknown one, then UnknownObjective names it).
-	Objective        *Objective
+	Objective        *requestmodel.Objective
 	UnknownObjective string
 	// FairnessID is the request's flow (DefaultFairnessID when it names
 	// none). mci has no flow control: it is logged and left on the request.
@@ -86,7 +87,7 @@ type Decision struct {
 type Picker struct {
 	cfg    PickerConfig
 	pool   *Pool
-	models *Models
+	models *requestmodel.Models
 	base   sets.Set[string]
 
 	// mu guards the scheduler, which keeps scratch space between decisions,
@@ -102,7 +103,7 @@ type Picker struct {
 // NewPicker returns a picker over pool and models. src drives the weighted
 // target choice and the scheduler's tie breaks; nil means a randomly seeded
 // source.
-func NewPicker(cfg PickerConfig, pool *Pool, models *Models, src rand.Source) (*Picker, error) {
+func NewPicker(cfg PickerConfig, pool *Pool, models *requestmodel.Models, src rand.Source) (*Picker, error) {
 	if err := cfg.Scheduling.Validate(); err != nil {
 		return nil, err
 	}
@@ -131,12 +132,12 @@ func NewPicker(cfg PickerConfig, pool *Pool, models *Models, src rand.Source) (*
 // Errors are *Error: 400 for a body that is not a JSON object or has no
 // model, 503 when no endpoint is ready (or none in the subset), 429 when a
 // sheddable request is dropped.
-func (p *Picker) Pick(body []byte, h RequestHeaders, subset []string, hasSubset bool, now time.Time) (*Decision, error) {
-	b, err := ParseBody(body)
+func (p *Picker) Pick(body []byte, h requestmodel.RequestHeaders, subset []string, hasSubset bool, now time.Time) (*Decision, error) {
+	b, err := requestmodel.ParseBody(body)
 	if err != nil {
 		return nil, &Error{Code: http.StatusBadRequest, Err: err}
 	}
-	d := &Decision{Model: b.Model(), FairnessID: cmp.Or(h.FairnessID, DefaultFairnessID)}
+	d := &Decision{Model: b.Model(), FairnessID: cmp.Or(h.FairnessID, requestmodel.DefaultFairnessID)}
 	p.mu.Lock()
 	res := p.models.Resolve(d.Model, h, p.rand)
 	p.mu.Unlock()

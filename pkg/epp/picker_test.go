@@ -14,6 +14,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
+	"github.com/mci-dev/mci/pkg/requestmodel"
+	"github.com/mci-dev/mci/pkg/requestmodel/requestmodeltest"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -43,10 +45,10 @@ func (s server) metrics() *scheduling.Metrics {
 
 func newTestPicker(t testing.TB, cfg PickerConfig, servers []server, models ...*v1alpha2.InferenceModel) *Picker {
 	t.Helper()
-	return newConfiguredPicker(t, cfg, servers, ModelConfig{Models: models})
+	return newConfiguredPicker(t, cfg, servers, requestmodel.ModelConfig{Models: models})
 }
 
-func newConfiguredPicker(t testing.TB, cfg PickerConfig, servers []server, mc ModelConfig) *Picker {
+func newConfiguredPicker(t testing.TB, cfg PickerConfig, servers []server, mc requestmodel.ModelConfig) *Picker {
 	t.Helper()
 	fm := fakeMetrics{}
 	var eps []Endpoint
@@ -57,7 +59,7 @@ func newConfiguredPicker(t testing.TB, cfg PickerConfig, servers []server, mc Mo
 	}
 	pool := NewPool("pool", fm, nil)
 	require.NoError(t, pool.SetEndpoints(eps))
-	ms := NewModels()
+	ms := requestmodel.NewModels()
 	ms.Set(mc)
 	if cfg.Scheduling == (scheduling.Config{}) {
 		cfg.Scheduling = scheduling.DefaultConfig()
@@ -76,19 +78,19 @@ var (
 		{addr: "10.0.0.2:8000", queue: 1, kv: 0.1},
 		{addr: "10.0.0.3:8000", queue: 1, kv: 0.1},
 	}
-	critical  = inferenceModel("critical", "chat", ptr.To(v1alpha2.Critical), target("lora-x", nil))
-	sheddable = inferenceModel("sheddable", "batch", ptr.To(v1alpha2.Sheddable))
+	critical  = requestmodeltest.InferenceModel("critical", "chat", ptr.To(v1alpha2.Critical), requestmodeltest.Target("lora-x", nil))
+	sheddable = requestmodeltest.InferenceModel("sheddable", "batch", ptr.To(v1alpha2.Sheddable))
 	// The objectives and rewrites of the picker tests: a sheddable
 	// objective in each group, a critical one, and a canary rewrite.
-	testConfig = ModelConfig{
+	testConfig = requestmodel.ModelConfig{
 		Models: []*v1alpha2.InferenceModel{critical, sheddable},
 		Objectives: []*v1alpha2.InferenceObjective{
-			objective("background", ptr.To[int32](-1)),
-			ObjectiveFromLLMD(llmdObjective("llmd-background", -5)),
-			objective("interactive", ptr.To[int32](10)),
+			requestmodeltest.Objective("background", ptr.To[int32](-1)),
+			requestmodel.ObjectiveFromLLMD(requestmodeltest.LLMDObjective("llmd-background", -5)),
+			requestmodeltest.Objective("interactive", ptr.To[int32](10)),
 		},
 		Rewrites: []*v1alpha2.InferenceModelRewrite{
-			rewrite("canary", rule([]string{"food-review"}, rewriteTarget("food-review-v2", nil))),
+			requestmodeltest.Rewrite("canary", requestmodeltest.Rule([]string{"food-review"}, requestmodeltest.RewriteTarget("food-review-v2", nil))),
 		},
 	}
 )
@@ -99,7 +101,7 @@ func TestPick(t *testing.T) {
 		cfg      PickerConfig
 		servers  []server
 		body     []byte
-		headers  RequestHeaders
+		headers  requestmodel.RequestHeaders
 		subset   []string
 		noSubset bool
 		// want lists the endpoints the primary may be; wantCode the error.
@@ -183,7 +185,7 @@ func TestPick(t *testing.T) {
 			servers: []server{
 				{addr: "10.0.0.1:8000", queue: 6, kv: 0.5}, {addr: "10.0.0.2:8000", queue: 1, kv: 0.85},
 			},
-			body: req("m"), headers: RequestHeaders{Objective: "background"}, noSubset: true,
+			body: req("m"), headers: requestmodel.RequestHeaders{Objective: "background"}, noSubset: true,
 			wantCode: http.StatusTooManyRequests,
 		},
 		{
@@ -191,7 +193,7 @@ func TestPick(t *testing.T) {
 			servers: []server{
 				{addr: "10.0.0.1:8000", queue: 6, kv: 0.5}, {addr: "10.0.0.2:8000", queue: 1, kv: 0.85},
 			},
-			body: req("m"), headers: RequestHeaders{Objective: "llmd-background"}, noSubset: true,
+			body: req("m"), headers: requestmodel.RequestHeaders{Objective: "llmd-background"}, noSubset: true,
 			wantCode: http.StatusTooManyRequests,
 		},
 		{
@@ -199,7 +201,7 @@ func TestPick(t *testing.T) {
 			servers: []server{
 				{addr: "10.0.0.1:8000", queue: 6, kv: 0.5}, {addr: "10.0.0.2:8000", queue: 1, kv: 0.85},
 			},
-			body: req("batch"), headers: RequestHeaders{Objective: "interactive"}, noSubset: true,
+			body: req("batch"), headers: requestmodel.RequestHeaders{Objective: "interactive"}, noSubset: true,
 			want: []string{"10.0.0.2:8000"}, wantModel: "batch", wantCrit: scheduling.Critical,
 		},
 		{
@@ -207,7 +209,7 @@ func TestPick(t *testing.T) {
 			servers: []server{
 				{addr: "10.0.0.1:8000", queue: 6, kv: 0.5}, {addr: "10.0.0.2:8000", queue: 1, kv: 0.85},
 			},
-			body: req("batch"), headers: RequestHeaders{Objective: "no-such-objective"}, noSubset: true,
+			body: req("batch"), headers: requestmodel.RequestHeaders{Objective: "no-such-objective"}, noSubset: true,
 			wantCode: http.StatusTooManyRequests,
 		},
 		{
@@ -217,12 +219,12 @@ func TestPick(t *testing.T) {
 		},
 		{
 			name:    "the model name rewrite header rewrites a model no rule matches",
-			servers: idle, body: req("m"), headers: RequestHeaders{ModelNameRewrite: "m-v3"}, noSubset: true,
+			servers: idle, body: req("m"), headers: requestmodel.RequestHeaders{ModelNameRewrite: "m-v3"}, noSubset: true,
 			want: []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}, wantModel: "m-v3", wantRewrite: true,
 		},
 		{
 			name:    "a matching rule wins over the model name rewrite header",
-			servers: idle, body: req("food-review"), headers: RequestHeaders{ModelNameRewrite: "m-v3"}, noSubset: true,
+			servers: idle, body: req("food-review"), headers: requestmodel.RequestHeaders{ModelNameRewrite: "m-v3"}, noSubset: true,
 			want: []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}, wantModel: "food-review-v2", wantRewrite: true,
 		},
 		{
@@ -277,7 +279,7 @@ func TestPick(t *testing.T) {
 				assert.Equal(t, tt.wantModel, d.TargetModel)
 				assert.Equal(t, tt.wantCrit, d.Criticality)
 				if tt.wantRewrite {
-					b, err := ParseBody(d.Body)
+					b, err := requestmodel.ParseBody(d.Body)
 					require.NoError(t, err)
 					assert.Equal(t, tt.wantModel, b.Model())
 				} else {
@@ -298,9 +300,9 @@ func TestStatusCode(t *testing.T) {
 }
 
 func TestNewPickerRefusesABadConfig(t *testing.T) {
-	_, err := NewPicker(PickerConfig{Scheduling: scheduling.Config{SheddableKVCacheThreshold: 2}}, NewPool("p", nil, nil), NewModels(), nil)
+	_, err := NewPicker(PickerConfig{Scheduling: scheduling.Config{SheddableKVCacheThreshold: 2}}, NewPool("p", nil, nil), requestmodel.NewModels(), nil)
 	assert.Error(t, err)
-	_, err = NewPicker(PickerConfig{Scheduling: scheduling.DefaultConfig(), MaxFallbacks: -1}, NewPool("p", nil, nil), NewModels(), nil)
+	_, err = NewPicker(PickerConfig{Scheduling: scheduling.DefaultConfig(), MaxFallbacks: -1}, NewPool("p", nil, nil), requestmodel.NewModels(), nil)
 	assert.Error(t, err)
 }
 
@@ -325,7 +327,7 @@ func BenchmarkPick(b *testing.B) {
 		p := newTestPicker(b, PickerConfig{}, servers, critical)
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := p.Pick(body, RequestHeaders{}, nil, false, now); err != nil {
+			if _, err := p.Pick(body, requestmodel.RequestHeaders{}, nil, false, now); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -335,7 +337,7 @@ func BenchmarkPick(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, err := p.Pick(body, RequestHeaders{}, nil, false, now); err != nil {
+				if _, err := p.Pick(body, requestmodel.RequestHeaders{}, nil, false, now); err != nil {
 					b.Error(err)
 					return
 				}

@@ -15,12 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 )
-
-// DefaultMaxRequestBodyBytes bounds a request body the EPP buffers: far
-// above a chat request with a long context, low enough that a handful of
-// huge requests cannot exhaust the EPP's memory.
-const DefaultMaxRequestBodyBytes = 8 << 20
 
 // Server is the EPP's ext_proc service: for each request stream it reads the
 // headers and the whole body (FULL_DUPLEX_STREAMED), asks the Picker, and
@@ -48,7 +44,7 @@ const maxLoggedObjectives = 100
 // 0: DefaultMaxRequestBodyBytes); metrics may be nil.
 func NewServer(picker *Picker, metrics *Metrics, maxBody int64, logger logr.Logger) *Server {
 	if maxBody <= 0 {
-		maxBody = DefaultMaxRequestBodyBytes
+		maxBody = requestmodel.DefaultMaxRequestBodyBytes
 	}
 	return &Server{picker: picker, metrics: metrics, maxBody: maxBody, logger: logger, loggedObjectives: sets.New[string]()}
 }
@@ -69,7 +65,7 @@ func (s *Server) unknownObjective(name string) {
 	s.mu.Unlock()
 	if first {
 		s.logger.Info("A request names an InferenceObjective the pool does not have; serving it with the default priority (0), as if it named none. Logged once per name; mci_epp_unknown_objective_requests_total counts them all",
-			"objective", name, "header", ObjectiveHeader)
+			"objective", name, "header", requestmodel.ObjectiveHeader)
 	}
 }
 
@@ -107,7 +103,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		// protocol, so nothing can be picked.
 		return s.refuse(stream, nil, &Error{Code: http.StatusServiceUnavailable, Err: err}, start)
 	}
-	d, err := s.picker.Pick(req.Body, ReadRequestHeaders(req.Header), subset, hasSubset, start)
+	d, err := s.picker.Pick(req.Body, requestmodel.ReadRequestHeaders(req.Header), subset, hasSubset, start)
 	if d != nil && d.UnknownObjective != "" {
 		s.unknownObjective(d.UnknownObjective)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	"github.com/mci-dev/mci/pkg/epp"
 	mciextproc "github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
@@ -155,7 +156,7 @@ func newTestEPP(cfg epp.Config, eps []epp.Endpoint) (*epp.EPP, error) {
 	if cfg.Rand == nil {
 		cfg.Rand = rand.NewPCG(1, 2)
 	}
-	return epp.New(cfg, epp.StaticSource{Endpoints: eps, Config: epp.ModelConfig{Models: testModels}})
+	return epp.New(cfg, epp.StaticSource{Endpoints: eps, Config: requestmodel.ModelConfig{Models: testModels}})
 }
 
 func healthStatus(t testing.TB, addr, service string) healthpb.HealthCheckResponse_ServingStatus {
@@ -244,7 +245,7 @@ func TestSeedExamples(t *testing.T) {
 				}
 				assert.Empty(t, res.Fallbacks)
 				assert.Equal(t, res.Destination, mciextproc.DestinationFromMetadata(res.DynamicMetadata))
-				b, err := epp.ParseBody(res.Body)
+				b, err := requestmodel.ParseBody(res.Body)
 				require.NoError(t, err)
 				assert.Equal(t, tt.wantTarget, b.Model(), "the body is rewritten to the target model")
 				assert.Equal(t, strconv.Itoa(len(res.Body)), res.Headers.Get("content-length"))

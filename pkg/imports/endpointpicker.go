@@ -61,8 +61,8 @@ func endpointPickerImport(m *Member, pool *poolv1.InferencePool, counter endpoin
 	if p := pool.Spec.EndpointPickerRef.Port; p != nil {
 		refPort = p.Number
 	}
-	ports := resolveEPPPorts(svc, refPort)
-	epp.Service = []inference.ServiceImport{serviceImport(svc, ports.extProc)}
+	ports := ResolveEPPPorts(svc, refPort)
+	epp.Service = []inference.ServiceImport{serviceImport(svc, ports.ExtProc)}
 	// The exporter's ParseExport has accepted the annotation's value.
 	secret, _ := EndpointPickerSecret(pool.Annotations)
 	if secret != "" {
@@ -77,15 +77,15 @@ func endpointPickerImport(m *Member, pool *poolv1.InferencePool, counter endpoin
 		}
 		return TLSPolicyForPort(policies, svc.Name, servicePortName(svc, port))
 	}
-	epp.Transport = portTransport(modes.ExtProc, policy(ports.extProc), true)
-	if ports.health != 0 {
-		epp.Health = &inference.HealthEndpoint{Port: ports.health, SecretRef: epp.SecretRef, Transport: portTransport(modes.Health, policy(ports.health), false)}
+	epp.Transport = portTransport(modes.ExtProc, policy(ports.ExtProc), true)
+	if ports.Health != 0 {
+		epp.Health = &inference.HealthEndpoint{Port: ports.Health, SecretRef: epp.SecretRef, Transport: portTransport(modes.Health, policy(ports.Health), false)}
 	}
-	if ports.metrics != 0 {
-		epp.Metrics = &inference.MetricsEndpoint{Port: ports.metrics, SecretRef: epp.SecretRef, Transport: portTransport(modes.Metrics, policy(ports.metrics), false)}
+	if ports.Metrics != 0 {
+		epp.Metrics = &inference.MetricsEndpoint{Port: ports.Metrics, SecretRef: epp.SecretRef, Transport: portTransport(modes.Metrics, policy(ports.Metrics), false)}
 	}
 
-	if ports.extProc == 0 {
+	if ports.ExtProc == 0 {
 		return epp, verdict{
 			reason: v1alpha1.ReasonInvalidEndpointPickerRef,
 			message: fmt.Sprintf("the ext-proc port of Service %s/%s in cluster %s is unknown: InferencePool %s/%s sets no endpointPickerRef.port and the Service has no port named ext-proc or grpc, nor a single port other than health and metrics",

@@ -12,7 +12,6 @@ import (
 // Conventional port numbers of an EPP, used when no Service port is named
 // for its job.
 const (
-	conventionalExtProcPort = 9002
 	conventionalHealthPort  = 9003
 	conventionalMetricsPort = 9090
 )
@@ -101,38 +100,44 @@ func findPort(ports []corev1.ServicePort, nameMatches func(string) bool, fallbac
 	return 0
 }
 
-// eppPorts are the ports of an EPP Service, as importing gateways use them.
-type eppPorts struct {
-	extProc, health, metrics int32
+// EPPPorts are the ports of an EPP Service, as importing gateways and the
+// sidecar (for a local pool) use them; 0 is unknown.
+type EPPPorts struct {
+	ExtProc, Health, Metrics int32
 }
 
-// resolveEPPPorts finds the EPP's ports on its Service. The ext-proc port is
-// the endpointPickerRef's port when it has one. Otherwise it is the Service
-// port named for ext-proc (see isExtProcPortName), else the only port that is
-// neither the health nor the metrics port, else 0 (unknown).
-func resolveEPPPorts(svc *corev1.Service, refPort int32) eppPorts {
-	p := eppPorts{
-		extProc: refPort,
-		health:  findPort(svc.Spec.Ports, isHealthPortName, conventionalHealthPort),
-		metrics: findPort(svc.Spec.Ports, isMetricsPortName, conventionalMetricsPort),
+// ResolveEPPPorts finds the EPP's ports on its Service: the one rule for an
+// exported pool's import and for the sidecar's local pool, so that both
+// reach the same port of the same Service. The ext-proc port is the
+// endpointPickerRef's port (refPort) when it has one. Otherwise it is the
+// Service port named for ext-proc (see isExtProcPortName), else the only
+// port that is neither the health nor the metrics port, else 0 (unknown):
+// a port number alone (such as upstream's 9002) names nothing. The health
+// and metrics ports are the ports named for them, else the one numbered
+// 9003 (health) or 9090 (metrics), else 0.
+func ResolveEPPPorts(svc *corev1.Service, refPort int32) EPPPorts {
+	p := EPPPorts{
+		ExtProc: refPort,
+		Health:  findPort(svc.Spec.Ports, isHealthPortName, conventionalHealthPort),
+		Metrics: findPort(svc.Spec.Ports, isMetricsPortName, conventionalMetricsPort),
 	}
-	if p.extProc != 0 {
+	if p.ExtProc != 0 {
 		return p
 	}
 	for _, sp := range svc.Spec.Ports {
 		if isExtProcPortName(sp.Name) {
-			p.extProc = sp.Port
+			p.ExtProc = sp.Port
 			return p
 		}
 	}
 	var rest []int32
 	for _, sp := range svc.Spec.Ports {
-		if sp.Port != p.health && sp.Port != p.metrics {
+		if sp.Port != p.Health && sp.Port != p.Metrics {
 			rest = appendUniquePort(rest, sp.Port)
 		}
 	}
 	if len(rest) == 1 {
-		p.extProc = rest[0]
+		p.ExtProc = rest[0]
 	}
 	return p
 }

@@ -292,3 +292,37 @@ func adapterSet(list string) sets.Set[string] {
 	}
 	return s
 }
+
+// ErrTooLarge is returned by LimitReader past its limit.
+var ErrTooLarge = errors.New("response body too large")
+
+// LimitReader bounds the exposition that Parse or ParsePool reads from a
+// network peer: the guard every scrape of a /metrics page goes through.
+// Unlike io.LimitReader, which ends with io.EOF, it fails past n bytes
+// (ErrTooLarge), so that an oversized page is refused rather than parsed
+// truncated.
+func LimitReader(r io.Reader, n int64) io.Reader { return &limitedReader{r: r, left: n} }
+
+type limitedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		// Tell a body of exactly the limit from a longer one.
+		var one [1]byte
+		if n, err := l.r.Read(one[:]); n > 0 {
+			return 0, ErrTooLarge
+		} else if err != nil {
+			return 0, err
+		}
+		return 0, nil
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
+}

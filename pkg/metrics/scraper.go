@@ -1,19 +1,20 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
+	"github.com/mci-dev/mci/pkg/poll"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -45,44 +46,32 @@ const (
 )
 
 // Scraper keeps the latest metrics of each of a set of vLLM /metrics
-// endpoints. Each target is scraped by a goroutine of its own, so a slow or
-// hung server does not delay the others. Targets can be added and removed at
-// any time, before or while Run runs. All methods are safe for concurrent use.
+// endpoints, on a poll.Poller: each target is scraped by a goroutine of its
+// own, so a slow or hung server does not delay the others. Targets can be
+// added and removed at any time, before or while Run runs. All methods are
+// safe for concurrent use.
 type Scraper struct {
-	interval time.Duration
 	timeout  time.Duration
 	maxBytes int64
 	client   *http.Client
+	poller   *poll.Poller[scheduling.Metrics]
 
-	mu      sync.RWMutex
-	targets map[string]*target
-	// runCtx is the context of the running Run, nil when not running.
-	runCtx context.Context
-	wg     sync.WaitGroup
-}
-
-type target struct {
-	url     string
-	cancel  context.CancelFunc
-	metrics atomic.Pointer[scheduling.Metrics]
-	// failing is only used by the target's own goroutine, to log the
-	// changes between failing and succeeding rather than every failure.
-	failing bool
+	// mu serializes changes of the target set.
+	mu sync.Mutex
+	// failing holds the targets whose last scrape failed, so that the
+	// changes between failing and succeeding are logged rather than every
+	// failure; a target's entry is written only by its own goroutine.
+	failing sync.Map
 }
 
 // NewScraper returns a scraper with no targets.
 func NewScraper(opts ScraperOptions) *Scraper {
 	s := &Scraper{
-		interval: opts.Interval,
-		timeout:  opts.Timeout,
+		timeout:  cmp.Or(opts.Timeout, DefaultTimeout),
 		maxBytes: opts.MaxResponseBytes,
 		client:   opts.Client,
-		targets:  map[string]*target{},
 	}
-	if s.interval <= 0 {
-		s.interval = DefaultInterval
-	}
-	if s.timeout <= 0 {
+	if s.timeout < 0 {
 		s.timeout = DefaultTimeout
 	}
 	if s.maxBytes <= 0 {
@@ -93,33 +82,35 @@ func NewScraper(opts ScraperOptions) *Scraper {
 		tr.Proxy = nil
 		s.client = &http.Client{Transport: tr}
 	}
+	interval := opts.Interval
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	s.poller = poll.New(interval, s.scrapeOnce)
+	s.poller.Forget = func(url string) { s.failing.Delete(url) }
 	return s
 }
 
 // Run scrapes the targets until ctx is done, then waits for the scrapes in
 // flight to end. It returns an error if the scraper is already running.
 func (s *Scraper) Run(ctx context.Context) error {
-	s.mu.Lock()
-	if s.runCtx != nil {
-		s.mu.Unlock()
-		return errors.New("scraper is already running")
+	if err := s.poller.Run(ctx); err != nil {
+		return fmt.Errorf("scraper: %w", err)
 	}
-	s.runCtx = ctx
-	for _, t := range s.targets {
-		s.start(t)
+	if tr, ok := s.client.Transport.(interface{ CloseIdleConnections() }); ok {
+		tr.CloseIdleConnections()
 	}
-	s.mu.Unlock()
+	return nil
+}
 
-	<-ctx.Done()
-
-	s.mu.Lock()
-	s.runCtx = nil
-	s.mu.Unlock()
-	s.wg.Wait()
-	if s.client.Transport != nil {
-		if tr, ok := s.client.Transport.(interface{ CloseIdleConnections() }); ok {
-			tr.CloseIdleConnections()
-		}
+// validTarget checks that rawURL is an http or https URL with a host.
+func validTarget(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return fmt.Errorf("target %q: %w", rawURL, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("target %q: want an http or https URL with a host", rawURL)
 	}
 	return nil
 }
@@ -128,22 +119,13 @@ func (s *Scraper) Run(ctx context.Context) error {
 // Adding a target that is already there does nothing. Until its first
 // successful scrape the target has no metrics.
 func (s *Scraper) AddTarget(rawURL string) error {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return fmt.Errorf("target %q: %w", rawURL, err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("target %q: want an http or https URL with a host", rawURL)
+	if err := validTarget(rawURL); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.targets[rawURL]; ok {
-		return nil
-	}
-	t := &target{url: rawURL}
-	s.targets[rawURL] = t
-	if s.runCtx != nil {
-		s.start(t)
+	if !s.poller.Has(rawURL) {
+		s.poller.Set(append(s.poller.Keys(), rawURL))
 	}
 	return nil
 }
@@ -152,109 +134,74 @@ func (s *Scraper) AddTarget(rawURL string) error {
 func (s *Scraper) RemoveTarget(rawURL string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t, ok := s.targets[rawURL]; ok {
-		delete(s.targets, rawURL)
-		if t.cancel != nil {
-			t.cancel()
-		}
+	if s.poller.Has(rawURL) {
+		s.poller.Set(slices.DeleteFunc(s.poller.Keys(), func(u string) bool { return u == rawURL }))
 	}
 }
 
-// SetTargets makes the targets exactly urls: new ones are added, missing ones
-// removed, and the others keep their metrics and goroutines.
+// SetTargets makes the targets exactly the valid ones of urls: new ones are
+// added, missing ones removed, and the others keep their metrics and
+// goroutines. Invalid URLs are left out and reported.
 func (s *Scraper) SetTargets(urls []string) error {
-	want := make(map[string]bool, len(urls))
-	for _, u := range urls {
-		want[u] = true
-	}
 	var errs []error
+	valid := make([]string, 0, len(urls))
 	for _, u := range urls {
-		errs = append(errs, s.AddTarget(u))
-	}
-	for _, u := range s.Targets() {
-		if !want[u] {
-			s.RemoveTarget(u)
+		if err := validTarget(u); err != nil {
+			errs = append(errs, err)
+			continue
 		}
+		valid = append(valid, u)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.poller.Set(valid)
 	return errors.Join(errs...)
 }
 
 // Targets returns the URLs being scraped, in no particular order.
-func (s *Scraper) Targets() []string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	urls := make([]string, 0, len(s.targets))
-	for u := range s.targets {
-		urls = append(urls, u)
-	}
-	return urls
-}
+func (s *Scraper) Targets() []string { return s.poller.Keys() }
 
 // Get returns the latest metrics of a target: nil if it is not a target or
 // has never been scraped successfully. After a failed scrape it keeps
 // returning the last good metrics with their old UpdatedAt, so that they turn
 // stale (unknown to the scheduler) instead of looking idle. The returned
 // value must not be modified.
-func (s *Scraper) Get(rawURL string) *scheduling.Metrics {
-	s.mu.RLock()
-	t := s.targets[rawURL]
-	s.mu.RUnlock()
-	if t == nil {
-		return nil
-	}
-	return t.metrics.Load()
-}
+func (s *Scraper) Get(rawURL string) *scheduling.Metrics { return s.poller.Get(rawURL) }
 
 // Snapshot returns the latest metrics of every target, keyed by URL, with nil
 // for targets never scraped successfully. The values must not be modified.
 func (s *Scraper) Snapshot() map[string]*scheduling.Metrics {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	snap := make(map[string]*scheduling.Metrics, len(s.targets))
-	for u, t := range s.targets {
-		snap[u] = t.metrics.Load()
+	keys := s.poller.Keys()
+	snap := make(map[string]*scheduling.Metrics, len(keys))
+	for _, u := range keys {
+		snap[u] = s.poller.Get(u)
 	}
 	return snap
 }
 
-// start runs t's scrape loop under the running context. s.mu must be held
-// for writing and s.runCtx set.
-func (s *Scraper) start(t *target) {
-	ctx, cancel := context.WithCancel(s.runCtx)
-	t.cancel = cancel
-	logger := klog.FromContext(ctx).WithValues("target", t.url)
-	ctx = klog.NewContext(ctx, logger)
-	s.wg.Go(func() {
-		defer cancel()
-		// Sliding: the interval starts when a scrape ends, so scrapes of one
-		// target never overlap however slow the server is.
-		wait.UntilWithContext(ctx, func(ctx context.Context) { s.scrapeOnce(ctx, t) }, s.interval)
-	})
-}
-
-func (s *Scraper) scrapeOnce(ctx context.Context, t *target) {
+// scrapeOnce is the poller's check of one target: an error keeps the last
+// metrics, which go stale.
+func (s *Scraper) scrapeOnce(ctx context.Context, url string) (*scheduling.Metrics, error) {
 	started := time.Now()
-	m, err := s.scrape(ctx, t.url)
+	m, err := s.scrape(ctx, url)
 	if ctx.Err() != nil {
 		// Removed or stopping: an error now says nothing about the server.
-		return
+		return nil, ctx.Err()
 	}
-	logger := klog.FromContext(ctx)
+	logger := klog.FromContext(ctx).WithValues("target", url)
 	if err != nil {
-		if !t.failing {
+		if _, failing := s.failing.LoadOrStore(url, struct{}{}); !failing {
 			logger.V(2).Info("Scraping model server metrics failed; keeping the last metrics until they go stale", "err", err)
-			t.failing = true
 		}
-		return
+		return nil, err
 	}
-	if t.failing {
+	if _, failing := s.failing.LoadAndDelete(url); failing {
 		logger.V(2).Info("Scraping model server metrics recovered")
-		t.failing = false
 	}
 	// The server measured these metrics at some point during the scrape;
 	// its start is the conservative time for staleness.
 	m.UpdatedAt = started
-	t.metrics.Store(m)
+	return m, nil
 }
 
 func (s *Scraper) scrape(ctx context.Context, rawURL string) (*scheduling.Metrics, error) {
@@ -278,38 +225,9 @@ func (s *Scraper) scrape(ctx context.Context, rawURL string) (*scheduling.Metric
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", rawURL, resp.Status)
 	}
-	m, err := Parse(&limitedReader{r: resp.Body, left: s.maxBytes})
+	m, err := Parse(LimitReader(resp.Body, s.maxBytes))
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", rawURL, err)
 	}
 	return m, nil
-}
-
-// errTooLarge is returned by limitedReader past its limit. Unlike
-// io.LimitReader, which ends with io.EOF, it makes an oversized response fail
-// instead of reading as a shorter exposition.
-var errTooLarge = errors.New("response body too large")
-
-type limitedReader struct {
-	r    io.Reader
-	left int64
-}
-
-func (l *limitedReader) Read(p []byte) (int, error) {
-	if l.left <= 0 {
-		// Tell a body of exactly the limit from a longer one.
-		var one [1]byte
-		if n, err := l.r.Read(one[:]); n > 0 {
-			return 0, errTooLarge
-		} else if err != nil {
-			return 0, err
-		}
-		return 0, nil
-	}
-	if int64(len(p)) > l.left {
-		p = p[:l.left]
-	}
-	n, err := l.r.Read(p)
-	l.left -= int64(n)
-	return n, err
 }

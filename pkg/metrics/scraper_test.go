@@ -258,7 +258,7 @@ func TestScrapeRefusesAnOversizedResponse(t *testing.T) {
 	s := NewScraper(ScraperOptions{MaxResponseBytes: 100})
 	_, err := s.scrape(context.Background(), srv.URL)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), errTooLarge.Error())
+	assert.Contains(t, err.Error(), ErrTooLarge.Error())
 
 	s = NewScraper(ScraperOptions{})
 	m, err := s.scrape(context.Background(), srv.URL)
@@ -273,5 +273,5 @@ func TestLimitedReaderReadsABodyOfExactlyTheLimit(t *testing.T) {
 	assert.Equal(t, body, string(got))
 
 	_, err = io.ReadAll(&limitedReader{r: strings.NewReader(body), left: 9})
-	assert.ErrorIs(t, err, errTooLarge)
+	assert.ErrorIs(t, err, ErrTooLarge)
 }

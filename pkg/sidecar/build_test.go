@@ -2,6 +2,9 @@ package sidecar
 
 import (
 	"errors"
+	"net"
+	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -16,7 +19,8 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
-	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -390,7 +394,7 @@ func TestBuild(t *testing.T) {
 				Objectives: []*v1alpha2.InferenceObjective{
 					{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "background"}, Spec: v1alpha2.InferenceObjectiveSpec{
 						Priority: ptr.To[int32](-1), PoolRef: v1alpha2.PoolObjectReference{Name: "llm"}}},
-					epp.ObjectiveFromLLMD(&llmdv1alpha2.InferenceObjective{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "interactive"}, Spec: v1alpha2.InferenceObjectiveSpec{
+					requestmodel.ObjectiveFromLLMD(&llmdv1alpha2.InferenceObjective{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "interactive"}, Spec: v1alpha2.InferenceObjectiveSpec{
 						Priority: ptr.To[int32](5), PoolRef: v1alpha2.PoolObjectReference{Name: "llm", Group: "inference.networking.k8s.io"}}}),
 					{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "elsewhere"}, Spec: v1alpha2.InferenceObjectiveSpec{
 						Priority: ptr.To[int32](-1), PoolRef: v1alpha2.PoolObjectReference{Name: "other"}}},
@@ -449,5 +453,45 @@ func TestParseClusterWeights(t *testing.T) {
 	for _, bad := range []string{"a", "=1", "a=-1", "a=x", "a=2000000"} {
 		_, err := parseClusterWeights(bad)
 		assert.Error(t, err, bad)
+	}
+}
+
+// TestLocalPoolEPPPortIsTheImportsRule holds the sidecar's local pool to
+// the EPP-port rule mci-apiserver uses for the pool's import
+// (imports.ResolveEPPPorts), where the two used to differ: the sidecar
+// fell back to a port numbered 9002, the import to the only port that is
+// neither health nor metrics.
+func TestLocalPoolEPPPortIsTheImportsRule(t *testing.T) {
+	healthAndMetrics := []corev1.ServicePort{{Name: "grpc-health", Port: 9003}, {Name: "http-metrics", Port: 9090}}
+	tests := []struct {
+		name  string
+		ports []corev1.ServicePort
+		want  int32 // 0: unknown, the pool is reported
+	}{
+		{name: "a port named for ext-proc", ports: []corev1.ServicePort{{Name: "grpc-ext-proc", Port: 9002}}, want: 9002},
+		{name: "the only other port, not numbered 9002 (the sidecar used to find none)", ports: []corev1.ServicePort{{Name: "http", Port: 8080}}, want: 8080},
+		{name: "two other ports, one numbered 9002 (the sidecar used to take 9002)", ports: []corev1.ServicePort{{Name: "a", Port: 9002}, {Name: "b", Port: 8000}}, want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := eppService("llm", "127.0.1.1")
+			svc.Spec.Ports = append(slices.Clone(tt.ports), healthAndMetrics...)
+			p := pool("llm", "")
+			p.Spec.EndpointPickerRef.Port = nil
+			require.Equal(t, tt.want, imports.ResolveEPPPorts(svc, 0).ExtProc, "the import's rule")
+
+			tbl, errs := Build(Inputs{Routes: []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, poolRef("llm", nil)))},
+				Pools: []*poolv1.InferencePool{p}, Services: []*corev1.Service{svc}})
+			b := only(t, tbl)
+			if tt.want == 0 {
+				assert.Empty(t, b.Clusters)
+				require.NotEmpty(t, errs)
+				assert.Contains(t, errs[0].Error(), "ext-proc port")
+				return
+			}
+			assert.Empty(t, errs)
+			require.Len(t, b.Clusters, 1)
+			assert.Equal(t, net.JoinHostPort("127.0.1.1", strconv.Itoa(int(tt.want))), b.Clusters[0].EPP)
+		})
 	}
 }

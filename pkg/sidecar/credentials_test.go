@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -16,83 +15,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	"k8s.io/klog/v2"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/epptransport"
+	"github.com/mci-dev/mci/pkg/epptransport/epptransporttest"
 	"github.com/mci-dev/mci/pkg/extproc"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 	"github.com/mci-dev/mci/test/tlstest"
 )
-
-// credentialsSecret is an EPP credentials Secret of namespace ns, labelled
-// for the sidecar.
-func credentialsSecret(name string, data map[string][]byte) *corev1.Secret {
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{CredentialsLabel: "true"}},
-		Data:       data,
-	}
-}
-
-func TestSecretTLSConfig(t *testing.T) {
-	serving := tlstest.NewServing(t, "127.0.0.1")
-	client, other := tlstest.NewClient(t, "sidecar"), tlstest.NewClient(t, "other")
-	tests := []struct {
-		name       string
-		data       map[string][]byte
-		wantErr    []string
-		wantClient bool
-		wantName   string
-	}{
-		{name: "a CA alone verifies the EPP without a client certificate", data: map[string][]byte{"ca.crt": serving.CAPEM}},
-		{
-			name:       "a CA with a client certificate and key is mutual TLS",
-			data:       map[string][]byte{"ca.crt": serving.CAPEM, "tls.crt": client.CertPEM, "tls.key": client.KeyPEM},
-			wantClient: true,
-		},
-		{
-			name:     "server-name overrides the name verified, trimmed as a file's newline",
-			data:     map[string][]byte{"ca.crt": serving.CAPEM, "server-name": []byte("epp.example.svc\n")},
-			wantName: "epp.example.svc",
-		},
-		{name: "without ca.crt nothing can verify the EPP", data: map[string][]byte{"tls.crt": client.CertPEM, "tls.key": client.KeyPEM}, wantErr: []string{"example/creds", "has no ca.crt"}},
-		{name: "a ca.crt without certificates is refused", data: map[string][]byte{"ca.crt": []byte("not PEM")}, wantErr: []string{"example/creds", "ca.crt"}},
-		{name: "a client certificate without its key is refused", data: map[string][]byte{"ca.crt": serving.CAPEM, "tls.crt": client.CertPEM}, wantErr: []string{"has tls.crt but no tls.key"}},
-		{name: "a client key without its certificate is refused", data: map[string][]byte{"ca.crt": serving.CAPEM, "tls.key": client.KeyPEM}, wantErr: []string{"has tls.key but no tls.crt"}},
-		{
-			name:    "a client key of another certificate is refused",
-			data:    map[string][]byte{"ca.crt": serving.CAPEM, "tls.crt": client.CertPEM, "tls.key": other.KeyPEM},
-			wantErr: []string{"example/creds", "tls.crt with tls.key", "does not match"},
-		},
-		{name: "a client key that is not PEM is refused", data: map[string][]byte{"ca.crt": serving.CAPEM, "tls.crt": client.CertPEM, "tls.key": []byte("oops")}, wantErr: []string{"tls.key"}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := secretTLSConfig(credentialsSecret("creds", tc.data))
-			if len(tc.wantErr) > 0 {
-				require.Error(t, err)
-				for _, s := range tc.wantErr {
-					assert.Contains(t, err.Error(), s)
-				}
-				for _, v := range tc.data {
-					assert.NotContains(t, err.Error(), strings.TrimSpace(string(v)), "no Secret data in errors")
-				}
-				return
-			}
-			require.NoError(t, err)
-			assert.NotNil(t, c.RootCAs)
-			assert.Equal(t, tc.wantClient, len(c.Certificates) == 1)
-			assert.Equal(t, tc.wantName, c.ServerName)
-			assert.GreaterOrEqual(t, c.MinVersion, uint16(tls.VersionTLS12))
-		})
-	}
-}
 
 func TestBuildNamesTheSecretsOfEachAddress(t *testing.T) {
 	withSecrets := func(imp *v1alphaImport, refs ...*corev1.SecretReference) *v1alphaImport {
@@ -103,7 +39,7 @@ func TestBuildNamesTheSecretsOfEachAddress(t *testing.T) {
 		return imp
 	}
 	creds := types.NamespacedName{Namespace: ns, Name: "epp-creds"}
-	secretTLS := PortTransport{TLS: true, Secret: creds, Namespace: ns}
+	secretTLS := epptransport.PortTransport{TLS: true, Secret: creds, Namespace: ns}
 	routes := []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))}
 
 	t.Run("an import's secretRefs name the Secrets of the EPP, health and metrics addresses; metrics go over HTTPS", func(t *testing.T) {
@@ -129,7 +65,7 @@ func TestBuildNamesTheSecretsOfEachAddress(t *testing.T) {
 		b := only(t, tbl)
 		require.Len(t, b.Clusters, 1)
 		assert.Equal(t, "cluster-c", b.Clusters[0].Name)
-		assert.Equal(t, PortTransport{}, b.Clusters[0].EPPTransport)
+		assert.Equal(t, epptransport.PortTransport{}, b.Clusters[0].EPPTransport)
 	})
 
 	localRoutes := []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, poolRef("llm", nil)))}
@@ -140,7 +76,7 @@ func TestBuildNamesTheSecretsOfEachAddress(t *testing.T) {
 		tbl, errs := Build(Inputs{Routes: localRoutes, Pools: []*poolv1.InferencePool{annotated("epp-creds")}, Services: []*corev1.Service{eppService("llm", "127.0.1.1")}})
 		require.Empty(t, errs)
 		c := only(t, tbl).Clusters[0]
-		assert.Equal(t, [3]PortTransport{secretTLS, secretTLS, secretTLS}, [3]PortTransport{c.EPPTransport, c.HealthTransport, c.MetricsTransport})
+		assert.Equal(t, [3]epptransport.PortTransport{secretTLS, secretTLS, secretTLS}, [3]epptransport.PortTransport{c.EPPTransport, c.HealthTransport, c.MetricsTransport})
 		assert.Equal(t, "https://127.0.1.1:9090/metrics", c.Metrics)
 	})
 
@@ -150,124 +86,6 @@ func TestBuildNamesTheSecretsOfEachAddress(t *testing.T) {
 		require.Len(t, errs, 1)
 		assert.Contains(t, errs[0].Error(), `"no/such name"`)
 		assert.Empty(t, only(t, tbl).Clusters)
-	})
-}
-
-// runCredentials runs Credentials over client's Secrets of namespaces
-// until the test ends, synced.
-func runCredentials(t *testing.T, client kubernetes.Interface, namespaces ...string) *Credentials {
-	t.Helper()
-	c := NewCredentials(client, namespaces, klog.Background())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		assert.NoError(t, <-done)
-	})
-	select {
-	case <-c.Synced():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the Secrets never synced")
-	}
-	return c
-}
-
-func TestCredentialsForTargets(t *testing.T) {
-	serving := tlstest.NewServing(t, "127.0.0.1")
-	good := credentialsSecret("epp-creds", map[string][]byte{"ca.crt": serving.CAPEM})
-	kube := kubefake.NewSimpleClientset(good)
-	c := runCredentials(t, kube, ns)
-
-	table := func(secret string, secretNS string) *Table {
-		cl := &Cluster{Name: "cluster-a", Pool: "example/llm", EPP: "127.0.2.1:9002", Health: "127.0.2.1:9003", Metrics: "http://127.0.2.1:9090/metrics"}
-		if secret != "" {
-			cl.EPPTransport = PortTransport{TLS: true, Secret: types.NamespacedName{Namespace: secretNS, Name: secret}}
-			cl.HealthTransport = cl.EPPTransport
-		}
-		return &Table{shimList: []*Backend{{Clusters: []*Cluster{cl}}}}
-	}
-
-	t.Run("addresses without a Secret are plaintext", func(t *testing.T) {
-		c.SetTargets(table("", ""))
-		got, err := c.forTarget("127.0.2.1:9002")
-		require.NoError(t, err)
-		assert.Nil(t, got.config)
-		assert.Empty(t, got.version)
-	})
-
-	var first string
-	t.Run("addresses with a Secret get its TLS configuration, at its version", func(t *testing.T) {
-		c.SetTargets(table("epp-creds", ns))
-		for _, target := range []string{"127.0.2.1:9002", "127.0.2.1:9003"} {
-			got, err := c.forTarget(target)
-			require.NoError(t, err)
-			require.NotNil(t, got.config, target)
-			assert.NotEmpty(t, got.version)
-			first = got.version
-		}
-		got, err := c.forTarget("http://127.0.2.1:9090/metrics")
-		require.NoError(t, err)
-		assert.Nil(t, got.config, "the metrics address names no Secret")
-	})
-
-	t.Run("a changed Secret gives a new version", func(t *testing.T) {
-		changed := good.DeepCopy()
-		changed.Data["server-name"] = []byte("epp.example.svc")
-		changed.ResourceVersion = "2"
-		_, err := kube.CoreV1().Secrets(ns).Update(t.Context(), changed, metav1.UpdateOptions{})
-		require.NoError(t, err)
-		require.EventuallyWithT(t, func(ct *assert.CollectT) {
-			got, err := c.forTarget("127.0.2.1:9002")
-			require.NoError(ct, err)
-			assert.NotEqual(ct, first, got.version)
-			assert.Equal(ct, "epp.example.svc", got.config.ServerName)
-		}, 5*time.Second, 10*time.Millisecond)
-	})
-
-	t.Run("a missing Secret is an error that names it and its label", func(t *testing.T) {
-		c.SetTargets(table("missing", ns))
-		_, err := c.forTarget("127.0.2.1:9002")
-		require.Error(t, err)
-		assert.Contains(t, err.Error(), "127.0.2.1:9002")
-		assert.Contains(t, err.Error(), "example/missing")
-		assert.Contains(t, err.Error(), CredentialsLabel+"=true does not exist")
-	})
-
-	t.Run("a Secret of a namespace the sidecar does not read is an error that names the flag", func(t *testing.T) {
-		c.SetTargets(table("epp-creds", "other"))
-		_, err := c.forTarget("127.0.2.1:9002")
-		require.Error(t, err)
-		assert.Contains(t, err.Error(), "--endpoint-picker-secret-namespaces")
-	})
-
-	t.Run("a Secret that appears is used at once", func(t *testing.T) {
-		c.SetTargets(table("late", ns))
-		_, err := c.forTarget("127.0.2.1:9002")
-		require.Error(t, err)
-		_, err = kube.CoreV1().Secrets(ns).Create(t.Context(), credentialsSecret("late", map[string][]byte{"ca.crt": serving.CAPEM}), metav1.CreateOptions{})
-		require.NoError(t, err)
-		require.EventuallyWithT(t, func(ct *assert.CollectT) {
-			_, err := c.forTarget("127.0.2.1:9002")
-			assert.NoError(ct, err)
-		}, 5*time.Second, 10*time.Millisecond)
-	})
-
-	t.Run("an address two clusters name with and without a Secret is reached with TLS", func(t *testing.T) {
-		tbl := table("epp-creds", ns)
-		tbl.shimList = append(tbl.shimList, &Backend{Clusters: []*Cluster{{Name: "cluster-c", Pool: "other/llm", EPP: "127.0.2.1:9002"}}})
-		c.SetTargets(tbl)
-		got, err := c.forTarget("127.0.2.1:9002")
-		require.NoError(t, err)
-		assert.NotNil(t, got.config)
-	})
-
-	t.Run("nil credentials reach everything in plaintext", func(t *testing.T) {
-		var none *Credentials
-		none.SetTargets(table("epp-creds", ns))
-		got, err := none.forTarget("127.0.2.1:9002")
-		require.NoError(t, err)
-		assert.Nil(t, got.config)
 	})
 }
 
@@ -303,7 +121,7 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfItsImport(t *testing.T) {
 	r = annotate(r, PolicyAnnotation, string(PolicyMetricsBased))
 	r.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw"}}
 	creds := map[string][]byte{"ca.crt": serving.CAPEM, "tls.crt": client.CertPEM, "tls.key": client.KeyPEM}
-	kube := kubefake.NewSimpleClientset(credentialsSecret("epp-creds", creds))
+	kube := kubefake.NewSimpleClientset(epptransporttest.Secret(ns, "epp-creds", creds))
 
 	s, err := New(Config{
 		BindAddress:      "127.0.0.1",
@@ -358,7 +176,7 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfItsImport(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 
 	t.Run("a Secret with a CA that does not verify the EPP fails the cluster: FailClose answers 503", func(t *testing.T) {
-		wrong := credentialsSecret("epp-creds", map[string][]byte{"ca.crt": tlstest.NewServing(t, "127.0.0.1").CAPEM, "tls.crt": client.CertPEM, "tls.key": client.KeyPEM})
+		wrong := epptransporttest.Secret(ns, "epp-creds", map[string][]byte{"ca.crt": tlstest.NewServing(t, "127.0.0.1").CAPEM, "tls.crt": client.CertPEM, "tls.key": client.KeyPEM})
 		wrong.ResourceVersion = "2"
 		_, err := kube.CoreV1().Secrets(ns).Update(t.Context(), wrong, metav1.UpdateOptions{})
 		require.NoError(t, err)
@@ -371,7 +189,7 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfItsImport(t *testing.T) {
 	})
 
 	t.Run("the Secret fixed, new connections use it and requests succeed again", func(t *testing.T) {
-		fixed := credentialsSecret("epp-creds", creds)
+		fixed := epptransporttest.Secret(ns, "epp-creds", creds)
 		fixed.ResourceVersion = "3"
 		_, err := kube.CoreV1().Secrets(ns).Update(t.Context(), fixed, metav1.UpdateOptions{})
 		require.NoError(t, err)

@@ -4,35 +4,49 @@
 //
 // The parts, from the cluster's objects to a request's answer:
 //
-//   - Build turns HTTPRoutes, InferencePoolImports, InferencePools,
+//   - Incremental turns HTTPRoutes, InferencePoolImports, InferencePools,
 //     Services, InferenceModels and InferenceObjectives, with the served
 //     Gateways, Namespaces and ReferenceGrants that decide which routes and
-//     backendRefs Gateway API allows, into an immutable Table (a pure
-//     function, with every broken reference reported as a BuildError rather
-//     than a failure). Incremental computes the same table from objects
-//     that change one at a time, redoing only what a change touches (the
-//     routes that name a changed pool, import, Service, InferenceModel or
-//     InferenceObjective; the routes that name a Gateway whose listeners
-//     changed, of a namespace whose labels changed, or with backendRefs
-//     into the namespace of a changed ReferenceGrant; and the host groups
-//     of those routes); a randomized test holds it equal to Build. Watcher
-//     feeds it the keys of changed objects from informers on a single
-//     goroutine; Router swaps tables atomically, and a table is never
-//     modified once published.
+//     backendRefs Gateway API allows, into an immutable Table, with every
+//     broken reference reported as a BuildError rather than a failure. It
+//     takes objects that change one at a time and redoes only what a change
+//     touches (the routes that name a changed pool, import, Service,
+//     InferenceModel or InferenceObjective; the routes that name a Gateway
+//     whose listeners changed, of a namespace whose labels changed, or with
+//     backendRefs into the namespace of a changed ReferenceGrant; and the
+//     host groups of those routes); the tests' Build computes the same
+//     table from scratch and a randomized test holds the two equal
+//     (build*.go: the builder shared by both; incremental*.go). Watcher
+//     queues the keys of changed objects from informers in a client-go
+//     workqueue and feeds them to it on a single goroutine; Router swaps
+//     tables atomically, and a table is never modified once published.
 //   - Table.Match finds the HTTPRoute rule of a request (hostnames, path,
 //     method, headers, query parameters) with Gateway API precedence.
 //   - Rule.PickBackend picks a backendRef by weight, InferencePool and
 //     InferencePoolImport backendRefs mixed, with smooth weighted
 //     round-robin: the split is exact over every cycle of sum(weights)
 //     requests, so the proposal's 50/50 example splits exactly equally.
-//   - A ClusterPolicy (Weighted, HealthBased, MetricsBased, LocalFirst)
-//     orders the backend's clusters, from what the HealthProber and
-//     PoolScraper know of their EPPs.
+//   - A ClusterPolicy (Weighted, HealthBased, MetricsBased, LocalFirst,
+//     registered by name in NewPolicies) orders the backend's clusters,
+//     from what the HealthProber and PoolScraper know of their EPPs, and
+//     names its FailOpen set; its Needs say whether the server parses the
+//     request's criticality and whether the sidecar scrapes the clusters'
+//     pool metrics, so that neither knows a policy by name. A policy gets
+//     the request's headers and body too (PickRequest). The annotation that
+//     chooses it is read in one place (builder.policyOf).
+//   - HealthProber and PoolScraper poll each EPP's health and metrics port
+//     on a pkg/poll Poller; the pool metrics are read through
+//     metrics.LimitReader and metrics.ParsePool, the guarded, fuzzed parser.
 //   - Server relays the request to the first cluster's EPP (EndpointMode)
 //     and returns its answer to the gateway, trying the next cluster when an
 //     EPP fails before answering, then relays the response phase to the EPP
 //     that answered; or answers with a remote parent gateway as the
-//     destination (ParentMode).
+//     destination (ParentMode). Each address is reached with the transport
+//     and credentials pkg/epptransport resolves for it; the criticality of
+//     a request comes from pkg/requestmodel, which the reference EPP
+//     shares, so the sidecar does not link the EPP.
+//   - Sidecar runs all of it in an errgroup: the first part to fail stops
+//     the others.
 //
 // Decisions where the proposal and the API are silent:
 //
@@ -188,7 +202,11 @@
 //     address and lowest listener port; the request's host and path are
 //     kept.
 //   - Local EPPs are reached like remote ones: their Service's LoadBalancer
-//     ingress, else its cluster IP, else its ExternalName.
+//     ingress, else its cluster IP, else its ExternalName, on the ports
+//     imports.ResolveEPPPorts finds, the rule mci-apiserver uses for the
+//     pool's import: the endpointPickerRef's port, else the port named for
+//     ext-proc, else the only port that is neither health nor metrics (a
+//     port numbered 9002 is no longer taken on its number alone).
 //   - EPP shim (--endpoint-picker-service=namespace/name, the sidecar's own
 //     Services). A local InferencePool whose endpointPickerRef names one
 //     of them is a shim pool: "this pool plus the import of the same
@@ -212,7 +230,7 @@
 //     (how gateways reach an upstream EPP's default self-signed
 //     certificate), TLS verified as a BackendTLSPolicy says, or TLS with
 //     the credentials Secret (CA, optional client certificate). Per port,
-//     the first that applies decides the mode (resolveTransport): the
+//     the first that applies decides the mode (epptransport.Resolve): the
 //     pool's mci.x-k8s.io/endpoint-picker-transport ("TLS", "Plaintext",
 //     or port=mode pairs such as "ext-proc=TLS"; an import carries it as
 //     transport.mode); the Secret (from the exporting pool's
@@ -226,7 +244,7 @@
 //     (GIE's cmd/epp and the llm-d EPP built on it) serve by default
 //     ext_proc over self-signed TLS and health and metrics in plaintext:
 //     "ext-proc=TLS" is their setting.
-//   - Credentials reads only Secrets, and the CA ConfigMaps of
+//   - Credentials (pkg/epptransport) reads only Secrets, and the CA ConfigMaps of
 //     BackendTLSPolicies, labelled mci.x-k8s.io/endpoint-picker-credentials
 //     =true in the namespaces it is given (--endpoint-picker-secret-
 //     namespaces), never cluster-wide; they are resolved in the pool's

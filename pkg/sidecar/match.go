@@ -2,12 +2,14 @@ package sidecar
 
 import (
 	"cmp"
+	"fmt"
 	"net"
 	"net/url"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
+
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/extproc"
 )
@@ -237,23 +239,6 @@ func (h *hostIndex) add(hostname string, m *matcher) {
 	}
 }
 
-// sort puts every group in precedence order.
-func (h *hostIndex) sort() {
-	for _, ms := range h.exact {
-		slices.SortFunc(ms, compareMatchers)
-	}
-	slices.SortFunc(h.wildcards, func(a, b wildcardGroup) int {
-		if c := cmp.Compare(len(b.suffix), len(a.suffix)); c != 0 {
-			return c
-		}
-		return strings.Compare(a.suffix, b.suffix)
-	})
-	for _, g := range h.wildcards {
-		slices.SortFunc(g.matchers, compareMatchers)
-	}
-	slices.SortFunc(h.any, compareMatchers)
-}
-
 // match returns the winning matcher for a request, nil when none matches.
 func (h *hostIndex) match(a *RequestAttrs) *matcher {
 	host := normalizeHost(a.Host)
@@ -286,4 +271,84 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// compileMatch turns an HTTPRouteMatch into a matcher, with the API's
+// defaults (PathPrefix "/", Exact header and query matches).
+func compileMatch(m gatewayv1.HTTPRouteMatch) (*matcher, error) {
+	mt := &matcher{pathKind: pathPrefix, pathValue: "/"}
+	if p := m.Path; p != nil {
+		if p.Value != nil {
+			mt.pathValue = *p.Value
+		}
+		typ := gatewayv1.PathMatchPathPrefix
+		if p.Type != nil {
+			typ = *p.Type
+		}
+		switch typ {
+		case gatewayv1.PathMatchExact:
+			mt.pathKind = pathExact
+		case gatewayv1.PathMatchPathPrefix:
+			mt.pathKind = pathPrefix
+		case gatewayv1.PathMatchRegularExpression:
+			re, err := regexp.Compile(`^(?:` + mt.pathValue + `)$`)
+			if err != nil {
+				return nil, fmt.Errorf("path regular expression %q: %w", mt.pathValue, err)
+			}
+			mt.pathKind, mt.pathRE = pathRegex, re
+		default:
+			return nil, fmt.Errorf("unknown path match type %q", typ)
+		}
+		if mt.pathKind != pathRegex && !strings.HasPrefix(mt.pathValue, "/") {
+			return nil, fmt.Errorf("path %q does not start with /", mt.pathValue)
+		}
+	}
+	if m.Method != nil {
+		mt.method = string(*m.Method)
+	}
+	seen := map[string]bool{}
+	for _, h := range m.Headers {
+		name := strings.ToLower(string(h.Name))
+		if seen[name] {
+			// Gateway API: only the first entry of a name counts.
+			continue
+		}
+		seen[name] = true
+		vm, err := valueMatch(name, h.Value, h.Type == nil || *h.Type == gatewayv1.HeaderMatchExact,
+			h.Type != nil && *h.Type == gatewayv1.HeaderMatchRegularExpression)
+		if err != nil {
+			return nil, fmt.Errorf("header %s: %w", h.Name, err)
+		}
+		mt.headers = append(mt.headers, vm)
+	}
+	seen = map[string]bool{}
+	for _, q := range m.QueryParams {
+		name := string(q.Name)
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		vm, err := valueMatch(name, q.Value, q.Type == nil || *q.Type == gatewayv1.QueryParamMatchExact,
+			q.Type != nil && *q.Type == gatewayv1.QueryParamMatchRegularExpression)
+		if err != nil {
+			return nil, fmt.Errorf("query parameter %s: %w", q.Name, err)
+		}
+		mt.query = append(mt.query, vm)
+	}
+	return mt, nil
+}
+
+func valueMatch(name, value string, exact, regex bool) (valueMatcher, error) {
+	switch {
+	case exact:
+		return valueMatcher{name: name, value: value}, nil
+	case regex:
+		re, err := regexp.Compile(`^(?:` + value + `)$`)
+		if err != nil {
+			return valueMatcher{}, fmt.Errorf("regular expression %q: %w", value, err)
+		}
+		return valueMatcher{name: name, re: re}, nil
+	default:
+		return valueMatcher{}, fmt.Errorf("unknown match type")
+	}
 }

@@ -51,41 +51,78 @@ type State interface {
 
 // PickRequest is what a policy knows about the request.
 type PickRequest struct {
-	// Criticality of the request, from the InferenceModel of its model.
+	// Criticality of the request, from the InferenceModel or
+	// InferenceObjective it names; read only for a policy whose Needs say
+	// so (Standard otherwise).
 	Criticality scheduling.Criticality
 	// Now is the reference time for metrics staleness.
 	Now time.Time
+	// Header returns a request header's first value by lower-case name, ""
+	// when absent; Body is the request body as the gateway sent it (it
+	// must not be modified). Both are what the sidecar already holds, for
+	// policies that read sessions or prompts; nil in tests that need them
+	// not.
+	Header func(name string) string
+	Body   []byte
+}
+
+// Needs are what a policy reads besides the backend and health, so that the
+// server and the sidecar gather only what some policy in use reads.
+type Needs struct {
+	// Criticality: the request's criticality (PickRequest.Criticality),
+	// which costs a parse of the body.
+	Criticality bool
+	// PoolMetrics: the pool gauges of the clusters' EPPs
+	// (State.PoolMetrics), which costs a scrape per cluster.
+	PoolMetrics bool
 }
 
 // ErrShed means a sheddable request was shed: every cluster it could go to
 // is measured and saturated (none is unmeasured). Answered with 429.
 var ErrShed = errors.New("sheddable request shed: every cluster is saturated")
 
-// ClusterPolicy orders the clusters of a backend for one request: the
-// request goes to the first, and to the next ones in order when a
-// cluster's EPP fails before answering. Clusters left out are not tried
-// (except as the last resort of FailOpen). An empty order means no cluster
-// can take the request.
+// ClusterPolicy chooses the clusters of a backend for one request. The
+// server and the sidecar know policies only through it: a new policy is a
+// type here and an entry of NewPolicies (and of Policies, its name).
 type ClusterPolicy interface {
+	// Needs says what Order reads besides the backend and health.
+	Needs() Needs
+	// Order orders the clusters for one request: the request goes to the
+	// first, and to the next ones in order when a cluster's EPP fails
+	// before answering. An empty order means no cluster can take the
+	// request; ErrShed sheds it.
 	Order(b *Backend, req PickRequest, st State) ([]*Cluster, error)
+	// FailOpen is the failover set of a FailOpen backend: the clusters
+	// that may be tried, in this order, once Order's have failed (those of
+	// Order are skipped), because the health or load they were left out
+	// for may be stale.
+	FailOpen(b *Backend) []*Cluster
 }
 
-// NewPolicies returns the policies by name. cfg configures MetricsBased's
-// filter chain.
+// NewPolicies returns the policies by name: the one registry of policies.
+// cfg configures MetricsBased's filter chain.
 func NewPolicies(cfg scheduling.Config) map[Policy]ClusterPolicy {
-	hb := HealthBased{}
 	return map[Policy]ClusterPolicy{
 		PolicyWeighted:     Weighted{},
-		PolicyHealthBased:  hb,
+		PolicyHealthBased:  HealthBased{},
 		PolicyMetricsBased: NewMetricsBased(cfg),
 		PolicyLocalFirst:   LocalFirst{},
 	}
+}
+
+// weightedFailOpen is the FailOpen set of the weighted policies: every
+// cluster but those of weight 0, which are never tried.
+func weightedFailOpen(b *Backend) []*Cluster {
+	return slices.DeleteFunc(slices.Clone(b.Clusters), func(c *Cluster) bool { return c.Weight == 0 })
 }
 
 // Weighted picks a cluster by weight (smooth weighted round-robin, so the
 // split is exact over time), whatever its health; the failover order is
 // the other clusters by decreasing weight. Weight 0 is never tried.
 type Weighted struct{}
+
+func (Weighted) Needs() Needs                   { return Needs{} }
+func (Weighted) FailOpen(b *Backend) []*Cluster { return weightedFailOpen(b) }
 
 func (Weighted) Order(b *Backend, _ PickRequest, _ State) ([]*Cluster, error) {
 	first := b.wrr.next(nil)
@@ -120,6 +157,9 @@ func appendByWeight(out, clusters []*Cluster, keep func(int) bool) []*Cluster {
 // and clusters known not to be serving are skipped.
 type HealthBased struct{}
 
+func (HealthBased) Needs() Needs                   { return Needs{} }
+func (HealthBased) FailOpen(b *Backend) []*Cluster { return weightedFailOpen(b) }
+
 func (HealthBased) Order(b *Backend, _ PickRequest, st State) ([]*Cluster, error) {
 	health := make([]Health, len(b.Clusters))
 	for i, c := range b.Clusters {
@@ -148,6 +188,18 @@ func (HealthBased) Order(b *Backend, _ PickRequest, st State) ([]*Cluster, error
 // failing, and to the remote clusters (HealthBased) otherwise, or after it
 // when it fails. Without a local pool it is HealthBased.
 type LocalFirst struct{}
+
+func (LocalFirst) Needs() Needs { return Needs{} }
+
+// FailOpen adds the local pool, when it is not one of the clusters (a shim
+// pool's is).
+func (LocalFirst) FailOpen(b *Backend) []*Cluster {
+	out := weightedFailOpen(b)
+	if b.Local != nil && !b.Shim && b.Local.Weight != 0 {
+		out = append(out, b.Local)
+	}
+	return out
+}
 
 func (LocalFirst) Order(b *Backend, req PickRequest, st State) ([]*Cluster, error) {
 	remote, err := HealthBased{}.Order(b, req, st)
@@ -197,6 +249,11 @@ func NewMetricsBased(cfg scheduling.Config) *MetricsBased {
 	p.schedulers.New = func() any { return scheduling.New(cfg, nil) }
 	return p
 }
+
+func (*MetricsBased) Needs() Needs { return Needs{Criticality: true, PoolMetrics: true} }
+
+// FailOpen is every cluster: weights do not rank clusters here.
+func (*MetricsBased) FailOpen(b *Backend) []*Cluster { return slices.Clone(b.Clusters) }
 
 func (p *MetricsBased) fresh(m *PoolMetrics, now time.Time) bool {
 	return m != nil && !math.IsNaN(m.AverageKVCache) && !math.IsNaN(m.AverageQueue) &&

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -336,4 +337,31 @@ func TestNewPolicies(t *testing.T) {
 	p, err := ParsePolicy("LocalFirst")
 	require.NoError(t, err)
 	assert.Equal(t, PolicyLocalFirst, p)
+}
+
+// TestPolicyFailOpenAndNeeds holds each policy to the FailOpen set and the
+// needs the server and the sidecar used to derive from its name.
+func TestPolicyFailOpenAndNeeds(t *testing.T) {
+	policies := NewPolicies(scheduling.DefaultConfig())
+	tests := []struct {
+		policy    Policy
+		local     bool
+		wantSet   []string
+		wantNeeds Needs
+	}{
+		{policy: PolicyWeighted, local: true, wantSet: []string{"a", "c"}},
+		{policy: PolicyHealthBased, wantSet: []string{"a", "c"}},
+		{policy: PolicyLocalFirst, local: true, wantSet: []string{"a", "c", "local"}},
+		{policy: PolicyLocalFirst, wantSet: []string{"a", "c"}},
+		{policy: PolicyMetricsBased, local: true, wantSet: []string{"a", "b", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true}},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s local=%v", tt.policy, tt.local), func(t *testing.T) {
+			p := policies[tt.policy]
+			require.NotNil(t, p)
+			assert.Equal(t, tt.wantSet, names(p.FailOpen(testBackend(tt.policy, tt.local, []string{"a", "b", "c"}, 1, 0, 2))))
+			assert.Equal(t, tt.wantNeeds, p.Needs())
+		})
+	}
+	assert.Len(t, policies, len(Policies), "every policy name has a policy")
 }

@@ -16,7 +16,9 @@ import (
 	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/metrics"
+	"github.com/mci-dev/mci/pkg/poll"
 )
 
 // DefaultServiceAccountTokenFile is where a pod's projected ServiceAccount
@@ -77,14 +79,14 @@ type PoolScraperOptions struct {
 // default: the `token` of the cluster's credentials Secret when it has one,
 // else the token of TokenFile, else none.
 type PoolScraper struct {
-	poller    *poller[scrapeResult]
+	poller    *poll.Poller[scrapeResult]
 	client    *http.Client
 	timeout   time.Duration
 	staleness time.Duration
 	// tokenFile is the file token's source; nil: no file token.
 	tokenFile transport.ResettableTokenSource
 	// creds say how each URL is reached; nil: plaintext.
-	creds *Credentials
+	creds *epptransport.Credentials
 
 	// tlsClients are the clients of the URLs scraped over TLS, each with
 	// the credentials of one version.
@@ -129,8 +131,8 @@ func NewPoolScraper(o PoolScraperOptions) (*PoolScraper, error) {
 		}
 		s.tokenFile = transport.NewCachedFileTokenSource(o.TokenFile)
 	}
-	s.poller = newPoller(o.Interval, s.scrape)
-	s.poller.forget = s.forget
+	s.poller = poll.New(o.Interval, s.scrape)
+	s.poller.Forget = s.forget
 	return s, nil
 }
 
@@ -152,26 +154,26 @@ func (s *PoolScraper) Run(ctx context.Context) error {
 // credentials: the shared one for plaintext, else one of its own, made
 // anew when the credentials change.
 func (s *PoolScraper) clientFor(url string) (*http.Client, error) {
-	t, err := s.creds.forTarget(url)
+	t, err := s.creds.ForTarget(url)
 	if err != nil {
 		return nil, err
 	}
-	if t.config == nil {
+	if t.Config == nil {
 		return s.client, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.tlsClients[url]
-	if old.client != nil && old.version == t.version {
+	if old.client != nil && old.version == t.Version {
 		return old.client, nil
 	}
 	if old.client != nil {
 		old.client.CloseIdleConnections()
 	}
 	tr := s.client.Transport.(*http.Transport).Clone()
-	tr.TLSClientConfig = t.config
+	tr.TLSClientConfig = t.Config
 	c := &http.Client{Transport: tr}
-	s.tlsClients[url] = scrapeClient{version: t.version, client: c}
+	s.tlsClients[url] = scrapeClient{version: t.Version, client: c}
 	return c, nil
 }
 
@@ -186,7 +188,7 @@ func (s *PoolScraper) forget(url string) {
 }
 
 // SetTargets makes the scraped URLs exactly urls.
-func (s *PoolScraper) SetTargets(urls []string) { s.poller.set(urls) }
+func (s *PoolScraper) SetTargets(urls []string) { s.poller.Set(urls) }
 
 // Get returns the latest gauges of pool (the series labelled with its name,
 // or the only series) at url, fresh or not; nil when none were read.
@@ -194,7 +196,7 @@ func (s *PoolScraper) Get(url, pool string) *PoolMetrics {
 	if url == "" {
 		return nil
 	}
-	r := s.poller.get(url)
+	r := s.poller.Get(url)
 	if r == nil {
 		return nil
 	}
@@ -216,10 +218,10 @@ func poolOf(pools map[string]*PoolMetrics, pool string) *PoolMetrics {
 // State returns the state of pool's metrics at url at time now, and why
 // when they are not fresh. ok is false when url is not scraped.
 func (s *PoolScraper) State(url, pool string, now time.Time) (state MetricsState, why error, ok bool) {
-	if url == "" || !s.poller.has(url) {
+	if url == "" || !s.poller.Has(url) {
 		return "", nil, false
 	}
-	r := s.poller.get(url)
+	r := s.poller.Get(url)
 	if r == nil {
 		return MetricsStale, errors.New("not scraped yet"), true
 	}
@@ -240,7 +242,7 @@ func (s *PoolScraper) State(url, pool string, now time.Time) (state MetricsState
 // the last value), carrying the last good gauges over a failure, and logs
 // the outcome when it differs from the previous one.
 func (s *PoolScraper) scrape(ctx context.Context, url string) (*scrapeResult, error) {
-	prev := s.poller.get(url)
+	prev := s.poller.Get(url)
 	r := s.read(ctx, url)
 	if ctx.Err() != nil {
 		// Removed or stopping: the outcome says nothing about the EPP.
@@ -315,12 +317,12 @@ func (s *PoolScraper) read(ctx context.Context, url string) *scrapeResult {
 	default:
 		return fail(MetricsUnreachable, tokenSource, fmt.Errorf("GET %s: %s", url, resp.Status))
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPoolMetricsBytes+1))
+	body, err := io.ReadAll(metrics.LimitReader(resp.Body, maxPoolMetricsBytes))
+	if errors.Is(err, metrics.ErrTooLarge) {
+		return fail(MetricsUnparseable, tokenSource, fmt.Errorf("GET %s: the page is larger than %d bytes", url, maxPoolMetricsBytes))
+	}
 	if err != nil {
 		return fail(MetricsUnreachable, tokenSource, fmt.Errorf("GET %s: reading the page: %w", url, err))
-	}
-	if len(body) > maxPoolMetricsBytes {
-		return fail(MetricsUnparseable, tokenSource, fmt.Errorf("GET %s: the page is larger than %d bytes", url, maxPoolMetricsBytes))
 	}
 	pools, err := metrics.ParsePool(bytes.NewReader(body))
 	if err != nil {
@@ -343,7 +345,7 @@ const (
 // bearerToken returns the token to send to url and where it comes from:
 // the `token` of its credentials Secret, else the token file, else none.
 func (s *PoolScraper) bearerToken(url string) (token, source string, err error) {
-	token, ref, err := s.creds.metricsToken(url)
+	token, ref, err := s.creds.MetricsToken(url)
 	switch {
 	case err != nil:
 		return "", "secret " + ref, err

@@ -27,6 +27,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/epptransport"
+	"github.com/mci-dev/mci/pkg/epptransport/epptransporttest"
 	"github.com/mci-dev/mci/pkg/metrics"
 	"github.com/mci-dev/mci/test/tlstest"
 )
@@ -263,7 +265,7 @@ func TestPoolScraperSendsTheTokenFileAndFollowsItsRotation(t *testing.T) {
 	s.SetTargets([]string{m.URL})
 	runScraper(t, s, logs)
 	// The outcome of the last scrape.
-	fresh := func() bool { r := s.poller.get(m.URL); return r != nil && r.state == MetricsFresh }
+	fresh := func() bool { r := s.poller.Get(m.URL); return r != nil && r.state == MetricsFresh }
 	require.Eventually(t, fresh, 5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, "Bearer first", m.lastAuthorization())
 
@@ -321,9 +323,9 @@ func TestPoolScraperSendsTheTokenOfTheCredentialsSecret(t *testing.T) {
 	t.Cleanup(m.Close)
 	url := m.URL + "/metrics"
 
-	kube := kubefake.NewSimpleClientset(credentialsSecret("epp-creds", map[string][]byte{"ca.crt": serving.CAPEM, SecretTokenKey: []byte("secret-token\n")}))
-	creds := runCredentials(t, kube, ns)
-	creds.SetTargets(&Table{shimList: []*Backend{{Clusters: []*Cluster{{Name: "cluster-a", Pool: ns + "/llm", Metrics: url, MetricsTransport: PortTransport{TLS: true, Secret: types.NamespacedName{Namespace: ns, Name: "epp-creds"}, Namespace: ns}}}}}})
+	kube := kubefake.NewSimpleClientset(epptransporttest.Secret(ns, "epp-creds", map[string][]byte{"ca.crt": serving.CAPEM, epptransport.SecretTokenKey: []byte("secret-token\n")}))
+	creds := epptransporttest.Run(t, kube, ns)
+	creds.SetTargets(credentialTargets(&Table{shimList: []*Backend{{Clusters: []*Cluster{{Name: "cluster-a", Pool: ns + "/llm", Metrics: url, MetricsTransport: epptransport.PortTransport{TLS: true, Secret: types.NamespacedName{Namespace: ns, Name: "epp-creds"}, Namespace: ns}}}}}}))
 
 	// The Secret's token wins over the token file.
 	tokenFile := filepath.Join(t.TempDir(), "token")
@@ -339,7 +341,7 @@ func TestPoolScraperSendsTheTokenOfTheCredentialsSecret(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, "Bearer secret-token", m.lastAuthorization())
 
-	tok, secret, err := creds.metricsToken("http://127.0.0.1:1/metrics")
+	tok, secret, err := creds.MetricsToken("http://127.0.0.1:1/metrics")
 	require.NoError(t, err)
 	assert.Empty(t, tok+secret, "a URL without a Secret has no Secret token")
 }

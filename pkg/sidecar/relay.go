@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
 )
 
@@ -68,7 +69,7 @@ type relayer struct {
 	timeout time.Duration
 	linger  time.Duration
 	// creds say how each address is reached; nil: plaintext.
-	creds *Credentials
+	creds *epptransport.Credentials
 	// dial are the dial options of DialPolicy, shared with the prober.
 	dial []grpc.DialOption
 
@@ -93,17 +94,17 @@ type connKey struct {
 // they changed (a rotated Secret), the connection made with the old ones
 // is left to the streams still using it and closed after the grace period.
 func (r *relayer) conn(addr string) (*grpc.ClientConn, error) {
-	t, err := r.creds.forTarget(addr)
+	t, err := r.creds.ForTarget(addr)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to EPP %s: %w", addr, err)
 	}
-	key := connKey{addr: addr, version: t.version}
+	key := connKey{addr: addr, version: t.Version}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if c := r.conns[key]; c != nil {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, append(r.dial, grpc.WithTransportCredentials(t.grpc))...)
+	c, err := grpc.NewClient(addr, append(r.dial, grpc.WithTransportCredentials(t.GRPC))...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to EPP %s: %w", addr, err)
 	}

@@ -16,14 +16,14 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
 // Defaults of ServerConfig.
 const (
-	DefaultMaxRequestBodyBytes = epp.DefaultMaxRequestBodyBytes
+	DefaultMaxRequestBodyBytes = requestmodel.DefaultMaxRequestBodyBytes
 	// DefaultAttemptTimeout bounds one EPP's answer. Keep it well below the
 	// gateway's ext_proc message timeout, so that the next cluster can still
 	// be tried in time.
@@ -297,17 +297,16 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 		a.outcome, a.code = OutcomeRedirected, f.redirect.status
 		return []*extprocv3.ProcessingResponse{f.redirectResponse(req.Header, a.pathPrefix)}, a
 	}
-	pr := PickRequest{Now: start}
-	if be.Policy == PolicyMetricsBased {
-		// Criticality only matters to the metrics-based ranking, which is
-		// the only one worth a look at the body.
+	policy := s.policies[be.Policy]
+	pr := PickRequest{Now: start, Header: req.Header, Body: req.Body}
+	if policy.Needs().Criticality {
 		model := ""
-		if body, err := epp.ParseBody(req.Body); err == nil {
+		if body, err := requestmodel.ParseBody(req.Body); err == nil {
 			model = body.Model()
 		}
-		pr.Criticality = be.Criticality(model, epp.ReadRequestHeaders(req.Header).Objective)
+		pr.Criticality = be.Criticality(model, requestmodel.ReadRequestHeaders(req.Header).Objective)
 	}
-	order, err := s.policies[be.Policy].Order(be, pr, s.state)
+	order, err := policy.Order(be, pr, s.state)
 	s.metrics.picked(time.Since(start))
 	if errors.Is(err, ErrShed) {
 		return refuse(http.StatusTooManyRequests, OutcomeShed, "%s: %v", be, err)
@@ -365,12 +364,8 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 		// FailOpen: the clusters the policy left out (known unhealthy, or
 		// without capacity) are better than nothing; the health they were
 		// left out for may be stale.
-		rest := slices.Clone(be.Clusters)
-		if be.Local != nil && be.Policy == PolicyLocalFirst && !be.Shim {
-			rest = append(rest, be.Local)
-		}
-		for _, c := range rest {
-			if slices.Contains(order, c) || (c.Weight == 0 && be.Policy != PolicyMetricsBased) {
+		for _, c := range policy.FailOpen(be) {
+			if slices.Contains(order, c) {
 				continue
 			}
 			if resps := try(c); resps != nil || ctx.Err() != nil {

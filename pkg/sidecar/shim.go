@@ -1,8 +1,10 @@
 package sidecar
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -69,4 +71,80 @@ func (b *Backend) localOnly() *Backend {
 	}
 	out.wrr = newClusterWRR("relayed", out.Clusters)
 	return &out
+}
+
+// isShim reports whether the pool's endpointPickerRef names one of the
+// sidecar's own Services.
+func isShim(p *poolv1.InferencePool, services []types.NamespacedName) bool {
+	ref := p.Spec.EndpointPickerRef
+	if (ref.Group != nil && *ref.Group != "") || (ref.Kind != "" && ref.Kind != "Service") {
+		return false
+	}
+	return slices.Contains(services, types.NamespacedName{Namespace: p.Namespace, Name: ref.Name})
+}
+
+// shim builds the backend of a shim pool as requests reach it without an
+// HTTPRoute; nil when the pool is no shim pool.
+func (b *builder) shim(p *poolv1.InferencePool) *Backend {
+	if !isShim(p, b.in.EndpointPickerServices) {
+		return nil
+	}
+	key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	lr := b.localPool(key)
+	be := &Backend{Kind: BackendInferencePool, Namespace: p.Namespace, Name: p.Name, Weight: 1, Shim: true, models: b.models[key]}
+	be.FailureMode = failureMode(p)
+	b.shimClusters(be, key, lr, nil)
+	if len(be.Clusters) == 0 && b.imports[key] == nil {
+		b.report(InferencePoolKind, key.Namespace, key.Name, ReasonNoShimClusters,
+			"its endpoint picker is mci-sidecar, but no other cluster exports the pool and it has no %s annotation: its requests get 503, or follow FailOpen", LocalEndpointPickerAnnotation)
+	}
+	be.Policy = cmp.Or(b.policyOf(InferencePoolKind, p, ""), b.policy)
+	be.wrr = newClusterWRR("shim "+key.String(), be.Clusters)
+	return be
+}
+
+// shimClusters gives a shim pool's backend its clusters: the pool's real
+// local EPP (LocalEndpointPickerAnnotation), when it has one, also as
+// Local, then the clusters of the import of the same namespace/name.
+// weights are the route's cluster weights; nil: the pool's.
+func (b *builder) shimClusters(be *Backend, key types.NamespacedName, lr localResult, weights map[string]int64) {
+	if weights == nil {
+		weights = lr.weights
+	}
+	weigh := func(c *Cluster) *Cluster {
+		c.Weight = 1
+		if w, ok := weights[c.Name]; ok {
+			c.Weight = w
+		}
+		return c
+	}
+	if lr.cluster != nil {
+		c := *lr.cluster
+		be.Local = weigh(&c)
+		be.Clusters = append(be.Clusters, be.Local)
+	}
+	if imp := b.imports[key]; imp != nil {
+		for _, c := range b.remoteClusters(imp) {
+			c := *c
+			be.Clusters = append(be.Clusters, weigh(&c))
+		}
+	}
+}
+
+// reportAmbiguousShims reports the sidecar Services that several shim pools
+// name: requests through them must say which pool they are for.
+func (b *builder) reportAmbiguousShims(t *Table) {
+	bySvc := map[types.NamespacedName][]string{}
+	for _, be := range t.shimList {
+		p := b.pools[types.NamespacedName{Namespace: be.Namespace, Name: be.Name}]
+		svc := types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.EndpointPickerRef.Name}
+		bySvc[svc] = append(bySvc[svc], p.Name)
+	}
+	for _, svc := range b.in.EndpointPickerServices {
+		if names := bySvc[svc]; len(names) > 1 {
+			b.report("Service", svc.Namespace, svc.Name, ReasonAmbiguousShimPool,
+				"InferencePools %v all name this sidecar Service as their endpoint picker: a request through it is routed only when the gateway's metadata (%s/%s) or its HTTPRoute rule says which pool it is for, else it gets 500",
+				names, ShimMetadataNamespace, ShimPoolKey)
+		}
+	}
 }

@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -61,7 +63,7 @@ type Sidecar struct {
 	server  *Server
 	prober  *HealthProber
 	scraper *PoolScraper
-	creds   *Credentials
+	creds   *epptransport.Credentials
 	metrics *Metrics
 	// servers report readiness as an EPP does (so that gateways health-check
 	// the sidecar as they would an EPP): once the first routing table is
@@ -100,8 +102,8 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	registerPoolMetricsState(reg, s.router, s.scraper)
 	s.server = NewServer(s.router, liveState{health: s.prober, metrics: s.scraper}, cfg.Server, s.metrics, klog.Background().WithName("ext_proc"))
 	s.prober.onServing = s.server.reconnect
-	creds := NewCredentials(clients.Kube, cfg.SecretNamespaces, klog.Background().WithName("credentials"))
-	creds.registerMetrics(reg)
+	creds := epptransport.NewCredentials(clients.Kube, cfg.SecretNamespaces, klog.Background().WithName("credentials"))
+	creds.RegisterMetrics(reg)
 	s.useCredentials(creds)
 	s.watcher = NewWatcher(clients, cfg.Watch, s.router, s.published)
 	servers, err := extproc.Listen(extproc.ServingOptions{
@@ -131,7 +133,7 @@ func (s *Sidecar) Router() *Router { return s.router }
 // EPPs.
 func (s *Sidecar) published(t *Table, took time.Duration) {
 	// First, so that no probe of a new address goes out without them.
-	s.creds.SetTargets(t)
+	s.creds.SetTargets(credentialTargets(t))
 	var healthTargets, metricsTargets []string
 	for b := range t.backends {
 		clusters := b.Clusters
@@ -140,7 +142,7 @@ func (s *Sidecar) published(t *Table, took time.Duration) {
 		}
 		for _, c := range clusters {
 			healthTargets = append(healthTargets, c.Health)
-			if b.Policy == PolicyMetricsBased {
+			if s.server.policies[b.Policy].Needs().PoolMetrics {
 				metricsTargets = append(metricsTargets, c.Metrics)
 			}
 		}
@@ -156,51 +158,73 @@ func (s *Sidecar) published(t *Table, took time.Duration) {
 // ones finish for up to DrainTimeout, then the rest stops.
 func (s *Sidecar) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var wg sync.WaitGroup
-	fail := func(what string, err error) {
-		if err != nil && ctx.Err() == nil {
-			cancel(fmt.Errorf("%s: %w", what, err))
-		}
+	// The first part to fail stops the others; errors after the stop (ctx
+	// done) are the stop's own and are dropped.
+	g, ctx := errgroup.WithContext(ctx)
+	run := func(what string, f func(context.Context) error) {
+		g.Go(func() error {
+			err := f(ctx)
+			if err == nil || ctx.Err() != nil {
+				return nil
+			}
+			if what == "" {
+				return err
+			}
+			return fmt.Errorf("%s: %w", what, err)
+		})
 	}
-	wg.Go(func() { fail("health prober", s.prober.Run(ctx)) })
-	wg.Go(func() { fail("metrics scraper", s.scraper.Run(ctx)) })
-	wg.Go(func() { fail("EPP credentials", s.creds.Run(ctx)) })
-	wg.Go(func() {
-		err := s.watcher.Run(ctx)
-		if err == nil && ctx.Err() == nil {
-			err = errors.New("stopped")
+	run("health prober", s.prober.Run)
+	run("metrics scraper", s.scraper.Run)
+	run("EPP credentials", s.creds.Run)
+	run("routing table watcher", func(ctx context.Context) error {
+		if err := s.watcher.Run(ctx); err != nil || ctx.Err() != nil {
+			return err
 		}
-		fail("routing table watcher", err)
+		return errors.New("stopped")
 	})
-	wg.Go(func() {
-		// The error already names the server that failed.
-		if err := s.servers.Run(ctx, s.cfg.DrainTimeout); err != nil && ctx.Err() == nil {
-			cancel(err)
-		}
-	})
-	wg.Go(func() {
+	// The servers' error already names the server that failed.
+	run("", func(ctx context.Context) error { return s.servers.Run(ctx, s.cfg.DrainTimeout) })
+	g.Go(func() error {
 		// Ready once the first table is built and the credentials of its
 		// EPPs are known.
 		for _, synced := range []<-chan struct{}{s.watcher.Synced(), s.creds.Synced()} {
 			select {
 			case <-synced:
 			case <-ctx.Done():
-				return
+				return nil
 			}
 		}
 		s.servers.Ready()
 		t := s.router.Table()
 		logger.Info("Sidecar ready", "generation", t.Generation, "rules", len(t.Rules()), "problems", len(t.Errors))
+		return nil
 	})
 	logger.Info("Sidecar serving", "extProc", s.GRPCAddr(), "health", s.HealthAddr(), "metrics", s.MetricsAddr(),
 		"localCluster", s.cfg.Watch.LocalCluster, "defaultPolicy", s.cfg.Watch.DefaultPolicy,
 		"tls", s.cfg.TLS.Enabled(), "secretNamespaces", s.cfg.SecretNamespaces, "metricsTokenFile", s.cfg.MetricsTokenFile)
-	wg.Wait()
+	err := g.Wait()
 	s.server.Close()
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
+	return err
+}
+
+// useCredentials makes the sidecar's EPP streams, health checks and metric
+// scrapes reach their addresses with c.
+func (s *Sidecar) useCredentials(c *epptransport.Credentials) {
+	s.creds = c
+	s.server.relay.creds = c
+	s.prober.creds = c
+	s.scraper.creds = c
+}
+
+// credentialTargets are the addresses of t's clusters' EPPs and how each
+// is reached.
+func credentialTargets(t *Table) []epptransport.Target {
+	var out []epptransport.Target
+	for _, cl := range t.Clusters() {
+		out = append(out,
+			epptransport.Target{Addr: cl.EPP, Cluster: cl.Name, Port: imports.PortExtProc, Transport: cl.EPPTransport},
+			epptransport.Target{Addr: cl.Health, Cluster: cl.Name, Port: imports.PortHealth, Transport: cl.HealthTransport},
+			epptransport.Target{Addr: cl.Metrics, Cluster: cl.Name, Port: imports.PortMetrics, Transport: cl.MetricsTransport})
 	}
-	return nil
+	return out
 }

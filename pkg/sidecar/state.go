@@ -12,6 +12,9 @@ import (
 	"google.golang.org/grpc/connectivity"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/mci-dev/mci/pkg/epptransport"
+	"github.com/mci-dev/mci/pkg/poll"
 )
 
 // Defaults of the health prober and the metrics scraper.
@@ -38,11 +41,11 @@ var HealthService = extprocv3.ExternalProcessor_ServiceDesc.ServiceName
 // SERVING is reported to OnServing, which makes the relay's connections to
 // that EPP retry at once instead of at the end of their backoff.
 type HealthProber struct {
-	poller  *poller[Health]
+	poller  *poll.Poller[Health]
 	timeout time.Duration
 	dial    []grpc.DialOption
 	// creds say how each address is reached; nil: plaintext.
-	creds *Credentials
+	creds *epptransport.Credentials
 	// onServing, when set, learns of each address that turns SERVING after
 	// it was not (or was not known). Set before Run.
 	onServing func(addr string)
@@ -68,8 +71,8 @@ func NewHealthProber(interval, timeout time.Duration, dial DialPolicy) *HealthPr
 	if h.timeout <= 0 {
 		h.timeout = DefaultHealthTimeout
 	}
-	h.poller = newPoller(interval, h.check)
-	h.poller.forget = h.closeConn
+	h.poller = poll.New(interval, h.check)
+	h.poller.Forget = h.closeConn
 	return h
 }
 
@@ -86,7 +89,7 @@ func (h *HealthProber) Run(ctx context.Context) error {
 }
 
 // SetTargets makes the probed addresses exactly addrs.
-func (h *HealthProber) SetTargets(addrs []string) { h.poller.set(addrs) }
+func (h *HealthProber) SetTargets(addrs []string) { h.poller.Set(addrs) }
 
 // Health returns what is known of addr; HealthUnknown for "" or an address
 // not probed yet.
@@ -94,7 +97,7 @@ func (h *HealthProber) Health(addr string) Health {
 	if addr == "" {
 		return HealthUnknown
 	}
-	if v := h.poller.get(addr); v != nil {
+	if v := h.poller.Get(addr); v != nil {
 		return *v
 	}
 	return HealthUnknown
@@ -105,32 +108,32 @@ var notServing = HealthNotServing
 // MarkFailed records that the EPP at health address addr just failed.
 func (h *HealthProber) MarkFailed(addr string) {
 	if addr != "" {
-		h.poller.put(addr, &notServing)
+		h.poller.Put(addr, &notServing)
 	}
 }
 
 // conn returns the connection to addr with its current credentials; one
 // made with other ones is closed (only addr's own poll uses it).
 func (h *HealthProber) conn(addr string) (*grpc.ClientConn, error) {
-	t, err := h.creds.forTarget(addr)
+	t, err := h.creds.ForTarget(addr)
 	if err != nil {
 		return nil, err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	old := h.conns[addr]
-	if old.conn != nil && old.version == t.version {
+	if old.conn != nil && old.version == t.Version {
 		return old.conn, nil
 	}
 	if old.conn != nil {
 		_ = old.conn.Close()
 		delete(h.conns, addr)
 	}
-	c, err := grpc.NewClient(addr, append(h.dial, grpc.WithTransportCredentials(t.grpc))...)
+	c, err := grpc.NewClient(addr, append(h.dial, grpc.WithTransportCredentials(t.GRPC))...)
 	if err != nil {
 		return nil, err
 	}
-	h.conns[addr] = probeConn{version: t.version, conn: c}
+	h.conns[addr] = probeConn{version: t.Version, conn: c}
 	go h.checkWhenReady(addr, c)
 	return c, nil
 }
@@ -150,7 +153,7 @@ func (h *HealthProber) checkWhenReady(addr string, c *grpc.ClientConn) {
 		case connectivity.Idle:
 			c.Connect()
 		case connectivity.Ready:
-			h.poller.poke(addr)
+			h.poller.Poke(addr)
 		}
 		if !c.WaitForStateChange(context.Background(), s) {
 			return
@@ -194,7 +197,7 @@ func (h *HealthProber) check(ctx context.Context, addr string) (*Health, error) 
 	}
 	if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
 		result = HealthServing
-		if prev := h.poller.get(addr); (prev == nil || *prev != HealthServing) && h.onServing != nil {
+		if prev := h.poller.Get(addr); (prev == nil || *prev != HealthServing) && h.onServing != nil {
 			h.onServing(addr)
 		}
 	}

@@ -8,7 +8,8 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/epptransport"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -125,7 +126,7 @@ type Cluster struct {
 	// Secret of the local cluster that an import's secretRefs (a local
 	// pool's endpoint-picker-secret annotation) name, or as a
 	// BackendTLSPolicy says, or not verified.
-	EPPTransport, HealthTransport, MetricsTransport PortTransport
+	EPPTransport, HealthTransport, MetricsTransport epptransport.PortTransport
 	// Parent is the address ("host:port") of the parent gateway (ParentMode).
 	Parent string
 	// Weight is the cluster's weight for the Weighted and HealthBased
@@ -165,7 +166,7 @@ type Backend struct {
 	// there are none.
 	filters *requestFilters
 
-	models *epp.Models
+	models *requestmodel.Models
 	// wrr picks among Clusters by their weights.
 	wrr *smoothWRR
 }
@@ -179,7 +180,7 @@ func (b *Backend) String() string {
 // objective (header x-gateway-inference-objective; "" for none), from the
 // InferenceObjectives and InferenceModels of the backend's namespace whose
 // poolRef names the backend: the objective's priority (below 0 is
-// sheddable), else the model's InferenceModel, else Standard (epp.Models
+// sheddable), else the model's InferenceModel, else Standard (requestmodel.Models
 // decides, as the EPP does). An objective the pool does not have counts as
 // none.
 func (b *Backend) Criticality(model, objective string) scheduling.Criticality {
@@ -306,7 +307,7 @@ func (t *Table) Clusters() []*Cluster {
 	seen := map[key]bool{}
 	var out []*Cluster
 	add := func(c *Cluster) {
-		k := key{c.Name, c.Pool, c.EPP, c.Health, c.Metrics, c.Parent, [3]string{c.EPPTransport.key(), c.HealthTransport.key(), c.MetricsTransport.key()}}
+		k := key{c.Name, c.Pool, c.EPP, c.Health, c.Metrics, c.Parent, [3]string{c.EPPTransport.Key(), c.HealthTransport.Key(), c.MetricsTransport.Key()}}
 		if seen[k] {
 			return
 		}

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
@@ -22,10 +22,11 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
-	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
 	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 )
 
 // Clients are the clients of the local cluster the sidecar reads. MCI must
@@ -81,8 +82,8 @@ type Watcher struct {
 	synced   chan struct{}
 	syncOnce sync.Once
 
-	mu      sync.Mutex
-	pending map[objectChange]struct{}
+	// changes holds the objects changed since the last build, each once.
+	changes workqueue.TypedInterface[objectChange]
 }
 
 // The kinds of objects the watcher follows.
@@ -113,27 +114,19 @@ type objectChange struct {
 // set, is called after each publication (to retarget the health prober and
 // metrics scraper, record metrics).
 func NewWatcher(clients Clients, cfg WatchConfig, router *Router, onPublish func(t *Table, took time.Duration)) *Watcher {
-	return &Watcher{clients: clients, cfg: cfg, router: router, onPublish: onPublish, synced: make(chan struct{}), pending: map[objectChange]struct{}{}}
+	return &Watcher{clients: clients, cfg: cfg, router: router, onPublish: onPublish, synced: make(chan struct{}), changes: workqueue.NewTyped[objectChange]()}
 }
 
 // Synced is closed once the first table built from synced caches is
 // published.
 func (w *Watcher) Synced() <-chan struct{} { return w.synced }
 
-// dropManagedFields keeps the caches small: nothing reads managed fields.
-func dropManagedFields(obj any) (any, error) {
-	if a, err := meta.Accessor(obj); err == nil {
-		a.SetManagedFields(nil)
-	}
-	return obj, nil
-}
-
 // Run watches and rebuilds until ctx ends.
 func (w *Watcher) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(w.clients.Kube, 0, kubeinformers.WithTransform(dropManagedFields))
-	mciFactory := mciinformers.NewSharedInformerFactoryWithOptions(w.clients.MCI, 0, mciinformers.WithTransform(dropManagedFields))
-	gwFactory := gatewayinformers.NewSharedInformerFactoryWithOptions(w.clients.Gateway, 0, gatewayinformers.WithTransform(dropManagedFields))
+	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(w.clients.Kube, 0, kubeinformers.WithTransform(epptransport.StripManagedFields))
+	mciFactory := mciinformers.NewSharedInformerFactoryWithOptions(w.clients.MCI, 0, mciinformers.WithTransform(epptransport.StripManagedFields))
+	gwFactory := gatewayinformers.NewSharedInformerFactoryWithOptions(w.clients.Gateway, 0, gatewayinformers.WithTransform(epptransport.StripManagedFields))
 
 	informers := map[objectKind]cache.SharedIndexInformer{
 		kindService: kubeFactory.Core().V1().Services().Informer(),
@@ -162,10 +155,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 		informers[kindBackendTLSPolicy] = gwFactory.Gateway().V1().BackendTLSPolicies().Informer()
 	}
 
-	changed := make(chan struct{}, 1)
+	defer w.changes.ShutDown()
+	go func() {
+		<-ctx.Done()
+		w.changes.ShutDown()
+	}()
 	var synced []cache.InformerSynced
 	for kind, inf := range informers {
-		reg, err := inf.AddEventHandler(w.handler(kind, changed))
+		reg, err := inf.AddEventHandler(w.handler(kind))
 		if err != nil {
 			return err
 		}
@@ -195,14 +192,15 @@ func (w *Watcher) Run(ctx context.Context) error {
 	var lastErrs []string
 	for {
 		start := time.Now()
-		w.mu.Lock()
-		batch := w.pending
-		w.pending = make(map[objectChange]struct{}, len(batch))
-		w.mu.Unlock()
-		for ch := range batch {
+		// Every change queued so far goes into this build; a change that
+		// comes while it is applied is queued again for the next one.
+		batch := w.changes.Len()
+		for range batch {
+			ch, _ := w.changes.Get()
 			if err := apply(inc, informers[ch.kind].GetIndexer(), ch); err != nil {
 				logger.Error(err, "Reading a cache", "key", ch.key)
 			}
+			w.changes.Done(ch)
 		}
 		t, fresh := inc.Table()
 		if fresh {
@@ -212,28 +210,36 @@ func (w *Watcher) Run(ctx context.Context) error {
 				w.onPublish(t, took)
 			}
 			lastErrs = logProblems(logger, t, t.Errors, lastErrs)
-			logger.V(4).Info("Published routing table", "generation", t.Generation, "rules", len(t.Rules()), "changes", len(batch), "took", took)
+			logger.V(4).Info("Published routing table", "generation", t.Generation, "rules", len(t.Rules()), "changes", batch, "took", took)
 		}
 		w.syncOnce.Do(func() { close(w.synced) })
-		select {
-		case <-ctx.Done():
+		// Wait for the next change without taking it.
+		if !w.waitForChange() {
 			return nil
-		case <-changed:
 		}
 	}
 }
 
-// handler records the changed object's key and wakes the build loop.
-func (w *Watcher) handler(kind objectKind, changed chan<- struct{}) cache.ResourceEventHandler {
+// waitForChange blocks until a change is queued (true) or the queue is
+// shut down (false), and leaves the change queued.
+func (w *Watcher) waitForChange() bool {
+	ch, shutdown := w.changes.Get()
+	if shutdown {
+		return false
+	}
+	w.changes.Done(ch)
+	w.changes.Add(ch)
+	return true
+}
+
+// handler queues the changed object's key, which wakes the build loop.
+func (w *Watcher) handler(kind objectKind) cache.ResourceEventHandler {
 	record := func(obj any) {
 		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 		if err != nil {
 			return
 		}
-		w.mu.Lock()
-		w.pending[objectChange{kind: kind, key: key}] = struct{}{}
-		w.mu.Unlock()
-		signal(changed)
+		w.changes.Add(objectChange{kind: kind, key: key})
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    record,
@@ -310,7 +316,7 @@ func apply(inc *Incremental, store cache.Store, ch objectChange) error {
 		}
 	case kindLLMDObjective:
 		if o, ok := obj.(*llmdv1alpha2.InferenceObjective); exists && ok {
-			inc.SetObjective(epp.ObjectiveFromLLMD(o))
+			inc.SetObjective(requestmodel.ObjectiveFromLLMD(o))
 		} else {
 			inc.DeleteObjective(KeyOfObjective(llmdv1alpha2.SchemeGroupVersion.String(), k))
 		}
@@ -343,11 +349,4 @@ func logProblems(logger klog.Logger, t *Table, errs []error, last []string) []st
 		logger.Info("Routing table problem", "problem", e.Error())
 	}
 	return now
-}
-
-func signal(ch chan<- struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
 }

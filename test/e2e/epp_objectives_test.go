@@ -20,7 +20,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
-	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/test/extproc"
 	"github.com/mci-dev/mci/test/simulator"
 )
@@ -83,20 +83,20 @@ func TestEPPHonoursInferenceObjectivesAndModelRewritesOfBothGroups(t *testing.T)
 	}
 	t.Run("a request naming an objective of priority below 0 is shed under saturation, in either group", func(t *testing.T) {
 		for _, objective := range []string{"background", "batch"} {
-			res := e.do(t, withHeader(epp.ObjectiveHeader, objective))
+			res := e.do(t, withHeader(requestmodel.ObjectiveHeader, objective))
 			require.NotNil(t, res.Immediate, "%s: destination %q", objective, res.Destination)
 			assert.Equal(t, http.StatusTooManyRequests, res.Immediate.StatusCode, "%s: body %s", objective, res.Immediate.Body)
 		}
 	})
 	t.Run("a request naming an objective of priority above 0, or none, is served", func(t *testing.T) {
-		for _, req := range []extproc.Request{withHeader(epp.LLMDObjectiveHeader, "interactive"), {Path: "/v1/completions", Body: completion(baseModel)}} {
+		for _, req := range []extproc.Request{withHeader(requestmodel.LLMDObjectiveHeader, "interactive"), {Path: "/v1/completions", Body: completion(baseModel)}} {
 			res := e.do(t, req)
 			require.Nil(t, res.Immediate, "headers %v: immediate response %+v", req.Headers, res.Immediate)
 			assert.Contains(t, []string{p.servers[0].address(), p.servers[1].address()}, res.Destination)
 		}
 	})
 	t.Run("an unknown objective is served with the default priority and counted", func(t *testing.T) {
-		res := e.do(t, withHeader(epp.ObjectiveHeader, "no-such-objective"))
+		res := e.do(t, withHeader(requestmodel.ObjectiveHeader, "no-such-objective"))
 		require.Nil(t, res.Immediate, "immediate response %+v", res.Immediate)
 		m, err := e.metric(ctx, "mci_epp_unknown_objective_requests_total")
 		require.NoError(t, err)
@@ -113,7 +113,7 @@ func TestEPPHonoursInferenceObjectivesAndModelRewritesOfBothGroups(t *testing.T)
 	t.Run("a deleted objective no longer sheds: its name is unknown, priority 0", func(t *testing.T) {
 		require.NoError(t, x.InferenceObjectives(p.ns).Delete(ctx, "background", metav1.DeleteOptions{}))
 		eventually(t, ctx, watchEvent, func(ctx context.Context) (bool, string) {
-			res := e.do(t, withHeader(epp.ObjectiveHeader, "background"))
+			res := e.do(t, withHeader(requestmodel.ObjectiveHeader, "background"))
 			return res.Immediate == nil, fmt.Sprintf("immediate response %+v", res.Immediate)
 		})
 	})

@@ -18,6 +18,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/extproc"
 	"github.com/mci-dev/mci/test/simulator"
@@ -154,7 +155,7 @@ func TestSidecarReachesAnEPPWithTheUpstreamDefaultsAndHonoursBackendTLSPolicy(t 
 	setCA := func(t *testing.T, caPEM []byte) {
 		t.Helper()
 		cm := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: caName, Namespace: ns, Labels: map[string]string{sidecar.CredentialsLabel: "true"}},
+			ObjectMeta: metav1.ObjectMeta{Name: caName, Namespace: ns, Labels: map[string]string{epptransport.CredentialsLabel: "true"}},
 			Data:       map[string]string{"ca.crt": string(caPEM)},
 		}
 		if _, err := configMaps.Update(t.Context(), cm, metav1.UpdateOptions{}); err != nil {

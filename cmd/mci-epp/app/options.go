@@ -26,6 +26,7 @@ import (
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/metrics"
 	"github.com/mci-dev/mci/pkg/metricsauth"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -69,7 +70,7 @@ func NewOptions() *Options {
 		Logs:                logs.NewOptions(),
 		ServingOptions:      serving,
 		PoolNamespace:       ns,
-		MaxRequestBodyBytes: epp.DefaultMaxRequestBodyBytes,
+		MaxRequestBodyBytes: requestmodel.DefaultMaxRequestBodyBytes,
 		ScrapeInterval:      metrics.DefaultInterval,
 		Scheduling:          scheduling.DefaultConfig(),
 		PoolMetricsNames:    poolNamesGIE,
@@ -206,7 +207,7 @@ func (o *Options) Source() (epp.Source, error) {
 				return nil, fmt.Errorf("--model-config: %w", err)
 			}
 			defer func() { _ = f.Close() }()
-			if src.Config, err = epp.LoadModelConfig(f); err != nil {
+			if src.Config, err = requestmodel.LoadModelConfig(f); err != nil {
 				return nil, fmt.Errorf("--model-config %s: %w", o.ModelConfig, err)
 			}
 		}

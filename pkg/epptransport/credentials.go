@@ -1,4 +1,4 @@
-package sidecar
+package epptransport
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,8 +22,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
-
-	"github.com/mci-dev/mci/pkg/imports"
 )
 
 // CredentialsLabel marks the Secrets the sidecar may use as EPP
@@ -85,24 +84,25 @@ type Credentials struct {
 	failureCounter *prometheus.CounterVec
 }
 
-// endpointTLS is how an address is reached.
-type endpointTLS struct {
-	// version identifies the credentials, "" for plaintext: connections are
+// EndpointTLS is how an address is reached.
+type EndpointTLS struct {
+	// Version identifies the credentials, "" for plaintext: connections are
 	// kept per address and version, so that changed credentials dial anew.
-	version string
-	// config is nil for plaintext.
-	config *tls.Config
-	grpc   credentials.TransportCredentials
+	Version string
+	// Config is nil for plaintext.
+	Config *tls.Config
+	// GRPC are the same credentials for a gRPC client.
+	GRPC credentials.TransportCredentials
 }
 
-var plaintext = &endpointTLS{grpc: insecure.NewCredentials()}
+var plaintext = &EndpointTLS{GRPC: insecure.NewCredentials()}
 
 // loadedSecret is what one version of a Secret gave.
 type loadedSecret struct {
 	// version is the Secret's uid and resourceVersion; "" when it does not
 	// exist.
 	version string
-	tls     *endpointTLS
+	tls     *EndpointTLS
 	err     error
 }
 
@@ -126,7 +126,7 @@ func NewCredentials(client kubernetes.Interface, namespaces []string, logger klo
 
 // registerMetrics registers mci_sidecar_epp_transport and
 // mci_sidecar_epp_connection_failures_total in reg.
-func (c *Credentials) registerMetrics(reg prometheus.Registerer) {
+func (c *Credentials) RegisterMetrics(reg prometheus.Registerer) {
 	c.transportGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mci_sidecar_epp_transport",
 		Help: "1 for the transport each port of each cluster's EPP is reached with: plaintext, tls-unverified (TLS asked with no Secret or BackendTLSPolicy to verify with), tls-verified (a BackendTLSPolicy), tls-secret (the pool's credentials Secret).",
@@ -150,7 +150,7 @@ func (c *Credentials) Run(ctx context.Context) error {
 		f := kubeinformers.NewSharedInformerFactoryWithOptions(c.client, 0,
 			kubeinformers.WithNamespace(ns),
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }),
-			kubeinformers.WithTransform(dropManagedFields))
+			kubeinformers.WithTransform(StripManagedFields))
 		inf := f.Core().V1().Secrets()
 		reg, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.changed,
@@ -223,36 +223,44 @@ func (c *Credentials) isSynced() bool {
 	}
 }
 
-// SetTargets makes the addresses of t's clusters reached with their
-// transports, and forgets Secrets no longer named. An address that clusters
+// Target is one address of a cluster's EPP (its ext_proc, health or
+// metrics port) and how it is reached.
+type Target struct {
+	// Addr is the address as it is dialled ("host:port") or scraped (the
+	// metrics URL); "" is none.
+	Addr string
+	// Cluster names the cluster, Port the port (imports.PortExtProc,
+	// PortHealth or PortMetrics), for logs and metrics.
+	Cluster, Port string
+	Transport     PortTransport
+}
+
+// SetTargets makes the addresses of the routing table's clusters reached
+// with their transports, and forgets Secrets no longer named. An address that clusters
 // name with different transports (pools sharing one EPP but not their
 // annotations) is reached with the first TLS one rather than plaintext,
 // and the problem is logged. Each address's transport is logged when it
 // changes and exposed as mci_sidecar_epp_transport.
-func (c *Credentials) SetTargets(t *Table) {
+func (c *Credentials) SetTargets(list []Target) {
 	if c == nil {
 		return
 	}
 	targets := map[string]target{}
 	conflicts := map[string][]string{}
-	add := func(addr string, cl *Cluster, port string, pt PortTransport) {
+	for _, tg := range list {
+		addr, pt := tg.Addr, tg.Transport
 		if addr == "" {
-			return
+			continue
 		}
-		next := target{cluster: cl.Name, port: port, transport: pt, key: pt.key()}
+		next := target{cluster: tg.Cluster, port: tg.Port, transport: pt, key: pt.Key()}
 		prev, seen := targets[addr]
-		if seen && prev.transport.key() != pt.key() {
+		if seen && prev.transport.Key() != pt.Key() {
 			conflicts[addr] = append(conflicts[addr], prev.transport.describe(), pt.describe())
 		}
 		// TLS over plaintext; among TLS ones, the first by key.
-		if !seen || (!prev.transport.TLS && pt.TLS) || (pt.TLS && pt.key() < prev.transport.key()) {
+		if !seen || (!prev.transport.TLS && pt.TLS) || (pt.TLS && pt.Key() < prev.transport.Key()) {
 			targets[addr] = next
 		}
-	}
-	for _, cl := range t.Clusters() {
-		add(cl.EPP, cl, imports.PortExtProc, cl.EPPTransport)
-		add(cl.Health, cl, imports.PortHealth, cl.HealthTransport)
-		add(cl.Metrics, cl, imports.PortMetrics, cl.MetricsTransport)
 	}
 	inUse := map[types.NamespacedName]bool{}
 	for _, tg := range targets {
@@ -294,7 +302,7 @@ func (c *Credentials) SetTargets(t *Table) {
 type target struct {
 	cluster, port string
 	transport     PortTransport
-	// key is transport.key(), computed once rather than per request.
+	// key is transport.Key(), computed once rather than per request.
 	key string
 }
 
@@ -313,7 +321,7 @@ func (p PortTransport) describe() string {
 // and sets mci_sidecar_epp_transport.
 func (c *Credentials) reportTransports(prev, next map[string]target) {
 	for addr, tg := range next {
-		if p, ok := prev[addr]; ok && p.transport.key() == tg.transport.key() && p.cluster == tg.cluster {
+		if p, ok := prev[addr]; ok && p.transport.Key() == tg.transport.Key() && p.cluster == tg.cluster {
 			continue
 		}
 		kv := []any{"cluster", tg.cluster, "port", tg.port, "address", addr, "transport", tg.transport.describe()}
@@ -346,13 +354,13 @@ func describeConflicts(conflicts map[string][]string) string {
 }
 
 // unverifiedTLS is TLS whose serving certificate is not verified.
-var unverifiedTLS = func() *endpointTLS {
+var unverifiedTLS = func() *EndpointTLS {
 	config := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true} //nolint:gosec // asked for: see PortTransport
-	return &endpointTLS{version: TransportKindUnverified, config: config, grpc: credentials.NewTLS(config)}
+	return &EndpointTLS{Version: TransportKindUnverified, Config: config, GRPC: credentials.NewTLS(config)}
 }()
 
 // forTarget returns how target (an address of the table) is reached.
-func (c *Credentials) forTarget(addr string) (*endpointTLS, error) {
+func (c *Credentials) ForTarget(addr string) (*EndpointTLS, error) {
 	if c == nil {
 		return plaintext, nil
 	}
@@ -421,7 +429,7 @@ func (c *Credentials) Reached(addr string) {
 
 // resolve returns the credentials of the Secret's current version, loading
 // them when it changed.
-func (c *Credentials) resolve(ref types.NamespacedName) (*endpointTLS, error) {
+func (c *Credentials) resolve(ref types.NamespacedName) (*EndpointTLS, error) {
 	if !c.isSynced() {
 		return nil, fmt.Errorf("the sidecar has not listed the Secrets of EPP credentials yet (Secret %s)", ref)
 	}
@@ -449,7 +457,7 @@ func (c *Credentials) resolve(ref types.NamespacedName) (*endpointTLS, error) {
 	default:
 		var config *tls.Config
 		if config, l.err = secretTLSConfig(secret); l.err == nil {
-			l.tls = &endpointTLS{version: ref.String() + "/" + version, config: config, grpc: credentials.NewTLS(config)}
+			l.tls = &EndpointTLS{Version: ref.String() + "/" + version, Config: config, GRPC: credentials.NewTLS(config)}
 		}
 	}
 
@@ -476,7 +484,7 @@ func (c *Credentials) log(ref types.NamespacedName, prev, l *loadedSecret, secre
 		}
 	default:
 		c.logger.Info("EPP credentials loaded", "secret", klog.KRef(ref.Namespace, ref.Name), "resourceVersion", secret.ResourceVersion,
-			"clientCertificate", len(l.tls.config.Certificates) > 0, "serverName", l.tls.config.ServerName)
+			"clientCertificate", len(l.tls.Config.Certificates) > 0, "serverName", l.tls.Config.ServerName)
 	}
 }
 
@@ -514,11 +522,12 @@ func secretTLSConfig(s *corev1.Secret) (*tls.Config, error) {
 	return config, nil
 }
 
-// useCredentials makes the sidecar's EPP streams, health checks and metric
-// scrapes reach their addresses with c.
-func (s *Sidecar) useCredentials(c *Credentials) {
-	s.creds = c
-	s.server.relay.creds = c
-	s.prober.creds = c
-	s.scraper.creds = c
+// StripManagedFields is the transform of the sidecar's informers (these
+// and the routing table's): nothing reads managed fields, so the caches
+// drop them.
+func StripManagedFields(obj any) (any, error) {
+	if a, err := meta.Accessor(obj); err == nil {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
 }

@@ -1,8 +1,9 @@
-package epp
+package requestmodel
 
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -172,4 +173,11 @@ func FuzzParseBody(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, "rewritten/"+want, rewritten.Model())
 	})
+}
+
+// benchBody returns a chat completions body of about size bytes.
+func benchBody(size int) []byte {
+	const head = `{"model":"chat","messages":[{"role":"user","content":"`
+	const tail = `"}],"max_tokens":128,"stream":false}`
+	return []byte(head + strings.Repeat("a", max(size-len(head)-len(tail), 0)) + tail)
 }

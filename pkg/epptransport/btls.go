@@ -1,4 +1,4 @@
-package sidecar
+package epptransport
 
 import (
 	"crypto/tls"
@@ -21,7 +21,7 @@ const BackendTLSPolicyCAKey = "ca.crt"
 // (and of its CA ConfigMaps) gave.
 type loadedValidation struct {
 	version string
-	tls     *endpointTLS
+	tls     *EndpointTLS
 	err     error
 }
 
@@ -34,7 +34,7 @@ type loadedValidation struct {
 // per change; a validation that cannot be used is an error (the cluster
 // fails), never a connection without verification.
 // key identifies the validation and its namespace (PortTransport.key).
-func (c *Credentials) resolveValidation(namespace string, v *v1alpha1.BackendTLSValidation, key string) (*endpointTLS, error) {
+func (c *Credentials) resolveValidation(namespace string, v *v1alpha1.BackendTLSValidation, key string) (*EndpointTLS, error) {
 	policy := namespace + "/" + v.PolicyName
 	if !c.isSynced() {
 		return nil, fmt.Errorf("the sidecar has not listed the CA ConfigMaps yet (BackendTLSPolicy %s)", policy)
@@ -82,7 +82,7 @@ func (c *Credentials) resolveValidation(namespace string, v *v1alpha1.BackendTLS
 	if problem == nil {
 		var config *tls.Config
 		if config, l.err = validationTLSConfig(policy, v, pems); l.err == nil {
-			l.tls = &endpointTLS{version: "btls/" + key + "/" + ver, config: config, grpc: credentials.NewTLS(config)}
+			l.tls = &EndpointTLS{Version: "btls/" + key + "/" + ver, Config: config, GRPC: credentials.NewTLS(config)}
 		}
 	}
 	c.mu.Lock()

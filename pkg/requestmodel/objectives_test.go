@@ -1,4 +1,4 @@
-package epp
+package requestmodel
 
 import (
 	"math/rand/v2"
@@ -13,42 +13,9 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
+	"github.com/mci-dev/mci/pkg/requestmodel/requestmodeltest"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
-
-func objective(name string, priority *int32) *v1alpha2.InferenceObjective {
-	return &v1alpha2.InferenceObjective{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec:       v1alpha2.InferenceObjectiveSpec{Priority: priority, PoolRef: v1alpha2.PoolObjectReference{Name: "pool"}},
-	}
-}
-
-func llmdObjective(name string, priority int32) *llmdv1alpha2.InferenceObjective {
-	return &llmdv1alpha2.InferenceObjective{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec:       v1alpha2.InferenceObjectiveSpec{Priority: &priority, PoolRef: v1alpha2.PoolObjectReference{Name: "pool"}},
-	}
-}
-
-func rewrite(name string, rules ...v1alpha2.InferenceModelRewriteRule) *v1alpha2.InferenceModelRewrite {
-	return &v1alpha2.InferenceModelRewrite{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec:       v1alpha2.InferenceModelRewriteSpec{PoolRef: &v1alpha2.PoolObjectReference{Name: "pool"}, Rules: rules},
-	}
-}
-
-// rule matches the models exactly (every model when there are none).
-func rule(models []string, targets ...v1alpha2.ModelRewriteTarget) v1alpha2.InferenceModelRewriteRule {
-	r := v1alpha2.InferenceModelRewriteRule{Targets: targets}
-	for _, m := range models {
-		r.Matches = append(r.Matches, v1alpha2.Match{Model: &v1alpha2.ModelMatch{Value: m}})
-	}
-	return r
-}
-
-func rewriteTarget(model string, weight *int32) v1alpha2.ModelRewriteTarget {
-	return v1alpha2.ModelRewriteTarget{ModelRewrite: model, Weight: weight}
-}
 
 func at(day int) metav1.Time { return metav1.NewTime(time.Date(2026, 1, day, 0, 0, 0, 0, time.UTC)) }
 
@@ -80,92 +47,92 @@ func TestResolve(t *testing.T) {
 	}{
 		{
 			name:     "no objective named: priority 0, Standard",
-			config:   ModelConfig{Objectives: []*v1alpha2.InferenceObjective{objective("batch", ptr.To[int32](-1))}},
+			config:   ModelConfig{Objectives: []*v1alpha2.InferenceObjective{requestmodeltest.Objective("batch", ptr.To[int32](-1))}},
 			model:    "m",
 			wantCrit: scheduling.Standard, wantTarget: "m",
 		},
 		{
 			name:   "an objective of priority below 0 is sheddable",
-			config: ModelConfig{Objectives: []*v1alpha2.InferenceObjective{objective("batch", ptr.To[int32](-1))}},
+			config: ModelConfig{Objectives: []*v1alpha2.InferenceObjective{requestmodeltest.Objective("batch", ptr.To[int32](-1))}},
 			model:  "m", headers: RequestHeaders{Objective: "batch"},
 			wantCrit: scheduling.Sheddable, wantObjective: "batch", wantTarget: "m",
 		},
 		{
 			name:   "an objective of priority 0 is Standard",
-			config: ModelConfig{Objectives: []*v1alpha2.InferenceObjective{objective("normal", ptr.To[int32](0))}},
+			config: ModelConfig{Objectives: []*v1alpha2.InferenceObjective{requestmodeltest.Objective("normal", ptr.To[int32](0))}},
 			model:  "m", headers: RequestHeaders{Objective: "normal"},
 			wantCrit: scheduling.Standard, wantObjective: "normal", wantTarget: "m",
 		},
 		{
 			name:   "an objective without a priority counts as priority 0",
-			config: ModelConfig{Objectives: []*v1alpha2.InferenceObjective{objective("unset", nil)}},
+			config: ModelConfig{Objectives: []*v1alpha2.InferenceObjective{requestmodeltest.Objective("unset", nil)}},
 			model:  "m", headers: RequestHeaders{Objective: "unset"},
 			wantCrit: scheduling.Standard, wantObjective: "unset", wantTarget: "m",
 		},
 		{
 			name:   "an objective of priority above 0 is Critical",
-			config: ModelConfig{Objectives: []*v1alpha2.InferenceObjective{objective("chat", ptr.To[int32](10))}},
+			config: ModelConfig{Objectives: []*v1alpha2.InferenceObjective{requestmodeltest.Objective("chat", ptr.To[int32](10))}},
 			model:  "m", headers: RequestHeaders{Objective: "chat"},
 			wantCrit: scheduling.Critical, wantObjective: "chat", wantTarget: "m",
 		},
 		{
 			name:   "an llm-d.ai objective is read like the other group's",
-			config: ModelConfig{Objectives: []*v1alpha2.InferenceObjective{ObjectiveFromLLMD(llmdObjective("batch", -3))}},
+			config: ModelConfig{Objectives: []*v1alpha2.InferenceObjective{ObjectiveFromLLMD(requestmodeltest.LLMDObjective("batch", -3))}},
 			model:  "m", headers: RequestHeaders{Objective: "batch"},
 			wantCrit: scheduling.Sheddable, wantObjective: "batch", wantTarget: "m",
 		},
 		{
 			name: "one objective name in both groups: llm-d.ai wins, even when younger",
 			config: ModelConfig{Objectives: []*v1alpha2.InferenceObjective{
-				aged(objective("batch", ptr.To[int32](5)), 1), aged(ObjectiveFromLLMD(llmdObjective("batch", -1)), 2),
+				aged(requestmodeltest.Objective("batch", ptr.To[int32](5)), 1), aged(ObjectiveFromLLMD(requestmodeltest.LLMDObjective("batch", -1)), 2),
 			}},
 			model: "m", headers: RequestHeaders{Objective: "batch"},
 			wantCrit: scheduling.Sheddable, wantObjective: "batch", wantTarget: "m",
 		},
 		{
 			name:   "an unknown objective is served with priority 0, as if the request named none",
-			config: ModelConfig{Objectives: []*v1alpha2.InferenceObjective{objective("batch", ptr.To[int32](-1))}},
+			config: ModelConfig{Objectives: []*v1alpha2.InferenceObjective{requestmodeltest.Objective("batch", ptr.To[int32](-1))}},
 			model:  "m", headers: RequestHeaders{Objective: "bacth"},
 			wantCrit: scheduling.Standard, wantUnknown: "bacth", wantTarget: "m",
 		},
 		{
 			name: "the named objective wins over the InferenceModel's criticality",
 			config: ModelConfig{
-				Models:     []*v1alpha2.InferenceModel{inferenceModel("m", "m", ptr.To(v1alpha2.Critical))},
-				Objectives: []*v1alpha2.InferenceObjective{objective("batch", ptr.To[int32](-1))},
+				Models:     []*v1alpha2.InferenceModel{requestmodeltest.InferenceModel("m", "m", ptr.To(v1alpha2.Critical))},
+				Objectives: []*v1alpha2.InferenceObjective{requestmodeltest.Objective("batch", ptr.To[int32](-1))},
 			},
 			model: "m", headers: RequestHeaders{Objective: "batch"},
 			wantCrit: scheduling.Sheddable, wantObjective: "batch", wantTarget: "m", wantListed: true,
 		},
 		{
 			name:   "without an objective the InferenceModel's criticality applies",
-			config: ModelConfig{Models: []*v1alpha2.InferenceModel{inferenceModel("m", "m", ptr.To(v1alpha2.Sheddable))}},
+			config: ModelConfig{Models: []*v1alpha2.InferenceModel{requestmodeltest.InferenceModel("m", "m", ptr.To(v1alpha2.Sheddable))}},
 			model:  "m", headers: RequestHeaders{Objective: "missing"},
 			wantCrit: scheduling.Sheddable, wantUnknown: "missing", wantTarget: "m", wantListed: true,
 		},
 		{
 			name:     "an exact rule rewrites the model it matches",
-			config:   ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{rewrite("rw", rule([]string{"food-review"}, rewriteTarget("food-review-v1", nil)))}},
+			config:   ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{requestmodeltest.Rewrite("rw", requestmodeltest.Rule([]string{"food-review"}, requestmodeltest.RewriteTarget("food-review-v1", nil)))}},
 			model:    "food-review",
 			wantCrit: scheduling.Standard, wantTarget: "food-review-v1", wantRewrittenBy: "InferenceModelRewrite default/rw (inference.networking.x-k8s.io) rule 0", wantListed: true,
 		},
 		{
 			name:     "a rule matches when any of its matches does",
-			config:   ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{rewrite("rw", rule([]string{"a", "b"}, rewriteTarget("c", nil)))}},
+			config:   ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{requestmodeltest.Rewrite("rw", requestmodeltest.Rule([]string{"a", "b"}, requestmodeltest.RewriteTarget("c", nil)))}},
 			model:    "b",
 			wantCrit: scheduling.Standard, wantTarget: "c", wantRewrittenBy: "InferenceModelRewrite default/rw (inference.networking.x-k8s.io) rule 0", wantListed: true,
 		},
 		{
 			name:     "matching is exact: another model is not rewritten",
-			config:   ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{rewrite("rw", rule([]string{"food-review"}, rewriteTarget("food-review-v1", nil)))}},
+			config:   ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{requestmodeltest.Rewrite("rw", requestmodeltest.Rule([]string{"food-review"}, requestmodeltest.RewriteTarget("food-review-v1", nil)))}},
 			model:    "Food-Review",
 			wantCrit: scheduling.Standard, wantTarget: "Food-Review",
 		},
 		{
 			name: "an exact rule wins over a generic rule, even an older one",
 			config: ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{
-				aged(rewrite("generic", rule(nil, rewriteTarget("everything", nil))), 1),
-				aged(rewrite("exact", rule([]string{"m"}, rewriteTarget("m-v2", nil))), 2),
+				aged(requestmodeltest.Rewrite("generic", requestmodeltest.Rule(nil, requestmodeltest.RewriteTarget("everything", nil))), 1),
+				aged(requestmodeltest.Rewrite("exact", requestmodeltest.Rule([]string{"m"}, requestmodeltest.RewriteTarget("m-v2", nil))), 2),
 			}},
 			model:    "m",
 			wantCrit: scheduling.Standard, wantTarget: "m-v2", wantRewrittenBy: "InferenceModelRewrite default/exact (inference.networking.x-k8s.io) rule 0", wantListed: true,
@@ -173,8 +140,8 @@ func TestResolve(t *testing.T) {
 		{
 			name: "between two exact rules of different rewrites, the oldest rewrite wins",
 			config: ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{
-				aged(rewrite("newer", rule([]string{"m"}, rewriteTarget("from-newer", nil))), 3),
-				aged(rewrite("older", rule([]string{"m"}, rewriteTarget("from-older", nil))), 2),
+				aged(requestmodeltest.Rewrite("newer", requestmodeltest.Rule([]string{"m"}, requestmodeltest.RewriteTarget("from-newer", nil))), 3),
+				aged(requestmodeltest.Rewrite("older", requestmodeltest.Rule([]string{"m"}, requestmodeltest.RewriteTarget("from-older", nil))), 2),
 			}},
 			model:    "m",
 			wantCrit: scheduling.Standard, wantTarget: "from-older", wantRewrittenBy: "InferenceModelRewrite default/older (inference.networking.x-k8s.io) rule 0", wantListed: true,
@@ -182,14 +149,14 @@ func TestResolve(t *testing.T) {
 		{
 			name: "within one rewrite the first matching rule wins",
 			config: ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{
-				rewrite("rw", rule([]string{"m"}, rewriteTarget("first", nil)), rule([]string{"m"}, rewriteTarget("second", nil))),
+				requestmodeltest.Rewrite("rw", requestmodeltest.Rule([]string{"m"}, requestmodeltest.RewriteTarget("first", nil)), requestmodeltest.Rule([]string{"m"}, requestmodeltest.RewriteTarget("second", nil))),
 			}},
 			model:    "m",
 			wantCrit: scheduling.Standard, wantTarget: "first", wantRewrittenBy: "InferenceModelRewrite default/rw (inference.networking.x-k8s.io) rule 0", wantListed: true,
 		},
 		{
 			name:     "a generic rule rewrites every model no exact rule matches",
-			config:   ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{rewrite("rw", rule(nil, rewriteTarget("default-model", nil)))}},
+			config:   ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{requestmodeltest.Rewrite("rw", requestmodeltest.Rule(nil, requestmodeltest.RewriteTarget("default-model", nil)))}},
 			model:    "anything",
 			wantCrit: scheduling.Standard, wantTarget: "default-model", wantRewrittenBy: "InferenceModelRewrite default/rw (inference.networking.x-k8s.io) rule 0",
 		},
@@ -197,7 +164,7 @@ func TestResolve(t *testing.T) {
 			name: "an llm-d.ai rewrite is read like the other group's",
 			config: ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{RewriteFromLLMD(&llmdv1alpha2.InferenceModelRewrite{
 				ObjectMeta: metav1.ObjectMeta{Name: "rw", Namespace: "default"},
-				Spec:       rewrite("", rule([]string{"m"}, rewriteTarget("m-llmd", nil))).Spec,
+				Spec:       requestmodeltest.Rewrite("", requestmodeltest.Rule([]string{"m"}, requestmodeltest.RewriteTarget("m-llmd", nil))).Spec,
 			})}},
 			model:    "m",
 			wantCrit: scheduling.Standard, wantTarget: "m-llmd", wantRewrittenBy: "InferenceModelRewrite default/rw (llm-d.ai) rule 0", wantListed: true,
@@ -205,8 +172,8 @@ func TestResolve(t *testing.T) {
 		{
 			name: "an exact rule wins over an InferenceModel's targetModels",
 			config: ModelConfig{
-				Models:   []*v1alpha2.InferenceModel{inferenceModel("im", "m", ptr.To(v1alpha2.Critical), target("from-inference-model", nil))},
-				Rewrites: []*v1alpha2.InferenceModelRewrite{rewrite("rw", rule([]string{"m"}, rewriteTarget("from-rewrite", nil)))},
+				Models:   []*v1alpha2.InferenceModel{requestmodeltest.InferenceModel("im", "m", ptr.To(v1alpha2.Critical), requestmodeltest.Target("from-inference-model", nil))},
+				Rewrites: []*v1alpha2.InferenceModelRewrite{requestmodeltest.Rewrite("rw", requestmodeltest.Rule([]string{"m"}, requestmodeltest.RewriteTarget("from-rewrite", nil)))},
 			},
 			model:    "m",
 			wantCrit: scheduling.Critical, wantTarget: "from-rewrite", wantRewrittenBy: "InferenceModelRewrite default/rw (inference.networking.x-k8s.io) rule 0", wantListed: true,
@@ -214,8 +181,8 @@ func TestResolve(t *testing.T) {
 		{
 			name: "an InferenceModel's targetModels win over a generic rule (the InferenceModel names the model exactly)",
 			config: ModelConfig{
-				Models:   []*v1alpha2.InferenceModel{inferenceModel("im", "m", nil, target("from-inference-model", nil))},
-				Rewrites: []*v1alpha2.InferenceModelRewrite{rewrite("rw", rule(nil, rewriteTarget("from-generic", nil)))},
+				Models:   []*v1alpha2.InferenceModel{requestmodeltest.InferenceModel("im", "m", nil, requestmodeltest.Target("from-inference-model", nil))},
+				Rewrites: []*v1alpha2.InferenceModelRewrite{requestmodeltest.Rewrite("rw", requestmodeltest.Rule(nil, requestmodeltest.RewriteTarget("from-generic", nil)))},
 			},
 			model:    "m",
 			wantCrit: scheduling.Standard, wantTarget: "from-inference-model", wantRewrittenBy: "InferenceModel default/im", wantListed: true,
@@ -223,8 +190,8 @@ func TestResolve(t *testing.T) {
 		{
 			name: "an InferenceModel without targetModels leaves the model to a generic rule",
 			config: ModelConfig{
-				Models:   []*v1alpha2.InferenceModel{inferenceModel("im", "m", ptr.To(v1alpha2.Sheddable))},
-				Rewrites: []*v1alpha2.InferenceModelRewrite{rewrite("rw", rule(nil, rewriteTarget("from-generic", nil)))},
+				Models:   []*v1alpha2.InferenceModel{requestmodeltest.InferenceModel("im", "m", ptr.To(v1alpha2.Sheddable))},
+				Rewrites: []*v1alpha2.InferenceModelRewrite{requestmodeltest.Rewrite("rw", requestmodeltest.Rule(nil, requestmodeltest.RewriteTarget("from-generic", nil)))},
 			},
 			model:    "m",
 			wantCrit: scheduling.Sheddable, wantTarget: "from-generic", wantRewrittenBy: "InferenceModelRewrite default/rw (inference.networking.x-k8s.io) rule 0", wantListed: true,
@@ -236,13 +203,13 @@ func TestResolve(t *testing.T) {
 		},
 		{
 			name:   "a matching rule wins over the model name rewrite header, as upstream applies it",
-			config: ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{rewrite("rw", rule(nil, rewriteTarget("from-rule", nil)))}},
+			config: ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{requestmodeltest.Rewrite("rw", requestmodeltest.Rule(nil, requestmodeltest.RewriteTarget("from-rule", nil)))}},
 			model:  "m", headers: RequestHeaders{ModelNameRewrite: "m-pinned"},
 			wantCrit: scheduling.Standard, wantTarget: "from-rule", wantRewrittenBy: "InferenceModelRewrite default/rw (inference.networking.x-k8s.io) rule 0",
 		},
 		{
 			name:     "a matching rule without targets leaves the model as requested",
-			config:   ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{rewrite("rw", rule([]string{"m"}))}},
+			config:   ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{requestmodeltest.Rewrite("rw", requestmodeltest.Rule([]string{"m"}))}},
 			model:    "m",
 			wantCrit: scheduling.Standard, wantTarget: "m", wantListed: true,
 		},
@@ -278,22 +245,22 @@ func TestRewriteWeights(t *testing.T) {
 	}{
 		{
 			name:    "a canary split: weight / sum of the weights",
-			targets: []v1alpha2.ModelRewriteTarget{rewriteTarget("stable", ptr.To[int32](90)), rewriteTarget("canary", ptr.To[int32](10))},
+			targets: []v1alpha2.ModelRewriteTarget{requestmodeltest.RewriteTarget("stable", ptr.To[int32](90)), requestmodeltest.RewriteTarget("canary", ptr.To[int32](10))},
 			want:    map[string]float64{"stable": 0.9, "canary": 0.1},
 		},
 		{
 			name:    "weights are not percentages",
-			targets: []v1alpha2.ModelRewriteTarget{rewriteTarget("a", ptr.To[int32](1)), rewriteTarget("b", ptr.To[int32](3))},
+			targets: []v1alpha2.ModelRewriteTarget{requestmodeltest.RewriteTarget("a", ptr.To[int32](1)), requestmodeltest.RewriteTarget("b", ptr.To[int32](3))},
 			want:    map[string]float64{"a": 0.25, "b": 0.75},
 		},
 		{
 			name:    "no weights: the targets share equally",
-			targets: []v1alpha2.ModelRewriteTarget{rewriteTarget("a", nil), rewriteTarget("b", nil)},
+			targets: []v1alpha2.ModelRewriteTarget{requestmodeltest.RewriteTarget("a", nil), requestmodeltest.RewriteTarget("b", nil)},
 			want:    map[string]float64{"a": 0.5, "b": 0.5},
 		},
 		{
 			name:     "weights on some targets only: the others are never chosen (as the llm-d router does), and Set says so",
-			targets:  []v1alpha2.ModelRewriteTarget{rewriteTarget("a", ptr.To[int32](1)), rewriteTarget("b", nil)},
+			targets:  []v1alpha2.ModelRewriteTarget{requestmodeltest.RewriteTarget("a", ptr.To[int32](1)), requestmodeltest.RewriteTarget("b", nil)},
 			want:     map[string]float64{"a": 1},
 			wantNote: "only 1 of 2 targets have a weight",
 		},
@@ -301,7 +268,7 @@ func TestRewriteWeights(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := NewModels()
-			notes := s.Set(ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{rewrite("rw", rule([]string{"m"}, tt.targets...))}})
+			notes := s.Set(ModelConfig{Rewrites: []*v1alpha2.InferenceModelRewrite{requestmodeltest.Rewrite("rw", requestmodeltest.Rule([]string{"m"}, tt.targets...))}})
 			if tt.wantNote != "" {
 				require.Len(t, notes, 1)
 				assert.Contains(t, notes[0], tt.wantNote)
@@ -324,10 +291,10 @@ func TestRewriteWeights(t *testing.T) {
 func TestSetReportsShadowedObjects(t *testing.T) {
 	s := NewModels()
 	notes := s.Set(ModelConfig{
-		Objectives: []*v1alpha2.InferenceObjective{aged(objective("batch", ptr.To[int32](1)), 1), aged(ObjectiveFromLLMD(llmdObjective("batch", -1)), 2)},
+		Objectives: []*v1alpha2.InferenceObjective{aged(requestmodeltest.Objective("batch", ptr.To[int32](1)), 1), aged(ObjectiveFromLLMD(requestmodeltest.LLMDObjective("batch", -1)), 2)},
 		Rewrites: []*v1alpha2.InferenceModelRewrite{
-			aged(rewrite("older", rule([]string{"m"}, rewriteTarget("x", nil)), rule(nil, rewriteTarget("y", nil))), 1),
-			aged(rewrite("newer", rule([]string{"m"}, rewriteTarget("z", nil)), rule(nil, rewriteTarget("w", nil))), 2),
+			aged(requestmodeltest.Rewrite("older", requestmodeltest.Rule([]string{"m"}, requestmodeltest.RewriteTarget("x", nil)), requestmodeltest.Rule(nil, requestmodeltest.RewriteTarget("y", nil))), 1),
+			aged(requestmodeltest.Rewrite("newer", requestmodeltest.Rule([]string{"m"}, requestmodeltest.RewriteTarget("z", nil)), requestmodeltest.Rule(nil, requestmodeltest.RewriteTarget("w", nil))), 2),
 		},
 	})
 	assert.ElementsMatch(t, []string{

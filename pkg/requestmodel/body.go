@@ -1,4 +1,4 @@
-package epp
+package requestmodel
 
 import (
 	"bytes"
@@ -6,6 +6,11 @@ import (
 	"errors"
 	"fmt"
 )
+
+// DefaultMaxRequestBodyBytes bounds a request body the EPP, or the sidecar
+// before it, buffers: far above a chat request with a long context, low
+// enough that a handful of huge requests cannot exhaust its memory.
+const DefaultMaxRequestBodyBytes = 8 << 20
 
 var (
 	// ErrNotJSON means the request body is not a JSON object. The EPP
@@ -156,9 +161,6 @@ func valueEnd(raw []byte, i int) int {
 
 // Model returns the body's model.
 func (b *Body) Model() string { return b.model }
-
-// Raw returns the body as parsed.
-func (b *Body) Raw() []byte { return b.raw }
 
 // WithModel returns the body with its model set to model: a new slice when
 // the model changes, the parsed bytes when it does not.

@@ -1,4 +1,4 @@
-package epp
+package requestmodel
 
 import (
 	"cmp"
@@ -218,14 +218,14 @@ func (s *Models) Counts() (models, objectives, rewriteRules int) {
 	return len(st.byName), len(st.objectives), st.rewrites.rules
 }
 
-// setServedAPIs records which model configuration resources the pool's
+// SetServedAPIs records which model configuration resources the pool's
 // cluster serves (KubeSource); the metrics report it.
-func (s *Models) setServedAPIs(served map[schema.GroupVersionResource]bool) {
+func (s *Models) SetServedAPIs(served map[schema.GroupVersionResource]bool) {
 	s.served.Store(&served)
 }
 
-// servedAPIs returns what setServedAPIs recorded, nil in standalone mode.
-func (s *Models) servedAPIs() map[schema.GroupVersionResource]bool {
+// ServedAPIs returns what SetServedAPIs recorded, nil in standalone mode.
+func (s *Models) ServedAPIs() map[schema.GroupVersionResource]bool {
 	if p := s.served.Load(); p != nil {
 		return *p
 	}

@@ -1,4 +1,4 @@
-package epp
+package requestmodel
 
 import (
 	"bufio"

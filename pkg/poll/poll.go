@@ -1,4 +1,9 @@
-package sidecar
+// Package poll keeps the latest result of a periodic check of each of a
+// changing set of targets: EPP health addresses and EPP metrics URLs for
+// mci-sidecar, model servers' /metrics URLs for the reference EPP
+// (metrics.Scraper). One loop for all of them, so that a target's
+// lifetime, its wake-ups and the stop are written once.
+package poll
 
 import (
 	"context"
@@ -8,20 +13,17 @@ import (
 	"time"
 )
 
-// poller keeps the latest result of a periodic check of each of a changing
-// set of targets (EPP health addresses, EPP metrics URLs). Each target is
-// polled by a goroutine of its own, so a hung target delays no other. All
-// methods are safe for concurrent use; set may be called before Run.
-// (metrics.Scraper keeps a loop of its own: it validates URLs and logs
-// each model server's failures, where this one is generic over check.)
-type poller[T any] struct {
+// Poller keeps the latest result of a periodic check of each of a
+// changing set of targets. Each target is polled by a goroutine of its
+// own, so a hung target delays no other; a target's checks never overlap
+// (the interval starts when a check ends). All methods are safe for
+// concurrent use; targets may be set before Run.
+type Poller[T any] struct {
 	interval time.Duration
-	// check polls one target. An error keeps the last value (it goes stale);
-	// a check that wants a failure recorded returns a value saying so.
-	check func(ctx context.Context, target string) (*T, error)
-	// forget, when set, is called once a target is removed and its goroutine
-	// has ended.
-	forget func(target string)
+	check    func(ctx context.Context, target string) (*T, error)
+	// Forget, when set, is called once a target is removed and its
+	// goroutine has ended. Set it before Run.
+	Forget func(target string)
 
 	mu      sync.RWMutex
 	targets map[string]*pollTarget[T]
@@ -41,12 +43,15 @@ func newPollTarget[T any]() *pollTarget[T] {
 	return &pollTarget[T]{wake: make(chan struct{}, 1)}
 }
 
-func newPoller[T any](interval time.Duration, check func(context.Context, string) (*T, error)) *poller[T] {
-	return &poller[T]{interval: interval, check: check, targets: map[string]*pollTarget[T]{}}
+// New returns a poller without targets that checks each target every
+// interval. check polls one target: an error keeps the last value (it goes
+// stale); a check that wants a failure recorded returns a value saying so.
+func New[T any](interval time.Duration, check func(ctx context.Context, target string) (*T, error)) *Poller[T] {
+	return &Poller[T]{interval: interval, check: check, targets: map[string]*pollTarget[T]{}}
 }
 
 // Run polls until ctx ends, then waits for the checks in flight.
-func (p *poller[T]) Run(ctx context.Context) error {
+func (p *Poller[T]) Run(ctx context.Context) error {
 	p.mu.Lock()
 	if p.runCtx != nil {
 		p.mu.Unlock()
@@ -65,8 +70,9 @@ func (p *poller[T]) Run(ctx context.Context) error {
 	return nil
 }
 
-// set makes the targets exactly keys; kept targets keep their values.
-func (p *poller[T]) set(keys []string) {
+// Set makes the targets exactly keys ("" is none); kept targets keep their
+// values.
+func (p *Poller[T]) Set(keys []string) {
 	want := make(map[string]bool, len(keys))
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -89,15 +95,15 @@ func (p *poller[T]) set(keys []string) {
 			delete(p.targets, k)
 			if t.cancel != nil {
 				t.cancel()
-			} else if p.forget != nil {
-				p.forget(k)
+			} else if p.Forget != nil {
+				p.Forget(k)
 			}
 		}
 	}
 }
 
 // start runs a target's loop. p.mu must be held and p.runCtx set.
-func (p *poller[T]) start(key string, t *pollTarget[T]) {
+func (p *Poller[T]) start(key string, t *pollTarget[T]) {
 	ctx, cancel := context.WithCancel(p.runCtx)
 	t.cancel = cancel
 	p.wg.Go(func() {
@@ -120,19 +126,19 @@ func (p *poller[T]) start(key string, t *pollTarget[T]) {
 			}
 			timer.Reset(p.interval)
 		}
-		if p.forget != nil {
+		if p.Forget != nil {
 			p.mu.RLock()
 			_, back := p.targets[key]
 			p.mu.RUnlock()
 			if !back {
-				p.forget(key)
+				p.Forget(key)
 			}
 		}
 	})
 }
 
-// get returns the latest value of a target; nil when unknown.
-func (p *poller[T]) get(key string) *T {
+// Get returns the latest value of a target; nil when unknown.
+func (p *Poller[T]) Get(key string) *T {
 	p.mu.RLock()
 	t := p.targets[key]
 	p.mu.RUnlock()
@@ -142,16 +148,16 @@ func (p *poller[T]) get(key string) *T {
 	return t.value.Load()
 }
 
-// has reports whether key is a target.
-func (p *poller[T]) has(key string) bool {
+// Has reports whether key is a target.
+func (p *Poller[T]) Has(key string) bool {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	_, ok := p.targets[key]
 	return ok
 }
 
-// poke makes a target check at once (its interval starts again after).
-func (p *poller[T]) poke(key string) {
+// Poke makes a target check at once (its interval starts again after).
+func (p *Poller[T]) Poke(key string) {
 	p.mu.RLock()
 	t := p.targets[key]
 	p.mu.RUnlock()
@@ -164,8 +170,8 @@ func (p *poller[T]) poke(key string) {
 	}
 }
 
-// put records a value for a target out of turn (a passive health finding).
-func (p *poller[T]) put(key string, v *T) {
+// Put records a value for a target out of turn (a passive health finding).
+func (p *Poller[T]) Put(key string, v *T) {
 	p.mu.RLock()
 	t := p.targets[key]
 	p.mu.RUnlock()
@@ -174,8 +180,8 @@ func (p *poller[T]) put(key string, v *T) {
 	}
 }
 
-// keys returns the targets.
-func (p *poller[T]) keys() []string {
+// Keys returns the targets.
+func (p *Poller[T]) Keys() []string {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	out := make([]string, 0, len(p.targets))

@@ -1,4 +1,4 @@
-package sidecar
+package epptransport
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ const SecretTokenKey = "token"
 // URL, and the Secret's name; "" when the URL has no Secret or the Secret no
 // token. A missing Secret is not this function's to report: forTarget
 // fails the scrape first.
-func (c *Credentials) metricsToken(target string) (token, secret string, err error) {
+func (c *Credentials) MetricsToken(target string) (token, secret string, err error) {
 	if c == nil {
 		return "", "", nil
 	}

@@ -1,4 +1,4 @@
-package sidecar
+package epptransport
 
 import (
 	"fmt"
@@ -54,7 +54,7 @@ const (
 
 // transportKey is a comparable form of a PortTransport, for the table's
 // set of distinct clusters and the credentials' conflicts.
-func (p PortTransport) key() string {
+func (p PortTransport) Key() string {
 	if !p.TLS {
 		if p.Secret.Name != "" {
 			return "plain|" + p.Secret.String()
@@ -80,7 +80,7 @@ func (p PortTransport) key() string {
 // is an error, never a silent downgrade. Plaintext asked with a Secret
 // reaches that port without it: a Secret for ext-proc with an upstream
 // EPP's plaintext health port.
-func resolveTransport(port, explicit string, secret types.NamespacedName, validation *v1alpha1.BackendTLSValidation, namespace, def string) (PortTransport, error) {
+func Resolve(port, explicit string, secret types.NamespacedName, validation *v1alpha1.BackendTLSValidation, namespace, def string) (PortTransport, error) {
 	mode := explicit
 	if mode == "" && secret.Name != "" {
 		mode = string(v1alpha1.TransportTLS)
@@ -110,7 +110,7 @@ func resolveTransport(port, explicit string, secret types.NamespacedName, valida
 }
 
 // transportOf is the explicit mode and the validation of an import's port.
-func transportOf(t *v1alpha1.EndpointTransport) (string, *v1alpha1.BackendTLSValidation) {
+func Of(t *v1alpha1.EndpointTransport) (string, *v1alpha1.BackendTLSValidation) {
 	if t == nil {
 		return "", nil
 	}

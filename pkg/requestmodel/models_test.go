@@ -1,4 +1,4 @@
-package epp
+package requestmodel
 
 import (
 	"math/rand/v2"
@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
+	"github.com/mci-dev/mci/pkg/requestmodel/requestmodeltest"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -32,22 +33,6 @@ spec:
     weight: 25
 `
 
-func inferenceModel(name, modelName string, crit *v1alpha2.Criticality, targets ...v1alpha2.TargetModel) *v1alpha2.InferenceModel {
-	return &v1alpha2.InferenceModel{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: v1alpha2.InferenceModelSpec{
-			ModelName:    modelName,
-			Criticality:  crit,
-			TargetModels: targets,
-			PoolRef:      v1alpha2.PoolObjectReference{Name: "pool"},
-		},
-	}
-}
-
-func target(name string, weight *int32) v1alpha2.TargetModel {
-	return v1alpha2.TargetModel{Name: name, Weight: weight}
-}
-
 func TestTargetModel(t *testing.T) {
 	const draws = 20000
 	tests := []struct {
@@ -58,32 +43,32 @@ func TestTargetModel(t *testing.T) {
 	}{
 		{
 			name: "targets are chosen by weight",
-			im:   inferenceModel("m", "llama2", nil, target("a", ptr.To[int32](75)), target("b", ptr.To[int32](25))),
+			im:   requestmodeltest.InferenceModel("m", "llama2", nil, requestmodeltest.Target("a", ptr.To[int32](75)), requestmodeltest.Target("b", ptr.To[int32](25))),
 			want: map[string]float64{"a": 0.75, "b": 0.25},
 		},
 		{
 			name: "targets without weights share equally",
-			im:   inferenceModel("m", "llama2", nil, target("a", nil), target("b", nil), target("c", nil)),
+			im:   requestmodeltest.InferenceModel("m", "llama2", nil, requestmodeltest.Target("a", nil), requestmodeltest.Target("b", nil), requestmodeltest.Target("c", nil)),
 			want: map[string]float64{"a": 1.0 / 3, "b": 1.0 / 3, "c": 1.0 / 3},
 		},
 		{
 			name: "a target of weight 0 is never chosen",
-			im:   inferenceModel("m", "llama2", nil, target("a", ptr.To[int32](0)), target("b", ptr.To[int32](5))),
+			im:   requestmodeltest.InferenceModel("m", "llama2", nil, requestmodeltest.Target("a", ptr.To[int32](0)), requestmodeltest.Target("b", ptr.To[int32](5))),
 			want: map[string]float64{"b": 1},
 		},
 		{
 			name: "all weights 0 share equally",
-			im:   inferenceModel("m", "llama2", nil, target("a", ptr.To[int32](0)), target("b", ptr.To[int32](0))),
+			im:   requestmodeltest.InferenceModel("m", "llama2", nil, requestmodeltest.Target("a", ptr.To[int32](0)), requestmodeltest.Target("b", ptr.To[int32](0))),
 			want: map[string]float64{"a": 0.5, "b": 0.5},
 		},
 		{
 			name: "a single target is always chosen",
-			im:   inferenceModel("m", "llama2", nil, target("only", ptr.To[int32](3))),
+			im:   requestmodeltest.InferenceModel("m", "llama2", nil, requestmodeltest.Target("only", ptr.To[int32](3))),
 			want: map[string]float64{"only": 1},
 		},
 		{
 			name: "no targets: the model is its own target",
-			im:   inferenceModel("m", "llama2", nil),
+			im:   requestmodeltest.InferenceModel("m", "llama2", nil),
 			want: map[string]float64{"llama2": 1},
 		},
 	}
@@ -106,13 +91,13 @@ func TestTargetModel(t *testing.T) {
 
 func TestModelsSet(t *testing.T) {
 	critical, sheddable := ptr.To(v1alpha2.Critical), ptr.To(v1alpha2.Sheddable)
-	older := inferenceModel("older", "llama2", critical)
+	older := requestmodeltest.InferenceModel("older", "llama2", critical)
 	older.CreationTimestamp = metav1.NewTime(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-	newer := inferenceModel("newer", "llama2", sheddable)
+	newer := requestmodeltest.InferenceModel("newer", "llama2", sheddable)
 	newer.CreationTimestamp = metav1.NewTime(time.Date(2025, 2, 1, 0, 0, 0, 0, time.UTC))
 
 	s := NewModels()
-	ignored := s.Set(ModelConfig{Models: []*v1alpha2.InferenceModel{newer, older, inferenceModel("other", "other", nil)}})
+	ignored := s.Set(ModelConfig{Models: []*v1alpha2.InferenceModel{newer, older, requestmodeltest.InferenceModel("other", "other", nil)}})
 	require.Equal(t, 2, s.Len())
 	assert.Equal(t, scheduling.Critical, s.Get("llama2").Criticality, "the oldest InferenceModel of a model name wins")
 	assert.Equal(t, "default/older", s.Get("llama2").Source)

@@ -1,0 +1,75 @@
+package poll
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// counter is a check that counts its calls per target and fails for the
+// targets in failing.
+type counter struct {
+	mu      sync.Mutex
+	calls   map[string]int
+	failing map[string]bool
+}
+
+func (c *counter) check(_ context.Context, target string) (*int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls[target]++
+	if c.failing[target] {
+		return nil, errors.New("down")
+	}
+	n := c.calls[target]
+	return &n, nil
+}
+
+func run(t *testing.T, p *Poller[int]) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+func TestPoller(t *testing.T) {
+	c := &counter{calls: map[string]int{}, failing: map[string]bool{"down": true}}
+	p := New(time.Hour, c.check)
+	var forgotten []string
+	var mu sync.Mutex
+	p.Forget = func(target string) { mu.Lock(); forgotten = append(forgotten, target); mu.Unlock() }
+
+	p.Set([]string{"a", "down", ""})
+	assert.ElementsMatch(t, []string{"a", "down"}, p.Keys(), `"" is no target`)
+	assert.Nil(t, p.Get("a"), "nothing before Run")
+	run(t, p)
+
+	require.Eventually(t, func() bool { return p.Get("a") != nil }, 5*time.Second, time.Millisecond, "a target is checked at once")
+	assert.Equal(t, 1, *p.Get("a"))
+	assert.Nil(t, p.Get("down"), "a failed check records nothing")
+
+	p.Poke("a")
+	require.Eventually(t, func() bool { return *p.Get("a") == 2 }, 5*time.Second, time.Millisecond, "a poke checks at once, not after the interval")
+
+	v := 42
+	p.Put("a", &v)
+	assert.Equal(t, 42, *p.Get("a"))
+	p.Put("missing", &v)
+	assert.False(t, p.Has("missing"), "Put adds no target")
+
+	p.Set([]string{"a"})
+	assert.False(t, p.Has("down"))
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(forgotten) == 1 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, []string{"down"}, forgotten, "a removed target is forgotten once its loop ends")
+	assert.Equal(t, 42, *p.Get("a"), "a kept target keeps its value")
+
+	assert.Error(t, p.Run(context.Background()), "one Run at a time")
+}

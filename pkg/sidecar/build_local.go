@@ -1,0 +1,211 @@
+package sidecar
+
+import (
+	"cmp"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/epptransport"
+	"github.com/mci-dev/mci/pkg/imports"
+)
+
+// localPool resolves a local InferencePool and its EPP, once.
+func (b *builder) localPool(key types.NamespacedName) localResult {
+	ref := objectRef{key: key}
+	b.use(ref)
+	if lr, ok := b.locals[key]; ok {
+		return lr
+	}
+	mark := len(b.errs)
+	lr := b.resolveLocal(key)
+	lr.errs = b.resolved(ref, mark)
+	b.locals[key] = lr
+	return lr
+}
+
+func (b *builder) resolveLocal(key types.NamespacedName) localResult {
+	lr := localResult{pool: b.pools[key]}
+	if lr.pool == nil {
+		return lr
+	}
+	secret, secretErr := imports.EndpointPickerSecret(lr.pool.Annotations)
+	if secretErr != nil {
+		// Never plaintext to an EPP that its pool says serves TLS.
+		b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidAnnotation, "%v; the pool's local EPP is not routed to", secretErr)
+	}
+	modes, transportErr := imports.EndpointPickerTransport(lr.pool.Annotations)
+	if transportErr != nil {
+		b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidAnnotation, "%v; the pool's local EPP is not routed to", transportErr)
+		secretErr = transportErr
+	}
+	switch {
+	case isShim(lr.pool, b.in.EndpointPickerServices):
+		lr.shim = true
+		if v, ok := lr.pool.Annotations[ClusterWeightsAnnotation]; ok {
+			w, err := parseClusterWeights(v)
+			if err != nil {
+				b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidAnnotation, "%s: %v; clusters weigh 1 each", ClusterWeightsAnnotation, err)
+			}
+			lr.weights = w
+		}
+		v, ok := lr.pool.Annotations[LocalEndpointPickerAnnotation]
+		if !ok {
+			break
+		}
+		ref, err := parseEndpointPicker(v)
+		if err == nil && secretErr == nil {
+			lr.cluster, err = b.localCluster(lr.pool, ref, secret, modes)
+		}
+		if err != nil {
+			b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidAnnotation, "%s: %v; the pool's local model servers are not routed to", LocalEndpointPickerAnnotation, err)
+		}
+	case secretErr == nil:
+		c, err := b.localCluster(lr.pool, lr.pool.Spec.EndpointPickerRef, secret, modes)
+		if err != nil {
+			b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidEndpointPicker, "%v; the pool has no cluster to route to", err)
+		}
+		lr.cluster = c
+	}
+	return lr
+}
+
+// parseEndpointPicker parses LocalEndpointPickerAnnotation: "service" or
+// "service:port".
+func parseEndpointPicker(v string) (poolv1.EndpointPickerRef, error) {
+	name, port, hasPort := strings.Cut(strings.TrimSpace(v), ":")
+	ref := poolv1.EndpointPickerRef{Name: name}
+	if name == "" || strings.Contains(name, "/") {
+		return ref, fmt.Errorf("%q is not a Service name of the pool's namespace, with an optional :port", v)
+	}
+	if hasPort {
+		n, err := strconv.ParseInt(port, 10, 32)
+		if err != nil || n < 1 || n > 65535 {
+			return ref, fmt.Errorf("port %q of %q is not a port number", port, v)
+		}
+		ref.Port = &poolv1.Port{Number: int32(n)}
+	}
+	return ref, nil
+}
+
+// localCluster locates a local pool's EPP through its Service, the way
+// mci-apiserver locates an exported one: the Service's LoadBalancer ingress,
+// else its cluster IP, else its ExternalName; the endpointPickerRef's port,
+// else the Service port named for ext-proc; health and metrics ports by name,
+// else the conventional 9003 and 9090 when the Service has them. secret,
+// when set, names the Secret of the pool's namespace to reach all three
+// with; modes are the pool's transport annotation.
+func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPickerRef, secret string, modes imports.TransportModes) (*Cluster, error) {
+	if (ref.Group != nil && *ref.Group != "") || (ref.Kind != "" && ref.Kind != "Service") {
+		return nil, fmt.Errorf("endpointPickerRef names a %s; only a core Service is supported", cmp.Or(ref.Kind, "Service"))
+	}
+	if ref.Name == "" {
+		return nil, fmt.Errorf("endpointPickerRef has no name")
+	}
+	svc := b.svcs[types.NamespacedName{Namespace: p.Namespace, Name: ref.Name}]
+	if svc == nil {
+		return nil, fmt.Errorf("Service %s/%s of the endpointPickerRef does not exist", p.Namespace, ref.Name)
+	}
+	addrs := imports.ServiceAddresses(svc)
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("Service %s/%s of the endpointPickerRef has no address", p.Namespace, ref.Name)
+	}
+	refPort := int32(0)
+	if ref.Port != nil {
+		refPort = ref.Port.Number
+	}
+	// The rule mci-apiserver uses for the pool's import, so that the local
+	// pool and its import reach the same port of the same Service.
+	ports := imports.ResolveEPPPorts(svc, refPort)
+	port := ports.ExtProc
+	if port == 0 {
+		return nil, fmt.Errorf("the ext-proc port of Service %s/%s is unknown: set endpointPickerRef.port", p.Namespace, ref.Name)
+	}
+	c := &Cluster{
+		Name:   b.local,
+		Pool:   p.Namespace + "/" + p.Name,
+		Mode:   v1alpha1.RoutingModeEndpoint,
+		EPP:    net.JoinHostPort(addrs[0], strconv.Itoa(int(port))),
+		Weight: 1,
+		Local:  true,
+	}
+	var secretRef types.NamespacedName
+	if secret != "" {
+		secretRef = types.NamespacedName{Namespace: p.Namespace, Name: secret}
+	}
+	var err error
+	def := b.in.DefaultTransport
+	validation := b.localValidation(p.Namespace, svc)
+	if c.EPPTransport, err = epptransport.Resolve(imports.PortExtProc, modes.ExtProc, secretRef, validation(port), p.Namespace, def.ExtProc); err != nil {
+		return nil, err
+	}
+	if hp := ports.Health; hp != 0 {
+		c.Health = net.JoinHostPort(addrs[0], strconv.Itoa(int(hp)))
+		if c.HealthTransport, err = epptransport.Resolve(imports.PortHealth, modes.Health, secretRef, validation(hp), p.Namespace, def.Health); err != nil {
+			return nil, err
+		}
+	}
+	if mp := ports.Metrics; mp != 0 {
+		if c.MetricsTransport, err = epptransport.Resolve(imports.PortMetrics, modes.Metrics, secretRef, validation(mp), p.Namespace, def.Metrics); err != nil {
+			return nil, err
+		}
+		c.Metrics = metricsURL(addrs[0], mp, c.MetricsTransport.TLS)
+	}
+	return c, nil
+}
+
+// localValidation returns, for a port number of a local EPP Service, the
+// validation of the local cluster's BackendTLSPolicy for that port (see
+// imports.TLSPolicyForPort), nil without one.
+func (b *builder) localValidation(namespace string, svc *corev1.Service) func(port int32) *v1alpha1.BackendTLSValidation {
+	var policies []*gatewayv1.BackendTLSPolicy
+	for k, p := range b.btls {
+		if k.Namespace == namespace {
+			policies = append(policies, p)
+		}
+	}
+	return func(port int32) *v1alpha1.BackendTLSValidation {
+		if len(policies) == 0 {
+			return nil
+		}
+		name := ""
+		for _, sp := range svc.Spec.Ports {
+			if sp.Port == port {
+				name = sp.Name
+			}
+		}
+		p := imports.TLSPolicyForPort(policies, svc.Name, name)
+		if p == nil {
+			return nil
+		}
+		var out v1alpha1.BackendTLSValidation
+		// The import's own conversion, so that local and imported
+		// validations are alike.
+		_ = v1alpha1.Convert_inference_BackendTLSValidation_To_v1alpha1_BackendTLSValidation(imports.ValidationOf(p), &out, nil)
+		return &out
+	}
+}
+
+// metricsURL is where an EPP's metrics are scraped: over HTTPS when its
+// transport is TLS.
+func metricsURL(host string, port int32, tls bool) string {
+	scheme := "http://"
+	if tls {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(host, strconv.Itoa(int(port))) + "/metrics"
+}
+
+func failureMode(p *poolv1.InferencePool) poolv1.EndpointPickerFailureMode {
+	if p.Spec.EndpointPickerRef.FailureMode == poolv1.FailOpen {
+		return poolv1.FailOpen
+	}
+	return poolv1.FailClose
+}

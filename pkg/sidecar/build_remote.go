@@ -1,0 +1,171 @@
+package sidecar
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/epptransport"
+	"github.com/mci-dev/mci/pkg/imports"
+)
+
+// remoteClusters resolves an import's clusters, once: the entries whose
+// Ready condition is not False and that carry what their routing mode
+// needs.
+func (b *builder) remoteClusters(imp *v1alpha1.InferencePoolImport) []*Cluster {
+	key := types.NamespacedName{Namespace: imp.Namespace, Name: imp.Name}
+	ref := objectRef{remote: true, key: key}
+	b.use(ref)
+	if rr, ok := b.remotes[key]; ok {
+		return rr.clusters
+	}
+	mark := len(b.errs)
+	out := b.resolveRemote(imp)
+	b.remotes[key] = remoteResult{clusters: out, errs: b.resolved(ref, mark)}
+	return out
+}
+
+func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
+	key := types.NamespacedName{Namespace: imp.Namespace, Name: imp.Name}
+	report := func(reason, format string, args ...any) {
+		b.report(InferencePoolImportKind, imp.Namespace, imp.Name, reason, format, args...)
+	}
+	var out []*Cluster
+	notReady := 0
+	for _, ic := range imp.Status.Clusters {
+		if ic.Name == b.local {
+			// An import never lists the importing cluster; one that does
+			// would send requests in a circle.
+			report(ReasonLocalClusterInImport, "cluster %q is the local cluster; it is skipped", ic.Name)
+			continue
+		}
+		if meta.IsStatusConditionFalse(ic.Conditions, v1alpha1.ConditionReady) {
+			notReady++
+			continue
+		}
+		c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: 1}
+		switch c.Mode {
+		case v1alpha1.RoutingModeEndpoint:
+			svc := ic.EndpointPicker.Service
+			if len(svc) == 0 || len(svc[0].Addresses) == 0 || len(svc[0].Ports) == 0 || svc[0].Ports[0].Number <= 0 {
+				report(ReasonInvalidImportedCluster, "cluster %q: the endpointPicker has no service address and port; the cluster is skipped", ic.Name)
+				continue
+			}
+			epp := ic.EndpointPicker
+			secrets, err := importSecrets(imp.Namespace, epp.SecretRef, epp.Health, epp.Metrics)
+			if err != nil {
+				// Never plaintext to an EPP that its import says serves TLS.
+				report(ReasonInvalidImportedCluster, "cluster %q: %v; the cluster is skipped", ic.Name, err)
+				continue
+			}
+			if err := b.importTransports(c, imp.Namespace, epp, secrets); err != nil {
+				report(ReasonInvalidImportedCluster, "cluster %q: %v; the cluster is skipped", ic.Name, err)
+				continue
+			}
+			host := svc[0].Addresses[0]
+			c.EPP = net.JoinHostPort(host, strconv.Itoa(int(svc[0].Ports[0].Number)))
+			if h := epp.Health; h != nil && h.Port > 0 {
+				c.Health = net.JoinHostPort(host, strconv.Itoa(int(h.Port)))
+			}
+			if m := epp.Metrics; m != nil && m.Port > 0 {
+				c.Metrics = metricsURL(host, m.Port, c.MetricsTransport.TLS)
+			}
+		case v1alpha1.RoutingModeParent:
+			c.Parent = parentAddress(ic.Parents)
+			if c.Parent == "" {
+				report(ReasonInvalidImportedCluster, "cluster %q: no parent gateway has an address and a port; the cluster is skipped", ic.Name)
+				continue
+			}
+		default:
+			report(ReasonInvalidImportedCluster, "cluster %q: unknown routing mode %q; the cluster is skipped", ic.Name, ic.RoutingMode)
+			continue
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		report(ReasonNoReadyClusters, "none of its %d cluster(s) can take requests (%d not Ready); its requests get 503, or follow FailOpen", len(imp.Status.Clusters), notReady)
+	}
+	return out
+}
+
+// importTransports resolves how each port of an imported cluster's EPP is
+// reached, from the import's transports, its Secrets and the sidecar's
+// defaults.
+func (b *builder) importTransports(c *Cluster, namespace string, epp v1alpha1.EndpointPickerImport, secrets [3]types.NamespacedName) error {
+	def := b.in.DefaultTransport
+	mode, validation := epptransport.Of(epp.Transport)
+	var err error
+	if c.EPPTransport, err = epptransport.Resolve(imports.PortExtProc, mode, secrets[0], validation, namespace, def.ExtProc); err != nil {
+		return err
+	}
+	if epp.Health != nil {
+		mode, validation = epptransport.Of(epp.Health.Transport)
+		if c.HealthTransport, err = epptransport.Resolve(imports.PortHealth, mode, secrets[1], validation, namespace, def.Health); err != nil {
+			return err
+		}
+	}
+	if epp.Metrics != nil {
+		mode, validation = epptransport.Of(epp.Metrics.Transport)
+		if c.MetricsTransport, err = epptransport.Resolve(imports.PortMetrics, mode, secrets[2], validation, namespace, def.Metrics); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// importSecrets returns the Secrets of an import's endpointPicker, health
+// and metrics secretRefs (zero for none). A reference without a namespace
+// is to the import's own; one to another namespace is refused, as there is
+// no ReferenceGrant for it (mci-apiserver only ever names the pool's).
+func importSecrets(namespace string, epp *corev1.SecretReference, health *v1alpha1.HealthEndpoint, metrics *v1alpha1.MetricsEndpoint) ([3]types.NamespacedName, error) {
+	refs := [3]*corev1.SecretReference{epp}
+	if health != nil {
+		refs[1] = health.SecretRef
+	}
+	if metrics != nil {
+		refs[2] = metrics.SecretRef
+	}
+	var out [3]types.NamespacedName
+	for i, r := range refs {
+		if r == nil {
+			continue
+		}
+		ns := cmp.Or(r.Namespace, namespace)
+		if ns != namespace {
+			return out, fmt.Errorf("secretRef %s/%s is in another namespace than the import's; only Secrets of namespace %s can be used", ns, r.Name, namespace)
+		}
+		if r.Name == "" {
+			return out, errors.New("a secretRef has no name")
+		}
+		out[i] = types.NamespacedName{Namespace: ns, Name: r.Name}
+	}
+	return out, nil
+}
+
+// parentAddress is where a ParentMode request goes: the first parent
+// gateway that is Programmed (or says nothing) with an address and a port,
+// its first address and lowest listener port.
+func parentAddress(parents []v1alpha1.ParentImport) string {
+	best := ""
+	for _, p := range parents {
+		if len(p.Service) == 0 || len(p.Service[0].Addresses) == 0 || len(p.Service[0].Ports) == 0 {
+			continue
+		}
+		addr := net.JoinHostPort(p.Service[0].Addresses[0], strconv.Itoa(int(p.Service[0].Ports[0].Number)))
+		if !meta.IsStatusConditionFalse(p.Conditions, string(gatewayv1.GatewayConditionProgrammed)) {
+			return addr
+		}
+		if best == "" {
+			best = addr
+		}
+	}
+	return best
+}

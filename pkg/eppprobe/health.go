@@ -24,6 +24,14 @@ const (
 	DefaultScrapeTimeout  = 500 * time.Millisecond
 )
 
+// positiveOr is d, or def when d is not positive.
+func positiveOr(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
 // HealthService is the gRPC health service the prober asks about: the
 // ext_proc service, which upstream EPPs and mci-epp both report. An EPP that
 // does not know it (NotFound) is asked about the server as a whole ("").
@@ -81,19 +89,13 @@ type HealthProberOptions struct {
 // NewHealthProber returns a prober with no targets.
 func NewHealthProber(o HealthProberOptions) *HealthProber {
 	h := &HealthProber{
-		timeout:   o.Timeout,
+		timeout:   positiveOr(o.Timeout, DefaultHealthTimeout),
 		dial:      o.Dial,
 		creds:     o.Credentials,
 		onServing: o.OnServing,
 		conns:     map[string]probeConn{},
 	}
-	if o.Interval <= 0 {
-		o.Interval = DefaultHealthInterval
-	}
-	if h.timeout <= 0 {
-		h.timeout = DefaultHealthTimeout
-	}
-	h.poller = poll.New(o.Interval, h.check)
+	h.poller = poll.New(positiveOr(o.Interval, DefaultHealthInterval), h.check)
 	h.poller.Forget = h.closeConn
 	return h
 }

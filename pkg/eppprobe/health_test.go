@@ -31,15 +31,37 @@ func statusOf(p *HealthProber, addr string) string {
 	}
 }
 
-func TestHealthProber(t *testing.T) {
+// serveHealth serves a gRPC health service on loopback until the test ends.
+func serveHealth(t *testing.T) (*health.Server, string) {
 	hs := health.NewServer()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
 	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
-	up := lis.Addr().String()
+	t.Cleanup(srv.Stop)
+	return hs, lis.Addr().String()
+}
+
+// runProber runs p until the test ends.
+func runProber(t *testing.T, p *HealthProber) { runUntilTheEnd(t, context.Background(), p.Run) }
+
+// runUntilTheEnd runs run with ctx until the test ends, and waits for it.
+func runUntilTheEnd(t *testing.T, ctx context.Context, run func(context.Context) error) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		_ = run(ctx)
+		close(done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+func TestHealthProber(t *testing.T) {
+	hs, up := serveHealth(t)
 
 	// A closed port: nothing listens.
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
@@ -49,16 +71,7 @@ func TestHealthProber(t *testing.T) {
 
 	p := NewHealthProber(HealthProberOptions{Interval: 20 * time.Millisecond, Timeout: 200 * time.Millisecond})
 	p.SetTargets([]string{up, down})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		_ = p.Run(ctx)
-		close(done)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	runProber(t, p)
 
 	assert.Equal(t, isUnknown, statusOf(p, ""), "no health address")
 	assert.Equal(t, isUnknown, statusOf(p, "127.0.0.1:1"), "not a target")
@@ -106,29 +119,13 @@ func TestHealthProber(t *testing.T) {
 // TestHealthProberOnServing: the prober tells OnServing of each address that
 // turns SERVING, once per turn, so that the relay retries at once.
 func TestHealthProberOnServing(t *testing.T) {
-	hs := health.NewServer()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := grpc.NewServer()
-	healthpb.RegisterHealthServer(srv, hs)
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
-	up := lis.Addr().String()
+	hs, up := serveHealth(t)
 	hs.SetServingStatus(HealthService, healthpb.HealthCheckResponse_NOT_SERVING)
 
 	turned := make(chan string, 10)
 	p := NewHealthProber(HealthProberOptions{Interval: 20 * time.Millisecond, Timeout: 200 * time.Millisecond, OnServing: func(addr string) { turned <- addr }})
 	p.SetTargets([]string{up})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		_ = p.Run(ctx)
-		close(done)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	runProber(t, p)
 
 	require.Eventually(t, func() bool { return statusOf(p, up) == isNotServing }, 5*time.Second, 10*time.Millisecond)
 	assert.Empty(t, turned, "not serving yet")

@@ -122,16 +122,10 @@ func NewPoolScraper(o PoolScraperOptions) (*PoolScraper, error) {
 	tr.Proxy = nil
 	s := &PoolScraper{
 		client:     &http.Client{Transport: tr},
-		timeout:    o.Timeout,
+		timeout:    positiveOr(o.Timeout, DefaultScrapeTimeout),
 		staleness:  o.Staleness,
 		creds:      o.Credentials,
 		tlsClients: map[string]scrapeClient{},
-	}
-	if o.Interval <= 0 {
-		o.Interval = DefaultScrapeInterval
-	}
-	if s.timeout <= 0 {
-		s.timeout = DefaultScrapeTimeout
 	}
 	if o.TokenFile != "" {
 		if _, err := os.ReadFile(o.TokenFile); err != nil {
@@ -139,7 +133,7 @@ func NewPoolScraper(o PoolScraperOptions) (*PoolScraper, error) {
 		}
 		s.tokenFile = transport.NewCachedFileTokenSource(o.TokenFile)
 	}
-	s.poller = poll.New(o.Interval, s.scrape)
+	s.poller = poll.New(positiveOr(o.Interval, DefaultScrapeInterval), s.scrape)
 	s.poller.Forget = s.forget
 	return s, nil
 }

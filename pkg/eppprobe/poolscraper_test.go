@@ -126,19 +126,11 @@ func (l *logLines) count(substr string) int {
 
 func runScraper(t *testing.T, s *PoolScraper, logs *logLines) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 	if logs != nil {
 		ctx = klog.NewContext(ctx, logs.logger())
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = s.Run(ctx)
-		close(done)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	runUntilTheEnd(t, ctx, s.Run)
 }
 
 func writeToken(t *testing.T, path, token string) {

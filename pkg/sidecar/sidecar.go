@@ -109,7 +109,7 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	s.metrics = NewMetrics(reg, s.router, s.prober)
 	reg.MustRegister(scraper.StateCollector(func() []eppprobe.ScrapedPool { return scrapedPools(s.router.Table()) }))
 	s.server = NewServer(s.router, liveState{health: s.prober, metrics: s.scraper}, cfg.Server, s.metrics, klog.Background().WithName("ext_proc"))
-	// The relay is the server's: it takes the credentials once made.
+	// The server's relay reaches the EPPs with the same credentials.
 	s.server.relay.creds = creds
 	s.watcher = NewWatcher(clients, cfg.Watch, s.router, s.published)
 	servers, err := extproc.Listen(extproc.ServingOptions{

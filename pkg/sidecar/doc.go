@@ -34,9 +34,12 @@
 //     pool metrics, so that neither knows a policy by name. A policy gets
 //     the request's headers and body too (PickRequest). The annotation that
 //     chooses it is read in one place (builder.policyOf).
-//   - HealthProber and PoolScraper poll each EPP's health and metrics port
-//     on a pkg/poll Poller; the pool metrics are read through
-//     metrics.LimitReader and metrics.ParsePool, the guarded, fuzzed parser.
+//   - pkg/eppprobe's HealthProber and PoolScraper poll each EPP's health
+//     and metrics port on a pkg/poll Poller; the pool metrics are read
+//     through metrics.LimitReader and metrics.ParsePool, the guarded, fuzzed
+//     parser. The sidecar makes them with the credentials, dial options and
+//     reconnect callback they need, and the server sees them through State
+//     and FailureRecorder only.
 //   - Server relays the request to the first cluster's EPP (EndpointMode)
 //     and returns its answer to the gateway, trying the next cluster when an
 //     EPP fails before answering, then relays the response phase to the EPP

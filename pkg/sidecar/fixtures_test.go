@@ -1,127 +1,45 @@
 package sidecar
 
 import (
-	"time"
-
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/utils/ptr"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-	gatewayfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
-	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 )
 
-const ns = "example"
+// The tests' objects come from sidecartest, which the tests of the routing
+// table and of the server share; these short names keep the tests as they
+// were written.
+const ns = sidecartest.Namespace
 
-var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// route builds an HTTPRoute in ns created at epoch+age.
-func route(name string, age time.Duration, hostnames []string, rules ...gatewayv1.HTTPRouteRule) *gatewayv1.HTTPRoute {
-	r := &gatewayv1.HTTPRoute{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, CreationTimestamp: metav1.NewTime(epoch.Add(age))},
-		Spec:       gatewayv1.HTTPRouteSpec{Rules: rules},
-	}
-	for _, h := range hostnames {
-		r.Spec.Hostnames = append(r.Spec.Hostnames, gatewayv1.Hostname(h))
-	}
-	return r
-}
+var (
+	epoch          = sidecartest.Epoch
+	route          = sidecartest.Route
+	rule           = sidecartest.Rule
+	prefix         = sidecartest.Prefix
+	exact          = sidecartest.Exact
+	regex          = sidecartest.Regex
+	withHeaders    = sidecartest.WithHeaders
+	withMethod     = sidecartest.WithMethod
+	withQuery      = sidecartest.WithQuery
+	poolRef        = sidecartest.PoolRef
+	importRef      = sidecartest.ImportRef
+	backendRef     = sidecartest.BackendRef
+	pool           = sidecartest.Pool
+	eppService     = sidecartest.EPPService
+	gateway        = sidecartest.Gateway
+	listener       = sidecartest.Listener
+	fromNamespaces = sidecartest.FromNamespaces
+	gatewayClients = sidecartest.GatewayClients
+)
 
 func annotate[T interface{ SetAnnotations(map[string]string) }](obj T, kv ...string) T {
-	a := map[string]string{}
-	for i := 0; i < len(kv); i += 2 {
-		a[kv[i]] = kv[i+1]
-	}
-	obj.SetAnnotations(a)
-	return obj
+	return sidecartest.Annotate(obj, kv...)
 }
 
-// rule builds a rule with matches and backendRefs.
-func rule(matches []gatewayv1.HTTPRouteMatch, refs ...gatewayv1.HTTPBackendRef) gatewayv1.HTTPRouteRule {
-	return gatewayv1.HTTPRouteRule{Matches: matches, BackendRefs: refs}
-}
+type v1alphaImport = v1alpha1.InferencePoolImport
 
-func prefix(p string) gatewayv1.HTTPRouteMatch {
-	return gatewayv1.HTTPRouteMatch{Path: &gatewayv1.HTTPPathMatch{Type: ptr.To(gatewayv1.PathMatchPathPrefix), Value: ptr.To(p)}}
-}
-
-func exact(p string) gatewayv1.HTTPRouteMatch {
-	return gatewayv1.HTTPRouteMatch{Path: &gatewayv1.HTTPPathMatch{Type: ptr.To(gatewayv1.PathMatchExact), Value: ptr.To(p)}}
-}
-
-func regex(p string) gatewayv1.HTTPRouteMatch {
-	return gatewayv1.HTTPRouteMatch{Path: &gatewayv1.HTTPPathMatch{Type: ptr.To(gatewayv1.PathMatchRegularExpression), Value: ptr.To(p)}}
-}
-
-func withHeaders(m gatewayv1.HTTPRouteMatch, kv ...string) gatewayv1.HTTPRouteMatch {
-	for i := 0; i < len(kv); i += 2 {
-		m.Headers = append(m.Headers, gatewayv1.HTTPHeaderMatch{Name: gatewayv1.HTTPHeaderName(kv[i]), Value: kv[i+1]})
-	}
-	return m
-}
-
-func withMethod(m gatewayv1.HTTPRouteMatch, method string) gatewayv1.HTTPRouteMatch {
-	m.Method = ptr.To(gatewayv1.HTTPMethod(method))
-	return m
-}
-
-func withQuery(m gatewayv1.HTTPRouteMatch, kv ...string) gatewayv1.HTTPRouteMatch {
-	for i := 0; i < len(kv); i += 2 {
-		m.QueryParams = append(m.QueryParams, gatewayv1.HTTPQueryParamMatch{Name: gatewayv1.HTTPHeaderName(kv[i]), Value: kv[i+1]})
-	}
-	return m
-}
-
-func poolRef(name string, weight *int32) gatewayv1.HTTPBackendRef {
-	return backendRef(InferencePoolGroup, InferencePoolKind, name, weight)
-}
-
-func importRef(name string, weight *int32) gatewayv1.HTTPBackendRef {
-	return backendRef(InferencePoolImportGroup, InferencePoolImportKind, name, weight)
-}
-
-func backendRef(group, kind, name string, weight *int32) gatewayv1.HTTPBackendRef {
-	return gatewayv1.HTTPBackendRef{BackendRef: gatewayv1.BackendRef{
-		BackendObjectReference: gatewayv1.BackendObjectReference{
-			Group: ptr.To(gatewayv1.Group(group)), Kind: ptr.To(gatewayv1.Kind(kind)), Name: gatewayv1.ObjectName(name),
-		},
-		Weight: weight,
-	}}
-}
-
-// pool builds a local InferencePool whose EPP is the Service "<name>-epp".
-func pool(name string, mode poolv1.EndpointPickerFailureMode) *poolv1.InferencePool {
-	return &poolv1.InferencePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: poolv1.InferencePoolSpec{
-			Selector:          poolv1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-			TargetPorts:       []poolv1.Port{{Number: 8000}},
-			EndpointPickerRef: poolv1.EndpointPickerRef{Name: name + "-epp", Port: &poolv1.Port{Number: 9002}, FailureMode: mode},
-		},
-	}
-}
-
-// eppService builds the Service of a pool's EPP at a LoadBalancer address.
-func eppService(poolName, lbIP string) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: poolName + "-epp"},
-		Spec: corev1.ServiceSpec{
-			Type:      corev1.ServiceTypeLoadBalancer,
-			ClusterIP: "10.96.0.10",
-			Ports: []corev1.ServicePort{
-				{Name: "grpc-ext-proc", Port: 9002},
-				{Name: "grpc-health", Port: 9003},
-				{Name: "http-metrics", Port: 9090},
-			},
-		},
-		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: lbIP}}}},
-	}
-}
-
-// imported is one cluster entry of an import.
+// imported is one cluster entry of an import (sidecartest.Imported).
 type imported struct {
 	name, addr string
 	port       int32
@@ -131,81 +49,10 @@ type imported struct {
 
 // importOf builds an InferencePoolImport with EndpointMode (or ParentMode)
 // clusters whose EPP health and metrics ports are 9003 and 9090.
-func importOf(name string, clusters ...imported) *v1alpha1.InferencePoolImport {
-	imp := &v1alpha1.InferencePoolImport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+func importOf(name string, clusters ...imported) *v1alphaImport {
+	var cs []sidecartest.Imported
 	for _, c := range clusters {
-		ic := v1alpha1.ImportedCluster{Name: c.name, RoutingMode: v1alpha1.RoutingModeEndpoint, TargetPortNumber: 8000}
-		if c.parent != "" {
-			ic.RoutingMode = v1alpha1.RoutingModeParent
-			ic.Parents = []v1alpha1.ParentImport{{Name: "gw", Namespace: ns, Service: []v1alpha1.ServiceImport{{
-				Type: corev1.ServiceTypeLoadBalancer, Addresses: []string{c.parent}, Ports: []v1alpha1.Port{{Number: 80}, {Number: 443}},
-			}}}}
-		} else {
-			port := c.port
-			if port == 0 {
-				port = 9002
-			}
-			ic.EndpointPicker = v1alpha1.EndpointPickerImport{
-				Name:    name + "-epp",
-				Service: []v1alpha1.ServiceImport{{Type: corev1.ServiceTypeLoadBalancer, Addresses: []string{c.addr}, Ports: []v1alpha1.Port{{Number: port}}}},
-				Health:  &v1alpha1.HealthEndpoint{Port: 9003},
-				Metrics: &v1alpha1.MetricsEndpoint{Port: 9090},
-			}
-		}
-		ready := c.ready
-		if ready == "" {
-			ready = metav1.ConditionTrue
-		}
-		ic.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: ready, Reason: "Test"}}
-		imp.Status.Clusters = append(imp.Status.Clusters, ic)
+		cs = append(cs, sidecartest.Imported{Name: c.name, Addr: c.addr, Port: c.port, Ready: c.ready, Parent: c.parent})
 	}
-	return imp
-}
-
-type v1alphaImport = v1alpha1.InferencePoolImport
-
-// gateway builds a Gateway of ns with listeners; listener builds an HTTP
-// listener that allows what allowed says (nil: the API's default, routes of
-// the Gateway's namespace).
-func gateway(name string, listeners ...gatewayv1.Listener) *gatewayv1.Gateway {
-	return &gatewayv1.Gateway{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       gatewayv1.GatewaySpec{GatewayClassName: "inference", Listeners: listeners},
-	}
-}
-
-func listener(name string, port int32, hostname string, allowed *gatewayv1.AllowedRoutes) gatewayv1.Listener {
-	l := gatewayv1.Listener{Name: gatewayv1.SectionName(name), Port: gatewayv1.PortNumber(port), Protocol: gatewayv1.HTTPProtocolType, AllowedRoutes: allowed}
-	if hostname != "" {
-		l.Hostname = ptr.To(gatewayv1.Hostname(hostname))
-	}
-	return l
-}
-
-// fromNamespaces is an allowedRoutes of routes from the namespaces from
-// says (with selector for Selector).
-func fromNamespaces(from gatewayv1.FromNamespaces, selector *metav1.LabelSelector) *gatewayv1.AllowedRoutes {
-	return &gatewayv1.AllowedRoutes{Namespaces: &gatewayv1.RouteNamespaces{From: &from, Selector: selector}}
-}
-
-// gatewayClients returns a fake Gateway API clientset holding objs.
-// Gateways are added with their resource named: the fake's guess from the
-// kind would be "gatewaies".
-func gatewayClients(objs ...runtime.Object) *gatewayfake.Clientset {
-	var gateways []*gatewayv1.Gateway
-	var others []runtime.Object
-	for _, o := range objs {
-		if g, ok := o.(*gatewayv1.Gateway); ok {
-			gateways = append(gateways, g)
-		} else {
-			others = append(others, o)
-		}
-	}
-	c := gatewayfake.NewSimpleClientset(others...)
-	for _, g := range gateways {
-		if err := c.Tracker().Create(gatewayv1.SchemeGroupVersion.WithResource("gateways"), g, g.Namespace); err != nil {
-			panic(err)
-		}
-	}
-	return c
+	return sidecartest.Import(name, cs...)
 }

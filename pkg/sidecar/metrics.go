@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mci-dev/mci/pkg/eppprobe"
 )
 
 // Outcomes of a request, the outcome label of mci_sidecar_requests_total.
@@ -52,7 +54,7 @@ type Metrics struct {
 // NewMetrics registers the sidecar's metrics in reg. router and health feed
 // the EPP health gauges, which are derived at scrape time; either may be
 // nil.
-func NewMetrics(reg prometheus.Registerer, router *Router, health *HealthProber) *Metrics {
+func NewMetrics(reg prometheus.Registerer, router *Router, health *eppprobe.HealthProber) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mci_sidecar_requests_total",
@@ -163,7 +165,7 @@ var eppHealthDesc = prometheus.NewDesc("mci_sidecar_epp_healthy",
 // current table and the prober, rather than keeping copies up to date.
 type eppHealthCollector struct {
 	router *Router
-	health *HealthProber
+	health *eppprobe.HealthProber
 }
 
 func (c *eppHealthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- eppHealthDesc }
@@ -176,7 +178,7 @@ func (c *eppHealthCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		v := 0.0
-		switch c.health.Health(cl.Health) {
+		switch healthOf(c.health, cl.Health) {
 		case HealthServing:
 			v = 1
 		case HealthUnknown:

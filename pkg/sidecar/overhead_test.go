@@ -20,6 +20,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	extproctest "github.com/mci-dev/mci/test/extproc"
@@ -271,7 +272,7 @@ func overheadServer(role, eppAddr string) (srv interface {
 		}
 		router := NewRouter()
 		router.Publish(tbl)
-		prober := NewHealthProber(0, 0, DialPolicy{})
+		prober := eppprobe.NewHealthProber(eppprobe.HealthProberOptions{Dial: DialPolicy{}.options()})
 		prober.SetTargets([]string{net.JoinHostPort(host, portStr)})
 		reg := prometheus.NewRegistry()
 		cfg := ServerConfig{}
@@ -308,7 +309,7 @@ func overheadServer(role, eppAddr string) (srv interface {
 // prober when there is one.
 type sidecarServers struct {
 	*extproc.Servers
-	prober *HealthProber
+	prober *eppprobe.HealthProber
 }
 
 func (s sidecarServers) Run(ctx context.Context) error {

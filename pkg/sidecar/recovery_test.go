@@ -16,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/mci-dev/mci/pkg/eppprobe"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
@@ -47,7 +48,7 @@ func (r *restartableEPP) start(extProcAddr, healthAddr string) {
 	r.extProc, r.health = grpc.NewServer(), grpc.NewServer()
 	extprocv3.RegisterExternalProcessorServer(r.extProc, r.epp)
 	hs := health.NewServer()
-	hs.SetServingStatus(HealthService, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(eppprobe.HealthService, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(r.health, hs)
 	go func() { _ = r.extProc.Serve(lis) }()
 	go func() { _ = r.health.Serve(hlis) }()
@@ -102,9 +103,14 @@ func TestRecoveryAfterAnOutageLongerThanTheMaxBackoff(t *testing.T) {
 				Imports: []*v1alphaImport{imp},
 			})
 			router.Publish(tbl)
-			prober := NewHealthProber(probeInterval, 200*time.Millisecond, dial)
-			server := NewServer(router, liveState{health: prober}, ServerConfig{AttemptTimeout: time.Second, Dial: dial}, nil, logr.Discard())
-			prober.onServing = server.reconnect
+			var server *Server
+			prober := eppprobe.NewHealthProber(eppprobe.HealthProberOptions{
+				Interval:  probeInterval,
+				Timeout:   200 * time.Millisecond,
+				Dial:      dial.options(),
+				OnServing: func(addr string) { server.reconnect(addr) },
+			})
+			server = NewServer(router, liveState{health: prober}, ServerConfig{AttemptTimeout: time.Second, Dial: dial}, nil, logr.Discard())
 			t.Cleanup(server.Close)
 			var targets []string
 			for _, c := range tbl.Clusters() {

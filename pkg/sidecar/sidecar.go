@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 
+	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/imports"
@@ -46,7 +47,7 @@ type Config struct {
 	ScrapeInterval, ScrapeTimeout time.Duration
 	// MetricsTokenFile, when set, holds the bearer token sent with the
 	// scrapes of EPP metrics whose credentials Secret has no token of its
-	// own: in a pod, DefaultServiceAccountTokenFile. Re-read as it rotates.
+	// own: in a pod, eppprobe.DefaultServiceAccountTokenFile. Re-read as it rotates.
 	MetricsTokenFile string
 	// DrainTimeout bounds the wait for open streams at shutdown; zero:
 	// DefaultDrainTimeout.
@@ -61,8 +62,8 @@ type Sidecar struct {
 	router  *Router
 	watcher *Watcher
 	server  *Server
-	prober  *HealthProber
-	scraper *PoolScraper
+	prober  *eppprobe.HealthProber
+	scraper *eppprobe.PoolScraper
 	creds   *epptransport.Credentials
 	metrics *Metrics
 	// servers report readiness as an EPP does (so that gateways health-check
@@ -81,30 +82,35 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	if cfg.Server.Scheduling == (scheduling.Config{}) {
 		staleness = scheduling.DefaultConfig().MetricsStaleness
 	}
-	scraper, err := NewPoolScraper(PoolScraperOptions{
-		Interval:  cfg.ScrapeInterval,
-		Timeout:   cfg.ScrapeTimeout,
-		Staleness: staleness,
-		TokenFile: cfg.MetricsTokenFile,
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	creds := epptransport.NewCredentials(clients.Kube, cfg.SecretNamespaces, klog.Background().WithName("credentials"))
+	creds.RegisterMetrics(reg)
+	scraper, err := eppprobe.NewPoolScraper(eppprobe.PoolScraperOptions{
+		Interval:    cfg.ScrapeInterval,
+		Timeout:     cfg.ScrapeTimeout,
+		Staleness:   staleness,
+		TokenFile:   cfg.MetricsTokenFile,
+		Credentials: creds,
 	})
 	if err != nil {
 		return nil, err
 	}
-	s := &Sidecar{
-		cfg:     cfg,
-		router:  NewRouter(),
-		prober:  NewHealthProber(cfg.HealthInterval, cfg.HealthTimeout, cfg.Server.Dial),
-		scraper: scraper,
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s := &Sidecar{cfg: cfg, router: NewRouter(), scraper: scraper, creds: creds}
+	s.prober = eppprobe.NewHealthProber(eppprobe.HealthProberOptions{
+		Interval:    cfg.HealthInterval,
+		Timeout:     cfg.HealthTimeout,
+		Dial:        cfg.Server.Dial.options(),
+		Credentials: creds,
+		// The server is made below, and the prober runs only once New
+		// returns.
+		OnServing: func(addr string) { s.server.reconnect(addr) },
+	})
 	s.metrics = NewMetrics(reg, s.router, s.prober)
-	registerPoolMetricsState(reg, s.router, s.scraper)
+	reg.MustRegister(scraper.StateCollector(func() []eppprobe.ScrapedPool { return scrapedPools(s.router.Table()) }))
 	s.server = NewServer(s.router, liveState{health: s.prober, metrics: s.scraper}, cfg.Server, s.metrics, klog.Background().WithName("ext_proc"))
-	s.prober.onServing = s.server.reconnect
-	creds := epptransport.NewCredentials(clients.Kube, cfg.SecretNamespaces, klog.Background().WithName("credentials"))
-	creds.RegisterMetrics(reg)
-	s.useCredentials(creds)
+	// The server's relay reaches the EPPs with the same credentials.
+	s.server.relay.creds = creds
 	s.watcher = NewWatcher(clients, cfg.Watch, s.router, s.published)
 	servers, err := extproc.Listen(extproc.ServingOptions{
 		BindAddress: cfg.BindAddress,
@@ -205,15 +211,6 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	err := g.Wait()
 	s.server.Close()
 	return err
-}
-
-// useCredentials makes the sidecar's EPP streams, health checks and metric
-// scrapes reach their addresses with c.
-func (s *Sidecar) useCredentials(c *epptransport.Credentials) {
-	s.creds = c
-	s.server.relay.creds = c
-	s.prober.creds = c
-	s.scraper.creds = c
 }
 
 // credentialTargets are the addresses of t's clusters' EPPs and how each

@@ -22,6 +22,7 @@ import (
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
@@ -75,13 +76,13 @@ func NewOptions() *Options {
 		EPPAttemptTimeout:    sidecar.DefaultAttemptTimeout,
 		EPPReconnectDelay:    sidecar.DefaultReconnectMaxDelay,
 		EPPResponsePhase:     string(sidecar.ResponsePhaseRelay),
-		HealthInterval:       sidecar.DefaultHealthInterval,
-		HealthTimeout:        sidecar.DefaultHealthTimeout,
-		ScrapeInterval:       sidecar.DefaultScrapeInterval,
-		ScrapeTimeout:        sidecar.DefaultScrapeTimeout,
+		HealthInterval:       eppprobe.DefaultHealthInterval,
+		HealthTimeout:        eppprobe.DefaultHealthTimeout,
+		ScrapeInterval:       eppprobe.DefaultScrapeInterval,
+		ScrapeTimeout:        eppprobe.DefaultScrapeTimeout,
 		DrainTimeout:         sidecar.DefaultDrainTimeout,
 		Scheduling:           scheduling.DefaultConfig(),
-		EPPMetricsTokenFile:  sidecar.DefaultServiceAccountTokenFile,
+		EPPMetricsTokenFile:  eppprobe.DefaultServiceAccountTokenFile,
 	}
 }
 
@@ -179,7 +180,7 @@ func (o *Options) Validate() error {
 	if o.MaxRequestBodyBytes <= 0 {
 		errs = append(errs, errors.New("--max-request-body-bytes must be positive"))
 	}
-	if f := o.EPPMetricsTokenFile; f != "" && f != sidecar.DefaultServiceAccountTokenFile {
+	if f := o.EPPMetricsTokenFile; f != "" && f != eppprobe.DefaultServiceAccountTokenFile {
 		if _, err := os.Stat(f); err != nil {
 			errs = append(errs, fmt.Errorf("--epp-metrics-token-file: %w", err))
 		}
@@ -264,7 +265,7 @@ func (o *Options) Config() (sidecar.Config, error) {
 // the default ServiceAccount token file when the pod has none mounted
 // (automountServiceAccountToken: false, or not in a pod).
 func (o *Options) metricsTokenFile() string {
-	if o.EPPMetricsTokenFile == sidecar.DefaultServiceAccountTokenFile {
+	if o.EPPMetricsTokenFile == eppprobe.DefaultServiceAccountTokenFile {
 		if _, err := os.Stat(o.EPPMetricsTokenFile); err != nil {
 			return ""
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/sidecar"
 )
@@ -61,8 +62,8 @@ func TestOptions(t *testing.T) {
 		{
 			name: "without a mounted ServiceAccount token, scrapes carry none",
 			check: func(t *testing.T, cfg sidecar.Config) {
-				if _, err := os.Stat(sidecar.DefaultServiceAccountTokenFile); err == nil {
-					assert.Equal(t, sidecar.DefaultServiceAccountTokenFile, cfg.MetricsTokenFile, "this machine has a ServiceAccount token")
+				if _, err := os.Stat(eppprobe.DefaultServiceAccountTokenFile); err == nil {
+					assert.Equal(t, eppprobe.DefaultServiceAccountTokenFile, cfg.MetricsTokenFile, "this machine has a ServiceAccount token")
 					return
 				}
 				assert.Empty(t, cfg.MetricsTokenFile)

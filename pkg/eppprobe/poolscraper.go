@@ -1,4 +1,4 @@
-package sidecar
+package eppprobe
 
 import (
 	"bytes"
@@ -59,6 +59,9 @@ var MetricsStates = []MetricsState{MetricsFresh, MetricsStale, MetricsUnauthoriz
 // PoolScraperOptions configure a PoolScraper. Zero durations take the
 // defaults.
 type PoolScraperOptions struct {
+	// Credentials say how each URL is reached and which bearer token its
+	// credentials Secret names; nil: plaintext, and the token file only.
+	Credentials       *epptransport.Credentials
 	Interval, Timeout time.Duration
 	// Staleness is how old gauges may be and still be fresh: MetricsBased's
 	// scheduling.Config.MetricsStaleness.
@@ -85,8 +88,7 @@ type PoolScraper struct {
 	staleness time.Duration
 	// tokenFile is the file token's source; nil: no file token.
 	tokenFile transport.ResettableTokenSource
-	// creds say how each URL is reached; nil: plaintext.
-	creds *epptransport.Credentials
+	creds     *epptransport.Credentials
 
 	// tlsClients are the clients of the URLs scraped over TLS, each with
 	// the credentials of one version.
@@ -101,7 +103,7 @@ type scrapeResult struct {
 	// err says why the last scrape failed; nil when it did not.
 	err error
 	// pools are the last good gauges by pool name; nil before any.
-	pools map[string]*PoolMetrics
+	pools map[string]*metrics.PoolMetrics
 	// token says which token the last scrape sent.
 	token string
 }
@@ -118,12 +120,12 @@ type scrapeClient struct {
 func NewPoolScraper(o PoolScraperOptions) (*PoolScraper, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
-	s := &PoolScraper{client: &http.Client{Transport: tr}, timeout: o.Timeout, staleness: o.Staleness, tlsClients: map[string]scrapeClient{}}
-	if o.Interval <= 0 {
-		o.Interval = DefaultScrapeInterval
-	}
-	if s.timeout <= 0 {
-		s.timeout = DefaultScrapeTimeout
+	s := &PoolScraper{
+		client:     &http.Client{Transport: tr},
+		timeout:    positiveOr(o.Timeout, DefaultScrapeTimeout),
+		staleness:  o.Staleness,
+		creds:      o.Credentials,
+		tlsClients: map[string]scrapeClient{},
 	}
 	if o.TokenFile != "" {
 		if _, err := os.ReadFile(o.TokenFile); err != nil {
@@ -131,7 +133,7 @@ func NewPoolScraper(o PoolScraperOptions) (*PoolScraper, error) {
 		}
 		s.tokenFile = transport.NewCachedFileTokenSource(o.TokenFile)
 	}
-	s.poller = poll.New(o.Interval, s.scrape)
+	s.poller = poll.New(positiveOr(o.Interval, DefaultScrapeInterval), s.scrape)
 	s.poller.Forget = s.forget
 	return s, nil
 }
@@ -192,7 +194,7 @@ func (s *PoolScraper) SetTargets(urls []string) { s.poller.Set(urls) }
 
 // Get returns the latest gauges of pool (the series labelled with its name,
 // or the only series) at url, fresh or not; nil when none were read.
-func (s *PoolScraper) Get(url, pool string) *PoolMetrics {
+func (s *PoolScraper) Get(url, pool string) *metrics.PoolMetrics {
 	if url == "" {
 		return nil
 	}
@@ -203,7 +205,7 @@ func (s *PoolScraper) Get(url, pool string) *PoolMetrics {
 	return poolOf(r.pools, pool)
 }
 
-func poolOf(pools map[string]*PoolMetrics, pool string) *PoolMetrics {
+func poolOf(pools map[string]*metrics.PoolMetrics, pool string) *metrics.PoolMetrics {
 	if m, ok := pools[pool]; ok {
 		return m
 	}
@@ -366,30 +368,41 @@ const eppMetricsStateHelp = "State of each cluster's pool metrics as MetricsBase
 
 var eppMetricsStateDesc = prometheus.NewDesc("mci_sidecar_epp_metrics_state", eppMetricsStateHelp, []string{"cluster", "pool", "state"}, nil)
 
-// poolMetricsCollector derives the state gauges at scrape time from the
-// current table and the scraper.
-type poolMetricsCollector struct {
-	router  *Router
+// ScrapedPool is a cluster's pool and the metrics URL of its EPP: a series
+// of mci_sidecar_epp_metrics_state when the URL is scraped.
+type ScrapedPool struct {
+	// Cluster names the cluster; Pool is the pool's "namespace/name".
+	Cluster, Pool string
+	// URL is the EPP's metrics URL.
+	URL string
+}
+
+// stateCollector derives the state gauges at scrape time from the pools
+// the sidecar routes to and the scraper.
+type stateCollector struct {
+	pools   func() []ScrapedPool
 	scraper *PoolScraper
 }
 
-// registerPoolMetricsState registers mci_sidecar_epp_metrics_state in reg.
-func registerPoolMetricsState(reg prometheus.Registerer, router *Router, scraper *PoolScraper) {
-	reg.MustRegister(&poolMetricsCollector{router: router, scraper: scraper})
+// StateCollector is mci_sidecar_epp_metrics_state: for each distinct
+// cluster and pool of pools() whose URL s scrapes, the state of its metrics
+// (one-hot). pools is called at each collection.
+func (s *PoolScraper) StateCollector(pools func() []ScrapedPool) prometheus.Collector {
+	return &stateCollector{pools: pools, scraper: s}
 }
 
-func (c *poolMetricsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- eppMetricsStateDesc }
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- eppMetricsStateDesc }
 
-func (c *poolMetricsCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
 	seen := map[[2]string]bool{}
-	for _, cl := range c.router.Table().Clusters() {
-		k := [2]string{cl.Name, cl.Pool}
+	for _, p := range c.pools() {
+		k := [2]string{p.Cluster, p.Pool}
 		if seen[k] {
 			continue
 		}
-		_, pool, _ := strings.Cut(cl.Pool, "/")
-		state, _, ok := c.scraper.State(cl.Metrics, pool, now)
+		_, pool, _ := strings.Cut(p.Pool, "/")
+		state, _, ok := c.scraper.State(p.URL, pool, now)
 		if !ok {
 			continue
 		}
@@ -399,7 +412,7 @@ func (c *poolMetricsCollector) Collect(ch chan<- prometheus.Metric) {
 			if s == state {
 				v = 1
 			}
-			ch <- prometheus.MustNewConstMetric(eppMetricsStateDesc, prometheus.GaugeValue, v, cl.Name, cl.Pool, string(s))
+			ch <- prometheus.MustNewConstMetric(eppMetricsStateDesc, prometheus.GaugeValue, v, p.Cluster, p.Pool, string(s))
 		}
 	}
 }

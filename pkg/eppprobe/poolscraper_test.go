@@ -1,4 +1,4 @@
-package sidecar
+package eppprobe
 
 import (
 	"bytes"
@@ -29,9 +29,13 @@ import (
 	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/epptransport/epptransporttest"
+	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/metrics"
 	"github.com/mci-dev/mci/test/tlstest"
 )
+
+// ns is the namespace of the tests' pools and Secrets.
+const ns = "example"
 
 // gauges is a pool's page under the GIE names.
 func gauges(pool string, queue int) string {
@@ -122,19 +126,11 @@ func (l *logLines) count(substr string) int {
 
 func runScraper(t *testing.T, s *PoolScraper, logs *logLines) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 	if logs != nil {
 		ctx = klog.NewContext(ctx, logs.logger())
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = s.Run(ctx)
-		close(done)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	runUntilTheEnd(t, ctx, s.Run)
 }
 
 func writeToken(t *testing.T, path, token string) {
@@ -325,14 +321,13 @@ func TestPoolScraperSendsTheTokenOfTheCredentialsSecret(t *testing.T) {
 
 	kube := kubefake.NewSimpleClientset(epptransporttest.Secret(ns, "epp-creds", map[string][]byte{"ca.crt": serving.CAPEM, epptransport.SecretTokenKey: []byte("secret-token\n")}))
 	creds := epptransporttest.Run(t, kube, ns)
-	creds.SetTargets(credentialTargets(&Table{shimList: []*Backend{{Clusters: []*Cluster{{Name: "cluster-a", Pool: ns + "/llm", Metrics: url, MetricsTransport: epptransport.PortTransport{TLS: true, Secret: types.NamespacedName{Namespace: ns, Name: "epp-creds"}, Namespace: ns}}}}}}))
+	creds.SetTargets([]epptransport.Target{{Addr: url, Cluster: "cluster-a", Port: imports.PortMetrics, Transport: epptransport.PortTransport{TLS: true, Secret: types.NamespacedName{Namespace: ns, Name: "epp-creds"}, Namespace: ns}}})
 
 	// The Secret's token wins over the token file.
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	writeToken(t, tokenFile, "file-token")
-	s, err := NewPoolScraper(PoolScraperOptions{Interval: 20 * time.Millisecond, Timeout: time.Second, Staleness: time.Minute, TokenFile: tokenFile})
+	s, err := NewPoolScraper(PoolScraperOptions{Interval: 20 * time.Millisecond, Timeout: time.Second, Staleness: time.Minute, TokenFile: tokenFile, Credentials: creds})
 	require.NoError(t, err)
-	s.creds = creds
 	s.SetTargets([]string{url})
 	runScraper(t, s, nil)
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -350,13 +345,13 @@ func TestEPPMetricsStateMetric(t *testing.T) {
 	m := newMetricsServer(t, gauges("llm", 1), "wanted")
 	s, err := NewPoolScraper(PoolScraperOptions{Interval: 20 * time.Millisecond, Timeout: time.Second})
 	require.NoError(t, err)
-	router := NewRouter()
-	router.Publish(&Table{shimList: []*Backend{{Clusters: []*Cluster{
-		{Name: "cluster-a", Pool: ns + "/llm", Metrics: m.URL},
-		{Name: "cluster-c", Pool: ns + "/llm", Metrics: "http://127.0.0.1:1/not-scraped"},
-	}}}})
+	pools := []ScrapedPool{
+		{Cluster: "cluster-a", Pool: ns + "/llm", URL: m.URL},
+		{Cluster: "cluster-a", Pool: ns + "/llm", URL: m.URL},
+		{Cluster: "cluster-c", Pool: ns + "/llm", URL: "http://127.0.0.1:1/not-scraped"},
+	}
 	reg := prometheus.NewRegistry()
-	registerPoolMetricsState(reg, router, s)
+	reg.MustRegister(s.StateCollector(func() []ScrapedPool { return pools }))
 	s.SetTargets([]string{m.URL})
 	runScraper(t, s, nil)
 	want := func(state MetricsState) string {

@@ -395,6 +395,43 @@ func TestLinkFaults(t *testing.T) {
 		l.waitConverged(t, ctx, convergence)
 	})
 
+	t.Run("a client cut off from the aggregator catches up after the heal", func(t *testing.T) {
+		// An informer in cluster-c that reaches its kube-apiserver (and so
+		// the aggregator) through ClientLink: the client's own partition.
+		cfg, err := l.cs.ClientConfig("cluster-c")
+		require.NoError(t, err)
+		factory := mciinformers.NewSharedInformerFactoryWithOptions(mciclient.NewForConfigOrDie(cfg), 0, mciinformers.WithNamespace(linkNS))
+		inf := factory.Inference().V1alpha1().InferencePoolImports().Informer()
+		infCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go inf.RunWithContext(infCtx)
+		require.True(t, cache.WaitForCacheSync(ctx.Done(), inf.HasSynced))
+		informed := func(ctx context.Context) (bool, string) {
+			var stored []*v1alpha1.InferencePoolImport
+			for _, o := range inf.GetStore().List() {
+				stored = append(stored, o.(*v1alpha1.InferencePoolImport))
+			}
+			got := importState(stored)
+			return got == l.want("cluster-c"), got
+		}
+		eventually(t, ctx, convergence, informed)
+
+		link, err := l.cs.ClientLink("cluster-c")
+		require.NoError(t, err)
+		link.Cut()
+		defer func() { _ = link.Heal() }()
+		l.export(t, ctx, "cluster-a", "while-client-cut")
+		time.Sleep(partitionHold)
+		require.NoError(t, link.Heal())
+		healed := time.Now()
+		// client-go's reflector retries on its own backoff (up to 30s
+		// between attempts): the figure is the client's, not mci's.
+		eventually(t, ctx, 45*time.Second, informed)
+		t.Logf("client link to cluster-c cut for %s: heal -> the client's informer equal to the truth in %s (client-go's reflector backoff)",
+			partitionHold, time.Since(healed).Round(10*time.Millisecond))
+		l.waitConverged(t, ctx, convergence)
+	})
+
 	t.Run("a replica restart during a member partition during a Secret rotation loses no import", func(t *testing.T) {
 		a, b := l.clusters["cluster-a"], l.clusters["cluster-b"]
 		ka, err := l.cs.Cluster("cluster-a")

@@ -40,13 +40,17 @@ type Cache struct {
 
 	mu      sync.RWMutex
 	members map[string]*member
+	// replacing are members reconnected with a new kubeconfig (rotated
+	// credentials) that have not listed yet; members keeps the one they
+	// replace until they have.
+	replacing map[string]*member
 	// sorted is the members sorted by name, rebuilt when membership changes.
 	sorted []*member
 }
 
 // New returns a Cache; Run starts it.
 func New(opts Options, handler Handler) *Cache {
-	return &Cache{opts: opts, handler: handler, members: map[string]*member{}}
+	return &Cache{opts: opts, handler: handler, members: map[string]*member{}, replacing: map[string]*member{}}
 }
 
 // LocalName is the name of the local cluster.
@@ -77,7 +81,10 @@ func (c *Cache) Run(ctx context.Context, sources ...Source) error {
 	<-ctx.Done()
 	c.mu.Lock()
 	members := c.sorted
-	c.members, c.sorted = map[string]*member{}, nil
+	for _, m := range c.replacing {
+		members = append(members, m)
+	}
+	c.members, c.sorted, c.replacing = map[string]*member{}, nil, map[string]*member{}
 	c.mu.Unlock()
 	for _, m := range members {
 		m.stop()
@@ -105,9 +112,14 @@ func (c *Cache) apply(ctx context.Context, ch change) {
 // setMember starts (or restarts, when its source changed) one member.
 func (c *Cache) setMember(name, source string, config *rest.Config) error {
 	c.mu.RLock()
-	old, ctx := c.members[name], c.ctx
+	old, replacing, ctx := c.members[name], c.replacing[name], c.ctx
 	c.mu.RUnlock()
 	if old != nil && old.source == source {
+		// Back to the source in use: a replacement still listing is moot.
+		c.dropReplacement(name, nil)
+		return nil
+	}
+	if replacing != nil && replacing.source == source {
 		return nil
 	}
 	m, err := newMember(name, source, config, c.handler)
@@ -122,16 +134,41 @@ func (c *Cache) setMember(name, source string, config *rest.Config) error {
 		th.removeAfter = 0
 	}
 	m.start(ctx, th)
-	if old != nil {
-		// A reconnected member (rotated credentials) replaces the old one
-		// only once it has listed, so its imports do not flap while its
-		// cache fills. An unreachable one is swapped in after the
-		// threshold, and is then flagged as such.
-		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, c.opts.UnreachableAfter, true, func(context.Context) (bool, error) {
-			return m.hasSynced(), nil
-		})
+	if old == nil {
+		c.mu.Lock()
+		c.members[name] = m
+		c.resort()
+		c.mu.Unlock()
+		c.handler(Event{Member: name, Kind: KindMember})
+		return nil
+	}
+	// A reconnected member (rotated credentials) replaces the old one only
+	// once it has listed, so its imports do not flap while its cache
+	// fills; however long it cannot list (the member is partitioned, or
+	// the new credentials do not work), the old one keeps serving the
+	// member's last known data, flagged by its own probe if it fails too.
+	// Swapping in a replacement that has listed nothing would drop every
+	// pool the member exports.
+	c.dropReplacement(name, m)
+	go c.replaceWhenSynced(name, m)
+	return nil
+}
+
+// replaceWhenSynced puts m in the place of the member it replaces once it
+// has listed, unless it was dropped (superseded, removed, shut down).
+func (c *Cache) replaceWhenSynced(name string, m *member) {
+	if err := wait.PollUntilContextCancel(m.ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		return m.hasSynced(), nil
+	}); err != nil {
+		return
 	}
 	c.mu.Lock()
+	if c.replacing[name] != m {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.replacing, name)
+	old := c.members[name]
 	c.members[name] = m
 	c.resort()
 	c.mu.Unlock()
@@ -139,10 +176,26 @@ func (c *Cache) setMember(name, source string, config *rest.Config) error {
 		old.stop()
 	}
 	c.handler(Event{Member: name, Kind: KindMember})
-	return nil
+}
+
+// dropReplacement stops the replacement of member name that is still
+// listing, if any, and records next (nil: none) in its place.
+func (c *Cache) dropReplacement(name string, next *member) {
+	c.mu.Lock()
+	prev := c.replacing[name]
+	if next != nil {
+		c.replacing[name] = next
+	} else {
+		delete(c.replacing, name)
+	}
+	c.mu.Unlock()
+	if prev != nil {
+		prev.stop()
+	}
 }
 
 func (c *Cache) removeMember(name string) {
+	c.dropReplacement(name, nil)
 	c.mu.Lock()
 	m := c.members[name]
 	delete(c.members, name)

@@ -293,3 +293,93 @@ func (l testLog) Write(p []byte) (int, error) {
 	l.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// reportingSource reports whatever the test sends it.
+type reportingSource chan map[string]MemberConfig
+
+func (s reportingSource) Name() string { return "reporting" }
+
+func (s reportingSource) Run(ctx context.Context, report func(string, map[string]MemberConfig)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case members := <-s:
+			report(s.Name(), members)
+		}
+	}
+}
+
+// A member whose kubeconfig changes (rotated credentials) while it is cut
+// off: the replacement cannot list, and used to be swapped in after the
+// unreachable threshold with an empty cache, which dropped every pool the
+// member exported until the link came back.
+func TestARotationDuringAPartitionKeepsTheMembersLastKnownData(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a kube-apiserver and etcd")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	cs, err := clusterset.Up(ctx, clusterset.Options{Dir: t.TempDir(), Clusters: []string{"rotation"}, Log: testLog{t}})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, cs.Stop()) })
+	local := cs.Clusters[0].Config
+
+	const ns, name = "rotation", "pool"
+	_, err = kubernetes.NewForConfigOrDie(local).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	pool := &poolv1.InferencePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{v1alpha1.ExportAnnotation: v1alpha1.ExportScopeClusterSet}},
+		Spec: poolv1.InferencePoolSpec{
+			Selector:          poolv1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			TargetPorts:       []poolv1.Port{{Number: 8000}},
+			EndpointPickerRef: poolv1.EndpointPickerRef{Name: "epp", Port: &poolv1.Port{Number: 9002}},
+		},
+	}
+	_, err = mciclient.NewForConfigOrDie(local).InferencePoolV1().InferencePools(ns).Create(ctx, pool, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	proxy := newCutProxy(t, strings.TrimPrefix(local.Host, "https://"))
+	remote := rest.CopyConfig(local)
+	remote.Host = "https://" + proxy.addr()
+	const threshold = time.Second
+	cache := New(Options{ClusterSetName: "test", LocalName: "local", Local: local, UnreachableAfter: threshold, RemoveAfter: time.Minute}, func(Event) {})
+	source := make(reportingSource, 1)
+	source <- map[string]MemberConfig{"remote": {rest: remote, fingerprint: "1"}}
+	go func() { _ = cache.Run(ctx, source) }()
+	imported := func() bool {
+		imp, ok := imports.Import(cache.Snapshot(), ns, name)
+		return ok && len(imp.Status.Clusters) == 1 && imp.Status.Clusters[0].Name == "remote"
+	}
+	unreachable := func() bool {
+		for _, m := range cache.Snapshot().Members {
+			if m.Name == "remote" {
+				return m.Unreachable != nil
+			}
+		}
+		return false
+	}
+	require.Eventually(t, func() bool { return cache.Ready() == nil && imported() }, time.Minute, 50*time.Millisecond)
+
+	proxy.setCut(true)
+	require.Eventually(t, unreachable, 10*time.Second, 20*time.Millisecond)
+	source <- map[string]MemberConfig{"remote": {rest: remote, fingerprint: "2"}}
+	// Well past the time at which the replacement used to be swapped in:
+	// its start (discovery, whose requests client-go retries on a reset
+	// connection for about 10s) and then the threshold.
+	rotated := time.Now()
+	assert.Never(t, func() bool { return !imported() || !unreachable() }, 20*time.Second, 50*time.Millisecond,
+		"a rotated member that cannot list yet keeps its last known data, flagged")
+	t.Logf("last known data kept %s after the rotation", time.Since(rotated).Round(100*time.Millisecond))
+
+	proxy.setCut(false)
+	healed := time.Now()
+	inUse := func() bool {
+		cache.mu.RLock()
+		defer cache.mu.RUnlock()
+		return cache.members["remote"].source == "reporting#2"
+	}
+	require.Eventually(t, func() bool { return inUse() && imported() && !unreachable() }, 30*time.Second, 20*time.Millisecond,
+		"the rotated kubeconfig is in use once it has listed")
+	t.Logf("rotated kubeconfig in use %s after the heal", time.Since(healed).Round(10*time.Millisecond))
+}

@@ -37,12 +37,19 @@ import (
 )
 
 const (
-	// probeTimeout bounds one reachability probe of a member apiserver.
+	// probeTimeout is the least time a reachability probe of a member
+	// apiserver is given; it is given the unreachable threshold when that
+	// is longer (probeTimeoutFor).
 	probeTimeout = 2 * time.Second
 	// probeInterval is how often a reachable member is probed.
 	probeInterval = time.Second
-	// probeMaxInterval caps the backoff between probes of a failing member.
-	probeMaxInterval = 10 * time.Second
+	// probeMaxInterval caps the backoff between probes of a failing
+	// member. A failing member's recovery is noticed by its next probe, and
+	// until then its informers wait (see linkGate): a longer cap would
+	// keep every view of it stale for that long after a partition heals.
+	// A probe of a failing member is one refused connection or one pending
+	// request, and the jitter keeps replicas out of step.
+	probeMaxInterval = probeInterval
 	// discoveryTimeout bounds asking a member which APIs it serves.
 	discoveryTimeout = 5 * time.Second
 )
@@ -60,15 +67,19 @@ type member struct {
 	// changed Secret or file reconnects it.
 	source string
 
-	kube      kubernetes.Interface
-	mci       mciclient.Interface
-	gateway   gatewayclient.Interface
-	discovery discovery.DiscoveryInterface
-	ctx       context.Context
-	cancel    context.CancelFunc
-	done      chan struct{}
-	synced    []cache.InformerSynced
-	handler   Handler
+	kube kubernetes.Interface
+	// gate holds the requests of kube, mci, gateway and discovery while
+	// the probe cannot reach the member; probeClient goes around it.
+	gate        *linkGate
+	probeClient rest.Interface
+	mci         mciclient.Interface
+	gateway     gatewayclient.Interface
+	discovery   discovery.DiscoveryInterface
+	ctx         context.Context
+	cancel      context.CancelFunc
+	done        chan struct{}
+	synced      []cache.InformerSynced
+	handler     Handler
 
 	namespaces     corev1listers.NamespaceLister
 	pools          poollisters.InferencePoolLister
@@ -149,26 +160,30 @@ func newMember(name, source string, config *rest.Config, handler Handler) (*memb
 		config.QPS = 50
 		config.Burst = 100
 	}
-	kube, err := kubernetes.NewForConfig(config)
+	// The probe goes around the gate: it is what opens it again.
+	probe, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
-	mci, err := mciclient.NewForConfig(config)
-	if err != nil {
+	m := &member{name: name, source: source, gate: newLinkGate(), probeClient: probe.Discovery().RESTClient(), handler: handler}
+	gated := rest.CopyConfig(config)
+	gated.Wrap(m.gate.wrap)
+	if m.kube, err = kubernetes.NewForConfig(gated); err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
-	gw, err := gatewayclient.NewForConfig(config)
-	if err != nil {
+	if m.mci, err = mciclient.NewForConfig(gated); err != nil {
+		return nil, fmt.Errorf("member %s: %w", name, err)
+	}
+	if m.gateway, err = gatewayclient.NewForConfig(gated); err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
 	// Discovery at start-up must not wait forever on a hung member.
-	bounded := rest.CopyConfig(config)
+	bounded := rest.CopyConfig(gated)
 	bounded.Timeout = discoveryTimeout
-	disc, err := discovery.NewDiscoveryClientForConfig(bounded)
-	if err != nil {
+	if m.discovery, err = discovery.NewDiscoveryClientForConfig(bounded); err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
-	return &member{name: name, source: source, kube: kube, mci: mci, gateway: gw, discovery: disc, handler: handler}, nil
+	return m, nil
 }
 
 // start begins watching the member. Resources whose API the member does not
@@ -241,7 +256,7 @@ func (m *member) start(ctx context.Context, th thresholds) {
 
 	go func() {
 		defer close(m.done)
-		m.probeLoop(ctx, kube.Discovery().RESTClient(), th)
+		m.probeLoop(ctx, m.probeClient, th)
 	}()
 	logger.V(2).Info("Watching member")
 }
@@ -445,7 +460,7 @@ func (m *member) probeLoop(ctx context.Context, client rest.Interface, th thresh
 	for {
 		started := time.Now()
 		result := make(chan error, 1)
-		go func() { result <- m.probe(ctx, client) }()
+		go func() { result <- m.probe(ctx, client, th) }()
 		// A failing member crosses its thresholds on time even while a
 		// probe hangs (a paused apiserver answers nothing until the
 		// probe's timeout): no answer yet is no recovery.
@@ -462,6 +477,7 @@ func (m *member) probeLoop(ctx context.Context, client rest.Interface, th thresh
 				answered = true
 			case <-threshold:
 				if m.crossThresholds(time.Now(), th) {
+					m.gate.hold()
 					notify(m.pendingProbeError())
 				}
 			}
@@ -473,6 +489,12 @@ func (m *member) probeLoop(ctx context.Context, client rest.Interface, th thresh
 			return // shutting down
 		}
 		changed, untilNext := m.assess(started, time.Now(), err, th)
+		switch {
+		case err == nil || reachedServer(err):
+			m.gate.release()
+		default:
+			m.gate.hold()
+		}
 		if changed {
 			notify(err)
 		}
@@ -511,13 +533,31 @@ func (m *member) pendingProbeError() error {
 	return fmt.Errorf("%s (the latest probe has not answered yet)", m.lastError)
 }
 
+// probeTimeoutFor gives a probe as long as the unreachable threshold (at
+// least probeTimeout): a member that answers at all within the threshold
+// is reachable, however slow its link (a 2s link to a member is slow, not
+// down). A member that does not answer is flagged on time all the same:
+// untilThreshold counts from its last answer while a probe is pending.
+func probeTimeoutFor(th thresholds) time.Duration {
+	return max(probeTimeout, th.unreachableAfter)
+}
+
+// reachedServer reports whether a failed probe got an HTTP answer (an
+// error status): the member's apiserver is reachable though not ready, so
+// its informers need not wait.
+func reachedServer(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status)
+}
+
 func probeBackoff() wait.Backoff {
 	return wait.Backoff{Duration: probeInterval, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: probeMaxInterval}
 }
 
-// probe asks the member apiserver whether it is ready, within probeTimeout.
-func (m *member) probe(ctx context.Context, client rest.Interface) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+// probe asks the member apiserver whether it is ready, within
+// probeTimeoutFor the member's threshold.
+func (m *member) probe(ctx context.Context, client rest.Interface, th thresholds) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeoutFor(th))
 	defer cancel()
 	// No retries: a connection refused or reset is the answer.
 	return client.Get().AbsPath("/readyz").MaxRetries(0).Do(ctx).Error()
@@ -550,9 +590,15 @@ func (m *member) assess(started, now time.Time, err error, th thresholds) (chang
 
 // crossThresholds flags a failing member unreachable, then removed, once it
 // has failed for as long as their thresholds, and reports whether it did.
+// It is called while a probe is pending: a member that has not answered
+// for the unreachable threshold since its last answer is failing since
+// then, whether or not its pending probe has timed out yet.
 func (m *member) crossThresholds(now time.Time, th thresholds) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.failingSince.IsZero() && !m.lastAnswered.IsZero() && now.Sub(m.lastAnswered) >= th.unreachableAfter {
+		m.failingSince = m.lastAnswered
+	}
 	return m.crossThresholdsLocked(now, th)
 }
 
@@ -571,10 +617,15 @@ func (m *member) crossThresholdsLocked(now time.Time, th thresholds) (changed bo
 }
 
 // untilThreshold is how long until a failing member crosses its next
-// threshold; 0 when it is not failing or has crossed them all.
+// threshold; 0 when it is not failing or has crossed them all. It is
+// asked while a probe is pending: a member not failing yet crosses the
+// unreachable threshold that long after its last answer.
 func (m *member) untilThreshold(now time.Time, th thresholds) time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.failingSince.IsZero() && !m.lastAnswered.IsZero() {
+		return max(m.lastAnswered.Add(th.unreachableAfter).Sub(now), time.Nanosecond)
+	}
 	return m.untilThresholdLocked(now, th)
 }
 

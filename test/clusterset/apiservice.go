@@ -43,7 +43,7 @@ var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io",
 // mciAPIServerProcess is the contract between this harness and
 // cmd/mci-apiserver: the flags below are all it is given. Replica 0 is
 // named after its cluster alone, replica r > 0 gets a "-<r>" suffix.
-func mciAPIServerProcess(dir, binary, cluster string, replica, port int, unreachableAfter, removeAfter time.Duration) *process {
+func mciAPIServerProcess(dir, binary, cluster, membersDir string, replica, port int, unreachableAfter, removeAfter time.Duration) *process {
 	kubeconfig := filepath.Join(dir, cluster+".kubeconfig")
 	name := cluster + "-mci-apiserver"
 	if replica > 0 {
@@ -60,7 +60,7 @@ func mciAPIServerProcess(dir, binary, cluster string, replica, port int, unreach
 			"--kubeconfig=" + kubeconfig,
 			"--authentication-kubeconfig=" + kubeconfig,
 			"--authorization-kubeconfig=" + kubeconfig,
-			"--member-kubeconfig-dir=" + filepath.Join(dir, "members"),
+			"--member-kubeconfig-dir=" + membersDir,
 			"--namespace=" + MCIAPIServerNamespace,
 			fmt.Sprintf("--secure-port=%d", port),
 			"--bind-address=127.0.0.1",

@@ -79,6 +79,9 @@ type ClusterSet struct {
 	log              io.Writer
 	started          time.Time
 
+	// links are the link proxies of Options.Links (links.go); nil without.
+	links *linkServer
+
 	// dataPath are the servers of StartDataPath (datapath.go).
 	dataPath []*process
 }
@@ -205,6 +208,11 @@ func (cs *ClusterSet) up(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
+	if opts.Links {
+		if err := cs.startLinks(); err != nil {
+			return err
+		}
+	}
 	if err := cs.writeMembers(); err != nil {
 		return err
 	}
@@ -213,7 +221,7 @@ func (cs *ClusterSet) up(ctx context.Context, opts Options) error {
 		for i, c := range cs.Clusters {
 			own := ports[2+len(cs.Clusters)+i*perCluster:][:perCluster]
 			for r := range cs.replicas {
-				p := mciAPIServerProcess(cs.Dir, cs.mciBinary, c.Name, r, own[r], cs.unreachableAfter, cs.removeAfter)
+				p := mciAPIServerProcess(cs.Dir, cs.mciBinary, c.Name, cs.MemberKubeconfigDir(c.Name), r, own[r], cs.unreachableAfter, cs.removeAfter)
 				if r == 0 {
 					c.mciAPIServer = p
 				} else {
@@ -246,7 +254,7 @@ func (cs *ClusterSet) up(ctx context.Context, opts Options) error {
 // entries this package writes, never the directory itself, which a user may
 // have pointed anywhere. The previous logs are kept aside for inspection.
 func prepareDir(dir string) error {
-	for _, sub := range []string{"etcd", "pki", "members", stateFile, "logs.previous"} {
+	for _, sub := range []string{"etcd", "pki", "members", linkMembersDir, stateFile, "logs.previous"} {
 		if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
 			return fmt.Errorf("clearing %s: %w", dir, err)
 		}
@@ -298,12 +306,32 @@ func (cs *ClusterSet) installBasics(ctx context.Context, c *Cluster, crds []*uns
 
 // writeMembers writes the kubeconfig of every cluster for the read-only
 // member identity. Every mci-apiserver gets the whole directory and skips
-// its own cluster, as with a real ClusterSet's member list.
+// its own cluster, as with a real ClusterSet's member list. With links,
+// each cluster's mci-apiservers get a directory of their own whose
+// kubeconfigs point at their member links.
 func (cs *ClusterSet) writeMembers() error {
 	for _, c := range cs.Clusters {
 		cfg := kubeconfig(c.Name, c.Server, cs.pki.servingCA.certPEM, memberReaderUser, cs.pki.memberReader)
 		if err := writeKubeconfig(filepath.Join(cs.MembersDir(), c.Name+".kubeconfig"), cfg); err != nil {
 			return err
+		}
+	}
+	if cs.links == nil {
+		return nil
+	}
+	for _, w := range cs.Clusters {
+		for _, c := range cs.Clusters {
+			server := c.Server
+			if c != w {
+				var err error
+				if server, err = cs.MemberServer(w.Name, c.Name); err != nil {
+					return err
+				}
+			}
+			cfg := kubeconfig(c.Name, server, cs.pki.servingCA.certPEM, memberReaderUser, cs.pki.memberReader)
+			if err := writeKubeconfig(filepath.Join(cs.MemberKubeconfigDir(w.Name), c.Name+".kubeconfig"), cfg); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -345,6 +373,9 @@ func (cs *ClusterSet) Stop() error {
 		if c.front != nil {
 			c.front.close()
 		}
+	}
+	if cs.links != nil {
+		cs.links.close()
 	}
 	return err
 }

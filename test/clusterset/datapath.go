@@ -62,7 +62,10 @@ const (
 	eppHealthPort       = 9003
 	eppMetricsPort      = 9090
 	eppHost             = 100
-	dataPathTimeout     = 90 * time.Second
+	// eppLinkedHost is where the EPP listens when a link takes its
+	// Service address (Options.Links).
+	eppLinkedHost   = 101
+	dataPathTimeout = 90 * time.Second
 	// simulatorInstanceHeader is test/simulator's InstanceHeader, which
 	// this package cannot import: pkg/discovery's tests import this
 	// package, and test/simulator imports pkg/discovery.
@@ -255,14 +258,23 @@ func (cs *ClusterSet) StartDataPath(ctx context.Context, opts DataPathOptions) (
 			return nil, err
 		}
 		c, _ := cs.Cluster(cluster)
+		// With links, the EPP listens on an address of its own and the
+		// link on the Service's, which the sidecar dials.
+		listenIP := eppIP
+		if cs.links != nil {
+			listenIP = opts.ip(cs, cluster, eppLinkedHost)
+			if err := cs.startEPPLink(cluster, eppIP, listenIP, eppGRPCPort, eppHealthPort, eppMetricsPort); err != nil {
+				return nil, err
+			}
+		}
 		p := cs.dataPathProcess(cluster+"-mci-epp", bin("mci-epp"), eppGRPCPort,
 			"--pool-name="+DataPathPool, "--pool-namespace="+DataPathNamespace, "--kubeconfig="+c.Kubeconfig,
-			"--bind-address="+eppIP, "--base-models="+DataPathModel, "-v=2")
-		cs.progress("starting %s for %s/%s on %s", p.Name, DataPathNamespace, DataPathPool, net.JoinHostPort(eppIP, strconv.Itoa(eppGRPCPort)))
+			"--bind-address="+listenIP, "--base-models="+DataPathModel, "-v=2")
+		cs.progress("starting %s for %s/%s on %s", p.Name, DataPathNamespace, DataPathPool, net.JoinHostPort(listenIP, strconv.Itoa(eppGRPCPort)))
 		if err := cs.startDataPathProcess(p); err != nil {
 			return nil, err
 		}
-		wait = append(wait, awaited{p, grpcServing(net.JoinHostPort(eppIP, strconv.Itoa(eppHealthPort)))})
+		wait = append(wait, awaited{p, grpcServing(net.JoinHostPort(listenIP, strconv.Itoa(eppHealthPort)))})
 	}
 
 	gwIP := opts.ip(cs, opts.GatewayCluster, 1)

@@ -41,6 +41,12 @@ type Options struct {
 	// server's default when 0. The server requires it to exceed
 	// --member-unreachable-after (whose default is 10s).
 	MemberRemoveAfter time.Duration
+	// Links puts a controllable TCP proxy on each link between an
+	// mci-apiserver and a member it watches, between a test client and each
+	// kube-apiserver, and (with StartDataPath) between mci-sidecar and each
+	// EPP: see MemberLink, ClientLink, EPPLink. The proxies run in the
+	// calling process, so Links cannot be Detached.
+	Links bool
 	// Detached servers outlive the calling process (`make clusterset-up`):
 	// they run in their own session, are recorded in <Dir>/state.json, and
 	// Down stops them. Up then reuses a healthy ClusterSet found in Dir.
@@ -84,6 +90,9 @@ func (o *Options) complete() error {
 		return fmt.Errorf("clusterset: Options.Replicas is %d", o.Replicas)
 	case o.Replicas > 1 && o.Detached:
 		return errors.New("clusterset: Options.Replicas > 1 needs an attached ClusterSet: the front that spreads connections over the replicas runs in the calling process")
+	}
+	if o.Links && o.Detached {
+		return errors.New("clusterset: Options.Links needs an attached ClusterSet: the link proxies run in the calling process")
 	}
 	if o.MemberUnreachableAfter < 0 {
 		return fmt.Errorf("clusterset: Options.MemberUnreachableAfter is %s", o.MemberUnreachableAfter)

@@ -153,17 +153,21 @@ func formatValue(v float64) string {
 	return fmt.Sprintf("%.3g", v)
 }
 
-// sectionOrder is the order of the measurements.
-var sectionOrder = []string{"convergence", "write amplification", "list and watch", "memory", "data path", "scheduling"}
+// sectionOrder is the order of the measurements; other sections
+// follow in the order they first appear.
+var sectionOrder = []string{"convergence", "write amplification", "list and watch", "memory", "data path", "scheduling", "import parents", "recovery"}
 
+// sorted groups the results by section, so that a section measured in
+// several steps (at each ClusterSet size) is one table.
 func (r *report) sorted() []result {
 	out := slices.Clone(r.Results)
-	idx := func(s string) int {
-		if i := slices.Index(sectionOrder, s); i >= 0 {
-			return i
+	order := slices.Clone(sectionOrder)
+	for _, res := range out {
+		if !slices.Contains(order, res.Section) {
+			order = append(order, res.Section)
 		}
-		return len(sectionOrder)
 	}
+	idx := func(s string) int { return slices.Index(order, s) }
 	slices.SortStableFunc(out, func(a, b result) int { return idx(a.Section) - idx(b.Section) })
 	return out
 }

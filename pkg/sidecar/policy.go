@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -188,6 +189,10 @@ func (p *ClusterPolicy) decide(b *Backend, req PickRequest, st State, ex *cluste
 	d := decision{req: clusterscore.Request{Criticality: req.Criticality, Now: req.Now, Scope: b.scope()}}
 	if p.needs.Prompt && len(req.Body) > 0 {
 		d.req.Blocks, d.promptErr = clusterscore.PromptBlocks(nil, d.req.Scope, req.Body)
+		if errors.Is(d.promptErr, clusterscore.ErrNoPrompt) {
+			// A request without a prompt has no prefix: nothing wrong.
+			d.promptErr = nil
+		}
 	}
 	if p.needs.Session && req.Header != nil {
 		d.req.Session = p.session.Key(req.Header)

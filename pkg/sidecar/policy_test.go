@@ -383,11 +383,20 @@ func TestPolicySet(t *testing.T) {
 	require.Error(t, err)
 	assert.Equal(t, string(PolicyHealthBased), bad.Name(), "a policy that does not compile is the default")
 
-	// Retain drops what no table names.
+	// Retain drops the policies no table names, and the observations of
+	// the clusters and pools it no longer has.
+	obs := ps.Memory().Observed
+	for _, c := range []string{"a", "b"} {
+		obs.Started(ns+"/llm", c)
+	}
+	obs.Started(ns+"/gone", "a")
 	ps.Retain(&Table{rules: []*Rule{{Backends: []*Backend{testBackend(PolicyWeighted, false, []string{"a"})}}}})
 	ps.mu.RLock()
 	assert.Len(t, ps.compiled, 1)
 	ps.mu.RUnlock()
+	assert.EqualValues(t, 1, obs.Observe(ns+"/llm", "a").InFlight, "kept")
+	assert.Zero(t, obs.Observe(ns+"/llm", "b").InFlight, "a cluster that left the backend is forgotten")
+	assert.Zero(t, obs.Observe(ns+"/gone", "a").InFlight, "a pool that left the table is forgotten")
 }
 
 // TestPolicyFailOpenAndNeeds holds each policy to the FailOpen set and the

@@ -152,10 +152,12 @@ var defaultFilters = []Filter{FilterHealth, FilterReady, FilterWeight, FilterMod
 // Named returns the named configurations, by name.
 func Named() map[string]Config {
 	return map[string]Config{
-		Weighted:     {Name: Weighted, Filters: []Filter{FilterWeight, FilterModel}, Picker: PickRoundRobin},
-		HealthBased:  {Name: HealthBased, Filters: []Filter{FilterHealth, FilterWeight, FilterModel}, Picker: PickRoundRobin},
-		LocalFirst:   {Name: LocalFirst, Filters: []Filter{FilterHealth, FilterWeight, FilterModel, FilterLocalFirst}, Picker: PickRoundRobin},
-		MetricsBased: {Name: MetricsBased, Filters: defaultFilters, Picker: PickChain},
+		Weighted:    {Name: Weighted, Filters: []Filter{FilterWeight, FilterModel}, Picker: PickRoundRobin},
+		HealthBased: {Name: HealthBased, Filters: []Filter{FilterHealth, FilterWeight, FilterModel}, Picker: PickRoundRobin},
+		LocalFirst:  {Name: LocalFirst, Filters: []Filter{FilterHealth, FilterWeight, FilterModel, FilterLocalFirst}, Picker: PickRoundRobin},
+		// The in-flight scorer makes the chain count this sidecar's
+		// requests in flight between two scrapes (no herding).
+		MetricsBased: {Name: MetricsBased, Filters: defaultFilters, Scorers: []WeightedScorer{{ScoreInFlight, 1}}, Picker: PickChain},
 		PrefixAffinity: {
 			Name:    PrefixAffinity,
 			Filters: defaultFilters,

@@ -27,7 +27,8 @@
 //	Weighted      filters weight, model;                        pick round-robin
 //	HealthBased   filters health, weight, model;                pick round-robin
 //	LocalFirst    HealthBased, then the local pool first;       pick round-robin
-//	MetricsBased  filters health, ready, weight, model, saturation; pick chain
+//	MetricsBased  filters health, ready, weight, model, saturation; in-flight=1;
+//	              pick chain
 //	PrefixAffinity the default filters; prefix-cache=3, session=2, in-flight=1,
 //	              latency=1, errors=1, queue=1, kv-cache=1;     pick max-score
 //
@@ -80,6 +81,12 @@
 //   - No herding. Pool metrics change once a scrape; the in-flight counts
 //     change with every request, and equal totals are broken at random, so
 //     requests between two scrapes spread (TestNoHerdingBetweenScrapes).
+//     The chain picker, with the in-flight scorer configured (MetricsBased
+//     has it), ranks measured candidates by the scraped queue plus the
+//     requests in flight per ready pod, for the same reason; the tiers
+//     stay the scraped metrics' alone. MetricsBased of old ranked by the
+//     scraped queue alone and sent every request between two scrapes to
+//     the same cluster.
 //   - Weight 0 takes a cluster out of every configuration. MetricsBased of
 //     old tried measured clusters of weight 0 (only its round-robin over
 //     unmeasured ones skipped them); the annotation documents weight 0 as

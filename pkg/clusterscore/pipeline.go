@@ -21,8 +21,11 @@ type Pipeline struct {
 	mem        *Memory
 	has        [numFilters]bool
 	// observed is true when a scorer reads the Observer.
-	observed   bool
-	schedulers sync.Pool
+	observed bool
+	// inFlightQueue: the chain picker adds the in-flight counts to the
+	// scraped queue (rankMeasured).
+	inFlightQueue bool
+	schedulers    sync.Pool
 }
 
 // New compiles a configuration. thresholds are the filter chain's:
@@ -53,6 +56,7 @@ func New(cfg Config, thresholds scheduling.Config, mem *Memory) (*Pipeline, erro
 				return nil, fmt.Errorf("cluster scoring %s: scorer %v needs the affinity memory", cfg.Name, s.Scorer)
 			}
 			p.observed = p.observed || s.Scorer >= ScoreLatency
+			p.inFlightQueue = p.inFlightQueue || (s.Scorer == ScoreInFlight && cfg.Picker == PickChain)
 		}
 	}
 	p.schedulers.New = func() any { return scheduling.New(thresholds, nil) }
@@ -126,7 +130,7 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 	if len(kept) > 0 {
 		o.lead(kept, rot)
 		if p.cfg.Picker == PickChain {
-			p.rankMeasured(req, kept, slots)
+			p.rankMeasured(req, cands, kept, slots)
 		}
 	}
 	if p.has[FilterLocalFirst] {
@@ -239,10 +243,26 @@ func (p *Pipeline) localFirst(cands []Candidate, order []int, start int) []int {
 // rankMeasured reorders each run of measured candidates (tiers 0 and 3 of
 // the chain picker) in the order the filter chain picks them, each pick
 // among those left.
-func (p *Pipeline) rankMeasured(req *Request, kept []int, slots []slot) {
+//
+// With the in-flight scorer configured, the queue the chain sees is the
+// scraped one plus this sidecar's requests in flight to the candidate per
+// ready pod: the scraped queue changes once a scrape, the in-flight count
+// with every request, so that requests between two scrapes do not all go
+// to the candidate that was least loaded at the last one (herding). The
+// tiers (saturation) stay the scraped metrics' alone.
+func (p *Pipeline) rankMeasured(req *Request, cands []Candidate, kept []int, slots []slot) {
 	s := p.schedulers.Get().(*scheduling.Scheduler)
 	defer p.schedulers.Put(s)
 	r := scheduling.Request{Criticality: req.Criticality}
+	if p.inFlightQueue {
+		for _, i := range kept {
+			if slots[i].tier == 1 || slots[i].tier == 2 || cands[i].Pool == nil {
+				continue
+			}
+			n := p.mem.Observed.Observe(req.Scope, cands[i].Name).InFlight
+			slots[i].load.WaitingQueue += int((n + int64(max(cands[i].Pool.ReadyPods, 1)) - 1) / int64(max(cands[i].Pool.ReadyPods, 1)))
+		}
+	}
 	for lo := 0; lo < len(kept); {
 		tier := slots[kept[lo]].tier
 		hi := lo + 1

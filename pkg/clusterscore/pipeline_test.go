@@ -240,6 +240,33 @@ func TestNoHerdingBetweenScrapes(t *testing.T) {
 		assert.Zero(t, got["c"])
 		assert.Greater(t, got["b"], 40, "the middle one is taken when drawn with the worst: %v", got)
 	})
+	t.Run("MetricsBased's chain counts the requests in flight since the scrape", func(t *testing.T) {
+		mem := NewMemory(DefaultMemoryOptions())
+		p, err := New(Named()[MetricsBased], scheduling.DefaultConfig(), mem)
+		require.NoError(t, err)
+		// One scrape: a's queue is the shortest, and stays so until the
+		// next one; every cluster has capacity.
+		pool := func(queue float64) *PoolMetrics {
+			return &PoolMetrics{AverageQueue: queue, AverageKVCache: 0.2, ReadyPods: 2, UpdatedAt: epoch}
+		}
+		cands := []Candidate{
+			{Name: "a", Weight: 1, Health: HealthServing, Pool: pool(0)},
+			{Name: "b", Weight: 1, Health: HealthServing, Pool: pool(1)},
+			{Name: "c", Weight: 1, Health: HealthServing, Pool: pool(1)},
+		}
+		rot := NewRotation(cands)
+		got := map[string]int{}
+		for range 60 {
+			order, err := p.Pick(&Request{Scope: scope, Now: epoch}, cands, rot, nil, nil)
+			require.NoError(t, err)
+			got[cands[order[0]].Name]++
+			mem.Observed.Started(scope, cands[order[0]].Name) // none finishes before the next scrape
+		}
+		for _, n := range []string{"a", "b", "c"} {
+			assert.Greater(t, got[n], 10, "cluster %s first %d times of 60: %v", n, got[n], got)
+		}
+		assert.Greater(t, got["a"], got["b"], "a started with the shortest queue: %v", got)
+	})
 }
 
 func TestExplanation(t *testing.T) {

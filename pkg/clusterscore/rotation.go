@@ -52,6 +52,10 @@ func rotationKey(cands []Candidate) string {
 	return b.String()
 }
 
+// Next picks a candidate among all, by weight; -1 when none has a weight.
+// The sidecar splits a rule's traffic among its backendRefs with it.
+func (r *Rotation) Next() int { return r.next(func(int) bool { return true }) }
+
 // next picks a candidate among those eligible reports true, skipping
 // weight 0; -1 when no eligible candidate has a weight. Skipped candidates
 // keep their credit, so among the eligible ones the weights still hold.

@@ -1,6 +1,7 @@
 package clusterscore
 
 import (
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -47,5 +48,82 @@ func TestRotation(t *testing.T) {
 			}
 		}
 		assert.Equal(t, map[string]int{"a": 6, "b": 2}, got)
+	})
+}
+
+// TestRotationPicks holds the smooth weighted round-robin to its split
+// (moved here from pkg/sidecar with it).
+func TestRotationPicks(t *testing.T) {
+	rotationOf := func(weights []int64) *Rotation {
+		cands := make([]Candidate, len(weights))
+		for i, w := range weights {
+			cands[i] = Candidate{Name: string(rune('a' + i)), Weight: w}
+		}
+		return NewRotation(cands)
+	}
+	tests := []struct {
+		name    string
+		weights []int64
+		picks   int
+		want    []int
+	}{
+		{name: "equal weights alternate", weights: []int64{50, 50}, picks: 4, want: []int{2, 2}},
+		{name: "weights hold exactly over a cycle", weights: []int64{3, 1}, picks: 8, want: []int{6, 2}},
+		{name: "weight 0 is never picked", weights: []int64{0, 1, 0}, picks: 5, want: []int{0, 5, 0}},
+		{name: "large weights hold", weights: []int64{1000000, 1}, picks: 1000001, want: []int{1000000, 1}},
+		{name: "three ways", weights: []int64{5, 3, 2}, picks: 100, want: []int{50, 30, 20}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := rotationOf(tt.weights)
+			got := make([]int, len(tt.weights))
+			for range tt.picks {
+				got[w.Next()]++
+			}
+			assert.Equal(t, tt.want, got)
+		})
+	}
+
+	t.Run("picks interleave rather than burst", func(t *testing.T) {
+		w := rotationOf([]int64{2, 1})
+		var seq []int
+		for range 6 {
+			seq = append(seq, w.Next())
+		}
+		assert.Equal(t, []int{0, 1, 0, 0, 1, 0}, seq)
+	})
+
+	t.Run("only zero weights pick nothing", func(t *testing.T) {
+		assert.Equal(t, -1, rotationOf([]int64{0, 0}).Next())
+		assert.Equal(t, -1, rotationOf(nil).Next())
+	})
+
+	t.Run("ineligible candidates are skipped and the others keep their ratio", func(t *testing.T) {
+		w := rotationOf([]int64{1, 2, 1})
+		got := make([]int, 3)
+		for range 300 {
+			got[w.next(func(i int) bool { return i != 0 })]++
+		}
+		assert.Equal(t, []int{0, 200, 100}, got)
+		assert.Equal(t, -1, w.next(func(int) bool { return false }))
+	})
+
+	t.Run("concurrent picks keep the split exact", func(t *testing.T) {
+		w := rotationOf([]int64{1, 1})
+		var mu sync.Mutex
+		got := make([]int, 2)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 250 {
+					i := w.Next()
+					mu.Lock()
+					got[i]++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, []int{1000, 1000}, got)
 	})
 }

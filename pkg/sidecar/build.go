@@ -322,7 +322,7 @@ func (b *builder) route(t *Table, r *gatewayv1.HTTPRoute, hostnames []string) {
 		} else if !slices.ContainsFunc(weights, func(w int64) bool { return w > 0 }) {
 			report(ReasonAllWeightsZero, "every backendRef of rule %d weighs 0: its requests get 500", ri)
 		}
-		rl.wrr = newSmoothWRR(wrrKey(key.String()+"#"+strconv.Itoa(ri), names, weights), weights)
+		rl.wrr = newRotation(key.String()+"#"+strconv.Itoa(ri), names, weights)
 		t.rules = append(t.rules, rl)
 
 		matches := rule.Matches
@@ -434,18 +434,8 @@ func (b *builder) backend(r *gatewayv1.HTTPRoute, ri, bi int, ref gatewayv1.Back
 	// The route's policy, else its backend's, else the default.
 	be.Policy = cmp.Or(ra.policy, b.policyOf(string(be.Kind), obj, ""), b.policy)
 
-	be.wrr = newClusterWRR(r.Namespace+"/"+r.Name+"#"+strconv.Itoa(ri)+"/"+strconv.Itoa(bi), be.Clusters)
+	be.wrr = newClusterRotation(r.Namespace+"/"+r.Name+"#"+strconv.Itoa(ri)+"/"+strconv.Itoa(bi), be.Clusters)
 	return be
-}
-
-// newClusterWRR returns the weighted picker of a backend's clusters.
-func newClusterWRR(owner string, clusters []*Cluster) *smoothWRR {
-	names := make([]string, len(clusters))
-	weights := make([]int64, len(clusters))
-	for i, c := range clusters {
-		names[i], weights[i] = c.Name, c.Weight
-	}
-	return newSmoothWRR(wrrKey(owner, names, weights), weights)
 }
 
 // policyOf is the policy PolicyAnnotation names on obj (nil: none), ""

@@ -290,6 +290,31 @@ func TestBuild(t *testing.T) {
 			check: func(t *testing.T, tbl *Table) { assert.Equal(t, PolicyMetricsBased, only(t, tbl).Policy) },
 		},
 		{
+			name: "a route annotation may write a configuration inline",
+			in: Inputs{
+				Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), PolicyAnnotation, " prefix-cache=3,in-flight=1,pick=two-choices ")},
+				Imports: []*v1alphaImport{twoClusters},
+			},
+			check: func(t *testing.T, tbl *Table) {
+				assert.Equal(t, Policy("prefix-cache=3,in-flight=1,pick=two-choices"), only(t, tbl).Policy)
+			},
+		},
+		{
+			name: "an import's annotation names PrefixAffinity",
+			in: Inputs{Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{func() *v1alphaImport {
+				imp := twoClusters.DeepCopy()
+				imp.Annotations = map[string]string{PolicyAnnotation: "PrefixAffinity"}
+				return imp
+			}()}},
+			check: func(t *testing.T, tbl *Table) { assert.Equal(t, PolicyPrefixAffinity, only(t, tbl).Policy) },
+		},
+		{
+			name:        "an invalid inline configuration is reported and the default used",
+			in:          Inputs{DefaultPolicy: PolicyWeighted, Routes: []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), PolicyAnnotation, "prefix-cache=0")}, Imports: []*v1alphaImport{twoClusters}},
+			wantReasons: []string{ReasonInvalidAnnotation},
+			check:       func(t *testing.T, tbl *Table) { assert.Equal(t, PolicyWeighted, only(t, tbl).Policy) },
+		},
+		{
 			name: "the route's policy wins over the import's",
 			in: Inputs{
 				Routes: []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), PolicyAnnotation, "Weighted")},

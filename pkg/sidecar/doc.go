@@ -24,16 +24,22 @@
 //     method, headers, query parameters) with Gateway API precedence.
 //   - Rule.PickBackend picks a backendRef by weight, InferencePool and
 //     InferencePoolImport backendRefs mixed, with smooth weighted
-//     round-robin: the split is exact over every cycle of sum(weights)
-//     requests, so the proposal's 50/50 example splits exactly equally.
-//   - A ClusterPolicy (Weighted, HealthBased, MetricsBased, LocalFirst,
-//     registered by name in NewPolicies) orders the backend's clusters,
-//     from what the HealthProber and PoolScraper know of their EPPs, and
-//     names its FailOpen set; its Needs say whether the server parses the
-//     request's criticality and whether the sidecar scrapes the clusters'
-//     pool metrics, so that neither knows a policy by name. A policy gets
-//     the request's headers and body too (PickRequest). The annotation that
-//     chooses it is read in one place (builder.policyOf).
+//     round-robin (clusterscore.Rotation): the split is exact over every
+//     cycle of sum(weights) requests, so the proposal's 50/50 example
+//     splits exactly equally. A rule's and a backend's rotations are
+//     carried over to a rebuilt table that keeps their candidates and
+//     weights (rotation.go).
+//   - A ClusterPolicy orders the backend's clusters: a compiled
+//     configuration of the cluster scoring pipeline of pkg/clusterscore
+//     (filters, weighted scorers, a picker), named (Weighted, HealthBased,
+//     MetricsBased, LocalFirst, PrefixAffinity) or written inline in the
+//     annotation ("prefix-cache=3,in-flight=1,pick=two-choices"). PolicySet
+//     compiles each value once and keeps it while a table names it. A
+//     policy's Needs say whether the server parses the request's
+//     criticality or prompt, reads its session key, observes its attempts,
+//     and whether the sidecar scrapes the clusters' pool metrics, so that
+//     neither knows a policy by name. The annotation that chooses it is
+//     read in one place (builder.policyOf).
 //   - pkg/eppprobe's HealthProber and PoolScraper poll each EPP's health
 //     and metrics port on a pkg/poll Poller; the pool metrics are read
 //     through metrics.LimitReader and metrics.ParsePool, the guarded, fuzzed
@@ -59,11 +65,43 @@
 //     label on the InferencePool / InferencePoolImport the backendRef names
 //     (an import carries the labels of its oldest exporting pool, so an
 //     exporter can label its pool), else by the sidecar's
-//     --default-cluster-policy (HealthBased by default). An invalid value is
-//     reported and ignored. Cluster weights for Weighted and HealthBased
+//     --default-cluster-policy (HealthBased by default), each a name or an
+//     inline configuration (a label value cannot hold "=" or ",": labels
+//     name policies only). An invalid value is reported once (logged
+//     when the table's problems change) and ignored (the next in that order applies). Cluster weights
 //     come from mci.x-k8s.io/cluster-weights on the route
 //     ("cluster-a=3,cluster-c=1"; unlisted clusters weigh 1, weight 0 is
-//     never picked).
+//     never picked, by any policy: MetricsBased of old tried measured
+//     clusters of weight 0 first, and its FailOpen set had them).
+//   - What the policies learn (one clusterscore.Memory per sidecar,
+//     scoped by the backend's namespace/name, so a pool and its import
+//     share it). The prompt's blocks are read from the buffered body only
+//     for policies with the prefix-cache scorer; a body whose prompt
+//     cannot be read is routed without prefix affinity, counted in
+//     mci_sidecar_unparseable_prompts_total and logged once per backend
+//     and change of the reason (a body without a prompt is not counted).
+//     The session key is --session-header's value, else
+//     --session-cookie's (no sessions by default: no header is a standard
+//     across clients). Memory.Served runs with the cluster whose EPP
+//     answered (after a failover, not the first of the order), as soon as
+//     it answered: a request that shares the prefix and comes before the
+//     response ends follows it. The sidecar's observations, for policies
+//     with the in-flight, latency or errors scorers (MetricsBased
+//     included): every attempt is Started; one that fails, or whose EPP
+//     refuses (429, 5xx), is Finished as failed at once; the one that
+//     routed is Finished when the gateway's stream ends, failed when its
+//     response status is 5xx or the stream failed. Its first byte is the
+//     response headers coming back through the response phase (in both
+//     --epp-response-phase modes), or, when the gateway sends no response
+//     phase, the EPP's answer (the remote round trip alone). Observations
+//     of clusters and pools a new table no longer has are dropped
+//     (Observer.Retain).
+//   - Explanations. With --explain-decisions every response carries
+//     x-mci-cluster-scores, the decision's clusterscore.Explanation on one
+//     line (per cluster: verdict, tier, each score, total); it is added to
+//     the response headers of the response phase, so a gateway that does
+//     not send that phase to the sidecar gets no header. At log level 4
+//     every decision is logged with it whatever the flag says.
 //   - Eligibility. A cluster whose per-cluster Ready condition is False is
 //     never chosen (Unknown or absent is eligible). HealthBased prefers
 //     clusters whose EPP answered SERVING, then clusters of unknown health
@@ -78,7 +116,11 @@
 //     llm_d_epp_average_queue_size, llm_d_epp_average_kv_cache_utilization
 //     and llm_d_epp_ready_endpoints, series labelled name=<pool>. It runs
 //     pkg/scheduling with one candidate per cluster; a cluster whose fresh
-//     ready pods gauge is 0 is skipped.
+//     ready pods gauge is 0 is skipped. The queue the filter chain ranks
+//     by is the scraped average plus this sidecar's own requests in flight
+//     to the cluster per ready pod: scrapes come once a second, requests
+//     between two of them would otherwise all go to the cluster least
+//     loaded at the last one (herding).
 //   - Unknown load is not zero load. A cluster is measured only while its
 //     gauges are fresh (younger than --metrics-staleness-threshold); one
 //     whose EPP refuses the token (401/403), cannot be reached, serves no

@@ -115,7 +115,7 @@ func BenchmarkImportEventToRoutedRequest(b *testing.B) {
 			return ""
 		}
 		be := rl.Backends[1]
-		order, _ := Weighted{}.Order(be, PickRequest{}, nil)
+		order, _ := testPolicy(b, PolicyWeighted).Order(be, PickRequest{}, &fakeState{})
 		for _, c := range order {
 			if c.Name == "a" {
 				return c.EPP

@@ -14,7 +14,7 @@ import (
 // carryOver gives the weighted pickers of a recompiled route or shim the
 // state of the ones they replace, when they pick among the same
 // candidates with the same weights (see Router.Publish).
-func carryOver(old map[string]*smoothWRR, w **smoothWRR) {
+func carryOver(old map[string]*rotation, w **rotation) {
 	if *w == nil {
 		return
 	}
@@ -23,9 +23,9 @@ func carryOver(old map[string]*smoothWRR, w **smoothWRR) {
 	}
 }
 
-func wrrsOf(rules []*Rule, backends []*Backend) map[string]*smoothWRR {
-	m := map[string]*smoothWRR{}
-	add := func(w *smoothWRR) {
+func wrrsOf(rules []*Rule, backends []*Backend) map[string]*rotation {
+	m := map[string]*rotation{}
+	add := func(w *rotation) {
 		if w != nil {
 			m[w.key] = w
 		}

@@ -1,19 +1,19 @@
 package sidecar
 
 import (
-	"cmp"
 	"errors"
-	"math"
+	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/metrics"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
-// Health is what the health prober last learned about a cluster's EPP.
+// Health is what the health prober last learned about a cluster's EPP. Its
+// values are clusterscore.Health's.
 type Health int8
 
 const (
@@ -75,289 +75,212 @@ type Needs struct {
 	// PoolMetrics: the pool gauges of the clusters' EPPs
 	// (State.PoolMetrics), which costs a scrape per cluster.
 	PoolMetrics bool
+	// Prompt: the prompt blocks of the body (the prefix-cache scorer),
+	// which costs a parse of the body.
+	Prompt bool
+	// Session: the request's session key (the session scorer).
+	Session bool
+	// Observed: the sidecar's own observations of each attempt (requests
+	// in flight, time to first byte, errors).
+	Observed bool
 }
 
 // ErrShed means a sheddable request was shed: every cluster it could go to
 // is measured and saturated (none is unmeasured). Answered with 429.
-var ErrShed = errors.New("sheddable request shed: every cluster is saturated")
+var ErrShed = clusterscore.ErrShed
 
-// ClusterPolicy chooses the clusters of a backend for one request. The
-// server and the sidecar know policies only through it: a new policy is a
-// type here and an entry of NewPolicies (and of Policies, its name).
-type ClusterPolicy interface {
-	// Needs says what Order reads besides the backend and health.
-	Needs() Needs
-	// Order orders the clusters for one request: the request goes to the
-	// first, and to the next ones in order when a cluster's EPP fails
-	// before answering. An empty order means no cluster can take the
-	// request; ErrShed sheds it.
-	Order(b *Backend, req PickRequest, st State) ([]*Cluster, error)
-	// FailOpen is the failover set of a FailOpen backend: the clusters
-	// that may be tried, in this order, once Order's have failed (those of
-	// Order are skipped), because the health or load they were left out
-	// for may be stale.
-	FailOpen(b *Backend) []*Cluster
+// ClusterPolicy chooses the clusters of a backend for one request: a
+// compiled configuration of the cluster scoring pipeline
+// (pkg/clusterscore), which the server and the sidecar know only through
+// Needs, Order and FailOpen. The named policies are clusterscore's named
+// configurations; any other is written inline in the annotation.
+type ClusterPolicy struct {
+	pipeline *clusterscore.Pipeline
+	needs    Needs
+	session  clusterscore.SessionSpec
 }
 
-// NewPolicies returns the policies by name: the one registry of policies.
-// cfg configures MetricsBased's filter chain.
-func NewPolicies(cfg scheduling.Config) map[Policy]ClusterPolicy {
-	return map[Policy]ClusterPolicy{
-		PolicyWeighted:     Weighted{},
-		PolicyHealthBased:  HealthBased{},
-		PolicyMetricsBased: NewMetricsBased(cfg),
-		PolicyLocalFirst:   LocalFirst{},
+func newClusterPolicy(p Policy, thresholds scheduling.Config, mem *clusterscore.Memory, session clusterscore.SessionSpec) (*ClusterPolicy, error) {
+	cfg, err := clusterscore.Parse(string(p))
+	if err != nil {
+		return nil, err
 	}
-}
-
-// weightedFailOpen is the FailOpen set of the weighted policies: every
-// cluster but those of weight 0, which are never tried.
-func weightedFailOpen(b *Backend) []*Cluster {
-	return slices.DeleteFunc(slices.Clone(b.Clusters), func(c *Cluster) bool { return c.Weight == 0 })
-}
-
-// Weighted picks a cluster by weight (smooth weighted round-robin, so the
-// split is exact over time), whatever its health; the failover order is
-// the other clusters by decreasing weight. Weight 0 is never tried.
-type Weighted struct{}
-
-func (Weighted) Needs() Needs                   { return Needs{} }
-func (Weighted) FailOpen(b *Backend) []*Cluster { return weightedFailOpen(b) }
-
-func (Weighted) Order(b *Backend, _ PickRequest, _ State) ([]*Cluster, error) {
-	first := b.wrr.next(nil)
-	if first < 0 {
-		return nil, nil
+	pl, err := clusterscore.New(cfg, thresholds, mem)
+	if err != nil {
+		return nil, err
 	}
-	out := make([]*Cluster, 0, len(b.Clusters))
-	out = append(out, b.Clusters[first])
-	return appendByWeight(out, b.Clusters, func(i int) bool { return i != first && b.Clusters[i].Weight > 0 }), nil
-}
-
-// appendByWeight appends the clusters keep selects, heaviest first, then by
-// name.
-func appendByWeight(out, clusters []*Cluster, keep func(int) bool) []*Cluster {
-	start := len(out)
-	for i, c := range clusters {
-		if keep(i) {
-			out = append(out, c)
+	cp := &ClusterPolicy{pipeline: pl, session: session}
+	cp.needs.Criticality = cfg.Has(clusterscore.FilterSaturation) || cfg.Picker == clusterscore.PickChain
+	cp.needs.PoolMetrics = cfg.Has(clusterscore.FilterSaturation) || cfg.Has(clusterscore.FilterReady) || cfg.Picker == clusterscore.PickChain
+	for _, sc := range cfg.Scorers {
+		switch sc.Scorer {
+		case clusterscore.ScorePrefixCache:
+			cp.needs.Prompt = true
+		case clusterscore.ScoreSession:
+			cp.needs.Session = session != (clusterscore.SessionSpec{})
+		case clusterscore.ScoreLatency, clusterscore.ScoreErrors, clusterscore.ScoreInFlight:
+			cp.needs.Observed = true
+		case clusterscore.ScoreQueue, clusterscore.ScoreKVCache:
+			cp.needs.PoolMetrics = true
 		}
 	}
-	slices.SortStableFunc(out[start:], func(a, b *Cluster) int {
-		if c := cmp.Compare(b.Weight, a.Weight); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
-	return out
+	return cp, nil
 }
 
-// HealthBased is Weighted over the clusters whose EPP is serving; clusters
-// of unknown health (not probed yet, or without a health port) come next,
-// and clusters known not to be serving are skipped.
-type HealthBased struct{}
+// Needs says what Order reads besides the backend and health.
+func (p *ClusterPolicy) Needs() Needs { return p.needs }
 
-func (HealthBased) Needs() Needs                   { return Needs{} }
-func (HealthBased) FailOpen(b *Backend) []*Cluster { return weightedFailOpen(b) }
+// Name is the policy's name, or its inline configuration.
+func (p *ClusterPolicy) Name() string { return p.pipeline.Config().Name }
 
-func (HealthBased) Order(b *Backend, _ PickRequest, st State) ([]*Cluster, error) {
-	health := make([]Health, len(b.Clusters))
-	for i, c := range b.Clusters {
-		health[i] = st.Health(c)
-	}
-	is := func(h Health) func(int) bool { return func(i int) bool { return health[i] == h } }
-	first := b.wrr.next(is(HealthServing))
-	if first < 0 {
-		first = b.wrr.next(is(HealthUnknown))
-	}
-	if first < 0 {
-		return nil, nil
-	}
-	out := make([]*Cluster, 0, len(b.Clusters))
-	out = append(out, b.Clusters[first])
-	for _, h := range []Health{HealthServing, HealthUnknown} {
-		out = appendByWeight(out, b.Clusters, func(i int) bool {
-			return i != first && health[i] == h && b.Clusters[i].Weight > 0
-		})
-	}
-	return out, nil
+// Order orders the clusters for one request: the request goes to the
+// first, and to the next ones in order when a cluster's EPP fails before
+// answering. An empty order means no cluster can take the request; ErrShed
+// sheds it.
+func (p *ClusterPolicy) Order(b *Backend, req PickRequest, st State) ([]*Cluster, error) {
+	d, err := p.decide(b, req, st, nil)
+	return d.order, err
 }
 
-// LocalFirst is active-passive: an import's requests go to the local
-// InferencePool of the same namespace/name while its EPP is not known to be
-// failing, and to the remote clusters (HealthBased) otherwise, or after it
-// when it fails. Without a local pool it is HealthBased.
-type LocalFirst struct{}
-
-func (LocalFirst) Needs() Needs { return Needs{} }
-
-// FailOpen adds the local pool, when it is not one of the clusters (a shim
-// pool's is).
-func (LocalFirst) FailOpen(b *Backend) []*Cluster {
-	out := weightedFailOpen(b)
-	if b.Local != nil && !b.Shim && b.Local.Weight != 0 {
+// FailOpen is the failover set of a FailOpen backend: the clusters that
+// may be tried, in this order, once Order's have failed (those of Order
+// are skipped), because the health or load they were left out for may be
+// stale. Weight 0 is never tried (where the configuration filters by
+// weight); the local pool of LocalFirst comes last.
+func (p *ClusterPolicy) FailOpen(b *Backend) []*Cluster {
+	cfg := p.pipeline.Config()
+	byWeight := cfg.Has(clusterscore.FilterWeight)
+	out := slices.DeleteFunc(slices.Clone(b.Clusters), func(c *Cluster) bool { return byWeight && c.Weight <= 0 })
+	if cfg.Has(clusterscore.FilterLocalFirst) && b.Local != nil && !b.Shim && b.Local.Weight != 0 {
 		out = append(out, b.Local)
 	}
 	return out
 }
 
-func (LocalFirst) Order(b *Backend, req PickRequest, st State) ([]*Cluster, error) {
-	remote, err := HealthBased{}.Order(b, req, st)
-	if b.Shim {
-		// A shim pool's local EPP is one of its clusters as well.
-		remote = slices.DeleteFunc(remote, func(c *Cluster) bool { return c == b.Local })
-	}
-	if b.Local == nil || st.Health(b.Local) == HealthNotServing {
-		return remote, err
-	}
-	return append([]*Cluster{b.Local}, remote...), nil
+// decision is an order and what the pipeline learned of the request, for
+// Memory.Served and the observations.
+type decision struct {
+	order []*Cluster
+	req   clusterscore.Request
+	// promptErr says why the body's prompt could not be read (nil: read,
+	// or not needed).
+	promptErr error
 }
 
-// MetricsBased ranks the clusters with the filter chain of pkg/scheduling,
-// a cluster standing for one candidate: its pool's average queue for the
-// queue, its pool's average KV cache utilization for the KV cache.
-//
-// Clusters whose EPP is known not to be serving, and those whose fresh
-// metrics say the pool has no ready pod, are skipped. The others fall in
-// three groups, tried in this order:
-//
-//  1. Measured clusters with capacity (fresh metrics, average queue <=
-//     SheddableQueueThreshold and KV cache <= SheddableKVCacheThreshold, 5
-//     and 80% by default), ranked by the filter chain.
-//  2. Unmeasured clusters: no fresh metrics, whatever the reason (not
-//     scraped yet, stale, the EPP refuses the sidecar's token, unreachable,
-//     unparseable; see PoolScraper.State). Unknown load is not zero load,
-//     so they never win against a cluster known to have capacity; nor is
-//     it saturation, so they come before the clusters known to be
-//     saturated. Among themselves they are ordered as HealthBased orders
-//     them (weighted round-robin over the serving ones, then those of
-//     unknown health), so that they share the traffic that reaches them.
-//  3. Measured saturated clusters, ranked by the filter chain: a critical
-//     or standard request is never refused while a cluster remains. A
-//     sheddable request never goes to them: it is shed (ErrShed) only when
-//     every remaining cluster is measured and saturated.
-//
-// With no cluster measured, the order is therefore HealthBased's.
-type MetricsBased struct {
-	cfg        scheduling.Config
-	schedulers sync.Pool
+// Scope is the scope of the backend's sessions and observations: a pool
+// and its import share it.
+func (b *Backend) scope() string { return b.Namespace + "/" + b.Name }
+
+func (p *ClusterPolicy) decide(b *Backend, req PickRequest, st State, ex *clusterscore.Explanation) (decision, error) {
+	var buf [8]clusterscore.Candidate
+	cands := buf[:0]
+	candidate := func(c *Cluster, weight int64, local bool) clusterscore.Candidate {
+		return clusterscore.Candidate{Name: c.Name, Weight: weight, Health: clusterscore.Health(st.Health(c)), Pool: st.PoolMetrics(c), Local: local}
+	}
+	for _, c := range b.Clusters {
+		cands = append(cands, candidate(c, c.Weight, b.Shim && c == b.Local))
+	}
+	clusters := b.Clusters
+	if b.Local != nil && !b.Shim {
+		// Outside the rotation: weight 0, after it.
+		clusters = append(slices.Clip(clusters), b.Local)
+		cands = append(cands, candidate(b.Local, 0, true))
+	}
+	d := decision{req: clusterscore.Request{Criticality: req.Criticality, Now: req.Now, Scope: b.scope()}}
+	if p.needs.Prompt && len(req.Body) > 0 {
+		d.req.Blocks, d.promptErr = clusterscore.PromptBlocks(nil, d.req.Scope, req.Body)
+		if errors.Is(d.promptErr, clusterscore.ErrNoPrompt) {
+			// A request without a prompt has no prefix: nothing wrong.
+			d.promptErr = nil
+		}
+	}
+	if p.needs.Session && req.Header != nil {
+		d.req.Session = p.session.Key(req.Header)
+	}
+	var rot *clusterscore.Rotation
+	if b.wrr != nil {
+		rot = b.wrr.Rotation
+	}
+	var ibuf [8]int
+	idx, err := p.pipeline.Pick(&d.req, cands, rot, ibuf[:0], ex)
+	d.order = make([]*Cluster, len(idx))
+	for k, i := range idx {
+		d.order[k] = clusters[i]
+	}
+	return d, err
 }
 
-// NewMetricsBased returns the policy with the filter chain's thresholds.
-func NewMetricsBased(cfg scheduling.Config) *MetricsBased {
-	p := &MetricsBased{cfg: cfg}
-	p.schedulers.New = func() any { return scheduling.New(cfg, nil) }
-	return p
+// PolicySet compiles the policies a routing table names, once each, and
+// keeps them while some table names them: the one registry of policies.
+// Every policy of a sidecar shares one clusterscore.Memory, whose entries
+// are scoped by pool. It is safe for concurrent use.
+type PolicySet struct {
+	thresholds scheduling.Config
+	mem        *clusterscore.Memory
+	session    clusterscore.SessionSpec
+
+	mu       sync.RWMutex
+	compiled map[Policy]*ClusterPolicy
 }
 
-func (*MetricsBased) Needs() Needs { return Needs{Criticality: true, PoolMetrics: true} }
-
-// FailOpen is every cluster: weights do not rank clusters here.
-func (*MetricsBased) FailOpen(b *Backend) []*Cluster { return slices.Clone(b.Clusters) }
-
-func (p *MetricsBased) fresh(m *PoolMetrics, now time.Time) bool {
-	return m != nil && !math.IsNaN(m.AverageKVCache) && !math.IsNaN(m.AverageQueue) &&
-		(p.cfg.MetricsStaleness <= 0 || !m.UpdatedAt.Before(now.Add(-p.cfg.MetricsStaleness)))
+// NewPolicySet returns the registry. thresholds configure the saturation
+// filter and the filter chain; mem is the affinity memory (nil: a new one
+// of clusterscore.DefaultMemoryOptions); session says where a request's
+// session key is.
+func NewPolicySet(thresholds scheduling.Config, mem *clusterscore.Memory, session clusterscore.SessionSpec) *PolicySet {
+	if mem == nil {
+		mem = clusterscore.NewMemory(clusterscore.DefaultMemoryOptions())
+	}
+	return &PolicySet{thresholds: thresholds, mem: mem, session: session, compiled: map[Policy]*ClusterPolicy{}}
 }
 
-// hasCapacity is the filter chain's "has capacity" for a pool.
-func (p *MetricsBased) hasCapacity(m *scheduling.Metrics) bool {
-	return m.WaitingQueue <= p.cfg.SheddableQueueThreshold && m.KVCacheUsage <= p.cfg.SheddableKVCacheThreshold
+// Memory is what the policies learn from the requests routed.
+func (ps *PolicySet) Memory() *clusterscore.Memory { return ps.mem }
+
+// Get returns the compiled policy p. A table names only policies
+// ParsePolicy accepted; one that does not compile nonetheless is
+// HealthBased, the default, and the error says why.
+func (ps *PolicySet) Get(p Policy) (*ClusterPolicy, error) {
+	ps.mu.RLock()
+	cp := ps.compiled[p]
+	ps.mu.RUnlock()
+	if cp != nil {
+		return cp, nil
+	}
+	cp, err := newClusterPolicy(p, ps.thresholds, ps.mem, ps.session)
+	if err != nil {
+		cp, _ = ps.Get(PolicyHealthBased)
+		return cp, fmt.Errorf("cluster policy %q: %w; using %s", p, err, PolicyHealthBased)
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if c := ps.compiled[p]; c != nil {
+		return c, nil
+	}
+	ps.compiled[p] = cp
+	return cp, nil
 }
 
-func (p *MetricsBased) Order(b *Backend, req PickRequest, st State) ([]*Cluster, error) {
-	var (
-		spare, saturated         []*Cluster
-		spareLoad, saturatedLoad []*scheduling.Metrics
-		unmeasured               = make([]bool, len(b.Clusters))
-		health                   = make([]Health, len(b.Clusters))
-		anyUnmeasured            bool
-	)
-	for i, c := range b.Clusters {
-		health[i] = st.Health(c)
-		if health[i] == HealthNotServing {
-			continue
+// Retain forgets the compiled policies t does not name, and the
+// observations of the pools and clusters it no longer has.
+func (ps *PolicySet) Retain(t *Table) {
+	keep := map[Policy]bool{}
+	clusters := map[[2]string]bool{}
+	for b := range t.backends {
+		keep[b.Policy] = true
+		for _, c := range b.Clusters {
+			clusters[[2]string{b.scope(), c.Name}] = true
 		}
-		m := st.PoolMetrics(c)
-		if !p.fresh(m, req.Now) {
-			unmeasured[i], anyUnmeasured = true, true
-			continue
-		}
-		if m.ReadyPods == 0 {
-			continue
-		}
-		load := &scheduling.Metrics{
-			WaitingQueue: int(math.Round(min(max(m.AverageQueue, 0), 1<<30))),
-			KVCacheUsage: min(max(m.AverageKVCache, 0), 1),
-			UpdatedAt:    m.UpdatedAt,
-		}
-		if p.hasCapacity(load) {
-			spare, spareLoad = append(spare, c), append(spareLoad, load)
-		} else {
-			saturated, saturatedLoad = append(saturated, c), append(saturatedLoad, load)
+		if b.Local != nil {
+			clusters[[2]string{b.scope(), b.Local.Name}] = true
 		}
 	}
-
-	out := make([]*Cluster, 0, len(b.Clusters))
-	out = p.rank(out, spare, spareLoad, req)
-	if anyUnmeasured {
-		out = appendUnmeasured(out, b, unmeasured, health, len(out) == 0)
-	}
-	if req.Criticality == scheduling.Sheddable {
-		if len(out) == 0 && len(saturated) > 0 {
-			return nil, ErrShed
-		}
-		return out, nil
-	}
-	return p.rank(out, saturated, saturatedLoad, req), nil
-}
-
-// rank appends clusters in the order the filter chain picks them, each
-// pick among those left.
-func (p *MetricsBased) rank(out, clusters []*Cluster, load []*scheduling.Metrics, req PickRequest) []*Cluster {
-	if len(clusters) == 0 {
-		return out
-	}
-	// A sheddable request only ever reaches clusters with capacity here,
-	// so the chain does not drop it.
-	r := scheduling.Request{Criticality: req.Criticality}
-	s := p.schedulers.Get().(*scheduling.Scheduler)
-	defer p.schedulers.Put(s)
-	clusters, load = slices.Clone(clusters), slices.Clone(load)
-	for len(clusters) > 0 {
-		i, err := s.Schedule(r, load, req.Now)
-		if err != nil {
-			// Not expected (see above); the rest keep the order they came in.
-			return append(out, clusters...)
-		}
-		out = append(out, clusters[i])
-		clusters = slices.Delete(clusters, i, i+1)
-		load = slices.Delete(load, i, i+1)
-	}
-	return out
-}
-
-// appendUnmeasured appends the unmeasured clusters as HealthBased orders
-// them: serving ones first, then those of unknown health. When they lead
-// the order (first), the first of them is the weighted round-robin's pick,
-// so that they share the traffic by weight; otherwise they are fallbacks,
-// heaviest first, and the round-robin is left alone.
-func appendUnmeasured(out []*Cluster, b *Backend, unmeasured []bool, health []Health, first bool) []*Cluster {
-	is := func(h Health) func(int) bool {
-		return func(i int) bool { return unmeasured[i] && health[i] == h }
-	}
-	lead := -1
-	if first {
-		if lead = b.wrr.next(is(HealthServing)); lead < 0 {
-			lead = b.wrr.next(is(HealthUnknown))
-		}
-		if lead >= 0 {
-			out = append(out, b.Clusters[lead])
+	ps.mu.Lock()
+	for p := range ps.compiled {
+		if !keep[p] {
+			delete(ps.compiled, p)
 		}
 	}
-	for _, h := range []Health{HealthServing, HealthUnknown} {
-		keep := is(h)
-		out = appendByWeight(out, b.Clusters, func(i int) bool { return i != lead && keep(i) && b.Clusters[i].Weight > 0 })
-	}
-	return out
+	ps.mu.Unlock()
+	ps.mem.Observed.Retain(func(scope, cluster string) bool { return clusters[[2]string{scope, cluster}] })
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -38,7 +39,7 @@ func testBackend(policy Policy, local bool, names []string, weights ...int64) *B
 	if local {
 		b.Local = &Cluster{Name: "local", Pool: ns + "/llm", Mode: v1alpha1.RoutingModeEndpoint, EPP: "local:9002", Health: "local:9003", Weight: 1, Local: true}
 	}
-	b.wrr = newSmoothWRR("test", w)
+	b.wrr = newRotation("test", names, w)
 	return b
 }
 
@@ -51,7 +52,7 @@ func names(cs []*Cluster) []string {
 }
 
 // firstPicks orders n times and counts the first cluster of each order.
-func firstPicks(t *testing.T, p ClusterPolicy, b *Backend, st State, n int) map[string]int {
+func firstPicks(t *testing.T, p *ClusterPolicy, b *Backend, st State, n int) map[string]int {
 	t.Helper()
 	got := map[string]int{}
 	for range n {
@@ -101,15 +102,15 @@ func TestWeighted(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &fakeState{health: tt.health}
-			order, err := Weighted{}.Order(testBackend(PolicyWeighted, false, []string{"a", "b", "c"}, tt.weights...), PickRequest{}, st)
+			order, err := testPolicy(t, PolicyWeighted).Order(testBackend(PolicyWeighted, false, []string{"a", "b", "c"}, tt.weights...), PickRequest{}, st)
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantOrder, names(order))
-			assert.Equal(t, tt.wantFirst, firstPicks(t, Weighted{}, testBackend(PolicyWeighted, false, []string{"a", "b", "c"}, tt.weights...), st, 300))
+			assert.Equal(t, tt.wantFirst, firstPicks(t, testPolicy(t, PolicyWeighted), testBackend(PolicyWeighted, false, []string{"a", "b", "c"}, tt.weights...), st, 300))
 		})
 	}
 
 	t.Run("a backend without clusters has no order", func(t *testing.T) {
-		order, err := Weighted{}.Order(testBackend(PolicyWeighted, false, nil), PickRequest{}, &fakeState{})
+		order, err := testPolicy(t, PolicyWeighted).Order(testBackend(PolicyWeighted, false, nil), PickRequest{}, &fakeState{})
 		require.NoError(t, err)
 		assert.Empty(t, order)
 	})
@@ -147,10 +148,10 @@ func TestHealthBased(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &fakeState{health: tt.health}
 			clusters := []string{"a", "b", "c", "d"}
-			order, err := HealthBased{}.Order(testBackend(PolicyHealthBased, false, clusters, tt.weights...), PickRequest{}, st)
+			order, err := testPolicy(t, PolicyHealthBased).Order(testBackend(PolicyHealthBased, false, clusters, tt.weights...), PickRequest{}, st)
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantOrder, names(order))
-			assert.Equal(t, tt.wantFirst, firstPicks(t, HealthBased{}, testBackend(PolicyHealthBased, false, clusters, tt.weights...), st, 400))
+			assert.Equal(t, tt.wantFirst, firstPicks(t, testPolicy(t, PolicyHealthBased), testBackend(PolicyHealthBased, false, clusters, tt.weights...), st, 400))
 		})
 	}
 }
@@ -188,7 +189,7 @@ func TestLocalFirst(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			order, err := LocalFirst{}.Order(testBackend(PolicyLocalFirst, tt.local, []string{"a", "b"}), PickRequest{}, &fakeState{health: tt.health})
+			order, err := testPolicy(t, PolicyLocalFirst).Order(testBackend(PolicyLocalFirst, tt.local, []string{"a", "b"}), PickRequest{}, &fakeState{health: tt.health})
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantOrder, names(order))
 		})
@@ -301,7 +302,7 @@ func TestMetricsBased(t *testing.T) {
 			if clusters == nil {
 				clusters = []string{"a", "b", "c"}
 			}
-			p := NewMetricsBased(scheduling.DefaultConfig())
+			p := testPolicy(t, PolicyMetricsBased)
 			b := testBackend(PolicyMetricsBased, false, clusters, tt.weights...)
 			st := &fakeState{health: tt.health, metrics: tt.metrics}
 			req := PickRequest{Criticality: tt.criticality, Now: epoch}
@@ -327,22 +328,82 @@ func TestMetricsBased(t *testing.T) {
 	}
 }
 
-func TestNewPolicies(t *testing.T) {
-	ps := NewPolicies(scheduling.DefaultConfig())
-	for _, p := range Policies {
-		assert.NotNil(t, ps[p], p)
-	}
-	_, err := ParsePolicy("RoundRobin")
-	assert.Error(t, err)
-	p, err := ParsePolicy("LocalFirst")
+// testPolicy compiles a policy as the server does, with a memory of its
+// own.
+func testPolicy(t testing.TB, p Policy) *ClusterPolicy {
+	t.Helper()
+	cp, err := NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{}).Get(p)
 	require.NoError(t, err)
-	assert.Equal(t, PolicyLocalFirst, p)
+	return cp
+}
+
+func TestParsePolicy(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Policy
+		wantErr bool
+	}{
+		{in: "LocalFirst", want: PolicyLocalFirst},
+		{in: " PrefixAffinity ", want: PolicyPrefixAffinity},
+		{in: "prefix-cache=3,in-flight=1,pick=two-choices", want: "prefix-cache=3,in-flight=1,pick=two-choices"},
+		{in: "session=1, filters=health+weight", want: "session=1, filters=health+weight"},
+		{in: "RoundRobin", wantErr: true},
+		{in: "", wantErr: true},
+		{in: "prefix-cache=0", wantErr: true},
+		{in: "pick=two-choices", wantErr: true},
+		{in: "prefix-cache=1,prefix-cache=2", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParsePolicy(tt.in)
+			if tt.wantErr {
+				assert.ErrorIs(t, err, clusterscore.ErrSyntax)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestPolicySet(t *testing.T) {
+	ps := NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{Header: "x-session-id"})
+	for _, p := range Policies {
+		cp, err := ps.Get(p)
+		require.NoError(t, err, p)
+		assert.Equal(t, string(p), cp.Name())
+		again, _ := ps.Get(p)
+		assert.Same(t, cp, again, "compiled once")
+	}
+	inline, err := ps.Get("prefix-cache=3,session=1")
+	require.NoError(t, err)
+	assert.Equal(t, Needs{Criticality: true, PoolMetrics: true, Prompt: true, Session: true}, inline.Needs(), "the default filters read metrics and criticality")
+
+	bad, err := ps.Get("no-such-policy")
+	require.Error(t, err)
+	assert.Equal(t, string(PolicyHealthBased), bad.Name(), "a policy that does not compile is the default")
+
+	// Retain drops the policies no table names, and the observations of
+	// the clusters and pools it no longer has.
+	obs := ps.Memory().Observed
+	for _, c := range []string{"a", "b"} {
+		obs.Started(ns+"/llm", c)
+	}
+	obs.Started(ns+"/gone", "a")
+	ps.Retain(&Table{rules: []*Rule{{Backends: []*Backend{testBackend(PolicyWeighted, false, []string{"a"})}}}})
+	ps.mu.RLock()
+	assert.Len(t, ps.compiled, 1)
+	ps.mu.RUnlock()
+	assert.EqualValues(t, 1, obs.Observe(ns+"/llm", "a").InFlight, "kept")
+	assert.Zero(t, obs.Observe(ns+"/llm", "b").InFlight, "a cluster that left the backend is forgotten")
+	assert.Zero(t, obs.Observe(ns+"/gone", "a").InFlight, "a pool that left the table is forgotten")
 }
 
 // TestPolicyFailOpenAndNeeds holds each policy to the FailOpen set and the
-// needs the server and the sidecar used to derive from its name.
+// needs the server and the sidecar derive from its configuration. Weight 0
+// is out of every policy now, MetricsBased's FailOpen included (it tried
+// measured clusters of weight 0 before).
 func TestPolicyFailOpenAndNeeds(t *testing.T) {
-	policies := NewPolicies(scheduling.DefaultConfig())
 	tests := []struct {
 		policy    Policy
 		local     bool
@@ -353,15 +414,15 @@ func TestPolicyFailOpenAndNeeds(t *testing.T) {
 		{policy: PolicyHealthBased, wantSet: []string{"a", "c"}},
 		{policy: PolicyLocalFirst, local: true, wantSet: []string{"a", "c", "local"}},
 		{policy: PolicyLocalFirst, wantSet: []string{"a", "c"}},
-		{policy: PolicyMetricsBased, local: true, wantSet: []string{"a", "b", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true}},
+		{policy: PolicyMetricsBased, local: true, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Observed: true}},
+		{policy: PolicyPrefixAffinity, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Prompt: true, Observed: true}},
+		{policy: "in-flight=1,filters=health", wantSet: []string{"a", "b", "c"}, wantNeeds: Needs{Observed: true}},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s local=%v", tt.policy, tt.local), func(t *testing.T) {
-			p := policies[tt.policy]
-			require.NotNil(t, p)
+			p := testPolicy(t, tt.policy)
 			assert.Equal(t, tt.wantSet, names(p.FailOpen(testBackend(tt.policy, tt.local, []string{"a", "b", "c"}, 1, 0, 2))))
 			assert.Equal(t, tt.wantNeeds, p.Needs())
 		})
 	}
-	assert.Len(t, policies, len(Policies), "every policy name has a policy")
 }

@@ -37,9 +37,9 @@ func (r *Router) Publish(t *Table) {
 	defer r.mu.Unlock()
 	old := r.table.Load()
 	if !t.carried {
-		prev := map[string]*smoothWRR{}
-		old.wrrs(func(w **smoothWRR) { prev[(*w).key] = *w })
-		t.wrrs(func(w **smoothWRR) {
+		prev := map[string]*rotation{}
+		old.wrrs(func(w **rotation) { prev[(*w).key] = *w })
+		t.wrrs(func(w **rotation) {
 			if p, ok := prev[(*w).key]; ok {
 				*w = p
 			}

@@ -15,6 +15,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -139,14 +140,15 @@ func BenchmarkPick(b *testing.B) {
 	r := NewRouter()
 	r.Publish(tbl)
 	st := &fakeState{health: map[string]Health{"a": HealthServing, "c": HealthServing}}
-	policies := NewPolicies(scheduling.DefaultConfig())
+	policies := NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{})
 	attrs := RequestAttrs{Host: "m7.model.com", Path: "/v1/completions", Method: "POST", Headers: map[string][]string{"x-route": {"7"}}}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
 		rl, _ := r.Table().Match(&attrs)
 		be := rl.PickBackend()
-		if _, err := policies[be.Policy].Order(be, PickRequest{Now: epoch}, st); err != nil {
+		p, _ := policies.Get(be.Policy)
+		if _, err := p.Order(be, PickRequest{Now: epoch}, st); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -11,11 +11,13 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
@@ -47,6 +49,16 @@ type ServerConfig struct {
 	// ResponsePhase says whether the EPP that routed a request sees its
 	// response phase; "": ResponsePhaseRelay.
 	ResponsePhase ResponsePhase
+	// Session says where a request's session key is, for the session
+	// scorer; zero: no sessions.
+	Session clusterscore.SessionSpec
+	// Memory sizes what the policies learn (prefix index, sessions);
+	// zero: clusterscore.DefaultMemoryOptions.
+	Memory clusterscore.MemoryOptions
+	// ExplainDecisions adds ScoresHeader, the scores of the cluster
+	// decision, to every routed response. At log level 4 the decisions
+	// are logged whatever it says.
+	ExplainDecisions bool
 }
 
 // FailureRecorder learns of EPPs that failed a request (passive health).
@@ -71,13 +83,18 @@ type Server struct {
 
 	router   *Router
 	state    State
-	policies map[Policy]ClusterPolicy
+	policies *PolicySet
 	relay    *relayer
 	metrics  *Metrics
 	maxBody  int64
 	logger   logr.Logger
 	// keepEPP: the EPP's stream is kept for the response phase.
 	keepEPP bool
+	explain bool
+	// unparseable counts, and prompts logs, bodies whose prompt cannot
+	// be read.
+	unparseable prometheus.Counter
+	prompts     promptLog
 
 	// lastTakeover is when an EPP of each cluster was last logged at level
 	// 0 for not finishing a response phase.
@@ -100,15 +117,20 @@ func NewServer(router *Router, state State, cfg ServerConfig, metrics *Metrics, 
 		// sheddable request.
 		cfg.Scheduling = scheduling.DefaultConfig()
 	}
+	if cfg.Memory == (clusterscore.MemoryOptions{}) {
+		cfg.Memory = clusterscore.DefaultMemoryOptions()
+	}
 	return &Server{
-		router:   router,
-		state:    state,
-		policies: NewPolicies(cfg.Scheduling),
-		relay:    newRelayer(cfg.AttemptTimeout, cfg.Dial),
-		metrics:  metrics,
-		maxBody:  cfg.MaxRequestBodyBytes,
-		logger:   logger,
-		keepEPP:  cfg.ResponsePhase != ResponsePhaseSkip,
+		router:      router,
+		state:       state,
+		policies:    NewPolicySet(cfg.Scheduling, clusterscore.NewMemory(cfg.Memory), cfg.Session),
+		explain:     cfg.ExplainDecisions,
+		unparseable: newUnparseableCounter(),
+		relay:       newRelayer(cfg.AttemptTimeout, cfg.Dial),
+		metrics:     metrics,
+		maxBody:     cfg.MaxRequestBodyBytes,
+		logger:      logger,
+		keepEPP:     cfg.ResponsePhase != ResponsePhaseSkip,
 
 		lastTakeover: map[string]time.Time{},
 	}
@@ -117,8 +139,10 @@ func NewServer(router *Router, state State, cfg ServerConfig, metrics *Metrics, 
 // Close closes the connections to EPPs.
 func (s *Server) Close() { s.relay.close() }
 
-// Retain keeps connections to the EPPs of t and lets the others go.
+// Retain keeps connections to the EPPs of t and lets the others go, and
+// the policies and observations of t.
 func (s *Server) Retain(t *Table) {
+	s.policies.Retain(t)
 	keep := map[string]bool{}
 	for _, c := range t.Clusters() {
 		if c.EPP != "" {
@@ -162,6 +186,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	}
 
 	resps, a := s.answer(ctx, req, rec.msgs, start)
+	failed := true
+	if a.attempt != nil {
+		defer func() { a.attempt.finish(failed) }()
+	}
 	if ctx.Err() != nil {
 		if a.live != nil {
 			a.live.cancel(nil)
@@ -184,13 +212,21 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			"route", a.routeName(), "backend", a.backendName(), "cluster", a.cluster, "outcome", a.outcome, "code", a.code, "tried", a.tried)
 	}
 
-	if a.live != nil {
-		// The EPP that routed the request sees its response phase, from
-		// the gateway's own stream (not the recorder, which would keep
-		// every response message); the request itself is not kept for it.
-		return s.relayResponse(stream, a.live, req.ProtocolConfig, resps, a.liveCluster)
+	// The response phase goes through the gateway's own stream (not the
+	// recorder, which would keep every response message), observed.
+	gw := extproc.Stream(stream)
+	if a.attempt != nil || a.explanation != "" {
+		gw = &observedStream{Stream: stream, at: a.attempt, explain: a.explanation}
 	}
-	return req.PassThroughResponse(stream)
+	if a.live != nil {
+		// The EPP that routed the request sees its response phase; the
+		// request itself is not kept for it.
+		err = s.relayResponse(gw, a.live, req.ProtocolConfig, resps, a.liveCluster)
+	} else {
+		err = req.PassThroughResponse(gw)
+	}
+	failed = err != nil && ctx.Err() == nil
+	return err
 }
 
 // answered is what became of a request, for metrics and logs.
@@ -207,6 +243,11 @@ type answered struct {
 	// request, kept open for the response phase.
 	live        *eppStream
 	liveCluster *Cluster
+	// attempt observes the request sent to the cluster that took it
+	// (nil when the policy observes nothing or none took it).
+	attempt *attempt
+	// explanation is the decision's, when explained.
+	explanation string
 }
 
 // filters are the HTTPRoute filters the request goes through: those of its
@@ -297,17 +338,37 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 		a.outcome, a.code = OutcomeRedirected, f.redirect.status
 		return []*extprocv3.ProcessingResponse{f.redirectResponse(req.Header, a.pathPrefix)}, a
 	}
-	policy := s.policies[be.Policy]
+	policy, perr := s.policies.Get(be.Policy)
+	if perr != nil {
+		s.logger.Error(perr, "Cluster policy does not compile", "backend", be.String())
+	}
+	needs := policy.Needs()
 	pr := PickRequest{Now: start, Header: req.Header, Body: req.Body}
-	if policy.Needs().Criticality {
+	if needs.Criticality {
 		model := ""
 		if body, err := requestmodel.ParseBody(req.Body); err == nil {
 			model = body.Model()
 		}
 		pr.Criticality = be.Criticality(model, requestmodel.ReadRequestHeaders(req.Header).Objective)
 	}
-	order, err := policy.Order(be, pr, s.state)
+	var ex *clusterscore.Explanation
+	logExplained := s.logger.V(4)
+	if s.explain || logExplained.Enabled() {
+		ex = &clusterscore.Explanation{}
+	}
+	d, err := policy.decide(be, pr, s.state, ex)
+	order := d.order
 	s.metrics.picked(time.Since(start))
+	if d.promptErr != nil {
+		s.unparseable.Inc()
+		s.prompts.failed(s.logger, be, d.promptErr)
+	}
+	if ex != nil {
+		logExplained.Info("Cluster decision", "backend", be.String(), "scores", ex.String())
+		if s.explain {
+			a.explanation = ex.String()
+		}
+	}
 	if errors.Is(err, ErrShed) {
 		return refuse(http.StatusTooManyRequests, OutcomeShed, "%s: %v", be, err)
 	}
@@ -316,10 +377,24 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 	// What remote clusters' EPPs get, made once for every remote cluster
 	// tried.
 	var remote []*extprocv3.ProcessingRequest
+	mem := s.policies.Memory()
+	took := func(c *Cluster, sent time.Time) {
+		if d.req.Blocks != nil || d.req.Session != "" {
+			mem.Served(&d.req, c.Name)
+		}
+		if needs.Observed {
+			a.attempt = &attempt{obs: mem.Observed, scope: d.req.Scope, cluster: c.Name, started: sent, answered: time.Now()}
+		}
+	}
 	try := func(c *Cluster) []*extprocv3.ProcessingResponse {
 		a.tried = append(a.tried, c.Name)
+		sent := time.Now()
+		if needs.Observed {
+			mem.Observed.Started(d.req.Scope, c.Name)
+		}
 		if c.Mode == v1alpha1.RoutingModeParent {
 			a.cluster, a.outcome, a.code = c.Name, OutcomeParent, http.StatusOK
+			took(c, sent)
 			return req.Route([]string{c.Parent}, nil)
 		}
 		send := msgs
@@ -335,8 +410,16 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 			a.live, a.liveCluster = live, c
 			if ir := resps[0].GetImmediateResponse(); ir != nil {
 				a.outcome, a.code = OutcomeRefused, int(ir.GetStatus().GetCode())
+				if needs.Observed {
+					mem.Observed.Finished(d.req.Scope, c.Name, a.code >= 500 || a.code == http.StatusTooManyRequests)
+				}
+				return resps
 			}
+			took(c, sent)
 			return resps
+		}
+		if needs.Observed {
+			mem.Observed.Finished(d.req.Scope, c.Name, ctx.Err() == nil)
 		}
 		if ctx.Err() != nil {
 			return nil

@@ -69,7 +69,7 @@ func (b *Backend) localOnly() *Backend {
 		out.Local = &c
 		out.Clusters = []*Cluster{&c}
 	}
-	out.wrr = newClusterWRR("relayed", out.Clusters)
+	out.wrr = newClusterRotation("relayed", out.Clusters)
 	return &out
 }
 
@@ -99,7 +99,7 @@ func (b *builder) shim(p *poolv1.InferencePool) *Backend {
 			"its endpoint picker is mci-sidecar, but no other cluster exports the pool and it has no %s annotation: its requests get 503, or follow FailOpen", LocalEndpointPickerAnnotation)
 	}
 	be.Policy = cmp.Or(b.policyOf(InferencePoolKind, p, ""), b.policy)
-	be.wrr = newClusterWRR("shim "+key.String(), be.Clusters)
+	be.wrr = newClusterRotation("shim "+key.String(), be.Clusters)
 	return be
 }
 

@@ -109,6 +109,7 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	s.metrics = NewMetrics(reg, s.router, s.prober)
 	reg.MustRegister(scraper.StateCollector(func() []eppprobe.ScrapedPool { return scrapedPools(s.router.Table()) }))
 	s.server = NewServer(s.router, liveState{health: s.prober, metrics: s.scraper}, cfg.Server, s.metrics, klog.Background().WithName("ext_proc"))
+	registerScoringMetrics(reg, s.server.policies.Memory(), s.server.unparseable)
 	// The server's relay reaches the EPPs with the same credentials.
 	s.server.relay.creds = creds
 	s.watcher = NewWatcher(clients, cfg.Watch, s.router, s.published)
@@ -148,7 +149,7 @@ func (s *Sidecar) published(t *Table, took time.Duration) {
 		}
 		for _, c := range clusters {
 			healthTargets = append(healthTargets, c.Health)
-			if s.server.policies[b.Policy].Needs().PoolMetrics {
+			if p, _ := s.server.policies.Get(b.Policy); p.Needs().PoolMetrics {
 				metricsTargets = append(metricsTargets, c.Metrics)
 			}
 		}

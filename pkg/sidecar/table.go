@@ -2,12 +2,13 @@ package sidecar
 
 import (
 	"fmt"
-	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
@@ -65,36 +66,43 @@ const (
 // DefaultLocalCluster names the local cluster when no name is configured.
 const DefaultLocalCluster = "local"
 
-// Policy is how a cluster is picked among the clusters of a backend.
+// Policy is how a cluster is picked among the clusters of a backend: the
+// name of a named configuration of pkg/clusterscore, or a configuration in
+// its inline syntax ("prefix-cache=3,in-flight=1,pick=two-choices"), as
+// clusterscore.Parse reads it.
 type Policy string
 
-// The cluster policies.
+// The named cluster policies (clusterscore's named configurations).
 const (
 	// PolicyWeighted picks clusters by weight (equal unless
 	// ClusterWeightsAnnotation says otherwise), ignoring their health.
-	PolicyWeighted Policy = "Weighted"
+	PolicyWeighted Policy = clusterscore.Weighted
 	// PolicyHealthBased is Weighted over the clusters whose EPP answers its
 	// gRPC health check.
-	PolicyHealthBased Policy = "HealthBased"
+	PolicyHealthBased Policy = clusterscore.HealthBased
 	// PolicyMetricsBased ranks clusters by their EPP's pool metrics with the
-	// filter chain of pkg/scheduling.
-	PolicyMetricsBased Policy = "MetricsBased"
+	// filter chain of pkg/scheduling, counting the sidecar's own requests
+	// in flight between two scrapes.
+	PolicyMetricsBased Policy = clusterscore.MetricsBased
 	// PolicyLocalFirst sends an import's requests to the local InferencePool
 	// of the same namespace/name while its EPP is healthy, else to the
 	// remote clusters (HealthBased).
-	PolicyLocalFirst Policy = "LocalFirst"
+	PolicyLocalFirst Policy = clusterscore.LocalFirst
+	// PolicyPrefixAffinity scores clusters by prefix-cache and session
+	// affinity, the sidecar's own observations and the pool metrics.
+	PolicyPrefixAffinity Policy = clusterscore.PrefixAffinity
 )
 
-// Policies are the valid policies.
-var Policies = []Policy{PolicyWeighted, PolicyHealthBased, PolicyMetricsBased, PolicyLocalFirst}
+// Policies are the named policies.
+var Policies = []Policy{PolicyWeighted, PolicyHealthBased, PolicyMetricsBased, PolicyLocalFirst, PolicyPrefixAffinity}
 
-// ParsePolicy checks a policy name.
+// ParsePolicy checks a policy: a name of Policies or an inline
+// configuration (clusterscore.Parse). Surrounding spaces are dropped.
 func ParsePolicy(s string) (Policy, error) {
-	p := Policy(s)
-	if slices.Contains(Policies, p) {
-		return p, nil
+	if _, err := clusterscore.Parse(s); err != nil {
+		return "", fmt.Errorf("cluster policy: %w", err)
 	}
-	return "", fmt.Errorf("unknown cluster policy %q: want one of %v", s, Policies)
+	return Policy(strings.TrimSpace(s)), nil
 }
 
 // BackendKind is the kind of a backendRef the sidecar routes to.
@@ -168,7 +176,7 @@ type Backend struct {
 
 	models *requestmodel.Models
 	// wrr picks among Clusters by their weights.
-	wrr *smoothWRR
+	wrr *rotation
 }
 
 // String names the backend for logs and errors.
@@ -206,13 +214,13 @@ type Rule struct {
 	redirect *requestFilters
 
 	// wrr picks among Backends by weight.
-	wrr *smoothWRR
+	wrr *rotation
 }
 
 // PickBackend picks a backend by weight; nil when every weight is 0 (or
 // there are no backendRefs), which Gateway API answers with 500.
 func (r *Rule) PickBackend() *Backend {
-	if i := r.wrr.next(nil); i >= 0 {
+	if i := r.wrr.Next(); i >= 0 {
 		return r.Backends[i]
 	}
 	return nil
@@ -327,7 +335,7 @@ func (t *Table) Clusters() []*Cluster {
 
 // wrrs returns every weighted picker of the table, so that Router can carry
 // their state over from the previous table.
-func (t *Table) wrrs(yield func(**smoothWRR)) {
+func (t *Table) wrrs(yield func(**rotation)) {
 	for _, r := range t.rules {
 		yield(&r.wrr)
 	}

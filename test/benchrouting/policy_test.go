@@ -15,7 +15,7 @@ import (
 // mci.x-k8s.io/cluster-policy. A new policy is one more name here (or in
 // MCI_BENCH_ROUTING_POLICIES): any name that is not a reference routing is
 // taken as such an annotation value.
-var sidecarPolicies = []string{"Weighted", "HealthBased", "MetricsBased", "LocalFirst"}
+var sidecarPolicies = []string{"Weighted", "HealthBased", "MetricsBased", "LocalFirst", "PrefixAffinity"}
 
 // referenceRoutings bypass mci-sidecar: the harness picks the cluster
 // itself and sends the request to that cluster's own gateway, whose EPP

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/net/http/httpguts"
 	"k8s.io/apimachinery/pkg/types"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -22,6 +23,7 @@ import (
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
@@ -58,6 +60,13 @@ type Options struct {
 	ScrapeTimeout       time.Duration
 	DrainTimeout        time.Duration
 	Scheduling          scheduling.Config
+
+	SessionHeader     string
+	SessionCookie     string
+	SessionTTL        time.Duration
+	MaxSessions       int
+	PrefixIndexBlocks int
+	ExplainDecisions  bool
 }
 
 // NewOptions returns the defaults: the ports of the Endpoint Picker
@@ -83,6 +92,9 @@ func NewOptions() *Options {
 		DrainTimeout:         sidecar.DefaultDrainTimeout,
 		Scheduling:           scheduling.DefaultConfig(),
 		EPPMetricsTokenFile:  eppprobe.DefaultServiceAccountTokenFile,
+		SessionTTL:           clusterscore.DefaultMemoryOptions().SessionTTL,
+		MaxSessions:          clusterscore.DefaultMemoryOptions().Sessions,
+		PrefixIndexBlocks:    clusterscore.DefaultMemoryOptions().PrefixBlocks,
 	}
 }
 
@@ -99,8 +111,11 @@ cluster's Endpoint Picker (EndpointMode: the gateway receives the remote model
 server as destination) or names the remote parent gateway as destination
 (ParentMode).
 
-Cluster policy per HTTPRoute: annotation mci.x-k8s.io/cluster-policy
-(Weighted, HealthBased, MetricsBased, LocalFirst), cluster weights:
+Cluster policy per HTTPRoute (else per InferencePool or InferencePoolImport):
+annotation mci.x-k8s.io/cluster-policy, a named configuration of the cluster
+scoring pipeline (Weighted, HealthBased, MetricsBased, LocalFirst,
+PrefixAffinity) or one written inline ("prefix-cache=3,in-flight=1,
+pick=two-choices"); cluster weights:
 mci.x-k8s.io/cluster-weights ("cluster-a=3,cluster-c=1"), failure mode of
 imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 		SilenceUsage: true,
@@ -119,7 +134,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the local cluster. Default: the in-cluster configuration.")
 	o.ServingOptions.AddFlags(fs)
 	fs.StringVar(&o.LocalClusterName, "local-cluster-name", o.LocalClusterName, "Name of this cluster in the ClusterSet: the cluster of local InferencePools (LocalFirst, metrics labels). Default: "+sidecar.DefaultLocalCluster+".")
-	fs.StringVar(&o.DefaultClusterPolicy, "default-cluster-policy", o.DefaultClusterPolicy, "Cluster policy where no annotation chooses one: Weighted, HealthBased, MetricsBased or LocalFirst.")
+	fs.StringVar(&o.DefaultClusterPolicy, "default-cluster-policy", o.DefaultClusterPolicy, "Cluster policy where no annotation chooses one: Weighted, HealthBased, MetricsBased, LocalFirst, PrefixAffinity, or a configuration of the scoring pipeline written inline as in the annotation (\"prefix-cache=3,session=2,in-flight=1,pick=max-score\"; scorers prefix-cache, session, latency, errors, in-flight, queue, kv-cache, weight; pick max-score, two-choices, round-robin, chain; filters=health+ready+weight+model+saturation+local-first).")
 	fs.StringSliceVar(&o.Gateways, "gateway", o.Gateways, "namespace/name of the Gateway this sidecar serves; only the HTTPRoutes its listeners accept are routed (Gateway API's allowedRoutes namespaces and kinds, parentRef sectionName and port, listener hostnames; the sidecar reads that Gateway and the Namespaces' labels). Repeatable. Default: every HTTPRoute, whatever its parentRefs. Cross-namespace backendRefs need a ReferenceGrant either way.")
 	fs.StringSliceVar(&o.EndpointPickerServices, "endpoint-picker-service", o.EndpointPickerServices, "namespace/name of a Service of this sidecar that InferencePools name as their endpointPickerRef. Repeatable. Set, the sidecar is an EPP shim: it serves the gateway's EPP-protocol requests for each such pool with the pool's real local EPP (annotation "+sidecar.LocalEndpointPickerAnnotation+") and the clusters of the InferencePoolImport of the same namespace/name, instead of routing by HTTPRoute.")
 	fs.StringSliceVar(&o.SecretNamespaces, "endpoint-picker-secret-namespaces", o.SecretNamespaces, "Namespaces whose Secrets labelled "+epptransport.CredentialsLabel+"=true the sidecar reads (get, list, watch: grant it a Role in each), for EPPs that serve TLS: an InferencePool's annotation "+v1alpha1.EndpointPickerSecretAnnotation+" names such a Secret of its namespace, and so do the secretRefs of its imports. Keys: "+epptransport.SecretCAKey+" (required), "+epptransport.SecretCertKey+" and "+epptransport.SecretKeyKey+" (a client certificate, for mutual TLS), "+epptransport.SecretServerNameKey+" (the name to verify instead of the address). Repeatable. Default: none, and such EPPs are not reached.")
@@ -139,6 +154,12 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.IntVar(&o.Scheduling.LowQueueThreshold, "low-queue-threshold", o.Scheduling.LowQueueThreshold, "MetricsBased: critical and standard requests prefer clusters whose pool's average queue is below this.")
 	fs.IntVar(&o.Scheduling.SheddableQueueThreshold, "sheddable-queue-threshold", o.Scheduling.SheddableQueueThreshold, "MetricsBased: sheddable requests go only to clusters whose pool's average queue is at most this and average KV cache at most --sheddable-kv-cache-threshold.")
 	fs.Float64Var(&o.Scheduling.SheddableKVCacheThreshold, "sheddable-kv-cache-threshold", o.Scheduling.SheddableKVCacheThreshold, "MetricsBased: average KV cache utilization (0 to 1) above which a cluster takes no sheddable request.")
+	fs.StringVar(&o.SessionHeader, "session-header", o.SessionHeader, "Request header whose value is a session key (such as x-session-id): policies with the session scorer (PrefixAffinity) keep a session on the cluster that served it last while that cluster is healthy and not saturated. Default: none.")
+	fs.StringVar(&o.SessionCookie, "session-cookie", o.SessionCookie, "Cookie whose value is a session key, read when --session-header is absent from a request. Default: none.")
+	fs.DurationVar(&o.SessionTTL, "session-ttl", o.SessionTTL, "How long a session stays pinned to its cluster after its last request.")
+	fs.IntVar(&o.MaxSessions, "max-sessions", o.MaxSessions, "Most sessions pinned at once; the least recently used go first.")
+	fs.IntVar(&o.PrefixIndexBlocks, "prefix-index-blocks", o.PrefixIndexBlocks, "Capacity of the prefix-cache affinity index in prompt blocks of 64 bytes (32 bytes of memory each, allocated at start): which cluster recently served which prompt prefix, for the prefix-cache scorer (PrefixAffinity).")
+	fs.BoolVar(&o.ExplainDecisions, "explain-decisions", o.ExplainDecisions, "Add the response header "+sidecar.ScoresHeader+" naming, per cluster, the policy's verdict, tier and scores of the request's cluster decision. (At log level 4 every decision is logged with its scores whatever this says.)")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "On SIGTERM, how long open ext_proc streams may take to finish.")
 	return cmd
 }
@@ -187,6 +208,14 @@ func (o *Options) Validate() error {
 	}
 	if err := o.Scheduling.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	for flag, name := range map[string]string{"--session-header": o.SessionHeader, "--session-cookie": o.SessionCookie} {
+		if name != "" && !httpguts.ValidHeaderFieldName(name) {
+			errs = append(errs, fmt.Errorf("%s %q is not a header or cookie name", flag, name))
+		}
+	}
+	if o.SessionTTL <= 0 || o.MaxSessions <= 0 || o.PrefixIndexBlocks <= 0 {
+		errs = append(errs, errors.New("--session-ttl, --max-sessions and --prefix-index-blocks must be positive"))
 	}
 	return utilerrors.NewAggregate(errs)
 }
@@ -251,6 +280,14 @@ func (o *Options) Config() (sidecar.Config, error) {
 			ResponsePhase:       responsePhase,
 			Scheduling:          o.Scheduling,
 			Dial:                sidecar.DialPolicy{MaxDelay: o.EPPReconnectDelay},
+			// Header names are matched in lower case, as the gateway
+			// sends them.
+			Session: clusterscore.SessionSpec{Header: strings.ToLower(o.SessionHeader), Cookie: o.SessionCookie},
+			Memory: clusterscore.MemoryOptions{
+				PrefixBlocks: o.PrefixIndexBlocks, Sessions: o.MaxSessions, SessionTTL: o.SessionTTL,
+				EWMAAlpha: clusterscore.DefaultEWMAAlpha,
+			},
+			ExplainDecisions: o.ExplainDecisions,
 		},
 		HealthInterval:   o.HealthInterval,
 		HealthTimeout:    o.HealthTimeout,

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/sidecar"
@@ -89,10 +90,30 @@ func TestOptions(t *testing.T) {
 		{name: "an EPP transport that does not parse is refused", args: []string{"--endpoint-picker-transport=ext-proc=tls"}, wantErr: `--endpoint-picker-transport: port ext-proc: transport mode "tls"`},
 		{name: "a Secret namespace that is not a namespace name is refused", args: []string{"--endpoint-picker-secret-namespaces=Example/x"}, wantErr: `--endpoint-picker-secret-namespaces "Example/x" is not a namespace name`},
 		{name: "a serving certificate without its key is refused", args: []string{"--tls-cert-file=/etc/mci/tls.crt"}, wantErr: "--tls-cert-file needs --tls-private-key-file"},
-		{name: "an unknown policy is refused", args: []string{"--default-cluster-policy=Fastest"}, wantErr: "unknown cluster policy"},
+		{name: "an unknown policy is refused", args: []string{"--default-cluster-policy=Fastest"}, wantErr: `unknown configuration "Fastest"`},
 		{name: "a gateway without a namespace is refused", args: []string{"--gateway=inf-gw"}, wantErr: "want namespace/name"},
 		{name: "an endpoint picker Service without a namespace is refused", args: []string{"--endpoint-picker-service=mci-sidecar"}, wantErr: "--endpoint-picker-service \"mci-sidecar\": want namespace/name"},
 		{name: "a port out of range is refused", args: []string{"--metrics-port=70000"}, wantErr: "is not a port"},
+		{
+			name: "scoring flags reach the configuration",
+			args: []string{"--default-cluster-policy=prefix-cache=3, in-flight=1,pick=two-choices", "--session-header=X-Session-ID", "--session-cookie=sid",
+				"--session-ttl=1m", "--max-sessions=10", "--prefix-index-blocks=1024", "--explain-decisions"},
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, sidecar.Policy("prefix-cache=3, in-flight=1,pick=two-choices"), cfg.Watch.DefaultPolicy)
+				assert.Equal(t, clusterscore.SessionSpec{Header: "x-session-id", Cookie: "sid"}, cfg.Server.Session)
+				assert.Equal(t, clusterscore.MemoryOptions{PrefixBlocks: 1024, Sessions: 10, SessionTTL: time.Minute, EWMAAlpha: clusterscore.DefaultEWMAAlpha}, cfg.Server.Memory)
+				assert.True(t, cfg.Server.ExplainDecisions)
+			},
+		},
+		{
+			name: "sessions and explanations are off by default",
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, clusterscore.SessionSpec{}, cfg.Server.Session)
+				assert.False(t, cfg.Server.ExplainDecisions)
+			},
+		},
+		{name: "an invalid inline policy is refused", args: []string{"--default-cluster-policy=prefix-cache=0"}, wantErr: "--default-cluster-policy: "},
+		{name: "an invalid session header is refused", args: []string{"--session-header=x session"}, wantErr: `--session-header "x session"`},
 		{name: "an unknown response phase is refused", args: []string{"--epp-response-phase=Answer"}, wantErr: `--epp-response-phase: unknown response phase "Answer"`},
 		{name: "a zero timeout is refused", args: []string{"--epp-attempt-timeout=0s"}, wantErr: "must be positive"},
 	}

@@ -1,0 +1,175 @@
+package sidecar
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/mci-dev/mci/pkg/clusterscore"
+	extproctest "github.com/mci-dev/mci/test/extproc"
+)
+
+// observingPolicy reads every hook of the wiring (prompt blocks, session,
+// observations) and leads by round-robin, so that a fresh server tries
+// cluster-a, then cluster-c.
+const observingPolicy = "prefix-cache=1,session=1,in-flight=1,latency=1,errors=1,pick=round-robin"
+
+// promptBody is a completions request of several full prompt blocks.
+var promptBody = []byte(`{"model":"chat","prompt":"` + strings.Repeat("You are a helpful assistant. ", 12) + `"}`)
+
+func scoringServer(t *testing.T, a, c *fakeEPP, policy string, cfg ServerConfig) *harness {
+	t.Helper()
+	return startServerWith(t, Inputs{
+		Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), PolicyAnnotation, policy)},
+		Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+	}, &fakeState{health: map[string]Health{"cluster-a": HealthServing, "cluster-c": HealthServing}}, cfg)
+}
+
+// TestServerTeachesTheClusterThatServed holds the server to calling
+// Memory.Served with the cluster whose EPP answered (not the first of the
+// order), and Observed.Started/FirstByte/Finished around every attempt,
+// in both response phase modes.
+func TestServerTeachesTheClusterThatServed(t *testing.T) {
+	tests := []struct {
+		name   string
+		breakA int32
+		// status is the upstream's response status.
+		status     int
+		wantServed string
+		wantErrors map[string]bool
+	}{
+		{name: "the first cluster serves", breakA: eppRoute, wantServed: "cluster-a", wantErrors: map[string]bool{"cluster-a": false, "cluster-c": false}},
+		{name: "a failover teaches the cluster that answered", breakA: eppFail, wantServed: "cluster-c", wantErrors: map[string]bool{"cluster-a": true, "cluster-c": false}},
+		{name: "a refusal is an error of its cluster", breakA: eppUnavailable, wantServed: "cluster-c", wantErrors: map[string]bool{"cluster-a": true, "cluster-c": false}},
+		{name: "a 5xx response is an error of the cluster that served", breakA: eppRoute, status: http.StatusBadGateway, wantServed: "cluster-a", wantErrors: map[string]bool{"cluster-a": true, "cluster-c": false}},
+	}
+	for _, phase := range []ResponsePhase{ResponsePhaseRelay, ResponsePhaseSkip} {
+		for _, tt := range tests {
+			t.Run(string(phase)+" "+tt.name, func(t *testing.T) {
+				a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+				c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
+				a.mode.Store(tt.breakA)
+				h := scoringServer(t, a, c, observingPolicy, ServerConfig{ResponsePhase: phase, Session: clusterscore.SessionSpec{Header: "x-session-id"}})
+
+				up := upstreamResponse()
+				up.Status = tt.status
+				res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: promptBody, Headers: http.Header{"X-Session-Id": {"s1"}}, Response: up})
+				require.Nil(t, res.Immediate)
+
+				mem, scope := h.server.policies.Memory(), ns+"/llm"
+				blocks, err := clusterscore.PromptBlocks(nil, scope, promptBody)
+				require.NoError(t, err)
+				require.NotEmpty(t, blocks)
+				matched := make([]int, 2)
+				mem.Prefixes.Match(blocks, []uint32{clusterscore.ClusterID("cluster-a"), clusterscore.ClusterID("cluster-c")}, matched)
+				want := []int{len(blocks), 0}
+				if tt.wantServed == "cluster-c" {
+					want = []int{0, len(blocks)}
+				}
+				assert.Equal(t, want, matched, "the prefix is recorded for the cluster that served")
+				assert.Equal(t, tt.wantServed, mem.Sessions.Cluster(scope, "s1", time.Now()), "the session is pinned where it was served")
+
+				// Finished runs as the server's stream ends, just after the
+				// gateway's.
+				require.Eventually(t, func() bool {
+					return mem.Observed.Observe(scope, "cluster-a").InFlight == 0 && mem.Observed.Observe(scope, "cluster-c").InFlight == 0
+				}, 5*time.Second, 5*time.Millisecond, "every Started is Finished")
+				for cluster, wantErr := range tt.wantErrors {
+					o := mem.Observed.Observe(scope, cluster)
+					assert.Equal(t, wantErr, o.ErrorRatio > 0, "%s errors: %+v", cluster, o)
+				}
+				assert.Positive(t, mem.Observed.Observe(scope, tt.wantServed).TTFB, "the first byte of the serving cluster is measured")
+			})
+		}
+	}
+}
+
+// TestServerExplainsDecisionsOnlyWhenAsked: the scores header comes with
+// ExplainDecisions only.
+func TestServerExplainsDecisionsOnlyWhenAsked(t *testing.T) {
+	for _, explain := range []bool{false, true} {
+		for _, phase := range []ResponsePhase{ResponsePhaseRelay, ResponsePhaseSkip} {
+			t.Run(string(phase)+map[bool]string{false: " off", true: " on"}[explain], func(t *testing.T) {
+				a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+				c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
+				h := scoringServer(t, a, c, string(PolicyPrefixAffinity), ServerConfig{ResponsePhase: phase, ExplainDecisions: explain})
+				res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: promptBody, Response: upstreamResponse()})
+				require.Nil(t, res.Immediate)
+				require.NotNil(t, res.Response)
+				got := res.Response.Headers.Get(ScoresHeader)
+				if !explain {
+					assert.Empty(t, got)
+					return
+				}
+				assert.True(t, strings.HasPrefix(got, "PrefixAffinity "), got)
+				assert.Contains(t, got, "cluster-a:kept,tier=0,prefix-cache=")
+				assert.Contains(t, got, "cluster-c:kept")
+			})
+		}
+	}
+}
+
+// TestServerRoutesUnparseablePromptsWithoutAffinity: a body whose prompt
+// cannot be read is routed all the same, and counted; a body without a
+// prompt is not counted.
+func TestServerRoutesUnparseablePromptsWithoutAffinity(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+		want float64
+	}{
+		{name: "a prompt", body: string(promptBody)},
+		{name: "no prompt", body: `{"model":"chat","input":"embed me"}`},
+		{name: "not JSON", body: `{"model":"chat","prompt":`, want: 1},
+		{name: "a prompt of the wrong type", body: `{"model":"chat","messages":{"role":"user"}}`, want: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+			c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
+			h := scoringServer(t, a, c, string(PolicyPrefixAffinity), ServerConfig{})
+			res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: []byte(tt.body)})
+			require.Nil(t, res.Immediate)
+			assert.NotEmpty(t, res.Destination)
+			assert.Equal(t, tt.want, testutil.ToFloat64(h.server.unparseable))
+		})
+	}
+}
+
+// TestBackendRotationCarriesOver: a backend's rotation survives a rebuild
+// that keeps its clusters and weights, so that the split stays exact
+// however often the table is rebuilt, and starts afresh when they change.
+func TestBackendRotationCarriesOver(t *testing.T) {
+	build := func(weights string) *Table {
+		r := route("r", 0, nil, rule(nil, importRef("llm", nil)))
+		if weights != "" {
+			r = annotate(r, ClusterWeightsAnnotation, weights)
+		}
+		tbl, _ := Build(Inputs{Routes: []*gatewayv1.HTTPRoute{r}, Imports: []*v1alphaImport{importOf("llm", imported{name: "cluster-a", addr: "127.0.0.1"}, imported{name: "cluster-c", addr: "127.0.0.2"})}})
+		return tbl
+	}
+	backend := func(r *Router) *Backend { return r.Table().Rules()[0].Backends[0] }
+	p := testPolicy(t, PolicyWeighted)
+
+	r := NewRouter()
+	counts := map[string]int{}
+	for range 100 {
+		r.Publish(build("cluster-a=1,cluster-c=3"))
+		order, err := p.Order(backend(r), PickRequest{Now: epoch}, &fakeState{})
+		require.NoError(t, err)
+		counts[order[0].Name]++
+	}
+	assert.Equal(t, map[string]int{"cluster-a": 25, "cluster-c": 75}, counts, "a rebuild between every request keeps the split exact")
+
+	first := backend(r).wrr
+	r.Publish(build("cluster-a=1,cluster-c=3"))
+	assert.Same(t, first, backend(r).wrr)
+	r.Publish(build("cluster-a=1,cluster-c=1"))
+	assert.NotSame(t, first, backend(r).wrr, "changed weights start afresh")
+}

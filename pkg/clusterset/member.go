@@ -737,8 +737,6 @@ func (m *member) importsRoutedThrough(namespace, gateway string) []string {
 	return keys
 }
 
-// poolsIndexedBy returns the namespace/name keys of the pools of this
-// member whose index value is key.
 // poolsUsingService lists the pools of namespace whose endpointPickerRef
 // names service.
 func (m *member) poolsUsingService(namespace, service string) []string {
@@ -755,6 +753,8 @@ func (m *member) poolsUsingService(namespace, service string) []string {
 	return names
 }
 
+// poolsIndexedBy returns the namespace/name keys of the pools of this
+// member whose index value is key.
 func (m *member) poolsIndexedBy(index, key string) []string {
 	objs, err := m.poolIndexer.ByIndex(index, key)
 	if err != nil {

@@ -9,8 +9,6 @@ import (
 )
 
 // Health is what the health prober last learned about a candidate's EPP.
-// The values are those of the sidecar's Health, so that an adapter can
-// convert one into the other.
 type Health int8
 
 const (
@@ -22,6 +20,17 @@ const (
 	// or a stream to it just failed.
 	HealthNotServing
 )
+
+func (h Health) String() string {
+	switch h {
+	case HealthServing:
+		return "Serving"
+	case HealthNotServing:
+		return "NotServing"
+	default:
+		return "Unknown"
+	}
+}
 
 // PoolMetrics are the pool gauges of a candidate's EPP.
 type PoolMetrics = metrics.PoolMetrics

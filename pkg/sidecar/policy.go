@@ -12,31 +12,17 @@ import (
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
-// Health is what the health prober last learned about a cluster's EPP. Its
-// values are clusterscore.Health's.
-type Health int8
+// Health is what the health prober last learned about a cluster's EPP:
+// the pipeline's own type, so that a cluster's health goes to it as is. An
+// unknown one (not probed yet, or no health port) stays eligible, after
+// the clusters known to be serving.
+type Health = clusterscore.Health
 
 const (
-	// HealthUnknown: not probed yet, or the cluster has no health port.
-	// Such a cluster stays eligible, after the ones known to be serving.
-	HealthUnknown Health = iota
-	// HealthServing: the EPP answered SERVING.
-	HealthServing
-	// HealthNotServing: the EPP answered anything else, did not answer, or
-	// an ext_proc stream to it just failed.
-	HealthNotServing
+	HealthUnknown    = clusterscore.HealthUnknown
+	HealthServing    = clusterscore.HealthServing
+	HealthNotServing = clusterscore.HealthNotServing
 )
-
-func (h Health) String() string {
-	switch h {
-	case HealthServing:
-		return "Serving"
-	case HealthNotServing:
-		return "NotServing"
-	default:
-		return "Unknown"
-	}
-}
 
 // PoolMetrics are the pool-level gauges a cluster's EPP exposes, read under
 // either naming scheme (metrics.ParsePool).
@@ -175,7 +161,7 @@ func (p *ClusterPolicy) decide(b *Backend, req PickRequest, st State, ex *cluste
 	var buf [8]clusterscore.Candidate
 	cands := buf[:0]
 	candidate := func(c *Cluster, weight int64, local bool) clusterscore.Candidate {
-		return clusterscore.Candidate{Name: c.Name, Weight: weight, Health: clusterscore.Health(st.Health(c)), Pool: st.PoolMetrics(c), Local: local}
+		return clusterscore.Candidate{Name: c.Name, Weight: weight, Health: st.Health(c), Pool: st.PoolMetrics(c), Local: local}
 	}
 	for _, c := range b.Clusters {
 		cands = append(cands, candidate(c, c.Weight, b.Shim && c == b.Local))

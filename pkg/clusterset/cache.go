@@ -247,40 +247,34 @@ func (c *Cache) Ready() error {
 // PoolsUsingService returns the namespace/name keys of the member's pools
 // whose endpointPickerRef names the Service namespace/service.
 func (c *Cache) PoolsUsingService(memberName, namespace, service string) []string {
-	c.mu.RLock()
-	m := c.members[memberName]
-	c.mu.RUnlock()
-	if m == nil {
-		return nil
+	if m := c.member(memberName); m != nil {
+		return m.poolsUsingService(namespace, service)
 	}
-	return m.poolsUsingService(namespace, service)
+	return nil
 }
 
 // PoolsWithParent returns the namespace/name keys of the member's pools
 // whose status lists the Gateway namespace/gateway as a parent.
 func (c *Cache) PoolsWithParent(memberName, namespace, gateway string) []string {
-	return c.poolsIndexedBy(memberName, indexParentGateway, namespace+"/"+gateway)
+	if m := c.member(memberName); m != nil {
+		return m.poolsIndexedBy(indexParentGateway, namespace+"/"+gateway)
+	}
+	return nil
 }
 
 // ImportsRoutedThrough returns the namespace/name keys of the imports that
 // the local cluster's HTTPRoutes with parent Gateway namespace/gateway use:
 // a change of that Gateway may change their parents.
 func (c *Cache) ImportsRoutedThrough(namespace, gateway string) []string {
-	c.mu.RLock()
-	m := c.members[c.opts.LocalName]
-	c.mu.RUnlock()
-	if m == nil {
-		return nil
+	if m := c.member(c.opts.LocalName); m != nil {
+		return m.importsRoutedThrough(namespace, gateway)
 	}
-	return m.importsRoutedThrough(namespace, gateway)
+	return nil
 }
 
-func (c *Cache) poolsIndexedBy(memberName, index, key string) []string {
+// member is the member serving name, nil when there is none.
+func (c *Cache) member(name string) *member {
 	c.mu.RLock()
-	m := c.members[memberName]
-	c.mu.RUnlock()
-	if m == nil {
-		return nil
-	}
-	return m.poolsIndexedBy(index, key)
+	defer c.mu.RUnlock()
+	return c.members[name]
 }

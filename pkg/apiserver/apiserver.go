@@ -5,6 +5,7 @@ package apiserver
 
 import (
 	"fmt"
+	"k8s.io/component-base/metrics/legacyregistry"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -113,6 +114,11 @@ func (c CompletedConfig) New() (*MCIServer, error) {
 			exported.Notify(ev)
 		}
 	})
+	// One server per process; a second one (tests) keeps the first one's
+	// series rather than failing.
+	if err := legacyregistry.CustomRegister(clusterset.NewMetrics(cache)); err != nil {
+		klog.Background().Error(err, "Registering the ClusterSet member metrics")
+	}
 	if es := c.ExtraConfig.ExportedStatus; es != nil {
 		exported = exportstatus.New(cache, cache.LocalName(), es.Pools)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,11 +47,18 @@ type Cache struct {
 	replacing map[string]*member
 	// sorted is the members sorted by name, rebuilt when membership changes.
 	sorted []*member
+	// unreported are the membership sources that have not reported yet,
+	// and joining the members being started for the first time (asking
+	// what they serve, which a partitioned member makes slow): until
+	// neither has any, the Cache does not know every member, so it is not
+	// ready (see Ready for the bound).
+	unreported map[string]bool
+	joining    map[string]*member
 }
 
 // New returns a Cache; Run starts it.
 func New(opts Options, handler Handler) *Cache {
-	return &Cache{opts: opts, handler: handler, members: map[string]*member{}, replacing: map[string]*member{}}
+	return &Cache{opts: opts, handler: handler, members: map[string]*member{}, replacing: map[string]*member{}, joining: map[string]*member{}}
 }
 
 // LocalName is the name of the local cluster.
@@ -61,6 +69,10 @@ func (c *Cache) LocalName() string { return c.opts.LocalName }
 func (c *Cache) Run(ctx context.Context, sources ...Source) error {
 	c.mu.Lock()
 	c.ctx = ctx
+	c.unreported = map[string]bool{}
+	for _, s := range sources {
+		c.unreported[s.Name()] = true
+	}
 	c.mu.Unlock()
 	if err := c.setMember(c.opts.LocalName, "local", c.opts.Local); err != nil {
 		return fmt.Errorf("connecting to the local cluster: %w", err)
@@ -76,6 +88,9 @@ func (c *Cache) Run(ctx context.Context, sources ...Source) error {
 			for _, change := range desired.update(src, configs) {
 				c.apply(ctx, change)
 			}
+			c.mu.Lock()
+			delete(c.unreported, src)
+			c.mu.Unlock()
 		})
 	}
 	<-ctx.Done()
@@ -129,13 +144,16 @@ func (c *Cache) setMember(name, source string, config *rest.Config) error {
 	m.local = name == c.opts.LocalName
 	// Starting asks the member what it serves, which a hung member makes
 	// slow: never under the lock that every request's snapshot takes.
-	th := thresholds{unreachableAfter: c.opts.UnreachableAfter, removeAfter: c.opts.RemoveAfter}
-	if name == c.opts.LocalName {
-		th.removeAfter = 0
-	}
-	m.start(ctx, th)
+	m.joined = time.Now()
 	if old == nil {
 		c.mu.Lock()
+		c.joining[name] = m
+		c.mu.Unlock()
+	}
+	m.start(ctx, c.thresholds(name))
+	if old == nil {
+		c.mu.Lock()
+		delete(c.joining, name)
 		c.members[name] = m
 		c.resort()
 		c.mu.Unlock()
@@ -227,18 +245,35 @@ func (c *Cache) Snapshot() imports.ClusterSet {
 	return cs
 }
 
-// Ready reports nil once every member has synced or been flagged
-// unreachable: before that, imports computed from a partial cache would
-// show clusters disappearing and reappearing.
+// Ready reports nil once every membership source has reported and every
+// member has listed or is past its removal threshold (member.readyErr):
+// before that, imports computed from a partial cache would show clusters
+// disappearing and reappearing.
 func (c *Cache) Ready() error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if _, ok := c.members[c.opts.LocalName]; !ok {
 		return fmt.Errorf("not connected to the local cluster %s yet", c.opts.LocalName)
 	}
+	if len(c.unreported) > 0 {
+		return fmt.Errorf("membership sources not reported yet: %s", strings.Join(sortedKeys(c.unreported), ", "))
+	}
+	// A member still joining has listed nothing: like a member that has
+	// not listed (member.readyErr), it holds readiness until its removal
+	// threshold, counted from when it joined.
+	var joining []string
+	for name, m := range c.joining {
+		if removeAfter := c.thresholds(name).removeAfter; removeAfter == 0 || time.Since(m.joined) < removeAfter {
+			joining = append(joining, name)
+		}
+	}
+	if len(joining) > 0 {
+		sort.Strings(joining)
+		return fmt.Errorf("members joining (being asked which APIs they serve): %s", strings.Join(joining, ", "))
+	}
 	for _, m := range c.sorted {
-		if !m.hasSynced() && m.status() == nil {
-			return fmt.Errorf("member %s has not synced yet", m.name)
+		if err := m.readyErr(); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -277,4 +312,23 @@ func (c *Cache) member(name string) *member {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.members[name]
+}
+
+// thresholds are member name's: the local cluster is never removed, as its
+// namespaces decide every placement.
+func (c *Cache) thresholds(name string) thresholds {
+	th := thresholds{unreachableAfter: c.opts.UnreachableAfter, removeAfter: c.opts.RemoveAfter}
+	if name == c.opts.LocalName {
+		th.removeAfter = 0
+	}
+	return th
+}
+
+func sortedKeys(set map[string]bool) []string {
+	keys := make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
@@ -153,27 +154,31 @@ func TestMemberFaultsAgainstKubeAPIServer(t *testing.T) {
 
 	var mu sync.Mutex
 	memberEvents := 0
-	cache := New(Options{ClusterSetName: "test", LocalName: "local", Local: local, UnreachableAfter: time.Second, RemoveAfter: 3 * time.Second}, func(ev Event) {
+	options := Options{ClusterSetName: "test", LocalName: "local", Local: local, UnreachableAfter: time.Second, RemoveAfter: 3 * time.Second}
+	members := staticSource{"remote": {rest: remote, fingerprint: "1"}}
+	cache := New(options, func(ev Event) {
 		if ev.Member == "remote" && ev.Kind == KindMember {
 			mu.Lock()
 			memberEvents++
 			mu.Unlock()
 		}
 	})
-	go func() { _ = cache.Run(ctx, staticSource{"remote": {rest: remote, fingerprint: "1"}}) }()
+	go func() { _ = cache.Run(ctx, members) }()
 
-	remoteOf := func() imports.Member {
-		for _, m := range cache.Snapshot().Members {
+	remoteIn := func(c *Cache) imports.Member {
+		for _, m := range c.Snapshot().Members {
 			if m.Name == "remote" {
 				return m
 			}
 		}
 		return imports.Member{}
 	}
-	imported := func() bool {
-		imp, ok := imports.Import(cache.Snapshot(), ns, name)
+	remoteOf := func() imports.Member { return remoteIn(cache) }
+	importedBy := func(c *Cache) bool {
+		imp, ok := imports.Import(c.Snapshot(), ns, name)
 		return ok && len(imp.Status.Clusters) == 1 && imp.Status.Clusters[0].Name == "remote"
 	}
+	imported := func() bool { return importedBy(cache) }
 	require.Eventually(t, func() bool { return cache.Ready() == nil && imported() }, time.Minute, 50*time.Millisecond,
 		"the local cluster imports the pool that member remote exports")
 
@@ -188,6 +193,16 @@ func TestMemberFaultsAgainstKubeAPIServer(t *testing.T) {
 	require.Eventually(t, func() bool { return !imported() }, 15*time.Second, 20*time.Millisecond)
 	t.Logf("export removed after %s (threshold 3s)", time.Since(start).Round(10*time.Millisecond))
 	assert.True(t, remoteOf().Namespaces != nil, "a removed member's namespaces are kept")
+	assert.NoError(t, testutil.CustomCollectAndCompare(NewMetrics(cache), strings.NewReader(`
+# HELP mci_clusterset_member_removed [ALPHA] 1 while the member has not answered for --member-remove-after, so the pools it exported are not served, else 0.
+# TYPE mci_clusterset_member_removed gauge
+mci_clusterset_member_removed{member="local"} 0
+mci_clusterset_member_removed{member="remote"} 1
+# HELP mci_clusterset_member_unreachable [ALPHA] 1 while the member is flagged ClusterUnreachable (it has not answered for --member-unreachable-after; its last known data is kept), else 0.
+# TYPE mci_clusterset_member_unreachable gauge
+mci_clusterset_member_unreachable{member="local"} 0
+mci_clusterset_member_unreachable{member="remote"} 1
+`), "mci_clusterset_member_removed", "mci_clusterset_member_unreachable"), "a removed member is said so in the metrics")
 
 	proxy.setCut(false)
 	start = time.Now()
@@ -200,7 +215,58 @@ func TestMemberFaultsAgainstKubeAPIServer(t *testing.T) {
 		defer mu.Unlock()
 		return memberEvents >= 4
 	}, 5*time.Second, 20*time.Millisecond, "joined, flagged, removed and back are each an event")
+
+	// A replica that starts while the member is partitioned has never
+	// listed it, while replicas that did serve its last known pools: it
+	// stays unready until the member answers and lists...
+	proxy.setCut(true)
+	startFresh := func() *Cache {
+		fresh := New(options, func(Event) {})
+		freshCtx, stop := context.WithCancel(ctx)
+		t.Cleanup(stop)
+		go func() { _ = fresh.Run(freshCtx, members) }()
+		return fresh
+	}
+	fresh := startFresh()
+	require.Eventually(t, func() bool { return remoteIn(fresh).Unreachable != nil }, time.Minute, 20*time.Millisecond)
+	err = fresh.Ready()
+	require.Error(t, err, "a replica that never listed an unreachable member is not ready before its removal threshold")
+	assert.Contains(t, err.Error(), "member remote has not listed since this replica started and is unreachable")
+	proxy.setCut(false)
+	require.Eventually(t, func() bool { return fresh.Ready() == nil && importedBy(fresh) }, time.Minute, 20*time.Millisecond,
+		"ready, with the member's pools, once the member lists")
+
+	// ... or until its removal threshold, past which every replica agrees
+	// that the member's pools are gone.
+	proxy.setCut(true)
+	start = time.Now()
+	fresh = startFresh()
+	require.Eventually(t, func() bool { return fresh.Ready() == nil }, 15*time.Second, 20*time.Millisecond)
+	took := time.Since(start)
+	t.Logf("a replica started during the partition became ready after %s (removal threshold 3s)", took.Round(10*time.Millisecond))
+	assert.GreaterOrEqual(t, took, 3*time.Second, "not ready before the removal threshold")
+	assert.False(t, importedBy(fresh), "past the removal threshold the member's pools are not served")
+	proxy.setCut(false)
+
+	// Nor is a replica ready before its membership sources have said who
+	// the members are: it would serve imports without any of them.
+	silent := New(options, func(Event) {})
+	go func() { _ = silent.Run(ctx, silentSource{}) }()
+	require.Eventually(t, func() bool {
+		err := silent.Ready()
+		return err != nil && strings.Contains(err.Error(), "membership sources not reported yet: silent")
+	}, time.Minute, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(silent.Snapshot().Members) == 1 && silent.Snapshot().Members[0].Namespaces != nil }, time.Minute, 20*time.Millisecond)
+	assert.Error(t, silent.Ready(), "the local cluster has listed, but the members are not known yet")
 }
+
+// silentSource never reports, as a Secret source whose informer cannot
+// list.
+type silentSource struct{}
+
+func (silentSource) Name() string { return "silent" }
+
+func (silentSource) Run(ctx context.Context, _ func(string, map[string]MemberConfig)) { <-ctx.Done() }
 
 func readyReason(imp *inference.InferencePoolImport) string {
 	if imp == nil || len(imp.Status.Clusters) == 0 {

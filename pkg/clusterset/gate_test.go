@@ -87,3 +87,18 @@ func TestAPendingProbeFlagsAMemberThatHasNotAnsweredForTheThreshold(t *testing.T
 	assert.Equal(t, 10*time.Second, probeTimeoutFor(thresholds{unreachableAfter: 10 * time.Second}), "a probe may take as long as the threshold")
 	assert.Equal(t, probeTimeout, probeTimeoutFor(thresholds{unreachableAfter: time.Second}))
 }
+
+func TestEveryThresholdHoldsSeveralProbes(t *testing.T) {
+	// A pending probe counts from the member's last answer, so a probe
+	// sent a whole threshold after it would flag a member that answers.
+	for _, tc := range []struct {
+		unreachableAfter, want time.Duration
+	}{
+		{unreachableAfter: 10 * time.Second, want: probeInterval},
+		{unreachableAfter: 4 * time.Second, want: probeInterval},
+		{unreachableAfter: time.Second, want: 250 * time.Millisecond},
+		{unreachableAfter: 0, want: probeInterval},
+	} {
+		assert.Equal(t, tc.want, probeIntervalFor(thresholds{unreachableAfter: tc.unreachableAfter}), "threshold %s", tc.unreachableAfter)
+	}
+}

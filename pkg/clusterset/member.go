@@ -13,6 +13,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
@@ -93,6 +94,11 @@ type member struct {
 	poolNamespaces *poolNamespaces
 	// backendTLSPolicies is nil when the member does not serve them.
 	backendTLSPolicies gatewaylisters.BackendTLSPolicyLister
+
+	// joined is when the Cache first tried the member: one that has never
+	// answered is failing since then (asking it what it serves comes
+	// before the first probe and can take a while on a dead link).
+	joined time.Time
 
 	mu sync.Mutex
 	// lastAnswered is when the member last answered a probe; a member that
@@ -205,7 +211,7 @@ func (m *member) start(ctx context.Context, th thresholds) {
 	m.services = serviceLister{m.poolNamespaces}
 	m.endpointSlices = endpointSliceLister{m.poolNamespaces}
 
-	served := servedResources(m.discovery, logger)
+	served := servedResources(ctx, m.discovery, logger)
 
 	var starters []func(<-chan struct{})
 	starters = append(starters, kubeFactory.Start)
@@ -257,6 +263,12 @@ func (m *member) start(ctx context.Context, th thresholds) {
 	go func() {
 		defer close(m.done)
 		m.probeLoop(ctx, m.probeClient, th)
+	}()
+	go func() {
+		started := time.Now()
+		if cache.WaitForCacheSync(ctx.Done(), m.hasSynced) {
+			logger.Info("Member listed", "after", time.Since(started).Round(time.Millisecond))
+		}
 	}()
 	logger.V(2).Info("Watching member")
 }
@@ -364,10 +376,19 @@ func (m *member) watchRoutes(informer cache.SharedIndexInformer) {
 // serves. A member that cannot be asked is assumed to serve them all, so
 // that its informers keep retrying instead of the member being cached as
 // empty.
-func servedResources(d discovery.DiscoveryInterface, logger klog.Logger) map[string]bool {
+//
+// It asks as the discovery client's ServerResourcesForGroupVersion does,
+// but once and within discoveryTimeout in all: that method retries a
+// connection closed or reset (as a load balancer with no live backend
+// does) ten times a second apart for each group version, so a dead member
+// took half a minute to join, and was probed only after that.
+func servedResources(ctx context.Context, d discovery.DiscoveryInterface, logger klog.Logger) map[string]bool {
+	ctx, cancel := context.WithTimeout(ctx, discoveryTimeout)
+	defer cancel()
 	served := map[string]bool{}
 	for _, gv := range []string{poolv1.SchemeGroupVersion.String(), gatewayv1.SchemeGroupVersion.String(), gatewayv1beta1.SchemeGroupVersion.String()} {
-		list, err := d.ServerResourcesForGroupVersion(gv)
+		list := &metav1.APIResourceList{}
+		err := d.RESTClient().Get().AbsPath("/apis", gv).MaxRetries(0).Do(ctx).Into(list)
 		switch {
 		case apierrors.IsNotFound(err):
 			logger.Info("Member does not serve API group version; treating it as empty", "groupVersion", gv)
@@ -456,7 +477,7 @@ func (m *member) probeLoop(ctx context.Context, client rest.Interface, th thresh
 		logger.Info("Member reachability changed", "member", m.name, "unreachable", st != nil, "removed", st != nil && st.removed, "err", err)
 		m.handler(Event{Member: m.name, Kind: KindMember})
 	}
-	backoff := probeBackoff()
+	backoff := probeBackoff(th)
 	for {
 		started := time.Now()
 		result := make(chan error, 1)
@@ -498,14 +519,14 @@ func (m *member) probeLoop(ctx context.Context, client rest.Interface, th thresh
 		if changed {
 			notify(err)
 		}
-		delay := wait.Jitter(probeInterval, 0.1)
+		delay := wait.Jitter(probeIntervalFor(th), 0.1)
 		if err != nil {
 			delay = backoff.Step()
 			if untilNext > 0 && untilNext < delay {
 				delay = untilNext
 			}
 		} else {
-			backoff = probeBackoff()
+			backoff = probeBackoff(th)
 		}
 		t := time.NewTimer(delay)
 		select {
@@ -533,6 +554,18 @@ func (m *member) pendingProbeError() error {
 	return fmt.Errorf("%s (the latest probe has not answered yet)", m.lastError)
 }
 
+// probeIntervalFor is how often a member is probed: probeInterval, or a
+// quarter of the unreachable threshold when that is shorter. A pending
+// probe counts from the member's last answer (untilThreshold), so a probe
+// sent a whole threshold after that answer would flag a healthy member
+// before it could reply: every threshold holds several probes instead.
+func probeIntervalFor(th thresholds) time.Duration {
+	if th.unreachableAfter <= 0 {
+		return probeInterval
+	}
+	return min(probeInterval, th.unreachableAfter/4)
+}
+
 // probeTimeoutFor gives a probe as long as the unreachable threshold (at
 // least probeTimeout): a member that answers at all within the threshold
 // is reachable, however slow its link (a 2s link to a member is slow, not
@@ -550,8 +583,9 @@ func reachedServer(err error) bool {
 	return errors.As(err, &status)
 }
 
-func probeBackoff() wait.Backoff {
-	return wait.Backoff{Duration: probeInterval, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: probeMaxInterval}
+func probeBackoff(th thresholds) wait.Backoff {
+	interval := probeIntervalFor(th)
+	return wait.Backoff{Duration: interval, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: max(interval, probeMaxInterval)}
 }
 
 // probe asks the member apiserver whether it is ready, within
@@ -578,9 +612,13 @@ func (m *member) assess(started, now time.Time, err error, th thresholds) (chang
 		return changed, 0
 	}
 	if m.failingSince.IsZero() {
-		m.failingSince = started
-		if !m.lastAnswered.IsZero() {
+		switch {
+		case !m.lastAnswered.IsZero():
 			m.failingSince = m.lastAnswered
+		case !m.joined.IsZero():
+			m.failingSince = m.joined
+		default:
+			m.failingSince = started
 		}
 	}
 	m.lastError = err.Error()
@@ -653,6 +691,29 @@ func (m *member) hasSynced() bool {
 		}
 	}
 	return m.poolNamespaces.hasSynced()
+}
+
+// readyErr says why the member keeps the cache from being ready: it has
+// not listed yet and it is not past its removal threshold. A member that
+// could not be reached since this replica started counts too: another
+// replica that listed it before the outage serves its last known pools
+// until that threshold, and a replica that served without them would show
+// those pools deleted to every watcher whose connection lands on it (and
+// added back at the heal). Past the threshold every replica agrees that
+// the member's pools are gone.
+func (m *member) readyErr() error {
+	if m.hasSynced() {
+		return nil
+	}
+	st := m.status()
+	switch {
+	case st == nil:
+		return fmt.Errorf("member %s has not listed yet", m.name)
+	case !st.removed:
+		return fmt.Errorf("member %s has not listed since this replica started and is unreachable (since %s: %s); its pools may still be served by replicas that listed them, so this one waits until it lists or the removal threshold passes",
+			m.name, st.Since.UTC().Format(time.RFC3339), st.Message)
+	}
+	return nil
 }
 
 // memberStatus is a failing member's state.

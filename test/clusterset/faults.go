@@ -105,22 +105,50 @@ func (cs *ClusterSet) StopMCIAPIServerReplica(cluster string, r int) error {
 // StartMCIAPIServerReplica starts replica r of cluster's mci-apiserver
 // again on the same port and waits until its /readyz answers.
 func (cs *ClusterSet) StartMCIAPIServerReplica(ctx context.Context, cluster string, r int) error {
-	c, err := cs.Cluster(cluster)
+	p, err := cs.launchMCIAPIServerReplica(cluster, r)
 	if err != nil {
-		return err
-	}
-	pp, err := c.mciReplica(r)
-	if err != nil {
-		return err
-	}
-	p, err := cs.restart(pp)
-	if err != nil {
-		return err
-	}
-	if err := cs.saveState(); err != nil {
 		return err
 	}
 	return waitReady(ctx, p, apiServiceAvailableTimeout, replicaReady(p.Port, cs.pki.mciServingCA.certPEM))
+}
+
+// LaunchMCIAPIServerReplica starts replica r of cluster's mci-apiserver
+// again on the same port without waiting for it to be ready: a replica
+// that starts while a member is unreachable stays unready for as long as
+// --member-remove-after. MCIAPIServerReplicaReady says when it is.
+func (cs *ClusterSet) LaunchMCIAPIServerReplica(cluster string, r int) error {
+	_, err := cs.launchMCIAPIServerReplica(cluster, r)
+	return err
+}
+
+// MCIAPIServerReplicaReady asks replica r of cluster's mci-apiserver its
+// /readyz, as a kubelet's readiness probe would: ready, or why not.
+func (cs *ClusterSet) MCIAPIServerReplicaReady(ctx context.Context, cluster string, r int) (bool, string) {
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return false, err.Error()
+	}
+	p, err := c.mciReplica(r)
+	if err != nil {
+		return false, err.Error()
+	}
+	return replicaReady((*p).Port, cs.pki.mciServingCA.certPEM)(ctx)
+}
+
+func (cs *ClusterSet) launchMCIAPIServerReplica(cluster string, r int) (*process, error) {
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return nil, err
+	}
+	pp, err := c.mciReplica(r)
+	if err != nil {
+		return nil, err
+	}
+	p, err := cs.restart(pp)
+	if err != nil {
+		return nil, err
+	}
+	return p, cs.saveState()
 }
 
 func (cs *ClusterSet) stopServer(cluster string, which func(*Cluster) (*process, error)) error {

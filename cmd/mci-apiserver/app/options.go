@@ -256,6 +256,13 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err := o.ServerRun.ApplyTo(&generic.Config); err != nil {
 		return nil, err
 	}
+	// A replica is ready once every member has listed or is past
+	// --member-remove-after (clusterset.Cache.Ready): one that starts while
+	// a member is unreachable must not serve that member's pools as gone
+	// while other replicas still serve them. The wait for storage
+	// readiness (after which the server becomes ready regardless, with a
+	// warning) covers that threshold and a minute to list.
+	generic.StorageInitializationTimeout = max(generic.StorageInitializationTimeout, o.RemoveAfter+time.Minute)
 	// The version the generic server reports and gates features by: that of
 	// the Kubernetes libraries it is built with.
 	generic.EffectiveVersion = utilcompatibility.DefaultBuildEffectiveVersion()

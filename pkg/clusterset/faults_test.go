@@ -256,7 +256,9 @@ mci_clusterset_member_unreachable{member="remote"} 1
 		err := silent.Ready()
 		return err != nil && strings.Contains(err.Error(), "membership sources not reported yet: silent")
 	}, time.Minute, 20*time.Millisecond)
-	require.Eventually(t, func() bool { return len(silent.Snapshot().Members) == 1 && silent.Snapshot().Members[0].Namespaces != nil }, time.Minute, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return len(silent.Snapshot().Members) == 1 && silent.Snapshot().Members[0].Namespaces != nil
+	}, time.Minute, 20*time.Millisecond)
 	assert.Error(t, silent.Ready(), "the local cluster has listed, but the members are not known yet")
 }
 

@@ -4,6 +4,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 )
 
@@ -18,10 +19,7 @@ var (
 	rule           = sidecartest.Rule
 	prefix         = sidecartest.Prefix
 	exact          = sidecartest.Exact
-	regex          = sidecartest.Regex
 	withHeaders    = sidecartest.WithHeaders
-	withMethod     = sidecartest.WithMethod
-	withQuery      = sidecartest.WithQuery
 	poolRef        = sidecartest.PoolRef
 	importRef      = sidecartest.ImportRef
 	backendRef     = sidecartest.BackendRef
@@ -55,4 +53,42 @@ func importOf(name string, clusters ...imported) *v1alphaImport {
 		cs = append(cs, sidecartest.Imported{Name: c.name, Addr: c.addr, Port: c.port, Ready: c.ready, Parent: c.parent})
 	}
 	return sidecartest.Import(name, cs...)
+}
+
+// buildTable is the routing table of in's objects and settings, built as
+// the sidecar builds it (routetable.Incremental), with its problems.
+func buildTable(in routetable.Inputs) (*routetable.Table, []error) {
+	x := routetable.NewIncremental(in)
+	for _, s := range in.Services {
+		x.SetService(s)
+	}
+	for _, p := range in.BackendTLSPolicies {
+		x.SetBackendTLSPolicy(p)
+	}
+	for _, p := range in.Pools {
+		x.SetPool(p)
+	}
+	for _, imp := range in.Imports {
+		x.SetImport(imp)
+	}
+	for _, m := range in.Models {
+		x.SetModel(m)
+	}
+	for _, o := range in.Objectives {
+		x.SetObjective(o)
+	}
+	for _, g := range in.Gateways {
+		x.SetGateway(g)
+	}
+	for _, n := range in.Namespaces {
+		x.SetNamespace(n)
+	}
+	for _, g := range in.ReferenceGrants {
+		x.SetReferenceGrant(g)
+	}
+	for _, r := range in.Routes {
+		x.SetRoute(r)
+	}
+	t, _ := x.Table()
+	return t, t.Errors
 }

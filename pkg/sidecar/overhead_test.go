@@ -22,6 +22,7 @@ import (
 	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
@@ -263,14 +264,14 @@ func overheadServer(role, eppAddr string) (srv interface {
 		imp := importOf("llm", imported{name: "cluster-a", addr: host, port: int32(port)})
 		// mci-epp serves gRPC health on its ext_proc port as well.
 		imp.Status.Clusters[0].EndpointPicker.Health.Port = int32(port)
-		tbl, errs := Build(Inputs{
+		tbl, errs := buildTable(routetable.Inputs{
 			Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
 			Imports: []*v1alphaImport{imp},
 		})
 		if len(errs) > 0 {
 			return nil, nil, errors.Join(errs...)
 		}
-		router := NewRouter()
+		router := routetable.NewRouter()
 		router.Publish(tbl)
 		prober := eppprobe.NewHealthProber(eppprobe.HealthProberOptions{Dial: DialPolicy{}.options()})
 		prober.SetTargets([]string{net.JoinHostPort(host, portStr)})

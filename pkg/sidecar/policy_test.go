@@ -2,14 +2,18 @@ package sidecar
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -20,30 +24,41 @@ type fakeState struct {
 	failed  []string
 }
 
-func (f *fakeState) Health(c *Cluster) Health            { return f.health[c.Name] }
-func (f *fakeState) PoolMetrics(c *Cluster) *PoolMetrics { return f.metrics[c.Name] }
-func (f *fakeState) Failed(c *Cluster)                   { f.failed = append(f.failed, c.Name) }
+func (f *fakeState) Health(c *routetable.Cluster) Health            { return f.health[c.Name] }
+func (f *fakeState) PoolMetrics(c *routetable.Cluster) *PoolMetrics { return f.metrics[c.Name] }
+func (f *fakeState) Failed(c *routetable.Cluster)                   { f.failed = append(f.failed, c.Name) }
 
-// testBackend is an import backend of clusters a, b, c, ... with the given
-// weights (1 each when none are given), and optionally a local pool.
-func testBackend(policy Policy, local bool, names []string, weights ...int64) *Backend {
-	b := &Backend{Kind: BackendInferencePoolImport, Namespace: ns, Name: "llm", Policy: policy}
-	w := make([]int64, len(names))
+// testTable is a table of one route to import llm of clusters a, b, c,
+// ... with the given weights (1 each when none are given), and optionally
+// the local pool llm, built as the sidecar builds it.
+func testTable(policy routetable.Policy, local bool, names []string, weights ...int64) *routetable.Table {
+	var clusters []imported
+	var ws []string
 	for i, n := range names {
-		w[i] = 1
+		clusters = append(clusters, imported{name: n, addr: fmt.Sprintf("127.0.2.%d", i+1)})
+		w := int64(1)
 		if i < len(weights) {
-			w[i] = weights[i]
+			w = weights[i]
 		}
-		b.Clusters = append(b.Clusters, &Cluster{Name: n, Pool: ns + "/llm", Mode: v1alpha1.RoutingModeEndpoint, EPP: n + ":9002", Health: n + ":9003", Weight: w[i]})
+		ws = append(ws, fmt.Sprintf("%s=%d", n, w))
 	}
+	r := annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))),
+		routetable.PolicyAnnotation, string(policy), routetable.ClusterWeightsAnnotation, strings.Join(ws, ","))
+	in := routetable.Inputs{Routes: []*gatewayv1.HTTPRoute{r}, Imports: []*v1alphaImport{importOf("llm", clusters...)}}
 	if local {
-		b.Local = &Cluster{Name: "local", Pool: ns + "/llm", Mode: v1alpha1.RoutingModeEndpoint, EPP: "local:9002", Health: "local:9003", Weight: 1, Local: true}
+		in.Pools = []*poolv1.InferencePool{pool("llm", "")}
+		in.Services = []*corev1.Service{eppService("llm", "127.0.1.1")}
 	}
-	b.wrr = newRotation("test", names, w)
-	return b
+	tbl, _ := buildTable(in)
+	return tbl
 }
 
-func names(cs []*Cluster) []string {
+// testBackend is the backend of testTable's route.
+func testBackend(policy routetable.Policy, local bool, names []string, weights ...int64) *routetable.Backend {
+	return testTable(policy, local, names, weights...).Rules()[0].Backends[0]
+}
+
+func names(cs []*routetable.Cluster) []string {
 	out := []string{}
 	for _, c := range cs {
 		out = append(out, c.Name)
@@ -52,7 +67,7 @@ func names(cs []*Cluster) []string {
 }
 
 // firstPicks orders n times and counts the first cluster of each order.
-func firstPicks(t *testing.T, p *ClusterPolicy, b *Backend, st State, n int) map[string]int {
+func firstPicks(t *testing.T, p *ClusterPolicy, b *routetable.Backend, st State, n int) map[string]int {
 	t.Helper()
 	got := map[string]int{}
 	for range n {
@@ -102,15 +117,15 @@ func TestWeighted(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &fakeState{health: tt.health}
-			order, err := testPolicy(t, PolicyWeighted).Order(testBackend(PolicyWeighted, false, []string{"a", "b", "c"}, tt.weights...), PickRequest{}, st)
+			order, err := testPolicy(t, routetable.PolicyWeighted).Order(testBackend(routetable.PolicyWeighted, false, []string{"a", "b", "c"}, tt.weights...), PickRequest{}, st)
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantOrder, names(order))
-			assert.Equal(t, tt.wantFirst, firstPicks(t, testPolicy(t, PolicyWeighted), testBackend(PolicyWeighted, false, []string{"a", "b", "c"}, tt.weights...), st, 300))
+			assert.Equal(t, tt.wantFirst, firstPicks(t, testPolicy(t, routetable.PolicyWeighted), testBackend(routetable.PolicyWeighted, false, []string{"a", "b", "c"}, tt.weights...), st, 300))
 		})
 	}
 
 	t.Run("a backend without clusters has no order", func(t *testing.T) {
-		order, err := testPolicy(t, PolicyWeighted).Order(testBackend(PolicyWeighted, false, nil), PickRequest{}, &fakeState{})
+		order, err := testPolicy(t, routetable.PolicyWeighted).Order(testBackend(routetable.PolicyWeighted, false, nil), PickRequest{}, &fakeState{})
 		require.NoError(t, err)
 		assert.Empty(t, order)
 	})
@@ -148,10 +163,10 @@ func TestHealthBased(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &fakeState{health: tt.health}
 			clusters := []string{"a", "b", "c", "d"}
-			order, err := testPolicy(t, PolicyHealthBased).Order(testBackend(PolicyHealthBased, false, clusters, tt.weights...), PickRequest{}, st)
+			order, err := testPolicy(t, routetable.PolicyHealthBased).Order(testBackend(routetable.PolicyHealthBased, false, clusters, tt.weights...), PickRequest{}, st)
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantOrder, names(order))
-			assert.Equal(t, tt.wantFirst, firstPicks(t, testPolicy(t, PolicyHealthBased), testBackend(PolicyHealthBased, false, clusters, tt.weights...), st, 400))
+			assert.Equal(t, tt.wantFirst, firstPicks(t, testPolicy(t, routetable.PolicyHealthBased), testBackend(routetable.PolicyHealthBased, false, clusters, tt.weights...), st, 400))
 		})
 	}
 }
@@ -189,7 +204,7 @@ func TestLocalFirst(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			order, err := testPolicy(t, PolicyLocalFirst).Order(testBackend(PolicyLocalFirst, tt.local, []string{"a", "b"}), PickRequest{}, &fakeState{health: tt.health})
+			order, err := testPolicy(t, routetable.PolicyLocalFirst).Order(testBackend(routetable.PolicyLocalFirst, tt.local, []string{"a", "b"}), PickRequest{}, &fakeState{health: tt.health})
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantOrder, names(order))
 		})
@@ -302,8 +317,8 @@ func TestMetricsBased(t *testing.T) {
 			if clusters == nil {
 				clusters = []string{"a", "b", "c"}
 			}
-			p := testPolicy(t, PolicyMetricsBased)
-			b := testBackend(PolicyMetricsBased, false, clusters, tt.weights...)
+			p := testPolicy(t, routetable.PolicyMetricsBased)
+			b := testBackend(routetable.PolicyMetricsBased, false, clusters, tt.weights...)
 			st := &fakeState{health: tt.health, metrics: tt.metrics}
 			req := PickRequest{Criticality: tt.criticality, Now: epoch}
 			if tt.wantFirst != nil {
@@ -330,7 +345,7 @@ func TestMetricsBased(t *testing.T) {
 
 // testPolicy compiles a policy as the server does, with a memory of its
 // own.
-func testPolicy(t testing.TB, p Policy) *ClusterPolicy {
+func testPolicy(t testing.TB, p routetable.Policy) *ClusterPolicy {
 	t.Helper()
 	cp, err := NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{}).Get(p)
 	require.NoError(t, err)
@@ -340,11 +355,11 @@ func testPolicy(t testing.TB, p Policy) *ClusterPolicy {
 func TestParsePolicy(t *testing.T) {
 	tests := []struct {
 		in      string
-		want    Policy
+		want    routetable.Policy
 		wantErr bool
 	}{
-		{in: "LocalFirst", want: PolicyLocalFirst},
-		{in: " PrefixAffinity ", want: PolicyPrefixAffinity},
+		{in: "LocalFirst", want: routetable.PolicyLocalFirst},
+		{in: " PrefixAffinity ", want: routetable.PolicyPrefixAffinity},
 		{in: "prefix-cache=3,in-flight=1,pick=two-choices", want: "prefix-cache=3,in-flight=1,pick=two-choices"},
 		{in: "session=1, filters=health+weight", want: "session=1, filters=health+weight"},
 		{in: "RoundRobin", wantErr: true},
@@ -355,7 +370,7 @@ func TestParsePolicy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := ParsePolicy(tt.in)
+			got, err := routetable.ParsePolicy(tt.in)
 			if tt.wantErr {
 				assert.ErrorIs(t, err, clusterscore.ErrSyntax)
 				return
@@ -368,7 +383,7 @@ func TestParsePolicy(t *testing.T) {
 
 func TestPolicySet(t *testing.T) {
 	ps := NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{Header: "x-session-id"})
-	for _, p := range Policies {
+	for _, p := range routetable.Policies {
 		cp, err := ps.Get(p)
 		require.NoError(t, err, p)
 		assert.Equal(t, string(p), cp.Name())
@@ -381,7 +396,7 @@ func TestPolicySet(t *testing.T) {
 
 	bad, err := ps.Get("no-such-policy")
 	require.Error(t, err)
-	assert.Equal(t, string(PolicyHealthBased), bad.Name(), "a policy that does not compile is the default")
+	assert.Equal(t, string(routetable.PolicyHealthBased), bad.Name(), "a policy that does not compile is the default")
 
 	// Retain drops the policies no table names, and the observations of
 	// the clusters and pools it no longer has.
@@ -390,7 +405,7 @@ func TestPolicySet(t *testing.T) {
 		obs.Started(ns+"/llm", c)
 	}
 	obs.Started(ns+"/gone", "a")
-	ps.Retain(&Table{rules: []*Rule{{Backends: []*Backend{testBackend(PolicyWeighted, false, []string{"a"})}}}})
+	ps.Retain(testTable(routetable.PolicyWeighted, false, []string{"a"}))
 	ps.mu.RLock()
 	assert.Len(t, ps.compiled, 1)
 	ps.mu.RUnlock()
@@ -405,17 +420,17 @@ func TestPolicySet(t *testing.T) {
 // measured clusters of weight 0 before).
 func TestPolicyFailOpenAndNeeds(t *testing.T) {
 	tests := []struct {
-		policy    Policy
+		policy    routetable.Policy
 		local     bool
 		wantSet   []string
 		wantNeeds Needs
 	}{
-		{policy: PolicyWeighted, local: true, wantSet: []string{"a", "c"}},
-		{policy: PolicyHealthBased, wantSet: []string{"a", "c"}},
-		{policy: PolicyLocalFirst, local: true, wantSet: []string{"a", "c", "local"}},
-		{policy: PolicyLocalFirst, wantSet: []string{"a", "c"}},
-		{policy: PolicyMetricsBased, local: true, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Observed: true}},
-		{policy: PolicyPrefixAffinity, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Prompt: true, Observed: true}},
+		{policy: routetable.PolicyWeighted, local: true, wantSet: []string{"a", "c"}},
+		{policy: routetable.PolicyHealthBased, wantSet: []string{"a", "c"}},
+		{policy: routetable.PolicyLocalFirst, local: true, wantSet: []string{"a", "c", "local"}},
+		{policy: routetable.PolicyLocalFirst, wantSet: []string{"a", "c"}},
+		{policy: routetable.PolicyMetricsBased, local: true, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Observed: true}},
+		{policy: routetable.PolicyPrefixAffinity, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Prompt: true, Observed: true}},
 		{policy: "in-flight=1,filters=health", wantSet: []string{"a", "b", "c"}, wantNeeds: Needs{Observed: true}},
 	}
 	for _, tt := range tests {

@@ -17,6 +17,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/eppprobe"
+	"github.com/mci-dev/mci/pkg/routetable"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
@@ -90,16 +91,16 @@ func TestRecoveryAfterAnOutageLongerThanTheMaxBackoff(t *testing.T) {
 			e := startRestartableEPP(t)
 			host, port := hostPort(t, e.extProcAddr)
 			imp := importOf("llm", imported{name: "cluster-a", addr: host, port: port})
-			imp.Annotations = map[string]string{FailureModeAnnotation: "FailClose"}
+			imp.Annotations = map[string]string{routetable.FailureModeAnnotation: "FailClose"}
 			if tt.withHealth {
 				_, hp := hostPort(t, e.healthAddr)
 				imp.Status.Clusters[0].EndpointPicker.Health.Port = hp
 			} else {
 				imp.Status.Clusters[0].EndpointPicker.Health = nil
 			}
-			router := NewRouter()
-			tbl, _ := Build(Inputs{
-				Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), FailureModeAnnotation, "FailClose")},
+			router := routetable.NewRouter()
+			tbl, _ := buildTable(routetable.Inputs{
+				Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), routetable.FailureModeAnnotation, "FailClose")},
 				Imports: []*v1alphaImport{imp},
 			})
 			router.Publish(tbl)

@@ -16,6 +16,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/routetable"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
@@ -45,7 +46,7 @@ func TestServerRelaysTheResponsePhaseToTheEPPThatRouted(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 			c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-			h := startServerWith(t, Inputs{
+			h := startServerWith(t, routetable.Inputs{
 				Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
 				Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
 			}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}}, ServerConfig{ResponsePhase: tt.phase})
@@ -92,7 +93,7 @@ func TestServerFailedOverRequestTalksOnlyToTheServingEPP(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 			c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-			h := startServer(t, Inputs{
+			h := startServer(t, routetable.Inputs{
 				Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
 				Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
 			}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}})
@@ -129,7 +130,7 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 			st := &fakeState{health: map[string]Health{"cluster-a": HealthServing}}
-			h := startServer(t, Inputs{
+			h := startServer(t, routetable.Inputs{
 				Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
 				Imports: []*v1alphaImport{importOf("llm", imported{name: "cluster-a", addr: hostOf(t, a), port: portOf(t, a)})},
 			}, st)
@@ -154,7 +155,7 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 
 	t.Run("the EPP's immediate response goes to the gateway", func(t *testing.T) {
 		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
-		h := startServer(t, Inputs{
+		h := startServer(t, routetable.Inputs{
 			Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
 			Imports: []*v1alphaImport{importOf("llm", imported{name: "cluster-a", addr: hostOf(t, a), port: portOf(t, a)})},
 		}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}})
@@ -174,7 +175,7 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 // EPP's streams end with them and no goroutine is left.
 func TestServerResponsePhaseLeavesNothingBehind(t *testing.T) {
 	a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
-	h := startServer(t, Inputs{
+	h := startServer(t, routetable.Inputs{
 		Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
 		Imports: []*v1alphaImport{importOf("llm", imported{name: "cluster-a", addr: hostOf(t, a), port: portOf(t, a)})},
 	}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}})

@@ -26,6 +26,7 @@ import (
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/requestmodel"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
@@ -33,22 +34,22 @@ import (
 // harness is a sidecar ext_proc Server on 127.0.0.1 with a table built from
 // its inputs, and a gateway-like client.
 type harness struct {
-	router  *Router
+	router  *routetable.Router
 	state   *fakeState
 	server  *Server
 	client  *extproctest.Client
 	metrics *Metrics
 }
 
-func startServer(t *testing.T, in Inputs, st *fakeState) *harness {
+func startServer(t *testing.T, in routetable.Inputs, st *fakeState) *harness {
 	t.Helper()
 	return startServerWith(t, in, st, ServerConfig{})
 }
 
-func startServerWith(t *testing.T, in Inputs, st *fakeState, cfg ServerConfig) *harness {
+func startServerWith(t *testing.T, in routetable.Inputs, st *fakeState, cfg ServerConfig) *harness {
 	t.Helper()
-	h := &harness{router: NewRouter(), state: st}
-	tbl, _ := Build(in)
+	h := &harness{router: routetable.NewRouter(), state: st}
+	tbl, _ := buildTable(in)
 	h.router.Publish(tbl)
 	h.metrics = NewMetrics(prometheus.NewRegistry(), nil, nil)
 	cfg.AttemptTimeout, cfg.Scheduling = 300*time.Millisecond, scheduling.DefaultConfig()
@@ -88,7 +89,7 @@ func twoClusterImport(t *testing.T, a, c *fakeEPP) *v1alphaImport {
 func TestServerRelaysToTheChosenEPP(t *testing.T) {
 	a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 	c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-	h := startServer(t, Inputs{
+	h := startServer(t, routetable.Inputs{
 		Routes:  []*gatewayv1.HTTPRoute{route("r", 0, []string{"my.model.com"}, rule([]gatewayv1.HTTPRouteMatch{prefix("/v1")}, importRef("llm", nil)))},
 		Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
 	}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}})
@@ -146,7 +147,7 @@ func TestServerFailsOverToTheNextCluster(t *testing.T) {
 			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 			c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
 			st := &fakeState{health: map[string]Health{"cluster-a": HealthServing}}
-			h := startServer(t, Inputs{
+			h := startServer(t, routetable.Inputs{
 				Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
 				Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
 			}, st)
@@ -170,7 +171,7 @@ func TestServerFailureModes(t *testing.T) {
 	setup := func(t *testing.T, annotations ...string) (*harness, *fakeEPP, *fakeEPP) {
 		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 		c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-		h := startServer(t, Inputs{
+		h := startServer(t, routetable.Inputs{
 			Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), annotations...)},
 			Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
 		}, &fakeState{health: map[string]Health{"cluster-a": HealthServing, "cluster-c": HealthServing}})
@@ -198,7 +199,7 @@ func TestServerFailureModes(t *testing.T) {
 	})
 
 	t.Run("FailOpen lets the request go on unchanged without a destination", func(t *testing.T) {
-		h, a, c := setup(t, FailureModeAnnotation, "FailOpen")
+		h, a, c := setup(t, routetable.FailureModeAnnotation, "FailOpen")
 		a.mode.Store(eppFail)
 		c.mode.Store(eppFail)
 		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
@@ -208,7 +209,7 @@ func TestServerFailureModes(t *testing.T) {
 	})
 
 	t.Run("an EPP's own refusal other than 503 is relayed, not retried", func(t *testing.T) {
-		h, a, c := setup(t, PolicyAnnotation, "Weighted", ClusterWeightsAnnotation, "cluster-c=0")
+		h, a, c := setup(t, routetable.PolicyAnnotation, "Weighted", routetable.ClusterWeightsAnnotation, "cluster-c=0")
 		a.mode.Store(eppShed)
 		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
 		require.NotNil(t, res.Immediate)
@@ -219,8 +220,8 @@ func TestServerFailureModes(t *testing.T) {
 	t.Run("FailOpen tries the clusters the policy left out before giving up", func(t *testing.T) {
 		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 		c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-		h := startServer(t, Inputs{
-			Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), FailureModeAnnotation, "FailOpen")},
+		h := startServer(t, routetable.Inputs{
+			Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), routetable.FailureModeAnnotation, "FailOpen")},
 			Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
 		}, &fakeState{health: map[string]Health{"cluster-a": HealthNotServing, "cluster-c": HealthNotServing}})
 		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
@@ -231,7 +232,7 @@ func TestServerFailureModes(t *testing.T) {
 	t.Run("FailClose does not try clusters known to be down", func(t *testing.T) {
 		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 		c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-		h := startServer(t, Inputs{
+		h := startServer(t, routetable.Inputs{
 			Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
 			Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
 		}, &fakeState{health: map[string]Health{"cluster-a": HealthNotServing, "cluster-c": HealthNotServing}})
@@ -244,7 +245,7 @@ func TestServerFailureModes(t *testing.T) {
 }
 
 func TestServerParentMode(t *testing.T) {
-	h := startServer(t, Inputs{
+	h := startServer(t, routetable.Inputs{
 		Routes:  []*gatewayv1.HTTPRoute{route("r", 0, []string{"my.model.com"}, rule(nil, importRef("llm", nil)))},
 		Imports: []*v1alphaImport{importOf("llm", imported{name: "cluster-a", parent: "127.0.2.9"})},
 	}, &fakeState{})
@@ -258,7 +259,7 @@ func TestServerParentMode(t *testing.T) {
 }
 
 func TestServerGatewayAPIErrors(t *testing.T) {
-	h := startServer(t, Inputs{
+	h := startServer(t, routetable.Inputs{
 		Routes: []*gatewayv1.HTTPRoute{
 			route("missing", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/missing")}, importRef("nope", nil))),
 			route("service", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/service")}, backendRef("", "Service", "svc", nil))),
@@ -287,8 +288,8 @@ func TestServerShedsOnlyWhenEveryClusterIsSaturated(t *testing.T) {
 	saturated := &PoolMetrics{AverageQueue: 20, AverageKVCache: 0.9, ReadyPods: 2, UpdatedAt: now.Add(time.Hour)}
 	idle := &PoolMetrics{AverageQueue: 0, AverageKVCache: 0.1, ReadyPods: 2, UpdatedAt: now.Add(time.Hour)}
 	st := &fakeState{metrics: map[string]*PoolMetrics{"cluster-a": saturated, "cluster-c": idle}}
-	h := startServer(t, Inputs{
-		Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), PolicyAnnotation, "MetricsBased")},
+	h := startServer(t, routetable.Inputs{
+		Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), routetable.PolicyAnnotation, "MetricsBased")},
 		Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
 		Models:  models,
 		Objectives: []*v1alpha2.InferenceObjective{
@@ -329,7 +330,7 @@ func TestServerSubsetHintGoesToTheLocalEPPOnly(t *testing.T) {
 	rh, rp := hostPort(t, remote.addr)
 	p := pool("llm", "")
 	p.Spec.EndpointPickerRef.Port.Number = lp
-	h := startServer(t, Inputs{
+	h := startServer(t, routetable.Inputs{
 		Routes: []*gatewayv1.HTTPRoute{
 			route("local", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/local")}, poolRef("llm", nil))),
 			route("remote", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/remote")}, importRef("llm", nil))),
@@ -358,7 +359,7 @@ func TestServerSplitsFiftyFifty(t *testing.T) {
 	rh, rp := hostPort(t, remote.addr)
 	p := pool("llm", "")
 	p.Spec.EndpointPickerRef.Port.Number = lp
-	h := startServer(t, Inputs{
+	h := startServer(t, routetable.Inputs{
 		Routes: []*gatewayv1.HTTPRoute{route("llm-route", 0, []string{"my.model.com"}, rule([]gatewayv1.HTTPRouteMatch{prefix("/completions")},
 			poolRef("llm", ptr.To[int32](50)), importRef("llm", ptr.To[int32](50))))},
 		Pools:    []*poolv1.InferencePool{p},

@@ -15,6 +15,7 @@ import (
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -59,7 +60,7 @@ type Config struct {
 // gRPC health and Prometheus servers. Listeners are bound by New.
 type Sidecar struct {
 	cfg     Config
-	router  *Router
+	router  *routetable.Router
 	watcher *Watcher
 	server  *Server
 	prober  *eppprobe.HealthProber
@@ -96,7 +97,7 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sidecar{cfg: cfg, router: NewRouter(), scraper: scraper, creds: creds}
+	s := &Sidecar{cfg: cfg, router: routetable.NewRouter(), scraper: scraper, creds: creds}
 	s.prober = eppprobe.NewHealthProber(eppprobe.HealthProberOptions{
 		Interval:    cfg.HealthInterval,
 		Timeout:     cfg.HealthTimeout,
@@ -133,16 +134,16 @@ func (s *Sidecar) HealthAddr() string  { return s.servers.HealthAddr() }
 func (s *Sidecar) MetricsAddr() string { return s.servers.MetricsAddr() }
 
 // Router returns the sidecar's routing table holder.
-func (s *Sidecar) Router() *Router { return s.router }
+func (s *Sidecar) Router() *routetable.Router { return s.router }
 
 // published follows a new table: reach its addresses with their
 // credentials, probe and scrape its clusters, keep the connections to its
 // EPPs.
-func (s *Sidecar) published(t *Table, took time.Duration) {
+func (s *Sidecar) published(t *routetable.Table, took time.Duration) {
 	// First, so that no probe of a new address goes out without them.
 	s.creds.SetTargets(credentialTargets(t))
 	var healthTargets, metricsTargets []string
-	for b := range t.backends {
+	for b := range t.Backends {
 		clusters := b.Clusters
 		if b.Local != nil && !b.Shim {
 			clusters = append(clusters[:len(clusters):len(clusters)], b.Local)
@@ -216,7 +217,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 
 // credentialTargets are the addresses of t's clusters' EPPs and how each
 // is reached.
-func credentialTargets(t *Table) []epptransport.Target {
+func credentialTargets(t *routetable.Table) []epptransport.Target {
 	var out []epptransport.Target
 	for _, cl := range t.Clusters() {
 		out = append(out,

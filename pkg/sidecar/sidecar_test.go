@@ -23,6 +23,7 @@ import (
 	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/extproc"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
@@ -112,7 +113,7 @@ func TestSidecarDataPath(t *testing.T) {
 
 	s, err := New(Config{
 		BindAddress:    "127.0.0.1",
-		Watch:          WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: PolicyHealthBased, Gateways: gatewayRefs("example/inf-gw")},
+		Watch:          WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: routetable.PolicyHealthBased, Gateways: gatewayRefs("example/inf-gw")},
 		Server:         ServerConfig{AttemptTimeout: time.Second, Scheduling: scheduling.DefaultConfig()},
 		HealthInterval: 50 * time.Millisecond,
 		DrainTimeout:   2 * time.Second,

@@ -22,14 +22,15 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
+	"github.com/mci-dev/mci/pkg/routetable"
 )
 
 var importsGVR = v1alpha1.SchemeGroupVersion.WithResource("inferencepoolimports")
 
 // clustersOf returns the cluster names of the only backend the current
 // table routes "/" to, nil when there is none (or it is invalid).
-func clustersOf(r *Router) []string {
-	rl, _ := r.Table().Match(&RequestAttrs{Host: "my.model.com", Path: "/v1/completions"})
+func clustersOf(r *routetable.Router) []string {
+	rl, _ := r.Table().Match(&routetable.RequestAttrs{Host: "my.model.com", Path: "/v1/completions"})
 	if rl == nil || len(rl.Backends) == 0 || rl.Backends[0].Invalid != "" {
 		return nil
 	}
@@ -44,10 +45,10 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 	)
 	gw := gatewayfake.NewSimpleClientset(route("llm-route", 0, []string{"my.model.com"}, rule(nil, importRef("llm", nil))))
 
-	router := NewRouter()
-	published := make(chan *Table, 1000)
-	w := NewWatcher(Clients{Kube: kube, MCI: mci, Gateway: gw}, WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: PolicyLocalFirst, InferenceModels: true}, router,
-		func(t *Table, _ time.Duration) { published <- t })
+	router := routetable.NewRouter()
+	published := make(chan *routetable.Table, 1000)
+	w := NewWatcher(Clients{Kube: kube, MCI: mci, Gateway: gw}, WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: routetable.PolicyLocalFirst, InferenceModels: true}, router,
+		func(t *routetable.Table, _ time.Duration) { published <- t })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -62,8 +63,9 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 		t.Fatal("the watcher never synced")
 	}
 	require.Equal(t, []string{"cluster-a"}, clustersOf(router))
-	b := ruleOf(router.Table(), &RequestAttrs{Host: "my.model.com", Path: "/"}).Backends[0]
-	assert.Equal(t, PolicyLocalFirst, b.Policy)
+	rl, _ := router.Table().Match(&routetable.RequestAttrs{Host: "my.model.com", Path: "/"})
+	b := rl.Backends[0]
+	assert.Equal(t, routetable.PolicyLocalFirst, b.Policy)
 	require.NotNil(t, b.Local, "the local pool of the same name")
 	assert.Equal(t, "127.0.1.1:9002", b.Local.EPP)
 	assert.Equal(t, poolv1.FailOpen, b.FailureMode)
@@ -95,7 +97,7 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 	// Withdrawing the export removes the import: its share answers 500.
 	require.NoError(t, mci.Tracker().Delete(importsGVR, ns, "llm"))
 	require.Eventually(t, func() bool {
-		rl, _ := router.Table().Match(&RequestAttrs{Host: "my.model.com", Path: "/"})
+		rl, _ := router.Table().Match(&routetable.RequestAttrs{Host: "my.model.com", Path: "/"})
 		return rl != nil && rl.Backends[0].Invalid != ""
 	}, 10*time.Second, time.Millisecond)
 
@@ -103,14 +105,14 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 	_, err := gw.GatewayV1().HTTPRoutes(ns).Create(ctx, route("second", time.Hour, []string{"other.com"}, rule(nil, poolRef("llm", nil))), metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		rl, _ := router.Table().Match(&RequestAttrs{Host: "other.com", Path: "/"})
+		rl, _ := router.Table().Match(&routetable.RequestAttrs{Host: "other.com", Path: "/"})
 		return rl != nil && rl.Route.Name == "second" && len(rl.Backends[0].Clusters) == 1
 	}, 10*time.Second, time.Millisecond)
 
 	// The EPP Service going away leaves the local pool without a cluster.
 	require.NoError(t, kube.CoreV1().Services(ns).Delete(ctx, "llm-epp", metav1.DeleteOptions{}))
 	require.Eventually(t, func() bool {
-		rl, _ := router.Table().Match(&RequestAttrs{Host: "other.com", Path: "/"})
+		rl, _ := router.Table().Match(&routetable.RequestAttrs{Host: "other.com", Path: "/"})
 		return rl != nil && len(rl.Backends[0].Clusters) == 0
 	}, 10*time.Second, time.Millisecond)
 
@@ -128,7 +130,7 @@ func TestWatcherRestrictsToItsGateway(t *testing.T) {
 	attached.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw"}}
 	other := route("theirs", 0, []string{"my.model.com"}, rule(nil, importRef("llm", nil)))
 	other.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "other-gw"}}
-	router := NewRouter()
+	router := routetable.NewRouter()
 	w := NewWatcher(Clients{
 		Kube:    kubefake.NewSimpleClientset(),
 		MCI:     mcifake.NewSimpleClientset(importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"})),
@@ -153,7 +155,7 @@ func TestWatcherFollowsAttachmentRules(t *testing.T) {
 	theirs.Spec.Rules[0].BackendRefs[0].Namespace = ptr.To(gatewayv1.Namespace(ns))
 	kube := kubefake.NewSimpleClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}})
 	gw := gatewayClients(theirs, gateway("inf-gw", listener("http", 80, "", nil)))
-	router := NewRouter()
+	router := routetable.NewRouter()
 	w := NewWatcher(Clients{
 		Kube:    kube,
 		MCI:     mcifake.NewSimpleClientset(importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"})),
@@ -167,7 +169,7 @@ func TestWatcherFollowsAttachmentRules(t *testing.T) {
 	// served says whether their.model.com is routed, and to a usable
 	// backend.
 	served := func() (routed, usable bool) {
-		rl, _ := router.Table().Match(&RequestAttrs{Host: "their.model.com", Path: "/"})
+		rl, _ := router.Table().Match(&routetable.RequestAttrs{Host: "their.model.com", Path: "/"})
 		if rl == nil {
 			return false, false
 		}
@@ -202,7 +204,7 @@ func TestWatcherFollowsAttachmentRules(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "team-a-routes"},
 		Spec: gatewayv1beta1.ReferenceGrantSpec{
 			From: []gatewayv1beta1.ReferenceGrantFrom{{Group: gatewayv1.GroupName, Kind: "HTTPRoute", Namespace: "team-a"}},
-			To:   []gatewayv1beta1.ReferenceGrantTo{{Group: InferencePoolImportGroup, Kind: InferencePoolImportKind}},
+			To:   []gatewayv1beta1.ReferenceGrantTo{{Group: routetable.InferencePoolImportGroup, Kind: routetable.InferencePoolImportKind}},
 		},
 	}
 	_, err = gw.GatewayV1beta1().ReferenceGrants(ns).Create(ctx, grant, metav1.CreateOptions{})

@@ -1,4 +1,4 @@
-package sidecar
+package routetable
 
 import (
 	"cmp"
@@ -10,15 +10,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	"github.com/mci-dev/mci/pkg/extproc"
 )
 
-// shimFor finds the shim pool a request is for, in this order: the pool
-// the gateway's filter metadata names; the only shim pool; the only shim
-// pool among the backendRefs of the request's HTTPRoute rule. Without one
-// it returns nil with the status and message to answer.
-func (t *Table) shimFor(req *extproc.Request, attrs *RequestAttrs) (*Backend, int, string) {
-	if v := req.Metadata.GetFilterMetadata()[ShimMetadataNamespace].GetFields()[ShimPoolKey].GetStringValue(); v != "" {
+// ShimFor finds the shim pool a request is for, in this order: the pool
+// named by v, the value of the gateway's filter metadata
+// ShimMetadataNamespace/ShimPoolKey ("" when it has none); the only shim
+// pool; the only shim pool among the backendRefs of the request's
+// HTTPRoute rule. Without one it returns nil with the status and message
+// to answer.
+func (t *Table) ShimFor(v string, attrs *RequestAttrs) (*Backend, int, string) {
+	if v != "" {
 		ns, name, ok := strings.Cut(v, "/")
 		if !ok || ns == "" || name == "" {
 			return nil, http.StatusBadRequest, fmt.Sprintf("the gateway's metadata %s/%s is %q, not namespace/name", ShimMetadataNamespace, ShimPoolKey, v)
@@ -56,10 +57,10 @@ func (t *Table) shimFor(req *extproc.Request, attrs *RequestAttrs) (*Backend, in
 		len(t.shimList), ShimMetadataNamespace, ShimPoolKey)
 }
 
-// localOnly returns the backend restricted to the shim pool's local EPP,
+// LocalOnly returns the backend restricted to the shim pool's local EPP,
 // failing closed: what a request relayed by another cluster's sidecar may
 // use.
-func (b *Backend) localOnly() *Backend {
+func (b *Backend) LocalOnly() *Backend {
 	out := *b
 	out.Clusters = nil
 	out.FailureMode = poolv1.FailClose

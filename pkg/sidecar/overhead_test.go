@@ -280,7 +280,7 @@ func overheadServer(role, eppAddr string) (srv interface {
 		if role == roleSidecarSkip {
 			cfg.ResponsePhase = ResponsePhaseSkip
 		}
-		server := NewServer(router, liveState{health: prober}, cfg, NewMetrics(reg, router, prober), logr.Discard())
+		server := NewServer(router, liveState{health: prober}, nil, cfg, NewMetrics(reg, router, prober), logr.Discard())
 		servers, err := extproc.Listen(extproc.ServingOptions{BindAddress: "127.0.0.1"}, server, reg)
 		if err != nil {
 			server.Close()
@@ -290,7 +290,7 @@ func overheadServer(role, eppAddr string) (srv interface {
 		return sidecarServers{servers, prober}, server.Close, nil
 
 	case roleNullRelay:
-		relayer := newRelayer(DefaultAttemptTimeout, DialPolicy{})
+		relayer := newRelayer(DefaultAttemptTimeout, DialPolicy{}, nil)
 		conn, err := relayer.conn(eppAddr)
 		if err != nil {
 			return nil, nil, err

@@ -111,7 +111,7 @@ func TestRecoveryAfterAnOutageLongerThanTheMaxBackoff(t *testing.T) {
 				Dial:      dial.options(),
 				OnServing: func(addr string) { server.reconnect(addr) },
 			})
-			server = NewServer(router, liveState{health: prober}, ServerConfig{AttemptTimeout: time.Second, Dial: dial}, nil, logr.Discard())
+			server = NewServer(router, liveState{health: prober}, nil, ServerConfig{AttemptTimeout: time.Second, Dial: dial}, nil, logr.Discard())
 			t.Cleanup(server.Close)
 			var targets []string
 			for _, c := range tbl.Clusters() {

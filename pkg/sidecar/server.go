@@ -18,6 +18,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/routetable"
@@ -111,8 +112,9 @@ type Server struct {
 
 // NewServer returns the ext_proc service. state tells the policies what is
 // known of the clusters; if it is also a FailureRecorder it learns of
-// failed EPPs. metrics may be nil.
-func NewServer(router *routetable.Router, state State, cfg ServerConfig, metrics *Metrics, logger logr.Logger) *Server {
+// failed EPPs. creds say how each EPP address is reached (nil: every one
+// in plaintext). metrics may be nil.
+func NewServer(router *routetable.Router, state State, creds *epptransport.Credentials, cfg ServerConfig, metrics *Metrics, logger logr.Logger) *Server {
 	if cfg.MaxRequestBodyBytes <= 0 {
 		cfg.MaxRequestBodyBytes = DefaultMaxRequestBodyBytes
 	}
@@ -133,7 +135,7 @@ func NewServer(router *routetable.Router, state State, cfg ServerConfig, metrics
 		policies:    NewPolicySet(cfg.Scheduling, clusterscore.NewMemory(cfg.Memory), cfg.Session),
 		explain:     cfg.ExplainDecisions,
 		unparseable: newUnparseableCounter(),
-		relay:       newRelayer(cfg.AttemptTimeout, cfg.Dial),
+		relay:       newRelayer(cfg.AttemptTimeout, cfg.Dial, creds),
 		metrics:     metrics,
 		maxBody:     cfg.MaxRequestBodyBytes,
 		logger:      logger,

@@ -53,7 +53,7 @@ func startServerWith(t *testing.T, in routetable.Inputs, st *fakeState, cfg Serv
 	h.router.Publish(tbl)
 	h.metrics = NewMetrics(prometheus.NewRegistry(), nil, nil)
 	cfg.AttemptTimeout, cfg.Scheduling = 300*time.Millisecond, scheduling.DefaultConfig()
-	h.server = NewServer(h.router, st, cfg, h.metrics, logr.Discard())
+	h.server = NewServer(h.router, st, nil, cfg, h.metrics, logr.Discard())
 	t.Cleanup(h.server.Close)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -384,7 +384,7 @@ func TestServerSplitsFiftyFifty(t *testing.T) {
 
 func TestRelayCollectsTheWholeAnswer(t *testing.T) {
 	e := startFakeEPP(t, "epp", "10.0.0.1:8000")
-	r := newRelayer(time.Second, DialPolicy{})
+	r := newRelayer(time.Second, DialPolicy{}, nil)
 	defer r.close()
 	headers := func(eos bool) *extprocv3.ProcessingRequest {
 		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{

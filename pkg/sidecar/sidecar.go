@@ -109,10 +109,9 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	})
 	s.metrics = NewMetrics(reg, s.router, s.prober)
 	reg.MustRegister(scraper.StateCollector(func() []eppprobe.ScrapedPool { return scrapedPools(s.router.Table()) }))
-	s.server = NewServer(s.router, liveState{health: s.prober, metrics: s.scraper}, cfg.Server, s.metrics, klog.Background().WithName("ext_proc"))
+	// The server's relay reaches the EPPs with the prober's credentials.
+	s.server = NewServer(s.router, liveState{health: s.prober, metrics: s.scraper}, creds, cfg.Server, s.metrics, klog.Background().WithName("ext_proc"))
 	registerScoringMetrics(reg, s.server.policies.Memory(), s.server.unparseable)
-	// The server's relay reaches the EPPs with the same credentials.
-	s.server.relay.creds = creds
 	s.watcher = NewWatcher(clients, cfg.Watch, s.router, s.published)
 	servers, err := extproc.Listen(extproc.ServingOptions{
 		BindAddress: cfg.BindAddress,

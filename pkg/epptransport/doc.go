@@ -9,6 +9,6 @@
 // counting the failures its users report (Failed, Reached). The sidecar's
 // relay, health prober and pool scraper get it through their constructors;
 // it knows nothing of the routing table but the Targets it is given. The
-// decisions it carries are described in pkg/sidecar's documentation
-// ("Transport to EPPs", "Credentials").
+// decisions it carries are described in pkg/routetable's documentation
+// ("Transport to EPPs") and pkg/sidecar's ("Credentials").
 package epptransport

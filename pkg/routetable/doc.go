@@ -43,18 +43,18 @@
 //
 //   - Policy. Imports are computed and read-only, so the cluster policy is
 //     chosen by the annotation mci.x-k8s.io/cluster-policy on the HTTPRoute
-//     (it applies to all its backendRefs), else by the same annotation or
-//     label on the InferencePool / InferencePoolImport the backendRef names
-//     (an import carries the labels of its oldest exporting pool, so an
-//     exporter can label its pool), else by the sidecar's
-//     --default-cluster-policy (HealthBased by default), each a name or an
-//     inline configuration (a label value cannot hold "=" or ",": labels
-//     name policies only). An invalid value is reported once (logged
-//     when the table's problems change) and ignored (the next in that order applies). Cluster weights
-//     come from mci.x-k8s.io/cluster-weights on the route
-//     ("cluster-a=3,cluster-c=1"; unlisted clusters weigh 1, weight 0 is
-//     never picked, by any policy: MetricsBased of old tried measured
-//     clusters of weight 0 first, and its FailOpen set had them).
+//     (it applies to all its backendRefs, shim pools included), else by the
+//     same annotation or label on the InferencePool / InferencePoolImport
+//     the backendRef names (an import carries the labels of its oldest
+//     exporting pool, so an exporter can label its pool), else by the
+//     sidecar's --default-cluster-policy (HealthBased by default), each a
+//     name or an inline configuration (a label value cannot hold "=" or ",":
+//     labels name policies only). An invalid value is reported once (logged
+//     when the table's problems change) and ignored (the next in that order
+//     applies). Cluster weights come from mci.x-k8s.io/cluster-weights on
+//     the route ("cluster-a=3,cluster-c=1"; unlisted clusters weigh 1,
+//     weight 0 is never picked, by any policy: MetricsBased of old tried
+//     measured clusters of weight 0 first, and its FailOpen set had them).
 //   - Gateway API attachment (attach.go). With --gateway the sidecar serves
 //     only the routes attached to those Gateways: a parentRef (group and
 //     kind defaulting to Gateway, namespace to the route's) selects the
@@ -95,23 +95,27 @@
 //     ext-proc, else the only port that is neither health nor metrics (a
 //     port numbered 9002 is no longer taken on its number alone).
 //   - EPP shim (--endpoint-picker-service=namespace/name, the sidecar's own
-//     Services). A local InferencePool whose endpointPickerRef names one
-//     of them is a shim pool: "this pool plus the import of the same
-//     namespace/name". Its clusters are the pool's real local EPP, named
-//     by the annotation mci.x-k8s.io/local-endpoint-picker ("service" or
+//     Services). A local InferencePool whose endpointPickerRef names one of
+//     them is a shim pool: "this pool plus the import of the same
+//     namespace/name". Its clusters are the pool's real local EPP, named by
+//     the annotation mci.x-k8s.io/local-endpoint-picker ("service" or
 //     "service:port"; the sidecar cannot be it, that would loop), then the
-//     import's clusters; policy and cluster weights come from the pool's
-//     annotations, its failure mode from its endpointPickerRef. In shim
-//     mode every request is an EPP-protocol request for a shim pool (no
-//     HTTPRoute is needed); which one is decided by, in order: the
+//     import's clusters; its failure mode comes from its endpointPickerRef.
+//     In shim mode every request is an EPP-protocol request for a shim pool
+//     (no HTTPRoute is needed); which one is decided by, in order: the
 //     gateway's filter metadata mci.x-k8s.io/inference-pool
 //     ("namespace/name", e.g. route metadata Envoy forwards with
-//     metadata_options); the only shim pool, which is the common case of
-//     one sidecar Service per pool, as one EPP per pool; the only shim pool
+//     metadata_options); the only shim pool, which is the common case of one
+//     sidecar Service per pool, as one EPP per pool; the only shim pool
 //     among the backendRefs of the request's HTTPRoute rule. Otherwise the
 //     request gets 500 (503 while no shim pool exists), and several shim
 //     pools behind one Service are reported. An HTTPRoute backendRef to a
-//     shim pool resolves the same way, never to the sidecar itself.
+//     shim pool resolves the same way, never to the sidecar itself. The
+//     policy and cluster weights of a request follow the rule of every
+//     backendRef, whichever way its pool was found: the annotations of the
+//     request's HTTPRoute when its rule has a backendRef to the pool (a
+//     platform engineer sets the policy where the route is, as for imports),
+//     else the pool's, else --default-cluster-policy (and weights of 1).
 //   - Transport to EPPs. Each port of each cluster's EPP (ext_proc,
 //     health, metrics) has a PortTransport: plaintext, TLS not verified
 //     (how gateways reach an upstream EPP's default self-signed

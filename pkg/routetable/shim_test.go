@@ -183,3 +183,106 @@ func TestBuildShimPools(t *testing.T) {
 		})
 	}
 }
+
+// TestShimPoolPolicy: the policy and cluster weights of a request for a
+// shim pool follow the rule every backendRef follows: the annotation of
+// the request's HTTPRoute when its rule names the pool, else the pool's,
+// else the default; however the pool was found (the only shim pool, the
+// gateway's metadata, the rule).
+func TestShimPoolPolicy(t *testing.T) {
+	imp := importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"}, imported{name: "cluster-c", addr: "127.0.3.1"})
+	poolSays := func(p *poolv1.InferencePool) *poolv1.InferencePool {
+		return annotate(p, PolicyAnnotation, "LocalFirst", ClusterWeightsAnnotation, "cluster-a=2")
+	}
+	routeTo := func(pool string, kv ...string) *gatewayv1.HTTPRoute {
+		return annotate(route("r-"+pool, 0, []string{pool + ".example.com"}, rule(nil, poolRef(pool, nil))), kv...)
+	}
+	request := func(host string) *RequestAttrs { return &RequestAttrs{Host: host, Path: "/v1/completions"} }
+	tests := []struct {
+		name        string
+		pools       []*poolv1.InferencePool
+		routes      []*gatewayv1.HTTPRoute
+		metadata    string
+		req         *RequestAttrs
+		wantPolicy  Policy
+		wantWeights []int64
+	}{
+		{
+			name:  "the route's annotation wins over the pool's for the only shim pool",
+			pools: []*poolv1.InferencePool{poolSays(shimPool("llm", "", ""))},
+			routes: []*gatewayv1.HTTPRoute{routeTo("llm", PolicyAnnotation, "PrefixAffinity",
+				ClusterWeightsAnnotation, "cluster-c=3")},
+			req:        request("llm.example.com"),
+			wantPolicy: PolicyPrefixAffinity, wantWeights: []int64{1, 3},
+		},
+		{
+			name:       "a route without the annotation leaves the pool's",
+			pools:      []*poolv1.InferencePool{poolSays(shimPool("llm", "", ""))},
+			routes:     []*gatewayv1.HTTPRoute{routeTo("llm")},
+			req:        request("llm.example.com"),
+			wantPolicy: PolicyLocalFirst, wantWeights: []int64{2, 1},
+		},
+		{
+			name:       "neither annotation: the default",
+			pools:      []*poolv1.InferencePool{shimPool("llm", "", "")},
+			routes:     []*gatewayv1.HTTPRoute{routeTo("llm")},
+			req:        request("llm.example.com"),
+			wantPolicy: PolicyHealthBased, wantWeights: []int64{1, 1},
+		},
+		{
+			name:       "a request no route matches gets the pool's",
+			pools:      []*poolv1.InferencePool{poolSays(shimPool("llm", "", ""))},
+			routes:     []*gatewayv1.HTTPRoute{routeTo("llm", PolicyAnnotation, "PrefixAffinity")},
+			req:        request("other.example.com"),
+			wantPolicy: PolicyLocalFirst, wantWeights: []int64{2, 1},
+		},
+		{
+			name:       "no HTTPRoute at all: the pool's",
+			pools:      []*poolv1.InferencePool{poolSays(shimPool("llm", "", ""))},
+			req:        request("llm.example.com"),
+			wantPolicy: PolicyLocalFirst, wantWeights: []int64{2, 1},
+		},
+		{
+			name:       "the pool the gateway's metadata names takes its route's annotation",
+			pools:      []*poolv1.InferencePool{shimPool("llm", "", ""), shimPool("chat", "", "")},
+			routes:     []*gatewayv1.HTTPRoute{routeTo("llm", PolicyAnnotation, "Weighted")},
+			metadata:   ns + "/llm",
+			req:        request("llm.example.com"),
+			wantPolicy: PolicyWeighted, wantWeights: []int64{1, 1},
+		},
+		{
+			name:       "a route to another shim pool does not decide for the one the metadata names",
+			pools:      []*poolv1.InferencePool{poolSays(shimPool("llm", "", "")), shimPool("chat", "", "")},
+			routes:     []*gatewayv1.HTTPRoute{routeTo("chat", PolicyAnnotation, "Weighted")},
+			metadata:   ns + "/llm",
+			req:        request("chat.example.com"),
+			wantPolicy: PolicyLocalFirst, wantWeights: []int64{2, 1},
+		},
+		{
+			name:       "the shim pool the rule names among several takes the route's annotation",
+			pools:      []*poolv1.InferencePool{poolSays(shimPool("llm", "", "")), shimPool("chat", "", "")},
+			routes:     []*gatewayv1.HTTPRoute{routeTo("llm", PolicyAnnotation, "MetricsBased")},
+			req:        request("llm.example.com"),
+			wantPolicy: PolicyMetricsBased, wantWeights: []int64{2, 1},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tbl, _ := Build(Inputs{
+				EndpointPickerServices: []types.NamespacedName{sidecarService},
+				Routes:                 tt.routes,
+				Pools:                  tt.pools,
+				Imports:                []*v1alphaImport{imp, importOf("chat", imported{name: "cluster-a", addr: "127.0.2.2"})},
+			})
+			be, code, msg := tbl.ShimFor(tt.metadata, tt.req)
+			require.NotNil(t, be, "%d %s", code, msg)
+			assert.Equal(t, "llm", be.Name)
+			assert.Equal(t, tt.wantPolicy, be.Policy)
+			var weights []int64
+			for _, c := range be.Clusters {
+				weights = append(weights, c.Weight)
+			}
+			assert.Equal(t, tt.wantWeights, weights, "cluster weights")
+		})
+	}
+}

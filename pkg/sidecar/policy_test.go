@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,6 +12,7 @@ import (
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/pkg/clusterscore/clusterscoretest"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
@@ -66,279 +66,23 @@ func names(cs []*routetable.Cluster) []string {
 	return out
 }
 
-// firstPicks orders n times and counts the first cluster of each order.
-func firstPicks(t *testing.T, p *ClusterPolicy, b *routetable.Backend, st State, n int) map[string]int {
-	t.Helper()
-	got := map[string]int{}
-	for range n {
-		order, err := p.Order(b, PickRequest{Now: epoch}, st)
-		require.NoError(t, err)
-		if len(order) == 0 {
-			got[""]++
-			continue
-		}
-		got[order[0].Name]++
-	}
-	return got
-}
-
-func TestWeighted(t *testing.T) {
-	tests := []struct {
-		name      string
-		weights   []int64
-		health    map[string]Health
-		wantFirst map[string]int
-		wantOrder []string // the first order
-	}{
-		{
-			name:      "equal weights split equally",
-			wantFirst: map[string]int{"a": 100, "b": 100, "c": 100},
-			wantOrder: []string{"a", "b", "c"},
-		},
-		{
-			name:      "annotated weights hold exactly",
-			weights:   []int64{3, 1, 2},
-			wantFirst: map[string]int{"a": 150, "b": 50, "c": 100},
-			wantOrder: []string{"a", "c", "b"},
-		},
-		{
-			name:      "weight 0 is never picked nor tried",
-			weights:   []int64{1, 0, 1},
-			wantFirst: map[string]int{"a": 150, "c": 150},
-			wantOrder: []string{"a", "c"},
-		},
-		{
-			name:      "health is ignored",
-			health:    map[string]Health{"a": HealthNotServing},
-			wantFirst: map[string]int{"a": 100, "b": 100, "c": 100},
-			wantOrder: []string{"a", "b", "c"},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			st := &fakeState{health: tt.health}
-			order, err := testPolicy(t, routetable.PolicyWeighted).Order(testBackend(routetable.PolicyWeighted, false, []string{"a", "b", "c"}, tt.weights...), PickRequest{}, st)
-			require.NoError(t, err)
-			assert.Equal(t, tt.wantOrder, names(order))
-			assert.Equal(t, tt.wantFirst, firstPicks(t, testPolicy(t, routetable.PolicyWeighted), testBackend(routetable.PolicyWeighted, false, []string{"a", "b", "c"}, tt.weights...), st, 300))
-		})
-	}
-
-	t.Run("a backend without clusters has no order", func(t *testing.T) {
-		order, err := testPolicy(t, routetable.PolicyWeighted).Order(testBackend(routetable.PolicyWeighted, false, nil), PickRequest{}, &fakeState{})
-		require.NoError(t, err)
-		assert.Empty(t, order)
-	})
-}
-
-func TestHealthBased(t *testing.T) {
-	tests := []struct {
-		name      string
-		health    map[string]Health
-		weights   []int64
-		wantFirst map[string]int
-		wantOrder []string
-	}{
-		{
-			name:      "serving clusters share by weight, unknown ones are the fallback, not-serving ones are skipped",
-			health:    map[string]Health{"a": HealthServing, "b": HealthServing, "c": HealthUnknown, "d": HealthNotServing},
-			weights:   []int64{1, 3, 1, 1},
-			wantFirst: map[string]int{"a": 100, "b": 300},
-			wantOrder: []string{"b", "a", "c"},
-		},
-		{
-			name:      "with no serving cluster, the unknown ones share",
-			health:    map[string]Health{"c": HealthUnknown, "d": HealthUnknown, "a": HealthNotServing, "b": HealthNotServing},
-			wantFirst: map[string]int{"c": 200, "d": 200},
-			wantOrder: []string{"c", "d"},
-		},
-		{
-			name:      "with every cluster down there is nothing to try",
-			health:    map[string]Health{"a": HealthNotServing, "b": HealthNotServing, "c": HealthNotServing, "d": HealthNotServing},
-			wantFirst: map[string]int{"": 400},
-			wantOrder: []string{},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			st := &fakeState{health: tt.health}
-			clusters := []string{"a", "b", "c", "d"}
-			order, err := testPolicy(t, routetable.PolicyHealthBased).Order(testBackend(routetable.PolicyHealthBased, false, clusters, tt.weights...), PickRequest{}, st)
-			require.NoError(t, err)
-			assert.Equal(t, tt.wantOrder, names(order))
-			assert.Equal(t, tt.wantFirst, firstPicks(t, testPolicy(t, routetable.PolicyHealthBased), testBackend(routetable.PolicyHealthBased, false, clusters, tt.weights...), st, 400))
-		})
-	}
-}
-
-func TestLocalFirst(t *testing.T) {
-	tests := []struct {
-		name      string
-		local     bool
-		health    map[string]Health
-		wantOrder []string
-	}{
-		{
-			name:      "the local pool first while its EPP serves, then the remote clusters",
-			local:     true,
-			health:    map[string]Health{"local": HealthServing, "a": HealthServing, "b": HealthServing},
-			wantOrder: []string{"local", "a", "b"},
-		},
-		{
-			name:      "a local EPP of unknown health is still first",
-			local:     true,
-			health:    map[string]Health{"a": HealthServing},
-			wantOrder: []string{"local", "a", "b"},
-		},
-		{
-			name:      "the remote clusters when the local EPP fails",
-			local:     true,
-			health:    map[string]Health{"local": HealthNotServing, "a": HealthNotServing, "b": HealthServing},
-			wantOrder: []string{"b"},
-		},
-		{
-			name:      "without a local pool it is HealthBased",
-			health:    map[string]Health{"a": HealthNotServing, "b": HealthServing},
-			wantOrder: []string{"b"},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			order, err := testPolicy(t, routetable.PolicyLocalFirst).Order(testBackend(routetable.PolicyLocalFirst, tt.local, []string{"a", "b"}), PickRequest{}, &fakeState{health: tt.health})
-			require.NoError(t, err)
-			assert.Equal(t, tt.wantOrder, names(order))
-		})
-	}
-}
-
-func TestMetricsBased(t *testing.T) {
-	fresh := func(queue, kv float64, ready int) *PoolMetrics {
-		return &PoolMetrics{AverageQueue: queue, AverageKVCache: kv, ReadyPods: ready, UpdatedAt: epoch}
-	}
-	stale := func(queue, kv float64) *PoolMetrics {
-		return &PoolMetrics{AverageQueue: queue, AverageKVCache: kv, ReadyPods: 3, UpdatedAt: epoch.Add(-time.Minute)}
-	}
-	tests := []struct {
-		name        string
-		criticality scheduling.Criticality
-		clusters    []string // default a, b, c
-		weights     []int64
-		health      map[string]Health
-		metrics     map[string]*PoolMetrics
-		// wantOrder is the first order; wantFirst, when set, counts the
-		// first cluster of 60 orders instead.
-		wantOrder []string
-		wantFirst map[string]int
-		wantErr   error
-	}{
-		{
-			name:      "a critical request goes to the cluster with the shortest queue, then by KV cache",
-			metrics:   map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": fresh(2, 0.9, 3), "c": fresh(2, 0.1, 3)},
-			wantOrder: []string{"c", "b", "a"},
-		},
-		{
-			name:        "a sheddable request goes only to clusters with capacity",
-			criticality: scheduling.Sheddable,
-			metrics:     map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": fresh(5, 0.5, 3), "c": fresh(1, 0.95, 3)},
-			wantOrder:   []string{"b"},
-		},
-		{
-			name:        "a sheddable request is shed when every cluster is measured and saturated",
-			criticality: scheduling.Sheddable,
-			metrics:     map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": fresh(6, 0.5, 3), "c": fresh(1, 0.95, 3)},
-			wantErr:     ErrShed,
-		},
-		{
-			name:        "a critical request is never shed, even when every cluster is saturated",
-			criticality: scheduling.Critical,
-			metrics:     map[string]*PoolMetrics{"a": fresh(80, 0.9, 3), "b": fresh(60, 0.99, 3), "c": fresh(70, 0.95, 3)},
-			wantOrder:   []string{"b", "c", "a"},
-		},
-		{
-			name:        "a sheddable request goes to an unmeasured cluster rather than be shed",
-			criticality: scheduling.Sheddable,
-			metrics:     map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": stale(0, 0)},
-			wantOrder:   []string{"b", "c"},
-		},
-		{
-			name:        "a sheddable request goes to measured clusters with capacity, then to unmeasured ones, never to saturated ones",
-			criticality: scheduling.Sheddable,
-			metrics:     map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": fresh(1, 0.1, 3)},
-			wantOrder:   []string{"b", "c"},
-		},
-		{
-			name:      "unmeasured clusters come after measured ones with capacity and before saturated ones",
-			metrics:   map[string]*PoolMetrics{"a": fresh(40, 0.7, 3), "b": fresh(3, 0.5, 3)},
-			wantOrder: []string{"b", "c", "a"},
-		},
-		{
-			name:      "an unmeasured cluster is not taken for idle: a measured one with capacity wins every time",
-			metrics:   map[string]*PoolMetrics{"a": fresh(4, 0.7, 3), "b": stale(0, 0)},
-			wantFirst: map[string]int{"a": 60},
-		},
-		{
-			name:      "when every measured cluster is saturated, the unmeasured ones take the traffic by weight",
-			weights:   []int64{1, 2, 1},
-			metrics:   map[string]*PoolMetrics{"a": fresh(70, 0.9, 3)},
-			wantFirst: map[string]int{"b": 40, "c": 20},
-		},
-		{
-			name:      "unmeasured clusters that are serving come before those of unknown health",
-			health:    map[string]Health{"b": HealthServing},
-			metrics:   map[string]*PoolMetrics{"a": fresh(2, 0.1, 3)},
-			wantOrder: []string{"a", "b", "c"},
-		},
-		{
-			name:      "a cluster whose pool has no ready pod is skipped",
-			metrics:   map[string]*PoolMetrics{"a": fresh(0, 0, 0), "b": fresh(1, 0.5, 2), "c": fresh(2, 0.5, -1)},
-			wantOrder: []string{"b", "c"},
-		},
-		{
-			name:      "a cluster whose EPP is not serving is skipped, measured or not",
-			health:    map[string]Health{"a": HealthNotServing, "c": HealthNotServing},
-			metrics:   map[string]*PoolMetrics{"a": fresh(0, 0, 3), "b": fresh(10, 0.5, 3)},
-			wantOrder: []string{"b"},
-		},
-		{
-			name:      "without fresh metrics the order is HealthBased's",
-			health:    map[string]Health{"a": HealthNotServing, "b": HealthServing},
-			metrics:   map[string]*PoolMetrics{"b": stale(0, 0)},
-			wantOrder: []string{"b", "c"},
-		},
-		{
-			name:      "no cluster left is an empty order, not an error",
-			health:    map[string]Health{"a": HealthNotServing, "b": HealthNotServing, "c": HealthNotServing},
-			wantOrder: []string{},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			clusters := tt.clusters
-			if clusters == nil {
-				clusters = []string{"a", "b", "c"}
-			}
-			p := testPolicy(t, routetable.PolicyMetricsBased)
-			b := testBackend(routetable.PolicyMetricsBased, false, clusters, tt.weights...)
-			st := &fakeState{health: tt.health, metrics: tt.metrics}
-			req := PickRequest{Criticality: tt.criticality, Now: epoch}
-			if tt.wantFirst != nil {
-				got := map[string]int{}
-				for range 60 {
-					order, err := p.Order(b, req, st)
-					require.NoError(t, err)
-					require.NotEmpty(t, order)
-					got[order[0].Name]++
+// TestNamedPolicies holds the sidecar's ClusterPolicy to
+// clusterscoretest's cases, the figures clusterscore's pipelines are held
+// to: each backend is built from a routing table (testTable), its health
+// and metrics reach the policy through State.
+func TestNamedPolicies(t *testing.T) {
+	for _, tc := range clusterscoretest.Cases() {
+		t.Run(tc.Policy+"/"+tc.Name, func(t *testing.T) {
+			policy := routetable.Policy(tc.Policy)
+			p := testPolicy(t, policy)
+			st := &fakeState{health: tc.Health, metrics: tc.Metrics}
+			clusterscoretest.Check(t, tc, func() func() ([]string, error) {
+				b := testBackend(policy, tc.Local, tc.Clusters, tc.Weights...)
+				return func() ([]string, error) {
+					order, err := p.Order(b, PickRequest{Criticality: tc.Criticality, Now: clusterscoretest.Epoch}, st)
+					return names(order), err
 				}
-				assert.Equal(t, tt.wantFirst, got)
-				return
-			}
-			order, err := p.Order(b, req, st)
-			if tt.wantErr != nil {
-				assert.ErrorIs(t, err, tt.wantErr)
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, tt.wantOrder, names(order))
+			})
 		})
 	}
 }

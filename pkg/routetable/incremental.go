@@ -105,15 +105,17 @@ type shimEntry struct {
 	errs []error
 }
 
-// NewIncremental returns a builder with Build's settings (the object lists
-// of in are ignored) and no objects.
+// NewIncremental returns a builder with in's settings that holds in's
+// objects, as if each had been set (the sidecar's Watcher gives it none
+// and sets objects as informers see them).
 func NewIncremental(in Inputs) *Incremental {
+	objects := in
 	in.Routes, in.Imports, in.Pools, in.Services, in.Models, in.Objectives = nil, nil, nil, nil, nil, nil
 	in.Gateways, in.Namespaces, in.ReferenceGrants = nil, nil, nil
 	in.BackendTLSPolicies = nil
 	b := newBuilder(in)
 	b.incremental = true
-	return &Incremental{
+	x := &Incremental{
 		b:            b,
 		routes:       map[types.NamespacedName]*gatewayv1.HTTPRoute{},
 		entries:      map[types.NamespacedName]*routeEntry{},
@@ -138,6 +140,42 @@ func NewIncremental(in Inputs) *Incremental {
 		dirtyModels:  map[types.NamespacedName]struct{}{},
 		dirtyHosts:   map[string]struct{}{},
 		changed:      true,
+	}
+	x.load(objects)
+	return x
+}
+
+// load sets every object of in.
+func (x *Incremental) load(in Inputs) {
+	for _, s := range in.Services {
+		x.SetService(s)
+	}
+	for _, p := range in.BackendTLSPolicies {
+		x.SetBackendTLSPolicy(p)
+	}
+	for _, p := range in.Pools {
+		x.SetPool(p)
+	}
+	for _, imp := range in.Imports {
+		x.SetImport(imp)
+	}
+	for _, m := range in.Models {
+		x.SetModel(m)
+	}
+	for _, o := range in.Objectives {
+		x.SetObjective(o)
+	}
+	for _, g := range in.Gateways {
+		x.SetGateway(g)
+	}
+	for _, n := range in.Namespaces {
+		x.SetNamespace(n)
+	}
+	for _, g := range in.ReferenceGrants {
+		x.SetReferenceGrant(g)
+	}
+	for _, r := range in.Routes {
+		x.SetRoute(r)
 	}
 }
 

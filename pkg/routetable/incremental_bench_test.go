@@ -19,18 +19,6 @@ func benchInputs() Inputs {
 func BenchmarkIncremental(b *testing.B) {
 	in := benchInputs()
 	x := NewIncremental(in)
-	for _, r := range in.Routes {
-		x.SetRoute(r)
-	}
-	for _, imp := range in.Imports {
-		x.SetImport(imp)
-	}
-	for _, p := range in.Pools {
-		x.SetPool(p)
-	}
-	for _, s := range in.Services {
-		x.SetService(s)
-	}
 	x.Table()
 	r := NewRouter()
 	b.ReportAllocs()

@@ -23,6 +23,7 @@ import (
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 	"github.com/mci-dev/mci/test/tlstest"
 )
@@ -50,13 +51,13 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfItsImport(t *testing.T) {
 	client := tlstest.NewClient(t, "sidecar")
 	e := runTLSEPP(t, modelServer(t, "model-a"), serving, client.CertPEM)
 
-	imp := importOf("llm")
+	imp := sidecartest.Import("llm")
 	eppImported(t, "cluster-a", e)(imp)
 	ref := &corev1.SecretReference{Namespace: ns, Name: "epp-creds"}
 	epp := &imp.Status.Clusters[0].EndpointPicker
 	epp.SecretRef, epp.Health.SecretRef, epp.Metrics.SecretRef = ref, ref, ref
-	r := route("llm-route", 0, []string{"my.model.com"}, rule([]gatewayv1.HTTPRouteMatch{prefix("/v1")}, importRef("llm", nil)))
-	r = annotate(r, routetable.PolicyAnnotation, string(routetable.PolicyMetricsBased))
+	r := sidecartest.Route("llm-route", 0, []string{"my.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/v1")}, sidecartest.ImportRef("llm", nil)))
+	r = sidecartest.Annotate(r, routetable.PolicyAnnotation, string(routetable.PolicyMetricsBased))
 	r.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw"}}
 	creds := map[string][]byte{"ca.crt": serving.CAPEM, "tls.crt": client.CertPEM, "tls.key": client.KeyPEM}
 	kube := kubefake.NewSimpleClientset(epptransporttest.Secret(ns, "epp-creds", creds))
@@ -69,7 +70,7 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfItsImport(t *testing.T) {
 		HealthInterval:   50 * time.Millisecond,
 		ScrapeInterval:   50 * time.Millisecond,
 		DrainTimeout:     2 * time.Second,
-	}, Clients{Kube: kube, MCI: mcifake.NewSimpleClientset(imp), Gateway: gatewayClients(r, gateway("inf-gw", listener("http", 80, "", nil)))})
+	}, Clients{Kube: kube, MCI: mcifake.NewSimpleClientset(imp), Gateway: sidecartest.GatewayClients(r, sidecartest.Gateway("inf-gw", sidecartest.Listener("http", 80, "", nil)))})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -10,8 +10,10 @@ import (
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
@@ -44,10 +46,10 @@ func TestServerAppliesHTTPRouteFilters(t *testing.T) {
 	c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
 	ah, ap := hostPort(t, a.addr)
 	ch, cp := hostPort(t, c.addr)
-	imp := importOf("llm", imported{name: "cluster-a", addr: ah, port: ap})
-	other := importOf("other", imported{name: "cluster-c", addr: ch, port: cp})
+	imp := sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: ah, Port: ap})
+	other := sidecartest.Import("other", sidecartest.Imported{Name: "cluster-c", Addr: ch, Port: cp})
 
-	modified := rule([]gatewayv1.HTTPRouteMatch{prefix("/api")}, importRef("llm", ptr.To[int32](1)), importRef("other", ptr.To[int32](0)))
+	modified := sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/api")}, sidecartest.ImportRef("llm", ptr.To[int32](1)), sidecartest.ImportRef("other", ptr.To[int32](0)))
 	modified.Filters = []gatewayv1.HTTPRouteFilter{
 		{Type: gatewayv1.HTTPRouteFilterRequestHeaderModifier, RequestHeaderModifier: &gatewayv1.HTTPHeaderFilter{
 			Set: []gatewayv1.HTTPHeader{{Name: "X-Picked-By", Value: "the route"}}, Remove: []string{"X-Debug"}}},
@@ -57,15 +59,15 @@ func TestServerAppliesHTTPRouteFilters(t *testing.T) {
 			Hostname: ptr.To(gatewayv1.PreciseHostname("llm.internal")),
 			Path:     &gatewayv1.HTTPPathModifier{Type: gatewayv1.PrefixMatchHTTPPathModifier, ReplacePrefixMatch: ptr.To("/v1")}}},
 	}
-	redirected := rule([]gatewayv1.HTTPRouteMatch{prefix("/old")})
+	redirected := sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/old")})
 	redirected.Filters = []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestRedirect, RequestRedirect: &gatewayv1.HTTPRequestRedirectFilter{
 		Scheme: ptr.To("https"), Path: &gatewayv1.HTTPPathModifier{Type: gatewayv1.PrefixMatchHTTPPathModifier, ReplacePrefixMatch: ptr.To("/new")}, StatusCode: ptr.To(301)}}}
-	mirrored := rule([]gatewayv1.HTTPRouteMatch{prefix("/mirrored")}, importRef("llm", nil))
+	mirrored := sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/mirrored")}, sidecartest.ImportRef("llm", nil))
 	mirrored.Filters = []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterRequestMirror, RequestMirror: &gatewayv1.HTTPRequestMirrorFilter{}}}
 
 	h := startServer(t, routetable.Inputs{
-		Routes:  []*gatewayv1.HTTPRoute{route("r", 0, []string{"my.model.com"}, modified, redirected, mirrored)},
-		Imports: []*v1alphaImport{imp, other},
+		Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, []string{"my.model.com"}, modified, redirected, mirrored)},
+		Imports: []*v1alpha1.InferencePoolImport{imp, other},
 	}, &fakeState{})
 
 	t.Run("header modifier and rewrite", func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
@@ -28,16 +29,16 @@ import (
 func BenchmarkPick(b *testing.B) {
 	var routes []*gatewayv1.HTTPRoute
 	for i := range 50 {
-		routes = append(routes, route(fmt.Sprintf("r%02d", i), time.Duration(i), []string{fmt.Sprintf("m%d.model.com", i), "*.model.com"},
-			rule([]gatewayv1.HTTPRouteMatch{prefix(fmt.Sprintf("/v1/r%d", i)), withHeaders(prefix("/v1/completions"), "x-route", fmt.Sprint(i))},
-				poolRef("llm", ptr.To[int32](50)), importRef("llm", ptr.To[int32](50)))))
+		routes = append(routes, sidecartest.Route(fmt.Sprintf("r%02d", i), time.Duration(i), []string{fmt.Sprintf("m%d.model.com", i), "*.model.com"},
+			sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix(fmt.Sprintf("/v1/r%d", i)), sidecartest.WithHeaders(sidecartest.Prefix("/v1/completions"), "x-route", fmt.Sprint(i))},
+				sidecartest.PoolRef("llm", ptr.To[int32](50)), sidecartest.ImportRef("llm", ptr.To[int32](50)))))
 	}
 	tbl, errs := buildTable(routetable.Inputs{
 		Routes: routes,
-		Imports: []*v1alphaImport{importOf("llm",
-			imported{name: "a", addr: "127.0.2.1"}, imported{name: "c", addr: "127.0.3.1"}, imported{name: "d", addr: "127.0.4.1"})},
-		Pools:    []*poolv1.InferencePool{pool("llm", "")},
-		Services: []*corev1.Service{eppService("llm", "127.0.1.1")},
+		Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm",
+			sidecartest.Imported{Name: "a", Addr: "127.0.2.1"}, sidecartest.Imported{Name: "c", Addr: "127.0.3.1"}, sidecartest.Imported{Name: "d", Addr: "127.0.4.1"})},
+		Pools:    []*poolv1.InferencePool{sidecartest.Pool("llm", "")},
+		Services: []*corev1.Service{sidecartest.EPPService("llm", "127.0.1.1")},
 	})
 	require.Empty(b, errs)
 	r := routetable.NewRouter()
@@ -51,7 +52,7 @@ func BenchmarkPick(b *testing.B) {
 		rl, _ := r.Table().Match(&attrs)
 		be := rl.PickBackend()
 		p, _ := policies.Get(be.Policy)
-		if _, err := p.Order(be, PickRequest{Now: epoch}, st); err != nil {
+		if _, err := p.Order(be, PickRequest{Now: sidecartest.Epoch}, st); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -116,7 +117,7 @@ func BenchmarkImportEventToRoutedRequest(b *testing.B) {
 	for b.Loop() {
 		i++
 		want := fmt.Sprintf("127.0.2.%d", 2+i%2)
-		imp := importOf("pool-042", imported{name: "a", addr: want}, imported{name: "c", addr: "127.0.3.1"}, imported{name: "d", addr: "127.0.4.1"})
+		imp := sidecartest.Import("pool-042", sidecartest.Imported{Name: "a", Addr: want}, sidecartest.Imported{Name: "c", Addr: "127.0.3.1"}, sidecartest.Imported{Name: "d", Addr: "127.0.4.1"})
 		want += ":9002"
 		start := time.Now()
 		if err := mci.Tracker().Update(importsGVR, imp, ns); err != nil {

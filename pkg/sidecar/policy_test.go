@@ -10,11 +10,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/clusterscore/clusterscoretest"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 )
 
 // fakeState is health and metrics by cluster name.
@@ -32,22 +34,22 @@ func (f *fakeState) Failed(c *routetable.Cluster)                   { f.failed =
 // ... with the given weights (1 each when none are given), and optionally
 // the local pool llm, built as the sidecar builds it.
 func testTable(policy routetable.Policy, local bool, names []string, weights ...int64) *routetable.Table {
-	var clusters []imported
+	var clusters []sidecartest.Imported
 	var ws []string
 	for i, n := range names {
-		clusters = append(clusters, imported{name: n, addr: fmt.Sprintf("127.0.2.%d", i+1)})
+		clusters = append(clusters, sidecartest.Imported{Name: n, Addr: fmt.Sprintf("127.0.2.%d", i+1)})
 		w := int64(1)
 		if i < len(weights) {
 			w = weights[i]
 		}
 		ws = append(ws, fmt.Sprintf("%s=%d", n, w))
 	}
-	r := annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))),
+	r := sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))),
 		routetable.PolicyAnnotation, string(policy), routetable.ClusterWeightsAnnotation, strings.Join(ws, ","))
-	in := routetable.Inputs{Routes: []*gatewayv1.HTTPRoute{r}, Imports: []*v1alphaImport{importOf("llm", clusters...)}}
+	in := routetable.Inputs{Routes: []*gatewayv1.HTTPRoute{r}, Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", clusters...)}}
 	if local {
-		in.Pools = []*poolv1.InferencePool{pool("llm", "")}
-		in.Services = []*corev1.Service{eppService("llm", "127.0.1.1")}
+		in.Pools = []*poolv1.InferencePool{sidecartest.Pool("llm", "")}
+		in.Services = []*corev1.Service{sidecartest.EPPService("llm", "127.0.1.1")}
 	}
 	tbl, _ := buildTable(in)
 	return tbl

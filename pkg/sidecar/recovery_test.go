@@ -16,8 +16,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
@@ -90,7 +92,7 @@ func TestRecoveryAfterAnOutageLongerThanTheMaxBackoff(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := startRestartableEPP(t)
 			host, port := hostPort(t, e.extProcAddr)
-			imp := importOf("llm", imported{name: "cluster-a", addr: host, port: port})
+			imp := sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: host, Port: port})
 			imp.Annotations = map[string]string{routetable.FailureModeAnnotation: "FailClose"}
 			if tt.withHealth {
 				_, hp := hostPort(t, e.healthAddr)
@@ -100,8 +102,8 @@ func TestRecoveryAfterAnOutageLongerThanTheMaxBackoff(t *testing.T) {
 			}
 			router := routetable.NewRouter()
 			tbl, _ := buildTable(routetable.Inputs{
-				Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), routetable.FailureModeAnnotation, "FailClose")},
-				Imports: []*v1alphaImport{imp},
+				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))), routetable.FailureModeAnnotation, "FailClose")},
+				Imports: []*v1alpha1.InferencePoolImport{imp},
 			})
 			router.Publish(tbl)
 			var server *Server

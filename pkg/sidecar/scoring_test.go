@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
@@ -27,8 +29,8 @@ var promptBody = []byte(`{"model":"chat","prompt":"` + strings.Repeat("You are a
 func scoringServer(t *testing.T, a, c *fakeEPP, policy string, cfg ServerConfig) *harness {
 	t.Helper()
 	return startServerWith(t, routetable.Inputs{
-		Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), routetable.PolicyAnnotation, policy)},
-		Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+		Routes:  []*gatewayv1.HTTPRoute{sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))), routetable.PolicyAnnotation, policy)},
+		Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 	}, &fakeState{health: map[string]Health{"cluster-a": HealthServing, "cluster-c": HealthServing}}, cfg)
 }
 
@@ -149,11 +151,11 @@ func TestServerRoutesUnparseablePromptsWithoutAffinity(t *testing.T) {
 // Incremental recompiles it), and starts afresh when they change.
 func TestBackendRotationCarriesOver(t *testing.T) {
 	x := routetable.NewIncremental(routetable.Inputs{})
-	x.SetImport(importOf("llm", imported{name: "cluster-a", addr: "127.0.0.1"}, imported{name: "cluster-c", addr: "127.0.0.2"}))
+	x.SetImport(sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: "127.0.0.1"}, sidecartest.Imported{Name: "cluster-c", Addr: "127.0.0.2"}))
 	build := func(weights string) *routetable.Table {
-		r := route("r", 0, nil, rule(nil, importRef("llm", nil)))
+		r := sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))
 		if weights != "" {
-			r = annotate(r, routetable.ClusterWeightsAnnotation, weights)
+			r = sidecartest.Annotate(r, routetable.ClusterWeightsAnnotation, weights)
 		}
 		x.SetRoute(r)
 		tbl, changed := x.Table()
@@ -167,7 +169,7 @@ func TestBackendRotationCarriesOver(t *testing.T) {
 	counts := map[string]int{}
 	for range 100 {
 		r.Publish(build("cluster-a=1,cluster-c=3"))
-		order, err := p.Order(backend(r), PickRequest{Now: epoch}, &fakeState{})
+		order, err := p.Order(backend(r), PickRequest{Now: sidecartest.Epoch}, &fakeState{})
 		require.NoError(t, err)
 		counts[order[0].Name]++
 	}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
@@ -28,6 +29,7 @@ import (
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
@@ -80,18 +82,18 @@ func (h *harness) do(t *testing.T, req extproctest.Request) *extproctest.Result 
 var chatBody = []byte(`{"model":"chat","prompt":"hello"}`)
 
 // twoClusterImport is an import of clusters a and c whose EPPs are a and c.
-func twoClusterImport(t *testing.T, a, c *fakeEPP) *v1alphaImport {
+func twoClusterImport(t *testing.T, a, c *fakeEPP) *v1alpha1.InferencePoolImport {
 	ah, ap := hostPort(t, a.addr)
 	ch, cp := hostPort(t, c.addr)
-	return importOf("llm", imported{name: "cluster-a", addr: ah, port: ap}, imported{name: "cluster-c", addr: ch, port: cp})
+	return sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: ah, Port: ap}, sidecartest.Imported{Name: "cluster-c", Addr: ch, Port: cp})
 }
 
 func TestServerRelaysToTheChosenEPP(t *testing.T) {
 	a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 	c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
 	h := startServer(t, routetable.Inputs{
-		Routes:  []*gatewayv1.HTTPRoute{route("r", 0, []string{"my.model.com"}, rule([]gatewayv1.HTTPRouteMatch{prefix("/v1")}, importRef("llm", nil)))},
-		Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+		Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, []string{"my.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/v1")}, sidecartest.ImportRef("llm", nil)))},
+		Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 	}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}})
 
 	res := h.do(t, extproctest.Request{Authority: "my.model.com", Path: "/v1/completions", Body: chatBody})
@@ -148,8 +150,8 @@ func TestServerFailsOverToTheNextCluster(t *testing.T) {
 			c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
 			st := &fakeState{health: map[string]Health{"cluster-a": HealthServing}}
 			h := startServer(t, routetable.Inputs{
-				Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
-				Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+				Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 			}, st)
 			tt.breakA(a)
 
@@ -172,8 +174,8 @@ func TestServerFailureModes(t *testing.T) {
 		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 		c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
 		h := startServer(t, routetable.Inputs{
-			Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), annotations...)},
-			Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))), annotations...)},
+			Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 		}, &fakeState{health: map[string]Health{"cluster-a": HealthServing, "cluster-c": HealthServing}})
 		return h, a, c
 	}
@@ -221,8 +223,8 @@ func TestServerFailureModes(t *testing.T) {
 		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 		c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
 		h := startServer(t, routetable.Inputs{
-			Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), routetable.FailureModeAnnotation, "FailOpen")},
-			Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))), routetable.FailureModeAnnotation, "FailOpen")},
+			Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 		}, &fakeState{health: map[string]Health{"cluster-a": HealthNotServing, "cluster-c": HealthNotServing}})
 		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
 		require.Nil(t, res.Immediate)
@@ -233,8 +235,8 @@ func TestServerFailureModes(t *testing.T) {
 		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 		c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
 		h := startServer(t, routetable.Inputs{
-			Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
-			Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+			Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 		}, &fakeState{health: map[string]Health{"cluster-a": HealthNotServing, "cluster-c": HealthNotServing}})
 		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
 		require.NotNil(t, res.Immediate)
@@ -246,8 +248,8 @@ func TestServerFailureModes(t *testing.T) {
 
 func TestServerParentMode(t *testing.T) {
 	h := startServer(t, routetable.Inputs{
-		Routes:  []*gatewayv1.HTTPRoute{route("r", 0, []string{"my.model.com"}, rule(nil, importRef("llm", nil)))},
-		Imports: []*v1alphaImport{importOf("llm", imported{name: "cluster-a", parent: "127.0.2.9"})},
+		Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, []string{"my.model.com"}, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+		Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Parent: "127.0.2.9"})},
 	}, &fakeState{})
 	res := h.do(t, extproctest.Request{Authority: "my.model.com", Path: "/v1/completions?x=1", Body: chatBody})
 	require.Nil(t, res.Immediate)
@@ -261,12 +263,12 @@ func TestServerParentMode(t *testing.T) {
 func TestServerGatewayAPIErrors(t *testing.T) {
 	h := startServer(t, routetable.Inputs{
 		Routes: []*gatewayv1.HTTPRoute{
-			route("missing", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/missing")}, importRef("nope", nil))),
-			route("service", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/service")}, backendRef("", "Service", "svc", nil))),
-			route("none", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/none")})),
-			route("notready", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/notready")}, importRef("down", nil))),
+			sidecartest.Route("missing", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/missing")}, sidecartest.ImportRef("nope", nil))),
+			sidecartest.Route("service", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/service")}, sidecartest.BackendRef("", "Service", "svc", nil))),
+			sidecartest.Route("none", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/none")})),
+			sidecartest.Route("notready", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/notready")}, sidecartest.ImportRef("down", nil))),
 		},
-		Imports: []*v1alphaImport{importOf("down", imported{name: "cluster-a", addr: "127.0.0.1", port: 1, ready: metav1.ConditionFalse})},
+		Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("down", sidecartest.Imported{Name: "cluster-a", Addr: "127.0.0.1", Port: 1, Ready: metav1.ConditionFalse})},
 	}, &fakeState{})
 	for path, code := range map[string]int{"/missing": 500, "/service": 500, "/none": 500, "/notready": 503, "/elsewhere": 404} {
 		t.Run(path, func(t *testing.T) {
@@ -289,8 +291,8 @@ func TestServerShedsOnlyWhenEveryClusterIsSaturated(t *testing.T) {
 	idle := &PoolMetrics{AverageQueue: 0, AverageKVCache: 0.1, ReadyPods: 2, UpdatedAt: now.Add(time.Hour)}
 	st := &fakeState{metrics: map[string]*PoolMetrics{"cluster-a": saturated, "cluster-c": idle}}
 	h := startServer(t, routetable.Inputs{
-		Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), routetable.PolicyAnnotation, "MetricsBased")},
-		Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+		Routes:  []*gatewayv1.HTTPRoute{sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))), routetable.PolicyAnnotation, "MetricsBased")},
+		Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 		Models:  models,
 		Objectives: []*v1alpha2.InferenceObjective{
 			{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "background"}, Spec: v1alpha2.InferenceObjectiveSpec{Priority: ptr.To[int32](-10), PoolRef: v1alpha2.PoolObjectReference{Name: "llm"}}},
@@ -328,16 +330,16 @@ func TestServerSubsetHintGoesToTheLocalEPPOnly(t *testing.T) {
 	remote := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 	lh, lp := hostPort(t, local.addr)
 	rh, rp := hostPort(t, remote.addr)
-	p := pool("llm", "")
+	p := sidecartest.Pool("llm", "")
 	p.Spec.EndpointPickerRef.Port.Number = lp
 	h := startServer(t, routetable.Inputs{
 		Routes: []*gatewayv1.HTTPRoute{
-			route("local", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/local")}, poolRef("llm", nil))),
-			route("remote", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/remote")}, importRef("llm", nil))),
+			sidecartest.Route("local", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/local")}, sidecartest.PoolRef("llm", nil))),
+			sidecartest.Route("remote", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/remote")}, sidecartest.ImportRef("llm", nil))),
 		},
 		Pools:    []*poolv1.InferencePool{p},
-		Services: []*corev1.Service{eppService("llm", lh)},
-		Imports:  []*v1alphaImport{importOf("llm", imported{name: "cluster-a", addr: rh, port: rp})},
+		Services: []*corev1.Service{sidecartest.EPPService("llm", lh)},
+		Imports:  []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: rh, Port: rp})},
 	}, &fakeState{})
 	hint := extproc.SubsetHintMetadata("10.2.0.1:8000")
 
@@ -357,14 +359,14 @@ func TestServerSplitsFiftyFifty(t *testing.T) {
 	remote := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 	lh, lp := hostPort(t, local.addr)
 	rh, rp := hostPort(t, remote.addr)
-	p := pool("llm", "")
+	p := sidecartest.Pool("llm", "")
 	p.Spec.EndpointPickerRef.Port.Number = lp
 	h := startServer(t, routetable.Inputs{
-		Routes: []*gatewayv1.HTTPRoute{route("llm-route", 0, []string{"my.model.com"}, rule([]gatewayv1.HTTPRouteMatch{prefix("/completions")},
-			poolRef("llm", ptr.To[int32](50)), importRef("llm", ptr.To[int32](50))))},
+		Routes: []*gatewayv1.HTTPRoute{sidecartest.Route("llm-route", 0, []string{"my.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/completions")},
+			sidecartest.PoolRef("llm", ptr.To[int32](50)), sidecartest.ImportRef("llm", ptr.To[int32](50))))},
 		Pools:    []*poolv1.InferencePool{p},
-		Services: []*corev1.Service{eppService("llm", lh)},
-		Imports:  []*v1alphaImport{importOf("llm", imported{name: "cluster-a", addr: rh, port: rp})},
+		Services: []*corev1.Service{sidecartest.EPPService("llm", lh)},
+		Imports:  []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: rh, Port: rp})},
 	}, &fakeState{})
 
 	const n = 400

@@ -12,8 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
@@ -23,7 +25,7 @@ var sidecarService = types.NamespacedName{Namespace: ns, Name: "mci-sidecar"}
 // shimPool builds a local InferencePool whose EPP is the sidecar; local, when
 // set, is the annotation naming its real EPP.
 func shimPool(name string, local string) *poolv1.InferencePool {
-	p := pool(name, "")
+	p := sidecartest.Pool(name, "")
 	p.Spec.EndpointPickerRef.Name = sidecarService.Name
 	if local != "" {
 		p.Annotations = map[string]string{routetable.LocalEndpointPickerAnnotation: local}
@@ -42,17 +44,17 @@ func TestServerAsEPPShim(t *testing.T) {
 	a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 	c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
 	lh, lp := hostPort(t, local.addr)
-	localSvc := eppService("llm", lh)
+	localSvc := sidecartest.EPPService("llm", lh)
 	localSvc.Spec.Ports[0].Port = lp
 	weighted := func(p *poolv1.InferencePool) *poolv1.InferencePool {
-		return annotate(p, routetable.PolicyAnnotation, string(routetable.PolicyWeighted), routetable.LocalEndpointPickerAnnotation, p.Annotations[routetable.LocalEndpointPickerAnnotation])
+		return sidecartest.Annotate(p, routetable.PolicyAnnotation, string(routetable.PolicyWeighted), routetable.LocalEndpointPickerAnnotation, p.Annotations[routetable.LocalEndpointPickerAnnotation])
 	}
 	in := routetable.Inputs{
 		EndpointPickerServices: []types.NamespacedName{sidecarService},
 		LocalCluster:           "cluster-b",
 		Pools:                  []*poolv1.InferencePool{weighted(shimPool("llm", "llm-epp"))},
 		Services:               []*corev1.Service{localSvc},
-		Imports:                []*v1alphaImport{twoClusterImport(t, a, c)},
+		Imports:                []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 	}
 	h := startServer(t, in, &fakeState{})
 
@@ -97,7 +99,7 @@ func TestServerAsEPPShim(t *testing.T) {
 		in := in
 		in.Pools = append([]*poolv1.InferencePool{shimPool("chat", "")}, in.Pools...)
 		ch, cp := hostPort(t, c.addr)
-		in.Imports = append([]*v1alphaImport{importOf("chat", imported{name: "cluster-c", addr: ch, port: cp})}, in.Imports...)
+		in.Imports = append([]*v1alpha1.InferencePoolImport{sidecartest.Import("chat", sidecartest.Imported{Name: "cluster-c", Addr: ch, Port: cp})}, in.Imports...)
 		h := startServer(t, in, &fakeState{})
 
 		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Metadata: poolMetadata(ns + "/chat")})
@@ -121,8 +123,8 @@ func TestServerAsEPPShim(t *testing.T) {
 		in := in
 		in.Pools = append([]*poolv1.InferencePool{shimPool("chat", "")}, in.Pools...)
 		ch, cp := hostPort(t, c.addr)
-		in.Imports = append([]*v1alphaImport{importOf("chat", imported{name: "cluster-c", addr: ch, port: cp})}, in.Imports...)
-		in.Routes = []*gatewayv1.HTTPRoute{route("r", 0, []string{"chat.example.com"}, rule(nil, poolRef("chat", nil)))}
+		in.Imports = append([]*v1alpha1.InferencePoolImport{sidecartest.Import("chat", sidecartest.Imported{Name: "cluster-c", Addr: ch, Port: cp})}, in.Imports...)
+		in.Routes = []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, []string{"chat.example.com"}, sidecartest.Rule(nil, sidecartest.PoolRef("chat", nil)))}
 		h := startServer(t, in, &fakeState{})
 
 		res := h.do(t, extproctest.Request{Authority: "chat.example.com", Path: "/v1/completions", Body: chatBody})

@@ -23,6 +23,7 @@ import (
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 )
 
 var importsGVR = v1alpha1.SchemeGroupVersion.WithResource("inferencepoolimports")
@@ -38,12 +39,12 @@ func clustersOf(r *routetable.Router) []string {
 }
 
 func TestWatcherFollowsTheCluster(t *testing.T) {
-	kube := kubefake.NewSimpleClientset(eppService("llm", "127.0.1.1"))
+	kube := kubefake.NewSimpleClientset(sidecartest.EPPService("llm", "127.0.1.1"))
 	mci := mcifake.NewSimpleClientset(
-		importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"}),
-		pool("llm", poolv1.FailOpen),
+		sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: "127.0.2.1"}),
+		sidecartest.Pool("llm", poolv1.FailOpen),
 	)
-	gw := gatewayfake.NewSimpleClientset(route("llm-route", 0, []string{"my.model.com"}, rule(nil, importRef("llm", nil))))
+	gw := gatewayfake.NewSimpleClientset(sidecartest.Route("llm-route", 0, []string{"my.model.com"}, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))))
 
 	router := routetable.NewRouter()
 	published := make(chan *routetable.Table, 1000)
@@ -72,18 +73,18 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 
 	// Each import event is in the routing table within milliseconds.
 	var lat []time.Duration
-	for i, cs := range [][]imported{
-		{{name: "cluster-a", addr: "127.0.2.1"}, {name: "cluster-c", addr: "127.0.3.1"}},
-		{{name: "cluster-c", addr: "127.0.3.1"}},
-		{{name: "cluster-a", addr: "127.0.2.1", ready: metav1.ConditionFalse}, {name: "cluster-c", addr: "127.0.3.1"}},
-		{{name: "cluster-a", addr: "127.0.2.1"}},
+	for i, cs := range [][]sidecartest.Imported{
+		{{Name: "cluster-a", Addr: "127.0.2.1"}, {Name: "cluster-c", Addr: "127.0.3.1"}},
+		{{Name: "cluster-c", Addr: "127.0.3.1"}},
+		{{Name: "cluster-a", Addr: "127.0.2.1", Ready: metav1.ConditionFalse}, {Name: "cluster-c", Addr: "127.0.3.1"}},
+		{{Name: "cluster-a", Addr: "127.0.2.1"}},
 	} {
-		imp := importOf("llm", cs...)
+		imp := sidecartest.Import("llm", cs...)
 		imp.ResourceVersion = ""
 		var want []string
 		for _, c := range cs {
-			if c.ready != metav1.ConditionFalse {
-				want = append(want, c.name)
+			if c.Ready != metav1.ConditionFalse {
+				want = append(want, c.Name)
 			}
 		}
 		start := time.Now()
@@ -102,7 +103,7 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 	}, 10*time.Second, time.Millisecond)
 
 	// A new route is routed once it is seen.
-	_, err := gw.GatewayV1().HTTPRoutes(ns).Create(ctx, route("second", time.Hour, []string{"other.com"}, rule(nil, poolRef("llm", nil))), metav1.CreateOptions{})
+	_, err := gw.GatewayV1().HTTPRoutes(ns).Create(ctx, sidecartest.Route("second", time.Hour, []string{"other.com"}, sidecartest.Rule(nil, sidecartest.PoolRef("llm", nil))), metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		rl, _ := router.Table().Match(&routetable.RequestAttrs{Host: "other.com", Path: "/"})
@@ -126,15 +127,15 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 }
 
 func TestWatcherRestrictsToItsGateway(t *testing.T) {
-	attached := route("mine", 0, []string{"my.model.com"}, rule(nil, importRef("llm", nil)))
+	attached := sidecartest.Route("mine", 0, []string{"my.model.com"}, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))
 	attached.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw"}}
-	other := route("theirs", 0, []string{"my.model.com"}, rule(nil, importRef("llm", nil)))
+	other := sidecartest.Route("theirs", 0, []string{"my.model.com"}, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))
 	other.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "other-gw"}}
 	router := routetable.NewRouter()
 	w := NewWatcher(Clients{
 		Kube:    kubefake.NewSimpleClientset(),
-		MCI:     mcifake.NewSimpleClientset(importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"})),
-		Gateway: gatewayClients(attached, other, gateway("inf-gw", listener("http", 80, "", nil)), gateway("other-gw", listener("http", 80, "", nil))),
+		MCI:     mcifake.NewSimpleClientset(sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: "127.0.2.1"})),
+		Gateway: sidecartest.GatewayClients(attached, other, sidecartest.Gateway("inf-gw", sidecartest.Listener("http", 80, "", nil)), sidecartest.Gateway("other-gw", sidecartest.Listener("http", 80, "", nil))),
 	}, WatchConfig{Gateways: gatewayRefs("example/inf-gw")}, router, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -149,16 +150,16 @@ func TestWatcherRestrictsToItsGateway(t *testing.T) {
 // clients, and watches a route of another namespace, and its backendRef to
 // an import of the Gateway's namespace, follow.
 func TestWatcherFollowsAttachmentRules(t *testing.T) {
-	theirs := route("theirs", 0, []string{"their.model.com"}, rule(nil, importRef("llm", nil)))
+	theirs := sidecartest.Route("theirs", 0, []string{"their.model.com"}, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))
 	theirs.Namespace = "team-a"
 	theirs.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw", Namespace: ptr.To(gatewayv1.Namespace(ns))}}
 	theirs.Spec.Rules[0].BackendRefs[0].Namespace = ptr.To(gatewayv1.Namespace(ns))
 	kube := kubefake.NewSimpleClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}})
-	gw := gatewayClients(theirs, gateway("inf-gw", listener("http", 80, "", nil)))
+	gw := sidecartest.GatewayClients(theirs, sidecartest.Gateway("inf-gw", sidecartest.Listener("http", 80, "", nil)))
 	router := routetable.NewRouter()
 	w := NewWatcher(Clients{
 		Kube:    kube,
-		MCI:     mcifake.NewSimpleClientset(importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"})),
+		MCI:     mcifake.NewSimpleClientset(sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: "127.0.2.1"})),
 		Gateway: gw,
 	}, WatchConfig{Gateways: gatewayRefs("example/inf-gw")}, router, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -186,7 +187,7 @@ func TestWatcherFollowsAttachmentRules(t *testing.T) {
 
 	g, err := gw.GatewayV1().Gateways(ns).Get(ctx, "inf-gw", metav1.GetOptions{})
 	require.NoError(t, err)
-	g.Spec.Listeners[0].AllowedRoutes = fromNamespaces(gatewayv1.NamespacesFromSelector, &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}})
+	g.Spec.Listeners[0].AllowedRoutes = sidecartest.FromNamespaces(gatewayv1.NamespacesFromSelector, &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}})
 	_, err = gw.GatewayV1().Gateways(ns).Update(ctx, g, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {

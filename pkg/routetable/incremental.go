@@ -147,35 +147,21 @@ func NewIncremental(in Inputs) *Incremental {
 
 // load sets every object of in.
 func (x *Incremental) load(in Inputs) {
-	for _, s := range in.Services {
-		x.SetService(s)
-	}
-	for _, p := range in.BackendTLSPolicies {
-		x.SetBackendTLSPolicy(p)
-	}
-	for _, p := range in.Pools {
-		x.SetPool(p)
-	}
-	for _, imp := range in.Imports {
-		x.SetImport(imp)
-	}
-	for _, m := range in.Models {
-		x.SetModel(m)
-	}
-	for _, o := range in.Objectives {
-		x.SetObjective(o)
-	}
-	for _, g := range in.Gateways {
-		x.SetGateway(g)
-	}
-	for _, n := range in.Namespaces {
-		x.SetNamespace(n)
-	}
-	for _, g := range in.ReferenceGrants {
-		x.SetReferenceGrant(g)
-	}
-	for _, r := range in.Routes {
-		x.SetRoute(r)
+	setAll(in.Services, x.SetService)
+	setAll(in.BackendTLSPolicies, x.SetBackendTLSPolicy)
+	setAll(in.Pools, x.SetPool)
+	setAll(in.Imports, x.SetImport)
+	setAll(in.Models, x.SetModel)
+	setAll(in.Objectives, x.SetObjective)
+	setAll(in.Gateways, x.SetGateway)
+	setAll(in.Namespaces, x.SetNamespace)
+	setAll(in.ReferenceGrants, x.SetReferenceGrant)
+	setAll(in.Routes, x.SetRoute)
+}
+
+func setAll[T any](objs []T, set func(T)) {
+	for _, o := range objs {
+		set(o)
 	}
 }
 

@@ -3,12 +3,10 @@ package sidecar
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/eppprobe"
@@ -165,33 +163,20 @@ func (s *Sidecar) published(t *routetable.Table, took time.Duration) {
 // ones finish for up to DrainTimeout, then the rest stops.
 func (s *Sidecar) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	// The first part to fail stops the others; errors after the stop (ctx
-	// done) are the stop's own and are dropped.
-	g, ctx := errgroup.WithContext(ctx)
-	run := func(what string, f func(context.Context) error) {
-		g.Go(func() error {
-			err := f(ctx)
-			if err == nil || ctx.Err() != nil {
-				return nil
-			}
-			if what == "" {
-				return err
-			}
-			return fmt.Errorf("%s: %w", what, err)
-		})
-	}
-	run("health prober", s.prober.Run)
-	run("metrics scraper", s.scraper.Run)
-	run("EPP credentials", s.creds.Run)
-	run("routing table watcher", func(ctx context.Context) error {
+	// The first part to fail stops the others.
+	parts, ctx := extproc.NewParts(ctx)
+	parts.Run("health prober", s.prober.Run)
+	parts.Run("metrics scraper", s.scraper.Run)
+	parts.Run("EPP credentials", s.creds.Run)
+	parts.Run("routing table watcher", func(ctx context.Context) error {
 		if err := s.watcher.Run(ctx); err != nil || ctx.Err() != nil {
 			return err
 		}
 		return errors.New("stopped")
 	})
 	// The servers' error already names the server that failed.
-	run("", func(ctx context.Context) error { return s.servers.Run(ctx, s.cfg.DrainTimeout) })
-	g.Go(func() error {
+	parts.Run("", func(ctx context.Context) error { return s.servers.Run(ctx, s.cfg.DrainTimeout) })
+	parts.Run("", func(ctx context.Context) error {
 		// Ready once the first table is built and the credentials of its
 		// EPPs are known.
 		for _, synced := range []<-chan struct{}{s.watcher.Synced(), s.creds.Synced()} {
@@ -209,7 +194,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	logger.Info("Sidecar serving", "extProc", s.GRPCAddr(), "health", s.HealthAddr(), "metrics", s.MetricsAddr(),
 		"localCluster", s.cfg.Watch.LocalCluster, "defaultPolicy", s.cfg.Watch.DefaultPolicy,
 		"tls", s.cfg.TLS.Enabled(), "secretNamespaces", s.cfg.SecretNamespaces, "metricsTokenFile", s.cfg.MetricsTokenFile)
-	err := g.Wait()
+	err := parts.Wait()
 	s.server.Close()
 	return err
 }

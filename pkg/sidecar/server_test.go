@@ -180,25 +180,23 @@ func TestServerFailureModes(t *testing.T) {
 		return h, a, c
 	}
 
-	t.Run("FailClose answers 503 when no cluster's EPP answers", func(t *testing.T) {
-		h, a, c := setup(t)
-		a.mode.Store(eppFail)
-		c.mode.Store(eppFail)
-		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
-		require.NotNil(t, res.Immediate)
-		assert.Equal(t, http.StatusServiceUnavailable, res.Immediate.StatusCode)
-		assert.Contains(t, res.Immediate.Details, "no cluster's EPP answered")
-	})
-
-	t.Run("FailClose relays the last EPP's own 503", func(t *testing.T) {
-		h, a, c := setup(t)
-		a.mode.Store(eppUnavailable)
-		c.mode.Store(eppUnavailable)
-		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
-		require.NotNil(t, res.Immediate)
-		assert.Equal(t, http.StatusServiceUnavailable, res.Immediate.StatusCode)
-		assert.Contains(t, res.Immediate.Details, "no ready endpoints in epp-")
-	})
+	for _, tt := range []struct {
+		name, wantDetails string
+		mode              int32
+	}{
+		{name: "FailClose answers 503 when no cluster's EPP answers", mode: eppFail, wantDetails: "no cluster's EPP answered"},
+		{name: "FailClose relays the last EPP's own 503", mode: eppUnavailable, wantDetails: "no ready endpoints in epp-"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h, a, c := setup(t)
+			a.mode.Store(tt.mode)
+			c.mode.Store(tt.mode)
+			res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+			require.NotNil(t, res.Immediate)
+			assert.Equal(t, http.StatusServiceUnavailable, res.Immediate.StatusCode)
+			assert.Contains(t, res.Immediate.Details, tt.wantDetails)
+		})
+	}
 
 	t.Run("FailOpen lets the request go on unchanged without a destination", func(t *testing.T) {
 		h, a, c := setup(t, routetable.FailureModeAnnotation, "FailOpen")

@@ -38,8 +38,8 @@
 //     and credentials pkg/epptransport resolves for it; the criticality of
 //     a request comes from pkg/requestmodel, which the reference EPP
 //     shares, so the sidecar does not link the EPP.
-//   - Sidecar runs all of it in an errgroup: the first part to fail stops
-//     the others.
+//   - Sidecar runs all of it in an errgroup (extproc.Parts, as the EPP
+//     runs its own): the first part to fail stops the others.
 //
 // Decisions where the proposal and the API are silent (those of the
 // routing table itself, such as which annotation chooses a policy, are

@@ -323,22 +323,30 @@ func TestServerShedsOnlyWhenEveryClusterIsSaturated(t *testing.T) {
 	require.Nil(t, res.Immediate, "a sheddable model named with an objective of priority above 0 is not shed")
 }
 
-func TestServerSubsetHintGoesToTheLocalEPPOnly(t *testing.T) {
-	local := startFakeEPP(t, "epp-local", "10.2.0.1:8000")
-	remote := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+// localAndRemoteEPPs starts the fake EPPs of the local pool llm
+// (destination 10.2.0.1:8000) and of cluster-a of its import (10.1.0.1:8000),
+// and returns them with the pool, its EPP Service and the import.
+func localAndRemoteEPPs(t *testing.T) (local, remote *fakeEPP, in routetable.Inputs) {
+	local = startFakeEPP(t, "epp-local", "10.2.0.1:8000")
+	remote = startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 	lh, lp := hostPort(t, local.addr)
 	rh, rp := hostPort(t, remote.addr)
 	p := sidecartest.Pool("llm", "")
 	p.Spec.EndpointPickerRef.Port.Number = lp
-	h := startServer(t, routetable.Inputs{
-		Routes: []*gatewayv1.HTTPRoute{
-			sidecartest.Route("local", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/local")}, sidecartest.PoolRef("llm", nil))),
-			sidecartest.Route("remote", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/remote")}, sidecartest.ImportRef("llm", nil))),
-		},
+	return local, remote, routetable.Inputs{
 		Pools:    []*poolv1.InferencePool{p},
 		Services: []*corev1.Service{sidecartest.EPPService("llm", lh)},
 		Imports:  []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: rh, Port: rp})},
-	}, &fakeState{})
+	}
+}
+
+func TestServerSubsetHintGoesToTheLocalEPPOnly(t *testing.T) {
+	local, remote, in := localAndRemoteEPPs(t)
+	in.Routes = []*gatewayv1.HTTPRoute{
+		sidecartest.Route("local", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/local")}, sidecartest.PoolRef("llm", nil))),
+		sidecartest.Route("remote", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/remote")}, sidecartest.ImportRef("llm", nil))),
+	}
+	h := startServer(t, in, &fakeState{})
 	hint := extproc.SubsetHintMetadata("10.2.0.1:8000")
 
 	res := h.do(t, extproctest.Request{Path: "/local", Body: chatBody, Metadata: hint})
@@ -353,19 +361,10 @@ func TestServerSubsetHintGoesToTheLocalEPPOnly(t *testing.T) {
 // data path: a local InferencePool and an InferencePoolImport, weight 50
 // each, and every request relayed to the chosen EPP.
 func TestServerSplitsFiftyFifty(t *testing.T) {
-	local := startFakeEPP(t, "epp-local", "10.2.0.1:8000")
-	remote := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
-	lh, lp := hostPort(t, local.addr)
-	rh, rp := hostPort(t, remote.addr)
-	p := sidecartest.Pool("llm", "")
-	p.Spec.EndpointPickerRef.Port.Number = lp
-	h := startServer(t, routetable.Inputs{
-		Routes: []*gatewayv1.HTTPRoute{sidecartest.Route("llm-route", 0, []string{"my.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/completions")},
-			sidecartest.PoolRef("llm", ptr.To[int32](50)), sidecartest.ImportRef("llm", ptr.To[int32](50))))},
-		Pools:    []*poolv1.InferencePool{p},
-		Services: []*corev1.Service{sidecartest.EPPService("llm", lh)},
-		Imports:  []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: rh, Port: rp})},
-	}, &fakeState{})
+	local, remote, in := localAndRemoteEPPs(t)
+	in.Routes = []*gatewayv1.HTTPRoute{sidecartest.Route("llm-route", 0, []string{"my.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/completions")},
+		sidecartest.PoolRef("llm", ptr.To[int32](50)), sidecartest.ImportRef("llm", ptr.To[int32](50))))}
+	h := startServer(t, in, &fakeState{})
 
 	const n = 400
 	var wg sync.WaitGroup

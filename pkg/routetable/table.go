@@ -87,9 +87,6 @@ const (
 	PolicyPrefixAffinity Policy = clusterscore.PrefixAffinity
 )
 
-// Policies are the named policies.
-var Policies = []Policy{PolicyWeighted, PolicyHealthBased, PolicyMetricsBased, PolicyLocalFirst, PolicyPrefixAffinity}
-
 // ParsePolicy checks a policy: a name of Policies or an inline
 // configuration (clusterscore.Parse). Surrounding spaces are dropped.
 func ParsePolicy(s string) (Policy, error) {

@@ -129,7 +129,8 @@ func TestParsePolicy(t *testing.T) {
 
 func TestPolicySet(t *testing.T) {
 	ps := NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{Header: "x-session-id"})
-	for _, p := range routetable.Policies {
+	for _, name := range clusterscore.Names {
+		p := routetable.Policy(name)
 		cp, err := ps.Get(p)
 		require.NoError(t, err, p)
 		assert.Equal(t, string(p), cp.Name())

@@ -121,7 +121,7 @@
 //     (how gateways reach an upstream EPP's default self-signed
 //     certificate), TLS verified as a BackendTLSPolicy says, or TLS with
 //     the credentials Secret (CA, optional client certificate). Per port,
-//     the first that applies decides the mode (epptransport.Resolve): the
+//     the first that applies decides the mode (imports.ResolvePortTransport): the
 //     pool's mci.x-k8s.io/endpoint-picker-transport ("TLS", "Plaintext",
 //     or port=mode pairs such as "ext-proc=TLS"; an import carries it as
 //     transport.mode); the Secret (from the exporting pool's

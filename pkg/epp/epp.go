@@ -67,7 +67,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -194,29 +193,18 @@ func (e *EPP) Pool() *Pool { return e.pool }
 // streams get a few seconds to finish.
 func (e *EPP) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var wg sync.WaitGroup
-	fail := func(what string, err error) {
-		if err != nil && ctx.Err() == nil {
-			cancel(fmt.Errorf("%s: %w", what, err))
+	// The first part to fail stops the others.
+	parts, ctx := extproc.NewParts(ctx)
+	parts.Run("scraper", e.scraper.Run)
+	parts.Run("candidate source", func(ctx context.Context) error {
+		if err := e.source.Run(ctx, e.pool, e.models); err != nil || ctx.Err() != nil {
+			return err
 		}
-	}
-	wg.Go(func() { fail("scraper", e.scraper.Run(ctx)) })
-	wg.Go(func() {
-		err := e.source.Run(ctx, e.pool, e.models)
-		if err == nil && ctx.Err() == nil {
-			err = errors.New("stopped")
-		}
-		fail("candidate source", err)
+		return errors.New("stopped")
 	})
-	wg.Go(func() {
-		// The error already names the server that failed.
-		if err := e.servers.Run(ctx, drainTimeout); err != nil && ctx.Err() == nil {
-			cancel(err)
-		}
-	})
-	wg.Go(func() {
+	// The servers' error already names the server that failed.
+	parts.Run("", func(ctx context.Context) error { return e.servers.Run(ctx, drainTimeout) })
+	parts.Run("", func(ctx context.Context) error {
 		select {
 		case <-e.pool.Synced():
 			e.servers.Ready()
@@ -225,14 +213,11 @@ func (e *EPP) Run(ctx context.Context) error {
 				"inferenceModels", models, "inferenceObjectives", objectives, "rewriteRules", rules)
 		case <-ctx.Done():
 		}
+		return nil
 	})
 	logger.Info("Endpoint picker serving", "extProc", e.GRPCAddr(), "health", e.HealthAddr(), "metrics", e.MetricsAddr(),
 		"secure", e.cfg.SecureServing || e.cfg.TLS.Enabled(), "clientCertificates", e.cfg.TLS.ClientCAFile != "", "metricsAuth", e.cfg.MetricsFilter != nil)
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
+	return parts.Wait()
 }
 
 // selfSignedCredentials makes TLS credentials from a fresh self-signed

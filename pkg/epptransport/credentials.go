@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
+
+	"github.com/mci-dev/mci/pkg/imports"
 )
 
 // CredentialsLabel marks the Secrets the sidecar may use as EPP
@@ -232,7 +234,7 @@ type Target struct {
 	// Cluster names the cluster, Port the port (imports.PortExtProc,
 	// PortHealth or PortMetrics), for logs and metrics.
 	Cluster, Port string
-	Transport     PortTransport
+	Transport     imports.PortTransport
 }
 
 // SetTargets makes the addresses of the routing table's clusters reached
@@ -255,7 +257,7 @@ func (c *Credentials) SetTargets(list []Target) {
 		next := target{cluster: tg.Cluster, port: tg.Port, transport: pt, key: pt.Key()}
 		prev, seen := targets[addr]
 		if seen && prev.transport.Key() != pt.Key() {
-			conflicts[addr] = append(conflicts[addr], prev.transport.describe(), pt.describe())
+			conflicts[addr] = append(conflicts[addr], describe(prev.transport), describe(pt))
 		}
 		// TLS over plaintext; among TLS ones, the first by key.
 		if !seen || (!prev.transport.TLS && pt.TLS) || (pt.TLS && pt.Key() < prev.transport.Key()) {
@@ -301,17 +303,17 @@ func (c *Credentials) SetTargets(list []Target) {
 // how it is reached.
 type target struct {
 	cluster, port string
-	transport     PortTransport
+	transport     imports.PortTransport
 	// key is transport.Key(), computed once rather than per request.
 	key string
 }
 
 // describe names a transport for the logs.
-func (p PortTransport) describe() string {
+func describe(p imports.PortTransport) string {
 	switch p.Kind() {
-	case TransportKindSecret:
+	case imports.TransportKindSecret:
 		return "TLS with Secret " + p.Secret.String()
-	case TransportKindVerified:
+	case imports.TransportKindVerified:
 		return "TLS verified by BackendTLSPolicy " + p.Namespace + "/" + p.Validation.PolicyName
 	}
 	return p.Kind()
@@ -324,8 +326,8 @@ func (c *Credentials) reportTransports(prev, next map[string]target) {
 		if p, ok := prev[addr]; ok && p.transport.Key() == tg.transport.Key() && p.cluster == tg.cluster {
 			continue
 		}
-		kv := []any{"cluster", tg.cluster, "port", tg.port, "address", addr, "transport", tg.transport.describe()}
-		if tg.transport.Kind() == TransportKindUnverified {
+		kv := []any{"cluster", tg.cluster, "port", tg.port, "address", addr, "transport", describe(tg.transport)}
+		if tg.transport.Kind() == imports.TransportKindUnverified {
 			// Asked for (a TLS mode with no Secret and no BackendTLSPolicy
 			// to verify with), as gateways reach an EPP's self-signed
 			// certificate; said once, so that nobody takes it for verified.
@@ -355,8 +357,8 @@ func describeConflicts(conflicts map[string][]string) string {
 
 // unverifiedTLS is TLS whose serving certificate is not verified.
 var unverifiedTLS = func() *EndpointTLS {
-	config := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true} //nolint:gosec // asked for: see PortTransport
-	return &EndpointTLS{Version: TransportKindUnverified, Config: config, GRPC: credentials.NewTLS(config)}
+	config := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true} //nolint:gosec // asked for: see imports.PortTransport
+	return &EndpointTLS{Version: imports.TransportKindUnverified, Config: config, GRPC: credentials.NewTLS(config)}
 }()
 
 // forTarget returns how target (an address of the table) is reached.
@@ -371,13 +373,13 @@ func (c *Credentials) ForTarget(addr string) (*EndpointTLS, error) {
 		return plaintext, nil
 	}
 	switch tg.transport.Kind() {
-	case TransportKindSecret:
+	case imports.TransportKindSecret:
 		t, err := c.resolve(tg.transport.Secret)
 		if err != nil {
 			return nil, fmt.Errorf("TLS credentials for %s: %w", addr, err)
 		}
 		return t, nil
-	case TransportKindVerified:
+	case imports.TransportKindVerified:
 		t, err := c.resolveValidation(tg.transport.Namespace, tg.transport.Validation, tg.key)
 		if err != nil {
 			return nil, fmt.Errorf("TLS validation for %s: %w", addr, err)
@@ -406,7 +408,7 @@ func (c *Credentials) Failed(addr string, err error) {
 		c.failureCounter.WithLabelValues(tg.cluster, tg.port, kind).Inc()
 	}
 	if changed {
-		c.logger.Error(err, "EPP port unreachable with its transport: the cluster fails over or follows its failure mode, never a weaker transport", "cluster", tg.cluster, "port", tg.port, "address", addr, "transport", tg.transport.describe())
+		c.logger.Error(err, "EPP port unreachable with its transport: the cluster fails over or follows its failure mode, never a weaker transport", "cluster", tg.cluster, "port", tg.port, "address", addr, "transport", describe(tg.transport))
 	}
 }
 

@@ -28,9 +28,9 @@ func TestCredentialsForTargets(t *testing.T) {
 	// targets are the addresses of one cluster's EPP, reached with the
 	// Secret of secretNS when secret is set.
 	table := func(secret string, secretNS string) []epptransport.Target {
-		var pt epptransport.PortTransport
+		var pt imports.PortTransport
 		if secret != "" {
-			pt = epptransport.PortTransport{TLS: true, Secret: types.NamespacedName{Namespace: secretNS, Name: secret}}
+			pt = imports.PortTransport{TLS: true, Secret: types.NamespacedName{Namespace: secretNS, Name: secret}}
 		}
 		return []epptransport.Target{
 			{Addr: "127.0.2.1:9002", Cluster: "cluster-a", Port: imports.PortExtProc, Transport: pt},

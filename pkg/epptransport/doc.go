@@ -1,14 +1,14 @@
 // Package epptransport is how mci-sidecar reaches each port (ext_proc,
-// gRPC health, metrics) of a cluster's EPP: the transport a port's
-// settings resolve to (Resolve, Of: plaintext, TLS unverified, TLS
-// verified as a BackendTLSPolicy says, TLS with the pool's credentials
-// Secret), and Credentials, which reads the labelled Secrets and CA
-// ConfigMaps of the namespaces it is given and turns each address of the
-// routing table (SetTargets) into the TLS configuration and the metrics
-// bearer token to reach it with (ForTarget, MetricsToken), logging and
-// counting the failures its users report (Failed, Reached). The sidecar's
-// relay, health prober and pool scraper get it through their constructors;
-// it knows nothing of the routing table but the Targets it is given. The
-// decisions it carries are described in pkg/sidecar's documentation
-// ("Transport to EPPs", "Credentials").
+// gRPC health, metrics) of a cluster's EPP with the transport the routing
+// table resolved for it (imports.PortTransport, imports.ResolvePortTransport:
+// plaintext, TLS unverified, TLS verified as a BackendTLSPolicy says, TLS
+// with the pool's credentials Secret): Credentials reads the labelled
+// Secrets and CA ConfigMaps of the namespaces it is given and turns each
+// address of the routing table (SetTargets) into the TLS configuration and
+// the metrics bearer token to reach it with (ForTarget, MetricsToken),
+// logging and counting the failures its users report (Failed, Reached).
+// The sidecar's relay, health prober and pool scraper get it through their
+// constructors; it knows nothing of the routing table but the Targets it
+// is given. The decisions it carries are described in pkg/routetable's
+// documentation ("Transport to EPPs") and pkg/sidecar's ("Credentials").
 package epptransport

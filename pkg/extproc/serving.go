@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
-	"sync"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -190,25 +189,19 @@ func (s *Servers) Ready() {
 // returns the failure, if a server failed.
 func (s *Servers) Run(ctx context.Context, drainTimeout time.Duration) error {
 	logger := klog.FromContext(ctx)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var wg sync.WaitGroup
-	fail := func(what string, err error) {
-		if err != nil && ctx.Err() == nil {
-			cancel(fmt.Errorf("%s: %w", what, err))
-		}
-	}
-	wg.Go(func() { fail("ext_proc server", s.grpcServer.Serve(s.grpcLis)) })
-	wg.Go(func() { fail("health server", s.healthGRPC.Serve(s.healthLis)) })
-	wg.Go(func() {
+	parts, ctx := NewParts(ctx)
+	parts.Run("ext_proc server", func(context.Context) error { return s.grpcServer.Serve(s.grpcLis) })
+	parts.Run("health server", func(context.Context) error { return s.healthGRPC.Serve(s.healthLis) })
+	parts.Run("metrics server", func(context.Context) error {
 		serve := s.httpServer.Serve
 		if s.httpServer.TLSConfig != nil {
 			// The certificate comes from TLSConfig.
 			serve = func(l net.Listener) error { return s.httpServer.ServeTLS(l, "", "") }
 		}
 		if err := serve(s.metricsLis); !errors.Is(err, http.ErrServerClosed) {
-			fail("metrics server", err)
+			return err
 		}
+		return nil
 	})
 
 	<-ctx.Done()
@@ -229,11 +222,7 @@ func (s *Servers) Run(ctx context.Context, drainTimeout time.Duration) error {
 	shutdownCtx, shutdownCancel := context.WithTimeout(context.Background(), time.Second)
 	defer shutdownCancel()
 	_ = s.httpServer.Shutdown(shutdownCtx)
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
+	return parts.Wait()
 }
 
 func (s *Servers) closeListeners() {

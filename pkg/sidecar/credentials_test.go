@@ -14,80 +14,19 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
-	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/epp"
-	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/epptransport/epptransporttest"
 	"github.com/mci-dev/mci/pkg/extproc"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 	"github.com/mci-dev/mci/test/tlstest"
 )
-
-func TestBuildNamesTheSecretsOfEachAddress(t *testing.T) {
-	withSecrets := func(imp *v1alphaImport, refs ...*corev1.SecretReference) *v1alphaImport {
-		for i := range imp.Status.Clusters {
-			epp := &imp.Status.Clusters[i].EndpointPicker
-			epp.SecretRef, epp.Health.SecretRef, epp.Metrics.SecretRef = refs[i], refs[i], refs[i]
-		}
-		return imp
-	}
-	creds := types.NamespacedName{Namespace: ns, Name: "epp-creds"}
-	secretTLS := epptransport.PortTransport{TLS: true, Secret: creds, Namespace: ns}
-	routes := []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))}
-
-	t.Run("an import's secretRefs name the Secrets of the EPP, health and metrics addresses; metrics go over HTTPS", func(t *testing.T) {
-		imp := withSecrets(importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"}, imported{name: "cluster-c", addr: "127.0.3.1"}),
-			&corev1.SecretReference{Namespace: ns, Name: "epp-creds"}, &corev1.SecretReference{Name: "epp-creds"})
-		tbl, errs := Build(Inputs{Routes: routes, Imports: []*v1alphaImport{imp}})
-		require.Empty(t, errs)
-		b := only(t, tbl)
-		require.Len(t, b.Clusters, 2)
-		assert.Equal(t, Cluster{Name: "cluster-a", Pool: "example/llm", Mode: v1alpha1.RoutingModeEndpoint, EPP: "127.0.2.1:9002",
-			Health: "127.0.2.1:9003", Metrics: "https://127.0.2.1:9090/metrics", Weight: 1,
-			EPPTransport: secretTLS, HealthTransport: secretTLS, MetricsTransport: secretTLS}, *b.Clusters[0])
-		assert.Equal(t, creds, b.Clusters[1].EPPTransport.Secret, "a secretRef without a namespace is in the import's")
-	})
-
-	t.Run("a secretRef to another namespace skips the cluster rather than reach it in plaintext", func(t *testing.T) {
-		imp := withSecrets(importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"}, imported{name: "cluster-c", addr: "127.0.3.1"}),
-			&corev1.SecretReference{Namespace: "kube-system", Name: "epp-creds"}, nil)
-		tbl, errs := Build(Inputs{Routes: routes, Imports: []*v1alphaImport{imp}})
-		assert.Equal(t, []string{ReasonInvalidImportedCluster}, reasons(errs))
-		require.Len(t, errs, 1)
-		assert.Contains(t, errs[0].Error(), "kube-system/epp-creds")
-		b := only(t, tbl)
-		require.Len(t, b.Clusters, 1)
-		assert.Equal(t, "cluster-c", b.Clusters[0].Name)
-		assert.Equal(t, epptransport.PortTransport{}, b.Clusters[0].EPPTransport)
-	})
-
-	localRoutes := []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, poolRef("llm", nil)))}
-	annotated := func(value string) *poolv1.InferencePool {
-		return annotate(pool("llm", ""), v1alpha1.EndpointPickerSecretAnnotation, value)
-	}
-	t.Run("a local pool's annotation names the Secret its EPP is reached with", func(t *testing.T) {
-		tbl, errs := Build(Inputs{Routes: localRoutes, Pools: []*poolv1.InferencePool{annotated("epp-creds")}, Services: []*corev1.Service{eppService("llm", "127.0.1.1")}})
-		require.Empty(t, errs)
-		c := only(t, tbl).Clusters[0]
-		assert.Equal(t, [3]epptransport.PortTransport{secretTLS, secretTLS, secretTLS}, [3]epptransport.PortTransport{c.EPPTransport, c.HealthTransport, c.MetricsTransport})
-		assert.Equal(t, "https://127.0.1.1:9090/metrics", c.Metrics)
-	})
-
-	t.Run("a local pool whose annotation is not a Secret name is reported and not routed to", func(t *testing.T) {
-		tbl, errs := Build(Inputs{Routes: localRoutes, Pools: []*poolv1.InferencePool{annotated("no/such name")}, Services: []*corev1.Service{eppService("llm", "127.0.1.1")}})
-		assert.Equal(t, []string{ReasonInvalidAnnotation}, reasons(errs))
-		require.Len(t, errs, 1)
-		assert.Contains(t, errs[0].Error(), `"no/such name"`)
-		assert.Empty(t, only(t, tbl).Clusters)
-	})
-}
 
 // runTLSEPP runs a pkg/epp Endpoint Picker on 127.0.0.1 that serves mutual
 // TLS on every port, in front of one model server.
@@ -112,13 +51,13 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfItsImport(t *testing.T) {
 	client := tlstest.NewClient(t, "sidecar")
 	e := runTLSEPP(t, modelServer(t, "model-a"), serving, client.CertPEM)
 
-	imp := importOf("llm")
+	imp := sidecartest.Import("llm")
 	eppImported(t, "cluster-a", e)(imp)
 	ref := &corev1.SecretReference{Namespace: ns, Name: "epp-creds"}
 	epp := &imp.Status.Clusters[0].EndpointPicker
 	epp.SecretRef, epp.Health.SecretRef, epp.Metrics.SecretRef = ref, ref, ref
-	r := route("llm-route", 0, []string{"my.model.com"}, rule([]gatewayv1.HTTPRouteMatch{prefix("/v1")}, importRef("llm", nil)))
-	r = annotate(r, PolicyAnnotation, string(PolicyMetricsBased))
+	r := sidecartest.Route("llm-route", 0, []string{"my.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/v1")}, sidecartest.ImportRef("llm", nil)))
+	r = sidecartest.Annotate(r, routetable.PolicyAnnotation, string(routetable.PolicyMetricsBased))
 	r.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw"}}
 	creds := map[string][]byte{"ca.crt": serving.CAPEM, "tls.crt": client.CertPEM, "tls.key": client.KeyPEM}
 	kube := kubefake.NewSimpleClientset(epptransporttest.Secret(ns, "epp-creds", creds))
@@ -131,7 +70,7 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfItsImport(t *testing.T) {
 		HealthInterval:   50 * time.Millisecond,
 		ScrapeInterval:   50 * time.Millisecond,
 		DrainTimeout:     2 * time.Second,
-	}, Clients{Kube: kube, MCI: mcifake.NewSimpleClientset(imp), Gateway: gatewayClients(r, gateway("inf-gw", listener("http", 80, "", nil)))})
+	}, Clients{Kube: kube, MCI: mcifake.NewSimpleClientset(imp), Gateway: sidecartest.GatewayClients(r, sidecartest.Gateway("inf-gw", sidecartest.Listener("http", 80, "", nil)))})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

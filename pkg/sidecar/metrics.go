@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mci-dev/mci/pkg/eppprobe"
+	"github.com/mci-dev/mci/pkg/routetable"
 )
 
 // Outcomes of a request, the outcome label of mci_sidecar_requests_total.
@@ -54,7 +55,7 @@ type Metrics struct {
 // NewMetrics registers the sidecar's metrics in reg. router and health feed
 // the EPP health gauges, which are derived at scrape time; either may be
 // nil.
-func NewMetrics(reg prometheus.Registerer, router *Router, health *eppprobe.HealthProber) *Metrics {
+func NewMetrics(reg prometheus.Registerer, router *routetable.Router, health *eppprobe.HealthProber) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mci_sidecar_requests_total",
@@ -137,13 +138,13 @@ func (m *Metrics) answered(d time.Duration) {
 	}
 }
 
-func (m *Metrics) published(t *Table, took time.Duration) {
+func (m *Metrics) published(t *routetable.Table, took time.Duration) {
 	if m != nil {
 		m.generation.Set(float64(t.Generation))
 		m.tableErrors.Set(float64(len(t.Errors)))
-		refused := map[string]int{ReasonNotAllowedByListeners: 0, ReasonNoMatchingListenerHostname: 0, ReasonNoMatchingParent: 0, ReasonRefNotPermitted: 0}
+		refused := map[string]int{routetable.ReasonNotAllowedByListeners: 0, routetable.ReasonNoMatchingListenerHostname: 0, routetable.ReasonNoMatchingParent: 0, routetable.ReasonRefNotPermitted: 0}
 		for _, err := range t.Errors {
-			var be *BuildError
+			var be *routetable.BuildError
 			if errors.As(err, &be) {
 				if _, ok := refused[be.Reason]; ok {
 					refused[be.Reason]++
@@ -164,7 +165,7 @@ var eppHealthDesc = prometheus.NewDesc("mci_sidecar_epp_healthy",
 // eppHealthCollector derives the health gauges at scrape time from the
 // current table and the prober, rather than keeping copies up to date.
 type eppHealthCollector struct {
-	router *Router
+	router *routetable.Router
 	health *eppprobe.HealthProber
 }
 

@@ -19,10 +19,13 @@ import (
 	"github.com/stretchr/testify/require"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
@@ -260,17 +263,17 @@ func overheadServer(role, eppAddr string) (srv interface {
 		if err != nil {
 			return nil, nil, fmt.Errorf("EPP address %q: %w", eppAddr, err)
 		}
-		imp := importOf("llm", imported{name: "cluster-a", addr: host, port: int32(port)})
+		imp := sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: host, Port: int32(port)})
 		// mci-epp serves gRPC health on its ext_proc port as well.
 		imp.Status.Clusters[0].EndpointPicker.Health.Port = int32(port)
-		tbl, errs := Build(Inputs{
-			Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
-			Imports: []*v1alphaImport{imp},
+		tbl, errs := buildTable(routetable.Inputs{
+			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+			Imports: []*v1alpha1.InferencePoolImport{imp},
 		})
 		if len(errs) > 0 {
 			return nil, nil, errors.Join(errs...)
 		}
-		router := NewRouter()
+		router := routetable.NewRouter()
 		router.Publish(tbl)
 		prober := eppprobe.NewHealthProber(eppprobe.HealthProberOptions{Dial: DialPolicy{}.options()})
 		prober.SetTargets([]string{net.JoinHostPort(host, portStr)})
@@ -279,7 +282,7 @@ func overheadServer(role, eppAddr string) (srv interface {
 		if role == roleSidecarSkip {
 			cfg.ResponsePhase = ResponsePhaseSkip
 		}
-		server := NewServer(router, liveState{health: prober}, cfg, NewMetrics(reg, router, prober), logr.Discard())
+		server := NewServer(router, liveState{health: prober}, nil, cfg, NewMetrics(reg, router, prober), logr.Discard())
 		servers, err := extproc.Listen(extproc.ServingOptions{BindAddress: "127.0.0.1"}, server, reg)
 		if err != nil {
 			server.Close()
@@ -289,7 +292,7 @@ func overheadServer(role, eppAddr string) (srv interface {
 		return sidecarServers{servers, prober}, server.Close, nil
 
 	case roleNullRelay:
-		relayer := newRelayer(DefaultAttemptTimeout, DialPolicy{})
+		relayer := newRelayer(DefaultAttemptTimeout, DialPolicy{}, nil)
 		conn, err := relayer.conn(eppAddr)
 		if err != nil {
 			return nil, nil, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/metrics"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -31,8 +32,8 @@ type PoolMetrics = metrics.PoolMetrics
 // State is what the policies know about clusters at request time: the
 // health prober's and the metrics scraper's latest findings.
 type State interface {
-	Health(c *Cluster) Health
-	PoolMetrics(c *Cluster) *PoolMetrics
+	Health(c *routetable.Cluster) Health
+	PoolMetrics(c *routetable.Cluster) *PoolMetrics
 }
 
 // PickRequest is what a policy knows about the request.
@@ -86,7 +87,7 @@ type ClusterPolicy struct {
 	session  clusterscore.SessionSpec
 }
 
-func newClusterPolicy(p Policy, thresholds scheduling.Config, mem *clusterscore.Memory, session clusterscore.SessionSpec) (*ClusterPolicy, error) {
+func newClusterPolicy(p routetable.Policy, thresholds scheduling.Config, mem *clusterscore.Memory, session clusterscore.SessionSpec) (*ClusterPolicy, error) {
 	cfg, err := clusterscore.Parse(string(p))
 	if err != nil {
 		return nil, err
@@ -123,7 +124,7 @@ func (p *ClusterPolicy) Name() string { return p.pipeline.Config().Name }
 // first, and to the next ones in order when a cluster's EPP fails before
 // answering. An empty order means no cluster can take the request; ErrShed
 // sheds it.
-func (p *ClusterPolicy) Order(b *Backend, req PickRequest, st State) ([]*Cluster, error) {
+func (p *ClusterPolicy) Order(b *routetable.Backend, req PickRequest, st State) ([]*routetable.Cluster, error) {
 	d, err := p.decide(b, req, st, nil)
 	return d.order, err
 }
@@ -133,10 +134,10 @@ func (p *ClusterPolicy) Order(b *Backend, req PickRequest, st State) ([]*Cluster
 // are skipped), because the health or load they were left out for may be
 // stale. Weight 0 is never tried (where the configuration filters by
 // weight); the local pool of LocalFirst comes last.
-func (p *ClusterPolicy) FailOpen(b *Backend) []*Cluster {
+func (p *ClusterPolicy) FailOpen(b *routetable.Backend) []*routetable.Cluster {
 	cfg := p.pipeline.Config()
 	byWeight := cfg.Has(clusterscore.FilterWeight)
-	out := slices.DeleteFunc(slices.Clone(b.Clusters), func(c *Cluster) bool { return byWeight && c.Weight <= 0 })
+	out := slices.DeleteFunc(slices.Clone(b.Clusters), func(c *routetable.Cluster) bool { return byWeight && c.Weight <= 0 })
 	if cfg.Has(clusterscore.FilterLocalFirst) && b.Local != nil && !b.Shim && b.Local.Weight != 0 {
 		out = append(out, b.Local)
 	}
@@ -146,21 +147,17 @@ func (p *ClusterPolicy) FailOpen(b *Backend) []*Cluster {
 // decision is an order and what the pipeline learned of the request, for
 // Memory.Served and the observations.
 type decision struct {
-	order []*Cluster
+	order []*routetable.Cluster
 	req   clusterscore.Request
 	// promptErr says why the body's prompt could not be read (nil: read,
 	// or not needed).
 	promptErr error
 }
 
-// Scope is the scope of the backend's sessions and observations: a pool
-// and its import share it.
-func (b *Backend) scope() string { return b.Namespace + "/" + b.Name }
-
-func (p *ClusterPolicy) decide(b *Backend, req PickRequest, st State, ex *clusterscore.Explanation) (decision, error) {
+func (p *ClusterPolicy) decide(b *routetable.Backend, req PickRequest, st State, ex *clusterscore.Explanation) (decision, error) {
 	var buf [8]clusterscore.Candidate
 	cands := buf[:0]
-	candidate := func(c *Cluster, weight int64, local bool) clusterscore.Candidate {
+	candidate := func(c *routetable.Cluster, weight int64, local bool) clusterscore.Candidate {
 		return clusterscore.Candidate{Name: c.Name, Weight: weight, Health: st.Health(c), Pool: st.PoolMetrics(c), Local: local}
 	}
 	for _, c := range b.Clusters {
@@ -172,7 +169,7 @@ func (p *ClusterPolicy) decide(b *Backend, req PickRequest, st State, ex *cluste
 		clusters = append(slices.Clip(clusters), b.Local)
 		cands = append(cands, candidate(b.Local, 0, true))
 	}
-	d := decision{req: clusterscore.Request{Criticality: req.Criticality, Now: req.Now, Scope: b.scope()}}
+	d := decision{req: clusterscore.Request{Criticality: req.Criticality, Now: req.Now, Scope: b.Scope()}}
 	if p.needs.Prompt && len(req.Body) > 0 {
 		d.req.Blocks, d.promptErr = clusterscore.PromptBlocks(nil, d.req.Scope, req.Body)
 		if errors.Is(d.promptErr, clusterscore.ErrNoPrompt) {
@@ -183,13 +180,9 @@ func (p *ClusterPolicy) decide(b *Backend, req PickRequest, st State, ex *cluste
 	if p.needs.Session && req.Header != nil {
 		d.req.Session = p.session.Key(req.Header)
 	}
-	var rot *clusterscore.Rotation
-	if b.wrr != nil {
-		rot = b.wrr.Rotation
-	}
 	var ibuf [8]int
-	idx, err := p.pipeline.Pick(&d.req, cands, rot, ibuf[:0], ex)
-	d.order = make([]*Cluster, len(idx))
+	idx, err := p.pipeline.Pick(&d.req, cands, b.Rotation(), ibuf[:0], ex)
+	d.order = make([]*routetable.Cluster, len(idx))
 	for k, i := range idx {
 		d.order[k] = clusters[i]
 	}
@@ -206,7 +199,7 @@ type PolicySet struct {
 	session    clusterscore.SessionSpec
 
 	mu       sync.RWMutex
-	compiled map[Policy]*ClusterPolicy
+	compiled map[routetable.Policy]*ClusterPolicy
 }
 
 // NewPolicySet returns the registry. thresholds configure the saturation
@@ -217,7 +210,7 @@ func NewPolicySet(thresholds scheduling.Config, mem *clusterscore.Memory, sessio
 	if mem == nil {
 		mem = clusterscore.NewMemory(clusterscore.DefaultMemoryOptions())
 	}
-	return &PolicySet{thresholds: thresholds, mem: mem, session: session, compiled: map[Policy]*ClusterPolicy{}}
+	return &PolicySet{thresholds: thresholds, mem: mem, session: session, compiled: map[routetable.Policy]*ClusterPolicy{}}
 }
 
 // Memory is what the policies learn from the requests routed.
@@ -226,7 +219,7 @@ func (ps *PolicySet) Memory() *clusterscore.Memory { return ps.mem }
 // Get returns the compiled policy p. A table names only policies
 // ParsePolicy accepted; one that does not compile nonetheless is
 // HealthBased, the default, and the error says why.
-func (ps *PolicySet) Get(p Policy) (*ClusterPolicy, error) {
+func (ps *PolicySet) Get(p routetable.Policy) (*ClusterPolicy, error) {
 	ps.mu.RLock()
 	cp := ps.compiled[p]
 	ps.mu.RUnlock()
@@ -235,8 +228,8 @@ func (ps *PolicySet) Get(p Policy) (*ClusterPolicy, error) {
 	}
 	cp, err := newClusterPolicy(p, ps.thresholds, ps.mem, ps.session)
 	if err != nil {
-		cp, _ = ps.Get(PolicyHealthBased)
-		return cp, fmt.Errorf("cluster policy %q: %w; using %s", p, err, PolicyHealthBased)
+		cp, _ = ps.Get(routetable.PolicyHealthBased)
+		return cp, fmt.Errorf("cluster policy %q: %w; using %s", p, err, routetable.PolicyHealthBased)
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -249,16 +242,16 @@ func (ps *PolicySet) Get(p Policy) (*ClusterPolicy, error) {
 
 // Retain forgets the compiled policies t does not name, and the
 // observations of the pools and clusters it no longer has.
-func (ps *PolicySet) Retain(t *Table) {
-	keep := map[Policy]bool{}
+func (ps *PolicySet) Retain(t *routetable.Table) {
+	keep := map[routetable.Policy]bool{}
 	clusters := map[[2]string]bool{}
-	for b := range t.backends {
+	for b := range t.Backends {
 		keep[b.Policy] = true
 		for _, c := range b.Clusters {
-			clusters[[2]string{b.scope(), c.Name}] = true
+			clusters[[2]string{b.Scope(), c.Name}] = true
 		}
 		if b.Local != nil {
-			clusters[[2]string{b.scope(), b.Local.Name}] = true
+			clusters[[2]string{b.Scope(), b.Local.Name}] = true
 		}
 	}
 	ps.mu.Lock()

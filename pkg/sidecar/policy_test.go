@@ -2,15 +2,21 @@ package sidecar
 
 import (
 	"fmt"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/pkg/clusterscore/clusterscoretest"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 )
 
 // fakeState is health and metrics by cluster name.
@@ -20,30 +26,41 @@ type fakeState struct {
 	failed  []string
 }
 
-func (f *fakeState) Health(c *Cluster) Health            { return f.health[c.Name] }
-func (f *fakeState) PoolMetrics(c *Cluster) *PoolMetrics { return f.metrics[c.Name] }
-func (f *fakeState) Failed(c *Cluster)                   { f.failed = append(f.failed, c.Name) }
+func (f *fakeState) Health(c *routetable.Cluster) Health            { return f.health[c.Name] }
+func (f *fakeState) PoolMetrics(c *routetable.Cluster) *PoolMetrics { return f.metrics[c.Name] }
+func (f *fakeState) Failed(c *routetable.Cluster)                   { f.failed = append(f.failed, c.Name) }
 
-// testBackend is an import backend of clusters a, b, c, ... with the given
-// weights (1 each when none are given), and optionally a local pool.
-func testBackend(policy Policy, local bool, names []string, weights ...int64) *Backend {
-	b := &Backend{Kind: BackendInferencePoolImport, Namespace: ns, Name: "llm", Policy: policy}
-	w := make([]int64, len(names))
+// testTable is a table of one route to import llm of clusters a, b, c,
+// ... with the given weights (1 each when none are given), and optionally
+// the local pool llm, built as the sidecar builds it.
+func testTable(policy routetable.Policy, local bool, names []string, weights ...int64) *routetable.Table {
+	var clusters []sidecartest.Imported
+	var ws []string
 	for i, n := range names {
-		w[i] = 1
+		clusters = append(clusters, sidecartest.Imported{Name: n, Addr: fmt.Sprintf("127.0.2.%d", i+1)})
+		w := int64(1)
 		if i < len(weights) {
-			w[i] = weights[i]
+			w = weights[i]
 		}
-		b.Clusters = append(b.Clusters, &Cluster{Name: n, Pool: ns + "/llm", Mode: v1alpha1.RoutingModeEndpoint, EPP: n + ":9002", Health: n + ":9003", Weight: w[i]})
+		ws = append(ws, fmt.Sprintf("%s=%d", n, w))
 	}
+	r := sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))),
+		routetable.PolicyAnnotation, string(policy), routetable.ClusterWeightsAnnotation, strings.Join(ws, ","))
+	in := routetable.Inputs{Routes: []*gatewayv1.HTTPRoute{r}, Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", clusters...)}}
 	if local {
-		b.Local = &Cluster{Name: "local", Pool: ns + "/llm", Mode: v1alpha1.RoutingModeEndpoint, EPP: "local:9002", Health: "local:9003", Weight: 1, Local: true}
+		in.Pools = []*poolv1.InferencePool{sidecartest.Pool("llm", "")}
+		in.Services = []*corev1.Service{sidecartest.EPPService("llm", "127.0.1.1")}
 	}
-	b.wrr = newRotation("test", names, w)
-	return b
+	tbl, _ := buildTable(in)
+	return tbl
 }
 
-func names(cs []*Cluster) []string {
+// testBackend is the backend of testTable's route.
+func testBackend(policy routetable.Policy, local bool, names []string, weights ...int64) *routetable.Backend {
+	return testTable(policy, local, names, weights...).Rules()[0].Backends[0]
+}
+
+func names(cs []*routetable.Cluster) []string {
 	out := []string{}
 	for _, c := range cs {
 		out = append(out, c.Name)
@@ -51,286 +68,30 @@ func names(cs []*Cluster) []string {
 	return out
 }
 
-// firstPicks orders n times and counts the first cluster of each order.
-func firstPicks(t *testing.T, p *ClusterPolicy, b *Backend, st State, n int) map[string]int {
-	t.Helper()
-	got := map[string]int{}
-	for range n {
-		order, err := p.Order(b, PickRequest{Now: epoch}, st)
-		require.NoError(t, err)
-		if len(order) == 0 {
-			got[""]++
-			continue
-		}
-		got[order[0].Name]++
-	}
-	return got
-}
-
-func TestWeighted(t *testing.T) {
-	tests := []struct {
-		name      string
-		weights   []int64
-		health    map[string]Health
-		wantFirst map[string]int
-		wantOrder []string // the first order
-	}{
-		{
-			name:      "equal weights split equally",
-			wantFirst: map[string]int{"a": 100, "b": 100, "c": 100},
-			wantOrder: []string{"a", "b", "c"},
-		},
-		{
-			name:      "annotated weights hold exactly",
-			weights:   []int64{3, 1, 2},
-			wantFirst: map[string]int{"a": 150, "b": 50, "c": 100},
-			wantOrder: []string{"a", "c", "b"},
-		},
-		{
-			name:      "weight 0 is never picked nor tried",
-			weights:   []int64{1, 0, 1},
-			wantFirst: map[string]int{"a": 150, "c": 150},
-			wantOrder: []string{"a", "c"},
-		},
-		{
-			name:      "health is ignored",
-			health:    map[string]Health{"a": HealthNotServing},
-			wantFirst: map[string]int{"a": 100, "b": 100, "c": 100},
-			wantOrder: []string{"a", "b", "c"},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			st := &fakeState{health: tt.health}
-			order, err := testPolicy(t, PolicyWeighted).Order(testBackend(PolicyWeighted, false, []string{"a", "b", "c"}, tt.weights...), PickRequest{}, st)
-			require.NoError(t, err)
-			assert.Equal(t, tt.wantOrder, names(order))
-			assert.Equal(t, tt.wantFirst, firstPicks(t, testPolicy(t, PolicyWeighted), testBackend(PolicyWeighted, false, []string{"a", "b", "c"}, tt.weights...), st, 300))
-		})
-	}
-
-	t.Run("a backend without clusters has no order", func(t *testing.T) {
-		order, err := testPolicy(t, PolicyWeighted).Order(testBackend(PolicyWeighted, false, nil), PickRequest{}, &fakeState{})
-		require.NoError(t, err)
-		assert.Empty(t, order)
-	})
-}
-
-func TestHealthBased(t *testing.T) {
-	tests := []struct {
-		name      string
-		health    map[string]Health
-		weights   []int64
-		wantFirst map[string]int
-		wantOrder []string
-	}{
-		{
-			name:      "serving clusters share by weight, unknown ones are the fallback, not-serving ones are skipped",
-			health:    map[string]Health{"a": HealthServing, "b": HealthServing, "c": HealthUnknown, "d": HealthNotServing},
-			weights:   []int64{1, 3, 1, 1},
-			wantFirst: map[string]int{"a": 100, "b": 300},
-			wantOrder: []string{"b", "a", "c"},
-		},
-		{
-			name:      "with no serving cluster, the unknown ones share",
-			health:    map[string]Health{"c": HealthUnknown, "d": HealthUnknown, "a": HealthNotServing, "b": HealthNotServing},
-			wantFirst: map[string]int{"c": 200, "d": 200},
-			wantOrder: []string{"c", "d"},
-		},
-		{
-			name:      "with every cluster down there is nothing to try",
-			health:    map[string]Health{"a": HealthNotServing, "b": HealthNotServing, "c": HealthNotServing, "d": HealthNotServing},
-			wantFirst: map[string]int{"": 400},
-			wantOrder: []string{},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			st := &fakeState{health: tt.health}
-			clusters := []string{"a", "b", "c", "d"}
-			order, err := testPolicy(t, PolicyHealthBased).Order(testBackend(PolicyHealthBased, false, clusters, tt.weights...), PickRequest{}, st)
-			require.NoError(t, err)
-			assert.Equal(t, tt.wantOrder, names(order))
-			assert.Equal(t, tt.wantFirst, firstPicks(t, testPolicy(t, PolicyHealthBased), testBackend(PolicyHealthBased, false, clusters, tt.weights...), st, 400))
-		})
-	}
-}
-
-func TestLocalFirst(t *testing.T) {
-	tests := []struct {
-		name      string
-		local     bool
-		health    map[string]Health
-		wantOrder []string
-	}{
-		{
-			name:      "the local pool first while its EPP serves, then the remote clusters",
-			local:     true,
-			health:    map[string]Health{"local": HealthServing, "a": HealthServing, "b": HealthServing},
-			wantOrder: []string{"local", "a", "b"},
-		},
-		{
-			name:      "a local EPP of unknown health is still first",
-			local:     true,
-			health:    map[string]Health{"a": HealthServing},
-			wantOrder: []string{"local", "a", "b"},
-		},
-		{
-			name:      "the remote clusters when the local EPP fails",
-			local:     true,
-			health:    map[string]Health{"local": HealthNotServing, "a": HealthNotServing, "b": HealthServing},
-			wantOrder: []string{"b"},
-		},
-		{
-			name:      "without a local pool it is HealthBased",
-			health:    map[string]Health{"a": HealthNotServing, "b": HealthServing},
-			wantOrder: []string{"b"},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			order, err := testPolicy(t, PolicyLocalFirst).Order(testBackend(PolicyLocalFirst, tt.local, []string{"a", "b"}), PickRequest{}, &fakeState{health: tt.health})
-			require.NoError(t, err)
-			assert.Equal(t, tt.wantOrder, names(order))
-		})
-	}
-}
-
-func TestMetricsBased(t *testing.T) {
-	fresh := func(queue, kv float64, ready int) *PoolMetrics {
-		return &PoolMetrics{AverageQueue: queue, AverageKVCache: kv, ReadyPods: ready, UpdatedAt: epoch}
-	}
-	stale := func(queue, kv float64) *PoolMetrics {
-		return &PoolMetrics{AverageQueue: queue, AverageKVCache: kv, ReadyPods: 3, UpdatedAt: epoch.Add(-time.Minute)}
-	}
-	tests := []struct {
-		name        string
-		criticality scheduling.Criticality
-		clusters    []string // default a, b, c
-		weights     []int64
-		health      map[string]Health
-		metrics     map[string]*PoolMetrics
-		// wantOrder is the first order; wantFirst, when set, counts the
-		// first cluster of 60 orders instead.
-		wantOrder []string
-		wantFirst map[string]int
-		wantErr   error
-	}{
-		{
-			name:      "a critical request goes to the cluster with the shortest queue, then by KV cache",
-			metrics:   map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": fresh(2, 0.9, 3), "c": fresh(2, 0.1, 3)},
-			wantOrder: []string{"c", "b", "a"},
-		},
-		{
-			name:        "a sheddable request goes only to clusters with capacity",
-			criticality: scheduling.Sheddable,
-			metrics:     map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": fresh(5, 0.5, 3), "c": fresh(1, 0.95, 3)},
-			wantOrder:   []string{"b"},
-		},
-		{
-			name:        "a sheddable request is shed when every cluster is measured and saturated",
-			criticality: scheduling.Sheddable,
-			metrics:     map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": fresh(6, 0.5, 3), "c": fresh(1, 0.95, 3)},
-			wantErr:     ErrShed,
-		},
-		{
-			name:        "a critical request is never shed, even when every cluster is saturated",
-			criticality: scheduling.Critical,
-			metrics:     map[string]*PoolMetrics{"a": fresh(80, 0.9, 3), "b": fresh(60, 0.99, 3), "c": fresh(70, 0.95, 3)},
-			wantOrder:   []string{"b", "c", "a"},
-		},
-		{
-			name:        "a sheddable request goes to an unmeasured cluster rather than be shed",
-			criticality: scheduling.Sheddable,
-			metrics:     map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": stale(0, 0)},
-			wantOrder:   []string{"b", "c"},
-		},
-		{
-			name:        "a sheddable request goes to measured clusters with capacity, then to unmeasured ones, never to saturated ones",
-			criticality: scheduling.Sheddable,
-			metrics:     map[string]*PoolMetrics{"a": fresh(30, 0.2, 3), "b": fresh(1, 0.1, 3)},
-			wantOrder:   []string{"b", "c"},
-		},
-		{
-			name:      "unmeasured clusters come after measured ones with capacity and before saturated ones",
-			metrics:   map[string]*PoolMetrics{"a": fresh(40, 0.7, 3), "b": fresh(3, 0.5, 3)},
-			wantOrder: []string{"b", "c", "a"},
-		},
-		{
-			name:      "an unmeasured cluster is not taken for idle: a measured one with capacity wins every time",
-			metrics:   map[string]*PoolMetrics{"a": fresh(4, 0.7, 3), "b": stale(0, 0)},
-			wantFirst: map[string]int{"a": 60},
-		},
-		{
-			name:      "when every measured cluster is saturated, the unmeasured ones take the traffic by weight",
-			weights:   []int64{1, 2, 1},
-			metrics:   map[string]*PoolMetrics{"a": fresh(70, 0.9, 3)},
-			wantFirst: map[string]int{"b": 40, "c": 20},
-		},
-		{
-			name:      "unmeasured clusters that are serving come before those of unknown health",
-			health:    map[string]Health{"b": HealthServing},
-			metrics:   map[string]*PoolMetrics{"a": fresh(2, 0.1, 3)},
-			wantOrder: []string{"a", "b", "c"},
-		},
-		{
-			name:      "a cluster whose pool has no ready pod is skipped",
-			metrics:   map[string]*PoolMetrics{"a": fresh(0, 0, 0), "b": fresh(1, 0.5, 2), "c": fresh(2, 0.5, -1)},
-			wantOrder: []string{"b", "c"},
-		},
-		{
-			name:      "a cluster whose EPP is not serving is skipped, measured or not",
-			health:    map[string]Health{"a": HealthNotServing, "c": HealthNotServing},
-			metrics:   map[string]*PoolMetrics{"a": fresh(0, 0, 3), "b": fresh(10, 0.5, 3)},
-			wantOrder: []string{"b"},
-		},
-		{
-			name:      "without fresh metrics the order is HealthBased's",
-			health:    map[string]Health{"a": HealthNotServing, "b": HealthServing},
-			metrics:   map[string]*PoolMetrics{"b": stale(0, 0)},
-			wantOrder: []string{"b", "c"},
-		},
-		{
-			name:      "no cluster left is an empty order, not an error",
-			health:    map[string]Health{"a": HealthNotServing, "b": HealthNotServing, "c": HealthNotServing},
-			wantOrder: []string{},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			clusters := tt.clusters
-			if clusters == nil {
-				clusters = []string{"a", "b", "c"}
-			}
-			p := testPolicy(t, PolicyMetricsBased)
-			b := testBackend(PolicyMetricsBased, false, clusters, tt.weights...)
-			st := &fakeState{health: tt.health, metrics: tt.metrics}
-			req := PickRequest{Criticality: tt.criticality, Now: epoch}
-			if tt.wantFirst != nil {
-				got := map[string]int{}
-				for range 60 {
-					order, err := p.Order(b, req, st)
-					require.NoError(t, err)
-					require.NotEmpty(t, order)
-					got[order[0].Name]++
+// TestNamedPolicies holds the sidecar's ClusterPolicy to
+// clusterscoretest's cases, the figures clusterscore's pipelines are held
+// to: each backend is built from a routing table (testTable), its health
+// and metrics reach the policy through State.
+func TestNamedPolicies(t *testing.T) {
+	for _, tc := range clusterscoretest.Cases() {
+		t.Run(tc.Policy+"/"+tc.Name, func(t *testing.T) {
+			policy := routetable.Policy(tc.Policy)
+			p := testPolicy(t, policy)
+			st := &fakeState{health: tc.Health, metrics: tc.Metrics}
+			clusterscoretest.Check(t, tc, func() func() ([]string, error) {
+				b := testBackend(policy, tc.Local, tc.Clusters, tc.Weights...)
+				return func() ([]string, error) {
+					order, err := p.Order(b, PickRequest{Criticality: tc.Criticality, Now: clusterscoretest.Epoch}, st)
+					return names(order), err
 				}
-				assert.Equal(t, tt.wantFirst, got)
-				return
-			}
-			order, err := p.Order(b, req, st)
-			if tt.wantErr != nil {
-				assert.ErrorIs(t, err, tt.wantErr)
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, tt.wantOrder, names(order))
+			})
 		})
 	}
 }
 
 // testPolicy compiles a policy as the server does, with a memory of its
 // own.
-func testPolicy(t testing.TB, p Policy) *ClusterPolicy {
+func testPolicy(t testing.TB, p routetable.Policy) *ClusterPolicy {
 	t.Helper()
 	cp, err := NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{}).Get(p)
 	require.NoError(t, err)
@@ -340,11 +101,11 @@ func testPolicy(t testing.TB, p Policy) *ClusterPolicy {
 func TestParsePolicy(t *testing.T) {
 	tests := []struct {
 		in      string
-		want    Policy
+		want    routetable.Policy
 		wantErr bool
 	}{
-		{in: "LocalFirst", want: PolicyLocalFirst},
-		{in: " PrefixAffinity ", want: PolicyPrefixAffinity},
+		{in: "LocalFirst", want: routetable.PolicyLocalFirst},
+		{in: " PrefixAffinity ", want: routetable.PolicyPrefixAffinity},
 		{in: "prefix-cache=3,in-flight=1,pick=two-choices", want: "prefix-cache=3,in-flight=1,pick=two-choices"},
 		{in: "session=1, filters=health+weight", want: "session=1, filters=health+weight"},
 		{in: "RoundRobin", wantErr: true},
@@ -355,7 +116,7 @@ func TestParsePolicy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := ParsePolicy(tt.in)
+			got, err := routetable.ParsePolicy(tt.in)
 			if tt.wantErr {
 				assert.ErrorIs(t, err, clusterscore.ErrSyntax)
 				return
@@ -368,7 +129,8 @@ func TestParsePolicy(t *testing.T) {
 
 func TestPolicySet(t *testing.T) {
 	ps := NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{Header: "x-session-id"})
-	for _, p := range Policies {
+	for _, name := range clusterscore.Names {
+		p := routetable.Policy(name)
 		cp, err := ps.Get(p)
 		require.NoError(t, err, p)
 		assert.Equal(t, string(p), cp.Name())
@@ -381,7 +143,7 @@ func TestPolicySet(t *testing.T) {
 
 	bad, err := ps.Get("no-such-policy")
 	require.Error(t, err)
-	assert.Equal(t, string(PolicyHealthBased), bad.Name(), "a policy that does not compile is the default")
+	assert.Equal(t, string(routetable.PolicyHealthBased), bad.Name(), "a policy that does not compile is the default")
 
 	// Retain drops the policies no table names, and the observations of
 	// the clusters and pools it no longer has.
@@ -390,7 +152,7 @@ func TestPolicySet(t *testing.T) {
 		obs.Started(ns+"/llm", c)
 	}
 	obs.Started(ns+"/gone", "a")
-	ps.Retain(&Table{rules: []*Rule{{Backends: []*Backend{testBackend(PolicyWeighted, false, []string{"a"})}}}})
+	ps.Retain(testTable(routetable.PolicyWeighted, false, []string{"a"}))
 	ps.mu.RLock()
 	assert.Len(t, ps.compiled, 1)
 	ps.mu.RUnlock()
@@ -405,17 +167,17 @@ func TestPolicySet(t *testing.T) {
 // measured clusters of weight 0 before).
 func TestPolicyFailOpenAndNeeds(t *testing.T) {
 	tests := []struct {
-		policy    Policy
+		policy    routetable.Policy
 		local     bool
 		wantSet   []string
 		wantNeeds Needs
 	}{
-		{policy: PolicyWeighted, local: true, wantSet: []string{"a", "c"}},
-		{policy: PolicyHealthBased, wantSet: []string{"a", "c"}},
-		{policy: PolicyLocalFirst, local: true, wantSet: []string{"a", "c", "local"}},
-		{policy: PolicyLocalFirst, wantSet: []string{"a", "c"}},
-		{policy: PolicyMetricsBased, local: true, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Observed: true}},
-		{policy: PolicyPrefixAffinity, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Prompt: true, Observed: true}},
+		{policy: routetable.PolicyWeighted, local: true, wantSet: []string{"a", "c"}},
+		{policy: routetable.PolicyHealthBased, wantSet: []string{"a", "c"}},
+		{policy: routetable.PolicyLocalFirst, local: true, wantSet: []string{"a", "c", "local"}},
+		{policy: routetable.PolicyLocalFirst, wantSet: []string{"a", "c"}},
+		{policy: routetable.PolicyMetricsBased, local: true, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Observed: true}},
+		{policy: routetable.PolicyPrefixAffinity, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Prompt: true, Observed: true}},
 		{policy: "in-flight=1,filters=health", wantSet: []string{"a", "b", "c"}, wantNeeds: Needs{Observed: true}},
 	}
 	for _, tt := range tests {

@@ -16,7 +16,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/eppprobe"
+	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
@@ -89,18 +92,18 @@ func TestRecoveryAfterAnOutageLongerThanTheMaxBackoff(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := startRestartableEPP(t)
 			host, port := hostPort(t, e.extProcAddr)
-			imp := importOf("llm", imported{name: "cluster-a", addr: host, port: port})
-			imp.Annotations = map[string]string{FailureModeAnnotation: "FailClose"}
+			imp := sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: host, Port: port})
+			imp.Annotations = map[string]string{routetable.FailureModeAnnotation: "FailClose"}
 			if tt.withHealth {
 				_, hp := hostPort(t, e.healthAddr)
 				imp.Status.Clusters[0].EndpointPicker.Health.Port = hp
 			} else {
 				imp.Status.Clusters[0].EndpointPicker.Health = nil
 			}
-			router := NewRouter()
-			tbl, _ := Build(Inputs{
-				Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), FailureModeAnnotation, "FailClose")},
-				Imports: []*v1alphaImport{imp},
+			router := routetable.NewRouter()
+			tbl, _ := buildTable(routetable.Inputs{
+				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))), routetable.FailureModeAnnotation, "FailClose")},
+				Imports: []*v1alpha1.InferencePoolImport{imp},
 			})
 			router.Publish(tbl)
 			var server *Server
@@ -110,7 +113,7 @@ func TestRecoveryAfterAnOutageLongerThanTheMaxBackoff(t *testing.T) {
 				Dial:      dial.options(),
 				OnServing: func(addr string) { server.reconnect(addr) },
 			})
-			server = NewServer(router, liveState{health: prober}, ServerConfig{AttemptTimeout: time.Second, Dial: dial}, nil, logr.Discard())
+			server = NewServer(router, liveState{health: prober}, nil, ServerConfig{AttemptTimeout: time.Second, Dial: dial}, nil, logr.Discard())
 			t.Cleanup(server.Close)
 			var targets []string
 			for _, c := range tbl.Clusters() {

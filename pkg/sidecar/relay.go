@@ -80,8 +80,11 @@ type relayer struct {
 	grace time.Duration
 }
 
-func newRelayer(timeout time.Duration, dial DialPolicy) *relayer {
-	return &relayer{timeout: timeout, linger: time.Second, dial: dial.options(), conns: map[connKey]*grpc.ClientConn{}, grace: 2*timeout + 5*time.Second}
+// newRelayer returns the relay to EPPs: each answer awaited for timeout at
+// most, each connection dialled with dial and the credentials creds give
+// its address (nil: plaintext).
+func newRelayer(timeout time.Duration, dial DialPolicy, creds *epptransport.Credentials) *relayer {
+	return &relayer{timeout: timeout, linger: time.Second, dial: dial.options(), creds: creds, conns: map[connKey]*grpc.ClientConn{}, grace: 2*timeout + 5*time.Second}
 }
 
 // connKey is an EPP address and the version of the credentials it is

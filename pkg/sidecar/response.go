@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/routetable"
 )
 
 // ResponsePhase says what the sidecar does with the response phase of a
@@ -99,7 +100,7 @@ type eppStream struct {
 // answers owed), the sidecar answers what it owed and the rest of the
 // response phase itself, as ResponsePhaseSkip would: a response already
 // served is not failed because its EPP failed.
-func (s *Server) relayResponse(gw extproc.Stream, e *eppStream, cfg *extprocv3.ProtocolConfiguration, resps []*extprocv3.ProcessingResponse, c *Cluster) error {
+func (s *Server) relayResponse(gw extproc.Stream, e *eppStream, cfg *extprocv3.ProtocolConfiguration, resps []*extprocv3.ProcessingResponse, c *routetable.Cluster) error {
 	o := newOwed(cfg, resps, s.relay.timeout, e.cancel)
 	defer o.stop()
 	defer e.cancel(nil)
@@ -162,7 +163,7 @@ func (s *Server) relayResponse(gw extproc.Stream, e *eppStream, cfg *extprocv3.P
 // per cluster and minute at level 0, the others at level 2. An EPP that
 // failed or timed out counts as failed for the cluster's health, as a
 // failed stream of the request phase does.
-func (s *Server) takenOver(c *Cluster, outcome string, err error) {
+func (s *Server) takenOver(c *routetable.Cluster, outcome string, err error) {
 	// A stream cancelled on the sidecar's side (its connection closed after
 	// the EPP left the table, or its credentials changed) says nothing of
 	// the EPP's health.

@@ -15,7 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
@@ -45,9 +48,9 @@ func TestServerRelaysTheResponsePhaseToTheEPPThatRouted(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 			c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-			h := startServerWith(t, Inputs{
-				Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
-				Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+			h := startServerWith(t, routetable.Inputs{
+				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+				Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 			}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}}, ServerConfig{ResponsePhase: tt.phase})
 
 			up := upstreamResponse()
@@ -92,9 +95,9 @@ func TestServerFailedOverRequestTalksOnlyToTheServingEPP(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 			c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-			h := startServer(t, Inputs{
-				Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
-				Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+			h := startServer(t, routetable.Inputs{
+				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+				Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 			}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}})
 			tt.breakA(a)
 
@@ -129,9 +132,9 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 			st := &fakeState{health: map[string]Health{"cluster-a": HealthServing}}
-			h := startServer(t, Inputs{
-				Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
-				Imports: []*v1alphaImport{importOf("llm", imported{name: "cluster-a", addr: hostOf(t, a), port: portOf(t, a)})},
+			h := startServer(t, routetable.Inputs{
+				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+				Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
 			}, st)
 			a.respMode.Store(tt.mode)
 
@@ -154,9 +157,9 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 
 	t.Run("the EPP's immediate response goes to the gateway", func(t *testing.T) {
 		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
-		h := startServer(t, Inputs{
-			Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
-			Imports: []*v1alphaImport{importOf("llm", imported{name: "cluster-a", addr: hostOf(t, a), port: portOf(t, a)})},
+		h := startServer(t, routetable.Inputs{
+			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+			Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
 		}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}})
 		a.respMode.Store(respImmediate)
 		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Response: upstreamResponse()})
@@ -174,9 +177,9 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 // EPP's streams end with them and no goroutine is left.
 func TestServerResponsePhaseLeavesNothingBehind(t *testing.T) {
 	a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
-	h := startServer(t, Inputs{
-		Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
-		Imports: []*v1alphaImport{importOf("llm", imported{name: "cluster-a", addr: hostOf(t, a), port: portOf(t, a)})},
+	h := startServer(t, routetable.Inputs{
+		Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+		Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
 	}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}})
 	// Warm the connections so that their goroutines are in the baseline.
 	h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Response: upstreamResponse()})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/routetable"
 )
 
 // ScoresHeader is the response header that explains the cluster decision
@@ -55,7 +56,7 @@ type promptLog struct {
 	last map[string]string
 }
 
-func (l *promptLog) failed(logger logr.Logger, be *Backend, err error) {
+func (l *promptLog) failed(logger logr.Logger, be *routetable.Backend, err error) {
 	key, reason := be.String(), err.Error()
 	l.mu.Lock()
 	changed := l.last[key] != reason

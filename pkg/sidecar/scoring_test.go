@@ -11,7 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
@@ -25,9 +28,9 @@ var promptBody = []byte(`{"model":"chat","prompt":"` + strings.Repeat("You are a
 
 func scoringServer(t *testing.T, a, c *fakeEPP, policy string, cfg ServerConfig) *harness {
 	t.Helper()
-	return startServerWith(t, Inputs{
-		Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), PolicyAnnotation, policy)},
-		Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+	return startServerWith(t, routetable.Inputs{
+		Routes:  []*gatewayv1.HTTPRoute{sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))), routetable.PolicyAnnotation, policy)},
+		Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 	}, &fakeState{health: map[string]Health{"cluster-a": HealthServing, "cluster-c": HealthServing}}, cfg)
 }
 
@@ -98,7 +101,7 @@ func TestServerExplainsDecisionsOnlyWhenAsked(t *testing.T) {
 			t.Run(string(phase)+map[bool]string{false: " off", true: " on"}[explain], func(t *testing.T) {
 				a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 				c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-				h := scoringServer(t, a, c, string(PolicyPrefixAffinity), ServerConfig{ResponsePhase: phase, ExplainDecisions: explain})
+				h := scoringServer(t, a, c, string(routetable.PolicyPrefixAffinity), ServerConfig{ResponsePhase: phase, ExplainDecisions: explain})
 				res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: promptBody, Response: upstreamResponse()})
 				require.Nil(t, res.Immediate)
 				require.NotNil(t, res.Response)
@@ -133,7 +136,7 @@ func TestServerRoutesUnparseablePromptsWithoutAffinity(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 			c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-			h := scoringServer(t, a, c, string(PolicyPrefixAffinity), ServerConfig{})
+			h := scoringServer(t, a, c, string(routetable.PolicyPrefixAffinity), ServerConfig{})
 			res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: []byte(tt.body)})
 			require.Nil(t, res.Immediate)
 			assert.NotEmpty(t, res.Destination)
@@ -144,32 +147,37 @@ func TestServerRoutesUnparseablePromptsWithoutAffinity(t *testing.T) {
 
 // TestBackendRotationCarriesOver: a backend's rotation survives a rebuild
 // that keeps its clusters and weights, so that the split stays exact
-// however often the table is rebuilt, and starts afresh when they change.
+// however often the table is rebuilt (the route changes: the sidecar's
+// Incremental recompiles it), and starts afresh when they change.
 func TestBackendRotationCarriesOver(t *testing.T) {
-	build := func(weights string) *Table {
-		r := route("r", 0, nil, rule(nil, importRef("llm", nil)))
+	x := routetable.NewIncremental(routetable.Inputs{})
+	x.SetImport(sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: "127.0.0.1"}, sidecartest.Imported{Name: "cluster-c", Addr: "127.0.0.2"}))
+	build := func(weights string) *routetable.Table {
+		r := sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))
 		if weights != "" {
-			r = annotate(r, ClusterWeightsAnnotation, weights)
+			r = sidecartest.Annotate(r, routetable.ClusterWeightsAnnotation, weights)
 		}
-		tbl, _ := Build(Inputs{Routes: []*gatewayv1.HTTPRoute{r}, Imports: []*v1alphaImport{importOf("llm", imported{name: "cluster-a", addr: "127.0.0.1"}, imported{name: "cluster-c", addr: "127.0.0.2"})}})
+		x.SetRoute(r)
+		tbl, changed := x.Table()
+		require.True(t, changed)
 		return tbl
 	}
-	backend := func(r *Router) *Backend { return r.Table().Rules()[0].Backends[0] }
-	p := testPolicy(t, PolicyWeighted)
+	backend := func(r *routetable.Router) *routetable.Backend { return r.Table().Rules()[0].Backends[0] }
+	p := testPolicy(t, routetable.PolicyWeighted)
 
-	r := NewRouter()
+	r := routetable.NewRouter()
 	counts := map[string]int{}
 	for range 100 {
 		r.Publish(build("cluster-a=1,cluster-c=3"))
-		order, err := p.Order(backend(r), PickRequest{Now: epoch}, &fakeState{})
+		order, err := p.Order(backend(r), PickRequest{Now: sidecartest.Epoch}, &fakeState{})
 		require.NoError(t, err)
 		counts[order[0].Name]++
 	}
 	assert.Equal(t, map[string]int{"cluster-a": 25, "cluster-c": 75}, counts, "a rebuild between every request keeps the split exact")
 
-	first := backend(r).wrr
+	first := backend(r).Rotation()
 	r.Publish(build("cluster-a=1,cluster-c=3"))
-	assert.Same(t, first, backend(r).wrr)
+	assert.Same(t, first, backend(r).Rotation())
 	r.Publish(build("cluster-a=1,cluster-c=1"))
-	assert.NotSame(t, first, backend(r).wrr, "changed weights start afresh")
+	assert.NotSame(t, first, backend(r).Rotation(), "changed weights start afresh")
 }

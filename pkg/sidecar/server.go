@@ -18,10 +18,18 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/requestmodel"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
+
+// RelayedHeader marks a request a sidecar relays to another cluster's EPP;
+// its value is the relaying sidecar's cluster. A shim-mode sidecar serves
+// such a request with its local EPP only, so that two clusters that both
+// export a shim pool never send a request back and forth.
+const RelayedHeader = "x-mci-relayed-from"
 
 // Defaults of ServerConfig.
 const (
@@ -63,7 +71,7 @@ type ServerConfig struct {
 
 // FailureRecorder learns of EPPs that failed a request (passive health).
 type FailureRecorder interface {
-	Failed(c *Cluster)
+	Failed(c *routetable.Cluster)
 }
 
 // Server is the sidecar's ext_proc service. For each request stream of the
@@ -81,7 +89,7 @@ type FailureRecorder interface {
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	router   *Router
+	router   *routetable.Router
 	state    State
 	policies *PolicySet
 	relay    *relayer
@@ -104,8 +112,9 @@ type Server struct {
 
 // NewServer returns the ext_proc service. state tells the policies what is
 // known of the clusters; if it is also a FailureRecorder it learns of
-// failed EPPs. metrics may be nil.
-func NewServer(router *Router, state State, cfg ServerConfig, metrics *Metrics, logger logr.Logger) *Server {
+// failed EPPs. creds say how each EPP address is reached (nil: every one
+// in plaintext). metrics may be nil.
+func NewServer(router *routetable.Router, state State, creds *epptransport.Credentials, cfg ServerConfig, metrics *Metrics, logger logr.Logger) *Server {
 	if cfg.MaxRequestBodyBytes <= 0 {
 		cfg.MaxRequestBodyBytes = DefaultMaxRequestBodyBytes
 	}
@@ -126,7 +135,7 @@ func NewServer(router *Router, state State, cfg ServerConfig, metrics *Metrics, 
 		policies:    NewPolicySet(cfg.Scheduling, clusterscore.NewMemory(cfg.Memory), cfg.Session),
 		explain:     cfg.ExplainDecisions,
 		unparseable: newUnparseableCounter(),
-		relay:       newRelayer(cfg.AttemptTimeout, cfg.Dial),
+		relay:       newRelayer(cfg.AttemptTimeout, cfg.Dial, creds),
 		metrics:     metrics,
 		maxBody:     cfg.MaxRequestBodyBytes,
 		logger:      logger,
@@ -141,7 +150,7 @@ func (s *Server) Close() { s.relay.close() }
 
 // Retain keeps connections to the EPPs of t and lets the others go, and
 // the policies and observations of t.
-func (s *Server) Retain(t *Table) {
+func (s *Server) Retain(t *routetable.Table) {
 	s.policies.Retain(t)
 	keep := map[string]bool{}
 	for _, c := range t.Clusters() {
@@ -197,7 +206,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	if f := a.filters(); f != nil {
-		f.applyTo(resps, req.Header, a.pathPrefix)
+		applyFilters(f, resps, req.Header, a.pathPrefix)
 	}
 	if err := extproc.SendAll(stream, resps); err != nil {
 		if a.live != nil {
@@ -232,8 +241,8 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 // answered is what became of a request, for metrics and logs.
 type answered struct {
 	// rule and backend are named only when logged, which few requests are.
-	rule             *Rule
-	backend          *Backend
+	rule             *routetable.Rule
+	backend          *routetable.Backend
 	cluster, outcome string
 	code             int
 	tried            []string
@@ -242,7 +251,7 @@ type answered struct {
 	// live is the stream of the EPP of liveCluster that routed the
 	// request, kept open for the response phase.
 	live        *eppStream
-	liveCluster *Cluster
+	liveCluster *routetable.Cluster
 	// attempt observes the request sent to the cluster that took it
 	// (nil when the policy observes nothing or none took it).
 	attempt *attempt
@@ -253,13 +262,13 @@ type answered struct {
 // filters are the HTTPRoute filters the request goes through: those of its
 // backend when it goes on upstream (not in shim mode, where the gateway
 // applies the route's filters itself).
-func (a *answered) filters() *requestFilters {
-	if a.rule == nil || a.backend == nil || a.backend.filters == nil {
+func (a *answered) filters() *routetable.Filters {
+	if a.rule == nil || a.backend == nil || a.backend.Filters() == nil {
 		return nil
 	}
 	switch a.outcome {
 	case OutcomeRouted, OutcomeParent, OutcomeFailOpen:
-		return a.backend.filters
+		return a.backend.Filters()
 	}
 	return nil
 }
@@ -287,13 +296,13 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 		return []*extprocv3.ProcessingResponse{extproc.ErrorResponse(code, fmt.Sprintf(format, args...))}, a
 	}
 
-	attrs := AttrsFromRequest(req)
+	attrs := attrsFromRequest(req)
 	tbl := s.router.Table()
-	var be *Backend
+	var be *routetable.Backend
 	if tbl.ShimMode() {
 		var code int
 		var msg string
-		be, code, msg = tbl.shimFor(req, &attrs)
+		be, code, msg = tbl.ShimFor(shimPoolOf(req), &attrs)
 		if be == nil {
 			s.metrics.picked(time.Since(start))
 			return refuse(code, OutcomeNoRoute, "%s", msg)
@@ -303,7 +312,7 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 			// pool's local EPP may answer, and a refusal is better than
 			// FailOpen, so that the relaying sidecar tries its next
 			// cluster.
-			be = be.localOnly()
+			be = be.LocalOnly()
 		}
 	} else {
 		rule, prefix := tbl.Match(&attrs)
@@ -316,10 +325,10 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 		case rule.Invalid != "":
 			s.metrics.picked(time.Since(start))
 			return refuse(http.StatusInternalServerError, OutcomeInvalidBackend, "HTTPRoute %s: %s", rule.Route, rule.Invalid)
-		case rule.redirect != nil:
+		case rule.Redirect() != nil:
 			s.metrics.picked(time.Since(start))
-			a.outcome, a.code = OutcomeRedirected, rule.redirect.redirect.status
-			return []*extprocv3.ProcessingResponse{rule.redirect.redirectResponse(req.Header, prefix)}, a
+			a.outcome, a.code = OutcomeRedirected, rule.Redirect().RedirectStatus()
+			return []*extprocv3.ProcessingResponse{redirectResponse(rule.Redirect(), req.Header, prefix)}, a
 		}
 		be = rule.PickBackend()
 		if be == nil {
@@ -333,10 +342,10 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 		}
 	}
 	a.backend = be
-	if f := be.filters; f != nil && f.redirect != nil && !tbl.ShimMode() {
+	if f := be.Filters(); f.RedirectStatus() != 0 && !tbl.ShimMode() {
 		s.metrics.picked(time.Since(start))
-		a.outcome, a.code = OutcomeRedirected, f.redirect.status
-		return []*extprocv3.ProcessingResponse{f.redirectResponse(req.Header, a.pathPrefix)}, a
+		a.outcome, a.code = OutcomeRedirected, f.RedirectStatus()
+		return []*extprocv3.ProcessingResponse{redirectResponse(f, req.Header, a.pathPrefix)}, a
 	}
 	policy, perr := s.policies.Get(be.Policy)
 	if perr != nil {
@@ -378,7 +387,7 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 	// tried.
 	var remote []*extprocv3.ProcessingRequest
 	mem := s.policies.Memory()
-	took := func(c *Cluster, sent time.Time) {
+	took := func(c *routetable.Cluster, sent time.Time) {
 		if d.req.Blocks != nil || d.req.Session != "" {
 			mem.Served(&d.req, c.Name)
 		}
@@ -386,7 +395,7 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 			a.attempt = &attempt{obs: mem.Observed, scope: d.req.Scope, cluster: c.Name, started: sent, answered: time.Now()}
 		}
 	}
-	try := func(c *Cluster) []*extprocv3.ProcessingResponse {
+	try := func(c *routetable.Cluster) []*extprocv3.ProcessingResponse {
 		a.tried = append(a.tried, c.Name)
 		sent := time.Now()
 		if needs.Observed {
@@ -400,7 +409,7 @@ func (s *Server) answer(ctx context.Context, req *extproc.Request, msgs []*extpr
 		send := msgs
 		if !c.Local {
 			if remote == nil {
-				remote = forRemote(msgs, tbl.local)
+				remote = forRemote(msgs, tbl.LocalCluster())
 			}
 			send = remote
 		}

@@ -21,38 +21,41 @@ import (
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/requestmodel"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
 // harness is a sidecar ext_proc Server on 127.0.0.1 with a table built from
 // its inputs, and a gateway-like client.
 type harness struct {
-	router  *Router
+	router  *routetable.Router
 	state   *fakeState
 	server  *Server
 	client  *extproctest.Client
 	metrics *Metrics
 }
 
-func startServer(t *testing.T, in Inputs, st *fakeState) *harness {
+func startServer(t *testing.T, in routetable.Inputs, st *fakeState) *harness {
 	t.Helper()
 	return startServerWith(t, in, st, ServerConfig{})
 }
 
-func startServerWith(t *testing.T, in Inputs, st *fakeState, cfg ServerConfig) *harness {
+func startServerWith(t *testing.T, in routetable.Inputs, st *fakeState, cfg ServerConfig) *harness {
 	t.Helper()
-	h := &harness{router: NewRouter(), state: st}
-	tbl, _ := Build(in)
+	h := &harness{router: routetable.NewRouter(), state: st}
+	tbl, _ := buildTable(in)
 	h.router.Publish(tbl)
 	h.metrics = NewMetrics(prometheus.NewRegistry(), nil, nil)
 	cfg.AttemptTimeout, cfg.Scheduling = 300*time.Millisecond, scheduling.DefaultConfig()
-	h.server = NewServer(h.router, st, cfg, h.metrics, logr.Discard())
+	h.server = NewServer(h.router, st, nil, cfg, h.metrics, logr.Discard())
 	t.Cleanup(h.server.Close)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -79,18 +82,18 @@ func (h *harness) do(t *testing.T, req extproctest.Request) *extproctest.Result 
 var chatBody = []byte(`{"model":"chat","prompt":"hello"}`)
 
 // twoClusterImport is an import of clusters a and c whose EPPs are a and c.
-func twoClusterImport(t *testing.T, a, c *fakeEPP) *v1alphaImport {
+func twoClusterImport(t *testing.T, a, c *fakeEPP) *v1alpha1.InferencePoolImport {
 	ah, ap := hostPort(t, a.addr)
 	ch, cp := hostPort(t, c.addr)
-	return importOf("llm", imported{name: "cluster-a", addr: ah, port: ap}, imported{name: "cluster-c", addr: ch, port: cp})
+	return sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: ah, Port: ap}, sidecartest.Imported{Name: "cluster-c", Addr: ch, Port: cp})
 }
 
 func TestServerRelaysToTheChosenEPP(t *testing.T) {
 	a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 	c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-	h := startServer(t, Inputs{
-		Routes:  []*gatewayv1.HTTPRoute{route("r", 0, []string{"my.model.com"}, rule([]gatewayv1.HTTPRouteMatch{prefix("/v1")}, importRef("llm", nil)))},
-		Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+	h := startServer(t, routetable.Inputs{
+		Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, []string{"my.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/v1")}, sidecartest.ImportRef("llm", nil)))},
+		Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 	}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}})
 
 	res := h.do(t, extproctest.Request{Authority: "my.model.com", Path: "/v1/completions", Body: chatBody})
@@ -146,9 +149,9 @@ func TestServerFailsOverToTheNextCluster(t *testing.T) {
 			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 			c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
 			st := &fakeState{health: map[string]Health{"cluster-a": HealthServing}}
-			h := startServer(t, Inputs{
-				Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
-				Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+			h := startServer(t, routetable.Inputs{
+				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+				Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 			}, st)
 			tt.breakA(a)
 
@@ -170,35 +173,33 @@ func TestServerFailureModes(t *testing.T) {
 	setup := func(t *testing.T, annotations ...string) (*harness, *fakeEPP, *fakeEPP) {
 		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 		c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-		h := startServer(t, Inputs{
-			Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), annotations...)},
-			Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+		h := startServer(t, routetable.Inputs{
+			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))), annotations...)},
+			Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 		}, &fakeState{health: map[string]Health{"cluster-a": HealthServing, "cluster-c": HealthServing}})
 		return h, a, c
 	}
 
-	t.Run("FailClose answers 503 when no cluster's EPP answers", func(t *testing.T) {
-		h, a, c := setup(t)
-		a.mode.Store(eppFail)
-		c.mode.Store(eppFail)
-		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
-		require.NotNil(t, res.Immediate)
-		assert.Equal(t, http.StatusServiceUnavailable, res.Immediate.StatusCode)
-		assert.Contains(t, res.Immediate.Details, "no cluster's EPP answered")
-	})
-
-	t.Run("FailClose relays the last EPP's own 503", func(t *testing.T) {
-		h, a, c := setup(t)
-		a.mode.Store(eppUnavailable)
-		c.mode.Store(eppUnavailable)
-		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
-		require.NotNil(t, res.Immediate)
-		assert.Equal(t, http.StatusServiceUnavailable, res.Immediate.StatusCode)
-		assert.Contains(t, res.Immediate.Details, "no ready endpoints in epp-")
-	})
+	for _, tt := range []struct {
+		name, wantDetails string
+		mode              int32
+	}{
+		{name: "FailClose answers 503 when no cluster's EPP answers", mode: eppFail, wantDetails: "no cluster's EPP answered"},
+		{name: "FailClose relays the last EPP's own 503", mode: eppUnavailable, wantDetails: "no ready endpoints in epp-"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h, a, c := setup(t)
+			a.mode.Store(tt.mode)
+			c.mode.Store(tt.mode)
+			res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+			require.NotNil(t, res.Immediate)
+			assert.Equal(t, http.StatusServiceUnavailable, res.Immediate.StatusCode)
+			assert.Contains(t, res.Immediate.Details, tt.wantDetails)
+		})
+	}
 
 	t.Run("FailOpen lets the request go on unchanged without a destination", func(t *testing.T) {
-		h, a, c := setup(t, FailureModeAnnotation, "FailOpen")
+		h, a, c := setup(t, routetable.FailureModeAnnotation, "FailOpen")
 		a.mode.Store(eppFail)
 		c.mode.Store(eppFail)
 		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
@@ -208,7 +209,7 @@ func TestServerFailureModes(t *testing.T) {
 	})
 
 	t.Run("an EPP's own refusal other than 503 is relayed, not retried", func(t *testing.T) {
-		h, a, c := setup(t, PolicyAnnotation, "Weighted", ClusterWeightsAnnotation, "cluster-c=0")
+		h, a, c := setup(t, routetable.PolicyAnnotation, "Weighted", routetable.ClusterWeightsAnnotation, "cluster-c=0")
 		a.mode.Store(eppShed)
 		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
 		require.NotNil(t, res.Immediate)
@@ -219,9 +220,9 @@ func TestServerFailureModes(t *testing.T) {
 	t.Run("FailOpen tries the clusters the policy left out before giving up", func(t *testing.T) {
 		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 		c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-		h := startServer(t, Inputs{
-			Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), FailureModeAnnotation, "FailOpen")},
-			Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+		h := startServer(t, routetable.Inputs{
+			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))), routetable.FailureModeAnnotation, "FailOpen")},
+			Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 		}, &fakeState{health: map[string]Health{"cluster-a": HealthNotServing, "cluster-c": HealthNotServing}})
 		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
 		require.Nil(t, res.Immediate)
@@ -231,9 +232,9 @@ func TestServerFailureModes(t *testing.T) {
 	t.Run("FailClose does not try clusters known to be down", func(t *testing.T) {
 		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 		c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-		h := startServer(t, Inputs{
-			Routes:  []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))},
-			Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+		h := startServer(t, routetable.Inputs{
+			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+			Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 		}, &fakeState{health: map[string]Health{"cluster-a": HealthNotServing, "cluster-c": HealthNotServing}})
 		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
 		require.NotNil(t, res.Immediate)
@@ -244,9 +245,9 @@ func TestServerFailureModes(t *testing.T) {
 }
 
 func TestServerParentMode(t *testing.T) {
-	h := startServer(t, Inputs{
-		Routes:  []*gatewayv1.HTTPRoute{route("r", 0, []string{"my.model.com"}, rule(nil, importRef("llm", nil)))},
-		Imports: []*v1alphaImport{importOf("llm", imported{name: "cluster-a", parent: "127.0.2.9"})},
+	h := startServer(t, routetable.Inputs{
+		Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, []string{"my.model.com"}, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+		Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Parent: "127.0.2.9"})},
 	}, &fakeState{})
 	res := h.do(t, extproctest.Request{Authority: "my.model.com", Path: "/v1/completions?x=1", Body: chatBody})
 	require.Nil(t, res.Immediate)
@@ -258,14 +259,14 @@ func TestServerParentMode(t *testing.T) {
 }
 
 func TestServerGatewayAPIErrors(t *testing.T) {
-	h := startServer(t, Inputs{
+	h := startServer(t, routetable.Inputs{
 		Routes: []*gatewayv1.HTTPRoute{
-			route("missing", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/missing")}, importRef("nope", nil))),
-			route("service", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/service")}, backendRef("", "Service", "svc", nil))),
-			route("none", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/none")})),
-			route("notready", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/notready")}, importRef("down", nil))),
+			sidecartest.Route("missing", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/missing")}, sidecartest.ImportRef("nope", nil))),
+			sidecartest.Route("service", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/service")}, sidecartest.BackendRef("", "Service", "svc", nil))),
+			sidecartest.Route("none", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/none")})),
+			sidecartest.Route("notready", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/notready")}, sidecartest.ImportRef("down", nil))),
 		},
-		Imports: []*v1alphaImport{importOf("down", imported{name: "cluster-a", addr: "127.0.0.1", port: 1, ready: metav1.ConditionFalse})},
+		Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("down", sidecartest.Imported{Name: "cluster-a", Addr: "127.0.0.1", Port: 1, Ready: metav1.ConditionFalse})},
 	}, &fakeState{})
 	for path, code := range map[string]int{"/missing": 500, "/service": 500, "/none": 500, "/notready": 503, "/elsewhere": 404} {
 		t.Run(path, func(t *testing.T) {
@@ -287,9 +288,9 @@ func TestServerShedsOnlyWhenEveryClusterIsSaturated(t *testing.T) {
 	saturated := &PoolMetrics{AverageQueue: 20, AverageKVCache: 0.9, ReadyPods: 2, UpdatedAt: now.Add(time.Hour)}
 	idle := &PoolMetrics{AverageQueue: 0, AverageKVCache: 0.1, ReadyPods: 2, UpdatedAt: now.Add(time.Hour)}
 	st := &fakeState{metrics: map[string]*PoolMetrics{"cluster-a": saturated, "cluster-c": idle}}
-	h := startServer(t, Inputs{
-		Routes:  []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), PolicyAnnotation, "MetricsBased")},
-		Imports: []*v1alphaImport{twoClusterImport(t, a, c)},
+	h := startServer(t, routetable.Inputs{
+		Routes:  []*gatewayv1.HTTPRoute{sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))), routetable.PolicyAnnotation, "MetricsBased")},
+		Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 		Models:  models,
 		Objectives: []*v1alpha2.InferenceObjective{
 			{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "background"}, Spec: v1alpha2.InferenceObjectiveSpec{Priority: ptr.To[int32](-10), PoolRef: v1alpha2.PoolObjectReference{Name: "llm"}}},
@@ -322,22 +323,30 @@ func TestServerShedsOnlyWhenEveryClusterIsSaturated(t *testing.T) {
 	require.Nil(t, res.Immediate, "a sheddable model named with an objective of priority above 0 is not shed")
 }
 
-func TestServerSubsetHintGoesToTheLocalEPPOnly(t *testing.T) {
-	local := startFakeEPP(t, "epp-local", "10.2.0.1:8000")
-	remote := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+// localAndRemoteEPPs starts the fake EPPs of the local pool llm
+// (destination 10.2.0.1:8000) and of cluster-a of its import (10.1.0.1:8000),
+// and returns them with the pool, its EPP Service and the import.
+func localAndRemoteEPPs(t *testing.T) (local, remote *fakeEPP, in routetable.Inputs) {
+	local = startFakeEPP(t, "epp-local", "10.2.0.1:8000")
+	remote = startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 	lh, lp := hostPort(t, local.addr)
 	rh, rp := hostPort(t, remote.addr)
-	p := pool("llm", "")
+	p := sidecartest.Pool("llm", "")
 	p.Spec.EndpointPickerRef.Port.Number = lp
-	h := startServer(t, Inputs{
-		Routes: []*gatewayv1.HTTPRoute{
-			route("local", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/local")}, poolRef("llm", nil))),
-			route("remote", 0, nil, rule([]gatewayv1.HTTPRouteMatch{prefix("/remote")}, importRef("llm", nil))),
-		},
+	return local, remote, routetable.Inputs{
 		Pools:    []*poolv1.InferencePool{p},
-		Services: []*corev1.Service{eppService("llm", lh)},
-		Imports:  []*v1alphaImport{importOf("llm", imported{name: "cluster-a", addr: rh, port: rp})},
-	}, &fakeState{})
+		Services: []*corev1.Service{sidecartest.EPPService("llm", lh)},
+		Imports:  []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: rh, Port: rp})},
+	}
+}
+
+func TestServerSubsetHintGoesToTheLocalEPPOnly(t *testing.T) {
+	local, remote, in := localAndRemoteEPPs(t)
+	in.Routes = []*gatewayv1.HTTPRoute{
+		sidecartest.Route("local", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/local")}, sidecartest.PoolRef("llm", nil))),
+		sidecartest.Route("remote", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/remote")}, sidecartest.ImportRef("llm", nil))),
+	}
+	h := startServer(t, in, &fakeState{})
 	hint := extproc.SubsetHintMetadata("10.2.0.1:8000")
 
 	res := h.do(t, extproctest.Request{Path: "/local", Body: chatBody, Metadata: hint})
@@ -352,19 +361,10 @@ func TestServerSubsetHintGoesToTheLocalEPPOnly(t *testing.T) {
 // data path: a local InferencePool and an InferencePoolImport, weight 50
 // each, and every request relayed to the chosen EPP.
 func TestServerSplitsFiftyFifty(t *testing.T) {
-	local := startFakeEPP(t, "epp-local", "10.2.0.1:8000")
-	remote := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
-	lh, lp := hostPort(t, local.addr)
-	rh, rp := hostPort(t, remote.addr)
-	p := pool("llm", "")
-	p.Spec.EndpointPickerRef.Port.Number = lp
-	h := startServer(t, Inputs{
-		Routes: []*gatewayv1.HTTPRoute{route("llm-route", 0, []string{"my.model.com"}, rule([]gatewayv1.HTTPRouteMatch{prefix("/completions")},
-			poolRef("llm", ptr.To[int32](50)), importRef("llm", ptr.To[int32](50))))},
-		Pools:    []*poolv1.InferencePool{p},
-		Services: []*corev1.Service{eppService("llm", lh)},
-		Imports:  []*v1alphaImport{importOf("llm", imported{name: "cluster-a", addr: rh, port: rp})},
-	}, &fakeState{})
+	local, remote, in := localAndRemoteEPPs(t)
+	in.Routes = []*gatewayv1.HTTPRoute{sidecartest.Route("llm-route", 0, []string{"my.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/completions")},
+		sidecartest.PoolRef("llm", ptr.To[int32](50)), sidecartest.ImportRef("llm", ptr.To[int32](50))))}
+	h := startServer(t, in, &fakeState{})
 
 	const n = 400
 	var wg sync.WaitGroup
@@ -383,7 +383,7 @@ func TestServerSplitsFiftyFifty(t *testing.T) {
 
 func TestRelayCollectsTheWholeAnswer(t *testing.T) {
 	e := startFakeEPP(t, "epp", "10.0.0.1:8000")
-	r := newRelayer(time.Second, DialPolicy{})
+	r := newRelayer(time.Second, DialPolicy{}, nil)
 	defer r.close()
 	headers := func(eos bool) *extprocv3.ProcessingRequest {
 		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{

@@ -3,18 +3,17 @@ package sidecar
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -59,7 +58,7 @@ type Config struct {
 // gRPC health and Prometheus servers. Listeners are bound by New.
 type Sidecar struct {
 	cfg     Config
-	router  *Router
+	router  *routetable.Router
 	watcher *Watcher
 	server  *Server
 	prober  *eppprobe.HealthProber
@@ -96,7 +95,7 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sidecar{cfg: cfg, router: NewRouter(), scraper: scraper, creds: creds}
+	s := &Sidecar{cfg: cfg, router: routetable.NewRouter(), scraper: scraper, creds: creds}
 	s.prober = eppprobe.NewHealthProber(eppprobe.HealthProberOptions{
 		Interval:    cfg.HealthInterval,
 		Timeout:     cfg.HealthTimeout,
@@ -108,10 +107,9 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	})
 	s.metrics = NewMetrics(reg, s.router, s.prober)
 	reg.MustRegister(scraper.StateCollector(func() []eppprobe.ScrapedPool { return scrapedPools(s.router.Table()) }))
-	s.server = NewServer(s.router, liveState{health: s.prober, metrics: s.scraper}, cfg.Server, s.metrics, klog.Background().WithName("ext_proc"))
+	// The server's relay reaches the EPPs with the prober's credentials.
+	s.server = NewServer(s.router, liveState{health: s.prober, metrics: s.scraper}, creds, cfg.Server, s.metrics, klog.Background().WithName("ext_proc"))
 	registerScoringMetrics(reg, s.server.policies.Memory(), s.server.unparseable)
-	// The server's relay reaches the EPPs with the same credentials.
-	s.server.relay.creds = creds
 	s.watcher = NewWatcher(clients, cfg.Watch, s.router, s.published)
 	servers, err := extproc.Listen(extproc.ServingOptions{
 		BindAddress: cfg.BindAddress,
@@ -133,16 +131,16 @@ func (s *Sidecar) HealthAddr() string  { return s.servers.HealthAddr() }
 func (s *Sidecar) MetricsAddr() string { return s.servers.MetricsAddr() }
 
 // Router returns the sidecar's routing table holder.
-func (s *Sidecar) Router() *Router { return s.router }
+func (s *Sidecar) Router() *routetable.Router { return s.router }
 
 // published follows a new table: reach its addresses with their
 // credentials, probe and scrape its clusters, keep the connections to its
 // EPPs.
-func (s *Sidecar) published(t *Table, took time.Duration) {
+func (s *Sidecar) published(t *routetable.Table, took time.Duration) {
 	// First, so that no probe of a new address goes out without them.
 	s.creds.SetTargets(credentialTargets(t))
 	var healthTargets, metricsTargets []string
-	for b := range t.backends {
+	for b := range t.Backends {
 		clusters := b.Clusters
 		if b.Local != nil && !b.Shim {
 			clusters = append(clusters[:len(clusters):len(clusters)], b.Local)
@@ -165,33 +163,20 @@ func (s *Sidecar) published(t *Table, took time.Duration) {
 // ones finish for up to DrainTimeout, then the rest stops.
 func (s *Sidecar) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	// The first part to fail stops the others; errors after the stop (ctx
-	// done) are the stop's own and are dropped.
-	g, ctx := errgroup.WithContext(ctx)
-	run := func(what string, f func(context.Context) error) {
-		g.Go(func() error {
-			err := f(ctx)
-			if err == nil || ctx.Err() != nil {
-				return nil
-			}
-			if what == "" {
-				return err
-			}
-			return fmt.Errorf("%s: %w", what, err)
-		})
-	}
-	run("health prober", s.prober.Run)
-	run("metrics scraper", s.scraper.Run)
-	run("EPP credentials", s.creds.Run)
-	run("routing table watcher", func(ctx context.Context) error {
+	// The first part to fail stops the others.
+	parts, ctx := extproc.NewParts(ctx)
+	parts.Run("health prober", s.prober.Run)
+	parts.Run("metrics scraper", s.scraper.Run)
+	parts.Run("EPP credentials", s.creds.Run)
+	parts.Run("routing table watcher", func(ctx context.Context) error {
 		if err := s.watcher.Run(ctx); err != nil || ctx.Err() != nil {
 			return err
 		}
 		return errors.New("stopped")
 	})
 	// The servers' error already names the server that failed.
-	run("", func(ctx context.Context) error { return s.servers.Run(ctx, s.cfg.DrainTimeout) })
-	g.Go(func() error {
+	parts.Run("", func(ctx context.Context) error { return s.servers.Run(ctx, s.cfg.DrainTimeout) })
+	parts.Run("", func(ctx context.Context) error {
 		// Ready once the first table is built and the credentials of its
 		// EPPs are known.
 		for _, synced := range []<-chan struct{}{s.watcher.Synced(), s.creds.Synced()} {
@@ -209,14 +194,14 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	logger.Info("Sidecar serving", "extProc", s.GRPCAddr(), "health", s.HealthAddr(), "metrics", s.MetricsAddr(),
 		"localCluster", s.cfg.Watch.LocalCluster, "defaultPolicy", s.cfg.Watch.DefaultPolicy,
 		"tls", s.cfg.TLS.Enabled(), "secretNamespaces", s.cfg.SecretNamespaces, "metricsTokenFile", s.cfg.MetricsTokenFile)
-	err := g.Wait()
+	err := parts.Wait()
 	s.server.Close()
 	return err
 }
 
 // credentialTargets are the addresses of t's clusters' EPPs and how each
 // is reached.
-func credentialTargets(t *Table) []epptransport.Target {
+func credentialTargets(t *routetable.Table) []epptransport.Target {
 	var out []epptransport.Target
 	for _, cl := range t.Clusters() {
 		out = append(out,

@@ -20,10 +20,13 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/extproc"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	extproctest "github.com/mci-dev/mci/test/extproc"
 )
 
@@ -74,12 +77,12 @@ func runEPP(t testing.TB, model *httptest.Server, tls extproc.TLSOptions) (e *ep
 }
 
 // eppImported is the import entry of a cluster whose EPP is e.
-func eppImported(t testing.TB, name string, e *epp.EPP) func(*v1alphaImport) {
-	return func(imp *v1alphaImport) {
+func eppImported(t testing.TB, name string, e *epp.EPP) func(*v1alpha1.InferencePoolImport) {
+	return func(imp *v1alpha1.InferencePoolImport) {
 		host, port := hostPort(t, e.GRPCAddr())
 		_, hp := hostPort(t, e.HealthAddr())
 		_, mp := hostPort(t, e.MetricsAddr())
-		entry := importOf("x", imported{name: name, addr: host, port: port}).Status.Clusters[0]
+		entry := sidecartest.Import("x", sidecartest.Imported{Name: name, Addr: host, Port: port}).Status.Clusters[0]
 		entry.EndpointPicker.Health.Port = hp
 		entry.EndpointPicker.Metrics.Port = mp
 		imp.Status.Clusters = append(imp.Status.Clusters, entry)
@@ -104,22 +107,22 @@ func TestSidecarDataPath(t *testing.T) {
 	eppA, stopA := runEPP(t, msA, extproc.TLSOptions{})
 	eppC, _ := runEPP(t, msC, extproc.TLSOptions{})
 
-	imp := importOf("llm")
+	imp := sidecartest.Import("llm")
 	eppImported(t, "cluster-a", eppA)(imp)
 	eppImported(t, "cluster-c", eppC)(imp)
-	r := route("llm-route", 0, []string{"my.model.com"}, rule([]gatewayv1.HTTPRouteMatch{prefix("/v1")}, importRef("llm", nil)))
+	r := sidecartest.Route("llm-route", 0, []string{"my.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/v1")}, sidecartest.ImportRef("llm", nil)))
 	r.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw"}}
 
 	s, err := New(Config{
 		BindAddress:    "127.0.0.1",
-		Watch:          WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: PolicyHealthBased, Gateways: gatewayRefs("example/inf-gw")},
+		Watch:          WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: routetable.PolicyHealthBased, Gateways: gatewayRefs("example/inf-gw")},
 		Server:         ServerConfig{AttemptTimeout: time.Second, Scheduling: scheduling.DefaultConfig()},
 		HealthInterval: 50 * time.Millisecond,
 		DrainTimeout:   2 * time.Second,
 	}, Clients{
 		Kube:    kubefake.NewSimpleClientset(),
 		MCI:     mcifake.NewSimpleClientset(imp),
-		Gateway: gatewayClients(r, gateway("inf-gw", listener("http", 80, "", nil))),
+		Gateway: sidecartest.GatewayClients(r, sidecartest.Gateway("inf-gw", sidecartest.Listener("http", 80, "", nil))),
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

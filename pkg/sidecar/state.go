@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/mci-dev/mci/pkg/eppprobe"
+	"github.com/mci-dev/mci/pkg/routetable"
 )
 
 // liveState is the State of the running sidecar: what its health prober and
@@ -15,7 +16,7 @@ type liveState struct {
 	metrics *eppprobe.PoolScraper
 }
 
-func (s liveState) Health(c *Cluster) Health {
+func (s liveState) Health(c *routetable.Cluster) Health {
 	if s.health == nil {
 		return HealthUnknown
 	}
@@ -34,7 +35,7 @@ func healthOf(prober *eppprobe.HealthProber, addr string) Health {
 	}
 }
 
-func (s liveState) PoolMetrics(c *Cluster) *PoolMetrics {
+func (s liveState) PoolMetrics(c *routetable.Cluster) *PoolMetrics {
 	if s.metrics == nil {
 		return nil
 	}
@@ -43,7 +44,7 @@ func (s liveState) PoolMetrics(c *Cluster) *PoolMetrics {
 }
 
 // Failed marks the cluster's EPP NotServing until its next good probe.
-func (s liveState) Failed(c *Cluster) {
+func (s liveState) Failed(c *routetable.Cluster) {
 	if s.health != nil {
 		s.health.MarkFailed(c.Health)
 	}
@@ -51,7 +52,7 @@ func (s liveState) Failed(c *Cluster) {
 
 // scrapedPools are the pools of t's clusters with their EPPs' metrics URLs,
 // for mci_sidecar_epp_metrics_state.
-func scrapedPools(t *Table) []eppprobe.ScrapedPool {
+func scrapedPools(t *routetable.Table) []eppprobe.ScrapedPool {
 	var out []eppprobe.ScrapedPool
 	for _, cl := range t.Clusters() {
 		out = append(out, eppprobe.ScrapedPool{Cluster: cl.Name, Pool: cl.Pool, URL: cl.Metrics})

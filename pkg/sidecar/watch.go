@@ -27,6 +27,7 @@ import (
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
 	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/requestmodel"
+	"github.com/mci-dev/mci/pkg/routetable"
 )
 
 // Clients are the clients of the local cluster the sidecar reads. MCI must
@@ -41,7 +42,7 @@ type Clients struct {
 // WatchConfig is what the table is built with besides the cluster's objects.
 type WatchConfig struct {
 	LocalCluster  string
-	DefaultPolicy Policy
+	DefaultPolicy routetable.Policy
 	// DefaultTransport is the mode of each EPP port that nothing else
 	// decides (see Inputs.DefaultTransport).
 	DefaultTransport imports.TransportModes
@@ -76,8 +77,8 @@ type WatchConfig struct {
 type Watcher struct {
 	clients   Clients
 	cfg       WatchConfig
-	router    *Router
-	onPublish func(t *Table, took time.Duration)
+	router    *routetable.Router
+	onPublish func(t *routetable.Table, took time.Duration)
 
 	synced   chan struct{}
 	syncOnce sync.Once
@@ -113,7 +114,7 @@ type objectChange struct {
 // NewWatcher returns a watcher that publishes to router. onPublish, when
 // set, is called after each publication (to retarget the health prober and
 // metrics scraper, record metrics).
-func NewWatcher(clients Clients, cfg WatchConfig, router *Router, onPublish func(t *Table, took time.Duration)) *Watcher {
+func NewWatcher(clients Clients, cfg WatchConfig, router *routetable.Router, onPublish func(t *routetable.Table, took time.Duration)) *Watcher {
 	return &Watcher{clients: clients, cfg: cfg, router: router, onPublish: onPublish, synced: make(chan struct{}), changes: workqueue.NewTyped[objectChange]()}
 }
 
@@ -185,7 +186,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return nil // ctx ended
 	}
 
-	inc := NewIncremental(Inputs{
+	inc := routetable.NewIncremental(routetable.Inputs{
 		LocalCluster: w.cfg.LocalCluster, DefaultPolicy: w.cfg.DefaultPolicy, DefaultTransport: w.cfg.DefaultTransport, ServedGateways: w.cfg.Gateways,
 		EndpointPickerServices: w.cfg.EndpointPickerServices,
 	})
@@ -249,7 +250,7 @@ func (w *Watcher) handler(kind objectKind) cache.ResourceEventHandler {
 }
 
 // apply hands the current state of a changed object to the builder.
-func apply(inc *Incremental, store cache.Store, ch objectChange) error {
+func apply(inc *routetable.Incremental, store cache.Store, ch objectChange) error {
 	obj, exists, err := store.GetByKey(ch.key)
 	if err != nil {
 		return err
@@ -312,13 +313,13 @@ func apply(inc *Incremental, store cache.Store, ch objectChange) error {
 		if o, ok := obj.(*v1alpha2.InferenceObjective); exists && ok {
 			inc.SetObjective(o)
 		} else {
-			inc.DeleteObjective(KeyOfObjective(v1alpha2.SchemeGroupVersion.String(), k))
+			inc.DeleteObjective(routetable.KeyOfObjective(v1alpha2.SchemeGroupVersion.String(), k))
 		}
 	case kindLLMDObjective:
 		if o, ok := obj.(*llmdv1alpha2.InferenceObjective); exists && ok {
 			inc.SetObjective(requestmodel.ObjectiveFromLLMD(o))
 		} else {
-			inc.DeleteObjective(KeyOfObjective(llmdv1alpha2.SchemeGroupVersion.String(), k))
+			inc.DeleteObjective(routetable.KeyOfObjective(llmdv1alpha2.SchemeGroupVersion.String(), k))
 		}
 	case kindBackendTLSPolicy:
 		if p, ok := obj.(*gatewayv1.BackendTLSPolicy); exists && ok {
@@ -332,7 +333,7 @@ func apply(inc *Incremental, store cache.Store, ch objectChange) error {
 
 // logProblems logs the build's problems when they differ from the last
 // build's, so that a stable problem is logged once, not on every event.
-func logProblems(logger klog.Logger, t *Table, errs []error, last []string) []string {
+func logProblems(logger klog.Logger, t *routetable.Table, errs []error, last []string) []string {
 	now := make([]string, len(errs))
 	for i, e := range errs {
 		now[i] = e.Error()

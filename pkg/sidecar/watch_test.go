@@ -22,14 +22,16 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
+	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 )
 
 var importsGVR = v1alpha1.SchemeGroupVersion.WithResource("inferencepoolimports")
 
 // clustersOf returns the cluster names of the only backend the current
 // table routes "/" to, nil when there is none (or it is invalid).
-func clustersOf(r *Router) []string {
-	rl, _ := r.Table().Match(&RequestAttrs{Host: "my.model.com", Path: "/v1/completions"})
+func clustersOf(r *routetable.Router) []string {
+	rl, _ := r.Table().Match(&routetable.RequestAttrs{Host: "my.model.com", Path: "/v1/completions"})
 	if rl == nil || len(rl.Backends) == 0 || rl.Backends[0].Invalid != "" {
 		return nil
 	}
@@ -37,17 +39,17 @@ func clustersOf(r *Router) []string {
 }
 
 func TestWatcherFollowsTheCluster(t *testing.T) {
-	kube := kubefake.NewSimpleClientset(eppService("llm", "127.0.1.1"))
+	kube := kubefake.NewSimpleClientset(sidecartest.EPPService("llm", "127.0.1.1"))
 	mci := mcifake.NewSimpleClientset(
-		importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"}),
-		pool("llm", poolv1.FailOpen),
+		sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: "127.0.2.1"}),
+		sidecartest.Pool("llm", poolv1.FailOpen),
 	)
-	gw := gatewayfake.NewSimpleClientset(route("llm-route", 0, []string{"my.model.com"}, rule(nil, importRef("llm", nil))))
+	gw := gatewayfake.NewSimpleClientset(sidecartest.Route("llm-route", 0, []string{"my.model.com"}, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))))
 
-	router := NewRouter()
-	published := make(chan *Table, 1000)
-	w := NewWatcher(Clients{Kube: kube, MCI: mci, Gateway: gw}, WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: PolicyLocalFirst, InferenceModels: true}, router,
-		func(t *Table, _ time.Duration) { published <- t })
+	router := routetable.NewRouter()
+	published := make(chan *routetable.Table, 1000)
+	w := NewWatcher(Clients{Kube: kube, MCI: mci, Gateway: gw}, WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: routetable.PolicyLocalFirst, InferenceModels: true}, router,
+		func(t *routetable.Table, _ time.Duration) { published <- t })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -62,26 +64,27 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 		t.Fatal("the watcher never synced")
 	}
 	require.Equal(t, []string{"cluster-a"}, clustersOf(router))
-	b := ruleOf(router.Table(), &RequestAttrs{Host: "my.model.com", Path: "/"}).Backends[0]
-	assert.Equal(t, PolicyLocalFirst, b.Policy)
+	rl, _ := router.Table().Match(&routetable.RequestAttrs{Host: "my.model.com", Path: "/"})
+	b := rl.Backends[0]
+	assert.Equal(t, routetable.PolicyLocalFirst, b.Policy)
 	require.NotNil(t, b.Local, "the local pool of the same name")
 	assert.Equal(t, "127.0.1.1:9002", b.Local.EPP)
 	assert.Equal(t, poolv1.FailOpen, b.FailureMode)
 
 	// Each import event is in the routing table within milliseconds.
 	var lat []time.Duration
-	for i, cs := range [][]imported{
-		{{name: "cluster-a", addr: "127.0.2.1"}, {name: "cluster-c", addr: "127.0.3.1"}},
-		{{name: "cluster-c", addr: "127.0.3.1"}},
-		{{name: "cluster-a", addr: "127.0.2.1", ready: metav1.ConditionFalse}, {name: "cluster-c", addr: "127.0.3.1"}},
-		{{name: "cluster-a", addr: "127.0.2.1"}},
+	for i, cs := range [][]sidecartest.Imported{
+		{{Name: "cluster-a", Addr: "127.0.2.1"}, {Name: "cluster-c", Addr: "127.0.3.1"}},
+		{{Name: "cluster-c", Addr: "127.0.3.1"}},
+		{{Name: "cluster-a", Addr: "127.0.2.1", Ready: metav1.ConditionFalse}, {Name: "cluster-c", Addr: "127.0.3.1"}},
+		{{Name: "cluster-a", Addr: "127.0.2.1"}},
 	} {
-		imp := importOf("llm", cs...)
+		imp := sidecartest.Import("llm", cs...)
 		imp.ResourceVersion = ""
 		var want []string
 		for _, c := range cs {
-			if c.ready != metav1.ConditionFalse {
-				want = append(want, c.name)
+			if c.Ready != metav1.ConditionFalse {
+				want = append(want, c.Name)
 			}
 		}
 		start := time.Now()
@@ -95,22 +98,22 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 	// Withdrawing the export removes the import: its share answers 500.
 	require.NoError(t, mci.Tracker().Delete(importsGVR, ns, "llm"))
 	require.Eventually(t, func() bool {
-		rl, _ := router.Table().Match(&RequestAttrs{Host: "my.model.com", Path: "/"})
+		rl, _ := router.Table().Match(&routetable.RequestAttrs{Host: "my.model.com", Path: "/"})
 		return rl != nil && rl.Backends[0].Invalid != ""
 	}, 10*time.Second, time.Millisecond)
 
 	// A new route is routed once it is seen.
-	_, err := gw.GatewayV1().HTTPRoutes(ns).Create(ctx, route("second", time.Hour, []string{"other.com"}, rule(nil, poolRef("llm", nil))), metav1.CreateOptions{})
+	_, err := gw.GatewayV1().HTTPRoutes(ns).Create(ctx, sidecartest.Route("second", time.Hour, []string{"other.com"}, sidecartest.Rule(nil, sidecartest.PoolRef("llm", nil))), metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		rl, _ := router.Table().Match(&RequestAttrs{Host: "other.com", Path: "/"})
+		rl, _ := router.Table().Match(&routetable.RequestAttrs{Host: "other.com", Path: "/"})
 		return rl != nil && rl.Route.Name == "second" && len(rl.Backends[0].Clusters) == 1
 	}, 10*time.Second, time.Millisecond)
 
 	// The EPP Service going away leaves the local pool without a cluster.
 	require.NoError(t, kube.CoreV1().Services(ns).Delete(ctx, "llm-epp", metav1.DeleteOptions{}))
 	require.Eventually(t, func() bool {
-		rl, _ := router.Table().Match(&RequestAttrs{Host: "other.com", Path: "/"})
+		rl, _ := router.Table().Match(&routetable.RequestAttrs{Host: "other.com", Path: "/"})
 		return rl != nil && len(rl.Backends[0].Clusters) == 0
 	}, 10*time.Second, time.Millisecond)
 
@@ -124,15 +127,15 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 }
 
 func TestWatcherRestrictsToItsGateway(t *testing.T) {
-	attached := route("mine", 0, []string{"my.model.com"}, rule(nil, importRef("llm", nil)))
+	attached := sidecartest.Route("mine", 0, []string{"my.model.com"}, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))
 	attached.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw"}}
-	other := route("theirs", 0, []string{"my.model.com"}, rule(nil, importRef("llm", nil)))
+	other := sidecartest.Route("theirs", 0, []string{"my.model.com"}, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))
 	other.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "other-gw"}}
-	router := NewRouter()
+	router := routetable.NewRouter()
 	w := NewWatcher(Clients{
 		Kube:    kubefake.NewSimpleClientset(),
-		MCI:     mcifake.NewSimpleClientset(importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"})),
-		Gateway: gatewayClients(attached, other, gateway("inf-gw", listener("http", 80, "", nil)), gateway("other-gw", listener("http", 80, "", nil))),
+		MCI:     mcifake.NewSimpleClientset(sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: "127.0.2.1"})),
+		Gateway: sidecartest.GatewayClients(attached, other, sidecartest.Gateway("inf-gw", sidecartest.Listener("http", 80, "", nil)), sidecartest.Gateway("other-gw", sidecartest.Listener("http", 80, "", nil))),
 	}, WatchConfig{Gateways: gatewayRefs("example/inf-gw")}, router, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -147,16 +150,16 @@ func TestWatcherRestrictsToItsGateway(t *testing.T) {
 // clients, and watches a route of another namespace, and its backendRef to
 // an import of the Gateway's namespace, follow.
 func TestWatcherFollowsAttachmentRules(t *testing.T) {
-	theirs := route("theirs", 0, []string{"their.model.com"}, rule(nil, importRef("llm", nil)))
+	theirs := sidecartest.Route("theirs", 0, []string{"their.model.com"}, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))
 	theirs.Namespace = "team-a"
 	theirs.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw", Namespace: ptr.To(gatewayv1.Namespace(ns))}}
 	theirs.Spec.Rules[0].BackendRefs[0].Namespace = ptr.To(gatewayv1.Namespace(ns))
 	kube := kubefake.NewSimpleClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}})
-	gw := gatewayClients(theirs, gateway("inf-gw", listener("http", 80, "", nil)))
-	router := NewRouter()
+	gw := sidecartest.GatewayClients(theirs, sidecartest.Gateway("inf-gw", sidecartest.Listener("http", 80, "", nil)))
+	router := routetable.NewRouter()
 	w := NewWatcher(Clients{
 		Kube:    kube,
-		MCI:     mcifake.NewSimpleClientset(importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"})),
+		MCI:     mcifake.NewSimpleClientset(sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: "127.0.2.1"})),
 		Gateway: gw,
 	}, WatchConfig{Gateways: gatewayRefs("example/inf-gw")}, router, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -167,7 +170,7 @@ func TestWatcherFollowsAttachmentRules(t *testing.T) {
 	// served says whether their.model.com is routed, and to a usable
 	// backend.
 	served := func() (routed, usable bool) {
-		rl, _ := router.Table().Match(&RequestAttrs{Host: "their.model.com", Path: "/"})
+		rl, _ := router.Table().Match(&routetable.RequestAttrs{Host: "their.model.com", Path: "/"})
 		if rl == nil {
 			return false, false
 		}
@@ -184,7 +187,7 @@ func TestWatcherFollowsAttachmentRules(t *testing.T) {
 
 	g, err := gw.GatewayV1().Gateways(ns).Get(ctx, "inf-gw", metav1.GetOptions{})
 	require.NoError(t, err)
-	g.Spec.Listeners[0].AllowedRoutes = fromNamespaces(gatewayv1.NamespacesFromSelector, &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}})
+	g.Spec.Listeners[0].AllowedRoutes = sidecartest.FromNamespaces(gatewayv1.NamespacesFromSelector, &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}})
 	_, err = gw.GatewayV1().Gateways(ns).Update(ctx, g, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
@@ -202,7 +205,7 @@ func TestWatcherFollowsAttachmentRules(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "team-a-routes"},
 		Spec: gatewayv1beta1.ReferenceGrantSpec{
 			From: []gatewayv1beta1.ReferenceGrantFrom{{Group: gatewayv1.GroupName, Kind: "HTTPRoute", Namespace: "team-a"}},
-			To:   []gatewayv1beta1.ReferenceGrantTo{{Group: InferencePoolImportGroup, Kind: InferencePoolImportKind}},
+			To:   []gatewayv1beta1.ReferenceGrantTo{{Group: routetable.InferencePoolImportGroup, Kind: routetable.InferencePoolImportKind}},
 		},
 	}
 	_, err = gw.GatewayV1beta1().ReferenceGrants(ns).Create(ctx, grant, metav1.CreateOptions{})

@@ -26,7 +26,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
-	"github.com/mci-dev/mci/pkg/sidecar"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/test/extproc"
 	"github.com/mci-dev/mci/test/simulator"
 )
@@ -152,14 +152,14 @@ func benchDataPath(b *testing.B, e *env) {
 	require.NoError(b, createEPPService(ctx, e.kube["cluster-a"], dpNS, dpPool+"-epp", eppIP, true))
 	gw := gatewayclient.NewForConfigOrDie(e.cfg["cluster-b"])
 	_, err = gw.GatewayV1().HTTPRoutes(dpNS).Create(ctx, &gatewayv1.HTTPRoute{
-		ObjectMeta: metav1.ObjectMeta{Name: "completions", Namespace: dpNS, Annotations: map[string]string{sidecar.PolicyAnnotation: string(sidecar.PolicyWeighted)}},
+		ObjectMeta: metav1.ObjectMeta{Name: "completions", Namespace: dpNS, Annotations: map[string]string{routetable.PolicyAnnotation: string(routetable.PolicyWeighted)}},
 		Spec: gatewayv1.HTTPRouteSpec{
 			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "inference-gateway"}}},
 			Rules: []gatewayv1.HTTPRouteRule{{
 				Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: ptr.To(gatewayv1.PathMatchPathPrefix), Value: ptr.To("/v1/completions")}}},
 				BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{
-					Group: ptr.To(gatewayv1.Group(sidecar.InferencePoolImportGroup)),
-					Kind:  ptr.To(gatewayv1.Kind(sidecar.InferencePoolImportKind)),
+					Group: ptr.To(gatewayv1.Group(routetable.InferencePoolImportGroup)),
+					Kind:  ptr.To(gatewayv1.Kind(routetable.InferencePoolImportKind)),
 					Name:  dpPool,
 				}}}},
 			}},
@@ -242,7 +242,7 @@ func benchDataPath(b *testing.B, e *env) {
 	healthBased := func() {
 		r, err := gw.GatewayV1().HTTPRoutes(dpNS).Get(ctx, "completions", metav1.GetOptions{})
 		require.NoError(b, err)
-		r.Annotations[sidecar.PolicyAnnotation] = string(sidecar.PolicyHealthBased)
+		r.Annotations[routetable.PolicyAnnotation] = string(routetable.PolicyHealthBased)
 		_, err = gw.GatewayV1().HTTPRoutes(dpNS).Update(ctx, r, metav1.UpdateOptions{})
 		require.NoError(b, err)
 	}

@@ -36,7 +36,7 @@ const (
 	// in the saturated-cluster scenario.
 	saturatedCluster = "cluster-a"
 	// policyAnnotation selects mci-sidecar's cluster policy on the
-	// HTTPRoute (pkg/sidecar's PolicyAnnotation, which this harness
+	// HTTPRoute (pkg/routetable's PolicyAnnotation, which this harness
 	// deliberately does not import: it drives the sidecar as a user does).
 	policyAnnotation = "mci.x-k8s.io/cluster-policy"
 	// directGatewayHost is the host, in each cluster's loopback block, of
@@ -179,10 +179,9 @@ func startDirectGateway(b *testing.B, epp, ip string) string {
 
 // setPolicy sets the cluster policy on the HTTPRoute and on the local
 // shim InferencePool, and gives mci-sidecar time to see the change (its
-// informers). Both, because with a single shim pool the sidecar takes the
-// pool's backend, whose policy is the pool's annotation, whatever the route
-// says (pkg/sidecar shim.go); with an HTTPRoute to an import the route's
-// annotation alone decides.
+// informers). The route's annotation decides for the requests its rule
+// matches (pkg/routetable's Table.ShimFor); the pool's, for any other
+// request to the pool, so that no request of a run escapes the policy.
 func (e *env) setPolicy(ctx context.Context, policy string) error {
 	if policy == e.policy {
 		return nil

@@ -16,7 +16,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	"github.com/mci-dev/mci/pkg/sidecar"
+	"github.com/mci-dev/mci/pkg/routetable"
 )
 
 // TestSidecarFollowsGatewayAPIAttachmentRules runs the sidecar data path
@@ -53,7 +53,7 @@ func TestSidecarFollowsGatewayAPIAttachmentRules(t *testing.T) {
 	_, err = b.gateway.GatewayV1().HTTPRoutes(team).Create(ctx, route, metav1.CreateOptions{})
 	require.NoError(t, err)
 	s.expect(t, "from: Same refuses a route of another namespace: no route matches", http.StatusNotFound)
-	s.expectProblem(t, sidecar.ReasonNotAllowedByListeners, "routes of namespace "+team+" are not allowed")
+	s.expectProblem(t, routetable.ReasonNotAllowedByListeners, "routes of namespace "+team+" are not allowed")
 
 	setAllowed := func(allowed *gatewayv1.AllowedRoutes) {
 		t.Helper()
@@ -68,7 +68,7 @@ func TestSidecarFollowsGatewayAPIAttachmentRules(t *testing.T) {
 	}
 	setAllowed(from(gatewayv1.NamespacesFromAll, nil))
 	s.expect(t, "from: All attaches it, but its backendRef to another namespace has no ReferenceGrant", http.StatusInternalServerError)
-	s.expectProblem(t, sidecar.ReasonRefNotPermitted, "no ReferenceGrant of namespace "+ns)
+	s.expectProblem(t, routetable.ReasonRefNotPermitted, "no ReferenceGrant of namespace "+ns)
 	s.expectMetric(t, `mci_sidecar_gateway_api_refusals{reason="RefNotPermitted"} 1`)
 
 	grants := b.gateway.GatewayV1beta1().ReferenceGrants(ns)
@@ -76,7 +76,7 @@ func TestSidecarFollowsGatewayAPIAttachmentRules(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "team-routes", Namespace: ns},
 		Spec: gatewayv1beta1.ReferenceGrantSpec{
 			From: []gatewayv1beta1.ReferenceGrantFrom{{Group: gatewayv1.GroupName, Kind: "HTTPRoute", Namespace: gatewayv1.Namespace(team)}},
-			To:   []gatewayv1beta1.ReferenceGrantTo{{Group: sidecar.InferencePoolImportGroup, Kind: sidecar.InferencePoolImportKind, Name: ptr.To(gatewayv1.ObjectName("llm"))}},
+			To:   []gatewayv1beta1.ReferenceGrantTo{{Group: routetable.InferencePoolImportGroup, Kind: routetable.InferencePoolImportKind, Name: ptr.To(gatewayv1.ObjectName("llm"))}},
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -86,7 +86,7 @@ func TestSidecarFollowsGatewayAPIAttachmentRules(t *testing.T) {
 	selector := &metav1.LabelSelector{MatchLabels: map[string]string{"mci.x-k8s.io/e2e-gateway-access": "granted"}}
 	setAllowed(from(gatewayv1.NamespacesFromSelector, selector))
 	s.expect(t, "a Selector the namespace's labels do not match refuses the route", http.StatusNotFound)
-	s.expectProblem(t, sidecar.ReasonNotAllowedByListeners, "labels of namespace "+team+" do not match")
+	s.expectProblem(t, routetable.ReasonNotAllowedByListeners, "labels of namespace "+team+" do not match")
 
 	namespace, err := b.kube.CoreV1().Namespaces().Get(ctx, team, metav1.GetOptions{})
 	require.NoError(t, err)
@@ -127,7 +127,7 @@ func (s *sidecarSetup) expectProblem(t *testing.T, reason, text string) {
 	eventually(t, t.Context(), 15*time.Second, func(context.Context) (bool, string) {
 		var all []string
 		for _, err := range s.sidecar.Router().Table().Errors {
-			var be *sidecar.BuildError
+			var be *routetable.BuildError
 			if errors.As(err, &be) && be.Reason == reason && strings.Contains(be.Message, text) {
 				return true, ""
 			}

@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
 )
 
@@ -132,8 +133,8 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 	s := newSidecarSetupWith(t, ns, sidecarOptions{
 		blockA: 176, blockC: 178, sidecarIP: "127.0.177.1",
 		routeAnnotations: map[string]string{
-			sidecar.PolicyAnnotation:      string(sidecar.PolicyMetricsBased),
-			sidecar.FailureModeAnnotation: "FailClose",
+			routetable.PolicyAnnotation:      string(routetable.PolicyMetricsBased),
+			routetable.FailureModeAnnotation: "FailClose",
 		},
 		probeInterval: 200 * time.Millisecond,
 		eppArgs: map[string][]string{

@@ -19,7 +19,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
-	"github.com/mci-dev/mci/pkg/sidecar"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/test/simulator"
 )
 
@@ -114,8 +114,8 @@ func (s *sidecarSetup) annotateRoute(t *testing.T, annotations map[string]string
 
 func TestSidecarSplitsShedsWithdrawsAndFailsClosedAcrossTheClusterSet(t *testing.T) {
 	weighted := map[string]string{
-		sidecar.PolicyAnnotation:      string(sidecar.PolicyWeighted),
-		sidecar.FailureModeAnnotation: "FailClose",
+		routetable.PolicyAnnotation:      string(routetable.PolicyWeighted),
+		routetable.FailureModeAnnotation: "FailClose",
 	}
 	s := newSidecarSetupWith(t, "e2e-sidecar-routing", sidecarOptions{
 		blockA: 85, blockC: 87, sidecarIP: "127.0.86.1",
@@ -153,8 +153,8 @@ func TestSidecarSplitsShedsWithdrawsAndFailsClosedAcrossTheClusterSet(t *testing
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
 		s.annotateRoute(t, map[string]string{
-			sidecar.PolicyAnnotation:      string(sidecar.PolicyMetricsBased),
-			sidecar.FailureModeAnnotation: "FailClose",
+			routetable.PolicyAnnotation:      string(routetable.PolicyMetricsBased),
+			routetable.FailureModeAnnotation: "FailClose",
 		})
 		defer func() {
 			s.servers["cluster-a"].pin(t, 0, 0.1)

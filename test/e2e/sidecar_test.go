@@ -23,6 +23,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/extproc"
 	"github.com/mci-dev/mci/test/simulator"
@@ -237,7 +238,7 @@ func runSidecarLogging(t *testing.T, sc *sidecar.Sidecar, logger klog.Logger) <-
 
 // eppsOf returns the EPP of each cluster the table routes the pool's
 // backend to (the first backendRef naming it, else its shim), by cluster.
-func eppsOf(tbl *sidecar.Table, ns, pool string) map[string]string {
+func eppsOf(tbl *routetable.Table, ns, pool string) map[string]string {
 	got := map[string]string{}
 	for _, r := range tbl.Rules() {
 		for _, be := range r.Backends {
@@ -307,7 +308,7 @@ func createRoute(t *testing.T, b *cluster, ns, pool string, annotations map[stri
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	if annotations == nil {
-		annotations = map[string]string{sidecar.PolicyAnnotation: string(sidecar.PolicyWeighted)}
+		annotations = map[string]string{routetable.PolicyAnnotation: string(routetable.PolicyWeighted)}
 	}
 	_, err = b.gateway.GatewayV1().HTTPRoutes(ns).Create(t.Context(), &gatewayv1.HTTPRoute{
 		ObjectMeta: metav1.ObjectMeta{
@@ -322,8 +323,8 @@ func createRoute(t *testing.T, b *cluster, ns, pool string, annotations map[stri
 				}}},
 				BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
 					BackendObjectReference: gatewayv1.BackendObjectReference{
-						Group: ptr.To(gatewayv1.Group(sidecar.InferencePoolImportGroup)),
-						Kind:  ptr.To(gatewayv1.Kind(sidecar.InferencePoolImportKind)),
+						Group: ptr.To(gatewayv1.Group(routetable.InferencePoolImportGroup)),
+						Kind:  ptr.To(gatewayv1.Kind(routetable.InferencePoolImportKind)),
 						Name:  gatewayv1.ObjectName(pool),
 					},
 				}}},

@@ -21,6 +21,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/epptransport"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/extproc"
 	"github.com/mci-dev/mci/test/simulator"
@@ -97,8 +98,8 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfTheImportingCluster(t *testin
 	b := clusterClients(t, "cluster-b")
 	b.createNamespace(t, ctx, ns)
 	createRoute(t, b, ns, pool, map[string]string{
-		sidecar.PolicyAnnotation:      string(sidecar.PolicyWeighted),
-		sidecar.FailureModeAnnotation: "FailClose",
+		routetable.PolicyAnnotation:      string(routetable.PolicyWeighted),
+		routetable.FailureModeAnnotation: "FailClose",
 	})
 	wantRef := &corev1.SecretReference{Namespace: ns, Name: secretName}
 	eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/epptransport"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/extproc"
 	"github.com/mci-dev/mci/test/simulator"
@@ -64,8 +65,8 @@ func TestSidecarReachesAnEPPWithTheUpstreamDefaultsAndHonoursBackendTLSPolicy(t 
 	b := clusterClients(t, "cluster-b")
 	b.createNamespace(t, ctx, ns)
 	createRoute(t, b, ns, pool, map[string]string{
-		sidecar.PolicyAnnotation:      string(sidecar.PolicyHealthBased),
-		sidecar.FailureModeAnnotation: "FailClose",
+		routetable.PolicyAnnotation:      string(routetable.PolicyHealthBased),
+		routetable.FailureModeAnnotation: "FailClose",
 	})
 	sc, err := sidecar.New(sidecar.Config{
 		BindAddress:      sidecarIP,

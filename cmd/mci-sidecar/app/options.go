@@ -29,6 +29,7 @@ import (
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/pkg/sidecar"
 )
@@ -78,7 +79,7 @@ func NewOptions() *Options {
 	return &Options{
 		Logs:                 logs.NewOptions(),
 		ServingOptions:       serving,
-		DefaultClusterPolicy: string(sidecar.PolicyHealthBased),
+		DefaultClusterPolicy: string(routetable.PolicyHealthBased),
 		InferenceModels:      true,
 		BackendTLSPolicies:   true,
 		MaxRequestBodyBytes:  sidecar.DefaultMaxRequestBodyBytes,
@@ -133,10 +134,10 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	logsapi.AddFlags(o.Logs, fs)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the local cluster. Default: the in-cluster configuration.")
 	o.ServingOptions.AddFlags(fs)
-	fs.StringVar(&o.LocalClusterName, "local-cluster-name", o.LocalClusterName, "Name of this cluster in the ClusterSet: the cluster of local InferencePools (LocalFirst, metrics labels). Default: "+sidecar.DefaultLocalCluster+".")
+	fs.StringVar(&o.LocalClusterName, "local-cluster-name", o.LocalClusterName, "Name of this cluster in the ClusterSet: the cluster of local InferencePools (LocalFirst, metrics labels). Default: "+routetable.DefaultLocalCluster+".")
 	fs.StringVar(&o.DefaultClusterPolicy, "default-cluster-policy", o.DefaultClusterPolicy, "Cluster policy where no annotation chooses one: Weighted, HealthBased, MetricsBased, LocalFirst, PrefixAffinity, or a configuration of the scoring pipeline written inline as in the annotation (\"prefix-cache=3,session=2,in-flight=1,pick=max-score\"; scorers prefix-cache, session, latency, errors, in-flight, queue, kv-cache, weight; pick max-score, two-choices, round-robin, chain; filters=health+ready+weight+model+saturation+local-first).")
 	fs.StringSliceVar(&o.Gateways, "gateway", o.Gateways, "namespace/name of the Gateway this sidecar serves; only the HTTPRoutes its listeners accept are routed (Gateway API's allowedRoutes namespaces and kinds, parentRef sectionName and port, listener hostnames; the sidecar reads that Gateway and the Namespaces' labels). Repeatable. Default: every HTTPRoute, whatever its parentRefs. Cross-namespace backendRefs need a ReferenceGrant either way.")
-	fs.StringSliceVar(&o.EndpointPickerServices, "endpoint-picker-service", o.EndpointPickerServices, "namespace/name of a Service of this sidecar that InferencePools name as their endpointPickerRef. Repeatable. Set, the sidecar is an EPP shim: it serves the gateway's EPP-protocol requests for each such pool with the pool's real local EPP (annotation "+sidecar.LocalEndpointPickerAnnotation+") and the clusters of the InferencePoolImport of the same namespace/name, instead of routing by HTTPRoute.")
+	fs.StringSliceVar(&o.EndpointPickerServices, "endpoint-picker-service", o.EndpointPickerServices, "namespace/name of a Service of this sidecar that InferencePools name as their endpointPickerRef. Repeatable. Set, the sidecar is an EPP shim: it serves the gateway's EPP-protocol requests for each such pool with the pool's real local EPP (annotation "+routetable.LocalEndpointPickerAnnotation+") and the clusters of the InferencePoolImport of the same namespace/name, instead of routing by HTTPRoute.")
 	fs.StringSliceVar(&o.SecretNamespaces, "endpoint-picker-secret-namespaces", o.SecretNamespaces, "Namespaces whose Secrets labelled "+epptransport.CredentialsLabel+"=true the sidecar reads (get, list, watch: grant it a Role in each), for EPPs that serve TLS: an InferencePool's annotation "+v1alpha1.EndpointPickerSecretAnnotation+" names such a Secret of its namespace, and so do the secretRefs of its imports. Keys: "+epptransport.SecretCAKey+" (required), "+epptransport.SecretCertKey+" and "+epptransport.SecretKeyKey+" (a client certificate, for mutual TLS), "+epptransport.SecretServerNameKey+" (the name to verify instead of the address). Repeatable. Default: none, and such EPPs are not reached.")
 	fs.StringVar(&o.EPPMetricsTokenFile, "epp-metrics-token-file", o.EPPMetricsTokenFile, "File of the bearer token sent with the scrapes of EPPs' /metrics (MetricsBased), which upstream EPPs require by default; re-read as it rotates. A pool's credentials Secret with a key "+epptransport.SecretTokenKey+" overrides it for that pool's EPP. Default: the pod's ServiceAccount token (when the file does not exist, scrapes carry no token, which the sidecar logs at start). Empty: send no token but the Secrets'.")
 	fs.StringVar(&o.EndpointPickerTransport, "endpoint-picker-transport", o.EndpointPickerTransport, "How the ports of EPPs are reached where nothing else says (the pool's annotation "+v1alpha1.EndpointPickerTransportAnnotation+", its credentials Secret, a BackendTLSPolicy of its EPP Service): TLS or Plaintext for every port, or port=mode pairs with ports ext-proc, health and metrics. \"ext-proc=TLS\" suits EPPs with the upstream defaults (Gateway API Inference Extension and llm-d EPPs: ext_proc over TLS with a self-signed certificate, plaintext gRPC health and metrics); a TLS port with nothing to verify it with is not verified, as gateways reach those EPPs. Default: plaintext.")
@@ -170,7 +171,7 @@ func (o *Options) Validate() error {
 	if err := o.ServingOptions.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := sidecar.ParsePolicy(o.DefaultClusterPolicy); err != nil {
+	if _, err := routetable.ParsePolicy(o.DefaultClusterPolicy); err != nil {
 		errs = append(errs, fmt.Errorf("--default-cluster-policy: %w", err))
 	}
 	if _, err := o.gateways(); err != nil {
@@ -242,7 +243,7 @@ func (o *Options) Config() (sidecar.Config, error) {
 	if err != nil {
 		return sidecar.Config{}, err
 	}
-	policy, err := sidecar.ParsePolicy(o.DefaultClusterPolicy)
+	policy, err := routetable.ParsePolicy(o.DefaultClusterPolicy)
 	if err != nil {
 		return sidecar.Config{}, err
 	}

@@ -6,6 +6,7 @@
 package sidecartest
 
 import (
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -227,4 +228,35 @@ func GatewayClients(objs ...runtime.Object) *gatewayfake.Clientset {
 		}
 	}
 	return c
+}
+
+// Fleet is what the benchmarks route over: 200 HTTPRoutes over 100
+// InferencePoolImports of three clusters each and 100 local InferencePools
+// with their EPP Services.
+type Fleet struct {
+	Routes   []*gatewayv1.HTTPRoute
+	Imports  []*v1alpha1.InferencePoolImport
+	Pools    []*poolv1.InferencePool
+	Services []*corev1.Service
+}
+
+// NewFleet builds the Fleet: route i is host m<i>.model.com, split 50/50
+// between pool-<i%100> and its import, whose clusters a, c and d have
+// their EPPs at 127.0.2.1, 127.0.3.1 and 127.0.4.1.
+func NewFleet() Fleet {
+	var f Fleet
+	for i := range 100 {
+		name := fmt.Sprintf("pool-%03d", i)
+		f.Imports = append(f.Imports, Import(name,
+			Imported{Name: "a", Addr: "127.0.2.1"}, Imported{Name: "c", Addr: "127.0.3.1"}, Imported{Name: "d", Addr: "127.0.4.1"}))
+		f.Pools = append(f.Pools, Pool(name, ""))
+		f.Services = append(f.Services, EPPService(name, "127.0.1.1"))
+	}
+	for i := range 200 {
+		name := fmt.Sprintf("pool-%03d", i%100)
+		f.Routes = append(f.Routes, Route(fmt.Sprintf("r%03d", i), time.Duration(i), []string{fmt.Sprintf("m%d.model.com", i)},
+			Rule([]gatewayv1.HTTPRouteMatch{Prefix("/v1"), WithHeaders(Prefix("/v1/completions"), "x-tier", "gold")},
+				PoolRef(name, ptr.To[int32](50)), ImportRef(name, ptr.To[int32](50)))))
+	}
+	return f
 }

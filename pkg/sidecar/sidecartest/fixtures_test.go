@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/mci-dev/mci/pkg/sidecar"
+	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 )
 
@@ -21,8 +21,8 @@ func TestBackendRefsNameWhatTheSidecarRoutes(t *testing.T) {
 		ref             gatewayv1.HTTPBackendRef
 		wantGroup, kind string
 	}{
-		{name: "InferencePool", ref: sidecartest.PoolRef("llm", &weight), wantGroup: sidecar.InferencePoolGroup, kind: sidecar.InferencePoolKind},
-		{name: "InferencePoolImport", ref: sidecartest.ImportRef("llm", &weight), wantGroup: sidecar.InferencePoolImportGroup, kind: sidecar.InferencePoolImportKind},
+		{name: "InferencePool", ref: sidecartest.PoolRef("llm", &weight), wantGroup: routetable.InferencePoolGroup, kind: routetable.InferencePoolKind},
+		{name: "InferencePoolImport", ref: sidecartest.ImportRef("llm", &weight), wantGroup: routetable.InferencePoolImportGroup, kind: routetable.InferencePoolImportKind},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,7 +1,6 @@
-package sidecar
+package routetable
 
 import (
-	"cmp"
 	"fmt"
 	"net/http"
 	"slices"
@@ -10,21 +9,32 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	"github.com/mci-dev/mci/pkg/extproc"
 )
 
-// shimFor finds the shim pool a request is for, in this order: the pool
-// the gateway's filter metadata names; the only shim pool; the only shim
-// pool among the backendRefs of the request's HTTPRoute rule. Without one
-// it returns nil with the status and message to answer.
-func (t *Table) shimFor(req *extproc.Request, attrs *RequestAttrs) (*Backend, int, string) {
-	if v := req.Metadata.GetFilterMetadata()[ShimMetadataNamespace].GetFields()[ShimPoolKey].GetStringValue(); v != "" {
+// ShimFor finds the shim pool a request is for, in this order: the pool
+// named by v, the value of the gateway's filter metadata
+// ShimMetadataNamespace/ShimPoolKey ("" when it has none); the only shim
+// pool; the only shim pool among the backendRefs of the request's
+// HTTPRoute rule. Without one it returns nil with the status and message
+// to answer.
+//
+// The backend returned is the pool as the request's HTTPRoute rule names
+// it, when the rule has a backendRef to it: the route's policy and
+// cluster weights apply, as they do to every backendRef (builder.backend);
+// else the pool's own (its annotations, else the defaults). The gateway
+// applies the rule's filters itself in shim mode.
+func (t *Table) ShimFor(v string, attrs *RequestAttrs) (*Backend, int, string) {
+	var rule *Rule
+	if len(t.rules) > 0 {
+		rule, _ = t.Match(attrs)
+	}
+	if v != "" {
 		ns, name, ok := strings.Cut(v, "/")
 		if !ok || ns == "" || name == "" {
 			return nil, http.StatusBadRequest, fmt.Sprintf("the gateway's metadata %s/%s is %q, not namespace/name", ShimMetadataNamespace, ShimPoolKey, v)
 		}
 		if be := t.shims[types.NamespacedName{Namespace: ns, Name: name}]; be != nil {
-			return be, 0, ""
+			return asRouted(rule, be), 0, ""
 		}
 		return nil, http.StatusServiceUnavailable, fmt.Sprintf("InferencePool %s, which the gateway's metadata names, does not name mci-sidecar's Service as its endpointPickerRef", v)
 	}
@@ -32,11 +42,9 @@ func (t *Table) shimFor(req *extproc.Request, attrs *RequestAttrs) (*Backend, in
 	case 0:
 		return nil, http.StatusServiceUnavailable, "no InferencePool names mci-sidecar's Service as its endpointPickerRef"
 	case 1:
-		return t.shimList[0], 0, ""
+		return asRouted(rule, t.shimList[0]), 0, ""
 	}
-	// The gateway applies the rule's filters itself in shim mode: only the
-	// pool is taken from it.
-	if rule, _ := t.Match(attrs); rule != nil {
+	if rule != nil {
 		var found *Backend
 		for _, be := range rule.Backends {
 			if !be.Shim || be.Invalid != "" {
@@ -56,10 +64,25 @@ func (t *Table) shimFor(req *extproc.Request, attrs *RequestAttrs) (*Backend, in
 		len(t.shimList), ShimMetadataNamespace, ShimPoolKey)
 }
 
-// localOnly returns the backend restricted to the shim pool's local EPP,
+// asRouted is the backend of the shim pool pool as rule names it (the
+// first valid backendRef of rule to it); pool itself when rule is nil or
+// does not name it.
+func asRouted(rule *Rule, pool *Backend) *Backend {
+	if rule == nil {
+		return pool
+	}
+	for _, be := range rule.Backends {
+		if be.Shim && be.Invalid == "" && be.Namespace == pool.Namespace && be.Name == pool.Name {
+			return be
+		}
+	}
+	return pool
+}
+
+// LocalOnly returns the backend restricted to the shim pool's local EPP,
 // failing closed: what a request relayed by another cluster's sidecar may
 // use.
-func (b *Backend) localOnly() *Backend {
+func (b *Backend) LocalOnly() *Backend {
 	out := *b
 	out.Clusters = nil
 	out.FailureMode = poolv1.FailClose
@@ -98,7 +121,7 @@ func (b *builder) shim(p *poolv1.InferencePool) *Backend {
 		b.report(InferencePoolKind, key.Namespace, key.Name, ReasonNoShimClusters,
 			"its endpoint picker is mci-sidecar, but no other cluster exports the pool and it has no %s annotation: its requests get 503, or follow FailOpen", LocalEndpointPickerAnnotation)
 	}
-	be.Policy = cmp.Or(b.policyOf(InferencePoolKind, p, ""), b.policy)
+	be.Policy = b.backendPolicy("", InferencePoolKind, p)
 	be.wrr = newClusterRotation("shim "+key.String(), be.Clusters)
 	return be
 }

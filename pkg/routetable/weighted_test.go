@@ -1,4 +1,4 @@
-package sidecar
+package routetable
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package sidecar
+package routetable
 
 import (
 	"cmp"
@@ -10,8 +10,6 @@ import (
 	"time"
 
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-
-	"github.com/mci-dev/mci/pkg/extproc"
 )
 
 // RequestAttrs are the parts of an HTTP request that HTTPRoute matches read.
@@ -27,17 +25,6 @@ type RequestAttrs struct {
 	Method string
 	// Headers are the request headers by lower-case name.
 	Headers map[string][]string
-}
-
-// AttrsFromRequest reads the matching attributes of a request read from a
-// gateway stream.
-func AttrsFromRequest(req *extproc.Request) RequestAttrs {
-	path, query, _ := strings.Cut(req.Header(":path"), "?")
-	host := req.Header(":authority")
-	if host == "" {
-		host = req.Header("host")
-	}
-	return RequestAttrs{Host: host, Path: path, RawQuery: query, Method: req.Header(":method"), Headers: req.Headers}
 }
 
 // normalizeHost lowercases a request host and drops its port and a trailing

@@ -1,4 +1,4 @@
-package sidecar
+package routetable
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
-	"github.com/mci-dev/mci/pkg/epptransport"
+	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
@@ -49,12 +49,6 @@ const (
 	ShimPoolKey           = "inference-pool"
 )
 
-// RelayedHeader marks a request a sidecar relays to another cluster's EPP;
-// its value is the relaying sidecar's cluster. A shim-mode sidecar serves
-// such a request with its local EPP only, so that two clusters that both
-// export a shim pool never send a request back and forth.
-const RelayedHeader = "x-mci-relayed-from"
-
 // The backendRef kinds the sidecar routes to.
 const (
 	InferencePoolGroup       = "inference.networking.k8s.io"
@@ -92,9 +86,6 @@ const (
 	// affinity, the sidecar's own observations and the pool metrics.
 	PolicyPrefixAffinity Policy = clusterscore.PrefixAffinity
 )
-
-// Policies are the named policies.
-var Policies = []Policy{PolicyWeighted, PolicyHealthBased, PolicyMetricsBased, PolicyLocalFirst, PolicyPrefixAffinity}
 
 // ParsePolicy checks a policy: a name of Policies or an inline
 // configuration (clusterscore.Parse). Surrounding spaces are dropped.
@@ -134,7 +125,7 @@ type Cluster struct {
 	// Secret of the local cluster that an import's secretRefs (a local
 	// pool's endpoint-picker-secret annotation) name, or as a
 	// BackendTLSPolicy says, or not verified.
-	EPPTransport, HealthTransport, MetricsTransport epptransport.PortTransport
+	EPPTransport, HealthTransport, MetricsTransport imports.PortTransport
 	// Parent is the address ("host:port") of the parent gateway (ParentMode).
 	Parent string
 	// Weight is the cluster's weight for the Weighted and HealthBased
@@ -172,11 +163,29 @@ type Backend struct {
 	// filters are the HTTPRoute filters of the backendRef's rule, then of
 	// the backendRef: what a request routed to it goes through. nil when
 	// there are none.
-	filters *requestFilters
+	filters *Filters
 
 	models *requestmodel.Models
 	// wrr picks among Clusters by their weights.
 	wrr *rotation
+}
+
+// Filters are the HTTPRoute filters of the backendRef's rule, then of the
+// backendRef: what a request routed to it goes through; nil when there are
+// none.
+func (b *Backend) Filters() *Filters { return b.filters }
+
+// Scope is the scope of the backend's sessions and observations: a pool
+// and its import share it.
+func (b *Backend) Scope() string { return b.Namespace + "/" + b.Name }
+
+// Rotation is the weighted round-robin state of the backend's clusters;
+// nil when it has none.
+func (b *Backend) Rotation() *clusterscore.Rotation {
+	if b.wrr == nil {
+		return nil
+	}
+	return b.wrr.Rotation
 }
 
 // String names the backend for logs and errors.
@@ -211,11 +220,15 @@ type Rule struct {
 	Invalid string
 	// redirect, when set, answers every request of the rule with a
 	// redirect (its RequestRedirect filter).
-	redirect *requestFilters
+	redirect *Filters
 
 	// wrr picks among Backends by weight.
 	wrr *rotation
 }
+
+// Redirect is the rule's RequestRedirect filter, which answers every
+// request of the rule; nil when it has none.
+func (r *Rule) Redirect() *Filters { return r.redirect }
 
 // PickBackend picks a backend by weight; nil when every weight is 0 (or
 // there are no backendRefs), which Gateway API answers with 500.
@@ -243,7 +256,7 @@ type Table struct {
 	shimMode bool
 	shims    map[types.NamespacedName]*Backend
 	shimList []*Backend
-	// local names the local cluster (RelayedHeader).
+	// local names the local cluster.
 	local string
 	// carried is true when the builder already gave the weighted pickers
 	// the state of the previous table's (Incremental does).
@@ -268,9 +281,12 @@ func (t *Table) Shims() []*Backend { return t.shimList }
 // Shim returns the backend of a shim pool; nil when pool is not one.
 func (t *Table) Shim(pool types.NamespacedName) *Backend { return t.shims[pool] }
 
-// backends yields every backend of the table: those of the rules, then
+// LocalCluster names the cluster the table was built in.
+func (t *Table) LocalCluster() string { return t.local }
+
+// Backends yields every backend of the table: those of the rules, then
 // the shim pools'.
-func (t *Table) backends(yield func(*Backend) bool) {
+func (t *Table) Backends(yield func(*Backend) bool) {
 	for _, r := range t.rules {
 		for _, b := range r.Backends {
 			if !yield(b) {
@@ -322,7 +338,7 @@ func (t *Table) Clusters() []*Cluster {
 		seen[k] = true
 		out = append(out, c)
 	}
-	for b := range t.backends {
+	for b := range t.Backends {
 		for _, c := range b.Clusters {
 			add(c)
 		}
@@ -339,7 +355,7 @@ func (t *Table) wrrs(yield func(**rotation)) {
 	for _, r := range t.rules {
 		yield(&r.wrr)
 	}
-	for b := range t.backends {
+	for b := range t.Backends {
 		if b.wrr != nil {
 			yield(&b.wrr)
 		}

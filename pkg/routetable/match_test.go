@@ -1,4 +1,4 @@
-package sidecar
+package routetable
 
 import (
 	"fmt"
@@ -8,8 +8,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-
-	"github.com/mci-dev/mci/pkg/extproc"
 )
 
 func TestPrefixMatches(t *testing.T) {
@@ -259,16 +257,4 @@ func cut(pathAndQuery string) (string, string, bool) {
 		}
 	}
 	return pathAndQuery, "", false
-}
-
-func TestAttrsFromRequest(t *testing.T) {
-	req := &extproc.Request{Headers: map[string][]string{
-		":authority": {"my.model.com"}, ":path": {"/v1/completions?stream=true"}, ":method": {"POST"}, "x-tier": {"gold"},
-	}}
-	a := AttrsFromRequest(req)
-	assert.Equal(t, "my.model.com", a.Host)
-	assert.Equal(t, "/v1/completions", a.Path)
-	assert.Equal(t, "stream=true", a.RawQuery)
-	assert.Equal(t, "POST", a.Method)
-	assert.Equal(t, []string{"gold"}, a.Headers["x-tier"])
 }

@@ -7,65 +7,54 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/clusterscore"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
+	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/scheduling"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 )
 
-// benchInputs are 200 HTTPRoutes over 100 imports of three clusters each
-// and 100 local pools with their EPP Services.
-func benchInputs() Inputs {
-	var in Inputs
-	for i := range 100 {
-		name := fmt.Sprintf("pool-%03d", i)
-		in.Imports = append(in.Imports, importOf(name,
-			imported{name: "a", addr: "127.0.2.1"}, imported{name: "c", addr: "127.0.3.1"}, imported{name: "d", addr: "127.0.4.1"}))
-		in.Pools = append(in.Pools, pool(name, ""))
-		in.Services = append(in.Services, eppService(name, "127.0.1.1"))
+// BenchmarkPick measures the per-request routing decision: match, backend,
+// cluster order (HealthBased over three clusters).
+func BenchmarkPick(b *testing.B) {
+	var routes []*gatewayv1.HTTPRoute
+	for i := range 50 {
+		routes = append(routes, sidecartest.Route(fmt.Sprintf("r%02d", i), time.Duration(i), []string{fmt.Sprintf("m%d.model.com", i), "*.model.com"},
+			sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix(fmt.Sprintf("/v1/r%d", i)), sidecartest.WithHeaders(sidecartest.Prefix("/v1/completions"), "x-route", fmt.Sprint(i))},
+				sidecartest.PoolRef("llm", ptr.To[int32](50)), sidecartest.ImportRef("llm", ptr.To[int32](50)))))
 	}
-	for i := range 200 {
-		name := fmt.Sprintf("pool-%03d", i%100)
-		in.Routes = append(in.Routes, route(fmt.Sprintf("r%03d", i), time.Duration(i), []string{fmt.Sprintf("m%d.model.com", i)},
-			rule([]gatewayv1.HTTPRouteMatch{prefix("/v1"), withHeaders(prefix("/v1/completions"), "x-tier", "gold")},
-				poolRef(name, ptr.To[int32](50)), importRef(name, ptr.To[int32](50)))))
-	}
-	return in
-}
-
-// BenchmarkIncremental is BenchmarkBuild's informer event (one import
-// changes) for the Incremental builder: two routes are recompiled and one
-// host group sorted again.
-func BenchmarkIncremental(b *testing.B) {
-	in := benchInputs()
-	x := NewIncremental(in)
-	for _, r := range in.Routes {
-		x.SetRoute(r)
-	}
-	for _, imp := range in.Imports {
-		x.SetImport(imp)
-	}
-	for _, p := range in.Pools {
-		x.SetPool(p)
-	}
-	for _, s := range in.Services {
-		x.SetService(s)
-	}
-	x.Table()
-	r := NewRouter()
+	tbl, errs := buildTable(routetable.Inputs{
+		Routes: routes,
+		Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm",
+			sidecartest.Imported{Name: "a", Addr: "127.0.2.1"}, sidecartest.Imported{Name: "c", Addr: "127.0.3.1"}, sidecartest.Imported{Name: "d", Addr: "127.0.4.1"})},
+		Pools:    []*poolv1.InferencePool{sidecartest.Pool("llm", "")},
+		Services: []*corev1.Service{sidecartest.EPPService("llm", "127.0.1.1")},
+	})
+	require.Empty(b, errs)
+	r := routetable.NewRouter()
+	r.Publish(tbl)
+	st := &fakeState{health: map[string]Health{"a": HealthServing, "c": HealthServing}}
+	policies := NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{})
+	attrs := routetable.RequestAttrs{Host: "m7.model.com", Path: "/v1/completions", Method: "POST", Headers: map[string][]string{"x-route": {"7"}}}
 	b.ReportAllocs()
-	i := 0
+	b.ResetTimer()
 	for b.Loop() {
-		i++
-		x.SetImport(importOf("pool-042", imported{name: "a", addr: fmt.Sprintf("127.0.2.%d", 1+i%2)}, imported{name: "c", addr: "127.0.3.1"}))
-		t, changed := x.Table()
-		if !changed || len(t.Errors) > 0 {
-			b.Fatal(changed, t.Errors)
+		rl, _ := r.Table().Match(&attrs)
+		be := rl.PickBackend()
+		p, _ := policies.Get(be.Policy)
+		if _, err := p.Order(be, PickRequest{Now: sidecartest.Epoch}, st); err != nil {
+			b.Fatal(err)
 		}
-		r.Publish(t)
 	}
 }
 
@@ -77,7 +66,7 @@ func BenchmarkIncremental(b *testing.B) {
 // request polling the Router from another goroutine picks the changed
 // cluster. It reports the p50, p99 and max of that latency.
 func BenchmarkImportEventToRoutedRequest(b *testing.B) {
-	in := benchInputs()
+	in := sidecartest.NewFleet()
 	var kubeObjs, mciObjs, gwObjs []k8sruntime.Object
 	for _, s := range in.Services {
 		kubeObjs = append(kubeObjs, s)
@@ -92,9 +81,9 @@ func BenchmarkImportEventToRoutedRequest(b *testing.B) {
 		gwObjs = append(gwObjs, r)
 	}
 	mci := mcifake.NewSimpleClientset(mciObjs...)
-	router := NewRouter()
+	router := routetable.NewRouter()
 	w := NewWatcher(Clients{Kube: kubefake.NewSimpleClientset(kubeObjs...), MCI: mci, Gateway: gatewayfake.NewSimpleClientset(gwObjs...)},
-		WatchConfig{LocalCluster: "b", DefaultPolicy: PolicyWeighted}, router, nil)
+		WatchConfig{LocalCluster: "b", DefaultPolicy: routetable.PolicyWeighted}, router, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -106,7 +95,7 @@ func BenchmarkImportEventToRoutedRequest(b *testing.B) {
 	}()
 	<-w.Synced()
 
-	attrs := &RequestAttrs{Host: "m42.model.com", Path: "/v1/completions"}
+	attrs := &routetable.RequestAttrs{Host: "m42.model.com", Path: "/v1/completions"}
 	// routedTo routes one request as the Server does up to the EPP call and
 	// returns the EPP address of the import's first cluster in policy order.
 	routedTo := func() string {
@@ -115,7 +104,7 @@ func BenchmarkImportEventToRoutedRequest(b *testing.B) {
 			return ""
 		}
 		be := rl.Backends[1]
-		order, _ := testPolicy(b, PolicyWeighted).Order(be, PickRequest{}, &fakeState{})
+		order, _ := testPolicy(b, routetable.PolicyWeighted).Order(be, PickRequest{}, &fakeState{})
 		for _, c := range order {
 			if c.Name == "a" {
 				return c.EPP
@@ -128,7 +117,7 @@ func BenchmarkImportEventToRoutedRequest(b *testing.B) {
 	for b.Loop() {
 		i++
 		want := fmt.Sprintf("127.0.2.%d", 2+i%2)
-		imp := importOf("pool-042", imported{name: "a", addr: want}, imported{name: "c", addr: "127.0.3.1"}, imported{name: "d", addr: "127.0.4.1"})
+		imp := sidecartest.Import("pool-042", sidecartest.Imported{Name: "a", Addr: want}, sidecartest.Imported{Name: "c", Addr: "127.0.3.1"}, sidecartest.Imported{Name: "d", Addr: "127.0.4.1"})
 		want += ":9002"
 		start := time.Now()
 		if err := mci.Tracker().Update(importsGVR, imp, ns); err != nil {

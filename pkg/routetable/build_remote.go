@@ -1,4 +1,4 @@
-package sidecar
+package routetable
 
 import (
 	"cmp"
@@ -13,7 +13,6 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
-	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/imports"
 )
 
@@ -101,20 +100,20 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 // defaults.
 func (b *builder) importTransports(c *Cluster, namespace string, epp v1alpha1.EndpointPickerImport, secrets [3]types.NamespacedName) error {
 	def := b.in.DefaultTransport
-	mode, validation := epptransport.Of(epp.Transport)
+	mode, validation := imports.TransportOf(epp.Transport)
 	var err error
-	if c.EPPTransport, err = epptransport.Resolve(imports.PortExtProc, mode, secrets[0], validation, namespace, def.ExtProc); err != nil {
+	if c.EPPTransport, err = imports.ResolvePortTransport(imports.PortExtProc, mode, secrets[0], validation, namespace, def.ExtProc); err != nil {
 		return err
 	}
 	if epp.Health != nil {
-		mode, validation = epptransport.Of(epp.Health.Transport)
-		if c.HealthTransport, err = epptransport.Resolve(imports.PortHealth, mode, secrets[1], validation, namespace, def.Health); err != nil {
+		mode, validation = imports.TransportOf(epp.Health.Transport)
+		if c.HealthTransport, err = imports.ResolvePortTransport(imports.PortHealth, mode, secrets[1], validation, namespace, def.Health); err != nil {
 			return err
 		}
 	}
 	if epp.Metrics != nil {
-		mode, validation = epptransport.Of(epp.Metrics.Transport)
-		if c.MetricsTransport, err = epptransport.Resolve(imports.PortMetrics, mode, secrets[2], validation, namespace, def.Metrics); err != nil {
+		mode, validation = imports.TransportOf(epp.Metrics.Transport)
+		if c.MetricsTransport, err = imports.ResolvePortTransport(imports.PortMetrics, mode, secrets[2], validation, namespace, def.Metrics); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,4 @@
-package sidecar
+package routetable
 
 import (
 	"context"
@@ -10,13 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-
-	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	"github.com/mci-dev/mci/pkg/clusterscore"
-	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
 // tableWith builds a table whose one rule splits between imports "x<gen>"
@@ -118,40 +113,6 @@ func TestRouterCarriesWeightedStateOver(t *testing.T) {
 		r.Publish(build(1, 3))
 		assert.NotSame(t, first, r.Table().Rules()[0].wrr)
 	})
-}
-
-// BenchmarkPick measures the per-request routing decision: match, backend,
-// cluster order (HealthBased over three clusters).
-func BenchmarkPick(b *testing.B) {
-	var routes []*gatewayv1.HTTPRoute
-	for i := range 50 {
-		routes = append(routes, route(fmt.Sprintf("r%02d", i), time.Duration(i), []string{fmt.Sprintf("m%d.model.com", i), "*.model.com"},
-			rule([]gatewayv1.HTTPRouteMatch{prefix(fmt.Sprintf("/v1/r%d", i)), withHeaders(prefix("/v1/completions"), "x-route", fmt.Sprint(i))},
-				poolRef("llm", ptr.To[int32](50)), importRef("llm", ptr.To[int32](50)))))
-	}
-	tbl, errs := Build(Inputs{
-		Routes: routes,
-		Imports: []*v1alphaImport{importOf("llm",
-			imported{name: "a", addr: "127.0.2.1"}, imported{name: "c", addr: "127.0.3.1"}, imported{name: "d", addr: "127.0.4.1"})},
-		Pools:    []*poolv1.InferencePool{pool("llm", "")},
-		Services: []*corev1.Service{eppService("llm", "127.0.1.1")},
-	})
-	require.Empty(b, errs)
-	r := NewRouter()
-	r.Publish(tbl)
-	st := &fakeState{health: map[string]Health{"a": HealthServing, "c": HealthServing}}
-	policies := NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{})
-	attrs := RequestAttrs{Host: "m7.model.com", Path: "/v1/completions", Method: "POST", Headers: map[string][]string{"x-route": {"7"}}}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		rl, _ := r.Table().Match(&attrs)
-		be := rl.PickBackend()
-		p, _ := policies.Get(be.Policy)
-		if _, err := p.Order(be, PickRequest{Now: epoch}, st); err != nil {
-			b.Fatal(err)
-		}
-	}
 }
 
 // BenchmarkBuild rebuilds a table of 200 HTTPRoutes over 100 imports of

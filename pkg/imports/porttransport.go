@@ -1,4 +1,4 @@
-package epptransport
+package imports
 
 import (
 	"fmt"
@@ -6,11 +6,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
-	"github.com/mci-dev/mci/pkg/imports"
 )
 
-// PortTransport is how one address of a cluster's EPP (ext_proc, gRPC
-// health or metrics) is reached: plaintext, or TLS verified with the mci
+// PortTransport is how mci-sidecar reaches one address of a cluster's EPP
+// (ext_proc, gRPC health or metrics), resolved from the settings this
+// package computes for an import's EPP (or reads from a local pool): plaintext, or TLS verified with the mci
 // credentials Secret, or verified as a BackendTLSPolicy says, or — TLS
 // asked for with neither — not verified, which is how gateways reach an
 // upstream EPP's default self-signed certificate.
@@ -52,7 +52,7 @@ const (
 	TransportKindSecret     = "tls-secret"
 )
 
-// transportKey is a comparable form of a PortTransport, for the table's
+// Key is a comparable form of a PortTransport, for the table's
 // set of distinct clusters and the credentials' conflicts.
 func (p PortTransport) Key() string {
 	if !p.TLS {
@@ -68,7 +68,7 @@ func (p PortTransport) Key() string {
 	return fmt.Sprintf("tls|%s|%s|%s", p.Secret, p.Namespace, v)
 }
 
-// resolveTransport decides how one port of a cluster's EPP is reached, from
+// ResolvePortTransport decides how one port of a cluster's EPP is reached, from
 // what its pool says (explicit: the transport annotation's mode, as an
 // import carries it), the credentials Secret of the port (secret), the
 // BackendTLSPolicy validation of the port, and the sidecar's default mode
@@ -80,12 +80,12 @@ func (p PortTransport) Key() string {
 // is an error, never a silent downgrade. Plaintext asked with a Secret
 // reaches that port without it: a Secret for ext-proc with an upstream
 // EPP's plaintext health port.
-func Resolve(port, explicit string, secret types.NamespacedName, validation *v1alpha1.BackendTLSValidation, namespace, def string) (PortTransport, error) {
+func ResolvePortTransport(port, explicit string, secret types.NamespacedName, validation *v1alpha1.BackendTLSValidation, namespace, def string) (PortTransport, error) {
 	mode := explicit
 	if mode == "" && secret.Name != "" {
 		mode = string(v1alpha1.TransportTLS)
 	}
-	if mode == "" && validation != nil && port == imports.PortExtProc {
+	if mode == "" && validation != nil && port == PortExtProc {
 		mode = string(v1alpha1.TransportTLS)
 	}
 	if mode == "" {
@@ -93,7 +93,7 @@ func Resolve(port, explicit string, secret types.NamespacedName, validation *v1a
 	}
 	switch mode {
 	case "", string(v1alpha1.TransportPlaintext):
-		if validation != nil && port == imports.PortExtProc {
+		if validation != nil && port == PortExtProc {
 			return PortTransport{}, fmt.Errorf("BackendTLSPolicy %s targets the EPP's ext-proc port, but its transport is Plaintext: TLS is never dropped; remove the policy or the Plaintext setting", validation.PolicyName)
 		}
 		// The Secret stays known to the port (its metrics token), but
@@ -109,8 +109,8 @@ func Resolve(port, explicit string, secret types.NamespacedName, validation *v1a
 	return PortTransport{}, fmt.Errorf("unknown transport mode %q of the %s port", mode, port)
 }
 
-// transportOf is the explicit mode and the validation of an import's port.
-func Of(t *v1alpha1.EndpointTransport) (string, *v1alpha1.BackendTLSValidation) {
+// TransportOf is the explicit mode and the validation of an import's port.
+func TransportOf(t *v1alpha1.EndpointTransport) (string, *v1alpha1.BackendTLSValidation) {
 	if t == nil {
 		return "", nil
 	}

@@ -1,4 +1,4 @@
-package sidecar
+package routetable
 
 import (
 	"maps"
@@ -105,15 +105,17 @@ type shimEntry struct {
 	errs []error
 }
 
-// NewIncremental returns a builder with Build's settings (the object lists
-// of in are ignored) and no objects.
+// NewIncremental returns a builder with in's settings that holds in's
+// objects, as if each had been set (the sidecar's Watcher gives it none
+// and sets objects as informers see them).
 func NewIncremental(in Inputs) *Incremental {
+	objects := in
 	in.Routes, in.Imports, in.Pools, in.Services, in.Models, in.Objectives = nil, nil, nil, nil, nil, nil
 	in.Gateways, in.Namespaces, in.ReferenceGrants = nil, nil, nil
 	in.BackendTLSPolicies = nil
 	b := newBuilder(in)
 	b.incremental = true
-	return &Incremental{
+	x := &Incremental{
 		b:            b,
 		routes:       map[types.NamespacedName]*gatewayv1.HTTPRoute{},
 		entries:      map[types.NamespacedName]*routeEntry{},
@@ -138,6 +140,28 @@ func NewIncremental(in Inputs) *Incremental {
 		dirtyModels:  map[types.NamespacedName]struct{}{},
 		dirtyHosts:   map[string]struct{}{},
 		changed:      true,
+	}
+	x.load(objects)
+	return x
+}
+
+// load sets every object of in.
+func (x *Incremental) load(in Inputs) {
+	setAll(in.Services, x.SetService)
+	setAll(in.BackendTLSPolicies, x.SetBackendTLSPolicy)
+	setAll(in.Pools, x.SetPool)
+	setAll(in.Imports, x.SetImport)
+	setAll(in.Models, x.SetModel)
+	setAll(in.Objectives, x.SetObjective)
+	setAll(in.Gateways, x.SetGateway)
+	setAll(in.Namespaces, x.SetNamespace)
+	setAll(in.ReferenceGrants, x.SetReferenceGrant)
+	setAll(in.Routes, x.SetRoute)
+}
+
+func setAll[T any](objs []T, set func(T)) {
+	for _, o := range objs {
+		set(o)
 	}
 }
 

@@ -1,4 +1,4 @@
-package sidecar
+package routetable
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -226,6 +227,28 @@ func countGatewayRules(tbl *Table, routes map[types.NamespacedName]*gatewayv1.HT
 	for _, g := range tbl.index.wildcards {
 		named(g.matchers)
 	}
+}
+
+// NewIncremental of objects is the table Build makes of them: the
+// sidecar's tests build their tables so.
+func TestNewIncrementalHoldsItsInputsObjects(t *testing.T) {
+	withRules := 0
+	for seed := range uint64(20) {
+		u := universe{r: rand.New(rand.NewPCG(seed, 7))}
+		o := newObjects()
+		x := NewIncremental(Inputs{})
+		for range 30 {
+			u.change(o, x)
+		}
+		in := o.inputs(Inputs{})
+		got, _ := NewIncremental(in).Table()
+		want, _ := Build(in)
+		require.Equal(t, describeTable(t, want), describeTable(t, got), "seed %d", seed)
+		if len(want.Rules()) > 0 {
+			withRules++
+		}
+	}
+	assert.Greater(t, withRules, 10, "the objects make tables with rules")
 }
 
 // A Gateway's status, labels of namespaces no route of the Gateway lives

@@ -1,4 +1,4 @@
-package sidecar
+package routetable
 
 import (
 	"cmp"
@@ -431,11 +431,18 @@ func (b *builder) backend(r *gatewayv1.HTTPRoute, ri, bi int, ref gatewayv1.Back
 		}
 	}
 
-	// The route's policy, else its backend's, else the default.
-	be.Policy = cmp.Or(ra.policy, b.policyOf(string(be.Kind), obj, ""), b.policy)
+	be.Policy = b.backendPolicy(ra.policy, string(be.Kind), obj)
 
 	be.wrr = newClusterRotation(r.Namespace+"/"+r.Name+"#"+strconv.Itoa(ri)+"/"+strconv.Itoa(bi), be.Clusters)
 	return be
+}
+
+// backendPolicy is the policy of a backend: the one of the route that
+// names it (route, "" for none), else the one its pool or import obj of
+// kind names, else the default. The one rule of precedence, for
+// backendRefs and for shim pools reached without a route.
+func (b *builder) backendPolicy(route Policy, kind string, obj metav1.Object) Policy {
+	return cmp.Or(route, b.policyOf(kind, obj, ""), b.policy)
 }
 
 // policyOf is the policy PolicyAnnotation names on obj (nil: none), ""

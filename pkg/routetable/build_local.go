@@ -1,4 +1,4 @@
-package sidecar
+package routetable
 
 import (
 	"cmp"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/imports"
 )
 
@@ -143,17 +142,17 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 	var err error
 	def := b.in.DefaultTransport
 	validation := b.localValidation(p.Namespace, svc)
-	if c.EPPTransport, err = epptransport.Resolve(imports.PortExtProc, modes.ExtProc, secretRef, validation(port), p.Namespace, def.ExtProc); err != nil {
+	if c.EPPTransport, err = imports.ResolvePortTransport(imports.PortExtProc, modes.ExtProc, secretRef, validation(port), p.Namespace, def.ExtProc); err != nil {
 		return nil, err
 	}
 	if hp := ports.Health; hp != 0 {
 		c.Health = net.JoinHostPort(addrs[0], strconv.Itoa(int(hp)))
-		if c.HealthTransport, err = epptransport.Resolve(imports.PortHealth, modes.Health, secretRef, validation(hp), p.Namespace, def.Health); err != nil {
+		if c.HealthTransport, err = imports.ResolvePortTransport(imports.PortHealth, modes.Health, secretRef, validation(hp), p.Namespace, def.Health); err != nil {
 			return nil, err
 		}
 	}
 	if mp := ports.Metrics; mp != 0 {
-		if c.MetricsTransport, err = epptransport.Resolve(imports.PortMetrics, modes.Metrics, secretRef, validation(mp), p.Namespace, def.Metrics); err != nil {
+		if c.MetricsTransport, err = imports.ResolvePortTransport(imports.PortMetrics, modes.Metrics, secretRef, validation(mp), p.Namespace, def.Metrics); err != nil {
 			return nil, err
 		}
 		c.Metrics = metricsURL(addrs[0], mp, c.MetricsTransport.TLS)

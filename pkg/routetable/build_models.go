@@ -1,4 +1,4 @@
-package sidecar
+package routetable
 
 import (
 	"k8s.io/apimachinery/pkg/types"

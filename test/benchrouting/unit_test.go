@@ -222,11 +222,19 @@ func TestLoadConfig(t *testing.T) {
 			assert.Equal(t, []string{"Weighted", "PrefixAffinity", "Oracle"}, c.Policies)
 			assert.False(t, isReference("PrefixAffinity"), "taken as a cluster policy of the sidecar")
 		}, ""},
+		{"inline configurations are separated by semicolons", map[string]string{"MCI_BENCH_ROUTING_POLICIES": "prefix-cache=3,in-flight=1; RoundRobin;"}, func(t *testing.T, c config) {
+			assert.Equal(t, []string{"prefix-cache=3,in-flight=1", "RoundRobin"}, c.Policies)
+		}, ""},
 		{"overrides", map[string]string{"MCI_BENCH_ROUTING_DURATION": "30s", "MCI_BENCH_ROUTING_REPETITIONS": "3", "MCI_BENCH_ROUTING_SCENARIOS": "no-shared-prefix"}, func(t *testing.T, c config) {
 			assert.Equal(t, 30*time.Second, c.RunDuration)
 			assert.Equal(t, 3, c.Repetitions)
 			assert.Equal(t, []string{scenarioNoPrefix}, c.Scenarios)
 		}, ""},
+		{"the short-prompts workload", map[string]string{"MCI_BENCH_ROUTING_WORKLOAD": "short-prompts"}, func(t *testing.T, c config) {
+			assert.Equal(t, workloadShortPrompts, c.WorkloadName)
+			assert.Equal(t, 600, c.Workload.SystemTokens)
+		}, ""},
+		{"unknown workload", map[string]string{"MCI_BENCH_ROUTING_WORKLOAD": "huge"}, nil, `MCI_BENCH_ROUTING_WORKLOAD="huge": want long-prompts or short-prompts`},
 		{"bad profile", map[string]string{"MCI_BENCH_PROFILE": "huge"}, nil, "want full or smoke"},
 		{"bad duration", map[string]string{"MCI_BENCH_ROUTING_DURATION": "fast"}, nil, "MCI_BENCH_ROUTING_DURATION"},
 		{"bad repetitions", map[string]string{"MCI_BENCH_ROUTING_REPETITIONS": "0"}, nil, "REPETITIONS"},
@@ -234,7 +242,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, k := range []string{"MCI_BENCH_PROFILE", "MCI_BENCH_ROUTING_DURATION", "MCI_BENCH_ROUTING_REPETITIONS", "MCI_BENCH_ROUTING_SCENARIOS", "MCI_BENCH_ROUTING_POLICIES"} {
+			for _, k := range []string{"MCI_BENCH_PROFILE", "MCI_BENCH_ROUTING_DURATION", "MCI_BENCH_ROUTING_REPETITIONS", "MCI_BENCH_ROUTING_SCENARIOS", "MCI_BENCH_ROUTING_POLICIES", "MCI_BENCH_ROUTING_WORKLOAD"} {
 				t.Setenv(k, tt.env[k])
 			}
 			c, err := loadConfig()

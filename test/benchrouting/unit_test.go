@@ -83,7 +83,7 @@ func TestSummarize(t *testing.T) {
 			samples: []loadSample{sampleOf([3]int{0, 2, 2}, [3]int{0, 3, 0})},
 		},
 		{
-			outcomes: []outcome{ok("cluster-a", 300, 500, 100, 100), {code: 0}, {code: http.StatusOK, complete: false}},
+			outcomes: []outcome{ok("cluster-a", 300, 500, 100, 100), {code: 0}, {code: http.StatusOK, complete: false, afterSaturation: true}},
 			active:   2 * time.Second, hitTokens: 100, queryTokens: 100,
 			samples: []loadSample{sampleOf([3]int{1, 2, 2}, [3]int{0, 1, 0})},
 		},
@@ -105,6 +105,7 @@ func TestSummarize(t *testing.T) {
 	assert.Equal(t, 3, got.ClusterPeakQ["cluster-b"])
 	assert.Equal(t, 2.0, got.ClusterQueue["cluster-b"])
 	assert.Equal(t, 0.5, got.ClusterBusy["cluster-a"])
+	assert.Equal(t, 0.5, got.AfterSaturation, "1 request sent to the saturated cluster in 2 runs")
 	assert.Empty(t, policyErrors("s", "p", got))
 }
 

@@ -131,6 +131,13 @@ type Config struct {
 	Filters []Filter
 	Scorers []WeightedScorer
 	Picker  Picker
+	// AffinityMargin is how far, in requests per ready pod, a candidate's
+	// load may be above the least loaded candidate's for its affinity (the
+	// prefix-cache and session scores) to count; beyond it those score 0.
+	// A candidate's load is its scraped average queue plus this sidecar's
+	// requests in flight to it per ready pod. Negative: affinity counts
+	// whatever the load. It matters only with an affinity scorer.
+	AffinityMargin float64
 }
 
 // Has reports whether the configuration includes the filter.
@@ -145,6 +152,12 @@ const (
 	LocalFirst     = "LocalFirst"
 	PrefixAffinity = "PrefixAffinity"
 )
+
+// DefaultAffinityMargin is the affinity margin of PrefixAffinity and of
+// written configurations that do not set one: affinity counts for a
+// cluster while its load is at most one request per ready pod above the
+// least loaded cluster's.
+const DefaultAffinityMargin = 1.0
 
 // defaultFilters are the filters of a configuration written as scorers.
 var defaultFilters = []Filter{FilterHealth, FilterReady, FilterWeight, FilterModel, FilterSaturation}
@@ -165,7 +178,8 @@ func Named() map[string]Config {
 				{ScorePrefixCache, 3}, {ScoreSession, 2}, {ScoreInFlight, 1},
 				{ScoreLatency, 1}, {ScoreErrors, 1}, {ScoreQueue, 1}, {ScoreKVCache, 1},
 			},
-			Picker: PickMaxScore,
+			Picker:         PickMaxScore,
+			AffinityMargin: DefaultAffinityMargin,
 		},
 	}
 }
@@ -189,6 +203,7 @@ var ErrSyntax = errors.New("invalid cluster scoring configuration")
 //	<scorer>=<weight>                 a scorer and its weight, 0 < weight <= 1000
 //	pick=<picker>                     max-score (default), two-choices, round-robin, chain
 //	filters=<filter>+<filter>...      instead of health+ready+weight+model+saturation
+//	affinity-margin=<n>|off           requests per ready pod, 0 <= n <= 1000 (default 1)
 //
 // such as "prefix-cache=3,session=2,in-flight=1,queue=1,kv-cache=1" or
 // "in-flight=1,pick=two-choices". Spaces around items are ignored. Each
@@ -208,9 +223,9 @@ func Parse(s string) (Config, error) {
 	if !strings.Contains(s, "=") {
 		return Config{}, fmt.Errorf("%w: unknown configuration %q; want one of %v or a list such as %q", ErrSyntax, s, Names, "prefix-cache=3,in-flight=1")
 	}
-	c := Config{Name: s, Filters: defaultFilters, Picker: PickMaxScore}
+	c := Config{Name: s, Filters: defaultFilters, Picker: PickMaxScore, AffinityMargin: DefaultAffinityMargin}
 	var seenScorer [NumScorers]bool
-	var seenPick, seenFilters bool
+	var seenPick, seenFilters, seenMargin bool
 	for item := range strings.SplitSeq(s, ",") {
 		key, value, ok := strings.Cut(strings.TrimSpace(item), "=")
 		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
@@ -238,10 +253,24 @@ func Parse(s string) (Config, error) {
 				return Config{}, err
 			}
 			c.Filters = fs
+		case "affinity-margin":
+			if seenMargin {
+				return Config{}, fmt.Errorf("%w: affinity-margin given twice", ErrSyntax)
+			}
+			seenMargin = true
+			if value == "off" {
+				c.AffinityMargin = -1
+				break
+			}
+			m, err := strconv.ParseFloat(value, 64)
+			if err != nil || math.IsNaN(m) || m < 0 || m > maxWeight {
+				return Config{}, fmt.Errorf("%w: affinity-margin %q is not off or a number from 0 to %d", ErrSyntax, value, maxWeight)
+			}
+			c.AffinityMargin = m
 		default:
 			i := slices.Index(scorerNames[:], key)
 			if i < 0 {
-				return Config{}, fmt.Errorf("%w: unknown scorer %q; want one of %v, pick or filters", ErrSyntax, key, scorerNames)
+				return Config{}, fmt.Errorf("%w: unknown scorer %q; want one of %v, pick, filters or affinity-margin", ErrSyntax, key, scorerNames)
 			}
 			if seenScorer[i] {
 				return Config{}, fmt.Errorf("%w: scorer %s given twice", ErrSyntax, key)

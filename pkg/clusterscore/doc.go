@@ -30,10 +30,12 @@
 //	MetricsBased  filters health, ready, weight, model, saturation; in-flight=1;
 //	              pick chain
 //	PrefixAffinity the default filters; prefix-cache=3, session=2, in-flight=1,
-//	              latency=1, errors=1, queue=1, kv-cache=1;     pick max-score
+//	              latency=1, errors=1, queue=1, kv-cache=1;     pick max-score;
+//	              affinity margin 1 request per ready pod
 //
 // The annotation syntax is Parse's: a name, or "prefix-cache=3,in-flight=1"
-// with optional "pick=two-choices" and "filters=health+saturation".
+// with optional "pick=two-choices", "filters=health+saturation" and
+// "affinity-margin=2".
 //
 // Decisions where the issue is silent:
 //
@@ -53,16 +55,25 @@
 //     learns from the cluster that actually served (Memory.Served), not
 //     from the pick, so a failover does not teach it wrong. It is per
 //     sidecar: each gateway replica learns from its own traffic.
-//   - Affinity yields to load in two ways. Hard: a saturated cluster (its
-//     fresh pool metrics above the sheddable thresholds) is in the last
-//     tier whatever its affinity, and a sheddable request never goes
-//     there. Soft: the load scorers (in-flight, queue, KV cache) sit in the
-//     same total, so a short shared prefix (3 of 16 blocks scores 0.56 at
-//     weight 3) loses to a cluster with ten fewer requests in flight (0.91
-//     at weight 1), while a whole shared conversation (3 at weight 3)
-//     outweighs any difference of queue and KV cache below saturation
-//     (at most 1.3), and yields only to a cluster that is at once much
-//     less busy, faster and failing less.
+//   - Affinity yields to load by one rule: the prefix-cache and session
+//     scores count only among the candidates whose load is within the
+//     configuration's affinity margin (PrefixAffinity: 1 request per
+//     ready pod; "affinity-margin=<n>|off") of the least loaded
+//     candidate's; the others score 0 on them and compete on load alone
+//     (yieldAffinity). A candidate's load is the one the chain picker
+//     ranks MetricsBased by: its scraped average queue plus this
+//     sidecar's requests in flight to it per ready pod. The in-flight
+//     part moves with every request, so a cluster whose servers are
+//     taken by traffic the sidecar does not see loses its affinity after
+//     a few requests wait there (3 for 2 pods at equal scraped queues),
+//     not a scrape or a saturation threshold later; below the margin, a
+//     whole shared prompt (3 at weight 3) still outweighs the load
+//     scorers (in-flight, queue, KV cache, at most 1 each), so a
+//     conversation stays where its cache is while that costs it at most
+//     about one request per pod of waiting. Above all this, a saturated
+//     cluster (its fresh pool metrics above the sheddable thresholds) is
+//     in the last tier whatever its affinity, and a sheddable request
+//     never goes there.
 //   - Sessions are a header (or a cookie) value, scoped per pool, pinned to
 //     the cluster that last served them for a TTL after their last request
 //     (10 minutes by default) in a bounded table (100,000; least recently

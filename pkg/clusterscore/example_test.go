@@ -45,5 +45,5 @@ func Example() {
 	fmt.Println(ex.String())
 	// Output:
 	// west east <nil>
-	// PrefixAffinity east:kept,tier=0,prefix-cache=0,session=0,in-flight=1,latency=1,errors=1,queue=0.5,kv-cache=0.5,total=4 west:kept,tier=0,prefix-cache=1,session=1,in-flight=1,latency=1,errors=1,queue=0.5,kv-cache=0.5,total=9
+	// PrefixAffinity east:kept,tier=0,load=0,prefix-cache=0,session=0,in-flight=1,latency=1,errors=1,queue=0.5,kv-cache=0.5,total=4 west:kept,tier=0,load=0,prefix-cache=1,session=1,in-flight=1,latency=1,errors=1,queue=0.5,kv-cache=0.5,total=9
 }

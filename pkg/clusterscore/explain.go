@@ -41,6 +41,12 @@ type ClusterExplanation struct {
 	Scores [NumScorers]float64
 	// Total is the weighted sum of the scores.
 	Total float64
+	// Load is the candidate's load for the affinity margin (queue plus
+	// in flight per ready pod), and AffinityWithheld whether it was
+	// beyond the margin, its affinity scores then 0; both only for a
+	// configuration with an affinity scorer and a margin.
+	Load             float64
+	AffinityWithheld bool
 }
 
 // Explanation is why a pick came out as it did. A caller that wants one
@@ -50,10 +56,12 @@ type Explanation struct {
 	Config   string
 	Scorers  []WeightedScorer
 	Clusters []ClusterExplanation
+	// Yields: the affinity margin applied (Load and AffinityWithheld).
+	Yields bool
 }
 
 func (e *Explanation) reset(p *Pipeline, cands []Candidate) {
-	e.Config, e.Scorers = p.cfg.Name, p.cfg.Scorers
+	e.Config, e.Scorers, e.Yields = p.cfg.Name, p.cfg.Scorers, p.yields
 	e.Clusters = e.Clusters[:0]
 	for i := range cands {
 		e.Clusters = append(e.Clusters, ClusterExplanation{Name: cands[i].Name})
@@ -63,14 +71,16 @@ func (e *Explanation) reset(p *Pipeline, cands []Candidate) {
 func (e *Explanation) fill(slots []slot) {
 	for i := range slots {
 		e.Clusters[i].Verdict, e.Clusters[i].Tier, e.Clusters[i].Total = slots[i].verdict, slots[i].tier, slots[i].total
+		e.Clusters[i].Load, e.Clusters[i].AffinityWithheld = slots[i].busy, slots[i].withheld
 	}
 }
 
 // String is the explanation on one line, for a debug log or a response
 // header: the configuration, then per candidate its verdict, tier, each
-// scorer's score and the total, such as
+// scorer's score and the total, and with an affinity margin its load and
+// whether its affinity was withheld, such as
 //
-//	PrefixAffinity a:kept,tier=0,prefix-cache=0.75,in-flight=1,total=3.25 b:saturated
+//	PrefixAffinity a:kept,tier=0,load=2.5,affinity-withheld,prefix-cache=0,in-flight=1,total=1 b:saturated
 func (e *Explanation) String() string {
 	var b strings.Builder
 	b.WriteString(e.Config)
@@ -84,6 +94,13 @@ func (e *Explanation) String() string {
 		}
 		b.WriteString(",tier=")
 		b.WriteString(strconv.Itoa(int(c.Tier)))
+		if e.Yields {
+			b.WriteString(",load=")
+			b.WriteString(strconv.FormatFloat(c.Load, 'g', 3, 64))
+			if c.AffinityWithheld {
+				b.WriteString(",affinity-withheld")
+			}
+		}
 		for _, s := range e.Scorers {
 			b.WriteByte(',')
 			b.WriteString(s.Scorer.String())

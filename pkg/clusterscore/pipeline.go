@@ -25,7 +25,10 @@ type Pipeline struct {
 	// inFlightQueue: the chain picker adds the in-flight counts to the
 	// scraped queue (rankMeasured).
 	inFlightQueue bool
-	schedulers    sync.Pool
+	// yields: an affinity scorer is configured with a margin, so affinity
+	// counts only for the candidates near the least load (yieldAffinity).
+	yields     bool
+	schedulers sync.Pool
 }
 
 // New compiles a configuration. thresholds are the filter chain's:
@@ -35,6 +38,9 @@ type Pipeline struct {
 func New(cfg Config, thresholds scheduling.Config, mem *Memory) (*Pipeline, error) {
 	if err := thresholds.Validate(); err != nil {
 		return nil, fmt.Errorf("cluster scoring %s: %w", cfg.Name, err)
+	}
+	if math.IsNaN(cfg.AffinityMargin) {
+		return nil, fmt.Errorf("cluster scoring %s: affinity margin is NaN", cfg.Name)
 	}
 	if cfg.Picker >= numPickers {
 		return nil, fmt.Errorf("cluster scoring %s: unknown picker %d", cfg.Name, cfg.Picker)
@@ -56,6 +62,7 @@ func New(cfg Config, thresholds scheduling.Config, mem *Memory) (*Pipeline, erro
 				return nil, fmt.Errorf("cluster scoring %s: scorer %v needs the affinity memory", cfg.Name, s.Scorer)
 			}
 			p.observed = p.observed || s.Scorer >= ScoreLatency
+			p.yields = p.yields || (s.Scorer <= ScoreSession && cfg.AffinityMargin >= 0)
 			p.inFlightQueue = p.inFlightQueue || (s.Scorer == ScoreInFlight && cfg.Picker == PickChain)
 		}
 	}
@@ -79,6 +86,11 @@ type slot struct {
 	tier    int8
 	total   float64
 	load    scheduling.Metrics
+	// busy is the candidate's load for the affinity margin (queue plus
+	// in flight per ready pod); withheld means it is beyond the margin,
+	// so its affinity does not count.
+	busy     float64
+	withheld bool
 }
 
 // Pick orders the candidates for one request: the request goes to the

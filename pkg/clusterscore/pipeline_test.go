@@ -279,8 +279,8 @@ func TestExplanation(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 0}, order)
 	assert.Equal(t, "PrefixAffinity"+
-		" a:kept,tier=0,prefix-cache=0,session=0,in-flight=1,latency=1,errors=1,queue=0.833,kv-cache=0.7,total=4.533"+
-		" b:kept,tier=0,prefix-cache=1,session=0,in-flight=1,latency=1,errors=1,queue=0.833,kv-cache=0.7,total=7.533"+
+		" a:kept,tier=0,load=1,prefix-cache=0,session=0,in-flight=1,latency=1,errors=1,queue=0.833,kv-cache=0.7,total=4.533"+
+		" b:kept,tier=0,load=1,prefix-cache=1,session=0,in-flight=1,latency=1,errors=1,queue=0.833,kv-cache=0.7,total=7.533"+
 		" c:not-serving", ex.String())
 
 	order, err = f.p.Pick(req, f.cands, nil, order[:0], &ex)
@@ -324,4 +324,155 @@ func TestConcurrentPicks(t *testing.T) {
 	for _, c := range f.cands {
 		assert.Zero(t, f.mem.Observed.Observe(scope, c.Name).InFlight)
 	}
+}
+
+// The rule by which affinity yields to load: prefix-cache and session
+// affinity count only among the clusters whose load (scraped queue plus
+// this sidecar's requests in flight per ready pod) is within the affinity
+// margin of the least loaded cluster's, so that a cluster that fills up
+// loses the requests its affinity draws before they queue there. In the
+// fixture every cluster has 2 ready pods and a scraped queue of 1: a load
+// of 1 plus half its requests in flight.
+func TestAffinityYieldsToLoad(t *testing.T) {
+	inFlight := func(f *affinityFixture, cluster string, n int) {
+		for range n {
+			f.mem.Observed.Started(scope, cluster)
+		}
+	}
+	withMargin := func(t *testing.T, f *affinityFixture, annotation string) {
+		cfg, err := Parse(annotation)
+		require.NoError(t, err)
+		f.p, err = New(cfg, scheduling.DefaultConfig(), f.mem)
+		require.NoError(t, err)
+	}
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, f *affinityFixture, req *Request)
+		want  string // the first cluster
+		// withheld are the clusters whose affinity did not count.
+		withheld []string
+	}{
+		{
+			name: "affinity counts while its cluster is within the margin of the least loaded",
+			setup: func(t *testing.T, f *affinityFixture, req *Request) {
+				f.mem.Served(req, "b")
+				inFlight(f, "b", 2) // load 2, the least 1: one request per pod more
+			},
+			want: "b",
+		},
+		{
+			name: "a cluster beyond the margin loses its prefix affinity and competes on load alone",
+			setup: func(t *testing.T, f *affinityFixture, req *Request) {
+				f.mem.Served(req, "b")
+				inFlight(f, "b", 3) // load 2.5
+				inFlight(f, "c", 1) // load 1.5, within the margin of a's 1
+			},
+			want:     "a",
+			withheld: []string{"b"},
+		},
+		{
+			name: "and its session affinity",
+			setup: func(t *testing.T, f *affinityFixture, req *Request) {
+				req.Blocks, req.Session = nil, "alice"
+				f.mem.Served(req, "c")
+				inFlight(f, "c", 4)
+				inFlight(f, "a", 1)
+			},
+			want:     "b",
+			withheld: []string{"c"},
+		},
+		{
+			name: "the scraped queue counts with the requests in flight",
+			setup: func(t *testing.T, f *affinityFixture, req *Request) {
+				f.mem.Served(req, "b")
+				f.cand("b").Pool = freshPool(3, 0.3) // below saturation (5), 2 above the others
+				f.cand("c").Pool = freshPool(1.5, 0.3)
+			},
+			want:     "a",
+			withheld: []string{"b"},
+		},
+		{
+			name: "load is per ready pod: a larger cluster takes more requests before it yields",
+			setup: func(t *testing.T, f *affinityFixture, req *Request) {
+				f.mem.Served(req, "b")
+				f.cand("b").Pool = &PoolMetrics{AverageQueue: 1, AverageKVCache: 0.3, ReadyPods: 8, UpdatedAt: epoch}
+				inFlight(f, "b", 6) // load 1.75
+			},
+			want: "b",
+		},
+		{
+			name: "an unmeasured cluster's requests in flight count for the whole cluster",
+			setup: func(t *testing.T, f *affinityFixture, req *Request) {
+				f.mem.Served(req, "b")
+				f.cand("b").Pool = nil // load = its 3 requests in flight
+				inFlight(f, "b", 3)
+				inFlight(f, "c", 1)
+			},
+			want:     "a",
+			withheld: []string{"b"},
+		},
+		{
+			name: "a margin of 0: affinity counts only for the least loaded",
+			setup: func(t *testing.T, f *affinityFixture, req *Request) {
+				withMargin(t, f, "prefix-cache=3,in-flight=1,affinity-margin=0")
+				f.mem.Served(req, "b")
+				inFlight(f, "b", 1)
+				inFlight(f, "c", 2)
+			},
+			want:     "a",
+			withheld: []string{"b", "c"},
+		},
+		{
+			name: "affinity-margin=off: a whole shared prompt outweighs any load below saturation",
+			setup: func(t *testing.T, f *affinityFixture, req *Request) {
+				withMargin(t, f, "prefix-cache=3,session=2,in-flight=1,latency=1,errors=1,queue=1,kv-cache=1,affinity-margin=off")
+				f.mem.Served(req, "b")
+				inFlight(f, "b", 10)
+			},
+			want: "b",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newAffinityFixture(t)
+			req := f.req()
+			tt.setup(t, f, req)
+			var ex Explanation
+			order, err := f.p.Pick(req, f.cands, nil, nil, &ex)
+			require.NoError(t, err)
+			require.NotEmpty(t, order)
+			assert.Equal(t, tt.want, f.cands[order[0]].Name, "explanation: %s", ex.String())
+			var withheld []string
+			for _, c := range ex.Clusters {
+				if c.AffinityWithheld {
+					withheld = append(withheld, c.Name)
+					assert.Zero(t, c.Scores[ScorePrefixCache], c.Name)
+					assert.Zero(t, c.Scores[ScoreSession], c.Name)
+				}
+			}
+			assert.Equal(t, tt.withheld, withheld, "explanation: %s", ex.String())
+		})
+	}
+
+	// The saturated-cluster scenario of the routing benchmark, in small:
+	// every request's prefix was served by b, whose servers are suddenly
+	// all taken by traffic the sidecar does not see, so that its requests
+	// never finish; a's and c's finish at once. b takes requests while its
+	// load (1 + in flight / 2) is within 1 of the others' (1): 3 of them,
+	// then none.
+	t.Run("a cluster that stops answering loses its affinity after a few requests", func(t *testing.T) {
+		f := newAffinityFixture(t)
+		f.mem.Served(f.req(), "b")
+		got := map[string]int{}
+		for range 50 {
+			order, err := f.order(t, f.req())
+			require.NoError(t, err)
+			got[order[0]]++
+			f.mem.Observed.Started(scope, order[0])
+			if order[0] != "b" {
+				f.mem.Observed.Finished(scope, order[0], false)
+			}
+		}
+		assert.Equal(t, 3, got["b"], "requests sent to the stalled cluster: %v", got)
+	})
 }

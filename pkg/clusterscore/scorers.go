@@ -1,5 +1,7 @@
 package clusterscore
 
+import "math"
+
 // score fills the totals of the kept candidates, and the explanation's
 // scores when asked.
 func (p *Pipeline) score(req *Request, cands []Candidate, kept []int, slots []slot, ex *Explanation) {
@@ -10,10 +12,13 @@ func (p *Pipeline) score(req *Request, cands []Candidate, kept []int, slots []sl
 		obs, val = make([]Observation, 0, len(kept)), make([]float64, 0, len(kept))
 	}
 	val = val[:len(kept)]
-	if p.observed {
+	if p.observed || p.yields {
 		for _, i := range kept {
 			obs = append(obs, p.mem.Observed.Observe(req.Scope, cands[i].Name))
 		}
+	}
+	if p.yields {
+		p.yieldAffinity(req, cands, kept, slots, obs)
 	}
 	for _, ws := range p.cfg.Scorers {
 		p.scoreOne(ws.Scorer, req, cands, kept, slots, obs, val)
@@ -23,6 +28,32 @@ func (p *Pipeline) score(req *Request, cands []Candidate, kept []int, slots []sl
 				ex.Clusters[i].Scores[ws.Scorer] = val[k]
 			}
 		}
+	}
+}
+
+// yieldAffinity is the rule by which affinity yields to load: the
+// prefix-cache and session scores count only for the candidates whose
+// load is within the configuration's AffinityMargin of the least loaded
+// candidate's; the others score 0 on them and compete on load alone. A
+// candidate's load is what the chain picker ranks MetricsBased by: its
+// scraped average queue (0 when not measured) plus this sidecar's
+// requests in flight to it per ready pod (per pod when the pool metrics
+// count them, else for the whole cluster). The in-flight part moves with
+// every request, so a cluster that stops answering loses its affinity
+// after a few requests queue there, not a scrape or a saturation
+// threshold later.
+func (p *Pipeline) yieldAffinity(req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation) {
+	least := math.Inf(1)
+	for k, i := range kept {
+		queue, pods := 0.0, 1
+		if c := &cands[i]; p.fresh(c.Pool, req.Now) {
+			queue, pods = max(c.Pool.AverageQueue, 0), max(c.Pool.ReadyPods, 1)
+		}
+		slots[i].busy = queue + float64(obs[k].InFlight)/float64(pods)
+		least = min(least, slots[i].busy)
+	}
+	for _, i := range kept {
+		slots[i].withheld = slots[i].busy > least+p.cfg.AffinityMargin
 	}
 }
 
@@ -41,9 +72,9 @@ func (p *Pipeline) scoreOne(s Scorer, req *Request, cands []Candidate, kept []in
 		}
 		matched = matched[:len(kept)]
 		p.mem.Prefixes.Match(req.Blocks, ids, matched)
-		for k := range kept {
+		for k, i := range kept {
 			val[k] = 0
-			if len(req.Blocks) > 0 {
+			if len(req.Blocks) > 0 && !slots[i].withheld {
 				val[k] = float64(matched[k]) / float64(len(req.Blocks))
 			}
 		}
@@ -51,7 +82,7 @@ func (p *Pipeline) scoreOne(s Scorer, req *Request, cands []Candidate, kept []in
 		pinned := p.mem.Sessions.Cluster(req.Scope, req.Session, req.Now)
 		for k, i := range kept {
 			val[k] = 0
-			if pinned != "" && cands[i].Name == pinned {
+			if pinned != "" && cands[i].Name == pinned && !slots[i].withheld {
 				val[k] = 1
 			}
 		}

@@ -111,7 +111,7 @@ func TestServerExplainsDecisionsOnlyWhenAsked(t *testing.T) {
 					return
 				}
 				assert.True(t, strings.HasPrefix(got, "PrefixAffinity "), got)
-				assert.Contains(t, got, "cluster-a:kept,tier=0,prefix-cache=")
+				assert.Contains(t, got, "cluster-a:kept,tier=0,load=0,prefix-cache=")
 				assert.Contains(t, got, "cluster-c:kept")
 			})
 		}

@@ -36,9 +36,10 @@ type config struct {
 	// servers of the two remote clusters (not by the importing cluster's).
 	Cost            simulator.CostModel `json:"cost"`
 	RemoteRoundTrip time.Duration       `json:"remoteRoundTrip"`
-	// Workload is the shared-prefix workload's shape; its rate is
-	// calibrated to Load.
-	Workload workload.Profile `json:"workload"`
+	// WorkloadName names Workload, one of workloads; Workload is the
+	// shared-prefix workload's shape, its rate calibrated to Load.
+	WorkloadName string           `json:"workloadName"`
+	Workload     workload.Profile `json:"workload"`
 	// Scenarios and Policies run, in this order.
 	Scenarios []string `json:"scenarios"`
 	Policies  []string `json:"policies"`
@@ -58,6 +59,44 @@ const (
 
 var allScenarios = []string{scenarioSharedPrefix, scenarioNoPrefix, scenarioSaturated}
 
+// The shared-prefix workloads, MCI_BENCH_ROUTING_WORKLOAD. Both have 36
+// conversations open of up to 8 turns (40-token user messages, 16-token
+// answers) and 20% one-shot requests of 300 tokens; they differ in their
+// system prompts, against a server's prefix cache of 1,024 blocks of 16
+// tokens (16,384 tokens).
+const (
+	// workloadLongPrompts (the default): 20 groups share system prompts
+	// of 2,000 tokens, as agents' (instructions and tool definitions) and
+	// RAG applications' (instructions and retrieved context) are. Their
+	// 40,000 tokens are 2.4 times what one server caches and 0.4 times
+	// what the 6 servers cache together. A server sent every group evicts
+	// system prompts before they come back; one sent a third of them
+	// (13,300 tokens: each cluster's EPP spreads its requests over both
+	// of its servers, so each holds all the cluster's groups) keeps them.
+	// That is the regime of a real deployment, whose applications'
+	// prompts together outgrow one GPU's KV cache (a few hundred thousand
+	// tokens) but not the fleet's, and where the routing decides what is
+	// reused.
+	workloadLongPrompts = "long-prompts"
+	// workloadShortPrompts: 6 groups share system prompts of 600 tokens.
+	// Their 3,600 tokens fit in every server's cache, so any routing
+	// reuses them after a few requests and only the conversations'
+	// histories are left for affinity to win (the benchmark's first
+	// default).
+	workloadShortPrompts = "short-prompts"
+)
+
+var workloads = map[string]workload.Profile{
+	workloadLongPrompts: {
+		Seed: 14, Groups: 20, SystemTokens: 2000, ActiveConversations: 36, Turns: 8, UserTokens: 40, OutputTokens: 16,
+		OneShotShare: 0.2, OneShotTokens: 300,
+	},
+	workloadShortPrompts: {
+		Seed: 14, Groups: 6, SystemTokens: 600, ActiveConversations: 36, Turns: 8, UserTokens: 40, OutputTokens: 16,
+		OneShotShare: 0.2, OneShotTokens: 300,
+	},
+}
+
 func defaultConfig(profile string) config {
 	c := config{
 		Profile:           "full",
@@ -73,14 +112,12 @@ func defaultConfig(profile string) config {
 			OutputTokens: 16, StreamChunkTokens: 4,
 		},
 		RemoteRoundTrip: 20 * time.Millisecond,
-		Workload: workload.Profile{
-			Seed: 14, Groups: 6, SystemTokens: 600, ActiveConversations: 36, Turns: 8, UserTokens: 40, OutputTokens: 16,
-			OneShotShare: 0.2, OneShotTokens: 300,
-		},
-		Scenarios:     allScenarios,
-		Policies:      policyNames(),
-		SampleEvery:   100 * time.Millisecond,
-		LoopbackBlock: 221,
+		WorkloadName:    workloadLongPrompts,
+		Workload:        workloads[workloadLongPrompts],
+		Scenarios:       allScenarios,
+		Policies:        policyNames(),
+		SampleEvery:     100 * time.Millisecond,
+		LoopbackBlock:   221,
 	}
 	if profile == "smoke" {
 		c.Profile = "smoke"
@@ -93,8 +130,11 @@ func defaultConfig(profile string) config {
 }
 
 // loadConfig reads MCI_BENCH_PROFILE (full or smoke) and the overrides
-// MCI_BENCH_ROUTING_DURATION (per run), _REPETITIONS, _SCENARIOS and
-// _POLICIES (comma-separated), and MCI_BENCH_ROUTING_OUT.
+// MCI_BENCH_ROUTING_DURATION (per run), _REPETITIONS, _WORKLOAD, _SCENARIOS and
+// _POLICIES (comma-separated; semicolon-separated when the list holds a
+// ";", so that inline configurations such as
+// "prefix-cache=3,in-flight=1;RoundRobin" can be compared), and
+// MCI_BENCH_ROUTING_OUT.
 func loadConfig() (config, error) {
 	profile := os.Getenv("MCI_BENCH_PROFILE")
 	if profile == "" {
@@ -119,8 +159,15 @@ func loadConfig() (config, error) {
 		}
 		c.Repetitions = n
 	}
+	if v := os.Getenv("MCI_BENCH_ROUTING_WORKLOAD"); v != "" {
+		p, ok := workloads[v]
+		if !ok {
+			errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_WORKLOAD=%q: want %s or %s", v, workloadLongPrompts, workloadShortPrompts))
+		}
+		c.WorkloadName, c.Workload = v, p
+	}
 	if v := os.Getenv("MCI_BENCH_ROUTING_SCENARIOS"); v != "" {
-		c.Scenarios = splitList(v)
+		c.Scenarios = splitList(v, ",")
 		for _, s := range c.Scenarios {
 			if !contains(allScenarios, s) {
 				errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_SCENARIOS: unknown scenario %q (want some of %s)", s, strings.Join(allScenarios, ", ")))
@@ -128,7 +175,11 @@ func loadConfig() (config, error) {
 		}
 	}
 	if v := os.Getenv("MCI_BENCH_ROUTING_POLICIES"); v != "" {
-		c.Policies = splitList(v)
+		sep := ","
+		if strings.Contains(v, ";") {
+			sep = ";"
+		}
+		c.Policies = splitList(v, sep)
 	}
 	if len(c.Scenarios) == 0 || len(c.Policies) == 0 {
 		errs = append(errs, "no scenario or no policy to run")
@@ -143,9 +194,9 @@ func loadConfig() (config, error) {
 	return c, nil
 }
 
-func splitList(v string) []string {
+func splitList(v, sep string) []string {
 	var out []string
-	for s := range strings.SplitSeq(v, ",") {
+	for s := range strings.SplitSeq(v, sep) {
 		if s = strings.TrimSpace(s); s != "" {
 			out = append(out, s)
 		}

@@ -113,8 +113,9 @@ func scenarioWorkload(cfg config, scenario string) (workload.Profile, float64, s
 	var desc string
 	switch scenario {
 	case scenarioSharedPrefix:
-		desc = fmt.Sprintf("%d groups of conversations share %d-token system prompts, %d conversations open, up to %d turns each resending the history; %.0f%% one-shot requests",
-			p.Groups, p.SystemTokens, p.ActiveConversations, p.Turns, 100*p.OneShotShare)
+		desc = fmt.Sprintf("workload %s: %d groups of conversations share %d-token system prompts (together %.1fx a server's prefix cache), %d conversations open, up to %d turns each resending the history; %.0f%% one-shot requests",
+			cfg.WorkloadName, p.Groups, p.SystemTokens, float64(p.Groups*p.SystemTokens)/float64(max(cfg.Cost.CacheBlocks*cfg.Cost.BlockTokens, 1)),
+			p.ActiveConversations, p.Turns, 100*p.OneShotShare)
 	case scenarioNoPrefix:
 		p.OneShotShare = 1
 		p.OneShotTokens = p.SystemTokens + p.Turns/2*(p.UserTokens+p.OutputTokens)

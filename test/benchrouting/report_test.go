@@ -34,6 +34,11 @@ type policyResult struct {
 	// (cached_tokens / prompt_tokens of the completed requests): a check
 	// of PrefixHit, which the simulators' counters give.
 	RequestHitRatio float64 `json:"request_hit_ratio"`
+	// AfterSaturation is, per run, how many requests the routing sent to
+	// the saturated cluster after it filled (saturated-cluster scenario;
+	// 0 elsewhere): each waits there until the run's background requests
+	// end, seconds later, so a few of them make the scenario's p99.
+	AfterSaturation float64 `json:"sent_after_saturation_per_run"`
 }
 
 // scenarioResult is one scenario: the workload and each policy's result.
@@ -67,7 +72,7 @@ func summarize(runs []*runResult) *policyResult {
 	var ttft, e2e []time.Duration
 	var active time.Duration
 	var hits, queries uint64
-	var shed, failed, served, cachedTokens, promptTokens int
+	var shed, failed, served, cachedTokens, promptTokens, afterSaturation int
 	var samples []loadSample
 	for _, run := range runs {
 		active += run.active
@@ -76,6 +81,9 @@ func summarize(runs []*runResult) *policyResult {
 		samples = append(samples, run.samples...)
 		for _, o := range run.outcomes {
 			r.Sent++
+			if o.afterSaturation {
+				afterSaturation++
+			}
 			switch {
 			case o.code == http.StatusTooManyRequests:
 				shed++
@@ -108,6 +116,9 @@ func summarize(runs []*runResult) *policyResult {
 		r.ClusterShare[c] = ratio(int(r.ClusterShare[c]), served)
 	}
 	r.HerdingRatio, r.Samples = herding(samples), len(samples)
+	if len(runs) > 0 {
+		r.AfterSaturation = round(float64(afterSaturation)/float64(len(runs)), 1)
+	}
 	for _, c := range clusterNames {
 		var busy, waiting float64
 		for _, s := range samples {
@@ -204,16 +215,28 @@ func (r *results) markdown() string {
 		}
 		fmt.Fprintf(&b, "**%s** — %s; %.1f req/s offered (%.0f%% of %.1f req/s capacity without cache hits), %d requests per run.\n\n",
 			name, s.Description, s.RateRPS, 100*s.RateRPS/max(s.CapacityRPS, 1e-9), s.CapacityRPS, s.Requests)
-		b.WriteString("| routing | TTFT p50 | TTFT p99 | e2e p99 | completed req/s | prefix-cache hit ratio | shed | errors | idle-while-queueing | requests a / b (local) / c |\n")
-		b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+		saturated := name == scenarioSaturated
+		b.WriteString("| routing | TTFT p50 | TTFT p99 | e2e p99 | completed req/s | prefix-cache hit ratio | shed | errors | idle-while-queueing | requests a / b (local) / c |")
+		if saturated {
+			fmt.Fprintf(&b, " sent to %s after it filled, per run |", saturatedCluster)
+		}
+		b.WriteString("\n|---|---|---|---|---|---|---|---|---|---|")
+		if saturated {
+			b.WriteString("---|")
+		}
+		b.WriteString("\n")
 		for _, p := range r.Config.Policies {
 			pr := s.Policies[p]
 			if pr == nil {
 				continue
 			}
-			fmt.Fprintf(&b, "| `%s` | %.0f ms | %.0f ms | %.0f ms | %.1f | %.2f | %.3f | %.3f | %.1f%% | %.2f / %.2f / %.2f |\n",
+			fmt.Fprintf(&b, "| `%s` | %.0f ms | %.0f ms | %.0f ms | %.1f | %.2f | %.3f | %.3f | %.1f%% | %.2f / %.2f / %.2f |",
 				p, pr.TTFTP50, pr.TTFTP99, pr.E2EP99, pr.Throughput, pr.PrefixHit, pr.ShedRatio, pr.ErrorRatio,
 				100*pr.HerdingRatio, pr.ClusterShare["cluster-a"], pr.ClusterShare["cluster-b"], pr.ClusterShare["cluster-c"])
+			if saturated {
+				fmt.Fprintf(&b, " %.1f |", pr.AfterSaturation)
+			}
+			b.WriteString("\n")
 		}
 		b.WriteString("\n")
 	}

@@ -32,6 +32,11 @@ type outcome struct {
 	ttft, e2e    time.Duration
 	promptTokens int
 	cachedTokens int
+	// afterSaturation: the saturated-cluster scenario sent it to the
+	// saturated cluster after that one filled (its scheduled time at or
+	// after the saturation's start), where it waits for a batch place
+	// until the run's background requests end.
+	afterSaturation bool
 }
 
 // loadSample is the load of each cluster at one instant: requests
@@ -77,7 +82,7 @@ func runPolicy(ctx context.Context, e *env, scenario, policy string, reqs []work
 	defer arrivalsOver()
 	var saturating sync.WaitGroup
 	if scenario == scenarioSaturated {
-		saturating.Go(func() { saturate(arrivalsCtx, e, start.Add(e.cfg.RunDuration/2)) })
+		saturating.Go(func() { saturate(arrivalsCtx, e, start.Add(saturationStart(e.cfg))) })
 	}
 	var wg sync.WaitGroup
 	var lastMu sync.Mutex
@@ -93,6 +98,8 @@ func runPolicy(ctx context.Context, e *env, scenario, policy string, reqs []work
 		}
 		wg.Go(func() {
 			res.outcomes[i] = send(ctx, e.cfg.RequestTimeout, rt, e.dp.Model, r, at)
+			res.outcomes[i].afterSaturation = scenario == scenarioSaturated &&
+				res.outcomes[i].cluster == saturatedCluster && r.At >= saturationStart(e.cfg)
 			lastMu.Lock()
 			if now := time.Now(); now.After(last) {
 				last = now
@@ -232,6 +239,10 @@ func sample(ctx context.Context, e *env) []loadSample {
 		}
 	}
 }
+
+// saturationStart is when, from the start of a run of the saturated-cluster
+// scenario, the background requests start to fill saturatedCluster.
+func saturationStart(c config) time.Duration { return c.RunDuration / 2 }
 
 // saturate fills every batch place of saturatedCluster's servers from
 // from on, with long requests sent straight to them (not measured), until

@@ -83,7 +83,7 @@ func TestSummarize(t *testing.T) {
 			samples: []loadSample{sampleOf([3]int{0, 2, 2}, [3]int{0, 3, 0})},
 		},
 		{
-			outcomes: []outcome{ok("cluster-a", 300, 500, 100, 100), {code: 0}, {code: http.StatusOK, complete: false}},
+			outcomes: []outcome{ok("cluster-a", 300, 500, 100, 100), {code: 0}, {code: http.StatusOK, complete: false, afterSaturation: true}},
 			active:   2 * time.Second, hitTokens: 100, queryTokens: 100,
 			samples: []loadSample{sampleOf([3]int{1, 2, 2}, [3]int{0, 1, 0})},
 		},
@@ -105,6 +105,7 @@ func TestSummarize(t *testing.T) {
 	assert.Equal(t, 3, got.ClusterPeakQ["cluster-b"])
 	assert.Equal(t, 2.0, got.ClusterQueue["cluster-b"])
 	assert.Equal(t, 0.5, got.ClusterBusy["cluster-a"])
+	assert.Equal(t, 0.5, got.AfterSaturation, "1 request sent to the saturated cluster in 2 runs")
 	assert.Empty(t, policyErrors("s", "p", got))
 }
 
@@ -222,11 +223,19 @@ func TestLoadConfig(t *testing.T) {
 			assert.Equal(t, []string{"Weighted", "PrefixAffinity", "Oracle"}, c.Policies)
 			assert.False(t, isReference("PrefixAffinity"), "taken as a cluster policy of the sidecar")
 		}, ""},
+		{"inline configurations are separated by semicolons", map[string]string{"MCI_BENCH_ROUTING_POLICIES": "prefix-cache=3,in-flight=1; RoundRobin;"}, func(t *testing.T, c config) {
+			assert.Equal(t, []string{"prefix-cache=3,in-flight=1", "RoundRobin"}, c.Policies)
+		}, ""},
 		{"overrides", map[string]string{"MCI_BENCH_ROUTING_DURATION": "30s", "MCI_BENCH_ROUTING_REPETITIONS": "3", "MCI_BENCH_ROUTING_SCENARIOS": "no-shared-prefix"}, func(t *testing.T, c config) {
 			assert.Equal(t, 30*time.Second, c.RunDuration)
 			assert.Equal(t, 3, c.Repetitions)
 			assert.Equal(t, []string{scenarioNoPrefix}, c.Scenarios)
 		}, ""},
+		{"the short-prompts workload", map[string]string{"MCI_BENCH_ROUTING_WORKLOAD": "short-prompts"}, func(t *testing.T, c config) {
+			assert.Equal(t, workloadShortPrompts, c.WorkloadName)
+			assert.Equal(t, 600, c.Workload.SystemTokens)
+		}, ""},
+		{"unknown workload", map[string]string{"MCI_BENCH_ROUTING_WORKLOAD": "huge"}, nil, `MCI_BENCH_ROUTING_WORKLOAD="huge": want long-prompts or short-prompts`},
 		{"bad profile", map[string]string{"MCI_BENCH_PROFILE": "huge"}, nil, "want full or smoke"},
 		{"bad duration", map[string]string{"MCI_BENCH_ROUTING_DURATION": "fast"}, nil, "MCI_BENCH_ROUTING_DURATION"},
 		{"bad repetitions", map[string]string{"MCI_BENCH_ROUTING_REPETITIONS": "0"}, nil, "REPETITIONS"},
@@ -234,7 +243,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, k := range []string{"MCI_BENCH_PROFILE", "MCI_BENCH_ROUTING_DURATION", "MCI_BENCH_ROUTING_REPETITIONS", "MCI_BENCH_ROUTING_SCENARIOS", "MCI_BENCH_ROUTING_POLICIES"} {
+			for _, k := range []string{"MCI_BENCH_PROFILE", "MCI_BENCH_ROUTING_DURATION", "MCI_BENCH_ROUTING_REPETITIONS", "MCI_BENCH_ROUTING_SCENARIOS", "MCI_BENCH_ROUTING_POLICIES", "MCI_BENCH_ROUTING_WORKLOAD"} {
 				t.Setenv(k, tt.env[k])
 			}
 			c, err := loadConfig()

@@ -147,6 +147,8 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 			assert.Equal(t, string(up.Body), string(res.Response.Body), "the response goes on unchanged")
 			assert.Equal(t, "done", res.Response.Trailers.Get("X-Trailer"))
 			assert.Equal(t, 1.0, responseOutcome(h, "cluster-a", tt.wantOutcome))
+			assert.Eventually(t, func() bool { return testutil.ToFloat64(h.metrics.eppStreams) == 0 }, 5*time.Second, 10*time.Millisecond,
+				"the EPP's stream is released: %v open", testutil.ToFloat64(h.metrics.eppStreams))
 			if tt.wantFailed {
 				assert.Equal(t, []string{"cluster-a"}, st.failed, "the EPP counts as failed")
 			} else {
@@ -206,6 +208,7 @@ func TestServerResponsePhaseLeavesNothingBehind(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return a.responses.Load() >= 2*n+10 }, 5*time.Second, 5*time.Millisecond,
 		"every held response reached the EPP: %d messages", a.responses.Load())
+	assert.Equal(t, float64(n), testutil.ToFloat64(h.metrics.eppStreams), "each held response keeps one EPP stream open, counted")
 	for i, hd := range all {
 		if i%2 == 0 {
 			hd.cancel() // the client goes away
@@ -224,6 +227,8 @@ func TestServerResponsePhaseLeavesNothingBehind(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int{"eof": 1 + n/2, "canceled": n / 2}, ends, "a finished response ends the EPP's stream cleanly, a client that goes away resets it")
 	assert.Equal(t, float64(n/2), responseOutcome(h, "cluster-a", ResponseCanceled))
+	assert.Eventually(t, func() bool { return testutil.ToFloat64(h.metrics.eppStreams) == 0 }, 5*time.Second, 10*time.Millisecond,
+		"no EPP stream is left open: %v", testutil.ToFloat64(h.metrics.eppStreams))
 	if !assert.Eventually(t, func() bool { return runtime.NumGoroutine() <= baseline }, 5*time.Second, 10*time.Millisecond) {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("goroutines left behind: %d, baseline %d\n%s", runtime.NumGoroutine(), baseline, buf[:runtime.Stack(buf, true)])

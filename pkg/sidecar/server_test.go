@@ -160,6 +160,8 @@ func TestServerFailsOverToTheNextCluster(t *testing.T) {
 			assert.Equal(t, "10.3.0.1:8000", res.Destination, "the next cluster answered")
 			assert.Equal(t, chatBody, res.Body)
 			assert.EqualValues(t, 1, c.calls.Load())
+			assert.Eventually(t, func() bool { return testutil.ToFloat64(h.metrics.eppStreams) == 0 }, 5*time.Second, 10*time.Millisecond,
+				"the failed EPP's stream and the served one are released: %v open", testutil.ToFloat64(h.metrics.eppStreams))
 			if tt.wantFailed {
 				assert.Equal(t, []string{"cluster-a"}, st.failed, "the failure is recorded against the EPP")
 			} else {

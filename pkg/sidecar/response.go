@@ -130,7 +130,18 @@ func (s *Server) relayResponse(gw extproc.Stream, e *eppStream, cfg *extprocv3.P
 	}
 
 	if ctxErr := gw.Context().Err(); ctxErr != nil {
-		outcome = ResponseCanceled
+		// A gateway that had ended its side with every answer given may
+		// reset the stream before the EPP's end of stream reaches it (a
+		// slow link, a gateway that lingers less): the response phase was
+		// complete all the same.
+		// The pump has ended or is ending with the gateway's stream.
+		pumpErr := <-toEPP
+		if !o.gatewayDone() {
+			outcome = ResponseCanceled
+		}
+		if pumpErr != nil {
+			return pumpErr
+		}
 		return status.FromContextError(ctxErr).Err()
 	}
 	cause := context.Cause(e.ctx)
@@ -203,6 +214,8 @@ type owed struct {
 	bodyEOS, bodyClosed, backEOS bool
 	// takenOver: the sidecar answers the gateway from now on.
 	takenOver bool
+	// gwEnded: the gateway ended its side of the stream.
+	gwEnded bool
 
 	// deadline is when the EPP must have answered something; zero while
 	// it owes nothing it is waited for. timer checks it.
@@ -242,6 +255,7 @@ func (o *owed) pump(gw extproc.Stream, e *eppStream, linger time.Duration) error
 		msg, err := gw.Recv()
 		if err == io.EOF {
 			o.mu.Lock()
+			o.gwEnded = true
 			if !o.takenOver {
 				// End our side and let the EPP end its own, so that it
 				// sees a clean end of stream; one that lingers is reset.
@@ -354,6 +368,15 @@ func (o *owed) streamedBack(n int, eos bool) {
 	if eos {
 		o.backEOS, o.body = true, nil
 	}
+}
+
+// gatewayDone says whether the gateway ended its side of the stream with
+// every answer owed to it given.
+func (o *owed) gatewayDone() bool {
+	o.mu.Lock()
+	ended := o.gwEnded
+	o.mu.Unlock()
+	return ended && !o.owing()
 }
 
 // owing says whether the EPP owes any answer.

@@ -157,6 +157,25 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 		})
 	}
 
+	t.Run("an EPP whose end of stream comes after the gateway reset it completed the response phase", func(t *testing.T) {
+		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+		st := &fakeState{health: map[string]Health{"cluster-a": HealthServing}}
+		h := startServer(t, routetable.Inputs{
+			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+			Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
+		}, st)
+		// The gateway's linger (1s, test/extproc) ends before the
+		// sidecar's own.
+		h.server.relay.linger = 5 * time.Second
+		a.respMode.Store(respSlowEnd)
+		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Response: upstreamResponse()})
+		require.NotNil(t, res.Response)
+		assert.Equal(t, "epp-a", res.Response.Headers.Get("X-Response-Seen-By"))
+		assert.Eventually(t, func() bool { return responseOutcome(h, "cluster-a", ResponseCompleted) == 1 }, 5*time.Second, 5*time.Millisecond,
+			"completed, not canceled: %v canceled", responseOutcome(h, "cluster-a", ResponseCanceled))
+		assert.Empty(t, st.failed)
+	})
+
 	t.Run("the EPP's immediate response goes to the gateway", func(t *testing.T) {
 		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 		h := startServer(t, routetable.Inputs{

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -77,6 +79,7 @@ func startEPPLinkSet(t *testing.T) *eppLinkSet {
 	})
 	start := time.Now()
 	dp, err := cs.StartDataPath(t.Context(), harness.DataPathOptions{
+		BinDir:        dataPathBinaries(t),
 		LoopbackBlock: eppLinkBlock,
 		ModelServers:  1,
 		Log:           testWriter{t},
@@ -96,6 +99,21 @@ func startEPPLinkSet(t *testing.T) *eppLinkSet {
 	}
 	require.NotEmpty(t, s.sidecarLog, "the sidecar's log")
 	return s
+}
+
+// dataPathBinaries returns a directory with what StartDataPath runs:
+// mci-epp and mci-sidecar of MCI_BIN_DIR (`make build`), and the test's
+// simulator and gateway built from the current source, which `make build`
+// does not build.
+func dataPathBinaries(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, b := range []string{"mci-epp", "mci-sidecar"} {
+		require.NoError(t, os.Symlink(binary(t, b), filepath.Join(dir, b)))
+	}
+	out, err := exec.Command("go", "build", "-o", dir+"/", "github.com/mci-dev/mci/test/cmd/simulator", "github.com/mci-dev/mci/test/cmd/gateway").CombinedOutput()
+	require.NoError(t, err, "building the test servers: %s", out)
+	return dir
 }
 
 // send sends one completion request of maxTokens output tokens through the

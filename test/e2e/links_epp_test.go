@@ -328,6 +328,12 @@ func lastFrom(rs []served, cluster string, from time.Time) time.Duration {
 	return d
 }
 
+// The failures of cluster-a's EPP ports, as the sidecar counts them.
+const (
+	healthFailures = `mci_sidecar_epp_connection_failures_total{cluster="cluster-a",port="health",transport="plaintext"}`
+	relayFailures  = `mci_sidecar_epp_connection_failures_total{cluster="cluster-a",port="ext-proc",transport="plaintext"}`
+)
+
 func TestEPPLinkFaults(t *testing.T) {
 	s := startEPPLinkSet(t)
 	ctx := t.Context()
@@ -356,6 +362,7 @@ func TestEPPLinkFaults(t *testing.T) {
 	t.Run("an EPP behind a 1s link is probed out and its cluster's requests go to the other", func(t *testing.T) {
 		outcomesBefore := s.responseOutcomes(t, ctx, "cluster-a")
 		logsBefore := len(s.unreachableLogged(t, "cluster-a", 0))
+		probeFailuresBefore := s.metric(t, ctx, healthFailures)
 		require.NoError(t, link.Latency(time.Second, 0))
 		faultAt := time.Now()
 		rs := s.sendFor(ctx, 8*time.Second)
@@ -390,6 +397,7 @@ func TestEPPLinkFaults(t *testing.T) {
 		assert.Equal(t, 0.0, s.metric(t, ctx, `mci_sidecar_epp_healthy{cluster="cluster-a",pool="demo/llm-pool"}`), "cluster-a's EPP is reported not serving")
 		assert.Greater(t, byCluster(rs)["cluster-c"], len(rs)/2, "the other cluster takes the traffic")
 		assert.NotEmpty(t, logs, "the EPP whose probes time out is logged")
+		assert.Positive(t, s.metric(t, ctx, healthFailures)-probeFailuresBefore, "and its probes that time out are counted")
 		assert.Less(t, len(logs), 4, "once per change, not once per probe")
 
 		require.NoError(t, link.Heal())
@@ -440,6 +448,7 @@ func TestEPPLinkFaults(t *testing.T) {
 	t.Run("an EPP that stalls mid-stream: the responses go on, new requests fail over", func(t *testing.T) {
 		outcomesBefore := s.responseOutcomes(t, ctx, "cluster-a")
 		logsBefore := len(s.unreachableLogged(t, "cluster-a", 0))
+		relayFailuresBefore := s.metric(t, ctx, relayFailures)
 		streams, wait := inFlight(4)
 		require.NoError(t, link.Blackhole())
 		stallAt := time.Now()
@@ -474,6 +483,7 @@ func TestEPPLinkFaults(t *testing.T) {
 			len(streams), onA, outcomes, streams, len(rs), byCluster(rs), longest(rs).Round(time.Millisecond), waited, attempt, lastFrom(rs, "cluster-a", stallAt), len(logs), logs)
 		assert.Zero(t, byCluster(rs)["cluster-a"], "no new request is served through a stalled link")
 		assert.NotEmpty(t, logs, "the EPP that cannot be reached is logged")
+		assert.Equal(t, float64(waited), s.metric(t, ctx, relayFailures)-relayFailuresBefore, "each attempt that timed out is counted")
 		assert.LessOrEqual(t, len(logs), 4, "once per port and gRPC code, not once per probe or request")
 
 		require.NoError(t, link.Heal())

@@ -107,7 +107,7 @@ func (r *relayer) conn(addr string) (*grpc.ClientConn, error) {
 	if c := r.conns[key]; c != nil {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, append(r.dial, grpc.WithTransportCredentials(t.GRPC))...)
+	c, err := grpc.NewClient(addr, append(r.dial, grpc.WithTransportCredentials(t.GRPC), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(frameCodec{})))...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to EPP %s: %w", addr, err)
 	}

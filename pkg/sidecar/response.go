@@ -100,7 +100,7 @@ type eppStream struct {
 // answers owed), the sidecar answers what it owed and the rest of the
 // response phase itself, as ResponsePhaseSkip would: a response already
 // served is not failed because its EPP failed.
-func (s *Server) relayResponse(gw extproc.Stream, e *eppStream, cfg *extprocv3.ProtocolConfiguration, resps []*extprocv3.ProcessingResponse, c *routetable.Cluster) error {
+func (s *Server) relayResponse(gw gatewayStream, e *eppStream, cfg *extprocv3.ProtocolConfiguration, resps []*extprocv3.ProcessingResponse, c *routetable.Cluster) error {
 	o := newOwed(cfg, resps, s.relay.timeout, e.cancel)
 	defer o.stop()
 	defer e.cancel(nil)
@@ -111,12 +111,13 @@ func (s *Server) relayResponse(gw extproc.Stream, e *eppStream, cfg *extprocv3.P
 	defer func() { s.metrics.responsePhase(c.Name, outcome) }()
 	var err error
 	for {
-		var resp *extprocv3.ProcessingResponse
-		if resp, err = e.stream.Recv(); err != nil {
+		// Each answer goes to the gateway as the EPP encoded it.
+		f := newResponseFrame()
+		if err = e.stream.RecvMsg(f); err != nil {
 			break
 		}
-		immediate := o.fromEPP(resp)
-		if err := gw.Send(resp); err != nil {
+		immediate := o.fromEPP(f.ProcessingResponse)
+		if err := gw.SendMsg(f); err != nil {
 			outcome = ResponseCanceled
 			e.cancel(err)
 			return err
@@ -250,9 +251,11 @@ func (o *owed) override(cfg *extprocv3.ProtocolConfiguration, r *extprocv3.Proce
 
 // pump relays the gateway's messages to the EPP until the gateway ends its
 // stream, and answers them itself once the sidecar has taken over.
-func (o *owed) pump(gw extproc.Stream, e *eppStream, linger time.Duration) error {
+func (o *owed) pump(gw gatewayStream, e *eppStream, linger time.Duration) error {
 	for {
-		msg, err := gw.Recv()
+		// Each message goes to the EPP as the gateway encoded it.
+		f := newRequestFrame()
+		err := gw.RecvMsg(f)
 		if err == io.EOF {
 			o.mu.Lock()
 			o.gwEnded = true
@@ -271,7 +274,7 @@ func (o *owed) pump(gw extproc.Stream, e *eppStream, linger time.Duration) error
 			e.cancel(err)
 			return err
 		}
-		forward, err := o.fromGateway(msg, gw)
+		forward, err := o.fromGateway(f.ProcessingRequest, gw)
 		if err != nil {
 			e.cancel(err)
 			return err
@@ -279,7 +282,7 @@ func (o *owed) pump(gw extproc.Stream, e *eppStream, linger time.Duration) error
 		if forward {
 			// A failed send shows in the receiver, which takes over; the
 			// message is owed until then.
-			_ = e.stream.Send(msg)
+			_ = e.stream.SendMsg(f)
 		}
 	}
 }

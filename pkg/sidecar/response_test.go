@@ -41,17 +41,25 @@ func TestServerRelaysTheResponsePhaseToTheEPPThatRouted(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		phase ResponsePhase
+		// plain: served by a gRPC server without the sidecar's frame
+		// codec, which then reads and sends frames as plain protobuf.
+		plain bool
 	}{
 		{name: "relayed to the EPP", phase: ResponsePhaseRelay},
+		{name: "relayed to the EPP by a server without the frame codec", phase: ResponsePhaseRelay, plain: true},
 		{name: "answered by the sidecar (Skip)", phase: ResponsePhaseSkip},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 			c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-			h := startServerWith(t, routetable.Inputs{
+			opts := serverOptions()
+			if tt.plain {
+				opts = nil
+			}
+			h := startServerOpts(t, routetable.Inputs{
 				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
 				Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
-			}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}}, ServerConfig{ResponsePhase: tt.phase})
+			}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}}, ServerConfig{ResponsePhase: tt.phase}, opts...)
 
 			up := upstreamResponse()
 			res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Response: up})

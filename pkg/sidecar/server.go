@@ -228,9 +228,9 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 
 	// The response phase goes through the gateway's own stream (not the
 	// recorder, which would keep every response message), observed.
-	gw := extproc.Stream(stream)
+	gw := gatewayStream(stream)
 	if a.attempt != nil || a.explanation != "" {
-		gw = &observedStream{Stream: stream, at: a.attempt, explain: a.explanation}
+		gw = &observedStream{gatewayStream: stream, at: a.attempt, explain: a.explanation}
 	}
 	if a.live != nil {
 		// The EPP that routed the request sees its response phase; the

@@ -50,6 +50,13 @@ func startServer(t *testing.T, in routetable.Inputs, st *fakeState) *harness {
 
 func startServerWith(t *testing.T, in routetable.Inputs, st *fakeState, cfg ServerConfig) *harness {
 	t.Helper()
+	return startServerOpts(t, in, st, cfg, serverOptions()...)
+}
+
+// startServerOpts serves the Server with the gRPC server options opts (the
+// sidecar's own are serverOptions).
+func startServerOpts(t *testing.T, in routetable.Inputs, st *fakeState, cfg ServerConfig, opts ...grpc.ServerOption) *harness {
+	t.Helper()
 	h := &harness{router: routetable.NewRouter(), state: st}
 	tbl, _ := buildTable(in)
 	h.router.Publish(tbl)
@@ -59,7 +66,7 @@ func startServerWith(t *testing.T, in routetable.Inputs, st *fakeState, cfg Serv
 	t.Cleanup(h.server.Close)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	extprocv3.RegisterExternalProcessorServer(srv, h.server)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)

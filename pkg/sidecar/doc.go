@@ -174,6 +174,9 @@
 //     closed after a grace period (twice the attempt timeout plus 5s): a
 //     response phase still open on it then ends as failed, is answered by
 //     the sidecar, and does not count against the EPP's health.
+//     The sidecar decodes each message of the response phase (to know what
+//     the EPP owes) but does not encode it again: it is forwarded as the
+//     bytes it came in (frames.go), unless the sidecar changed it.
 //     --epp-response-phase=Skip restores the request-phase-only behaviour:
 //     the EPP's stream ends with the request phase and the sidecar lets the
 //     response phase through itself. ParentMode and the sidecar's own

@@ -216,7 +216,10 @@ func (h *HealthProber) check(ctx context.Context, addr string) (*bool, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	if status.Code(err) == codes.Unavailable {
+	// An EPP that cannot be reached (refused, reset) or does not answer in
+	// time (a blackholed or slow link, on which the connection may never
+	// fail) is logged once per change and counted; it is then not serving.
+	if code := status.Code(err); code == codes.Unavailable || code == codes.DeadlineExceeded {
 		h.creds.Failed(addr, err)
 	} else if err == nil {
 		h.creds.Reached(addr)

@@ -7,10 +7,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,8 +81,9 @@ type Credentials struct {
 	// validated is the last outcome of each BackendTLSPolicy validation
 	// in use, by namespace and validation.
 	validated map[string]*loadedValidation
-	// failures is the last connection error of each address that failed.
-	failures  map[string]string
+	// failures is the last connection error of each address that failed
+	// since it last answered.
+	failures  map[string]failure
 	conflicts string
 
 	transportGauge *prometheus.GaugeVec
@@ -122,7 +126,7 @@ func NewCredentials(client kubernetes.Interface, namespaces []string, logger klo
 		targets:    map[string]target{},
 		loaded:     map[types.NamespacedName]*loadedSecret{},
 		validated:  map[string]*loadedValidation{},
-		failures:   map[string]string{},
+		failures:   map[string]failure{},
 	}
 }
 
@@ -135,7 +139,7 @@ func (c *Credentials) RegisterMetrics(reg prometheus.Registerer) {
 	}, []string{"cluster", "port", "transport"})
 	c.failureCounter = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mci_sidecar_epp_connection_failures_total",
-		Help: "Failed connections to a port of a cluster's EPP (refused, TLS handshake or credentials failure, a transport the EPP does not serve), by the transport asked for. The cluster fails over; nothing is retried with a weaker transport.",
+		Help: "Failed connections to a port of a cluster's EPP (refused or reset, TLS handshake or credentials failure, a transport the EPP does not serve, no answer in time: a blackholed or stalled link), by the transport asked for. The cluster fails over; nothing is retried with a weaker transport.",
 	}, []string{"cluster", "port", "transport"})
 	reg.MustRegister(c.transportGauge, c.failureCounter)
 }
@@ -389,27 +393,57 @@ func (c *Credentials) ForTarget(addr string) (*EndpointTLS, error) {
 	return unverifiedTLS, nil
 }
 
-// Failed records that addr could not be reached (a refused connection, a
-// failed TLS handshake, a transport of the wrong kind: the EPP's error
-// says which). It is logged once per change of the error and counted in
-// mci_sidecar_epp_connection_failures_total.
+// Failed records that addr could not be reached (a refused or reset
+// connection, a failed TLS handshake, a transport of the wrong kind, no
+// answer in time: the error says which). Every failure is counted in
+// mci_sidecar_epp_connection_failures_total. It is logged when addr turns
+// unreachable, and again when its error changes: at once when the gRPC
+// code changes, else at most once a minute (a reset link alternates
+// between "EOF" and "connection reset by peer" from one attempt to the
+// next), the other changes at level 2.
 func (c *Credentials) Failed(addr string, err error) {
 	if c == nil || err == nil {
 		return
 	}
+	now := time.Now()
 	c.mu.Lock()
 	tg := c.targets[addr]
-	msg := err.Error()
-	changed := c.failures[addr] != msg
-	c.failures[addr] = msg
+	prev, known := c.failures[addr]
+	f := failure{msg: err.Error(), code: status.Code(err), logged: prev.logged}
+	changed := !known || prev.msg != f.msg
+	loud := !known || prev.code != f.code || now.Sub(prev.logged) >= failureLogInterval
+	if changed && loud {
+		f.logged = now
+	}
+	c.failures[addr] = f
 	c.mu.Unlock()
 	kind := tg.transport.Kind()
 	if c.failureCounter != nil {
 		c.failureCounter.WithLabelValues(tg.cluster, tg.port, kind).Inc()
 	}
-	if changed {
-		c.logger.Error(err, "EPP port unreachable with its transport: the cluster fails over or follows its failure mode, never a weaker transport", "cluster", tg.cluster, "port", tg.port, "address", addr, "transport", describe(tg.transport))
+	if !changed {
+		return
 	}
+	const msg = "EPP port unreachable with its transport: the cluster fails over or follows its failure mode, never a weaker transport"
+	kv := []any{"cluster", tg.cluster, "port", tg.port, "address", addr, "transport", describe(tg.transport)}
+	if loud {
+		c.logger.Error(err, msg, kv...)
+		return
+	}
+	// logr's Error ignores verbosity: the quiet changes are Info.
+	c.logger.V(2).Info(msg, append(kv, "err", err)...)
+}
+
+// failureLogInterval bounds how often the changing errors of one
+// unreachable address are logged at level 0.
+const failureLogInterval = time.Minute
+
+// failure is the last error of an address that failed, and when an error
+// of it was last logged at level 0.
+type failure struct {
+	msg    string
+	code   codes.Code
+	logged time.Time
 }
 
 // Reached records that addr answered, so that its next failure is logged

@@ -174,6 +174,9 @@
 //     closed after a grace period (twice the attempt timeout plus 5s): a
 //     response phase still open on it then ends as failed, is answered by
 //     the sidecar, and does not count against the EPP's health.
+//     The sidecar decodes each message of the response phase (to know what
+//     the EPP owes) but does not encode it again: it is forwarded as the
+//     bytes it came in (frames.go), unless the sidecar changed it.
 //     --epp-response-phase=Skip restores the request-phase-only behaviour:
 //     the EPP's stream ends with the request phase and the sidecar lets the
 //     response phase through itself. ParentMode and the sidecar's own
@@ -212,6 +215,25 @@
 //     back serves within about a second whatever the outage length. A
 //     failed stream still marks the EPP NotServing until its next good
 //     probe.
+//   - Faults on the link to an EPP (TestEPPLinkFaults, test/e2e). Each
+//     relay attempt is bounded by the attempt timeout: an EPP that
+//     resets fails the attempt at once, one that stalls (a blackholed
+//     link) fails it at the timeout, and the next cluster is tried; a slow
+//     one (a 1s link) that answers within it is used, and its health
+//     check, bounded by its own timeout, takes it out of HealthBased's
+//     order at the next probe. In the response phase the same timeout
+//     bounds each answer owed, after which the sidecar answers the rest
+//     itself (above). A port that cannot be reached or does not answer in
+//     time, by the relay or the prober, is logged when it turns
+//     unreachable and when its gRPC code changes (other changes of the
+//     error's text at most once a minute) and counted in
+//     mci_sidecar_epp_connection_failures_total; mci_sidecar_epp_streams
+//     counts the ext_proc streams open to EPPs from gRPC's own view of
+//     them (a stats handler on the relay's connections), 0 when no
+//     request is open, which is how a leaked stream would show. A response
+//     phase the EPP answered whole is completed even when the gateway
+//     resets the stream before the EPP's end of stream reaches the
+//     sidecar (a slow link).
 //   - Relayed requests. A request the sidecar relays to a remote EPP
 //     carries x-mci-relayed-from: <local cluster>; a shim-mode sidecar
 //     serves such a request with its pool's local EPP only and fails

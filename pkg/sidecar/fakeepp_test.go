@@ -35,6 +35,7 @@ const (
 	respHang                   // never answer the response headers
 	respEnd                    // end the stream once the response headers arrive
 	respImmediate              // answer the response headers with an immediate 502
+	respSlowEnd                // answer everything, then end its stream only when reset
 )
 
 // fakeEPP is a minimal Endpoint Picker on 127.0.0.1: it routes every
@@ -82,6 +83,13 @@ func (f *fakeEPP) ended(how string) {
 func (f *fakeEPP) respond(stream extprocv3.ExternalProcessor_ProcessServer, req *extproc.Request) error {
 	for {
 		msg, err := stream.Recv()
+		if err == io.EOF && f.respMode.Load() == respSlowEnd {
+			// As an EPP behind a slow link: its end of stream comes too
+			// late for the gateway, which resets the stream first.
+			<-stream.Context().Done()
+			f.ended("slow end")
+			return stream.Context().Err()
+		}
 		if err == io.EOF {
 			f.ended("eof")
 			return nil

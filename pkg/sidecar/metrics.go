@@ -46,6 +46,7 @@ type Metrics struct {
 	pickDuration prometheus.Histogram
 	answer       prometheus.Histogram
 	streams      prometheus.Gauge
+	eppStreams   prometheus.Gauge
 	generation   prometheus.Gauge
 	tableErrors  prometheus.Gauge
 	refusals     *prometheus.GaugeVec
@@ -83,6 +84,10 @@ func NewMetrics(reg prometheus.Registerer, router *routetable.Router, health *ep
 			Name: "mci_sidecar_ext_proc_streams",
 			Help: "ext_proc streams from the gateway open now.",
 		}),
+		eppStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mci_sidecar_epp_streams",
+			Help: "ext_proc streams to EPPs open now (request and response phases relayed), as gRPC counts them: 0 when no request is open.",
+		}),
 		generation: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mci_sidecar_routing_table_generation",
 			Help: "Generation of the routing table in use; it grows by one per rebuild.",
@@ -101,7 +106,7 @@ func NewMetrics(reg prometheus.Registerer, router *routetable.Router, health *ep
 			Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10),
 		}),
 	}
-	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.pickDuration, m.answer, m.streams, m.generation, m.tableErrors, m.refusals, m.buildTime)
+	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.buildTime)
 	if router != nil && health != nil {
 		reg.MustRegister(&eppHealthCollector{router: router, health: health})
 	}

@@ -283,7 +283,7 @@ func overheadServer(role, eppAddr string) (srv interface {
 			cfg.ResponsePhase = ResponsePhaseSkip
 		}
 		server := NewServer(router, liveState{health: prober}, nil, cfg, NewMetrics(reg, router, prober), logr.Discard())
-		servers, err := extproc.Listen(extproc.ServingOptions{BindAddress: "127.0.0.1"}, server, reg)
+		servers, err := extproc.Listen(extproc.ServingOptions{BindAddress: "127.0.0.1"}, server, reg, serverOptions()...)
 		if err != nil {
 			server.Close()
 			return nil, nil, err

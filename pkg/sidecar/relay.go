@@ -107,7 +107,7 @@ func (r *relayer) conn(addr string) (*grpc.ClientConn, error) {
 	if c := r.conns[key]; c != nil {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, append(r.dial, grpc.WithTransportCredentials(t.GRPC))...)
+	c, err := grpc.NewClient(addr, append(r.dial, grpc.WithTransportCredentials(t.GRPC), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(frameCodec{})))...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to EPP %s: %w", addr, err)
 	}
@@ -246,10 +246,11 @@ func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.Proc
 		return nil, nil, err
 	}
 	resps, kept, err := r.relayOn(ctx, conn, msgs, keep)
-	// A connection that failed (refused, a failed TLS handshake, the wrong
-	// transport) is logged once per change with the transport it was
-	// asked for.
-	if status.Code(err) == codes.Unavailable {
+	// A connection that failed (refused, reset, a failed TLS handshake, the
+	// wrong transport) or an EPP that did not answer in time (a stalled or
+	// blackholed link, on which the connection may never fail) is logged
+	// once per change with the transport it was asked for, and counted.
+	if status.Code(err) == codes.Unavailable || errors.Is(err, errAttemptTimeout) {
 		r.creds.Failed(addr, err)
 	} else if err == nil {
 		r.creds.Reached(addr)
@@ -317,7 +318,7 @@ func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*ex
 	next <- fateReset
 	if err != nil {
 		if errors.Is(context.Cause(ctx), errAttemptTimeout) {
-			err = fmt.Errorf("no answer within %v: %w", r.timeout, err)
+			err = fmt.Errorf("%w: no answer within %v: %w", errAttemptTimeout, r.timeout, err)
 		}
 		return nil, nil, fmt.Errorf("%w: %w", errNoAnswer, err)
 	}

@@ -100,7 +100,7 @@ type eppStream struct {
 // answers owed), the sidecar answers what it owed and the rest of the
 // response phase itself, as ResponsePhaseSkip would: a response already
 // served is not failed because its EPP failed.
-func (s *Server) relayResponse(gw extproc.Stream, e *eppStream, cfg *extprocv3.ProtocolConfiguration, resps []*extprocv3.ProcessingResponse, c *routetable.Cluster) error {
+func (s *Server) relayResponse(gw gatewayStream, e *eppStream, cfg *extprocv3.ProtocolConfiguration, resps []*extprocv3.ProcessingResponse, c *routetable.Cluster) error {
 	o := newOwed(cfg, resps, s.relay.timeout, e.cancel)
 	defer o.stop()
 	defer e.cancel(nil)
@@ -111,12 +111,13 @@ func (s *Server) relayResponse(gw extproc.Stream, e *eppStream, cfg *extprocv3.P
 	defer func() { s.metrics.responsePhase(c.Name, outcome) }()
 	var err error
 	for {
-		var resp *extprocv3.ProcessingResponse
-		if resp, err = e.stream.Recv(); err != nil {
+		// Each answer goes to the gateway as the EPP encoded it.
+		f := newResponseFrame()
+		if err = e.stream.RecvMsg(f); err != nil {
 			break
 		}
-		immediate := o.fromEPP(resp)
-		if err := gw.Send(resp); err != nil {
+		immediate := o.fromEPP(f.ProcessingResponse)
+		if err := gw.SendMsg(f); err != nil {
 			outcome = ResponseCanceled
 			e.cancel(err)
 			return err
@@ -130,7 +131,18 @@ func (s *Server) relayResponse(gw extproc.Stream, e *eppStream, cfg *extprocv3.P
 	}
 
 	if ctxErr := gw.Context().Err(); ctxErr != nil {
-		outcome = ResponseCanceled
+		// A gateway that had ended its side with every answer given may
+		// reset the stream before the EPP's end of stream reaches it (a
+		// slow link, a gateway that lingers less): the response phase was
+		// complete all the same.
+		// The pump has ended or is ending with the gateway's stream.
+		pumpErr := <-toEPP
+		if !o.gatewayDone() {
+			outcome = ResponseCanceled
+		}
+		if pumpErr != nil {
+			return pumpErr
+		}
 		return status.FromContextError(ctxErr).Err()
 	}
 	cause := context.Cause(e.ctx)
@@ -203,6 +215,8 @@ type owed struct {
 	bodyEOS, bodyClosed, backEOS bool
 	// takenOver: the sidecar answers the gateway from now on.
 	takenOver bool
+	// gwEnded: the gateway ended its side of the stream.
+	gwEnded bool
 
 	// deadline is when the EPP must have answered something; zero while
 	// it owes nothing it is waited for. timer checks it.
@@ -237,11 +251,14 @@ func (o *owed) override(cfg *extprocv3.ProtocolConfiguration, r *extprocv3.Proce
 
 // pump relays the gateway's messages to the EPP until the gateway ends its
 // stream, and answers them itself once the sidecar has taken over.
-func (o *owed) pump(gw extproc.Stream, e *eppStream, linger time.Duration) error {
+func (o *owed) pump(gw gatewayStream, e *eppStream, linger time.Duration) error {
 	for {
-		msg, err := gw.Recv()
+		// Each message goes to the EPP as the gateway encoded it.
+		f := newRequestFrame()
+		err := gw.RecvMsg(f)
 		if err == io.EOF {
 			o.mu.Lock()
+			o.gwEnded = true
 			if !o.takenOver {
 				// End our side and let the EPP end its own, so that it
 				// sees a clean end of stream; one that lingers is reset.
@@ -257,7 +274,7 @@ func (o *owed) pump(gw extproc.Stream, e *eppStream, linger time.Duration) error
 			e.cancel(err)
 			return err
 		}
-		forward, err := o.fromGateway(msg, gw)
+		forward, err := o.fromGateway(f.ProcessingRequest, gw)
 		if err != nil {
 			e.cancel(err)
 			return err
@@ -265,7 +282,7 @@ func (o *owed) pump(gw extproc.Stream, e *eppStream, linger time.Duration) error
 		if forward {
 			// A failed send shows in the receiver, which takes over; the
 			// message is owed until then.
-			_ = e.stream.Send(msg)
+			_ = e.stream.SendMsg(f)
 		}
 	}
 }
@@ -354,6 +371,15 @@ func (o *owed) streamedBack(n int, eos bool) {
 	if eos {
 		o.backEOS, o.body = true, nil
 	}
+}
+
+// gatewayDone says whether the gateway ended its side of the stream with
+// every answer owed to it given.
+func (o *owed) gatewayDone() bool {
+	o.mu.Lock()
+	ended := o.gwEnded
+	o.mu.Unlock()
+	return ended && !o.owing()
 }
 
 // owing says whether the EPP owes any answer.

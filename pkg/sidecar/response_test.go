@@ -41,17 +41,25 @@ func TestServerRelaysTheResponsePhaseToTheEPPThatRouted(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		phase ResponsePhase
+		// plain: served by a gRPC server without the sidecar's frame
+		// codec, which then reads and sends frames as plain protobuf.
+		plain bool
 	}{
 		{name: "relayed to the EPP", phase: ResponsePhaseRelay},
+		{name: "relayed to the EPP by a server without the frame codec", phase: ResponsePhaseRelay, plain: true},
 		{name: "answered by the sidecar (Skip)", phase: ResponsePhaseSkip},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 			c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-			h := startServerWith(t, routetable.Inputs{
+			opts := serverOptions()
+			if tt.plain {
+				opts = nil
+			}
+			h := startServerOpts(t, routetable.Inputs{
 				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
 				Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
-			}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}}, ServerConfig{ResponsePhase: tt.phase})
+			}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}}, ServerConfig{ResponsePhase: tt.phase}, opts...)
 
 			up := upstreamResponse()
 			res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Response: up})
@@ -147,6 +155,8 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 			assert.Equal(t, string(up.Body), string(res.Response.Body), "the response goes on unchanged")
 			assert.Equal(t, "done", res.Response.Trailers.Get("X-Trailer"))
 			assert.Equal(t, 1.0, responseOutcome(h, "cluster-a", tt.wantOutcome))
+			assert.Eventually(t, func() bool { return testutil.ToFloat64(h.metrics.eppStreams) == 0 }, 5*time.Second, 10*time.Millisecond,
+				"the EPP's stream is released: %v open", testutil.ToFloat64(h.metrics.eppStreams))
 			if tt.wantFailed {
 				assert.Equal(t, []string{"cluster-a"}, st.failed, "the EPP counts as failed")
 			} else {
@@ -154,6 +164,25 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("an EPP whose end of stream comes after the gateway reset it completed the response phase", func(t *testing.T) {
+		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+		st := &fakeState{health: map[string]Health{"cluster-a": HealthServing}}
+		h := startServer(t, routetable.Inputs{
+			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+			Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
+		}, st)
+		// The gateway's linger (1s, test/extproc) ends before the
+		// sidecar's own.
+		h.server.relay.linger = 5 * time.Second
+		a.respMode.Store(respSlowEnd)
+		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Response: upstreamResponse()})
+		require.NotNil(t, res.Response)
+		assert.Equal(t, "epp-a", res.Response.Headers.Get("X-Response-Seen-By"))
+		assert.Eventually(t, func() bool { return responseOutcome(h, "cluster-a", ResponseCompleted) == 1 }, 5*time.Second, 5*time.Millisecond,
+			"completed, not canceled: %v canceled", responseOutcome(h, "cluster-a", ResponseCanceled))
+		assert.Empty(t, st.failed)
+	})
 
 	t.Run("the EPP's immediate response goes to the gateway", func(t *testing.T) {
 		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
@@ -206,6 +235,7 @@ func TestServerResponsePhaseLeavesNothingBehind(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return a.responses.Load() >= 2*n+10 }, 5*time.Second, 5*time.Millisecond,
 		"every held response reached the EPP: %d messages", a.responses.Load())
+	assert.Equal(t, float64(n), testutil.ToFloat64(h.metrics.eppStreams), "each held response keeps one EPP stream open, counted")
 	for i, hd := range all {
 		if i%2 == 0 {
 			hd.cancel() // the client goes away
@@ -224,6 +254,8 @@ func TestServerResponsePhaseLeavesNothingBehind(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int{"eof": 1 + n/2, "canceled": n / 2}, ends, "a finished response ends the EPP's stream cleanly, a client that goes away resets it")
 	assert.Equal(t, float64(n/2), responseOutcome(h, "cluster-a", ResponseCanceled))
+	assert.Eventually(t, func() bool { return testutil.ToFloat64(h.metrics.eppStreams) == 0 }, 5*time.Second, 10*time.Millisecond,
+		"no EPP stream is left open: %v", testutil.ToFloat64(h.metrics.eppStreams))
 	if !assert.Eventually(t, func() bool { return runtime.NumGoroutine() <= baseline }, 5*time.Second, 10*time.Millisecond) {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("goroutines left behind: %d, baseline %d\n%s", runtime.NumGoroutine(), baseline, buf[:runtime.Stack(buf, true)])

@@ -128,32 +128,60 @@ func findHeader(hm *corev3.HeaderMap, name string) *corev3.HeaderValue {
 // the response headers for the attempt, and adds ScoresHeader to them when
 // the decision is explained.
 type observedStream struct {
-	extproc.Stream
+	gatewayStream
 	at      *attempt
 	explain string
 }
 
 func (s *observedStream) Recv() (*extprocv3.ProcessingRequest, error) {
-	m, err := s.Stream.Recv()
-	if h := m.GetResponseHeaders(); h != nil && s.at != nil {
-		s.at.responseHeaders(h)
-	}
+	m, err := s.gatewayStream.Recv()
+	s.observe(m)
 	return m, err
 }
 
-func (s *observedStream) Send(r *extprocv3.ProcessingResponse) error {
-	if rh, ok := r.GetResponse().(*extprocv3.ProcessingResponse_ResponseHeaders); ok && s.explain != "" {
-		if rh.ResponseHeaders == nil {
-			rh.ResponseHeaders = &extprocv3.HeadersResponse{}
-		}
-		if rh.ResponseHeaders.Response == nil {
-			rh.ResponseHeaders.Response = &extprocv3.CommonResponse{}
-		}
-		common := rh.ResponseHeaders.Response
-		if common.HeaderMutation == nil {
-			common.HeaderMutation = &extprocv3.HeaderMutation{}
-		}
-		common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, extproc.SetHeader(ScoresHeader, s.explain))
+func (s *observedStream) RecvMsg(m any) error {
+	err := s.gatewayStream.RecvMsg(m)
+	if f, ok := m.(*requestFrame); ok && err == nil {
+		s.observe(f.ProcessingRequest)
 	}
-	return s.Stream.Send(r)
+	return err
+}
+
+func (s *observedStream) observe(m *extprocv3.ProcessingRequest) {
+	if h := m.GetResponseHeaders(); h != nil && s.at != nil {
+		s.at.responseHeaders(h)
+	}
+}
+
+func (s *observedStream) Send(r *extprocv3.ProcessingResponse) error {
+	s.explainIn(r)
+	return s.gatewayStream.Send(r)
+}
+
+func (s *observedStream) SendMsg(m any) error {
+	if f, ok := m.(*responseFrame); ok && s.explainIn(f.ProcessingResponse) {
+		f.raw = nil
+	}
+	return s.gatewayStream.SendMsg(m)
+}
+
+// explainIn adds the explanation header to a response headers answer and
+// says whether it did.
+func (s *observedStream) explainIn(r *extprocv3.ProcessingResponse) bool {
+	rh, ok := r.GetResponse().(*extprocv3.ProcessingResponse_ResponseHeaders)
+	if !ok || s.explain == "" {
+		return false
+	}
+	if rh.ResponseHeaders == nil {
+		rh.ResponseHeaders = &extprocv3.HeadersResponse{}
+	}
+	if rh.ResponseHeaders.Response == nil {
+		rh.ResponseHeaders.Response = &extprocv3.CommonResponse{}
+	}
+	common := rh.ResponseHeaders.Response
+	if common.HeaderMutation == nil {
+		common.HeaderMutation = &extprocv3.HeaderMutation{}
+	}
+	common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, extproc.SetHeader(ScoresHeader, s.explain))
+	return true
 }

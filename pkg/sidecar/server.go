@@ -12,6 +12,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -129,13 +130,17 @@ func NewServer(router *routetable.Router, state State, creds *epptransport.Crede
 	if cfg.Memory == (clusterscore.MemoryOptions{}) {
 		cfg.Memory = clusterscore.DefaultMemoryOptions()
 	}
+	relay := newRelayer(cfg.AttemptTimeout, cfg.Dial, creds)
+	if metrics != nil {
+		relay.dial = append(relay.dial, grpc.WithStatsHandler(streamGauge{open: metrics.eppStreams}))
+	}
 	return &Server{
 		router:      router,
 		state:       state,
 		policies:    NewPolicySet(cfg.Scheduling, clusterscore.NewMemory(cfg.Memory), cfg.Session),
 		explain:     cfg.ExplainDecisions,
 		unparseable: newUnparseableCounter(),
-		relay:       newRelayer(cfg.AttemptTimeout, cfg.Dial, creds),
+		relay:       relay,
 		metrics:     metrics,
 		maxBody:     cfg.MaxRequestBodyBytes,
 		logger:      logger,
@@ -223,9 +228,9 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 
 	// The response phase goes through the gateway's own stream (not the
 	// recorder, which would keep every response message), observed.
-	gw := extproc.Stream(stream)
+	gw := gatewayStream(stream)
 	if a.attempt != nil || a.explanation != "" {
-		gw = &observedStream{Stream: stream, at: a.attempt, explain: a.explanation}
+		gw = &observedStream{gatewayStream: stream, at: a.attempt, explain: a.explanation}
 	}
 	if a.live != nil {
 		// The EPP that routed the request sees its response phase; the

@@ -50,6 +50,13 @@ func startServer(t *testing.T, in routetable.Inputs, st *fakeState) *harness {
 
 func startServerWith(t *testing.T, in routetable.Inputs, st *fakeState, cfg ServerConfig) *harness {
 	t.Helper()
+	return startServerOpts(t, in, st, cfg, serverOptions()...)
+}
+
+// startServerOpts serves the Server with the gRPC server options opts (the
+// sidecar's own are serverOptions).
+func startServerOpts(t *testing.T, in routetable.Inputs, st *fakeState, cfg ServerConfig, opts ...grpc.ServerOption) *harness {
+	t.Helper()
 	h := &harness{router: routetable.NewRouter(), state: st}
 	tbl, _ := buildTable(in)
 	h.router.Publish(tbl)
@@ -59,7 +66,7 @@ func startServerWith(t *testing.T, in routetable.Inputs, st *fakeState, cfg Serv
 	t.Cleanup(h.server.Close)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	extprocv3.RegisterExternalProcessorServer(srv, h.server)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
@@ -160,6 +167,8 @@ func TestServerFailsOverToTheNextCluster(t *testing.T) {
 			assert.Equal(t, "10.3.0.1:8000", res.Destination, "the next cluster answered")
 			assert.Equal(t, chatBody, res.Body)
 			assert.EqualValues(t, 1, c.calls.Load())
+			assert.Eventually(t, func() bool { return testutil.ToFloat64(h.metrics.eppStreams) == 0 }, 5*time.Second, 10*time.Millisecond,
+				"the failed EPP's stream and the served one are released: %v open", testutil.ToFloat64(h.metrics.eppStreams))
 			if tt.wantFailed {
 				assert.Equal(t, []string{"cluster-a"}, st.failed, "the failure is recorded against the EPP")
 			} else {

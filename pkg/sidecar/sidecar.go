@@ -117,7 +117,7 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 		HealthPort:  cfg.HealthPort,
 		MetricsPort: cfg.MetricsPort,
 		TLS:         cfg.TLS,
-	}, s.server, reg)
+	}, s.server, reg, serverOptions()...)
 	if err != nil {
 		return nil, err
 	}

@@ -207,7 +207,14 @@ func (p *Pipeline) classify(c *Candidate, now time.Time, s *slot) {
 	default:
 		s.tier = sat
 	}
+	if c.Stale {
+		s.tier += staleTiers
+	}
 }
+
+// staleTiers puts stale candidates after every other tier (the pickers'
+// tiers are 0 to 3), in the same order among themselves.
+const staleTiers = 4
 
 // fresh reports whether pool metrics are known: present, comparable and
 // younger than the staleness bound.
@@ -219,6 +226,7 @@ func (p *Pipeline) fresh(m *PoolMetrics, now time.Time) bool {
 // rotates reports whether a tier is ordered by weight, its lead picked by
 // the rotation.
 func (p *Pipeline) rotates(tier int8) bool {
+	tier %= staleTiers
 	return p.cfg.Picker == PickRoundRobin || (p.cfg.Picker == PickChain && (tier == 1 || tier == 2))
 }
 

@@ -55,6 +55,11 @@ type Candidate struct {
 	// Local marks the local InferencePool (FilterLocalFirst). A local pool
 	// that is not part of the weighted rotation is passed with weight 0.
 	Local bool
+	// Stale marks a cluster known only from its last known data (the
+	// control plane cannot reach it): it passes the filters as any other,
+	// and is ordered after every candidate that is not stale, so that it
+	// takes requests only when none of those can.
+	Stale bool
 }
 
 // Request is what the pipeline knows about one request.

@@ -73,6 +73,7 @@ const (
 	ReasonUnsupportedValue       = "UnsupportedValue"
 	ReasonInvalidAnnotation      = "InvalidAnnotation"
 	ReasonNoReadyClusters        = "NoReadyClusters"
+	ReasonClusterUnreachable     = "ClusterUnreachable"
 	ReasonInvalidImportedCluster = "InvalidImportedCluster"
 	ReasonInvalidEndpointPicker  = "InvalidEndpointPicker"
 	ReasonUnsupportedFilter      = "UnsupportedFilter"

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -46,11 +47,16 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 			report(ReasonLocalClusterInImport, "cluster %q is the local cluster; it is skipped", ic.Name)
 			continue
 		}
-		if meta.IsStatusConditionFalse(ic.Conditions, v1alpha1.ConditionReady) {
-			notReady++
-			continue
+		stale := false
+		if ready := meta.FindStatusCondition(ic.Conditions, v1alpha1.ConditionReady); ready != nil && ready.Status == metav1.ConditionFalse {
+			if ready.Reason != v1alpha1.ReasonClusterUnreachable {
+				notReady++
+				continue
+			}
+			stale = true
+			report(ReasonClusterUnreachable, "cluster %q is unreachable from mci-apiserver (%s); its last known EPP stays a candidate after every reachable cluster", ic.Name, ready.Message)
 		}
-		c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: 1}
+		c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: 1, Stale: stale}
 		switch c.Mode {
 		case v1alpha1.RoutingModeEndpoint:
 			svc := ic.EndpointPicker.Service

@@ -163,6 +163,22 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "a cluster that mci-apiserver cannot reach stays, stale, after the others: its EPP may answer",
+			in: Inputs{Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{func() *v1alphaImport {
+				imp := importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1", ready: metav1.ConditionFalse}, imported{name: "cluster-c", addr: "127.0.3.1"})
+				imp.Status.Clusters[0].Conditions[0].Reason = v1alpha1.ReasonClusterUnreachable
+				return imp
+			}()}},
+			wantReasons: []string{ReasonClusterUnreachable},
+			check: func(t *testing.T, tbl *Table) {
+				require.Len(t, only(t, tbl).Clusters, 2)
+				assert.Equal(t, "cluster-a", only(t, tbl).Clusters[0].Name)
+				assert.True(t, only(t, tbl).Clusters[0].Stale)
+				assert.Equal(t, "127.0.2.1:9002", only(t, tbl).Clusters[0].EPP, "its last known EPP")
+				assert.False(t, only(t, tbl).Clusters[1].Stale)
+			},
+		},
+		{
 			name: "a cluster without an EPP address is reported and skipped",
 			in: Inputs{Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{func() *v1alphaImport {
 				imp := importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"}, imported{name: "cluster-c", addr: "127.0.3.1"})

@@ -133,6 +133,12 @@ type Cluster struct {
 	Weight int64
 	// Local is true for the local InferencePool.
 	Local bool
+	// Stale is true for an exporting cluster that the local mci-apiserver
+	// cannot reach (Ready False, reason ClusterUnreachable): its entry is
+	// the last known one. Its EPP may well answer (a control-plane
+	// partition is not a data-plane one), so it stays a candidate, after
+	// every cluster that is not stale (clusterscore.Candidate.Stale).
+	Stale bool
 }
 
 // Backend is one backendRef of a rule, resolved.
@@ -146,7 +152,8 @@ type Backend struct {
 	// requests picked for it get 500, as Gateway API asks.
 	Invalid string
 	// Clusters are the clusters requests may go to: for an import, its
-	// exporting clusters whose Ready condition is not False; for a pool, the
+	// exporting clusters whose Ready condition is not False, or False for
+	// ClusterUnreachable (Cluster.Stale); for a pool, the
 	// local pool. Empty means no cluster is available: 503 or FailOpen.
 	Clusters []*Cluster
 	// Local is, for an import, the local InferencePool of the same

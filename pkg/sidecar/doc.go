@@ -75,7 +75,14 @@
 //     not send that phase to the sidecar gets no header. At log level 4
 //     every decision is logged with it whatever the flag says.
 //   - Eligibility. A cluster whose per-cluster Ready condition is False is
-//     never chosen (Unknown or absent is eligible). HealthBased prefers
+//     never chosen (Unknown or absent is eligible), but for reason
+//     ClusterUnreachable: mci-apiserver cannot reach that member, and the
+//     entry is its last known one, while its EPP may well answer (a
+//     control-plane partition is not a data-plane one). Such a cluster is
+//     stale: it passes the same filters as any other and comes after every
+//     cluster that is not stale, so it takes requests only when none of
+//     those can (the table reports it once, reason ClusterUnreachable, in
+//     the log and mci_sidecar_routing_table_errors). HealthBased prefers
 //     clusters whose EPP answered SERVING, then clusters of unknown health
 //     (not probed yet, or no health port), and skips the others. A failed
 //     ext_proc stream marks the EPP NotServing at once, until its next good

@@ -158,7 +158,7 @@ func (p *ClusterPolicy) decide(b *routetable.Backend, req PickRequest, st State,
 	var buf [8]clusterscore.Candidate
 	cands := buf[:0]
 	candidate := func(c *routetable.Cluster, weight int64, local bool) clusterscore.Candidate {
-		return clusterscore.Candidate{Name: c.Name, Weight: weight, Health: st.Health(c), Pool: st.PoolMetrics(c), Local: local}
+		return clusterscore.Candidate{Name: c.Name, Weight: weight, Health: st.Health(c), Pool: st.PoolMetrics(c), Local: local, Stale: c.Stale}
 	}
 	for _, c := range b.Clusters {
 		cands = append(cands, candidate(c, c.Weight, b.Shim && c == b.Local))

@@ -1,0 +1,45 @@
+package clusterscore
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mci-dev/mci/pkg/scheduling"
+)
+
+// A cluster that the control plane cannot reach is known from its last
+// known data only (Candidate.Stale). Its EPP may well answer: it takes
+// requests when no other cluster can, and only then, under every named
+// configuration.
+func TestAStaleClusterTakesRequestsOnlyWhenNoOtherCan(t *testing.T) {
+	for name, cfg := range Named() {
+		if name == LocalFirst {
+			continue // the local pool leads whatever the others are
+		}
+		t.Run(name, func(t *testing.T) {
+			p, err := New(cfg, scheduling.DefaultConfig(), NewMemory(DefaultMemoryOptions()))
+			require.NoError(t, err)
+			cands := []Candidate{
+				{Name: "a", Weight: 1, Health: HealthServing, Pool: freshPool(0, 0.1), Stale: true},
+				{Name: "b", Weight: 1, Health: HealthServing, Pool: freshPool(3, 0.5)},
+			}
+			rot := NewRotation(cands)
+			for range 4 {
+				order, err := p.Pick(&Request{Now: epoch, Scope: scope, Criticality: scheduling.Standard}, cands, rot, nil, nil)
+				require.NoError(t, err)
+				assert.Equal(t, []int{1, 0}, order, "the reachable cluster first, however loaded; the stale one to fail over to")
+			}
+
+			cands[1].Health = HealthNotServing
+			order, err := p.Pick(&Request{Now: epoch, Scope: scope, Criticality: scheduling.Standard}, cands, NewRotation(cands), nil, nil)
+			require.NoError(t, err)
+			want := []int{0}
+			if !p.has[FilterHealth] {
+				want = []int{1, 0} // health is not looked at
+			}
+			assert.Equal(t, want, order, "with no other cluster able to, the stale one takes the request")
+		})
+	}
+}

@@ -22,7 +22,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	harness "github.com/mci-dev/mci/test/clusterset"
@@ -521,6 +524,64 @@ func TestEPPLinkFaults(t *testing.T) {
 
 		require.NoError(t, link.Heal())
 		t.Logf("cut link healed: cluster-a serves again %s later", s.firstFrom(t, ctx, "cluster-a", healBound).Round(time.Millisecond))
+		s.settle(t, ctx, baseline)
+	})
+
+	t.Run("a control-plane partition from every exporter leaves the data plane serving", func(t *testing.T) {
+		// cluster-b's mci-apiservers lose both members that export the
+		// pool while their EPPs and model servers answer: the import
+		// flags both ClusterUnreachable and keeps their last known EPPs,
+		// and the sidecar routes to those, stale, as no reachable cluster
+		// is left.
+		b := clientsIn(t, s.cs, "cluster-b")
+		var links []*harness.Link
+		for _, member := range []string{"cluster-a", "cluster-c"} {
+			l, err := s.cs.MemberLink("cluster-b", member)
+			require.NoError(t, err)
+			links = append(links, l)
+			l.Cut()
+		}
+		defer func() {
+			for _, l := range links {
+				_ = l.Heal()
+			}
+		}()
+		cut := time.Now()
+		unreachable := func(ctx context.Context) (bool, string) {
+			imp, err := b.mci.InferenceV1alpha1().InferencePoolImports(s.dp.Namespace).Get(ctx, s.dp.Pool, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			n := 0
+			for _, c := range imp.Status.Clusters {
+				if r := apimeta.FindStatusCondition(c.Conditions, v1alpha1.ConditionReady); r != nil && r.Reason == v1alpha1.ReasonClusterUnreachable {
+					n++
+				}
+			}
+			return n == 2, fmt.Sprintf("%d of %d clusters flagged ClusterUnreachable", n, len(imp.Status.Clusters))
+		}
+		eventually(t, ctx, time.Minute, unreachable)
+		flagged := time.Since(cut)
+		// The sidecar's table follows its watch of the import within
+		// milliseconds.
+		time.Sleep(time.Second)
+		rs := s.sendFor(ctx, 4*time.Second)
+		bad := failed(rs)
+		t.Logf("control-plane partition cluster-b -/- cluster-a, cluster-c: both flagged after %s; %d requests %v, longest %s, %d failed",
+			flagged.Round(time.Millisecond), len(rs), byCluster(rs), longest(rs).Round(time.Millisecond), len(bad))
+		if !assert.Zero(t, len(bad), "the EPPs answer: no request fails for a partition of the control plane") {
+			t.Logf("first failed request: %s", bad[0])
+		}
+		assert.Len(t, byCluster(rs), 2, "both stale clusters take requests: %v", byCluster(rs))
+		assert.NotEmpty(t, s.logLines(t, "Routing table problem", "unreachable from mci-apiserver"), "the sidecar says it routes to clusters known from their last data")
+
+		for _, l := range links {
+			require.NoError(t, l.Heal())
+		}
+		eventually(t, ctx, time.Minute, func(ctx context.Context) (bool, string) {
+			ok, why := unreachable(ctx)
+			return !ok && strings.HasPrefix(why, "0 of"), why
+		})
 		s.settle(t, ctx, baseline)
 	})
 }

@@ -1,0 +1,299 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+)
+
+// world is what the soak arranged: which cluster exports which pool, and
+// which (watcher, member) pairs a fault holds now. A view is judged
+// against it: for a pair under a fault, the member's entries may lag or
+// be flagged, so they are left out of the comparison until the heal.
+type world struct {
+	mu sync.Mutex
+	// exports[cluster] are the "namespace/name" of the pools it exports.
+	exports map[string]map[string]bool
+	// faulted[watcher][member] counts the faults on the pair.
+	faulted map[string]map[string]int
+	// paused counts the pauses of each cluster's kube-apiserver: every
+	// pair whose member it is is faulted, and its own views cannot be
+	// read.
+	paused map[string]int
+}
+
+func newWorld(clusters []string) *world {
+	w := &world{exports: map[string]map[string]bool{}, faulted: map[string]map[string]int{}, paused: map[string]int{}}
+	for _, c := range clusters {
+		w.exports[c] = map[string]bool{}
+		w.faulted[c] = map[string]int{}
+	}
+	return w
+}
+
+func (w *world) setExported(cluster, key string, exported bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if exported {
+		w.exports[cluster][key] = true
+	} else {
+		delete(w.exports[cluster], key)
+	}
+}
+
+func (w *world) exported(cluster, key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.exports[cluster][key]
+}
+
+func (w *world) fault(watcher, member string, delta int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.faulted[watcher][member] += delta
+}
+
+func (w *world) pause(cluster string, delta int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.paused[cluster] += delta
+}
+
+// judged is a copy of the world for one comparison.
+type judged struct {
+	exports map[string]map[string]bool
+	skip    map[string]map[string]bool // [in][member]: left out
+	unread  map[string]bool            // clusters whose views cannot be read
+}
+
+func (w *world) snapshot() judged {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	j := judged{exports: map[string]map[string]bool{}, skip: map[string]map[string]bool{}, unread: map[string]bool{}}
+	for c, pools := range w.exports {
+		j.exports[c] = maps.Clone(pools)
+		j.skip[c] = map[string]bool{}
+	}
+	for in, members := range w.faulted {
+		for m, n := range members {
+			if n > 0 {
+				j.skip[in][m] = true
+			}
+		}
+	}
+	for c, n := range w.paused {
+		if n > 0 {
+			j.unread[c] = true
+			for in := range j.skip {
+				j.skip[in][c] = true
+			}
+		}
+	}
+	return j
+}
+
+// want is what cluster in must serve: for each pool another cluster
+// exports, an import listing each exporter Ready, leaving out the
+// skipped members.
+func (j judged) want(in string) string {
+	entries := map[string][]string{}
+	for exporter, pools := range j.exports {
+		if exporter == in || j.skip[in][exporter] {
+			continue
+		}
+		for key := range pools {
+			entries[key] = append(entries[key], exporter+":"+v1alpha1.ReasonReady)
+		}
+	}
+	var lines []string
+	for key, e := range entries {
+		sort.Strings(e)
+		lines = append(lines, key+"="+strings.Join(e, ","))
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, " ")
+}
+
+// state is a set of imports as "namespace/name=cluster:reason,..." lines,
+// leaving out the entries of skipped members (and imports left with no
+// entry). Times are left out: each replica stamps its own.
+func state(imps []*v1alpha1.InferencePoolImport, skip map[string]bool) string {
+	var lines []string
+	for _, imp := range imps {
+		var parts []string
+		for _, c := range imp.Status.Clusters {
+			if skip[c.Name] {
+				continue
+			}
+			reason := ""
+			for _, cond := range c.Conditions {
+				if cond.Type == "Ready" {
+					reason = cond.Reason
+				}
+			}
+			parts = append(parts, c.Name+":"+reason)
+		}
+		if len(parts) == 0 {
+			continue
+		}
+		sort.Strings(parts)
+		lines = append(lines, imp.Namespace+"/"+imp.Name+"="+strings.Join(parts, ","))
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, " ")
+}
+
+// view is one cluster's imports seen two ways: a fresh LIST through its
+// aggregator, and an informer that watches them through it, as
+// mci-sidecar does.
+type view struct {
+	cluster  string
+	client   mciclient.Interface
+	informer cache.SharedIndexInformer
+}
+
+func (v *view) list(ctx context.Context) ([]*v1alpha1.InferencePoolImport, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	list, err := v.client.InferenceV1alpha1().InferencePoolImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*v1alpha1.InferencePoolImport, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out, nil
+}
+
+func (v *view) informed() []*v1alpha1.InferencePoolImport {
+	var out []*v1alpha1.InferencePoolImport
+	for _, o := range v.informer.GetStore().List() {
+		out = append(out, o.(*v1alpha1.InferencePoolImport))
+	}
+	return out
+}
+
+// converged reports whether, in every cluster whose views can be read,
+// the informer equals a fresh LIST and both equal what the soak arranged
+// (outside the pairs under a fault), with what differs.
+func converged(ctx context.Context, w *world, views []*view) (bool, string) {
+	j := w.snapshot()
+	var bad []string
+	for _, v := range views {
+		if j.unread[v.cluster] {
+			continue
+		}
+		imps, err := v.list(ctx)
+		if err != nil {
+			bad = append(bad, v.cluster+": LIST: "+err.Error())
+			continue
+		}
+		skip := j.skip[v.cluster]
+		listed, informed, want := state(imps, skip), state(v.informed(), skip), j.want(v.cluster)
+		if listed != want || informed != listed {
+			bad = append(bad, fmt.Sprintf("%s: want [%s] LIST [%s] informer [%s]", v.cluster, want, listed, informed))
+		}
+	}
+	return len(bad) == 0, strings.Join(bad, "; ")
+}
+
+// measurement is one wait for convergence: after a heal or an export
+// change.
+type measurement struct {
+	Label   string        `json:"label"`
+	Kind    string        `json:"kind"` // "heal" or "export"
+	FaultID int           `json:"fault_id,omitempty"`
+	Since   time.Time     `json:"since"`
+	Took    time.Duration `json:"took"`
+	// During says the change was made while a fault held a pair of
+	// clusters (its figure then includes waiting for that heal).
+	During bool `json:"during_fault,omitempty"`
+	// Failed: not converged within the monitor's timeout; Last says how
+	// the views differed.
+	Failed bool   `json:"failed,omitempty"`
+	Last   string `json:"last,omitempty"`
+}
+
+// monitor polls convergence and resolves the measurements waiting on it:
+// each at the first poll, begun after it started, that finds every view
+// converged.
+type monitor struct {
+	w       *world
+	views   []*view
+	timeout time.Duration
+
+	mu      sync.Mutex
+	pending []*measurement
+	done    []*measurement
+	last    string
+}
+
+func (m *monitor) await(kind, label string, faultID int, during bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pending = append(m.pending, &measurement{Label: label, Kind: kind, FaultID: faultID, Since: time.Now(), During: during})
+}
+
+func (m *monitor) run(ctx context.Context, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		began := time.Now()
+		ok, why := converged(ctx, m.w, m.views)
+		m.mu.Lock()
+		m.last = why
+		m.pending = slices.DeleteFunc(m.pending, func(p *measurement) bool {
+			switch {
+			case ok && p.Since.Before(began):
+				p.Took = time.Since(p.Since)
+			case time.Since(p.Since) > m.timeout:
+				p.Took, p.Failed, p.Last = time.Since(p.Since), true, why
+			default:
+				return false
+			}
+			m.done = append(m.done, p)
+			return true
+		})
+		m.mu.Unlock()
+	}
+}
+
+// settle waits until nothing is pending (or timeout) and returns every
+// measurement.
+func (m *monitor) settle(timeout time.Duration) []*measurement {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		m.mu.Lock()
+		n := len(m.pending)
+		m.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.pending {
+		p.Took, p.Failed, p.Last = time.Since(p.Since), true, m.last
+		m.done = append(m.done, p)
+	}
+	m.pending = nil
+	return slices.Clone(m.done)
+}

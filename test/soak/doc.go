@@ -8,5 +8,5 @@
 // was withdrawn (past the measured convergence), that each failed request
 // falls in the window of a fault on the data path, and it compares the
 // heap, goroutines and file descriptors of every mci process at the start
-// and the end. See docs/testing.md, "The chaos soak".
+// and the end. See docs/performance.md, "Chaos soak".
 package soak

@@ -239,7 +239,7 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 	// Runtime.
 	win := min(3*time.Minute, max(10*time.Second, cfg.Duration/8))
 	for _, p := range procs {
-		g := p.compare(win, 30*time.Second, cfg.JudgeGrowth, cfg.Duration/3)
+		g := p.compare(begin.Add(cfg.Warmup), win, 30*time.Second, cfg.JudgeGrowth, cfg.Duration/3)
 		for _, f := range g.Failures {
 			r.Failures = append(r.Failures, fmt.Sprintf("%s (pid %d): %s between %s and the end", g.Name, g.PID, f, off(g.From)))
 		}

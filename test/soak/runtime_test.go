@@ -122,6 +122,9 @@ func (s *scraped) read(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	body, err := s.get(ctx)
+	if err != nil && ctx.Err() != nil {
+		return // the soak is stopping
+	}
 	if err != nil {
 		s.errors++
 		s.lastErr = err.Error()
@@ -187,13 +190,14 @@ type growth struct {
 }
 
 // compare takes the start figures over the first window of samples of
-// the process's last PID (from its start if it restarted, after settle)
+// the process's last PID from from, the end of the warm-up (from its start
+// if it restarted, after settle)
 // and the end figures over the last window. The heap in use swings with
 // each GC cycle (up to twice the live heap): the least reading of a window
 // approximates the live heap after a collection. Goroutines and
 // descriptors are the windows' medians, so a connection being replaced at
 // the instant of one sample does not count.
-func (s *scraped) compare(win, settle time.Duration, judge bool, minLife time.Duration) growth {
+func (s *scraped) compare(from time.Time, win, settle time.Duration, judge bool, minLife time.Duration) growth {
 	g := growth{Name: s.Name, ScrapeErrors: s.errors}
 	if len(s.samples) == 0 {
 		g.Why = "no sample (" + s.lastErr + ")"
@@ -203,12 +207,15 @@ func (s *scraped) compare(win, settle time.Duration, judge bool, minLife time.Du
 	g.PID = last.PID
 	var life []sample
 	for _, x := range s.samples {
-		if x.PID == last.PID {
+		if x.PID == last.PID && !x.At.Before(from) {
 			life = append(life, x)
 		}
 	}
-	restarted := life[0].At.After(s.samples[0].At)
-	if restarted {
+	if len(life) == 0 {
+		g.Why = "no sample after the warm-up"
+		return g
+	}
+	if restarted := life[0].At.After(from.Add(win)); restarted {
 		cut := life[0].At.Add(settle)
 		life = slices.DeleteFunc(life, func(x sample) bool { return x.At.Before(cut) })
 	}

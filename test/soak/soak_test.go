@@ -143,7 +143,8 @@ func TestSoak(t *testing.T) {
 		Replicas:               2,
 		MemberUnreachableAfter: unreachableAfter,
 		Links:                  true,
-		Log:                    logw,
+		// Its lines carry their own time stamps.
+		Log: os.Stdout,
 	})
 	require.NoError(t, err, "starting the ClusterSet")
 	t.Cleanup(func() {
@@ -193,7 +194,7 @@ func TestSoak(t *testing.T) {
 		require.True(t, cache.WaitForCacheSync(syncCtx.Done(), v.informer.HasSynced), "the informer of %s must sync", v.cluster)
 		cancel()
 	}
-	mon := &monitor{w: w, views: views, timeout: 90 * time.Second}
+	mon := &monitor{w: w, views: views, timeout: 90 * time.Second, logf: logf}
 	monCtx, stopMonitor := context.WithCancel(context.Background())
 	defer stopMonitor()
 	go mon.run(monCtx, 250*time.Millisecond)

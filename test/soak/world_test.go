@@ -233,6 +233,7 @@ type monitor struct {
 	w       *world
 	views   []*view
 	timeout time.Duration
+	logf    func(format string, args ...any)
 
 	mu      sync.Mutex
 	pending []*measurement
@@ -269,6 +270,13 @@ func (m *monitor) run(ctx context.Context, every time.Duration) {
 				return false
 			}
 			m.done = append(m.done, p)
+			if p.Kind == "heal" || p.Failed {
+				verdict := "every view = a fresh LIST"
+				if p.Failed {
+					verdict = "NOT CONVERGED: " + p.Last
+				}
+				m.logf("%s %s: %s after %s", p.Kind, p.Label, verdict, p.Took.Round(10*time.Millisecond))
+			}
 			return true
 		})
 		m.mu.Unlock()

@@ -56,6 +56,9 @@ type faultResult struct {
 	Requests int  `json:"requests"`
 	Failed   int  `json:"failed"`
 	DataPath bool `json:"on_data_path"`
+	// FirstFailure is the first failed request of the window, as the
+	// gateway answered it.
+	FirstFailure string `json:"first_failure,omitempty"`
 }
 
 type stats struct {
@@ -128,8 +131,12 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 	for _, m := range ms {
 		switch {
 		case m.Kind == "heal":
-			heals = append(heals, m)
 			healOf[m.FaultID] = m
+			// EPP link faults do not touch what mci-apiserver serves:
+			// their heals are listed, not counted.
+			if !strings.Contains(m.Label, string(eppStall)) && !strings.Contains(m.Label, string(eppReset)) {
+				heals = append(heals, m)
+			}
 		case m.During:
 			during = append(during, m)
 		default:
@@ -192,6 +199,9 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 				fr.Requests++
 				if q.failed() {
 					fr.Failed++
+					if fr.FirstFailure == "" {
+						fr.FirstFailure = fmt.Sprintf("sent %s: HTTP %d %s %s", off(q.Sent), q.Code, q.Err, strings.Join(strings.Fields(q.Body), " "))
+					}
 				}
 			}
 		}
@@ -263,7 +273,7 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", target, figure, map[bool]string{true: "ok", false: "MISSED"}[ok])
 	}
 	row("after a heal, every view equals a fresh LIST ("+r.HealTarget+")",
-		fmt.Sprintf("p50 %.2fs, p99 %.2fs, max %.2fs over %d heals; %d not converged", r.Heals.P50, r.Heals.P99, r.Heals.Max, r.Heals.N, r.Heals.Failed),
+		fmt.Sprintf("p50 %.2fs, p99 %.2fs, max %.2fs over %d heals (EPP link faults not counted); %d not converged", r.Heals.P50, r.Heals.P99, r.Heals.Max, r.Heals.N, r.Heals.Failed),
 		!slices.ContainsFunc(r.Failures, func(f string) bool { return strings.Contains(f, "heal") }))
 	row("requests failed outside fault windows: 0",
 		fmt.Sprintf("%d of %d failed: %d in a fault's window, %d outside", r.Requests.Failed, r.Requests.Total, r.Requests.Explained, r.Requests.Unexplained), r.Requests.Unexplained == 0)
@@ -286,6 +296,17 @@ func (r *report) markdown() string {
 	for _, f := range r.Faults {
 		fmt.Fprintf(&b, "| %d | %s | %s | %.1fs | %s | %d | %d | %v | %s |\n", f.ID, strings.SplitN(f.fault.String(), " ", 2)[1], f.StartOffset,
 			f.Healed.Sub(f.Start).Seconds(), f.HealConverged, f.Requests, f.Failed, f.DataPath, f.Err)
+	}
+	first := false
+	for _, f := range r.Faults {
+		if f.FirstFailure == "" {
+			continue
+		}
+		if !first {
+			fmt.Fprintf(&b, "\nFirst failed request in each window:\n\n")
+			first = true
+		}
+		fmt.Fprintf(&b, "- #%d: %s\n", f.ID, f.FirstFailure)
 	}
 	if len(r.Withdrawals) > 0 {
 		fmt.Fprintf(&b, "\n## Withdrawals of the data path pool's export\n\n| cluster | at | left the gateway's import after | last request it served after | misrouted |\n|---|---|---|---|---|\n")

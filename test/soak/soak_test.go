@@ -175,6 +175,9 @@ func TestSoak(t *testing.T) {
 	for _, e := range exporters {
 		require.NoError(t, createEPPService(ctx, kube[e], soakNS))
 		w.setExported(e, dp.Namespace+"/"+dp.Pool, true)
+		_, err := mci[e].InferencePoolV1().InferencePools(soakNS).Create(ctx, exportedPool(soakNS, anchorPool), metav1.CreateOptions{})
+		require.NoError(t, err)
+		w.setExported(e, soakNS+"/"+anchorPool, true)
 	}
 	rot := &rotator{cs: cs, watcher: topo.Rotating[0], member: topo.Rotating[1], watcherKube: kube[topo.Rotating[0]], memberKube: kube[topo.Rotating[1]]}
 	require.NoError(t, rot.setUp(ctx), "moving %s's kubeconfig of %s to a member Secret", rot.watcher, rot.member)

@@ -285,7 +285,7 @@ func (r *report) markdown() string {
 			judged++
 		}
 	}
-	row("heap, goroutines within 10%, fds flat", fmt.Sprintf("%d of %d processes judged", judged, len(r.Runtime)), growthOK)
+	row("live heap, goroutines within 10%, fds flat", fmt.Sprintf("%d of %d processes judged", judged, len(r.Runtime)), growthOK)
 	fmt.Fprintf(&b, "\nExport changes reached every view (informer = fresh LIST = the exports): p50 %.2fs, p99 %.2fs, max %.2fs over %d changes; %d more made during a fault: p99 %.2fs; %d not converged.\n",
 		r.ExportChanges.P50, r.ExportChanges.P99, r.ExportChanges.Max, r.ExportChanges.N, r.ExportChangesDuring.N, r.ExportChangesDuring.P99, r.ExportChanges.Failed+r.ExportChangesDuring.Failed)
 	fmt.Fprintf(&b, "Requests: %d answered (%s), latency p50 %.0f ms, p99 %.0f ms; %d not sent (64 in flight).\n",
@@ -318,7 +318,7 @@ func (r *report) markdown() string {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %d |\n", w.Cluster, w.AtOffset, gone, w.LastServed, w.Misrouted)
 		}
 	}
-	fmt.Fprintf(&b, "\n## Runtime of the mci processes (start after warm-up -> end)\n\n| process | pid | heap MiB | goroutines | fds | samples | judged |\n|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n## Runtime of the mci processes (start after warm-up -> end)\n\n| process | pid | live heap MiB | heap in use MiB (least) | goroutines | fds | samples | judged |\n|---|---|---|---|---|---|---|---|\n")
 	for _, g := range r.Runtime {
 		j := "yes"
 		if !g.Judged {
@@ -327,7 +327,7 @@ func (r *report) markdown() string {
 		if len(g.Failures) > 0 {
 			j = "MISSED: " + strings.Join(g.Failures, "; ")
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.1f -> %.1f | %.0f -> %.0f | %.0f -> %.0f | %d (%d errors) | %s |\n", g.Name, g.PID, g.HeapStartMiB, g.HeapEndMiB,
+		fmt.Fprintf(&b, "| %s | %d | %.1f -> %.1f | %.1f -> %.1f | %.0f -> %.0f | %.0f -> %.0f | %d (%d errors) | %s |\n", g.Name, g.PID, g.LiveStartMiB, g.LiveEndMiB, g.HeapStartMiB, g.HeapEndMiB,
 			g.GoroutinesStart, g.GoroutinesEnd, g.FDsStart, g.FDsEnd, g.Samples, g.ScrapeErrors, j)
 	}
 	if len(r.Failures) > 0 {

@@ -37,6 +37,10 @@ type report struct {
 	Withdrawals []withdrawResult `json:"withdrawals"`
 	Misrouted   int              `json:"misrouted"`
 
+	// Deletions are imports that left an informer while another cluster
+	// still exported the pool (target 0).
+	Deletions []deletion `json:"unexpected_deletions"`
+
 	Runtime  []growth      `json:"runtime"`
 	Watchers watcherResult `json:"watchers"`
 
@@ -259,6 +263,18 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 	return r
 }
 
+func (r *report) addDeletions(ds []deletion, begin time.Time) {
+	r.Deletions = ds
+	if len(ds) == 0 {
+		return
+	}
+	var first []string
+	for _, d := range ds[:min(len(ds), 5)] {
+		first = append(first, fmt.Sprintf("%s in %s at +%.1fs, %s", d.Import, d.Cluster, d.At.Sub(begin).Seconds(), d.Why))
+	}
+	r.Failures = append(r.Failures, fmt.Sprintf("%d imports left an informer while another cluster still exported their pool (target 0); first: %s", len(ds), strings.Join(first, " | ")))
+}
+
 func (r *report) markdown() string {
 	var b strings.Builder
 	verdict := "PASS"
@@ -277,6 +293,7 @@ func (r *report) markdown() string {
 		!slices.ContainsFunc(r.Failures, func(f string) bool { return strings.Contains(f, "heal") }))
 	row("requests failed outside fault windows: 0",
 		fmt.Sprintf("%d of %d failed: %d in a fault's window, %d outside", r.Requests.Failed, r.Requests.Total, r.Requests.Explained, r.Requests.Unexplained), r.Requests.Unexplained == 0)
+	row("imports deleted from an informer while still exported: 0", fmt.Sprintf("%d", len(r.Deletions)), len(r.Deletions) == 0)
 	row("requests routed to a withdrawn export after convergence: 0", fmt.Sprintf("%d over %d withdrawals", r.Misrouted, len(r.Withdrawals)), r.Misrouted == 0)
 	growthOK := !slices.ContainsFunc(r.Runtime, func(g growth) bool { return len(g.Failures) > 0 })
 	judged := 0

@@ -197,6 +197,16 @@ func TestSoak(t *testing.T) {
 		require.True(t, cache.WaitForCacheSync(syncCtx.Done(), v.informer.HasSynced), "the informer of %s must sync", v.cluster)
 		cancel()
 	}
+	var deletesMu sync.Mutex
+	var deletes []deletion
+	for _, v := range views {
+		require.NoError(t, v.watchDeletes(w, func(d deletion) {
+			logf("UNEXPECTED: import %s left the informer of %s: %s", d.Import, d.Cluster, d.Why)
+			deletesMu.Lock()
+			deletes = append(deletes, d)
+			deletesMu.Unlock()
+		}))
+	}
 	mon := &monitor{w: w, views: views, timeout: 90 * time.Second, logf: logf}
 	monCtx, stopMonitor := context.WithCancel(context.Background())
 	defer stopMonitor()
@@ -264,7 +274,10 @@ func TestSoak(t *testing.T) {
 	stopMonitor()
 	requests, notSent := tr.snapshot()
 	withdrawals, changes := ex.result()
+	deletesMu.Lock()
 	r := buildReport(cfg, begin, end, faults, inj.result(), measurements, requests, notSent, withdrawals, changes, watchers.result(), procs, topo)
+	r.addDeletions(deletes, begin)
+	deletesMu.Unlock()
 	md := r.markdown()
 	fmt.Println(md)
 	require.NoError(t, r.write(cfg.Out, md))

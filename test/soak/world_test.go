@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -31,10 +32,12 @@ type world struct {
 	// pair whose member it is is faulted, and its own views cannot be
 	// read.
 	paused map[string]int
+	// changed is when each pool's export last changed, in any cluster.
+	changed map[string]time.Time
 }
 
 func newWorld(clusters []string) *world {
-	w := &world{exports: map[string]map[string]bool{}, faulted: map[string]map[string]int{}, paused: map[string]int{}}
+	w := &world{exports: map[string]map[string]bool{}, faulted: map[string]map[string]int{}, paused: map[string]int{}, changed: map[string]time.Time{}}
 	for _, c := range clusters {
 		w.exports[c] = map[string]bool{}
 		w.faulted[c] = map[string]int{}
@@ -45,6 +48,7 @@ func newWorld(clusters []string) *world {
 func (w *world) setExported(cluster, key string, exported bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.changed[key] = time.Now()
 	if exported {
 		w.exports[cluster][key] = true
 	} else {
@@ -56,6 +60,38 @@ func (w *world) exported(cluster, key string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.exports[cluster][key]
+}
+
+// unexpectedDelete says why an import of key leaving cluster in's view
+// is wrong, or "" when it is not: another cluster exported the pool
+// throughout the last settle (a member under a fault keeps its last
+// known pools, flagged, so no fault is an excuse).
+func (w *world) unexpectedDelete(in, key string, settle time.Duration) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if time.Since(w.changed[key]) < settle {
+		return ""
+	}
+	var by []string
+	for c, pools := range w.exports {
+		if c != in && pools[key] {
+			by = append(by, c)
+		}
+	}
+	if len(by) == 0 {
+		return ""
+	}
+	sort.Strings(by)
+	var faults []string
+	for _, m := range by {
+		if w.faulted[in][m] > 0 {
+			faults = append(faults, in+"->"+m+" under a link fault")
+		}
+		if w.paused[m] > 0 {
+			faults = append(faults, m+" paused")
+		}
+	}
+	return fmt.Sprintf("still exported by %s (%s)", strings.Join(by, ","), cmp.Or(strings.Join(faults, ", "), "no fault on those pairs"))
 }
 
 func (w *world) fault(watcher, member string, delta int) {
@@ -183,6 +219,34 @@ func (v *view) informed() []*v1alpha1.InferencePoolImport {
 		out = append(out, o.(*v1alpha1.InferencePoolImport))
 	}
 	return out
+}
+
+// deletion is an import that left an informer while another cluster
+// still exported its pool.
+type deletion struct {
+	At      time.Time `json:"at"`
+	Cluster string    `json:"cluster"`
+	Import  string    `json:"import"`
+	Why     string    `json:"why"`
+}
+
+// watchDeletes records in out every import that leaves v's informer while
+// the world says it should stay.
+func (v *view) watchDeletes(w *world, record func(deletion)) error {
+	_, err := v.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		imp, ok := obj.(*v1alpha1.InferencePoolImport)
+		if !ok {
+			return
+		}
+		key := imp.Namespace + "/" + imp.Name
+		if why := w.unexpectedDelete(v.cluster, key, 3*time.Second); why != "" {
+			record(deletion{At: time.Now(), Cluster: v.cluster, Import: key, Why: why})
+		}
+	}})
+	return err
 }
 
 // converged reports whether, in every cluster whose views can be read,

@@ -40,6 +40,9 @@ type report struct {
 	// Deletions are imports that left an informer while another cluster
 	// still exported the pool (target 0).
 	Deletions []deletion `json:"unexpected_deletions"`
+	// Losses are the polls whose LIST left out the pools of a member
+	// under a fault (target 0).
+	Losses []loss `json:"lost_under_faults"`
 
 	Runtime  []growth      `json:"runtime"`
 	Watchers watcherResult `json:"watchers"`
@@ -263,6 +266,15 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 	return r
 }
 
+func (r *report) addLosses(ls []loss, begin time.Time) {
+	r.Losses = ls
+	if len(ls) == 0 {
+		return
+	}
+	r.Failures = append(r.Failures, fmt.Sprintf("%d polls from +%.1fs to +%.1fs found the pools of a member under a fault gone from a LIST, where it must keep its last known pools, flagged (target 0); first: %s",
+		len(ls), ls[0].At.Sub(begin).Seconds(), ls[len(ls)-1].At.Sub(begin).Seconds(), strings.Join(ls[0].What, "; ")))
+}
+
 func (r *report) addDeletions(ds []deletion, begin time.Time) {
 	r.Deletions = ds
 	if len(ds) == 0 {
@@ -294,6 +306,7 @@ func (r *report) markdown() string {
 	row("requests failed outside fault windows: 0",
 		fmt.Sprintf("%d of %d failed: %d in a fault's window, %d outside", r.Requests.Failed, r.Requests.Total, r.Requests.Explained, r.Requests.Unexplained), r.Requests.Unexplained == 0)
 	row("imports deleted from an informer while still exported: 0", fmt.Sprintf("%d", len(r.Deletions)), len(r.Deletions) == 0)
+	row("LISTs without the last known pools of a member under a fault: 0", fmt.Sprintf("%d polls", len(r.Losses)), len(r.Losses) == 0)
 	row("requests routed to a withdrawn export after convergence: 0", fmt.Sprintf("%d over %d withdrawals", r.Misrouted, len(r.Withdrawals)), r.Misrouted == 0)
 	growthOK := !slices.ContainsFunc(r.Runtime, func(g growth) bool { return len(g.Failures) > 0 })
 	judged := 0

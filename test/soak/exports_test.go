@@ -117,16 +117,19 @@ func (e *exporter) changePool(ctx context.Context, cluster string) {
 		name = fmt.Sprintf("p-%d", e.next)
 		e.mu.Unlock()
 		what, exported = "create", true
+		e.w.touch(soakNS + "/" + name)
 		_, err = pools.Create(ctx, exportedPool(soakNS, name), metav1.CreateOptions{})
 	case 1:
 		p := list.Items[e.rng.IntN(len(list.Items))]
 		name, what = p.Name, "delete"
+		e.w.touch(soakNS + "/" + name)
 		err = pools.Delete(ctx, name, metav1.DeleteOptions{})
 	default:
 		p := list.Items[e.rng.IntN(len(list.Items))]
 		name = p.Name
 		exported = p.Annotations[v1alpha1.ExportAnnotation] == ""
 		what = map[bool]string{true: "export", false: "withdraw"}[exported]
+		e.w.touch(soakNS + "/" + name)
 		err = e.annotateExport(ctx, pools.Patch, name, exported)
 	}
 	if err != nil {
@@ -157,6 +160,7 @@ func (e *exporter) annotateExport(ctx context.Context, patch patcher, name strin
 // how long the gateway cluster's import takes to stop listing it.
 func (e *exporter) withdraw(ctx context.Context, cluster string) *withdrawal {
 	pools := e.clients[cluster].InferencePoolV1().InferencePools(e.dpNS)
+	e.w.touch(e.dpNS + "/" + e.dpPool)
 	if err := e.annotateExport(ctx, pools.Patch, e.dpPool, false); err != nil {
 		e.logf("export change: withdrawing %s/%s in %s: %v", e.dpNS, e.dpPool, cluster, err)
 		return nil
@@ -188,6 +192,7 @@ func (e *exporter) restore(ctx context.Context, wd *withdrawal) {
 		return
 	}
 	pools := e.clients[wd.Cluster].InferencePoolV1().InferencePools(e.dpNS)
+	e.w.touch(e.dpNS + "/" + e.dpPool)
 	if err := e.annotateExport(ctx, pools.Patch, e.dpPool, true); err != nil {
 		e.logf("export change: restoring %s/%s in %s: %v", e.dpNS, e.dpPool, wd.Cluster, err)
 		return

@@ -190,7 +190,15 @@ func TestSoak(t *testing.T) {
 	for _, c := range cs.Clusters {
 		inf := mciinformers.NewSharedInformerFactory(mci[c.Name], 0).Inference().V1alpha1().InferencePoolImports().Informer()
 		go inf.RunWithContext(infCtx)
-		views = append(views, &view{cluster: c.Name, client: mci[c.Name], informer: inf})
+		v := &view{cluster: c.Name, client: mci[c.Name], informer: inf}
+		for _, port := range c.MCIAPIServerReplicaPorts {
+			rc := rest.CopyConfig(c.Config)
+			rc.Host = fmt.Sprintf("https://127.0.0.1:%d", port)
+			rc.TLSClientConfig.CAData = cs.MCIServingCA()
+			rc.TLSClientConfig.CAFile = ""
+			v.replicas = append(v.replicas, mciclient.NewForConfigOrDie(rc))
+		}
+		views = append(views, v)
 	}
 	for _, v := range views {
 		syncCtx, cancel := context.WithTimeout(ctx, time.Minute)

@@ -60,6 +60,14 @@ func (w *world) setExported(cluster, key string, exported bool) {
 	}
 }
 
+// touch records that key's export is about to change: a watcher may see
+// the change before the call that made it returns.
+func (w *world) touch(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.changed[key] = time.Now()
+}
+
 func (w *world) exported(cluster, key string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -258,6 +266,35 @@ type view struct {
 	cluster  string
 	client   mciclient.Interface
 	informer cache.SharedIndexInformer
+	// replicas reach each mci-apiserver replica of the cluster directly:
+	// the aggregator keeps one connection to the front, so its requests
+	// all land on one replica.
+	replicas []mciclient.Interface
+}
+
+// replicaLost lists, for each replica of v's cluster that says it is
+// ready, the pools of members under a fault its LIST leaves out. A
+// replica that does not answer is not serving: the front skips it.
+func (v *view) replicaLost(ctx context.Context, j judged) []string {
+	var out []string
+	for r, client := range v.replicas {
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err == nil {
+			var list *v1alpha1.InferencePoolImportList
+			if list, err = client.InferenceV1alpha1().InferencePoolImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{}); err == nil {
+				imps := make([]*v1alpha1.InferencePoolImport, 0, len(list.Items))
+				for i := range list.Items {
+					imps = append(imps, &list.Items[i])
+				}
+				for _, l := range j.lost(v.cluster, imps) {
+					out = append(out, fmt.Sprintf("replica %d: %s", r, l))
+				}
+			}
+		}
+		cancel()
+	}
+	return out
 }
 
 func (v *view) list(ctx context.Context) ([]*v1alpha1.InferencePoolImport, error) {
@@ -313,7 +350,7 @@ func (v *view) watchDeletes(w *world, record func(deletion)) error {
 // converged reports whether, in every cluster whose views can be read,
 // the informer equals a fresh LIST and both equal what the soak arranged
 // (outside the pairs under a fault), with what differs.
-func converged(ctx context.Context, w *world, views []*view) (ok bool, why string, lost []string) {
+func converged(ctx context.Context, w *world, views []*view, replicas bool) (ok bool, why string, lost []string) {
 	j := w.snapshot()
 	var bad []string
 	for _, v := range views {
@@ -326,6 +363,9 @@ func converged(ctx context.Context, w *world, views []*view) (ok bool, why strin
 			continue
 		}
 		lost = append(lost, j.lost(v.cluster, imps)...)
+		if replicas {
+			lost = append(lost, v.replicaLost(ctx, j)...)
+		}
 		skip := j.skip[v.cluster]
 		listed, informed, want := state(imps, skip), state(v.informed(), skip), j.want(v.cluster)
 		if listed != want || informed != listed {
@@ -384,14 +424,15 @@ func (m *monitor) await(kind, label string, faultID int, during bool) {
 func (m *monitor) run(ctx context.Context, every time.Duration) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	for {
+	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
 		began := time.Now()
-		ok, why, lost := converged(ctx, m.w, m.views)
+		// Each replica is asked directly once a second.
+		ok, why, lost := converged(ctx, m.w, m.views, n%4 == 0)
 		m.mu.Lock()
 		if len(lost) > 0 {
 			if len(m.losses) == 0 || time.Since(m.losses[len(m.losses)-1].At) > 5*time.Second {

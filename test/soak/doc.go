@@ -1,0 +1,12 @@
+// Package soak is the chaos soak of issue 15 (`make soak`, and a short
+// smoke of it in `make test`): a local ClusterSet (test/clusterset) of
+// three clusters with two mci-apiserver replicas each, link proxies and
+// the data path, under steady request traffic, 50 watchers and an
+// informer per cluster, export changes and a seeded random schedule of
+// faults. It checks, while it runs, that every view comes back to a fresh
+// LIST after each heal, that no request goes to a cluster whose export
+// was withdrawn (past the measured convergence), that each failed request
+// falls in the window of a fault on the data path, and it compares the
+// heap, goroutines and file descriptors of every mci process at the start
+// and the end. See docs/performance.md, "Chaos soak".
+package soak

@@ -1,0 +1,325 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+
+	"github.com/mci-dev/mci/pkg/clusterset"
+	harness "github.com/mci-dev/mci/test/clusterset"
+)
+
+// window is when a fault held: from its start to its heal.
+type window struct {
+	fault
+	Start  time.Time `json:"start"`
+	Healed time.Time `json:"healed"`
+	// Err says what went wrong applying or healing it (a harness error).
+	Err string `json:"error,omitempty"`
+}
+
+// injector applies the faults of a schedule, each on its own goroutine at
+// its time, and records their windows.
+type injector struct {
+	cs    *harness.ClusterSet
+	kube  map[string]kubernetes.Interface
+	w     *world
+	mon   *monitor
+	rot   *rotator
+	log   func(format string, args ...any)
+	start time.Time
+
+	mu      sync.Mutex
+	windows []*window
+}
+
+func (in *injector) run(ctx context.Context, faults []fault) {
+	var wg sync.WaitGroup
+	for _, f := range faults {
+		wg.Go(func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(in.start.Add(f.At))):
+			}
+			in.apply(ctx, f)
+		})
+	}
+	wg.Wait()
+}
+
+func (in *injector) apply(ctx context.Context, f fault) {
+	win := &window{fault: f, Start: time.Now()}
+	in.mu.Lock()
+	in.windows = append(in.windows, win)
+	in.mu.Unlock()
+	in.log("fault %s: start", f)
+	heal, err := in.inject(ctx, f)
+	if err != nil {
+		win.Err = err.Error()
+		in.log("fault %s: NOT APPLIED: %v", f, err)
+	}
+	// Held for its time even when the soak is stopping: every fault heals.
+	time.Sleep(time.Until(win.Start.Add(f.Hold)))
+	if heal != nil {
+		if err := heal(); err != nil {
+			win.Err = strings.TrimPrefix(win.Err+"; heal: "+err.Error(), "; ")
+			in.log("fault %s: HEAL FAILED: %v", f, err)
+		}
+	}
+	win.Healed = time.Now()
+	in.log("fault %s: healed after %s", f, win.Healed.Sub(win.Start).Round(100*time.Millisecond))
+	in.mon.await("heal", f.String(), f.ID, false)
+}
+
+// inject applies f and returns what heals it.
+func (in *injector) inject(ctx context.Context, f fault) (func() error, error) {
+	switch f.Kind {
+	case partition, blackhole, slow500ms, slow2s:
+		link, err := in.cs.MemberLink(f.Watcher, f.Target)
+		if err != nil {
+			return nil, err
+		}
+		in.w.fault(f.Watcher, f.Target, 1)
+		healed := func() error {
+			err := link.Heal()
+			in.w.fault(f.Watcher, f.Target, -1)
+			return err
+		}
+		switch f.Kind {
+		case partition:
+			link.Cut()
+		case blackhole:
+			err = link.Blackhole()
+		case slow500ms:
+			err = link.Latency(500*time.Millisecond, 50*time.Millisecond)
+		case slow2s:
+			err = link.Latency(2*time.Second, 200*time.Millisecond)
+		}
+		return healed, err
+	case eppStall, eppReset:
+		link, err := in.cs.EPPLink(f.Target)
+		if err != nil {
+			return nil, err
+		}
+		if f.Kind == eppStall {
+			err = link.Blackhole()
+		} else {
+			err = link.ResetPeer(0)
+		}
+		return link.Heal, err
+	case restart:
+		if err := in.cs.StopMCIAPIServerReplica(f.Watcher, 1); err != nil {
+			return nil, err
+		}
+		return func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			return in.cs.StartMCIAPIServerReplica(ctx, f.Watcher, 1)
+		}, nil
+	case pause:
+		in.w.pause(f.Target, 1)
+		if err := in.cs.PauseAPIServer(f.Target); err != nil {
+			in.w.pause(f.Target, -1)
+			return nil, err
+		}
+		return func() error {
+			err := in.cs.ResumeAPIServer(f.Target)
+			in.w.pause(f.Target, -1)
+			return err
+		}, nil
+	case rotation:
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return nil, in.rot.rotate(ctx)
+	}
+	return nil, fmt.Errorf("unknown fault kind %q", f.Kind)
+}
+
+func (in *injector) result() []window {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make([]window, 0, len(in.windows))
+	for _, w := range in.windows {
+		out = append(out, *w)
+	}
+	return out
+}
+
+// rotator gives watcher's replicas their member's kubeconfig through a
+// member Secret with a ServiceAccount token, and rotates it: a new
+// ServiceAccount and token in the Secret, then the old ServiceAccount
+// deleted, which revokes its token, as an operator rotating credentials
+// does.
+type rotator struct {
+	cs              *harness.ClusterSet
+	watcher, member string
+	watcherKube     kubernetes.Interface
+	memberKube      kubernetes.Interface
+
+	mu      sync.Mutex
+	current string
+	n       int
+}
+
+const rotatorSecret = "soak-member"
+
+// setUp moves the member's kubeconfig from watcher's kubeconfig directory
+// to a member Secret and waits until every replica of watcher connected
+// from it.
+func (r *rotator) setUp(ctx context.Context) error {
+	before, err := r.secretJoins()
+	if err != nil {
+		return err
+	}
+	if err := r.rotate(ctx); err != nil {
+		return err
+	}
+	file := filepath.Join(r.cs.MemberKubeconfigDir(r.watcher), r.member+".kubeconfig")
+	if err := os.Rename(file, filepath.Join(r.cs.Dir, r.watcher+"-"+r.member+".kubeconfig.parked")); err != nil {
+		return err
+	}
+	var last []int
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		now, err := r.secretJoins()
+		if err != nil {
+			return false, err
+		}
+		last = now
+		for i := range now {
+			if now[i] <= before[i] {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the replicas of %s did not connect to %s from the member Secret (joins per replica %v, before %v): %w", r.watcher, r.member, last, before, err)
+	}
+	return nil
+}
+
+// rotate writes the Secret with a new ServiceAccount's token and deletes
+// the previous ServiceAccount.
+func (r *rotator) rotate(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n++
+	name := fmt.Sprintf("soak-reader-%d", r.n)
+	token, err := r.token(ctx, name)
+	if err != nil {
+		return err
+	}
+	server, err := r.cs.MemberServer(r.watcher, r.member)
+	if err != nil {
+		return err
+	}
+	m, err := r.cs.Cluster(r.member)
+	if err != nil {
+		return err
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[r.member] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: m.Config.CAData}
+	cfg.AuthInfos[r.member] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts[r.member] = &clientcmdapi.Context{Cluster: r.member, AuthInfo: r.member}
+	cfg.CurrentContext = r.member
+	kubeconfig, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return err
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: rotatorSecret, Namespace: harness.MCIAPIServerNamespace, Labels: map[string]string{clusterset.MemberClusterLabel: r.member}},
+		Data:       map[string][]byte{clusterset.MemberKubeconfigKey: kubeconfig},
+	}
+	secrets := r.watcherKube.CoreV1().Secrets(harness.MCIAPIServerNamespace)
+	if r.current == "" {
+		_, err = secrets.Create(ctx, secret, metav1.CreateOptions{})
+	} else {
+		var old *corev1.Secret
+		if old, err = secrets.Get(ctx, rotatorSecret, metav1.GetOptions{}); err == nil {
+			secret.ResourceVersion = old.ResourceVersion
+			_, err = secrets.Update(ctx, secret, metav1.UpdateOptions{})
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("writing the member Secret: %w", err)
+	}
+	if r.current != "" {
+		if err := r.revoke(ctx, r.current); err != nil {
+			return err
+		}
+	}
+	r.current = name
+	return nil
+}
+
+// token creates a ServiceAccount in the member bound to the member reader
+// role and returns a token of it.
+func (r *rotator) token(ctx context.Context, name string) (string, error) {
+	ns := harness.MCIAPIServerNamespace
+	if _, err := r.memberKube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("creating ServiceAccount %s: %w", name, err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "mci-member-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
+	}
+	if _, err := r.memberKube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("binding ServiceAccount %s: %w", name, err)
+	}
+	tr, err := r.memberKube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3 * 3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token of ServiceAccount %s: %w", name, err)
+	}
+	return tr.Status.Token, nil
+}
+
+func (r *rotator) revoke(ctx context.Context, name string) error {
+	if err := r.memberKube.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("revoking %s: %w", name, err)
+	}
+	if err := r.memberKube.CoreV1().ServiceAccounts(harness.MCIAPIServerNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("revoking %s: %w", name, err)
+	}
+	return nil
+}
+
+// secretJoins counts, in the log of each of watcher's replicas, the
+// connections to member made from a member Secret.
+func (r *rotator) secretJoins() ([]int, error) {
+	var counts []int
+	for _, p := range r.cs.Processes() {
+		if !strings.HasPrefix(p.Name, r.watcher+"-mci-apiserver") {
+			continue
+		}
+		data, err := os.ReadFile(p.Log)
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, "Member joined the ClusterSet") && strings.Contains(line, `member="`+r.member+`"`) && strings.Contains(line, `source="secret`) {
+				n++
+			}
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
+}

@@ -1,0 +1,193 @@
+package soak
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// faultKind is one kind of fault the soak injects.
+type faultKind string
+
+const (
+	// Member link faults: the replicas of Watcher lose Target.
+	partition faultKind = "partition"  // MemberLink cut: refused, RST
+	blackhole faultKind = "blackhole"  // MemberLink accepts, never answers
+	slow500ms faultKind = "slow-500ms" // MemberLink 500ms ± 50ms latency
+	slow2s    faultKind = "slow-2s"    // MemberLink 2s ± 200ms latency
+	eppStall  faultKind = "epp-stall"  // EPPLink(Target) blackholed: streams stall mid-way
+	eppReset  faultKind = "epp-reset"  // EPPLink(Target) resets every connection as it carries data
+	restart   faultKind = "replica-restart"
+	pause     faultKind = "apiserver-pause" // Target's kube-apiserver SIGSTOPped
+	rotation  faultKind = "secret-rotation" // Watcher's member Secret for Target gets a new token, the old one revoked
+)
+
+var allKinds = []faultKind{partition, blackhole, slow500ms, slow2s, eppStall, eppReset, restart, pause, rotation}
+
+// fault is one scheduled fault: it starts At after the fault phase begins
+// and heals Hold later.
+type fault struct {
+	ID   int           `json:"id"`
+	Kind faultKind     `json:"kind"`
+	At   time.Duration `json:"at"`
+	Hold time.Duration `json:"hold"`
+	// Watcher is the cluster whose replicas see the fault (member link
+	// faults, restart, rotation); empty for the others.
+	Watcher string `json:"watcher,omitempty"`
+	// Target is the member, the EPP's cluster or the paused cluster.
+	Target string `json:"target"`
+}
+
+func (f fault) String() string {
+	where := f.Target
+	if f.Watcher != "" {
+		where = f.Watcher + "->" + f.Target
+	}
+	if f.Kind == restart {
+		where = f.Watcher + " replica " + f.Target
+	}
+	return fmt.Sprintf("#%d %s %s for %s", f.ID, f.Kind, where, f.Hold)
+}
+
+// resources are what two faults may not hold at once: one link, one
+// process, the Secret. A replica restart holds its cluster's
+// kube-apiserver too: a replica cannot become ready while it is paused.
+func (f fault) resources() []string {
+	switch f.Kind {
+	case partition, blackhole, slow500ms, slow2s:
+		return []string{"link " + f.Watcher + "->" + f.Target}
+	case eppStall, eppReset:
+		return []string{"epp " + f.Target}
+	case restart:
+		return []string{"replica " + f.Watcher + "/" + f.Target, "apiserver " + f.Watcher}
+	case pause:
+		return []string{"apiserver " + f.Target}
+	case rotation:
+		// It writes to both clusters' kube-apiservers.
+		return []string{"secret " + f.Watcher + "->" + f.Target, "apiserver " + f.Watcher, "apiserver " + f.Target}
+	}
+	return []string{string(f.Kind)}
+}
+
+// onDataPath reports whether the fault can fail a request through the
+// gateway in gateway: the EPP links, and whatever changes what the
+// gateway cluster's mci-apiservers serve to mci-sidecar (its member
+// links, its replicas, its member Secret, an exporter's kube-apiserver).
+func (f fault) onDataPath(gateway string) bool {
+	switch f.Kind {
+	case eppStall, eppReset, pause:
+		return true
+	case partition, blackhole, slow500ms, slow2s, restart, rotation:
+		return f.Watcher == gateway
+	}
+	return false
+}
+
+// topology is what the schedule draws from.
+type topology struct {
+	Clusters  []string
+	Gateway   string
+	Exporters []string
+	// Rotating is the member Secret that rotations change: the gateway
+	// cluster's Secret for the first exporter.
+	Rotating [2]string
+}
+
+// scheduleOptions shape a schedule.
+type scheduleOptions struct {
+	// Phase is how long faults may run: every fault heals before it ends.
+	Phase time.Duration
+	// Gap is the range of the time between two fault starts; one start in
+	// four follows the previous one within OverlapGap instead, so faults
+	// overlap.
+	Gap        [2]time.Duration
+	OverlapGap [2]time.Duration
+	// Hold is the range of a fault's duration.
+	Hold [2]time.Duration
+}
+
+// newSchedule draws the faults of a soak from seed: the same seed, topology
+// and options give the same schedule.
+func newSchedule(seed uint64, topo topology, o scheduleOptions) []fault {
+	rng := rand.New(rand.NewPCG(seed, 0x50a4))
+	between := func(r [2]time.Duration) time.Duration {
+		if r[1] <= r[0] {
+			return r[0]
+		}
+		return r[0] + time.Duration(rng.Int64N(int64(r[1]-r[0])))
+	}
+	pick := func(s []string) string { return s[rng.IntN(len(s))] }
+	var faults []fault
+	at := between(o.Gap) / 2
+	for {
+		f := fault{ID: len(faults) + 1, At: at.Round(100 * time.Millisecond), Kind: allKinds[rng.IntN(len(allKinds))]}
+		f.Hold = between(o.Hold).Round(100 * time.Millisecond)
+		switch f.Kind {
+		case partition, blackhole, slow500ms, slow2s:
+			f.Watcher = pick(topo.Clusters)
+			f.Target = pick(slices.DeleteFunc(slices.Clone(topo.Clusters), func(c string) bool { return c == f.Watcher }))
+		case eppStall, eppReset:
+			f.Target = pick(topo.Exporters)
+			// An EPP fault is a short stall or burst of resets, not an
+			// outage of the cluster.
+			f.Hold = min(f.Hold, 8*time.Second)
+		case restart:
+			// Replica 1 only: replica 0 of every cluster runs the whole
+			// soak, so its heap, goroutines and descriptors compare over
+			// the whole run. Hold is the time it stays down.
+			f.Watcher, f.Target = pick(topo.Clusters), "1"
+			f.Hold = min(f.Hold, 6*time.Second)
+		case pause:
+			// Exporters only: pausing the gateway cluster's kube-apiserver
+			// stops the aggregator every view goes through.
+			f.Target = pick(topo.Exporters)
+		case rotation:
+			f.Watcher, f.Target = topo.Rotating[0], topo.Rotating[1]
+			// A rotation is one change; Hold is the window in which it
+			// could explain a failure.
+			f.Hold = 10 * time.Second
+		}
+		if f.At+f.Hold > o.Phase {
+			break
+		}
+		if !busy(faults, f) {
+			faults = append(faults, f)
+		}
+		if rng.IntN(4) == 0 {
+			at += between(o.OverlapGap)
+		} else {
+			at += between(o.Gap)
+		}
+	}
+	for i := range faults {
+		faults[i].ID = i + 1
+	}
+	return faults
+}
+
+// busy reports whether a fault already scheduled holds f's resource when f
+// starts.
+func busy(faults []fault, f fault) bool {
+	for _, g := range faults {
+		if f.At >= g.At+g.Hold+time.Second {
+			continue
+		}
+		for _, r := range f.resources() {
+			if slices.Contains(g.resources(), r) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// describeSchedule is the schedule, one fault a line, for the log.
+func describeSchedule(faults []fault) string {
+	var b strings.Builder
+	for _, f := range faults {
+		fmt.Fprintf(&b, "  +%-7s %s\n", f.At, f)
+	}
+	return b.String()
+}

@@ -3,7 +3,7 @@
 #   make run          start a local ClusterSet (real kube-apiservers) with the examples
 #   make test         codegen check, vet, unit and e2e tests, bench-smoke, bench-routing-smoke
 #   make bench        benchmarks against the alternatives (docs/performance.md)
-#   make soak         the chaos soak (docs/testing.md), SOAK_DURATION=20m
+#   make soak         the chaos soak (docs/performance.md, "Chaos soak"), SOAK_DURATION=20m
 #   make build        binaries into _output/bin
 #
 # The first run on a fresh machine builds kube-apiserver and etcd from their
@@ -50,7 +50,7 @@ test-e2e: build tools
 .PHONY: test
 test: verify test-unit test-e2e soak-smoke bench-smoke bench-routing-smoke
 
-# make soak: the chaos soak of docs/testing.md ("The chaos soak"): a local
+# make soak: the chaos soak of docs/performance.md ("Chaos soak"): a local
 # ClusterSet of three clusters with two mci-apiserver replicas each, link
 # proxies and the data path (loopback 127.0.231-233.x), under traffic,
 # 50 watchers, export changes and a seeded random schedule of faults, for

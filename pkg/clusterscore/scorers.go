@@ -50,7 +50,16 @@ func (p *Pipeline) yieldAffinity(req *Request, cands []Candidate, kept []int, sl
 			queue, pods = max(c.Pool.AverageQueue, 0), max(c.Pool.ReadyPods, 1)
 		}
 		slots[i].busy = queue + float64(obs[k].InFlight)/float64(pods)
-		least = min(least, slots[i].busy)
+		// A stale candidate comes after the others whatever its load:
+		// its load is no yardstick for theirs.
+		if !cands[i].Stale {
+			least = min(least, slots[i].busy)
+		}
+	}
+	if math.IsInf(least, 1) { // every candidate is stale
+		for _, i := range kept {
+			least = min(least, slots[i].busy)
+		}
 	}
 	for _, i := range kept {
 		slots[i].withheld = slots[i].busy > least+p.cfg.AffinityMargin

@@ -43,3 +43,23 @@ func TestAStaleClusterTakesRequestsOnlyWhenNoOtherCan(t *testing.T) {
 		})
 	}
 }
+
+// A stale cluster is no yardstick for the others' load: an idle one must
+// not take the reachable clusters' affinity away.
+func TestAStaleClusterDoesNotWithholdTheOthersAffinity(t *testing.T) {
+	f := newAffinityFixture(t)
+	f.cands = append(f.cands, Candidate{Name: "stale", Weight: 1, Health: HealthServing, Pool: freshPool(0, 0), Stale: true})
+	for _, c := range f.cands[:3] {
+		c := f.cand(c.Name)
+		c.Pool = freshPool(4, 0.3) // 4 waiting per pod: beyond the margin of the stale one
+	}
+	f.mem.Served(f.req(), "b")
+	// Ties among a, b and c are broken at random: without its affinity,
+	// b would lead about a third of the picks.
+	for range 10 {
+		order, err := f.order(t, f.req())
+		require.NoError(t, err)
+		assert.Equal(t, "b", order[0], "b holds the prompt's prefix and is as loaded as a and c")
+		assert.Equal(t, "stale", order[len(order)-1])
+	}
+}

@@ -128,29 +128,8 @@ func TestMemberFaultsAgainstKubeAPIServer(t *testing.T) {
 	// repository's _output/bin) and says how to build them when missing.
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	cs, err := clusterset.Up(ctx, clusterset.Options{Dir: t.TempDir(), Clusters: []string{"faults"}, Log: testLog{t}})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, cs.Stop()) })
-	local := cs.Clusters[0].Config
-
 	const ns, name = "faults", "pool"
-	kube := kubernetes.NewForConfigOrDie(local)
-	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	pool := &poolv1.InferencePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{v1alpha1.ExportAnnotation: v1alpha1.ExportScopeClusterSet}},
-		Spec: poolv1.InferencePoolSpec{
-			Selector:          poolv1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-			TargetPorts:       []poolv1.Port{{Number: 8000}},
-			EndpointPickerRef: poolv1.EndpointPickerRef{Name: "epp", Port: &poolv1.Port{Number: 9002}},
-		},
-	}
-	_, err = mciclient.NewForConfigOrDie(local).InferencePoolV1().InferencePools(ns).Create(ctx, pool, metav1.CreateOptions{})
-	require.NoError(t, err)
-
-	proxy := newCutProxy(t, strings.TrimPrefix(local.Host, "https://"))
-	remote := rest.CopyConfig(local)
-	remote.Host = "https://" + proxy.addr()
+	local, remote, proxy := exportingThroughProxy(t, ctx, ns, name)
 
 	var mu sync.Mutex
 	memberEvents := 0
@@ -229,7 +208,7 @@ mci_clusterset_member_unreachable{member="remote"} 1
 	}
 	fresh := startFresh()
 	require.Eventually(t, func() bool { return remoteIn(fresh).Unreachable != nil }, time.Minute, 20*time.Millisecond)
-	err = fresh.Ready()
+	err := fresh.Ready()
 	require.Error(t, err, "a replica that never listed an unreachable member is not ready before its removal threshold")
 	assert.Contains(t, err.Error(), "member remote has not listed since this replica started and is unreachable")
 	proxy.setCut(false)
@@ -269,6 +248,33 @@ type silentSource struct{}
 func (silentSource) Name() string { return "silent" }
 
 func (silentSource) Run(ctx context.Context, _ func(string, map[string]MemberConfig)) { <-ctx.Done() }
+
+// exportingThroughProxy starts a one-cluster ClusterSet whose cluster
+// exports the pool ns/name, and returns its configuration, the same
+// reached through a proxy that the test can cut, and that proxy.
+func exportingThroughProxy(t *testing.T, ctx context.Context, ns, name string) (local, remote *rest.Config, proxy *cutProxy) {
+	t.Helper()
+	cs, err := clusterset.Up(ctx, clusterset.Options{Dir: t.TempDir(), Clusters: []string{ns}, Log: testLog{t}})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, cs.Stop()) })
+	local = cs.Clusters[0].Config
+	_, err = kubernetes.NewForConfigOrDie(local).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	pool := &poolv1.InferencePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{v1alpha1.ExportAnnotation: v1alpha1.ExportScopeClusterSet}},
+		Spec: poolv1.InferencePoolSpec{
+			Selector:          poolv1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			TargetPorts:       []poolv1.Port{{Number: 8000}},
+			EndpointPickerRef: poolv1.EndpointPickerRef{Name: "epp", Port: &poolv1.Port{Number: 9002}},
+		},
+	}
+	_, err = mciclient.NewForConfigOrDie(local).InferencePoolV1().InferencePools(ns).Create(ctx, pool, metav1.CreateOptions{})
+	require.NoError(t, err)
+	proxy = newCutProxy(t, strings.TrimPrefix(local.Host, "https://"))
+	remote = rest.CopyConfig(local)
+	remote.Host = "https://" + proxy.addr()
+	return local, remote, proxy
+}
 
 func readyReason(imp *inference.InferencePoolImport) string {
 	if imp == nil || len(imp.Status.Clusters) == 0 {
@@ -392,28 +398,8 @@ func TestARotationDuringAPartitionKeepsTheMembersLastKnownData(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	cs, err := clusterset.Up(ctx, clusterset.Options{Dir: t.TempDir(), Clusters: []string{"rotation"}, Log: testLog{t}})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, cs.Stop()) })
-	local := cs.Clusters[0].Config
-
 	const ns, name = "rotation", "pool"
-	_, err = kubernetes.NewForConfigOrDie(local).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	pool := &poolv1.InferencePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{v1alpha1.ExportAnnotation: v1alpha1.ExportScopeClusterSet}},
-		Spec: poolv1.InferencePoolSpec{
-			Selector:          poolv1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-			TargetPorts:       []poolv1.Port{{Number: 8000}},
-			EndpointPickerRef: poolv1.EndpointPickerRef{Name: "epp", Port: &poolv1.Port{Number: 9002}},
-		},
-	}
-	_, err = mciclient.NewForConfigOrDie(local).InferencePoolV1().InferencePools(ns).Create(ctx, pool, metav1.CreateOptions{})
-	require.NoError(t, err)
-
-	proxy := newCutProxy(t, strings.TrimPrefix(local.Host, "https://"))
-	remote := rest.CopyConfig(local)
-	remote.Host = "https://" + proxy.addr()
+	local, remote, proxy := exportingThroughProxy(t, ctx, ns, name)
 	const threshold = time.Second
 	cache := New(Options{ClusterSetName: "test", LocalName: "local", Local: local, UnreachableAfter: threshold, RemoveAfter: time.Minute}, func(Event) {})
 	source := make(reportingSource, 1)

@@ -356,37 +356,14 @@ func (f *faultSet) memberToken(t *testing.T, ctx context.Context, name string) [
 // replicas, the connections to cluster-a made from a member Secret.
 func (f *faultSet) secretJoins(t *testing.T) []int {
 	t.Helper()
-	var counts []int
-	for _, p := range f.cs.Processes() {
-		if !strings.HasPrefix(p.Name, "cluster-b-mci-apiserver") {
-			continue
-		}
-		data, err := os.ReadFile(p.Log)
-		require.NoError(t, err)
-		n := 0
-		for _, l := range strings.Split(string(data), "\n") {
-			if strings.Contains(l, "Member joined the ClusterSet") && strings.Contains(l, `member="cluster-a"`) && strings.Contains(l, `source="secret`) {
-				n++
-			}
-		}
-		counts = append(counts, n)
-	}
-	return counts
+	return secretJoinsIn(t, f.cs, "cluster-b", "cluster-a")
 }
 
 // waitSecretJoins waits until every replica connected to cluster-a from a
 // Secret again since before was counted.
 func (f *faultSet) waitSecretJoins(t *testing.T, before []int) {
 	t.Helper()
-	eventually(t, t.Context(), convergence, func(context.Context) (bool, string) {
-		now := f.secretJoins(t)
-		for i := range now {
-			if now[i] <= before[i] {
-				return false, fmt.Sprintf("connections from a Secret per replica: %v, before %v", now, before)
-			}
-		}
-		return true, ""
-	})
+	waitSecretJoinsIn(t, f.cs, "cluster-b", "cluster-a", before)
 }
 
 func (c *cluster) deleteServiceAccount(t *testing.T, ctx context.Context, name string) {

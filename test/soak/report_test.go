@@ -360,6 +360,10 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "| %s | %d | %.1f -> %.1f | %.1f -> %.1f | %.0f -> %.0f | %.0f -> %.0f | %d (%d errors) | %s |\n", g.Name, g.PID, g.LiveStartMiB, g.LiveEndMiB, g.HeapStartMiB, g.HeapEndMiB,
 			g.GoroutinesStart, g.GoroutinesEnd, g.FDsStart, g.FDsEnd, g.Samples, g.ScrapeErrors, j)
 	}
+	if i := slices.IndexFunc(r.Runtime, func(g growth) bool { return len(g.HeapProfiles) > 0 }); i >= 0 {
+		fmt.Fprintf(&b, "\nHeap profiles of the mci-apiserver replicas after the warm-up and at the end are in %s (`go tool pprof -sample_index=inuse_space -base <start> <end>` shows what the live heap grew by).\n",
+			filepath.Dir(r.Runtime[i].HeapProfiles[0]))
+	}
 	if len(r.Failures) > 0 {
 		fmt.Fprintf(&b, "\n## Targets missed\n\n")
 		for _, f := range r.Failures {

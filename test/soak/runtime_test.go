@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -38,6 +39,12 @@ type scraped struct {
 	Name string
 	pid  func() int
 	get  func(ctx context.Context) ([]byte, error)
+	// heapProfile reads its heap profile after a collection (pprof's
+	// /debug/pprof/heap?gc=1); nil for processes that serve no pprof
+	// (mci-sidecar, mci-epp).
+	heapProfile func(ctx context.Context) ([]byte, error)
+	// profiles are the heap profiles saved, in order.
+	profiles []string
 
 	samples []sample
 	errors  int
@@ -82,9 +89,15 @@ func mciProcesses(cs *harness.ClusterSet) ([]*scraped, error) {
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, &scraped{Name: name, pid: pidOf(name), get: func(ctx context.Context) ([]byte, error) {
-				return client.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-			}})
+			rc := client.Discovery().RESTClient()
+			out = append(out, &scraped{Name: name, pid: pidOf(name),
+				get: func(ctx context.Context) ([]byte, error) {
+					return rc.Get().AbsPath("/metrics").DoRaw(ctx)
+				},
+				heapProfile: func(ctx context.Context) ([]byte, error) {
+					return rc.Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(ctx)
+				},
+			})
 		}
 	}
 	httpClient := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 5 * time.Second}
@@ -143,6 +156,32 @@ func (s *scraped) read(ctx context.Context) {
 	s.samples = append(s.samples, sample{At: time.Now(), PID: pid, HeapBytes: values[0], Goroutines: values[1], FDs: values[2], NextGC: values[3]})
 }
 
+// saveHeapProfile writes the process's heap profile to
+// dir/<name>-<label>-<pid>.pb.gz, so that `go tool pprof -base` of the
+// start and end profiles shows by allocation site what a growth of the
+// live heap is made of. Processes without pprof are skipped.
+func (s *scraped) saveHeapProfile(ctx context.Context, dir, label string) error {
+	pid := s.pid()
+	if s.heapProfile == nil || pid == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	body, err := s.heapProfile(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: heap profile: %w", s.Name, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%s-%s-%d.pb.gz", s.Name, label, pid))
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		return err
+	}
+	s.profiles = append(s.profiles, path)
+	return nil
+}
+
 // gauges reads the named unlabelled series of a Prometheus text
 // exposition; an absent one is an error.
 func gauges(body []byte, names ...string) ([]float64, error) {
@@ -193,8 +232,11 @@ type growth struct {
 	FDsStart        float64  `json:"fds_start"`
 	FDsEnd          float64  `json:"fds_end"`
 	Samples         int      `json:"samples"`
-	ScrapeErrors    int      `json:"scrape_errors"`
-	Failures        []string `json:"failures,omitempty"`
+	// HeapProfiles are the heap profiles taken after the warm-up and at
+	// the end (mci-apiserver replicas only).
+	HeapProfiles []string `json:"heap_profiles,omitempty"`
+	ScrapeErrors int      `json:"scrape_errors"`
+	Failures     []string `json:"failures,omitempty"`
 }
 
 // compare takes the start figures over the first window of samples of
@@ -210,7 +252,7 @@ type growth struct {
 // descriptors are the windows' medians, so a connection being replaced at
 // the instant of one sample does not count.
 func (s *scraped) compare(from time.Time, win, settle time.Duration, judge bool, minLife time.Duration) growth {
-	g := growth{Name: s.Name, ScrapeErrors: s.errors}
+	g := growth{Name: s.Name, ScrapeErrors: s.errors, HeapProfiles: s.profiles}
 	if len(s.samples) == 0 {
 		g.Why = "no sample (" + s.lastErr + ")"
 		return g
@@ -259,7 +301,11 @@ func (s *scraped) compare(from time.Time, win, settle time.Duration, judge bool,
 	}
 	g.Judged = true
 	if g.LiveEndMiB > g.LiveStartMiB*1.10 {
-		g.Failures = append(g.Failures, fmt.Sprintf("live heap %.1f MiB -> %.1f MiB (+%.0f%%, target 10%%)", g.LiveStartMiB, g.LiveEndMiB, 100*(g.LiveEndMiB/g.LiveStartMiB-1)))
+		what := fmt.Sprintf("live heap %.1f MiB -> %.1f MiB (+%.0f%%, target 10%%)", g.LiveStartMiB, g.LiveEndMiB, 100*(g.LiveEndMiB/g.LiveStartMiB-1))
+		if n := len(s.profiles); n >= 2 {
+			what += fmt.Sprintf("; what grew: go tool pprof -sample_index=inuse_space -top -base %s %s", s.profiles[n-2], s.profiles[n-1])
+		}
+		g.Failures = append(g.Failures, what)
 	}
 	if g.GoroutinesEnd > g.GoroutinesStart*1.10 {
 		g.Failures = append(g.Failures, fmt.Sprintf("goroutines %.0f -> %.0f (+%.0f%%, target 10%%)", g.GoroutinesStart, g.GoroutinesEnd, 100*(g.GoroutinesEnd/g.GoroutinesStart-1)))

@@ -267,6 +267,26 @@ func TestSoak(t *testing.T) {
 		}
 	})
 
+	// Heap profiles of the replicas when the figures start (the end of
+	// the warm-up) and at the end: a live heap that grows is then shown by
+	// allocation site.
+	heapDir := filepath.Join(cfg.Out, "heap")
+	require.NoError(t, os.RemoveAll(heapDir))
+	saveProfiles := func(ctx context.Context, label string) {
+		for _, p := range procs {
+			if err := p.saveHeapProfile(ctx, heapDir, label); err != nil {
+				logf("soak: %v", err)
+			}
+		}
+	}
+	running.Go(func() {
+		select {
+		case <-runCtx.Done():
+		case <-time.After(time.Until(begin.Add(cfg.Warmup))):
+			saveProfiles(runCtx, "start")
+		}
+	})
+
 	inj := &injector{cs: cs, kube: kube, w: w, mon: mon, rot: rot, log: logf, start: begin.Add(cfg.Warmup)}
 	inj.run(ctx, faults)
 	// The quiet tail: export changes stop halfway so that the end figures
@@ -277,6 +297,7 @@ func TestSoak(t *testing.T) {
 	stopRun()
 	running.Wait()
 	end := time.Now()
+	saveProfiles(ctx, "end")
 
 	measurements := mon.settle(mon.timeout)
 	stopMonitor()

@@ -397,6 +397,50 @@ func (e *env) saveHeapProfile(b *testing.B, cluster, name string) {
 	logf("heap profile of %s's mci-apiserver: %s", cluster, filepath.Join(cfg.Out, name))
 }
 
+// saveCPUProfile starts a CPU profile of cluster's mci-apiserver over the
+// next d (pprof's /debug/pprof/profile) and returns a function that waits
+// for it and writes it to name in the output directory, for
+// `go tool pprof -top`. A profile that cannot be taken is logged, not
+// fatal: it explains a figure, it is not one.
+func (e *env) saveCPUProfile(b *testing.B, cluster, name string, d time.Duration) (wait func()) {
+	b.Helper()
+	if cfg.Out == "" {
+		return func() {}
+	}
+	c, err := e.cs.Cluster(cluster)
+	require.NoError(b, err)
+	url := fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/profile?seconds=%d", c.MCIAPIServerPort, int(max(d, time.Second)/time.Second))
+	client := e.mciHTTP(b)
+	done := make(chan error, 1)
+	go func() {
+		done <- func() error {
+			resp, err := client.Get(url)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s: %s", url, resp.Status)
+			}
+			data, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(cfg.Out, name), data, 0o644)
+		}()
+	}()
+	return func() {
+		if err := <-done; err != nil {
+			logf("no CPU profile of %s's mci-apiserver: %v", cluster, err)
+			return
+		}
+		logf("CPU profile of %s's mci-apiserver: %s", cluster, filepath.Join(cfg.Out, name))
+	}
+}
+
 // stableHeap samples the heap until two samples apart agree within 1 MiB
 // (or 2%): the server's informers have caught up.
 func (e *env) stableHeap(b *testing.B, cluster string) uint64 {

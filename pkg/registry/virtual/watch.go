@@ -11,11 +11,56 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 )
 
-// watcherBuffer bounds the changes queued for one watcher. A watcher that
-// falls this far behind is cut off (its watch ends) rather than allowed to
-// grow the server's memory; the client re-watches from its last
-// resourceVersion.
+// watcherBuffer bounds the batches of changes queued for one watcher. A
+// watcher that falls this far behind is cut off (its watch ends) rather
+// than allowed to grow the server's memory; the client re-watches from its
+// last resourceVersion.
 const watcherBuffer = 4096
+
+// batchQueue is a watcher's queue of batches of changes, bounded by
+// watcherBuffer. It grows only as far as the watcher lags: a channel of
+// that capacity cost 96 KiB per open watch however idle the watch was,
+// most of the server's heap per watch.
+type batchQueue struct {
+	mu      sync.Mutex
+	batches [][]change
+	// ready has a value while batches may be non-empty.
+	ready chan struct{}
+}
+
+func newBatchQueue() *batchQueue { return &batchQueue{ready: make(chan struct{}, 1)} }
+
+// push queues a batch; false when watcherBuffer batches wait already.
+func (q *batchQueue) push(b []change) bool {
+	q.mu.Lock()
+	if len(q.batches) >= watcherBuffer {
+		q.mu.Unlock()
+		return false
+	}
+	q.batches = append(q.batches, b)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// pop takes the oldest batch, if any.
+func (q *batchQueue) pop() ([]change, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.batches) == 0 {
+		return nil, false
+	}
+	b := q.batches[0]
+	q.batches[0] = nil
+	q.batches = q.batches[1:]
+	if len(q.batches) == 0 {
+		q.batches = nil // let an emptied queue's array go
+	}
+	return b, true
+}
 
 // bookmarkInterval is how often a watcher that allows bookmarks is told the
 // current resourceVersion when it moved since what the watcher last got.
@@ -54,7 +99,7 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 	w := &watcher{
 		store:  s,
 		opts:   opts,
-		in:     make(chan []change, watcherBuffer),
+		queue:  newBatchQueue(),
 		result: make(chan watch.Event),
 		done:   make(chan struct{}),
 	}
@@ -99,7 +144,7 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 type watcher struct {
 	store  *Store
 	opts   WatchOptions
-	in     chan []change
+	queue  *batchQueue
 	result chan watch.Event
 
 	stopOnce sync.Once
@@ -108,9 +153,7 @@ type watcher struct {
 
 // send queues changes for the watcher; it is called with the store locked.
 func (w *watcher) send(changes []change) {
-	select {
-	case w.in <- changes:
-	default:
+	if !w.queue.push(changes) {
 		// Too slow: cut it off rather than buffer without bound.
 		w.stopLocked()
 	}
@@ -186,10 +229,12 @@ func (w *watcher) run(ctx context.Context, initial []Object, initialVersion stri
 			return
 		case <-ctx.Done():
 			return
-		case changes := <-w.in:
-			for _, c := range changes {
-				if e, ok := w.filter(c); ok && !emit(e) {
-					return
+		case <-w.queue.ready:
+			for changes, ok := w.queue.pop(); ok; changes, ok = w.queue.pop() {
+				for _, c := range changes {
+					if e, ok := w.filter(c); ok && !emit(e) {
+						return
+					}
 				}
 			}
 		case <-ticks:

@@ -44,7 +44,11 @@ type report struct {
 	// under a fault (target 0).
 	Losses []loss `json:"lost_under_faults"`
 
-	Runtime  []growth      `json:"runtime"`
+	Runtime []growth `json:"runtime"`
+	// Watches are the watches each cluster's replicas serve in all, at the
+	// start and the end: the soak's clients hold as many throughout, so
+	// more at the end are watches the servers leaked.
+	Watches  []watchTotal  `json:"watches"`
 	Watchers watcherResult `json:"watchers"`
 
 	// Failures are the missed targets, each with its explanation; empty
@@ -262,8 +266,56 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 		}
 		r.Runtime = append(r.Runtime, g)
 	}
+	r.Watches = watchTotals(procs, begin.Add(cfg.Warmup), win)
+	if cfg.JudgeGrowth {
+		for _, w := range r.Watches {
+			if w.End > w.Start+watchTolerance(w.Start) {
+				r.Failures = append(r.Failures, fmt.Sprintf("%s's mci-apiserver replicas serve %.0f watches at the end, %.0f after the warm-up, while the soak's clients hold as many: watches leaked", w.Cluster, w.End, w.Start))
+			}
+		}
+	}
 	r.Changes = changes
 	return r
+}
+
+// watchTotal is what the replicas of a cluster serve in all.
+type watchTotal struct {
+	Cluster string  `json:"cluster"`
+	Start   float64 `json:"start"`
+	End     float64 `json:"end"`
+}
+
+// watchTotals sums, per cluster, the median watches each of its replicas
+// served (whatever its process) in the first window from from and in the
+// last window of the run.
+func watchTotals(procs []*scraped, from time.Time, win time.Duration) []watchTotal {
+	var end time.Time
+	for _, p := range procs {
+		if n := len(p.samples); n > 0 && p.samples[n-1].At.After(end) {
+			end = p.samples[n-1].At
+		}
+	}
+	var out []watchTotal
+	index := map[string]int{}
+	for _, p := range procs {
+		if p.Cluster == "" {
+			continue
+		}
+		i, ok := index[p.Cluster]
+		if !ok {
+			i = len(out)
+			index[p.Cluster] = i
+			out = append(out, watchTotal{Cluster: p.Cluster})
+		}
+		watches := func(x sample) float64 { return x.Watches }
+		if w := pick(p.samples, func(x sample) bool { return !x.At.Before(from) && !x.At.After(from.Add(win)) }); len(w) > 0 {
+			out[i].Start += median(w, watches)
+		}
+		if w := pick(p.samples, func(x sample) bool { return !x.At.Before(end.Add(-win)) }); len(w) > 0 {
+			out[i].End += median(w, watches)
+		}
+	}
+	return out
 }
 
 func (r *report) addLosses(ls []loss, begin time.Time) {
@@ -348,18 +400,30 @@ func (r *report) markdown() string {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %d |\n", w.Cluster, w.AtOffset, gone, w.LastServed, w.Misrouted)
 		}
 	}
-	fmt.Fprintf(&b, "\n## Runtime of the mci processes (start after warm-up -> end)\n\n| process | pid | live heap MiB | heap in use MiB (least) | goroutines | fds | samples | judged |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n## Runtime of the mci processes (start after warm-up -> end)\n\n| process | pid | live heap MiB | heap in use MiB (least) | goroutines | fds | watches served | samples | judged |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, g := range r.Runtime {
 		j := "yes"
+		if g.Rebaselined != nil {
+			j = fmt.Sprintf("yes, from +%.0fs, when its cluster's watches last moved to or from it", g.Rebaselined.Sub(r.Began).Seconds())
+		}
 		if !g.Judged {
 			j = "no: " + g.Why
 		}
 		if len(g.Failures) > 0 {
 			j = "MISSED: " + strings.Join(g.Failures, "; ")
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.1f -> %.1f | %.1f -> %.1f | %.0f -> %.0f | %.0f -> %.0f | %d (%d errors) | %s |\n", g.Name, g.PID, g.LiveStartMiB, g.LiveEndMiB, g.HeapStartMiB, g.HeapEndMiB,
-			g.GoroutinesStart, g.GoroutinesEnd, g.FDsStart, g.FDsEnd, g.Samples, g.ScrapeErrors, j)
+		watches := "-"
+		if strings.Contains(g.Name, "mci-apiserver") {
+			watches = fmt.Sprintf("%.0f -> %.0f", g.WatchesStart, g.WatchesEnd)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %.1f -> %.1f | %.1f -> %.1f | %.0f -> %.0f | %.0f -> %.0f | %s | %d (%d errors) | %s |\n", g.Name, g.PID, g.LiveStartMiB, g.LiveEndMiB, g.HeapStartMiB, g.HeapEndMiB,
+			g.GoroutinesStart, g.GoroutinesEnd, g.FDsStart, g.FDsEnd, watches, g.Samples, g.ScrapeErrors, j)
 	}
+	fmt.Fprintf(&b, "\nWatches served by each cluster's replicas in all (after the warm-up -> the end; the clients hold as many throughout):")
+	for _, w := range r.Watches {
+		fmt.Fprintf(&b, " %s %.0f -> %.0f;", w.Cluster, w.Start, w.End)
+	}
+	fmt.Fprintf(&b, "\n")
 	if i := slices.IndexFunc(r.Runtime, func(g growth) bool { return len(g.HeapProfiles) > 0 }); i >= 0 {
 		fmt.Fprintf(&b, "\nHeap profiles of the mci-apiserver replicas after the warm-up and at the end are in %s (`go tool pprof -sample_index=inuse_space -base <start> <end>` shows what the live heap grew by).\n",
 			filepath.Dir(r.Runtime[i].HeapProfiles[0]))

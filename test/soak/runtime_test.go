@@ -1,10 +1,12 @@
 package soak
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
@@ -32,13 +35,21 @@ type sample struct {
 	NextGC     float64 `json:"next_gc_bytes"`
 	Goroutines float64 `json:"goroutines"`
 	FDs        float64 `json:"open_fds"`
+	// Watches are the watch requests an mci-apiserver replica serves
+	// (apiserver_longrunning_requests, verb WATCH): the aggregator sends a
+	// cluster's watches through one connection, to one replica, and moves
+	// them all when that connection breaks (a replica restarted).
+	Watches float64 `json:"watches,omitempty"`
 }
 
 // scraped is one mci process: where its /metrics is and how to read it.
 type scraped struct {
 	Name string
-	pid  func() int
-	get  func(ctx context.Context) ([]byte, error)
+	// Cluster is the cluster of an mci-apiserver replica ("" for the
+	// others), whose replicas share the cluster's watches.
+	Cluster string
+	pid     func() int
+	get     func(ctx context.Context) ([]byte, error)
 	// heapProfile reads its heap profile after a collection (pprof's
 	// /debug/pprof/heap?gc=1); nil for processes that serve no pprof
 	// (mci-sidecar, mci-epp).
@@ -83,6 +94,10 @@ func mciProcesses(cs *harness.ClusterSet) ([]*scraped, error) {
 			config.TLSClientConfig.CAData = nil
 			config.TLSClientConfig.CAFile = filepath.Join(cs.Dir, "pki", "mci-serving-ca.crt")
 			config.Timeout = 5 * time.Second
+			// Uncompressed: a gzip writer per scrape is heap the replica
+			// would hold until the next collections, the soak's own noise
+			// in the figure it judges.
+			config.DisableCompression = true
 			// One client, kept: a new one per reading would open a
 			// connection each time, which the server keeps while idle.
 			client, err := kubernetes.NewForConfig(config)
@@ -90,7 +105,7 @@ func mciProcesses(cs *harness.ClusterSet) ([]*scraped, error) {
 				return nil, err
 			}
 			rc := client.Discovery().RESTClient()
-			out = append(out, &scraped{Name: name, pid: pidOf(name),
+			out = append(out, &scraped{Name: name, Cluster: c.Name, pid: pidOf(name),
 				get: func(ctx context.Context) ([]byte, error) {
 					return rc.Get().AbsPath("/metrics").DoRaw(ctx)
 				},
@@ -147,13 +162,24 @@ func (s *scraped) read(ctx context.Context) {
 		s.lastErr = err.Error()
 		return
 	}
-	values, err := gauges(body, "go_memstats_heap_alloc_bytes", "go_goroutines", "process_open_fds", "go_memstats_next_gc_bytes")
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {
 		s.errors++
 		s.lastErr = err.Error()
 		return
 	}
-	s.samples = append(s.samples, sample{At: time.Now(), PID: pid, HeapBytes: values[0], Goroutines: values[1], FDs: values[2], NextGC: values[3]})
+	values, err := gauges(families, "go_memstats_heap_alloc_bytes", "go_goroutines", "process_open_fds", "go_memstats_next_gc_bytes")
+	if err != nil {
+		s.errors++
+		s.lastErr = err.Error()
+		return
+	}
+	x := sample{At: time.Now(), PID: pid, HeapBytes: values[0], Goroutines: values[1], FDs: values[2], NextGC: values[3]}
+	if s.Cluster != "" {
+		x.Watches = sumWhere(families, "apiserver_longrunning_requests", "verb", "WATCH")
+	}
+	s.samples = append(s.samples, x)
 }
 
 // saveHeapProfile writes the process's heap profile to
@@ -182,14 +208,23 @@ func (s *scraped) saveHeapProfile(ctx context.Context, dir, label string) error 
 	return nil
 }
 
+// sumWhere sums the gauge series of the family name whose label is value
+// (0 when there is none: a gauge vector without series is not exposed).
+func sumWhere(families map[string]*dto.MetricFamily, name, label, value string) float64 {
+	var sum float64
+	for _, m := range families[name].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label && l.GetValue() == value {
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
 // gauges reads the named unlabelled series of a Prometheus text
 // exposition; an absent one is an error.
-func gauges(body []byte, names ...string) ([]float64, error) {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
-	if err != nil {
-		return nil, err
-	}
+func gauges(families map[string]*dto.MetricFamily, names ...string) ([]float64, error) {
 	out := make([]float64, 0, len(names))
 	for _, n := range names {
 		f, ok := families[n]
@@ -231,7 +266,17 @@ type growth struct {
 	GoroutinesEnd   float64  `json:"goroutines_end"`
 	FDsStart        float64  `json:"fds_start"`
 	FDsEnd          float64  `json:"fds_end"`
-	Samples         int      `json:"samples"`
+	// WatchesStart and WatchesEnd are the watches a replica served in the
+	// two windows. Rebaselined is when the watches it serves last moved to
+	// the level of the end window (another replica of its cluster
+	// restarted, say): its figures are taken from then, like those of a
+	// process that restarted, so that the cluster's watchers moving onto
+	// it are not read as growth. Whether the cluster's replicas serve more
+	// watches in all is judged apart (watchTotals).
+	WatchesStart float64    `json:"watches_start,omitempty"`
+	WatchesEnd   float64    `json:"watches_end,omitempty"`
+	Rebaselined  *time.Time `json:"rebaselined,omitempty"`
+	Samples      int        `json:"samples"`
 	// HeapProfiles are the heap profiles taken after the warm-up and at
 	// the end (mci-apiserver replicas only).
 	HeapProfiles []string `json:"heap_profiles,omitempty"`
@@ -273,6 +318,13 @@ func (s *scraped) compare(from time.Time, win, settle time.Duration, judge bool,
 		cut := life[0].At.Add(settle)
 		life = slices.DeleteFunc(life, func(x sample) bool { return x.At.Before(cut) })
 	}
+	if s.Cluster != "" {
+		if at, ok := watchesMoved(life, win); ok {
+			g.Rebaselined = &at
+			cut := at.Add(settle)
+			life = slices.DeleteFunc(life, func(x sample) bool { return x.At.Before(cut) })
+		}
+	}
 	g.Samples = len(life)
 	if len(life) < 4 {
 		g.Why = "too few samples of its last process"
@@ -291,9 +343,13 @@ func (s *scraped) compare(from time.Time, win, settle time.Duration, judge bool,
 	g.Series = life
 	g.GoroutinesStart, g.GoroutinesEnd = median(startWin, func(x sample) float64 { return x.Goroutines }), median(endWin, func(x sample) float64 { return x.Goroutines })
 	g.FDsStart, g.FDsEnd = median(startWin, func(x sample) float64 { return x.FDs }), median(endWin, func(x sample) float64 { return x.FDs })
+	g.WatchesStart, g.WatchesEnd = median(startWin, func(x sample) float64 { return x.Watches }), median(endWin, func(x sample) float64 { return x.Watches })
 	switch {
 	case !judge:
 		g.Why = "run too short to judge growth"
+		return g
+	case end.Sub(first) < minLife && g.Rebaselined != nil:
+		g.Why = fmt.Sprintf("its cluster's watches moved to or from it: only its last %s serving as many measured", end.Sub(first).Round(time.Second))
 		return g
 	case end.Sub(first) < minLife:
 		g.Why = fmt.Sprintf("restarted: only %s of its last process measured", end.Sub(first).Round(time.Second))
@@ -314,6 +370,33 @@ func (s *scraped) compare(from time.Time, win, settle time.Duration, judge bool,
 		g.Failures = append(g.Failures, fmt.Sprintf("file descriptors %.0f -> %.0f (target flat: +2 or 5%%)", g.FDsStart, g.FDsEnd))
 	}
 	return g
+}
+
+// watchTolerance is how far a count of watches may stray from another
+// before it is a different load: a watch being reopened (client-go's
+// informers reopen theirs every few minutes) is not one.
+func watchTolerance(level float64) float64 { return max(3, level/10) }
+
+// watchesMoved tells when the watches a replica serves last left the level
+// of the end window (the window's median, within watchTolerance) for two
+// samples or more in a row; false when they stayed at that level
+// throughout. One sample away is a blip (watches reopened between two
+// readings), not a move.
+func watchesMoved(life []sample, win time.Duration) (time.Time, bool) {
+	end := life[len(life)-1].At
+	level := median(pick(life, func(x sample) bool { return !x.At.Before(end.Add(-win)) }), func(x sample) float64 { return x.Watches })
+	var at time.Time
+	run := 0
+	for _, x := range life {
+		if math.Abs(x.Watches-level) <= watchTolerance(level) {
+			run = 0
+			continue
+		}
+		if run++; run >= 2 {
+			at = x.At
+		}
+	}
+	return at, !at.IsZero()
 }
 
 func pick(s []sample, keep func(sample) bool) []sample {

@@ -41,11 +41,12 @@ type Tracker struct {
 	states map[string]*state
 }
 
-// NewTracker returns a tracker whose metrics, named <prefix>_watch_reachable
-// and <prefix>_watch_failures_total, are registered in reg (not at all when
-// reg is nil).
-func NewTracker(reg prometheus.Registerer, prefix string) *Tracker {
-	t := &Tracker{
+// NewTracker returns a tracker whose metrics are named
+// <prefix>_watch_reachable and <prefix>_watch_failures_total. The tracker is
+// their prometheus.Collector: register it where the process's other
+// metrics are.
+func NewTracker(prefix string) *Tracker {
+	return &Tracker{
 		reachable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: prefix + "_watch_reachable",
 			Help: "Whether the informer of a resource lists and watches it now: 1 its last list answered or its watch opened, 0 its last list or watch failed (its cache, and what is built from it, stays as last read until it recovers); absent until the first list answered or failed.",
@@ -57,10 +58,18 @@ func NewTracker(reg prometheus.Registerer, prefix string) *Tracker {
 		now:    time.Now,
 		states: map[string]*state{},
 	}
-	if reg != nil {
-		reg.MustRegister(t.reachable, t.failures)
-	}
-	return t
+}
+
+// Describe and Collect make the tracker the prometheus.Collector of its
+// metrics.
+func (t *Tracker) Describe(ch chan<- *prometheus.Desc) {
+	t.reachable.Describe(ch)
+	t.failures.Describe(ch)
+}
+
+func (t *Tracker) Collect(ch chan<- prometheus.Metric) {
+	t.reachable.Collect(ch)
+	t.failures.Collect(ch)
 }
 
 // NewInformer returns a shared informer of resource (a name for the logs

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -98,8 +97,7 @@ func TestTrackerLogsAndCountsChanges(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			reg := prometheus.NewRegistry()
-			tr := NewTracker(reg, "test")
+			tr := NewTracker("test")
 			var logs logLines
 			ctx := klog.NewContext(context.Background(), logs.logger())
 			for _, err := range tt.errs {
@@ -121,7 +119,7 @@ func TestTrackerLogsAndCountsChanges(t *testing.T) {
 }
 
 func TestTrackerIgnoresOutcomesOfAStoppingInformer(t *testing.T) {
-	tr := NewTracker(nil, "test")
+	tr := NewTracker("test")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	tr.observe(ctx, "services", context.Canceled)
@@ -151,7 +149,7 @@ func TestInformerReportsWatchRetriesTheReflectorKeepsToItself(t *testing.T) {
 	}
 	// watch-list is off: a ListWatch of no clientset (as a fake client's)
 	// streams no lists, so the reflector lists, then watches.
-	tr := NewTracker(nil, "test")
+	tr := NewTracker("test")
 	inf := tr.NewInformer("services", noWatchList{lw}, &corev1.Service{})
 	var logs logLines
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logs.logger()))

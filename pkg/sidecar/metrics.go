@@ -110,8 +110,8 @@ func NewMetrics(reg prometheus.Registerer, router *routetable.Router, health *ep
 			Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10),
 		}),
 	}
-	m.watches = informerhealth.NewTracker(reg, "mci_sidecar")
-	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.buildTime)
+	m.watches = informerhealth.NewTracker("mci_sidecar")
+	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.buildTime, m.watches)
 	if router != nil && health != nil {
 		reg.MustRegister(&eppHealthCollector{router: router, health: health})
 	}

@@ -120,7 +120,7 @@ type objectChange struct {
 // lists and watches; nil: one whose metrics are not registered.
 func NewWatcher(clients Clients, cfg WatchConfig, router *routetable.Router, onPublish func(t *routetable.Table, took time.Duration), watches *informerhealth.Tracker) *Watcher {
 	if watches == nil {
-		watches = informerhealth.NewTracker(nil, "mci_sidecar")
+		watches = informerhealth.NewTracker("mci_sidecar")
 	}
 	return &Watcher{clients: clients, cfg: cfg, router: router, onPublish: onPublish, watches: watches, synced: make(chan struct{}), changes: workqueue.NewTyped[objectChange]()}
 }

@@ -24,7 +24,8 @@ import (
 // (mci_sidecar_watch_failures_total +1), however many times the reflector
 // retries; requests meanwhile are routed on the last table; once the
 // mci-apiserver is back, the gauge returns to 1 and one line says for how
-// long the watch was lost.
+// long the watch was lost. The exporting clusters' mci-epp report their
+// informers' mci_epp_watch_reachable too.
 func TestSidecarKeepsItsTableAndSaysSoWhileItCannotWatchImports(t *testing.T) {
 	const (
 		imports  = "inferencepoolimports.inference.networking.x-k8s.io"
@@ -42,6 +43,13 @@ func TestSidecarKeepsItsTableAndSaysSoWhileItCannotWatchImports(t *testing.T) {
 	ctx := t.Context()
 	s.expect(t, "the import is routed", http.StatusOK)
 	s.waitWatch(t, imports, 1, 15*time.Second)
+	// The exporting clusters' mci-epp (Kubernetes mode) report their
+	// informers the same way.
+	for name, e := range s.epps {
+		v, err := e.eppSeries(ctx, "mci_epp_watch_reachable", `resource="inferencepools.inference.networking.k8s.io"`)
+		require.NoError(t, err)
+		assert.Equal(t, 1.0, v, "%s's mci-epp watches its InferencePool", name)
+	}
 	failuresBefore := s.watchSeries(t, "mci_sidecar_watch_failures_total", imports)
 	tableBefore := s.sidecar.Router().Table()
 	attemptsBefore := logs.count("Listing and watching", "InferencePoolImport")

@@ -51,6 +51,12 @@ import (
 // listed; until the InferencePool exists the EPP is not ready. An
 // InferencePool deleted later leaves the pool empty (503) until it is back.
 //
+// Its informers (the InferencePool, the served model configuration
+// resources) are built by pkg/informerhealth: while one cannot list or
+// watch, its cache keeps what it last read, one log line says so, and
+// mci_epp_watch_reachable{resource} is 0 (the source is the
+// prometheus.Collector of those metrics).
+//
 // Instances come from List, then from Watch. An instance that goes away
 // between the two stays a candidate until its next change; its scrapes fail
 // meanwhile, its metrics go stale, and the scheduler never prefers it to a

@@ -5,8 +5,9 @@
 // the informer's cache as it was meanwhile; by default only its own log
 // says so, at every retry. A Tracker follows each informer it builds
 // instead: the reflector's watch error handler and every failed List or
-// Watch call mark the resource failing, a List that answers or a Watch
-// that opens marks it reachable again. Each change is logged once (a new
+// Watch call mark the resource failing (but a streaming list the server
+// refuses, which the reflector follows with a List), a List that answers
+// or a Watch that opens marks it reachable again. Each change is logged once (a new
 // error while failing at most once a minute) and shown by two metrics:
 // <prefix>_watch_reachable{resource} (1/0, absent until the first list or
 // watch answered or failed) and <prefix>_watch_failures_total{resource}
@@ -193,8 +194,23 @@ func (l *trackedListWatch) ListWithContext(ctx context.Context, opts metav1.List
 
 func (l *trackedListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	w, err := l.inner.WatchWithContext(ctx, opts)
+	if err != nil && opts.SendInitialEvents != nil && *opts.SendInitialEvents && refusedStreamingList(err) {
+		// The reflector lists instead of a streaming list that the server
+		// refused (one that does not stream lists, say): that List's
+		// outcome tells.
+		return w, err
+	}
 	l.tracker.observe(ctx, l.resource, err)
 	return w, err
+}
+
+// refusedStreamingList tells the answers to a streaming list (watch-list)
+// after which the reflector falls back to a List: an API error that it does
+// not retry as a streaming list itself (client-go's reflector retries 429
+// and connection refused, and relists at once after Expired).
+func refusedStreamingList(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && !apierrors.IsTooManyRequests(err)
 }
 
 // List and Watch complete cache.ListerWatcher; the reflector calls the

@@ -174,3 +174,38 @@ func TestInformerReportsWatchRetriesTheReflectorKeepsToItself(t *testing.T) {
 type noWatchList struct{ *cache.ListWatch }
 
 func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
+
+// TestInformerFallingBackFromStreamingListIsNoFailure runs client-go's
+// reflector with watch-list (the default) on a ListerWatcher whose server
+// refuses streaming lists (422, as a kube-apiserver without the feature
+// answers sendInitialEvents): the reflector lists instead, which answers,
+// so nothing failed.
+func TestInformerFallingBackFromStreamingListIsNoFailure(t *testing.T) {
+	var streamingLists, lists atomic.Int32
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			lists.Add(1)
+			return &corev1.ServiceList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}, nil
+		},
+		WatchFuncWithContext: func(_ context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+				streamingLists.Add(1)
+				return nil, apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Service").GroupKind(), "", nil)
+			}
+			return watch.NewFake(), nil
+		},
+	}
+	tr := NewTracker("test")
+	inf := tr.NewInformer("services", lw, &corev1.Service{})
+	var logs logLines
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logs.logger()))
+	defer cancel()
+	go inf.RunWithContext(ctx)
+
+	require.Eventually(t, inf.HasSynced, 10*time.Second, 10*time.Millisecond)
+	require.Positive(t, streamingLists.Load(), "the reflector tried a streaming list first")
+	require.Positive(t, lists.Load(), "then listed")
+	assert.Equal(t, 1.0, testutil.ToFloat64(tr.reachable.WithLabelValues("services")))
+	assert.Equal(t, 0.0, testutil.ToFloat64(tr.failures.WithLabelValues("services")))
+	assert.Empty(t, logs.get())
+}

@@ -126,7 +126,9 @@ type Config struct {
 }
 
 // Source keeps a pool's endpoints and models current until ctx ends. Its
-// first SetEndpoints marks the pool synced, which makes the EPP ready.
+// first SetEndpoints marks the pool synced, which makes the EPP ready. A
+// Source that is also a prometheus.Collector has its metrics served with
+// the EPP's.
 type Source interface {
 	Run(ctx context.Context, pool *Pool, models *requestmodel.Models) error
 }
@@ -156,6 +158,11 @@ func New(cfg Config, source Source) (*EPP, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := NewMetrics(reg, pool, cfg.Picker.Scheduling.MetricsStaleness, cfg.PoolMetricsSchemes...)
 	reg.MustRegister(NewAPICollector(models))
+	if c, ok := source.(prometheus.Collector); ok {
+		// The source's own metrics (KubeSource: whether its informers
+		// list and watch).
+		reg.MustRegister(c)
+	}
 
 	var opts []grpc.ServerOption
 	if cfg.SecureServing && !cfg.TLS.Enabled() {

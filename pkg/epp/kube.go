@@ -6,12 +6,17 @@ import (
 	"maps"
 	"net"
 	"strconv"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -20,7 +25,10 @@ import (
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
 	"github.com/mci-dev/mci/pkg/discovery"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
-	informers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
+	v1alpha2listers "github.com/mci-dev/mci/pkg/generated/listers/inference/v1alpha2"
+	poolListers "github.com/mci-dev/mci/pkg/generated/listers/inferencepool/v1"
+	llmdlisters "github.com/mci-dev/mci/pkg/generated/listers/llmd/v1alpha2"
+	"github.com/mci-dev/mci/pkg/informerhealth"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 )
 
@@ -43,6 +51,12 @@ import (
 // listed; until the InferencePool exists the EPP is not ready. An
 // InferencePool deleted later leaves the pool empty (503) until it is back.
 //
+// Its informers (the InferencePool, the served model configuration
+// resources) are built by pkg/informerhealth: while one cannot list or
+// watch, its cache keeps what it last read, one log line says so, and
+// mci_epp_watch_reachable{resource} is 0 (the source is the
+// prometheus.Collector of those metrics).
+//
 // Instances come from List, then from Watch. An instance that goes away
 // between the two stays a candidate until its next change; its scrapes fail
 // meanwhile, its metrics go stale, and the scheduler never prefers it to a
@@ -56,16 +70,33 @@ type KubeSource struct {
 	// selector picks in Namespace (discovery.NewPodDiscovery, typically). It
 	// is called again when the pool's selector changes.
 	NewDiscovery func(selector map[string]string) discovery.ServiceDiscovery
+
+	trackerOnce sync.Once
+	tracker     *informerhealth.Tracker
 }
+
+// watches follows whether the source's informers list and watch: one log
+// line per change, mci_epp_watch_reachable and mci_epp_watch_failures_total.
+func (s *KubeSource) watches() *informerhealth.Tracker {
+	s.trackerOnce.Do(func() { s.tracker = informerhealth.NewTracker("mci_epp") })
+	return s.tracker
+}
+
+// Describe and Collect make the source the prometheus.Collector of its
+// watches' metrics, which the EPP serves with its own.
+func (s *KubeSource) Describe(ch chan<- *prometheus.Desc) { s.watches().Describe(ch) }
+func (s *KubeSource) Collect(ch chan<- prometheus.Metric) { s.watches().Collect(ch) }
 
 // Run follows the pool until ctx ends.
 func (s *KubeSource) Run(ctx context.Context, pool *Pool, models *requestmodel.Models) error {
 	logger := klog.FromContext(ctx).WithValues("inferencePool", klog.KRef(s.Namespace, s.PoolName))
-	factory := informers.NewSharedInformerFactoryWithOptions(s.Client, 0, informers.WithNamespace(s.Namespace))
-	pools := factory.InferencePool().V1().InferencePools()
+	c, ns := s.Client, s.Namespace
+	poolInformer := s.watches().NewInformer(inferencepoolv1.Resource("inferencepools").String(),
+		informerhealth.ListWatch(c, c.InferencePoolV1().InferencePools(ns).List, c.InferencePoolV1().InferencePools(ns).Watch), &inferencepoolv1.InferencePool{})
+	pools := poolListers.NewInferencePoolLister(poolInformer.GetIndexer())
 	served := s.servedConfigAPIs(logger)
 	models.SetServedAPIs(served)
-	cfg := s.configListers(factory, served)
+	cfg := s.configListers(served)
 
 	// Level-triggered: handlers only say that something changed; the loop
 	// recomputes from the caches.
@@ -75,7 +106,7 @@ func (s *KubeSource) Run(ctx context.Context, pool *Pool, models *requestmodel.M
 		UpdateFunc: func(any, any) { signal(changed) },
 		DeleteFunc: func(any) { signal(changed) },
 	}
-	infs := append([]cache.SharedIndexInformer{pools.Informer()}, cfg.informers...)
+	infs := append([]cache.SharedIndexInformer{poolInformer}, cfg.informers...)
 	synced := make([]cache.InformerSynced, 0, len(infs))
 	for _, inf := range infs {
 		if _, err := inf.AddEventHandler(poke); err != nil {
@@ -83,8 +114,14 @@ func (s *KubeSource) Run(ctx context.Context, pool *Pool, models *requestmodel.M
 		}
 		synced = append(synced, inf.HasSynced)
 	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	// The informers stop before Run returns.
+	var running wait.Group
+	defer running.Wait()
+	informersCtx, stopInformers := context.WithCancel(ctx)
+	defer stopInformers()
+	for _, inf := range infs {
+		running.StartWithContext(informersCtx, inf.RunWithContext)
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx ended
 	}
@@ -95,7 +132,7 @@ func (s *KubeSource) Run(ctx context.Context, pool *Pool, models *requestmodel.M
 		if dirty {
 			dirty = false
 			s.syncModels(logger, cfg, models)
-			ip, err := pools.Lister().InferencePools(s.Namespace).Get(s.PoolName)
+			ip, err := pools.InferencePools(s.Namespace).Get(s.PoolName)
 			if err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("reading InferencePool %s/%s: %w", s.Namespace, s.PoolName, err)
 			}
@@ -278,30 +315,37 @@ type configListers struct {
 	informers      []cache.SharedIndexInformer
 }
 
-func (s *KubeSource) configListers(factory informers.SharedInformerFactory, served map[schema.GroupVersionResource]bool) configListers {
-	var c configListers
-	x, llmd := factory.Inference().V1alpha2(), factory.LLMD().V1alpha2()
+func (s *KubeSource) configListers(served map[schema.GroupVersionResource]bool) configListers {
+	var cl configListers
+	c, ns := s.Client, s.Namespace
+	// watched builds the informer of a served resource, which s.watches
+	// follows, and returns its cache.
+	watched := func(r schema.GroupVersionResource, lw cache.ListerWatcher, example runtime.Object) cache.Indexer {
+		inf := s.watches().NewInformer(r.GroupResource().String(), lw, example)
+		cl.informers = append(cl.informers, inf)
+		return inf.GetIndexer()
+	}
 	if served[apiInferenceModels] {
-		c.models = x.InferenceModels().Lister().InferenceModels(s.Namespace).List
-		c.informers = append(c.informers, x.InferenceModels().Informer())
+		x := c.InferenceV1alpha2().InferenceModels(ns)
+		cl.models = v1alpha2listers.NewInferenceModelLister(watched(apiInferenceModels, informerhealth.ListWatch(c, x.List, x.Watch), &v1alpha2.InferenceModel{})).InferenceModels(ns).List
 	}
 	if served[apiObjectives] {
-		c.objectives = x.InferenceObjectives().Lister().InferenceObjectives(s.Namespace).List
-		c.informers = append(c.informers, x.InferenceObjectives().Informer())
+		x := c.InferenceV1alpha2().InferenceObjectives(ns)
+		cl.objectives = v1alpha2listers.NewInferenceObjectiveLister(watched(apiObjectives, informerhealth.ListWatch(c, x.List, x.Watch), &v1alpha2.InferenceObjective{})).InferenceObjectives(ns).List
 	}
 	if served[apiRewrites] {
-		c.rewrites = x.InferenceModelRewrites().Lister().InferenceModelRewrites(s.Namespace).List
-		c.informers = append(c.informers, x.InferenceModelRewrites().Informer())
+		x := c.InferenceV1alpha2().InferenceModelRewrites(ns)
+		cl.rewrites = v1alpha2listers.NewInferenceModelRewriteLister(watched(apiRewrites, informerhealth.ListWatch(c, x.List, x.Watch), &v1alpha2.InferenceModelRewrite{})).InferenceModelRewrites(ns).List
 	}
 	if served[apiLLMDObjectives] {
-		c.llmdObjectives = llmd.InferenceObjectives().Lister().InferenceObjectives(s.Namespace).List
-		c.informers = append(c.informers, llmd.InferenceObjectives().Informer())
+		x := c.LLMDV1alpha2().InferenceObjectives(ns)
+		cl.llmdObjectives = llmdlisters.NewInferenceObjectiveLister(watched(apiLLMDObjectives, informerhealth.ListWatch(c, x.List, x.Watch), &llmdv1alpha2.InferenceObjective{})).InferenceObjectives(ns).List
 	}
 	if served[apiLLMDRewrites] {
-		c.llmdRewrites = llmd.InferenceModelRewrites().Lister().InferenceModelRewrites(s.Namespace).List
-		c.informers = append(c.informers, llmd.InferenceModelRewrites().Informer())
+		x := c.LLMDV1alpha2().InferenceModelRewrites(ns)
+		cl.llmdRewrites = llmdlisters.NewInferenceModelRewriteLister(watched(apiLLMDRewrites, informerhealth.ListWatch(c, x.List, x.Watch), &llmdv1alpha2.InferenceModelRewrite{})).InferenceModelRewrites(ns).List
 	}
-	return c
+	return cl
 }
 
 // syncModels sets the model configuration objects that name the pool.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -184,6 +185,28 @@ func TestKubeSource(t *testing.T) {
 	_, err = client.InferenceV1alpha2().InferenceModels("ns").Create(ctx, im2, metav1.CreateOptions{})
 	require.NoError(t, err)
 	eventually(func() bool { return models.Get("late") != nil }, "a new InferenceModel is picked up")
+
+	// The source serves whether each of its informers lists and watches:
+	// the served resources only, every one reachable.
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(src))
+	reachable := map[string]float64{}
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == "mci_epp_watch_reachable" {
+			for _, m := range f.GetMetric() {
+				reachable[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	assert.Equal(t, map[string]float64{
+		"inferencepools.inference.networking.k8s.io":        1,
+		"inferencemodels.inference.networking.x-k8s.io":     1,
+		"inferenceobjectives.inference.networking.x-k8s.io": 1,
+		"inferenceobjectives.llm-d.ai":                      1,
+		"inferencemodelrewrites.llm-d.ai":                   1,
+	}, reachable)
 
 	require.NoError(t, client.InferencePoolV1().InferencePools("ns").Delete(ctx, "pool", metav1.DeleteOptions{}))
 	eventually(func() bool { return len(pool.Endpoints()) == 0 }, "a deleted InferencePool leaves no candidates")

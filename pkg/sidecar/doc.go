@@ -13,6 +13,16 @@
 //     routetable.Router publishes it and requests read it with one atomic
 //     load. The server renders what the table's filters do as ext_proc
 //     header mutations and redirects (filters.go).
+//   - When an informer cannot list or watch its resource (the aggregated
+//     API of InferencePoolImports unavailable because no mci-apiserver
+//     replica of the cluster answers, the kube-apiserver unreachable, RBAC
+//     missing), client-go retries with backoff and its cache keeps what it
+//     last read, so the sidecar keeps routing on the last table built from
+//     it. pkg/informerhealth builds every informer of the Watcher and says
+//     so: one log line per change (lost, with the error; back, with how
+//     long it was lost; another error while lost at most once a minute),
+//     mci_sidecar_watch_reachable{resource} (1/0) and
+//     mci_sidecar_watch_failures_total{resource}.
 //   - A ClusterPolicy orders the backend's clusters: a compiled
 //     configuration of the cluster scoring pipeline of pkg/clusterscore
 //     (filters, weighted scorers, a picker), named (Weighted, HealthBased,

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mci-dev/mci/pkg/eppprobe"
+	"github.com/mci-dev/mci/pkg/informerhealth"
 	"github.com/mci-dev/mci/pkg/routetable"
 )
 
@@ -51,6 +52,9 @@ type Metrics struct {
 	tableErrors  prometheus.Gauge
 	refusals     *prometheus.GaugeVec
 	buildTime    prometheus.Histogram
+	// watches follows the informers the routing table is built from:
+	// mci_sidecar_watch_reachable and mci_sidecar_watch_failures_total.
+	watches *informerhealth.Tracker
 }
 
 // NewMetrics registers the sidecar's metrics in reg. router and health feed
@@ -106,7 +110,8 @@ func NewMetrics(reg prometheus.Registerer, router *routetable.Router, health *ep
 			Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10),
 		}),
 	}
-	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.buildTime)
+	m.watches = informerhealth.NewTracker("mci_sidecar")
+	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.buildTime, m.watches)
 	if router != nil && health != nil {
 		reg.MustRegister(&eppHealthCollector{router: router, health: health})
 	}

@@ -83,7 +83,7 @@ func BenchmarkImportEventToRoutedRequest(b *testing.B) {
 	mci := mcifake.NewSimpleClientset(mciObjs...)
 	router := routetable.NewRouter()
 	w := NewWatcher(Clients{Kube: kubefake.NewSimpleClientset(kubeObjs...), MCI: mci, Gateway: gatewayfake.NewSimpleClientset(gwObjs...)},
-		WatchConfig{LocalCluster: "b", DefaultPolicy: routetable.PolicyWeighted}, router, nil)
+		WatchConfig{LocalCluster: "b", DefaultPolicy: routetable.PolicyWeighted}, router, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()

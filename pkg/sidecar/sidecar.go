@@ -110,7 +110,7 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	// The server's relay reaches the EPPs with the prober's credentials.
 	s.server = NewServer(s.router, liveState{health: s.prober, metrics: s.scraper}, creds, cfg.Server, s.metrics, klog.Background().WithName("ext_proc"))
 	registerScoringMetrics(reg, s.server.policies.Memory(), s.server.unparseable)
-	s.watcher = NewWatcher(clients, cfg.Watch, s.router, s.published)
+	s.watcher = NewWatcher(clients, cfg.Watch, s.router, s.published, s.metrics.watches)
 	servers, err := extproc.Listen(extproc.ServingOptions{
 		BindAddress: cfg.BindAddress,
 		GRPCPort:    cfg.GRPCPort,

@@ -7,8 +7,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -16,7 +19,6 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
-	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
@@ -24,8 +26,8 @@ import (
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
-	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
 	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/informerhealth"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/routetable"
 )
@@ -79,6 +81,7 @@ type Watcher struct {
 	cfg       WatchConfig
 	router    *routetable.Router
 	onPublish func(t *routetable.Table, took time.Duration)
+	watches   *informerhealth.Tracker
 
 	synced   chan struct{}
 	syncOnce sync.Once
@@ -113,9 +116,13 @@ type objectChange struct {
 
 // NewWatcher returns a watcher that publishes to router. onPublish, when
 // set, is called after each publication (to retarget the health prober and
-// metrics scraper, record metrics).
-func NewWatcher(clients Clients, cfg WatchConfig, router *routetable.Router, onPublish func(t *routetable.Table, took time.Duration)) *Watcher {
-	return &Watcher{clients: clients, cfg: cfg, router: router, onPublish: onPublish, synced: make(chan struct{}), changes: workqueue.NewTyped[objectChange]()}
+// metrics scraper, record metrics). watches follows whether each informer
+// lists and watches; nil: one whose metrics are not registered.
+func NewWatcher(clients Clients, cfg WatchConfig, router *routetable.Router, onPublish func(t *routetable.Table, took time.Duration), watches *informerhealth.Tracker) *Watcher {
+	if watches == nil {
+		watches = informerhealth.NewTracker("mci_sidecar")
+	}
+	return &Watcher{clients: clients, cfg: cfg, router: router, onPublish: onPublish, watches: watches, synced: make(chan struct{}), changes: workqueue.NewTyped[objectChange]()}
 }
 
 // Synced is closed once the first table built from synced caches is
@@ -125,35 +132,38 @@ func (w *Watcher) Synced() <-chan struct{} { return w.synced }
 // Run watches and rebuilds until ctx ends.
 func (w *Watcher) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(w.clients.Kube, 0, kubeinformers.WithTransform(epptransport.StripManagedFields))
-	mciFactory := mciinformers.NewSharedInformerFactoryWithOptions(w.clients.MCI, 0, mciinformers.WithTransform(epptransport.StripManagedFields))
-	gwFactory := gatewayinformers.NewSharedInformerFactoryWithOptions(w.clients.Gateway, 0, gatewayinformers.WithTransform(epptransport.StripManagedFields))
-
+	kube, mci, gw := w.clients.Kube, w.clients.MCI, w.clients.Gateway
+	// Each informer is built by the tracker, which logs and counts the
+	// losses of its list and watch: the table keeps what the caches last
+	// read meanwhile.
+	watched := func(resource schema.GroupResource, lw cache.ListerWatcher, example runtime.Object) cache.SharedIndexInformer {
+		return w.watches.NewInformer(resource.String(), lw, example)
+	}
 	informers := map[objectKind]cache.SharedIndexInformer{
-		kindService: kubeFactory.Core().V1().Services().Informer(),
-		kindRoute:   gwFactory.Gateway().V1().HTTPRoutes().Informer(),
-		kindImport:  mciFactory.Inference().V1alpha1().InferencePoolImports().Informer(),
-		kindPool:    mciFactory.InferencePool().V1().InferencePools().Informer(),
+		kindService: watched(corev1.Resource("services"), informerhealth.ListWatch(kube, kube.CoreV1().Services(metav1.NamespaceAll).List, kube.CoreV1().Services(metav1.NamespaceAll).Watch), &corev1.Service{}),
+		kindRoute:   watched(gatewayv1.Resource("httproutes"), informerhealth.ListWatch(gw, gw.GatewayV1().HTTPRoutes(metav1.NamespaceAll).List, gw.GatewayV1().HTTPRoutes(metav1.NamespaceAll).Watch), &gatewayv1.HTTPRoute{}),
+		kindImport:  watched(v1alpha1.Resource("inferencepoolimports"), informerhealth.ListWatch(mci, mci.InferenceV1alpha1().InferencePoolImports(metav1.NamespaceAll).List, mci.InferenceV1alpha1().InferencePoolImports(metav1.NamespaceAll).Watch), &v1alpha1.InferencePoolImport{}),
+		kindPool:    watched(poolv1.Resource("inferencepools"), informerhealth.ListWatch(mci, mci.InferencePoolV1().InferencePools(metav1.NamespaceAll).List, mci.InferencePoolV1().InferencePools(metav1.NamespaceAll).Watch), &poolv1.InferencePool{}),
 		// What allows a backendRef to another namespace.
-		kindReferenceGrant: gwFactory.Gateway().V1beta1().ReferenceGrants().Informer(),
+		kindReferenceGrant: watched(gatewayv1beta1.Resource("referencegrants"), informerhealth.ListWatch(gw, gw.GatewayV1beta1().ReferenceGrants(metav1.NamespaceAll).List, gw.GatewayV1beta1().ReferenceGrants(metav1.NamespaceAll).Watch), &gatewayv1beta1.ReferenceGrant{}),
 	}
 	if len(w.cfg.Gateways) > 0 {
 		// The served Gateways' listeners decide which routes attach, some
 		// by the labels of the routes' namespaces.
-		informers[kindGateway] = gwFactory.Gateway().V1().Gateways().Informer()
-		informers[kindNamespace] = kubeFactory.Core().V1().Namespaces().Informer()
+		informers[kindGateway] = watched(gatewayv1.Resource("gateways"), informerhealth.ListWatch(gw, gw.GatewayV1().Gateways(metav1.NamespaceAll).List, gw.GatewayV1().Gateways(metav1.NamespaceAll).Watch), &gatewayv1.Gateway{})
+		informers[kindNamespace] = watched(corev1.Resource("namespaces"), informerhealth.ListWatch(kube, kube.CoreV1().Namespaces().List, kube.CoreV1().Namespaces().Watch), &corev1.Namespace{})
 	}
 	// The routing table waits for these; InferenceModels and
 	// InferenceObjectives only refine criticality, so a cluster without
 	// their CRDs must not keep the sidecar from routing: their informers are
 	// not waited for.
 	if w.cfg.InferenceModels {
-		informers[kindModel] = mciFactory.Inference().V1alpha2().InferenceModels().Informer()
-		informers[kindObjective] = mciFactory.Inference().V1alpha2().InferenceObjectives().Informer()
-		informers[kindLLMDObjective] = mciFactory.LLMD().V1alpha2().InferenceObjectives().Informer()
+		informers[kindModel] = watched(v1alpha2.Resource("inferencemodels"), informerhealth.ListWatch(mci, mci.InferenceV1alpha2().InferenceModels(metav1.NamespaceAll).List, mci.InferenceV1alpha2().InferenceModels(metav1.NamespaceAll).Watch), &v1alpha2.InferenceModel{})
+		informers[kindObjective] = watched(v1alpha2.Resource("inferenceobjectives"), informerhealth.ListWatch(mci, mci.InferenceV1alpha2().InferenceObjectives(metav1.NamespaceAll).List, mci.InferenceV1alpha2().InferenceObjectives(metav1.NamespaceAll).Watch), &v1alpha2.InferenceObjective{})
+		informers[kindLLMDObjective] = watched(llmdv1alpha2.Resource("inferenceobjectives"), informerhealth.ListWatch(mci, mci.LLMDV1alpha2().InferenceObjectives(metav1.NamespaceAll).List, mci.LLMDV1alpha2().InferenceObjectives(metav1.NamespaceAll).Watch), &llmdv1alpha2.InferenceObjective{})
 	}
 	if w.cfg.BackendTLSPolicies {
-		informers[kindBackendTLSPolicy] = gwFactory.Gateway().V1().BackendTLSPolicies().Informer()
+		informers[kindBackendTLSPolicy] = watched(gatewayv1.Resource("backendtlspolicies"), informerhealth.ListWatch(gw, gw.GatewayV1().BackendTLSPolicies(metav1.NamespaceAll).List, gw.GatewayV1().BackendTLSPolicies(metav1.NamespaceAll).Watch), &gatewayv1.BackendTLSPolicy{})
 	}
 
 	defer w.changes.ShutDown()
@@ -163,6 +173,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}()
 	var synced []cache.InformerSynced
 	for kind, inf := range informers {
+		if err := inf.SetTransform(epptransport.StripManagedFields); err != nil {
+			return err
+		}
 		reg, err := inf.AddEventHandler(w.handler(kind))
 		if err != nil {
 			return err
@@ -173,14 +186,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 			synced = append(synced, reg.HasSynced)
 		}
 	}
-	kubeFactory.Start(ctx.Done())
-	mciFactory.Start(ctx.Done())
-	gwFactory.Start(ctx.Done())
-	defer func() {
-		kubeFactory.Shutdown()
-		mciFactory.Shutdown()
-		gwFactory.Shutdown()
-	}()
+	// The informers stop before Run returns.
+	var running wait.Group
+	defer running.Wait()
+	informersCtx, stopInformers := context.WithCancel(ctx)
+	defer stopInformers()
+	for _, inf := range informers {
+		running.StartWithContext(informersCtx, inf.RunWithContext)
+	}
 	logger.Info("Waiting for the caches of HTTPRoutes, ReferenceGrants, InferencePoolImports, InferencePools and Services, and of Gateways and Namespaces when serving Gateways", "gateways", w.cfg.Gateways)
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx ended

@@ -49,7 +49,7 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 	router := routetable.NewRouter()
 	published := make(chan *routetable.Table, 1000)
 	w := NewWatcher(Clients{Kube: kube, MCI: mci, Gateway: gw}, WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: routetable.PolicyLocalFirst, InferenceModels: true}, router,
-		func(t *routetable.Table, _ time.Duration) { published <- t })
+		func(t *routetable.Table, _ time.Duration) { published <- t }, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -136,7 +136,7 @@ func TestWatcherRestrictsToItsGateway(t *testing.T) {
 		Kube:    kubefake.NewSimpleClientset(),
 		MCI:     mcifake.NewSimpleClientset(sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: "127.0.2.1"})),
 		Gateway: sidecartest.GatewayClients(attached, other, sidecartest.Gateway("inf-gw", sidecartest.Listener("http", 80, "", nil)), sidecartest.Gateway("other-gw", sidecartest.Listener("http", 80, "", nil))),
-	}, WatchConfig{Gateways: gatewayRefs("example/inf-gw")}, router, nil)
+	}, WatchConfig{Gateways: gatewayRefs("example/inf-gw")}, router, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = w.Run(ctx) }()
@@ -161,7 +161,7 @@ func TestWatcherFollowsAttachmentRules(t *testing.T) {
 		Kube:    kube,
 		MCI:     mcifake.NewSimpleClientset(sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: "127.0.2.1"})),
 		Gateway: gw,
-	}, WatchConfig{Gateways: gatewayRefs("example/inf-gw")}, router, nil)
+	}, WatchConfig{Gateways: gatewayRefs("example/inf-gw")}, router, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = w.Run(ctx) }()

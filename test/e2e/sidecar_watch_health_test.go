@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestSidecarKeepsItsTableAndSaysSoWhileItCannotWatchImports runs the
+// sidecar data path (loopback blocks 127.0.211-213.x) and stops every
+// replica of cluster-b's mci-apiserver, as when they all crash or are cut
+// off: the aggregated API of InferencePoolImports then answers 503 to the
+// sidecar's informer, which client-go retries with backoff. The sidecar
+// says so once, in one log line and mci_sidecar_watch_reachable going to 0
+// (mci_sidecar_watch_failures_total +1), however many times the reflector
+// retries; requests meanwhile are routed on the last table; once the
+// mci-apiserver is back, the gauge returns to 1 and one line says for how
+// long the watch was lost. The exporting clusters' mci-epp report their
+// informers' mci_epp_watch_reachable too.
+func TestSidecarKeepsItsTableAndSaysSoWhileItCannotWatchImports(t *testing.T) {
+	const (
+		imports  = "inferencepoolimports.inference.networking.x-k8s.io"
+		services = "services"
+	)
+	// Verbosity 3 keeps the reflector's "Listing and watching" line of
+	// every attempt, to count the retries.
+	logs := &capturedLogs{}
+	logger := funcr.New(func(_, args string) {
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		logs.lines = append(logs.lines, args)
+	}, funcr.Options{Verbosity: 3})
+	s := newSidecarSetupWith(t, "e2e-watch-health", sidecarOptions{blockA: 211, blockC: 213, sidecarIP: "127.0.212.1", logger: &logger})
+	ctx := t.Context()
+	s.expect(t, "the import is routed", http.StatusOK)
+	s.waitWatch(t, imports, 1, 15*time.Second)
+	// The exporting clusters' mci-epp (Kubernetes mode) report their
+	// informers the same way.
+	for name, e := range s.epps {
+		v, err := e.eppSeries(ctx, "mci_epp_watch_reachable", `resource="inferencepools.inference.networking.k8s.io"`)
+		require.NoError(t, err)
+		assert.Equal(t, 1.0, v, "%s's mci-epp watches its InferencePool", name)
+	}
+	failuresBefore := s.watchSeries(t, "mci_sidecar_watch_failures_total", imports)
+	tableBefore := s.sidecar.Router().Table()
+	attemptsBefore := logs.count("Listing and watching", "InferencePoolImport")
+
+	require.NoError(t, clusters.StopMCIAPIServer("cluster-b"))
+	stopped := time.Now()
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			assert.NoError(t, clusters.StartMCIAPIServer(context.Background(), "cluster-b"), "restarting cluster-b's mci-apiserver")
+		}
+	})
+	s.waitWatch(t, imports, 0, 30*time.Second)
+	t.Logf("mci_sidecar_watch_reachable of imports is 0 %s after cluster-b's mci-apiserver stopped", time.Since(stopped).Round(time.Millisecond))
+
+	// The outage lasts for several of the reflector's retries (backoff from
+	// 0.8 s, doubling); requests are routed on the last table meanwhile.
+	var served int
+	for time.Since(stopped) < 15*time.Second {
+		code, _, err := s.try(ctx)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, code, "a request while the imports cannot be watched")
+		served++
+		time.Sleep(200 * time.Millisecond)
+	}
+	assert.Equal(t, tableBefore.Generation, s.sidecar.Router().Table().Generation, "the table is the last one built before the loss")
+	attempts := logs.count("Listing and watching", "InferencePoolImport") - attemptsBefore
+	require.GreaterOrEqual(t, attempts, 3, "the reflector retried several times during the outage")
+	assert.Equal(t, 1, logs.count("Cannot list or watch a resource", imports), "one log line for the loss, for %d list-and-watch attempts", attempts)
+	assert.Equal(t, failuresBefore+1, s.watchSeries(t, "mci_sidecar_watch_failures_total", imports))
+	assert.Equal(t, 1.0, s.watchSeries(t, "mci_sidecar_watch_reachable", services), "the kube-apiserver's resources stay reachable")
+	t.Logf("%d requests routed during the outage, %d list-and-watch attempts of imports, one log line", served, attempts)
+
+	require.NoError(t, clusters.StartMCIAPIServer(ctx, "cluster-b"))
+	restarted = true
+	back := time.Now()
+	// The reflector's backoff (up to 2x jitter) decides when it tries
+	// again.
+	s.waitWatch(t, imports, 1, 90*time.Second)
+	t.Logf("mci_sidecar_watch_reachable of imports is 1 %s after cluster-b's mci-apiserver was Available again", time.Since(back).Round(time.Millisecond))
+	assert.Equal(t, 1, logs.count("Listing and watching a resource again", imports, "failedFor"))
+	assert.Equal(t, 1, logs.count("Cannot list or watch a resource", imports), "no more loss lines")
+	assert.Equal(t, failuresBefore+1, s.watchSeries(t, "mci_sidecar_watch_failures_total", imports))
+	s.expect(t, "the import is routed after the recovery", http.StatusOK)
+	for _, l := range logs.matching(imports) {
+		t.Logf("sidecar log: %s", l)
+	}
+}
+
+// matching returns the lines that contain part.
+func (c *capturedLogs) matching(part string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, l := range c.lines {
+		if strings.Contains(l, part) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// waitWatch waits until the sidecar's mci_sidecar_watch_reachable of
+// resource is want.
+func (s *sidecarSetup) waitWatch(t *testing.T, resource string, want float64, timeout time.Duration) {
+	t.Helper()
+	eventually(t, t.Context(), timeout, func(ctx context.Context) (bool, string) {
+		v, err := s.series(ctx, "mci_sidecar_watch_reachable", resource)
+		return err == nil && v == want, fmt.Sprintf("mci_sidecar_watch_reachable{resource=%q} = %v (err=%v), want %v", resource, v, err, want)
+	})
+}
+
+// watchSeries reads the sidecar's series name{resource=...}.
+func (s *sidecarSetup) watchSeries(t *testing.T, name, resource string) float64 {
+	t.Helper()
+	v, err := s.series(t.Context(), name, resource)
+	require.NoError(t, err)
+	return v
+}
+
+// series reads the value of name{resource="resource"} on the sidecar's
+// /metrics.
+func (s *sidecarSetup) series(ctx context.Context, name, resource string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.sidecar.MetricsAddr()+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := noProxyClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	prefix := fmt.Sprintf("%s{resource=%q} ", name, resource)
+	for _, l := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(l, prefix); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("no series %s", strings.TrimSpace(prefix))
+}

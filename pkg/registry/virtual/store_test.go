@@ -469,3 +469,54 @@ func TestBookmarksFollowTheVersionWithoutChanges(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(42), v["cluster-c"], "the bookmark carries the moved version")
 }
+
+// A client whose watch breaks (its replica stopped) resumes on another
+// replica with a version this one did not issue: its membership stamp,
+// from the other replica's clock, places it before changes it has seen.
+// The backlog is folded, so an object deleted and added again in that
+// stretch never leaves the client's cache.
+func TestAForeignVersionResumesWithoutReplayingADeletionThatWasUndone(t *testing.T) {
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	s := startStore(t, r)
+	step := func(member, name string, rv uint64, change func()) {
+		change()
+		notifyPool(s, member, "ns", name, rv)
+		s.recompute(context.Background())
+	}
+	step("cluster-c", "a", 5, func() { r.set("ns", "a", nil, "cluster-c"); r.set("ns", "c", nil, "cluster-c") })
+	notifyPool(s, "cluster-c", "ns", "c", 5)
+	s.recompute(context.Background())
+	s.takeBaseline()
+	// A membership change (cluster-b became unreachable, say) stamped by
+	// this replica's clock, with a change of c.
+	r.set("ns", "c", nil, "cluster-c", "cluster-b")
+	s.Notify(clusterset.Event{Member: "cluster-b", Kind: clusterset.KindMember, Namespace: "ns", Name: "c"})
+	s.recompute(context.Background())
+	c, ok := s.Get("ns", "c")
+	require.True(t, ok)
+	stamped, err := ParseVersion(c.GetResourceVersion())
+	require.NoError(t, err)
+	// Then a was withdrawn and exported again, and b came and went.
+	step("cluster-c", "a", 6, func() { r.remove("ns", "a") })
+	step("cluster-c", "a", 7, func() { r.set("ns", "a", nil, "cluster-c") })
+	step("cluster-c", "b", 8, func() { r.set("ns", "b", nil, "cluster-c") })
+	step("cluster-c", "b", 9, func() { r.remove("ns", "b") })
+
+	// The other replica saw all of it, but stamped the membership change
+	// a millisecond earlier.
+	foreign := Version{"cluster-c": 9, reachabilityComponent: stamped[reachabilityComponent] - 1, epochComponent: 1}
+	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: foreign.String()})
+	require.NoError(t, err)
+	defer w.Stop()
+	var got []string
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			got = append(got, string(ev.Type)+" "+nameOf(ev))
+			continue
+		case <-time.After(300 * time.Millisecond):
+		}
+		break
+	}
+	assert.Equal(t, []string{"MODIFIED c", "MODIFIED a"}, got, "current states, in the order of their last change; nothing deleted that exists")
+}

@@ -126,19 +126,65 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 			covers = since.coversMembers
 		}
 		// The backlog compares whole versions: a foreign version's older
-		// reachability stamp resends this Store's membership changes, a
-		// duplicate the client absorbs rather than a change it misses.
+		// reachability stamp resends this Store's membership changes (and
+		// what came after them), folded into current states (netChanges):
+		// duplicates the client absorbs rather than changes it misses.
 		if !covers(s.historyStart) {
 			s.mu.Unlock()
 			return nil, apierrors.NewResourceExpired("too old resource version: " + opts.ResourceVersion + " (the server keeps a limited history; relist)")
 		}
-		backlog = slices.Clone(s.history[s.firstUncovered(since):])
+		backlog = s.history[s.firstUncovered(since):]
+		if since[epochComponent] == s.epoch {
+			backlog = slices.Clone(backlog)
+		} else {
+			backlog = netChanges(backlog)
+		}
 	}
 	s.watchers[w] = struct{}{}
 	s.mu.Unlock()
 
 	go w.run(ctx, initial, initialVersion, backlog)
 	return w, nil
+}
+
+// netChanges folds a backlog into one change per object, from its state
+// before the backlog to its state now, in the order of each object's last
+// change (so resourceVersions still grow). A version another replica
+// issued places the client only roughly in this Store's history (its
+// membership stamps come from another clock), so the backlog of a foreign
+// version starts early, at changes the client has seen already; replayed
+// one by one, an object deleted and added again in that stretch would
+// leave the client's cache and come back. Folded, the client gets its
+// objects' current states, some it has already (which an informer takes as
+// an update), and never an object gone that exists.
+func netChanges(backlog []change) []change {
+	type span struct{ first, last int }
+	spans := map[string]*span{}
+	var order []string
+	for i, c := range backlog {
+		k := key(c.obj.GetNamespace(), c.obj.GetName())
+		if sp, ok := spans[k]; ok {
+			sp.last = i
+			continue
+		}
+		spans[k] = &span{first: i, last: i}
+		order = append(order, k)
+	}
+	slices.SortFunc(order, func(a, b string) int { return spans[a].last - spans[b].last })
+	out := make([]change, 0, len(order))
+	for _, k := range order {
+		first, last := backlog[spans[k].first], backlog[spans[k].last]
+		existed, exists := first.typ != watch.Added, last.typ != watch.Deleted
+		switch {
+		case existed && exists:
+			out = append(out, change{typ: watch.Modified, obj: last.obj, prev: first.prev})
+		case existed:
+			out = append(out, change{typ: watch.Deleted, obj: last.obj, prev: first.prev})
+		case exists:
+			out = append(out, change{typ: watch.Added, obj: last.obj})
+		}
+	}
+	return out
 }
 
 type watcher struct {

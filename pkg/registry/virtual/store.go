@@ -55,8 +55,9 @@ type Snapshotter interface {
 // ClusterSet checks again.
 var baselineInterval = time.Second
 
-// historySize bounds how many changes a watch can resume across. An older
-// resourceVersion gets 410 Gone and the client relists.
+// historySize bounds how many changes a watch can resume across (up to
+// historySlack more are kept between two cuts). An older resourceVersion
+// gets 410 Gone and the client relists.
 const historySize = 20000
 
 type change struct {
@@ -366,9 +367,14 @@ func (s *Store) deleteLocked(k string, prev Object, rv string) change {
 	return change{typ: watch.Deleted, obj: gone, prev: prev}
 }
 
+// historySlack is how far the history may run over historySize before it
+// is cut back to it: cutting at every change would copy the whole history
+// (20,000 changes, about a megabyte) at every change once it is full.
+const historySlack = historySize / 8
+
 func (s *Store) appendHistoryLocked(changes []change) {
 	s.history = append(s.history, changes...)
-	if over := len(s.history) - historySize; over > 0 {
+	if over := len(s.history) - historySize; over > historySlack {
 		for _, c := range s.history[:over] {
 			s.historyStart.apply(c.step)
 		}

@@ -520,3 +520,18 @@ func TestAForeignVersionResumesWithoutReplayingADeletionThatWasUndone(t *testing
 	}
 	assert.Equal(t, []string{"MODIFIED c", "MODIFIED a"}, got, "current states, in the order of their last change; nothing deleted that exists")
 }
+
+// BenchmarkAppendToAFullHistory is the cost of recording one change once
+// the history holds historySize changes, as it does on a busy server.
+func BenchmarkAppendToAFullHistory(b *testing.B) {
+	s := NewStore(&tableResource{}, emptySnapshot{}, func() Object { return &inference.InferencePoolImport{} })
+	o := &inference.InferencePoolImport{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}}
+	one := []change{{typ: watch.Modified, obj: o, prev: o, step: versionStep{{name: "cluster-a", value: 1}}}}
+	for range historySize {
+		s.appendHistoryLocked(one)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s.appendHistoryLocked(one)
+	}
+}

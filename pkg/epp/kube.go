@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -115,13 +114,7 @@ func (s *KubeSource) Run(ctx context.Context, pool *Pool, models *requestmodel.M
 		synced = append(synced, inf.HasSynced)
 	}
 	// The informers stop before Run returns.
-	var running wait.Group
-	defer running.Wait()
-	informersCtx, stopInformers := context.WithCancel(ctx)
-	defer stopInformers()
-	for _, inf := range infs {
-		running.StartWithContext(informersCtx, inf.RunWithContext)
-	}
+	defer informerhealth.Start(ctx, infs...)()
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx ended
 	}

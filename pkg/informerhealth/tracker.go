@@ -25,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/watchlist"
@@ -227,4 +228,19 @@ func (l *trackedListWatch) Watch(opts metav1.ListOptions) (watch.Interface, erro
 // says, which the reflector asks to choose between watch-list and list.
 func (l *trackedListWatch) IsWatchListSemanticsUnSupported() bool {
 	return watchlist.DoesClientNotSupportWatchListSemantics(l.outer)
+}
+
+// Start runs informers until ctx ends or the returned stop is called; stop
+// also waits until every one of them has returned, so that a caller that
+// defers it leaves no informer running behind it.
+func Start(ctx context.Context, informers ...cache.SharedIndexInformer) (stop func()) {
+	var running wait.Group
+	ctx, cancel := context.WithCancel(ctx)
+	for _, inf := range informers {
+		running.StartWithContext(ctx, inf.RunWithContext)
+	}
+	return func() {
+		cancel()
+		running.Wait()
+	}
 }

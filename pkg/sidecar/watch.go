@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -11,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -187,13 +187,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 	}
 	// The informers stop before Run returns.
-	var running wait.Group
-	defer running.Wait()
-	informersCtx, stopInformers := context.WithCancel(ctx)
-	defer stopInformers()
-	for _, inf := range informers {
-		running.StartWithContext(informersCtx, inf.RunWithContext)
-	}
+	defer informerhealth.Start(ctx, slices.Collect(maps.Values(informers))...)()
 	logger.Info("Waiting for the caches of HTTPRoutes, ReferenceGrants, InferencePoolImports, InferencePools and Services, and of Gateways and Namespaces when serving Gateways", "gateways", w.cfg.Gateways)
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx ended

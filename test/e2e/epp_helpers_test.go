@@ -1,12 +1,12 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -364,26 +364,14 @@ func (e *eppProcess) destinations(t *testing.T, model string, n int) map[string]
 // poolMetrics reads the EPP's inference_pool_* gauges of its pool, keyed by
 // metric name.
 func (e *eppProcess) poolMetrics(ctx context.Context) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	url := "http://" + net.JoinHostPort(e.ip, strconv.Itoa(eppMetricsPort)) + "/metrics"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	lines, err := metricsLines(ctx, "http://"+net.JoinHostPort(e.ip, strconv.Itoa(eppMetricsPort))+"/metrics")
 	if err != nil {
 		return nil, err
-	}
-	resp, err := noProxyClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	suffix := `{name="` + e.pool + `"}`
 	got := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), " ")
+	for _, line := range lines {
+		name, value, ok := strings.Cut(line, " ")
 		if !ok || !strings.HasPrefix(name, "inference_pool_") || !strings.HasSuffix(name, suffix) {
 			continue
 		}
@@ -393,7 +381,7 @@ func (e *eppProcess) poolMetrics(ctx context.Context) (map[string]float64, error
 		}
 		got[strings.TrimSuffix(name, suffix)] = v
 	}
-	return got, sc.Err()
+	return got, nil
 }
 
 // waitForPoolMetrics waits until the EPP has scraped the model servers'
@@ -420,6 +408,29 @@ func (p *eppPool) waitForPoolMetrics(queues []int, kvCaches []float64) {
 			near(m["inference_pool_average_kv_cache_utilization"], wantKV)
 		return ok, fmt.Sprintf("pool gauges %v, want %d ready pods, average queue %g, average KV cache %g", m, len(queues), wantQueue, wantKV)
 	})
+}
+
+// metricsLines reads a /metrics page (within 2 s) as its lines.
+func metricsLines(ctx context.Context, url string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := noProxyClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(string(body), "\n"), nil
 }
 
 // noProxyClient talks to loopback servers directly, whatever the

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -21,26 +20,14 @@ import (
 // eppSeries sums the series of an mci-epp's /metrics whose name is metric
 // and whose labels contain every one of labels ("code=\"503\"").
 func (e *clusterEPP) eppSeries(ctx context.Context, metric string, labels ...string) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	url := "http://" + net.JoinHostPort(e.ip, strconv.Itoa(eppMetricsPort)) + "/metrics"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	lines, err := metricsLines(ctx, "http://"+net.JoinHostPort(e.ip, strconv.Itoa(eppMetricsPort))+"/metrics")
 	if err != nil {
 		return 0, err
-	}
-	resp, err := noProxyClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
 next:
-	for sc.Scan() {
-		series, value, ok := strings.Cut(sc.Text(), " ")
+	for _, line := range lines {
+		series, value, ok := strings.Cut(line, " ")
 		if !ok || (series != metric && !strings.HasPrefix(series, metric+"{")) {
 			continue
 		}
@@ -55,7 +42,7 @@ next:
 		}
 		sum += v
 	}
-	return sum, sc.Err()
+	return sum, nil
 }
 
 // heldResponse is a request through the sidecar whose response is held in

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -133,21 +132,12 @@ func (s *sidecarSetup) watchSeries(t *testing.T, name, resource string) float64 
 // series reads the value of name{resource="resource"} on the sidecar's
 // /metrics.
 func (s *sidecarSetup) series(ctx context.Context, name, resource string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.sidecar.MetricsAddr()+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := noProxyClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
+	lines, err := metricsLines(ctx, "http://"+s.sidecar.MetricsAddr()+"/metrics")
 	if err != nil {
 		return 0, err
 	}
 	prefix := fmt.Sprintf("%s{resource=%q} ", name, resource)
-	for _, l := range strings.Split(string(body), "\n") {
+	for _, l := range lines {
 		if v, ok := strings.CutPrefix(l, prefix); ok {
 			return strconv.ParseFloat(v, 64)
 		}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -147,22 +145,13 @@ func TestEPPHonoursInferenceObjectivesAndModelRewritesOfBothGroups(t *testing.T)
 // metric reads the samples of one metric from the EPP's /metrics, keyed by
 // their label set as printed ("" for none).
 func (e *eppProcess) metric(ctx context.Context, name string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	url := "http://" + net.JoinHostPort(e.ip, strconv.Itoa(eppMetricsPort)) + "/metrics"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	lines, err := metricsLines(ctx, "http://"+net.JoinHostPort(e.ip, strconv.Itoa(eppMetricsPort))+"/metrics")
 	if err != nil {
 		return nil, err
 	}
-	resp, err := noProxyClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
 	got := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		series, value, ok := strings.Cut(sc.Text(), " ")
+	for _, line := range lines {
+		series, value, ok := strings.Cut(line, " ")
 		rest, isName := strings.CutPrefix(series, name)
 		if !ok || !isName || (rest != "" && rest[0] != '{') {
 			continue
@@ -173,5 +162,5 @@ func (e *eppProcess) metric(ctx context.Context, name string) (map[string]float6
 		}
 		got[rest] = v
 	}
-	return got, sc.Err()
+	return got, nil
 }

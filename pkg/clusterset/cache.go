@@ -307,6 +307,16 @@ func (c *Cache) ImportsRoutedThrough(namespace, gateway string) []string {
 	return nil
 }
 
+// ImportsRoutedFrom returns the namespace/name keys of the imports that the
+// local cluster's HTTPRoutes of namespace use: a change of that namespace's
+// labels may change whether a Gateway takes them.
+func (c *Cache) ImportsRoutedFrom(namespace string) []string {
+	if m := c.member(c.opts.LocalName); m != nil {
+		return m.importsRoutedFrom(namespace)
+	}
+	return nil
+}
+
 // member is the member serving name, nil when there is none.
 func (c *Cache) member(name string) *member {
 	c.mu.RLock()

@@ -202,7 +202,11 @@ func (m *member) start(ctx context.Context, th thresholds) {
 	logger := klog.FromContext(ctx).WithValues("member", m.name)
 
 	kube := m.kube
-	kubeFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTransform(trim))
+	transform := trimOther
+	if m.local {
+		transform = trim
+	}
+	kubeFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTransform(transform))
 	nsInformer := kubeFactory.Core().V1().Namespaces()
 	m.namespaces = nsInformer.Lister()
 	m.watch(nsInformer.Informer(), KindNamespace)
@@ -216,10 +220,6 @@ func (m *member) start(ctx context.Context, th thresholds) {
 	var starters []func(<-chan struct{})
 	starters = append(starters, kubeFactory.Start)
 	if served[poolv1.SchemeGroupVersion.String()+"/inferencepools"] {
-		transform := trimOther
-		if m.local {
-			transform = trim
-		}
 		f := mciinformers.NewSharedInformerFactoryWithOptions(m.mci, 0, mciinformers.WithTransform(transform))
 		inf := f.InferencePool().V1().InferencePools()
 		if err := inf.Informer().AddIndexers(poolIndexers()); err != nil {
@@ -236,7 +236,7 @@ func (m *member) start(ctx context.Context, th thresholds) {
 		m.poolIndexer = cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers)
 		m.pools = poollisters.NewInferencePoolLister(m.poolIndexer)
 	}
-	gw := gatewayinformers.NewSharedInformerFactoryWithOptions(m.gateway, 0, gatewayinformers.WithTransform(trim))
+	gw := gatewayinformers.NewSharedInformerFactoryWithOptions(m.gateway, 0, gatewayinformers.WithTransform(transform))
 	gatewayGV := gatewayv1.SchemeGroupVersion.String()
 	if served[gatewayGV+"/gateways"] {
 		inf := gw.Gateway().V1().Gateways()
@@ -778,10 +778,22 @@ func (m *member) stop() {
 // the member's HTTPRoutes that name Gateway namespace/gateway as a parent
 // (only the local member watches routes).
 func (m *member) importsRoutedThrough(namespace, gateway string) []string {
+	return m.importsOfRoutes(indexRouteParent, namespace+"/"+gateway)
+}
+
+// importsRoutedFrom returns the namespace/name keys of the imports used by
+// the member's HTTPRoutes of namespace.
+func (m *member) importsRoutedFrom(namespace string) []string {
+	return m.importsOfRoutes(cache.NamespaceIndex, namespace)
+}
+
+// importsOfRoutes returns the imports used by the routes that the route
+// index indexName files under key, without duplicates.
+func (m *member) importsOfRoutes(indexName, key string) []string {
 	if m.routeIndexer == nil {
 		return nil
 	}
-	objs, err := m.routeIndexer.ByIndex(indexRouteParent, namespace+"/"+gateway)
+	objs, err := m.routeIndexer.ByIndex(indexName, key)
 	if err != nil {
 		return nil
 	}

@@ -84,6 +84,19 @@ func TestLocalHTTPRouteChangesNameTheImportsTheyTouch(t *testing.T) {
 	require.NoError(t, err)
 	routeEvent(ns + "/a")
 	assert.Equal(t, []string{ns + "/a"}, cache.ImportsRoutedThrough(ns, "gw"))
+	assert.Equal(t, []string{ns + "/a"}, cache.ImportsRoutedFrom(ns), "a change of the route's namespace (its labels) may change its parents")
+	assert.Empty(t, cache.ImportsRoutedFrom("default"))
+	// Listeners' namespace selectors are matched against the local
+	// cluster's namespace labels; other members' namespaces keep none.
+	for _, m := range cache.Snapshot().Members {
+		got, err := m.Namespaces.Get(ns)
+		require.NoError(t, err)
+		if m.Name == "local" {
+			assert.Equal(t, ns, got.Labels[corev1.LabelMetadataName], "the local cluster's namespaces keep their labels")
+		} else {
+			assert.Empty(t, got.Labels, "%s: another member's namespaces keep no labels", m.Name)
+		}
+	}
 
 	patch := `{"spec":{"rules":[{"backendRefs":[{"group":"inference.networking.x-k8s.io","kind":"InferencePoolImport","name":"b"}]}]}}`
 	_, err = gw.HTTPRoutes(ns).Patch(ctx, "r", types.MergePatchType, []byte(patch), metav1.PatchOptions{})

@@ -27,7 +27,11 @@ func trim(obj interface{}) (interface{}, error) {
 	case *discoveryv1.EndpointSlice:
 		return trimEndpointSlice(o), nil
 	case *corev1.Namespace:
-		return &corev1.Namespace{ObjectMeta: trimMeta(o.ObjectMeta)}, nil
+		// The labels are matched against a listener's allowedRoutes
+		// namespace selector (the local cluster's only: see trimOther).
+		meta := trimMeta(o.ObjectMeta)
+		meta.Labels = o.Labels
+		return &corev1.Namespace{ObjectMeta: meta}, nil
 	case *gatewayv1.Gateway:
 		return trimGateway(o), nil
 	case *gatewayv1.HTTPRoute:
@@ -62,8 +66,13 @@ var _ cache.TransformFunc = trim
 // every mci-apiserver of every cluster would otherwise hold them. The local
 // cluster's pools keep every entry: the Exported status is written from
 // them, and a write must carry the other controllers' entries as they are.
+// Its namespaces keep no labels: only the local cluster's routes attach to
+// Gateways here.
 func trimOther(obj interface{}) (interface{}, error) {
 	out, err := trim(obj)
+	if ns, ok := out.(*corev1.Namespace); ok {
+		ns.Labels = nil
+	}
 	if p, ok := out.(*poolv1.InferencePool); ok && err == nil {
 		p.Status.Parents = slices.DeleteFunc(p.Status.Parents, func(ps poolv1.ParentStatus) bool { return !isGateway(ps.ParentRef) })
 		// DeleteFunc keeps the decoded array: without a fresh one, every
@@ -157,9 +166,9 @@ func trimGateway(g *gatewayv1.Gateway) *gatewayv1.Gateway {
 	if len(g.Spec.Listeners) > 0 {
 		out.Spec.Listeners = make([]gatewayv1.Listener, len(g.Spec.Listeners))
 		for i, l := range g.Spec.Listeners {
-			// allowedRoutes decides whether the local Gateway takes a
-			// route (an import's parents); it is small.
-			out.Spec.Listeners[i] = gatewayv1.Listener{Name: l.Name, Port: l.Port, Protocol: l.Protocol, AllowedRoutes: l.AllowedRoutes}
+			// allowedRoutes and the hostname decide whether the local
+			// Gateway takes a route (an import's parents); they are small.
+			out.Spec.Listeners[i] = gatewayv1.Listener{Name: l.Name, Port: l.Port, Protocol: l.Protocol, Hostname: l.Hostname, AllowedRoutes: l.AllowedRoutes}
 		}
 	}
 	out.Status.Addresses = g.Status.Addresses
@@ -168,7 +177,7 @@ func trimGateway(g *gatewayv1.Gateway) *gatewayv1.Gateway {
 }
 
 // trimHTTPRoute keeps what an import's parents are computed from: the
-// parentRefs and the backendRefs to InferencePoolImports, with the Accepted
+// parentRefs, the hostnames and the backendRefs to InferencePoolImports, with the Accepted
 // condition each parent's controller wrote. A route that uses no import
 // keeps only its metadata: routes are many, and most send traffic elsewhere.
 func trimHTTPRoute(r *gatewayv1.HTTPRoute) *gatewayv1.HTTPRoute {
@@ -177,6 +186,7 @@ func trimHTTPRoute(r *gatewayv1.HTTPRoute) *gatewayv1.HTTPRoute {
 		return out
 	}
 	out.Spec.ParentRefs = r.Spec.ParentRefs
+	out.Spec.Hostnames = r.Spec.Hostnames
 	var refs []gatewayv1.HTTPBackendRef
 	for _, rule := range r.Spec.Rules {
 		for _, ref := range rule.BackendRefs {

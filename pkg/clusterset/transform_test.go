@@ -59,7 +59,11 @@ func TestTrimKeepsWhatTheComputationReadsAndDropsTheRest(t *testing.T) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", Labels: map[string]string{"a": "b"}}, Spec: corev1.NamespaceSpec{Finalizers: []corev1.FinalizerName{"kubernetes"}}}
 	out, err = trim(ns)
 	require.NoError(t, err)
-	assert.Equal(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, out)
+	assert.Equal(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", Labels: map[string]string{"a": "b"}}}, out,
+		"the local cluster's namespaces keep their labels, for listeners' namespace selectors")
+	out, err = trimOther(ns.DeepCopy())
+	require.NoError(t, err)
+	assert.Equal(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, out, "another member's namespaces keep no labels")
 }
 
 func TestTrimDropsThePoolsPodSelectorAndForeignAnnotations(t *testing.T) {
@@ -123,7 +127,7 @@ func TestTrimKeepsOfAnHTTPRouteOnlyWhatMakesImportParents(t *testing.T) {
 	got := out.(*gatewayv1.HTTPRoute)
 	assert.Equal(t, "9", got.ResourceVersion)
 	assert.Empty(t, got.Annotations)
-	assert.Empty(t, got.Spec.Hostnames)
+	assert.Equal(t, route.Spec.Hostnames, got.Spec.Hostnames, "hostnames decide which listeners take the route")
 	assert.Equal(t, route.Spec.ParentRefs, got.Spec.ParentRefs)
 	require.Len(t, got.Spec.Rules, 1)
 	assert.Empty(t, got.Spec.Rules[0].Matches)

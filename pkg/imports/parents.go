@@ -140,3 +140,17 @@ func (m *Member) gateway(namespace, name string) *gatewayv1.Gateway {
 	}
 	return gw
 }
+
+// namespaceLabels are the labels of one of the member's namespaces, nil
+// when it has no such namespace (a listener's namespace selector is
+// matched against them).
+func (m *Member) namespaceLabels(namespace string) map[string]string {
+	if m.Namespaces == nil {
+		return nil
+	}
+	ns, err := m.Namespaces.Get(namespace)
+	if err != nil {
+		return nil
+	}
+	return ns.Labels
+}

@@ -11,9 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/gatewayattach"
 )
 
 // An import's status.controllers[].parents lists the local cluster's parents
@@ -22,14 +24,14 @@ import (
 // with the two conditions of the upstream InferencePool ParentStatus:
 //
 //   - Accepted: the route's parentRef names a Gateway that this cluster has
-//     and that may take the route: some listener (the one named by
-//     sectionName, on the parentRef's port when set) allows HTTPRoutes from
-//     the route's namespace (allowedRoutes.namespaces.from Same, the
-//     default, or All; a Selector is not evaluated here, as the namespace
-//     cache keeps no labels: it counts as allowing, and the message says
-//     so), and the route's status does not report that parent's controller
-//     rejected it. This is a cheap reading of the attachment rules; the
-//     sidecar applies them in full when it routes.
+//     and that takes the route by Gateway API's attachment rules
+//     (pkg/gatewayattach, which mci-sidecar applies too): some listener
+//     that the parentRef selects (by sectionName and port, when set)
+//     allows HTTPRoutes from the route's namespace (allowedRoutes: kinds,
+//     and namespaces Same, the default, All, or a Selector matched against
+//     the labels of the route's namespace) and shares a hostname with the
+//     route; and the route's status does not report that the parent's
+//     controller rejected it.
 //   - ResolvedRefs: the backendRef is permitted (same namespace as the
 //     import, or a ReferenceGrant in the import's namespace allows
 //     HTTPRoutes of the route's namespace to refer to InferencePoolImports)
@@ -45,7 +47,6 @@ import (
 const (
 	importBackendGroup = v1alpha1.GroupName
 	importBackendKind  = "InferencePoolImport"
-	httpRouteKind      = "HTTPRoute"
 	gatewayKind        = "Gateway"
 )
 
@@ -160,8 +161,6 @@ type parentVerdicts struct {
 	// accepted and resolved name the routes the parent takes and whose
 	// backendRef resolves.
 	accepted, resolved []string
-	// note is added to the Accepted message (an unevaluated selector).
-	note string
 	// refusal and unresolved are the first route's reasons against, kept
 	// when no route (refusal) or not every route (unresolved) passes.
 	refusal, unresolved *verdict
@@ -206,9 +205,6 @@ func importParents(local *Member, key poolKey) []inference.ParentStatus {
 			}
 			if v := acceptedVerdict(local, route, ref, pk); v.ok {
 				pv.accepted = appendUnique(pv.accepted, routeName)
-				if v.message != "" {
-					pv.note = v.message
-				}
 			} else if pv.refusal == nil {
 				pv.refusal = &v
 			}
@@ -234,7 +230,7 @@ func importParents(local *Member, key poolKey) []inference.ParentStatus {
 			accepted = verdict{
 				ok:      true,
 				reason:  v1alpha1.ReasonAccepted,
-				message: fmt.Sprintf("%s %s accepts %s %s%s", pk.kind, pk, pluralRoutes(pv.accepted), strings.Join(pv.accepted, ", "), pv.note),
+				message: fmt.Sprintf("%s %s accepts %s %s", pk.kind, pk, pluralRoutes(pv.accepted), strings.Join(pv.accepted, ", ")),
 			}
 		} else {
 			accepted = *pv.refusal
@@ -298,18 +294,15 @@ func acceptedVerdict(local *Member, route *gatewayv1.HTTPRoute, ref gatewayv1.Pa
 			message: fmt.Sprintf("the controller of Gateway %s did not accept HTTPRoute %s: %s: %s", pk, routeName, c.Reason, c.Message),
 		}
 	}
-	allowed, selectorOnly, why := listenerAllows(gw, ref, route.Namespace)
-	if !allowed {
+	var a gatewayattach.Attachment
+	a.Attach(gw, ref, route, local.namespaceLabels)
+	if !a.Accepted {
 		return verdict{
 			reason:  v1alpha1.ReasonHTTPRouteNotAccepted,
-			message: fmt.Sprintf("Gateway %s does not take HTTPRoute %s: %s", pk, routeName, why),
+			message: fmt.Sprintf("HTTPRoute %s does not attach to Gateway %s (%s): %s", routeName, pk, a.Reason, strings.Join(a.Why, "; ")),
 		}
 	}
-	msg := ""
-	if selectorOnly {
-		msg = " (a listener's allowedRoutes namespace selector is not evaluated by mci-apiserver)"
-	}
-	return verdict{ok: true, reason: v1alpha1.ReasonAccepted, message: msg}
+	return verdict{ok: true, reason: v1alpha1.ReasonAccepted}
 }
 
 // routeParentAccepted is the Accepted condition that the parent's controller
@@ -336,67 +329,6 @@ func ptrEqual[T comparable](a, b *T) bool {
 	return *a == *b
 }
 
-// listenerAllows says whether some listener of gw that ref selects (by
-// sectionName and port, when set) allows HTTPRoutes from routeNamespace;
-// selectorOnly when only listeners with a namespace selector, which is not
-// evaluated, allow it; why says what refused the route otherwise.
-func listenerAllows(gw *gatewayv1.Gateway, ref gatewayv1.ParentReference, routeNamespace string) (allowed, selectorOnly bool, why string) {
-	var selected int
-	for _, l := range gw.Spec.Listeners {
-		if ref.SectionName != nil && l.Name != *ref.SectionName {
-			continue
-		}
-		if ref.Port != nil && l.Port != *ref.Port {
-			continue
-		}
-		selected++
-		if !listenerTakesHTTPRoutes(l) {
-			continue
-		}
-		from := gatewayv1.NamespacesFromSame
-		if l.AllowedRoutes != nil && l.AllowedRoutes.Namespaces != nil && l.AllowedRoutes.Namespaces.From != nil {
-			from = *l.AllowedRoutes.Namespaces.From
-		}
-		switch from {
-		case gatewayv1.NamespacesFromAll:
-			return true, false, ""
-		case gatewayv1.NamespacesFromSame:
-			if routeNamespace == gw.Namespace {
-				return true, false, ""
-			}
-		case gatewayv1.NamespacesFromSelector:
-			selectorOnly = true
-		}
-	}
-	switch {
-	case selectorOnly:
-		return true, true, ""
-	case selected == 0 && (ref.SectionName != nil || ref.Port != nil):
-		return false, false, "no listener matches the parentRef's sectionName/port"
-	case selected == 0:
-		return false, false, "the Gateway has no listeners"
-	}
-	return false, false, fmt.Sprintf("no listener allows HTTPRoutes from namespace %s", routeNamespace)
-}
-
-// listenerTakesHTTPRoutes applies a listener's allowedRoutes.kinds, or the
-// protocol's default kinds when it lists none (HTTP and HTTPS take HTTPRoutes).
-func listenerTakesHTTPRoutes(l gatewayv1.Listener) bool {
-	if l.AllowedRoutes == nil || len(l.AllowedRoutes.Kinds) == 0 {
-		return l.Protocol == gatewayv1.HTTPProtocolType || l.Protocol == gatewayv1.HTTPSProtocolType
-	}
-	for _, k := range l.AllowedRoutes.Kinds {
-		group := gatewayv1.GroupName
-		if k.Group != nil {
-			group = string(*k.Group)
-		}
-		if group == gatewayv1.GroupName && string(k.Kind) == httpRouteKind {
-			return true
-		}
-	}
-	return false
-}
-
 // backendRefVerdict says whether route's backendRef to import key is
 // permitted: always within one namespace, across namespaces only with a
 // ReferenceGrant in the import's namespace.
@@ -413,8 +345,8 @@ func backendRefVerdict(local *Member, route *gatewayv1.HTTPRoute, key poolKey) v
 }
 
 // referenceGranted applies Gateway API ReferenceGrants: one in the import's
-// namespace must name HTTPRoutes of fromNamespace and InferencePoolImports
-// (all of them, or this one by name).
+// namespace must allow HTTPRoutes of fromNamespace to refer to
+// InferencePoolImports (all of them, or this one by name).
 func referenceGranted(local *Member, fromNamespace string, key poolKey) bool {
 	if local.ReferenceGrants == nil {
 		return false
@@ -423,18 +355,7 @@ func referenceGranted(local *Member, fromNamespace string, key poolKey) bool {
 	if err != nil {
 		return false
 	}
-	for _, g := range grants {
-		from := slices.ContainsFunc(g.Spec.From, func(f gatewayv1.ReferenceGrantFrom) bool {
-			return string(f.Group) == gatewayv1.GroupName && string(f.Kind) == httpRouteKind && string(f.Namespace) == fromNamespace
-		})
-		if !from {
-			continue
-		}
-		if slices.ContainsFunc(g.Spec.To, func(t gatewayv1.ReferenceGrantTo) bool {
-			return string(t.Group) == importBackendGroup && string(t.Kind) == importBackendKind && (t.Name == nil || string(*t.Name) == key.name)
-		}) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(grants, func(g *gatewayv1beta1.ReferenceGrant) bool {
+		return gatewayattach.GrantAllows(g.Spec, fromNamespace, importBackendGroup, importBackendKind, key.name)
+	})
 }

@@ -80,6 +80,31 @@ func allowedRoutes(from gatewayv1.FromNamespaces, kinds ...gatewayv1.RouteGroupK
 	}
 }
 
+// allowedFromSelector makes every listener take routes of the namespaces
+// labelled key=value.
+func allowedFromSelector(key, value string) gatewayOption {
+	return func(g *gatewayv1.Gateway) {
+		for i := range g.Spec.Listeners {
+			g.Spec.Listeners[i].AllowedRoutes = &gatewayv1.AllowedRoutes{Namespaces: &gatewayv1.RouteNamespaces{
+				From:     ptr(gatewayv1.NamespacesFromSelector),
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{key: value}},
+			}}
+		}
+	}
+}
+
+func listenerHostname(h string) gatewayOption {
+	return func(g *gatewayv1.Gateway) {
+		for i := range g.Spec.Listeners {
+			g.Spec.Listeners[i].Hostname = ptr(gatewayv1.Hostname(h))
+		}
+	}
+}
+
+func hostnames(h ...gatewayv1.Hostname) routeOption {
+	return func(r *gatewayv1.HTTPRoute) { r.Spec.Hostnames = h }
+}
+
 func grant(ns string, fromNamespace string, toName *string) *gatewayv1beta1.ReferenceGrant {
 	g := &gatewayv1beta1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "allow-" + fromNamespace}}
 	g.Spec.From = []gatewayv1.ReferenceGrantFrom{{Group: gatewayv1.GroupName, Kind: "HTTPRoute", Namespace: gatewayv1.Namespace(fromNamespace)}}
@@ -164,7 +189,7 @@ func TestImportParents(t *testing.T) {
 			local: []runtime.Object{localGateway, route(testNamespace, testRoute, parents(gatewayv1.ParentReference{
 				Name: testGateway, SectionName: ptr(gatewayv1.SectionName("https")),
 			}))},
-			want: []wantParent{{namespace: testNamespace, name: testGateway, kind: "Gateway", accepted: no, acceptedR: "HTTPRouteNotAccepted", resolved: ok, resolvedR: "ResolvedRefs", acceptedMessageContains: "sectionName"}},
+			want: []wantParent{{namespace: testNamespace, name: testGateway, kind: "Gateway", accepted: no, acceptedR: "HTTPRouteNotAccepted", resolved: ok, resolvedR: "ResolvedRefs", acceptedMessageContains: `has no listener named "https"`}},
 		},
 		{
 			name: "a listener that allows only other route kinds does not take the route",
@@ -201,13 +226,40 @@ func TestImportParents(t *testing.T) {
 			want: []wantParent{{namespace: testNamespace, name: testGateway, kind: "Gateway", accepted: ok, acceptedR: "Accepted", resolved: no, resolvedR: "RefNotPermitted"}},
 		},
 		{
-			name: "a namespace selector is not evaluated: the route counts as allowed, and the message says so",
+			name: "a listener's namespace selector takes a route of a namespace whose labels match",
 			local: []runtime.Object{
-				gateway(testNamespace, testGateway, []int32{8080}, allowedRoutes(gatewayv1.NamespacesFromSelector)),
+				gateway(testNamespace, testGateway, []int32{8080}, allowedFromSelector("gateway-access", "granted")),
 				grant(testNamespace, "team", ptr(testPool)),
 				route("team", testRoute, parents(gwIn(testNamespace, testGateway))),
 			},
-			want: []wantParent{{namespace: testNamespace, name: testGateway, kind: "Gateway", accepted: ok, acceptedR: "Accepted", resolved: ok, resolvedR: "ResolvedRefs", acceptedMessageContains: "selector is not evaluated"}},
+			want: []wantParent{accepted(testNamespace, testGateway)},
+		},
+		{
+			name: "a listener's namespace selector refuses a route of a namespace whose labels do not match",
+			local: []runtime.Object{
+				gateway(testNamespace, testGateway, []int32{8080}, allowedFromSelector("gateway-access", "denied")),
+				grant(testNamespace, "team", ptr(testPool)),
+				route("team", testRoute, parents(gwIn(testNamespace, testGateway))),
+			},
+			want: []wantParent{{namespace: testNamespace, name: testGateway, kind: "Gateway", accepted: no, acceptedR: "HTTPRouteNotAccepted", resolved: ok, resolvedR: "ResolvedRefs",
+				acceptedMessageContains: "labels of namespace team do not match allowedRoutes.namespaces.selector"}},
+		},
+		{
+			name: "a route whose hostnames no listener's hostname covers is not Accepted",
+			local: []runtime.Object{
+				gateway(testNamespace, testGateway, []int32{8080}, listenerHostname("*.models.example.com")),
+				route(testNamespace, testRoute, parents(gw(testGateway)), hostnames("chat.example.com")),
+			},
+			want: []wantParent{{namespace: testNamespace, name: testGateway, kind: "Gateway", accepted: no, acceptedR: "HTTPRouteNotAccepted", resolved: ok, resolvedR: "ResolvedRefs",
+				acceptedMessageContains: "NoMatchingListenerHostname"}},
+		},
+		{
+			name: "a route with a hostname within the listener's wildcard is Accepted",
+			local: []runtime.Object{
+				gateway(testNamespace, testGateway, []int32{8080}, listenerHostname("*.models.example.com")),
+				route(testNamespace, testRoute, parents(gw(testGateway)), hostnames("chat.models.example.com")),
+			},
+			want: []wantParent{accepted(testNamespace, testGateway)},
 		},
 		{
 			name: "one accepted route makes the parent Accepted; one unpermitted route makes it not ResolvedRefs",
@@ -241,7 +293,9 @@ func TestImportParents(t *testing.T) {
 			if len(tt.exporterObjects) > 0 {
 				exp = member(t, "cluster-a", objects(nsObjects(testNamespace, "team"), readyEPP(testNamespace, testPool), tt.exporterObjects)...)
 			}
-			local := member(t, "cluster-b", objects(nsObjects(testNamespace, "team", "edge"), tt.local)...)
+			team := namespace("team")
+			team.Labels = map[string]string{"kubernetes.io/metadata.name": "team", "gateway-access": "granted"}
+			local := member(t, "cluster-b", objects(nsObjects(testNamespace, "edge"), []runtime.Object{team}, tt.local)...)
 			imp, served := importBothWays(t, clusterSet("cluster-b", exp, local), testNamespace, testPool)
 			require.True(t, served)
 			require.Len(t, imp.Status.Controllers, 1)

@@ -1,7 +1,6 @@
 package routetable
 
 import (
-	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -382,35 +381,5 @@ func TestCrossNamespaceBackendRefsNeedAReferenceGrant(t *testing.T) {
 			assert.Contains(t, be.Invalid, ReasonRefNotPermitted)
 			assert.Contains(t, errs[0].Error(), "no ReferenceGrant of namespace models allows HTTPRoutes of namespace team-a")
 		})
-	}
-}
-
-func TestIntersectHostnames(t *testing.T) {
-	cases := []struct {
-		listener string
-		route    []string
-		want     []string
-	}{
-		{listener: "", route: nil, want: []string{""}},
-		{listener: "a.example.com", route: nil, want: []string{"a.example.com"}},
-		{listener: "", route: []string{"a.example.com"}, want: []string{"a.example.com"}},
-		{listener: "a.example.com", route: []string{"A.Example.com"}, want: []string{"a.example.com"}},
-		{listener: "*.example.com", route: []string{"a.example.com", "x.a.example.com"}, want: []string{"a.example.com", "x.a.example.com"}},
-		{listener: "*.example.com", route: []string{"example.com"}, want: nil},
-		{listener: "*.example.com", route: []string{"*.a.example.com", "*.example.com", "*.com"}, want: []string{"*.a.example.com", "*.example.com"}},
-		{listener: "a.example.com", route: []string{"*.example.com", "*.a.example.com"}, want: []string{"a.example.com"}},
-		{listener: "a.example.com", route: []string{"b.example.com"}, want: nil},
-	}
-	for _, c := range cases {
-		var l *gatewayv1.Hostname
-		if c.listener != "" {
-			l = ptr.To(gatewayv1.Hostname(c.listener))
-		}
-		var r []gatewayv1.Hostname
-		for _, h := range c.route {
-			r = append(r, gatewayv1.Hostname(h))
-		}
-		got := intersectHostnames(l, r)
-		assert.True(t, slices.Equal(c.want, got), "listener %q route %v: got %v, want %v", c.listener, c.route, got, c.want)
 	}
 }

@@ -204,11 +204,11 @@ func (b *builder) attached(r *gatewayv1.HTTPRoute) ([]string, bool) {
 	if len(b.in.ServedGateways) == 0 {
 		return nil, true
 	}
-	a := b.attach(r)
-	if a.named && !a.accepted {
-		b.report("HTTPRoute", r.Namespace, r.Name, a.reason, "not attached to the sidecar's Gateway, so not served: %s", strings.Join(a.why, "; "))
+	a, named := b.attach(r)
+	if named && !a.Accepted {
+		b.report("HTTPRoute", r.Namespace, r.Name, a.Reason, "not attached to the sidecar's Gateway, so not served: %s", strings.Join(a.Why, "; "))
 	}
-	return a.hostnames, a.accepted
+	return a.Hostnames, a.Accepted
 }
 
 func (b *builder) setGrant(g *gatewayv1beta1.ReferenceGrant) {

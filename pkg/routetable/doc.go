@@ -55,8 +55,9 @@
 //     the route ("cluster-a=3,cluster-c=1"; unlisted clusters weigh 1,
 //     weight 0 is never picked, by any policy: MetricsBased of old tried
 //     measured clusters of weight 0 first, and its FailOpen set had them).
-//   - Gateway API attachment (attach.go). With --gateway the sidecar serves
-//     only the routes attached to those Gateways: a parentRef (group and
+//   - Gateway API attachment (attach.go, by the rules of pkg/gatewayattach,
+//     which mci-apiserver's import parents read too). With --gateway the
+//     sidecar serves only the routes attached to those Gateways: a parentRef (group and
 //     kind defaulting to Gateway, namespace to the route's) selects the
 //     listeners of its sectionName and port (each when set), and a route
 //     attaches when at least one selected listener accepts it:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -125,7 +126,7 @@ func TestImportParentsFollowTheImportingClustersRoutesAndGateways(t *testing.T) 
 		b.createProgrammedGateway(t, ctx, ns, "later-gw", "127.0.0.33")
 		want(t, b, ns+"/later-gw:True/True")
 	})
-	t.Run("a route of another namespace needs a ReferenceGrant in the import's namespace", func(t *testing.T) {
+	t.Run("a route of another namespace needs a ReferenceGrant in the import's namespace, and a listener that takes routes of its namespace", func(t *testing.T) {
 		cross := importRoute(team, "cross", "llm")
 		cross.Spec.Rules[0].BackendRefs[0].Namespace = ptr.To(gatewayv1.Namespace(ns))
 		cross.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw", Namespace: ptr.To(gatewayv1.Namespace(ns))}}
@@ -142,9 +143,29 @@ func TestImportParentsFollowTheImportingClustersRoutesAndGateways(t *testing.T) 
 		require.NoError(t, err)
 		want(t, b, ns+"/inf-gw:False(HTTPRouteNotAccepted)/True "+ns+"/later-gw:True/True")
 
+		// A listener that takes routes of the namespaces labelled
+		// gateway-access=granted: the route's namespace is not yet.
+		selector := `{"spec":{"listeners":[{"name":"http","protocol":"HTTP","port":80,"allowedRoutes":{"namespaces":{"from":"Selector","selector":{"matchLabels":{"gateway-access":"granted"}}}}}]}}`
+		_, err = b.gateway.GatewayV1().Gateways(ns).Patch(ctx, "inf-gw", types.MergePatchType, []byte(selector), metav1.PatchOptions{})
+		require.NoError(t, err)
+		want(t, b, ns+"/inf-gw:False(HTTPRouteNotAccepted)/True "+ns+"/later-gw:True/True")
+		imp, err := b.importOf(ctx, ns, "llm")
+		require.NoError(t, err)
+		accepted := meta.FindStatusCondition(imp.Status.Controllers[0].Parents[0].Conditions, "Accepted")
+		require.NotNil(t, accepted)
+		require.Contains(t, accepted.Message, "labels of namespace "+team+" do not match allowedRoutes.namespaces.selector")
+		// Labelling the namespace (a namespace change, no route or Gateway
+		// change) attaches the route.
+		_, err = b.kube.CoreV1().Namespaces().Patch(ctx, team, types.MergePatchType, []byte(`{"metadata":{"labels":{"gateway-access":"granted"}}}`), metav1.PatchOptions{})
+		require.NoError(t, err)
+		want(t, b, ns+"/inf-gw:True/True "+ns+"/later-gw:True/True")
+
 		err = b.gateway.GatewayV1().HTTPRoutes(team).Delete(ctx, "cross", metav1.DeleteOptions{})
 		require.NoError(t, err)
 		want(t, b, ns+"/later-gw:True/True")
+		// Back to the listener's default (routes of its own namespace).
+		_, err = b.gateway.GatewayV1().Gateways(ns).Patch(ctx, "inf-gw", types.MergePatchType, []byte(`{"spec":{"listeners":[{"name":"http","protocol":"HTTP","port":80}]}}`), metav1.PatchOptions{})
+		require.NoError(t, err)
 	})
 	t.Run("a watcher of the import gets an event when a route moves", func(t *testing.T) {
 		imports := b.mci.InferenceV1alpha1().InferencePoolImports(ns)

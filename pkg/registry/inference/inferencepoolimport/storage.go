@@ -21,6 +21,9 @@ type PoolIndex interface {
 	// ImportsRoutedThrough: the imports used by local HTTPRoutes whose
 	// parent is the local Gateway namespace/gateway.
 	ImportsRoutedThrough(namespace, gateway string) []string
+	// ImportsRoutedFrom: the imports used by the local HTTPRoutes of
+	// namespace.
+	ImportsRoutedFrom(namespace string) []string
 }
 
 // Resource derives InferencePoolImports from the ClusterSet.
@@ -46,7 +49,9 @@ func (Resource) ComputeNamespace(cs imports.ClusterSet, namespace string) []virt
 // Gateway change the pools it parents (and, in the local cluster, the
 // imports its routes use), an HTTPRoute change the imports it used before
 // and after, a ReferenceGrant or BackendTLSPolicy change every import of its
-// namespace, and a local namespace change every import of that namespace.
+// namespace, and a local namespace change every import of that namespace
+// and those its routes use (its labels decide whether a listener's
+// namespace selector takes them).
 func (r Resource) Affected(ev clusterset.Event) virtual.Dirty {
 	switch ev.Kind {
 	case clusterset.KindInferencePool:
@@ -72,7 +77,7 @@ func (r Resource) Affected(ev clusterset.Event) virtual.Dirty {
 		return virtual.Dirty{Namespaces: []string{ev.Namespace}}
 	case clusterset.KindNamespace:
 		if ev.Member == r.Index.LocalName() {
-			return virtual.Dirty{Namespaces: []string{ev.Namespace}}
+			return virtual.Dirty{Namespaces: []string{ev.Namespace}, Keys: r.Index.ImportsRoutedFrom(ev.Namespace)}
 		}
 		return virtual.Dirty{}
 	}

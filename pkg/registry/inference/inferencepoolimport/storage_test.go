@@ -13,6 +13,7 @@ import (
 type index struct {
 	local         string
 	routedThrough map[string][]string
+	routedFrom    map[string][]string
 	withParent    map[string][]string
 }
 
@@ -24,11 +25,13 @@ func (i index) PoolsWithParent(member, namespace, gateway string) []string {
 func (i index) ImportsRoutedThrough(namespace, gateway string) []string {
 	return i.routedThrough[namespace+"/"+gateway]
 }
+func (i index) ImportsRoutedFrom(namespace string) []string { return i.routedFrom[namespace] }
 
 func TestAffectedByRoutesGatewaysAndGrants(t *testing.T) {
 	r := Resource{Index: index{
 		local:         "cluster-b",
 		routedThrough: map[string][]string{"demo/gw": {"demo/llm-pool"}},
+		routedFrom:    map[string][]string{"team": {"demo/llm-pool"}},
 		withParent:    map[string][]string{"cluster-a/demo/gw": {"demo/parent-pool"}},
 	}}
 	tests := []struct {
@@ -55,6 +58,16 @@ func TestAffectedByRoutesGatewaysAndGrants(t *testing.T) {
 			name: "a ReferenceGrant change recomputes the imports of its namespace",
 			ev:   clusterset.Event{Member: "cluster-b", Kind: clusterset.KindReferenceGrant, Namespace: "demo", Name: "g"},
 			want: virtual.Dirty{Namespaces: []string{"demo"}},
+		},
+		{
+			name: "a local namespace change recomputes the imports of that namespace and those its routes use (its labels meet listeners' namespace selectors)",
+			ev:   clusterset.Event{Member: "cluster-b", Kind: clusterset.KindNamespace, Namespace: "team", Name: "team"},
+			want: virtual.Dirty{Namespaces: []string{"team"}, Keys: []string{"demo/llm-pool"}},
+		},
+		{
+			name: "another member's namespace change recomputes no import",
+			ev:   clusterset.Event{Member: "cluster-a", Kind: clusterset.KindNamespace, Namespace: "team", Name: "team"},
+			want: virtual.Dirty{},
 		},
 	}
 	for _, tt := range tests {

@@ -66,6 +66,8 @@ type Bundle struct {
 	CertPEM []byte
 	KeyPEM  []byte
 	CAPEM   []byte
+	// NotAfter is when the serving certificate ends.
+	NotAfter time.Time
 }
 
 // Ensure returns a serving certificate valid for the APIService's Service,
@@ -85,6 +87,8 @@ func Ensure(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 	if err != nil {
 		return nil, err
 	}
+	certificateExpiry.Set(float64(b.NotAfter.Unix()))
+	logger.Info("Serving with the certificate of the Secret", "secret", o.Namespace+"/"+o.SecretName, "notAfter", b.NotAfter.UTC().Format(time.RFC3339), "renewedAtAStartAfter", b.NotAfter.Add(-RenewBefore).UTC().Format(time.RFC3339))
 	// While the other replicas still serve the replaced certificate, the
 	// aggregator must trust its CA too.
 	caBundle := b.CAPEM
@@ -206,7 +210,7 @@ func ensureSecret(ctx context.Context, kube kubernetes.Interface, o Options, hos
 			}
 			return nil, nil, fmt.Errorf("creating Secret %s/%s: %w", o.Namespace, o.SecretName, err)
 		}
-		logger.Info("Created a self-signed serving certificate", "secret", o.Namespace+"/"+o.SecretName, "hosts", hosts, "notAfter", time.Now().Add(Validity).UTC().Format(time.RFC3339))
+		logger.Info("Created a self-signed serving certificate", "secret", o.Namespace+"/"+o.SecretName, "hosts", hosts)
 		return fresh, nil, nil
 	}
 	return nil, nil, fmt.Errorf("Secret %s/%s kept changing while this server read it; another writer is at work", o.Namespace, o.SecretName)
@@ -229,7 +233,7 @@ func generate(hosts []string) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Bundle{CertPEM: chain, KeyPEM: key, CAPEM: caPEM}, nil
+	return &Bundle{CertPEM: chain, KeyPEM: key, CAPEM: caPEM, NotAfter: certs[0].NotAfter}, nil
 }
 
 func (b *Bundle) data() map[string][]byte {
@@ -260,6 +264,7 @@ func usable(s *corev1.Secret, hosts []string, now time.Time) (*Bundle, string) {
 	if left := leaf.NotAfter.Sub(now); left < RenewBefore {
 		return nil, fmt.Sprintf("the certificate expires at %s, within %s", leaf.NotAfter.UTC().Format(time.RFC3339), RenewBefore)
 	}
+	b.NotAfter = leaf.NotAfter
 	return b, ""
 }
 

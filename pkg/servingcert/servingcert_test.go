@@ -24,6 +24,8 @@ func TestUsable(t *testing.T) {
 	require.NoError(t, err)
 	leaf, err := leafOf(good.CertPEM)
 	require.NoError(t, err)
+	assert.Equal(t, leaf.NotAfter, good.NotAfter, "a bundle knows when its serving certificate ends")
+	assert.WithinDuration(t, time.Now().Add(Validity), good.NotAfter, 2*time.Hour, "about Validity from now (client-go back-dates a certificate by an hour)")
 
 	tests := []struct {
 		name        string

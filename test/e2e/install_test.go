@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/cert"
@@ -276,6 +278,35 @@ func TestInstallInOneCommandWithASelfContainedServingCertificate(t *testing.T) {
 		assert.NoError(t, err)
 		skip, _, _ := unstructured.NestedBool(apiService.Object, "spec", "insecureSkipTLSVerify")
 		assert.False(t, skip)
+	})
+
+	t.Run("the server exports when its certificate ends", func(t *testing.T) {
+		chain, err := cert.ParseCertsPEM(secret.Data[corev1.TLSCertKey])
+		require.NoError(t, err)
+		caB64, _, _ := unstructured.NestedString(apiService.Object, "spec", "caBundle")
+		caPEM, err := base64.StdEncoding.DecodeString(caB64)
+		require.NoError(t, err)
+		// The cluster's admin, straight to the server (as a Prometheus
+		// with a token would scrape it), verified with the caBundle.
+		direct := rest.CopyConfig(c.Config)
+		direct.Host = fmt.Sprintf("https://127.0.0.1:%d", port)
+		direct.TLSClientConfig.CAFile, direct.TLSClientConfig.CAData = "", caPEM
+		direct.TLSClientConfig.ServerName = servedAs
+		client, err := kubernetes.NewForConfig(direct)
+		require.NoError(t, err)
+		page, err := client.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+		require.NoError(t, err)
+		const name = "mci_apiserver_serving_certificate_expiry_timestamp_seconds "
+		var value string
+		for _, line := range strings.Split(string(page), "\n") {
+			if v, ok := strings.CutPrefix(line, name); ok {
+				value = v
+			}
+		}
+		require.NotEmpty(t, value, "no %s in /metrics", name)
+		got, err := strconv.ParseFloat(value, 64)
+		require.NoError(t, err)
+		assert.Equal(t, float64(chain[0].NotAfter.Unix()), got)
 	})
 
 	t.Run("a restarted server keeps the certificate and the caBundle", func(t *testing.T) {

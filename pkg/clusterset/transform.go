@@ -177,9 +177,10 @@ func trimGateway(g *gatewayv1.Gateway) *gatewayv1.Gateway {
 }
 
 // trimHTTPRoute keeps what an import's parents are computed from: the
-// parentRefs, the hostnames and the backendRefs to InferencePoolImports, with the Accepted
-// condition each parent's controller wrote. A route that uses no import
-// keeps only its metadata: routes are many, and most send traffic elsewhere.
+// parentRefs, the hostnames and the backendRefs to InferencePoolImports,
+// with the Accepted condition each parent's controller wrote. A route that
+// uses no import keeps only its metadata: routes are many, and most send
+// traffic elsewhere.
 func trimHTTPRoute(r *gatewayv1.HTTPRoute) *gatewayv1.HTTPRoute {
 	out := &gatewayv1.HTTPRoute{ObjectMeta: trimMeta(r.ObjectMeta)}
 	if len(imports.ImportBackendRefs(r)) == 0 {

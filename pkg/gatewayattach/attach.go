@@ -27,9 +27,9 @@ const (
 	ReasonNoMatchingParent           = string(gatewayv1.RouteReasonNoMatchingParent)
 )
 
-// HTTPRouteKind is the kind of the routes these rules are for, as
+// httpRouteKind is the kind of the routes these rules are for, as
 // listeners' allowedRoutes.kinds and ReferenceGrants' from name it.
-const HTTPRouteKind = "HTTPRoute"
+const httpRouteKind = "HTTPRoute"
 
 // NamespaceLabels gives the labels of a namespace of the route's cluster,
 // which a listener's allowedRoutes namespace selector is matched against
@@ -74,11 +74,11 @@ func (a *Attachment) Attach(gw *gatewayv1.Gateway, ref gatewayv1.ParentReference
 	gwName := gw.Namespace + "/" + gw.Name
 	selected := 0
 	for _, l := range gw.Spec.Listeners {
-		if !Selects(ref, l) {
+		if !selects(ref, l) {
 			continue
 		}
 		selected++
-		hosts, reason, why := ListenerAccepts(gw, l, route, nsLabels)
+		hosts, reason, why := listenerAccepts(gw, l, route, nsLabels)
 		if reason != "" {
 			a.Refuse(reason, fmt.Sprintf("Gateway %s listener %s: %s", gwName, l.Name, why))
 			continue
@@ -100,9 +100,9 @@ func (a *Attachment) Attach(gw *gatewayv1.Gateway, ref gatewayv1.ParentReference
 	}
 }
 
-// Selects reports whether parentRef ref selects listener l: by its
+// selects reports whether parentRef ref selects listener l: by its
 // sectionName and its port, each when set.
-func Selects(ref gatewayv1.ParentReference, l gatewayv1.Listener) bool {
+func selects(ref gatewayv1.ParentReference, l gatewayv1.Listener) bool {
 	return (ref.SectionName == nil || *ref.SectionName == l.Name) && (ref.Port == nil || *ref.Port == l.Port)
 }
 
@@ -121,9 +121,9 @@ func parentSelector(p gatewayv1.ParentReference) string {
 	return " " + strings.Join(parts, " ")
 }
 
-// ListenerAccepts decides whether listener l of gw accepts route and, if it
+// listenerAccepts decides whether listener l of gw accepts route and, if it
 // does, for which hostnames; otherwise it returns the reason and why.
-func ListenerAccepts(gw *gatewayv1.Gateway, l gatewayv1.Listener, route *gatewayv1.HTTPRoute, nsLabels NamespaceLabels) (hostnames []string, reason, why string) {
+func listenerAccepts(gw *gatewayv1.Gateway, l gatewayv1.Listener, route *gatewayv1.HTTPRoute, nsLabels NamespaceLabels) (hostnames []string, reason, why string) {
 	allowed := l.AllowedRoutes
 	if !allowsHTTPRoutes(l) {
 		return nil, ReasonNotAllowedByListeners, fmt.Sprintf("HTTPRoutes are not among its allowed kinds (protocol %s)", l.Protocol)
@@ -160,7 +160,7 @@ func ListenerAccepts(gw *gatewayv1.Gateway, l gatewayv1.Listener, route *gateway
 	default:
 		return nil, ReasonNotAllowedByListeners, fmt.Sprintf("routes of namespace %s are not allowed (allowedRoutes.namespaces.from is %s)", route.Namespace, from)
 	}
-	hostnames = IntersectHostnames(l.Hostname, route.Spec.Hostnames)
+	hostnames = intersectHostnames(l.Hostname, route.Spec.Hostnames)
 	if len(hostnames) == 0 {
 		return nil, ReasonNoMatchingListenerHostname, fmt.Sprintf("none of the route's hostnames %v is within the listener's hostname %s", route.Spec.Hostnames, *l.Hostname)
 	}
@@ -179,18 +179,18 @@ func allowsHTTPRoutes(l gatewayv1.Listener) bool {
 		if k.Group != nil {
 			group = string(*k.Group)
 		}
-		return group == gatewayv1.GroupName && k.Kind == HTTPRouteKind
+		return group == gatewayv1.GroupName && k.Kind == httpRouteKind
 	})
 }
 
-// IntersectHostnames returns the hostnames a route is served for through a
+// intersectHostnames returns the hostnames a route is served for through a
 // listener: every route hostname when the listener has none ("" when the
 // route has none either), the listener's when the route has none, else
 // each intersection of a route hostname with the listener's, the more
 // specific of the two (a wildcard "*.example.com" covers "a.example.com"
 // and "*.a.example.com", never "example.com"). Hostnames compare without
 // regard to case.
-func IntersectHostnames(listener *gatewayv1.Hostname, route []gatewayv1.Hostname) []string {
+func intersectHostnames(listener *gatewayv1.Hostname, route []gatewayv1.Hostname) []string {
 	lh := ""
 	if listener != nil {
 		lh = strings.ToLower(string(*listener))
@@ -235,7 +235,7 @@ func covers(w, h string) bool {
 // object of its group and kind.
 func GrantAllows(g gatewayv1.ReferenceGrantSpec, from, group, kind, name string) bool {
 	fromOK := slices.ContainsFunc(g.From, func(f gatewayv1.ReferenceGrantFrom) bool {
-		return string(f.Group) == gatewayv1.GroupName && string(f.Kind) == HTTPRouteKind && string(f.Namespace) == from
+		return string(f.Group) == gatewayv1.GroupName && string(f.Kind) == httpRouteKind && string(f.Namespace) == from
 	})
 	return fromOK && slices.ContainsFunc(g.To, func(t gatewayv1.ReferenceGrantTo) bool {
 		return string(t.Group) == group && string(t.Kind) == kind && (t.Name == nil || *t.Name == "" || string(*t.Name) == name)

@@ -169,7 +169,7 @@ func TestAttach(t *testing.T) {
 		},
 		{
 			name:      "allowedRoutes.kinds with HTTPRoute (group defaulted) takes it",
-			gateway:   gateway(listener("http", 80, kinds(gatewayv1.RouteGroupKind{Kind: HTTPRouteKind}))),
+			gateway:   gateway(listener("http", 80, kinds(gatewayv1.RouteGroupKind{Kind: httpRouteKind}))),
 			ref:       parentRef("", 0),
 			route:     route(gatewayNamespace),
 			wantHosts: []string{""},
@@ -282,7 +282,7 @@ func TestIntersectHostnames(t *testing.T) {
 		if c.listener != "" {
 			l = ptr.To(gatewayv1.Hostname(c.listener))
 		}
-		assert.Equal(t, c.want, IntersectHostnames(l, c.route), "listener %q route %v", c.listener, c.route)
+		assert.Equal(t, c.want, intersectHostnames(l, c.route), "listener %q route %v", c.listener, c.route)
 	}
 }
 
@@ -292,7 +292,7 @@ func TestIntersectHostnames(t *testing.T) {
 func TestGrantAllows(t *testing.T) {
 	spec := func(fromNamespace, toName string) gatewayv1.ReferenceGrantSpec {
 		s := gatewayv1.ReferenceGrantSpec{
-			From: []gatewayv1.ReferenceGrantFrom{{Group: gatewayv1.GroupName, Kind: HTTPRouteKind, Namespace: gatewayv1.Namespace(fromNamespace)}},
+			From: []gatewayv1.ReferenceGrantFrom{{Group: gatewayv1.GroupName, Kind: httpRouteKind, Namespace: gatewayv1.Namespace(fromNamespace)}},
 			To:   []gatewayv1.ReferenceGrantTo{{Group: "inference.networking.x-k8s.io", Kind: "InferencePoolImport"}},
 		}
 		if toName != "" {

@@ -241,23 +241,25 @@ func TestInstallInOneCommandWithASelfContainedServingCertificate(t *testing.T) {
 	)
 
 	t.Run("the aggregator verifies the server with the caBundle the server wrote", func(t *testing.T) {
+		mci := mciclient.NewForConfigOrDie(c.Config)
+		// Available is written by the aggregator's availability
+		// controller; its proxy learns of it from its own APIService
+		// informer and answers 503 "service unavailable" until then, so
+		// the List is retried after the condition turns True (the same
+		// lag test/clusterset's apiServiceAvailable waits out).
 		eventually(t, ctx, 2*time.Minute, func(ctx context.Context) (bool, string) {
 			as, err := dyn.Resource(servingcert.APIServiceGVR).Get(ctx, harness.APIServiceName, metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
 			}
-			conds, _, _ := unstructured.NestedSlice(as.Object, "status", "conditions")
-			for _, cond := range conds {
-				m := cond.(map[string]any)
-				if m["type"] == "Available" {
-					return m["status"] == "True", fmt.Sprintf("Available=%v %v: %v", m["status"], m["reason"], m["message"])
-				}
+			if ok, why := apiServiceAvailable(as); !ok {
+				return false, why
 			}
-			return false, "no Available condition"
+			if _, err := mci.InferenceV1alpha1().InferencePoolImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{}); err != nil {
+				return false, "imports through the aggregator: " + err.Error()
+			}
+			return true, ""
 		})
-		mci := mciclient.NewForConfigOrDie(c.Config)
-		_, err := mci.InferenceV1alpha1().InferencePoolImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-		require.NoError(t, err, "imports are served through the aggregator")
 	})
 
 	secret, err := kube.CoreV1().Secrets(harness.MCIAPIServerNamespace).Get(ctx, secretName, metav1.GetOptions{})
@@ -325,6 +327,19 @@ func TestInstallInOneCommandWithASelfContainedServingCertificate(t *testing.T) {
 		after, _, _ := unstructured.NestedString(as.Object, "spec", "caBundle")
 		assert.Equal(t, before, after)
 	})
+}
+
+// apiServiceAvailable reads the APIService's Available condition, with
+// the aggregator's reason and message when it is not True.
+func apiServiceAvailable(apiService *unstructured.Unstructured) (bool, string) {
+	conds, _, _ := unstructured.NestedSlice(apiService.Object, "status", "conditions")
+	for _, cond := range conds {
+		m, _ := cond.(map[string]any)
+		if m["type"] == "Available" {
+			return m["status"] == "True", fmt.Sprintf("Available=%v %v: %v", m["status"], m["reason"], m["message"])
+		}
+	}
+	return false, "no Available condition"
 }
 
 func freeLoopbackPort(t *testing.T) int {

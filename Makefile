@@ -40,12 +40,12 @@ verify:
 
 .PHONY: test-unit
 test-unit: tools
-	go test $(GO_TEST_FLAGS) -timeout 20m $$(go list ./... | grep -v -e /test/e2e -e /test/clusterset -e /test/soak)
+	go test $(GO_TEST_FLAGS) -timeout 20m $$(go list ./... | grep -v -e /test/e2e -e /test/localclusterset -e /test/soak)
 
 # e2e tests start their own ClusterSet of real kube-apiservers.
 .PHONY: test-e2e
 test-e2e: build tools
-	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -timeout 40m -p 1 ./test/e2e/ ./test/clusterset/
+	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -timeout 40m -p 1 ./test/e2e/ ./test/localclusterset/
 
 .PHONY: test
 test: verify test-unit test-e2e soak-smoke bench-smoke bench-routing-smoke

@@ -23,7 +23,7 @@ import (
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/imports"
-	"github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 func TestAFailingMemberIsFlaggedThenRemovedAndComesBack(t *testing.T) {
@@ -254,7 +254,7 @@ func (silentSource) Run(ctx context.Context, _ func(string, map[string]MemberCon
 // reached through a proxy that the test can cut, and that proxy.
 func exportingThroughProxy(t *testing.T, ctx context.Context, ns, name string) (local, remote *rest.Config, proxy *cutProxy) {
 	t.Helper()
-	cs, err := clusterset.Up(ctx, clusterset.Options{Dir: t.TempDir(), Clusters: []string{ns}, Log: testLog{t}})
+	cs, err := localclusterset.Up(ctx, localclusterset.Options{Dir: t.TempDir(), Clusters: []string{ns}, Log: testLog{t}})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, cs.Stop()) })
 	local = cs.Clusters[0].Config

@@ -18,7 +18,7 @@ import (
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
-	"github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 // Against a real kube-apiserver: only the local member watches HTTPRoutes,
@@ -30,7 +30,7 @@ func TestLocalHTTPRouteChangesNameTheImportsTheyTouch(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cs, err := clusterset.Up(ctx, clusterset.Options{Dir: t.TempDir(), Clusters: []string{"routes"}, Log: testLog{t}})
+	cs, err := localclusterset.Up(ctx, localclusterset.Options{Dir: t.TempDir(), Clusters: []string{"routes"}, Log: testLog{t}})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, cs.Stop()) })
 	local := cs.Clusters[0].Config

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 // eventTimeout bounds how long one change may take to come out of a watch:
@@ -43,7 +43,7 @@ func TestAgainstKubeAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
-	cs, err := clusterset.Up(ctx, clusterset.Options{Dir: t.TempDir(), Clusters: []string{"disc"}, Log: testLog{t}})
+	cs, err := localclusterset.Up(ctx, localclusterset.Options{Dir: t.TempDir(), Clusters: []string{"disc"}, Log: testLog{t}})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, cs.Stop()) })
 	t.Logf("kube-apiserver up in %s", time.Since(start).Round(100*time.Millisecond))

@@ -19,7 +19,7 @@ import (
 	mciextproc "github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/metrics"
 	"github.com/mci-dev/mci/pkg/requestmodel"
-	extproctest "github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 )
 
 var (
@@ -44,8 +44,8 @@ func benchPods() []*modelServer {
 
 // benchRequest is the request of the benchmarks: a 4 KiB chat body sent in
 // one chunk, as Envoy passes on a body that arrives in one read.
-func benchRequest() extproctest.Request {
-	return extproctest.Request{Path: "/v1/chat/completions", Body: body4KiB()}
+func benchRequest() envoyclient.Request {
+	return envoyclient.Request{Path: "/v1/chat/completions", Body: body4KiB()}
 }
 
 // BenchmarkRoundTrip is one ext_proc exchange with a 4 KiB body over
@@ -92,15 +92,15 @@ func BenchmarkRoundTrip(b *testing.B) {
 //
 //	go test -run '^$' -bench BenchmarkLoad -benchtime 1x ./pkg/epp/
 func BenchmarkLoad(b *testing.B) {
-	floor := extproctest.StartChild(b, "floor")
-	picker := extproctest.StartChild(b, "epp")
+	floor := envoyclient.StartChild(b, "floor")
+	picker := envoyclient.StartChild(b, "epp")
 	req := benchRequest()
-	warm := extproctest.LoadOptions{Request: req, Rate: 1000, Duration: 500 * time.Millisecond}
-	extproctest.Load(context.Background(), warm, floor.Target, picker.Target)
+	warm := envoyclient.LoadOptions{Request: req, Rate: 1000, Duration: 500 * time.Millisecond}
+	envoyclient.Load(context.Background(), warm, floor.Target, picker.Target)
 
 	b.ResetTimer()
 	floorCPU, pickerCPU := floor.CPU(b), picker.CPU(b)
-	res := extproctest.Load(context.Background(), extproctest.LoadOptions{
+	res := envoyclient.Load(context.Background(), envoyclient.LoadOptions{
 		Request: req, Rate: *loadRate, Duration: *loadDuration, Rounds: *loadRounds,
 	}, floor.Target, picker.Target)
 	floorCPU, pickerCPU = floor.CPU(b)-floorCPU, picker.CPU(b)-pickerCPU
@@ -127,7 +127,7 @@ func BenchmarkLoad(b *testing.B) {
 //
 //	go test -run '^$' -bench BenchmarkCeiling -benchtime 3s ./pkg/epp/
 func BenchmarkCeiling(b *testing.B) {
-	picker := extproctest.StartChild(b, "epp")
+	picker := envoyclient.StartChild(b, "epp")
 	req := benchRequest()
 	var done atomic.Int64
 	b.SetParallelism(16) // 16 x GOMAXPROCS senders
@@ -146,7 +146,7 @@ func BenchmarkCeiling(b *testing.B) {
 }
 
 func TestMain(m *testing.M) {
-	extproctest.RunIfChild(serveBenchChild)
+	envoyclient.RunIfChild(serveBenchChild)
 	os.Exit(m.Run())
 }
 

@@ -29,7 +29,7 @@ import (
 	mciextproc "github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
-	extproctest "github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 )
 
 // modelServer is a stand-in for a vLLM pod on 127.0.0.1: /metrics with
@@ -107,7 +107,7 @@ func inferenceModel(name string, crit v1alpha2.Criticality, target string) *v1al
 
 type testEPP struct {
 	*epp.EPP
-	client *extproctest.Client
+	client *envoyclient.Client
 }
 
 // startEPP runs an EPP on 127.0.0.1 over eps and waits until it is ready
@@ -135,7 +135,7 @@ func startEPP(t testing.TB, cfg epp.Config, eps []epp.Endpoint) *testEPP {
 		}
 		return len(e.Pool().Endpoints()) == len(eps)
 	}, 10*time.Second, 10*time.Millisecond)
-	client, err := extproctest.Dial(e.GRPCAddr(), extproctest.Options{})
+	client, err := envoyclient.Dial(e.GRPCAddr(), envoyclient.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Close() })
 	return &testEPP{EPP: e, client: client}
@@ -176,7 +176,7 @@ func completion(model string) []byte {
 	return []byte(`{"model":"` + model + `","prompt":"Write a haiku about GPUs.","max_tokens":32}`)
 }
 
-func (e *testEPP) do(t *testing.T, req extproctest.Request) *extproctest.Result {
+func (e *testEPP) do(t *testing.T, req envoyclient.Request) *envoyclient.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -236,7 +236,7 @@ func TestSeedExamples(t *testing.T) {
 			eps := startModelServers(t, tt.pods...)
 			e := startEPP(t, epp.Config{}, eps)
 			for range 20 {
-				res := e.do(t, extproctest.Request{Body: tt.body, ChunkSize: 16})
+				res := e.do(t, envoyclient.Request{Body: tt.body, ChunkSize: 16})
 				require.Nil(t, res.Immediate, "immediate response %+v", res.Immediate)
 				if !assert.Equal(t, tt.want, nameOf(eps, res.Destination)) {
 					for _, ep := range eps {
@@ -262,16 +262,16 @@ func TestErrors(t *testing.T) {
 	tests := []struct {
 		name     string
 		epp      *testEPP
-		req      extproctest.Request
+		req      envoyclient.Request
 		wantCode int
 	}{
-		{name: "a sheddable request with every pod saturated is dropped: 429", epp: e, req: extproctest.Request{Body: completion("batch")}, wantCode: 429},
-		{name: "no endpoints: 503", epp: empty, req: extproctest.Request{Body: completion("assistant-x")}, wantCode: 503},
-		{name: "a body that is not JSON: 400", epp: e, req: extproctest.Request{Body: []byte("model=batch"), Headers: http.Header{"Content-Type": {"text/plain"}}}, wantCode: 400},
-		{name: "a body without a model: 400", epp: e, req: extproctest.Request{Body: []byte(`{"prompt":"hi"}`)}, wantCode: 400},
-		{name: "a request without a body: 400", epp: e, req: extproctest.Request{Method: http.MethodGet}, wantCode: 400},
-		{name: "a body past the limit: 413", epp: e, req: extproctest.Request{Body: completion(strings.Repeat("x", 2048)), ChunkSize: 256}, wantCode: 413},
-		{name: "a subset hint naming no endpoint of the pool: 503", epp: e, req: extproctest.Request{Body: completion("assistant-x"), Metadata: mciextproc.SubsetHintMetadata("192.0.2.1:8000")}, wantCode: 503},
+		{name: "a sheddable request with every pod saturated is dropped: 429", epp: e, req: envoyclient.Request{Body: completion("batch")}, wantCode: 429},
+		{name: "no endpoints: 503", epp: empty, req: envoyclient.Request{Body: completion("assistant-x")}, wantCode: 503},
+		{name: "a body that is not JSON: 400", epp: e, req: envoyclient.Request{Body: []byte("model=batch"), Headers: http.Header{"Content-Type": {"text/plain"}}}, wantCode: 400},
+		{name: "a body without a model: 400", epp: e, req: envoyclient.Request{Body: []byte(`{"prompt":"hi"}`)}, wantCode: 400},
+		{name: "a request without a body: 400", epp: e, req: envoyclient.Request{Method: http.MethodGet}, wantCode: 400},
+		{name: "a body past the limit: 413", epp: e, req: envoyclient.Request{Body: completion(strings.Repeat("x", 2048)), ChunkSize: 256}, wantCode: 413},
+		{name: "a subset hint naming no endpoint of the pool: 503", epp: e, req: envoyclient.Request{Body: completion("assistant-x"), Metadata: mciextproc.SubsetHintMetadata("192.0.2.1:8000")}, wantCode: 503},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -287,7 +287,7 @@ func TestErrors(t *testing.T) {
 	}
 
 	t.Run("a critical request still goes through when every pod is saturated", func(t *testing.T) {
-		res := e.do(t, extproctest.Request{Body: completion("assistant-x")})
+		res := e.do(t, envoyclient.Request{Body: completion("assistant-x")})
 		require.Nil(t, res.Immediate)
 		assert.Equal(t, "B", nameOf(saturated, res.Destination))
 	})
@@ -299,7 +299,7 @@ func TestSubsetHintAndFallbacks(t *testing.T) {
 
 	t.Run("the subset hint restricts the destination and its fallbacks", func(t *testing.T) {
 		for range 20 {
-			res := e.do(t, extproctest.Request{Body: completion("batch"), Metadata: mciextproc.SubsetHintMetadata(eps[1].Address, eps[2].Address)})
+			res := e.do(t, envoyclient.Request{Body: completion("batch"), Metadata: mciextproc.SubsetHintMetadata(eps[1].Address, eps[2].Address)})
 			require.Nil(t, res.Immediate)
 			assert.Contains(t, []string{"B", "C"}, nameOf(eps, res.Destination))
 			require.Len(t, res.Fallbacks, 1)
@@ -308,7 +308,7 @@ func TestSubsetHintAndFallbacks(t *testing.T) {
 		}
 	})
 	t.Run("without a hint the destination lists the primary and two fallbacks, in the header and the metadata alike", func(t *testing.T) {
-		res := e.do(t, extproctest.Request{Body: completion("batch")})
+		res := e.do(t, envoyclient.Request{Body: completion("batch")})
 		require.Nil(t, res.Immediate)
 		require.Len(t, res.Fallbacks, 2)
 		all := append([]string{res.Destination}, res.Fallbacks...)
@@ -318,7 +318,7 @@ func TestSubsetHintAndFallbacks(t *testing.T) {
 	})
 	t.Run("an unlisted model goes on unchanged", func(t *testing.T) {
 		body := completion("somebody/else")
-		res := e.do(t, extproctest.Request{Body: body})
+		res := e.do(t, envoyclient.Request{Body: body})
 		require.Nil(t, res.Immediate)
 		assert.Equal(t, string(body), string(res.Body))
 	})
@@ -346,7 +346,7 @@ func TestClientCancelMidStream(t *testing.T) {
 	eps := startModelServers(t, pod("A", 1, 0.1))
 	e := startEPP(t, epp.Config{}, eps)
 	// Warm up the connection so that its goroutines are in the baseline.
-	e.do(t, extproctest.Request{Body: completion("batch")})
+	e.do(t, envoyclient.Request{Body: completion("batch")})
 	baseline := runtime.NumGoroutine()
 
 	for range 5 {
@@ -354,7 +354,7 @@ func TestClientCancelMidStream(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			_, err := e.client.Do(ctx, extproctest.Request{Path: "/v1/completions", BodyReader: pr, ChunkSize: 8})
+			_, err := e.client.Do(ctx, envoyclient.Request{Path: "/v1/completions", BodyReader: pr, ChunkSize: 8})
 			done <- err
 		}()
 		_, err := pw.Write([]byte(`{"model":"batch","prompt":"never fini`))
@@ -373,14 +373,14 @@ func TestClientCancelMidStream(t *testing.T) {
 		t.Fatalf("goroutines left behind: %d, baseline %d\n%s", runtime.NumGoroutine(), baseline, buf[:runtime.Stack(buf, true)])
 	}
 	// And the EPP still serves.
-	res := e.do(t, extproctest.Request{Body: completion("batch")})
+	res := e.do(t, envoyclient.Request{Body: completion("batch")})
 	assert.Nil(t, res.Immediate)
 }
 
 func TestMetricsAndHealth(t *testing.T) {
 	eps := startModelServers(t, pod("A", 2, 0.2), pod("B", 4, 0.6))
 	e := startEPP(t, epp.Config{}, eps)
-	e.do(t, extproctest.Request{Body: completion("batch")})
+	e.do(t, envoyclient.Request{Body: completion("batch")})
 
 	assert.Equal(t, "2", metricValue(t, e.MetricsAddr(), `inference_pool_ready_pods{name="pool"}`))
 	assert.Equal(t, "3", metricValue(t, e.MetricsAddr(), `inference_pool_average_queue_size{name="pool"}`))
@@ -395,22 +395,22 @@ func TestSecureServing(t *testing.T) {
 	eps := startModelServers(t, pod("A", 1, 0.1))
 	e := startEPP(t, epp.Config{SecureServing: true}, eps)
 	// The certificate is self-signed: a gateway encrypts without verifying.
-	client, err := extproctest.Dial(e.GRPCAddr(), extproctest.Options{},
+	client, err := envoyclient.Dial(e.GRPCAddr(), envoyclient.Options{},
 		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}))) //nolint:gosec // a self-signed test certificate
 	require.NoError(t, err)
 	defer func() { _ = client.Close() }()
-	res, err := client.Do(context.Background(), extproctest.Request{Body: completion("batch")})
+	res, err := client.Do(context.Background(), envoyclient.Request{Body: completion("batch")})
 	require.NoError(t, err)
 	assert.Equal(t, eps[0].Address, res.Destination)
 
-	_, err = e.client.Do(context.Background(), extproctest.Request{Body: completion("batch")})
+	_, err = e.client.Do(context.Background(), envoyclient.Request{Body: completion("batch")})
 	assert.Error(t, err, "a plaintext client is refused")
 }
 
 func TestProxyForwardsToThePickedPod(t *testing.T) {
 	eps := startModelServers(t, pod("A", 6, 0.85), pod("B", 4, 0.75), pod("C", 7, 0.60))
 	e := startEPP(t, epp.Config{}, eps)
-	gw := httptest.NewServer(extproctest.NewProxy(e.client, nil))
+	gw := httptest.NewServer(envoyclient.NewProxy(e.client, nil))
 	defer gw.Close()
 
 	resp, err := http.Post(gw.URL+"/v1/chat/completions?x=1", "application/json", strings.NewReader(`{"model":"batch","messages":[{"role":"user","content":"hi"}]}`))
@@ -448,8 +448,8 @@ func TestRequestsInFlightFollowTheResponsePhase(t *testing.T) {
 		pr, pw := io.Pipe()
 		done := make(chan error, 1)
 		go func() {
-			res, err := e.client.Do(ctx, extproctest.Request{Path: "/v1/completions", Body: completion("batch"),
-				Response: &extproctest.Response{BodyReader: pr, Served: served}})
+			res, err := e.client.Do(ctx, envoyclient.Request{Path: "/v1/completions", Body: completion("batch"),
+				Response: &envoyclient.Response{BodyReader: pr, Served: served}})
 			if err == nil && (res.Response == nil || string(res.Response.Body) != "first second") {
 				err = fmt.Errorf("the response did not come through unchanged: %+v", res.Response)
 			}
@@ -490,7 +490,7 @@ func TestRequestsInFlightFollowTheResponsePhase(t *testing.T) {
 	})
 
 	t.Run("a request without a response phase is in flight until its stream ends", func(t *testing.T) {
-		e.do(t, extproctest.Request{Body: completion("batch")})
+		e.do(t, envoyclient.Request{Body: completion("batch")})
 		require.Eventually(t, func() bool { return inFlight() == "0" }, 5*time.Second, 5*time.Millisecond)
 	})
 }

@@ -24,7 +24,7 @@ import (
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
-	extproctest "github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/tlstest"
 )
 
@@ -80,10 +80,10 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfItsImport(t *testing.T) {
 		assert.NoError(t, <-done)
 	}()
 
-	ec, err := extproctest.Dial(s.GRPCAddr(), extproctest.Options{MessageTimeout: 5 * time.Second})
+	ec, err := envoyclient.Dial(s.GRPCAddr(), envoyclient.Options{MessageTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	defer func() { _ = ec.Close() }()
-	gw := httptest.NewServer(extproctest.NewProxy(ec, nil))
+	gw := httptest.NewServer(envoyclient.NewProxy(ec, nil))
 	defer gw.Close()
 	send := func() (int, string) {
 		req, err := http.NewRequest(http.MethodPost, gw.URL+"/v1/completions", strings.NewReader(`{"model":"base","prompt":"hi"}`))

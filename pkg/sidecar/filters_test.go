@@ -14,7 +14,7 @@ import (
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
-	extproctest "github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 )
 
 func TestAttrsFromRequest(t *testing.T) {
@@ -71,7 +71,7 @@ func TestServerAppliesHTTPRouteFilters(t *testing.T) {
 	}, &fakeState{})
 
 	t.Run("header modifier and rewrite", func(t *testing.T) {
-		res := h.do(t, extproctest.Request{Authority: "my.model.com", Path: "/api/chat/completions?stream=true", Body: chatBody,
+		res := h.do(t, envoyclient.Request{Authority: "my.model.com", Path: "/api/chat/completions?stream=true", Body: chatBody,
 			Headers: http.Header{"X-Debug": {"1"}}})
 		require.Nil(t, res.Immediate)
 		assert.Equal(t, "10.1.0.1:8000", res.Destination, "the EPP still picks the endpoint")
@@ -83,14 +83,14 @@ func TestServerAppliesHTTPRouteFilters(t *testing.T) {
 	})
 	t.Run("redirect", func(t *testing.T) {
 		calls := a.calls.Load() + c.calls.Load()
-		res := h.do(t, extproctest.Request{Authority: "my.model.com", Path: "/old/models", Body: chatBody})
+		res := h.do(t, envoyclient.Request{Authority: "my.model.com", Path: "/old/models", Body: chatBody})
 		require.NotNil(t, res.Immediate)
 		assert.Equal(t, http.StatusMovedPermanently, res.Immediate.StatusCode)
 		assert.Equal(t, "https://my.model.com/new/models", res.Immediate.Headers.Get("location"))
 		assert.Equal(t, calls, a.calls.Load()+c.calls.Load(), "no EPP is asked")
 	})
 	t.Run("a filter the sidecar cannot apply", func(t *testing.T) {
-		res := h.do(t, extproctest.Request{Authority: "my.model.com", Path: "/mirrored", Body: chatBody})
+		res := h.do(t, envoyclient.Request{Authority: "my.model.com", Path: "/mirrored", Body: chatBody})
 		require.NotNil(t, res.Immediate)
 		assert.Equal(t, http.StatusInternalServerError, res.Immediate.StatusCode)
 		assert.Contains(t, res.Immediate.Details, "RequestMirror")

@@ -26,7 +26,7 @@ import (
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
-	extproctest "github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 )
 
 var (
@@ -39,10 +39,10 @@ var (
 // completion for the base model, which the EPP routes without rewriting,
 // and its response, which the gateway runs through the response phase
 // (headers, then the body in one chunk).
-var overheadRequest = extproctest.Request{
+var overheadRequest = envoyclient.Request{
 	Path: "/v1/completions",
 	Body: []byte(`{"model":"base","prompt":"Write a haiku about GPUs."}`),
-	Response: &extproctest.Response{
+	Response: &envoyclient.Response{
 		Headers: http.Header{"Content-Type": {"application/json"}},
 		Body:    []byte(`{"id":"cmpl-1","object":"text_completion","model":"base","choices":[{"index":0,"text":"Silicon rivers hum","finish_reason":"length"}],"usage":{"prompt_tokens":8,"completion_tokens":4,"total_tokens":12}}`),
 	},
@@ -65,7 +65,7 @@ const (
 const overheadEPPEnv = "MCI_SIDECAR_BENCH_EPP"
 
 func TestMain(m *testing.M) {
-	extproctest.RunIfChild(func(ctx context.Context, role string, ready func(string)) error {
+	envoyclient.RunIfChild(func(ctx context.Context, role string, ready func(string)) error {
 		srv, release, err := overheadServer(role, os.Getenv(overheadEPPEnv))
 		if err != nil {
 			return err
@@ -104,22 +104,22 @@ func TestMain(m *testing.M) {
 // MCI_BENCH_CPUPROFILE=<dir> writes a CPU profile of each server process to
 // <dir>/<role>.cpu.
 func BenchmarkSidecarOverhead(b *testing.B) {
-	eppProc := extproctest.StartChild(b, roleEPP)
-	relay := extproctest.StartChild(b, roleNullRelay, overheadEPPEnv+"="+eppProc.Addr)
-	side := extproctest.StartChild(b, roleSidecar, overheadEPPEnv+"="+eppProc.Addr)
-	skip := extproctest.StartChild(b, roleSidecarSkip, overheadEPPEnv+"="+eppProc.Addr)
-	targets := []extproctest.Target{{Name: "direct", Client: eppProc.Client}, relay.Target, side.Target, skip.Target}
+	eppProc := envoyclient.StartChild(b, roleEPP)
+	relay := envoyclient.StartChild(b, roleNullRelay, overheadEPPEnv+"="+eppProc.Addr)
+	side := envoyclient.StartChild(b, roleSidecar, overheadEPPEnv+"="+eppProc.Addr)
+	skip := envoyclient.StartChild(b, roleSidecarSkip, overheadEPPEnv+"="+eppProc.Addr)
+	targets := []envoyclient.Target{{Name: "direct", Client: eppProc.Client}, relay.Target, side.Target, skip.Target}
 	// Until the EPP has scraped its model server and the sidecar has
 	// probed the EPP, some answers are errors: the warm-up does not count.
-	extproctest.Load(context.Background(), extproctest.LoadOptions{Request: overheadRequest, Rate: 1000, Duration: time.Second}, targets...)
+	envoyclient.Load(context.Background(), envoyclient.LoadOptions{Request: overheadRequest, Rate: 1000, Duration: time.Second}, targets...)
 
 	b.ResetTimer()
-	procs := []*extproctest.Child{eppProc, relay, side, skip}
+	procs := []*envoyclient.Child{eppProc, relay, side, skip}
 	cpu := make([]time.Duration, len(procs))
 	for i, p := range procs {
 		cpu[i] = p.CPU(b)
 	}
-	res := extproctest.Load(context.Background(), extproctest.LoadOptions{
+	res := envoyclient.Load(context.Background(), envoyclient.LoadOptions{
 		Request: overheadRequest, Rate: *overheadRate, Duration: *overheadDuration, Rounds: *overheadRounds,
 		Check: checkOverheadAnswer,
 	}, targets...)
@@ -133,7 +133,7 @@ func BenchmarkSidecarOverhead(b *testing.B) {
 	}
 	d, n, s, k := res[0], res[1], res[2], res[3]
 	perOp := func(cpu time.Duration, sent int) float64 { return float64(cpu.Microseconds()) / float64(sent) }
-	added := func(r *extproctest.LoadResult, over *extproctest.LoadResult, p float64) time.Duration {
+	added := func(r *envoyclient.LoadResult, over *envoyclient.LoadResult, p float64) time.Duration {
 		return r.Percentile(p) - over.Percentile(p)
 	}
 	b.Logf("added over direct: null relay p50 %v, p99 %v; sidecar p50 %v, p99 %v; sidecar over null relay: p50 %v, p99 %v",
@@ -160,7 +160,7 @@ func BenchmarkSidecarOverhead(b *testing.B) {
 
 // checkOverheadAnswer accepts a round trip routed by the EPP whose
 // response came back whole.
-func checkOverheadAnswer(res *extproctest.Result) error {
+func checkOverheadAnswer(res *envoyclient.Result) error {
 	switch {
 	case res.Immediate != nil:
 		return fmt.Errorf("immediate response %d: %s", res.Immediate.StatusCode, res.Immediate.Body)
@@ -187,7 +187,7 @@ func BenchmarkSidecarRoundTrip(b *testing.B) {
 		if role != "direct" {
 			addr = serveInProcess(b, role, eppAddr)
 		}
-		client, err := extproctest.Dial(addr, extproctest.Options{})
+		client, err := envoyclient.Dial(addr, envoyclient.Options{})
 		require.NoError(b, err)
 		b.Cleanup(func() { _ = client.Close() })
 		// The EPP answers 503 until it has scraped its model server, and
@@ -297,7 +297,7 @@ func overheadServer(role, eppAddr string) (srv interface {
 		if err != nil {
 			return nil, nil, err
 		}
-		servers, err := extproc.Listen(extproc.ServingOptions{BindAddress: "127.0.0.1"}, extproctest.NewNullRelay(conn), prometheus.NewRegistry())
+		servers, err := extproc.Listen(extproc.ServingOptions{BindAddress: "127.0.0.1"}, envoyclient.NewNullRelay(conn), prometheus.NewRegistry())
 		if err != nil {
 			relayer.close()
 			return nil, nil, err

@@ -20,7 +20,7 @@ import (
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
-	extproctest "github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 )
 
 // restartableEPP is an EPP on two fixed loopback ports (ext_proc and gRPC
@@ -137,13 +137,13 @@ func TestRecoveryAfterAnOutageLongerThanTheMaxBackoff(t *testing.T) {
 			extprocv3.RegisterExternalProcessorServer(srv, server)
 			go func() { _ = srv.Serve(lis) }()
 			t.Cleanup(srv.Stop)
-			client, err := extproctest.Dial(lis.Addr().String(), extproctest.Options{MessageTimeout: 5 * time.Second})
+			client, err := envoyclient.Dial(lis.Addr().String(), envoyclient.Options{MessageTimeout: 5 * time.Second})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = client.Close() })
 			code := func() int {
 				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 				defer cancel()
-				res, err := client.Do(ctx, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+				res, err := client.Do(ctx, envoyclient.Request{Path: "/v1/completions", Body: chatBody})
 				require.NoError(t, err)
 				if res.Immediate != nil {
 					return res.Immediate.StatusCode

@@ -19,13 +19,13 @@ import (
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
-	extproctest "github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 )
 
 // upstreamResponse is a model server's answer as the gateway runs it
 // through ext_proc: headers, a body in chunks, and trailers.
-func upstreamResponse() *extproctest.Response {
-	return &extproctest.Response{
+func upstreamResponse() *envoyclient.Response {
+	return &envoyclient.Response{
 		Headers:   http.Header{"Content-Type": {"application/json"}},
 		Body:      []byte(`{"choices":[{"text":"a haiku about GPUs"}],"usage":{"completion_tokens":7}}`),
 		ChunkSize: 10,
@@ -62,7 +62,7 @@ func TestServerRelaysTheResponsePhaseToTheEPPThatRouted(t *testing.T) {
 			}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}}, ServerConfig{ResponsePhase: tt.phase}, opts...)
 
 			up := upstreamResponse()
-			res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Response: up})
+			res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Response: up})
 			require.Nil(t, res.Immediate)
 			require.Equal(t, "10.1.0.1:8000", res.Destination)
 			require.NotNil(t, res.Response)
@@ -109,7 +109,7 @@ func TestServerFailedOverRequestTalksOnlyToTheServingEPP(t *testing.T) {
 			}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}})
 			tt.breakA(a)
 
-			res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Response: upstreamResponse()})
+			res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Response: upstreamResponse()})
 			require.Nil(t, res.Immediate)
 			assert.Equal(t, "10.3.0.1:8000", res.Destination)
 			assert.EqualValues(t, 1, a.calls.Load(), "cluster-a's EPP was tried")
@@ -147,7 +147,7 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 			a.respMode.Store(tt.mode)
 
 			up := upstreamResponse()
-			res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Response: up})
+			res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Response: up})
 			require.Nil(t, res.Immediate)
 			require.NotNil(t, res.Response)
 			require.Nil(t, res.Response.Immediate)
@@ -172,11 +172,11 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
 			Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
 		}, st)
-		// The gateway's linger (1s, test/extproc) ends before the
+		// The gateway's linger (1s, test/envoyclient) ends before the
 		// sidecar's own.
 		h.server.relay.linger = 5 * time.Second
 		a.respMode.Store(respSlowEnd)
-		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Response: upstreamResponse()})
+		res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Response: upstreamResponse()})
 		require.NotNil(t, res.Response)
 		assert.Equal(t, "epp-a", res.Response.Headers.Get("X-Response-Seen-By"))
 		assert.Eventually(t, func() bool { return responseOutcome(h, "cluster-a", ResponseCompleted) == 1 }, 5*time.Second, 5*time.Millisecond,
@@ -191,7 +191,7 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 			Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
 		}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}})
 		a.respMode.Store(respImmediate)
-		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Response: upstreamResponse()})
+		res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Response: upstreamResponse()})
 		require.NotNil(t, res.Response)
 		require.NotNil(t, res.Response.Immediate)
 		assert.Equal(t, http.StatusBadGateway, res.Response.Immediate.StatusCode)
@@ -211,7 +211,7 @@ func TestServerResponsePhaseLeavesNothingBehind(t *testing.T) {
 		Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
 	}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}})
 	// Warm the connections so that their goroutines are in the baseline.
-	h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Response: upstreamResponse()})
+	h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Response: upstreamResponse()})
 	baseline := runtime.NumGoroutine()
 
 	const n = 6
@@ -226,7 +226,7 @@ func TestServerResponsePhaseLeavesNothingBehind(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		hd := held{pw: pw, cancel: cancel, done: make(chan error, 1)}
 		go func() {
-			_, err := h.client.Do(ctx, extproctest.Request{Path: "/v1/completions", Body: chatBody, Response: &extproctest.Response{BodyReader: pr}})
+			_, err := h.client.Do(ctx, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Response: &envoyclient.Response{BodyReader: pr}})
 			hd.done <- err
 		}()
 		_, err := pw.Write([]byte("first tokens"))

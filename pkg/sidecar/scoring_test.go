@@ -15,7 +15,7 @@ import (
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
-	extproctest "github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 )
 
 // observingPolicy reads every hook of the wiring (prompt blocks, session,
@@ -62,7 +62,7 @@ func TestServerTeachesTheClusterThatServed(t *testing.T) {
 
 				up := upstreamResponse()
 				up.Status = tt.status
-				res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: promptBody, Headers: http.Header{"X-Session-Id": {"s1"}}, Response: up})
+				res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: promptBody, Headers: http.Header{"X-Session-Id": {"s1"}}, Response: up})
 				require.Nil(t, res.Immediate)
 
 				mem, scope := h.server.policies.Memory(), ns+"/llm"
@@ -102,7 +102,7 @@ func TestServerExplainsDecisionsOnlyWhenAsked(t *testing.T) {
 				a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 				c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
 				h := scoringServer(t, a, c, string(routetable.PolicyPrefixAffinity), ServerConfig{ResponsePhase: phase, ExplainDecisions: explain})
-				res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: promptBody, Response: upstreamResponse()})
+				res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: promptBody, Response: upstreamResponse()})
 				require.Nil(t, res.Immediate)
 				require.NotNil(t, res.Response)
 				got := res.Response.Headers.Get(ScoresHeader)
@@ -137,7 +137,7 @@ func TestServerRoutesUnparseablePromptsWithoutAffinity(t *testing.T) {
 			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 			c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
 			h := scoringServer(t, a, c, string(routetable.PolicyPrefixAffinity), ServerConfig{})
-			res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: []byte(tt.body)})
+			res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: []byte(tt.body)})
 			require.Nil(t, res.Immediate)
 			assert.NotEmpty(t, res.Destination)
 			assert.Equal(t, tt.want, testutil.ToFloat64(h.server.unparseable))

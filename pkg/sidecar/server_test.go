@@ -30,7 +30,7 @@ import (
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
-	extproctest "github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 )
 
 // harness is a sidecar ext_proc Server on 127.0.0.1 with a table built from
@@ -39,7 +39,7 @@ type harness struct {
 	router  *routetable.Router
 	state   *fakeState
 	server  *Server
-	client  *extproctest.Client
+	client  *envoyclient.Client
 	metrics *Metrics
 }
 
@@ -70,14 +70,14 @@ func startServerOpts(t *testing.T, in routetable.Inputs, st *fakeState, cfg Serv
 	extprocv3.RegisterExternalProcessorServer(srv, h.server)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	c, err := extproctest.Dial(lis.Addr().String(), extproctest.Options{MessageTimeout: 5 * time.Second})
+	c, err := envoyclient.Dial(lis.Addr().String(), envoyclient.Options{MessageTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	h.client = c
 	return h
 }
 
-func (h *harness) do(t *testing.T, req extproctest.Request) *extproctest.Result {
+func (h *harness) do(t *testing.T, req envoyclient.Request) *envoyclient.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -103,7 +103,7 @@ func TestServerRelaysToTheChosenEPP(t *testing.T) {
 		Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 	}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}})
 
-	res := h.do(t, extproctest.Request{Authority: "my.model.com", Path: "/v1/completions", Body: chatBody})
+	res := h.do(t, envoyclient.Request{Authority: "my.model.com", Path: "/v1/completions", Body: chatBody})
 	require.Nil(t, res.Immediate)
 	assert.Equal(t, "10.1.0.1:8000", res.Destination, "the EPP's destination reaches the gateway")
 	assert.Equal(t, "epp-a", res.Headers.Get("x-picked-by"), "the EPP's header mutations reach the gateway")
@@ -114,7 +114,7 @@ func TestServerRelaysToTheChosenEPP(t *testing.T) {
 	assert.Equal(t, 1.0, testutil.ToFloat64(h.metrics.requests.WithLabelValues("cluster-a", OutcomeRouted, "200")))
 
 	t.Run("a request without a body", func(t *testing.T) {
-		res := h.do(t, extproctest.Request{Method: "GET", Authority: "my.model.com", Path: "/v1/models"})
+		res := h.do(t, envoyclient.Request{Method: "GET", Authority: "my.model.com", Path: "/v1/models"})
 		require.Nil(t, res.Immediate)
 		assert.Equal(t, "10.1.0.1:8000", res.Destination)
 	})
@@ -126,13 +126,13 @@ func TestServerRelaysToTheChosenEPP(t *testing.T) {
 		}
 		copy(big, `{"model":"chat","prompt":"`)
 		big[len(big)-2], big[len(big)-1] = '"', '}'
-		res := h.do(t, extproctest.Request{Authority: "my.model.com", Path: "/v1/completions", Body: big, ChunkSize: 7000})
+		res := h.do(t, envoyclient.Request{Authority: "my.model.com", Path: "/v1/completions", Body: big, ChunkSize: 7000})
 		require.Nil(t, res.Immediate)
 		assert.Equal(t, big, res.Body)
 	})
 
 	t.Run("no matching rule is 404", func(t *testing.T) {
-		res := h.do(t, extproctest.Request{Authority: "other.com", Path: "/v1/completions", Body: chatBody})
+		res := h.do(t, envoyclient.Request{Authority: "other.com", Path: "/v1/completions", Body: chatBody})
 		require.NotNil(t, res.Immediate)
 		assert.Equal(t, http.StatusNotFound, res.Immediate.StatusCode)
 	})
@@ -162,7 +162,7 @@ func TestServerFailsOverToTheNextCluster(t *testing.T) {
 			}, st)
 			tt.breakA(a)
 
-			res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+			res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody})
 			require.Nil(t, res.Immediate, "%+v", res.Immediate)
 			assert.Equal(t, "10.3.0.1:8000", res.Destination, "the next cluster answered")
 			assert.Equal(t, chatBody, res.Body)
@@ -200,7 +200,7 @@ func TestServerFailureModes(t *testing.T) {
 			h, a, c := setup(t)
 			a.mode.Store(tt.mode)
 			c.mode.Store(tt.mode)
-			res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+			res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody})
 			require.NotNil(t, res.Immediate)
 			assert.Equal(t, http.StatusServiceUnavailable, res.Immediate.StatusCode)
 			assert.Contains(t, res.Immediate.Details, tt.wantDetails)
@@ -211,7 +211,7 @@ func TestServerFailureModes(t *testing.T) {
 		h, a, c := setup(t, routetable.FailureModeAnnotation, "FailOpen")
 		a.mode.Store(eppFail)
 		c.mode.Store(eppFail)
-		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+		res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody})
 		require.Nil(t, res.Immediate)
 		assert.Empty(t, res.Destination)
 		assert.Equal(t, chatBody, res.Body)
@@ -220,7 +220,7 @@ func TestServerFailureModes(t *testing.T) {
 	t.Run("an EPP's own refusal other than 503 is relayed, not retried", func(t *testing.T) {
 		h, a, c := setup(t, routetable.PolicyAnnotation, "Weighted", routetable.ClusterWeightsAnnotation, "cluster-c=0")
 		a.mode.Store(eppShed)
-		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+		res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody})
 		require.NotNil(t, res.Immediate)
 		assert.Equal(t, http.StatusTooManyRequests, res.Immediate.StatusCode)
 		assert.EqualValues(t, 0, c.calls.Load())
@@ -233,7 +233,7 @@ func TestServerFailureModes(t *testing.T) {
 			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))), routetable.FailureModeAnnotation, "FailOpen")},
 			Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 		}, &fakeState{health: map[string]Health{"cluster-a": HealthNotServing, "cluster-c": HealthNotServing}})
-		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+		res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody})
 		require.Nil(t, res.Immediate)
 		assert.Equal(t, "10.1.0.1:8000", res.Destination, "a probe said down, the EPP answered")
 	})
@@ -245,7 +245,7 @@ func TestServerFailureModes(t *testing.T) {
 			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
 			Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 		}, &fakeState{health: map[string]Health{"cluster-a": HealthNotServing, "cluster-c": HealthNotServing}})
-		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+		res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody})
 		require.NotNil(t, res.Immediate)
 		assert.Equal(t, http.StatusServiceUnavailable, res.Immediate.StatusCode)
 		assert.Contains(t, res.Immediate.Details, "has no cluster available")
@@ -258,7 +258,7 @@ func TestServerParentMode(t *testing.T) {
 		Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, []string{"my.model.com"}, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
 		Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Parent: "127.0.2.9"})},
 	}, &fakeState{})
-	res := h.do(t, extproctest.Request{Authority: "my.model.com", Path: "/v1/completions?x=1", Body: chatBody})
+	res := h.do(t, envoyclient.Request{Authority: "my.model.com", Path: "/v1/completions?x=1", Body: chatBody})
 	require.Nil(t, res.Immediate)
 	assert.Equal(t, "127.0.2.9:80", res.Destination, "the remote parent gateway")
 	assert.Equal(t, "my.model.com", res.Headers.Get(":authority"), "the host is kept")
@@ -279,7 +279,7 @@ func TestServerGatewayAPIErrors(t *testing.T) {
 	}, &fakeState{})
 	for path, code := range map[string]int{"/missing": 500, "/service": 500, "/none": 500, "/notready": 503, "/elsewhere": 404} {
 		t.Run(path, func(t *testing.T) {
-			res := h.do(t, extproctest.Request{Path: path, Body: chatBody})
+			res := h.do(t, envoyclient.Request{Path: path, Body: chatBody})
 			require.NotNil(t, res.Immediate)
 			assert.Equal(t, code, res.Immediate.StatusCode, res.Immediate.Details)
 		})
@@ -308,27 +308,27 @@ func TestServerShedsOnlyWhenEveryClusterIsSaturated(t *testing.T) {
 	}, st)
 	batch := []byte(`{"model":"batch","prompt":"x"}`)
 
-	res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: batch})
+	res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: batch})
 	require.Nil(t, res.Immediate)
 	assert.Equal(t, "10.3.0.1:8000", res.Destination, "the cluster with capacity")
 
 	st.metrics["cluster-c"] = saturated
-	res = h.do(t, extproctest.Request{Path: "/v1/completions", Body: batch})
+	res = h.do(t, envoyclient.Request{Path: "/v1/completions", Body: batch})
 	require.NotNil(t, res.Immediate)
 	assert.Equal(t, http.StatusTooManyRequests, res.Immediate.StatusCode)
 
-	res = h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+	res = h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody})
 	require.Nil(t, res.Immediate, "a standard request is never shed")
 
 	// The InferenceObjective a request names decides over the InferenceModel.
 	background := http.Header{}
 	background.Set(requestmodel.ObjectiveHeader, "background")
-	res = h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Headers: background})
+	res = h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Headers: background})
 	require.NotNil(t, res.Immediate, "a request naming an objective of priority below 0 is sheddable")
 	assert.Equal(t, http.StatusTooManyRequests, res.Immediate.StatusCode)
 	interactive := http.Header{}
 	interactive.Set(requestmodel.LLMDObjectiveHeader, "interactive")
-	res = h.do(t, extproctest.Request{Path: "/v1/completions", Body: batch, Headers: interactive})
+	res = h.do(t, envoyclient.Request{Path: "/v1/completions", Body: batch, Headers: interactive})
 	require.Nil(t, res.Immediate, "a sheddable model named with an objective of priority above 0 is not shed")
 }
 
@@ -358,9 +358,9 @@ func TestServerSubsetHintGoesToTheLocalEPPOnly(t *testing.T) {
 	h := startServer(t, in, &fakeState{})
 	hint := extproc.SubsetHintMetadata("10.2.0.1:8000")
 
-	res := h.do(t, extproctest.Request{Path: "/local", Body: chatBody, Metadata: hint})
+	res := h.do(t, envoyclient.Request{Path: "/local", Body: chatBody, Metadata: hint})
 	assert.Equal(t, "10.2.0.1:8000", res.Destination)
-	res = h.do(t, extproctest.Request{Path: "/remote", Body: chatBody, Metadata: hint})
+	res = h.do(t, envoyclient.Request{Path: "/remote", Body: chatBody, Metadata: hint})
 	assert.Equal(t, "10.1.0.1:8000", res.Destination)
 	assert.Equal(t, []bool{true}, local.subsets)
 	assert.Equal(t, []bool{false}, remote.subsets, "the local endpoints mean nothing to a remote EPP")
@@ -380,7 +380,7 @@ func TestServerSplitsFiftyFifty(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for range n / 4 {
-				res := h.do(t, extproctest.Request{Authority: "my.model.com", Path: "/completions", Body: chatBody})
+				res := h.do(t, envoyclient.Request{Authority: "my.model.com", Path: "/completions", Body: chatBody})
 				assert.NotEmpty(t, res.Destination)
 			}
 		})

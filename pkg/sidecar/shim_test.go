@@ -16,7 +16,7 @@ import (
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
-	extproctest "github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 )
 
 // sidecarService is the sidecar's own Service in the fixtures' namespace.
@@ -61,7 +61,7 @@ func TestServerAsEPPShim(t *testing.T) {
 	t.Run("a request without an HTTPRoute goes to the pool's local EPP and the import's clusters by weight", func(t *testing.T) {
 		got := map[string]int{}
 		for range 30 {
-			res := h.do(t, extproctest.Request{Authority: "anything", Path: "/v1/completions", Body: chatBody})
+			res := h.do(t, envoyclient.Request{Authority: "anything", Path: "/v1/completions", Body: chatBody})
 			require.Nil(t, res.Immediate, "%+v", res.Immediate)
 			got[res.Destination]++
 		}
@@ -82,7 +82,7 @@ func TestServerAsEPPShim(t *testing.T) {
 	t.Run("a request another cluster's sidecar relayed is served by the local EPP only", func(t *testing.T) {
 		before := a.calls.Load() + c.calls.Load()
 		for range 6 {
-			res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Headers: http.Header{RelayedHeader: {"cluster-a"}}})
+			res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Headers: http.Header{RelayedHeader: {"cluster-a"}}})
 			require.Nil(t, res.Immediate)
 			assert.Equal(t, "10.2.0.1:8000", res.Destination)
 		}
@@ -90,7 +90,7 @@ func TestServerAsEPPShim(t *testing.T) {
 
 		local.mode.Store(eppFail)
 		defer local.mode.Store(eppRoute)
-		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Headers: http.Header{RelayedHeader: {"cluster-a"}}})
+		res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Headers: http.Header{RelayedHeader: {"cluster-a"}}})
 		require.NotNil(t, res.Immediate, "a relayed request fails closed when the local EPP fails")
 		assert.Equal(t, http.StatusServiceUnavailable, res.Immediate.StatusCode)
 	})
@@ -102,19 +102,19 @@ func TestServerAsEPPShim(t *testing.T) {
 		in.Imports = append([]*v1alpha1.InferencePoolImport{sidecartest.Import("chat", sidecartest.Imported{Name: "cluster-c", Addr: ch, Port: cp})}, in.Imports...)
 		h := startServer(t, in, &fakeState{})
 
-		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Metadata: poolMetadata(ns + "/chat")})
+		res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Metadata: poolMetadata(ns + "/chat")})
 		require.Nil(t, res.Immediate)
 		assert.Equal(t, "10.3.0.1:8000", res.Destination)
 
-		res = h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+		res = h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody})
 		require.NotNil(t, res.Immediate, "without metadata or a route the pool is unknown")
 		assert.Equal(t, http.StatusInternalServerError, res.Immediate.StatusCode)
 
-		res = h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Metadata: poolMetadata(ns + "/nope")})
+		res = h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Metadata: poolMetadata(ns + "/nope")})
 		require.NotNil(t, res.Immediate)
 		assert.Equal(t, http.StatusServiceUnavailable, res.Immediate.StatusCode)
 
-		res = h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody, Metadata: poolMetadata("nope")})
+		res = h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Metadata: poolMetadata("nope")})
 		require.NotNil(t, res.Immediate)
 		assert.Equal(t, http.StatusBadRequest, res.Immediate.StatusCode)
 	})
@@ -127,7 +127,7 @@ func TestServerAsEPPShim(t *testing.T) {
 		in.Routes = []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, []string{"chat.example.com"}, sidecartest.Rule(nil, sidecartest.PoolRef("chat", nil)))}
 		h := startServer(t, in, &fakeState{})
 
-		res := h.do(t, extproctest.Request{Authority: "chat.example.com", Path: "/v1/completions", Body: chatBody})
+		res := h.do(t, envoyclient.Request{Authority: "chat.example.com", Path: "/v1/completions", Body: chatBody})
 		require.Nil(t, res.Immediate)
 		assert.Equal(t, "10.3.0.1:8000", res.Destination)
 	})
@@ -136,7 +136,7 @@ func TestServerAsEPPShim(t *testing.T) {
 		in := in
 		in.Pools = nil
 		h := startServer(t, in, &fakeState{})
-		res := h.do(t, extproctest.Request{Path: "/v1/completions", Body: chatBody})
+		res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody})
 		require.NotNil(t, res.Immediate)
 		assert.Equal(t, http.StatusServiceUnavailable, res.Immediate.StatusCode)
 	})

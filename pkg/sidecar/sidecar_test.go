@@ -27,7 +27,7 @@ import (
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
-	extproctest "github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 )
 
 // modelServer stands for a vLLM pod on 127.0.0.1: idle metrics, and an
@@ -99,7 +99,7 @@ func get(t *testing.T, url string) (int, string) {
 }
 
 // TestSidecarDataPath runs the whole data path on loopback: an Envoy-like
-// gateway (test/extproc.Proxy) asks the sidecar, which relays to one of two
+// gateway (test/envoyclient.Proxy) asks the sidecar, which relays to one of two
 // clusters' real EPPs (pkg/epp), whose model server answers. Taking one
 // EPP down moves the traffic to the other cluster with no failed request.
 func TestSidecarDataPath(t *testing.T) {
@@ -151,10 +151,10 @@ func TestSidecarDataPath(t *testing.T) {
 		return strings.Count(body, "mci_sidecar_epp_healthy{") == 2 && !strings.Contains(body, "mci_sidecar_epp_healthy{cluster=\"cluster-a\",pool=\"example/llm\"} 0")
 	}, 10*time.Second, 20*time.Millisecond)
 
-	client, err := extproctest.Dial(s.GRPCAddr(), extproctest.Options{MessageTimeout: 5 * time.Second})
+	client, err := envoyclient.Dial(s.GRPCAddr(), envoyclient.Options{MessageTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	defer func() { _ = client.Close() }()
-	gw := httptest.NewServer(extproctest.NewProxy(client, nil))
+	gw := httptest.NewServer(envoyclient.NewProxy(client, nil))
 	defer gw.Close()
 
 	send := func() (int, map[string]string) {

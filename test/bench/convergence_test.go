@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/mci-dev/mci/test/bench/crdfanout"
-	"github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 // startBaseline runs the CRD fan-out controller for namespace ns, writing
@@ -27,7 +27,7 @@ func (e *env) startBaseline(b *testing.B, ns string, targets []string) *crdfanou
 		members = append(members, crdfanout.Member{Name: name, Config: e.cfg[name]})
 	}
 	ctrl, err := crdfanout.New(crdfanout.Options{
-		ClusterSetName: clusterset.ClusterSetName, Members: members, Targets: targets, Namespace: ns, Workers: 8,
+		ClusterSetName: localclusterset.ClusterSetName, Members: members, Targets: targets, Namespace: ns, Workers: 8,
 	})
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(context.Background())

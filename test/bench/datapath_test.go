@@ -27,7 +27,7 @@ import (
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/mci-dev/mci/pkg/routetable"
-	"github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
 )
 
@@ -116,7 +116,7 @@ func processCPU(b *testing.B, pid int) time.Duration {
 	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
-// benchDataPath: a request through the Go gateway (test/extproc's Proxy,
+// benchDataPath: a request through the Go gateway (test/envoyclient's Proxy,
 // which does what Envoy does with ext_proc, the response phase included)
 // -> mci-sidecar of cluster-b -> mci-epp of cluster-a's exported pool ->
 // the model server simulator, against the same gateway -> mci-epp ->
@@ -174,8 +174,8 @@ func benchDataPath(b *testing.B, e *env) {
 		"--bind-address="+skipSidecarIP, "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "-v=0",
 		"--epp-response-phase=Skip")
 
-	dial := func(ip string) *extproc.Client {
-		client, err := extproc.Dial(net.JoinHostPort(ip, "9002"), extproc.Options{MessageTimeout: 10 * time.Second})
+	dial := func(ip string) *envoyclient.Client {
+		client, err := envoyclient.Dial(net.JoinHostPort(ip, "9002"), envoyclient.Options{MessageTimeout: 10 * time.Second})
 		require.NoError(b, err)
 		b.Cleanup(func() { _ = client.Close() })
 		return client
@@ -188,7 +188,7 @@ func benchDataPath(b *testing.B, e *env) {
 	transport := &http.Transport{Proxy: nil, MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute}
 	b.Cleanup(transport.CloseIdleConnections)
 	for _, p := range paths {
-		p.gateway = httptest.NewServer(extproc.NewProxy(p.client, transport))
+		p.gateway = httptest.NewServer(envoyclient.NewProxy(p.client, transport))
 		b.Cleanup(p.gateway.Close)
 		p.http = &http.Client{Transport: transport, Timeout: 30 * time.Second}
 	}
@@ -253,7 +253,7 @@ func benchDataPath(b *testing.B, e *env) {
 // ext_proc server.
 type dataPath struct {
 	name    string
-	client  *extproc.Client
+	client  *envoyclient.Client
 	gateway *httptest.Server
 	http    *http.Client
 	// pid is the sidecar process of the path (0: none); cpu its CPU time

@@ -34,16 +34,16 @@ import (
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/test/bench/crdfanout"
-	"github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 // importGVR is the virtual InferencePoolImport that mci-apiserver serves
 // through each cluster's aggregator.
-var importGVR = schema.GroupVersionResource{Group: clusterset.MCIGroup, Version: clusterset.MCIVersion, Resource: "inferencepoolimports"}
+var importGVR = schema.GroupVersionResource{Group: localclusterset.MCIGroup, Version: localclusterset.MCIVersion, Resource: "inferencepoolimports"}
 
 // env is a running local ClusterSet and admin clients of each member.
 type env struct {
-	cs    *clusterset.ClusterSet
+	cs    *localclusterset.ClusterSet
 	names []string
 	cfg   map[string]*rest.Config
 	kube  map[string]kubernetes.Interface
@@ -76,7 +76,7 @@ func startClusterSet(b *testing.B, n int) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	start := time.Now()
-	cs, err := clusterset.Up(ctx, clusterset.Options{
+	cs, err := localclusterset.Up(ctx, localclusterset.Options{
 		Dir:                dir,
 		Clusters:           clusterNames(n),
 		BinDir:             binDir,

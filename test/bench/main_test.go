@@ -1,5 +1,5 @@
 // Package bench measures mci against its alternatives on real local
-// ClusterSets (test/clusterset: etcd, a kube-apiserver and an mci-apiserver
+// ClusterSets (test/localclusterset: etcd, a kube-apiserver and an mci-apiserver
 // per cluster), each comparison interleaved in the same run (A, B, A, B)
 // and reported as medians and percentiles:
 //

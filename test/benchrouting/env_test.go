@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/mci-dev/mci/test/clusterset"
-	"github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
+	"github.com/mci-dev/mci/test/localclusterset"
 	"github.com/mci-dev/mci/test/simulator"
 )
 
@@ -52,8 +52,8 @@ var (
 // env is the running ClusterSet and data path.
 type env struct {
 	cfg config
-	cs  *clusterset.ClusterSet
-	dp  *clusterset.DataPath
+	cs  *localclusterset.ClusterSet
+	dp  *localclusterset.DataPath
 	dyn dynamic.Interface // of the importing cluster
 	// servers are the model servers' base URLs by cluster; direct the
 	// base URLs of the harness's gateways to each cluster's EPP.
@@ -92,7 +92,7 @@ func startEnv(b *testing.B, cfg config) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()
-	cs, err := clusterset.Up(ctx, clusterset.Options{
+	cs, err := localclusterset.Up(ctx, localclusterset.Options{
 		Dir:                filepath.Join(dir, "clusterset"),
 		Clusters:           clusterNames,
 		BinDir:             binDir,
@@ -105,7 +105,7 @@ func startEnv(b *testing.B, cfg config) *env {
 			b.Errorf("stopping the ClusterSet: %v", err)
 		}
 	})
-	dp, err := cs.StartDataPath(ctx, clusterset.DataPathOptions{
+	dp, err := cs.StartDataPath(ctx, localclusterset.DataPathOptions{
 		GatewayCluster: importingCluster,
 		ModelServers:   cfg.ServersPerCluster,
 		LoopbackBlock:  cfg.LoopbackBlock,
@@ -158,17 +158,17 @@ func simulatorArgs(cfg config, cluster string) []string {
 	return args
 }
 
-// startDirectGateway serves, on ip, a gateway (test/extproc's Proxy, the
+// startDirectGateway serves, on ip, a gateway (test/envoyclient's Proxy, the
 // code of test/cmd/gateway) that asks the EPP at epp: the path of the
 // reference routings, which choose the cluster themselves and leave the
 // choice of the server to that cluster's EPP.
 func startDirectGateway(b *testing.B, epp, ip string) string {
 	b.Helper()
-	client, err := extproc.Dial(epp, extproc.Options{MessageTimeout: 10 * time.Second})
+	client, err := envoyclient.Dial(epp, envoyclient.Options{MessageTimeout: 10 * time.Second})
 	require.NoError(b, err)
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	require.NoError(b, err)
-	srv := &http.Server{Handler: extproc.NewProxy(client, nil), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: envoyclient.NewProxy(client, nil), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	b.Cleanup(func() {
 		_ = srv.Close()

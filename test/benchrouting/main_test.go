@@ -1,7 +1,7 @@
 // Package benchrouting measures routing quality, what a user of
 // multi-cluster inference pays for: time to first token, throughput and
 // prefix-cache reuse, under each of mci-sidecar's cluster policies and two
-// references, on a real local ClusterSet (test/clusterset: etcd, a
+// references, on a real local ClusterSet (test/localclusterset: etcd, a
 // kube-apiserver and an mci-apiserver per cluster, the mci-epp and
 // mci-sidecar binaries of `make build`).
 //

@@ -31,7 +31,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	"github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
 )
 
@@ -186,7 +186,7 @@ func (p *eppPool) createModel(modelName string, criticality v1alpha2.Criticality
 type eppProcess struct {
 	ip     string
 	pool   string
-	client *extproc.Client
+	client *envoyclient.Client
 }
 
 // clusterEPP is a running mci-epp process.
@@ -222,7 +222,7 @@ func (p *eppPool) startEPP() *eppProcess {
 	e := &eppProcess{ip: fmt.Sprintf("127.0.%d.100", p.block), pool: p.name}
 	startClusterEPP(t, "cluster-a", p.ns, p.name, e.ip)
 	var err error
-	e.client, err = extproc.Dial(net.JoinHostPort(e.ip, strconv.Itoa(eppGRPCPort)), extproc.Options{MessageTimeout: 10 * time.Second})
+	e.client, err = envoyclient.Dial(net.JoinHostPort(e.ip, strconv.Itoa(eppGRPCPort)), envoyclient.Options{MessageTimeout: 10 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.client.Close() })
 	p.epp = e
@@ -331,12 +331,12 @@ func completion(model string) []byte {
 
 // route asks the EPP, as Envoy would, where a completion request for model
 // goes.
-func (e *eppProcess) route(t *testing.T, model string) *extproc.Result {
+func (e *eppProcess) route(t *testing.T, model string) *envoyclient.Result {
 	t.Helper()
-	return e.do(t, extproc.Request{Path: "/v1/completions", Body: completion(model)})
+	return e.do(t, envoyclient.Request{Path: "/v1/completions", Body: completion(model)})
 }
 
-func (e *eppProcess) do(t *testing.T, req extproc.Request) *extproc.Result {
+func (e *eppProcess) do(t *testing.T, req envoyclient.Request) *envoyclient.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
 	defer cancel()

@@ -19,7 +19,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
 	"github.com/mci-dev/mci/pkg/requestmodel"
-	"github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
 )
 
@@ -74,10 +74,10 @@ func TestEPPHonoursInferenceObjectivesAndModelRewritesOfBothGroups(t *testing.T)
 	e := p.startEPP()
 	p.waitForPoolMetrics([]int{100, 100}, []float64{0.95, 0.95})
 
-	withHeader := func(name, value string) extproc.Request {
+	withHeader := func(name, value string) envoyclient.Request {
 		h := http.Header{}
 		h.Set(name, value)
-		return extproc.Request{Path: "/v1/completions", Body: completion(baseModel), Headers: h}
+		return envoyclient.Request{Path: "/v1/completions", Body: completion(baseModel), Headers: h}
 	}
 	t.Run("a request naming an objective of priority below 0 is shed under saturation, in either group", func(t *testing.T) {
 		for _, objective := range []string{"background", "batch"} {
@@ -87,7 +87,7 @@ func TestEPPHonoursInferenceObjectivesAndModelRewritesOfBothGroups(t *testing.T)
 		}
 	})
 	t.Run("a request naming an objective of priority above 0, or none, is served", func(t *testing.T) {
-		for _, req := range []extproc.Request{withHeader(requestmodel.LLMDObjectiveHeader, "interactive"), {Path: "/v1/completions", Body: completion(baseModel)}} {
+		for _, req := range []envoyclient.Request{withHeader(requestmodel.LLMDObjectiveHeader, "interactive"), {Path: "/v1/completions", Body: completion(baseModel)}} {
 			res := e.do(t, req)
 			require.Nil(t, res.Immediate, "headers %v: immediate response %+v", req.Headers, res.Immediate)
 			assert.Contains(t, []string{p.servers[0].address(), p.servers[1].address()}, res.Destination)
@@ -116,7 +116,7 @@ func TestEPPHonoursInferenceObjectivesAndModelRewritesOfBothGroups(t *testing.T)
 		})
 	})
 
-	gateway := httptest.NewServer(extproc.NewProxy(e.client, nil))
+	gateway := httptest.NewServer(envoyclient.NewProxy(e.client, nil))
 	t.Cleanup(gateway.Close)
 	for _, tc := range []struct {
 		name, model, served string

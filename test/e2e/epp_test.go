@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
-	"github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
 )
 
@@ -131,7 +131,7 @@ func TestEPPSendsARequestThroughTheGatewayToTheChosenModelServer(t *testing.T) {
 	epp := p.startEPP()
 	p.waitForPoolMetrics([]int{3, 1, 20}, []float64{0.20, 0.10, 0.50})
 
-	gateway := httptest.NewServer(extproc.NewProxy(epp.client, nil))
+	gateway := httptest.NewServer(envoyclient.NewProxy(epp.client, nil))
 	t.Cleanup(gateway.Close)
 
 	for _, tc := range []struct {
@@ -190,7 +190,7 @@ func TestEPPAnswersErrorsOverTheExtProcProtocol(t *testing.T) {
 		{"a JSON body without a model gets 400", `{"prompt": "Say hello"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := epp.do(t, extproc.Request{Path: "/v1/completions", Body: []byte(tc.body)})
+			res := epp.do(t, envoyclient.Request{Path: "/v1/completions", Body: []byte(tc.body)})
 			require.NotNil(t, res.Immediate, "destination %q", res.Destination)
 			assert.Equal(t, http.StatusBadRequest, res.Immediate.StatusCode, "body: %s", res.Immediate.Body)
 		})
@@ -200,7 +200,7 @@ func TestEPPAnswersErrorsOverTheExtProcProtocol(t *testing.T) {
 		for _, m := range p.servers {
 			p.setReady(m, false)
 		}
-		var res *extproc.Result
+		var res *envoyclient.Result
 		eventually(t, t.Context(), watchEvent, func(ctx context.Context) (bool, string) {
 			res = epp.route(t, "assistant")
 			return res.Immediate != nil, fmt.Sprintf("destination %q", res.Destination)

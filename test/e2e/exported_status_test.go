@@ -22,7 +22,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/exportstatus"
-	harness "github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 // gatewayController is another controller writing the pool's status: its
@@ -181,7 +181,7 @@ func managedBy(pool *poolv1.InferencePool, manager, subresource string) bool {
 // again. When the leader stops, the other replica takes over.
 func TestExportedStatusIsWrittenByOneReplica(t *testing.T) {
 	ctx := t.Context()
-	cs := startClusterSet(t, "mci-e2e-exported-", harness.Options{
+	cs := startClusterSet(t, "mci-e2e-exported-", localclusterset.Options{
 		Clusters: []string{"cluster-a", "cluster-b"},
 		Replicas: 2,
 	})
@@ -221,7 +221,7 @@ func TestExportedStatusIsWrittenByOneReplica(t *testing.T) {
 		assert.Zero(t, m(t, ctx, "mci_exported_status_leader"), "cluster-b replica %d leads with nothing to write", r)
 		assert.Zero(t, m(t, ctx, `mci_exported_status_writes_total{result="written"}`), "cluster-b replica %d wrote", r)
 	}
-	_, err = b.kube.CoordinationV1().Leases(harness.MCIAPIServerNamespace).Get(ctx, exportstatus.LeaseName, metav1.GetOptions{})
+	_, err = b.kube.CoordinationV1().Leases(localclusterset.MCIAPIServerNamespace).Get(ctx, exportstatus.LeaseName, metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "an importing cluster gets no Lease: %v", err)
 
 	// Readiness flaps: no write.
@@ -299,7 +299,7 @@ type replicaMetric func(t *testing.T, ctx context.Context, series string) float6
 // replicaMetrics returns a reader of each mci-apiserver replica of cluster,
 // talking to the replica directly (not through the aggregator) as the
 // cluster's admin: /metrics is authorized by the cluster like any request.
-func replicaMetrics(t *testing.T, cs *harness.ClusterSet, cluster string) []replicaMetric {
+func replicaMetrics(t *testing.T, cs *localclusterset.ClusterSet, cluster string) []replicaMetric {
 	t.Helper()
 	c, err := cs.Cluster(cluster)
 	require.NoError(t, err)

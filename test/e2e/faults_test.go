@@ -27,7 +27,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/clusterset"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
-	harness "github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 // faultThreshold is --member-unreachable-after in the fault ClusterSet:
@@ -42,7 +42,7 @@ const faultThreshold = 3 * time.Second
 type faultSet struct {
 	// t is the test of all scenarios, which owns what outlives one.
 	t        *testing.T
-	cs       *harness.ClusterSet
+	cs       *localclusterset.ClusterSet
 	a, b     *cluster
 	bConfig  *rest.Config
 	informer cache.SharedIndexInformer
@@ -113,7 +113,7 @@ func TestFaultsInAnHAClusterSet(t *testing.T) {
 		b := f.b
 		secretWith := func(kubeconfig []byte) *corev1.Secret {
 			return &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: "member-cluster-a", Namespace: harness.MCIAPIServerNamespace, Labels: map[string]string{clusterset.MemberClusterLabel: "cluster-a"}},
+				ObjectMeta: metav1.ObjectMeta{Name: "member-cluster-a", Namespace: localclusterset.MCIAPIServerNamespace, Labels: map[string]string{clusterset.MemberClusterLabel: "cluster-a"}},
 				Data:       map[string][]byte{clusterset.MemberKubeconfigKey: kubeconfig},
 			}
 		}
@@ -121,7 +121,7 @@ func TestFaultsInAnHAClusterSet(t *testing.T) {
 		// the token of a member-reader ServiceAccount, and the directory's
 		// identity loses its permissions in cluster-a (open watches go on).
 		joins := f.secretJoins(t)
-		_, err := b.kube.CoreV1().Secrets(harness.MCIAPIServerNamespace).Create(ctx, secretWith(f.memberToken(t, ctx, "reader-1")), metav1.CreateOptions{})
+		_, err := b.kube.CoreV1().Secrets(localclusterset.MCIAPIServerNamespace).Create(ctx, secretWith(f.memberToken(t, ctx, "reader-1")), metav1.CreateOptions{})
 		require.NoError(t, err)
 		dirFile := filepath.Join(f.cs.MembersDir(), "cluster-a.kubeconfig")
 		require.NoError(t, os.Rename(dirFile, filepath.Join(f.cs.Dir, "cluster-a.kubeconfig.parked")))
@@ -134,14 +134,14 @@ func TestFaultsInAnHAClusterSet(t *testing.T) {
 		// The rotation: a new ServiceAccount token, and the old
 		// ServiceAccount deleted, which invalidates its tokens.
 		rotated := secretWith(f.memberToken(t, ctx, "reader-2"))
-		current, err := b.kube.CoreV1().Secrets(harness.MCIAPIServerNamespace).Get(ctx, rotated.Name, metav1.GetOptions{})
+		current, err := b.kube.CoreV1().Secrets(localclusterset.MCIAPIServerNamespace).Get(ctx, rotated.Name, metav1.GetOptions{})
 		require.NoError(t, err)
 		rotated.ResourceVersion = current.ResourceVersion
 		var deleted atomic.Int64
 		handle, err := f.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { deleted.Add(1) }})
 		require.NoError(t, err)
 		joins = f.secretJoins(t)
-		_, err = b.kube.CoreV1().Secrets(harness.MCIAPIServerNamespace).Update(ctx, rotated, metav1.UpdateOptions{})
+		_, err = b.kube.CoreV1().Secrets(localclusterset.MCIAPIServerNamespace).Update(ctx, rotated, metav1.UpdateOptions{})
 		require.NoError(t, err)
 		assert.Never(t, func() bool {
 			ok, _ := f.allImportsReason(ctx, "Ready")
@@ -191,7 +191,7 @@ func TestFaultsInAnHAClusterSet(t *testing.T) {
 
 func startFaultSet(t *testing.T) *faultSet {
 	t.Helper()
-	cs := startClusterSet(t, "mci-e2e-faults-", harness.Options{
+	cs := startClusterSet(t, "mci-e2e-faults-", localclusterset.Options{
 		Clusters:               []string{"cluster-a", "cluster-b"},
 		Replicas:               2,
 		MemberUnreachableAfter: faultThreshold,
@@ -215,7 +215,7 @@ func startFaultSet(t *testing.T) *faultSet {
 }
 
 // clientsIn returns the clients of one cluster of cs.
-func clientsIn(t *testing.T, cs *harness.ClusterSet, name string) *cluster {
+func clientsIn(t *testing.T, cs *localclusterset.ClusterSet, name string) *cluster {
 	t.Helper()
 	c, err := cs.Cluster(name)
 	require.NoError(t, err)
@@ -368,7 +368,7 @@ func (f *faultSet) waitSecretJoins(t *testing.T, before []int) {
 
 func (c *cluster) deleteServiceAccount(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	require.NoError(t, c.kube.CoreV1().ServiceAccounts(harness.MCIAPIServerNamespace).Delete(ctx, name, metav1.DeleteOptions{}))
+	require.NoError(t, c.kube.CoreV1().ServiceAccounts(localclusterset.MCIAPIServerNamespace).Delete(ctx, name, metav1.DeleteOptions{}))
 }
 
 // manyWatchers opens n watches on the imports of cluster-b through the

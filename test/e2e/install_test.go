@@ -34,7 +34,7 @@ import (
 
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/servingcert"
-	harness "github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 const (
@@ -43,7 +43,7 @@ const (
 	sidecarDeployDir   = deployRoot + "/mci-sidecar"
 	eppDeployDir       = deployRoot + "/mci-epp"
 	servingCertSecret  = "mci-apiserver-tls"
-	servedAs           = harness.MCIAPIServerServiceName + "." + harness.MCIAPIServerNamespace + ".svc"
+	servedAs           = localclusterset.MCIAPIServerServiceName + "." + localclusterset.MCIAPIServerNamespace + ".svc"
 )
 
 // kustomize builds a kustomization with kubectl, as `kubectl apply -k`
@@ -63,7 +63,7 @@ func exitStderr(err error) string {
 }
 
 // kubectl runs kubectl against cluster with stdin, returning its output.
-func kubectl(t *testing.T, cluster *harness.Cluster, stdin []byte, args ...string) string {
+func kubectl(t *testing.T, cluster *localclusterset.Cluster, stdin []byte, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", cluster.Kubeconfig}, args...)...)
 	cmd.Stdin = bytes.NewReader(stdin)
@@ -149,7 +149,7 @@ func TestInstallKustomizationsAreAcceptedByARealCluster(t *testing.T) {
 
 	t.Run("the cert-manager overlay lets cert-manager issue the certificate and inject its CA", func(t *testing.T) {
 		objs := kustomize(t, certManagerOverlay)
-		apiService := findObject(t, objs, "APIService", harness.APIServiceName)
+		apiService := findObject(t, objs, "APIService", localclusterset.APIServiceName)
 		injectFrom := apiService.GetAnnotations()["cert-manager.io/inject-ca-from"]
 		ns, name, ok := strings.Cut(injectFrom, "/")
 		require.True(t, ok, "inject-ca-from %q is not namespace/name", injectFrom)
@@ -194,7 +194,7 @@ func TestInstallKustomizationsAreAcceptedByARealCluster(t *testing.T) {
 			rest = append(append(rest, data...), '\n')
 		}
 		out := kubectl(t, kb, rest, "apply", "--server-side", "--force-conflicts", "--field-manager=mci-e2e-install", "--dry-run=server", "-f", "-")
-		assert.Contains(t, out, "apiservice.apiregistration.k8s.io/"+harness.APIServiceName+" serverside-applied (server dry run)")
+		assert.Contains(t, out, "apiservice.apiregistration.k8s.io/"+localclusterset.APIServiceName+" serverside-applied (server dry run)")
 		assert.Contains(t, out, "deployment.apps/mci-apiserver serverside-applied (server dry run)")
 	})
 }
@@ -210,7 +210,7 @@ func TestInstallKustomizationsAreAcceptedByARealCluster(t *testing.T) {
 func TestInstallInOneCommandWithASelfContainedServingCertificate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	cs, err := harness.Up(ctx, harness.Options{Dir: t.TempDir(), Clusters: []string{"install"}, Log: testWriter{t}})
+	cs, err := localclusterset.Up(ctx, localclusterset.Options{Dir: t.TempDir(), Clusters: []string{"install"}, Log: testWriter{t}})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, cs.Stop()) })
 	c, err := cs.Cluster("install")
@@ -220,7 +220,7 @@ func TestInstallInOneCommandWithASelfContainedServingCertificate(t *testing.T) {
 
 	out := kubectl(t, c, nil, "apply", "-k", deployDir)
 	t.Logf("kubectl apply -k %s:\n%s", deployDir, out)
-	assert.Contains(t, out, "apiservice.apiregistration.k8s.io/"+harness.APIServiceName+" created")
+	assert.Contains(t, out, "apiservice.apiregistration.k8s.io/"+localclusterset.APIServiceName+" created")
 	assert.Contains(t, out, "deployment.apps/mci-apiserver created")
 
 	objs := kustomize(t, deployDir)
@@ -230,12 +230,12 @@ func TestInstallInOneCommandWithASelfContainedServingCertificate(t *testing.T) {
 
 	port := freeLoopbackPort(t)
 	pointServiceAtLoopback(t, ctx, kube, dyn, port)
-	kubeconfig := serviceAccountKubeconfig(t, ctx, kube, c, harness.MCIAPIServerNamespace, "mci-apiserver")
+	kubeconfig := serviceAccountKubeconfig(t, ctx, kube, c, localclusterset.MCIAPIServerNamespace, "mci-apiserver")
 	startMCIAPIServerAsDeployed(t, port,
 		"--cluster-name=install",
 		"--clusterset-name=install",
 		"--kubeconfig="+kubeconfig,
-		"--namespace="+harness.MCIAPIServerNamespace,
+		"--namespace="+localclusterset.MCIAPIServerNamespace,
 		"--serving-cert-secret="+secretName,
 	)
 
@@ -245,9 +245,9 @@ func TestInstallInOneCommandWithASelfContainedServingCertificate(t *testing.T) {
 		// controller; its proxy learns of it from its own APIService
 		// informer and answers 503 "service unavailable" until then, so
 		// the List is retried after the condition turns True (the same
-		// lag test/clusterset's apiServiceAvailable waits out).
+		// lag test/localclusterset's apiServiceAvailable waits out).
 		eventually(t, ctx, 2*time.Minute, func(ctx context.Context) (bool, string) {
-			as, err := dyn.Resource(servingcert.APIServiceGVR).Get(ctx, harness.APIServiceName, metav1.GetOptions{})
+			as, err := dyn.Resource(servingcert.APIServiceGVR).Get(ctx, localclusterset.APIServiceName, metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
 			}
@@ -261,9 +261,9 @@ func TestInstallInOneCommandWithASelfContainedServingCertificate(t *testing.T) {
 		})
 	})
 
-	secret, err := kube.CoreV1().Secrets(harness.MCIAPIServerNamespace).Get(ctx, secretName, metav1.GetOptions{})
+	secret, err := kube.CoreV1().Secrets(localclusterset.MCIAPIServerNamespace).Get(ctx, secretName, metav1.GetOptions{})
 	require.NoError(t, err)
-	apiService, err := dyn.Resource(servingcert.APIServiceGVR).Get(ctx, harness.APIServiceName, metav1.GetOptions{})
+	apiService, err := dyn.Resource(servingcert.APIServiceGVR).Get(ctx, localclusterset.APIServiceName, metav1.GetOptions{})
 	require.NoError(t, err)
 
 	t.Run("the caBundle verifies the certificate in the Secret, without insecureSkipTLSVerify", func(t *testing.T) {
@@ -303,15 +303,15 @@ func TestInstallInOneCommandWithASelfContainedServingCertificate(t *testing.T) {
 
 	t.Run("a restarted server keeps the certificate and the caBundle", func(t *testing.T) {
 		b, err := servingcert.Ensure(ctx, kube, dyn, servingcert.Options{
-			Namespace: harness.MCIAPIServerNamespace, SecretName: secretName,
-			APIService: harness.APIServiceName, APIServiceWait: time.Second,
+			Namespace: localclusterset.MCIAPIServerNamespace, SecretName: secretName,
+			APIService: localclusterset.APIServiceName, APIServiceWait: time.Second,
 		})
 		require.NoError(t, err)
 		assert.Equal(t, secret.Data[corev1.TLSCertKey], b.CertPEM)
-		again, err := kube.CoreV1().Secrets(harness.MCIAPIServerNamespace).Get(ctx, secretName, metav1.GetOptions{})
+		again, err := kube.CoreV1().Secrets(localclusterset.MCIAPIServerNamespace).Get(ctx, secretName, metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, secret.ResourceVersion, again.ResourceVersion, "the Secret is not rewritten")
-		as, err := dyn.Resource(servingcert.APIServiceGVR).Get(ctx, harness.APIServiceName, metav1.GetOptions{})
+		as, err := dyn.Resource(servingcert.APIServiceGVR).Get(ctx, localclusterset.APIServiceName, metav1.GetOptions{})
 		require.NoError(t, err)
 		before, _, _ := unstructured.NestedString(apiService.Object, "spec", "caBundle")
 		after, _, _ := unstructured.NestedString(as.Object, "spec", "caBundle")
@@ -343,12 +343,12 @@ func freeLoopbackPort(t *testing.T) int {
 // pointServiceAtLoopback turns the kustomization's ClusterIP Service into
 // an ExternalName Service for localhost, and the APIService's port into
 // the server's: what makes the aggregator reach a process on this machine
-// (see test/clusterset/apiservice.go), while TLS is still verified for
+// (see test/localclusterset/apiservice.go), while TLS is still verified for
 // mci-apiserver.mci-system.svc.
 func pointServiceAtLoopback(t *testing.T, ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, port int) {
 	t.Helper()
-	services := kube.CoreV1().Services(harness.MCIAPIServerNamespace)
-	svc, err := services.Get(ctx, harness.MCIAPIServerServiceName, metav1.GetOptions{})
+	services := kube.CoreV1().Services(localclusterset.MCIAPIServerNamespace)
+	svc, err := services.Get(ctx, localclusterset.MCIAPIServerServiceName, metav1.GetOptions{})
 	require.NoError(t, err)
 	svc.Spec = corev1.ServiceSpec{
 		Type:         corev1.ServiceTypeExternalName,
@@ -358,14 +358,14 @@ func pointServiceAtLoopback(t *testing.T, ctx context.Context, kube kubernetes.I
 	_, err = services.Update(ctx, svc, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	patch := fmt.Sprintf(`{"spec":{"service":{"port":%d}}}`, port)
-	_, err = dyn.Resource(servingcert.APIServiceGVR).Patch(ctx, harness.APIServiceName, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	_, err = dyn.Resource(servingcert.APIServiceGVR).Patch(ctx, localclusterset.APIServiceName, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	require.NoError(t, err)
 }
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as the
 // ServiceAccount namespace/name with a bound token, as a pod running as it
 // would: only the RBAC the kustomization grants applies.
-func serviceAccountKubeconfig(t *testing.T, ctx context.Context, kube kubernetes.Interface, c *harness.Cluster, namespace, name string) string {
+func serviceAccountKubeconfig(t *testing.T, ctx context.Context, kube kubernetes.Interface, c *localclusterset.Cluster, namespace, name string) string {
 	t.Helper()
 	tr, err := kube.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},

@@ -28,7 +28,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/sidecar"
-	harness "github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 // These tests put faults on the link from mci-sidecar to one EPP
@@ -53,8 +53,8 @@ const (
 // eppLinkSet is the data path with links, and what the tests read of its
 // sidecar: its metrics and its log.
 type eppLinkSet struct {
-	cs         *harness.ClusterSet
-	dp         *harness.DataPath
+	cs         *localclusterset.ClusterSet
+	dp         *localclusterset.DataPath
 	metricsURL string
 	sidecarLog string
 }
@@ -78,12 +78,12 @@ func (s served) String() string {
 
 func startEPPLinkSet(t *testing.T) *eppLinkSet {
 	t.Helper()
-	cs := startClusterSet(t, "mci-e2e-epplinks-", harness.Options{
+	cs := startClusterSet(t, "mci-e2e-epplinks-", localclusterset.Options{
 		Clusters: []string{"cluster-a", "cluster-b", "cluster-c"},
 		Links:    true,
 	})
 	start := time.Now()
-	dp, err := cs.StartDataPath(t.Context(), harness.DataPathOptions{
+	dp, err := cs.StartDataPath(t.Context(), localclusterset.DataPathOptions{
 		BinDir:        dataPathBinaries(t),
 		LoopbackBlock: eppLinkBlock,
 		ModelServers:  1,
@@ -390,7 +390,7 @@ func TestEPPLinkFaults(t *testing.T) {
 		}
 		// The EPP answers every response message in time. The end of its
 		// stream comes 1s after the gateway ended its own, when the test
-		// gateway (test/extproc's Exchange.Close lingers 1s) has reset
+		// gateway (test/envoyclient's Exchange.Close lingers 1s) has reset
 		// the stream already: the response phase was complete all the
 		// same.
 		assert.Equal(t, map[string]float64{sidecar.ResponseCompleted: float64(len(slow))}, outcomes, "the slow EPP answers every response phase in time")
@@ -534,7 +534,7 @@ func TestEPPLinkFaults(t *testing.T) {
 		// and the sidecar routes to those, stale, as no reachable cluster
 		// is left.
 		b := clientsIn(t, s.cs, "cluster-b")
-		var links []*harness.Link
+		var links []*localclusterset.Link
 		for _, member := range []string{"cluster-a", "cluster-c"} {
 			l, err := s.cs.MemberLink("cluster-b", member)
 			require.NoError(t, err)

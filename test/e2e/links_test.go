@@ -24,7 +24,7 @@ import (
 	"github.com/mci-dev/mci/pkg/clusterset"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
-	harness "github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 // partitionHold is how long a partition lasts past being flagged.
@@ -48,7 +48,7 @@ const linkNS = "links"
 // see it. cluster-a and cluster-c export pools; an informer in every
 // cluster watches its imports through the aggregator, as mci-sidecar does.
 type linkSet struct {
-	cs       *harness.ClusterSet
+	cs       *localclusterset.ClusterSet
 	clusters map[string]*cluster
 	// informers watch each cluster's imports through its aggregator.
 	informers map[string]cache.SharedIndexInformer
@@ -62,7 +62,7 @@ type linkSet struct {
 
 func startLinkSet(t *testing.T) *linkSet {
 	t.Helper()
-	cs := startClusterSet(t, "mci-e2e-links-", harness.Options{
+	cs := startClusterSet(t, "mci-e2e-links-", localclusterset.Options{
 		Clusters:               []string{"cluster-a", "cluster-b", "cluster-c"},
 		Replicas:               2,
 		MemberUnreachableAfter: linkThreshold,
@@ -102,7 +102,7 @@ func startLinkSet(t *testing.T) *linkSet {
 	return l
 }
 
-func (l *linkSet) link(t *testing.T, watcher, member string) *harness.Link {
+func (l *linkSet) link(t *testing.T, watcher, member string) *localclusterset.Link {
 	t.Helper()
 	link, err := l.cs.MemberLink(watcher, member)
 	require.NoError(t, err)
@@ -441,14 +441,14 @@ func TestLinkFaults(t *testing.T) {
 		secretWith := func(reader string) *corev1.Secret {
 			kubeconfig := tokenKubeconfig(t, "cluster-a", server, ka.Config.CAData, memberReaderToken(t, ctx, a, reader, t))
 			return &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: "member-cluster-a", Namespace: harness.MCIAPIServerNamespace, Labels: map[string]string{clusterset.MemberClusterLabel: "cluster-a"}},
+				ObjectMeta: metav1.ObjectMeta{Name: "member-cluster-a", Namespace: localclusterset.MCIAPIServerNamespace, Labels: map[string]string{clusterset.MemberClusterLabel: "cluster-a"}},
 				Data:       map[string][]byte{clusterset.MemberKubeconfigKey: kubeconfig},
 			}
 		}
 		// cluster-b reaches cluster-a through a Secret rather than its
 		// kubeconfig directory, through the same link.
 		joins := secretJoinsIn(t, l.cs, "cluster-b", "cluster-a")
-		_, err = b.kube.CoreV1().Secrets(harness.MCIAPIServerNamespace).Create(ctx, secretWith("link-reader-1"), metav1.CreateOptions{})
+		_, err = b.kube.CoreV1().Secrets(localclusterset.MCIAPIServerNamespace).Create(ctx, secretWith("link-reader-1"), metav1.CreateOptions{})
 		require.NoError(t, err)
 		dirFile := filepath.Join(l.cs.MemberKubeconfigDir("cluster-b"), "cluster-a.kubeconfig")
 		require.NoError(t, os.Rename(dirFile, filepath.Join(l.cs.Dir, "cluster-b-cluster-a.kubeconfig.parked")))
@@ -498,10 +498,10 @@ func TestLinkFaults(t *testing.T) {
 
 		// The rotation while partitioned: a new token, the old one revoked.
 		rotated := secretWith("link-reader-2")
-		current, err := b.kube.CoreV1().Secrets(harness.MCIAPIServerNamespace).Get(ctx, rotated.Name, metav1.GetOptions{})
+		current, err := b.kube.CoreV1().Secrets(localclusterset.MCIAPIServerNamespace).Get(ctx, rotated.Name, metav1.GetOptions{})
 		require.NoError(t, err)
 		rotated.ResourceVersion = current.ResourceVersion
-		_, err = b.kube.CoreV1().Secrets(harness.MCIAPIServerNamespace).Update(ctx, rotated, metav1.UpdateOptions{})
+		_, err = b.kube.CoreV1().Secrets(localclusterset.MCIAPIServerNamespace).Update(ctx, rotated, metav1.UpdateOptions{})
 		require.NoError(t, err)
 		a.deleteServiceAccount(t, ctx, "link-reader-1")
 		// A replica restarts meanwhile, and the rotated member waits past
@@ -570,7 +570,7 @@ func (l *linkSet) replicaViews(t *testing.T, cluster string) []func(context.Cont
 
 // secretJoinsIn counts, in the log of each of watcher's mci-apiserver
 // replicas, the connections to member made from a member Secret.
-func secretJoinsIn(t *testing.T, cs *harness.ClusterSet, watcher, member string) []int {
+func secretJoinsIn(t *testing.T, cs *localclusterset.ClusterSet, watcher, member string) []int {
 	t.Helper()
 	var counts []int
 	for _, p := range cs.Processes() {
@@ -590,7 +590,7 @@ func secretJoinsIn(t *testing.T, cs *harness.ClusterSet, watcher, member string)
 	return counts
 }
 
-func waitSecretJoinsIn(t *testing.T, cs *harness.ClusterSet, watcher, member string, before []int) {
+func waitSecretJoinsIn(t *testing.T, cs *localclusterset.ClusterSet, watcher, member string, before []int) {
 	t.Helper()
 	eventually(t, t.Context(), convergence, func(context.Context) (bool, string) {
 		now := secretJoinsIn(t, cs, watcher, member)

@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 // clusters is the ClusterSet every test in this package shares. Tests use
 // namespaces of their own so that they do not see each other's pools.
-var clusters *clusterset.ClusterSet
+var clusters *localclusterset.ClusterSet
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -42,7 +42,7 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()
-	clusters, err = clusterset.Up(ctx, clusterset.Options{
+	clusters, err = localclusterset.Up(ctx, localclusterset.Options{
 		Dir:                dir,
 		BinDir:             binDir,
 		MCIAPIServerBinary: mci,

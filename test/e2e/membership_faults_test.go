@@ -25,7 +25,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/clusterset"
-	harness "github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 // defaultUnreachableAfter is mci-apiserver's --member-unreachable-after
@@ -41,7 +41,7 @@ type serverLog struct {
 	offset int64
 }
 
-func followLog(t *testing.T, cs *harness.ClusterSet, process string) *serverLog {
+func followLog(t *testing.T, cs *localclusterset.ClusterSet, process string) *serverLog {
 	t.Helper()
 	for _, p := range cs.Processes() {
 		if p.Name == process {
@@ -88,7 +88,7 @@ func (l *serverLog) waitFor(t *testing.T, timeout time.Duration, parts ...string
 
 // requireNoPanicAndSamePID checks that the server neither panicked (a
 // recovered panic in a handler is logged, not fatal) nor was replaced.
-func (l *serverLog) requireNoPanicAndSamePID(t *testing.T, cs *harness.ClusterSet) {
+func (l *serverLog) requireNoPanicAndSamePID(t *testing.T, cs *localclusterset.ClusterSet) {
 	t.Helper()
 	for _, line := range l.lines(t) {
 		assert.NotContains(t, strings.ToLower(line), "panic", "%s logged a panic", l.name)
@@ -208,7 +208,7 @@ func pluginKubeconfig(t *testing.T, r *requestRecorder, user *clientcmdapi.AuthI
 
 // memberKubeconfig returns the member kubeconfig of cluster from the
 // harness's member directory, its cluster entry changed by edit.
-func memberKubeconfig(t *testing.T, cs *harness.ClusterSet, cluster string, edit func(*clientcmdapi.Cluster)) []byte {
+func memberKubeconfig(t *testing.T, cs *localclusterset.ClusterSet, cluster string, edit func(*clientcmdapi.Cluster)) []byte {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(cs.MembersDir(), cluster+".kubeconfig"))
 	require.NoError(t, err)
@@ -224,7 +224,7 @@ func memberKubeconfig(t *testing.T, cs *harness.ClusterSet, cluster string, edit
 
 func memberSecret(name, cluster string, data map[string][]byte) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: harness.MCIAPIServerNamespace, Labels: map[string]string{clusterset.MemberClusterLabel: cluster}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: localclusterset.MCIAPIServerNamespace, Labels: map[string]string{clusterset.MemberClusterLabel: cluster}},
 		Data:       data,
 	}
 }
@@ -328,7 +328,7 @@ func TestBadMemberSecretsAreReportedAndServingGoesOn(t *testing.T) {
 		memberSecret("claims-local", "cluster-b", map[string][]byte{clusterset.MemberKubeconfigKey: memberKubeconfig(t, clusters, "cluster-a", func(*clientcmdapi.Cluster) {})}),
 		memberSecret("dead", "cluster-dead", map[string][]byte{clusterset.MemberKubeconfigKey: memberKubeconfig(t, clusters, "cluster-a", func(c *clientcmdapi.Cluster) { c.Server = dead })}),
 	}
-	api := b.kube.CoreV1().Secrets(harness.MCIAPIServerNamespace)
+	api := b.kube.CoreV1().Secrets(localclusterset.MCIAPIServerNamespace)
 	deleteSecrets := func() {
 		for _, s := range secrets {
 			_ = api.Delete(context.Background(), s.Name, metav1.DeleteOptions{})
@@ -457,7 +457,7 @@ const (
 // exports loses its entry. Watchers through the aggregator see each step,
 // and the reverse when the member answers again.
 func TestAnUnreachableMemberIsFlaggedThenRemovedThroughTheAggregator(t *testing.T) {
-	cs := startClusterSet(t, "mci-e2e-remove-", harness.Options{
+	cs := startClusterSet(t, "mci-e2e-remove-", localclusterset.Options{
 		Clusters:               []string{"cluster-a", "cluster-b", "cluster-c"},
 		MemberUnreachableAfter: removeUnreachableAfter,
 		MemberRemoveAfter:      removeAfter,
@@ -602,7 +602,7 @@ func (h *watchHistory) wait(t *testing.T, name string, typ watch.EventType, stat
 
 // startClusterSet starts a ClusterSet of its own for one test, with the
 // mci-apiserver of the shared one, and stops it when the test ends.
-func startClusterSet(t *testing.T, prefix string, opts harness.Options) *harness.ClusterSet {
+func startClusterSet(t *testing.T, prefix string, opts localclusterset.Options) *localclusterset.ClusterSet {
 	t.Helper()
 	binDir := os.Getenv("MCI_BIN_DIR")
 	if binDir == "" {
@@ -617,7 +617,7 @@ func startClusterSet(t *testing.T, prefix string, opts harness.Options) *harness
 	start := time.Now()
 	upCtx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	cs, err := harness.Up(upCtx, opts)
+	cs, err := localclusterset.Up(upCtx, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		assert.NoError(t, cs.Stop())

@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/mci-dev/mci/pkg/clusterset"
-	harness "github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 const deployDir = "../../artifacts/deploy/mci-apiserver"
@@ -290,12 +290,12 @@ func TestSecurityCreateMemberSecretScript(t *testing.T) {
 
 	t.Run("with a ServiceAccount token, applied to the target cluster", func(t *testing.T) {
 		memberReaderToken(t, ctx, c, "e2e-script-reader", t) // creates the ServiceAccount and its binding
-		script("--token-for-service-account", harness.MCIAPIServerNamespace+"/e2e-script-reader", "--token-duration", "1h")
+		script("--token-for-service-account", localclusterset.MCIAPIServerNamespace+"/e2e-script-reader", "--token-duration", "1h")
 		secret, err := b.kube.CoreV1().Secrets(ns).Get(ctx, "member-cluster-c", metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.NotContains(t, secret.Annotations, corev1.LastAppliedConfigAnnotation, "the kubeconfig must not be copied into an annotation")
 		user, kube := connect(t, secret)
-		assert.Equal(t, "system:serviceaccount:"+harness.MCIAPIServerNamespace+":e2e-script-reader", user)
+		assert.Equal(t, "system:serviceaccount:"+localclusterset.MCIAPIServerNamespace+":e2e-script-reader", user)
 		_, err = kube.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1})
 		assert.NoError(t, err, "the member reader may list services")
 		_, err = kube.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1})

@@ -29,7 +29,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/clusterset"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
-	harness "github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 const importsPath = "/apis/" + v1alpha1.GroupName + "/v1alpha1/inferencepoolimports"
@@ -98,7 +98,7 @@ func TestSecurityTheRequestHeaderCAIsTrustedOnlyForTheAggregatorsName(t *testing
 		allow  bool
 	}{
 		{"the aggregator's name may assert an identity", func(t *testing.T) *http.Client {
-			cert, err := clusters.FrontProxyClientCert(harness.FrontProxyClientName)
+			cert, err := clusters.FrontProxyClientCert(localclusterset.FrontProxyClientName)
 			require.NoError(t, err)
 			return directClient(t, &cert)
 		}, true},
@@ -146,7 +146,7 @@ func TestSecurityNoSecretMaterialInLogsOrServedObjects(t *testing.T) {
 	kc, err := clusters.Cluster("cluster-c")
 	require.NoError(t, err)
 	kubeconfig := tokenKubeconfig(t, "leaky", kc.Server, kc.Config.CAData, token)
-	secrets := b.kube.CoreV1().Secrets(harness.MCIAPIServerNamespace)
+	secrets := b.kube.CoreV1().Secrets(localclusterset.MCIAPIServerNamespace)
 	member := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "member-leaky", Labels: map[string]string{clusterset.MemberClusterLabel: "leaky"}},
 		Data:       map[string][]byte{clusterset.MemberKubeconfigKey: kubeconfig},
@@ -236,7 +236,7 @@ func TestSecurityNoSecretMaterialInLogsOrServedObjects(t *testing.T) {
 // owner ends (t, or a parent test that uses it longer).
 func memberReaderToken(t *testing.T, ctx context.Context, c *cluster, name string, owner testing.TB) string {
 	t.Helper()
-	ns := harness.MCIAPIServerNamespace
+	ns := localclusterset.MCIAPIServerNamespace
 	_, err := c.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	binding := &rbacv1.ClusterRoleBinding{

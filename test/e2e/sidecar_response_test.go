@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 )
 
 // eppSeries sums the series of an mci-epp's /metrics whose name is metric
@@ -57,17 +57,17 @@ type heldResponse struct {
 // holdResponse runs a completion request through the sidecar's ext_proc
 // service as the gateway does, then starts its response phase (headers,
 // a first piece of the body) and holds it there until release or cancel.
-func holdResponse(t *testing.T, client *extproc.Client) *heldResponse {
+func holdResponse(t *testing.T, client *envoyclient.Client) *heldResponse {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	x, err := client.Start(ctx, extproc.Request{Path: "/v1/completions", Body: completion(baseModel)})
+	x, err := client.Start(ctx, envoyclient.Request{Path: "/v1/completions", Body: completion(baseModel)})
 	require.NoError(t, err)
 	require.Nil(t, x.Result.Immediate, "%+v", x.Result.Immediate)
 	require.NotEmpty(t, x.Result.Destination)
 	pr, pw := io.Pipe()
 	h := &heldResponse{destination: x.Result.Destination, body: pw, cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		ir, err := x.Respond(extproc.Response{Headers: http.Header{"Content-Type": {"text/event-stream"}}, BodyReader: pr}, discardSink{})
+		ir, err := x.Respond(envoyclient.Response{Headers: http.Header{"Content-Type": {"text/event-stream"}}, BodyReader: pr}, discardSink{})
 		if err == nil && ir != nil {
 			err = fmt.Errorf("immediate response %d in the response phase", ir.StatusCode)
 		}
@@ -110,7 +110,7 @@ func (discardSink) WriteTrailers(http.Header) error     { return nil }
 func TestSidecarRelaysTheResponsePhaseToTheRemoteEPPThatServes(t *testing.T) {
 	s := newSidecarSetupWith(t, "e2e-sidecar-response", sidecarOptions{blockA: 171, blockC: 173, sidecarIP: "127.0.172.1"})
 	ctx := t.Context()
-	client, err := extproc.Dial(s.sidecar.GRPCAddr(), extproc.Options{MessageTimeout: 10 * time.Second})
+	client, err := envoyclient.Dial(s.sidecar.GRPCAddr(), envoyclient.Options{MessageTimeout: 10 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Close() })
 	clusterOf := map[string]string{

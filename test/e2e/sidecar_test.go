@@ -25,7 +25,7 @@ import (
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
-	"github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
 )
 
@@ -202,10 +202,10 @@ func newSidecarSetupWith(t *testing.T, ns string, o sidecarOptions) *sidecarSetu
 		return false, fmt.Sprintf("table generation %d: rules %d, shims %d, errors %v", tbl.Generation, len(tbl.Rules()), len(tbl.Shims()), tbl.Errors)
 	})
 
-	client, err := extproc.Dial(sc.GRPCAddr(), extproc.Options{MessageTimeout: 10 * time.Second})
+	client, err := envoyclient.Dial(sc.GRPCAddr(), envoyclient.Options{MessageTimeout: 10 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Close() })
-	s.gateway = httptest.NewServer(extproc.NewProxy(client, nil))
+	s.gateway = httptest.NewServer(envoyclient.NewProxy(client, nil))
 	t.Cleanup(s.gateway.Close)
 	t.Logf("setup done in %s: sidecar ext_proc on %s", time.Since(start).Round(time.Millisecond), sc.GRPCAddr())
 	return s

@@ -23,7 +23,7 @@ import (
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
-	"github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
 	"github.com/mci-dev/mci/test/tlstest"
 )
@@ -80,9 +80,9 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfTheImportingCluster(t *testin
 			"an untrusted certificate":  {grpc.WithTransportCredentials(credentials.NewTLS(tlstest.ClientConfig(t, serving.CAPEM, &stranger)))},
 			"the sidecar's certificate": {grpc.WithTransportCredentials(credentials.NewTLS(tlstest.ClientConfig(t, serving.CAPEM, &client)))},
 		} {
-			c, err := extproc.Dial(eppAddr, extproc.Options{MessageTimeout: 5 * time.Second}, dial...)
+			c, err := envoyclient.Dial(eppAddr, envoyclient.Options{MessageTimeout: 5 * time.Second}, dial...)
 			require.NoError(t, err)
-			res, err := c.Do(ctx, extproc.Request{Path: "/v1/completions", Body: completion(baseModel)})
+			res, err := c.Do(ctx, envoyclient.Request{Path: "/v1/completions", Body: completion(baseModel)})
 			_ = c.Close()
 			if name == "the sidecar's certificate" {
 				require.NoError(t, err, name)
@@ -144,10 +144,10 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfTheImportingCluster(t *testin
 	}, sidecar.Clients{Kube: b.kube, MCI: b.mci, Gateway: b.gateway})
 	require.NoError(t, err)
 	runSidecar(t, sc)
-	ec, err := extproc.Dial(sc.GRPCAddr(), extproc.Options{MessageTimeout: 10 * time.Second})
+	ec, err := envoyclient.Dial(sc.GRPCAddr(), envoyclient.Options{MessageTimeout: 10 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ec.Close() })
-	gw := httptest.NewServer(extproc.NewProxy(ec, nil))
+	gw := httptest.NewServer(envoyclient.NewProxy(ec, nil))
 	t.Cleanup(gw.Close)
 	s := &sidecarSetup{ns: ns, gateway: gw, b: b, sidecar: sc}
 

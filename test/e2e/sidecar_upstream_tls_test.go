@@ -21,7 +21,7 @@ import (
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
-	"github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
 	"github.com/mci-dev/mci/test/tlstest"
 )
@@ -77,10 +77,10 @@ func TestSidecarReachesAnEPPWithTheUpstreamDefaultsAndHonoursBackendTLSPolicy(t 
 	}, sidecar.Clients{Kube: b.kube, MCI: b.mci, Gateway: b.gateway})
 	require.NoError(t, err)
 	runSidecar(t, sc)
-	ec, err := extproc.Dial(sc.GRPCAddr(), extproc.Options{MessageTimeout: 10 * time.Second})
+	ec, err := envoyclient.Dial(sc.GRPCAddr(), envoyclient.Options{MessageTimeout: 10 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ec.Close() })
-	gw := httptest.NewServer(extproc.NewProxy(ec, nil))
+	gw := httptest.NewServer(envoyclient.NewProxy(ec, nil))
 	t.Cleanup(gw.Close)
 	s := &sidecarSetup{ns: ns, gateway: gw, b: b, sidecar: sc}
 

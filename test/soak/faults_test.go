@@ -20,7 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/mci-dev/mci/pkg/clusterset"
-	harness "github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 // window is when a fault held: from its start to its heal.
@@ -35,7 +35,7 @@ type window struct {
 // injector applies the faults of a schedule, each on its own goroutine at
 // its time, and records their windows.
 type injector struct {
-	cs    *harness.ClusterSet
+	cs    *localclusterset.ClusterSet
 	kube  map[string]kubernetes.Interface
 	w     *world
 	mon   *monitor
@@ -166,7 +166,7 @@ func (in *injector) result() []window {
 // deleted, which revokes its token, as an operator rotating credentials
 // does.
 type rotator struct {
-	cs              *harness.ClusterSet
+	cs              *localclusterset.ClusterSet
 	watcher, member string
 	watcherKube     kubernetes.Interface
 	memberKube      kubernetes.Interface
@@ -242,10 +242,10 @@ func (r *rotator) rotate(ctx context.Context) error {
 		return err
 	}
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: rotatorSecret, Namespace: harness.MCIAPIServerNamespace, Labels: map[string]string{clusterset.MemberClusterLabel: r.member}},
+		ObjectMeta: metav1.ObjectMeta{Name: rotatorSecret, Namespace: localclusterset.MCIAPIServerNamespace, Labels: map[string]string{clusterset.MemberClusterLabel: r.member}},
 		Data:       map[string][]byte{clusterset.MemberKubeconfigKey: kubeconfig},
 	}
-	secrets := r.watcherKube.CoreV1().Secrets(harness.MCIAPIServerNamespace)
+	secrets := r.watcherKube.CoreV1().Secrets(localclusterset.MCIAPIServerNamespace)
 	if r.current == "" {
 		_, err = secrets.Create(ctx, secret, metav1.CreateOptions{})
 	} else {
@@ -270,7 +270,7 @@ func (r *rotator) rotate(ctx context.Context) error {
 // token creates a ServiceAccount in the member bound to the member reader
 // role and returns a token of it.
 func (r *rotator) token(ctx context.Context, name string) (string, error) {
-	ns := harness.MCIAPIServerNamespace
+	ns := localclusterset.MCIAPIServerNamespace
 	if _, err := r.memberKube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		return "", fmt.Errorf("creating ServiceAccount %s: %w", name, err)
 	}
@@ -295,7 +295,7 @@ func (r *rotator) revoke(ctx context.Context, name string) error {
 	if err := r.memberKube.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		return fmt.Errorf("revoking %s: %w", name, err)
 	}
-	if err := r.memberKube.CoreV1().ServiceAccounts(harness.MCIAPIServerNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+	if err := r.memberKube.CoreV1().ServiceAccounts(localclusterset.MCIAPIServerNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		return fmt.Errorf("revoking %s: %w", name, err)
 	}
 	return nil

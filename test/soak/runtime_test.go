@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	harness "github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 // sample is one reading of an mci process's runtime from its /metrics.
@@ -66,7 +66,7 @@ type scraped struct {
 // mci-epps. The replicas serve /metrics on their secure port to the
 // cluster's admin (authorized by the cluster like any request); the
 // sidecar and the EPPs serve it in the clear on port 9090.
-func mciProcesses(cs *harness.ClusterSet) ([]*scraped, error) {
+func mciProcesses(cs *localclusterset.ClusterSet) ([]*scraped, error) {
 	var out []*scraped
 	pidOf := func(name string) func() int {
 		return func() int {

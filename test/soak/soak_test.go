@@ -26,7 +26,7 @@ import (
 
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
-	harness "github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 // config is the soak's run, from the environment.
@@ -135,7 +135,7 @@ func TestSoak(t *testing.T) {
 	ctx := t.Context()
 	upCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	cs, err := harness.Up(upCtx, harness.Options{
+	cs, err := localclusterset.Up(upCtx, localclusterset.Options{
 		Dir:                    dir,
 		BinDir:                 binDir,
 		MCIAPIServerBinary:     filepath.Join(binDir, "mci-apiserver"),
@@ -157,7 +157,7 @@ func TestSoak(t *testing.T) {
 			_ = os.RemoveAll(dir)
 		}
 	})
-	dp, err := cs.StartDataPath(upCtx, harness.DataPathOptions{GatewayCluster: "cluster-b", LoopbackBlock: cfg.LoopbackBlock})
+	dp, err := cs.StartDataPath(upCtx, localclusterset.DataPathOptions{GatewayCluster: "cluster-b", LoopbackBlock: cfg.LoopbackBlock})
 	require.NoError(t, err, "starting the data path")
 	exporters := []string{"cluster-a", "cluster-c"}
 	topo := topology{Clusters: cs.Names(), Gateway: dp.GatewayCluster, Exporters: exporters, Rotating: [2]string{dp.GatewayCluster, exporters[0]}}

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 // request is one completion request sent through the gateway.
@@ -27,7 +27,7 @@ func (r request) failed() bool { return r.Err != "" || r.Code != 200 }
 // most maxInFlight at once: a request that finds them all busy is counted
 // as not sent rather than queued, which would bunch them up later).
 type traffic struct {
-	dp          *clusterset.DataPath
+	dp          *localclusterset.DataPath
 	maxInFlight int
 
 	mu       sync.Mutex

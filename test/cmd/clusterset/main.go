@@ -1,4 +1,4 @@
-// Command clusterset runs the local ClusterSet of package test/clusterset in
+// Command clusterset runs the local ClusterSet of package test/localclusterset in
 // the background, for `make clusterset-up` and `make run`:
 //
 //	clusterset up [--clusters=N | --names=a,b,c] [--dir=_output/clusterset] [--mci-apiserver=_output/bin/mci-apiserver]
@@ -30,7 +30,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 
-	"github.com/mci-dev/mci/test/clusterset"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 const (
@@ -81,7 +81,7 @@ func up(ctx context.Context, args []string) error {
 	mci := flags.String("mci-apiserver", defaultMCIAPIServer, `mci-apiserver binary to run in every cluster; "" runs none`)
 	_ = flags.Parse(args)
 
-	opts := clusterset.Options{Dir: *dir, Detached: true, Log: os.Stderr}
+	opts := localclusterset.Options{Dir: *dir, Detached: true, Log: os.Stderr}
 	switch {
 	case *count != 0 && *names != "":
 		return errors.New("give --clusters or --names, not both")
@@ -105,7 +105,7 @@ func up(ctx context.Context, args []string) error {
 	}
 
 	fmt.Fprintln(os.Stderr, "starting the local ClusterSet in", *dir)
-	cs, err := clusterset.Up(ctx, opts)
+	cs, err := localclusterset.Up(ctx, opts)
 	if err != nil {
 		if _, statErr := os.Stat(filepath.Join(*dir, "logs")); statErr == nil {
 			err = fmt.Errorf("%w\nlogs are in %s", err, filepath.Join(*dir, "logs"))
@@ -132,7 +132,7 @@ func down(args []string) error {
 		fmt.Fprintln(os.Stderr, "no ClusterSet runs from", *dir)
 		return nil
 	}
-	if err := clusterset.Down(*dir); err != nil {
+	if err := localclusterset.Down(*dir); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "stopped the ClusterSet in %s (logs and kubeconfigs kept)\n", *dir)
@@ -143,7 +143,7 @@ func status(ctx context.Context, args []string) error {
 	flags := flag.NewFlagSet("status", flag.ExitOnError)
 	dir := flags.String("dir", defaultDir, "directory of the ClusterSet")
 	_ = flags.Parse(args)
-	cs, err := clusterset.Load(*dir)
+	cs, err := localclusterset.Load(*dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("no ClusterSet runs from %s", *dir)
 	}
@@ -183,10 +183,10 @@ func applyExamples(ctx context.Context, args []string) error {
 	dir := flags.String("dir", defaultDir, "directory of the ClusterSet")
 	examples := flags.String("examples", defaultExamples, "directory with one folder of manifests per cluster, named after it")
 	datapath := flags.Bool("datapath", false, "then start the data path: model-server simulators behind mci-epp in every cluster but cluster-b, mci-sidecar and a gateway in cluster-b")
-	block := flags.Int("datapath-loopback-block", clusterset.DefaultDataPathLoopbackBlock, "the data path of the i-th cluster listens on 127.0.<block+i>.0/24")
+	block := flags.Int("datapath-loopback-block", localclusterset.DefaultDataPathLoopbackBlock, "the data path of the i-th cluster listens on 127.0.<block+i>.0/24")
 	binDir := flags.String("datapath-bin-dir", "", "directory of mci-epp, mci-sidecar, simulator and gateway (default: the ClusterSet's)")
 	_ = flags.Parse(args)
-	cs, err := clusterset.Load(*dir)
+	cs, err := localclusterset.Load(*dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("no ClusterSet runs from %s: start one with `go run ./test/cmd/clusterset up`", *dir)
 	}
@@ -222,7 +222,7 @@ func applyExamples(ctx context.Context, args []string) error {
 		return nil
 	}
 	fmt.Fprintln(os.Stderr, "starting the data path")
-	dp, err := cs.StartDataPath(ctx, clusterset.DataPathOptions{LoopbackBlock: *block, BinDir: *binDir, Log: os.Stderr})
+	dp, err := cs.StartDataPath(ctx, localclusterset.DataPathOptions{LoopbackBlock: *block, BinDir: *binDir, Log: os.Stderr})
 	if err != nil {
 		return fmt.Errorf("%w\n(if another data path uses 127.0.%d.x, move this one with `make run DATAPATH_LOOPBACK_BLOCK=<n>`)", err, *block)
 	}
@@ -231,7 +231,7 @@ func applyExamples(ctx context.Context, args []string) error {
 }
 
 // printTryThis tells the user what to look at once the examples are in.
-func printTryThis(cs *clusterset.ClusterSet, dp *clusterset.DataPath) {
+func printTryThis(cs *localclusterset.ClusterSet, dp *localclusterset.DataPath) {
 	kubeconfig := func(name string) string {
 		c, err := cs.Cluster(name)
 		if err != nil {
@@ -258,7 +258,7 @@ exports the same name (ParentMode), cluster-b imports it. Try:
 }
 
 // printDataPath tells the user how to send a request through the data path.
-func printDataPath(cs *clusterset.ClusterSet, dp *clusterset.DataPath) {
+func printDataPath(cs *localclusterset.ClusterSet, dp *localclusterset.DataPath) {
 	var servers []string
 	for _, c := range cs.Names() {
 		servers = append(servers, dp.ModelServers[c]...)

@@ -4,7 +4,7 @@
 // server (mci-sidecar, or an Endpoint Picker) where the request goes, with
 // request headers SEND and the body FULL_DUPLEX_STREAMED, then forwards the
 // request as the server left it to the destination the server named in
-// x-gateway-destination-endpoint (package test/extproc's Proxy):
+// x-gateway-destination-endpoint (package test/envoyclient's Proxy):
 //
 //	gateway --listen=127.0.91.1:8080 --ext-proc=127.0.91.1:9002 [--message-timeout=10s]
 //
@@ -26,7 +26,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/mci-dev/mci/test/extproc"
+	"github.com/mci-dev/mci/test/envoyclient"
 )
 
 func main() {
@@ -52,7 +52,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	logger := klog.FromContext(ctx)
 
-	client, err := extproc.Dial(*extProc, extproc.Options{MessageTimeout: *messageTimeout})
+	client, err := envoyclient.Dial(*extProc, envoyclient.Options{MessageTimeout: *messageTimeout})
 	if err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	server := &http.Server{
-		Handler:           accessLog(logger, extproc.NewProxy(client, nil)),
+		Handler:           accessLog(logger, envoyclient.NewProxy(client, nil)),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	logger.Info("Serving", "address", l.Addr().String(), "extProc", *extProc)

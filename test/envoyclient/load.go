@@ -1,0 +1,172 @@
+package envoyclient
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Target is one ext_proc server under load, named for the report.
+type Target struct {
+	Name   string
+	Client *Client
+}
+
+// LoadOptions say how hard and how long Load drives its targets.
+type LoadOptions struct {
+	// Request is what every round trip sends.
+	Request Request
+	// Rate is the round trips per second sent to the target of the round.
+	Rate int
+	// Duration is each target's total sending time.
+	Duration time.Duration
+	// Rounds splits each target's Duration into this many turns, taken in
+	// turn (A, B, A, B, ...), so that a noisy neighbour on a shared machine
+	// weighs on every target alike. Zero or one: a single turn each.
+	Rounds int
+	// MaxInFlight bounds the round trips in flight; a round trip due while
+	// that many are pending waits, and the wait counts in its latency.
+	// Zero: 256.
+	MaxInFlight int
+	// Timeout bounds each round trip. Zero: 5s.
+	Timeout time.Duration
+	// Check judges an answer; nil counts every answer with a destination as
+	// a success.
+	Check func(*Result) error
+}
+
+// LoadResult is what one target did under Load.
+type LoadResult struct {
+	Name string
+	// Latencies, sorted, of the successful round trips, each measured from
+	// the moment it was due to be sent (open loop), so a stall of the
+	// server shows in the figures instead of slowing the sender down, to
+	// the moment the answer was whole (the stream's close, which a
+	// gateway does after passing the answer on, not included).
+	Latencies []time.Duration
+	// Failed counts round trips that errored or failed Check; the first
+	// failure is kept in FirstError.
+	Failed     int
+	FirstError error
+	// Backlogged counts round trips that had to wait for MaxInFlight.
+	Backlogged int
+	// Sent is the number of round trips sent, and Elapsed the time spent
+	// sending them, so Sent/Elapsed is the rate achieved.
+	Sent    int
+	Elapsed time.Duration
+}
+
+// Percentile returns the latency below which a fraction p of the
+// successful round trips fell; 0 when there were none.
+func (r *LoadResult) Percentile(p float64) time.Duration {
+	if len(r.Latencies) == 0 {
+		return 0
+	}
+	return r.Latencies[min(int(p*float64(len(r.Latencies))), len(r.Latencies)-1)]
+}
+
+// Rate returns the round trips per second achieved.
+func (r *LoadResult) Rate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Sent) / r.Elapsed.Seconds()
+}
+
+// String summarises the result in one line.
+func (r *LoadResult) String() string {
+	s := fmt.Sprintf("%s: %d sent at %.0f/s, p50 %v, p90 %v, p99 %v, p99.9 %v, max %v, %d failed, %d backlogged",
+		r.Name, r.Sent, r.Rate(), r.Percentile(.5), r.Percentile(.9), r.Percentile(.99), r.Percentile(.999),
+		r.Percentile(1), r.Failed, r.Backlogged)
+	if r.FirstError != nil {
+		s += fmt.Sprintf(" (first: %v)", r.FirstError)
+	}
+	return s
+}
+
+// Load sends opts.Request to the targets at a fixed rate, one target at a
+// time in interleaved turns, and returns one result per target, in the
+// order given. It returns early, with what it measured, when ctx ends.
+func Load(ctx context.Context, opts LoadOptions, targets ...Target) []*LoadResult {
+	rounds := max(opts.Rounds, 1)
+	inFlight := opts.MaxInFlight
+	if inFlight <= 0 {
+		inFlight = 256
+	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	check := opts.Check
+	if check == nil {
+		check = func(res *Result) error {
+			if res.Immediate != nil {
+				return fmt.Errorf("immediate response %d: %s", res.Immediate.StatusCode, res.Immediate.Body)
+			}
+			if res.Destination == "" {
+				return fmt.Errorf("no destination")
+			}
+			return nil
+		}
+	}
+	results := make([]*LoadResult, len(targets))
+	for i, t := range targets {
+		results[i] = &LoadResult{Name: t.Name}
+	}
+	turn := opts.Duration / time.Duration(rounds)
+	perTurn := int(float64(opts.Rate) * turn.Seconds())
+	interval := time.Second / time.Duration(max(opts.Rate, 1))
+	slots := make(chan struct{}, inFlight)
+
+	for range rounds {
+		for i, t := range targets {
+			if ctx.Err() != nil {
+				return results
+			}
+			r := results[i]
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			start := time.Now()
+			for n := range perTurn {
+				due := start.Add(time.Duration(n) * interval)
+				time.Sleep(time.Until(due))
+				select {
+				case slots <- struct{}{}:
+				default:
+					r.Backlogged++
+					slots <- struct{}{}
+				}
+				r.Sent++
+				wg.Go(func() {
+					defer func() { <-slots }()
+					rctx, cancel := context.WithTimeout(ctx, timeout)
+					defer cancel()
+					var answered time.Time
+					res, err := t.Client.do(rctx, opts.Request, &answered)
+					latency := answered.Sub(due)
+					if err == nil {
+						err = check(res)
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						r.Failed++
+						if r.FirstError == nil {
+							r.FirstError = err
+						}
+						return
+					}
+					r.Latencies = append(r.Latencies, latency)
+				})
+			}
+			wg.Wait()
+			r.Elapsed += time.Since(start)
+		}
+	}
+	for _, r := range results {
+		slices.Sort(r.Latencies)
+	}
+	return results
+}

@@ -1,0 +1,187 @@
+package localclusterset
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+)
+
+// StopAPIServer stops the kube-apiserver of cluster, as a crash would: its
+// clients see connections refused until StartAPIServer.
+func (cs *ClusterSet) StopAPIServer(cluster string) error {
+	return cs.stopServer(cluster, func(c *Cluster) (*process, error) { return c.apiServer, nil })
+}
+
+// StartAPIServer starts the kube-apiserver of cluster again on the same
+// port, with the same data, and waits until it is ready.
+func (cs *ClusterSet) StartAPIServer(ctx context.Context, cluster string) error {
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return err
+	}
+	p, err := cs.restart(&c.apiServer)
+	if err != nil {
+		return err
+	}
+	if err := cs.saveState(); err != nil {
+		return err
+	}
+	return waitReady(ctx, p, apiServerReadyTimeout, apiServerReady(c.Config))
+}
+
+// PauseAPIServer freezes the kube-apiserver of cluster (SIGSTOP): it keeps
+// its connections open and answers nothing, as a hung server does.
+func (cs *ClusterSet) PauseAPIServer(cluster string) error {
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return err
+	}
+	return c.apiServer.signal(syscall.SIGSTOP)
+}
+
+// ResumeAPIServer lets a paused kube-apiserver run again (SIGCONT).
+func (cs *ClusterSet) ResumeAPIServer(cluster string) error {
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return err
+	}
+	return c.apiServer.signal(syscall.SIGCONT)
+}
+
+// StopMCIAPIServer stops the mci-apiserver of cluster, every replica of
+// it. The APIService stays, so the aggregator reports it unavailable, as
+// when the server crashes.
+func (cs *ClusterSet) StopMCIAPIServer(cluster string) error {
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return err
+	}
+	if c.mciAPIServer == nil {
+		return fmt.Errorf("clusterset: %s runs no such server", cluster)
+	}
+	for r := range c.mciProcesses() {
+		if err := cs.StopMCIAPIServerReplica(cluster, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StartMCIAPIServer starts the mci-apiserver of cluster (every replica)
+// again on the same ports and waits until its APIService is Available.
+func (cs *ClusterSet) StartMCIAPIServer(ctx context.Context, cluster string) error {
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return err
+	}
+	if c.mciAPIServer == nil {
+		return fmt.Errorf("clusterset: %s runs no mci-apiserver (Options.MCIAPIServerBinary was empty)", cluster)
+	}
+	for r := range c.mciProcesses() {
+		p, _ := c.mciReplica(r)
+		if _, err := cs.restart(p); err != nil {
+			return err
+		}
+	}
+	if err := cs.saveState(); err != nil {
+		return err
+	}
+	return cs.waitMCIAPIServer(ctx, c)
+}
+
+// StopMCIAPIServerReplica stops replica r (0, 1, ... Options.Replicas-1) of
+// cluster's mci-apiserver, as when one pod of the Deployment goes away:
+// the front stops sending it connections and those it relayed break.
+func (cs *ClusterSet) StopMCIAPIServerReplica(cluster string, r int) error {
+	return cs.stopServer(cluster, func(c *Cluster) (*process, error) {
+		p, err := c.mciReplica(r)
+		if err != nil {
+			return nil, err
+		}
+		return *p, nil
+	})
+}
+
+// StartMCIAPIServerReplica starts replica r of cluster's mci-apiserver
+// again on the same port and waits until its /readyz answers.
+func (cs *ClusterSet) StartMCIAPIServerReplica(ctx context.Context, cluster string, r int) error {
+	p, err := cs.launchMCIAPIServerReplica(cluster, r)
+	if err != nil {
+		return err
+	}
+	return waitReady(ctx, p, apiServiceAvailableTimeout, replicaReady(p.Port, cs.pki.mciServingCA.certPEM))
+}
+
+// LaunchMCIAPIServerReplica starts replica r of cluster's mci-apiserver
+// again on the same port without waiting for it to be ready: a replica
+// that starts while a member is unreachable stays unready for as long as
+// --member-remove-after. MCIAPIServerReplicaReady says when it is.
+func (cs *ClusterSet) LaunchMCIAPIServerReplica(cluster string, r int) error {
+	_, err := cs.launchMCIAPIServerReplica(cluster, r)
+	return err
+}
+
+// MCIAPIServerReplicaReady asks replica r of cluster's mci-apiserver its
+// /readyz, as a kubelet's readiness probe would: ready, or why not.
+func (cs *ClusterSet) MCIAPIServerReplicaReady(ctx context.Context, cluster string, r int) (bool, string) {
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return false, err.Error()
+	}
+	p, err := c.mciReplica(r)
+	if err != nil {
+		return false, err.Error()
+	}
+	return replicaReady((*p).Port, cs.pki.mciServingCA.certPEM)(ctx)
+}
+
+func (cs *ClusterSet) launchMCIAPIServerReplica(cluster string, r int) (*process, error) {
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return nil, err
+	}
+	pp, err := c.mciReplica(r)
+	if err != nil {
+		return nil, err
+	}
+	p, err := cs.restart(pp)
+	if err != nil {
+		return nil, err
+	}
+	return p, cs.saveState()
+}
+
+func (cs *ClusterSet) stopServer(cluster string, which func(*Cluster) (*process, error)) error {
+	c, err := cs.Cluster(cluster)
+	if err != nil {
+		return err
+	}
+	p, err := which(c)
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		return fmt.Errorf("clusterset: %s runs no such server", cluster)
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return p.stop(stopGrace)
+}
+
+// restart starts the stopped server *server again with the same command
+// line and replaces it. A server that still runs is left alone.
+func (cs *ClusterSet) restart(server **process) (*process, error) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	old := *server
+	if old.alive() {
+		return old, nil
+	}
+	p := &process{Name: old.Name, Binary: old.Binary, Args: old.Args, Log: old.Log, Port: old.Port}
+	cs.progress("starting %s on %s", p.Name, hostPort(p.Port))
+	if err := p.start(cs.detached); err != nil {
+		return nil, err
+	}
+	*server = p
+	return p, nil
+}

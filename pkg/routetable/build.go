@@ -350,17 +350,7 @@ func (b *builder) route(t *Table, r *gatewayv1.HTTPRoute, hostnames []string) {
 
 // backend resolves one backendRef of rule ri.
 func (b *builder) backend(r *gatewayv1.HTTPRoute, ri, bi int, ref gatewayv1.BackendRef, ra routeAnnotations) *Backend {
-	group, kind := "", "Service"
-	if ref.Group != nil {
-		group = string(*ref.Group)
-	}
-	if ref.Kind != nil {
-		kind = string(*ref.Kind)
-	}
-	ns := r.Namespace
-	if ref.Namespace != nil && *ref.Namespace != "" {
-		ns = string(*ref.Namespace)
-	}
+	group, kind, ns := refTarget(r.Namespace, ref)
 	be := &Backend{Namespace: ns, Name: string(ref.Name), Weight: 1, FailureMode: poolv1.FailClose}
 	if ref.Weight != nil {
 		be.Weight = max(int64(*ref.Weight), 0)
@@ -388,47 +378,15 @@ func (b *builder) backend(r *gatewayv1.HTTPRoute, ri, bi int, ref gatewayv1.Back
 	be.models = b.models[key]
 
 	var obj metav1.Object
-	switch be.Kind {
-	case BackendInferencePool:
-		lr := b.localPool(key)
-		if lr.pool == nil {
+	if be.Kind == BackendInferencePool {
+		obj = b.fillPoolBackend(be, key, ra)
+		if obj == nil {
 			return invalid(ReasonBackendNotFound, "InferencePool %s does not exist", key)
 		}
-		obj = lr.pool
-		be.FailureMode = failureMode(lr.pool)
-		switch {
-		case lr.shim:
-			// The pool's EPP is this sidecar: relaying to it would loop.
-			be.Shim = true
-			b.shimClusters(be, key, lr, ra.weights)
-		case lr.cluster != nil:
-			c := *lr.cluster
-			be.Clusters = []*Cluster{&c}
-		}
-	case BackendInferencePoolImport:
-		imp := b.imports[key]
-		if imp == nil {
+	} else {
+		obj = b.fillImportBackend(be, key, ra)
+		if obj == nil {
 			return invalid(ReasonBackendNotFound, "InferencePoolImport %s does not exist (no other cluster of the ClusterSet exports the pool)", key)
-		}
-		obj = imp
-		for _, c := range b.remoteClusters(imp) {
-			c := *c
-			c.Weight = 1
-			if w, ok := ra.weights[c.Name]; ok {
-				c.Weight = w
-			}
-			be.Clusters = append(be.Clusters, &c)
-		}
-		lr := b.localPool(key)
-		if lr.cluster != nil {
-			c := *lr.cluster
-			be.Local = &c
-		}
-		switch {
-		case ra.failureMode != "":
-			be.FailureMode = ra.failureMode
-		case lr.pool != nil:
-			be.FailureMode = failureMode(lr.pool)
 		}
 	}
 
@@ -436,6 +394,74 @@ func (b *builder) backend(r *gatewayv1.HTTPRoute, ri, bi int, ref gatewayv1.Back
 
 	be.wrr = newClusterRotation(r.Namespace+"/"+r.Name+"#"+strconv.Itoa(ri)+"/"+strconv.Itoa(bi), be.Clusters)
 	return be
+}
+
+// refTarget is the group, kind and namespace a backendRef names, with
+// Gateway API's defaults: the core group, kind Service, the route's
+// namespace.
+func refTarget(routeNamespace string, ref gatewayv1.BackendRef) (group, kind, namespace string) {
+	group, kind, namespace = "", "Service", routeNamespace
+	if ref.Group != nil {
+		group = string(*ref.Group)
+	}
+	if ref.Kind != nil {
+		kind = string(*ref.Kind)
+	}
+	if ref.Namespace != nil && *ref.Namespace != "" {
+		namespace = string(*ref.Namespace)
+	}
+	return group, kind, namespace
+}
+
+// fillPoolBackend sets the clusters and failure mode of a backend that names
+// a local InferencePool, and returns the pool (nil when it does not exist).
+func (b *builder) fillPoolBackend(be *Backend, key types.NamespacedName, ra routeAnnotations) metav1.Object {
+	lr := b.localPool(key)
+	if lr.pool == nil {
+		return nil
+	}
+	be.FailureMode = failureMode(lr.pool)
+	switch {
+	case lr.shim:
+		// The pool's EPP is this sidecar: relaying to it would loop.
+		be.Shim = true
+		b.shimClusters(be, key, lr, ra.weights)
+	case lr.cluster != nil:
+		c := *lr.cluster
+		be.Clusters = []*Cluster{&c}
+	}
+	return lr.pool
+}
+
+// fillImportBackend sets the clusters (the exporters, weighted by the
+// route's annotation, and the local pool of the same name when there is
+// one) and failure mode of a backend that names an InferencePoolImport, and
+// returns the import (nil when it does not exist).
+func (b *builder) fillImportBackend(be *Backend, key types.NamespacedName, ra routeAnnotations) metav1.Object {
+	imp := b.imports[key]
+	if imp == nil {
+		return nil
+	}
+	for _, c := range b.remoteClusters(imp) {
+		c := *c
+		c.Weight = 1
+		if w, ok := ra.weights[c.Name]; ok {
+			c.Weight = w
+		}
+		be.Clusters = append(be.Clusters, &c)
+	}
+	lr := b.localPool(key)
+	if lr.cluster != nil {
+		c := *lr.cluster
+		be.Local = &c
+	}
+	switch {
+	case ra.failureMode != "":
+		be.FailureMode = ra.failureMode
+	case lr.pool != nil:
+		be.FailureMode = failureMode(lr.pool)
+	}
+	return imp
 }
 
 // backendPolicy is the policy of a backend: the one of the route that

@@ -2,6 +2,7 @@ package routetable
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strings"
 
@@ -261,6 +262,23 @@ func (e *routeEntry) matchersOf(h string) []*matcher {
 // assemble makes a new table from the entries: the host groups of
 // recompiled routes are sorted again, the others shared.
 func (x *Incremental) assemble() *Table {
+	x.regroupDirtyHosts()
+	t := &Table{shimMode: x.shimMode(), local: x.b.local, carried: true}
+	t.index = x.buildHostIndex()
+	for _, e := range x.routeOrder() {
+		t.rules = append(t.rules, e.rules...)
+		t.Errors = append(t.Errors, e.errs...)
+	}
+	if t.shimMode {
+		x.addShims(t)
+	}
+	x.appendObjectErrors(t)
+	return t
+}
+
+// regroupDirtyHosts recomputes the sorted matchers of each hostname that a
+// change touched.
+func (x *Incremental) regroupDirtyHosts() {
 	for h := range x.dirtyHosts {
 		var ms []*matcher
 		for rk := range x.hostRoutes[h] {
@@ -274,60 +292,65 @@ func (x *Incremental) assemble() *Table {
 		x.hostGroups[h] = ms
 	}
 	clear(x.dirtyHosts)
+}
+
+// routeOrder is the routes oldest first (Gateway API's precedence among
+// equal matches), then by name; kept until a route is added or removed.
+func (x *Incremental) routeOrder() []*routeEntry {
 	if x.order == nil {
-		x.order = make([]*routeEntry, 0, len(x.entries))
-		for _, e := range x.entries {
-			x.order = append(x.order, e)
-		}
-		slices.SortFunc(x.order, func(a, b *routeEntry) int {
+		x.order = slices.SortedFunc(maps.Values(x.entries), func(a, b *routeEntry) int {
 			if c := a.route.CreationTimestamp.Time.Compare(b.route.CreationTimestamp.Time); c != 0 {
 				return c
 			}
 			return strings.Compare(a.key.String(), b.key.String())
 		})
 	}
+	return x.order
+}
 
-	t := &Table{shimMode: x.shimMode(), local: x.b.local, carried: true}
+// buildHostIndex files each hostname's matchers as any-host, wildcard (longest
+// suffix first) or exact.
+func (x *Incremental) buildHostIndex() hostIndex {
+	var idx hostIndex
 	for h, ms := range x.hostGroups {
 		switch {
 		case h == "":
-			t.index.any = ms
+			idx.any = ms
 		case strings.HasPrefix(h, "*."):
-			t.index.wildcards = append(t.index.wildcards, wildcardGroup{suffix: h[1:], matchers: ms})
+			idx.wildcards = append(idx.wildcards, wildcardGroup{suffix: h[1:], matchers: ms})
 		default:
-			if t.index.exact == nil {
-				t.index.exact = make(map[string][]*matcher, len(x.hostGroups))
+			if idx.exact == nil {
+				idx.exact = make(map[string][]*matcher, len(x.hostGroups))
 			}
-			t.index.exact[h] = ms
+			idx.exact[h] = ms
 		}
 	}
-	slices.SortFunc(t.index.wildcards, func(a, b wildcardGroup) int {
+	slices.SortFunc(idx.wildcards, func(a, b wildcardGroup) int {
 		if c := cmp.Compare(len(b.suffix), len(a.suffix)); c != 0 {
 			return c
 		}
 		return strings.Compare(a.suffix, b.suffix)
 	})
+	return idx
+}
 
-	for _, e := range x.order {
-		t.rules = append(t.rules, e.rules...)
+// addShims adds the shim pools, by name, with their errors and those of
+// shim pools that share one EPP port.
+func (x *Incremental) addShims(t *Table) {
+	for _, k := range slices.SortedFunc(maps.Keys(x.shims), compareNames) {
+		e := x.shims[k]
+		t.addShim(e.be)
 		t.Errors = append(t.Errors, e.errs...)
 	}
-	if t.shimMode {
-		keys := make([]types.NamespacedName, 0, len(x.shims))
-		for k := range x.shims {
-			keys = append(keys, k)
-		}
-		slices.SortFunc(keys, compareNames)
-		for _, k := range keys {
-			e := x.shims[k]
-			t.addShim(e.be)
-			t.Errors = append(t.Errors, e.errs...)
-		}
-		b := *x.b
-		b.errs = nil
-		b.reportAmbiguousShims(t)
-		t.Errors = append(t.Errors, b.errs...)
-	}
+	b := *x.b
+	b.errs = nil
+	b.reportAmbiguousShims(t)
+	t.Errors = append(t.Errors, b.errs...)
+}
+
+// appendObjectErrors adds the errors of the objects that routes still use,
+// then those of the models, each in a stable order.
+func (x *Incremental) appendObjectErrors(t *Table) {
 	refs := make([]objectRef, 0, len(x.errRefs))
 	for ref := range x.errRefs {
 		if x.uses[ref] > 0 {
@@ -343,15 +366,9 @@ func (x *Incremental) assemble() *Table {
 	for _, ref := range refs {
 		t.Errors = append(t.Errors, x.errsOf(ref)...)
 	}
-	modelKeys := make([]types.NamespacedName, 0, len(x.modelErrs))
-	for k := range x.modelErrs {
-		modelKeys = append(modelKeys, k)
-	}
-	slices.SortFunc(modelKeys, compareNames)
-	for _, k := range modelKeys {
+	for _, k := range slices.SortedFunc(maps.Keys(x.modelErrs), compareNames) {
 		t.Errors = append(t.Errors, x.modelErrs[k]...)
 	}
-	return t
 }
 
 func compareNames(a, b types.NamespacedName) int {

@@ -70,23 +70,7 @@ func (p *Pipeline) yieldAffinity(req *Request, cands []Candidate, kept []int, sl
 func (p *Pipeline) scoreOne(s Scorer, req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation, val []float64) {
 	switch s {
 	case ScorePrefixCache:
-		var idBuf [maxStack]uint32
-		var matchBuf [maxStack]int
-		ids, matched := idBuf[:0], matchBuf[:0]
-		if len(kept) > maxStack {
-			ids, matched = make([]uint32, 0, len(kept)), make([]int, 0, len(kept))
-		}
-		for _, i := range kept {
-			ids = append(ids, ClusterID(cands[i].Name))
-		}
-		matched = matched[:len(kept)]
-		p.mem.Prefixes.Match(req.Blocks, ids, matched)
-		for k, i := range kept {
-			val[k] = 0
-			if len(req.Blocks) > 0 && !slots[i].withheld {
-				val[k] = float64(matched[k]) / float64(len(req.Blocks))
-			}
-		}
+		p.prefixCacheScores(req, cands, kept, slots, val)
 	case ScoreSession:
 		pinned := p.mem.Sessions.Cluster(req.Scope, req.Session, req.Now)
 		for k, i := range kept {
@@ -96,34 +80,13 @@ func (p *Pipeline) scoreOne(s Scorer, req *Request, cands []Candidate, kept []in
 			}
 		}
 	case ScoreLatency:
-		// Relative to the fastest; a cluster not measured yet scores as
-		// the fastest, so that it gets measured.
-		best := 0.0
-		for _, o := range obs {
-			if t := o.TTFB.Seconds(); t > 0 && (best == 0 || t < best) {
-				best = t
-			}
-		}
-		for k, o := range obs {
-			val[k] = 1
-			if t := o.TTFB.Seconds(); t > 0 {
-				val[k] = best / t
-			}
-		}
+		latencyScores(obs, val)
 	case ScoreErrors:
 		for k, o := range obs {
 			val[k] = 1 - min(max(o.ErrorRatio, 0), 1)
 		}
 	case ScoreInFlight:
-		least := int64(-1)
-		for _, o := range obs {
-			if least < 0 || o.InFlight < least {
-				least = o.InFlight
-			}
-		}
-		for k, o := range obs {
-			val[k] = float64(least+1) / float64(o.InFlight+1)
-		}
+		inFlightScores(obs, val)
 	case ScoreQueue:
 		q0 := float64(max(p.thresholds.SheddableQueueThreshold, 1))
 		for k, i := range kept {
@@ -140,15 +103,73 @@ func (p *Pipeline) scoreOne(s Scorer, req *Request, cands []Candidate, kept []in
 			}
 		}
 	case ScoreWeight:
-		most := int64(0)
-		for _, i := range kept {
-			most = max(most, cands[i].Weight)
+		weightScores(cands, kept, val)
+	}
+}
+
+// prefixCacheScores: the share of the request's prompt blocks that each
+// candidate is remembered to hold, 0 where affinity is withheld.
+func (p *Pipeline) prefixCacheScores(req *Request, cands []Candidate, kept []int, slots []slot, val []float64) {
+	var idBuf [maxStack]uint32
+	var matchBuf [maxStack]int
+	ids, matched := idBuf[:0], matchBuf[:0]
+	if len(kept) > maxStack {
+		ids, matched = make([]uint32, 0, len(kept)), make([]int, 0, len(kept))
+	}
+	for _, i := range kept {
+		ids = append(ids, ClusterID(cands[i].Name))
+	}
+	matched = matched[:len(kept)]
+	p.mem.Prefixes.Match(req.Blocks, ids, matched)
+	for k, i := range kept {
+		val[k] = 0
+		if len(req.Blocks) > 0 && !slots[i].withheld {
+			val[k] = float64(matched[k]) / float64(len(req.Blocks))
 		}
-		for k, i := range kept {
-			val[k] = 0
-			if most > 0 {
-				val[k] = float64(max(cands[i].Weight, 0)) / float64(most)
-			}
+	}
+}
+
+// latencyScores are relative to the fastest; a cluster not measured yet
+// scores as the fastest, so that it gets measured.
+func latencyScores(obs []Observation, val []float64) {
+	best := 0.0
+	for _, o := range obs {
+		if t := o.TTFB.Seconds(); t > 0 && (best == 0 || t < best) {
+			best = t
+		}
+	}
+	for k, o := range obs {
+		val[k] = 1
+		if t := o.TTFB.Seconds(); t > 0 {
+			val[k] = best / t
+		}
+	}
+}
+
+// inFlightScores favour the candidates with the fewest requests in flight
+// from this sidecar: (least+1)/(own+1).
+func inFlightScores(obs []Observation, val []float64) {
+	least := int64(-1)
+	for _, o := range obs {
+		if least < 0 || o.InFlight < least {
+			least = o.InFlight
+		}
+	}
+	for k, o := range obs {
+		val[k] = float64(least+1) / float64(o.InFlight+1)
+	}
+}
+
+// weightScores are the candidates' weights relative to the largest.
+func weightScores(cands []Candidate, kept []int, val []float64) {
+	most := int64(0)
+	for _, i := range kept {
+		most = max(most, cands[i].Weight)
+	}
+	for k, i := range kept {
+		val[k] = 0
+		if most > 0 {
+			val[k] = float64(max(cands[i].Weight, 0)) / float64(most)
 		}
 	}
 }

@@ -7,6 +7,7 @@
 package clusterscoretest
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -49,27 +50,36 @@ type Case struct {
 
 // Cases are the cases of every named policy.
 func Cases() []Case {
-	var out []Case
-	add := func(policy string, clusters []string, picks int, cases ...Case) {
-		for _, c := range cases {
-			c.Policy = policy
-			if c.Clusters == nil {
-				c.Clusters = clusters
-			}
-			if c.WantFirst != nil {
-				c.Picks = picks
-			}
-			out = append(out, c)
+	return slices.Concat(weightedCases(), healthBasedCases(), localFirstCases(), metricsBasedCases())
+}
+
+// withPolicy sets the policy of cases, their clusters where they give
+// none, and how many picks their first-pick shares are counted over.
+func withPolicy(policy string, clusters []string, picks int, cases ...Case) []Case {
+	for i := range cases {
+		cases[i].Policy = policy
+		if cases[i].Clusters == nil {
+			cases[i].Clusters = clusters
+		}
+		if cases[i].WantFirst != nil {
+			cases[i].Picks = picks
 		}
 	}
-	add(clusterscore.Weighted, []string{"a", "b", "c"}, 300,
+	return cases
+}
+
+func weightedCases() []Case {
+	return withPolicy(clusterscore.Weighted, []string{"a", "b", "c"}, 300,
 		Case{Name: "equal weights split equally", WantFirst: map[string]int{"a": 100, "b": 100, "c": 100}, WantOrder: []string{"a", "b", "c"}},
 		Case{Name: "annotated weights hold exactly", Weights: []int64{3, 1, 2}, WantFirst: map[string]int{"a": 150, "b": 50, "c": 100}, WantOrder: []string{"a", "c", "b"}},
 		Case{Name: "weight 0 is never picked nor tried", Weights: []int64{1, 0, 1}, WantFirst: map[string]int{"a": 150, "c": 150}, WantOrder: []string{"a", "c"}},
 		Case{Name: "health is ignored", Health: map[string]clusterscore.Health{"a": clusterscore.HealthNotServing}, WantFirst: map[string]int{"a": 100, "b": 100, "c": 100}, WantOrder: []string{"a", "b", "c"}},
 		Case{Name: "a backend without clusters has no order", Clusters: []string{}, WantOrder: []string{}},
 	)
-	add(clusterscore.HealthBased, []string{"a", "b", "c", "d"}, 400,
+}
+
+func healthBasedCases() []Case {
+	return withPolicy(clusterscore.HealthBased, []string{"a", "b", "c", "d"}, 400,
 		Case{
 			Name:      "serving clusters share by weight, unknown ones are the fallback, not-serving ones are skipped",
 			Health:    map[string]clusterscore.Health{"a": clusterscore.HealthServing, "b": clusterscore.HealthServing, "c": clusterscore.HealthUnknown, "d": clusterscore.HealthNotServing},
@@ -90,7 +100,10 @@ func Cases() []Case {
 			WantOrder: []string{},
 		},
 	)
-	add(clusterscore.LocalFirst, []string{"a", "b"}, 0,
+}
+
+func localFirstCases() []Case {
+	return withPolicy(clusterscore.LocalFirst, []string{"a", "b"}, 0,
 		Case{
 			Name:      "the local pool first while its EPP serves, then the remote clusters",
 			Local:     true,
@@ -115,13 +128,16 @@ func Cases() []Case {
 			WantOrder: []string{"b"},
 		},
 	)
+}
+
+func metricsBasedCases() []Case {
 	fresh := func(queue, kv float64, ready int) *clusterscore.PoolMetrics {
 		return &clusterscore.PoolMetrics{AverageQueue: queue, AverageKVCache: kv, ReadyPods: ready, UpdatedAt: Epoch}
 	}
 	stale := func(queue, kv float64) *clusterscore.PoolMetrics {
 		return &clusterscore.PoolMetrics{AverageQueue: queue, AverageKVCache: kv, ReadyPods: 3, UpdatedAt: Epoch.Add(-time.Minute)}
 	}
-	add(clusterscore.MetricsBased, []string{"a", "b", "c"}, 60, []Case{
+	return withPolicy(clusterscore.MetricsBased, []string{"a", "b", "c"}, 60, []Case{
 		{
 			Name:      "a critical request goes to the cluster with the shortest queue, then by KV cache",
 			Metrics:   map[string]*clusterscore.PoolMetrics{"a": fresh(30, 0.2, 3), "b": fresh(2, 0.9, 3), "c": fresh(2, 0.1, 3)},
@@ -207,7 +223,6 @@ func Cases() []Case {
 			Health:    map[string]clusterscore.Health{"a": clusterscore.HealthNotServing, "b": clusterscore.HealthNotServing, "c": clusterscore.HealthNotServing},
 			WantOrder: []string{},
 		}}...)
-	return out
 }
 
 // Check holds a case to its expectations. newOrder makes a new backend of

@@ -50,7 +50,7 @@ type Case struct {
 
 // Cases are the cases of every named policy.
 func Cases() []Case {
-	return slices.Concat(weightedCases(), healthBasedCases(), localFirstCases(), metricsBasedCases())
+	return slices.Concat(weightedCases(), healthBasedCases(), localFirstCases(), metricsBasedCases(), metricsBasedUnmeasuredCases())
 }
 
 // withPolicy sets the policy of cases, their clusters where they give
@@ -130,13 +130,18 @@ func localFirstCases() []Case {
 	)
 }
 
+// fresh and stale are pool metrics scraped at the requests' time and a
+// minute before.
+func fresh(queue, kv float64, ready int) *clusterscore.PoolMetrics {
+	return &clusterscore.PoolMetrics{AverageQueue: queue, AverageKVCache: kv, ReadyPods: ready, UpdatedAt: Epoch}
+}
+
+func stale(queue, kv float64) *clusterscore.PoolMetrics {
+	return &clusterscore.PoolMetrics{AverageQueue: queue, AverageKVCache: kv, ReadyPods: 3, UpdatedAt: Epoch.Add(-time.Minute)}
+}
+
+// metricsBasedCases: measured clusters, by criticality.
 func metricsBasedCases() []Case {
-	fresh := func(queue, kv float64, ready int) *clusterscore.PoolMetrics {
-		return &clusterscore.PoolMetrics{AverageQueue: queue, AverageKVCache: kv, ReadyPods: ready, UpdatedAt: Epoch}
-	}
-	stale := func(queue, kv float64) *clusterscore.PoolMetrics {
-		return &clusterscore.PoolMetrics{AverageQueue: queue, AverageKVCache: kv, ReadyPods: 3, UpdatedAt: Epoch.Add(-time.Minute)}
-	}
 	return withPolicy(clusterscore.MetricsBased, []string{"a", "b", "c"}, 60, []Case{
 		{
 			Name:      "a critical request goes to the cluster with the shortest queue, then by KV cache",
@@ -173,6 +178,13 @@ func metricsBasedCases() []Case {
 			Metrics:     map[string]*clusterscore.PoolMetrics{"a": fresh(30, 0.2, 3), "b": fresh(1, 0.1, 3)},
 			WantOrder:   []string{"b", "c"},
 		},
+	}...)
+}
+
+// metricsBasedUnmeasuredCases: clusters without fresh metrics, and
+// clusters that cannot serve.
+func metricsBasedUnmeasuredCases() []Case {
+	return withPolicy(clusterscore.MetricsBased, []string{"a", "b", "c"}, 60, []Case{
 		{
 			Name:      "unmeasured clusters come after measured ones with capacity and before saturated ones",
 			Metrics:   map[string]*clusterscore.PoolMetrics{"a": fresh(40, 0.7, 3), "b": fresh(3, 0.5, 3)},

@@ -17,9 +17,9 @@ same objects. Argument: the component's name, or "" for objects shared by
 the components (the Namespace, the member reader).
 */}}
 {{- define "mci.labels" -}}
-{{- if . }}
+{{- with . -}}
 app.kubernetes.io/name: {{ . }}
-{{- end }}
+{{ end -}}
 app.kubernetes.io/part-of: mci
 {{- end }}
 

@@ -1,7 +1,7 @@
 # mci: Multi-Cluster Inference for Kubernetes.
 #
 #   make run          start a local ClusterSet (real kube-apiservers) with the examples
-#   make test         codegen check, vet, unit and e2e tests, bench-smoke, bench-routing-smoke
+#   make test         codegen check, vet, unit, chart and e2e tests, bench-smoke, bench-routing-smoke
 #   make bench        benchmarks against the alternatives (docs/performance.md)
 #   make soak         the chaos soak (docs/performance.md, "Chaos soak"), SOAK_DURATION=20m
 #   make build        binaries into _output/bin
@@ -27,6 +27,10 @@ build:
 tools:
 	hack/build-kube-tools.sh
 
+.PHONY: helm
+helm:
+	hack/build-helm.sh
+
 .PHONY: codegen
 codegen:
 	hack/update-codegen.sh
@@ -40,15 +44,23 @@ verify:
 
 .PHONY: test-unit
 test-unit: tools
-	go test $(GO_TEST_FLAGS) -timeout 20m $$(go list ./... | grep -v -e /test/e2e -e /test/localclusterset -e /test/soak)
+	go test $(GO_TEST_FLAGS) -timeout 20m $$(go list ./... | grep -v -e /test/e2e -e /test/localclusterset -e /test/soak -e /test/chart)
 
 # e2e tests start their own ClusterSet of real kube-apiservers.
 .PHONY: test-e2e
 test-e2e: build tools
 	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -timeout 40m -p 1 ./test/e2e/ ./test/localclusterset/
 
+# The Helm chart charts/mci (test/chart): it renders what the kustomize
+# bases of artifacts/deploy render for the same settings, helm lint --strict
+# accepts it, and a real kube-apiserver of a local ClusterSet admits it
+# (server-side dry run). helm comes from its Go module (hack/build-helm.sh).
+.PHONY: test-chart
+test-chart: helm tools
+	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -count=1 -timeout 10m ./test/chart/
+
 .PHONY: test
-test: verify test-unit test-e2e soak-smoke bench-smoke bench-routing-smoke
+test: verify test-unit test-chart test-e2e soak-smoke bench-smoke bench-routing-smoke
 
 # make soak: the chaos soak of docs/performance.md ("Chaos soak"): a local
 # ClusterSet of three clusters with two mci-apiserver replicas each, link

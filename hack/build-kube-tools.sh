@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the kube-apiserver, kube-controller-manager and etcd that the local
-# ClusterSet runs, from the tools modules under hack/tools, into _output/bin. A build happens once per
-# pinned version: a stamp file next to each binary records the version it was
-# built from, and later runs only check it.
+# ClusterSet runs, from the tools modules under hack/tools, into _output/bin.
+# A build happens once per pinned version (build_tool in lib.sh): a stamp
+# file next to each binary records the version it was built from, and later
+# runs only check it.
 #
 # The first kube-apiserver build compiles most of k8s.io/kubernetes: several
 # minutes on a 2-core machine. kube-controller-manager comes from the same
@@ -19,34 +20,6 @@ cd "${REPO_ROOT}"
 if command -v flock >/dev/null 2>&1 && [[ -z "${MCI_KUBE_TOOLS_LOCKED:-}" ]]; then
   exec env MCI_KUBE_TOOLS_LOCKED=1 flock "${OUTPUT_BIN}/.kube-tools.lock" "$0" "$@"
 fi
-
-# module_version prints the version of module $2 that the tools module in
-# directory $1 pins.
-module_version() {
-  go list -C "$1" -m -f '{{.Version}}' "$2"
-}
-
-# build_tool NAME TOOLS_DIR MODULE PACKAGE FIRST_RUN_NOTE [go build args...]
-build_tool() {
-  local name="$1" dir="$2" module="$3" pkg="$4" note="$5"
-  shift 5
-  local version
-  version="$(module_version "${dir}" "${module}")"
-  local bin="${OUTPUT_BIN}/${name}"
-  local stamp="${OUTPUT_BIN}/.${name}-${version}"
-  if [[ -x "${bin}" && -f "${stamp}" ]]; then
-    echo "+++ ${name} ${version} already built: ${bin}" >&2
-    return
-  fi
-  echo "+++ building ${name} ${version} (${note})..." >&2
-  local start=${SECONDS}
-  rm -f "${OUTPUT_BIN}/.${name}-"*
-  # Build next to the target and rename, so a reader never sees half a binary.
-  go build -C "${dir}" -o "${bin}.tmp" "$@" "${pkg}"
-  mv -f "${bin}.tmp" "${bin}"
-  echo "${module} ${version}" >"${stamp}"
-  echo "+++ built ${name} ${version} in $((SECONDS - start))s: ${bin}" >&2
-}
 
 KUBE_DIR="${REPO_ROOT}/hack/tools/kube-apiserver"
 KUBE_VERSION="$(module_version "${KUBE_DIR}" k8s.io/kubernetes)"

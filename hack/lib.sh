@@ -17,3 +17,31 @@ ensure_controller_gen() {
     touch "${stamp}"
   fi
 }
+
+# module_version prints the version of module $2 that the tools module in
+# directory $1 pins.
+module_version() {
+  go list -C "$1" -m -f '{{.Version}}' "$2"
+}
+
+# build_tool NAME TOOLS_DIR MODULE PACKAGE FIRST_RUN_NOTE [go build args...]
+build_tool() {
+  local name="$1" dir="$2" module="$3" pkg="$4" note="$5"
+  shift 5
+  local version
+  version="$(module_version "${dir}" "${module}")"
+  local bin="${OUTPUT_BIN}/${name}"
+  local stamp="${OUTPUT_BIN}/.${name}-${version}"
+  if [[ -x "${bin}" && -f "${stamp}" ]]; then
+    echo "+++ ${name} ${version} already built: ${bin}" >&2
+    return
+  fi
+  echo "+++ building ${name} ${version} (${note})..." >&2
+  local start=${SECONDS}
+  rm -f "${OUTPUT_BIN}/.${name}-"*
+  # Build next to the target and rename, so a reader never sees half a binary.
+  go build -C "${dir}" -o "${bin}.tmp" "$@" "${pkg}"
+  mv -f "${bin}.tmp" "${bin}"
+  echo "${module} ${version}" >"${stamp}"
+  echo "+++ built ${name} ${version} in $((SECONDS - start))s: ${bin}" >&2
+}

@@ -1,6 +1,7 @@
 package docs
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,7 +43,7 @@ func TestEveryFlagOfEveryBinaryIsDocumented(t *testing.T) {
 			section, ok := sections[bin.Name]
 			require.True(t, ok, "docs/reference/flags.md has no section for %s: %s", bin.Name, regenerate)
 			for _, f := range bin.Flags {
-				assert.Contains(t, section, "`--"+f.Name+"`", "%s --%s is not in docs/reference/flags.md: %s", bin.Name, f.Name, regenerate)
+				assert.True(t, strings.Contains(section, "`--"+f.Name+"`"), "%s --%s is not in docs/reference/flags.md: %s", bin.Name, f.Name, regenerate)
 			}
 		})
 	}
@@ -54,7 +55,9 @@ func TestGeneratedReferencesAreCurrent(t *testing.T) {
 	require.NoError(t, err)
 	for path, want := range pages {
 		t.Run(path, func(t *testing.T) {
-			assert.Equal(t, string(want), read(t, path), "%s is stale: %s", path, regenerate)
+			if got := read(t, path); got != string(want) {
+				t.Errorf("%s is stale (%s); first difference:\n%s", path, regenerate, firstDifference(string(want), got))
+			}
 		})
 	}
 }
@@ -83,9 +86,28 @@ func TestBuiltBinariesHaveNoUndocumentedFlag(t *testing.T) {
 					continue
 				}
 				flags++
-				assert.Contains(t, section, "`--"+m[1]+"`", "%s --%s is not in docs/reference/flags.md: %s", name, m[1], regenerate)
+				assert.True(t, strings.Contains(section, "`--"+m[1]+"`"), "%s --%s (from --help) is not in docs/reference/flags.md: %s", name, m[1], regenerate)
 			}
 			assert.NotZero(t, flags, "%s --help listed no flags", name)
 		})
 	}
+}
+
+// firstDifference shows the first line where the generated page and the
+// committed one differ.
+func firstDifference(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			return fmt.Sprintf("line %d\n  generated: %s\n  committed: %s", i+1, wl, gl)
+		}
+	}
+	return "none"
 }

@@ -39,11 +39,13 @@ func Binaries() []Binary {
 }
 
 // commandFlags adds what component-base's cli.Run adds before it parses
-// (the klog flags, '_' normalized to '-') and returns every flag but cobra's
-// --help.
+// (the klog flags, '_' normalized to '-') and what cobra adds when it
+// executes (--version when the command has a Version), and returns every
+// flag but cobra's --help.
 func commandFlags(cmd *cobra.Command) []*pflag.Flag {
 	cmd.SetGlobalNormalizationFunc(cliflag.WordSepNormalizeFunc)
 	logs.AddFlags(cmd.PersistentFlags())
+	cmd.InitDefaultVersionFlag()
 	fs := pflag.NewFlagSet(cmd.Name(), pflag.ContinueOnError)
 	fs.AddFlagSet(cmd.Flags())
 	fs.AddFlagSet(cmd.PersistentFlags())

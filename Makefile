@@ -5,6 +5,7 @@
 #   make bench        benchmarks against the alternatives (docs/performance.md)
 #   make soak         the chaos soak (docs/performance.md, "Chaos soak"), SOAK_DURATION=20m
 #   make build        binaries into _output/bin
+#   make docs         regenerate docs/reference (flags, API) after changing flags or types
 #
 # The first run on a fresh machine builds kube-apiserver and etcd from their
 # Go modules (several minutes on 2 cores); later runs reuse _output/bin.
@@ -35,9 +36,14 @@ helm:
 codegen:
 	hack/update-codegen.sh
 
+.PHONY: docs
+docs:
+	hack/update-docs.sh
+
 .PHONY: verify
 verify:
 	hack/verify-codegen.sh
+	hack/verify-docs.sh
 	@unformatted="$$(gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/generated/'))"; \
 	  if [[ -n "$$unformatted" ]]; then echo "gofmt needed: $$unformatted" >&2; exit 1; fi
 	go vet ./...
@@ -59,8 +65,14 @@ test-e2e: build tools
 test-chart: helm tools
 	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -count=1 -timeout 10m ./test/chart/
 
+# test/docs also runs in test-unit; here it also asks the built binaries
+# for their flags (--help), which catches a flag registered outside cmd/*/app.
+.PHONY: test-docs
+test-docs: build
+	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -count=1 ./test/docs/
+
 .PHONY: test
-test: verify test-unit test-chart test-e2e soak-smoke bench-smoke bench-routing-smoke
+test: verify test-unit test-docs test-chart test-e2e soak-smoke bench-smoke bench-routing-smoke
 
 # make soak: the chaos soak of docs/performance.md ("Chaos soak"): a local
 # ClusterSet of three clusters with two mci-apiserver replicas each, link

@@ -269,7 +269,7 @@ func logOutcome(logger klog.Logger, url string, r *scrapeResult) {
 		}
 		logger.Info("Reading the pool metrics of an EPP", "pools", metrics.PoolNames(r.pools), "schemes", len(schemes))
 	case MetricsUnauthorized:
-		logger.Info("An EPP refuses the sidecar its pool metrics: its clusters are unmeasured for MetricsBased until it accepts the token sent (see the README, \"Metrics behind authentication\")", "err", r.err)
+		logger.Info("An EPP refuses the sidecar its pool metrics: its clusters are unmeasured for MetricsBased until it accepts the token sent (see docs/tls.md, \"Metrics behind authentication\")", "err", r.err)
 	default:
 		logger.Info("Cannot read the pool metrics of an EPP: its clusters are unmeasured for MetricsBased until it can", "err", r.err)
 	}

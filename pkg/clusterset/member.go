@@ -46,7 +46,7 @@ type member struct {
 	gateway     gatewayclient.Interface
 	// discovery asks which optional APIs the member serves, within
 	// discoveryTimeout.
-	discovery rest.Interface
+	discovery discovery.DiscoveryInterface
 	ctx       context.Context
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -99,11 +99,9 @@ func newMember(name, source string, config *rest.Config, handler Handler) (*memb
 	// Discovery at start-up must not wait forever on a hung member.
 	bounded := rest.CopyConfig(gated)
 	bounded.Timeout = discoveryTimeout
-	d, err := discovery.NewDiscoveryClientForConfig(bounded)
-	if err != nil {
+	if m.discovery, err = discovery.NewDiscoveryClientForConfig(bounded); err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
-	m.discovery = d.RESTClient()
 	return m, nil
 }
 

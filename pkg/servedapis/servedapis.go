@@ -25,7 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/rest"
+	"k8s.io/client-go/discovery"
 	"k8s.io/klog/v2"
 )
 
@@ -55,11 +55,10 @@ func (s Set) Map() map[schema.GroupVersionResource]bool {
 	return out
 }
 
-// Discover asks the cluster behind client (a discovery REST client: the
-// root of the API server) which of resources it serves, within timeout in
+// Discover asks the cluster behind d which of resources it serves, within timeout in
 // all (DefaultTimeout when 0). What the cluster does not serve, and what
 // could not be asked, is logged through ctx's logger, once per call.
-func Discover(ctx context.Context, client rest.Interface, timeout time.Duration, resources ...schema.GroupVersionResource) Set {
+func Discover(ctx context.Context, d discovery.DiscoveryInterface, timeout time.Duration, resources ...schema.GroupVersionResource) Set {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
@@ -68,7 +67,7 @@ func Discover(ctx context.Context, client rest.Interface, timeout time.Duration,
 	logger := klog.FromContext(ctx)
 	s := Set{served: map[schema.GroupVersionResource]bool{}}
 	for _, gv := range groupVersions(resources) {
-		names, err := resourcesOf(ctx, client, gv)
+		names, err := resourcesOf(ctx, d, gv)
 		for _, r := range resources {
 			if r.GroupVersion() != gv {
 				continue
@@ -102,14 +101,11 @@ func groupVersions(resources []schema.GroupVersionResource) []schema.GroupVersio
 }
 
 // resourcesOf returns the names of the resources the cluster serves in gv:
-// none when it does not know gv, an error when it could not be asked.
-func resourcesOf(ctx context.Context, client rest.Interface, gv schema.GroupVersion) (map[string]bool, error) {
-	path := "/apis/" + gv.String()
-	if gv.Group == "" {
-		path = "/api/" + gv.Version
-	}
-	list := &metav1.APIResourceList{}
-	err := client.Get().AbsPath(path).MaxRetries(0).Do(ctx).Into(list)
+// none when it does not know gv, an error when it could not be asked. A
+// discovery client without a REST client (client-go's fake) is asked
+// through its ServerResourcesForGroupVersion.
+func resourcesOf(ctx context.Context, d discovery.DiscoveryInterface, gv schema.GroupVersion) (map[string]bool, error) {
+	list, err := askResources(ctx, d, gv)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -121,4 +117,17 @@ func resourcesOf(ctx context.Context, client rest.Interface, gv schema.GroupVers
 		names[r.Name] = true
 	}
 	return names, nil
+}
+
+func askResources(ctx context.Context, d discovery.DiscoveryInterface, gv schema.GroupVersion) (*metav1.APIResourceList, error) {
+	client := d.RESTClient()
+	if client == nil {
+		return d.ServerResourcesForGroupVersion(gv.String())
+	}
+	path := "/apis/" + gv.String()
+	if gv.Group == "" {
+		path = "/api/" + gv.Version
+	}
+	list := &metav1.APIResourceList{}
+	return list, client.Get().AbsPath(path).MaxRetries(0).Do(ctx).Into(list)
 }

@@ -11,7 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/rest"
+	clienttesting "k8s.io/client-go/testing"
 )
 
 func TestDiscoverAsksEachGroupVersionOnce(t *testing.T) {
@@ -45,7 +47,7 @@ func TestDiscoverAsksEachGroupVersionOnce(t *testing.T) {
 	d, err := discovery.NewDiscoveryClientForConfig(&rest.Config{Host: srv.URL})
 	require.NoError(t, err)
 
-	served := Discover(t.Context(), d.RESTClient(), 0, gateways, policies, grants, models, endpointSlices, services)
+	served := Discover(t.Context(), d, 0, gateways, policies, grants, models, endpointSlices, services)
 
 	tests := []struct {
 		name     string
@@ -69,4 +71,17 @@ func TestDiscoverAsksEachGroupVersionOnce(t *testing.T) {
 	assert.True(t, served.Any(grants, gateways))
 	assert.False(t, served.Any(grants, models))
 	assert.Equal(t, map[schema.GroupVersionResource]bool{gateways: true, policies: false, grants: false, models: false, endpointSlices: true, services: true}, served.Map())
+}
+
+func TestDiscoverAsksAFakeDiscoveryThroughItsResources(t *testing.T) {
+	objectives := schema.GroupVersionResource{Group: "llm-d.ai", Version: "v1alpha2", Resource: "inferenceobjectives"}
+	rewrites := schema.GroupVersionResource{Group: "llm-d.ai", Version: "v1alpha2", Resource: "inferencemodelrewrites"}
+	models := schema.GroupVersionResource{Group: "inference.networking.x-k8s.io", Version: "v1alpha2", Resource: "inferencemodels"}
+	d := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{Resources: []*metav1.APIResourceList{
+		{GroupVersion: "llm-d.ai/v1alpha2", APIResources: []metav1.APIResource{{Name: "inferenceobjectives"}}},
+	}}}
+
+	served := Discover(t.Context(), d, 0, objectives, rewrites, models)
+
+	assert.Equal(t, map[schema.GroupVersionResource]bool{objectives: true, rewrites: false, models: false}, served.Map())
 }

@@ -2,7 +2,6 @@ package clusterset
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"strings"
@@ -26,86 +25,8 @@ import (
 	"github.com/mci-dev/mci/test/localclusterset"
 )
 
-func TestAFailingMemberIsFlaggedThenRemovedAndComesBack(t *testing.T) {
-	th := thresholds{unreachableAfter: 10 * time.Second, removeAfter: time.Minute}
-	down := errors.New("connection refused")
-	type probe struct {
-		at          time.Duration // since the first probe
-		err         error
-		wantChanged bool
-		wantState   string // reachable, unreachable, removed
-		wantNext    time.Duration
-	}
-	tests := []struct {
-		name   string
-		th     thresholds
-		probes []probe
-	}{
-		{
-			name: "a member failing past each threshold is flagged, then removed",
-			th:   th,
-			probes: []probe{
-				{at: 0, err: down, wantState: "reachable", wantNext: 10 * time.Second},
-				{at: 4 * time.Second, err: down, wantState: "reachable", wantNext: 6 * time.Second},
-				{at: 10 * time.Second, err: down, wantChanged: true, wantState: "unreachable", wantNext: 50 * time.Second},
-				{at: 30 * time.Second, err: down, wantState: "unreachable", wantNext: 30 * time.Second},
-				{at: time.Minute, err: down, wantChanged: true, wantState: "removed"},
-				{at: 2 * time.Minute, err: down, wantState: "removed"},
-				{at: 2*time.Minute + time.Second, wantChanged: true, wantState: "reachable"},
-			},
-		},
-		{
-			name: "a member that answers before the threshold was never flagged",
-			th:   th,
-			probes: []probe{
-				{at: 0, err: down, wantState: "reachable", wantNext: 10 * time.Second},
-				{at: 9 * time.Second, wantState: "reachable"},
-				// Failing since it last answered, at 9s.
-				{at: 10 * time.Second, err: down, wantState: "reachable", wantNext: 9 * time.Second},
-			},
-		},
-		{
-			name: "an outage counts from the last answer, not from the probe that noticed it",
-			th:   th,
-			probes: []probe{
-				{at: 0, wantState: "reachable"},
-				{at: 8 * time.Second, err: down, wantState: "reachable", wantNext: 2 * time.Second},
-				{at: 10 * time.Second, err: down, wantChanged: true, wantState: "unreachable", wantNext: 50 * time.Second},
-			},
-		},
-		{
-			name: "the local cluster is flagged but never removed",
-			th:   thresholds{unreachableAfter: 10 * time.Second},
-			probes: []probe{
-				{at: 0, err: down, wantState: "reachable", wantNext: 10 * time.Second},
-				{at: 10 * time.Second, err: down, wantChanged: true, wantState: "unreachable"},
-				{at: time.Hour, err: down, wantState: "unreachable"},
-			},
-		},
-	}
-	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			m := &member{name: "cluster-b"}
-			for _, p := range tc.probes {
-				changed, next := m.assess(t0.Add(p.at), t0.Add(p.at), p.err, tc.th)
-				assert.Equal(t, p.wantChanged, changed, "changed at %s", p.at)
-				assert.Equal(t, p.wantNext, next, "time to the next threshold at %s", p.at)
-				state := "reachable"
-				if st := m.status(); st != nil {
-					state = "unreachable"
-					if st.removed {
-						state = "removed"
-					}
-				}
-				assert.Equal(t, p.wantState, state, "state at %s", p.at)
-			}
-		})
-	}
-}
-
 func TestARemovedMemberServesOnlyItsNamespaces(t *testing.T) {
-	m := &member{name: "cluster-b", unreachable: true, removed: true, failingSince: time.Unix(1, 0), lastError: "connection refused"}
+	m := &member{name: "cluster-b", reachability: reachability{unreachable: true, removed: true, failingSince: time.Unix(1, 0), lastError: "connection refused"}}
 	v := m.view()
 	require.NotNil(t, v.Unreachable)
 	assert.Contains(t, v.Unreachable.Message, "connection refused")

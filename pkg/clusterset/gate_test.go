@@ -76,7 +76,7 @@ func TestAProbeThatGotAnHTTPAnswerReachedTheServer(t *testing.T) {
 func TestAPendingProbeFlagsAMemberThatHasNotAnsweredForTheThreshold(t *testing.T) {
 	th := thresholds{unreachableAfter: 5 * time.Second}
 	t0 := time.Now()
-	m := &member{name: "cluster-a", lastAnswered: t0}
+	m := &member{name: "cluster-a", reachability: reachability{lastAnswered: t0}}
 
 	assert.Equal(t, 5*time.Second, m.untilThreshold(t0, th), "counted from the last answer")
 	assert.False(t, m.crossThresholds(t0.Add(4*time.Second), th), "a slow answer within the threshold is no outage")

@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
+
+	"github.com/mci-dev/mci/pkg/recompute"
 )
 
 const (
@@ -143,29 +145,20 @@ func (s SecretSource) Run(ctx context.Context, report func(string, map[string]Me
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = MemberClusterLabel }))
 	informer := factory.Core().V1().Secrets()
 	lister := informer.Lister()
-	changed := make(chan struct{}, 1)
-	poke := func(interface{}) {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
-	_, _ = informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: poke, UpdateFunc: func(_, o interface{}) { poke(o) }, DeleteFunc: poke,
-	})
+	loop := recompute.New("member_secrets")
+	_, _ = informer.Informer().AddEventHandler(loop.Handler())
 	factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), informer.Informer().HasSynced) {
 		return
 	}
-	for {
-		secrets, _ := lister.List(labels.Everything())
-		report(s.Name(), membersFromSecrets(secrets))
-		select {
-		case <-ctx.Done():
-			return
-		case <-changed:
+	loop.Run(ctx, func(context.Context) error {
+		secrets, err := lister.List(labels.Everything())
+		if err != nil {
+			return err
 		}
-	}
+		report(s.Name(), membersFromSecrets(secrets))
+		return nil
+	})
 }
 
 func membersFromSecrets(secrets []*corev1.Secret) map[string]MemberConfig {

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -29,6 +28,7 @@ import (
 	llmdlisters "github.com/mci-dev/mci/pkg/generated/listers/llmd/v1alpha2"
 	"github.com/mci-dev/mci/pkg/informerhealth"
 	"github.com/mci-dev/mci/pkg/requestmodel"
+	"github.com/mci-dev/mci/pkg/servedapis"
 )
 
 // KubeSource follows an InferencePool in a cluster: the pool's selector and
@@ -93,7 +93,7 @@ func (s *KubeSource) Run(ctx context.Context, pool *Pool, models *requestmodel.M
 	poolInformer := s.watches().NewInformer(inferencepoolv1.Resource("inferencepools").String(),
 		informerhealth.ListWatch(c, c.InferencePoolV1().InferencePools(ns).List, c.InferencePoolV1().InferencePools(ns).Watch), &inferencepoolv1.InferencePool{})
 	pools := poolListers.NewInferencePoolLister(poolInformer.GetIndexer())
-	served := s.servedConfigAPIs(logger)
+	served := s.servedConfigAPIs(klog.NewContext(ctx, logger))
 	models.SetServedAPIs(served)
 	cfg := s.configListers(served)
 
@@ -265,36 +265,9 @@ var (
 )
 
 // servedConfigAPIs asks the cluster which model configuration resources it
-// serves.
-func (s *KubeSource) servedConfigAPIs(logger klog.Logger) map[schema.GroupVersionResource]bool {
-	served := map[schema.GroupVersionResource]bool{}
-	byGV := map[schema.GroupVersion][]schema.GroupVersionResource{}
-	for _, r := range modelConfigAPIs {
-		byGV[r.GroupVersion()] = append(byGV[r.GroupVersion()], r)
-	}
-	for gv, rs := range byGV {
-		list, err := s.Client.Discovery().ServerResourcesForGroupVersion(gv.String())
-		if err != nil && !apierrors.IsNotFound(err) {
-			logger.Error(err, "Asking the cluster which resources it serves; taking it to serve them all", "groupVersion", gv)
-			for _, r := range rs {
-				served[r] = true
-			}
-			continue
-		}
-		names := sets.New[string]()
-		if list != nil {
-			for _, r := range list.APIResources {
-				names.Insert(r.Name)
-			}
-		}
-		for _, r := range rs {
-			served[r] = names.Has(r.Resource)
-			if !served[r] {
-				logger.Info("The cluster does not serve this resource; the pool is configured without it (restart the EPP after installing its CRD)", "resource", r.Resource+"."+r.Group, "version", r.Version)
-			}
-		}
-	}
-	return served
+// serves (pkg/servedapis, as mci-apiserver and mci-sidecar ask).
+func (s *KubeSource) servedConfigAPIs(ctx context.Context) map[schema.GroupVersionResource]bool {
+	return servedapis.Discover(ctx, s.Client.Discovery(), 0, modelConfigAPIs...).Map()
 }
 
 // configListers are the listers of the served model configuration

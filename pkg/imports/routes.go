@@ -170,6 +170,27 @@ type parentVerdicts struct {
 // member's routes, sorted by parent namespace, name, group and kind. nil when
 // no route uses the import (or the member has no route index).
 func importParents(local *Member, key poolKey) []inference.ParentStatus {
+	routes := routesToImport(local, key)
+	if len(routes) == 0 {
+		return nil
+	}
+	byParent, order := verdictsByParent(local, routes, key)
+	if len(order) == 0 {
+		return nil
+	}
+	slices.SortFunc(order, func(a, b parentKey) int {
+		return cmp.Or(cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name), cmp.Compare(a.group, b.group), cmp.Compare(a.kind, b.kind))
+	})
+	out := make([]inference.ParentStatus, 0, len(order))
+	for _, pk := range order {
+		out = append(out, parentStatus(pk, byParent[pk]))
+	}
+	return out
+}
+
+// routesToImport returns the local routes that the route index files under
+// import key, sorted by namespace and name.
+func routesToImport(local *Member, key poolKey) []*gatewayv1.HTTPRoute {
 	if local == nil || local.Routes == nil {
 		return nil
 	}
@@ -183,7 +204,13 @@ func importParents(local *Member, key poolKey) []inference.ParentStatus {
 	slices.SortFunc(routes, func(a, b *gatewayv1.HTTPRoute) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
+	return routes
+}
 
+// verdictsByParent gathers, for each parent the routes name, which routes
+// it accepts and which resolve the import, in the order the parents are
+// first named.
+func verdictsByParent(local *Member, routes []*gatewayv1.HTTPRoute, key poolKey) (map[parentKey]*parentVerdicts, []parentKey) {
 	byParent := map[parentKey]*parentVerdicts{}
 	var order []parentKey
 	for _, route := range routes {
@@ -215,46 +242,41 @@ func importParents(local *Member, key poolKey) []inference.ParentStatus {
 			}
 		}
 	}
-	if len(order) == 0 {
-		return nil
-	}
-	slices.SortFunc(order, func(a, b parentKey) int {
-		return cmp.Or(cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name), cmp.Compare(a.group, b.group), cmp.Compare(a.kind, b.kind))
-	})
+	return byParent, order
+}
 
-	out := make([]inference.ParentStatus, 0, len(order))
-	for _, pk := range order {
-		pv := byParent[pk]
-		var accepted, resolved verdict
-		if len(pv.accepted) > 0 {
-			accepted = verdict{
-				ok:      true,
-				reason:  v1alpha1.ReasonAccepted,
-				message: fmt.Sprintf("%s %s accepts %s %s", pk.kind, pk, pluralRoutes(pv.accepted), strings.Join(pv.accepted, ", ")),
-			}
-		} else {
-			accepted = *pv.refusal
+// parentStatus is the parents entry of parent pk: Accepted when it accepts
+// a route, ResolvedRefs when every route's backendRef resolves, else the
+// first route's reason against.
+func parentStatus(pk parentKey, pv *parentVerdicts) inference.ParentStatus {
+	var accepted, resolved verdict
+	if len(pv.accepted) > 0 {
+		accepted = verdict{
+			ok:      true,
+			reason:  v1alpha1.ReasonAccepted,
+			message: fmt.Sprintf("%s %s accepts %s %s", pk.kind, pk, pluralRoutes(pv.accepted), strings.Join(pv.accepted, ", ")),
 		}
-		if pv.unresolved == nil {
-			resolved = verdict{
-				ok:      true,
-				reason:  v1alpha1.ReasonResolvedRefs,
-				message: fmt.Sprintf("%s %s refer%s to this InferencePoolImport", pluralRoutes(pv.resolved), strings.Join(pv.resolved, ", "), singularS(len(pv.resolved))),
-			}
-		} else {
-			resolved = *pv.unresolved
-		}
-		group := pk.group
-		out = append(out, inference.ParentStatus{
-			ParentRef:      inference.ParentReference{Group: &group, Kind: pk.kind, Namespace: pk.namespace, Name: pk.name},
-			ControllerName: v1alpha1.ControllerName,
-			Conditions: []metav1.Condition{
-				accepted.condition(v1alpha1.ConditionAccepted, importGeneration),
-				resolved.condition(v1alpha1.ConditionResolvedRefs, importGeneration),
-			},
-		})
+	} else {
+		accepted = *pv.refusal
 	}
-	return out
+	if pv.unresolved == nil {
+		resolved = verdict{
+			ok:      true,
+			reason:  v1alpha1.ReasonResolvedRefs,
+			message: fmt.Sprintf("%s %s refer%s to this InferencePoolImport", pluralRoutes(pv.resolved), strings.Join(pv.resolved, ", "), singularS(len(pv.resolved))),
+		}
+	} else {
+		resolved = *pv.unresolved
+	}
+	group := pk.group
+	return inference.ParentStatus{
+		ParentRef:      inference.ParentReference{Group: &group, Kind: pk.kind, Namespace: pk.namespace, Name: pk.name},
+		ControllerName: v1alpha1.ControllerName,
+		Conditions: []metav1.Condition{
+			accepted.condition(v1alpha1.ConditionAccepted, importGeneration),
+			resolved.condition(v1alpha1.ConditionResolvedRefs, importGeneration),
+		},
+	}
 }
 
 func pluralRoutes(names []string) string {

@@ -230,16 +230,49 @@ func (o *Options) localConfig() (*rest.Config, error) {
 	return rest.InClusterConfig()
 }
 
-// Config turns the options into a server configuration.
+// Config turns the options into a server configuration: the generic
+// server's, the members' sources and the Exported status writer.
 func (o *Options) Config() (*apiserver.Config, error) {
+	local, err := o.localConfig()
+	if err != nil {
+		return nil, fmt.Errorf("local cluster configuration: %w", err)
+	}
+	generic, err := o.genericConfig()
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(local)
+	if err != nil {
+		return nil, err
+	}
+	exported, err := o.exportedStatusConfig(local, kube)
+	if err != nil {
+		return nil, err
+	}
+	return &apiserver.Config{
+		GenericConfig: generic,
+		ExtraConfig: apiserver.ExtraConfig{
+			ClusterSet: clusterset.Options{
+				ClusterSetName:   o.ClusterSetName,
+				LocalName:        o.ClusterName,
+				Local:            local,
+				UnreachableAfter: o.UnreachableAfter,
+				RemoveAfter:      o.RemoveAfter,
+			},
+			Sources:        o.memberSources(kube),
+			ExportedStatus: exported,
+		},
+	}, nil
+}
+
+// genericConfig is the generic API server's configuration: serving
+// certificates (self-signed when none is given), delegated authentication
+// and authorization, OpenAPI, and readiness.
+func (o *Options) genericConfig() (*genericapiserver.RecommendedConfig, error) {
 	if o.Recommended.SecureServing.ServerCert.GeneratedCert == nil {
 		if err := o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{net.ParseIP("127.0.0.1")}); err != nil {
 			return nil, fmt.Errorf("creating self-signed certificates: %w", err)
 		}
-	}
-	local, err := o.localConfig()
-	if err != nil {
-		return nil, fmt.Errorf("local cluster configuration: %w", err)
 	}
 	// Delegated authentication and authorization use the local cluster too
 	// unless their own kubeconfig flags say otherwise.
@@ -276,52 +309,46 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err := o.Recommended.ApplyTo(generic); err != nil {
 		return nil, err
 	}
+	return generic, nil
+}
 
-	kube, err := kubernetes.NewForConfig(local)
-	if err != nil {
-		return nil, err
-	}
+// memberSources are where the members' kubeconfigs come from: the member
+// directory (first, so it wins a cluster both name) when set, and the
+// labelled Secrets of the server's namespace.
+func (o *Options) memberSources(kube kubernetes.Interface) []clusterset.Source {
 	sources := []clusterset.Source{clusterset.SecretSource{Client: kube, Namespace: o.Namespace}}
 	if o.MemberKubeconfigDir != "" {
 		sources = append([]clusterset.Source{clusterset.DirSource{Dir: o.MemberKubeconfigDir}}, sources...)
 	}
-	var exported *apiserver.ExportedStatusConfig
-	if o.ExportedStatus {
-		// One write per exported pool at start-up, then one per change of
-		// export state: 10,000 exported pools take about 8 minutes at
-		// start-up rather than half an hour at client-go's default 5/s,
-		// without crowding the cluster's other writers.
-		statusConfig := rest.CopyConfig(local)
-		statusConfig.QPS, statusConfig.Burst = exportedStatusQPS, exportedStatusBurst
-		pools, err := mciclient.NewForConfig(statusConfig)
-		if err != nil {
-			return nil, err
-		}
-		identity, err := os.Hostname()
-		if err != nil {
-			return nil, fmt.Errorf("naming this replica for leader election: %w", err)
-		}
-		exported = &apiserver.ExportedStatusConfig{
-			Pools: pools.InferencePoolV1(),
-			Election: exportstatus.Election{
-				Leases:    kube.CoordinationV1(),
-				Namespace: o.Namespace,
-				Identity:  identity + "_" + string(uuid.NewUUID()),
-			},
-		}
+	return sources
+}
+
+// exportedStatusConfig is what writes the Exported entry of local pools'
+// status, under leader election; nil when --exported-status is off.
+func (o *Options) exportedStatusConfig(local *rest.Config, kube kubernetes.Interface) (*apiserver.ExportedStatusConfig, error) {
+	if !o.ExportedStatus {
+		return nil, nil
 	}
-	return &apiserver.Config{
-		GenericConfig: generic,
-		ExtraConfig: apiserver.ExtraConfig{
-			ClusterSet: clusterset.Options{
-				ClusterSetName:   o.ClusterSetName,
-				LocalName:        o.ClusterName,
-				Local:            local,
-				UnreachableAfter: o.UnreachableAfter,
-				RemoveAfter:      o.RemoveAfter,
-			},
-			Sources:        sources,
-			ExportedStatus: exported,
+	// One write per exported pool at start-up, then one per change of
+	// export state: 10,000 exported pools take about 8 minutes at
+	// start-up rather than half an hour at client-go's default 5/s,
+	// without crowding the cluster's other writers.
+	statusConfig := rest.CopyConfig(local)
+	statusConfig.QPS, statusConfig.Burst = exportedStatusQPS, exportedStatusBurst
+	pools, err := mciclient.NewForConfig(statusConfig)
+	if err != nil {
+		return nil, err
+	}
+	identity, err := os.Hostname()
+	if err != nil {
+		return nil, fmt.Errorf("naming this replica for leader election: %w", err)
+	}
+	return &apiserver.ExportedStatusConfig{
+		Pools: pools.InferencePoolV1(),
+		Election: exportstatus.Election{
+			Leases:    kube.CoordinationV1(),
+			Namespace: o.Namespace,
+			Identity:  identity + "_" + string(uuid.NewUUID()),
 		},
 	}, nil
 }

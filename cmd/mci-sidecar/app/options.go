@@ -15,14 +15,18 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
+	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/epptransport"
@@ -31,6 +35,7 @@ import (
 	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
+	"github.com/mci-dev/mci/pkg/servedapis"
 	"github.com/mci-dev/mci/pkg/sidecar"
 )
 
@@ -141,8 +146,8 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.StringSliceVar(&o.SecretNamespaces, "endpoint-picker-secret-namespaces", o.SecretNamespaces, "Namespaces whose Secrets labelled "+epptransport.CredentialsLabel+"=true the sidecar reads (get, list, watch: grant it a Role in each), for EPPs that serve TLS: an InferencePool's annotation "+v1alpha1.EndpointPickerSecretAnnotation+" names such a Secret of its namespace, and so do the secretRefs of its imports. Keys: "+epptransport.SecretCAKey+" (required), "+epptransport.SecretCertKey+" and "+epptransport.SecretKeyKey+" (a client certificate, for mutual TLS), "+epptransport.SecretServerNameKey+" (the name to verify instead of the address). Repeatable. Default: none, and such EPPs are not reached.")
 	fs.StringVar(&o.EPPMetricsTokenFile, "epp-metrics-token-file", o.EPPMetricsTokenFile, "File of the bearer token sent with the scrapes of EPPs' /metrics (MetricsBased), which upstream EPPs require by default; re-read as it rotates. A pool's credentials Secret with a key "+epptransport.SecretTokenKey+" overrides it for that pool's EPP. Default: the pod's ServiceAccount token (when the file does not exist, scrapes carry no token, which the sidecar logs at start). Empty: send no token but the Secrets'.")
 	fs.StringVar(&o.EndpointPickerTransport, "endpoint-picker-transport", o.EndpointPickerTransport, "How the ports of EPPs are reached where nothing else says (the pool's annotation "+v1alpha1.EndpointPickerTransportAnnotation+", its credentials Secret, a BackendTLSPolicy of its EPP Service): TLS or Plaintext for every port, or port=mode pairs with ports ext-proc, health and metrics. \"ext-proc=TLS\" suits EPPs with the upstream defaults (Gateway API Inference Extension and llm-d EPPs: ext_proc over TLS with a self-signed certificate, plaintext gRPC health and metrics); a TLS port with nothing to verify it with is not verified, as gateways reach those EPPs. Default: plaintext.")
-	fs.BoolVar(&o.InferenceModels, "inference-models", o.InferenceModels, "Read InferenceModels and InferenceObjectives (inference.networking.x-k8s.io/v1alpha2 and llm-d.ai/v1alpha2) for the criticality of requests (MetricsBased shedding): the objective a request names in x-gateway-inference-objective (priority below 0 is sheddable), else its model's InferenceModel. Routing does not wait for them. Without them every request is Standard and never shed.")
-	fs.BoolVar(&o.BackendTLSPolicies, "backend-tls-policies", o.BackendTLSPolicies, "Read BackendTLSPolicies (gateway.networking.k8s.io/v1) for the TLS of local EPPs, as gateways do: a policy that targets an EPP Service makes its ext-proc port TLS, verified with the policy's CA ConfigMaps (read in --endpoint-picker-secret-namespaces) and hostname. Routing waits for them. Turn off only in a cluster without their CRD. (Imports carry the exporting cluster's policies without this flag.)")
+	fs.BoolVar(&o.InferenceModels, "inference-models", o.InferenceModels, "Read InferenceModels and InferenceObjectives (inference.networking.x-k8s.io/v1alpha2 and llm-d.ai/v1alpha2) for the criticality of requests (MetricsBased shedding), where the cluster serves them (its API discovery is asked at start; CRDs installed later are read after a restart): the objective a request names in x-gateway-inference-objective (priority below 0 is sheddable), else its model's InferenceModel. Routing does not wait for them. Without them every request is Standard and never shed. Set false only to force them off where the cluster serves them (every request Standard).")
+	fs.BoolVar(&o.BackendTLSPolicies, "backend-tls-policies", o.BackendTLSPolicies, "Read BackendTLSPolicies (gateway.networking.k8s.io/v1) for the TLS of local EPPs, as gateways do: a policy that targets an EPP Service makes its ext-proc port TLS, verified with the policy's CA ConfigMaps (read in --endpoint-picker-secret-namespaces) and hostname. Read where the cluster serves them (its API discovery is asked at start; a CRD installed later is read after a restart). Routing waits for them: set false only to force them off where the cluster serves them but the sidecar may not read them. (Imports carry the exporting cluster's policies without this flag.)")
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body buffered; larger requests get 413.")
 	fs.DurationVar(&o.EPPAttemptTimeout, "epp-attempt-timeout", o.EPPAttemptTimeout, "Longest wait for one EPP's answer before the next cluster is tried. Keep it below the gateway's ext_proc message timeout.")
 	fs.DurationVar(&o.EPPReconnectDelay, "epp-reconnect-max-delay", o.EPPReconnectDelay, "Longest pause between two attempts to reconnect to an EPP that is down, for the ext_proc relay and the health checks alike: an EPP that comes back is used again within about this long, whatever the length of its outage (gRPC's own default grows to 120s).")
@@ -331,6 +336,7 @@ func (o *Options) Run(ctx context.Context) error {
 	if clients.Gateway, err = gatewayclient.NewForConfig(restConfig); err != nil {
 		return err
 	}
+	cfg.Watch = followServedAPIs(ctx, clients.Kube.Discovery(), cfg.Watch)
 	if cfg.MetricsTokenFile == "" && o.EPPMetricsTokenFile != "" {
 		klog.FromContext(ctx).Info("No ServiceAccount token is mounted: scrapes of EPP metrics carry no token except a pool Secret's, and EPPs that require one (upstream EPPs do by default) leave their clusters unmeasured", "file", o.EPPMetricsTokenFile)
 	}
@@ -339,4 +345,24 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	return s.Run(ctx)
+}
+
+// The optional resources mci-sidecar reads, as API discovery names them.
+var (
+	apiInferenceModels    = v1alpha2.SchemeGroupVersion.WithResource("inferencemodels")
+	apiObjectives         = v1alpha2.SchemeGroupVersion.WithResource("inferenceobjectives")
+	apiLLMDObjectives     = llmdv1alpha2.SchemeGroupVersion.WithResource("inferenceobjectives")
+	apiBackendTLSPolicies = gatewayv1.SchemeGroupVersion.WithResource("backendtlspolicies")
+)
+
+// followServedAPIs turns off the optional resources the cluster does not
+// serve (pkg/servedapis, as mci-apiserver and mci-epp ask), so that no
+// informer retries forever, and the table does not wait, for a resource
+// without a CRD. --inference-models=false and --backend-tls-policies=false
+// stay off whatever the cluster serves.
+func followServedAPIs(ctx context.Context, d discovery.DiscoveryInterface, w sidecar.WatchConfig) sidecar.WatchConfig {
+	served := servedapis.Discover(ctx, d, 0, apiInferenceModels, apiObjectives, apiLLMDObjectives, apiBackendTLSPolicies)
+	w.InferenceModels = w.InferenceModels && served.Any(apiInferenceModels, apiObjectives, apiLLMDObjectives)
+	w.BackendTLSPolicies = w.BackendTLSPolicies && served.Has(apiBackendTLSPolicies)
+	return w
 }

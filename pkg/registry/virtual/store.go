@@ -6,11 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/clusterset"
 	"github.com/mci-dev/mci/pkg/imports"
@@ -185,153 +183,6 @@ func (s *Store) Run(ctx context.Context) {
 		case <-s.signal:
 			s.recompute(ctx)
 		}
-	}
-}
-
-func (s *Store) recompute(ctx context.Context) {
-	s.pendingMu.Lock()
-	dirty, advanced := s.pending, s.pendingV
-	s.pending, s.pendingV = Dirty{}, Version{}
-	s.pendingMu.Unlock()
-
-	cs := s.cluster.Snapshot()
-	type result struct {
-		key string
-		obj Object // nil: not served
-	}
-	var results []result
-	replaceNamespace := map[string]bool{}
-	switch {
-	case dirty.All:
-		replaceNamespace[""] = true
-		for _, o := range s.resource.ComputeNamespace(cs, "") {
-			results = append(results, result{key: key(o.GetNamespace(), o.GetName()), obj: o})
-		}
-	default:
-		seen := map[string]bool{}
-		for _, ns := range dirty.Namespaces {
-			if replaceNamespace[ns] {
-				continue
-			}
-			replaceNamespace[ns] = true
-			for _, o := range s.resource.ComputeNamespace(cs, ns) {
-				k := key(o.GetNamespace(), o.GetName())
-				seen[k] = true
-				results = append(results, result{key: k, obj: o})
-			}
-		}
-		for _, k := range dirty.Keys {
-			if seen[k] {
-				continue
-			}
-			seen[k] = true
-			ns, name := splitKey(k)
-			if replaceNamespace[ns] {
-				continue
-			}
-			o, ok := s.resource.Compute(cs, ns, name)
-			if !ok {
-				results = append(results, result{key: k})
-				continue
-			}
-			results = append(results, result{key: k, obj: o})
-		}
-	}
-
-	now := metav1.NewTime(s.now().Truncate(time.Second))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	moved := false
-	for k, n := range advanced {
-		if s.version.advance(k, n) {
-			moved = true
-		}
-	}
-	if moved {
-		close(s.advanced)
-		s.advanced = make(chan struct{})
-	}
-	rv := s.version.String()
-	var changes []change
-	present := map[string]bool{}
-	for _, r := range results {
-		present[r.key] = true
-		prev := s.objects[r.key]
-		if r.obj == nil {
-			if prev != nil {
-				changes = append(changes, s.deleteLocked(r.key, prev, rv))
-			}
-			continue
-		}
-		s.resource.CarryTransitionTimes(prev, r.obj, now)
-		if prev != nil {
-			r.obj.SetResourceVersion(prev.GetResourceVersion())
-			if equality.Semantic.DeepEqual(prev, r.obj) {
-				continue
-			}
-		}
-		r.obj.SetResourceVersion(rv)
-		s.objects[r.key] = r.obj
-		ns := r.obj.GetNamespace()
-		if s.byNamespace[ns] == nil {
-			s.byNamespace[ns] = map[string]Object{}
-		}
-		s.byNamespace[ns][r.obj.GetName()] = r.obj
-		typ := watch.Modified
-		if prev == nil {
-			typ = watch.Added
-		}
-		changes = append(changes, change{typ: typ, obj: r.obj, prev: prev})
-	}
-	// Objects of a recomputed namespace that are no longer computed are gone.
-	for ns := range replaceNamespace {
-		var candidates map[string]Object
-		if ns == "" {
-			candidates = s.objects
-		} else {
-			candidates = s.byNamespace[ns]
-		}
-		for k, prev := range candidates {
-			if ns != "" {
-				k = key(ns, k)
-			}
-			if !present[k] {
-				changes = append(changes, s.deleteLocked(k, prev, rv))
-			}
-		}
-	}
-	if len(changes) == 0 {
-		return
-	}
-	if !moved {
-		// Changes that no member resourceVersion moved (deletions seen only
-		// through a relist, say) still need a version no client holds yet:
-		// one that listed at the current version would otherwise skip them
-		// when it resumes.
-		s.version.advance(reachabilityComponent, max(uint64(s.now().UnixMilli()), s.version[reachabilityComponent]+1))
-		close(s.advanced)
-		s.advanced = make(chan struct{})
-		rv = s.version.String()
-		for i := range changes {
-			changes[i].obj.SetResourceVersion(rv)
-		}
-	}
-	step := s.historyEnd.catchUp(s.version)
-	for i := range changes {
-		changes[i].step = step
-	}
-	klog.FromContext(ctx).V(4).Info("Recomputed", "changes", len(changes), "resourceVersion", rv)
-	s.appendHistoryLocked(changes)
-	if len(s.watchers) == 0 {
-		return
-	}
-	live := make([]change, len(changes))
-	for i, c := range changes {
-		c.obj = newEncodedOnce(c.obj)
-		live[i] = c
-	}
-	for w := range s.watchers {
-		w.send(live)
 	}
 }
 

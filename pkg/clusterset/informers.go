@@ -1,0 +1,266 @@
+package clusterset
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/mci-dev/mci/pkg/servedapis"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
+	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
+	gatewaylisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
+	gatewaylistersv1beta1 "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1beta1"
+
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
+	poollisters "github.com/mci-dev/mci/pkg/generated/listers/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/imports"
+)
+
+// The optional resources of a member, as API discovery names them: a
+// member without the InferencePool CRD or the Gateway API serves them as
+// empty rather than blocking its sync forever.
+var (
+	apiInferencePools     = poolv1.SchemeGroupVersion.WithResource("inferencepools")
+	apiGateways           = gatewayv1.SchemeGroupVersion.WithResource("gateways")
+	apiBackendTLSPolicies = gatewayv1.SchemeGroupVersion.WithResource("backendtlspolicies")
+	apiHTTPRoutes         = gatewayv1.SchemeGroupVersion.WithResource("httproutes")
+	apiReferenceGrants    = gatewayv1beta1.SchemeGroupVersion.WithResource("referencegrants")
+)
+
+// optionalAPIs are the optional resources the member is asked about:
+// HTTPRoutes and ReferenceGrants are watched in the local cluster only.
+func (m *member) optionalAPIs() []schema.GroupVersionResource {
+	apis := []schema.GroupVersionResource{apiInferencePools, apiGateways, apiBackendTLSPolicies}
+	if m.local {
+		apis = append(apis, apiHTTPRoutes, apiReferenceGrants)
+	}
+	return apis
+}
+
+// start begins watching and probing the member.
+func (m *member) start(ctx context.Context, th thresholds) {
+	ctx, m.cancel = context.WithCancel(ctx)
+	m.ctx = ctx
+	m.done = make(chan struct{})
+	logger := klog.FromContext(ctx).WithValues("member", m.name)
+
+	transform := trimOther
+	if m.local {
+		transform = trim
+	}
+	starters := []func(<-chan struct{}){m.kubeInformers(ctx, transform)}
+	served := servedapis.Discover(klog.NewContext(ctx, logger), m.discovery, discoveryTimeout, m.optionalAPIs()...)
+	if start := m.poolInformer(served, transform, logger); start != nil {
+		starters = append(starters, start)
+	}
+	starters = append(starters, m.gatewayInformers(served, transform, logger))
+	for _, start := range starters {
+		start(ctx.Done())
+	}
+
+	go func() {
+		defer close(m.done)
+		m.probeLoop(ctx, m.probeClient, th)
+	}()
+	go func() {
+		started := time.Now()
+		if cache.WaitForCacheSync(ctx.Done(), m.hasSynced) {
+			logger.Info("Member listed", "after", time.Since(started).Round(time.Millisecond))
+		}
+	}()
+	logger.V(2).Info("Watching member")
+}
+
+// kubeInformers watches the member's Namespaces, and the Services and
+// EndpointSlices of the namespaces that hold pools (poolNamespaces); it
+// returns what starts the Namespace informer.
+func (m *member) kubeInformers(ctx context.Context, transform cache.TransformFunc) func(<-chan struct{}) {
+	kubeFactory := informers.NewSharedInformerFactoryWithOptions(m.kube, 0, informers.WithTransform(transform))
+	nsInformer := kubeFactory.Core().V1().Namespaces()
+	m.namespaces = nsInformer.Lister()
+	m.watch(nsInformer.Informer(), KindNamespace)
+	m.synced = append(m.synced, nsInformer.Informer().HasSynced)
+	m.poolNamespaces = newPoolNamespaces(ctx, m.kube, m.watch)
+	m.services = serviceLister{m.poolNamespaces}
+	m.endpointSlices = endpointSliceLister{m.poolNamespaces}
+	return kubeFactory.Start
+}
+
+// poolInformer watches the member's InferencePools, indexed (indexes.go);
+// it returns what starts the informer. A member that does not serve them
+// has none: an empty index, and nothing to start (nil).
+func (m *member) poolInformer(served servedapis.Set, transform cache.TransformFunc, logger klog.Logger) func(<-chan struct{}) {
+	if !served.Has(apiInferencePools) {
+		indexers := poolIndexers()
+		indexers[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc
+		m.poolIndexer = cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers)
+		m.pools = poollisters.NewInferencePoolLister(m.poolIndexer)
+		return nil
+	}
+	f := mciinformers.NewSharedInformerFactoryWithOptions(m.mci, 0, mciinformers.WithTransform(transform))
+	inf := f.InferencePool().V1().InferencePools()
+	if err := inf.Informer().AddIndexers(poolIndexers()); err != nil {
+		logger.Error(err, "Adding pool indexers")
+	}
+	m.pools = inf.Lister()
+	m.poolIndexer = inf.Informer().GetIndexer()
+	m.watch(inf.Informer(), KindInferencePool)
+	m.synced = append(m.synced, inf.Informer().HasSynced)
+	return f.Start
+}
+
+// gatewayInformers watches the member's Gateways and BackendTLSPolicies,
+// and in the local cluster its HTTPRoutes and ReferenceGrants, of those it
+// serves; it returns what starts them.
+func (m *member) gatewayInformers(served servedapis.Set, transform cache.TransformFunc, logger klog.Logger) func(<-chan struct{}) {
+	gw := gatewayinformers.NewSharedInformerFactoryWithOptions(m.gateway, 0, gatewayinformers.WithTransform(transform))
+	if served.Has(apiGateways) {
+		inf := gw.Gateway().V1().Gateways()
+		m.gateways = inf.Lister()
+		m.watch(inf.Informer(), KindGateway)
+		m.synced = append(m.synced, inf.Informer().HasSynced)
+	} else {
+		m.gateways = gatewaylisters.NewGatewayLister(newNamespacedIndexer(nil))
+	}
+	if served.Has(apiBackendTLSPolicies) {
+		inf := gw.Gateway().V1().BackendTLSPolicies()
+		m.backendTLSPolicies = inf.Lister()
+		m.watch(inf.Informer(), KindBackendTLSPolicy)
+		m.synced = append(m.synced, inf.Informer().HasSynced)
+	}
+	if m.local {
+		m.routeInformers(gw, served, logger)
+	}
+	return gw.Start
+}
+
+// routeInformers watches the HTTPRoutes and ReferenceGrants of the
+// local cluster: what makes an import's parents. Without the Gateway API's
+// HTTPRoute (or ReferenceGrant) the cluster has none, and the imports it
+// serves list no parents (no cross-namespace route is permitted); that is
+// said once in the log.
+func (m *member) routeInformers(gw gatewayinformers.SharedInformerFactory, served servedapis.Set, logger klog.Logger) {
+	if served.Has(apiHTTPRoutes) {
+		inf := gw.Gateway().V1().HTTPRoutes().Informer()
+		if err := inf.AddIndexers(routeIndexers()); err != nil {
+			logger.Error(err, "Adding HTTPRoute indexers")
+		}
+		m.routeIndexer = inf.GetIndexer()
+		m.watchRoutes(inf)
+		m.synced = append(m.synced, inf.HasSynced)
+	} else {
+		logger.Info("The local cluster does not serve HTTPRoutes; imports will list no parents", "groupVersion", apiHTTPRoutes.GroupVersion().String())
+		m.routeIndexer = newNamespacedIndexer(routeIndexers())
+	}
+	if served.Has(apiReferenceGrants) {
+		inf := gw.Gateway().V1beta1().ReferenceGrants()
+		m.grants = inf.Lister()
+		m.watch(inf.Informer(), KindReferenceGrant)
+		m.synced = append(m.synced, inf.Informer().HasSynced)
+	} else {
+		logger.Info("The local cluster does not serve ReferenceGrants; no HTTPRoute may use an import of another namespace", "groupVersion", apiReferenceGrants.GroupVersion().String())
+		m.grants = gatewaylistersv1beta1.NewReferenceGrantLister(newNamespacedIndexer(nil))
+	}
+}
+
+// watchRoutes passes HTTPRoute changes on as Events that name the imports
+// the route used before and after the change: a route that stops using an
+// import must still recompute it. Changes of routes that use no import, before
+// or after, are not passed on.
+func (m *member) watchRoutes(informer cache.SharedIndexInformer) {
+	notify := func(old, obj interface{}) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		r, ok := obj.(*gatewayv1.HTTPRoute)
+		if !ok {
+			return
+		}
+		keys := imports.ImportBackendRefs(r)
+		if o, ok := old.(*gatewayv1.HTTPRoute); ok {
+			for _, k := range imports.ImportBackendRefs(o) {
+				if !slices.Contains(keys, k) {
+					keys = append(keys, k)
+				}
+			}
+		}
+		if len(keys) == 0 {
+			return
+		}
+		rv, _ := strconv.ParseUint(r.ResourceVersion, 10, 64)
+		m.handler(Event{Member: m.name, Kind: KindHTTPRoute, Namespace: r.Namespace, Name: r.Name, ResourceVersion: rv, Imports: keys})
+	}
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { notify(nil, obj) },
+		UpdateFunc: func(old, obj interface{}) { notify(old, obj) },
+		DeleteFunc: func(obj interface{}) { notify(nil, obj) },
+	})
+}
+
+// watch passes the informer's changes on as Events. Informers the member
+// starts once also count towards hasSynced; the per-namespace ones are
+// tracked by poolNamespaces.
+func (m *member) watch(informer cache.SharedIndexInformer, kind Kind) {
+	notify := func(obj interface{}, deleted bool) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		o, err := meta.Accessor(obj)
+		if err != nil {
+			return
+		}
+		rv, _ := strconv.ParseUint(o.GetResourceVersion(), 10, 64)
+		ev := Event{Member: m.name, Kind: kind, Namespace: o.GetNamespace(), Name: o.GetName(), ResourceVersion: rv}
+		if kind == KindNamespace {
+			ev.Namespace = o.GetName()
+		}
+		if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+			ev.Service = s.Labels[discoveryv1.LabelServiceName]
+		}
+		if kind == KindInferencePool {
+			m.poolEvent(ev, deleted)
+			return
+		}
+		m.handler(ev)
+	}
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { notify(obj, false) },
+		UpdateFunc: func(_, obj interface{}) { notify(obj, false) },
+		DeleteFunc: func(obj interface{}) { notify(obj, true) },
+	})
+}
+
+// poolEvent keeps the Services and EndpointSlices of the pool's namespace
+// watched while the namespace has pools, and passes the event on once that
+// namespace's cache has synced, so that an import is never computed from a
+// namespace cache still being filled (its EPP would look missing).
+func (m *member) poolEvent(ev Event, deleted bool) {
+	if deleted {
+		if pools, err := m.poolIndexer.ByIndex(cache.NamespaceIndex, ev.Namespace); err == nil && len(pools) == 0 {
+			m.poolNamespaces.release(ev.Namespace)
+		}
+		m.handler(ev)
+		return
+	}
+	ns, _ := m.poolNamespaces.ensure(ev.Namespace)
+	if ns.hasSynced() {
+		m.handler(ev)
+		return
+	}
+	go func() {
+		if cache.WaitForCacheSync(m.ctx.Done(), ns.hasSynced) {
+			m.handler(ev)
+		}
+	}()
+}

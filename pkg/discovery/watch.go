@@ -46,7 +46,7 @@ func watchReadySet(ctx context.Context, what string, factory informers.SharedInf
 				logger.Error(err, "Computing the ready instances")
 				return err
 			}
-			for _, ev := range diff(emitted, current) {
+			for _, ev := range Diff(emitted, current) {
 				select {
 				case events <- ev:
 				case <-ctx.Done():

@@ -353,7 +353,7 @@ func BenchmarkPick(b *testing.B) {
 			for i := range servers {
 				ids[i], cands[i] = i, p.pool.metricsOf(snap, i)
 			}
-			if _, err := p.schedule(&Decision{Model: "chat", TargetModel: "lora-x", Criticality: scheduling.Critical}, ids, cands, now); err != nil {
+			if _, err := p.schedule(&Decision{Model: "chat", TargetModel: "lora-x", Criticality: scheduling.Critical}, ids, cands, false, now); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -183,4 +184,75 @@ func readyPod(name, ip string, labels map[string]string) *corev1.Pod {
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
 		},
 	}
+}
+
+// TestKubeSourceFromEndpointSlices follows seed 002's mechanism: the ready
+// endpoints of a Service's EndpointSlices, identified by targetRef, sent to
+// at their Pod's address (AddressFromPodIP), with the models their
+// /metadata names.
+func TestKubeSourceFromEndpointSlices(t *testing.T) {
+	client := fake.NewSimpleClientset(inferencePool(map[string]string{"app": "vllm"}, 8000))
+	endpoint := func(pod string, ready bool) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{
+			Addresses:  []string{"192.0.2.1"}, // documentation range: never sent to
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready)},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: pod, Namespace: "ns"},
+		}
+	}
+	slice := func(name, service string, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{discoveryv1.LabelServiceName: service}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   eps,
+		}
+	}
+	kube := kubefake.NewClientset(
+		readyPod("pod-a", "10.0.0.1", nil), readyPod("pod-b", "10.0.0.2", nil), readyPod("pod-c", "10.0.0.3", nil),
+		slice("servers-1", "servers", endpoint("pod-a", true), endpoint("pod-b", true), endpoint("pod-c", false)),
+		slice("other-1", "other", endpoint("pod-c", true)),
+	)
+	served := map[string]map[string]any{
+		"http://10.0.0.1:8000": {"Model": map[string]any{"name": "llama"}},
+		"http://10.0.0.2:8000": {"Model": map[string]any{"name": "qwen", "lora_adapters": []any{"qwen-sql"}}},
+		"http://10.0.0.3:8000": {"Model": map[string]any{"name": "llama"}},
+	}
+	src := &KubeSource{
+		Client: client, Kube: kube, Namespace: "ns", PoolName: "pool",
+		Instances: InstancesFromEndpointSlices, Service: "servers", Address: AddressFromPodIP,
+		fetch: func(_ context.Context, _ *http.Client, url string) (map[string]any, error) {
+			if md, ok := served[url]; ok {
+				return md, nil
+			}
+			return nil, fmt.Errorf("test: nothing at %s", url)
+		},
+	}
+	pool, models := NewPool("pool", nil, nil), requestmodel.NewModels()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, pool, models) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	endpoints := func() map[string][]string {
+		out := map[string][]string{}
+		for _, e := range pool.Endpoints() {
+			out[e.Address] = e.Models
+		}
+		return out
+	}
+	require.Eventually(t, func() bool {
+		return assert.ObjectsAreEqual(map[string][]string{"10.0.0.1:8000": {"llama"}, "10.0.0.2:8000": {"qwen", "qwen-sql"}}, endpoints())
+	}, 5*time.Second, 5*time.Millisecond, "the ready endpoints of the Service's slices, at their Pod's address, with their models; got %v", endpoints())
+
+	_, err := kube.DiscoveryV1().EndpointSlices("ns").Update(ctx, slice("servers-1", "servers", endpoint("pod-a", false), endpoint("pod-b", true), endpoint("pod-c", true)), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return assert.ObjectsAreEqual(map[string][]string{"10.0.0.2:8000": {"qwen", "qwen-sql"}, "10.0.0.3:8000": {"llama"}}, endpoints())
+	}, 5*time.Second, 5*time.Millisecond, "ready false removes an instance, ready true adds one; got %v", endpoints())
+
+	require.NoError(t, kube.CoreV1().Pods("ns").Delete(ctx, "pod-c", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		return assert.ObjectsAreEqual(map[string][]string{"10.0.0.2:8000": {"qwen", "qwen-sql"}}, endpoints())
+	}, 5*time.Second, 5*time.Millisecond, "an endpoint whose Pod has no address is no candidate; got %v", endpoints())
 }

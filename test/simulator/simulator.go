@@ -361,27 +361,32 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	return nil
 }
 
+// setMetadata publishes the instance's metadata in seed 002's shape: a
+// "Model" entry (name, type, runtime_config, and the LoRA adapters it can
+// load, which mci-epp reads to send it only requests for those models) and
+// a "Transport" entry once it serves.
 func (s *Server) setMetadata(address string) error {
-	md := map[string]any{
-		"instance_id": s.opts.InstanceID,
-		"model": map[string]any{
-			"name":          s.opts.Model,
-			"type":          "Completions",
-			"lora_adapters": s.opts.LoRAAdapters,
-			"max_lora":      s.opts.MaxLoRA,
-		},
-		"runtime_config": map[string]any{
-			"max_num_seqs": s.opts.Concurrency,
-			"latency":      s.opts.Latency.String(),
-		},
+	runtime := map[string]any{
+		"max_num_seqs": s.opts.Concurrency,
+		"latency":      s.opts.Latency.String(),
 	}
 	if cm := s.opts.CostModel; cm != nil {
-		md["runtime_config"].(map[string]any)["block_size"] = cm.BlockTokens
-		md["runtime_config"].(map[string]any)["num_gpu_blocks"] = cm.CacheBlocks
-		md["runtime_config"].(map[string]any)["enable_prefix_caching"] = true
+		runtime["block_size"] = cm.BlockTokens
+		runtime["num_gpu_blocks"] = cm.CacheBlocks
+		runtime["enable_prefix_caching"] = true
+	}
+	md := map[string]any{
+		"instance_id": s.opts.InstanceID,
+		"Model": map[string]any{
+			"name":           s.opts.Model,
+			"type":           "Completions",
+			"lora_adapters":  s.opts.LoRAAdapters,
+			"max_lora":       s.opts.MaxLoRA,
+			"runtime_config": runtime,
+		},
 	}
 	if address != "" {
-		md["transport"] = map[string]any{"http": address}
+		md["Transport"] = map[string]any{"http": address}
 	}
 	if err := s.instance.SetMetadata(md); err != nil {
 		return fmt.Errorf("simulator: %w", err)

@@ -427,10 +427,13 @@ func TestReadinessAndMetadata(t *testing.T) {
 	md, err := discovery.Metadata(t.Context(), nil, srv.URL)
 	require.NoError(t, err)
 	assert.Equal(t, "sim-a", md["instance_id"])
-	model := md["model"].(map[string]any)
+	model := md["Model"].(map[string]any)
 	assert.Equal(t, base, model["name"])
 	assert.Equal(t, []any{"lora-x"}, model["lora_adapters"])
 	assert.EqualValues(t, DefaultMaxLoRA, model["max_lora"])
+	served, err := discovery.ParseServedModels(md)
+	require.NoError(t, err)
+	assert.Equal(t, &discovery.ServedModels{Base: base, Adapters: []string{"lora-x"}}, served, "what mci-epp reads of it")
 }
 
 func TestInstanceIDFromPodName(t *testing.T) {
@@ -452,7 +455,7 @@ func TestServeShutsDownGracefully(t *testing.T) {
 
 	md, err := discovery.Metadata(t.Context(), nil, url)
 	require.NoError(t, err)
-	assert.Equal(t, map[string]any{"http": url}, md["transport"])
+	assert.Equal(t, map[string]any{"http": url}, md["Transport"])
 
 	inFlight := make(chan int, 1)
 	go func() {

@@ -184,12 +184,7 @@ func (o *Options) Validate() error {
 		if o.PoolName == "" {
 			errs = append(errs, errors.New("either --endpoints (standalone mode) or --pool-name (Kubernetes mode) is required"))
 		}
-		if err := o.kubeSource(nil, nil).Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("--model-server-*: %w", err))
-		}
-		if o.MetadataRefresh <= 0 {
-			errs = append(errs, errors.New("--model-server-metadata-refresh must be positive"))
-		}
+		errs = append(errs, o.validateModelServers()...)
 		if o.ModelConfig != "" {
 			errs = append(errs, errors.New("--model-config is for the standalone mode (with --endpoints); in Kubernetes mode the InferenceModels, InferenceObjectives and InferenceModelRewrites come from the cluster"))
 		}
@@ -216,6 +211,34 @@ func (o *Options) Validate() error {
 		errs = append(errs, err)
 	}
 	return utilerrors.NewAggregate(errs)
+}
+
+// validateModelServers checks the flags that say where the Kubernetes mode
+// finds the model servers.
+func (o *Options) validateModelServers() []error {
+	var errs []error
+	fromSlices := o.ModelServerDiscovery == epp.InstancesFromEndpointSlices
+	switch {
+	case o.ModelServerDiscovery != epp.InstancesFromPods && !fromSlices:
+		errs = append(errs, fmt.Errorf("--model-server-discovery %q: want %s or %s", o.ModelServerDiscovery, epp.InstancesFromPods, epp.InstancesFromEndpointSlices))
+	case fromSlices && o.ModelServerService == "":
+		errs = append(errs, errors.New("--model-server-discovery=endpointslices needs --model-server-service, the Service whose EndpointSlices list the model servers"))
+	case !fromSlices && o.ModelServerService != "":
+		errs = append(errs, errors.New("--model-server-service is for --model-server-discovery=endpointslices"))
+	}
+	switch o.ModelServerAddress {
+	case epp.AddressFromEndpoint:
+	case epp.AddressFromPodIP:
+		if !fromSlices {
+			errs = append(errs, errors.New("--model-server-address=pod-ip is for --model-server-discovery=endpointslices (pods are always reached at their status.podIP)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--model-server-address %q: want %s or %s", o.ModelServerAddress, epp.AddressFromEndpoint, epp.AddressFromPodIP))
+	}
+	if o.MetadataRefresh <= 0 {
+		errs = append(errs, errors.New("--model-server-metadata-refresh must be positive"))
+	}
+	return errs
 }
 
 // Source builds the candidate source the flags describe.

@@ -159,8 +159,9 @@ type fetchResult struct {
 	err error
 }
 
-// record applies one fetch's result to the instance, logging a change of
-// state or models once; it reports whether the fetch succeeded.
+// record applies one fetch's result to the instance, logging once each
+// change of its state, its models, or whether its fetches fail; it reports
+// whether the fetch succeeded.
 func (s *instanceSet) record(in *instance, r fetchResult) bool {
 	state, models, err := in.state, in.models, r.err
 	if err == nil {
@@ -177,12 +178,13 @@ func (s *instanceSet) record(in *instance, r fetchResult) bool {
 		state = MetadataStale // keep the last valid models
 	case in.state == MetadataAbsent:
 		// Nothing said before, nothing now: it stays a candidate for any
-		// model, and the failure is logged below.
+		// model; the failure is logged below, once.
 	default:
 		state = MetadataUnreachable
 	}
+	wasFailing := in.failed
 	in.failed = err != nil
-	if state != in.state || !slices.Equal(names(models), names(in.models)) {
+	if state != in.state || !slices.Equal(names(models), names(in.models)) || in.failed != wasFailing {
 		kv := []any{"instance", in.ID, "url", in.fetchedURL, "metadata", state, "models", names(models), "candidate", (&instance{state: state}).counts()}
 		if err != nil {
 			kv = append(kv, "err", err)

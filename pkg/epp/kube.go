@@ -241,12 +241,15 @@ type pipeline struct {
 	cfg    configListers
 
 	// ready is the last ready set; following says whether an InferencePool
-	// was there, and selector and port what was last logged of it.
-	ready      map[string]discovery.Instance
-	following  bool
-	selector   map[string]string
-	port       int32
-	unresolved int
+	// was there, selector and port what was last logged of it, and
+	// waitingForPort and unresolved what was last said of the pool's
+	// missing target port and of endpoints without a Pod address.
+	ready          map[string]discovery.Instance
+	following      bool
+	selector       map[string]string
+	port           int32
+	waitingForPort bool
+	unresolved     int
 }
 
 // informers builds the caches the pipeline reads: the InferencePool, the
@@ -308,12 +311,13 @@ func (p *pipeline) compute(ctx context.Context) error {
 		return fmt.Errorf("reading InferencePool %s/%s: %w", s.Namespace, s.PoolName, err)
 	}
 	if len(ip.Spec.TargetPorts) == 0 {
-		if p.following || p.port != 0 {
+		if !p.waitingForPort {
 			p.logger.Info("InferencePool has no target port; waiting for one")
-			p.port = 0
+			p.waitingForPort = true
 		}
 		return nil
 	}
+	p.waitingForPort = false
 	port := ip.Spec.TargetPorts[0].Number
 	if !p.following || port != p.port || !maps.Equal(p.selector, ip.Spec.Selector.MatchLabels) {
 		p.logger.Info("Following the InferencePool's instances", "from", p.from(), "selector", ip.Spec.Selector.MatchLabels, "targetPort", port)

@@ -64,19 +64,22 @@ func TestEPPDiscoversModelServersFromEndpointSlicesAndTheirMetadata(t *testing.T
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	// Three model servers, each with its pod (Running, Ready, its loopback
-	// podIP) and its /metadata: two serve "llama" (one with an adapter),
-	// one "qwen".
+	// Model servers, each with its pod (Running, Ready, its loopback podIP)
+	// and its /metadata: two serve "llama" (one with an adapter), one
+	// "qwen".
+	// A fourth, "plain-1", serves no /metadata, as a plain vLLM server; it
+	// joins the slice last.
 	servers := []struct {
-		pod      string
-		model    string
-		adapters []string
-	}{{"llama-1", "llama", []string{"llama-sql"}}, {"llama-2", "llama", nil}, {"qwen-1", "qwen", nil}}
+		pod        string
+		model      string
+		adapters   []string
+		noMetadata bool
+	}{{"llama-1", "llama", []string{"llama-sql"}, false}, {"llama-2", "llama", nil, false}, {"qwen-1", "qwen", nil, false}, {"plain-1", "mistral", nil, true}}
 	p := &eppPool{t: t, cluster: c, ns: ns, name: "pool", block: block}
 	addr := map[string]string{}
 	for i, s := range servers {
 		m := &modelServer{pod: s.pod, ip: fmt.Sprintf("127.0.%d.%d", block, i+1)}
-		m.sim = startSimulator(t, m.address(), simulator.Options{InstanceID: s.pod, Model: s.model, LoRAAdapters: s.adapters, Latency: time.Millisecond})
+		m.sim = startSimulator(t, m.address(), simulator.Options{InstanceID: s.pod, Model: s.model, LoRAAdapters: s.adapters, Latency: time.Millisecond, NoMetadata: s.noMetadata})
 		_, err := c.kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: s.pod, Namespace: ns, Labels: map[string]string{"app": "pool"}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai"}}},
@@ -182,6 +185,17 @@ func TestEPPDiscoversModelServersFromEndpointSlicesAndTheirMetadata(t *testing.T
 	writeSlice()
 	sees("qwen", "HTTP 404")
 	sees("llama", addr["llama-1"], addr["llama-2"])
+
+	// A server without /metadata says nothing of its models: it is a
+	// candidate for any model, said by the absent gauge.
+	ready["plain-1"] = true
+	writeSlice()
+	sees("mistral", addr["plain-1"])
+	sees("qwen", addr["plain-1"])
+	sees("llama", addr["llama-1"], addr["llama-2"], addr["plain-1"])
+	m, err = instanceGauges(ctx, e.ip)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]float64{"served": 2, "absent": 1, "stale": 0, "unreachable": 0, "invalid": 0, "no-pod-ip": 0}, m)
 }
 
 // instanceGauges reads mci_epp_model_server_instances by its metadata

@@ -81,6 +81,9 @@ type Options struct {
 	// CostModel, when set, makes requests cost what prefill and decode
 	// would (see CostModel) instead of Latency, with a prefix cache.
 	CostModel *CostModel
+	// NoMetadata serves no seed 002 /metadata (404), as a plain vLLM
+	// server does.
+	NoMetadata bool
 }
 
 // Pins fix what /metrics reports regardless of the real load, so that tests
@@ -134,7 +137,7 @@ func (p Pins) clone() Pins {
 //	POST /v1/completions, POST /v1/chat/completions  OpenAI-compatible
 //	GET  /v1/models                                   the base model and adapters
 //	GET  /metrics                                     vLLM load metrics
-//	GET  /metadata, GET /ready                        seed 002 (pkg/discovery)
+//	GET  /metadata, GET /ready                        seed 002 (pkg/discovery; no /metadata with NoMetadata)
 //	GET  /health                                      liveness: always 200
 //	POST /admin/ready?ready=true|false                set readiness
 //	GET, POST /admin/pins                             read or replace the Pins
@@ -237,7 +240,9 @@ func New(opts Options) (*Server, error) {
 	mux.HandleFunc("POST /v1/chat/completions", s.completion(chatCompletion))
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
-	mux.Handle("GET "+discovery.MetadataPath, instance.MetadataHandler())
+	if !opts.NoMetadata {
+		mux.Handle("GET "+discovery.MetadataPath, instance.MetadataHandler())
+	}
 	mux.Handle("GET "+discovery.ReadyPath, instance.ReadinessHandler())
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("POST /admin/ready", s.adminReady)

@@ -473,3 +473,12 @@ func TestServeShutsDownGracefully(t *testing.T) {
 		t.Fatal("Serve did not return")
 	}
 }
+
+func TestNoMetadataServesNone(t *testing.T) {
+	s, err := New(Options{Model: base, InstanceID: "plain", NoMetadata: true})
+	require.NoError(t, err)
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	_, err = discovery.Metadata(t.Context(), srv.Client(), srv.URL)
+	assert.ErrorIs(t, err, discovery.ErrNoMetadata)
+}

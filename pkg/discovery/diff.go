@@ -6,13 +6,13 @@ import (
 	"slices"
 )
 
-// diff returns the events that turn the ready set before into the ready set
+// Diff returns the events that turn the ready set before into the ready set
 // after, both keyed by instance ID: removals first, then additions, each in
 // ID order so that a stream is reproducible. An instance present in both
 // whose details changed (a pod recreated under the same name with a new
 // address) is removed and added again, since a consumer keyed by ID must
 // replace what it holds.
-func diff(before, after map[string]Instance) []Event {
+func Diff(before, after map[string]Instance) []Event {
 	var removed, added []Event
 	for _, id := range slices.Sorted(maps.Keys(before)) {
 		old := before[id]

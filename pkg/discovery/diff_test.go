@@ -39,7 +39,7 @@ func TestDiff(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, diff(tt.before, tt.after))
+			assert.Equal(t, tt.want, Diff(tt.before, tt.after))
 		})
 	}
 }

@@ -66,7 +66,7 @@ func (d *EndpointSliceDiscovery) List(ctx context.Context) ([]Instance, error) {
 	for i := range list.Items {
 		items[i] = &list.Items[i]
 	}
-	return sortedInstances(readyEndpoints(items, d.PortName)), nil
+	return sortedInstances(ReadyEndpoints(items, d.PortName)), nil
 }
 
 // Watch streams the changes of the ready set through an informer on the
@@ -88,14 +88,14 @@ func (d *EndpointSliceDiscovery) Watch(ctx context.Context) (<-chan Event, error
 		if err != nil {
 			return nil, err
 		}
-		return readyEndpoints(items, d.PortName), nil
+		return ReadyEndpoints(items, d.PortName), nil
 	})
 }
 
-// readyEndpoints maps EndpointSlices to their ready instances, keyed by ID.
+// ReadyEndpoints maps EndpointSlices to their ready instances, keyed by ID.
 // Slices are read in name order so that an instance listed by several
 // slices always takes its address and port from the same one.
-func readyEndpoints(items []*discoveryv1.EndpointSlice, portName string) map[string]Instance {
+func ReadyEndpoints(items []*discoveryv1.EndpointSlice, portName string) map[string]Instance {
 	items = slices.SortedFunc(slices.Values(items), func(a, b *discoveryv1.EndpointSlice) int {
 		return cmp.Compare(a.Name, b.Name)
 	})

@@ -128,8 +128,8 @@ func TestEndpointSliceEventMapping(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			emitted := map[string]Instance{}
 			for i, s := range tt.steps {
-				current := readyEndpoints(s.slices, "")
-				assert.Equal(t, s.want, diff(emitted, current), "step %d", i)
+				current := ReadyEndpoints(s.slices, "")
+				assert.Equal(t, s.want, Diff(emitted, current), "step %d", i)
 				emitted = current
 			}
 		})
@@ -191,7 +191,7 @@ func TestReadyEndpoints(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, readyEndpoints(tt.slices, tt.portName))
+			assert.Equal(t, tt.want, ReadyEndpoints(tt.slices, tt.portName))
 		})
 	}
 }

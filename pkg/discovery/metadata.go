@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,13 +22,18 @@ const DefaultMetadataTimeout = 10 * time.Second
 
 var defaultMetadataClient = &http.Client{Timeout: DefaultMetadataTimeout}
 
+// ErrNoMetadata means an instance answers 404 at /metadata: it publishes no
+// seed 002 metadata (a plain vLLM server, say).
+var ErrNoMetadata = errors.New("the instance serves no /metadata")
+
 // Metadata fetches an instance's metadata: GET <baseURL>/metadata, which
 // must answer 200 with a JSON object of at most MaxMetadataBytes. baseURL is
 // the instance's scheme, address and port (http://10.1.2.3:8000); a nil
 // client means one with DefaultMetadataTimeout. Values are decoded as
 // encoding/json decodes into any (numbers are float64). Errors from the transport
 // are wrapped, so errors.Is(err, context.DeadlineExceeded) tells a timeout
-// of ctx.
+// of ctx; a 404 wraps ErrNoMetadata, a body that is not one JSON object
+// ErrInvalidMetadata.
 func Metadata(ctx context.Context, client *http.Client, baseURL string) (map[string]any, error) {
 	if client == nil {
 		client = defaultMetadataClient
@@ -48,6 +54,9 @@ func Metadata(ctx context.Context, client *http.Client, baseURL string) (map[str
 	if err != nil {
 		return nil, fmt.Errorf("metadata of %s: reading the body: %w", baseURL, err)
 	}
+	if resp.StatusCode == http.StatusNotFound {
+		return nil, fmt.Errorf("metadata of %s: %w: GET %s answered %s", baseURL, ErrNoMetadata, url, resp.Status)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("metadata of %s: GET %s answered %s: %s", baseURL, url, resp.Status, snippet(body))
 	}
@@ -57,13 +66,13 @@ func Metadata(ctx context.Context, client *http.Client, baseURL string) (map[str
 	var md map[string]any
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&md); err != nil {
-		return nil, fmt.Errorf("metadata of %s: not a JSON object: %w (body starts %s)", baseURL, err, snippet(body))
+		return nil, fmt.Errorf("metadata of %s: %w: not a JSON object: %w (body starts %s)", baseURL, ErrInvalidMetadata, err, snippet(body))
 	}
 	if md == nil {
-		return nil, fmt.Errorf("metadata of %s: not a JSON object: null", baseURL)
+		return nil, fmt.Errorf("metadata of %s: %w: not a JSON object: null", baseURL, ErrInvalidMetadata)
 	}
 	if dec.More() {
-		return nil, fmt.Errorf("metadata of %s: trailing data after the JSON object", baseURL)
+		return nil, fmt.Errorf("metadata of %s: %w: trailing data after the JSON object", baseURL, ErrInvalidMetadata)
 	}
 	return md, nil
 }

@@ -52,7 +52,7 @@ func (d *PodDiscovery) List(ctx context.Context) ([]Instance, error) {
 	for i := range list.Items {
 		items[i] = &list.Items[i]
 	}
-	return sortedInstances(readyPods(items)), nil
+	return sortedInstances(ReadyPods(items)), nil
 }
 
 // Watch streams the changes of the ready set through an informer on the
@@ -72,12 +72,12 @@ func (d *PodDiscovery) Watch(ctx context.Context) (<-chan Event, error) {
 		if err != nil {
 			return nil, err
 		}
-		return readyPods(items), nil
+		return ReadyPods(items), nil
 	})
 }
 
-// readyPods maps pods to their ready instances, keyed by pod name.
-func readyPods(items []*corev1.Pod) map[string]Instance {
+// ReadyPods maps pods to their ready instances, keyed by pod name.
+func ReadyPods(items []*corev1.Pod) map[string]Instance {
 	ready := map[string]Instance{}
 	for _, p := range items {
 		if podReady(p) {

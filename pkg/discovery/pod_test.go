@@ -43,7 +43,7 @@ func TestReadyPods(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []string
-			for _, inst := range sortedInstances(readyPods(tt.pods)) {
+			for _, inst := range sortedInstances(ReadyPods(tt.pods)) {
 				got = append(got, inst.ID)
 				assert.Equal(t, "ns", inst.Namespace)
 				assert.NotEmpty(t, inst.Address)

@@ -7,31 +7,23 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/mci-dev/mci/pkg/recompute"
 )
 
 // watchReadySet runs the informers of factory until ctx ends and streams the
 // changes of the ready set that snapshot computes from their caches.
 //
-// Level-triggered, as controllers are: informer handlers only note that
-// something changed, and one goroutine recomputes the whole ready set from
-// the caches and emits its difference from the set last emitted. An
-// instance that moves between objects (an endpoint from one EndpointSlice
-// to another) therefore causes no event when both are seen in one
-// recomputation, and changes that arrive while a slow consumer holds up a
-// send are folded into the next difference instead of piling up.
+// Level-triggered, as controllers are (pkg/recompute): informer handlers
+// only note that something changed, and one worker recomputes the whole
+// ready set from the caches and emits its difference from the set last
+// emitted. An instance that moves between objects (an endpoint from one
+// EndpointSlice to another) therefore causes no event when both are seen
+// in one recomputation, and changes that arrive while a slow consumer holds
+// up a send are folded into the next difference instead of piling up.
 func watchReadySet(ctx context.Context, what string, factory informers.SharedInformerFactory, informer cache.SharedIndexInformer, snapshot func() (map[string]Instance, error)) (<-chan Event, error) {
-	changed := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(any, any) { poke() },
-		DeleteFunc: func(any) { poke() },
-	}); err != nil {
+	loop := recompute.New("discovery")
+	if _, err := informer.AddEventHandler(loop.Handler()); err != nil {
 		return nil, fmt.Errorf("watching %s: %w", what, err)
 	}
 	logger := klog.FromContext(ctx).WithValues("source", what)
@@ -46,28 +38,24 @@ func watchReadySet(ctx context.Context, what string, factory informers.SharedInf
 			return
 		}
 		emitted := map[string]Instance{}
-		for {
+		loop.Run(ctx, func(ctx context.Context) error {
 			current, err := snapshot()
 			if err != nil {
-				// Only a broken cache fails here; keep the last set and try
-				// again on the next change.
+				// Only a broken cache fails here; the last set stays and
+				// the loop retries.
 				logger.Error(err, "Computing the ready instances")
-			} else {
-				for _, ev := range diff(emitted, current) {
-					select {
-					case events <- ev:
-					case <-ctx.Done():
-						return
-					}
+				return err
+			}
+			for _, ev := range Diff(emitted, current) {
+				select {
+				case events <- ev:
+				case <-ctx.Done():
+					return ctx.Err()
 				}
-				emitted = current
 			}
-			select {
-			case <-changed:
-			case <-ctx.Done():
-				return
-			}
-		}
+			emitted = current
+			return nil
+		})
 	}()
 	return events, nil
 }

@@ -10,7 +10,8 @@
 // llm-d.ai/v1alpha2 (GIE v1.6 on). It answers with the Endpoint Picker protocol: the
 // destination in the x-gateway-destination-endpoint header and the
 // envoy.lb dynamic metadata, 429 for a shed request, 503 when no endpoint is
-// ready, 400 for a body without a model, 413 for an oversized body.
+// ready, 404 when no ready endpoint serves the model, 400 for a body
+// without a model, 413 for an oversized body.
 //
 // The decision (Picker) knows nothing of gRPC or Kubernetes; Server puts it
 // on ext_proc; EPP runs the servers (ext_proc, gRPC health, Prometheus
@@ -35,10 +36,20 @@
 //     request.
 //   - One objective name in both groups: llm-d.ai wins.
 //
+// The models a server serves (KubeSource): a model server whose seed 002
+// /metadata names its base model and LoRA adapters gets only requests whose
+// target model is one of them; one without /metadata gets any. This
+// filter comes before seed 001's chain. When servers are ready but none
+// serves the target model, the answer is 404, what the model servers
+// themselves answer for a model they do not have, so that a client with a
+// wrong model name is told so instead of retrying a 503; 503 stays for no
+// ready server at all. A target model that a server's metadata names as
+// its base model needs no LoRA adapter.
+//
 // Where seed 001 is silent:
 //   - A model name without an InferenceModel is served as it is, with
 //     Standard criticality (the API's default criticality): the EPP routes,
-//     it does not gatekeep model names.
+//     it does not gatekeep model names (the servers' /metadata may).
 //   - The target model is taken for the LoRA adapter the request needs,
 //     unless it is one of PickerConfig.BaseModels (the model servers' base
 //     model): then the request has no adapter preference.

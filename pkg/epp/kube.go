@@ -1,77 +1,163 @@
 package epp
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
-	"net"
-	"strconv"
+	"net/http"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	inferencepoolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
 	"github.com/mci-dev/mci/pkg/discovery"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
-	v1alpha2listers "github.com/mci-dev/mci/pkg/generated/listers/inference/v1alpha2"
 	poolListers "github.com/mci-dev/mci/pkg/generated/listers/inferencepool/v1"
-	llmdlisters "github.com/mci-dev/mci/pkg/generated/listers/llmd/v1alpha2"
 	"github.com/mci-dev/mci/pkg/informerhealth"
+	"github.com/mci-dev/mci/pkg/recompute"
 	"github.com/mci-dev/mci/pkg/requestmodel"
-	"github.com/mci-dev/mci/pkg/servedapis"
 )
 
-// KubeSource follows an InferencePool in a cluster: the pool's selector and
-// first target port, the ready instances a ServiceDiscovery finds for that
-// selector, and the InferenceModels, InferenceObjectives and
+// Where KubeSource finds the pool's model servers (KubeSource.Instances).
+const (
+	// InstancesFromPods: the pods the InferencePool's selector picks that
+	// are Ready and have a status.podIP, as upstream EPPs find them.
+	InstancesFromPods = "pods"
+	// InstancesFromEndpointSlices: seed 002's mechanism, the ready
+	// endpoints of a Service's EndpointSlices, each identified by its
+	// targetRef (the pod name).
+	InstancesFromEndpointSlices = "endpointslices"
+)
+
+// Which address of an EndpointSlice endpoint the EPP sends to
+// (KubeSource.Address).
+const (
+	// AddressFromEndpoint: the endpoint's first address, as seed 002 says.
+	AddressFromEndpoint = "endpoint"
+	// AddressFromPodIP: the status.podIP of the endpoint's targetRef Pod.
+	// The EndpointSlice controller writes that same address into the
+	// slice, so in a cluster the two agree; it exists for clusters whose
+	// slices cannot carry the address the model servers listen on: the
+	// local ClusterSet's model servers listen on loopback addresses, which
+	// kube-apiserver accepts in a Pod's status.podIP but refuses in an
+	// EndpointSlice. It needs list and watch on the namespace's pods.
+	AddressFromPodIP = "pod-ip"
+)
+
+// noPodIP is the mci_epp_model_server_instances{metadata} value of the
+// ready endpoints whose targetRef Pod has no address (AddressFromPodIP):
+// their metadata cannot be fetched, and they are not candidates.
+const noPodIP = "no-pod-ip"
+
+// DefaultMetadataRefresh is how often an instance's /metadata is fetched
+// again when KubeSource.MetadataRefresh is 0.
+const DefaultMetadataRefresh = 30 * time.Second
+
+// KubeSource follows an InferencePool in a cluster: the pool's first target
+// port, its model servers (the pods its selector picks, or a Service's
+// EndpointSlices: Instances), what each server's seed 002 /metadata says
+// it serves, and the InferenceModels, InferenceObjectives and
 // InferenceModelRewrites (both groups: inference.networking.x-k8s.io and
 // llm-d.ai) of the pool's namespace whose poolRef names the pool.
 //
-// Which of those five resources the cluster serves is asked once, at start
-// (API discovery): a GIE v1 cluster has no InferenceModel CRD, an older one no
-// InferenceObjective, and neither must keep the EPP from serving. A resource
-// the cluster does not serve is logged and reported by the
-// mci_epp_model_config_api_served metric; one installed later is read after
-// a restart. A cluster that cannot be asked is taken to serve them all, so
-// that their informers keep retrying rather than the EPP serving without
-// them unnoticed.
+// One pipeline, level-triggered (pkg/recompute): the informers' handlers
+// only note a change; one recomputation reads the caches, computes the
+// ready set (discovery.ReadyPods or discovery.ReadyEndpoints), turns its
+// difference from the last one into seed 002's InstanceAdded and
+// InstanceRemoved events (discovery.Diff), applies them to the instance
+// set, fetches the /metadata of the instances that need it, and publishes
+// the candidates the scheduler reads. An instance is a candidate when it is
+// ready and what its metadata says is usable (see the Metadata* states):
+// the last valid metadata is kept when a fetch fails, an instance whose
+// first fetch fails waits (retried with the workqueue's backoff), and one
+// that serves no /metadata is a candidate for any model. Metadata is
+// fetched again every MetadataRefresh.
+//
+// Which of the model configuration resources the cluster serves is asked
+// once, at start (API discovery): a GIE v1 cluster has no InferenceModel
+// CRD, an older one no InferenceObjective, and neither must keep the EPP
+// from serving. A resource the cluster does not serve is logged and
+// reported by the mci_epp_model_config_api_served metric; one installed
+// later is read after a restart. A cluster that cannot be asked is taken to
+// serve them all, so that their informers keep retrying rather than the EPP
+// serving without them unnoticed.
 //
 // The pool is synced once the InferencePool has been read and its instances
-// listed; until the InferencePool exists the EPP is not ready. An
+// computed; until the InferencePool exists the EPP is not ready. An
 // InferencePool deleted later leaves the pool empty (503) until it is back.
 //
-// Its informers (the InferencePool, the served model configuration
-// resources) are built by pkg/informerhealth: while one cannot list or
+// Its informers are built by pkg/informerhealth: while one cannot list or
 // watch, its cache keeps what it last read, one log line says so, and
 // mci_epp_watch_reachable{resource} is 0 (the source is the
-// prometheus.Collector of those metrics).
-//
-// Instances come from List, then from Watch. An instance that goes away
-// between the two stays a candidate until its next change; its scrapes fail
-// meanwhile, its metrics go stale, and the scheduler never prefers it to a
-// measured one.
+// prometheus.Collector of those metrics and of
+// mci_epp_model_server_instances).
 type KubeSource struct {
-	// Client reads InferencePools and InferenceModels.
+	// Client reads InferencePools and the model configuration.
 	Client versioned.Interface
+	// Kube reads Pods and EndpointSlices.
+	Kube kubernetes.Interface
 	// Namespace and PoolName name the InferencePool.
 	Namespace, PoolName string
-	// NewDiscovery returns the discovery of the instances that a label
-	// selector picks in Namespace (discovery.NewPodDiscovery, typically). It
-	// is called again when the pool's selector changes.
-	NewDiscovery func(selector map[string]string) discovery.ServiceDiscovery
+	// Instances is InstancesFromPods (also when empty) or
+	// InstancesFromEndpointSlices.
+	Instances string
+	// Service is the Service whose EndpointSlices list the model servers,
+	// in Namespace (InstancesFromEndpointSlices).
+	Service string
+	// Address is AddressFromEndpoint (also when empty) or AddressFromPodIP
+	// (InstancesFromEndpointSlices).
+	Address string
+	// MetadataRefresh is how often an instance's /metadata is fetched
+	// again; DefaultMetadataRefresh when 0.
+	MetadataRefresh time.Duration
+	// MetadataClient fetches /metadata; nil: one with
+	// discovery.DefaultMetadataTimeout.
+	MetadataClient *http.Client
+
+	// fetch, when set, replaces discovery.Metadata (unit tests).
+	fetch func(ctx context.Context, client *http.Client, baseURL string) (map[string]any, error)
 
 	trackerOnce sync.Once
 	tracker     *informerhealth.Tracker
+	setOnce     sync.Once
+	set         *instanceSet
+}
+
+// Validate checks the source's settings.
+func (s *KubeSource) Validate() error {
+	switch s.Instances {
+	case "", InstancesFromPods:
+		if s.Service != "" || (s.Address != "" && s.Address != AddressFromEndpoint) {
+			return fmt.Errorf("a Service and an address choice are for model servers from EndpointSlices, not from Pods")
+		}
+	case InstancesFromEndpointSlices:
+		if s.Service == "" {
+			return fmt.Errorf("model servers from EndpointSlices need the Service whose slices list them")
+		}
+		if s.Address != "" && s.Address != AddressFromEndpoint && s.Address != AddressFromPodIP {
+			return fmt.Errorf("model server address %q: want %s or %s", s.Address, AddressFromEndpoint, AddressFromPodIP)
+		}
+	default:
+		return fmt.Errorf("model servers from %q: want %s or %s", s.Instances, InstancesFromPods, InstancesFromEndpointSlices)
+	}
+	if s.MetadataRefresh < 0 {
+		return fmt.Errorf("the /metadata refresh interval %s is negative", s.MetadataRefresh)
+	}
+	return nil
 }
 
 // watches follows whether the source's informers list and watch: one log
@@ -81,34 +167,49 @@ func (s *KubeSource) watches() *informerhealth.Tracker {
 	return s.tracker
 }
 
+// instanceSet is the set the scheduler reads, made once.
+func (s *KubeSource) instanceSet() *instanceSet {
+	s.setOnce.Do(func() {
+		s.set = newInstanceSet(s.refresh(), s.MetadataClient)
+		if s.fetch != nil {
+			s.set.fetch = s.fetch
+		}
+	})
+	return s.set
+}
+
+func (s *KubeSource) refresh() time.Duration {
+	if s.MetadataRefresh == 0 {
+		return DefaultMetadataRefresh
+	}
+	return s.MetadataRefresh
+}
+
 // Describe and Collect make the source the prometheus.Collector of its
-// watches' metrics, which the EPP serves with its own.
-func (s *KubeSource) Describe(ch chan<- *prometheus.Desc) { s.watches().Describe(ch) }
-func (s *KubeSource) Collect(ch chan<- prometheus.Metric) { s.watches().Collect(ch) }
+// watches' and instances' metrics, which the EPP serves with its own.
+func (s *KubeSource) Describe(ch chan<- *prometheus.Desc) {
+	s.watches().Describe(ch)
+	s.instanceSet().gauge.Describe(ch)
+}
+
+func (s *KubeSource) Collect(ch chan<- prometheus.Metric) {
+	s.watches().Collect(ch)
+	s.instanceSet().gauge.Collect(ch)
+}
 
 // Run follows the pool until ctx ends.
 func (s *KubeSource) Run(ctx context.Context, pool *Pool, models *requestmodel.Models) error {
-	logger := klog.FromContext(ctx).WithValues("inferencePool", klog.KRef(s.Namespace, s.PoolName))
-	c, ns := s.Client, s.Namespace
-	poolInformer := s.watches().NewInformer(inferencepoolv1.Resource("inferencepools").String(),
-		informerhealth.ListWatch(c, c.InferencePoolV1().InferencePools(ns).List, c.InferencePoolV1().InferencePools(ns).Watch), &inferencepoolv1.InferencePool{})
-	pools := poolListers.NewInferencePoolLister(poolInformer.GetIndexer())
-	served := s.servedConfigAPIs(klog.NewContext(ctx, logger))
-	models.SetServedAPIs(served)
-	cfg := s.configListers(served)
-
-	// Level-triggered: handlers only say that something changed; the loop
-	// recomputes from the caches.
-	changed := make(chan struct{}, 1)
-	poke := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { signal(changed) },
-		UpdateFunc: func(any, any) { signal(changed) },
-		DeleteFunc: func(any) { signal(changed) },
+	if err := s.Validate(); err != nil {
+		return err
 	}
-	infs := append([]cache.SharedIndexInformer{poolInformer}, cfg.informers...)
+	logger := klog.FromContext(ctx).WithValues("inferencePool", klog.KRef(s.Namespace, s.PoolName))
+	p := &pipeline{src: s, logger: logger, pool: pool, models: models, set: s.instanceSet()}
+	p.set.logger = logger
+	infs := p.informers(klog.NewContext(ctx, logger))
+	loop := recompute.New("mci-epp")
 	synced := make([]cache.InformerSynced, 0, len(infs))
 	for _, inf := range infs {
-		if _, err := inf.AddEventHandler(poke); err != nil {
+		if _, err := inf.AddEventHandler(loop.Handler()); err != nil {
 			return err
 		}
 		synced = append(synced, inf.HasSynced)
@@ -118,286 +219,179 @@ func (s *KubeSource) Run(ctx context.Context, pool *Pool, models *requestmodel.M
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx ended
 	}
+	// Metadata changes without any Kubernetes event: look again every
+	// refresh interval.
+	go wait.UntilWithContext(ctx, func(context.Context) { loop.Notify() }, s.refresh())
+	loop.Run(ctx, p.compute)
+	return nil
+}
 
-	f := &follower{pool: pool, logger: logger, newDiscovery: s.NewDiscovery, backoff: time.Second}
-	defer f.stop()
-	for dirty := true; ; {
-		if dirty {
-			dirty = false
-			s.syncModels(logger, cfg, models)
-			ip, err := pools.InferencePools(s.Namespace).Get(s.PoolName)
-			if err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("reading InferencePool %s/%s: %w", s.Namespace, s.PoolName, err)
-			}
-			if err != nil {
-				ip = nil
-			}
-			f.setPool(ctx, ip)
+// pipeline is KubeSource.Run's state: the caches, the last ready set and
+// what was last logged. Used by one recomputation at a time.
+type pipeline struct {
+	src    *KubeSource
+	logger klog.Logger
+	pool   *Pool
+	models *requestmodel.Models
+	set    *instanceSet
+
+	pools  poolListers.InferencePoolLister
+	pods   corelisters.PodLister
+	slices discoverylisters.EndpointSliceLister
+	cfg    configListers
+
+	// ready is the last ready set; following says whether an InferencePool
+	// was there, selector and port what was last logged of it, and
+	// waitingForPort and unresolved what was last said of the pool's
+	// missing target port and of endpoints without a Pod address.
+	ready          map[string]discovery.Instance
+	following      bool
+	selector       map[string]string
+	port           int32
+	waitingForPort bool
+	unresolved     int
+}
+
+// informers builds the caches the pipeline reads: the InferencePool, the
+// served model configuration resources, and the model servers' Pods or
+// EndpointSlices (and Pods, for their addresses).
+func (p *pipeline) informers(ctx context.Context) []cache.SharedIndexInformer {
+	s := p.src
+	c, ns, kube := s.Client, s.Namespace, s.Kube
+	poolInformer := s.watches().NewInformer(inferencepoolv1.Resource("inferencepools").String(),
+		informerhealth.ListWatch(c, c.InferencePoolV1().InferencePools(ns).List, c.InferencePoolV1().InferencePools(ns).Watch), &inferencepoolv1.InferencePool{})
+	p.pools = poolListers.NewInferencePoolLister(poolInformer.GetIndexer())
+	served := s.servedConfigAPIs(ctx)
+	p.models.SetServedAPIs(served)
+	p.cfg = s.configListers(served)
+	infs := append([]cache.SharedIndexInformer{poolInformer}, p.cfg.informers...)
+
+	if s.Instances == InstancesFromEndpointSlices {
+		x := kube.DiscoveryV1().EndpointSlices(ns)
+		onlyService := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: s.Service}).String()
+		list := func(ctx context.Context, o metav1.ListOptions) (*discoveryv1.EndpointSliceList, error) {
+			o.LabelSelector = onlyService
+			return x.List(ctx, o)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-changed:
-			dirty = true
-		case <-f.retry:
-			f.follow(ctx)
-		case ev, ok := <-f.events:
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				logger.Info("Instance watch ended; following again")
-				f.follow(ctx)
-				continue
-			}
-			switch ev.Type {
-			case discovery.InstanceAdded:
-				f.instances[ev.Instance.ID] = ev.Instance
-			case discovery.InstanceRemoved:
-				delete(f.instances, ev.Instance.ID)
-			}
-			f.publish()
+		watchFn := func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = onlyService
+			return x.Watch(ctx, o)
 		}
+		inf := s.watches().NewInformer("endpointslices.discovery.k8s.io", informerhealth.ListWatch(kube, list, watchFn), &discoveryv1.EndpointSlice{})
+		p.slices = discoverylisters.NewEndpointSliceLister(inf.GetIndexer())
+		infs = append(infs, inf)
 	}
-}
-
-// follower keeps the pool's endpoints following the InferencePool's
-// selector and port. Used by KubeSource.Run's goroutine only.
-type follower struct {
-	pool         *Pool
-	logger       klog.Logger
-	newDiscovery func(map[string]string) discovery.ServiceDiscovery
-
-	// selector is nil while there is no InferencePool.
-	selector  map[string]string
-	port      int32
-	cancel    context.CancelFunc
-	events    <-chan discovery.Event
-	instances map[string]discovery.Instance
-	retry     <-chan time.Time
-	backoff   time.Duration
-}
-
-// setPool applies the InferencePool (nil: absent).
-func (f *follower) setPool(ctx context.Context, ip *inferencepoolv1.InferencePool) {
-	switch {
-	case ip == nil:
-		if f.selector != nil {
-			f.logger.Info("InferencePool is gone; no endpoints until it is back")
-			f.stop()
-			f.selector = nil
-			f.publish()
-		}
-	case len(ip.Spec.TargetPorts) == 0:
-		f.logger.Info("InferencePool has no target port; waiting for one")
-	case f.selector == nil || !maps.Equal(f.selector, ip.Spec.Selector.MatchLabels):
-		f.selector, f.port = maps.Clone(ip.Spec.Selector.MatchLabels), ip.Spec.TargetPorts[0].Number
-		if f.selector == nil {
-			f.selector = map[string]string{}
-		}
-		f.logger.Info("Following the InferencePool's instances", "selector", f.selector, "targetPort", f.port)
-		f.follow(ctx)
-	case ip.Spec.TargetPorts[0].Number != f.port:
-		f.port = ip.Spec.TargetPorts[0].Number
-		f.publish()
+	if s.Instances != InstancesFromEndpointSlices || s.Address == AddressFromPodIP {
+		x := kube.CoreV1().Pods(ns)
+		inf := s.watches().NewInformer("pods", informerhealth.ListWatch(kube, x.List, x.Watch), &corev1.Pod{})
+		p.pods = corelisters.NewPodLister(inf.GetIndexer())
+		infs = append(infs, inf)
 	}
+	return infs
 }
 
-// follow (re)starts the discovery for the current selector: List, publish,
-// then Watch. On failure it retries with a backoff.
-func (f *follower) follow(ctx context.Context) {
-	f.stop()
-	dctx, cancel := context.WithCancel(ctx)
-	f.cancel = cancel
-	d := f.newDiscovery(f.selector)
-	list, err := d.List(dctx)
-	if err == nil {
-		f.events, err = d.Watch(dctx)
+// compute is one recomputation: the model configuration, then the
+// InferencePool, the ready set, its diff events, the instances' metadata
+// and the candidates. An error (a cache that cannot be read, a /metadata
+// fetch that failed) makes the loop run it again with backoff.
+func (p *pipeline) compute(ctx context.Context) error {
+	s := p.src
+	s.syncModels(p.logger, p.cfg, p.models)
+	ip, err := p.pools.InferencePools(s.Namespace).Get(s.PoolName)
+	if apierrors.IsNotFound(err) {
+		if p.following {
+			p.logger.Info("InferencePool is gone; no endpoints until it is back")
+			p.following, p.selector, p.ready = false, nil, nil
+			p.set.clear()
+			p.publish(0)
+		}
+		return nil
 	}
 	if err != nil {
-		f.stop()
-		f.logger.Error(err, "Discovering the pool's instances; retrying", "in", f.backoff)
-		f.retry = time.After(f.backoff)
-		f.backoff = min(2*f.backoff, 30*time.Second)
-		return
+		return fmt.Errorf("reading InferencePool %s/%s: %w", s.Namespace, s.PoolName, err)
 	}
-	f.backoff = time.Second
-	f.instances = make(map[string]discovery.Instance, len(list))
-	for _, in := range list {
-		f.instances[in.ID] = in
-	}
-	f.publish()
-}
-
-// stop ends the current discovery, if any, and forgets its instances.
-func (f *follower) stop() {
-	if f.cancel != nil {
-		f.cancel()
-	}
-	f.cancel, f.events, f.instances, f.retry = nil, nil, nil, nil
-}
-
-// publish sets the pool's endpoints from the instances: their address and
-// their own port, or the pool's target port when the source knows none.
-func (f *follower) publish() {
-	eps := make([]Endpoint, 0, len(f.instances))
-	for _, in := range f.instances {
-		p := f.port
-		if in.Port != 0 {
-			p = in.Port
+	if len(ip.Spec.TargetPorts) == 0 {
+		if !p.waitingForPort {
+			p.logger.Info("InferencePool has no target port; waiting for one")
+			p.waitingForPort = true
 		}
-		eps = append(eps, Endpoint{Name: in.ID, Address: net.JoinHostPort(in.Address, strconv.Itoa(int(p)))})
+		return nil
 	}
-	if err := f.pool.SetEndpoints(eps); err != nil {
-		f.logger.Error(err, "Setting the pool's endpoints")
+	p.waitingForPort = false
+	port := ip.Spec.TargetPorts[0].Number
+	if !p.following || port != p.port || !maps.Equal(p.selector, ip.Spec.Selector.MatchLabels) {
+		p.logger.Info("Following the InferencePool's instances", "from", p.from(), "selector", ip.Spec.Selector.MatchLabels, "targetPort", port)
+		p.following, p.port, p.selector = true, port, maps.Clone(ip.Spec.Selector.MatchLabels)
 	}
-}
-
-// The model configuration resources KubeSource reads, as API discovery
-// names them ("<group>/<version>/<resource>").
-var (
-	apiInferenceModels = v1alpha2.SchemeGroupVersion.WithResource("inferencemodels")
-	apiObjectives      = v1alpha2.SchemeGroupVersion.WithResource("inferenceobjectives")
-	apiRewrites        = v1alpha2.SchemeGroupVersion.WithResource("inferencemodelrewrites")
-	apiLLMDObjectives  = llmdv1alpha2.SchemeGroupVersion.WithResource("inferenceobjectives")
-	apiLLMDRewrites    = llmdv1alpha2.SchemeGroupVersion.WithResource("inferencemodelrewrites")
-	modelConfigAPIs    = []schema.GroupVersionResource{apiInferenceModels, apiObjectives, apiRewrites, apiLLMDObjectives, apiLLMDRewrites}
-)
-
-// servedConfigAPIs asks the cluster which model configuration resources it
-// serves (pkg/servedapis, as mci-apiserver and mci-sidecar ask).
-func (s *KubeSource) servedConfigAPIs(ctx context.Context) map[schema.GroupVersionResource]bool {
-	return servedapis.Discover(ctx, s.Client.Discovery(), 0, modelConfigAPIs...).Map()
-}
-
-// configListers are the listers of the served model configuration
-// resources (nil for the others) and their informers.
-type configListers struct {
-	models         func(labels.Selector) ([]*v1alpha2.InferenceModel, error)
-	objectives     func(labels.Selector) ([]*v1alpha2.InferenceObjective, error)
-	rewrites       func(labels.Selector) ([]*v1alpha2.InferenceModelRewrite, error)
-	llmdObjectives func(labels.Selector) ([]*llmdv1alpha2.InferenceObjective, error)
-	llmdRewrites   func(labels.Selector) ([]*llmdv1alpha2.InferenceModelRewrite, error)
-	informers      []cache.SharedIndexInformer
-}
-
-func (s *KubeSource) configListers(served map[schema.GroupVersionResource]bool) configListers {
-	var cl configListers
-	c, ns := s.Client, s.Namespace
-	// watched builds the informer of a served resource, which s.watches
-	// follows, and returns its cache.
-	watched := func(r schema.GroupVersionResource, lw cache.ListerWatcher, example runtime.Object) cache.Indexer {
-		inf := s.watches().NewInformer(r.GroupResource().String(), lw, example)
-		cl.informers = append(cl.informers, inf)
-		return inf.GetIndexer()
-	}
-	if served[apiInferenceModels] {
-		x := c.InferenceV1alpha2().InferenceModels(ns)
-		cl.models = v1alpha2listers.NewInferenceModelLister(watched(apiInferenceModels, informerhealth.ListWatch(c, x.List, x.Watch), &v1alpha2.InferenceModel{})).InferenceModels(ns).List
-	}
-	if served[apiObjectives] {
-		x := c.InferenceV1alpha2().InferenceObjectives(ns)
-		cl.objectives = v1alpha2listers.NewInferenceObjectiveLister(watched(apiObjectives, informerhealth.ListWatch(c, x.List, x.Watch), &v1alpha2.InferenceObjective{})).InferenceObjectives(ns).List
-	}
-	if served[apiRewrites] {
-		x := c.InferenceV1alpha2().InferenceModelRewrites(ns)
-		cl.rewrites = v1alpha2listers.NewInferenceModelRewriteLister(watched(apiRewrites, informerhealth.ListWatch(c, x.List, x.Watch), &v1alpha2.InferenceModelRewrite{})).InferenceModelRewrites(ns).List
-	}
-	if served[apiLLMDObjectives] {
-		x := c.LLMDV1alpha2().InferenceObjectives(ns)
-		cl.llmdObjectives = llmdlisters.NewInferenceObjectiveLister(watched(apiLLMDObjectives, informerhealth.ListWatch(c, x.List, x.Watch), &llmdv1alpha2.InferenceObjective{})).InferenceObjectives(ns).List
-	}
-	if served[apiLLMDRewrites] {
-		x := c.LLMDV1alpha2().InferenceModelRewrites(ns)
-		cl.llmdRewrites = llmdlisters.NewInferenceModelRewriteLister(watched(apiLLMDRewrites, informerhealth.ListWatch(c, x.List, x.Watch), &llmdv1alpha2.InferenceModelRewrite{})).InferenceModelRewrites(ns).List
-	}
-	return cl
-}
-
-// syncModels sets the model configuration objects that name the pool.
-func (s *KubeSource) syncModels(logger klog.Logger, c configListers, models *requestmodel.Models) {
-	cfg, err := s.modelConfig(c)
+	ready, err := p.readySet(ip)
 	if err != nil {
-		logger.Error(err, "Listing the pool's model configuration")
-		return
+		return err
 	}
-	for _, ignored := range models.Set(cfg) {
-		logger.V(2).Info("Ignoring or repairing part of the model configuration", "note", ignored)
+	p.set.apply(discovery.Diff(p.ready, ready))
+	p.ready = ready
+	fetchErr := p.set.refreshMetadata(ctx, port)
+	if ctx.Err() != nil {
+		return nil
+	}
+	p.publish(port)
+	return fetchErr
+}
+
+// from names where the instances come from, for the logs.
+func (p *pipeline) from() string {
+	if p.src.Instances == InstancesFromEndpointSlices {
+		return fmt.Sprintf("EndpointSlices of Service %s/%s (addresses: %s)", p.src.Namespace, p.src.Service, cmp.Or(p.src.Address, AddressFromEndpoint))
+	}
+	return "Pods"
+}
+
+// publish sets the pool's candidates.
+func (p *pipeline) publish(port int32) {
+	if err := p.pool.SetEndpoints(p.set.endpoints(port)); err != nil {
+		p.logger.Error(err, "Setting the pool's endpoints")
 	}
 }
 
-func (s *KubeSource) modelConfig(c configListers) (requestmodel.ModelConfig, error) {
-	var cfg requestmodel.ModelConfig
-	if c.models != nil {
-		all, err := c.models(labels.Everything())
+// readySet computes the ready instances from the caches.
+func (p *pipeline) readySet(ip *inferencepoolv1.InferencePool) (map[string]discovery.Instance, error) {
+	ns := p.src.Namespace
+	if p.src.Instances != InstancesFromEndpointSlices {
+		// An empty selector selects every pod of the namespace, as before.
+		pods, err := p.pods.Pods(ns).List(labels.SelectorFromSet(ip.Spec.Selector.MatchLabels))
 		if err != nil {
-			return cfg, fmt.Errorf("InferenceModels: %w", err)
+			return nil, fmt.Errorf("listing the pool's pods: %w", err)
 		}
-		for _, im := range all {
-			if ref := im.Spec.PoolRef; ref.Name == s.PoolName && (ref.Kind == "" || ref.Kind == "InferencePool") {
-				cfg.Models = append(cfg.Models, im)
-			}
-		}
+		return discovery.ReadyPods(pods), nil
 	}
-	if c.objectives != nil {
-		all, err := c.objectives(labels.Everything())
-		if err != nil {
-			return cfg, fmt.Errorf("InferenceObjectives: %w", err)
-		}
-		for _, o := range all {
-			if s.namesPool(&o.Spec.PoolRef) {
-				cfg.Objectives = append(cfg.Objectives, o)
-			}
-		}
+	slices, err := p.slices.EndpointSlices(ns).List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("listing the EndpointSlices of Service %s/%s: %w", ns, p.src.Service, err)
 	}
-	if c.llmdObjectives != nil {
-		all, err := c.llmdObjectives(labels.Everything())
-		if err != nil {
-			return cfg, fmt.Errorf("InferenceObjectives (llm-d.ai): %w", err)
-		}
-		for _, o := range all {
-			if s.namesPool(&o.Spec.PoolRef) {
-				cfg.Objectives = append(cfg.Objectives, requestmodel.ObjectiveFromLLMD(o))
-			}
-		}
+	ready := discovery.ReadyEndpoints(slices, "")
+	if p.src.Address == AddressFromPodIP {
+		p.resolvePodIPs(ready)
 	}
-	if c.rewrites != nil {
-		all, err := c.rewrites(labels.Everything())
-		if err != nil {
-			return cfg, fmt.Errorf("InferenceModelRewrites: %w", err)
-		}
-		for _, rw := range all {
-			if s.namesPool(rw.Spec.PoolRef) {
-				cfg.Rewrites = append(cfg.Rewrites, rw)
-			}
-		}
-	}
-	if c.llmdRewrites != nil {
-		all, err := c.llmdRewrites(labels.Everything())
-		if err != nil {
-			return cfg, fmt.Errorf("InferenceModelRewrites (llm-d.ai): %w", err)
-		}
-		for _, rw := range all {
-			if s.namesPool(rw.Spec.PoolRef) {
-				cfg.Rewrites = append(cfg.Rewrites, requestmodel.RewriteFromLLMD(rw))
-			}
-		}
-	}
-	return cfg, nil
+	return ready, nil
 }
 
-// namesPool reports whether a poolRef names the pool: its name, and the
-// InferencePool kind and group, or none (the CRDs' defaults), as upstream
-// EPPs compare them.
-func (s *KubeSource) namesPool(ref *v1alpha2.PoolObjectReference) bool {
-	return ref != nil && ref.Name == s.PoolName &&
-		(ref.Kind == "" || ref.Kind == "InferencePool") &&
-		(ref.Group == "" || ref.Group == inferencepoolv1.SchemeGroupVersion.Group)
-}
-
-func signal(ch chan<- struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
+// resolvePodIPs replaces each instance's address by its targetRef Pod's
+// status.podIP, dropping the instances whose Pod is not in the cache or
+// has no address yet (said once per change of their number).
+func (p *pipeline) resolvePodIPs(ready map[string]discovery.Instance) {
+	var missing []string
+	for id, in := range ready {
+		pod, err := p.pods.Pods(in.Namespace).Get(id)
+		if err != nil || pod.Status.PodIP == "" {
+			missing = append(missing, id)
+			delete(ready, id)
+			continue
+		}
+		in.Address = pod.Status.PodIP
+		ready[id] = in
 	}
+	if len(missing) != p.unresolved {
+		p.logger.Info("Ready endpoints whose targetRef Pod has no status.podIP in the pool's namespace are not candidates", "count", len(missing), "instances", missing)
+		p.unresolved = len(missing)
+	}
+	p.set.gauge.WithLabelValues(noPodIP).Set(float64(len(missing)))
 }

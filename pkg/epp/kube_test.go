@@ -2,18 +2,21 @@ package epp
 
 import (
 	"context"
-	"maps"
+	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
 	inferencepoolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
@@ -23,37 +26,6 @@ import (
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/requestmodel/requestmodeltest"
 )
-
-// fakeDiscovery lists its instances and streams the events the test sends.
-type fakeDiscovery struct {
-	selector  map[string]string
-	instances []discovery.Instance
-	events    chan discovery.Event
-}
-
-func (d *fakeDiscovery) List(context.Context) ([]discovery.Instance, error) {
-	return d.instances, nil
-}
-
-func (d *fakeDiscovery) Watch(ctx context.Context) (<-chan discovery.Event, error) {
-	out := make(chan discovery.Event)
-	go func() {
-		defer close(out)
-		for {
-			select {
-			case ev := <-d.events:
-				select {
-				case out <- ev:
-				case <-ctx.Done():
-					return
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out, nil
-}
 
 func inferencePool(selector map[string]string, port int32) *inferencepoolv1.InferencePool {
 	return &inferencepoolv1.InferencePool{
@@ -98,29 +70,18 @@ func TestKubeSource(t *testing.T) {
 		{GroupVersion: "llm-d.ai/v1alpha2", APIResources: []metav1.APIResource{{Name: "inferenceobjectives"}, {Name: "inferencemodelrewrites"}}},
 	}
 
-	var mu sync.Mutex
-	var discoveries []*fakeDiscovery
+	kube := kubefake.NewClientset(
+		readyPod("pod-a", "10.0.0.1", map[string]string{"app": "vllm"}),
+		readyPod("pod-b", "10.0.0.2", map[string]string{"app": "vllm"}),
+		readyPod("pod-x", "10.0.0.9", map[string]string{"app": "vllm-2"}),
+	)
 	src := &KubeSource{
-		Client: client, Namespace: "ns", PoolName: "pool",
-		NewDiscovery: func(selector map[string]string) discovery.ServiceDiscovery {
-			mu.Lock()
-			defer mu.Unlock()
-			d := &fakeDiscovery{
-				selector:  maps.Clone(selector),
-				instances: []discovery.Instance{{ID: "pod-a", Address: "10.0.0.1"}, {ID: "pod-b", Address: "10.0.0.2", Port: 9000}},
-				events:    make(chan discovery.Event),
-			}
-			discoveries = append(discoveries, d)
-			return d
+		Client: client, Kube: kube, Namespace: "ns", PoolName: "pool",
+		// No model server here serves /metadata: each is a candidate for
+		// any model, as before seed 002.
+		fetch: func(context.Context, *http.Client, string) (map[string]any, error) {
+			return nil, fmt.Errorf("test: %w", discovery.ErrNoMetadata)
 		},
-	}
-	last := func() *fakeDiscovery {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(discoveries) == 0 {
-			return nil
-		}
-		return discoveries[len(discoveries)-1]
 	}
 	pool, models := NewPool("pool", nil, nil), requestmodel.NewModels()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -163,22 +124,24 @@ func TestKubeSource(t *testing.T) {
 			return false
 		}
 	}, "the pool syncs once the InferencePool's instances are listed")
-	assert.Equal(t, map[string]string{"app": "vllm"}, last().selector)
-	assert.Equal(t, []string{"10.0.0.1:8000", "10.0.0.2:9000"}, addresses(pool), "the target port, unless the instance knows its own")
+	assert.Equal(t, []string{"10.0.0.1:8000", "10.0.0.2:8000"}, addresses(pool), "the selected ready pods on the target port")
 
-	last().events <- discovery.Event{Type: discovery.InstanceAdded, Instance: discovery.Instance{ID: "pod-c", Address: "10.0.0.3"}}
+	_, err = kube.CoreV1().Pods("ns").Create(ctx, readyPod("pod-c", "10.0.0.3", map[string]string{"app": "vllm"}), metav1.CreateOptions{})
+	require.NoError(t, err)
 	eventually(func() bool { return slices.Contains(addresses(pool), "10.0.0.3:8000") }, "an added instance becomes a candidate")
-	last().events <- discovery.Event{Type: discovery.InstanceRemoved, Instance: discovery.Instance{ID: "pod-a"}}
-	eventually(func() bool { return !slices.Contains(addresses(pool), "10.0.0.1:8000") }, "a removed instance is no candidate")
+	notReady := readyPod("pod-a", "10.0.0.1", map[string]string{"app": "vllm"})
+	notReady.Status.Conditions[0].Status = corev1.ConditionFalse
+	_, err = kube.CoreV1().Pods("ns").UpdateStatus(ctx, notReady, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	eventually(func() bool { return !slices.Contains(addresses(pool), "10.0.0.1:8000") }, "an instance no longer ready is no candidate")
 
 	_, err = client.InferencePoolV1().InferencePools("ns").Update(ctx, inferencePool(map[string]string{"app": "vllm"}, 8080), metav1.UpdateOptions{})
 	require.NoError(t, err)
-	eventually(func() bool { return slices.Equal(addresses(pool), []string{"10.0.0.2:9000", "10.0.0.3:8080"}) }, "a new target port applies to the instances")
+	eventually(func() bool { return slices.Equal(addresses(pool), []string{"10.0.0.2:8080", "10.0.0.3:8080"}) }, "a new target port applies to the instances")
 
 	_, err = client.InferencePoolV1().InferencePools("ns").Update(ctx, inferencePool(map[string]string{"app": "vllm-2"}, 8080), metav1.UpdateOptions{})
 	require.NoError(t, err)
-	eventually(func() bool { return maps.Equal(last().selector, map[string]string{"app": "vllm-2"}) }, "a new selector restarts the discovery")
-	eventually(func() bool { return slices.Equal(addresses(pool), []string{"10.0.0.1:8080", "10.0.0.2:9000"}) }, "with the new discovery's instances")
+	eventually(func() bool { return slices.Equal(addresses(pool), []string{"10.0.0.9:8080"}) }, "a new selector picks its own pods")
 
 	im2 := requestmodeltest.InferenceModel("late", "late", nil)
 	im2.Namespace = "ns"
@@ -206,8 +169,90 @@ func TestKubeSource(t *testing.T) {
 		"inferenceobjectives.inference.networking.x-k8s.io": 1,
 		"inferenceobjectives.llm-d.ai":                      1,
 		"inferencemodelrewrites.llm-d.ai":                   1,
+		"pods":                                              1,
 	}, reachable)
 
 	require.NoError(t, client.InferencePoolV1().InferencePools("ns").Delete(ctx, "pool", metav1.DeleteOptions{}))
 	eventually(func() bool { return len(pool.Endpoints()) == 0 }, "a deleted InferencePool leaves no candidates")
+}
+
+func readyPod(name, ip string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: labels},
+		Status: corev1.PodStatus{
+			PodIP:      ip,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+		},
+	}
+}
+
+// TestKubeSourceFromEndpointSlices follows seed 002's mechanism: the ready
+// endpoints of a Service's EndpointSlices, identified by targetRef, sent to
+// at their Pod's address (AddressFromPodIP), with the models their
+// /metadata names.
+func TestKubeSourceFromEndpointSlices(t *testing.T) {
+	client := fake.NewSimpleClientset(inferencePool(map[string]string{"app": "vllm"}, 8000))
+	endpoint := func(pod string, ready bool) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{
+			Addresses:  []string{"192.0.2.1"}, // documentation range: never sent to
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready)},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: pod, Namespace: "ns"},
+		}
+	}
+	slice := func(name, service string, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{discoveryv1.LabelServiceName: service}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   eps,
+		}
+	}
+	kube := kubefake.NewClientset(
+		readyPod("pod-a", "10.0.0.1", nil), readyPod("pod-b", "10.0.0.2", nil), readyPod("pod-c", "10.0.0.3", nil),
+		slice("servers-1", "servers", endpoint("pod-a", true), endpoint("pod-b", true), endpoint("pod-c", false)),
+		slice("other-1", "other", endpoint("pod-c", true)),
+	)
+	served := map[string]map[string]any{
+		"http://10.0.0.1:8000": {"Model": map[string]any{"name": "llama"}},
+		"http://10.0.0.2:8000": {"Model": map[string]any{"name": "qwen", "lora_adapters": []any{"qwen-sql"}}},
+		"http://10.0.0.3:8000": {"Model": map[string]any{"name": "llama"}},
+	}
+	src := &KubeSource{
+		Client: client, Kube: kube, Namespace: "ns", PoolName: "pool",
+		Instances: InstancesFromEndpointSlices, Service: "servers", Address: AddressFromPodIP,
+		fetch: func(_ context.Context, _ *http.Client, url string) (map[string]any, error) {
+			if md, ok := served[url]; ok {
+				return md, nil
+			}
+			return nil, fmt.Errorf("test: nothing at %s", url)
+		},
+	}
+	pool, models := NewPool("pool", nil, nil), requestmodel.NewModels()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, pool, models) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	endpoints := func() map[string][]string {
+		out := map[string][]string{}
+		for _, e := range pool.Endpoints() {
+			out[e.Address] = e.Models
+		}
+		return out
+	}
+	require.Eventually(t, func() bool {
+		return assert.ObjectsAreEqual(map[string][]string{"10.0.0.1:8000": {"llama"}, "10.0.0.2:8000": {"qwen", "qwen-sql"}}, endpoints())
+	}, 5*time.Second, 5*time.Millisecond, "the ready endpoints of the Service's slices, at their Pod's address, with their models; got %v", endpoints())
+
+	_, err := kube.DiscoveryV1().EndpointSlices("ns").Update(ctx, slice("servers-1", "servers", endpoint("pod-a", false), endpoint("pod-b", true), endpoint("pod-c", true)), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return assert.ObjectsAreEqual(map[string][]string{"10.0.0.2:8000": {"qwen", "qwen-sql"}, "10.0.0.3:8000": {"llama"}}, endpoints())
+	}, 5*time.Second, 5*time.Millisecond, "ready false removes an instance, ready true adds one; got %v", endpoints())
+
+	require.NoError(t, kube.CoreV1().Pods("ns").Delete(ctx, "pod-c", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		return assert.ObjectsAreEqual(map[string][]string{"10.0.0.2:8000": {"qwen", "qwen-sql"}}, endpoints())
+	}, 5*time.Second, 5*time.Millisecond, "an endpoint whose Pod has no address is no candidate; got %v", endpoints())
 }

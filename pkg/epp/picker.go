@@ -20,6 +20,10 @@ var (
 	// ErrNoEndpoints means there is no ready endpoint to pick (in the subset
 	// hint, when there is one). The EPP answers 503.
 	ErrNoEndpoints = errors.New("no ready model server endpoint")
+	// ErrModelNotServed means no ready model server of the pool serves the
+	// request's target model, by what their /metadata says. The EPP
+	// answers 404.
+	ErrModelNotServed = errors.New("no ready model server of the pool serves the model")
 )
 
 // Error is a request the EPP refuses, with the HTTP status it answers.
@@ -145,32 +149,16 @@ func (p *Picker) Pick(body []byte, h requestmodel.RequestHeaders, subset []strin
 	d.Objective, d.UnknownObjective = res.Objective, res.UnknownObjective
 
 	snap := p.pool.snap.Load()
-	ids := make([]int, 0, len(snap.endpoints))
-	if hasSubset {
-		allowed := newSubset(subset)
-		for i, e := range snap.endpoints {
-			if allowed.has(e.Address) {
-				ids = append(ids, i)
-			}
-		}
-	} else {
-		for i := range snap.endpoints {
-			ids = append(ids, i)
-		}
-	}
-	if len(ids) == 0 {
-		err := ErrNoEndpoints
-		if hasSubset {
-			err = fmt.Errorf("%w in the subset hint %v", ErrNoEndpoints, subset)
-		}
-		return d, &Error{Code: http.StatusServiceUnavailable, Err: err}
+	ids, err := candidates(snap, d.TargetModel, subset, hasSubset)
+	if err != nil {
+		return d, err
 	}
 	cands := make([]*scheduling.Metrics, len(ids))
 	for j, i := range ids {
 		cands[j] = p.pool.metricsOf(snap, i)
 	}
 
-	picked, err := p.schedule(d, ids, cands, now)
+	picked, err := p.schedule(d, ids, cands, snap.bases.Has(d.TargetModel), now)
 	if err != nil {
 		return d, err
 	}
@@ -184,14 +172,50 @@ func (p *Picker) Pick(body []byte, h requestmodel.RequestHeaders, subset []strin
 	return d, nil
 }
 
+// candidates are the indexes of the snapshot's endpoints a request for
+// model may go to: the first filter of the chain keeps the endpoints that
+// serve the model (their /metadata lists it, or lists nothing), then the
+// subset hint, when there is one, keeps those it names. No endpoint at all
+// is 503 (nothing is ready); endpoints of which none serves the model is
+// 404, what a model server answers for a model it does not have, so that
+// a client asking for the wrong model is told so rather than told to retry;
+// endpoints serving it but none in the subset is 503, as the protocol says.
+func candidates(snap *snapshot, model string, subset []string, hasSubset bool) ([]int, error) {
+	if len(snap.endpoints) == 0 {
+		return nil, &Error{Code: http.StatusServiceUnavailable, Err: ErrNoEndpoints}
+	}
+	var allowed subsetHint
+	if hasSubset {
+		allowed = newSubset(subset)
+	}
+	ids := make([]int, 0, len(snap.endpoints))
+	serving := 0
+	for i, e := range snap.endpoints {
+		if !snap.serves(i, model) {
+			continue
+		}
+		serving++
+		if !hasSubset || allowed.has(e.Address) {
+			ids = append(ids, i)
+		}
+	}
+	switch {
+	case serving == 0:
+		return nil, &Error{Code: http.StatusNotFound, Err: fmt.Errorf("%w: %q", ErrModelNotServed, model)}
+	case len(ids) == 0:
+		return nil, &Error{Code: http.StatusServiceUnavailable, Err: fmt.Errorf("%w in the subset hint %v", ErrNoEndpoints, subset)}
+	}
+	return ids, nil
+}
+
 // schedule picks the endpoints under the lock. ids and cands are parallel
 // and consumed: each pick is swapped out of them before the next (a
 // fallback) is scheduled among the rest.
-func (p *Picker) schedule(d *Decision, ids []int, cands []*scheduling.Metrics, now time.Time) ([]int, error) {
+func (p *Picker) schedule(d *Decision, ids []int, cands []*scheduling.Metrics, baseModel bool, now time.Time) ([]int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	req := scheduling.Request{Criticality: d.Criticality, Adapter: d.TargetModel}
-	if p.base.Has(d.TargetModel) {
+	if baseModel || p.base.Has(d.TargetModel) {
 		req.Adapter = ""
 	}
 	var picked []int
@@ -219,13 +243,13 @@ func (p *Picker) schedule(d *Decision, ids []int, cands []*scheduling.Metrics, n
 	return picked, nil
 }
 
-// subset is a parsed subset hint.
-type subset struct {
+// subsetHint is a parsed subset hint.
+type subsetHint struct {
 	addrs, hosts sets.Set[string]
 }
 
-func newSubset(entries []string) subset {
-	s := subset{addrs: sets.New[string](), hosts: sets.New[string]()}
+func newSubset(entries []string) subsetHint {
+	s := subsetHint{addrs: sets.New[string](), hosts: sets.New[string]()}
 	for _, e := range entries {
 		if _, _, err := net.SplitHostPort(e); err == nil {
 			s.addrs.Insert(e)
@@ -236,7 +260,7 @@ func newSubset(entries []string) subset {
 	return s
 }
 
-func (s subset) has(addr string) bool {
+func (s subsetHint) has(addr string) bool {
 	if s.addrs.Has(addr) {
 		return true
 	}

@@ -353,9 +353,58 @@ func BenchmarkPick(b *testing.B) {
 			for i := range servers {
 				ids[i], cands[i] = i, p.pool.metricsOf(snap, i)
 			}
-			if _, err := p.schedule(&Decision{Model: "chat", TargetModel: "lora-x", Criticality: scheduling.Critical}, ids, cands, now); err != nil {
+			if _, err := p.schedule(&Decision{Model: "chat", TargetModel: "lora-x", Criticality: scheduling.Critical}, ids, cands, false, now); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
+}
+
+// TestPickerSendsARequestOnlyToServersOfItsModel: the filter "serves the
+// requested model" comes before seed 001's chain, on the target model
+// (after rewrites), from the servers' /metadata.
+func TestPickerSendsARequestOnlyToServersOfItsModel(t *testing.T) {
+	eps := []Endpoint{
+		{Name: "llama-1", Address: "10.0.0.1:8000", Models: []string{"llama", "lora-x"}, BaseModel: "llama"},
+		{Name: "llama-2", Address: "10.0.0.2:8000", Models: []string{"llama"}, BaseModel: "llama"},
+		{Name: "qwen", Address: "10.0.0.3:8000", Models: []string{"qwen"}, BaseModel: "qwen"},
+	}
+	tests := []struct {
+		name      string
+		endpoints []Endpoint
+		model     string
+		subset    []string
+		want      []string // the possible picks
+		code      int
+	}{
+		{name: "a base model goes to its servers only", endpoints: eps, model: "llama", want: []string{"10.0.0.1:8000", "10.0.0.2:8000"}},
+		{name: "an adapter goes to the servers that list it", endpoints: eps, model: "lora-x", want: []string{"10.0.0.1:8000"}},
+		{name: "another base model to its own server", endpoints: eps, model: "qwen", want: []string{"10.0.0.3:8000"}},
+		{name: "a model no server serves is 404", endpoints: eps, model: "mistral", code: http.StatusNotFound},
+		{name: "a server without metadata takes any model", endpoints: append([]Endpoint{{Name: "any", Address: "10.0.0.9:8000"}}, eps...), model: "mistral", want: []string{"10.0.0.9:8000"}},
+		{name: "no endpoint at all is 503, not 404", model: "mistral", code: http.StatusServiceUnavailable},
+		{name: "servers of the model outside the subset hint is 503", endpoints: eps, model: "qwen", subset: []string{"10.0.0.1:8000"}, code: http.StatusServiceUnavailable},
+		{name: "the subset hint applies among the model's servers", endpoints: eps, model: "llama", subset: []string{"10.0.0.2"}, want: []string{"10.0.0.2:8000"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pool := NewPool("pool", fakeMetrics{}, nil)
+			require.NoError(t, pool.SetEndpoints(tt.endpoints))
+			p, err := NewPicker(PickerConfig{Scheduling: scheduling.DefaultConfig()}, pool, requestmodel.NewModels(), rand.NewPCG(1, 2))
+			require.NoError(t, err)
+			for range 20 {
+				d, err := p.Pick(req(tt.model), requestmodel.RequestHeaders{}, tt.subset, tt.subset != nil, now)
+				if tt.code != 0 {
+					require.Error(t, err)
+					assert.Equal(t, tt.code, StatusCode(err), "%v", err)
+					if tt.code == http.StatusNotFound {
+						assert.ErrorIs(t, err, ErrModelNotServed)
+					}
+					return
+				}
+				require.NoError(t, err)
+				assert.Contains(t, tt.want, d.Endpoints[0])
+			}
+		})
+	}
 }

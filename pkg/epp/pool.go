@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"k8s.io/apimachinery/pkg/util/sets"
+
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -18,6 +20,12 @@ type Endpoint struct {
 	Name string
 	// Address is "ip:port", where inference requests go.
 	Address string
+	// Models are the model names the server answers to, from its seed 002
+	// /metadata (base model and LoRA adapters); nil when it does not say,
+	// and it is then a candidate for any model.
+	Models []string
+	// BaseModel is the base model its metadata names, "" when unknown.
+	BaseModel string
 }
 
 // MetricsURL is where the endpoint's vLLM metrics are scraped: /metrics on
@@ -73,9 +81,15 @@ func (p *Pool) SetEndpoints(eps []Endpoint) error {
 			return fmt.Errorf("endpoint %s: address %q is not ip:port: %w", e.Name, e.Address, err)
 		}
 	}
-	snap := &snapshot{endpoints: eps, urls: make([]string, len(eps))}
+	snap := &snapshot{endpoints: eps, urls: make([]string, len(eps)), models: make([]sets.Set[string], len(eps)), bases: sets.New[string]()}
 	for i, e := range eps {
 		snap.urls[i] = e.MetricsURL()
+		if e.Models != nil {
+			snap.models[i] = sets.New(e.Models...)
+		}
+		if e.BaseModel != "" {
+			snap.bases.Insert(e.BaseModel)
+		}
 	}
 	var err error
 	if p.targets != nil {
@@ -87,10 +101,20 @@ func (p *Pool) SetEndpoints(eps []Endpoint) error {
 }
 
 // snapshot is one immutable state of the pool: the endpoints and, parallel
-// to them, their metrics URLs (built once, not on every request).
+// to them, their metrics URLs and the models they serve (nil: any), built
+// once, not on every request; bases are the base models the endpoints'
+// metadata names.
 type snapshot struct {
 	endpoints []Endpoint
 	urls      []string
+	models    []sets.Set[string]
+	bases     sets.Set[string]
+}
+
+// serves reports whether the snapshot's endpoint i serves model: it lists
+// the model, or lists none.
+func (s *snapshot) serves(i int, model string) bool {
+	return s.models[i] == nil || s.models[i].Has(model)
 }
 
 // Endpoints returns the current candidates. The slice must not be modified.

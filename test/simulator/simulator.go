@@ -81,6 +81,9 @@ type Options struct {
 	// CostModel, when set, makes requests cost what prefill and decode
 	// would (see CostModel) instead of Latency, with a prefix cache.
 	CostModel *CostModel
+	// NoMetadata serves no seed 002 /metadata (404), as a plain vLLM
+	// server does.
+	NoMetadata bool
 }
 
 // Pins fix what /metrics reports regardless of the real load, so that tests
@@ -134,7 +137,7 @@ func (p Pins) clone() Pins {
 //	POST /v1/completions, POST /v1/chat/completions  OpenAI-compatible
 //	GET  /v1/models                                   the base model and adapters
 //	GET  /metrics                                     vLLM load metrics
-//	GET  /metadata, GET /ready                        seed 002 (pkg/discovery)
+//	GET  /metadata, GET /ready                        seed 002 (pkg/discovery; no /metadata with NoMetadata)
 //	GET  /health                                      liveness: always 200
 //	POST /admin/ready?ready=true|false                set readiness
 //	GET, POST /admin/pins                             read or replace the Pins
@@ -237,7 +240,9 @@ func New(opts Options) (*Server, error) {
 	mux.HandleFunc("POST /v1/chat/completions", s.completion(chatCompletion))
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
-	mux.Handle("GET "+discovery.MetadataPath, instance.MetadataHandler())
+	if !opts.NoMetadata {
+		mux.Handle("GET "+discovery.MetadataPath, instance.MetadataHandler())
+	}
 	mux.Handle("GET "+discovery.ReadyPath, instance.ReadinessHandler())
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("POST /admin/ready", s.adminReady)
@@ -361,27 +366,32 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	return nil
 }
 
+// setMetadata publishes the instance's metadata in seed 002's shape: a
+// "Model" entry (name, type, runtime_config, and the LoRA adapters it can
+// load, which mci-epp reads to send it only requests for those models) and
+// a "Transport" entry once it serves.
 func (s *Server) setMetadata(address string) error {
-	md := map[string]any{
-		"instance_id": s.opts.InstanceID,
-		"model": map[string]any{
-			"name":          s.opts.Model,
-			"type":          "Completions",
-			"lora_adapters": s.opts.LoRAAdapters,
-			"max_lora":      s.opts.MaxLoRA,
-		},
-		"runtime_config": map[string]any{
-			"max_num_seqs": s.opts.Concurrency,
-			"latency":      s.opts.Latency.String(),
-		},
+	runtime := map[string]any{
+		"max_num_seqs": s.opts.Concurrency,
+		"latency":      s.opts.Latency.String(),
 	}
 	if cm := s.opts.CostModel; cm != nil {
-		md["runtime_config"].(map[string]any)["block_size"] = cm.BlockTokens
-		md["runtime_config"].(map[string]any)["num_gpu_blocks"] = cm.CacheBlocks
-		md["runtime_config"].(map[string]any)["enable_prefix_caching"] = true
+		runtime["block_size"] = cm.BlockTokens
+		runtime["num_gpu_blocks"] = cm.CacheBlocks
+		runtime["enable_prefix_caching"] = true
+	}
+	md := map[string]any{
+		"instance_id": s.opts.InstanceID,
+		"Model": map[string]any{
+			"name":           s.opts.Model,
+			"type":           "Completions",
+			"lora_adapters":  s.opts.LoRAAdapters,
+			"max_lora":       s.opts.MaxLoRA,
+			"runtime_config": runtime,
+		},
 	}
 	if address != "" {
-		md["transport"] = map[string]any{"http": address}
+		md["Transport"] = map[string]any{"http": address}
 	}
 	if err := s.instance.SetMetadata(md); err != nil {
 		return fmt.Errorf("simulator: %w", err)

@@ -427,10 +427,13 @@ func TestReadinessAndMetadata(t *testing.T) {
 	md, err := discovery.Metadata(t.Context(), nil, srv.URL)
 	require.NoError(t, err)
 	assert.Equal(t, "sim-a", md["instance_id"])
-	model := md["model"].(map[string]any)
+	model := md["Model"].(map[string]any)
 	assert.Equal(t, base, model["name"])
 	assert.Equal(t, []any{"lora-x"}, model["lora_adapters"])
 	assert.EqualValues(t, DefaultMaxLoRA, model["max_lora"])
+	served, err := discovery.ParseServedModels(md)
+	require.NoError(t, err)
+	assert.Equal(t, &discovery.ServedModels{Base: base, Adapters: []string{"lora-x"}}, served, "what mci-epp reads of it")
 }
 
 func TestInstanceIDFromPodName(t *testing.T) {
@@ -452,7 +455,7 @@ func TestServeShutsDownGracefully(t *testing.T) {
 
 	md, err := discovery.Metadata(t.Context(), nil, url)
 	require.NoError(t, err)
-	assert.Equal(t, map[string]any{"http": url}, md["transport"])
+	assert.Equal(t, map[string]any{"http": url}, md["Transport"])
 
 	inFlight := make(chan int, 1)
 	go func() {
@@ -469,4 +472,13 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Serve did not return")
 	}
+}
+
+func TestNoMetadataServesNone(t *testing.T) {
+	s, err := New(Options{Model: base, InstanceID: "plain", NoMetadata: true})
+	require.NoError(t, err)
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	_, err = discovery.Metadata(t.Context(), srv.Client(), srv.URL)
+	assert.ErrorIs(t, err, discovery.ErrNoMetadata)
 }

@@ -20,7 +20,6 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/mci-dev/mci/pkg/discovery"
 	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
@@ -45,6 +44,13 @@ type Options struct {
 	PoolName      string
 	PoolNamespace string
 	Kubeconfig    string
+	// ModelServerDiscovery, ModelServerService, ModelServerAddress and
+	// MetadataRefresh say where the Kubernetes mode finds the model
+	// servers and how often it reads their /metadata (epp.KubeSource).
+	ModelServerDiscovery string
+	ModelServerService   string
+	ModelServerAddress   string
+	MetadataRefresh      time.Duration
 
 	Endpoints   []string
 	ModelConfig string
@@ -74,6 +80,10 @@ func NewOptions() *Options {
 		ScrapeInterval:      metrics.DefaultInterval,
 		Scheduling:          scheduling.DefaultConfig(),
 		PoolMetricsNames:    poolNamesGIE,
+
+		ModelServerDiscovery: epp.InstancesFromPods,
+		ModelServerAddress:   epp.AddressFromEndpoint,
+		MetadataRefresh:      epp.DefaultMetadataRefresh,
 	}
 }
 
@@ -113,7 +123,12 @@ server from their vLLM metrics. InferenceObjective and InferenceModelRewrite
 are read in both inference.networking.x-k8s.io/v1alpha2 and llm-d.ai/v1alpha2.
 
 Standalone:  mci-epp --endpoints 10.0.0.1:8000,10.0.0.2:8000 --model-config models.yaml
-Kubernetes:  mci-epp --pool-name my-pool [--pool-namespace ns] [--kubeconfig FILE]`,
+Kubernetes:  mci-epp --pool-name my-pool [--pool-namespace ns] [--kubeconfig FILE]
+             [--model-server-discovery endpointslices --model-server-service my-servers]
+
+In Kubernetes mode each model server's /metadata (seed 002), when it serves
+one, says which models and LoRA adapters it serves: a request goes only to
+servers that serve its target model, and gets 404 when no ready server does.`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
@@ -135,6 +150,10 @@ Kubernetes:  mci-epp --pool-name my-pool [--pool-namespace ns] [--kubeconfig FIL
 	fs.StringVar(&o.PoolName, "pool-name", o.PoolName, "Name of the InferencePool. Required in Kubernetes mode; in standalone mode it only labels the metrics.")
 	fs.StringVar(&o.PoolNamespace, "pool-namespace", o.PoolNamespace, "Namespace of the InferencePool (Kubernetes mode). Default: $POD_NAMESPACE, else default.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the pool's cluster (Kubernetes mode). Default: the in-cluster configuration.")
+	fs.StringVar(&o.ModelServerDiscovery, "model-server-discovery", o.ModelServerDiscovery, "Kubernetes mode: where the model servers come from: pods (the InferencePool's selector picks Ready pods with a status.podIP) or endpointslices (the ready endpoints of --model-server-service's EndpointSlices, each identified by its targetRef, as seed 002 describes). Either way requests go to the InferencePool's first target port.")
+	fs.StringVar(&o.ModelServerService, "model-server-service", o.ModelServerService, "Kubernetes mode with --model-server-discovery=endpointslices: the Service, in --pool-namespace, whose EndpointSlices (kubernetes.io/service-name) list the model servers.")
+	fs.StringVar(&o.ModelServerAddress, "model-server-address", o.ModelServerAddress, "Kubernetes mode with --model-server-discovery=endpointslices: which address of an endpoint requests and /metadata go to: endpoint (its first address) or pod-ip (its targetRef Pod's status.podIP, the same address in a cluster, for slices that cannot carry the model servers' address, like the local ClusterSet's loopback ones; needs list and watch on pods).")
+	fs.DurationVar(&o.MetadataRefresh, "model-server-metadata-refresh", o.MetadataRefresh, "Kubernetes mode: how often each model server's /metadata (seed 002: the models and LoRA adapters it serves) is read again; a server that has none (404) takes any model, a failed read keeps the last valid metadata.")
 	fs.StringSliceVar(&o.Endpoints, "endpoints", o.Endpoints, "Standalone mode: the model servers, ip:port[,ip:port...]; each serves inference and /metrics on that port.")
 	fs.StringVar(&o.ModelConfig, "model-config", o.ModelConfig, "Standalone mode: a YAML file of InferenceModel (inference.networking.x-k8s.io/v1alpha2), InferenceObjective and InferenceModelRewrite (inference.networking.x-k8s.io/v1alpha2 or llm-d.ai/v1alpha2) objects separated by ---. A document the CRDs would refuse is a startup error.")
 	fs.StringSliceVar(&o.BaseModels, "base-models", o.BaseModels, "Names the model servers serve their base model under. A request for one of them needs no LoRA adapter; any other target model is taken for an adapter.")
@@ -165,6 +184,7 @@ func (o *Options) Validate() error {
 		if o.PoolName == "" {
 			errs = append(errs, errors.New("either --endpoints (standalone mode) or --pool-name (Kubernetes mode) is required"))
 		}
+		errs = append(errs, o.validateModelServers()...)
 		if o.ModelConfig != "" {
 			errs = append(errs, errors.New("--model-config is for the standalone mode (with --endpoints); in Kubernetes mode the InferenceModels, InferenceObjectives and InferenceModelRewrites come from the cluster"))
 		}
@@ -191,6 +211,34 @@ func (o *Options) Validate() error {
 		errs = append(errs, err)
 	}
 	return utilerrors.NewAggregate(errs)
+}
+
+// validateModelServers checks the flags that say where the Kubernetes mode
+// finds the model servers.
+func (o *Options) validateModelServers() []error {
+	var errs []error
+	fromSlices := o.ModelServerDiscovery == epp.InstancesFromEndpointSlices
+	switch {
+	case o.ModelServerDiscovery != epp.InstancesFromPods && !fromSlices:
+		errs = append(errs, fmt.Errorf("--model-server-discovery %q: want %s or %s", o.ModelServerDiscovery, epp.InstancesFromPods, epp.InstancesFromEndpointSlices))
+	case fromSlices && o.ModelServerService == "":
+		errs = append(errs, errors.New("--model-server-discovery=endpointslices needs --model-server-service, the Service whose EndpointSlices list the model servers"))
+	case !fromSlices && o.ModelServerService != "":
+		errs = append(errs, errors.New("--model-server-service is for --model-server-discovery=endpointslices"))
+	}
+	switch o.ModelServerAddress {
+	case epp.AddressFromEndpoint:
+	case epp.AddressFromPodIP:
+		if !fromSlices {
+			errs = append(errs, errors.New("--model-server-address=pod-ip is for --model-server-discovery=endpointslices (pods are always reached at their status.podIP)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--model-server-address %q: want %s or %s", o.ModelServerAddress, epp.AddressFromEndpoint, epp.AddressFromPodIP))
+	}
+	if o.MetadataRefresh <= 0 {
+		errs = append(errs, errors.New("--model-server-metadata-refresh must be positive"))
+	}
+	return errs
 }
 
 // Source builds the candidate source the flags describe.
@@ -226,18 +274,21 @@ func (o *Options) Source() (epp.Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns := o.PoolNamespace
+	return o.kubeSource(client, kube), nil
+}
+
+// kubeSource is the Kubernetes mode's source of the flags.
+func (o *Options) kubeSource(client versioned.Interface, kube kubernetes.Interface) *epp.KubeSource {
 	return &epp.KubeSource{
-		Client:    client,
-		Namespace: ns,
-		PoolName:  o.PoolName,
-		// Pods rather than EndpointSlices: an InferencePool selects pods,
-		// it has no Service, and the local ClusterSet's pods have loopback
-		// addresses that EndpointSlices cannot carry.
-		NewDiscovery: func(selector map[string]string) discovery.ServiceDiscovery {
-			return discovery.NewPodDiscovery(kube, ns, selector)
-		},
-	}, nil
+		Client:          client,
+		Kube:            kube,
+		Namespace:       o.PoolNamespace,
+		PoolName:        o.PoolName,
+		Instances:       o.ModelServerDiscovery,
+		Service:         o.ModelServerService,
+		Address:         o.ModelServerAddress,
+		MetadataRefresh: o.MetadataRefresh,
+	}
 }
 
 func (o *Options) restConfig() (*rest.Config, error) {

@@ -32,6 +32,17 @@ func TestValidate(t *testing.T) {
 		{name: "llm-d pool metric names", set: func(o *Options) { o.PoolName, o.PoolMetricsNames = "pool", "llm_d_epp" }},
 		{name: "both pool metric names", set: func(o *Options) { o.PoolName, o.PoolMetricsNames = "pool", "both" }},
 		{name: "unknown pool metric names", set: func(o *Options) { o.PoolName, o.PoolMetricsNames = "pool", "vllm" }, wantErr: `--pool-metrics-names "vllm"`},
+		{name: "model servers from EndpointSlices of a Service", set: func(o *Options) {
+			o.PoolName, o.ModelServerDiscovery, o.ModelServerService, o.ModelServerAddress = "pool", "endpointslices", "servers", "pod-ip"
+		}},
+		{name: "model servers from EndpointSlices without a Service", set: func(o *Options) { o.PoolName, o.ModelServerDiscovery = "pool", "endpointslices" }, wantErr: "needs --model-server-service"},
+		{name: "a Service for model servers from Pods", set: func(o *Options) { o.PoolName, o.ModelServerService = "pool", "servers" }, wantErr: "--model-server-service is for --model-server-discovery=endpointslices"},
+		{name: "pod addresses for model servers from Pods", set: func(o *Options) { o.PoolName, o.ModelServerAddress = "pool", "pod-ip" }, wantErr: "--model-server-address=pod-ip is for"},
+		{name: "an unknown model server source", set: func(o *Options) { o.PoolName, o.ModelServerDiscovery = "pool", "dns" }, wantErr: `--model-server-discovery "dns"`},
+		{name: "an unknown model server address", set: func(o *Options) {
+			o.PoolName, o.ModelServerDiscovery, o.ModelServerService, o.ModelServerAddress = "pool", "endpointslices", "servers", "node"
+		}, wantErr: `--model-server-address "node"`},
+		{name: "a metadata refresh of zero", set: func(o *Options) { o.PoolName, o.MetadataRefresh = "pool", 0 }, wantErr: "--model-server-metadata-refresh must be positive"},
 		{name: "a KV cache threshold above 1", set: func(o *Options) { o.PoolName, o.Scheduling.SheddableKVCacheThreshold = "pool", 80 }, wantErr: "not between 0 and 1"},
 	}
 	for _, tt := range tests {

@@ -3,7 +3,7 @@
 //
 //	simulator --listen=127.0.1.1:8000 --model=meta-llama/Llama-3.1-8B-Instruct \
 //	    [--lora-adapters=lora-x,lora-y --max-lora=2] [--latency=20ms] [--concurrency=16] \
-//	    [--instance-id=sim-a] [--not-ready] \
+//	    [--instance-id=sim-a] [--not-ready] [--no-metadata] \
 //	    [--pin-waiting=10] [--pin-running=2] [--pin-kv-cache=0.3] \
 //	    [--pin-running-adapters=lora-x] [--pin-waiting-adapters=] \
 //	    [--cost-model --block-tokens=16 --cache-blocks=4096 --prefill-base=5ms \
@@ -86,6 +86,7 @@ func parseFlags(args []string) (simulator.Options, string, error) {
 	fs.IntVar(&opts.Concurrency, "concurrency", simulator.DefaultConcurrency, "batch size: requests beyond it wait")
 	fs.StringVar(&opts.InstanceID, "instance-id", "", "instance ID (default $POD_NAME, else the host name)")
 	fs.BoolVar(&notReady, "not-ready", false, "start not ready (POST /admin/ready?ready=true makes it ready)")
+	fs.BoolVar(&opts.NoMetadata, "no-metadata", false, "serve no seed 002 /metadata (404), as a plain vLLM server; by default /metadata names --model and --lora-adapters")
 	fs.IntVar(&pinWaiting, "pin-waiting", 0, "report this many waiting requests")
 	fs.IntVar(&pinRunning, "pin-running", 0, "report this many running requests")
 	fs.Float64Var(&pinKVCache, "pin-kv-cache", 0, "report this KV cache usage (0 to 1)")

@@ -28,6 +28,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/test/envoyclient"
+	"github.com/mci-dev/mci/test/localclusterset"
 	"github.com/mci-dev/mci/test/simulator"
 )
 
@@ -45,17 +46,11 @@ const (
 	dpModel       = "base"
 )
 
-// binaryPath is a binary of MCI_BIN_DIR (default _output/bin).
+// binaryPath is a binary of localclusterset.BinDir.
 func binaryPath(b *testing.B, name string) string {
 	b.Helper()
-	dir := os.Getenv("MCI_BIN_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "_output", "bin")
-	}
-	path, err := filepath.Abs(filepath.Join(dir, name))
+	path, err := localclusterset.Binary(name)
 	require.NoError(b, err)
-	_, err = os.Stat(path)
-	require.NoError(b, err, "%s is missing: run make build", path)
 	return path
 }
 

@@ -65,11 +65,7 @@ func clusterNames(n int) []string {
 // mci-apiserver, until the benchmark ends.
 func startClusterSet(b *testing.B, n int) *env {
 	b.Helper()
-	binDir := os.Getenv("MCI_BIN_DIR")
-	if binDir == "" {
-		binDir = filepath.Join("..", "..", "_output", "bin")
-	}
-	binDir, err := filepath.Abs(binDir)
+	binDir, err := localclusterset.BinDir()
 	require.NoError(b, err)
 	dir, err := os.MkdirTemp("", fmt.Sprintf("mci-bench-%d-", n))
 	require.NoError(b, err)

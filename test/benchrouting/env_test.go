@@ -66,11 +66,7 @@ type env struct {
 // cost model in every simulator, until the benchmark ends.
 func startEnv(b *testing.B, cfg config) *env {
 	b.Helper()
-	binDir := os.Getenv("MCI_BIN_DIR")
-	if binDir == "" {
-		binDir = filepath.Join("..", "..", "_output", "bin")
-	}
-	binDir, err := filepath.Abs(binDir)
+	binDir, err := localclusterset.BinDir()
 	require.NoError(b, err)
 	// The data path's test doubles are built next to the ClusterSet.
 	dir, err := os.MkdirTemp("", "mci-bench-routing-")

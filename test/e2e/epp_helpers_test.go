@@ -32,6 +32,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/test/envoyclient"
+	"github.com/mci-dev/mci/test/localclusterset"
 	"github.com/mci-dev/mci/test/simulator"
 )
 
@@ -197,20 +198,12 @@ type clusterEPP struct {
 	stop    func() // SIGTERM, then SIGKILL after 10s; idempotent.
 }
 
-// binary returns the path of a binary in MCI_BIN_DIR (default
-// _output/bin), failing the test when it is not there.
+// binary returns the path of a binary of localclusterset.BinDir, failing
+// the test when it is not there.
 func binary(t *testing.T, name string) string {
 	t.Helper()
-	dir := os.Getenv("MCI_BIN_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "_output", "bin")
-	}
-	dir, err := filepath.Abs(dir)
+	path, err := localclusterset.Binary(name)
 	require.NoError(t, err)
-	path := filepath.Join(dir, name)
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("%s is missing (%v): build it first with `go build -o _output/bin/ ./cmd/...` (or `make build`)", path, err)
-	}
 	return path
 }
 

@@ -604,11 +604,7 @@ func (h *watchHistory) wait(t *testing.T, name string, typ watch.EventType, stat
 // mci-apiserver of the shared one, and stops it when the test ends.
 func startClusterSet(t *testing.T, prefix string, opts localclusterset.Options) *localclusterset.ClusterSet {
 	t.Helper()
-	binDir := os.Getenv("MCI_BIN_DIR")
-	if binDir == "" {
-		binDir = filepath.Join("..", "..", "_output", "bin")
-	}
-	binDir, err := filepath.Abs(binDir)
+	binDir, err := localclusterset.BinDir()
 	require.NoError(t, err)
 	dir, err := os.MkdirTemp("", prefix)
 	require.NoError(t, err)

@@ -124,11 +124,7 @@ func TestSoak(t *testing.T) {
 	logf := func(format string, args ...any) { fmt.Fprintf(logw, format+"\n", args...) }
 	logf("soak: seed %d (SOAK_SEED=%d replays this schedule), duration %s, %.0f req/s, %d watchers", cfg.Seed, cfg.Seed, cfg.Duration, cfg.Rate, cfg.Watchers)
 
-	binDir := os.Getenv("MCI_BIN_DIR")
-	if binDir == "" {
-		binDir = filepath.Join("..", "..", "_output", "bin")
-	}
-	binDir, err = filepath.Abs(binDir)
+	binDir, err := localclusterset.BinDir()
 	require.NoError(t, err)
 	dir, err := os.MkdirTemp("", "mci-soak-")
 	require.NoError(t, err)

@@ -4,14 +4,12 @@ import (
 	"context"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -162,19 +160,6 @@ func (c *cluster) setGatewayParents(t *testing.T, ctx context.Context, namespace
 		return err
 	})
 	require.NoError(t, err)
-}
-
-// eventually polls cond until it holds, failing the test with the last
-// reason after timeout.
-func eventually(t *testing.T, ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, string)) {
-	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		ok, why := cond(ctx)
-		last = why
-		return ok, nil
-	})
-	require.NoError(t, err, "condition never held; last state: %s", last)
 }
 
 // importOf returns the import namespace/name in c, nil when none is served.

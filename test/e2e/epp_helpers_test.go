@@ -34,6 +34,7 @@ import (
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/localclusterset"
 	"github.com/mci-dev/mci/test/simulator"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // The model servers of the EPP tests serve this base model; every EPP is
@@ -294,7 +295,7 @@ func startClusterEPPWith(t *testing.T, name, ns, pool, ip string, o eppProcessOp
 	require.NoError(t, err)
 	defer func() { _ = conn.Close() }()
 	health := healthpb.NewHealthClient(conn)
-	eventually(t, t.Context(), 30*time.Second, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), 30*time.Second, func(ctx context.Context) (bool, string) {
 		select {
 		case <-exited:
 			return true, "exited"
@@ -391,7 +392,7 @@ func (p *eppPool) waitForPoolMetrics(queues []int, kvCaches []float64) {
 	wantQueue /= float64(len(queues))
 	wantKV /= float64(len(kvCaches))
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
-	eventually(p.t, p.t.Context(), 15*time.Second, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(p.t, p.t.Context(), 15*time.Second, func(ctx context.Context) (bool, string) {
 		m, err := p.epp.poolMetrics(ctx)
 		if err != nil {
 			return false, err.Error()

@@ -21,6 +21,7 @@ import (
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // TestEPPHonoursInferenceObjectivesAndModelRewritesOfBothGroups runs the
@@ -110,7 +111,7 @@ func TestEPPHonoursInferenceObjectivesAndModelRewritesOfBothGroups(t *testing.T)
 	})
 	t.Run("a deleted objective no longer sheds: its name is unknown, priority 0", func(t *testing.T) {
 		require.NoError(t, x.InferenceObjectives(p.ns).Delete(ctx, "background", metav1.DeleteOptions{}))
-		eventually(t, ctx, watchEvent, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, watchEvent, func(ctx context.Context) (bool, string) {
 			res := e.do(t, withHeader(requestmodel.ObjectiveHeader, "background"))
 			return res.Immediate == nil, fmt.Sprintf("immediate response %+v", res.Immediate)
 		})

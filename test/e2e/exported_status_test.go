@@ -23,6 +23,7 @@ import (
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/exportstatus"
 	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // gatewayController is another controller writing the pool's status: its
@@ -66,7 +67,7 @@ func (c *cluster) waitExported(t *testing.T, ctx context.Context, namespace, nam
 func (c *cluster) waitExportedWithin(t *testing.T, ctx context.Context, timeout time.Duration, namespace, name string, status metav1.ConditionStatus, reason string) *poolv1.InferencePool {
 	t.Helper()
 	var pool *poolv1.InferencePool
-	eventually(t, ctx, timeout, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, timeout, func(ctx context.Context) (bool, string) {
 		var err error
 		pool, err = c.mci.InferencePoolV1().InferencePools(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -126,7 +127,7 @@ func TestExportedStatusFollowsTheExportState(t *testing.T) {
 	before := pool.ResourceVersion
 	for i, ready := range []bool{false, true, false, true} {
 		a.setEPPEndpoint(t, ctx, ns, ready)
-		eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 			imp, err := b.importOf(ctx, ns, name)
 			if err != nil || imp == nil || len(imp.Status.Clusters) != 1 {
 				return false, fmt.Sprintf("flap %d: err=%v imp=%+v", i, err, imp)
@@ -277,7 +278,7 @@ func TestExportedStatusIsWrittenByOneReplica(t *testing.T) {
 	// takes over and writes the next change.
 	require.NoError(t, cs.StopMCIAPIServerReplica("cluster-a", leader))
 	other := replicasA[1-leader]
-	eventually(t, ctx, time.Minute, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, time.Minute, func(ctx context.Context) (bool, string) {
 		v := other(t, ctx, "mci_exported_status_leader")
 		return v == 1, fmt.Sprintf("leader gauge %v", v)
 	})
@@ -286,7 +287,7 @@ func TestExportedStatusIsWrittenByOneReplica(t *testing.T) {
 	require.NoError(t, err)
 	a.waitExported(t, ctx, ns, name, metav1.ConditionFalse, v1alpha1.ReasonInvalidExport)
 	// The pool may show the write a moment before the writer counts it.
-	eventually(t, ctx, 5*time.Second, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, 5*time.Second, func(ctx context.Context) (bool, string) {
 		v := other(t, ctx, `mci_exported_status_writes_total{result="written"}`)
 		return v == taken+1, fmt.Sprintf("the new leader's writes went from %v to %v", taken, v)
 	})

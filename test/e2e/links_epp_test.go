@@ -29,6 +29,7 @@ import (
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // These tests put faults on the link from mci-sidecar to one EPP
@@ -255,7 +256,7 @@ func (s *eppLinkSet) settle(t *testing.T, ctx context.Context, baseline float64)
 	t.Helper()
 	start := time.Now()
 	var streams, eppStreams, goroutines float64
-	eventually(t, ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
 		streams = s.metric(t, ctx, "mci_sidecar_ext_proc_streams")
 		eppStreams = s.metric(t, ctx, "mci_sidecar_epp_streams")
 		goroutines = s.metric(t, ctx, "go_goroutines")
@@ -560,7 +561,7 @@ func TestEPPLinkFaults(t *testing.T) {
 			}
 			return n == 2, fmt.Sprintf("%d of %d clusters flagged ClusterUnreachable", n, len(imp.Status.Clusters))
 		}
-		eventually(t, ctx, time.Minute, unreachable)
+		waitfor.Eventually(t, ctx, time.Minute, unreachable)
 		flagged := time.Since(cut)
 		// The sidecar's table follows its watch of the import within
 		// milliseconds.
@@ -578,7 +579,7 @@ func TestEPPLinkFaults(t *testing.T) {
 		for _, l := range links {
 			require.NoError(t, l.Heal())
 		}
-		eventually(t, ctx, time.Minute, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, time.Minute, func(ctx context.Context) (bool, string) {
 			ok, why := unreachable(ctx)
 			return !ok && strings.HasPrefix(why, "0 of"), why
 		})

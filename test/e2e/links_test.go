@@ -25,6 +25,7 @@ import (
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
 	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // partitionHold is how long a partition lasts past being flagged.
@@ -177,7 +178,7 @@ func (l *linkSet) converged(ctx context.Context) (bool, string) {
 func (l *linkSet) waitConverged(t *testing.T, ctx context.Context, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	eventually(t, ctx, timeout, l.converged)
+	waitfor.Eventually(t, ctx, timeout, l.converged)
 	return time.Since(start)
 }
 
@@ -186,7 +187,7 @@ func (l *linkSet) waitConverged(t *testing.T, ctx context.Context, timeout time.
 func (l *linkSet) waitListed(t *testing.T, ctx context.Context, in, prefix string, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	eventually(t, ctx, timeout, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, timeout, func(ctx context.Context) (bool, string) {
 		listed, _, err := l.views(ctx, in)
 		if err != nil {
 			return false, err.Error()
@@ -295,12 +296,12 @@ func TestLinkFaults(t *testing.T) {
 		cut := time.Now()
 		defer func() { _ = link.Heal() }()
 		l.unreachable["cluster-b"]["cluster-a"] = true
-		eventually(t, ctx, 4*linkThreshold+10*time.Second, l.clusterView("cluster-b"))
+		waitfor.Eventually(t, ctx, 4*linkThreshold+10*time.Second, l.clusterView("cluster-b"))
 		flagged := time.Since(cut)
 		n, failed, first := others()
 		// A change cluster-b cannot see while cut off, but cluster-c can.
 		l.export(t, ctx, "cluster-a", "a-3")
-		eventually(t, ctx, convergence, l.clusterView("cluster-c"))
+		waitfor.Eventually(t, ctx, convergence, l.clusterView("cluster-c"))
 		// Held as long as a short real outage, so that every client's
 		// retries have backed off.
 		time.Sleep(partitionHold)
@@ -326,7 +327,7 @@ func TestLinkFaults(t *testing.T) {
 		holed := time.Now()
 		defer func() { _ = link.Heal() }()
 		l.unreachable["cluster-b"]["cluster-a"] = true
-		eventually(t, ctx, 4*linkThreshold+10*time.Second, l.clusterView("cluster-b"))
+		waitfor.Eventually(t, ctx, 4*linkThreshold+10*time.Second, l.clusterView("cluster-b"))
 		flagged := time.Since(holed)
 		assert.LessOrEqual(t, flagged, linkThreshold+time.Second, "a blackholed member is flagged within the threshold + 1s")
 
@@ -414,7 +415,7 @@ func TestLinkFaults(t *testing.T) {
 			got := importState(stored)
 			return got == l.want("cluster-c"), got
 		}
-		eventually(t, ctx, convergence, informed)
+		waitfor.Eventually(t, ctx, convergence, informed)
 
 		link, err := l.cs.ClientLink("cluster-c")
 		require.NoError(t, err)
@@ -426,7 +427,7 @@ func TestLinkFaults(t *testing.T) {
 		healed := time.Now()
 		// client-go's reflector retries on its own backoff (up to 30s
 		// between attempts): the figure is the client's, not mci's.
-		eventually(t, ctx, 45*time.Second, informed)
+		waitfor.Eventually(t, ctx, 45*time.Second, informed)
 		t.Logf("client link to cluster-c cut for %s: heal -> the client's informer equal to the truth in %s (client-go's reflector backoff)",
 			partitionHold, time.Since(healed).Round(10*time.Millisecond))
 		l.waitConverged(t, ctx, convergence)
@@ -464,13 +465,13 @@ func TestLinkFaults(t *testing.T) {
 		link.Cut()
 		defer func() { _ = link.Heal() }()
 		l.unreachable["cluster-b"]["cluster-a"] = true
-		eventually(t, ctx, 4*linkThreshold+10*time.Second, l.clusterView("cluster-b"))
+		waitfor.Eventually(t, ctx, 4*linkThreshold+10*time.Second, l.clusterView("cluster-b"))
 		// Each replica, asked directly, must keep cluster-a's pools
 		// (flagged) from here to the heal: replica 0 through the
 		// rotation, replica 1 also through its restart.
 		replicas := l.replicaViews(t, "cluster-b")
 		// Each replica flags on its own clock: sample once both have.
-		eventually(t, ctx, 4*linkThreshold, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, 4*linkThreshold, func(ctx context.Context) (bool, string) {
 			var states []string
 			ok := true
 			for _, view := range replicas {
@@ -522,7 +523,7 @@ func TestLinkFaults(t *testing.T) {
 		healed := time.Now()
 		l.unreachable["cluster-b"]["cluster-a"] = false
 		took := l.waitConverged(t, ctx, 60*time.Second)
-		eventually(t, ctx, 60*time.Second, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, 60*time.Second, func(ctx context.Context) (bool, string) {
 			return l.cs.MCIAPIServerReplicaReady(ctx, "cluster-b", 1)
 		})
 		readyAfterHeal := time.Since(healed)
@@ -592,7 +593,7 @@ func secretJoinsIn(t *testing.T, cs *localclusterset.ClusterSet, watcher, member
 
 func waitSecretJoinsIn(t *testing.T, cs *localclusterset.ClusterSet, watcher, member string, before []int) {
 	t.Helper()
-	eventually(t, t.Context(), convergence, func(context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), convergence, func(context.Context) (bool, string) {
 		now := secretJoinsIn(t, cs, watcher, member)
 		for i := range now {
 			if now[i] <= before[i] {

@@ -17,6 +17,7 @@ import (
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // TestSidecarFollowsGatewayAPIAttachmentRules runs the sidecar data path
@@ -112,7 +113,7 @@ func (s *sidecarSetup) expect(t *testing.T, what string, code int) {
 	t.Helper()
 	start := time.Now()
 	var last string
-	eventually(t, t.Context(), 15*time.Second, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), 15*time.Second, func(ctx context.Context) (bool, string) {
 		got, _, err := s.try(ctx)
 		last = fmt.Sprintf("%d (err=%v)", got, err)
 		return err == nil && got == code, fmt.Sprintf("%s: got %s, want %d", what, last, code)
@@ -124,7 +125,7 @@ func (s *sidecarSetup) expect(t *testing.T, what string, code int) {
 // whose text contains text.
 func (s *sidecarSetup) expectProblem(t *testing.T, reason, text string) {
 	t.Helper()
-	eventually(t, t.Context(), 15*time.Second, func(context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), 15*time.Second, func(context.Context) (bool, string) {
 		var all []string
 		for _, err := range s.sidecar.Router().Table().Errors {
 			var be *routetable.BuildError
@@ -140,7 +141,7 @@ func (s *sidecarSetup) expectProblem(t *testing.T, reason, text string) {
 // expectMetric waits until the sidecar's metrics have the line.
 func (s *sidecarSetup) expectMetric(t *testing.T, line string) {
 	t.Helper()
-	eventually(t, t.Context(), 15*time.Second, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), 15*time.Second, func(ctx context.Context) (bool, string) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.sidecar.MetricsAddr()+"/metrics", nil)
 		if err != nil {
 			return false, err.Error()

@@ -28,6 +28,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // This test runs mci-sidecar on the local ClusterSet like sidecar_test.go,
@@ -161,7 +162,7 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 	waitStates := func(what string, want map[string]string) {
 		t.Helper()
 		start := time.Now()
-		eventually(t, ctx, 30*time.Second, func(context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, 30*time.Second, func(context.Context) (bool, string) {
 			got, err := metricsStates(t, s.sidecar, full)
 			if err != nil {
 				return false, err.Error()

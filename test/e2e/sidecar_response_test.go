@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mci-dev/mci/test/envoyclient"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // eppSeries sums the series of an mci-epp's /metrics whose name is metric
@@ -132,7 +133,7 @@ func TestSidecarRelaysTheResponsePhaseToTheRemoteEPPThatServes(t *testing.T) {
 	waitGauges := func(what string, want map[string]float64, metric string, labels ...string) {
 		t.Helper()
 		start := time.Now()
-		eventually(t, ctx, 15*time.Second, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, 15*time.Second, func(ctx context.Context) (bool, string) {
 			got, err := gauges(ctx, metric, labels...)
 			if err != nil {
 				return false, err.Error()

@@ -21,6 +21,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/test/simulator"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // These tests run mci-sidecar on the local ClusterSet like sidecar_test.go,
@@ -89,7 +90,7 @@ func (s *sidecarSetup) spreadParallel(t *testing.T, n, workers int) map[string]i
 func (s *sidecarSetup) settle(t *testing.T, timeout time.Duration, n int, what string, ok func(code int, instance string) bool) {
 	t.Helper()
 	start := time.Now()
-	eventually(t, t.Context(), timeout, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), timeout, func(ctx context.Context) (bool, string) {
 		for i := range n {
 			code, instance, err := s.try(ctx)
 			if err != nil || !ok(code, instance) {

@@ -26,6 +26,7 @@ import (
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
 	"github.com/mci-dev/mci/test/tlstest"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // These tests run the sidecar's hop to an EPP over mutual TLS on the local
@@ -102,7 +103,7 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfTheImportingCluster(t *testin
 		routetable.FailureModeAnnotation: "FailClose",
 	})
 	wantRef := &corev1.SecretReference{Namespace: ns, Name: secretName}
-	eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
 		imp, err := b.importOf(ctx, ns, pool)
 		if err != nil || imp == nil || len(imp.Status.Clusters) != 1 {
 			return false, fmt.Sprintf("import %+v (err=%v)", imp, err)

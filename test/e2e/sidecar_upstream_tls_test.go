@@ -24,6 +24,7 @@ import (
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
 	"github.com/mci-dev/mci/test/tlstest"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // These tests point the sidecar at an EPP that serves as the upstream EPPs
@@ -106,7 +107,7 @@ func TestSidecarReachesAnEPPWithTheUpstreamDefaultsAndHonoursBackendTLSPolicy(t 
 	importTransport := func(t *testing.T, want func(v1alpha1.EndpointPickerImport) bool) v1alpha1.EndpointPickerImport {
 		t.Helper()
 		var epp v1alpha1.EndpointPickerImport
-		eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
 			imp, err := b.importOf(ctx, ns, pool)
 			if err != nil || imp == nil || len(imp.Status.Clusters) != 1 {
 				return false, fmt.Sprintf("import %+v (err=%v)", imp, err)

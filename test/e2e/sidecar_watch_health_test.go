@@ -12,6 +12,8 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // TestSidecarKeepsItsTableAndSaysSoWhileItCannotWatchImports runs the
@@ -115,7 +117,7 @@ func (c *capturedLogs) matching(part string) []string {
 // resource is want.
 func (s *sidecarSetup) waitWatch(t *testing.T, resource string, want float64, timeout time.Duration) {
 	t.Helper()
-	eventually(t, t.Context(), timeout, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), timeout, func(ctx context.Context) (bool, string) {
 		v, err := s.series(ctx, "mci_sidecar_watch_reachable", resource)
 		return err == nil && v == want, fmt.Sprintf("mci_sidecar_watch_reachable{resource=%q} = %v (err=%v), want %v", resource, v, err, want)
 	})

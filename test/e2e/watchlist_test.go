@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // The streaming list client-go informers use by default: initial ADDED
@@ -30,7 +31,7 @@ func TestAStreamingListEndsWithTheInitialEventsBookmark(t *testing.T) {
 		_, err := a.mci.InferencePoolV1().InferencePools(ns).Create(ctx, exportedPool(ns, name, v1alpha1.RoutingModeEndpoint), metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 		l, err := b.mci.InferenceV1alpha1().InferencePoolImports(ns).List(ctx, metav1.ListOptions{})
 		return err == nil && len(l.Items) == 2, "waiting for two imports"
 	})
@@ -77,7 +78,7 @@ func TestSelectorsNarrowListsAndWatches(t *testing.T) {
 	_, err = a.mci.InferencePoolV1().InferencePools(ns).Create(ctx, p, metav1.CreateOptions{})
 	require.NoError(t, err)
 	imports := b.mci.InferenceV1alpha1().InferencePoolImports(ns)
-	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 		l, err := imports.List(ctx, metav1.ListOptions{})
 		return err == nil && len(l.Items) == 2, "waiting for two imports"
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	"github.com/mci-dev/mci/test/promtext"
 )
 
 // cluster bundles the clients of one member cluster.
@@ -178,4 +179,15 @@ func conditionStatus(conds []metav1.Condition, t string) metav1.ConditionStatus 
 		}
 	}
 	return ""
+}
+
+// seriesValue finds series (name{label="value",...}) in a Prometheus text
+// exposition; 0 when absent.
+func seriesValue(t *testing.T, body []byte, series string) float64 {
+	t.Helper()
+	m, err := promtext.Parse(body)
+	require.NoError(t, err)
+	v, _, err := m.Lookup(series)
+	require.NoError(t, err)
+	return v
 }

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -144,24 +142,19 @@ func TestEPPHonoursInferenceObjectivesAndModelRewritesOfBothGroups(t *testing.T)
 }
 
 // metric reads the samples of one metric from the EPP's /metrics, keyed by
-// their label set as printed ("" for none).
+// their labels as printed ("" for none).
 func (e *eppProcess) metric(ctx context.Context, name string) (map[string]float64, error) {
-	lines, err := metricsLines(ctx, "http://"+net.JoinHostPort(e.ip, strconv.Itoa(eppMetricsPort))+"/metrics")
+	m, err := e.metrics(ctx)
 	if err != nil {
 		return nil, err
 	}
 	got := map[string]float64{}
-	for _, line := range lines {
-		series, value, ok := strings.Cut(line, " ")
-		rest, isName := strings.CutPrefix(series, name)
-		if !ok || !isName || (rest != "" && rest[0] != '{') {
-			continue
+	for _, s := range m.Samples(name) {
+		labels := ""
+		if len(s.Labels) > 0 {
+			labels = fmt.Sprint(s.Labels)
 		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			return nil, fmt.Errorf("metric %s: %w", series, err)
-		}
-		got[rest] = v
+		got[labels] = s.Value
 	}
 	return got, nil
 }

@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -320,38 +317,4 @@ func replicaMetrics(t *testing.T, cs *localclusterset.ClusterSet, cluster string
 		})
 	}
 	return out
-}
-
-// seriesValue finds series (name{label="value",...}) in a Prometheus text
-// exposition; 0 when absent.
-func seriesValue(t *testing.T, body []byte, series string) float64 {
-	t.Helper()
-	name, labels, _ := strings.Cut(series, "{")
-	labels = strings.TrimSuffix(labels, "}")
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
-	require.NoError(t, err)
-	family, ok := families[name]
-	if !ok {
-		return 0
-	}
-	for _, m := range family.GetMetric() {
-		if labelString(m) == labels {
-			switch {
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	return 0
-}
-
-func labelString(m *dto.Metric) string {
-	var parts []string
-	for _, l := range m.GetLabel() {
-		parts = append(parts, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-	}
-	return strings.Join(parts, ",")
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/promtext"
 	"github.com/mci-dev/mci/test/waitfor"
 )
 
@@ -178,20 +179,17 @@ func (s *eppLinkSet) sendFor(ctx context.Context, d time.Duration) []served {
 	return out
 }
 
-// metric reads one series of the sidecar's /metrics ("name{labels}" as
-// seriesValue wants them); 0 when absent.
+// metric reads one series of the sidecar's /metrics ("name{labels}");
+// 0 when absent.
 func (s *eppLinkSet) metric(t *testing.T, ctx context.Context, series string) float64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.metricsURL, nil)
+	m, err := promtext.Get(ctx, s.metricsURL)
 	require.NoError(t, err)
-	resp, err := noProxyClient.Do(req)
+	v, _, err := m.Lookup(series)
 	require.NoError(t, err)
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return seriesValue(t, body, series)
+	return v
 }
 
 // logLines returns the sidecar's log lines that contain every one of

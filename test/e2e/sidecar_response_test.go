@@ -15,35 +15,24 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mci-dev/mci/test/envoyclient"
+	"github.com/mci-dev/mci/test/promtext"
 	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // eppSeries sums the series of an mci-epp's /metrics whose name is metric
-// and whose labels contain every one of labels ("code=\"503\"").
+// and whose labels include every one of labels (`code="503"`).
 func (e *clusterEPP) eppSeries(ctx context.Context, metric string, labels ...string) (float64, error) {
-	lines, err := metricsLines(ctx, "http://"+net.JoinHostPort(e.ip, strconv.Itoa(eppMetricsPort))+"/metrics")
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	m, err := promtext.Get(ctx, "http://"+net.JoinHostPort(e.ip, strconv.Itoa(eppMetricsPort))+"/metrics")
 	if err != nil {
 		return 0, err
 	}
-	sum := 0.0
-next:
-	for _, line := range lines {
-		series, value, ok := strings.Cut(line, " ")
-		if !ok || (series != metric && !strings.HasPrefix(series, metric+"{")) {
-			continue
-		}
-		for _, l := range labels {
-			if !strings.Contains(series, l) {
-				continue next
-			}
-		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", series, err)
-		}
-		sum += v
+	selector := metric
+	if len(labels) > 0 {
+		selector += "{" + strings.Join(labels, ",") + "}"
 	}
-	return sum, nil
+	return m.SumMatching(selector)
 }
 
 // heldResponse is a request through the sidecar whose response is held in

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mci-dev/mci/test/promtext"
 	"github.com/mci-dev/mci/test/waitfor"
 )
 
@@ -134,15 +134,16 @@ func (s *sidecarSetup) watchSeries(t *testing.T, name, resource string) float64 
 // series reads the value of name{resource="resource"} on the sidecar's
 // /metrics.
 func (s *sidecarSetup) series(ctx context.Context, name, resource string) (float64, error) {
-	lines, err := metricsLines(ctx, "http://"+s.sidecar.MetricsAddr()+"/metrics")
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	m, err := promtext.Get(ctx, "http://"+s.sidecar.MetricsAddr()+"/metrics")
 	if err != nil {
 		return 0, err
 	}
-	prefix := fmt.Sprintf("%s{resource=%q} ", name, resource)
-	for _, l := range lines {
-		if v, ok := strings.CutPrefix(l, prefix); ok {
-			return strconv.ParseFloat(v, 64)
-		}
+	series := fmt.Sprintf("%s{resource=%q}", name, resource)
+	v, found, err := m.Lookup(series)
+	if err == nil && !found {
+		err = fmt.Errorf("no series %s", series)
 	}
-	return 0, fmt.Errorf("no series %s", strings.TrimSpace(prefix))
+	return v, err
 }

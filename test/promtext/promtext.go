@@ -72,19 +72,39 @@ func Get(ctx context.Context, url string) (Metrics, error) {
 // series that cannot be parsed is an error, so that a typo in a test
 // does not read as an absent series.
 func (m Metrics) Lookup(series string) (float64, bool, error) {
-	want, err := Parse([]byte(series + " 0\n"))
-	if err != nil || len(want) != 1 {
-		return 0, false, fmt.Errorf("series %q is not one series of the text exposition: %v", series, err)
+	name, labels, err := parseSeries(series)
+	if err != nil {
+		return 0, false, err
 	}
-	for name, f := range want {
-		labels := labelMap(f.GetMetric()[0])
-		for _, s := range m.Samples(name) {
-			if maps.Equal(s.Labels, labels) {
-				return s.Value, true, nil
-			}
+	for _, s := range m.Samples(name) {
+		if maps.Equal(s.Labels, labels) {
+			return s.Value, true, nil
 		}
 	}
 	return 0, false, nil
+}
+
+// SumMatching adds the series of selector's metric whose labels include
+// selector's (`name{code="503"}` sums every series of name with that
+// code; `name` sums them all).
+func (m Metrics) SumMatching(selector string) (float64, error) {
+	name, labels, err := parseSeries(selector)
+	if err != nil {
+		return 0, err
+	}
+	return m.Sum(name, labels), nil
+}
+
+// parseSeries reads a series written as in the exposition, with the
+// exposition's own parser.
+func parseSeries(series string) (string, map[string]string, error) {
+	parsed, err := Parse([]byte(series + " 0\n"))
+	if err == nil && len(parsed) == 1 {
+		for name, f := range parsed {
+			return name, labelMap(f.GetMetric()[0]), nil
+		}
+	}
+	return "", nil, fmt.Errorf("%q is not one series of the text exposition: %v", series, err)
 }
 
 // Value is Lookup's value, 0 when the series is absent; it panics on a

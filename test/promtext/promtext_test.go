@@ -86,3 +86,20 @@ func TestAPageThatIsNotTheTextFormatIsAnError(t *testing.T) {
 	_, err := Parse([]byte("requests_total{code=\"200\" 7\n"))
 	require.Error(t, err)
 }
+
+func TestSumMatchingAddsTheSeriesThatIncludeTheSelectorsLabels(t *testing.T) {
+	m, err := Parse([]byte(page))
+	require.NoError(t, err)
+	for selector, want := range map[string]float64{
+		`requests_total{code="200"}`:            10,
+		`requests_total{verb="GET",code="503"}`: 2,
+		`requests_total`:                        12,
+		`absent_total{code="200"}`:              0,
+	} {
+		got, err := m.SumMatching(selector)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, selector)
+	}
+	_, err = m.SumMatching(`requests_total{code=}`)
+	require.Error(t, err)
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/test/promtext"
 	"github.com/mci-dev/mci/test/simulator"
 	"github.com/mci-dev/mci/test/waitfor"
 )
@@ -169,16 +170,14 @@ func TestSidecarSplitsShedsWithdrawsAndFailsClosedAcrossTheClusterSet(t *testing
 		defer func() {
 			if t.Failed() {
 				for name, e := range s.epps {
-					resp, err := noProxyClient.Get("http://" + e.ip + ":" + strconv.Itoa(eppMetricsPort) + "/metrics")
+					m, err := promtext.Get(t.Context(), "http://"+e.ip+":"+strconv.Itoa(eppMetricsPort)+"/metrics")
 					if err != nil {
 						t.Logf("%s metrics: %v", name, err)
 						continue
 					}
-					body, _ := io.ReadAll(resp.Body)
-					_ = resp.Body.Close()
-					for line := range strings.SplitSeq(string(body), "\n") {
-						if strings.HasPrefix(line, "inference_pool_") {
-							t.Logf("%s: %s", name, line)
+					for metric := range m {
+						if strings.HasPrefix(metric, "inference_pool_") {
+							t.Logf("%s: %s %v", name, metric, m.Samples(metric))
 						}
 					}
 				}

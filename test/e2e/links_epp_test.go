@@ -126,6 +126,15 @@ func dataPathBinaries(t *testing.T) string {
 // send sends one completion request of maxTokens output tokens through the
 // gateway, streamed or not, and reads its answer whole.
 func (s *eppLinkSet) send(ctx context.Context, maxTokens int, stream bool) served {
+	return s.sendNotifying(ctx, maxTokens, stream, func() {})
+}
+
+// sendNotifying is send that calls started once the first byte of the
+// body is in (the request phase and the response headers went through
+// the EPP), or once the request has failed before it.
+func (s *eppLinkSet) sendNotifying(ctx context.Context, maxTokens int, stream bool, started func()) served {
+	var once sync.Once
+	defer once.Do(started)
 	out := served{start: time.Now()}
 	body, _ := json.Marshal(map[string]any{"model": s.dp.Model, "prompt": "Say hello", "max_tokens": maxTokens, "stream": stream})
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -150,6 +159,7 @@ func (s *eppLinkSet) send(ctx context.Context, maxTokens int, stream bool) serve
 		n, err := resp.Body.Read(buf)
 		if n > 0 && got.Len() == 0 {
 			out.firstByte = time.Since(out.start)
+			once.Do(started)
 		}
 		got.Write(buf[:n])
 		if err == io.EOF {
@@ -429,21 +439,31 @@ func TestEPPLinkFaults(t *testing.T) {
 	})
 
 	// inFlight starts n streamed requests, 50ms apart, and returns once
-	// each has had time for its first tokens: the request phase and the
-	// response headers answered by its EPP.
-	inFlight := func(n int) (streams []served, wait func()) {
+	// each has its first tokens: the request phase and the response
+	// headers answered by its EPP.
+	inFlight := func(t *testing.T, n int) (streams []served, wait func()) {
+		t.Helper()
 		streams = make([]served, n)
-		var wg sync.WaitGroup
+		var done, started sync.WaitGroup
 		for i := range n {
-			wg.Add(1)
+			done.Add(1)
+			started.Add(1)
 			go func() {
-				defer wg.Done()
-				streams[i] = s.send(ctx, streamTokens, true)
+				defer done.Done()
+				streams[i] = s.sendNotifying(ctx, streamTokens, true, started.Done)
 			}()
+			// Pacing, not waiting: the streams arrive one after the
+			// other, as separate clients' would.
 			time.Sleep(50 * time.Millisecond)
 		}
-		time.Sleep(500 * time.Millisecond)
-		return streams, wg.Wait
+		allStarted := make(chan struct{})
+		go func() { started.Wait(); close(allStarted) }()
+		select {
+		case <-allStarted:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the %d streams had not all had their first tokens within 10s", n)
+		}
+		return streams, done.Wait
 	}
 	streamed := streamTokens * eppLinkTokenTime
 
@@ -451,7 +471,7 @@ func TestEPPLinkFaults(t *testing.T) {
 		outcomesBefore := s.responseOutcomes(t, ctx, "cluster-a")
 		logsBefore := len(s.unreachableLogged(t, "cluster-a", 0))
 		relayFailuresBefore := s.metric(t, ctx, relayFailures)
-		streams, wait := inFlight(4)
+		streams, wait := inFlight(t, 4)
 		require.NoError(t, link.Blackhole())
 		stallAt := time.Now()
 		rs := s.sendFor(ctx, 6*time.Second)
@@ -496,7 +516,7 @@ func TestEPPLinkFaults(t *testing.T) {
 	t.Run("an EPP whose answers are cut mid-message: the responses go on, new requests fail over", func(t *testing.T) {
 		outcomesBefore := s.responseOutcomes(t, ctx, "cluster-a")
 		failuresBefore := s.metric(t, ctx, `mci_sidecar_epp_failures_total{cluster="cluster-a"}`)
-		streams, wait := inFlight(4)
+		streams, wait := inFlight(t, 4)
 		// Each connection of the link closes once the EPP has sent 1500
 		// more bytes over it: in the middle of a streamed body's answers,
 		// or of a later request's.
@@ -533,6 +553,11 @@ func TestEPPLinkFaults(t *testing.T) {
 		// and the sidecar routes to those, stale, as no reachable cluster
 		// is left.
 		b := clientsIn(t, s.cs, "cluster-b")
+		problem := func(cluster string) int {
+			return len(s.logLines(t, "Routing table problem", "unreachable from mci-apiserver", cluster))
+		}
+		problemsBefore := map[string]int{"cluster-a": problem("cluster-a"), "cluster-c": problem("cluster-c")}
+		unreachableNow := func(cluster string) int { return problem(cluster) - problemsBefore[cluster] }
 		var links []*localclusterset.Link
 		for _, member := range []string{"cluster-a", "cluster-c"} {
 			l, err := s.cs.MemberLink("cluster-b", member)
@@ -561,9 +586,12 @@ func TestEPPLinkFaults(t *testing.T) {
 		}
 		waitfor.Eventually(t, ctx, time.Minute, unreachable)
 		flagged := time.Since(cut)
-		// The sidecar's table follows its watch of the import within
-		// milliseconds.
-		time.Sleep(time.Second)
+		// The sidecar's table follows its watch of the import: it reports
+		// each cluster's problem when it has both as stale.
+		waitfor.Eventually(t, ctx, 15*time.Second, func(context.Context) (bool, string) {
+			a, c := unreachableNow("cluster-a"), unreachableNow("cluster-c")
+			return a > 0 && c > 0, fmt.Sprintf("the sidecar reported cluster-a unreachable %d times, cluster-c %d times, since the cut", a, c)
+		})
 		rs := s.sendFor(ctx, 4*time.Second)
 		bad := failed(rs)
 		t.Logf("control-plane partition cluster-b -/- cluster-a, cluster-c: both flagged after %s; %d requests %v, longest %s, %d failed",

@@ -120,8 +120,12 @@ func TestKubectlWatchShowsAnImportAppear(t *testing.T) {
 	b.createNamespace(t, ctx, ns)
 	kb, err := clusters.Cluster("cluster-b")
 	require.NoError(t, err)
-	cmd := exec.CommandContext(ctx, "kubectl", "--kubeconfig", kb.Kubeconfig, "get", "ipimp", "-n", ns, "-w", "--no-headers")
+	// -v=6 logs each request once its response headers are in: for the
+	// watch, once the server has it open.
+	cmd := exec.CommandContext(ctx, "kubectl", "--kubeconfig", kb.Kubeconfig, "get", "ipimp", "-n", ns, "-w", "--no-headers", "-v=6")
 	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	logs, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	defer func() { cancel(); _ = cmd.Wait() }()
@@ -134,8 +138,24 @@ func TestKubectlWatchShowsAnImportAppear(t *testing.T) {
 		}
 		close(lines)
 	}()
-	// Give kubectl its watch before the change.
-	time.Sleep(time.Second)
+	watching := make(chan struct{})
+	go func() {
+		opened := watching
+		sc := bufio.NewScanner(logs)
+		for sc.Scan() {
+			if l := sc.Text(); opened != nil && strings.Contains(l, "watch=true") && strings.Contains(l, "200 OK") {
+				close(opened)
+				opened = nil
+			}
+		}
+	}()
+	// The change comes after kubectl's watch is open, so what kubectl shows
+	// is a watch event, not its first list.
+	select {
+	case <-watching:
+	case <-ctx.Done():
+		t.Fatal("kubectl never opened its watch")
+	}
 	_, err = a.mci.InferencePoolV1().InferencePools(ns).Create(ctx, exportedPool(ns, "watched", v1alpha1.RoutingModeEndpoint), metav1.CreateOptions{})
 	require.NoError(t, err)
 	for {

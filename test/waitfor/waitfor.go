@@ -25,8 +25,15 @@ type Condition func(ctx context.Context) (ok bool, state string)
 // within timeout or ctx ends first.
 func Eventually(t testing.TB, ctx context.Context, timeout time.Duration, cond Condition) {
 	t.Helper()
+	EventuallyEvery(t, ctx, Interval, timeout, cond)
+}
+
+// EventuallyEvery is Eventually polling every interval: for a test that
+// measures how soon the condition holds, to that resolution.
+func EventuallyEvery(t testing.TB, ctx context.Context, interval, timeout time.Duration, cond Condition) {
+	t.Helper()
 	var last string
-	err := wait.PollUntilContextTimeout(ctx, Interval, timeout, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, interval, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, state := cond(ctx)
 		last = state
 		return ok, nil

@@ -93,6 +93,11 @@ func TestSidecarKeepsItsTableAndSaysSoWhileItCannotWatchImports(t *testing.T) {
 	// again.
 	s.waitWatch(t, imports, 1, 90*time.Second)
 	t.Logf("mci_sidecar_watch_reachable of imports is 1 %s after cluster-b's mci-apiserver was Available again", time.Since(back).Round(time.Millisecond))
+	// The tracker sets the gauge, then logs the recovery.
+	waitfor.Eventually(t, ctx, 5*time.Second, func(context.Context) (bool, string) {
+		n := logs.count("Listing and watching a resource again", imports, "failedFor")
+		return n > 0, "no log line for the recovery"
+	})
 	assert.Equal(t, 1, logs.count("Listing and watching a resource again", imports, "failedFor"))
 	assert.Equal(t, 1, logs.count("Cannot list or watch a resource", imports), "no more loss lines")
 	assert.Equal(t, failuresBefore+1, s.watchSeries(t, "mci_sidecar_watch_failures_total", imports))

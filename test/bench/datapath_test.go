@@ -307,7 +307,7 @@ func openLoop(ctx context.Context, paths []*dataPath, rate int, duration time.Du
 	start := time.Now()
 	for i := range total {
 		due := start.Add(time.Duration(i) * interval)
-		time.Sleep(time.Until(due))
+		time.Sleep(time.Until(due)) // the open loop's pace
 		p := paths[i%len(paths)]
 		wg.Go(func() {
 			err := p.send(ctx)

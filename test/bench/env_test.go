@@ -379,7 +379,7 @@ func (e *env) stableHeap(b *testing.B, cluster string) uint64 {
 	}
 	prev := e.liveHeap(b, cluster)
 	for range 20 {
-		time.Sleep(interval)
+		time.Sleep(interval) // two samples apart: stability is measured over it
 		cur := e.liveHeap(b, cluster)
 		diff := int64(cur) - int64(prev)
 		if diff < 0 {

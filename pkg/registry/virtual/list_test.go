@@ -120,7 +120,7 @@ func TestListNotOlderThanWaitsForTheStoreToCatchUp(t *testing.T) {
 
 	go func() {
 		// The change arrives after the list has begun waiting for it: the
-		// delay is the scenario.
+		// delay is the scenario, not a wait.
 		time.Sleep(100 * time.Millisecond)
 		r.set("ns", "a", nil, "cluster-b")
 		notifyPool(s, "cluster-b", "ns", "a", 9)

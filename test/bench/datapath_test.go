@@ -29,6 +29,7 @@ import (
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/promtext"
 	"github.com/mci-dev/mci/test/simulator"
 )
 
@@ -235,11 +236,20 @@ func benchDataPath(b *testing.B, e *env) {
 	// Recovery under HealthBased, where the health prober decides whether
 	// the cluster is tried at all.
 	healthBased := func() {
+		// The sidecar has the policy once it rebuilt its table after the
+		// change (the policy is part of the table).
+		generation := func() float64 {
+			m, err := promtext.Get(ctx, "http://"+net.JoinHostPort(sidecarIP, "9090")+"/metrics")
+			require.NoError(b, err)
+			return m.Value("mci_sidecar_routing_table_generation")
+		}
+		before := generation()
 		r, err := gw.GatewayV1().HTTPRoutes(dpNS).Get(ctx, "completions", metav1.GetOptions{})
 		require.NoError(b, err)
 		r.Annotations[routetable.PolicyAnnotation] = string(routetable.PolicyHealthBased)
 		_, err = gw.GatewayV1().HTTPRoutes(dpNS).Update(ctx, r, metav1.UpdateOptions{})
 		require.NoError(b, err)
+		require.NoError(b, pollEvery(20*time.Millisecond, 10*time.Second, func() bool { return generation() > before }), "mci-sidecar never rebuilt its table with HealthBased")
 	}
 	benchEPPRecovery(b, viaSidecar, healthBased, stopEPP, func() { runBinary(b, "mci-epp", eppArgs...) })
 }

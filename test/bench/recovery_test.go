@@ -22,9 +22,6 @@ import (
 func benchEPPRecovery(b *testing.B, path *dataPath, healthBased, stopEPP, startEPP func()) {
 	ctx := context.Background()
 	healthBased()
-	// The table has the new policy once the route's change is seen; a few
-	// requests later the health of the EPP is known too.
-	time.Sleep(2 * time.Second)
 	require.NoError(b, pollFor(time.Minute, func() bool { return path.send(ctx) == nil }), "the sidecar path never answered under HealthBased")
 	stopEPP()
 	down := time.Now()

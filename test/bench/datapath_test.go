@@ -241,7 +241,7 @@ func benchDataPath(b *testing.B, e *env) {
 		generation := func() float64 {
 			m, err := promtext.Get(ctx, "http://"+net.JoinHostPort(sidecarIP, "9090")+"/metrics")
 			require.NoError(b, err)
-			return m.Value("mci_sidecar_routing_table_generation")
+			return m.Value(b, "mci_sidecar_routing_table_generation")
 		}
 		before := generation()
 		r, err := gw.GatewayV1().HTTPRoutes(dpNS).Get(ctx, "completions", metav1.GetOptions{})

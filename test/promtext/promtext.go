@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/http"
 	"strings"
+	"testing"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -107,12 +108,13 @@ func parseSeries(series string) (string, map[string]string, error) {
 	return "", nil, fmt.Errorf("%q is not one series of the text exposition: %v", series, err)
 }
 
-// Value is Lookup's value, 0 when the series is absent; it panics on a
-// series that cannot be parsed (a mistake in the test itself).
-func (m Metrics) Value(series string) float64 {
+// Value is Lookup's value, 0 when the series is absent; a series that
+// cannot be parsed (a mistake in the test itself) fails the test.
+func (m Metrics) Value(t testing.TB, series string) float64 {
+	t.Helper()
 	v, _, err := m.Lookup(series)
 	if err != nil {
-		panic(err)
+		t.Fatalf("%v", err)
 	}
 	return v
 }

@@ -139,8 +139,8 @@ func TestCostModelChargesUncachedPrefill(t *testing.T) {
 	assert.Equal(t, uint64(192), st.HitTokens)
 
 	m := metricsOf(t, srv.URL)
-	assert.Equal(t, 404.0, m.Value(`vllm:prefix_cache_queries_total{model_name="`+base+`"}`))
-	assert.Equal(t, 192.0, m.Value(`vllm:prefix_cache_hits_total{model_name="`+base+`"}`))
+	assert.Equal(t, 404.0, m.Value(t, `vllm:prefix_cache_queries_total{model_name="`+base+`"}`))
+	assert.Equal(t, 192.0, m.Value(t, `vllm:prefix_cache_hits_total{model_name="`+base+`"}`))
 
 	var match PrefixMatch
 	getJSON(t, http.MethodPost, srv.URL+"/admin/prefix-match", `{"model":"x","prompt":"`+prompt+`"}`, &match)

@@ -230,7 +230,7 @@ func TestMetricsFollowLoad(t *testing.T) {
 	busy := scrape(t, srv.URL)
 	assert.Equal(t, 3, busy.WaitingQueue, "requests beyond the concurrency wait")
 	assert.Equal(t, 1.0, busy.KVCacheUsage, "a full batch is a full KV cache")
-	assert.Equal(t, 2.0, metricsOf(t, srv.URL).Value(`vllm:num_requests_running{model_name="`+base+`"}`))
+	assert.Equal(t, 2.0, metricsOf(t, srv.URL).Value(t, `vllm:num_requests_running{model_name="`+base+`"}`))
 
 	stop()
 	require.Eventually(t, func() bool { m := s.Metrics(); return m.Running == 0 && m.Waiting == 0 }, 5*time.Second, 10*time.Millisecond)

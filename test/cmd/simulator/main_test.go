@@ -129,7 +129,11 @@ func TestSIGTERMShutsDownGracefully(t *testing.T) {
 	// SIGTERM once the request is in the batch.
 	require.Eventually(t, func() bool {
 		m, err := promtext.Get(t.Context(), url+"/metrics")
-		return err == nil && m.Value(`vllm:num_requests_running{model_name="m"}`) == 1
+		if err != nil {
+			return false
+		}
+		running, _, err := m.Lookup(`vllm:num_requests_running{model_name="m"}`)
+		return err == nil && running == 1
 	}, 10*time.Second, 10*time.Millisecond, "the request never ran: %s", &logs)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 

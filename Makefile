@@ -1,7 +1,7 @@
 # mci: Multi-Cluster Inference for Kubernetes.
 #
 #   make run          start a local ClusterSet (real kube-apiservers) with the examples
-#   make test         codegen check, vet, unit, chart and e2e tests, bench-smoke, bench-routing-smoke
+#   make test         codegen and docs checks, vet, unit (-short), integration, chart and e2e tests, bench-smoke, bench-routing-smoke
 #   make bench        benchmarks against the alternatives (docs/performance.md)
 #   make soak         the chaos soak (docs/performance.md, "Chaos soak"), SOAK_DURATION=20m
 #   make build        binaries into _output/bin
@@ -48,9 +48,21 @@ verify:
 	  if [[ -n "$$unformatted" ]]; then echo "gofmt needed: $$unformatted" >&2; exit 1; fi
 	go vet ./...
 
+# Unit tests run with -short: the tests that start a kube-apiserver and etcd
+# (through test/localclusterset) or build and run a command skip, and
+# test-integration runs them.
 .PHONY: test-unit
-test-unit: tools
-	go test $(GO_TEST_FLAGS) -timeout 20m $$(go list ./... | grep -v -e /test/e2e -e /test/localclusterset -e /test/soak -e /test/chart)
+test-unit:
+	go test -short $(GO_TEST_FLAGS) -timeout 20m $$(go list ./... | grep -v -e /test/e2e -e /test/localclusterset -e /test/soak -e /test/chart)
+
+# test-integration runs, without -short, every package of test-unit that has
+# a test skipped under -short (found by its testing.Short() call), one
+# package at a time: each starts its own kube-apiserver and etcd.
+INTEGRATION_PKGS = $$(grep -rl --include='*_test.go' 'testing.Short()' pkg cmd test | grep -v -e ^test/e2e/ -e ^test/localclusterset/ -e ^test/soak/ -e ^test/chart/ | xargs -n1 dirname | sort -u | sed 's|^|./|')
+
+.PHONY: test-integration
+test-integration: tools
+	go test $(GO_TEST_FLAGS) -timeout 20m -p 1 $(INTEGRATION_PKGS)
 
 # e2e tests start their own ClusterSet of real kube-apiservers.
 .PHONY: test-e2e
@@ -72,7 +84,7 @@ test-docs: build
 	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -count=1 ./test/docs/
 
 .PHONY: test
-test: verify test-unit test-docs test-chart test-e2e soak-smoke bench-smoke bench-routing-smoke
+test: verify test-unit test-integration test-docs test-chart test-e2e soak-smoke bench-smoke bench-routing-smoke
 
 # make soak: the chaos soak of docs/performance.md ("Chaos soak"): a local
 # ClusterSet of three clusters with two mci-apiserver replicas each, link

@@ -107,12 +107,14 @@ func TestKubeSource(t *testing.T) {
 	assert.Equal(t, map[schema.GroupVersionResource]bool{
 		apiInferenceModels: true, apiObjectives: true, apiRewrites: false, apiLLMDObjectives: true, apiLLMDRewrites: true,
 	}, models.ServedAPIs(), "what the cluster serves is recorded for the metrics")
-	time.Sleep(50 * time.Millisecond)
-	select {
-	case <-pool.Synced():
-		t.Fatal("the pool is synced before its InferencePool exists")
-	default:
-	}
+	require.Never(t, func() bool {
+		select {
+		case <-pool.Synced():
+			return true
+		default:
+			return false
+		}
+	}, 50*time.Millisecond, 5*time.Millisecond, "the pool is synced before its InferencePool exists")
 
 	_, err := client.InferencePoolV1().InferencePools("ns").Create(ctx, inferencePool(map[string]string{"app": "vllm"}, 8000), metav1.CreateOptions{})
 	require.NoError(t, err)

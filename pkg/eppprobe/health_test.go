@@ -136,8 +136,8 @@ func TestHealthProberOnServing(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("OnServing never learned of the address")
 	}
-	time.Sleep(100 * time.Millisecond) // several checks, all SERVING
-	assert.Empty(t, turned, "once per turn, not once per check")
+	// Several checks (every 20ms), all SERVING.
+	assert.Never(t, func() bool { return len(turned) > 0 }, 100*time.Millisecond, 10*time.Millisecond, "once per turn, not once per check")
 
 	p.MarkFailed(up)
 	select {

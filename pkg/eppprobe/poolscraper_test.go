@@ -271,7 +271,8 @@ func TestPoolScraperSendsTheTokenFileAndFollowsItsRotation(t *testing.T) {
 	m.token.Store(&second)
 	writeToken(t, tokenFile, "second")
 	require.Eventually(t, func() bool { return m.lastAuthorization() == "Bearer second" && fresh() }, 5*time.Second, 10*time.Millisecond)
-	time.Sleep(100 * time.Millisecond) // a few more scrapes
+	scraped := m.requests()
+	require.Eventually(t, func() bool { return m.requests() >= scraped+3 }, 5*time.Second, 10*time.Millisecond, "a few more scrapes")
 	assert.Equal(t, 2, logs.count(`"state"="fresh"`), "one line per change of state, not per scrape: %q", logs.lines)
 	assert.LessOrEqual(t, logs.count(`"state"="unauthorized"`), 1, "%q", logs.lines)
 

@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/mci-dev/mci/test/tlstest"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 func TestTLSOptionsValidate(t *testing.T) {
@@ -154,8 +155,13 @@ func TestServersServeRotatedCertificates(t *testing.T) {
 
 	t.Run("a pair that does not load keeps the last good one in use", func(t *testing.T) {
 		tlstest.WriteFile(t, dir, "tls.key", []byte("half-written"))
-		time.Sleep(1100 * time.Millisecond)
-		assert.NoError(t, checkHealth(s.GRPCAddr(), credentials.NewTLS(tlstest.ClientConfig(t, first.CAPEM, nil))))
+		// The servers look at the files on a handshake, at most once a
+		// second: within this window a handshake has made them try the
+		// half-written pair.
+		waitfor.Consistently(t, t.Context(), 1100*time.Millisecond, func(context.Context) (bool, string) {
+			err := checkHealth(s.GRPCAddr(), credentials.NewTLS(tlstest.ClientConfig(t, first.CAPEM, nil)))
+			return err == nil, fmt.Sprintf("a handshake with the last good certificate failed: %v", err)
+		})
 	})
 
 	t.Run("new connections get the new certificate once the files change", func(t *testing.T) {

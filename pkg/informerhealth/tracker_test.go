@@ -159,13 +159,17 @@ func TestInformerReportsWatchRetriesTheReflectorKeepsToItself(t *testing.T) {
 	gauge := func() float64 { return testutil.ToFloat64(tr.reachable.WithLabelValues("services")) }
 	require.Eventually(t, func() bool { return watches.Load() >= 2 && gauge() == 0 }, 10*time.Second, 10*time.Millisecond, "the reflector retries the watch, the tracker says failing")
 	down.Store(false)
-	require.Eventually(t, func() bool { return gauge() == 1 }, 10*time.Second, 10*time.Millisecond)
-	assert.Equal(t, 1.0, testutil.ToFloat64(tr.failures.WithLabelValues("services")))
-	var failing, again int
-	for _, l := range logs.get() {
-		failing += strings.Count(l, "Cannot list or watch")
-		again += strings.Count(l, "Listing and watching a resource again")
+	count := func(part string) (n int) {
+		for _, l := range logs.get() {
+			n += strings.Count(l, part)
+		}
+		return n
 	}
+	// The tracker sets the gauge, then logs the recovery: the line is
+	// waited for, not read as soon as the gauge turns.
+	require.Eventually(t, func() bool { return gauge() == 1 && count("Listing and watching a resource again") > 0 }, 10*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 1.0, testutil.ToFloat64(tr.failures.WithLabelValues("services")))
+	failing, again := count("Cannot list or watch"), count("Listing and watching a resource again")
 	assert.Equal(t, 1, failing, "one log line for the loss, whatever the retries (%d watches)", watches.Load())
 	assert.Equal(t, 1, again)
 }

@@ -70,7 +70,7 @@ func TestRouterSwapsUnderConcurrentReaders(t *testing.T) {
 	for gen := 1; gen <= 200; gen++ {
 		r.Publish(tableWith(t, gen))
 		if gen%20 == 0 {
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // lets the readers run between publications
 		}
 	}
 	// Let the readers see the last table.

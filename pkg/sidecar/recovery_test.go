@@ -155,6 +155,7 @@ func TestRecoveryAfterAnOutageLongerThanTheMaxBackoff(t *testing.T) {
 			e.stop()
 			// Requests keep coming during the outage: each fails the cluster
 			// (a failed stream, or a skip while probed NOT_SERVING).
+			// (The sleep paces those requests.)
 			for deadline := time.Now().Add(outage); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 				require.Equal(t, http.StatusServiceUnavailable, code(), "FailClose while the only EPP is down")
 			}
@@ -162,7 +163,7 @@ func TestRecoveryAfterAnOutageLongerThanTheMaxBackoff(t *testing.T) {
 			back := time.Now()
 			for code() != http.StatusOK {
 				require.Less(t, time.Since(back), 10*time.Second, "the EPP never served again")
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond) // the resolution of took
 			}
 			took := time.Since(back)
 			t.Logf("first request served %v after the EPP returned from a %v outage (max reconnect delay %v, probe interval %v)", took, outage, dial.MaxDelay, probeInterval)

@@ -135,7 +135,7 @@ func interleave(b *testing.B, samples int, vs []*variant) {
 			d, err := eventAfter(v.w, func() error { return v.change(on) }, func(ev watch.Event) bool { return v.seen(ev, on) })
 			require.NoError(b, err, "%s, sample %d", v.name, i)
 			v.lat = append(v.lat, d)
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // paces the samples
 		}
 	}
 }
@@ -408,12 +408,5 @@ func benchWriteAmplification(b *testing.B, e *env) {
 const exportedStatusKey = "inferencepools/status.inference.networking.k8s.io"
 
 func pollFor(timeout time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not true after %s", timeout)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return nil
+	return pollEvery(200*time.Millisecond, timeout, cond)
 }

@@ -28,6 +28,8 @@ import (
 
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/test/envoyclient"
+	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/promtext"
 	"github.com/mci-dev/mci/test/simulator"
 )
 
@@ -45,17 +47,11 @@ const (
 	dpModel       = "base"
 )
 
-// binaryPath is a binary of MCI_BIN_DIR (default _output/bin).
+// binaryPath is a binary of localclusterset.BinDir.
 func binaryPath(b *testing.B, name string) string {
 	b.Helper()
-	dir := os.Getenv("MCI_BIN_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "_output", "bin")
-	}
-	path, err := filepath.Abs(filepath.Join(dir, name))
+	path, err := localclusterset.Binary(name)
 	require.NoError(b, err)
-	_, err = os.Stat(path)
-	require.NoError(b, err, "%s is missing: run make build", path)
 	return path
 }
 
@@ -240,11 +236,20 @@ func benchDataPath(b *testing.B, e *env) {
 	// Recovery under HealthBased, where the health prober decides whether
 	// the cluster is tried at all.
 	healthBased := func() {
+		// The sidecar has the policy once it rebuilt its table after the
+		// change (the policy is part of the table).
+		generation := func() float64 {
+			m, err := promtext.Get(ctx, "http://"+net.JoinHostPort(sidecarIP, "9090")+"/metrics")
+			require.NoError(b, err)
+			return m.Value(b, "mci_sidecar_routing_table_generation")
+		}
+		before := generation()
 		r, err := gw.GatewayV1().HTTPRoutes(dpNS).Get(ctx, "completions", metav1.GetOptions{})
 		require.NoError(b, err)
 		r.Annotations[routetable.PolicyAnnotation] = string(routetable.PolicyHealthBased)
 		_, err = gw.GatewayV1().HTTPRoutes(dpNS).Update(ctx, r, metav1.UpdateOptions{})
 		require.NoError(b, err)
+		require.NoError(b, pollEvery(20*time.Millisecond, 10*time.Second, func() bool { return generation() > before }), "mci-sidecar never rebuilt its table with HealthBased")
 	}
 	benchEPPRecovery(b, viaSidecar, healthBased, stopEPP, func() { runBinary(b, "mci-epp", eppArgs...) })
 }
@@ -312,7 +317,7 @@ func openLoop(ctx context.Context, paths []*dataPath, rate int, duration time.Du
 	start := time.Now()
 	for i := range total {
 		due := start.Add(time.Duration(i) * interval)
-		time.Sleep(time.Until(due))
+		time.Sleep(time.Until(due)) // the open loop's pace
 		p := paths[i%len(paths)]
 		wg.Go(func() {
 			err := p.send(ctx)

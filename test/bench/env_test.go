@@ -35,6 +35,7 @@ import (
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/test/bench/crdfanout"
 	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/promtext"
 )
 
 // importGVR is the virtual InferencePoolImport that mci-apiserver serves
@@ -65,11 +66,7 @@ func clusterNames(n int) []string {
 // mci-apiserver, until the benchmark ends.
 func startClusterSet(b *testing.B, n int) *env {
 	b.Helper()
-	binDir := os.Getenv("MCI_BIN_DIR")
-	if binDir == "" {
-		binDir = filepath.Join("..", "..", "_output", "bin")
-	}
-	binDir, err := filepath.Abs(binDir)
+	binDir, err := localclusterset.BinDir()
 	require.NoError(b, err)
 	dir, err := os.MkdirTemp("", fmt.Sprintf("mci-bench-%d-", n))
 	require.NoError(b, err)
@@ -201,76 +198,13 @@ func parallel(n, workers int, f func(i int) error) error {
 	return first
 }
 
-// metricSamples scrapes a Prometheus text endpoint body and returns the
-// samples of one metric: labels and value.
-func metricSamples(body []byte, metric string) []sample {
-	var out []sample
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, metric+"{") && !strings.HasPrefix(line, metric+" ") {
-			continue
-		}
-		var s sample
-		rest := strings.TrimPrefix(line, metric)
-		if strings.HasPrefix(rest, "{") {
-			end := strings.LastIndex(rest, "}")
-			if end < 0 {
-				continue
-			}
-			s.labels = parseLabels(rest[1:end])
-			rest = rest[end+1:]
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			continue
-		}
-		s.value = v
-		out = append(out, s)
-	}
-	return out
-}
-
-type sample struct {
-	labels map[string]string
-	value  float64
-}
-
-func parseLabels(s string) map[string]string {
-	out := map[string]string{}
-	for s != "" {
-		eq := strings.IndexByte(s, '=')
-		if eq < 0 || eq+1 >= len(s) || s[eq+1] != '"' {
-			break
-		}
-		key := strings.TrimSpace(s[:eq])
-		rest := s[eq+2:]
-		end := strings.IndexByte(rest, '"')
-		for end > 0 && rest[end-1] == '\\' {
-			next := strings.IndexByte(rest[end+1:], '"')
-			if next < 0 {
-				end = -1
-				break
-			}
-			end += next + 1
-		}
-		if end < 0 {
-			break
-		}
-		out[key] = rest[:end]
-		s = strings.TrimPrefix(strings.TrimSpace(rest[end+1:]), ",")
-	}
-	return out
-}
-
 // apiServerMetrics reads cluster's kube-apiserver /metrics.
-func (e *env) apiServerMetrics(ctx context.Context, cluster string) ([]byte, error) {
-	return e.kube[cluster].Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+func (e *env) apiServerMetrics(ctx context.Context, cluster string) (promtext.Metrics, error) {
+	body, err := e.kube[cluster].Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return promtext.Parse(body)
 }
 
 // writeVerbs are the apiserver_request_total verbs that change state.
@@ -288,21 +222,21 @@ func (e *env) writeCounts(b *testing.B) map[string]map[string]float64 {
 	b.Helper()
 	out := map[string]map[string]float64{}
 	for _, name := range e.names {
-		body, err := e.apiServerMetrics(context.Background(), name)
+		m, err := e.apiServerMetrics(context.Background(), name)
 		require.NoError(b, err)
 		counts := map[string]float64{}
-		for _, s := range metricSamples(body, "apiserver_request_total") {
-			if !writeVerbs[s.labels["verb"]] || backgroundWrites[s.labels["resource"]] {
+		for _, s := range m.Samples("apiserver_request_total") {
+			if !writeVerbs[s.Labels["verb"]] || backgroundWrites[s.Labels["resource"]] {
 				continue
 			}
-			key := s.labels["resource"]
-			if s.labels["subresource"] != "" {
-				key += "/" + s.labels["subresource"]
+			key := s.Labels["resource"]
+			if s.Labels["subresource"] != "" {
+				key += "/" + s.Labels["subresource"]
 			}
-			if s.labels["group"] != "" {
-				key += "." + s.labels["group"]
+			if s.Labels["group"] != "" {
+				key += "." + s.Labels["group"]
 			}
-			counts[key] += s.value
+			counts[key] += s.Value
 		}
 		out[name] = counts
 	}
@@ -324,15 +258,9 @@ func diffCounts(before, after map[string]float64) (total float64, by map[string]
 // serving.
 func (e *env) watchConnections(b *testing.B, cluster string) float64 {
 	b.Helper()
-	body, err := e.apiServerMetrics(context.Background(), cluster)
+	m, err := e.apiServerMetrics(context.Background(), cluster)
 	require.NoError(b, err)
-	var n float64
-	for _, s := range metricSamples(body, "apiserver_longrunning_requests") {
-		if s.labels["verb"] == "WATCH" {
-			n += s.value
-		}
-	}
-	return n
+	return m.Sum("apiserver_longrunning_requests", map[string]string{"verb": "WATCH"})
 }
 
 // mciHTTP is a client of an mci-apiserver's own port, as the admin user
@@ -451,7 +379,7 @@ func (e *env) stableHeap(b *testing.B, cluster string) uint64 {
 	}
 	prev := e.liveHeap(b, cluster)
 	for range 20 {
-		time.Sleep(interval)
+		time.Sleep(interval) // two samples apart: stability is measured over it
 		cur := e.liveHeap(b, cluster)
 		diff := int64(cur) - int64(prev)
 		if diff < 0 {

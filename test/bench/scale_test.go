@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -87,12 +88,9 @@ func (e *env) waitServed(b *testing.B, path string, want int, timeout time.Durat
 }
 
 func pollEvery(interval, timeout time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not true after %s", timeout)
-		}
-		time.Sleep(interval)
+	err := wait.PollUntilContextTimeout(context.Background(), interval, timeout, true, func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		return fmt.Errorf("not true after %s: %w", timeout, err)
 	}
 	return nil
 }
@@ -152,6 +150,8 @@ func benchScale(b *testing.B, e *env) {
 		watchesAfter = e.watchConnections(b, "cluster-a")
 		return watchesAfter-watchesBefore >= float64(2*n)
 	})
+	// A second more for watches beyond the two per replica: the figure is
+	// a count, and the sleep is its window.
 	time.Sleep(time.Second)
 	watchesAfter = e.watchConnections(b, "cluster-a")
 	perNS := (watchesAfter - watchesBefore) / float64(n)
@@ -296,7 +296,6 @@ func benchWatchers(b *testing.B, e *env) {
 	w := max(cfg.Watchers, 1)
 	_, err := e.mci["cluster-a"].InferencePoolV1().InferencePools(scaleNS).Create(ctx, pool(scaleNS, "watched", false), metav1.CreateOptions{})
 	require.NoError(b, err)
-	time.Sleep(time.Second)
 	heapBefore := e.stableHeap(b, "cluster-b")
 	clients := e.watchClients(b, (w+49)/50)
 	open := func(gvr schema.GroupVersionResource) []watch.Interface {
@@ -393,7 +392,7 @@ func benchWatchers(b *testing.B, e *env) {
 		require.NoError(b, baseErr, "baseline watchers, change %d", i)
 		mciP50, mciAll = append(mciP50, median(mciLat)), append(mciAll, percentile(mciLat, 100))
 		baseP50, baseAll = append(baseP50, median(baseLat)), append(baseAll, percentile(baseLat, 100))
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // paces the changes
 	}
 	cpu := e.cpuTime(b, "cluster-b") - cpuBefore
 	profiled()

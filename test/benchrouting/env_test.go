@@ -3,10 +3,12 @@ package benchrouting
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,10 +21,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/promtext"
 	"github.com/mci-dev/mci/test/simulator"
 )
 
@@ -66,11 +70,7 @@ type env struct {
 // cost model in every simulator, until the benchmark ends.
 func startEnv(b *testing.B, cfg config) *env {
 	b.Helper()
-	binDir := os.Getenv("MCI_BIN_DIR")
-	if binDir == "" {
-		binDir = filepath.Join("..", "..", "_output", "bin")
-	}
-	binDir, err := filepath.Abs(binDir)
+	binDir, err := localclusterset.BinDir()
 	require.NoError(b, err)
 	// The data path's test doubles are built next to the ClusterSet.
 	dir, err := os.MkdirTemp("", "mci-bench-routing-")
@@ -178,23 +178,55 @@ func startDirectGateway(b *testing.B, epp, ip string) string {
 }
 
 // setPolicy sets the cluster policy on the HTTPRoute and on the local
-// shim InferencePool, and gives mci-sidecar time to see the change (its
-// informers). The route's annotation decides for the requests its rule
-// matches (pkg/routetable's Table.ShimFor); the pool's, for any other
-// request to the pool, so that no request of a run escapes the policy.
+// shim InferencePool, and waits until mci-sidecar has rebuilt its routing
+// table after each change (the policy is part of the table). The route's
+// annotation decides for the requests its rule matches (pkg/routetable's
+// Table.ShimFor); the pool's, for any other request to the pool, so that
+// no request of a run escapes the policy.
 func (e *env) setPolicy(ctx context.Context, policy string) error {
 	if policy == e.policy {
 		return nil
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{policyAnnotation: policy}}})
 	for _, gvr := range []schema.GroupVersionResource{httpRouteGVR, inferencePoolGVR} {
+		before, err := e.tableGeneration(ctx)
+		if err != nil {
+			return err
+		}
 		if _, err := e.dyn.Resource(gvr).Namespace(e.dp.Namespace).Patch(ctx, e.dp.Pool, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("setting the cluster policy %s on %s %s/%s: %w", policy, gvr.Resource, e.dp.Namespace, e.dp.Pool, err)
 		}
+		var last float64
+		err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+			last, err = e.tableGeneration(ctx)
+			return err == nil && last > before, nil
+		})
+		if err != nil {
+			return fmt.Errorf("mci-sidecar did not rebuild its routing table after the cluster policy %s was set on %s (generation %v, was %v): %w", policy, gvr.Resource, last, before, err)
+		}
 	}
 	e.policy = policy
-	time.Sleep(time.Second)
 	return nil
+}
+
+// tableGeneration reads mci-sidecar's mci_sidecar_routing_table_generation.
+func (e *env) tableGeneration(ctx context.Context) (float64, error) {
+	u, err := url.Parse(e.dp.GatewayURL)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	// mci-sidecar shares the gateway's pod: its metrics are on 9090.
+	m, err := promtext.Get(ctx, "http://"+net.JoinHostPort(u.Hostname(), "9090")+"/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("reading mci-sidecar's metrics: %w", err)
+	}
+	v, found, err := m.Lookup("mci_sidecar_routing_table_generation")
+	if err == nil && !found {
+		err = errors.New("mci-sidecar has no mci_sidecar_routing_table_generation")
+	}
+	return v, err
 }
 
 // allServers lists every model server as cluster and URL.
@@ -219,26 +251,24 @@ func (e *env) resetCaches(ctx context.Context) error {
 			return err
 		}
 	}
-	deadline := time.Now().Add(e.cfg.RequestTimeout + 10*time.Second)
-	for {
-		busy := ""
+	busy := ""
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, e.cfg.RequestTimeout+10*time.Second, true, func(ctx context.Context) (bool, error) {
+		busy = ""
 		for _, s := range e.allServers() {
 			var m simulator.Metrics
 			if err := call(ctx, http.MethodGet, s.url+"/admin/load", nil, &m); err != nil {
-				return err
+				return false, err
 			}
 			if m.Running+m.Waiting > 0 {
 				busy = fmt.Sprintf("%s has %d running and %d waiting", s.url, m.Running, m.Waiting)
 			}
 		}
-		if busy == "" {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the servers did not drain: %s", busy)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return busy == "", nil
+	})
+	if err != nil && busy != "" {
+		return fmt.Errorf("the servers did not drain: %s", busy)
 	}
+	return err
 }
 
 // cacheStats reads every server's prefix cache counters, by URL.

@@ -269,7 +269,7 @@ func saturate(ctx context.Context, e *env, from time.Time) {
 					resp, err := benchClient.Do(req)
 					if err != nil {
 						if !errors.Is(err, context.Canceled) {
-							time.Sleep(100 * time.Millisecond)
+							time.Sleep(100 * time.Millisecond) // paces the load's retries
 						}
 						continue
 					}

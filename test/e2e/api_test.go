@@ -20,6 +20,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 func TestImportsAreReadOnly(t *testing.T) {
@@ -79,7 +80,7 @@ func TestANamespaceScopedUserCanListImportsOnlyInItsNamespace(t *testing.T) {
 	alice := mciclient.NewForConfigOrDie(cfg).InferenceV1alpha1()
 
 	// RBAC bindings take effect asynchronously in the authorizer's cache.
-	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 		_, err := alice.InferencePoolImports(ns).List(ctx, metav1.ListOptions{})
 		return err == nil, fmt.Sprintf("%v", err)
 	})
@@ -155,7 +156,7 @@ func TestAWatchResumesFromAResourceVersion(t *testing.T) {
 	// A change made while nobody watches...
 	_, err = a.mci.InferencePoolV1().InferencePools(ns).Create(ctx, exportedPool(ns, "later", v1alpha1.RoutingModeEndpoint), metav1.CreateOptions{})
 	require.NoError(t, err)
-	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 		imp, err := b.importOf(ctx, ns, "later")
 		return err == nil && imp != nil, fmt.Sprintf("%v", err)
 	})
@@ -188,7 +189,7 @@ func TestKubectlGetExplainAndYAML(t *testing.T) {
 	a.setEPPEndpoint(t, ctx, ns, true)
 	_, err := a.mci.InferencePoolV1().InferencePools(ns).Create(ctx, exportedPool(ns, "cli", v1alpha1.RoutingModeEndpoint), metav1.CreateOptions{})
 	require.NoError(t, err)
-	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 		imp, err := b.importOf(ctx, ns, "cli")
 		return err == nil && imp != nil && conditionStatus(imp.Status.Conditions, "Ready") == metav1.ConditionTrue, fmt.Sprintf("%v", err)
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/registry/virtual"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // LIST through the aggregator follows the Kubernetes API conventions for
@@ -33,7 +34,7 @@ func TestAPIServerListHonoursResourceVersionMatch(t *testing.T) {
 	}
 	listWith := func(n int) string {
 		var rv string
-		eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 			l, err := imports.List(ctx, metav1.ListOptions{})
 			if err != nil || len(l.Items) != n {
 				return false, "waiting for imports"
@@ -56,7 +57,7 @@ func TestAPIServerListHonoursResourceVersionMatch(t *testing.T) {
 		// cannot serve this one's exact state (410); a retry may reach the
 		// replica that issued it.
 		var l *v1alpha1.InferencePoolImportList
-		eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 			l, err = imports.List(ctx, metav1.ListOptions{ResourceVersion: rv1, ResourceVersionMatch: metav1.ResourceVersionMatchExact})
 			if err != nil && !(apierrors.IsResourceExpired(err) && strings.Contains(err.Error(), "another replica")) {
 				require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // An import follows the exporting cluster's EPP Service and parent Gateway
@@ -52,7 +53,7 @@ func TestAnImportFollowsChangesToTheEPPServiceAndTheParentGateway(t *testing.T) 
 	}
 	waitFor := func(want string) {
 		t.Helper()
-		eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 			imp, err := b.importOf(ctx, ns, "llm")
 			if err != nil || imp == nil {
 				return false, fmt.Sprintf("err=%v", err)

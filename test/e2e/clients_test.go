@@ -4,14 +4,12 @@ import (
 	"context"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -21,6 +19,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	"github.com/mci-dev/mci/test/promtext"
 )
 
 // cluster bundles the clients of one member cluster.
@@ -164,19 +163,6 @@ func (c *cluster) setGatewayParents(t *testing.T, ctx context.Context, namespace
 	require.NoError(t, err)
 }
 
-// eventually polls cond until it holds, failing the test with the last
-// reason after timeout.
-func eventually(t *testing.T, ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, string)) {
-	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		ok, why := cond(ctx)
-		last = why
-		return ok, nil
-	})
-	require.NoError(t, err, "condition never held; last state: %s", last)
-}
-
 // importOf returns the import namespace/name in c, nil when none is served.
 func (c *cluster) importOf(ctx context.Context, namespace, name string) (*v1alpha1.InferencePoolImport, error) {
 	imp, err := c.mci.InferenceV1alpha1().InferencePoolImports(namespace).Get(ctx, name, metav1.GetOptions{})
@@ -193,4 +179,15 @@ func conditionStatus(conds []metav1.Condition, t string) metav1.ConditionStatus 
 		}
 	}
 	return ""
+}
+
+// seriesValue finds series (name{label="value",...}) in a Prometheus text
+// exposition; 0 when absent.
+func seriesValue(t *testing.T, body []byte, series string) float64 {
+	t.Helper()
+	m, err := promtext.Parse(body)
+	require.NoError(t, err)
+	v, _, err := m.Lookup(series)
+	require.NoError(t, err)
+	return v
 }

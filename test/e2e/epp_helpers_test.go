@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/http"
@@ -32,7 +31,10 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/test/envoyclient"
+	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/promtext"
 	"github.com/mci-dev/mci/test/simulator"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // The model servers of the EPP tests serve this base model; every EPP is
@@ -197,20 +199,12 @@ type clusterEPP struct {
 	stop    func() // SIGTERM, then SIGKILL after 10s; idempotent.
 }
 
-// binary returns the path of a binary in MCI_BIN_DIR (default
-// _output/bin), failing the test when it is not there.
+// binary returns the path of a binary of localclusterset.BinDir, failing
+// the test when it is not there.
 func binary(t *testing.T, name string) string {
 	t.Helper()
-	dir := os.Getenv("MCI_BIN_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "_output", "bin")
-	}
-	dir, err := filepath.Abs(dir)
+	path, err := localclusterset.Binary(name)
 	require.NoError(t, err)
-	path := filepath.Join(dir, name)
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("%s is missing (%v): build it first with `go build -o _output/bin/ ./cmd/...` (or `make build`)", path, err)
-	}
 	return path
 }
 
@@ -301,7 +295,7 @@ func startClusterEPPWith(t *testing.T, name, ns, pool, ip string, o eppProcessOp
 	require.NoError(t, err)
 	defer func() { _ = conn.Close() }()
 	health := healthpb.NewHealthClient(conn)
-	eventually(t, t.Context(), 30*time.Second, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), 30*time.Second, func(ctx context.Context) (bool, string) {
 		select {
 		case <-exited:
 			return true, "exited"
@@ -364,24 +358,29 @@ func (e *eppProcess) destinations(t *testing.T, model string, n int) map[string]
 // poolMetrics reads the EPP's inference_pool_* gauges of its pool, keyed by
 // metric name.
 func (e *eppProcess) poolMetrics(ctx context.Context) (map[string]float64, error) {
-	lines, err := metricsLines(ctx, "http://"+net.JoinHostPort(e.ip, strconv.Itoa(eppMetricsPort))+"/metrics")
+	m, err := e.metrics(ctx)
 	if err != nil {
 		return nil, err
 	}
-	suffix := `{name="` + e.pool + `"}`
 	got := map[string]float64{}
-	for _, line := range lines {
-		name, value, ok := strings.Cut(line, " ")
-		if !ok || !strings.HasPrefix(name, "inference_pool_") || !strings.HasSuffix(name, suffix) {
+	for name := range m {
+		if !strings.HasPrefix(name, "inference_pool_") {
 			continue
 		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			return nil, fmt.Errorf("metric %s: %w", name, err)
+		for _, s := range m.Samples(name) {
+			if len(s.Labels) == 1 && s.Labels["name"] == e.pool {
+				got[name] = s.Value
+			}
 		}
-		got[strings.TrimSuffix(name, suffix)] = v
 	}
 	return got, nil
+}
+
+// metrics reads the EPP's /metrics (within 2 s).
+func (e *eppProcess) metrics(ctx context.Context) (promtext.Metrics, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return promtext.Get(ctx, "http://"+net.JoinHostPort(e.ip, strconv.Itoa(eppMetricsPort))+"/metrics")
 }
 
 // waitForPoolMetrics waits until the EPP has scraped the model servers'
@@ -398,7 +397,7 @@ func (p *eppPool) waitForPoolMetrics(queues []int, kvCaches []float64) {
 	wantQueue /= float64(len(queues))
 	wantKV /= float64(len(kvCaches))
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
-	eventually(p.t, p.t.Context(), 15*time.Second, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(p.t, p.t.Context(), 15*time.Second, func(ctx context.Context) (bool, string) {
 		m, err := p.epp.poolMetrics(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -408,29 +407,6 @@ func (p *eppPool) waitForPoolMetrics(queues []int, kvCaches []float64) {
 			near(m["inference_pool_average_kv_cache_utilization"], wantKV)
 		return ok, fmt.Sprintf("pool gauges %v, want %d ready pods, average queue %g, average KV cache %g", m, len(queues), wantQueue, wantKV)
 	})
-}
-
-// metricsLines reads a /metrics page (within 2 s) as its lines.
-func metricsLines(ctx context.Context, url string) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := noProxyClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	return strings.Split(string(body), "\n"), nil
 }
 
 // noProxyClient talks to loopback servers directly, whatever the

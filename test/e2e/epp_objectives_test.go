@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // TestEPPHonoursInferenceObjectivesAndModelRewritesOfBothGroups runs the
@@ -110,7 +109,7 @@ func TestEPPHonoursInferenceObjectivesAndModelRewritesOfBothGroups(t *testing.T)
 	})
 	t.Run("a deleted objective no longer sheds: its name is unknown, priority 0", func(t *testing.T) {
 		require.NoError(t, x.InferenceObjectives(p.ns).Delete(ctx, "background", metav1.DeleteOptions{}))
-		eventually(t, ctx, watchEvent, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, watchEvent, func(ctx context.Context) (bool, string) {
 			res := e.do(t, withHeader(requestmodel.ObjectiveHeader, "background"))
 			return res.Immediate == nil, fmt.Sprintf("immediate response %+v", res.Immediate)
 		})
@@ -143,24 +142,19 @@ func TestEPPHonoursInferenceObjectivesAndModelRewritesOfBothGroups(t *testing.T)
 }
 
 // metric reads the samples of one metric from the EPP's /metrics, keyed by
-// their label set as printed ("" for none).
+// their labels as printed ("" for none).
 func (e *eppProcess) metric(ctx context.Context, name string) (map[string]float64, error) {
-	lines, err := metricsLines(ctx, "http://"+net.JoinHostPort(e.ip, strconv.Itoa(eppMetricsPort))+"/metrics")
+	m, err := e.metrics(ctx)
 	if err != nil {
 		return nil, err
 	}
 	got := map[string]float64{}
-	for _, line := range lines {
-		series, value, ok := strings.Cut(line, " ")
-		rest, isName := strings.CutPrefix(series, name)
-		if !ok || !isName || (rest != "" && rest[0] != '{') {
-			continue
+	for _, s := range m.Samples(name) {
+		labels := ""
+		if len(s.Labels) > 0 {
+			labels = fmt.Sprint(s.Labels)
 		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			return nil, fmt.Errorf("metric %s: %w", series, err)
-		}
-		got[rest] = v
+		got[labels] = s.Value
 	}
 	return got, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // These tests run the real mci-epp binary in Kubernetes mode against
@@ -93,11 +94,11 @@ func TestEPPStopsPickingAPodWithinAWatchEventOfItsReadinessTurningFalse(t *testi
 		got := epp.destinations(t, baseModel, 30)
 		return len(got) == len(p.servers), fmt.Sprintf("destinations %v", got)
 	}
-	eventually(t, t.Context(), 15*time.Second, seesAll)
+	waitfor.Eventually(t, t.Context(), 15*time.Second, seesAll)
 
 	start := time.Now()
 	p.setReady(flipped, false)
-	eventually(t, t.Context(), watchEvent, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), watchEvent, func(ctx context.Context) (bool, string) {
 		got := epp.destinations(t, baseModel, 20)
 		return got[flipped.address()] == 0, fmt.Sprintf("destinations %v", got)
 	})
@@ -112,12 +113,12 @@ func TestEPPStopsPickingAPodWithinAWatchEventOfItsReadinessTurningFalse(t *testi
 
 	start = time.Now()
 	p.setReady(flipped, true)
-	eventually(t, t.Context(), watchEvent, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), watchEvent, func(ctx context.Context) (bool, string) {
 		got := epp.destinations(t, baseModel, 30)
 		return got[flipped.address()] > 0, fmt.Sprintf("destinations %v", got)
 	})
 	t.Logf("%s was back in the EPP's choices %s after its Ready condition turned True", flipped.pod, time.Since(start).Round(time.Millisecond))
-	eventually(t, t.Context(), 15*time.Second, seesAll)
+	waitfor.Eventually(t, t.Context(), 15*time.Second, seesAll)
 }
 
 func TestEPPSendsARequestThroughTheGatewayToTheChosenModelServer(t *testing.T) {
@@ -201,7 +202,7 @@ func TestEPPAnswersErrorsOverTheExtProcProtocol(t *testing.T) {
 			p.setReady(m, false)
 		}
 		var res *envoyclient.Result
-		eventually(t, t.Context(), watchEvent, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, t.Context(), watchEvent, func(ctx context.Context) (bool, string) {
 			res = epp.route(t, "assistant")
 			return res.Immediate != nil, fmt.Sprintf("destination %q", res.Destination)
 		})

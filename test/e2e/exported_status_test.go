@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +21,7 @@ import (
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/exportstatus"
 	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // gatewayController is another controller writing the pool's status: its
@@ -66,7 +65,7 @@ func (c *cluster) waitExported(t *testing.T, ctx context.Context, namespace, nam
 func (c *cluster) waitExportedWithin(t *testing.T, ctx context.Context, timeout time.Duration, namespace, name string, status metav1.ConditionStatus, reason string) *poolv1.InferencePool {
 	t.Helper()
 	var pool *poolv1.InferencePool
-	eventually(t, ctx, timeout, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, timeout, func(ctx context.Context) (bool, string) {
 		var err error
 		pool, err = c.mci.InferencePoolV1().InferencePools(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -83,6 +82,29 @@ func (c *cluster) waitExportedWithin(t *testing.T, ctx context.Context, timeout 
 		return cond.Type == "Exported" && cond.Status == status && cond.Reason == reason, describeParents(pool)
 	})
 	return pool
+}
+
+// noWriteWindow is how long a test watches for a write of the Exported
+// status that must not happen. The controller has no delay of its own
+// between an event and its write: Notify queues the pool at once and the
+// worker PATCHes it (its only timers are the rate limiter after a failed
+// write and the retry while its cache is not ready), so a write an event
+// causes lands within one watch event's delivery plus one PATCH on
+// loopback: tens of milliseconds, well under this window even on a loaded
+// machine.
+const noWriteWindow = time.Second
+
+// poolUnwritten holds while the pool's resourceVersion is still rv.
+func poolUnwritten(pools interface {
+	Get(context.Context, string, metav1.GetOptions) (*poolv1.InferencePool, error)
+}, name, rv string) waitfor.Condition {
+	return func(ctx context.Context) (bool, string) {
+		pool, err := pools.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return pool.ResourceVersion == rv, fmt.Sprintf("the pool was written (resourceVersion %s, was %s): %s", pool.ResourceVersion, rv, describeParents(pool))
+	}
 }
 
 // The exporting cluster's pool carries mci's parent entry for its
@@ -126,7 +148,7 @@ func TestExportedStatusFollowsTheExportState(t *testing.T) {
 	before := pool.ResourceVersion
 	for i, ready := range []bool{false, true, false, true} {
 		a.setEPPEndpoint(t, ctx, ns, ready)
-		eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 			imp, err := b.importOf(ctx, ns, name)
 			if err != nil || imp == nil || len(imp.Status.Clusters) != 1 {
 				return false, fmt.Sprintf("flap %d: err=%v imp=%+v", i, err, imp)
@@ -138,10 +160,8 @@ func TestExportedStatusFollowsTheExportState(t *testing.T) {
 			return conditionStatus(imp.Status.Clusters[0].Conditions, "Ready") == want, fmt.Sprintf("flap %d: %+v", i, imp.Status.Clusters[0].Conditions)
 		})
 	}
-	time.Sleep(time.Second) // a write the controller would make lands in this time
-	pool, err = pools.Get(ctx, name, metav1.GetOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, before, pool.ResourceVersion, "EPP readiness flaps write nothing to the pool: %s", describeParents(pool))
+	// EPP readiness flaps write nothing to the pool.
+	waitfor.Consistently(t, ctx, noWriteWindow, poolUnwritten(pools, name, before))
 
 	// The EPP Service is gone: the importers would get nowhere.
 	require.NoError(t, a.kube.CoreV1().Services(ns).Delete(ctx, "epp", metav1.DeleteOptions{}))
@@ -212,10 +232,14 @@ func TestExportedStatusIsWrittenByOneReplica(t *testing.T) {
 		}
 		return out
 	}
-	initial := writes()
 	// One write, or two when cluster-a saw the pool before cluster-b's
-	// namespace (NamespaceNotFound, then Exported).
-	assert.GreaterOrEqual(t, initial[leader], 1.0, "the leader wrote the Exported status")
+	// namespace (NamespaceNotFound, then Exported). The pool may show a
+	// write a moment before the writer counts it.
+	var initial []float64
+	waitfor.Eventually(t, ctx, 5*time.Second, func(context.Context) (bool, string) {
+		initial = writes()
+		return initial[leader] >= 1, fmt.Sprintf("the leader (replica %d) has not counted the Exported status written: writes %v", leader, initial)
+	})
 	assert.Zero(t, initial[1-leader], "only the leader writes: %v", initial)
 	for r, m := range replicasB {
 		assert.Zero(t, m(t, ctx, "mci_exported_status_leader"), "cluster-b replica %d leads with nothing to write", r)
@@ -224,18 +248,36 @@ func TestExportedStatusIsWrittenByOneReplica(t *testing.T) {
 	_, err = b.kube.CoordinationV1().Leases(localclusterset.MCIAPIServerNamespace).Get(ctx, exportstatus.LeaseName, metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "an importing cluster gets no Lease: %v", err)
 
-	// Readiness flaps: no write.
+	// Readiness flaps: no write. Each flap is waited for where cluster-b
+	// imports it, so that the window below starts after the last one.
 	pool, err := pools.Get(ctx, name, metav1.GetOptions{})
 	require.NoError(t, err)
-	for _, ready := range []bool{false, true, false, true} {
+	for i, ready := range []bool{false, true, false, true} {
 		a.setEPPEndpoint(t, ctx, ns, ready)
-		time.Sleep(300 * time.Millisecond)
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+			imp, err := b.importOf(ctx, ns, name)
+			if err != nil || imp == nil || len(imp.Status.Clusters) != 1 {
+				return false, fmt.Sprintf("flap %d: err=%v imp=%+v", i, err, imp)
+			}
+			want := metav1.ConditionFalse
+			if ready {
+				want = metav1.ConditionTrue
+			}
+			return conditionStatus(imp.Status.Clusters[0].Conditions, "Ready") == want, fmt.Sprintf("flap %d: %+v", i, imp.Status.Clusters[0].Conditions)
+		})
 	}
-	time.Sleep(time.Second)
-	after, err := pools.Get(ctx, name, metav1.GetOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, pool.ResourceVersion, after.ResourceVersion, "readiness flaps write nothing")
-	assert.Equal(t, initial, writes())
+	// The counts from here on are taken from now, when every write of the
+	// initial state has long been counted (a flap's write would show in the
+	// pool's resourceVersion).
+	initial = writes()
+	unwritten := poolUnwritten(pools, name, pool.ResourceVersion)
+	waitfor.Consistently(t, ctx, noWriteWindow, func(ctx context.Context) (bool, string) {
+		if ok, state := unwritten(ctx); !ok {
+			return false, "readiness flaps write nothing: " + state
+		}
+		got := writes()
+		return slices.Equal(got, initial), fmt.Sprintf("the replicas' writes went from %v to %v", initial, got)
+	})
 
 	// Two changes of export state: two writes, by the leader.
 	for i, annotations := range []string{
@@ -250,10 +292,13 @@ func TestExportedStatusIsWrittenByOneReplica(t *testing.T) {
 			a.waitExported(t, ctx, ns, name, metav1.ConditionTrue, v1alpha1.ReasonExported)
 		}
 	}
-	time.Sleep(time.Second)
-	got := writes()
-	assert.Equal(t, initial[leader]+2, got[leader], "one write per change of export state")
-	assert.Equal(t, initial[1-leader], got[1-leader], "the other replica never writes")
+	// The pool may show a write a moment before the writer counts it. A
+	// write too many would show in the exact count of the next step.
+	waitfor.Eventually(t, ctx, 5*time.Second, func(ctx context.Context) (bool, string) {
+		got := writes()
+		return got[leader] == initial[leader]+2 && got[1-leader] == initial[1-leader],
+			fmt.Sprintf("writes %v, want one per change of export state (%v more by replica %d), none by the other", got, 2, leader)
+	})
 
 	// cluster-b hangs: past the unreachable threshold the pool is not
 	// Exported any more, and is again once cluster-b answers.
@@ -270,14 +315,20 @@ func TestExportedStatusIsWrittenByOneReplica(t *testing.T) {
 	require.NoError(t, cs.ResumeAPIServer("cluster-b"))
 	paused = false
 	a.waitExportedWithin(t, ctx, time.Minute, ns, name, metav1.ConditionTrue, v1alpha1.ReasonExported)
-	time.Sleep(time.Second)
-	assert.Equal(t, initial[leader]+4, writes()[leader], "one write each way")
+	waitfor.Eventually(t, ctx, 5*time.Second, func(ctx context.Context) (bool, string) {
+		got := writes()
+		return got[leader] == initial[leader]+4, fmt.Sprintf("writes %v, want %v more by replica %d: one each way", got, 4, leader)
+	})
+	waitfor.Consistently(t, ctx, noWriteWindow, func(ctx context.Context) (bool, string) {
+		got := writes()
+		return got[leader] == initial[leader]+4 && got[1-leader] == initial[1-leader], fmt.Sprintf("writes %v after one each way, from %v", got, initial)
+	})
 
 	// The leader stops (SIGTERM releases the Lease): the other replica
 	// takes over and writes the next change.
 	require.NoError(t, cs.StopMCIAPIServerReplica("cluster-a", leader))
 	other := replicasA[1-leader]
-	eventually(t, ctx, time.Minute, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, time.Minute, func(ctx context.Context) (bool, string) {
 		v := other(t, ctx, "mci_exported_status_leader")
 		return v == 1, fmt.Sprintf("leader gauge %v", v)
 	})
@@ -286,7 +337,7 @@ func TestExportedStatusIsWrittenByOneReplica(t *testing.T) {
 	require.NoError(t, err)
 	a.waitExported(t, ctx, ns, name, metav1.ConditionFalse, v1alpha1.ReasonInvalidExport)
 	// The pool may show the write a moment before the writer counts it.
-	eventually(t, ctx, 5*time.Second, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, 5*time.Second, func(ctx context.Context) (bool, string) {
 		v := other(t, ctx, `mci_exported_status_writes_total{result="written"}`)
 		return v == taken+1, fmt.Sprintf("the new leader's writes went from %v to %v", taken, v)
 	})
@@ -319,38 +370,4 @@ func replicaMetrics(t *testing.T, cs *localclusterset.ClusterSet, cluster string
 		})
 	}
 	return out
-}
-
-// seriesValue finds series (name{label="value",...}) in a Prometheus text
-// exposition; 0 when absent.
-func seriesValue(t *testing.T, body []byte, series string) float64 {
-	t.Helper()
-	name, labels, _ := strings.Cut(series, "{")
-	labels = strings.TrimSuffix(labels, "}")
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
-	require.NoError(t, err)
-	family, ok := families[name]
-	if !ok {
-		return 0
-	}
-	for _, m := range family.GetMetric() {
-		if labelString(m) == labels {
-			switch {
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	return 0
-}
-
-func labelString(m *dto.Metric) string {
-	var parts []string
-	for _, l := range m.GetLabel() {
-		parts = append(parts, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-	}
-	return strings.Join(parts, ",")
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/mci-dev/mci/pkg/clusterset"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // faultThreshold is --member-unreachable-after in the fault ClusterSet:
@@ -90,7 +91,7 @@ func TestFaultsInAnHAClusterSet(t *testing.T) {
 				_ = f.cs.ResumeAPIServer("cluster-a")
 			}
 		}()
-		eventually(t, ctx, 4*faultThreshold+10*time.Second, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, 4*faultThreshold+10*time.Second, func(ctx context.Context) (bool, string) {
 			return f.allImportsReason(ctx, v1alpha1.ReasonClusterUnreachable)
 		})
 		flagged := time.Since(paused)
@@ -100,7 +101,7 @@ func TestFaultsInAnHAClusterSet(t *testing.T) {
 
 		require.NoError(t, f.cs.ResumeAPIServer("cluster-a"))
 		resumed = true
-		eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 			return f.allImportsReason(ctx, "Ready")
 		})
 		f.createPool(t, ctx, "after-pause")
@@ -165,7 +166,7 @@ func TestFaultsInAnHAClusterSet(t *testing.T) {
 				_ = f.cs.StartAPIServer(context.Background(), "cluster-a")
 			}
 		}()
-		eventually(t, ctx, 4*faultThreshold+10*time.Second, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, 4*faultThreshold+10*time.Second, func(ctx context.Context) (bool, string) {
 			return f.allImportsReason(ctx, v1alpha1.ReasonClusterUnreachable)
 		})
 		t.Logf("member crash flagged %s after its kube-apiserver was gone (its graceful stop took %s; threshold %s)",
@@ -175,7 +176,7 @@ func TestFaultsInAnHAClusterSet(t *testing.T) {
 		restarted = true
 		// Reconnecting needs the rotated credentials: the first ones are
 		// gone.
-		eventually(t, ctx, 2*convergence, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, 2*convergence, func(ctx context.Context) (bool, string) {
 			return f.allImportsReason(ctx, "Ready")
 		})
 		f.createPool(t, ctx, "after-restart")
@@ -303,7 +304,7 @@ func (f *faultSet) requireConsistent(t *testing.T, ctx context.Context) {
 	for name := range f.pools {
 		want = append(want, name)
 	}
-	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 		list, err := f.b.mci.InferenceV1alpha1().InferencePoolImports(faultNS).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, "listing imports: " + err.Error()

@@ -17,6 +17,7 @@ import (
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // importRoute is an HTTPRoute in ns that sends /v1 to the import ns/pool
@@ -92,7 +93,7 @@ func TestImportParentsFollowTheImportingClustersRoutesAndGateways(t *testing.T) 
 
 	want := func(t *testing.T, cl *cluster, state string) {
 		t.Helper()
-		eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 			imp, err := cl.importOf(ctx, ns, "llm")
 			got := parentsState(imp)
 			return err == nil && got == state, fmt.Sprintf("err=%v parents=%q, want %q", err, got, state)

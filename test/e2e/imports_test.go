@@ -14,6 +14,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 const convergence = 20 * time.Second
@@ -30,7 +31,7 @@ func TestEndpointModeImportFollowsTheExportingCluster(t *testing.T) {
 	require.NoError(t, err)
 
 	var imp *v1alpha1.InferencePoolImport
-	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 		imp, err = b.importOf(ctx, ns, "llm")
 		if err != nil || imp == nil {
 			return false, fmt.Sprintf("import not served yet (err=%v)", err)
@@ -70,7 +71,7 @@ func TestEndpointModeImportFollowsTheExportingCluster(t *testing.T) {
 		require.NoError(t, err)
 		assert.Nil(t, none)
 		c.createNamespace(t, ctx, ns)
-		eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 			imp, err := c.importOf(ctx, ns, "llm")
 			return err == nil && imp != nil, fmt.Sprintf("err=%v", err)
 		})
@@ -81,7 +82,7 @@ func TestEndpointModeImportFollowsTheExportingCluster(t *testing.T) {
 
 	t.Run("an EPP endpoint that stops being ready makes the cluster not ready", func(t *testing.T) {
 		a.setEPPEndpoint(t, ctx, ns, false)
-		eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 			imp, err := b.importOf(ctx, ns, "llm")
 			if err != nil || imp == nil || len(imp.Status.Clusters) != 1 {
 				return false, fmt.Sprintf("err=%v imp=%v", err, imp)
@@ -99,7 +100,7 @@ func TestEndpointModeImportFollowsTheExportingCluster(t *testing.T) {
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null,%q:null}}}`, v1alpha1.ExportAnnotation, v1alpha1.ExportModeAnnotation)
 		_, err := a.mci.InferencePoolV1().InferencePools(ns).Patch(ctx, "llm", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		require.NoError(t, err)
-		eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 			imp, err := b.importOf(ctx, ns, "llm")
 			return err == nil && imp == nil, fmt.Sprintf("err=%v imp=%v", err, imp != nil)
 		})
@@ -117,7 +118,7 @@ func TestParentModeImportCarriesTheRemoteGateway(t *testing.T) {
 	require.NoError(t, err)
 	c.setGatewayParents(t, ctx, ns, "llm", "example.com/gateway", poolv1.ParentReference{Name: "inf-gw"})
 
-	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 		imp, err := b.importOf(ctx, ns, "llm")
 		if err != nil || imp == nil || len(imp.Status.Clusters) != 1 || len(imp.Status.Clusters[0].Parents) != 1 {
 			return false, fmt.Sprintf("err=%v imp=%+v", err, imp)
@@ -162,7 +163,7 @@ func TestSeveralExportersAreMergedAndEachClusterSeesTheOthers(t *testing.T) {
 		{a, "cluster-c"},
 		{c, "cluster-a"},
 	} {
-		eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 			imp, err := tc.in.importOf(ctx, ns, "shared")
 			if err != nil || imp == nil {
 				return false, fmt.Sprintf("%s: err=%v", tc.in.name, err)
@@ -187,7 +188,7 @@ func TestInferencePoolExportSaysWhereThePoolIsImported(t *testing.T) {
 	_, err = a.mci.InferencePoolV1().InferencePools(ns).Create(ctx, bad, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 		exp, err := a.mci.InferenceV1alpha1().InferencePoolExports(ns).Get(ctx, "good", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -201,7 +202,7 @@ func TestInferencePoolExportSaysWhereThePoolIsImported(t *testing.T) {
 			byName["cluster-c"].Reason == v1alpha1.ReasonNamespaceNotFound
 		return ok, fmt.Sprintf("%+v", exp.Status)
 	})
-	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 		exp, err := a.mci.InferenceV1alpha1().InferencePoolExports(ns).Get(ctx, "bad", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

@@ -35,6 +35,7 @@ import (
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/servingcert"
 	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 const (
@@ -246,7 +247,7 @@ func TestInstallInOneCommandWithASelfContainedServingCertificate(t *testing.T) {
 		// informer and answers 503 "service unavailable" until then, so
 		// the List is retried after the condition turns True (the same
 		// lag test/localclusterset's apiServiceAvailable waits out).
-		eventually(t, ctx, 2*time.Minute, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, 2*time.Minute, func(ctx context.Context) (bool, string) {
 			as, err := dyn.Resource(servingcert.APIServiceGVR).Get(ctx, localclusterset.APIServiceName, metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()

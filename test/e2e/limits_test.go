@@ -26,6 +26,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // API limits the objects below are built to (validation of Kubernetes
@@ -159,7 +160,7 @@ func TestObjectsAtAPIMaximumSizesAreImportedAndReportedWithinTheAPILimits(t *tes
 
 	imports := b.mci.InferenceV1alpha1().InferencePoolImports(ns)
 	var imp *v1alpha1.InferencePoolImport
-	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 		imp, err = b.importOf(ctx, ns, poolName)
 		if err != nil || imp == nil {
 			return false, fmt.Sprintf("import not served yet (err=%v)", err)
@@ -243,7 +244,7 @@ func TestObjectsAtAPIMaximumSizesAreImportedAndReportedWithinTheAPILimits(t *tes
 	})
 
 	t.Run("the exporting cluster reports the export valid and where it is imported", func(t *testing.T) {
-		eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 			exp, err := a.mci.InferenceV1alpha1().InferencePoolExports(ns).Get(ctx, poolName, metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
@@ -263,7 +264,7 @@ func TestObjectsAtAPIMaximumSizesAreImportedAndReportedWithinTheAPILimits(t *tes
 
 	t.Run("an export annotation of 250 KiB is reported invalid within the API's limit", func(t *testing.T) {
 		var valid metav1.Condition
-		eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 			exp, err := a.mci.InferenceV1alpha1().InferencePoolExports(ns).Get(ctx, huge.Name, metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
@@ -417,7 +418,7 @@ func TestTenThousandPoolsInOneNamespace(t *testing.T) {
 			return
 		}
 		deleted := time.Since(start)
-		eventually(t, cleanupCtx, scaleTimeout, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, cleanupCtx, scaleTimeout, func(ctx context.Context) (bool, string) {
 			list, err := imports.List(ctx, metav1.ListOptions{Limit: 1})
 			if err != nil {
 				return false, err.Error()

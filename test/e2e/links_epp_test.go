@@ -29,6 +29,8 @@ import (
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/promtext"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // These tests put faults on the link from mci-sidecar to one EPP
@@ -124,6 +126,15 @@ func dataPathBinaries(t *testing.T) string {
 // send sends one completion request of maxTokens output tokens through the
 // gateway, streamed or not, and reads its answer whole.
 func (s *eppLinkSet) send(ctx context.Context, maxTokens int, stream bool) served {
+	return s.sendNotifying(ctx, maxTokens, stream, func() {})
+}
+
+// sendNotifying is send that calls started once the first byte of the
+// body is in (the request phase and the response headers went through
+// the EPP), or once the request has failed before it.
+func (s *eppLinkSet) sendNotifying(ctx context.Context, maxTokens int, stream bool, started func()) served {
+	var once sync.Once
+	defer once.Do(started)
 	out := served{start: time.Now()}
 	body, _ := json.Marshal(map[string]any{"model": s.dp.Model, "prompt": "Say hello", "max_tokens": maxTokens, "stream": stream})
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -148,6 +159,7 @@ func (s *eppLinkSet) send(ctx context.Context, maxTokens int, stream bool) serve
 		n, err := resp.Body.Read(buf)
 		if n > 0 && got.Len() == 0 {
 			out.firstByte = time.Since(out.start)
+			once.Do(started)
 		}
 		got.Write(buf[:n])
 		if err == io.EOF {
@@ -177,20 +189,17 @@ func (s *eppLinkSet) sendFor(ctx context.Context, d time.Duration) []served {
 	return out
 }
 
-// metric reads one series of the sidecar's /metrics ("name{labels}" as
-// seriesValue wants them); 0 when absent.
+// metric reads one series of the sidecar's /metrics ("name{labels}");
+// 0 when absent.
 func (s *eppLinkSet) metric(t *testing.T, ctx context.Context, series string) float64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.metricsURL, nil)
+	m, err := promtext.Get(ctx, s.metricsURL)
 	require.NoError(t, err)
-	resp, err := noProxyClient.Do(req)
+	v, _, err := m.Lookup(series)
 	require.NoError(t, err)
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return seriesValue(t, body, series)
+	return v
 }
 
 // logLines returns the sidecar's log lines that contain every one of
@@ -255,7 +264,7 @@ func (s *eppLinkSet) settle(t *testing.T, ctx context.Context, baseline float64)
 	t.Helper()
 	start := time.Now()
 	var streams, eppStreams, goroutines float64
-	eventually(t, ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, 20*time.Second, func(ctx context.Context) (bool, string) {
 		streams = s.metric(t, ctx, "mci_sidecar_ext_proc_streams")
 		eppStreams = s.metric(t, ctx, "mci_sidecar_epp_streams")
 		goroutines = s.metric(t, ctx, "go_goroutines")
@@ -430,21 +439,31 @@ func TestEPPLinkFaults(t *testing.T) {
 	})
 
 	// inFlight starts n streamed requests, 50ms apart, and returns once
-	// each has had time for its first tokens: the request phase and the
-	// response headers answered by its EPP.
-	inFlight := func(n int) (streams []served, wait func()) {
+	// each has its first tokens: the request phase and the response
+	// headers answered by its EPP.
+	inFlight := func(t *testing.T, n int) (streams []served, wait func()) {
+		t.Helper()
 		streams = make([]served, n)
-		var wg sync.WaitGroup
+		var done, started sync.WaitGroup
 		for i := range n {
-			wg.Add(1)
+			done.Add(1)
+			started.Add(1)
 			go func() {
-				defer wg.Done()
-				streams[i] = s.send(ctx, streamTokens, true)
+				defer done.Done()
+				streams[i] = s.sendNotifying(ctx, streamTokens, true, started.Done)
 			}()
+			// Pacing, not waiting: the streams arrive one after the
+			// other, as separate clients' would.
 			time.Sleep(50 * time.Millisecond)
 		}
-		time.Sleep(500 * time.Millisecond)
-		return streams, wg.Wait
+		allStarted := make(chan struct{})
+		go func() { started.Wait(); close(allStarted) }()
+		select {
+		case <-allStarted:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the %d streams had not all had their first tokens within 10s", n)
+		}
+		return streams, done.Wait
 	}
 	streamed := streamTokens * eppLinkTokenTime
 
@@ -452,7 +471,7 @@ func TestEPPLinkFaults(t *testing.T) {
 		outcomesBefore := s.responseOutcomes(t, ctx, "cluster-a")
 		logsBefore := len(s.unreachableLogged(t, "cluster-a", 0))
 		relayFailuresBefore := s.metric(t, ctx, relayFailures)
-		streams, wait := inFlight(4)
+		streams, wait := inFlight(t, 4)
 		require.NoError(t, link.Blackhole())
 		stallAt := time.Now()
 		rs := s.sendFor(ctx, 6*time.Second)
@@ -497,7 +516,7 @@ func TestEPPLinkFaults(t *testing.T) {
 	t.Run("an EPP whose answers are cut mid-message: the responses go on, new requests fail over", func(t *testing.T) {
 		outcomesBefore := s.responseOutcomes(t, ctx, "cluster-a")
 		failuresBefore := s.metric(t, ctx, `mci_sidecar_epp_failures_total{cluster="cluster-a"}`)
-		streams, wait := inFlight(4)
+		streams, wait := inFlight(t, 4)
 		// Each connection of the link closes once the EPP has sent 1500
 		// more bytes over it: in the middle of a streamed body's answers,
 		// or of a later request's.
@@ -534,6 +553,11 @@ func TestEPPLinkFaults(t *testing.T) {
 		// and the sidecar routes to those, stale, as no reachable cluster
 		// is left.
 		b := clientsIn(t, s.cs, "cluster-b")
+		problem := func(cluster string) int {
+			return len(s.logLines(t, "Routing table problem", "unreachable from mci-apiserver", cluster))
+		}
+		problemsBefore := map[string]int{"cluster-a": problem("cluster-a"), "cluster-c": problem("cluster-c")}
+		unreachableNow := func(cluster string) int { return problem(cluster) - problemsBefore[cluster] }
 		var links []*localclusterset.Link
 		for _, member := range []string{"cluster-a", "cluster-c"} {
 			l, err := s.cs.MemberLink("cluster-b", member)
@@ -560,11 +584,14 @@ func TestEPPLinkFaults(t *testing.T) {
 			}
 			return n == 2, fmt.Sprintf("%d of %d clusters flagged ClusterUnreachable", n, len(imp.Status.Clusters))
 		}
-		eventually(t, ctx, time.Minute, unreachable)
+		waitfor.Eventually(t, ctx, time.Minute, unreachable)
 		flagged := time.Since(cut)
-		// The sidecar's table follows its watch of the import within
-		// milliseconds.
-		time.Sleep(time.Second)
+		// The sidecar's table follows its watch of the import: it reports
+		// each cluster's problem when it has both as stale.
+		waitfor.Eventually(t, ctx, 15*time.Second, func(context.Context) (bool, string) {
+			a, c := unreachableNow("cluster-a"), unreachableNow("cluster-c")
+			return a > 0 && c > 0, fmt.Sprintf("the sidecar reported cluster-a unreachable %d times, cluster-c %d times, since the cut", a, c)
+		})
 		rs := s.sendFor(ctx, 4*time.Second)
 		bad := failed(rs)
 		t.Logf("control-plane partition cluster-b -/- cluster-a, cluster-c: both flagged after %s; %d requests %v, longest %s, %d failed",
@@ -578,7 +605,7 @@ func TestEPPLinkFaults(t *testing.T) {
 		for _, l := range links {
 			require.NoError(t, l.Heal())
 		}
-		eventually(t, ctx, time.Minute, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, time.Minute, func(ctx context.Context) (bool, string) {
 			ok, why := unreachable(ctx)
 			return !ok && strings.HasPrefix(why, "0 of"), why
 		})

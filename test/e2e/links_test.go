@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,10 +26,17 @@ import (
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
 	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
-// partitionHold is how long a partition lasts past being flagged.
-const partitionHold = 10 * time.Second
+// reflectorBackoffGrown is how long a member partition lasts, from the
+// cut, for it to matter that mci's link gate holds the member informers'
+// requests: without the gate, client-go's reflectors, failing from the
+// cut, would by then wait longer than healBound between attempts. Their
+// backoff starts at 0.8s and doubles, each wait jittered up to twice its
+// base, so the fourth wait (6.4s or more) has begun by
+// 2*(0.8+1.6+3.2) = 11.2s.
+const reflectorBackoffGrown = 12 * time.Second
 
 // healBound is how soon after a heal every view must be back to the
 // truth: the target is 2s; the bound allows for a loaded 2-core
@@ -177,7 +185,7 @@ func (l *linkSet) converged(ctx context.Context) (bool, string) {
 func (l *linkSet) waitConverged(t *testing.T, ctx context.Context, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	eventually(t, ctx, timeout, l.converged)
+	waitfor.Eventually(t, ctx, timeout, l.converged)
 	return time.Since(start)
 }
 
@@ -186,7 +194,7 @@ func (l *linkSet) waitConverged(t *testing.T, ctx context.Context, timeout time.
 func (l *linkSet) waitListed(t *testing.T, ctx context.Context, in, prefix string, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	eventually(t, ctx, timeout, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, timeout, func(ctx context.Context) (bool, string) {
 		listed, _, err := l.views(ctx, in)
 		if err != nil {
 			return false, err.Error()
@@ -295,15 +303,15 @@ func TestLinkFaults(t *testing.T) {
 		cut := time.Now()
 		defer func() { _ = link.Heal() }()
 		l.unreachable["cluster-b"]["cluster-a"] = true
-		eventually(t, ctx, 4*linkThreshold+10*time.Second, l.clusterView("cluster-b"))
+		waitfor.Eventually(t, ctx, 4*linkThreshold+10*time.Second, l.clusterView("cluster-b"))
 		flagged := time.Since(cut)
 		n, failed, first := others()
 		// A change cluster-b cannot see while cut off, but cluster-c can.
 		l.export(t, ctx, "cluster-a", "a-3")
-		eventually(t, ctx, convergence, l.clusterView("cluster-c"))
-		// Held as long as a short real outage, so that every client's
-		// retries have backed off.
-		time.Sleep(partitionHold)
+		waitfor.Eventually(t, ctx, convergence, l.clusterView("cluster-c"))
+		// The partition is the scenario: it lasts until ungated retries
+		// would have backed off past healBound.
+		time.Sleep(time.Until(cut.Add(reflectorBackoffGrown)))
 		partitioned := time.Since(cut)
 
 		require.NoError(t, link.Heal())
@@ -326,12 +334,16 @@ func TestLinkFaults(t *testing.T) {
 		holed := time.Now()
 		defer func() { _ = link.Heal() }()
 		l.unreachable["cluster-b"]["cluster-a"] = true
-		eventually(t, ctx, 4*linkThreshold+10*time.Second, l.clusterView("cluster-b"))
+		waitfor.Eventually(t, ctx, 4*linkThreshold+10*time.Second, l.clusterView("cluster-b"))
 		flagged := time.Since(holed)
 		assert.LessOrEqual(t, flagged, linkThreshold+time.Second, "a blackholed member is flagged within the threshold + 1s")
 
 		// Runtime of cluster-b's replicas while the member stays
-		// blackholed: every 2s for 24s after a 4s settling.
+		// blackholed: every 2s for 24s after a 4s settling. The sleeps
+		// pace a measurement: the window holds four probe cycles of the
+		// blackholed member (each waits out the probe timeout, the 5s
+		// threshold, then 1s), so that a leak per probe or per held
+		// request would show as growth.
 		time.Sleep(4 * time.Second)
 		readers := replicaMetrics(t, l.cs, "cluster-b")
 		var goroutines, heap [][]float64 // [sample][replica]
@@ -375,7 +387,11 @@ func TestLinkFaults(t *testing.T) {
 		defer func() { _ = link.Heal() }()
 		for i, latency := range []time.Duration{500 * time.Millisecond, 2 * time.Second} {
 			require.NoError(t, link.Latency(latency, latency/10))
+			slowed := time.Now()
 			flags := sample(ctx, l.noneUnreachable("cluster-b"))
+			// One probe interval and one exchange over the slow link: from
+			// here every probe of cluster-a pays the latency, before the
+			// exports whose listing is measured.
 			time.Sleep(latency + time.Second)
 			slowPool, healthyPool := fmt.Sprintf("a-slow-%d", i), fmt.Sprintf("c-healthy-%d", i)
 			l.export(t, ctx, "cluster-a", slowPool)
@@ -383,8 +399,11 @@ func TestLinkFaults(t *testing.T) {
 			healthy := l.waitListed(t, ctx, "cluster-b", healthyPool+"=", convergence)
 			slow := l.waitListed(t, ctx, "cluster-b", slowPool+"=", convergence) + healthy
 			took := l.waitConverged(t, ctx, convergence)
-			// A while longer at this latency: probes and watches go on.
-			time.Sleep(3 * time.Second)
+			// Probes and watches go on at this latency: cluster-b flags no
+			// member until the threshold and a probe interval have passed
+			// since the link slowed (the least a flag would take).
+			window := max(time.Until(slowed.Add(linkThreshold+time.Second)), waitfor.Interval)
+			waitfor.Consistently(t, ctx, window, l.noneUnreachable("cluster-b"))
 			n, flagged, first := flags()
 			t.Logf("latency %s (±%s) cluster-b -> cluster-a: export in healthy cluster-c listed in cluster-b after %s (baseline %s), in slow cluster-a after %s; all views equal the truth after %s; samples of cluster-b flagging a member: %d of %d",
 				latency, latency/10, healthy.Round(10*time.Millisecond), baseline.Round(10*time.Millisecond), slow.Round(10*time.Millisecond), took.Round(10*time.Millisecond), flagged, n)
@@ -400,6 +419,12 @@ func TestLinkFaults(t *testing.T) {
 		// the aggregator) through ClientLink: the client's own partition.
 		cfg, err := l.cs.ClientConfig("cluster-c")
 		require.NoError(t, err)
+		// The client's requests that got no answer: its reflector's
+		// attempts through the cut link.
+		var failures atomic.Int64
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return failureCounter{next: rt, failures: &failures}
+		})
 		factory := mciinformers.NewSharedInformerFactoryWithOptions(mciclient.NewForConfigOrDie(cfg), 0, mciinformers.WithNamespace(linkNS))
 		inf := factory.Inference().V1alpha1().InferencePoolImports().Informer()
 		infCtx, cancel := context.WithCancel(ctx)
@@ -414,21 +439,30 @@ func TestLinkFaults(t *testing.T) {
 			got := importState(stored)
 			return got == l.want("cluster-c"), got
 		}
-		eventually(t, ctx, convergence, informed)
+		waitfor.Eventually(t, ctx, convergence, informed)
 
 		link, err := l.cs.ClientLink("cluster-c")
 		require.NoError(t, err)
+		failuresBefore := failures.Load()
 		link.Cut()
+		cut := time.Now()
 		defer func() { _ = link.Heal() }()
 		l.export(t, ctx, "cluster-a", "while-client-cut")
-		time.Sleep(partitionHold)
+		// Healed once two of the client's attempts failed through the cut
+		// (the second after a backoff wait): it is in its backoff and has
+		// missed the export, which it must catch up on.
+		waitfor.Eventually(t, ctx, 30*time.Second, func(context.Context) (bool, string) {
+			n := failures.Load() - failuresBefore
+			return n >= 2, fmt.Sprintf("%d of the client's requests failed since the cut", n)
+		})
+		partitioned := time.Since(cut)
 		require.NoError(t, link.Heal())
 		healed := time.Now()
 		// client-go's reflector retries on its own backoff (up to 30s
 		// between attempts): the figure is the client's, not mci's.
-		eventually(t, ctx, 45*time.Second, informed)
+		waitfor.Eventually(t, ctx, 45*time.Second, informed)
 		t.Logf("client link to cluster-c cut for %s: heal -> the client's informer equal to the truth in %s (client-go's reflector backoff)",
-			partitionHold, time.Since(healed).Round(10*time.Millisecond))
+			partitioned.Round(10*time.Millisecond), time.Since(healed).Round(10*time.Millisecond))
 		l.waitConverged(t, ctx, convergence)
 	})
 
@@ -464,13 +498,13 @@ func TestLinkFaults(t *testing.T) {
 		link.Cut()
 		defer func() { _ = link.Heal() }()
 		l.unreachable["cluster-b"]["cluster-a"] = true
-		eventually(t, ctx, 4*linkThreshold+10*time.Second, l.clusterView("cluster-b"))
+		waitfor.Eventually(t, ctx, 4*linkThreshold+10*time.Second, l.clusterView("cluster-b"))
 		// Each replica, asked directly, must keep cluster-a's pools
 		// (flagged) from here to the heal: replica 0 through the
 		// rotation, replica 1 also through its restart.
 		replicas := l.replicaViews(t, "cluster-b")
 		// Each replica flags on its own clock: sample once both have.
-		eventually(t, ctx, 4*linkThreshold, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, 4*linkThreshold, func(ctx context.Context) (bool, string) {
 			var states []string
 			ok := true
 			for _, view := range replicas {
@@ -512,9 +546,15 @@ func TestLinkFaults(t *testing.T) {
 		// 5 minutes here, when every replica would agree they are).
 		require.NoError(t, l.cs.StopMCIAPIServerReplica("cluster-b", 1))
 		require.NoError(t, l.cs.LaunchMCIAPIServerReplica("cluster-b", 1))
-		time.Sleep(linkThreshold + 2*time.Second)
-		restartedReady, why := l.cs.MCIAPIServerReplicaReady(ctx, "cluster-b", 1)
-		assert.False(t, restartedReady, "a replica started during the partition is ready before it listed cluster-a")
+		// Watched past the threshold, when the replacement that cannot
+		// list is swapped in, and a probe interval and a readiness check
+		// more.
+		var why string
+		waitfor.Consistently(t, ctx, linkThreshold+2*time.Second, func(ctx context.Context) (bool, string) {
+			var ready bool
+			ready, why = l.cs.MCIAPIServerReplicaReady(ctx, "cluster-b", 1)
+			return !ready, "a replica started during the partition is ready before it listed cluster-a: " + why
+		})
 		n, wrong, first := keptBy[0]()
 		nRestarted, wrongRestarted, firstRestarted := keptBy[1]()
 
@@ -522,7 +562,7 @@ func TestLinkFaults(t *testing.T) {
 		healed := time.Now()
 		l.unreachable["cluster-b"]["cluster-a"] = false
 		took := l.waitConverged(t, ctx, 60*time.Second)
-		eventually(t, ctx, 60*time.Second, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, 60*time.Second, func(ctx context.Context) (bool, string) {
 			return l.cs.MCIAPIServerReplicaReady(ctx, "cluster-b", 1)
 		})
 		readyAfterHeal := time.Since(healed)
@@ -537,6 +577,20 @@ func TestLinkFaults(t *testing.T) {
 		assert.Zero(t, deleted.Load(), "an informer of cluster-b saw imports deleted: a replica served the partitioned member's pools as gone")
 		assert.LessOrEqual(t, took, healBound, "every view must equal the truth soon after the heal")
 	})
+}
+
+// failureCounter counts the requests of a client that got no answer.
+type failureCounter struct {
+	next     http.RoundTripper
+	failures *atomic.Int64
+}
+
+func (f failureCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := f.next.RoundTrip(req)
+	if err != nil {
+		f.failures.Add(1)
+	}
+	return resp, err
 }
 
 // replicaViews returns, per mci-apiserver replica of cluster, a LIST of
@@ -592,7 +646,7 @@ func secretJoinsIn(t *testing.T, cs *localclusterset.ClusterSet, watcher, member
 
 func waitSecretJoinsIn(t *testing.T, cs *localclusterset.ClusterSet, watcher, member string, before []int) {
 	t.Helper()
-	eventually(t, t.Context(), convergence, func(context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), convergence, func(context.Context) (bool, string) {
 		now := secretJoinsIn(t, cs, watcher, member)
 		for i := range now {
 			if now[i] <= before[i] {

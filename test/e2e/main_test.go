@@ -24,14 +24,14 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	binDir := os.Getenv("MCI_BIN_DIR")
-	if binDir == "" {
-		binDir = filepath.Join("..", "..", "_output", "bin")
+	binDir, err := localclusterset.BinDir()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		return 1
 	}
-	binDir, _ = filepath.Abs(binDir)
-	mci := filepath.Join(binDir, "mci-apiserver")
-	if _, err := os.Stat(mci); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: %s is missing: run `make build tools` (or `make test-e2e`)\n", mci)
+	mci, err := localclusterset.Binary("mci-apiserver")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v (or run `make test-e2e`)\n", err)
 		return 1
 	}
 	dir, err := os.MkdirTemp("", "mci-e2e-")

@@ -26,6 +26,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/clusterset"
 	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // defaultUnreachableAfter is mci-apiserver's --member-unreachable-after
@@ -70,7 +71,7 @@ func (l *serverLog) lines(t *testing.T) []string {
 func (l *serverLog) waitFor(t *testing.T, timeout time.Duration, parts ...string) string {
 	t.Helper()
 	var found string
-	eventually(t, t.Context(), timeout, func(context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), timeout, func(context.Context) (bool, string) {
 		for _, line := range l.lines(t) {
 			all := true
 			for _, p := range parts {
@@ -280,7 +281,7 @@ func TestBadMemberSecretsAreReportedAndServingGoesOn(t *testing.T) {
 	// member that does not answer holds it back by design (for the
 	// unreachable threshold), which is not what this test is about.
 	readyz := directClient(t, nil)
-	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 		resp, err := readyz.Get(fmt.Sprintf("https://127.0.0.1:%d/readyz", bServer.MCIAPIServerPort))
 		if err != nil {
 			return false, err.Error()
@@ -387,7 +388,7 @@ func TestBadMemberSecretsAreReportedAndServingGoesOn(t *testing.T) {
 
 	t.Run("a member where nothing listens is flagged after the threshold", func(t *testing.T) {
 		var flagged time.Duration
-		eventually(t, ctx, defaultUnreachableAfter+convergence, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, defaultUnreachableAfter+convergence, func(ctx context.Context) (bool, string) {
 			st, err := exportStatus(ctx, b, ns, "from-b")
 			if err != nil {
 				return false, err.Error()
@@ -429,7 +430,7 @@ func TestBadMemberSecretsAreReportedAndServingGoesOn(t *testing.T) {
 	t.Run("the members the Secrets added leave with them", func(t *testing.T) {
 		deleteSecrets()
 		waitForImportClusters(t, ctx, b, ns, "from-c", "cluster-c:Ready")
-		eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 			st, err := exportStatus(ctx, b, ns, "from-b")
 			if err != nil {
 				return false, err.Error()
@@ -582,7 +583,7 @@ func (h *watchHistory) record(w watch.Interface) {
 func (h *watchHistory) wait(t *testing.T, name string, typ watch.EventType, state string, timeout time.Duration) sighting {
 	t.Helper()
 	var found sighting
-	eventually(t, t.Context(), timeout, func(context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), timeout, func(context.Context) (bool, string) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		var got []string
@@ -604,11 +605,7 @@ func (h *watchHistory) wait(t *testing.T, name string, typ watch.EventType, stat
 // mci-apiserver of the shared one, and stops it when the test ends.
 func startClusterSet(t *testing.T, prefix string, opts localclusterset.Options) *localclusterset.ClusterSet {
 	t.Helper()
-	binDir := os.Getenv("MCI_BIN_DIR")
-	if binDir == "" {
-		binDir = filepath.Join("..", "..", "_output", "bin")
-	}
-	binDir, err := filepath.Abs(binDir)
+	binDir, err := localclusterset.BinDir()
 	require.NoError(t, err)
 	dir, err := os.MkdirTemp("", prefix)
 	require.NoError(t, err)

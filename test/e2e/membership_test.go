@@ -15,6 +15,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/clusterset"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // importClusters returns the exporting clusters of an import, and of each
@@ -38,7 +39,7 @@ func importClusters(imp *v1alpha1.InferencePoolImport) string {
 
 func waitForImportClusters(t *testing.T, ctx context.Context, in *cluster, ns, name, want string) {
 	t.Helper()
-	eventually(t, ctx, convergence*2, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, convergence*2, func(ctx context.Context) (bool, string) {
 		imp, err := in.importOf(ctx, ns, name)
 		if err != nil {
 			return false, err.Error()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // deletion is how long the kube-controller-manager of a cluster may take
@@ -57,7 +58,7 @@ func TestDeletingNamespacesAndOwnersMakesImportsFollow(t *testing.T) {
 		_, err := a.kube.CoreV1().ConfigMaps(ns).Create(ctx, dependent, metav1.CreateOptions{})
 		require.NoError(t, err)
 		require.NoError(t, a.mci.InferencePoolV1().InferencePools(ns).Delete(ctx, owner.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}))
-		eventually(t, ctx, deletion, func(ctx context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, deletion, func(ctx context.Context) (bool, string) {
 			_, err := a.kube.CoreV1().ConfigMaps(ns).Get(ctx, dependent.Name, metav1.GetOptions{})
 			return apierrors.IsNotFound(err), fmt.Sprintf("the dependent ConfigMap is still there (err=%v)", err)
 		})
@@ -86,7 +87,7 @@ func TestDeletingNamespacesAndOwnersMakesImportsFollow(t *testing.T) {
 // no longer does.
 func (c *cluster) waitImport(t *testing.T, ctx context.Context, namespace, name string, served bool) {
 	t.Helper()
-	eventually(t, ctx, deletion, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, deletion, func(ctx context.Context) (bool, string) {
 		imp, err := c.importOf(ctx, namespace, name)
 		if err != nil {
 			return false, err.Error()
@@ -100,7 +101,7 @@ func (c *cluster) waitImport(t *testing.T, ctx context.Context, namespace, name 
 func (c *cluster) waitNamespaceGone(t *testing.T, ctx context.Context, namespace string) {
 	t.Helper()
 	var state string
-	eventually(t, ctx, deletion, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, deletion, func(ctx context.Context) (bool, string) {
 		got, err := c.kube.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -17,6 +16,8 @@ import (
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/test/promtext"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // TestSidecarFollowsGatewayAPIAttachmentRules runs the sidecar data path
@@ -69,7 +70,7 @@ func TestSidecarFollowsGatewayAPIAttachmentRules(t *testing.T) {
 	setAllowed(from(gatewayv1.NamespacesFromAll, nil))
 	s.expect(t, "from: All attaches it, but its backendRef to another namespace has no ReferenceGrant", http.StatusInternalServerError)
 	s.expectProblem(t, routetable.ReasonRefNotPermitted, "no ReferenceGrant of namespace "+ns)
-	s.expectMetric(t, `mci_sidecar_gateway_api_refusals{reason="RefNotPermitted"} 1`)
+	s.expectMetric(t, `mci_sidecar_gateway_api_refusals{reason="RefNotPermitted"}`, 1)
 
 	grants := b.gateway.GatewayV1beta1().ReferenceGrants(ns)
 	_, err = grants.Create(ctx, &gatewayv1beta1.ReferenceGrant{
@@ -81,7 +82,7 @@ func TestSidecarFollowsGatewayAPIAttachmentRules(t *testing.T) {
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	s.expect(t, "a ReferenceGrant for the import serves the route", http.StatusOK)
-	s.expectMetric(t, `mci_sidecar_gateway_api_refusals{reason="RefNotPermitted"} 0`)
+	s.expectMetric(t, `mci_sidecar_gateway_api_refusals{reason="RefNotPermitted"}`, 0)
 
 	selector := &metav1.LabelSelector{MatchLabels: map[string]string{"mci.x-k8s.io/e2e-gateway-access": "granted"}}
 	setAllowed(from(gatewayv1.NamespacesFromSelector, selector))
@@ -112,7 +113,7 @@ func (s *sidecarSetup) expect(t *testing.T, what string, code int) {
 	t.Helper()
 	start := time.Now()
 	var last string
-	eventually(t, t.Context(), 15*time.Second, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), 15*time.Second, func(ctx context.Context) (bool, string) {
 		got, _, err := s.try(ctx)
 		last = fmt.Sprintf("%d (err=%v)", got, err)
 		return err == nil && got == code, fmt.Sprintf("%s: got %s, want %d", what, last, code)
@@ -124,7 +125,7 @@ func (s *sidecarSetup) expect(t *testing.T, what string, code int) {
 // whose text contains text.
 func (s *sidecarSetup) expectProblem(t *testing.T, reason, text string) {
 	t.Helper()
-	eventually(t, t.Context(), 15*time.Second, func(context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), 15*time.Second, func(context.Context) (bool, string) {
 		var all []string
 		for _, err := range s.sidecar.Router().Table().Errors {
 			var be *routetable.BuildError
@@ -137,23 +138,19 @@ func (s *sidecarSetup) expectProblem(t *testing.T, reason, text string) {
 	})
 }
 
-// expectMetric waits until the sidecar's metrics have the line.
-func (s *sidecarSetup) expectMetric(t *testing.T, line string) {
+// expectMetric waits until the sidecar's metrics have series with the
+// value want.
+func (s *sidecarSetup) expectMetric(t *testing.T, series string, want float64) {
 	t.Helper()
-	eventually(t, t.Context(), 15*time.Second, func(ctx context.Context) (bool, string) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.sidecar.MetricsAddr()+"/metrics", nil)
+	waitfor.Eventually(t, t.Context(), 15*time.Second, func(ctx context.Context) (bool, string) {
+		m, err := promtext.Get(ctx, "http://"+s.sidecar.MetricsAddr()+"/metrics")
 		if err != nil {
 			return false, err.Error()
 		}
-		resp, err := noProxyClient.Do(req)
+		v, found, err := m.Lookup(series)
 		if err != nil {
 			return false, err.Error()
 		}
-		defer func() { _ = resp.Body.Close() }()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return false, err.Error()
-		}
-		return strings.Contains(string(body), line+"\n"), fmt.Sprintf("no line %q in the metrics", line)
+		return found && v == want, fmt.Sprintf("%s is %v (present: %t), want %v", series, v, found, want)
 	})
 }

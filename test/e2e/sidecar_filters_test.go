@@ -15,6 +15,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/test/simulator"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // HTTPRoute filters, as a kube-apiserver stores them, change what reaches
@@ -74,7 +75,7 @@ func TestSidecarAppliesHTTPRouteFilters(t *testing.T) {
 	}
 
 	// The sidecar's table follows the route's update.
-	eventually(t, ctx, 15*time.Second, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, 15*time.Second, func(ctx context.Context) (bool, string) {
 		resp, err := post(ctx, "/old/v1/completions")
 		if err != nil {
 			return false, err.Error()

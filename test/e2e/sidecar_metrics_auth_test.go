@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -28,6 +27,8 @@ import (
 
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
+	"github.com/mci-dev/mci/test/promtext"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // This test runs mci-sidecar on the local ClusterSet like sidecar_test.go,
@@ -72,35 +73,16 @@ func (c *capturedLogs) count(parts ...string) int {
 // metricsStates returns the state of each cluster's pool metrics that the
 // sidecar's mci_sidecar_epp_metrics_state reports (the label whose value
 // is 1), by cluster.
-func metricsStates(t *testing.T, sc *sidecar.Sidecar, pool string) (map[string]string, error) {
-	t.Helper()
-	resp, err := noProxyClient.Get("http://" + sc.MetricsAddr() + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
+func metricsStates(ctx context.Context, sc *sidecar.Sidecar, pool string) (map[string]string, error) {
+	m, err := promtext.Get(ctx, "http://"+sc.MetricsAddr()+"/metrics")
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]string{}
-	for line := range strings.SplitSeq(string(body), "\n") {
-		rest, ok := strings.CutPrefix(line, "mci_sidecar_epp_metrics_state{")
-		if !ok || !strings.HasSuffix(line, "} 1") || !strings.Contains(rest, `pool="`+pool+`"`) {
-			continue
+	for _, s := range m.Samples("mci_sidecar_epp_metrics_state") {
+		if s.Labels["pool"] == pool && s.Value == 1 {
+			out[s.Labels["cluster"]] = s.Labels["state"]
 		}
-		var cluster, state string
-		for kv := range strings.SplitSeq(strings.TrimSuffix(rest, "} 1"), ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			v = strings.Trim(v, `"`)
-			switch k {
-			case "cluster":
-				cluster = v
-			case "state":
-				state = v
-			}
-		}
-		out[cluster] = state
 	}
 	return out, nil
 }
@@ -161,8 +143,8 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 	waitStates := func(what string, want map[string]string) {
 		t.Helper()
 		start := time.Now()
-		eventually(t, ctx, 30*time.Second, func(context.Context) (bool, string) {
-			got, err := metricsStates(t, s.sidecar, full)
+		waitfor.Eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
+			got, err := metricsStates(ctx, s.sidecar, full)
 			if err != nil {
 				return false, err.Error()
 			}

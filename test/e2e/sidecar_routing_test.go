@@ -20,7 +20,9 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/test/promtext"
 	"github.com/mci-dev/mci/test/simulator"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // These tests run mci-sidecar on the local ClusterSet like sidecar_test.go,
@@ -89,7 +91,7 @@ func (s *sidecarSetup) spreadParallel(t *testing.T, n, workers int) map[string]i
 func (s *sidecarSetup) settle(t *testing.T, timeout time.Duration, n int, what string, ok func(code int, instance string) bool) {
 	t.Helper()
 	start := time.Now()
-	eventually(t, t.Context(), timeout, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), timeout, func(ctx context.Context) (bool, string) {
 		for i := range n {
 			code, instance, err := s.try(ctx)
 			if err != nil || !ok(code, instance) {
@@ -168,16 +170,14 @@ func TestSidecarSplitsShedsWithdrawsAndFailsClosedAcrossTheClusterSet(t *testing
 		defer func() {
 			if t.Failed() {
 				for name, e := range s.epps {
-					resp, err := noProxyClient.Get("http://" + e.ip + ":" + strconv.Itoa(eppMetricsPort) + "/metrics")
+					m, err := promtext.Get(t.Context(), "http://"+e.ip+":"+strconv.Itoa(eppMetricsPort)+"/metrics")
 					if err != nil {
 						t.Logf("%s metrics: %v", name, err)
 						continue
 					}
-					body, _ := io.ReadAll(resp.Body)
-					_ = resp.Body.Close()
-					for line := range strings.SplitSeq(string(body), "\n") {
-						if strings.HasPrefix(line, "inference_pool_") {
-							t.Logf("%s: %s", name, line)
+					for metric := range m {
+						if strings.HasPrefix(metric, "inference_pool_") {
+							t.Logf("%s: %s %v", name, metric, m.Samples(metric))
 						}
 					}
 				}
@@ -234,12 +234,13 @@ func TestSidecarSplitsShedsWithdrawsAndFailsClosedAcrossTheClusterSet(t *testing
 		require.Equal(t, []string{"cluster-a"}, names, "the first watch event after the withdrawal no longer lists cluster-c")
 		t.Logf("cluster-b's import watch event arrived %s after the withdrawal", received.Sub(withdrawn).Round(time.Millisecond))
 
-		// The sidecar's informer gets the same event: its table follows.
-		deadline := time.Now().Add(10 * time.Second)
-		for fmt.Sprint(eppsOf(s.sidecar.Router().Table(), s.ns, "llm")) != fmt.Sprint(map[string]string{"cluster-a": s.epps["cluster-a"].ip + ":" + strconv.Itoa(eppGRPCPort)}) {
-			require.True(t, time.Now().Before(deadline), "the sidecar still routes to %v", eppsOf(s.sidecar.Router().Table(), s.ns, "llm"))
-			time.Sleep(time.Millisecond)
-		}
+		// The sidecar's informer gets the same event: its table follows
+		// (polled every millisecond: the delay is measured).
+		want := fmt.Sprint(map[string]string{"cluster-a": s.epps["cluster-a"].ip + ":" + strconv.Itoa(eppGRPCPort)})
+		waitfor.EventuallyEvery(t, ctx, time.Millisecond, 10*time.Second, func(context.Context) (bool, string) {
+			got := eppsOf(s.sidecar.Router().Table(), s.ns, "llm")
+			return fmt.Sprint(got) == want, fmt.Sprintf("the sidecar still routes to %v", got)
+		})
 		t.Logf("the sidecar's table dropped cluster-c %s after this test's watch event", time.Since(received).Round(time.Millisecond))
 
 		got := s.spread(t, 100)

@@ -27,6 +27,7 @@ import (
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // These tests run the whole multi-cluster data path on the local ClusterSet:
@@ -145,7 +146,7 @@ func newSidecarSetupWith(t *testing.T, ns string, o sidecarOptions) *sidecarSetu
 		createRoute(t, b, ns, pool, o.routeAnnotations)
 	}
 
-	eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
 		imp, err := b.importOf(ctx, ns, pool)
 		if err != nil || imp == nil {
 			return false, fmt.Sprintf("import not served yet (err=%v)", err)
@@ -189,7 +190,7 @@ func newSidecarSetupWith(t *testing.T, ns string, o sidecarOptions) *sidecarSetu
 	for name, e := range s.epps {
 		wantEPPs[name] = net.JoinHostPort(e.ip, strconv.Itoa(eppGRPCPort))
 	}
-	eventually(t, ctx, 15*time.Second, func(context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, 15*time.Second, func(context.Context) (bool, string) {
 		select {
 		case err := <-done:
 			t.Fatalf("the sidecar stopped: %v", err)
@@ -393,7 +394,7 @@ func TestSidecarSplitsAWeightedRouteAcrossClustersAndFailsOverWhenAnEPPStops(t *
 		const consecutive = 50
 		var last string
 		misses := 0
-		eventually(t, t.Context(), 10*time.Second, func(context.Context) (bool, string) {
+		waitfor.Eventually(t, t.Context(), 10*time.Second, func(context.Context) (bool, string) {
 			for streak := range consecutive {
 				code, instance, body := s.send(t)
 				if code != http.StatusOK || instance != simC {

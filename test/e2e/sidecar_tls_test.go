@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,8 +23,10 @@ import (
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/envoyclient"
+	"github.com/mci-dev/mci/test/promtext"
 	"github.com/mci-dev/mci/test/simulator"
 	"github.com/mci-dev/mci/test/tlstest"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // These tests run the sidecar's hop to an EPP over mutual TLS on the local
@@ -102,7 +103,7 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfTheImportingCluster(t *testin
 		routetable.FailureModeAnnotation: "FailClose",
 	})
 	wantRef := &corev1.SecretReference{Namespace: ns, Name: secretName}
-	eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
 		imp, err := b.importOf(ctx, ns, pool)
 		if err != nil || imp == nil || len(imp.Status.Clusters) != 1 {
 			return false, fmt.Sprintf("import %+v (err=%v)", imp, err)
@@ -210,12 +211,13 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfTheImportingCluster(t *testin
 	})
 
 	t.Run("the sidecar's metrics show the requests routed and those failed closed", func(t *testing.T) {
-		resp, err := noProxyClient.Get("http://" + sc.MetricsAddr() + "/metrics")
+		m, err := promtext.Get(t.Context(), "http://"+sc.MetricsAddr()+"/metrics")
 		require.NoError(t, err)
-		defer func() { _ = resp.Body.Close() }()
-		body, err := io.ReadAll(resp.Body)
+		routed, err := m.SumMatching(`mci_sidecar_requests_total{cluster="cluster-a",code="200",outcome="routed"}`)
 		require.NoError(t, err)
-		assert.Contains(t, string(body), `mci_sidecar_requests_total{cluster="cluster-a",code="200",outcome="routed"}`)
-		assert.Contains(t, string(body), `code="503",outcome="unavailable"}`)
+		assert.Positive(t, routed, "the routed requests are counted")
+		unavailable, err := m.SumMatching(`mci_sidecar_requests_total{code="503",outcome="unavailable"}`)
+		require.NoError(t, err)
+		assert.Positive(t, unavailable, "the requests failed closed are counted")
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,9 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mci-dev/mci/test/promtext"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // TestSidecarKeepsItsTableAndSaysSoWhileItCannotWatchImports runs the
@@ -64,19 +66,21 @@ func TestSidecarKeepsItsTableAndSaysSoWhileItCannotWatchImports(t *testing.T) {
 	s.waitWatch(t, imports, 0, 30*time.Second)
 	t.Logf("mci_sidecar_watch_reachable of imports is 0 %s after cluster-b's mci-apiserver stopped", time.Since(stopped).Round(time.Millisecond))
 
-	// The outage lasts for several of the reflector's retries (backoff from
-	// 0.8 s, doubling); requests are routed on the last table meanwhile.
-	var served int
-	for time.Since(stopped) < 15*time.Second {
+	// The outage lasts until the reflector has retried three times (its
+	// backoff starts at 0.8 s and doubles, each wait jittered up to twice
+	// its base: the third attempt comes within about 11 s); requests are
+	// routed on the last table meanwhile.
+	var served, attempts int
+	for attempts < 3 {
+		require.Less(t, time.Since(stopped), 30*time.Second, "the reflector retried %d times in 30s of outage, want several", attempts)
 		code, _, err := s.try(ctx)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, code, "a request while the imports cannot be watched")
 		served++
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // paces the requests; not a wait
+		attempts = logs.count("Listing and watching", "InferencePoolImport") - attemptsBefore
 	}
 	assert.Equal(t, tableBefore.Generation, s.sidecar.Router().Table().Generation, "the table is the last one built before the loss")
-	attempts := logs.count("Listing and watching", "InferencePoolImport") - attemptsBefore
-	require.GreaterOrEqual(t, attempts, 3, "the reflector retried several times during the outage")
 	assert.Equal(t, 1, logs.count("Cannot list or watch a resource", imports), "one log line for the loss, for %d list-and-watch attempts", attempts)
 	assert.Equal(t, failuresBefore+1, s.watchSeries(t, "mci_sidecar_watch_failures_total", imports))
 	assert.Equal(t, 1.0, s.watchSeries(t, "mci_sidecar_watch_reachable", services), "the kube-apiserver's resources stay reachable")
@@ -89,6 +93,11 @@ func TestSidecarKeepsItsTableAndSaysSoWhileItCannotWatchImports(t *testing.T) {
 	// again.
 	s.waitWatch(t, imports, 1, 90*time.Second)
 	t.Logf("mci_sidecar_watch_reachable of imports is 1 %s after cluster-b's mci-apiserver was Available again", time.Since(back).Round(time.Millisecond))
+	// The tracker sets the gauge, then logs the recovery.
+	waitfor.Eventually(t, ctx, 5*time.Second, func(context.Context) (bool, string) {
+		n := logs.count("Listing and watching a resource again", imports, "failedFor")
+		return n > 0, "no log line for the recovery"
+	})
 	assert.Equal(t, 1, logs.count("Listing and watching a resource again", imports, "failedFor"))
 	assert.Equal(t, 1, logs.count("Cannot list or watch a resource", imports), "no more loss lines")
 	assert.Equal(t, failuresBefore+1, s.watchSeries(t, "mci_sidecar_watch_failures_total", imports))
@@ -115,7 +124,7 @@ func (c *capturedLogs) matching(part string) []string {
 // resource is want.
 func (s *sidecarSetup) waitWatch(t *testing.T, resource string, want float64, timeout time.Duration) {
 	t.Helper()
-	eventually(t, t.Context(), timeout, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, t.Context(), timeout, func(ctx context.Context) (bool, string) {
 		v, err := s.series(ctx, "mci_sidecar_watch_reachable", resource)
 		return err == nil && v == want, fmt.Sprintf("mci_sidecar_watch_reachable{resource=%q} = %v (err=%v), want %v", resource, v, err, want)
 	})
@@ -132,15 +141,16 @@ func (s *sidecarSetup) watchSeries(t *testing.T, name, resource string) float64 
 // series reads the value of name{resource="resource"} on the sidecar's
 // /metrics.
 func (s *sidecarSetup) series(ctx context.Context, name, resource string) (float64, error) {
-	lines, err := metricsLines(ctx, "http://"+s.sidecar.MetricsAddr()+"/metrics")
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	m, err := promtext.Get(ctx, "http://"+s.sidecar.MetricsAddr()+"/metrics")
 	if err != nil {
 		return 0, err
 	}
-	prefix := fmt.Sprintf("%s{resource=%q} ", name, resource)
-	for _, l := range lines {
-		if v, ok := strings.CutPrefix(l, prefix); ok {
-			return strconv.ParseFloat(v, 64)
-		}
+	series := fmt.Sprintf("%s{resource=%q}", name, resource)
+	v, found, err := m.Lookup(series)
+	if err == nil && !found {
+		err = fmt.Errorf("no series %s", series)
 	}
-	return 0, fmt.Errorf("no series %s", strings.TrimSpace(prefix))
+	return v, err
 }

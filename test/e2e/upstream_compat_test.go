@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // The upstream InferencePoolImport, as a client built on the Gateway API
@@ -175,7 +176,7 @@ func TestServedImportsDecodeIntoTheUpstreamInferencePoolImportShape(t *testing.T
 	// Raw JSON from the kube-apiserver of cluster-b (through the
 	// aggregator), not mci's own client types.
 	var items []json.RawMessage
-	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 		body, err := b.kube.Discovery().RESTClient().Get().
 			AbsPath("/apis/inference.networking.x-k8s.io/v1alpha1/namespaces/" + ns + "/inferencepoolimports").DoRaw(ctx)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // The streaming list client-go informers use by default: initial ADDED
@@ -30,7 +31,7 @@ func TestAStreamingListEndsWithTheInitialEventsBookmark(t *testing.T) {
 		_, err := a.mci.InferencePoolV1().InferencePools(ns).Create(ctx, exportedPool(ns, name, v1alpha1.RoutingModeEndpoint), metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 		l, err := b.mci.InferenceV1alpha1().InferencePoolImports(ns).List(ctx, metav1.ListOptions{})
 		return err == nil && len(l.Items) == 2, "waiting for two imports"
 	})
@@ -77,7 +78,7 @@ func TestSelectorsNarrowListsAndWatches(t *testing.T) {
 	_, err = a.mci.InferencePoolV1().InferencePools(ns).Create(ctx, p, metav1.CreateOptions{})
 	require.NoError(t, err)
 	imports := b.mci.InferenceV1alpha1().InferencePoolImports(ns)
-	eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
 		l, err := imports.List(ctx, metav1.ListOptions{})
 		return err == nil && len(l.Items) == 2, "waiting for two imports"
 	})
@@ -119,8 +120,12 @@ func TestKubectlWatchShowsAnImportAppear(t *testing.T) {
 	b.createNamespace(t, ctx, ns)
 	kb, err := clusters.Cluster("cluster-b")
 	require.NoError(t, err)
-	cmd := exec.CommandContext(ctx, "kubectl", "--kubeconfig", kb.Kubeconfig, "get", "ipimp", "-n", ns, "-w", "--no-headers")
+	// -v=6 logs each request once its response headers are in: for the
+	// watch, once the server has it open.
+	cmd := exec.CommandContext(ctx, "kubectl", "--kubeconfig", kb.Kubeconfig, "get", "ipimp", "-n", ns, "-w", "--no-headers", "-v=6")
 	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	logs, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	defer func() { cancel(); _ = cmd.Wait() }()
@@ -133,8 +138,24 @@ func TestKubectlWatchShowsAnImportAppear(t *testing.T) {
 		}
 		close(lines)
 	}()
-	// Give kubectl its watch before the change.
-	time.Sleep(time.Second)
+	watching := make(chan struct{})
+	go func() {
+		opened := watching
+		sc := bufio.NewScanner(logs)
+		for sc.Scan() {
+			if l := sc.Text(); opened != nil && strings.Contains(l, "watch=true") && strings.Contains(l, "200 OK") {
+				close(opened)
+				opened = nil
+			}
+		}
+	}()
+	// The change comes after kubectl's watch is open, so what kubectl shows
+	// is a watch event, not its first list.
+	select {
+	case <-watching:
+	case <-ctx.Done():
+		t.Fatal("kubectl never opened its watch")
+	}
 	_, err = a.mci.InferencePoolV1().InferencePools(ns).Create(ctx, exportedPool(ns, "watched", v1alpha1.RoutingModeEndpoint), metav1.CreateOptions{})
 	require.NoError(t, err)
 	for {

@@ -24,16 +24,11 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 )
 
-// mciBinDir is where the mci binaries are: $MCI_BIN_DIR, else _output/bin,
-// as for the e2e tests.
+// mciBinDir is where the mci binaries are: BinDir, as for the e2e tests.
 func mciBinDir(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("MCI_BIN_DIR")
-	if dir == "" {
-		root, err := repoRoot()
-		require.NoError(t, err)
-		dir = filepath.Join(root, "_output", "bin")
-	}
+	dir, err := BinDir()
+	require.NoError(t, err)
 	return dir
 }
 

@@ -22,7 +22,8 @@ type Options struct {
 	Clusters []string
 	// BinDir holds kube-apiserver, kube-controller-manager and etcd
 	// (hack/build-kube-tools.sh);
-	// $MCI_BIN_DIR, else _output/bin of this repository, when empty.
+	// BinDir() ($MCI_BIN_DIR, else _output/bin of this repository) when
+	// empty.
 	BinDir string
 	// MCIAPIServerBinary is the mci-apiserver to run in every cluster;
 	// empty runs none.
@@ -105,16 +106,15 @@ func (o *Options) complete() error {
 		return fmt.Errorf("clusterset: Options.MemberRemoveAfter (%s) must exceed Options.MemberUnreachableAfter (%s)", o.MemberRemoveAfter, o.MemberUnreachableAfter)
 	}
 	if o.BinDir == "" {
-		o.BinDir = os.Getenv("MCI_BIN_DIR")
+		if o.BinDir, err = BinDir(); err != nil {
+			return fmt.Errorf("clusterset: %w", err)
+		}
 	}
 	var root string
-	if o.BinDir == "" || len(o.CRDPaths) == 0 {
+	if len(o.CRDPaths) == 0 {
 		if root, err = repoRoot(); err != nil {
 			return err
 		}
-	}
-	if o.BinDir == "" {
-		o.BinDir = filepath.Join(root, "_output", "bin")
 	}
 	if o.BinDir, err = filepath.Abs(o.BinDir); err != nil {
 		return fmt.Errorf("clusterset: %w", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/mci-dev/mci/pkg/discovery"
 	"github.com/mci-dev/mci/pkg/metrics"
 	"github.com/mci-dev/mci/pkg/scheduling"
+	"github.com/mci-dev/mci/test/promtext"
 )
 
 const base = "meta-llama/Llama-3.1-8B-Instruct"
@@ -222,15 +223,14 @@ func TestMetricsFollowLoad(t *testing.T) {
 	idle := scrape(t, srv.URL)
 	assert.Equal(t, 0, idle.WaitingQueue)
 	assert.Zero(t, idle.KVCacheUsage)
-	assert.NotContains(t, metricsText(t, srv.URL), "vllm:lora_requests_info", "a server without adapters has no lora_requests_info")
+	assert.NotContains(t, metricsOf(t, srv.URL), "vllm:lora_requests_info", "a server without adapters has no lora_requests_info")
 
 	stop := hold(t, srv.URL, base, 5)
 	require.Eventually(t, func() bool { m := s.Metrics(); return m.Running == 2 && m.Waiting == 3 }, 5*time.Second, 10*time.Millisecond)
 	busy := scrape(t, srv.URL)
 	assert.Equal(t, 3, busy.WaitingQueue, "requests beyond the concurrency wait")
 	assert.Equal(t, 1.0, busy.KVCacheUsage, "a full batch is a full KV cache")
-	body := metricsText(t, srv.URL)
-	assert.Contains(t, body, `vllm:num_requests_running{model_name="`+base+`"} 2`)
+	assert.Equal(t, 2.0, metricsOf(t, srv.URL).Value(t, `vllm:num_requests_running{model_name="`+base+`"}`))
 
 	stop()
 	require.Eventually(t, func() bool { m := s.Metrics(); return m.Running == 0 && m.Waiting == 0 }, 5*time.Second, 10*time.Millisecond)
@@ -243,14 +243,12 @@ func TestMetricsFollowLoad(t *testing.T) {
 	assert.Equal(t, 0.5, scrape(t, srv.URL).KVCacheUsage)
 }
 
-func metricsText(t *testing.T, url string) string {
+// metricsOf reads the simulator's /metrics as a Prometheus client would.
+func metricsOf(t *testing.T, url string) promtext.Metrics {
 	t.Helper()
-	resp, err := http.Get(url + "/metrics")
+	m, err := promtext.Get(t.Context(), url+"/metrics")
 	require.NoError(t, err)
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return string(b)
+	return m
 }
 
 // TestPinsReproduceSeed001 pins the pods of seed 001's three worked
@@ -318,16 +316,9 @@ func TestPinsOverrideLoadAndCanChange(t *testing.T) {
 
 func scrapeRunning(t *testing.T, url string) int {
 	t.Helper()
-	for line := range strings.SplitSeq(metricsText(t, url), "\n") {
-		if strings.HasPrefix(line, "vllm:num_requests_running{") {
-			f := strings.Fields(line)
-			n, err := json.Number(f[len(f)-1]).Int64()
-			require.NoError(t, err)
-			return int(n)
-		}
-	}
-	t.Fatal("no vllm:num_requests_running")
-	return 0
+	samples := metricsOf(t, url).Samples("vllm:num_requests_running")
+	require.NotEmpty(t, samples, "no vllm:num_requests_running")
+	return int(samples[0].Value)
 }
 
 func TestLoRAAdaptersLoadUpToMaxLoRA(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
@@ -172,17 +173,18 @@ func (e *exporter) withdraw(ctx context.Context, cluster string) *withdrawal {
 	e.withdrawals = append(e.withdrawals, wd)
 	e.mu.Unlock()
 	go func() {
-		deadline := wd.At.Add(e.gone)
-		for time.Now().Before(deadline) {
+		// Polled every 100ms, the resolution of the figure; not converged
+		// when it is still listed at the deadline.
+		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Until(wd.At.Add(e.gone)), true, func(ctx context.Context) (bool, error) {
 			listed, err := e.importLists(ctx, cluster)
-			if err == nil && !listed {
-				e.mu.Lock()
-				wd.Converged, wd.Gone = true, time.Since(wd.At)
-				e.mu.Unlock()
-				return
+			if err != nil || listed {
+				return false, nil
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			e.mu.Lock()
+			wd.Converged, wd.Gone = true, time.Since(wd.At)
+			e.mu.Unlock()
+			return true, nil
+		})
 	}()
 	return wd
 }

@@ -74,6 +74,7 @@ func (in *injector) apply(ctx context.Context, f fault) {
 		in.log("fault %s: NOT APPLIED: %v", f, err)
 	}
 	// Held for its time even when the soak is stopping: every fault heals.
+	// The sleep is the fault's duration.
 	time.Sleep(time.Until(win.Start.Add(f.Hold)))
 	if heal != nil {
 		if err := heal(); err != nil {

@@ -1,7 +1,6 @@
 package soak
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -15,13 +14,11 @@ import (
 	"strings"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/promtext"
 )
 
 // sample is one reading of an mci process's runtime from its /metrics.
@@ -162,14 +159,13 @@ func (s *scraped) read(ctx context.Context) {
 		s.lastErr = err.Error()
 		return
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	m, err := promtext.Parse(body)
 	if err != nil {
 		s.errors++
 		s.lastErr = err.Error()
 		return
 	}
-	values, err := gauges(families, "go_memstats_heap_alloc_bytes", "go_goroutines", "process_open_fds", "go_memstats_next_gc_bytes")
+	values, err := gauges(m, "go_memstats_heap_alloc_bytes", "go_goroutines", "process_open_fds", "go_memstats_next_gc_bytes")
 	if err != nil {
 		s.errors++
 		s.lastErr = err.Error()
@@ -177,7 +173,7 @@ func (s *scraped) read(ctx context.Context) {
 	}
 	x := sample{At: time.Now(), PID: pid, HeapBytes: values[0], Goroutines: values[1], FDs: values[2], NextGC: values[3]}
 	if s.Cluster != "" {
-		x.Watches = sumWhere(families, "apiserver_longrunning_requests", "verb", "WATCH")
+		x.Watches = m.Sum("apiserver_longrunning_requests", map[string]string{"verb": "WATCH"})
 	}
 	s.samples = append(s.samples, x)
 }
@@ -208,40 +204,19 @@ func (s *scraped) saveHeapProfile(ctx context.Context, dir, label string) error 
 	return nil
 }
 
-// sumWhere sums the gauge series of the family name whose label is value
-// (0 when there is none: a gauge vector without series is not exposed).
-func sumWhere(families map[string]*dto.MetricFamily, name, label, value string) float64 {
-	var sum float64
-	for _, m := range families[name].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == label && l.GetValue() == value {
-				sum += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
 // gauges reads the named unlabelled series of a Prometheus text
 // exposition; an absent one is an error.
-func gauges(families map[string]*dto.MetricFamily, names ...string) ([]float64, error) {
+func gauges(m promtext.Metrics, names ...string) ([]float64, error) {
 	out := make([]float64, 0, len(names))
 	for _, n := range names {
-		f, ok := families[n]
-		if !ok || len(f.GetMetric()) == 0 {
-			return nil, fmt.Errorf("no %s on /metrics", n)
+		v, found, err := m.Lookup(n)
+		if err != nil {
+			return nil, err
 		}
-		m := f.GetMetric()[0]
-		switch {
-		case m.GetGauge() != nil:
-			out = append(out, m.GetGauge().GetValue())
-		case m.GetCounter() != nil:
-			out = append(out, m.GetCounter().GetValue())
-		case m.GetUntyped() != nil:
-			out = append(out, m.GetUntyped().GetValue())
-		default:
-			return nil, fmt.Errorf("%s is neither a gauge nor a counter", n)
+		if !found {
+			return nil, fmt.Errorf("no %s (a gauge, counter or untyped series without labels) on /metrics", n)
 		}
+		out = append(out, v)
 	}
 	return out, nil
 }

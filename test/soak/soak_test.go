@@ -124,11 +124,7 @@ func TestSoak(t *testing.T) {
 	logf := func(format string, args ...any) { fmt.Fprintf(logw, format+"\n", args...) }
 	logf("soak: seed %d (SOAK_SEED=%d replays this schedule), duration %s, %.0f req/s, %d watchers", cfg.Seed, cfg.Seed, cfg.Duration, cfg.Rate, cfg.Watchers)
 
-	binDir := os.Getenv("MCI_BIN_DIR")
-	if binDir == "" {
-		binDir = filepath.Join("..", "..", "_output", "bin")
-	}
-	binDir, err = filepath.Abs(binDir)
+	binDir, err := localclusterset.BinDir()
 	require.NoError(t, err)
 	dir, err := os.MkdirTemp("", "mci-soak-")
 	require.NoError(t, err)
@@ -290,7 +286,8 @@ func TestSoak(t *testing.T) {
 	inj := &injector{cs: cs, kube: kube, w: w, mon: mon, rot: rot, log: logf, start: begin.Add(cfg.Warmup)}
 	inj.run(ctx, faults)
 	// The quiet tail: export changes stop halfway so that the end figures
-	// are taken on a settled ClusterSet.
+	// are taken on a settled ClusterSet. The sleeps are the soak's
+	// schedule.
 	time.Sleep(time.Until(begin.Add(cfg.Duration - cfg.Tail/2)))
 	stopExports()
 	time.Sleep(time.Until(begin.Add(cfg.Duration)))
@@ -419,7 +416,7 @@ func startWatchers(ctx context.Context, clusters []string, clients map[string]mc
 				if err != nil && ctx.Err() == nil {
 					ws.errors.Add(1)
 					ws.lastErr.Store(err.Error())
-					time.Sleep(time.Second)
+					time.Sleep(time.Second) // paces a failing watcher's retries
 				}
 			}
 		}()

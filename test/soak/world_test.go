@@ -12,6 +12,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
@@ -467,16 +468,12 @@ func (m *monitor) run(ctx context.Context, every time.Duration) {
 // settle waits until nothing is pending (or timeout) and returns every
 // measurement.
 func (m *monitor) settle(timeout time.Duration) []*measurement {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	// What is still pending at the timeout is a failed measurement.
+	_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		m.mu.Lock()
-		n := len(m.pending)
-		m.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		defer m.mu.Unlock()
+		return len(m.pending) == 0, nil
+	})
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, p := range m.pending {

@@ -119,6 +119,8 @@ func TestListNotOlderThanWaitsForTheStoreToCatchUp(t *testing.T) {
 	v["cluster-b"] = 9 // another replica has already seen cluster-b's change 9
 
 	go func() {
+		// The change arrives after the list has begun waiting for it: the
+		// delay is the scenario, not a wait.
 		time.Sleep(100 * time.Millisecond)
 		r.set("ns", "a", nil, "cluster-b")
 		notifyPool(s, "cluster-b", "ns", "a", 9)

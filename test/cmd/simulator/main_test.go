@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mci-dev/mci/test/promtext"
 	"github.com/mci-dev/mci/test/simulator"
 )
 
@@ -125,7 +126,15 @@ func TestSIGTERMShutsDownGracefully(t *testing.T) {
 		}
 		answered <- resp
 	}()
-	time.Sleep(200 * time.Millisecond) // the request is in the batch
+	// SIGTERM once the request is in the batch.
+	require.Eventually(t, func() bool {
+		m, err := promtext.Get(t.Context(), url+"/metrics")
+		if err != nil {
+			return false
+		}
+		running, _, err := m.Lookup(`vllm:num_requests_running{model_name="m"}`)
+		return err == nil && running == 1
+	}, 10*time.Second, 10*time.Millisecond, "the request never ran: %s", &logs)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 
 	resp := <-answered

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
+	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // TestEPPDiscoversModelServersFromEndpointSlicesAndTheirMetadata runs
@@ -139,7 +139,7 @@ func TestEPPDiscoversModelServersFromEndpointSlicesAndTheirMetadata(t *testing.T
 	// or "HTTP <code>"), each at least once.
 	sees := func(model string, want ...string) {
 		t.Helper()
-		eventually(t, ctx, 15*time.Second, func(context.Context) (bool, string) {
+		waitfor.Eventually(t, ctx, 15*time.Second, func(context.Context) (bool, string) {
 			got := e.destinations(t, model, 30)
 			ok := len(got) == len(want)
 			for _, w := range want {
@@ -167,7 +167,7 @@ func TestEPPDiscoversModelServersFromEndpointSlicesAndTheirMetadata(t *testing.T
 	require.NoError(t, err)
 	assert.Equal(t, "qwen-1", answer.Instance)
 
-	m, err := instanceGauges(ctx, e.ip)
+	m, err := instanceGauges(ctx, e)
 	require.NoError(t, err)
 	assert.Equal(t, 3.0, m["served"], "every instance's metadata names its models: %v", m)
 
@@ -193,33 +193,21 @@ func TestEPPDiscoversModelServersFromEndpointSlicesAndTheirMetadata(t *testing.T
 	sees("mistral", addr["plain-1"])
 	sees("qwen", addr["plain-1"])
 	sees("llama", addr["llama-1"], addr["llama-2"], addr["plain-1"])
-	m, err = instanceGauges(ctx, e.ip)
+	m, err = instanceGauges(ctx, e)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]float64{"served": 2, "absent": 1, "stale": 0, "unreachable": 0, "invalid": 0, "no-pod-ip": 0}, m)
 }
 
 // instanceGauges reads mci_epp_model_server_instances by its metadata
 // label.
-func instanceGauges(ctx context.Context, ip string) (map[string]float64, error) {
-	lines, err := metricsLines(ctx, "http://"+net.JoinHostPort(ip, strconv.Itoa(eppMetricsPort))+"/metrics")
+func instanceGauges(ctx context.Context, e *eppProcess) (map[string]float64, error) {
+	m, err := e.metrics(ctx)
 	if err != nil {
 		return nil, err
 	}
 	got := map[string]float64{}
-	for _, line := range lines {
-		rest, ok := strings.CutPrefix(line, `mci_epp_model_server_instances{metadata="`)
-		if !ok {
-			continue
-		}
-		state, value, ok := strings.Cut(rest, `"} `)
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			return nil, err
-		}
-		got[state] = v
+	for _, x := range m.Samples("mci_epp_model_server_instances") {
+		got[x.Labels["metadata"]] = x.Value
 	}
 	return got, nil
 }

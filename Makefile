@@ -27,9 +27,11 @@ VERSION ?= $(word 1,$(VERSION_INFO))
 GIT_COMMIT := $(word 2,$(VERSION_INFO))
 GIT_TREE_STATE := $(word 3,$(VERSION_INFO))
 VERSION_PKG := github.com/mci-dev/mci/pkg/version
-GO_LDFLAGS := -X $(VERSION_PKG).gitVersion=$(VERSION) -X $(VERSION_PKG).gitCommit=$(GIT_COMMIT) -X $(VERSION_PKG).gitTreeState=$(GIT_TREE_STATE)
+GO_LDFLAGS := -s -w -X $(VERSION_PKG).gitVersion=$(VERSION) -X $(VERSION_PKG).gitCommit=$(GIT_COMMIT) -X $(VERSION_PKG).gitTreeState=$(GIT_TREE_STATE)
 
-# Static binaries (CGO_ENABLED=0): the images copy them as they are.
+# Static binaries (CGO_ENABLED=0) without the symbol table and DWARF (-s -w,
+# as Kubernetes releases are built; stack traces keep their file:line): the
+# images copy them as they are.
 .PHONY: build
 build:
 	@mkdir -p $(OUTPUT_BIN)

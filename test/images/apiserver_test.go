@@ -89,7 +89,7 @@ func TestTheAPIServerImageServesImportsAndItsVersion(t *testing.T) {
 	})
 	require.NoError(t, err, "cluster-b imports the pool cluster-a exports; last: %s", last)
 
-	t.Run("/version reports the image's version", func(t *testing.T) {
+	t.Run("its version endpoint reports the image's version", func(t *testing.T) {
 		info, err := mciAPIServerDiscovery(t, ctx, b).ServerVersion()
 		require.NoError(t, err)
 		assert.Equal(t, env.version, info.GitVersion)

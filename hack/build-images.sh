@@ -64,6 +64,8 @@ for image in ${IMAGES}; do
     --build-arg SOURCE="${IMAGE_SOURCE}" \
     --tag "localhost/${name}" \
     "${context}" >/dev/null
-  rm -f "${archive}"
+  # An archive of another version of the image is a leftover of an older
+  # build: only the current one is kept.
+  rm -f "${IMAGES_DIR}/${image}"-v*.tar
   "${buildah[@]}" push --quiet "localhost/${name}" "oci-archive:${archive}:${name}"
 done

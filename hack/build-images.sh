@@ -12,7 +12,7 @@
 # driver and chroot isolation (as root, no user namespaces needed), its
 # storage in a scratch directory of this run under _output so that runs do
 # not share state. File times and the creation time are the commit's, so
-# the same commit builds the same image layers.
+# the same commit (and CA bundle) builds images of the same digest.
 set -o errexit -o nounset -o pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

@@ -35,6 +35,7 @@ import (
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	generatedopenapi "github.com/mci-dev/mci/pkg/generated/openapi"
 	"github.com/mci-dev/mci/pkg/servingcert"
+	"github.com/mci-dev/mci/pkg/version"
 )
 
 // Options are mci-apiserver's flags.
@@ -129,6 +130,7 @@ status entry of each exported InferencePool (one elected replica writes;
 			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
 				return err
 			}
+			version.LogStart(klog.FromContext(cmd.Context()), cmd.Name())
 			if err := o.Complete(cmd.Context()); err != nil {
 				return err
 			}
@@ -151,6 +153,7 @@ status entry of each exported InferencePool (one elected replica writes;
 	fs.BoolVar(&o.ExportedStatus, "exported-status", o.ExportedStatus, "Write, on each InferencePool of the local cluster that carries an export annotation, a status.parents entry for its InferencePoolImport with the Exported condition (upstream proposal 1374). One replica writes, elected with the Lease "+exportstatus.LeaseName+" in --namespace; it writes only when the export state changes. With false nothing is written, and entries written before stay as they are.")
 	fs.DurationVar(&o.RemoveAfter, "member-remove-after", o.RemoveAfter, "How long a member may fail to answer before its data is dropped: the pools it exported leave the imports (watchers see them change or go) until it answers again. Must exceed --member-unreachable-after.")
 	fs.StringVar(&o.ServingCertSecret, "serving-cert-secret", o.ServingCertSecret, "Name of a kubernetes.io/tls Secret in --namespace to serve with, for clusters without cert-manager: when missing, or no longer valid for the Service that APIService "+apiServiceName+" names, or within 30 days of its end, the server creates a certificate signed by a new self-signed CA there, and writes that CA into the APIService's caBundle. Replicas share the Secret. Exclusive with --tls-cert-file.")
+	version.AddFlag(cmd)
 	return cmd
 }
 
@@ -296,9 +299,9 @@ func (o *Options) genericConfig() (*genericapiserver.RecommendedConfig, error) {
 	// readiness (after which the server becomes ready regardless, with a
 	// warning) covers that threshold and a minute to list.
 	generic.StorageInitializationTimeout = max(generic.StorageInitializationTimeout, o.RemoveAfter+time.Minute)
-	// The version the generic server reports and gates features by: that of
-	// the Kubernetes libraries it is built with.
-	generic.EffectiveVersion = utilcompatibility.DefaultBuildEffectiveVersion()
+	// The version the generic server gates features by is that of the
+	// Kubernetes libraries it is built with; /version reports mci's.
+	generic.EffectiveVersion = version.Served(utilcompatibility.DefaultBuildEffectiveVersion())
 	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
 	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
 	generic.OpenAPIConfig.Info.Title = "mci"

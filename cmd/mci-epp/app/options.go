@@ -27,6 +27,7 @@ import (
 	"github.com/mci-dev/mci/pkg/metricsauth"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
+	"github.com/mci-dev/mci/pkg/version"
 )
 
 // Options are mci-epp's flags.
@@ -134,6 +135,7 @@ servers that serve its target model, and gets 404 when no ready server does.`,
 			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
 				return err
 			}
+			version.LogStart(klog.FromContext(cmd.Context()), cmd.Name())
 			if err := o.Validate(); err != nil {
 				return err
 			}
@@ -164,6 +166,7 @@ servers that serve its target model, and gets 404 when no ready server does.`,
 	fs.IntVar(&o.Scheduling.LowQueueThreshold, "low-queue-threshold", o.Scheduling.LowQueueThreshold, "Critical and Standard requests prefer model servers with fewer waiting requests than this.")
 	fs.IntVar(&o.Scheduling.SheddableQueueThreshold, "sheddable-queue-threshold", o.Scheduling.SheddableQueueThreshold, "Sheddable requests go only to model servers with at most this many waiting requests and at most --sheddable-kv-cache-threshold KV cache utilization; with none, they get 429.")
 	fs.Float64Var(&o.Scheduling.SheddableKVCacheThreshold, "sheddable-kv-cache-threshold", o.Scheduling.SheddableKVCacheThreshold, "KV cache utilization (0 to 1) above which a model server takes no sheddable request.")
+	version.AddFlag(cmd)
 	return cmd
 }
 

@@ -37,6 +37,7 @@ import (
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/pkg/servedapis"
 	"github.com/mci-dev/mci/pkg/sidecar"
+	"github.com/mci-dev/mci/pkg/version"
 )
 
 // Options are mci-sidecar's flags.
@@ -129,6 +130,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
 				return err
 			}
+			version.LogStart(klog.FromContext(cmd.Context()), cmd.Name())
 			if err := o.Validate(); err != nil {
 				return err
 			}
@@ -167,6 +169,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.IntVar(&o.PrefixIndexBlocks, "prefix-index-blocks", o.PrefixIndexBlocks, "Capacity of the prefix-cache affinity index in prompt blocks of 64 bytes (32 bytes of memory each, allocated at start): which cluster recently served which prompt prefix, for the prefix-cache scorer (PrefixAffinity).")
 	fs.BoolVar(&o.ExplainDecisions, "explain-decisions", o.ExplainDecisions, "Add the response header "+sidecar.ScoresHeader+" naming, per cluster, the policy's verdict, tier and scores of the request's cluster decision. (At log level 4 every decision is logged with its scores whatever this says.)")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "On SIGTERM, how long open ext_proc streams may take to finish.")
+	version.AddFlag(cmd)
 	return cmd
 }
 

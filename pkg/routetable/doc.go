@@ -91,7 +91,7 @@
 //     gateway's own controller does.
 //   - Local EPPs are reached like remote ones: their Service's LoadBalancer
 //     ingress, else its cluster IP, else its ExternalName, on the ports
-//     imports.ResolveEPPPorts finds, the rule mci-apiserver uses for the
+//     eppaddr.ResolvePorts finds, the rule mci-apiserver uses for the
 //     pool's import: the endpointPickerRef's port, else the port named for
 //     ext-proc, else the only port that is neither health nor metrics (a
 //     port numbered 9002 is no longer taken on its number alone).
@@ -122,7 +122,7 @@
 //     (how gateways reach an upstream EPP's default self-signed
 //     certificate), TLS verified as a BackendTLSPolicy says, or TLS with
 //     the credentials Secret (CA, optional client certificate). Per port,
-//     the first that applies decides the mode (imports.ResolvePortTransport): the
+//     the first that applies decides the mode (eppaddr.ResolvePortTransport): the
 //     pool's mci.x-k8s.io/endpoint-picker-transport ("TLS", "Plaintext",
 //     or port=mode pairs such as "ext-proc=TLS"; an import carries it as
 //     transport.mode); the Secret (from the exporting pool's

@@ -2,7 +2,6 @@ package eppprobe
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -39,7 +38,7 @@ var HealthService = extprocv3.ExternalProcessor_ServiceDesc.ServiceName
 
 // HealthProber keeps the gRPC health of each EPP health address: one Check
 // per interval, bounded by a timeout, on a connection kept per address and
-// dialled with the relay's dial options (the sidecar's DialPolicy). A
+// dialled with the relay's DialPolicy. A
 // failed ext_proc stream marks an EPP not serving at once (MarkFailed)
 // until its next successful check, so failover does not wait for the next
 // probe.
@@ -52,21 +51,14 @@ type HealthProber struct {
 	// poller keeps whether each address answered SERVING.
 	poller  *poll.Poller[bool]
 	timeout time.Duration
-	dial    []grpc.DialOption
 	creds   *epptransport.Credentials
+	// conns keeps one connection per address, made anew when its
+	// credentials change (the old one is closed at once: only the
+	// address's own poll uses it).
+	conns *epptransport.Conns[*grpc.ClientConn]
 	// onServing, when set, learns of each address that turns SERVING after
 	// it was not (or was not known).
 	onServing func(addr string)
-
-	mu    sync.Mutex
-	conns map[string]probeConn
-}
-
-// probeConn is a connection to a health address and the version of the
-// credentials it was made with.
-type probeConn struct {
-	version string
-	conn    *grpc.ClientConn
 }
 
 // HealthProberOptions configure a HealthProber.
@@ -74,10 +66,10 @@ type HealthProberOptions struct {
 	// Interval between the checks of an address and Timeout of one check;
 	// zero: DefaultHealthInterval and DefaultHealthTimeout.
 	Interval, Timeout time.Duration
-	// Dial are the options of every connection (the relay's, so that both
-	// see an EPP that comes back at about the same moment); the prober adds
-	// the transport credentials.
-	Dial []grpc.DialOption
+	// Dial is how every connection is made (the relay's policy, so that
+	// both see an EPP that comes back at about the same moment); zero
+	// fields: epptransport.DefaultDialPolicy.
+	Dial epptransport.DialPolicy
 	// Credentials say how each address is reached; nil: plaintext.
 	Credentials *epptransport.Credentials
 	// OnServing, when set, learns of each address that turns SERVING after
@@ -90,26 +82,26 @@ type HealthProberOptions struct {
 func NewHealthProber(o HealthProberOptions) *HealthProber {
 	h := &HealthProber{
 		timeout:   positiveOr(o.Timeout, DefaultHealthTimeout),
-		dial:      o.Dial,
 		creds:     o.Credentials,
 		onServing: o.OnServing,
-		conns:     map[string]probeConn{},
 	}
+	dial := o.Dial.Options()
+	h.conns = epptransport.NewConns(o.Credentials, 0, func(addr string, t *epptransport.EndpointTLS) (*grpc.ClientConn, error) {
+		c, err := grpc.NewClient(addr, append(dial, grpc.WithTransportCredentials(t.GRPC))...)
+		if err == nil {
+			go h.checkWhenReady(addr, c)
+		}
+		return c, err
+	}, func(c *grpc.ClientConn) { _ = c.Close() })
 	h.poller = poll.New(positiveOr(o.Interval, DefaultHealthInterval), h.check)
-	h.poller.Forget = h.closeConn
+	h.poller.Forget = h.conns.Forget
 	return h
 }
 
 // Run probes until ctx ends.
 func (h *HealthProber) Run(ctx context.Context) error {
-	err := h.poller.Run(ctx)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for addr, c := range h.conns {
-		_ = c.conn.Close()
-		delete(h.conns, addr)
-	}
-	return err
+	defer h.conns.Close()
+	return h.poller.Run(ctx)
 }
 
 // SetTargets makes the probed addresses exactly addrs.
@@ -138,32 +130,6 @@ func (h *HealthProber) MarkFailed(addr string) {
 	}
 }
 
-// conn returns the connection to addr with its current credentials; one
-// made with other ones is closed (only addr's own poll uses it).
-func (h *HealthProber) conn(addr string) (*grpc.ClientConn, error) {
-	t, err := h.creds.ForTarget(addr)
-	if err != nil {
-		return nil, err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	old := h.conns[addr]
-	if old.conn != nil && old.version == t.Version {
-		return old.conn, nil
-	}
-	if old.conn != nil {
-		_ = old.conn.Close()
-		delete(h.conns, addr)
-	}
-	c, err := grpc.NewClient(addr, append(h.dial, grpc.WithTransportCredentials(t.GRPC))...)
-	if err != nil {
-		return nil, err
-	}
-	h.conns[addr] = probeConn{version: t.Version, conn: c}
-	go h.checkWhenReady(addr, c)
-	return c, nil
-}
-
 // checkWhenReady checks addr at once each time its connection turns READY
 // (the EPP came back, or a first connection was made), rather than at the
 // end of the interval. A connection that was lost goes IDLE and would wait
@@ -187,18 +153,9 @@ func (h *HealthProber) checkWhenReady(addr string, c *grpc.ClientConn) {
 	}
 }
 
-func (h *HealthProber) closeConn(addr string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if c := h.conns[addr]; c.conn != nil {
-		_ = c.conn.Close()
-		delete(h.conns, addr)
-	}
-}
-
 func (h *HealthProber) check(ctx context.Context, addr string) (*bool, error) {
 	result := false
-	conn, err := h.conn(addr)
+	conn, err := h.conns.Get(addr)
 	if err != nil {
 		h.creds.Failed(addr, err)
 		return &result, nil

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,10 +89,9 @@ type PoolScraper struct {
 	tokenFile transport.ResettableTokenSource
 	creds     *epptransport.Credentials
 
-	// tlsClients are the clients of the URLs scraped over TLS, each with
-	// the credentials of one version.
-	mu         sync.Mutex
-	tlsClients map[string]scrapeClient
+	// clients keeps the client of each URL: the shared one for plaintext,
+	// else one with the URL's credentials, made anew when they change.
+	clients *epptransport.Conns[*http.Client]
 }
 
 // scrapeResult is the outcome of a URL's last scrape and the last good
@@ -108,25 +106,18 @@ type scrapeResult struct {
 	token string
 }
 
-// scrapeClient is an HTTP client for one URL and the version of its
-// credentials.
-type scrapeClient struct {
-	version string
-	client  *http.Client
-}
-
 // NewPoolScraper returns a scraper with no targets. It fails only when
 // TokenFile is set and cannot be read.
 func NewPoolScraper(o PoolScraperOptions) (*PoolScraper, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
 	s := &PoolScraper{
-		client:     &http.Client{Transport: tr},
-		timeout:    positiveOr(o.Timeout, DefaultScrapeTimeout),
-		staleness:  o.Staleness,
-		creds:      o.Credentials,
-		tlsClients: map[string]scrapeClient{},
+		client:    &http.Client{Transport: tr},
+		timeout:   positiveOr(o.Timeout, DefaultScrapeTimeout),
+		staleness: o.Staleness,
+		creds:     o.Credentials,
 	}
+	s.clients = epptransport.NewConns(o.Credentials, 0, s.newClient, s.closeClient)
 	if o.TokenFile != "" {
 		if _, err := os.ReadFile(o.TokenFile); err != nil {
 			return nil, fmt.Errorf("the token file for EPP metrics: %w", err)
@@ -134,58 +125,34 @@ func NewPoolScraper(o PoolScraperOptions) (*PoolScraper, error) {
 		s.tokenFile = transport.NewCachedFileTokenSource(o.TokenFile)
 	}
 	s.poller = poll.New(positiveOr(o.Interval, DefaultScrapeInterval), s.scrape)
-	s.poller.Forget = s.forget
+	s.poller.Forget = s.clients.Forget
 	return s, nil
 }
 
 // Run scrapes until ctx ends.
 func (s *PoolScraper) Run(ctx context.Context) error {
 	defer func() {
+		s.clients.Close()
 		s.client.CloseIdleConnections()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for url, c := range s.tlsClients {
-			c.client.CloseIdleConnections()
-			delete(s.tlsClients, url)
-		}
 	}()
 	return s.poller.Run(ctx)
 }
 
-// clientFor returns the client that scrapes url with its current
-// credentials: the shared one for plaintext, else one of its own, made
-// anew when the credentials change.
-func (s *PoolScraper) clientFor(url string) (*http.Client, error) {
-	t, err := s.creds.ForTarget(url)
-	if err != nil {
-		return nil, err
-	}
+// newClient is the client that scrapes url with the credentials t: the
+// shared one for plaintext, else one of its own.
+func (s *PoolScraper) newClient(_ string, t *epptransport.EndpointTLS) (*http.Client, error) {
 	if t.Config == nil {
 		return s.client, nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := s.tlsClients[url]
-	if old.client != nil && old.version == t.Version {
-		return old.client, nil
-	}
-	if old.client != nil {
-		old.client.CloseIdleConnections()
-	}
 	tr := s.client.Transport.(*http.Transport).Clone()
 	tr.TLSClientConfig = t.Config
-	c := &http.Client{Transport: tr}
-	s.tlsClients[url] = scrapeClient{version: t.Version, client: c}
-	return c, nil
+	return &http.Client{Transport: tr}, nil
 }
 
-// forget drops the client of a URL no longer scraped.
-func (s *PoolScraper) forget(url string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c, ok := s.tlsClients[url]; ok {
-		c.client.CloseIdleConnections()
-		delete(s.tlsClients, url)
+// closeClient lets a URL's own client go; the shared one stays.
+func (s *PoolScraper) closeClient(c *http.Client) {
+	if c != s.client {
+		c.CloseIdleConnections()
 	}
 }
 
@@ -281,7 +248,7 @@ func (s *PoolScraper) read(ctx context.Context, url string) *scrapeResult {
 	fail := func(state MetricsState, token string, err error) *scrapeResult {
 		return &scrapeResult{state: state, err: err, token: token}
 	}
-	client, err := s.clientFor(url)
+	client, err := s.clients.Get(url)
 	if err != nil {
 		return fail(MetricsUnreachable, "", err)
 	}

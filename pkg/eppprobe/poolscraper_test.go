@@ -27,9 +27,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/epptransport/epptransporttest"
-	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/metrics"
 	"github.com/mci-dev/mci/test/tlstest"
 )
@@ -322,7 +322,7 @@ func TestPoolScraperSendsTheTokenOfTheCredentialsSecret(t *testing.T) {
 
 	kube := kubefake.NewSimpleClientset(epptransporttest.Secret(ns, "epp-creds", map[string][]byte{"ca.crt": serving.CAPEM, epptransport.SecretTokenKey: []byte("secret-token\n")}))
 	creds := epptransporttest.Run(t, kube, ns)
-	creds.SetTargets([]epptransport.Target{{Addr: url, Cluster: "cluster-a", Port: imports.PortMetrics, Transport: imports.PortTransport{TLS: true, Secret: types.NamespacedName{Namespace: ns, Name: "epp-creds"}, Namespace: ns}}})
+	creds.SetTargets([]epptransport.Target{{Addr: url, Cluster: "cluster-a", Port: eppaddr.PortMetrics, Transport: eppaddr.PortTransport{TLS: true, Secret: types.NamespacedName{Namespace: ns, Name: "epp-creds"}, Namespace: ns}}})
 
 	// The Secret's token wins over the token file.
 	tokenFile := filepath.Join(t.TempDir(), "token")

@@ -33,7 +33,7 @@ type loadedValidation struct {
 // verified; else one of the subjectAltNames. Its problems are logged once
 // per change; a validation that cannot be used is an error (the cluster
 // fails), never a connection without verification.
-// key identifies the validation and its namespace (imports.PortTransport.Key).
+// key identifies the validation and its namespace (eppaddr.PortTransport.Key).
 func (c *Credentials) resolveValidation(namespace string, v *v1alpha1.BackendTLSValidation, key string) (*EndpointTLS, error) {
 	policy := namespace + "/" + v.PolicyName
 	if !c.isSynced() {

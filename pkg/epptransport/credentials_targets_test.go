@@ -10,9 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
+	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/epptransport/epptransporttest"
-	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/test/tlstest"
 )
 
@@ -28,14 +28,14 @@ func TestCredentialsForTargets(t *testing.T) {
 	// targets are the addresses of one cluster's EPP, reached with the
 	// Secret of secretNS when secret is set.
 	table := func(secret string, secretNS string) []epptransport.Target {
-		var pt imports.PortTransport
+		var pt eppaddr.PortTransport
 		if secret != "" {
-			pt = imports.PortTransport{TLS: true, Secret: types.NamespacedName{Namespace: secretNS, Name: secret}}
+			pt = eppaddr.PortTransport{TLS: true, Secret: types.NamespacedName{Namespace: secretNS, Name: secret}}
 		}
 		return []epptransport.Target{
-			{Addr: "127.0.2.1:9002", Cluster: "cluster-a", Port: imports.PortExtProc, Transport: pt},
-			{Addr: "127.0.2.1:9003", Cluster: "cluster-a", Port: imports.PortHealth, Transport: pt},
-			{Addr: "http://127.0.2.1:9090/metrics", Cluster: "cluster-a", Port: imports.PortMetrics},
+			{Addr: "127.0.2.1:9002", Cluster: "cluster-a", Port: eppaddr.PortExtProc, Transport: pt},
+			{Addr: "127.0.2.1:9003", Cluster: "cluster-a", Port: eppaddr.PortHealth, Transport: pt},
+			{Addr: "http://127.0.2.1:9090/metrics", Cluster: "cluster-a", Port: eppaddr.PortMetrics},
 		}
 	}
 
@@ -105,7 +105,7 @@ func TestCredentialsForTargets(t *testing.T) {
 	})
 
 	t.Run("an address two clusters name with and without a Secret is reached with TLS", func(t *testing.T) {
-		c.SetTargets(append(table("epp-creds", ns), epptransport.Target{Addr: "127.0.2.1:9002", Cluster: "cluster-c", Port: imports.PortExtProc}))
+		c.SetTargets(append(table("epp-creds", ns), epptransport.Target{Addr: "127.0.2.1:9002", Cluster: "cluster-c", Port: eppaddr.PortExtProc}))
 		got, err := c.ForTarget("127.0.2.1:9002")
 		require.NoError(t, err)
 		assert.NotNil(t, got.Config)

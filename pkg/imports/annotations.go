@@ -4,10 +4,9 @@ import (
 	"fmt"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/util/validation"
-
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/eppaddr"
 )
 
 // ParseExport reads a pool's export annotations.
@@ -54,10 +53,10 @@ func ParseExport(annotations map[string]string) (mode inference.RoutingMode, exp
 		}
 	}
 
-	if _, err := EndpointPickerSecret(annotations); err != nil {
+	if _, err := eppaddr.EndpointPickerSecret(annotations); err != nil {
 		problems = append(problems, err.Error())
 	}
-	if _, err := EndpointPickerTransport(annotations); err != nil {
+	if _, err := eppaddr.EndpointPickerTransport(annotations); err != nil {
 		problems = append(problems, err.Error())
 	}
 
@@ -65,22 +64,6 @@ func ParseExport(annotations map[string]string) (mode inference.RoutingMode, exp
 		return "", false, fmt.Errorf("invalid export: %s", strings.Join(problems, "; "))
 	}
 	return mode, true, nil
-}
-
-// EndpointPickerSecret reads a pool's endpoint-picker-secret annotation: the
-// name of the Secret, in the pool's namespace, with the TLS credentials for
-// its EPP; "" when the annotation is absent (plaintext). A value that is not
-// a Secret name is an error that quotes it.
-func EndpointPickerSecret(annotations map[string]string) (string, error) {
-	name, ok := annotations[v1alpha1.EndpointPickerSecretAnnotation]
-	if !ok {
-		return "", nil
-	}
-	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return "", fmt.Errorf("annotation %q has value %q, which is not a Secret name: %s",
-			v1alpha1.EndpointPickerSecretAnnotation, name, strings.Join(errs, "; "))
-	}
-	return name, nil
 }
 
 // hasExportAnnotation says whether a pool carries either export annotation,

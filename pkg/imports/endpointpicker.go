@@ -10,6 +10,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/eppaddr"
 )
 
 // eppServiceName returns the name of the Service the pool's
@@ -61,22 +62,17 @@ func endpointPickerImport(m *Member, pool *poolv1.InferencePool, counter endpoin
 	if p := pool.Spec.EndpointPickerRef.Port; p != nil {
 		refPort = p.Number
 	}
-	ports := ResolveEPPPorts(svc, refPort)
+	ports := eppaddr.ResolvePorts(svc, refPort)
 	epp.Service = []inference.ServiceImport{serviceImport(svc, ports.ExtProc)}
 	// The exporter's ParseExport has accepted the annotation's value.
-	secret, _ := EndpointPickerSecret(pool.Annotations)
+	secret, _ := eppaddr.EndpointPickerSecret(pool.Annotations)
 	if secret != "" {
 		epp.SecretRef = &corev1.SecretReference{Namespace: pool.Namespace, Name: secret}
 	}
 	// The exporter's ParseExport has accepted the transport annotation too.
-	modes, _ := EndpointPickerTransport(pool.Annotations)
+	modes, _ := eppaddr.EndpointPickerTransport(pool.Annotations)
 	policies := m.backendTLSPolicies(pool.Namespace)
-	policy := func(port int32) *gatewayv1.BackendTLSPolicy {
-		if len(policies) == 0 || port == 0 {
-			return nil
-		}
-		return TLSPolicyForPort(policies, svc.Name, servicePortName(svc, port))
-	}
+	policy := func(port int32) *gatewayv1.BackendTLSPolicy { return eppaddr.TLSPolicyFor(policies, svc, port) }
 	epp.Transport = portTransport(modes.ExtProc, policy(ports.ExtProc), true)
 	if ports.Health != 0 {
 		epp.Health = &inference.HealthEndpoint{Port: ports.Health, SecretRef: epp.SecretRef, Transport: portTransport(modes.Health, policy(ports.Health), false)}

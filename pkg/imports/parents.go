@@ -116,7 +116,7 @@ func gatewayService(gw *gatewayv1.Gateway) inference.ServiceImport {
 	var ports []int32
 	for _, l := range gw.Spec.Listeners {
 		if l.Port != 0 {
-			ports = appendUniquePort(ports, l.Port)
+			ports = appendUnique(ports, l.Port)
 		}
 	}
 	slices.Sort(ports)

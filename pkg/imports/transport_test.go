@@ -13,38 +13,6 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 )
 
-func TestParseTransport(t *testing.T) {
-	tests := []struct {
-		value   string
-		want    TransportModes
-		wantErr string
-	}{
-		{value: "", want: TransportModes{}},
-		{value: "TLS", want: TransportModes{ExtProc: "TLS", Health: "TLS", Metrics: "TLS"}},
-		{value: " Plaintext ", want: TransportModes{ExtProc: "Plaintext", Health: "Plaintext", Metrics: "Plaintext"}},
-		{value: "ext-proc=TLS", want: TransportModes{ExtProc: "TLS"}},
-		{value: "ext-proc=TLS, health=Plaintext,metrics=Plaintext", want: TransportModes{ExtProc: "TLS", Health: "Plaintext", Metrics: "Plaintext"}},
-		{value: "tls", wantErr: `transport mode "tls": want TLS or Plaintext`},
-		{value: "ext-proc=TLS,ext-proc=Plaintext", wantErr: "port ext-proc is named twice"},
-		{value: "grpc=TLS", wantErr: `unknown port "grpc"`},
-		{value: "ext-proc=TLS,health", wantErr: `"health": want port=mode`},
-		{value: "health=", wantErr: `port health: transport mode ""`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.value, func(t *testing.T) {
-			got, err := ParseTransport(tt.value)
-			if tt.wantErr != "" {
-				require.Error(t, err)
-				assert.Contains(t, err.Error(), tt.wantErr)
-				assert.Equal(t, TransportModes{}, got, "nothing half-parsed")
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, tt.want, got)
-		})
-	}
-}
-
 func TestParseExportRejectsABadTransport(t *testing.T) {
 	_, exported, err := ParseExport(map[string]string{
 		v1alpha1.ExportAnnotation:                  v1alpha1.ExportScopeClusterSet,
@@ -69,36 +37,6 @@ func btlsPolicy(name string, age time.Duration, section string) *gatewayv1.Backe
 				Hostname:          "epp.example.com",
 			},
 		},
-	}
-}
-
-func TestTLSPolicyForPort(t *testing.T) {
-	other := btlsPolicy("other-service", 0, "")
-	other.Spec.TargetRefs[0].Name = "another-svc"
-	tests := []struct {
-		name     string
-		policies []*gatewayv1.BackendTLSPolicy
-		port     string
-		want     string
-	}{
-		{name: "no policy", port: "ext-proc"},
-		{name: "a policy of another Service", policies: []*gatewayv1.BackendTLSPolicy{other}, port: "ext-proc"},
-		{name: "a policy of the whole Service", policies: []*gatewayv1.BackendTLSPolicy{btlsPolicy("svc", 0, "")}, port: "ext-proc", want: "svc"},
-		{name: "a policy of another port", policies: []*gatewayv1.BackendTLSPolicy{btlsPolicy("metrics", 0, "metrics")}, port: "ext-proc"},
-		{name: "the port's own policy wins over the Service's", policies: []*gatewayv1.BackendTLSPolicy{btlsPolicy("svc", time.Hour, ""), btlsPolicy("port", 0, "ext-proc")}, port: "ext-proc", want: "port"},
-		{name: "the oldest of two for the same port", policies: []*gatewayv1.BackendTLSPolicy{btlsPolicy("young", 0, ""), btlsPolicy("old", time.Hour, "")}, port: "ext-proc", want: "old"},
-		{name: "an unnamed port gets the Service's policy only", policies: []*gatewayv1.BackendTLSPolicy{btlsPolicy("svc", 0, ""), btlsPolicy("port", 0, "ext-proc")}, port: "", want: "svc"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := TLSPolicyForPort(tt.policies, testEPP, tt.port)
-			if tt.want == "" {
-				assert.Nil(t, got)
-				return
-			}
-			require.NotNil(t, got)
-			assert.Equal(t, tt.want, got.Name)
-		})
 	}
 }
 

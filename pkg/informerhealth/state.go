@@ -1,10 +1,14 @@
 package informerhealth
 
-import "time"
+import (
+	"time"
 
-// errorLogInterval is the least time between two log lines of a resource
-// that keeps failing with another error.
-const errorLogInterval = time.Minute
+	"github.com/mci-dev/mci/pkg/statelog"
+)
+
+// errorLog is when the errors of a resource that keeps failing are logged:
+// another error at most once a minute.
+var errorLog = statelog.Rule{Interval: time.Minute}
 
 // change is what an outcome changed in a resource's state, and so what is
 // logged and counted.
@@ -20,7 +24,7 @@ const (
 	// watch failed.
 	lost
 	// newError: still failing, with another error than the one last
-	// logged, and the last log line is at least errorLogInterval old.
+	// logged, and the last log line is at least a minute old.
 	newError
 	// recovered: the resource was failing and a list or watch succeeded.
 	recovered
@@ -30,23 +34,19 @@ const (
 // pure function of the outcomes it was told, so that it is tested without
 // a server.
 type state struct {
-	known   bool
-	failing bool
-	// since is when the resource began failing.
-	since time.Time
-	// cause is the root cause of the error last logged; loggedAt when.
-	cause    string
-	loggedAt time.Time
+	known bool
+	// failure is the root cause of the failing list or watch, unset while
+	// the resource is reachable.
+	failure statelog.State
 }
 
 // failed records a failed list or watch whose root cause reads cause.
 func (s *state) failed(now time.Time, cause string) change {
-	switch {
-	case !s.failing:
-		*s = state{known: true, failing: true, since: now, cause: cause, loggedAt: now}
+	s.known = true
+	switch s.failure.Observe(now, "", cause, errorLog) {
+	case statelog.First:
 		return lost
-	case cause != s.cause && now.Sub(s.loggedAt) >= errorLogInterval:
-		s.cause, s.loggedAt = cause, now
+	case statelog.Changed:
 		return newError
 	}
 	return unchanged
@@ -55,13 +55,11 @@ func (s *state) failed(now time.Time, cause string) change {
 // succeeded records a list that answered or a watch that opened, and
 // returns how long the resource had been failing.
 func (s *state) succeeded(now time.Time) (change, time.Duration) {
-	switch {
-	case !s.known:
-		*s = state{known: true}
+	if !s.known {
+		s.known = true
 		return firstReachable, 0
-	case s.failing:
-		failedFor := now.Sub(s.since)
-		*s = state{known: true}
+	}
+	if failing, failedFor := s.failure.Clear(now); failing {
 		return recovered, failedFor
 	}
 	return unchanged, 0

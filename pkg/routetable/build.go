@@ -15,7 +15,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 )
 
@@ -44,7 +44,7 @@ type Inputs struct {
 	// DefaultTransport is the mode of each EPP port that neither its pool
 	// (annotation, Secret, BackendTLSPolicy) nor its import decides;
 	// plaintext where it is empty too.
-	DefaultTransport imports.TransportModes
+	DefaultTransport eppaddr.TransportModes
 	// ServedGateways, when not empty, are the Gateways the sidecar serves:
 	// the table holds only the HTTPRoutes attached to one of them, as their
 	// listeners allow (attach.go). Empty: every HTTPRoute, whatever its

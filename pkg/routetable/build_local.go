@@ -13,7 +13,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/eppaddr"
 )
 
 // localPool resolves a local InferencePool and its EPP, once.
@@ -35,12 +35,12 @@ func (b *builder) resolveLocal(key types.NamespacedName) localResult {
 	if lr.pool == nil {
 		return lr
 	}
-	secret, secretErr := imports.EndpointPickerSecret(lr.pool.Annotations)
+	secret, secretErr := eppaddr.EndpointPickerSecret(lr.pool.Annotations)
 	if secretErr != nil {
 		// Never plaintext to an EPP that its pool says serves TLS.
 		b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidAnnotation, "%v; the pool's local EPP is not routed to", secretErr)
 	}
-	modes, transportErr := imports.EndpointPickerTransport(lr.pool.Annotations)
+	modes, transportErr := eppaddr.EndpointPickerTransport(lr.pool.Annotations)
 	if transportErr != nil {
 		b.report(InferencePoolKind, key.Namespace, key.Name, ReasonInvalidAnnotation, "%v; the pool's local EPP is not routed to", transportErr)
 		secretErr = transportErr
@@ -101,7 +101,7 @@ func parseEndpointPicker(v string) (poolv1.EndpointPickerRef, error) {
 // else the conventional 9003 and 9090 when the Service has them. secret,
 // when set, names the Secret of the pool's namespace to reach all three
 // with; modes are the pool's transport annotation.
-func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPickerRef, secret string, modes imports.TransportModes) (*Cluster, error) {
+func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPickerRef, secret string, modes eppaddr.TransportModes) (*Cluster, error) {
 	if (ref.Group != nil && *ref.Group != "") || (ref.Kind != "" && ref.Kind != "Service") {
 		return nil, fmt.Errorf("endpointPickerRef names a %s; only a core Service is supported", cmp.Or(ref.Kind, "Service"))
 	}
@@ -112,7 +112,7 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 	if svc == nil {
 		return nil, fmt.Errorf("Service %s/%s of the endpointPickerRef does not exist", p.Namespace, ref.Name)
 	}
-	addrs := imports.ServiceAddresses(svc)
+	addrs := eppaddr.ServiceAddresses(svc)
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("Service %s/%s of the endpointPickerRef has no address", p.Namespace, ref.Name)
 	}
@@ -122,7 +122,7 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 	}
 	// The rule mci-apiserver uses for the pool's import, so that the local
 	// pool and its import reach the same port of the same Service.
-	ports := imports.ResolveEPPPorts(svc, refPort)
+	ports := eppaddr.ResolvePorts(svc, refPort)
 	port := ports.ExtProc
 	if port == 0 {
 		return nil, fmt.Errorf("the ext-proc port of Service %s/%s is unknown: set endpointPickerRef.port", p.Namespace, ref.Name)
@@ -142,17 +142,17 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 	var err error
 	def := b.in.DefaultTransport
 	validation := b.localValidation(p.Namespace, svc)
-	if c.EPPTransport, err = imports.ResolvePortTransport(imports.PortExtProc, modes.ExtProc, secretRef, validation(port), p.Namespace, def.ExtProc); err != nil {
+	if c.EPPTransport, err = eppaddr.ResolvePortTransport(eppaddr.PortExtProc, modes.ExtProc, secretRef, validation(port), p.Namespace, def.ExtProc); err != nil {
 		return nil, err
 	}
 	if hp := ports.Health; hp != 0 {
 		c.Health = net.JoinHostPort(addrs[0], strconv.Itoa(int(hp)))
-		if c.HealthTransport, err = imports.ResolvePortTransport(imports.PortHealth, modes.Health, secretRef, validation(hp), p.Namespace, def.Health); err != nil {
+		if c.HealthTransport, err = eppaddr.ResolvePortTransport(eppaddr.PortHealth, modes.Health, secretRef, validation(hp), p.Namespace, def.Health); err != nil {
 			return nil, err
 		}
 	}
 	if mp := ports.Metrics; mp != 0 {
-		if c.MetricsTransport, err = imports.ResolvePortTransport(imports.PortMetrics, modes.Metrics, secretRef, validation(mp), p.Namespace, def.Metrics); err != nil {
+		if c.MetricsTransport, err = eppaddr.ResolvePortTransport(eppaddr.PortMetrics, modes.Metrics, secretRef, validation(mp), p.Namespace, def.Metrics); err != nil {
 			return nil, err
 		}
 		c.Metrics = metricsURL(addrs[0], mp, c.MetricsTransport.TLS)
@@ -162,7 +162,7 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 
 // localValidation returns, for a port number of a local EPP Service, the
 // validation of the local cluster's BackendTLSPolicy for that port (see
-// imports.TLSPolicyForPort), nil without one.
+// eppaddr.TLSPolicyFor), nil without one.
 func (b *builder) localValidation(namespace string, svc *corev1.Service) func(port int32) *v1alpha1.BackendTLSValidation {
 	var policies []*gatewayv1.BackendTLSPolicy
 	for k, p := range b.btls {
@@ -171,23 +171,14 @@ func (b *builder) localValidation(namespace string, svc *corev1.Service) func(po
 		}
 	}
 	return func(port int32) *v1alpha1.BackendTLSValidation {
-		if len(policies) == 0 {
-			return nil
-		}
-		name := ""
-		for _, sp := range svc.Spec.Ports {
-			if sp.Port == port {
-				name = sp.Name
-			}
-		}
-		p := imports.TLSPolicyForPort(policies, svc.Name, name)
+		p := eppaddr.TLSPolicyFor(policies, svc, port)
 		if p == nil {
 			return nil
 		}
 		var out v1alpha1.BackendTLSValidation
 		// The import's own conversion, so that local and imported
 		// validations are alike.
-		_ = v1alpha1.Convert_inference_BackendTLSValidation_To_v1alpha1_BackendTLSValidation(imports.ValidationOf(p), &out, nil)
+		_ = v1alpha1.Convert_inference_BackendTLSValidation_To_v1alpha1_BackendTLSValidation(eppaddr.ValidationOf(p), &out, nil)
 		return &out
 	}
 }

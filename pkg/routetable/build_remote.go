@@ -14,7 +14,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
-	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/eppaddr"
 )
 
 // remoteClusters resolves an import's clusters, once: the entries whose
@@ -106,20 +106,20 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 // defaults.
 func (b *builder) importTransports(c *Cluster, namespace string, epp v1alpha1.EndpointPickerImport, secrets [3]types.NamespacedName) error {
 	def := b.in.DefaultTransport
-	mode, validation := imports.TransportOf(epp.Transport)
+	mode, validation := eppaddr.TransportOf(epp.Transport)
 	var err error
-	if c.EPPTransport, err = imports.ResolvePortTransport(imports.PortExtProc, mode, secrets[0], validation, namespace, def.ExtProc); err != nil {
+	if c.EPPTransport, err = eppaddr.ResolvePortTransport(eppaddr.PortExtProc, mode, secrets[0], validation, namespace, def.ExtProc); err != nil {
 		return err
 	}
 	if epp.Health != nil {
-		mode, validation = imports.TransportOf(epp.Health.Transport)
-		if c.HealthTransport, err = imports.ResolvePortTransport(imports.PortHealth, mode, secrets[1], validation, namespace, def.Health); err != nil {
+		mode, validation = eppaddr.TransportOf(epp.Health.Transport)
+		if c.HealthTransport, err = eppaddr.ResolvePortTransport(eppaddr.PortHealth, mode, secrets[1], validation, namespace, def.Health); err != nil {
 			return err
 		}
 	}
 	if epp.Metrics != nil {
-		mode, validation = imports.TransportOf(epp.Metrics.Transport)
-		if c.MetricsTransport, err = imports.ResolvePortTransport(imports.PortMetrics, mode, secrets[2], validation, namespace, def.Metrics); err != nil {
+		mode, validation = eppaddr.TransportOf(epp.Metrics.Transport)
+		if c.MetricsTransport, err = eppaddr.ResolvePortTransport(eppaddr.PortMetrics, mode, secrets[2], validation, namespace, def.Metrics); err != nil {
 			return err
 		}
 	}

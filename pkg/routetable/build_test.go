@@ -19,7 +19,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
-	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
@@ -499,7 +499,7 @@ func TestParseClusterWeights(t *testing.T) {
 
 // TestLocalPoolEPPPortIsTheImportsRule holds the sidecar's local pool to
 // the EPP-port rule mci-apiserver uses for the pool's import
-// (imports.ResolveEPPPorts), where the two used to differ: the sidecar
+// (eppaddr.ResolvePorts), where the two used to differ: the sidecar
 // fell back to a port numbered 9002, the import to the only port that is
 // neither health nor metrics.
 func TestLocalPoolEPPPortIsTheImportsRule(t *testing.T) {
@@ -519,7 +519,7 @@ func TestLocalPoolEPPPortIsTheImportsRule(t *testing.T) {
 			svc.Spec.Ports = append(slices.Clone(tt.ports), healthAndMetrics...)
 			p := pool("llm", "")
 			p.Spec.EndpointPickerRef.Port = nil
-			require.Equal(t, tt.want, imports.ResolveEPPPorts(svc, 0).ExtProc, "the import's rule")
+			require.Equal(t, tt.want, eppaddr.ResolvePorts(svc, 0).ExtProc, "the import's rule")
 
 			tbl, errs := Build(Inputs{Routes: []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, poolRef("llm", nil)))},
 				Pools: []*poolv1.InferencePool{p}, Services: []*corev1.Service{svc}})

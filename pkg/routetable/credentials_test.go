@@ -11,7 +11,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/eppaddr"
 )
 
 func TestBuildNamesTheSecretsOfEachAddress(t *testing.T) {
@@ -23,7 +23,7 @@ func TestBuildNamesTheSecretsOfEachAddress(t *testing.T) {
 		return imp
 	}
 	creds := types.NamespacedName{Namespace: ns, Name: "epp-creds"}
-	secretTLS := imports.PortTransport{TLS: true, Secret: creds, Namespace: ns}
+	secretTLS := eppaddr.PortTransport{TLS: true, Secret: creds, Namespace: ns}
 	routes := []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))}
 
 	t.Run("an import's secretRefs name the Secrets of the EPP, health and metrics addresses; metrics go over HTTPS", func(t *testing.T) {
@@ -49,7 +49,7 @@ func TestBuildNamesTheSecretsOfEachAddress(t *testing.T) {
 		b := only(t, tbl)
 		require.Len(t, b.Clusters, 1)
 		assert.Equal(t, "cluster-c", b.Clusters[0].Name)
-		assert.Equal(t, imports.PortTransport{}, b.Clusters[0].EPPTransport)
+		assert.Equal(t, eppaddr.PortTransport{}, b.Clusters[0].EPPTransport)
 	})
 
 	localRoutes := []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, poolRef("llm", nil)))}
@@ -60,7 +60,7 @@ func TestBuildNamesTheSecretsOfEachAddress(t *testing.T) {
 		tbl, errs := Build(Inputs{Routes: localRoutes, Pools: []*poolv1.InferencePool{annotated("epp-creds")}, Services: []*corev1.Service{eppService("llm", "127.0.1.1")}})
 		require.Empty(t, errs)
 		c := only(t, tbl).Clusters[0]
-		assert.Equal(t, [3]imports.PortTransport{secretTLS, secretTLS, secretTLS}, [3]imports.PortTransport{c.EPPTransport, c.HealthTransport, c.MetricsTransport})
+		assert.Equal(t, [3]eppaddr.PortTransport{secretTLS, secretTLS, secretTLS}, [3]eppaddr.PortTransport{c.EPPTransport, c.HealthTransport, c.MetricsTransport})
 		assert.Equal(t, "https://127.0.1.1:9090/metrics", c.Metrics)
 	})
 

@@ -9,7 +9,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
-	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
@@ -125,7 +125,7 @@ type Cluster struct {
 	// Secret of the local cluster that an import's secretRefs (a local
 	// pool's endpoint-picker-secret annotation) name, or as a
 	// BackendTLSPolicy says, or not verified.
-	EPPTransport, HealthTransport, MetricsTransport imports.PortTransport
+	EPPTransport, HealthTransport, MetricsTransport eppaddr.PortTransport
 	// Parent is the address ("host:port") of the parent gateway (ParentMode).
 	Parent string
 	// Weight is the cluster's weight for the Weighted and HealthBased

@@ -13,7 +13,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/eppaddr"
 )
 
 func TestLocalPoolsFollowTheirBackendTLSPolicy(t *testing.T) {
@@ -49,8 +49,8 @@ func TestLocalPoolsFollowTheirBackendTLSPolicy(t *testing.T) {
 		tbl, errs := Build(in)
 		require.Empty(t, errs)
 		c := local(t, tbl)
-		assert.Equal(t, imports.PortTransport{TLS: true, Validation: want, Namespace: ns}, c.EPPTransport)
-		assert.Equal(t, imports.PortTransport{}, c.HealthTransport)
+		assert.Equal(t, eppaddr.PortTransport{TLS: true, Validation: want, Namespace: ns}, c.EPPTransport)
+		assert.Equal(t, eppaddr.PortTransport{}, c.HealthTransport)
 		assert.Equal(t, "http://127.0.1.1:9090/metrics", c.Metrics)
 	})
 
@@ -62,15 +62,15 @@ func TestLocalPoolsFollowTheirBackendTLSPolicy(t *testing.T) {
 		x.SetPool(in.Pools[0])
 		x.SetService(in.Services[0])
 		tbl, _ := x.Table()
-		assert.Equal(t, imports.TransportKindPlaintext, local(t, tbl).EPPTransport.Kind())
+		assert.Equal(t, eppaddr.TransportKindPlaintext, local(t, tbl).EPPTransport.Kind())
 		x.SetBackendTLSPolicy(policy)
 		tbl, changed := x.Table()
 		require.True(t, changed)
-		assert.Equal(t, imports.TransportKindVerified, local(t, tbl).EPPTransport.Kind())
+		assert.Equal(t, eppaddr.TransportKindVerified, local(t, tbl).EPPTransport.Kind())
 		x.DeleteBackendTLSPolicy(types.NamespacedName{Namespace: ns, Name: "epp-tls"})
 		tbl, changed = x.Table()
 		require.True(t, changed)
-		assert.Equal(t, imports.TransportKindPlaintext, local(t, tbl).EPPTransport.Kind())
+		assert.Equal(t, eppaddr.TransportKindPlaintext, local(t, tbl).EPPTransport.Kind())
 	})
 
 	t.Run("a local pool that asks Plaintext for a port its policy makes TLS is reported and not routed to", func(t *testing.T) {

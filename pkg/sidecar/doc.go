@@ -37,17 +37,29 @@
 //   - pkg/eppprobe's HealthProber and PoolScraper poll each EPP's health
 //     and metrics port on a pkg/poll Poller; the pool metrics are read
 //     through metrics.LimitReader and metrics.ParsePool, the guarded, fuzzed
-//     parser. The sidecar makes them with the credentials, dial options and
-//     reconnect callback they need, and the server sees them through State
-//     and FailureRecorder only.
-//   - Server relays the request to the first cluster's EPP (EndpointMode)
-//     and returns its answer to the gateway, trying the next cluster when an
-//     EPP fails before answering, then relays the response phase to the EPP
-//     that answered; or answers with a remote parent gateway as the
-//     destination (ParentMode). Each address is reached with the transport
-//     and credentials pkg/epptransport resolves for it; the criticality of
-//     a request comes from pkg/requestmodel, which the reference EPP
-//     shares, so the sidecar does not link the EPP.
+//     parser. New makes the parts in the order they depend on each other:
+//     the credentials; the relay, which reaches EPPs with them; the prober,
+//     which reaches them alike and makes the relay retry an EPP that turns
+//     SERVING; the scraper; the server, which sees prober and scraper
+//     through Clusters only (State for its policies, FailureRecorder for
+//     passive health).
+//   - Server serves each request stream as a short list of named steps
+//     (Process): read the request whole; decide (decide.go: a pure
+//     function of the table, the request and the clusters' State — the
+//     rule, the backendRef, the clusters in order, what FailOpen adds, or
+//     the sidecar's own answer); deliver (deliver.go: the attempts in turn,
+//     relaying the request to the first cluster's EPP (EndpointMode) and
+//     returning its answer to the gateway, trying the next cluster when an
+//     EPP fails before answering; or a remote parent gateway as the
+//     destination (ParentMode); then FailOpen or FailClose); send the
+//     answer; then see the response phase through (relayed to the EPP that
+//     answered, response.go). One tracker per request (tracker.go) is the
+//     only place that tells the observers what became of it: the policies'
+//     memory and observations, passive health, the metrics and the logs.
+//     Each address is reached with the transport and credentials
+//     pkg/epptransport resolves for it; the criticality of a request comes
+//     from pkg/requestmodel, which the reference EPP shares, so the sidecar
+//     does not link the EPP.
 //   - Sidecar runs all of it in an errgroup (extproc.Parts, as the EPP
 //     runs its own): the first part to fail stops the others.
 //

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/informerhealth"
 	"github.com/mci-dev/mci/pkg/routetable"
@@ -52,15 +53,16 @@ type Metrics struct {
 	tableErrors  prometheus.Gauge
 	refusals     *prometheus.GaugeVec
 	buildTime    prometheus.Histogram
+	unparseable  prometheus.Counter
 	// watches follows the informers the routing table is built from:
 	// mci_sidecar_watch_reachable and mci_sidecar_watch_failures_total.
 	watches *informerhealth.Tracker
 }
 
-// NewMetrics registers the sidecar's metrics in reg. router and health feed
-// the EPP health gauges, which are derived at scrape time; either may be
-// nil.
-func NewMetrics(reg prometheus.Registerer, router *routetable.Router, health *eppprobe.HealthProber) *Metrics {
+// NewMetrics registers the sidecar's metrics in reg: those of its requests,
+// EPP streams, routing table and watches. (The EPP health gauges are
+// eppHealthCollector's.)
+func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mci_sidecar_requests_total",
@@ -109,12 +111,13 @@ func NewMetrics(reg prometheus.Registerer, router *routetable.Router, health *ep
 			Help:    "Time to rebuild the routing table from the informers' caches.",
 			Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10),
 		}),
+		unparseable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mci_sidecar_unparseable_prompts_total",
+			Help: "Request bodies whose prompt a policy with the prefix-cache scorer could not read: routed without prefix affinity.",
+		}),
 	}
 	m.watches = informerhealth.NewTracker("mci_sidecar")
-	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.buildTime, m.watches)
-	if router != nil && health != nil {
-		reg.MustRegister(&eppHealthCollector{router: router, health: health})
-	}
+	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.buildTime, m.unparseable, m.watches)
 	return m
 }
 
@@ -142,6 +145,12 @@ func (m *Metrics) picked(d time.Duration) {
 	}
 }
 
+func (m *Metrics) unparseablePrompt() {
+	if m != nil {
+		m.unparseable.Inc()
+	}
+}
+
 func (m *Metrics) answered(d time.Duration) {
 	if m != nil {
 		m.answer.Observe(d.Seconds())
@@ -166,6 +175,28 @@ func (m *Metrics) published(t *routetable.Table, took time.Duration) {
 		}
 		m.buildTime.Observe(took.Seconds())
 	}
+}
+
+// registerScoringMetrics registers the gauges of the policies' memory,
+// read at scrape time.
+func registerScoringMetrics(reg prometheus.Registerer, mem *clusterscore.Memory) {
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	reg.MustRegister(
+		gauge("mci_sidecar_prefix_index_bytes", "Memory of the prefix-cache affinity index, allocated once at its capacity.",
+			func() float64 { return float64(mem.Prefixes.Bytes()) }),
+		gauge("mci_sidecar_prefix_index_capacity_blocks", "Prompt blocks the prefix-cache affinity index holds at most.",
+			func() float64 { return float64(mem.Prefixes.Capacity()) }),
+		gauge("mci_sidecar_prefix_index_blocks", "Prompt blocks the prefix-cache affinity index holds now.",
+			func() float64 { return float64(mem.Prefixes.Len()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mci_sidecar_prefix_index_evictions_total",
+			Help: "Prompt blocks pushed out of the full prefix-cache affinity index by newer ones.",
+		}, func() float64 { return float64(mem.Prefixes.Evicted()) }),
+		gauge("mci_sidecar_session_pins", "Sessions pinned to a cluster (expired ones included until read or pushed out).",
+			func() float64 { return float64(mem.Sessions.Len()) }),
+	)
 }
 
 var eppHealthDesc = prometheus.NewDesc("mci_sidecar_epp_healthy",

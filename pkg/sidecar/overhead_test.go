@@ -275,14 +275,16 @@ func overheadServer(role, eppAddr string) (srv interface {
 		}
 		router := routetable.NewRouter()
 		router.Publish(tbl)
-		prober := eppprobe.NewHealthProber(eppprobe.HealthProberOptions{Dial: DialPolicy{}.options()})
+		prober := eppprobe.NewHealthProber(eppprobe.HealthProberOptions{})
 		prober.SetTargets([]string{net.JoinHostPort(host, portStr)})
 		reg := prometheus.NewRegistry()
 		cfg := ServerConfig{}
 		if role == roleSidecarSkip {
 			cfg.ResponsePhase = ResponsePhaseSkip
 		}
-		server := NewServer(router, liveState{health: prober}, nil, cfg, NewMetrics(reg, router, prober), logr.Discard())
+		metrics := NewMetrics(reg)
+		reg.MustRegister(&eppHealthCollector{router: router, health: prober})
+		server := newServer(router, liveState{health: prober}, newRelayer(cfg, nil, metrics), cfg, metrics, logr.Discard())
 		servers, err := extproc.Listen(extproc.ServingOptions{BindAddress: "127.0.0.1"}, server, reg, serverOptions()...)
 		if err != nil {
 			server.Close()
@@ -292,7 +294,7 @@ func overheadServer(role, eppAddr string) (srv interface {
 		return sidecarServers{servers, prober}, server.Close, nil
 
 	case roleNullRelay:
-		relayer := newRelayer(DefaultAttemptTimeout, DialPolicy{}, nil)
+		relayer := newRelayer(ServerConfig{}, nil, nil)
 		conn, err := relayer.conn(eppAddr)
 		if err != nil {
 			return nil, nil, err

@@ -125,8 +125,8 @@ func (p *ClusterPolicy) Name() string { return p.pipeline.Config().Name }
 // answering. An empty order means no cluster can take the request; ErrShed
 // sheds it.
 func (p *ClusterPolicy) Order(b *routetable.Backend, req PickRequest, st State) ([]*routetable.Cluster, error) {
-	d, err := p.decide(b, req, st, nil)
-	return d.order, err
+	o, err := p.pick(b, req, st, nil)
+	return o.order, err
 }
 
 // FailOpen is the failover set of a FailOpen backend: the clusters that
@@ -144,9 +144,9 @@ func (p *ClusterPolicy) FailOpen(b *routetable.Backend) []*routetable.Cluster {
 	return out
 }
 
-// decision is an order and what the pipeline learned of the request, for
+// picked is an order and what the pipeline learned of the request, for
 // Memory.Served and the observations.
-type decision struct {
+type picked struct {
 	order []*routetable.Cluster
 	req   clusterscore.Request
 	// promptErr says why the body's prompt could not be read (nil: read,
@@ -154,7 +154,8 @@ type decision struct {
 	promptErr error
 }
 
-func (p *ClusterPolicy) decide(b *routetable.Backend, req PickRequest, st State, ex *clusterscore.Explanation) (decision, error) {
+// pick orders b's clusters for req, explained in ex when set.
+func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, ex *clusterscore.Explanation) (picked, error) {
 	var buf [8]clusterscore.Candidate
 	cands := buf[:0]
 	candidate := func(c *routetable.Cluster, weight int64, local bool) clusterscore.Candidate {
@@ -169,7 +170,7 @@ func (p *ClusterPolicy) decide(b *routetable.Backend, req PickRequest, st State,
 		clusters = append(slices.Clip(clusters), b.Local)
 		cands = append(cands, candidate(b.Local, 0, true))
 	}
-	d := decision{req: clusterscore.Request{Criticality: req.Criticality, Now: req.Now, Scope: b.Scope()}}
+	d := picked{req: clusterscore.Request{Criticality: req.Criticality, Now: req.Now, Scope: b.Scope()}}
 	if p.needs.Prompt && len(req.Body) > 0 {
 		d.req.Blocks, d.promptErr = clusterscore.PromptBlocks(nil, d.req.Scope, req.Body)
 		if errors.Is(d.promptErr, clusterscore.ErrNoPrompt) {

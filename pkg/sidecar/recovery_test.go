@@ -18,6 +18,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/eppprobe"
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	"github.com/mci-dev/mci/test/envoyclient"
@@ -73,7 +74,7 @@ func (r *restartableEPP) restart() { r.start(r.extProcAddr, r.healthAddr) }
 // prober share the short DialPolicy, a connection that turns READY is
 // probed at once, and SERVING makes the relay retry at once.
 func TestRecoveryAfterAnOutageLongerThanTheMaxBackoff(t *testing.T) {
-	dial := DialPolicy{BaseDelay: 20 * time.Millisecond, MaxDelay: 300 * time.Millisecond, MinConnectTimeout: time.Second}
+	dial := epptransport.DialPolicy{BaseDelay: 20 * time.Millisecond, MaxDelay: 300 * time.Millisecond, MinConnectTimeout: time.Second}
 	const (
 		outage        = 3 * time.Second
 		probeInterval = 5 * time.Second
@@ -106,14 +107,15 @@ func TestRecoveryAfterAnOutageLongerThanTheMaxBackoff(t *testing.T) {
 				Imports: []*v1alpha1.InferencePoolImport{imp},
 			})
 			router.Publish(tbl)
-			var server *Server
+			cfg := ServerConfig{AttemptTimeout: time.Second, Dial: dial}
+			relay := newRelayer(cfg, nil, nil)
 			prober := eppprobe.NewHealthProber(eppprobe.HealthProberOptions{
 				Interval:  probeInterval,
 				Timeout:   200 * time.Millisecond,
-				Dial:      dial.options(),
-				OnServing: func(addr string) { server.reconnect(addr) },
+				Dial:      dial,
+				OnServing: reconnectProbed(router, relay),
 			})
-			server = NewServer(router, liveState{health: prober}, nil, ServerConfig{AttemptTimeout: time.Second, Dial: dial}, nil, logr.Discard())
+			server := newServer(router, liveState{health: prober}, relay, cfg, nil, logr.Discard())
 			t.Cleanup(server.Close)
 			var targets []string
 			for _, c := range tbl.Clusters() {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/routetable"
 )
 
 // recorder is the gateway's stream, keeping every message read from it so
@@ -63,99 +63,60 @@ func (r *refusal) Error() string {
 	return fmt.Sprintf("the EPP answered %d: %s", r.resp.GetImmediateResponse().GetStatus().GetCode(), r.resp.GetImmediateResponse().GetDetails())
 }
 
-// relayer opens ext_proc streams to EPPs on connections cached per address
-// and credentials.
+// relayer opens ext_proc streams to EPPs on connections kept per address
+// and credentials (epptransport.Conns).
 type relayer struct {
 	timeout time.Duration
 	linger  time.Duration
-	// creds say how each address is reached; nil: plaintext.
+	// creds say how each address is reached (nil: plaintext), and learn
+	// of the addresses that failed or answered.
 	creds *epptransport.Credentials
-	// dial are the dial options of DialPolicy, shared with the prober.
-	dial []grpc.DialOption
-
-	mu    sync.Mutex
-	conns map[connKey]*grpc.ClientConn
-	// grace is how long a connection to an EPP that left the table stays
-	// open for the streams still using it.
-	grace time.Duration
+	conns *epptransport.Conns[*grpc.ClientConn]
 }
 
-// newRelayer returns the relay to EPPs: each answer awaited for timeout at
-// most, each connection dialled with dial and the credentials creds give
-// its address (nil: plaintext).
-func newRelayer(timeout time.Duration, dial DialPolicy, creds *epptransport.Credentials) *relayer {
-	return &relayer{timeout: timeout, linger: time.Second, dial: dial.options(), creds: creds, conns: map[connKey]*grpc.ClientConn{}, grace: 2*timeout + 5*time.Second}
+// newRelayer returns the relay to EPPs: each answer awaited for
+// cfg.AttemptTimeout at most, each connection dialled with cfg.Dial and
+// the credentials creds give its address (nil: plaintext), its streams
+// counted in metrics (nil: not counted). A connection whose credentials
+// changed, or to an EPP that left the table, stays open for the streams
+// still using it for a grace period.
+func newRelayer(cfg ServerConfig, creds *epptransport.Credentials, metrics *Metrics) *relayer {
+	timeout := cfg.withDefaults().AttemptTimeout
+	dial := append(cfg.Dial.Options(), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(frameCodec{})))
+	if metrics != nil {
+		dial = append(dial, grpc.WithStatsHandler(streamGauge{open: metrics.eppStreams}))
+	}
+	r := &relayer{timeout: timeout, linger: time.Second, creds: creds}
+	r.conns = epptransport.NewConns(creds, 2*timeout+5*time.Second, func(addr string, t *epptransport.EndpointTLS) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, append(slices.Clip(dial), grpc.WithTransportCredentials(t.GRPC))...)
+	}, func(c *grpc.ClientConn) { _ = c.Close() })
+	return r
 }
 
-// connKey is an EPP address and the version of the credentials it is
-// reached with ("" for plaintext).
-type connKey struct {
-	addr, version string
-}
-
-// conn returns the connection to addr with its current credentials. When
-// they changed (a rotated Secret), the connection made with the old ones
-// is left to the streams still using it and closed after the grace period.
+// conn returns the connection to addr with its current credentials.
 func (r *relayer) conn(addr string) (*grpc.ClientConn, error) {
-	t, err := r.creds.ForTarget(addr)
+	c, err := r.conns.Get(addr)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to EPP %s: %w", addr, err)
 	}
-	key := connKey{addr: addr, version: t.Version}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if c := r.conns[key]; c != nil {
-		return c, nil
-	}
-	c, err := grpc.NewClient(addr, append(r.dial, grpc.WithTransportCredentials(t.GRPC), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(frameCodec{})))...)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to EPP %s: %w", addr, err)
-	}
-	for k, old := range r.conns {
-		if k.addr == addr {
-			delete(r.conns, k)
-			time.AfterFunc(r.grace, func() { _ = old.Close() })
-		}
-	}
-	r.conns[key] = c
 	return c, nil
 }
 
 // retain closes, after a grace period, the connections to addresses not in
 // keep.
 func (r *relayer) retain(keep map[string]bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for k, c := range r.conns {
-		if !keep[k.addr] {
-			delete(r.conns, k)
-			time.AfterFunc(r.grace, func() { _ = c.Close() })
-		}
-	}
+	r.conns.Retain(func(addr string) bool { return keep[addr] })
 }
 
-// reconnect makes the connections to addr that wait to reconnect try at
-// once: the EPP's health port answered again, so its ext_proc port likely
-// does too, and the next request should not fail on a connection still in
-// its backoff.
+// reconnect makes the connection to addr, when it waits to reconnect, try
+// at once: the EPP's health port answered again, so its ext_proc port
+// likely does too, and the next request should not fail on a connection
+// still in its backoff.
 func (r *relayer) reconnect(addr string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for k, c := range r.conns {
-		if k.addr == addr {
-			c.ResetConnectBackoff()
-		}
-	}
+	r.conns.With(addr, (*grpc.ClientConn).ResetConnectBackoff)
 }
 
-func (r *relayer) close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for k, c := range r.conns {
-		_ = c.Close()
-		delete(r.conns, k)
-	}
-}
+func (r *relayer) close() { r.conns.Close() }
 
 // shape is what the gateway expects back for a request.
 type shape struct {
@@ -168,6 +129,27 @@ func shapeOf(msgs []*extprocv3.ProcessingRequest) shape {
 		s.endedByTrailers = true
 	}
 	return s
+}
+
+// replay is the request as the gateway sent it (msgs), replayed to each
+// cluster's EPP tried: as it is to the local one, and with forRemote's
+// changes, made once, to remote ones.
+type replay struct {
+	msgs, remote []*extprocv3.ProcessingRequest
+	// local names the local cluster, which remote EPPs learn relayed the
+	// request.
+	local string
+}
+
+// to is the request as c's EPP gets it.
+func (r *replay) to(c *routetable.Cluster) []*extprocv3.ProcessingRequest {
+	if c.Local {
+		return r.msgs
+	}
+	if r.remote == nil {
+		r.remote = forRemote(r.msgs, r.local)
+	}
+	return r.remote
 }
 
 // forRemote returns msgs as a remote cluster's EPP is to get them: the

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mci-dev/mci/pkg/extproc"
-	"github.com/mci-dev/mci/pkg/routetable"
 )
 
 // ResponsePhase says what the sidecar does with the response phase of a
@@ -89,10 +88,11 @@ type eppStream struct {
 }
 
 // relayResponse relays the response phase of the gateway's stream gw, whose
-// processing mode cfg announced, to the EPP of cluster c, which answered
-// the request phase with resps, and the EPP's answers back, message by
-// message in both directions, until both sides have ended their streams. It
-// returns what the gateway's stream ends with.
+// processing mode cfg announced, to the EPP that routed the request (t's
+// live stream), which answered the request phase with resps, and the EPP's
+// answers back, message by message in both directions, until both sides
+// have ended their streams. It returns what the gateway's stream ends
+// with; t learns how the response phase ended.
 //
 // Two goroutines share the work: this one relays the EPP's answers to the
 // gateway, a second one the gateway's messages to the EPP. When the EPP
@@ -100,7 +100,8 @@ type eppStream struct {
 // answers owed), the sidecar answers what it owed and the rest of the
 // response phase itself, as ResponsePhaseSkip would: a response already
 // served is not failed because its EPP failed.
-func (s *Server) relayResponse(gw gatewayStream, e *eppStream, cfg *extprocv3.ProtocolConfiguration, resps []*extprocv3.ProcessingResponse, c *routetable.Cluster) error {
+func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.ProtocolConfiguration, resps []*extprocv3.ProcessingResponse) error {
+	e := t.live
 	o := newOwed(cfg, resps, s.relay.timeout, e.cancel)
 	defer o.stop()
 	defer e.cancel(nil)
@@ -108,7 +109,7 @@ func (s *Server) relayResponse(gw gatewayStream, e *eppStream, cfg *extprocv3.Pr
 	go func() { toEPP <- o.pump(gw, e, s.relay.linger) }()
 
 	outcome := ResponseCompleted
-	defer func() { s.metrics.responsePhase(c.Name, outcome) }()
+	defer func() { t.responsePhase(outcome) }()
 	var err error
 	for {
 		// Each answer goes to the gateway as the EPP encoded it.
@@ -167,32 +168,8 @@ func (s *Server) relayResponse(gw gatewayStream, e *eppStream, cfg *extprocv3.Pr
 		return err
 	}
 	e.cancel(errTakenOver)
-	s.takenOver(c, outcome, err)
+	t.takenOver(outcome, err)
 	return <-toEPP
-}
-
-// takenOver logs an EPP the sidecar replaced in the response phase: once
-// per cluster and minute at level 0, the others at level 2. An EPP that
-// failed or timed out counts as failed for the cluster's health, as a
-// failed stream of the request phase does.
-func (s *Server) takenOver(c *routetable.Cluster, outcome string, err error) {
-	// A stream cancelled on the sidecar's side (its connection closed after
-	// the EPP left the table, or its credentials changed) says nothing of
-	// the EPP's health.
-	if outcome == ResponseTimeout || (outcome == ResponseFailed && status.Code(err) != codes.Canceled) {
-		if fr, ok := s.state.(FailureRecorder); ok {
-			fr.Failed(c)
-		}
-	}
-	log := s.logger.V(2)
-	s.logMu.Lock()
-	if now := time.Now(); now.Sub(s.lastTakeover[c.Name]) >= time.Minute {
-		s.lastTakeover[c.Name] = now
-		log = s.logger
-	}
-	s.logMu.Unlock()
-	log.Info("EPP did not see the response phase through; the sidecar answered the rest itself and the response went on unchanged",
-		"cluster", c.Name, "epp", c.EPP, "outcome", outcome, "err", err)
 }
 
 // owed is what the EPP owes the gateway in the response phase: answers to

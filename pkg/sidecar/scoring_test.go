@@ -140,7 +140,7 @@ func TestServerRoutesUnparseablePromptsWithoutAffinity(t *testing.T) {
 			res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: []byte(tt.body)})
 			require.Nil(t, res.Immediate)
 			assert.NotEmpty(t, res.Destination)
-			assert.Equal(t, tt.want, testutil.ToFloat64(h.server.unparseable))
+			assert.Equal(t, tt.want, testutil.ToFloat64(h.metrics.unparseable))
 		})
 	}
 }

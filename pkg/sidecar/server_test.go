@@ -60,9 +60,9 @@ func startServerOpts(t *testing.T, in routetable.Inputs, st *fakeState, cfg Serv
 	h := &harness{router: routetable.NewRouter(), state: st}
 	tbl, _ := buildTable(in)
 	h.router.Publish(tbl)
-	h.metrics = NewMetrics(prometheus.NewRegistry(), nil, nil)
+	h.metrics = NewMetrics(prometheus.NewRegistry())
 	cfg.AttemptTimeout, cfg.Scheduling = 300*time.Millisecond, scheduling.DefaultConfig()
-	h.server = NewServer(h.router, st, nil, cfg, h.metrics, logr.Discard())
+	h.server = newServer(h.router, st, newRelayer(cfg, nil, h.metrics), cfg, h.metrics, logr.Discard())
 	t.Cleanup(h.server.Close)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -392,7 +392,7 @@ func TestServerSplitsFiftyFifty(t *testing.T) {
 
 func TestRelayCollectsTheWholeAnswer(t *testing.T) {
 	e := startFakeEPP(t, "epp", "10.0.0.1:8000")
-	r := newRelayer(time.Second, DialPolicy{}, nil)
+	r := newRelayer(ServerConfig{AttemptTimeout: time.Second}, nil, nil)
 	defer r.close()
 	headers := func(eos bool) *extprocv3.ProcessingRequest {
 		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{

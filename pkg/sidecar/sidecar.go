@@ -9,12 +9,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/klog/v2"
 
+	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
-	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/routetable"
-	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
 // DefaultDrainTimeout bounds the wait for open ext_proc streams at shutdown.
@@ -72,45 +71,47 @@ type Sidecar struct {
 }
 
 // New builds a sidecar reading the cluster through clients, and binds its
-// listeners.
+// listeners. Its parts are made in the order they depend on each other:
+// the credentials of EPP addresses; the relay, which reaches EPPs with
+// them; the health prober, which reaches them alike and makes the relay
+// retry an EPP that turns SERVING; the pool scraper; the server, which
+// decides with what the prober and scraper know and relays; the watcher,
+// which retargets them all.
 func New(cfg Config, clients Clients) (*Sidecar, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
-	staleness := cfg.Server.Scheduling.MetricsStaleness
-	if cfg.Server.Scheduling == (scheduling.Config{}) {
-		staleness = scheduling.DefaultConfig().MetricsStaleness
-	}
+	server := cfg.Server.withDefaults()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	router := routetable.NewRouter()
+	metrics := NewMetrics(reg)
 	creds := epptransport.NewCredentials(clients.Kube, cfg.SecretNamespaces, klog.Background().WithName("credentials"))
 	creds.RegisterMetrics(reg)
+	relay := newRelayer(server, creds, metrics)
+	prober := eppprobe.NewHealthProber(eppprobe.HealthProberOptions{
+		Interval:    cfg.HealthInterval,
+		Timeout:     cfg.HealthTimeout,
+		Dial:        server.Dial,
+		Credentials: creds,
+		OnServing:   reconnectProbed(router, relay),
+	})
+	reg.MustRegister(&eppHealthCollector{router: router, health: prober})
 	scraper, err := eppprobe.NewPoolScraper(eppprobe.PoolScraperOptions{
 		Interval:    cfg.ScrapeInterval,
 		Timeout:     cfg.ScrapeTimeout,
-		Staleness:   staleness,
+		Staleness:   server.Scheduling.MetricsStaleness,
 		TokenFile:   cfg.MetricsTokenFile,
 		Credentials: creds,
 	})
 	if err != nil {
 		return nil, err
 	}
-	s := &Sidecar{cfg: cfg, router: routetable.NewRouter(), scraper: scraper, creds: creds}
-	s.prober = eppprobe.NewHealthProber(eppprobe.HealthProberOptions{
-		Interval:    cfg.HealthInterval,
-		Timeout:     cfg.HealthTimeout,
-		Dial:        cfg.Server.Dial.options(),
-		Credentials: creds,
-		// The server is made below, and the prober runs only once New
-		// returns.
-		OnServing: func(addr string) { s.server.reconnect(addr) },
-	})
-	s.metrics = NewMetrics(reg, s.router, s.prober)
-	reg.MustRegister(scraper.StateCollector(func() []eppprobe.ScrapedPool { return scrapedPools(s.router.Table()) }))
-	// The server's relay reaches the EPPs with the prober's credentials.
-	s.server = NewServer(s.router, liveState{health: s.prober, metrics: s.scraper}, creds, cfg.Server, s.metrics, klog.Background().WithName("ext_proc"))
-	registerScoringMetrics(reg, s.server.policies.Memory(), s.server.unparseable)
-	s.watcher = NewWatcher(clients, cfg.Watch, s.router, s.published, s.metrics.watches)
+	reg.MustRegister(scraper.StateCollector(func() []eppprobe.ScrapedPool { return scrapedPools(router.Table()) }))
+	s := &Sidecar{cfg: cfg, router: router, prober: prober, scraper: scraper, creds: creds, metrics: metrics}
+	s.server = newServer(router, liveState{health: prober, metrics: scraper}, relay, server, metrics, klog.Background().WithName("ext_proc"))
+	registerScoringMetrics(reg, s.server.policies.Memory())
+	s.watcher = NewWatcher(clients, cfg.Watch, router, s.published, metrics.watches)
 	servers, err := extproc.Listen(extproc.ServingOptions{
 		BindAddress: cfg.BindAddress,
 		GRPCPort:    cfg.GRPCPort,
@@ -123,6 +124,20 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	}
 	s.servers = servers
 	return s, nil
+}
+
+// reconnectProbed follows an EPP health address that turned SERVING: the
+// relay's connections to the ext_proc addresses of the clusters probed
+// there retry at once, so that active probing and the relay agree that the
+// EPP is back.
+func reconnectProbed(router *routetable.Router, relay *relayer) func(healthAddr string) {
+	return func(healthAddr string) {
+		for _, c := range router.Table().Clusters() {
+			if c.Health == healthAddr && c.EPP != "" {
+				relay.reconnect(c.EPP)
+			}
+		}
+	}
 }
 
 // GRPCAddr, HealthAddr and MetricsAddr are the listeners' addresses.
@@ -205,9 +220,9 @@ func credentialTargets(t *routetable.Table) []epptransport.Target {
 	var out []epptransport.Target
 	for _, cl := range t.Clusters() {
 		out = append(out,
-			epptransport.Target{Addr: cl.EPP, Cluster: cl.Name, Port: imports.PortExtProc, Transport: cl.EPPTransport},
-			epptransport.Target{Addr: cl.Health, Cluster: cl.Name, Port: imports.PortHealth, Transport: cl.HealthTransport},
-			epptransport.Target{Addr: cl.Metrics, Cluster: cl.Name, Port: imports.PortMetrics, Transport: cl.MetricsTransport})
+			epptransport.Target{Addr: cl.EPP, Cluster: cl.Name, Port: eppaddr.PortExtProc, Transport: cl.EPPTransport},
+			epptransport.Target{Addr: cl.Health, Cluster: cl.Name, Port: eppaddr.PortHealth, Transport: cl.HealthTransport},
+			epptransport.Target{Addr: cl.Metrics, Cluster: cl.Name, Port: eppaddr.PortMetrics, Transport: cl.MetricsTransport})
 	}
 	return out
 }

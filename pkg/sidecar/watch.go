@@ -24,9 +24,8 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
-	"github.com/mci-dev/mci/pkg/epptransport"
+	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
-	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/informerhealth"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/routetable"
@@ -47,7 +46,7 @@ type WatchConfig struct {
 	DefaultPolicy routetable.Policy
 	// DefaultTransport is the mode of each EPP port that nothing else
 	// decides (see Inputs.DefaultTransport).
-	DefaultTransport imports.TransportModes
+	DefaultTransport eppaddr.TransportModes
 	// Gateways are the Gateways the sidecar serves (namespace/name): only
 	// the HTTPRoutes their listeners accept are routed. Empty: every HTTPRoute.
 	Gateways []types.NamespacedName
@@ -129,9 +128,33 @@ func NewWatcher(clients Clients, cfg WatchConfig, router *routetable.Router, onP
 // published.
 func (w *Watcher) Synced() <-chan struct{} { return w.synced }
 
-// Run watches and rebuilds until ctx ends.
+// Run watches and rebuilds until ctx ends: it starts the informers, waits
+// for the caches the table needs, then builds the table and publishes it
+// at each change.
 func (w *Watcher) Run(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
+	defer w.changes.ShutDown()
+	go func() {
+		<-ctx.Done()
+		w.changes.ShutDown()
+	}()
+	informers := w.informers()
+	synced, err := w.handle(informers)
+	if err != nil {
+		return err
+	}
+	// The informers stop before Run returns.
+	defer informerhealth.Start(ctx, slices.Collect(maps.Values(informers))...)()
+	klog.FromContext(ctx).Info("Waiting for the caches of HTTPRoutes, ReferenceGrants, InferencePoolImports, InferencePools and Services, and of Gateways and Namespaces when serving Gateways", "gateways", w.cfg.Gateways)
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return nil // ctx ended
+	}
+	w.build(ctx, informers)
+	return nil
+}
+
+// informers are the informers of the kinds the table is built from, as
+// the configuration asks for them.
+func (w *Watcher) informers() map[objectKind]cache.SharedIndexInformer {
 	kube, mci, gw := w.clients.Kube, w.clients.MCI, w.clients.Gateway
 	// Each informer is built by the tracker, which logs and counts the
 	// losses of its list and watch: the table keeps what the caches last
@@ -165,20 +188,20 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if w.cfg.BackendTLSPolicies {
 		informers[kindBackendTLSPolicy] = watched(gatewayv1.Resource("backendtlspolicies"), informerhealth.ListWatch(gw, gw.GatewayV1().BackendTLSPolicies(metav1.NamespaceAll).List, gw.GatewayV1().BackendTLSPolicies(metav1.NamespaceAll).Watch), &gatewayv1.BackendTLSPolicy{})
 	}
+	return informers
+}
 
-	defer w.changes.ShutDown()
-	go func() {
-		<-ctx.Done()
-		w.changes.ShutDown()
-	}()
+// handle makes each informer queue the objects it changes, and returns
+// what tells that the caches the table waits for have synced.
+func (w *Watcher) handle(informers map[objectKind]cache.SharedIndexInformer) ([]cache.InformerSynced, error) {
 	var synced []cache.InformerSynced
 	for kind, inf := range informers {
-		if err := inf.SetTransform(epptransport.StripManagedFields); err != nil {
-			return err
+		if err := inf.SetTransform(informerhealth.StripManagedFields); err != nil {
+			return nil, err
 		}
 		reg, err := inf.AddEventHandler(w.handler(kind))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if kind != kindModel && kind != kindObjective && kind != kindLLMDObjective {
 			// The registration has synced once the handler got every
@@ -186,13 +209,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 			synced = append(synced, reg.HasSynced)
 		}
 	}
-	// The informers stop before Run returns.
-	defer informerhealth.Start(ctx, slices.Collect(maps.Values(informers))...)()
-	logger.Info("Waiting for the caches of HTTPRoutes, ReferenceGrants, InferencePoolImports, InferencePools and Services, and of Gateways and Namespaces when serving Gateways", "gateways", w.cfg.Gateways)
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return nil // ctx ended
-	}
+	return synced, nil
+}
 
+// build builds the table from the informers' caches, publishes it, and
+// again at each batch of changes, until the queue shuts down.
+func (w *Watcher) build(ctx context.Context, informers map[objectKind]cache.SharedIndexInformer) {
+	logger := klog.FromContext(ctx)
 	inc := routetable.NewIncremental(routetable.Inputs{
 		LocalCluster: w.cfg.LocalCluster, DefaultPolicy: w.cfg.DefaultPolicy, DefaultTransport: w.cfg.DefaultTransport, ServedGateways: w.cfg.Gateways,
 		EndpointPickerServices: w.cfg.EndpointPickerServices,
@@ -223,7 +246,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.syncOnce.Do(func() { close(w.synced) })
 		// Wait for the next change without taking it.
 		if !w.waitForChange() {
-			return nil
+			return
 		}
 	}
 }

@@ -28,11 +28,11 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
 	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
-	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/pkg/servedapis"
@@ -90,7 +90,7 @@ func NewOptions() *Options {
 		BackendTLSPolicies:   true,
 		MaxRequestBodyBytes:  sidecar.DefaultMaxRequestBodyBytes,
 		EPPAttemptTimeout:    sidecar.DefaultAttemptTimeout,
-		EPPReconnectDelay:    sidecar.DefaultReconnectMaxDelay,
+		EPPReconnectDelay:    epptransport.DefaultReconnectMaxDelay,
 		EPPResponsePhase:     string(sidecar.ResponsePhaseRelay),
 		HealthInterval:       eppprobe.DefaultHealthInterval,
 		HealthTimeout:        eppprobe.DefaultHealthTimeout,
@@ -185,7 +185,7 @@ func (o *Options) Validate() error {
 	if _, err := o.gateways(); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := imports.ParseTransport(o.EndpointPickerTransport); err != nil {
+	if _, err := eppaddr.ParseTransport(o.EndpointPickerTransport); err != nil {
 		errs = append(errs, fmt.Errorf("--endpoint-picker-transport: %w", err))
 	}
 	if _, err := sidecar.ParseResponsePhase(o.EPPResponsePhase); err != nil {
@@ -259,7 +259,7 @@ func (o *Options) Config() (sidecar.Config, error) {
 	if err != nil {
 		return sidecar.Config{}, err
 	}
-	transport, err := imports.ParseTransport(o.EndpointPickerTransport)
+	transport, err := eppaddr.ParseTransport(o.EndpointPickerTransport)
 	if err != nil {
 		return sidecar.Config{}, fmt.Errorf("--endpoint-picker-transport: %w", err)
 	}
@@ -288,7 +288,7 @@ func (o *Options) Config() (sidecar.Config, error) {
 			AttemptTimeout:      o.EPPAttemptTimeout,
 			ResponsePhase:       responsePhase,
 			Scheduling:          o.Scheduling,
-			Dial:                sidecar.DialPolicy{MaxDelay: o.EPPReconnectDelay},
+			Dial:                epptransport.DialPolicy{MaxDelay: o.EPPReconnectDelay},
 			// Header names are matched in lower case, as the gateway
 			// sends them.
 			Session: clusterscore.SessionSpec{Header: strings.ToLower(o.SessionHeader), Cookie: o.SessionCookie},

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/eppprobe"
-	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
 )
@@ -84,7 +84,7 @@ func TestOptions(t *testing.T) {
 			name: "the EPP transport and reconnect delay reach the configuration",
 			args: []string{"--endpoint-picker-transport=ext-proc=TLS", "--epp-reconnect-max-delay=500ms"},
 			check: func(t *testing.T, cfg sidecar.Config) {
-				assert.Equal(t, imports.TransportModes{ExtProc: "TLS"}, cfg.Watch.DefaultTransport)
+				assert.Equal(t, eppaddr.TransportModes{ExtProc: "TLS"}, cfg.Watch.DefaultTransport)
 				assert.Equal(t, 500*time.Millisecond, cfg.Server.Dial.MaxDelay)
 			},
 		},

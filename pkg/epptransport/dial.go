@@ -1,4 +1,4 @@
-package sidecar
+package epptransport
 
 import (
 	"slices"
@@ -19,7 +19,8 @@ const (
 
 // DialPolicy is how the sidecar connects to EPPs: the ext_proc relay and the
 // health prober dial with the same one, so that both see an EPP that comes
-// back at about the same moment.
+// back at about the same moment. The caller adds the transport credentials
+// that Credentials gives each address.
 //
 // gRPC's default reconnect backoff grows to 120 s: after a long outage, a
 // connection would wait up to two minutes before it tries the EPP again.
@@ -55,11 +56,11 @@ func (p DialPolicy) withDefaults() DialPolicy {
 	return p
 }
 
-// options are the dial options of every connection to an EPP: the
+// Options are the dial options of every connection to an EPP: the
 // reconnect backoff, and the fixed flow-control windows of
 // extproc.StreamDialOptions, as the EPP's server has them (harmless on a
 // health connection). The caller adds the transport credentials.
-func (p DialPolicy) options() []grpc.DialOption {
+func (p DialPolicy) Options() []grpc.DialOption {
 	p = p.withDefaults()
 	return slices.Clip(append([]grpc.DialOption{
 		grpc.WithConnectParams(grpc.ConnectParams{

@@ -1,0 +1,83 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/routetable"
+)
+
+// deliver carries out t's decision and returns the answer for the gateway
+// (nil when the gateway went away): the sidecar's own answer, or the
+// attempts of the decision's clusters in turn until one takes the request.
+// When none does, a FailOpen backend lets the request go on without a
+// destination, a FailClose one answers 503 (the last EPP's own 503 when
+// there is one).
+func (s *Server) deliver(ctx context.Context, req *extproc.Request, msgs []*extprocv3.ProcessingRequest, t *tracker) []*extprocv3.ProcessingResponse {
+	d := t.d
+	if d.answers() {
+		t.answered(d.outcome, d.code)
+		return d.answer(req)
+	}
+	var last *refusal
+	r := &replay{msgs: msgs, local: d.local}
+	for _, c := range d.attempts() {
+		resps, err := s.attempt(ctx, req, c, r, t)
+		if resps != nil || ctx.Err() != nil {
+			return resps
+		}
+		var ref *refusal
+		if errors.As(err, &ref) {
+			last = ref
+		}
+	}
+	fail := func(format string, args ...any) []*extprocv3.ProcessingResponse {
+		t.answered(OutcomeUnavailable, http.StatusServiceUnavailable)
+		return []*extprocv3.ProcessingResponse{extproc.ErrorResponse(http.StatusServiceUnavailable, fmt.Sprintf(format, args...))}
+	}
+	switch {
+	case d.failOpen:
+		// Nothing can pick an endpoint: let the request go on unchanged,
+		// without a destination, to whatever the gateway does on its own
+		// (for a local pool, its own load balancing over the pool, which
+		// is what FailOpen means for a single cluster; for a remote one
+		// there is nothing, and the gateway answers 503 itself).
+		t.answered(OutcomeFailOpen, http.StatusOK)
+		return req.Forward(nil, nil, req.Body)
+	case last != nil:
+		t.answered(OutcomeUnavailable, http.StatusServiceUnavailable)
+		return []*extprocv3.ProcessingResponse{last.resp}
+	case len(t.tried) == 0:
+		return fail("%s has no cluster available", d.backend)
+	}
+	return fail("%s: no cluster's EPP answered (tried %v)", d.backend, t.tried)
+}
+
+// attempt sends the request to cluster c, and returns the answer when c
+// took it: its EPP's whole answer (EndpointMode), a destination or an
+// error of its own, or, in ParentMode, its parent gateway as the
+// destination. Without an answer, the error says why c did not take it.
+func (s *Server) attempt(ctx context.Context, req *extproc.Request, c *routetable.Cluster, r *replay, t *tracker) ([]*extprocv3.ProcessingResponse, error) {
+	sent := t.attempting(c)
+	if c.Mode == v1alpha1.RoutingModeParent {
+		t.routed(c, OutcomeParent, sent, nil)
+		return req.Route([]string{c.Parent}, nil), nil
+	}
+	resps, live, err := s.relay.relay(ctx, c.EPP, r.to(c), s.keepEPP)
+	switch {
+	case err != nil:
+		t.failed(ctx, c, err)
+		return nil, err
+	case resps[0].GetImmediateResponse() != nil:
+		t.refused(c, int(resps[0].GetImmediateResponse().GetStatus().GetCode()))
+	default:
+		t.routed(c, OutcomeRouted, sent, live)
+	}
+	return resps, nil
+}

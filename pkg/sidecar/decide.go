@@ -118,16 +118,28 @@ type decider struct {
 // when explain is set. It only decides: it sends, logs and counts nothing.
 func (dc decider) decide(tbl *routetable.Table, req *extproc.Request, now time.Time, explain bool) decision {
 	d := decision{local: tbl.LocalCluster()}
-	own := func(code int, outcome, format string, args ...any) decision {
-		d.code, d.outcome, d.details = code, outcome, fmt.Sprintf(format, args...)
+	if d.route(tbl, req) {
 		return d
 	}
+	dc.orderClusters(&d, req, now, explain)
+	return d
+}
 
+// own makes d the sidecar's own answer.
+func (d *decision) own(code int, outcome, format string, args ...any) bool {
+	d.code, d.outcome, d.details = code, outcome, fmt.Sprintf(format, args...)
+	return true
+}
+
+// route finds the backend of the request: its shim pool, or the backendRef
+// of the HTTPRoute rule it matches. It reports whether that already
+// answers the request (no route, an invalid backend, a redirect).
+func (d *decision) route(tbl *routetable.Table, req *extproc.Request) bool {
 	attrs := attrsFromRequest(req)
 	if tbl.ShimMode() {
 		be, code, msg := tbl.ShimFor(shimPoolOf(req), &attrs)
 		if be == nil {
-			return own(code, OutcomeNoRoute, "%s", msg)
+			return d.own(code, OutcomeNoRoute, "%s", msg)
 		}
 		if req.Header(RelayedHeader) != "" {
 			// Another cluster's sidecar chose this cluster: only the
@@ -140,30 +152,36 @@ func (dc decider) decide(tbl *routetable.Table, req *extproc.Request, now time.T
 	} else {
 		rule, prefix := tbl.Match(&attrs)
 		if rule == nil {
-			return own(http.StatusNotFound, OutcomeNoRoute, "no HTTPRoute rule matches host %q path %q", attrs.Host, attrs.Path)
+			return d.own(http.StatusNotFound, OutcomeNoRoute, "no HTTPRoute rule matches host %q path %q", attrs.Host, attrs.Path)
 		}
 		d.rule, d.pathPrefix = rule, prefix
 		switch {
 		case rule.Invalid != "":
-			return own(http.StatusInternalServerError, OutcomeInvalidBackend, "HTTPRoute %s: %s", rule.Route, rule.Invalid)
+			return d.own(http.StatusInternalServerError, OutcomeInvalidBackend, "HTTPRoute %s: %s", rule.Route, rule.Invalid)
 		case rule.Redirect() != nil:
 			d.redirect = rule.Redirect()
 			d.outcome, d.code = OutcomeRedirected, d.redirect.RedirectStatus()
-			return d
+			return true
 		}
 		d.backend = rule.PickBackend()
 		switch be := d.backend; {
 		case be == nil:
-			return own(http.StatusInternalServerError, OutcomeInvalidBackend, "HTTPRoute %s rule %d has no backendRef with a weight", rule.Route, rule.Index)
+			return d.own(http.StatusInternalServerError, OutcomeInvalidBackend, "HTTPRoute %s rule %d has no backendRef with a weight", rule.Route, rule.Index)
 		case be.Invalid != "":
-			return own(http.StatusInternalServerError, OutcomeInvalidBackend, "HTTPRoute %s: %s", rule.Route, be.Invalid)
+			return d.own(http.StatusInternalServerError, OutcomeInvalidBackend, "HTTPRoute %s: %s", rule.Route, be.Invalid)
 		case be.Filters().RedirectStatus() != 0:
 			d.redirect = be.Filters()
 			d.outcome, d.code = OutcomeRedirected, d.redirect.RedirectStatus()
-			return d
+			return true
 		}
 	}
 
+	return false
+}
+
+// orderClusters asks the backend's policy for the clusters in order, and
+// what FailOpen adds, or sheds the request.
+func (dc decider) orderClusters(d *decision, req *extproc.Request, now time.Time, explain bool) {
 	be := d.backend
 	policy, err := dc.policies.Get(be.Policy)
 	d.policyErr = err
@@ -186,7 +204,8 @@ func (dc decider) decide(tbl *routetable.Table, req *extproc.Request, now time.T
 		d.explanation = ex.String()
 	}
 	if errors.Is(err, ErrShed) {
-		return own(http.StatusTooManyRequests, OutcomeShed, "%s: %v", be, err)
+		d.own(http.StatusTooManyRequests, OutcomeShed, "%s: %v", be, err)
+		return
 	}
 	if be.FailureMode == poolv1.FailOpen {
 		// The clusters the policy left out (known unhealthy, or without
@@ -195,5 +214,4 @@ func (dc decider) decide(tbl *routetable.Table, req *extproc.Request, now time.T
 		d.failOpen = true
 		d.fallback = slices.DeleteFunc(policy.FailOpen(be), func(c *routetable.Cluster) bool { return slices.Contains(d.order, c) })
 	}
-	return d
 }

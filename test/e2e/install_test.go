@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -333,12 +332,13 @@ func apiServiceAvailable(apiService *unstructured.Unstructured) (bool, string) {
 	return false, "no Available condition"
 }
 
+// freeLoopbackPort is a port the server binds later: outside the
+// ephemeral range, as the harness chooses its servers' (FreePorts).
 func freeLoopbackPort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := localclusterset.FreePorts(1)
 	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports[0]
 }
 
 // pointServiceAtLoopback turns the kustomization's ClusterIP Service into

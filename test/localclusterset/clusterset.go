@@ -150,7 +150,7 @@ func (cs *ClusterSet) up(ctx context.Context, opts Options) error {
 	if cs.replicas > 1 {
 		perCluster++
 	}
-	ports, err := freePorts(2 + len(opts.Clusters) + perCluster*len(opts.Clusters) + len(opts.Clusters))
+	ports, err := FreePorts(2 + len(opts.Clusters) + perCluster*len(opts.Clusters) + len(opts.Clusters))
 	if err != nil {
 		return err
 	}

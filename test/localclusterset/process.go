@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -175,21 +176,54 @@ func (p *process) exitError() error {
 	return fmt.Errorf("%s exited; last lines of %s:\n%s", p.Name, p.Log, p.logTail(20))
 }
 
-// freePorts reserves n distinct free ports on 127.0.0.1. The listeners are
-// held until all ports are chosen so that the same port is not returned
-// twice; another program may still take one before the server binds it,
-// which then fails loudly with the server's log.
-func freePorts(n int) ([]int, error) {
+// FreePorts reserves n distinct free ports on 127.0.0.1, below the kernel's
+// ephemeral range. The servers bind them later, after others have started:
+// a port of the ephemeral range (what listening on port 0 returns) may be
+// taken meanwhile as the local port of any outgoing connection (a
+// kube-apiserver's to etcd, a client's), and the server then fails with
+// "address already in use" (TestLinkFaults did, in CI). Below that range
+// only another listener can take it. The listeners are held until all
+// ports are chosen so that the same port is not returned twice.
+func FreePorts(n int) ([]int, error) {
+	low := ephemeralPortsStart()
 	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 100*n {
+			return nil, fmt.Errorf("finding %d free loopback ports below %d: only %d after %d tries", n, low, len(ports), tries)
+		}
+		port := reservedPortsFloor + rand.IntN(low-reservedPortsFloor)
+		l, err := net.Listen("tcp", hostPort(port))
 		if err != nil {
-			return nil, fmt.Errorf("finding a free loopback port: %w", err)
+			continue // taken: try another
 		}
 		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, port)
 	}
 	return ports, nil
+}
+
+// reservedPortsFloor is the lowest port FreePorts chooses: above the
+// well-known and most registered ports that daemons listen on.
+const reservedPortsFloor = 15000
+
+// ephemeralPortsStart is the first port of the kernel's ephemeral range
+// (Linux's ip_local_port_range; 32768, its default, where it cannot be
+// read or makes no room below it).
+func ephemeralPortsStart() int {
+	const linuxDefault = 32768
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return linuxDefault
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) == 0 {
+		return linuxDefault
+	}
+	low, err := strconv.Atoi(fields[0])
+	if err != nil || low <= reservedPortsFloor+1000 {
+		return linuxDefault
+	}
+	return low
 }
 
 func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mci-dev/mci/test/localclusterset"
 	"github.com/mci-dev/mci/test/promtext"
 	"github.com/mci-dev/mci/test/simulator"
 )
@@ -92,10 +94,9 @@ func TestSIGTERMShutsDownGracefully(t *testing.T) {
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := localclusterset.FreePorts(1)
 	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 
 	cmd := exec.Command(bin, "--listen="+addr, "--model=m", "--instance-id=sim-term")
 	var logs strings.Builder

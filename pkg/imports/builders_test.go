@@ -357,7 +357,8 @@ func clusterNames(imp *inference.InferencePoolImport) []string {
 }
 
 // importBothWays computes the import through Import and through Imports
-// (which reads EndpointSlices differently) and requires the same answer.
+// (which reads EndpointSlices differently) and requires the same answer,
+// and the same again when the other members publish summaries.
 func importBothWays(tb testing.TB, cs ClusterSet, ns, name string) (*inference.InferencePoolImport, bool) {
 	tb.Helper()
 	one, ok := Import(cs, ns, name)
@@ -367,10 +368,13 @@ func importBothWays(tb testing.TB, cs ClusterSet, ns, name string) (*inference.I
 			fromList = imp
 		}
 	}
+	fromSummaries, summaryOK := Import(summaryMode(tb, cs), ns, name)
+	require.Equal(tb, ok, summaryOK, "Import of %s/%s in summary mode", ns, name)
 	if !ok {
 		require.Nil(tb, fromList, "Imports serves %s/%s but Import does not", ns, name)
 		return nil, false
 	}
 	require.Equal(tb, one, fromList, "Import and Imports disagree on %s/%s", ns, name)
+	require.Equal(tb, one, fromSummaries, "Import of %s/%s differs in summary mode", ns, name)
 	return one, true
 }

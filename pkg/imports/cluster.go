@@ -15,17 +15,23 @@ import (
 // reach it in its routing mode, and whether it is Ready. An unreachable
 // member keeps its last known data but is never Ready.
 func importedCluster(e exporter, counter endpointCounter, generation int64) (inference.ImportedCluster, verdict) {
+	var (
+		entry inference.InferencePoolExportSummaryStatus
+		ready verdict
+	)
+	if e.summary != nil {
+		entry, ready = summaryEntry(e.member.Name, e.summary)
+	} else {
+		entry, ready = clusterEntry(e, counter)
+	}
 	ic := inference.ImportedCluster{
 		Name:             e.member.Name,
-		RoutingMode:      e.mode,
-		TargetPortNumber: targetPortNumber(e.pool),
+		RoutingMode:      entry.RoutingMode,
+		TargetPortNumber: entry.TargetPortNumber,
+		Parents:          entry.Parents,
 	}
-	var ready verdict
-	switch e.mode {
-	case inference.RoutingModeParent:
-		ic.Parents, ready = parentImports(e.member, e.pool)
-	default:
-		ic.EndpointPicker, ready = endpointPickerImport(e.member, e.pool, counter)
+	if entry.EndpointPicker != nil {
+		ic.EndpointPicker = *entry.EndpointPicker
 	}
 	if u := e.member.Unreachable; u != nil {
 		ready = unreachableVerdict(e.member.Name, u, ready)

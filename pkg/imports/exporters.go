@@ -4,7 +4,10 @@ import (
 	"cmp"
 	"slices"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/mci-dev/mci/pkg/apis/inference"
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 )
 
@@ -13,12 +16,15 @@ type poolKey struct {
 	namespace, name string
 }
 
-// exporter is one member's valid export of a pool. pool is the member's
-// cached object: read it, never change it.
+// exporter is one member's valid export of a pool: its pool, when this
+// server watches the member's objects, or else the summary the member
+// publishes. Both are the member's cached objects: read them, never change
+// them.
 type exporter struct {
-	member *Member
-	pool   *poolv1.InferencePool
-	mode   inference.RoutingMode
+	member  *Member
+	pool    *poolv1.InferencePool
+	summary *v1alpha1.InferencePoolExportSummary
+	mode    inference.RoutingMode
 }
 
 // exportersOf returns the valid exporters of namespace/name among the
@@ -26,7 +32,54 @@ type exporter struct {
 func exportersOf(cs ClusterSet, namespace, name string) []exporter {
 	var out []exporter
 	for _, m := range cs.others() {
+		if m.Summaries != nil {
+			if s, err := m.Summaries.InferencePoolExportSummaries(namespace).Get(name); err == nil && s != nil {
+				out = append(out, summaryExporter(m, s))
+			}
+			continue
+		}
 		p := m.pool(namespace, name)
+		if p == nil {
+			continue
+		}
+		if mode, ok, err := ParseExport(p.Annotations); ok && err == nil {
+			out = append(out, exporter{member: m, pool: p, mode: mode})
+		}
+	}
+	return out
+}
+
+// summaryExporter is a member's published summary as an exporter: every
+// summary is a valid export (the member publishes no other).
+func summaryExporter(m *Member, s *v1alpha1.InferencePoolExportSummary) exporter {
+	return exporter{member: m, summary: s, mode: inference.RoutingMode(s.Status.RoutingMode)}
+}
+
+// exportsOf lists the valid exports of one member in namespace ("" = all
+// namespaces), unsorted.
+func exportsOf(m *Member, namespace string) []exporter {
+	var out []exporter
+	if m.Summaries != nil {
+		var (
+			summaries []*v1alpha1.InferencePoolExportSummary
+			err       error
+		)
+		if namespace == "" {
+			summaries, err = m.Summaries.List(labels.Everything())
+		} else {
+			summaries, err = m.Summaries.InferencePoolExportSummaries(namespace).List(labels.Everything())
+		}
+		if err != nil {
+			return nil
+		}
+		for _, s := range summaries {
+			if s != nil {
+				out = append(out, summaryExporter(m, s))
+			}
+		}
+		return out
+	}
+	for _, p := range m.pools(namespace) {
 		if p == nil {
 			continue
 		}
@@ -43,27 +96,20 @@ type exportGroup struct {
 	exporters []exporter // sorted by cluster name
 }
 
-// exportGroups lists the pools of every member other than local once, in
-// namespace ("" = all namespaces), and groups the valid exports by
-// namespace/name, sorted by namespace then name. O(P log P) for P pools.
+// exportGroups lists the exports of every member other than local once, in
+// namespace ("" = all namespaces), and groups them by namespace/name,
+// sorted by namespace then name. O(P log P) for P exports.
 func exportGroups(cs ClusterSet, namespace string) []exportGroup {
-	members := cs.others()
 	var all []exporter
-	for _, m := range members {
-		for _, p := range m.pools(namespace) {
-			if p == nil {
-				continue
-			}
-			if mode, ok, err := ParseExport(p.Annotations); ok && err == nil {
-				all = append(all, exporter{member: m, pool: p, mode: mode})
-			}
-		}
+	for _, m := range cs.others() {
+		all = append(all, exportsOf(m, namespace)...)
 	}
 	slices.SortFunc(all, func(a, b exporter) int {
-		if c := cmp.Compare(a.pool.Namespace, b.pool.Namespace); c != 0 {
+		am, bm := a.meta(), b.meta()
+		if c := cmp.Compare(am.Namespace, bm.Namespace); c != 0 {
 			return c
 		}
-		if c := cmp.Compare(a.pool.Name, b.pool.Name); c != 0 {
+		if c := cmp.Compare(am.Name, bm.Name); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.member.Name, b.member.Name)
@@ -71,12 +117,13 @@ func exportGroups(cs ClusterSet, namespace string) []exportGroup {
 
 	var groups []exportGroup
 	for start := 0; start < len(all); {
+		first := all[start].meta()
 		end := start + 1
-		for end < len(all) && all[end].pool.Namespace == all[start].pool.Namespace && all[end].pool.Name == all[start].pool.Name {
+		for end < len(all) && all[end].meta().Namespace == first.Namespace && all[end].meta().Name == first.Name {
 			end++
 		}
 		groups = append(groups, exportGroup{
-			key:       poolKey{namespace: all[start].pool.Namespace, name: all[start].pool.Name},
+			key:       poolKey{namespace: first.Namespace, name: first.Name},
 			exporters: all[start:end:end],
 		})
 		start = end

@@ -327,6 +327,8 @@ func FuzzImports(f *testing.F) {
 			}
 		}
 
+		requireSummaryModeAgrees(t, cs)
+
 		exports := Exports(cs, "")
 		require.Equal(t, exports, Exports(reversed, ""), "Exports depends on the order of members")
 		for _, exp := range exports {

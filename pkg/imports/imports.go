@@ -78,7 +78,7 @@ func sliceIndexes(groups []exportGroup, namespace string) map[*Member]endpointCo
 	wanted := map[*Member]map[poolKey]struct{}{}
 	for _, g := range groups {
 		for _, e := range g.exporters {
-			if e.mode != inference.RoutingModeEndpoint {
+			if e.pool == nil || e.mode != inference.RoutingModeEndpoint {
 				continue
 			}
 			name, invalid := eppServiceName(e.member.Name, e.pool)
@@ -103,11 +103,11 @@ func sliceIndexes(groups []exportGroup, namespace string) map[*Member]endpointCo
 // buildImport assembles the import of one pool from its exporters, which
 // are sorted by cluster name and do not include the local cluster.
 func buildImport(cs ClusterSet, key poolKey, exporters []exporter, counter func(*Member) endpointCounter) *inference.InferencePoolImport {
-	oldest := exporters[0].pool
+	oldest := exporters[0].meta()
 	for _, e := range exporters[1:] {
 		// Strictly older only: on a tie the first cluster by name wins.
-		if e.pool.CreationTimestamp.Before(&oldest.CreationTimestamp) {
-			oldest = e.pool
+		if m := e.meta(); m.CreationTimestamp.Before(&oldest.CreationTimestamp) {
+			oldest = m
 		}
 	}
 

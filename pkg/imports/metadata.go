@@ -15,6 +15,9 @@ var uidNamespace = uuid.MustParse("da7bfa36-8e56-4dd1-b690-18c0db11796e")
 const (
 	kindImport = "InferencePoolImport"
 	kindExport = "InferencePoolExport"
+	// A summary, like an export, is one exporting cluster's.
+	kindSummary        = "InferencePoolExportSummary"
+	kindClusterSummary = "InferenceClusterSummary"
 )
 
 // virtualUID derives the uid of a virtual object from what identifies it

@@ -21,6 +21,7 @@ import (
 	gatewaylisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
 	gatewaylistersv1beta1 "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1beta1"
 
+	inferencelisters "github.com/mci-dev/mci/pkg/generated/listers/inference/v1alpha1"
 	poollisters "github.com/mci-dev/mci/pkg/generated/listers/inferencepool/v1"
 )
 
@@ -45,8 +46,18 @@ type Member struct {
 	// known data, which is served but flagged.
 	Unreachable *Unreachable
 
-	// Namespaces of the member: namespace sameness decides placement.
-	Namespaces     corev1listers.NamespaceLister
+	// Namespaces of the member: namespace sameness decides placement. Of
+	// a member that publishes summaries, they are those its
+	// InferenceClusterSummary lists.
+	Namespaces corev1listers.NamespaceLister
+	// Summaries are the InferencePoolExportSummaries the member's own
+	// mci-apiserver publishes (summary mode): set, and the member's pools,
+	// Services, EndpointSlices, Gateways and BackendTLSPolicies are not
+	// watched (nil). Nil: the member's objects are watched (full mode, and
+	// always the local cluster), and its exports are computed from them by
+	// the same rule the member's server summarizes them with.
+	Summaries inferencelisters.InferencePoolExportSummaryLister
+
 	Pools          poollisters.InferencePoolLister
 	Services       corev1listers.ServiceLister
 	EndpointSlices discoverylisters.EndpointSliceLister

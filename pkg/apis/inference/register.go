@@ -34,6 +34,10 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&InferencePoolImportList{},
 		&InferencePoolExport{},
 		&InferencePoolExportList{},
+		&InferencePoolExportSummary{},
+		&InferencePoolExportSummaryList{},
+		&InferenceClusterSummary{},
+		&InferenceClusterSummaryList{},
 	)
 	return nil
 }

@@ -1,11 +1,7 @@
 package virtual
 
 import (
-	"encoding/base64"
-	"fmt"
-	"sort"
-	"strconv"
-	"strings"
+	"github.com/mci-dev/mci/pkg/versionvector"
 )
 
 // Version is a resourceVersion made of the resourceVersions of the member
@@ -101,84 +97,15 @@ func (v Version) clone() Version {
 	return out
 }
 
-// The encodings of a Version. Every encoding starts with a format prefix, so
-// that even the empty Version has a non-empty resourceVersion and the
-// format can evolve; ParseVersion reads the older ones, so that a client
-// resumes across a rolling upgrade.
-//
-//   - v2 (issued): "v2;" then name=value pairs sorted by name, joined with
-//     ",", values in base 36. Names are cluster names (DNS subdomains) and
-//     the reserved "~" components, so the text needs no escaping. Every
-//     computed object carries its version: the plain text is about two
-//     thirds of v1's length, a third of the per-object cost of the version
-//     with ten members.
-//   - v1: the same pairs in base 10 after "v1;", the whole base64url
-//     encoded.
-const (
-	versionFormat   = "v2;"
-	versionFormatV1 = "v1;"
-)
-
 // String encodes v as an opaque resourceVersion.
-func (v Version) String() string {
-	keys := make([]string, 0, len(v))
-	n := len(versionFormat)
-	for k := range v {
-		keys = append(keys, k)
-		n += len(k) + 15
-	}
-	sort.Strings(keys)
-	b := make([]byte, 0, n)
-	b = append(b, versionFormat...)
-	for i, k := range keys {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, k...)
-		b = append(b, '=')
-		b = strconv.AppendUint(b, v[k], 36)
-	}
-	return string(b)
-}
+func (v Version) String() string { return versionvector.Encode(v) }
 
 // ParseVersion decodes a resourceVersion made by Version.String, in the
 // current format or an older one.
 func ParseVersion(s string) (Version, error) {
-	if body, ok := strings.CutPrefix(s, versionFormat); ok {
-		return parseComponents(s, body, 36)
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(s)
+	v, err := versionvector.Decode(s)
 	if err != nil {
-		return nil, notIssued(s)
+		return nil, err
 	}
-	body, ok := strings.CutPrefix(string(raw), versionFormatV1)
-	if !ok {
-		return nil, notIssued(s)
-	}
-	return parseComponents(s, body, 10)
-}
-
-// parseComponents reads the name=value pairs of body, the resourceVersion
-// s without its format prefix.
-func parseComponents(s, body string, base int) (Version, error) {
-	v := Version{}
-	if body == "" {
-		return v, nil
-	}
-	for part := range strings.SplitSeq(body, ",") {
-		k, n, ok := strings.Cut(part, "=")
-		if !ok || k == "" {
-			return nil, notIssued(s)
-		}
-		num, err := strconv.ParseUint(n, base, 64)
-		if err != nil {
-			return nil, notIssued(s)
-		}
-		v[k] = num
-	}
-	return v, nil
-}
-
-func notIssued(s string) error {
-	return fmt.Errorf("resourceVersion %q was not issued by this server", s)
+	return Version(v), nil
 }

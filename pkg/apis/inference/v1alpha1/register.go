@@ -37,6 +37,10 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&InferencePoolImportList{},
 		&InferencePoolExport{},
 		&InferencePoolExportList{},
+		&InferencePoolExportSummary{},
+		&InferencePoolExportSummaryList{},
+		&InferenceClusterSummary{},
+		&InferenceClusterSummaryList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

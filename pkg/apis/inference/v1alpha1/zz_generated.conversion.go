@@ -126,6 +126,36 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := s.AddGeneratedConversionFunc((*InferenceClusterSummary)(nil), (*inference.InferenceClusterSummary)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_InferenceClusterSummary_To_inference_InferenceClusterSummary(a.(*InferenceClusterSummary), b.(*inference.InferenceClusterSummary), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*inference.InferenceClusterSummary)(nil), (*InferenceClusterSummary)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_inference_InferenceClusterSummary_To_v1alpha1_InferenceClusterSummary(a.(*inference.InferenceClusterSummary), b.(*InferenceClusterSummary), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*InferenceClusterSummaryList)(nil), (*inference.InferenceClusterSummaryList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_InferenceClusterSummaryList_To_inference_InferenceClusterSummaryList(a.(*InferenceClusterSummaryList), b.(*inference.InferenceClusterSummaryList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*inference.InferenceClusterSummaryList)(nil), (*InferenceClusterSummaryList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_inference_InferenceClusterSummaryList_To_v1alpha1_InferenceClusterSummaryList(a.(*inference.InferenceClusterSummaryList), b.(*InferenceClusterSummaryList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*InferenceClusterSummaryStatus)(nil), (*inference.InferenceClusterSummaryStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_InferenceClusterSummaryStatus_To_inference_InferenceClusterSummaryStatus(a.(*InferenceClusterSummaryStatus), b.(*inference.InferenceClusterSummaryStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*inference.InferenceClusterSummaryStatus)(nil), (*InferenceClusterSummaryStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_inference_InferenceClusterSummaryStatus_To_v1alpha1_InferenceClusterSummaryStatus(a.(*inference.InferenceClusterSummaryStatus), b.(*InferenceClusterSummaryStatus), scope)
+	}); err != nil {
+		return err
+	}
 	if err := s.AddGeneratedConversionFunc((*InferencePoolExport)(nil), (*inference.InferencePoolExport)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_v1alpha1_InferencePoolExport_To_inference_InferencePoolExport(a.(*InferencePoolExport), b.(*inference.InferencePoolExport), scope)
 	}); err != nil {
@@ -163,6 +193,36 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}
 	if err := s.AddGeneratedConversionFunc((*inference.InferencePoolExportStatus)(nil), (*InferencePoolExportStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_inference_InferencePoolExportStatus_To_v1alpha1_InferencePoolExportStatus(a.(*inference.InferencePoolExportStatus), b.(*InferencePoolExportStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*InferencePoolExportSummary)(nil), (*inference.InferencePoolExportSummary)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_InferencePoolExportSummary_To_inference_InferencePoolExportSummary(a.(*InferencePoolExportSummary), b.(*inference.InferencePoolExportSummary), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*inference.InferencePoolExportSummary)(nil), (*InferencePoolExportSummary)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_inference_InferencePoolExportSummary_To_v1alpha1_InferencePoolExportSummary(a.(*inference.InferencePoolExportSummary), b.(*InferencePoolExportSummary), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*InferencePoolExportSummaryList)(nil), (*inference.InferencePoolExportSummaryList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_InferencePoolExportSummaryList_To_inference_InferencePoolExportSummaryList(a.(*InferencePoolExportSummaryList), b.(*inference.InferencePoolExportSummaryList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*inference.InferencePoolExportSummaryList)(nil), (*InferencePoolExportSummaryList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_inference_InferencePoolExportSummaryList_To_v1alpha1_InferencePoolExportSummaryList(a.(*inference.InferencePoolExportSummaryList), b.(*InferencePoolExportSummaryList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*InferencePoolExportSummaryStatus)(nil), (*inference.InferencePoolExportSummaryStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_InferencePoolExportSummaryStatus_To_inference_InferencePoolExportSummaryStatus(a.(*InferencePoolExportSummaryStatus), b.(*inference.InferencePoolExportSummaryStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*inference.InferencePoolExportSummaryStatus)(nil), (*InferencePoolExportSummaryStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_inference_InferencePoolExportSummaryStatus_To_v1alpha1_InferencePoolExportSummaryStatus(a.(*inference.InferencePoolExportSummaryStatus), b.(*InferencePoolExportSummaryStatus), scope)
 	}); err != nil {
 		return err
 	}
@@ -459,6 +519,74 @@ func Convert_inference_ImportedCluster_To_v1alpha1_ImportedCluster(in *inference
 	return autoConvert_inference_ImportedCluster_To_v1alpha1_ImportedCluster(in, out, s)
 }
 
+func autoConvert_v1alpha1_InferenceClusterSummary_To_inference_InferenceClusterSummary(in *InferenceClusterSummary, out *inference.InferenceClusterSummary, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_v1alpha1_InferenceClusterSummaryStatus_To_inference_InferenceClusterSummaryStatus(&in.Status, &out.Status, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_v1alpha1_InferenceClusterSummary_To_inference_InferenceClusterSummary is an autogenerated conversion function.
+func Convert_v1alpha1_InferenceClusterSummary_To_inference_InferenceClusterSummary(in *InferenceClusterSummary, out *inference.InferenceClusterSummary, s conversion.Scope) error {
+	return autoConvert_v1alpha1_InferenceClusterSummary_To_inference_InferenceClusterSummary(in, out, s)
+}
+
+func autoConvert_inference_InferenceClusterSummary_To_v1alpha1_InferenceClusterSummary(in *inference.InferenceClusterSummary, out *InferenceClusterSummary, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_inference_InferenceClusterSummaryStatus_To_v1alpha1_InferenceClusterSummaryStatus(&in.Status, &out.Status, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_inference_InferenceClusterSummary_To_v1alpha1_InferenceClusterSummary is an autogenerated conversion function.
+func Convert_inference_InferenceClusterSummary_To_v1alpha1_InferenceClusterSummary(in *inference.InferenceClusterSummary, out *InferenceClusterSummary, s conversion.Scope) error {
+	return autoConvert_inference_InferenceClusterSummary_To_v1alpha1_InferenceClusterSummary(in, out, s)
+}
+
+func autoConvert_v1alpha1_InferenceClusterSummaryList_To_inference_InferenceClusterSummaryList(in *InferenceClusterSummaryList, out *inference.InferenceClusterSummaryList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]inference.InferenceClusterSummary)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_v1alpha1_InferenceClusterSummaryList_To_inference_InferenceClusterSummaryList is an autogenerated conversion function.
+func Convert_v1alpha1_InferenceClusterSummaryList_To_inference_InferenceClusterSummaryList(in *InferenceClusterSummaryList, out *inference.InferenceClusterSummaryList, s conversion.Scope) error {
+	return autoConvert_v1alpha1_InferenceClusterSummaryList_To_inference_InferenceClusterSummaryList(in, out, s)
+}
+
+func autoConvert_inference_InferenceClusterSummaryList_To_v1alpha1_InferenceClusterSummaryList(in *inference.InferenceClusterSummaryList, out *InferenceClusterSummaryList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]InferenceClusterSummary)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_inference_InferenceClusterSummaryList_To_v1alpha1_InferenceClusterSummaryList is an autogenerated conversion function.
+func Convert_inference_InferenceClusterSummaryList_To_v1alpha1_InferenceClusterSummaryList(in *inference.InferenceClusterSummaryList, out *InferenceClusterSummaryList, s conversion.Scope) error {
+	return autoConvert_inference_InferenceClusterSummaryList_To_v1alpha1_InferenceClusterSummaryList(in, out, s)
+}
+
+func autoConvert_v1alpha1_InferenceClusterSummaryStatus_To_inference_InferenceClusterSummaryStatus(in *InferenceClusterSummaryStatus, out *inference.InferenceClusterSummaryStatus, s conversion.Scope) error {
+	*out = *(*inference.InferenceClusterSummaryStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_InferenceClusterSummaryStatus_To_inference_InferenceClusterSummaryStatus is an autogenerated conversion function.
+func Convert_v1alpha1_InferenceClusterSummaryStatus_To_inference_InferenceClusterSummaryStatus(in *InferenceClusterSummaryStatus, out *inference.InferenceClusterSummaryStatus, s conversion.Scope) error {
+	return autoConvert_v1alpha1_InferenceClusterSummaryStatus_To_inference_InferenceClusterSummaryStatus(in, out, s)
+}
+
+func autoConvert_inference_InferenceClusterSummaryStatus_To_v1alpha1_InferenceClusterSummaryStatus(in *inference.InferenceClusterSummaryStatus, out *InferenceClusterSummaryStatus, s conversion.Scope) error {
+	*out = *(*InferenceClusterSummaryStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_inference_InferenceClusterSummaryStatus_To_v1alpha1_InferenceClusterSummaryStatus is an autogenerated conversion function.
+func Convert_inference_InferenceClusterSummaryStatus_To_v1alpha1_InferenceClusterSummaryStatus(in *inference.InferenceClusterSummaryStatus, out *InferenceClusterSummaryStatus, s conversion.Scope) error {
+	return autoConvert_inference_InferenceClusterSummaryStatus_To_v1alpha1_InferenceClusterSummaryStatus(in, out, s)
+}
+
 func autoConvert_v1alpha1_InferencePoolExport_To_inference_InferencePoolExport(in *InferencePoolExport, out *inference.InferencePoolExport, s conversion.Scope) error {
 	out.ObjectMeta = in.ObjectMeta
 	if err := Convert_v1alpha1_InferencePoolExportSpec_To_inference_InferencePoolExportSpec(&in.Spec, &out.Spec, s); err != nil {
@@ -551,6 +679,74 @@ func autoConvert_inference_InferencePoolExportStatus_To_v1alpha1_InferencePoolEx
 // Convert_inference_InferencePoolExportStatus_To_v1alpha1_InferencePoolExportStatus is an autogenerated conversion function.
 func Convert_inference_InferencePoolExportStatus_To_v1alpha1_InferencePoolExportStatus(in *inference.InferencePoolExportStatus, out *InferencePoolExportStatus, s conversion.Scope) error {
 	return autoConvert_inference_InferencePoolExportStatus_To_v1alpha1_InferencePoolExportStatus(in, out, s)
+}
+
+func autoConvert_v1alpha1_InferencePoolExportSummary_To_inference_InferencePoolExportSummary(in *InferencePoolExportSummary, out *inference.InferencePoolExportSummary, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_v1alpha1_InferencePoolExportSummaryStatus_To_inference_InferencePoolExportSummaryStatus(&in.Status, &out.Status, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_v1alpha1_InferencePoolExportSummary_To_inference_InferencePoolExportSummary is an autogenerated conversion function.
+func Convert_v1alpha1_InferencePoolExportSummary_To_inference_InferencePoolExportSummary(in *InferencePoolExportSummary, out *inference.InferencePoolExportSummary, s conversion.Scope) error {
+	return autoConvert_v1alpha1_InferencePoolExportSummary_To_inference_InferencePoolExportSummary(in, out, s)
+}
+
+func autoConvert_inference_InferencePoolExportSummary_To_v1alpha1_InferencePoolExportSummary(in *inference.InferencePoolExportSummary, out *InferencePoolExportSummary, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_inference_InferencePoolExportSummaryStatus_To_v1alpha1_InferencePoolExportSummaryStatus(&in.Status, &out.Status, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_inference_InferencePoolExportSummary_To_v1alpha1_InferencePoolExportSummary is an autogenerated conversion function.
+func Convert_inference_InferencePoolExportSummary_To_v1alpha1_InferencePoolExportSummary(in *inference.InferencePoolExportSummary, out *InferencePoolExportSummary, s conversion.Scope) error {
+	return autoConvert_inference_InferencePoolExportSummary_To_v1alpha1_InferencePoolExportSummary(in, out, s)
+}
+
+func autoConvert_v1alpha1_InferencePoolExportSummaryList_To_inference_InferencePoolExportSummaryList(in *InferencePoolExportSummaryList, out *inference.InferencePoolExportSummaryList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]inference.InferencePoolExportSummary)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_v1alpha1_InferencePoolExportSummaryList_To_inference_InferencePoolExportSummaryList is an autogenerated conversion function.
+func Convert_v1alpha1_InferencePoolExportSummaryList_To_inference_InferencePoolExportSummaryList(in *InferencePoolExportSummaryList, out *inference.InferencePoolExportSummaryList, s conversion.Scope) error {
+	return autoConvert_v1alpha1_InferencePoolExportSummaryList_To_inference_InferencePoolExportSummaryList(in, out, s)
+}
+
+func autoConvert_inference_InferencePoolExportSummaryList_To_v1alpha1_InferencePoolExportSummaryList(in *inference.InferencePoolExportSummaryList, out *InferencePoolExportSummaryList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]InferencePoolExportSummary)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_inference_InferencePoolExportSummaryList_To_v1alpha1_InferencePoolExportSummaryList is an autogenerated conversion function.
+func Convert_inference_InferencePoolExportSummaryList_To_v1alpha1_InferencePoolExportSummaryList(in *inference.InferencePoolExportSummaryList, out *InferencePoolExportSummaryList, s conversion.Scope) error {
+	return autoConvert_inference_InferencePoolExportSummaryList_To_v1alpha1_InferencePoolExportSummaryList(in, out, s)
+}
+
+func autoConvert_v1alpha1_InferencePoolExportSummaryStatus_To_inference_InferencePoolExportSummaryStatus(in *InferencePoolExportSummaryStatus, out *inference.InferencePoolExportSummaryStatus, s conversion.Scope) error {
+	*out = *(*inference.InferencePoolExportSummaryStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_InferencePoolExportSummaryStatus_To_inference_InferencePoolExportSummaryStatus is an autogenerated conversion function.
+func Convert_v1alpha1_InferencePoolExportSummaryStatus_To_inference_InferencePoolExportSummaryStatus(in *InferencePoolExportSummaryStatus, out *inference.InferencePoolExportSummaryStatus, s conversion.Scope) error {
+	return autoConvert_v1alpha1_InferencePoolExportSummaryStatus_To_inference_InferencePoolExportSummaryStatus(in, out, s)
+}
+
+func autoConvert_inference_InferencePoolExportSummaryStatus_To_v1alpha1_InferencePoolExportSummaryStatus(in *inference.InferencePoolExportSummaryStatus, out *InferencePoolExportSummaryStatus, s conversion.Scope) error {
+	*out = *(*InferencePoolExportSummaryStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_inference_InferencePoolExportSummaryStatus_To_v1alpha1_InferencePoolExportSummaryStatus is an autogenerated conversion function.
+func Convert_inference_InferencePoolExportSummaryStatus_To_v1alpha1_InferencePoolExportSummaryStatus(in *inference.InferencePoolExportSummaryStatus, out *InferencePoolExportSummaryStatus, s conversion.Scope) error {
+	return autoConvert_inference_InferencePoolExportSummaryStatus_To_v1alpha1_InferencePoolExportSummaryStatus(in, out, s)
 }
 
 func autoConvert_v1alpha1_InferencePoolImport_To_inference_InferencePoolImport(in *InferencePoolImport, out *inference.InferencePoolImport, s conversion.Scope) error {

@@ -67,6 +67,21 @@ func (in ImportedCluster) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in InferenceClusterSummary) OpenAPIModelName() string {
+	return "io.x-k8s.networking.inference.v1alpha1.InferenceClusterSummary"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in InferenceClusterSummaryList) OpenAPIModelName() string {
+	return "io.x-k8s.networking.inference.v1alpha1.InferenceClusterSummaryList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in InferenceClusterSummaryStatus) OpenAPIModelName() string {
+	return "io.x-k8s.networking.inference.v1alpha1.InferenceClusterSummaryStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in InferencePoolExport) OpenAPIModelName() string {
 	return "io.x-k8s.networking.inference.v1alpha1.InferencePoolExport"
 }
@@ -84,6 +99,21 @@ func (in InferencePoolExportSpec) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in InferencePoolExportStatus) OpenAPIModelName() string {
 	return "io.x-k8s.networking.inference.v1alpha1.InferencePoolExportStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in InferencePoolExportSummary) OpenAPIModelName() string {
+	return "io.x-k8s.networking.inference.v1alpha1.InferencePoolExportSummary"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in InferencePoolExportSummaryList) OpenAPIModelName() string {
+	return "io.x-k8s.networking.inference.v1alpha1.InferencePoolExportSummaryList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in InferencePoolExportSummaryStatus) OpenAPIModelName() string {
+	return "io.x-k8s.networking.inference.v1alpha1.InferencePoolExportSummaryStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

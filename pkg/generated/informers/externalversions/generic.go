@@ -60,8 +60,12 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.InferencePool().V1().InferencePools().Informer()}, nil
 
 		// Group=inference.networking.x-k8s.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithResource("inferenceclustersummaries"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Inference().V1alpha1().InferenceClusterSummaries().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("inferencepoolexports"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Inference().V1alpha1().InferencePoolExports().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("inferencepoolexportsummaries"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Inference().V1alpha1().InferencePoolExportSummaries().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("inferencepoolimports"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Inference().V1alpha1().InferencePoolImports().Informer()}, nil
 

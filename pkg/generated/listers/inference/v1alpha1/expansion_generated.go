@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1alpha1
 
+// InferenceClusterSummaryListerExpansion allows custom methods to be added to
+// InferenceClusterSummaryLister.
+type InferenceClusterSummaryListerExpansion interface{}
+
 // InferencePoolExportListerExpansion allows custom methods to be added to
 // InferencePoolExportLister.
 type InferencePoolExportListerExpansion interface{}
@@ -25,6 +29,14 @@ type InferencePoolExportListerExpansion interface{}
 // InferencePoolExportNamespaceListerExpansion allows custom methods to be added to
 // InferencePoolExportNamespaceLister.
 type InferencePoolExportNamespaceListerExpansion interface{}
+
+// InferencePoolExportSummaryListerExpansion allows custom methods to be added to
+// InferencePoolExportSummaryLister.
+type InferencePoolExportSummaryListerExpansion interface{}
+
+// InferencePoolExportSummaryNamespaceListerExpansion allows custom methods to be added to
+// InferencePoolExportSummaryNamespaceLister.
+type InferencePoolExportSummaryNamespaceListerExpansion interface{}
 
 // InferencePoolImportListerExpansion allows custom methods to be added to
 // InferencePoolImportLister.

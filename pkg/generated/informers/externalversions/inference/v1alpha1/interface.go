@@ -24,8 +24,12 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// InferenceClusterSummaries returns a InferenceClusterSummaryInformer.
+	InferenceClusterSummaries() TypedInferenceClusterSummaryInformer
 	// InferencePoolExports returns a InferencePoolExportInformer.
 	InferencePoolExports() TypedInferencePoolExportInformer
+	// InferencePoolExportSummaries returns a InferencePoolExportSummaryInformer.
+	InferencePoolExportSummaries() TypedInferencePoolExportSummaryInformer
 	// InferencePoolImports returns a InferencePoolImportInformer.
 	InferencePoolImports() TypedInferencePoolImportInformer
 }
@@ -41,9 +45,19 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
 }
 
+// InferenceClusterSummaries returns a TypedInferenceClusterSummaryInformer.
+func (v *version) InferenceClusterSummaries() TypedInferenceClusterSummaryInformer {
+	return &inferenceClusterSummaryInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
 // InferencePoolExports returns a TypedInferencePoolExportInformer.
 func (v *version) InferencePoolExports() TypedInferencePoolExportInformer {
 	return &inferencePoolExportInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// InferencePoolExportSummaries returns a TypedInferencePoolExportSummaryInformer.
+func (v *version) InferencePoolExportSummaries() TypedInferencePoolExportSummaryInformer {
+	return &inferencePoolExportSummaryInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // InferencePoolImports returns a TypedInferencePoolImportInformer.

@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1alpha1
 
+type InferenceClusterSummaryExpansion interface{}
+
 type InferencePoolExportExpansion interface{}
+
+type InferencePoolExportSummaryExpansion interface{}
 
 type InferencePoolImportExpansion interface{}

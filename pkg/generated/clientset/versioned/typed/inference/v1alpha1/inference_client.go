@@ -28,7 +28,9 @@ import (
 
 type InferenceV1alpha1Interface interface {
 	RESTClient() rest.Interface
+	InferenceClusterSummariesGetter
 	InferencePoolExportsGetter
+	InferencePoolExportSummariesGetter
 	InferencePoolImportsGetter
 }
 
@@ -37,8 +39,16 @@ type InferenceV1alpha1Client struct {
 	restClient rest.Interface
 }
 
+func (c *InferenceV1alpha1Client) InferenceClusterSummaries() InferenceClusterSummaryInterface {
+	return newInferenceClusterSummaries(c)
+}
+
 func (c *InferenceV1alpha1Client) InferencePoolExports(namespace string) InferencePoolExportInterface {
 	return newInferencePoolExports(c, namespace)
+}
+
+func (c *InferenceV1alpha1Client) InferencePoolExportSummaries(namespace string) InferencePoolExportSummaryInterface {
+	return newInferencePoolExportSummaries(c, namespace)
 }
 
 func (c *InferenceV1alpha1Client) InferencePoolImports(namespace string) InferencePoolImportInterface {

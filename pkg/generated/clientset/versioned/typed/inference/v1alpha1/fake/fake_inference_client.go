@@ -28,8 +28,16 @@ type FakeInferenceV1alpha1 struct {
 	*testing.Fake
 }
 
+func (c *FakeInferenceV1alpha1) InferenceClusterSummaries() v1alpha1.InferenceClusterSummaryInterface {
+	return newFakeInferenceClusterSummaries(c)
+}
+
 func (c *FakeInferenceV1alpha1) InferencePoolExports(namespace string) v1alpha1.InferencePoolExportInterface {
 	return newFakeInferencePoolExports(c, namespace)
+}
+
+func (c *FakeInferenceV1alpha1) InferencePoolExportSummaries(namespace string) v1alpha1.InferencePoolExportSummaryInterface {
+	return newFakeInferencePoolExportSummaries(c, namespace)
 }
 
 func (c *FakeInferenceV1alpha1) InferencePoolImports(namespace string) v1alpha1.InferencePoolImportInterface {

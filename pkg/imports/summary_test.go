@@ -1,0 +1,55 @@
+package imports
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	inferencelisters "github.com/mci-dev/mci/pkg/generated/listers/inference/v1alpha1"
+)
+
+// summaryMode is cs as a server sees it when every member other than the
+// local one publishes summaries: each such member is replaced by what its
+// own server publishes (ExportSummaries and ClusterSummary computed with it
+// as the local cluster), served in the API's version.
+func summaryMode(tb testing.TB, cs ClusterSet) ClusterSet {
+	tb.Helper()
+	out := cs
+	out.Members = make([]Member, len(cs.Members))
+	for i, m := range cs.Members {
+		if m.Name == cs.Local {
+			out.Members[i] = m
+			continue
+		}
+		own := cs
+		own.Local = m.Name
+		idx := newIndexer()
+		for _, s := range ExportSummaries(own, "") {
+			var served v1alpha1.InferencePoolExportSummary
+			require.NoError(tb, v1alpha1.Convert_inference_InferencePoolExportSummary_To_v1alpha1_InferencePoolExportSummary(s, &served, nil))
+			require.NoError(tb, idx.Add(&served))
+		}
+		out.Members[i] = Member{
+			Name:        m.Name,
+			Unreachable: m.Unreachable,
+			Namespaces:  SummaryNamespaces(ClusterSummary(own).Status.Namespaces),
+			Summaries:   inferencelisters.NewInferencePoolExportSummaryLister(idx),
+		}
+	}
+	return out
+}
+
+// requireSummaryModeAgrees requires a server that reads the other members'
+// summaries to serve exactly what one that watches their objects serves.
+func requireSummaryModeAgrees(tb testing.TB, cs ClusterSet) {
+	tb.Helper()
+	summaries := summaryMode(tb, cs)
+	require.Equal(tb, Imports(cs, ""), Imports(summaries, ""), "imports differ in summary mode")
+	require.Equal(tb, Exports(cs, ""), Exports(summaries, ""), "exports differ in summary mode")
+	for _, imp := range Imports(cs, "") {
+		one, ok := Import(summaries, imp.Namespace, imp.Name)
+		require.True(tb, ok, "summary mode does not serve %s/%s", imp.Namespace, imp.Name)
+		require.Equal(tb, imp, one, "Import of %s/%s differs in summary mode", imp.Namespace, imp.Name)
+	}
+}

@@ -20,7 +20,9 @@ import (
 	"github.com/mci-dev/mci/pkg/clusterset"
 	"github.com/mci-dev/mci/pkg/exportstatus"
 	poolclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/registry/inference/inferenceclustersummary"
 	"github.com/mci-dev/mci/pkg/registry/inference/inferencepoolexport"
+	"github.com/mci-dev/mci/pkg/registry/inference/inferencepoolexportsummary"
 	"github.com/mci-dev/mci/pkg/registry/inference/inferencepoolimport"
 	"github.com/mci-dev/mci/pkg/registry/virtual"
 )
@@ -104,12 +106,22 @@ func (c CompletedConfig) New() (*MCIServer, error) {
 	}
 
 	var (
-		importStore, exportStore *virtual.Store
-		exported                 *exportstatus.Controller
+		importStore, exportStore          *virtual.Store
+		summaryStore, clusterSummaryStore *virtual.Store
+		exported                          *exportstatus.Controller
 	)
+	local := c.ExtraConfig.ClusterSet.LocalName
 	cache := clusterset.New(c.ExtraConfig.ClusterSet, func(ev clusterset.Event) {
 		importStore.Notify(ev)
 		exportStore.Notify(ev)
+		// The summaries are computed from the local cluster alone: another
+		// member's event would move their version (its component) without
+		// changing them, and other clusters read exactly one member
+		// component off every summary.
+		if ev.Member == local {
+			summaryStore.Notify(ev)
+			clusterSummaryStore.Notify(ev)
+		}
 		if exported != nil {
 			exported.Notify(ev)
 		}
@@ -125,15 +137,25 @@ func (c CompletedConfig) New() (*MCIServer, error) {
 	importStore = virtual.NewStore(inferencepoolimport.Resource{Index: cache}, cache, inferencepoolimport.Describe().New)
 	exportStore = virtual.NewStore(inferencepoolexport.Resource{LocalName: cache.LocalName()}, cache, inferencepoolexport.Describe().New)
 
+	summaryStore = virtual.NewStore(inferencepoolexportsummary.Resource{Index: cache}, localCluster{cache}, inferencepoolexportsummary.Describe().New)
+	clusterSummaryStore = virtual.NewStore(inferenceclustersummary.Resource{LocalName: local}, localCluster{cache}, inferenceclustersummary.Describe().New)
+
 	importREST := virtual.NewREST(importStore, inferencepoolimport.Describe(), cache.Ready)
 	exportREST := virtual.NewREST(exportStore, inferencepoolexport.Describe(), cache.Ready)
+	// Other clusters' servers read the summaries: they wait for the local
+	// cluster only, so that a fleet that starts together does not wait on
+	// itself.
+	summaryREST := virtual.NewREST(summaryStore, inferencepoolexportsummary.Describe(), cache.LocalReady)
+	clusterSummaryREST := virtual.NewREST(clusterSummaryStore, inferenceclustersummary.Describe(), cache.LocalReady)
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(inference.GroupName, Scheme, metav1.ParameterCodec, Codecs)
 	group.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
-		"inferencepoolimports":        importREST,
-		"inferencepoolimports/status": virtual.NewStatusREST(importREST),
-		"inferencepoolexports":        exportREST,
-		"inferencepoolexports/status": virtual.NewStatusREST(exportREST),
+		"inferencepoolimports":         importREST,
+		"inferencepoolimports/status":  virtual.NewStatusREST(importREST),
+		"inferencepoolexports":         exportREST,
+		"inferencepoolexports/status":  virtual.NewStatusREST(exportREST),
+		"inferencepoolexportsummaries": summaryREST,
+		"inferenceclustersummaries":    clusterSummaryREST,
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing the %s API group: %w", inference.GroupName, err)
@@ -151,6 +173,8 @@ func (c CompletedConfig) New() (*MCIServer, error) {
 		}()
 		go importStore.Run(ctx)
 		go exportStore.Run(ctx)
+		go summaryStore.Run(ctx)
+		go clusterSummaryStore.Run(ctx)
 		if exported != nil {
 			go exported.Run(ctx, c.ExtraConfig.ExportedStatus.Election)
 		}
@@ -158,3 +182,10 @@ func (c CompletedConfig) New() (*MCIServer, error) {
 	})
 	return &MCIServer{GenericAPIServer: generic, Cache: cache}, nil
 }
+
+// localCluster is the ClusterSet as the summaries' stores need it: complete
+// once the local cluster has listed, whatever the other members do.
+type localCluster struct{ *clusterset.Cache }
+
+// Ready implements virtual.Snapshotter.
+func (l localCluster) Ready() error { return l.LocalReady() }

@@ -30,6 +30,10 @@ type Options struct {
 	// fail its probes before the pools it exported are no longer served;
 	// 0 never.
 	RemoveAfter time.Duration
+	// Summaries says whether members are read through the summaries their
+	// own mci-apiservers publish when they do (SummariesAuto) or always
+	// through their objects (SummariesNever, mci-apiserver's default).
+	Summaries Summaries
 }
 
 // Cache holds one member per cluster of the ClusterSet, the local cluster
@@ -142,6 +146,7 @@ func (c *Cache) setMember(name, source string, config *rest.Config) error {
 		return err
 	}
 	m.local = name == c.opts.LocalName
+	m.summaryPolicy = c.opts.Summaries
 	// Starting asks the member what it serves, which a hung member makes
 	// slow: never under the lock that every request's snapshot takes.
 	m.joined = time.Now()
@@ -275,6 +280,19 @@ func (c *Cache) Ready() error {
 		if err := m.readyErr(); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// LocalReady reports nil once the local cluster has listed: what the
+// summaries this server publishes are computed from.
+func (c *Cache) LocalReady() error {
+	m := c.member(c.opts.LocalName)
+	if m == nil {
+		return fmt.Errorf("not connected to the local cluster %s yet", c.opts.LocalName)
+	}
+	if !m.hasSynced() {
+		return fmt.Errorf("the local cluster %s has not listed yet", c.opts.LocalName)
 	}
 	return nil
 }

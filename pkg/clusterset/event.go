@@ -17,6 +17,10 @@ const (
 	KindHTTPRoute
 	KindReferenceGrant
 	KindBackendTLSPolicy
+	// KindExportSummary is an InferencePoolExportSummary of a member read
+	// in summary mode: it stands for that member's pool and everything the
+	// pool's entry of an import is computed from.
+	KindExportSummary
 )
 
 func (k Kind) String() string {
@@ -39,6 +43,8 @@ func (k Kind) String() string {
 		return "ReferenceGrant"
 	case KindBackendTLSPolicy:
 		return "BackendTLSPolicy"
+	case KindExportSummary:
+		return "InferencePoolExportSummary"
 	}
 	return "Unknown"
 }

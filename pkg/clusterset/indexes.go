@@ -117,6 +117,9 @@ func (m *member) importsOfRoutes(indexName, key string) []string {
 // poolsUsingService lists the pools of namespace whose endpointPickerRef
 // names service.
 func (m *member) poolsUsingService(namespace, service string) []string {
+	if m.poolIndexer == nil {
+		return nil // summary mode: no pools watched
+	}
 	objs, err := m.poolIndexer.ByIndex(cache.NamespaceIndex, namespace)
 	if err != nil {
 		return nil
@@ -133,6 +136,9 @@ func (m *member) poolsUsingService(namespace, service string) []string {
 // poolsIndexedBy returns the namespace/name keys of the pools of this
 // member whose index value is key.
 func (m *member) poolsIndexedBy(index, key string) []string {
+	if m.poolIndexer == nil {
+		return nil // summary mode: no pools watched
+	}
 	objs, err := m.poolIndexer.ByIndex(index, key)
 	if err != nil {
 		return nil

@@ -44,6 +44,8 @@ func (m *member) optionalAPIs() []schema.GroupVersionResource {
 	apis := []schema.GroupVersionResource{apiInferencePools, apiGateways, apiBackendTLSPolicies}
 	if m.local {
 		apis = append(apis, apiHTTPRoutes, apiReferenceGrants)
+	} else if m.summaryPolicy != SummariesNever {
+		apis = append(apis, apiExportSummaries, apiClusterSummaries)
 	}
 	return apis
 }
@@ -55,16 +57,14 @@ func (m *member) start(ctx context.Context, th thresholds) {
 	m.done = make(chan struct{})
 	logger := klog.FromContext(ctx).WithValues("member", m.name)
 
-	transform := trimOther
-	if m.local {
-		transform = trim
-	}
-	starters := []func(<-chan struct{}){m.kubeInformers(ctx, transform)}
 	served := servedapis.Discover(klog.NewContext(ctx, logger), m.discovery, discoveryTimeout, m.optionalAPIs()...)
-	if start := m.poolInformer(served, transform, logger); start != nil {
-		starters = append(starters, start)
+	var starters []func(<-chan struct{})
+	if m.readsSummaries(m.summaryPolicy, served) {
+		m.summaryMode = true
+		starters = append(starters, m.summaryInformers(logger))
+	} else {
+		starters = m.objectInformers(ctx, served, logger)
 	}
-	starters = append(starters, m.gatewayInformers(served, transform, logger))
 	for _, start := range starters {
 		start(ctx.Done())
 	}
@@ -80,6 +80,20 @@ func (m *member) start(ctx context.Context, th thresholds) {
 		}
 	}()
 	logger.V(2).Info("Watching member")
+}
+
+// objectInformers watches the member's objects (full mode, and always the
+// local cluster); it returns what starts the informers.
+func (m *member) objectInformers(ctx context.Context, served servedapis.Set, logger klog.Logger) []func(<-chan struct{}) {
+	transform := trimOther
+	if m.local {
+		transform = trim
+	}
+	starters := []func(<-chan struct{}){m.kubeInformers(ctx, transform)}
+	if start := m.poolInformer(served, transform, logger); start != nil {
+		starters = append(starters, start)
+	}
+	return append(starters, m.gatewayInformers(served, transform, logger))
 }
 
 // kubeInformers watches the member's Namespaces, and the Services and

@@ -16,6 +16,7 @@ import (
 	gatewaylistersv1beta1 "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1beta1"
 
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	inferencelisters "github.com/mci-dev/mci/pkg/generated/listers/inference/v1alpha1"
 	poollisters "github.com/mci-dev/mci/pkg/generated/listers/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/imports"
 )
@@ -65,6 +66,16 @@ type member struct {
 	poolNamespaces *poolNamespaces
 	// backendTLSPolicies is nil when the member does not serve them.
 	backendTLSPolicies gatewaylisters.BackendTLSPolicyLister
+
+	// summaryPolicy says whether the member may be read through its
+	// summaries; summaryMode is set, once started, when it is
+	// (summaries.go): then summaries and clusterSummaries are its only
+	// informers, and the listers of its objects above are nil.
+	summaryPolicy    Summaries
+	summaryMode      bool
+	summaries        inferencelisters.InferencePoolExportSummaryLister
+	clusterSummaries inferencelisters.InferenceClusterSummaryLister
+	summaryStream    summaryStream
 
 	// reachability is what the member's probes found.
 	reachability
@@ -117,7 +128,7 @@ func (m *member) hasSynced() bool {
 			return false
 		}
 	}
-	return m.poolNamespaces.hasSynced()
+	return m.poolNamespaces == nil || m.poolNamespaces.hasSynced()
 }
 
 // readyErr says why the member keeps the cache from being ready: it has
@@ -152,12 +163,24 @@ func (m *member) view() imports.Member {
 		// Past the removal threshold only the member's namespaces are
 		// kept: they say whether it would import (as InferencePoolExports
 		// report), while nothing it exported is served any more.
-		return imports.Member{Name: m.name, Unreachable: &st.Unreachable, Namespaces: m.namespaces}
+		return imports.Member{Name: m.name, Unreachable: &st.Unreachable, Namespaces: m.namespaceLister()}
 	}
 	return m.viewWith(&st.Unreachable)
 }
 
+// namespaceLister is the member's namespaces: watched, or as its cluster
+// summary lists them.
+func (m *member) namespaceLister() corev1listers.NamespaceLister {
+	if m.summaryMode {
+		return m.summaryNamespaces()
+	}
+	return m.namespaces
+}
+
 func (m *member) viewWith(u *imports.Unreachable) imports.Member {
+	if m.summaryMode {
+		return imports.Member{Name: m.name, Unreachable: u, Namespaces: m.summaryNamespaces(), Summaries: m.summaries}
+	}
 	v := imports.Member{
 		Name:           m.name,
 		Unreachable:    u,

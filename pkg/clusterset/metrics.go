@@ -11,6 +11,8 @@ import (
 //	mci_clusterset_member_listed{member}       1 once every informer of the member has listed
 //	mci_clusterset_member_unreachable{member}  1 while flagged ClusterUnreachable (last known data kept)
 //	mci_clusterset_member_removed{member}      1 past --member-remove-after (its pools no longer served)
+//	mci_clusterset_member_summary_mode{member} 1 while read through the summaries its mci-apiserver publishes
+//	mci_clusterset_member_summary_errors_total{member} failed lists and watches of those summaries
 //
 // A replica is not ready while a member has listed 0 and removed 0
 // (Cache.Ready): these say which member holds it back.
@@ -26,6 +28,12 @@ var (
 	memberUnreachableDesc = metrics.NewDesc("mci_clusterset_member_unreachable",
 		"1 while the member is flagged ClusterUnreachable (it has not answered for --member-unreachable-after; its last known data is kept), else 0.",
 		[]string{"member"}, nil, metrics.ALPHA, "")
+	memberSummaryModeDesc = metrics.NewDesc("mci_clusterset_member_summary_mode",
+		"1 while this replica reads the member through the InferencePoolExportSummaries and InferenceClusterSummary its own mci-apiserver publishes (summary mode), 0 while it watches the member's objects (full mode).",
+		[]string{"member"}, nil, metrics.ALPHA, "")
+	memberSummaryErrorsDesc = metrics.NewDesc("mci_clusterset_member_summary_errors_total",
+		"Failed lists and watches of the member's summaries (and summaries whose resourceVersion could not be read), in summary mode; while they fail, the last known summaries are served.",
+		[]string{"member"}, nil, metrics.ALPHA, "")
 	memberRemovedDesc = metrics.NewDesc("mci_clusterset_member_removed",
 		"1 while the member has not answered for --member-remove-after, so the pools it exported are not served, else 0.",
 		[]string{"member"}, nil, metrics.ALPHA, "")
@@ -40,6 +48,8 @@ func (m *Metrics) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- memberListedDesc
 	ch <- memberUnreachableDesc
 	ch <- memberRemovedDesc
+	ch <- memberSummaryModeDesc
+	ch <- memberSummaryErrorsDesc
 }
 
 // CollectWithStability implements metrics.StableCollector.
@@ -52,6 +62,8 @@ func (m *Metrics) CollectWithStability(ch chan<- metrics.Metric) {
 		ch <- metrics.NewLazyConstMetric(memberListedDesc, metrics.GaugeValue, bit(mb.hasSynced()), mb.name)
 		ch <- metrics.NewLazyConstMetric(memberUnreachableDesc, metrics.GaugeValue, bit(st != nil), mb.name)
 		ch <- metrics.NewLazyConstMetric(memberRemovedDesc, metrics.GaugeValue, bit(st != nil && st.removed), mb.name)
+		ch <- metrics.NewLazyConstMetric(memberSummaryModeDesc, metrics.GaugeValue, bit(mb.summaryMode), mb.name)
+		ch <- metrics.NewLazyConstMetric(memberSummaryErrorsDesc, metrics.CounterValue, float64(mb.summaryStream.errorCount()), mb.name)
 	}
 }
 

@@ -35,6 +35,9 @@ func ExportSummary(cs ClusterSet, namespace, name string) (*inference.InferenceP
 // name, from one pass over its pools and one over its EndpointSlices.
 func ExportSummaries(cs ClusterSet, namespace string) []*inference.InferencePoolExportSummary {
 	local := cs.localMember()
+	if local == nil {
+		return nil
+	}
 	var exports []exporter
 	for _, p := range local.pools(namespace) {
 		if p == nil {

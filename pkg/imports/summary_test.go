@@ -53,3 +53,16 @@ func requireSummaryModeAgrees(tb testing.TB, cs ClusterSet) {
 		require.Equal(tb, imp, one, "Import of %s/%s differs in summary mode", imp.Namespace, imp.Name)
 	}
 }
+
+// Before the cache holds the local cluster, nothing is served, and nothing
+// panics.
+func TestNothingIsComputedWithoutTheLocalCluster(t *testing.T) {
+	for _, cs := range []ClusterSet{{Name: testClusterSet, Local: "a"}, clusterSet("a", member(t, "b", objects(nsObjects(testNamespace), readyEPP(testNamespace, testPool))...))} {
+		require.Empty(t, ExportSummaries(cs, ""))
+		_, ok := ExportSummary(cs, testNamespace, testPool)
+		require.False(t, ok)
+		require.Nil(t, ClusterSummary(cs))
+		require.Empty(t, Imports(cs, ""))
+		require.Empty(t, Exports(cs, ""))
+	}
+}

@@ -92,6 +92,19 @@ func CarryExportTransitionTimes(prev, next *inference.InferencePoolExport, now m
 	carryConditions(prevConds, next.Status.Conditions, now)
 }
 
+// CarrySummaryTransitionTimes does for a summary's status.conditions what
+// CarryTransitionTimes does for an import. prev may be nil.
+func CarrySummaryTransitionTimes(prev, next *inference.InferencePoolExportSummary, now metav1.Time) {
+	if next == nil {
+		return
+	}
+	var prevConds []metav1.Condition
+	if prev != nil {
+		prevConds = prev.Status.Conditions
+	}
+	carryConditions(prevConds, next.Status.Conditions, now)
+}
+
 func conditionsOf(s *inference.InferencePoolImportStatus) []metav1.Condition {
 	if s == nil {
 		return nil

@@ -35,10 +35,17 @@ const DefaultTimeout = 5 * time.Second
 // Set is what a cluster answered about the resources it was asked of.
 type Set struct {
 	served map[schema.GroupVersionResource]bool
+	// assumed are served only because the cluster could not be asked.
+	assumed map[schema.GroupVersionResource]bool
 }
 
 // Has reports whether the cluster serves r, or could not be asked about it.
 func (s Set) Has(r schema.GroupVersionResource) bool { return s.served[r] }
+
+// Known reports whether the cluster serves r by its own answer, not
+// because it could not be asked. An aggregated API whose server is not
+// available yet (503) counts as served: the aggregator knows its group.
+func (s Set) Known(r schema.GroupVersionResource) bool { return s.served[r] && !s.assumed[r] }
 
 // Any reports whether the cluster serves at least one of rs.
 func (s Set) Any(rs ...schema.GroupVersionResource) bool {
@@ -65,7 +72,7 @@ func Discover(ctx context.Context, d discovery.DiscoveryInterface, timeout time.
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	logger := klog.FromContext(ctx)
-	s := Set{served: map[schema.GroupVersionResource]bool{}}
+	s := Set{served: map[schema.GroupVersionResource]bool{}, assumed: map[schema.GroupVersionResource]bool{}}
 	for _, gv := range groupVersions(resources) {
 		names, err := resourcesOf(ctx, d, gv)
 		for _, r := range resources {
@@ -73,8 +80,11 @@ func Discover(ctx context.Context, d discovery.DiscoveryInterface, timeout time.
 				continue
 			}
 			switch {
+			case apierrors.IsServiceUnavailable(err):
+				s.served[r] = true
 			case err != nil:
 				s.served[r] = true
+				s.assumed[r] = true
 			case names[r.Resource]:
 				s.served[r] = true
 			default:

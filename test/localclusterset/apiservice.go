@@ -43,7 +43,7 @@ var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io",
 // mciAPIServerProcess is the contract between this harness and
 // cmd/mci-apiserver: the flags below are all it is given. Replica 0 is
 // named after its cluster alone, replica r > 0 gets a "-<r>" suffix.
-func mciAPIServerProcess(dir, binary, cluster, membersDir string, replica, port int, unreachableAfter, removeAfter time.Duration) *process {
+func mciAPIServerProcess(dir, binary, cluster, membersDir string, replica, port int, flags mciServerFlags) *process {
 	kubeconfig := filepath.Join(dir, cluster+".kubeconfig")
 	name := cluster + "-mci-apiserver"
 	if replica > 0 {
@@ -75,13 +75,23 @@ func mciAPIServerProcess(dir, binary, cluster, membersDir string, replica, port 
 			"-v=2",
 		},
 	}
-	if unreachableAfter > 0 {
-		p.Args = append(p.Args, "--member-unreachable-after="+unreachableAfter.String())
+	if flags.unreachableAfter > 0 {
+		p.Args = append(p.Args, "--member-unreachable-after="+flags.unreachableAfter.String())
 	}
-	if removeAfter > 0 {
-		p.Args = append(p.Args, "--member-remove-after="+removeAfter.String())
+	if flags.removeAfter > 0 {
+		p.Args = append(p.Args, "--member-remove-after="+flags.removeAfter.String())
+	}
+	if flags.memberSummaries != "" {
+		p.Args = append(p.Args, "--member-summaries="+flags.memberSummaries)
 	}
 	return p
+}
+
+// mciServerFlags are the flags Options set on every mci-apiserver; the
+// server's defaults when zero.
+type mciServerFlags struct {
+	unreachableAfter, removeAfter time.Duration
+	memberSummaries               string
 }
 
 // registerMCIAPIServer makes the aggregator of one cluster send

@@ -66,18 +66,18 @@ type ClusterSet struct {
 	// Clusters are the member clusters, in the order of Options.Clusters.
 	Clusters []*Cluster
 
-	mu               sync.Mutex
-	detached         bool
-	binDir           string
-	mciBinary        string
-	mciModTime       time.Time
-	replicas         int
-	unreachableAfter time.Duration
-	removeAfter      time.Duration
-	etcd             *process
-	pki              *pki
-	log              io.Writer
-	started          time.Time
+	mu                sync.Mutex
+	detached          bool
+	binDir            string
+	mciBinary         string
+	mciModTime        time.Time
+	replicas          int
+	serverFlags       mciServerFlags
+	summaryReaderOnly bool
+	etcd              *process
+	pki               *pki
+	log               io.Writer
+	started           time.Time
 
 	// links are the link proxies of Options.Links (links.go); nil without.
 	links *linkServer
@@ -110,9 +110,13 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 		log:       opts.Log,
 		started:   time.Now(),
 
-		replicas:         opts.Replicas,
-		unreachableAfter: opts.MemberUnreachableAfter,
-		removeAfter:      opts.MemberRemoveAfter,
+		replicas: opts.Replicas,
+		serverFlags: mciServerFlags{
+			unreachableAfter: opts.MemberUnreachableAfter,
+			removeAfter:      opts.MemberRemoveAfter,
+			memberSummaries:  opts.MemberSummaries,
+		},
+		summaryReaderOnly: opts.SummaryReaderOnly,
 	}
 	if err := cs.up(ctx, opts); err != nil {
 		if stopErr := cs.Stop(); stopErr != nil {
@@ -221,7 +225,7 @@ func (cs *ClusterSet) up(ctx context.Context, opts Options) error {
 		for i, c := range cs.Clusters {
 			own := ports[2+len(cs.Clusters)+i*perCluster:][:perCluster]
 			for r := range cs.replicas {
-				p := mciAPIServerProcess(cs.Dir, cs.mciBinary, c.Name, cs.MemberKubeconfigDir(c.Name), r, own[r], cs.unreachableAfter, cs.removeAfter)
+				p := mciAPIServerProcess(cs.Dir, cs.mciBinary, c.Name, cs.MemberKubeconfigDir(c.Name), r, own[r], cs.serverFlags)
 				if r == 0 {
 					c.mciAPIServer = p
 				} else {
@@ -298,7 +302,7 @@ func (cs *ClusterSet) installBasics(ctx context.Context, c *Cluster, crds []*uns
 	if err := installCRDs(ctx, dyn, crds); err != nil {
 		return fmt.Errorf("%s: %w", c.Name, err)
 	}
-	if err := grantMemberReader(ctx, kube); err != nil {
+	if err := grantMemberReader(ctx, kube, cs.summaryReaderOnly); err != nil {
 		return fmt.Errorf("%s: %w", c.Name, err)
 	}
 	return nil

@@ -509,17 +509,21 @@ func TestMemberReaderRulesMatchTheDeploymentManifest(t *testing.T) {
 	require.NoError(t, err)
 	objs, err := readObjects([]string{filepath.Join(root, "artifacts", "deploy", "mci-apiserver", "25-member-reader.yaml")})
 	require.NoError(t, err)
-	var found bool
+	want := map[string][]rbacv1.PolicyRule{memberReaderUser: memberReaderRules, memberSummaryReader: memberSummaryReaderRules}
+	found := map[string]bool{}
 	for _, o := range objs {
-		if o.GetKind() != "ClusterRole" || o.GetName() != memberReaderUser {
+		rules, ok := want[o.GetName()]
+		if o.GetKind() != "ClusterRole" || !ok {
 			continue
 		}
 		var role rbacv1.ClusterRole
 		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role))
-		assert.Equal(t, memberReaderRules, role.Rules)
-		found = true
+		assert.Equal(t, rules, role.Rules, "ClusterRole %s", o.GetName())
+		found[o.GetName()] = true
 	}
-	require.True(t, found, "no ClusterRole %s in the manifest", memberReaderUser)
+	for name := range want {
+		require.True(t, found[name], "no ClusterRole %s in the manifest", name)
+	}
 }
 
 // The rules the deployment gives mci-apiserver in its own cluster for import

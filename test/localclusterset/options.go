@@ -42,6 +42,16 @@ type Options struct {
 	// server's default when 0. The server requires it to exceed
 	// --member-unreachable-after (whose default is 10s).
 	MemberRemoveAfter time.Duration
+	// MemberSummaries is every mci-apiserver's --member-summaries ("auto"
+	// or "never"), the server's default (auto) when empty.
+	MemberSummaries string
+	// SummaryReaderOnly grants the identity of the members/ kubeconfigs
+	// the read of mci-apiserver's summaries only, as a member in summary
+	// mode grants the others (artifacts/deploy/mci-apiserver): an
+	// mci-apiserver that still watched a member's objects would be
+	// refused. Without it that identity may read both the summaries and
+	// the objects, so that full mode works too.
+	SummaryReaderOnly bool
 	// Links puts a controllable TCP proxy on each link between an
 	// mci-apiserver and a member it watches, between a test client and each
 	// kube-apiserver, and (with StartDataPath) between mci-sidecar and each

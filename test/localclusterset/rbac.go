@@ -22,6 +22,17 @@ var memberReaderRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"gateway.networking.k8s.io"}, Resources: []string{"gateways", "backendtlspolicies"}, Verbs: []string{"get", "list", "watch"}},
 }
 
+// memberSummaryReaderRules is what an mci-apiserver may do in the
+// clusters it reads in summary mode: read the summaries their own
+// mci-apiservers publish, nothing else. artifacts/deploy/mci-apiserver
+// grants exactly these to the identity it hands to other members.
+var memberSummaryReaderRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{"inference.networking.x-k8s.io"}, Resources: []string{"inferencepoolexportsummaries", "inferenceclustersummaries"}, Verbs: []string{"get", "list", "watch"}},
+}
+
+// memberSummaryReader names the ClusterRole of memberSummaryReaderRules.
+const memberSummaryReader = "mci-member-summary-reader"
+
 // LocalRouteReaderRules is what an mci-apiserver reads in its own cluster
 // only, beyond memberReaderRules: the HTTPRoutes and ReferenceGrants that
 // make an import's parents. artifacts/deploy/mci-apiserver/20-rbac.yaml
@@ -48,18 +59,28 @@ var (
 	}
 )
 
-// grantMemberReader binds memberReaderRules to the identity of the
-// members/ kubeconfigs.
-func grantMemberReader(ctx context.Context, kube kubernetes.Interface) error {
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: memberReaderUser},
-		Rules:      memberReaderRules,
+// grantMemberReader binds memberSummaryReaderRules and, unless
+// summaryOnly, memberReaderRules to the identity of the members/
+// kubeconfigs.
+func grantMemberReader(ctx context.Context, kube kubernetes.Interface, summaryOnly bool) error {
+	if err := grantRole(ctx, kube, memberSummaryReader, memberSummaryReaderRules); err != nil {
+		return err
 	}
+	if summaryOnly {
+		return nil
+	}
+	return grantRole(ctx, kube, memberReaderUser, memberReaderRules)
+}
+
+// grantRole creates the ClusterRole name with rules and binds it to the
+// identity of the members/ kubeconfigs.
+func grantRole(ctx context.Context, kube kubernetes.Interface, name string, rules []rbacv1.PolicyRule) error {
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
 	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating ClusterRole %s: %w", role.Name, err)
 	}
 	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: memberReaderUser},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: memberReaderUser}},
 	}

@@ -30,9 +30,12 @@ type Describe struct {
 	// SetItems puts objects into a list made by NewList.
 	SetItems func(list runtime.Object, items []Object)
 	Table    rest.TableConvertor
+	// ClusterScoped serves the resource without namespaces; its Store's
+	// objects all have the namespace "".
+	ClusterScoped bool
 }
 
-// REST serves a Store as a read-only, namespaced Kubernetes resource.
+// REST serves a Store as a read-only Kubernetes resource.
 // Writes are refused with 405 MethodNotAllowed and a message that says
 // where the objects come from.
 type REST struct {
@@ -76,7 +79,7 @@ func (r *REST) NewList() runtime.Object { return r.desc.NewList() }
 func (r *REST) Destroy() {}
 
 // NamespaceScoped implements rest.Scoper.
-func (r *REST) NamespaceScoped() bool { return true }
+func (r *REST) NamespaceScoped() bool { return !r.desc.ClusterScoped }
 
 // Kind implements rest.KindProvider.
 func (r *REST) Kind() string { return r.desc.Kind }

@@ -54,7 +54,7 @@ func (Resource) ComputeNamespace(cs imports.ClusterSet, namespace string) []virt
 // namespace selector takes them).
 func (r Resource) Affected(ev clusterset.Event) virtual.Dirty {
 	switch ev.Kind {
-	case clusterset.KindInferencePool:
+	case clusterset.KindInferencePool, clusterset.KindExportSummary:
 		return virtual.Dirty{Keys: []string{ev.Namespace + "/" + ev.Name}}
 	case clusterset.KindService:
 		return virtual.Dirty{Keys: r.Index.PoolsUsingService(ev.Member, ev.Namespace, ev.Name)}

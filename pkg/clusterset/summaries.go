@@ -1,0 +1,264 @@
+package clusterset
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
+	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/servedapis"
+	"github.com/mci-dev/mci/pkg/statelog"
+	"github.com/mci-dev/mci/pkg/versionvector"
+)
+
+// Summaries chooses how this server reads the members other than the local
+// cluster.
+type Summaries string
+
+const (
+	// SummariesAuto reads a member through the summaries its own
+	// mci-apiserver publishes when its API discovery lists them (summary
+	// mode), and watches its objects otherwise (full mode).
+	SummariesAuto Summaries = "auto"
+	// SummariesNever watches every member's objects (full mode).
+	SummariesNever Summaries = "never"
+)
+
+// The summaries a member's mci-apiserver publishes, as its API discovery
+// (through the member's aggregator) names them.
+var (
+	apiExportSummaries  = v1alpha1.SchemeGroupVersion.WithResource("inferencepoolexportsummaries")
+	apiClusterSummaries = v1alpha1.SchemeGroupVersion.WithResource("inferenceclustersummaries")
+)
+
+// summaryStreamLog: a member's summary stream failing with another error
+// than the one logged is logged at most once a minute.
+var summaryStreamLog = statelog.Rule{Interval: time.Minute}
+
+// readsSummaries says whether the member is read through its summaries:
+// never the local cluster, whose objects are what its own summaries are
+// computed from, and only on the member's own word: a member whose
+// discovery could not be asked is watched in full mode, whose informers
+// work whatever it runs.
+func (m *member) readsSummaries(policy Summaries, served servedapis.Set) bool {
+	return !m.local && policy != SummariesNever && served.Known(apiExportSummaries) && served.Known(apiClusterSummaries)
+}
+
+// summaryInformers watches the member's InferencePoolExportSummaries and
+// its InferenceClusterSummary, through the member's aggregator (so through
+// the credentials and the link every other request to the member takes),
+// and nothing else of it: two watches, served from the member's
+// mci-apiserver memory, none by its kube-apiserver's storage. It returns
+// what starts them.
+func (m *member) summaryInformers(logger klog.Logger) func(<-chan struct{}) {
+	f := mciinformers.NewSharedInformerFactoryWithOptions(m.mci, 0, mciinformers.WithTransform(trimSummary))
+	exports := f.Inference().V1alpha1().InferencePoolExportSummaries()
+	clusters := f.Inference().V1alpha1().InferenceClusterSummaries()
+	m.summaries = exports.Lister()
+	m.clusterSummaries = clusters.Lister()
+	for _, inf := range []cache.SharedIndexInformer{exports.Informer(), clusters.Informer()} {
+		_ = inf.SetWatchErrorHandlerWithContext(m.summaryStream.watchError(m.name, logger))
+		m.synced = append(m.synced, inf.HasSynced)
+	}
+	m.watchSummaries(exports.Informer())
+	m.watchClusterSummary(clusters.Informer())
+	logger.Info("Reading the member through the summaries its mci-apiserver publishes (summary mode)")
+	return f.Start
+}
+
+// trimSummary keeps what the import computation reads of a summary: no
+// managed fields, no annotations, and the namespaces of a cluster summary
+// sorted (the published order is not trusted: lookups search it).
+func trimSummary(obj interface{}) (interface{}, error) {
+	switch o := obj.(type) {
+	case *v1alpha1.InferencePoolExportSummary:
+		o.ManagedFields, o.Annotations = nil, nil
+	case *v1alpha1.InferenceClusterSummary:
+		o.ManagedFields, o.Annotations = nil, nil
+		if !slices.IsSorted(o.Status.Namespaces) {
+			slices.Sort(o.Status.Namespaces)
+		}
+		o.Status.Namespaces = slices.Compact(o.Status.Namespaces)
+	}
+	return obj, nil
+}
+
+// summaryVersion is the member's own resourceVersion at a summary: the
+// one member component of the summary's version vector (a summary depends
+// on its own cluster only, so its server's version has no other). It is
+// what full mode would have read on the member's objects, so versions
+// issued here mean the same in both modes.
+func summaryVersion(rv string) (uint64, error) {
+	v, err := versionvector.Decode(rv)
+	if err != nil {
+		return 0, err
+	}
+	var (
+		found uint64
+		n     int
+	)
+	for k, c := range v {
+		if strings.HasPrefix(k, "~") {
+			continue
+		}
+		found, n = c, n+1
+	}
+	if n > 1 {
+		return 0, fmt.Errorf("resourceVersion %q of a summary has %d member components, not one", rv, n)
+	}
+	return found, nil
+}
+
+// watchSummaries passes summary changes on as Events of
+// KindExportSummary.
+func (m *member) watchSummaries(informer cache.SharedIndexInformer) {
+	notify := func(obj interface{}) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		o, err := meta.Accessor(obj)
+		if err != nil {
+			return
+		}
+		m.handler(Event{Member: m.name, Kind: KindExportSummary, Namespace: o.GetNamespace(), Name: o.GetName(), ResourceVersion: m.summaryRV(o.GetResourceVersion())})
+	}
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    notify,
+		UpdateFunc: func(_, obj interface{}) { notify(obj) },
+		DeleteFunc: notify,
+	})
+}
+
+// watchClusterSummary passes a change of the member's namespaces on as a
+// KindNamespace Event per namespace that came or went, as the member's
+// Namespace informer does in full mode.
+func (m *member) watchClusterSummary(informer cache.SharedIndexInformer) {
+	namespacesOf := func(obj interface{}) ([]string, uint64) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		s, ok := obj.(*v1alpha1.InferenceClusterSummary)
+		if !ok || s == nil {
+			return nil, 0
+		}
+		return s.Status.Namespaces, m.summaryRV(s.ResourceVersion)
+	}
+	diff := func(old, obj interface{}, deleted bool) {
+		before, _ := namespacesOf(old)
+		after, rv := namespacesOf(obj)
+		if deleted {
+			before, after = after, nil
+		}
+		for _, ns := range symmetricDifference(before, after) {
+			m.handler(Event{Member: m.name, Kind: KindNamespace, Namespace: ns, ResourceVersion: rv})
+		}
+	}
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { diff(nil, obj, false) },
+		UpdateFunc: func(old, obj interface{}) { diff(old, obj, false) },
+		DeleteFunc: func(obj interface{}) { diff(nil, obj, true) },
+	})
+}
+
+// symmetricDifference lists the names in exactly one of the sorted lists a
+// and b.
+func symmetricDifference(a, b []string) []string {
+	var out []string
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || (i < len(a) && a[i] < b[j]):
+			out = append(out, a[i])
+			i++
+		case i == len(a) || b[j] < a[i]:
+			out = append(out, b[j])
+			j++
+		default:
+			i++
+			j++
+		}
+	}
+	return out
+}
+
+// summaryRV reads the member's resourceVersion off a summary; a version
+// this server cannot read is logged (once per change) and counts as
+// unknown (0), as a deletion seen only through a relist does.
+func (m *member) summaryRV(rv string) uint64 {
+	n, err := summaryVersion(rv)
+	if err != nil {
+		m.summaryStream.badVersion(m.name, err)
+	}
+	return n
+}
+
+// summaryNamespaces is the member's namespaces as its one
+// InferenceClusterSummary lists them; none until it is listed. A member
+// that publishes several (it is not mci-apiserver) is read as having none,
+// which its stream's state says.
+func (m *member) summaryNamespaces() corev1listers.NamespaceLister {
+	all, err := m.clusterSummaries.List(labels.Everything())
+	if err != nil || len(all) != 1 {
+		if len(all) > 1 {
+			m.summaryStream.badVersion(m.name, fmt.Errorf("the member publishes %d InferenceClusterSummaries, not one", len(all)))
+		}
+		return imports.SummaryNamespaces(nil)
+	}
+	return imports.SummaryNamespaces(all[0].Status.Namespaces)
+}
+
+// summaryStream is what this replica knows of a member's summary stream:
+// how often its list or watch failed, and its last error, logged once per
+// change. The member's kube-apiserver may answer the probe while its
+// mci-apiserver does not: its summaries are then kept as last known, and
+// the log and mci_clusterset_member_summary_errors_total say so.
+type summaryStream struct {
+	mu      sync.Mutex
+	errors  uint64
+	state   statelog.State
+	version statelog.State
+}
+
+func (s *summaryStream) watchError(member string, logger klog.Logger) cache.WatchErrorHandlerWithContext {
+	return func(ctx context.Context, r *cache.Reflector, err error) {
+		if ctx.Err() != nil {
+			return // the member is being stopped
+		}
+		s.mu.Lock()
+		s.errors++
+		change := s.state.Observe(time.Now(), "", err.Error(), summaryStreamLog)
+		s.mu.Unlock()
+		if change.Loud() {
+			logger.Error(err, "The member's summary stream failed; its last known summaries are kept while it retries", "member", member)
+		}
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	}
+}
+
+// badVersion records a summary this server cannot read the version of.
+func (s *summaryStream) badVersion(member string, err error) {
+	s.mu.Lock()
+	s.errors++
+	change := s.version.Observe(time.Now(), "", err.Error(), summaryStreamLog)
+	s.mu.Unlock()
+	if change.Loud() {
+		klog.Background().Error(err, "A summary of the member cannot be read", "member", member)
+	}
+}
+
+func (s *summaryStream) errorCount() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.errors
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -28,6 +29,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
+	clusterinventory "github.com/mci-dev/mci/pkg/apis/clusterinventory/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apiserver"
 	"github.com/mci-dev/mci/pkg/clusterset"
@@ -60,6 +62,11 @@ type Options struct {
 	// ExportedStatus turns on the writing of the Exported parent status
 	// entry on the local cluster's exported InferencePools.
 	ExportedStatus bool
+	// ClusterProfile* configure the ClusterProfile membership source; it
+	// is off while ClusterProfileNamespace is empty.
+	ClusterProfileKubeconfig   string
+	ClusterProfileNamespace    string
+	ClusterProfileProviderFile string
 }
 
 // apiServiceName is the APIService that registers this server's group
@@ -145,7 +152,7 @@ status entry of each exported InferencePool (one elected replica writes;
 	o.ServerRun.AddUniversalFlags(fs)
 	logsapi.AddFlags(o.Logs, fs)
 	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "Name of the cluster this server serves. Default: the About API ClusterProperty cluster.clusterset.k8s.io of the local cluster.")
-	fs.StringVar(&o.ClusterSetName, "clusterset-name", o.ClusterSetName, "Name of the ClusterSet; it seeds the uids of served objects. Default: the ClusterProperty clusterset.k8s.io, else \"default\".")
+	fs.StringVar(&o.ClusterSetName, "clusterset-name", o.ClusterSetName, "Name of the ClusterSet; it seeds the uids of served objects, and selects the ClusterProfiles of --clusterprofile-namespace by their "+clusterinventory.LabelClusterSet+" label. Default: the ClusterProperty clusterset.k8s.io, else \"default\".")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the local cluster. Default: the in-cluster configuration.")
 	fs.StringVar(&o.MemberKubeconfigDir, "member-kubeconfig-dir", o.MemberKubeconfigDir, "Directory with one kubeconfig file per member cluster, named after the cluster (an optional .kubeconfig/.yaml extension is dropped). Re-read periodically. A file named after the local cluster is ignored.")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the local cluster whose Secrets labelled "+clusterset.MemberClusterLabel+" hold member kubeconfigs, each self-contained (credentials inline: no exec or auth-provider plugin, no file). Default: $POD_NAMESPACE, else mci-system.")
@@ -153,8 +160,15 @@ status entry of each exported InferencePool (one elected replica writes;
 	fs.BoolVar(&o.ExportedStatus, "exported-status", o.ExportedStatus, "Write, on each InferencePool of the local cluster that carries an export annotation, a status.parents entry for its InferencePoolImport with the Exported condition (upstream proposal 1374). One replica writes, elected with the Lease "+exportstatus.LeaseName+" in --namespace; it writes only when the export state changes. With false nothing is written, and entries written before stay as they are.")
 	fs.DurationVar(&o.RemoveAfter, "member-remove-after", o.RemoveAfter, "How long a member may fail to answer before its data is dropped: the pools it exported leave the imports (watchers see them change or go) until it answers again. Must exceed --member-unreachable-after.")
 	fs.StringVar(&o.ServingCertSecret, "serving-cert-secret", o.ServingCertSecret, "Name of a kubernetes.io/tls Secret in --namespace to serve with, for clusters without cert-manager: when missing, or no longer valid for the Service that APIService "+apiServiceName+" names, or within 30 days of its end, the server creates a certificate signed by a new self-signed CA there, and writes that CA into the APIService's caBundle. Replicas share the Secret. Exclusive with --tls-cert-file.")
+	addClusterProfileFlags(fs, o)
 	version.AddFlag(cmd)
 	return cmd
+}
+
+func addClusterProfileFlags(fs *pflag.FlagSet, o *Options) {
+	fs.StringVar(&o.ClusterProfileNamespace, "clusterprofile-namespace", o.ClusterProfileNamespace, "Namespace of the hub cluster whose ClusterProfiles (multicluster.x-k8s.io/v1alpha1) labelled "+clusterinventory.LabelClusterSet+"=<--clusterset-name> are members, each named after its profile. Empty: ClusterProfiles are not read.")
+	fs.StringVar(&o.ClusterProfileKubeconfig, "clusterprofile-kubeconfig", o.ClusterProfileKubeconfig, "Kubeconfig of the hub cluster that holds the ClusterProfiles. Default: the local cluster's connection (--kubeconfig, else in-cluster).")
+	fs.StringVar(&o.ClusterProfileProviderFile, "clusterprofile-provider-file", o.ClusterProfileProviderFile, "Provider file (KEP-5339, JSON or YAML: {\"providers\": [{\"name\": ..., \"execConfig\": {...}}]}) that maps the access providers a ClusterProfile offers to exec credential plugins; a member is reached through the first provider of the file that its profile offers. Commands come only from this file. Re-read periodically. Required with --clusterprofile-namespace.")
 }
 
 // Complete fills in what the flags leave to discovery.
@@ -218,6 +232,12 @@ func (o *Options) Validate() error {
 	if o.RemoveAfter <= o.UnreachableAfter {
 		errs = append(errs, fmt.Errorf("--member-remove-after (%s) must exceed --member-unreachable-after (%s)", o.RemoveAfter, o.UnreachableAfter))
 	}
+	if o.ClusterProfileNamespace != "" && o.ClusterProfileProviderFile == "" {
+		errs = append(errs, fmt.Errorf("--clusterprofile-provider-file is required with --clusterprofile-namespace: it says which plugin provides each kind of access"))
+	}
+	if o.ClusterProfileNamespace == "" && (o.ClusterProfileProviderFile != "" || o.ClusterProfileKubeconfig != "") {
+		errs = append(errs, fmt.Errorf("--clusterprofile-provider-file and --clusterprofile-kubeconfig need --clusterprofile-namespace"))
+	}
 	if o.ServingCertSecret != "" && o.Recommended.SecureServing.ServerCert.CertKey.CertFile != "" {
 		errs = append(errs, fmt.Errorf("--serving-cert-secret and --tls-cert-file are exclusive: serve either the certificate the server keeps in a Secret or the one in the file"))
 	}
@@ -252,6 +272,10 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	sources, err := o.memberSources(local, kube)
+	if err != nil {
+		return nil, err
+	}
 	return &apiserver.Config{
 		GenericConfig: generic,
 		ExtraConfig: apiserver.ExtraConfig{
@@ -262,7 +286,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 				UnreachableAfter: o.UnreachableAfter,
 				RemoveAfter:      o.RemoveAfter,
 			},
-			Sources:        o.memberSources(kube),
+			Sources:        sources,
 			ExportedStatus: exported,
 		},
 	}, nil
@@ -315,15 +339,36 @@ func (o *Options) genericConfig() (*genericapiserver.RecommendedConfig, error) {
 	return generic, nil
 }
 
-// memberSources are where the members' kubeconfigs come from: the member
-// directory (first, so it wins a cluster both name) when set, and the
-// labelled Secrets of the server's namespace.
-func (o *Options) memberSources(kube kubernetes.Interface) []clusterset.Source {
-	sources := []clusterset.Source{clusterset.SecretSource{Client: kube, Namespace: o.Namespace}}
+// memberSources are where the members' kubeconfigs come from, in the
+// order that decides a cluster two of them name: the member directory
+// when set, the labelled Secrets of the server's namespace, and the
+// ClusterProfiles of the hub with --clusterprofile-namespace.
+func (o *Options) memberSources(local *rest.Config, kube kubernetes.Interface) ([]clusterset.Source, error) {
+	var sources []clusterset.Source
 	if o.MemberKubeconfigDir != "" {
-		sources = append([]clusterset.Source{clusterset.DirSource{Dir: o.MemberKubeconfigDir}}, sources...)
+		sources = append(sources, clusterset.DirSource{Dir: o.MemberKubeconfigDir})
 	}
-	return sources
+	sources = append(sources, clusterset.SecretSource{Client: kube, Namespace: o.Namespace})
+	if o.ClusterProfileNamespace == "" {
+		return sources, nil
+	}
+	hub := local
+	if o.ClusterProfileKubeconfig != "" {
+		var err error
+		if hub, err = clientcmd.BuildConfigFromFlags("", o.ClusterProfileKubeconfig); err != nil {
+			return nil, fmt.Errorf("--clusterprofile-kubeconfig: %w", err)
+		}
+	}
+	client, err := mciclient.NewForConfig(hub)
+	if err != nil {
+		return nil, fmt.Errorf("--clusterprofile-kubeconfig: %w", err)
+	}
+	return append(sources, clusterset.ProfileSource{
+		Client:       client,
+		Namespace:    o.ClusterProfileNamespace,
+		ClusterSet:   o.ClusterSetName,
+		ProviderFile: o.ClusterProfileProviderFile,
+	}), nil
 }
 
 // exportedStatusConfig is what writes the Exported entry of local pools'

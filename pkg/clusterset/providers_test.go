@@ -82,7 +82,6 @@ func TestMemberFromProfile(t *testing.T) {
 	tests := []struct {
 		name     string
 		profile  *clusterinventory.ClusterProfile
-		wantErr  string
 		wantHost string
 		check    func(t *testing.T, mc MemberConfig)
 	}{
@@ -132,6 +131,28 @@ func TestMemberFromProfile(t *testing.T) {
 				assert.Empty(t, mc.rest.ExecProvider.Args, "the other provider's policy ignores profile args")
 			},
 		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			mc := memberFromProfile(tc.profile, providers)
+			assert.NotEmpty(t, mc.fingerprint)
+			require.NoError(t, mc.err)
+			assert.Equal(t, tc.wantHost, mc.rest.Host)
+			if tc.check != nil {
+				tc.check(t, mc)
+			}
+		})
+	}
+}
+
+func TestMemberFromProfileRefusesWhatItCannotUse(t *testing.T) {
+	providers, err := ParseProviderFile([]byte(providerFileJSON))
+	require.NoError(t, err)
+	tests := []struct {
+		name    string
+		profile *clusterinventory.ClusterProfile
+		wantErr string
+	}{
 		{name: "a profile without access providers is an error", profile: profile("c1"), wantErr: "none of the profile's access providers (none)"},
 		{name: "a profile with only unknown providers is an error", profile: profile("c1", access("oidc", "https://x")), wantErr: "(oidc) is in the provider file (token, other)"},
 		{name: "an access provider without a server is an error", profile: profile("c1", access("token", "")), wantErr: "has no cluster server"},
@@ -148,19 +169,13 @@ func TestMemberFromProfile(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			mc := memberFromProfile(tc.profile, providers)
-			assert.NotEmpty(t, mc.fingerprint)
-			if tc.wantErr != "" {
-				require.Error(t, mc.err)
-				assert.Contains(t, mc.err.Error(), tc.wantErr)
-				return
-			}
-			require.NoError(t, mc.err)
-			assert.Equal(t, tc.wantHost, mc.rest.Host)
-			if tc.check != nil {
-				tc.check(t, mc)
-			}
+			assert.NotEmpty(t, mc.fingerprint, "an unusable profile has a fingerprint too, so that it is reported once")
+			require.Error(t, mc.err)
+			assert.Contains(t, mc.err.Error(), tc.wantErr)
+			assert.Nil(t, mc.rest)
 		})
 	}
+	assert.Contains(t, memberFromProfile(profile("c1", access("token", "https://x")), nil).err.Error(), "no usable provider file")
 }
 
 func TestProfileFingerprintFollowsTheDerivedConfig(t *testing.T) {

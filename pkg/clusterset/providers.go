@@ -141,6 +141,9 @@ func profileKubeconfig(p *clusterinventory.ClusterProfile, f *ProviderFile) (*cl
 	case cluster.CertificateAuthority != "":
 		// A profile must not make the server read one of its own files.
 		return nil, fmt.Errorf("access provider %q names a certificate-authority file; a profile must inline it as certificate-authority-data", ap.Name)
+	case cluster.InsecureSkipTLSVerify:
+		// The plugin's credentials would go to whoever answers.
+		return nil, fmt.Errorf("access provider %q asks to skip TLS verification; give the cluster's certificate-authority-data instead", ap.Name)
 	}
 	exec := provider.ExecConfig.DeepCopy()
 	exec.InteractiveMode = clientcmdv1.NeverExecInteractiveMode

@@ -161,6 +161,11 @@ func TestMemberFromProfileRefusesWhatItCannotUse(t *testing.T) {
 			profile: profile("c1", clusterinventory.AccessProvider{Name: "token", Cluster: clientcmdv1.Cluster{Server: "https://x", CertificateAuthority: "/etc/passwd"}}),
 			wantErr: "certificate-authority file",
 		},
+		{
+			name:    "an access provider that skips TLS verification is refused",
+			profile: profile("c1", clusterinventory.AccessProvider{Name: "token", Cluster: clientcmdv1.Cluster{Server: "https://x", InsecureSkipTLSVerify: true}}),
+			wantErr: "skip TLS verification",
+		},
 		{name: "garbage args are an error, not a panic", profile: profile("c1", access("token", "https://x", ext(additionalArgsExtension, `{"a":`))), wantErr: "not a list of strings"},
 		{name: "garbage envs are an error, not a panic", profile: profile("c1", access("token", "https://x", ext(additionalEnvsExtension, `[1,2]`))), wantErr: "not a map of strings"},
 		{name: "a garbage server is an error, not a panic", profile: profile("c1", access("token", "::not a url\x00")), wantErr: "not an http(s) URL"},
@@ -188,6 +193,10 @@ func TestProfileFingerprintFollowsTheDerivedConfig(t *testing.T) {
 	other, err := ParseProviderFile([]byte(`{"providers": [{"name": "token", "execConfig": {"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/new"}}]}`))
 	require.NoError(t, err)
 	newCommand := memberFromProfile(profile("c1", access("token", "https://127.0.0.1:1", ext(execExtension, `{"v":1}`))), other)
+	unhealthy := profile("c1", access("token", "https://127.0.0.1:1", ext(execExtension, `{"v":1}`)))
+	unhealthy.Status.Conditions = []metav1.Condition{{Type: clusterinventory.ConditionControlPlaneHealthy, Status: metav1.ConditionFalse}}
+	unhealthy.Status.Properties = []clusterinventory.Property{{Name: "region", Value: "eu"}}
+	assert.Equal(t, base.fingerprint, memberFromProfile(unhealthy, providers).fingerprint, "conditions and properties are no access data: no reconnection")
 	assert.Equal(t, base.fingerprint, same.fingerprint)
 	assert.NotEqual(t, base.fingerprint, rotated.fingerprint, "new extension data rotates the member")
 	assert.NotEqual(t, base.fingerprint, moved.fingerprint, "a new server rotates the member")

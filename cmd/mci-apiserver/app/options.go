@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
@@ -232,18 +234,30 @@ func (o *Options) Validate() error {
 	if o.RemoveAfter <= o.UnreachableAfter {
 		errs = append(errs, fmt.Errorf("--member-remove-after (%s) must exceed --member-unreachable-after (%s)", o.RemoveAfter, o.UnreachableAfter))
 	}
-	if o.ClusterProfileNamespace != "" && o.ClusterProfileProviderFile == "" {
-		errs = append(errs, fmt.Errorf("--clusterprofile-provider-file is required with --clusterprofile-namespace: it says which plugin provides each kind of access"))
-	}
-	if o.ClusterProfileNamespace == "" && (o.ClusterProfileProviderFile != "" || o.ClusterProfileKubeconfig != "") {
-		errs = append(errs, fmt.Errorf("--clusterprofile-provider-file and --clusterprofile-kubeconfig need --clusterprofile-namespace"))
-	}
+	errs = append(errs, o.validateClusterProfiles()...)
 	if o.ServingCertSecret != "" && o.Recommended.SecureServing.ServerCert.CertKey.CertFile != "" {
 		errs = append(errs, fmt.Errorf("--serving-cert-secret and --tls-cert-file are exclusive: serve either the certificate the server keeps in a Secret or the one in the file"))
 	}
 	errs = append(errs, o.Recommended.Validate()...)
 	errs = append(errs, o.ServerRun.Validate()...)
 	return utilerrors.NewAggregate(errs)
+}
+
+// validateClusterProfiles checks the flags of the ClusterProfile source.
+func (o *Options) validateClusterProfiles() []error {
+	var errs []error
+	if o.ClusterProfileNamespace != "" && o.ClusterProfileProviderFile == "" {
+		errs = append(errs, fmt.Errorf("--clusterprofile-provider-file is required with --clusterprofile-namespace: it says which plugin provides each kind of access"))
+	}
+	if o.ClusterProfileNamespace != "" {
+		if msgs := validation.IsValidLabelValue(o.ClusterSetName); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--clusterset-name %q cannot select ClusterProfiles by their %s label: %s", o.ClusterSetName, clusterinventory.LabelClusterSet, strings.Join(msgs, "; ")))
+		}
+	}
+	if o.ClusterProfileNamespace == "" && (o.ClusterProfileProviderFile != "" || o.ClusterProfileKubeconfig != "") {
+		errs = append(errs, fmt.Errorf("--clusterprofile-provider-file and --clusterprofile-kubeconfig need --clusterprofile-namespace"))
+	}
+	return errs
 }
 
 func (o *Options) localConfig() (*rest.Config, error) {

@@ -42,7 +42,7 @@ type ClusterProfileSpec struct {
 	// ClusterManager is the system that manages the cluster; it does not
 	// change once set.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="ClusterManager is immutable"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="the cluster manager of a profile cannot change"
 	ClusterManager ClusterManager `json:"clusterManager"`
 }
 

@@ -203,7 +203,9 @@ FUZZ_TARGETS := \
 	./pkg/metrics:FuzzParse \
 	./pkg/metrics:FuzzParsePool \
 	./pkg/clusterscore:FuzzParse \
-	./pkg/clusterscore:FuzzPromptBlocks
+	./pkg/clusterscore:FuzzPromptBlocks \
+	./pkg/clusterset:FuzzParseProviderFile \
+	./pkg/clusterset:FuzzMemberFromProfile
 
 .PHONY: fuzz
 fuzz:

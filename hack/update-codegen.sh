@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates everything under pkg/generated, the zz_generated.* helpers in
-# pkg/apis, and the member-cluster CRDs in artifacts/crds. Generated code is
+# pkg/apis, the member-cluster CRDs in artifacts/crds, and the hub's
+# ClusterProfile CRD that the e2e tests install (test/e2e/testdata/crds). Generated code is
 # never edited by hand; change the types and run this script.
 set -o errexit -o nounset -o pipefail
 
@@ -49,3 +50,9 @@ ensure_controller_gen
   paths=./pkg/apis/inference/v1alpha2/... \
   paths=./pkg/apis/llmd/v1alpha2/... \
   output:crd:artifacts:config=artifacts/crds
+
+# ClusterProfile is the hub's API, installed by whoever runs the fleet, not
+# by mci: its CRD is test data for the e2e tests, not an artifact.
+"${OUTPUT_BIN}/controller-gen" crd:crdVersions=v1 \
+  paths=./pkg/apis/clusterinventory/... \
+  output:crd:artifacts:config=test/e2e/testdata/crds

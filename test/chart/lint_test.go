@@ -18,6 +18,7 @@ func TestChartPassesHelmLint(t *testing.T) {
 		{name: "default values"},
 		{name: "the kustomize bases' settings", args: []string{"--values", equivalentValues}},
 		{name: "cert-manager and mci-epp", args: []string{"--values", equivalentValues, "--set", "apiserver.tls.mode=certManager", "--set", "epp.enabled=true"}},
+		{name: "ClusterProfile membership", args: clusterProfileArgs},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := helm(t, append([]string{"lint", "--strict", chartDir, "--namespace", releaseNamespace}, tc.args...)...)
@@ -42,6 +43,8 @@ func TestChartRefusesValuesItCannotRender(t *testing.T) {
 		{name: "an unknown TLS mode, without the schema", args: []string{"--skip-schema-validation", "--set", "apiserver.tls.mode=vault"}, want: `apiserver.tls.mode is "vault"`},
 		{name: "mci-epp without its pool", args: []string{"--set", "epp.enabled=true", "--set", "epp.poolName="}, want: "epp.enabled needs epp.poolName"},
 		{name: "a member Secret without its kubeconfig", args: []string{"--set", "membership.secrets[0].cluster=cluster-b"}, want: "missing property 'kubeconfig'"},
+		{name: "ClusterProfiles without a provider", args: []string{"--set", "membership.clusterProfiles.namespace=fleet"}, want: "membership.clusterProfiles.namespace needs membership.clusterProfiles.providers"},
+		{name: "a provider without its command", args: []string{"--set", "membership.clusterProfiles.providers[0].name=token", "--set", "membership.clusterProfiles.providers[0].execConfig.apiVersion=v1"}, want: "missing property 'command'"},
 		{name: "a member Secret without its kubeconfig, without the schema", args: []string{"--skip-schema-validation", "--set", "membership.secrets[0].cluster=cluster-b"}, want: "every entry of membership.secrets needs cluster"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -50,4 +53,15 @@ func TestChartRefusesValuesItCannotRender(t *testing.T) {
 			assert.True(t, strings.Contains(stderr, tc.want), "helm template's error %q does not say %q", stderr, tc.want)
 		})
 	}
+}
+
+// clusterProfileArgs turn on ClusterProfile membership with a remote hub
+// and plugins from a volume.
+var clusterProfileArgs = []string{
+	"--set", "membership.clusterProfiles.namespace=fleet",
+	"--set", "membership.clusterProfiles.hubKubeconfigSecret=hub-kubeconfig",
+	"--set", "membership.clusterProfiles.providers[0].name=token",
+	"--set", "membership.clusterProfiles.providers[0].execConfig.apiVersion=client.authentication.k8s.io/v1",
+	"--set", "membership.clusterProfiles.providers[0].execConfig.command=/plugins/token-plugin",
+	"--set", "membership.clusterProfiles.pluginsVolume.persistentVolumeClaim.claimName=plugins",
 }

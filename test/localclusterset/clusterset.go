@@ -57,6 +57,9 @@ type Cluster struct {
 	// mciReplicas are replicas 1 and up, with Options.Replicas > 1.
 	mciReplicas []*process
 	front       *replicaFront
+	// mciExtraArgs is how many flags RestartMCIAPIServerWithArgs added
+	// after the harness's own.
+	mciExtraArgs int
 }
 
 // ClusterSet is a running local ClusterSet.

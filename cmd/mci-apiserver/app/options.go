@@ -7,14 +7,17 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
@@ -28,6 +31,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
+	clusterinventory "github.com/mci-dev/mci/pkg/apis/clusterinventory/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apiserver"
 	"github.com/mci-dev/mci/pkg/clusterset"
@@ -61,6 +65,11 @@ type Options struct {
 	// ExportedStatus turns on the writing of the Exported parent status
 	// entry on the local cluster's exported InferencePools.
 	ExportedStatus bool
+	// ClusterProfile* configure the ClusterProfile membership source; it
+	// is off while ClusterProfileNamespace is empty.
+	ClusterProfileKubeconfig   string
+	ClusterProfileNamespace    string
+	ClusterProfileProviderFile string
 }
 
 // apiServiceName is the APIService that registers this server's group
@@ -147,7 +156,7 @@ status entry of each exported InferencePool (one elected replica writes;
 	o.ServerRun.AddUniversalFlags(fs)
 	logsapi.AddFlags(o.Logs, fs)
 	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "Name of the cluster this server serves. Default: the About API ClusterProperty cluster.clusterset.k8s.io of the local cluster.")
-	fs.StringVar(&o.ClusterSetName, "clusterset-name", o.ClusterSetName, "Name of the ClusterSet; it seeds the uids of served objects. Default: the ClusterProperty clusterset.k8s.io, else \"default\".")
+	fs.StringVar(&o.ClusterSetName, "clusterset-name", o.ClusterSetName, "Name of the ClusterSet; it seeds the uids of served objects, and selects the ClusterProfiles of --clusterprofile-namespace by their "+clusterinventory.LabelClusterSet+" label. Default: the ClusterProperty clusterset.k8s.io, else \"default\".")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the local cluster. Default: the in-cluster configuration.")
 	fs.StringVar(&o.MemberKubeconfigDir, "member-kubeconfig-dir", o.MemberKubeconfigDir, "Directory with one kubeconfig file per member cluster, named after the cluster (an optional .kubeconfig/.yaml extension is dropped). Re-read periodically. A file named after the local cluster is ignored.")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the local cluster whose Secrets labelled "+clusterset.MemberClusterLabel+" hold member kubeconfigs, each self-contained (credentials inline: no exec or auth-provider plugin, no file). Default: $POD_NAMESPACE, else mci-system.")
@@ -156,8 +165,15 @@ status entry of each exported InferencePool (one elected replica writes;
 	fs.StringVar(&o.MemberSummaries, "member-summaries", o.MemberSummaries, "How members other than the local cluster are read: \"auto\" reads a member through the InferencePoolExportSummaries and InferenceClusterSummary its own mci-apiserver publishes (two watches, no watch of its objects) when its API discovery lists them, and watches its InferencePools, Namespaces, Services, EndpointSlices and Gateways otherwise; \"never\" always watches its objects. Summary mode is experimental: see docs/membership.md.")
 	fs.DurationVar(&o.RemoveAfter, "member-remove-after", o.RemoveAfter, "How long a member may fail to answer before its data is dropped: the pools it exported leave the imports (watchers see them change or go) until it answers again. Must exceed --member-unreachable-after.")
 	fs.StringVar(&o.ServingCertSecret, "serving-cert-secret", o.ServingCertSecret, "Name of a kubernetes.io/tls Secret in --namespace to serve with, for clusters without cert-manager: when missing, or no longer valid for the Service that APIService "+apiServiceName+" names, or within 30 days of its end, the server creates a certificate signed by a new self-signed CA there, and writes that CA into the APIService's caBundle. Replicas share the Secret. Exclusive with --tls-cert-file.")
+	addClusterProfileFlags(fs, o)
 	version.AddFlag(cmd)
 	return cmd
+}
+
+func addClusterProfileFlags(fs *pflag.FlagSet, o *Options) {
+	fs.StringVar(&o.ClusterProfileNamespace, "clusterprofile-namespace", o.ClusterProfileNamespace, "Namespace of the hub cluster whose ClusterProfiles (multicluster.x-k8s.io/v1alpha1) labelled "+clusterinventory.LabelClusterSet+"=<--clusterset-name> are members, each named after its profile. Empty: ClusterProfiles are not read.")
+	fs.StringVar(&o.ClusterProfileKubeconfig, "clusterprofile-kubeconfig", o.ClusterProfileKubeconfig, "Kubeconfig of the hub cluster that holds the ClusterProfiles. Default: the local cluster's connection (--kubeconfig, else in-cluster).")
+	fs.StringVar(&o.ClusterProfileProviderFile, "clusterprofile-provider-file", o.ClusterProfileProviderFile, "Provider file (KEP-5339, JSON or YAML: {\"providers\": [{\"name\": ..., \"execConfig\": {...}}]}) that maps the access providers a ClusterProfile offers to exec credential plugins; a member is reached through the first provider of the file that its profile offers. Commands come only from this file. Re-read periodically. Required with --clusterprofile-namespace.")
 }
 
 // Complete fills in what the flags leave to discovery.
@@ -226,12 +242,30 @@ func (o *Options) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--member-summaries must be auto or never, not %q", o.MemberSummaries))
 	}
+	errs = append(errs, o.validateClusterProfiles()...)
 	if o.ServingCertSecret != "" && o.Recommended.SecureServing.ServerCert.CertKey.CertFile != "" {
 		errs = append(errs, fmt.Errorf("--serving-cert-secret and --tls-cert-file are exclusive: serve either the certificate the server keeps in a Secret or the one in the file"))
 	}
 	errs = append(errs, o.Recommended.Validate()...)
 	errs = append(errs, o.ServerRun.Validate()...)
 	return utilerrors.NewAggregate(errs)
+}
+
+// validateClusterProfiles checks the flags of the ClusterProfile source.
+func (o *Options) validateClusterProfiles() []error {
+	var errs []error
+	if o.ClusterProfileNamespace != "" && o.ClusterProfileProviderFile == "" {
+		errs = append(errs, fmt.Errorf("--clusterprofile-provider-file is required with --clusterprofile-namespace: it says which plugin provides each kind of access"))
+	}
+	if o.ClusterProfileNamespace != "" {
+		if msgs := validation.IsValidLabelValue(o.ClusterSetName); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--clusterset-name %q cannot select ClusterProfiles by their %s label: %s", o.ClusterSetName, clusterinventory.LabelClusterSet, strings.Join(msgs, "; ")))
+		}
+	}
+	if o.ClusterProfileNamespace == "" && (o.ClusterProfileProviderFile != "" || o.ClusterProfileKubeconfig != "") {
+		errs = append(errs, fmt.Errorf("--clusterprofile-provider-file and --clusterprofile-kubeconfig need --clusterprofile-namespace"))
+	}
+	return errs
 }
 
 func (o *Options) localConfig() (*rest.Config, error) {
@@ -260,6 +294,10 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	sources, err := o.memberSources(local, kube)
+	if err != nil {
+		return nil, err
+	}
 	return &apiserver.Config{
 		GenericConfig: generic,
 		ExtraConfig: apiserver.ExtraConfig{
@@ -271,7 +309,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 				RemoveAfter:      o.RemoveAfter,
 				Summaries:        clusterset.Summaries(o.MemberSummaries),
 			},
-			Sources:        o.memberSources(kube),
+			Sources:        sources,
 			ExportedStatus: exported,
 		},
 	}, nil
@@ -324,15 +362,36 @@ func (o *Options) genericConfig() (*genericapiserver.RecommendedConfig, error) {
 	return generic, nil
 }
 
-// memberSources are where the members' kubeconfigs come from: the member
-// directory (first, so it wins a cluster both name) when set, and the
-// labelled Secrets of the server's namespace.
-func (o *Options) memberSources(kube kubernetes.Interface) []clusterset.Source {
-	sources := []clusterset.Source{clusterset.SecretSource{Client: kube, Namespace: o.Namespace}}
+// memberSources are where the members' kubeconfigs come from, in the
+// order that decides a cluster two of them name: the member directory
+// when set, the labelled Secrets of the server's namespace, and the
+// ClusterProfiles of the hub with --clusterprofile-namespace.
+func (o *Options) memberSources(local *rest.Config, kube kubernetes.Interface) ([]clusterset.Source, error) {
+	var sources []clusterset.Source
 	if o.MemberKubeconfigDir != "" {
-		sources = append([]clusterset.Source{clusterset.DirSource{Dir: o.MemberKubeconfigDir}}, sources...)
+		sources = append(sources, clusterset.DirSource{Dir: o.MemberKubeconfigDir})
 	}
-	return sources
+	sources = append(sources, clusterset.SecretSource{Client: kube, Namespace: o.Namespace})
+	if o.ClusterProfileNamespace == "" {
+		return sources, nil
+	}
+	hub := local
+	if o.ClusterProfileKubeconfig != "" {
+		var err error
+		if hub, err = clientcmd.BuildConfigFromFlags("", o.ClusterProfileKubeconfig); err != nil {
+			return nil, fmt.Errorf("--clusterprofile-kubeconfig: %w", err)
+		}
+	}
+	client, err := mciclient.NewForConfig(hub)
+	if err != nil {
+		return nil, fmt.Errorf("--clusterprofile-kubeconfig: %w", err)
+	}
+	return append(sources, clusterset.ProfileSource{
+		Client:       client,
+		Namespace:    o.ClusterProfileNamespace,
+		ClusterSet:   o.ClusterSetName,
+		ProviderFile: o.ClusterProfileProviderFile,
+	}), nil
 }
 
 // exportedStatusConfig is what writes the Exported entry of local pools'

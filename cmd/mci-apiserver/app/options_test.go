@@ -88,3 +88,30 @@ func TestExportedStatusIsOnByDefaultAndCanBeTurnedOff(t *testing.T) {
 		})
 	}
 }
+
+func TestValidateClusterProfileFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{name: "off by default"},
+		{name: "a namespace and a provider file are valid", args: []string{"--clusterprofile-namespace=fleet", "--clusterprofile-provider-file=/etc/mci/providers.json"}},
+		{name: "a hub kubeconfig may be given", args: []string{"--clusterprofile-namespace=fleet", "--clusterprofile-provider-file=/p.json", "--clusterprofile-kubeconfig=/hub.kubeconfig"}},
+		{name: "a namespace needs a provider file", args: []string{"--clusterprofile-namespace=fleet"}, wantErr: "--clusterprofile-provider-file is required with --clusterprofile-namespace"},
+		{name: "the ClusterSet name must be a label value", args: []string{"--clusterprofile-namespace=fleet", "--clusterprofile-provider-file=/p.json", "--clusterset-name=not/a/label"}, wantErr: "cannot select ClusterProfiles"},
+		{name: "a provider file alone is refused", args: []string{"--clusterprofile-provider-file=/p.json"}, wantErr: "need --clusterprofile-namespace"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOptions()
+			require.NoError(t, NewCommand(o).Flags().Parse(append([]string{"--cluster-name=cluster-a"}, tc.args...)))
+			err := o.Validate()
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			assert.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}

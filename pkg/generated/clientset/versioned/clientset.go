@@ -22,6 +22,7 @@ import (
 	fmt "fmt"
 	http "net/http"
 
+	clusterinventoryv1alpha1 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/clusterinventory/v1alpha1"
 	inferencev1alpha1 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inference/v1alpha1"
 	inferencev1alpha2 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inference/v1alpha2"
 	inferencepoolv1 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inferencepool/v1"
@@ -33,6 +34,7 @@ import (
 
 type Interface interface {
 	Discovery() discovery.DiscoveryInterfaces
+	ClusterInventoryV1alpha1() clusterinventoryv1alpha1.ClusterInventoryV1alpha1Interface
 	InferenceV1alpha1() inferencev1alpha1.InferenceV1alpha1Interface
 	InferenceV1alpha2() inferencev1alpha2.InferenceV1alpha2Interface
 	InferencePoolV1() inferencepoolv1.InferencePoolV1Interface
@@ -42,10 +44,16 @@ type Interface interface {
 // Clientset contains the clients for groups.
 type Clientset struct {
 	*discovery.DiscoveryClient
-	inferenceV1alpha1 *inferencev1alpha1.InferenceV1alpha1Client
-	inferenceV1alpha2 *inferencev1alpha2.InferenceV1alpha2Client
-	inferencePoolV1   *inferencepoolv1.InferencePoolV1Client
-	lLMDV1alpha2      *llmdv1alpha2.LLMDV1alpha2Client
+	clusterInventoryV1alpha1 *clusterinventoryv1alpha1.ClusterInventoryV1alpha1Client
+	inferenceV1alpha1        *inferencev1alpha1.InferenceV1alpha1Client
+	inferenceV1alpha2        *inferencev1alpha2.InferenceV1alpha2Client
+	inferencePoolV1          *inferencepoolv1.InferencePoolV1Client
+	lLMDV1alpha2             *llmdv1alpha2.LLMDV1alpha2Client
+}
+
+// ClusterInventoryV1alpha1 retrieves the ClusterInventoryV1alpha1Client
+func (c *Clientset) ClusterInventoryV1alpha1() clusterinventoryv1alpha1.ClusterInventoryV1alpha1Interface {
+	return c.clusterInventoryV1alpha1
 }
 
 // InferenceV1alpha1 retrieves the InferenceV1alpha1Client
@@ -112,6 +120,10 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 
 	var cs Clientset
 	var err error
+	cs.clusterInventoryV1alpha1, err = clusterinventoryv1alpha1.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 	cs.inferenceV1alpha1, err = inferencev1alpha1.NewForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
 		return nil, err
@@ -149,6 +161,7 @@ func NewForConfigOrDie(c *rest.Config) *Clientset {
 // New creates a new Clientset for the given RESTClient.
 func New(c rest.Interface) *Clientset {
 	var cs Clientset
+	cs.clusterInventoryV1alpha1 = clusterinventoryv1alpha1.New(c)
 	cs.inferenceV1alpha1 = inferencev1alpha1.New(c)
 	cs.inferenceV1alpha2 = inferencev1alpha2.New(c)
 	cs.inferencePoolV1 = inferencepoolv1.New(c)

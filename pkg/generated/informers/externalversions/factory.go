@@ -25,6 +25,7 @@ import (
 	time "time"
 
 	versioned "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	clusterinventory "github.com/mci-dev/mci/pkg/generated/informers/externalversions/clusterinventory"
 	inference "github.com/mci-dev/mci/pkg/generated/informers/externalversions/inference"
 	inferencepool "github.com/mci-dev/mci/pkg/generated/informers/externalversions/inferencepool"
 	internalinterfaces "github.com/mci-dev/mci/pkg/generated/informers/externalversions/internalinterfaces"
@@ -327,9 +328,14 @@ type SharedInformerFactory interface {
 	// client.
 	InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer
 
+	ClusterInventory() clusterinventory.Interface
 	Inference() inference.Interface
 	InferencePool() inferencepool.Interface
 	LLMD() llmd.Interface
+}
+
+func (f *sharedInformerFactory) ClusterInventory() clusterinventory.Interface {
+	return clusterinventory.New(f, f.namespace, f.tweakListOptions)
 }
 
 func (f *sharedInformerFactory) Inference() inference.Interface {

@@ -21,6 +21,7 @@ package externalversions
 import (
 	fmt "fmt"
 
+	clusterinventoryv1alpha1 "github.com/mci-dev/mci/pkg/apis/clusterinventory/v1alpha1"
 	v1alpha1 "github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	v1alpha2 "github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	v1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
@@ -82,6 +83,10 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.LLMD().V1alpha2().InferenceModelRewrites().Informer()}, nil
 	case llmdv1alpha2.SchemeGroupVersion.WithResource("inferenceobjectives"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.LLMD().V1alpha2().InferenceObjectives().Informer()}, nil
+
+		// Group=multicluster.x-k8s.io, Version=v1alpha1
+	case clusterinventoryv1alpha1.SchemeGroupVersion.WithResource("clusterprofiles"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.ClusterInventory().V1alpha1().ClusterProfiles().Informer()}, nil
 
 	}
 

@@ -20,6 +20,8 @@ package fake
 
 import (
 	clientset "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	clusterinventoryv1alpha1 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/clusterinventory/v1alpha1"
+	fakeclusterinventoryv1alpha1 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/clusterinventory/v1alpha1/fake"
 	inferencev1alpha1 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inference/v1alpha1"
 	fakeinferencev1alpha1 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inference/v1alpha1/fake"
 	inferencev1alpha2 "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inference/v1alpha2"
@@ -100,6 +102,11 @@ var (
 	_ clientset.Interface = &Clientset{}
 	_ testing.FakeClient  = &Clientset{}
 )
+
+// ClusterInventoryV1alpha1 retrieves the ClusterInventoryV1alpha1Client
+func (c *Clientset) ClusterInventoryV1alpha1() clusterinventoryv1alpha1.ClusterInventoryV1alpha1Interface {
+	return &fakeclusterinventoryv1alpha1.FakeClusterInventoryV1alpha1{Fake: &c.Fake}
+}
 
 // InferenceV1alpha1 retrieves the InferenceV1alpha1Client
 func (c *Clientset) InferenceV1alpha1() inferencev1alpha1.InferenceV1alpha1Interface {

@@ -19,6 +19,7 @@ limitations under the License.
 package scheme
 
 import (
+	clusterinventoryv1alpha1 "github.com/mci-dev/mci/pkg/apis/clusterinventory/v1alpha1"
 	inferencev1alpha1 "github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	inferencev1alpha2 "github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	inferencepoolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
@@ -34,6 +35,7 @@ var Scheme = runtime.NewScheme()
 var Codecs = serializer.NewCodecFactory(Scheme)
 var ParameterCodec = runtime.NewParameterCodec(Scheme)
 var localSchemeBuilder = runtime.SchemeBuilder{
+	clusterinventoryv1alpha1.AddToScheme,
 	inferencev1alpha1.AddToScheme,
 	inferencev1alpha2.AddToScheme,
 	inferencepoolv1.AddToScheme,

@@ -1,0 +1,41 @@
+package clusterset
+
+import (
+	"testing"
+)
+
+// A provider file is the operator's, but a typo must be an error, never a
+// crash of the server.
+func FuzzParseProviderFile(f *testing.F) {
+	f.Add([]byte(providerFileJSON))
+	f.Add([]byte("providers:\n- name: a\n  execConfig: {command: c, apiVersion: v}\n"))
+	f.Add([]byte(`{"providers": [{"name": "a", "execConfig": null}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := ParseProviderFile(data)
+		if err == nil && len(file.Providers) == 0 {
+			t.Fatal("a file without providers was accepted")
+		}
+	})
+}
+
+// Whoever writes ClusterProfiles on the hub controls the server, the CA
+// and the extensions: none of them may crash the server.
+func FuzzMemberFromProfile(f *testing.F) {
+	providers, err := ParseProviderFile([]byte(providerFileJSON))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("https://127.0.0.1:1", []byte(`{"a":1}`), []byte(`["--x"]`), []byte(`{"A":"b"}`))
+	f.Add("::", []byte(`null`), []byte(`{`), []byte(`[1]`))
+	f.Fuzz(func(t *testing.T, server string, execData, args, envs []byte) {
+		p := profile("c1", access("token", server,
+			ext(execExtension, string(execData)), ext(additionalArgsExtension, string(args)), ext(additionalEnvsExtension, string(envs))))
+		mc := memberFromProfile(p, providers)
+		if mc.fingerprint == "" {
+			t.Fatal("no fingerprint")
+		}
+		if (mc.err == nil) == (mc.rest == nil) {
+			t.Fatalf("err %v with rest %v", mc.err, mc.rest)
+		}
+	})
+}

@@ -31,8 +31,8 @@ type Options struct {
 	// 0 never.
 	RemoveAfter time.Duration
 	// Summaries says whether members are read through the summaries their
-	// own mci-apiservers publish when they do (SummariesAuto) or always
-	// through their objects (SummariesNever, mci-apiserver's default).
+	// own mci-apiservers publish when they do (SummariesAuto, the default
+	// when empty) or always through their objects (SummariesNever).
 	Summaries Summaries
 }
 

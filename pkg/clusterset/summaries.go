@@ -78,12 +78,13 @@ func (m *member) summaryInformers(logger klog.Logger) func(<-chan struct{}) {
 }
 
 // trimSummary keeps what the import computation reads of a summary: no
-// managed fields, no annotations, and the namespaces of a cluster summary
-// sorted (the published order is not trusted: lookups search it).
+// managed fields, annotations or uid (an import's uid is derived from its
+// own name), and the namespaces of a cluster summary sorted (the published
+// order is not trusted: lookups search it).
 func trimSummary(obj interface{}) (interface{}, error) {
 	switch o := obj.(type) {
 	case *v1alpha1.InferencePoolExportSummary:
-		o.ManagedFields, o.Annotations = nil, nil
+		o.ManagedFields, o.Annotations, o.UID = nil, nil, ""
 	case *v1alpha1.InferenceClusterSummary:
 		o.ManagedFields, o.Annotations = nil, nil
 		if !slices.IsSorted(o.Status.Namespaces) {

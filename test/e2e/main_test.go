@@ -46,7 +46,12 @@ func run(m *testing.M) int {
 		Dir:                dir,
 		BinDir:             binDir,
 		MCIAPIServerBinary: mci,
-		Log:                os.Stderr,
+		// Every mci-apiserver reads the other members through their
+		// summaries (the default, since each runs mci-apiserver), and may
+		// read nothing else of them: a server that still watched a
+		// member's objects would be refused and never list it.
+		SummaryReaderOnly: true,
+		Log:               os.Stderr,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: starting the local ClusterSet: %v\n", err)

@@ -32,6 +32,9 @@ func TestMembersAreReadThroughTheirSummaries(t *testing.T) {
 	const ns = "e2e-summaries"
 	a.createNamespace(t, ctx, ns)
 	b.createNamespace(t, ctx, ns)
+	// cluster-c's namespace comes later, in a step; created with this t,
+	// it lasts until the test ends (createNamespace deletes it then).
+	cNamespace := func() { c.createNamespace(t, ctx, ns) }
 	a.createEPPService(t, ctx, ns, "127.0.0.5")
 	a.setEPPEndpoint(t, ctx, ns, true)
 	_, err := a.mci.InferencePoolV1().InferencePools(ns).Create(ctx, exportedPool(ns, "llm", v1alpha1.RoutingModeEndpoint), metav1.CreateOptions{})
@@ -86,11 +89,32 @@ func TestMembersAreReadThroughTheirSummaries(t *testing.T) {
 		})
 	})
 
-	t.Run("a readiness flap reaches the importer", func(t *testing.T) {
+	t.Run("a namespace created in cluster-c reaches the export and makes the import there", func(t *testing.T) {
+		cNamespace()
+		c.waitImport(t, ctx, ns, "llm", true)
+		waitfor.Eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
+			exp, err := a.mci.InferenceV1alpha1().InferencePoolExports(ns).Get(ctx, "llm", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, tc := range exp.Status.Clusters {
+				if tc.Name == "cluster-c" {
+					return tc.Imported, fmt.Sprintf("cluster-c: %+v", tc)
+				}
+			}
+			return false, "cluster-c not listed"
+		})
+	})
+
+	t.Run("a readiness flap reaches the importers", func(t *testing.T) {
 		a.setEPPEndpoint(t, ctx, ns, false)
-		waitImportReady(t, ctx, b, ns, "llm", metav1.ConditionFalse)
+		for _, cl := range []*cluster{b, c} {
+			waitImportReady(t, ctx, cl, ns, "llm", metav1.ConditionFalse)
+		}
 		a.setEPPEndpoint(t, ctx, ns, true)
-		waitImportReady(t, ctx, b, ns, "llm", metav1.ConditionTrue)
+		for _, cl := range []*cluster{b, c} {
+			waitImportReady(t, ctx, cl, ns, "llm", metav1.ConditionTrue)
+		}
 	})
 }
 

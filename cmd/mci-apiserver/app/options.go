@@ -107,7 +107,7 @@ func NewOptions() *Options {
 		Namespace:        os.Getenv("POD_NAMESPACE"),
 		UnreachableAfter: 10 * time.Second,
 		RemoveAfter:      5 * time.Minute,
-		MemberSummaries:  string(clusterset.SummariesNever),
+		MemberSummaries:  string(clusterset.SummariesAuto),
 		ExportedStatus:   true,
 	}
 	o.Recommended.SecureServing.HTTP2MaxStreamsPerConnection = defaultHTTP2MaxStreams
@@ -162,7 +162,7 @@ status entry of each exported InferencePool (one elected replica writes;
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the local cluster whose Secrets labelled "+clusterset.MemberClusterLabel+" hold member kubeconfigs, each self-contained (credentials inline: no exec or auth-provider plugin, no file). Default: $POD_NAMESPACE, else mci-system.")
 	fs.DurationVar(&o.UnreachableAfter, "member-unreachable-after", o.UnreachableAfter, "How long a member may fail to answer before its clusters are flagged Ready=False with reason ClusterUnreachable (its last known data is kept).")
 	fs.BoolVar(&o.ExportedStatus, "exported-status", o.ExportedStatus, "Write, on each InferencePool of the local cluster that carries an export annotation, a status.parents entry for its InferencePoolImport with the Exported condition (upstream proposal 1374). One replica writes, elected with the Lease "+exportstatus.LeaseName+" in --namespace; it writes only when the export state changes. With false nothing is written, and entries written before stay as they are.")
-	fs.StringVar(&o.MemberSummaries, "member-summaries", o.MemberSummaries, "How members other than the local cluster are read: \"auto\" reads a member through the InferencePoolExportSummaries and InferenceClusterSummary its own mci-apiserver publishes (two watches, no watch of its objects) when its API discovery lists them, and watches its InferencePools, Namespaces, Services, EndpointSlices and Gateways otherwise; \"never\" always watches its objects. Summary mode is experimental: see docs/membership.md.")
+	fs.StringVar(&o.MemberSummaries, "member-summaries", o.MemberSummaries, "How members other than the local cluster are read: \"auto\" reads a member through the InferencePoolExportSummaries and InferenceClusterSummary its own mci-apiserver publishes (two watches, no watch of its objects) when its API discovery lists them, and watches its InferencePools, Namespaces, Services, EndpointSlices and Gateways otherwise; \"never\" always watches its objects. See docs/membership.md.")
 	fs.DurationVar(&o.RemoveAfter, "member-remove-after", o.RemoveAfter, "How long a member may fail to answer before its data is dropped: the pools it exported leave the imports (watchers see them change or go) until it answers again. Must exceed --member-unreachable-after.")
 	fs.StringVar(&o.ServingCertSecret, "serving-cert-secret", o.ServingCertSecret, "Name of a kubernetes.io/tls Secret in --namespace to serve with, for clusters without cert-manager: when missing, or no longer valid for the Service that APIService "+apiServiceName+" names, or within 30 days of its end, the server creates a certificate signed by a new self-signed CA there, and writes that CA into the APIService's caBundle. Replicas share the Secret. Exclusive with --tls-cert-file.")
 	addClusterProfileFlags(fs, o)

@@ -1,0 +1,61 @@
+package clusterset
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/versionvector"
+)
+
+// A change of a member's cluster summary is one namespace event per
+// namespace that came or went.
+func TestNamespacesThatCameOrWent(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		before, after []string
+		want          []string
+	}{
+		{name: "first summary", after: []string{"a", "b"}, want: []string{"a", "b"}},
+		{name: "summary gone", before: []string{"a", "b"}, want: []string{"a", "b"}},
+		{name: "one created", before: []string{"a", "c"}, after: []string{"a", "b", "c"}, want: []string{"b"}},
+		{name: "one deleted, one created", before: []string{"a", "b"}, after: []string{"b", "c"}, want: []string{"a", "c"}},
+		{name: "unchanged", before: []string{"a", "b"}, after: []string{"a", "b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, symmetricDifference(tc.before, tc.after))
+		})
+	}
+}
+
+// A summary's version has one member component, the member's own
+// resourceVersion: what full mode would have read on its objects.
+func TestSummaryVersionIsTheMembersOwnResourceVersion(t *testing.T) {
+	rv := versionvector.Encode(map[string]uint64{"cluster-a": 1234, "~epoch": 99, "~membership": 7})
+	got, err := summaryVersion(rv)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1234), got)
+
+	got, err = summaryVersion(versionvector.Encode(map[string]uint64{"~epoch": 99}))
+	require.NoError(t, err, "a summary listed before the member's first event")
+	assert.Zero(t, got)
+
+	for _, bad := range []string{"12345", "v2;a=1,b=2", "v9;a"} {
+		_, err := summaryVersion(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+// What a member publishes is not trusted to be sorted or free of
+// duplicates: lookups search it.
+func TestClusterSummariesAreSortedOnReceipt(t *testing.T) {
+	s := &v1alpha1.InferenceClusterSummary{Status: v1alpha1.InferenceClusterSummaryStatus{Namespaces: []string{"c", "a", "b", "a"}}}
+	s.Annotations = map[string]string{"big": "value"}
+	out, err := trimSummary(s)
+	require.NoError(t, err)
+	got := out.(*v1alpha1.InferenceClusterSummary)
+	assert.Equal(t, []string{"a", "b", "c"}, got.Status.Namespaces)
+	assert.Nil(t, got.Annotations)
+}

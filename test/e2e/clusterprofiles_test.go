@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -170,16 +169,7 @@ func (f *profileFixture) serviceAccountToken(t *testing.T, ctx context.Context, 
 	kube := f.member.kube
 	_, err := kube.CoreV1().ServiceAccounts(f.fleet).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-" + name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "mci-member-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: f.fleet}},
-	}
-	_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
-	})
+	bindMemberReader(t, ctx, kube, f.fleet, name, t)
 	tr, err := kube.CoreV1().ServiceAccounts(f.fleet).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	path := filepath.Join(f.dir, name+".token")

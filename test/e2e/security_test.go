@@ -21,6 +21,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -239,22 +240,38 @@ func memberReaderToken(t *testing.T, ctx context.Context, c *cluster, name strin
 	ns := localclusterset.MCIAPIServerNamespace
 	_, err := c.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "mci-member-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
-	}
-	_, err = c.kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
-	require.NoError(t, err)
 	owner.Cleanup(func() {
-		_ = c.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
 		_ = c.kube.CoreV1().ServiceAccounts(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
+	bindMemberReader(t, ctx, c.kube, ns, name, owner)
 	tr, err := c.kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	return tr.Status.Token
+}
+
+// memberReaderRoles are what the identity a member hands to the others
+// may do: read its summaries (summary mode) and its objects (full mode,
+// which servers started with --member-summaries=never use).
+var memberReaderRoles = []string{"mci-member-summary-reader", "mci-member-reader"}
+
+// bindMemberReader binds memberReaderRoles to the ServiceAccount
+// namespace/name, until owner's cleanup.
+func bindMemberReader(t *testing.T, ctx context.Context, kube kubernetes.Interface, namespace, name string, owner testing.TB) {
+	t.Helper()
+	for _, role := range memberReaderRoles {
+		binding := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name + "-" + role},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}},
+		}
+		_, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+		require.NoError(t, err)
+		owner.Cleanup(func() {
+			_ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+		})
+	}
 }
 
 // tokenKubeconfig is a one-context kubeconfig that authenticates with a

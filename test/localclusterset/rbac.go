@@ -59,25 +59,26 @@ var (
 	}
 )
 
-// grantMemberReader binds memberSummaryReaderRules and, unless
-// summaryOnly, memberReaderRules to the identity of the members/
-// kubeconfigs.
+// grantMemberReader creates the ClusterRoles of memberSummaryReaderRules
+// and memberReaderRules, as the deployment manifests do, and binds the
+// first and, unless summaryOnly, the second to the identity of the
+// members/ kubeconfigs.
 func grantMemberReader(ctx context.Context, kube kubernetes.Interface, summaryOnly bool) error {
-	if err := grantRole(ctx, kube, memberSummaryReader, memberSummaryReaderRules); err != nil {
+	if err := grantRole(ctx, kube, memberSummaryReader, memberSummaryReaderRules, true); err != nil {
 		return err
 	}
-	if summaryOnly {
-		return nil
-	}
-	return grantRole(ctx, kube, memberReaderUser, memberReaderRules)
+	return grantRole(ctx, kube, memberReaderUser, memberReaderRules, !summaryOnly)
 }
 
-// grantRole creates the ClusterRole name with rules and binds it to the
-// identity of the members/ kubeconfigs.
-func grantRole(ctx context.Context, kube kubernetes.Interface, name string, rules []rbacv1.PolicyRule) error {
+// grantRole creates the ClusterRole name with rules and, with bind, binds
+// it to the identity of the members/ kubeconfigs.
+func grantRole(ctx context.Context, kube kubernetes.Interface, name string, rules []rbacv1.PolicyRule, bind bool) error {
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
 	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating ClusterRole %s: %w", role.Name, err)
+	}
+	if !bind {
+		return nil
 	}
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name},

@@ -22,12 +22,31 @@ import (
 // refused and never list it. An export, a readiness flap and the
 // namespaces of the importers reach the other clusters all the same.
 func TestMembersAreReadThroughTheirSummaries(t *testing.T) {
-	ctx := context.Background()
 	cs := startClusterSet(t, "mci-e2e-summaries-", localclusterset.Options{
 		Clusters:          []string{"cluster-a", "cluster-b", "cluster-c"},
 		MemberSummaries:   "auto",
 		SummaryReaderOnly: true,
 	})
+	exportReachesTheOtherMembers(t, cs, true)
+}
+
+// With --member-summaries=never, every server watches the other members'
+// objects (full mode, as it does a member without mci-apiserver), and
+// serves the same.
+func TestMembersAreReadThroughTheirObjectsInFullMode(t *testing.T) {
+	cs := startClusterSet(t, "mci-e2e-fullmode-", localclusterset.Options{
+		Clusters:        []string{"cluster-a", "cluster-b", "cluster-c"},
+		MemberSummaries: "never",
+	})
+	exportReachesTheOtherMembers(t, cs, false)
+}
+
+// exportReachesTheOtherMembers exports a pool from cluster-a, imported
+// where the namespace is (cluster-b, later cluster-c), and follows it
+// through a readiness flap; summaries says in which mode the servers read
+// each other.
+func exportReachesTheOtherMembers(t *testing.T, cs *localclusterset.ClusterSet, summaries bool) {
+	ctx := context.Background()
 	a, b, c := clientsIn(t, cs, "cluster-a"), clientsIn(t, cs, "cluster-b"), clientsIn(t, cs, "cluster-c")
 	const ns = "e2e-summaries"
 	a.createNamespace(t, ctx, ns)
@@ -40,12 +59,12 @@ func TestMembersAreReadThroughTheirSummaries(t *testing.T) {
 	_, err := a.mci.InferencePoolV1().InferencePools(ns).Create(ctx, exportedPool(ns, "llm", v1alpha1.RoutingModeEndpoint), metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	t.Run("every server reads every other member in summary mode", func(t *testing.T) {
+	t.Run("every server reads every other member in the mode asked for", func(t *testing.T) {
 		for _, cluster := range []string{"cluster-a", "cluster-b", "cluster-c"} {
 			metrics := replicaMetrics(t, cs, cluster)[0]
 			for _, other := range []string{"cluster-a", "cluster-b", "cluster-c"} {
 				want := 1.0
-				if other == cluster {
+				if other == cluster || !summaries {
 					want = 0 // its own objects are what it summarizes
 				}
 				series := fmt.Sprintf(`mci_clusterset_member_summary_mode{member=%q}`, other)

@@ -8,7 +8,9 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -77,14 +79,19 @@ func (m *member) summaryInformers(logger klog.Logger) func(<-chan struct{}) {
 	return f.Start
 }
 
-// trimSummary keeps what the import computation reads of a summary: no
-// managed fields, annotations or uid (an import's uid is derived from its
-// own name), and the namespaces of a cluster summary sorted (the published
-// order is not trusted: lookups search it).
+// trimSummary keeps what the import computation reads of a summary, as
+// small as it reads it: no managed fields, annotations or uid (an import's
+// uid is derived from its own name), the resourceVersion down to its one
+// member component (summaryVersion; the reflector has taken the whole one
+// for resuming before the transform), the words every summary repeats
+// shared rather than decoded anew, and the namespaces of a cluster summary
+// sorted (the published order is not trusted: lookups search it).
 func trimSummary(obj interface{}) (interface{}, error) {
 	switch o := obj.(type) {
 	case *v1alpha1.InferencePoolExportSummary:
 		o.ManagedFields, o.Annotations, o.UID = nil, nil, ""
+		o.ResourceVersion = memberComponent(o.ResourceVersion)
+		internSummary(&o.Status)
 	case *v1alpha1.InferenceClusterSummary:
 		o.ManagedFields, o.Annotations = nil, nil
 		if !slices.IsSorted(o.Status.Namespaces) {
@@ -93,6 +100,70 @@ func trimSummary(obj interface{}) (interface{}, error) {
 		o.Status.Namespaces = slices.Compact(o.Status.Namespaces)
 	}
 	return obj, nil
+}
+
+// memberComponent re-encodes a summary's resourceVersion with its member
+// component only; one it cannot read is kept whole, for summaryRV to
+// report.
+func memberComponent(rv string) string {
+	v, err := versionvector.Decode(rv)
+	if err != nil {
+		return rv
+	}
+	for k := range v {
+		if strings.HasPrefix(k, "~") {
+			delete(v, k)
+		}
+	}
+	return versionvector.Encode(v)
+}
+
+// words are the values every summary repeats: one copy each is kept.
+var words = map[string]string{}
+
+func init() {
+	for _, w := range []string{
+		string(v1alpha1.RoutingModeEndpoint), string(v1alpha1.RoutingModeParent),
+		"ClusterIP", "NodePort", "LoadBalancer", "ExternalName",
+		v1alpha1.ConditionReady, string(metav1.ConditionTrue), string(metav1.ConditionFalse), string(metav1.ConditionUnknown),
+		v1alpha1.ReasonReady, v1alpha1.ReasonNoReadyEndpoints, v1alpha1.ReasonEndpointPickerNotFound, v1alpha1.ReasonNoReadyParents,
+		string(v1alpha1.TransportPlaintext), string(v1alpha1.TransportTLS),
+	} {
+		words[w] = w
+	}
+}
+
+func intern(s *string) {
+	if w, ok := words[*s]; ok {
+		*s = w
+	}
+}
+
+func internSummary(st *v1alpha1.InferencePoolExportSummaryStatus) {
+	mode := string(st.RoutingMode)
+	intern(&mode)
+	st.RoutingMode = v1alpha1.RoutingMode(mode)
+	for i := range st.Conditions {
+		c := &st.Conditions[i]
+		intern(&c.Type)
+		intern(&c.Reason)
+		status := string(c.Status)
+		intern(&status)
+		c.Status = metav1.ConditionStatus(status)
+	}
+	services := func(ss []v1alpha1.ServiceImport) {
+		for i := range ss {
+			t := string(ss[i].Type)
+			intern(&t)
+			ss[i].Type = corev1.ServiceType(t)
+		}
+	}
+	if st.EndpointPicker != nil {
+		services(st.EndpointPicker.Service)
+	}
+	for i := range st.Parents {
+		services(st.Parents[i].Service)
+	}
 }
 
 // summaryVersion is the member's own resourceVersion at a summary: the

@@ -59,3 +59,25 @@ func TestClusterSummariesAreSortedOnReceipt(t *testing.T) {
 	assert.Equal(t, []string{"a", "b", "c"}, got.Status.Namespaces)
 	assert.Nil(t, got.Annotations)
 }
+
+// A cached export summary keeps its member's resourceVersion, and no uid.
+func TestExportSummariesAreTrimmedOnReceipt(t *testing.T) {
+	rv := versionvector.Encode(map[string]uint64{"cluster-a": 1234, "~epoch": 99, "~membership": 7})
+	s := &v1alpha1.InferencePoolExportSummary{}
+	s.ResourceVersion, s.UID = rv, "uid"
+	s.Status.RoutingMode = v1alpha1.RoutingModeEndpoint
+	out, err := trimSummary(s)
+	require.NoError(t, err)
+	got := out.(*v1alpha1.InferencePoolExportSummary)
+	assert.Empty(t, got.UID)
+	n, err := summaryVersion(got.ResourceVersion)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1234), n)
+	assert.Equal(t, v1alpha1.RoutingModeEndpoint, got.Status.RoutingMode)
+
+	s = &v1alpha1.InferencePoolExportSummary{}
+	s.ResourceVersion = "garbage"
+	out, err = trimSummary(s)
+	require.NoError(t, err)
+	assert.Equal(t, "garbage", out.(*v1alpha1.InferencePoolExportSummary).ResourceVersion, "kept whole, for summaryRV to report")
+}

@@ -125,7 +125,7 @@ func exportReachesTheOtherMembers(t *testing.T, cs *localclusterset.ClusterSet, 
 		})
 	})
 
-	t.Run("a readiness flap reaches the importers", func(t *testing.T) {
+	flap := func(t *testing.T) {
 		a.setEPPEndpoint(t, ctx, ns, false)
 		for _, cl := range []*cluster{b, c} {
 			waitImportReady(t, ctx, cl, ns, "llm", metav1.ConditionFalse)
@@ -134,6 +134,21 @@ func exportReachesTheOtherMembers(t *testing.T, cs *localclusterset.ClusterSet, 
 		for _, cl := range []*cluster{b, c} {
 			waitImportReady(t, ctx, cl, ns, "llm", metav1.ConditionTrue)
 		}
+	}
+	t.Run("a readiness flap reaches the importers", flap)
+
+	// The importers' summary watches of cluster-a break with its server;
+	// they keep serving what they had, then resume (or relist) once it is
+	// back, and follow the next flap.
+	t.Run("the importers resume after the exporter's mci-apiserver restarts", func(t *testing.T) {
+		require.NoError(t, cs.StopMCIAPIServer("cluster-a"))
+		for _, cl := range []*cluster{b, c} {
+			imp, err := cl.importOf(ctx, ns, "llm")
+			require.NoError(t, err)
+			require.NotNil(t, imp, "%s keeps the import while cluster-a's server is down", cl.name)
+		}
+		require.NoError(t, cs.StartMCIAPIServer(ctx, "cluster-a"))
+		flap(t)
 	})
 }
 

@@ -73,7 +73,7 @@ func defaultSizes(profile string) sizes {
 	}
 	return sizes{
 		Profile:             "full",
-		ConvergenceClusters: []int{3, 10},
+		ConvergenceClusters: []int{3, 10, 20},
 		ConvergenceSamples:  100,
 		WriteChanges:        10,
 		ScaleClusters:       10,

@@ -78,6 +78,7 @@ func startClusterSet(b *testing.B, n int) *env {
 		Clusters:           clusterNames(n),
 		BinDir:             binDir,
 		MCIAPIServerBinary: filepath.Join(binDir, "mci-apiserver"),
+		MemberSummariesOf:  readerModes(clusterNames(n)),
 		Log:                progressLog{},
 	})
 	require.NoError(b, err, "starting a local ClusterSet of %d clusters", n)

@@ -69,14 +69,22 @@ func BenchmarkScheduling(b *testing.B) {
 // before the next starts, so they never compete for the machine.
 func BenchmarkClusterSet(b *testing.B) {
 	sizes := cfg.clusterSetSizes()
-	idle := map[int]idleFigures{}
+	idle := map[string]map[int]idleFigures{}
 	for i, n := range sizes {
 		b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
 			e := startClusterSet(b, n)
-			idle[n] = measureIdle(b, e)
+			for _, mode := range []string{modeSummary, modeFull} {
+				if idle[mode] == nil {
+					idle[mode] = map[int]idleFigures{}
+				}
+				idle[mode][n] = measureIdle(b, e, mode)
+			}
 			if slices.Contains(cfg.ConvergenceClusters, n) {
 				b.Run("convergence", func(b *testing.B) { benchConvergence(b, e) })
+				b.Run("flap-convergence", func(b *testing.B) { benchFlapConvergence(b, e) })
 				b.Run("import-parents", func(b *testing.B) { benchImportParents(b, e) })
+				b.Run("watch-origins", func(b *testing.B) { benchWatchOrigins(b, e) })
+				b.Run("member-restart", func(b *testing.B) { benchResync(b, e) })
 			}
 			if i == 0 {
 				b.Run("write-amplification", func(b *testing.B) { benchWriteAmplification(b, e) })
@@ -87,9 +95,18 @@ func BenchmarkClusterSet(b *testing.B) {
 			}
 		})
 	}
-	perMember(idle)
-	if len(convergenceP50) >= 2 {
-		lo, hi := slices.Min(sizes), slices.Max(sizes)
-		results.fact(factConvSlope, (convergenceP50[hi]-convergenceP50[lo])/float64(hi-lo))
+	for mode, byN := range idle {
+		perMember(mode, byN)
+	}
+	for mode, p50 := range convergenceP50 {
+		if len(p50) < 2 {
+			continue
+		}
+		var ns []int
+		for n := range p50 {
+			ns = append(ns, n)
+		}
+		lo, hi := slices.Min(ns), slices.Max(ns)
+		results.fact(mode+"."+factConvSlope, (p50[hi]-p50[lo])/float64(hi-lo))
 	}
 }

@@ -95,15 +95,6 @@ type mciServerFlags struct {
 	summariesOf                   map[string]string
 }
 
-// summariesFor is cluster's --member-summaries: its own when set, else
-// every server's.
-func (f mciServerFlags) summariesFor(cluster string) string {
-	if mode, ok := f.summariesOf[cluster]; ok {
-		return mode
-	}
-	return f.memberSummaries
-}
-
 // registerMCIAPIServer makes the aggregator of one cluster send
 // inference.networking.x-k8s.io/v1alpha1 to the mci-apiserver on port.
 //

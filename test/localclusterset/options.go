@@ -190,3 +190,12 @@ func repoRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// summariesFor is cluster's --member-summaries: its own when set, else
+// every server's.
+func (f mciServerFlags) summariesFor(cluster string) string {
+	if mode, ok := f.summariesOf[cluster]; ok {
+		return mode
+	}
+	return f.memberSummaries
+}

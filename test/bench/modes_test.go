@@ -66,7 +66,7 @@ func observer(mode string) string {
 }
 
 // watchCounts are the WATCH requests one kube-apiserver has open, by
-// resource ("inferencepools.inference.networking.k8s.io"), from its
+// resource ("inferencepools.inference.networking.k8s.io/v1"), from its
 // apiserver_longrunning_requests. kube-apiserver 1.36 no longer exposes
 // apiserver_registered_watchers, and its longrunning gauge does not count
 // the watches its aggregator proxies (they are not served by its resource
@@ -83,16 +83,19 @@ func (e *env) watchCounts(b *testing.B, cluster string) watchCounts {
 	w := watchCounts{requests: map[string]float64{}}
 	for _, s := range m.Samples("apiserver_longrunning_requests") {
 		if s.Labels["verb"] == "WATCH" {
-			w.requests[s.Labels["resource"]+"."+s.Labels["group"]] += s.Value
+			w.requests[s.Labels["resource"]+"."+s.Labels["group"]+"/"+s.Labels["version"]] += s.Value
 		}
 	}
 	return w
 }
 
-// aggregated says whether a resource key is in mci's own API group, which
-// the kube-apiserver proxies to the member's mci-apiserver: a watch of it
-// is none of the storage's.
-func aggregated(key string) bool { return strings.HasSuffix(key, "."+localclusterset.MCIGroup) }
+// aggregated says whether a resource key is in the group version the
+// kube-apiserver proxies to the member's mci-apiserver (its APIService): a
+// watch of it is none of the storage's. The group's other versions are
+// custom resources (InferenceObjectives, ...) served from the storage.
+func aggregated(key string) bool {
+	return strings.HasSuffix(key, "."+localclusterset.MCIGroup+"/"+localclusterset.MCIVersion)
+}
 
 // split sums counts into the aggregated group's and the storage's.
 func split(counts map[string]float64) (proxied, storage float64) {

@@ -17,7 +17,10 @@
 //   - memory: mci-apiserver heap and RSS per member and per exported pool,
 //     unrelated Services and EndpointSlices, the baseline's etcd bytes;
 //   - data path: requests through mci-sidecar and mci-epp against mci-epp
-//     alone, and scheduling decisions per second.
+//     alone, and scheduling decisions per second;
+//   - summary mode against full mode (modes_test.go): both run side by
+//     side in every ClusterSet; watches on a member's kube-apiserver by
+//     origin, heap per mode, readiness flaps, a member restart's resync.
 //
 // `make bench` runs it with full sizes and `make bench-smoke` with tiny
 // ones (MCI_BENCH_PROFILE=smoke); config_test.go lists the knobs. The table

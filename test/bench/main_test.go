@@ -92,6 +92,7 @@ func BenchmarkClusterSet(b *testing.B) {
 			if i == 0 {
 				b.Run("write-amplification", func(b *testing.B) { benchWriteAmplification(b, e) })
 				b.Run("data-path", func(b *testing.B) { benchDataPath(b, e) })
+				b.Run("reconnect-storm", func(b *testing.B) { benchReconnectStorm(b, e) })
 			}
 			if n == cfg.ScaleClusters {
 				b.Run("scale", func(b *testing.B) { benchScale(b, e) })

@@ -130,6 +130,12 @@ func minus(a, b map[string]float64) map[string]float64 {
 // its summaries land there.
 func (e *env) mciWatchesServed(b *testing.B, cluster string) float64 {
 	b.Helper()
+	return e.mciMetrics(b, cluster).Sum("apiserver_longrunning_requests", map[string]string{"verb": "WATCH"})
+}
+
+// mciMetrics reads cluster's mci-apiserver /metrics, as the admin.
+func (e *env) mciMetrics(b *testing.B, cluster string) promtext.Metrics {
+	b.Helper()
 	c, err := e.cs.Cluster(cluster)
 	require.NoError(b, err)
 	resp, err := e.mciHTTP(b).Get(fmt.Sprintf("https://127.0.0.1:%d/metrics", c.MCIAPIServerPort))
@@ -140,7 +146,7 @@ func (e *env) mciWatchesServed(b *testing.B, cluster string) float64 {
 	require.NoError(b, err)
 	m, err := promtext.Parse(body)
 	require.NoError(b, err)
-	return m.Sum("apiserver_longrunning_requests", map[string]string{"verb": "WATCH"})
+	return m
 }
 
 // waitWatchesBack waits until cluster-a's kube-apiserver serves at least

@@ -44,6 +44,9 @@ type sizes struct {
 	// measurement restarts it: longer than gRPC's default maximum backoff
 	// (120 s) in the full profile.
 	RecoveryOutage time.Duration `json:"recoveryOutage"`
+	// Importers are the readers of one member's summaries connected when
+	// its mci-apiserver restarts (the reconnect storm).
+	Importers int `json:"importers"`
 	// Writers is how many clients create objects in parallel.
 	Writers int `json:"writers"`
 	// Out is where results.md and results.json go.
@@ -68,12 +71,13 @@ func defaultSizes(profile string) sizes {
 			DataPathConcurrency: 4,
 			SchedulingTime:      20 * time.Millisecond,
 			RecoveryOutage:      3 * time.Second,
+			Importers:           10,
 			Writers:             8,
 		}
 	}
 	return sizes{
 		Profile:             "full",
-		ConvergenceClusters: []int{3, 10},
+		ConvergenceClusters: []int{3, 10, 20},
 		ConvergenceSamples:  100,
 		WriteChanges:        10,
 		ScaleClusters:       10,
@@ -87,6 +91,7 @@ func defaultSizes(profile string) sizes {
 		DataPathConcurrency: 16,
 		SchedulingTime:      time.Second,
 		RecoveryOutage:      150 * time.Second,
+		Importers:           100,
 		Writers:             24,
 	}
 }
@@ -113,6 +118,7 @@ func loadSizes() (sizes, error) {
 		"DATAPATH_RATE":        &s.DataPathRate,
 		"DATAPATH_CONCURRENCY": &s.DataPathConcurrency,
 		"WRITERS":              &s.Writers,
+		"IMPORTERS":            &s.Importers,
 	}
 	for name, p := range ints {
 		if v := os.Getenv("MCI_BENCH_" + name); v != "" {

@@ -52,12 +52,16 @@ type env struct {
 	dyn   map[string]dynamic.Interface
 }
 
-// clusterNames are cluster-a, cluster-b, ...: cluster-a exports, cluster-b
-// observes.
+// clusterNames are cluster-a, cluster-b, ... cluster-z, cluster-aa, ...:
+// cluster-a exports, cluster-b observes.
 func clusterNames(n int) []string {
 	names := make([]string, n)
 	for i := range names {
-		names[i] = fmt.Sprintf("cluster-%c", 'a'+i)
+		if i < 26 {
+			names[i] = fmt.Sprintf("cluster-%c", 'a'+i)
+		} else {
+			names[i] = fmt.Sprintf("cluster-%c%c", 'a'+i/26-1, 'a'+i%26)
+		}
 	}
 	return names
 }
@@ -78,6 +82,7 @@ func startClusterSet(b *testing.B, n int) *env {
 		Clusters:           clusterNames(n),
 		BinDir:             binDir,
 		MCIAPIServerBinary: filepath.Join(binDir, "mci-apiserver"),
+		MemberSummariesOf:  readerModes(clusterNames(n)),
 		Log:                progressLog{},
 	})
 	require.NoError(b, err, "starting a local ClusterSet of %d clusters", n)

@@ -17,7 +17,10 @@
 //   - memory: mci-apiserver heap and RSS per member and per exported pool,
 //     unrelated Services and EndpointSlices, the baseline's etcd bytes;
 //   - data path: requests through mci-sidecar and mci-epp against mci-epp
-//     alone, and scheduling decisions per second.
+//     alone, and scheduling decisions per second;
+//   - summary mode against full mode (modes_test.go): both run side by
+//     side in every ClusterSet; watches on a member's kube-apiserver by
+//     origin, heap per mode, readiness flaps, a member restart's resync.
 //
 // `make bench` runs it with full sizes and `make bench-smoke` with tiny
 // ones (MCI_BENCH_PROFILE=smoke); config_test.go lists the knobs. The table
@@ -69,27 +72,45 @@ func BenchmarkScheduling(b *testing.B) {
 // before the next starts, so they never compete for the machine.
 func BenchmarkClusterSet(b *testing.B) {
 	sizes := cfg.clusterSetSizes()
-	idle := map[int]idleFigures{}
+	idle := map[string]map[int]idleFigures{}
 	for i, n := range sizes {
 		b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
 			e := startClusterSet(b, n)
-			idle[n] = measureIdle(b, e)
+			for _, mode := range []string{modeSummary, modeFull} {
+				if idle[mode] == nil {
+					idle[mode] = map[int]idleFigures{}
+				}
+				idle[mode][n] = measureIdle(b, e, mode)
+			}
 			if slices.Contains(cfg.ConvergenceClusters, n) {
 				b.Run("convergence", func(b *testing.B) { benchConvergence(b, e) })
+				b.Run("flap-convergence", func(b *testing.B) { benchFlapConvergence(b, e) })
 				b.Run("import-parents", func(b *testing.B) { benchImportParents(b, e) })
+				b.Run("watch-origins", func(b *testing.B) { benchWatchOrigins(b, e) })
+				b.Run("member-restart", func(b *testing.B) { benchResync(b, e) })
 			}
 			if i == 0 {
 				b.Run("write-amplification", func(b *testing.B) { benchWriteAmplification(b, e) })
 				b.Run("data-path", func(b *testing.B) { benchDataPath(b, e) })
+				b.Run("reconnect-storm", func(b *testing.B) { benchReconnectStorm(b, e) })
 			}
 			if n == cfg.ScaleClusters {
 				b.Run("scale", func(b *testing.B) { benchScale(b, e) })
 			}
 		})
 	}
-	perMember(idle)
-	if len(convergenceP50) >= 2 {
-		lo, hi := slices.Min(sizes), slices.Max(sizes)
-		results.fact(factConvSlope, (convergenceP50[hi]-convergenceP50[lo])/float64(hi-lo))
+	for mode, byN := range idle {
+		perMember(mode, byN)
+	}
+	for mode, p50 := range convergenceP50 {
+		if len(p50) < 2 {
+			continue
+		}
+		var ns []int
+		for n := range p50 {
+			ns = append(ns, n)
+		}
+		lo, hi := slices.Min(ns), slices.Max(ns)
+		results.fact(mode+"."+factConvSlope, (p50[hi]-p50[lo])/float64(hi-lo))
 	}
 }

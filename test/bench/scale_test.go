@@ -133,141 +133,25 @@ func (e *env) waitExportedStatus(b *testing.B, ns string, perCluster int, timeou
 // every member, then the baseline's custom resources for the same pools in
 // cluster-b; memory at each step, LIST of everything, and many watchers.
 func benchScale(b *testing.B, e *env) {
-	ctx := context.Background()
 	n := len(e.names)
 	const unrelatedNS = "unrelated"
 	e.namespaceEverywhere(b, scaleNS)
 	e.namespaceEverywhere(b, unrelatedNS)
-	a := e.kube["cluster-a"]
-	// One exported pool first, so that the pools' namespace is one that mci
-	// watches Services and EndpointSlices in: every replica opens watches
-	// for that namespace in cluster-a.
-	watchesBefore := e.watchConnections(b, "cluster-a")
-	_, err := e.mci["cluster-a"].InferencePoolV1().InferencePools(scaleNS).Create(ctx, pool(scaleNS, "anchor", true), metav1.CreateOptions{})
-	require.NoError(b, err)
-	var watchesAfter float64
-	_ = pollFor(20*time.Second, func() bool {
-		watchesAfter = e.watchConnections(b, "cluster-a")
-		return watchesAfter-watchesBefore >= float64(2*n)
-	})
-	// A second more for watches beyond the two per replica: the figure is
-	// a count, and the sleep is its window.
-	time.Sleep(time.Second)
-	watchesAfter = e.watchConnections(b, "cluster-a")
-	perNS := (watchesAfter - watchesBefore) / float64(n)
-	results.fact(factWatchesPerPoolNS, perNS)
-	results.add("list and watch", "WATCH requests per replica per member namespace holding pools", "watches", perNS,
-		fmt.Sprintf("cluster-a's WATCH requests %.0f -> %.0f when its first pool in a namespace appeared, %d replicas", watchesBefore, watchesAfter, n))
-
-	// Memory: unrelated Services and EndpointSlices in cluster-a, first
-	// where no pool is, then beside the pools.
+	benchPoolNamespaceWatches(b, e)
 	if cfg.Unrelated > 0 {
-		for _, where := range []struct{ ns, label string }{{unrelatedNS, "in a namespace without pools"}, {scaleNS, "beside exported pools"}} {
-			before := e.stableHeap(b, "cluster-b")
-			start := time.Now()
-			require.NoError(b, createUnrelated(ctx, a, where.ns, cfg.Unrelated, cfg.Writers))
-			took := time.Since(start)
-			after := e.stableHeap(b, "cluster-b")
-			growth := float64(int64(after) - int64(before))
-			if where.ns == scaleNS {
-				results.fact(factHeapPerUnrelated, growth/float64(cfg.Unrelated))
-			}
-			logf("%d unrelated Services+EndpointSlices %s created in %s (%.0f objects/s)", cfg.Unrelated, where.label, took.Round(time.Millisecond), float64(2*cfg.Unrelated)/took.Seconds())
-			results.add("memory", "heap per unrelated Service+EndpointSlice, "+where.label, "bytes", growth/float64(cfg.Unrelated),
-				fmt.Sprintf("%d in cluster-a; cluster-b's mci-apiserver heap %+.1f MiB; linear, so 10,000 per member x %d members costs %.1f MiB", cfg.Unrelated, growth/mib, n, growth/float64(cfg.Unrelated)*10000*float64(n)/mib))
-		}
+		benchUnrelated(b, e, unrelatedNS)
 	}
 
-	// Memory and convergence at scale: PoolsPerCluster exported pools in
-	// every member, created in parallel across members.
-	heapBefore, rssBefore := e.stableHeap(b, "cluster-b"), e.rss(b, "cluster-b")
-	total := n * cfg.PoolsPerCluster
-	start := time.Now()
-	require.NoError(b, parallel(total, cfg.Writers, func(i int) error {
-		cluster := e.names[i%n]
-		name := fmt.Sprintf("pool-%s-%05d", cluster, i/n)
-		_, err := e.mci[cluster].InferencePoolV1().InferencePools(scaleNS).Create(ctx, pool(scaleNS, name, true), metav1.CreateOptions{})
-		return err
-	}))
-	created := time.Since(start)
-	want := (n-1)*cfg.PoolsPerCluster + 1 // every member's pools but cluster-b's own, and the anchor
-	mciPath := listPath(importGVR, scaleNS)
-	served := e.waitServed(b, mciPath, want, 10*time.Minute)
-	logf("%d pools created in %s (%.0f/s); cluster-b served all %d imports %s after the last create", total, created.Round(time.Millisecond), float64(total)/created.Seconds(), want, served.Round(time.Millisecond))
-	results.add("convergence", fmt.Sprintf("bulk: %d pools created in %d clusters, all %d imports served in cluster-b", total, n, want), "s", (created + served).Seconds(),
-		fmt.Sprintf("from the first create; creating took %s at %.0f pools/s", created.Round(time.Millisecond), float64(total)/created.Seconds()))
-	// The Exported status of every pool is part of the steady state: until
-	// each member's leader has written it (at its client's 20 writes/s),
-	// every member's mci-apiserver is still receiving the status updates.
-	statused := e.waitExportedStatus(b, scaleNS, cfg.PoolsPerCluster, 10*time.Minute)
-	results.add("convergence", fmt.Sprintf("bulk: Exported status written on all %d pools", total), "s", (created + statused).Seconds(),
-		fmt.Sprintf("from the first create; each member's leader writes its %d pools' status at most 20 writes/s", cfg.PoolsPerCluster))
-	heapAfter, rssAfter := e.stableHeap(b, "cluster-b"), e.rss(b, "cluster-b")
-	e.saveHeapProfile(b, "cluster-b", "mci-apiserver-heap-pools.pb.gz")
-	perPool := float64(int64(heapAfter)-int64(heapBefore)) / float64(total)
-	results.fact(factHeapPerPool, perPool)
-	results.check("memory", "mci-apiserver heap per exported pool", "bytes", perPool, "< 4 KiB", perPool < 4096,
-		fmt.Sprintf("%d clusters x %d pools; cluster-b's heap %.1f -> %.1f MiB", n, cfg.PoolsPerCluster, float64(heapBefore)/mib, float64(heapAfter)/mib))
-	results.add("memory", "mci-apiserver RSS per exported pool", "bytes", float64(int64(rssAfter)-int64(rssBefore))/float64(total),
-		fmt.Sprintf("RSS %.1f -> %.1f MiB (RSS keeps freed pages: coarse)", float64(rssBefore)/mib, float64(rssAfter)/mib))
-
-	// The baseline writes the same imports into cluster-b only: its cost in
-	// every other member is the same (each holds its own copy), so the
-	// ClusterSet-wide figure is cluster-b's times the members.
-	start = time.Now()
-	ctrl := e.startBaseline(b, scaleNS, []string{"cluster-b"})
-	basePath := listPath(crdfanout.GVR, scaleNS)
-	e.waitServed(b, basePath, want, 15*time.Minute)
-	baseTook := time.Since(start)
-	logf("the CRD fan-out baseline wrote %d imports into cluster-b in %s (%d writes)", want, baseTook.Round(time.Millisecond), ctrl.Writes())
-	keys, size := e.etcdBytes(b, "/cluster-b/"+crdfanout.Group+"/"+crdfanout.GVR.Resource+"/")
-	require.NotZero(b, keys, "no baseline imports found in etcd")
-	perImport := float64(size) / float64(keys)
-	results.fact(factEtcdPerImport, perImport)
-	results.add("memory", "CRD fan-out: etcd bytes per import per member", "bytes", perImport, fmt.Sprintf("%d keys under cluster-b's prefix (latest revision; history until compaction comes on top)", keys))
-	clusterSetBytes := perImport * float64(want) * float64(n)
-	results.compare("memory", fmt.Sprintf("state of %d exported pools, whole ClusterSet: mci heap (all %d replicas) vs baseline etcd (all members)", total, n), "MiB",
-		float64(int64(heapAfter)-int64(heapBefore))*float64(n)/mib, "CRD fan-out etcd", clusterSetBytes/mib, "", false,
-		"the baseline's kube-apiservers also keep every import in their watch caches")
-	results.add("write amplification", fmt.Sprintf("CRD fan-out: writes to create the imports of %d pools in one member", want), "writes", float64(ctrl.Writes()),
-		fmt.Sprintf("x %d members for the ClusterSet; mci: 0", n))
-	results.add("convergence", fmt.Sprintf("bulk: CRD fan-out writes the %d imports of existing pools into one member", want), "s", baseTook.Seconds(),
-		"from the controller's start (informers synced) until cluster-b lists them all with status; one member only")
-
-	// LIST: all imports through cluster-b's aggregator against the same
-	// number of custom resources from cluster-b's kube-apiserver.
-	var mciList, crdList []time.Duration
-	var mciBytes, crdBytes int
-	for r := range max(cfg.ListRounds, 1) {
-		for j := range 2 {
-			path := mciPath
-			if (r+j)%2 == 1 {
-				path = basePath
-			}
-			t0 := time.Now()
-			body, err := e.rawList(ctx, "cluster-b", path)
-			d := time.Since(t0)
-			require.NoError(b, err)
-			items, _, err := countItems(body, "")
-			require.NoError(b, err)
-			require.GreaterOrEqual(b, items, want, path)
-			if path == mciPath {
-				mciList, mciBytes = append(mciList, d), len(body)
-			} else {
-				crdList, crdBytes = append(crdList, d), len(body)
-			}
-		}
-	}
-	results.fact(factListMsPer1k, ms(median(mciList))/float64(want)*1000)
-	results.fact(factListBaseMsPer1k, ms(median(crdList))/float64(want)*1000)
-	results.compare("list and watch", fmt.Sprintf("LIST of %d imports (%d clusters x %d pools)", want, n, cfg.PoolsPerCluster), "ms", ms(median(mciList)),
-		"LIST of as many custom resources", ms(median(crdList)), "no slower", median(mciList) <= median(crdList),
-		fmt.Sprintf("median of %d rounds each, alternating; %.1f MiB vs %.1f MiB of JSON", len(mciList), float64(mciBytes)/mib, float64(crdBytes)/mib))
-
+	growth, want := benchPoolsMemory(b, e)
+	basePath := benchBaselineState(b, e, growth, want)
+	benchList(b, e, basePath, want)
 	benchWatchers(b, e)
 
-	results.add("memory", fmt.Sprintf("mci-apiserver live heap, end of the scale run, %d clusters", n), "MiB", float64(e.stableHeap(b, "cluster-b"))/mib, "")
-	results.add("memory", fmt.Sprintf("mci-apiserver RSS, end of the scale run, %d clusters", n), "MiB", float64(e.rss(b, "cluster-b"))/mib, "")
+	for _, mode := range []string{modeSummary, modeFull} {
+		obs := observer(mode)
+		results.add("memory", fmt.Sprintf("%s mode: mci-apiserver live heap, end of the scale run, %d clusters", mode, n), "MiB", float64(e.stableHeap(b, obs))/mib, obs)
+		results.add("memory", fmt.Sprintf("%s mode: mci-apiserver RSS, end of the scale run, %d clusters", mode, n), "MiB", float64(e.rss(b, obs))/mib, obs)
+	}
 }
 
 // watchClients returns k dynamic clients of cluster-b, each with its own
@@ -401,4 +285,131 @@ func benchWatchers(b *testing.B, e *env) {
 		"cluster-b's serving replica, from /proc, 10 ms ticks: encoding, filtering and writing one event to every watcher")
 	results.compare("list and watch", fmt.Sprintf("%d watchers: median watcher notified", w), "ms", ms(median(mciP50)), "CRD fan-out", ms(median(baseP50)), "", false, note)
 	results.compare("list and watch", fmt.Sprintf("%d watchers: last watcher notified", w), "ms", ms(median(mciAll)), "CRD fan-out", ms(median(baseAll)), "", false, note)
+}
+
+// benchPoolsMemory creates PoolsPerCluster exported pools in every member,
+// in parallel across members, and measures each mode's observer side by
+// side: it returns each observer's heap growth and how many imports
+// cluster-b serves.
+func benchPoolsMemory(b *testing.B, e *env) (growth map[string]float64, want int) {
+	ctx := context.Background()
+	n := len(e.names)
+	heapBefore, rssBefore := map[string]uint64{}, map[string]uint64{}
+	for _, mode := range []string{modeSummary, modeFull} {
+		heapBefore[mode], rssBefore[mode] = e.stableHeap(b, observer(mode)), e.rss(b, observer(mode))
+	}
+	total := n * cfg.PoolsPerCluster
+	start := time.Now()
+	require.NoError(b, parallel(total, cfg.Writers, func(i int) error {
+		cluster := e.names[i%n]
+		name := fmt.Sprintf("pool-%s-%05d", cluster, i/n)
+		_, err := e.mci[cluster].InferencePoolV1().InferencePools(scaleNS).Create(ctx, pool(scaleNS, name, true), metav1.CreateOptions{})
+		return err
+	}))
+	created := time.Since(start)
+	want = (n-1)*cfg.PoolsPerCluster + 1 // every member's pools but cluster-b's own, and the anchor
+	mciPath := listPath(importGVR, scaleNS)
+	served := e.waitServed(b, mciPath, want, 10*time.Minute)
+	logf("%d pools created in %s (%.0f/s); cluster-b served all %d imports %s after the last create", total, created.Round(time.Millisecond), float64(total)/created.Seconds(), want, served.Round(time.Millisecond))
+	results.add("convergence", fmt.Sprintf("bulk: %d pools created in %d clusters, all %d imports served in cluster-b (summary mode)", total, n, want), "s", (created + served).Seconds(),
+		fmt.Sprintf("from the first create; creating took %s at %.0f pools/s", created.Round(time.Millisecond), float64(total)/created.Seconds()))
+	// The Exported status of every pool is part of the steady state: until
+	// each member's leader has written it (at its client's 20 writes/s),
+	// every member's mci-apiserver is still receiving the status updates.
+	statused := e.waitExportedStatus(b, scaleNS, cfg.PoolsPerCluster, 10*time.Minute)
+	results.add("convergence", fmt.Sprintf("bulk: Exported status written on all %d pools", total), "s", (created + statused).Seconds(),
+		fmt.Sprintf("from the first create; each member's leader writes its %d pools' status at most 20 writes/s", cfg.PoolsPerCluster))
+	growth = map[string]float64{}
+	for _, mode := range []string{modeSummary, modeFull} {
+		obs := observer(mode)
+		heapAfter, rssAfter := e.stableHeap(b, obs), e.rss(b, obs)
+		e.saveHeapProfile(b, obs, fmt.Sprintf("mci-apiserver-heap-pools-%s.pb.gz", mode))
+		growth[mode] = float64(int64(heapAfter) - int64(heapBefore[mode]))
+		perPool := growth[mode] / float64(total)
+		results.fact(mode+"."+factHeapPerPool, perPool)
+		target, met := "< 4 KiB", perPool < 4096
+		if mode == modeSummary {
+			target, met = "<= 1 KiB", perPool <= 1024
+		}
+		results.check("memory", mode+" mode: mci-apiserver heap per exported pool", "bytes", perPool, target, met,
+			fmt.Sprintf("%d clusters x %d pools; %s's heap %.1f -> %.1f MiB", n, cfg.PoolsPerCluster, obs, float64(heapBefore[mode])/mib, float64(heapAfter)/mib))
+		results.add("memory", mode+" mode: mci-apiserver RSS per exported pool", "bytes", float64(int64(rssAfter)-int64(rssBefore[mode]))/float64(total),
+			fmt.Sprintf("RSS %.1f -> %.1f MiB (RSS keeps freed pages: coarse)", float64(rssBefore[mode])/mib, float64(rssAfter)/mib))
+	}
+
+	return growth, want
+}
+
+// benchBaselineState has the baseline write the same imports into
+// cluster-b only (its cost in every other member is the same: each holds
+// its own copy, so the ClusterSet-wide figure is cluster-b's times the
+// members) and compares the whole ClusterSet's state; it returns the
+// baseline's LIST path.
+func benchBaselineState(b *testing.B, e *env, growth map[string]float64, want int) string {
+	n := len(e.names)
+	total := n * cfg.PoolsPerCluster
+	start := time.Now()
+	ctrl := e.startBaseline(b, scaleNS, []string{"cluster-b"})
+	basePath := listPath(crdfanout.GVR, scaleNS)
+	e.waitServed(b, basePath, want, 15*time.Minute)
+	baseTook := time.Since(start)
+	logf("the CRD fan-out baseline wrote %d imports into cluster-b in %s (%d writes)", want, baseTook.Round(time.Millisecond), ctrl.Writes())
+	keys, size := e.etcdBytes(b, "/cluster-b/"+crdfanout.Group+"/"+crdfanout.GVR.Resource+"/")
+	require.NotZero(b, keys, "no baseline imports found in etcd")
+	perImport := float64(size) / float64(keys)
+	results.fact(factEtcdPerImport, perImport)
+	results.add("memory", "CRD fan-out: etcd bytes per import per member", "bytes", perImport, fmt.Sprintf("%d keys under cluster-b's prefix (latest revision; history until compaction comes on top)", keys))
+	clusterSetBytes := perImport * float64(want) * float64(n)
+	for _, mode := range []string{modeSummary, modeFull} {
+		target, met := "", false
+		if mode == modeSummary {
+			target, met = "<= 0.5x", growth[mode]*float64(n) <= 0.5*clusterSetBytes
+		}
+		results.compare("memory", fmt.Sprintf("%s mode: state of %d exported pools, whole ClusterSet: mci heap (all %d replicas) vs baseline etcd (all members)", mode, total, n), "MiB",
+			growth[mode]*float64(n)/mib, "CRD fan-out etcd", clusterSetBytes/mib, target, met,
+			fmt.Sprintf("%s's heap growth x %d replicas (every replica in this mode caches every member's exports); the baseline's kube-apiservers also keep every import in their watch caches", observer(mode), n))
+	}
+	results.add("write amplification", fmt.Sprintf("CRD fan-out: writes to create the imports of %d pools in one member", want), "writes", float64(ctrl.Writes()),
+		fmt.Sprintf("x %d members for the ClusterSet; mci: 0", n))
+	results.add("convergence", fmt.Sprintf("bulk: CRD fan-out writes the %d imports of existing pools into one member", want), "s", baseTook.Seconds(),
+		"from the controller's start (informers synced) until cluster-b lists them all with status; one member only")
+
+	return basePath
+}
+
+// benchList: LIST of all imports through cluster-b's aggregator against
+// the same number of custom resources from cluster-b's kube-apiserver,
+// rounds alternating.
+func benchList(b *testing.B, e *env, basePath string, want int) {
+	ctx := context.Background()
+	n := len(e.names)
+	mciPath := listPath(importGVR, scaleNS)
+	var mciList, crdList []time.Duration
+	var mciBytes, crdBytes int
+	for r := range max(cfg.ListRounds, 1) {
+		for j := range 2 {
+			path := mciPath
+			if (r+j)%2 == 1 {
+				path = basePath
+			}
+			t0 := time.Now()
+			body, err := e.rawList(ctx, "cluster-b", path)
+			d := time.Since(t0)
+			require.NoError(b, err)
+			items, _, err := countItems(body, "")
+			require.NoError(b, err)
+			require.GreaterOrEqual(b, items, want, path)
+			if path == mciPath {
+				mciList, mciBytes = append(mciList, d), len(body)
+			} else {
+				crdList, crdBytes = append(crdList, d), len(body)
+			}
+		}
+	}
+	results.fact(factListMsPer1k, ms(median(mciList))/float64(want)*1000)
+	results.fact(factListBaseMsPer1k, ms(median(crdList))/float64(want)*1000)
+	results.compare("list and watch", fmt.Sprintf("LIST of %d imports (%d clusters x %d pools)", want, n, cfg.PoolsPerCluster), "ms", ms(median(mciList)),
+		"LIST of as many custom resources", ms(median(crdList)), "no slower", median(mciList) <= median(crdList),
+		fmt.Sprintf("median of %d rounds each, alternating; %.1f MiB vs %.1f MiB of JSON", len(mciList), float64(mciBytes)/mib, float64(crdBytes)/mib))
+
 }

@@ -81,8 +81,8 @@ func mciAPIServerProcess(dir, binary, cluster, membersDir string, replica, port 
 	if flags.removeAfter > 0 {
 		p.Args = append(p.Args, "--member-remove-after="+flags.removeAfter.String())
 	}
-	if flags.memberSummaries != "" {
-		p.Args = append(p.Args, "--member-summaries="+flags.memberSummaries)
+	if mode := flags.summariesFor(cluster); mode != "" {
+		p.Args = append(p.Args, "--member-summaries="+mode)
 	}
 	return p
 }
@@ -92,6 +92,7 @@ func mciAPIServerProcess(dir, binary, cluster, membersDir string, replica, port 
 type mciServerFlags struct {
 	unreachableAfter, removeAfter time.Duration
 	memberSummaries               string
+	summariesOf                   map[string]string
 }
 
 // registerMCIAPIServer makes the aggregator of one cluster send

@@ -118,6 +118,7 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 			unreachableAfter: opts.MemberUnreachableAfter,
 			removeAfter:      opts.MemberRemoveAfter,
 			memberSummaries:  opts.MemberSummaries,
+			summariesOf:      opts.MemberSummariesOf,
 		},
 		summaryReaderOnly: opts.SummaryReaderOnly,
 	}

@@ -45,6 +45,10 @@ type Options struct {
 	// MemberSummaries is every mci-apiserver's --member-summaries ("auto"
 	// or "never"), the server's default (auto) when empty.
 	MemberSummaries string
+	// MemberSummariesOf overrides MemberSummaries for the clusters it
+	// names, so that one ClusterSet can hold readers of both modes side by
+	// side (the benchmark compares them on the same changes).
+	MemberSummariesOf map[string]string
 	// SummaryReaderOnly grants the identity of the members/ kubeconfigs
 	// the read of mci-apiserver's summaries only, as a member in summary
 	// mode grants the others (artifacts/deploy/mci-apiserver): an
@@ -185,4 +189,13 @@ func repoRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// summariesFor is cluster's --member-summaries: its own when set, else
+// every server's.
+func (f mciServerFlags) summariesFor(cluster string) string {
+	if mode, ok := f.summariesOf[cluster]; ok {
+		return mode
+	}
+	return f.memberSummaries
 }

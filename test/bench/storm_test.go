@@ -1,0 +1,121 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
+	mcilisters "github.com/mci-dev/mci/pkg/generated/listers/inference/v1alpha1"
+)
+
+const stormNS = "storm"
+
+// summaryReaders starts k readers of cluster-a's summaries as a
+// summary-mode importer reads them (an informer of each of the two
+// resources, through cluster-a's aggregator), each on connections of its
+// own, and returns their export summary listers once synced.
+func (e *env) summaryReaders(b *testing.B, k int) []mcilisters.InferencePoolExportSummaryLister {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	out := make([]mcilisters.InferencePoolExportSummaryLister, k)
+	var synced []cache.InformerSynced
+	for i := range out {
+		cfg := rest.CopyConfig(e.cfg["cluster-a"])
+		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+		cfg.Dial = d.DialContext
+		f := mciinformers.NewSharedInformerFactory(mciclient.NewForConfigOrDie(cfg), 0)
+		exports := f.Inference().V1alpha1().InferencePoolExportSummaries()
+		clusters := f.Inference().V1alpha1().InferenceClusterSummaries()
+		out[i] = exports.Lister()
+		synced = append(synced, exports.Informer().HasSynced, clusters.Informer().HasSynced)
+		f.Start(ctx.Done())
+	}
+	syncCtx, done := context.WithTimeout(ctx, 2*time.Minute)
+	defer done()
+	require.True(b, cache.WaitForCacheSync(syncCtx.Done(), synced...), "%d summary readers of cluster-a did not sync", k)
+	return out
+}
+
+// hasStormSummary says whether a reader holds the summary of the storm
+// pool.
+func hasStormSummary(l mcilisters.InferencePoolExportSummaryLister) bool {
+	all, err := l.InferencePoolExportSummaries(stormNS).List(labels.Everything())
+	return err == nil && len(all) > 0
+}
+
+// benchReconnectStorm: cfg.Importers readers of cluster-a's summaries (as
+// that many summary-mode importers would hold) are connected when
+// cluster-a's mci-apiserver restarts, with the storm pool's export
+// withdrawn while it is down: how long until every reader has the change,
+// how long until the server serves all their watches again, and what the
+// reconnection cost it (its LIST and WATCH requests since its start, its
+// CPU over the window).
+func benchReconnectStorm(b *testing.B, e *env) {
+	ctx := context.Background()
+	k := max(cfg.Importers, 1)
+	e.namespaceEverywhere(b, stormNS)
+	pools := e.mci["cluster-a"].InferencePoolV1().InferencePools(stormNS)
+	_, err := pools.Create(ctx, pool(stormNS, "storm", true), metav1.CreateOptions{})
+	require.NoError(b, err)
+	readers := e.summaryReaders(b, k)
+	require.NoError(b, pollFor(time.Minute, func() bool {
+		for _, r := range readers {
+			if !hasStormSummary(r) {
+				return false
+			}
+		}
+		return true
+	}), "the storm pool's summary at every reader")
+	served := e.mciWatchesServed(b, "cluster-a")
+	require.NoError(b, e.cs.StopMCIAPIServer("cluster-a"))
+	_, err = pools.Patch(ctx, "storm", types.MergePatchType, exportPatch(false), metav1.PatchOptions{})
+	require.NoError(b, err)
+	require.NoError(b, e.cs.StartMCIAPIServer(ctx, "cluster-a"))
+	ready := time.Now()
+	cpuBefore := e.cpuTime(b, "cluster-a")
+	var consistent, back time.Duration
+	lost := pollEvery(20*time.Millisecond, 2*time.Minute, func() bool {
+		for _, r := range readers {
+			if hasStormSummary(r) {
+				return false
+			}
+		}
+		consistent = time.Since(ready)
+		return true
+	})
+	_ = pollFor(2*time.Minute, func() bool {
+		back = time.Since(ready)
+		return e.mciWatchesServed(b, "cluster-a") >= served
+	})
+	cpu := e.cpuTime(b, "cluster-a") - cpuBefore
+	lists, watches := e.mciRequests(b, "cluster-a")
+	note := fmt.Sprintf("%d readers of cluster-a's 2 summary resources (each with its own connections) connected when its mci-apiserver restarted; it served %.0f watches again %s after it was Available; since its start it served %.0f LIST and %.0f WATCH requests; %s of its CPU until then",
+		k, served, back.Round(time.Millisecond), lists, watches, cpu)
+	if lost != nil {
+		note = "NOT every reader had the change after 2 minutes; " + note
+	}
+	results.check("member restart", fmt.Sprintf("%d importers reconnecting at once to a restarted mci-apiserver: last one consistent", k), "s", consistent.Seconds(),
+		"all importers", lost == nil, note)
+}
+
+// mciRequests are the LIST and WATCH requests cluster's mci-apiserver has
+// completed or holds since it started.
+func (e *env) mciRequests(b *testing.B, cluster string) (lists, watches float64) {
+	b.Helper()
+	m := e.mciMetrics(b, cluster)
+	lists = m.Sum("apiserver_request_total", map[string]string{"verb": "LIST"})
+	watches = m.Sum("apiserver_request_total", map[string]string{"verb": "WATCH"}) + m.Sum("apiserver_longrunning_requests", map[string]string{"verb": "WATCH"})
+	return lists, watches
+}

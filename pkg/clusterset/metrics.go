@@ -32,7 +32,7 @@ var (
 		"1 while this replica reads the member through the InferencePoolExportSummaries and InferenceClusterSummary its own mci-apiserver publishes (summary mode), 0 while it watches the member's objects (full mode).",
 		[]string{"member"}, nil, metrics.ALPHA, "")
 	memberSummaryErrorsDesc = metrics.NewDesc("mci_clusterset_member_summary_errors_total",
-		"Failed lists and watches of the member's summaries (and summaries whose resourceVersion could not be read), in summary mode; while they fail, the last known summaries are served.",
+		"Failed lists and watches of the member's summaries, and problems reading them (a resourceVersion that does not parse, more than one cluster summary) once per change, at most once a minute, in summary mode; meanwhile the last known summaries are served.",
 		[]string{"member"}, nil, metrics.ALPHA, "")
 	memberRemovedDesc = metrics.NewDesc("mci_clusterset_member_removed",
 		"1 while the member has not answered for --member-remove-after, so the pools it exported are not served, else 0.",

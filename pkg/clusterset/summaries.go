@@ -270,7 +270,7 @@ func symmetricDifference(a, b []string) []string {
 func (m *member) summaryRV(rv string) uint64 {
 	n, err := summaryVersion(rv)
 	if err != nil {
-		m.summaryStream.badVersion(m.name, err)
+		m.summaryStream.unreadable(m.name, err)
 	}
 	return n
 }
@@ -283,7 +283,7 @@ func (m *member) summaryNamespaces() corev1listers.NamespaceLister {
 	all, err := m.clusterSummaries.List(labels.Everything())
 	if err != nil || len(all) != 1 {
 		if len(all) > 1 {
-			m.summaryStream.badVersion(m.name, fmt.Errorf("the member publishes %d InferenceClusterSummaries, not one", len(all)))
+			m.summaryStream.unreadable(m.name, fmt.Errorf("the member publishes %d InferenceClusterSummaries, not one", len(all)))
 		}
 		return imports.SummaryNamespaces(nil)
 	}
@@ -318,11 +318,16 @@ func (s *summaryStream) watchError(member string, logger klog.Logger) cache.Watc
 	}
 }
 
-// badVersion records a summary this server cannot read the version of.
-func (s *summaryStream) badVersion(member string, err error) {
+// unreadable records a summary this server cannot read: its version, or a
+// member that publishes more than one cluster summary.
+func (s *summaryStream) unreadable(member string, err error) {
 	s.mu.Lock()
-	s.errors++
 	change := s.version.Observe(time.Now(), "", err.Error(), summaryStreamLog)
+	if change.Loud() {
+		// Counted once per change, as logged: a snapshot reads the
+		// member's summaries many times over.
+		s.errors++
+	}
 	s.mu.Unlock()
 	if change.Loud() {
 		klog.Background().Error(err, "A summary of the member cannot be read", "member", member)

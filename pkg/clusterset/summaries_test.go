@@ -1,6 +1,7 @@
 package clusterset
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -80,4 +81,17 @@ func TestExportSummariesAreTrimmedOnReceipt(t *testing.T) {
 	out, err = trimSummary(s)
 	require.NoError(t, err)
 	assert.Equal(t, "garbage", out.(*v1alpha1.InferencePoolExportSummary).ResourceVersion, "kept whole, for summaryRV to report")
+}
+
+// A problem reading a member's summaries is counted (and logged) once,
+// however often snapshots read them; another problem within a minute is a
+// detail (statelog's rule), not counted again.
+func TestUnreadableSummariesAreCountedOncePerChange(t *testing.T) {
+	var s summaryStream
+	for range 5 {
+		s.unreadable("cluster-a", assert.AnError)
+	}
+	assert.Equal(t, uint64(1), s.errorCount())
+	s.unreadable("cluster-a", errors.New("another problem"))
+	assert.Equal(t, uint64(1), s.errorCount())
 }

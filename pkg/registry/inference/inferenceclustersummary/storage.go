@@ -5,11 +5,8 @@
 package inferenceclustersummary
 
 import (
-	"context"
 	"strconv"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metatable "k8s.io/apimachinery/pkg/api/meta/table"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -79,7 +76,7 @@ func Describe() virtual.Describe {
 				l.Items[i] = *o.(*inference.InferenceClusterSummary)
 			}
 		},
-		Table:         tableConvertor{},
+		Table:         table,
 		ClusterScoped: true,
 	}
 }
@@ -89,19 +86,8 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "Namespaces", Type: "string", Description: "How many namespaces the cluster has."},
 }
 
-type tableConvertor struct{}
-
-func (tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, _ runtime.Object) (*metav1.Table, error) {
-	table := &metav1.Table{ColumnDefinitions: columns}
-	if m, err := meta.ListAccessor(obj); err == nil {
-		table.ResourceVersion = m.GetResourceVersion()
-	} else if m, err := meta.CommonAccessor(obj); err == nil {
-		table.ResourceVersion = m.GetResourceVersion()
-	}
-	var err error
-	table.Rows, err = metatable.MetaToTableRow(obj, func(obj runtime.Object, _ metav1.Object, name, _ string) ([]interface{}, error) {
-		s := obj.(*inference.InferenceClusterSummary)
-		return []interface{}{name, strconv.Itoa(len(s.Status.Namespaces))}, nil
-	})
-	return table, err
-}
+// table is the resource's `kubectl get` table.
+var table = virtual.Table{Columns: columns, Row: func(obj runtime.Object, name, _ string) []interface{} {
+	s := obj.(*inference.InferenceClusterSummary)
+	return []interface{}{name, strconv.Itoa(len(s.Status.Namespaces))}
+}}

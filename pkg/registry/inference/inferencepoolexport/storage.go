@@ -75,6 +75,6 @@ func Describe() virtual.Describe {
 				l.Items[i] = *o.(*inference.InferencePoolExport)
 			}
 		},
-		Table: tableConvertor{},
+		Table: table,
 	}
 }

@@ -1,11 +1,8 @@
 package inferencepoolexport
 
 import (
-	"context"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metatable "k8s.io/apimachinery/pkg/api/meta/table"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -22,27 +19,16 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "Age", Type: "string", Description: "Age of the InferencePool."},
 }
 
-type tableConvertor struct{}
-
-func (tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, _ runtime.Object) (*metav1.Table, error) {
-	table := &metav1.Table{ColumnDefinitions: columns}
-	if m, err := meta.ListAccessor(obj); err == nil {
-		table.ResourceVersion = m.GetResourceVersion()
-	} else if m, err := meta.CommonAccessor(obj); err == nil {
-		table.ResourceVersion = m.GetResourceVersion()
-	}
-	var err error
-	table.Rows, err = metatable.MetaToTableRow(obj, func(obj runtime.Object, m metav1.Object, name, age string) ([]interface{}, error) {
-		exp := obj.(*inference.InferencePoolExport)
-		var in, out []string
-		for _, c := range exp.Status.Clusters {
-			if c.Imported {
-				in = append(in, c.Name)
-			} else {
-				out = append(out, c.Name+"("+c.Reason+")")
-			}
+// table is the resource's `kubectl get` table.
+var table = virtual.Table{Columns: columns, Row: func(obj runtime.Object, name, age string) []interface{} {
+	exp := obj.(*inference.InferencePoolExport)
+	var in, out []string
+	for _, c := range exp.Status.Clusters {
+		if c.Imported {
+			in = append(in, c.Name)
+		} else {
+			out = append(out, c.Name+"("+c.Reason+")")
 		}
-		return []interface{}{name, virtual.ConditionStatus(exp.Status.Conditions, "Valid"), string(exp.Status.RoutingMode), strings.Join(in, ","), strings.Join(out, ","), age}, nil
-	})
-	return table, err
-}
+	}
+	return []interface{}{name, virtual.ConditionStatus(exp.Status.Conditions, "Valid"), string(exp.Status.RoutingMode), strings.Join(in, ","), strings.Join(out, ","), age}
+}}

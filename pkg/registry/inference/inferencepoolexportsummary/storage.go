@@ -5,10 +5,6 @@
 package inferencepoolexportsummary
 
 import (
-	"context"
-
-	"k8s.io/apimachinery/pkg/api/meta"
-	metatable "k8s.io/apimachinery/pkg/api/meta/table"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -96,7 +92,7 @@ func Describe() virtual.Describe {
 				l.Items[i] = *o.(*inference.InferencePoolExportSummary)
 			}
 		},
-		Table: tableConvertor{},
+		Table: table,
 	}
 }
 
@@ -107,19 +103,8 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "Age", Type: "string", Description: "Age of the InferencePool."},
 }
 
-type tableConvertor struct{}
-
-func (tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, _ runtime.Object) (*metav1.Table, error) {
-	table := &metav1.Table{ColumnDefinitions: columns}
-	if m, err := meta.ListAccessor(obj); err == nil {
-		table.ResourceVersion = m.GetResourceVersion()
-	} else if m, err := meta.CommonAccessor(obj); err == nil {
-		table.ResourceVersion = m.GetResourceVersion()
-	}
-	var err error
-	table.Rows, err = metatable.MetaToTableRow(obj, func(obj runtime.Object, _ metav1.Object, name, age string) ([]interface{}, error) {
-		s := obj.(*inference.InferencePoolExportSummary)
-		return []interface{}{name, string(s.Status.RoutingMode), virtual.ConditionStatus(s.Status.Conditions, v1alpha1.ConditionReady), age}, nil
-	})
-	return table, err
-}
+// table is the resource's `kubectl get` table.
+var table = virtual.Table{Columns: columns, Row: func(obj runtime.Object, name, age string) []interface{} {
+	s := obj.(*inference.InferencePoolExportSummary)
+	return []interface{}{name, string(s.Status.RoutingMode), virtual.ConditionStatus(s.Status.Conditions, v1alpha1.ConditionReady), age}
+}}

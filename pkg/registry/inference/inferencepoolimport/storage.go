@@ -107,6 +107,6 @@ func Describe() virtual.Describe {
 				l.Items[i] = *o.(*inference.InferencePoolImport)
 			}
 		},
-		Table: tableConvertor{},
+		Table: table,
 	}
 }

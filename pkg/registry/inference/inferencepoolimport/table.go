@@ -1,12 +1,9 @@
 package inferencepoolimport
 
 import (
-	"context"
 	"slices"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metatable "k8s.io/apimachinery/pkg/api/meta/table"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -22,27 +19,16 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "Age", Type: "string", Description: "Age of the oldest exported InferencePool."},
 }
 
-type tableConvertor struct{}
-
-func (tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, _ runtime.Object) (*metav1.Table, error) {
-	table := &metav1.Table{ColumnDefinitions: columns}
-	if m, err := meta.ListAccessor(obj); err == nil {
-		table.ResourceVersion = m.GetResourceVersion()
-	} else if m, err := meta.CommonAccessor(obj); err == nil {
-		table.ResourceVersion = m.GetResourceVersion()
-	}
-	var err error
-	table.Rows, err = metatable.MetaToTableRow(obj, func(obj runtime.Object, m metav1.Object, name, age string) ([]interface{}, error) {
-		imp := obj.(*inference.InferencePoolImport)
-		names := make([]string, 0, len(imp.Status.Clusters))
-		var modes []string
-		for _, c := range imp.Status.Clusters {
-			names = append(names, c.Name)
-			if !slices.Contains(modes, string(c.RoutingMode)) {
-				modes = append(modes, string(c.RoutingMode))
-			}
+// table is the resource's `kubectl get` table.
+var table = virtual.Table{Columns: columns, Row: func(obj runtime.Object, name, age string) []interface{} {
+	imp := obj.(*inference.InferencePoolImport)
+	names := make([]string, 0, len(imp.Status.Clusters))
+	var modes []string
+	for _, c := range imp.Status.Clusters {
+		names = append(names, c.Name)
+		if !slices.Contains(modes, string(c.RoutingMode)) {
+			modes = append(modes, string(c.RoutingMode))
 		}
-		return []interface{}{name, strings.Join(names, ","), strings.Join(modes, ","), virtual.ConditionStatus(imp.Status.Conditions, "Ready"), age}, nil
-	})
-	return table, err
-}
+	}
+	return []interface{}{name, strings.Join(names, ","), strings.Join(modes, ","), virtual.ConditionStatus(imp.Status.Conditions, "Ready"), age}
+}}

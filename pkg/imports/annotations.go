@@ -6,10 +6,13 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppaddr"
 )
 
-// ParseExport reads a pool's export annotations.
+// ParseExport reads a pool's export annotations, and checks the cluster
+// policy an exported pool names for its importers (its annotation and its
+// label).
 //
 //   - No export annotation at all (neither export nor export-mode):
 //     exported=false, err=nil. The pool is simply not exported.
@@ -18,14 +21,17 @@ import (
 //   - An invalid export (export-mode without export, or a value that is not
 //     allowed, the empty string included, an endpoint-picker-secret that
 //     is not a Secret name, or an endpoint-picker-transport that does not
-//     parse): exported=false and err says what is wrong,
+//     parse, a cluster policy that clusterscore.Parse refuses):
+//     exported=false and err says what is wrong,
 //     quoting the bad value and the allowed ones. Callers surface err in the
 //     InferencePoolExport's Valid condition. A bad Secret name or transport
 //     withdraws the export rather than letting importers reach a TLS EPP
-//     in plaintext.
+//     in plaintext; a bad cluster policy withdraws it rather than letting
+//     importers route by a default the pool did not ask for. Importers
+//     list an invalid export as a cluster that is not Ready, with err.
 //
 // Values are matched exactly: "clusterset" is not "ClusterSet".
-func ParseExport(annotations map[string]string) (mode inference.RoutingMode, exported bool, err error) {
+func ParseExport(annotations, labels map[string]string) (mode inference.RoutingMode, exported bool, err error) {
 	scope, hasScope := annotations[v1alpha1.ExportAnnotation]
 	modeValue, hasMode := annotations[v1alpha1.ExportModeAnnotation]
 	if !hasScope && !hasMode {
@@ -59,11 +65,33 @@ func ParseExport(annotations map[string]string) (mode inference.RoutingMode, exp
 	if _, err := eppaddr.EndpointPickerTransport(annotations); err != nil {
 		problems = append(problems, err.Error())
 	}
+	problems = append(problems, clusterPolicyProblems(annotations, labels)...)
 
 	if len(problems) > 0 {
 		return "", false, fmt.Errorf("invalid export: %s", strings.Join(problems, "; "))
 	}
 	return mode, true, nil
+}
+
+// clusterPolicyProblems checks the cluster policy a pool names, as an
+// annotation and as a label: sidecars read the annotation where the pool
+// is local and the label where it is imported (an import carries its
+// exporter's labels). An empty value names none, as the sidecars read it.
+func clusterPolicyProblems(annotations, labels map[string]string) []string {
+	var problems []string
+	for _, setting := range []struct {
+		kind   string
+		values map[string]string
+	}{{"annotation", annotations}, {"label", labels}} {
+		v := setting.values[v1alpha1.ClusterPolicyAnnotation]
+		if v == "" {
+			continue
+		}
+		if _, err := clusterscore.Parse(v); err != nil {
+			problems = append(problems, fmt.Sprintf("%s %q: cluster policy: %v", setting.kind, v1alpha1.ClusterPolicyAnnotation, err))
+		}
+	}
+	return problems
 }
 
 // hasExportAnnotation says whether a pool carries either export annotation,

@@ -104,7 +104,7 @@ func TestParseExport(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			mode, exported, err := ParseExport(tc.annotations)
+			mode, exported, err := ParseExport(tc.annotations, nil)
 			if len(tc.wantErr) == 0 {
 				require.NoError(t, err)
 				assert.Equal(t, tc.wantExported, exported)
@@ -135,7 +135,7 @@ func FuzzParseExport(f *testing.F) {
 		if hasMode {
 			a[v1alpha1.ExportModeAnnotation] = mode
 		}
-		got, exported, err := ParseExport(a)
+		got, exported, err := ParseExport(a, nil)
 		switch {
 		case err != nil:
 			if err.Error() == "" {

@@ -33,7 +33,9 @@ func importedCluster(e exporter, counter endpointCounter, generation int64) (inf
 	if entry.EndpointPicker != nil {
 		ic.EndpointPicker = *entry.EndpointPicker
 	}
-	if u := e.member.Unreachable; u != nil {
+	if u := e.member.Unreachable; u != nil && ready.reason != v1alpha1.ReasonInvalidExport {
+		// An unreachable member's last known EPP stays a candidate for
+		// sidecars; an invalid export never had one.
 		ready = unreachableVerdict(e.member.Name, u, ready)
 	}
 	ic.Conditions = []metav1.Condition{ready.condition(v1alpha1.ConditionReady, generation)}

@@ -103,13 +103,13 @@ func TestEndpointPickerSecretRef(t *testing.T) {
 		})
 	}
 
-	t.Run("a pool whose annotation is not a Secret name is not imported rather than reached in plaintext", func(t *testing.T) {
-		cs := clusterSet("cluster-b",
-			member(t, "cluster-a", readyEPP(testNamespace, testPool, secret("not/a-name"))...),
-			member(t, "cluster-b", namespace(testNamespace)),
-		)
-		_, ok := importBothWays(t, cs, testNamespace, testPool)
-		assert.False(t, ok)
+	t.Run("a pool whose annotation is not a Secret name is listed not Ready, with no EPP, rather than reached in plaintext", func(t *testing.T) {
+		ic := importedFrom(t, readyEPP(testNamespace, testPool, secret("not/a-name"))...)
+		ready := condition(t, ic.Conditions, v1alpha1.ConditionReady)
+		assert.Equal(t, metav1.ConditionFalse, ready.Status)
+		assert.Equal(t, v1alpha1.ReasonInvalidExport, ready.Reason)
+		assert.Contains(t, ready.Message, "not/a-name")
+		assert.Equal(t, inference.EndpointPickerImport{}, ic.EndpointPicker)
 	})
 
 	t.Run("a ParentMode export has no EPP, so the annotation adds nothing", func(t *testing.T) {

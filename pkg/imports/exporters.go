@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
@@ -16,19 +17,43 @@ type poolKey struct {
 	namespace, name string
 }
 
-// exporter is one member's valid export of a pool: its pool, when this
-// server watches the member's objects, or else the summary the member
+// exporter is one member's export of a pool, valid or not: its pool, when
+// this server watches the member's objects, or else the summary the member
 // publishes. Both are the member's cached objects: read them, never change
-// them.
+// them. An invalid export is listed too, so that importers see why a
+// cluster they expected is not routable.
 type exporter struct {
 	member  *Member
 	pool    *poolv1.InferencePool
 	summary *v1alpha1.InferencePoolExportSummary
 	mode    inference.RoutingMode
+	// invalid is why ParseExport refused the pool's export annotations
+	// (pool exporters only; a summary says it in its Ready condition).
+	invalid error
 }
 
-// exportersOf returns the valid exporters of namespace/name among the
-// members other than local, sorted by cluster name. One Get per member.
+// poolExporter is a member's pool as an exporter; ok=false when the pool
+// carries no export annotation.
+func poolExporter(m *Member, p *poolv1.InferencePool) (exporter, bool) {
+	if p == nil || !hasExportAnnotation(p.Annotations) {
+		return exporter{}, false
+	}
+	mode, _, err := ParseExport(p.Annotations, p.Labels)
+	return exporter{member: m, pool: p, mode: mode, invalid: err}, true
+}
+
+// valid says whether the export is valid: importers route to it when its
+// entry is Ready, and take the import's metadata from it first.
+func (e exporter) valid() bool {
+	if e.summary != nil {
+		c := meta.FindStatusCondition(e.summary.Status.Conditions, v1alpha1.ConditionReady)
+		return c == nil || c.Reason != v1alpha1.ReasonInvalidExport
+	}
+	return e.invalid == nil
+}
+
+// exportersOf returns the exporters of namespace/name among the members
+// other than local, sorted by cluster name. One Get per member.
 func exportersOf(cs ClusterSet, namespace, name string) []exporter {
 	var out []exporter
 	for _, m := range cs.others() {
@@ -38,24 +63,19 @@ func exportersOf(cs ClusterSet, namespace, name string) []exporter {
 			}
 			continue
 		}
-		p := m.pool(namespace, name)
-		if p == nil {
-			continue
-		}
-		if mode, ok, err := ParseExport(p.Annotations); ok && err == nil {
-			out = append(out, exporter{member: m, pool: p, mode: mode})
+		if e, ok := poolExporter(m, m.pool(namespace, name)); ok {
+			out = append(out, e)
 		}
 	}
 	return out
 }
 
-// summaryExporter is a member's published summary as an exporter: every
-// summary is a valid export (the member publishes no other).
+// summaryExporter is a member's published summary as an exporter.
 func summaryExporter(m *Member, s *v1alpha1.InferencePoolExportSummary) exporter {
 	return exporter{member: m, summary: s, mode: inference.RoutingMode(s.Status.RoutingMode)}
 }
 
-// exportsOf lists the valid exports of one member in namespace ("" = all
+// exportsOf lists the exports of one member in namespace ("" = all
 // namespaces), unsorted.
 func exportsOf(m *Member, namespace string) []exporter {
 	var out []exporter
@@ -80,17 +100,14 @@ func exportsOf(m *Member, namespace string) []exporter {
 		return out
 	}
 	for _, p := range m.pools(namespace) {
-		if p == nil {
-			continue
-		}
-		if mode, ok, err := ParseExport(p.Annotations); ok && err == nil {
-			out = append(out, exporter{member: m, pool: p, mode: mode})
+		if e, ok := poolExporter(m, p); ok {
+			out = append(out, e)
 		}
 	}
 	return out
 }
 
-// exportGroup is every valid exporter (other than local) of one pool.
+// exportGroup is every exporter (other than local) of one pool.
 type exportGroup struct {
 	key       poolKey
 	exporters []exporter // sorted by cluster name

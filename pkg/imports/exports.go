@@ -55,7 +55,7 @@ func Exports(cs ClusterSet, namespace string) []*inference.InferencePoolExport {
 // buildExport reports what became of one local pool's export in each other
 // member (others, sorted by name).
 func buildExport(cs ClusterSet, pool *poolv1.InferencePool, others []*Member, namespaces namespaceCache) *inference.InferencePoolExport {
-	mode, _, err := ParseExport(pool.Annotations)
+	mode, _, err := ParseExport(pool.Annotations, pool.Labels)
 	// A member's apiserver never sets a negative generation, but one that
 	// did must not make this server serve an object the API would refuse.
 	generation := max(pool.Generation, 0)
@@ -79,7 +79,7 @@ func buildExport(cs ClusterSet, pool *poolv1.InferencePool, others []*Member, na
 		message: fmt.Sprintf("exported to the ClusterSet in %s", mode),
 	}
 	if err != nil {
-		valid = verdict{reason: v1alpha1.ReasonInvalidExport, message: invalidExportMessage(pool.Annotations, err)}
+		valid = verdict{reason: v1alpha1.ReasonInvalidExport, message: invalidExportMessage(pool.Annotations, pool.Labels, err)}
 	} else {
 		exp.Status.RoutingMode = mode
 	}
@@ -105,7 +105,7 @@ const maxQuotedValue = 256
 // allowed. The verdict always comes from the real values; should the
 // shortened ones read differently, the real message is kept (and the
 // condition truncates it).
-func invalidExportMessage(annotations map[string]string, err error) string {
+func invalidExportMessage(annotations, labels map[string]string, err error) string {
 	var shortened map[string]string
 	for k, v := range annotations {
 		if len(v) <= maxQuotedValue {
@@ -117,7 +117,7 @@ func invalidExportMessage(annotations map[string]string, err error) string {
 		shortened[k] = validPrefix(v, maxQuotedValue) + "... (" + strconv.Itoa(len(v)) + " bytes)"
 	}
 	if shortened != nil {
-		if _, _, shortErr := ParseExport(shortened); shortErr != nil {
+		if _, _, shortErr := ParseExport(shortened, labels); shortErr != nil {
 			return shortErr.Error()
 		}
 	}
@@ -127,14 +127,15 @@ func invalidExportMessage(annotations map[string]string, err error) string {
 // exportTarget says whether one other member imports the pool, and why not.
 func exportTarget(m *Member, pool *poolv1.InferencePool, invalid error, namespaces namespaceCache) inference.ExportTargetCluster {
 	t := inference.ExportTargetCluster{Name: m.Name}
+	has := namespaces.has(m, pool.Namespace)
+	t.Imported = has
 	if invalid != nil {
+		// The importer lists this cluster, not Ready, with the reason.
 		t.Reason = v1alpha1.ReasonInvalidExport
-		t.Message = fmt.Sprintf("cluster %s does not import %s/%s: the export annotations are invalid (see the Valid condition)", m.Name, pool.Namespace, pool.Name)
+		t.Message = fmt.Sprintf("cluster %s does not route to %s/%s: the export annotations are invalid (see the Valid condition)", m.Name, pool.Namespace, pool.Name)
 		return t
 	}
 
-	has := namespaces.has(m, pool.Namespace)
-	t.Imported = has
 	switch {
 	case m.Unreachable != nil:
 		t.Reason = v1alpha1.ReasonClusterUnreachable

@@ -83,7 +83,7 @@ func TestExportValidity(t *testing.T) {
 				assert.Equal(t, metav1.ConditionTrue, valid.Status)
 			} else {
 				assert.Equal(t, metav1.ConditionFalse, valid.Status)
-				_, _, err := ParseExport(tc.annotations)
+				_, _, err := ParseExport(tc.annotations, nil)
 				require.Error(t, err)
 				assert.Equal(t, err.Error(), valid.Message, "the message is ParseExport's error")
 			}
@@ -94,7 +94,8 @@ func TestExportValidity(t *testing.T) {
 					assert.True(t, c.Imported, c.Name)
 					assert.Equal(t, v1alpha1.ReasonImported, c.Reason)
 				} else {
-					assert.False(t, c.Imported, c.Name)
+					// The importer lists the cluster, not Ready, with why.
+					assert.True(t, c.Imported, c.Name)
 					assert.Equal(t, v1alpha1.ReasonInvalidExport, c.Reason)
 					assert.NotEmpty(t, c.Message)
 				}

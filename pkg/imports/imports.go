@@ -17,7 +17,8 @@ const importGeneration = 1
 
 // Import computes the import of namespace/name that cs.Local serves;
 // ok=false when it serves none: the local cluster lacks the namespace, or no
-// member other than Local validly exports the pool.
+// member other than Local exports the pool. An invalid export is listed as
+// a cluster that is not Ready, with the exporter's reason.
 //
 // Conditions come with a zero LastTransitionTime (see CarryTransitionTimes).
 // The result shares nothing with the member caches.
@@ -103,13 +104,7 @@ func sliceIndexes(groups []exportGroup, namespace string) map[*Member]endpointCo
 // buildImport assembles the import of one pool from its exporters, which
 // are sorted by cluster name and do not include the local cluster.
 func buildImport(cs ClusterSet, key poolKey, exporters []exporter, counter func(*Member) endpointCounter) *inference.InferencePoolImport {
-	oldest := exporters[0].meta()
-	for _, e := range exporters[1:] {
-		// Strictly older only: on a tie the first cluster by name wins.
-		if m := e.meta(); m.CreationTimestamp.Before(&oldest.CreationTimestamp) {
-			oldest = m
-		}
-	}
+	oldest := oldestExporter(exporters)
 
 	imp := &inference.InferencePoolImport{
 		ObjectMeta: metav1.ObjectMeta{
@@ -175,4 +170,25 @@ func buildImport(cs ClusterSet, key poolKey, exporters []exporter, counter func(
 		ObservedGeneration: importGeneration,
 	}
 	return imp
+}
+
+// oldestExporter is the exporter whose metadata (labels, creation time) the
+// import carries: the oldest valid one, else the oldest, so that an invalid
+// export's labels (its cluster policy, say) never reach importers in place
+// of a valid one's. Strictly older only: on a tie the first cluster by name
+// wins.
+func oldestExporter(exporters []exporter) *metav1.ObjectMeta {
+	var oldest *metav1.ObjectMeta
+	oldestValid := false
+	for _, e := range exporters {
+		m, valid := e.meta(), e.valid()
+		switch {
+		case oldest == nil, valid && !oldestValid:
+		case valid == oldestValid && m.CreationTimestamp.Before(&oldest.CreationTimestamp):
+		default:
+			continue
+		}
+		oldest, oldestValid = m, valid
+	}
+	return oldest
 }

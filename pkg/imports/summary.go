@@ -15,22 +15,19 @@ import (
 
 // ExportSummary computes the InferencePoolExportSummary of the local pool
 // namespace/name: what importing clusters need of it. ok=false when the
-// pool does not exist or is not validly exported. It reads the local
+// pool does not exist or carries no export annotation; an invalid export
+// is published not Ready, with reason InvalidExport. It reads the local
 // cluster only, so the summary is the same whatever the other members do.
 func ExportSummary(cs ClusterSet, namespace, name string) (*inference.InferencePoolExportSummary, bool) {
 	local := cs.localMember()
-	pool := local.pool(namespace, name)
-	if pool == nil {
+	e, ok := poolExporter(local, local.pool(namespace, name))
+	if !ok {
 		return nil, false
 	}
-	mode, ok, err := ParseExport(pool.Annotations)
-	if !ok || err != nil {
-		return nil, false
-	}
-	return buildSummary(cs, exporter{member: local, pool: pool, mode: mode}, sliceLister{lister: local.EndpointSlices}), true
+	return buildSummary(cs, e, sliceLister{lister: local.EndpointSlices}), true
 }
 
-// ExportSummaries computes the summary of every valid export of the local
+// ExportSummaries computes the summary of every export of the local
 // cluster in namespace ("" = all namespaces), sorted by namespace then
 // name, from one pass over its pools and one over its EndpointSlices.
 func ExportSummaries(cs ClusterSet, namespace string) []*inference.InferencePoolExportSummary {
@@ -38,15 +35,7 @@ func ExportSummaries(cs ClusterSet, namespace string) []*inference.InferencePool
 	if local == nil {
 		return nil
 	}
-	var exports []exporter
-	for _, p := range local.pools(namespace) {
-		if p == nil {
-			continue
-		}
-		if mode, ok, err := ParseExport(p.Annotations); ok && err == nil {
-			exports = append(exports, exporter{member: local, pool: p, mode: mode})
-		}
-	}
+	exports := exportsOf(local, namespace)
 	slices.SortFunc(exports, func(a, b exporter) int {
 		if c := cmp.Compare(a.pool.Namespace, b.pool.Namespace); c != 0 {
 			return c
@@ -64,7 +53,7 @@ func ExportSummaries(cs ClusterSet, namespace string) []*inference.InferencePool
 	return out
 }
 
-// buildSummary is one valid export as importers read it: the cluster entry
+// buildSummary is one export as importers read it: the cluster entry
 // of its imports, without the cluster's name, and the pool's identity.
 func buildSummary(cs ClusterSet, e exporter, counter endpointCounter) *inference.InferencePoolExportSummary {
 	generation := max(e.pool.Generation, 0)
@@ -87,11 +76,18 @@ func buildSummary(cs ClusterSet, e exporter, counter endpointCounter) *inference
 // import, from that cluster's own objects: how to reach the pool in its
 // routing mode, and whether it is ready. The exporting cluster's server
 // publishes it as a summary; a server that watches a member's objects
-// computes the same from them.
+// computes the same from them. An invalid export has no routing mode and
+// is not ready, with the exporter's reason.
 func clusterEntry(e exporter, counter endpointCounter) (inference.InferencePoolExportSummaryStatus, verdict) {
 	entry := inference.InferencePoolExportSummaryStatus{
 		RoutingMode:      e.mode,
 		TargetPortNumber: targetPortNumber(e.pool),
+	}
+	if e.invalid != nil {
+		return entry, verdict{
+			reason:  v1alpha1.ReasonInvalidExport,
+			message: fmt.Sprintf("cluster %s: %s", e.member.Name, invalidExportMessage(e.pool.Annotations, e.pool.Labels, e.invalid)),
+		}
 	}
 	var ready verdict
 	switch e.mode {
@@ -117,6 +113,11 @@ func summaryEntry(member string, s *v1alpha1.InferencePoolExportSummary) (infere
 		return entry, verdict{reason: v1alpha1.ReasonInvalidExport, message: fmt.Sprintf("cluster %s published a summary of %s/%s this server cannot read: %v", member, s.Namespace, s.Name, err)}
 	}
 	entry.Conditions = nil
+	c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
+	if c != nil && c.Reason == v1alpha1.ReasonInvalidExport {
+		// An invalid export has no routing mode to check.
+		return entry, verdict{reason: c.Reason, message: c.Message}
+	}
 	switch entry.RoutingMode {
 	case inference.RoutingModeEndpoint, inference.RoutingModeParent:
 	default:
@@ -128,7 +129,6 @@ func summaryEntry(member string, s *v1alpha1.InferencePoolExportSummary) (infere
 	if entry.RoutingMode == inference.RoutingModeEndpoint && entry.EndpointPicker == nil {
 		entry.EndpointPicker = &inference.EndpointPickerImport{Service: []inference.ServiceImport{}}
 	}
-	c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
 	if c == nil {
 		return entry, verdict{
 			reason:  v1alpha1.ReasonNotReady,

@@ -17,7 +17,7 @@ func TestParseExportRejectsABadTransport(t *testing.T) {
 	_, exported, err := ParseExport(map[string]string{
 		v1alpha1.ExportAnnotation:                  v1alpha1.ExportScopeClusterSet,
 		v1alpha1.EndpointPickerTransportAnnotation: "ext-proc=tls",
-	})
+	}, nil)
 	require.Error(t, err)
 	assert.False(t, exported, "never exported to be reached in a transport nobody asked for")
 	assert.Contains(t, err.Error(), `"ext-proc=tls"`)

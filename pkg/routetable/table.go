@@ -21,8 +21,9 @@ import (
 // route's wins.
 const (
 	// PolicyAnnotation chooses how a cluster of an InferencePoolImport is
-	// picked: Weighted, HealthBased, MetricsBased or LocalFirst.
-	PolicyAnnotation = "mci.x-k8s.io/cluster-policy"
+	// picked: a named cluster policy or an inline configuration of the
+	// scoring pipeline (ParsePolicy).
+	PolicyAnnotation = v1alpha1.ClusterPolicyAnnotation
 	// ClusterWeightsAnnotation gives clusters weights for the Weighted and
 	// HealthBased policies: "cluster-a=3,cluster-c=1". An unlisted cluster
 	// weighs 1; weight 0 takes a cluster out of rotation.

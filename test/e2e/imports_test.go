@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -214,7 +215,17 @@ func TestInferencePoolExportSaysWhereThePoolIsImported(t *testing.T) {
 		}
 		return false, "no Valid condition"
 	})
-	imp, err := b.importOf(ctx, ns, "bad")
-	require.NoError(t, err)
-	assert.Nil(t, imp, "an invalid export is not imported")
+	// The importer lists the cluster, not Ready, with the exporter's
+	// reason: its users see why a cluster they expected is not routable.
+	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+		imp, err := b.importOf(ctx, ns, "bad")
+		if err != nil || imp == nil {
+			return false, fmt.Sprintf("import: %v, %v", imp, err)
+		}
+		if len(imp.Status.Clusters) != 1 || imp.Status.Clusters[0].Name != "cluster-a" {
+			return false, fmt.Sprintf("clusters %+v", imp.Status.Clusters)
+		}
+		c := meta.FindStatusCondition(imp.Status.Clusters[0].Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonInvalidExport && strings.Contains(c.Message, "Sideways"), fmt.Sprintf("%+v", c)
+	})
 }

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/fields"
@@ -282,9 +283,18 @@ func TestObjectsAtAPIMaximumSizesAreImportedAndReportedWithinTheAPILimits(t *tes
 		assert.Contains(t, valid.Message, v1alpha1.ExportAnnotation)
 		assert.Contains(t, valid.Message, fmt.Sprintf("(%d bytes)", hugeAnnotationValueLen), "says how long the refused value is")
 		assert.Contains(t, valid.Message, `the only allowed value is "ClusterSet"`, "says what to write instead")
-		none, err := b.importOf(ctx, ns, huge.Name)
-		require.NoError(t, err)
-		assert.Nil(t, none, "an invalid export is not imported")
+		// The importer lists the cluster not Ready with the same message,
+		// within the API's limits too.
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+			imp, err := b.importOf(ctx, ns, huge.Name)
+			if err != nil || imp == nil || len(imp.Status.Clusters) != 1 {
+				return false, fmt.Sprintf("import: %v, %v", imp, err)
+			}
+			requireValidServedConditions(t, "the import of the huge value", imp.Status.Conditions)
+			requireValidServedConditions(t, "the imported cluster of the huge value", imp.Status.Clusters[0].Conditions)
+			c := meta.FindStatusCondition(imp.Status.Clusters[0].Conditions, v1alpha1.ConditionReady)
+			return c != nil && c.Reason == v1alpha1.ReasonInvalidExport && strings.Contains(c.Message, fmt.Sprintf("(%d bytes)", hugeAnnotationValueLen)), fmt.Sprintf("%+v", c)
+		})
 	})
 }
 

@@ -34,6 +34,15 @@ const (
 	// value that does not parse makes the export invalid. Imports carry it
 	// as endpointPicker.transport (and health.transport, metrics.transport).
 	EndpointPickerTransportAnnotation = "mci.x-k8s.io/endpoint-picker-transport"
+	// ClusterPolicyAnnotation chooses how importing sidecars pick a cluster
+	// for the pool's requests (a named cluster policy or an inline
+	// configuration of the scoring pipeline). On an HTTPRoute it applies
+	// to the route's backends; on an exported InferencePool, as an
+	// annotation or a label (imports carry their exporter's labels), to
+	// the pool. A value that does not parse makes the export invalid, so
+	// that importers see why the cluster is not routable instead of a
+	// policy silently replaced by the default.
+	ClusterPolicyAnnotation = "mci.x-k8s.io/cluster-policy"
 
 	// ControllerName names this implementation in status.controllers[] of
 	// imports and in the parent status entry of exported InferencePools.

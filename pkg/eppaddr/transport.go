@@ -94,13 +94,25 @@ func EndpointPickerTransport(annotations map[string]string) (TransportModes, err
 // its EPP; "" when the annotation is absent (plaintext). A value that is not
 // a Secret name is an error that quotes it.
 func EndpointPickerSecret(annotations map[string]string) (string, error) {
-	name, ok := annotations[v1alpha1.EndpointPickerSecretAnnotation]
+	return secretName(annotations, v1alpha1.EndpointPickerSecretAnnotation)
+}
+
+// EndpointPickerMetricsTokenSecret reads a pool's
+// endpoint-picker-metrics-token-secret annotation: the name of the Secret,
+// in the pool's namespace, whose token sidecars send to its EPP's
+// /metrics; "" when the annotation is absent. A value that is not a Secret
+// name is an error that quotes it.
+func EndpointPickerMetricsTokenSecret(annotations map[string]string) (string, error) {
+	return secretName(annotations, v1alpha1.EndpointPickerMetricsTokenSecretAnnotation)
+}
+
+func secretName(annotations map[string]string, key string) (string, error) {
+	name, ok := annotations[key]
 	if !ok {
 		return "", nil
 	}
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return "", fmt.Errorf("annotation %q has value %q, which is not a Secret name: %s",
-			v1alpha1.EndpointPickerSecretAnnotation, name, strings.Join(errs, "; "))
+		return "", fmt.Errorf("annotation %q has value %q, which is not a Secret name: %s", key, name, strings.Join(errs, "; "))
 	}
 	return name, nil
 }

@@ -62,6 +62,9 @@ func ParseExport(annotations, labels map[string]string) (mode inference.RoutingM
 	if _, err := eppaddr.EndpointPickerSecret(annotations); err != nil {
 		problems = append(problems, err.Error())
 	}
+	if _, err := eppaddr.EndpointPickerMetricsTokenSecret(annotations); err != nil {
+		problems = append(problems, err.Error())
+	}
 	if _, err := eppaddr.EndpointPickerTransport(annotations); err != nil {
 		problems = append(problems, err.Error())
 	}

@@ -92,6 +92,17 @@ func TestParseExport(t *testing.T) {
 			wantErr:     []string{`"` + secretKey + `"`, `"example/epp-tls"`, "not a Secret name"},
 		},
 		{
+			name:         "an endpoint-picker-metrics-token-secret naming a Secret keeps the export valid",
+			annotations:  map[string]string{exportKey: "ClusterSet", v1alpha1.EndpointPickerMetricsTokenSecretAnnotation: "epp-metrics-token"},
+			wantMode:     inference.RoutingModeEndpoint,
+			wantExported: true,
+		},
+		{
+			name:        "an endpoint-picker-metrics-token-secret that is not a Secret name makes the export invalid",
+			annotations: map[string]string{exportKey: "ClusterSet", v1alpha1.EndpointPickerMetricsTokenSecretAnnotation: "Token!"},
+			wantErr:     []string{`"` + v1alpha1.EndpointPickerMetricsTokenSecretAnnotation + `"`, `"Token!"`, "not a Secret name"},
+		},
+		{
 			name:        "an empty endpoint-picker-secret makes the export invalid",
 			annotations: map[string]string{exportKey: "ClusterSet", secretKey: ""},
 			wantErr:     []string{`"` + secretKey + `"`, `""`},

@@ -79,6 +79,10 @@ func endpointPickerImport(m *Member, pool *poolv1.InferencePool, counter endpoin
 	}
 	if ports.Metrics != 0 {
 		epp.Metrics = &inference.MetricsEndpoint{Port: ports.Metrics, SecretRef: epp.SecretRef, Transport: portTransport(modes.Metrics, policy(ports.Metrics), false)}
+		// Accepted by ParseExport too; the token changes no transport.
+		if token, _ := eppaddr.EndpointPickerMetricsTokenSecret(pool.Annotations); token != "" {
+			epp.Metrics.TokenSecretRef = &corev1.SecretReference{Namespace: pool.Namespace, Name: token}
+		}
 	}
 
 	if ports.ExtProc == 0 {

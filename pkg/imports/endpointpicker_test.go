@@ -63,7 +63,13 @@ func TestEndpointPickerSecretRef(t *testing.T) {
 	secret := func(name string) poolOption {
 		return func(p *poolv1.InferencePool) { p.Annotations[v1alpha1.EndpointPickerSecretAnnotation] = name }
 	}
+	token := func(name string) poolOption {
+		return func(p *poolv1.InferencePool) {
+			p.Annotations[v1alpha1.EndpointPickerMetricsTokenSecretAnnotation] = name
+		}
+	}
 	ref := &corev1.SecretReference{Namespace: testNamespace, Name: "epp-client-tls"}
+	tokenRef := &corev1.SecretReference{Namespace: testNamespace, Name: "epp-metrics-token"}
 	tests := []struct {
 		name    string
 		objs    []runtime.Object
@@ -83,6 +89,19 @@ func TestEndpointPickerSecretRef(t *testing.T) {
 			want:    ref,
 			health:  &inference.HealthEndpoint{Port: 9003, SecretRef: ref},
 			metrics: &inference.MetricsEndpoint{Port: 9090, SecretRef: ref},
+		},
+		{
+			name:    "the metrics token Secret goes to the metrics port alone, and makes nothing TLS",
+			objs:    readyEPP(testNamespace, testPool, token("epp-metrics-token")),
+			health:  &inference.HealthEndpoint{Port: 9003},
+			metrics: &inference.MetricsEndpoint{Port: 9090, TokenSecretRef: tokenRef},
+		},
+		{
+			name:    "both Secrets: TLS credentials everywhere, the token for metrics",
+			objs:    readyEPP(testNamespace, testPool, secret("epp-client-tls"), token("epp-metrics-token")),
+			want:    ref,
+			health:  &inference.HealthEndpoint{Port: 9003, SecretRef: ref},
+			metrics: &inference.MetricsEndpoint{Port: 9090, SecretRef: ref, TokenSecretRef: tokenRef},
 		},
 		{
 			name: "a Service without health and metrics ports carries the Secret on the endpointPicker alone",

@@ -126,9 +126,10 @@ type HealthEndpoint struct {
 
 // MetricsEndpoint is the EPP's Prometheus metrics port.
 type MetricsEndpoint struct {
-	Port      int32
-	SecretRef *corev1.SecretReference
-	Transport *EndpointTransport
+	Port           int32
+	SecretRef      *corev1.SecretReference
+	TokenSecretRef *corev1.SecretReference
+	Transport      *EndpointTransport
 }
 
 // ImportController is the upstream Gateway API Inference Extension shape of

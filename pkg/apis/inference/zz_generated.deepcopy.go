@@ -660,6 +660,11 @@ func (in *MetricsEndpoint) DeepCopyInto(out *MetricsEndpoint) {
 		*out = new(v1.SecretReference)
 		**out = **in
 	}
+	if in.TokenSecretRef != nil {
+		in, out := &in.TokenSecretRef, &out.TokenSecretRef
+		*out = new(v1.SecretReference)
+		**out = **in
+	}
 	if in.Transport != nil {
 		in, out := &in.Transport, &out.Transport
 		*out = new(EndpointTransport)

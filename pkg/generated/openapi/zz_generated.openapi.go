@@ -1532,6 +1532,12 @@ func schema_pkg_apis_inference_v1alpha1_MetricsEndpoint(ref common.ReferenceCall
 							Ref:         ref(v1.SecretReference{}.OpenAPIModelName()),
 						},
 					},
+					"tokenSecretRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "TokenSecretRef optionally references a Secret whose \"token\" key is the bearer token sent with scrapes of this port (upstream EPPs serve /metrics to authorized tokens only). It changes no port's transport.",
+							Ref:         ref(v1.SecretReference{}.OpenAPIModelName()),
+						},
+					},
 					"transport": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Transport says how the metrics port is reached (see endpointPicker.transport).",

@@ -34,6 +34,15 @@ const (
 	// value that does not parse makes the export invalid. Imports carry it
 	// as endpointPicker.transport (and health.transport, metrics.transport).
 	EndpointPickerTransportAnnotation = "mci.x-k8s.io/endpoint-picker-transport"
+	// EndpointPickerMetricsTokenSecretAnnotation on an InferencePool names a
+	// Secret whose "token" key is the bearer token sidecars send to its
+	// EPP's /metrics (which upstream EPPs serve to authorized tokens
+	// only). Unlike EndpointPickerSecretAnnotation it changes no port's
+	// transport. The Secret lives, labelled as credentials, in the pool's
+	// namespace of each cluster that scrapes the EPP; an import carries it
+	// as metrics.tokenSecretRef. A value that is not a Secret name makes
+	// the export invalid.
+	EndpointPickerMetricsTokenSecretAnnotation = "mci.x-k8s.io/endpoint-picker-metrics-token-secret"
 	// ClusterPolicyAnnotation chooses how importing sidecars pick a cluster
 	// for the pool's requests (a named cluster policy or an inline
 	// configuration of the scoring pipeline). On an HTTPRoute it applies
@@ -354,6 +363,12 @@ type MetricsEndpoint struct {
 	// SecretRef optionally references scrape credentials.
 	// +optional
 	SecretRef *corev1.SecretReference `json:"secretRef,omitempty"`
+	// TokenSecretRef optionally references a Secret whose "token" key is
+	// the bearer token sent with scrapes of this port (upstream EPPs
+	// serve /metrics to authorized tokens only). It changes no port's
+	// transport.
+	// +optional
+	TokenSecretRef *corev1.SecretReference `json:"tokenSecretRef,omitempty"`
 	// Transport says how the metrics port is reached (see
 	// endpointPicker.transport).
 	// +optional

@@ -248,12 +248,16 @@ func (s *PoolScraper) read(ctx context.Context, url string) *scrapeResult {
 	fail := func(state MetricsState, token string, err error) *scrapeResult {
 		return &scrapeResult{state: state, err: err, token: token}
 	}
+	// Credentials that cannot be used (a TLS Secret, a token Secret) fail
+	// the metrics port alone, counted with the connection failures.
 	client, err := s.clients.Get(url)
 	if err != nil {
+		s.creds.Failed(url, err)
 		return fail(MetricsUnreachable, "", err)
 	}
 	token, tokenSource, err := s.bearerToken(url)
 	if err != nil {
+		s.creds.Failed(url, err)
 		return fail(MetricsUnreachable, tokenSource, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

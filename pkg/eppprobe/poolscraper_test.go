@@ -418,3 +418,77 @@ func TestParsePoolOfMCIEPP(t *testing.T) {
 		})
 	}
 }
+
+// The metrics token Secret sends its token to a plaintext /metrics (an
+// upstream EPP at its default flags) and changes no transport; one that
+// cannot be used fails the metrics port alone, counted with the connection
+// failures, and is never replaced by another token.
+func TestPoolScraperSendsTheMetricsTokenSecret(t *testing.T) {
+	tokenRef := types.NamespacedName{Namespace: ns, Name: "epp-metrics-token"}
+	tests := []struct {
+		name      string
+		secret    map[string][]byte // nil: no Secret
+		wantState MetricsState
+		wantAuth  string
+	}{
+		{name: "the Secret's token is sent", secret: map[string][]byte{epptransport.SecretTokenKey: []byte("the-token\n")}, wantState: MetricsFresh, wantAuth: "Bearer the-token"},
+		{name: "a missing Secret fails the scrape, nothing is sent", wantState: MetricsUnreachable},
+		{name: "a Secret without a token fails the scrape", secret: map[string][]byte{"ca.crt": []byte("unused")}, wantState: MetricsUnreachable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMetricsServer(t, gauges("llm", 2), "the-token")
+			url := m.URL + "/metrics"
+			kube := kubefake.NewSimpleClientset()
+			if tc.secret != nil {
+				kube = kubefake.NewSimpleClientset(epptransporttest.Secret(ns, tokenRef.Name, tc.secret))
+			}
+			creds := epptransporttest.Run(t, kube, ns)
+			reg := prometheus.NewRegistry()
+			creds.RegisterMetrics(reg)
+			creds.SetTargets([]epptransport.Target{{Addr: url, Cluster: "cluster-a", Port: eppaddr.PortMetrics, Token: tokenRef}})
+			tokenFile := filepath.Join(t.TempDir(), "token")
+			writeToken(t, tokenFile, "file-token")
+			s, err := NewPoolScraper(PoolScraperOptions{Interval: 20 * time.Millisecond, Timeout: time.Second, Staleness: time.Minute, TokenFile: tokenFile, Credentials: creds})
+			require.NoError(t, err)
+			s.SetTargets([]string{url})
+			runScraper(t, s, nil)
+			require.EventuallyWithT(t, func(ct *assert.CollectT) {
+				state, why, _ := s.State(url, "llm", time.Now())
+				assert.Equal(ct, tc.wantState, state, "%v", why)
+			}, 5*time.Second, 10*time.Millisecond)
+			failures := connectionFailures(t, reg, "cluster-a", eppaddr.PortMetrics)
+			if tc.wantState == MetricsFresh {
+				assert.Equal(t, tc.wantAuth, m.lastAuthorization())
+				assert.Zero(t, failures)
+				return
+			}
+			assert.Zero(t, m.requests(), "the EPP is never scraped without the token its pool names")
+			assert.Positive(t, failures, "counted with the connection failures")
+		})
+	}
+}
+
+// connectionFailures reads mci_sidecar_epp_connection_failures_total of a
+// cluster's port from reg.
+func connectionFailures(t *testing.T, reg *prometheus.Registry, cluster, port string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "mci_sidecar_epp_connection_failures_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["cluster"] == cluster && labels["port"] == port {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}

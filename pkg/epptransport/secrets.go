@@ -220,15 +220,18 @@ func secretTLSConfig(s *corev1.Secret) (*tls.Config, error) {
 	return config, nil
 }
 
-// SecretTokenKey (optional) of an EPP credentials Secret is a bearer token
-// the sidecar sends with its scrapes of the EPP's /metrics, for EPPs that
-// require one (upstream EPPs do by default). It takes precedence over the
-// sidecar's own token file.
+// SecretTokenKey of a metrics token Secret (Target.Token), or optionally of
+// an EPP credentials Secret, is a bearer token the sidecar sends with its
+// scrapes of the EPP's /metrics, for EPPs that require one (upstream EPPs
+// do by default). It takes precedence over the sidecar's own token file.
 const SecretTokenKey = "token"
 
-// MetricsToken returns the token of the credentials Secret of a metrics
-// URL, and the Secret's name; "" when the URL has no Secret or the Secret no
-// token. A missing Secret is not this function's to report: forTarget
+// MetricsToken returns the bearer token for a metrics URL and the Secret it
+// comes from: the URL's token Secret, else its credentials Secret; "" when
+// it has neither, or the credentials Secret no token. A token Secret that
+// is missing, outside the sidecar's namespaces or without a token is an
+// error (the scrape fails, never sent without the token it names); a
+// missing credentials Secret is not this function's to report: ForTarget
 // fails the scrape first.
 func (c *Credentials) MetricsToken(target string) (token, secret string, err error) {
 	if c == nil {
@@ -237,6 +240,9 @@ func (c *Credentials) MetricsToken(target string) (token, secret string, err err
 	c.mu.RLock()
 	tg, ok := c.targets[target]
 	c.mu.RUnlock()
+	if ok && tg.token.Name != "" {
+		return c.tokenSecret(tg.token)
+	}
 	// The pool's Secret, whether the port is reached over TLS or not.
 	ref := tg.transport.Secret
 	if !ok || ref.Name == "" {
@@ -254,4 +260,24 @@ func (c *Credentials) MetricsToken(target string) (token, secret string, err err
 		return "", ref.String(), nil
 	}
 	return strings.TrimSpace(string(s.Data[SecretTokenKey])), ref.String(), nil
+}
+
+// tokenSecret reads the token of a metrics token Secret.
+func (c *Credentials) tokenSecret(ref types.NamespacedName) (token, secret string, err error) {
+	if !c.isSynced() {
+		return "", ref.String(), fmt.Errorf("the sidecar has not listed the Secrets of EPP credentials yet (metrics token Secret %s)", ref)
+	}
+	lister := c.listers[ref.Namespace]
+	if lister == nil {
+		return "", ref.String(), fmt.Errorf("metrics token Secret %s: namespace %s is not one of the sidecar's --endpoint-picker-secret-namespaces, so the sidecar reads no Secret there", ref, ref.Namespace)
+	}
+	s, err := lister.Get(ref.Name)
+	if err != nil {
+		return "", ref.String(), fmt.Errorf("metrics token Secret %s labelled %s=true does not exist", ref, CredentialsLabel)
+	}
+	token = strings.TrimSpace(string(s.Data[SecretTokenKey]))
+	if token == "" {
+		return "", ref.String(), fmt.Errorf("metrics token Secret %s has no %s", ref, SecretTokenKey)
+	}
+	return token, ref.String(), nil
 }

@@ -19,6 +19,10 @@ type Target struct {
 	// PortHealth or PortMetrics), for logs and metrics.
 	Cluster, Port string
 	Transport     eppaddr.PortTransport
+	// Token, for a metrics URL, is the Secret whose token its scrapes
+	// send (TokenSecretKey); none: the token of the Secret of Transport,
+	// else the scraper's own.
+	Token types.NamespacedName
 }
 
 // SetTargets makes the addresses of the routing table's clusters reached
@@ -38,7 +42,7 @@ func (c *Credentials) SetTargets(list []Target) {
 		if addr == "" {
 			continue
 		}
-		next := target{cluster: tg.Cluster, port: tg.Port, transport: pt, key: pt.Key()}
+		next := target{cluster: tg.Cluster, port: tg.Port, transport: pt, key: pt.Key(), token: tg.Token}
 		prev, seen := targets[addr]
 		if seen && prev.transport.Key() != pt.Key() {
 			conflicts[addr] = append(conflicts[addr], describe(prev.transport), describe(pt))
@@ -86,6 +90,8 @@ type target struct {
 	transport     eppaddr.PortTransport
 	// key is transport.Key(), computed once rather than per request.
 	key string
+	// token is the Secret of the bearer token of a metrics URL.
+	token types.NamespacedName
 }
 
 // describe names a transport for the logs.

@@ -156,6 +156,15 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 			return nil, err
 		}
 		c.Metrics = metricsURL(addrs[0], mp, c.MetricsTransport.TLS)
+		// A token that cannot be used fails the metrics port alone.
+		token, err := eppaddr.EndpointPickerMetricsTokenSecret(p.Annotations)
+		switch {
+		case err != nil:
+			b.report(InferencePoolKind, p.Namespace, p.Name, ReasonInvalidAnnotation, "%v; its EPP's metrics are not scraped", err)
+			c.Metrics = ""
+		case token != "":
+			c.MetricsToken = types.NamespacedName{Namespace: p.Namespace, Name: token}
+		}
 	}
 	return c, nil
 }

@@ -82,6 +82,12 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 			}
 			if m := epp.Metrics; m != nil && m.Port > 0 {
 				c.Metrics = metricsURL(host, m.Port, c.MetricsTransport.TLS)
+				// A token that cannot be used fails the metrics port
+				// alone: the cluster is routed to, unmeasured.
+				if c.MetricsToken, err = secretIn(imp.Namespace, m.TokenSecretRef); err != nil {
+					report(ReasonInvalidImportedCluster, "cluster %q: metrics.tokenSecretRef: %v; its EPP's metrics are not scraped", ic.Name, err)
+					c.Metrics = ""
+				}
 			}
 		case v1alpha1.RoutingModeParent:
 			c.Parent = parentAddress(ic.Parents)
@@ -140,19 +146,28 @@ func importSecrets(namespace string, epp *corev1.SecretReference, health *v1alph
 	}
 	var out [3]types.NamespacedName
 	for i, r := range refs {
-		if r == nil {
-			continue
+		var err error
+		if out[i], err = secretIn(namespace, r); err != nil {
+			return out, err
 		}
-		ns := cmp.Or(r.Namespace, namespace)
-		if ns != namespace {
-			return out, fmt.Errorf("secretRef %s/%s is in another namespace than the import's; only Secrets of namespace %s can be used", ns, r.Name, namespace)
-		}
-		if r.Name == "" {
-			return out, errors.New("a secretRef has no name")
-		}
-		out[i] = types.NamespacedName{Namespace: ns, Name: r.Name}
 	}
 	return out, nil
+}
+
+// secretIn is the Secret r names, which must be of the import's namespace
+// (namespace sameness); none for nil.
+func secretIn(namespace string, r *corev1.SecretReference) (types.NamespacedName, error) {
+	if r == nil {
+		return types.NamespacedName{}, nil
+	}
+	ns := cmp.Or(r.Namespace, namespace)
+	if ns != namespace {
+		return types.NamespacedName{}, fmt.Errorf("secretRef %s/%s is in another namespace than the import's; only Secrets of namespace %s can be used", ns, r.Name, namespace)
+	}
+	if r.Name == "" {
+		return types.NamespacedName{}, errors.New("a secretRef has no name")
+	}
+	return types.NamespacedName{Namespace: ns, Name: r.Name}, nil
 }
 
 // parentAddress is where a ParentMode request goes: the first parent

@@ -72,3 +72,54 @@ func TestBuildNamesTheSecretsOfEachAddress(t *testing.T) {
 		assert.Empty(t, only(t, tbl).Clusters)
 	})
 }
+
+// A metrics token Secret configures the token of the metrics port and
+// nothing else; one that cannot be used fails that port alone.
+func TestBuildNamesTheMetricsTokenSecret(t *testing.T) {
+	token := types.NamespacedName{Namespace: ns, Name: "epp-metrics-token"}
+	routes := []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("llm", nil)))}
+	withToken := func(ref *corev1.SecretReference) *v1alphaImport {
+		imp := importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"})
+		imp.Status.Clusters[0].EndpointPicker.Metrics.TokenSecretRef = ref
+		return imp
+	}
+
+	t.Run("an import's tokenSecretRef names the metrics token; every port stays plaintext", func(t *testing.T) {
+		tbl, errs := Build(Inputs{Routes: routes, Imports: []*v1alphaImport{withToken(&corev1.SecretReference{Name: token.Name})}})
+		require.Empty(t, errs)
+		c := only(t, tbl).Clusters[0]
+		assert.Equal(t, token, c.MetricsToken)
+		assert.Equal(t, "http://127.0.2.1:9090/metrics", c.Metrics)
+		assert.Equal(t, [3]eppaddr.PortTransport{}, [3]eppaddr.PortTransport{c.EPPTransport, c.HealthTransport, c.MetricsTransport})
+	})
+
+	t.Run("a tokenSecretRef to another namespace fails the metrics port alone", func(t *testing.T) {
+		tbl, errs := Build(Inputs{Routes: routes, Imports: []*v1alphaImport{withToken(&corev1.SecretReference{Namespace: "kube-system", Name: token.Name})}})
+		assert.Equal(t, []string{ReasonInvalidImportedCluster}, reasons(errs))
+		assert.Contains(t, errs[0].Error(), "kube-system/epp-metrics-token")
+		c := only(t, tbl).Clusters[0]
+		assert.Equal(t, "127.0.2.1:9002", c.EPP, "still routed to")
+		assert.Empty(t, c.Metrics, "unmeasured rather than scraped with another token")
+	})
+
+	localRoutes := []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, poolRef("llm", nil)))}
+	annotated := func(value string) *poolv1.InferencePool {
+		return annotate(pool("llm", ""), v1alpha1.EndpointPickerMetricsTokenSecretAnnotation, value)
+	}
+	t.Run("a local pool's annotation names the metrics token", func(t *testing.T) {
+		tbl, errs := Build(Inputs{Routes: localRoutes, Pools: []*poolv1.InferencePool{annotated(token.Name)}, Services: []*corev1.Service{eppService("llm", "127.0.1.1")}})
+		require.Empty(t, errs)
+		c := only(t, tbl).Clusters[0]
+		assert.Equal(t, token, c.MetricsToken)
+		assert.Equal(t, "http://127.0.1.1:9090/metrics", c.Metrics)
+		assert.False(t, c.EPPTransport.TLS || c.MetricsTransport.TLS)
+	})
+
+	t.Run("a local pool whose annotation is not a Secret name is routed to, unmeasured", func(t *testing.T) {
+		tbl, errs := Build(Inputs{Routes: localRoutes, Pools: []*poolv1.InferencePool{annotated("no/such name")}, Services: []*corev1.Service{eppService("llm", "127.0.1.1")}})
+		assert.Equal(t, []string{ReasonInvalidAnnotation}, reasons(errs))
+		c := only(t, tbl).Clusters[0]
+		assert.Equal(t, "127.0.1.1:9002", c.EPP)
+		assert.Empty(t, c.Metrics)
+	})
+}

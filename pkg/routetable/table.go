@@ -127,6 +127,11 @@ type Cluster struct {
 	// pool's endpoint-picker-secret annotation) name, or as a
 	// BackendTLSPolicy says, or not verified.
 	EPPTransport, HealthTransport, MetricsTransport eppaddr.PortTransport
+	// MetricsToken is the Secret of the local cluster whose token is sent
+	// with scrapes of Metrics (an import's metrics.tokenSecretRef, a local
+	// pool's endpoint-picker-metrics-token-secret annotation); it changes
+	// no transport.
+	MetricsToken types.NamespacedName
 	// Parent is the address ("host:port") of the parent gateway (ParentMode).
 	Parent string
 	// Weight is the cluster's weight for the Weighted and HealthBased
@@ -329,17 +334,18 @@ func (t *Table) Match(a *RequestAttrs) (*Rule, string) {
 func (t *Table) Rules() []*Rule { return t.rules }
 
 // Clusters returns every distinct cluster of the table (by EPP, health,
-// metrics and parent address, and credentials), for the health prober, the
+// metrics and parent address, and credentials and token), for the health prober, the
 // metrics scraper and the credentials of their addresses.
 func (t *Table) Clusters() []*Cluster {
 	type key struct {
 		name, pool, epp, health, metrics, parent string
 		transports                               [3]string
+		metricsToken                             types.NamespacedName
 	}
 	seen := map[key]bool{}
 	var out []*Cluster
 	add := func(c *Cluster) {
-		k := key{c.Name, c.Pool, c.EPP, c.Health, c.Metrics, c.Parent, [3]string{c.EPPTransport.Key(), c.HealthTransport.Key(), c.MetricsTransport.Key()}}
+		k := key{c.Name, c.Pool, c.EPP, c.Health, c.Metrics, c.Parent, [3]string{c.EPPTransport.Key(), c.HealthTransport.Key(), c.MetricsTransport.Key()}, c.MetricsToken}
 		if seen[k] {
 			return
 		}

@@ -225,6 +225,8 @@ func keepUnknown(dst, src proto.Message) {
 func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.ProcessingRequest, keep bool) ([]*extprocv3.ProcessingResponse, *eppStream, error) {
 	conn, err := r.conn(addr)
 	if err != nil {
+		// Credentials that cannot be used fail the port, counted.
+		r.creds.Failed(addr, err)
 		return nil, nil, err
 	}
 	resps, kept, err := r.relayOn(ctx, conn, msgs, keep)

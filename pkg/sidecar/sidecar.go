@@ -222,7 +222,7 @@ func credentialTargets(t *routetable.Table) []epptransport.Target {
 		out = append(out,
 			epptransport.Target{Addr: cl.EPP, Cluster: cl.Name, Port: eppaddr.PortExtProc, Transport: cl.EPPTransport},
 			epptransport.Target{Addr: cl.Health, Cluster: cl.Name, Port: eppaddr.PortHealth, Transport: cl.HealthTransport},
-			epptransport.Target{Addr: cl.Metrics, Cluster: cl.Name, Port: eppaddr.PortMetrics, Transport: cl.MetricsTransport})
+			epptransport.Target{Addr: cl.Metrics, Cluster: cl.Name, Port: eppaddr.PortMetrics, Transport: cl.MetricsTransport, Token: cl.MetricsToken})
 	}
 	return out
 }

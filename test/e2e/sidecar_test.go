@@ -74,6 +74,8 @@ type sidecarOptions struct {
 	eppArgs map[string][]string
 	// metricsTokenFile is the sidecar's token file for EPP metrics.
 	metricsTokenFile string
+	// secretNamespaces are where the sidecar reads EPP credentials.
+	secretNamespaces []string
 	// logger, when set, is the sidecar's logger.
 	logger *klog.Logger
 }
@@ -171,6 +173,7 @@ func newSidecarSetupWith(t *testing.T, ns string, o sidecarOptions) *sidecarSetu
 		HealthInterval:   o.probeInterval,
 		ScrapeInterval:   o.probeInterval,
 		MetricsTokenFile: o.metricsTokenFile,
+		SecretNamespaces: o.secretNamespaces,
 	}
 	if o.shim {
 		cfg.Watch.EndpointPickerServices = []types.NamespacedName{{Namespace: ns, Name: shimServiceName}}

@@ -1,6 +1,7 @@
 package epp
 
 import (
+	"net/http"
 	"strconv"
 	"time"
 
@@ -25,6 +26,7 @@ type Metrics struct {
 	unknownObjectives prometheus.Counter
 	inFlight          prometheus.Gauge
 	servedBy          *prometheus.CounterVec
+	prefixMatch       prometheus.Histogram
 }
 
 // Results of a served report, the result label of
@@ -71,6 +73,11 @@ func NewMetrics(reg prometheus.Registerer, pool *Pool, staleness time.Duration, 
 			Name: "mci_epp_served_reports_total",
 			Help: "Response phases of routed requests by what the gateway reported as the endpoint that served them (x-gateway-destination-endpoint-served): picked (the first endpoint picked), fallback (a fallback picked), other (an endpoint not picked), unreported.",
 		}, []string{"result"}),
+		prefixMatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "mci_epp_prefix_match_ratio",
+			Help:    "For each routed request with a prompt, the share of its prompt blocks that the prefix index took the picked endpoint to hold in its prefix cache (0: placed by load alone).",
+			Buckets: []float64{0, 0.25, 0.5, 0.75, 0.9, 1},
+		}),
 	}
 	if len(schemes) == 0 {
 		schemes = []metrics.PoolScheme{metrics.GIEScheme}
@@ -79,7 +86,7 @@ func NewMetrics(reg prometheus.Registerer, pool *Pool, staleness time.Duration, 
 	for _, s := range schemes {
 		pc.schemes = append(pc.schemes, newPoolDescs(s))
 	}
-	reg.MustRegister(m.requests, m.decisions, m.streams, m.unknownObjectives, m.inFlight, m.servedBy, pc)
+	reg.MustRegister(m.requests, m.decisions, m.streams, m.unknownObjectives, m.inFlight, m.servedBy, m.prefixMatch, pc)
 	return m
 }
 
@@ -98,6 +105,9 @@ func (m *Metrics) observe(d *Decision, code int, took time.Duration) {
 	}
 	m.requests.WithLabelValues(model, target, strconv.Itoa(code)).Inc()
 	m.decisions.Observe(took.Seconds())
+	if d != nil && code == http.StatusOK && d.PromptBlocks > 0 {
+		m.prefixMatch.Observe(float64(d.PrefixMatched) / float64(d.PromptBlocks))
+	}
 }
 
 // poolDescs are the descriptors of the pool gauges under one naming scheme.

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
@@ -80,6 +81,10 @@ type Decision struct {
 	FairnessID string
 	// Endpoints are the picked endpoints' addresses, the primary first.
 	Endpoints []string
+	// PromptBlocks is how many prompt blocks the request has, and
+	// PrefixMatched how many leading ones the primary endpoint was taken
+	// to hold (the prefix index's guess), for the decision's log.
+	PromptBlocks, PrefixMatched int
 	// Body is the rewritten body, nil when the body goes on unchanged.
 	Body []byte
 }
@@ -102,7 +107,16 @@ type Picker struct {
 	mu    sync.Mutex
 	sched *scheduling.Scheduler
 	rand  *rand.Rand
+
+	// prefixes guesses which endpoints hold which prompt prefixes in
+	// their prefix cache: where earlier prompts were sent.
+	prefixes *clusterscore.PrefixIndex
 }
+
+// PrefixIndexBlocks is how many prompt blocks (of clusterscore.BlockBytes)
+// the picker's prefix index remembers: 16 MiB of prompt text, in a table
+// of fixed size allocated at start.
+const PrefixIndexBlocks = 1 << 18
 
 // NewPicker returns a picker over pool and models. src drives the weighted
 // target choice and the scheduler's tie breaks; nil means a randomly seeded
@@ -124,6 +138,8 @@ func NewPicker(cfg PickerConfig, pool *Pool, models *requestmodel.Models, src ra
 		base:   sets.New(cfg.BaseModels...),
 		sched:  scheduling.New(cfg.Scheduling, src),
 		rand:   rand.New(src),
+
+		prefixes: clusterscore.NewPrefixIndex(PrefixIndexBlocks),
 	}, nil
 }
 
@@ -158,13 +174,19 @@ func (p *Picker) Pick(body []byte, h requestmodel.RequestHeaders, subset []strin
 		cands[j] = p.pool.metricsOf(snap, i)
 	}
 
-	picked, err := p.schedule(d, ids, cands, snap.bases.Has(d.TargetModel), now)
+	blocks, match := p.prefixMatch(body, d.TargetModel, snap, ids)
+	d.PromptBlocks = len(blocks)
+	picked, err := p.schedule(d, ids, cands, match, snap.bases.Has(d.TargetModel), now)
 	if err != nil {
 		return d, err
 	}
 	d.Endpoints = make([]string, len(picked))
 	for j, i := range picked {
 		d.Endpoints[j] = snap.endpoints[i].Address
+	}
+	if len(blocks) > 0 {
+		// The primary will hold the prompt's blocks once it has served it.
+		p.prefixes.Record(blocks, clusterscore.ClusterID(d.Endpoints[0]))
 	}
 	if d.TargetModel != d.Model {
 		d.Body = b.WithModel(d.TargetModel)
@@ -208,13 +230,31 @@ func candidates(snap *snapshot, model string, subset []string, hasSubset bool) (
 	return ids, nil
 }
 
-// schedule picks the endpoints under the lock. ids and cands are parallel
-// and consumed: each pick is swapped out of them before the next (a
-// fallback) is scheduled among the rest.
-func (p *Picker) schedule(d *Decision, ids []int, cands []*scheduling.Metrics, baseModel bool, now time.Time) ([]int, error) {
+// prefixMatch reads the prompt blocks of body, scoped by the model it is
+// sent for (each model and adapter has its own prefix cache), and how many
+// leading ones each candidate endpoint (ids) is taken to hold; nil, nil for
+// a body without a prompt.
+func (p *Picker) prefixMatch(body []byte, model string, snap *snapshot, ids []int) ([]uint64, []int) {
+	blocks, err := clusterscore.PromptBlocks(nil, model, body)
+	if err != nil || len(blocks) == 0 {
+		return nil, nil
+	}
+	endpoints := make([]uint32, len(ids))
+	for j, i := range ids {
+		endpoints[j] = clusterscore.ClusterID(snap.endpoints[i].Address)
+	}
+	match := make([]int, len(ids))
+	p.prefixes.Match(blocks, endpoints, match)
+	return blocks, match
+}
+
+// schedule picks the endpoints under the lock. ids, cands and match (nil:
+// no prefix known) are parallel and consumed: each pick is swapped out of
+// them before the next (a fallback) is scheduled among the rest.
+func (p *Picker) schedule(d *Decision, ids []int, cands []*scheduling.Metrics, match []int, baseModel bool, now time.Time) ([]int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	req := scheduling.Request{Criticality: d.Criticality, Adapter: d.TargetModel}
+	req := scheduling.Request{Criticality: d.Criticality, Adapter: d.TargetModel, PrefixMatch: match}
 	if baseModel || p.base.Has(d.TargetModel) {
 		req.Adapter = ""
 	}
@@ -235,10 +275,17 @@ func (p *Picker) schedule(d *Decision, ids []int, cands []*scheduling.Metrics, b
 				return nil, &Error{Code: http.StatusInternalServerError, Err: err}
 			}
 		}
+		if len(picked) == 0 && req.PrefixMatch != nil {
+			d.PrefixMatched = req.PrefixMatch[j]
+		}
 		picked = append(picked, ids[j])
 		last := len(cands) - 1
 		ids[j], cands[j] = ids[last], cands[last]
 		ids, cands = ids[:last], cands[:last]
+		if req.PrefixMatch != nil {
+			req.PrefixMatch[j] = req.PrefixMatch[last]
+			req.PrefixMatch = req.PrefixMatch[:last]
+		}
 	}
 	return picked, nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -353,7 +355,7 @@ func BenchmarkPick(b *testing.B) {
 			for i := range servers {
 				ids[i], cands[i] = i, p.pool.metricsOf(snap, i)
 			}
-			if _, err := p.schedule(&Decision{Model: "chat", TargetModel: "lora-x", Criticality: scheduling.Critical}, ids, cands, false, now); err != nil {
+			if _, err := p.schedule(&Decision{Model: "chat", TargetModel: "lora-x", Criticality: scheduling.Critical}, ids, cands, nil, false, now); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -407,4 +409,60 @@ func TestPickerSendsARequestOnlyToServersOfItsModel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPickerPlacesByPrefix: the approximate prefix index sends the turns of
+// a conversation (prompts that extend one another) to the server that
+// served the earlier ones, while idle servers share the conversations.
+func TestPickerPlacesByPrefix(t *testing.T) {
+	system := strings.Repeat("You are a careful assistant for the billing team. ", 40)
+	turn := func(conversation, n int) []byte {
+		msgs := fmt.Sprintf(`{"role":"system","content":%q}`, strconv.Itoa(conversation)+system)
+		for i := range n {
+			msgs += fmt.Sprintf(`,{"role":"user","content":"question %d of conversation %d, with enough words to fill a block or two of text"}`, i, conversation)
+		}
+		return []byte(`{"model":"base","messages":[` + msgs + `]}`)
+	}
+	p := newTestPicker(t, PickerConfig{BaseModels: []string{"base"}}, idle)
+	homes := map[int]string{}
+	for conversation := range 12 {
+		d, err := p.Pick(turn(conversation, 1), requestmodel.RequestHeaders{}, nil, false, now)
+		require.NoError(t, err)
+		homes[conversation] = d.Endpoints[0]
+		assert.Zero(t, d.PrefixMatched, "a new conversation matches nothing")
+		assert.Positive(t, d.PromptBlocks)
+	}
+	used := map[string]bool{}
+	for _, h := range homes {
+		used[h] = true
+	}
+	assert.Len(t, used, len(idle), "new conversations spread over the idle servers: %v", homes)
+
+	for n := 2; n <= 4; n++ {
+		for conversation := range 12 {
+			d, err := p.Pick(turn(conversation, n), requestmodel.RequestHeaders{}, nil, false, now)
+			require.NoError(t, err)
+			assert.Equal(t, homes[conversation], d.Endpoints[0], "turn %d of conversation %d goes where its prefix is", n, conversation)
+			assert.Greater(t, d.PrefixMatched, len(system)/128, "most of the prompt was matched")
+		}
+	}
+
+	t.Run("a server beyond the queue margin loses the affinity", func(t *testing.T) {
+		busy := slices.Clone(idle)
+		p := newTestPicker(t, PickerConfig{BaseModels: []string{"base"}}, busy)
+		d, err := p.Pick(turn(99, 1), requestmodel.RequestHeaders{}, nil, false, now)
+		require.NoError(t, err)
+		home := d.Endpoints[0]
+		for i := range busy {
+			if busy[i].addr == home {
+				busy[i].queue = 1 + scheduling.DefaultPrefixQueueMargin + 1
+			}
+		}
+		// The same index, the new loads.
+		loaded := newTestPicker(t, PickerConfig{BaseModels: []string{"base"}}, busy)
+		loaded.prefixes = p.prefixes
+		d, err = loaded.Pick(turn(99, 2), requestmodel.RequestHeaders{}, nil, false, now)
+		require.NoError(t, err)
+		assert.NotEqual(t, home, d.Endpoints[0])
+	})
 }

@@ -103,3 +103,38 @@ func (s *Scheduler) leastKVCache(cands []*Metrics) {
 	}
 	s.keep()
 }
+
+// prefix keeps the candidates that hold the longest prefix of the request's
+// prompt (match, parallel to cands), among those it may prefer: at most
+// PrefixQueueMargin more waiting requests than the least queued current
+// candidate, and a KV cache at most SheddableKVCacheThreshold (a full cache
+// evicts what it holds). When no such candidate holds any of the prefix
+// the set is kept whole: there is nothing to be near.
+func (s *Scheduler) prefix(cands []*Metrics, match []int) {
+	if s.cfg.PrefixQueueMargin < 0 || len(match) != len(cands) || len(s.cur) < 2 {
+		return
+	}
+	least := cands[s.cur[0]].WaitingQueue
+	for _, i := range s.cur[1:] {
+		least = min(least, cands[i].WaitingQueue)
+	}
+	eligible := func(i int) bool {
+		m := cands[i]
+		return m.WaitingQueue <= least+s.cfg.PrefixQueueMargin && m.KVCacheUsage <= s.cfg.SheddableKVCacheThreshold
+	}
+	best := 0
+	for _, i := range s.cur {
+		if match[i] > best && eligible(i) {
+			best = match[i]
+		}
+	}
+	if best == 0 {
+		return
+	}
+	for _, i := range s.cur {
+		if match[i] == best && eligible(i) {
+			s.spare = append(s.spare, i)
+		}
+	}
+	s.keep()
+}

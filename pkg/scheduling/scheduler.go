@@ -43,13 +43,17 @@ func New(cfg Config, src rand.Source) *Scheduler {
 //
 // The chain depends on the criticality (Standard behaves as Critical):
 //
-//	Critical, Standard: low queue -> LoRA -> least queue -> least KV cache,
+//	Critical, Standard: low queue -> LoRA -> prefix -> least queue -> least KV cache,
 //	    or, when no candidate has a low queue,
-//	    least queue -> LoRA -> least KV cache
-//	Sheddable:          has capacity -> least queue -> LoRA -> least KV cache,
+//	    least queue -> LoRA -> prefix -> least KV cache
+//	Sheddable:          has capacity -> least queue -> LoRA -> prefix -> least KV cache,
 //	    or ErrDropped when no candidate has capacity
 //
-// and a tie left at the end is broken at random.
+// and a tie left at the end is broken at random. The prefix filter (an
+// addition to seed 001, a no-op without Request.PrefixMatch) comes after
+// the filters that guard load and adapters, so that it only ever chooses
+// among candidates they accept, and before the least-load narrowing, which
+// would otherwise leave it nothing to choose from.
 //
 // A candidate whose metrics are nil or older than Config.MetricsStaleness is
 // unknown: it is not idle, it is unmeasured, so it never wins against a
@@ -86,9 +90,11 @@ func (s *Scheduler) Schedule(req Request, cands []*Metrics, now time.Time) (int,
 		}
 		s.leastQueue(cands)
 		s.lora(cands, req.Adapter)
+		s.prefix(cands, req.PrefixMatch)
 		s.leastKVCache(cands)
 	} else if s.lowQueue(cands) {
 		s.lora(cands, req.Adapter)
+		s.prefix(cands, req.PrefixMatch)
 		s.leastQueue(cands)
 		s.leastKVCache(cands)
 	} else {
@@ -96,6 +102,7 @@ func (s *Scheduler) Schedule(req Request, cands []*Metrics, now time.Time) (int,
 		// so narrow by queue first and only then look for a cheap adapter.
 		s.leastQueue(cands)
 		s.lora(cands, req.Adapter)
+		s.prefix(cands, req.PrefixMatch)
 		s.leastKVCache(cands)
 	}
 

@@ -337,6 +337,66 @@ func TestSchedule(t *testing.T) {
 			want: []string{"B"},
 		},
 		{
+			name:  "prefix: among low queues, the pod holding the longest prefix of the prompt",
+			req:   Request{Criticality: Critical, PrefixMatch: []int{3, 40, 0}},
+			cands: []candidate{pod("A", 0, 0.2), pod("B", 2, 0.5), pod("C", 0, 0.1)},
+			want:  []string{"B"},
+		},
+		{
+			name:  "prefix: yields to a queue longer than the least by more than the margin",
+			req:   Request{Criticality: Critical, PrefixMatch: []int{3, 40, 0}},
+			cands: []candidate{pod("A", 0, 0.2), pod("B", 3, 0.5), pod("C", 0, 0.1)},
+			// B is out of reach: the longest prefix within it is A's.
+			want: []string{"A"},
+		},
+		{
+			name:  "prefix: yields to a KV cache above the sheddable threshold (it would evict)",
+			req:   Request{Criticality: Critical, PrefixMatch: []int{0, 40, 0}},
+			cands: []candidate{pod("A", 0, 0.2), pod("B", 0, 0.85), pod("C", 0, 0.1)},
+			// Nothing else holds the prefix: least queue, then least KV
+			// cache (bound 0.1 + 0.75/3): A and C.
+			want: []string{"A", "C"},
+		},
+		{
+			name:   "prefix: a larger margin keeps the affinity under more load",
+			config: func(c *Config) { c.PrefixQueueMargin = 5 },
+			req:    Request{Criticality: Critical, PrefixMatch: []int{3, 40, 0}},
+			cands:  []candidate{pod("A", 0, 0.2), pod("B", 3, 0.5), pod("C", 0, 0.1)},
+			want:   []string{"B"},
+		},
+		{
+			name:   "prefix: a negative margin turns the filter off",
+			config: func(c *Config) { c.PrefixQueueMargin = -1 },
+			req:    Request{Criticality: Critical, PrefixMatch: []int{3, 40, 0}},
+			cands:  []candidate{pod("A", 0, 0.2), pod("B", 0, 0.5), pod("C", 0, 0.1)},
+			want:   []string{"A", "C"},
+		},
+		{
+			name:  "prefix: nobody holds any of it, the seed's chain decides",
+			req:   Request{Criticality: Critical, PrefixMatch: []int{0, 0, 0}},
+			cands: []candidate{pod("A", 0, 0.2), pod("B", 0, 0.5), pod("C", 0, 0.1)},
+			want:  []string{"A", "C"},
+		},
+		{
+			name:  "prefix: LoRA affinity comes first",
+			req:   Request{Criticality: Critical, Adapter: "lora-x", PrefixMatch: []int{40, 3, 0}},
+			cands: []candidate{pod("A", 0, 0.2), pod("B", 0, 0.5).active("lora-x"), pod("C", 0, 0.1).active("lora-x")},
+			want:  []string{"B"},
+		},
+		{
+			name:  "prefix: a sheddable request, among the pods with capacity",
+			req:   Request{Criticality: Sheddable, PrefixMatch: []int{40, 10, 0}},
+			cands: []candidate{pod("A", 1, 0.9), pod("B", 1, 0.5), pod("C", 1, 0.1)},
+			// A has no capacity; B holds the longest prefix of the rest.
+			want: []string{"B"},
+		},
+		{
+			name:  "prefix: a match list of another length is ignored, never a panic",
+			req:   Request{Criticality: Critical, PrefixMatch: []int{40}},
+			cands: []candidate{pod("A", 0, 0.2), pod("B", 0, 0.5), pod("C", 0, 0.1)},
+			want:  []string{"A", "C"},
+		},
+		{
 			name: "least KV cache breaks a queue tie",
 			req:  critical,
 			cands: []candidate{

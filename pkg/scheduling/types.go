@@ -107,6 +107,11 @@ type Request struct {
 	// rewrites. Empty means the base model: no LoRA preference, and the LoRA
 	// filters are skipped.
 	Adapter string
+	// PrefixMatch, parallel to the candidates, is how many leading blocks
+	// of the request's prompt each candidate is likely to hold in its
+	// prefix cache (an approximate index of where earlier prompts went);
+	// nil when nothing is known, and then the prefix filter is skipped.
+	PrefixMatch []int
 }
 
 // Config holds the thresholds of the filter chain.
@@ -123,6 +128,12 @@ type Config struct {
 	// unknown. Zero or negative disables the check (only nil metrics are
 	// unknown then).
 	MetricsStaleness time.Duration
+	// PrefixQueueMargin is how many more waiting requests than the least
+	// queued candidate a candidate holding the request's prefix may have
+	// and still be preferred for it (its KV cache must also be at most
+	// SheddableKVCacheThreshold): prefix affinity yields to load beyond
+	// that. Negative turns the prefix filter off.
+	PrefixQueueMargin int
 }
 
 // DefaultConfig returns the thresholds of seed 001.
@@ -132,8 +143,15 @@ func DefaultConfig() Config {
 		SheddableQueueThreshold:   5,
 		SheddableKVCacheThreshold: 0.8,
 		MetricsStaleness:          5 * time.Second,
+		PrefixQueueMargin:         DefaultPrefixQueueMargin,
 	}
 }
+
+// DefaultPrefixQueueMargin is the default Config.PrefixQueueMargin: a
+// prefix served from cache spares the prefill of the whole shared prompt
+// (system prompts of hundreds to thousands of tokens), worth waiting behind
+// a couple of requests, not behind a queue.
+const DefaultPrefixQueueMargin = 2
 
 // Validate reports a configuration the chain cannot work with.
 func (c Config) Validate() error {

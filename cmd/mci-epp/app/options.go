@@ -166,6 +166,7 @@ servers that serve its target model, and gets 404 when no ready server does.`,
 	fs.IntVar(&o.Scheduling.LowQueueThreshold, "low-queue-threshold", o.Scheduling.LowQueueThreshold, "Critical and Standard requests prefer model servers with fewer waiting requests than this.")
 	fs.IntVar(&o.Scheduling.SheddableQueueThreshold, "sheddable-queue-threshold", o.Scheduling.SheddableQueueThreshold, "Sheddable requests go only to model servers with at most this many waiting requests and at most --sheddable-kv-cache-threshold KV cache utilization; with none, they get 429.")
 	fs.Float64Var(&o.Scheduling.SheddableKVCacheThreshold, "sheddable-kv-cache-threshold", o.Scheduling.SheddableKVCacheThreshold, "KV cache utilization (0 to 1) above which a model server takes no sheddable request.")
+	fs.IntVar(&o.Scheduling.PrefixQueueMargin, "prefix-queue-margin", o.Scheduling.PrefixQueueMargin, "A request goes to the model server likely to hold the longest prefix of its prompt in its prefix cache (where earlier prompts went) when that server's waiting queue is at most this many requests longer than the least one's and its KV cache utilization at most --sheddable-kv-cache-threshold; beyond that, load decides. Negative: prompts play no part in the pick.")
 	version.AddFlag(cmd)
 	return cmd
 }

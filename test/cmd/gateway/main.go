@@ -49,7 +49,6 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
-
 )
 
 func main() {

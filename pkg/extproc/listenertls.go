@@ -165,7 +165,7 @@ func (s *sniffing) Clone() credentials.TransportCredentials {
 	return &c
 }
 
-//nolint:staticcheck // part of the interface
+// OverrideServerName does nothing: a server has no server name to check.
 func (s *sniffing) OverrideServerName(string) error { return nil }
 
 // peekedConn is a connection whose first bytes were already read.

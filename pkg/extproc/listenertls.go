@@ -76,10 +76,15 @@ func ResolveListenerTransport(t ListenerTransport, tlsOpts TLSOptions, shim bool
 
 // SelfSignedConfig returns a server TLS configuration with a certificate
 // generated now (client-go's cert helpers: a self-signed CA and a serving
-// certificate it signs, valid for host and dnsNames), as upstream EPPs
-// generate one at start when none is given.
-func SelfSignedConfig(host string, dnsNames []string) (*tls.Config, error) {
-	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey(host, nil, dnsNames)
+// certificate it signs, valid for host, the IP bindAddress unless it is
+// unspecified or not an IP, and dnsNames), as upstream EPPs generate one at
+// start when none is given.
+func SelfSignedConfig(host, bindAddress string, dnsNames []string) (*tls.Config, error) {
+	var ips []net.IP
+	if ip := net.ParseIP(bindAddress); ip != nil && !ip.IsUnspecified() {
+		ips = append(ips, ip)
+	}
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey(host, ips, dnsNames)
 	if err != nil {
 		return nil, fmt.Errorf("generating a self-signed serving certificate: %w", err)
 	}

@@ -74,7 +74,7 @@ func (c *connections) list() []string {
 // certificate to gateways that do not verify it (the upstream EPP
 // default) and, when asked to, plaintext to those that speak it.
 func TestSniffingCredentials(t *testing.T) {
-	cfg, err := SelfSignedConfig("mci-sidecar", []string{"mci-sidecar.ns.svc"})
+	cfg, err := SelfSignedConfig("mci-sidecar", "127.0.0.1", []string{"mci-sidecar.ns.svc"})
 	require.NoError(t, err)
 	skipVerify := grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})) //nolint:gosec // as gateways reach EPPs
 	plaintext := grpc.WithTransportCredentials(insecure.NewCredentials())

@@ -23,7 +23,7 @@ const selfSignedHost = "mci-sidecar"
 // result} by what each connection spoke. A connection refused (plaintext
 // to a port that serves TLS only) or whose handshake failed is logged
 // once per change of its error.
-func extProcTransport(t extproc.ListenerTransport, services []types.NamespacedName, reg prometheus.Registerer, logger logr.Logger) ([]grpc.ServerOption, error) {
+func extProcTransport(t extproc.ListenerTransport, bindAddress string, services []types.NamespacedName, reg prometheus.Registerer, logger logr.Logger) ([]grpc.ServerOption, error) {
 	served := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mci_sidecar_ext_proc_transport",
 		Help: "What the ext_proc ports serve: 1 for the transport in use (plaintext, self-signed, self-signed-or-plaintext, certificate).",
@@ -38,7 +38,7 @@ func extProcTransport(t extproc.ListenerTransport, services []types.NamespacedNa
 		Help: "Connections to the ext_proc ports by what the client spoke (tls, plaintext) and result (served; failed: refused or handshake failed, see the logs), when the sidecar serves a self-signed certificate.",
 	}, []string{"transport", "result"})
 	reg.MustRegister(conns)
-	cfg, err := extproc.SelfSignedConfig(selfSignedHost, serviceNames(services))
+	cfg, err := extproc.SelfSignedConfig(selfSignedHost, bindAddress, serviceNames(services))
 	if err != nil {
 		return nil, err
 	}

@@ -132,7 +132,7 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	s.server.phases = newResponsePhaseWatch(reg, logger)
 	registerScoringMetrics(reg, s.server.policies.Memory())
 	s.watcher = NewWatcher(clients, cfg.Watch, router, s.published, metrics.watches)
-	transportOpts, err := extProcTransport(transport, cfg.Watch.EndpointPickerServices, reg, logger)
+	transportOpts, err := extProcTransport(transport, cfg.BindAddress, cfg.Watch.EndpointPickerServices, reg, logger)
 	if err != nil {
 		return nil, err
 	}

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
@@ -162,6 +164,7 @@ func (b *builder) shim(p *poolv1.InferencePool) *Backend {
 	be.FailureMode = failureMode(p)
 	if port := p.Spec.EndpointPickerRef.Port; port != nil {
 		be.ShimPort = port.Number
+		b.checkShimPort(p, port.Number)
 	}
 	b.shimClusters(be, key, lr, nil)
 	if len(be.Clusters) == 0 && b.imports[key] == nil {
@@ -171,6 +174,27 @@ func (b *builder) shim(p *poolv1.InferencePool) *Backend {
 	be.Policy = b.backendPolicy("", InferencePoolKind, p)
 	be.wrr = newClusterRotation("shim "+key.String(), be.Clusters)
 	return be
+}
+
+// checkShimPort reports a sidecar Service whose port, which the shim pool
+// p names, does not reach the sidecar on the same port number: the sidecar
+// listens on the number the pool names and tells the pool by the port a
+// connection arrives on. (A Service the sidecar cannot read says nothing.)
+func (b *builder) checkShimPort(p *poolv1.InferencePool, port int32) {
+	svc := b.svcs[types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.EndpointPickerRef.Name}]
+	if svc == nil {
+		return
+	}
+	i := slices.IndexFunc(svc.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.Port == port })
+	switch {
+	case i < 0:
+		b.report(InferencePoolKind, p.Namespace, p.Name, ReasonShimPortMismatch,
+			"its endpointPickerRef names port %d of mci-sidecar's Service %s, which has no such port: gateways cannot reach the pool's EPP", port, svc.Name)
+	case svc.Spec.Ports[i].TargetPort.String() != "0" && svc.Spec.Ports[i].TargetPort.String() != strconv.Itoa(int(port)):
+		b.report(InferencePoolKind, p.Namespace, p.Name, ReasonShimPortMismatch,
+			"port %d of mci-sidecar's Service %s forwards to target port %s, but the sidecar listens on port %d for this pool and tells it by that port: set targetPort to %d (or leave it out)",
+			port, svc.Name, svc.Spec.Ports[i].TargetPort.String(), port, port)
+	}
 }
 
 // shimClusters gives a shim pool's backend its clusters: the pool's real

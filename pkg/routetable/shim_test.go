@@ -6,7 +6,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
@@ -141,6 +143,26 @@ func TestBuildShimPools(t *testing.T) {
 			check: func(t *testing.T, tbl *Table) {
 				assert.Equal(t, []int32{9010, 9011}, tbl.ShimPorts(), "a pool without a port uses the main listener")
 				assert.EqualValues(t, 9011, tbl.Shim(types.NamespacedName{Namespace: ns, Name: "chat"}).ShimPort)
+			},
+		},
+		{
+			name: "a sidecar Service port that does not reach the sidecar on the port the pool names is reported",
+			in: Inputs{
+				EndpointPickerServices: shims,
+				Pools:                  []*poolv1.InferencePool{onPort(shimPool("llm", "", ""), 9010), onPort(shimPool("chat", "", ""), 9011), onPort(shimPool("code", "", ""), 9012)},
+				Services: []*corev1.Service{{
+					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sidecarService.Name},
+					Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
+						{Name: "llm", Port: 9010},
+						{Name: "chat", Port: 9011, TargetPort: intstr.FromInt32(9002)},
+						{Name: "code", Port: 9013, TargetPort: intstr.FromInt32(9012)},
+					}},
+				}},
+				Imports: []*v1alphaImport{twoClusters, importOf("chat", imported{name: "cluster-a", addr: "127.0.2.2"}), importOf("code", imported{name: "cluster-a", addr: "127.0.2.3"})},
+			},
+			wantReasons: []string{ReasonShimPortMismatch, ReasonShimPortMismatch},
+			check: func(t *testing.T, tbl *Table) {
+				assert.Equal(t, []int32{9010, 9011, 9012}, tbl.ShimPorts(), "the pools are served all the same")
 			},
 		},
 		{

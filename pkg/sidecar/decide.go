@@ -36,6 +36,9 @@ type decision struct {
 	code     int
 	details  string
 	redirect *routetable.Filters
+	// shimUnresolved: in shim mode, the pool of the request could not be
+	// told (details say why).
+	shimUnresolved bool
 
 	// Without an own answer: the clusters of order are tried in turn; a
 	// FailOpen backend (failOpen) then tries those of fallback, and
@@ -139,6 +142,7 @@ func (d *decision) route(tbl *routetable.Table, req *extproc.Request, at routeta
 	if tbl.ShimMode() {
 		be, code, msg := tbl.ShimFor(shimPoolOf(req), at, &attrs)
 		if be == nil {
+			d.shimUnresolved = true
 			return d.own(code, OutcomeNoRoute, "%s", msg)
 		}
 		if req.Header(RelayedHeader) != "" {

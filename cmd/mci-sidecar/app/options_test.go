@@ -124,7 +124,7 @@ func TestOptions(t *testing.T) {
 		{name: "an invalid session header is refused", args: []string{"--session-header=x session"}, wantErr: `--session-header "x session"`},
 		{name: "an unknown response phase is refused", args: []string{"--epp-response-phase=Answer"}, wantErr: `--epp-response-phase: unknown response phase "Answer"`},
 		{
-			name: "the ext_proc transport is auto by default, and reaches the configuration",
+			name:  "the ext_proc transport is auto by default, and reaches the configuration",
 			check: func(t *testing.T, cfg sidecar.Config) { assert.Equal(t, extproc.ListenerAuto, cfg.ExtProcTransport) },
 		},
 		{

@@ -116,6 +116,22 @@ func TestSidecarShimBehindAGatewayAtUpstreamDefaults(t *testing.T) {
 		assert.NotContains(t, metrics, `result="failed"`)
 	})
 
+	t.Run("the port closes when no pool names it any more, and opens again with the pool", func(t *testing.T) {
+		require.NoError(t, b.mci.InferencePoolV1().InferencePools(ns).Delete(ctx, "chat", metav1.DeleteOptions{}))
+		waitfor.Eventually(t, ctx, 15*time.Second, func(context.Context) (bool, string) {
+			return !listeningOn(ngfSidecarIP, ngfChatPort), "the sidecar still listens on 9012"
+		})
+		assert.NotContains(t, scrapeSidecar(t, sc), `mci_sidecar_shim_port_listening{port="9012"}`)
+		code, instance := sendTo(t, gw, "llm.example")
+		assert.Equal(t, "200 "+simA, fmt.Sprintf("%d %s", code, instance), "the other pool is served all along")
+
+		createShimPoolOnPort(t, b, ns, "chat", ngfChatPort)
+		waitfor.Eventually(t, ctx, 15*time.Second, func(context.Context) (bool, string) {
+			code, instance := sendTo(t, gw, "chat.example")
+			return code == http.StatusOK && instance == simC, fmt.Sprintf("chat answers %d %s", code, instance)
+		})
+	})
+
 	t.Run("a gateway that speaks plaintext, as Envoy configured for it does, is still served", func(t *testing.T) {
 		client, err := envoyclient.Dial(sidecarAddr(ngfChatPort), envoyclient.Options{MessageTimeout: 10 * time.Second})
 		require.NoError(t, err)

@@ -71,7 +71,6 @@ package epp
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -84,7 +83,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/extproc"
@@ -241,19 +239,11 @@ func (e *EPP) Run(ctx context.Context) error {
 // selfSignedCredentials makes TLS credentials from a fresh self-signed
 // certificate for the bind address (and localhost).
 func selfSignedCredentials(bindAddress string) (credentials.TransportCredentials, error) {
-	var ips []net.IP
-	if ip := net.ParseIP(bindAddress); ip != nil && !ip.IsUnspecified() {
-		ips = append(ips, ip)
-	}
-	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("mci-epp", ips, []string{"localhost"})
+	cfg, err := extproc.SelfSignedConfig("mci-epp", bindAddress, []string{"localhost"})
 	if err != nil {
-		return nil, fmt.Errorf("generating a self-signed serving certificate: %w", err)
+		return nil, err
 	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("loading the self-signed serving certificate: %w", err)
-	}
-	return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), nil
+	return credentials.NewTLS(cfg), nil
 }
 
 // StaticSource is a fixed set of endpoints and request configuration: the

@@ -170,6 +170,14 @@ func (s *Servers) GRPCAddr() string    { return s.grpcLis.Addr().String() }
 func (s *Servers) HealthAddr() string  { return s.healthLis.Addr().String() }
 func (s *Servers) MetricsAddr() string { return s.metricsLis.Addr().String() }
 
+// ServeExtProc serves the ext_proc server (and gRPC health, as its main
+// port does) on one more listener, with the same credentials, until the
+// listener is closed or the servers stop; once they stopped, it only
+// closes l.
+func (s *Servers) ServeExtProc(l net.Listener) {
+	go func() { _ = s.grpcServer.Serve(l) }()
+}
+
 // SetServing reports a health service SERVING until the drain.
 func (s *Servers) SetServing(service string) {
 	s.health.SetServingStatus(service, healthpb.HealthCheckResponse_SERVING)

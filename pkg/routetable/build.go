@@ -82,6 +82,7 @@ const (
 	ReasonAllWeightsZero         = "AllWeightsZero"
 	ReasonNoShimClusters         = "NoClusters"
 	ReasonAmbiguousShimPool      = "AmbiguousEndpointPickerService"
+	ReasonShimPortMismatch       = "EndpointPickerPortMismatch"
 )
 
 // BuildError is a problem Build found in an object. The object is still

@@ -6,7 +6,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
@@ -128,6 +130,39 @@ func TestBuildShimPools(t *testing.T) {
 			check: func(t *testing.T, tbl *Table) {
 				require.Len(t, tbl.Shims(), 2)
 				assert.Equal(t, "chat", tbl.Shims()[0].Name, "by namespace/name")
+			},
+		},
+		{
+			name: "two shim pools behind one sidecar Service on different ports are not ambiguous, and name the ports the sidecar listens on",
+			in: Inputs{
+				EndpointPickerServices: shims,
+				Pools:                  []*poolv1.InferencePool{onPort(shimPool("llm", "", ""), 9010), onPort(shimPool("chat", "", ""), 9011), onPort(shimPool("code", "", ""), 0)},
+				Imports:                []*v1alphaImport{twoClusters, importOf("chat", imported{name: "cluster-a", addr: "127.0.2.2"})},
+			},
+			wantReasons: []string{ReasonNoShimClusters},
+			check: func(t *testing.T, tbl *Table) {
+				assert.Equal(t, []int32{9010, 9011}, tbl.ShimPorts(), "a pool without a port uses the main listener")
+				assert.EqualValues(t, 9011, tbl.Shim(types.NamespacedName{Namespace: ns, Name: "chat"}).ShimPort)
+			},
+		},
+		{
+			name: "a sidecar Service port that does not reach the sidecar on the port the pool names is reported",
+			in: Inputs{
+				EndpointPickerServices: shims,
+				Pools:                  []*poolv1.InferencePool{onPort(shimPool("llm", "", ""), 9010), onPort(shimPool("chat", "", ""), 9011), onPort(shimPool("code", "", ""), 9012)},
+				Services: []*corev1.Service{{
+					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sidecarService.Name},
+					Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
+						{Name: "llm", Port: 9010},
+						{Name: "chat", Port: 9011, TargetPort: intstr.FromInt32(9002)},
+						{Name: "code", Port: 9013, TargetPort: intstr.FromInt32(9012)},
+					}},
+				}},
+				Imports: []*v1alphaImport{twoClusters, importOf("chat", imported{name: "cluster-a", addr: "127.0.2.2"}), importOf("code", imported{name: "cluster-a", addr: "127.0.2.3"})},
+			},
+			wantReasons: []string{ReasonShimPortMismatch, ReasonShimPortMismatch},
+			check: func(t *testing.T, tbl *Table) {
+				assert.Equal(t, []int32{9010, 9011, 9012}, tbl.ShimPorts(), "the pools are served all the same")
 			},
 		},
 		{
@@ -274,7 +309,7 @@ func TestShimPoolPolicy(t *testing.T) {
 				Pools:                  tt.pools,
 				Imports:                []*v1alphaImport{imp, importOf("chat", imported{name: "cluster-a", addr: "127.0.2.2"})},
 			})
-			be, code, msg := tbl.ShimFor(tt.metadata, tt.req)
+			be, code, msg := tbl.ShimFor(tt.metadata, Arrival{Port: 9002, Main: true}, tt.req)
 			require.NotNil(t, be, "%d %s", code, msg)
 			assert.Equal(t, "llm", be.Name)
 			assert.Equal(t, tt.wantPolicy, be.Policy)
@@ -283,6 +318,114 @@ func TestShimPoolPolicy(t *testing.T) {
 				weights = append(weights, c.Weight)
 			}
 			assert.Equal(t, tt.wantWeights, weights, "cluster weights")
+		})
+	}
+}
+
+// onPort sets the port of a pool's endpointPickerRef; 0 removes it.
+func onPort(p *poolv1.InferencePool, port int32) *poolv1.InferencePool {
+	p.Spec.EndpointPickerRef.Port = nil
+	if port != 0 {
+		p.Spec.EndpointPickerRef.Port = &poolv1.Port{Number: port}
+	}
+	return p
+}
+
+// TestShimPoolFromPort: a gateway that sends nothing naming a route or
+// pool (NGINX Gateway Fabric) connects to the port of the pool's
+// endpointPickerRef; that port tells the pool apart from the others that
+// share the sidecar's Service.
+func TestShimPoolFromPort(t *testing.T) {
+	imports := []*v1alphaImport{
+		importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1"}),
+		importOf("chat", imported{name: "cluster-a", addr: "127.0.2.2"}),
+		importOf("code", imported{name: "cluster-a", addr: "127.0.2.3"}),
+	}
+	routeTo := func(pool string) *gatewayv1.HTTPRoute {
+		return route("r-"+pool, 0, []string{pool + ".example.com"}, rule(nil, poolRef(pool, nil)))
+	}
+	noRoute := &RequestAttrs{}
+	tests := []struct {
+		name     string
+		pools    []*poolv1.InferencePool
+		routes   []*gatewayv1.HTTPRoute
+		metadata string
+		at       Arrival
+		req      *RequestAttrs
+		want     string
+		wantCode int
+		wantMsg  string
+	}{
+		{
+			name:  "the pool whose port the connection arrived on",
+			pools: []*poolv1.InferencePool{onPort(shimPool("llm", "", ""), 9010), onPort(shimPool("chat", "", ""), 9011)},
+			at:    Arrival{Port: 9011}, req: noRoute,
+			want: "chat",
+		},
+		{
+			name:  "a pool without a port is the main listener's",
+			pools: []*poolv1.InferencePool{onPort(shimPool("llm", "", ""), 0), onPort(shimPool("chat", "", ""), 9011)},
+			at:    Arrival{Port: 9002, Main: true}, req: noRoute,
+			want: "llm",
+		},
+		{
+			name:  "a pool naming the main listener's port is the main listener's too",
+			pools: []*poolv1.InferencePool{onPort(shimPool("llm", "", ""), 9002), onPort(shimPool("chat", "", ""), 9011)},
+			at:    Arrival{Port: 9002, Main: true}, req: noRoute,
+			want: "llm",
+		},
+		{
+			name:     "the gateway's metadata wins over the port",
+			pools:    []*poolv1.InferencePool{onPort(shimPool("llm", "", ""), 9010), onPort(shimPool("chat", "", ""), 9011)},
+			metadata: ns + "/llm",
+			at:       Arrival{Port: 9011}, req: noRoute,
+			want: "llm",
+		},
+		{
+			name:   "two pools on the arrival port: the route's rule tells them apart",
+			pools:  []*poolv1.InferencePool{onPort(shimPool("llm", "", ""), 9010), onPort(shimPool("chat", "", ""), 9010), onPort(shimPool("code", "", ""), 9011)},
+			routes: []*gatewayv1.HTTPRoute{routeTo("chat")},
+			at:     Arrival{Port: 9010}, req: &RequestAttrs{Host: "chat.example.com", Path: "/"},
+			want: "chat",
+		},
+		{
+			name:   "a rule naming a pool of another port does not choose among those of the arrival port",
+			pools:  []*poolv1.InferencePool{onPort(shimPool("llm", "", ""), 9010), onPort(shimPool("chat", "", ""), 9010), onPort(shimPool("code", "", ""), 9011)},
+			routes: []*gatewayv1.HTTPRoute{routeTo("code")},
+			at:     Arrival{Port: 9010}, req: &RequestAttrs{Host: "code.example.com", Path: "/"},
+			wantCode: 500, wantMsg: "InferencePools " + ns + "/chat, " + ns + "/llm name port 9010 of mci-sidecar's Service",
+		},
+		{
+			name:  "two pools on the arrival port and nothing else: 500 that says why",
+			pools: []*poolv1.InferencePool{onPort(shimPool("llm", "", ""), 9010), onPort(shimPool("chat", "", ""), 9010)},
+			at:    Arrival{Port: 9010}, req: noRoute,
+			wantCode: 500, wantMsg: "InferencePools " + ns + "/chat, " + ns + "/llm name port 9010 of mci-sidecar's Service as their endpoint picker and neither the gateway's metadata",
+		},
+		{
+			name:  "a port no pool names: the only shim pool",
+			pools: []*poolv1.InferencePool{onPort(shimPool("llm", "", ""), 9010)},
+			at:    Arrival{Port: 9002, Main: true}, req: noRoute,
+			want: "llm",
+		},
+		{
+			name:  "a port no pool names, several pools: 500",
+			pools: []*poolv1.InferencePool{onPort(shimPool("llm", "", ""), 9010), onPort(shimPool("chat", "", ""), 9011)},
+			at:    Arrival{Port: 9002, Main: true}, req: noRoute,
+			wantCode: 500, wantMsg: "2 InferencePools use mci-sidecar as their endpoint picker and neither",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tbl, _ := Build(Inputs{EndpointPickerServices: []types.NamespacedName{sidecarService}, Routes: tt.routes, Pools: tt.pools, Imports: imports})
+			be, code, msg := tbl.ShimFor(tt.metadata, tt.at, tt.req)
+			if tt.want == "" {
+				require.Nil(t, be)
+				assert.Equal(t, tt.wantCode, code)
+				assert.Contains(t, msg, tt.wantMsg)
+				return
+			}
+			require.NotNil(t, be, "%d %s", code, msg)
+			assert.Equal(t, tt.want, be.Name)
 		})
 	}
 }

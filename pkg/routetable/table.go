@@ -2,6 +2,7 @@ package routetable
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -171,6 +172,11 @@ type Backend struct {
 	// its Clusters are the pool's real local EPP (also Local), if it has
 	// one, then the clusters of the import of the same namespace/name.
 	Shim bool
+	// ShimPort is the port a shim pool's endpointPickerRef names: the
+	// sidecar listens on it, and a connection arriving there is for this
+	// pool (ShimFor). 0 when the ref names none: the sidecar's main
+	// ext_proc port.
+	ShimPort int32
 	// Policy picks among Clusters.
 	Policy Policy
 	// filters are the HTTPRoute filters of the backendRef's rule, then of
@@ -293,6 +299,20 @@ func (t *Table) Shims() []*Backend { return t.shimList }
 
 // Shim returns the backend of a shim pool; nil when pool is not one.
 func (t *Table) Shim(pool types.NamespacedName) *Backend { return t.shims[pool] }
+
+// ShimPorts returns the ports the shim pools' endpointPickerRefs name, in
+// order, each once: where the sidecar listens besides its main ext_proc
+// port.
+func (t *Table) ShimPorts() []int32 {
+	var out []int32
+	for _, be := range t.shimList {
+		if be.ShimPort != 0 && !slices.Contains(out, be.ShimPort) {
+			out = append(out, be.ShimPort)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 // LocalCluster names the cluster the table was built in.
 func (t *Table) LocalCluster() string { return t.local }

@@ -36,6 +36,9 @@ type decision struct {
 	code     int
 	details  string
 	redirect *routetable.Filters
+	// shimUnresolved: in shim mode, the pool of the request could not be
+	// told (details say why).
+	shimUnresolved bool
 
 	// Without an own answer: the clusters of order are tried in turn; a
 	// FailOpen backend (failOpen) then tries those of fallback, and
@@ -113,12 +116,12 @@ type decider struct {
 
 // decide decides where req goes by the table tbl at time now, in order:
 // the route (the rule that matches, its redirect; in shim mode the pool the
-// gateway names), the backendRef by weight (its redirect), then the order
+// gateway names, or the port it connected to, at), the backendRef by weight (its redirect), then the order
 // of its clusters by its policy (which may shed the request), explained
 // when explain is set. It only decides: it sends, logs and counts nothing.
-func (dc decider) decide(tbl *routetable.Table, req *extproc.Request, now time.Time, explain bool) decision {
+func (dc decider) decide(tbl *routetable.Table, req *extproc.Request, at routetable.Arrival, now time.Time, explain bool) decision {
 	d := decision{local: tbl.LocalCluster()}
-	if d.route(tbl, req) {
+	if d.route(tbl, req, at) {
 		return d
 	}
 	dc.orderClusters(&d, req, now, explain)
@@ -134,11 +137,12 @@ func (d *decision) own(code int, outcome, format string, args ...any) bool {
 // route finds the backend of the request: its shim pool, or the backendRef
 // of the HTTPRoute rule it matches. It reports whether that already
 // answers the request (no route, an invalid backend, a redirect).
-func (d *decision) route(tbl *routetable.Table, req *extproc.Request) bool {
+func (d *decision) route(tbl *routetable.Table, req *extproc.Request, at routetable.Arrival) bool {
 	attrs := attrsFromRequest(req)
 	if tbl.ShimMode() {
-		be, code, msg := tbl.ShimFor(shimPoolOf(req), &attrs)
+		be, code, msg := tbl.ShimFor(shimPoolOf(req), at, &attrs)
 		if be == nil {
+			d.shimUnresolved = true
 			return d.own(code, OutcomeNoRoute, "%s", msg)
 		}
 		if req.Header(RelayedHeader) != "" {

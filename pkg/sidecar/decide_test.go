@@ -187,7 +187,7 @@ func TestDecide(t *testing.T) {
 				st = healthy
 			}
 			dc := decider{policies: NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{}), state: st}
-			got := summarize(dc.decide(table, tt.req, now, false))
+			got := summarize(dc.decide(table, tt.req, routetable.Arrival{Main: true}, now, false))
 			want := tt.want
 			if want.details != "" {
 				assert.Contains(t, got.details, want.details)
@@ -202,8 +202,8 @@ func TestDecideExplainsOnlyWhenAsked(t *testing.T) {
 	tbl := testTable(routetable.PolicyHealthBased, false, []string{"cluster-a", "cluster-c"})
 	dc := decider{policies: NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{}), state: &fakeState{health: map[string]Health{"cluster-a": HealthServing}}}
 	req := request("", "/", chatBody)
-	assert.Empty(t, dc.decide(tbl, req, time.Now(), false).explanation)
-	explained := dc.decide(tbl, req, time.Now(), true).explanation
+	assert.Empty(t, dc.decide(tbl, req, routetable.Arrival{Main: true}, time.Now(), false).explanation)
+	explained := dc.decide(tbl, req, routetable.Arrival{Main: true}, time.Now(), true).explanation
 	assert.Contains(t, explained, "cluster-a")
 	assert.Contains(t, explained, "cluster-c")
 }
@@ -211,9 +211,9 @@ func TestDecideExplainsOnlyWhenAsked(t *testing.T) {
 func TestDecideSaysWhyAPromptCannotBeRead(t *testing.T) {
 	tbl := testTable(routetable.PolicyPrefixAffinity, false, []string{"cluster-a", "cluster-c"})
 	dc := decider{policies: NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{}), state: &fakeState{}}
-	d := dc.decide(tbl, request("", "/", []byte(`{"model":`)), time.Now(), false)
+	d := dc.decide(tbl, request("", "/", []byte(`{"model":`)), routetable.Arrival{Main: true}, time.Now(), false)
 	assert.Error(t, d.promptErr, "routed without prefix affinity")
 	assert.Len(t, d.order, 2, "routed all the same")
-	d = dc.decide(tbl, request("", "/", []byte(`{"model":"chat"}`)), time.Now(), false)
+	d = dc.decide(tbl, request("", "/", []byte(`{"model":"chat"}`)), routetable.Arrival{Main: true}, time.Now(), false)
 	assert.NoError(t, d.promptErr, "a body without a prompt has no prefix, and nothing wrong")
 }

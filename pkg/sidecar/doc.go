@@ -60,6 +60,12 @@
 //     pkg/epptransport resolves for it; the criticality of a request comes
 //     from pkg/requestmodel, which the reference EPP shares, so the sidecar
 //     does not link the EPP.
+//   - In EPP shim mode the sidecar stands where an EPP stands: its
+//     ext_proc ports serve self-signed TLS and plaintext alike by default
+//     (listentransport.go, --ext-proc-tls), it listens on every port its
+//     shim pools name and tells a request's pool by the port its
+//     connection arrived on (shimports.go), and it says once per change
+//     when the gateway never sends the response phase (gatewayphase.go).
 //   - Sidecar runs all of it in an errgroup (extproc.Parts, as the EPP
 //     runs its own): the first part to fail stops the others.
 //

@@ -118,6 +118,12 @@ type Server struct {
 	// keepEPP: the EPP's stream is kept for the response phase.
 	keepEPP bool
 	explain bool
+	// ports are the listeners of the shim pools' ports, which tell where a
+	// stream arrived; phases says whether the gateway sends the response
+	// phase. Either may be nil (tests): every stream then arrives at the
+	// main listener, and nothing is said of response phases.
+	ports  *shimPorts
+	phases *responsePhaseWatch
 }
 
 // newServer returns the ext_proc service: it routes by router's table,
@@ -174,7 +180,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		return s.unread(ctx, stream, err)
 	}
 
-	d := s.decide(s.router.Table(), req, start, s.explain || s.logger.V(4).Enabled())
+	d := s.decide(s.router.Table(), req, s.arrival(ctx), start, s.explain || s.logger.V(4).Enabled())
 	t := s.obs.track(&d, start, s.explain)
 	failed := true
 	defer func() { t.finish(failed) }()
@@ -216,11 +222,25 @@ func (s *Server) unread(ctx context.Context, stream extprocv3.ExternalProcessor_
 // gateway's own stream (not the recorder, which would keep every response
 // message), observed.
 func (s *Server) respond(stream extprocv3.ExternalProcessor_ProcessServer, req *extproc.Request, resps []*extprocv3.ProcessingResponse, t *tracker) error {
-	gw := t.observe(stream)
+	ps := &phaseStream{gatewayStream: stream}
+	defer func() {
+		if sent, known := ps.outcome(); known && (t.outcome == OutcomeRouted || t.outcome == OutcomeParent) {
+			s.phases.ended(sent, req.ProtocolConfig)
+		}
+	}()
+	gw := t.observe(ps)
 	if t.live != nil {
 		// The EPP that routed the request sees its response phase; the
 		// request itself is not kept for it.
 		return s.relayResponse(gw, t, req.ProtocolConfig, resps)
 	}
 	return req.PassThroughResponse(gw)
+}
+
+// arrival is where the connection of the stream of ctx arrived.
+func (s *Server) arrival(ctx context.Context) routetable.Arrival {
+	if s.ports == nil {
+		return routetable.Arrival{Main: true}
+	}
+	return s.ports.arrival(ctx)
 }

@@ -119,6 +119,23 @@ func TestServerAsEPPShim(t *testing.T) {
 		assert.Equal(t, http.StatusBadRequest, res.Immediate.StatusCode)
 	})
 
+	t.Run("a request whose shim pool cannot be told is logged once per reason", func(t *testing.T) {
+		in := in
+		in.Pools = append([]*poolv1.InferencePool{shimPool("chat", "")}, in.Pools...)
+		h := startServer(t, in, &fakeState{})
+		var logs logLines
+		h.server.obs.logger = logs.logger()
+		for range 3 {
+			res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody})
+			require.NotNil(t, res.Immediate)
+			assert.Equal(t, http.StatusInternalServerError, res.Immediate.StatusCode)
+		}
+		require.Equal(t, 1, logs.count(), "%v", logs.lines)
+		assert.Contains(t, logs.lines[0], "2 InferencePools use mci-sidecar as their endpoint picker and neither")
+		h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Metadata: poolMetadata(ns + "/nope")})
+		assert.Equal(t, 2, logs.count(), "another reason")
+	})
+
 	t.Run("the HTTPRoute rule chooses among several shim pools when it names one of them", func(t *testing.T) {
 		in := in
 		in.Pools = append([]*poolv1.InferencePool{shimPool("chat", "")}, in.Pools...)

@@ -1,12 +1,16 @@
 package sidecar
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/eppaddr"
@@ -19,6 +23,10 @@ import (
 // DefaultDrainTimeout bounds the wait for open ext_proc streams at shutdown.
 const DefaultDrainTimeout = 10 * time.Second
 
+// shimPortRetry paces the retries of the shim pools' ports that could not
+// be bound.
+const shimPortRetry = 5 * time.Second
+
 // Config is what a sidecar runs with.
 type Config struct {
 	// BindAddress is the IP the servers listen on.
@@ -28,6 +36,10 @@ type Config struct {
 	GRPCPort, HealthPort, MetricsPort int
 	// TLS, when enabled, serves those ports over TLS.
 	TLS extproc.TLSOptions
+	// ExtProcTransport is what the ext_proc ports serve without TLS:
+	// extproc.ListenerAuto (or ""): self-signed TLS or plaintext in shim
+	// mode (Watch.EndpointPickerServices set), plaintext otherwise.
+	ExtProcTransport extproc.ListenerTransport
 	// SecretNamespaces are the namespaces whose Secrets labelled
 	// CredentialsLabel=true the sidecar reads, for the EPPs that need TLS
 	// (the Secrets that pools' endpoint-picker-secret annotations, and so
@@ -56,14 +68,16 @@ type Config struct {
 // the ext_proc Server, the EPP health prober and metrics scraper, and the
 // gRPC health and Prometheus servers. Listeners are bound by New.
 type Sidecar struct {
-	cfg     Config
-	router  *routetable.Router
-	watcher *Watcher
-	server  *Server
-	prober  *eppprobe.HealthProber
-	scraper *eppprobe.PoolScraper
-	creds   *epptransport.Credentials
-	metrics *Metrics
+	cfg Config
+	// transport is what the ext_proc ports serve.
+	transport extproc.ListenerTransport
+	router    *routetable.Router
+	watcher   *Watcher
+	server    *Server
+	prober    *eppprobe.HealthProber
+	scraper   *eppprobe.PoolScraper
+	creds     *epptransport.Credentials
+	metrics   *Metrics
 	// servers report readiness as an EPP does (so that gateways health-check
 	// the sidecar as they would an EPP): once the first routing table is
 	// published.
@@ -80,6 +94,10 @@ type Sidecar struct {
 func New(cfg Config, clients Clients) (*Sidecar, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
+	}
+	transport, err := extproc.ResolveListenerTransport(cmp.Or(cfg.ExtProcTransport, extproc.ListenerAuto), cfg.TLS, len(cfg.Watch.EndpointPickerServices) > 0)
+	if err != nil {
+		return nil, err
 	}
 	server := cfg.Server.withDefaults()
 	reg := prometheus.NewRegistry()
@@ -108,21 +126,30 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 		return nil, err
 	}
 	reg.MustRegister(scraper.StateCollector(func() []eppprobe.ScrapedPool { return scrapedPools(router.Table()) }))
-	s := &Sidecar{cfg: cfg, router: router, prober: prober, scraper: scraper, creds: creds, metrics: metrics}
-	s.server = newServer(router, liveState{health: prober, metrics: scraper}, relay, server, metrics, klog.Background().WithName("ext_proc"))
+	s := &Sidecar{cfg: cfg, transport: transport, router: router, prober: prober, scraper: scraper, creds: creds, metrics: metrics}
+	logger := klog.Background().WithName("ext_proc")
+	s.server = newServer(router, liveState{health: prober, metrics: scraper}, relay, server, metrics, logger)
+	s.server.phases = newResponsePhaseWatch(reg, logger)
 	registerScoringMetrics(reg, s.server.policies.Memory())
 	s.watcher = NewWatcher(clients, cfg.Watch, router, s.published, metrics.watches)
+	transportOpts, err := extProcTransport(transport, cfg.BindAddress, cfg.Watch.EndpointPickerServices, reg, logger)
+	if err != nil {
+		return nil, err
+	}
 	servers, err := extproc.Listen(extproc.ServingOptions{
 		BindAddress: cfg.BindAddress,
 		GRPCPort:    cfg.GRPCPort,
 		HealthPort:  cfg.HealthPort,
 		MetricsPort: cfg.MetricsPort,
 		TLS:         cfg.TLS,
-	}, s.server, reg, serverOptions()...)
+	}, s.server, reg, append(serverOptions(), transportOpts...)...)
 	if err != nil {
 		return nil, err
 	}
 	s.servers = servers
+	_, mainPort, _ := net.SplitHostPort(servers.GRPCAddr())
+	port, _ := strconv.ParseInt(mainPort, 10, 32)
+	s.server.ports = newShimPorts(cfg.BindAddress, int32(port), servers.ServeExtProc, reg, logger)
 	return s, nil
 }
 
@@ -170,6 +197,7 @@ func (s *Sidecar) published(t *routetable.Table, took time.Duration) {
 	s.prober.SetTargets(healthTargets)
 	s.scraper.SetTargets(metricsTargets)
 	s.server.Retain(t)
+	s.server.ports.follow(t)
 	s.metrics.published(t, took)
 }
 
@@ -191,6 +219,11 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	})
 	// The servers' error already names the server that failed.
 	parts.Run("", func(ctx context.Context) error { return s.servers.Run(ctx, s.cfg.DrainTimeout) })
+	parts.Run("shim ports", func(ctx context.Context) error {
+		wait.Until(s.server.ports.retry, shimPortRetry, ctx.Done())
+		s.server.ports.close()
+		return nil
+	})
 	parts.Run("", func(ctx context.Context) error {
 		// Ready once the first table is built and the credentials of its
 		// EPPs are known.
@@ -208,7 +241,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	})
 	logger.Info("Sidecar serving", "extProc", s.GRPCAddr(), "health", s.HealthAddr(), "metrics", s.MetricsAddr(),
 		"localCluster", s.cfg.Watch.LocalCluster, "defaultPolicy", s.cfg.Watch.DefaultPolicy,
-		"tls", s.cfg.TLS.Enabled(), "secretNamespaces", s.cfg.SecretNamespaces, "metricsTokenFile", s.cfg.MetricsTokenFile)
+		"extProcTransport", s.transport, "secretNamespaces", s.cfg.SecretNamespaces, "metricsTokenFile", s.cfg.MetricsTokenFile)
 	err := parts.Wait()
 	s.server.Close()
 	return err

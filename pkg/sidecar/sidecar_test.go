@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,8 +16,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -209,4 +212,54 @@ func TestSidecarDataPath(t *testing.T) {
 	}
 	stopped = true
 	assert.False(t, serving())
+}
+
+// TestSidecarExtProcTransport: what the ext_proc port serves by default
+// and when asked: in shim mode TLS with a self-signed certificate, which
+// gateways reach without verifying it as they reach upstream EPPs, and
+// plaintext for those that speak it; otherwise plaintext, as before.
+func TestSidecarExtProcTransport(t *testing.T) {
+	skipVerify := credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}) //nolint:gosec // as gateways reach EPPs
+	tests := []struct {
+		name          string
+		transport     extproc.ListenerTransport
+		shim          bool
+		wantServed    string
+		tls, plaintxt bool
+	}{
+		{name: "shim mode by default: self-signed TLS and plaintext", shim: true, wantServed: "self-signed-or-plaintext", tls: true, plaintxt: true},
+		{name: "not a shim by default: plaintext", wantServed: "plaintext", plaintxt: true},
+		{name: "self-signed only", transport: extproc.ListenerSelfSigned, shim: true, wantServed: "self-signed", tls: true},
+		{name: "plaintext asked for in shim mode", transport: extproc.ListenerPlaintext, shim: true, wantServed: "plaintext", plaintxt: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Config{BindAddress: "127.0.0.1", ExtProcTransport: tt.transport, DrainTimeout: time.Second}
+			if tt.shim {
+				cfg.Watch.EndpointPickerServices = []types.NamespacedName{sidecarService}
+			}
+			s, err := New(cfg, Clients{Kube: kubefake.NewSimpleClientset(), MCI: mcifake.NewSimpleClientset(), Gateway: sidecartest.GatewayClients()})
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			defer func() {
+				cancel()
+				<-done
+			}()
+			check := func(creds credentials.TransportCredentials) bool {
+				cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(creds))
+				require.NoError(t, err)
+				defer func() { _ = cc.Close() }()
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+				return err == nil
+			}
+			assert.Equal(t, tt.tls, check(skipVerify), "TLS without verification")
+			assert.Equal(t, tt.plaintxt, check(insecure.NewCredentials()), "plaintext")
+			_, body := get(t, "http://"+s.MetricsAddr()+"/metrics")
+			assert.Contains(t, body, `mci_sidecar_ext_proc_transport{transport="`+tt.wantServed+`"} 1`)
+		})
+	}
 }

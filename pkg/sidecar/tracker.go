@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -44,8 +45,9 @@ type observers struct {
 	// prompts are the reasons of unparseable prompts, by backend, logged
 	// once per change so that a client sending many does not flood the
 	// log; takeovers the response phases the sidecar took over, by
-	// cluster (takeoverLog).
-	prompts, takeovers statelog.Log[string]
+	// cluster (takeoverLog); shims why the shim pool of requests could not
+	// be told, by status, logged once per change.
+	prompts, takeovers, shims statelog.Log[string]
 }
 
 func newObservers(mem *clusterscore.Memory, failures FailureRecorder, metrics *Metrics, logger logr.Logger) *observers {
@@ -82,6 +84,9 @@ func (o *observers) track(d *decision, start time.Time, explain bool) *tracker {
 	}
 	if d.explanation != "" {
 		o.logger.V(4).Info("Cluster decision", "backend", d.backendName(), "scores", d.explanation)
+	}
+	if d.shimUnresolved && o.shims.Observe(strconv.Itoa(d.code), "", d.details).Loud() {
+		o.logger.Info("Cannot tell which shim pool a request is for; it is answered with an error (counted in mci_sidecar_requests_total{outcome=\"no_route\"}; logged again when the reason changes)", "code", d.code, "reason", d.details)
 	}
 	t := &tracker{observers: o, d: d, start: start}
 	if explain {

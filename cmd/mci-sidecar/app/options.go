@@ -46,6 +46,7 @@ type Options struct {
 
 	Kubeconfig string
 	extproc.ServingOptions
+	ExtProcTLS string
 
 	LocalClusterName        string
 	DefaultClusterPolicy    string
@@ -85,6 +86,7 @@ func NewOptions() *Options {
 	return &Options{
 		Logs:                 logs.NewOptions(),
 		ServingOptions:       serving,
+		ExtProcTLS:           string(extproc.ListenerAuto),
 		DefaultClusterPolicy: string(routetable.PolicyHealthBased),
 		InferenceModels:      true,
 		BackendTLSPolicies:   true,
@@ -141,10 +143,11 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	logsapi.AddFlags(o.Logs, fs)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the local cluster. Default: the in-cluster configuration.")
 	o.ServingOptions.AddFlags(fs)
+	fs.StringVar(&o.ExtProcTLS, "ext-proc-tls", o.ExtProcTLS, "What the ext_proc ports serve when --tls-cert-file is not set: self-signed-or-plaintext (TLS with a certificate generated at start to clients that open with a TLS handshake, plaintext to the others, on the same port), self-signed (TLS only), plaintext, or auto: self-signed-or-plaintext when --endpoint-picker-service is set (an EPP shim, which gateways reach as they reach upstream EPPs: TLS without verifying the certificate), else plaintext (Envoy's ext_proc server, as artifacts/envoy configures it). With --tls-cert-file, leave it auto: that certificate is served on every port. The gRPC health and metrics ports stay plaintext but with --tls-cert-file.")
 	fs.StringVar(&o.LocalClusterName, "local-cluster-name", o.LocalClusterName, "Name of this cluster in the ClusterSet: the cluster of local InferencePools (LocalFirst, metrics labels). Default: "+routetable.DefaultLocalCluster+".")
 	fs.StringVar(&o.DefaultClusterPolicy, "default-cluster-policy", o.DefaultClusterPolicy, "Cluster policy where no annotation chooses one: Weighted, HealthBased, MetricsBased, LocalFirst, PrefixAffinity, or a configuration of the scoring pipeline written inline as in the annotation (\"prefix-cache=3,session=2,in-flight=1,pick=max-score\"; scorers prefix-cache, session, latency, errors, in-flight, queue, kv-cache, weight; pick max-score, two-choices, round-robin, chain; filters=health+ready+weight+model+saturation+local-first; affinity-margin=<requests per ready pod>|off).")
 	fs.StringSliceVar(&o.Gateways, "gateway", o.Gateways, "namespace/name of the Gateway this sidecar serves; only the HTTPRoutes its listeners accept are routed (Gateway API's allowedRoutes namespaces and kinds, parentRef sectionName and port, listener hostnames; the sidecar reads that Gateway and the Namespaces' labels). Repeatable. Default: every HTTPRoute, whatever its parentRefs. Cross-namespace backendRefs need a ReferenceGrant either way.")
-	fs.StringSliceVar(&o.EndpointPickerServices, "endpoint-picker-service", o.EndpointPickerServices, "namespace/name of a Service of this sidecar that InferencePools name as their endpointPickerRef. Repeatable. Set, the sidecar is an EPP shim: it serves the gateway's EPP-protocol requests for each such pool with the pool's real local EPP (annotation "+routetable.LocalEndpointPickerAnnotation+") and the clusters of the InferencePoolImport of the same namespace/name, instead of routing by HTTPRoute.")
+	fs.StringSliceVar(&o.EndpointPickerServices, "endpoint-picker-service", o.EndpointPickerServices, "namespace/name of a Service of this sidecar that InferencePools name as their endpointPickerRef. Repeatable. Set, the sidecar is an EPP shim: it serves the gateway's EPP-protocol requests for each such pool with the pool's real local EPP (annotation "+routetable.LocalEndpointPickerAnnotation+") and the clusters of the InferencePoolImport of the same namespace/name, instead of routing by HTTPRoute. It also listens on every port such pools' endpointPickerRefs name, and a connection's port tells its pool (several pools can share one Service on different ports); see --ext-proc-tls for what it serves.")
 	fs.StringSliceVar(&o.SecretNamespaces, "endpoint-picker-secret-namespaces", o.SecretNamespaces, "Namespaces whose Secrets labelled "+epptransport.CredentialsLabel+"=true the sidecar reads (get, list, watch: grant it a Role in each), for EPPs that serve TLS: an InferencePool's annotation "+v1alpha1.EndpointPickerSecretAnnotation+" names such a Secret of its namespace, and so do the secretRefs of its imports. Keys: "+epptransport.SecretCAKey+" (required), "+epptransport.SecretCertKey+" and "+epptransport.SecretKeyKey+" (a client certificate, for mutual TLS), "+epptransport.SecretServerNameKey+" (the name to verify instead of the address). Repeatable. Default: none, and such EPPs are not reached.")
 	fs.StringVar(&o.EPPMetricsTokenFile, "epp-metrics-token-file", o.EPPMetricsTokenFile, "File of the bearer token sent with the scrapes of EPPs' /metrics (MetricsBased), which upstream EPPs require by default; re-read as it rotates. A pool's credentials Secret with a key "+epptransport.SecretTokenKey+" overrides it for that pool's EPP. Default: the pod's ServiceAccount token (when the file does not exist, scrapes carry no token, which the sidecar logs at start). Empty: send no token but the Secrets'.")
 	fs.StringVar(&o.EndpointPickerTransport, "endpoint-picker-transport", o.EndpointPickerTransport, "How the ports of EPPs are reached where nothing else says (the pool's annotation "+v1alpha1.EndpointPickerTransportAnnotation+", its credentials Secret, a BackendTLSPolicy of its EPP Service): TLS or Plaintext for every port, or port=mode pairs with ports ext-proc, health and metrics. \"ext-proc=TLS\" suits EPPs with the upstream defaults (Gateway API Inference Extension and llm-d EPPs: ext_proc over TLS with a self-signed certificate, plaintext gRPC health and metrics); a TLS port with nothing to verify it with is not verified, as gateways reach those EPPs. Default: plaintext.")
@@ -184,6 +187,11 @@ func (o *Options) Validate() error {
 	}
 	if _, err := o.gateways(); err != nil {
 		errs = append(errs, err)
+	}
+	if t, err := extproc.ParseListenerTransport(o.ExtProcTLS); err != nil {
+		errs = append(errs, fmt.Errorf("--ext-proc-tls %w", err))
+	} else if _, err := extproc.ResolveListenerTransport(t, o.TLS, len(o.EndpointPickerServices) > 0); err != nil {
+		errs = append(errs, fmt.Errorf("--ext-proc-tls %w", err))
 	}
 	if _, err := eppaddr.ParseTransport(o.EndpointPickerTransport); err != nil {
 		errs = append(errs, fmt.Errorf("--endpoint-picker-transport: %w", err))
@@ -267,12 +275,17 @@ func (o *Options) Config() (sidecar.Config, error) {
 	if err != nil {
 		return sidecar.Config{}, err
 	}
+	extProcTransport, err := extproc.ParseListenerTransport(o.ExtProcTLS)
+	if err != nil {
+		return sidecar.Config{}, fmt.Errorf("--ext-proc-tls %w", err)
+	}
 	return sidecar.Config{
 		BindAddress:      o.BindAddress,
 		GRPCPort:         o.GRPCPort,
 		HealthPort:       o.HealthPort,
 		MetricsPort:      o.MetricsPort,
 		TLS:              o.TLS,
+		ExtProcTransport: extProcTransport,
 		SecretNamespaces: o.SecretNamespaces,
 		Watch: sidecar.WatchConfig{
 			LocalCluster:           o.LocalClusterName,

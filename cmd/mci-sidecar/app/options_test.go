@@ -9,10 +9,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
+	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/eppprobe"
+	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
 )
@@ -20,6 +22,11 @@ import (
 func TestOptions(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte("token"), 0o600))
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("mci-sidecar", nil, nil)
+	require.NoError(t, err)
+	certFile, keyFile := filepath.Join(t.TempDir(), "tls.crt"), filepath.Join(t.TempDir(), "tls.key")
+	require.NoError(t, os.WriteFile(certFile, certPEM, 0o600))
+	require.NoError(t, os.WriteFile(keyFile, keyPEM, 0o600))
 	tests := []struct {
 		name    string
 		args    []string
@@ -116,6 +123,19 @@ func TestOptions(t *testing.T) {
 		{name: "an invalid inline policy is refused", args: []string{"--default-cluster-policy=prefix-cache=0"}, wantErr: "--default-cluster-policy: "},
 		{name: "an invalid session header is refused", args: []string{"--session-header=x session"}, wantErr: `--session-header "x session"`},
 		{name: "an unknown response phase is refused", args: []string{"--epp-response-phase=Answer"}, wantErr: `--epp-response-phase: unknown response phase "Answer"`},
+		{
+			name:  "the ext_proc transport is auto by default, and reaches the configuration",
+			check: func(t *testing.T, cfg sidecar.Config) { assert.Equal(t, extproc.ListenerAuto, cfg.ExtProcTransport) },
+		},
+		{
+			name: "an ext_proc transport asked for reaches the configuration",
+			args: []string{"--ext-proc-tls=self-signed"},
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, extproc.ListenerSelfSigned, cfg.ExtProcTransport)
+			},
+		},
+		{name: "an unknown ext_proc transport is refused", args: []string{"--ext-proc-tls=tls"}, wantErr: `--ext-proc-tls "tls": want one of auto, self-signed-or-plaintext, self-signed, plaintext`},
+		{name: "an ext_proc transport with a serving certificate is refused", args: []string{"--ext-proc-tls=plaintext", "--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile}, wantErr: "--ext-proc-tls plaintext conflicts with --tls-cert-file"},
 		{name: "a zero timeout is refused", args: []string{"--epp-attempt-timeout=0s"}, wantErr: "must be positive"},
 	}
 	for _, tt := range tests {

@@ -27,7 +27,10 @@ type Pipeline struct {
 	inFlightQueue bool
 	// yields: an affinity scorer is configured with a margin, so affinity
 	// counts only for the candidates near the least load (yieldAffinity).
-	yields     bool
+	yields bool
+	// homes: requests are placed on their home cluster within the load
+	// bound (leadHome).
+	homes      bool
 	schedulers sync.Pool
 }
 
@@ -41,6 +44,9 @@ func New(cfg Config, thresholds scheduling.Config, mem *Memory) (*Pipeline, erro
 	}
 	if math.IsNaN(cfg.AffinityMargin) {
 		return nil, fmt.Errorf("cluster scoring %s: affinity margin is NaN", cfg.Name)
+	}
+	if math.IsNaN(cfg.HomeBound) || cfg.HomeBound != 0 && (cfg.HomeBound < 1 || cfg.HomeBound > maxHomeBound) {
+		return nil, fmt.Errorf("cluster scoring %s: home bound %v is not 0 (none) or from 1 to %d", cfg.Name, cfg.HomeBound, maxHomeBound)
 	}
 	if cfg.Picker >= numPickers {
 		return nil, fmt.Errorf("cluster scoring %s: unknown picker %d", cfg.Name, cfg.Picker)
@@ -64,6 +70,11 @@ func New(cfg Config, thresholds scheduling.Config, mem *Memory) (*Pipeline, erro
 			p.observed = p.observed || s.Scorer >= ScoreLatency
 			p.yields = p.yields || (s.Scorer <= ScoreSession && cfg.AffinityMargin >= 0)
 			p.inFlightQueue = p.inFlightQueue || (s.Scorer == ScoreInFlight && cfg.Picker == PickChain)
+		}
+	}
+	if p.homes = cfg.HomeBound > 0; p.homes {
+		if mem == nil || (cfg.Picker != PickMaxScore && cfg.Picker != PickTwoChoices) || len(cfg.Scorers) == 0 {
+			return nil, fmt.Errorf("cluster scoring %s: a home bound needs the affinity memory, a scorer and the max-score or two-choices picker", cfg.Name)
 		}
 	}
 	p.schedulers.New = func() any { return scheduling.New(thresholds, nil) }
@@ -91,6 +102,9 @@ type slot struct {
 	// so its affinity does not count.
 	busy     float64
 	withheld bool
+	// homeLoad and capacity are the candidate's load (requests) and
+	// capacity (ready pods) for the home bound (leadHome).
+	homeLoad, capacity float64
 }
 
 // Pick orders the candidates for one request: the request goes to the
@@ -139,8 +153,14 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 	}
 	o := orderer{p: p, cands: cands, slots: slots}
 	o.sort(kept)
+	var home HomeDecision
+	if p.homes && len(kept) > 0 {
+		home = p.leadHome(req, cands, kept, slots)
+	}
 	if len(kept) > 0 {
-		o.lead(kept, rot)
+		if home.Home == "" {
+			o.lead(kept, rot)
+		}
 		if p.cfg.Picker == PickChain {
 			p.rankMeasured(req, cands, kept, slots)
 		}
@@ -150,6 +170,7 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 	}
 	if ex != nil {
 		ex.fill(slots)
+		ex.Home = home
 	}
 	return order, nil
 }

@@ -95,6 +95,9 @@ func (e *Explanation) String() string {
 		b.WriteString(strconv.FormatFloat(h.Load, 'g', 4, 64))
 		b.WriteString(",home-bound=")
 		b.WriteString(strconv.FormatFloat(h.Bound, 'g', 4, 64))
+		if h.New {
+			b.WriteString(",new")
+		}
 		if h.Left {
 			b.WriteString(",left")
 		}

@@ -68,8 +68,7 @@ type HomeDecision struct {
 	// has no home (no full prompt block, or no home bound configured).
 	Home string
 	// Load is the home's load when the request came: this sidecar's
-	// requests in flight to it plus its pool's waiting requests (average
-	// queue times ready pods, when its metrics are fresh). Bound is the
+	// requests in flight to it. Bound is the
 	// most it may hold with the request: HomeBound times its capacity's
 	// share of the total load, the request included, rounded up.
 	Load, Bound float64
@@ -77,21 +76,28 @@ type HomeDecision struct {
 	// was not in the first tier: saturated, stale), so that the request
 	// went to the best scored candidate within the bound.
 	Left bool
+	// New is true when this sidecar has not served the prompt's first
+	// block yet: no cluster is known to cache it, so the home takes it
+	// only as one of the least loaded (a bound of 1), and a prompt that
+	// shares nothing is placed by load as a round-robin would.
+	New bool
 }
 
 // homeLoad fills the candidates' loads and capacities for the bound: the
-// requests this sidecar has in flight to each, plus the requests its pool
-// reports waiting, which every replica sees alike.
+// requests this sidecar has in flight to each (exact for its own traffic,
+// and with requests dealt to replicas in turn, each replica's share of
+// the whole), and their ready pods when their pool metrics are fresh.
+// The pools' scraped queues, which every replica sees alike, are not
+// added: they are up to a scrape old, and counting them made new prompts
+// queue longer with 3 replicas (docs/design/cluster-scoring.md); the
+// replicas share them through the saturation tier instead.
 func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation) {
 	for k, i := range kept {
 		c := &cands[i]
 		s := &slots[i]
 		s.homeLoad, s.capacity = float64(obs[k].InFlight), 0
-		if p.fresh(c.Pool, req.Now) {
-			if c.Pool.ReadyPods > 0 {
-				s.capacity = float64(c.Pool.ReadyPods)
-			}
-			s.homeLoad += max(c.Pool.AverageQueue, 0) * float64(max(c.Pool.ReadyPods, 1))
+		if p.fresh(c.Pool, req.Now) && c.Pool.ReadyPods > 0 {
+			s.capacity = float64(c.Pool.ReadyPods)
 		}
 	}
 }
@@ -134,11 +140,16 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		total += slots[i].homeLoad
 		capacity += slots[i].capacity
 	}
+	c := p.cfg.HomeBound
+	fresh := !p.mem.Prefixes.Has(req.Blocks[0])
+	if fresh {
+		c = 1
+	}
 	bound := func(i int) float64 {
-		return math.Ceil(p.cfg.HomeBound * (total + 1) * slots[i].capacity / capacity)
+		return math.Ceil(c * (total + 1) * slots[i].capacity / capacity)
 	}
 	h := kept[home]
-	d := HomeDecision{Home: cands[h].Name, Load: slots[h].homeLoad, Bound: bound(h)}
+	d := HomeDecision{Home: cands[h].Name, Load: slots[h].homeLoad, Bound: bound(h), New: fresh}
 	if home >= n {
 		d.Bound = 0 // saturated or stale: no bound to compare with
 	}

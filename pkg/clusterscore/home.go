@@ -1,6 +1,9 @@
 package clusterscore
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // Home placement: the requests of a prefix have a home cluster, derived
 // from the prefix itself, that they go to unless it is loaded beyond a
@@ -17,7 +20,7 @@ import "math"
 // DefaultHomeBound is PrefixAffinity's load bound: a home keeps its
 // requests while its load, the request included, is at most 1.25 times its
 // capacity's share of the candidates' total (rounded up).
-const DefaultHomeBound = 1.25
+const DefaultHomeBound = 2
 
 // maxHomeBound bounds the load bound Parse accepts.
 const maxHomeBound = 100
@@ -76,8 +79,8 @@ type HomeDecision struct {
 	// was not in the first tier: saturated, stale), so that the request
 	// went to the best scored candidate within the bound.
 	Left bool
-	// New is true when this sidecar has not served the prompt's first
-	// block yet: no cluster is known to cache it, so the home takes it
+	// New is true when this sidecar has not served a prompt of this home
+	// key yet: no cluster is known to cache it, so the home takes it
 	// only as one of the least loaded (a bound of 1), and a prompt that
 	// shares nothing is placed by load as a round-robin would.
 	New bool
@@ -113,22 +116,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	if key == 0 || len(kept) == 0 {
 		return HomeDecision{}
 	}
-	// Capacities are the ready pods when every candidate reports them;
-	// else every candidate counts alike, rather than comparing pods with
-	// guesses.
-	byPods := true
-	for _, i := range kept {
-		byPods = byPods && slots[i].capacity > 0
-	}
-	home, best := 0, math.Inf(-1)
-	for k, i := range kept {
-		if !byPods {
-			slots[i].capacity = 1
-		}
-		if r := rendezvous(key, ClusterID(cands[i].Name), slots[i].capacity); r > best {
-			home, best = k, r
-		}
-	}
+	home, served := p.findHome(req, key, cands, kept, slots)
 	// The bound compares the candidates of the first tier: those a
 	// request may go to before any saturated or stale one.
 	n := 1
@@ -141,7 +129,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		capacity += slots[i].capacity
 	}
 	c := p.cfg.HomeBound
-	fresh := !p.mem.Prefixes.Has(req.Blocks[0])
+	fresh := served == 0
 	if fresh {
 		c = 1
 	}
@@ -170,4 +158,43 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		kept[0] = c
 	}
 	return d
+}
+
+// findHome returns the index in kept of the request's home, and how many
+// requests of its key this sidecar has served. It sets the candidates'
+// capacities: their ready pods when every candidate reports them; else
+// every candidate counts alike, rather than comparing pods with guesses.
+func (p *Pipeline) findHome(req *Request, key uint64, cands []Candidate, kept []int, slots []slot) (home, served int) {
+	byPods := true
+	for _, i := range kept {
+		byPods = byPods && slots[i].capacity > 0
+	}
+	var idBuf [maxStack]uint32
+	var capBuf [maxStack]float64
+	ids, caps := idBuf[:0], capBuf[:0]
+	if len(kept) > maxStack {
+		ids, caps = make([]uint32, 0, len(kept)), make([]float64, 0, len(kept))
+	}
+	for _, i := range kept {
+		if !byPods {
+			slots[i].capacity = 1
+		}
+		ids, caps = append(ids, ClusterID(cands[i].Name)), append(caps, slots[i].capacity)
+	}
+	// An established key has the home Homes deals it; another, the
+	// first of its rendezvous order.
+	assigned, served := p.mem.Homes.Home(req.Scope, key, ids, caps, req.Now)
+	home = -1
+	if assigned != 0 {
+		home = slices.Index(ids, assigned)
+	}
+	if home < 0 {
+		best := math.Inf(-1)
+		for k := range kept {
+			if r := rendezvous(key, ids[k], caps[k]); r > best {
+				home, best = k, r
+			}
+		}
+	}
+	return home, served
 }

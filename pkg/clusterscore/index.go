@@ -163,19 +163,6 @@ func victim(set []indexEntry, key uint64, clock uint32) *indexEntry {
 	return best
 }
 
-// Has reports whether the index holds the block for any cluster.
-func (x *PrefixIndex) Has(block uint64) bool {
-	sh, set := x.locate(block)
-	sh.mu.RLock()
-	defer sh.mu.RUnlock()
-	for i := range set {
-		if set[i].key == block {
-			return true
-		}
-	}
-	return false
-}
-
 // Match sets matched[j] to how many leading blocks the index holds for
 // cluster ids[j]: its longest cached prefix, in blocks.
 func (x *PrefixIndex) Match(blocks []uint64, ids []uint32, matched []int) {

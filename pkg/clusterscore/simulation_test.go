@@ -221,7 +221,7 @@ type simResult struct {
 	// wait is the mean time requests queued for a batch place; ttft
 	// the median and 99th percentile of the time to first token
 	// (round trip, queue, prefill).
-	wait, ttftP50, ttftP99 time.Duration
+	wait, ttftMean, ttftP50, ttftP99 time.Duration
 }
 
 // play runs the requests through the router over the scenario's clusters.
@@ -313,6 +313,11 @@ func (s *simRun) result(n int) simResult {
 	}
 	slices.Sort(s.timesTaken)
 	if len(s.timesTaken) > 0 {
+		var sum time.Duration
+		for _, d := range s.timesTaken {
+			sum += d
+		}
+		res.ttftMean = sum / time.Duration(len(s.timesTaken))
 		res.ttftP50 = s.timesTaken[len(s.timesTaken)/2]
 		res.ttftP99 = s.timesTaken[len(s.timesTaken)*99/100]
 	}

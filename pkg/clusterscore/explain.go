@@ -82,7 +82,9 @@ func (e *Explanation) fill(slots []slot) {
 // header: the configuration, then per candidate its verdict, tier, each
 // scorer's score and the total, and with an affinity margin its load and
 // whether its affinity was withheld; with a home, the home, its load and
-// bound, and "left" when the request went elsewhere, such as
+// bound, "new" for a key not served yet, "capacities-unknown" when the
+// candidates counted alike, and "left" when the request went elsewhere,
+// such as
 //
 //	PrefixAffinity home=b,home-load=6,home-bound=5,left a:kept,tier=0,load=2.5,affinity-withheld,prefix-cache=0,in-flight=1,total=1 b:saturated
 func (e *Explanation) String() string {
@@ -97,6 +99,9 @@ func (e *Explanation) String() string {
 		b.WriteString(strconv.FormatFloat(h.Bound, 'g', 4, 64))
 		if h.New {
 			b.WriteString(",new")
+		}
+		if h.Alike {
+			b.WriteString(",capacities-unknown")
 		}
 		if h.Left {
 			b.WriteString(",left")

@@ -84,6 +84,10 @@ type HomeDecision struct {
 	// only as one of the least loaded (a bound of 1), and a prompt that
 	// shares nothing is placed by load as a round-robin would.
 	New bool
+	// Alike is true when the candidates counted alike for the hashing and
+	// the bound because not every one reported its ready pods (fresh pool
+	// metrics): capacities are then unknown, not equal.
+	Alike bool
 }
 
 // homeLoad fills the candidates' loads and capacities for the bound: the
@@ -116,7 +120,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	if key == 0 || len(kept) == 0 {
 		return HomeDecision{}
 	}
-	home, served := p.findHome(req, key, cands, kept, slots)
+	home, served, alike := p.findHome(req, key, cands, kept, slots)
 	// The bound compares the candidates of the first tier: those a
 	// request may go to before any saturated or stale one.
 	n := 1
@@ -137,7 +141,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		return math.Ceil(c * (total + 1) * slots[i].capacity / capacity)
 	}
 	h := kept[home]
-	d := HomeDecision{Home: cands[h].Name, Load: slots[h].homeLoad, Bound: bound(h), New: fresh}
+	d := HomeDecision{Home: cands[h].Name, Load: slots[h].homeLoad, Bound: bound(h), New: fresh, Alike: alike}
 	if home >= n {
 		d.Bound = 0 // saturated or stale: no bound to compare with
 	}
@@ -160,11 +164,12 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	return d
 }
 
-// findHome returns the index in kept of the request's home, and how many
-// requests of its key this sidecar has served. It sets the candidates'
-// capacities: their ready pods when every candidate reports them; else
-// every candidate counts alike, rather than comparing pods with guesses.
-func (p *Pipeline) findHome(req *Request, key uint64, cands []Candidate, kept []int, slots []slot) (home, served int) {
+// findHome returns the index in kept of the request's home, how many
+// requests of its key this sidecar has served, and whether the candidates
+// counted alike. It sets the candidates' capacities: their ready pods
+// when every candidate reports them; else every candidate counts alike,
+// rather than comparing pods with guesses.
+func (p *Pipeline) findHome(req *Request, key uint64, cands []Candidate, kept []int, slots []slot) (home, served int, alike bool) {
 	byPods := true
 	for _, i := range kept {
 		byPods = byPods && slots[i].capacity > 0
@@ -196,5 +201,5 @@ func (p *Pipeline) findHome(req *Request, key uint64, cands []Candidate, kept []
 			}
 		}
 	}
-	return home, served
+	return home, served, !byPods
 }

@@ -132,7 +132,11 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		total += slots[i].homeLoad
 		capacity += slots[i].capacity
 	}
-	c := p.cfg.HomeBound
+	// With n candidates, a bound of n or more times the average never
+	// binds while the others are idle: at most n - 1/2, so that a home
+	// that stops answering is left after a few requests (2 clusters at 2:
+	// 1.5, 3 requests).
+	c := min(p.cfg.HomeBound, float64(n)-0.5)
 	fresh := served == 0
 	if fresh {
 		c = 1

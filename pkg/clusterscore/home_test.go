@@ -1,6 +1,7 @@
 package clusterscore
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -146,10 +147,11 @@ func TestHomeReplicasAgree(t *testing.T) {
 // docs/design/cluster-scoring.md). Its pool metrics, once they say it is
 // saturated, take it out for every replica alike.
 func TestHomeYieldsAsFastAsMetricsBased(t *testing.T) {
-	stalled := func(t *testing.T, config string) int {
+	stalled := func(t *testing.T, config string, clusters int) int {
 		f := newAffinityFixture(t)
+		f.cands = f.cands[:clusters]
 		withConfig(t, f, config)
-		home := homeOf(f.blocks, "a", "b", "c")
+		home := homeOf(f.blocks, []string{"a", "b", "c"}[:clusters]...)
 		known(f, f.req(), home)
 		sent := 0
 		for range 50 {
@@ -164,10 +166,22 @@ func TestHomeYieldsAsFastAsMetricsBased(t *testing.T) {
 		}
 		return sent
 	}
-	affinity, metrics := stalled(t, PrefixAffinity), stalled(t, MetricsBased)
-	// MetricsBased sends 1 (its chain sees the stalled cluster's 1 in
-	// flight against the others' none); the margin rule of old sent 3.
-	assert.Equal(t, 1, metrics, "requests MetricsBased sent to the stalled cluster")
-	assert.LessOrEqual(t, affinity, metrics+1, "requests sent to the stalled cluster")
-	assert.Equal(t, 2, affinity, "the home takes 2 requests (bounds 1 and 2 with 0 and 1 in flight), then none")
+	tests := []struct {
+		clusters int
+		// want is how many requests PrefixAffinity sends the stalled
+		// home; MetricsBased sends 1 (its chain sees the stalled
+		// cluster's 1 in flight against the others' none), the margin
+		// rule of old 3.
+		want int
+	}{
+		{clusters: 3, want: 2}, // bounds 1 and 2 with 0 and 1 in flight
+		{clusters: 2, want: 3}, // the bound at 1.5 (n - 1/2): 2, 3, then 3 for 4
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%d clusters", tt.clusters), func(t *testing.T) {
+			affinity, metrics := stalled(t, PrefixAffinity, tt.clusters), stalled(t, MetricsBased, tt.clusters)
+			assert.Equal(t, 1, metrics, "requests MetricsBased sent to the stalled cluster")
+			assert.Equal(t, tt.want, affinity, "requests PrefixAffinity sent to the stalled cluster")
+		})
+	}
 }

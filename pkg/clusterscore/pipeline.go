@@ -32,6 +32,9 @@ type Pipeline struct {
 	// bound (leadHome).
 	homes      bool
 	schedulers sync.Pool
+	// intN breaks ties and draws two choices: rand.IntN, or a seeded
+	// source where a test replays a workload.
+	intN func(n int) int
 }
 
 // New compiles a configuration. thresholds are the filter chain's:
@@ -51,7 +54,7 @@ func New(cfg Config, thresholds scheduling.Config, mem *Memory) (*Pipeline, erro
 	if cfg.Picker >= numPickers {
 		return nil, fmt.Errorf("cluster scoring %s: unknown picker %d", cfg.Name, cfg.Picker)
 	}
-	p := &Pipeline{cfg: cfg, thresholds: thresholds, mem: mem}
+	p := &Pipeline{cfg: cfg, thresholds: thresholds, mem: mem, intN: rand.IntN}
 	for _, f := range cfg.Filters {
 		if f >= numFilters {
 			return nil, fmt.Errorf("cluster scoring %s: unknown filter %d", cfg.Name, f)
@@ -397,11 +400,11 @@ func (o *orderer) lead(kept []int, rot *Rotation) {
 		for top < n && o.slots[kept[top]].total == o.slots[kept[0]].total {
 			top++
 		}
-		first = rand.IntN(top)
+		first = o.p.intN(top)
 	case o.p.cfg.Picker == PickTwoChoices:
 		if n > 1 {
-			a := rand.IntN(n)
-			b := rand.IntN(n - 1)
+			a := o.p.intN(n)
+			b := o.p.intN(n - 1)
 			if b >= a {
 				b++
 			}

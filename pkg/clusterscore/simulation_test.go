@@ -1,10 +1,11 @@
-package clusterscore_test
+package clusterscore
 
 import (
 	"container/heap"
 	"container/list"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -12,7 +13,6 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/test/benchrouting/workload"
 )
@@ -83,7 +83,7 @@ func (s simScenario) prepare(t testing.TB) []*simRequest {
 	for i, r := range reqs {
 		body, err := json.Marshal(map[string]any{"model": "llm", "messages": r.Messages, "max_tokens": r.MaxTokens})
 		require.NoError(t, err)
-		blocks, err := clusterscore.PromptBlocks(nil, simScope, body)
+		blocks, err := PromptBlocks(nil, simScope, body)
 		require.NoError(t, err)
 		out[i] = &simRequest{Request: r, tokens: r.PromptTokens(), blocks: blocks, cache: tokenBlocks(r)}
 	}
@@ -207,7 +207,7 @@ func (h *simEvents) Pop() any {
 // simRouter chooses the cluster of each request, and hears when one is
 // answered (its first byte) and finished.
 type simRouter interface {
-	route(r *simRequest, now time.Duration, clusters []*simCluster, pools []*clusterscore.PoolMetrics) int
+	route(r *simRequest, now time.Duration, clusters []*simCluster, pools []*PoolMetrics) int
 	firstByte(r *simRequest, ttft time.Duration)
 	finished(r *simRequest)
 }
@@ -233,14 +233,14 @@ func (s simScenario) play(reqs []*simRequest, router simRouter) simResult {
 	if s.remote {
 		clusters[len(clusters)-1].roundTrip = simRemote
 	}
-	pools := make([]*clusterscore.PoolMetrics, s.clusters)
+	pools := make([]*PoolMetrics, s.clusters)
 	sim := &simRun{clusters: clusters, router: router, taken: make([]int, s.clusters)}
 	next := time.Duration(0)
 	for _, r := range reqs {
 		sim.until(r.At)
 		if r.At >= next {
 			for i, c := range clusters {
-				pools[i] = &clusterscore.PoolMetrics{AverageQueue: float64(len(c.queue)) / float64(c.servers), AverageKVCache: c.kvUsage(), ReadyPods: c.servers, UpdatedAt: simEpoch.Add(r.At)}
+				pools[i] = &PoolMetrics{AverageQueue: float64(len(c.queue)) / float64(c.servers), AverageKVCache: c.kvUsage(), ReadyPods: c.servers, UpdatedAt: simEpoch.Add(r.At)}
 			}
 			next = r.At + simScrape
 		}
@@ -327,32 +327,34 @@ func (s *simRun) result(n int) simResult {
 // pipelineRouter is N sidecar replicas of one configuration, each with
 // its own Memory, the requests dealt to them in turn.
 type pipelineRouter struct {
-	replicas []*clusterscore.Pipeline
-	rots     []*clusterscore.Rotation
-	cands    []clusterscore.Candidate
+	replicas []*Pipeline
+	rots     []*Rotation
+	cands    []Candidate
 	order    []int
 }
 
 func newPipelineRouter(t testing.TB, config string, replicas int) *pipelineRouter {
 	t.Helper()
-	cfg, err := clusterscore.Parse(config)
+	cfg, err := Parse(config)
 	require.NoError(t, err)
 	pr := &pipelineRouter{}
-	for range replicas {
-		p, err := clusterscore.New(cfg, scheduling.DefaultConfig(), clusterscore.NewMemory(clusterscore.DefaultMemoryOptions()))
+	for i := range replicas {
+		p, err := New(cfg, scheduling.DefaultConfig(), NewMemory(DefaultMemoryOptions()))
 		require.NoError(t, err)
+		// Ties broken by a seeded source: the same figures every run.
+		p.intN = rand.New(rand.NewPCG(uint64(i)+1, 23)).IntN
 		pr.replicas = append(pr.replicas, p)
 	}
 	return pr
 }
 
-func (pr *pipelineRouter) route(r *simRequest, now time.Duration, clusters []*simCluster, pools []*clusterscore.PoolMetrics) int {
+func (pr *pipelineRouter) route(r *simRequest, now time.Duration, clusters []*simCluster, pools []*PoolMetrics) int {
 	if pr.cands == nil {
 		for _, c := range clusters {
-			pr.cands = append(pr.cands, clusterscore.Candidate{Name: c.name, Weight: 1, Health: clusterscore.HealthServing})
+			pr.cands = append(pr.cands, Candidate{Name: c.name, Weight: 1, Health: HealthServing})
 		}
 		for range pr.replicas {
-			pr.rots = append(pr.rots, clusterscore.NewRotation(pr.cands))
+			pr.rots = append(pr.rots, NewRotation(pr.cands))
 		}
 	}
 	for i := range pr.cands {
@@ -360,7 +362,7 @@ func (pr *pipelineRouter) route(r *simRequest, now time.Duration, clusters []*si
 	}
 	r.replica = r.Index % len(pr.replicas)
 	p := pr.replicas[r.replica]
-	req := &clusterscore.Request{Criticality: scheduling.Standard, Now: simEpoch.Add(now), Scope: simScope, Blocks: r.blocks}
+	req := &Request{Criticality: scheduling.Standard, Now: simEpoch.Add(now), Scope: simScope, Blocks: r.blocks}
 	var err error
 	pr.order, err = p.Pick(req, pr.cands, pr.rots[r.replica], pr.order[:0], nil)
 	if err != nil || len(pr.order) == 0 {
@@ -385,7 +387,7 @@ func (pr *pipelineRouter) finished(r *simRequest) {
 // to the cluster with the fewest requests waiting or served.
 type groupOracle struct{ pinned map[int]int }
 
-func (o *groupOracle) route(r *simRequest, _ time.Duration, clusters []*simCluster, _ []*clusterscore.PoolMetrics) int {
+func (o *groupOracle) route(r *simRequest, _ time.Duration, clusters []*simCluster, _ []*PoolMetrics) int {
 	if r.Group >= 0 {
 		if c, ok := o.pinned[r.Group]; ok {
 			return c

@@ -97,7 +97,8 @@ func figureTable(name string, n int, figs simFigures) string {
 // TestAffinityUnderAWorkloadFamily holds PrefixAffinity to the targets of
 // issue 23 on every workload of the family, with 1 and 3 sidecar replicas.
 // The one it misses is written as it is met: with one replica, the hub's
-// configuration keeps up to 0.02 more of the prompt tokens cached (its
+// configuration keeps 0.005 to 0.011 more of the prompt tokens cached
+// (the check allows 0.02) (its
 // learned index follows each conversation exactly; PrefixAffinity gives
 // its first two requests of a group to the least loaded and the
 // rendezvous home before the group's dealt home, and spills beyond the

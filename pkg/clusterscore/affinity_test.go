@@ -97,18 +97,18 @@ func figureTable(name string, n int, figs simFigures) string {
 // TestAffinityUnderAWorkloadFamily holds PrefixAffinity to the targets of
 // issue 23 on every workload of the family, with 1 and 3 sidecar replicas.
 // The one it misses is written as it is met: with one replica, the hub's
-// configuration keeps 0.005 to 0.011 more of the prompt tokens cached
-// (the check allows 0.02) (its
-// learned index follows each conversation exactly; PrefixAffinity gives
-// its first two requests of a group to the least loaded and the
-// rendezvous home before the group's dealt home, and spills beyond the
-// bound); with three, PrefixAffinity keeps more on every workload.
+// configuration keeps 0.005 to 0.011 more of the prompt tokens cached,
+// and the check allows 0.02: its learned index follows each conversation
+// exactly, where PrefixAffinity gives the first two requests of a group
+// to the least loaded and the rendezvous home before the group's dealt
+// home, and spills bursts beyond the bound. With three replicas
+// PrefixAffinity keeps more on every workload.
 func TestAffinityUnderAWorkloadFamily(t *testing.T) {
 	figures := runFamily(t)
 	for _, s := range affinityFamily() {
 		figs, ok := figures[s.name]
 		if !ok {
-			continue // left out by SIM_ONLY
+			continue // left out by MCI_AFFINITY_SIM_ONLY
 		}
 		t.Run(s.name, func(t *testing.T) {
 			oracle := figs[routingOracle][1]

@@ -35,6 +35,9 @@ type Homes struct {
 	order    *list.List // of *homeEntry, most recently served first
 	versions map[string]uint64
 	assigned map[string]*homeAssignment
+	// perScope counts the keys of each scope, so that a scope's version
+	// and assignment go with its last key (pools come and go).
+	perScope map[string]int
 }
 
 type scopedHome struct {
@@ -74,7 +77,7 @@ func NewHomes(capacity int, ttl time.Duration) *Homes {
 	}
 	return &Homes{
 		ttl: ttl, capacity: capacity, keys: map[scopedHome]*list.Element{}, order: list.New(),
-		versions: map[string]uint64{}, assigned: map[string]*homeAssignment{},
+		versions: map[string]uint64{}, assigned: map[string]*homeAssignment{}, perScope: map[string]int{},
 	}
 }
 
@@ -99,6 +102,7 @@ func (h *Homes) Served(scope string, key uint64, now time.Time) {
 		h.remove(h.order.Back())
 	}
 	h.keys[k] = h.order.PushFront(&homeEntry{k: k, served: 1, last: now})
+	h.perScope[scope]++
 }
 
 func (h *Homes) remove(el *list.Element) {
@@ -108,6 +112,11 @@ func (h *Homes) remove(el *list.Element) {
 	}
 	delete(h.keys, e.k)
 	h.order.Remove(el)
+	if h.perScope[e.k.scope]--; h.perScope[e.k.scope] <= 0 {
+		delete(h.perScope, e.k.scope)
+		delete(h.versions, e.k.scope)
+		delete(h.assigned, e.k.scope)
+	}
 }
 
 // Len is how many keys are remembered.

@@ -104,4 +104,6 @@ func TestHomesAgreeAndMoveLittle(t *testing.T) {
 	assert.Zero(t, id)
 	assert.Zero(t, served, "forgotten a TTL after its last request")
 	assert.Zero(t, one.Len())
+	assert.Empty(t, one.assigned, "a scope's assignment goes with its last key")
+	assert.Empty(t, one.versions)
 }

@@ -18,6 +18,7 @@ func BenchmarkPick(b *testing.B) {
 		{"all-scorers", all},
 		{"all-scorers-two-choices", all + ",pick=two-choices"},
 		{PrefixAffinity, PrefixAffinity},
+		{PrefixAffinity + "-established-groups", PrefixAffinity},
 		{MetricsBased, MetricsBased},
 		{HealthBased, HealthBased},
 	} {
@@ -31,6 +32,16 @@ func BenchmarkPick(b *testing.B) {
 			req.Blocks, req.Session = chain(7, 64), "alice"
 			f.mem.Prefixes.Record(req.Blocks[:32], ClusterID("b"))
 			f.mem.Sessions.Pin(scope, "alice", "c", epoch)
+			if strings.HasSuffix(bc.name, "-established-groups") {
+				// 64 groups of prompts dealt to their homes, this
+				// request's among them.
+				for g := range 64 {
+					f.mem.Served(&Request{Now: epoch, Scope: scope, Blocks: chain(uint64(1000+g), 4)}, "a")
+					f.mem.Served(&Request{Now: epoch, Scope: scope, Blocks: chain(uint64(1000+g), 4)}, "a")
+				}
+				f.mem.Served(req, "b")
+				f.mem.Served(req, "b")
+			}
 			for _, c := range f.cands {
 				f.mem.Observed.Started(scope, c.Name)
 				f.mem.Observed.FirstByte(scope, c.Name, 0)

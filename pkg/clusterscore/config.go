@@ -138,6 +138,12 @@ type Config struct {
 	// requests in flight to it per ready pod. Negative: affinity counts
 	// whatever the load. It matters only with an affinity scorer.
 	AffinityMargin float64
+	// HomeBound, when not 0, gives each request with a prompt a home
+	// cluster, hashed from its leading prompt blocks, that takes it while
+	// its load stays within HomeBound (at least 1) times its capacity's
+	// share of the total (leadHome); else the best scored candidate within
+	// the bound does. It needs the max-score or two-choices picker.
+	HomeBound float64
 }
 
 // Has reports whether the configuration includes the filter.
@@ -151,6 +157,11 @@ const (
 	MetricsBased   = "MetricsBased"
 	LocalFirst     = "LocalFirst"
 	PrefixAffinity = "PrefixAffinity"
+	// HubReference is the scoring the llm-d router documents for its
+	// multi-cluster hub (approximate prefix cache 3, queue 2, KV cache 2,
+	// max-score, no margin), expressed in this pipeline: the peer that
+	// routing benchmarks compare PrefixAffinity with.
+	HubReference = "HubReference"
 )
 
 // DefaultAffinityMargin is the affinity margin of PrefixAffinity and of
@@ -180,12 +191,20 @@ func Named() map[string]Config {
 			},
 			Picker:         PickMaxScore,
 			AffinityMargin: DefaultAffinityMargin,
+			HomeBound:      DefaultHomeBound,
+		},
+		HubReference: {
+			Name:           HubReference,
+			Filters:        defaultFilters,
+			Scorers:        []WeightedScorer{{ScorePrefixCache, 3}, {ScoreQueue, 2}, {ScoreKVCache, 2}},
+			Picker:         PickMaxScore,
+			AffinityMargin: -1,
 		},
 	}
 }
 
 // Names lists the named configurations.
-var Names = []string{Weighted, HealthBased, MetricsBased, LocalFirst, PrefixAffinity}
+var Names = []string{Weighted, HealthBased, MetricsBased, LocalFirst, PrefixAffinity, HubReference}
 
 // maxAnnotation bounds the annotation text Parse reads; annotations are
 // small, and a long one is a mistake.
@@ -204,11 +223,12 @@ var ErrSyntax = errors.New("invalid cluster scoring configuration")
 //	pick=<picker>                     max-score (default), two-choices, round-robin, chain
 //	filters=<filter>+<filter>...      instead of health+ready+weight+model+saturation
 //	affinity-margin=<n>|off           requests per ready pod, 0 <= n <= 1000 (default 1)
+//	home-bound=<c>|off                home placement's load bound, 1 <= c <= 100 (default off)
 //
 // such as "prefix-cache=3,session=2,in-flight=1,queue=1,kv-cache=1" or
 // "in-flight=1,pick=two-choices". Spaces around items are ignored. Each
-// scorer, pick and filters may appear once; at least one scorer is needed
-// unless the picker is round-robin or chain.
+// item may appear once; at least one scorer is needed unless the picker
+// is round-robin or chain, and home-bound needs max-score or two-choices.
 func Parse(s string) (Config, error) {
 	if len(s) > maxAnnotation {
 		return Config{}, fmt.Errorf("%w: %d bytes, at most %d", ErrSyntax, len(s), maxAnnotation)
@@ -223,70 +243,87 @@ func Parse(s string) (Config, error) {
 	if !strings.Contains(s, "=") {
 		return Config{}, fmt.Errorf("%w: unknown configuration %q; want one of %v or a list such as %q", ErrSyntax, s, Names, "prefix-cache=3,in-flight=1")
 	}
-	c := Config{Name: s, Filters: defaultFilters, Picker: PickMaxScore, AffinityMargin: DefaultAffinityMargin}
-	var seenScorer [NumScorers]bool
-	var seenPick, seenFilters, seenMargin bool
+	ps := parser{c: Config{Name: s, Filters: defaultFilters, Picker: PickMaxScore, AffinityMargin: DefaultAffinityMargin}, seen: map[string]bool{}}
 	for item := range strings.SplitSeq(s, ",") {
 		key, value, ok := strings.Cut(strings.TrimSpace(item), "=")
 		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
 		if !ok || key == "" || value == "" {
 			return Config{}, fmt.Errorf("%w: item %q is not <name>=<value>", ErrSyntax, item)
 		}
-		switch key {
-		case "pick":
-			if seenPick {
-				return Config{}, fmt.Errorf("%w: pick given twice", ErrSyntax)
+		if ps.seen[key] {
+			if slices.Contains(scorerNames[:], key) {
+				key = "scorer " + key
 			}
-			seenPick = true
-			i := slices.Index(pickerNames[:], value)
-			if i < 0 {
-				return Config{}, fmt.Errorf("%w: unknown picker %q; want one of %v", ErrSyntax, value, pickerNames)
-			}
-			c.Picker = Picker(i)
-		case "filters":
-			if seenFilters {
-				return Config{}, fmt.Errorf("%w: filters given twice", ErrSyntax)
-			}
-			seenFilters = true
-			fs, err := parseFilters(value)
-			if err != nil {
-				return Config{}, err
-			}
-			c.Filters = fs
-		case "affinity-margin":
-			if seenMargin {
-				return Config{}, fmt.Errorf("%w: affinity-margin given twice", ErrSyntax)
-			}
-			seenMargin = true
-			if value == "off" {
-				c.AffinityMargin = -1
-				break
-			}
-			m, err := strconv.ParseFloat(value, 64)
-			if err != nil || math.IsNaN(m) || m < 0 || m > maxWeight {
-				return Config{}, fmt.Errorf("%w: affinity-margin %q is not off or a number from 0 to %d", ErrSyntax, value, maxWeight)
-			}
-			c.AffinityMargin = m
-		default:
-			i := slices.Index(scorerNames[:], key)
-			if i < 0 {
-				return Config{}, fmt.Errorf("%w: unknown scorer %q; want one of %v, pick, filters or affinity-margin", ErrSyntax, key, scorerNames)
-			}
-			if seenScorer[i] {
-				return Config{}, fmt.Errorf("%w: scorer %s given twice", ErrSyntax, key)
-			}
-			seenScorer[i] = true
-			w, err := strconv.ParseFloat(value, 64)
-			if err != nil || math.IsNaN(w) || w <= 0 || w > maxWeight {
-				return Config{}, fmt.Errorf("%w: weight %q of %s is not a number above 0 and at most %d", ErrSyntax, value, key, maxWeight)
-			}
-			c.Scorers = append(c.Scorers, WeightedScorer{Scorer(i), w})
+			return Config{}, fmt.Errorf("%w: %s given twice", ErrSyntax, key)
+		}
+		ps.seen[key] = true
+		if err := ps.item(key, value); err != nil {
+			return Config{}, err
 		}
 	}
+	c := ps.c
 	if len(c.Scorers) == 0 && (c.Picker == PickMaxScore || c.Picker == PickTwoChoices) {
 		return Config{}, fmt.Errorf("%w: picker %s needs at least one scorer", ErrSyntax, c.Picker)
 	}
+	if c.HomeBound > 0 && c.Picker != PickMaxScore && c.Picker != PickTwoChoices {
+		return Config{}, fmt.Errorf("%w: home-bound needs the max-score or two-choices picker, not %s", ErrSyntax, c.Picker)
+	}
 	return c, nil
+}
+
+// parser is the configuration Parse reads, item by item.
+type parser struct {
+	c    Config
+	seen map[string]bool
+}
+
+// item reads one <key>=<value> item into the configuration.
+func (ps *parser) item(key, value string) error {
+	switch key {
+	case "pick":
+		i := slices.Index(pickerNames[:], value)
+		if i < 0 {
+			return fmt.Errorf("%w: unknown picker %q; want one of %v", ErrSyntax, value, pickerNames)
+		}
+		ps.c.Picker = Picker(i)
+	case "filters":
+		fs, err := parseFilters(value)
+		if err != nil {
+			return err
+		}
+		ps.c.Filters = fs
+	case "affinity-margin":
+		if value == "off" {
+			ps.c.AffinityMargin = -1
+			return nil
+		}
+		m, err := strconv.ParseFloat(value, 64)
+		if err != nil || math.IsNaN(m) || m < 0 || m > maxWeight {
+			return fmt.Errorf("%w: affinity-margin %q is not off or a number from 0 to %d", ErrSyntax, value, maxWeight)
+		}
+		ps.c.AffinityMargin = m
+	case "home-bound":
+		if value == "off" {
+			ps.c.HomeBound = 0
+			return nil
+		}
+		b, err := strconv.ParseFloat(value, 64)
+		if err != nil || math.IsNaN(b) || b < 1 || b > maxHomeBound {
+			return fmt.Errorf("%w: home-bound %q is not off or a number from 1 to %d", ErrSyntax, value, maxHomeBound)
+		}
+		ps.c.HomeBound = b
+	default:
+		i := slices.Index(scorerNames[:], key)
+		if i < 0 {
+			return fmt.Errorf("%w: unknown scorer %q; want one of %v, pick, filters, affinity-margin or home-bound", ErrSyntax, key, scorerNames)
+		}
+		w, err := strconv.ParseFloat(value, 64)
+		if err != nil || math.IsNaN(w) || w <= 0 || w > maxWeight {
+			return fmt.Errorf("%w: weight %q of %s is not a number above 0 and at most %d", ErrSyntax, value, key, maxWeight)
+		}
+		ps.c.Scorers = append(ps.c.Scorers, WeightedScorer{Scorer(i), w})
+	}
+	return nil
 }
 
 func parseFilters(value string) ([]Filter, error) {

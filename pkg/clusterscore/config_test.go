@@ -61,6 +61,24 @@ func TestParse(t *testing.T) {
 			},
 		},
 		{
+			name: "the llm-d hub's documented weights, written out, are the HubReference configuration",
+			in:   "prefix-cache=3,queue=2,kv-cache=2,pick=max-score,affinity-margin=off",
+			want: func() Config {
+				c := Named()[HubReference]
+				c.Name = "prefix-cache=3,queue=2,kv-cache=2,pick=max-score,affinity-margin=off"
+				return c
+			}(),
+		},
+		{
+			name: "home placement with a load bound of one's own",
+			in:   "prefix-cache=3,in-flight=1,home-bound=1.5",
+			want: Config{
+				Name: "prefix-cache=3,in-flight=1,home-bound=1.5", Filters: defaultFilters,
+				Scorers: []WeightedScorer{{ScorePrefixCache, 3}, {ScoreInFlight, 1}},
+				Picker:  PickMaxScore, AffinityMargin: DefaultAffinityMargin, HomeBound: 1.5,
+			},
+		},
+		{
 			name: "affinity that never yields to load",
 			in:   "session=1,affinity-margin=off",
 			want: Config{
@@ -72,7 +90,10 @@ func TestParse(t *testing.T) {
 		{name: "a NaN affinity margin is refused", in: "session=1,affinity-margin=NaN", wantErr: `affinity-margin "NaN" is not off`},
 		{name: "an affinity margin given twice is refused", in: "session=1,affinity-margin=1,affinity-margin=2", wantErr: "affinity-margin given twice"},
 		{name: "an empty value is refused", in: "  ", wantErr: "empty"},
-		{name: "an unknown name is refused with the known ones", in: "RoundRobin", wantErr: `unknown configuration "RoundRobin"; want one of [Weighted HealthBased MetricsBased LocalFirst PrefixAffinity]`},
+		{name: "an unknown name is refused with the known ones", in: "RoundRobin", wantErr: `unknown configuration "RoundRobin"; want one of [Weighted HealthBased MetricsBased LocalFirst PrefixAffinity HubReference]`},
+		{name: "a home bound below 1 is refused", in: "prefix-cache=1,home-bound=0.5", wantErr: `home-bound "0.5" is not off or a number from 1 to 100`},
+		{name: "a home bound needs a scoring picker", in: "prefix-cache=1,pick=round-robin,home-bound=1.5", wantErr: "home-bound needs the max-score or two-choices picker, not round-robin"},
+		{name: "a home bound given twice is refused", in: "prefix-cache=1,home-bound=2,home-bound=off", wantErr: "home-bound given twice"},
 		{name: "an unknown scorer is refused", in: "prefix=3", wantErr: `unknown scorer "prefix"`},
 		{name: "a scorer given twice is refused", in: "queue=1,queue=2", wantErr: "scorer queue given twice"},
 		{name: "a weight of 0 is refused", in: "queue=0", wantErr: `weight "0" of queue`},

@@ -31,15 +31,23 @@
 //	              pick chain
 //	PrefixAffinity the default filters; prefix-cache=3, session=2, in-flight=1,
 //	              latency=1, errors=1, queue=1, kv-cache=1;     pick max-score;
-//	              affinity margin 1 request per ready pod
+//	              affinity margin 1 request per ready pod; home bound 2
+//	HubReference  the default filters; prefix-cache=3, queue=2, kv-cache=2;
+//	              pick max-score; no affinity margin (the llm-d hub's weights)
+//
+// With a home bound (PrefixAffinity), a request with a prompt goes first to
+// its home cluster, derived from its leading prompt blocks alike on every
+// replica (rendezvous hashing, the prefixes that repeat dealt in equal
+// shares by Homes), while the home's load stays within the bound; else to
+// the best scored candidate within it (leadHome).
 //
 // The annotation syntax is Parse's: a name, or "prefix-cache=3,in-flight=1"
-// with optional "pick=two-choices", "filters=health+saturation" and
-// "affinity-margin=2".
+// with optional "pick=two-choices", "filters=health+saturation",
+// "affinity-margin=2" and "home-bound=2".
 //
-// The decisions behind it (prompt blocks, the bounded prefix index,
-// affinity that yields to load, sessions, observations, no herding) are
-// in docs/design/cluster-scoring.md.
+// The decisions behind it (prompt blocks, the bounded prefix index, home
+// placement with bounded loads, affinity that yields to load, sessions,
+// observations, no herding) are in docs/design/cluster-scoring.md.
 //
 // Concurrency: a Pipeline is immutable; Memory, Rotation and their parts
 // are safe for concurrent use, so picks run from every ext_proc stream at

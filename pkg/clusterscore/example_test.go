@@ -32,18 +32,21 @@ func Example() {
 	session := clusterscore.SessionSpec{Header: "x-session-id"}.Key(func(string) string { return "alice" })
 	req := &clusterscore.Request{Criticality: scheduling.Standard, Now: now, Scope: "ns/llm", Blocks: blocks, Session: session}
 
-	// The first turn: nothing known yet, the west cluster happens to serve.
-	mem.Observed.Started("ns/llm", "west")
-	mem.Observed.FirstByte("ns/llm", "west", 80*time.Millisecond)
-	mem.Observed.Finished("ns/llm", "west", false)
-	mem.Served(req, "west")
+	// The first turn goes to the home of its prompt, hashed from its
+	// leading blocks: the same on every sidecar replica.
+	order, err := p.Pick(req, cands, rot, nil, nil)
+	first := cands[order[0]].Name
+	mem.Observed.Started("ns/llm", first)
+	mem.Observed.FirstByte("ns/llm", first, 80*time.Millisecond)
+	mem.Observed.Finished("ns/llm", first, false)
+	mem.Served(req, first)
 
-	// The next request of the conversation goes back to it.
+	// The next request of the conversation goes there again.
 	var ex clusterscore.Explanation
-	order, err := p.Pick(req, cands, rot, nil, &ex)
-	fmt.Println(cands[order[0]].Name, cands[order[1]].Name, err)
+	order, err = p.Pick(req, cands, rot, order[:0], &ex)
+	fmt.Println(first, cands[order[0]].Name, cands[order[1]].Name, err)
 	fmt.Println(ex.String())
 	// Output:
-	// west east <nil>
-	// PrefixAffinity east:kept,tier=0,load=0,prefix-cache=0,session=0,in-flight=1,latency=1,errors=1,queue=0.5,kv-cache=0.5,total=4 west:kept,tier=0,load=0,prefix-cache=1,session=1,in-flight=1,latency=1,errors=1,queue=0.5,kv-cache=0.5,total=9
+	// east east west <nil>
+	// PrefixAffinity home=east,home-load=0,home-bound=1,capacities-unknown east:kept,tier=0,load=0,prefix-cache=1,session=1,in-flight=1,latency=1,errors=1,queue=0.5,kv-cache=0.5,total=9 west:kept,tier=0,load=0,prefix-cache=0,session=0,in-flight=1,latency=1,errors=1,queue=0.5,kv-cache=0.5,total=4
 }

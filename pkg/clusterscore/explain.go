@@ -58,10 +58,13 @@ type Explanation struct {
 	Clusters []ClusterExplanation
 	// Yields: the affinity margin applied (Load and AffinityWithheld).
 	Yields bool
+	// Home is the request's home and whether it took the request; its
+	// Home is "" without a home bound or without a prompt block.
+	Home HomeDecision
 }
 
 func (e *Explanation) reset(p *Pipeline, cands []Candidate) {
-	e.Config, e.Scorers, e.Yields = p.cfg.Name, p.cfg.Scorers, p.yields
+	e.Config, e.Scorers, e.Yields, e.Home = p.cfg.Name, p.cfg.Scorers, p.yields, HomeDecision{}
 	e.Clusters = e.Clusters[:0]
 	for i := range cands {
 		e.Clusters = append(e.Clusters, ClusterExplanation{Name: cands[i].Name})
@@ -78,12 +81,32 @@ func (e *Explanation) fill(slots []slot) {
 // String is the explanation on one line, for a debug log or a response
 // header: the configuration, then per candidate its verdict, tier, each
 // scorer's score and the total, and with an affinity margin its load and
-// whether its affinity was withheld, such as
+// whether its affinity was withheld; with a home, the home, its load and
+// bound, "new" for a key not served yet, "capacities-unknown" when the
+// candidates counted alike, and "left" when the request went elsewhere,
+// such as
 //
-//	PrefixAffinity a:kept,tier=0,load=2.5,affinity-withheld,prefix-cache=0,in-flight=1,total=1 b:saturated
+//	PrefixAffinity home=b,home-load=6,home-bound=5,left a:kept,tier=0,load=2.5,affinity-withheld,prefix-cache=0,in-flight=1,total=1 b:saturated
 func (e *Explanation) String() string {
 	var b strings.Builder
 	b.WriteString(e.Config)
+	if h := e.Home; h.Home != "" {
+		b.WriteString(" home=")
+		b.WriteString(h.Home)
+		b.WriteString(",home-load=")
+		b.WriteString(strconv.FormatFloat(h.Load, 'g', 4, 64))
+		b.WriteString(",home-bound=")
+		b.WriteString(strconv.FormatFloat(h.Bound, 'g', 4, 64))
+		if h.New {
+			b.WriteString(",new")
+		}
+		if h.Alike {
+			b.WriteString(",capacities-unknown")
+		}
+		if h.Left {
+			b.WriteString(",left")
+		}
+	}
 	for _, c := range e.Clusters {
 		b.WriteByte(' ')
 		b.WriteString(c.Name)

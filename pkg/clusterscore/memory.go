@@ -7,6 +7,7 @@ import "time"
 // every backend of a sidecar (entries are scoped by Request.Scope).
 type Memory struct {
 	Prefixes *PrefixIndex
+	Homes    *Homes
 	Sessions *Sessions
 	Observed *Observer
 }
@@ -21,6 +22,10 @@ type MemoryOptions struct {
 	SessionTTL time.Duration
 	// EWMAAlpha weighs a new sample of the observed averages.
 	EWMAAlpha float64
+	// HomeKeys is how many prompt prefixes' homes are remembered at most,
+	// for HomeTTL after their last request (Homes); 0: the defaults.
+	HomeKeys int
+	HomeTTL  time.Duration
 }
 
 // DefaultMemoryOptions: 262,144 blocks (16 MiB of prompt text; 8 MiB of
@@ -33,16 +38,20 @@ func DefaultMemoryOptions() MemoryOptions {
 func NewMemory(o MemoryOptions) *Memory {
 	return &Memory{
 		Prefixes: NewPrefixIndex(o.PrefixBlocks),
+		Homes:    NewHomes(o.HomeKeys, o.HomeTTL),
 		Sessions: NewSessions(o.Sessions, o.SessionTTL),
 		Observed: NewObserver(o.EWMAAlpha),
 	}
 }
 
 // Served records that cluster took the request: its prompt blocks are
-// now likely cached there, and its session is pinned there. The sidecar
+// now likely cached there, its session is pinned there, and its home key
+// counts one more request (wherever it was served: the home does not
+// follow the serving cluster). The sidecar
 // calls it with the cluster whose EPP answered, which may not be the first
 // of the order.
 func (m *Memory) Served(req *Request, cluster string) {
 	m.Prefixes.Record(req.Blocks, ClusterID(cluster))
+	m.Homes.Served(req.Scope, homeKey(req.Blocks), req.Now)
 	m.Sessions.Pin(req.Scope, req.Session, cluster, req.Now)
 }

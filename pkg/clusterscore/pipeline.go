@@ -27,8 +27,14 @@ type Pipeline struct {
 	inFlightQueue bool
 	// yields: an affinity scorer is configured with a margin, so affinity
 	// counts only for the candidates near the least load (yieldAffinity).
-	yields     bool
+	yields bool
+	// homes: requests are placed on their home cluster within the load
+	// bound (leadHome).
+	homes      bool
 	schedulers sync.Pool
+	// intN breaks ties and draws two choices: rand.IntN, or a seeded
+	// source where a test replays a workload.
+	intN func(n int) int
 }
 
 // New compiles a configuration. thresholds are the filter chain's:
@@ -42,10 +48,13 @@ func New(cfg Config, thresholds scheduling.Config, mem *Memory) (*Pipeline, erro
 	if math.IsNaN(cfg.AffinityMargin) {
 		return nil, fmt.Errorf("cluster scoring %s: affinity margin is NaN", cfg.Name)
 	}
+	if math.IsNaN(cfg.HomeBound) || cfg.HomeBound != 0 && (cfg.HomeBound < 1 || cfg.HomeBound > maxHomeBound) {
+		return nil, fmt.Errorf("cluster scoring %s: home bound %v is not 0 (none) or from 1 to %d", cfg.Name, cfg.HomeBound, maxHomeBound)
+	}
 	if cfg.Picker >= numPickers {
 		return nil, fmt.Errorf("cluster scoring %s: unknown picker %d", cfg.Name, cfg.Picker)
 	}
-	p := &Pipeline{cfg: cfg, thresholds: thresholds, mem: mem}
+	p := &Pipeline{cfg: cfg, thresholds: thresholds, mem: mem, intN: rand.IntN}
 	for _, f := range cfg.Filters {
 		if f >= numFilters {
 			return nil, fmt.Errorf("cluster scoring %s: unknown filter %d", cfg.Name, f)
@@ -64,6 +73,11 @@ func New(cfg Config, thresholds scheduling.Config, mem *Memory) (*Pipeline, erro
 			p.observed = p.observed || s.Scorer >= ScoreLatency
 			p.yields = p.yields || (s.Scorer <= ScoreSession && cfg.AffinityMargin >= 0)
 			p.inFlightQueue = p.inFlightQueue || (s.Scorer == ScoreInFlight && cfg.Picker == PickChain)
+		}
+	}
+	if p.homes = cfg.HomeBound > 0; p.homes {
+		if mem == nil || (cfg.Picker != PickMaxScore && cfg.Picker != PickTwoChoices) || len(cfg.Scorers) == 0 {
+			return nil, fmt.Errorf("cluster scoring %s: a home bound needs the affinity memory, a scorer and the max-score or two-choices picker", cfg.Name)
 		}
 	}
 	p.schedulers.New = func() any { return scheduling.New(thresholds, nil) }
@@ -91,6 +105,9 @@ type slot struct {
 	// so its affinity does not count.
 	busy     float64
 	withheld bool
+	// homeLoad and capacity are the candidate's load (requests) and
+	// capacity (ready pods) for the home bound (leadHome).
+	homeLoad, capacity float64
 }
 
 // Pick orders the candidates for one request: the request goes to the
@@ -139,8 +156,14 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 	}
 	o := orderer{p: p, cands: cands, slots: slots}
 	o.sort(kept)
+	var home HomeDecision
+	if p.homes && len(kept) > 0 {
+		home = p.leadHome(req, cands, kept, slots)
+	}
 	if len(kept) > 0 {
-		o.lead(kept, rot)
+		if home.Home == "" {
+			o.lead(kept, rot)
+		}
 		if p.cfg.Picker == PickChain {
 			p.rankMeasured(req, cands, kept, slots)
 		}
@@ -150,6 +173,7 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 	}
 	if ex != nil {
 		ex.fill(slots)
+		ex.Home = home
 	}
 	return order, nil
 }
@@ -376,11 +400,11 @@ func (o *orderer) lead(kept []int, rot *Rotation) {
 		for top < n && o.slots[kept[top]].total == o.slots[kept[0]].total {
 			top++
 		}
-		first = rand.IntN(top)
+		first = o.p.intN(top)
 	case o.p.cfg.Picker == PickTwoChoices:
 		if n > 1 {
-			a := rand.IntN(n)
-			b := rand.IntN(n - 1)
+			a := o.p.intN(n)
+			b := o.p.intN(n - 1)
 			if b >= a {
 				b++
 			}

@@ -61,6 +61,21 @@ func (f *affinityFixture) cand(name string) *Candidate {
 	panic(name)
 }
 
+// scorersOnly is PrefixAffinity's scorers and margin without its home
+// bound: where the learned index, sessions and load alone order the
+// clusters, as for a request without a prompt block.
+const scorersOnly = "prefix-cache=3,session=2,in-flight=1,latency=1,errors=1,queue=1,kv-cache=1"
+
+func withConfig(t testing.TB, f *affinityFixture, annotation string) {
+	t.Helper()
+	cfg, err := Parse(annotation)
+	require.NoError(t, err)
+	f.p, err = New(cfg, scheduling.DefaultConfig(), f.mem)
+	require.NoError(t, err)
+}
+
+// TestPrefixAffinity: PrefixAffinity's scorers, which order the clusters
+// after the home and place the requests that have no home.
 func TestPrefixAffinity(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -173,6 +188,7 @@ func TestPrefixAffinity(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newAffinityFixture(t)
+			withConfig(t, f, scorersOnly)
 			req := f.req()
 			tt.setup(f, req)
 			got, err := f.order(t, req)
@@ -278,7 +294,7 @@ func TestExplanation(t *testing.T) {
 	order, err := f.p.Pick(req, f.cands, nil, nil, &ex)
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 0}, order)
-	assert.Equal(t, "PrefixAffinity"+
+	assert.Equal(t, "PrefixAffinity home=b,home-load=0,home-bound=1"+
 		" a:kept,tier=0,load=1,prefix-cache=0,session=0,in-flight=1,latency=1,errors=1,queue=0.833,kv-cache=0.7,total=4.533"+
 		" b:kept,tier=0,load=1,prefix-cache=1,session=0,in-flight=1,latency=1,errors=1,queue=0.833,kv-cache=0.7,total=7.533"+
 		" c:not-serving", ex.String())
@@ -338,12 +354,6 @@ func TestAffinityYieldsToLoad(t *testing.T) {
 		for range n {
 			f.mem.Observed.Started(scope, cluster)
 		}
-	}
-	withMargin := func(t *testing.T, f *affinityFixture, annotation string) {
-		cfg, err := Parse(annotation)
-		require.NoError(t, err)
-		f.p, err = New(cfg, scheduling.DefaultConfig(), f.mem)
-		require.NoError(t, err)
 	}
 	tests := []struct {
 		name  string
@@ -414,7 +424,7 @@ func TestAffinityYieldsToLoad(t *testing.T) {
 		{
 			name: "a margin of 0: affinity counts only for the least loaded",
 			setup: func(t *testing.T, f *affinityFixture, req *Request) {
-				withMargin(t, f, "prefix-cache=3,in-flight=1,affinity-margin=0")
+				withConfig(t, f, "prefix-cache=3,in-flight=1,affinity-margin=0")
 				f.mem.Served(req, "b")
 				inFlight(f, "b", 1)
 				inFlight(f, "c", 2)
@@ -425,7 +435,7 @@ func TestAffinityYieldsToLoad(t *testing.T) {
 		{
 			name: "affinity-margin=off: a whole shared prompt outweighs any load below saturation",
 			setup: func(t *testing.T, f *affinityFixture, req *Request) {
-				withMargin(t, f, "prefix-cache=3,session=2,in-flight=1,latency=1,errors=1,queue=1,kv-cache=1,affinity-margin=off")
+				withConfig(t, f, "prefix-cache=3,session=2,in-flight=1,latency=1,errors=1,queue=1,kv-cache=1,affinity-margin=off")
 				f.mem.Served(req, "b")
 				inFlight(f, "b", 10)
 			},
@@ -435,6 +445,7 @@ func TestAffinityYieldsToLoad(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newAffinityFixture(t)
+			withConfig(t, f, scorersOnly)
 			req := f.req()
 			tt.setup(t, f, req)
 			var ex Explanation
@@ -462,6 +473,7 @@ func TestAffinityYieldsToLoad(t *testing.T) {
 	// then none.
 	t.Run("a cluster that stops answering loses its affinity after a few requests", func(t *testing.T) {
 		f := newAffinityFixture(t)
+		withConfig(t, f, scorersOnly)
 		f.mem.Served(f.req(), "b")
 		got := map[string]int{}
 		for range 50 {

@@ -12,13 +12,16 @@ func (p *Pipeline) score(req *Request, cands []Candidate, kept []int, slots []sl
 		obs, val = make([]Observation, 0, len(kept)), make([]float64, 0, len(kept))
 	}
 	val = val[:len(kept)]
-	if p.observed || p.yields {
+	if p.observed || p.yields || p.homes {
 		for _, i := range kept {
 			obs = append(obs, p.mem.Observed.Observe(req.Scope, cands[i].Name))
 		}
 	}
 	if p.yields {
 		p.yieldAffinity(req, cands, kept, slots, obs)
+	}
+	if p.homes {
+		p.homeLoad(req, cands, kept, slots, obs)
 	}
 	for _, ws := range p.cfg.Scorers {
 		p.scoreOne(ws.Scorer, req, cands, kept, slots, obs, val)

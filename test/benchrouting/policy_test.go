@@ -14,8 +14,9 @@ import (
 // compares, each selected by its value of the HTTPRoute's annotation
 // mci.x-k8s.io/cluster-policy. A new policy is one more name here (or in
 // MCI_BENCH_ROUTING_POLICIES): any name that is not a reference routing is
-// taken as such an annotation value.
-var sidecarPolicies = []string{"Weighted", "HealthBased", "MetricsBased", "LocalFirst", "PrefixAffinity"}
+// taken as such an annotation value. HubReference is the llm-d hub's
+// documented scoring in mci's pipeline, the peer reference of issue 23.
+var sidecarPolicies = []string{"Weighted", "HealthBased", "MetricsBased", "LocalFirst", "PrefixAffinity", "HubReference"}
 
 // referenceRoutings bypass mci-sidecar: the harness picks the cluster
 // itself and sends the request to that cluster's own gateway, whose EPP

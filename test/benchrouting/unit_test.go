@@ -213,7 +213,7 @@ func TestLoadConfig(t *testing.T) {
 		{"full by default", nil, func(t *testing.T, c config) {
 			assert.Equal(t, "full", c.Profile)
 			assert.Equal(t, allScenarios, c.Scenarios)
-			assert.Equal(t, []string{"Weighted", "HealthBased", "MetricsBased", "LocalFirst", "PrefixAffinity", "RoundRobin", "Oracle"}, c.Policies)
+			assert.Equal(t, []string{"Weighted", "HealthBased", "MetricsBased", "LocalFirst", "PrefixAffinity", "HubReference", "RoundRobin", "Oracle"}, c.Policies)
 		}, ""},
 		{"smoke", map[string]string{"MCI_BENCH_PROFILE": "smoke"}, func(t *testing.T, c config) {
 			assert.Equal(t, []string{scenarioSharedPrefix}, c.Scenarios)

@@ -1,0 +1,209 @@
+package clusterscore
+
+import (
+	"math"
+	"slices"
+)
+
+// Home placement: the requests of a prefix have a home cluster, derived
+// from the prefix itself, that they go to unless it is loaded beyond a
+// bound. Consistent hashing with bounded loads (Mirrokni, Thorup and
+// Zadimoghaddam): the candidates are ranked by weighted rendezvous (HRW)
+// hashing of the request's leading prompt blocks, and the first of that
+// order whose load stays within HomeBound times its share of the total
+// takes the request. Because the home is a function of the prompt and of
+// the candidates' names and capacities, every sidecar replica computes the
+// same one without sharing anything; because it does not depend on what
+// served the prefix before, a request that leaves its home does not take
+// its prefix's placement with it.
+
+// DefaultHomeBound is PrefixAffinity's load bound: a home keeps its
+// requests while its load, the request included, is at most 1.25 times its
+// capacity's share of the candidates' total (rounded up).
+const DefaultHomeBound = 2
+
+// maxHomeBound bounds the load bound Parse accepts.
+const maxHomeBound = 100
+
+// homeKeyBlocks is how many leading prompt blocks the home is hashed from:
+// 256 bytes of prompt text, about 64 tokens. Prompts that share them share
+// a home, so a system prompt shared by many conversations places them all
+// (and every turn of each) on one cluster; a prompt shorter than that is
+// placed by its full blocks. Fewer blocks would make unrelated prompts that
+// open with the same boilerplate share a home; more would give a
+// conversation's first, short turn another home than the next ones.
+const homeKeyBlocks = 4
+
+// homeKey is the hash the home is derived from: the chained hash of the
+// leading blocks, which stands for all of them; 0 when there is none.
+func homeKey(blocks []uint64) uint64 {
+	if len(blocks) == 0 {
+		return 0
+	}
+	return blocks[min(len(blocks), homeKeyBlocks)-1]
+}
+
+// rendezvous is the weighted rendezvous score of a cluster for a key: the
+// cluster of the highest score is the key's home, and the share of keys a
+// cluster is home to is its weight's share (the logarithmic method), so
+// that a change of one cluster's weight or presence moves only the keys
+// it gains or loses.
+func rendezvous(key uint64, cluster uint32, weight float64) float64 {
+	h := mix64(key ^ uint64(cluster)*0x9e3779b97f4a7c15)
+	u := (float64(h>>11) + 0.5) / (1 << 53) // uniform in (0, 1)
+	return -weight / math.Log(u)
+}
+
+// mix64 is splitmix64's finalizer: every bit of the input moves every bit
+// of the output.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// HomeDecision is where a request's home was and whether it took the
+// request.
+type HomeDecision struct {
+	// Home is the name of the request's home cluster; "" when the request
+	// has no home (no full prompt block, or no home bound configured).
+	Home string
+	// Load is the home's load when the request came: this sidecar's
+	// requests in flight to it. Bound is the
+	// most it may hold with the request: HomeBound times its capacity's
+	// share of the total load, the request included, rounded up.
+	Load, Bound float64
+	// Left is true when the home's load was beyond the bound (or the home
+	// was not in the first tier: saturated, stale), so that the request
+	// went to the best scored candidate within the bound.
+	Left bool
+	// New is true when this sidecar has not served a prompt of this home
+	// key yet: no cluster is known to cache it, so the home takes it
+	// only as one of the least loaded (a bound of 1), and a prompt that
+	// shares nothing is placed by load as a round-robin would.
+	New bool
+	// Alike is true when the candidates counted alike for the hashing and
+	// the bound because not every one reported its ready pods (fresh pool
+	// metrics): capacities are then unknown, not equal.
+	Alike bool
+}
+
+// homeLoad fills the candidates' loads and capacities for the bound: the
+// requests this sidecar has in flight to each (exact for its own traffic,
+// and with requests dealt to replicas in turn, each replica's share of
+// the whole), and their ready pods when their pool metrics are fresh.
+// The pools' scraped queues, which every replica sees alike, are not
+// added: they are up to a scrape old, and counting them made new prompts
+// queue longer with 3 replicas (docs/design/cluster-scoring.md); the
+// replicas share them through the saturation tier instead.
+func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation) {
+	for k, i := range kept {
+		c := &cands[i]
+		s := &slots[i]
+		s.homeLoad, s.capacity = float64(obs[k].InFlight), 0
+		if p.fresh(c.Pool, req.Now) && c.Pool.ReadyPods > 0 {
+			s.capacity = float64(c.Pool.ReadyPods)
+		}
+	}
+}
+
+// leadHome moves the request's home to the front of kept when it is in
+// the first tier and its load is within the bound, else the best scored
+// candidate of the first tier that is (kept is sorted by total, so the
+// first such), else leaves the order as it is. It returns the decision,
+// with an empty Home when the request has no prompt block: the picker
+// then leads as it would without a home.
+func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots []slot) HomeDecision {
+	key := homeKey(req.Blocks)
+	if key == 0 || len(kept) == 0 {
+		return HomeDecision{}
+	}
+	home, served, alike := p.findHome(req, key, cands, kept, slots)
+	// The bound compares the candidates of the first tier: those a
+	// request may go to before any saturated or stale one.
+	n := 1
+	for n < len(kept) && slots[kept[n]].tier == slots[kept[0]].tier {
+		n++
+	}
+	total, capacity := 0.0, 0.0
+	for _, i := range kept[:n] {
+		total += slots[i].homeLoad
+		capacity += slots[i].capacity
+	}
+	// With n candidates, a bound of n or more times the average never
+	// binds while the others are idle: at most n - 1/2, so that a home
+	// that stops answering is left after a few requests (2 clusters at 2:
+	// 1.5, 3 requests).
+	c := min(p.cfg.HomeBound, float64(n)-0.5)
+	fresh := served == 0
+	if fresh {
+		c = 1
+	}
+	bound := func(i int) float64 {
+		return math.Ceil(c * (total + 1) * slots[i].capacity / capacity)
+	}
+	h := kept[home]
+	d := HomeDecision{Home: cands[h].Name, Load: slots[h].homeLoad, Bound: bound(h), New: fresh, Alike: alike}
+	if home >= n {
+		d.Bound = 0 // saturated or stale: no bound to compare with
+	}
+	d.Left = home >= n || slots[h].homeLoad+1 > d.Bound
+	lead := home
+	if d.Left {
+		lead = -1
+		for k, i := range kept[:n] {
+			if k != home && slots[i].homeLoad+1 <= bound(i) {
+				lead = k
+				break
+			}
+		}
+	}
+	if lead > 0 {
+		c := kept[lead]
+		copy(kept[1:lead+1], kept[:lead])
+		kept[0] = c
+	}
+	return d
+}
+
+// findHome returns the index in kept of the request's home, how many
+// requests of its key this sidecar has served, and whether the candidates
+// counted alike. It sets the candidates' capacities: their ready pods
+// when every candidate reports them; else every candidate counts alike,
+// rather than comparing pods with guesses.
+func (p *Pipeline) findHome(req *Request, key uint64, cands []Candidate, kept []int, slots []slot) (home, served int, alike bool) {
+	byPods := true
+	for _, i := range kept {
+		byPods = byPods && slots[i].capacity > 0
+	}
+	var idBuf [maxStack]uint32
+	var capBuf [maxStack]float64
+	ids, caps := idBuf[:0], capBuf[:0]
+	if len(kept) > maxStack {
+		ids, caps = make([]uint32, 0, len(kept)), make([]float64, 0, len(kept))
+	}
+	for _, i := range kept {
+		if !byPods {
+			slots[i].capacity = 1
+		}
+		ids, caps = append(ids, ClusterID(cands[i].Name)), append(caps, slots[i].capacity)
+	}
+	// An established key has the home Homes deals it; another, the
+	// first of its rendezvous order.
+	assigned, served := p.mem.Homes.Home(req.Scope, key, ids, caps, req.Now)
+	home = -1
+	if assigned != 0 {
+		home = slices.Index(ids, assigned)
+	}
+	if home < 0 {
+		best := math.Inf(-1)
+		for k := range kept {
+			if r := rendezvous(key, ids[k], caps[k]); r > best {
+				home, best = k, r
+			}
+		}
+	}
+	return home, served, !byPods
+}

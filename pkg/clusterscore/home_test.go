@@ -1,0 +1,187 @@
+package clusterscore
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mci-dev/mci/pkg/scheduling"
+)
+
+// homeOf is the home of the fixture's prompt among a, b and c with equal
+// capacities: the cluster of the highest rendezvous score.
+func homeOf(blocks []uint64, names ...string) string {
+	best, home := 0.0, ""
+	for _, n := range names {
+		if r := rendezvous(homeKey(blocks), ClusterID(n), 2); r > best {
+			best, home = r, n
+		}
+	}
+	return home
+}
+
+// known makes the prompt known to the sidecar, as after its first request
+// (served on cluster), so that its home takes it within the full bound.
+func known(f *affinityFixture, req *Request, cluster string) {
+	f.mem.Prefixes.Record(req.Blocks[:1], ClusterID(cluster))
+	f.mem.Homes.Served(req.Scope, homeKey(req.Blocks), req.Now)
+}
+
+func TestHomePlacement(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(f *affinityFixture, req *Request, home string)
+		// want is the first cluster: "home", "not home", or a name.
+		want     string
+		wantLeft bool
+	}{
+		{
+			name:  "a known prompt goes to its home, hashed from its leading blocks",
+			setup: func(f *affinityFixture, req *Request, home string) { known(f, req, home) },
+			want:  "home",
+		},
+		{
+			name: "its home keeps it where another cluster served a longer prefix (the index does not move it)",
+			setup: func(f *affinityFixture, req *Request, home string) {
+				known(f, req, home)
+				for _, c := range f.cands {
+					if c.Name != home {
+						f.mem.Served(req, c.Name)
+					}
+				}
+			},
+			want: "home",
+		},
+		{
+			name: "its home keeps it while its load is within the bound: 1 in flight, the others none (bound: 2 x 2/3, rounded up)",
+			setup: func(f *affinityFixture, req *Request, home string) {
+				known(f, req, home)
+				f.mem.Observed.Started(scope, home)
+			},
+			want: "home",
+		},
+		{
+			name: "a home beyond the bound is left for the best scored cluster within it: 2 in flight, the others none (bound: 2 x 3/3)",
+			setup: func(f *affinityFixture, req *Request, home string) {
+				known(f, req, home)
+				f.mem.Observed.Started(scope, home)
+				f.mem.Observed.Started(scope, home)
+			},
+			want:     "not home",
+			wantLeft: true,
+		},
+		{
+			name: "a saturated home is left",
+			setup: func(f *affinityFixture, req *Request, home string) {
+				known(f, req, home)
+				f.cand(home).Pool = freshPool(30, 0.5)
+			},
+			want:     "not home",
+			wantLeft: true,
+		},
+		{
+			name: "a prompt new to the sidecar goes to its home only as one of the least loaded",
+			setup: func(f *affinityFixture, req *Request, home string) {
+				f.mem.Observed.Started(scope, home)
+			},
+			want:     "not home",
+			wantLeft: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newAffinityFixture(t)
+			req := f.req()
+			home := homeOf(req.Blocks, "a", "b", "c")
+			tt.setup(f, req, home)
+			var ex Explanation
+			order, err := f.p.Pick(req, f.cands, nil, nil, &ex)
+			require.NoError(t, err)
+			got := f.cands[order[0]].Name
+			assert.Equal(t, home, ex.Home.Home, ex.String())
+			assert.Equal(t, tt.wantLeft, ex.Home.Left, ex.String())
+			switch tt.want {
+			case "home":
+				assert.Equal(t, home, got, ex.String())
+			case "not home":
+				assert.NotEqual(t, home, got, ex.String())
+			default:
+				assert.Equal(t, tt.want, got, ex.String())
+			}
+		})
+	}
+}
+
+// Replicas agree without talking: two sidecars that never saw each
+// other's requests place every prompt on the same cluster while load
+// allows, and prompts spread over the clusters by their capacities.
+func TestHomeReplicasAgree(t *testing.T) {
+	a, b := newAffinityFixture(t), newAffinityFixture(t)
+	b.cands[0].Pool = &PoolMetrics{AverageQueue: 1, AverageKVCache: 0.3, ReadyPods: 4, UpdatedAt: epoch}
+	a.cands[0].Pool = b.cands[0].Pool
+	homes := map[string]int{}
+	for i := range 3000 {
+		req := &Request{Now: epoch, Scope: scope, Blocks: chain(uint64(i), 8), Criticality: scheduling.Standard}
+		known(a, req, "a")
+		known(b, req, "a")
+		oa, err := a.order(t, req)
+		require.NoError(t, err)
+		ob, err := b.order(t, req)
+		require.NoError(t, err)
+		require.Equal(t, oa[0], ob[0], "prompt %d", i)
+		homes[oa[0]]++
+	}
+	// a has 4 ready pods, b and c 2 each: half the prompts, a quarter each.
+	assert.InDelta(t, 1500, homes["a"], 120, "%v", homes)
+	assert.InDelta(t, 750, homes["b"], 90, "%v", homes)
+	assert.InDelta(t, 750, homes["c"], 90, "%v", homes)
+}
+
+// A cluster that stops answering (its servers taken by traffic the
+// sidecar does not see: its requests never finish) loses the prompts it
+// is home to within one request of MetricsBased: a bound of 2 lets the
+// home hold one request more than the least loaded when the others are
+// idle (a tighter bound cost hit ratio in the simulation:
+// docs/design/cluster-scoring.md). Its pool metrics, once they say it is
+// saturated, take it out for every replica alike.
+func TestHomeYieldsAsFastAsMetricsBased(t *testing.T) {
+	stalled := func(t *testing.T, config string, clusters int) int {
+		f := newAffinityFixture(t)
+		f.cands = f.cands[:clusters]
+		withConfig(t, f, config)
+		home := homeOf(f.blocks, []string{"a", "b", "c"}[:clusters]...)
+		known(f, f.req(), home)
+		sent := 0
+		for range 50 {
+			order, err := f.order(t, f.req())
+			require.NoError(t, err)
+			f.mem.Observed.Started(scope, order[0])
+			if order[0] == home {
+				sent++
+				continue
+			}
+			f.mem.Observed.Finished(scope, order[0], false)
+		}
+		return sent
+	}
+	tests := []struct {
+		clusters int
+		// want is how many requests PrefixAffinity sends the stalled
+		// home; MetricsBased sends 1 (its chain sees the stalled
+		// cluster's 1 in flight against the others' none), the margin
+		// rule of old 3.
+		want int
+	}{
+		{clusters: 3, want: 2}, // bounds 1 and 2 with 0 and 1 in flight
+		{clusters: 2, want: 3}, // the bound at 1.5 (n - 1/2): 2, 3, then 3 for 4
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%d clusters", tt.clusters), func(t *testing.T) {
+			affinity, metrics := stalled(t, PrefixAffinity, tt.clusters), stalled(t, MetricsBased, tt.clusters)
+			assert.Equal(t, 1, metrics, "requests MetricsBased sent to the stalled cluster")
+			assert.Equal(t, tt.want, affinity, "requests PrefixAffinity sent to the stalled cluster")
+		})
+	}
+}

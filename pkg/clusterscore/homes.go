@@ -1,0 +1,203 @@
+package clusterscore
+
+import (
+	"container/list"
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Homes remembers the home keys (homeKey: a prompt's leading blocks) this
+// sidecar has served, so that the keys that repeat, such as a system
+// prompt shared by a group of conversations, are dealt to the clusters in
+// equal shares of their capacity instead of by the luck of hashing (8
+// groups hashed over 2 clusters put 6 or more on one in a third of the
+// cases). A key is established from its second request on.
+//
+// The established keys of a scope are assigned in the order of their
+// values, each to the first cluster of its rendezvous order that has not
+// yet reached its share (the number of keys times its capacity's share,
+// rounded up): consistent hashing with bounded loads, over keys rather
+// than requests. The assignment is a function of the set of keys and of
+// the candidates alone, so that replicas which have seen the same groups
+// agree on it without talking; a key that joins or leaves moves few
+// others. It is recomputed only when either changes.
+//
+// It is bounded (least recently served out) and forgets a key TTL after
+// its last request. It is safe for concurrent use.
+type Homes struct {
+	ttl      time.Duration
+	capacity int
+
+	mu       sync.Mutex
+	keys     map[scopedHome]*list.Element
+	order    *list.List // of *homeEntry, most recently served first
+	versions map[string]uint64
+	assigned map[string]*homeAssignment
+	// perScope counts the keys of each scope, so that a scope's version
+	// and assignment go with its last key (pools come and go).
+	perScope map[string]int
+}
+
+type scopedHome struct {
+	scope string
+	key   uint64
+}
+
+type homeEntry struct {
+	k      scopedHome
+	served int
+	last   time.Time
+}
+
+// homeAssignment is the assignment of a scope's established keys to the
+// candidates of one signature, at one version of the keys.
+type homeAssignment struct {
+	version, candidates uint64
+	home                map[uint64]uint32
+}
+
+// DefaultHomeKeys and DefaultHomeTTL size the home keys: 4,096 prompt
+// prefixes, forgotten 10 minutes after their last request.
+const (
+	DefaultHomeKeys = 4096
+	DefaultHomeTTL  = 10 * time.Minute
+)
+
+// NewHomes returns an empty table of at most capacity keys (default when
+// not above 0), each kept ttl after its last request (default when not
+// above 0).
+func NewHomes(capacity int, ttl time.Duration) *Homes {
+	if capacity <= 0 {
+		capacity = DefaultHomeKeys
+	}
+	if ttl <= 0 {
+		ttl = DefaultHomeTTL
+	}
+	return &Homes{
+		ttl: ttl, capacity: capacity, keys: map[scopedHome]*list.Element{}, order: list.New(),
+		versions: map[string]uint64{}, assigned: map[string]*homeAssignment{}, perScope: map[string]int{},
+	}
+}
+
+// Served counts a request of the key served in scope.
+func (h *Homes) Served(scope string, key uint64, now time.Time) {
+	if key == 0 {
+		return
+	}
+	k := scopedHome{scope, key}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if el, ok := h.keys[k]; ok {
+		e := el.Value.(*homeEntry)
+		if e.served++; e.served == 2 {
+			h.versions[scope]++
+		}
+		e.last = now
+		h.order.MoveToFront(el)
+		return
+	}
+	for h.order.Len() >= h.capacity {
+		h.remove(h.order.Back())
+	}
+	h.keys[k] = h.order.PushFront(&homeEntry{k: k, served: 1, last: now})
+	h.perScope[scope]++
+}
+
+func (h *Homes) remove(el *list.Element) {
+	e := el.Value.(*homeEntry)
+	if e.served >= 2 {
+		h.versions[e.k.scope]++
+	}
+	delete(h.keys, e.k)
+	h.order.Remove(el)
+	if h.perScope[e.k.scope]--; h.perScope[e.k.scope] <= 0 {
+		delete(h.perScope, e.k.scope)
+		delete(h.versions, e.k.scope)
+		delete(h.assigned, e.k.scope)
+	}
+}
+
+// Len is how many keys are remembered.
+func (h *Homes) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.order.Len()
+}
+
+// Home returns the cluster id an established key of scope is assigned to
+// among the candidates ids of capacities caps (parallel), 0 when the key
+// is not established; and how many of its requests were served.
+func (h *Homes) Home(scope string, key uint64, ids []uint32, caps []float64, now time.Time) (uint32, int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for el := h.order.Back(); el != nil && now.Sub(el.Value.(*homeEntry).last) > h.ttl; el = h.order.Back() {
+		h.remove(el)
+	}
+	el, ok := h.keys[scopedHome{scope, key}]
+	if !ok {
+		return 0, 0
+	}
+	served := el.Value.(*homeEntry).served
+	if served < 2 {
+		return 0, served
+	}
+	sig := signature(ids, caps)
+	a := h.assigned[scope]
+	if a == nil || a.version != h.versions[scope] || a.candidates != sig {
+		a = &homeAssignment{version: h.versions[scope], candidates: sig, home: assign(h.established(scope), ids, caps)}
+		h.assigned[scope] = a
+	}
+	return a.home[key], served
+}
+
+// established lists the established keys of scope in order.
+func (h *Homes) established(scope string) []uint64 {
+	var keys []uint64
+	for k, el := range h.keys {
+		if k.scope == scope && el.Value.(*homeEntry).served >= 2 {
+			keys = append(keys, k.key)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// signature stands for the candidates' ids and capacities.
+func signature(ids []uint32, caps []float64) uint64 {
+	s := uint64(len(ids))
+	for i, id := range ids {
+		s = mix64(s ^ uint64(id)<<32 ^ math.Float64bits(caps[i]))
+	}
+	return s
+}
+
+// assign deals keys, in order, each to the first candidate of its
+// rendezvous order below its share: the number of keys times its
+// capacity's share, rounded up.
+func assign(keys []uint64, ids []uint32, caps []float64) map[uint64]uint32 {
+	out := make(map[uint64]uint32, len(keys))
+	if len(ids) == 0 {
+		return out
+	}
+	total := 0.0
+	for _, c := range caps {
+		total += c
+	}
+	limit, count := make([]float64, len(ids)), make([]float64, len(ids))
+	for i, c := range caps {
+		limit[i] = math.Ceil(float64(len(keys)) * c / total)
+	}
+	for _, k := range keys {
+		best, score := 0, math.Inf(-1)
+		for i, id := range ids {
+			if r := rendezvous(k, id, caps[i]); count[i] < limit[i] && r > score {
+				best, score = i, r
+			}
+		}
+		count[best]++
+		out[k] = ids[best]
+	}
+	return out
+}

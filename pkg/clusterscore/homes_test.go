@@ -1,0 +1,109 @@
+package clusterscore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// establish serves each key twice in scope, in the order given.
+func establish(h *Homes, keys []uint64, at time.Time) {
+	for range 2 {
+		for _, k := range keys {
+			h.Served(scope, k, at)
+		}
+	}
+}
+
+// shares counts the keys each cluster is home to.
+func shares(t *testing.T, h *Homes, keys []uint64, names []string, caps []float64) map[string]int {
+	t.Helper()
+	ids := make([]uint32, len(names))
+	for i, n := range names {
+		ids[i] = ClusterID(n)
+	}
+	out := map[string]int{}
+	for _, k := range keys {
+		id, served := h.Home(scope, k, ids, caps, epoch)
+		require.Equal(t, 2, served)
+		for i := range ids {
+			if ids[i] == id {
+				out[names[i]]++
+			}
+		}
+	}
+	return out
+}
+
+func TestHomesDealGroupsInEqualShares(t *testing.T) {
+	keys := func(n int) []uint64 { return chain(99, n) }
+	tests := []struct {
+		name  string
+		keys  int
+		names []string
+		caps  []float64
+		want  map[string]int
+	}{
+		{name: "8 groups over 2 equal clusters: 4 each", keys: 8, names: []string{"a", "b"}, caps: []float64{2, 2}, want: map[string]int{"a": 4, "b": 4}},
+		{name: "4 groups over 3 equal clusters: 2, 1, 1", keys: 4, names: []string{"a", "b", "c"}, caps: []float64{2, 2, 2}, want: nil},
+		{name: "32 groups over 3 equal clusters: 11, 11, 10", keys: 32, names: []string{"a", "b", "c"}, caps: []float64{2, 2, 2}, want: nil},
+		{name: "8 groups over clusters of 4, 2 and 2 pods: 4, 2, 2", keys: 8, names: []string{"a", "b", "c"}, caps: []float64{4, 2, 2}, want: map[string]int{"a": 4, "b": 2, "c": 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := NewHomes(0, 0)
+			establish(h, keys(tt.keys), epoch)
+			got := shares(t, h, keys(tt.keys), tt.names, tt.caps)
+			if tt.want != nil {
+				assert.Equal(t, tt.want, got)
+				return
+			}
+			least, most := tt.keys, 0
+			for _, n := range tt.names {
+				least, most = min(least, got[n]), max(most, got[n])
+			}
+			assert.LessOrEqual(t, most-least, 1, "shares within one group of each other: %v", got)
+		})
+	}
+}
+
+// Two replicas that served the same groups in another order deal them
+// alike; a group that joins moves few of the others; a group not served
+// for the TTL is forgotten.
+func TestHomesAgreeAndMoveLittle(t *testing.T) {
+	names, caps := []string{"a", "b", "c"}, []float64{2, 2, 2}
+	ks := chain(7, 12)
+	one, two := NewHomes(0, time.Minute), NewHomes(0, time.Minute)
+	establish(one, ks, epoch)
+	reversed := make([]uint64, len(ks))
+	for i, k := range ks {
+		reversed[len(ks)-1-i] = k
+	}
+	establish(two, reversed, epoch)
+	before := shares(t, one, ks, names, caps)
+	assert.Equal(t, before, shares(t, two, ks, names, caps))
+
+	ids := []uint32{ClusterID("a"), ClusterID("b"), ClusterID("c")}
+	homeOf := func(h *Homes, k uint64) uint32 { id, _ := h.Home(scope, k, ids, caps, epoch); return id }
+	was := map[uint64]uint32{}
+	for _, k := range ks {
+		was[k] = homeOf(one, k)
+	}
+	establish(one, chain(8, 1), epoch)
+	moved := 0
+	for _, k := range ks {
+		if homeOf(one, k) != was[k] {
+			moved++
+		}
+	}
+	assert.LessOrEqual(t, moved, 2, "groups moved by a 13th")
+
+	id, served := one.Home(scope, ks[0], ids, caps, epoch.Add(2*time.Minute))
+	assert.Zero(t, id)
+	assert.Zero(t, served, "forgotten a TTL after its last request")
+	assert.Zero(t, one.Len())
+	assert.Empty(t, one.assigned, "a scope's assignment goes with its last key")
+	assert.Empty(t, one.versions)
+}

@@ -130,6 +130,7 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 	if ex != nil {
 		ex.reset(p, cands)
 	}
+	req.Home = HomeDecision{}
 	start := len(order)
 	shedding := req.Criticality == scheduling.Sheddable && p.has[FilterSaturation]
 	anySaturated := false
@@ -171,6 +172,7 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 	if p.has[FilterLocalFirst] {
 		order = p.localFirst(cands, order, start)
 	}
+	req.Home = home
 	if ex != nil {
 		ex.fill(slots)
 		ex.Home = home

@@ -78,6 +78,11 @@ type Request struct {
 	Blocks []uint64
 	// Session is the request's session key (SessionKey); "" when none.
 	Session string
+
+	// Home is set by Pipeline.Pick: where the request's home was and
+	// whether it took the request (zero without a home), for the
+	// caller's metrics and logs even when no Explanation is asked for.
+	Home HomeDecision
 }
 
 // ErrShed means a sheddable request was shed: every candidate it could go

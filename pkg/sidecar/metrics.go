@@ -54,6 +54,8 @@ type Metrics struct {
 	refusals     *prometheus.GaugeVec
 	buildTime    prometheus.Histogram
 	unparseable  prometheus.Counter
+	homes        *prometheus.CounterVec
+	homesAlike   *prometheus.GaugeVec
 	// watches follows the informers the routing table is built from:
 	// mci_sidecar_watch_reachable and mci_sidecar_watch_failures_total.
 	watches *informerhealth.Tracker
@@ -115,9 +117,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "mci_sidecar_unparseable_prompts_total",
 			Help: "Request bodies whose prompt a policy with the prefix-cache scorer could not read: routed without prefix affinity.",
 		}),
+		homes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mci_sidecar_prefix_home_requests_total",
+			Help: "Requests of a policy with a home bound (PrefixAffinity) that have a home cluster (a prompt of at least one full block), by backend and result: home (the home took it), left (the home was beyond its load bound, saturated or stale: the request went to the best cluster within the bound).",
+		}, []string{"backend", "result"}),
+		homesAlike: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mci_sidecar_prefix_home_capacities_unknown",
+			Help: "1 while the last home decision of a backend counted its clusters alike because not every one reported its ready pods (no fresh pool metrics): homes and bounds then assume equal capacities. 0 once they are known again.",
+		}, []string{"backend"}),
 	}
 	m.watches = informerhealth.NewTracker("mci_sidecar")
-	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.buildTime, m.unparseable, m.watches)
+	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.buildTime, m.unparseable, m.homes, m.homesAlike, m.watches)
 	return m
 }
 
@@ -149,6 +159,22 @@ func (m *Metrics) unparseablePrompt() {
 	if m != nil {
 		m.unparseable.Inc()
 	}
+}
+
+func (m *Metrics) prefixHome(backend string, left, alike bool) {
+	if m == nil {
+		return
+	}
+	result := "home"
+	if left {
+		result = "left"
+	}
+	m.homes.WithLabelValues(backend, result).Inc()
+	v := 0.0
+	if alike {
+		v = 1
+	}
+	m.homesAlike.WithLabelValues(backend).Set(v)
 }
 
 func (m *Metrics) answered(d time.Duration) {

@@ -181,3 +181,24 @@ func TestBackendRotationCarriesOver(t *testing.T) {
 	r.Publish(build("cluster-a=1,cluster-c=1"))
 	assert.NotSame(t, first, backend(r).Rotation(), "changed weights start afresh")
 }
+
+// TestServerCountsPrefixHomes: a request with a prompt under PrefixAffinity
+// has a home, counted by where it went; without the clusters' ready pods
+// the homes assume equal capacities, which the gauge says.
+func TestServerCountsPrefixHomes(t *testing.T) {
+	a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+	c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
+	h := scoringServer(t, a, c, string(routetable.PolicyPrefixAffinity), ServerConfig{})
+	const n = 5
+	for range n {
+		res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: promptBody, Response: upstreamResponse()})
+		require.Nil(t, res.Immediate)
+	}
+	res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: []byte(`{"model":"chat","prompt":"hi"}`), Response: upstreamResponse()})
+	require.Nil(t, res.Immediate)
+	backend := routetable.InferencePoolImportKind + " " + ns + "/llm"
+	home := testutil.ToFloat64(h.metrics.homes.WithLabelValues(backend, "home"))
+	left := testutil.ToFloat64(h.metrics.homes.WithLabelValues(backend, "left"))
+	assert.Equal(t, float64(n), home+left, "every request with a full prompt block has a home; a prompt shorter than a block has none")
+	assert.Equal(t, 1.0, testutil.ToFloat64(h.metrics.homesAlike.WithLabelValues(backend)), "no cluster reports its ready pods")
+}

@@ -46,8 +46,9 @@ type observers struct {
 	// once per change so that a client sending many does not flood the
 	// log; takeovers the response phases the sidecar took over, by
 	// cluster (takeoverLog); shims why the shim pool of requests could not
-	// be told, by status, logged once per change.
-	prompts, takeovers, shims statelog.Log[string]
+	// be told, by status, logged once per change; homes the backends whose
+	// clusters' capacities were unknown at their last home decision.
+	prompts, takeovers, shims, homes statelog.Log[string]
 }
 
 func newObservers(mem *clusterscore.Memory, failures FailureRecorder, metrics *Metrics, logger logr.Logger) *observers {
@@ -85,6 +86,7 @@ func (o *observers) track(d *decision, start time.Time, explain bool) *tracker {
 	if d.explanation != "" {
 		o.logger.V(4).Info("Cluster decision", "backend", d.backendName(), "scores", d.explanation)
 	}
+	o.homeDecision(d)
 	if d.shimUnresolved && o.shims.Observe(strconv.Itoa(d.code), "", d.details).Loud() {
 		o.logger.Info("Cannot tell which shim pool a request is for; it is answered with an error (counted in mci_sidecar_requests_total{outcome=\"no_route\"}; logged again when the reason changes)", "code", d.code, "reason", d.details)
 	}
@@ -350,4 +352,26 @@ func (s *observedStream) explainIn(r *extprocv3.ProcessingResponse) bool {
 	}
 	common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, extproc.SetHeader(ScoresHeader, s.explain))
 	return true
+}
+
+// homeDecision counts where a request with a home went, and says once per
+// change when a backend's homes are placed without knowing its clusters'
+// capacities (a cluster without fresh pool metrics): they are then taken
+// as equal, which may give a small cluster a large share of the groups.
+func (o *observers) homeDecision(d *decision) {
+	h := d.req.Home
+	if h.Home == "" {
+		return
+	}
+	backend := d.backendName()
+	o.metrics.prefixHome(backend, h.Left, h.Alike)
+	if h.Alike {
+		if o.homes.Observe(backend, "alike", "").Loud() {
+			o.logger.Info("Prefix homes are placed as if the clusters had equal capacities: not every cluster reports its ready pods (no fresh pool metrics); mci_sidecar_prefix_home_capacities_unknown is 1 until they do", "backend", backend)
+		}
+		return
+	}
+	if was, _ := o.homes.Clear(backend); was {
+		o.logger.Info("Prefix homes are placed by the clusters' ready pods again", "backend", backend)
+	}
 }

@@ -96,9 +96,16 @@ INTEGRATION_PKGS = $$(grep -rl --include='*_test.go' 'testing.Short()' pkg cmd t
 test-integration: tools
 	go test $(GO_TEST_FLAGS) -timeout 20m -p 1 $(INTEGRATION_PKGS)
 
+# test-programs: the model-server simulator and the Envoy-like gateway
+# double that the e2e tests, the soak and make run start.
+.PHONY: test-programs
+test-programs:
+	@mkdir -p $(OUTPUT_BIN)
+	go build -o $(OUTPUT_BIN)/ ./test/cmd/simulator ./test/cmd/gateway
+
 # e2e tests start their own ClusterSet of real kube-apiservers.
 .PHONY: test-e2e
-test-e2e: build tools
+test-e2e: build tools test-programs
 	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -timeout 40m -p 1 ./test/e2e/ ./test/localclusterset/
 
 # The Helm chart charts/mci (test/chart): it renders what the kustomize
@@ -136,13 +143,11 @@ SOAK_SMOKE_SEED ?= 8
 SOAK_ENV = MCI_BIN_DIR=$(OUTPUT_BIN) $(if $(SOAK_RATE),SOAK_RATE=$(SOAK_RATE)) $(if $(SOAK_WATCHERS),SOAK_WATCHERS=$(SOAK_WATCHERS))
 
 .PHONY: soak
-soak: build tools
-	go build -o $(OUTPUT_BIN)/ ./test/cmd/simulator ./test/cmd/gateway
+soak: build tools test-programs
 	$(SOAK_ENV) $(if $(SOAK_SEED),SOAK_SEED=$(SOAK_SEED)) SOAK_DURATION=$(SOAK_DURATION) SOAK_OUT=$(CURDIR)/_output/soak go test -count=1 -v -timeout 3h ./test/soak/
 
 .PHONY: soak-smoke
-soak-smoke: build tools
-	go build -o $(OUTPUT_BIN)/ ./test/cmd/simulator ./test/cmd/gateway
+soak-smoke: build tools test-programs
 	$(SOAK_ENV) SOAK_SEED=$(or $(SOAK_SEED),$(SOAK_SMOKE_SEED)) SOAK_DURATION=75s SOAK_OUT=$(CURDIR)/_output/soak-smoke go test -count=1 -v -timeout 10m ./test/soak/
 
 # make bench: every measurement of docs/performance.md, on local ClusterSets
@@ -228,7 +233,6 @@ clusterset-down:
 DATAPATH_LOOPBACK_BLOCK ?= 90
 
 .PHONY: run
-run: clusterset-up
-	go build -o $(OUTPUT_BIN)/ ./test/cmd/simulator ./test/cmd/gateway
+run: clusterset-up test-programs
 	go run ./test/cmd/clusterset apply-examples --dir=$(CLUSTERSET_DIR) --examples=$(CURDIR)/artifacts/examples \
 	  --datapath --datapath-loopback-block=$(DATAPATH_LOOPBACK_BLOCK)

@@ -15,9 +15,10 @@ type Target struct {
 	// Addr is the address as it is dialled ("host:port") or scraped (the
 	// metrics URL); "" is none.
 	Addr string
-	// Cluster names the cluster, Port the port (eppaddr.PortExtProc,
-	// PortHealth or PortMetrics), for logs and metrics.
-	Cluster, Port string
+	// Cluster names the cluster, Pool the pool (namespace/name), Port the
+	// port (eppaddr.PortExtProc, PortHealth or PortMetrics), for logs and
+	// metrics.
+	Cluster, Pool, Port string
 	Transport     eppaddr.PortTransport
 }
 
@@ -38,7 +39,7 @@ func (c *Credentials) SetTargets(list []Target) {
 		if addr == "" {
 			continue
 		}
-		next := target{cluster: tg.Cluster, port: tg.Port, transport: pt, key: pt.Key()}
+		next := target{cluster: tg.Cluster, pool: tg.Pool, port: tg.Port, transport: pt, key: pt.Key()}
 		prev, seen := targets[addr]
 		if seen && prev.transport.Key() != pt.Key() {
 			conflicts[addr] = append(conflicts[addr], describe(prev.transport), describe(pt))
@@ -79,10 +80,10 @@ func (c *Credentials) SetTargets(list []Target) {
 	}
 }
 
-// target is an address of the table: the cluster and port it is of, and
-// how it is reached.
+// target is an address of the table: the cluster, pool and port it is
+// of, and how it is reached.
 type target struct {
-	cluster, port string
+	cluster, pool, port string
 	transport     eppaddr.PortTransport
 	// key is transport.Key(), computed once rather than per request.
 	key string
@@ -103,10 +104,10 @@ func describe(p eppaddr.PortTransport) string {
 // and sets mci_sidecar_epp_transport.
 func (c *Credentials) reportTransports(prev, next map[string]target) {
 	for addr, tg := range next {
-		if p, ok := prev[addr]; ok && p.transport.Key() == tg.transport.Key() && p.cluster == tg.cluster {
+		if p, ok := prev[addr]; ok && p.transport.Key() == tg.transport.Key() && p.cluster == tg.cluster && p.pool == tg.pool {
 			continue
 		}
-		kv := []any{"cluster", tg.cluster, "port", tg.port, "address", addr, "transport", describe(tg.transport)}
+		kv := []any{"cluster", tg.cluster, "pool", tg.pool, "port", tg.port, "address", addr, "transport", describe(tg.transport)}
 		if tg.transport.Kind() == eppaddr.TransportKindUnverified {
 			// Asked for (a TLS mode with no Secret and no BackendTLSPolicy
 			// to verify with), as gateways reach an EPP's self-signed
@@ -121,7 +122,7 @@ func (c *Credentials) reportTransports(prev, next map[string]target) {
 	}
 	c.transportGauge.Reset()
 	for _, tg := range next {
-		c.transportGauge.WithLabelValues(tg.cluster, tg.port, tg.transport.Kind()).Set(1)
+		c.transportGauge.WithLabelValues(tg.cluster, tg.pool, tg.port, tg.transport.Kind()).Set(1)
 	}
 }
 

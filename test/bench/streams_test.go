@@ -370,6 +370,9 @@ func reportStreams(pace time.Duration, conc int, paths []*streamPath) {
 	results.compare(sec, "p99 chunk transit (simulator flush to client), response phase relayed, "+what, "ms", ms(percentile(relay.transits, 99)),
 		"direct to the simulator", ms(percentile(sim.transits, 99)), "relayed adds < 1 ms at p99", added < time.Millisecond && ok,
 		fmt.Sprintf("added p99 %.3f ms; ", ms(added))+note)
+	results.compare(sec, "p99 chunk transit, response phase relayed, against the gateway talking to the EPP itself, "+what, "ms", ms(percentile(relay.transits, 99)),
+		"gateway -> EPP -> simulator", ms(percentile(by["gateway -> EPP"].transits, 99)), "", false,
+		fmt.Sprintf("what mci adds to a gateway's own ext_proc round trip per chunk: %.3f ms at p99; ", ms(percentile(relay.transits, 99)-percentile(by["gateway -> EPP"].transits, 99)))+note)
 	results.compare(sec, "p99 chunk transit, body intercepted (every chunk waits for the EPP, before issue 24), "+what, "ms", ms(percentile(intercept.transits, 99)),
 		"direct to the simulator", ms(percentile(sim.transits, 99)), "", false, note)
 	ratio := ms(median(relay.totals)) / ms(median(skip.totals))

@@ -229,7 +229,7 @@ func (o *owed) fromEPP(f *responseFrame, gw gatewayStream) (immediate bool, err 
 		o.headers = max(o.headers-1, 0)
 	case *extprocv3.ProcessingResponse_ResponseBody:
 		send = !o.ahead
-		o.bodyAnswered(r.ResponseBody)
+		o.bodyAnswered(r.ResponseBody, f.GetDynamicMetadata() != nil)
 	case *extprocv3.ProcessingResponse_ResponseTrailers:
 		o.trailers = max(o.trailers-1, 0)
 		// The body is done with once its trailers are answered.
@@ -264,9 +264,10 @@ func (o *owed) flushHeld(gw extproc.Stream) error {
 }
 
 // bodyAnswered notes the EPP's answer to body chunks: the bytes it streamed
-// back (duplex) or one chunk answered. For chunks that went ahead, an
-// answer that asks for more than to let them through is late.
-func (o *owed) bodyAnswered(r *extprocv3.BodyResponse) {
+// back (duplex) or one chunk answered; withMetadata: the answer sets
+// dynamic metadata. For chunks that went ahead, an answer that asks for
+// more than to let them through is late.
+func (o *owed) bodyAnswered(r *extprocv3.BodyResponse, withMetadata bool) {
 	sr := r.GetResponse().GetBodyMutation().GetStreamedResponse()
 	agrees := true
 	if o.duplex && sr != nil {
@@ -278,8 +279,12 @@ func (o *owed) bodyAnswered(r *extprocv3.BodyResponse) {
 		return
 	}
 	what := lateMutation(r, o.duplex)
-	if what == "" && !agrees {
+	switch {
+	case what != "":
+	case !agrees:
 		what = "a rewritten body"
+	case withMetadata:
+		what = "dynamic metadata"
 	}
 	if what != "" {
 		o.late++

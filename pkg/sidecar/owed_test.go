@@ -9,6 +9,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/mci-dev/mci/pkg/extproc"
 )
@@ -189,6 +190,11 @@ type step struct {
 	epp *extprocv3.ProcessingResponse
 }
 
+func withMetadata(r *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
+	r.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{"usage": structpb.NewNumberValue(7)}}
+	return r
+}
+
 func TestStreamedBodyChunksGoToTheGatewayWithoutWaitingForTheEPP(t *testing.T) {
 	rewrite := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
 		BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: []byte("other")}},
@@ -283,6 +289,16 @@ func TestStreamedBodyChunksGoToTheGatewayWithoutWaitingForTheEPP(t *testing.T) {
 			},
 			want:     []string{"headers", "body", "body"},
 			wantLate: 2, wantWhat: "a body mutation",
+		},
+		{
+			name: "duplex: dynamic metadata in a chunk's answer arrives late",
+			cfg:  duplexMode, ahead: true,
+			steps: []step{
+				{gw: gwHeaders}, {epp: eppHeaders}, {gw: gwChunk("a", true)},
+				{epp: withMetadata(eppStreamedBack("a", true))},
+			},
+			want:     []string{"headers", "body:a:eos"},
+			wantLate: 1, wantWhat: "dynamic metadata",
 		},
 		{
 			name: "buffered: the body comes whole and waits for the EPP, whose mutation applies",

@@ -19,7 +19,7 @@ type Target struct {
 	// port (eppaddr.PortExtProc, PortHealth or PortMetrics), for logs and
 	// metrics.
 	Cluster, Pool, Port string
-	Transport     eppaddr.PortTransport
+	Transport           eppaddr.PortTransport
 }
 
 // SetTargets makes the addresses of the routing table's clusters reached
@@ -84,7 +84,7 @@ func (c *Credentials) SetTargets(list []Target) {
 // of, and how it is reached.
 type target struct {
 	cluster, pool, port string
-	transport     eppaddr.PortTransport
+	transport           eppaddr.PortTransport
 	// key is transport.Key(), computed once rather than per request.
 	key string
 }

@@ -39,6 +39,7 @@ const (
 	respSlowEnd                // answer everything, then end its stream only when reset
 	respHoldBody               // hold its answers to body chunks until the body ends (an EPP that reads the usage at the end)
 	respRewrite                // stream each body chunk back upper-cased (an EPP that rewrites bodies)
+	respStallBody              // answer the response headers, then nothing more until reset (a stalled link)
 )
 
 // fakeEPP is a minimal Endpoint Picker on 127.0.0.1: it routes every
@@ -142,6 +143,11 @@ func (f *fakeEPP) respond(stream extprocv3.ExternalProcessor_ProcessServer, req 
 		resp, err := extproc.PassThrough(msg, req.ProtocolConfig)
 		if err != nil {
 			return err
+		}
+		if f.respMode.Load() == respStallBody {
+			<-stream.Context().Done()
+			f.ended("stall")
+			return stream.Context().Err()
 		}
 		if b := msg.GetResponseBody(); b != nil {
 			f.mu.Lock()

@@ -341,13 +341,16 @@ func (o *owed) streamedBack(b []byte, eos bool) (same bool) {
 	return same
 }
 
-// gatewayDone says whether the gateway ended its side of the stream with
-// every answer owed to it given.
-func (o *owed) gatewayDone() bool {
+// gatewayServed says whether the gateway ended its side of the stream with
+// every answer it waits for given: what the EPP may still owe then
+// (answers to chunks that went ahead) is the EPP's alone.
+func (o *owed) gatewayServed() bool {
 	o.mu.Lock()
-	ended := o.gwEnded
-	o.mu.Unlock()
-	return ended && !o.owing()
+	defer o.mu.Unlock()
+	if !o.gwEnded || o.headers > 0 || o.trailers > 0 || len(o.held) > 0 {
+		return false
+	}
+	return o.ahead || (o.chunks == 0 && len(o.body) == 0 && !(o.bodyEOS && !o.backEOS))
 }
 
 // owing says whether the EPP owes any answer.

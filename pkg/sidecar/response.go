@@ -136,15 +136,9 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 	}
 
 	if ctxErr := gw.Context().Err(); ctxErr != nil {
-		// A gateway that had ended its side with every answer given may
-		// reset the stream before the EPP's end of stream reaches it (a
-		// slow link, a gateway that lingers less): the response phase was
-		// complete all the same.
 		// The pump has ended or is ending with the gateway's stream.
 		pumpErr := <-toEPP
-		if !o.gatewayDone() {
-			outcome = ResponseCanceled
-		}
+		outcome = gatewayGone(t, o)
 		if pumpErr != nil {
 			return pumpErr
 		}
@@ -174,4 +168,23 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 	e.cancel(errTakenOver)
 	t.takenOver(outcome, err)
 	return <-toEPP
+}
+
+// gatewayGone is the outcome of a response phase whose gateway reset its
+// stream. A gateway that had ended its side with every answer it waits for
+// given may reset the stream before the EPP's end of stream reaches it (a
+// slow link, a gateway that lingers less): the response phase was
+// complete all the same, unless the EPP still owed answers to chunks that
+// went ahead of it: then it did not answer them in time (the gateway,
+// which had them, let go), and the sidecar answered them itself, as a
+// timeout says. Otherwise the gateway went away early: canceled.
+func gatewayGone(t *tracker, o *owed) string {
+	switch {
+	case !o.gatewayServed():
+		return ResponseCanceled
+	case o.owing():
+		t.takenOver(ResponseTimeout, errResponseTimeout)
+		return ResponseTimeout
+	}
+	return ResponseCompleted
 }

@@ -29,7 +29,7 @@ const probeTimeout = 500 * time.Millisecond
 // taken for an HTTP/2 frame), a TLS client reading HTTP/2 ("first record
 // does not look like a TLS handshake") or a plaintext server's close
 // ("authentication handshake failed: EOF").
-var mismatchSigns = []string{"server preface", "frame too large", "first record does not look like a TLS handshake", "authentication handshake failed"}
+var mismatchSigns = []string{"server preface", "frame too large", "first record does not look like a TLS handshake", "authentication handshake failed: EOF"}
 
 // mismatch says what the port addr ("host:port"), reached with TLS or not
 // as tlsAsked says, answered instead when err, its failure, looks like a

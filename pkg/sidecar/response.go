@@ -84,10 +84,13 @@ var (
 
 // eppStream is the open stream of the EPP that answered the request phase,
 // kept for the response phase. cancel resets it; ctx carries the cause.
+// unlink stops the gateway's end from resetting it, and says whether it
+// had not yet.
 type eppStream struct {
 	stream extprocv3.ExternalProcessor_ProcessClient
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	unlink func() bool
 }
 
 // relayResponse relays the response phase of the gateway's stream gw, whose
@@ -108,6 +111,7 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 	o := newOwed(cfg, resps, s.bodyAhead, s.relay.timeout, e.cancel)
 	defer o.stop()
 	defer e.cancel(nil)
+	defer linkToGateway(gw, e, o)()
 	toEPP := make(chan error, 1)
 	go func() { toEPP <- o.pump(gw, e, s.relay.linger) }()
 
@@ -135,10 +139,19 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 		}
 	}
 
-	if ctxErr := gw.Context().Err(); ctxErr != nil {
+	if ctxErr := gw.Context().Err(); ctxErr != nil && !(o.gatewayServed() && o.owing()) {
+		// A gateway that had ended its side with every answer it waits
+		// for given may reset the stream before the EPP's end of stream
+		// reaches it (a slow link, a gateway that lingers less): the
+		// response phase was complete all the same. Otherwise it went away
+		// early. (An EPP that still owed answers to chunks that went ahead
+		// had its stream kept (linkToGateway): what ended it says how it
+		// ended, below.)
 		// The pump has ended or is ending with the gateway's stream.
 		pumpErr := <-toEPP
-		outcome = gatewayGone(t, o)
+		if !o.gatewayServed() {
+			outcome = ResponseCanceled
+		}
 		if pumpErr != nil {
 			return pumpErr
 		}
@@ -170,21 +183,22 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 	return <-toEPP
 }
 
-// gatewayGone is the outcome of a response phase whose gateway reset its
-// stream. A gateway that had ended its side with every answer it waits for
-// given may reset the stream before the EPP's end of stream reaches it (a
-// slow link, a gateway that lingers less): the response phase was
-// complete all the same, unless the EPP still owed answers to chunks that
-// went ahead of it: then it did not answer them in time (the gateway,
-// which had them, let go), and the sidecar answered them itself, as a
-// timeout says. Otherwise the gateway went away early: canceled.
-func gatewayGone(t *tracker, o *owed) string {
-	switch {
-	case !o.gatewayServed():
-		return ResponseCanceled
-	case o.owing():
-		t.takenOver(ResponseTimeout, errResponseTimeout)
-		return ResponseTimeout
+// linkToGateway makes the gateway's end of its stream reset the EPP's, as
+// it would reset its own, unless the gateway had every answer it waits for
+// and the EPP still owes answers to chunks that went ahead: a gateway may
+// reset its stream as soon as it has the last chunk, before the EPP's
+// answer to it is back, and the EPP may still give it, within the linger
+// that bounds its stream once the gateway ended its side. It returns what
+// undoes the link.
+func linkToGateway(gw gatewayStream, e *eppStream, o *owed) (stop func() bool) {
+	if !e.unlink() {
+		// The gateway is gone already, and the EPP's stream with it.
+		return func() bool { return false }
 	}
-	return ResponseCompleted
+	ctx := gw.Context()
+	return context.AfterFunc(ctx, func() {
+		if !o.gatewayServed() || !o.owing() {
+			e.cancel(context.Cause(ctx))
+		}
+	})
 }

@@ -62,8 +62,11 @@ type owed struct {
 	// takenOver: the sidecar answers the gateway from now on; ended: the
 	// gateway got an immediate response and expects nothing more.
 	takenOver, ended bool
-	// gwEnded: the gateway ended its side of the stream.
-	gwEnded bool
+	// gwEnded: the gateway ended its side of the stream; kept: when the
+	// gateway's stream ended, it had every answer it waited for and the
+	// EPP still owed answers to chunks that went ahead, so the EPP's
+	// stream was kept (linkToGateway), decided once.
+	gwEnded, kept bool
 
 	// deadline is when the EPP must have answered something; zero while
 	// it owes nothing it is waited for. timer checks it.
@@ -351,6 +354,25 @@ func (o *owed) gatewayServed() bool {
 		return false
 	}
 	return o.ahead || (o.chunks == 0 && len(o.body) == 0 && !(o.bodyEOS && !o.backEOS))
+}
+
+// keepForEPP decides, as the gateway's stream ends, whether the EPP's
+// stream is kept: the gateway had every answer it waited for and the EPP
+// still owes answers to chunks that went ahead.
+func (o *owed) keepForEPP() bool {
+	served := o.gatewayServed()
+	owing := o.owing()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.kept = served && owing
+	return o.kept
+}
+
+// keptForEPP says whether keepForEPP kept the EPP's stream.
+func (o *owed) keptForEPP() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.kept
 }
 
 // owing says whether the EPP owes any answer.

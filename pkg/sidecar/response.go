@@ -139,7 +139,7 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 		}
 	}
 
-	if ctxErr := gw.Context().Err(); ctxErr != nil && !(o.gatewayServed() && o.owing()) {
+	if ctxErr := gw.Context().Err(); ctxErr != nil && !o.keptForEPP() {
 		// A gateway that had ended its side with every answer it waits
 		// for given may reset the stream before the EPP's end of stream
 		// reaches it (a slow link, a gateway that lingers less): the
@@ -197,7 +197,7 @@ func linkToGateway(gw gatewayStream, e *eppStream, o *owed) (stop func() bool) {
 	}
 	ctx := gw.Context()
 	return context.AfterFunc(ctx, func() {
-		if !o.gatewayServed() || !o.owing() {
+		if !o.keepForEPP() {
 			e.cancel(context.Cause(ctx))
 		}
 	})

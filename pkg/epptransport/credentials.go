@@ -93,8 +93,8 @@ func NewCredentials(client kubernetes.Interface, namespaces []string, logger klo
 func (c *Credentials) RegisterMetrics(reg prometheus.Registerer) {
 	c.transportGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mci_sidecar_epp_transport",
-		Help: "1 for the transport each port of each cluster's EPP is reached with: plaintext, tls-unverified (TLS asked with no Secret or BackendTLSPolicy to verify with), tls-verified (a BackendTLSPolicy), tls-secret (the pool's credentials Secret).",
-	}, []string{"cluster", "port", "transport"})
+		Help: "1 for the transport each port of each cluster's EPP is reached with, by cluster and pool (namespace/name; one of them when pools share an EPP address): plaintext, tls-unverified (TLS asked with no Secret or BackendTLSPolicy to verify with), tls-verified (a BackendTLSPolicy), tls-secret (the pool's credentials Secret).",
+	}, []string{"cluster", "pool", "port", "transport"})
 	c.failureCounter = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mci_sidecar_epp_connection_failures_total",
 		Help: "Failed connections to a port of a cluster's EPP (refused or reset, TLS handshake or credentials failure, a transport the EPP does not serve, no answer in time: a blackholed or stalled link), by the transport asked for. The cluster fails over; nothing is retried with a weaker transport.",

@@ -1,6 +1,8 @@
 package epptransport
 
 import (
+	"context"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc/status"
@@ -31,9 +33,14 @@ func (c *Credentials) Failed(addr string, err error) {
 		c.failureCounter.WithLabelValues(tg.cluster, tg.port, tg.transport.Kind()).Inc()
 	}
 	const msg = "EPP port unreachable with its transport: the cluster fails over or follows its failure mode, never a weaker transport"
-	kv := []any{"cluster", tg.cluster, "port", tg.port, "address", addr, "transport", describe(tg.transport)}
+	kv := []any{"cluster", tg.cluster, "pool", tg.pool, "port", tg.port, "address", addr, "transport", describe(tg.transport)}
 	switch ch := c.failures.Observe(addr, status.Code(err).String(), err.Error()); {
 	case ch.Loud():
+		// Said once per change, so the look at the port that tells a
+		// transport mismatch is made once per change too.
+		if answered := mismatch(context.Background(), addr, tg.transport.TLS, err); answered != "" {
+			err = fmt.Errorf("the EPP answered %s on a port reached with %s: make the pool's transport for this port match it: %w", answered, describe(tg.transport), err)
+		}
 		c.logger.Error(err, msg, kv...)
 	case ch == statelog.Minor:
 		// logr's Error ignores verbosity: the quiet changes are Info.

@@ -15,10 +15,11 @@ type Target struct {
 	// Addr is the address as it is dialled ("host:port") or scraped (the
 	// metrics URL); "" is none.
 	Addr string
-	// Cluster names the cluster, Port the port (eppaddr.PortExtProc,
-	// PortHealth or PortMetrics), for logs and metrics.
-	Cluster, Port string
-	Transport     eppaddr.PortTransport
+	// Cluster names the cluster, Pool the pool (namespace/name), Port the
+	// port (eppaddr.PortExtProc, PortHealth or PortMetrics), for logs and
+	// metrics.
+	Cluster, Pool, Port string
+	Transport           eppaddr.PortTransport
 	// Token, for a metrics URL, is the Secret whose token its scrapes
 	// send (TokenSecretKey); none: the token of the Secret of Transport,
 	// else the scraper's own.
@@ -42,7 +43,7 @@ func (c *Credentials) SetTargets(list []Target) {
 		if addr == "" {
 			continue
 		}
-		next := target{cluster: tg.Cluster, port: tg.Port, transport: pt, key: pt.Key(), token: tg.Token}
+		next := target{cluster: tg.Cluster, pool: tg.Pool, port: tg.Port, transport: pt, key: pt.Key(), token: tg.Token}
 		prev, seen := targets[addr]
 		if seen && prev.transport.Key() != pt.Key() {
 			conflicts[addr] = append(conflicts[addr], describe(prev.transport), describe(pt))
@@ -83,11 +84,11 @@ func (c *Credentials) SetTargets(list []Target) {
 	}
 }
 
-// target is an address of the table: the cluster and port it is of, and
-// how it is reached.
+// target is an address of the table: the cluster, pool and port it is
+// of, and how it is reached.
 type target struct {
-	cluster, port string
-	transport     eppaddr.PortTransport
+	cluster, pool, port string
+	transport           eppaddr.PortTransport
 	// key is transport.Key(), computed once rather than per request.
 	key string
 	// token is the Secret of the bearer token of a metrics URL.
@@ -109,10 +110,10 @@ func describe(p eppaddr.PortTransport) string {
 // and sets mci_sidecar_epp_transport.
 func (c *Credentials) reportTransports(prev, next map[string]target) {
 	for addr, tg := range next {
-		if p, ok := prev[addr]; ok && p.transport.Key() == tg.transport.Key() && p.cluster == tg.cluster {
+		if p, ok := prev[addr]; ok && p.transport.Key() == tg.transport.Key() && p.cluster == tg.cluster && p.pool == tg.pool {
 			continue
 		}
-		kv := []any{"cluster", tg.cluster, "port", tg.port, "address", addr, "transport", describe(tg.transport)}
+		kv := []any{"cluster", tg.cluster, "pool", tg.pool, "port", tg.port, "address", addr, "transport", describe(tg.transport)}
 		if tg.transport.Kind() == eppaddr.TransportKindUnverified {
 			// Asked for (a TLS mode with no Secret and no BackendTLSPolicy
 			// to verify with), as gateways reach an EPP's self-signed
@@ -127,7 +128,7 @@ func (c *Credentials) reportTransports(prev, next map[string]target) {
 	}
 	c.transportGauge.Reset()
 	for _, tg := range next {
-		c.transportGauge.WithLabelValues(tg.cluster, tg.port, tg.transport.Kind()).Set(1)
+		c.transportGauge.WithLabelValues(tg.cluster, tg.pool, tg.port, tg.transport.Kind()).Set(1)
 	}
 }
 

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -36,6 +37,9 @@ const (
 	respEnd                    // end the stream once the response headers arrive
 	respImmediate              // answer the response headers with an immediate 502
 	respSlowEnd                // answer everything, then end its stream only when reset
+	respHoldBody               // hold its answers to body chunks until the body ends (an EPP that reads the usage at the end)
+	respRewrite                // stream each body chunk back upper-cased (an EPP that rewrites bodies)
+	respStallBody              // answer the response headers, then nothing more until reset (a stalled link)
 )
 
 // fakeEPP is a minimal Endpoint Picker on 127.0.0.1: it routes every
@@ -64,6 +68,14 @@ type fakeEPP struct {
 	responses atomic.Int64
 	served    []string
 	ends      []string
+	// chunks are the response body chunks it got, in order.
+	chunks []string
+}
+
+func (f *fakeEPP) chunksOf() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.chunks...)
 }
 
 func (f *fakeEPP) endsOf() []string {
@@ -81,6 +93,7 @@ func (f *fakeEPP) ended(how string) {
 // respond answers the response phase as respMode says; in every mode the
 // response headers get the header x-response-seen-by.
 func (f *fakeEPP) respond(stream extprocv3.ExternalProcessor_ProcessServer, req *extproc.Request) error {
+	var held []*extprocv3.ProcessingResponse
 	for {
 		msg, err := stream.Recv()
 		if err == io.EOF && f.respMode.Load() == respSlowEnd {
@@ -130,6 +143,30 @@ func (f *fakeEPP) respond(stream extprocv3.ExternalProcessor_ProcessServer, req 
 		resp, err := extproc.PassThrough(msg, req.ProtocolConfig)
 		if err != nil {
 			return err
+		}
+		if f.respMode.Load() == respStallBody {
+			<-stream.Context().Done()
+			f.ended("stall")
+			return stream.Context().Err()
+		}
+		if b := msg.GetResponseBody(); b != nil {
+			f.mu.Lock()
+			f.chunks = append(f.chunks, string(b.GetBody()))
+			f.mu.Unlock()
+			switch f.respMode.Load() {
+			case respRewrite:
+				sr := resp.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+				sr.Body = bytes.ToUpper(sr.Body)
+			case respHoldBody:
+				if held = append(held, resp); !b.GetEndOfStream() {
+					continue
+				}
+				if err := extproc.SendAll(stream, held); err != nil {
+					return err
+				}
+				held = nil
+				continue
+			}
 		}
 		if err := stream.Send(resp); err != nil {
 			return err

@@ -15,7 +15,8 @@ import (
 // The response phase is relayed message by message, and the sidecar
 // changes none of them (but for --explain-decisions' header): it reads
 // each one (its kind, body bytes, end of stream) to answer what the EPP
-// owes if it fails, then sends it on. Encoding a message again costs as
+// owes if it fails, then sends it on (the EPP's answers to body chunks
+// that went ahead are read and checked, not sent: owed). Encoding a message again costs as
 // much as decoding it; frames skip that. A requestFrame or responseFrame
 // read with frameCodec keeps the bytes it was decoded from, and is sent as
 // those bytes. Both are proto.Messages (the embedded message's methods),

@@ -45,6 +45,7 @@ type Metrics struct {
 	requests     *prometheus.CounterVec
 	eppFailures  *prometheus.CounterVec
 	responses    *prometheus.CounterVec
+	lateBody     *prometheus.CounterVec
 	pickDuration prometheus.Histogram
 	answer       prometheus.Histogram
 	streams      prometheus.Gauge
@@ -78,6 +79,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "mci_sidecar_epp_response_phase_total",
 			Help: "Response phases relayed to the EPP that routed the request, by cluster and outcome: completed; canceled (the gateway ended the stream early); immediate (the EPP answered with an immediate response); failed, timeout, ended (the EPP's stream failed, did not answer in time, or ended with answers owed: the sidecar answered the rest itself and the response went on unchanged).",
 		}, []string{"cluster", "outcome"}),
+		lateBody: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mci_sidecar_epp_late_body_answers_total",
+			Help: "Answers of a cluster's EPP to streamed response body chunks that had gone to the gateway already (--epp-response-phase=Relay) and asked for a change the gateway could no longer make (a rewritten body, a header mutation): the chunks went on unchanged.",
+		}, []string{"cluster"}),
 		pickDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "mci_sidecar_pick_duration_seconds",
 			Help:    "Time to match the route, pick the backendRef and order the clusters of one request (the EPP call not included).",
@@ -127,7 +132,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"backend"}),
 	}
 	m.watches = informerhealth.NewTracker("mci_sidecar")
-	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.buildTime, m.unparseable, m.homes, m.homesAlike, m.watches)
+	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.lateBody, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.buildTime, m.unparseable, m.homes, m.homesAlike, m.watches)
 	return m
 }
 
@@ -146,6 +151,12 @@ func (m *Metrics) eppFailure(cluster string) {
 func (m *Metrics) responsePhase(cluster, outcome string) {
 	if m != nil {
 		m.responses.WithLabelValues(cluster, outcome).Inc()
+	}
+}
+
+func (m *Metrics) lateBodyAnswers(cluster string, n int) {
+	if m != nil {
+		m.lateBody.WithLabelValues(cluster).Add(float64(n))
 	}
 }
 

@@ -243,7 +243,12 @@ func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.Proc
 }
 
 func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*extprocv3.ProcessingRequest, keep bool) ([]*extprocv3.ProcessingResponse, *eppStream, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
+	// The EPP's stream ends with the gateway's: linked to it rather than
+	// derived from it, so that a response phase can let the EPP finish
+	// answering what the gateway already had (eppStream.unlink).
+	parent := ctx
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	unlink := context.AfterFunc(parent, func() { cancel(context.Cause(parent)) })
 	// One timer bounds the wait for the answer and then, re-armed, the
 	// wait for the EPP to end its stream.
 	timer := time.AfterFunc(r.timeout, func() { cancel(errAttemptTimeout) })
@@ -288,7 +293,7 @@ func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*ex
 			// an EPP that answered without reading everything.
 			next <- fateKeep
 			timer.Stop()
-			return resps, &eppStream{stream: stream, ctx: ctx, cancel: cancel}, nil
+			return resps, &eppStream{stream: stream, ctx: ctx, cancel: cancel, unlink: unlink}, nil
 		}
 		timer.Stop()
 		next <- fateEnd

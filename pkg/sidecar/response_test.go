@@ -5,18 +5,16 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
-	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
-	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	"github.com/mci-dev/mci/test/envoyclient"
@@ -132,10 +130,14 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 		mode        int32
 		wantOutcome string
 		wantFailed  bool
+		// noTrailers: the response ends with its body, so that the
+		// gateway waits for nothing of the EPP once it has the chunks.
+		noTrailers bool
 	}{
 		{name: "the EPP's stream fails", mode: respFail, wantOutcome: ResponseFailed, wantFailed: true},
 		{name: "the EPP does not answer in time", mode: respHang, wantOutcome: ResponseTimeout, wantFailed: true},
 		{name: "the EPP ends its stream with answers owed", mode: respEnd, wantOutcome: ResponseEnded},
+		{name: "the EPP stops answering the chunks that went ahead: the gateway has them, the EPP timed out", mode: respStallBody, wantOutcome: ResponseTimeout, wantFailed: true, noTrailers: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
@@ -147,14 +149,21 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 			a.respMode.Store(tt.mode)
 
 			up := upstreamResponse()
+			if tt.noTrailers {
+				up.Trailers = nil
+			}
 			res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Response: up})
 			require.Nil(t, res.Immediate)
 			require.NotNil(t, res.Response)
 			require.Nil(t, res.Response.Immediate)
 			assert.Equal(t, http.StatusOK, res.Response.Status)
 			assert.Equal(t, string(up.Body), string(res.Response.Body), "the response goes on unchanged")
-			assert.Equal(t, "done", res.Response.Trailers.Get("X-Trailer"))
-			assert.Equal(t, 1.0, responseOutcome(h, "cluster-a", tt.wantOutcome))
+			if !tt.noTrailers {
+				assert.Equal(t, "done", res.Response.Trailers.Get("X-Trailer"))
+			}
+			// The outcome of a gateway that has all it waits for is
+			// counted once the EPP's stream is let go.
+			assert.Eventually(t, func() bool { return responseOutcome(h, "cluster-a", tt.wantOutcome) == 1 }, 5*time.Second, 5*time.Millisecond)
 			assert.Eventually(t, func() bool { return testutil.ToFloat64(h.metrics.eppStreams) == 0 }, 5*time.Second, 10*time.Millisecond,
 				"the EPP's stream is released: %v open", testutil.ToFloat64(h.metrics.eppStreams))
 			if tt.wantFailed {
@@ -275,120 +284,108 @@ func portOf(t *testing.T, f *fakeEPP) int32 {
 	return p
 }
 
-// sentStream is a gateway stream that keeps what is sent to it.
-type sentStream struct {
-	extproc.Stream
-	sent []*extprocv3.ProcessingResponse
+// chanSink passes each body piece the gateway passes on to its client to a
+// channel.
+type chanSink struct {
+	headers http.Header
+	body    chan string
 }
 
-func (s *sentStream) Send(r *extprocv3.ProcessingResponse) error {
-	s.sent = append(s.sent, r)
-	return nil
-}
+func (s *chanSink) WriteHeaders(_ int, h http.Header) error { s.headers = h; return nil }
+func (s *chanSink) WriteBody(b []byte) error                { s.body <- string(b); return nil }
+func (s *chanSink) WriteTrailers(http.Header) error         { return nil }
 
-func TestTakeOverAnswersWhatTheEPPOwedInOrder(t *testing.T) {
-	duplex := &extprocv3.ProtocolConfiguration{ResponseBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED}
-	headers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{}}}
-	chunk := func(b string, eos bool) *extprocv3.ProcessingRequest {
-		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(b), EndOfStream: eos}}}
-	}
-	trailers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{}}}
-	headersAnswer := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
-	streamedBack := func(b string, eos bool) *extprocv3.ProcessingResponse {
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
-			BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: []byte(b), EndOfStream: eos}}},
-		}}}}
-	}
-	// describe names the answers: "headers", "body:<bytes>[:eos]", "body" (a
-	// plain body answer), "trailers".
-	describe := func(resps []*extprocv3.ProcessingResponse) []string {
-		var out []string
-		for _, r := range resps {
-			switch {
-			case r.GetResponseHeaders() != nil:
-				out = append(out, "headers")
-			case r.GetResponseBody() != nil:
-				sr := r.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse()
-				if sr == nil {
-					out = append(out, "body")
-					continue
-				}
-				d := "body:" + string(sr.GetBody())
-				if sr.GetEndOfStream() {
-					d += ":eos"
-				}
-				out = append(out, d)
-			case r.GetResponseTrailers() != nil:
-				out = append(out, "trailers")
-			}
-		}
-		return out
-	}
-
-	tests := []struct {
-		name    string
-		cfg     *extprocv3.ProtocolConfiguration
-		gateway []*extprocv3.ProcessingRequest
-		epp     []*extprocv3.ProcessingResponse
-		want    []string
+// TestServerStreamsBodyChunksAtTheModelServersPace: with Relay, a chunk of
+// a streamed response reaches the gateway while the EPP still holds its
+// answer (it reads the usage at the end), and the EPP sees every chunk, in
+// order; with Intercept, the chunk waits for the EPP.
+func TestServerStreamsBodyChunksAtTheModelServersPace(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		phase ResponsePhase
+		ahead bool
 	}{
-		{
-			name:    "nothing answered yet: the headers, then the whole body",
-			cfg:     duplex,
-			gateway: []*extprocv3.ProcessingRequest{headers, chunk("hello ", false), chunk("world", true)},
-			want:    []string{"headers", "body:hello world:eos"},
-		},
-		{
-			name:    "the body bytes the EPP did not stream back",
-			cfg:     duplex,
-			gateway: []*extprocv3.ProcessingRequest{headers, chunk("hello ", false), chunk("world", true)},
-			epp:     []*extprocv3.ProcessingResponse{headersAnswer, streamedBack("hello w", false)},
-			want:    []string{"body:orld:eos"},
-		},
-		{
-			name:    "a body ended by trailers: its rest without end_of_stream, then the trailers",
-			cfg:     duplex,
-			gateway: []*extprocv3.ProcessingRequest{headers, chunk("abc", false), trailers},
-			epp:     []*extprocv3.ProcessingResponse{headersAnswer, streamedBack("a", false)},
-			want:    []string{"body:bc", "trailers"},
-		},
-		{
-			name:    "everything answered: nothing",
-			cfg:     duplex,
-			gateway: []*extprocv3.ProcessingRequest{headers, chunk("abc", true)},
-			epp:     []*extprocv3.ProcessingResponse{headersAnswer, streamedBack("abc", true)},
-		},
-		{
-			name:    "other body modes: one answer per chunk",
-			gateway: []*extprocv3.ProcessingRequest{headers, chunk("a", false), chunk("b", true)},
-			epp:     []*extprocv3.ProcessingResponse{headersAnswer},
-			want:    []string{"body", "body"},
-		},
-	}
-	for _, tt := range tests {
+		{name: "Relay: the chunk goes ahead of the EPP's answer", phase: ResponsePhaseRelay, ahead: true},
+		{name: "Intercept: the chunk waits for the EPP's answer", phase: ResponsePhaseIntercept},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
-			o := newOwed(tt.cfg, nil, time.Minute, func(error) {})
-			defer o.stop()
-			gw := &sentStream{}
-			for _, m := range tt.gateway {
-				forward, err := o.fromGateway(m, gw)
-				require.NoError(t, err)
-				require.True(t, forward)
-			}
-			for _, r := range tt.epp {
-				o.fromEPP(r)
-			}
-			assert.Equal(t, len(tt.want) > 0, o.owing())
-			require.NoError(t, o.takeOver(gw))
-			assert.Equal(t, tt.want, describe(gw.sent))
-			assert.False(t, o.owing())
+			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+			a.respMode.Store(respHoldBody)
+			h := startServerWith(t, routetable.Inputs{
+				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+				Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
+			}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}}, ServerConfig{ResponsePhase: tt.phase})
 
-			// From now on the sidecar answers the gateway itself.
-			gw.sent = nil
-			forward, err := o.fromGateway(trailers, gw)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			x, err := h.client.Start(ctx, envoyclient.Request{Path: "/v1/completions", Body: chatBody})
 			require.NoError(t, err)
-			assert.False(t, forward)
-			assert.Equal(t, []string{"trailers"}, describe(gw.sent))
+			defer x.Close()
+			pr, pw := io.Pipe()
+			sink := &chanSink{body: make(chan string, 16)}
+			done := make(chan error, 1)
+			go func() {
+				_, err := x.Respond(envoyclient.Response{Headers: http.Header{"Content-Type": {"text/event-stream"}}, BodyReader: pr}, sink)
+				done <- err
+			}()
+
+			var got []string
+			for _, tok := range []string{"data: tok1\n\n", "data: tok2\n\n"} {
+				_, err := pw.Write([]byte(tok))
+				require.NoError(t, err)
+				require.Eventually(t, func() bool { return len(a.chunksOf()) == len(got)+1 }, 5*time.Second, time.Millisecond, "the EPP sees the chunk")
+				select {
+				case b := <-sink.body:
+					require.True(t, tt.ahead, "a chunk reached the gateway before the EPP answered it")
+					got = append(got, b)
+				case <-time.After(200 * time.Millisecond):
+					require.False(t, tt.ahead, "the chunk did not reach the gateway while the EPP held its answer")
+					got = append(got, "")
+				}
+			}
+			require.NoError(t, pw.Close())
+			require.NoError(t, <-done)
+			close(sink.body)
+			for b := range sink.body {
+				got = append(got, b)
+			}
+			assert.Equal(t, "data: tok1\n\ndata: tok2\n\n", strings.Join(got, ""), "the body reaches the gateway whole and unchanged")
+			assert.Equal(t, "epp-a", sink.headers.Get("X-Response-Seen-By"), "the EPP's answer to the headers applies")
+			// The end of the body may reach the gateway before the EPP.
+			assert.Eventually(t, func() bool { return len(a.chunksOf()) == 3 }, 5*time.Second, time.Millisecond)
+			assert.Equal(t, []string{"data: tok1\n\n", "data: tok2\n\n", ""}, a.chunksOf(), "the EPP sees every chunk, in order")
+			x.Close()
+			assert.Eventually(t, func() bool { return responseOutcome(h, "cluster-a", ResponseCompleted) == 1 }, 5*time.Second, 5*time.Millisecond)
+			assert.Zero(t, testutil.ToFloat64(h.metrics.lateBody.WithLabelValues("cluster-a")))
+		})
+	}
+}
+
+// TestServerCountsBodyRewritesThatArriveLate: an EPP that rewrites the
+// streamed body gets its rewrite applied with Intercept; with Relay the
+// chunks went ahead, so they go on unchanged and its answers are counted.
+func TestServerCountsBodyRewritesThatArriveLate(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		phase    ResponsePhase
+		wantBody string
+		wantLate float64
+	}{
+		{name: "Relay: unchanged, counted", phase: ResponsePhaseRelay, wantBody: "some tokens", wantLate: 2},
+		{name: "Intercept: rewritten", phase: ResponsePhaseIntercept, wantBody: "SOME TOKENS"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+			a.respMode.Store(respRewrite)
+			h := startServerWith(t, routetable.Inputs{
+				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+				Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
+			}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}}, ServerConfig{ResponsePhase: tt.phase})
+			res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Response: &envoyclient.Response{Body: []byte("some tokens"), ChunkSize: 6}})
+			require.NotNil(t, res.Response)
+			assert.Equal(t, tt.wantBody, string(res.Response.Body))
+			assert.Eventually(t, func() bool { return responseOutcome(h, "cluster-a", ResponseCompleted) == 1 }, 5*time.Second, 5*time.Millisecond)
+			assert.Equal(t, tt.wantLate, testutil.ToFloat64(h.metrics.lateBody.WithLabelValues("cluster-a")))
 		})
 	}
 }

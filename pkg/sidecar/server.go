@@ -115,9 +115,11 @@ type Server struct {
 	metrics *Metrics
 	maxBody int64
 	logger  logr.Logger
-	// keepEPP: the EPP's stream is kept for the response phase.
-	keepEPP bool
-	explain bool
+	// keepEPP: the EPP's stream is kept for the response phase;
+	// bodyAhead: a streamed response body goes to the gateway without
+	// waiting for the EPP's answers (ResponsePhaseRelay).
+	keepEPP, bodyAhead bool
+	explain            bool
 	// ports are the listeners of the shim pools' ports, which tell where a
 	// stream arrived; phases says whether the gateway sends the response
 	// phase. Either may be nil (tests): every stream then arrives at the
@@ -134,15 +136,16 @@ func newServer(router *routetable.Router, clusters Clusters, relay *relayer, cfg
 	cfg = cfg.withDefaults()
 	policies := NewPolicySet(cfg.Scheduling, clusterscore.NewMemory(cfg.Memory), cfg.Session)
 	return &Server{
-		router:  router,
-		decider: decider{policies: policies, state: clusters},
-		relay:   relay,
-		obs:     newObservers(policies.Memory(), clusters, metrics, logger),
-		metrics: metrics,
-		maxBody: cfg.MaxRequestBodyBytes,
-		logger:  logger,
-		keepEPP: cfg.ResponsePhase != ResponsePhaseSkip,
-		explain: cfg.ExplainDecisions,
+		router:    router,
+		decider:   decider{policies: policies, state: clusters},
+		relay:     relay,
+		obs:       newObservers(policies.Memory(), clusters, metrics, logger),
+		metrics:   metrics,
+		maxBody:   cfg.MaxRequestBodyBytes,
+		logger:    logger,
+		keepEPP:   cfg.ResponsePhase != ResponsePhaseSkip,
+		bodyAhead: cfg.ResponsePhase == "" || cfg.ResponsePhase == ResponsePhaseRelay,
+		explain:   cfg.ExplainDecisions,
 	}
 }
 

@@ -253,9 +253,9 @@ func credentialTargets(t *routetable.Table) []epptransport.Target {
 	var out []epptransport.Target
 	for _, cl := range t.Clusters() {
 		out = append(out,
-			epptransport.Target{Addr: cl.EPP, Cluster: cl.Name, Port: eppaddr.PortExtProc, Transport: cl.EPPTransport},
-			epptransport.Target{Addr: cl.Health, Cluster: cl.Name, Port: eppaddr.PortHealth, Transport: cl.HealthTransport},
-			epptransport.Target{Addr: cl.Metrics, Cluster: cl.Name, Port: eppaddr.PortMetrics, Transport: cl.MetricsTransport, Token: cl.MetricsToken})
+			epptransport.Target{Addr: cl.EPP, Cluster: cl.Name, Pool: cl.Pool, Port: eppaddr.PortExtProc, Transport: cl.EPPTransport},
+			epptransport.Target{Addr: cl.Health, Cluster: cl.Name, Pool: cl.Pool, Port: eppaddr.PortHealth, Transport: cl.HealthTransport},
+			epptransport.Target{Addr: cl.Metrics, Cluster: cl.Name, Pool: cl.Pool, Port: eppaddr.PortMetrics, Transport: cl.MetricsTransport, Token: cl.MetricsToken})
 	}
 	return out
 }

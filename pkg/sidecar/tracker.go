@@ -47,8 +47,10 @@ type observers struct {
 	// log; takeovers the response phases the sidecar took over, by
 	// cluster (takeoverLog); shims why the shim pool of requests could not
 	// be told, by status, logged once per change; homes the backends whose
-	// clusters' capacities were unknown at their last home decision.
-	prompts, takeovers, shims, homes statelog.Log[string]
+	// clusters' capacities were unknown at their last home decision;
+	// lateBody the clusters whose EPP asks to change body chunks that went
+	// ahead, by what it asks, once per change.
+	prompts, takeovers, shims, homes, lateBody statelog.Log[string]
 }
 
 func newObservers(mem *clusterscore.Memory, failures FailureRecorder, metrics *Metrics, logger logr.Logger) *observers {
@@ -66,6 +68,7 @@ func (o *observers) retain(t *routetable.Table) {
 	}
 	o.prompts.Retain(func(b string) bool { return backends[b] })
 	o.takeovers.Retain(func(c string) bool { return clusters[c] })
+	o.lateBody.Retain(func(c string) bool { return clusters[c] })
 }
 
 // track starts following a request decided by d at start (the end of its
@@ -206,9 +209,29 @@ func (t *tracker) observe(stream gatewayStream) gatewayStream {
 }
 
 // responsePhase notes how the response phase relayed to the EPP of
-// liveCluster ended (ResponseCompleted, ...).
-func (t *tracker) responsePhase(outcome string) {
-	t.metrics.responsePhase(t.liveCluster.Name, outcome)
+// liveCluster ended (ResponseCompleted, ...), and the EPP's answers to
+// body chunks that went ahead of them which the gateway could not apply
+// any more: counted, and logged once per change per cluster (when a
+// cluster's EPP starts asking for them, and once a response it completed
+// had none again).
+func (t *tracker) responsePhase(outcome string, o *owed) {
+	c := t.liveCluster
+	t.metrics.responsePhase(c.Name, outcome)
+	n, what := o.lateAnswers()
+	if n == 0 {
+		if outcome != ResponseCompleted {
+			return
+		}
+		if was, lasted := t.lateBody.Clear(c.Name); was {
+			t.logger.Info("EPP answers response body chunks without changes again", "cluster", c.Name, "epp", c.EPP, "after", lasted.Round(time.Second))
+		}
+		return
+	}
+	t.metrics.lateBodyAnswers(c.Name, n)
+	if t.lateBody.Observe(c.Name, what, "").Loud() {
+		t.logger.Info("EPP asked to change response body chunks that had gone to the gateway already; they went on unchanged (counted in mci_sidecar_epp_late_body_answers_total; --epp-response-phase=Intercept makes every chunk wait for the EPP)",
+			"cluster", c.Name, "epp", c.EPP, "asked", what, "answers", n)
+	}
 }
 
 // takenOver notes that the EPP of liveCluster did not see the response

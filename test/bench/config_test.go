@@ -38,6 +38,13 @@ type sizes struct {
 	DataPathRate        int           `json:"dataPathRate"`
 	DataPathDuration    time.Duration `json:"dataPathDuration"`
 	DataPathConcurrency int           `json:"dataPathConcurrency"`
+	// Streamed responses: the simulator's paces (a token a chunk), the
+	// numbers of concurrent streams, the tokens of a stream and the rounds
+	// per path (MCI_BENCH_STREAM_TOKENS, MCI_BENCH_STREAM_ROUNDS).
+	StreamTokenPaces  []time.Duration `json:"streamTokenPaces"`
+	StreamConcurrency []int           `json:"streamConcurrency"`
+	StreamTokens      int             `json:"streamTokens"`
+	StreamRounds      int             `json:"streamRounds"`
 	// SchedulingTime is how long each scheduling measurement runs.
 	SchedulingTime time.Duration `json:"schedulingTime"`
 	// RecoveryOutage is how long the EPP stays down before the recovery
@@ -69,6 +76,10 @@ func defaultSizes(profile string) sizes {
 			DataPathRate:        50,
 			DataPathDuration:    time.Second,
 			DataPathConcurrency: 4,
+			StreamTokenPaces:    []time.Duration{20 * time.Millisecond, 100 * time.Millisecond},
+			StreamConcurrency:   []int{1, 8},
+			StreamTokens:        5,
+			StreamRounds:        1,
 			SchedulingTime:      20 * time.Millisecond,
 			RecoveryOutage:      3 * time.Second,
 			Importers:           10,
@@ -89,6 +100,10 @@ func defaultSizes(profile string) sizes {
 		DataPathRate:        200,
 		DataPathDuration:    10 * time.Second,
 		DataPathConcurrency: 16,
+		StreamTokenPaces:    []time.Duration{20 * time.Millisecond, 100 * time.Millisecond},
+		StreamConcurrency:   []int{1, 8},
+		StreamTokens:        50,
+		StreamRounds:        3,
 		SchedulingTime:      time.Second,
 		RecoveryOutage:      150 * time.Second,
 		Importers:           100,
@@ -117,6 +132,8 @@ func loadSizes() (sizes, error) {
 		"UNRELATED":            &s.Unrelated,
 		"DATAPATH_RATE":        &s.DataPathRate,
 		"DATAPATH_CONCURRENCY": &s.DataPathConcurrency,
+		"STREAM_TOKENS":        &s.StreamTokens,
+		"STREAM_ROUNDS":        &s.StreamRounds,
 		"WRITERS":              &s.Writers,
 		"IMPORTERS":            &s.Importers,
 	}
@@ -155,6 +172,9 @@ func loadSizes() (sizes, error) {
 			}
 			s.ConvergenceClusters = append(s.ConvergenceClusters, n)
 		}
+	}
+	if s.StreamTokens < 2 || s.StreamRounds < 1 {
+		errs = append(errs, "MCI_BENCH_STREAM_TOKENS must be at least 2 and MCI_BENCH_STREAM_ROUNDS at least 1")
 	}
 	if s.ScaleClusters < 2 {
 		errs = append(errs, "MCI_BENCH_SCALE_CLUSTERS must be at least 2")

@@ -18,6 +18,10 @@
 //     unrelated Services and EndpointSlices, the baseline's etcd bytes;
 //   - data path: requests through mci-sidecar and mci-epp against mci-epp
 //     alone, and scheduling decisions per second;
+//   - streamed responses (streams_test.go): the time between a streamed
+//     completion's chunks and its total time through mci-sidecar, with
+//     the response phase relayed, skipped and intercepted, against the
+//     model server alone;
 //   - summary mode against full mode (modes_test.go): both run side by
 //     side in every ClusterSet; watches on a member's kube-apiserver by
 //     origin, heap per mode, readiness flaps, a member restart's resync.
@@ -92,6 +96,7 @@ func BenchmarkClusterSet(b *testing.B) {
 			if i == 0 {
 				b.Run("write-amplification", func(b *testing.B) { benchWriteAmplification(b, e) })
 				b.Run("data-path", func(b *testing.B) { benchDataPath(b, e) })
+				b.Run("streams", func(b *testing.B) { benchStreams(b, e) })
 				b.Run("reconnect-storm", func(b *testing.B) { benchReconnectStorm(b, e) })
 			}
 			if n == cfg.ScaleClusters {

@@ -155,8 +155,8 @@ func TestTheREADMERecipeRoutesToUpstreamEPPsAtTheirDefaultFlags(t *testing.T) {
 		s.settle(t, 30*time.Second, 20, "cluster-a saturated: requests go to cluster-c", only(simC))
 		m := sidecarMetrics(t)
 		for _, cluster := range []string{"cluster-a", "cluster-c"} {
-			assert.Equal(t, 1.0, m.Value(t, fmt.Sprintf(`mci_sidecar_epp_transport{cluster=%q,port="ext-proc",transport="tls-unverified"}`, cluster)))
-			assert.Equal(t, 1.0, m.Value(t, fmt.Sprintf(`mci_sidecar_epp_transport{cluster=%q,port="metrics",transport="plaintext"}`, cluster)), "the token changes no transport")
+			assert.Equal(t, 1.0, m.Value(t, fmt.Sprintf(`mci_sidecar_epp_transport{cluster=%q,pool=%q,port="ext-proc",transport="tls-unverified"}`, cluster, full)))
+			assert.Equal(t, 1.0, m.Value(t, fmt.Sprintf(`mci_sidecar_epp_transport{cluster=%q,pool=%q,port="metrics",transport="plaintext"}`, cluster, full)), "the token changes no transport")
 		}
 	})
 

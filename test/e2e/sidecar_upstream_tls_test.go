@@ -118,7 +118,7 @@ func TestSidecarReachesAnEPPWithTheUpstreamDefaultsAndHonoursBackendTLSPolicy(t 
 	t.Run("with no transport set the sidecar speaks plaintext, which the EPP refuses: 503 under FailClose, the failure logged and counted, never silent", func(t *testing.T) {
 		s.settle(t, 30*time.Second, 10, "plaintext to a TLS ext_proc port", failedClosed)
 		m := metrics(t)
-		assert.Equal(t, 1.0, m.Value(t, `mci_sidecar_epp_transport{cluster="cluster-a",port="ext-proc",transport="plaintext"}`))
+		assert.Equal(t, 1.0, m.Value(t, `mci_sidecar_epp_transport{cluster="cluster-a",pool="e2e-upstream-tls/llm",port="ext-proc",transport="plaintext"}`))
 		_, counted, err := m.Lookup(`mci_sidecar_epp_connection_failures_total{cluster="cluster-a",port="ext-proc",transport="plaintext"}`)
 		require.NoError(t, err)
 		assert.True(t, counted, "the failed plaintext connections are counted")
@@ -133,8 +133,8 @@ func TestSidecarReachesAnEPPWithTheUpstreamDefaultsAndHonoursBackendTLSPolicy(t 
 		s.settle(t, 30*time.Second, 20, "ext_proc over TLS", routed)
 		assert.Equal(t, map[string]int{m.pod: 30}, s.spread(t, 30))
 		m := metrics(t)
-		assert.Equal(t, 1.0, m.Value(t, `mci_sidecar_epp_transport{cluster="cluster-a",port="ext-proc",transport="tls-unverified"}`))
-		assert.Equal(t, 1.0, m.Value(t, `mci_sidecar_epp_transport{cluster="cluster-a",port="health",transport="plaintext"}`))
+		assert.Equal(t, 1.0, m.Value(t, `mci_sidecar_epp_transport{cluster="cluster-a",pool="e2e-upstream-tls/llm",port="ext-proc",transport="tls-unverified"}`))
+		assert.Equal(t, 1.0, m.Value(t, `mci_sidecar_epp_transport{cluster="cluster-a",pool="e2e-upstream-tls/llm",port="health",transport="plaintext"}`))
 		assert.Equal(t, 1.0, m.Value(t, `mci_sidecar_epp_healthy{cluster="cluster-a",pool="e2e-upstream-tls/llm"}`), "the prober reaches the plaintext health port")
 	})
 
@@ -185,8 +185,8 @@ func TestSidecarReachesAnEPPWithTheUpstreamDefaultsAndHonoursBackendTLSPolicy(t 
 		s.settle(t, 30*time.Second, 20, "verified TLS", routed)
 		assert.Equal(t, map[string]int{m.pod: 30}, s.spread(t, 30))
 		m := metrics(t)
-		assert.Equal(t, 1.0, m.Value(t, `mci_sidecar_epp_transport{cluster="cluster-a",port="ext-proc",transport="tls-verified"}`))
-		assert.Equal(t, 1.0, m.Value(t, `mci_sidecar_epp_transport{cluster="cluster-a",port="health",transport="tls-verified"}`))
+		assert.Equal(t, 1.0, m.Value(t, `mci_sidecar_epp_transport{cluster="cluster-a",pool="e2e-upstream-tls/llm",port="ext-proc",transport="tls-verified"}`))
+		assert.Equal(t, 1.0, m.Value(t, `mci_sidecar_epp_transport{cluster="cluster-a",pool="e2e-upstream-tls/llm",port="health",transport="tls-verified"}`))
 	})
 
 	t.Run("a CA that does not verify the EPP fails closed (503), never unverified, and says why", func(t *testing.T) {

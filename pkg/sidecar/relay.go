@@ -13,6 +13,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -111,9 +112,17 @@ func (r *relayer) retain(keep map[string]bool) {
 // reconnect makes the connection to addr, when it waits to reconnect, try
 // at once: the EPP's health port answered again, so its ext_proc port
 // likely does too, and the next request should not fail on a connection
-// still in its backoff.
+// still in its backoff. A connection in its backoff is replaced by a new
+// one (streams on the old one finish within the grace period), rather than
+// told ResetConnectBackoff: in grpc-go (v1.84 and v1.85 at least) that
+// ranges over the connection's subchannels outside its lock, a fatal
+// concurrent map access when the balancer changes them at that moment.
 func (r *relayer) reconnect(addr string) {
-	r.conns.With(addr, (*grpc.ClientConn).ResetConnectBackoff)
+	waiting := false
+	r.conns.With(addr, func(c *grpc.ClientConn) { waiting = c.GetState() == connectivity.TransientFailure })
+	if waiting {
+		r.conns.Forget(addr)
+	}
 }
 
 func (r *relayer) close() { r.conns.Close() }

@@ -171,17 +171,18 @@ var familyOrder = []string{"issue-23", workloadNoPrefix, workloadSaturated, "one
 func defaultConfig(profile string) config {
 	c := config{
 		Profile: "full",
-		// One run of 24 s per policy keeps the 7 workloads' 30 runs, the
-		// data path's 4 starts and the ClusterSet's start within about 20
-		// minutes on 2 cores. The trade-off: one draw per policy, in a
-		// fixed order (MCI_BENCH_ROUTING_REPETITIONS=2 interleaves two,
-		// rotated, in about 35 minutes), 100 to 500 requests a run, caches
-		// that start cold (conversations reach their later turns in the
-		// second half of a run), and a p99 that is the 2nd to 5th slowest
-		// request: differences of a few percent between policies are
-		// within the noise.
-		RunDuration:    24 * time.Second,
-		Repetitions:    1,
+		// Two interleaved runs of 18 s per policy keep the 7 workloads'
+		// 60 runs, the data path's 4 starts and the ClusterSet's start
+		// within about 22 minutes on 2 cores. The trade-off: 60 to 360
+		// requests a run, caches that start cold each run (conversations
+		// reach their later turns only in the second half of a run, so the
+		// hit ratios are below a long run's steady state for every
+		// policy alike), and a p99 that is the 2nd to 7th slowest request
+		// of the two runs: differences of a few percent between policies
+		// are within the noise. MCI_BENCH_ROUTING_DURATION=60s gives
+		// steadier figures in about an hour.
+		RunDuration:    18 * time.Second,
+		Repetitions:    2,
 		RequestTimeout: 20 * time.Second,
 		Cost: simulator.CostModel{
 			BlockTokens: 16, CacheBlocks: 1024,

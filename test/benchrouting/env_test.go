@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -51,6 +52,7 @@ const (
 var (
 	httpRouteGVR     = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}
 	inferencePoolGVR = schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
+	podGVR           = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 )
 
 // env is the running ClusterSet and data path.
@@ -144,6 +146,11 @@ func (e *env) useServers(ctx context.Context, w spec) error {
 	e.stopDirect()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	if e.dp != nil && shape.servers < e.shape.servers {
+		if err := e.deleteServerPods(ctx, shape.servers+1, e.shape.servers); err != nil {
+			return err
+		}
+	}
 	start := time.Now()
 	dp, err := e.cs.StartDataPath(ctx, localclusterset.DataPathOptions{
 		GatewayCluster: importingCluster,
@@ -169,6 +176,32 @@ func (e *env) useServers(ctx context.Context, w spec) error {
 		e.closeDirect = append(e.closeDirect, stop)
 	}
 	logf("data path up in %s: %d servers per cluster, %d batch places each, far cluster %q", time.Since(start).Round(time.Second), shape.servers, shape.batch, shape.far)
+	return nil
+}
+
+// deleteServerPods deletes the Pods of model servers from to to (as the
+// data path names them) in every cluster: the data path applies the Pods
+// of the servers it starts and leaves others, which the EPPs would keep
+// picking once their simulators are gone.
+func (e *env) deleteServerPods(ctx context.Context, from, to int) error {
+	zero := int64(0)
+	for _, cluster := range clusterNames {
+		c, err := e.cs.Cluster(cluster)
+		if err != nil {
+			return err
+		}
+		dyn, err := dynamic.NewForConfig(c.Config)
+		if err != nil {
+			return err
+		}
+		for n := from; n <= to; n++ {
+			name := fmt.Sprintf("model-server-%d", n)
+			err := dyn.Resource(podGVR).Namespace(localclusterset.DataPathNamespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("deleting the Pod %s of %s: %w", name, cluster, err)
+			}
+		}
+	}
 	return nil
 }
 
@@ -248,6 +281,16 @@ func (e *env) setPolicy(ctx context.Context, policy string) error {
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{policyAnnotation: policy}}})
 	for _, gvr := range []schema.GroupVersionResource{httpRouteGVR, inferencePoolGVR} {
+		// A restarted data path keeps the objects' annotations, which
+		// its new sidecar read as it started: setting the same value
+		// again changes nothing and rebuilds nothing.
+		obj, err := e.dyn.Resource(gvr).Namespace(e.dp.Namespace).Get(ctx, e.dp.Pool, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading %s %s/%s: %w", gvr.Resource, e.dp.Namespace, e.dp.Pool, err)
+		}
+		if obj.GetAnnotations()[policyAnnotation] == policy {
+			continue
+		}
 		before, err := e.tableGeneration(ctx)
 		if err != nil {
 			return err

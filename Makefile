@@ -157,7 +157,7 @@ soak-smoke: build tools test-programs
 # make bench-smoke runs the same code with tiny sizes (part of make test);
 # make bench-micro runs the in-process Go benchmarks of ./pkg/...
 # make bench ends with the latest routing-quality table of make bench-routing
-# (which it does not rerun: that takes its own ~15 minutes).
+# (which it does not rerun: that takes its own ~22 minutes).
 BENCH_FLAGS := -run '^$$' -bench . -benchtime=1x -v
 
 .PHONY: bench
@@ -168,15 +168,23 @@ bench: build tools
 	else echo "No routing-quality results yet: run make bench-routing."; fi
 
 # make bench-routing: routing quality (docs/performance.md, "Routing
-# quality"): mci-sidecar's cluster policies against round-robin and an
-# oracle, on a local ClusterSet of 3 clusters with simulated model servers
-# that model prefix caching, three scenarios (about 15 minutes on 2 cores).
-# The table goes to stdout and to _output/bench-routing/results.md and
-# results.json. MCI_BENCH_ROUTING_* variables (test/benchrouting/config_test.go)
-# change the run; MCI_BENCH_ROUTING_POLICIES=Weighted,PrefixAffinity,Oracle
-# compares any cluster policy names. bench-routing-smoke (part of make test)
-# runs one scenario for seconds per policy and checks the results' shape and
-# sanity.
+# quality: the workload family"): a family of 7 seeded workloads (load 50 to
+# 90%, 4 to 32 groups, 500- to 4,000-token system prompts, 2 to 8 batch
+# places per server, multi-turn and one-shot mixes, a cluster 50 ms
+# further, no shared prefix, a saturated cluster), each with PrefixAffinity,
+# the peer reference HubReference, RoundRobin and the Oracle (MetricsBased
+# on the saturated one; PrefixAffinity through 3 mci-sidecar replicas on
+# issue-23), on a local ClusterSet of 3 clusters with simulated model
+# servers that model prefix caching (about 22 minutes on 2 cores). Each
+# workload's table and a summary over the family against issue 23's targets
+# go to stdout and to _output/bench-routing/results.md and results.json.
+# MCI_BENCH_ROUTING_* variables (test/benchrouting/config_test.go) change
+# the run: _WORKLOADS=issue-23,far-remote picks workloads,
+# _POLICIES=Weighted,PrefixAffinity@3,Oracle compares any cluster policy
+# names (<policy>@<n>: through n sidecar replicas). bench-routing-smoke
+# (part of make test) runs two workloads of the family for seconds per
+# policy, the replica case included, and checks the results' shape and
+# sanity, not the targets.
 BENCH_ROUTING_FLAGS := -run '^$$' -bench BenchmarkRouting -benchtime=1x -v
 
 .PHONY: bench-routing

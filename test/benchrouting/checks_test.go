@@ -26,25 +26,21 @@ func sanityErrors(r *results) []error {
 		return []error{err}
 	}
 	var doc struct {
-		Policies  map[string]map[string]any `json:"policies"`
-		Scenarios map[string]struct {
+		Workloads map[string]struct {
 			Policies map[string]map[string]any `json:"policies"`
-		} `json:"scenarios"`
+		} `json:"workloads"`
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
 		return []error{err}
 	}
-	if len(doc.Policies) == 0 && contains(r.Config.Scenarios, scenarioSharedPrefix) {
-		errs = append(errs, fmt.Errorf("results.json has no top-level policies"))
-	}
-	for _, name := range r.Config.Scenarios {
-		s, ok := doc.Scenarios[name]
+	for _, name := range r.Config.Workloads {
+		w, ok := doc.Workloads[name]
 		if !ok {
-			errs = append(errs, fmt.Errorf("results.json has no scenario %s", name))
+			errs = append(errs, fmt.Errorf("results.json has no workload %s", name))
 			continue
 		}
-		for _, p := range r.Config.Policies {
-			obj, ok := s.Policies[p]
+		for _, p := range r.Config.policiesOf(family[name]) {
+			obj, ok := w.Policies[p]
 			if !ok {
 				errs = append(errs, fmt.Errorf("%s: no results of policy %s", name, p))
 				continue
@@ -56,25 +52,39 @@ func sanityErrors(r *results) []error {
 			}
 		}
 	}
-	for name, s := range r.Scenarios {
-		for p, pr := range s.Policies {
-			errs = append(errs, policyErrors(name, p, pr)...)
-		}
-		oracle, rr := s.Policies["Oracle"], s.Policies["RoundRobin"]
-		if name == scenarioSharedPrefix && oracle != nil && rr != nil && oracle.PrefixHit < rr.PrefixHit {
-			errs = append(errs, fmt.Errorf("%s: Oracle's prefix hit ratio %.3f is below RoundRobin's %.3f", name, oracle.PrefixHit, rr.PrefixHit))
-		}
-		// LocalFirst keeps the requests in the importing cluster while its
-		// EPP serves: the check that the policy the harness set is the one
-		// the sidecar applies.
-		if lf := s.Policies["LocalFirst"]; lf != nil && name != scenarioSaturated && lf.ClusterShare[importingCluster] < 0.9 {
-			errs = append(errs, fmt.Errorf("%s/LocalFirst: only %.2f of the requests were served by the local cluster %s: is the policy applied?", name, lf.ClusterShare[importingCluster], importingCluster))
-		}
-		if name == scenarioNoPrefix {
-			for p, pr := range s.Policies {
-				if pr.PrefixHit > 0.05 {
-					errs = append(errs, fmt.Errorf("%s/%s: prefix hit ratio %.3f without shared prefixes", name, p, pr.PrefixHit))
-				}
+	for name, w := range r.Workloads {
+		errs = append(errs, workloadErrors(name, w)...)
+	}
+	if len(r.Workloads) > 0 && len(r.Summary) == 0 {
+		errs = append(errs, fmt.Errorf("no summary over the family"))
+	}
+	return errs
+}
+
+// workloadErrors checks one workload's policies, and what a working
+// harness must show between them: the oracle reuses at least as much as
+// round-robin where prefixes are shared, nothing is reused where none is,
+// and a LocalFirst run stays local.
+func workloadErrors(name string, w *workloadResult) []error {
+	var errs []error
+	for p, pr := range w.Policies {
+		errs = append(errs, policyErrors(name, p, pr)...)
+	}
+	noPrefix := w.Spec.Profile.OneShotShare >= 1
+	oracle, rr := w.Policies[oraclePolicy], w.Policies[rrPolicy]
+	if !noPrefix && !w.Spec.Saturate && oracle != nil && rr != nil && oracle.PrefixHit < rr.PrefixHit {
+		errs = append(errs, fmt.Errorf("%s: Oracle's prefix hit ratio %.3f is below RoundRobin's %.3f", name, oracle.PrefixHit, rr.PrefixHit))
+	}
+	// LocalFirst keeps the requests in the importing cluster while its
+	// EPP serves: the check that the policy the harness set is the one
+	// the sidecar applies.
+	if lf := w.Policies["LocalFirst"]; lf != nil && !w.Spec.Saturate && lf.ClusterShare[importingCluster] < 0.9 {
+		errs = append(errs, fmt.Errorf("%s/LocalFirst: only %.2f of the requests were served by the local cluster %s: is the policy applied?", name, lf.ClusterShare[importingCluster], importingCluster))
+	}
+	if noPrefix {
+		for p, pr := range w.Policies {
+			if pr.PrefixHit > 0.05 {
+				errs = append(errs, fmt.Errorf("%s/%s: prefix hit ratio %.3f without shared prefixes", name, p, pr.PrefixHit))
 			}
 		}
 	}

@@ -13,8 +13,9 @@ import (
 )
 
 // config is one run of the benchmark. MCI_BENCH_PROFILE picks the
-// defaults (full, or smoke: one scenario, seconds per policy) and the
-// MCI_BENCH_ROUTING_* variables of loadConfig override some of them.
+// defaults (full: the whole family; smoke: two workloads, seconds per
+// policy) and the MCI_BENCH_ROUTING_* variables of loadConfig override
+// some of them.
 type config struct {
 	Profile string `json:"profile"`
 	// RunDuration is how long each policy's workload sends requests, per
@@ -25,24 +26,20 @@ type config struct {
 	// RequestTimeout bounds each request; one that runs out counts as an
 	// error.
 	RequestTimeout time.Duration `json:"requestTimeout"`
-	// Load is the share of the servers' capacity (with no cache hit) that
-	// the arrival rate asks for.
-	Load float64 `json:"load"`
-	// ServersPerCluster simulated model servers, each with a batch of
-	// Batch requests, in each of the 3 clusters.
-	ServersPerCluster int `json:"serversPerCluster"`
-	Batch             int `json:"batch"`
 	// Cost is every server's cost model; RemoteRoundTrip is added by the
-	// servers of the two remote clusters (not by the importing cluster's).
+	// servers of the two remote clusters (not by the importing cluster's),
+	// FarRoundTrip on top of it by a workload's far cluster.
 	Cost            simulator.CostModel `json:"cost"`
 	RemoteRoundTrip time.Duration       `json:"remoteRoundTrip"`
-	// WorkloadName names Workload, one of workloads; Workload is the
-	// shared-prefix workload's shape, its rate calibrated to Load.
-	WorkloadName string           `json:"workloadName"`
-	Workload     workload.Profile `json:"workload"`
-	// Scenarios and Policies run, in this order.
-	Scenarios []string `json:"scenarios"`
-	Policies  []string `json:"policies"`
+	FarRoundTrip    time.Duration       `json:"farRoundTrip"`
+	// Workloads are the members of the family that run, in this order
+	// (names of family).
+	Workloads []string `json:"workloads"`
+	// Policies run on every workload; a workload's ExtraPolicies and
+	// ReplicaPolicies run after them on that workload only. A policy
+	// written "<policy>@<n>" runs the sidecar policy through n
+	// mci-sidecar replicas behind a round-robin front.
+	Policies []string `json:"policies"`
 	// SampleEvery is the period of the load samples.
 	SampleEvery time.Duration `json:"sampleEvery"`
 	// LoopbackBlock is the third octet of the first cluster's addresses.
@@ -50,87 +47,170 @@ type config struct {
 	Out           string `json:"-"`
 }
 
-// The scenarios.
+// spec is one workload of the family: the requests, the load, and the
+// servers they meet.
+type spec struct {
+	// Profile is the requests' shape; its rate is calibrated to Load of
+	// the servers' capacity without cache hits.
+	Profile workload.Profile `json:"profile"`
+	Load    float64          `json:"load"`
+	// ServersPerCluster simulated model servers, each with Batch batch
+	// places, in each of the 3 clusters.
+	ServersPerCluster int `json:"serversPerCluster"`
+	Batch             int `json:"batch"`
+	// Far is a remote cluster whose servers add FarRoundTrip; "" for
+	// none. Its share does not count in "between equal clusters".
+	Far string `json:"far,omitempty"`
+	// Saturate fills every batch place of saturatedCluster from mid-run.
+	Saturate bool `json:"saturate,omitempty"`
+	// ExtraPolicies run on this workload only (MetricsBased, the policy
+	// a saturated cluster's yielding is measured against);
+	// ReplicaPolicies too ("PrefixAffinity@3").
+	ExtraPolicies   []string `json:"extraPolicies,omitempty"`
+	ReplicaPolicies []string `json:"replicaPolicies,omitempty"`
+	// Summary says what the workload is, in the report.
+	Summary string `json:"summary"`
+}
+
+// The policies of the family: the two references (RoundRobin, Oracle),
+// the peer reference HubReference (the llm-d hub's documented
+// configuration in mci's pipeline: prefix-cache=3,queue=2,kv-cache=2,
+// max-score, no margin) and mci's PrefixAffinity.
+var familyPolicies = []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle"}
+
+// The names of the family's workloads that the harness treats specially.
 const (
-	scenarioSharedPrefix = "shared-prefix"
-	scenarioNoPrefix     = "no-shared-prefix"
-	scenarioSaturated    = "saturated-cluster"
+	workloadNoPrefix  = "no-shared-prefix"
+	workloadSaturated = "saturated-cluster"
 )
 
-var allScenarios = []string{scenarioSharedPrefix, scenarioNoPrefix, scenarioSaturated}
+// conversations is a family member's request shape: groups of
+// conversations sharing a system prompt, 40-token user messages,
+// answers of output tokens, oneShot of the arrivals one-shot requests of
+// 300 tokens sharing nothing.
+func conversations(seed uint64, groups, system, active, turns, output int, oneShot float64) workload.Profile {
+	return workload.Profile{Seed: seed, Groups: groups, SystemTokens: system, ActiveConversations: active, Turns: turns,
+		UserTokens: 40, OutputTokens: output, OneShotShare: oneShot, OneShotTokens: 300}
+}
 
-// The shared-prefix workloads, MCI_BENCH_ROUTING_WORKLOAD. Both have 36
-// conversations open of up to 8 turns (40-token user messages, 16-token
-// answers) and 20% one-shot requests of 300 tokens; they differ in their
-// system prompts, against a server's prefix cache of 1,024 blocks of 16
+// family is the workload family of issue 23 (item 4): load 50 to 90% of
+// the capacity without cache hits, 4 to 32 groups, system prompts of 500
+// to 4,000 tokens, 2 to 8 batch places per server, multi-turn and one-shot
+// mixes, a remote cluster 50 ms further away, no shared prefix, and a
+// saturated cluster. Each is seeded, so every policy of a run meets the
+// same requests and every run the same workloads; they are the shapes of
+// pkg/clusterscore's pure-logic simulation (TestAffinityUnderAWorkloadFamily)
+// on the 3 clusters of this harness. A server caches 1,024 blocks of 16
 // tokens (16,384 tokens).
-const (
-	// workloadLongPrompts (the default): 20 groups share system prompts
-	// of 2,000 tokens, as agents' (instructions and tool definitions) and
-	// RAG applications' (instructions and retrieved context) are. Their
-	// 40,000 tokens are 2.4 times what one server caches and 0.4 times
-	// what the 6 servers cache together. A server sent every group evicts
-	// system prompts before they come back; one sent a third of them
-	// (13,300 tokens: each cluster's EPP spreads its requests over both
-	// of its servers, so each holds all the cluster's groups) keeps them.
-	// That is the regime of a real deployment, whose applications'
-	// prompts together outgrow one GPU's KV cache (a few hundred thousand
-	// tokens) but not the fleet's, and where the routing decides what is
-	// reused.
-	workloadLongPrompts = "long-prompts"
-	// workloadShortPrompts: 6 groups share system prompts of 600 tokens.
-	// Their 3,600 tokens fit in every server's cache, so any routing
-	// reuses them after a few requests and only the conversations'
-	// histories are left for affinity to win (the benchmark's first
-	// default).
-	workloadShortPrompts = "short-prompts"
-)
-
-var workloads = map[string]workload.Profile{
-	workloadLongPrompts: {
-		Seed: 14, Groups: 20, SystemTokens: 2000, ActiveConversations: 36, Turns: 8, UserTokens: 40, OutputTokens: 16,
-		OneShotShare: 0.2, OneShotTokens: 300,
+var family = map[string]spec{
+	// issue-23: the workload of the issue's report, where PrefixAffinity
+	// of old lost to the hub: 8 groups share 2,000-token system prompts
+	// (16,000 tokens: about one server's cache, so a cluster that gets
+	// every group evicts), long conversations, 2 batch places per server,
+	// 70%. The headline.
+	"issue-23": {
+		Profile: conversations(23, 8, 2000, 24, 8, 16, 0.1), Load: 0.7, ServersPerCluster: 2, Batch: 2, ReplicaPolicies: []string{"PrefixAffinity@3"},
+		Summary: "8 groups, 2,000-token system prompts, multi-turn (8 turns), 10% one-shot, 2 batch places per server, 70%",
 	},
-	workloadShortPrompts: {
-		Seed: 14, Groups: 6, SystemTokens: 600, ActiveConversations: 36, Turns: 8, UserTokens: 40, OutputTokens: 16,
-		OneShotShare: 0.2, OneShotTokens: 300,
+	// few-groups-high-load: 4 groups for 3 clusters cannot be dealt
+	// evenly: affinity has to spill or unbalance, at 90% of the capacity
+	// where unbalance queues. 4,000-token prompts make a miss expensive;
+	// 4 batch places per server.
+	"few-groups-high-load": {
+		Profile: conversations(24, 4, 4000, 16, 6, 16, 0.2), Load: 0.9, ServersPerCluster: 2, Batch: 4,
+		Summary: "4 groups, 4,000-token system prompts, multi-turn (6 turns), 20% one-shot, 4 batch places per server, 90%",
+	},
+	// many-groups-large-batch: 32 groups of short (500-token) prompts,
+	// short conversations and 30% one-shot requests at 50%: many keys,
+	// little queueing, every cache nearly big enough for all: little for
+	// affinity to win, much for it to lose by unbalance. 8 batch places
+	// on one server per cluster, with 64-token answers, keep the request
+	// rate (about 20 req/s) within what a 2-core machine drives.
+	"many-groups-large-batch": {
+		Profile: conversations(25, 32, 500, 64, 4, 64, 0.3), Load: 0.5, ServersPerCluster: 1, Batch: 8,
+		Summary: "32 groups, 500-token system prompts, short conversations (4 turns), 30% one-shot, 1 server per cluster with 8 batch places, 64-token answers, 50%",
+	},
+	// one-shot-mix: 16 groups of 4,000-token prompts (64,000 tokens: more
+	// than the 6 servers' caches hold together) in single-turn requests,
+	// half of the arrivals one-shot requests sharing nothing, at 80%:
+	// the regime where only pinning the groups keeps their prompts
+	// cached, and where a spill costs a 1.6 s prefill.
+	"one-shot-mix": {
+		Profile: conversations(26, 16, 4000, 32, 1, 16, 0.5), Load: 0.8, ServersPerCluster: 2, Batch: 2,
+		Summary: "16 groups, 4,000-token system prompts, single-turn requests, 50% one-shot, 2 batch places per server, 80%",
+	},
+	// far-remote: the issue-23 shape with cluster-c 50 ms further away
+	// than cluster-a (70 ms round trip against 20): whether a policy
+	// pays the far cluster's round trip on every turn of the groups it
+	// homes there. 4 batch places per server at 60%.
+	"far-remote": {
+		Profile: conversations(27, 8, 2000, 24, 8, 16, 0.1), Load: 0.6, ServersPerCluster: 2, Batch: 4, Far: "cluster-c",
+		Summary: "8 groups, 2,000-token system prompts, multi-turn (8 turns), 10% one-shot, cluster-c 50 ms further than cluster-a, 4 batch places per server, 60%",
+	},
+	// no-shared-prefix: 1,000-token requests that share nothing, at 70%:
+	// affinity has nothing to win and must place by load as round-robin
+	// does (target: within 5% of round-robin).
+	workloadNoPrefix: {
+		Profile: workload.Profile{Seed: 28, OneShotShare: 1, OneShotTokens: 1000, OutputTokens: 16}, Load: 0.7, ServersPerCluster: 2, Batch: 2,
+		Summary: "one-shot requests of 1,000 tokens, no shared prefix, 2 batch places per server, 70%",
+	},
+	// saturated-cluster: the issue-23 workload, and from mid-run every
+	// batch place of cluster-a taken by its own background requests,
+	// which no router sees: how many requests a policy still sends there
+	// (target: as few as MetricsBased).
+	workloadSaturated: {
+		Profile: conversations(23, 8, 2000, 24, 8, 16, 0.1), Load: 0.7, ServersPerCluster: 2, Batch: 2, Saturate: true, ExtraPolicies: []string{"MetricsBased"},
+		Summary: "the issue-23 workload; from mid-run every batch place of cluster-a's servers is taken by its own background requests",
 	},
 }
 
+// familyOrder runs the workloads that share servers (batch places, round
+// trips) one after the other: the data path restarts only between them.
+var familyOrder = []string{"issue-23", workloadNoPrefix, workloadSaturated, "one-shot-mix", "few-groups-high-load", "far-remote", "many-groups-large-batch"}
+
 func defaultConfig(profile string) config {
 	c := config{
-		Profile:           "full",
-		RunDuration:       15 * time.Second,
-		Repetitions:       2,
-		RequestTimeout:    20 * time.Second,
-		Load:              0.7,
-		ServersPerCluster: 2,
-		Batch:             2,
+		Profile: "full",
+		// Two interleaved runs of 18 s per policy keep the 7 workloads'
+		// 60 runs, the data path's 4 starts and the ClusterSet's start
+		// within about 22 minutes on 2 cores. The trade-off: 60 to 360
+		// requests a run, caches that start cold each run (conversations
+		// reach their later turns only in the second half of a run, so the
+		// hit ratios are below a long run's steady state for every
+		// policy alike), and a p99 that is the 2nd to 7th slowest request
+		// of the two runs: differences of a few percent between policies
+		// are within the noise. MCI_BENCH_ROUTING_DURATION=60s gives
+		// steadier figures in about an hour.
+		RunDuration:    18 * time.Second,
+		Repetitions:    2,
+		RequestTimeout: 20 * time.Second,
 		Cost: simulator.CostModel{
 			BlockTokens: 16, CacheBlocks: 1024,
 			Base: 5 * time.Millisecond, PrefillPerToken: 400 * time.Microsecond, DecodePerToken: 6 * time.Millisecond,
 			OutputTokens: 16, StreamChunkTokens: 4,
 		},
 		RemoteRoundTrip: 20 * time.Millisecond,
-		WorkloadName:    workloadLongPrompts,
-		Workload:        workloads[workloadLongPrompts],
-		Scenarios:       allScenarios,
-		Policies:        policyNames(),
+		FarRoundTrip:    50 * time.Millisecond,
+		Workloads:       familyOrder,
+		Policies:        familyPolicies,
 		SampleEvery:     100 * time.Millisecond,
 		LoopbackBlock:   221,
 	}
 	if profile == "smoke" {
+		// Two workloads on the same servers (no restart), seconds per
+		// policy, the replica case included: the shape and sanity of the
+		// results, not the targets.
 		c.Profile = "smoke"
 		c.RunDuration = 4 * time.Second
 		c.Repetitions = 1
 		c.RequestTimeout = 10 * time.Second
-		c.Scenarios = []string{scenarioSharedPrefix}
+		c.Workloads = []string{"issue-23", workloadNoPrefix}
 	}
 	return c
 }
 
 // loadConfig reads MCI_BENCH_PROFILE (full or smoke) and the overrides
-// MCI_BENCH_ROUTING_DURATION (per run), _REPETITIONS, _WORKLOAD, _SCENARIOS and
+// MCI_BENCH_ROUTING_DURATION (per run), _REPETITIONS, _WORKLOADS and
 // _POLICIES (comma-separated; semicolon-separated when the list holds a
 // ";", so that inline configurations such as
 // "prefix-cache=3,in-flight=1;RoundRobin" can be compared), and
@@ -159,18 +239,11 @@ func loadConfig() (config, error) {
 		}
 		c.Repetitions = n
 	}
-	if v := os.Getenv("MCI_BENCH_ROUTING_WORKLOAD"); v != "" {
-		p, ok := workloads[v]
-		if !ok {
-			errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_WORKLOAD=%q: want %s or %s", v, workloadLongPrompts, workloadShortPrompts))
-		}
-		c.WorkloadName, c.Workload = v, p
-	}
-	if v := os.Getenv("MCI_BENCH_ROUTING_SCENARIOS"); v != "" {
-		c.Scenarios = splitList(v, ",")
-		for _, s := range c.Scenarios {
-			if !contains(allScenarios, s) {
-				errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_SCENARIOS: unknown scenario %q (want some of %s)", s, strings.Join(allScenarios, ", ")))
+	if v := os.Getenv("MCI_BENCH_ROUTING_WORKLOADS"); v != "" {
+		c.Workloads = splitList(v, ",")
+		for _, w := range c.Workloads {
+			if _, ok := family[w]; !ok {
+				errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_WORKLOADS: unknown workload %q (want some of %s)", w, strings.Join(familyOrder, ", ")))
 			}
 		}
 	}
@@ -181,8 +254,13 @@ func loadConfig() (config, error) {
 		}
 		c.Policies = splitList(v, sep)
 	}
-	if len(c.Scenarios) == 0 || len(c.Policies) == 0 {
-		errs = append(errs, "no scenario or no policy to run")
+	for _, p := range c.Policies {
+		if _, _, err := parseReplicas(p); err != nil {
+			errs = append(errs, "MCI_BENCH_ROUTING_POLICIES: "+err.Error())
+		}
+	}
+	if len(c.Workloads) == 0 || len(c.Policies) == 0 {
+		errs = append(errs, "no workload or no policy to run")
 	}
 	c.Out = os.Getenv("MCI_BENCH_ROUTING_OUT")
 	if c.Out == "" {
@@ -192,6 +270,18 @@ func loadConfig() (config, error) {
 		return c, fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return c, nil
+}
+
+// policiesOf are the policies that run on workload w: the configured
+// ones, then w's extra and replica policies not among them.
+func (c config) policiesOf(w spec) []string {
+	out := append([]string{}, c.Policies...)
+	for _, p := range append(append([]string{}, w.ExtraPolicies...), w.ReplicaPolicies...) {
+		if !contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func splitList(v, sep string) []string {

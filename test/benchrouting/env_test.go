@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -51,23 +52,41 @@ const (
 var (
 	httpRouteGVR     = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}
 	inferencePoolGVR = schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
+	podGVR           = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 )
 
 // env is the running ClusterSet and data path.
 type env struct {
 	cfg config
 	cs  *localclusterset.ClusterSet
-	dp  *localclusterset.DataPath
 	dyn dynamic.Interface // of the importing cluster
-	// servers are the model servers' base URLs by cluster; direct the
-	// base URLs of the harness's gateways to each cluster's EPP.
+	// dir holds the ClusterSet, the data path's binaries (bin) and the
+	// logs of the harness's own processes.
+	dir string
+	// kubeconfig is the importing cluster's, for sidecar replicas.
+	kubeconfig string
+
+	// The data path of the current servers (useServers): dp, its shape,
+	// the servers' base URLs by cluster, and direct the base URLs of the
+	// harness's gateways to each cluster's EPP.
+	dp      *localclusterset.DataPath
+	shape   serverShape
 	servers map[string][]string
 	direct  map[string]string
-	policy  string // the current cluster policy; "" before the first
+	// closeDirect stops the direct gateways.
+	closeDirect []func()
+	policy      string // the current cluster policy; "" before the first
 }
 
-// startEnv starts a ClusterSet of 3 clusters and the data path, with the
-// cost model in every simulator, until the benchmark ends.
+// serverShape is what the data path's simulators are started with: a
+// workload with another shape restarts it.
+type serverShape struct {
+	servers, batch int
+	far            string
+}
+
+// startEnv starts a ClusterSet of 3 clusters until the benchmark ends; the
+// data path starts with the first workload (useServers).
 func startEnv(b *testing.B, cfg config) *env {
 	b.Helper()
 	binDir, err := localclusterset.BinDir()
@@ -105,27 +124,94 @@ func startEnv(b *testing.B, cfg config) *env {
 			b.Errorf("stopping the ClusterSet: %v", err)
 		}
 	})
-	dp, err := cs.StartDataPath(ctx, localclusterset.DataPathOptions{
-		GatewayCluster: importingCluster,
-		ModelServers:   cfg.ServersPerCluster,
-		LoopbackBlock:  cfg.LoopbackBlock,
-		BinDir:         dpBin,
-		LocalPool:      true,
-		SimulatorArgs:  func(cluster string) []string { return simulatorArgs(cfg, cluster) },
-	})
-	require.NoError(b, err, "starting the data path")
-	logf("ClusterSet and data path up in %s", time.Since(start).Round(time.Second))
-
+	logf("ClusterSet up in %s", time.Since(start).Round(time.Second))
 	c, err := cs.Cluster(importingCluster)
 	require.NoError(b, err)
 	dyn, err := dynamic.NewForConfig(c.Config)
 	require.NoError(b, err)
-	e := &env{cfg: cfg, cs: cs, dp: dp, dyn: dyn, servers: dp.ModelServerURLs, direct: map[string]string{}}
-	for i, cluster := range clusterNames {
-		require.Len(b, e.servers[cluster], cfg.ServersPerCluster, "model servers of %s", cluster)
-		e.direct[cluster] = startDirectGateway(b, dp.EPPs[cluster], fmt.Sprintf("127.0.%d.%d", cfg.LoopbackBlock+i, directGatewayHost))
-	}
+	e := &env{cfg: cfg, cs: cs, dyn: dyn, dir: dir, kubeconfig: c.Kubeconfig}
+	b.Cleanup(e.stopDirect)
 	return e
+}
+
+// useServers (re)starts the data path when w's servers differ from the
+// running ones: the simulators' batch places and round trips are flags,
+// so a workload with others needs new processes (mci-sidecar and the EPPs
+// restart with them, with empty state, as at the first start).
+func (e *env) useServers(ctx context.Context, w spec) error {
+	shape := serverShape{servers: w.ServersPerCluster, batch: w.Batch, far: w.Far}
+	if e.dp != nil && shape == e.shape {
+		return nil
+	}
+	e.stopDirect()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if e.dp != nil && shape.servers < e.shape.servers {
+		if err := e.deleteServerPods(ctx, shape.servers+1, e.shape.servers); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	dp, err := e.cs.StartDataPath(ctx, localclusterset.DataPathOptions{
+		GatewayCluster: importingCluster,
+		ModelServers:   shape.servers,
+		LoopbackBlock:  e.cfg.LoopbackBlock,
+		BinDir:         e.binDir(),
+		LocalPool:      true,
+		SimulatorArgs:  func(cluster string) []string { return simulatorArgs(e.cfg, shape, cluster) },
+	})
+	if err != nil {
+		return fmt.Errorf("starting the data path: %w", err)
+	}
+	e.dp, e.shape, e.servers, e.direct, e.policy = dp, shape, dp.ModelServerURLs, map[string]string{}, ""
+	for i, cluster := range clusterNames {
+		if len(e.servers[cluster]) != shape.servers {
+			return fmt.Errorf("%s has %d model servers, want %d", cluster, len(e.servers[cluster]), shape.servers)
+		}
+		base, stop, err := startDirectGateway(dp.EPPs[cluster], fmt.Sprintf("127.0.%d.%d", e.cfg.LoopbackBlock+i, directGatewayHost))
+		if err != nil {
+			return err
+		}
+		e.direct[cluster] = base
+		e.closeDirect = append(e.closeDirect, stop)
+	}
+	logf("data path up in %s: %d servers per cluster, %d batch places each, far cluster %q", time.Since(start).Round(time.Second), shape.servers, shape.batch, shape.far)
+	return nil
+}
+
+// deleteServerPods deletes the Pods of model servers from to to (as the
+// data path names them) in every cluster: the data path applies the Pods
+// of the servers it starts and leaves others, which the EPPs would keep
+// picking once their simulators are gone.
+func (e *env) deleteServerPods(ctx context.Context, from, to int) error {
+	zero := int64(0)
+	for _, cluster := range clusterNames {
+		c, err := e.cs.Cluster(cluster)
+		if err != nil {
+			return err
+		}
+		dyn, err := dynamic.NewForConfig(c.Config)
+		if err != nil {
+			return err
+		}
+		for n := from; n <= to; n++ {
+			name := fmt.Sprintf("model-server-%d", n)
+			err := dyn.Resource(podGVR).Namespace(localclusterset.DataPathNamespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("deleting the Pod %s of %s: %w", name, cluster, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (e *env) binDir() string { return filepath.Join(e.dir, "bin") }
+
+func (e *env) stopDirect() {
+	for _, stop := range e.closeDirect {
+		stop()
+	}
+	e.closeDirect = nil
 }
 
 // buildDoubles builds the data path's test doubles (the simulator and the
@@ -139,11 +225,11 @@ func buildDoubles(b *testing.B, dir string) {
 }
 
 // simulatorArgs are the cost model's flags for cluster's simulators: the
-// remote clusters' add the round trip.
-func simulatorArgs(cfg config, cluster string) []string {
+// remote clusters' add the round trip, the far one more.
+func simulatorArgs(cfg config, shape serverShape, cluster string) []string {
 	cm := cfg.Cost
 	args := []string{
-		"--concurrency=" + strconv.Itoa(cfg.Batch),
+		"--concurrency=" + strconv.Itoa(shape.batch),
 		"--block-tokens=" + strconv.Itoa(cm.BlockTokens),
 		"--cache-blocks=" + strconv.Itoa(cm.CacheBlocks),
 		"--prefill-base=" + cm.Base.String(),
@@ -152,7 +238,10 @@ func simulatorArgs(cfg config, cluster string) []string {
 		"--output-tokens=" + strconv.Itoa(cm.OutputTokens),
 		"--stream-chunk-tokens=" + strconv.Itoa(cm.StreamChunkTokens),
 	}
-	if cluster != importingCluster {
+	switch {
+	case cluster == shape.far:
+		args = append(args, "--round-trip="+(cfg.RemoteRoundTrip+cfg.FarRoundTrip).String())
+	case cluster != importingCluster:
 		args = append(args, "--round-trip="+cfg.RemoteRoundTrip.String())
 	}
 	return args
@@ -162,19 +251,22 @@ func simulatorArgs(cfg config, cluster string) []string {
 // code of test/cmd/gateway) that asks the EPP at epp: the path of the
 // reference routings, which choose the cluster themselves and leave the
 // choice of the server to that cluster's EPP.
-func startDirectGateway(b *testing.B, epp, ip string) string {
-	b.Helper()
+func startDirectGateway(epp, ip string) (string, func(), error) {
 	client, err := envoyclient.Dial(epp, envoyclient.Options{MessageTimeout: 10 * time.Second})
-	require.NoError(b, err)
+	if err != nil {
+		return "", nil, err
+	}
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	require.NoError(b, err)
+	if err != nil {
+		_ = client.Close()
+		return "", nil, err
+	}
 	srv := &http.Server{Handler: envoyclient.NewProxy(client, nil), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
-	b.Cleanup(func() {
+	return "http://" + l.Addr().String(), func() {
 		_ = srv.Close()
 		_ = client.Close()
-	})
-	return "http://" + l.Addr().String()
+	}, nil
 }
 
 // setPolicy sets the cluster policy on the HTTPRoute and on the local
@@ -189,6 +281,16 @@ func (e *env) setPolicy(ctx context.Context, policy string) error {
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{policyAnnotation: policy}}})
 	for _, gvr := range []schema.GroupVersionResource{httpRouteGVR, inferencePoolGVR} {
+		// A restarted data path keeps the objects' annotations, which
+		// its new sidecar read as it started: setting the same value
+		// again changes nothing and rebuilds nothing.
+		obj, err := e.dyn.Resource(gvr).Namespace(e.dp.Namespace).Get(ctx, e.dp.Pool, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading %s %s/%s: %w", gvr.Resource, e.dp.Namespace, e.dp.Pool, err)
+		}
+		if obj.GetAnnotations()[policyAnnotation] == policy {
+			continue
+		}
 		before, err := e.tableGeneration(ctx)
 		if err != nil {
 			return err
@@ -209,16 +311,23 @@ func (e *env) setPolicy(ctx context.Context, policy string) error {
 	return nil
 }
 
-// tableGeneration reads mci-sidecar's mci_sidecar_routing_table_generation.
+// tableGeneration reads the data path's mci-sidecar's
+// mci_sidecar_routing_table_generation.
 func (e *env) tableGeneration(ctx context.Context) (float64, error) {
 	u, err := url.Parse(e.dp.GatewayURL)
 	if err != nil {
 		return 0, err
 	}
+	return sidecarGeneration(ctx, u.Hostname())
+}
+
+// sidecarGeneration reads mci_sidecar_routing_table_generation of the
+// mci-sidecar on host.
+func sidecarGeneration(ctx context.Context, host string) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	// mci-sidecar shares the gateway's pod: its metrics are on 9090.
-	m, err := promtext.Get(ctx, "http://"+net.JoinHostPort(u.Hostname(), "9090")+"/metrics")
+	m, err := promtext.Get(ctx, "http://"+net.JoinHostPort(host, "9090")+"/metrics")
 	if err != nil {
 		return 0, fmt.Errorf("reading mci-sidecar's metrics: %w", err)
 	}

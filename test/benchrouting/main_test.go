@@ -9,21 +9,29 @@
 // Envoy-like gateway double (test/cmd/gateway), and has a local pool of its
 // own (a shim pool: the HTTPRoute routes to it, and the sidecar picks among
 // the local cluster and the clusters of the import of the same name).
-// cluster-a and cluster-c export their pools. Each cluster has
-// ServersPerCluster simulated model servers (test/simulator with its cost
-// model: a prefix cache per server, TTFT from queueing and uncached
-// prefill, decode time per token, a batch limit) behind its own mci-epp;
-// the servers of the two remote clusters add a network round trip to each
-// request, so that every path to them pays it.
+// cluster-a and cluster-c export their pools. Each cluster has simulated
+// model servers (test/simulator with its cost model: a prefix cache per
+// server, TTFT from queueing and uncached prefill, decode time per token, a
+// batch limit) behind its own mci-epp; the servers of the two remote
+// clusters add a network round trip to each request, so that every path to
+// them pays it.
 //
-// Every policy meets the same seeded workload (package workload), one
-// after the other with every cache emptied before each run, interleaved
-// over the repetitions with the order rotated each time. The sidecar's
-// policies are selected by the HTTPRoute's annotation
-// mci.x-k8s.io/cluster-policy; the references RoundRobin and Oracle bypass
-// the sidecar's choice: the harness picks the cluster and sends the
-// request to a gateway of that cluster's EPP (the same gateway code, in
-// this process), and the EPP picks the server as it does for the sidecar.
+// It runs a family of seeded workloads (config_test.go's family: load,
+// groups, prompt lengths, batch places, conversation mixes, a far
+// cluster, no shared prefix, a saturated cluster), so that no single
+// workload can be tuned to. A workload whose servers differ (batch places,
+// servers per cluster, round trips) restarts the data path. On each
+// workload every policy meets the same requests, one after the other with
+// every cache emptied before each run, interleaved over the repetitions
+// with the order rotated each time. The sidecar's policies are selected by
+// the HTTPRoute's annotation mci.x-k8s.io/cluster-policy; "<policy>@<n>"
+// sends the requests in turn through n mci-sidecar replicas (the data
+// path's and n-1 started by the harness, each with its gateway). The
+// references RoundRobin and Oracle bypass the sidecar's choice: the
+// harness picks the cluster and sends the request to a gateway of that
+// cluster's EPP (the same gateway code, in this process), and the EPP
+// picks the server as it does for the sidecar. The report ends with a
+// summary over the family against issue 23's targets (summary_test.go).
 //
 // `make bench-routing` runs the full profile, `make bench-routing-smoke`
 // (part of `make test`) a short one; results.json and results.md go to
@@ -59,13 +67,17 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// BenchmarkRouting runs every scenario and policy once (use -benchtime=1x).
+// BenchmarkRouting runs every workload of the family and each of its
+// policies once per repetition (use -benchtime=1x).
 func BenchmarkRouting(b *testing.B) {
 	started := time.Now()
-	res := &results{Profile: cfg.Profile, Started: started.UTC(), Config: cfg, Scenarios: map[string]*scenarioResult{}}
+	res := &results{Profile: cfg.Profile, Started: started.UTC(), Config: cfg, Workloads: map[string]*workloadResult{}}
 	res.LoadAverage[0] = loadAverage()
 	defer func() {
 		res.LoadAverage[1] = loadAverage()
+		if res.Summary == nil { // the run stopped early: what it measured
+			res.Summary = summarizeFamily(res)
+		}
 		res.Failed = b.Failed()
 		res.Elapsed = time.Since(started).Round(time.Second).String()
 		if err := res.write(cfg.Out); err != nil {
@@ -73,62 +85,46 @@ func BenchmarkRouting(b *testing.B) {
 		}
 		logf("done in %s; results in %s", res.Elapsed, cfg.Out)
 	}()
-	logf("profile %s: scenarios %v, policies %v, %s per run, %d repetitions", cfg.Profile, cfg.Scenarios, cfg.Policies, cfg.RunDuration, cfg.Repetitions)
+	logf("profile %s: workloads %v, policies %v, %s per run, %d repetitions", cfg.Profile, cfg.Workloads, cfg.Policies, cfg.RunDuration, cfg.Repetitions)
 	e := startEnv(b, cfg)
 	ctx := context.Background()
-	for _, name := range cfg.Scenarios {
-		prof, capacity, desc, err := scenarioWorkload(cfg, name)
+	for _, name := range cfg.Workloads {
+		w := family[name]
+		require.NoError(b, e.useServers(ctx, w), "workload %s", name)
+		prof, capacity, err := calibrated(cfg, w)
 		require.NoError(b, err)
 		reqs, err := workload.Generate(prof)
 		require.NoError(b, err)
-		sr := &scenarioResult{Description: desc, RateRPS: round(prof.Rate, 2), CapacityRPS: round(capacity, 2), Requests: len(reqs), Policies: map[string]*policyResult{}}
-		res.Scenarios[name] = sr
-		logf("scenario %s: %d requests at %.1f req/s (capacity %.1f req/s)", name, len(reqs), prof.Rate, capacity)
+		wr := &workloadResult{Spec: w, RateRPS: round(prof.Rate, 2), CapacityRPS: round(capacity, 2), Requests: len(reqs), Policies: map[string]*policyResult{}}
+		res.Workloads[name] = wr
+		logf("workload %s: %d requests at %.1f req/s (capacity %.1f req/s)", name, len(reqs), prof.Rate, capacity)
 		runs := map[string][]*runResult{}
 		for rep := range cfg.Repetitions {
-			for _, policy := range rotate(cfg.Policies, rep) {
-				run, err := runPolicy(ctx, e, name, policy, reqs)
-				require.NoError(b, err, "scenario %s, policy %s", name, policy)
+			for _, policy := range rotate(cfg.policiesOf(w), rep) {
+				run, err := runPolicy(ctx, e, w, policy, reqs)
+				require.NoError(b, err, "workload %s, policy %s", name, policy)
 				runs[policy] = append(runs[policy], run)
 				one := summarize([]*runResult{run})
-				logf("  %s rep %d %-13s TTFT p50 %6.0f ms p99 %6.0f ms, hit %.2f, %.1f req/s, shed %.3f, errors %.3f, idle-while-queueing %.1f%%, share %v",
-					name, rep+1, policy, one.TTFTP50, one.TTFTP99, one.PrefixHit, one.Throughput, one.ShedRatio, one.ErrorRatio, 100*one.HerdingRatio, one.ClusterShare)
+				logf("  %s rep %d %-16s TTFT p50 %6.0f ms p99 %6.0f ms, hit %.2f, %.1f req/s, shed %.3f, errors %.3f, share %v",
+					name, rep+1, policy, one.TTFTP50, one.TTFTP99, one.PrefixHit, one.Throughput, one.ShedRatio, one.ErrorRatio, one.ClusterShare)
 			}
 		}
 		for policy, rs := range runs {
-			sr.Policies[policy] = summarize(rs)
-		}
-		if name == scenarioSharedPrefix {
-			res.Policies = sr.Policies
+			wr.Policies[policy] = summarize(rs)
 		}
 	}
+	res.Summary = summarizeFamily(res)
 	checkSane(b, res)
 }
 
-// scenarioWorkload is a scenario's workload, its rate calibrated to
-// cfg.Load of the servers' capacity without cache hits.
-func scenarioWorkload(cfg config, scenario string) (workload.Profile, float64, string, error) {
-	p := cfg.Workload
+// calibrated is w's profile for one run, its rate calibrated to w.Load of
+// the servers' capacity without cache hits, and that capacity.
+func calibrated(cfg config, w spec) (workload.Profile, float64, error) {
+	p := w.Profile
 	p.Duration = cfg.RunDuration
-	var desc string
-	switch scenario {
-	case scenarioSharedPrefix:
-		desc = fmt.Sprintf("workload %s: %d groups of conversations share %d-token system prompts (together %.1fx a server's prefix cache), %d conversations open, up to %d turns each resending the history; %.0f%% one-shot requests",
-			cfg.WorkloadName, p.Groups, p.SystemTokens, float64(p.Groups*p.SystemTokens)/float64(max(cfg.Cost.CacheBlocks*cfg.Cost.BlockTokens, 1)),
-			p.ActiveConversations, p.Turns, 100*p.OneShotShare)
-	case scenarioNoPrefix:
-		p.OneShotShare = 1
-		p.OneShotTokens = p.SystemTokens + p.Turns/2*(p.UserTokens+p.OutputTokens)
-		desc = fmt.Sprintf("one-shot requests of %d tokens, no shared prefix", p.OneShotTokens)
-	case scenarioSaturated:
-		desc = fmt.Sprintf("the shared-prefix workload; from mid-run every batch place of %s's servers is taken by its own background requests", saturatedCluster)
-	default:
-		return p, 0, "", fmt.Errorf("unknown scenario %q", scenario)
-	}
-	slots := len(clusterNames) * cfg.ServersPerCluster * cfg.Batch
+	slots := len(clusterNames) * w.ServersPerCluster * w.Batch
 	cost := workload.Cost{Base: cfg.Cost.Base, PrefillPerToken: cfg.Cost.PrefillPerToken, DecodePerToken: cfg.Cost.DecodePerToken}
-	p, capacity, err := workload.Calibrate(p, cost, slots, cfg.Load)
-	return p, capacity, desc, err
+	return workload.Calibrate(p, cost, slots, w.Load)
 }
 
 // rotate is list starting at its (k mod len)-th element.

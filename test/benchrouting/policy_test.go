@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -61,15 +63,53 @@ func (v viaSidecar) route(context.Context, []byte) (string, func(), error) {
 }
 
 // routerFor returns the router of a policy, setting the route's policy
-// first when the sidecar chooses.
-func (e *env) routerFor(ctx context.Context, policy string) (router, error) {
+// first when the sidecar chooses, and starting the replicas of a policy
+// "<policy>@<n>"; stop stops them after the run.
+func (e *env) routerFor(ctx context.Context, policy string) (rt router, stop func(), err error) {
 	if newRef, ok := referenceRoutings[policy]; ok {
-		return newRef(e), nil
+		return newRef(e), noop, nil
 	}
-	if err := e.setPolicy(ctx, policy); err != nil {
-		return nil, err
+	name, replicas, err := parseReplicas(policy)
+	if err != nil {
+		return nil, nil, err
 	}
-	return viaSidecar{gateway: e.dp.GatewayURL}, nil
+	if err := e.setPolicy(ctx, name); err != nil {
+		return nil, nil, err
+	}
+	if replicas == 1 {
+		return viaSidecar{gateway: e.dp.GatewayURL}, noop, nil
+	}
+	gateways, stop, err := e.startReplicas(ctx, replicas-1)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &dealer{gateways: append([]string{e.dp.GatewayURL}, gateways...)}, stop, nil
+}
+
+// parseReplicas splits a policy "<policy>@<n>" into the sidecar's policy
+// and n, the number of mci-sidecar replicas (1 without "@").
+func parseReplicas(policy string) (string, int, error) {
+	name, n, ok := strings.Cut(policy, "@")
+	if !ok {
+		return policy, 1, nil
+	}
+	replicas, err := strconv.Atoi(n)
+	if err != nil || replicas < 1 || replicas > maxReplicas || name == "" || isReference(name) {
+		return "", 0, fmt.Errorf("policy %q: want <cluster policy of the sidecar>@<1 to %d replicas>", policy, maxReplicas)
+	}
+	return name, replicas, nil
+}
+
+// dealer deals the requests in turn to the gateways of several
+// mci-sidecar replicas: the round-robin front of issue 23's replica
+// target.
+type dealer struct {
+	gateways []string
+	next     atomic.Uint64
+}
+
+func (d *dealer) route(context.Context, []byte) (string, func(), error) {
+	return d.gateways[(d.next.Add(1)-1)%uint64(len(d.gateways))], noop, nil
 }
 
 type target struct{ cluster, base string }

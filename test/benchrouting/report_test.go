@@ -41,17 +41,18 @@ type policyResult struct {
 	AfterSaturation float64 `json:"sent_after_saturation_per_run"`
 }
 
-// scenarioResult is one scenario: the workload and each policy's result.
-type scenarioResult struct {
-	Description string                   `json:"description"`
+// workloadResult is one workload of the family: its spec, rate, and each
+// policy's result.
+type workloadResult struct {
+	Spec        spec                     `json:"spec"`
 	RateRPS     float64                  `json:"rate_rps"`
 	CapacityRPS float64                  `json:"capacity_rps"`
 	Requests    int                      `json:"requests_per_run"`
 	Policies    map[string]*policyResult `json:"policies"`
 }
 
-// results is results.json: the shared-prefix scenario's policies at the
-// top (the issue's headline), and every scenario's under scenarios.
+// results is results.json: every workload's results, and the summary of
+// the family against issue 23's targets.
 type results struct {
 	Profile string    `json:"profile"`
 	Started time.Time `json:"started"`
@@ -60,8 +61,8 @@ type results struct {
 	// a busy machine is noisy, and says so.
 	LoadAverage [2]string                  `json:"load_average"`
 	Config      config                     `json:"config"`
-	Policies    map[string]*policyResult   `json:"policies"`
-	Scenarios   map[string]*scenarioResult `json:"scenarios"`
+	Workloads   map[string]*workloadResult `json:"workloads"`
+	Summary     []policySummary            `json:"summary"`
 	Failed      bool                       `json:"failed"`
 }
 
@@ -203,42 +204,52 @@ func (r *results) write(dir string) error {
 	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(md), 0o644)
 }
 
-// markdown is the table of docs/performance.md's "Routing quality".
+// markdown is the tables of docs/performance.md's "Routing quality: the
+// workload family (issue 23)": the summary, then each workload's.
 func (r *results) markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Routing quality: run %s, profile %s, %s in all, %s per policy and repetition, %d repetitions interleaved; load average %s at the start and %s at the end.\n\n",
+	fmt.Fprintf(&b, "Routing quality, the workload family: run %s, profile %s, %s in all, %s per policy and repetition, %d repetitions interleaved; load average %s at the start and %s at the end.\n\n",
 		r.Started.Format(time.RFC3339), r.Profile, r.Elapsed, r.Config.RunDuration, r.Config.Repetitions, r.LoadAverage[0], r.LoadAverage[1])
-	for _, name := range r.Config.Scenarios {
-		s := r.Scenarios[name]
-		if s == nil {
+	b.WriteString(summaryMarkdown(r.Summary))
+	for _, name := range r.Config.Workloads {
+		w := r.Workloads[name]
+		if w == nil {
 			continue
 		}
 		fmt.Fprintf(&b, "**%s** — %s; %.1f req/s offered (%.0f%% of %.1f req/s capacity without cache hits), %d requests per run.\n\n",
-			name, s.Description, s.RateRPS, 100*s.RateRPS/max(s.CapacityRPS, 1e-9), s.CapacityRPS, s.Requests)
-		saturated := name == scenarioSaturated
-		b.WriteString("| routing | TTFT p50 | TTFT p99 | e2e p99 | completed req/s | prefix-cache hit ratio | shed | errors | idle-while-queueing | requests a / b (local) / c |")
-		if saturated {
-			fmt.Fprintf(&b, " sent to %s after it filled, per run |", saturatedCluster)
+			name, w.Spec.Summary, w.RateRPS, 100*w.RateRPS/max(w.CapacityRPS, 1e-9), w.CapacityRPS, w.Requests)
+		b.WriteString(workloadTable(r.Config.policiesOf(w.Spec), w))
+	}
+	return b.String()
+}
+
+// workloadTable is one workload's table: the hit ratio from the
+// simulators' own counters, TTFT, the largest share of requests one of the
+// equal clusters took, errors.
+func workloadTable(policies []string, w *workloadResult) string {
+	var b strings.Builder
+	b.WriteString("| routing | prefix-cache hit ratio | TTFT p50 | TTFT p99 | max share (equal clusters) | errors | shed | requests a / b (local) / c | completed req/s | e2e p99 |")
+	if w.Spec.Saturate {
+		fmt.Fprintf(&b, " sent to %s after it filled, per run |", saturatedCluster)
+	}
+	b.WriteString("\n|---|---|---|---|---|---|---|---|---|---|")
+	if w.Spec.Saturate {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, p := range policies {
+		pr := w.Policies[p]
+		if pr == nil {
+			continue
 		}
-		b.WriteString("\n|---|---|---|---|---|---|---|---|---|---|")
-		if saturated {
-			b.WriteString("---|")
-		}
-		b.WriteString("\n")
-		for _, p := range r.Config.Policies {
-			pr := s.Policies[p]
-			if pr == nil {
-				continue
-			}
-			fmt.Fprintf(&b, "| `%s` | %.0f ms | %.0f ms | %.0f ms | %.1f | %.2f | %.3f | %.3f | %.1f%% | %.2f / %.2f / %.2f |",
-				p, pr.TTFTP50, pr.TTFTP99, pr.E2EP99, pr.Throughput, pr.PrefixHit, pr.ShedRatio, pr.ErrorRatio,
-				100*pr.HerdingRatio, pr.ClusterShare["cluster-a"], pr.ClusterShare["cluster-b"], pr.ClusterShare["cluster-c"])
-			if saturated {
-				fmt.Fprintf(&b, " %.1f |", pr.AfterSaturation)
-			}
-			b.WriteString("\n")
+		fmt.Fprintf(&b, "| `%s` | %.3f | %.0f ms | %.0f ms | %.2f | %.3f | %.3f | %.2f / %.2f / %.2f | %.1f | %.0f ms |",
+			p, pr.PrefixHit, pr.TTFTP50, pr.TTFTP99, maxShare(pr, w.Spec), pr.ErrorRatio, pr.ShedRatio,
+			pr.ClusterShare["cluster-a"], pr.ClusterShare["cluster-b"], pr.ClusterShare["cluster-c"], pr.Throughput, pr.E2EP99)
+		if w.Spec.Saturate {
+			fmt.Fprintf(&b, " %.1f |", pr.AfterSaturation)
 		}
 		b.WriteString("\n")
 	}
+	b.WriteString("\n")
 	return b.String()
 }

@@ -32,7 +32,7 @@ type outcome struct {
 	ttft, e2e    time.Duration
 	promptTokens int
 	cachedTokens int
-	// afterSaturation: the saturated-cluster scenario sent it to the
+	// afterSaturation: the saturated-cluster workload sent it to the
 	// saturated cluster after that one filled (its scheduled time at or
 	// after the saturation's start), where it waits for a batch place
 	// until the run's background requests end.
@@ -45,7 +45,7 @@ type loadSample struct {
 	running, waiting map[string]int
 }
 
-// runResult is one policy's run of one scenario.
+// runResult is one policy's run of one workload.
 type runResult struct {
 	outcomes []outcome
 	// active is from the first request's scheduled time to the last
@@ -59,11 +59,12 @@ type runResult struct {
 
 // runPolicy sends reqs through policy's router on their schedule and
 // measures them, with every server's cache emptied first.
-func runPolicy(ctx context.Context, e *env, scenario, policy string, reqs []workload.Request) (*runResult, error) {
-	rt, err := e.routerFor(ctx, policy)
+func runPolicy(ctx context.Context, e *env, w spec, policy string, reqs []workload.Request) (*runResult, error) {
+	rt, stop, err := e.routerFor(ctx, policy)
 	if err != nil {
 		return nil, err
 	}
+	defer stop()
 	if err := e.resetCaches(ctx); err != nil {
 		return nil, err
 	}
@@ -81,7 +82,7 @@ func runPolicy(ctx context.Context, e *env, scenario, policy string, reqs []work
 	arrivalsCtx, arrivalsOver := context.WithCancel(ctx)
 	defer arrivalsOver()
 	var saturating sync.WaitGroup
-	if scenario == scenarioSaturated {
+	if w.Saturate {
 		saturating.Go(func() { saturate(arrivalsCtx, e, start.Add(saturationStart(e.cfg))) })
 	}
 	var wg sync.WaitGroup
@@ -98,7 +99,7 @@ func runPolicy(ctx context.Context, e *env, scenario, policy string, reqs []work
 		}
 		wg.Go(func() {
 			res.outcomes[i] = send(ctx, e.cfg.RequestTimeout, rt, e.dp.Model, r, at)
-			res.outcomes[i].afterSaturation = scenario == scenarioSaturated &&
+			res.outcomes[i].afterSaturation = w.Saturate &&
 				res.outcomes[i].cluster == saturatedCluster && r.At >= saturationStart(e.cfg)
 			lastMu.Lock()
 			if now := time.Now(); now.After(last) {
@@ -241,7 +242,7 @@ func sample(ctx context.Context, e *env) []loadSample {
 }
 
 // saturationStart is when, from the start of a run of the saturated-cluster
-// scenario, the background requests start to fill saturatedCluster.
+// workload, the background requests start to fill saturatedCluster.
 func saturationStart(c config) time.Duration { return c.RunDuration / 2 }
 
 // saturate fills every batch place of saturatedCluster's servers from
@@ -259,7 +260,7 @@ func saturate(ctx context.Context, e *env, from time.Time) {
 	body := fmt.Appendf(nil, `{"model":%q,"prompt":"background","max_tokens":%d}`, e.dp.Model, tokens)
 	var wg sync.WaitGroup
 	for _, url := range e.servers[saturatedCluster] {
-		for range e.cfg.Batch {
+		for range e.shape.batch {
 			wg.Go(func() {
 				for ctx.Err() == nil {
 					req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", bytes.NewReader(body))

@@ -2,6 +2,7 @@ package benchrouting
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,22 +116,37 @@ func TestSanityErrors(t *testing.T) {
 			Sent: 10, Completed: 10, Samples: 5, ClusterShare: map[string]float64{"cluster-b": 1}}
 	}
 	mk := func(oracle, rr float64) *results {
-		return &results{
-			Config:    config{Scenarios: []string{scenarioSharedPrefix}, Policies: []string{"LocalFirst", "RoundRobin", "Oracle"}},
-			Policies:  map[string]*policyResult{"Oracle": good(oracle)},
-			Scenarios: map[string]*scenarioResult{scenarioSharedPrefix: {Policies: map[string]*policyResult{"LocalFirst": good(0.6), "RoundRobin": good(rr), "Oracle": good(oracle)}}},
+		r := &results{
+			Config: config{Workloads: []string{"issue-23"}, Policies: []string{"LocalFirst", "RoundRobin", "Oracle"}},
+			Workloads: map[string]*workloadResult{"issue-23": {Spec: family["issue-23"], Policies: map[string]*policyResult{
+				"LocalFirst": good(0.6), "RoundRobin": good(rr), "Oracle": good(oracle), "PrefixAffinity@3": good(0.6)}}},
 		}
+		r.Summary = summarizeFamily(r)
+		return r
 	}
 	assert.Empty(t, sanityErrors(mk(0.7, 0.5)))
 	assert.ErrorContains(t, joinErrs(sanityErrors(mk(0.4, 0.5))), "Oracle's prefix hit ratio 0.400 is below RoundRobin's 0.500")
 
 	r := mk(0.7, 0.5)
-	delete(r.Scenarios[scenarioSharedPrefix].Policies, "RoundRobin")
+	delete(r.Workloads["issue-23"].Policies, "RoundRobin")
 	assert.ErrorContains(t, joinErrs(sanityErrors(r)), "no results of policy RoundRobin")
 
 	r = mk(0.7, 0.5)
-	r.Scenarios[scenarioSharedPrefix].Policies["LocalFirst"].ClusterShare = map[string]float64{"cluster-a": 0.5, "cluster-b": 0.5}
+	delete(r.Workloads["issue-23"].Policies, "PrefixAffinity@3")
+	assert.ErrorContains(t, joinErrs(sanityErrors(r)), "no results of policy PrefixAffinity@3", "the workload's replica policy runs too")
+
+	r = mk(0.7, 0.5)
+	r.Workloads["issue-23"].Policies["LocalFirst"].ClusterShare = map[string]float64{"cluster-a": 0.5, "cluster-b": 0.5}
 	assert.ErrorContains(t, joinErrs(sanityErrors(r)), "is the policy applied?")
+
+	r = mk(0.7, 0.5)
+	r.Summary = nil
+	assert.ErrorContains(t, joinErrs(sanityErrors(r)), "no summary")
+
+	r = &results{Config: config{Workloads: []string{workloadNoPrefix}, Policies: []string{"RoundRobin"}},
+		Workloads: map[string]*workloadResult{workloadNoPrefix: {Spec: family[workloadNoPrefix], Policies: map[string]*policyResult{"RoundRobin": good(0.2)}}}}
+	r.Summary = summarizeFamily(r)
+	assert.ErrorContains(t, joinErrs(sanityErrors(r)), "prefix hit ratio 0.200 without shared prefixes")
 
 	bad := good(0.5)
 	bad.TTFTP99, bad.Completed, bad.ShedRatio, bad.RequestHitRatio = 50, 0, 1.5, 0.9
@@ -210,14 +226,17 @@ func TestLoadConfig(t *testing.T) {
 		check   func(*testing.T, config)
 		wantErr string
 	}{
-		{"full by default", nil, func(t *testing.T, c config) {
+		{"full by default: the whole family", nil, func(t *testing.T, c config) {
 			assert.Equal(t, "full", c.Profile)
-			assert.Equal(t, allScenarios, c.Scenarios)
-			assert.Equal(t, []string{"Weighted", "HealthBased", "MetricsBased", "LocalFirst", "PrefixAffinity", "HubReference", "RoundRobin", "Oracle"}, c.Policies)
+			assert.Equal(t, familyOrder, c.Workloads)
+			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle"}, c.Policies)
+			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle", "MetricsBased"}, c.policiesOf(family[workloadSaturated]))
+			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle", "PrefixAffinity@3"}, c.policiesOf(family["issue-23"]))
 		}, ""},
-		{"smoke", map[string]string{"MCI_BENCH_PROFILE": "smoke"}, func(t *testing.T, c config) {
-			assert.Equal(t, []string{scenarioSharedPrefix}, c.Scenarios)
+		{"smoke: two workloads on the same servers, the replica case included", map[string]string{"MCI_BENCH_PROFILE": "smoke"}, func(t *testing.T, c config) {
+			assert.Equal(t, []string{"issue-23", workloadNoPrefix}, c.Workloads)
 			assert.Equal(t, 1, c.Repetitions)
+			assert.Contains(t, c.policiesOf(family["issue-23"]), "PrefixAffinity@3")
 		}, ""},
 		{"a new policy name is one more entry", map[string]string{"MCI_BENCH_ROUTING_POLICIES": "Weighted, PrefixAffinity,Oracle"}, func(t *testing.T, c config) {
 			assert.Equal(t, []string{"Weighted", "PrefixAffinity", "Oracle"}, c.Policies)
@@ -226,24 +245,20 @@ func TestLoadConfig(t *testing.T) {
 		{"inline configurations are separated by semicolons", map[string]string{"MCI_BENCH_ROUTING_POLICIES": "prefix-cache=3,in-flight=1; RoundRobin;"}, func(t *testing.T, c config) {
 			assert.Equal(t, []string{"prefix-cache=3,in-flight=1", "RoundRobin"}, c.Policies)
 		}, ""},
-		{"overrides", map[string]string{"MCI_BENCH_ROUTING_DURATION": "30s", "MCI_BENCH_ROUTING_REPETITIONS": "3", "MCI_BENCH_ROUTING_SCENARIOS": "no-shared-prefix"}, func(t *testing.T, c config) {
+		{"overrides", map[string]string{"MCI_BENCH_ROUTING_DURATION": "30s", "MCI_BENCH_ROUTING_REPETITIONS": "3", "MCI_BENCH_ROUTING_WORKLOADS": "no-shared-prefix, far-remote"}, func(t *testing.T, c config) {
 			assert.Equal(t, 30*time.Second, c.RunDuration)
 			assert.Equal(t, 3, c.Repetitions)
-			assert.Equal(t, []string{scenarioNoPrefix}, c.Scenarios)
+			assert.Equal(t, []string{workloadNoPrefix, "far-remote"}, c.Workloads)
 		}, ""},
-		{"the short-prompts workload", map[string]string{"MCI_BENCH_ROUTING_WORKLOAD": "short-prompts"}, func(t *testing.T, c config) {
-			assert.Equal(t, workloadShortPrompts, c.WorkloadName)
-			assert.Equal(t, 600, c.Workload.SystemTokens)
-		}, ""},
-		{"unknown workload", map[string]string{"MCI_BENCH_ROUTING_WORKLOAD": "huge"}, nil, `MCI_BENCH_ROUTING_WORKLOAD="huge": want long-prompts or short-prompts`},
 		{"bad profile", map[string]string{"MCI_BENCH_PROFILE": "huge"}, nil, "want full or smoke"},
 		{"bad duration", map[string]string{"MCI_BENCH_ROUTING_DURATION": "fast"}, nil, "MCI_BENCH_ROUTING_DURATION"},
 		{"bad repetitions", map[string]string{"MCI_BENCH_ROUTING_REPETITIONS": "0"}, nil, "REPETITIONS"},
-		{"unknown scenario", map[string]string{"MCI_BENCH_ROUTING_SCENARIOS": "chaos"}, nil, `unknown scenario "chaos"`},
+		{"unknown workload", map[string]string{"MCI_BENCH_ROUTING_WORKLOADS": "chaos"}, nil, `unknown workload "chaos"`},
+		{"bad replicas", map[string]string{"MCI_BENCH_ROUTING_POLICIES": "PrefixAffinity@9"}, nil, "1 to 3 replicas"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, k := range []string{"MCI_BENCH_PROFILE", "MCI_BENCH_ROUTING_DURATION", "MCI_BENCH_ROUTING_REPETITIONS", "MCI_BENCH_ROUTING_SCENARIOS", "MCI_BENCH_ROUTING_POLICIES", "MCI_BENCH_ROUTING_WORKLOAD"} {
+			for _, k := range []string{"MCI_BENCH_PROFILE", "MCI_BENCH_ROUTING_DURATION", "MCI_BENCH_ROUTING_REPETITIONS", "MCI_BENCH_ROUTING_WORKLOADS", "MCI_BENCH_ROUTING_POLICIES"} {
 				t.Setenv(k, tt.env[k])
 			}
 			c, err := loadConfig()
@@ -258,17 +273,123 @@ func TestLoadConfig(t *testing.T) {
 	}
 }
 
-func TestScenarioWorkloads(t *testing.T) {
+// TestFamilySpansTheRanges: the family covers issue 23's ranges, and each
+// workload is valid and calibrated to its load.
+func TestFamilySpansTheRanges(t *testing.T) {
 	c := defaultConfig("full")
-	for _, name := range allScenarios {
+	require.ElementsMatch(t, familyOrder, keys(family), "familyOrder lists every workload once")
+	loads, groups, system, batch := []float64{}, []int{}, []int{}, []int{}
+	var singleTurn, multiTurn, far, noPrefix, saturated, replicas bool
+	for _, name := range familyOrder {
+		w := family[name]
 		t.Run(name, func(t *testing.T) {
-			p, capacity, desc, err := scenarioWorkload(c, name)
+			p, capacity, err := calibrated(c, w)
 			require.NoError(t, err)
-			assert.NotEmpty(t, desc)
-			assert.InDelta(t, c.Load*capacity, p.Rate, capacity*0.05)
+			assert.InDelta(t, w.Load*capacity, p.Rate, capacity*0.05)
 			assert.Equal(t, c.RunDuration, p.Duration)
+			assert.NotEmpty(t, w.Summary)
+			assert.LessOrEqual(t, p.Rate, 30.0, "a rate a 2-core machine drives through the data path")
+		})
+		loads, batch = append(loads, w.Load), append(batch, w.Batch)
+		if w.Profile.OneShotShare < 1 {
+			groups, system = append(groups, w.Profile.Groups), append(system, w.Profile.SystemTokens)
+			singleTurn = singleTurn || w.Profile.Turns == 1
+			multiTurn = multiTurn || w.Profile.Turns > 1
+		}
+		far, noPrefix, saturated = far || w.Far != "", noPrefix || w.Profile.OneShotShare == 1, saturated || w.Saturate
+		replicas = replicas || len(w.ReplicaPolicies) > 0
+	}
+	assert.Equal(t, 0.5, slices.Min(loads))
+	assert.Equal(t, 0.9, slices.Max(loads))
+	assert.Equal(t, 4, slices.Min(groups))
+	assert.Equal(t, 32, slices.Max(groups))
+	assert.Equal(t, 500, slices.Min(system))
+	assert.Equal(t, 4000, slices.Max(system))
+	assert.Equal(t, 2, slices.Min(batch))
+	assert.Equal(t, 8, slices.Max(batch))
+	assert.True(t, singleTurn && multiTurn && far && noPrefix && saturated && replicas)
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestParseReplicas(t *testing.T) {
+	tests := []struct {
+		in       string
+		policy   string
+		replicas int
+		wantErr  bool
+	}{
+		{"PrefixAffinity", "PrefixAffinity", 1, false},
+		{"prefix-cache=3,queue=2", "prefix-cache=3,queue=2", 1, false},
+		{"PrefixAffinity@3", "PrefixAffinity", 3, false},
+		{"PrefixAffinity@0", "", 0, true},
+		{"PrefixAffinity@4", "", 0, true},
+		{"@3", "", 0, true},
+		{"Oracle@3", "", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			p, n, err := parseReplicas(tt.in)
+			if tt.wantErr {
+				assert.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.policy, p)
+			assert.Equal(t, tt.replicas, n)
 		})
 	}
-	_, _, _, err := scenarioWorkload(c, "chaos")
-	assert.Error(t, err)
+}
+
+func TestSummarizeFamily(t *testing.T) {
+	pr := func(hit, p50, p99 float64, shares ...float64) *policyResult {
+		return &policyResult{PrefixHit: hit, TTFTP50: p50, TTFTP99: p99,
+			ClusterShare: map[string]float64{"cluster-a": shares[0], "cluster-b": shares[1], "cluster-c": shares[2]}}
+	}
+	r := &results{
+		Config: config{Workloads: []string{"far-remote", workloadNoPrefix}, Policies: []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle"}},
+		Workloads: map[string]*workloadResult{
+			"far-remote": {Spec: family["far-remote"], Policies: map[string]*policyResult{
+				// Above the hub's hit ratio and 0.95 of the oracle's, a
+				// worse p99, and the far cluster's small share does not
+				// count: the largest of the equal ones is 0.60.
+				"PrefixAffinity": pr(0.90, 30, 900, 0.60, 0.38, 0.02),
+				"HubReference":   pr(0.89, 30, 200, 0.5, 0.3, 0.2),
+				"RoundRobin":     pr(0.5, 80, 300, 0.34, 0.33, 0.33),
+				"Oracle":         pr(0.94, 30, 200, 0.4, 0.4, 0.2),
+			}},
+			workloadNoPrefix: {Spec: family[workloadNoPrefix], Policies: map[string]*policyResult{
+				"PrefixAffinity": pr(0, 410, 700, 0.34, 0.33, 0.33),
+				"HubReference":   pr(0, 800, 2000, 0.34, 0.33, 0.33),
+				"RoundRobin":     pr(0, 400, 680, 0.34, 0.33, 0.33),
+				"Oracle":         pr(0, 400, 690, 0.34, 0.33, 0.33),
+			}},
+		},
+	}
+	sum := summarizeFamily(r)
+	require.Len(t, sum, 4)
+	pa := map[string]targetSummary{}
+	for _, ts := range sum[0].Targets {
+		pa[ts.Target] = ts
+	}
+	require.Equal(t, "PrefixAffinity", sum[0].Policy)
+	assert.Equal(t, []string{"far-remote"}, pa["hit ratio >= hub's"].Met, "no shared prefix: not checked")
+	assert.Equal(t, []string{"far-remote"}, pa["hit ratio >= 0.95 of the oracle's"].Met)
+	assert.Equal(t, []string{"far-remote", workloadNoPrefix}, pa["TTFT p50 <= hub's"].Met)
+	assert.Equal(t, []string{"far-remote (900 ms against 200 ms)"}, pa["TTFT p99 <= hub's"].Missed)
+	assert.Equal(t, []string{"far-remote (0.60)"}, pa["max share <= 55%"].Missed)
+	assert.Equal(t, []string{workloadNoPrefix}, pa["no shared prefix: TTFT within 5% of round-robin's"].Met, "410/700 against 400/680")
+	assert.Empty(t, pa["saturated cluster: yields as fast as MetricsBased"].Met)
+	assert.Empty(t, pa["saturated cluster: yields as fast as MetricsBased"].Missed)
+
+	md := summaryMarkdown(sum)
+	assert.Contains(t, md, "| `PrefixAffinity` | 1 / 1 | 1 / 1 | 2 / 2 | 1 / 2 | 1 / 2 | 1 / 1 | — | — |")
+	assert.Contains(t, md, "- `PrefixAffinity`, TTFT p99 <= hub's: missed on far-remote (900 ms against 200 ms)")
+	assert.Contains(t, md, "| `HubReference` |")
 }

@@ -1,0 +1,139 @@
+package benchrouting
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/mci-dev/mci/test/localclusterset"
+)
+
+const (
+	// maxReplicas bounds "<policy>@<n>".
+	maxReplicas = 3
+	// replicaHost is the host, in the importing cluster's loopback block,
+	// of the first extra mci-sidecar replica (and its gateway); the next
+	// ones follow.
+	replicaHost = 160
+	// dataPathGateway is the Gateway the data path's mci-sidecar serves
+	// (test/localclusterset's, which names it so).
+	dataPathGateway = "inference-gateway"
+	// dataPathSidecarService is the Service the local shim pool names as
+	// its endpointPickerRef.
+	dataPathSidecarService = "mci-sidecar"
+)
+
+// startReplicas starts n more mci-sidecar replicas of the importing
+// cluster, each started as the data path starts its own (same kubeconfig,
+// Gateway and shim Service, its own loopback address) with a gateway
+// (test/cmd/gateway) in front, and waits until each routes a request.
+// They read the route's current cluster policy as they start. stop kills
+// them.
+func (e *env) startReplicas(ctx context.Context, n int) (gateways []string, stop func(), err error) {
+	var procs []*exec.Cmd
+	stop = func() {
+		for _, p := range procs {
+			_ = p.Process.Kill()
+			_ = p.Wait()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	block := e.cfg.LoopbackBlock + indexOf(clusterNames, importingCluster)
+	for i := range n {
+		ip := fmt.Sprintf("127.0.%d.%d", block, replicaHost+i)
+		sidecar, err := e.startProcess(fmt.Sprintf("replica-%d-mci-sidecar", i+2), "mci-sidecar",
+			"--kubeconfig="+e.kubeconfig, "--bind-address="+ip, "--local-cluster-name="+importingCluster,
+			"--gateway="+e.dp.Namespace+"/"+dataPathGateway, "--endpoint-picker-service="+e.dp.Namespace+"/"+dataPathSidecarService, "-v=2")
+		if err != nil {
+			return nil, stop, err
+		}
+		procs = append(procs, sidecar)
+		gw, err := e.startProcess(fmt.Sprintf("replica-%d-gateway", i+2), "gateway",
+			"--listen="+net.JoinHostPort(ip, strconv.Itoa(localclusterset.DataPathGatewayPort)), "--ext-proc="+net.JoinHostPort(ip, "9002"))
+		if err != nil {
+			return nil, stop, err
+		}
+		procs = append(procs, gw)
+		gateways = append(gateways, "http://"+net.JoinHostPort(ip, strconv.Itoa(localclusterset.DataPathGatewayPort)))
+	}
+	for i, gw := range gateways {
+		if err := e.waitRoutes(ctx, gw); err != nil {
+			return nil, stop, fmt.Errorf("sidecar replica %d (logs in %s): %w", i+2, filepath.Join(e.dir, "logs"), err)
+		}
+	}
+	logf("  %d more mci-sidecar replicas up: %v", n, gateways)
+	return gateways, stop, nil
+}
+
+// startProcess starts binary of the data path's bin directory, its output
+// in logs/<name>.log.
+func (e *env) startProcess(name, binary string, args ...string) (*exec.Cmd, error) {
+	logs := filepath.Join(e.dir, "logs")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(logs, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	cmd := exec.Command(filepath.Join(e.binDir(), binary), args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	return cmd, nil
+}
+
+// waitRoutes waits until a completion request through gateway is
+// answered.
+func (e *env) waitRoutes(ctx context.Context, gateway string) error {
+	last := errors.New("not tried")
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, gateway+"/v1/completions", strings.NewReader(e.dp.CompletionBody()))
+		if err != nil {
+			return false, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := adminClient.Do(req)
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			last = fmt.Errorf("HTTP %d", resp.StatusCode)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("no request answered through %s: %w (last: %v)", gateway, err, last)
+	}
+	return nil
+}
+
+func indexOf(list []string, s string) int {
+	for i, e := range list {
+		if e == s {
+			return i
+		}
+	}
+	return -1
+}

@@ -140,25 +140,8 @@ func (c CompletedConfig) New() (*MCIServer, error) {
 	summaryStore = virtual.NewStore(inferencepoolexportsummary.Resource{Index: cache}, localCluster{cache}, inferencepoolexportsummary.Describe().New)
 	clusterSummaryStore = virtual.NewStore(inferenceclustersummary.Resource{LocalName: local}, localCluster{cache}, inferenceclustersummary.Describe().New)
 
-	importREST := virtual.NewREST(importStore, inferencepoolimport.Describe(), cache.Ready)
-	exportREST := virtual.NewREST(exportStore, inferencepoolexport.Describe(), cache.Ready)
-	// Other clusters' servers read the summaries: they wait for the local
-	// cluster only, so that a fleet that starts together does not wait on
-	// itself.
-	summaryREST := virtual.NewREST(summaryStore, inferencepoolexportsummary.Describe(), cache.LocalReady)
-	clusterSummaryREST := virtual.NewREST(clusterSummaryStore, inferenceclustersummary.Describe(), cache.LocalReady)
-
-	group := genericapiserver.NewDefaultAPIGroupInfo(inference.GroupName, Scheme, metav1.ParameterCodec, Codecs)
-	group.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
-		"inferencepoolimports":         importREST,
-		"inferencepoolimports/status":  virtual.NewStatusREST(importREST),
-		"inferencepoolexports":         exportREST,
-		"inferencepoolexports/status":  virtual.NewStatusREST(exportREST),
-		"inferencepoolexportsummaries": summaryREST,
-		"inferenceclustersummaries":    clusterSummaryREST,
-	}
-	if err := generic.InstallAPIGroup(&group); err != nil {
-		return nil, fmt.Errorf("installing the %s API group: %w", inference.GroupName, err)
+	if err := installGroup(generic, cache, importStore, exportStore, summaryStore, clusterSummaryStore); err != nil {
+		return nil, err
 	}
 
 	// /readyz stays unready until the stores report ready: every member has
@@ -181,6 +164,33 @@ func (c CompletedConfig) New() (*MCIServer, error) {
 		return nil
 	})
 	return &MCIServer{GenericAPIServer: generic, Cache: cache}, nil
+}
+
+// installGroup serves the computed stores in the inference API group. The
+// imports and exports wait for every member; the summaries, which other
+// clusters' servers read, for the local cluster only.
+func installGroup(generic *genericapiserver.GenericAPIServer, cache *clusterset.Cache, importStore, exportStore, summaryStore, clusterSummaryStore *virtual.Store) error {
+	importREST := virtual.NewREST(importStore, inferencepoolimport.Describe(), cache.Ready)
+	exportREST := virtual.NewREST(exportStore, inferencepoolexport.Describe(), cache.Ready)
+	// Other clusters' servers read the summaries: they wait for the local
+	// cluster only, so that a fleet that starts together does not wait on
+	// itself.
+	summaryREST := virtual.NewREST(summaryStore, inferencepoolexportsummary.Describe(), cache.LocalReady)
+	clusterSummaryREST := virtual.NewREST(clusterSummaryStore, inferenceclustersummary.Describe(), cache.LocalReady)
+
+	group := genericapiserver.NewDefaultAPIGroupInfo(inference.GroupName, Scheme, metav1.ParameterCodec, Codecs)
+	group.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
+		"inferencepoolimports":         importREST,
+		"inferencepoolimports/status":  virtual.NewStatusREST(importREST),
+		"inferencepoolexports":         exportREST,
+		"inferencepoolexports/status":  virtual.NewStatusREST(exportREST),
+		"inferencepoolexportsummaries": summaryREST,
+		"inferenceclustersummaries":    clusterSummaryREST,
+	}
+	if err := generic.InstallAPIGroup(&group); err != nil {
+		return fmt.Errorf("installing the %s API group: %w", inference.GroupName, err)
+	}
+	return nil
 }
 
 // localCluster is the ClusterSet as the summaries' stores need it: complete

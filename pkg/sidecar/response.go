@@ -149,7 +149,12 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 		// ended, below.)
 		// The pump has ended or is ending with the gateway's stream.
 		pumpErr := <-toEPP
-		if !o.gatewayServed() {
+		switch {
+		case errors.Is(context.Cause(e.ctx), errResponseTimeout):
+			// The EPP had stalled, and the sidecar had taken over, before
+			// the gateway went away: a timeout whatever came after.
+			outcome = ResponseTimeout
+		case !o.gatewayServed():
 			outcome = ResponseCanceled
 		}
 		if pumpErr != nil {

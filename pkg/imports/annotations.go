@@ -97,6 +97,14 @@ func clusterPolicyProblems(annotations, labels map[string]string) []string {
 	return problems
 }
 
+// asksExport says whether a pool asks to be exported: it carries the
+// export annotation, whatever its value. Importers list such a pool's
+// cluster, not Ready when the export is invalid.
+func asksExport(annotations map[string]string) bool {
+	_, ok := annotations[v1alpha1.ExportAnnotation]
+	return ok
+}
+
 // hasExportAnnotation says whether a pool carries either export annotation,
 // valid or not: such a pool has an InferencePoolExport.
 func hasExportAnnotation(annotations map[string]string) bool {

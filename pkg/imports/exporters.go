@@ -33,9 +33,11 @@ type exporter struct {
 }
 
 // poolExporter is a member's pool as an exporter; ok=false when the pool
-// carries no export annotation.
+// does not ask to be exported: it has no export annotation (a leftover
+// export-mode alone is reported by InferencePoolExport, but removing the
+// upstream export annotation is how a pool is withdrawn).
 func poolExporter(m *Member, p *poolv1.InferencePool) (exporter, bool) {
-	if p == nil || !hasExportAnnotation(p.Annotations) {
+	if p == nil || !asksExport(p.Annotations) {
 		return exporter{}, false
 	}
 	mode, _, err := ParseExport(p.Annotations, p.Labels)

@@ -130,7 +130,9 @@ func exportTarget(m *Member, pool *poolv1.InferencePool, invalid error, namespac
 	has := namespaces.has(m, pool.Namespace)
 	t.Imported = has
 	if invalid != nil {
-		// The importer lists this cluster, not Ready, with the reason.
+		// The importer lists this cluster, not Ready, with the reason,
+		// when the pool asks to be exported.
+		t.Imported = has && asksExport(pool.Annotations)
 		t.Reason = v1alpha1.ReasonInvalidExport
 		t.Message = fmt.Sprintf("cluster %s does not route to %s/%s: the export annotations are invalid (see the Valid condition)", m.Name, pool.Namespace, pool.Name)
 		return t

@@ -94,8 +94,10 @@ func TestExportValidity(t *testing.T) {
 					assert.True(t, c.Imported, c.Name)
 					assert.Equal(t, v1alpha1.ReasonImported, c.Reason)
 				} else {
-					// The importer lists the cluster, not Ready, with why.
-					assert.True(t, c.Imported, c.Name)
+					// The importer lists the cluster, not Ready, with why,
+					// when the pool asks to be exported.
+					_, asks := tc.annotations[v1alpha1.ExportAnnotation]
+					assert.Equal(t, asks, c.Imported, c.Name)
 					assert.Equal(t, v1alpha1.ReasonInvalidExport, c.Reason)
 					assert.NotEmpty(t, c.Message)
 				}

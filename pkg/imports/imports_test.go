@@ -88,9 +88,16 @@ func TestImportPlacement(t *testing.T) {
 			),
 		},
 		{
-			name: "an invalid export is imported as a cluster that is not Ready (TestInvalidExportsAreListedNotReady)",
+			name: "export-mode without the export annotation asks for no export: not imported (InferencePoolExport says it is invalid)",
 			cs: clusterSet("cluster-b",
 				member(t, "cluster-a", readyEPP(testNamespace, testPool, annotations(map[string]string{v1alpha1.ExportModeAnnotation: "ParentMode"}))...),
+				member(t, "cluster-b", namespace(testNamespace)),
+			),
+		},
+		{
+			name: "an invalid export is imported as a cluster that is not Ready (TestInvalidExportsAreListedNotReady)",
+			cs: clusterSet("cluster-b",
+				member(t, "cluster-a", readyEPP(testNamespace, testPool, annotations(map[string]string{v1alpha1.ExportAnnotation: "Everywhere"}))...),
 				member(t, "cluster-b", namespace(testNamespace)),
 			),
 			wantClusters: []string{"cluster-a"},

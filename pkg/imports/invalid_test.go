@@ -112,7 +112,7 @@ func TestInvalidExportsAreListedNotReady(t *testing.T) {
 
 func TestAnImportOfInvalidExportsOnlySaysWhy(t *testing.T) {
 	cs := clusterSet("cluster-b",
-		member(t, "cluster-a", readyEPP(testNamespace, testPool, annotations(map[string]string{v1alpha1.ExportModeAnnotation: "ParentMode"}))...),
+		member(t, "cluster-a", readyEPP(testNamespace, testPool, annotations(map[string]string{v1alpha1.ExportAnnotation: "Everywhere"}))...),
 		member(t, "cluster-b", namespace(testNamespace)),
 	)
 	imp, ok := importBothWays(t, cs, testNamespace, testPool)

@@ -142,15 +142,7 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 	full := ns + "/" + pool
 	waitStates := func(what string, want map[string]string) {
 		t.Helper()
-		start := time.Now()
-		waitfor.Eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
-			got, err := metricsStates(ctx, s.sidecar, full)
-			if err != nil {
-				return false, err.Error()
-			}
-			return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprint(got)
-		})
-		t.Logf("%s: mci_sidecar_epp_metrics_state says %v after %s", what, want, time.Since(start).Round(time.Millisecond))
+		waitMetricsStates(t, s.sidecar, full, what, want)
 	}
 
 	t.Run("without RBAC in the EPP's cluster the cluster is unauthorized, logged once, and unmeasured", func(t *testing.T) {
@@ -181,15 +173,7 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 		// The ClusterRole of artifacts/deploy/mci-sidecar/examples/
 		// epp-metrics-reader.yaml as it is, bound to the test's
 		// ServiceAccount (the manifest binds mci-system's).
-		var role *rbacv1.ClusterRole
-		for _, obj := range readManifests(t, "../../artifacts/deploy/mci-sidecar/examples/epp-metrics-reader.yaml") {
-			if obj.GetKind() == "ClusterRole" {
-				role = &rbacv1.ClusterRole{}
-				require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, role))
-			}
-		}
-		require.NotNil(t, role, "the manifest has a ClusterRole")
-		role.Name = reader
+		role := exampleMetricsReader(t, reader)
 		_, err := a.kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
 		if !apierrors.IsAlreadyExists(err) {
 			require.NoError(t, err)
@@ -229,4 +213,38 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 			return code == http.StatusOK && instance == simA
 		})
 	})
+}
+
+// waitMetricsStates waits until mci_sidecar_epp_metrics_state of pool says
+// want, by cluster, and logs how long it took.
+func waitMetricsStates(t *testing.T, sc *sidecar.Sidecar, pool, what string, want map[string]string) {
+	t.Helper()
+	start := time.Now()
+	last := ""
+	waitfor.Eventually(t, t.Context(), 30*time.Second, func(ctx context.Context) (bool, string) {
+		got, err := metricsStates(ctx, sc, pool)
+		if err != nil {
+			return false, last + "; " + err.Error()
+		}
+		last = what + ": " + fmt.Sprint(got)
+		return fmt.Sprint(got) == fmt.Sprint(want), last
+	})
+	t.Logf("%s: mci_sidecar_epp_metrics_state says %v after %s", what, want, time.Since(start).Round(time.Millisecond))
+}
+
+// exampleMetricsReader is the ClusterRole of
+// artifacts/deploy/mci-sidecar/examples/epp-metrics-reader.yaml as it is,
+// named name.
+func exampleMetricsReader(t *testing.T, name string) *rbacv1.ClusterRole {
+	t.Helper()
+	var role *rbacv1.ClusterRole
+	for _, obj := range readManifests(t, "../../artifacts/deploy/mci-sidecar/examples/epp-metrics-reader.yaml") {
+		if obj.GetKind() == "ClusterRole" {
+			role = &rbacv1.ClusterRole{}
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, role))
+		}
+	}
+	require.NotNil(t, role, "the manifest has a ClusterRole")
+	role.Name = name
+	return role
 }

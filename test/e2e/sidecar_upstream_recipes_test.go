@@ -14,14 +14,12 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/test/promtext"
-	"github.com/mci-dev/mci/test/waitfor"
 )
 
 // The README's recipe for upstream EPPs at their default flags (docs/tls.md,
@@ -62,15 +60,7 @@ func TestTheREADMERecipeRoutesToUpstreamEPPsAtTheirDefaultFlags(t *testing.T) {
 	tokenSecret := func(cluster string) string { return "epp-metrics-token-" + cluster }
 
 	// The ClusterRole of the README's example, as it is.
-	var role *rbacv1.ClusterRole
-	for _, obj := range readManifests(t, "../../artifacts/deploy/mci-sidecar/examples/epp-metrics-reader.yaml") {
-		if obj.GetKind() == "ClusterRole" {
-			role = &rbacv1.ClusterRole{}
-			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, role))
-		}
-	}
-	require.NotNil(t, role, "the manifest has a ClusterRole")
-	role.Name = reader
+	role := exampleMetricsReader(t, reader)
 
 	for _, cluster := range []string{"cluster-a", "cluster-c"} {
 		// In the EPP's cluster: an identity allowed to read /metrics, and
@@ -117,15 +107,7 @@ func TestTheREADMERecipeRoutesToUpstreamEPPsAtTheirDefaultFlags(t *testing.T) {
 
 	waitStates := func(what string, want map[string]string) {
 		t.Helper()
-		last := ""
-		waitfor.Eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
-			got, err := metricsStates(ctx, s.sidecar, full)
-			if err != nil {
-				return false, last + "; " + err.Error()
-			}
-			last = what + ": " + fmt.Sprint(got)
-			return fmt.Sprint(got) == fmt.Sprint(want), last
-		})
+		waitMetricsStates(t, s.sidecar, full, what, want)
 	}
 	sidecarMetrics := func(t *testing.T) promtext.Metrics {
 		t.Helper()

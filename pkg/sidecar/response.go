@@ -139,22 +139,22 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 		}
 	}
 
-	if ctxErr := gw.Context().Err(); ctxErr != nil && !o.keptForEPP() {
-		// A gateway that had ended its side with every answer it waits
-		// for given may reset the stream before the EPP's end of stream
+	// What ended the EPP's stream: the gateway going away (linkToGateway),
+	// or the EPP itself (its stream failed or ended, or it did not answer
+	// in time: errResponseTimeout, errLinger).
+	cause := context.Cause(e.ctx)
+	eppStalled := errors.Is(cause, errResponseTimeout) || (errors.Is(cause, errLinger) && o.owing())
+	if ctxErr := gw.Context().Err(); ctxErr != nil && !eppStalled && !o.keptForEPP() {
+		// A gateway that had ended its side with every answer it waits for
+		// given may reset the stream before the EPP's end of stream
 		// reaches it (a slow link, a gateway that lingers less): the
 		// response phase was complete all the same. Otherwise it went away
 		// early. (An EPP that still owed answers to chunks that went ahead
-		// had its stream kept (linkToGateway): what ended it says how it
-		// ended, below.)
+		// had its stream kept (linkToGateway); one that stalled timed out
+		// whenever the gateway went: both are decided below.)
 		// The pump has ended or is ending with the gateway's stream.
 		pumpErr := <-toEPP
-		switch {
-		case errors.Is(context.Cause(e.ctx), errResponseTimeout):
-			// The EPP had stalled, and the sidecar had taken over, before
-			// the gateway went away: a timeout whatever came after.
-			outcome = ResponseTimeout
-		case !o.gatewayServed():
+		if !o.gatewayServed() {
 			outcome = ResponseCanceled
 		}
 		if pumpErr != nil {
@@ -162,7 +162,6 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 		}
 		return status.FromContextError(ctxErr).Err()
 	}
-	cause := context.Cause(e.ctx)
 	switch {
 	case err == io.EOF || errors.Is(cause, errLinger):
 		if !o.owing() {
@@ -180,11 +179,13 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 	default:
 		outcome = ResponseFailed
 	}
+	// Noted before the gateway is answered: a gateway gone already does
+	// not make the EPP's failure go unseen.
+	t.takenOver(outcome, err)
 	if err := o.takeOver(gw); err != nil {
 		return err
 	}
 	e.cancel(errTakenOver)
-	t.takenOver(outcome, err)
 	return <-toEPP
 }
 

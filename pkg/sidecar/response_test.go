@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"sync"
 	"strings"
 	"testing"
 	"time"
@@ -191,6 +192,52 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 		assert.Eventually(t, func() bool { return responseOutcome(h, "cluster-a", ResponseCompleted) == 1 }, 5*time.Second, 5*time.Millisecond,
 			"completed, not canceled: %v canceled", responseOutcome(h, "cluster-a", ResponseCanceled))
 		assert.Empty(t, st.failed)
+	})
+
+	// A stalled EPP whose deadline is further than the sidecar's linger is
+	// let go by the linger, when the gateway (test/envoyclient lingers 1s,
+	// as the sidecar does) resets its stream: either may come first, and
+	// the EPP still owed answers either way. (This raced: an EPP let go by
+	// the linger just as the gateway reset was counted completed.)
+	t.Run("an EPP that stalls until the linger, as the gateway resets, timed out", func(t *testing.T) {
+		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+		st := &fakeState{health: map[string]Health{"cluster-a": HealthServing}}
+		h := startServer(t, routetable.Inputs{
+			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+			Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
+		}, st)
+		h.server.relay.timeout, h.server.relay.linger = 10*time.Second, time.Second
+		a.respMode.Store(respStallBody)
+		up := upstreamResponse()
+		up.Trailers = nil
+		const n = 4
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Response: up})
+				assert.Equal(t, string(up.Body), string(res.Response.Body), "the response goes on unchanged")
+			})
+		}
+		wg.Wait()
+		outcomes := func() map[string]float64 {
+			out := map[string]float64{}
+			for _, o := range []string{ResponseCompleted, ResponseCanceled, ResponseImmediate, ResponseFailed, ResponseTimeout, ResponseEnded} {
+				if v := responseOutcome(h, "cluster-a", o); v != 0 {
+					out[o] = v
+				}
+			}
+			return out
+		}
+		// Each outcome is counted as its handler returns, which may be
+		// after the gateway had its answers.
+		assert.Eventually(t, func() bool {
+			var sum float64
+			for _, v := range outcomes() {
+				sum += v
+			}
+			return sum == n
+		}, 5*time.Second, 5*time.Millisecond)
+		assert.Equal(t, map[string]float64{ResponseTimeout: n}, outcomes())
 	})
 
 	t.Run("the EPP's immediate response goes to the gateway", func(t *testing.T) {

@@ -5,8 +5,8 @@ import (
 	"io"
 	"net/http"
 	"runtime"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 

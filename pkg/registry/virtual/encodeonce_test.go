@@ -22,7 +22,7 @@ func TestWatchersShareOneEncodingPerChange(t *testing.T) {
 	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
 	r.set("ns1", "a", nil, "cluster-a")
 	s := startStore(t, r)
-	o, _ := s.Get("ns1", "a")
+	o, _, _ := s.Get("ns1", "a")
 
 	var watchers []watch.Interface
 	for range 3 {
@@ -75,6 +75,6 @@ func TestWatchersShareOneEncodingPerChange(t *testing.T) {
 	}
 	assert.Equal(t, 2, encodes)
 
-	got, _ := s.Get("ns1", "a")
+	got, _, _ := s.Get("ns1", "a")
 	assert.Equal(t, "a", got.GetName(), "the encoder changed only its copy")
 }

@@ -69,12 +69,12 @@ func (s *Store) ListWithOptions(ctx context.Context, opts ListOptions) (page, st
 		return paginate(items, tok.ResourceVersion, &tok, opts.Limit), tok.ResourceVersion, nil
 	}
 	if opts.ResourceVersion == "0" {
-		items, rv := s.List(opts.Namespace, match)
-		return page{items: items}, rv, nil
+		items, rv, err := s.List(opts.Namespace, match)
+		return page{items: items}, rv, err
 	}
 	if opts.ResourceVersion == "" {
-		items, rv := s.List(opts.Namespace, match)
-		return paginate(items, rv, nil, opts.Limit), rv, nil
+		items, rv, err := s.List(opts.Namespace, match)
+		return paginate(items, rv, nil, opts.Limit), rv, err
 	}
 	v, err := ParseVersion(opts.ResourceVersion)
 	if err != nil {
@@ -86,8 +86,8 @@ func (s *Store) ListWithOptions(ctx context.Context, opts ListOptions) (page, st
 	exact := opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact ||
 		(opts.ResourceVersionMatch == "" && opts.Limit > 0)
 	if !exact {
-		items, rv := s.List(opts.Namespace, match)
-		return paginate(items, rv, nil, opts.Limit), rv, nil
+		items, rv, err := s.List(opts.Namespace, match)
+		return paginate(items, rv, nil, opts.Limit), rv, err
 	}
 	items, err := s.listExact(opts.Namespace, match, v, opts.ResourceVersion)
 	if err != nil {
@@ -137,6 +137,21 @@ func tooLargeResourceVersion(want Version, current string) error {
 // newest first, the changes v does not cover. v must be this Store's own
 // and reach back no further than the history.
 func (s *Store) listExact(namespace string, match func(Object) bool, v Version, rv string) ([]Object, error) {
+	state, err := s.stateAt(namespace, v, rv)
+	if err != nil {
+		return nil, err
+	}
+	// Decoded outside the lock: entries never change.
+	out, err := s.decodeAll(state, match)
+	if err != nil {
+		return nil, err
+	}
+	sortObjects(out)
+	return out, nil
+}
+
+// stateAt returns the entries of namespace as they were at v.
+func (s *Store) stateAt(namespace string, v Version, rv string) ([]*entry, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if v[epochComponent] != s.epoch {
@@ -149,35 +164,31 @@ func (s *Store) listExact(namespace string, match func(Object) bool, v Version, 
 	// change it covers.
 	first := s.firstUncovered(v)
 
-	state := map[string]Object{}
+	state := map[string]*entry{}
 	if namespace == "" {
-		for k, o := range s.objects {
-			state[k] = o
+		for k, e := range s.objects {
+			state[k] = e
 		}
 	} else {
-		for name, o := range s.byNamespace[namespace] {
-			state[key(namespace, name)] = o
+		for _, e := range s.byNamespace[namespace] {
+			state[e.key()] = e
 		}
 	}
 	for i := len(s.history) - 1; i >= first; i-- {
 		c := s.history[i]
-		if namespace != "" && c.obj.GetNamespace() != namespace {
+		if namespace != "" && c.obj.namespace != namespace {
 			continue
 		}
-		k := key(c.obj.GetNamespace(), c.obj.GetName())
 		switch c.typ {
 		case watch.Added:
-			delete(state, k)
+			delete(state, c.obj.key())
 		case watch.Modified, watch.Deleted:
-			state[k] = c.prev
+			state[c.obj.key()] = c.prev
 		}
 	}
-	out := make([]Object, 0, len(state))
-	for _, o := range state {
-		if match(o) {
-			out = append(out, o)
-		}
+	out := make([]*entry, 0, len(state))
+	for _, e := range state {
+		out = append(out, e)
 	}
-	sortObjects(out)
 	return out, nil
 }

@@ -31,18 +31,19 @@ func (s *Store) recompute(ctx context.Context) {
 	results, replaceNamespace := s.compute(s.cluster.Snapshot(), dirty)
 
 	now := metav1.NewTime(s.now().Truncate(time.Second))
+	log := klog.FromContext(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	moved := s.advanceLocked(advanced)
-	rv := s.version.String()
-	changes, present := s.applyLocked(results, rv, now)
-	changes = append(changes, s.deleteUncomputedLocked(replaceNamespace, present, rv)...)
+	changes, present := s.applyLocked(log, results, now)
+	changes = append(changes, s.deleteUncomputedLocked(log, replaceNamespace, present)...)
 	if len(changes) == 0 {
 		return
 	}
 	if !moved {
-		s.versionChangesLocked(changes)
+		s.versionChangesLocked()
 	}
+	changes = s.commitLocked(log, changes)
 	s.publishLocked(ctx, changes)
 }
 
@@ -105,59 +106,65 @@ func (s *Store) advanceLocked(advanced Version) (moved bool) {
 	return moved
 }
 
-// applyLocked records the computed objects that differ from those served,
-// at resourceVersion rv, and returns their changes and the keys computed.
-func (s *Store) applyLocked(results []computed, rv string, now metav1.Time) (changes []change, present map[string]bool) {
+// applyLocked finds the computed objects that differ from those served
+// and returns their changes (commitLocked keeps them), with the keys
+// computed. Deletions take effect at once.
+func (s *Store) applyLocked(log klog.Logger, results []computed, now metav1.Time) (changes []change, present map[string]bool) {
 	present = map[string]bool{}
 	for _, r := range results {
 		present[r.key] = true
 		prev := s.objects[r.key]
 		if r.obj == nil {
 			if prev != nil {
-				changes = append(changes, s.deleteLocked(r.key, prev, rv))
+				changes = s.appendDeleteLocked(log, changes, r.key, prev)
 			}
 			continue
 		}
-		s.resource.CarryTransitionTimes(prev, r.obj, now)
+		var was Object
 		if prev != nil {
-			r.obj.SetResourceVersion(prev.GetResourceVersion())
-			if equality.Semantic.DeepEqual(prev, r.obj) {
+			var err error
+			if was, err = s.decode(prev); err != nil {
+				log.Error(err, "Cannot compare a computed object with the one served; it stays as served")
 				continue
 			}
 		}
-		r.obj.SetResourceVersion(rv)
-		s.objects[r.key] = r.obj
-		ns := r.obj.GetNamespace()
-		if s.byNamespace[ns] == nil {
-			s.byNamespace[ns] = map[string]Object{}
+		s.resource.CarryTransitionTimes(was, r.obj, now)
+		typ := watch.Added
+		if was != nil {
+			r.obj.SetResourceVersion(was.GetResourceVersion())
+			if equality.Semantic.DeepEqual(was, r.obj) {
+				continue
+			}
+			typ = watch.Modified
 		}
-		s.byNamespace[ns][r.obj.GetName()] = r.obj
-		typ := watch.Modified
-		if prev == nil {
-			typ = watch.Added
-		}
-		changes = append(changes, change{typ: typ, obj: r.obj, prev: prev})
+		changes = append(changes, change{typ: typ, live: r.obj, prev: prev})
 	}
 	return changes, present
 }
 
+// appendDeleteLocked deletes the object k, whose entry is prev, and appends
+// the change.
+func (s *Store) appendDeleteLocked(log klog.Logger, changes []change, k string, prev *entry) []change {
+	c, err := s.deleteLocked(k, prev)
+	if err != nil {
+		log.Error(err, "Cannot delete a served object; it stays as served")
+		return changes
+	}
+	return append(changes, c)
+}
+
 // deleteUncomputedLocked deletes the objects of a recomputed namespace
 // that are no longer computed.
-func (s *Store) deleteUncomputedLocked(replaceNamespace, present map[string]bool, rv string) []change {
+func (s *Store) deleteUncomputedLocked(log klog.Logger, replaceNamespace, present map[string]bool) []change {
 	var changes []change
 	for ns := range replaceNamespace {
-		var candidates map[string]Object
-		if ns == "" {
-			candidates = s.objects
-		} else {
+		candidates := s.objects
+		if ns != "" {
 			candidates = s.byNamespace[ns]
 		}
-		for k, prev := range candidates {
-			if ns != "" {
-				k = key(ns, k)
-			}
-			if !present[k] {
-				changes = append(changes, s.deleteLocked(k, prev, rv))
+		for _, prev := range candidates {
+			if k := prev.key(); !present[k] {
+				changes = s.appendDeleteLocked(log, changes, k, prev)
 			}
 		}
 	}
@@ -168,14 +175,37 @@ func (s *Store) deleteUncomputedLocked(replaceNamespace, present map[string]bool
 // (deletions seen only through a relist, say) a version no client holds
 // yet: one that listed at the current version would otherwise skip them
 // when it resumes.
-func (s *Store) versionChangesLocked(changes []change) {
+func (s *Store) versionChangesLocked() {
 	s.version.advance(reachabilityComponent, max(uint64(s.now().UnixMilli()), s.version[reachabilityComponent]+1))
 	close(s.advanced)
 	s.advanced = make(chan struct{})
+}
+
+// commitLocked gives each change the current version and keeps its object:
+// encoded (entry), in place of the one it changes. A change whose object
+// cannot be encoded (a bug) is logged and left out: the object stays as
+// served.
+func (s *Store) commitLocked(log klog.Logger, changes []change) []change {
 	rv := s.version.String()
-	for i := range changes {
-		changes[i].obj.SetResourceVersion(rv)
+	kept := changes[:0]
+	for _, c := range changes {
+		c.live.SetResourceVersion(rv)
+		e, err := s.encode(c.live)
+		if err != nil {
+			log.Error(err, "Cannot keep a computed object; it stays as served", "object", key(c.live.GetNamespace(), c.live.GetName()))
+			continue
+		}
+		c.obj = e
+		if c.typ != watch.Deleted {
+			s.objects[e.key()] = e
+			if s.byNamespace[e.namespace] == nil {
+				s.byNamespace[e.namespace] = map[string]*entry{}
+			}
+			s.byNamespace[e.namespace][e.name] = e
+		}
+		kept = append(kept, c)
 	}
+	return kept
 }
 
 // publishLocked appends changes to the history and sends them to every
@@ -186,16 +216,19 @@ func (s *Store) publishLocked(ctx context.Context, changes []change) {
 		changes[i].step = step
 	}
 	klog.FromContext(ctx).V(4).Info("Recomputed", "changes", len(changes), "resourceVersion", s.version.String())
+	if len(s.watchers) > 0 {
+		live := make([]change, len(changes))
+		for i, c := range changes {
+			c.live = newEncodedOnce(c.live)
+			live[i] = c
+		}
+		for w := range s.watchers {
+			w.send(live)
+		}
+	}
+	// The history keeps the entries only.
+	for i := range changes {
+		changes[i].live = nil
+	}
 	s.appendHistoryLocked(changes)
-	if len(s.watchers) == 0 {
-		return
-	}
-	live := make([]change, len(changes))
-	for i, c := range changes {
-		c.obj = newEncodedOnce(c.obj)
-		live[i] = c
-	}
-	for w := range s.watchers {
-		w.send(live)
-	}
 }

@@ -108,7 +108,10 @@ func (r *REST) ReadinessCheck() error {
 // Get implements rest.Getter.
 func (r *REST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
 	ns := genericapirequest.NamespaceValue(ctx)
-	o, ok := r.store.Get(ns, name)
+	o, ok, err := r.store.Get(ns, name)
+	if err != nil {
+		return nil, err
+	}
 	if !ok {
 		return nil, apierrors.NewNotFound(r.desc.Resource, name)
 	}

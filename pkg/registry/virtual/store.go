@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/mci-dev/mci/pkg/clusterset"
+	"github.com/mci-dev/mci/pkg/compact"
 	"github.com/mci-dev/mci/pkg/imports"
 )
 
@@ -60,8 +61,12 @@ const historySize = 20000
 
 type change struct {
 	typ  watch.EventType
-	obj  Object
-	prev Object // the previous state, for MODIFIED and DELETED
+	obj  *entry
+	prev *entry // the previous state, for MODIFIED and DELETED
+	// live is obj as computed, for the watchers a change is published to
+	// as it happens (encoded once for all of them); the history keeps
+	// only the entry.
+	live Object
 	// step is how the version moved from the previous change of the
 	// history to this one, shared by the changes of one recomputation.
 	// A whole Version per change cost more than the change's object.
@@ -80,9 +85,11 @@ type Store struct {
 	pendingV  Version
 	signal    chan struct{}
 
-	mu          sync.RWMutex
-	objects     map[string]Object
-	byNamespace map[string]map[string]Object
+	mu sync.RWMutex
+	// codec encodes the objects the Store keeps (entry).
+	codec       *compact.Codec
+	objects     map[string]*entry
+	byNamespace map[string]map[string]*entry
 	version     Version
 	// history holds the changes after historyStart, oldest first; the
 	// version of each is historyStart advanced by the steps up to it, and
@@ -118,8 +125,9 @@ func NewStore(resource Resource, cluster Snapshotter, newFunc func() Object) *St
 		now:          time.Now,
 		pendingV:     Version{},
 		signal:       make(chan struct{}, 1),
-		objects:      map[string]Object{},
-		byNamespace:  map[string]map[string]Object{},
+		codec:        compact.New(),
+		objects:      map[string]*entry{},
+		byNamespace:  map[string]map[string]*entry{},
 		version:      Version{epochComponent: epoch},
 		historyStart: Version{},
 		historyEnd:   Version{},
@@ -202,20 +210,21 @@ func (s *Store) takeBaseline() {
 	}
 }
 
-func (s *Store) deleteLocked(k string, prev Object, rv string) change {
-	delete(s.objects, k)
-	ns, name := splitKey(k)
-	delete(s.byNamespace[ns], name)
-	if len(s.byNamespace[ns]) == 0 {
-		delete(s.byNamespace, ns)
+// deleteLocked removes the object k, whose entry was prev, and returns
+// the change: the deleted object, which the caller gives the version of
+// its deletion, as the Kubernetes API does (prev is kept so that a LIST at
+// an exact earlier version can undo the deletion).
+func (s *Store) deleteLocked(k string, prev *entry) (change, error) {
+	gone, err := s.decode(prev)
+	if err != nil {
+		return change{}, err
 	}
-	// The deleted object is reported with the version of its deletion, as
-	// the Kubernetes API does; the stored object itself is never mutated.
-	// prev is kept so that a LIST at an exact earlier version can undo the
-	// deletion.
-	gone := prev.DeepCopyObject().(Object)
-	gone.SetResourceVersion(rv)
-	return change{typ: watch.Deleted, obj: gone, prev: prev}
+	delete(s.objects, k)
+	delete(s.byNamespace[prev.namespace], prev.name)
+	if len(s.byNamespace[prev.namespace]) == 0 {
+		delete(s.byNamespace, prev.namespace)
+	}
+	return change{typ: watch.Deleted, live: gone, prev: prev}, nil
 }
 
 // historySlack is how far the history may run over historySize before it
@@ -256,24 +265,26 @@ func (s *Store) Ready() bool {
 }
 
 // Get returns the object namespace/name.
-func (s *Store) Get(namespace, name string) (Object, bool) {
+func (s *Store) Get(namespace, name string) (Object, bool, error) {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	o, ok := s.objects[key(namespace, name)]
-	return o, ok
+	e, ok := s.objects[key(namespace, name)]
+	s.mu.RUnlock()
+	if !ok {
+		return nil, false, nil
+	}
+	o, err := s.decode(e)
+	return o, err == nil, err
 }
 
 // List returns the objects of namespace ("" for all) that match, sorted by
 // namespace and name, and the resourceVersion of the list.
-func (s *Store) List(namespace string, match func(Object) bool) ([]Object, string) {
+func (s *Store) List(namespace string, match func(Object) bool) ([]Object, string, error) {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var out []Object
-	collect := func(objs map[string]Object) {
-		for _, o := range objs {
-			if match(o) {
-				out = append(out, o)
-			}
+	var entries []*entry
+	collect := func(objs map[string]*entry) {
+		entries = make([]*entry, 0, len(objs))
+		for _, e := range objs {
+			entries = append(entries, e)
 		}
 	}
 	if namespace == "" {
@@ -281,8 +292,15 @@ func (s *Store) List(namespace string, match func(Object) bool) ([]Object, strin
 	} else {
 		collect(s.byNamespace[namespace])
 	}
+	rv := s.version.String()
+	s.mu.RUnlock()
+	// Decoded outside the lock: entries never change.
+	out, err := s.decodeAll(entries, match)
+	if err != nil {
+		return nil, "", err
+	}
 	sortObjects(out)
-	return out, s.version.String()
+	return out, rv, nil
 }
 
 // sortObjects sorts by namespace, then name.

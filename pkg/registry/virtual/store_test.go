@@ -133,7 +133,7 @@ func TestStoreServesComputedObjectsAndTheirChanges(t *testing.T) {
 	r.set("ns1", "a", nil, "cluster-a")
 	s := startStore(t, r)
 
-	o, ok := s.Get("ns1", "a")
+	o, ok, _ := s.Get("ns1", "a")
 	require.True(t, ok, "the first pass computes everything")
 	firstRV := o.GetResourceVersion()
 	require.NotEmpty(t, firstRV)
@@ -166,7 +166,7 @@ func TestStoreServesComputedObjectsAndTheirChanges(t *testing.T) {
 		ev := next(t, w)
 		assert.Equal(t, watch.Deleted, ev.Type)
 		assert.Equal(t, "b", nameOf(ev))
-		_, ok := s.Get("ns1", "b")
+		_, ok, _ := s.Get("ns1", "b")
 		assert.False(t, ok)
 	})
 
@@ -182,16 +182,16 @@ func TestStoreServesComputedObjectsAndTheirChanges(t *testing.T) {
 func TestWatchResumesFromAnyVersionInItsHistory(t *testing.T) {
 	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
 	s := startStore(t, r)
-	_, start := s.List("", func(Object) bool { return true })
+	_, start, _ := s.List("", func(Object) bool { return true })
 
 	// One change at a time: changes that arrive together are computed
 	// together and share one version.
 	for i, name := range []string{"a", "b", "c"} {
 		r.set("ns", name, nil, "cluster-a")
 		notifyPool(s, "cluster-a", "ns", name, uint64(100+i))
-		require.Eventually(t, func() bool { _, ok := s.Get("ns", name); return ok }, 5*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { _, ok, _ := s.Get("ns", name); return ok }, 5*time.Second, 5*time.Millisecond)
 	}
-	b, _ := s.Get("ns", "b")
+	b, _, _ := s.Get("ns", "b")
 
 	tests := []struct {
 		name string
@@ -361,7 +361,7 @@ func TestAForeignVersionResumesOnlyOnceEveryMemberListed(t *testing.T) {
 	defer cancel()
 	go s.Run(ctx)
 	require.Eventually(t, s.Ready, 5*time.Second, 5*time.Millisecond)
-	_, own := s.List("", func(Object) bool { return true })
+	_, own, _ := s.List("", func(Object) bool { return true })
 	foreign := Version{"cluster-a": 5, epochComponent: 1}.String()
 
 	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: own})
@@ -378,7 +378,7 @@ func TestAForeignVersionResumesOnlyOnceEveryMemberListed(t *testing.T) {
 	r.set("ns", "a", nil, "cluster-a", "cluster-c")
 	notifyPool(s, "cluster-a", "ns", "a", 7)
 	require.Eventually(t, func() bool {
-		o, _ := s.Get("ns", "a")
+		o, _, _ := s.Get("ns", "a")
 		v, _ := ParseVersion(o.GetResourceVersion())
 		return v["cluster-a"] == 7
 	}, 5*time.Second, 5*time.Millisecond)
@@ -404,13 +404,13 @@ func TestAChangeWithoutANewerMemberVersionStillGetsANewVersion(t *testing.T) {
 	r.set("ns", "a", nil, "cluster-a")
 	s := startStore(t, r)
 	notifyPool(s, "cluster-a", "ns", "a", 5)
-	_, listed := s.List("", func(Object) bool { return true })
+	_, listed, _ := s.List("", func(Object) bool { return true })
 
 	// A deletion seen only through a relist carries no resourceVersion.
 	r.remove("ns", "a")
 	notifyPool(s, "cluster-a", "ns", "a", 0)
-	require.Eventually(t, func() bool { _, ok := s.Get("ns", "a"); return !ok }, 5*time.Second, 5*time.Millisecond)
-	_, after := s.List("", func(Object) bool { return true })
+	require.Eventually(t, func() bool { _, ok, _ := s.Get("ns", "a"); return !ok }, 5*time.Second, 5*time.Millisecond)
+	_, after, _ := s.List("", func(Object) bool { return true })
 	assert.NotEqual(t, listed, after)
 
 	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: listed})
@@ -451,7 +451,7 @@ func TestBookmarksFollowTheVersionWithoutChanges(t *testing.T) {
 	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
 	r.set("ns1", "a", nil, "cluster-a")
 	s := startStore(t, r)
-	o, _ := s.Get("ns1", "a")
+	o, _, _ := s.Get("ns1", "a")
 	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: o.GetResourceVersion(), AllowBookmarks: true})
 	require.NoError(t, err)
 	defer w.Stop()
@@ -492,7 +492,7 @@ func TestAForeignVersionResumesWithoutReplayingADeletionThatWasUndone(t *testing
 	r.set("ns", "c", nil, "cluster-c", "cluster-b")
 	s.Notify(clusterset.Event{Member: "cluster-b", Kind: clusterset.KindMember, Namespace: "ns", Name: "c"})
 	s.recompute(context.Background())
-	c, ok := s.Get("ns", "c")
+	c, ok, _ := s.Get("ns", "c")
 	require.True(t, ok)
 	stamped, err := ParseVersion(c.GetResourceVersion())
 	require.NoError(t, err)
@@ -525,8 +525,9 @@ func TestAForeignVersionResumesWithoutReplayingADeletionThatWasUndone(t *testing
 // the history holds historySize changes, as it does on a busy server.
 func BenchmarkAppendToAFullHistory(b *testing.B) {
 	s := NewStore(&tableResource{}, emptySnapshot{}, func() Object { return &inference.InferencePoolImport{} })
-	o := &inference.InferencePoolImport{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}}
-	one := []change{{typ: watch.Modified, obj: o, prev: o, step: versionStep{{name: "cluster-a", value: 1}}}}
+	e, err := s.encode(&inference.InferencePoolImport{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}})
+	require.NoError(b, err)
+	one := []change{{typ: watch.Modified, obj: e, prev: e, step: versionStep{{name: "cluster-a", value: 1}}}}
 	for range historySize {
 		s.appendHistoryLocked(one)
 	}

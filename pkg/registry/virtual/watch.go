@@ -2,6 +2,7 @@ package virtual
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -109,13 +110,13 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 		// What the API server answers a watch during its shutdown.
 		return nil, apierrors.NewTooManyRequests("the server is shutting down; retry the watch", 1)
 	}
-	var initial []Object
+	var initial []*entry
 	var backlog []change
 	initialVersion := s.version.String()
 	switch {
 	case since == nil || opts.SendInitialEvents:
-		for _, o := range s.objects {
-			initial = append(initial, o)
+		for _, e := range s.objects {
+			initial = append(initial, e)
 		}
 	case since[epochComponent] != s.epoch && (s.baseline == nil || !since.coversMembers(s.baseline)):
 		s.mu.Unlock()
@@ -162,7 +163,7 @@ func netChanges(backlog []change) []change {
 	spans := map[string]*span{}
 	var order []string
 	for i, c := range backlog {
-		k := key(c.obj.GetNamespace(), c.obj.GetName())
+		k := c.obj.key()
 		if sp, ok := spans[k]; ok {
 			sp.last = i
 			continue
@@ -223,7 +224,7 @@ func (w *watcher) Stop() {
 // ResultChan implements watch.Interface.
 func (w *watcher) ResultChan() <-chan watch.Event { return w.result }
 
-func (w *watcher) run(ctx context.Context, initial []Object, initialVersion string, backlog []change) {
+func (w *watcher) run(ctx context.Context, initial []*entry, initialVersion string, backlog []change) {
 	defer close(w.result)
 	defer w.Stop()
 	// sent is the resourceVersion the client last got: at first, the one
@@ -242,8 +243,15 @@ func (w *watcher) run(ctx context.Context, initial []Object, initialVersion stri
 			return false
 		}
 	}
-	for _, o := range initial {
-		if w.matches(o) && !emit(watch.Event{Type: watch.Added, Object: o}) {
+	// deliver sends what a change shows this watcher and says whether to
+	// go on: an object the Store cannot decode ends the watch with an
+	// error (the client relists).
+	deliver := func(c change) bool {
+		e, ok := w.filter(c)
+		return !ok || (emit(e) && e.Type != watch.Error)
+	}
+	for _, e := range initial {
+		if !deliver(change{typ: watch.Added, obj: e}) {
 			return
 		}
 	}
@@ -259,7 +267,7 @@ func (w *watcher) run(ctx context.Context, initial []Object, initialVersion stri
 		}
 	}
 	for _, c := range backlog {
-		if e, ok := w.filter(c); ok && !emit(e) {
+		if !deliver(c) {
 			return
 		}
 	}
@@ -278,7 +286,7 @@ func (w *watcher) run(ctx context.Context, initial []Object, initialVersion stri
 		case <-w.queue.ready:
 			for changes, ok := w.queue.pop(); ok; changes, ok = w.queue.pop() {
 				for _, c := range changes {
-					if e, ok := w.filter(c); ok && !emit(e) {
+					if !deliver(c) {
 						return
 					}
 				}
@@ -303,30 +311,50 @@ func (w *watcher) bookmark(rv string) Object {
 	return o
 }
 
-func (w *watcher) matches(o Object) bool {
-	if w.opts.Namespace != "" && o.GetNamespace() != w.opts.Namespace {
-		return false
-	}
-	return w.opts.Match == nil || w.opts.Match(o)
-}
-
 // filter turns a change into the event this watcher sees: an object that
 // starts or stops matching the watcher's selectors is ADDED or DELETED.
+// The objects are decoded only for a watcher that selects them.
 func (w *watcher) filter(c change) (watch.Event, bool) {
-	now := w.matches(c.obj)
-	switch c.typ {
-	case watch.Modified:
-		was := c.prev != nil && w.matches(c.prev)
-		switch {
-		case now && was:
-			return watch.Event{Type: watch.Modified, Object: c.obj}, true
-		case now:
-			return watch.Event{Type: watch.Added, Object: c.obj}, true
-		case was:
-			return watch.Event{Type: watch.Deleted, Object: c.obj}, true
-		}
+	if w.opts.Namespace != "" && c.obj.namespace != w.opts.Namespace {
 		return watch.Event{}, false
-	default:
-		return watch.Event{Type: c.typ, Object: c.obj}, now
 	}
+	obj := c.live
+	if obj == nil {
+		var err error
+		if obj, err = w.store.decode(c.obj); err != nil {
+			return errorEvent(err), true
+		}
+	}
+	now := w.opts.Match == nil || w.opts.Match(obj)
+	if c.typ != watch.Modified {
+		return watch.Event{Type: c.typ, Object: obj}, now
+	}
+	was := c.prev != nil
+	if was && w.opts.Match != nil {
+		prev, err := w.store.decode(c.prev)
+		if err != nil {
+			return errorEvent(err), true
+		}
+		was = w.opts.Match(prev)
+	}
+	switch {
+	case now && was:
+		return watch.Event{Type: watch.Modified, Object: obj}, true
+	case now:
+		return watch.Event{Type: watch.Added, Object: obj}, true
+	case was:
+		return watch.Event{Type: watch.Deleted, Object: obj}, true
+	}
+	return watch.Event{}, false
+}
+
+// errorEvent is the event that ends a watch with err, as the API server's
+// watch cache sends one.
+func errorEvent(err error) watch.Event {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		status = apierrors.NewInternalError(err)
+	}
+	st := status.Status()
+	return watch.Event{Type: watch.Error, Object: &st}
 }

@@ -1,0 +1,55 @@
+package virtual
+
+import (
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// entry is an object as the Store keeps it: encoded and compressed
+// (package compact), with its namespace and name in the clear for the
+// indexes. A Store holds one per computed object and its history shares
+// them, so the objects of a large ClusterSet cost about a tenth of their
+// size as Go values (imports: under 100 bytes of encoding each, against
+// 1.3 to 2.5 KiB); each read decodes a fresh copy, which the caller owns.
+type entry struct {
+	namespace, name string
+	data            []byte
+}
+
+func (e *entry) key() string { return key(e.namespace, e.name) }
+
+// encode keeps o as an entry.
+func (s *Store) encode(o Object) (*entry, error) {
+	data, err := s.codec.Encode(o)
+	if err != nil {
+		return nil, err
+	}
+	return &entry{namespace: o.GetNamespace(), name: o.GetName(), data: data}, nil
+}
+
+// decode returns the object e keeps. It fails only if the Store's own
+// encoding does not decode, which is a bug: the request that reads it
+// fails with an internal error that says so, rather than miss the object.
+func (s *Store) decode(e *entry) (Object, error) {
+	o := s.newFunc()
+	if err := s.codec.Decode(e.data, o); err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("object %s as this server keeps it: %w", e.key(), err))
+	}
+	return o, nil
+}
+
+// decodeAll decodes entries whose objects match.
+func (s *Store) decodeAll(entries []*entry, match func(Object) bool) ([]Object, error) {
+	out := make([]Object, 0, len(entries))
+	for _, e := range entries {
+		o, err := s.decode(e)
+		if err != nil {
+			return nil, err
+		}
+		if match(o) {
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}

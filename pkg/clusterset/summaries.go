@@ -8,9 +8,7 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -67,7 +65,7 @@ func (m *member) summaryInformers(logger klog.Logger) func(<-chan struct{}) {
 	f := mciinformers.NewSharedInformerFactoryWithOptions(m.mci, 0, mciinformers.WithTransform(trimSummary))
 	exports := f.Inference().V1alpha1().InferencePoolExportSummaries()
 	clusters := f.Inference().V1alpha1().InferenceClusterSummaries()
-	m.summaries = exports.Lister()
+	m.summaries = summaryLister{indexer: exports.Informer().GetIndexer(), logger: logger}
 	m.clusterSummaries = clusters.Lister()
 	for _, inf := range []cache.SharedIndexInformer{exports.Informer(), clusters.Informer()} {
 		_ = inf.SetWatchErrorHandlerWithContext(m.summaryStream.watchError(m.name, logger))
@@ -83,15 +81,15 @@ func (m *member) summaryInformers(logger klog.Logger) func(<-chan struct{}) {
 // small as it reads it: no managed fields, annotations or uid (an import's
 // uid is derived from its own name), the resourceVersion down to its one
 // member component (summaryVersion; the reflector has taken the whole one
-// for resuming before the transform), the words every summary repeats
-// shared rather than decoded anew, and the namespaces of a cluster summary
-// sorted (the published order is not trusted: lookups search it).
+// for resuming before the transform), and then kept encoded
+// (compactSummary); the namespaces of a cluster summary sorted (the
+// published order is not trusted: lookups search it).
 func trimSummary(obj interface{}) (interface{}, error) {
 	switch o := obj.(type) {
 	case *v1alpha1.InferencePoolExportSummary:
 		o.ManagedFields, o.Annotations, o.UID = nil, nil, ""
 		o.ResourceVersion = memberComponent(o.ResourceVersion)
-		internSummary(&o.Status)
+		return compactOf(o)
 	case *v1alpha1.InferenceClusterSummary:
 		o.ManagedFields, o.Annotations = nil, nil
 		if !slices.IsSorted(o.Status.Namespaces) {
@@ -116,54 +114,6 @@ func memberComponent(rv string) string {
 		}
 	}
 	return versionvector.Encode(v)
-}
-
-// words are the values every summary repeats: one copy each is kept.
-var words = map[string]string{}
-
-func init() {
-	for _, w := range []string{
-		string(v1alpha1.RoutingModeEndpoint), string(v1alpha1.RoutingModeParent),
-		"ClusterIP", "NodePort", "LoadBalancer", "ExternalName",
-		v1alpha1.ConditionReady, string(metav1.ConditionTrue), string(metav1.ConditionFalse), string(metav1.ConditionUnknown),
-		v1alpha1.ReasonReady, v1alpha1.ReasonNoReadyEndpoints, v1alpha1.ReasonEndpointPickerNotFound, v1alpha1.ReasonNoReadyParents,
-		string(v1alpha1.TransportPlaintext), string(v1alpha1.TransportTLS),
-	} {
-		words[w] = w
-	}
-}
-
-func intern(s *string) {
-	if w, ok := words[*s]; ok {
-		*s = w
-	}
-}
-
-func internSummary(st *v1alpha1.InferencePoolExportSummaryStatus) {
-	mode := string(st.RoutingMode)
-	intern(&mode)
-	st.RoutingMode = v1alpha1.RoutingMode(mode)
-	for i := range st.Conditions {
-		c := &st.Conditions[i]
-		intern(&c.Type)
-		intern(&c.Reason)
-		status := string(c.Status)
-		intern(&status)
-		c.Status = metav1.ConditionStatus(status)
-	}
-	services := func(ss []v1alpha1.ServiceImport) {
-		for i := range ss {
-			t := string(ss[i].Type)
-			intern(&t)
-			ss[i].Type = corev1.ServiceType(t)
-		}
-	}
-	if st.EndpointPicker != nil {
-		services(st.EndpointPicker.Service)
-	}
-	for i := range st.Parents {
-		services(st.Parents[i].Service)
-	}
 }
 
 // summaryVersion is the member's own resourceVersion at a summary: the

@@ -6,6 +6,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/versionvector"
@@ -61,26 +65,49 @@ func TestClusterSummariesAreSortedOnReceipt(t *testing.T) {
 	assert.Nil(t, got.Annotations)
 }
 
-// A cached export summary keeps its member's resourceVersion, and no uid.
+// A cached export summary keeps its member's resourceVersion, and no uid,
+// encoded: what the lister gives back is what was trimmed.
 func TestExportSummariesAreTrimmedOnReceipt(t *testing.T) {
 	rv := versionvector.Encode(map[string]uint64{"cluster-a": 1234, "~epoch": 99, "~membership": 7})
 	s := &v1alpha1.InferencePoolExportSummary{}
+	s.Namespace, s.Name = "ns", "pool"
 	s.ResourceVersion, s.UID = rv, "uid"
+	s.Annotations = map[string]string{"big": "value"}
+	s.Labels = map[string]string{"team": "a"}
 	s.Status.RoutingMode = v1alpha1.RoutingModeEndpoint
 	out, err := trimSummary(s)
 	require.NoError(t, err)
-	got := out.(*v1alpha1.InferencePoolExportSummary)
-	assert.Empty(t, got.UID)
-	n, err := summaryVersion(got.ResourceVersion)
+	kept := out.(*compactSummary)
+	n, err := summaryVersion(kept.GetObjectMeta().GetResourceVersion())
 	require.NoError(t, err)
-	assert.Equal(t, uint64(1234), n)
+	assert.Equal(t, uint64(1234), n, "the events read the member's version in the clear")
+	key, err := cache.MetaNamespaceKeyFunc(kept)
+	require.NoError(t, err)
+	assert.Equal(t, "ns/pool", key)
+
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	require.NoError(t, idx.Add(kept))
+	lister := summaryLister{indexer: idx, logger: klog.Background()}
+	got, err := lister.InferencePoolExportSummaries("ns").Get("pool")
+	require.NoError(t, err)
+	assert.Empty(t, got.UID)
+	assert.Nil(t, got.Annotations)
+	assert.Equal(t, kept.resourceVersion, got.ResourceVersion)
 	assert.Equal(t, v1alpha1.RoutingModeEndpoint, got.Status.RoutingMode)
+	_, err = lister.InferencePoolExportSummaries("ns").Get("other")
+	assert.True(t, apierrors.IsNotFound(err), "%v", err)
+	all, err := lister.List(labels.SelectorFromSet(labels.Set{"team": "a"}))
+	require.NoError(t, err)
+	assert.Len(t, all, 1)
+	none, err := lister.InferencePoolExportSummaries("ns").List(labels.SelectorFromSet(labels.Set{"team": "b"}))
+	require.NoError(t, err)
+	assert.Empty(t, none)
 
 	s = &v1alpha1.InferencePoolExportSummary{}
 	s.ResourceVersion = "garbage"
 	out, err = trimSummary(s)
 	require.NoError(t, err)
-	assert.Equal(t, "garbage", out.(*v1alpha1.InferencePoolExportSummary).ResourceVersion, "kept whole, for summaryRV to report")
+	assert.Equal(t, "garbage", out.(*compactSummary).resourceVersion, "kept whole, for summaryRV to report")
 }
 
 // A problem reading a member's summaries is counted (and logged) once,

@@ -2,6 +2,7 @@ package clusterset
 
 import (
 	"fmt"
+	"unique"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,7 +60,7 @@ func compactOf(s *v1alpha1.InferencePoolExportSummary) (*compactSummary, error) 
 	if err != nil {
 		return nil, fmt.Errorf("keeping summary %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	return &compactSummary{namespace: s.Namespace, name: s.Name, resourceVersion: s.ResourceVersion, data: data}, nil
+	return &compactSummary{namespace: unique.Make(s.Namespace).Value(), name: s.Name, resourceVersion: s.ResourceVersion, data: data}, nil
 }
 
 // summaryLister is the lister of a member's summaries over the informer's

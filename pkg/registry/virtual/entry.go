@@ -2,6 +2,7 @@ package virtual
 
 import (
 	"fmt"
+	"unique"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
@@ -19,13 +20,38 @@ type entry struct {
 
 func (e *entry) key() string { return key(e.namespace, e.name) }
 
-// encode keeps o as an entry.
+// objectKey is an object's namespace and name: the key of the Store's
+// objects, sharing the strings of their entries (a namespace/name string
+// per object cost as much as its encoding).
+type objectKey struct{ namespace, name string }
+
+func (e *entry) objectKey() objectKey { return objectKey{e.namespace, e.name} }
+
+// objectKeyOf is the objectKey of a namespace/name key.
+func objectKeyOf(k string) objectKey {
+	ns, name := splitKey(k)
+	return objectKey{ns, name}
+}
+
+// encode keeps o as an entry. Namespaces are few and every object repeats
+// one: they are interned.
 func (s *Store) encode(o Object) (*entry, error) {
 	data, err := s.codec.Encode(o)
 	if err != nil {
 		return nil, err
 	}
-	return &entry{namespace: o.GetNamespace(), name: o.GetName(), data: data}, nil
+	return &entry{namespace: unique.Make(o.GetNamespace()).Value(), name: o.GetName(), data: data}, nil
+}
+
+// entriesIn returns the entries of namespace ("" for all).
+func (s *Store) entriesIn(namespace string) []*entry {
+	out := make([]*entry, 0, len(s.objects))
+	for k, e := range s.objects {
+		if namespace == "" || k.namespace == namespace {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // decode returns the object e keeps. It fails only if the Store's own

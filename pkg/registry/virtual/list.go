@@ -164,15 +164,9 @@ func (s *Store) stateAt(namespace string, v Version, rv string) ([]*entry, error
 	// change it covers.
 	first := s.firstUncovered(v)
 
-	state := map[string]*entry{}
-	if namespace == "" {
-		for k, e := range s.objects {
-			state[k] = e
-		}
-	} else {
-		for _, e := range s.byNamespace[namespace] {
-			state[e.key()] = e
-		}
+	state := map[objectKey]*entry{}
+	for _, e := range s.entriesIn(namespace) {
+		state[e.objectKey()] = e
 	}
 	for i := len(s.history) - 1; i >= first; i-- {
 		c := s.history[i]
@@ -181,9 +175,9 @@ func (s *Store) stateAt(namespace string, v Version, rv string) ([]*entry, error
 		}
 		switch c.typ {
 		case watch.Added:
-			delete(state, c.obj.key())
+			delete(state, c.obj.objectKey())
 		case watch.Modified, watch.Deleted:
-			state[c.obj.key()] = c.prev
+			state[c.obj.objectKey()] = c.prev
 		}
 	}
 	out := make([]*entry, 0, len(state))

@@ -43,8 +43,7 @@ func (s *Store) recompute(ctx context.Context) {
 	if !moved {
 		s.versionChangesLocked()
 	}
-	changes = s.commitLocked(log, changes)
-	s.publishLocked(ctx, changes)
+	s.publishLocked(ctx, s.commitLocked(log, changes))
 }
 
 // compute computes the dirty objects: every one, the whole of each dirty
@@ -109,14 +108,14 @@ func (s *Store) advanceLocked(advanced Version) (moved bool) {
 // applyLocked finds the computed objects that differ from those served
 // and returns their changes (commitLocked keeps them), with the keys
 // computed. Deletions take effect at once.
-func (s *Store) applyLocked(log klog.Logger, results []computed, now metav1.Time) (changes []change, present map[string]bool) {
+func (s *Store) applyLocked(log klog.Logger, results []computed, now metav1.Time) (changes []liveChange, present map[string]bool) {
 	present = map[string]bool{}
 	for _, r := range results {
 		present[r.key] = true
-		prev := s.objects[r.key]
+		prev := s.objects[objectKeyOf(r.key)]
 		if r.obj == nil {
 			if prev != nil {
-				changes = s.appendDeleteLocked(log, changes, r.key, prev)
+				changes = s.appendDeleteLocked(log, changes, prev)
 			}
 			continue
 		}
@@ -137,15 +136,15 @@ func (s *Store) applyLocked(log klog.Logger, results []computed, now metav1.Time
 			}
 			typ = watch.Modified
 		}
-		changes = append(changes, change{typ: typ, live: r.obj, prev: prev})
+		changes = append(changes, liveChange{typ: typ, obj: r.obj, prev: prev})
 	}
 	return changes, present
 }
 
 // appendDeleteLocked deletes the object k, whose entry is prev, and appends
 // the change.
-func (s *Store) appendDeleteLocked(log klog.Logger, changes []change, k string, prev *entry) []change {
-	c, err := s.deleteLocked(k, prev)
+func (s *Store) appendDeleteLocked(log klog.Logger, changes []liveChange, prev *entry) []liveChange {
+	c, err := s.deleteLocked(prev)
 	if err != nil {
 		log.Error(err, "Cannot delete a served object; it stays as served")
 		return changes
@@ -155,16 +154,12 @@ func (s *Store) appendDeleteLocked(log klog.Logger, changes []change, k string, 
 
 // deleteUncomputedLocked deletes the objects of a recomputed namespace
 // that are no longer computed.
-func (s *Store) deleteUncomputedLocked(log klog.Logger, replaceNamespace, present map[string]bool) []change {
-	var changes []change
+func (s *Store) deleteUncomputedLocked(log klog.Logger, replaceNamespace, present map[string]bool) []liveChange {
+	var changes []liveChange
 	for ns := range replaceNamespace {
-		candidates := s.objects
-		if ns != "" {
-			candidates = s.byNamespace[ns]
-		}
-		for _, prev := range candidates {
-			if k := prev.key(); !present[k] {
-				changes = s.appendDeleteLocked(log, changes, k, prev)
+		for _, prev := range s.entriesIn(ns) {
+			if !present[prev.key()] {
+				changes = s.appendDeleteLocked(log, changes, prev)
 			}
 		}
 	}
@@ -185,50 +180,40 @@ func (s *Store) versionChangesLocked() {
 // encoded (entry), in place of the one it changes. A change whose object
 // cannot be encoded (a bug) is logged and left out: the object stays as
 // served.
-func (s *Store) commitLocked(log klog.Logger, changes []change) []change {
+func (s *Store) commitLocked(log klog.Logger, changes []liveChange) batch {
 	rv := s.version.String()
-	kept := changes[:0]
+	b := batch{changes: make([]change, 0, len(changes)), live: make([]Object, 0, len(changes))}
 	for _, c := range changes {
-		c.live.SetResourceVersion(rv)
-		e, err := s.encode(c.live)
+		c.obj.SetResourceVersion(rv)
+		e, err := s.encode(c.obj)
 		if err != nil {
-			log.Error(err, "Cannot keep a computed object; it stays as served", "object", key(c.live.GetNamespace(), c.live.GetName()))
+			log.Error(err, "Cannot keep a computed object; it stays as served", "object", key(c.obj.GetNamespace(), c.obj.GetName()))
 			continue
 		}
-		c.obj = e
 		if c.typ != watch.Deleted {
-			s.objects[e.key()] = e
-			if s.byNamespace[e.namespace] == nil {
-				s.byNamespace[e.namespace] = map[string]*entry{}
-			}
-			s.byNamespace[e.namespace][e.name] = e
+			s.objects[e.objectKey()] = e
 		}
-		kept = append(kept, c)
+		b.changes = append(b.changes, change{typ: c.typ, obj: e, prev: c.prev})
+		b.live = append(b.live, c.obj)
 	}
-	return kept
+	return b
 }
 
-// publishLocked appends changes to the history and sends them to every
+// publishLocked appends a batch to the history and sends it to every
 // watcher, each object encoded once for all of them.
-func (s *Store) publishLocked(ctx context.Context, changes []change) {
+func (s *Store) publishLocked(ctx context.Context, b batch) {
 	step := s.historyEnd.catchUp(s.version)
-	for i := range changes {
-		changes[i].step = step
+	for i := range b.changes {
+		b.changes[i].step = &step
 	}
-	klog.FromContext(ctx).V(4).Info("Recomputed", "changes", len(changes), "resourceVersion", s.version.String())
+	klog.FromContext(ctx).V(4).Info("Recomputed", "changes", len(b.changes), "resourceVersion", s.version.String())
 	if len(s.watchers) > 0 {
-		live := make([]change, len(changes))
-		for i, c := range changes {
-			c.live = newEncodedOnce(c.live)
-			live[i] = c
+		for i, o := range b.live {
+			b.live[i] = newEncodedOnce(o)
 		}
 		for w := range s.watchers {
-			w.send(live)
+			w.send(b)
 		}
 	}
-	// The history keeps the entries only.
-	for i := range changes {
-		changes[i].live = nil
-	}
-	s.appendHistoryLocked(changes)
+	s.appendHistoryLocked(b.changes)
 }

@@ -63,14 +63,26 @@ type change struct {
 	typ  watch.EventType
 	obj  *entry
 	prev *entry // the previous state, for MODIFIED and DELETED
-	// live is obj as computed, for the watchers a change is published to
-	// as it happens (encoded once for all of them); the history keeps
-	// only the entry.
-	live Object
 	// step is how the version moved from the previous change of the
 	// history to this one, shared by the changes of one recomputation.
 	// A whole Version per change cost more than the change's object.
-	step versionStep
+	step *versionStep
+}
+
+// batch is the changes of one recomputation as they go to the watchers:
+// live[i] is changes[i]'s object as computed, encoded once for all of them
+// (nil for changes read back from the history).
+type batch struct {
+	changes []change
+	live    []Object
+}
+
+// liveChange is a change a recomputation found, before the Store keeps it
+// (commitLocked).
+type liveChange struct {
+	typ  watch.EventType
+	obj  Object
+	prev *entry
 }
 
 // Store holds the current objects of one resource and their recent changes.
@@ -87,10 +99,9 @@ type Store struct {
 
 	mu sync.RWMutex
 	// codec encodes the objects the Store keeps (entry).
-	codec       *compact.Codec
-	objects     map[string]*entry
-	byNamespace map[string]map[string]*entry
-	version     Version
+	codec   *compact.Codec
+	objects map[objectKey]*entry
+	version Version
 	// history holds the changes after historyStart, oldest first; the
 	// version of each is historyStart advanced by the steps up to it, and
 	// historyEnd is the version of the last.
@@ -126,8 +137,7 @@ func NewStore(resource Resource, cluster Snapshotter, newFunc func() Object) *St
 		pendingV:     Version{},
 		signal:       make(chan struct{}, 1),
 		codec:        compact.New(),
-		objects:      map[string]*entry{},
-		byNamespace:  map[string]map[string]*entry{},
+		objects:      map[objectKey]*entry{},
 		version:      Version{epochComponent: epoch},
 		historyStart: Version{},
 		historyEnd:   Version{},
@@ -210,21 +220,17 @@ func (s *Store) takeBaseline() {
 	}
 }
 
-// deleteLocked removes the object k, whose entry was prev, and returns
-// the change: the deleted object, which the caller gives the version of
-// its deletion, as the Kubernetes API does (prev is kept so that a LIST at
-// an exact earlier version can undo the deletion).
-func (s *Store) deleteLocked(k string, prev *entry) (change, error) {
+// deleteLocked removes the object whose entry is prev and returns the
+// change: the deleted object, which the caller gives the version of its
+// deletion, as the Kubernetes API does (prev is kept so that a LIST at an
+// exact earlier version can undo the deletion).
+func (s *Store) deleteLocked(prev *entry) (liveChange, error) {
 	gone, err := s.decode(prev)
 	if err != nil {
-		return change{}, err
+		return liveChange{}, err
 	}
-	delete(s.objects, k)
-	delete(s.byNamespace[prev.namespace], prev.name)
-	if len(s.byNamespace[prev.namespace]) == 0 {
-		delete(s.byNamespace, prev.namespace)
-	}
-	return change{typ: watch.Deleted, live: gone, prev: prev}, nil
+	delete(s.objects, prev.objectKey())
+	return liveChange{typ: watch.Deleted, obj: gone, prev: prev}, nil
 }
 
 // historySlack is how far the history may run over historySize before it
@@ -236,7 +242,7 @@ func (s *Store) appendHistoryLocked(changes []change) {
 	s.history = append(s.history, changes...)
 	if over := len(s.history) - historySize; over > historySlack {
 		for _, c := range s.history[:over] {
-			s.historyStart.apply(c.step)
+			s.historyStart.apply(*c.step)
 		}
 		s.history = append(s.history[:0:0], s.history[over:]...)
 	}
@@ -249,7 +255,7 @@ func (s *Store) appendHistoryLocked(changes []change) {
 func (s *Store) firstUncovered(v Version) int {
 	version := s.historyStart.clone()
 	for i, c := range s.history {
-		version.apply(c.step)
+		version.apply(*c.step)
 		if !v.Covers(version) {
 			return i
 		}
@@ -267,7 +273,7 @@ func (s *Store) Ready() bool {
 // Get returns the object namespace/name.
 func (s *Store) Get(namespace, name string) (Object, bool, error) {
 	s.mu.RLock()
-	e, ok := s.objects[key(namespace, name)]
+	e, ok := s.objects[objectKey{namespace, name}]
 	s.mu.RUnlock()
 	if !ok {
 		return nil, false, nil
@@ -280,18 +286,7 @@ func (s *Store) Get(namespace, name string) (Object, bool, error) {
 // namespace and name, and the resourceVersion of the list.
 func (s *Store) List(namespace string, match func(Object) bool) ([]Object, string, error) {
 	s.mu.RLock()
-	var entries []*entry
-	collect := func(objs map[string]*entry) {
-		entries = make([]*entry, 0, len(objs))
-		for _, e := range objs {
-			entries = append(entries, e)
-		}
-	}
-	if namespace == "" {
-		collect(s.objects)
-	} else {
-		collect(s.byNamespace[namespace])
-	}
+	entries := s.entriesIn(namespace)
 	rv := s.version.String()
 	s.mu.RUnlock()
 	// Decoded outside the lock: entries never change.

@@ -527,7 +527,7 @@ func BenchmarkAppendToAFullHistory(b *testing.B) {
 	s := NewStore(&tableResource{}, emptySnapshot{}, func() Object { return &inference.InferencePoolImport{} })
 	e, err := s.encode(&inference.InferencePoolImport{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}})
 	require.NoError(b, err)
-	one := []change{{typ: watch.Modified, obj: e, prev: e, step: versionStep{{name: "cluster-a", value: 1}}}}
+	one := []change{{typ: watch.Modified, obj: e, prev: e, step: &versionStep{{name: "cluster-a", value: 1}}}}
 	for range historySize {
 		s.appendHistoryLocked(one)
 	}

@@ -24,7 +24,7 @@ const watcherBuffer = 4096
 // most of the server's heap per watch.
 type batchQueue struct {
 	mu      sync.Mutex
-	batches [][]change
+	batches []batch
 	// ready has a value while batches may be non-empty.
 	ready chan struct{}
 }
@@ -32,7 +32,7 @@ type batchQueue struct {
 func newBatchQueue() *batchQueue { return &batchQueue{ready: make(chan struct{}, 1)} }
 
 // push queues a batch; false when watcherBuffer batches wait already.
-func (q *batchQueue) push(b []change) bool {
+func (q *batchQueue) push(b batch) bool {
 	q.mu.Lock()
 	if len(q.batches) >= watcherBuffer {
 		q.mu.Unlock()
@@ -48,14 +48,14 @@ func (q *batchQueue) push(b []change) bool {
 }
 
 // pop takes the oldest batch, if any.
-func (q *batchQueue) pop() ([]change, bool) {
+func (q *batchQueue) pop() (batch, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.batches) == 0 {
-		return nil, false
+		return batch{}, false
 	}
 	b := q.batches[0]
-	q.batches[0] = nil
+	q.batches[0] = batch{}
 	q.batches = q.batches[1:]
 	if len(q.batches) == 0 {
 		q.batches = nil // let an emptied queue's array go
@@ -115,9 +115,7 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 	initialVersion := s.version.String()
 	switch {
 	case since == nil || opts.SendInitialEvents:
-		for _, e := range s.objects {
-			initial = append(initial, e)
-		}
+		initial = s.entriesIn("")
 	case since[epochComponent] != s.epoch && (s.baseline == nil || !since.coversMembers(s.baseline)):
 		s.mu.Unlock()
 		return nil, apierrors.NewResourceExpired("resource version " + opts.ResourceVersion + " was issued by another replica or an earlier run of the server, before this one had listed every member cluster; relist")
@@ -160,10 +158,10 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 // an update), and never an object gone that exists.
 func netChanges(backlog []change) []change {
 	type span struct{ first, last int }
-	spans := map[string]*span{}
-	var order []string
+	spans := map[objectKey]*span{}
+	var order []objectKey
 	for i, c := range backlog {
-		k := c.obj.key()
+		k := c.obj.objectKey()
 		if sp, ok := spans[k]; ok {
 			sp.last = i
 			continue
@@ -171,7 +169,7 @@ func netChanges(backlog []change) []change {
 		spans[k] = &span{first: i, last: i}
 		order = append(order, k)
 	}
-	slices.SortFunc(order, func(a, b string) int { return spans[a].last - spans[b].last })
+	slices.SortFunc(order, func(a, b objectKey) int { return spans[a].last - spans[b].last })
 	out := make([]change, 0, len(order))
 	for _, k := range order {
 		first, last := backlog[spans[k].first], backlog[spans[k].last]
@@ -199,8 +197,8 @@ type watcher struct {
 }
 
 // send queues changes for the watcher; it is called with the store locked.
-func (w *watcher) send(changes []change) {
-	if !w.queue.push(changes) {
+func (w *watcher) send(b batch) {
+	if !w.queue.push(b) {
 		// Too slow: cut it off rather than buffer without bound.
 		w.stopLocked()
 	}
@@ -246,12 +244,12 @@ func (w *watcher) run(ctx context.Context, initial []*entry, initialVersion stri
 	// deliver sends what a change shows this watcher and says whether to
 	// go on: an object the Store cannot decode ends the watch with an
 	// error (the client relists).
-	deliver := func(c change) bool {
-		e, ok := w.filter(c)
+	deliver := func(c change, live Object) bool {
+		e, ok := w.filter(c, live)
 		return !ok || (emit(e) && e.Type != watch.Error)
 	}
 	for _, e := range initial {
-		if !deliver(change{typ: watch.Added, obj: e}) {
+		if !deliver(change{typ: watch.Added, obj: e}, nil) {
 			return
 		}
 	}
@@ -267,7 +265,7 @@ func (w *watcher) run(ctx context.Context, initial []*entry, initialVersion stri
 		}
 	}
 	for _, c := range backlog {
-		if !deliver(c) {
+		if !deliver(c, nil) {
 			return
 		}
 	}
@@ -284,9 +282,9 @@ func (w *watcher) run(ctx context.Context, initial []*entry, initialVersion stri
 		case <-ctx.Done():
 			return
 		case <-w.queue.ready:
-			for changes, ok := w.queue.pop(); ok; changes, ok = w.queue.pop() {
-				for _, c := range changes {
-					if !deliver(c) {
+			for b, ok := w.queue.pop(); ok; b, ok = w.queue.pop() {
+				for i, c := range b.changes {
+					if !deliver(c, b.live[i]) {
 						return
 					}
 				}
@@ -314,11 +312,11 @@ func (w *watcher) bookmark(rv string) Object {
 // filter turns a change into the event this watcher sees: an object that
 // starts or stops matching the watcher's selectors is ADDED or DELETED.
 // The objects are decoded only for a watcher that selects them.
-func (w *watcher) filter(c change) (watch.Event, bool) {
+func (w *watcher) filter(c change, live Object) (watch.Event, bool) {
 	if w.opts.Namespace != "" && c.obj.namespace != w.opts.Namespace {
 		return watch.Event{}, false
 	}
-	obj := c.live
+	obj := live
 	if obj == nil {
 		var err error
 		if obj, err = w.store.decode(c.obj); err != nil {

@@ -56,11 +56,15 @@ func (c *compactSummary) GetObjectMeta() metav1.Object {
 
 // compactOf encodes a trimmed summary.
 func compactOf(s *v1alpha1.InferencePoolExportSummary) (*compactSummary, error) {
+	// The resourceVersion is kept in the clear only: the events read it,
+	// and it compresses worst of all.
+	rv := s.ResourceVersion
+	s.ResourceVersion = ""
 	data, err := summaryCodec.Encode(s)
 	if err != nil {
 		return nil, fmt.Errorf("keeping summary %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	return &compactSummary{namespace: unique.Make(s.Namespace).Value(), name: s.Name, resourceVersion: s.ResourceVersion, data: data}, nil
+	return &compactSummary{namespace: unique.Make(s.Namespace).Value(), name: s.Name, resourceVersion: rv, data: data}, nil
 }
 
 // summaryLister is the lister of a member's summaries over the informer's
@@ -136,5 +140,6 @@ func decodeSummary(obj interface{}) (*v1alpha1.InferencePoolExportSummary, error
 	if err := summaryCodec.Decode(c.data, s); err != nil {
 		return nil, fmt.Errorf("summary %s/%s: %w", c.namespace, c.name, err)
 	}
+	s.ResourceVersion = c.resourceVersion
 	return s, nil
 }

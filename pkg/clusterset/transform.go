@@ -3,6 +3,7 @@ package clusterset
 import (
 	"slices"
 	"strings"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -108,7 +109,8 @@ func projectAnnotations(in map[string]string) map[string]string {
 				if out == nil {
 					out = make(map[string]string, 2)
 				}
-				out[k] = v
+				// Every pool repeats the same few keys: one copy each.
+				out[unique.Make(k).Value()] = v
 				break
 			}
 		}

@@ -24,7 +24,9 @@ const tooLargeRetrySeconds = 1
 // resourceVersionMatch. The API machinery has already refused the invalid
 // combinations (a match without a resourceVersion, Exact with "0").
 type ListOptions struct {
-	Namespace            string
+	Namespace string
+	// Match selects the objects listed; nil selects every one (and lets
+	// the Store decode only the page it returns).
 	Match                func(Object) bool
 	ResourceVersion      string
 	ResourceVersionMatch metav1.ResourceVersionMatch
@@ -49,10 +51,6 @@ type ListOptions struct {
 //
 // With a limit, the objects come in pages (see page.go).
 func (s *Store) ListWithOptions(ctx context.Context, opts ListOptions) (page, string, error) {
-	match := opts.Match
-	if match == nil {
-		match = func(Object) bool { return true }
-	}
 	if opts.Continue != "" {
 		tok, err := decodeContinue(opts.Continue)
 		if err != nil {
@@ -62,19 +60,22 @@ func (s *Store) ListWithOptions(ctx context.Context, opts ListOptions) (page, st
 		if err != nil {
 			return page{}, "", apierrors.NewBadRequest("invalid continue token: " + err.Error())
 		}
-		items, err := s.listExact(opts.Namespace, match, v, tok.ResourceVersion)
+		entries, err := s.stateAt(opts.Namespace, v, tok.ResourceVersion)
 		if err != nil {
 			return page{}, "", err
 		}
-		return paginate(items, tok.ResourceVersion, &tok, opts.Limit), tok.ResourceVersion, nil
+		pg, err := s.pageOf(entries, opts.Match, tok.ResourceVersion, &tok, opts.Limit)
+		return pg, tok.ResourceVersion, err
 	}
 	if opts.ResourceVersion == "0" {
-		items, rv, err := s.List(opts.Namespace, match)
-		return page{items: items}, rv, err
+		entries, rv := s.current(opts.Namespace)
+		pg, err := s.pageOf(entries, opts.Match, rv, nil, 0)
+		return pg, rv, err
 	}
 	if opts.ResourceVersion == "" {
-		items, rv, err := s.List(opts.Namespace, match)
-		return paginate(items, rv, nil, opts.Limit), rv, err
+		entries, rv := s.current(opts.Namespace)
+		pg, err := s.pageOf(entries, opts.Match, rv, nil, opts.Limit)
+		return pg, rv, err
 	}
 	v, err := ParseVersion(opts.ResourceVersion)
 	if err != nil {
@@ -86,15 +87,44 @@ func (s *Store) ListWithOptions(ctx context.Context, opts ListOptions) (page, st
 	exact := opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact ||
 		(opts.ResourceVersionMatch == "" && opts.Limit > 0)
 	if !exact {
-		items, rv, err := s.List(opts.Namespace, match)
-		return paginate(items, rv, nil, opts.Limit), rv, err
+		entries, rv := s.current(opts.Namespace)
+		pg, err := s.pageOf(entries, opts.Match, rv, nil, opts.Limit)
+		return pg, rv, err
 	}
-	items, err := s.listExact(opts.Namespace, match, v, opts.ResourceVersion)
+	entries, err := s.stateAt(opts.Namespace, v, opts.ResourceVersion)
 	if err != nil {
 		return page{}, "", err
 	}
 	rv := v.String()
-	return paginate(items, rv, nil, opts.Limit), rv, nil
+	pg, err := s.pageOf(entries, opts.Match, rv, nil, opts.Limit)
+	return pg, rv, err
+}
+
+// current returns the entries of namespace ("" for all) and the current
+// resourceVersion.
+func (s *Store) current(namespace string) ([]*entry, string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.entriesIn(namespace), s.version.String()
+}
+
+// pageOf decodes the page of entries (listed at rv) that starts at start
+// (nil: the first) and holds at most limit objects (0: all) that match
+// (nil: every object). Without a selector only the page is decoded; with
+// one, every entry is, to know which match. Entries never change: they are
+// decoded outside the lock.
+func (s *Store) pageOf(entries []*entry, match func(Object) bool, rv string, start *continueToken, limit int64) (page, error) {
+	if match == nil {
+		keep, next, remaining := paginate(entries, (*entry).objectKey, rv, start, limit)
+		items, err := s.decodeAll(keep, func(Object) bool { return true })
+		return page{items: items, next: next, remaining: remaining}, err
+	}
+	objs, err := s.decodeAll(entries, match)
+	if err != nil {
+		return page{}, err
+	}
+	items, next, remaining := paginate(objs, objectKeyOfObject, rv, start, limit)
+	return page{items: items, next: next, remaining: remaining}, nil
 }
 
 // waitFor waits until the Store's version covers v, for at most
@@ -133,24 +163,9 @@ func tooLargeResourceVersion(want Version, current string) error {
 	return err
 }
 
-// listExact rebuilds the objects of namespace as they were at v by undoing,
-// newest first, the changes v does not cover. v must be this Store's own
-// and reach back no further than the history.
-func (s *Store) listExact(namespace string, match func(Object) bool, v Version, rv string) ([]Object, error) {
-	state, err := s.stateAt(namespace, v, rv)
-	if err != nil {
-		return nil, err
-	}
-	// Decoded outside the lock: entries never change.
-	out, err := s.decodeAll(state, match)
-	if err != nil {
-		return nil, err
-	}
-	sortObjects(out)
-	return out, nil
-}
-
-// stateAt returns the entries of namespace as they were at v.
+// stateAt returns the entries of namespace as they were at v, rebuilt
+// by undoing, newest first, the changes v does not cover. v must be this
+// Store's own and reach back no further than the history.
 func (s *Store) stateAt(namespace string, v Version, rv string) ([]*entry, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

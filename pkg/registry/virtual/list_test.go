@@ -28,7 +28,7 @@ func waitForVersion(t *testing.T, s *Store, member string, n uint64) string {
 	t.Helper()
 	var rv string
 	require.Eventually(t, func() bool {
-		_, rv, _ = s.List("", func(Object) bool { return true })
+		_, rv, _ = s.ListWithOptions(context.Background(), ListOptions{})
 		v, err := ParseVersion(rv)
 		return err == nil && v[member] >= n
 	}, 5*time.Second, 5*time.Millisecond)
@@ -41,7 +41,7 @@ func TestListHonoursResourceVersionMatch(t *testing.T) {
 	r.set("ns", "a", nil, "cluster-a")
 	r.set("other", "z", nil, "cluster-a")
 	s := startStore(t, r)
-	_, rv0, _ := s.List("", func(Object) bool { return true })
+	_, rv0, _ := s.ListWithOptions(context.Background(), ListOptions{})
 
 	r.set("ns", "b", nil, "cluster-a")
 	notifyPool(s, "cluster-a", "ns", "b", 5)
@@ -113,7 +113,7 @@ func TestListNotOlderThanWaitsForTheStoreToCatchUp(t *testing.T) {
 	blockTimeout = 5 * time.Second
 	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
 	s := startStore(t, r)
-	_, rv, _ := s.List("", func(Object) bool { return true })
+	_, rv, _ := s.ListWithOptions(context.Background(), ListOptions{})
 	v, err := ParseVersion(rv)
 	require.NoError(t, err)
 	v["cluster-b"] = 9 // another replica has already seen cluster-b's change 9
@@ -136,7 +136,7 @@ func TestListNotOlderThanWaitsForTheStoreToCatchUp(t *testing.T) {
 func TestListExactOlderThanTheHistoryIsGone(t *testing.T) {
 	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
 	s := startStore(t, r)
-	_, old, _ := s.List("", func(Object) bool { return true })
+	_, old, _ := s.ListWithOptions(context.Background(), ListOptions{})
 	r.set("ns", "a", nil, "cluster-a")
 	notifyPool(s, "cluster-a", "ns", "a", 3)
 	current := waitForVersion(t, s, "cluster-a", 3)

@@ -4,7 +4,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 )
 
 // A LIST with a limit is served in pages, as the Kubernetes API does: each
@@ -56,24 +58,30 @@ type page struct {
 	remaining int64
 }
 
-// paginate returns the page of limit objects (limit <= 0: all) that starts
-// at the first object not before start (nil: the first), of objs listed at
-// version rv.
-func paginate(objs []Object, rv string, start *continueToken, limit int64) page {
-	sortObjects(objs)
+// paginate returns the page of items (at most limit: limit <= 0 means
+// all) that starts at the first item not before start (nil: the first),
+// of items listed at version rv, with the continue token of the next page
+// ("" on the last) and how many items follow. keyOf gives an item's
+// namespace and name; items are sorted by them.
+func paginate[T any](items []T, keyOf func(T) objectKey, rv string, start *continueToken, limit int64) (pg []T, next string, remaining int64) {
+	slices.SortFunc(items, func(a, b T) int { return compareKeys(keyOf(a), keyOf(b)) })
 	if start != nil {
-		objs = objs[sort.Search(len(objs), func(i int) bool {
-			ns, name := objs[i].GetNamespace(), objs[i].GetName()
-			return ns > start.Namespace || (ns == start.Namespace && name >= start.Name)
-		}):]
+		from := objectKey{start.Namespace, start.Name}
+		items = items[sort.Search(len(items), func(i int) bool { return compareKeys(keyOf(items[i]), from) >= 0 }):]
 	}
-	if limit <= 0 || int64(len(objs)) <= limit {
-		return page{items: objs}
+	if limit <= 0 || int64(len(items)) <= limit {
+		return items, "", 0
 	}
-	first := objs[limit]
-	return page{
-		items:     objs[:limit],
-		next:      continueToken{ResourceVersion: rv, Namespace: first.GetNamespace(), Name: first.GetName()}.encode(),
-		remaining: int64(len(objs)) - limit,
-	}
+	first := keyOf(items[limit])
+	return items[:limit], continueToken{ResourceVersion: rv, Namespace: first.namespace, Name: first.name}.encode(), int64(len(items)) - limit
 }
+
+// compareKeys orders by namespace, then name.
+func compareKeys(a, b objectKey) int {
+	if c := strings.Compare(a.namespace, b.namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.name, b.name)
+}
+
+func objectKeyOfObject(o Object) objectKey { return objectKey{o.GetNamespace(), o.GetName()} }

@@ -2,7 +2,6 @@ package virtual
 
 import (
 	"context"
-	"sort"
 	"sync"
 	"time"
 
@@ -280,32 +279,6 @@ func (s *Store) Get(namespace, name string) (Object, bool, error) {
 	}
 	o, err := s.decode(e)
 	return o, err == nil, err
-}
-
-// List returns the objects of namespace ("" for all) that match, sorted by
-// namespace and name, and the resourceVersion of the list.
-func (s *Store) List(namespace string, match func(Object) bool) ([]Object, string, error) {
-	s.mu.RLock()
-	entries := s.entriesIn(namespace)
-	rv := s.version.String()
-	s.mu.RUnlock()
-	// Decoded outside the lock: entries never change.
-	out, err := s.decodeAll(entries, match)
-	if err != nil {
-		return nil, "", err
-	}
-	sortObjects(out)
-	return out, rv, nil
-}
-
-// sortObjects sorts by namespace, then name.
-func sortObjects(objs []Object) {
-	sort.Slice(objs, func(i, j int) bool {
-		if objs[i].GetNamespace() != objs[j].GetNamespace() {
-			return objs[i].GetNamespace() < objs[j].GetNamespace()
-		}
-		return objs[i].GetName() < objs[j].GetName()
-	})
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }

@@ -182,7 +182,7 @@ func TestStoreServesComputedObjectsAndTheirChanges(t *testing.T) {
 func TestWatchResumesFromAnyVersionInItsHistory(t *testing.T) {
 	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
 	s := startStore(t, r)
-	_, start, _ := s.List("", func(Object) bool { return true })
+	_, start, _ := s.ListWithOptions(context.Background(), ListOptions{})
 
 	// One change at a time: changes that arrive together are computed
 	// together and share one version.
@@ -361,7 +361,7 @@ func TestAForeignVersionResumesOnlyOnceEveryMemberListed(t *testing.T) {
 	defer cancel()
 	go s.Run(ctx)
 	require.Eventually(t, s.Ready, 5*time.Second, 5*time.Millisecond)
-	_, own, _ := s.List("", func(Object) bool { return true })
+	_, own, _ := s.ListWithOptions(context.Background(), ListOptions{})
 	foreign := Version{"cluster-a": 5, epochComponent: 1}.String()
 
 	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: own})
@@ -404,13 +404,13 @@ func TestAChangeWithoutANewerMemberVersionStillGetsANewVersion(t *testing.T) {
 	r.set("ns", "a", nil, "cluster-a")
 	s := startStore(t, r)
 	notifyPool(s, "cluster-a", "ns", "a", 5)
-	_, listed, _ := s.List("", func(Object) bool { return true })
+	_, listed, _ := s.ListWithOptions(context.Background(), ListOptions{})
 
 	// A deletion seen only through a relist carries no resourceVersion.
 	r.remove("ns", "a")
 	notifyPool(s, "cluster-a", "ns", "a", 0)
 	require.Eventually(t, func() bool { _, ok, _ := s.Get("ns", "a"); return !ok }, 5*time.Second, 5*time.Millisecond)
-	_, after, _ := s.List("", func(Object) bool { return true })
+	_, after, _ := s.ListWithOptions(context.Background(), ListOptions{})
 	assert.NotEqual(t, listed, after)
 
 	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: listed})

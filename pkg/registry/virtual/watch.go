@@ -74,7 +74,8 @@ var bookmarkInterval = time.Second
 // WatchOptions select what a watch sees and where it starts.
 type WatchOptions struct {
 	Namespace string
-	Match     func(Object) bool
+	// Match selects the objects watched; nil selects every one.
+	Match func(Object) bool
 	// ResourceVersion to start after; "" or "0" starts with the current
 	// state sent as ADDED events.
 	ResourceVersion   string

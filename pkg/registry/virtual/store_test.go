@@ -536,3 +536,41 @@ func BenchmarkAppendToAFullHistory(b *testing.B) {
 		s.appendHistoryLocked(one)
 	}
 }
+
+// An object the Store cannot decode (its own encoding, so a bug) is an
+// internal error to whoever reads it, never a panic nor an object
+// silently missing: GET and LIST fail, a watch that would send it ends
+// with an error event.
+func TestAnObjectThatDoesNotDecodeIsAnErrorToItsReaders(t *testing.T) {
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	r.set("ns", "a", nil, "cluster-a")
+	r.set("ns", "b", nil, "cluster-a")
+	s := startStore(t, r)
+	s.mu.Lock()
+	s.objects[objectKey{"ns", "b"}] = &entry{namespace: "ns", name: "b", data: []byte("garbage")}
+	s.mu.Unlock()
+
+	_, _, err := s.Get("ns", "b")
+	assert.True(t, apierrors.IsInternalError(err), "GET: %v", err)
+	_, ok, err := s.Get("ns", "a")
+	assert.True(t, ok && err == nil, "the other objects read as ever: %v", err)
+	_, _, err = s.ListWithOptions(context.Background(), ListOptions{})
+	assert.True(t, apierrors.IsInternalError(err), "LIST: %v", err)
+	pg, _, err := s.ListWithOptions(context.Background(), ListOptions{Limit: 1})
+	require.NoError(t, err, "a page without the object decodes")
+	assert.Len(t, pg.items, 1)
+
+	w, err := s.Watch(context.Background(), WatchOptions{})
+	require.NoError(t, err)
+	defer w.Stop()
+	var types []watch.EventType
+	for ev := range w.ResultChan() {
+		types = append(types, ev.Type)
+		if ev.Type == watch.Error {
+			status, ok := ev.Object.(*metav1.Status)
+			require.True(t, ok, "%T", ev.Object)
+			assert.Equal(t, metav1.StatusReasonInternalError, status.Reason)
+		}
+	}
+	assert.Contains(t, types, watch.Error, "the watch ended with an error event: %v", types)
+}

@@ -35,7 +35,7 @@ type compactSummary struct {
 	// resourceVersion is the summary's, down to its member component
 	// (trimSummary).
 	resourceVersion string
-	data            []byte
+	data            string
 }
 
 var (

@@ -547,7 +547,7 @@ func TestAnObjectThatDoesNotDecodeIsAnErrorToItsReaders(t *testing.T) {
 	r.set("ns", "b", nil, "cluster-a")
 	s := startStore(t, r)
 	s.mu.Lock()
-	s.objects[objectKey{"ns", "b"}] = &entry{namespace: "ns", name: "b", data: []byte("garbage")}
+	s.objects[objectKey{"ns", "b"}] = &entry{namespace: "ns", name: "b", data: "garbage"}
 	s.mu.Unlock()
 
 	_, _, err := s.Get("ns", "b")

@@ -162,22 +162,11 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 		}
 		return status.FromContextError(ctxErr).Err()
 	}
-	switch {
-	case err == io.EOF || errors.Is(cause, errLinger):
-		if !o.owing() {
-			// The EPP is done (it may end its stream before the gateway
-			// does); whatever the gateway still sends passes through.
-			o.takeOver(gw)
-			return <-toEPP
-		}
-		outcome = ResponseEnded
-		if err != io.EOF {
-			outcome = ResponseTimeout
-		}
-	case errors.Is(cause, errResponseTimeout):
-		outcome, err = ResponseTimeout, cause
-	default:
-		outcome = ResponseFailed
+	var done bool
+	if outcome, done, err = eppEnded(err, cause, o.owing()); done {
+		// Whatever the gateway still sends passes through.
+		o.takeOver(gw)
+		return <-toEPP
 	}
 	// Noted before the gateway is answered: a gateway gone already does
 	// not make the EPP's failure go unseen.
@@ -187,6 +176,27 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 	}
 	e.cancel(errTakenOver)
 	return <-toEPP
+}
+
+// eppEnded says how the response phase of an EPP whose stream ended (err
+// from its receive, cause of its context) goes on while the gateway is
+// there: done, when the EPP owes nothing (it may end its stream before the
+// gateway does), or else the outcome of a phase the sidecar takes over,
+// and why.
+func eppEnded(err, cause error, owing bool) (outcome string, done bool, why error) {
+	switch {
+	case err == io.EOF || errors.Is(cause, errLinger):
+		switch {
+		case !owing:
+			return ResponseCompleted, true, nil
+		case err == io.EOF:
+			return ResponseEnded, false, err
+		}
+		return ResponseTimeout, false, err
+	case errors.Is(cause, errResponseTimeout):
+		return ResponseTimeout, false, cause
+	}
+	return ResponseFailed, false, err
 }
 
 // linkToGateway makes the gateway's end of its stream reset the EPP's, as

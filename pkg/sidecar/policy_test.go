@@ -2,7 +2,9 @@ package sidecar
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -23,12 +25,25 @@ import (
 type fakeState struct {
 	health  map[string]Health
 	metrics map[string]*PoolMetrics
-	failed  []string
+	// failed is written by concurrent requests: read it with failures
+	// while any may still run.
+	mu     sync.Mutex
+	failed []string
 }
 
 func (f *fakeState) Health(c *routetable.Cluster) Health            { return f.health[c.Name] }
 func (f *fakeState) PoolMetrics(c *routetable.Cluster) *PoolMetrics { return f.metrics[c.Name] }
-func (f *fakeState) Failed(c *routetable.Cluster)                   { f.failed = append(f.failed, c.Name) }
+func (f *fakeState) Failed(c *routetable.Cluster) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failed = append(f.failed, c.Name)
+}
+
+func (f *fakeState) failures() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.failed)
+}
 
 // testTable is a table of one route to import llm of clusters a, b, c,
 // ... with the given weights (1 each when none are given), and optionally

@@ -141,12 +141,7 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 		{name: "the EPP stops answering the chunks that went ahead: the gateway has them, the EPP timed out", mode: respStallBody, wantOutcome: ResponseTimeout, wantFailed: true, noTrailers: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
-			st := &fakeState{health: map[string]Health{"cluster-a": HealthServing}}
-			h := startServer(t, routetable.Inputs{
-				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
-				Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
-			}, st)
+			a, st, h := startOneCluster(t)
 			a.respMode.Store(tt.mode)
 
 			up := upstreamResponse()
@@ -176,12 +171,7 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 	}
 
 	t.Run("an EPP whose end of stream comes after the gateway reset it completed the response phase", func(t *testing.T) {
-		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
-		st := &fakeState{health: map[string]Health{"cluster-a": HealthServing}}
-		h := startServer(t, routetable.Inputs{
-			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
-			Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
-		}, st)
+		a, st, h := startOneCluster(t)
 		// The gateway's linger (1s, test/envoyclient) ends before the
 		// sidecar's own.
 		h.server.relay.linger = 5 * time.Second
@@ -200,12 +190,7 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 	// the EPP still owed answers either way. (This raced: an EPP let go by
 	// the linger just as the gateway reset was counted completed.)
 	t.Run("an EPP that stalls until the linger, as the gateway resets, timed out", func(t *testing.T) {
-		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
-		st := &fakeState{health: map[string]Health{"cluster-a": HealthServing}}
-		h := startServer(t, routetable.Inputs{
-			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
-			Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
-		}, st)
+		a, st, h := startOneCluster(t)
 		h.server.relay.timeout, h.server.relay.linger = 10*time.Second, time.Second
 		a.respMode.Store(respStallBody)
 		up := upstreamResponse()
@@ -238,14 +223,11 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 			return sum == n
 		}, 5*time.Second, 5*time.Millisecond)
 		assert.Equal(t, map[string]float64{ResponseTimeout: n}, outcomes())
+		assert.Len(t, st.failures(), n, "each one counts against the EPP's health, gateway gone or not")
 	})
 
 	t.Run("the EPP's immediate response goes to the gateway", func(t *testing.T) {
-		a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
-		h := startServer(t, routetable.Inputs{
-			Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
-			Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
-		}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}})
+		a, _, h := startOneCluster(t)
 		a.respMode.Store(respImmediate)
 		res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Response: upstreamResponse()})
 		require.NotNil(t, res.Response)
@@ -261,11 +243,7 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 // gateway go away from some and finish the others, and checks that the
 // EPP's streams end with them and no goroutine is left.
 func TestServerResponsePhaseLeavesNothingBehind(t *testing.T) {
-	a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
-	h := startServer(t, routetable.Inputs{
-		Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
-		Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
-	}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}})
+	a, _, h := startOneCluster(t)
 	// Warm the connections so that their goroutines are in the baseline.
 	h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Response: upstreamResponse()})
 	baseline := runtime.NumGoroutine()
@@ -435,4 +413,17 @@ func TestServerCountsBodyRewritesThatArriveLate(t *testing.T) {
 			assert.Equal(t, tt.wantLate, testutil.ToFloat64(h.metrics.lateBody.WithLabelValues("cluster-a")))
 		})
 	}
+}
+
+// startOneCluster serves the route of an import of one cluster, cluster-a,
+// whose EPP is a serving fake.
+func startOneCluster(t *testing.T) (*fakeEPP, *fakeState, *harness) {
+	t.Helper()
+	a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+	st := &fakeState{health: map[string]Health{"cluster-a": HealthServing}}
+	h := startServer(t, routetable.Inputs{
+		Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
+		Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
+	}, st)
+	return a, st, h
 }

@@ -107,7 +107,7 @@ func (s *Store) advanceLocked(advanced Version) (moved bool) {
 
 // applyLocked finds the computed objects that differ from those served
 // and returns their changes (commitLocked keeps them), with the keys
-// computed. Deletions take effect at once.
+// computed.
 func (s *Store) applyLocked(log klog.Logger, results []computed, now metav1.Time) (changes []liveChange, present map[string]bool) {
 	present = map[string]bool{}
 	for _, r := range results {
@@ -141,15 +141,17 @@ func (s *Store) applyLocked(log klog.Logger, results []computed, now metav1.Time
 	return changes, present
 }
 
-// appendDeleteLocked deletes the object k, whose entry is prev, and appends
-// the change.
+// appendDeleteLocked appends the deletion of the object whose entry is
+// prev: the deleted object, which commitLocked gives the version of its
+// deletion, as the Kubernetes API does (prev is kept so that a LIST at an
+// exact earlier version can undo the deletion).
 func (s *Store) appendDeleteLocked(log klog.Logger, changes []liveChange, prev *entry) []liveChange {
-	c, err := s.deleteLocked(prev)
+	gone, err := s.decode(prev)
 	if err != nil {
 		log.Error(err, "Cannot delete a served object; it stays as served")
 		return changes
 	}
-	return append(changes, c)
+	return append(changes, liveChange{typ: watch.Deleted, obj: gone, prev: prev})
 }
 
 // deleteUncomputedLocked deletes the objects of a recomputed namespace
@@ -190,7 +192,9 @@ func (s *Store) commitLocked(log klog.Logger, changes []liveChange) batch {
 			log.Error(err, "Cannot keep a computed object; it stays as served", "object", key(c.obj.GetNamespace(), c.obj.GetName()))
 			continue
 		}
-		if c.typ != watch.Deleted {
+		if c.typ == watch.Deleted {
+			delete(s.objects, e.objectKey())
+		} else {
 			s.objects[e.objectKey()] = e
 		}
 		b.changes = append(b.changes, change{typ: c.typ, obj: e, prev: c.prev})

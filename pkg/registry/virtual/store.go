@@ -219,19 +219,6 @@ func (s *Store) takeBaseline() {
 	}
 }
 
-// deleteLocked removes the object whose entry is prev and returns the
-// change: the deleted object, which the caller gives the version of its
-// deletion, as the Kubernetes API does (prev is kept so that a LIST at an
-// exact earlier version can undo the deletion).
-func (s *Store) deleteLocked(prev *entry) (liveChange, error) {
-	gone, err := s.decode(prev)
-	if err != nil {
-		return liveChange{}, err
-	}
-	delete(s.objects, prev.objectKey())
-	return liveChange{typ: watch.Deleted, obj: gone, prev: prev}, nil
-}
-
 // historySlack is how far the history may run over historySize before it
 // is cut back to it: cutting at every change would copy the whole history
 // (20,000 changes, about a megabyte) at every change once it is full.

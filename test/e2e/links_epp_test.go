@@ -489,8 +489,21 @@ func TestEPPLinkFaults(t *testing.T) {
 				assert.Less(t, r.took, streamed+attempt+2*time.Second, "the stall costs at most the attempt timeout: %s", r)
 			}
 		}
+		// Each response phase on cluster-a is counted once, as a timeout,
+		// or, when its EPP still got to answer it whole, as completed:
+		// under load (stress-ng on both cores) about one run in four
+		// counted one of its two streams completed with no takeover
+		// logged, that is, with every answer of its EPP back; the race of
+		// a stalled EPP's linger with the gateway's reset, which made a
+		// stall look completed, is pinned by pkg/sidecar's unit test
+		// (an EPP that stalls until the linger, as the gateway resets).
 		outcomes := since(outcomesBefore, s.responseOutcomes(t, ctx, "cluster-a"))
-		assert.Equal(t, map[string]float64{sidecar.ResponseTimeout: float64(onA)}, outcomes, "each stalled response phase is counted as a timeout")
+		require.Positive(t, onA, "streams went to cluster-a, whose link stalls")
+		assert.Positive(t, outcomes[sidecar.ResponseTimeout], "a stalled response phase is counted as a timeout: %v", outcomes)
+		assert.Equal(t, float64(onA), outcomes[sidecar.ResponseTimeout]+outcomes[sidecar.ResponseCompleted], "each response phase on cluster-a is counted once: %v", outcomes)
+		delete(outcomes, sidecar.ResponseTimeout)
+		delete(outcomes, sidecar.ResponseCompleted)
+		assert.Empty(t, outcomes, "no response phase failed, was canceled or ended early")
 
 		assert.Empty(t, failed(rs), "requests during the stall fail over")
 		assert.Less(t, longest(rs), attempt+normal+time.Second, "a request whose EPP stalls waits the attempt timeout, then fails over")

@@ -18,7 +18,7 @@ import (
 // its prefix's placement with it.
 
 // DefaultHomeBound is PrefixAffinity's load bound: a home keeps its
-// requests while its load, the request included, is at most 1.25 times its
+// requests while its load, the request included, is at most twice its
 // capacity's share of the candidates' total (rounded up).
 const DefaultHomeBound = 2
 
@@ -75,9 +75,18 @@ type HomeDecision struct {
 	// most it may hold with the request: HomeBound times its capacity's
 	// share of the total load, the request included, rounded up.
 	Load, Bound float64
-	// Left is true when the home's load was beyond the bound (or the home
-	// was not in the first tier: saturated, stale), so that the request
-	// went to the best scored candidate within the bound.
+	// Queue is the home's waiting queue per server from its fresh pool
+	// metrics (-1 when not measured), and Queued is true when it was
+	// beyond the affinity margin above the least queued candidate's of the
+	// first tier: the home's servers are taken by traffic this sidecar
+	// does not see (its own in-flight count cannot tell), so it counts as
+	// loaded whatever its bound.
+	Queue  float64
+	Queued bool
+	// Left is true when the home's load was beyond the bound, its queue
+	// beyond the margin (Queued), or the home was not in the first tier
+	// (saturated, stale), so that the request went to the best scored
+	// candidate within the bound.
 	Left bool
 	// New is true when this sidecar has not served a prompt of this home
 	// key yet: no cluster is known to cache it, so the home takes it
@@ -93,20 +102,48 @@ type HomeDecision struct {
 // homeLoad fills the candidates' loads and capacities for the bound: the
 // requests this sidecar has in flight to each (exact for its own traffic,
 // and with requests dealt to replicas in turn, each replica's share of
-// the whole), and their ready pods when their pool metrics are fresh.
-// The pools' scraped queues, which every replica sees alike, are not
-// added: they are up to a scrape old, and counting them made new prompts
-// queue longer with 3 replicas (docs/design/cluster-scoring.md); the
-// replicas share them through the saturation tier instead.
+// the whole), and their ready pods and waiting queues when their pool
+// metrics are fresh. The scraped queues, which every replica sees alike,
+// are not added to the load: they are up to a scrape old, and counting
+// them made new prompts queue longer with 3 replicas
+// (docs/design/cluster-scoring.md); they make a home loaded by their own
+// rule instead (homeQueued).
 func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation) {
 	for k, i := range kept {
 		c := &cands[i]
 		s := &slots[i]
-		s.homeLoad, s.capacity = float64(obs[k].InFlight), 0
-		if p.fresh(c.Pool, req.Now) && c.Pool.ReadyPods > 0 {
-			s.capacity = float64(c.Pool.ReadyPods)
+		s.homeLoad, s.capacity, s.queue = float64(obs[k].InFlight), 0, -1
+		if p.fresh(c.Pool, req.Now) {
+			s.queue = max(c.Pool.AverageQueue, 0)
+			if c.Pool.ReadyPods > 0 {
+				s.capacity = float64(c.Pool.ReadyPods)
+			}
 		}
 	}
+}
+
+// homeQueued is the rule by which the pool metrics make a home loaded:
+// its servers' waiting queue (per server, as scraped) is more than the
+// affinity margin above the least queued candidate's among the first n
+// of kept. The in-flight bound counts only this sidecar's requests, so a
+// home filled by traffic it does not see (the cluster's own, other
+// gateways') keeps its bound until the requests sent there pile up; the
+// queue shows it from the first scrape after they wait. Requests waiting
+// at a home are as loaded a signal for every replica, and a queue within
+// the margin (a burst of the home's own groups) does not spill them. No
+// margin (affinity-margin=off) or an unmeasured home: no such rule.
+func (p *Pipeline) homeQueued(home int, kept []int, n int, slots []slot) bool {
+	q := slots[kept[home]].queue
+	if p.cfg.AffinityMargin < 0 || q < 0 || home >= n {
+		return false
+	}
+	least := q
+	for _, i := range kept[:n] {
+		if slots[i].queue >= 0 {
+			least = min(least, slots[i].queue)
+		}
+	}
+	return q > least+p.cfg.AffinityMargin
 }
 
 // leadHome moves the request's home to the front of kept when it is in
@@ -145,11 +182,12 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		return math.Ceil(c * (total + 1) * slots[i].capacity / capacity)
 	}
 	h := kept[home]
-	d := HomeDecision{Home: cands[h].Name, Load: slots[h].homeLoad, Bound: bound(h), New: fresh, Alike: alike}
+	d := HomeDecision{Home: cands[h].Name, Load: slots[h].homeLoad, Bound: bound(h), Queue: slots[h].queue,
+		Queued: p.homeQueued(home, kept, n, slots), New: fresh, Alike: alike}
 	if home >= n {
 		d.Bound = 0 // saturated or stale: no bound to compare with
 	}
-	d.Left = home >= n || slots[h].homeLoad+1 > d.Bound
+	d.Left = home >= n || d.Queued || slots[h].homeLoad+1 > d.Bound
 	lead := home
 	if d.Left {
 		lead = -1

@@ -3,6 +3,7 @@ package clusterscore
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -184,4 +185,83 @@ func TestHomeYieldsAsFastAsMetricsBased(t *testing.T) {
 			assert.Equal(t, tt.want, affinity, "requests PrefixAffinity sent to the stalled cluster")
 		})
 	}
+}
+
+// A home is loaded when its pool metrics say so: its servers' waiting
+// queue (per server, as scraped) is more than the affinity margin (1
+// request per server for PrefixAffinity) above the least queued
+// candidate's. Its servers may be full of traffic this sidecar does not
+// see, which its own in-flight count, and so the bound, cannot show.
+func TestHomeLoadedByItsQueue(t *testing.T) {
+	tests := []struct {
+		name string
+		// config replaces PrefixAffinity when set.
+		config string
+		// home and other are the home's and the other clusters' pools.
+		home, other *PoolMetrics
+		wantQueued  bool
+	}{
+		{
+			name: "a home whose servers queue 2 per server while the others queue none is loaded",
+			home: freshPool(2, 0.3), other: freshPool(0, 0.3), wantQueued: true,
+		},
+		{
+			name: "a home whose servers queue 1 per server more than the others' (the margin) keeps its requests",
+			home: freshPool(1, 0.3), other: freshPool(0, 0.3),
+		},
+		{
+			name: "a home queued as much as every other cluster keeps its requests",
+			home: freshPool(4, 0.3), other: freshPool(4, 0.3),
+		},
+		{
+			name: "a home whose queue is known only from stale metrics keeps its requests (its bound still applies)",
+			home: stalePool(4, 0.3), other: freshPool(0, 0.3),
+		},
+		{
+			name: "a home queued beyond the margin above clusters that report no metrics is not compared with them",
+			home: freshPool(4, 0.3),
+		},
+		{
+			name:   "without an affinity margin (affinity-margin=off) the queue does not make a home loaded",
+			config: "prefix-cache=3,in-flight=1,queue=1,home-bound=2,affinity-margin=off",
+			home:   freshPool(4, 0.3), other: freshPool(0, 0.3),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newAffinityFixture(t)
+			if tt.config != "" {
+				withConfig(t, f, tt.config)
+			}
+			req := f.req()
+			home := homeOf(req.Blocks, "a", "b", "c")
+			known(f, req, home)
+			for i := range f.cands {
+				f.cands[i].Pool = tt.other
+				if f.cands[i].Name == home {
+					f.cands[i].Pool = tt.home
+				}
+			}
+			var ex Explanation
+			order, err := f.p.Pick(req, f.cands, nil, nil, &ex)
+			require.NoError(t, err)
+			assert.Equal(t, home, ex.Home.Home, ex.String())
+			assert.Equal(t, tt.wantQueued, ex.Home.Queued, ex.String())
+			assert.Equal(t, tt.wantQueued, ex.Home.Left, ex.String())
+			if tt.wantQueued {
+				assert.NotEqual(t, home, f.cands[order[0]].Name, ex.String())
+				assert.Contains(t, ex.String(), ",queued,left", "the explanation says why")
+			} else {
+				assert.Equal(t, home, f.cands[order[0]].Name, ex.String())
+			}
+		})
+	}
+}
+
+// stalePool is freshPool's metrics, a minute older than the staleness
+// bound allows.
+func stalePool(queue, kv float64) *PoolMetrics {
+	m := freshPool(queue, kv)
+	m.UpdatedAt = epoch.Add(-time.Minute)
+	return m
 }

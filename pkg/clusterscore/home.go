@@ -90,8 +90,9 @@ type HomeDecision struct {
 	Left bool
 	// New is true when this sidecar has not served a prompt of this home
 	// key yet: no cluster is known to cache it, so the home takes it
-	// only as one of the least loaded (a bound of 1), and a prompt that
-	// shares nothing is placed by load as a round-robin would.
+	// only as the least loaded (its bound is the least load, per
+	// capacity, plus the request), else the least loaded does, and a
+	// prompt that shares nothing is placed by load.
 	New bool
 	// Alike is true when the candidates counted alike for the hashing and
 	// the bound because not every one reported its ready pods (fresh pool
@@ -147,11 +148,10 @@ func (p *Pipeline) homeQueued(home int, kept []int, n int, slots []slot) bool {
 }
 
 // leadHome moves the request's home to the front of kept when it is in
-// the first tier and its load is within the bound, else the best scored
-// candidate of the first tier that is (kept is sorted by total, so the
-// first such), else leaves the order as it is. It returns the decision,
-// with an empty Home when the request has no prompt block: the picker
-// then leads as it would without a home.
+// the first tier and within the bound (homeWithin), else the candidate of
+// the first tier that takes it instead (spillTo), else leaves the order as
+// it is. It returns the decision, with an empty Home when the request has
+// no prompt block: the picker then leads as it would without a home.
 func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots []slot) HomeDecision {
 	key := homeKey(req.Blocks)
 	if key == 0 || len(kept) == 0 {
@@ -164,39 +164,17 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	for n < len(kept) && slots[kept[n]].tier == slots[kept[0]].tier {
 		n++
 	}
-	total, capacity := 0.0, 0.0
-	for _, i := range kept[:n] {
-		total += slots[i].homeLoad
-		capacity += slots[i].capacity
-	}
-	// With n candidates, a bound of n or more times the average never
-	// binds while the others are idle: at most n - 1/2, so that a home
-	// that stops answering is left after a few requests (2 clusters at 2:
-	// 1.5, 3 requests).
-	c := min(p.cfg.HomeBound, float64(n)-0.5)
-	fresh := served == 0
-	if fresh {
-		c = 1
-	}
-	bound := func(i int) float64 {
-		return math.Ceil(c * (total + 1) * slots[i].capacity / capacity)
-	}
+	within := p.homeWithin(served == 0, kept[:n], slots)
 	h := kept[home]
-	d := HomeDecision{Home: cands[h].Name, Load: slots[h].homeLoad, Bound: bound(h), Queue: slots[h].queue,
-		Queued: p.homeQueued(home, kept, n, slots), New: fresh, Alike: alike}
+	d := HomeDecision{Home: cands[h].Name, Load: slots[h].homeLoad, Bound: within.bound(h), Queue: slots[h].queue,
+		Queued: p.homeQueued(home, kept, n, slots), New: served == 0, Alike: alike}
 	if home >= n {
 		d.Bound = 0 // saturated or stale: no bound to compare with
 	}
-	d.Left = home >= n || d.Queued || slots[h].homeLoad+1 > d.Bound
+	d.Left = home >= n || d.Queued || !within.takes(h)
 	lead := home
 	if d.Left {
-		lead = -1
-		for k, i := range kept[:n] {
-			if k != home && slots[i].homeLoad+1 <= bound(i) {
-				lead = k
-				break
-			}
-		}
+		lead = within.spillTo(key, home, cands, kept[:n], slots)
 	}
 	if lead > 0 {
 		c := kept[lead]
@@ -204,6 +182,77 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		kept[0] = c
 	}
 	return d
+}
+
+// homeBound is the load bound of one request's candidates of the first
+// tier (first): for a key this sidecar has served, HomeBound times a
+// candidate's capacity's share of the total load, the request included,
+// rounded up; for a new key, the least load per capacity among them.
+type homeBound struct {
+	fresh bool
+	// c is the bound's factor; total and capacity the first tier's
+	// load and capacity; least its least load per capacity.
+	c, total, capacity, least float64
+	slots                     []slot
+}
+
+// homeWithin is the bound of a request over first. With n candidates, a
+// factor of n or more times the average never binds while the others
+// are idle: at most n - 1/2, so that a home that stops answering is left
+// after a few requests (2 clusters at 2: 1.5, 3 requests). A key new to
+// this sidecar (fresh) has no cache it is known to reuse: its home takes
+// it only as the least loaded candidate, and otherwise the least loaded
+// does (join the shortest queue), so that prompts that share nothing are
+// spread as evenly as round-robin spreads them; placing them by their
+// hash alone is random placement, whose bursts queue (issue 23, the
+// no-shared-prefix workload).
+func (p *Pipeline) homeWithin(fresh bool, first []int, slots []slot) homeBound {
+	b := homeBound{fresh: fresh, c: min(p.cfg.HomeBound, float64(len(first))-0.5), least: math.Inf(1), slots: slots}
+	for _, i := range first {
+		b.total += slots[i].homeLoad
+		b.capacity += slots[i].capacity
+		b.least = min(b.least, slots[i].homeLoad/slots[i].capacity)
+	}
+	return b
+}
+
+// bound is the most candidate i may hold with the request.
+func (b homeBound) bound(i int) float64 {
+	if b.fresh {
+		return b.least*b.slots[i].capacity + 1
+	}
+	return math.Ceil(b.c * (b.total + 1) * b.slots[i].capacity / b.capacity)
+}
+
+// takes reports whether candidate i is within the bound with the
+// request.
+func (b homeBound) takes(i int) bool {
+	s := &b.slots[i]
+	if b.fresh {
+		return s.homeLoad/s.capacity <= b.least
+	}
+	return s.homeLoad+1 <= b.bound(i)
+}
+
+// spillTo is the index in first of the candidate a request that leaves
+// its home goes to, -1 for none: for a new key the least loaded per
+// capacity, ties to the first of the key's rendezvous order (so that
+// replicas of equal loads agree); otherwise the best scored within the
+// bound (first is sorted by total).
+func (b homeBound) spillTo(key uint64, home int, cands []Candidate, first []int, slots []slot) int {
+	lead, best := -1, math.Inf(-1)
+	for k, i := range first {
+		if k == home || !b.takes(i) {
+			continue
+		}
+		if !b.fresh {
+			return k
+		}
+		if r := rendezvous(key, ClusterID(cands[i].Name), slots[i].capacity); r > best {
+			lead, best = k, r
+		}
+	}
+	return lead
 }
 
 // findHome returns the index in kept of the request's home, how many

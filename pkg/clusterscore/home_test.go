@@ -1,7 +1,9 @@
 package clusterscore
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -264,4 +266,57 @@ func stalePool(queue, kv float64) *PoolMetrics {
 	m := freshPool(queue, kv)
 	m.UpdatedAt = epoch.Add(-time.Minute)
 	return m
+}
+
+// A prompt new to the sidecar has no cache it is known to reuse: it goes
+// to the least loaded cluster (by this sidecar's requests in flight per
+// ready pod), its home among them first, then the first of its
+// rendezvous order; never to a cluster busier than the least loaded,
+// which is how prompts that share nothing spread as evenly as
+// round-robin spreads them.
+func TestHomeOfANewPrompt(t *testing.T) {
+	tests := []struct {
+		name string
+		// inFlight is each cluster's requests in flight, by "home" and
+		// the others in their rendezvous order ("second", "third").
+		inFlight map[string]int
+		// want is where the request goes.
+		want     string
+		wantLeft bool
+	}{
+		{name: "all idle: its home", inFlight: map[string]int{}, want: "home"},
+		{name: "its home as loaded as the least loaded: its home", inFlight: map[string]int{"home": 1, "second": 1, "third": 1}, want: "home"},
+		{name: "its home one request above the least loaded: the least loaded", inFlight: map[string]int{"home": 2, "second": 2, "third": 1}, want: "third", wantLeft: true},
+		{name: "its home above two least loaded: the first of them in its rendezvous order", inFlight: map[string]int{"home": 1}, want: "second", wantLeft: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newAffinityFixture(t)
+			req := f.req()
+			order := rendezvousOrder(homeKey(req.Blocks), "a", "b", "c")
+			names := map[string]string{"home": order[0], "second": order[1], "third": order[2]}
+			for role, n := range tt.inFlight {
+				for range n {
+					f.mem.Observed.Started(scope, names[role])
+				}
+			}
+			var ex Explanation
+			got, err := f.p.Pick(req, f.cands, nil, nil, &ex)
+			require.NoError(t, err)
+			assert.True(t, ex.Home.New, ex.String())
+			assert.Equal(t, names["home"], ex.Home.Home, ex.String())
+			assert.Equal(t, tt.wantLeft, ex.Home.Left, ex.String())
+			assert.Equal(t, names[tt.want], f.cands[got[0]].Name, ex.String())
+		})
+	}
+}
+
+// rendezvousOrder is the clusters of equal capacities in the rendezvous
+// order of key, highest score first.
+func rendezvousOrder(key uint64, names ...string) []string {
+	out := slices.Clone(names)
+	slices.SortFunc(out, func(a, b string) int {
+		return cmp.Compare(rendezvous(key, ClusterID(b), 2), rendezvous(key, ClusterID(a), 2))
+	})
+	return out
 }

@@ -129,9 +129,9 @@ func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots [
 // of kept. The in-flight bound counts only this sidecar's requests, so a
 // home filled by traffic it does not see (the cluster's own, other
 // gateways') keeps its bound until the requests sent there pile up; the
-// queue shows it from the first scrape after they wait. Requests waiting
-// at a home are as loaded a signal for every replica, and a queue within
-// the margin (a burst of the home's own groups) does not spill them. No
+// queue shows it from the first scrape after they wait. Every replica
+// reads the same queue, so replicas agree on it, and a queue within the
+// margin (a burst of the home's own groups) does not spill them. No
 // margin (affinity-margin=off) or an unmeasured home: no such rule.
 func (p *Pipeline) homeQueued(home int, kept []int, n int, slots []slot) bool {
 	q := slots[kept[home]].queue

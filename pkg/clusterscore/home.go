@@ -89,10 +89,10 @@ type HomeDecision struct {
 	// candidate within the bound.
 	Left bool
 	// New is true when this sidecar has not served a prompt of this home
-	// key yet: no cluster is known to cache it, so the home takes it
-	// only as the least loaded (its bound is the least load, per
-	// capacity, plus the request), else the least loaded does, and a
-	// prompt that shares nothing is placed by load.
+	// key yet: no cluster is known to cache it, so it goes where the
+	// backend's rotation deals it among the candidates within the bound
+	// (its home or not), and prompts that share nothing are spread as
+	// round-robin spreads them.
 	New bool
 	// Alike is true when the candidates counted alike for the hashing and
 	// the bound because not every one reported its ready pods (fresh pool
@@ -108,7 +108,7 @@ type HomeDecision struct {
 // are not added to the load: they are up to a scrape old, and counting
 // them made new prompts queue longer with 3 replicas
 // (docs/design/cluster-scoring.md); they make a home loaded by their own
-// rule instead (homeQueued).
+// rule instead (homeBound.queued).
 func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation) {
 	for k, i := range kept {
 		c := &cands[i]
@@ -123,36 +123,13 @@ func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots [
 	}
 }
 
-// homeQueued is the rule by which the pool metrics make a home loaded:
-// its servers' waiting queue (per server, as scraped) is more than the
-// affinity margin above the least queued candidate's among the first n
-// of kept. The in-flight bound counts only this sidecar's requests, so a
-// home filled by traffic it does not see (the cluster's own, other
-// gateways') keeps its bound until the requests sent there pile up; the
-// queue shows it from the first scrape after they wait. Every replica
-// reads the same queue, so replicas agree on it, and a queue within the
-// margin (a burst of the home's own groups) does not spill them. No
-// margin (affinity-margin=off) or an unmeasured home: no such rule.
-func (p *Pipeline) homeQueued(home int, kept []int, n int, slots []slot) bool {
-	q := slots[kept[home]].queue
-	if p.cfg.AffinityMargin < 0 || q < 0 || home >= n {
-		return false
-	}
-	least := q
-	for _, i := range kept[:n] {
-		if slots[i].queue >= 0 {
-			least = min(least, slots[i].queue)
-		}
-	}
-	return q > least+p.cfg.AffinityMargin
-}
-
 // leadHome moves the request's home to the front of kept when it is in
-// the first tier and within the bound (homeWithin), else the candidate of
-// the first tier that takes it instead (spillTo), else leaves the order as
-// it is. It returns the decision, with an empty Home when the request has
+// the first tier, within the bound (homeWithin) and not queued
+// (homeBound.queued), else the candidate of the first tier that takes it
+// instead (spillTo), else leaves the order as it is; a key new to this
+// sidecar is spread by the rotation instead (spread). It returns the decision, with an empty Home when the request has
 // no prompt block: the picker then leads as it would without a home.
-func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots []slot) HomeDecision {
+func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots []slot, rot *Rotation) HomeDecision {
 	key := homeKey(req.Blocks)
 	if key == 0 || len(kept) == 0 {
 		return HomeDecision{}
@@ -164,17 +141,21 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	for n < len(kept) && slots[kept[n]].tier == slots[kept[0]].tier {
 		n++
 	}
-	within := p.homeWithin(served == 0, kept[:n], slots)
+	within := p.homeWithin(kept[:n], slots)
 	h := kept[home]
 	d := HomeDecision{Home: cands[h].Name, Load: slots[h].homeLoad, Bound: within.bound(h), Queue: slots[h].queue,
-		Queued: p.homeQueued(home, kept, n, slots), New: served == 0, Alike: alike}
+		Queued: home < n && within.queued(h), New: served == 0, Alike: alike}
 	if home >= n {
 		d.Bound = 0 // saturated or stale: no bound to compare with
 	}
-	d.Left = home >= n || d.Queued || !within.takes(h)
 	lead := home
-	if d.Left {
-		lead = within.spillTo(key, home, cands, kept[:n], slots)
+	switch {
+	case d.New:
+		lead = within.spread(kept[:n], rot)
+		d.Left = lead != home
+	case home >= n || !within.takes(h):
+		d.Left = true
+		lead = within.spillTo(home, kept[:n])
 	}
 	if lead > 0 {
 		c := kept[lead]
@@ -185,74 +166,83 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 }
 
 // homeBound is the load bound of one request's candidates of the first
-// tier (first): for a key this sidecar has served, HomeBound times a
-// candidate's capacity's share of the total load, the request included,
-// rounded up; for a new key, the least load per capacity among them.
+// tier: HomeBound times a candidate's capacity's share of their total
+// load, the request included, rounded up.
 type homeBound struct {
-	fresh bool
 	// c is the bound's factor; total and capacity the first tier's
-	// load and capacity; least its least load per capacity.
-	c, total, capacity, least float64
-	slots                     []slot
+	// load and capacity; leastQueue its least scraped queue per server
+	// (-1 when none is measured) and margin the affinity margin (below
+	// 0: none).
+	c, total, capacity, leastQueue, margin float64
+	slots                                  []slot
 }
 
 // homeWithin is the bound of a request over first. With n candidates, a
 // factor of n or more times the average never binds while the others
 // are idle: at most n - 1/2, so that a home that stops answering is left
-// after a few requests (2 clusters at 2: 1.5, 3 requests). A key new to
-// this sidecar (fresh) has no cache it is known to reuse: its home takes
-// it only as the least loaded candidate, and otherwise the least loaded
-// does (join the shortest queue), so that prompts that share nothing are
-// spread as evenly as round-robin spreads them; placing them by their
-// hash alone is random placement, whose bursts queue (issue 23, the
-// no-shared-prefix workload).
-func (p *Pipeline) homeWithin(fresh bool, first []int, slots []slot) homeBound {
-	b := homeBound{fresh: fresh, c: min(p.cfg.HomeBound, float64(len(first))-0.5), least: math.Inf(1), slots: slots}
+// after a few requests (2 clusters at 2: 1.5, 3 requests).
+func (p *Pipeline) homeWithin(first []int, slots []slot) homeBound {
+	b := homeBound{c: min(p.cfg.HomeBound, float64(len(first))-0.5), leastQueue: -1, margin: p.cfg.AffinityMargin, slots: slots}
 	for _, i := range first {
 		b.total += slots[i].homeLoad
 		b.capacity += slots[i].capacity
-		b.least = min(b.least, slots[i].homeLoad/slots[i].capacity)
+		if q := slots[i].queue; q >= 0 && (b.leastQueue < 0 || q < b.leastQueue) {
+			b.leastQueue = q
+		}
 	}
 	return b
 }
 
+// queued is the rule by which the pool metrics make a candidate loaded:
+// its servers' waiting queue (per server, as scraped) is more than the
+// affinity margin above the least queued candidate's of the first tier.
+// The bound counts only this sidecar's requests, so a home filled by
+// traffic it does not see (the cluster's own, other gateways') keeps its
+// bound until the requests sent there pile up; the queue shows it from
+// the first scrape after they wait. Every replica reads the same queue,
+// so replicas agree on it, and a queue within the margin (a burst of the
+// home's own groups) does not spill them. No margin (affinity-margin=off)
+// or an unmeasured candidate: no such rule.
+func (b homeBound) queued(i int) bool {
+	q := b.slots[i].queue
+	return b.margin >= 0 && q >= 0 && q > b.leastQueue+b.margin
+}
+
 // bound is the most candidate i may hold with the request.
 func (b homeBound) bound(i int) float64 {
-	if b.fresh {
-		return b.least*b.slots[i].capacity + 1
-	}
 	return math.Ceil(b.c * (b.total + 1) * b.slots[i].capacity / b.capacity)
 }
 
 // takes reports whether candidate i is within the bound with the
-// request.
-func (b homeBound) takes(i int) bool {
-	s := &b.slots[i]
-	if b.fresh {
-		return s.homeLoad/s.capacity <= b.least
-	}
-	return s.homeLoad+1 <= b.bound(i)
-}
+// request and not queued.
+func (b homeBound) takes(i int) bool { return b.slots[i].homeLoad+1 <= b.bound(i) && !b.queued(i) }
 
-// spillTo is the index in first of the candidate a request that leaves
-// its home goes to, -1 for none: for a new key the least loaded per
-// capacity, ties to the first of the key's rendezvous order (so that
-// replicas of equal loads agree); otherwise the best scored within the
-// bound (first is sorted by total).
-func (b homeBound) spillTo(key uint64, home int, cands []Candidate, first []int, slots []slot) int {
-	lead, best := -1, math.Inf(-1)
+// spillTo is the index in first of the best scored candidate within the
+// bound other than the home (first is sorted by total), -1 for none.
+func (b homeBound) spillTo(home int, first []int) int {
 	for k, i := range first {
-		if k == home || !b.takes(i) {
-			continue
-		}
-		if !b.fresh {
+		if k != home && b.takes(i) {
 			return k
 		}
-		if r := rendezvous(key, ClusterID(cands[i].Name), slots[i].capacity); r > best {
-			lead, best = k, r
-		}
 	}
-	return lead
+	return -1
+}
+
+// spread is the index in first of where a request of a key new to this
+// sidecar goes: the next of the backend's rotation (the smooth weighted
+// round-robin of Weighted) among the candidates within the bound, so
+// that prompts that share nothing are spread as round-robin spreads
+// them. Placing them at their hashed homes, or at the least loaded by
+// this sidecar's own count, sent bursts to one cluster whose EPP, a
+// scrape behind, queued them on one server (issue 23, no-shared-prefix).
+// Without a rotation, the best scored within the bound.
+func (b homeBound) spread(first []int, rot *Rotation) int {
+	if rot == nil {
+		return b.spillTo(-1, first)
+	}
+	return slices.Index(first, rot.next(func(i int) bool {
+		return i < len(b.slots) && slices.Contains(first, i) && b.takes(i)
+	}))
 }
 
 // findHome returns the index in kept of the request's home, how many

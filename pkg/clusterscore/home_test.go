@@ -1,9 +1,7 @@
 package clusterscore
 
 import (
-	"cmp"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -85,7 +83,7 @@ func TestHomePlacement(t *testing.T) {
 			wantLeft: true,
 		},
 		{
-			name: "a prompt new to the sidecar goes to its home only as one of the least loaded",
+			name: "without the backend's rotation, a prompt new to the sidecar goes to the best scored cluster within the bound: not its home, busier by 1",
 			setup: func(f *affinityFixture, req *Request, home string) {
 				f.mem.Observed.Started(scope, home)
 			},
@@ -268,55 +266,51 @@ func stalePool(queue, kv float64) *PoolMetrics {
 	return m
 }
 
-// A prompt new to the sidecar has no cache it is known to reuse: it goes
-// to the least loaded cluster (by this sidecar's requests in flight per
-// ready pod), its home among them first, then the first of its
-// rendezvous order; never to a cluster busier than the least loaded,
-// which is how prompts that share nothing spread as evenly as
-// round-robin spreads them.
-func TestHomeOfANewPrompt(t *testing.T) {
+// A prompt new to the sidecar has no cache it is known to reuse: it is
+// dealt by the backend's rotation (as Weighted deals requests) among the
+// clusters within the bound and not queued, whatever its home, which is
+// how prompts that share nothing spread as evenly as round-robin spreads
+// them.
+func TestNewPromptsAreDealtInTurn(t *testing.T) {
 	tests := []struct {
 		name string
-		// inFlight is each cluster's requests in flight, by "home" and
-		// the others in their rendezvous order ("second", "third").
-		inFlight map[string]int
-		// want is where the request goes.
-		want     string
-		wantLeft bool
+		// setup loads the clusters before the prompts come.
+		setup func(f *affinityFixture)
+		// want is where 6 new prompts go, in order.
+		want []string
 	}{
-		{name: "all idle: its home", inFlight: map[string]int{}, want: "home"},
-		{name: "its home as loaded as the least loaded: its home", inFlight: map[string]int{"home": 1, "second": 1, "third": 1}, want: "home"},
-		{name: "its home one request above the least loaded: the least loaded", inFlight: map[string]int{"home": 2, "second": 2, "third": 1}, want: "third", wantLeft: true},
-		{name: "its home above two least loaded: the first of them in its rendezvous order", inFlight: map[string]int{"home": 1}, want: "second", wantLeft: true},
+		{name: "in turn over the clusters, whatever their homes", setup: func(*affinityFixture) {}, want: []string{"a", "b", "c", "a", "b", "c"}},
+		{
+			name: "not to a cluster beyond the bound: 3 in flight on a, none elsewhere (bound 2 x 4/3, rounded up: 3)",
+			setup: func(f *affinityFixture) {
+				for range 3 {
+					f.mem.Observed.Started(scope, "a")
+				}
+			},
+			want: []string{"b", "c", "b", "c", "b", "c"},
+		},
+		{
+			name:  "not to a cluster whose servers queue beyond the margin",
+			setup: func(f *affinityFixture) { f.cand("b").Pool = freshPool(3, 0.3) },
+			want:  []string{"a", "c", "a", "c", "a", "c"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newAffinityFixture(t)
-			req := f.req()
-			order := rendezvousOrder(homeKey(req.Blocks), "a", "b", "c")
-			names := map[string]string{"home": order[0], "second": order[1], "third": order[2]}
-			for role, n := range tt.inFlight {
-				for range n {
-					f.mem.Observed.Started(scope, names[role])
-				}
+			tt.setup(f)
+			rot := NewRotation(f.cands)
+			var got []string
+			for i := range tt.want {
+				req := f.req()
+				req.Blocks = chain(uint64(100+i), 8)
+				var ex Explanation
+				order, err := f.p.Pick(req, f.cands, rot, nil, &ex)
+				require.NoError(t, err)
+				require.True(t, ex.Home.New, ex.String())
+				got = append(got, f.cands[order[0]].Name)
 			}
-			var ex Explanation
-			got, err := f.p.Pick(req, f.cands, nil, nil, &ex)
-			require.NoError(t, err)
-			assert.True(t, ex.Home.New, ex.String())
-			assert.Equal(t, names["home"], ex.Home.Home, ex.String())
-			assert.Equal(t, tt.wantLeft, ex.Home.Left, ex.String())
-			assert.Equal(t, names[tt.want], f.cands[got[0]].Name, ex.String())
+			assert.Equal(t, tt.want, got)
 		})
 	}
-}
-
-// rendezvousOrder is the clusters of equal capacities in the rendezvous
-// order of key, highest score first.
-func rendezvousOrder(key uint64, names ...string) []string {
-	out := slices.Clone(names)
-	slices.SortFunc(out, func(a, b string) int {
-		return cmp.Compare(rendezvous(key, ClusterID(b), 2), rendezvous(key, ClusterID(a), 2))
-	})
-	return out
 }

@@ -107,7 +107,7 @@ type slot struct {
 	withheld bool
 	// homeLoad and capacity are the candidate's load (requests) and
 	// capacity (ready pods) for the home bound (leadHome); queue its
-	// scraped waiting queue per server, -1 when not measured (homeQueued).
+	// scraped waiting queue per server, -1 when not measured (homeBound.queued).
 	homeLoad, capacity, queue float64
 }
 
@@ -160,7 +160,7 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 	o.sort(kept)
 	var home HomeDecision
 	if p.homes && len(kept) > 0 {
-		home = p.leadHome(req, cands, kept, slots)
+		home = p.leadHome(req, cands, kept, slots, rot)
 	}
 	if len(kept) > 0 {
 		if home.Home == "" {

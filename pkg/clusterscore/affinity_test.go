@@ -97,12 +97,14 @@ func figureTable(name string, n int, figs simFigures) string {
 // TestAffinityUnderAWorkloadFamily holds PrefixAffinity to the targets of
 // issue 23 on every workload of the family, with 1 and 3 sidecar replicas.
 // The one it misses is written as it is met: with one replica, the hub's
-// configuration keeps 0.005 to 0.011 more of the prompt tokens cached,
-// and the check allows 0.02: its learned index follows each conversation
-// exactly, where PrefixAffinity gives the first two requests of a group
-// to the least loaded and the rendezvous home before the group's dealt
-// home, and spills bursts beyond the bound. With three replicas
-// PrefixAffinity keeps more on every workload.
+// configuration keeps 0.005 to 0.021 more of the prompt tokens cached,
+// and the check allows 0.025: its learned index follows each conversation
+// exactly, where PrefixAffinity deals the first request of a group by the
+// rotation (a key new to the sidecar: since issue 23's no-shared-prefix
+// fix, which cost the one-shot mix 0.011 here, 0.770 to 0.759), gives the
+// second to the rendezvous home before the group's dealt home, and spills
+// bursts beyond the bound. With three replicas PrefixAffinity keeps more
+// on every workload.
 func TestAffinityUnderAWorkloadFamily(t *testing.T) {
 	figures := runFamily(t)
 	for _, s := range affinityFamily() {
@@ -124,7 +126,7 @@ func TestAffinityUnderAWorkloadFamily(t *testing.T) {
 				if replicas == 3 {
 					assert.GreaterOrEqual(t, got.hit, hub.hit, "3 replicas: at least the hub configuration's hit ratio")
 				} else {
-					assert.GreaterOrEqual(t, got.hit, hub.hit-0.02, "1 replica: within 0.02 of the hub configuration's hit ratio")
+					assert.GreaterOrEqual(t, got.hit, hub.hit-0.025, "1 replica: within 0.025 of the hub configuration's hit ratio")
 				}
 			}
 		})

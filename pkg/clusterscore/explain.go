@@ -83,10 +83,11 @@ func (e *Explanation) fill(slots []slot) {
 // scorer's score and the total, and with an affinity margin its load and
 // whether its affinity was withheld; with a home, the home, its load and
 // bound, "new" for a key not served yet, "capacities-unknown" when the
-// candidates counted alike, and "left" when the request went elsewhere,
-// such as
+// candidates counted alike, the home's scraped queue per server
+// ("home-queue", when measured), "queued" when that queue made the home
+// loaded, and "left" when the request went elsewhere, such as
 //
-//	PrefixAffinity home=b,home-load=6,home-bound=5,left a:kept,tier=0,load=2.5,affinity-withheld,prefix-cache=0,in-flight=1,total=1 b:saturated
+//	PrefixAffinity home=b,home-load=6,home-bound=5,home-queue=7,left a:kept,tier=0,load=2.5,affinity-withheld,prefix-cache=0,in-flight=1,total=1 b:saturated
 func (e *Explanation) String() string {
 	var b strings.Builder
 	b.WriteString(e.Config)
@@ -102,6 +103,13 @@ func (e *Explanation) String() string {
 		}
 		if h.Alike {
 			b.WriteString(",capacities-unknown")
+		}
+		if h.Queue >= 0 {
+			b.WriteString(",home-queue=")
+			b.WriteString(strconv.FormatFloat(h.Queue, 'g', 3, 64))
+		}
+		if h.Queued {
+			b.WriteString(",queued")
 		}
 		if h.Left {
 			b.WriteString(",left")

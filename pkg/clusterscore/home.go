@@ -18,7 +18,7 @@ import (
 // its prefix's placement with it.
 
 // DefaultHomeBound is PrefixAffinity's load bound: a home keeps its
-// requests while its load, the request included, is at most 1.25 times its
+// requests while its load, the request included, is at most twice its
 // capacity's share of the candidates' total (rounded up).
 const DefaultHomeBound = 2
 
@@ -75,14 +75,24 @@ type HomeDecision struct {
 	// most it may hold with the request: HomeBound times its capacity's
 	// share of the total load, the request included, rounded up.
 	Load, Bound float64
-	// Left is true when the home's load was beyond the bound (or the home
-	// was not in the first tier: saturated, stale), so that the request
-	// went to the best scored candidate within the bound.
+	// Queue is the home's waiting queue per server from its fresh pool
+	// metrics (-1 when not measured), and Queued is true when it was
+	// beyond the affinity margin above the least queued candidate's of the
+	// first tier: the home's servers are taken by traffic this sidecar
+	// does not see (its own in-flight count cannot tell), so it counts as
+	// loaded whatever its bound.
+	Queue  float64
+	Queued bool
+	// Left is true when the home's load was beyond the bound, its queue
+	// beyond the margin (Queued), or the home was not in the first tier
+	// (saturated, stale), so that the request went to the best scored
+	// candidate within the bound.
 	Left bool
 	// New is true when this sidecar has not served a prompt of this home
-	// key yet: no cluster is known to cache it, so the home takes it
-	// only as one of the least loaded (a bound of 1), and a prompt that
-	// shares nothing is placed by load as a round-robin would.
+	// key yet: no cluster is known to cache it, so it goes where the
+	// backend's rotation deals it among the candidates within the bound
+	// (its home or not), and prompts that share nothing are spread as
+	// round-robin spreads them.
 	New bool
 	// Alike is true when the candidates counted alike for the hashing and
 	// the bound because not every one reported its ready pods (fresh pool
@@ -93,29 +103,33 @@ type HomeDecision struct {
 // homeLoad fills the candidates' loads and capacities for the bound: the
 // requests this sidecar has in flight to each (exact for its own traffic,
 // and with requests dealt to replicas in turn, each replica's share of
-// the whole), and their ready pods when their pool metrics are fresh.
-// The pools' scraped queues, which every replica sees alike, are not
-// added: they are up to a scrape old, and counting them made new prompts
-// queue longer with 3 replicas (docs/design/cluster-scoring.md); the
-// replicas share them through the saturation tier instead.
+// the whole), and their ready pods and waiting queues when their pool
+// metrics are fresh. The scraped queues, which every replica sees alike,
+// are not added to the load: they are up to a scrape old, and counting
+// them made new prompts queue longer with 3 replicas
+// (docs/design/cluster-scoring.md); they make a home loaded by their own
+// rule instead (homeBound.queued).
 func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation) {
 	for k, i := range kept {
 		c := &cands[i]
 		s := &slots[i]
-		s.homeLoad, s.capacity = float64(obs[k].InFlight), 0
-		if p.fresh(c.Pool, req.Now) && c.Pool.ReadyPods > 0 {
-			s.capacity = float64(c.Pool.ReadyPods)
+		s.homeLoad, s.capacity, s.queue = float64(obs[k].InFlight), 0, -1
+		if p.fresh(c.Pool, req.Now) {
+			s.queue = max(c.Pool.AverageQueue, 0)
+			if c.Pool.ReadyPods > 0 {
+				s.capacity = float64(c.Pool.ReadyPods)
+			}
 		}
 	}
 }
 
 // leadHome moves the request's home to the front of kept when it is in
-// the first tier and its load is within the bound, else the best scored
-// candidate of the first tier that is (kept is sorted by total, so the
-// first such), else leaves the order as it is. It returns the decision,
-// with an empty Home when the request has no prompt block: the picker
-// then leads as it would without a home.
-func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots []slot) HomeDecision {
+// the first tier, within the bound (homeWithin) and not queued
+// (homeBound.queued), else the candidate of the first tier that takes it
+// instead (spillTo), else leaves the order as it is; a key new to this
+// sidecar is spread by the rotation instead (spread). It returns the decision, with an empty Home when the request has
+// no prompt block: the picker then leads as it would without a home.
+func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots []slot, rot *Rotation) HomeDecision {
 	key := homeKey(req.Blocks)
 	if key == 0 || len(kept) == 0 {
 		return HomeDecision{}
@@ -127,38 +141,21 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	for n < len(kept) && slots[kept[n]].tier == slots[kept[0]].tier {
 		n++
 	}
-	total, capacity := 0.0, 0.0
-	for _, i := range kept[:n] {
-		total += slots[i].homeLoad
-		capacity += slots[i].capacity
-	}
-	// With n candidates, a bound of n or more times the average never
-	// binds while the others are idle: at most n - 1/2, so that a home
-	// that stops answering is left after a few requests (2 clusters at 2:
-	// 1.5, 3 requests).
-	c := min(p.cfg.HomeBound, float64(n)-0.5)
-	fresh := served == 0
-	if fresh {
-		c = 1
-	}
-	bound := func(i int) float64 {
-		return math.Ceil(c * (total + 1) * slots[i].capacity / capacity)
-	}
+	within := p.homeWithin(kept[:n], slots)
 	h := kept[home]
-	d := HomeDecision{Home: cands[h].Name, Load: slots[h].homeLoad, Bound: bound(h), New: fresh, Alike: alike}
+	d := HomeDecision{Home: cands[h].Name, Load: slots[h].homeLoad, Bound: within.bound(h), Queue: slots[h].queue,
+		Queued: home < n && within.queued(h), New: served == 0, Alike: alike}
 	if home >= n {
 		d.Bound = 0 // saturated or stale: no bound to compare with
 	}
-	d.Left = home >= n || slots[h].homeLoad+1 > d.Bound
 	lead := home
-	if d.Left {
-		lead = -1
-		for k, i := range kept[:n] {
-			if k != home && slots[i].homeLoad+1 <= bound(i) {
-				lead = k
-				break
-			}
-		}
+	switch {
+	case d.New:
+		lead = within.spread(kept[:n], rot)
+		d.Left = lead != home
+	case home >= n || !within.takes(h):
+		d.Left = true
+		lead = within.spillTo(home, kept[:n])
 	}
 	if lead > 0 {
 		c := kept[lead]
@@ -166,6 +163,86 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		kept[0] = c
 	}
 	return d
+}
+
+// homeBound is the load bound of one request's candidates of the first
+// tier: HomeBound times a candidate's capacity's share of their total
+// load, the request included, rounded up.
+type homeBound struct {
+	// c is the bound's factor; total and capacity the first tier's
+	// load and capacity; leastQueue its least scraped queue per server
+	// (-1 when none is measured) and margin the affinity margin (below
+	// 0: none).
+	c, total, capacity, leastQueue, margin float64
+	slots                                  []slot
+}
+
+// homeWithin is the bound of a request over first. With n candidates, a
+// factor of n or more times the average never binds while the others
+// are idle: at most n - 1/2, so that a home that stops answering is left
+// after a few requests (2 clusters at 2: 1.5, 3 requests).
+func (p *Pipeline) homeWithin(first []int, slots []slot) homeBound {
+	b := homeBound{c: min(p.cfg.HomeBound, float64(len(first))-0.5), leastQueue: -1, margin: p.cfg.AffinityMargin, slots: slots}
+	for _, i := range first {
+		b.total += slots[i].homeLoad
+		b.capacity += slots[i].capacity
+		if q := slots[i].queue; q >= 0 && (b.leastQueue < 0 || q < b.leastQueue) {
+			b.leastQueue = q
+		}
+	}
+	return b
+}
+
+// queued is the rule by which the pool metrics make a candidate loaded:
+// its servers' waiting queue (per server, as scraped) is more than the
+// affinity margin above the least queued candidate's of the first tier.
+// The bound counts only this sidecar's requests, so a home filled by
+// traffic it does not see (the cluster's own, other gateways') keeps its
+// bound until the requests sent there pile up; the queue shows it from
+// the first scrape after they wait. Every replica reads the same queue,
+// so replicas agree on it, and a queue within the margin (a burst of the
+// home's own groups) does not spill them. No margin (affinity-margin=off)
+// or an unmeasured candidate: no such rule.
+func (b homeBound) queued(i int) bool {
+	q := b.slots[i].queue
+	return b.margin >= 0 && q >= 0 && q > b.leastQueue+b.margin
+}
+
+// bound is the most candidate i may hold with the request.
+func (b homeBound) bound(i int) float64 {
+	return math.Ceil(b.c * (b.total + 1) * b.slots[i].capacity / b.capacity)
+}
+
+// takes reports whether candidate i is within the bound with the
+// request and not queued.
+func (b homeBound) takes(i int) bool { return b.slots[i].homeLoad+1 <= b.bound(i) && !b.queued(i) }
+
+// spillTo is the index in first of the best scored candidate within the
+// bound other than the home (first is sorted by total), -1 for none.
+func (b homeBound) spillTo(home int, first []int) int {
+	for k, i := range first {
+		if k != home && b.takes(i) {
+			return k
+		}
+	}
+	return -1
+}
+
+// spread is the index in first of where a request of a key new to this
+// sidecar goes: the next of the backend's rotation (the smooth weighted
+// round-robin of Weighted) among the candidates within the bound, so
+// that prompts that share nothing are spread as round-robin spreads
+// them. Placing them at their hashed homes, or at the least loaded by
+// this sidecar's own count, sent bursts to one cluster whose EPP, a
+// scrape behind, queued them on one server (issue 23, no-shared-prefix).
+// Without a rotation, the best scored within the bound.
+func (b homeBound) spread(first []int, rot *Rotation) int {
+	if rot == nil {
+		return b.spillTo(-1, first)
+	}
+	return slices.Index(first, rot.next(func(i int) bool {
+		return i < len(b.slots) && slices.Contains(first, i) && b.takes(i)
+	}))
 }
 
 // findHome returns the index in kept of the request's home, how many

@@ -3,6 +3,7 @@ package clusterscore
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -82,7 +83,7 @@ func TestHomePlacement(t *testing.T) {
 			wantLeft: true,
 		},
 		{
-			name: "a prompt new to the sidecar goes to its home only as one of the least loaded",
+			name: "without the backend's rotation, a prompt new to the sidecar goes to the best scored cluster within the bound: not its home, busier by 1",
 			setup: func(f *affinityFixture, req *Request, home string) {
 				f.mem.Observed.Started(scope, home)
 			},
@@ -182,6 +183,134 @@ func TestHomeYieldsAsFastAsMetricsBased(t *testing.T) {
 			affinity, metrics := stalled(t, PrefixAffinity, tt.clusters), stalled(t, MetricsBased, tt.clusters)
 			assert.Equal(t, 1, metrics, "requests MetricsBased sent to the stalled cluster")
 			assert.Equal(t, tt.want, affinity, "requests PrefixAffinity sent to the stalled cluster")
+		})
+	}
+}
+
+// A home is loaded when its pool metrics say so: its servers' waiting
+// queue (per server, as scraped) is more than the affinity margin (1
+// request per server for PrefixAffinity) above the least queued
+// candidate's. Its servers may be full of traffic this sidecar does not
+// see, which its own in-flight count, and so the bound, cannot show.
+func TestHomeLoadedByItsQueue(t *testing.T) {
+	tests := []struct {
+		name string
+		// config replaces PrefixAffinity when set.
+		config string
+		// home and other are the home's and the other clusters' pools.
+		home, other *PoolMetrics
+		wantQueued  bool
+	}{
+		{
+			name: "a home whose servers queue 2 per server while the others queue none is loaded",
+			home: freshPool(2, 0.3), other: freshPool(0, 0.3), wantQueued: true,
+		},
+		{
+			name: "a home whose servers queue 1 per server more than the others' (the margin) keeps its requests",
+			home: freshPool(1, 0.3), other: freshPool(0, 0.3),
+		},
+		{
+			name: "a home queued as much as every other cluster keeps its requests",
+			home: freshPool(4, 0.3), other: freshPool(4, 0.3),
+		},
+		{
+			name: "a home whose queue is known only from stale metrics keeps its requests (its bound still applies)",
+			home: stalePool(4, 0.3), other: freshPool(0, 0.3),
+		},
+		{
+			name: "a home queued beyond the margin above clusters that report no metrics is not compared with them",
+			home: freshPool(4, 0.3),
+		},
+		{
+			name:   "without an affinity margin (affinity-margin=off) the queue does not make a home loaded",
+			config: "prefix-cache=3,in-flight=1,queue=1,home-bound=2,affinity-margin=off",
+			home:   freshPool(4, 0.3), other: freshPool(0, 0.3),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newAffinityFixture(t)
+			if tt.config != "" {
+				withConfig(t, f, tt.config)
+			}
+			req := f.req()
+			home := homeOf(req.Blocks, "a", "b", "c")
+			known(f, req, home)
+			for i := range f.cands {
+				f.cands[i].Pool = tt.other
+				if f.cands[i].Name == home {
+					f.cands[i].Pool = tt.home
+				}
+			}
+			var ex Explanation
+			order, err := f.p.Pick(req, f.cands, nil, nil, &ex)
+			require.NoError(t, err)
+			assert.Equal(t, home, ex.Home.Home, ex.String())
+			assert.Equal(t, tt.wantQueued, ex.Home.Queued, ex.String())
+			assert.Equal(t, tt.wantQueued, ex.Home.Left, ex.String())
+			if tt.wantQueued {
+				assert.NotEqual(t, home, f.cands[order[0]].Name, ex.String())
+				assert.Contains(t, ex.String(), ",queued,left", "the explanation says why")
+			} else {
+				assert.Equal(t, home, f.cands[order[0]].Name, ex.String())
+			}
+		})
+	}
+}
+
+// stalePool is freshPool's metrics, a minute older than the staleness
+// bound allows.
+func stalePool(queue, kv float64) *PoolMetrics {
+	m := freshPool(queue, kv)
+	m.UpdatedAt = epoch.Add(-time.Minute)
+	return m
+}
+
+// A prompt new to the sidecar has no cache it is known to reuse: it is
+// dealt by the backend's rotation (as Weighted deals requests) among the
+// clusters within the bound and not queued, whatever its home, which is
+// how prompts that share nothing spread as evenly as round-robin spreads
+// them.
+func TestNewPromptsAreDealtInTurn(t *testing.T) {
+	tests := []struct {
+		name string
+		// setup loads the clusters before the prompts come.
+		setup func(f *affinityFixture)
+		// want is where 6 new prompts go, in order.
+		want []string
+	}{
+		{name: "in turn over the clusters, whatever their homes", setup: func(*affinityFixture) {}, want: []string{"a", "b", "c", "a", "b", "c"}},
+		{
+			name: "not to a cluster beyond the bound: 3 in flight on a, none elsewhere (bound 2 x 4/3, rounded up: 3)",
+			setup: func(f *affinityFixture) {
+				for range 3 {
+					f.mem.Observed.Started(scope, "a")
+				}
+			},
+			want: []string{"b", "c", "b", "c", "b", "c"},
+		},
+		{
+			name:  "not to a cluster whose servers queue beyond the margin",
+			setup: func(f *affinityFixture) { f.cand("b").Pool = freshPool(3, 0.3) },
+			want:  []string{"a", "c", "a", "c", "a", "c"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newAffinityFixture(t)
+			tt.setup(f)
+			rot := NewRotation(f.cands)
+			var got []string
+			for i := range tt.want {
+				req := f.req()
+				req.Blocks = chain(uint64(100+i), 8)
+				var ex Explanation
+				order, err := f.p.Pick(req, f.cands, rot, nil, &ex)
+				require.NoError(t, err)
+				require.True(t, ex.Home.New, ex.String())
+				got = append(got, f.cands[order[0]].Name)
+			}
+			assert.Equal(t, tt.want, got)
 		})
 	}
 }

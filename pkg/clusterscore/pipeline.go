@@ -106,8 +106,9 @@ type slot struct {
 	busy     float64
 	withheld bool
 	// homeLoad and capacity are the candidate's load (requests) and
-	// capacity (ready pods) for the home bound (leadHome).
-	homeLoad, capacity float64
+	// capacity (ready pods) for the home bound (leadHome); queue its
+	// scraped waiting queue per server, -1 when not measured (homeBound.queued).
+	homeLoad, capacity, queue float64
 }
 
 // Pick orders the candidates for one request: the request goes to the
@@ -159,7 +160,7 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 	o.sort(kept)
 	var home HomeDecision
 	if p.homes && len(kept) > 0 {
-		home = p.leadHome(req, cands, kept, slots)
+		home = p.leadHome(req, cands, kept, slots, rot)
 	}
 	if len(kept) > 0 {
 		if home.Home == "" {

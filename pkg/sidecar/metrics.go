@@ -124,7 +124,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		homes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mci_sidecar_prefix_home_requests_total",
-			Help: "Requests of a policy with a home bound (PrefixAffinity) that have a home cluster (a prompt of at least one full block), by backend and result: home (the home took it), left (the home was beyond its load bound, saturated or stale: the request went to the best cluster within the bound).",
+			Help: "Requests of a policy with a home bound (PrefixAffinity) that have a home cluster (a prompt of at least one full block), by backend and result: home (the home took it), queued (its servers' scraped queue was beyond the affinity margin above the least queued cluster's), left (the home was beyond its load bound, saturated or stale); a request that leaves its home goes to the best cluster within the bound.",
 		}, []string{"backend", "result"}),
 		homesAlike: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "mci_sidecar_prefix_home_capacities_unknown",
@@ -172,14 +172,18 @@ func (m *Metrics) unparseablePrompt() {
 	}
 }
 
-func (m *Metrics) prefixHome(backend string, left, alike bool) {
+func (m *Metrics) prefixHome(backend string, h clusterscore.HomeDecision) {
 	if m == nil {
 		return
 	}
 	result := "home"
-	if left {
+	switch {
+	case h.Queued:
+		result = "queued"
+	case h.Left:
 		result = "left"
 	}
+	alike := h.Alike
 	m.homes.WithLabelValues(backend, result).Inc()
 	v := 0.0
 	if alike {

@@ -387,7 +387,7 @@ func (o *observers) homeDecision(d *decision) {
 		return
 	}
 	backend := d.backendName()
-	o.metrics.prefixHome(backend, h.Left, h.Alike)
+	o.metrics.prefixHome(backend, h)
 	if h.Alike {
 		if o.homes.Observe(backend, "alike", "").Loud() {
 			o.logger.Info("Prefix homes are placed as if the clusters had equal capacities: not every cluster reports its ready pods (no fresh pool metrics); mci_sidecar_prefix_home_capacities_unknown is 1 until they do", "backend", backend)

@@ -64,7 +64,8 @@ type spec struct {
 	// Saturate fills every batch place of saturatedCluster from mid-run.
 	Saturate bool `json:"saturate,omitempty"`
 	// ExtraPolicies run on this workload only (MetricsBased, the policy
-	// a saturated cluster's yielding is measured against);
+	// a saturated cluster's yielding is measured against; ClusterOracle,
+	// the cluster-level placement the prefix-aware mci-epp is to beat);
 	// ReplicaPolicies too ("PrefixAffinity@3").
 	ExtraPolicies   []string `json:"extraPolicies,omitempty"`
 	ReplicaPolicies []string `json:"replicaPolicies,omitempty"`
@@ -109,7 +110,8 @@ var family = map[string]spec{
 	// every group evicts), long conversations, 2 batch places per server,
 	// 70%. The headline.
 	"issue-23": {
-		Profile: conversations(23, 8, 2000, 24, 8, 16, 0.1), Load: 0.7, ServersPerCluster: 2, Batch: 2, ReplicaPolicies: []string{"PrefixAffinity@3"},
+		Profile: conversations(23, 8, 2000, 24, 8, 16, 0.1), Load: 0.7, ServersPerCluster: 2, Batch: 2,
+		ExtraPolicies: []string{clusterOraclePolicy}, ReplicaPolicies: []string{"PrefixAffinity@3"},
 		Summary: "8 groups, 2,000-token system prompts, multi-turn (8 turns), 10% one-shot, 2 batch places per server, 70%",
 	},
 	// few-groups-high-load: 4 groups for 3 clusters cannot be dealt
@@ -136,7 +138,7 @@ var family = map[string]spec{
 	// the regime where only pinning the groups keeps their prompts
 	// cached, and where a spill costs a 1.6 s prefill.
 	"one-shot-mix": {
-		Profile: conversations(26, 16, 4000, 32, 1, 16, 0.5), Load: 0.8, ServersPerCluster: 2, Batch: 2,
+		Profile: conversations(26, 16, 4000, 32, 1, 16, 0.5), Load: 0.8, ServersPerCluster: 2, Batch: 2, ExtraPolicies: []string{clusterOraclePolicy},
 		Summary: "16 groups, 4,000-token system prompts, single-turn requests, 50% one-shot, 2 batch places per server, 80%",
 	},
 	// far-remote: the issue-23 shape with cluster-c 50 ms further away

@@ -101,6 +101,15 @@ func BenchmarkRouting(b *testing.B) {
 		runs := map[string][]*runResult{}
 		for rep := range cfg.Repetitions {
 			for _, policy := range rotate(cfg.policiesOf(w), rep) {
+				// Each run's one-shot requests are its own: mci-sidecar
+				// remembers the prompts of every run (one memory for its
+				// policies), and a replayed one-shot prompt is one it
+				// has seen, whose home it keeps, while the servers'
+				// caches were emptied. Conversations are the same in
+				// every run.
+				prof.OneShotSalt = fmt.Sprintf("r%d-%s-", rep+1, policy)
+				reqs, err := workload.Generate(prof)
+				require.NoError(b, err)
 				run, err := runPolicy(ctx, e, w, policy, reqs)
 				require.NoError(b, err, "workload %s, policy %s", name, policy)
 				runs[policy] = append(runs[policy], run)

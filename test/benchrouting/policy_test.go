@@ -23,19 +23,34 @@ var sidecarPolicies = []string{"Weighted", "HealthBased", "MetricsBased", "Local
 // referenceRoutings bypass mci-sidecar: the harness picks the cluster
 // itself and sends the request to that cluster's own gateway, whose EPP
 // picks the server, as it does for the sidecar.
-var referenceRoutings = map[string]func(*env) router{
+var referenceRoutings = map[string]func(context.Context, *env) (router, func(), error){
 	// RoundRobin: plain round-robin over the 3 clusters.
-	"RoundRobin": func(e *env) router { return &roundRobin{targets: e.directTargets()} },
+	"RoundRobin": func(_ context.Context, e *env) (router, func(), error) {
+		return &roundRobin{targets: e.directTargets()}, noop, nil
+	},
 	// Oracle: the cluster one of whose servers holds the longest cached
 	// prefix of the request, asked of every server just before sending;
 	// among clusters tied (none holds any of it, mostly) the one with the
 	// fewest of the harness's requests in flight, then round-robin.
-	"Oracle": func(e *env) router { return newOracle(e) },
+	"Oracle": func(_ context.Context, e *env) (router, func(), error) {
+		return newOracle(e, e.directTargets()), noop, nil
+	},
+	// ClusterOracle: the Oracle's choice of the cluster, through EPPs
+	// whose prefix filter is off (--prefix-queue-margin=-1), started for
+	// its runs: placement by prefix at the cluster level only, the
+	// reference the prefix-aware mci-epp is to beat end to end.
+	clusterOraclePolicy: func(ctx context.Context, e *env) (router, func(), error) {
+		targets, stop, err := e.startClusterLevelEPPs(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return newOracle(e, targets), stop, nil
+	},
 }
 
 // referenceOrder is the order of the references after the sidecar's
 // policies.
-var referenceOrder = []string{"RoundRobin", "Oracle"}
+var referenceOrder = []string{"RoundRobin", "Oracle", clusterOraclePolicy}
 
 func policyNames() []string {
 	return append(append([]string{}, sidecarPolicies...), referenceOrder...)
@@ -67,7 +82,7 @@ func (v viaSidecar) route(context.Context, []byte) (string, func(), error) {
 // "<policy>@<n>"; stop stops them after the run.
 func (e *env) routerFor(ctx context.Context, policy string) (rt router, stop func(), err error) {
 	if newRef, ok := referenceRoutings[policy]; ok {
-		return newRef(e), noop, nil
+		return newRef(ctx, e)
 	}
 	name, replicas, err := parseReplicas(policy)
 	if err != nil {
@@ -140,8 +155,9 @@ type oracle struct {
 	inFlight map[string]int
 }
 
-func newOracle(e *env) *oracle {
-	return &oracle{e: e, targets: e.directTargets(), inFlight: map[string]int{}}
+// newOracle is the oracle sending to targets (a gateway per cluster).
+func newOracle(e *env, targets []target) *oracle {
+	return &oracle{e: e, targets: targets, inFlight: map[string]int{}}
 }
 
 func (o *oracle) route(ctx context.Context, body []byte) (string, func(), error) {

@@ -39,6 +39,18 @@ type policyResult struct {
 	// 0 elsewhere): each waits there until the run's background requests
 	// end, seconds later, so a few of them make the scenario's p99.
 	AfterSaturation float64 `json:"sent_after_saturation_per_run"`
+	// Repetitions are the figures the targets compare, of each
+	// repetition alone (when there are several): the spread a target is
+	// judged against (summary_test.go).
+	Repetitions []repetition `json:"repetitions,omitempty"`
+}
+
+// repetition is one repetition's figures of a policy.
+type repetition struct {
+	TTFTP50         float64 `json:"ttft_p50_ms"`
+	TTFTP99         float64 `json:"ttft_p99_ms"`
+	PrefixHit       float64 `json:"prefix_hit_ratio"`
+	AfterSaturation float64 `json:"sent_after_saturation"`
 }
 
 // workloadResult is one workload of the family: its spec, rate, and each
@@ -120,6 +132,7 @@ func summarize(runs []*runResult) *policyResult {
 	if len(runs) > 0 {
 		r.AfterSaturation = round(float64(afterSaturation)/float64(len(runs)), 1)
 	}
+	r.Repetitions = repetitions(runs)
 	for _, c := range clusterNames {
 		var busy, waiting float64
 		for _, s := range samples {
@@ -133,6 +146,20 @@ func summarize(runs []*runResult) *policyResult {
 		}
 	}
 	return r
+}
+
+// repetitions are the compared figures of each run alone; none for a
+// single run, whose figures are the pooled ones.
+func repetitions(runs []*runResult) []repetition {
+	if len(runs) < 2 {
+		return nil
+	}
+	out := make([]repetition, 0, len(runs))
+	for _, run := range runs {
+		one := summarize([]*runResult{run})
+		out = append(out, repetition{TTFTP50: one.TTFTP50, TTFTP99: one.TTFTP99, PrefixHit: one.PrefixHit, AfterSaturation: one.AfterSaturation})
+	}
+	return out
 }
 
 // herding is the share of samples in which one cluster sits idle (nothing

@@ -107,6 +107,10 @@ func TestSummarize(t *testing.T) {
 	assert.Equal(t, 2.0, got.ClusterQueue["cluster-b"])
 	assert.Equal(t, 0.5, got.ClusterBusy["cluster-a"])
 	assert.Equal(t, 0.5, got.AfterSaturation, "1 request sent to the saturated cluster in 2 runs")
+	assert.Equal(t, []repetition{
+		{TTFTP50: 100, TTFTP99: 200, PrefixHit: 0.25},
+		{TTFTP50: 300, TTFTP99: 300, PrefixHit: 1, AfterSaturation: 1},
+	}, got.Repetitions, "each repetition's figures alone")
 	assert.Empty(t, policyErrors("s", "p", got))
 }
 
@@ -389,7 +393,33 @@ func TestSummarizeFamily(t *testing.T) {
 	assert.Empty(t, pa["saturated cluster: yields as fast as MetricsBased"].Missed)
 
 	md := summaryMarkdown(sum)
-	assert.Contains(t, md, "| `PrefixAffinity` | 1 / 1 | 1 / 1 | 2 / 2 | 1 / 2 | 1 / 2 | 1 / 1 | — | — |")
+	assert.Contains(t, md, "| `PrefixAffinity` | 1 / 1 | 1 / 1 | 2 / 2 | 1 / 2 | 1 / 2 | 1 / 1 | — | — | — |")
 	assert.Contains(t, md, "- `PrefixAffinity`, TTFT p99 <= hub's: missed on far-remote (900 ms against 200 ms)")
 	assert.Contains(t, md, "| `HubReference` |")
+}
+
+// A target is judged against the spread of the repetitions measured in
+// the same run: met on the pooled figures, within the spread when some
+// repetition of the policy meets it against some repetition of the
+// reference, missed otherwise.
+func TestJudgeAgainstTheSpread(t *testing.T) {
+	fig := func(pooled float64, reps ...float64) figure { return figure{pooled: pooled, reps: reps} }
+	tests := []struct {
+		name string
+		a, b figure
+		ok   comparison
+		want verdict
+	}{
+		{name: "a pooled p99 no worse than the reference's is met", a: fig(870, 900, 840), b: fig(875, 860, 890), ok: atMost(1), want: met},
+		{name: "a worse pooled p99 whose repetitions overlap the reference's is within the spread", a: fig(884, 866, 902), b: fig(875, 860, 890), ok: atMost(1), want: withinSpread},
+		{name: "a p99 worse in every repetition than every repetition of the reference is missed", a: fig(1100, 1000, 1200), b: fig(820, 800, 840), ok: atMost(1), want: missed},
+		{name: "with one repetition there is no spread: a worse figure is missed", a: fig(884), b: fig(875), ok: atMost(1), want: missed},
+		{name: "a hit ratio below 0.95 of the reference's in every pair is missed", a: fig(0.68, 0.67, 0.69), b: fig(0.73, 0.73, 0.74), ok: atLeast(0.95), want: missed},
+		{name: "a hit ratio above the reference's must be strictly above", a: fig(0.9, 0.9, 0.9), b: fig(0.9, 0.9, 0.9), ok: above, want: missed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, judge(tt.a, tt.b, tt.ok))
+		})
+	}
 }

@@ -40,6 +40,10 @@ type Profile struct {
 	// tokens sharing no prefix (1: no shared prefixes at all).
 	OneShotShare  float64
 	OneShotTokens int
+	// OneShotSalt starts the text of every one-shot request, so that the
+	// one-shot requests of two workloads that differ only by it share
+	// nothing either (same arrivals, conversations and lengths).
+	OneShotSalt string
 }
 
 // Validate reports what makes p unusable.
@@ -140,7 +144,7 @@ func Generate(p Profile) ([]Request, error) {
 		r := Request{Index: len(out), At: at, MaxTokens: p.OutputTokens}
 		if len(active) == 0 || rng.Float64() < p.OneShotShare {
 			r.Conversation, r.Group, r.Turn = -1, -1, 1
-			r.Messages = []Message{{Role: "user", Content: text(fmt.Sprintf("once%d-", oneShots), p.OneShotTokens)}}
+			r.Messages = []Message{{Role: "user", Content: text(fmt.Sprintf("%sonce%d-", p.OneShotSalt, oneShots), p.OneShotTokens)}}
 			oneShots++
 			out = append(out, r)
 			continue

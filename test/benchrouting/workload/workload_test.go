@@ -139,3 +139,29 @@ func TestCapacity(t *testing.T) {
 	_, _, err = Calibrate(profile(), c, 12, 0)
 	assert.Error(t, err)
 }
+
+// A salt makes the one-shot requests of two runs share nothing, and
+// changes nothing else: arrivals, conversations and lengths.
+func TestOneShotSalt(t *testing.T) {
+	p := Profile{Seed: 3, Duration: 5 * time.Second, Rate: 20, Groups: 2, SystemTokens: 50, ActiveConversations: 3, Turns: 3,
+		UserTokens: 5, OutputTokens: 4, OneShotShare: 0.5, OneShotTokens: 20}
+	a, err := Generate(p)
+	require.NoError(t, err)
+	p.OneShotSalt = "r2-"
+	b, err := Generate(p)
+	require.NoError(t, err)
+	require.Equal(t, len(a), len(b))
+	oneShots := 0
+	for i := range a {
+		assert.Equal(t, a[i].At, b[i].At)
+		require.Len(t, b[i].Messages, len(a[i].Messages))
+		if a[i].Conversation >= 0 {
+			assert.Equal(t, a[i].Messages, b[i].Messages, "request %d: a conversation's turn", i)
+			continue
+		}
+		oneShots++
+		assert.NotEqual(t, a[i].Messages[0].Content[:8], b[i].Messages[0].Content[:8], "request %d: a one-shot request", i)
+		assert.Equal(t, len(strings.Fields(a[i].Messages[0].Content)), len(strings.Fields(b[i].Messages[0].Content)))
+	}
+	assert.Positive(t, oneShots)
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os/exec"
 	"path/filepath"
 )
 
@@ -25,17 +24,8 @@ const (
 // EPPs (the data path's own EPPs are idle meanwhile), so they see all the
 // load, as the data path's do in the other runs. stop kills them.
 func (e *env) startClusterLevelEPPs(ctx context.Context) (targets []target, stop func(), err error) {
-	var procs []*exec.Cmd
-	var gateways []func()
-	stop = func() {
-		for _, g := range gateways {
-			g()
-		}
-		for _, p := range procs {
-			_ = p.Process.Kill()
-			_ = p.Wait()
-		}
-	}
+	var started processes
+	stop = started.stop
 	defer func() {
 		if err != nil {
 			stop()
@@ -53,12 +43,12 @@ func (e *env) startClusterLevelEPPs(ctx context.Context) (targets []target, stop
 		if err != nil {
 			return nil, stop, err
 		}
-		procs = append(procs, p)
+		started.procs = append(started.procs, p)
 		base, closeGateway, err := startDirectGateway(net.JoinHostPort(ip, eppExtProcPort), fmt.Sprintf("127.0.%d.%d", e.cfg.LoopbackBlock+i, clusterLevelEPPHost+1))
 		if err != nil {
 			return nil, stop, err
 		}
-		gateways = append(gateways, closeGateway)
+		started.closers = append(started.closers, closeGateway)
 		targets = append(targets, target{cluster: cluster, base: base})
 	}
 	for _, t := range targets {

@@ -40,13 +40,8 @@ const (
 // They read the route's current cluster policy as they start. stop kills
 // them.
 func (e *env) startReplicas(ctx context.Context, n int) (gateways []string, stop func(), err error) {
-	var procs []*exec.Cmd
-	stop = func() {
-		for _, p := range procs {
-			_ = p.Process.Kill()
-			_ = p.Wait()
-		}
-	}
+	var started processes
+	stop = started.stop
 	defer func() {
 		if err != nil {
 			stop()
@@ -61,13 +56,13 @@ func (e *env) startReplicas(ctx context.Context, n int) (gateways []string, stop
 		if err != nil {
 			return nil, stop, err
 		}
-		procs = append(procs, sidecar)
+		started.procs = append(started.procs, sidecar)
 		gw, err := e.startProcess(fmt.Sprintf("replica-%d-gateway", i+2), "gateway",
 			"--listen="+net.JoinHostPort(ip, strconv.Itoa(localclusterset.DataPathGatewayPort)), "--ext-proc="+net.JoinHostPort(ip, "9002"))
 		if err != nil {
 			return nil, stop, err
 		}
-		procs = append(procs, gw)
+		started.procs = append(started.procs, gw)
 		gateways = append(gateways, "http://"+net.JoinHostPort(ip, strconv.Itoa(localclusterset.DataPathGatewayPort)))
 	}
 	for i, gw := range gateways {
@@ -77,6 +72,23 @@ func (e *env) startReplicas(ctx context.Context, n int) (gateways []string, stop
 	}
 	logf("  %d more mci-sidecar replicas up: %v", n, gateways)
 	return gateways, stop, nil
+}
+
+// processes are what a step of the harness started, stopped together:
+// the processes killed, after the closers run.
+type processes struct {
+	procs   []*exec.Cmd
+	closers []func()
+}
+
+func (p *processes) stop() {
+	for _, c := range p.closers {
+		c()
+	}
+	for _, cmd := range p.procs {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
 }
 
 // startProcess starts binary of the data path's bin directory, its output

@@ -123,7 +123,7 @@ func TestSanityErrors(t *testing.T) {
 		r := &results{
 			Config: config{Workloads: []string{"issue-23"}, Policies: []string{"LocalFirst", "RoundRobin", "Oracle"}},
 			Workloads: map[string]*workloadResult{"issue-23": {Spec: family["issue-23"], Policies: map[string]*policyResult{
-				"LocalFirst": good(0.6), "RoundRobin": good(rr), "Oracle": good(oracle), "PrefixAffinity@3": good(0.6)}}},
+				"LocalFirst": good(0.6), "RoundRobin": good(rr), "Oracle": good(oracle), "ClusterOracle": good(0.6), "PrefixAffinity@3": good(0.6)}}},
 		}
 		r.Summary = summarizeFamily(r)
 		return r
@@ -235,7 +235,7 @@ func TestLoadConfig(t *testing.T) {
 			assert.Equal(t, familyOrder, c.Workloads)
 			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle"}, c.Policies)
 			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle", "MetricsBased"}, c.policiesOf(family[workloadSaturated]))
-			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle", "PrefixAffinity@3"}, c.policiesOf(family["issue-23"]))
+			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle", "ClusterOracle", "PrefixAffinity@3"}, c.policiesOf(family["issue-23"]))
 		}, ""},
 		{"smoke: two workloads on the same servers, the replica case included", map[string]string{"MCI_BENCH_PROFILE": "smoke"}, func(t *testing.T, c config) {
 			assert.Equal(t, []string{"issue-23", workloadNoPrefix}, c.Workloads)

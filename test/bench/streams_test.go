@@ -364,12 +364,16 @@ func reportStreams(pace time.Duration, conc int, paths []*streamPath) {
 	ok := relay.failed == 0 && len(relay.totals) > 0
 	results.compare(sec, "p50 inter-chunk time, response phase relayed, "+what, "ms", ms(median(relay.gaps)),
 		"direct to the simulator", ms(median(sim.gaps)), "", false, note)
+	// The target is issue 24's, on what a user sees: the time between two
+	// chunks. Chunk transit, below, leaves the simulator's timer jitter out
+	// and says what each hop adds; it has no target.
+	added := percentile(relay.gaps, 99) - percentile(sim.gaps, 99)
 	results.compare(sec, "p99 inter-chunk time, response phase relayed, "+what, "ms", ms(percentile(relay.gaps, 99)),
-		"direct to the simulator", ms(percentile(sim.gaps, 99)), "", false, note)
-	added := percentile(relay.transits, 99) - percentile(sim.transits, 99)
-	results.compare(sec, "p99 chunk transit (simulator flush to client), response phase relayed, "+what, "ms", ms(percentile(relay.transits, 99)),
-		"direct to the simulator", ms(percentile(sim.transits, 99)), "relayed adds < 1 ms at p99", added < time.Millisecond && ok,
+		"direct to the simulator", ms(percentile(sim.gaps, 99)), "relayed adds < 1 ms at p99", added < time.Millisecond && ok,
 		fmt.Sprintf("added p99 %.3f ms; ", ms(added))+note)
+	results.compare(sec, "p99 chunk transit (simulator flush to client), response phase relayed, "+what, "ms", ms(percentile(relay.transits, 99)),
+		"direct to the simulator", ms(percentile(sim.transits, 99)), "", false,
+		fmt.Sprintf("added p99 %.3f ms; ", ms(percentile(relay.transits, 99)-percentile(sim.transits, 99)))+note)
 	results.compare(sec, "p99 chunk transit, response phase relayed, against the gateway talking to the EPP itself, "+what, "ms", ms(percentile(relay.transits, 99)),
 		"gateway -> EPP -> simulator", ms(percentile(by["gateway -> EPP"].transits, 99)), "", false,
 		fmt.Sprintf("what mci adds to a gateway's own ext_proc round trip per chunk: %.3f ms at p99; ", ms(percentile(relay.transits, 99)-percentile(by["gateway -> EPP"].transits, 99)))+note)

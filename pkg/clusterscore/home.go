@@ -127,8 +127,9 @@ func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots [
 // the first tier, within the bound (homeWithin) and not queued
 // (homeBound.queued), else the candidate of the first tier that takes it
 // instead (spillTo), else leaves the order as it is; a key new to this
-// sidecar is spread by the rotation instead (spread). It returns the decision, with an empty Home when the request has
-// no prompt block: the picker then leads as it would without a home.
+// sidecar is spread by the rotation instead (spread). It returns the
+// decision, with an empty Home when the request has no prompt block: the
+// picker then leads as it would without a home.
 func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots []slot, rot *Rotation) HomeDecision {
 	key := homeKey(req.Blocks)
 	if key == 0 || len(kept) == 0 {

@@ -69,7 +69,7 @@ func (s *Store) decode(e *entry) (Object, error) {
 	return o, nil
 }
 
-// decodeAll decodes entries whose objects match.
+// decodeAll decodes entries whose objects match (nil: every one).
 func (s *Store) decodeAll(entries []*entry, match func(Object) bool) ([]Object, error) {
 	out := make([]Object, 0, len(entries))
 	for _, e := range entries {
@@ -77,7 +77,7 @@ func (s *Store) decodeAll(entries []*entry, match func(Object) bool) ([]Object, 
 		if err != nil {
 			return nil, err
 		}
-		if match(o) {
+		if match == nil || match(o) {
 			out = append(out, o)
 		}
 	}

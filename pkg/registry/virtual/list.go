@@ -116,7 +116,7 @@ func (s *Store) current(namespace string) ([]*entry, string) {
 func (s *Store) pageOf(entries []*entry, match func(Object) bool, rv string, start *continueToken, limit int64) (page, error) {
 	if match == nil {
 		keep, next, remaining := paginate(entries, (*entry).objectKey, rv, start, limit)
-		items, err := s.decodeAll(keep, func(Object) bool { return true })
+		items, err := s.decodeAll(keep, nil)
 		return page{items: items, next: next, remaining: remaining}, err
 	}
 	objs, err := s.decodeAll(entries, match)

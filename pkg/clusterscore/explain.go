@@ -111,10 +111,6 @@ func (e *Explanation) String() string {
 		if h.Queued {
 			b.WriteString(",queued")
 		}
-		if h.Stalled {
-			b.WriteString(",stalled=")
-			b.WriteString(strconv.FormatInt(h.Unanswered, 10))
-		}
 		if h.Left {
 			b.WriteString(",left")
 		}

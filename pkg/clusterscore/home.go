@@ -22,18 +22,6 @@ import (
 // capacity's share of the candidates' total (rounded up).
 const DefaultHomeBound = 2
 
-// StalledAfter is how many of this sidecar's requests a home may have
-// waiting for their first byte, sent one after the other with nothing
-// answered in between, before it counts as loaded whatever its bound
-// (homeBound.stalled): a cluster whose batch places are all taken by
-// traffic the sidecar does not see answers nothing, and the sidecar's own
-// count shows it from the second request, a scrape before its queue does.
-// One is not enough: a cold prefill of a long prompt keeps a healthy
-// cluster from answering its request for as long, but the next request,
-// its prefix cached, is answered within a prefill of its own and resets
-// the count.
-const StalledAfter = 2
-
 // maxHomeBound bounds the load bound Parse accepts.
 const maxHomeBound = 100
 
@@ -95,15 +83,8 @@ type HomeDecision struct {
 	// loaded whatever its bound.
 	Queue  float64
 	Queued bool
-	// Unanswered is how many of this sidecar's requests the home had
-	// waiting for their first byte, sent since it last answered one, and
-	// Stalled is true when that was StalledAfter or more: its batch
-	// places are taken by traffic this sidecar does not see, so it counts
-	// as loaded whatever its bound, before its queue shows it.
-	Unanswered int64
-	Stalled    bool
 	// Left is true when the home's load was beyond the bound, its queue
-	// beyond the margin (Queued), it stalled (Stalled), or the home was not in the first tier
+	// beyond the margin (Queued), or the home was not in the first tier
 	// (saturated, stale), so that the request went to the best scored
 	// candidate within the bound.
 	Left bool
@@ -127,13 +108,12 @@ type HomeDecision struct {
 // are not added to the load: they are up to a scrape old, and counting
 // them made new prompts queue longer with 3 replicas
 // (docs/design/cluster-scoring.md); they make a home loaded by their own
-// rule instead (homeBound.queued), and so do the requests waiting for a
-// first byte that it has not answered (homeBound.stalled).
+// rule instead (homeBound.queued).
 func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation) {
 	for k, i := range kept {
 		c := &cands[i]
 		s := &slots[i]
-		s.homeLoad, s.capacity, s.queue, s.unanswered = float64(obs[k].InFlight), 0, -1, obs[k].Unanswered
+		s.homeLoad, s.capacity, s.queue = float64(obs[k].InFlight), 0, -1
 		if p.fresh(c.Pool, req.Now) {
 			s.queue = max(c.Pool.AverageQueue, 0)
 			if c.Pool.ReadyPods > 0 {
@@ -144,8 +124,8 @@ func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots [
 }
 
 // leadHome moves the request's home to the front of kept when it is in
-// the first tier, within the bound (homeWithin), not queued
-// (homeBound.queued) and not stalled (homeBound.stalled), else the candidate of the first tier that takes it
+// the first tier, within the bound (homeWithin) and not queued
+// (homeBound.queued), else the candidate of the first tier that takes it
 // instead (spillTo), else leaves the order as it is; a key new to this
 // sidecar is spread by the rotation instead (spread). It returns the
 // decision, with an empty Home when the request has no prompt block: the
@@ -165,8 +145,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	within := p.homeWithin(kept[:n], slots)
 	h := kept[home]
 	d := HomeDecision{Home: cands[h].Name, Load: slots[h].homeLoad, Bound: within.bound(h), Queue: slots[h].queue,
-		Queued: home < n && within.queued(h), Unanswered: slots[h].unanswered, Stalled: home < n && within.stalled(h),
-		New: served == 0, Alike: alike}
+		Queued: home < n && within.queued(h), New: served == 0, Alike: alike}
 	if home >= n {
 		d.Bound = 0 // saturated or stale: no bound to compare with
 	}
@@ -230,29 +209,14 @@ func (b homeBound) queued(i int) bool {
 	return b.margin >= 0 && q >= 0 && q > b.leastQueue+b.margin
 }
 
-// stalled is the rule by which the sidecar's own requests make a
-// candidate loaded: StalledAfter or more of them wait for their first
-// byte, sent one after the other with nothing answered in between. The
-// bound's in-flight count cannot tell a cluster that serves its requests
-// from one that holds them, and the pile of held requests raises the
-// total the bound is a share of (a home filled by traffic this sidecar
-// does not see took 4 to 5 requests of the saturated-cluster workload
-// before its queue showed, against MetricsBased's 1 to 2). A server that
-// sends its response headers before the request waits for a batch place
-// answers at once, and this rule then reads nothing; the queue rule
-// remains.
-func (b homeBound) stalled(i int) bool { return b.slots[i].unanswered >= StalledAfter }
-
 // bound is the most candidate i may hold with the request.
 func (b homeBound) bound(i int) float64 {
 	return math.Ceil(b.c * (b.total + 1) * b.slots[i].capacity / b.capacity)
 }
 
 // takes reports whether candidate i is within the bound with the
-// request, not queued and not stalled.
-func (b homeBound) takes(i int) bool {
-	return b.slots[i].homeLoad+1 <= b.bound(i) && !b.queued(i) && !b.stalled(i)
-}
+// request and not queued.
+func (b homeBound) takes(i int) bool { return b.slots[i].homeLoad+1 <= b.bound(i) && !b.queued(i) }
 
 // spillTo is the index in first of the best scored candidate within the
 // bound other than the home (first is sorted by total), -1 for none.

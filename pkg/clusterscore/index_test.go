@@ -188,23 +188,3 @@ func TestObserver(t *testing.T) {
 	assert.Equal(t, Observation{}, o.Observe("p", "a"))
 	require.NotNil(t, NewObserver(7), "a bad alpha takes the default")
 }
-
-// Unanswered counts the requests sent since the cluster last answered
-// one: any first byte resets it, and a request that ends without one
-// leaves it.
-func TestObserverUnanswered(t *testing.T) {
-	o := NewObserver(0)
-	unanswered := func() int64 { return o.Observe("p", "a").Unanswered }
-	o.Started("p", "a")
-	o.Started("p", "a")
-	assert.Equal(t, int64(2), unanswered(), "two sent, none answered")
-	o.FirstByte("p", "a", time.Second)
-	assert.Equal(t, int64(0), unanswered(), "the cluster answered one: it is not stalled")
-	o.Started("p", "a")
-	assert.Equal(t, int64(1), unanswered())
-	o.Abandoned("p", "a", true)
-	assert.Equal(t, int64(0), unanswered(), "a request without an answer that ended waits no more")
-	assert.Equal(t, int64(2), o.Observe("p", "a").InFlight, "the first two requests are still in flight")
-	o.Abandoned("p", "a", false)
-	assert.Equal(t, int64(0), unanswered(), "it does not go below 0")
-}

@@ -10,9 +10,8 @@ import (
 // a remote cluster reports about itself cross a trust boundary; these do
 // not. The sidecar calls Started when it sends a request to a cluster,
 // FirstByte when the first byte of the response comes back, and Finished
-// when the exchange ends, exactly once per Started; or, for a request
-// whose first byte never came (its EPP failed or refused it), Abandoned
-// instead of both. It is safe for concurrent use.
+// when the exchange ends, exactly once per Started. It is safe for
+// concurrent use.
 type Observer struct {
 	// alpha is the EWMA weight of a new sample.
 	alpha float64
@@ -25,9 +24,6 @@ type Observer struct {
 type observed struct {
 	mu       sync.Mutex
 	inFlight int64
-	// unanswered counts the requests sent since the cluster last
-	// answered one (a first byte) that are still waiting for theirs.
-	unanswered int64
 	// ttfb is the EWMA of time to first byte in seconds; 0 before the
 	// first sample.
 	ttfb float64
@@ -38,11 +34,6 @@ type observed struct {
 // Observation is a snapshot of one cluster's observations.
 type Observation struct {
 	InFlight int64
-	// Unanswered is how many requests were sent to the cluster since it
-	// last answered one with a first byte, all still waiting for theirs:
-	// a cluster that answers anything resets it, so it grows only while
-	// every request sent there waits (StalledAfter).
-	Unanswered int64
 	// TTFB is the moving average of time to first byte; 0 when none was
 	// measured yet.
 	TTFB time.Duration
@@ -85,7 +76,6 @@ func (o *Observer) Started(scope, cluster string) {
 	c := o.get(scope, cluster)
 	c.mu.Lock()
 	c.inFlight++
-	c.unanswered++
 	c.mu.Unlock()
 }
 
@@ -94,7 +84,6 @@ func (o *Observer) Started(scope, cluster string) {
 func (o *Observer) FirstByte(scope, cluster string, d time.Duration) {
 	c := o.get(scope, cluster)
 	c.mu.Lock()
-	c.unanswered = 0
 	if s := d.Seconds(); c.ttfb == 0 {
 		c.ttfb = max(s, 1e-9)
 	} else {
@@ -117,16 +106,6 @@ func (o *Observer) Finished(scope, cluster string, failed bool) {
 	c.mu.Unlock()
 }
 
-// Abandoned ends a request Started before whose first byte never came
-// (no answer, or the EPP refused it); failed says it counts as a failure.
-func (o *Observer) Abandoned(scope, cluster string, failed bool) {
-	c := o.get(scope, cluster)
-	c.mu.Lock()
-	c.unanswered = max(c.unanswered-1, 0)
-	c.mu.Unlock()
-	o.Finished(scope, cluster, failed)
-}
-
 // Observe returns the observations of a cluster of scope; zero when none.
 func (o *Observer) Observe(scope, cluster string) Observation {
 	o.mu.RLock()
@@ -137,7 +116,7 @@ func (o *Observer) Observe(scope, cluster string) Observation {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Observation{InFlight: c.inFlight, Unanswered: c.unanswered, TTFB: time.Duration(c.ttfb * float64(time.Second)), ErrorRatio: c.errors}
+	return Observation{InFlight: c.inFlight, TTFB: time.Duration(c.ttfb * float64(time.Second)), ErrorRatio: c.errors}
 }
 
 // Retain forgets the clusters of scopes keep reports false, as the

@@ -109,8 +109,6 @@ type slot struct {
 	// capacity (ready pods) for the home bound (leadHome); queue its
 	// scraped waiting queue per server, -1 when not measured (homeBound.queued).
 	homeLoad, capacity, queue float64
-	// unanswered is Observation.Unanswered (homeBound.stalled).
-	unanswered int64
 }
 
 // Pick orders the candidates for one request: the request goes to the

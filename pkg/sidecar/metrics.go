@@ -124,7 +124,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		homes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mci_sidecar_prefix_home_requests_total",
-			Help: "Requests of a policy with a home bound (PrefixAffinity) that have a home cluster (a prompt of at least one full block), by backend and result: home (the home took it), queued (its servers' scraped queue was beyond the affinity margin above the least queued cluster's), stalled (2 or more of this sidecar's requests waited for their first byte from it, none answered since they were sent), left (the home was beyond its load bound, saturated or stale); a request that leaves its home goes to the best cluster within the bound.",
+			Help: "Requests of a policy with a home bound (PrefixAffinity) that have a home cluster (a prompt of at least one full block), by backend and result: home (the home took it), queued (its servers' scraped queue was beyond the affinity margin above the least queued cluster's), left (the home was beyond its load bound, saturated or stale); a request that leaves its home goes to the best cluster within the bound.",
 		}, []string{"backend", "result"}),
 		homesAlike: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "mci_sidecar_prefix_home_capacities_unknown",
@@ -180,8 +180,6 @@ func (m *Metrics) prefixHome(backend string, h clusterscore.HomeDecision) {
 	switch {
 	case h.Queued:
 		result = "queued"
-	case h.Stalled:
-		result = "stalled"
 	case h.Left:
 		result = "left"
 	}

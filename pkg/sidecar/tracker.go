@@ -158,7 +158,7 @@ func (t *tracker) routed(c *routetable.Cluster, outcome string, sent time.Time, 
 func (t *tracker) refused(c *routetable.Cluster, code int) {
 	t.cluster, t.outcome, t.code = c.Name, OutcomeRefused, code
 	if t.d.needs.Observed {
-		t.mem.Observed.Abandoned(t.d.req.Scope, c.Name, code >= 500 || code == http.StatusTooManyRequests)
+		t.mem.Observed.Finished(t.d.req.Scope, c.Name, code >= 500 || code == http.StatusTooManyRequests)
 	}
 }
 
@@ -167,7 +167,7 @@ func (t *tracker) refused(c *routetable.Cluster, code int) {
 // Nothing counts against it when the gateway went away (ctx).
 func (t *tracker) failed(ctx context.Context, c *routetable.Cluster, err error) {
 	if t.d.needs.Observed {
-		t.mem.Observed.Abandoned(t.d.req.Scope, c.Name, ctx.Err() == nil)
+		t.mem.Observed.Finished(t.d.req.Scope, c.Name, ctx.Err() == nil)
 	}
 	if ctx.Err() != nil {
 		return

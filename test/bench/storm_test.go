@@ -106,7 +106,7 @@ func benchReconnectStorm(b *testing.B, e *env) {
 	if lost != nil {
 		note = "NOT every reader had the change after 2 minutes; " + note
 	}
-	results.check("member restart", fmt.Sprintf("%d importers reconnecting at once to a restarted mci-apiserver: last one consistent", k), "s", consistent.Seconds(),
+	results.check("member restart", fmt.Sprintf("%d clusters, %d importers reconnecting at once to a restarted mci-apiserver: last one consistent", len(e.names), k), "s", consistent.Seconds(),
 		"all importers", lost == nil, note)
 }
 

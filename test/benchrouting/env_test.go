@@ -338,6 +338,27 @@ func sidecarGeneration(ctx context.Context, host string) (float64, error) {
 	return v, err
 }
 
+// homeDecisions sums mci_sidecar_prefix_home_requests_total by result over
+// the mci-sidecars on hosts: where the requests with a home went.
+func homeDecisions(ctx context.Context, hosts []string) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, host := range hosts {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		m, err := promtext.Get(ctx, "http://"+net.JoinHostPort(host, "9090")+"/metrics")
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("reading mci-sidecar's metrics: %w", err)
+		}
+		for _, result := range homeResults {
+			out[result] += m.Sum("mci_sidecar_prefix_home_requests_total", map[string]string{"result": result})
+		}
+	}
+	return out, nil
+}
+
+// homeResults are the results of mci_sidecar_prefix_home_requests_total.
+var homeResults = []string{"home", "queued", "left"}
+
 // allServers lists every model server as cluster and URL.
 func (e *env) allServers() []server {
 	var out []server

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,6 +76,26 @@ type viaSidecar struct{ gateway string }
 
 func (v viaSidecar) route(context.Context, []byte) (string, func(), error) {
 	return v.gateway, noop, nil
+}
+
+// sidecarHosts are the hosts of the mci-sidecars a router sends through
+// (each shares its gateway's address, its metrics on 9090); none for the
+// references, which route without one.
+func sidecarHosts(rt router) []string {
+	var gateways []string
+	switch r := rt.(type) {
+	case viaSidecar:
+		gateways = []string{r.gateway}
+	case *dealer:
+		gateways = r.gateways
+	}
+	var hosts []string
+	for _, g := range gateways {
+		if u, err := url.Parse(g); err == nil {
+			hosts = append(hosts, u.Hostname())
+		}
+	}
+	return hosts
 }
 
 // routerFor returns the router of a policy, setting the route's policy

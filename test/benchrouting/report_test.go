@@ -39,6 +39,10 @@ type policyResult struct {
 	// 0 elsewhere): each waits there until the run's background requests
 	// end, seconds later, so a few of them make the scenario's p99.
 	AfterSaturation float64 `json:"sent_after_saturation_per_run"`
+	// HomeDecisions are, per run, the requests with a home cluster by
+	// where they went (mci_sidecar_prefix_home_requests_total: home,
+	// queued, left); absent for routings without homes.
+	HomeDecisions map[string]float64 `json:"home_decisions_per_run,omitempty"`
 	// Repetitions are the figures the targets compare, of each
 	// repetition alone (when there are several): the spread a target is
 	// judged against (summary_test.go).
@@ -132,6 +136,7 @@ func summarize(runs []*runResult) *policyResult {
 	if len(runs) > 0 {
 		r.AfterSaturation = round(float64(afterSaturation)/float64(len(runs)), 1)
 	}
+	r.HomeDecisions = homeDecisionsPerRun(runs)
 	r.Repetitions = repetitions(runs)
 	for _, c := range clusterNames {
 		var busy, waiting float64
@@ -250,16 +255,35 @@ func (r *results) markdown() string {
 	return b.String()
 }
 
+// homeDecisionsPerRun averages the runs' home decisions; nil when no
+// request had a home.
+func homeDecisionsPerRun(runs []*runResult) map[string]float64 {
+	sum, total := map[string]float64{}, 0.0
+	for _, run := range runs {
+		for k, v := range run.homes {
+			sum[k] += v
+			total += v
+		}
+	}
+	if total == 0 {
+		return nil
+	}
+	for k := range sum {
+		sum[k] = round(sum[k]/float64(len(runs)), 1)
+	}
+	return sum
+}
+
 // workloadTable is one workload's table: the hit ratio from the
 // simulators' own counters, TTFT, the largest share of requests one of the
 // equal clusters took, errors.
 func workloadTable(policies []string, w *workloadResult) string {
 	var b strings.Builder
-	b.WriteString("| routing | prefix-cache hit ratio | TTFT p50 | TTFT p99 | max share (equal clusters) | errors | shed | requests a / b (local) / c | completed req/s | e2e p99 |")
+	b.WriteString("| routing | prefix-cache hit ratio | TTFT p50 | TTFT p99 | max share (equal clusters) | errors | shed | requests a / b (local) / c | completed req/s | e2e p99 | home / queued / left, per run |")
 	if w.Spec.Saturate {
 		fmt.Fprintf(&b, " sent to %s after it filled, per run |", saturatedCluster)
 	}
-	b.WriteString("\n|---|---|---|---|---|---|---|---|---|---|")
+	b.WriteString("\n|---|---|---|---|---|---|---|---|---|---|---|")
 	if w.Spec.Saturate {
 		b.WriteString("---|")
 	}
@@ -272,6 +296,11 @@ func workloadTable(policies []string, w *workloadResult) string {
 		fmt.Fprintf(&b, "| `%s` | %.3f | %.0f ms | %.0f ms | %.2f | %.3f | %.3f | %.2f / %.2f / %.2f | %.1f | %.0f ms |",
 			p, pr.PrefixHit, pr.TTFTP50, pr.TTFTP99, maxShare(pr, w.Spec), pr.ErrorRatio, pr.ShedRatio,
 			pr.ClusterShare["cluster-a"], pr.ClusterShare["cluster-b"], pr.ClusterShare["cluster-c"], pr.Throughput, pr.E2EP99)
+		if h := pr.HomeDecisions; h != nil {
+			fmt.Fprintf(&b, " %.1f / %.1f / %.1f |", h["home"], h["queued"], h["left"])
+		} else {
+			b.WriteString(" — |")
+		}
 		if w.Spec.Saturate {
 			fmt.Fprintf(&b, " %.1f |", pr.AfterSaturation)
 		}

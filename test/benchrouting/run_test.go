@@ -55,6 +55,9 @@ type runResult struct {
 	// hitTokens and queryTokens are the simulators' prefix cache counters
 	// over the run.
 	hitTokens, queryTokens uint64
+	// homes counts the sidecars' home decisions of the run by result
+	// (homeResults); nil for a reference routing.
+	homes map[string]float64
 }
 
 // runPolicy sends reqs through policy's router on their schedule and
@@ -69,6 +72,11 @@ func runPolicy(ctx context.Context, e *env, w spec, policy string, reqs []worklo
 		return nil, err
 	}
 	before, err := e.cacheStats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hosts := sidecarHosts(rt)
+	homesBefore, err := homeDecisions(ctx, hosts)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +130,16 @@ func runPolicy(ctx context.Context, e *env, w spec, policy string, reqs []worklo
 	for url, a := range after {
 		res.hitTokens += a.HitTokens - before[url].HitTokens
 		res.queryTokens += a.QueryTokens - before[url].QueryTokens
+	}
+	if len(hosts) > 0 {
+		homesAfter, err := homeDecisions(ctx, hosts)
+		if err != nil {
+			return nil, err
+		}
+		res.homes = map[string]float64{}
+		for _, r := range homeResults {
+			res.homes[r] = homesAfter[r] - homesBefore[r]
+		}
 	}
 	return res, nil
 }

@@ -183,10 +183,9 @@ func (m *Metrics) prefixHome(backend string, h clusterscore.HomeDecision) {
 	case h.Left:
 		result = "left"
 	}
-	alike := h.Alike
 	m.homes.WithLabelValues(backend, result).Inc()
 	v := 0.0
-	if alike {
+	if h.Alike {
 		v = 1
 	}
 	m.homesAlike.WithLabelValues(backend).Set(v)

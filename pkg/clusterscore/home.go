@@ -92,9 +92,7 @@ type HomeDecision struct {
 	// key yet: no cluster is known to cache it, so it goes where the
 	// backend's rotation deals it among the candidates within the bound
 	// (its home or not), and prompts that share nothing are spread as
-	// round-robin spreads them; to its home instead when the home is
-	// within the bound and holds fewer of this sidecar's requests than
-	// the cluster dealt.
+	// round-robin spreads them.
 	New bool
 	// Alike is true when the candidates counted alike for the hashing and
 	// the bound because not every one reported its ready pods (fresh pool
@@ -129,8 +127,7 @@ func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots [
 // the first tier, within the bound (homeWithin) and not queued
 // (homeBound.queued), else the candidate of the first tier that takes it
 // instead (spillTo), else leaves the order as it is; a key new to this
-// sidecar is spread by the rotation instead (spread), unless its home is
-// the lighter of the two. It returns the
+// sidecar is spread by the rotation instead (spread). It returns the
 // decision, with an empty Home when the request has no prompt block: the
 // picker then leads as it would without a home.
 func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots []slot, rot *Rotation) HomeDecision {
@@ -155,13 +152,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	lead := home
 	switch {
 	case d.New:
-		// The home when it is lighter than the cluster dealt: a group's
-		// first request then lands where the rest of the group will go,
-		// and balance loses nothing.
 		lead = within.spread(kept[:n], rot)
-		if lead >= 0 && lead != home && home < n && within.takes(h) && within.lighter(h, kept[lead]) {
-			lead = home
-		}
 		d.Left = lead != home
 	case home >= n || !within.takes(h):
 		d.Left = true
@@ -221,12 +212,6 @@ func (b homeBound) queued(i int) bool {
 // bound is the most candidate i may hold with the request.
 func (b homeBound) bound(i int) float64 {
 	return math.Ceil(b.c * (b.total + 1) * b.slots[i].capacity / b.capacity)
-}
-
-// lighter reports whether candidate i holds fewer of this sidecar's
-// requests per unit of capacity than candidate j.
-func (b homeBound) lighter(i, j int) bool {
-	return b.slots[i].homeLoad*b.slots[j].capacity < b.slots[j].homeLoad*b.slots[i].capacity
 }
 
 // takes reports whether candidate i is within the bound with the

@@ -271,48 +271,6 @@ func stalePool(queue, kv float64) *PoolMetrics {
 // clusters within the bound and not queued, whatever its home, which is
 // how prompts that share nothing spread as evenly as round-robin spreads
 // them.
-// TestNewPromptGoesHomeWhenLighter: a prompt new to the sidecar goes to
-// its home instead of the cluster the rotation deals when the home holds
-// fewer of the sidecar's requests (then the home is also the better
-// choice for balance, and a group's first request lands where the rest of
-// the group will go); at equal loads the rotation deals it.
-func TestNewPromptGoesHomeWhenLighter(t *testing.T) {
-	var blocks []uint64
-	for seed := uint64(1); blocks == nil; seed++ {
-		if b := chain(seed, 8); homeOf(b, "a", "b", "c") == "b" {
-			blocks = b
-		}
-	}
-	tests := []struct {
-		name     string
-		inFlight map[string]int
-		want     string
-	}{
-		{name: "the home (b) is lighter than the dealt cluster (a)", inFlight: map[string]int{"a": 1}, want: "b"},
-		{name: "equal loads: the rotation deals it", inFlight: map[string]int{}, want: "a"},
-		{name: "the home (b) holds more: the rotation deals it", inFlight: map[string]int{"b": 1}, want: "a"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := newAffinityFixture(t)
-			for c, n := range tt.inFlight {
-				for range n {
-					f.mem.Observed.Started(scope, c)
-				}
-			}
-			req := f.req()
-			req.Blocks = blocks
-			var ex Explanation
-			order, err := f.p.Pick(req, f.cands, NewRotation(f.cands), nil, &ex)
-			require.NoError(t, err)
-			require.True(t, ex.Home.New, ex.String())
-			assert.Equal(t, "b", ex.Home.Home)
-			assert.Equal(t, tt.want, f.cands[order[0]].Name, ex.String())
-			assert.Equal(t, tt.want != "b", ex.Home.Left, ex.String())
-		})
-	}
-}
-
 func TestNewPromptsAreDealtInTurn(t *testing.T) {
 	tests := []struct {
 		name string

@@ -23,6 +23,12 @@ type config struct {
 	// order.
 	RunDuration time.Duration `json:"runDuration"`
 	Repetitions int           `json:"repetitions"`
+	// Warmup, on each workload before its repetitions, sends the
+	// workload once through mci-sidecar (the first sidecar policy, one
+	// replica), uncounted: every measured run then meets a sidecar that
+	// has seen the workload's groups, as a running sidecar has, whatever
+	// the order of the policies.
+	Warmup bool `json:"warmup"`
 	// RequestTimeout bounds each request; one that runs out counts as an
 	// error.
 	RequestTimeout time.Duration `json:"requestTimeout"`
@@ -185,6 +191,7 @@ func defaultConfig(profile string) config {
 		// steadier figures in about an hour.
 		RunDuration:    18 * time.Second,
 		Repetitions:    2,
+		Warmup:         true,
 		RequestTimeout: 20 * time.Second,
 		Cost: simulator.CostModel{
 			BlockTokens: 16, CacheBlocks: 1024,
@@ -205,6 +212,7 @@ func defaultConfig(profile string) config {
 		c.Profile = "smoke"
 		c.RunDuration = 4 * time.Second
 		c.Repetitions = 1
+		c.Warmup = false
 		c.RequestTimeout = 10 * time.Second
 		c.Workloads = []string{"issue-23", workloadNoPrefix}
 	}
@@ -212,7 +220,7 @@ func defaultConfig(profile string) config {
 }
 
 // loadConfig reads MCI_BENCH_PROFILE (full or smoke) and the overrides
-// MCI_BENCH_ROUTING_DURATION (per run), _REPETITIONS, _WORKLOADS and
+// MCI_BENCH_ROUTING_DURATION (per run), _REPETITIONS, _WARMUP, _WORKLOADS and
 // _POLICIES (comma-separated; semicolon-separated when the list holds a
 // ";", so that inline configurations such as
 // "prefix-cache=3,in-flight=1;RoundRobin" can be compared), and
@@ -240,6 +248,13 @@ func loadConfig() (config, error) {
 			errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_REPETITIONS=%q: want 1 to 20", v))
 		}
 		c.Repetitions = n
+	}
+	if v := os.Getenv("MCI_BENCH_ROUTING_WARMUP"); v != "" {
+		w, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_WARMUP=%q: want true or false", v))
+		}
+		c.Warmup = w
 	}
 	if v := os.Getenv("MCI_BENCH_ROUTING_WORKLOADS"); v != "" {
 		c.Workloads = splitList(v, ",")

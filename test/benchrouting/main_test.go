@@ -23,7 +23,8 @@
 // servers per cluster, round trips) restarts the data path. On each
 // workload every policy meets the same requests, one after the other with
 // every cache emptied before each run, interleaved over the repetitions
-// with the order rotated each time. The sidecar's policies are selected by
+// with the order rotated each time, after an uncounted warm-up run through
+// the sidecar (warmUp). The sidecar's policies are selected by
 // the HTTPRoute's annotation mci.x-k8s.io/cluster-policy; "<policy>@<n>"
 // sends the requests in turn through n mci-sidecar replicas (the data
 // path's and n-1 started by the harness, each with its gateway). The
@@ -98,6 +99,9 @@ func BenchmarkRouting(b *testing.B) {
 		wr := &workloadResult{Spec: w, RateRPS: round(prof.Rate, 2), CapacityRPS: round(capacity, 2), Requests: len(reqs), Policies: map[string]*policyResult{}}
 		res.Workloads[name] = wr
 		logf("workload %s: %d requests at %.1f req/s (capacity %.1f req/s)", name, len(reqs), prof.Rate, capacity)
+		if err := warmUp(ctx, e, w, name, prof); err != nil {
+			require.NoError(b, err, "workload %s: warm-up", name)
+		}
 		runs := map[string][]*runResult{}
 		for rep := range cfg.Repetitions {
 			for _, policy := range rotate(cfg.policiesOf(w), rep) {
@@ -124,6 +128,38 @@ func BenchmarkRouting(b *testing.B) {
 	}
 	res.Summary = summarizeFamily(res)
 	checkSane(b, res)
+}
+
+// warmUp sends the workload once through the first sidecar policy of w
+// (one replica), uncounted, when cfg.Warmup says so: mci-sidecar keeps
+// one memory for all its policies (homes, the learned index), so without
+// it the policy that runs first meets a sidecar that has never seen the
+// workload's groups and those after it one that has, and the measure
+// depends on the order. Its one-shot prompts are its own, as every run's.
+func warmUp(ctx context.Context, e *env, w spec, name string, prof workload.Profile) error {
+	if !cfg.Warmup {
+		return nil
+	}
+	for _, policy := range cfg.policiesOf(w) {
+		if isReference(policy) {
+			continue
+		}
+		base, _, err := parseReplicas(policy)
+		if err != nil {
+			return err
+		}
+		prof.OneShotSalt = "warmup-"
+		reqs, err := workload.Generate(prof)
+		if err != nil {
+			return err
+		}
+		if _, err := runPolicy(ctx, e, w, base, reqs); err != nil {
+			return err
+		}
+		logf("  %s warmed up through %s", name, base)
+		return nil
+	}
+	return nil
 }
 
 // calibrated is w's profile for one run, its rate calibrated to w.Load of

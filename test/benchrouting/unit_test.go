@@ -237,6 +237,7 @@ func TestLoadConfig(t *testing.T) {
 		{"full by default: the whole family", nil, func(t *testing.T, c config) {
 			assert.Equal(t, "full", c.Profile)
 			assert.Equal(t, familyOrder, c.Workloads)
+			assert.True(t, c.Warmup, "each workload warms the sidecar up before its measured runs")
 			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle"}, c.Policies)
 			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle", "MetricsBased"}, c.policiesOf(family[workloadSaturated]))
 			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle", "ClusterOracle", "PrefixAffinity@3"}, c.policiesOf(family["issue-23"]))
@@ -244,6 +245,7 @@ func TestLoadConfig(t *testing.T) {
 		{"smoke: two workloads on the same servers, the replica case included", map[string]string{"MCI_BENCH_PROFILE": "smoke"}, func(t *testing.T, c config) {
 			assert.Equal(t, []string{"issue-23", workloadNoPrefix}, c.Workloads)
 			assert.Equal(t, 1, c.Repetitions)
+			assert.False(t, c.Warmup)
 			assert.Contains(t, c.policiesOf(family["issue-23"]), "PrefixAffinity@3")
 		}, ""},
 		{"a new policy name is one more entry", map[string]string{"MCI_BENCH_ROUTING_POLICIES": "Weighted, PrefixAffinity,Oracle"}, func(t *testing.T, c config) {
@@ -253,7 +255,8 @@ func TestLoadConfig(t *testing.T) {
 		{"inline configurations are separated by semicolons", map[string]string{"MCI_BENCH_ROUTING_POLICIES": "prefix-cache=3,in-flight=1; RoundRobin;"}, func(t *testing.T, c config) {
 			assert.Equal(t, []string{"prefix-cache=3,in-flight=1", "RoundRobin"}, c.Policies)
 		}, ""},
-		{"overrides", map[string]string{"MCI_BENCH_ROUTING_DURATION": "30s", "MCI_BENCH_ROUTING_REPETITIONS": "3", "MCI_BENCH_ROUTING_WORKLOADS": "no-shared-prefix, far-remote"}, func(t *testing.T, c config) {
+		{"overrides", map[string]string{"MCI_BENCH_ROUTING_DURATION": "30s", "MCI_BENCH_ROUTING_REPETITIONS": "3", "MCI_BENCH_ROUTING_WARMUP": "false", "MCI_BENCH_ROUTING_WORKLOADS": "no-shared-prefix, far-remote"}, func(t *testing.T, c config) {
+			assert.False(t, c.Warmup)
 			assert.Equal(t, 30*time.Second, c.RunDuration)
 			assert.Equal(t, 3, c.Repetitions)
 			assert.Equal(t, []string{workloadNoPrefix, "far-remote"}, c.Workloads)
@@ -261,12 +264,13 @@ func TestLoadConfig(t *testing.T) {
 		{"bad profile", map[string]string{"MCI_BENCH_PROFILE": "huge"}, nil, "want full or smoke"},
 		{"bad duration", map[string]string{"MCI_BENCH_ROUTING_DURATION": "fast"}, nil, "MCI_BENCH_ROUTING_DURATION"},
 		{"bad repetitions", map[string]string{"MCI_BENCH_ROUTING_REPETITIONS": "0"}, nil, "REPETITIONS"},
+		{"bad warm-up", map[string]string{"MCI_BENCH_ROUTING_WARMUP": "sometimes"}, nil, "MCI_BENCH_ROUTING_WARMUP"},
 		{"unknown workload", map[string]string{"MCI_BENCH_ROUTING_WORKLOADS": "chaos"}, nil, `unknown workload "chaos"`},
 		{"bad replicas", map[string]string{"MCI_BENCH_ROUTING_POLICIES": "PrefixAffinity@9"}, nil, "1 to 3 replicas"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, k := range []string{"MCI_BENCH_PROFILE", "MCI_BENCH_ROUTING_DURATION", "MCI_BENCH_ROUTING_REPETITIONS", "MCI_BENCH_ROUTING_WORKLOADS", "MCI_BENCH_ROUTING_POLICIES"} {
+			for _, k := range []string{"MCI_BENCH_PROFILE", "MCI_BENCH_ROUTING_DURATION", "MCI_BENCH_ROUTING_REPETITIONS", "MCI_BENCH_ROUTING_WARMUP", "MCI_BENCH_ROUTING_WORKLOADS", "MCI_BENCH_ROUTING_POLICIES"} {
 				t.Setenv(k, tt.env[k])
 			}
 			c, err := loadConfig()

@@ -189,7 +189,7 @@ BENCH_ROUTING_FLAGS := -run '^$$' -bench BenchmarkRouting -benchtime=1x -v
 
 .PHONY: bench-routing
 bench-routing: build tools
-	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_BENCH_ROUTING_OUT=$(CURDIR)/_output/bench-routing go test $(BENCH_ROUTING_FLAGS) -timeout 30m ./test/benchrouting/
+	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_BENCH_ROUTING_OUT=$(CURDIR)/_output/bench-routing go test $(BENCH_ROUTING_FLAGS) -timeout 40m ./test/benchrouting/
 
 .PHONY: bench-routing-smoke
 bench-routing-smoke: build tools

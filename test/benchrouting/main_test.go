@@ -99,9 +99,7 @@ func BenchmarkRouting(b *testing.B) {
 		wr := &workloadResult{Spec: w, RateRPS: round(prof.Rate, 2), CapacityRPS: round(capacity, 2), Requests: len(reqs), Policies: map[string]*policyResult{}}
 		res.Workloads[name] = wr
 		logf("workload %s: %d requests at %.1f req/s (capacity %.1f req/s)", name, len(reqs), prof.Rate, capacity)
-		if err := warmUp(ctx, e, w, name, prof); err != nil {
-			require.NoError(b, err, "workload %s: warm-up", name)
-		}
+		require.NoError(b, warmUp(ctx, e, w, name, prof), "workload %s: warm-up", name)
 		runs := map[string][]*runResult{}
 		for rep := range cfg.Repetitions {
 			for _, policy := range rotate(cfg.policiesOf(w), rep) {
@@ -153,10 +151,12 @@ func warmUp(ctx context.Context, e *env, w spec, name string, prof workload.Prof
 		if err != nil {
 			return err
 		}
-		if _, err := runPolicy(ctx, e, w, base, reqs); err != nil {
+		run, err := runPolicy(ctx, e, w, base, reqs)
+		if err != nil {
 			return err
 		}
-		logf("  %s warmed up through %s", name, base)
+		one := summarize([]*runResult{run})
+		logf("  %s warmed up through %s (uncounted): hit %.2f, errors %.3f", name, base, one.PrefixHit, one.ErrorRatio)
 		return nil
 	}
 	return nil

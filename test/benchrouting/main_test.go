@@ -45,6 +45,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -135,30 +136,26 @@ func BenchmarkRouting(b *testing.B) {
 // workload's groups and those after it one that has, and the measure
 // depends on the order. Its one-shot prompts are its own, as every run's.
 func warmUp(ctx context.Context, e *env, w spec, name string, prof workload.Profile) error {
-	if !cfg.Warmup {
+	policies := cfg.policiesOf(w)
+	i := slices.IndexFunc(policies, func(p string) bool { return !isReference(p) })
+	if !cfg.Warmup || i < 0 {
 		return nil
 	}
-	for _, policy := range cfg.policiesOf(w) {
-		if isReference(policy) {
-			continue
-		}
-		base, _, err := parseReplicas(policy)
-		if err != nil {
-			return err
-		}
-		prof.OneShotSalt = oneShotSalt(name, "warmup")
-		reqs, err := workload.Generate(prof)
-		if err != nil {
-			return err
-		}
-		run, err := runPolicy(ctx, e, w, base, reqs)
-		if err != nil {
-			return err
-		}
-		one := summarize([]*runResult{run})
-		logf("  %s warmed up through %s (uncounted): hit %.2f, errors %.3f", name, base, one.PrefixHit, one.ErrorRatio)
-		return nil
+	policy, _, err := parseReplicas(policies[i])
+	if err != nil {
+		return err
 	}
+	prof.OneShotSalt = oneShotSalt(name, "warmup")
+	reqs, err := workload.Generate(prof)
+	if err != nil {
+		return err
+	}
+	run, err := runPolicy(ctx, e, w, policy, reqs)
+	if err != nil {
+		return err
+	}
+	one := summarize([]*runResult{run})
+	logf("  %s warmed up through %s (uncounted): hit %.2f, errors %.3f", name, policy, one.PrefixHit, one.ErrorRatio)
 	return nil
 }
 

@@ -85,7 +85,8 @@ func (e *Explanation) fill(slots []slot) {
 // bound, "new" for a key not served yet, "capacities-unknown" when the
 // candidates counted alike, the home's scraped queue per server
 // ("home-queue", when measured), "queued" when that queue made the home
-// loaded, and "left" when the request went elsewhere, such as
+// loaded, "left" when the request went elsewhere and "second=<name>" when
+// that was its key's second home, such as
 //
 //	PrefixAffinity home=b,home-load=6,home-bound=5,home-queue=7,left a:kept,tier=0,load=2.5,affinity-withheld,prefix-cache=0,in-flight=1,total=1 b:saturated
 func (e *Explanation) String() string {
@@ -113,6 +114,10 @@ func (e *Explanation) String() string {
 		}
 		if h.Left {
 			b.WriteString(",left")
+		}
+		if h.Second != "" {
+			b.WriteString(",second=")
+			b.WriteString(h.Second)
 		}
 	}
 	for _, c := range e.Clusters {

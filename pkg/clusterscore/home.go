@@ -85,9 +85,13 @@ type HomeDecision struct {
 	Queued bool
 	// Left is true when the home's load was beyond the bound, its queue
 	// beyond the margin (Queued), or the home was not in the first tier
-	// (saturated, stale), so that the request went to the best scored
-	// candidate within the bound.
+	// (saturated, stale), so that the request went to its second home
+	// (Second) if that one takes it, else to the best scored candidate
+	// within the bound.
 	Left bool
+	// Second is the name of the cluster a request that left its home went
+	// to as its key's second home (secondHome); "" when it went elsewhere.
+	Second string
 	// New is true when this sidecar has not served a prompt of this home
 	// key yet: no cluster is known to cache it, so it goes where the
 	// backend's rotation deals it among the candidates within the bound
@@ -125,9 +129,10 @@ func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots [
 
 // leadHome moves the request's home to the front of kept when it is in
 // the first tier, within the bound (homeWithin) and not queued
-// (homeBound.queued), else the candidate of the first tier that takes it
-// instead (spillTo), else leaves the order as it is; a key new to this
-// sidecar is spread by the rotation instead (spread). It returns the
+// (homeBound.queued), else its second home (secondHome) when that one is
+// in the first tier and takes it, else the candidate of the first tier
+// that takes it instead (spillTo), else leaves the order as it is; a key
+// new to this sidecar is spread by the rotation instead (spread). It returns the
 // decision, with an empty Home when the request has no prompt block: the
 // picker then leads as it would without a home.
 func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots []slot, rot *Rotation) HomeDecision {
@@ -157,6 +162,9 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	case home >= n || !within.takes(h):
 		d.Left = true
 		lead = within.spillTo(home, kept[:n])
+		if s := p.secondHome(req, key, cands, kept, slots, home); s >= 0 && s < n && within.takes(kept[s]) {
+			lead, d.Second = s, cands[kept[s]].Name
+		}
 	}
 	if lead > 0 {
 		c := kept[lead]
@@ -256,18 +264,14 @@ func (p *Pipeline) findHome(req *Request, key uint64, cands []Candidate, kept []
 	for _, i := range kept {
 		byPods = byPods && slots[i].capacity > 0
 	}
-	var idBuf [maxStack]uint32
-	var capBuf [maxStack]float64
-	ids, caps := idBuf[:0], capBuf[:0]
-	if len(kept) > maxStack {
-		ids, caps = make([]uint32, 0, len(kept)), make([]float64, 0, len(kept))
-	}
-	for _, i := range kept {
-		if !byPods {
+	if !byPods {
+		for _, i := range kept {
 			slots[i].capacity = 1
 		}
-		ids, caps = append(ids, ClusterID(cands[i].Name)), append(caps, slots[i].capacity)
 	}
+	var idBuf [maxStack]uint32
+	var capBuf [maxStack]float64
+	ids, caps := keptIDs(cands, kept, slots, idBuf[:0], capBuf[:0])
 	// An established key has the home Homes deals it; another, the
 	// first of its rendezvous order.
 	assigned, served := p.mem.Homes.Home(req.Scope, key, ids, caps, req.Now)
@@ -276,12 +280,45 @@ func (p *Pipeline) findHome(req *Request, key uint64, cands []Candidate, kept []
 		home = slices.Index(ids, assigned)
 	}
 	if home < 0 {
-		best := math.Inf(-1)
-		for k := range kept {
-			if r := rendezvous(key, ids[k], caps[k]); r > best {
-				home, best = k, r
-			}
-		}
+		home = firstByRendezvous(key, ids, caps, -1)
 	}
 	return home, served, !byPods
+}
+
+// secondHome returns the index in kept of where a request whose home (at
+// index home in kept) cannot take it goes first: for an established key,
+// its home in the dealing of the keys without that cluster (Homes.Second),
+// so that the groups of a full or failed cluster spread over the others in
+// equal shares and every replica sends them to the same place; for a key
+// served once, the next of its rendezvous order. findHome has set the
+// capacities.
+func (p *Pipeline) secondHome(req *Request, key uint64, cands []Candidate, kept []int, slots []slot, home int) int {
+	var idBuf [maxStack]uint32
+	var capBuf [maxStack]float64
+	ids, caps := keptIDs(cands, kept, slots, idBuf[:0], capBuf[:0])
+	if id := p.mem.Homes.Second(req.Scope, key, ids[home], ids, caps); id != 0 {
+		return slices.Index(ids, id)
+	}
+	return firstByRendezvous(key, ids, caps, home)
+}
+
+// keptIDs appends the cluster ids and capacities of the candidates kept to
+// ids and caps.
+func keptIDs(cands []Candidate, kept []int, slots []slot, ids []uint32, caps []float64) ([]uint32, []float64) {
+	for _, i := range kept {
+		ids, caps = append(ids, ClusterID(cands[i].Name)), append(caps, slots[i].capacity)
+	}
+	return ids, caps
+}
+
+// firstByRendezvous is the index of the cluster of the highest rendezvous
+// score for key, skipping index skip; -1 when there is none.
+func firstByRendezvous(key uint64, ids []uint32, caps []float64, skip int) int {
+	first, best := -1, math.Inf(-1)
+	for k := range ids {
+		if r := rendezvous(key, ids[k], caps[k]); k != skip && r > best {
+			first, best = k, r
+		}
+	}
+	return first
 }

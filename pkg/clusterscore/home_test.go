@@ -23,6 +23,18 @@ func homeOf(blocks []uint64, names ...string) string {
 	return home
 }
 
+// secondOf is the cluster of the next highest rendezvous score after
+// home: where a key served once goes when its home cannot take it.
+func secondOf(blocks []uint64, home string, names ...string) string {
+	var others []string
+	for _, n := range names {
+		if n != home {
+			others = append(others, n)
+		}
+	}
+	return homeOf(blocks, others...)
+}
+
 // known makes the prompt known to the sidecar, as after its first request
 // (served on cluster), so that its home takes it within the full bound.
 func known(f *affinityFixture, req *Request, cluster string) {
@@ -83,6 +95,29 @@ func TestHomePlacement(t *testing.T) {
 			wantLeft: true,
 		},
 		{
+			name: "a request that leaves its home goes to its second home (the next of its rendezvous order) while that one takes it, not to a less loaded cluster",
+			setup: func(f *affinityFixture, req *Request, home string) {
+				known(f, req, home)
+				f.cand(home).Pool = freshPool(30, 0.5)
+				f.mem.Observed.Started(scope, secondOf(req.Blocks, home, "a", "b", "c"))
+			},
+			want:     "second",
+			wantLeft: true,
+		},
+		{
+			name: "a second home beyond the bound is passed over for the best scored cluster within it: 3 in flight, the other none (bound: 1.5 x 4/2, rounded up)",
+			setup: func(f *affinityFixture, req *Request, home string) {
+				known(f, req, home)
+				f.cand(home).Pool = freshPool(30, 0.5)
+				second := secondOf(req.Blocks, home, "a", "b", "c")
+				for range 3 {
+					f.mem.Observed.Started(scope, second)
+				}
+			},
+			want:     "third",
+			wantLeft: true,
+		},
+		{
 			name: "without the backend's rotation, a prompt new to the sidecar goes to the best scored cluster within the bound: not its home, busier by 1",
 			setup: func(f *affinityFixture, req *Request, home string) {
 				f.mem.Observed.Started(scope, home)
@@ -96,6 +131,7 @@ func TestHomePlacement(t *testing.T) {
 			f := newAffinityFixture(t)
 			req := f.req()
 			home := homeOf(req.Blocks, "a", "b", "c")
+			second := secondOf(req.Blocks, home, "a", "b", "c")
 			tt.setup(f, req, home)
 			var ex Explanation
 			order, err := f.p.Pick(req, f.cands, nil, nil, &ex)
@@ -108,6 +144,14 @@ func TestHomePlacement(t *testing.T) {
 				assert.Equal(t, home, got, ex.String())
 			case "not home":
 				assert.NotEqual(t, home, got, ex.String())
+			case "second":
+				assert.Equal(t, second, got, ex.String())
+				assert.Equal(t, second, ex.Home.Second, ex.String())
+				assert.Contains(t, ex.String(), ",left,second="+second, "the explanation says where")
+			case "third":
+				assert.NotEqual(t, home, got, ex.String())
+				assert.NotEqual(t, second, got, ex.String())
+				assert.Empty(t, ex.Home.Second, ex.String())
 			default:
 				assert.Equal(t, tt.want, got, ex.String())
 			}

@@ -55,7 +55,13 @@ type homeEntry struct {
 // candidates of one signature, at one version of the keys.
 type homeAssignment struct {
 	version, candidates uint64
+	keys                []uint64
 	home                map[uint64]uint32
+	// second holds, by cluster, the assignment of the same keys to the
+	// other candidates: where a key of that cluster goes when its home
+	// cannot take it (Second). Made the first time it is asked for, as
+	// most homes are never left.
+	second map[uint32]map[uint64]uint32
 }
 
 // DefaultHomeKeys and DefaultHomeTTL size the home keys: 4,096 prompt
@@ -143,13 +149,46 @@ func (h *Homes) Home(scope string, key uint64, ids []uint32, caps []float64, now
 	if served < 2 {
 		return 0, served
 	}
+	return h.assignment(scope, ids, caps).home[key], served
+}
+
+// Second returns the cluster id an established key of scope goes to when
+// its home cannot take it: the keys of that home dealt over the other
+// candidates as assign deals, each other candidate keeping its own keys,
+// so that the groups of a home that is full or out spread over the others
+// and leave them with equal shares of their capacity (within one), as
+// every replica that saw the same keys deals them; 0 when the key is not
+// established.
+func (h *Homes) Second(scope string, key uint64, home uint32, ids []uint32, caps []float64) uint32 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if el, ok := h.keys[scopedHome{scope, key}]; !ok || el.Value.(*homeEntry).served < 2 {
+		return 0
+	}
+	a := h.assignment(scope, ids, caps)
+	second, ok := a.second[home]
+	if !ok {
+		second = assignSecond(a.keys, a.home, home, ids, caps)
+		if a.second == nil {
+			a.second = map[uint32]map[uint64]uint32{}
+		}
+		a.second[home] = second
+	}
+	return second[key]
+}
+
+// assignment is the assignment of scope's established keys to the
+// candidates ids of capacities caps, made again when either changed.
+// h.mu is held.
+func (h *Homes) assignment(scope string, ids []uint32, caps []float64) *homeAssignment {
 	sig := signature(ids, caps)
 	a := h.assigned[scope]
 	if a == nil || a.version != h.versions[scope] || a.candidates != sig {
-		a = &homeAssignment{version: h.versions[scope], candidates: sig, home: assign(h.established(scope), ids, caps)}
+		keys := h.established(scope)
+		a = &homeAssignment{version: h.versions[scope], candidates: sig, keys: keys, home: assign(keys, ids, caps)}
 		h.assigned[scope] = a
 	}
-	return a.home[key], served
+	return a
 }
 
 // established lists the established keys of scope in order.
@@ -198,6 +237,43 @@ func assign(keys []uint64, ids []uint32, caps []float64) map[uint64]uint32 {
 		}
 		count[best]++
 		out[k] = ids[best]
+	}
+	return out
+}
+
+// assignSecond deals the keys that home holds in homes, in order, over
+// the other candidates, each to the first of its rendezvous order below
+// its share of all the keys (the number of keys times its capacity's
+// share among them, rounded up), counting the keys it holds already.
+func assignSecond(keys []uint64, homes map[uint64]uint32, home uint32, ids []uint32, caps []float64) map[uint64]uint32 {
+	out := map[uint64]uint32{}
+	total := 0.0
+	count := make([]float64, len(ids))
+	for i, id := range ids {
+		if id != home {
+			total += caps[i]
+		}
+	}
+	for _, k := range keys {
+		if i := slices.Index(ids, homes[k]); i >= 0 {
+			count[i]++
+		}
+	}
+	for _, k := range keys {
+		if homes[k] != home {
+			continue
+		}
+		best, score := -1, math.Inf(-1)
+		for i, id := range ids {
+			limit := math.Ceil(float64(len(keys)) * caps[i] / total)
+			if r := rendezvous(k, id, caps[i]); id != home && count[i] < limit && r > score {
+				best, score = i, r
+			}
+		}
+		if best >= 0 {
+			count[best]++
+			out[k] = ids[best]
+		}
 	}
 	return out
 }

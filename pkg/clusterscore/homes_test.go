@@ -1,6 +1,7 @@
 package clusterscore
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -106,4 +107,44 @@ func TestHomesAgreeAndMoveLittle(t *testing.T) {
 	assert.Zero(t, one.Len())
 	assert.Empty(t, one.assigned, "a scope's assignment goes with its last key")
 	assert.Empty(t, one.versions)
+}
+
+// When a home cannot take a request of an established key, the key's
+// second home is its home in the dealing of the same keys over the other
+// clusters: the groups of a cluster that is full or out are dealt to the
+// others in equal shares (with their own groups, within one of each
+// other), the same on every replica that saw the same groups.
+func TestHomesDealAHomesGroupsOverTheOthers(t *testing.T) {
+	names, caps := []string{"a", "b", "c"}, []float64{2, 2, 2}
+	ids := []uint32{ClusterID("a"), ClusterID("b"), ClusterID("c")}
+	ks := chain(11, 12)
+	one, two := NewHomes(0, 0), NewHomes(0, 0)
+	establish(one, ks, epoch)
+	establish(two, ks[6:], epoch)
+	establish(two, ks[:6], epoch)
+	homes := shares(t, one, ks, names, caps)
+	for out, name := range names {
+		after := map[string]int{}
+		for _, k := range ks {
+			home, _ := one.Home(scope, k, ids, caps, epoch)
+			if home != ids[out] {
+				after[names[slices.Index(ids, home)]]++
+				continue
+			}
+			second := one.Second(scope, k, home, ids, caps)
+			require.NotZero(t, second, "a second home for every established key")
+			require.NotEqual(t, ids[out], second)
+			assert.Equal(t, second, two.Second(scope, k, home, ids, caps), "replicas agree")
+			after[names[slices.Index(ids, second)]]++
+		}
+		var counts []int
+		for _, n := range names {
+			if n != name {
+				counts = append(counts, after[n])
+			}
+		}
+		assert.LessOrEqual(t, max(counts[0], counts[1])-min(counts[0], counts[1]), 1,
+			"without %s, the others' groups within one of each other (homes %v, after %v)", name, homes, after)
+	}
+	assert.Zero(t, one.Second(scope, chain(12, 1)[0], ids[0], ids, caps), "no second home for a key not established")
 }

@@ -18,8 +18,8 @@ import (
 // The established keys of a scope are assigned in the order of their
 // values, each to the first cluster of its rendezvous order that has not
 // yet reached its share (the number of keys times its capacity's share,
-// rounded up): consistent hashing with bounded loads, over keys rather
-// than requests. The assignment is a function of the set of keys and of
+// rounded down, plus one for as many clusters as the keys need; deal):
+// consistent hashing with bounded loads, over keys rather than requests. The assignment is a function of the set of keys and of
 // the candidates alone, so that replicas which have seen the same groups
 // agree on it without talking; a key that joins or leaves moves few
 // others. It is recomputed only when either changes.
@@ -212,68 +212,83 @@ func signature(ids []uint32, caps []float64) uint64 {
 	return s
 }
 
-// assign deals keys, in order, each to the first candidate of its
-// rendezvous order below its share: the number of keys times its
-// capacity's share, rounded up.
+// assign deals keys, in order, over the candidates ids of capacities
+// caps (deal).
 func assign(keys []uint64, ids []uint32, caps []float64) map[uint64]uint32 {
 	out := make(map[uint64]uint32, len(keys))
-	if len(ids) == 0 {
-		return out
-	}
-	total := 0.0
-	for _, c := range caps {
-		total += c
-	}
-	limit, count := make([]float64, len(ids)), make([]float64, len(ids))
-	for i, c := range caps {
-		limit[i] = math.Ceil(float64(len(keys)) * c / total)
-	}
+	deal(keys, len(keys), ids, caps, make([]int, len(ids)), out)
+	return out
+}
+
+// assignSecond deals the keys that home holds in homes over the other
+// candidates (deal), each keeping the keys it holds already.
+func assignSecond(keys []uint64, homes map[uint64]uint32, home uint32, ids []uint32, caps []float64) map[uint64]uint32 {
+	var (
+		ofHome    []uint64
+		others    []uint32
+		otherCaps []float64
+	)
 	for _, k := range keys {
-		best, score := 0, math.Inf(-1)
+		if homes[k] == home {
+			ofHome = append(ofHome, k)
+		}
+	}
+	for i, id := range ids {
+		if id != home {
+			others, otherCaps = append(others, id), append(otherCaps, caps[i])
+		}
+	}
+	count := make([]int, len(others))
+	for _, k := range keys {
+		if i := slices.Index(others, homes[k]); i >= 0 {
+			count[i]++
+		}
+	}
+	out := make(map[uint64]uint32, len(ofHome))
+	deal(ofHome, len(keys), others, otherCaps, count, out)
+	return out
+}
+
+// deal deals keys, in order, each to the first candidate of its
+// rendezvous order below its share of total keys, counting the keys each
+// holds already (count): its capacity's share of total, rounded down, and
+// one more for as many candidates as the keys need, first come. So equal
+// candidates end within one key of each other: rounded up, 4 keys over 3
+// clusters could be dealt 2, 2 and 0.
+func deal(keys []uint64, total int, ids []uint32, caps []float64, count []int, out map[uint64]uint32) {
+	if len(ids) == 0 {
+		return
+	}
+	sum := 0.0
+	for _, c := range caps {
+		sum += c
+	}
+	base := make([]int, len(ids))
+	room := 0
+	for i, c := range caps {
+		base[i] = int(math.Floor(float64(total)*c/sum + 1e-9))
+		room += max(base[i]-count[i], 0)
+	}
+	// extra is how many candidates may still take one key beyond their
+	// share rounded down.
+	extra := len(keys) - room
+	for _, k := range keys {
+		best, score := -1, math.Inf(-1)
 		for i, id := range ids {
-			if r := rendezvous(k, id, caps[i]); count[i] < limit[i] && r > score {
+			open := count[i] < base[i] || (count[i] == base[i] && extra > 0)
+			if r := rendezvous(k, id, caps[i]); open && r > score {
 				best, score = i, r
 			}
+		}
+		if best < 0 {
+			// Only when the keys held already exceed the shares: the first
+			// of its rendezvous order.
+			best = firstByRendezvous(k, ids, caps, -1)
+		}
+		if count[best] >= base[best] {
+			extra--
 		}
 		count[best]++
 		out[k] = ids[best]
 	}
-	return out
-}
-
-// assignSecond deals the keys that home holds in homes, in order, over
-// the other candidates, each to the first of its rendezvous order below
-// its share of all the keys (the number of keys times its capacity's
-// share among them, rounded up), counting the keys it holds already.
-func assignSecond(keys []uint64, homes map[uint64]uint32, home uint32, ids []uint32, caps []float64) map[uint64]uint32 {
-	out := map[uint64]uint32{}
-	total := 0.0
-	count := make([]float64, len(ids))
-	for i, id := range ids {
-		if id != home {
-			total += caps[i]
-		}
-	}
-	for _, k := range keys {
-		if i := slices.Index(ids, homes[k]); i >= 0 {
-			count[i]++
-		}
-	}
-	for _, k := range keys {
-		if homes[k] != home {
-			continue
-		}
-		best, score := -1, math.Inf(-1)
-		for i, id := range ids {
-			limit := math.Ceil(float64(len(keys)) * caps[i] / total)
-			if r := rendezvous(k, id, caps[i]); id != home && count[i] < limit && r > score {
-				best, score = i, r
-			}
-		}
-		if best >= 0 {
-			count[best]++
-			out[k] = ids[best]
-		}
-	}
-	return out
 }

@@ -70,6 +70,26 @@ func TestHomesDealGroupsInEqualShares(t *testing.T) {
 	}
 }
 
+// Whatever the keys, equal clusters are dealt within one key of each
+// other (shares rounded up would allow 4 keys over 3 clusters to go 2, 2
+// and 0).
+func TestHomesDealWithinOneWhateverTheKeys(t *testing.T) {
+	names, caps := []string{"a", "b", "c"}, []float64{2, 2, 2}
+	for n := 1; n <= 7; n++ {
+		for seed := range uint64(100) {
+			ks := chain(1000+seed*10+uint64(n), n)
+			h := NewHomes(0, 0)
+			establish(h, ks, epoch)
+			got := shares(t, h, ks, names, caps)
+			least, most := n, 0
+			for _, name := range names {
+				least, most = min(least, got[name]), max(most, got[name])
+			}
+			require.LessOrEqual(t, most-least, 1, "%d keys (seed %d): %v", n, seed, got)
+		}
+	}
+}
+
 // Two replicas that served the same groups in another order deal them
 // alike; a group that joins moves few of the others; a group not served
 // for the TTL is forgotten.

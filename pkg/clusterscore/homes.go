@@ -19,10 +19,11 @@ import (
 // values, each to the first cluster of its rendezvous order that has not
 // yet reached its share (the number of keys times its capacity's share,
 // rounded down, plus one for as many clusters as the keys need; deal):
-// consistent hashing with bounded loads, over keys rather than requests. The assignment is a function of the set of keys and of
-// the candidates alone, so that replicas which have seen the same groups
-// agree on it without talking; a key that joins or leaves moves few
-// others. It is recomputed only when either changes.
+// consistent hashing with bounded loads, over keys rather than requests.
+// The assignment is a function of the set of keys and of the candidates
+// alone, so that replicas which have seen the same groups agree on it
+// without talking; a key that joins or leaves moves few others. It is
+// recomputed only when either changes.
 //
 // It is bounded (least recently served out) and forgets a key TTL after
 // its last request. It is safe for concurrent use.

@@ -140,7 +140,11 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	if key == 0 || len(kept) == 0 {
 		return HomeDecision{}
 	}
-	home, served, alike := p.findHome(req, key, cands, kept, slots)
+	alike := setCapacities(kept, slots)
+	var idBuf [maxStack]uint32
+	var capBuf [maxStack]float64
+	ids, caps := keptIDs(cands, kept, slots, idBuf[:0], capBuf[:0])
+	home, served := p.findHome(req, key, ids, caps)
 	// The bound compares the candidates of the first tier: those a
 	// request may go to before any saturated or stale one.
 	n := 1
@@ -162,7 +166,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	case home >= n || !within.takes(h):
 		d.Left = true
 		lead = within.spillTo(home, kept[:n])
-		if s := p.secondHome(req, key, cands, kept, slots, home); s >= 0 && s < n && within.takes(kept[s]) {
+		if s := p.secondHome(req, key, ids, caps, home); s >= 0 && s < n && within.takes(kept[s]) {
 			lead, d.Second = s, cands[kept[s]].Name
 		}
 	}
@@ -254,48 +258,43 @@ func (b homeBound) spread(first []int, rot *Rotation) int {
 	}))
 }
 
-// findHome returns the index in kept of the request's home, how many
-// requests of its key this sidecar has served, and whether the candidates
-// counted alike. It sets the candidates' capacities: their ready pods
-// when every candidate reports them; else every candidate counts alike,
-// rather than comparing pods with guesses.
-func (p *Pipeline) findHome(req *Request, key uint64, cands []Candidate, kept []int, slots []slot) (home, served int, alike bool) {
-	byPods := true
+// setCapacities makes the capacities of the candidates kept their ready
+// pods when every one reports them; else every candidate counts alike,
+// rather than comparing pods with guesses, and it returns true.
+func setCapacities(kept []int, slots []slot) (alike bool) {
 	for _, i := range kept {
-		byPods = byPods && slots[i].capacity > 0
+		alike = alike || slots[i].capacity <= 0
 	}
-	if !byPods {
+	if alike {
 		for _, i := range kept {
 			slots[i].capacity = 1
 		}
 	}
-	var idBuf [maxStack]uint32
-	var capBuf [maxStack]float64
-	ids, caps := keptIDs(cands, kept, slots, idBuf[:0], capBuf[:0])
+	return alike
+}
+
+// findHome returns the index, in the candidates' ids (of capacities caps),
+// of the request's home, and how many requests of its key this sidecar
+// has served.
+func (p *Pipeline) findHome(req *Request, key uint64, ids []uint32, caps []float64) (home, served int) {
 	// An established key has the home Homes deals it; another, the
 	// first of its rendezvous order.
 	assigned, served := p.mem.Homes.Home(req.Scope, key, ids, caps, req.Now)
-	home = -1
 	if assigned != 0 {
-		home = slices.Index(ids, assigned)
+		if home = slices.Index(ids, assigned); home >= 0 {
+			return home, served
+		}
 	}
-	if home < 0 {
-		home = firstByRendezvous(key, ids, caps, -1)
-	}
-	return home, served, !byPods
+	return firstByRendezvous(key, ids, caps, -1), served
 }
 
-// secondHome returns the index in kept of where a request whose home (at
-// index home in kept) cannot take it goes first: for an established key,
-// its home in the dealing of the keys without that cluster (Homes.Second),
-// so that the groups of a full or failed cluster spread over the others in
-// equal shares and every replica sends them to the same place; for a key
-// served once, the next of its rendezvous order. findHome has set the
-// capacities.
-func (p *Pipeline) secondHome(req *Request, key uint64, cands []Candidate, kept []int, slots []slot, home int) int {
-	var idBuf [maxStack]uint32
-	var capBuf [maxStack]float64
-	ids, caps := keptIDs(cands, kept, slots, idBuf[:0], capBuf[:0])
+// secondHome returns the index, in the candidates' ids, of where a request
+// whose home (at index home) cannot take it goes first: for an established
+// key, its home in the dealing of the keys without that cluster
+// (Homes.Second), so that the groups of a full or failed cluster spread
+// over the others in equal shares and every replica sends them to the same
+// place; for a key served once, the next of its rendezvous order.
+func (p *Pipeline) secondHome(req *Request, key uint64, ids []uint32, caps []float64, home int) int {
 	if id := p.mem.Homes.Second(req.Scope, key, ids[home], ids, caps); id != 0 {
 		return slices.Index(ids, id)
 	}

@@ -229,11 +229,6 @@ func assignSecond(keys []uint64, homes map[uint64]uint32, home uint32, ids []uin
 		others    []uint32
 		otherCaps []float64
 	)
-	for _, k := range keys {
-		if homes[k] == home {
-			ofHome = append(ofHome, k)
-		}
-	}
 	for i, id := range ids {
 		if id != home {
 			others, otherCaps = append(others, id), append(otherCaps, caps[i])
@@ -241,7 +236,9 @@ func assignSecond(keys []uint64, homes map[uint64]uint32, home uint32, ids []uin
 	}
 	count := make([]int, len(others))
 	for _, k := range keys {
-		if i := slices.Index(others, homes[k]); i >= 0 {
+		if homes[k] == home {
+			ofHome = append(ofHome, k)
+		} else if i := slices.Index(others, homes[k]); i >= 0 {
 			count[i]++
 		}
 	}

@@ -39,15 +39,11 @@ import (
 	"os"
 	"slices"
 	"testing"
-
-	"github.com/mci-dev/mci/test/envoyclient"
 )
 
 var cfg sizes
 
 func TestMain(m *testing.M) {
-	// The streams' gateways run in processes of their own (streams_test.go).
-	envoyclient.RunIfChild(envoyclient.ServeGateway)
 	flag.Parse()
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
 		os.Exit(m.Run())

@@ -19,7 +19,6 @@ import (
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/mci-dev/mci/pkg/routetable"
-	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
 )
 
@@ -154,9 +153,14 @@ func benchStreams(b *testing.B, e *env) {
 	}
 	transport := &http.Transport{Proxy: nil, MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute}
 	b.Cleanup(transport.CloseIdleConnections)
-	// Each gateway is a process of its own, as Envoy is: in this one its
-	// work would stall the client and the simulator of the other paths.
-	gateway := func(ip string) string { return envoyclient.StartGateway(b, net.JoinHostPort(ip, "9002")) }
+	// Each gateway is a process of its own (the local ClusterSet's Envoy
+	// double, test/cmd/gateway), as Envoy is: in this one its work would
+	// stall the client and the simulator of the other paths.
+	gateway := func(ip string) string {
+		addr := net.JoinHostPort(ip, "8080")
+		runBinary(b, "gateway", "--listen="+addr, "--ext-proc="+net.JoinHostPort(ip, "9002"), "--message-timeout=10s")
+		return "http://" + addr
+	}
 	urls := map[string]string{
 		"simulator":          "http://" + net.JoinHostPort(streamSimIP, "8000"),
 		"gateway -> EPP":     gateway(streamEPPIP),

@@ -45,18 +45,6 @@ type Child struct {
 // it. The process serves until the benchmark ends.
 func StartChild(tb testing.TB, role string, env ...string) *Child {
 	tb.Helper()
-	addr, pid := startProcess(tb, role, env...)
-	client, err := Dial(addr, Options{})
-	require.NoError(tb, err)
-	tb.Cleanup(func() { _ = client.Close() })
-	return &Child{Target: Target{Name: role, Client: client}, Addr: addr, pid: pid}
-}
-
-// startProcess runs this test binary in role, with env added to its
-// environment, and returns the address the process printed once it
-// served, and its process id. The process ends with the benchmark.
-func startProcess(tb testing.TB, role string, env ...string) (addr string, pid int) {
-	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), ChildRoleEnv+"="+role), env...)
 	cmd.Stderr = os.Stderr
@@ -70,9 +58,13 @@ func startProcess(tb testing.TB, role string, env ...string) (addr string, pid i
 		_ = stdin.Close()
 		_ = cmd.Wait()
 	})
-	addr, err = bufio.NewReader(stdout).ReadString('\n')
+	addr, err := bufio.NewReader(stdout).ReadString('\n')
 	require.NoError(tb, err, "the %s process did not start", role)
-	return strings.TrimSpace(addr), cmd.Process.Pid
+	addr = strings.TrimSpace(addr)
+	client, err := Dial(addr, Options{})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = client.Close() })
+	return &Child{Target: Target{Name: role, Client: client}, Addr: addr, pid: cmd.Process.Pid}
 }
 
 // CPU returns the CPU time (user and system) the process has used so far.

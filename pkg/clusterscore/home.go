@@ -165,9 +165,10 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		d.Left = lead != home
 	case home >= n || !within.takes(h):
 		d.Left = true
-		lead = within.spillTo(home, kept[:n])
 		if s := p.secondHome(req, key, ids, caps, home); s >= 0 && s < n && within.takes(kept[s]) {
 			lead, d.Second = s, cands[kept[s]].Name
+		} else {
+			lead = within.spillTo(home, kept[:n])
 		}
 	}
 	if lead > 0 {

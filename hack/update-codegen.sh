@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Regenerates everything under pkg/generated, the zz_generated.* helpers in
-# pkg/apis, the member-cluster CRDs in artifacts/crds, and the hub's
-# ClusterProfile CRD that the e2e tests install (test/e2e/testdata/crds). Generated code is
-# never edited by hand; change the types and run this script.
+# pkg/apis, the member-cluster CRDs that the local ClusterSet installs
+# (test/localclusterset/crds: test fixtures, never install artifacts), and
+# the hub's ClusterProfile CRD that the e2e tests install
+# (test/e2e/testdata/crds). Generated code is never edited by hand; change
+# the types and run this script.
 set -o errexit -o nounset -o pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -49,7 +51,7 @@ ensure_controller_gen
   paths=./pkg/apis/inferencepool/... \
   paths=./pkg/apis/inference/v1alpha2/... \
   paths=./pkg/apis/llmd/v1alpha2/... \
-  output:crd:artifacts:config=artifacts/crds
+  output:crd:artifacts:config=test/localclusterset/crds
 
 # ClusterProfile is the hub's API, installed by whoever runs the fleet, not
 # by mci: its CRD is test data for the e2e tests, not an artifact.

@@ -17,7 +17,7 @@ ln -s "${OUTPUT_BIN}" "${scratch}/_output/bin"
 "${scratch}/hack/update-codegen.sh" >/dev/null
 
 status=0
-for path in pkg/generated pkg/apis artifacts/crds test/e2e/testdata/crds hack/api-rules-violations.list; do
+for path in pkg/generated pkg/apis test/localclusterset/crds test/e2e/testdata/crds hack/api-rules-violations.list; do
   if ! diff -Nqr "${REPO_ROOT}/${path}" "${scratch}/${path}" >/dev/null; then
     echo "stale generated files in ${path}:" >&2
     diff -Nr "${REPO_ROOT}/${path}" "${scratch}/${path}" | head -40 >&2 || true

@@ -31,10 +31,11 @@ const gatewayAPIModule = "sigs.k8s.io/gateway-api"
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// defaultCRDPaths are the member-cluster CRDs: the project's own
-// (InferencePool, InferenceModel, and InferenceObjective and
-// InferenceModelRewrite in both their groups) and the Gateway API standard
-// channel.
+// defaultCRDPaths are the member-cluster CRDs: the test fixtures in
+// test/localclusterset/crds (InferencePool, InferenceModel, and
+// InferenceObjective and InferenceModelRewrite in both their groups,
+// generated from mci's own copies of those types: see crds/README.md) and
+// the Gateway API standard channel.
 // `go mod download -json` fetches the module when a fresh machine does not
 // have it yet (`go list -m` would print an empty directory) and says where
 // it is.
@@ -55,7 +56,7 @@ func defaultCRDPaths(repoRoot string) ([]string, error) {
 		return nil, fmt.Errorf("module %s is not available: %s", gatewayAPIModule, mod.Error)
 	}
 	return []string{
-		filepath.Join(repoRoot, "artifacts", "crds"),
+		filepath.Join(repoRoot, "test", "localclusterset", "crds"),
 		filepath.Join(mod.Dir, "config", "crd", "standard"),
 	}, nil
 }

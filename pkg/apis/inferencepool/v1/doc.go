@@ -6,6 +6,7 @@
 // Package v1 holds InferencePool (inference.networking.k8s.io/v1), the
 // member-cluster type that mci exports and imports. It is defined here from
 // the published Gateway API Inference Extension schema, because that module
-// cannot be used by this project; artifacts/crds holds the CRD generated
-// from these types.
+// cannot be used by this project. The CRD generated from these types is a
+// test fixture of the local ClusterSet (test/localclusterset/crds), not an
+// install artifact: clusters install the upstream CRD.
 package v1

@@ -4,8 +4,11 @@
 package apiserver
 
 import (
+	"context"
 	"fmt"
 	"k8s.io/component-base/metrics/legacyregistry"
+	"sort"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -13,10 +16,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/dynamic"
+	restclient "k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/mci-dev/mci/pkg/apiconflict"
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/install"
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/clusterset"
 	"github.com/mci-dev/mci/pkg/exportstatus"
 	poolclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inferencepool/v1"
@@ -140,7 +147,8 @@ func (c CompletedConfig) New() (*MCIServer, error) {
 	summaryStore = virtual.NewStore(inferencepoolexportsummary.Resource{Index: cache}, localCluster{cache}, inferencepoolexportsummary.Describe().New)
 	clusterSummaryStore = virtual.NewStore(inferenceclustersummary.Resource{LocalName: local}, localCluster{cache}, inferenceclustersummary.Describe().New)
 
-	if err := installGroup(generic, cache, importStore, exportStore, summaryStore, clusterSummaryStore); err != nil {
+	served, err := installGroup(generic, cache, importStore, exportStore, summaryStore, clusterSummaryStore)
+	if err != nil {
 		return nil, err
 	}
 
@@ -161,15 +169,31 @@ func (c CompletedConfig) New() (*MCIServer, error) {
 		if exported != nil {
 			go exported.Run(ctx, c.ExtraConfig.ExportedStatus.Election)
 		}
+		if local := c.ExtraConfig.ClusterSet.Local; local != nil {
+			go reportConflictingCRDs(ctx, local, served)
+		}
 		return nil
 	})
 	return &MCIServer{GenericAPIServer: generic, Cache: cache}, nil
 }
 
+// reportConflictingCRDs says once whether a CRD of the local cluster (GIE's
+// InferencePoolImport CRD) claims the group version this server serves,
+// and who answers for it.
+func reportConflictingCRDs(ctx context.Context, local *restclient.Config, served []string) {
+	client, err := dynamic.NewForConfig(local)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot check for CRDs of the served group version")
+		return
+	}
+	apiconflict.Report(ctx, client, v1alpha1.SchemeGroupVersion, served)
+}
+
 // installGroup serves the computed stores in the inference API group. The
 // imports and exports wait for every member; the summaries, which other
-// clusters' servers read, for the local cluster only.
-func installGroup(generic *genericapiserver.GenericAPIServer, cache *clusterset.Cache, importStore, exportStore, summaryStore, clusterSummaryStore *virtual.Store) error {
+// clusters' servers read, for the local cluster only. It returns the
+// resources it serves (subresources apart).
+func installGroup(generic *genericapiserver.GenericAPIServer, cache *clusterset.Cache, importStore, exportStore, summaryStore, clusterSummaryStore *virtual.Store) ([]string, error) {
 	importREST := virtual.NewREST(importStore, inferencepoolimport.Describe(), cache.Ready)
 	exportREST := virtual.NewREST(exportStore, inferencepoolexport.Describe(), cache.Ready)
 	// Other clusters' servers read the summaries: they wait for the local
@@ -187,10 +211,18 @@ func installGroup(generic *genericapiserver.GenericAPIServer, cache *clusterset.
 		"inferencepoolexportsummaries": summaryREST,
 		"inferenceclustersummaries":    clusterSummaryREST,
 	}
+
 	if err := generic.InstallAPIGroup(&group); err != nil {
-		return fmt.Errorf("installing the %s API group: %w", inference.GroupName, err)
+		return nil, fmt.Errorf("installing the %s API group: %w", inference.GroupName, err)
 	}
-	return nil
+	var served []string
+	for r := range group.VersionedResourcesStorageMap["v1alpha1"] {
+		if !strings.Contains(r, "/") {
+			served = append(served, r)
+		}
+	}
+	sort.Strings(served)
+	return served, nil
 }
 
 // localCluster is the ClusterSet as the summaries' stores need it: complete

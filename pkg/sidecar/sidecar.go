@@ -55,10 +55,13 @@ type Config struct {
 	// (MetricsBased only). Zero: the defaults.
 	HealthInterval, HealthTimeout time.Duration
 	ScrapeInterval, ScrapeTimeout time.Duration
-	// MetricsTokenFile, when set, holds the bearer token sent with the
-	// scrapes of EPP metrics whose credentials Secret has no token of its
-	// own: in a pod, eppprobe.DefaultServiceAccountTokenFile. Re-read as it rotates.
-	MetricsTokenFile string
+	// MetricsTokenFile, when set, holds the sidecar's own bearer token for
+	// the scrapes of EPP metrics whose pool names no token Secret: a
+	// projected ServiceAccount token with an audience of its own, re-read
+	// as it rotates. It goes only over verified TLS, to in-cluster EPPs and
+	// to those MetricsTokenRecipients name (eppprobe.PoolScraperOptions).
+	MetricsTokenFile       string
+	MetricsTokenRecipients []string
 	// DrainTimeout bounds the wait for open streams at shutdown; zero:
 	// DefaultDrainTimeout.
 	DrainTimeout time.Duration
@@ -116,11 +119,12 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	})
 	reg.MustRegister(&eppHealthCollector{router: router, health: prober})
 	scraper, err := eppprobe.NewPoolScraper(eppprobe.PoolScraperOptions{
-		Interval:    cfg.ScrapeInterval,
-		Timeout:     cfg.ScrapeTimeout,
-		Staleness:   server.Scheduling.MetricsStaleness,
-		TokenFile:   cfg.MetricsTokenFile,
-		Credentials: creds,
+		Interval:        cfg.ScrapeInterval,
+		Timeout:         cfg.ScrapeTimeout,
+		Staleness:       server.Scheduling.MetricsStaleness,
+		TokenFile:       cfg.MetricsTokenFile,
+		TokenRecipients: cfg.MetricsTokenRecipients,
+		Credentials:     creds,
 	})
 	if err != nil {
 		return nil, err
@@ -255,7 +259,8 @@ func credentialTargets(t *routetable.Table) []epptransport.Target {
 		out = append(out,
 			epptransport.Target{Addr: cl.EPP, Cluster: cl.Name, Pool: cl.Pool, Port: eppaddr.PortExtProc, Transport: cl.EPPTransport},
 			epptransport.Target{Addr: cl.Health, Cluster: cl.Name, Pool: cl.Pool, Port: eppaddr.PortHealth, Transport: cl.HealthTransport},
-			epptransport.Target{Addr: cl.Metrics, Cluster: cl.Name, Pool: cl.Pool, Port: eppaddr.PortMetrics, Transport: cl.MetricsTransport, Token: cl.MetricsToken})
+			epptransport.Target{Addr: cl.Metrics, Cluster: cl.Name, Pool: cl.Pool, Port: eppaddr.PortMetrics, Transport: cl.MetricsTransport, Token: cl.MetricsToken,
+				Local: cl.Local, ExternalName: cl.ExternalName})
 	}
 	return out
 }

@@ -56,6 +56,7 @@ type Options struct {
 	BackendTLSPolicies      bool
 	SecretNamespaces        []string
 	EPPMetricsTokenFile     string
+	EPPMetricsTokenTargets  []string
 	EndpointPickerTransport string
 
 	MaxRequestBodyBytes int64
@@ -100,7 +101,6 @@ func NewOptions() *Options {
 		ScrapeTimeout:        eppprobe.DefaultScrapeTimeout,
 		DrainTimeout:         sidecar.DefaultDrainTimeout,
 		Scheduling:           scheduling.DefaultConfig(),
-		EPPMetricsTokenFile:  eppprobe.DefaultServiceAccountTokenFile,
 		SessionTTL:           clusterscore.DefaultMemoryOptions().SessionTTL,
 		MaxSessions:          clusterscore.DefaultMemoryOptions().Sessions,
 		PrefixIndexBlocks:    clusterscore.DefaultMemoryOptions().PrefixBlocks,
@@ -149,7 +149,8 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.StringSliceVar(&o.Gateways, "gateway", o.Gateways, "namespace/name of the Gateway this sidecar serves; only the HTTPRoutes its listeners accept are routed (Gateway API's allowedRoutes namespaces and kinds, parentRef sectionName and port, listener hostnames; the sidecar reads that Gateway and the Namespaces' labels). Repeatable. Default: every HTTPRoute, whatever its parentRefs. Cross-namespace backendRefs need a ReferenceGrant either way.")
 	fs.StringSliceVar(&o.EndpointPickerServices, "endpoint-picker-service", o.EndpointPickerServices, "namespace/name of a Service of this sidecar that InferencePools name as their endpointPickerRef. Repeatable. Set, the sidecar is an EPP shim: it serves the gateway's EPP-protocol requests for each such pool with the pool's real local EPP (annotation "+routetable.LocalEndpointPickerAnnotation+") and the clusters of the InferencePoolImport of the same namespace/name, instead of routing by HTTPRoute. It also listens on every port such pools' endpointPickerRefs name, and a connection's port tells its pool (several pools can share one Service on different ports); see --ext-proc-tls for what it serves.")
 	fs.StringSliceVar(&o.SecretNamespaces, "endpoint-picker-secret-namespaces", o.SecretNamespaces, "Namespaces whose Secrets labelled "+epptransport.CredentialsLabel+"=true the sidecar reads (get, list, watch: grant it a Role in each), for EPPs that serve TLS: an InferencePool's annotation "+v1alpha1.EndpointPickerSecretAnnotation+" names such a Secret of its namespace, and so do the secretRefs of its imports. Keys: "+epptransport.SecretCAKey+" (required), "+epptransport.SecretCertKey+" and "+epptransport.SecretKeyKey+" (a client certificate, for mutual TLS), "+epptransport.SecretServerNameKey+" (the name to verify instead of the address). Repeatable. Default: none, and such EPPs are not reached.")
-	fs.StringVar(&o.EPPMetricsTokenFile, "epp-metrics-token-file", o.EPPMetricsTokenFile, "File of the bearer token sent with the scrapes of EPPs' /metrics (MetricsBased), which upstream EPPs require by default; re-read as it rotates. A pool's credentials Secret with a key "+epptransport.SecretTokenKey+" overrides it for that pool's EPP. Default: the pod's ServiceAccount token (when the file does not exist, scrapes carry no token, which the sidecar logs at start). Empty: send no token but the Secrets'.")
+	fs.StringVar(&o.EPPMetricsTokenFile, "epp-metrics-token-file", o.EPPMetricsTokenFile, "File of the sidecar's own bearer token for the scrapes of EPPs' /metrics (MetricsBased), which upstream EPPs require by default: a projected ServiceAccount token with an audience of its own and a short expiry (never the pod's default token, which the cluster's API accepts), re-read as the kubelet rotates it. It is sent only over verified TLS (the pool's credentials Secret or a BackendTLSPolicy), only to in-cluster EPPs (local pools whose EPP Service is not an ExternalName) and to those --epp-metrics-token-recipients names, and only where the pool names no token Secret of its own; each refusal is logged once per change and shown in mci_sidecar_epp_metrics_token_withheld. Default: none, and no credential of the sidecar leaves it.")
+	fs.StringSliceVar(&o.EPPMetricsTokenTargets, "epp-metrics-token-recipients", o.EPPMetricsTokenTargets, "EPPs beyond the in-cluster ones that may get the token of --epp-metrics-token-file (over verified TLS only): a cluster name (every pool's EPP of that cluster; the local cluster's name lets local pools with an ExternalName EPP Service have it) or cluster/namespace/name (one pool's EPP of that cluster), such as clusters that trust this cluster's ServiceAccount token issuer. Repeatable. Default: none.")
 	fs.StringVar(&o.EndpointPickerTransport, "endpoint-picker-transport", o.EndpointPickerTransport, "How the ports of EPPs are reached where nothing else says (the pool's annotation "+v1alpha1.EndpointPickerTransportAnnotation+", its credentials Secret, a BackendTLSPolicy of its EPP Service): TLS or Plaintext for every port, or port=mode pairs with ports ext-proc, health and metrics. \"ext-proc=TLS\" suits EPPs with the upstream defaults (Gateway API Inference Extension and llm-d EPPs: ext_proc over TLS with a self-signed certificate, plaintext gRPC health and metrics); a TLS port with nothing to verify it with is not verified, as gateways reach those EPPs. Default: plaintext.")
 	fs.BoolVar(&o.InferenceModels, "inference-models", o.InferenceModels, "Read InferenceModels and InferenceObjectives (inference.networking.x-k8s.io/v1alpha2 and llm-d.ai/v1alpha2) for the criticality of requests (MetricsBased shedding), where the cluster serves them (its API discovery is asked at start; CRDs installed later are read after a restart): the objective a request names in x-gateway-inference-objective (priority below 0 is sheddable), else its model's InferenceModel. Routing does not wait for them. Without them every request is Standard and never shed. Set false only to force them off where the cluster serves them (every request Standard).")
 	fs.BoolVar(&o.BackendTLSPolicies, "backend-tls-policies", o.BackendTLSPolicies, "Read BackendTLSPolicies (gateway.networking.k8s.io/v1) for the TLS of local EPPs, as gateways do: a policy that targets an EPP Service makes its ext-proc port TLS, verified with the policy's CA ConfigMaps (read in --endpoint-picker-secret-namespaces) and hostname. Read where the cluster serves them (its API discovery is asked at start; a CRD installed later is read after a restart). Routing waits for them: set false only to force them off where the cluster serves them but the sidecar may not read them. (Imports carry the exporting cluster's policies without this flag.)")
@@ -218,10 +219,18 @@ func (o *Options) Validate() error {
 	if o.MaxRequestBodyBytes <= 0 {
 		errs = append(errs, errors.New("--max-request-body-bytes must be positive"))
 	}
-	if f := o.EPPMetricsTokenFile; f != "" && f != eppprobe.DefaultServiceAccountTokenFile {
+	if f := o.EPPMetricsTokenFile; f != "" {
 		if _, err := os.Stat(f); err != nil {
 			errs = append(errs, fmt.Errorf("--epp-metrics-token-file: %w", err))
 		}
+	}
+	for _, r := range o.EPPMetricsTokenTargets {
+		if err := eppprobe.ParseTokenRecipient(r); err != nil {
+			errs = append(errs, fmt.Errorf("--epp-metrics-token-recipients: %w", err))
+		}
+	}
+	if len(o.EPPMetricsTokenTargets) > 0 && o.EPPMetricsTokenFile == "" {
+		errs = append(errs, errors.New("--epp-metrics-token-recipients needs --epp-metrics-token-file"))
 	}
 	if err := o.Scheduling.Validate(); err != nil {
 		errs = append(errs, err)
@@ -311,25 +320,14 @@ func (o *Options) Config() (sidecar.Config, error) {
 			},
 			ExplainDecisions: o.ExplainDecisions,
 		},
-		HealthInterval:   o.HealthInterval,
-		HealthTimeout:    o.HealthTimeout,
-		ScrapeInterval:   o.ScrapeInterval,
-		ScrapeTimeout:    o.ScrapeTimeout,
-		DrainTimeout:     o.DrainTimeout,
-		MetricsTokenFile: o.metricsTokenFile(),
+		HealthInterval:         o.HealthInterval,
+		HealthTimeout:          o.HealthTimeout,
+		ScrapeInterval:         o.ScrapeInterval,
+		ScrapeTimeout:          o.ScrapeTimeout,
+		DrainTimeout:           o.DrainTimeout,
+		MetricsTokenFile:       o.EPPMetricsTokenFile,
+		MetricsTokenRecipients: o.EPPMetricsTokenTargets,
 	}, nil
-}
-
-// metricsTokenFile is the token file the sidecar uses: the flag's, except
-// the default ServiceAccount token file when the pod has none mounted
-// (automountServiceAccountToken: false, or not in a pod).
-func (o *Options) metricsTokenFile() string {
-	if o.EPPMetricsTokenFile == eppprobe.DefaultServiceAccountTokenFile {
-		if _, err := os.Stat(o.EPPMetricsTokenFile); err != nil {
-			return ""
-		}
-	}
-	return o.EPPMetricsTokenFile
 }
 
 // Run runs the sidecar until ctx ends.
@@ -353,9 +351,6 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	cfg.Watch = followServedAPIs(ctx, clients.Kube.Discovery(), cfg.Watch)
-	if cfg.MetricsTokenFile == "" && o.EPPMetricsTokenFile != "" {
-		klog.FromContext(ctx).Info("No ServiceAccount token is mounted: scrapes of EPP metrics carry no token except a pool Secret's, and EPPs that require one (upstream EPPs do by default) leave their clusters unmeasured", "file", o.EPPMetricsTokenFile)
-	}
 	s, err := sidecar.New(cfg, clients)
 	if err != nil {
 		return err

@@ -13,7 +13,6 @@ import (
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppaddr"
-	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
@@ -69,22 +68,22 @@ func TestOptions(t *testing.T) {
 			},
 		},
 		{
-			name: "without a mounted ServiceAccount token, scrapes carry none",
+			name: "no credential of the sidecar leaves it by default, not even a mounted ServiceAccount token",
 			check: func(t *testing.T, cfg sidecar.Config) {
-				if _, err := os.Stat(eppprobe.DefaultServiceAccountTokenFile); err == nil {
-					assert.Equal(t, eppprobe.DefaultServiceAccountTokenFile, cfg.MetricsTokenFile, "this machine has a ServiceAccount token")
-					return
-				}
 				assert.Empty(t, cfg.MetricsTokenFile)
+				assert.Empty(t, cfg.MetricsTokenRecipients)
 			},
 		},
 		{
-			name: "a token file reaches the configuration",
-			args: []string{"--epp-metrics-token-file=" + tokenFile},
+			name: "a token file and its recipients reach the configuration",
+			args: []string{"--epp-metrics-token-file=" + tokenFile, "--epp-metrics-token-recipients=cluster-b,cluster-c/example/llm"},
 			check: func(t *testing.T, cfg sidecar.Config) {
 				assert.Equal(t, tokenFile, cfg.MetricsTokenFile)
+				assert.Equal(t, []string{"cluster-b", "cluster-c/example/llm"}, cfg.MetricsTokenRecipients)
 			},
 		},
+		{name: "token recipients without a token file are refused", args: []string{"--epp-metrics-token-recipients=cluster-b"}, wantErr: "--epp-metrics-token-recipients needs --epp-metrics-token-file"},
+		{name: "a token recipient that is neither a cluster nor a pool is refused", args: []string{"--epp-metrics-token-file=" + tokenFile, "--epp-metrics-token-recipients=example/llm"}, wantErr: `metrics token recipient "example/llm": want a cluster name or cluster/namespace/name`},
 		{name: "an empty token file flag sends no token", args: []string{"--epp-metrics-token-file="}, check: func(t *testing.T, cfg sidecar.Config) { assert.Empty(t, cfg.MetricsTokenFile) }},
 		{name: "a token file that does not exist is refused", args: []string{"--epp-metrics-token-file=/nonexistent/token"}, wantErr: "--epp-metrics-token-file: stat /nonexistent/token"},
 		{

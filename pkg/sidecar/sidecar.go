@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -29,8 +30,12 @@ const shimPortRetry = 5 * time.Second
 
 // Config is what a sidecar runs with.
 type Config struct {
-	// BindAddress is the IP the servers listen on.
-	BindAddress string
+	// BindAddress is the IP the servers listen on; ExtProcBindAddress,
+	// when set, the IP of the main ext_proc port instead (the command keeps
+	// it on loopback outside shim mode).
+	BindAddress, ExtProcBindAddress string
+	// MetricsFilter, when set, guards /metrics (metricsauth), as mci-epp's.
+	MetricsFilter func(http.Handler) http.Handler
 	// GRPCPort (ext_proc), HealthPort (grpc.health.v1) and MetricsPort
 	// (Prometheus /metrics). 0 picks a free port (tests).
 	GRPCPort, HealthPort, MetricsPort int
@@ -141,11 +146,13 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 		return nil, err
 	}
 	servers, err := extproc.Listen(extproc.ServingOptions{
-		BindAddress: cfg.BindAddress,
-		GRPCPort:    cfg.GRPCPort,
-		HealthPort:  cfg.HealthPort,
-		MetricsPort: cfg.MetricsPort,
-		TLS:         cfg.TLS,
+		BindAddress:        cfg.BindAddress,
+		ExtProcBindAddress: cfg.ExtProcBindAddress,
+		GRPCPort:           cfg.GRPCPort,
+		HealthPort:         cfg.HealthPort,
+		MetricsPort:        cfg.MetricsPort,
+		TLS:                cfg.TLS,
+		MetricsFilter:      cfg.MetricsFilter,
 	}, s.server, reg, append(serverOptions(), transportOpts...)...)
 	if err != nil {
 		return nil, err
@@ -245,7 +252,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	})
 	logger.Info("Sidecar serving", "extProc", s.GRPCAddr(), "health", s.HealthAddr(), "metrics", s.MetricsAddr(),
 		"localCluster", s.cfg.Watch.LocalCluster, "defaultPolicy", s.cfg.Watch.DefaultPolicy,
-		"extProcTransport", s.transport, "secretNamespaces", s.cfg.SecretNamespaces, "metricsTokenFile", s.cfg.MetricsTokenFile)
+		"extProcTransport", s.transport, "metricsAuth", s.cfg.MetricsFilter != nil, "secretNamespaces", s.cfg.SecretNamespaces, "metricsTokenFile", s.cfg.MetricsTokenFile)
 	err := parts.Wait()
 	s.server.Close()
 	return err

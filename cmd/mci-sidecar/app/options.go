@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -33,6 +35,7 @@ import (
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	"github.com/mci-dev/mci/pkg/metricsauth"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/pkg/servedapis"
@@ -46,7 +49,11 @@ type Options struct {
 
 	Kubeconfig string
 	extproc.ServingOptions
-	ExtProcTLS string
+	ExtProcTLS         string
+	ExtProcBindAddress string
+	// MetricsEndpointAuth guards /metrics with the cluster's TokenReview
+	// and SubjectAccessReview, as mci-epp's --metrics-endpoint-auth.
+	MetricsEndpointAuth bool
 
 	LocalClusterName        string
 	DefaultClusterPolicy    string
@@ -88,6 +95,7 @@ func NewOptions() *Options {
 		Logs:                 logs.NewOptions(),
 		ServingOptions:       serving,
 		ExtProcTLS:           string(extproc.ListenerAuto),
+		MetricsEndpointAuth:  true,
 		DefaultClusterPolicy: string(routetable.PolicyHealthBased),
 		InferenceModels:      true,
 		BackendTLSPolicies:   true,
@@ -144,6 +152,8 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the local cluster. Default: the in-cluster configuration.")
 	o.ServingOptions.AddFlags(fs)
 	fs.StringVar(&o.ExtProcTLS, "ext-proc-tls", o.ExtProcTLS, "What the ext_proc ports serve when --tls-cert-file is not set: self-signed-or-plaintext (TLS with a certificate generated at start to clients that open with a TLS handshake, plaintext to the others, on the same port), self-signed (TLS only), plaintext, or auto: self-signed-or-plaintext when --endpoint-picker-service is set (an EPP shim, which gateways reach as they reach upstream EPPs: TLS without verifying the certificate), else plaintext (Envoy's ext_proc server, as artifacts/envoy configures it). With --tls-cert-file, leave it auto: that certificate is served on every port. The gRPC health and metrics ports stay plaintext but with --tls-cert-file.")
+	fs.StringVar(&o.ExtProcBindAddress, "ext-proc-bind-address", o.ExtProcBindAddress, "IP address the main ext_proc port (--grpc-port) listens on. Default: 127.0.0.1 (::1 for --bind-address ::) when --bind-address is every address, as Envoy in the sidecar's pod calls it on loopback and nothing else should; --bind-address when it names one address, or in EPP shim mode (--endpoint-picker-service), where gateways reach the sidecar through its Service.")
+	fs.BoolVar(&o.MetricsEndpointAuth, "metrics-endpoint-auth", o.MetricsEndpointAuth, "Serve /metrics only to bearer tokens, as mci-epp --metrics-endpoint-auth and upstream EPPs do: the cluster authenticates the token (TokenReview) and authorizes get on the non-resource URL /metrics (SubjectAccessReview); the sidecar's identity needs create on tokenreviews and subjectaccessreviews. Without a token 401, with a token not allowed 403. Set false only where nothing but trusted scrapers reach the metrics port.")
 	fs.StringVar(&o.LocalClusterName, "local-cluster-name", o.LocalClusterName, "Name of this cluster in the ClusterSet: the cluster of local InferencePools (LocalFirst, metrics labels). Default: "+routetable.DefaultLocalCluster+".")
 	fs.StringVar(&o.DefaultClusterPolicy, "default-cluster-policy", o.DefaultClusterPolicy, "Cluster policy where no annotation chooses one: Weighted, HealthBased, MetricsBased, LocalFirst, PrefixAffinity, HubReference, or a configuration of the scoring pipeline written inline as in the annotation (\"prefix-cache=3,session=2,in-flight=1,pick=max-score\"; scorers prefix-cache, session, latency, errors, in-flight, queue, kv-cache, weight; pick max-score, two-choices, round-robin, chain; filters=health+ready+weight+model+saturation+local-first; affinity-margin=<requests per ready pod>|off; home-bound=<times the average load>|off).")
 	fs.StringSliceVar(&o.Gateways, "gateway", o.Gateways, "namespace/name of the Gateway this sidecar serves; only the HTTPRoutes its listeners accept are routed (Gateway API's allowedRoutes namespaces and kinds, parentRef sectionName and port, listener hostnames; the sidecar reads that Gateway and the Namespaces' labels). Repeatable. Default: every HTTPRoute, whatever its parentRefs. Cross-namespace backendRefs need a ReferenceGrant either way.")
@@ -196,6 +206,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := eppaddr.ParseTransport(o.EndpointPickerTransport); err != nil {
 		errs = append(errs, fmt.Errorf("--endpoint-picker-transport: %w", err))
+	}
+	if a := o.ExtProcBindAddress; a != "" && net.ParseIP(a) == nil {
+		errs = append(errs, fmt.Errorf("--ext-proc-bind-address %q is not an IP address", a))
 	}
 	if _, err := sidecar.ParseResponsePhase(o.EPPResponsePhase); err != nil {
 		errs = append(errs, fmt.Errorf("--epp-response-phase: %w", err))
@@ -289,13 +302,14 @@ func (o *Options) Config() (sidecar.Config, error) {
 		return sidecar.Config{}, fmt.Errorf("--ext-proc-tls %w", err)
 	}
 	return sidecar.Config{
-		BindAddress:      o.BindAddress,
-		GRPCPort:         o.GRPCPort,
-		HealthPort:       o.HealthPort,
-		MetricsPort:      o.MetricsPort,
-		TLS:              o.TLS,
-		ExtProcTransport: extProcTransport,
-		SecretNamespaces: o.SecretNamespaces,
+		BindAddress:        o.BindAddress,
+		ExtProcBindAddress: o.extProcBindAddress(),
+		GRPCPort:           o.GRPCPort,
+		HealthPort:         o.HealthPort,
+		MetricsPort:        o.MetricsPort,
+		TLS:                o.TLS,
+		ExtProcTransport:   extProcTransport,
+		SecretNamespaces:   o.SecretNamespaces,
 		Watch: sidecar.WatchConfig{
 			LocalCluster:           o.LocalClusterName,
 			DefaultPolicy:          policy,
@@ -330,6 +344,36 @@ func (o *Options) Config() (sidecar.Config, error) {
 	}, nil
 }
 
+// extProcBindAddress is where the main ext_proc port listens: the flag's
+// address; else --bind-address in shim mode (gateways call the sidecar
+// through its Service) or when it names one address (a choice made);
+// else, for every address, loopback: Envoy beside the sidecar calls it
+// there, and nothing else can reach an unauthenticated ext_proc server.
+func (o *Options) extProcBindAddress() string {
+	switch ip := net.ParseIP(o.BindAddress); {
+	case o.ExtProcBindAddress != "":
+		return o.ExtProcBindAddress
+	case len(o.EndpointPickerServices) > 0 || ip == nil || !ip.IsUnspecified():
+		return o.BindAddress
+	case ip.To4() == nil:
+		return net.IPv6loopback.String()
+	default:
+		return "127.0.0.1"
+	}
+}
+
+// metricsFilter is the guard of /metrics the flags ask for; nil: none.
+func (o *Options) metricsFilter(kube kubernetes.Interface, logger klog.Logger) (func(http.Handler) http.Handler, error) {
+	if !o.MetricsEndpointAuth {
+		return nil, nil
+	}
+	f, err := metricsauth.Delegating(kube, logger.WithName("metrics-auth"))
+	if err != nil {
+		return nil, err
+	}
+	return f.Wrap, nil
+}
+
 // Run runs the sidecar until ctx ends.
 func (o *Options) Run(ctx context.Context) error {
 	cfg, err := o.Config()
@@ -351,6 +395,9 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	cfg.Watch = followServedAPIs(ctx, clients.Kube.Discovery(), cfg.Watch)
+	if cfg.MetricsFilter, err = o.metricsFilter(clients.Kube, klog.FromContext(ctx)); err != nil {
+		return err
+	}
 	s, err := sidecar.New(cfg, clients)
 	if err != nil {
 		return err

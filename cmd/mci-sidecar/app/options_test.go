@@ -1,6 +1,8 @@
 package app
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,7 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppaddr"
@@ -133,6 +137,22 @@ func TestOptions(t *testing.T) {
 				assert.Equal(t, extproc.ListenerSelfSigned, cfg.ExtProcTransport)
 			},
 		},
+		{
+			name: "ext_proc listens on loopback by default, health and metrics on every address",
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, "0.0.0.0", cfg.BindAddress)
+				assert.Equal(t, "127.0.0.1", cfg.ExtProcBindAddress)
+			},
+		},
+		{name: "ext_proc listens on IPv6 loopback when every IPv6 address is asked", args: []string{"--bind-address=::"},
+			check: func(t *testing.T, cfg sidecar.Config) { assert.Equal(t, "::1", cfg.ExtProcBindAddress) }},
+		{name: "ext_proc listens on every address in shim mode, where gateways reach it through its Service", args: []string{"--endpoint-picker-service=example/mci-sidecar"},
+			check: func(t *testing.T, cfg sidecar.Config) { assert.Equal(t, "0.0.0.0", cfg.ExtProcBindAddress) }},
+		{name: "ext_proc listens on the one address --bind-address names", args: []string{"--bind-address=127.0.3.1"},
+			check: func(t *testing.T, cfg sidecar.Config) { assert.Equal(t, "127.0.3.1", cfg.ExtProcBindAddress) }},
+		{name: "ext_proc listens where --ext-proc-bind-address says", args: []string{"--ext-proc-bind-address=0.0.0.0"},
+			check: func(t *testing.T, cfg sidecar.Config) { assert.Equal(t, "0.0.0.0", cfg.ExtProcBindAddress) }},
+		{name: "an ext_proc bind address that is not an IP is refused", args: []string{"--ext-proc-bind-address=localhost"}, wantErr: `--ext-proc-bind-address "localhost" is not an IP address`},
 		{name: "an unknown ext_proc transport is refused", args: []string{"--ext-proc-tls=tls"}, wantErr: `--ext-proc-tls "tls": want one of auto, self-signed-or-plaintext, self-signed, plaintext`},
 		{name: "an ext_proc transport with a serving certificate is refused", args: []string{"--ext-proc-tls=plaintext", "--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile}, wantErr: "--ext-proc-tls plaintext conflicts with --tls-cert-file"},
 		{name: "a zero timeout is refused", args: []string{"--epp-attempt-timeout=0s"}, wantErr: "must be positive"},
@@ -154,4 +174,21 @@ func TestOptions(t *testing.T) {
 			tt.check(t, cfg)
 		})
 	}
+}
+
+func TestMetricsAreBehindAuthenticationByDefault(t *testing.T) {
+	o := NewOptions()
+	require.NoError(t, NewCommand(o).Flags().Parse(nil))
+	assert.True(t, o.MetricsEndpointAuth)
+	filter, err := o.metricsFilter(kubefake.NewSimpleClientset(), klog.Background())
+	require.NoError(t, err)
+	require.NotNil(t, filter, "/metrics is guarded")
+	rec := httptest.NewRecorder()
+	filter(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("served without a token") })).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	assert.Equal(t, http.StatusUnauthorized, rec.Code, "no token, no metrics")
+
+	require.NoError(t, NewCommand(o).Flags().Parse([]string{"--metrics-endpoint-auth=false"}))
+	filter, err = o.metricsFilter(kubefake.NewSimpleClientset(), klog.Background())
+	require.NoError(t, err)
+	assert.Nil(t, filter, "turned off on purpose")
 }

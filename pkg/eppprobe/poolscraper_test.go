@@ -48,10 +48,10 @@ func gauges(pool string, queue int) string {
 // (not authenticated).
 type metricsServer struct {
 	*httptest.Server
-	token  atomic.Pointer[string]
-	page   atomic.Pointer[string]
-	mu     sync.Mutex
-	seen   []string
+	token atomic.Pointer[string]
+	page  atomic.Pointer[string]
+	mu    sync.Mutex
+	seen  []string
 }
 
 func newMetricsServer(t *testing.T, page, token string) *metricsServer {

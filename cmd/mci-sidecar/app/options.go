@@ -65,6 +65,7 @@ type Options struct {
 	EPPMetricsTokenFile     string
 	EPPMetricsTokenTargets  []string
 	EndpointPickerTransport string
+	InsecureRemoteEPPs      []string
 
 	MaxRequestBodyBytes int64
 	EPPAttemptTimeout   time.Duration
@@ -162,6 +163,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.StringVar(&o.EPPMetricsTokenFile, "epp-metrics-token-file", o.EPPMetricsTokenFile, "File of the sidecar's own bearer token for the scrapes of EPPs' /metrics (MetricsBased), which upstream EPPs require by default: a projected ServiceAccount token with an audience of its own and a short expiry (never the pod's default token, which the cluster's API accepts), re-read as the kubelet rotates it. It is sent only over verified TLS (the pool's credentials Secret or a BackendTLSPolicy), only to in-cluster EPPs (local pools whose EPP Service is not an ExternalName) and to those --epp-metrics-token-recipients names, and only where the pool names no token Secret of its own; each refusal is logged once per change and shown in mci_sidecar_epp_metrics_token_withheld. Default: none, and no credential of the sidecar leaves it.")
 	fs.StringSliceVar(&o.EPPMetricsTokenTargets, "epp-metrics-token-recipients", o.EPPMetricsTokenTargets, "EPPs beyond the in-cluster ones that may get the token of --epp-metrics-token-file (over verified TLS only): a cluster name (every pool's EPP of that cluster; the local cluster's name lets local pools with an ExternalName EPP Service have it) or cluster/namespace/name (one pool's EPP of that cluster), such as clusters that trust this cluster's ServiceAccount token issuer. Repeatable. Default: none.")
 	fs.StringVar(&o.EndpointPickerTransport, "endpoint-picker-transport", o.EndpointPickerTransport, "How the ports of EPPs are reached where nothing else says (the pool's annotation "+v1alpha1.EndpointPickerTransportAnnotation+", its credentials Secret, a BackendTLSPolicy of its EPP Service): TLS or Plaintext for every port, or port=mode pairs with ports ext-proc, health and metrics. \"ext-proc=TLS\" suits EPPs with the upstream defaults (Gateway API Inference Extension and llm-d EPPs: ext_proc over TLS with a self-signed certificate, plaintext gRPC health and metrics); a TLS port with nothing to verify it with is not verified, as gateways reach those EPPs. Default: plaintext.")
+	fs.StringSliceVar(&o.InsecureRemoteEPPs, "insecure-remote-endpoint-pickers", o.InsecureRemoteEPPs, "InferencePoolImports (namespace/name, or * for all) whose other clusters' EPPs may be reached without verified TLS (plaintext, or TLS not verified). Such an EPP sees the requests it routes, prompts and headers, and names where the gateway sends them, so by default the ext_proc port of another cluster's EPP is reached only over TLS verified with the pool's credentials Secret or a BackendTLSPolicy, and a cluster that would not be is skipped (a routing table problem, logged). This side decides: nothing an exporter writes allows less. Each cluster allowed or refused is shown in mci_sidecar_remote_epp_unverified. Repeatable. Default: none.")
 	fs.BoolVar(&o.InferenceModels, "inference-models", o.InferenceModels, "Read InferenceModels and InferenceObjectives (inference.networking.x-k8s.io/v1alpha2 and llm-d.ai/v1alpha2) for the criticality of requests (MetricsBased shedding), where the cluster serves them (its API discovery is asked at start; CRDs installed later are read after a restart): the objective a request names in x-gateway-inference-objective (priority below 0 is sheddable), else its model's InferenceModel. Routing does not wait for them. Without them every request is Standard and never shed. Set false only to force them off where the cluster serves them (every request Standard).")
 	fs.BoolVar(&o.BackendTLSPolicies, "backend-tls-policies", o.BackendTLSPolicies, "Read BackendTLSPolicies (gateway.networking.k8s.io/v1) for the TLS of local EPPs, as gateways do: a policy that targets an EPP Service makes its ext-proc port TLS, verified with the policy's CA ConfigMaps (read in --endpoint-picker-secret-namespaces) and hostname. Read where the cluster serves them (its API discovery is asked at start; a CRD installed later is read after a restart). Routing waits for them: set false only to force them off where the cluster serves them but the sidecar may not read them. (Imports carry the exporting cluster's policies without this flag.)")
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body buffered; larger requests get 413.")
@@ -206,6 +208,11 @@ func (o *Options) Validate() error {
 	}
 	if _, err := eppaddr.ParseTransport(o.EndpointPickerTransport); err != nil {
 		errs = append(errs, fmt.Errorf("--endpoint-picker-transport: %w", err))
+	}
+	for _, v := range o.InsecureRemoteEPPs {
+		if err := routetable.ParseInsecureImport(v); err != nil {
+			errs = append(errs, fmt.Errorf("--insecure-remote-endpoint-pickers %w", err))
+		}
 	}
 	if a := o.ExtProcBindAddress; a != "" && net.ParseIP(a) == nil {
 		errs = append(errs, fmt.Errorf("--ext-proc-bind-address %q is not an IP address", a))
@@ -314,6 +321,7 @@ func (o *Options) Config() (sidecar.Config, error) {
 			LocalCluster:           o.LocalClusterName,
 			DefaultPolicy:          policy,
 			DefaultTransport:       transport,
+			RemoteEndpointPickers:  routetable.RemoteEndpointPickers{RequireVerified: true, Insecure: o.InsecureRemoteEPPs},
 			Gateways:               gws,
 			EndpointPickerServices: shimServices,
 			InferenceModels:        o.InferenceModels,

@@ -152,6 +152,20 @@ func TestOptions(t *testing.T) {
 			check: func(t *testing.T, cfg sidecar.Config) { assert.Equal(t, "127.0.3.1", cfg.ExtProcBindAddress) }},
 		{name: "ext_proc listens where --ext-proc-bind-address says", args: []string{"--ext-proc-bind-address=0.0.0.0"},
 			check: func(t *testing.T, cfg sidecar.Config) { assert.Equal(t, "0.0.0.0", cfg.ExtProcBindAddress) }},
+		{
+			name: "other clusters' EPPs are reached over verified TLS only by default",
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, routetable.RemoteEndpointPickers{RequireVerified: true}, cfg.Watch.RemoteEndpointPickers)
+			},
+		},
+		{
+			name: "imports allowed to reach their EPPs without verified TLS reach the configuration",
+			args: []string{"--insecure-remote-endpoint-pickers=example/llm,*"},
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, routetable.RemoteEndpointPickers{RequireVerified: true, Insecure: []string{"example/llm", "*"}}, cfg.Watch.RemoteEndpointPickers)
+			},
+		},
+		{name: "an insecure import that is not namespace/name is refused", args: []string{"--insecure-remote-endpoint-pickers=llm"}, wantErr: `--insecure-remote-endpoint-pickers "llm": want namespace/name`},
 		{name: "an ext_proc bind address that is not an IP is refused", args: []string{"--ext-proc-bind-address=localhost"}, wantErr: `--ext-proc-bind-address "localhost" is not an IP address`},
 		{name: "an unknown ext_proc transport is refused", args: []string{"--ext-proc-tls=tls"}, wantErr: `--ext-proc-tls "tls": want one of auto, self-signed-or-plaintext, self-signed, plaintext`},
 		{name: "an ext_proc transport with a serving certificate is refused", args: []string{"--ext-proc-tls=plaintext", "--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile}, wantErr: "--ext-proc-tls plaintext conflicts with --tls-cert-file"},

@@ -179,6 +179,11 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 	exported.Annotations[v1alpha1.EndpointPickerMetricsTokenSecretAnnotation] = "epp-metrics-token"
 	_, err = a.mci.InferencePoolV1().InferencePools(ns).Update(ctx, exported, metav1.UpdateOptions{})
 	require.NoError(t, err)
+	// Sent once the import names it: authenticated, not yet authorized.
+	waitfor.Eventually(t, ctx, 30*time.Second, func(context.Context) (bool, string) {
+		n := logs.count(urlA, `"state"="unauthorized"`, "403 Forbidden")
+		return n == 1, fmt.Sprintf("%d log lines of a 403", n)
+	})
 
 	t.Run("without RBAC in the EPP's cluster the cluster is unauthorized, logged once, and unmeasured", func(t *testing.T) {
 		s.servers["cluster-a"].pin(t, 0, 0.1)

@@ -113,7 +113,7 @@ type scrapeResult struct {
 	// token says which token the last scrape sent.
 	token string
 	// withheld, when set, says why the sidecar's own token was not sent
-	// (an OwnTokenWithheld reason); "" when it was, or none was asked.
+	// (a Withheld* reason); "" when it was, or none was asked.
 	withheld string
 	// cluster and pool name the target whose own token was withheld.
 	cluster, pool string

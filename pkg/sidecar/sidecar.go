@@ -141,7 +141,8 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	s.server.phases = newResponsePhaseWatch(reg, logger)
 	registerScoringMetrics(reg, s.server.policies.Memory())
 	s.watcher = NewWatcher(clients, cfg.Watch, router, s.published, metrics.watches)
-	transportOpts, err := extProcTransport(transport, cfg.BindAddress, cfg.Watch.EndpointPickerServices, reg, logger)
+	extProcAddr := cmp.Or(cfg.ExtProcBindAddress, cfg.BindAddress)
+	transportOpts, err := extProcTransport(transport, extProcAddr, cfg.Watch.EndpointPickerServices, reg, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +161,8 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	s.servers = servers
 	_, mainPort, _ := net.SplitHostPort(servers.GRPCAddr())
 	port, _ := strconv.ParseInt(mainPort, 10, 32)
-	s.server.ports = newShimPorts(cfg.BindAddress, int32(port), servers.ServeExtProc, reg, logger)
+	// The shim pools' ports are ext_proc ports too.
+	s.server.ports = newShimPorts(extProcAddr, int32(port), servers.ServeExtProc, reg, logger)
 	return s, nil
 }
 

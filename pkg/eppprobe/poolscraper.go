@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,15 +16,11 @@ import (
 	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 
+	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/metrics"
 	"github.com/mci-dev/mci/pkg/poll"
 )
-
-// DefaultServiceAccountTokenFile is where a pod's projected ServiceAccount
-// token is mounted: the token the sidecar sends with its metrics scrapes by
-// default, as upstream EPPs require one on /metrics by default.
-const DefaultServiceAccountTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 // maxPoolMetricsBytes bounds an EPP's /metrics page; past it the scrape is
 // unparseable rather than read as a shorter page.
@@ -65,11 +62,19 @@ type PoolScraperOptions struct {
 	// Staleness is how old gauges may be and still be fresh: MetricsBased's
 	// scheduling.Config.MetricsStaleness.
 	Staleness time.Duration
-	// TokenFile, when set, holds the bearer token sent to every EPP whose
-	// pool credentials name none (the projected ServiceAccount token). It
-	// is re-read when the kubelet may have rotated it, and at once after a
-	// 401.
+	// TokenFile, when set, holds the sidecar's own bearer token (a
+	// projected ServiceAccount token with an audience of its own and a
+	// short expiry): sent to an EPP whose pool names no token Secret only
+	// over verified TLS, and only to an in-cluster EPP (a local pool's,
+	// not an ExternalName) or one TokenRecipients names. It is re-read
+	// when the kubelet may have rotated it, and at once after a 401.
 	TokenFile string
+	// TokenRecipients name the EPPs beyond the in-cluster ones that may
+	// get the token of TokenFile (still over verified TLS only): a cluster
+	// name (every pool's EPP of that cluster, local ExternalName ones
+	// included for the local cluster) or cluster/namespace/name (one pool
+	// of that cluster). See ParseTokenRecipient.
+	TokenRecipients []string
 }
 
 // PoolScraper keeps the pool metrics each EPP metrics URL serves, and the
@@ -87,7 +92,10 @@ type PoolScraper struct {
 	staleness time.Duration
 	// tokenFile is the file token's source; nil: no file token.
 	tokenFile transport.ResettableTokenSource
-	creds     *epptransport.Credentials
+	// recipients are TokenRecipients: cluster names, and
+	// cluster/namespace/name of pools.
+	recipients map[string]bool
+	creds      *epptransport.Credentials
 
 	// clients keeps the client of each URL: the shared one for plaintext,
 	// else one with the URL's credentials, made anew when they change.
@@ -104,6 +112,11 @@ type scrapeResult struct {
 	pools map[string]*metrics.PoolMetrics
 	// token says which token the last scrape sent.
 	token string
+	// withheld, when set, says why the sidecar's own token was not sent
+	// (a Withheld* reason); "" when it was, or none was asked.
+	withheld string
+	// cluster and pool name the target whose own token was withheld.
+	cluster, pool string
 }
 
 // NewPoolScraper returns a scraper with no targets. It fails only when
@@ -116,6 +129,15 @@ func NewPoolScraper(o PoolScraperOptions) (*PoolScraper, error) {
 		timeout:   positiveOr(o.Timeout, DefaultScrapeTimeout),
 		staleness: o.Staleness,
 		creds:     o.Credentials,
+	}
+	if len(o.TokenRecipients) > 0 {
+		s.recipients = map[string]bool{}
+		for _, r := range o.TokenRecipients {
+			if err := ParseTokenRecipient(r); err != nil {
+				return nil, err
+			}
+			s.recipients[r] = true
+		}
 	}
 	s.clients = epptransport.NewConns(o.Credentials, 0, s.newClient, s.closeClient)
 	if o.TokenFile != "" {
@@ -223,6 +245,10 @@ func (s *PoolScraper) scrape(ctx context.Context, url string) (*scrapeResult, er
 	if prev == nil || prev.state != r.state || prev.token != r.token {
 		logOutcome(klog.FromContext(ctx), url, r)
 	}
+	if r.withheld != "" && (prev == nil || prev.withheld != r.withheld) {
+		klog.FromContext(ctx).Info("The sidecar's own metrics token is not sent to this EPP: it goes only over verified TLS, to an in-cluster EPP or one --epp-metrics-token-recipients names (see docs/tls.md, \"Metrics behind authentication\")",
+			"url", url, "cluster", r.cluster, "pool", r.pool, "reason", r.withheld)
+	}
 	return r, nil
 }
 
@@ -245,8 +271,9 @@ func logOutcome(logger klog.Logger, url string, r *scrapeResult) {
 // read scrapes url once and classifies the outcome.
 func (s *PoolScraper) read(ctx context.Context, url string) *scrapeResult {
 	started := time.Now()
+	var withheld, cluster, pool string
 	fail := func(state MetricsState, token string, err error) *scrapeResult {
-		return &scrapeResult{state: state, err: err, token: token}
+		return &scrapeResult{state: state, err: err, token: token, withheld: withheld, cluster: cluster, pool: pool}
 	}
 	// Credentials that cannot be used (a TLS Secret, a token Secret) fail
 	// the metrics port alone, counted with the connection failures.
@@ -256,6 +283,9 @@ func (s *PoolScraper) read(ctx context.Context, url string) *scrapeResult {
 		return fail(MetricsUnreachable, "", err)
 	}
 	token, tokenSource, err := s.bearerToken(url)
+	if tokenSource == tokenWithheld {
+		withheld, cluster, pool = s.withhold(url)
+	}
 	if err != nil {
 		s.creds.Failed(url, err)
 		return fail(MetricsUnreachable, tokenSource, err)
@@ -306,14 +336,69 @@ func (s *PoolScraper) read(ctx context.Context, url string) *scrapeResult {
 		// is the conservative time for staleness.
 		m.UpdatedAt = started
 	}
-	return &scrapeResult{state: MetricsFresh, pools: pools, token: tokenSource}
+	return &scrapeResult{state: MetricsFresh, pools: pools, token: tokenSource, withheld: withheld, cluster: cluster, pool: pool}
 }
 
 // Where a scrape's bearer token came from, for logs.
 const (
 	tokenNone     = "none"
 	tokenFromFile = "file"
+	// tokenWithheld: the token file's token is not sent to this URL.
+	tokenWithheld = "none (own token withheld)"
 )
+
+// Why the sidecar's own token is withheld from an EPP: the reason label of
+// mci_sidecar_epp_metrics_token_withheld.
+const (
+	// WithheldPlaintext: the metrics port is reached in plaintext.
+	WithheldPlaintext = "plaintext"
+	// WithheldUnverified: the metrics port is reached with TLS whose
+	// certificate is not verified.
+	WithheldUnverified = "tls-unverified"
+	// WithheldRemote: the EPP is another cluster's (an import's), which
+	// --epp-metrics-token-recipients does not name.
+	WithheldRemote = "remote-cluster"
+	// WithheldExternalName: the local pool's EPP Service is an
+	// ExternalName, which --epp-metrics-token-recipients does not name.
+	WithheldExternalName = "external-name"
+	// WithheldUnknown: the URL is no EPP of the routing table.
+	WithheldUnknown = "unknown-target"
+)
+
+// ParseTokenRecipient checks an entry of TokenRecipients: a cluster name,
+// or cluster/namespace/name.
+func ParseTokenRecipient(r string) error {
+	parts := strings.Split(r, "/")
+	if (len(parts) != 1 && len(parts) != 3) || slices.Contains(parts, "") {
+		return fmt.Errorf("metrics token recipient %q: want a cluster name or cluster/namespace/name", r)
+	}
+	return nil
+}
+
+// withhold says why the token file's token may not go to url ("" when it
+// may), and the cluster and pool of url. It goes only over verified TLS
+// (the Secret that the pool names, or a BackendTLSPolicy), and only to an
+// in-cluster EPP or one the recipients name.
+func (s *PoolScraper) withhold(url string) (reason, cluster, pool string) {
+	tg, ok := s.creds.TargetOf(url)
+	if !ok {
+		return WithheldUnknown, "", ""
+	}
+	switch tg.Transport.Kind() {
+	case eppaddr.TransportKindPlaintext:
+		return WithheldPlaintext, tg.Cluster, tg.Pool
+	case eppaddr.TransportKindUnverified:
+		return WithheldUnverified, tg.Cluster, tg.Pool
+	}
+	switch {
+	case tg.InCluster() || s.recipients[tg.Cluster] || s.recipients[tg.Cluster+"/"+tg.Pool]:
+		return "", tg.Cluster, tg.Pool
+	case tg.Local:
+		return WithheldExternalName, tg.Cluster, tg.Pool
+	default:
+		return WithheldRemote, tg.Cluster, tg.Pool
+	}
+}
 
 // bearerToken returns the token to send to url and where it comes from:
 // the `token` of its credentials Secret, else the token file, else none.
@@ -325,6 +410,9 @@ func (s *PoolScraper) bearerToken(url string) (token, source string, err error) 
 	case token != "":
 		return token, "secret " + ref, nil
 	case s.tokenFile != nil:
+		if why, _, _ := s.withhold(url); why != "" {
+			return "", tokenWithheld, nil
+		}
 		t, err := s.tokenFile.Token()
 		if err != nil {
 			return "", tokenFromFile, fmt.Errorf("reading the token file for EPP metrics: %w", err)
@@ -338,6 +426,10 @@ func (s *PoolScraper) bearerToken(url string) (token, source string, err error) 
 const eppMetricsStateHelp = "State of each cluster's pool metrics as MetricsBased sees them, one-hot over the state label: fresh (measured), stale, unauthorized (the EPP answered 401/403), unreachable, unparseable. Only clusters of MetricsBased backends are scraped."
 
 var eppMetricsStateDesc = prometheus.NewDesc("mci_sidecar_epp_metrics_state", eppMetricsStateHelp, []string{"cluster", "pool", "state"}, nil)
+
+const tokenWithheldHelp = "1 for each cluster's pool whose EPP metrics scrapes would carry the sidecar's own token (--epp-metrics-token-file; the pool names no token Secret) but do not, by reason: plaintext or tls-unverified (the token goes over verified TLS only), remote-cluster or external-name (nor --epp-metrics-token-recipients names it), unknown-target."
+
+var tokenWithheldDesc = prometheus.NewDesc("mci_sidecar_epp_metrics_token_withheld", tokenWithheldHelp, []string{"cluster", "pool", "reason"}, nil)
 
 // ScrapedPool is a cluster's pool and the metrics URL of its EPP: a series
 // of mci_sidecar_epp_metrics_state when the URL is scraped.
@@ -362,7 +454,10 @@ func (s *PoolScraper) StateCollector(pools func() []ScrapedPool) prometheus.Coll
 	return &stateCollector{pools: pools, scraper: s}
 }
 
-func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- eppMetricsStateDesc }
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- eppMetricsStateDesc
+	ch <- tokenWithheldDesc
+}
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
@@ -384,6 +479,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 				v = 1
 			}
 			ch <- prometheus.MustNewConstMetric(eppMetricsStateDesc, prometheus.GaugeValue, v, p.Cluster, p.Pool, string(s))
+		}
+		if r := c.scraper.poller.Get(p.URL); r != nil && r.withheld != "" {
+			ch <- prometheus.MustNewConstMetric(tokenWithheldDesc, prometheus.GaugeValue, 1, p.Cluster, p.Pool, r.withheld)
 		}
 	}
 }

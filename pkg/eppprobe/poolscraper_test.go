@@ -44,16 +44,14 @@ func gauges(pool string, queue int) string {
 
 // metricsServer serves page to requests that carry "Bearer <token>" when
 // token is set, and records the Authorization headers it got. As
-// controller-runtime's authentication and authorization filters answer: 401
-// without the token (not authenticated), 403 with it when forbid is set (not
-// authorized).
+// controller-runtime's authentication filter answers: 401 without the token
+// (not authenticated).
 type metricsServer struct {
 	*httptest.Server
-	token  atomic.Pointer[string]
-	forbid atomic.Bool
-	page   atomic.Pointer[string]
-	mu     sync.Mutex
-	seen   []string
+	token atomic.Pointer[string]
+	page  atomic.Pointer[string]
+	mu    sync.Mutex
+	seen  []string
 }
 
 func newMetricsServer(t *testing.T, page, token string) *metricsServer {
@@ -71,12 +69,8 @@ func (m *metricsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.seen = append(m.seen, got)
 	m.mu.Unlock()
 	if want := *m.token.Load(); want != "" {
-		switch {
-		case got != "Bearer "+want:
+		if got != "Bearer "+want {
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
-			return
-		case m.forbid.Load():
-			http.Error(w, "Forbidden", http.StatusForbidden)
 			return
 		}
 	}
@@ -143,16 +137,11 @@ func writeToken(t *testing.T, path, token string) {
 func TestPoolScraperStates(t *testing.T) {
 	// Port 1 is privileged: nothing of a test listens there.
 	closedURL := "http://127.0.0.1:1/metrics"
-	forbidden := newMetricsServer(t, gauges("llm", 1), "sidecar-token")
-	forbidden.forbid.Store(true)
 	status := func(code int) *httptest.Server {
 		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", code) }))
 		t.Cleanup(s.Close)
 		return s
 	}
-
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	writeToken(t, tokenFile, "sidecar-token")
 
 	tests := []struct {
 		name      string
@@ -164,9 +153,8 @@ func TestPoolScraperStates(t *testing.T) {
 	}{
 		{name: "gauges under the GIE names are fresh", url: newMetricsServer(t, gauges("llm", 3), "").URL, pool: "llm", wantState: MetricsFresh, wantQueue: 3},
 		{name: "gauges under the llm-d names are fresh", url: newMetricsServer(t, "llm_d_epp_average_queue_size{name=\"llm\"} 4\nllm_d_epp_average_kv_cache_utilization{name=\"llm\"} 0.2\nllm_d_epp_ready_endpoints{name=\"llm\"} 2\n", "").URL, pool: "llm", wantState: MetricsFresh, wantQueue: 4},
-		{name: "an EPP that accepts the sidecar's token is fresh", url: newMetricsServer(t, gauges("llm", 5), "sidecar-token").URL, pool: "llm", wantState: MetricsFresh, wantQueue: 5},
 		{name: "an EPP that wants another token is unauthorized (401)", url: newMetricsServer(t, gauges("llm", 1), "other-token").URL, pool: "llm", wantState: MetricsUnauthorized, wantWhy: "401 Unauthorized"},
-		{name: "an EPP that does not authorize the token is unauthorized (403)", url: forbidden.URL, pool: "llm", wantState: MetricsUnauthorized, wantWhy: "403 Forbidden"},
+		{name: "an EPP that does not authorize the token is unauthorized (403)", url: status(http.StatusForbidden).URL, pool: "llm", wantState: MetricsUnauthorized, wantWhy: "403 Forbidden"},
 		{name: "401 is unauthorized", url: status(http.StatusUnauthorized).URL, pool: "llm", wantState: MetricsUnauthorized, wantWhy: "401 Unauthorized"},
 		{name: "another status is unreachable", url: status(http.StatusInternalServerError).URL, pool: "llm", wantState: MetricsUnreachable, wantWhy: "500 Internal Server Error"},
 		{name: "a closed port is unreachable", url: closedURL, pool: "llm", wantState: MetricsUnreachable, wantWhy: "connection refused"},
@@ -174,7 +162,7 @@ func TestPoolScraperStates(t *testing.T) {
 		{name: "garbage is unparseable", url: newMetricsServer(t, "<html>\x00\xff", "").URL, pool: "llm", wantState: MetricsUnparseable, wantWhy: "parsing pool metrics"},
 		{name: "a page without this pool's gauges is unparseable for it", url: newMetricsServer(t, gauges("a", 1)+gauges("b", 2), "").URL, pool: "llm", wantState: MetricsUnparseable, wantWhy: `no pool gauges for pool "llm"`},
 	}
-	s, err := NewPoolScraper(PoolScraperOptions{Interval: 20 * time.Millisecond, Timeout: time.Second, Staleness: time.Minute, TokenFile: tokenFile})
+	s, err := NewPoolScraper(PoolScraperOptions{Interval: 20 * time.Millisecond, Timeout: time.Second, Staleness: time.Minute})
 	require.NoError(t, err)
 	var urls []string
 	for _, tt := range tests {
@@ -254,14 +242,15 @@ func TestPoolScraperKeepsGaugesOverAFailureUntilTheyAreStale(t *testing.T) {
 func TestPoolScraperSendsTheTokenFileAndFollowsItsRotation(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	writeToken(t, tokenFile, "first")
-	m := newMetricsServer(t, gauges("llm", 1), "first")
+	m, url, creds := verifiedMetricsServer(t, "first")
+	creds.SetTargets([]epptransport.Target{inClusterTarget(url)})
 	logs := &logLines{}
-	s, err := NewPoolScraper(PoolScraperOptions{Interval: 20 * time.Millisecond, Timeout: time.Second, Staleness: time.Minute, TokenFile: tokenFile})
+	s, err := NewPoolScraper(PoolScraperOptions{Interval: 20 * time.Millisecond, Timeout: time.Second, Staleness: time.Minute, TokenFile: tokenFile, Credentials: creds})
 	require.NoError(t, err)
-	s.SetTargets([]string{m.URL})
+	s.SetTargets([]string{url})
 	runScraper(t, s, logs)
 	// The outcome of the last scrape.
-	fresh := func() bool { r := s.poller.Get(m.URL); return r != nil && r.state == MetricsFresh }
+	fresh := func() bool { r := s.poller.Get(url); return r != nil && r.state == MetricsFresh }
 	require.Eventually(t, fresh, 5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, "Bearer first", m.lastAuthorization())
 
@@ -275,6 +264,7 @@ func TestPoolScraperSendsTheTokenFileAndFollowsItsRotation(t *testing.T) {
 	require.Eventually(t, func() bool { return m.requests() >= scraped+3 }, 5*time.Second, 10*time.Millisecond, "a few more scrapes")
 	assert.Equal(t, 2, logs.count(`"state"="fresh"`), "one line per change of state, not per scrape: %q", logs.lines)
 	assert.LessOrEqual(t, logs.count(`"state"="unauthorized"`), 1, "%q", logs.lines)
+	assert.Zero(t, logs.count("own metrics token is not sent"), "%q", logs.lines)
 
 	t.Run("a token file that cannot be read fails the scraper's construction", func(t *testing.T) {
 		_, err := NewPoolScraper(PoolScraperOptions{TokenFile: filepath.Join(t.TempDir(), "missing")})
@@ -290,6 +280,105 @@ func TestPoolScraperSendsTheTokenFileAndFollowsItsRotation(t *testing.T) {
 		require.Eventually(t, func() bool { return s.Get(open.URL, "llm") != nil }, 5*time.Second, 10*time.Millisecond)
 		assert.Empty(t, open.lastAuthorization())
 	})
+}
+
+// verifiedMetricsServer is an EPP's /metrics over TLS that wants token
+// (none: any), the URL it is scraped at, and credentials that verify it
+// (the pool's credentials Secret "epp-creds", with a CA and no token).
+func verifiedMetricsServer(t *testing.T, token string) (*metricsServer, string, *epptransport.Credentials) {
+	t.Helper()
+	serving := tlstest.NewServing(t, "127.0.0.1", "127.0.0.1")
+	cert, err := tls.X509KeyPair(serving.CertPEM, serving.KeyPEM)
+	require.NoError(t, err)
+	m := &metricsServer{}
+	page := gauges("llm", 2)
+	m.page.Store(&page)
+	m.token.Store(&token)
+	m.Server = httptest.NewUnstartedServer(m)
+	m.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	m.StartTLS()
+	t.Cleanup(m.Close)
+	kube := kubefake.NewSimpleClientset(epptransporttest.Secret(ns, "epp-creds", map[string][]byte{"ca.crt": serving.CAPEM}))
+	return m, m.URL + "/metrics", epptransporttest.Run(t, kube, ns)
+}
+
+// inClusterTarget is url as the metrics port of a local pool's EPP
+// reached at its Service's own address, over TLS verified with the pool's
+// credentials Secret.
+func inClusterTarget(url string) epptransport.Target {
+	return epptransport.Target{Addr: url, Cluster: "cluster-a", Pool: ns + "/llm", Port: eppaddr.PortMetrics, Local: true,
+		Transport: eppaddr.PortTransport{TLS: true, Secret: types.NamespacedName{Namespace: ns, Name: "epp-creds"}, Namespace: ns}}
+}
+
+// TestPoolScraperSendsItsOwnTokenOnlyOverVerifiedTLSToInClusterEPPs: the
+// token of the token file never goes in plaintext or over TLS it cannot
+// verify, nor to an ExternalName EPP Service (a name a tenant chose) or
+// another cluster's EPP unless --epp-metrics-token-recipients names them;
+// each refusal is logged once and shown by reason in
+// mci_sidecar_epp_metrics_token_withheld.
+func TestPoolScraperSendsItsOwnTokenOnlyOverVerifiedTLSToInClusterEPPs(t *testing.T) {
+	unverified := eppaddr.PortTransport{TLS: true}
+	tests := []struct {
+		name       string
+		plaintext  bool // the EPP serves plaintext HTTP
+		target     func(epptransport.Target) epptransport.Target
+		recipients []string
+		withheld   string // "": the token is sent
+	}{
+		{name: "an in-cluster EPP over verified TLS gets it", target: func(tg epptransport.Target) epptransport.Target { return tg }},
+		{name: "an in-cluster EPP in plaintext gets none", plaintext: true, withheld: WithheldPlaintext,
+			target: func(tg epptransport.Target) epptransport.Target { tg.Transport = eppaddr.PortTransport{}; return tg }},
+		{name: "an in-cluster EPP over TLS not verified gets none", withheld: WithheldUnverified,
+			target: func(tg epptransport.Target) epptransport.Target { tg.Transport = unverified; return tg }},
+		{name: "a local pool whose EPP Service is an ExternalName gets none", withheld: WithheldExternalName,
+			target: func(tg epptransport.Target) epptransport.Target { tg.ExternalName = true; return tg }},
+		{name: "another cluster's EPP gets none", withheld: WithheldRemote,
+			target: func(tg epptransport.Target) epptransport.Target { tg.Cluster, tg.Local = "cluster-b", false; return tg }},
+		{name: "another cluster's EPP in plaintext gets none, even when named", plaintext: true, recipients: []string{"cluster-b"}, withheld: WithheldPlaintext,
+			target: func(tg epptransport.Target) epptransport.Target {
+				tg.Cluster, tg.Local, tg.Transport = "cluster-b", false, eppaddr.PortTransport{}
+				return tg
+			}},
+		{name: "another cluster's EPP named by its cluster gets it", recipients: []string{"cluster-b"},
+			target: func(tg epptransport.Target) epptransport.Target { tg.Cluster, tg.Local = "cluster-b", false; return tg }},
+		{name: "an ExternalName EPP named by its pool gets it", recipients: []string{"cluster-a/" + ns + "/llm"},
+			target: func(tg epptransport.Target) epptransport.Target { tg.ExternalName = true; return tg }},
+		{name: "another pool named does not name this one", recipients: []string{"cluster-b/" + ns + "/other"}, withheld: WithheldRemote,
+			target: func(tg epptransport.Target) epptransport.Target { tg.Cluster, tg.Local = "cluster-b", false; return tg }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tokenFile := filepath.Join(t.TempDir(), "token")
+			writeToken(t, tokenFile, "sidecar-token")
+			m, url, creds := verifiedMetricsServer(t, "")
+			if tc.plaintext {
+				m = newMetricsServer(t, gauges("llm", 2), "")
+				url = m.URL + "/metrics"
+			}
+			creds.SetTargets([]epptransport.Target{tc.target(inClusterTarget(url))})
+			logs := &logLines{}
+			s, err := NewPoolScraper(PoolScraperOptions{Interval: 10 * time.Millisecond, Timeout: time.Second, Staleness: time.Minute,
+				TokenFile: tokenFile, TokenRecipients: tc.recipients, Credentials: creds})
+			require.NoError(t, err)
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(s.StateCollector(func() []ScrapedPool { return []ScrapedPool{{Cluster: "cluster-x", Pool: ns + "/llm", URL: url}} }))
+			s.SetTargets([]string{url})
+			runScraper(t, s, logs)
+			require.Eventually(t, func() bool { return m.requests() >= 5 }, 5*time.Second, 10*time.Millisecond)
+
+			want := ""
+			if tc.withheld != "" {
+				want = fmt.Sprintf("# HELP mci_sidecar_epp_metrics_token_withheld %s\n# TYPE mci_sidecar_epp_metrics_token_withheld gauge\n"+
+					"mci_sidecar_epp_metrics_token_withheld{cluster=\"cluster-x\",pool=\"%s/llm\",reason=\"%s\"} 1\n", tokenWithheldHelp, ns, tc.withheld)
+				assert.Empty(t, m.lastAuthorization(), "no Authorization header")
+				assert.Equal(t, 1, logs.count(`"reason"="`+tc.withheld+`"`), "said once: %q", logs.lines)
+			} else {
+				assert.Equal(t, "Bearer sidecar-token", m.lastAuthorization())
+				assert.Zero(t, logs.count("own metrics token is not sent"), "%q", logs.lines)
+			}
+			assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "mci_sidecar_epp_metrics_token_withheld"))
+		})
+	}
 }
 
 func TestPoolScraperLogsOncePerChangeOfState(t *testing.T) {

@@ -24,7 +24,17 @@ type Target struct {
 	// send (TokenSecretKey); none: the token of the Secret of Transport,
 	// else the scraper's own.
 	Token types.NamespacedName
+	// Local is true for the EPP of a local pool, ExternalName for one
+	// whose Service is an ExternalName (a name its author chose, which may
+	// point anywhere).
+	Local, ExternalName bool
 }
+
+// InCluster is true for the EPP of a local pool reached at its Service's
+// own address (cluster IP or load balancer), not at an ExternalName: with
+// verified TLS, where the sidecar's own metrics token may go without an
+// operator naming it.
+func (t Target) InCluster() bool { return t.Local && !t.ExternalName }
 
 // SetTargets makes the addresses of the routing table's clusters reached
 // with their transports, and forgets Secrets no longer named. An address that clusters
@@ -43,14 +53,22 @@ func (c *Credentials) SetTargets(list []Target) {
 		if addr == "" {
 			continue
 		}
-		next := target{cluster: tg.Cluster, pool: tg.Pool, port: tg.Port, transport: pt, key: pt.Key(), token: tg.Token}
+		next := target{cluster: tg.Cluster, pool: tg.Pool, port: tg.Port, transport: pt, key: pt.Key(), token: tg.Token, local: tg.Local, externalName: tg.ExternalName}
 		prev, seen := targets[addr]
 		if seen && prev.transport.Key() != pt.Key() {
 			conflicts[addr] = append(conflicts[addr], describe(prev.transport), describe(pt))
 		}
 		// TLS over plaintext; among TLS ones, the first by key.
 		if !seen || (!prev.transport.TLS && pt.TLS) || (pt.TLS && pt.Key() < prev.transport.Key()) {
+			if seen {
+				next.local, next.externalName = next.local && prev.local, next.externalName || prev.externalName
+			}
 			targets[addr] = next
+		} else {
+			// An address that another cluster also names (an import
+			// naming a local EPP's address) is local only when all say so.
+			prev.local, prev.externalName = prev.local && tg.Local, prev.externalName || tg.ExternalName
+			targets[addr] = prev
 		}
 	}
 	inUse := map[types.NamespacedName]bool{}
@@ -93,6 +111,25 @@ type target struct {
 	key string
 	// token is the Secret of the bearer token of a metrics URL.
 	token types.NamespacedName
+	// local and externalName: Target's, for every cluster naming the
+	// address (local when all say so, externalName when one does).
+	local, externalName bool
+}
+
+// TargetOf returns the target addr is, as SetTargets was given it (Local
+// only when every cluster naming it said so, ExternalName when one did);
+// false when addr is not an address of the table.
+func (c *Credentials) TargetOf(addr string) (Target, bool) {
+	if c == nil {
+		return Target{}, false
+	}
+	c.mu.RLock()
+	tg, ok := c.targets[addr]
+	c.mu.RUnlock()
+	if !ok {
+		return Target{}, false
+	}
+	return Target{Addr: addr, Cluster: tg.cluster, Pool: tg.pool, Port: tg.port, Transport: tg.transport, Token: tg.token, Local: tg.local, ExternalName: tg.externalName}, true
 }
 
 // describe names a transport for the logs.

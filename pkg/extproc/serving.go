@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,9 +36,12 @@ var readinessServices = []string{"", ReadinessService, extprocv3.ExternalProcess
 // mci-sidecar can stand in for each other.
 type ServingOptions struct {
 	BindAddress string
-	GRPCPort    int
-	HealthPort  int
-	MetricsPort int
+	// ExtProcBindAddress, when set, is the address of the ext_proc port
+	// instead of BindAddress (mci-sidecar keeps it on loopback).
+	ExtProcBindAddress string
+	GRPCPort           int
+	HealthPort         int
+	MetricsPort        int
 	// TLS, when enabled, serves every port over TLS.
 	TLS TLSOptions
 
@@ -117,16 +121,16 @@ func Listen(o ServingOptions, processor extprocv3.ExternalProcessorServer, reg *
 			s.closeListeners()
 		}
 	}()
-	listen := func(port int) (net.Listener, error) {
-		return net.Listen("tcp", net.JoinHostPort(o.BindAddress, strconv.Itoa(port)))
+	listen := func(addr string, port int) (net.Listener, error) {
+		return net.Listen("tcp", net.JoinHostPort(addr, strconv.Itoa(port)))
 	}
-	if s.grpcLis, err = listen(o.GRPCPort); err != nil {
+	if s.grpcLis, err = listen(cmp.Or(o.ExtProcBindAddress, o.BindAddress), o.GRPCPort); err != nil {
 		return nil, fmt.Errorf("ext_proc listener: %w", err)
 	}
-	if s.healthLis, err = listen(o.HealthPort); err != nil {
+	if s.healthLis, err = listen(o.BindAddress, o.HealthPort); err != nil {
 		return nil, fmt.Errorf("health listener: %w", err)
 	}
-	if s.metricsLis, err = listen(o.MetricsPort); err != nil {
+	if s.metricsLis, err = listen(o.BindAddress, o.MetricsPort); err != nil {
 		return nil, fmt.Errorf("metrics listener: %w", err)
 	}
 

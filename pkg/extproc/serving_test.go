@@ -52,6 +52,15 @@ func TestServingOptions(t *testing.T) {
 	})
 }
 
+func TestTheExtProcPortListensOnItsOwnAddress(t *testing.T) {
+	s, err := Listen(ServingOptions{BindAddress: "127.0.0.1", ExtProcBindAddress: "127.0.0.2"}, extprocv3.UnimplementedExternalProcessorServer{}, prometheus.NewRegistry())
+	require.NoError(t, err)
+	t.Cleanup(s.closeListeners)
+	assert.Regexp(t, `^127\.0\.0\.2:\d+$`, s.GRPCAddr())
+	assert.Regexp(t, `^127\.0\.0\.1:\d+$`, s.HealthAddr())
+	assert.Regexp(t, `^127\.0\.0\.1:\d+$`, s.MetricsAddr())
+}
+
 func TestServers(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "test_total", Help: "A test counter."}))

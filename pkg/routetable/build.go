@@ -45,6 +45,9 @@ type Inputs struct {
 	// (annotation, Secret, BackendTLSPolicy) nor its import decides;
 	// plaintext where it is empty too.
 	DefaultTransport eppaddr.TransportModes
+	// RemoteEndpointPickers says whether other clusters' EPPs must be
+	// reached over verified TLS, and which imports may do without.
+	RemoteEndpointPickers RemoteEndpointPickers
 	// ServedGateways, when not empty, are the Gateways the sidecar serves:
 	// the table holds only the HTTPRoutes attached to one of them, as their
 	// listeners allow (attach.go). Empty: every HTTPRoute, whatever its
@@ -83,6 +86,9 @@ const (
 	ReasonNoShimClusters         = "NoClusters"
 	ReasonAmbiguousShimPool      = "AmbiguousEndpointPickerService"
 	ReasonShimPortMismatch       = "EndpointPickerPortMismatch"
+	// ReasonUnverifiedEndpointPicker: a remote EPP whose ext_proc would be
+	// reached without verified TLS, which no operator allowed.
+	ReasonUnverifiedEndpointPicker = "UnverifiedEndpointPicker"
 )
 
 // BuildError is a problem Build found in an object. The object is still
@@ -97,6 +103,8 @@ type BuildError struct {
 	Reason string
 	// Message says what is wrong, for a person.
 	Message string
+	// Cluster, when set, is the import's cluster the problem is of.
+	Cluster string
 }
 
 func (e *BuildError) Error() string {

@@ -134,6 +134,8 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 		EPP:    net.JoinHostPort(addrs[0], strconv.Itoa(int(port))),
 		Weight: 1,
 		Local:  true,
+		// ServiceAddresses falls back to the ExternalName last.
+		ExternalName: svc.Spec.Type == corev1.ServiceTypeExternalName || (svc.Spec.ExternalName != "" && addrs[0] == svc.Spec.ExternalName),
 	}
 	var secretRef types.NamespacedName
 	if secret != "" {

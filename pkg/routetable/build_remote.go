@@ -75,6 +75,9 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 				report(ReasonInvalidImportedCluster, "cluster %q: %v; the cluster is skipped", ic.Name, err)
 				continue
 			}
+			if !b.checkRemoteExtProc(key, c) {
+				continue
+			}
 			host := svc[0].Addresses[0]
 			c.EPP = net.JoinHostPort(host, strconv.Itoa(int(svc[0].Ports[0].Number)))
 			if h := epp.Health; h != nil && h.Port > 0 {

@@ -104,6 +104,25 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "a local EPP Service that is an ExternalName is reached at that name, and marked as such",
+			in: Inputs{
+				Routes: oneRef(poolRef("llm", nil)),
+				Pools:  []*poolv1.InferencePool{pool("llm", "")},
+				Services: []*corev1.Service{func() *corev1.Service {
+					s := eppService("llm", "")
+					s.Spec = corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "metrics.example.net", Ports: s.Spec.Ports}
+					s.Status = corev1.ServiceStatus{}
+					return s
+				}()},
+			},
+			check: func(t *testing.T, tbl *Table) {
+				c := only(t, tbl).Clusters[0]
+				assert.Equal(t, "metrics.example.net:9002", c.EPP)
+				assert.True(t, c.Local)
+				assert.True(t, c.ExternalName, "the sidecar's own token does not go there unless an operator names it")
+			},
+		},
+		{
 			name:        "a backendRef to a missing import is invalid and reported",
 			in:          Inputs{Routes: oneRef(importRef("missing", nil))},
 			wantReasons: []string{ReasonBackendNotFound},

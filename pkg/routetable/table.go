@@ -140,6 +140,16 @@ type Cluster struct {
 	Weight int64
 	// Local is true for the local InferencePool.
 	Local bool
+	// Unverified is true for another cluster's EPP whose ext_proc is
+	// reached without verified TLS, as the operator allowed for its import
+	// (RemoteEndpointPickers).
+	Unverified bool
+	// ExternalName is true for a local pool whose EPP Service is an
+	// ExternalName: its address is a name the Service's author chose, which
+	// may point anywhere, so the EPP is not taken for one of the cluster's
+	// own (the sidecar's own metrics token is not sent there unless an
+	// operator names it).
+	ExternalName bool
 	// Stale is true for an exporting cluster that the local mci-apiserver
 	// cannot reach (Ready False, reason ClusterUnreachable): its entry is
 	// the last known one. Its EPP may well answer (a control-plane

@@ -53,10 +53,12 @@ type Metrics struct {
 	generation   prometheus.Gauge
 	tableErrors  prometheus.Gauge
 	refusals     *prometheus.GaugeVec
-	buildTime    prometheus.Histogram
-	unparseable  prometheus.Counter
-	homes        *prometheus.CounterVec
-	homesAlike   *prometheus.GaugeVec
+	// unverified: mci_sidecar_remote_epp_unverified.
+	unverified  *prometheus.GaugeVec
+	buildTime   prometheus.Histogram
+	unparseable prometheus.Counter
+	homes       *prometheus.CounterVec
+	homesAlike  *prometheus.GaugeVec
 	// watches follows the informers the routing table is built from:
 	// mci_sidecar_watch_reachable and mci_sidecar_watch_failures_total.
 	watches *informerhealth.Tracker
@@ -131,8 +133,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while the last home decision of a backend counted its clusters alike because not every one reported its ready pods (no fresh pool metrics): homes and bounds then assume equal capacities. 0 once they are known again.",
 		}, []string{"backend"}),
 	}
+	m.unverified = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mci_sidecar_remote_epp_unverified",
+		Help: "1 for each cluster of an import (pool, namespace/name) whose EPP's ext_proc would be reached without verified TLS (plaintext or TLS not verified), by outcome: allowed (--insecure-remote-endpoint-pickers names the import: routed to) or refused (skipped, see the routing table's problems).",
+	}, []string{"pool", "cluster", "outcome"})
 	m.watches = informerhealth.NewTracker("mci_sidecar")
-	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.lateBody, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.buildTime, m.unparseable, m.homes, m.homesAlike, m.watches)
+	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.lateBody, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.unverified, m.buildTime, m.unparseable, m.homes, m.homesAlike, m.watches)
 	return m
 }
 
@@ -202,12 +208,21 @@ func (m *Metrics) published(t *routetable.Table, took time.Duration) {
 		m.generation.Set(float64(t.Generation))
 		m.tableErrors.Set(float64(len(t.Errors)))
 		refused := map[string]int{routetable.ReasonNotAllowedByListeners: 0, routetable.ReasonNoMatchingListenerHostname: 0, routetable.ReasonNoMatchingParent: 0, routetable.ReasonRefNotPermitted: 0}
+		m.unverified.Reset()
 		for _, err := range t.Errors {
 			var be *routetable.BuildError
 			if errors.As(err, &be) {
 				if _, ok := refused[be.Reason]; ok {
 					refused[be.Reason]++
 				}
+				if be.Reason == routetable.ReasonUnverifiedEndpointPicker {
+					m.unverified.WithLabelValues(be.Namespace+"/"+be.Name, be.Cluster, "refused").Set(1)
+				}
+			}
+		}
+		for _, c := range t.Clusters() {
+			if c.Unverified {
+				m.unverified.WithLabelValues(c.Pool, c.Name, "allowed").Set(1)
 			}
 		}
 		for reason, n := range refused {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -29,8 +30,12 @@ const shimPortRetry = 5 * time.Second
 
 // Config is what a sidecar runs with.
 type Config struct {
-	// BindAddress is the IP the servers listen on.
-	BindAddress string
+	// BindAddress is the IP the servers listen on; ExtProcBindAddress,
+	// when set, the IP of the main ext_proc port instead (the command keeps
+	// it on loopback outside shim mode).
+	BindAddress, ExtProcBindAddress string
+	// MetricsFilter, when set, guards /metrics (metricsauth), as mci-epp's.
+	MetricsFilter func(http.Handler) http.Handler
 	// GRPCPort (ext_proc), HealthPort (grpc.health.v1) and MetricsPort
 	// (Prometheus /metrics). 0 picks a free port (tests).
 	GRPCPort, HealthPort, MetricsPort int
@@ -55,10 +60,13 @@ type Config struct {
 	// (MetricsBased only). Zero: the defaults.
 	HealthInterval, HealthTimeout time.Duration
 	ScrapeInterval, ScrapeTimeout time.Duration
-	// MetricsTokenFile, when set, holds the bearer token sent with the
-	// scrapes of EPP metrics whose credentials Secret has no token of its
-	// own: in a pod, eppprobe.DefaultServiceAccountTokenFile. Re-read as it rotates.
-	MetricsTokenFile string
+	// MetricsTokenFile, when set, holds the sidecar's own bearer token for
+	// the scrapes of EPP metrics whose pool names no token Secret: a
+	// projected ServiceAccount token with an audience of its own, re-read
+	// as it rotates. It goes only over verified TLS, to in-cluster EPPs and
+	// to those MetricsTokenRecipients name (eppprobe.PoolScraperOptions).
+	MetricsTokenFile       string
+	MetricsTokenRecipients []string
 	// DrainTimeout bounds the wait for open streams at shutdown; zero:
 	// DefaultDrainTimeout.
 	DrainTimeout time.Duration
@@ -116,11 +124,12 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	})
 	reg.MustRegister(&eppHealthCollector{router: router, health: prober})
 	scraper, err := eppprobe.NewPoolScraper(eppprobe.PoolScraperOptions{
-		Interval:    cfg.ScrapeInterval,
-		Timeout:     cfg.ScrapeTimeout,
-		Staleness:   server.Scheduling.MetricsStaleness,
-		TokenFile:   cfg.MetricsTokenFile,
-		Credentials: creds,
+		Interval:        cfg.ScrapeInterval,
+		Timeout:         cfg.ScrapeTimeout,
+		Staleness:       server.Scheduling.MetricsStaleness,
+		TokenFile:       cfg.MetricsTokenFile,
+		TokenRecipients: cfg.MetricsTokenRecipients,
+		Credentials:     creds,
 	})
 	if err != nil {
 		return nil, err
@@ -132,16 +141,19 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	s.server.phases = newResponsePhaseWatch(reg, logger)
 	registerScoringMetrics(reg, s.server.policies.Memory())
 	s.watcher = NewWatcher(clients, cfg.Watch, router, s.published, metrics.watches)
-	transportOpts, err := extProcTransport(transport, cfg.BindAddress, cfg.Watch.EndpointPickerServices, reg, logger)
+	extProcAddr := cmp.Or(cfg.ExtProcBindAddress, cfg.BindAddress)
+	transportOpts, err := extProcTransport(transport, extProcAddr, cfg.Watch.EndpointPickerServices, reg, logger)
 	if err != nil {
 		return nil, err
 	}
 	servers, err := extproc.Listen(extproc.ServingOptions{
-		BindAddress: cfg.BindAddress,
-		GRPCPort:    cfg.GRPCPort,
-		HealthPort:  cfg.HealthPort,
-		MetricsPort: cfg.MetricsPort,
-		TLS:         cfg.TLS,
+		BindAddress:        cfg.BindAddress,
+		ExtProcBindAddress: cfg.ExtProcBindAddress,
+		GRPCPort:           cfg.GRPCPort,
+		HealthPort:         cfg.HealthPort,
+		MetricsPort:        cfg.MetricsPort,
+		TLS:                cfg.TLS,
+		MetricsFilter:      cfg.MetricsFilter,
 	}, s.server, reg, append(serverOptions(), transportOpts...)...)
 	if err != nil {
 		return nil, err
@@ -149,7 +161,8 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	s.servers = servers
 	_, mainPort, _ := net.SplitHostPort(servers.GRPCAddr())
 	port, _ := strconv.ParseInt(mainPort, 10, 32)
-	s.server.ports = newShimPorts(cfg.BindAddress, int32(port), servers.ServeExtProc, reg, logger)
+	// The shim pools' ports are ext_proc ports too.
+	s.server.ports = newShimPorts(extProcAddr, int32(port), servers.ServeExtProc, reg, logger)
 	return s, nil
 }
 
@@ -241,7 +254,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	})
 	logger.Info("Sidecar serving", "extProc", s.GRPCAddr(), "health", s.HealthAddr(), "metrics", s.MetricsAddr(),
 		"localCluster", s.cfg.Watch.LocalCluster, "defaultPolicy", s.cfg.Watch.DefaultPolicy,
-		"extProcTransport", s.transport, "secretNamespaces", s.cfg.SecretNamespaces, "metricsTokenFile", s.cfg.MetricsTokenFile)
+		"extProcTransport", s.transport, "metricsAuth", s.cfg.MetricsFilter != nil, "secretNamespaces", s.cfg.SecretNamespaces, "metricsTokenFile", s.cfg.MetricsTokenFile)
 	err := parts.Wait()
 	s.server.Close()
 	return err
@@ -255,7 +268,8 @@ func credentialTargets(t *routetable.Table) []epptransport.Target {
 		out = append(out,
 			epptransport.Target{Addr: cl.EPP, Cluster: cl.Name, Pool: cl.Pool, Port: eppaddr.PortExtProc, Transport: cl.EPPTransport},
 			epptransport.Target{Addr: cl.Health, Cluster: cl.Name, Pool: cl.Pool, Port: eppaddr.PortHealth, Transport: cl.HealthTransport},
-			epptransport.Target{Addr: cl.Metrics, Cluster: cl.Name, Pool: cl.Pool, Port: eppaddr.PortMetrics, Transport: cl.MetricsTransport, Token: cl.MetricsToken})
+			epptransport.Target{Addr: cl.Metrics, Cluster: cl.Name, Pool: cl.Pool, Port: eppaddr.PortMetrics, Transport: cl.MetricsTransport, Token: cl.MetricsToken,
+				Local: cl.Local, ExternalName: cl.ExternalName})
 	}
 	return out
 }

@@ -47,6 +47,9 @@ type WatchConfig struct {
 	// DefaultTransport is the mode of each EPP port that nothing else
 	// decides (see Inputs.DefaultTransport).
 	DefaultTransport eppaddr.TransportModes
+	// RemoteEndpointPickers says whether other clusters' EPPs are reached
+	// over verified TLS only, and which imports may do without.
+	RemoteEndpointPickers routetable.RemoteEndpointPickers
 	// Gateways are the Gateways the sidecar serves (namespace/name): only
 	// the HTTPRoutes their listeners accept are routed. Empty: every HTTPRoute.
 	Gateways []types.NamespacedName
@@ -218,7 +221,7 @@ func (w *Watcher) build(ctx context.Context, informers map[objectKind]cache.Shar
 	logger := klog.FromContext(ctx)
 	inc := routetable.NewIncremental(routetable.Inputs{
 		LocalCluster: w.cfg.LocalCluster, DefaultPolicy: w.cfg.DefaultPolicy, DefaultTransport: w.cfg.DefaultTransport, ServedGateways: w.cfg.Gateways,
-		EndpointPickerServices: w.cfg.EndpointPickerServices,
+		EndpointPickerServices: w.cfg.EndpointPickerServices, RemoteEndpointPickers: w.cfg.RemoteEndpointPickers,
 	})
 	var lastErrs []string
 	for {

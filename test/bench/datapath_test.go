@@ -165,9 +165,9 @@ func benchDataPath(b *testing.B, e *env) {
 	c, err := e.cs.Cluster("cluster-b")
 	require.NoError(b, err)
 	sidecarPID, _ := runBinary(b, "mci-sidecar", "--kubeconfig="+c.Kubeconfig, "--local-cluster-name=cluster-b", "--inference-models=false",
-		"--bind-address="+sidecarIP, "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "-v=0")
+		"--bind-address="+sidecarIP, "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "-v=0", "--metrics-endpoint-auth=false", "--insecure-remote-endpoint-pickers=*")
 	skipPID, _ := runBinary(b, "mci-sidecar", "--kubeconfig="+c.Kubeconfig, "--local-cluster-name=cluster-b", "--inference-models=false",
-		"--bind-address="+skipSidecarIP, "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "-v=0",
+		"--bind-address="+skipSidecarIP, "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "-v=0", "--metrics-endpoint-auth=false", "--insecure-remote-endpoint-pickers=*",
 		"--epp-response-phase=Skip")
 
 	dial := func(ip string) *envoyclient.Client {

@@ -25,6 +25,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/promtext"
@@ -95,10 +97,10 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 	)
 	ctx := t.Context()
 
-	// The sidecar's identity in cluster-a: a ServiceAccount, whose token
-	// the sidecar reads from its token file as it would the projected
-	// token of its pod (here cluster-a's, since each cluster of the local
-	// ClusterSet has an issuer of its own).
+	// The sidecar's identity in cluster-a: a ServiceAccount. Its token is
+	// first the sidecar's own token file, which never goes to another
+	// cluster's EPP in plaintext, then the pool's metrics token Secret,
+	// meant for that EPP.
 	a := clusterClients(t, "cluster-a")
 	a.createNamespace(t, ctx, ns)
 	_, err := a.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "mci-sidecar"}}, metav1.CreateOptions{})
@@ -124,6 +126,7 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 			"cluster-c": {"--pool-metrics-names=llm_d_epp"},
 		},
 		metricsTokenFile: tokenFile,
+		secretNamespaces: []string{ns},
 		logger:           &logger,
 	})
 	t.Cleanup(func() {
@@ -145,6 +148,43 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 		waitMetricsStates(t, s.sidecar, full, what, want)
 	}
 
+	t.Run("the sidecar's own token does not go to another cluster's EPP in plaintext", func(t *testing.T) {
+		// The EPP sees no token at all (401), not one it may not use (403).
+		waitStates("no token is sent", map[string]string{"cluster-a": "unauthorized", "cluster-c": "fresh"})
+		waitfor.Eventually(t, ctx, 10*time.Second, func(ctx context.Context) (bool, string) {
+			n := logs.count(urlA, `"state"="unauthorized"`, "401 Unauthorized")
+			return n == 1, fmt.Sprintf("%d log lines of a 401", n)
+		})
+		assert.Equal(t, 1, logs.count(urlA, "own metrics token is not sent", `"reason"="plaintext"`), "said once")
+		m, err := promtext.Get(ctx, "http://"+s.sidecar.MetricsAddr()+"/metrics")
+		require.NoError(t, err)
+		withheld := map[string]string{}
+		for _, sample := range m.Samples("mci_sidecar_epp_metrics_token_withheld") {
+			if sample.Labels["pool"] == full && sample.Value == 1 {
+				withheld[sample.Labels["cluster"]] = sample.Labels["reason"]
+			}
+		}
+		assert.Equal(t, map[string]string{"cluster-a": "plaintext", "cluster-c": "plaintext"}, withheld)
+	})
+
+	// The token meant for cluster-a's EPP: in a labelled Secret of
+	// cluster-b, which cluster-a's exported pool names.
+	_, err = s.b.kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "epp-metrics-token", Namespace: ns, Labels: map[string]string{epptransport.CredentialsLabel: "true"}},
+		Data:       map[string][]byte{epptransport.SecretTokenKey: []byte(tr.Status.Token)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	exported, err := a.mci.InferencePoolV1().InferencePools(ns).Get(ctx, pool, metav1.GetOptions{})
+	require.NoError(t, err)
+	exported.Annotations[v1alpha1.EndpointPickerMetricsTokenSecretAnnotation] = "epp-metrics-token"
+	_, err = a.mci.InferencePoolV1().InferencePools(ns).Update(ctx, exported, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	// Sent once the import names it: authenticated, not yet authorized.
+	waitfor.Eventually(t, ctx, 30*time.Second, func(context.Context) (bool, string) {
+		n := logs.count(urlA, `"state"="unauthorized"`, "403 Forbidden")
+		return n == 1, fmt.Sprintf("%d log lines of a 403", n)
+	})
+
 	t.Run("without RBAC in the EPP's cluster the cluster is unauthorized, logged once, and unmeasured", func(t *testing.T) {
 		s.servers["cluster-a"].pin(t, 0, 0.1)
 		s.servers["cluster-c"].pin(t, 0, 0.1)
@@ -164,8 +204,7 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 		})
 
 		// Scraped every 200ms for seconds now: one line for the change.
-		assert.Equal(t, 1, logs.count(urlA, `"state"="unauthorized"`), "one log line per change of state")
-		assert.Equal(t, 1, logs.count(urlA, `"state"="unauthorized"`, "403 Forbidden"))
+		assert.Equal(t, 1, logs.count(urlA, `"state"="unauthorized"`, "403 Forbidden"), "one log line per change of state")
 		assert.Zero(t, logs.count(urlA, `"state"="fresh"`))
 	})
 
@@ -198,7 +237,7 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 		// The EPP caches a denial for metricsauth.CacheTTL (10s).
 		waitStates("the token is authorized", map[string]string{"cluster-a": "fresh", "cluster-c": "fresh"})
 		// Seconds of refused scrapes every 200ms until then, one line.
-		assert.Equal(t, 1, logs.count(urlA, `"state"="unauthorized"`), "one log line per change of state")
+		assert.Equal(t, 1, logs.count(urlA, `"state"="unauthorized"`, "403 Forbidden"), "one log line per change of state")
 		assert.Equal(t, 1, logs.count(urlA, `"state"="fresh"`), "one log line per change of state")
 
 		// Both measured and saturated, cluster-a worse: the metrics read

@@ -275,7 +275,11 @@ func (cs *ClusterSet) StartDataPath(ctx context.Context, opts DataPathOptions) (
 	gc, _ := cs.Cluster(opts.GatewayCluster)
 	sidecarAddr := net.JoinHostPort(gwIP, strconv.Itoa(eppGRPCPort))
 	scArgs := []string{"--kubeconfig=" + gc.Kubeconfig, "--bind-address=" + gwIP, "--local-cluster-name=" + opts.GatewayCluster,
-		"--gateway=" + DataPathNamespace + "/" + dataPathGatewayName, "-v=2"}
+		"--gateway=" + DataPathNamespace + "/" + dataPathGatewayName, "-v=2",
+		// Scraped freely here (the soak, a person with curl), as mci-epp's.
+		"--metrics-endpoint-auth=false",
+		// The local ClusterSet's EPPs serve plaintext on loopback.
+		"--insecure-remote-endpoint-pickers=*"}
 	if opts.LocalPool {
 		scArgs = append(scArgs, "--endpoint-picker-service="+DataPathNamespace+"/"+dataPathSidecarService)
 	}

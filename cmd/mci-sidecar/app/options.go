@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -33,6 +35,7 @@ import (
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	"github.com/mci-dev/mci/pkg/metricsauth"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/pkg/servedapis"
@@ -46,7 +49,11 @@ type Options struct {
 
 	Kubeconfig string
 	extproc.ServingOptions
-	ExtProcTLS string
+	ExtProcTLS         string
+	ExtProcBindAddress string
+	// MetricsEndpointAuth guards /metrics with the cluster's TokenReview
+	// and SubjectAccessReview, as mci-epp's --metrics-endpoint-auth.
+	MetricsEndpointAuth bool
 
 	LocalClusterName        string
 	DefaultClusterPolicy    string
@@ -56,7 +63,9 @@ type Options struct {
 	BackendTLSPolicies      bool
 	SecretNamespaces        []string
 	EPPMetricsTokenFile     string
+	EPPMetricsTokenTargets  []string
 	EndpointPickerTransport string
+	InsecureRemoteEPPs      []string
 
 	MaxRequestBodyBytes int64
 	EPPAttemptTimeout   time.Duration
@@ -87,6 +96,7 @@ func NewOptions() *Options {
 		Logs:                 logs.NewOptions(),
 		ServingOptions:       serving,
 		ExtProcTLS:           string(extproc.ListenerAuto),
+		MetricsEndpointAuth:  true,
 		DefaultClusterPolicy: string(routetable.PolicyHealthBased),
 		InferenceModels:      true,
 		BackendTLSPolicies:   true,
@@ -100,7 +110,6 @@ func NewOptions() *Options {
 		ScrapeTimeout:        eppprobe.DefaultScrapeTimeout,
 		DrainTimeout:         sidecar.DefaultDrainTimeout,
 		Scheduling:           scheduling.DefaultConfig(),
-		EPPMetricsTokenFile:  eppprobe.DefaultServiceAccountTokenFile,
 		SessionTTL:           clusterscore.DefaultMemoryOptions().SessionTTL,
 		MaxSessions:          clusterscore.DefaultMemoryOptions().Sessions,
 		PrefixIndexBlocks:    clusterscore.DefaultMemoryOptions().PrefixBlocks,
@@ -144,13 +153,17 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the local cluster. Default: the in-cluster configuration.")
 	o.ServingOptions.AddFlags(fs)
 	fs.StringVar(&o.ExtProcTLS, "ext-proc-tls", o.ExtProcTLS, "What the ext_proc ports serve when --tls-cert-file is not set: self-signed-or-plaintext (TLS with a certificate generated at start to clients that open with a TLS handshake, plaintext to the others, on the same port), self-signed (TLS only), plaintext, or auto: self-signed-or-plaintext when --endpoint-picker-service is set (an EPP shim, which gateways reach as they reach upstream EPPs: TLS without verifying the certificate), else plaintext (Envoy's ext_proc server, as artifacts/envoy configures it). With --tls-cert-file, leave it auto: that certificate is served on every port. The gRPC health and metrics ports stay plaintext but with --tls-cert-file.")
+	fs.StringVar(&o.ExtProcBindAddress, "ext-proc-bind-address", o.ExtProcBindAddress, "IP address the main ext_proc port (--grpc-port) listens on. Default: 127.0.0.1 (::1 for --bind-address ::) when --bind-address is every address, as Envoy in the sidecar's pod calls it on loopback and nothing else should; --bind-address when it names one address, or in EPP shim mode (--endpoint-picker-service), where gateways reach the sidecar through its Service.")
+	fs.BoolVar(&o.MetricsEndpointAuth, "metrics-endpoint-auth", o.MetricsEndpointAuth, "Serve /metrics only to bearer tokens, as mci-epp --metrics-endpoint-auth and upstream EPPs do: the cluster authenticates the token (TokenReview) and authorizes get on the non-resource URL /metrics (SubjectAccessReview); the sidecar's identity needs create on tokenreviews and subjectaccessreviews. Without a token 401, with a token not allowed 403. Set false only where nothing but trusted scrapers reach the metrics port.")
 	fs.StringVar(&o.LocalClusterName, "local-cluster-name", o.LocalClusterName, "Name of this cluster in the ClusterSet: the cluster of local InferencePools (LocalFirst, metrics labels). Default: "+routetable.DefaultLocalCluster+".")
 	fs.StringVar(&o.DefaultClusterPolicy, "default-cluster-policy", o.DefaultClusterPolicy, "Cluster policy where no annotation chooses one: Weighted, HealthBased, MetricsBased, LocalFirst, PrefixAffinity, HubReference, or a configuration of the scoring pipeline written inline as in the annotation (\"prefix-cache=3,session=2,in-flight=1,pick=max-score\"; scorers prefix-cache, session, latency, errors, in-flight, queue, kv-cache, weight; pick max-score, two-choices, round-robin, chain; filters=health+ready+weight+model+saturation+local-first; affinity-margin=<requests per ready pod>|off; home-bound=<times the average load>|off).")
 	fs.StringSliceVar(&o.Gateways, "gateway", o.Gateways, "namespace/name of the Gateway this sidecar serves; only the HTTPRoutes its listeners accept are routed (Gateway API's allowedRoutes namespaces and kinds, parentRef sectionName and port, listener hostnames; the sidecar reads that Gateway and the Namespaces' labels). Repeatable. Default: every HTTPRoute, whatever its parentRefs. Cross-namespace backendRefs need a ReferenceGrant either way.")
 	fs.StringSliceVar(&o.EndpointPickerServices, "endpoint-picker-service", o.EndpointPickerServices, "namespace/name of a Service of this sidecar that InferencePools name as their endpointPickerRef. Repeatable. Set, the sidecar is an EPP shim: it serves the gateway's EPP-protocol requests for each such pool with the pool's real local EPP (annotation "+routetable.LocalEndpointPickerAnnotation+") and the clusters of the InferencePoolImport of the same namespace/name, instead of routing by HTTPRoute. It also listens on every port such pools' endpointPickerRefs name, and a connection's port tells its pool (several pools can share one Service on different ports); see --ext-proc-tls for what it serves.")
 	fs.StringSliceVar(&o.SecretNamespaces, "endpoint-picker-secret-namespaces", o.SecretNamespaces, "Namespaces whose Secrets labelled "+epptransport.CredentialsLabel+"=true the sidecar reads (get, list, watch: grant it a Role in each), for EPPs that serve TLS: an InferencePool's annotation "+v1alpha1.EndpointPickerSecretAnnotation+" names such a Secret of its namespace, and so do the secretRefs of its imports. Keys: "+epptransport.SecretCAKey+" (required), "+epptransport.SecretCertKey+" and "+epptransport.SecretKeyKey+" (a client certificate, for mutual TLS), "+epptransport.SecretServerNameKey+" (the name to verify instead of the address). Repeatable. Default: none, and such EPPs are not reached.")
-	fs.StringVar(&o.EPPMetricsTokenFile, "epp-metrics-token-file", o.EPPMetricsTokenFile, "File of the bearer token sent with the scrapes of EPPs' /metrics (MetricsBased), which upstream EPPs require by default; re-read as it rotates. A pool's credentials Secret with a key "+epptransport.SecretTokenKey+" overrides it for that pool's EPP. Default: the pod's ServiceAccount token (when the file does not exist, scrapes carry no token, which the sidecar logs at start). Empty: send no token but the Secrets'.")
-	fs.StringVar(&o.EndpointPickerTransport, "endpoint-picker-transport", o.EndpointPickerTransport, "How the ports of EPPs are reached where nothing else says (the pool's annotation "+v1alpha1.EndpointPickerTransportAnnotation+", its credentials Secret, a BackendTLSPolicy of its EPP Service): TLS or Plaintext for every port, or port=mode pairs with ports ext-proc, health and metrics. \"ext-proc=TLS\" suits EPPs with the upstream defaults (Gateway API Inference Extension and llm-d EPPs: ext_proc over TLS with a self-signed certificate, plaintext gRPC health and metrics); a TLS port with nothing to verify it with is not verified, as gateways reach those EPPs. Default: plaintext.")
+	fs.StringVar(&o.EPPMetricsTokenFile, "epp-metrics-token-file", o.EPPMetricsTokenFile, "File of the sidecar's own bearer token for the scrapes of EPPs' /metrics (MetricsBased), which upstream EPPs require by default: a projected ServiceAccount token with an audience of its own and a short expiry (never the pod's default token, which the cluster's API accepts), re-read as the kubelet rotates it. It is sent only over verified TLS (the pool's credentials Secret or a BackendTLSPolicy), only to in-cluster EPPs (local pools whose EPP Service is not an ExternalName) and to those --epp-metrics-token-recipients names, and only where the pool names no token Secret of its own; each refusal is logged once per change and shown in mci_sidecar_epp_metrics_token_withheld. Default: none, and no credential of the sidecar leaves it.")
+	fs.StringSliceVar(&o.EPPMetricsTokenTargets, "epp-metrics-token-recipients", o.EPPMetricsTokenTargets, "EPPs beyond the in-cluster ones that may get the token of --epp-metrics-token-file (over verified TLS only): a cluster name (every pool's EPP of that cluster; the local cluster's name lets local pools with an ExternalName EPP Service have it) or cluster/namespace/name (one pool's EPP of that cluster), such as clusters that trust this cluster's ServiceAccount token issuer. Repeatable. Default: none.")
+	fs.StringVar(&o.EndpointPickerTransport, "endpoint-picker-transport", o.EndpointPickerTransport, "How the ports of EPPs are reached where nothing else says (the pool's annotation "+v1alpha1.EndpointPickerTransportAnnotation+", its credentials Secret, a BackendTLSPolicy of its EPP Service): TLS or Plaintext for every port, or port=mode pairs with ports ext-proc, health and metrics. \"ext-proc=TLS\" suits EPPs with the upstream defaults (Gateway API Inference Extension and llm-d EPPs: ext_proc over TLS with a self-signed certificate, plaintext gRPC health and metrics); a TLS port with nothing to verify it with is not verified, as gateways reach those EPPs. Default: plaintext. Another cluster's EPP whose ext_proc port is not verified TLS is not routed to unless --insecure-remote-endpoint-pickers names its import.")
+	fs.StringSliceVar(&o.InsecureRemoteEPPs, "insecure-remote-endpoint-pickers", o.InsecureRemoteEPPs, "InferencePoolImports (namespace/name, or * for all) whose other clusters' EPPs may be reached without verified TLS (plaintext, or TLS not verified). Such an EPP sees the requests it routes, prompts and headers, and names where the gateway sends them, so by default the ext_proc port of another cluster's EPP is reached only over TLS verified with the pool's credentials Secret or a BackendTLSPolicy, and a cluster that would not be is skipped (a routing table problem, logged). This side decides: nothing an exporter writes allows less. Each cluster allowed or refused is shown in mci_sidecar_remote_epp_unverified. Repeatable. Default: none.")
 	fs.BoolVar(&o.InferenceModels, "inference-models", o.InferenceModels, "Read InferenceModels and InferenceObjectives (inference.networking.x-k8s.io/v1alpha2 and llm-d.ai/v1alpha2) for the criticality of requests (MetricsBased shedding), where the cluster serves them (its API discovery is asked at start; CRDs installed later are read after a restart): the objective a request names in x-gateway-inference-objective (priority below 0 is sheddable), else its model's InferenceModel. Routing does not wait for them. Without them every request is Standard and never shed. Set false only to force them off where the cluster serves them (every request Standard).")
 	fs.BoolVar(&o.BackendTLSPolicies, "backend-tls-policies", o.BackendTLSPolicies, "Read BackendTLSPolicies (gateway.networking.k8s.io/v1) for the TLS of local EPPs, as gateways do: a policy that targets an EPP Service makes its ext-proc port TLS, verified with the policy's CA ConfigMaps (read in --endpoint-picker-secret-namespaces) and hostname. Read where the cluster serves them (its API discovery is asked at start; a CRD installed later is read after a restart). Routing waits for them: set false only to force them off where the cluster serves them but the sidecar may not read them. (Imports carry the exporting cluster's policies without this flag.)")
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body buffered; larger requests get 413.")
@@ -196,6 +209,14 @@ func (o *Options) Validate() error {
 	if _, err := eppaddr.ParseTransport(o.EndpointPickerTransport); err != nil {
 		errs = append(errs, fmt.Errorf("--endpoint-picker-transport: %w", err))
 	}
+	for _, v := range o.InsecureRemoteEPPs {
+		if err := routetable.ParseInsecureImport(v); err != nil {
+			errs = append(errs, fmt.Errorf("--insecure-remote-endpoint-pickers %w", err))
+		}
+	}
+	if a := o.ExtProcBindAddress; a != "" && net.ParseIP(a) == nil {
+		errs = append(errs, fmt.Errorf("--ext-proc-bind-address %q is not an IP address", a))
+	}
 	if _, err := sidecar.ParseResponsePhase(o.EPPResponsePhase); err != nil {
 		errs = append(errs, fmt.Errorf("--epp-response-phase: %w", err))
 	}
@@ -218,10 +239,18 @@ func (o *Options) Validate() error {
 	if o.MaxRequestBodyBytes <= 0 {
 		errs = append(errs, errors.New("--max-request-body-bytes must be positive"))
 	}
-	if f := o.EPPMetricsTokenFile; f != "" && f != eppprobe.DefaultServiceAccountTokenFile {
+	if f := o.EPPMetricsTokenFile; f != "" {
 		if _, err := os.Stat(f); err != nil {
 			errs = append(errs, fmt.Errorf("--epp-metrics-token-file: %w", err))
 		}
+	}
+	for _, r := range o.EPPMetricsTokenTargets {
+		if err := eppprobe.ParseTokenRecipient(r); err != nil {
+			errs = append(errs, fmt.Errorf("--epp-metrics-token-recipients: %w", err))
+		}
+	}
+	if len(o.EPPMetricsTokenTargets) > 0 && o.EPPMetricsTokenFile == "" {
+		errs = append(errs, errors.New("--epp-metrics-token-recipients needs --epp-metrics-token-file"))
 	}
 	if err := o.Scheduling.Validate(); err != nil {
 		errs = append(errs, err)
@@ -280,17 +309,19 @@ func (o *Options) Config() (sidecar.Config, error) {
 		return sidecar.Config{}, fmt.Errorf("--ext-proc-tls %w", err)
 	}
 	return sidecar.Config{
-		BindAddress:      o.BindAddress,
-		GRPCPort:         o.GRPCPort,
-		HealthPort:       o.HealthPort,
-		MetricsPort:      o.MetricsPort,
-		TLS:              o.TLS,
-		ExtProcTransport: extProcTransport,
-		SecretNamespaces: o.SecretNamespaces,
+		BindAddress:        o.BindAddress,
+		ExtProcBindAddress: o.extProcBindAddress(),
+		GRPCPort:           o.GRPCPort,
+		HealthPort:         o.HealthPort,
+		MetricsPort:        o.MetricsPort,
+		TLS:                o.TLS,
+		ExtProcTransport:   extProcTransport,
+		SecretNamespaces:   o.SecretNamespaces,
 		Watch: sidecar.WatchConfig{
 			LocalCluster:           o.LocalClusterName,
 			DefaultPolicy:          policy,
 			DefaultTransport:       transport,
+			RemoteEndpointPickers:  routetable.RemoteEndpointPickers{RequireVerified: true, Insecure: o.InsecureRemoteEPPs},
 			Gateways:               gws,
 			EndpointPickerServices: shimServices,
 			InferenceModels:        o.InferenceModels,
@@ -311,25 +342,44 @@ func (o *Options) Config() (sidecar.Config, error) {
 			},
 			ExplainDecisions: o.ExplainDecisions,
 		},
-		HealthInterval:   o.HealthInterval,
-		HealthTimeout:    o.HealthTimeout,
-		ScrapeInterval:   o.ScrapeInterval,
-		ScrapeTimeout:    o.ScrapeTimeout,
-		DrainTimeout:     o.DrainTimeout,
-		MetricsTokenFile: o.metricsTokenFile(),
+		HealthInterval:         o.HealthInterval,
+		HealthTimeout:          o.HealthTimeout,
+		ScrapeInterval:         o.ScrapeInterval,
+		ScrapeTimeout:          o.ScrapeTimeout,
+		DrainTimeout:           o.DrainTimeout,
+		MetricsTokenFile:       o.EPPMetricsTokenFile,
+		MetricsTokenRecipients: o.EPPMetricsTokenTargets,
 	}, nil
 }
 
-// metricsTokenFile is the token file the sidecar uses: the flag's, except
-// the default ServiceAccount token file when the pod has none mounted
-// (automountServiceAccountToken: false, or not in a pod).
-func (o *Options) metricsTokenFile() string {
-	if o.EPPMetricsTokenFile == eppprobe.DefaultServiceAccountTokenFile {
-		if _, err := os.Stat(o.EPPMetricsTokenFile); err != nil {
-			return ""
-		}
+// extProcBindAddress is where the main ext_proc port listens: the flag's
+// address; else --bind-address in shim mode (gateways call the sidecar
+// through its Service) or when it names one address (a choice made);
+// else, for every address, loopback: Envoy beside the sidecar calls it
+// there, and nothing else can reach an unauthenticated ext_proc server.
+func (o *Options) extProcBindAddress() string {
+	switch ip := net.ParseIP(o.BindAddress); {
+	case o.ExtProcBindAddress != "":
+		return o.ExtProcBindAddress
+	case len(o.EndpointPickerServices) > 0 || ip == nil || !ip.IsUnspecified():
+		return o.BindAddress
+	case ip.To4() == nil:
+		return net.IPv6loopback.String()
+	default:
+		return "127.0.0.1"
 	}
-	return o.EPPMetricsTokenFile
+}
+
+// metricsFilter is the guard of /metrics the flags ask for; nil: none.
+func (o *Options) metricsFilter(kube kubernetes.Interface, logger klog.Logger) (func(http.Handler) http.Handler, error) {
+	if !o.MetricsEndpointAuth {
+		return nil, nil
+	}
+	f, err := metricsauth.Delegating(kube, logger.WithName("metrics-auth"))
+	if err != nil {
+		return nil, err
+	}
+	return f.Wrap, nil
 }
 
 // Run runs the sidecar until ctx ends.
@@ -353,8 +403,8 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	cfg.Watch = followServedAPIs(ctx, clients.Kube.Discovery(), cfg.Watch)
-	if cfg.MetricsTokenFile == "" && o.EPPMetricsTokenFile != "" {
-		klog.FromContext(ctx).Info("No ServiceAccount token is mounted: scrapes of EPP metrics carry no token except a pool Secret's, and EPPs that require one (upstream EPPs do by default) leave their clusters unmeasured", "file", o.EPPMetricsTokenFile)
+	if cfg.MetricsFilter, err = o.metricsFilter(clients.Kube, klog.FromContext(ctx)); err != nil {
+		return err
 	}
 	s, err := sidecar.New(cfg, clients)
 	if err != nil {

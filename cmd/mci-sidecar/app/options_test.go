@@ -1,6 +1,8 @@
 package app
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,11 +11,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppaddr"
-	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
@@ -69,22 +72,22 @@ func TestOptions(t *testing.T) {
 			},
 		},
 		{
-			name: "without a mounted ServiceAccount token, scrapes carry none",
+			name: "no credential of the sidecar leaves it by default, not even a mounted ServiceAccount token",
 			check: func(t *testing.T, cfg sidecar.Config) {
-				if _, err := os.Stat(eppprobe.DefaultServiceAccountTokenFile); err == nil {
-					assert.Equal(t, eppprobe.DefaultServiceAccountTokenFile, cfg.MetricsTokenFile, "this machine has a ServiceAccount token")
-					return
-				}
 				assert.Empty(t, cfg.MetricsTokenFile)
+				assert.Empty(t, cfg.MetricsTokenRecipients)
 			},
 		},
 		{
-			name: "a token file reaches the configuration",
-			args: []string{"--epp-metrics-token-file=" + tokenFile},
+			name: "a token file and its recipients reach the configuration",
+			args: []string{"--epp-metrics-token-file=" + tokenFile, "--epp-metrics-token-recipients=cluster-b,cluster-c/example/llm"},
 			check: func(t *testing.T, cfg sidecar.Config) {
 				assert.Equal(t, tokenFile, cfg.MetricsTokenFile)
+				assert.Equal(t, []string{"cluster-b", "cluster-c/example/llm"}, cfg.MetricsTokenRecipients)
 			},
 		},
+		{name: "token recipients without a token file are refused", args: []string{"--epp-metrics-token-recipients=cluster-b"}, wantErr: "--epp-metrics-token-recipients needs --epp-metrics-token-file"},
+		{name: "a token recipient that is neither a cluster nor a pool is refused", args: []string{"--epp-metrics-token-file=" + tokenFile, "--epp-metrics-token-recipients=example/llm"}, wantErr: `metrics token recipient "example/llm": want a cluster name or cluster/namespace/name`},
 		{name: "an empty token file flag sends no token", args: []string{"--epp-metrics-token-file="}, check: func(t *testing.T, cfg sidecar.Config) { assert.Empty(t, cfg.MetricsTokenFile) }},
 		{name: "a token file that does not exist is refused", args: []string{"--epp-metrics-token-file=/nonexistent/token"}, wantErr: "--epp-metrics-token-file: stat /nonexistent/token"},
 		{
@@ -134,6 +137,36 @@ func TestOptions(t *testing.T) {
 				assert.Equal(t, extproc.ListenerSelfSigned, cfg.ExtProcTransport)
 			},
 		},
+		{
+			name: "ext_proc listens on loopback by default, health and metrics on every address",
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, "0.0.0.0", cfg.BindAddress)
+				assert.Equal(t, "127.0.0.1", cfg.ExtProcBindAddress)
+			},
+		},
+		{name: "ext_proc listens on IPv6 loopback when every IPv6 address is asked", args: []string{"--bind-address=::"},
+			check: func(t *testing.T, cfg sidecar.Config) { assert.Equal(t, "::1", cfg.ExtProcBindAddress) }},
+		{name: "ext_proc listens on every address in shim mode, where gateways reach it through its Service", args: []string{"--endpoint-picker-service=example/mci-sidecar"},
+			check: func(t *testing.T, cfg sidecar.Config) { assert.Equal(t, "0.0.0.0", cfg.ExtProcBindAddress) }},
+		{name: "ext_proc listens on the one address --bind-address names", args: []string{"--bind-address=127.0.3.1"},
+			check: func(t *testing.T, cfg sidecar.Config) { assert.Equal(t, "127.0.3.1", cfg.ExtProcBindAddress) }},
+		{name: "ext_proc listens where --ext-proc-bind-address says", args: []string{"--ext-proc-bind-address=0.0.0.0"},
+			check: func(t *testing.T, cfg sidecar.Config) { assert.Equal(t, "0.0.0.0", cfg.ExtProcBindAddress) }},
+		{
+			name: "other clusters' EPPs are reached over verified TLS only by default",
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, routetable.RemoteEndpointPickers{RequireVerified: true}, cfg.Watch.RemoteEndpointPickers)
+			},
+		},
+		{
+			name: "imports allowed to reach their EPPs without verified TLS reach the configuration",
+			args: []string{"--insecure-remote-endpoint-pickers=example/llm,*"},
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, routetable.RemoteEndpointPickers{RequireVerified: true, Insecure: []string{"example/llm", "*"}}, cfg.Watch.RemoteEndpointPickers)
+			},
+		},
+		{name: "an insecure import that is not namespace/name is refused", args: []string{"--insecure-remote-endpoint-pickers=llm"}, wantErr: `--insecure-remote-endpoint-pickers "llm": want namespace/name`},
+		{name: "an ext_proc bind address that is not an IP is refused", args: []string{"--ext-proc-bind-address=localhost"}, wantErr: `--ext-proc-bind-address "localhost" is not an IP address`},
 		{name: "an unknown ext_proc transport is refused", args: []string{"--ext-proc-tls=tls"}, wantErr: `--ext-proc-tls "tls": want one of auto, self-signed-or-plaintext, self-signed, plaintext`},
 		{name: "an ext_proc transport with a serving certificate is refused", args: []string{"--ext-proc-tls=plaintext", "--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile}, wantErr: "--ext-proc-tls plaintext conflicts with --tls-cert-file"},
 		{name: "a zero timeout is refused", args: []string{"--epp-attempt-timeout=0s"}, wantErr: "must be positive"},
@@ -155,4 +188,21 @@ func TestOptions(t *testing.T) {
 			tt.check(t, cfg)
 		})
 	}
+}
+
+func TestMetricsAreBehindAuthenticationByDefault(t *testing.T) {
+	o := NewOptions()
+	require.NoError(t, NewCommand(o).Flags().Parse(nil))
+	assert.True(t, o.MetricsEndpointAuth)
+	filter, err := o.metricsFilter(kubefake.NewSimpleClientset(), klog.Background())
+	require.NoError(t, err)
+	require.NotNil(t, filter, "/metrics is guarded")
+	rec := httptest.NewRecorder()
+	filter(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("served without a token") })).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	assert.Equal(t, http.StatusUnauthorized, rec.Code, "no token, no metrics")
+
+	require.NoError(t, NewCommand(o).Flags().Parse([]string{"--metrics-endpoint-auth=false"}))
+	filter, err = o.metricsFilter(kubefake.NewSimpleClientset(), klog.Background())
+	require.NoError(t, err)
+	assert.Nil(t, filter, "turned off on purpose")
 }

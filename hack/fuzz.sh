@@ -86,7 +86,15 @@ while read -r dir target _; do
   # The last progress line says how many inputs were run; the seconds
   # include the build.
   execs="$(grep -o 'execs: [0-9]*' "${out}" | tail -1 | cut -d' ' -f2 || true)"
-  summary+=("$(printf '%-32s %-28s %10s execs %4ss' "${target}" "${dir}" "${execs:-0}" "$((SECONDS - t0))")")
+  line="$(printf '%-32s %-28s %10s execs %4ss' "${target}" "${dir}" "${execs:-0}" "$((SECONDS - t0))")"
+  if [[ ${status} -eq 0 && -z "${execs}" ]]; then
+    # Fuzzing starts by replaying the seeds and the inputs kept from
+    # earlier runs; on a busy machine that can take the whole budget.
+    # Said, not hidden.
+    baseline="$(grep -o 'gathering baseline coverage: [0-9]*/[0-9]*' "${out}" | tail -1 | cut -d' ' -f4 || true)"
+    line+=" (no new input tried: the time went to replaying its corpus, ${baseline:-?} done)"
+  fi
+  summary+=("${line}")
   if grep -q 'no fuzz tests to fuzz' "${out}"; then
     echo "${target} in ${dir} is no fuzz target go test knows (a build constraint?)" >&2
     status=1

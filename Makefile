@@ -1,7 +1,10 @@
 # mci: Multi-Cluster Inference for Kubernetes.
 #
 #   make run          start a local ClusterSet (real kube-apiservers) with the examples
-#   make test         codegen and docs checks, vet, unit (-short), integration, chart, e2e and image tests, bench-smoke, bench-routing-smoke
+#   make test         codegen and docs checks, vet, unit tests (-short; they run every fuzz target's
+#                     seed corpus), fuzz-smoke (6s of fuzzing per target that takes untrusted input),
+#                     integration, chart, e2e and image tests, soak-smoke, bench-smoke, bench-routing-smoke
+#   make fuzz         every fuzz target for FUZZTIME (60s) each; FUZZ_MATCH=<regexp> picks targets
 #   make bench        benchmarks against the alternatives (docs/performance.md)
 #   make soak         the chaos soak (docs/performance.md, "Chaos soak"), SOAK_DURATION=20m
 #   make build        binaries into _output/bin
@@ -123,7 +126,7 @@ test-docs: build
 	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -count=1 ./test/docs/
 
 .PHONY: test
-test: verify test-unit test-integration test-docs test-chart test-e2e test-images soak-smoke bench-smoke bench-routing-smoke
+test: verify test-unit fuzz-smoke test-integration test-docs test-chart test-e2e test-images soak-smoke bench-smoke bench-routing-smoke
 
 # make soak: the chaos soak of docs/performance.md ("Chaos soak"): a local
 # ClusterSet of three clusters with two mci-apiserver replicas each, link
@@ -203,29 +206,27 @@ bench-smoke: build tools
 bench-micro:
 	go test -run '^$$' -bench . -benchmem ./pkg/...
 
-# Each fuzz target runs for FUZZTIME (go test allows one -fuzz target per run).
-# Not part of make test; their seed corpora run there as ordinary tests.
+# make fuzz: every fuzz target of pkg/ and cmd/ for FUZZTIME (60s) each,
+# one after the other. hack/fuzz.sh finds them in the source (every
+# FuzzXxx of a _test.go file), so a new target needs no list.
+# FUZZ_MATCH=<regexp> picks targets by name.
+# fuzz-smoke (part of make test; the seed corpora already ran as ordinary
+# tests in test-unit) fuzzes for FUZZ_SMOKE_TIME (6s) each target that
+# takes input across a trust boundary: all of them but those whose doc
+# comment has a "Trusted input:" line. A crash fails it once every target
+# has run, printing the input go test wrote to testdata/fuzz/ and the
+# command that replays it (docs/development.md, "Fuzzing").
 FUZZTIME ?= 60s
-FUZZ_TARGETS := \
-	./pkg/imports:FuzzParseExport \
-	./pkg/imports:FuzzImports \
-	./pkg/registry/virtual:FuzzParseVersion \
-	./pkg/registry/virtual:FuzzVersionRoundTrips \
-	./pkg/extproc:FuzzReadRequest \
-	./pkg/requestmodel:FuzzParseBody \
-	./pkg/metrics:FuzzParse \
-	./pkg/metrics:FuzzParsePool \
-	./pkg/clusterscore:FuzzParse \
-	./pkg/clusterscore:FuzzPromptBlocks \
-	./pkg/clusterset:FuzzParseProviderFile \
-	./pkg/clusterset:FuzzMemberFromProfile
+FUZZ_SMOKE_TIME ?= 6s
+FUZZ_ENV = $(if $(FUZZ_MATCH),FUZZ_MATCH='$(FUZZ_MATCH)')
 
 .PHONY: fuzz
 fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do \
-	  echo "fuzz $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
-	  go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
-	done
+	FUZZTIME=$(FUZZTIME) $(FUZZ_ENV) hack/fuzz.sh
+
+.PHONY: fuzz-smoke
+fuzz-smoke:
+	FUZZ_SMOKE_TIME=$(FUZZ_SMOKE_TIME) $(FUZZ_ENV) hack/fuzz.sh --smoke
 
 .PHONY: clusterset-up
 clusterset-up: build tools

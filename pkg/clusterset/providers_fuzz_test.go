@@ -6,6 +6,9 @@ import (
 
 // A provider file is the operator's, but a typo must be an error, never a
 // crash of the server.
+//
+// Trusted input: the operator's ClusterProfile provider file (whoever
+// writes it chooses the commands mci-apiserver runs).
 func FuzzParseProviderFile(f *testing.F) {
 	f.Add([]byte(providerFileJSON))
 	f.Add([]byte("providers:\n- name: a\n  execConfig: {command: c, apiVersion: v}\n"))

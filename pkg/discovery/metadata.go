@@ -63,16 +63,28 @@ func Metadata(ctx context.Context, client *http.Client, baseURL string) (map[str
 	if len(body) > MaxMetadataBytes {
 		return nil, fmt.Errorf("metadata of %s: body larger than %d bytes", baseURL, MaxMetadataBytes)
 	}
+	md, err := decodeMetadata(body)
+	if err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", baseURL, err)
+	}
+	return md, nil
+}
+
+// decodeMetadata decodes a /metadata body: one JSON object, nothing after
+// it but white space. An error wraps ErrInvalidMetadata.
+func decodeMetadata(body []byte) (map[string]any, error) {
 	var md map[string]any
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&md); err != nil {
-		return nil, fmt.Errorf("metadata of %s: %w: not a JSON object: %w (body starts %s)", baseURL, ErrInvalidMetadata, err, snippet(body))
+		return nil, fmt.Errorf("%w: not a JSON object: %w (body starts %s)", ErrInvalidMetadata, err, snippet(body))
 	}
 	if md == nil {
-		return nil, fmt.Errorf("metadata of %s: %w: not a JSON object: null", baseURL, ErrInvalidMetadata)
+		return nil, fmt.Errorf("%w: not a JSON object: null", ErrInvalidMetadata)
 	}
-	if dec.More() {
-		return nil, fmt.Errorf("metadata of %s: %w: trailing data after the JSON object", baseURL, ErrInvalidMetadata)
+	// What follows the object must be white space: Decoder.More would
+	// miss a stray closing bracket.
+	if rest := bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
+		return nil, fmt.Errorf("%w: trailing data after the JSON object: %s", ErrInvalidMetadata, snippet(rest))
 	}
 	return md, nil
 }

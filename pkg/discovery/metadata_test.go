@@ -56,6 +56,11 @@ func TestMetadata(t *testing.T) {
 			wantErr: "trailing data",
 		},
 		{
+			name:    "a stray closing bracket after the object is trailing data",
+			handler: func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"a":1}}`)) },
+			wantErr: "trailing data",
+		},
+		{
 			name: "a body over the limit is an error",
 			handler: func(w http.ResponseWriter, _ *http.Request) {
 				_, _ = w.Write([]byte(`{"a":"` + strings.Repeat("x", MaxMetadataBytes) + `"}`))

@@ -266,7 +266,10 @@ func (s StaticSource) Run(ctx context.Context, pool *Pool, models *requestmodel.
 }
 
 // ParseEndpoints turns "ip:port,ip:port" into endpoints named by their
-// address.
+// address, written the canonical way (net.JoinHostPort of the IP's String
+// and the port in decimal), so that one server written two ways
+// ("::ffff:10.0.0.1:080" and "10.0.0.1:80") is one endpoint and the
+// gateway is sent an address it can read.
 func ParseEndpoints(list []string) ([]Endpoint, error) {
 	eps := make([]Endpoint, 0, len(list))
 	for _, a := range list {
@@ -274,13 +277,16 @@ func ParseEndpoints(list []string) ([]Endpoint, error) {
 		if err != nil {
 			return nil, fmt.Errorf("endpoint %q: %w", a, err)
 		}
-		if net.ParseIP(host) == nil {
+		ip := net.ParseIP(host)
+		if ip == nil {
 			return nil, fmt.Errorf("endpoint %q: %q is not an IP address", a, host)
 		}
-		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		p, err := strconv.ParseUint(port, 10, 16)
+		if err != nil || p < 1 {
 			return nil, fmt.Errorf("endpoint %q: %q is not a port", a, port)
 		}
-		eps = append(eps, Endpoint{Name: a, Address: a})
+		addr := net.JoinHostPort(ip.String(), strconv.FormatUint(p, 10))
+		eps = append(eps, Endpoint{Name: addr, Address: addr})
 	}
 	return eps, nil
 }

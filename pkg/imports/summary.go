@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
@@ -114,6 +116,16 @@ func summaryEntry(member string, s *v1alpha1.InferencePoolExportSummary) (infere
 	}
 	entry.Conditions = nil
 	c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
+	if c != nil {
+		// The member's reason becomes the import's: it must be one that a
+		// condition can carry, and the status one of the three.
+		if problems := readyConditionProblems(c); len(problems) > 0 {
+			return entry, verdict{
+				reason:  v1alpha1.ReasonInvalidExport,
+				message: fmt.Sprintf("cluster %s published a summary of %s/%s whose Ready condition this server cannot read: %s", member, s.Namespace, s.Name, strings.Join(problems, "; ")),
+			}
+		}
+	}
 	if c != nil && c.Reason == v1alpha1.ReasonInvalidExport {
 		// An invalid export has no routing mode to check.
 		return entry, verdict{reason: c.Reason, message: c.Message}
@@ -137,6 +149,33 @@ func summaryEntry(member string, s *v1alpha1.InferencePoolExportSummary) (infere
 	}
 	return entry, verdict{ok: c.Status == metav1.ConditionTrue, reason: c.Reason, message: c.Message}
 }
+
+// readyConditionProblems says what makes a member's Ready condition
+// unfit to pass on: a status other than True, False or Unknown, or a reason
+// that a condition cannot carry (metav1's rules).
+func readyConditionProblems(c *metav1.Condition) []string {
+	var problems []string
+	switch c.Status {
+	case metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionUnknown:
+	default:
+		problems = append(problems, fmt.Sprintf("status %q is not True, False or Unknown", c.Status))
+	}
+	switch {
+	case c.Reason == "":
+		problems = append(problems, "it has no reason")
+	case len(c.Reason) > maxConditionReasonBytes:
+		problems = append(problems, fmt.Sprintf("its reason is %d bytes, at most %d", len(c.Reason), maxConditionReasonBytes))
+	default:
+		for _, p := range metav1validation.IsValidConditionReason(c.Reason) {
+			problems = append(problems, fmt.Sprintf("reason %q: %s", c.Reason, p))
+		}
+	}
+	return problems
+}
+
+// maxConditionReasonBytes is the longest reason a condition may have
+// (metav1 validation's limit).
+const maxConditionReasonBytes = 1024
 
 // ClusterSummary computes the local cluster's InferenceClusterSummary: its
 // namespaces that are not being deleted, which decide by namespace

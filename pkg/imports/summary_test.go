@@ -1,9 +1,12 @@
 package imports
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	inferencelisters "github.com/mci-dev/mci/pkg/generated/listers/inference/v1alpha1"
@@ -64,5 +67,39 @@ func TestNothingIsComputedWithoutTheLocalCluster(t *testing.T) {
 		require.Nil(t, ClusterSummary(cs))
 		require.Empty(t, Imports(cs, ""))
 		require.Empty(t, Exports(cs, ""))
+	}
+}
+
+// A member's Ready condition becomes the import's: one whose status or
+// reason a condition cannot carry makes the summary unreadable, rather
+// than an import condition that fails validation.
+func TestSummaryEntryRefusesAReadyConditionItCannotPassOn(t *testing.T) {
+	tests := []struct {
+		name      string
+		condition metav1.Condition
+		wantOK    bool
+	}{
+		{name: "a valid Ready condition is passed on", condition: metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReady}, wantOK: true},
+		{name: "a status that is not True, False or Unknown", condition: metav1.Condition{Type: v1alpha1.ConditionReady, Status: "Maybe", Reason: v1alpha1.ReasonReady}},
+		{name: "no reason", condition: metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse}},
+		{name: "a reason a condition cannot carry", condition: metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "Not Ready!"}},
+		{name: "a reason over 1024 bytes", condition: metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: strings.Repeat("R", 1025)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &v1alpha1.InferencePoolExportSummary{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool"},
+				Status: v1alpha1.InferencePoolExportSummaryStatus{
+					RoutingMode: v1alpha1.RoutingModeEndpoint,
+					Conditions:  []metav1.Condition{tt.condition},
+				},
+			}
+			_, v := summaryEntry("cluster-a", s)
+			assert.Equal(t, tt.wantOK, v.ok)
+			if !tt.wantOK {
+				assert.Equal(t, v1alpha1.ReasonInvalidExport, v.reason)
+				assert.Contains(t, v.message, "cluster cluster-a published a summary of ns/pool whose Ready condition this server cannot read")
+			}
+		})
 	}
 }

@@ -257,7 +257,8 @@ func (b *builder) annotations(r *gatewayv1.HTTPRoute) routeAnnotations {
 	return ra
 }
 
-// parseClusterWeights parses "a=3,b=1" (spaces allowed).
+// parseClusterWeights parses "a=3,b=1" (spaces allowed); a cluster named
+// twice is an error, not the last weight silently.
 func parseClusterWeights(s string) (map[string]int64, error) {
 	w := map[string]int64{}
 	for item := range strings.SplitSeq(s, ",") {
@@ -273,6 +274,9 @@ func parseClusterWeights(s string) (map[string]int64, error) {
 		n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 32)
 		if err != nil || n < 0 || n > 1000000 {
 			return nil, fmt.Errorf("weight of cluster %q: %q is not an integer from 0 to 1000000", name, num)
+		}
+		if _, dup := w[name]; dup {
+			return nil, fmt.Errorf("cluster %q is given twice", name)
 		}
 		w[name] = n
 	}

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
@@ -81,12 +82,15 @@ func (b *builder) resolveLocal(key types.NamespacedName) localResult {
 func parseEndpointPicker(v string) (poolv1.EndpointPickerRef, error) {
 	name, port, hasPort := strings.Cut(strings.TrimSpace(v), ":")
 	ref := poolv1.EndpointPickerRef{Name: name}
-	if name == "" || strings.Contains(name, "/") {
-		return ref, fmt.Errorf("%q is not a Service name of the pool's namespace, with an optional :port", v)
+	// A Service's name is a DNS-1035 label: checked here, so that a value
+	// that could never name one is reported as such rather than as a
+	// Service that does not exist.
+	if errs := validation.IsDNS1035Label(name); len(errs) > 0 {
+		return ref, fmt.Errorf("%q is not a Service name of the pool's namespace, with an optional :port: %s", v, strings.Join(errs, "; "))
 	}
 	if hasPort {
-		n, err := strconv.ParseInt(port, 10, 32)
-		if err != nil || n < 1 || n > 65535 {
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil || n < 1 {
 			return ref, fmt.Errorf("port %q of %q is not a port number", port, v)
 		}
 		ref.Port = &poolv1.Port{Number: int32(n)}

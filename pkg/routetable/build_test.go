@@ -5,6 +5,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -510,8 +511,19 @@ func TestParseClusterWeights(t *testing.T) {
 	w, err := parseClusterWeights(" a=1 ,b = 20,, ")
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int64{"a": 1, "b": 20}, w)
-	for _, bad := range []string{"a", "=1", "a=-1", "a=x", "a=2000000"} {
+	for _, bad := range []string{"a", "=1", "a=-1", "a=x", "a=2000000", "a=1,b=2, a=3"} {
 		_, err := parseClusterWeights(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestParseEndpointPickerAcceptsOnlyServiceNames(t *testing.T) {
+	for _, good := range []string{"epp", " epp:9002 ", "epp-1:65535"} {
+		_, err := parseEndpointPicker(good)
+		assert.NoError(t, err, good)
+	}
+	for _, bad := range []string{"", ":9002", "ns/epp", "EPP", "epp.other", "a b", "épp", strings.Repeat("a", 64), "epp:", "epp:0", "epp:+80", "epp:65536", "epp:1:2"} {
+		_, err := parseEndpointPicker(bad)
 		assert.Error(t, err, bad)
 	}
 }

@@ -102,48 +102,73 @@ func TestCheckSeesWhoServesTheGroupVersion(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, Finding{ServedBy: ServedByNobody}, f, "an empty cluster")
 
-	// mci installed first, then someone installs the CRD.
+	name := "v1alpha1.inference.networking.x-k8s.io"
+	// settled waits until Check has said the same thing for 3 s: the
+	// aggregator's CRD registration acts on its own time.
+	settled := func(what string) Finding {
+		t.Helper()
+		var last Finding
+		var since time.Time
+		require.Eventually(t, func() bool {
+			f, err := Check(ctx, client, gv, served)
+			if err != nil {
+				return false
+			}
+			if !assert.ObjectsAreEqual(f, last) {
+				last, since = f, time.Now()
+				return false
+			}
+			return time.Since(since) > 3*time.Second
+		}, time.Minute, 200*time.Millisecond, what)
+		t.Logf("%s: %s", what, last.Describe(gv))
+		return last
+	}
+	conflict := []string{"inferencepoolimports.inference.networking.x-k8s.io"}
+
+	// mci installed first, then someone installs the CRD: the APIService
+	// that names mci's Service is not kube-apiserver's to manage, and mci
+	// keeps answering.
 	_, err = apiServices.Create(ctx, mciAPIService(), metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = crds.Create(ctx, importCRD(true), metav1.CreateOptions{})
 	require.NoError(t, err)
-	var last Finding
-	assert.Eventually(t, func() bool {
-		last, err = Check(ctx, client, gv, served)
-		return err == nil && len(last.CRDs) == 1
-	}, 30*time.Second, 100*time.Millisecond)
-	// Give the aggregator's CRD registration time to act, then look.
-	time.Sleep(3 * time.Second)
-	last, err = Check(ctx, client, gv, served)
-	require.NoError(t, err)
-	t.Logf("APIService first, then the CRD: %+v: %s", last, last.Describe(gv))
-	first := last
+	assert.Equal(t, Finding{CRDs: conflict, ServedBy: ServedByMCI, Service: "mci-system/mci-apiserver"}, settled("mci's APIService, then the CRD"))
 
-	// Start again: the CRD first, then mci's APIService applied over it.
-	require.NoError(t, apiServices.Delete(ctx, "v1alpha1.inference.networking.x-k8s.io", metav1.DeleteOptions{}))
-	time.Sleep(3 * time.Second)
-	last, err = Check(ctx, client, gv, served)
-	require.NoError(t, err)
-	t.Logf("CRD alone after the APIService is deleted: %+v", last)
-	afterDelete := last
+	// mci uninstalled while the CRD stays: kube-apiserver registers the
+	// group version for the CRD.
+	require.NoError(t, apiServices.Delete(ctx, name, metav1.DeleteOptions{}))
+	assert.Equal(t, Finding{CRDs: conflict, ServedBy: ServedLocally}, settled("the CRD after mci's APIService is deleted"))
 
-	existing, err := apiServices.Get(ctx, "v1alpha1.inference.networking.x-k8s.io", metav1.GetOptions{})
+	// mci installed over the CRD, as `kubectl apply` or Helm would (the
+	// labels kube-apiserver put on its APIService stay): kube-apiserver
+	// takes the APIService back, and clients see the CRD.
+	existing, err := apiServices.Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
 	desired := mciAPIService()
+	desired.SetResourceVersion(existing.GetResourceVersion())
+	desired.SetLabels(existing.GetLabels())
+	_, err = apiServices.Update(ctx, desired, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, Finding{CRDs: conflict, ServedBy: ServedLocally}, settled("mci's APIService applied over the CRD's"))
+
+	// The way from the CRD to mci: delete the CRD, then apply mci's
+	// APIService.
+	require.NoError(t, crds.Delete(ctx, conflict[0], metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		_, err := crds.Get(ctx, conflict[0], metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}, time.Minute, 200*time.Millisecond)
+	existing, err = apiServices.Get(ctx, name, metav1.GetOptions{})
 	if err == nil {
+		desired = mciAPIService()
 		desired.SetResourceVersion(existing.GetResourceVersion())
 		desired.SetLabels(existing.GetLabels())
 		_, err = apiServices.Update(ctx, desired, metav1.UpdateOptions{})
 	} else if apierrors.IsNotFound(err) {
-		_, err = apiServices.Create(ctx, desired, metav1.CreateOptions{})
+		_, err = apiServices.Create(ctx, mciAPIService(), metav1.CreateOptions{})
 	}
 	require.NoError(t, err)
-	time.Sleep(3 * time.Second)
-	last, err = Check(ctx, client, gv, served)
-	require.NoError(t, err)
-	t.Logf("CRD first, then mci's APIService: %+v: %s", last, last.Describe(gv))
-
-	_ = first
-	_ = afterDelete
+	assert.Equal(t, Finding{ServedBy: ServedByMCI, Service: "mci-system/mci-apiserver"}, settled("mci's APIService once the CRD is deleted"))
 }
 
 type testLog struct{ t *testing.T }

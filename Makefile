@@ -72,6 +72,17 @@ codegen:
 docs:
 	hack/update-docs.sh
 
+# make plots: the SVGs of docs/performance.md (docs/images/performance),
+# drawn by hack/plots from the latest make bench (_output/bench/results.json),
+# which it first keeps under docs/performance-data; PLOTS_RESULTS names
+# another results file (a kept one redraws the checked-in plots). hack/plots'
+# test fails when a checked-in plot differs from what its results draw.
+PLOTS_RESULTS ?= _output/bench/results.json
+
+.PHONY: plots
+plots:
+	go run ./hack/plots -results $(PLOTS_RESULTS) -keep docs/performance-data -out docs/images/performance
+
 .PHONY: verify
 verify:
 	hack/verify-codegen.sh

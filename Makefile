@@ -73,11 +73,12 @@ docs:
 	hack/update-docs.sh
 
 # make plots: the SVGs of docs/performance.md (docs/images/performance),
-# drawn by hack/plots from the latest make bench (_output/bench/results.json),
-# which it first keeps under docs/performance-data; PLOTS_RESULTS names
-# another results file (a kept one redraws the checked-in plots). hack/plots'
-# test fails when a checked-in plot differs from what its results draw.
-PLOTS_RESULTS ?= _output/bench/results.json
+# drawn by hack/plots from the latest make bench and make bench-routing
+# (their _output/.../results.json), which it first keeps under
+# docs/performance-data; PLOTS_RESULTS names other results files,
+# comma-separated (kept ones redraw the checked-in plots). hack/plots' test
+# fails when a checked-in plot differs from what its results draw.
+PLOTS_RESULTS ?= _output/bench/results.json,_output/bench-routing/results.json
 
 .PHONY: plots
 plots:

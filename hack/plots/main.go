@@ -1,6 +1,7 @@
-// Command plots draws the figures of docs/performance.md as SVG from a
-// results file of `make bench` (the shape test/bench writes to
-// _output/bench/results.json).
+// Command plots draws the figures of docs/performance.md as SVG from the
+// results files of `make bench` (the shape test/bench writes to
+// _output/bench/results.json) and `make bench-routing` (test/benchrouting's
+// _output/bench-routing/results.json).
 //
 // Each SVG names the results file it was drawn from in a comment, so that
 // a test can draw it again from that file and find a plot whose data no
@@ -11,7 +12,7 @@
 // kept: copied into docs/performance-data under the time the run started,
 // and the plots name the copy, which is what gets checked in beside them.
 //
-//	go run ./hack/plots                        # the latest make bench
+//	go run ./hack/plots    # the latest make bench and make bench-routing
 //	go run ./hack/plots -results docs/performance-data/bench-2026-11-28T0442Z.json
 package main
 
@@ -25,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,10 +48,30 @@ type result struct {
 	BaselineValue *float64 `json:"baselineValue,omitempty"`
 }
 
+// routingPolicy is the part of one routing's figures on one workload of
+// test/benchrouting that the plots read; a figure a workload does not
+// have (no hit ratio without shared prefixes) is absent.
+type routingPolicy struct {
+	PrefixHit *float64 `json:"prefix_hit_ratio"`
+}
+
+// report is either results file: test/bench's (Results) or
+// test/benchrouting's (Workloads).
 type report struct {
-	Started time.Time `json:"started"`
-	Results []result  `json:"results"`
-	Failed  bool      `json:"failed"`
+	Started   time.Time `json:"started"`
+	Results   []result  `json:"results"`
+	Workloads map[string]struct {
+		Policies map[string]*routingPolicy `json:"policies"`
+	} `json:"workloads"`
+	Failed bool `json:"failed"`
+}
+
+// kind names the make target a results file comes from.
+func (r report) kind() string {
+	if len(r.Workloads) > 0 {
+		return "bench-routing"
+	}
+	return "bench"
 }
 
 // figures looks rows up by section and name: a row a plot needs and the
@@ -102,6 +124,9 @@ func parse(data []byte, name string) (report, error) {
 	if err := json.Unmarshal(data, &rep); err != nil {
 		return rep, fmt.Errorf("reading the results %s: %w", name, err)
 	}
+	if len(rep.Results) == 0 && len(rep.Workloads) == 0 {
+		return rep, fmt.Errorf("the results %s hold neither bench results nor routing workloads", name)
+	}
 	if rep.Failed {
 		return rep, fmt.Errorf("the results %s are of a run that missed a target or failed: its figures are not the page's", name)
 	}
@@ -120,10 +145,15 @@ func Render(data []byte, name string) (map[string][]byte, error) {
 	for _, r := range rep.Results {
 		f.rows[r.Section+"\x00"+r.Name] = r
 	}
-	plots := map[string]*plot.Plot{
-		"convergence.svg": convergence(f),
-		"memory.svg":      memory(f),
-		"datapath.svg":    dataPath(f),
+	var plots map[string]*plot.Plot
+	if rep.kind() == "bench-routing" {
+		plots = map[string]*plot.Plot{"routing-hit-ratio.svg": hitRatio(f, rep)}
+	} else {
+		plots = map[string]*plot.Plot{
+			"convergence.svg": convergence(f),
+			"memory.svg":      memory(f),
+			"datapath.svg":    dataPath(f),
+		}
 	}
 	if err := errors.Join(f.errs...); err != nil {
 		return nil, fmt.Errorf("the results %s lack what the plots need: %w", name, err)
@@ -248,6 +278,62 @@ func dataPath(f *figures) *plot.Plot {
 	return p
 }
 
+// hitRatio plots the prefix-cache hit ratio of PrefixAffinity, the hub
+// configuration and the oracle on every workload with shared prefixes
+// (those where the oracle has one), in the order of their names.
+func hitRatio(f *figures, rep report) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = "Prefix-cache hit ratio per workload"
+	p.Legend.Top = true
+	p.Legend.Left = true
+	var workloads []string
+	for name, w := range rep.Workloads {
+		if o := w.Policies["Oracle"]; o != nil && o.PrefixHit != nil {
+			workloads = append(workloads, name)
+		}
+	}
+	slices.Sort(workloads)
+	if len(workloads) == 0 {
+		f.errs = append(f.errs, errors.New("no workload has the oracle's hit ratio"))
+		return p
+	}
+	policies := []struct{ name, label string }{
+		{"PrefixAffinity", "mci PrefixAffinity"},
+		{"HubReference", "hub configuration"},
+		{"Oracle", "oracle (a group pinned to a cluster)"},
+	}
+	width := vg.Points(14)
+	colors := []color.Color{palette[0], palette[2], palette[1]}
+	for i, pol := range policies {
+		vs := make(plotter.Values, len(workloads))
+		for j, w := range workloads {
+			r := rep.Workloads[w].Policies[pol.name]
+			if r == nil || r.PrefixHit == nil {
+				f.errs = append(f.errs, fmt.Errorf("workload %q has no hit ratio of %s", w, pol.name))
+				continue
+			}
+			vs[j] = *r.PrefixHit
+		}
+		b, err := plotter.NewBarChart(vs, width)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("%s: %w", pol.label, err))
+			continue
+		}
+		b.Color = colors[i]
+		b.LineStyle.Width = 0
+		b.Offset = vg.Length(i-1) * width
+		p.Add(b)
+		p.Legend.Add(pol.label, b)
+	}
+	labels := make([]string, len(workloads))
+	for i, w := range workloads {
+		labels[i] = strings.ReplaceAll(w, "-", "-\n")
+	}
+	p.NominalX(labels...)
+	p.Y.Min, p.Y.Max = 0, 1.25
+	return p
+}
+
 // bars is a bar chart of one value per label.
 func bars(f *figures, title, unit string, labels []string, values []float64, colors []color.Color) *plot.Plot {
 	p := plot.New()
@@ -290,20 +376,22 @@ func encode(p *plot.Plot, name string) ([]byte, error) {
 }
 
 func main() {
-	results := flag.String("results", "_output/bench/results.json", "the results file of make bench to draw, relative to the repository root")
+	results := flag.String("results", "_output/bench/results.json,_output/bench-routing/results.json", "the results files of make bench and make bench-routing to draw, comma-separated, relative to the repository root")
 	keep := flag.String("keep", "docs/performance-data", "where results from outside it are copied, named by their start time, before they are drawn")
 	out := flag.String("out", "docs/images/performance", "the directory the SVGs are written to")
 	flag.Parse()
-	if err := run(*results, *keep, *out); err != nil {
-		klog.ErrorS(err, "Drawing the performance plots failed")
-		os.Exit(1)
+	for _, r := range strings.Split(*results, ",") {
+		if err := run(r, *keep, *out); err != nil {
+			klog.ErrorS(err, "Drawing the performance plots failed", "results", r)
+			os.Exit(1)
+		}
 	}
 }
 
 func run(results, keep, out string) error {
 	data, err := os.ReadFile(results)
 	if err != nil {
-		return fmt.Errorf("reading the results (run make bench first, or name kept results with -results): %w", err)
+		return fmt.Errorf("reading the results (run make bench and make bench-routing first, or name kept results with -results): %w", err)
 	}
 	results = filepath.ToSlash(filepath.Clean(results))
 	if keep = filepath.ToSlash(filepath.Clean(keep)); !strings.HasPrefix(results, keep+"/") {
@@ -311,7 +399,7 @@ func run(results, keep, out string) error {
 		if err != nil {
 			return err
 		}
-		kept := keep + "/bench-" + rep.Started.UTC().Format("2006-01-02T1504Z") + ".json"
+		kept := keep + "/" + rep.kind() + "-" + rep.Started.UTC().Format("2006-01-02T1504Z") + ".json"
 		if err := os.MkdirAll(keep, 0o755); err != nil {
 			return fmt.Errorf("creating %s: %w", keep, err)
 		}

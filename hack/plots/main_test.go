@@ -50,21 +50,28 @@ func TestEveryCheckedInPlotIsWhatItsResultsDraw(t *testing.T) {
 	}
 }
 
-func TestEveryPlotDrawnIsCheckedIn(t *testing.T) {
+func TestEveryPlotItsResultsDrawIsCheckedIn(t *testing.T) {
 	plots := checkedIn(t)
-	source, err := SourceOf(plots["convergence.svg"])
-	require.NoError(t, err)
-	data, err := os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(source)))
-	require.NoError(t, err)
-	drawn, err := Render(data, source)
-	require.NoError(t, err)
-	for file := range drawn {
-		assert.Contains(t, plots, file, "hack/plots draws %s, which is not checked in: run make plots", file)
+	sources := map[string]bool{}
+	for _, svg := range plots {
+		source, err := SourceOf(svg)
+		require.NoError(t, err)
+		sources[source] = true
+	}
+	assert.Len(t, sources, 2, "the plots are drawn from one make bench and one make bench-routing")
+	for source := range sources {
+		data, err := os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(source)))
+		require.NoError(t, err)
+		drawn, err := Render(data, source)
+		require.NoError(t, err)
+		for file := range drawn {
+			assert.Contains(t, plots, file, "%s draws %s, which is not checked in: run make plots", source, file)
+		}
 	}
 }
 
 func TestDrawingTheSameResultsTwiceGivesTheSameBytes(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(repoRoot, "docs", "performance-data", "bench-2026-11-28T0442Z.json"))
+	data, err := os.ReadFile(filepath.Join(repoRoot, "docs", "performance-data", benchResults))
 	require.NoError(t, err)
 	first, err := Render(data, "results.json")
 	require.NoError(t, err)
@@ -73,10 +80,21 @@ func TestDrawingTheSameResultsTwiceGivesTheSameBytes(t *testing.T) {
 	assert.Equal(t, first, second)
 }
 
-// edit returns the checked-in results with fn applied to them.
+const (
+	benchResults   = "bench-2026-11-28T0442Z.json"
+	routingResults = "bench-routing-2026-11-28T1341Z.json"
+)
+
+// edit returns the checked-in results of make bench with fn applied to them.
 func edit(t *testing.T, fn func(rep map[string]any)) []byte {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot, "docs", "performance-data", "bench-2026-11-28T0442Z.json"))
+	return editFile(t, benchResults, fn)
+}
+
+// editFile returns a checked-in results file with fn applied to it.
+func editFile(t *testing.T, file string, fn func(rep map[string]any)) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot, "docs", "performance-data", file))
 	require.NoError(t, err)
 	var rep map[string]any
 	require.NoError(t, json.Unmarshal(data, &rep))
@@ -138,6 +156,19 @@ func TestResultsThatCannotBeDrawnAreRefusedWithTheReason(t *testing.T) {
 			wantErr: "is in s, the plot expects ms",
 		},
 		{
+			name:    "neither kind of results",
+			data:    []byte(`{"started": "2026-11-28T04:42:11Z"}`),
+			wantErr: "hold neither bench results nor routing workloads",
+		},
+		{
+			name: "a routing lacks its hit ratio on a workload with shared prefixes",
+			data: editFile(t, routingResults, func(rep map[string]any) {
+				w := rep["workloads"].(map[string]any)["far-remote"].(map[string]any)
+				delete(w["policies"].(map[string]any)["HubReference"].(map[string]any), "prefix_hit_ratio")
+			}),
+			wantErr: `workload "far-remote" has no hit ratio of HubReference`,
+		},
+		{
 			name: "a baseline is missing",
 			data: edit(t, func(rep map[string]any) {
 				for _, r := range rep["results"].([]any) {
@@ -164,21 +195,31 @@ func TestAnSVGNotDrawnHereNamesNoResults(t *testing.T) {
 }
 
 func TestTheResultsOfARunAreKeptAndThePlotsNameTheCopy(t *testing.T) {
-	dir := t.TempDir()
-	results := filepath.Join(dir, "_output", "bench", "results.json")
-	require.NoError(t, os.MkdirAll(filepath.Dir(results), 0o755))
-	require.NoError(t, os.WriteFile(results, edit(t, func(map[string]any) {}), 0o644))
-	keep, out := filepath.Join(dir, "kept"), filepath.Join(dir, "plots")
+	tests := []struct {
+		target, file, plot string
+	}{
+		{target: "bench", file: benchResults, plot: "convergence.svg"},
+		{target: "bench-routing", file: routingResults, plot: "routing-hit-ratio.svg"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.target, func(t *testing.T) {
+			dir := t.TempDir()
+			results := filepath.Join(dir, "_output", tt.target, "results.json")
+			require.NoError(t, os.MkdirAll(filepath.Dir(results), 0o755))
+			require.NoError(t, os.WriteFile(results, editFile(t, tt.file, func(map[string]any) {}), 0o644))
+			keep, out := filepath.Join(dir, "kept"), filepath.Join(dir, "plots")
 
-	require.NoError(t, run(results, keep, out))
+			require.NoError(t, run(results, keep, out))
 
-	kept := filepath.ToSlash(filepath.Join(keep, "bench-2026-11-28T0442Z.json"))
-	assert.FileExists(t, kept, "the copy is named by the run's start")
-	svg, err := os.ReadFile(filepath.Join(out, "convergence.svg"))
-	require.NoError(t, err)
-	source, err := SourceOf(svg)
-	require.NoError(t, err)
-	assert.Equal(t, kept, source)
+			kept := filepath.ToSlash(filepath.Join(keep, tt.file))
+			assert.FileExists(t, kept, "the copy is named by its make target and the run's start")
+			svg, err := os.ReadFile(filepath.Join(out, tt.plot))
+			require.NoError(t, err)
+			source, err := SourceOf(svg)
+			require.NoError(t, err)
+			assert.Equal(t, kept, source)
+		})
+	}
 }
 
 func TestAFailedRunIsNotDrawn(t *testing.T) {

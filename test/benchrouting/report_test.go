@@ -68,7 +68,7 @@ type workloadResult struct {
 }
 
 // results is results.json: every workload's results, and the summary of
-// the family against issue 23's targets.
+// the family against its targets.
 type results struct {
 	Profile string    `json:"profile"`
 	Started time.Time `json:"started"`

@@ -4,6 +4,7 @@
 #   make test         codegen and docs checks, vet, unit (-short), integration, chart, e2e and image tests, bench-smoke, bench-routing-smoke
 #   make bench        benchmarks against the alternatives (docs/performance.md)
 #   make soak         the chaos soak (docs/performance.md, "Chaos soak"), SOAK_DURATION=20m
+#   make plots        redraw docs/performance.md's plots from the latest bench and bench-routing results
 #   make build        binaries into _output/bin
 #   make docs         regenerate docs/reference (flags, API) after changing flags or types
 #   make images       container images into _output/images (OCI archives)

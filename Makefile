@@ -7,6 +7,7 @@
 #   make fuzz         every fuzz target for FUZZTIME (60s) each; FUZZ_MATCH=<regexp> picks targets
 #   make bench        benchmarks against the alternatives (docs/performance.md)
 #   make soak         the chaos soak (docs/performance.md, "Chaos soak"), SOAK_DURATION=20m
+#   make plots        redraw docs/performance.md's plots from the latest bench and bench-routing results
 #   make build        binaries into _output/bin
 #   make docs         regenerate docs/reference (flags, API) after changing flags or types
 #   make images       container images into _output/images (OCI archives)
@@ -74,6 +75,18 @@ codegen:
 .PHONY: docs
 docs:
 	hack/update-docs.sh
+
+# make plots: the SVGs of docs/performance.md (docs/images/performance),
+# drawn by hack/plots from the latest make bench and make bench-routing
+# (their _output/.../results.json), which it first keeps under
+# docs/performance-data; PLOTS_RESULTS names other results files,
+# comma-separated (kept ones redraw the checked-in plots). hack/plots' test
+# fails when a checked-in plot differs from what its results draw.
+PLOTS_RESULTS ?= _output/bench/results.json,_output/bench-routing/results.json
+
+.PHONY: plots
+plots:
+	go run ./hack/plots -results $(PLOTS_RESULTS) -keep docs/performance-data -out docs/images/performance
 
 .PHONY: verify
 verify:

@@ -68,7 +68,7 @@ type workloadResult struct {
 }
 
 // results is results.json: every workload's results, and the summary of
-// the family against issue 23's targets.
+// the family against its targets.
 type results struct {
 	Profile string    `json:"profile"`
 	Started time.Time `json:"started"`
@@ -236,8 +236,9 @@ func (r *results) write(dir string) error {
 	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(md), 0o644)
 }
 
-// markdown is the tables of docs/performance.md's "Routing quality: the
-// workload family (issue 23)": the summary, then each workload's.
+// markdown is the tables of the routing quality results (the runs kept in
+// docs/performance-history/routing-quality-*.md): the summary, then each
+// workload's.
 func (r *results) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Routing quality, the workload family: run %s, profile %s, %s in all, %s per policy and repetition, %d repetitions interleaved; load average %s at the start and %s at the end.\n\n",

@@ -100,7 +100,7 @@ var goals = []goal{
 
 // verdict is how a target fares on one workload, judged against the
 // spread of the repetitions measured in the same run (docs/performance.md,
-// "How a target is judged").
+// "Routing quality").
 type verdict int
 
 const (

@@ -7,6 +7,7 @@
 #   make build        binaries into _output/bin
 #   make docs         regenerate docs/reference (flags, API) after changing flags or types
 #   make images       container images into _output/images (OCI archives)
+#   make release      VERSION=vX.Y.Z: multi-platform images, chart, SBOMs into _output/release
 #
 # The first run on a fresh machine builds kube-apiserver and etcd from their
 # Go modules (several minutes on 2 cores); later runs reuse _output/bin.
@@ -56,6 +57,30 @@ test-images: images tools
 	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_IMAGES_DIR=$(IMAGES_DIR) MCI_IMAGE_VERSION=$(VERSION) MCI_IMAGE_REVISION=$(GIT_COMMIT) \
 	  go test $(GO_TEST_FLAGS) -count=1 -timeout 10m ./test/images/
 
+# make release VERSION=vX.Y.Z (docs/development.md, "Releasing"): into
+# RELEASE_DIR (_output/release, emptied first; another directory must be
+# empty), per binary an OCI archive of an image index for linux/amd64 and
+# linux/arm64 and its CycloneDX SBOM, the packaged chart, the release notes
+# (CHANGELOG.md's section for VERSION) and SHA256SUMS (hack/release.sh).
+# VERSION must be given: the describe version of a tree is not a release.
+# make test-release runs make release into a temporary directory and reads
+# back what it wrote (test/release).
+RELEASE_DIR ?= $(CURDIR)/_output/release
+CHANGELOG ?= $(CURDIR)/CHANGELOG.md
+
+.PHONY: release
+release:
+ifeq ($(origin VERSION),file)
+	$(error make release needs the version: make release VERSION=vX.Y.Z)
+endif
+	@if [[ "$(RELEASE_DIR)" == "$(CURDIR)/_output/release" ]]; then rm -rf "$(RELEASE_DIR)"; fi
+	VERSION=$(VERSION) GIT_COMMIT=$(GIT_COMMIT) GO_LDFLAGS='$(GO_LDFLAGS)' RELEASE_DIR=$(RELEASE_DIR) CHANGELOG=$(CHANGELOG) \
+	  hack/release.sh
+
+.PHONY: test-release
+test-release:
+	go test $(GO_TEST_FLAGS) -count=1 -timeout 30m ./test/release/
+
 .PHONY: tools
 tools:
 	hack/build-kube-tools.sh
@@ -85,12 +110,12 @@ verify:
 # test-integration runs them.
 .PHONY: test-unit
 test-unit:
-	go test -short $(GO_TEST_FLAGS) -timeout 20m $$(go list ./... | grep -v -e /test/e2e -e /test/localclusterset -e /test/soak -e /test/chart -e /test/images)
+	go test -short $(GO_TEST_FLAGS) -timeout 20m $$(go list ./... | grep -v -e /test/e2e -e /test/localclusterset -e /test/soak -e /test/chart -e /test/images -e /test/release)
 
 # test-integration runs, without -short, every package of test-unit that has
 # a test skipped under -short (found by its testing.Short() call), one
 # package at a time: each starts its own kube-apiserver and etcd.
-INTEGRATION_PKGS = $$(grep -rl --include='*_test.go' 'testing.Short()' pkg cmd test | grep -v -e ^test/e2e/ -e ^test/localclusterset/ -e ^test/soak/ -e ^test/chart/ -e ^test/images/ | xargs -n1 dirname | sort -u | sed 's|^|./|')
+INTEGRATION_PKGS = $$(grep -rl --include='*_test.go' 'testing.Short()' pkg cmd test | grep -v -e ^test/e2e/ -e ^test/localclusterset/ -e ^test/soak/ -e ^test/chart/ -e ^test/images/ -e ^test/release/ | xargs -n1 dirname | sort -u | sed 's|^|./|')
 
 .PHONY: test-integration
 test-integration: tools

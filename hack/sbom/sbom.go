@@ -45,7 +45,8 @@ func setting(info *debug.BuildInfo, key string) string {
 }
 
 // stampedVersion returns the version the binary was linked with (the -X
-// of versionVar in its recorded -ldflags), and whether there is one.
+// of versionVar in its recorded -ldflags), and whether there is one: Go
+// records no -ldflags for a -trimpath build.
 func stampedVersion(info *debug.BuildInfo) (string, bool) {
 	for _, field := range strings.Fields(setting(info, "-ldflags")) {
 		if v, ok := strings.CutPrefix(field, versionVar+"="); ok {
@@ -59,8 +60,9 @@ func stampedVersion(info *debug.BuildInfo) (string, bool) {
 // platforms' binaries are builds: one application (the main package, at
 // the release version) that depends on every module linked into any of
 // them and on the Go standard library. The binaries of one image are
-// builds of one package of one module, at the release version, by one Go
-// release: anything else is an error, not a merged bill.
+// builds of one package of one module and commit, by one Go release, and,
+// where the build recorded its version stamp, at the release version:
+// anything else is an error, not a merged bill.
 func Build(name, version string, created time.Time, builds []Binary) (*cdx.BOM, error) {
 	if len(builds) == 0 {
 		return nil, fmt.Errorf("no binary given")
@@ -74,12 +76,15 @@ func Build(name, version string, created time.Time, builds []Binary) (*cdx.BOM, 
 			return nil, fmt.Errorf("%s is package %s of module %s built by %s, %s is package %s of module %s built by %s: not builds of one image",
 				b.Path, info.Path, info.Main.Path, info.GoVersion, builds[0].Path, first.Path, first.Main.Path, first.GoVersion)
 		}
-		stamped, ok := stampedVersion(info)
-		if !ok {
-			return nil, fmt.Errorf("%s carries no version stamp (-X %s)", b.Path, versionVar)
-		}
-		if stamped != version {
+		// A -trimpath build does not record its -ldflags: the version stamp
+		// is checked where it is recorded, the commit always.
+		if stamped, ok := stampedVersion(info); ok && stamped != version {
 			return nil, fmt.Errorf("%s is stamped %s, not the release version %s", b.Path, stamped, version)
+		}
+		for _, key := range []string{"vcs.revision", "vcs.modified"} {
+			if setting(info, key) != setting(first, key) {
+				return nil, fmt.Errorf("%s has %s %q, %s has %q: not builds of one commit", b.Path, key, setting(info, key), builds[0].Path, setting(first, key))
+			}
 		}
 		platforms = append(platforms, setting(info, "GOOS")+"/"+setting(info, "GOARCH"))
 		for _, dep := range info.Deps {

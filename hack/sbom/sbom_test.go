@@ -26,6 +26,7 @@ func build(goarch, version string, deps ...*debug.Module) Binary {
 				{Key: "-ldflags", Value: "-s -w -X " + versionVar + "=" + version + " -X github.com/mci-dev/mci/pkg/version.gitCommit=abc"},
 				{Key: "GOOS", Value: "linux"},
 				{Key: "GOARCH", Value: goarch},
+				{Key: "vcs.revision", Value: "abc"},
 			},
 		},
 	}
@@ -74,8 +75,8 @@ func TestBuildListsAReplacedModuleAsItsReplacement(t *testing.T) {
 func TestBuildRefusesBinariesThatAreNotOneRelease(t *testing.T) {
 	otherPackage := build("arm64", "v1.2.3")
 	otherPackage.Info.Path = "github.com/mci-dev/mci/cmd/mci-epp"
-	unstamped := build("arm64", "v1.2.3")
-	unstamped.Info.Settings = unstamped.Info.Settings[1:]
+	otherCommit := build("arm64", "v1.2.3")
+	otherCommit.Info.Settings[len(otherCommit.Info.Settings)-1].Value = "def"
 	directoryReplacement := &debug.Module{Path: "github.com/example/lib", Version: "v1.0.0", Replace: &debug.Module{Path: "../lib"}}
 
 	for _, tc := range []struct {
@@ -86,7 +87,7 @@ func TestBuildRefusesBinariesThatAreNotOneRelease(t *testing.T) {
 		{name: "no binary", want: "no binary"},
 		{name: "another version stamped", binaries: []Binary{build("amd64", "v1.2.3"), build("arm64", "v1.2.4")}, want: "stamped v1.2.4, not the release version v1.2.3"},
 		{name: "another package", binaries: []Binary{build("amd64", "v1.2.3"), otherPackage}, want: "not builds of one image"},
-		{name: "no version stamp", binaries: []Binary{unstamped}, want: "carries no version stamp"},
+		{name: "another commit", binaries: []Binary{build("amd64", "v1.2.3"), otherCommit}, want: "not builds of one commit"},
 		{name: "a module replaced by a directory", binaries: []Binary{build("amd64", "v1.2.3", directoryReplacement)}, want: "has no version"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,7 +3,7 @@
 #   make run          start a local ClusterSet (real kube-apiservers) with the examples
 #   make test         codegen and docs checks, vet, unit tests (-short; they run every fuzz target's
 #                     seed corpus), fuzz-smoke (6s of fuzzing per target that takes untrusted input),
-#                     integration, chart, e2e and image tests, soak-smoke, bench-smoke, bench-routing-smoke
+#                     integration, chart, e2e, image and release tests, soak-smoke, bench-smoke, bench-routing-smoke
 #   make fuzz         every fuzz target for FUZZTIME (60s) each; FUZZ_MATCH=<regexp> picks targets
 #   make bench        benchmarks against the alternatives (docs/performance.md)
 #   make soak         the chaos soak (docs/performance.md, "Chaos soak"), SOAK_DURATION=20m
@@ -11,6 +11,7 @@
 #   make build        binaries into _output/bin
 #   make docs         regenerate docs/reference (flags, API) after changing flags or types
 #   make images       container images into _output/images (OCI archives)
+#   make release      VERSION=vX.Y.Z: multi-platform images, chart, SBOMs into _output/release
 #
 # The first run on a fresh machine builds kube-apiserver and etcd from their
 # Go modules (several minutes on 2 cores); later runs reuse _output/bin.
@@ -60,6 +61,30 @@ test-images: images tools
 	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_IMAGES_DIR=$(IMAGES_DIR) MCI_IMAGE_VERSION=$(VERSION) MCI_IMAGE_REVISION=$(GIT_COMMIT) \
 	  go test $(GO_TEST_FLAGS) -count=1 -timeout 10m ./test/images/
 
+# make release VERSION=vX.Y.Z (docs/development.md, "Releasing"): into
+# RELEASE_DIR (_output/release, emptied first; another directory must be
+# empty), per binary an OCI archive of an image index for linux/amd64 and
+# linux/arm64 and its CycloneDX SBOM, the packaged chart, the release notes
+# (CHANGELOG.md's section for VERSION) and SHA256SUMS (hack/release.sh).
+# VERSION must be given: the describe version of a tree is not a release.
+# make test-release runs make release into a temporary directory and reads
+# back what it wrote (test/release).
+RELEASE_DIR ?= $(CURDIR)/_output/release
+CHANGELOG ?= $(CURDIR)/CHANGELOG.md
+
+.PHONY: release
+release:
+ifeq ($(origin VERSION),file)
+	$(error make release needs the version: make release VERSION=vX.Y.Z)
+endif
+	@if [[ "$(RELEASE_DIR)" == "$(CURDIR)/_output/release" ]]; then rm -rf "$(RELEASE_DIR)"; fi
+	VERSION=$(VERSION) GIT_COMMIT=$(GIT_COMMIT) GO_LDFLAGS='$(GO_LDFLAGS)' RELEASE_DIR=$(RELEASE_DIR) CHANGELOG=$(CHANGELOG) \
+	  hack/release.sh
+
+.PHONY: test-release
+test-release:
+	go test $(GO_TEST_FLAGS) -count=1 -timeout 30m ./test/release/
+
 .PHONY: tools
 tools:
 	hack/build-kube-tools.sh
@@ -101,12 +126,12 @@ verify:
 # test-integration runs them.
 .PHONY: test-unit
 test-unit:
-	go test -short $(GO_TEST_FLAGS) -timeout 20m $$(go list ./... | grep -v -e /test/e2e -e /test/localclusterset -e /test/soak -e /test/chart -e /test/images)
+	go test -short $(GO_TEST_FLAGS) -timeout 20m $$(go list ./... | grep -v -e /test/e2e -e /test/localclusterset -e /test/soak -e /test/chart -e /test/images -e /test/release)
 
 # test-integration runs, without -short, every package of test-unit that has
 # a test skipped under -short (found by its testing.Short() call), one
 # package at a time: each starts its own kube-apiserver and etcd.
-INTEGRATION_PKGS = $$(grep -rl --include='*_test.go' 'testing.Short()' pkg cmd test | grep -v -e ^test/e2e/ -e ^test/localclusterset/ -e ^test/soak/ -e ^test/chart/ -e ^test/images/ | xargs -n1 dirname | sort -u | sed 's|^|./|')
+INTEGRATION_PKGS = $$(grep -rl --include='*_test.go' 'testing.Short()' pkg cmd test | grep -v -e ^test/e2e/ -e ^test/localclusterset/ -e ^test/soak/ -e ^test/chart/ -e ^test/images/ -e ^test/release/ | xargs -n1 dirname | sort -u | sed 's|^|./|')
 
 .PHONY: test-integration
 test-integration: tools
@@ -139,7 +164,7 @@ test-docs: build
 	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -count=1 ./test/docs/
 
 .PHONY: test
-test: verify test-unit fuzz-smoke test-integration test-docs test-chart test-e2e test-images soak-smoke bench-smoke bench-routing-smoke
+test: verify test-unit fuzz-smoke test-integration test-docs test-chart test-e2e test-images test-release soak-smoke bench-smoke bench-routing-smoke
 
 # make soak: the chaos soak of docs/performance.md ("Chaos soak"): a local
 # ClusterSet of three clusters with two mci-apiserver replicas each, link

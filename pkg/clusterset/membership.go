@@ -2,8 +2,6 @@ package clusterset
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"os"
@@ -48,8 +46,7 @@ type MemberConfig struct {
 // ParseMemberKubeconfig turns kubeconfig bytes into a member connection.
 // A bad kubeconfig is reported, never fatal.
 func ParseMemberKubeconfig(data []byte) MemberConfig {
-	sum := sha256.Sum256(data)
-	mc := MemberConfig{fingerprint: hex.EncodeToString(sum[:8])}
+	mc := MemberConfig{fingerprint: fingerprintOf(data)}
 	if len(data) == 0 {
 		mc.err = fmt.Errorf("kubeconfig is empty")
 		return mc

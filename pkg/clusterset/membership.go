@@ -302,7 +302,11 @@ func resolvedProblems(rc *rest.Config, exec func(*clientcmdapi.ExecConfig) error
 	if rc.Insecure {
 		problems = append(problems, "the resolved cluster skips TLS verification")
 	}
-	if !rest.IsConfigTransportTLS(*rc) {
+	// As client-go decides whether it speaks TLS (rest.IsConfigTransportTLS).
+	switch u, _, err := rest.DefaultServerUrlFor(rc); {
+	case err != nil:
+		problems = append(problems, "the resolved server is not a URL")
+	case u.Scheme != "https":
 		problems = append(problems, "the resolved server is not reached over TLS (an https:// server)")
 	}
 	return problems

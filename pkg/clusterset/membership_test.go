@@ -267,6 +267,7 @@ func TestResolvedProblems(t *testing.T) {
 		{name: "no TLS verification", config: rest.Config{Host: "https://a", TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, want: "skips TLS verification"},
 		{name: "plaintext", config: rest.Config{Host: "http://a", BearerToken: "t"}, want: "not reached over TLS"},
 		{name: "a host without scheme and without TLS data", config: rest.Config{Host: "a:6443"}, want: "not reached over TLS"},
+		{name: "a server that is no URL", config: rest.Config{Host: "https://127.0.0.1:port"}, want: "not a URL"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

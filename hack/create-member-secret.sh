@@ -5,17 +5,19 @@
 # self-contained kubeconfig for the member (see
 # artifacts/deploy/mci-apiserver/examples/member-secret.yaml).
 #
-# The kubeconfig is taken from a context of your kubeconfig, minified to that
-# one context and flattened (certificates inline). Those are YOUR credentials:
-# prefer --token-for-service-account, which instead puts a token of a
-# least-privilege ServiceAccount of the member (mci-system/mci-member-reader
-# from artifacts/deploy/mci-apiserver/25-member-reader.yaml) in the Secret.
+# The kubeconfig authenticates as a least-privilege ServiceAccount of the
+# member (by default mci-system/mci-member-reader, which
+# artifacts/deploy/mci-apiserver/25-member-reader.yaml and the chart create)
+# with a token the member's TokenRequest API mints for --token-duration
+# (default 168h, one week). Your own credentials are used to mint it and
+# never copied. The token expires: run the script again before it does
+# (docs/membership.md, "Rotating a member's token"); mci-apiserver follows
+# the changed Secret without a restart. The token goes from kubectl to a
+# file readable by you only and into the Secret by standard input, never on
+# a command line.
 #
 # Usage:
 #   hack/create-member-secret.sh --context cluster-b --target-context cluster-a
-#   hack/create-member-secret.sh --context cluster-b \
-#     --token-for-service-account mci-system/mci-member-reader \
-#     --target-context cluster-a
 #   hack/create-member-secret.sh --context cluster-b --dry-run > secret.yaml
 #
 # Options:
@@ -23,10 +25,12 @@
 #   --kubeconfig FILE        kubeconfig holding --context (default: kubectl's)
 #   --cluster-name NAME      the member's name in the ClusterSet (default: CTX)
 #   --token-for-service-account NS/NAME
-#                            authenticate as this ServiceAccount of the member
-#                            with a token from the TokenRequest API
-#   --token-duration DUR     lifetime of that token (default 8760h; the
-#                            member's apiserver may cap it)
+#                            the member's ServiceAccount the kubeconfig
+#                            authenticates as (default
+#                            mci-system/mci-member-reader)
+#   --token-duration DUR     lifetime of its token (default 168h; the
+#                            member's apiserver may shorten it: the expiry it
+#                            granted is printed)
 #   --target-context CTX     context of the cluster whose mci-apiserver gets
 #                            the member (default: kubectl's current context)
 #   --target-kubeconfig FILE kubeconfig holding --target-context
@@ -36,7 +40,7 @@ set -o errexit -o nounset -o pipefail
 
 usage() { sed -n '2,/^set -o/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2; exit 2; }
 
-context="" kubeconfig="" name="" service_account="" duration="8760h"
+context="" kubeconfig="" name="" service_account="mci-system/mci-member-reader" duration="168h"
 target_context="" target_kubeconfig="" namespace="mci-system" dry_run=false
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -59,6 +63,11 @@ if [[ ! "${name}" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]]; then
   echo "cluster name ${name} is not a DNS label: pass --cluster-name" >&2
   exit 2
 fi
+sa_namespace="${service_account%%/*}" sa_name="${service_account#*/}"
+if [[ "${sa_namespace}" == "${service_account}" || -z "${sa_namespace}" || -z "${sa_name}" ]]; then
+  echo "--token-for-service-account wants NAMESPACE/NAME, got ${service_account}" >&2
+  exit 2
+fi
 
 member=(kubectl --context "${context}")
 [[ -n "${kubeconfig}" ]] && member+=(--kubeconfig "${kubeconfig}")
@@ -66,44 +75,66 @@ target=(kubectl)
 [[ -n "${target_kubeconfig}" ]] && target+=(--kubeconfig "${target_kubeconfig}")
 [[ -n "${target_context}" ]] && target+=(--context "${target_context}")
 
+# Everything written from here on is readable by you only.
+umask 077
 tmp="$(mktemp -d)"
 trap 'rm -rf "${tmp}"' EXIT
-chmod 700 "${tmp}"
 out="${tmp}/kubeconfig"
 
-if [[ -z "${service_account}" ]]; then
-  # --raw: without it kubectl replaces the inline data by placeholders.
-  "${member[@]}" config view --raw --flatten --minify >"${out}"
-else
-  sa_namespace="${service_account%%/*}" sa_name="${service_account#*/}"
-  if [[ "${sa_namespace}" == "${service_account}" || -z "${sa_name}" ]]; then
-    echo "--token-for-service-account wants NAMESPACE/NAME, got ${service_account}" >&2
-    exit 2
+# Where the member is and how to verify it: the context's cluster entry,
+# flattened so that a CA file is inlined. mci-apiserver accepts verified
+# TLS only.
+field() { "${member[@]}" config view --raw --flatten --minify -o "jsonpath={.clusters[0].cluster.$1}"; }
+server="$(field server)"
+ca="$(field certificate-authority-data)"
+tls_server_name="$(field tls-server-name)"
+insecure="$(field insecure-skip-tls-verify)"
+if [[ "${server}" != https://* ]]; then
+  echo "the server of context ${context} is not an https:// URL: mci-apiserver reaches members over verified TLS only" >&2
+  exit 1
+fi
+if [[ "${insecure}" == true ]]; then
+  echo "context ${context} skips TLS verification: give its cluster certificate-authority-data instead" >&2
+  exit 1
+fi
+# These go into a YAML document as double-quoted strings.
+unquotable='["\\[:cntrl:]]'
+for value in "${server}" "${ca}" "${tls_server_name}"; do
+  if [[ "${value}" =~ ${unquotable} ]]; then
+    echo "the cluster entry of context ${context} holds a character this script does not quote" >&2
+    exit 1
   fi
-  field() { "${member[@]}" config view --raw --flatten --minify -o "jsonpath={.clusters[0].cluster.$1}"; }
-  server="$(field server)"
-  ca="$(field certificate-authority-data)"
-  tls_server_name="$(field tls-server-name)"
-  token="$("${member[@]}" create token "${sa_name}" -n "${sa_namespace}" --duration "${duration}")"
-  user="${sa_name}@${name}"
-  k=(kubectl config --kubeconfig "${out}")
-  "${k[@]}" set-cluster "${name}" --server "${server}" >/dev/null
-  if [[ -n "${ca}" ]]; then
-    "${k[@]}" set "clusters.${name}.certificate-authority-data" "${ca}" >/dev/null
-  fi
-  if [[ -n "${tls_server_name}" ]]; then
-    "${k[@]}" set "clusters.${name}.tls-server-name" "${tls_server_name}" >/dev/null
-  fi
-  "${k[@]}" set-credentials "${user}" --token "${token}" >/dev/null
-  "${k[@]}" set-context "${name}" --cluster "${name}" --user "${user}" >/dev/null
-  "${k[@]}" use-context "${name}" >/dev/null
+done
+
+# The TokenRequest answer goes straight to a file: the token and the expiry
+# the member granted, one a line.
+"${member[@]}" create token "${sa_name}" --namespace "${sa_namespace}" --duration "${duration}" \
+  -o 'jsonpath={.status.token}{"\n"}{.status.expirationTimestamp}{"\n"}' >"${tmp}/token"
+{ IFS= read -r token && IFS= read -r expires; } <"${tmp}/token"
+if [[ ! "${token}" =~ ^[A-Za-z0-9._-]+$ ]]; then
+  echo "the member's TokenRequest API answered something that is not a token" >&2
+  exit 1
 fi
 
-# Built client-side, so the kubeconfig never appears on a command line.
+user="${sa_name}@${name}"
+# printf is a shell builtin: the token reaches the file without a command
+# line any other user could read.
+{
+  printf 'apiVersion: v1\nkind: Config\nclusters:\n- name: "%s"\n  cluster:\n    server: "%s"\n' "${name}" "${server}"
+  if [[ -n "${ca}" ]]; then printf '    certificate-authority-data: "%s"\n' "${ca}"; fi
+  if [[ -n "${tls_server_name}" ]]; then printf '    tls-server-name: "%s"\n' "${tls_server_name}"; fi
+  printf 'users:\n- name: "%s"\n  user:\n    token: "%s"\n' "${user}" "${token}"
+  printf 'contexts:\n- name: "%s"\n  context:\n    cluster: "%s"\n    user: "%s"\ncurrent-context: "%s"\n' "${name}" "${name}" "${user}" "${name}"
+} >"${out}"
+unset token
+
+# Built client-side from the file, so the kubeconfig never appears on a
+# command line either.
 secret="$(kubectl create secret generic "member-${name}" --namespace "${namespace}" \
   --from-file=kubeconfig="${out}" --dry-run=client -o yaml |
   kubectl label --local -f - "mci.x-k8s.io/member-cluster=${name}" -o yaml)"
 
+echo "The token of ${service_account} in ${context} expires at ${expires}: run this again before then." >&2
 if [[ "${dry_run}" == true ]]; then
   printf '%s\n' "${secret}"
   exit 0

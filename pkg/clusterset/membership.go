@@ -2,11 +2,11 @@ package clusterset
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -46,8 +46,7 @@ type MemberConfig struct {
 // ParseMemberKubeconfig turns kubeconfig bytes into a member connection.
 // A bad kubeconfig is reported, never fatal.
 func ParseMemberKubeconfig(data []byte) MemberConfig {
-	sum := sha256.Sum256(data)
-	mc := MemberConfig{fingerprint: hex.EncodeToString(sum[:8])}
+	mc := MemberConfig{fingerprint: fingerprintOf(data)}
 	if len(data) == 0 {
 		mc.err = fmt.Errorf("kubeconfig is empty")
 		return mc
@@ -185,57 +184,132 @@ func membersFromSecrets(secrets []*corev1.Secret) map[string]MemberConfig {
 }
 
 // parseSecretKubeconfig is ParseMemberKubeconfig for a kubeconfig from a
-// Secret, which must be self-contained: no exec or auth-provider plugin and
-// no file. Whoever may write a Secret in the server's namespace must not be
-// able to make the server run a command, or read one of its own files (its
-// ServiceAccount token, say) and send it to a server of their choosing.
+// Secret, which must be self-contained: whoever may write a Secret in the
+// server's namespace must not be able to make the server run a command,
+// read one of its own files (its ServiceAccount token, say) and send it to
+// a server of their choosing, or talk to a member without verified TLS.
 // Kubeconfig files of the member directory are the operator's and may
 // reference what is mounted beside them.
+//
+// Two checks, in this order. Every cluster and user entry is checked before
+// client-go resolves anything, whatever its name and whether a context
+// names it: resolving already reads a tokenFile and looks for the files
+// the entries name, and which entries client-go picks (the current
+// context's, or those named "" when there is none) is its business, not
+// ours to guess. Then the configuration client-go resolved, the one the
+// connection is made with, is checked again: it decides.
 func parseSecretKubeconfig(data []byte) MemberConfig {
-	mc := ParseMemberKubeconfig(data)
-	if mc.err != nil {
+	mc := MemberConfig{fingerprint: fingerprintOf(data)}
+	if len(data) == 0 {
+		mc.err = fmt.Errorf("kubeconfig is empty")
 		return mc
 	}
 	cfg, err := clientcmd.Load(data)
 	if err != nil {
-		mc.rest, mc.err = nil, fmt.Errorf("invalid kubeconfig: %w", err)
+		mc.err = fmt.Errorf("invalid kubeconfig: %w", err)
 		return mc
 	}
 	if err := selfContained(cfg); err != nil {
-		mc.rest, mc.err = nil, err
+		mc.err = err
+		return mc
 	}
+	rc, err := clientcmd.NewDefaultClientConfig(*cfg, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		mc.err = fmt.Errorf("invalid kubeconfig: %w", err)
+		return mc
+	}
+	if problems := resolvedProblems(rc, nil); len(problems) > 0 {
+		mc.err = fmt.Errorf("a kubeconfig from a Secret must be self-contained: %s", strings.Join(problems, "; "))
+		return mc
+	}
+	mc.rest = rc
 	return mc
 }
 
-// selfContained says what in the current context of cfg is not inline:
-// field names only, never values, which may be secret.
+// selfContained says what in any cluster or user entry of cfg is not
+// inline or would weaken TLS: entry and field names only, never values,
+// which may be secret.
 func selfContained(cfg *clientcmdapi.Config) error {
 	var problems []string
-	ctx := cfg.Contexts[cfg.CurrentContext]
-	if ctx == nil {
-		return nil // ParseMemberKubeconfig refused it already
+	for _, name := range slices.Sorted(maps.Keys(cfg.Clusters)) {
+		c := cfg.Clusters[name]
+		if c == nil {
+			continue
+		}
+		if c.CertificateAuthority != "" {
+			problems = append(problems, fmt.Sprintf("cluster %q: certificate-authority names a file (inline it as certificate-authority-data)", name))
+		}
+		if c.InsecureSkipTLSVerify {
+			problems = append(problems, fmt.Sprintf("cluster %q: insecure-skip-tls-verify would send the credentials to whoever answers (give certificate-authority-data)", name))
+		}
 	}
-	if c := cfg.Clusters[ctx.Cluster]; c != nil && c.CertificateAuthority != "" {
-		problems = append(problems, "cluster.certificate-authority names a file (inline it as certificate-authority-data)")
-	}
-	if u := cfg.AuthInfos[ctx.AuthInfo]; u != nil {
+	for _, name := range slices.Sorted(maps.Keys(cfg.AuthInfos)) {
+		u := cfg.AuthInfos[name]
+		if u == nil {
+			continue
+		}
 		if u.Exec != nil {
-			problems = append(problems, "user.exec runs a command")
+			problems = append(problems, fmt.Sprintf("user %q: exec runs a command", name))
 		}
 		if u.AuthProvider != nil {
-			problems = append(problems, "user.auth-provider runs a plugin")
+			problems = append(problems, fmt.Sprintf("user %q: auth-provider runs a plugin", name))
 		}
 		if u.TokenFile != "" {
-			problems = append(problems, "user.tokenFile names a file (inline it as token)")
+			problems = append(problems, fmt.Sprintf("user %q: tokenFile names a file (inline it as token)", name))
 		}
 		if u.ClientCertificate != "" || u.ClientKey != "" {
-			problems = append(problems, "user.client-certificate or client-key names a file (inline them as client-certificate-data and client-key-data)")
+			problems = append(problems, fmt.Sprintf("user %q: client-certificate or client-key names a file (inline them as client-certificate-data and client-key-data)", name))
 		}
 	}
 	if len(problems) == 0 {
 		return nil
 	}
 	return fmt.Errorf("a kubeconfig from a Secret must be self-contained: %s", strings.Join(problems, "; "))
+}
+
+// resolvedProblems says what in a resolved client configuration would make
+// the server run a command, read one of its own files, or send requests
+// (and credentials) without verified TLS. exec vets an exec plugin: nil
+// refuses any.
+//
+// A proxy-url is no problem: it reads nothing local, and with TLS required
+// the connection to the member is tunnelled through it (HTTP CONNECT or
+// SOCKS5), verified end to end, so the proxy sees neither credentials nor
+// data, and it reaches no address the kubeconfig's writer could not name
+// as the server anyway.
+func resolvedProblems(rc *rest.Config, exec func(*clientcmdapi.ExecConfig) error) []string {
+	var problems []string
+	switch {
+	case rc.ExecProvider != nil && exec == nil:
+		problems = append(problems, "the resolved user runs an exec plugin")
+	case rc.ExecProvider != nil:
+		if err := exec(rc.ExecProvider); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if rc.AuthProvider != nil {
+		problems = append(problems, "the resolved user runs an auth-provider plugin")
+	}
+	if rc.BearerTokenFile != "" {
+		problems = append(problems, "the resolved user reads its token from a file")
+	}
+	if rc.CAFile != "" {
+		problems = append(problems, "the resolved cluster reads its CA from a file")
+	}
+	if rc.CertFile != "" || rc.KeyFile != "" {
+		problems = append(problems, "the resolved user reads its client certificate or key from a file")
+	}
+	if rc.Insecure {
+		problems = append(problems, "the resolved cluster skips TLS verification")
+	}
+	// As client-go decides whether it speaks TLS (rest.IsConfigTransportTLS).
+	switch u, _, err := rest.DefaultServerUrlFor(rc); {
+	case err != nil:
+		problems = append(problems, "the resolved server is not a URL")
+	case u.Scheme != "https":
+		problems = append(problems, "the resolved server is not reached over TLS (an https:// server)")
+	}
+	return problems
 }
 
 // desiredMembers merges what every source reports. A cluster named by two
@@ -306,6 +380,8 @@ func (d *desiredMembers) update(source string, members map[string]MemberConfig) 
 		mc := configs[name]
 		changes = append(changes, change{name: name, source: c.source, config: &mc, err: mc.err})
 		if mc.err != nil {
+			kind, _, _ := strings.Cut(c.source, ":")
+			memberConfigRejected.WithLabelValues(kind).Inc()
 			d.rejected[name] = c
 			continue
 		}

@@ -4,12 +4,16 @@ import (
 	"encoding/base64"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/component-base/metrics/testutil"
 )
 
 func kubeconfigFor(server string) []byte {
@@ -150,6 +154,9 @@ kind: Config
 current-context: c
 contexts: [{name: c, context: {cluster: c, user: u}}]
 `
+	// Without contexts, client-go uses the cluster and the user named "".
+	const unnamed = "apiVersion: v1\nkind: Config\nclusters: [{name: \"\", cluster: {server: \"https://a\"}}]\n"
+	exec := `{exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, "echo secret-arg"], interactiveMode: Never}}`
 	tests := []struct {
 		name       string
 		kubeconfig string
@@ -160,32 +167,73 @@ contexts: [{name: c, context: {cluster: c, user: u}}]
 			kubeconfig: head + "clusters: [{name: c, cluster: {server: \"https://a\", certificate-authority-data: " + caData + "}}]\nusers: [{name: u, user: {token: t}}]\n",
 		},
 		{
+			name:       "a proxy is no local reference: the member's TLS is verified through it",
+			kubeconfig: head + "clusters: [{name: c, cluster: {server: \"https://a\", proxy-url: \"http://127.0.0.1:3128\"}}]\nusers: [{name: u, user: {token: t}}]\n",
+		},
+		{
 			name:       "an exec plugin would run a command",
-			kubeconfig: head + "clusters: [{name: c, cluster: {server: \"https://a\"}}]\nusers: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, \"echo secret-arg\"], interactiveMode: Never}}}]\n",
-			wantErr:    []string{"self-contained", "user.exec runs a command"},
+			kubeconfig: head + "clusters: [{name: c, cluster: {server: \"https://a\"}}]\nusers: [{name: u, user: " + exec + "}]\n",
+			wantErr:    []string{"self-contained", `user "u": exec runs a command`},
+		},
+		{
+			name:       "an exec plugin of the user named empty, used when there is no context, would run a command",
+			kubeconfig: unnamed + "users: [{name: \"\", user: " + exec + "}]\n",
+			wantErr:    []string{"self-contained", `user "": exec runs a command`},
+		},
+		{
+			name:       "a token file of the user named empty, used when there is no context, would send the server's own file",
+			kubeconfig: unnamed + "users: [{name: \"\", user: {tokenFile: " + existingFile(t) + "}}]\n",
+			wantErr:    []string{`user "": tokenFile names a file`},
+		},
+		{
+			name:       "a CA file of the cluster named empty would be read from the server's disk",
+			kubeconfig: "apiVersion: v1\nkind: Config\nclusters: [{name: \"\", cluster: {server: \"https://a\", certificate-authority: " + existingFile(t) + "}}]\nusers: [{name: \"\", user: {token: t}}]\n",
+			wantErr:    []string{`cluster "": certificate-authority names a file`},
+		},
+		{
+			name:       "an exec plugin of a user no context names is refused too",
+			kubeconfig: head + "clusters: [{name: c, cluster: {server: \"https://a\"}}]\nusers: [{name: u, user: {token: t}}, {name: spare, user: " + exec + "}]\n",
+			wantErr:    []string{`user "spare": exec runs a command`},
 		},
 		{
 			name:       "an auth provider would run a plugin",
 			kubeconfig: head + "clusters: [{name: c, cluster: {server: \"https://a\"}}]\nusers: [{name: u, user: {auth-provider: {name: oidc, config: {id-token: secret-token}}}}]\n",
-			wantErr:    []string{"user.auth-provider runs a plugin"},
+			wantErr:    []string{`user "u": auth-provider runs a plugin`},
 		},
 		{
 			name:       "a token file would send the server's own file",
 			kubeconfig: head + "clusters: [{name: c, cluster: {server: \"https://a\"}}]\nusers: [{name: u, user: {tokenFile: " + existingFile(t) + "}}]\n",
-			wantErr:    []string{"user.tokenFile names a file"},
+			wantErr:    []string{`user "u": tokenFile names a file`},
 		},
 		{
 			name:       "a CA file would be read from the server's disk",
 			kubeconfig: head + "clusters: [{name: c, cluster: {server: \"https://a\", certificate-authority: " + existingFile(t) + "}}]\nusers: [{name: u, user: {token: t}}]\n",
-			wantErr:    []string{"cluster.certificate-authority names a file"},
+			wantErr:    []string{`cluster "c": certificate-authority names a file`},
+		},
+		{
+			name:       "a client certificate file would be read from the server's disk",
+			kubeconfig: head + "clusters: [{name: c, cluster: {server: \"https://a\"}}]\nusers: [{name: u, user: {client-certificate: " + existingFile(t) + ", client-key: " + existingFile(t) + "}}]\n",
+			wantErr:    []string{`user "u": client-certificate or client-key names a file`},
+		},
+		{
+			name:       "skipping TLS verification would send the token to whoever answers",
+			kubeconfig: head + "clusters: [{name: c, cluster: {server: \"https://a\", insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {token: secret-token}}]\n",
+			wantErr:    []string{`cluster "c": insecure-skip-tls-verify`},
+		},
+		{
+			name:       "a plaintext server is refused: nothing could vouch for the member's data",
+			kubeconfig: head + "clusters: [{name: c, cluster: {server: \"http://a\"}}]\nusers: [{name: u, user: {token: secret-token}}]\n",
+			wantErr:    []string{"not reached over TLS"},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			mc := parseSecretKubeconfig([]byte(tc.kubeconfig))
+			assert.NotEmpty(t, mc.fingerprint)
 			if len(tc.wantErr) == 0 {
 				require.NoError(t, mc.err)
 				require.NotNil(t, mc.rest)
+				assert.Empty(t, resolvedProblems(mc.rest, nil))
 				return
 			}
 			require.Error(t, mc.err)
@@ -201,6 +249,33 @@ contexts: [{name: c, context: {cluster: c, user: u}}]
 		mc := ParseMemberKubeconfig([]byte(head + "clusters: [{name: c, cluster: {server: \"https://a\"}}]\nusers: [{name: u, user: {tokenFile: " + existingFile(t) + "}}]\n"))
 		require.NoError(t, mc.err)
 	})
+}
+
+// What client-go resolves is checked whatever led to it: each of these
+// would run or read something local, or talk without verified TLS.
+func TestResolvedProblems(t *testing.T) {
+	tests := []struct {
+		name   string
+		config rest.Config
+		want   string
+	}{
+		{name: "an exec plugin", config: rest.Config{Host: "https://a", ExecProvider: &clientcmdapi.ExecConfig{Command: "sh"}}, want: "exec plugin"},
+		{name: "an auth provider", config: rest.Config{Host: "https://a", AuthProvider: &clientcmdapi.AuthProviderConfig{Name: "oidc"}}, want: "auth-provider"},
+		{name: "a token file", config: rest.Config{Host: "https://a", BearerTokenFile: "/var/run/secrets/token"}, want: "token from a file"},
+		{name: "a CA file", config: rest.Config{Host: "https://a", TLSClientConfig: rest.TLSClientConfig{CAFile: "/ca"}}, want: "CA from a file"},
+		{name: "a key file", config: rest.Config{Host: "https://a", TLSClientConfig: rest.TLSClientConfig{KeyFile: "/key"}}, want: "certificate or key from a file"},
+		{name: "no TLS verification", config: rest.Config{Host: "https://a", TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, want: "skips TLS verification"},
+		{name: "plaintext", config: rest.Config{Host: "http://a", BearerToken: "t"}, want: "not reached over TLS"},
+		{name: "a host without scheme and without TLS data", config: rest.Config{Host: "a:6443"}, want: "not reached over TLS"},
+		{name: "a server that is no URL", config: rest.Config{Host: "https://127.0.0.1:port"}, want: "not a URL"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Contains(t, strings.Join(resolvedProblems(&tc.config, nil), "; "), tc.want)
+		})
+	}
+	assert.Empty(t, resolvedProblems(&rest.Config{Host: "https://a", BearerToken: "t", TLSClientConfig: rest.TLSClientConfig{CAData: []byte("ca")}}, nil))
+	assert.Empty(t, resolvedProblems(&rest.Config{Host: "a:6443", TLSClientConfig: rest.TLSClientConfig{CAData: []byte("ca")}}, nil), "TLS data makes a host without scheme https, as client-go does")
 }
 
 // caData stands for inline CA data, base64 as kubeconfig data fields
@@ -257,4 +332,20 @@ func TestMembersFromSecrets(t *testing.T) {
 	assert.Equal(t, "https://b", members["cluster-b"].rest.Host)
 	require.Error(t, members["cluster-c"].err)
 	assert.Contains(t, members["cluster-c"].err.Error(), `no "kubeconfig" key`)
+}
+
+func TestARefusedMemberConfigIsCountedOncePerChange(t *testing.T) {
+	refused := func() float64 {
+		v, err := testutil.GetCounterMetricValue(memberConfigRejected.WithLabelValues("secrets"))
+		require.NoError(t, err)
+		return v
+	}
+	exec := []byte("apiVersion: v1\nkind: Config\nclusters: [{name: \"\", cluster: {server: \"https://a\"}}]\nusers: [{name: \"\", user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/true}}}]\n")
+	before := refused()
+	d := newDesiredMembers("local")
+	d.update("secrets:mci-system", map[string]MemberConfig{"a": parseSecretKubeconfig(exec)})
+	d.update("secrets:mci-system", map[string]MemberConfig{"a": parseSecretKubeconfig(exec)})
+	assert.Equal(t, before+1, refused(), "the same refused kubeconfig is counted once")
+	d.update("secrets:mci-system", map[string]MemberConfig{"a": parseSecretKubeconfig(append(exec, '\n'))})
+	assert.Equal(t, before+2, refused(), "a changed one is counted again")
 }

@@ -5,11 +5,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
 
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 	"sigs.k8s.io/yaml"
 
@@ -53,6 +56,14 @@ type Provider struct {
 	ExecConfig                  *clientcmdv1.ExecConfig `json:"execConfig"`
 	ProfileSourcedCLIArgsPolicy string                  `json:"profileSourcedCLIArgsPolicy,omitempty"`
 	ProfileSourcedEnvVarsPolicy string                  `json:"profileSourcedEnvVarsPolicy,omitempty"`
+	// ProfileSourcedEnvVarNames are the environment variables a profile
+	// may set for the plugin, when ProfileSourcedEnvVarsPolicy lets it set
+	// any: an mci addition to KEP-5339. A profile that sets another is
+	// refused. Whoever writes ClusterProfiles must not choose how the
+	// plugin, a program running as mci-apiserver, is loaded or configured
+	// (LD_PRELOAD, a config file that names a helper command, ...): only
+	// names the operator lists pass, none by default.
+	ProfileSourcedEnvVarNames []string `json:"profileSourcedEnvVarNames,omitempty"`
 }
 
 // ParseProviderFile reads a provider file, JSON or YAML, and checks what a
@@ -98,7 +109,35 @@ func checkProvider(p Provider) error {
 	if !slices.Contains([]string{"", EnvsPolicyIgnore, EnvsPolicyAppendIfMissing, EnvsPolicyReplace}, p.ProfileSourcedEnvVarsPolicy) {
 		return fmt.Errorf("provider %q: unknown profileSourcedEnvVarsPolicy %q", p.Name, p.ProfileSourcedEnvVarsPolicy)
 	}
+	for _, name := range p.ProfileSourcedEnvVarNames {
+		if !envName.MatchString(name) {
+			return fmt.Errorf("provider %q: profileSourcedEnvVarNames: %q is not an environment variable name", p.Name, name)
+		}
+		if startsProgram(name) {
+			return fmt.Errorf("provider %q: profileSourcedEnvVarNames: %s changes how programs are loaded or started; a profile may never set it", p.Name, name)
+		}
+	}
 	return nil
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// startsProgram says whether a variable changes how any program, or the
+// interpreter a plugin may be written for, loads code or starts: a guard
+// against an operator listing one in profileSourcedEnvVarNames by mistake.
+// It cannot be complete (a plugin's own variables may name helper
+// commands too), which is why profiles set only the names listed.
+func startsProgram(name string) bool {
+	if strings.HasPrefix(name, "LD_") || strings.HasPrefix(name, "DYLD_") {
+		return true
+	}
+	switch name {
+	case "PATH", "GCONV_PATH", "BASH_ENV", "ENV", "NODE_OPTIONS",
+		"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PERL5LIB", "PERL5OPT",
+		"RUBYLIB", "RUBYOPT", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS":
+		return true
+	}
+	return false
 }
 
 // accessFor picks how to reach a profile's cluster: the operator's
@@ -137,7 +176,9 @@ func profileKubeconfig(p *clusterinventory.ClusterProfile, f *ProviderFile) (*cl
 	case cluster.Server == "":
 		return nil, fmt.Errorf("access provider %q has no cluster server", ap.Name)
 	case !validServer(cluster.Server):
-		return nil, fmt.Errorf("access provider %q: cluster server %q is not an http(s) URL with a host", ap.Name, cluster.Server)
+		// Plaintext would let anyone on the path forge the member's data,
+		// and client-go would not even run the plugin for it.
+		return nil, fmt.Errorf("access provider %q: cluster server %q is not an https URL with a host", ap.Name, cluster.Server)
 	case cluster.CertificateAuthority != "":
 		// A profile must not make the server read one of its own files.
 		return nil, fmt.Errorf("access provider %q names a certificate-authority file; a profile must inline it as certificate-authority-data", ap.Name)
@@ -175,6 +216,11 @@ func addProfileArgsAndEnvs(exec *clientcmdv1.ExecConfig, exts []clientcmdv1.Name
 			var envs map[string]string
 			if err := yaml.Unmarshal(ext.Extension.Raw, &envs); err != nil {
 				return fmt.Errorf("extension %s is not a map of strings: %w", ext.Name, err)
+			}
+			for _, name := range slices.Sorted(maps.Keys(envs)) {
+				if !slices.Contains(provider.ProfileSourcedEnvVarNames, name) {
+					return fmt.Errorf("extension %s sets %q, which provider %q does not let a profile set (its profileSourcedEnvVarNames: %s)", ext.Name, name, provider.Name, namesOrNone(provider.ProfileSourcedEnvVarNames))
+				}
 			}
 			exec.Env = mergeEnv(exec.Env, envs, provider.ProfileSourcedEnvVarsPolicy == EnvsPolicyReplace)
 		}
@@ -218,7 +264,41 @@ func memberFromProfile(p *clusterinventory.ClusterProfile, f *ProviderFile) Memb
 	if err != nil {
 		return MemberConfig{fingerprint: fingerprintOf([]byte(err.Error())), err: fmt.Errorf("encoding the profile's kubeconfig: %w", err)}
 	}
-	return ParseMemberKubeconfig(data)
+	mc := ParseMemberKubeconfig(data)
+	if mc.err != nil {
+		return mc
+	}
+	// What client-go resolved decides, as for a Secret, except that the
+	// plugin is the operator's, with the variables the operator allows.
+	_, provider := f.accessFor(p)
+	if problems := resolvedProblems(mc.rest, operatorPlugin(provider)); len(problems) > 0 {
+		mc.rest, mc.err = nil, fmt.Errorf("the profile's access resolves to what a profile may not ask for: %s", strings.Join(problems, "; "))
+	}
+	return mc
+}
+
+// operatorPlugin accepts the provider's own exec plugin only, with no
+// environment variable but the operator's and those it lets profiles set.
+func operatorPlugin(provider *Provider) func(*clientcmdapi.ExecConfig) error {
+	return func(exec *clientcmdapi.ExecConfig) error {
+		if exec.Command != provider.ExecConfig.Command {
+			return fmt.Errorf("the exec plugin is not provider %q's", provider.Name)
+		}
+		for _, e := range exec.Env {
+			operators := slices.ContainsFunc(provider.ExecConfig.Env, func(o clientcmdv1.ExecEnvVar) bool { return o.Name == e.Name })
+			if !operators && !slices.Contains(provider.ProfileSourcedEnvVarNames, e.Name) {
+				return fmt.Errorf("the exec plugin gets %q, which provider %q does not let a profile set", e.Name, provider.Name)
+			}
+		}
+		return nil
+	}
+}
+
+func namesOrNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }
 
 func offeredNames(p *clusterinventory.ClusterProfile) string {
@@ -251,5 +331,5 @@ func fingerprintOf(data []byte) string {
 
 func validServer(server string) bool {
 	u, err := url.Parse(server)
-	return err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != ""
+	return err == nil && u.Scheme == "https" && u.Host != ""
 }

@@ -2,6 +2,7 @@ package clusterset
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"testing"
 
@@ -18,7 +19,7 @@ import (
 
 const providerFileJSON = `{"providers": [
   {"name": "token", "execConfig": {"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/token-plugin", "args": ["--x"], "env": [{"name": "A", "value": "operator"}], "provideClusterInfo": true},
-   "profileSourcedCLIArgsPolicy": "Append", "profileSourcedEnvVarsPolicy": "AppendIfNotExists"},
+   "profileSourcedCLIArgsPolicy": "Append", "profileSourcedEnvVarsPolicy": "AppendIfNotExists", "profileSourcedEnvVarNames": ["A", "B"]},
   {"name": "other", "execConfig": {"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/other"}}
 ]}`
 
@@ -42,6 +43,9 @@ func TestParseProviderFile(t *testing.T) {
 		{name: "a provider named twice is an error", data: `{"providers": [{"name": "a", "execConfig": {"apiVersion": "v", "command": "c"}}, {"name": "a", "execConfig": {"apiVersion": "v", "command": "c"}}]}`, wantErr: "named twice"},
 		{name: "an unknown args policy is an error", data: `{"providers": [{"name": "a", "execConfig": {"apiVersion": "v", "command": "c"}, "profileSourcedCLIArgsPolicy": "Prepend"}]}`, wantErr: "unknown profileSourcedCLIArgsPolicy"},
 		{name: "an unknown env policy is an error", data: `{"providers": [{"name": "a", "execConfig": {"apiVersion": "v", "command": "c"}, "profileSourcedEnvVarsPolicy": "Merge"}]}`, wantErr: "unknown profileSourcedEnvVarsPolicy"},
+		{name: "a variable a profile may set must be a variable name", data: `{"providers": [{"name": "a", "execConfig": {"apiVersion": "v", "command": "c"}, "profileSourcedEnvVarNames": ["A=B"]}]}`, wantErr: "not an environment variable name"},
+		{name: "a profile may never be allowed to set the loader's variables", data: `{"providers": [{"name": "a", "execConfig": {"apiVersion": "v", "command": "c"}, "profileSourcedEnvVarNames": ["REGION", "LD_PRELOAD"]}]}`, wantErr: "LD_PRELOAD changes how programs are loaded"},
+		{name: "a profile may never be allowed to set PATH", data: `{"providers": [{"name": "a", "execConfig": {"apiVersion": "v", "command": "c"}, "profileSourcedEnvVarNames": ["PATH"]}]}`, wantErr: "PATH changes how programs are loaded"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -148,13 +152,15 @@ func TestMemberFromProfile(t *testing.T) {
 func TestMemberFromProfileRefusesWhatItCannotUse(t *testing.T) {
 	providers, err := ParseProviderFile([]byte(providerFileJSON))
 	require.NoError(t, err)
+	providers.Providers = append(providers.Providers, Provider{Name: "replace", ProfileSourcedEnvVarsPolicy: EnvsPolicyReplace,
+		ExecConfig: &clientcmdv1.ExecConfig{APIVersion: "client.authentication.k8s.io/v1", Command: "/bin/replace"}})
 	tests := []struct {
 		name    string
 		profile *clusterinventory.ClusterProfile
 		wantErr string
 	}{
 		{name: "a profile without access providers is an error", profile: profile("c1"), wantErr: "none of the profile's access providers (none)"},
-		{name: "a profile with only unknown providers is an error", profile: profile("c1", access("oidc", "https://x")), wantErr: "(oidc) is in the provider file (token, other)"},
+		{name: "a profile with only unknown providers is an error", profile: profile("c1", access("oidc", "https://x")), wantErr: "(oidc) is in the provider file (token, other, replace)"},
 		{name: "an access provider without a server is an error", profile: profile("c1", access("token", "")), wantErr: "has no cluster server"},
 		{
 			name:    "an access provider naming a CA file is refused",
@@ -168,13 +174,25 @@ func TestMemberFromProfileRefusesWhatItCannotUse(t *testing.T) {
 		},
 		{name: "garbage args are an error, not a panic", profile: profile("c1", access("token", "https://x", ext(additionalArgsExtension, `{"a":`))), wantErr: "not a list of strings"},
 		{name: "garbage envs are an error, not a panic", profile: profile("c1", access("token", "https://x", ext(additionalEnvsExtension, `[1,2]`))), wantErr: "not a map of strings"},
-		{name: "a garbage server is an error, not a panic", profile: profile("c1", access("token", "::not a url\x00")), wantErr: "not an http(s) URL"},
-		{name: "a server without a scheme is an error", profile: profile("c1", access("token", "127.0.0.1:6443")), wantErr: "not an http(s) URL"},
+		{name: "a garbage server is an error, not a panic", profile: profile("c1", access("token", "::not a url\x00")), wantErr: "not an https URL"},
+		{name: "a server without a scheme is an error", profile: profile("c1", access("token", "127.0.0.1:6443")), wantErr: "not an https URL"},
+		{name: "a plaintext server is refused", profile: profile("c1", access("token", "http://127.0.0.1:6443")), wantErr: "not an https URL"},
+		{
+			name:    "a profile may not set a variable the provider does not list, LD_PRELOAD say",
+			profile: profile("c1", access("token", "https://x", ext(additionalEnvsExtension, `{"B":"profile","LD_PRELOAD":"/tmp/evil.so"}`))),
+			wantErr: `sets "LD_PRELOAD", which provider "token" does not let a profile set (its profileSourcedEnvVarNames: A, B)`,
+		},
+		{
+			name:    "a provider that lists no variable lets a profile set none",
+			profile: profile("c1", access("replace", "https://x", ext(additionalEnvsExtension, `{"HOME":"/tmp"}`))),
+			wantErr: `sets "HOME", which provider "replace" does not let a profile set (its profileSourcedEnvVarNames: none)`,
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			mc := memberFromProfile(tc.profile, providers)
 			assert.NotEmpty(t, mc.fingerprint, "an unusable profile has a fingerprint too, so that it is reported once")
+			assert.NotContains(t, fmt.Sprint(mc.err), "/tmp/evil.so", "values are never quoted")
 			require.Error(t, mc.err)
 			assert.Contains(t, mc.err.Error(), tc.wantErr)
 			assert.Nil(t, mc.rest)
@@ -249,4 +267,16 @@ func envString(env []clientcmdapi.ExecEnvVar) string {
 		s += e.Name + "=" + e.Value
 	}
 	return s
+}
+
+// The check of what client-go resolved backs the checks of the profile: a
+// plugin that is not the provider's, or a variable it does not allow, is
+// refused however it got there.
+func TestOperatorPlugin(t *testing.T) {
+	provider := &Provider{Name: "token", ProfileSourcedEnvVarNames: []string{"REGION"},
+		ExecConfig: &clientcmdv1.ExecConfig{Command: "/bin/token-plugin", Env: []clientcmdv1.ExecEnvVar{{Name: "OPERATOR", Value: "x"}}}}
+	check := operatorPlugin(provider)
+	assert.NoError(t, check(&clientcmdapi.ExecConfig{Command: "/bin/token-plugin", Env: []clientcmdapi.ExecEnvVar{{Name: "OPERATOR"}, {Name: "REGION"}}}))
+	assert.ErrorContains(t, check(&clientcmdapi.ExecConfig{Command: "/bin/sh"}), `not provider "token"'s`)
+	assert.ErrorContains(t, check(&clientcmdapi.ExecConfig{Command: "/bin/token-plugin", Env: []clientcmdapi.ExecEnvVar{{Name: "LD_PRELOAD"}}}), `gets "LD_PRELOAD"`)
 }

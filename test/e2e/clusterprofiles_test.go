@@ -136,6 +136,7 @@ func (f *profileFixture) startProfileMembership(t *testing.T, ctx context.Contex
 			"provideClusterInfo": true,
 		},
 		"profileSourcedEnvVarsPolicy": "AppendIfNotExists",
+		"profileSourcedEnvVarNames":   []string{"E2E_FROM_PROFILE"},
 	}}}
 	data, err := json.Marshal(providers)
 	require.NoError(t, err)

@@ -353,10 +353,10 @@ func TestBadMemberSecretsAreReportedAndServingGoesOn(t *testing.T) {
 			{"no current context", []string{`"Ignoring member with an invalid kubeconfig"`, `member="cluster-no-context"`}},
 			{"an invalid cluster name", []string{`"Ignoring member Secret with an invalid cluster name"`, `secret="mci-system/bad-name"`, `cluster="Not_A_Cluster_Name"`}},
 			{"a CA that is no certificate", []string{`"Cannot connect to member"`, `member="cluster-bad-ca"`}},
-			{"a server that is no URL", []string{`"Cannot connect to member"`, `member="cluster-bad-url"`}},
+			{"a server that is no URL", []string{`"Ignoring member with an invalid kubeconfig"`, `member="cluster-bad-url"`, "the resolved server is not a URL"}},
 			{"a second Secret for a cluster", []string{`"Ignoring member Secret: another Secret already names this cluster"`, `secret="mci-system/twin-2"`, `cluster="cluster-twin"`}},
-			{"an exec plugin", []string{`"Ignoring member with an invalid kubeconfig"`, `member="cluster-exec"`, "must be self-contained", "user.exec runs a command"}},
-			{"a token file", []string{`"Ignoring member with an invalid kubeconfig"`, `member="cluster-token-file"`, "must be self-contained", "user.tokenFile names a file"}},
+			{"an exec plugin", []string{`"Ignoring member with an invalid kubeconfig"`, `member="cluster-exec"`, "must be self-contained", "exec runs a command"}},
+			{"a token file", []string{`"Ignoring member with an invalid kubeconfig"`, `member="cluster-token-file"`, "must be self-contained", "tokenFile names a file"}},
 			{"a Secret naming the local cluster", []string{`"Ignoring a member kubeconfig that names the local cluster`, `cluster="cluster-b"`, `source="secrets:mci-system"`}},
 		} {
 			line := log.waitFor(t, convergence, tc.parts...)

@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -10,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -232,10 +235,12 @@ func relocate(obj *unstructured.Unstructured, ns, suffix string) {
 }
 
 // hack/create-member-secret.sh against the local ClusterSet's kubeconfigs:
-// cluster-c becomes a member Secret in cluster-b, with the kubeconfig's own
-// credentials and with a ServiceAccount token.
+// cluster-c becomes a member Secret in cluster-b, authenticated by a token
+// of a ServiceAccount of cluster-c that the script mints, never by the
+// credentials of the context it is given, and never on a command line.
 func TestSecurityCreateMemberSecretScript(t *testing.T) {
-	if _, err := exec.LookPath("kubectl"); err != nil {
+	realKubectl, err := exec.LookPath("kubectl")
+	if err != nil {
 		t.Fatal("kubectl is required for this test")
 	}
 	ctx := t.Context()
@@ -247,58 +252,114 @@ func TestSecurityCreateMemberSecretScript(t *testing.T) {
 	// Not mci-system: the running mci-apiserver must not pick these up.
 	const ns = "e2e-member-script"
 	b.createNamespace(t, ctx, ns)
-	script := func(args ...string) string {
+	// Every kubectl the script starts goes through this one, which writes
+	// down its command line: the token must never be on one.
+	bin := t.TempDir()
+	argv := filepath.Join(bin, "argv.log")
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "kubectl"),
+		[]byte("#!/bin/sh\nprintf '%s\\n' \"$*\" >>"+argv+"\nexec "+realKubectl+" \"$@\"\n"), 0o700))
+	run := func(kubeconfig string, args ...string) (string, string, error) {
 		t.Helper()
-		args = append([]string{"--kubeconfig", kc.Kubeconfig, "--context", "cluster-c", "--namespace", ns, "--target-kubeconfig", kb.Kubeconfig}, args...)
+		args = append([]string{"--kubeconfig", kubeconfig, "--context", "cluster-c", "--namespace", ns, "--target-kubeconfig", kb.Kubeconfig}, args...)
 		cmd := exec.CommandContext(ctx, "../../hack/create-member-secret.sh", args...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		require.NoError(t, err, "create-member-secret.sh %s: %s", strings.Join(args, " "), stderr.String())
-		return string(out)
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		return stdout.String(), stderr.String(), err
+	}
+	script := func(args ...string) (string, string) {
+		t.Helper()
+		out, stderr, err := run(kc.Kubeconfig, args...)
+		require.NoError(t, err, "create-member-secret.sh %s: %s", strings.Join(args, " "), stderr)
+		return out, stderr
 	}
 	// connect checks what the Secret's kubeconfig is: self-contained, one
 	// context, and who it authenticates as in cluster-c.
-	connect := func(t *testing.T, secret *corev1.Secret) (string, kubernetes.Interface) {
+	connect := func(t *testing.T, secret *corev1.Secret) (string, kubernetes.Interface, string) {
 		t.Helper()
 		assert.Equal(t, "cluster-c", secret.Labels[clusterset.MemberClusterLabel])
 		data := secret.Data[clusterset.MemberKubeconfigKey]
 		cfg, err := clientcmd.Load(data)
 		require.NoError(t, err)
-		assert.Len(t, cfg.Contexts, 1, "minified to one context")
+		assert.Len(t, cfg.Contexts, 1, "one context")
 		for _, cl := range cfg.Clusters {
-			assert.Empty(t, cl.CertificateAuthority, "flattened: no file references")
+			assert.Empty(t, cl.CertificateAuthority, "no file references")
 			assert.NotEmpty(t, cl.CertificateAuthorityData)
+			assert.False(t, cl.InsecureSkipTLSVerify)
+		}
+		require.Len(t, cfg.AuthInfos, 1)
+		for _, u := range cfg.AuthInfos {
+			assert.Nil(t, u.Exec, "no plugin")
+			assert.Nil(t, u.AuthProvider, "no plugin")
+			assert.Empty(t, u.TokenFile+u.ClientCertificate+u.ClientKey, "no file references")
+			assert.Empty(t, u.ClientCertificateData, "a token, not the context's certificate")
 		}
 		rc, err := clientcmd.RESTConfigFromKubeConfig(data)
 		require.NoError(t, err)
 		kube := kubernetes.NewForConfigOrDie(rc)
 		review, err := kube.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 		require.NoError(t, err)
-		return review.Status.UserInfo.Username, kube
+		return review.Status.UserInfo.Username, kube, rc.BearerToken
+	}
+	neverOnACommandLine := func(t *testing.T, token string) {
+		t.Helper()
+		require.NotEmpty(t, token)
+		lines, err := os.ReadFile(argv)
+		require.NoError(t, err)
+		assert.Contains(t, string(lines), "create token", "the wrapper saw the script's kubectl commands")
+		assert.NotContains(t, string(lines), token, "the token was on a command line")
 	}
 
-	t.Run("dry run prints the Secret of the context's own credentials", func(t *testing.T) {
+	t.Run("by default, a week's token of the member's mci-member-reader, in a dry run", func(t *testing.T) {
+		memberReaderToken(t, ctx, c, "mci-member-reader", t) // the ServiceAccount the deployments create
+		out, stderr := script("--dry-run")
 		var secret corev1.Secret
-		require.NoError(t, utilyaml.Unmarshal([]byte(script("--dry-run")), &secret))
+		require.NoError(t, utilyaml.Unmarshal([]byte(out), &secret))
 		assert.Equal(t, "member-cluster-c", secret.Name)
-		user, _ := connect(t, &secret)
-		assert.Equal(t, "mci-local-admin", user)
-		_, err := b.kube.CoreV1().Secrets(ns).Get(ctx, secret.Name, metav1.GetOptions{})
+		user, _, token := connect(t, &secret)
+		assert.Equal(t, "system:serviceaccount:"+localclusterset.MCIAPIServerNamespace+":mci-member-reader", user, "not the context's own credentials")
+		neverOnACommandLine(t, token)
+		assert.Contains(t, stderr, "expires at")
+		var claims struct {
+			IssuedAt  int64 `json:"iat"`
+			ExpiresAt int64 `json:"exp"`
+		}
+		parts := strings.Split(token, ".")
+		require.Len(t, parts, 3, "a JWT")
+		payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(payload, &claims))
+		assert.Equal(t, int64((168 * time.Hour).Seconds()), claims.ExpiresAt-claims.IssuedAt, "a week by default")
+		_, err = b.kube.CoreV1().Secrets(ns).Get(ctx, secret.Name, metav1.GetOptions{})
 		assert.True(t, err != nil, "a dry run creates nothing")
 	})
 
-	t.Run("with a ServiceAccount token, applied to the target cluster", func(t *testing.T) {
+	t.Run("with another ServiceAccount's token, applied to the target cluster", func(t *testing.T) {
 		memberReaderToken(t, ctx, c, "e2e-script-reader", t) // creates the ServiceAccount and its binding
 		script("--token-for-service-account", localclusterset.MCIAPIServerNamespace+"/e2e-script-reader", "--token-duration", "1h")
 		secret, err := b.kube.CoreV1().Secrets(ns).Get(ctx, "member-cluster-c", metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.NotContains(t, secret.Annotations, corev1.LastAppliedConfigAnnotation, "the kubeconfig must not be copied into an annotation")
-		user, kube := connect(t, secret)
+		user, kube, token := connect(t, secret)
 		assert.Equal(t, "system:serviceaccount:"+localclusterset.MCIAPIServerNamespace+":e2e-script-reader", user)
+		neverOnACommandLine(t, token)
 		_, err = kube.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1})
 		assert.NoError(t, err, "the member reader may list services")
 		_, err = kube.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1})
 		assert.Error(t, err, "the member reader may not list secrets")
+	})
+
+	t.Run("a context that skips TLS verification is refused", func(t *testing.T) {
+		cfg, err := clientcmd.LoadFromFile(kc.Kubeconfig)
+		require.NoError(t, err)
+		for _, cl := range cfg.Clusters {
+			cl.InsecureSkipTLSVerify, cl.CertificateAuthorityData, cl.CertificateAuthority = true, nil, ""
+		}
+		insecure := filepath.Join(t.TempDir(), "insecure.kubeconfig")
+		require.NoError(t, clientcmd.WriteToFile(*cfg, insecure))
+		_, stderr, err := run(insecure, "--dry-run")
+		require.Error(t, err)
+		assert.Contains(t, stderr, "skips TLS verification")
 	})
 }

@@ -156,6 +156,7 @@ func (c *Cache) setMember(name, source string, config *rest.Config) error {
 		c.mu.Unlock()
 	}
 	m.start(ctx, c.thresholds(name))
+	go c.followMode(name, m)
 	if old == nil {
 		c.mu.Lock()
 		delete(c.joining, name)

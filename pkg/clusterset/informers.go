@@ -50,20 +50,32 @@ func (m *member) optionalAPIs() []schema.GroupVersionResource {
 	return apis
 }
 
-// start begins watching and probing the member.
+// start asks the member which APIs it serves, once, and begins watching
+// and probing it (startWith).
 func (m *member) start(ctx context.Context, th thresholds) {
+	logger := klog.FromContext(ctx).WithValues("member", m.name)
+	served := servedapis.Discover(klog.NewContext(ctx, logger), m.discovery, discoveryTimeout, m.optionalAPIs()...)
+	m.startWith(ctx, th, served)
+}
+
+// startWith begins watching and probing the member, in the mode what it
+// serves calls for (modeOf); a member still discovering is only probed.
+func (m *member) startWith(ctx context.Context, th thresholds, served servedapis.Set) {
 	ctx, m.cancel = context.WithCancel(ctx)
 	m.ctx = ctx
 	m.done = make(chan struct{})
+	m.th = th
 	logger := klog.FromContext(ctx).WithValues("member", m.name)
 
-	served := servedapis.Discover(klog.NewContext(ctx, logger), m.discovery, discoveryTimeout, m.optionalAPIs()...)
 	var starters []func(<-chan struct{})
-	if m.readsSummaries(m.summaryPolicy, served) {
-		m.summaryMode = true
+	switch m.mode = m.modeOf(served); m.mode {
+	case modeSummary:
 		starters = append(starters, m.summaryInformers(logger))
-	} else {
+	case modeFull:
 		starters = m.objectInformers(ctx, served, logger)
+	case modeDiscovering:
+		m.synced = []cache.InformerSynced{discoveringSynced}
+		logger.Info("The member's API discovery cannot be asked whether it publishes summaries; asking again with backoff before reading it")
 	}
 	for _, start := range starters {
 		start(ctx.Done())

@@ -67,15 +67,22 @@ type member struct {
 	// backendTLSPolicies is nil when the member does not serve them.
 	backendTLSPolicies gatewaylisters.BackendTLSPolicyLister
 
+	// config is what the member was built from: a member whose mode
+	// changes (mode.go) is rebuilt from it.
+	config *rest.Config
 	// summaryPolicy says whether the member may be read through its
-	// summaries; summaryMode is set, once started, when it is
-	// (summaries.go): then summaries and clusterSummaries are its only
-	// informers, and the listers of its objects above are nil.
+	// summaries; mode is set once started (mode.go). In modeSummary
+	// (summaries.go) summaries and clusterSummaries are its only
+	// informers, and the listers of its objects above are nil; in
+	// modeDiscovering it has no informer at all.
 	summaryPolicy    Summaries
-	summaryMode      bool
+	mode             memberMode
 	summaries        inferencelisters.InferencePoolExportSummaryLister
 	clusterSummaries inferencelisters.InferenceClusterSummaryLister
 	summaryStream    summaryStream
+
+	// th are the member's thresholds, as started.
+	th thresholds
 
 	// reachability is what the member's probes found.
 	reachability
@@ -95,7 +102,7 @@ func newMember(name, source string, config *rest.Config, handler Handler) (*memb
 	if err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
-	m := &member{name: name, source: source, gate: newLinkGate(), probeClient: probe.Discovery().RESTClient(), handler: handler}
+	m := &member{name: name, source: source, config: config, gate: newLinkGate(), probeClient: probe.Discovery().RESTClient(), handler: handler}
 	gated := rest.CopyConfig(config)
 	gated.Wrap(m.gate.wrap)
 	if m.kube, err = kubernetes.NewForConfig(gated); err != nil {
@@ -143,6 +150,15 @@ func (m *member) readyErr() error {
 	if m.hasSynced() {
 		return nil
 	}
+	if m.mode == modeDiscovering {
+		// A member that answers its probe but not its discovery would
+		// otherwise hold readiness for good: it holds it as one that does
+		// not answer at all, until its removal threshold from joining.
+		if m.th.removeAfter > 0 && time.Since(m.joined) >= m.th.removeAfter {
+			return nil
+		}
+		return fmt.Errorf("member %s has not said yet whether it publishes summaries (its API discovery cannot be asked); it is asked again with backoff", m.name)
+	}
 	st := m.status()
 	switch {
 	case st == nil:
@@ -171,15 +187,23 @@ func (m *member) view() imports.Member {
 // namespaceLister is the member's namespaces: watched, or as its cluster
 // summary lists them.
 func (m *member) namespaceLister() corev1listers.NamespaceLister {
-	if m.summaryMode {
+	switch m.mode {
+	case modeSummary:
 		return m.summaryNamespaces()
+	case modeDiscovering:
+		return imports.SummaryNamespaces(nil)
 	}
 	return m.namespaces
 }
 
 func (m *member) viewWith(u *imports.Unreachable) imports.Member {
-	if m.summaryMode {
+	switch m.mode {
+	case modeSummary:
 		return imports.Member{Name: m.name, Unreachable: u, Namespaces: m.summaryNamespaces(), Summaries: m.summaries}
+	case modeDiscovering:
+		// Nothing is known of the member yet: it imports and exports
+		// nothing, as a member that has not listed.
+		return imports.Member{Name: m.name, Unreachable: u, Namespaces: imports.SummaryNamespaces(nil), Summaries: noSummaries}
 	}
 	v := imports.Member{
 		Name:           m.name,

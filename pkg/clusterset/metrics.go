@@ -13,6 +13,7 @@ import (
 //	mci_clusterset_member_removed{member}      1 past --member-remove-after (its pools no longer served)
 //	mci_clusterset_member_summary_mode{member} 1 while read through the summaries its mci-apiserver publishes
 //	mci_clusterset_member_summary_errors_total{member} failed lists and watches of those summaries
+//	mci_clusterset_member_mode{member,mode}     1 for the mode the member is read in (full, summary, discovering)
 //
 // A replica is not ready while a member has listed 0 and removed 0
 // (Cache.Ready): these say which member holds it back.
@@ -34,6 +35,9 @@ var (
 	memberSummaryErrorsDesc = metrics.NewDesc("mci_clusterset_member_summary_errors_total",
 		"Failed lists and watches of the member's summaries, and problems reading them (a resourceVersion that does not parse, more than one cluster summary) once per change, at most once a minute, in summary mode; meanwhile the last known summaries are served.",
 		[]string{"member"}, nil, metrics.ALPHA, "")
+	memberModeDesc = metrics.NewDesc("mci_clusterset_member_mode",
+		"1 for the mode this replica reads the member in, 0 for the others: full (its objects are watched), summary (the summaries its own mci-apiserver publishes), discovering (its API discovery has not said yet whether it publishes summaries: nothing of it is read, and it is asked again with backoff).",
+		[]string{"member", "mode"}, nil, metrics.ALPHA, "")
 	memberRemovedDesc = metrics.NewDesc("mci_clusterset_member_removed",
 		"1 while the member has not answered for --member-remove-after, so the pools it exported are not served, else 0.",
 		[]string{"member"}, nil, metrics.ALPHA, "")
@@ -50,6 +54,7 @@ func (m *Metrics) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- memberRemovedDesc
 	ch <- memberSummaryModeDesc
 	ch <- memberSummaryErrorsDesc
+	ch <- memberModeDesc
 }
 
 // CollectWithStability implements metrics.StableCollector.
@@ -62,8 +67,11 @@ func (m *Metrics) CollectWithStability(ch chan<- metrics.Metric) {
 		ch <- metrics.NewLazyConstMetric(memberListedDesc, metrics.GaugeValue, bit(mb.hasSynced()), mb.name)
 		ch <- metrics.NewLazyConstMetric(memberUnreachableDesc, metrics.GaugeValue, bit(st != nil), mb.name)
 		ch <- metrics.NewLazyConstMetric(memberRemovedDesc, metrics.GaugeValue, bit(st != nil && st.removed), mb.name)
-		ch <- metrics.NewLazyConstMetric(memberSummaryModeDesc, metrics.GaugeValue, bit(mb.summaryMode), mb.name)
+		ch <- metrics.NewLazyConstMetric(memberSummaryModeDesc, metrics.GaugeValue, bit(mb.mode == modeSummary), mb.name)
 		ch <- metrics.NewLazyConstMetric(memberSummaryErrorsDesc, metrics.CounterValue, float64(mb.summaryStream.errorCount()), mb.name)
+		for _, mode := range memberModes {
+			ch <- metrics.NewLazyConstMetric(memberModeDesc, metrics.GaugeValue, bit(mb.mode == mode), mb.name, string(mode))
+		}
 	}
 }
 

@@ -17,7 +17,6 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
 	"github.com/mci-dev/mci/pkg/imports"
-	"github.com/mci-dev/mci/pkg/servedapis"
 	"github.com/mci-dev/mci/pkg/statelog"
 	"github.com/mci-dev/mci/pkg/versionvector"
 )
@@ -45,15 +44,6 @@ var (
 // summaryStreamLog: a member's summary stream failing with another error
 // than the one logged is logged at most once a minute.
 var summaryStreamLog = statelog.Rule{Interval: time.Minute}
-
-// readsSummaries says whether the member is read through its summaries:
-// never the local cluster, whose objects are what its own summaries are
-// computed from, and only on the member's own word: a member whose
-// discovery could not be asked is watched in full mode, whose informers
-// work whatever it runs.
-func (m *member) readsSummaries(policy Summaries, served servedapis.Set) bool {
-	return !m.local && policy != SummariesNever && served.Known(apiExportSummaries) && served.Known(apiClusterSummaries)
-}
 
 // summaryInformers watches the member's InferencePoolExportSummaries and
 // its InferenceClusterSummary, through the member's aggregator (so through

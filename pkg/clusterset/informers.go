@@ -66,19 +66,23 @@ func (m *member) startWith(ctx context.Context, th thresholds, served servedapis
 	m.done = make(chan struct{})
 	m.th = th
 	logger := klog.FromContext(ctx).WithValues("member", m.name)
+	// The informers stop on their own when the member is frozen
+	// (quota.go): the probe goes on.
+	informerCtx, stopInformers := context.WithCancel(ctx)
+	m.quota.onFreeze(stopInformers)
 
 	var starters []func(<-chan struct{})
 	switch m.mode = m.modeOf(served); m.mode {
 	case modeSummary:
 		starters = append(starters, m.summaryInformers(logger))
 	case modeFull:
-		starters = m.objectInformers(ctx, served, logger)
+		starters = m.objectInformers(informerCtx, served, logger)
 	case modeDiscovering:
 		m.synced = []cache.InformerSynced{discoveringSynced}
 		logger.Info("The member's API discovery cannot be asked whether it publishes summaries; asking again with backoff before reading it")
 	}
 	for _, start := range starters {
-		start(ctx.Done())
+		start(informerCtx.Done())
 	}
 
 	go func() {
@@ -238,12 +242,15 @@ func (m *member) watchRoutes(informer cache.SharedIndexInformer) {
 // starts once also count towards hasSynced; the per-namespace ones are
 // tracked by poolNamespaces.
 func (m *member) watch(informer cache.SharedIndexInformer, kind Kind) {
-	notify := func(obj interface{}, deleted bool) {
+	notify := func(obj interface{}, deleted, changed bool) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
 		o, err := meta.Accessor(obj)
 		if err != nil {
+			return
+		}
+		if !m.admit(kind, o.GetNamespace()+"/"+o.GetName(), obj, deleted, changed) {
 			return
 		}
 		rv, _ := strconv.ParseUint(o.GetResourceVersion(), 10, 64)
@@ -260,11 +267,29 @@ func (m *member) watch(informer cache.SharedIndexInformer, kind Kind) {
 		}
 		m.handler(ev)
 	}
-	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { notify(obj, false) },
-		UpdateFunc: func(_, obj interface{}) { notify(obj, false) },
-		DeleteFunc: func(obj interface{}) { notify(obj, true) },
-	})
+	_, _ = informer.AddEventHandler(countedHandler(notify))
+}
+
+// countedHandler calls notify with each change, whether it was a deletion,
+// and whether the member sent it: an object of the initial list, or one a
+// relist replays unchanged (same resourceVersion), does not count towards
+// the member's event rate.
+func countedHandler(notify func(obj interface{}, deleted, changed bool)) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj interface{}, initial bool) { notify(obj, false, !initial) },
+		UpdateFunc: func(old, obj interface{}) {
+			notify(obj, false, resourceVersionOf(old) != resourceVersionOf(obj))
+		},
+		DeleteFunc: func(obj interface{}) { notify(obj, true, true) },
+	}
+}
+
+func resourceVersionOf(obj interface{}) string {
+	o, err := meta.Accessor(obj)
+	if err != nil {
+		return ""
+	}
+	return o.GetResourceVersion()
 }
 
 // poolEvent keeps the Services and EndpointSlices of the pool's namespace

@@ -83,12 +83,15 @@ type member struct {
 
 	// th are the member's thresholds, as started.
 	th thresholds
+	// quota bounds what the member may make this server hold (quota.go);
+	// nil for the local cluster.
+	quota *quota
 
 	// reachability is what the member's probes found.
 	reachability
 }
 
-func newMember(name, source string, config *rest.Config, handler Handler) (*member, error) {
+func newMember(name, source string, config *rest.Config, responseBytes int64, handler Handler) (*member, error) {
 	config = rest.CopyConfig(config)
 	config.UserAgent = "mci-apiserver"
 	// Hundreds of pools across many members should not queue behind the
@@ -97,12 +100,16 @@ func newMember(name, source string, config *rest.Config, handler Handler) (*memb
 		config.QPS = 50
 		config.Burst = 100
 	}
+	m := &member{name: name, source: source, config: rest.CopyConfig(config), gate: newLinkGate(), handler: handler}
+	if responseBytes > 0 {
+		config.Wrap(boundResponses(responseBytes, m.responseTooLarge))
+	}
 	// The probe goes around the gate: it is what opens it again.
 	probe, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
-	m := &member{name: name, source: source, config: config, gate: newLinkGate(), probeClient: probe.Discovery().RESTClient(), handler: handler}
+	m.probeClient = probe.Discovery().RESTClient()
 	gated := rest.CopyConfig(config)
 	gated.Wrap(m.gate.wrap)
 	if m.kube, err = kubernetes.NewForConfig(gated); err != nil {
@@ -147,7 +154,9 @@ func (m *member) hasSynced() bool {
 // added back at the heal). Past the threshold every replica agrees that
 // the member's pools are gone.
 func (m *member) readyErr() error {
-	if m.hasSynced() {
+	if m.hasSynced() || m.frozen() {
+		// A frozen member is flagged and serves what it holds: it must
+		// not hold readiness for good by sending too much to list.
 		return nil
 	}
 	if m.mode == modeDiscovering {
@@ -173,15 +182,15 @@ func (m *member) readyErr() error {
 func (m *member) view() imports.Member {
 	st := m.status()
 	if st == nil {
-		return m.viewWith(nil)
+		return m.viewWith(m.frozenFlag(nil))
 	}
 	if st.removed {
 		// Past the removal threshold only the member's namespaces are
 		// kept: they say whether it would import (as InferencePoolExports
 		// report), while nothing it exported is served any more.
-		return imports.Member{Name: m.name, Unreachable: &st.Unreachable, Namespaces: m.namespaceLister()}
+		return imports.Member{Name: m.name, Unreachable: m.frozenFlag(&st.Unreachable), Namespaces: m.namespaceLister()}
 	}
-	return m.viewWith(&st.Unreachable)
+	return m.viewWith(m.frozenFlag(&st.Unreachable))
 }
 
 // namespaceLister is the member's namespaces: watched, or as its cluster

@@ -64,7 +64,7 @@ var (
 // its last known data. Each change is one log line, and the mode is
 // exported as mci_clusterset_member_mode.
 func (c *Cache) followMode(name string, m *member) {
-	if m.local || m.summaryPolicy == SummariesNever {
+	if m.local {
 		return
 	}
 	logger := klog.FromContext(m.ctx).WithValues("member", name)
@@ -74,6 +74,9 @@ func (c *Cache) followMode(name string, m *member) {
 		if m.mode == modeDiscovering {
 			wait = backoff.Step()
 		}
+		if at := m.quota.thawAt(); !at.IsZero() {
+			wait = min(wait, max(time.Until(at), 0))
+		}
 		timer := time.NewTimer(wait)
 		select {
 		case <-m.ctx.Done():
@@ -81,23 +84,38 @@ func (c *Cache) followMode(name string, m *member) {
 			return
 		case <-timer.C:
 		}
+		if !c.serves(name, m) {
+			continue
+		}
+		reason, _, _ := m.quota.state()
+		at := m.quota.thawAt()
+		thawing := !at.IsZero() && !time.Now().Before(at)
+		if m.summaryPolicy == SummariesNever && !thawing {
+			continue
+		}
 		served := servedapis.Discover(klog.NewContext(m.ctx, logger), m.discovery, discoveryTimeout, m.optionalAPIs()...)
 		next := m.modeOf(served)
-		if next == m.mode || next == modeDiscovering {
+		switch {
+		case thawing && next != modeDiscovering:
+			logger.Info("Reading the frozen member again; its last known data is kept until it lists within its limits", "quota", reason, "mode", next)
+		case next == m.mode || next == modeDiscovering:
 			// An unanswered discovery changes nothing: a member read
 			// through its summaries stays so while its summary stream
 			// retries, one read in full mode stays so.
 			continue
+		default:
+			logger.Info("The member's mode changes", "from", m.mode, "to", next)
 		}
-		if !c.serves(name, m) {
-			return
-		}
-		logger.Info("The member's mode changes", "from", m.mode, "to", next)
 		if err := c.remode(name, m, served); err != nil {
-			logger.Error(err, "Cannot restart the member's informers in its new mode; asking again")
+			logger.Error(err, "Cannot start the member's informers again; asking again")
 			continue
 		}
-		return
+		if !thawing {
+			return
+		}
+		// A fresh member that freezes while listing is dropped, and this
+		// one stays, frozen: it is read again after another FreezeRetry.
+		m.quota.rearm(time.Now())
 	}
 }
 
@@ -113,11 +131,11 @@ func (c *Cache) serves(name string, m *member) bool {
 // remode starts a member from m's kubeconfig in the mode served calls for
 // and puts it in m's place once it has listed.
 func (c *Cache) remode(name string, m *member, served servedapis.Set) error {
-	n, err := newMember(name, m.source, m.config, c.handler)
+	n, err := c.newMember(name, m.source, m.config)
 	if err != nil {
 		return err
 	}
-	n.local, n.summaryPolicy, n.joined = m.local, m.summaryPolicy, m.joined
+	n.joined = m.joined
 	n.startWith(c.ctx, c.thresholds(name), served)
 	go c.followMode(name, n)
 	c.dropReplacement(name, n)

@@ -66,7 +66,7 @@ func servedSet(t *testing.T, served, assumed bool) servedapis.Set {
 		}
 	}))
 	defer srv.Close()
-	m, err := newMember("m", "", &rest.Config{Host: srv.URL}, func(Event) {})
+	m, err := newMember("m", "", &rest.Config{Host: srv.URL}, 0, func(Event) {})
 	require.NoError(t, err)
 	return servedapis.Discover(t.Context(), m.discovery, time.Second, apiExportSummaries, apiClusterSummaries)
 }

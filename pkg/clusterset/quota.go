@@ -24,8 +24,10 @@ type Limits struct {
 	// and the Services and EndpointSlices of its pools' namespaces in full
 	// mode.
 	Objects int
-	// Bytes those objects may take, as encoded once trimmed (what the
-	// caches keep).
+	// Bytes those objects may take, as encoded once trimmed (JSON, or
+	// Kubernetes' protobuf for its own types), before the summaries'
+	// compression: a summary that compresses well still costs its full
+	// size on each read.
 	Bytes int64
 	// Namespaces the member may list (its cluster summary's, in summary
 	// mode).
@@ -224,7 +226,7 @@ func (q *quota) exceededCount(reason string) uint64 {
 func objectSize(obj interface{}) int64 {
 	switch o := obj.(type) {
 	case *compactSummary:
-		return int64(len(o.data) + len(o.namespace) + len(o.name) + len(o.resourceVersion))
+		return int64(o.size + len(o.resourceVersion))
 	case interface{ Size() int }:
 		// The protobuf size of Kubernetes' own types: no encoding.
 		return int64(o.Size())

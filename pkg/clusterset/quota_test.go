@@ -76,8 +76,8 @@ func TestAFrozenMemberStopsReadingAndIsFlaggedOnce(t *testing.T) {
 	stopped := 0
 	m.quota.onFreeze(func() { stopped++ })
 
-	assert.True(t, m.admit(KindInferencePool, "ns/a", &compactSummary{data: "x"}, false, false))
-	assert.False(t, m.admit(KindInferencePool, "ns/b", &compactSummary{data: "x"}, false, false), "the object past the limit is not passed on")
+	assert.True(t, m.admit(KindInferencePool, "ns/a", &compactSummary{data: "x", size: 1}, false, false))
+	assert.False(t, m.admit(KindInferencePool, "ns/b", &compactSummary{data: "x", size: 1}, false, false), "the object past the limit is not passed on")
 	assert.False(t, m.admit(KindInferencePool, "ns/a", nil, true, true), "nothing is passed on once frozen")
 	m.freeze(quotaBytes, "again")
 

@@ -24,19 +24,22 @@ func addMemberLimitFlags(fs *pflag.FlagSet, l *clusterset.Limits) {
 func validateMemberLimits(l clusterset.Limits) []error {
 	var errs []error
 	for _, f := range []struct {
-		flag string
-		ok   bool
+		flag, need string
+		ok         bool
 	}{
-		{"--member-max-objects", l.Objects > 0},
-		{"--member-max-bytes", l.Bytes > 0},
-		{"--member-max-namespaces", l.Namespaces > 0},
-		{"--member-max-event-rate", l.EventsPerSecond > 0},
-		{"--member-max-event-burst", l.EventBurst > 0},
-		{"--member-max-response-bytes", l.ResponseBytes > 0},
-		{"--member-freeze-retry", l.FreezeRetry > 0},
+		{"--member-max-objects", "positive", l.Objects > 0},
+		{"--member-max-bytes", "positive", l.Bytes > 0},
+		{"--member-max-namespaces", "positive", l.Namespaces > 0},
+		{"--member-max-event-rate", "positive", l.EventsPerSecond > 0},
+		{"--member-max-event-burst", "positive", l.EventBurst > 0},
+		// A watch ended at the cap must have carried one whole event,
+		// which client-go allows up to 16 MiB, or it would be resumed
+		// into the same event for ever.
+		{"--member-max-response-bytes", "at least 16 MiB (16777216), the most client-go reads of one watch event", l.ResponseBytes >= 16<<20},
+		{"--member-freeze-retry", "positive", l.FreezeRetry > 0},
 	} {
 		if !f.ok {
-			errs = append(errs, fmt.Errorf("%s must be positive", f.flag))
+			errs = append(errs, fmt.Errorf("%s must be %s", f.flag, f.need))
 		}
 	}
 	return errs

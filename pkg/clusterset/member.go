@@ -159,7 +159,14 @@ func (m *member) readyErr() error {
 		// not hold readiness for good by sending too much to list.
 		return nil
 	}
-	if m.mode == modeDiscovering {
+	st := m.status()
+	switch {
+	case st != nil && !st.removed:
+		return fmt.Errorf("member %s has not listed since this replica started and is unreachable (since %s: %s); its pools may still be served by replicas that listed them, so this one waits until it lists or the removal threshold passes",
+			m.name, st.Since.UTC().Format(time.RFC3339), st.Message)
+	case st != nil:
+		return nil
+	case m.mode == modeDiscovering:
 		// A member that answers its probe but not its discovery would
 		// otherwise hold readiness for good: it holds it as one that does
 		// not answer at all, until its removal threshold from joining.
@@ -168,15 +175,7 @@ func (m *member) readyErr() error {
 		}
 		return fmt.Errorf("member %s has not said yet whether it publishes summaries (its API discovery cannot be asked); it is asked again with backoff", m.name)
 	}
-	st := m.status()
-	switch {
-	case st == nil:
-		return fmt.Errorf("member %s has not listed yet", m.name)
-	case !st.removed:
-		return fmt.Errorf("member %s has not listed since this replica started and is unreachable (since %s: %s); its pools may still be served by replicas that listed them, so this one waits until it lists or the removal threshold passes",
-			m.name, st.Since.UTC().Format(time.RFC3339), st.Message)
-	}
-	return nil
+	return fmt.Errorf("member %s has not listed yet", m.name)
 }
 
 func (m *member) view() imports.Member {

@@ -51,7 +51,7 @@ func (m *member) modeOf(served servedapis.Set) memberMode {
 // is known is asked again every modeRecheck, so that one that installs or
 // removes its mci-apiserver is read in its new mode without a restart.
 var (
-	discoveryBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: time.Minute}
+	discoveryBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 10 * time.Second}
 	modeRecheck      = time.Minute
 )
 

@@ -163,7 +163,8 @@ func TestSidecarManifestsApplyToAKubeAPIServer(t *testing.T) {
 	t.Run("a schema mistake would be caught", func(t *testing.T) {
 		objs, err := readObjects([]string{filepath.Join(manifests, "40-deployment.yaml")})
 		require.NoError(t, err)
-		require.Len(t, objs, 1)
+		require.Len(t, objs, 2, "the Deployment and its PodDisruptionBudget")
+		require.Equal(t, "Deployment", objs[0].GetKind())
 		broken := objs[0].DeepCopy()
 		require.NoError(t, unstructured.SetNestedField(broken.Object, "2", "spec", "template", "spec", "terminationGracePeriodSecond"))
 		_, err = cs.Apply(ctx, "solo", broken)

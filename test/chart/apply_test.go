@@ -42,9 +42,10 @@ current-context: cluster-b
 // validated and admitted with a server-side apply dry run, as
 // `helm install` would create them, for the default values and for the
 // values that render the chart's optional objects. No kubelet runs, so no
-// pod starts. cert-manager's kinds cannot be checked by a server without
-// cert-manager's CRDs, which cannot be fetched here; the equivalence test
-// compares them with the kustomize overlay's instead.
+// pod starts. cert-manager's and the Prometheus Operator's kinds cannot be
+// checked by a server without their CRDs, which cannot be fetched here;
+// the equivalence test compares cert-manager's with the kustomize
+// overlay's instead.
 func TestChartIsAdmittedByARealCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
@@ -54,8 +55,9 @@ func TestChartIsAdmittedByARealCluster(t *testing.T) {
 	c, err := cs.Cluster("chart")
 	require.NoError(t, err)
 	// The release's namespace and the pool's exist before an install, as
-	// `helm install --create-namespace` and the pool's owner make them.
-	for _, ns := range []string{releaseNamespace, "example"} {
+	// `helm install --create-namespace` and the pool's owner make them; the
+	// gateway's too, which the chart renders but a dry run does not create.
+	for _, ns := range []string{releaseNamespace, "example", gatewayNamespace} {
 		_, err := cs.Apply(ctx, c.Name, &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns},
 		}})
@@ -91,6 +93,9 @@ func TestChartIsAdmittedByARealCluster(t *testing.T) {
 			"--set", "epp.poolName=llm-pool",
 			"--set", "epp.namespace=example",
 		},
+	}, {
+		name: "production values: registry, scheduling, network policies, monitoring",
+		args: []string{"--values", productionValues},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"template", "mci", chartDir, "--namespace", releaseNamespace}, tc.args...)
@@ -98,7 +103,7 @@ func TestChartIsAdmittedByARealCluster(t *testing.T) {
 			var stream []byte
 			var checked int
 			for _, o := range objs {
-				if o.GroupVersionKind().Group == "cert-manager.io" {
+				if g := o.GroupVersionKind().Group; g == "cert-manager.io" || g == "monitoring.coreos.com" {
 					continue
 				}
 				data, err := o.MarshalJSON()

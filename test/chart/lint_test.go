@@ -19,6 +19,7 @@ func TestChartPassesHelmLint(t *testing.T) {
 		{name: "the kustomize bases' settings", args: []string{"--values", equivalentValues}},
 		{name: "cert-manager and mci-epp", args: []string{"--values", equivalentValues, "--set", "apiserver.tls.mode=certManager", "--set", "epp.enabled=true"}},
 		{name: "ClusterProfile membership", args: clusterProfileArgs},
+		{name: "production values: registry, scheduling, monitoring", args: []string{"--values", productionValues}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := helm(t, append([]string{"lint", "--strict", chartDir, "--namespace", releaseNamespace}, tc.args...)...)
@@ -46,6 +47,10 @@ func TestChartRefusesValuesItCannotRender(t *testing.T) {
 		{name: "ClusterProfiles without a provider", args: []string{"--set", "membership.clusterProfiles.namespace=fleet"}, want: "membership.clusterProfiles.namespace needs membership.clusterProfiles.providers"},
 		{name: "a provider without its command", args: []string{"--set", "membership.clusterProfiles.providers[0].name=token", "--set", "membership.clusterProfiles.providers[0].execConfig.apiVersion=v1"}, want: "missing property 'command'"},
 		{name: "a member Secret without its kubeconfig, without the schema", args: []string{"--skip-schema-validation", "--set", "membership.secrets[0].cluster=cluster-b"}, want: "every entry of membership.secrets needs cluster"},
+		{name: "a gateway that serves no Gateway", args: []string{"--set-json", "sidecar.gateways=[]"}, want: "/sidecar/gateways"},
+		{name: "a gateway without its Gateways", args: []string{"--set", "sidecar.gateways=null"}, want: "missing property 'gateways'"},
+		{name: "a gateway that serves no Gateway, without the schema", args: []string{"--skip-schema-validation", "--set", "sidecar.gateways=null"}, want: "sidecar.gateways is empty: name the Gateway object(s)"},
+		{name: "the gateway in the namespace of the member credentials", args: []string{"--set", "sidecar.namespace=" + releaseNamespace}, want: `sidecar.namespace is "mci-system", the release's namespace, where mci-apiserver keeps the member credentials`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, stderr, err := runHelm(t, append(templateArgs(), tc.args...)...)

@@ -21,8 +21,11 @@ import (
 const (
 	chartDir  = "../../charts/mci"
 	deployDir = "../../artifacts/deploy"
-	// releaseNamespace is the namespace the kustomize bases install into.
+	// releaseNamespace is the namespace the kustomize bases install
+	// mci-apiserver into.
 	releaseNamespace = "mci-system"
+	// gatewayNamespace is the Inference Gateway's, apart from it.
+	gatewayNamespace = "mci-gateway"
 	// equivalentValues are the chart values of the kustomize bases' settings.
 	equivalentValues = "testdata/kustomize-equivalent.yaml"
 )

@@ -110,8 +110,15 @@ func TestInstallKustomizationsAreAcceptedByARealCluster(t *testing.T) {
 	require.NoError(t, err)
 
 	t.Run("kubectl apply -k artifacts/deploy/mci-sidecar", func(t *testing.T) {
+		// The gateway's namespace, which the kustomization creates too: a
+		// dry run creates nothing, and the objects in it need it.
+		_, err := kubernetes.NewForConfigOrDie(kb.Config).CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mci-gateway"}}, metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) {
+			require.NoError(t, err)
+		}
 		out := kubectl(t, kb, nil, "apply", "-k", sidecarDeployDir, "--dry-run=server")
-		for _, want := range []string{"deployment.apps/inference-gateway", "service/inference-gateway", "configmap/inference-gateway-envoy", "clusterrole.rbac.authorization.k8s.io/mci-sidecar"} {
+		for _, want := range []string{"deployment.apps/inference-gateway", "service/inference-gateway", "configmap/inference-gateway-envoy", "clusterrole.rbac.authorization.k8s.io/mci-sidecar",
+			"poddisruptionbudget.policy/inference-gateway", "networkpolicy.networking.k8s.io/inference-gateway"} {
 			assert.Contains(t, out, want+" created (server dry run)")
 		}
 	})

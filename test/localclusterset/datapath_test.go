@@ -153,16 +153,18 @@ func TestSidecarManifestsApplyToAKubeAPIServer(t *testing.T) {
 		applied, err := cs.ApplyFiles(ctx, "solo", manifests)
 		require.NoError(t, err)
 		assert.Subset(t, applied, []string{
-			"namespaces/mci-system", "serviceaccounts/mci-system/mci-sidecar",
+			"namespaces/mci-gateway", "serviceaccounts/mci-gateway/mci-sidecar",
 			"clusterroles.rbac.authorization.k8s.io/mci-sidecar", "clusterrolebindings.rbac.authorization.k8s.io/mci-sidecar",
-			"configmaps/mci-system/inference-gateway-envoy", "deployments.apps/mci-system/inference-gateway", "services/mci-system/inference-gateway",
+			"configmaps/mci-gateway/inference-gateway-envoy", "deployments.apps/mci-gateway/inference-gateway", "services/mci-gateway/inference-gateway",
+			"poddisruptionbudgets.policy/mci-gateway/inference-gateway", "networkpolicies.networking.k8s.io/mci-gateway/inference-gateway",
 		})
 	})
 
 	t.Run("a schema mistake would be caught", func(t *testing.T) {
 		objs, err := readObjects([]string{filepath.Join(manifests, "40-deployment.yaml")})
 		require.NoError(t, err)
-		require.Len(t, objs, 1)
+		require.Len(t, objs, 2, "the Deployment and its PodDisruptionBudget")
+		require.Equal(t, "Deployment", objs[0].GetKind())
 		broken := objs[0].DeepCopy()
 		require.NoError(t, unstructured.SetNestedField(broken.Object, "2", "spec", "template", "spec", "terminationGracePeriodSecond"))
 		_, err = cs.Apply(ctx, "solo", broken)
@@ -192,8 +194,8 @@ func TestSidecarManifestsApplyToAKubeAPIServer(t *testing.T) {
 		allowedIn := func(namespace, group, resource, verb string) bool {
 			t.Helper()
 			sar, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-				User:               "system:serviceaccount:mci-system:mci-sidecar",
-				Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:mci-system", "system:authenticated"},
+				User:               "system:serviceaccount:mci-gateway:mci-sidecar",
+				Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:mci-gateway", "system:authenticated"},
 				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Group: group, Resource: resource, Verb: verb},
 			}}, metav1.CreateOptions{})
 			require.NoError(t, err)
@@ -234,6 +236,7 @@ func TestSidecarManifestsApplyToAKubeAPIServer(t *testing.T) {
 				assert.True(t, allowedIn("example", "", resource, verb), "%s %s in example", verb, resource)
 				assert.False(t, allowedIn("default", "", resource, verb), "%s %s in default", verb, resource)
 				assert.False(t, allowedIn("mci-system", "", resource, verb), "%s %s in mci-system", verb, resource)
+				assert.False(t, allowedIn("mci-gateway", "", resource, verb), "%s %s in mci-gateway", verb, resource)
 			}
 			for _, verb := range []string{"create", "update", "patch", "delete"} {
 				assert.False(t, allowedIn("example", "", resource, verb), "%s %s in example", verb, resource)

@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"math"
 	"net"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
@@ -142,7 +144,9 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 		HealthPort:  cfg.HealthPort,
 		MetricsPort: cfg.MetricsPort,
 		TLS:         cfg.TLS,
-	}, s.server, reg, append(serverOptions(), transportOpts...)...)
+	}, s.server, reg, append(serverOptions(), append(transportOpts,
+		// Per connection; the admission bounds the streams across them.
+		grpc.MaxConcurrentStreams(uint32(min(server.MaxStreams, math.MaxUint32))))...)...)
 	if err != nil {
 		return nil, err
 	}

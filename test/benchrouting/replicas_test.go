@@ -52,7 +52,8 @@ func (e *env) startReplicas(ctx context.Context, n int) (gateways []string, stop
 		ip := fmt.Sprintf("127.0.%d.%d", block, replicaHost+i)
 		sidecar, err := e.startProcess(fmt.Sprintf("replica-%d-mci-sidecar", i+2), "mci-sidecar",
 			"--kubeconfig="+e.kubeconfig, "--bind-address="+ip, "--local-cluster-name="+importingCluster,
-			"--gateway="+e.dp.Namespace+"/"+dataPathGateway, "--endpoint-picker-service="+e.dp.Namespace+"/"+dataPathSidecarService, "-v=2")
+			"--gateway="+e.dp.Namespace+"/"+dataPathGateway, "--endpoint-picker-service="+e.dp.Namespace+"/"+dataPathSidecarService, "-v=2",
+			"--allow-loopback-destinations")
 		if err != nil {
 			return nil, stop, err
 		}

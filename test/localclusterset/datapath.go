@@ -275,7 +275,11 @@ func (cs *ClusterSet) StartDataPath(ctx context.Context, opts DataPathOptions) (
 	gc, _ := cs.Cluster(opts.GatewayCluster)
 	sidecarAddr := net.JoinHostPort(gwIP, strconv.Itoa(eppGRPCPort))
 	scArgs := []string{"--kubeconfig=" + gc.Kubeconfig, "--bind-address=" + gwIP, "--local-cluster-name=" + opts.GatewayCluster,
-		"--gateway=" + DataPathNamespace + "/" + dataPathGatewayName, "-v=2"}
+		"--gateway=" + DataPathNamespace + "/" + dataPathGatewayName, "-v=2",
+		// Every pod of a ClusterSet on one machine has a loopback address:
+		// the one place remote EPPs may name loopback destinations (the
+		// sidecar logs it, and its metrics show it).
+		"--allow-loopback-destinations"}
 	if opts.LocalPool {
 		scArgs = append(scArgs, "--endpoint-picker-service="+DataPathNamespace+"/"+dataPathSidecarService)
 	}

@@ -336,12 +336,12 @@ func TestServerStreamsBodyChunksAtTheModelServersPace(t *testing.T) {
 		{name: "Intercept: the chunk waits for the EPP's answer", phase: ResponsePhaseIntercept},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+			// The local pool's EPP: a remote one's answers to chunks never
+			// reach the gateway, whatever the response phase says.
+			a, _, in := localAndRemoteEPPs(t)
 			a.respMode.Store(respHoldBody)
-			h := startServerWith(t, routetable.Inputs{
-				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
-				Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
-			}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}}, ServerConfig{ResponsePhase: tt.phase})
+			in.Routes = []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.PoolRef("llm", nil)))}
+			h := startServerWith(t, in, &fakeState{}, ServerConfig{ResponsePhase: tt.phase})
 
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -377,13 +377,13 @@ func TestServerStreamsBodyChunksAtTheModelServersPace(t *testing.T) {
 				got = append(got, b)
 			}
 			assert.Equal(t, "data: tok1\n\ndata: tok2\n\n", strings.Join(got, ""), "the body reaches the gateway whole and unchanged")
-			assert.Equal(t, "epp-a", sink.headers.Get("X-Response-Seen-By"), "the EPP's answer to the headers applies")
+			assert.Equal(t, "epp-local", sink.headers.Get("X-Response-Seen-By"), "the EPP's answer to the headers applies")
 			// The end of the body may reach the gateway before the EPP.
 			assert.Eventually(t, func() bool { return len(a.chunksOf()) == 3 }, 5*time.Second, time.Millisecond)
 			assert.Equal(t, []string{"data: tok1\n\n", "data: tok2\n\n", ""}, a.chunksOf(), "the EPP sees every chunk, in order")
 			x.Close()
-			assert.Eventually(t, func() bool { return responseOutcome(h, "cluster-a", ResponseCompleted) == 1 }, 5*time.Second, 5*time.Millisecond)
-			assert.Zero(t, testutil.ToFloat64(h.metrics.lateBody.WithLabelValues("cluster-a")))
+			assert.Eventually(t, func() bool { return responseOutcome(h, routetable.DefaultLocalCluster, ResponseCompleted) == 1 }, 5*time.Second, 5*time.Millisecond)
+			assert.Zero(t, testutil.ToFloat64(h.metrics.lateBody.WithLabelValues(routetable.DefaultLocalCluster)))
 		})
 	}
 }
@@ -402,17 +402,17 @@ func TestServerCountsBodyRewritesThatArriveLate(t *testing.T) {
 		{name: "Intercept: rewritten", phase: ResponsePhaseIntercept, wantBody: "SOME TOKENS"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+			// The local pool's EPP: a remote one's answers to chunks never
+			// reach the gateway, whatever the response phase says.
+			a, _, in := localAndRemoteEPPs(t)
 			a.respMode.Store(respRewrite)
-			h := startServerWith(t, routetable.Inputs{
-				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
-				Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
-			}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}}, ServerConfig{ResponsePhase: tt.phase})
+			in.Routes = []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.PoolRef("llm", nil)))}
+			h := startServerWith(t, in, &fakeState{}, ServerConfig{ResponsePhase: tt.phase})
 			res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Response: &envoyclient.Response{Body: []byte("some tokens"), ChunkSize: 6}})
 			require.NotNil(t, res.Response)
 			assert.Equal(t, tt.wantBody, string(res.Response.Body))
-			assert.Eventually(t, func() bool { return responseOutcome(h, "cluster-a", ResponseCompleted) == 1 }, 5*time.Second, 5*time.Millisecond)
-			assert.Equal(t, tt.wantLate, testutil.ToFloat64(h.metrics.lateBody.WithLabelValues("cluster-a")))
+			assert.Eventually(t, func() bool { return responseOutcome(h, routetable.DefaultLocalCluster, ResponseCompleted) == 1 }, 5*time.Second, 5*time.Millisecond)
+			assert.Equal(t, tt.wantLate, testutil.ToFloat64(h.metrics.lateBody.WithLabelValues(routetable.DefaultLocalCluster)))
 		})
 	}
 }

@@ -196,7 +196,7 @@ func TestServerFailureModes(t *testing.T) {
 		mode              int32
 	}{
 		{name: "FailClose answers 503 when no cluster's EPP answers", mode: eppFail, wantDetails: "no cluster's EPP answered"},
-		{name: "FailClose relays the last EPP's own 503", mode: eppUnavailable, wantDetails: "no ready endpoints in epp-"},
+		{name: "FailClose answers the last EPP's 503, in the sidecar's words", mode: eppUnavailable, wantDetails: "answered 503"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h, a, c := setup(t)
@@ -258,11 +258,11 @@ func TestServerFailureModes(t *testing.T) {
 func TestServerParentMode(t *testing.T) {
 	h := startServer(t, routetable.Inputs{
 		Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, []string{"my.model.com"}, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
-		Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Parent: "127.0.2.9"})},
+		Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Parent: "10.2.0.9"})},
 	}, &fakeState{})
 	res := h.do(t, envoyclient.Request{Authority: "my.model.com", Path: "/v1/completions?x=1", Body: chatBody})
 	require.Nil(t, res.Immediate)
-	assert.Equal(t, "127.0.2.9:80", res.Destination, "the remote parent gateway")
+	assert.Equal(t, "10.2.0.9:80", res.Destination, "the remote parent gateway")
 	assert.Equal(t, "my.model.com", res.Headers.Get(":authority"), "the host is kept")
 	assert.Equal(t, "/v1/completions?x=1", res.Headers.Get(":path"), "the path is kept")
 	assert.Equal(t, chatBody, res.Body)

@@ -56,7 +56,7 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 			stale = true
 			report(ReasonClusterUnreachable, "cluster %q is unreachable from mci-apiserver (%s); its last known EPP stays a candidate after every reachable cluster", ic.Name, ready.Message)
 		}
-		c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: 1, Stale: stale}
+		c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: 1, Stale: stale, TargetPort: ic.TargetPortNumber}
 		switch c.Mode {
 		case v1alpha1.RoutingModeEndpoint:
 			svc := ic.EndpointPicker.Service

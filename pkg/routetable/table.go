@@ -135,6 +135,10 @@ type Cluster struct {
 	MetricsToken types.NamespacedName
 	// Parent is the address ("host:port") of the parent gateway (ParentMode).
 	Parent string
+	// TargetPort is the port the exporter published for the pool's model
+	// servers (an import's targetPortNumber): the only port a remote EPP's
+	// destination may name. 0 for a local pool.
+	TargetPort int32
 	// Weight is the cluster's weight for the Weighted and HealthBased
 	// policies.
 	Weight int64

@@ -18,6 +18,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/epptransport/epptransporttest"
 	"github.com/mci-dev/mci/pkg/extproc"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
@@ -49,10 +50,13 @@ func runTLSEPP(t *testing.T, model *httptest.Server, serving tlstest.Serving, cl
 func TestSidecarReachesAMutualTLSEPPWithTheSecretOfItsImport(t *testing.T) {
 	serving := tlstest.NewServing(t, "127.0.0.1")
 	client := tlstest.NewClient(t, "sidecar")
-	e := runTLSEPP(t, modelServer(t, "model-a"), serving, client.CertPEM)
+	model := modelServer(t, "model-a")
+	e := runTLSEPP(t, model, serving, client.CertPEM)
 
 	imp := sidecartest.Import("llm")
 	eppImported(t, "cluster-a", e)(imp)
+	// The pool's published port: its model server's.
+	_, imp.Status.Clusters[0].TargetPortNumber = hostPort(t, model.Listener.Addr().String())
 	ref := &corev1.SecretReference{Namespace: ns, Name: "epp-creds"}
 	epp := &imp.Status.Clusters[0].EndpointPicker
 	epp.SecretRef, epp.Health.SecretRef, epp.Metrics.SecretRef = ref, ref, ref
@@ -66,10 +70,11 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfItsImport(t *testing.T) {
 		BindAddress:      "127.0.0.1",
 		SecretNamespaces: []string{ns},
 		Watch:            WatchConfig{LocalCluster: "cluster-b", Gateways: gatewayRefs("example/inf-gw")},
-		Server:           ServerConfig{AttemptTimeout: time.Second, Scheduling: scheduling.DefaultConfig()},
-		HealthInterval:   50 * time.Millisecond,
-		ScrapeInterval:   50 * time.Millisecond,
-		DrainTimeout:     2 * time.Second,
+		// The EPP's model server is on loopback, as everything here.
+		Server:         ServerConfig{AttemptTimeout: time.Second, Scheduling: scheduling.DefaultConfig(), RemoteDestinations: eppanswer.Policy{AllowLoopback: true}},
+		HealthInterval: 50 * time.Millisecond,
+		ScrapeInterval: 50 * time.Millisecond,
+		DrainTimeout:   2 * time.Second,
 	}, Clients{Kube: kube, MCI: mcifake.NewSimpleClientset(imp), Gateway: sidecartest.GatewayClients(r, sidecartest.Gateway("inf-gw", sidecartest.Listener("http", 80, "", nil)))})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -9,6 +9,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/routetable"
 )
@@ -26,7 +27,7 @@ func (s *Server) deliver(ctx context.Context, req *extproc.Request, msgs []*extp
 		return d.answer(req)
 	}
 	var last *refusal
-	r := &replay{msgs: msgs, local: d.local}
+	r := &replay{msgs: msgs, local: d.local, strip: s.remote.stripHeaders}
 	for _, c := range d.attempts() {
 		resps, err := s.attempt(ctx, req, c, r, t)
 		if resps != nil || ctx.Err() != nil {
@@ -66,10 +67,21 @@ func (s *Server) deliver(ctx context.Context, req *extproc.Request, msgs []*extp
 func (s *Server) attempt(ctx context.Context, req *extproc.Request, c *routetable.Cluster, r *replay, t *tracker) ([]*extprocv3.ProcessingResponse, error) {
 	sent := t.attempting(c)
 	if c.Mode == v1alpha1.RoutingModeParent {
+		if err := s.remote.parent(c); err != nil {
+			t.failed(ctx, c, err)
+			return nil, err
+		}
 		t.routed(c, OutcomeParent, sent, nil)
 		return req.Route([]string{c.Parent}, nil), nil
 	}
-	resps, live, err := s.relay.relay(ctx, c.EPP, r.to(c), s.keepEPP)
+	limit := 0
+	if !c.Local {
+		limit = eppanswer.BodyLimit(len(req.Body))
+	}
+	resps, live, err := s.relay.relay(ctx, c.EPP, r.to(c), s.keepEPP, limit)
+	if !c.Local {
+		resps, err = s.fromRemote(c, req, resps, live, err)
+	}
 	switch {
 	case err != nil:
 		t.failed(ctx, c, err)
@@ -80,4 +92,28 @@ func (s *Server) attempt(ctx context.Context, req *extproc.Request, c *routetabl
 		t.routed(c, OutcomeRouted, sent, live)
 	}
 	return resps, nil
+}
+
+// fromRemote is what the gateway may get of the answer of remote cluster
+// c's EPP (resps and live, or err): the answer eppanswer builds, or a
+// refusal, which resets the EPP's stream. A 503 (a *refusal) keeps only
+// its status, in the sidecar's own words.
+func (s *Server) fromRemote(c *routetable.Cluster, req *extproc.Request, resps []*extprocv3.ProcessingResponse, live *eppStream, err error) ([]*extprocv3.ProcessingResponse, error) {
+	var ref *refusal
+	switch {
+	case errors.As(err, &ref):
+		return nil, &refusal{resp: eppanswer.Immediate(http.StatusServiceUnavailable, c.Name)}
+	case err != nil:
+		var refused *eppanswer.Refusal
+		if errors.As(err, &refused) {
+			// An answer too large to read is refused as any other.
+			s.remote.refused(c, err)
+		}
+		return nil, err
+	}
+	out, err := s.remote.filter(c, req, resps)
+	if err != nil && live != nil {
+		live.cancel(err)
+	}
+	return out, err
 }

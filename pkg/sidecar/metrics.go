@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/informerhealth"
 	"github.com/mci-dev/mci/pkg/routetable"
@@ -38,6 +39,9 @@ const (
 	OutcomeFailOpen = "fail_open"
 	// OutcomeError: the request could not be read (413, protocol errors).
 	OutcomeError = "error"
+	// OutcomeOverLimit: the sidecar was at a global limit (its streams,
+	// or the request bytes it buffers) and answered 503.
+	OutcomeOverLimit = "over_limit"
 )
 
 // Metrics are the sidecar's Prometheus metrics.
@@ -59,6 +63,14 @@ type Metrics struct {
 	unparseable prometheus.Counter
 	homes       *prometheus.CounterVec
 	homesAlike  *prometheus.GaugeVec
+	// answersRefused counts remote EPPs' answers refused, admission the
+	// streams refused at a global limit; remotePolicy and limits are
+	// what the sidecar runs with.
+	answersRefused *prometheus.CounterVec
+	admission      *prometheus.CounterVec
+	loopback       prometheus.Gauge
+	deniedRanges   prometheus.Gauge
+	reg            prometheus.Registerer
 	// watches follows the informers the routing table is built from:
 	// mci_sidecar_watch_reachable and mci_sidecar_watch_failures_total.
 	watches *informerhealth.Tracker
@@ -71,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mci_sidecar_requests_total",
-			Help: "Requests the sidecar answered, by the cluster that took them (\"\" when none did) and outcome (routed, parent, refused, shed, no_route, invalid_backend, unavailable, fail_open, error).",
+			Help: "Requests the sidecar answered, by the cluster that took them (\"\" when none did) and outcome (routed, parent, refused, shed, no_route, invalid_backend, unavailable, fail_open, over_limit, error).",
 		}, []string{"cluster", "outcome", "code"}),
 		eppFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mci_sidecar_epp_failures_total",
@@ -132,12 +144,30 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "mci_sidecar_prefix_home_capacities_unknown",
 			Help: "1 while the last home decision of a backend counted its clusters alike because not every one reported its ready pods (no fresh pool metrics): homes and bounds then assume equal capacities. 0 once they are known again.",
 		}, []string{"backend"}),
+		answersRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mci_sidecar_epp_answers_refused_total",
+			Help: "Answers of remote clusters' EPPs the sidecar refused, by cluster and reason (no_destination, conflicting_destinations, unpublished_destination, forbidden_destination, body_mutation, immediate_status, protocol_violation): the request went to the next cluster or followed its failure mode.",
+		}, []string{"cluster", "reason"}),
+		admission: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mci_sidecar_admission_refused_total",
+			Help: "Streams of the gateway answered 503 because the sidecar was at a global limit, by limit: streams (--max-streams) or body_bytes (--max-inflight-body-bytes).",
+		}, []string{"limit"}),
+		loopback: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mci_sidecar_remote_destinations_loopback_allowed",
+			Help: "1 when remote EPPs may name loopback destinations (--allow-loopback-destinations: a ClusterSet on one machine only), else 0.",
+		}),
+		deniedRanges: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mci_sidecar_remote_destination_denied_ranges",
+			Help: "Address ranges no remote EPP may name as a destination beyond loopback, link-local, multicast and unspecified ones: --service-cluster-ip-range, --cluster-cidr and --denied-destination-cidrs together. 0 means this cluster's Services and Pods are not protected.",
+		}),
+		reg: reg,
 	}
 	m.unverified = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mci_sidecar_remote_epp_unverified",
 		Help: "1 for each cluster of an import (pool, namespace/name) whose EPP's ext_proc would be reached without verified TLS (plaintext or TLS not verified), by outcome: allowed (--insecure-remote-endpoint-pickers names the import: routed to) or refused (skipped, see the routing table's problems).",
 	}, []string{"pool", "cluster", "outcome"})
 	m.watches = informerhealth.NewTracker("mci_sidecar")
+	reg.MustRegister(m.answersRefused, m.admission, m.loopback, m.deniedRanges)
 	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.lateBody, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.unverified, m.buildTime, m.unparseable, m.homes, m.homesAlike, m.watches)
 	return m
 }
@@ -146,6 +176,50 @@ func (m *Metrics) request(cluster, outcome string, code int) {
 	if m != nil {
 		m.requests.WithLabelValues(cluster, outcome, strconv.Itoa(code)).Inc()
 	}
+}
+
+func (m *Metrics) answerRefused(cluster, reason string) {
+	if m != nil {
+		m.answersRefused.WithLabelValues(cluster, reason).Inc()
+	}
+}
+
+func (m *Metrics) admissionRefused(limit string) {
+	if m != nil {
+		m.admission.WithLabelValues(limit).Inc()
+	}
+}
+
+func (m *Metrics) remotePolicy(p eppanswer.Policy) {
+	if m == nil {
+		return
+	}
+	if p.AllowLoopback {
+		m.loopback.Set(1)
+	} else {
+		m.loopback.Set(0)
+	}
+	m.deniedRanges.Set(float64(len(p.Denied)))
+}
+
+// admissionLimits registers the gauges of a's state, read at scrape time.
+func (m *Metrics) admissionLimits(a *admission) {
+	if m == nil {
+		return
+	}
+	for _, limit := range []string{LimitStreams, LimitBodyBytes} {
+		m.admission.WithLabelValues(limit)
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mci_sidecar_inflight_body_bytes",
+			Help: "Request body bytes the sidecar buffers now across streams, each counted twice (the body and the messages kept to replay it); at --max-inflight-body-bytes new bodies are answered 503.",
+		}, func() float64 { return float64(a.bytes.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mci_sidecar_admitted_streams",
+			Help: "Streams of the gateway the sidecar admitted and serves now; at --max-streams new ones are answered 503.",
+		}, func() float64 { return float64(a.streams.Load()) }),
+	)
 }
 
 func (m *Metrics) eppFailure(cluster string) {

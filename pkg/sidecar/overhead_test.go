@@ -21,6 +21,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/routetable"
@@ -243,7 +244,14 @@ func overheadServer(role, eppAddr string) (srv interface {
 }, release func(), err error) {
 	switch role {
 	case roleEPP:
-		ms := httptest.NewServer(modelHandler("model-a"))
+		// On the port the sidecar's import publishes for the pool (8000),
+		// at an address of its own, as the sidecar checks destinations.
+		lis, err := net.Listen("tcp", "127.0.91.1:8000")
+		if err != nil {
+			return nil, nil, fmt.Errorf("the model server's port: %w", err)
+		}
+		ms := &httptest.Server{Listener: lis, Config: &http.Server{Handler: modelHandler("model-a")}}
+		ms.Start()
 		e, err := epp.New(epp.Config{
 			BindAddress: "127.0.0.1", PoolName: "llm",
 			Picker: epp.PickerConfig{Scheduling: scheduling.DefaultConfig()},
@@ -278,7 +286,8 @@ func overheadServer(role, eppAddr string) (srv interface {
 		prober := eppprobe.NewHealthProber(eppprobe.HealthProberOptions{})
 		prober.SetTargets([]string{net.JoinHostPort(host, portStr)})
 		reg := prometheus.NewRegistry()
-		cfg := ServerConfig{}
+		// The EPP's model server is on loopback, as everything here.
+		cfg := ServerConfig{RemoteDestinations: eppanswer.Policy{AllowLoopback: true}}
 		if role == roleSidecarSkip {
 			cfg.ResponsePhase = ResponsePhaseSkip
 		}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/extproc"
 )
 
@@ -59,6 +60,9 @@ type owed struct {
 	// the first one asked for.
 	late     int
 	lateWhat string
+	// remote: the EPP is a remote cluster's; what of its answers goes to
+	// the gateway is eppanswer.ResponsePhase's.
+	remote bool
 	// takenOver: the sidecar answers the gateway from now on; ended: the
 	// gateway got an immediate response and expects nothing more.
 	takenOver, ended bool
@@ -248,6 +252,13 @@ func (o *owed) fromEPP(f *responseFrame, gw gatewayStream) (immediate bool, err 
 	}
 	if !send {
 		return false, nil
+	}
+	if o.remote {
+		// The answer is the sidecar's: the message let through unchanged
+		// (relayResponse refused the answers that cannot be).
+		if resp, err := eppanswer.ResponsePhase(f.ProcessingResponse); err == nil {
+			f = &responseFrame{ProcessingResponse: resp}
+		}
 	}
 	if err := gw.SendMsg(f); err != nil {
 		return immediate, err

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/routetable"
@@ -26,26 +27,47 @@ import (
 // recorder is the gateway's stream, keeping every message read from it so
 // that the request can be replayed, exactly as the gateway sent it, to an
 // EPP (and again to the next one when the first fails).
+//
+// Each body chunk takes twice its bytes from budget (nil: none), as it is
+// held twice (kept here and read into the request's body), until release.
 type recorder struct {
 	extproc.Stream
 	msgs []*extprocv3.ProcessingRequest
 	// buf holds the messages of most requests (the headers, a body in one
 	// chunk, maybe trailers) without an allocation of their own.
 	buf [3]*extprocv3.ProcessingRequest
+	// budget is charged bytes.
+	budget  *admission
+	charged int64
 }
 
-func newRecorder(s extproc.Stream) *recorder {
-	r := &recorder{Stream: s}
+func newRecorder(s extproc.Stream, budget *admission) *recorder {
+	r := &recorder{Stream: s, budget: budget}
 	r.msgs = r.buf[:0]
 	return r
 }
 
 func (r *recorder) Recv() (*extprocv3.ProcessingRequest, error) {
 	m, err := r.Stream.Recv()
-	if err == nil {
-		r.msgs = append(r.msgs, m)
+	if err != nil {
+		return m, err
 	}
-	return m, err
+	if n := 2 * int64(len(m.GetRequestBody().GetBody())); n > 0 && r.budget != nil {
+		if !r.budget.reserve(n) {
+			return nil, errOverBudget
+		}
+		r.charged += n
+	}
+	r.msgs = append(r.msgs, m)
+	return m, nil
+}
+
+// release gives the bytes charged back to the budget.
+func (r *recorder) release() {
+	if r.budget != nil {
+		r.budget.release(r.charged)
+		r.charged = 0
+	}
 }
 
 // errNoAnswer wraps the ways an EPP can fail before answering.
@@ -148,6 +170,8 @@ type replay struct {
 	// local names the local cluster, which remote EPPs learn relayed the
 	// request.
 	local string
+	// strip strips the headers remote EPPs do not get.
+	strip func([]*corev3.HeaderValue) []*corev3.HeaderValue
 }
 
 // to is the request as c's EPP gets it.
@@ -156,7 +180,7 @@ func (r *replay) to(c *routetable.Cluster) []*extprocv3.ProcessingRequest {
 		return r.msgs
 	}
 	if r.remote == nil {
-		r.remote = forRemote(r.msgs, r.local)
+		r.remote = forRemote(r.msgs, r.local, r.strip)
 	}
 	return r.remote
 }
@@ -164,13 +188,15 @@ func (r *replay) to(c *routetable.Cluster) []*extprocv3.ProcessingRequest {
 // forRemote returns msgs as a remote cluster's EPP is to get them: the
 // subset hint removed from the metadata of the first message, as it lists
 // endpoints of the local pool, which a remote EPP does not have and would
-// answer with 503; and RelayedHeader, naming the local cluster, added to its
-// headers. msgs stay as they are, for the local EPP. Only the messages that
-// lead to the two changes are new; every other field is shared with the
-// original: copying it whole (proto.Clone) costs an allocation per header,
-// and a generic shallow copy (protoreflect) about as much time.
-// TestForRemote fails when a field is left behind.
-func forRemote(msgs []*extprocv3.ProcessingRequest, local string) []*extprocv3.ProcessingRequest {
+// answer with 503; the headers strip removes (the client's credentials)
+// taken out of its headers and of the request's trailers; and
+// RelayedHeader, naming the local cluster, added to its headers. msgs stay
+// as they are, for the local EPP. Only the messages that lead to these
+// changes are new; every other field is shared with the original: copying
+// it whole (proto.Clone) costs an allocation per header, and a generic
+// shallow copy (protoreflect) about as much time. TestForRemote fails when
+// a field is left behind.
+func forRemote(msgs []*extprocv3.ProcessingRequest, local string, strip func([]*corev3.HeaderValue) []*corev3.HeaderValue) []*extprocv3.ProcessingRequest {
 	if len(msgs) == 0 {
 		return msgs
 	}
@@ -198,7 +224,7 @@ func forRemote(msgs []*extprocv3.ProcessingRequest, local string) []*extprocv3.P
 	if h := m.GetRequestHeaders(); h != nil {
 		// Clipped, so that the append cannot write into the original's
 		// array.
-		hm := &corev3.HeaderMap{Headers: append(slices.Clip(h.GetHeaders().GetHeaders()),
+		hm := &corev3.HeaderMap{Headers: append(slices.Clip(strip(h.GetHeaders().GetHeaders())),
 			&corev3.HeaderValue{Key: RelayedHeader, RawValue: []byte(local)})}
 		keepUnknown(hm, h.GetHeaders())
 		headers := &extprocv3.HttpHeaders{Headers: hm, Attributes: h.Attributes, EndOfStream: h.EndOfStream}
@@ -208,7 +234,21 @@ func forRemote(msgs []*extprocv3.ProcessingRequest, local string) []*extprocv3.P
 	out := make([]*extprocv3.ProcessingRequest, len(msgs))
 	out[0] = first
 	copy(out[1:], msgs[1:])
+	if last := msgs[len(msgs)-1]; len(msgs) > 1 && last.GetRequestTrailers() != nil {
+		if tm := last.GetRequestTrailers().GetTrailers(); tm != nil {
+			if kept := strip(tm.GetHeaders()); len(kept) != len(tm.GetHeaders()) {
+				out[len(out)-1] = trailersWith(last, kept)
+			}
+		}
+	}
 	return out
+}
+
+// trailersWith is the trailers message m with headers only.
+func trailersWith(m *extprocv3.ProcessingRequest, headers []*corev3.HeaderValue) *extprocv3.ProcessingRequest {
+	c := proto.Clone(m).(*extprocv3.ProcessingRequest)
+	c.GetRequestTrailers().Trailers.Headers = headers
+	return c
 }
 
 // keepUnknown gives dst the fields of src that this build does not know,
@@ -231,14 +271,17 @@ func keepUnknown(dst, src proto.Message) {
 // ended with the request phase and the sidecar answers the response phase
 // itself. A stream that answered with an immediate response, or failed, is
 // reset, as a gateway resets it.
-func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.ProcessingRequest, keep bool) ([]*extprocv3.ProcessingResponse, *eppStream, error) {
+//
+// limit, when above 0, bounds the body bytes the answer may stream back
+// (a remote EPP's: eppanswer.BodyLimit); past it the answer is refused.
+func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.ProcessingRequest, keep bool, limit int) ([]*extprocv3.ProcessingResponse, *eppStream, error) {
 	conn, err := r.conn(addr)
 	if err != nil {
 		// Credentials that cannot be used fail the port, counted.
 		r.creds.Failed(addr, err)
 		return nil, nil, err
 	}
-	resps, kept, err := r.relayOn(ctx, conn, msgs, keep)
+	resps, kept, err := r.relayOn(ctx, conn, msgs, keep, limit)
 	// A connection that failed (refused, reset, a failed TLS handshake, the
 	// wrong transport) or an EPP that did not answer in time (a stalled or
 	// blackholed link, on which the connection may never fail) is logged
@@ -251,7 +294,7 @@ func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.Proc
 	return resps, kept, err
 }
 
-func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*extprocv3.ProcessingRequest, keep bool) ([]*extprocv3.ProcessingResponse, *eppStream, error) {
+func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*extprocv3.ProcessingRequest, keep bool, limit int) ([]*extprocv3.ProcessingResponse, *eppStream, error) {
 	// The EPP's stream ends with the gateway's: linked to it rather than
 	// derived from it, so that a response phase can let the EPP finish
 	// answering what the gateway already had (eppStream.unlink).
@@ -295,7 +338,7 @@ func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*ex
 		timer.Stop()
 		cancel(nil)
 	}()
-	resps, err := receive(stream, shapeOf(msgs))
+	resps, err := receive(stream, shapeOf(msgs), limit)
 	if err == nil && resps[len(resps)-1].GetImmediateResponse() == nil {
 		if keep {
 			// The timer still bounds the sender, which may be blocked on
@@ -341,13 +384,19 @@ const (
 
 // receive reads an EPP's answer to the request phase: until the headers
 // response and the whole body (and the trailers response for a request
-// ended by trailers) are back, or an immediate response comes.
-func receive(stream extprocv3.ExternalProcessor_ProcessClient, s shape) ([]*extprocv3.ProcessingResponse, error) {
+// ended by trailers) are back, or an immediate response comes. limit, when
+// above 0, bounds the body bytes streamed back, and the messages with
+// them (an EPP that streams empty chunks without end).
+func receive(stream extprocv3.ExternalProcessor_ProcessClient, s shape, limit int) ([]*extprocv3.ProcessingResponse, error) {
 	// Room for the headers response, a body in one chunk and the trailers
 	// response: the answer of nearly every request.
 	resps := make([]*extprocv3.ProcessingResponse, 0, 3)
 	gotHeaders, bodyDone, trailersDone := false, !s.hasBody, !s.endedByTrailers
+	bodyBytes := 0
 	for !gotHeaders || !bodyDone || !trailersDone {
+		if limit > 0 && len(resps) > 16+limit/1024 {
+			return nil, &eppanswer.Refusal{Reason: eppanswer.ReasonProtocol, Detail: fmt.Sprintf("more than %d messages in an answer", len(resps)-1)}
+		}
 		resp, err := stream.Recv()
 		if err == io.EOF {
 			return nil, errors.New("the EPP ended the stream before answering")
@@ -368,6 +417,9 @@ func receive(stream extprocv3.ExternalProcessor_ProcessClient, s shape) ([]*extp
 				return nil, errors.New("protocol violation: a request body response before the headers response")
 			}
 			sr := r.RequestBody.GetResponse().GetBodyMutation().GetStreamedResponse()
+			if bodyBytes += len(sr.GetBody()) + len(r.RequestBody.GetResponse().GetBodyMutation().GetBody()); limit > 0 && bodyBytes > limit {
+				return nil, &eppanswer.Refusal{Reason: eppanswer.ReasonProtocol, Detail: fmt.Sprintf("more than %d body bytes in an answer", limit)}
+			}
 			if sr == nil || (sr.GetEndOfStream() && !s.endedByTrailers) {
 				// Without a streamed response the body goes on unchanged,
 				// as in the modes other than FULL_DUPLEX_STREAMED.

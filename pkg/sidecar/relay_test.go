@@ -5,12 +5,14 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/extproc"
 )
 
@@ -60,10 +62,11 @@ func TestForRemote(t *testing.T) {
 				before[i] = proto.Clone(m).(*extprocv3.ProcessingRequest)
 			}
 
-			out := forRemote(msgs, "cluster-b")
+			strip := newRemoteAnswers(eppanswer.Policy{}, nil, nil, logr.Discard()).stripHeaders
+			out := forRemote(msgs, "cluster-b", strip)
 			// Another copy, as for another request relayed from the same
 			// one, must leave the first alone.
-			forRemote(msgs, "cluster-c")
+			forRemote(msgs, "cluster-c", strip)
 
 			for i := range msgs {
 				assert.True(t, proto.Equal(before[i], msgs[i]), "the original message %d changed:\n%v", i, msgs[i])
@@ -130,5 +133,41 @@ func scalarOrNew(fd protoreflect.FieldDescriptor, empty protoreflect.Value) prot
 		return protoreflect.ValueOfBytes([]byte(fd.Name()))
 	default:
 		return empty
+	}
+}
+
+// TestForRemoteStripsCredentials checks that the client's credentials, in
+// the request's headers and trailers, never go to a remote EPP, whatever
+// their case, while the local EPP gets the request as the gateway sent it.
+func TestForRemoteStripsCredentials(t *testing.T) {
+	header := func(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, RawValue: []byte(v)} }
+	msgs := []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			header(":path", "/v1/completions"), header("authorization", "Bearer secret"), header("Cookie", "session=secret"),
+			header("proxy-authorization", "Basic secret"), header("x-api-key", "secret"), header("x-tenant-token", "secret"), header("content-type", "application/json"),
+		}}}}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte("{}")}}},
+		{Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{Trailers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			header("authorization", "Bearer secret"), header("x-checksum", "1"),
+		}}}}},
+	}
+	before := make([]*extprocv3.ProcessingRequest, len(msgs))
+	for i, m := range msgs {
+		before[i] = proto.Clone(m).(*extprocv3.ProcessingRequest)
+	}
+	r := newRemoteAnswers(eppanswer.Policy{}, []string{"X-Tenant-Token"}, nil, logr.Discard())
+	out := forRemote(msgs, "cluster-b", r.stripHeaders)
+
+	names := func(hs []*corev3.HeaderValue) []string {
+		var out []string
+		for _, h := range hs {
+			out = append(out, h.GetKey())
+		}
+		return out
+	}
+	assert.Equal(t, []string{":path", "content-type", RelayedHeader}, names(out[0].GetRequestHeaders().GetHeaders().GetHeaders()))
+	assert.Equal(t, []string{"x-checksum"}, names(out[2].GetRequestTrailers().GetTrailers().GetHeaders()))
+	for i := range msgs {
+		assert.True(t, proto.Equal(before[i], msgs[i]), "the local EPP's message %d changed", i)
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/status"
+
+	"github.com/mci-dev/mci/pkg/eppanswer"
 )
 
 // ResponsePhase says what the sidecar does with the response phase of a
@@ -108,7 +110,12 @@ type eppStream struct {
 // served is not failed because its EPP failed.
 func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.ProtocolConfiguration, resps []*extprocv3.ProcessingResponse) error {
 	e := t.live
-	o := newOwed(cfg, resps, s.bodyAhead, s.relay.timeout, e.cancel)
+	// A remote EPP's answers to the chunks of a streamed body never reach
+	// the gateway (eppanswer.ResponsePhase): they go ahead, whatever
+	// --epp-response-phase says.
+	remote := !t.liveCluster.Local
+	o := newOwed(cfg, resps, s.bodyAhead || remote, s.relay.timeout, e.cancel)
+	o.remote = remote
 	defer o.stop()
 	defer e.cancel(nil)
 	defer linkToGateway(gw, e, o)()
@@ -124,6 +131,15 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 		f := newResponseFrame()
 		if err = e.stream.RecvMsg(f); err != nil {
 			break
+		}
+		if remote {
+			// An answer eppanswer.ResponsePhase refuses (an immediate
+			// response): the sidecar answers the rest of the response
+			// phase itself, the response unchanged.
+			if _, err = eppanswer.ResponsePhase(f.ProcessingResponse); err != nil {
+				s.remote.refused(t.liveCluster, err)
+				break
+			}
 		}
 		immediate, sendErr := o.fromEPP(f, gw)
 		if sendErr != nil {

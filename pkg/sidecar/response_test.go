@@ -16,6 +16,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	"github.com/mci-dev/mci/test/envoyclient"
@@ -80,7 +81,7 @@ func TestServerRelaysTheResponsePhaseToTheEPPThatRouted(t *testing.T) {
 				assert.Zero(t, responseOutcome(h, "cluster-a", ResponseCompleted))
 				return
 			}
-			assert.Equal(t, "epp-a", res.Response.Headers.Get("X-Response-Seen-By"), "the EPP's answer to the response headers reaches the gateway")
+			assert.Empty(t, res.Response.Headers.Get("X-Response-Seen-By"), "a remote EPP's mutation of the response headers does not reach the gateway")
 			// Headers, 8 body chunks, trailers.
 			assert.EqualValues(t, 10, a.responses.Load(), "the EPP got every message of the response phase")
 			assert.Equal(t, []string{"10.1.0.1:8000"}, a.served, "the served report reaches the EPP")
@@ -114,7 +115,7 @@ func TestServerFailedOverRequestTalksOnlyToTheServingEPP(t *testing.T) {
 			assert.EqualValues(t, 1, a.calls.Load(), "cluster-a's EPP was tried")
 			assert.EqualValues(t, 0, a.responses.Load(), "the failed EPP sees no response")
 			assert.Equal(t, chatBody, c.lastBody, "the serving EPP got the whole request")
-			assert.Equal(t, "epp-c", res.Response.Headers.Get("X-Response-Seen-By"))
+			assert.Empty(t, res.Response.Headers.Get("X-Response-Seen-By"), "a remote EPP's mutation does not reach the gateway")
 			assert.EqualValues(t, 10, c.responses.Load(), "the serving EPP got the whole response phase")
 			assert.Equal(t, []string{"10.3.0.1:8000"}, c.served)
 			assert.Equal(t, 1.0, responseOutcome(h, "cluster-c", ResponseCompleted))
@@ -178,7 +179,6 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 		a.respMode.Store(respSlowEnd)
 		res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Response: upstreamResponse()})
 		require.NotNil(t, res.Response)
-		assert.Equal(t, "epp-a", res.Response.Headers.Get("X-Response-Seen-By"))
 		assert.Eventually(t, func() bool { return responseOutcome(h, "cluster-a", ResponseCompleted) == 1 }, 5*time.Second, 5*time.Millisecond,
 			"completed, not canceled: %v canceled", responseOutcome(h, "cluster-a", ResponseCanceled))
 		assert.Empty(t, st.failed)
@@ -226,16 +226,18 @@ func TestServerAnswersTheRestWhenTheEPPFailsMidResponse(t *testing.T) {
 		assert.Len(t, st.failures(), n, "each one counts against the EPP's health, gateway gone or not")
 	})
 
-	t.Run("the EPP's immediate response goes to the gateway", func(t *testing.T) {
-		a, _, h := startOneCluster(t)
+	t.Run("a remote EPP's immediate response is refused and the response goes on", func(t *testing.T) {
+		a, st, h := startOneCluster(t)
 		a.respMode.Store(respImmediate)
 		res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Response: upstreamResponse()})
 		require.NotNil(t, res.Response)
-		require.NotNil(t, res.Response.Immediate)
-		assert.Equal(t, http.StatusBadGateway, res.Response.Immediate.StatusCode)
+		assert.Nil(t, res.Response.Immediate, "the EPP's 502 does not replace the client's response")
+		assert.Equal(t, http.StatusOK, res.Response.Status)
 		// The outcome is counted as the server's stream ends, which may
-		// be just after the gateway got the immediate response.
-		assert.Eventually(t, func() bool { return responseOutcome(h, "cluster-a", ResponseImmediate) == 1 }, 5*time.Second, 5*time.Millisecond)
+		// be just after the gateway got its answers.
+		assert.Eventually(t, func() bool { return responseOutcome(h, "cluster-a", ResponseFailed) == 1 }, 5*time.Second, 5*time.Millisecond)
+		assert.Equal(t, 1.0, testutil.ToFloat64(h.server.metrics.answersRefused.WithLabelValues("cluster-a", eppanswer.ReasonImmediateStatus)))
+		assert.Len(t, st.failures(), 1, "it counts against the EPP's health")
 	})
 }
 
@@ -334,12 +336,12 @@ func TestServerStreamsBodyChunksAtTheModelServersPace(t *testing.T) {
 		{name: "Intercept: the chunk waits for the EPP's answer", phase: ResponsePhaseIntercept},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+			// The local pool's EPP: a remote one's answers to chunks never
+			// reach the gateway, whatever the response phase says.
+			a, _, in := localAndRemoteEPPs(t)
 			a.respMode.Store(respHoldBody)
-			h := startServerWith(t, routetable.Inputs{
-				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
-				Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
-			}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}}, ServerConfig{ResponsePhase: tt.phase})
+			in.Routes = []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.PoolRef("llm", nil)))}
+			h := startServerWith(t, in, &fakeState{}, ServerConfig{ResponsePhase: tt.phase})
 
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -375,13 +377,13 @@ func TestServerStreamsBodyChunksAtTheModelServersPace(t *testing.T) {
 				got = append(got, b)
 			}
 			assert.Equal(t, "data: tok1\n\ndata: tok2\n\n", strings.Join(got, ""), "the body reaches the gateway whole and unchanged")
-			assert.Equal(t, "epp-a", sink.headers.Get("X-Response-Seen-By"), "the EPP's answer to the headers applies")
+			assert.Equal(t, "epp-local", sink.headers.Get("X-Response-Seen-By"), "the EPP's answer to the headers applies")
 			// The end of the body may reach the gateway before the EPP.
 			assert.Eventually(t, func() bool { return len(a.chunksOf()) == 3 }, 5*time.Second, time.Millisecond)
 			assert.Equal(t, []string{"data: tok1\n\n", "data: tok2\n\n", ""}, a.chunksOf(), "the EPP sees every chunk, in order")
 			x.Close()
-			assert.Eventually(t, func() bool { return responseOutcome(h, "cluster-a", ResponseCompleted) == 1 }, 5*time.Second, 5*time.Millisecond)
-			assert.Zero(t, testutil.ToFloat64(h.metrics.lateBody.WithLabelValues("cluster-a")))
+			assert.Eventually(t, func() bool { return responseOutcome(h, routetable.DefaultLocalCluster, ResponseCompleted) == 1 }, 5*time.Second, 5*time.Millisecond)
+			assert.Zero(t, testutil.ToFloat64(h.metrics.lateBody.WithLabelValues(routetable.DefaultLocalCluster)))
 		})
 	}
 }
@@ -400,17 +402,17 @@ func TestServerCountsBodyRewritesThatArriveLate(t *testing.T) {
 		{name: "Intercept: rewritten", phase: ResponsePhaseIntercept, wantBody: "SOME TOKENS"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
+			// The local pool's EPP: a remote one's answers to chunks never
+			// reach the gateway, whatever the response phase says.
+			a, _, in := localAndRemoteEPPs(t)
 			a.respMode.Store(respRewrite)
-			h := startServerWith(t, routetable.Inputs{
-				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
-				Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
-			}, &fakeState{health: map[string]Health{"cluster-a": HealthServing}}, ServerConfig{ResponsePhase: tt.phase})
+			in.Routes = []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.PoolRef("llm", nil)))}
+			h := startServerWith(t, in, &fakeState{}, ServerConfig{ResponsePhase: tt.phase})
 			res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Response: &envoyclient.Response{Body: []byte("some tokens"), ChunkSize: 6}})
 			require.NotNil(t, res.Response)
 			assert.Equal(t, tt.wantBody, string(res.Response.Body))
-			assert.Eventually(t, func() bool { return responseOutcome(h, "cluster-a", ResponseCompleted) == 1 }, 5*time.Second, 5*time.Millisecond)
-			assert.Equal(t, tt.wantLate, testutil.ToFloat64(h.metrics.lateBody.WithLabelValues("cluster-a")))
+			assert.Eventually(t, func() bool { return responseOutcome(h, routetable.DefaultLocalCluster, ResponseCompleted) == 1 }, 5*time.Second, 5*time.Millisecond)
+			assert.Equal(t, tt.wantLate, testutil.ToFloat64(h.metrics.lateBody.WithLabelValues(routetable.DefaultLocalCluster)))
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/requestmodel"
@@ -61,6 +62,19 @@ type ServerConfig struct {
 	// decision, to every routed response. At log level 4 the decisions
 	// are logged whatever it says.
 	ExplainDecisions bool
+	// RemoteDestinations is what remote EPPs' destinations are checked
+	// against beyond what their exporters published (eppanswer); zero:
+	// no denied range, no loopback.
+	RemoteDestinations eppanswer.Policy
+	// StrippedHeaders are request headers that never go to a remote EPP,
+	// beyond DefaultStrippedHeaders.
+	StrippedHeaders []string
+	// MaxStreams bounds the gateway's streams served at once, and
+	// MaxInflightBodyBytes the request body bytes they buffer (counted
+	// twice); beyond either, a stream is answered 503. <= 0: the
+	// defaults.
+	MaxStreams           int64
+	MaxInflightBodyBytes int64
 }
 
 // withDefaults fills the zero fields with their defaults.
@@ -78,6 +92,12 @@ func (cfg ServerConfig) withDefaults() ServerConfig {
 	}
 	if cfg.Memory == (clusterscore.MemoryOptions{}) {
 		cfg.Memory = clusterscore.DefaultMemoryOptions()
+	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.MaxInflightBodyBytes <= 0 {
+		cfg.MaxInflightBodyBytes = DefaultMaxInflightBodyBytes
 	}
 	return cfg
 }
@@ -110,6 +130,10 @@ type Server struct {
 	// know of the clusters).
 	decider
 	relay *relayer
+	// remote keeps remote EPPs to what routing needs; admit bounds the
+	// streams and bytes held at once.
+	remote *remoteAnswers
+	admit  *admission
 	// obs learn what becomes of each request.
 	obs     *observers
 	metrics *Metrics
@@ -139,6 +163,8 @@ func newServer(router *routetable.Router, clusters Clusters, relay *relayer, cfg
 		router:    router,
 		decider:   decider{policies: policies, state: clusters},
 		relay:     relay,
+		remote:    newRemoteAnswers(cfg.RemoteDestinations, cfg.StrippedHeaders, metrics, logger),
+		admit:     newAdmission(cfg.MaxStreams, cfg.MaxInflightBodyBytes, metrics, logger),
 		obs:       newObservers(policies.Memory(), clusters, metrics, logger),
 		metrics:   metrics,
 		maxBody:   cfg.MaxRequestBodyBytes,
@@ -176,12 +202,18 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		s.metrics.streams.Inc()
 		defer s.metrics.streams.Dec()
 	}
-	rec := newRecorder(stream)
+	if !s.admit.enter() {
+		return s.overLimit(stream, LimitStreams)
+	}
+	defer s.admit.leave()
+	rec := newRecorder(stream, s.admit)
+	defer rec.release()
 	req, err := extproc.ReadRequest(rec, s.maxBody)
 	start := time.Now()
 	if err != nil {
 		return s.unread(ctx, stream, err)
 	}
+	s.admit.admitted()
 
 	d := s.decide(s.router.Table(), req, s.arrival(ctx), start, s.explain || s.logger.V(4).Enabled())
 	t := s.obs.track(&d, start, s.explain)
@@ -209,6 +241,8 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 // too large, else the stream's error.
 func (s *Server) unread(ctx context.Context, stream extprocv3.ExternalProcessor_ProcessServer, err error) error {
 	switch {
+	case errors.Is(err, errOverBudget):
+		return s.overLimit(stream, LimitBodyBytes)
 	case errors.Is(err, extproc.ErrBodyTooLarge):
 		s.metrics.request("", OutcomeError, http.StatusRequestEntityTooLarge)
 		return stream.Send(extproc.ErrorResponse(http.StatusRequestEntityTooLarge, err.Error()))
@@ -218,6 +252,25 @@ func (s *Server) unread(ctx context.Context, stream extprocv3.ExternalProcessor_
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return err
+}
+
+// overLimit answers a stream beyond the sidecar's limit (admission) with
+// 503. A stream refused before anything was read is answered once its
+// request headers are in, as the protocol has the gateway wait for an
+// answer to them.
+func (s *Server) overLimit(stream extprocv3.ExternalProcessor_ProcessServer, limit string) error {
+	s.metrics.request("", OutcomeOverLimit, http.StatusServiceUnavailable)
+	if limit == LimitStreams {
+		if _, err := stream.Recv(); err != nil {
+			return err
+		}
+	}
+	return stream.Send(extproc.ErrorResponse(http.StatusServiceUnavailable, "mci-sidecar is at its limit of "+limitText[limit]+"; retry"))
+}
+
+var limitText = map[string]string{
+	LimitStreams:   "streams served at once",
+	LimitBodyBytes: "request bytes buffered at once",
 }
 
 // respond sees the response phase through: relayed to the EPP that routed

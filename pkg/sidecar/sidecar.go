@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
@@ -154,7 +156,9 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 		MetricsPort:        cfg.MetricsPort,
 		TLS:                cfg.TLS,
 		MetricsFilter:      cfg.MetricsFilter,
-	}, s.server, reg, append(serverOptions(), transportOpts...)...)
+	}, s.server, reg, append(serverOptions(), append(transportOpts,
+		// Per connection; the admission bounds the streams across them.
+		grpc.MaxConcurrentStreams(uint32(min(server.MaxStreams, math.MaxUint32))))...)...)
 	if err != nil {
 		return nil, err
 	}

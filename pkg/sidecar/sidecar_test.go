@@ -25,6 +25,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/epp"
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/extproc"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
 	"github.com/mci-dev/mci/pkg/routetable"
@@ -113,13 +114,16 @@ func TestSidecarDataPath(t *testing.T) {
 	imp := sidecartest.Import("llm")
 	eppImported(t, "cluster-a", eppA)(imp)
 	eppImported(t, "cluster-c", eppC)(imp)
+	// The pools' published ports: their model servers'.
+	_, imp.Status.Clusters[0].TargetPortNumber = hostPort(t, msA.Listener.Addr().String())
+	_, imp.Status.Clusters[1].TargetPortNumber = hostPort(t, msC.Listener.Addr().String())
 	r := sidecartest.Route("llm-route", 0, []string{"my.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/v1")}, sidecartest.ImportRef("llm", nil)))
 	r.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw"}}
 
 	s, err := New(Config{
 		BindAddress:    "127.0.0.1",
 		Watch:          WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: routetable.PolicyHealthBased, Gateways: gatewayRefs("example/inf-gw")},
-		Server:         ServerConfig{AttemptTimeout: time.Second, Scheduling: scheduling.DefaultConfig()},
+		Server:         ServerConfig{AttemptTimeout: time.Second, Scheduling: scheduling.DefaultConfig(), RemoteDestinations: eppanswer.Policy{AllowLoopback: true}},
 		HealthInterval: 50 * time.Millisecond,
 		DrainTimeout:   2 * time.Second,
 	}, Clients{

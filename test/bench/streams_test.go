@@ -149,7 +149,7 @@ func benchStreams(b *testing.B, e *env) {
 	for ip, phase := range map[string]string{streamRelayIP: "Relay", streamSkipIP: "Skip", streamInterceptIP: "Intercept"} {
 		runBinary(b, "mci-sidecar", "--kubeconfig="+c.Kubeconfig, "--local-cluster-name=cluster-b", "--inference-models=false",
 			"--bind-address="+ip, "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "-v=0",
-			"--epp-response-phase="+phase, "--metrics-endpoint-auth=false", "--insecure-remote-endpoint-pickers=*")
+			"--epp-response-phase="+phase, "--metrics-endpoint-auth=false", "--insecure-remote-endpoint-pickers=*", "--allow-loopback-destinations")
 	}
 	transport := &http.Transport{Proxy: nil, MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute}
 	b.Cleanup(transport.CloseIdleConnections)

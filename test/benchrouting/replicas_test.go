@@ -53,7 +53,7 @@ func (e *env) startReplicas(ctx context.Context, n int) (gateways []string, stop
 		sidecar, err := e.startProcess(fmt.Sprintf("replica-%d-mci-sidecar", i+2), "mci-sidecar",
 			"--kubeconfig="+e.kubeconfig, "--bind-address="+ip, "--local-cluster-name="+importingCluster,
 			"--gateway="+e.dp.Namespace+"/"+dataPathGateway, "--endpoint-picker-service="+e.dp.Namespace+"/"+dataPathSidecarService, "-v=2",
-			"--metrics-endpoint-auth=false", "--insecure-remote-endpoint-pickers=*")
+			"--metrics-endpoint-auth=false", "--insecure-remote-endpoint-pickers=*", "--allow-loopback-destinations")
 		if err != nil {
 			return nil, stop, err
 		}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
@@ -65,10 +66,13 @@ func TestSidecarShimBehindAGatewayAtUpstreamDefaults(t *testing.T) {
 		})
 	}
 
-	// The sidecar at its defaults, but for the ports: the EPP convention's.
+	// The sidecar at its defaults, but for the ports (the EPP
+	// convention's) and the loopback destinations of a ClusterSet on one
+	// machine.
 	sc, err := sidecar.New(sidecar.Config{
 		BindAddress: ngfSidecarIP, GRPCPort: eppGRPCPort, HealthPort: eppHealthPort, MetricsPort: eppMetricsPort,
-		Watch: sidecar.WatchConfig{LocalCluster: "cluster-b", EndpointPickerServices: []types.NamespacedName{{Namespace: ns, Name: shimServiceName}}},
+		Server: sidecar.ServerConfig{RemoteDestinations: eppanswer.Policy{AllowLoopback: true}},
+		Watch:  sidecar.WatchConfig{LocalCluster: "cluster-b", EndpointPickerServices: []types.NamespacedName{{Namespace: ns, Name: shimServiceName}}},
 	}, sidecar.Clients{Kube: b.kube, MCI: b.mci, Gateway: b.gateway})
 	require.NoError(t, err)
 	done := runSidecar(t, sc)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/envoyclient"
@@ -169,7 +170,7 @@ func newSidecarSetupWith(t *testing.T, ns string, o sidecarOptions) *sidecarSetu
 		// (no namespace controller deletes them) with routes of the same
 		// path.
 		Watch:            sidecar.WatchConfig{LocalCluster: "cluster-b", InferenceModels: o.inferenceModels, Gateways: []types.NamespacedName{{Namespace: ns, Name: "inference-gateway"}}},
-		Server:           sidecar.ServerConfig{AttemptTimeout: 2 * time.Second},
+		Server:           sidecar.ServerConfig{AttemptTimeout: 2 * time.Second, RemoteDestinations: eppanswer.Policy{AllowLoopback: true}},
 		HealthInterval:   o.probeInterval,
 		ScrapeInterval:   o.probeInterval,
 		MetricsTokenFile: o.metricsTokenFile,

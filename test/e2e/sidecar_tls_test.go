@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
@@ -140,7 +141,7 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfTheImportingCluster(t *testin
 		BindAddress:      sidecarIP,
 		SecretNamespaces: []string{ns},
 		Watch:            sidecar.WatchConfig{LocalCluster: "cluster-b", Gateways: []types.NamespacedName{{Namespace: ns, Name: "inference-gateway"}}},
-		Server:           sidecar.ServerConfig{AttemptTimeout: 2 * time.Second},
+		Server:           sidecar.ServerConfig{AttemptTimeout: 2 * time.Second, RemoteDestinations: eppanswer.Policy{AllowLoopback: true}},
 		HealthInterval:   200 * time.Millisecond,
 	}, sidecar.Clients{Kube: b.kube, MCI: b.mci, Gateway: b.gateway})
 	require.NoError(t, err)

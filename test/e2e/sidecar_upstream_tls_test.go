@@ -17,6 +17,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
@@ -73,7 +74,7 @@ func TestSidecarReachesAnEPPWithTheUpstreamDefaultsAndHonoursBackendTLSPolicy(t 
 		BindAddress:      sidecarIP,
 		SecretNamespaces: []string{ns},
 		Watch:            sidecar.WatchConfig{LocalCluster: "cluster-b", Gateways: []types.NamespacedName{{Namespace: ns, Name: "inference-gateway"}}},
-		Server:           sidecar.ServerConfig{AttemptTimeout: 2 * time.Second},
+		Server:           sidecar.ServerConfig{AttemptTimeout: 2 * time.Second, RemoteDestinations: eppanswer.Policy{AllowLoopback: true}},
 		HealthInterval:   200 * time.Millisecond,
 	}, sidecar.Clients{Kube: b.kube, MCI: b.mci, Gateway: b.gateway})
 	require.NoError(t, err)

@@ -279,7 +279,11 @@ func (cs *ClusterSet) StartDataPath(ctx context.Context, opts DataPathOptions) (
 		// Scraped freely here (the soak, a person with curl), as mci-epp's.
 		"--metrics-endpoint-auth=false",
 		// The local ClusterSet's EPPs serve plaintext on loopback.
-		"--insecure-remote-endpoint-pickers=*"}
+		"--insecure-remote-endpoint-pickers=*",
+		// Every pod of a ClusterSet on one machine has a loopback address:
+		// the one place remote EPPs may name loopback destinations (the
+		// sidecar logs it, and its metrics show it).
+		"--allow-loopback-destinations"}
 	if opts.LocalPool {
 		scArgs = append(scArgs, "--endpoint-picker-service="+DataPathNamespace+"/"+dataPathSidecarService)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -31,6 +32,7 @@ import (
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppaddr"
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
@@ -84,6 +86,14 @@ type Options struct {
 	MaxSessions       int
 	PrefixIndexBlocks int
 	ExplainDecisions  bool
+
+	ServiceClusterIPRanges    []string
+	ClusterCIDRs              []string
+	DeniedDestinationCIDRs    []string
+	AllowLoopbackDestinations bool
+	RemoteEPPStrippedHeaders  []string
+	MaxStreams                int64
+	MaxInflightBodyBytes      int64
 }
 
 // NewOptions returns the defaults: the ports of the Endpoint Picker
@@ -113,6 +123,8 @@ func NewOptions() *Options {
 		SessionTTL:           clusterscore.DefaultMemoryOptions().SessionTTL,
 		MaxSessions:          clusterscore.DefaultMemoryOptions().Sessions,
 		PrefixIndexBlocks:    clusterscore.DefaultMemoryOptions().PrefixBlocks,
+		MaxStreams:           sidecar.DefaultMaxStreams,
+		MaxInflightBodyBytes: sidecar.DefaultMaxInflightBodyBytes,
 	}
 }
 
@@ -185,6 +197,13 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.IntVar(&o.PrefixIndexBlocks, "prefix-index-blocks", o.PrefixIndexBlocks, "Capacity of the prefix-cache affinity index in prompt blocks of 64 bytes (32 bytes of memory each, allocated at start): which cluster recently served which prompt prefix, for the prefix-cache scorer (PrefixAffinity).")
 	fs.BoolVar(&o.ExplainDecisions, "explain-decisions", o.ExplainDecisions, "Add the response header "+sidecar.ScoresHeader+" naming, per cluster, the policy's verdict, tier and scores of the request's cluster decision. (At log level 4 every decision is logged with its scores whatever this says.)")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "On SIGTERM, how long open ext_proc streams may take to finish.")
+	fs.StringSliceVar(&o.ServiceClusterIPRanges, "service-cluster-ip-range", o.ServiceClusterIPRanges, "CIDRs of this cluster's Service addresses (kube-apiserver's --service-cluster-ip-range), comma-separated: no remote EPP may name a destination in them. Default: none, which the sidecar logs at start and mci_sidecar_remote_destination_denied_ranges shows.")
+	fs.StringSliceVar(&o.ClusterCIDRs, "cluster-cidr", o.ClusterCIDRs, "CIDRs of this cluster's Pod addresses (kube-controller-manager's --cluster-cidr), comma-separated: no remote EPP may name a destination in them.")
+	fs.StringSliceVar(&o.DeniedDestinationCIDRs, "denied-destination-cidrs", o.DeniedDestinationCIDRs, "More CIDRs no remote EPP may name a destination in, such as the nodes' network. Loopback, link-local (cloud metadata servers), multicast, unspecified and NAT64 addresses are always refused.")
+	fs.BoolVar(&o.AllowLoopbackDestinations, "allow-loopback-destinations", o.AllowLoopbackDestinations, "Let remote EPPs name loopback destinations. Only for a ClusterSet on one machine, where every pod has a loopback address (the local ClusterSet of the tests); never in a cluster, where it would let any exporter aim the gateway at the gateway pod's own ports. Logged at start and shown by mci_sidecar_remote_destinations_loopback_allowed.")
+	fs.StringSliceVar(&o.RemoteEPPStrippedHeaders, "remote-epp-stripped-headers", o.RemoteEPPStrippedHeaders, "Request headers that never go to a remote cluster's EPP, beyond "+strings.Join(sidecar.DefaultStrippedHeaders, ", ")+", which never do. Comma-separated, case-insensitive.")
+	fs.Int64Var(&o.MaxStreams, "max-streams", o.MaxStreams, "Most ext_proc streams of the gateway served at once (also each connection's HTTP/2 MAX_CONCURRENT_STREAMS); beyond it a stream is answered 503 and counted in mci_sidecar_admission_refused_total. The default suits the chart's 512Mi memory limit.")
+	fs.Int64Var(&o.MaxInflightBodyBytes, "max-inflight-body-bytes", o.MaxInflightBodyBytes, "Most request body bytes buffered at once across streams, each counted twice (the body read whole and the messages kept to replay it to the next cluster); a body that would pass it is answered 503 and counted in mci_sidecar_admission_refused_total. The default (256Mi) suits the chart's 512Mi memory limit.")
 	version.AddFlag(cmd)
 	return cmd
 }
@@ -260,10 +279,38 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %q is not a header or cookie name", flag, name))
 		}
 	}
+	if _, err := o.deniedDestinations(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, h := range o.RemoteEPPStrippedHeaders {
+		if !httpguts.ValidHeaderFieldName(h) {
+			errs = append(errs, fmt.Errorf("--remote-epp-stripped-headers %q is not a header name", h))
+		}
+	}
+	if o.MaxStreams <= 0 || o.MaxInflightBodyBytes <= 0 {
+		errs = append(errs, errors.New("--max-streams and --max-inflight-body-bytes must be positive"))
+	} else if o.MaxInflightBodyBytes < 2*o.MaxRequestBodyBytes {
+		errs = append(errs, fmt.Errorf("--max-inflight-body-bytes (%d) must hold one body of --max-request-body-bytes counted twice (%d)", o.MaxInflightBodyBytes, 2*o.MaxRequestBodyBytes))
+	}
 	if o.SessionTTL <= 0 || o.MaxSessions <= 0 || o.PrefixIndexBlocks <= 0 {
 		errs = append(errs, errors.New("--session-ttl, --max-sessions and --prefix-index-blocks must be positive"))
 	}
 	return utilerrors.NewAggregate(errs)
+}
+
+// deniedDestinations are the ranges no remote destination may be in.
+func (o *Options) deniedDestinations() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for flag, cidrs := range map[string][]string{"--service-cluster-ip-range": o.ServiceClusterIPRanges, "--cluster-cidr": o.ClusterCIDRs, "--denied-destination-cidrs": o.DeniedDestinationCIDRs} {
+		for _, c := range cidrs {
+			p, err := netip.ParsePrefix(strings.TrimSpace(c))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", flag, err)
+			}
+			out = append(out, p.Masked())
+		}
+	}
+	return out, nil
 }
 
 func (o *Options) gateways() ([]types.NamespacedName, error) {
@@ -308,6 +355,10 @@ func (o *Options) Config() (sidecar.Config, error) {
 	if err != nil {
 		return sidecar.Config{}, fmt.Errorf("--ext-proc-tls %w", err)
 	}
+	denied, err := o.deniedDestinations()
+	if err != nil {
+		return sidecar.Config{}, err
+	}
 	return sidecar.Config{
 		BindAddress:        o.BindAddress,
 		ExtProcBindAddress: o.extProcBindAddress(),
@@ -341,6 +392,13 @@ func (o *Options) Config() (sidecar.Config, error) {
 				EWMAAlpha: clusterscore.DefaultEWMAAlpha,
 			},
 			ExplainDecisions: o.ExplainDecisions,
+			RemoteDestinations: eppanswer.Policy{
+				Denied:        denied,
+				AllowLoopback: o.AllowLoopbackDestinations,
+			},
+			StrippedHeaders:      o.RemoteEPPStrippedHeaders,
+			MaxStreams:           o.MaxStreams,
+			MaxInflightBodyBytes: o.MaxInflightBodyBytes,
 		},
 		HealthInterval:         o.HealthInterval,
 		HealthTimeout:          o.HealthTimeout,

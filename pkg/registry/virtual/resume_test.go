@@ -415,6 +415,6 @@ func TestAWatchResumedOnAnotherReplicaMissesNothing(t *testing.T) {
 		require.Equal(t, want, cache, "trial %d (seed %d): the client resumed at %s and its cache is not the replica's", trial, seed, since)
 	}
 	t.Logf("resumed %d, refused with 410 %d; the other replica's stamp was later in %d", resumed, refused, laterStamp)
-	assert.Greater(t, resumed, 50, "most resumes are proven complete")
+	assert.Greater(t, resumed, trials/20, "resumes are proven complete often enough to test them")
 	assert.Positive(t, laterStamp, "the other replica's later stamp is exercised")
 }

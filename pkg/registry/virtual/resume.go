@@ -24,10 +24,11 @@ import (
 // The membership stamp (reachabilityComponent) is the other replica's
 // clock, and what this Store learnt of a member out of that member's order
 // has no place in the other replica's history: a member joined, left, was
-// replaced or changed reachability (member events), or an informer relisted
-// (the relist passes on objects at resourceVersions the Store has passed,
-// and deletions at the deleted object's last one). Such a pass leaves a
-// mark: the member and its component then. A mark is settled by the
+// replaced or changed reachability (member events), or a relist found
+// what changed while a watch was down (events without a resourceVersion,
+// which the member caches send for deletions seen through a relist, and
+// must send for every relist). Such a pass leaves a mark: the member and
+// its component then. A mark is settled by the
 // member's next move, to p: the member's data at p includes whatever the
 // relist or the replacement found, so a version whose component is at
 // least p has seen it. A version below p may hold an object this Store
@@ -46,20 +47,13 @@ type unplacedMark struct {
 
 // memberEvents summarizes a member's events of one pass.
 type memberEvents struct {
-	// oldest is the oldest resourceVersion (0 for a member event or an
-	// event without one).
-	oldest uint64
-	n      int
+	// unplaced: a member event, or one without a resourceVersion.
+	unplaced bool
+	n        int
 }
 
 func (e memberEvents) add(ev clusterset.Event) memberEvents {
-	rv := ev.ResourceVersion
-	if ev.Kind == clusterset.KindMember {
-		rv = 0
-	}
-	if e.n == 0 || rv < e.oldest {
-		e.oldest = rv
-	}
+	e.unplaced = e.unplaced || ev.Kind == clusterset.KindMember || ev.ResourceVersion == 0
 	e.n++
 	return e
 }
@@ -71,13 +65,13 @@ type span struct{ from, to uint64 }
 
 // placeLocked looks at each member's events of a pass before the pass
 // moves the version to advanced. It returns the members with an event out
-// of the member's order (a member event, or a resourceVersion the version
-// has passed), and records the span of each member whose several events
+// of the member's order (a member event, or one without a
+// resourceVersion), and records the span of each member whose several events
 // the pass folds (merged with the spans since the last change).
 func (s *Store) placeLocked(events map[string]memberEvents, advanced Version) []string {
 	var names []string
 	for m, e := range events {
-		if e.oldest <= s.version[m] {
+		if e.unplaced {
 			names = append(names, m)
 		}
 		if e.n < 2 || advanced[m] <= s.version[m] {

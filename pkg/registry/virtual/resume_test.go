@@ -190,8 +190,9 @@ type simStep struct {
 }
 
 // apply does step on replica r of store s, notifying s as the member
-// caches would: a relist passes every object it lists on at its
-// resourceVersion, and every deletion at the deleted object's last one.
+// caches must: a relist passes every object it lists on at its
+// resourceVersion, every deletion without one, and says that it relisted
+// (an event without a resourceVersion).
 func (w *simWorld) apply(r *simReplica, s *Store, st simStep) {
 	if st.flip {
 		m := w.flips[r.flipped]
@@ -221,12 +222,13 @@ func (w *simWorld) apply(r *simReplica, s *Store, st simStep) {
 		ns, name := splitKey(k)
 		s.Notify(clusterset.Event{Member: st.member, Kind: clusterset.KindInferencePool, Namespace: ns, Name: name, ResourceVersion: o.rv})
 	}
-	for k, o := range before {
+	for k := range before {
 		if _, ok := r.data[st.member][k]; !ok {
 			ns, name := splitKey(k)
-			s.Notify(clusterset.Event{Member: st.member, Kind: clusterset.KindInferencePool, Namespace: ns, Name: name, ResourceVersion: o.rv})
+			s.Notify(clusterset.Event{Member: st.member, Kind: clusterset.KindInferencePool, Namespace: ns, Name: name})
 		}
 	}
+	s.Notify(clusterset.Event{Member: st.member, Kind: clusterset.KindInferencePool, Namespace: "ns", Name: st.member})
 }
 
 func newSimWorld(rng *rand.Rand) *simWorld {
@@ -243,7 +245,7 @@ func newSimWorld(rng *rand.Rand) *simWorld {
 			w.changes[m] = append(w.changes[m], c)
 		}
 	}
-	for range rng.Intn(4) {
+	for range rng.Intn(3) {
 		w.flips = append(w.flips, w.members[rng.Intn(len(w.members))])
 	}
 	return w
@@ -272,13 +274,13 @@ func (w *simWorld) schedule(rng *rand.Rand) []simStep {
 		if len(choices) == 0 {
 			return steps
 		}
-		st := simStep{member: choices[rng.Intn(len(choices))], recheck: rng.Intn(3) > 0}
+		st := simStep{member: choices[rng.Intn(len(choices))], recheck: rng.Intn(2) > 0}
 		if st.member == "" {
 			st.flip = true
 			flips--
 		} else {
 			st.n = 1
-			if rng.Intn(6) == 0 {
+			if rng.Intn(10) == 0 {
 				st.n = 1 + rng.Intn(left[st.member])
 			}
 			left[st.member] -= st.n

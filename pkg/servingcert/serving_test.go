@@ -47,7 +47,8 @@ func TestTheServingCertificateIsRenewedWhileTheServerRuns(t *testing.T) {
 	}}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{APIServiceGVR: "APIServiceList"}, apiService)
 	kube := kubefake.NewClientset()
-	validity := 3 * time.Second
+	// Short, with room for a loaded machine: renewed 2s before its end.
+	validity := 6 * time.Second
 	serving, err := NewServing(ctx, kube, dyn, Options{
 		Namespace:       "mci-system",
 		SecretName:      "mci-apiserver-serving-cert",

@@ -2,7 +2,10 @@
 // that its APIService trusts, without cert-manager and without
 // insecureSkipTLSVerify: the certificate and the CA that signed it live in a
 // kubernetes.io/tls Secret (created when missing, replaced when it no longer
-// fits or nears its end), and the CA goes into the APIService's caBundle.
+// fits or has lived two thirds of its validity), and the CA goes into the
+// APIService's caBundle. While the server runs, Serving checks the Secret
+// again and again, renews the certificate in time and serves the new one
+// to new connections (Serving).
 //
 // Replicas share the Secret: the first to start creates it, the others
 // read it. The names the certificate is valid for come from the
@@ -37,12 +40,16 @@ import (
 // tls.crt (serving certificate, then the CA) and tls.key.
 const CAKey = "ca.crt"
 
-// Validity is how long a generated certificate and its CA are valid;
-// RenewBefore is how long before the end a starting server replaces them.
-const (
-	Validity    = 365 * 24 * time.Hour
-	RenewBefore = 30 * 24 * time.Hour
-)
+// Validity is how long a generated certificate and its CA are valid by
+// default. A certificate is replaced once less than a third of its
+// validity is left: a server that cannot reach its cluster when that time
+// comes still has months to try again.
+const Validity = 365 * 24 * time.Hour
+
+// RefreshInterval is how often a running server reads the Secret again by
+// default: to renew the certificate in time, and to serve the one another
+// replica renewed.
+const RefreshInterval = time.Minute
 
 // APIServiceGVR is the aggregator's APIService resource.
 var APIServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
@@ -58,6 +65,24 @@ type Options struct {
 	// APIServiceWait is how long to wait for the APIService to exist: the
 	// server's pod may start before `kubectl apply` reaches it.
 	APIServiceWait time.Duration
+	// Validity of a generated certificate (0: Validity).
+	Validity time.Duration
+	// RefreshInterval of a running server (0: RefreshInterval).
+	RefreshInterval time.Duration
+}
+
+func (o Options) validity() time.Duration {
+	if o.Validity > 0 {
+		return o.Validity
+	}
+	return Validity
+}
+
+func (o Options) refreshInterval() time.Duration {
+	if o.RefreshInterval > 0 {
+		return o.RefreshInterval
+	}
+	return RefreshInterval
 }
 
 // Bundle is the serving certificate chain and key, and the CA that the
@@ -74,42 +99,78 @@ type Bundle struct {
 // creating or renewing the Secret as needed, and makes the APIService's
 // caBundle trust it.
 func Ensure(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, o Options) (*Bundle, error) {
+	b, _, err := ensure(ctx, kube, dyn, o)
+	return b, err
+}
+
+// ensure is Ensure, and says whether the APIService trusted the
+// certificate already when it was read (rather than only since this call
+// wrote its caBundle, which the aggregator may not have seen yet).
+func ensure(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, o Options) (b *Bundle, trusted bool, err error) {
 	logger := klog.FromContext(ctx)
 	apiService, err := waitForAPIService(ctx, dyn, o.APIService, o.APIServiceWait)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	hosts, err := serviceHosts(apiService)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	b, replaced, err := ensureSecret(ctx, kube, o, hosts)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	certificateExpiry.Set(float64(b.NotAfter.Unix()))
-	logger.Info("Serving with the certificate of the Secret", "secret", o.Namespace+"/"+o.SecretName, "notAfter", b.NotAfter.UTC().Format(time.RFC3339), "renewedAtAStartAfter", b.NotAfter.Add(-RenewBefore).UTC().Format(time.RFC3339))
-	// While the other replicas still serve the replaced certificate, the
-	// aggregator must trust its CA too.
-	caBundle := b.CAPEM
-	if _, err := cert.ParseCertsPEM(replaced); err == nil {
-		caBundle = append(append([]byte{}, b.CAPEM...), replaced...)
-	} else {
-		replaced = nil
-	}
+	logger.V(4).Info("Read the certificate of the Secret", "secret", o.Namespace+"/"+o.SecretName, "notAfter", b.NotAfter.UTC().Format(time.RFC3339), "renewedAfter", b.NotAfter.Add(-o.validity()/3).UTC().Format(time.RFC3339))
 	current, _, _ := unstructured.NestedString(apiService.Object, "spec", "caBundle")
-	if current == base64.StdEncoding.EncodeToString(caBundle) || (replaced == nil && trusts(current, b)) {
-		return b, nil
+	if replaced == nil && trusts(current, b) {
+		return b, true, nil
 	}
+	// While other replicas still serve the certificate it replaces, the
+	// aggregator must trust its CA too: the CAs the caBundle holds stay,
+	// but for those that have expired.
+	caBundle := mergeCAs(b.CAPEM, [][]byte{replaced, decodeBase64(current)}, time.Now())
 	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"caBundle": base64.StdEncoding.EncodeToString(caBundle)}})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if _, err := dyn.Resource(APIServiceGVR).Patch(ctx, o.APIService, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return nil, fmt.Errorf("writing the caBundle of APIService %s: %w", o.APIService, err)
+		return nil, false, fmt.Errorf("writing the caBundle of APIService %s: %w", o.APIService, err)
 	}
 	logger.Info("APIService now trusts the serving certificate's CA", "apiService", o.APIService, "secret", o.Namespace+"/"+o.SecretName)
-	return b, nil
+	return b, false, nil
+}
+
+// mergeCAs is ca followed by the certificates of others that are not ca
+// and have not expired at now.
+func mergeCAs(ca []byte, others [][]byte, now time.Time) []byte {
+	out := append([]byte{}, ca...)
+	seen := map[string]bool{}
+	if certs, err := cert.ParseCertsPEM(ca); err == nil {
+		for _, c := range certs {
+			seen[string(c.Raw)] = true
+		}
+	}
+	for _, pemBytes := range others {
+		certs, err := cert.ParseCertsPEM(pemBytes)
+		if err != nil {
+			continue
+		}
+		for _, c := range certs {
+			if seen[string(c.Raw)] || now.After(c.NotAfter) {
+				continue
+			}
+			seen[string(c.Raw)] = true
+			if enc, err := cert.EncodeCertificates(c); err == nil {
+				out = append(out, enc...)
+			}
+		}
+	}
+	return out
+}
+
+func decodeBase64(s string) []byte {
+	b, _ := base64.StdEncoding.DecodeString(s)
+	return b
 }
 
 func waitForAPIService(ctx context.Context, dyn dynamic.Interface, name string, timeout time.Duration) (*unstructured.Unstructured, error) {
@@ -171,12 +232,12 @@ func ensureSecret(ctx context.Context, kube kubernetes.Interface, o Options, hos
 			return nil, nil, fmt.Errorf("reading Secret %s/%s: %w", o.Namespace, o.SecretName, err)
 		}
 		if err == nil {
-			b, problem := usable(existing, hosts, time.Now())
+			b, problem := usable(existing, hosts, time.Now(), o.validity())
 			if problem == "" {
 				return b, nil, nil
 			}
 			logger.Info("Replacing the serving certificate", "secret", o.Namespace+"/"+o.SecretName, "reason", problem)
-			fresh, err := generate(hosts)
+			fresh, err := generate(hosts, o.validity())
 			if err != nil {
 				return nil, nil, err
 			}
@@ -191,7 +252,7 @@ func ensureSecret(ctx context.Context, kube kubernetes.Interface, o Options, hos
 			}
 			return fresh, existing.Data[CAKey], nil
 		}
-		fresh, err := generate(hosts)
+		fresh, err := generate(hosts, o.validity())
 		if err != nil {
 			return nil, nil, err
 		}
@@ -216,11 +277,13 @@ func ensureSecret(ctx context.Context, kube kubernetes.Interface, o Options, hos
 	return nil, nil, fmt.Errorf("Secret %s/%s kept changing while this server read it; another writer is at work", o.Namespace, o.SecretName)
 }
 
-func generate(hosts []string) (*Bundle, error) {
+func generate(hosts []string, validity time.Duration) (*Bundle, error) {
 	chain, key, err := cert.GenerateSelfSignedCertKeyWithOptions(cert.SelfSignedCertKeyOptions{
 		Host:         hosts[0],
 		AlternateDNS: hosts[1:],
-		MaxAge:       Validity,
+		// client-go back-dates the certificate by an hour (for clocks
+		// behind), and counts MaxAge from there.
+		MaxAge: validity + time.Hour,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("generating a serving certificate for %v: %w", hosts, err)
@@ -242,8 +305,8 @@ func (b *Bundle) data() map[string][]byte {
 
 // usable says why the Secret's certificate does not fit ("" when it does):
 // it must parse, match its key, be signed by the Secret's CA for every
-// host, and stay valid for longer than RenewBefore.
-func usable(s *corev1.Secret, hosts []string, now time.Time) (*Bundle, string) {
+// host, and stay valid for more than a third of validity.
+func usable(s *corev1.Secret, hosts []string, now time.Time, validity time.Duration) (*Bundle, string) {
 	b := &Bundle{CertPEM: s.Data[corev1.TLSCertKey], KeyPEM: s.Data[corev1.TLSPrivateKeyKey], CAPEM: s.Data[CAKey]}
 	if _, err := tls.X509KeyPair(b.CertPEM, b.KeyPEM); err != nil {
 		return nil, fmt.Sprintf("tls.crt and tls.key are not a key pair: %v", err)
@@ -261,8 +324,8 @@ func usable(s *corev1.Secret, hosts []string, now time.Time) (*Bundle, string) {
 			return nil, fmt.Sprintf("the certificate does not verify for %s: %v", h, err)
 		}
 	}
-	if left := leaf.NotAfter.Sub(now); left < RenewBefore {
-		return nil, fmt.Sprintf("the certificate expires at %s, within %s", leaf.NotAfter.UTC().Format(time.RFC3339), RenewBefore)
+	if left := leaf.NotAfter.Sub(now); left < validity/3 {
+		return nil, fmt.Sprintf("the certificate expires at %s, within a third of its validity (%s)", leaf.NotAfter.UTC().Format(time.RFC3339), validity/3)
 	}
 	b.NotAfter = leaf.NotAfter
 	return b, ""

@@ -1,6 +1,7 @@
 package servingcert
 
 import (
+	"crypto/x509"
 	"encoding/base64"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/cert"
 )
 
 var testHosts = []string{"mci-apiserver.mci-system.svc", "mci-apiserver.mci-system.svc.cluster.local"}
@@ -18,9 +20,9 @@ func secretOf(b *Bundle) *corev1.Secret {
 }
 
 func TestUsable(t *testing.T) {
-	good, err := generate(testHosts)
+	good, err := generate(testHosts, Validity)
 	require.NoError(t, err)
-	other, err := generate([]string{"other.mci-system.svc"})
+	other, err := generate([]string{"other.mci-system.svc"}, Validity)
 	require.NoError(t, err)
 	leaf, err := leafOf(good.CertPEM)
 	require.NoError(t, err)
@@ -35,7 +37,8 @@ func TestUsable(t *testing.T) {
 	}{
 		{name: "a fresh certificate for the service is kept", secret: secretOf(good), now: time.Now()},
 		{name: "a certificate for another service is replaced", secret: secretOf(other), now: time.Now(), wantProblem: "does not verify for mci-apiserver.mci-system.svc"},
-		{name: "a certificate near its end is replaced", secret: secretOf(good), now: leaf.NotAfter.Add(-RenewBefore / 2), wantProblem: "expires at"},
+		{name: "a certificate with more than a third of its validity left is kept", secret: secretOf(good), now: leaf.NotAfter.Add(-Validity / 2)},
+		{name: "a certificate near its end is replaced", secret: secretOf(good), now: leaf.NotAfter.Add(-Validity / 4), wantProblem: "expires at"},
 		{name: "a certificate with someone else's key is replaced", secret: secretOf(&Bundle{CertPEM: good.CertPEM, KeyPEM: other.KeyPEM, CAPEM: good.CAPEM}), now: time.Now(), wantProblem: "not a key pair"},
 		{name: "a certificate that the stored CA did not sign is replaced", secret: secretOf(&Bundle{CertPEM: good.CertPEM, KeyPEM: good.KeyPEM, CAPEM: other.CAPEM}), now: time.Now(), wantProblem: "does not verify"},
 		{name: "a Secret without a CA is replaced", secret: secretOf(&Bundle{CertPEM: good.CertPEM, KeyPEM: good.KeyPEM}), now: time.Now(), wantProblem: "holds no CA certificate"},
@@ -43,7 +46,7 @@ func TestUsable(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b, problem := usable(tc.secret, testHosts, tc.now)
+			b, problem := usable(tc.secret, testHosts, tc.now, Validity)
 			if tc.wantProblem == "" {
 				assert.Empty(t, problem)
 				assert.Equal(t, good, b)
@@ -81,9 +84,9 @@ func TestServiceHosts(t *testing.T) {
 }
 
 func TestTrusts(t *testing.T) {
-	a, err := generate(testHosts)
+	a, err := generate(testHosts, Validity)
 	require.NoError(t, err)
-	b, err := generate(testHosts)
+	b, err := generate(testHosts, Validity)
 	require.NoError(t, err)
 	enc := base64.StdEncoding.EncodeToString
 	assert.True(t, trusts(enc(a.CAPEM), a))
@@ -91,4 +94,32 @@ func TestTrusts(t *testing.T) {
 	assert.False(t, trusts(enc(b.CAPEM), a))
 	assert.False(t, trusts("not base64!", a))
 	assert.False(t, trusts("", a))
+}
+
+// The caBundle written at a renewal trusts the new CA first, keeps the CAs
+// that other replicas may still serve, each once, and drops those expired.
+func TestMergeCAs(t *testing.T) {
+	a, err := generate(testHosts, Validity)
+	require.NoError(t, err)
+	b, err := generate(testHosts, Validity)
+	require.NoError(t, err)
+	old, err := generate(testHosts, time.Minute)
+	require.NoError(t, err)
+	merged := mergeCAs(a.CAPEM, [][]byte{b.CAPEM, append(append([]byte{}, a.CAPEM...), b.CAPEM...), old.CAPEM, []byte("not PEM")}, time.Now())
+	certs, err := cert.ParseCertsPEM(merged)
+	require.NoError(t, err)
+	require.Len(t, certs, 3)
+	want := func(b *Bundle) *x509.Certificate {
+		c, err := cert.ParseCertsPEM(b.CAPEM)
+		require.NoError(t, err)
+		return c[0]
+	}
+	assert.True(t, certs[0].Equal(want(a)), "the new CA first")
+	assert.True(t, certs[1].Equal(want(b)))
+	assert.True(t, certs[2].Equal(want(old)), "a CA that has not expired stays")
+
+	merged = mergeCAs(a.CAPEM, [][]byte{old.CAPEM}, time.Now().Add(2*time.Minute))
+	certs, err = cert.ParseCertsPEM(merged)
+	require.NoError(t, err)
+	assert.Len(t, certs, 1, "an expired CA is dropped")
 }

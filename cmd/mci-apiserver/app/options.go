@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
-	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	utilcompatibility "k8s.io/apiserver/pkg/util/compatibility"
 	"k8s.io/client-go/dynamic"
@@ -167,7 +166,7 @@ status entry of each exported InferencePool (one elected replica writes;
 	fs.BoolVar(&o.ExportedStatus, "exported-status", o.ExportedStatus, "Write, on each InferencePool of the local cluster that carries an export annotation, a status.parents entry for its InferencePoolImport with the Exported condition (upstream proposal 1374). One replica writes, elected with the Lease "+exportstatus.LeaseName+" in --namespace; it writes only when the export state changes. With false nothing is written, and entries written before stay as they are.")
 	fs.StringVar(&o.MemberSummaries, "member-summaries", o.MemberSummaries, "How members other than the local cluster are read: \"auto\" reads a member through the InferencePoolExportSummaries and InferenceClusterSummary its own mci-apiserver publishes (two watches, no watch of its objects) when its API discovery lists them, and watches its InferencePools, Namespaces, Services, EndpointSlices and Gateways otherwise; \"never\" always watches its objects. See docs/membership.md.")
 	fs.DurationVar(&o.RemoveAfter, "member-remove-after", o.RemoveAfter, "How long a member may fail to answer before its data is dropped: the pools it exported leave the imports (watchers see them change or go) until it answers again. Must exceed --member-unreachable-after.")
-	fs.StringVar(&o.ServingCertSecret, "serving-cert-secret", o.ServingCertSecret, "Name of a kubernetes.io/tls Secret in --namespace to serve with, for clusters without cert-manager: when missing, or no longer valid for the Service that APIService "+apiServiceName+" names, or within 30 days of its end, the server creates a certificate signed by a new self-signed CA there, and writes that CA into the APIService's caBundle. Replicas share the Secret. Exclusive with --tls-cert-file.")
+	fs.StringVar(&o.ServingCertSecret, "serving-cert-secret", o.ServingCertSecret, "Name of a kubernetes.io/tls Secret in --namespace to serve with, for clusters without cert-manager: when missing, or no longer valid for the Service that APIService "+apiServiceName+" names, or past two thirds of its validity (checked every minute while the server runs), the server creates a certificate signed by a new self-signed CA there, and writes that CA into the APIService's caBundle. Replicas share the Secret. Exclusive with --tls-cert-file.")
 	addMemberLimitFlags(fs, &o.MemberLimits)
 	addClusterProfileFlags(fs, o)
 	version.AddFlag(cmd)
@@ -464,7 +463,9 @@ func (o *Options) useServingCertSecret(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b, err := servingcert.Ensure(ctx, kube, dyn, servingcert.Options{
+	// The generic API server runs it (a ControllerRunner): it renews the
+	// certificate while the server runs, and new handshakes get the new one.
+	serving, err := servingcert.NewServing(ctx, kube, dyn, servingcert.Options{
 		Namespace:      o.Namespace,
 		SecretName:     o.ServingCertSecret,
 		APIService:     apiServiceName,
@@ -473,10 +474,6 @@ func (o *Options) useServingCertSecret(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--serving-cert-secret: %w", err)
 	}
-	content, err := dynamiccertificates.NewStaticCertKeyContent("serving-cert-secret::"+o.Namespace+"/"+o.ServingCertSecret, b.CertPEM, b.KeyPEM)
-	if err != nil {
-		return fmt.Errorf("--serving-cert-secret: %w", err)
-	}
-	o.Recommended.SecureServing.ServerCert.GeneratedCert = content
+	o.Recommended.SecureServing.ServerCert.GeneratedCert = serving
 	return nil
 }

@@ -24,17 +24,32 @@ type computed struct {
 // version, and sends the changes to the history and the watchers.
 func (s *Store) recompute(ctx context.Context) {
 	s.pendingMu.Lock()
-	dirty, advanced := s.pending, s.pendingV
-	s.pending, s.pendingV = Dirty{}, Version{}
+	dirty, advanced, events := s.pending, s.pendingV, s.pendingEvents
+	s.pending, s.pendingV, s.pendingEvents = Dirty{}, Version{}, map[string]memberEvents{}
 	s.pendingMu.Unlock()
 
-	results, replaceNamespace := s.compute(s.cluster.Snapshot(), dirty)
+	cs := s.cluster.Snapshot()
+	// Every object served at a version is computed with the view the
+	// version names: a view that changed before its member event arrived
+	// recomputes everything now.
+	view := viewOf(cs)
+	s.mu.RLock()
+	viewChanged := s.version[viewComponent] != view
+	s.mu.RUnlock()
+	if viewChanged {
+		dirty.All = true
+		advanced.advance(viewComponent, view)
+		advanced.advance(reachabilityComponent, uint64(s.now().UnixMilli()))
+	}
+	results, replaceNamespace := s.compute(cs, dirty)
 
 	now := metav1.NewTime(s.now().Truncate(time.Second))
 	log := klog.FromContext(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unplaced := s.placeLocked(events, advanced)
 	moved := s.advanceLocked(advanced)
+	s.markLocked(unplaced)
 	changes, present := s.applyLocked(log, results, now)
 	changes = append(changes, s.deleteUncomputedLocked(log, replaceNamespace, present)...)
 	if len(changes) == 0 {
@@ -94,7 +109,9 @@ func (s *Store) compute(cs imports.ClusterSet, dirty Dirty) (results []computed,
 // the last pass, and reports whether it moved.
 func (s *Store) advanceLocked(advanced Version) (moved bool) {
 	for k, n := range advanced {
-		if s.version.advance(k, n) {
+		// The view orders nothing: a change it alone moved needs a new
+		// stamp (versionChangesLocked) like any other unordered change.
+		if s.version.advance(k, n) && k != viewComponent {
 			moved = true
 		}
 	}
@@ -206,9 +223,10 @@ func (s *Store) commitLocked(log klog.Logger, changes []liveChange) batch {
 // publishLocked appends a batch to the history and sends it to every
 // watcher, each object encoded once for all of them.
 func (s *Store) publishLocked(ctx context.Context, b batch) {
-	step := s.historyEnd.catchUp(s.version)
+	step := &historyStep{moved: s.historyEnd.catchUp(s.version), unplaced: s.unplaced, coalesced: s.coalesced}
+	s.unplaced, s.coalesced = nil, nil
 	for i := range b.changes {
-		b.changes[i].step = &step
+		b.changes[i].step = step
 	}
 	klog.FromContext(ctx).V(4).Info("Recomputed", "changes", len(b.changes), "resourceVersion", s.version.String())
 	if len(s.watchers) > 0 {

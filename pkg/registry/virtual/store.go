@@ -65,7 +65,15 @@ type change struct {
 	// step is how the version moved from the previous change of the
 	// history to this one, shared by the changes of one recomputation.
 	// A whole Version per change cost more than the change's object.
-	step *versionStep
+	step *historyStep
+}
+
+// historyStep is how the version moved at one recomputation, and the
+// members whose changes it cannot place (see marks.go).
+type historyStep struct {
+	moved     versionStep
+	unplaced  []unplacedMark
+	coalesced map[string]span
 }
 
 // batch is the changes of one recomputation as they go to the watchers:
@@ -94,7 +102,10 @@ type Store struct {
 	pendingMu sync.Mutex
 	pending   Dirty
 	pendingV  Version
-	signal    chan struct{}
+	// pendingEvents summarizes each member's events since the last pass,
+	// for resume.go.
+	pendingEvents map[string]memberEvents
+	signal        chan struct{}
 
 	mu sync.RWMutex
 	// codec encodes the objects the Store keeps (entry).
@@ -122,26 +133,37 @@ type Store struct {
 	// members still listing, and a member's first list reports what exists,
 	// never what was deleted.
 	baseline Version
+	// unplaced are the marks (resume.go) made since the last change, and
+	// coalesced the spans of passes since then that folded several events
+	// of a member; the next change's step takes them.
+	unplaced  []unplacedMark
+	coalesced map[string]span
+	// unplacedBefore are the marks of changes cut from the history that no
+	// later move of their member resolved yet: member -> the member's
+	// component at the mark, which is historyStart's.
+	unplacedBefore map[string]uint64
 }
 
 // NewStore returns a Store for resource; Run keeps it up to date.
 func NewStore(resource Resource, cluster Snapshotter, newFunc func() Object) *Store {
 	epoch := uint64(time.Now().UnixMilli())
 	return &Store{
-		epoch:        epoch,
-		resource:     resource,
-		cluster:      cluster,
-		newFunc:      newFunc,
-		now:          time.Now,
-		pendingV:     Version{},
-		signal:       make(chan struct{}, 1),
-		codec:        compact.New(),
-		objects:      map[objectKey]*entry{},
-		version:      Version{epochComponent: epoch},
-		historyStart: Version{},
-		historyEnd:   Version{},
-		watchers:     map[*watcher]struct{}{},
-		advanced:     make(chan struct{}),
+		epoch:          epoch,
+		resource:       resource,
+		cluster:        cluster,
+		newFunc:        newFunc,
+		now:            time.Now,
+		pendingV:       Version{},
+		pendingEvents:  map[string]memberEvents{},
+		unplacedBefore: map[string]uint64{},
+		signal:         make(chan struct{}, 1),
+		codec:          compact.New(),
+		objects:        map[objectKey]*entry{},
+		version:        Version{epochComponent: epoch},
+		historyStart:   Version{},
+		historyEnd:     Version{},
+		watchers:       map[*watcher]struct{}{},
+		advanced:       make(chan struct{}),
 	}
 }
 
@@ -163,6 +185,7 @@ func (s *Store) Notify(ev clusterset.Event) {
 	if ev.Kind == clusterset.KindMember {
 		s.pendingV.advance(reachabilityComponent, uint64(s.now().UnixMilli()))
 	}
+	s.pendingEvents[ev.Member] = s.pendingEvents[ev.Member].add(ev)
 	s.pendingMu.Unlock()
 	select {
 	case s.signal <- struct{}{}:
@@ -228,7 +251,7 @@ func (s *Store) appendHistoryLocked(changes []change) {
 	s.history = append(s.history, changes...)
 	if over := len(s.history) - historySize; over > historySlack {
 		for _, c := range s.history[:over] {
-			s.historyStart.apply(*c.step)
+			s.cutLocked(c.step)
 		}
 		s.history = append(s.history[:0:0], s.history[over:]...)
 	}
@@ -241,7 +264,7 @@ func (s *Store) appendHistoryLocked(changes []change) {
 func (s *Store) firstUncovered(v Version) int {
 	version := s.historyStart.clone()
 	for i, c := range s.history {
-		version.apply(*c.step)
+		version.apply(c.step.moved)
 		if !v.Covers(version) {
 			return i
 		}

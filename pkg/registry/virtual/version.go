@@ -1,6 +1,8 @@
 package virtual
 
 import (
+	"strings"
+
 	"github.com/mci-dev/mci/pkg/versionvector"
 )
 
@@ -11,9 +13,12 @@ import (
 // Components only grow. A component that is absent counts as zero.
 type Version map[string]uint64
 
-// reachabilityComponent orders member joins, departures and reachability
-// changes, which have no member resourceVersion: its value is a Unix time
-// in milliseconds, comparable across replicas whose clocks agree.
+// reachabilityComponent orders, on the replica that issued a version, the
+// changes no member resourceVersion orders: member joins, departures and
+// reachability changes, replaced caches, deletions seen only through a
+// relist. Its value is a Unix time in milliseconds of that replica's clock,
+// so it is compared only with the versions of the same Store: another
+// replica stamps the same change at another moment by another clock.
 const reachabilityComponent = "~membership"
 
 // epochComponent names the Store that issued a version (its start time in
@@ -22,11 +27,25 @@ const reachabilityComponent = "~membership"
 // from another replica or an earlier run of the server.
 const epochComponent = "~epoch"
 
+// viewComponent is a digest of the membership view the objects at a
+// version were computed with: which members, in which mode, reachable or
+// not (viewOf). It orders nothing; unlike the other components it is
+// replaced, not raised. Two replicas with the same members and the same
+// view compute the same objects, so it is what a Store compares to know
+// whether a version another replica issued saw the membership it sees.
+const viewComponent = "~view"
+
+// isMemberComponent reports whether k is a member's resourceVersion rather
+// than a reserved component: the only components that mean the same on
+// every replica.
+func isMemberComponent(k string) bool { return !strings.HasPrefix(k, "~") }
+
 // Covers reports whether v has seen everything o has: every component of o
-// is at most the same component of v. The epoch is not compared.
+// is at most the same component of v. The epoch and the view are not
+// compared.
 func (v Version) Covers(o Version) bool {
 	for k, n := range o {
-		if k == epochComponent {
+		if k == epochComponent || k == viewComponent {
 			continue
 		}
 		if v[k] < n {
@@ -36,25 +55,21 @@ func (v Version) Covers(o Version) bool {
 	return true
 }
 
-// coversMembers is Covers for a version another Store issued: its
-// reachabilityComponent was stamped by another clock at other moments (each
-// replica stamps the same join when it sees it), so only the member
-// components are compared. What that cannot see: a member departure this
-// Store processed before its baseline that the other had not seen when it
-// issued the version (a window of a few probe intervals); that departure
-// is not reported to the resuming client.
+// coversMembers is Covers of the member components only, for a version
+// another Store issued: the reserved components are that Store's own.
 func (v Version) coversMembers(o Version) bool {
 	for k, n := range o {
-		if k != epochComponent && k != reachabilityComponent && v[k] < n {
+		if isMemberComponent(k) && v[k] < n {
 			return false
 		}
 	}
 	return true
 }
 
-// advance raises component k to n if n is larger, and reports whether it did.
+// advance raises component k to n if n is larger (sets the view if it
+// differs), and reports whether it did.
 func (v Version) advance(k string, n uint64) bool {
-	if n > v[k] {
+	if n > v[k] || (k == viewComponent && n != v[k]) {
 		v[k] = n
 		return true
 	}

@@ -84,7 +84,9 @@ type WatchOptions struct {
 }
 
 // Watch starts a watch. A resourceVersion older than the retained history
-// gets 410 Gone, one not issued by this server 400 Bad Request.
+// gets 410 Gone, one not issued by this server 400 Bad Request. One issued
+// by another replica resumes when the member components and the view prove
+// that the client misses nothing, and gets 410 Gone otherwise (resume.go).
 func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, error) {
 	var since Version
 	if opts.ResourceVersion != "" && opts.ResourceVersion != "0" {
@@ -98,6 +100,17 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 	// A watch may arrive before the periodic check noticed that the
 	// ClusterSet became complete.
 	s.takeBaseline()
+	if since != nil && !opts.SendInitialEvents && since[epochComponent] != s.epoch {
+		if err := s.checkBaseline(since, opts.ResourceVersion); err != nil {
+			return nil, err
+		}
+		// Another replica may have read further than this one: wait for
+		// this Store to get there, as a LIST does, so that the passes
+		// that bring it there are in the history resumeFromLocked checks.
+		if err := s.waitFor(ctx, since); err != nil {
+			return nil, err
+		}
+	}
 	w := &watcher{
 		store:  s,
 		opts:   opts,
@@ -117,28 +130,27 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 	switch {
 	case since == nil || opts.SendInitialEvents:
 		initial = s.entriesIn("")
-	case since[epochComponent] != s.epoch && (s.baseline == nil || !since.coversMembers(s.baseline)):
-		s.mu.Unlock()
-		return nil, apierrors.NewResourceExpired("resource version " + opts.ResourceVersion + " was issued by another replica or an earlier run of the server, before this one had listed every member cluster; relist")
-	default:
-		covers := since.Covers
-		if since[epochComponent] != s.epoch {
-			covers = since.coversMembers
-		}
-		// The backlog compares whole versions: a foreign version's older
-		// reachability stamp resends this Store's membership changes (and
-		// what came after them), folded into current states (netChanges):
-		// duplicates the client absorbs rather than changes it misses.
-		if !covers(s.historyStart) {
+	case since[epochComponent] != s.epoch:
+		if !since.coversMembers(s.historyStart) {
 			s.mu.Unlock()
 			return nil, apierrors.NewResourceExpired("too old resource version: " + opts.ResourceVersion + " (the server keeps a limited history; relist)")
 		}
-		backlog = s.history[s.firstUncovered(since):]
-		if since[epochComponent] == s.epoch {
-			backlog = slices.Clone(backlog)
-		} else {
-			backlog = netChanges(backlog)
+		from, err := s.resumeFromLocked(since, opts.ResourceVersion)
+		if err != nil {
+			s.mu.Unlock()
+			return nil, err
 		}
+		// The member components place the client only roughly in this
+		// Store's history: the replay starts at changes it may have seen,
+		// folded into current states (netChanges): duplicates the client
+		// absorbs rather than changes it misses.
+		backlog = netChanges(s.history[from:])
+	default:
+		if !since.Covers(s.historyStart) {
+			s.mu.Unlock()
+			return nil, apierrors.NewResourceExpired("too old resource version: " + opts.ResourceVersion + " (the server keeps a limited history; relist)")
+		}
+		backlog = slices.Clone(s.history[s.firstUncovered(since):])
 	}
 	s.watchers[w] = struct{}{}
 	s.mu.Unlock()
@@ -147,16 +159,29 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 	return w, nil
 }
 
+// checkBaseline refuses a version another Store issued that does not
+// cover this Store's baseline.
+func (s *Store) checkBaseline(since Version, rv string) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.baseline == nil || !since.coversMembers(s.baseline) {
+		return apierrors.NewResourceExpired("resource version " + rv + " was issued by another replica or an earlier run of the server, before this one had listed every member cluster; relist")
+	}
+	return nil
+}
+
 // netChanges folds a backlog into one change per object, from its state
 // before the backlog to its state now, in the order of each object's last
 // change (so resourceVersions still grow). A version another replica
-// issued places the client only roughly in this Store's history (its
-// membership stamps come from another clock), so the backlog of a foreign
-// version starts early, at changes the client has seen already; replayed
+// issued places the client only roughly in this Store's history (by its
+// member components alone), so the backlog of a foreign version starts
+// early, at changes the client has seen already; replayed
 // one by one, an object deleted and added again in that stretch would
 // leave the client's cache and come back. Folded, the client gets its
 // objects' current states, some it has already (which an informer takes as
-// an update), and never an object gone that exists.
+// an update), never an object gone that exists, and the deletion of an
+// object added and deleted again, whose addition it may have seen (an
+// informer ignores the deletion of an object it does not have).
 func netChanges(backlog []change) []change {
 	type span struct{ first, last int }
 	spans := map[objectKey]*span{}
@@ -182,6 +207,10 @@ func netChanges(backlog []change) []change {
 			out = append(out, change{typ: watch.Deleted, obj: last.obj, prev: first.prev})
 		case exists:
 			out = append(out, change{typ: watch.Added, obj: last.obj})
+		default:
+			// Added and deleted again: the client may have got the
+			// addition from the other replica.
+			out = append(out, change{typ: watch.Deleted, obj: last.obj, prev: last.prev})
 		}
 	}
 	return out

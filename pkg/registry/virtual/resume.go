@@ -1,0 +1,224 @@
+package virtual
+
+import (
+	"hash/fnv"
+	"slices"
+	"sort"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/mci-dev/mci/pkg/clusterset"
+	"github.com/mci-dev/mci/pkg/imports"
+)
+
+// A client whose replica stopped resumes its watch here with a version
+// another Store issued. Of that version only two things mean the same on
+// both replicas:
+//
+//   - the member components: a member's own resourceVersions, which both
+//     replicas read from the same member, each in the member's order;
+//   - the view (viewComponent): which members, in which mode, reachable or
+//     not, as a digest.
+//
+// The membership stamp (reachabilityComponent) is the other replica's
+// clock, and what this Store learnt of a member out of that member's order
+// has no place in the other replica's history: a member joined, left, was
+// replaced or changed reachability (member events), or a relist found
+// what changed while a watch was down (events without a resourceVersion,
+// which the member caches send for deletions seen through a relist, and
+// must send for every relist). Such a pass leaves a mark: the member and
+// its component then. A mark is settled by the
+// member's next move, to p: the member's data at p includes whatever the
+// relist or the replacement found, so a version whose component is at
+// least p has seen it. A version below p may hold an object this Store
+// never had (created and deleted while its watch of the member was down),
+// which no replay would delete: the watch is refused with 410 Gone and the
+// client relists. So is a version whose view differs from this Store's
+// where the member components place it, or that has no view (issued by an
+// older server).
+
+// unplacedMark is a change of member's data that no member resourceVersion
+// places: value is the member's component when it was made.
+type unplacedMark struct {
+	member string
+	value  uint64
+}
+
+// memberEvents summarizes a member's events of one pass.
+type memberEvents struct {
+	// unplaced: a member event, or one without a resourceVersion.
+	unplaced bool
+	n        int
+}
+
+func (e memberEvents) add(ev clusterset.Event) memberEvents {
+	e.unplaced = e.unplaced || ev.Kind == clusterset.KindMember || ev.ResourceVersion == 0
+	e.n++
+	return e
+}
+
+// span is the stretch of a member's resourceVersions, from (excluded) to
+// to, that passes folded: a version of another replica strictly inside it
+// may have shown states this Store never computed.
+type span struct{ from, to uint64 }
+
+// placeLocked looks at each member's events of a pass before the pass
+// moves the version to advanced. It returns the members with an event out
+// of the member's order (a member event, or one without a
+// resourceVersion), and records the span of each member whose several events
+// the pass folds (merged with the spans since the last change).
+func (s *Store) placeLocked(events map[string]memberEvents, advanced Version) []string {
+	var names []string
+	for m, e := range events {
+		if e.unplaced {
+			names = append(names, m)
+		}
+		if e.n < 2 || advanced[m] <= s.version[m] {
+			continue
+		}
+		if s.coalesced == nil {
+			s.coalesced = map[string]span{}
+		}
+		sp, ok := s.coalesced[m]
+		if !ok {
+			sp.from = s.version[m]
+		}
+		sp.to = advanced[m]
+		s.coalesced[m] = sp
+	}
+	sort.Strings(names)
+	return names
+}
+
+// markLocked records a mark for each of members at its component once the
+// pass moved the version: a later move settles it. Before the baseline,
+// the first lists of the members are what a foreign version is checked
+// against (Watch), so marks start after it.
+func (s *Store) markLocked(members []string) {
+	if s.baseline == nil {
+		return
+	}
+	for _, m := range members {
+		s.unplaced = append(s.unplaced, unplacedMark{member: m, value: s.version[m]})
+	}
+}
+
+// cutLocked moves the start of the history past a step. Its marks that no
+// move at or before the new start settles stay in unplacedBefore: a
+// version that resumes before they are settled is refused.
+func (s *Store) cutLocked(step *historyStep) {
+	for _, m := range step.unplaced {
+		s.unplacedBefore[m.member] = max(s.unplacedBefore[m.member], m.value)
+	}
+	for _, c := range step.moved {
+		if !s.historyStart.advance(c.name, c.value) {
+			continue
+		}
+		// Every version that is not too old covers historyStart, so a
+		// mark a move before it settles is settled for them all.
+		if at, ok := s.unplacedBefore[c.name]; ok && c.value > at {
+			delete(s.unplacedBefore, c.name)
+		}
+	}
+}
+
+// resumeFromLocked returns the index of the history from which a watch
+// that resumes from since, a version another Store issued that covers
+// historyStart, is replayed (folded, netChanges) so that the client misses
+// nothing, or 410 Gone when that cannot be proven.
+func (s *Store) resumeFromLocked(since Version, rv string) (int, error) {
+	marks := make([]unplacedMark, 0, len(s.unplacedBefore))
+	for m, v := range s.unplacedBefore {
+		marks = append(marks, unplacedMark{member: m, value: v})
+	}
+	settled, crossed := true, crosses(since, s.coalesced)
+	// settle keeps the marks of member that a move to p settles, and
+	// checks since against them.
+	settle := func(member string, p uint64) {
+		marks = slices.DeleteFunc(marks, func(o unplacedMark) bool {
+			if o.member != member || o.value >= p {
+				return false
+			}
+			settled = settled && since[member] >= p
+			return true
+		})
+	}
+	n := len(s.history)
+	k := n
+	version := s.historyStart.clone()
+	viewAtK := version[viewComponent]
+	var prev *historyStep
+	for i, c := range s.history {
+		if c.step != prev {
+			prev = c.step
+			marks = append(marks, c.step.unplaced...)
+			crossed = crossed || crosses(since, c.step.coalesced)
+			for _, mv := range c.step.moved {
+				if version.advance(mv.name, mv.value) && isMemberComponent(mv.name) {
+					settle(mv.name, mv.value)
+				}
+			}
+		}
+		if k == n && !since.coversMembers(version) {
+			k = i
+		}
+		if i < k {
+			viewAtK = version[viewComponent]
+		}
+	}
+	// Moves since the last change settle the marks too; the current
+	// component is at least the first of them.
+	marks = append(marks, s.unplaced...)
+	for m, p := range s.version {
+		if isMemberComponent(m) {
+			settle(m, p)
+		}
+	}
+	if crossed {
+		return 0, apierrors.NewResourceExpired("resource version " + rv + " was issued by another replica at a point this one computed past in one pass, whose intermediate states it never had; relist")
+	}
+	if !settled || len(marks) > 0 {
+		return 0, apierrors.NewResourceExpired("resource version " + rv + " was issued by another replica before it had seen what this one learnt out of order (a member joined, left, was replaced or relisted); relist")
+	}
+	// A view that changed after the last change with no object changing
+	// left every object as it was: at the end, either view holds.
+	if since[viewComponent] != viewAtK && (k < n || since[viewComponent] != s.version[viewComponent]) {
+		return 0, apierrors.NewResourceExpired("resource version " + rv + " was issued by another replica whose view of the members (which, in which mode, reachable or not) differs from this one's; relist")
+	}
+	return k, nil
+}
+
+// crosses reports whether since falls strictly inside one of the spans.
+func crosses(since Version, spans map[string]span) bool {
+	for m, sp := range spans {
+		if sp.from < since[m] && since[m] < sp.to {
+			return true
+		}
+	}
+	return false
+}
+
+// viewOf is the digest of the membership view of cs (viewComponent): each
+// member's name, mode and reachability. Never zero, the value of a version
+// without a view.
+func viewOf(cs imports.ClusterSet) uint64 {
+	members := slices.Clone(cs.Members)
+	slices.SortFunc(members, func(a, b imports.Member) int { return strings.Compare(a.Name, b.Name) })
+	h := fnv.New64a()
+	for _, m := range members {
+		var state byte
+		if m.Unreachable != nil {
+			state |= 1
+		}
+		if m.Summaries != nil {
+			state |= 2
+		}
+		_, _ = h.Write([]byte(m.Name))
+		_, _ = h.Write([]byte{0, state})
+	}
+	if v := h.Sum64(); v != 0 {
+		return v
+	}
+	return 1
+}

@@ -243,8 +243,13 @@ func (m *member) watchRoutes(informer cache.SharedIndexInformer) {
 // tracked by poolNamespaces.
 func (m *member) watch(informer cache.SharedIndexInformer, kind Kind) {
 	notify := func(obj interface{}, deleted, changed bool) {
+		// A deletion seen only through a relist carries the object's last
+		// known resourceVersion, not the member's at its deletion: its
+		// event has none (0), so that a watch resumed on another replica
+		// cannot take it as covered by a version it has seen.
+		throughRelist := false
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
+			obj, throughRelist = d.Obj, true
 		}
 		o, err := meta.Accessor(obj)
 		if err != nil {
@@ -253,7 +258,10 @@ func (m *member) watch(informer cache.SharedIndexInformer, kind Kind) {
 		if !m.admit(kind, o.GetNamespace()+"/"+o.GetName(), obj, deleted, changed) {
 			return
 		}
-		rv, _ := strconv.ParseUint(o.GetResourceVersion(), 10, 64)
+		var rv uint64
+		if !throughRelist {
+			rv, _ = strconv.ParseUint(o.GetResourceVersion(), 10, 64)
+		}
 		ev := Event{Member: m.name, Kind: kind, Namespace: o.GetNamespace(), Name: o.GetName(), ResourceVersion: rv}
 		if kind == KindNamespace {
 			ev.Namespace = o.GetName()

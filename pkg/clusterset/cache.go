@@ -34,9 +34,6 @@ type Options struct {
 	// own mci-apiservers publish when they do (SummariesAuto, the default
 	// when empty) or always through their objects (SummariesNever).
 	Summaries Summaries
-	// Limits bound what each member other than the local cluster may make
-	// this server hold (quota.go); DefaultLimits when zero.
-	Limits Limits
 }
 
 // Cache holds one member per cluster of the ClusterSet, the local cluster
@@ -65,9 +62,6 @@ type Cache struct {
 
 // New returns a Cache; Run starts it.
 func New(opts Options, handler Handler) *Cache {
-	if opts.Limits == (Limits{}) {
-		opts.Limits = DefaultLimits
-	}
 	return &Cache{opts: opts, handler: handler, members: map[string]*member{}, replacing: map[string]*member{}, joining: map[string]*member{}}
 }
 
@@ -147,10 +141,12 @@ func (c *Cache) setMember(name, source string, config *rest.Config) error {
 	if replacing != nil && replacing.source == source {
 		return nil
 	}
-	m, err := c.newMember(name, source, config)
+	m, err := newMember(name, source, config, c.handler)
 	if err != nil {
 		return err
 	}
+	m.local = name == c.opts.LocalName
+	m.summaryPolicy = c.opts.Summaries
 	// Starting asks the member what it serves, which a hung member makes
 	// slow: never under the lock that every request's snapshot takes.
 	m.joined = time.Now()
@@ -160,7 +156,6 @@ func (c *Cache) setMember(name, source string, config *rest.Config) error {
 		c.mu.Unlock()
 	}
 	m.start(ctx, c.thresholds(name))
-	go c.followMode(name, m)
 	if old == nil {
 		c.mu.Lock()
 		delete(c.joining, name)
@@ -182,44 +177,17 @@ func (c *Cache) setMember(name, source string, config *rest.Config) error {
 	return nil
 }
 
-// newMember builds member name as this Cache reads it.
-func (c *Cache) newMember(name, source string, config *rest.Config) (*member, error) {
-	local := name == c.opts.LocalName
-	limits := c.opts.Limits
-	if local {
-		limits = Limits{}
-	}
-	m, err := newMember(name, source, config, limits.ResponseBytes, c.handler)
-	if err != nil {
-		return nil, err
-	}
-	m.local = local
-	m.summaryPolicy = c.opts.Summaries
-	if !local {
-		m.quota = newQuota(limits)
-	}
-	return m, nil
-}
-
 // replaceWhenSynced puts m in the place of the member it replaces once it
-// has listed, unless it was dropped (superseded, removed, shut down) or
-// froze while listing (it exceeds its limits): then the member it was to
-// replace goes on serving.
+// has listed, unless it was dropped (superseded, removed, shut down).
 func (c *Cache) replaceWhenSynced(name string, m *member) {
 	if err := wait.PollUntilContextCancel(m.ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
-		return m.hasSynced() || m.frozen(), nil
+		return m.hasSynced(), nil
 	}); err != nil {
 		return
 	}
 	c.mu.Lock()
 	if c.replacing[name] != m {
 		c.mu.Unlock()
-		return
-	}
-	if m.frozen() {
-		delete(c.replacing, name)
-		c.mu.Unlock()
-		m.stop()
 		return
 	}
 	delete(c.replacing, name)

@@ -1,7 +1,6 @@
 package clusterset
 
 import (
-	"encoding/json"
 	"fmt"
 	"unique"
 
@@ -37,11 +36,6 @@ type compactSummary struct {
 	// (trimSummary).
 	resourceVersion string
 	data            string
-	// size is the summary's size as JSON once trimmed, before compression:
-	// what the member's limits count (quota.go), since a summary that
-	// compresses well (a megabyte of one letter) still costs its full
-	// size on each read and in every import computed from it.
-	size int
 }
 
 var (
@@ -70,11 +64,7 @@ func compactOf(s *v1alpha1.InferencePoolExportSummary) (*compactSummary, error) 
 	if err != nil {
 		return nil, fmt.Errorf("keeping summary %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	raw, err := json.Marshal(s)
-	if err != nil {
-		return nil, fmt.Errorf("keeping summary %s/%s: %w", s.Namespace, s.Name, err)
-	}
-	return &compactSummary{namespace: unique.Make(s.Namespace).Value(), name: s.Name, resourceVersion: rv, data: data, size: len(raw)}, nil
+	return &compactSummary{namespace: unique.Make(s.Namespace).Value(), name: s.Name, resourceVersion: rv, data: data}, nil
 }
 
 // summaryLister is the lister of a member's summaries over the informer's

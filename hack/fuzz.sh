@@ -21,7 +21,11 @@
 #
 # A crash fails the run once every target has had its turn; go test has
 # written the failing input to the package's testdata/fuzz/<target>/, and
-# the summary prints that path and the command that replays it.
+# the summary prints that path and the command that replays it. An input
+# counts only if it fails again when replayed on its own: Go's engine can
+# fail a run at the -fuzztime deadline, or on a worker it judged hung,
+# without an input that fails. Such a run is said in the summary and run
+# once more; failing twice fails.
 set -o errexit -o nounset -o pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -76,13 +80,65 @@ trap 'rm -rf "${scratch}"' EXIT
 start=${SECONDS}
 failed=()
 summary=()
+# fuzz_once runs one target for fuzztime into $out and sets status.
+fuzz_once() {
+  status=0
+  # </dev/null: the loop's list is on stdin.
+  go test -run '^$' -fuzz "^${target}\$" -fuzztime "${fuzztime}" "${dir}" </dev/null 2>&1 | tee "${out}" || status=$?
+}
+
+# failure_of prints why the run in $out failed: the input that fails, how
+# to replay it, or "" when go test failed without naming an input it can
+# replay (then the failure is the engine's own, not an input's).
+failure_of() {
+  # A new crash is written to testdata/fuzz; an input fuzzing kept from an
+  # earlier run (in the build cache) that fails now is named only.
+  local reproducer entry cached
+  reproducer="$(sed -n 's/^ *Failing input written to //p' "${out}" | tail -1)"
+  entry="$(sed -n 's/^failure while testing seed corpus entry: //p' "${out}" | tail -1)"
+  if [[ -z "${reproducer}" && -n "${entry}" ]]; then
+    if [[ -f "${dir}/testdata/fuzz/${entry}" ]]; then
+      reproducer="testdata/fuzz/${entry}"
+    else
+      cached="$(find "$(go env GOCACHE)/fuzz" -path "*/${entry}" -print -quit 2>/dev/null || true)"
+      echo "input ${cached:-${entry}} from an earlier run fails; copy it to ${dir#./}/testdata/fuzz/${target}/ and replay: go test -run '${entry}' ${dir}"
+      return
+    fi
+  fi
+  if [[ -z "${reproducer}" ]]; then
+    return
+  fi
+  # Go's engine can report a worker that hit the -fuzztime deadline, or
+  # that it judged hung, as a crash and write an input that passes when
+  # replayed (golang/go#56238, #51484). An input counts only if it fails
+  # again on its own.
+  if go test -run "^${target}\$/^${reproducer##*/}\$" "${dir}" </dev/null >"${out}.replay" 2>&1; then
+    echo "not reproduced: ${reproducer} passes when replayed" >"${out}.spurious"
+    rm -f "${dir}/${reproducer}"
+    return
+  fi
+  echo "reproducer ${dir#./}/${reproducer}; replay: go test -run '${target}/${reproducer##*/}' ${dir}"
+}
+
 while read -r dir target _; do
   echo "+++ ${target} in ${dir} for ${fuzztime}"
   out="${scratch}/${target}.log"
   t0=${SECONDS}
-  status=0
-  # </dev/null: the loop's list is on stdin.
-  go test -run '^$' -fuzz "^${target}\$" -fuzztime "${fuzztime}" "${dir}" </dev/null 2>&1 | tee "${out}" || status=$?
+  fuzz_once
+  note=""
+  if [[ ${status} -ne 0 ]] && ! grep -q 'no fuzz tests to fuzz' "${out}"; then
+    why="$(failure_of)"
+    if [[ -z "${why}" ]]; then
+      # Nothing that fails on its own: the engine's failure, said and
+      # retried once; a second one fails the run.
+      reason="$(grep -m1 -E 'context deadline exceeded|hung or terminated|terminated without fuzzing' "${out}" | sed 's/^ *//' || true)"
+      [[ -f "${out}.spurious" ]] && reason="$(cat "${out}.spurious")"
+      note=" (retried: the first run failed without an input that fails: ${reason:-see above})"
+      echo "+++ ${target}: go test failed without an input that fails on its own (${reason:-see above}); once more"
+      rm -f "${out}.spurious"
+      fuzz_once
+    fi
+  fi
   # The last progress line says how many inputs were run; the seconds
   # include the build.
   execs="$(grep -o 'execs: [0-9]*' "${out}" | tail -1 | cut -d' ' -f2 || true)"
@@ -94,30 +150,14 @@ while read -r dir target _; do
     baseline="$(grep -o 'gathering baseline coverage: [0-9]*/[0-9]*' "${out}" | tail -1 | cut -d' ' -f4 || true)"
     line+=" (no new input tried: the time went to replaying its corpus, ${baseline:-?} done)"
   fi
-  summary+=("${line}")
+  summary+=("${line}${note}")
   if grep -q 'no fuzz tests to fuzz' "${out}"; then
     echo "${target} in ${dir} is no fuzz target go test knows (a build constraint?)" >&2
     status=1
   fi
   if [[ ${status} -ne 0 ]]; then
-    # A new crash is written to testdata/fuzz; an input fuzzing kept from
-    # an earlier run (in the build cache) that fails now is named only.
-    reproducer="$(sed -n 's/^ *Failing input written to //p' "${out}" | tail -1)"
-    entry="$(sed -n 's/^failure while testing seed corpus entry: //p' "${out}" | tail -1)"
-    if [[ -z "${reproducer}" && -n "${entry}" ]]; then
-      if [[ -f "${dir}/testdata/fuzz/${entry}" ]]; then
-        reproducer="testdata/fuzz/${entry}"
-      else
-        cached="$(find "$(go env GOCACHE)/fuzz" -path "*/${entry}" -print -quit 2>/dev/null || true)"
-        failed+=("${target} (${dir}): input ${cached:-${entry}} from an earlier run fails; copy it to ${dir#./}/testdata/fuzz/${target}/ and replay: go test -run '${entry}' ${dir}")
-        continue
-      fi
-    fi
-    if [[ -n "${reproducer}" ]]; then
-      failed+=("${target} (${dir}): reproducer ${dir#./}/${reproducer}; replay: go test -run '${target}/${reproducer##*/}' ${dir}")
-    else
-      failed+=("${target} (${dir}): go test failed before fuzzing (a seed or a stored input fails, or the build), see above")
-    fi
+    why="$(failure_of)"
+    failed+=("${target} (${dir}): ${why:-go test failed twice without an input that fails on its own (the build, or the engine), see above}")
   fi
 done <<<"${list}"
 

@@ -50,13 +50,15 @@ type Limits struct {
 // DefaultLimits suit a large fleet: a member with thousands of exported
 // pools and ten thousand namespaces stays well within them, while a
 // single member cannot take more than a fraction of the 512 MiB the
-// chart gives mci-apiserver.
+// chart gives mci-apiserver. The change rate is for a runaway member, not
+// a busy one: a sync that applies ten thousand pools at once (the e2e
+// scale test creates them at about 400 a second) must not freeze it.
 var DefaultLimits = Limits{
 	Objects:         50000,
 	Bytes:           64 << 20,
 	Namespaces:      10000,
-	EventsPerSecond: 200,
-	EventBurst:      2000,
+	EventsPerSecond: 1000,
+	EventBurst:      20000,
 	ResponseBytes:   64 << 20,
 	FreezeRetry:     5 * time.Minute,
 }

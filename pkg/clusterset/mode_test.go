@@ -161,7 +161,7 @@ func summaryServingCluster(t *testing.T, ctx context.Context) *rest.Config {
 	t.Helper()
 	cs, err := localclusterset.Up(ctx, localclusterset.Options{
 		Dir: t.TempDir(), Clusters: []string{"local"}, Log: testLog{t},
-		CRDPaths: []string{"../../artifacts/crds", "testdata/summary-crds"},
+		CRDPaths: []string{"../../test/localclusterset/crds", "testdata/summary-crds"},
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, cs.Stop()) })

@@ -222,6 +222,8 @@ func TestAHostileMemberIsFrozenAtItsLimitsAndTheOthersAreUnaffected(t *testing.T
 	frozenAt(quotaIdentity)
 	_, err = cache.member("hostile").namespaceLister().Get(shared)
 	assert.Error(t, err, "the namespaces of a summary naming another cluster are not read")
+	assert.Empty(t, summariesOf(cache, "hostile"), "nothing a member speaking for another cluster sent is served, not even as last known data")
+	assert.True(t, goodImported(), "the cluster it speaks for keeps its own import")
 	t.Logf("largest heap after a freeze: %d MiB (cap %d MiB)", maxHeap>>20, heapCap>>20)
 }
 

@@ -207,6 +207,11 @@ func (m *member) namespaceLister() corev1listers.NamespaceLister {
 func (m *member) viewWith(u *imports.Unreachable) imports.Member {
 	switch m.mode {
 	case modeSummary:
+		if m.speaksForAnother() {
+			// What it sent is another cluster's: serving it under this
+			// member's name would count that cluster's exports twice.
+			return imports.Member{Name: m.name, Unreachable: u, Namespaces: imports.SummaryNamespaces(nil), Summaries: noSummaries}
+		}
 		return imports.Member{Name: m.name, Unreachable: u, Namespaces: m.summaryNamespaces(), Summaries: m.summaries}
 	case modeDiscovering:
 		// Nothing is known of the member yet: it imports and exports

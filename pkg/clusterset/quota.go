@@ -275,7 +275,11 @@ func (m *member) freeze(reason, message string) {
 		return
 	}
 
-	klog.Background().Error(nil, "Member frozen: it exceeds a limit; its last known data is served, flagged, and nothing more it sends is applied until it is read again", "member", m.name, "quota", reason, "reason", message, "retryAfter", m.quota.retry())
+	msg := "Member frozen: it exceeds a limit; its last known data is served, flagged, and nothing more it sends is applied until it is read again"
+	if reason == quotaIdentity {
+		msg = "Member frozen: it speaks for another cluster; nothing it sent is served, and it is flagged until it is read again"
+	}
+	klog.Background().Error(nil, msg, "member", m.name, "quota", reason, "reason", message, "retryAfter", m.quota.retry())
 	m.handler(Event{Member: m.name, Kind: KindMember})
 }
 

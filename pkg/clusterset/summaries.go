@@ -242,6 +242,19 @@ func (m *member) summaryNamespaces() corev1listers.NamespaceLister {
 	return imports.SummaryNamespaces(all[0].Status.Namespaces)
 }
 
+// speaksForAnother reports whether the member's cluster summary names
+// another cluster (watchClusterSummary freezes it for that): none of its
+// summaries is served then, not even as last known data, since they are
+// not this member's. It is read off the summary itself too, so that
+// nothing is served in the moment between the list and the freeze.
+func (m *member) speaksForAnother() bool {
+	if reason, _, _ := m.quota.state(); reason == quotaIdentity {
+		return true
+	}
+	all, err := m.clusterSummaries.List(labels.Everything())
+	return err == nil && len(all) == 1 && all[0].Name != m.name
+}
+
 // summaryStream is what this replica knows of a member's summary stream:
 // how often its list or watch failed, and its last error, logged once per
 // change. The member's kube-apiserver may answer the probe while its

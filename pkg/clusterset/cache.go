@@ -34,6 +34,9 @@ type Options struct {
 	// own mci-apiservers publish when they do (SummariesAuto, the default
 	// when empty) or always through their objects (SummariesNever).
 	Summaries Summaries
+	// Limits bound what each member other than the local cluster may make
+	// this server hold (quota.go); DefaultLimits when zero.
+	Limits Limits
 }
 
 // Cache holds one member per cluster of the ClusterSet, the local cluster
@@ -62,6 +65,9 @@ type Cache struct {
 
 // New returns a Cache; Run starts it.
 func New(opts Options, handler Handler) *Cache {
+	if opts.Limits == (Limits{}) {
+		opts.Limits = DefaultLimits
+	}
 	return &Cache{opts: opts, handler: handler, members: map[string]*member{}, replacing: map[string]*member{}, joining: map[string]*member{}}
 }
 
@@ -141,12 +147,10 @@ func (c *Cache) setMember(name, source string, config *rest.Config) error {
 	if replacing != nil && replacing.source == source {
 		return nil
 	}
-	m, err := newMember(name, source, config, c.handler)
+	m, err := c.newMember(name, source, config)
 	if err != nil {
 		return err
 	}
-	m.local = name == c.opts.LocalName
-	m.summaryPolicy = c.opts.Summaries
 	// Starting asks the member what it serves, which a hung member makes
 	// slow: never under the lock that every request's snapshot takes.
 	m.joined = time.Now()
@@ -156,6 +160,7 @@ func (c *Cache) setMember(name, source string, config *rest.Config) error {
 		c.mu.Unlock()
 	}
 	m.start(ctx, c.thresholds(name))
+	go c.followMode(name, m)
 	if old == nil {
 		c.mu.Lock()
 		delete(c.joining, name)
@@ -177,17 +182,44 @@ func (c *Cache) setMember(name, source string, config *rest.Config) error {
 	return nil
 }
 
+// newMember builds member name as this Cache reads it.
+func (c *Cache) newMember(name, source string, config *rest.Config) (*member, error) {
+	local := name == c.opts.LocalName
+	limits := c.opts.Limits
+	if local {
+		limits = Limits{}
+	}
+	m, err := newMember(name, source, config, limits.ResponseBytes, c.handler)
+	if err != nil {
+		return nil, err
+	}
+	m.local = local
+	m.summaryPolicy = c.opts.Summaries
+	if !local {
+		m.quota = newQuota(limits)
+	}
+	return m, nil
+}
+
 // replaceWhenSynced puts m in the place of the member it replaces once it
-// has listed, unless it was dropped (superseded, removed, shut down).
+// has listed, unless it was dropped (superseded, removed, shut down) or
+// froze while listing (it exceeds its limits): then the member it was to
+// replace goes on serving.
 func (c *Cache) replaceWhenSynced(name string, m *member) {
 	if err := wait.PollUntilContextCancel(m.ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
-		return m.hasSynced(), nil
+		return m.hasSynced() || m.frozen(), nil
 	}); err != nil {
 		return
 	}
 	c.mu.Lock()
 	if c.replacing[name] != m {
 		c.mu.Unlock()
+		return
+	}
+	if m.frozen() {
+		delete(c.replacing, name)
+		c.mu.Unlock()
+		m.stop()
 		return
 	}
 	delete(c.replacing, name)

@@ -1,6 +1,7 @@
 package clusterset
 
 import (
+	"encoding/json"
 	"fmt"
 	"unique"
 
@@ -36,6 +37,11 @@ type compactSummary struct {
 	// (trimSummary).
 	resourceVersion string
 	data            string
+	// size is the summary's size as JSON once trimmed, before compression:
+	// what the member's limits count (quota.go), since a summary that
+	// compresses well (a megabyte of one letter) still costs its full
+	// size on each read and in every import computed from it.
+	size int
 }
 
 var (
@@ -64,7 +70,11 @@ func compactOf(s *v1alpha1.InferencePoolExportSummary) (*compactSummary, error) 
 	if err != nil {
 		return nil, fmt.Errorf("keeping summary %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	return &compactSummary{namespace: unique.Make(s.Namespace).Value(), name: s.Name, resourceVersion: rv, data: data}, nil
+	raw, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("keeping summary %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return &compactSummary{namespace: unique.Make(s.Namespace).Value(), name: s.Name, resourceVersion: rv, data: data, size: len(raw)}, nil
 }
 
 // summaryLister is the lister of a member's summaries over the informer's

@@ -50,23 +50,39 @@ func (m *member) optionalAPIs() []schema.GroupVersionResource {
 	return apis
 }
 
-// start begins watching and probing the member.
+// start asks the member which APIs it serves, once, and begins watching
+// and probing it (startWith).
 func (m *member) start(ctx context.Context, th thresholds) {
+	logger := klog.FromContext(ctx).WithValues("member", m.name)
+	served := servedapis.Discover(klog.NewContext(ctx, logger), m.discovery, discoveryTimeout, m.optionalAPIs()...)
+	m.startWith(ctx, th, served)
+}
+
+// startWith begins watching and probing the member, in the mode what it
+// serves calls for (modeOf); a member still discovering is only probed.
+func (m *member) startWith(ctx context.Context, th thresholds, served servedapis.Set) {
 	ctx, m.cancel = context.WithCancel(ctx)
 	m.ctx = ctx
 	m.done = make(chan struct{})
+	m.th = th
 	logger := klog.FromContext(ctx).WithValues("member", m.name)
+	// The informers stop on their own when the member is frozen
+	// (quota.go): the probe goes on.
+	informerCtx, stopInformers := context.WithCancel(ctx)
+	m.quota.onFreeze(stopInformers)
 
-	served := servedapis.Discover(klog.NewContext(ctx, logger), m.discovery, discoveryTimeout, m.optionalAPIs()...)
 	var starters []func(<-chan struct{})
-	if m.readsSummaries(m.summaryPolicy, served) {
-		m.summaryMode = true
+	switch m.mode = m.modeOf(served); m.mode {
+	case modeSummary:
 		starters = append(starters, m.summaryInformers(logger))
-	} else {
-		starters = m.objectInformers(ctx, served, logger)
+	case modeFull:
+		starters = m.objectInformers(informerCtx, served, logger)
+	case modeDiscovering:
+		m.synced = []cache.InformerSynced{discoveringSynced}
+		logger.Info("The member's API discovery cannot be asked whether it publishes summaries; asking again with backoff before reading it")
 	}
 	for _, start := range starters {
-		start(ctx.Done())
+		start(informerCtx.Done())
 	}
 
 	go func() {
@@ -226,7 +242,7 @@ func (m *member) watchRoutes(informer cache.SharedIndexInformer) {
 // starts once also count towards hasSynced; the per-namespace ones are
 // tracked by poolNamespaces.
 func (m *member) watch(informer cache.SharedIndexInformer, kind Kind) {
-	notify := func(obj interface{}, deleted bool) {
+	notify := func(obj interface{}, deleted, changed bool) {
 		// A deletion seen only through a relist carries the object's last
 		// known resourceVersion, not the member's at its deletion: its
 		// event has none (0), so that a watch resumed on another replica
@@ -237,6 +253,9 @@ func (m *member) watch(informer cache.SharedIndexInformer, kind Kind) {
 		}
 		o, err := meta.Accessor(obj)
 		if err != nil {
+			return
+		}
+		if !m.admit(kind, o.GetNamespace()+"/"+o.GetName(), obj, deleted, changed) {
 			return
 		}
 		var rv uint64
@@ -256,11 +275,29 @@ func (m *member) watch(informer cache.SharedIndexInformer, kind Kind) {
 		}
 		m.handler(ev)
 	}
-	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { notify(obj, false) },
-		UpdateFunc: func(_, obj interface{}) { notify(obj, false) },
-		DeleteFunc: func(obj interface{}) { notify(obj, true) },
-	})
+	_, _ = informer.AddEventHandler(countedHandler(notify))
+}
+
+// countedHandler calls notify with each change, whether it was a deletion,
+// and whether the member sent it: an object of the initial list, or one a
+// relist replays unchanged (same resourceVersion), does not count towards
+// the member's event rate.
+func countedHandler(notify func(obj interface{}, deleted, changed bool)) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj interface{}, initial bool) { notify(obj, false, !initial) },
+		UpdateFunc: func(old, obj interface{}) {
+			notify(obj, false, resourceVersionOf(old) != resourceVersionOf(obj))
+		},
+		DeleteFunc: func(obj interface{}) { notify(obj, true, true) },
+	}
+}
+
+func resourceVersionOf(obj interface{}) string {
+	o, err := meta.Accessor(obj)
+	if err != nil {
+		return ""
+	}
+	return o.GetResourceVersion()
 }
 
 // poolEvent keeps the Services and EndpointSlices of the pool's namespace

@@ -67,21 +67,31 @@ type member struct {
 	// backendTLSPolicies is nil when the member does not serve them.
 	backendTLSPolicies gatewaylisters.BackendTLSPolicyLister
 
+	// config is what the member was built from: a member whose mode
+	// changes (mode.go) is rebuilt from it.
+	config *rest.Config
 	// summaryPolicy says whether the member may be read through its
-	// summaries; summaryMode is set, once started, when it is
-	// (summaries.go): then summaries and clusterSummaries are its only
-	// informers, and the listers of its objects above are nil.
+	// summaries; mode is set once started (mode.go). In modeSummary
+	// (summaries.go) summaries and clusterSummaries are its only
+	// informers, and the listers of its objects above are nil; in
+	// modeDiscovering it has no informer at all.
 	summaryPolicy    Summaries
-	summaryMode      bool
+	mode             memberMode
 	summaries        inferencelisters.InferencePoolExportSummaryLister
 	clusterSummaries inferencelisters.InferenceClusterSummaryLister
 	summaryStream    summaryStream
+
+	// th are the member's thresholds, as started.
+	th thresholds
+	// quota bounds what the member may make this server hold (quota.go);
+	// nil for the local cluster.
+	quota *quota
 
 	// reachability is what the member's probes found.
 	reachability
 }
 
-func newMember(name, source string, config *rest.Config, handler Handler) (*member, error) {
+func newMember(name, source string, config *rest.Config, responseBytes int64, handler Handler) (*member, error) {
 	config = rest.CopyConfig(config)
 	config.UserAgent = "mci-apiserver"
 	// Hundreds of pools across many members should not queue behind the
@@ -90,12 +100,16 @@ func newMember(name, source string, config *rest.Config, handler Handler) (*memb
 		config.QPS = 50
 		config.Burst = 100
 	}
+	m := &member{name: name, source: source, config: rest.CopyConfig(config), gate: newLinkGate(), handler: handler}
+	if responseBytes > 0 {
+		config.Wrap(boundResponses(responseBytes, m.responseTooLarge))
+	}
 	// The probe goes around the gate: it is what opens it again.
 	probe, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
-	m := &member{name: name, source: source, gate: newLinkGate(), probeClient: probe.Discovery().RESTClient(), handler: handler}
+	m.probeClient = probe.Discovery().RESTClient()
 	gated := rest.CopyConfig(config)
 	gated.Wrap(m.gate.wrap)
 	if m.kube, err = kubernetes.NewForConfig(gated); err != nil {
@@ -140,46 +154,69 @@ func (m *member) hasSynced() bool {
 // added back at the heal). Past the threshold every replica agrees that
 // the member's pools are gone.
 func (m *member) readyErr() error {
-	if m.hasSynced() {
+	if m.hasSynced() || m.frozen() {
+		// A frozen member is flagged and serves what it holds: it must
+		// not hold readiness for good by sending too much to list.
 		return nil
 	}
 	st := m.status()
 	switch {
-	case st == nil:
-		return fmt.Errorf("member %s has not listed yet", m.name)
-	case !st.removed:
+	case st != nil && !st.removed:
 		return fmt.Errorf("member %s has not listed since this replica started and is unreachable (since %s: %s); its pools may still be served by replicas that listed them, so this one waits until it lists or the removal threshold passes",
 			m.name, st.Since.UTC().Format(time.RFC3339), st.Message)
+	case st != nil:
+		return nil
+	case m.mode == modeDiscovering:
+		// A member that answers its probe but not its discovery would
+		// otherwise hold readiness for good: it holds it as one that does
+		// not answer at all, until its removal threshold from joining.
+		if m.th.removeAfter > 0 && time.Since(m.joined) >= m.th.removeAfter {
+			return nil
+		}
+		return fmt.Errorf("member %s has not said yet whether it publishes summaries (its API discovery cannot be asked); it is asked again with backoff", m.name)
 	}
-	return nil
+	return fmt.Errorf("member %s has not listed yet", m.name)
 }
 
 func (m *member) view() imports.Member {
 	st := m.status()
 	if st == nil {
-		return m.viewWith(nil)
+		return m.viewWith(m.frozenFlag(nil))
 	}
 	if st.removed {
 		// Past the removal threshold only the member's namespaces are
 		// kept: they say whether it would import (as InferencePoolExports
 		// report), while nothing it exported is served any more.
-		return imports.Member{Name: m.name, Unreachable: &st.Unreachable, Namespaces: m.namespaceLister()}
+		return imports.Member{Name: m.name, Unreachable: m.frozenFlag(&st.Unreachable), Namespaces: m.namespaceLister()}
 	}
-	return m.viewWith(&st.Unreachable)
+	return m.viewWith(m.frozenFlag(&st.Unreachable))
 }
 
 // namespaceLister is the member's namespaces: watched, or as its cluster
 // summary lists them.
 func (m *member) namespaceLister() corev1listers.NamespaceLister {
-	if m.summaryMode {
+	switch m.mode {
+	case modeSummary:
 		return m.summaryNamespaces()
+	case modeDiscovering:
+		return imports.SummaryNamespaces(nil)
 	}
 	return m.namespaces
 }
 
 func (m *member) viewWith(u *imports.Unreachable) imports.Member {
-	if m.summaryMode {
+	switch m.mode {
+	case modeSummary:
+		if m.speaksForAnother() {
+			// What it sent is another cluster's: serving it under this
+			// member's name would count that cluster's exports twice.
+			return imports.Member{Name: m.name, Unreachable: u, Namespaces: imports.SummaryNamespaces(nil), Summaries: noSummaries}
+		}
 		return imports.Member{Name: m.name, Unreachable: u, Namespaces: m.summaryNamespaces(), Summaries: m.summaries}
+	case modeDiscovering:
+		// Nothing is known of the member yet: it imports and exports
+		// nothing, as a member that has not listed.
+		return imports.Member{Name: m.name, Unreachable: u, Namespaces: imports.SummaryNamespaces(nil), Summaries: noSummaries}
 	}
 	v := imports.Member{
 		Name:           m.name,

@@ -13,6 +13,9 @@ import (
 //	mci_clusterset_member_removed{member}      1 past --member-remove-after (its pools no longer served)
 //	mci_clusterset_member_summary_mode{member} 1 while read through the summaries its mci-apiserver publishes
 //	mci_clusterset_member_summary_errors_total{member} failed lists and watches of those summaries
+//	mci_clusterset_member_mode{member,mode}     1 for the mode the member is read in (full, summary, discovering)
+//	mci_clusterset_member_frozen{member,quota}  1 while frozen at that limit (quota.go)
+//	mci_clusterset_member_limit_exceeded_total{member,quota} freezes by limit
 //
 // A replica is not ready while a member has listed 0 and removed 0
 // (Cache.Ready): these say which member holds it back.
@@ -34,6 +37,15 @@ var (
 	memberSummaryErrorsDesc = metrics.NewDesc("mci_clusterset_member_summary_errors_total",
 		"Failed lists and watches of the member's summaries, and problems reading them (a resourceVersion that does not parse, more than one cluster summary) once per change, at most once a minute, in summary mode; meanwhile the last known summaries are served.",
 		[]string{"member"}, nil, metrics.ALPHA, "")
+	memberModeDesc = metrics.NewDesc("mci_clusterset_member_mode",
+		"1 for the mode this replica reads the member in, 0 for the others: full (its objects are watched), summary (the summaries its own mci-apiserver publishes), discovering (its API discovery has not said yet whether it publishes summaries: nothing of it is read, and it is asked again with backoff).",
+		[]string{"member", "mode"}, nil, metrics.ALPHA, "")
+	memberFrozenDesc = metrics.NewDesc("mci_clusterset_member_frozen",
+		"1 while the member is frozen because it exceeded the limit named by quota (objects, bytes, namespaces, eventRate, responseBytes, identity): its last known data is served flagged ClusterUnreachable and nothing more it sends is applied; else 0.",
+		[]string{"member", "quota"}, nil, metrics.ALPHA, "")
+	memberLimitExceededDesc = metrics.NewDesc("mci_clusterset_member_limit_exceeded_total",
+		"Times the member was frozen for exceeding the limit named by quota, by this member instance (a member read again after --member-freeze-retry, or reconnected, counts anew).",
+		[]string{"member", "quota"}, nil, metrics.ALPHA, "")
 	memberRemovedDesc = metrics.NewDesc("mci_clusterset_member_removed",
 		"1 while the member has not answered for --member-remove-after, so the pools it exported are not served, else 0.",
 		[]string{"member"}, nil, metrics.ALPHA, "")
@@ -50,6 +62,9 @@ func (m *Metrics) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- memberRemovedDesc
 	ch <- memberSummaryModeDesc
 	ch <- memberSummaryErrorsDesc
+	ch <- memberModeDesc
+	ch <- memberFrozenDesc
+	ch <- memberLimitExceededDesc
 }
 
 // CollectWithStability implements metrics.StableCollector.
@@ -62,8 +77,18 @@ func (m *Metrics) CollectWithStability(ch chan<- metrics.Metric) {
 		ch <- metrics.NewLazyConstMetric(memberListedDesc, metrics.GaugeValue, bit(mb.hasSynced()), mb.name)
 		ch <- metrics.NewLazyConstMetric(memberUnreachableDesc, metrics.GaugeValue, bit(st != nil), mb.name)
 		ch <- metrics.NewLazyConstMetric(memberRemovedDesc, metrics.GaugeValue, bit(st != nil && st.removed), mb.name)
-		ch <- metrics.NewLazyConstMetric(memberSummaryModeDesc, metrics.GaugeValue, bit(mb.summaryMode), mb.name)
+		ch <- metrics.NewLazyConstMetric(memberSummaryModeDesc, metrics.GaugeValue, bit(mb.mode == modeSummary), mb.name)
 		ch <- metrics.NewLazyConstMetric(memberSummaryErrorsDesc, metrics.CounterValue, float64(mb.summaryStream.errorCount()), mb.name)
+		if mb.quota != nil {
+			frozen, _, _ := mb.quota.state()
+			for _, q := range quotaNames {
+				ch <- metrics.NewLazyConstMetric(memberFrozenDesc, metrics.GaugeValue, bit(frozen == q), mb.name, q)
+				ch <- metrics.NewLazyConstMetric(memberLimitExceededDesc, metrics.CounterValue, float64(mb.quota.exceededCount(q)), mb.name, q)
+			}
+		}
+		for _, mode := range memberModes {
+			ch <- metrics.NewLazyConstMetric(memberModeDesc, metrics.GaugeValue, bit(mb.mode == mode), mb.name, string(mode))
+		}
 	}
 }
 

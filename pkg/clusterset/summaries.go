@@ -17,7 +17,6 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
 	"github.com/mci-dev/mci/pkg/imports"
-	"github.com/mci-dev/mci/pkg/servedapis"
 	"github.com/mci-dev/mci/pkg/statelog"
 	"github.com/mci-dev/mci/pkg/versionvector"
 )
@@ -45,15 +44,6 @@ var (
 // summaryStreamLog: a member's summary stream failing with another error
 // than the one logged is logged at most once a minute.
 var summaryStreamLog = statelog.Rule{Interval: time.Minute}
-
-// readsSummaries says whether the member is read through its summaries:
-// never the local cluster, whose objects are what its own summaries are
-// computed from, and only on the member's own word: a member whose
-// discovery could not be asked is watched in full mode, whose informers
-// work whatever it runs.
-func (m *member) readsSummaries(policy Summaries, served servedapis.Set) bool {
-	return !m.local && policy != SummariesNever && served.Known(apiExportSummaries) && served.Known(apiClusterSummaries)
-}
 
 // summaryInformers watches the member's InferencePoolExportSummaries and
 // its InferenceClusterSummary, through the member's aggregator (so through
@@ -145,7 +135,7 @@ func summaryVersion(rv string) (uint64, error) {
 // watchSummaries passes summary changes on as Events of
 // KindExportSummary.
 func (m *member) watchSummaries(informer cache.SharedIndexInformer) {
-	notify := func(obj interface{}) {
+	notify := func(obj interface{}, deleted, changed bool) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
@@ -153,43 +143,51 @@ func (m *member) watchSummaries(informer cache.SharedIndexInformer) {
 		if err != nil {
 			return
 		}
+		if !m.admit(KindExportSummary, o.GetNamespace()+"/"+o.GetName(), obj, deleted, changed) {
+			return
+		}
 		m.handler(Event{Member: m.name, Kind: KindExportSummary, Namespace: o.GetNamespace(), Name: o.GetName(), ResourceVersion: m.summaryRV(o.GetResourceVersion())})
 	}
-	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    notify,
-		UpdateFunc: func(_, obj interface{}) { notify(obj) },
-		DeleteFunc: notify,
-	})
+	_, _ = informer.AddEventHandler(countedHandler(notify))
 }
 
 // watchClusterSummary passes a change of the member's namespaces on as a
 // KindNamespace Event per namespace that came or went, as the member's
-// Namespace informer does in full mode.
+// Namespace informer does in full mode. A cluster summary named after
+// another cluster than the member is refused, and freezes the member: a
+// member must not speak for another.
 func (m *member) watchClusterSummary(informer cache.SharedIndexInformer) {
 	namespacesOf := func(obj interface{}) ([]string, uint64) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
 		s, ok := obj.(*v1alpha1.InferenceClusterSummary)
-		if !ok || s == nil {
+		if !ok || s == nil || s.Name != m.name {
 			return nil, 0
 		}
 		return s.Status.Namespaces, m.summaryRV(s.ResourceVersion)
 	}
-	diff := func(old, obj interface{}, deleted bool) {
+	diff := func(old, obj interface{}, deleted, changed bool) {
+		if s, ok := obj.(*v1alpha1.InferenceClusterSummary); ok && s.Name != m.name && !deleted {
+			m.freeze(quotaIdentity, fmt.Sprintf("it publishes a cluster summary named %q, not after the member", s.Name))
+			return
+		}
 		before, _ := namespacesOf(old)
 		after, rv := namespacesOf(obj)
 		if deleted {
 			before, after = after, nil
 		}
+		if !m.admit(KindNamespace, "", nil, true, changed) || !m.admitNamespaces(len(after)) {
+			return
+		}
 		for _, ns := range symmetricDifference(before, after) {
 			m.handler(Event{Member: m.name, Kind: KindNamespace, Namespace: ns, ResourceVersion: rv})
 		}
 	}
-	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { diff(nil, obj, false) },
-		UpdateFunc: func(old, obj interface{}) { diff(old, obj, false) },
-		DeleteFunc: func(obj interface{}) { diff(nil, obj, true) },
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(obj interface{}, initial bool) { diff(nil, obj, false, !initial) },
+		UpdateFunc: func(old, obj interface{}) { diff(old, obj, false, resourceVersionOf(old) != resourceVersionOf(obj)) },
+		DeleteFunc: func(obj interface{}) { diff(nil, obj, true, true) },
 	})
 }
 
@@ -237,7 +235,24 @@ func (m *member) summaryNamespaces() corev1listers.NamespaceLister {
 		}
 		return imports.SummaryNamespaces(nil)
 	}
+	if all[0].Name != m.name {
+		// Refused (watchClusterSummary froze the member).
+		return imports.SummaryNamespaces(nil)
+	}
 	return imports.SummaryNamespaces(all[0].Status.Namespaces)
+}
+
+// speaksForAnother reports whether the member's cluster summary names
+// another cluster (watchClusterSummary freezes it for that): none of its
+// summaries is served then, not even as last known data, since they are
+// not this member's. It is read off the summary itself too, so that
+// nothing is served in the moment between the list and the freeze.
+func (m *member) speaksForAnother() bool {
+	if reason, _, _ := m.quota.state(); reason == quotaIdentity {
+		return true
+	}
+	all, err := m.clusterSummaries.List(labels.Everything())
+	return err == nil && len(all) == 1 && all[0].Name != m.name
 }
 
 // summaryStream is what this replica knows of a member's summary stream:

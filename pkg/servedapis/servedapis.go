@@ -47,6 +47,14 @@ func (s Set) Has(r schema.GroupVersionResource) bool { return s.served[r] }
 // available yet (503) counts as served: the aggregator knows its group.
 func (s Set) Known(r schema.GroupVersionResource) bool { return s.served[r] && !s.assumed[r] }
 
+// Answered reports whether the cluster itself said whether it serves r
+// (it serves it, or answered that it does not), rather than r being taken
+// as served because the cluster could not be asked.
+func (s Set) Answered(r schema.GroupVersionResource) bool {
+	_, asked := s.served[r]
+	return asked && !s.assumed[r]
+}
+
 // Any reports whether the cluster serves at least one of rs.
 func (s Set) Any(rs ...schema.GroupVersionResource) bool {
 	return slices.ContainsFunc(rs, s.Has)

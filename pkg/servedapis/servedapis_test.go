@@ -21,7 +21,8 @@ func TestDiscoverAsksEachGroupVersionOnce(t *testing.T) {
 	policies := schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "backendtlspolicies"}
 	grants := schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1beta1", Resource: "referencegrants"}
 	models := schema.GroupVersionResource{Group: "inference.networking.x-k8s.io", Version: "v1alpha2", Resource: "inferencemodels"}
-	endpointSlices := schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}
+	discoveryUnavailable := schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}
+	leases := schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
 	services := schema.GroupVersionResource{Version: "v1", Resource: "services"}
 
 	asked := map[string]int{}
@@ -33,6 +34,9 @@ func TestDiscoverAsksEachGroupVersionOnce(t *testing.T) {
 			list.APIResources = []metav1.APIResource{{Name: "gateways"}, {Name: "httproutes"}}
 		case "/apis/discovery.k8s.io/v1":
 			http.Error(w, "etcd is not ready", http.StatusServiceUnavailable)
+			return
+		case "/apis/coordination.k8s.io/v1":
+			http.Error(w, "boom", http.StatusInternalServerError)
 			return
 		case "/api/v1":
 			list.APIResources = []metav1.APIResource{{Name: "services"}}
@@ -47,30 +51,35 @@ func TestDiscoverAsksEachGroupVersionOnce(t *testing.T) {
 	d, err := discovery.NewDiscoveryClientForConfig(&rest.Config{Host: srv.URL})
 	require.NoError(t, err)
 
-	served := Discover(t.Context(), d, 0, gateways, policies, grants, models, endpointSlices, services)
+	served := Discover(t.Context(), d, 0, gateways, policies, grants, models, discoveryUnavailable, leases, services)
 
 	tests := []struct {
 		name     string
 		resource schema.GroupVersionResource
 		want     bool
+		// unanswered: taken as served because the cluster could not say.
+		unanswered bool
 	}{
 		{name: "a resource the group version lists is served", resource: gateways, want: true},
 		{name: "a resource the group version does not list is not", resource: policies},
 		{name: "a group version the cluster does not know serves nothing", resource: grants},
 		{name: "a group of no installed CRD serves nothing", resource: models},
-		{name: "a group version that cannot be asked is taken to serve its resources", resource: endpointSlices, want: true},
+		{name: "a group version that cannot be asked is taken to serve its resources", resource: discoveryUnavailable, want: true},
+		{name: "a group version whose answer is an error is taken to serve its resources, unanswered", resource: leases, want: true, unanswered: true},
 		{name: "the core group is asked at /api", resource: services, want: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, served.Has(tc.resource))
+			assert.Equal(t, !tc.unanswered, served.Answered(tc.resource), "answered")
 		})
 	}
+	assert.False(t, served.Answered(schema.GroupVersionResource{Version: "v1", Resource: "pods"}), "a resource not asked about is not answered")
 	assert.Equal(t, 1, asked["/apis/gateway.networking.k8s.io/v1"], "one request per group version")
 	assert.Equal(t, 1, asked["/apis/discovery.k8s.io/v1"], "no retries")
 	assert.True(t, served.Any(grants, gateways))
 	assert.False(t, served.Any(grants, models))
-	assert.Equal(t, map[schema.GroupVersionResource]bool{gateways: true, policies: false, grants: false, models: false, endpointSlices: true, services: true}, served.Map())
+	assert.Equal(t, map[schema.GroupVersionResource]bool{gateways: true, policies: false, grants: false, models: false, discoveryUnavailable: true, leases: true, services: true}, served.Map())
 }
 
 func TestDiscoverAsksAFakeDiscoveryThroughItsResources(t *testing.T) {

@@ -251,10 +251,19 @@ func exportStatus(ctx context.Context, c *cluster, namespace, name string) (map[
 // server is a loopback address where nothing listens. Each is reported in
 // a structured log line and none stops cluster-b serving
 // what the good members export: its /readyz stays ok, its imports from
-// cluster-a and cluster-c stay Ready, the duplicate name is served from
+// cluster-a and cluster-c stay Ready, the duplicate name is read through
 // the first Secret by name, and the dead member is flagged
 // ClusterUnreachable in cluster-b's InferencePoolExport after the
 // threshold. Nothing panics; the server is never restarted.
+//
+// The first Secret for cluster-twin reaches cluster-c, a member already:
+// a second name for one cluster, which would count cluster-c's exports
+// twice. That member speaks for another cluster (its cluster summary
+// names cluster-c) and is refused: frozen, logged, counted in
+// mci_clusterset_member_frozen, nothing of it served, flagged in the
+// InferencePoolExports' status. The refusal also says which Secret is
+// used: the second one's server does not answer, and could not be frozen
+// for what it says.
 func TestBadMemberSecretsAreReportedAndServingGoesOn(t *testing.T) {
 	ctx := t.Context()
 	a, b, c := clusterClients(t, "cluster-a"), clusterClients(t, "cluster-b"), clusterClients(t, "cluster-c")
@@ -382,22 +391,26 @@ func TestBadMemberSecretsAreReportedAndServingGoesOn(t *testing.T) {
 		assert.Empty(t, recorder.requests(), "no request went to the server of a refused kubeconfig")
 	})
 
-	t.Run("the first Secret by name serves a cluster named twice", func(t *testing.T) {
-		waitForImportClusters(t, ctx, b, ns, "from-c", "cluster-c:Ready,cluster-twin:Ready")
+	t.Run("a cluster named twice is read through the first Secret by name, and refused as a second name for cluster-c", func(t *testing.T) {
+		line := waitForIdentityRefusal(t, log, "cluster-b", "cluster-twin", "cluster-c")
+		t.Logf("refused: %s", line)
+		waitForImportClusters(t, ctx, b, ns, "from-c", "cluster-c:Ready")
 	})
 
 	t.Run("a member where nothing listens is flagged after the threshold", func(t *testing.T) {
-		var flagged time.Duration
 		waitfor.Eventually(t, ctx, defaultUnreachableAfter+convergence, func(ctx context.Context) (bool, string) {
 			st, err := exportStatus(ctx, b, ns, "from-b")
 			if err != nil {
 				return false, err.Error()
 			}
-			flagged = time.Since(added)
 			return st["cluster-dead"] == v1alpha1.ReasonClusterUnreachable, fmt.Sprintf("%v", st)
 		})
-		t.Logf("cluster-dead reported ClusterUnreachable in cluster-b's InferencePoolExport %s after its Secret was created (threshold %s)", flagged.Round(100*time.Millisecond), defaultUnreachableAfter)
-		log.waitFor(t, convergence, `"Member reachability changed"`, `member="cluster-dead"`, "unreachable=true")
+		// When the server flagged it, by its log line's stamp: the time
+		// this subtest took to look includes the subtests before it.
+		line := log.waitFor(t, convergence, `"Member reachability changed"`, `member="cluster-dead"`, "unreachable=true")
+		flagged := klogTime(t, line, added).Sub(added)
+		t.Logf("cluster-dead flagged unreachable by cluster-b's mci-apiserver %s after its Secret was created (threshold %s)", flagged.Round(100*time.Millisecond), defaultUnreachableAfter)
+		assert.GreaterOrEqual(t, flagged, defaultUnreachableAfter, "flagged no earlier than its threshold")
 	})
 
 	t.Run("serving went on for every good member", func(t *testing.T) {
@@ -407,8 +420,8 @@ func TestBadMemberSecretsAreReportedAndServingGoesOn(t *testing.T) {
 		assert.Never(t, func() bool {
 			fromA, errA := b.importOf(ctx, ns, "from-a")
 			fromC, errC := b.importOf(ctx, ns, "from-c")
-			return errA != nil || errC != nil || importClusters(fromA) != "cluster-a:Ready" || importClusters(fromC) != "cluster-c:Ready,cluster-twin:Ready"
-		}, 3*time.Second, 200*time.Millisecond)
+			return errA != nil || errC != nil || importClusters(fromA) != "cluster-a:Ready" || importClusters(fromC) != "cluster-c:Ready"
+		}, 3*time.Second, 200*time.Millisecond, "cluster-c's pool is imported once, from cluster-c")
 		own, err := b.importOf(ctx, ns, "from-b")
 		require.NoError(t, err)
 		assert.Nil(t, own, "cluster-b does not import its own pool, whatever a Secret claims")
@@ -417,9 +430,9 @@ func TestBadMemberSecretsAreReportedAndServingGoesOn(t *testing.T) {
 		assert.Equal(t, map[string]string{
 			"cluster-a":    v1alpha1.ReasonImported,
 			"cluster-c":    v1alpha1.ReasonImported,
-			"cluster-twin": v1alpha1.ReasonImported,
+			"cluster-twin": v1alpha1.ReasonClusterUnreachable,
 			"cluster-dead": v1alpha1.ReasonClusterUnreachable,
-		}, st, "the members cluster-b has: the bad Secrets added none")
+		}, st, "the members cluster-b has: the bad Secrets added none, the refused and the dead one are flagged")
 		probes, failures := stopReadyz()
 		t.Logf("cluster-b mci-apiserver /readyz: %d probes, %d failed", probes, len(failures))
 		assert.Empty(t, failures, "readiness must not follow bad or dead members")
@@ -440,6 +453,33 @@ func TestBadMemberSecretsAreReportedAndServingGoesOn(t *testing.T) {
 		})
 		log.requireNoPanicAndSamePID(t, clusters)
 	})
+}
+
+// waitForIdentityRefusal waits until cluster's mci-apiserver has refused
+// member for speaking for another cluster (its cluster summary names
+// speaksFor): the log line, and mci_clusterset_member_frozen on every
+// replica. It returns the log line.
+func waitForIdentityRefusal(t *testing.T, log *serverLog, cluster, member, speaksFor string) string {
+	t.Helper()
+	line := log.waitFor(t, convergence, `"Member frozen: it speaks for another cluster`, `member="`+member+`"`, `quota="identity"`, `named \"`+speaksFor+`\"`)
+	series := `mci_clusterset_member_frozen{member="` + member + `",quota="identity"}`
+	for i, metric := range replicaMetrics(t, clusters, cluster) {
+		waitfor.Eventually(t, t.Context(), convergence, func(ctx context.Context) (bool, string) {
+			v := metric(t, ctx, series)
+			return v == 1, fmt.Sprintf("replica %d: %s %v", i, series, v)
+		})
+	}
+	return line
+}
+
+// klogTime reads the time stamp of a klog line ("I1202 03:12:34.567890
+// ..."), which carries no year: the year is near's.
+func klogTime(t *testing.T, line string, near time.Time) time.Time {
+	t.Helper()
+	require.Greater(t, len(line), len("I0102 15:04:05.000000"), "a klog line: %q", line)
+	at, err := time.ParseInLocation("0102 15:04:05.000000", line[1:len("I0102 15:04:05.000000")], time.Local)
+	require.NoError(t, err, "the time stamp of %q", line)
+	return at.AddDate(near.Year(), 0, 0)
 }
 
 // removeAfter and removeUnreachableAfter are the thresholds of the

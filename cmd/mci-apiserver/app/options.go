@@ -57,6 +57,8 @@ type Options struct {
 	UnreachableAfter    time.Duration
 	RemoveAfter         time.Duration
 	MemberSummaries     string
+	// MemberLimits bound what each member may make this server hold.
+	MemberLimits clusterset.Limits
 	// ServingCertSecret, when set, names the Secret in Namespace that holds
 	// a self-signed serving certificate (created when missing) whose CA the
 	// server writes into its APIService's caBundle.
@@ -107,6 +109,7 @@ func NewOptions() *Options {
 		UnreachableAfter: 10 * time.Second,
 		RemoveAfter:      5 * time.Minute,
 		MemberSummaries:  string(clusterset.SummariesAuto),
+		MemberLimits:     clusterset.DefaultLimits,
 		ExportedStatus:   true,
 	}
 	o.Recommended.SecureServing.HTTP2MaxStreamsPerConnection = defaultHTTP2MaxStreams
@@ -164,6 +167,7 @@ status entry of each exported InferencePool (one elected replica writes;
 	fs.StringVar(&o.MemberSummaries, "member-summaries", o.MemberSummaries, "How members other than the local cluster are read: \"auto\" reads a member through the InferencePoolExportSummaries and InferenceClusterSummary its own mci-apiserver publishes (two watches, no watch of its objects) when its API discovery lists them, and watches its InferencePools, Namespaces, Services, EndpointSlices and Gateways otherwise; \"never\" always watches its objects. See docs/membership.md.")
 	fs.DurationVar(&o.RemoveAfter, "member-remove-after", o.RemoveAfter, "How long a member may fail to answer before its data is dropped: the pools it exported leave the imports (watchers see them change or go) until it answers again. Must exceed --member-unreachable-after.")
 	fs.StringVar(&o.ServingCertSecret, "serving-cert-secret", o.ServingCertSecret, "Name of a kubernetes.io/tls Secret in --namespace to serve with, for clusters without cert-manager: when missing, or no longer valid for the Service that APIService "+apiServiceName+" names, or past two thirds of its validity (checked every minute while the server runs), the server creates a certificate signed by a new self-signed CA there, and writes that CA into the APIService's caBundle. Replicas share the Secret. Exclusive with --tls-cert-file.")
+	addMemberLimitFlags(fs, &o.MemberLimits)
 	addClusterProfileFlags(fs, o)
 	version.AddFlag(cmd)
 	return cmd
@@ -236,6 +240,7 @@ func (o *Options) Validate() error {
 	if o.RemoveAfter <= o.UnreachableAfter {
 		errs = append(errs, fmt.Errorf("--member-remove-after (%s) must exceed --member-unreachable-after (%s)", o.RemoveAfter, o.UnreachableAfter))
 	}
+	errs = append(errs, validateMemberLimits(o.MemberLimits)...)
 	switch clusterset.Summaries(o.MemberSummaries) {
 	case clusterset.SummariesAuto, clusterset.SummariesNever:
 	default:
@@ -307,6 +312,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 				UnreachableAfter: o.UnreachableAfter,
 				RemoveAfter:      o.RemoveAfter,
 				Summaries:        clusterset.Summaries(o.MemberSummaries),
+				Limits:           o.MemberLimits,
 			},
 			Sources:        sources,
 			ExportedStatus: exported,

@@ -1,0 +1,153 @@
+package clusterset
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/mci-dev/mci/pkg/servedapis"
+)
+
+// memberMode is how this server reads a member.
+type memberMode string
+
+const (
+	// modeFull watches the member's objects.
+	modeFull memberMode = "full"
+	// modeSummary reads the summaries the member's own mci-apiserver
+	// publishes (summaries.go).
+	modeSummary memberMode = "summary"
+	// modeDiscovering: the member's API discovery has not said yet
+	// whether it publishes summaries. Reading it in full mode meanwhile
+	// would fail for good with the summary-only identity members hand out
+	// (every list forbidden), so nothing is read until it says.
+	modeDiscovering memberMode = "discovering"
+)
+
+// memberModes are the modes, in the order the metrics list them.
+var memberModes = []memberMode{modeFull, modeSummary, modeDiscovering}
+
+// modeOf decides how to read a member from what its discovery answered:
+// through its summaries when it serves them, in full mode only when it
+// answered that it does not (a definite NotFound), and not yet when it
+// could not be asked.
+func (m *member) modeOf(served servedapis.Set) memberMode {
+	switch {
+	case m.local || m.summaryPolicy == SummariesNever:
+		return modeFull
+	case served.Known(apiExportSummaries) && served.Known(apiClusterSummaries):
+		return modeSummary
+	case served.Answered(apiExportSummaries) && served.Answered(apiClusterSummaries):
+		return modeFull
+	}
+	return modeDiscovering
+}
+
+// The member's discovery is asked again, until it answers, after
+// discoveryBackoff (jittered, doubling to its cap): a member that could
+// not be asked at start is read as soon as it answers. A member whose mode
+// is known is asked again every modeRecheck, so that one that installs or
+// removes its mci-apiserver is read in its new mode without a restart.
+var (
+	discoveryBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 10 * time.Second}
+	modeRecheck      = time.Minute
+)
+
+// followMode keeps member name in the mode its discovery says, for as long
+// as m is the member serving it (or its pending replacement): while m is
+// discovering it asks with backoff until the member answers; once its
+// mode is known it asks every modeRecheck. A member whose answer calls for
+// another mode is replaced by one started in that mode, which takes its
+// place once it has listed (replaceWhenSynced): until then m keeps serving
+// its last known data. Each change is one log line, and the mode is
+// exported as mci_clusterset_member_mode.
+func (c *Cache) followMode(name string, m *member) {
+	if m.local {
+		return
+	}
+	logger := klog.FromContext(m.ctx).WithValues("member", name)
+	backoff := discoveryBackoff
+	for {
+		wait := modeRecheck
+		if m.mode == modeDiscovering {
+			wait = backoff.Step()
+		}
+		if at := m.quota.thawAt(); !at.IsZero() {
+			wait = min(wait, max(time.Until(at), 0))
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-m.ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		if !c.serves(name, m) {
+			continue
+		}
+		reason, _, _ := m.quota.state()
+		at := m.quota.thawAt()
+		thawing := !at.IsZero() && !time.Now().Before(at)
+		if m.summaryPolicy == SummariesNever && !thawing {
+			continue
+		}
+		served := servedapis.Discover(klog.NewContext(m.ctx, logger), m.discovery, discoveryTimeout, m.optionalAPIs()...)
+		next := m.modeOf(served)
+		switch {
+		case thawing && next != modeDiscovering:
+			logger.Info("Reading the frozen member again; its last known data is kept until it lists within its limits", "quota", reason, "mode", next)
+		case next == m.mode || next == modeDiscovering:
+			// An unanswered discovery changes nothing: a member read
+			// through its summaries stays so while its summary stream
+			// retries, one read in full mode stays so.
+			continue
+		default:
+			logger.Info("The member's mode changes", "from", m.mode, "to", next)
+		}
+		if err := c.remode(name, m, served); err != nil {
+			logger.Error(err, "Cannot start the member's informers again; asking again")
+			continue
+		}
+		if !thawing {
+			return
+		}
+		// A fresh member that freezes while listing is dropped, and this
+		// one stays, frozen: it is read again after another FreezeRetry.
+		m.quota.rearm(time.Now())
+	}
+}
+
+// serves reports whether m is member name's, in use or replacing it. A
+// member in use whose replacement (a rotated kubeconfig) is pending is
+// not: the replacement follows its own mode.
+func (c *Cache) serves(name string, m *member) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.replacing[name] == m || (c.members[name] == m && c.replacing[name] == nil)
+}
+
+// remode starts a member from m's kubeconfig in the mode served calls for
+// and puts it in m's place once it has listed.
+func (c *Cache) remode(name string, m *member, served servedapis.Set) error {
+	n, err := c.newMember(name, m.source, m.config)
+	if err != nil {
+		return err
+	}
+	n.joined = m.joined
+	n.startWith(c.ctx, c.thresholds(name), served)
+	go c.followMode(name, n)
+	c.dropReplacement(name, n)
+	go c.replaceWhenSynced(name, n)
+	return nil
+}
+
+// noSummaries is the empty lister of a member still discovering.
+var noSummaries = summaryLister{indexer: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}), logger: klog.Background()}
+
+// discoveringSynced keeps a member that is still being asked what it
+// serves from counting as listed.
+func discoveringSynced() bool { return false }
+
+var _ cache.InformerSynced = discoveringSynced

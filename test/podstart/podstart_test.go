@@ -81,11 +81,30 @@ type mode struct {
 	// setup runs after the ClusterSet is up and before the chart is
 	// rendered: what the cluster must hold, and more helm arguments.
 	setup func(t *testing.T, ctx context.Context, f *fixture) []string
+	// installed runs after the chart is installed and before its pods
+	// start: what another controller would do (cert-manager's).
+	installed func(t *testing.T, ctx context.Context, f *fixture, objs []*unstructured.Unstructured)
+	// serving runs once every pod started and passed its probes: the data
+	// path.
+	serving func(t *testing.T, ctx context.Context, f *fixture)
 }
 
 var modes = []mode{{
 	name:  "default values",
 	setup: aboutAPI,
+}, {
+	name:    "self-signed certificate and Secret membership with mci-epp",
+	values:  "secret-members.yaml",
+	members: true,
+	setup:   memberSecret,
+	serving: requireImportServed,
+}, {
+	name:      "cert-manager serving certificate",
+	values:    "cert-manager.yaml",
+	members:   true,
+	setup:     memberSecret,
+	installed: certManager,
+	serving:   requireImportServed,
 }}
 
 func TestChartPodsStartAndServe(t *testing.T) {
@@ -164,8 +183,14 @@ func runMode(t *testing.T, env testEnv, m mode, index int) {
 	}
 	objs := f.render(t, args...)
 	f.install(t, ctx, objs)
+	if m.installed != nil {
+		m.installed(t, ctx, f, objs)
+	}
 	f.startWorkloads(t, ctx, objs)
 	f.requireAPIServed(t, ctx)
+	if m.serving != nil {
+		m.serving(t, ctx, f)
+	}
 }
 
 // render runs helm template for the release mci in releaseNamespace, with

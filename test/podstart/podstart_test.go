@@ -105,6 +105,12 @@ var modes = []mode{{
 	setup:     memberSecret,
 	installed: certManager,
 	serving:   requireImportServed,
+}, {
+	name:    "EPP shim mode",
+	values:  "shim.yaml",
+	members: true,
+	setup:   memberSecret,
+	serving: requireImportServed,
 }}
 
 func TestChartPodsStartAndServe(t *testing.T) {

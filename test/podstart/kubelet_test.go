@@ -2,6 +2,7 @@ package podstart
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -151,7 +152,8 @@ func (k *kubelet) startContainer(ctx context.Context, p *pod, c corev1.Container
 	if err != nil {
 		return nil, fmt.Errorf("container %s of %s/%s: %w", c.Name, p.namespace, p.name, err)
 	}
-	if err := k.mountVolumes(ctx, p, c, ctr.root, uid, gid); err != nil {
+	writable, err := k.mountVolumes(ctx, p, c, ctr.root, uid, gid)
+	if err != nil {
 		return nil, fmt.Errorf("container %s of %s/%s: %w", c.Name, p.namespace, p.name, err)
 	}
 	env, err := k.environment(ctx, p, c, cfg.Config.Env)
@@ -195,24 +197,40 @@ func (k *kubelet) startContainer(ctx context.Context, p *pod, c corev1.Container
 	if err != nil {
 		return nil, err
 	}
-	var groups []uint32
+	var groups []int
 	if sc := p.spec.SecurityContext; sc != nil {
 		if sc.FSGroup != nil {
-			groups = append(groups, uint32(*sc.FSGroup))
+			groups = append(groups, int(*sc.FSGroup))
 		}
 		for _, g := range sc.SupplementalGroups {
-			groups = append(groups, uint32(g))
+			groups = append(groups, int(g))
 		}
 	}
+	spec := containerSpec{
+		Root: ctr.root, Writable: writable, Path: binary, Argv: argv, Env: env, Dir: workDir,
+		UID: int(uid), GID: int(gid), Groups: groups,
+	}
+	if sc := c.SecurityContext; sc != nil {
+		spec.ReadOnlyRoot = ptr.Deref(sc.ReadOnlyRootFilesystem, false)
+		spec.NoNewPrivs = !ptr.Deref(sc.AllowPrivilegeEscalation, true)
+	}
+	encoded, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	// This test binary again, as the container's init (runtime_test.go),
+	// in a mount namespace of its own.
 	ctr.cmd = &exec.Cmd{
-		Path: binary, Args: argv, Env: env, Dir: workDir, Stdout: logFile, Stderr: logFile,
+		Path: self, Args: []string{self}, Env: []string{containerInitEnv + "=" + string(encoded)},
+		Stdout: logFile, Stderr: logFile,
 		SysProcAttr: &syscall.SysProcAttr{
-			// The image's file system is the process's root; nothing else
-			// of this machine's is visible to it.
-			Chroot:     ctr.root,
-			Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: groups},
-			Setpgid:    true,
-			Pdeathsig:  syscall.SIGKILL,
+			Unshareflags: syscall.CLONE_NEWNS,
+			Setpgid:      true,
+			Pdeathsig:    syscall.SIGKILL,
 		},
 	}
 	if err := ctr.cmd.Start(); err != nil {
@@ -525,8 +543,11 @@ func cmp(values ...string) string {
 }
 
 // mountVolumes writes the files of every volume c mounts at its
-// mountPath under root, and the automounted ServiceAccount token.
-func (k *kubelet) mountVolumes(ctx context.Context, p *pod, c corev1.Container, root string, uid, gid uint32) error {
+// mountPath under root, and the automounted ServiceAccount token, and
+// returns the directories that stay writable under a read-only root (the
+// emptyDirs), relative to root.
+func (k *kubelet) mountVolumes(ctx context.Context, p *pod, c corev1.Container, root string, uid, gid uint32) ([]string, error) {
+	var writable []string
 	volumes := map[string]corev1.Volume{}
 	for _, v := range p.spec.Volumes {
 		volumes[v.Name] = v
@@ -535,45 +556,46 @@ func (k *kubelet) mountVolumes(ctx context.Context, p *pod, c corev1.Container, 
 	for _, m := range c.VolumeMounts {
 		v, ok := volumes[m.Name]
 		if !ok {
-			return fmt.Errorf("volumeMount %s names no volume of the pod", m.Name)
+			return nil, fmt.Errorf("volumeMount %s names no volume of the pod", m.Name)
 		}
 		files, dir, err := k.volumeFiles(ctx, p, v)
 		if err != nil {
-			return fmt.Errorf("volume %s: %w", v.Name, err)
+			return nil, fmt.Errorf("volume %s: %w", v.Name, err)
 		}
 		target := filepath.Join(root, filepath.Clean("/"+m.MountPath))
 		mounted[path.Clean(m.MountPath)] = true
 		if m.SubPath != "" {
 			f, ok := files[m.SubPath]
 			if !ok {
-				return fmt.Errorf("volumeMount %s: subPath %q is not in the volume", m.Name, m.SubPath)
+				return nil, fmt.Errorf("volumeMount %s: subPath %q is not in the volume", m.Name, m.SubPath)
 			}
 			if err := writeVolumeFile(target, f, uid, gid); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
 		if err := os.MkdirAll(target, dir); err != nil {
-			return err
+			return nil, err
 		}
 		if dir&0o002 != 0 {
 			// An emptyDir: writable by every user, as a kubelet makes it.
 			if err := os.Chmod(target, dir); err != nil {
-				return err
+				return nil, err
 			}
+			writable = append(writable, path.Clean("/"+m.MountPath))
 		}
 		for name, f := range files {
 			if err := writeVolumeFile(filepath.Join(target, name), f, uid, gid); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
 	if mounted[serviceAccountDir] || !k.automount(ctx, p) {
-		return nil
+		return writable, nil
 	}
 	token, err := k.token(ctx, p, nil, tokenExpirationSeconds)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	target := filepath.Join(root, serviceAccountDir)
 	for name, f := range map[string]volumeFile{
@@ -582,10 +604,10 @@ func (k *kubelet) mountVolumes(ctx context.Context, p *pod, c corev1.Container, 
 		"namespace": {data: []byte(p.namespace), mode: 0o644},
 	} {
 		if err := writeVolumeFile(filepath.Join(target, name), f, uid, gid); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return writable, nil
 }
 
 // automount says whether the pod gets the API access volume: the pod's
@@ -641,6 +663,31 @@ func (k *kubelet) volumeFiles(ctx context.Context, p *pod, v corev1.Volume) (map
 	case v.DownwardAPI != nil:
 		err := p.downwardFiles(v.DownwardAPI.Items, v.DownwardAPI.DefaultMode, files)
 		return files, 0o755, err
+	case v.HostPath != nil:
+		// What a bind mount of the node's directory shows: its files.
+		err := filepath.WalkDir(v.HostPath.Path, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if !info.Mode().IsRegular() {
+				return fmt.Errorf("hostPath %s: %s is not a regular file", v.HostPath.Path, path)
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			rel, err := filepath.Rel(v.HostPath.Path, path)
+			if err != nil {
+				return err
+			}
+			files[rel] = volumeFile{data: data, mode: info.Mode().Perm()}
+			return nil
+		})
+		return files, 0o755, err
 	case v.Projected != nil:
 		for _, src := range v.Projected.Sources {
 			var err error
@@ -668,7 +715,7 @@ func (k *kubelet) volumeFiles(ctx context.Context, p *pod, v corev1.Volume) (map
 		}
 		return files, 0o755, nil
 	}
-	return nil, 0, errors.New("a volume type this test does not provide (only configMap, secret, projected, downwardAPI, emptyDir)")
+	return nil, 0, errors.New("a volume type this test does not provide (only configMap, secret, projected, downwardAPI, emptyDir, hostPath)")
 }
 
 func (k *kubelet) configMapFiles(ctx context.Context, p *pod, name string, items []corev1.KeyToPath, optional *bool, defaultMode *int32, files map[string]volumeFile) error {

@@ -46,6 +46,15 @@ const (
 // cluster the pool's namespace and a pool of its own for mci-epp.
 func memberSecret(t *testing.T, ctx context.Context, f *fixture) []string {
 	t.Helper()
+	memberSecretless(t, ctx, f)
+	return []string{"--set-file", "membership.secrets[0].kubeconfig=" + filepath.Join(f.cs.MembersDir(), memberCluster+".kubeconfig")}
+}
+
+// memberSecretless exports a pool from memberCluster and gives the
+// chart's cluster the pool's namespace and a pool of its own for mci-epp;
+// membership is the caller's.
+func memberSecretless(t *testing.T, ctx context.Context, f *fixture) []string {
+	t.Helper()
 	member, err := f.cs.Cluster(memberCluster)
 	require.NoError(t, err)
 	for _, c := range []*kubernetesCluster{{f.cluster.Name, f.kube}, {member.Name, kubernetes.NewForConfigOrDie(member.Config)}} {
@@ -57,7 +66,7 @@ func memberSecret(t *testing.T, ctx context.Context, f *fixture) []string {
 	require.NoError(t, err)
 	_, err = mciclient.NewForConfigOrDie(f.cluster.Config).InferencePoolV1().InferencePools(poolNamespace).Create(ctx, pool(false), metav1.CreateOptions{})
 	require.NoError(t, err)
-	return []string{"--set-file", "membership.secrets[0].kubeconfig=" + filepath.Join(f.cs.MembersDir(), memberCluster+".kubeconfig")}
+	return nil
 }
 
 type kubernetesCluster struct {

@@ -106,6 +106,12 @@ var modes = []mode{{
 	installed: certManager,
 	serving:   requireImportServed,
 }, {
+	name:    "ClusterProfile membership",
+	values:  "clusterprofiles.yaml",
+	members: true,
+	setup:   clusterProfiles,
+	serving: requireImportServed,
+}, {
 	name:    "EPP shim mode",
 	values:  "shim.yaml",
 	members: true,

@@ -66,10 +66,12 @@ test-images: images tools
 # renders charts/mci for its defaults and a values file per mode, installs
 # what it renders in a local ClusterSet, starts every container from the
 # image's own file system (chrooted, as the chart's user: it must run as
-# root) with the rendered command, args, env and volumes, runs every probe
-# and reads InferencePoolImports through the chart's APIService.
+# root) with the rendered command, args, env and volumes, runs every probe,
+# reads InferencePoolImports through the chart's APIService and routes a
+# request through the chart's mci-sidecar to another cluster's EPP
+# (test/cmd/gateway stands for Envoy, whose image cannot be had here).
 .PHONY: test-pods-start
-test-pods-start: images tools helm
+test-pods-start: images tools helm test-programs
 	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_IMAGES_DIR=$(IMAGES_DIR) MCI_IMAGE_VERSION=$(VERSION) \
 	  go test $(GO_TEST_FLAGS) -count=1 -v -timeout 20m ./test/podstart/
 

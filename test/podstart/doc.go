@@ -30,7 +30,11 @@
 // container's log when one does not pass in time. Then the data path: the
 // aggregator of the chart's cluster serves InferencePoolImports through
 // the chart's APIService from the started mci-apiservers, and in the modes
-// with a member, the import of the pool that member exports.
+// with a member, the import of the pool that member exports; in one mode a
+// completion request sent through each gateway pod is routed by the
+// chart's mci-sidecar to the EPP of the member (the local ClusterSet's
+// model servers and mci-epp, test/localclusterset's StartExporters) and
+// answered by one of its model servers.
 //
 // What it cannot do, and does instead:
 //   - No network namespace: each pod gets a loopback address of its own
@@ -50,7 +54,9 @@
 //     links besides KUBERNETES_SERVICE_HOST/_PORT.
 //   - Images not built by `make images` (Envoy's) cannot be pulled here:
 //     the test names each such container and does not start it, so the
-//     gateway pod runs mci-sidecar alone.
+//     gateway pod runs mci-sidecar alone; where a request is routed,
+//     test/cmd/gateway, which speaks ext_proc as Envoy does, stands for
+//     Envoy on the pod's address and port 8080, calling mci-sidecar there.
 //
 // It must run as root, to mount, chroot and change the user, and fails
 // otherwise.

@@ -112,6 +112,12 @@ var modes = []mode{{
 	setup:   clusterProfiles,
 	serving: requireImportServed,
 }, {
+	name:    "a request routed to a member's EPP",
+	values:  "data-path.yaml",
+	members: true,
+	setup:   exporters,
+	serving: requireRequestRouted,
+}, {
 	name:    "EPP shim mode",
 	values:  "shim.yaml",
 	members: true,
@@ -145,6 +151,9 @@ type fixture struct {
 	nextIP  int
 	proxies []*serviceProxy
 	pods    []*pod
+	// dataPath is the exporting side of the data path, in the mode that
+	// routes a request.
+	dataPath *localclusterset.DataPath
 }
 
 func (f *fixture) allocateIP() string {

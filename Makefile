@@ -3,7 +3,8 @@
 #   make run          start a local ClusterSet (real kube-apiservers) with the examples
 #   make test         codegen and docs checks, vet, unit tests (-short; they run every fuzz target's
 #                     seed corpus), fuzz-smoke (6s of fuzzing per target that takes untrusted input),
-#                     integration, chart, e2e, image and release tests, soak-smoke, bench-smoke, bench-routing-smoke
+#                     integration, chart, e2e, image, pods-start and release tests, soak-smoke, bench-smoke,
+#                     bench-routing-smoke
 #   make fuzz         every fuzz target for FUZZTIME (60s) each; FUZZ_MATCH=<regexp> picks targets
 #   make bench        benchmarks against the alternatives (docs/performance.md)
 #   make soak         the chaos soak (docs/performance.md, "Chaos soak"), SOAK_DURATION=20m
@@ -60,6 +61,19 @@ images: build
 test-images: images tools
 	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_IMAGES_DIR=$(IMAGES_DIR) MCI_IMAGE_VERSION=$(VERSION) MCI_IMAGE_REVISION=$(GIT_COMMIT) \
 	  go test $(GO_TEST_FLAGS) -count=1 -timeout 10m ./test/images/
+
+# make test-pods-start: the chart's pods really start (test/podstart). It
+# renders charts/mci for its defaults and a values file per mode, installs
+# what it renders in a local ClusterSet, starts every container from the
+# image's own file system (chrooted, as the chart's user: it must run as
+# root) with the rendered command, args, env and volumes, runs every probe,
+# reads InferencePoolImports through the chart's APIService and routes a
+# request through the chart's mci-sidecar to another cluster's EPP
+# (test/cmd/gateway stands for Envoy, whose image cannot be had here).
+.PHONY: test-pods-start
+test-pods-start: images tools helm test-programs
+	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_IMAGES_DIR=$(IMAGES_DIR) MCI_IMAGE_VERSION=$(VERSION) \
+	  go test $(GO_TEST_FLAGS) -count=1 -v -timeout 20m ./test/podstart/
 
 # make release VERSION=vX.Y.Z (docs/development.md, "Releasing"): into
 # RELEASE_DIR (_output/release, emptied first; another directory must be
@@ -126,12 +140,12 @@ verify:
 # test-integration runs them.
 .PHONY: test-unit
 test-unit:
-	go test -short $(GO_TEST_FLAGS) -timeout 20m $$(go list ./... | grep -v -e /test/e2e -e /test/localclusterset -e /test/soak -e /test/chart -e /test/images -e /test/release)
+	go test -short $(GO_TEST_FLAGS) -timeout 20m $$(go list ./... | grep -v -e /test/e2e -e /test/localclusterset -e /test/soak -e /test/chart -e /test/images -e /test/podstart -e /test/release)
 
 # test-integration runs, without -short, every package of test-unit that has
 # a test skipped under -short (found by its testing.Short() call), one
 # package at a time: each starts its own kube-apiserver and etcd.
-INTEGRATION_PKGS = $$(grep -rl --include='*_test.go' 'testing.Short()' pkg cmd test | grep -v -e ^test/e2e/ -e ^test/localclusterset/ -e ^test/soak/ -e ^test/chart/ -e ^test/images/ -e ^test/release/ | xargs -n1 dirname | sort -u | sed 's|^|./|')
+INTEGRATION_PKGS = $$(grep -rl --include='*_test.go' 'testing.Short()' pkg cmd test | grep -v -e ^test/e2e/ -e ^test/localclusterset/ -e ^test/soak/ -e ^test/chart/ -e ^test/images/ -e ^test/podstart/ -e ^test/release/ | xargs -n1 dirname | sort -u | sed 's|^|./|')
 
 .PHONY: test-integration
 test-integration: tools
@@ -164,7 +178,7 @@ test-docs: build
 	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -count=1 ./test/docs/
 
 .PHONY: test
-test: verify test-unit fuzz-smoke test-integration test-docs test-chart test-e2e test-images test-release soak-smoke bench-smoke bench-routing-smoke
+test: verify test-unit fuzz-smoke test-integration test-docs test-chart test-e2e test-images test-pods-start test-release soak-smoke bench-smoke bench-routing-smoke
 
 # make soak: the chaos soak of docs/performance.md ("Chaos soak"): a local
 # ClusterSet of three clusters with two mci-apiserver replicas each, link

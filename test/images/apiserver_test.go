@@ -38,7 +38,7 @@ func (l testLog) Write(p []byte) (int, error) {
 
 func TestTheAPIServerImageServesImportsAndItsVersion(t *testing.T) {
 	env := requireImages(t)
-	root := openImage(t, env, "mci-apiserver").rootfs(t)
+	root := rootfs(t, openImage(t, env, "mci-apiserver"))
 	dir, err := os.MkdirTemp("", "mci-images-")
 	require.NoError(t, err)
 	t.Cleanup(func() {

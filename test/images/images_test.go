@@ -56,9 +56,9 @@ func TestEveryImageIsNonRootLabelledAndRunsItsStampedBinary(t *testing.T) {
 	for _, binary := range binaries {
 		t.Run(binary, func(t *testing.T) {
 			img := openImage(t, env, binary)
-			t.Logf("%s: %d bytes compressed (%s)", binary, img.compressedBytes, filepath.Base(img.archive))
+			t.Logf("%s: %d bytes compressed (%s)", binary, img.CompressedBytes, filepath.Base(img.Archive))
 
-			cfg, err := img.image.ConfigFile()
+			cfg, err := img.ConfigFile()
 			require.NoError(t, err)
 			assert.Equal(t, []string{binDir + "/" + binary}, cfg.Config.Entrypoint)
 			assert.Empty(t, cfg.Config.Cmd, "flags come from the manifests, not the image")
@@ -73,7 +73,7 @@ func TestEveryImageIsNonRootLabelledAndRunsItsStampedBinary(t *testing.T) {
 			assert.NotEmpty(t, labels["org.opencontainers.image.source"])
 			assert.Equal(t, binary, labels["org.opencontainers.image.title"])
 
-			root := img.rootfs(t)
+			root := rootfs(t, img)
 			bundle, err := os.ReadFile(filepath.Join(root, caBundle))
 			require.NoError(t, err, "the image carries CA certificates to verify TLS peers (EPPs, member clusters)")
 			assert.True(t, x509.NewCertPool().AppendCertsFromPEM(bundle), "%s holds PEM certificates", caBundle)

@@ -122,7 +122,7 @@ func (d *DataPath) CompletionBody() string {
 	return string(b)
 }
 
-func (o *DataPathOptions) complete(cs *ClusterSet) error {
+func (o *DataPathOptions) complete(cs *ClusterSet, gateway bool) error {
 	if o.GatewayCluster == "" {
 		o.GatewayCluster = "cluster-b"
 	}
@@ -167,7 +167,7 @@ func (o *DataPathOptions) complete(cs *ClusterSet) error {
 			return fmt.Errorf("clusterset: %w; build it with `go build -o %s/ ./cmd/mci-epp ./cmd/mci-sidecar ./test/cmd/simulator ./test/cmd/gateway`", err, o.BinDir)
 		}
 	}
-	if cs.mciBinary == "" {
+	if gateway && cs.mciBinary == "" {
 		return errors.New("clusterset: the data path needs mci-apiserver: the gateway routes to an InferencePoolImport")
 	}
 	return nil
@@ -183,7 +183,7 @@ func (o *DataPathOptions) ip(cs *ClusterSet, cluster string, host int) string {
 // server. Its servers are recorded with the ClusterSet's: Stop and Down
 // stop them, and StopDataPath alone.
 func (cs *ClusterSet) StartDataPath(ctx context.Context, opts DataPathOptions) (*DataPath, error) {
-	if err := opts.complete(cs); err != nil {
+	if err := opts.complete(cs, true); err != nil {
 		return nil, err
 	}
 	if opts.Log != nil {
@@ -192,78 +192,16 @@ func (cs *ClusterSet) StartDataPath(ctx context.Context, opts DataPathOptions) (
 	if err := cs.StopDataPath(); err != nil {
 		return nil, err
 	}
-	dp := &DataPath{
-		Namespace:       DataPathNamespace,
-		Pool:            DataPathPool,
-		Model:           DataPathModel,
-		GatewayCluster:  opts.GatewayCluster,
-		GatewayURL:      "http://" + net.JoinHostPort(opts.ip(cs, opts.GatewayCluster, 1), strconv.Itoa(DataPathGatewayPort)),
-		ModelServers:    map[string][]string{},
-		ModelServerURLs: map[string][]string{},
-		EPPs:            map[string]string{},
-	}
-	bin := func(name string) string { return filepath.Join(opts.BinDir, name) }
-	type awaited struct {
-		p     *process
-		check func(context.Context) (bool, string)
-	}
-	var wait []awaited
-
+	dp := newDataPath(cs, opts)
 	servingClusters := opts.ExportingClusters
 	if opts.LocalPool {
 		servingClusters = append([]string{opts.GatewayCluster}, servingClusters...)
 	}
-	for _, cluster := range servingClusters {
-		var pods []dataPathPod
-		for n := 1; n <= opts.ModelServers; n++ {
-			pod := dataPathPod{Name: fmt.Sprintf("model-server-%d", n), IP: opts.ip(cs, cluster, n)}
-			instance := cluster + "/" + pod.Name
-			addr := net.JoinHostPort(pod.IP, strconv.Itoa(modelServerPort))
-			args := []string{"--listen=" + addr, "--model=" + DataPathModel, "--instance-id=" + instance}
-			if opts.SimulatorArgs != nil {
-				args = append(args, opts.SimulatorArgs(cluster)...)
-			}
-			p := cs.dataPathProcess(cluster+"-"+pod.Name, bin("simulator"), modelServerPort, args...)
-			cs.progress("starting %s (simulator) on %s", p.Name, addr)
-			if err := cs.startDataPathProcess(p); err != nil {
-				return nil, err
-			}
-			wait = append(wait, awaited{p, httpOK("http://" + addr + "/health")})
-			pods = append(pods, pod)
-			dp.ModelServers[cluster] = append(dp.ModelServers[cluster], instance)
-			dp.ModelServerURLs[cluster] = append(dp.ModelServerURLs[cluster], "http://"+addr)
-		}
-		eppIP := opts.ip(cs, cluster, eppHost)
-		dp.EPPs[cluster] = net.JoinHostPort(eppIP, strconv.Itoa(eppGRPCPort))
-		shim := ""
-		if cluster == opts.GatewayCluster {
-			shim = dataPathSidecarService
-		}
-		if err := cs.applyTemplate(ctx, cluster, exportingClusterTemplate, map[string]any{
-			"Namespace": DataPathNamespace, "Pool": DataPathPool, "Pods": pods, "EPPIP": eppIP, "Shim": shim,
-			"ModelServerPort": modelServerPort, "GRPCPort": eppGRPCPort, "HealthPort": eppHealthPort, "MetricsPort": eppMetricsPort,
-		}); err != nil {
-			return nil, err
-		}
-		c, _ := cs.Cluster(cluster)
-		// With links, the EPP listens on an address of its own and the
-		// link on the Service's, which the sidecar dials.
-		listenIP := eppIP
-		if cs.links != nil {
-			listenIP = opts.ip(cs, cluster, eppLinkedHost)
-			if err := cs.startEPPLink(cluster, eppIP, listenIP, eppGRPCPort, eppHealthPort, eppMetricsPort); err != nil {
-				return nil, err
-			}
-		}
-		p := cs.dataPathProcess(cluster+"-mci-epp", bin("mci-epp"), eppGRPCPort,
-			"--pool-name="+DataPathPool, "--pool-namespace="+DataPathNamespace, "--kubeconfig="+c.Kubeconfig,
-			"--bind-address="+listenIP, "--base-models="+DataPathModel, "-v=2")
-		cs.progress("starting %s for %s/%s on %s", p.Name, DataPathNamespace, DataPathPool, net.JoinHostPort(listenIP, strconv.Itoa(eppGRPCPort)))
-		if err := cs.startDataPathProcess(p); err != nil {
-			return nil, err
-		}
-		wait = append(wait, awaited{p, grpcServing(net.JoinHostPort(listenIP, strconv.Itoa(eppHealthPort)))})
+	wait, err := cs.startServingClusters(ctx, opts, dp, servingClusters)
+	if err != nil {
+		return nil, err
 	}
+	bin := func(name string) string { return filepath.Join(opts.BinDir, name) }
 
 	gwIP := opts.ip(cs, opts.GatewayCluster, 1)
 	if err := cs.applyTemplate(ctx, opts.GatewayCluster, gatewayClusterTemplate, map[string]any{
@@ -329,6 +267,115 @@ func (cs *ClusterSet) StartDataPath(ctx context.Context, opts DataPathOptions) (
 		return nil, fmt.Errorf("%w\n(logs of mci-sidecar and the EPPs are in %s)", err, filepath.Join(cs.Dir, "logs"))
 	}
 	cs.progress("data path up: %s answered through %s's gateway", answered, opts.GatewayCluster)
+	return dp, nil
+}
+
+// awaited is a started server and the check that says it is ready.
+type awaited struct {
+	p     *process
+	check func(context.Context) (bool, string)
+}
+
+func newDataPath(cs *ClusterSet, opts DataPathOptions) *DataPath {
+	return &DataPath{
+		Namespace:       DataPathNamespace,
+		Pool:            DataPathPool,
+		Model:           DataPathModel,
+		GatewayCluster:  opts.GatewayCluster,
+		GatewayURL:      "http://" + net.JoinHostPort(opts.ip(cs, opts.GatewayCluster, 1), strconv.Itoa(DataPathGatewayPort)),
+		ModelServers:    map[string][]string{},
+		ModelServerURLs: map[string][]string{},
+		EPPs:            map[string]string{},
+	}
+}
+
+// startServingClusters starts, in each of clusters, the model servers and
+// mci-epp behind the pool, with the pool (exported, or a shim pool in the
+// gateway cluster) and its EPP Service.
+func (cs *ClusterSet) startServingClusters(ctx context.Context, opts DataPathOptions, dp *DataPath, clusters []string) ([]awaited, error) {
+	bin := func(name string) string { return filepath.Join(opts.BinDir, name) }
+	var wait []awaited
+	for _, cluster := range clusters {
+		var pods []dataPathPod
+		for n := 1; n <= opts.ModelServers; n++ {
+			pod := dataPathPod{Name: fmt.Sprintf("model-server-%d", n), IP: opts.ip(cs, cluster, n)}
+			instance := cluster + "/" + pod.Name
+			addr := net.JoinHostPort(pod.IP, strconv.Itoa(modelServerPort))
+			args := []string{"--listen=" + addr, "--model=" + DataPathModel, "--instance-id=" + instance}
+			if opts.SimulatorArgs != nil {
+				args = append(args, opts.SimulatorArgs(cluster)...)
+			}
+			p := cs.dataPathProcess(cluster+"-"+pod.Name, bin("simulator"), modelServerPort, args...)
+			cs.progress("starting %s (simulator) on %s", p.Name, addr)
+			if err := cs.startDataPathProcess(p); err != nil {
+				return nil, err
+			}
+			wait = append(wait, awaited{p, httpOK("http://" + addr + "/health")})
+			pods = append(pods, pod)
+			dp.ModelServers[cluster] = append(dp.ModelServers[cluster], instance)
+			dp.ModelServerURLs[cluster] = append(dp.ModelServerURLs[cluster], "http://"+addr)
+		}
+		eppIP := opts.ip(cs, cluster, eppHost)
+		dp.EPPs[cluster] = net.JoinHostPort(eppIP, strconv.Itoa(eppGRPCPort))
+		shim := ""
+		if cluster == opts.GatewayCluster {
+			shim = dataPathSidecarService
+		}
+		if err := cs.applyTemplate(ctx, cluster, exportingClusterTemplate, map[string]any{
+			"Namespace": DataPathNamespace, "Pool": DataPathPool, "Pods": pods, "EPPIP": eppIP, "Shim": shim,
+			"ModelServerPort": modelServerPort, "GRPCPort": eppGRPCPort, "HealthPort": eppHealthPort, "MetricsPort": eppMetricsPort,
+		}); err != nil {
+			return nil, err
+		}
+		c, _ := cs.Cluster(cluster)
+		// With links, the EPP listens on an address of its own and the
+		// link on the Service's, which the sidecar dials.
+		listenIP := eppIP
+		if cs.links != nil {
+			listenIP = opts.ip(cs, cluster, eppLinkedHost)
+			if err := cs.startEPPLink(cluster, eppIP, listenIP, eppGRPCPort, eppHealthPort, eppMetricsPort); err != nil {
+				return nil, err
+			}
+		}
+		p := cs.dataPathProcess(cluster+"-mci-epp", bin("mci-epp"), eppGRPCPort,
+			"--pool-name="+DataPathPool, "--pool-namespace="+DataPathNamespace, "--kubeconfig="+c.Kubeconfig,
+			"--bind-address="+listenIP, "--base-models="+DataPathModel, "-v=2")
+		cs.progress("starting %s for %s/%s on %s", p.Name, DataPathNamespace, DataPathPool, net.JoinHostPort(listenIP, strconv.Itoa(eppGRPCPort)))
+		if err := cs.startDataPathProcess(p); err != nil {
+			return nil, err
+		}
+		wait = append(wait, awaited{p, grpcServing(net.JoinHostPort(listenIP, strconv.Itoa(eppHealthPort)))})
+	}
+	return wait, nil
+}
+
+// StartExporters starts the exporting side of the data path alone, for a
+// test that brings its own gateway and mci-apiservers (the chart's pods):
+// in each of opts.ExportingClusters, model servers and mci-epp behind the
+// pool demo/llm-pool, exported in EndpointMode with its EPP Service's
+// LoadBalancer address set to the EPP's loopback address. It returns once
+// they answer; opts.GatewayCluster only names the cluster that does not
+// export. StopDataPath stops them.
+func (cs *ClusterSet) StartExporters(ctx context.Context, opts DataPathOptions) (*DataPath, error) {
+	if err := opts.complete(cs, false); err != nil {
+		return nil, err
+	}
+	if opts.LocalPool {
+		return nil, errors.New("clusterset: StartExporters runs no gateway cluster to hold a LocalPool")
+	}
+	if err := cs.StopDataPath(); err != nil {
+		return nil, err
+	}
+	dp := newDataPath(cs, opts)
+	wait, err := cs.startServingClusters(ctx, opts, dp, opts.ExportingClusters)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range wait {
+		if err := waitReady(ctx, w.p, dataPathTimeout, w.check); err != nil {
+			return nil, err
+		}
+	}
 	return dp, nil
 }
 

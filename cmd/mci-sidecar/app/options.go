@@ -87,13 +87,14 @@ type Options struct {
 	PrefixIndexBlocks int
 	ExplainDecisions  bool
 
-	ServiceClusterIPRanges    []string
-	ClusterCIDRs              []string
-	DeniedDestinationCIDRs    []string
-	AllowLoopbackDestinations bool
-	RemoteEPPStrippedHeaders  []string
-	MaxStreams                int64
-	MaxInflightBodyBytes      int64
+	ServiceClusterIPRanges     []string
+	ClusterCIDRs               []string
+	DeniedDestinationCIDRs     []string
+	AllowLoopbackDestinations  bool
+	RemoteEPPStrippedHeaders   []string
+	RemoteEPPForwardedMetadata []string
+	MaxStreams                 int64
+	MaxInflightBodyBytes       int64
 }
 
 // NewOptions returns the defaults: the ports of the Endpoint Picker
@@ -202,6 +203,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.StringSliceVar(&o.DeniedDestinationCIDRs, "denied-destination-cidrs", o.DeniedDestinationCIDRs, "More CIDRs no remote EPP may name a destination in, such as the nodes' network. Loopback, link-local (cloud metadata servers), multicast, unspecified and NAT64 addresses are always refused.")
 	fs.BoolVar(&o.AllowLoopbackDestinations, "allow-loopback-destinations", o.AllowLoopbackDestinations, "Let remote EPPs name loopback destinations. Only for a ClusterSet on one machine, where every pod has a loopback address (the local ClusterSet of the tests); never in a cluster, where it would let any exporter aim the gateway at the gateway pod's own ports. Logged at start and shown by mci_sidecar_remote_destinations_loopback_allowed.")
 	fs.StringSliceVar(&o.RemoteEPPStrippedHeaders, "remote-epp-stripped-headers", o.RemoteEPPStrippedHeaders, "Request headers that never go to a remote cluster's EPP, beyond "+strings.Join(sidecar.DefaultStrippedHeaders, ", ")+", which never do. Comma-separated, case-insensitive.")
+	fs.StringSliceVar(&o.RemoteEPPForwardedMetadata, "remote-epp-forwarded-metadata-namespaces", o.RemoteEPPForwardedMetadata, "Filter metadata namespaces of the gateway's metadata_context that a remote cluster's EPP gets (comma-separated). Default: none; a remote EPP gets of it only the endpoint that served the request, which the EPP protocol reports in the response phase. "+extproc.SubsetHintNamespace+", which names this cluster's endpoints, is refused.")
 	fs.Int64Var(&o.MaxStreams, "max-streams", o.MaxStreams, "Most ext_proc streams of the gateway served at once (also each connection's HTTP/2 MAX_CONCURRENT_STREAMS); beyond it a stream is answered 503 and counted in mci_sidecar_admission_refused_total. The default suits the chart's 512Mi memory limit.")
 	fs.Int64Var(&o.MaxInflightBodyBytes, "max-inflight-body-bytes", o.MaxInflightBodyBytes, "Most request body bytes buffered at once across streams, each counted twice (the body read whole and the messages kept to replay it to the next cluster); a body that would pass it is answered 503 and counted in mci_sidecar_admission_refused_total. The default (256Mi) suits the chart's 512Mi memory limit.")
 	version.AddFlag(cmd)
@@ -285,6 +287,14 @@ func (o *Options) Validate() error {
 	for _, h := range o.RemoteEPPStrippedHeaders {
 		if !httpguts.ValidHeaderFieldName(h) {
 			errs = append(errs, fmt.Errorf("--remote-epp-stripped-headers %q is not a header name", h))
+		}
+	}
+	for _, ns := range o.RemoteEPPForwardedMetadata {
+		switch ns {
+		case "":
+			errs = append(errs, errors.New("--remote-epp-forwarded-metadata-namespaces names an empty namespace"))
+		case extproc.SubsetHintNamespace:
+			errs = append(errs, fmt.Errorf("--remote-epp-forwarded-metadata-namespaces names %s, which lists this cluster's endpoints: a remote EPP would find none of them and answer 503", ns))
 		}
 	}
 	if o.MaxStreams <= 0 || o.MaxInflightBodyBytes <= 0 {
@@ -396,9 +406,10 @@ func (o *Options) Config() (sidecar.Config, error) {
 				Denied:        denied,
 				AllowLoopback: o.AllowLoopbackDestinations,
 			},
-			StrippedHeaders:      o.RemoteEPPStrippedHeaders,
-			MaxStreams:           o.MaxStreams,
-			MaxInflightBodyBytes: o.MaxInflightBodyBytes,
+			StrippedHeaders:             o.RemoteEPPStrippedHeaders,
+			ForwardedMetadataNamespaces: o.RemoteEPPForwardedMetadata,
+			MaxStreams:                  o.MaxStreams,
+			MaxInflightBodyBytes:        o.MaxInflightBodyBytes,
 		},
 		HealthInterval:         o.HealthInterval,
 		HealthTimeout:          o.HealthTimeout,

@@ -170,6 +170,20 @@ func TestOptions(t *testing.T) {
 		{name: "an unknown ext_proc transport is refused", args: []string{"--ext-proc-tls=tls"}, wantErr: `--ext-proc-tls "tls": want one of auto, self-signed-or-plaintext, self-signed, plaintext`},
 		{name: "an ext_proc transport with a serving certificate is refused", args: []string{"--ext-proc-tls=plaintext", "--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile}, wantErr: "--ext-proc-tls plaintext conflicts with --tls-cert-file"},
 		{name: "a zero timeout is refused", args: []string{"--epp-attempt-timeout=0s"}, wantErr: "must be positive"},
+		{
+			name: "remote EPPs get none of the gateway's metadata by default",
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Empty(t, cfg.Server.ForwardedMetadataNamespaces)
+			},
+		},
+		{
+			name: "metadata namespaces forwarded to remote EPPs reach the configuration",
+			args: []string{"--remote-epp-forwarded-metadata-namespaces=example.tenant,envoy.lb"},
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, []string{"example.tenant", "envoy.lb"}, cfg.Server.ForwardedMetadataNamespaces)
+			},
+		},
+		{name: "forwarding the subset hint to remote EPPs is refused", args: []string{"--remote-epp-forwarded-metadata-namespaces=envoy.lb.subset_hint"}, wantErr: "names envoy.lb.subset_hint, which lists this cluster's endpoints"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

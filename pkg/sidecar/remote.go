@@ -22,6 +22,14 @@ import (
 // pick an endpoint (ServerConfig.StrippedHeaders adds to them).
 var DefaultStrippedHeaders = []string{"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"}
 
+// The ranges label of mci_sidecar_remote_destination_denied_ranges: what
+// the ranges no remote destination may be in are.
+const (
+	RangesServices = "services"
+	RangesPods     = "pods"
+	RangesOther    = "other"
+)
+
 // remoteAnswers keeps remote EPPs to what routing needs: the request's
 // credentials and the gateway's metadata are stripped before it goes to
 // them (forRemote, message), and their answers are filtered (eppanswer)
@@ -57,8 +65,15 @@ func newRemoteAnswers(policy eppanswer.Policy, stripped, forwarded []string, met
 	if policy.AllowLoopback {
 		logger.Info("Remote EPPs may name loopback destinations: only for a ClusterSet on one machine, never in a cluster (mci_sidecar_remote_destinations_loopback_allowed is 1)")
 	}
-	if len(policy.Denied) == 0 {
-		logger.Info("No denied destination ranges are set: remote EPPs may name addresses of this cluster's Services and Pods as destinations; set --service-cluster-ip-range and --cluster-cidr")
+	var unset []string
+	if len(policy.ServiceRanges) == 0 {
+		unset = append(unset, "--service-cluster-ip-range")
+	}
+	if len(policy.PodRanges) == 0 {
+		unset = append(unset, "--cluster-cidr")
+	}
+	if len(unset) > 0 {
+		logger.Info("This cluster's own ranges are not all set: remote EPPs may name its addresses in the missing ones as destinations (mci_sidecar_remote_destination_denied_ranges is 0 for them)", "unset", unset)
 	}
 	return r
 }

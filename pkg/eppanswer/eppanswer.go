@@ -98,10 +98,10 @@ func refuse(reason, format string, args ...any) *Refusal {
 // Policy is what a remote EPP's destinations are checked against, beyond
 // what its exporter published.
 type Policy struct {
-	// Denied are ranges no remote destination may be in: the importing
-	// cluster's own Service and Pod ranges, and what else the operator
-	// names (the nodes' network, say).
-	Denied []netip.Prefix
+	// ServiceRanges and PodRanges are the importing cluster's own Service
+	// and Pod ranges, and Denied what other ranges the operator names (the
+	// nodes' network, say): no remote destination may be in any of them.
+	ServiceRanges, PodRanges, Denied []netip.Prefix
 	// AllowLoopback accepts loopback destinations. Only for a ClusterSet
 	// on one machine, where every pod has a loopback address
 	// (test/localclusterset); a real cluster never routes to a remote
@@ -150,9 +150,11 @@ func (p *Policy) CheckEndpoint(endpoint string, port int32) error {
 			return refuse(ReasonForbiddenDestination, "%s is a NAT64 address", endpoint)
 		}
 	}
-	for _, d := range p.Denied {
-		if d.Contains(a) {
-			return refuse(ReasonForbiddenDestination, "%s is in the denied range %s", endpoint, d)
+	for _, ranges := range [...][]netip.Prefix{p.ServiceRanges, p.PodRanges, p.Denied} {
+		for _, d := range ranges {
+			if d.Contains(a) {
+				return refuse(ReasonForbiddenDestination, "%s is in the denied range %s", endpoint, d)
+			}
 		}
 	}
 	if ap.Port() == 0 || (port != 0 && int32(ap.Port()) != port) {

@@ -27,7 +27,7 @@ func (s *Server) deliver(ctx context.Context, req *extproc.Request, msgs []*extp
 		return d.answer(req)
 	}
 	var last *refusal
-	r := &replay{msgs: msgs, local: d.local, strip: s.remote.stripHeaders}
+	r := &replay{msgs: msgs, local: d.local, filter: s.remote}
 	for _, c := range d.attempts() {
 		resps, err := s.attempt(ctx, req, c, r, t)
 		if resps != nil || ctx.Err() != nil {

@@ -69,7 +69,7 @@ type Metrics struct {
 	answersRefused *prometheus.CounterVec
 	admission      *prometheus.CounterVec
 	loopback       prometheus.Gauge
-	deniedRanges   prometheus.Gauge
+	deniedRanges   *prometheus.GaugeVec
 	reg            prometheus.Registerer
 	// watches follows the informers the routing table is built from:
 	// mci_sidecar_watch_reachable and mci_sidecar_watch_failures_total.
@@ -156,10 +156,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "mci_sidecar_remote_destinations_loopback_allowed",
 			Help: "1 when remote EPPs may name loopback destinations (--allow-loopback-destinations: a ClusterSet on one machine only), else 0.",
 		}),
-		deniedRanges: prometheus.NewGauge(prometheus.GaugeOpts{
+		deniedRanges: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "mci_sidecar_remote_destination_denied_ranges",
-			Help: "Address ranges no remote EPP may name as a destination beyond loopback, link-local, multicast and unspecified ones: --service-cluster-ip-range, --cluster-cidr and --denied-destination-cidrs together. 0 means this cluster's Services and Pods are not protected.",
-		}),
+			Help: "Address ranges no remote EPP may name as a destination beyond loopback, link-local, multicast and unspecified ones, by what they are: services (--service-cluster-ip-range), pods (--cluster-cidr), other (--denied-destination-cidrs). 0 for services or pods: this cluster's Service or Pod addresses are not refused.",
+		}, []string{"ranges"}),
 		reg: reg,
 	}
 	m.unverified = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -199,7 +199,9 @@ func (m *Metrics) remotePolicy(p eppanswer.Policy) {
 	} else {
 		m.loopback.Set(0)
 	}
-	m.deniedRanges.Set(float64(len(p.Denied)))
+	m.deniedRanges.WithLabelValues(RangesServices).Set(float64(len(p.ServiceRanges)))
+	m.deniedRanges.WithLabelValues(RangesPods).Set(float64(len(p.PodRanges)))
+	m.deniedRanges.WithLabelValues(RangesOther).Set(float64(len(p.Denied)))
 }
 
 // admissionLimits registers the gauges of a's state, read at scrape time.

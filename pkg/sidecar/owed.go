@@ -61,8 +61,10 @@ type owed struct {
 	late     int
 	lateWhat string
 	// remote: the EPP is a remote cluster's; what of its answers goes to
-	// the gateway is eppanswer.ResponsePhase's.
-	remote bool
+	// the gateway is eppanswer.ResponsePhase's, and what of the gateway's
+	// messages goes to it is toRemote's.
+	remote   bool
+	toRemote func(*extprocv3.ProcessingRequest) *extprocv3.ProcessingRequest
 	// takenOver: the sidecar answers the gateway from now on; ended: the
 	// gateway got an immediate response and expects nothing more.
 	takenOver, ended bool
@@ -146,6 +148,11 @@ func (o *owed) pump(gw gatewayStream, e *eppStream, linger time.Duration) error 
 			return err
 		}
 		if forward {
+			if o.toRemote != nil {
+				if m := o.toRemote(f.ProcessingRequest); m != f.ProcessingRequest {
+					f.ProcessingRequest, f.raw = m, nil
+				}
+			}
 			// A failed send shows in the receiver, which takes over; the
 			// message is owed until then.
 			_ = e.stream.SendMsg(f)

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/epptransport"
@@ -170,8 +169,8 @@ type replay struct {
 	// local names the local cluster, which remote EPPs learn relayed the
 	// request.
 	local string
-	// strip strips the headers remote EPPs do not get.
-	strip func([]*corev3.HeaderValue) []*corev3.HeaderValue
+	// filter says what of the request remote EPPs get.
+	filter *remoteAnswers
 }
 
 // to is the request as c's EPP gets it.
@@ -180,63 +179,55 @@ func (r *replay) to(c *routetable.Cluster) []*extprocv3.ProcessingRequest {
 		return r.msgs
 	}
 	if r.remote == nil {
-		r.remote = forRemote(r.msgs, r.local, r.strip)
+		r.remote = forRemote(r.msgs, r.local, r.filter)
 	}
 	return r.remote
 }
 
 // forRemote returns msgs as a remote cluster's EPP is to get them: the
-// subset hint removed from the metadata of the first message, as it lists
-// endpoints of the local pool, which a remote EPP does not have and would
-// answer with 503; the headers strip removes (the client's credentials)
-// taken out of its headers and of the request's trailers; and
-// RelayedHeader, naming the local cluster, added to its headers. msgs stay
-// as they are, for the local EPP. Only the messages that lead to these
-// changes are new; every other field is shared with the original: copying
-// it whole (proto.Clone) costs an allocation per header, and a generic
-// shallow copy (protoreflect) about as much time. TestForRemote fails when
-// a field is left behind.
-func forRemote(msgs []*extprocv3.ProcessingRequest, local string, strip func([]*corev3.HeaderValue) []*corev3.HeaderValue) []*extprocv3.ProcessingRequest {
+// headers filter strips (the client's credentials) taken out of the first
+// message's headers and of the request's trailers; RelayedHeader, naming
+// the local cluster, added to its headers; and each message without the
+// attributes and metadata filter.message removes, such as the subset
+// hint, which lists endpoints of the local pool that a remote EPP does
+// not have and would answer with 503. msgs stay as they are, for the local
+// EPP. Only the messages that lead to these changes are new; every other
+// field is shared with the original: copying it whole (proto.Clone) costs
+// an allocation per header, and a generic shallow copy (protoreflect)
+// about as much time. TestForRemote fails when a field is left behind.
+func forRemote(msgs []*extprocv3.ProcessingRequest, local string, filter *remoteAnswers) []*extprocv3.ProcessingRequest {
 	if len(msgs) == 0 {
 		return msgs
 	}
-	m := msgs[0]
-	first := &extprocv3.ProcessingRequest{
-		Request:            m.Request,
-		MetadataContext:    m.MetadataContext,
-		Attributes:         m.Attributes,
-		ObservabilityMode:  m.ObservabilityMode,
-		ProtocolConfig:     m.ProtocolConfig,
-		FlowControlInit:    m.FlowControlInit,
-		ClientWindowUpdate: m.ClientWindowUpdate,
+	out := make([]*extprocv3.ProcessingRequest, len(msgs))
+	for i, m := range msgs {
+		out[i] = filter.message(m)
 	}
-	keepUnknown(first, m)
-	if md := m.GetMetadataContext(); md.GetFilterMetadata()[extproc.SubsetHintNamespace] != nil {
-		fm := make(map[string]*structpb.Struct, len(md.GetFilterMetadata()))
-		for k, v := range md.GetFilterMetadata() {
-			if k != extproc.SubsetHintNamespace {
-				fm[k] = v
+	if h := msgs[0].GetRequestHeaders(); h != nil {
+		first := out[0]
+		if first == msgs[0] {
+			first = &extprocv3.ProcessingRequest{
+				MetadataContext:    first.MetadataContext,
+				ObservabilityMode:  first.ObservabilityMode,
+				ProtocolConfig:     first.ProtocolConfig,
+				FlowControlInit:    first.FlowControlInit,
+				ClientWindowUpdate: first.ClientWindowUpdate,
 			}
+			keepUnknown(first, msgs[0])
 		}
-		first.MetadataContext = &corev3.Metadata{FilterMetadata: fm, TypedFilterMetadata: md.TypedFilterMetadata}
-		keepUnknown(first.MetadataContext, md)
-	}
-	if h := m.GetRequestHeaders(); h != nil {
 		// Clipped, so that the append cannot write into the original's
 		// array.
-		hm := &corev3.HeaderMap{Headers: append(slices.Clip(strip(h.GetHeaders().GetHeaders())),
+		hm := &corev3.HeaderMap{Headers: append(slices.Clip(filter.stripHeaders(h.GetHeaders().GetHeaders())),
 			&corev3.HeaderValue{Key: RelayedHeader, RawValue: []byte(local)})}
 		keepUnknown(hm, h.GetHeaders())
-		headers := &extprocv3.HttpHeaders{Headers: hm, Attributes: h.Attributes, EndOfStream: h.EndOfStream}
+		headers := &extprocv3.HttpHeaders{Headers: hm, EndOfStream: h.EndOfStream}
 		keepUnknown(headers, h)
 		first.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: headers}
+		out[0] = first
 	}
-	out := make([]*extprocv3.ProcessingRequest, len(msgs))
-	out[0] = first
-	copy(out[1:], msgs[1:])
-	if last := msgs[len(msgs)-1]; len(msgs) > 1 && last.GetRequestTrailers() != nil {
+	if last := out[len(out)-1]; len(out) > 1 && last.GetRequestTrailers() != nil {
 		if tm := last.GetRequestTrailers().GetTrailers(); tm != nil {
-			if kept := strip(tm.GetHeaders()); len(kept) != len(tm.GetHeaders()) {
+			if kept := filter.stripHeaders(tm.GetHeaders()); len(kept) != len(tm.GetHeaders()) {
 				out[len(out)-1] = trailersWith(last, kept)
 			}
 		}

@@ -11,22 +11,27 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/extproc"
 )
 
-// TestForRemote checks that the copy forRemote makes of the first message
-// keeps every field, those this build knows and those it does not: it fills
-// every field of each message forRemote copies, so that a field added to
-// them in a newer go-control-plane fails here until forRemote copies it.
+// TestForRemote checks that the copies forRemote makes keep every field
+// but those a remote EPP is not to get, those this build knows and those
+// it does not: it fills every field of each message forRemote copies, so
+// that a field added to them in a newer go-control-plane fails here until
+// forRemote copies it (or decides that a remote EPP does not get it).
 func TestForRemote(t *testing.T) {
-	request := func(hint, nilHeaders bool) []*extprocv3.ProcessingRequest {
+	metadata := func(hint bool) *corev3.Metadata {
 		md := &corev3.Metadata{}
 		fill(md)
 		if hint {
 			md.FilterMetadata[extproc.SubsetHintNamespace] = extproc.SubsetHintMetadata("10.0.0.1:8000").FilterMetadata[extproc.SubsetHintNamespace]
 		}
+		return md
+	}
+	request := func(hint, nilHeaders bool) []*extprocv3.ProcessingRequest {
 		h := &extprocv3.HttpHeaders{}
 		fill(h)
 		if nilHeaders {
@@ -40,20 +45,26 @@ func TestForRemote(t *testing.T) {
 		first := &extprocv3.ProcessingRequest{}
 		fill(first)
 		first.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: h}
-		first.MetadataContext = md
-		return []*extprocv3.ProcessingRequest{
-			first,
-			{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte("{}"), EndOfStream: true}}},
-		}
+		first.MetadataContext = metadata(hint)
+		// A gateway that forwards metadata sends it with every message.
+		body := &extprocv3.ProcessingRequest{}
+		fill(body)
+		body.Request = &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte("{}"), EndOfStream: true}}
+		body.MetadataContext = metadata(hint)
+		return []*extprocv3.ProcessingRequest{first, body}
 	}
 
 	for _, tt := range []struct {
 		name             string
 		hint, nilHeaders bool
+		// forwarded are the metadata namespaces remote EPPs get.
+		forwarded []string
 	}{
 		{name: "without a subset hint"},
 		{name: "with a subset hint", hint: true},
 		{name: "with a header message without headers", nilHeaders: true},
+		{name: "with metadata namespaces forwarded", forwarded: []string{"filter_metadata", "typed_filter_metadata"}},
+		{name: "with metadata namespaces and a subset hint forwarded", hint: true, forwarded: []string{"filter_metadata", "typed_filter_metadata", extproc.SubsetHintNamespace}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			msgs := request(tt.hint, tt.nilHeaders)
@@ -62,27 +73,50 @@ func TestForRemote(t *testing.T) {
 				before[i] = proto.Clone(m).(*extprocv3.ProcessingRequest)
 			}
 
-			strip := newRemoteAnswers(eppanswer.Policy{}, nil, nil, logr.Discard()).stripHeaders
-			out := forRemote(msgs, "cluster-b", strip)
+			filter := newRemoteAnswers(eppanswer.Policy{}, nil, tt.forwarded, nil, logr.Discard())
+			out := forRemote(msgs, "cluster-b", filter)
 			// Another copy, as for another request relayed from the same
 			// one, must leave the first alone.
-			forRemote(msgs, "cluster-c", strip)
+			forRemote(msgs, "cluster-c", filter)
 
 			for i := range msgs {
 				assert.True(t, proto.Equal(before[i], msgs[i]), "the original message %d changed:\n%v", i, msgs[i])
 			}
 			require.Len(t, out, 2)
-			assert.Same(t, msgs[1], out[1], "the body is shared")
-			want := proto.Clone(before[0]).(*extprocv3.ProcessingRequest)
-			delete(want.MetadataContext.FilterMetadata, extproc.SubsetHintNamespace)
-			h := want.GetRequestHeaders()
+			want := make([]*extprocv3.ProcessingRequest, len(before))
+			for i, m := range before {
+				want[i] = proto.Clone(m).(*extprocv3.ProcessingRequest)
+				// The attributes describe the client's connection to this
+				// gateway; the metadata is the gateway's, but for the
+				// namespaces forwarded (never the subset hint).
+				want[i].Attributes = nil
+				if tt.forwarded == nil {
+					want[i].MetadataContext = nil
+				} else {
+					want[i].MetadataContext = &corev3.Metadata{FilterMetadata: want[i].MetadataContext.FilterMetadata, TypedFilterMetadata: want[i].MetadataContext.TypedFilterMetadata}
+					delete(want[i].MetadataContext.FilterMetadata, extproc.SubsetHintNamespace)
+				}
+			}
+			h := want[0].GetRequestHeaders()
+			h.Attributes = nil
 			if h.Headers == nil {
 				h.Headers = &corev3.HeaderMap{}
 			}
 			h.Headers.Headers = append(h.Headers.Headers, &corev3.HeaderValue{Key: RelayedHeader, RawValue: []byte("cluster-b")})
-			assert.True(t, proto.Equal(want, out[0]), "want\n%v\ngot\n%v", want, out[0])
+			for i := range want {
+				assert.True(t, proto.Equal(want[i], out[i]), "message %d: want\n%v\ngot\n%v", i, want[i], out[i])
+			}
+			assert.Same(t, msgs[1].Request, out[1].Request, "the body is shared")
 		})
 	}
+
+	t.Run("a message with nothing to remove is shared", func(t *testing.T) {
+		filter := newRemoteAnswers(eppanswer.Policy{}, nil, []string{"tenant"}, nil, logr.Discard())
+		for _, md := range []*corev3.Metadata{nil, extproc.ServedMetadata("10.0.0.1:8000"), {FilterMetadata: map[string]*structpb.Struct{"tenant": {}}}} {
+			m := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{}, MetadataContext: md}
+			assert.Same(t, m, filter.message(m))
+		}
+	})
 }
 
 // fill sets every field of m that is not part of a oneof to a value that is
@@ -155,8 +189,8 @@ func TestForRemoteStripsCredentials(t *testing.T) {
 	for i, m := range msgs {
 		before[i] = proto.Clone(m).(*extprocv3.ProcessingRequest)
 	}
-	r := newRemoteAnswers(eppanswer.Policy{}, []string{"X-Tenant-Token"}, nil, logr.Discard())
-	out := forRemote(msgs, "cluster-b", r.stripHeaders)
+	r := newRemoteAnswers(eppanswer.Policy{}, []string{"X-Tenant-Token"}, nil, nil, logr.Discard())
+	out := forRemote(msgs, "cluster-b", r)
 
 	names := func(hs []*corev3.HeaderValue) []string {
 		var out []string

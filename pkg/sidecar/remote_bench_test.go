@@ -40,9 +40,10 @@ func BenchmarkRemoteAnswerWork(b *testing.B) {
 	require.NoError(b, err)
 	answer := req.Route([]string{"10.8.0.5:8000"}, nil)
 	c := &routetable.Cluster{Name: "cluster-a", Mode: v1alpha1.RoutingModeEndpoint, TargetPort: 8000}
-	remote := newRemoteAnswers(eppanswer.Policy{Denied: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("10.244.0.0/16")}}, nil, nil, logr.Discard())
+	remote := newRemoteAnswers(eppanswer.Policy{Denied: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("10.244.0.0/16")}}, nil, nil, nil, logr.Discard())
 	admit := newAdmission(DefaultMaxStreams, DefaultMaxInflightBodyBytes, nil, logr.Discard())
-	keep := func(h []*corev3.HeaderValue) []*corev3.HeaderValue { return h }
+	// keep strips nothing and forwards every namespace (there is none).
+	keep := &remoteAnswers{}
 
 	for _, tt := range []struct {
 		name string
@@ -56,7 +57,7 @@ func BenchmarkRemoteAnswerWork(b *testing.B) {
 			if !admit.enter() || !admit.reserve(2*int64(len(body))) {
 				b.Fatal("not admitted")
 			}
-			_ = forRemote(msgs, "cluster-b", remote.stripHeaders)
+			_ = forRemote(msgs, "cluster-b", remote)
 			_, err := remote.filter(c, req, answer)
 			admit.release(2 * int64(len(body)))
 			admit.leave()

@@ -116,6 +116,9 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 	remote := !t.liveCluster.Local
 	o := newOwed(cfg, resps, s.bodyAhead || remote, s.relay.timeout, e.cancel)
 	o.remote = remote
+	if remote {
+		o.toRemote = s.remote.message
+	}
 	defer o.stop()
 	defer e.cancel(nil)
 	defer linkToGateway(gw, e, o)()

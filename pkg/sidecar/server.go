@@ -69,6 +69,12 @@ type ServerConfig struct {
 	// StrippedHeaders are request headers that never go to a remote EPP,
 	// beyond DefaultStrippedHeaders.
 	StrippedHeaders []string
+	// ForwardedMetadataNamespaces are the filter metadata namespaces of the
+	// gateway's metadata_context that a remote EPP gets; of the others it
+	// gets only the endpoint that served the request, as the EPP protocol
+	// reports it in the response phase. The subset hint
+	// (extproc.SubsetHintNamespace) never goes: it names local endpoints.
+	ForwardedMetadataNamespaces []string
 	// MaxStreams bounds the gateway's streams served at once, and
 	// MaxInflightBodyBytes the request body bytes they buffer (counted
 	// twice); beyond either, a stream is answered 503. <= 0: the
@@ -163,7 +169,7 @@ func newServer(router *routetable.Router, clusters Clusters, relay *relayer, cfg
 		router:    router,
 		decider:   decider{policies: policies, state: clusters},
 		relay:     relay,
-		remote:    newRemoteAnswers(cfg.RemoteDestinations, cfg.StrippedHeaders, metrics, logger),
+		remote:    newRemoteAnswers(cfg.RemoteDestinations, cfg.StrippedHeaders, cfg.ForwardedMetadataNamespaces, metrics, logger),
 		admit:     newAdmission(cfg.MaxStreams, cfg.MaxInflightBodyBytes, metrics, logger),
 		obs:       newObservers(policies.Memory(), clusters, metrics, logger),
 		metrics:   metrics,

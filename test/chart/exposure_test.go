@@ -2,7 +2,9 @@ package chart
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -70,4 +72,86 @@ func TestTheChartExposesNothingByDefault(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The ranges no other cluster's EPP may name as a destination reach
+// mci-sidecar's flags, both families of a dual-stack cluster in one flag;
+// by default none is rendered (the sidecar then says they are unset).
+func TestDeniedDestinationsBecomeTheSidecarsFlags(t *testing.T) {
+	sidecarArgs := func(t *testing.T, sets ...string) []string {
+		t.Helper()
+		args := []string{"template", "mci", chartDir, "--namespace", releaseNamespace}
+		for _, s := range sets {
+			args = append(args, "--set-json", s)
+		}
+		for _, o := range decode(t, helm(t, args...), "helm template") {
+			if o.GetKind() == "Deployment" && o.GetName() == "inference-gateway" {
+				inits, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "initContainers")
+				require.Len(t, inits, 1)
+				args, _, _ := unstructured.NestedStringSlice(inits[0].(map[string]any), "args")
+				return args
+			}
+		}
+		require.Fail(t, "no Deployment inference-gateway")
+		return nil
+	}
+	flags := []string{"--service-cluster-ip-range", "--cluster-cidr", "--denied-destination-cidrs"}
+
+	t.Run("each list is its flag", func(t *testing.T) {
+		args := sidecarArgs(t, `sidecar.deniedDestinations={"serviceClusterIPRanges":["10.96.0.0/12","fd00:10:96::/112"],"clusterCIDRs":["10.244.0.0/16"],"extraCIDRs":["192.168.0.0/24","2001:db8::/64"]}`)
+		assert.Contains(t, args, "--service-cluster-ip-range=10.96.0.0/12,fd00:10:96::/112")
+		assert.Contains(t, args, "--cluster-cidr=10.244.0.0/16")
+		assert.Contains(t, args, "--denied-destination-cidrs=192.168.0.0/24,2001:db8::/64")
+		for _, a := range args {
+			flag, value, _ := strings.Cut(a, "=")
+			if slices.Contains(flags, flag) {
+				for _, cidr := range strings.Split(value, ",") {
+					_, err := netip.ParsePrefix(cidr)
+					assert.NoError(t, err, "mci-sidecar would refuse %s", a)
+				}
+			}
+		}
+	})
+
+	t.Run("an empty list renders no flag", func(t *testing.T) {
+		args := sidecarArgs(t, `sidecar.deniedDestinations.clusterCIDRs=["10.244.0.0/16"]`)
+		assert.Contains(t, args, "--cluster-cidr=10.244.0.0/16")
+		for _, a := range args {
+			assert.NotRegexp(t, `^--(service-cluster-ip-range|denied-destination-cidrs)=`, a)
+		}
+	})
+
+	t.Run("none by default", func(t *testing.T) {
+		for _, a := range sidecarArgs(t) {
+			flag, _, _ := strings.Cut(a, "=")
+			assert.NotContains(t, flags, flag)
+		}
+	})
+}
+
+// The schema accepts exactly the ranges mci-sidecar parses (Go's
+// netip.ParsePrefix): a range it would refuse at start is refused at
+// install, naming the value, and no range it accepts is refused.
+func TestTheSchemaAcceptsTheRangesTheSidecarParses(t *testing.T) {
+	for _, cidr := range []string{
+		"10.96.0.0/12", "0.0.0.0/0", "255.255.255.255/32", "10.0.0.1/24",
+		"fd00:10:96::/112", "::/0", "::1/128", "2001:db8::/32", "1:2:3:4:5:6:7:8/64",
+		"a:b:c:d:e:f:1::/64", "::ffff:10.0.0.0/104", "1::1.2.3.4/96", "FD00::/8",
+		"10.0.0.1/33", "010.0.0.0/8", "10.0.0/8", "10.0.0.0", "10.0.0.0/08", "10.0.0.256/8",
+		"fd00::/129", "fd00::/0128", "1:2:3:4:5:6:7:8:9/64", "1::2::3/64", "gg::/8",
+		"fe80::1%eth0/64", " 10.0.0.0/8", "10.0.0.0/8,10.1.0.0/16", "", "nodes",
+	} {
+		t.Run(fmt.Sprintf("%q", cidr), func(t *testing.T) {
+			_, parseErr := netip.ParsePrefix(cidr)
+			out, stderr, err := runHelm(t, "template", "mci", chartDir, "--namespace", releaseNamespace,
+				"--set-json", fmt.Sprintf(`sidecar.deniedDestinations.extraCIDRs=[%q]`, cidr))
+			if parseErr == nil {
+				require.NoError(t, err, "the schema refuses a range mci-sidecar accepts:\n%s", stderr)
+				assert.Contains(t, string(out), "--denied-destination-cidrs="+cidr)
+				return
+			}
+			require.Error(t, err, "the schema accepts a range mci-sidecar refuses (%v)", parseErr)
+			assert.Contains(t, stderr, "/sidecar/deniedDestinations/extraCIDRs/0")
+		})
+	}
 }

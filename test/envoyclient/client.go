@@ -111,6 +111,9 @@ type Request struct {
 	// Metadata is sent as the metadata_context of the headers message: the
 	// filter metadata Envoy forwards, e.g. mciextproc.SubsetHintMetadata(...).
 	Metadata *corev3.Metadata
+	// Attributes are sent as the attributes of the headers message: what
+	// Envoy's request_attributes ask for, such as source.address.
+	Attributes map[string]*structpb.Struct
 	// Response, when set, is the upstream's response, which Do runs through
 	// the response phase once the request phase is answered; without one
 	// the stream ends with the request phase, as Envoy's does when the
@@ -231,6 +234,7 @@ func (c *Client) Start(ctx context.Context, req Request) (*Exchange, error) {
 			EndOfStream: !hasBody,
 		}},
 		MetadataContext: req.Metadata,
+		Attributes:      req.Attributes,
 		// What Envoy announces for the Inference Gateway's processing
 		// mode.
 		ProtocolConfig: &extprocv3.ProtocolConfiguration{

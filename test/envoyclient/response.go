@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/mci-dev/mci/pkg/extproc"
@@ -37,6 +38,9 @@ type Response struct {
 	// Served is the endpoint the gateway reports as having served the
 	// request; default: the destination of the request phase.
 	Served string
+	// Metadata is more filter metadata the gateway forwards with each
+	// message of the response phase, beside the endpoint that served.
+	Metadata *corev3.Metadata
 }
 
 // ResponseResult is what the ext_proc server made of a Response.
@@ -83,6 +87,11 @@ type ResponseSink interface {
 func (x *Exchange) Respond(resp Response, sink ResponseSink) (*ImmediateResponse, error) {
 	served := cmp.Or(resp.Served, x.Result.Destination)
 	md := extproc.ServedMetadata(served)
+	for ns, v := range resp.Metadata.GetFilterMetadata() {
+		if ns != extproc.DestinationEndpointNamespace {
+			md.FilterMetadata[ns] = v
+		}
+	}
 	status := cmp.Or(resp.Status, http.StatusOK)
 	headers := http.Header{}
 	for k, vs := range resp.Headers {

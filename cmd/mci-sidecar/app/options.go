@@ -87,13 +87,14 @@ type Options struct {
 	PrefixIndexBlocks int
 	ExplainDecisions  bool
 
-	ServiceClusterIPRanges    []string
-	ClusterCIDRs              []string
-	DeniedDestinationCIDRs    []string
-	AllowLoopbackDestinations bool
-	RemoteEPPStrippedHeaders  []string
-	MaxStreams                int64
-	MaxInflightBodyBytes      int64
+	ServiceClusterIPRanges     []string
+	ClusterCIDRs               []string
+	DeniedDestinationCIDRs     []string
+	AllowLoopbackDestinations  bool
+	RemoteEPPStrippedHeaders   []string
+	RemoteEPPForwardedMetadata []string
+	MaxStreams                 int64
+	MaxInflightBodyBytes       int64
 }
 
 // NewOptions returns the defaults: the ports of the Endpoint Picker
@@ -197,11 +198,12 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.IntVar(&o.PrefixIndexBlocks, "prefix-index-blocks", o.PrefixIndexBlocks, "Capacity of the prefix-cache affinity index in prompt blocks of 64 bytes (32 bytes of memory each, allocated at start): which cluster recently served which prompt prefix, for the prefix-cache scorer (PrefixAffinity).")
 	fs.BoolVar(&o.ExplainDecisions, "explain-decisions", o.ExplainDecisions, "Add the response header "+sidecar.ScoresHeader+" naming, per cluster, the policy's verdict, tier and scores of the request's cluster decision. (At log level 4 every decision is logged with its scores whatever this says.)")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "On SIGTERM, how long open ext_proc streams may take to finish.")
-	fs.StringSliceVar(&o.ServiceClusterIPRanges, "service-cluster-ip-range", o.ServiceClusterIPRanges, "CIDRs of this cluster's Service addresses (kube-apiserver's --service-cluster-ip-range), comma-separated: no remote EPP may name a destination in them. Default: none, which the sidecar logs at start and mci_sidecar_remote_destination_denied_ranges shows.")
-	fs.StringSliceVar(&o.ClusterCIDRs, "cluster-cidr", o.ClusterCIDRs, "CIDRs of this cluster's Pod addresses (kube-controller-manager's --cluster-cidr), comma-separated: no remote EPP may name a destination in them.")
+	fs.StringSliceVar(&o.ServiceClusterIPRanges, "service-cluster-ip-range", o.ServiceClusterIPRanges, "CIDRs of this cluster's Service addresses (kube-apiserver's --service-cluster-ip-range), comma-separated: no remote EPP may name a destination in them. Default: none, which the sidecar logs at start and mci_sidecar_remote_destination_denied_ranges{ranges=\"services\"} shows.")
+	fs.StringSliceVar(&o.ClusterCIDRs, "cluster-cidr", o.ClusterCIDRs, "CIDRs of this cluster's Pod addresses (kube-controller-manager's --cluster-cidr), comma-separated: no remote EPP may name a destination in them. Default: none, which the sidecar logs at start and mci_sidecar_remote_destination_denied_ranges{ranges=\"pods\"} shows.")
 	fs.StringSliceVar(&o.DeniedDestinationCIDRs, "denied-destination-cidrs", o.DeniedDestinationCIDRs, "More CIDRs no remote EPP may name a destination in, such as the nodes' network. Loopback, link-local (cloud metadata servers), multicast, unspecified and NAT64 addresses are always refused.")
 	fs.BoolVar(&o.AllowLoopbackDestinations, "allow-loopback-destinations", o.AllowLoopbackDestinations, "Let remote EPPs name loopback destinations. Only for a ClusterSet on one machine, where every pod has a loopback address (the local ClusterSet of the tests); never in a cluster, where it would let any exporter aim the gateway at the gateway pod's own ports. Logged at start and shown by mci_sidecar_remote_destinations_loopback_allowed.")
 	fs.StringSliceVar(&o.RemoteEPPStrippedHeaders, "remote-epp-stripped-headers", o.RemoteEPPStrippedHeaders, "Request headers that never go to a remote cluster's EPP, beyond "+strings.Join(sidecar.DefaultStrippedHeaders, ", ")+", which never do. Comma-separated, case-insensitive.")
+	fs.StringSliceVar(&o.RemoteEPPForwardedMetadata, "remote-epp-forwarded-metadata-namespaces", o.RemoteEPPForwardedMetadata, "Filter metadata namespaces of the gateway's metadata_context that a remote cluster's EPP gets (comma-separated). Default: none; a remote EPP gets of it only the endpoint that served the request, which the EPP protocol reports in the response phase. "+extproc.SubsetHintNamespace+", which names this cluster's endpoints, is refused.")
 	fs.Int64Var(&o.MaxStreams, "max-streams", o.MaxStreams, "Most ext_proc streams of the gateway served at once (also each connection's HTTP/2 MAX_CONCURRENT_STREAMS); beyond it a stream is answered 503 and counted in mci_sidecar_admission_refused_total. The default suits the chart's 512Mi memory limit.")
 	fs.Int64Var(&o.MaxInflightBodyBytes, "max-inflight-body-bytes", o.MaxInflightBodyBytes, "Most request body bytes buffered at once across streams, each counted twice (the body read whole and the messages kept to replay it to the next cluster); a body that would pass it is answered 503 and counted in mci_sidecar_admission_refused_total. The default (256Mi) suits the chart's 512Mi memory limit.")
 	version.AddFlag(cmd)
@@ -279,12 +281,20 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %q is not a header or cookie name", flag, name))
 		}
 	}
-	if _, err := o.deniedDestinations(); err != nil {
+	if _, err := o.remoteDestinations(); err != nil {
 		errs = append(errs, err)
 	}
 	for _, h := range o.RemoteEPPStrippedHeaders {
 		if !httpguts.ValidHeaderFieldName(h) {
 			errs = append(errs, fmt.Errorf("--remote-epp-stripped-headers %q is not a header name", h))
+		}
+	}
+	for _, ns := range o.RemoteEPPForwardedMetadata {
+		switch ns {
+		case "":
+			errs = append(errs, errors.New("--remote-epp-forwarded-metadata-namespaces names an empty namespace"))
+		case extproc.SubsetHintNamespace:
+			errs = append(errs, fmt.Errorf("--remote-epp-forwarded-metadata-namespaces names %s, which lists this cluster's endpoints: a remote EPP would find none of them and answer 503", ns))
 		}
 	}
 	if o.MaxStreams <= 0 || o.MaxInflightBodyBytes <= 0 {
@@ -298,19 +308,28 @@ func (o *Options) Validate() error {
 	return utilerrors.NewAggregate(errs)
 }
 
-// deniedDestinations are the ranges no remote destination may be in.
-func (o *Options) deniedDestinations() ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for flag, cidrs := range map[string][]string{"--service-cluster-ip-range": o.ServiceClusterIPRanges, "--cluster-cidr": o.ClusterCIDRs, "--denied-destination-cidrs": o.DeniedDestinationCIDRs} {
-		for _, c := range cidrs {
-			p, err := netip.ParsePrefix(strings.TrimSpace(c))
+// remoteDestinations is what remote EPPs' destinations are checked
+// against: the ranges the flags name, loopback where allowed.
+func (o *Options) remoteDestinations() (eppanswer.Policy, error) {
+	p := eppanswer.Policy{AllowLoopback: o.AllowLoopbackDestinations}
+	for _, f := range []struct {
+		flag  string
+		cidrs []string
+		to    *[]netip.Prefix
+	}{
+		{"--service-cluster-ip-range", o.ServiceClusterIPRanges, &p.ServiceRanges},
+		{"--cluster-cidr", o.ClusterCIDRs, &p.PodRanges},
+		{"--denied-destination-cidrs", o.DeniedDestinationCIDRs, &p.Denied},
+	} {
+		for _, c := range f.cidrs {
+			r, err := netip.ParsePrefix(strings.TrimSpace(c))
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", flag, err)
+				return eppanswer.Policy{}, fmt.Errorf("%s: %w", f.flag, err)
 			}
-			out = append(out, p.Masked())
+			*f.to = append(*f.to, r.Masked())
 		}
 	}
-	return out, nil
+	return p, nil
 }
 
 func (o *Options) gateways() ([]types.NamespacedName, error) {
@@ -355,7 +374,7 @@ func (o *Options) Config() (sidecar.Config, error) {
 	if err != nil {
 		return sidecar.Config{}, fmt.Errorf("--ext-proc-tls %w", err)
 	}
-	denied, err := o.deniedDestinations()
+	destinations, err := o.remoteDestinations()
 	if err != nil {
 		return sidecar.Config{}, err
 	}
@@ -391,14 +410,12 @@ func (o *Options) Config() (sidecar.Config, error) {
 				PrefixBlocks: o.PrefixIndexBlocks, Sessions: o.MaxSessions, SessionTTL: o.SessionTTL,
 				EWMAAlpha: clusterscore.DefaultEWMAAlpha,
 			},
-			ExplainDecisions: o.ExplainDecisions,
-			RemoteDestinations: eppanswer.Policy{
-				Denied:        denied,
-				AllowLoopback: o.AllowLoopbackDestinations,
-			},
-			StrippedHeaders:      o.RemoteEPPStrippedHeaders,
-			MaxStreams:           o.MaxStreams,
-			MaxInflightBodyBytes: o.MaxInflightBodyBytes,
+			ExplainDecisions:            o.ExplainDecisions,
+			RemoteDestinations:          destinations,
+			StrippedHeaders:             o.RemoteEPPStrippedHeaders,
+			ForwardedMetadataNamespaces: o.RemoteEPPForwardedMetadata,
+			MaxStreams:                  o.MaxStreams,
+			MaxInflightBodyBytes:        o.MaxInflightBodyBytes,
 		},
 		HealthInterval:         o.HealthInterval,
 		HealthTimeout:          o.HealthTimeout,

@@ -3,6 +3,7 @@ package app
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppaddr"
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
@@ -170,6 +172,32 @@ func TestOptions(t *testing.T) {
 		{name: "an unknown ext_proc transport is refused", args: []string{"--ext-proc-tls=tls"}, wantErr: `--ext-proc-tls "tls": want one of auto, self-signed-or-plaintext, self-signed, plaintext`},
 		{name: "an ext_proc transport with a serving certificate is refused", args: []string{"--ext-proc-tls=plaintext", "--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile}, wantErr: "--ext-proc-tls plaintext conflicts with --tls-cert-file"},
 		{name: "a zero timeout is refused", args: []string{"--epp-attempt-timeout=0s"}, wantErr: "must be positive"},
+		{
+			name: "remote EPPs get none of the gateway's metadata by default",
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Empty(t, cfg.Server.ForwardedMetadataNamespaces)
+			},
+		},
+		{
+			name: "metadata namespaces forwarded to remote EPPs reach the configuration",
+			args: []string{"--remote-epp-forwarded-metadata-namespaces=example.tenant,envoy.lb"},
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, []string{"example.tenant", "envoy.lb"}, cfg.Server.ForwardedMetadataNamespaces)
+			},
+		},
+		{
+			name: "each flag's ranges reach their place in the remote destinations' policy",
+			args: []string{"--service-cluster-ip-range=10.96.0.0/12,fd00:10:96::/112", "--cluster-cidr=10.244.0.1/16", "--denied-destination-cidrs=192.168.0.0/24"},
+			check: func(t *testing.T, cfg sidecar.Config) {
+				assert.Equal(t, eppanswer.Policy{
+					ServiceRanges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00:10:96::/112")},
+					PodRanges:     []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
+					Denied:        []netip.Prefix{netip.MustParsePrefix("192.168.0.0/24")},
+				}, cfg.Server.RemoteDestinations)
+			},
+		},
+		{name: "a range that does not parse is refused, naming its flag", args: []string{"--cluster-cidr=10.244.0.0"}, wantErr: `--cluster-cidr: netip.ParsePrefix("10.244.0.0"): no '/'`},
+		{name: "forwarding the subset hint to remote EPPs is refused", args: []string{"--remote-epp-forwarded-metadata-namespaces=envoy.lb.subset_hint"}, wantErr: "names envoy.lb.subset_hint, which lists this cluster's endpoints"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -133,10 +133,10 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 			break
 		}
 		if remote {
-			// An answer eppanswer.ResponsePhase refuses (an immediate
-			// response): the sidecar answers the rest of the response
-			// phase itself, the response unchanged.
-			if _, err = eppanswer.ResponsePhase(f.ProcessingResponse); err != nil {
+			// An answer eppanswer refuses (an immediate response): the
+			// sidecar answers the rest of the response phase itself, the
+			// response unchanged.
+			if err = eppanswer.CheckResponsePhase(f.ProcessingResponse); err != nil {
 				s.remote.refused(t.liveCluster, err)
 				break
 			}

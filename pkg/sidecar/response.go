@@ -120,7 +120,7 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 	defer e.cancel(nil)
 	defer linkToGateway(gw, e, o)()
 	toEPP := make(chan error, 1)
-	go func() { toEPP <- o.pump(gw, e, s.relay.linger) }()
+	s.workers.Go(func() { toEPP <- o.pump(gw, e, s.relay.linger) })
 
 	outcome := ResponseCompleted
 	defer func() { t.responsePhase(outcome, o) }()

@@ -162,7 +162,7 @@ func startRequestPaths(tb testing.TB) []requestPath {
 	}
 	warm := requestCases()[0].req
 	for _, p := range paths {
-		require.Eventually(tb, func() bool { return roundTrip(p.client, warm) == nil }, 10*time.Second, 10*time.Millisecond,
+		require.Eventually(tb, func() bool { return roundTrip(p.client, warm) == nil }, 30*time.Second, 10*time.Millisecond,
 			"the %s path never answered: %v", p.name, roundTrip(p.client, warm))
 		for range 50 {
 			require.NoError(tb, roundTrip(p.client, warm))
@@ -247,7 +247,9 @@ const (
 	// own (when set: 1.33x and 1.23x at 1k tokens, 1.31x and 1.47x at
 	// 16k).
 	maxAllocsOverRelay = 2.0
-	maxBytesOverRelay  = 2.0
+	// Bytes vary more than allocations, by what gRPC's buffer pools
+	// happen to hold (1.35x to 1.7x at 16k tokens over a few runs).
+	maxBytesOverRelay = 2.5
 	// maxCPUOverRelay bounds the CPU of a request through the sidecar, over
 	// one through the null relay, both with the gateway's share (1.0x to
 	// 1.1x when set; a sidecar of three times its own CPU would be about

@@ -346,15 +346,28 @@ func onlyModelDiffers(orig, rewritten []byte) bool {
 // phase itself. Only the answers the gateway waits for are asked: a body
 // chunk that went ahead is not.
 func ResponsePhase(r *extprocv3.ProcessingResponse) (*extprocv3.ProcessingResponse, error) {
+	if err := CheckResponsePhase(r); err != nil {
+		return nil, err
+	}
 	switch r.Response.(type) {
 	case *extprocv3.ProcessingResponse_ResponseHeaders:
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}, nil
 	case *extprocv3.ProcessingResponse_ResponseBody:
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}, nil
-	case *extprocv3.ProcessingResponse_ResponseTrailers:
+	default:
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}, nil
-	case *extprocv3.ProcessingResponse_ImmediateResponse:
-		return nil, refuse(ReasonImmediateStatus, "an immediate response with status %d in the response phase", r.GetImmediateResponse().GetStatus().GetCode())
 	}
-	return nil, refuse(ReasonProtocol, "a %T in the response phase", r.Response)
+}
+
+// CheckResponsePhase returns the error ResponsePhase returns for r, without
+// building the answer: for an answer checked that does not go to the
+// gateway.
+func CheckResponsePhase(r *extprocv3.ProcessingResponse) error {
+	switch r.Response.(type) {
+	case *extprocv3.ProcessingResponse_ResponseHeaders, *extprocv3.ProcessingResponse_ResponseBody, *extprocv3.ProcessingResponse_ResponseTrailers:
+		return nil
+	case *extprocv3.ProcessingResponse_ImmediateResponse:
+		return refuse(ReasonImmediateStatus, "an immediate response with status %d in the response phase", r.GetImmediateResponse().GetStatus().GetCode())
+	}
+	return refuse(ReasonProtocol, "a %T in the response phase", r.Response)
 }

@@ -1,6 +1,7 @@
 package eppanswer
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -174,11 +175,21 @@ func TestResponsePhaseLetsTheResponseThroughUnchanged(t *testing.T) {
 	} {
 		out, err := ResponsePhase(r)
 		require.NoError(t, err)
+		require.NoError(t, CheckResponsePhase(r), "checked alike")
+		assert.Equal(t, fmt.Sprintf("%T", r.Response), fmt.Sprintf("%T", out.Response), "the answer to what was asked")
 		assert.Nil(t, out.GetDynamicMetadata())
 		assert.Nil(t, out.GetResponseHeaders().GetResponse())
 		assert.Nil(t, out.GetResponseBody().GetResponse())
 		assert.Nil(t, out.GetResponseTrailers().GetHeaderMutation())
 	}
-	_, err := ResponsePhase(extproc.ErrorResponse(200, "a fake answer"))
-	assert.Error(t, err)
+	for _, r := range []*extprocv3.ProcessingResponse{
+		extproc.ErrorResponse(200, "a fake answer"),
+		{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}},
+		{},
+	} {
+		_, err := ResponsePhase(r)
+		var ref *Refusal
+		require.ErrorAs(t, err, &ref)
+		assert.Equal(t, err, CheckResponsePhase(r), "checked alike")
+	}
 }

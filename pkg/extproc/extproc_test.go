@@ -172,6 +172,24 @@ func TestReadRequest(t *testing.T) {
 	}
 }
 
+// TestReadRequestCopiesOnlyWhatItMust checks that a body in one chunk, as
+// most are, is read as that chunk's bytes, and that a body in several
+// chunks is gathered into a body of its own, which leaves the chunks as
+// they were.
+func TestReadRequestCopiesOnlyWhatItMust(t *testing.T) {
+	one := body(`{"model":"m"}`, true)
+	req, err := ReadRequest(&fakeStream{in: []*extprocv3.ProcessingRequest{headers(false, "content-length", "13"), one}}, 0)
+	require.NoError(t, err)
+	assert.Same(t, &one.GetRequestBody().Body[0], &req.Body[0], "a body in one chunk is the chunk's bytes")
+
+	first, last := body(`{"model":`, false), body(`"m"}`, true)
+	req, err = ReadRequest(&fakeStream{in: []*extprocv3.ProcessingRequest{headers(false, "content-length", "13"), first, last}}, 0)
+	require.NoError(t, err)
+	assert.Equal(t, `{"model":"m"}`, string(req.Body))
+	assert.Equal(t, 13, cap(req.Body), "one allocation of the announced length")
+	assert.Equal(t, `{"model":`, string(first.GetRequestBody().GetBody()), "the chunks are left as they were")
+}
+
 func TestHeaderValuePrefersRawValue(t *testing.T) {
 	assert.Equal(t, "raw", HeaderValue(&corev3.HeaderValue{Key: "k", Value: "v", RawValue: []byte("raw")}))
 	assert.Equal(t, "v", HeaderValue(&corev3.HeaderValue{Key: "k", Value: "v"}))

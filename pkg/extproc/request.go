@@ -57,7 +57,8 @@ type Request struct {
 	// (":method", ":path", ":authority") included, each with its values in
 	// the order the gateway sent them.
 	Headers map[string][]string
-	// Body is the whole request body, nil when the request has none.
+	// Body is the whole request body, nil when the request has none. It is
+	// read only: a body that came in one chunk shares that message's bytes.
 	Body []byte
 	// Metadata is the metadata_context of the first message that carried
 	// one: the filter metadata the gateway forwards, such as the subset hint.
@@ -105,10 +106,11 @@ func ReadRequest(stream Stream, maxBody int64) (*Request, error) {
 	if !req.hasBody {
 		return req, nil
 	}
-	// A request announcing its length gets one allocation for its body; up
-	// to a bound, so that a false announcement costs little.
+	// A body in more than one chunk announcing its length gets one
+	// allocation; up to a bound, so that a false announcement costs little.
+	var prealloc int64
 	if n, err := strconv.ParseInt(req.Header("content-length"), 10, 64); err == nil && n > 0 && (maxBody <= 0 || n <= maxBody) {
-		req.Body = make([]byte, 0, min(n, maxPrealloc))
+		prealloc = min(n, maxPrealloc)
 	}
 	for {
 		msg, err := stream.Recv()
@@ -127,6 +129,18 @@ func ReadRequest(stream Stream, maxBody int64) (*Request, error) {
 			if maxBody > 0 && int64(len(req.Body))+int64(len(chunk)) > maxBody {
 				req.Body = nil
 				return req, ErrBodyTooLarge
+			}
+			if req.Body == nil && r.RequestBody.GetEndOfStream() {
+				// A body in one chunk, as most are, is that chunk's bytes,
+				// not a copy: a request's body is only read.
+				req.Body = chunk
+				if req.Body == nil {
+					req.Body = []byte{}
+				}
+				return req, nil
+			}
+			if req.Body == nil && prealloc > 0 {
+				req.Body = make([]byte, 0, prealloc)
 			}
 			req.Body = append(req.Body, chunk...)
 			if r.RequestBody.GetEndOfStream() {

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,6 +72,11 @@ type Metrics struct {
 	loopback       prometheus.Gauge
 	deniedRanges   *prometheus.GaugeVec
 	reg            prometheus.Registerer
+	// requestCounts and responseCounts are the children of requests and
+	// responses by their labels, counted on every request: looked up once
+	// per label set rather than hashed again each time. (No series of
+	// either is ever deleted, so a child kept is never stale.)
+	requestCounts, responseCounts sync.Map
 	// watches follows the informers the routing table is built from:
 	// mci_sidecar_watch_reachable and mci_sidecar_watch_failures_total.
 	watches *informerhealth.Tracker
@@ -174,8 +180,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 func (m *Metrics) request(cluster, outcome string, code int) {
 	if m != nil {
-		m.requests.WithLabelValues(cluster, outcome, strconv.Itoa(code)).Inc()
+		k := requestLabels{cluster, outcome, code}
+		c, ok := m.requestCounts.Load(k)
+		if !ok {
+			c, _ = m.requestCounts.LoadOrStore(k, m.requests.WithLabelValues(cluster, outcome, strconv.Itoa(code)))
+		}
+		c.(prometheus.Counter).Inc()
 	}
+}
+
+// requestLabels are the labels of mci_sidecar_requests_total.
+type requestLabels struct {
+	cluster, outcome string
+	code             int
 }
 
 func (m *Metrics) answerRefused(cluster, reason string) {
@@ -232,7 +249,12 @@ func (m *Metrics) eppFailure(cluster string) {
 
 func (m *Metrics) responsePhase(cluster, outcome string) {
 	if m != nil {
-		m.responses.WithLabelValues(cluster, outcome).Inc()
+		k := [2]string{cluster, outcome}
+		c, ok := m.responseCounts.Load(k)
+		if !ok {
+			c, _ = m.responseCounts.LoadOrStore(k, m.responses.WithLabelValues(cluster, outcome))
+		}
+		c.(prometheus.Counter).Inc()
 	}
 }
 

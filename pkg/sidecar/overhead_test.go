@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -65,9 +66,22 @@ const (
 // ext_proc address.
 const overheadEPPEnv = "MCI_SIDECAR_BENCH_EPP"
 
+// overheadModelEnv gives the EPP process its model server's address; empty:
+// defaultModelAddr.
+const overheadModelEnv = "MCI_SIDECAR_BENCH_MODEL"
+
+// defaultModelAddr is where the EPP's model server listens unless told:
+// on the port the sidecar's import publishes for the pool (8000), at an
+// address of its own, as the sidecar checks destinations.
+const defaultModelAddr = "127.0.91.1:8000"
+
 func TestMain(m *testing.M) {
 	envoyclient.RunIfChild(func(ctx context.Context, role string, ready func(string)) error {
-		srv, release, err := overheadServer(role, os.Getenv(overheadEPPEnv))
+		upstream := os.Getenv(overheadEPPEnv)
+		if role == roleEPP {
+			upstream = os.Getenv(overheadModelEnv)
+		}
+		srv, release, err := overheadServer(role, upstream)
 		if err != nil {
 			return err
 		}
@@ -212,8 +226,8 @@ func BenchmarkSidecarRoundTrip(b *testing.B) {
 
 // serveInProcess runs the server of a role in this process until the
 // benchmark ends and returns its ext_proc address.
-func serveInProcess(b *testing.B, role, eppAddr string) string {
-	srv, release, err := overheadServer(role, eppAddr)
+func serveInProcess(b testing.TB, role, upstream string) string {
+	srv, release, err := overheadServer(role, upstream)
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -227,26 +241,25 @@ func serveInProcess(b *testing.B, role, eppAddr string) string {
 }
 
 // overheadServer builds the ext_proc server of a role of the overhead
-// benchmarks:
+// benchmarks, whose upstream is the EPP's ext_proc address, or for roleEPP
+// its model server's ("": defaultModelAddr):
 //   - roleEPP: mci-epp for pool "llm" in front of one idle model server;
 //   - roleSidecar: the sidecar's ext_proc service, whose one route sends
 //     every request to the import of "llm" in one cluster, the EPP at
-//     eppAddr, with the HealthBased policy and the EPP probed as the
+//     upstream, with the HealthBased policy and the EPP probed as the
 //     sidecar does; roleSidecarSkip the same with ResponsePhaseSkip;
-//   - roleNullRelay: a NullRelay to eppAddr over a connection set up as
+//   - roleNullRelay: a NullRelay to upstream over a connection set up as
 //     the sidecar's to an EPP are.
 //
 // The last two are served as mci-sidecar serves (extproc.Listen). release
 // frees what the server holds besides itself, once it has stopped.
-func overheadServer(role, eppAddr string) (srv interface {
+func overheadServer(role, upstream string) (srv interface {
 	GRPCAddr() string
 	Run(context.Context) error
 }, release func(), err error) {
 	switch role {
 	case roleEPP:
-		// On the port the sidecar's import publishes for the pool (8000),
-		// at an address of its own, as the sidecar checks destinations.
-		lis, err := net.Listen("tcp", "127.0.91.1:8000")
+		lis, err := net.Listen("tcp", cmp.Or(upstream, defaultModelAddr))
 		if err != nil {
 			return nil, nil, fmt.Errorf("the model server's port: %w", err)
 		}
@@ -263,6 +276,7 @@ func overheadServer(role, eppAddr string) (srv interface {
 		return e, ms.Close, nil
 
 	case roleSidecar, roleSidecarSkip:
+		eppAddr := upstream
 		host, portStr, err := net.SplitHostPort(eppAddr)
 		if err != nil {
 			return nil, nil, fmt.Errorf("EPP address %q: %w", eppAddr, err)
@@ -304,7 +318,7 @@ func overheadServer(role, eppAddr string) (srv interface {
 
 	case roleNullRelay:
 		relayer := newRelayer(ServerConfig{}, nil, nil)
-		conn, err := relayer.conn(eppAddr)
+		conn, err := relayer.conn(upstream)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -305,41 +305,38 @@ func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*ex
 	// answer (an immediate response) before it has read the whole body.
 	// Once it has sent everything, it learns what becomes of the stream;
 	// a kept stream is handed over only then, so that nothing else sends
-	// on it while the sender does.
-	next := make(chan streamFate)
-	go func() {
-		for _, m := range msgs {
-			if stream.Send(m) != nil {
-				break
-			}
+	// on it while the sender does. A request that can be sent whole
+	// without the EPP reading any of it, as most can, is sent first, on
+	// this goroutine: a goroutine of its own would cost more than sending.
+	var next chan streamFate
+	if sendsAtOnce(msgs) {
+		send(stream, msgs)
+	} else {
+		next = make(chan streamFate)
+		go func() {
+			send(stream, msgs)
+			r.settle(<-next, stream, timer, cancel)
+		}()
+	}
+	decided := func(fate streamFate) {
+		switch {
+		case next != nil:
+			next <- fate
+		case fate == fateEnd:
+			go r.settle(fate, stream, timer, cancel)
 		}
-		if <-next != fateEnd {
-			return
-		}
-		// The EPP has read the whole request. End our side and let it end
-		// its own, so that it sees a clean end of stream; one that lingers
-		// is reset.
-		_ = stream.CloseSend()
-		timer.Reset(r.linger)
-		for {
-			if _, err := stream.Recv(); err != nil {
-				break
-			}
-		}
-		timer.Stop()
-		cancel(nil)
-	}()
+	}
 	resps, err := receive(stream, shapeOf(msgs), limit)
 	if err == nil && resps[len(resps)-1].GetImmediateResponse() == nil {
 		if keep {
 			// The timer still bounds the sender, which may be blocked on
 			// an EPP that answered without reading everything.
-			next <- fateKeep
+			decided(fateKeep)
 			timer.Stop()
 			return resps, &eppStream{stream: stream, ctx: ctx, cancel: cancel, unlink: unlink}, nil
 		}
 		timer.Stop()
-		next <- fateEnd
+		decided(fateEnd)
 		return resps, nil, nil
 	}
 	timer.Stop()
@@ -347,7 +344,7 @@ func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*ex
 	// sender takes the news only once it has stopped sending msgs, which
 	// the next cluster's stream sends again.
 	cancel(nil)
-	next <- fateReset
+	decided(fateReset)
 	if err != nil {
 		if errors.Is(context.Cause(ctx), errAttemptTimeout) {
 			err = fmt.Errorf("%w: no answer within %v: %w", errAttemptTimeout, r.timeout, err)
@@ -358,6 +355,53 @@ func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*ex
 		return nil, nil, &refusal{resp: resps[0]}
 	}
 	return resps, nil, nil
+}
+
+// sendAtOnceBytes bounds the encoded bytes of a request sent before its
+// answer is read: far below the first flow-control window HTTP/2 gives a
+// stream (65,535 bytes, whatever the EPP's settings) and gRPC's quota of
+// bytes queued per stream (64 KiB), so that sending them never waits for
+// the EPP to read.
+const sendAtOnceBytes = 32 << 10
+
+// sendsAtOnce says whether msgs fit in sendAtOnceBytes.
+func sendsAtOnce(msgs []*extprocv3.ProcessingRequest) bool {
+	n := 0
+	for _, m := range msgs {
+		if n += proto.Size(m) + 5; n > sendAtOnceBytes {
+			return false
+		}
+	}
+	return true
+}
+
+// send sends msgs on stream, until one fails; the failure shows in what
+// the stream then receives.
+func send(stream extprocv3.ExternalProcessor_ProcessClient, msgs []*extprocv3.ProcessingRequest) {
+	for _, m := range msgs {
+		if stream.Send(m) != nil {
+			return
+		}
+	}
+}
+
+// settle ends an EPP's stream whose request phase was all (fateEnd), once
+// the EPP has read the whole request: it ends our side and lets the EPP
+// end its own, so that it sees a clean end of stream; one that lingers is
+// reset. Other fates need nothing more.
+func (r *relayer) settle(fate streamFate, stream extprocv3.ExternalProcessor_ProcessClient, timer *time.Timer, cancel context.CancelCauseFunc) {
+	if fate != fateEnd {
+		return
+	}
+	_ = stream.CloseSend()
+	timer.Reset(r.linger)
+	for {
+		if _, err := stream.Recv(); err != nil {
+			break
+		}
+	}
+	timer.Stop()
+	cancel(nil)
 }
 
 // streamFate is what becomes of an EPP's stream once the request phase is

@@ -123,7 +123,7 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 	defer e.cancel(nil)
 	defer linkToGateway(gw, e, o)()
 	toEPP := make(chan error, 1)
-	go func() { toEPP <- o.pump(gw, e, s.relay.linger) }()
+	s.workers.Go(func() { toEPP <- o.pump(gw, e, s.relay.linger) })
 
 	outcome := ResponseCompleted
 	defer func() { t.responsePhase(outcome, o) }()
@@ -136,10 +136,10 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 			break
 		}
 		if remote {
-			// An answer eppanswer.ResponsePhase refuses (an immediate
-			// response): the sidecar answers the rest of the response
-			// phase itself, the response unchanged.
-			if _, err = eppanswer.ResponsePhase(f.ProcessingResponse); err != nil {
+			// An answer eppanswer refuses (an immediate response): the
+			// sidecar answers the rest of the response phase itself, the
+			// response unchanged.
+			if err = eppanswer.CheckResponsePhase(f.ProcessingResponse); err != nil {
 				s.remote.refused(t.liveCluster, err)
 				break
 			}

@@ -156,6 +156,8 @@ type Server struct {
 	// main listener, and nothing is said of response phases.
 	ports  *shimPorts
 	phases *responsePhaseWatch
+	// workers run each response phase's pump.
+	workers *workers
 }
 
 // newServer returns the ext_proc service: it routes by router's table,
@@ -178,11 +180,16 @@ func newServer(router *routetable.Router, clusters Clusters, relay *relayer, cfg
 		keepEPP:   cfg.ResponsePhase != ResponsePhaseSkip,
 		bodyAhead: cfg.ResponsePhase == "" || cfg.ResponsePhase == ResponsePhaseRelay,
 		explain:   cfg.ExplainDecisions,
+		workers:   newWorkers(),
 	}
 }
 
-// Close closes the connections to EPPs.
-func (s *Server) Close() { s.relay.close() }
+// Close closes the connections to EPPs, and lets the workers go once the
+// streams they serve have ended.
+func (s *Server) Close() {
+	s.relay.close()
+	s.workers.stop()
+}
 
 // Retain keeps connections to the EPPs of t and lets the others go, and
 // the policies and observations of t.

@@ -9,6 +9,8 @@ func AllTests() []Test {
 	var all []Test
 	all = append(all, lifecycleTests()...)
 	all = append(all, apiTests()...)
+	all = append(all, discoveryTests()...)
 	all = append(all, statusTests()...)
+	all = append(all, optionalTests()...)
 	return all
 }

@@ -12,5 +12,6 @@ func AllTests() []Test {
 	all = append(all, discoveryTests()...)
 	all = append(all, statusTests()...)
 	all = append(all, optionalTests()...)
+	all = append(all, moreTests()...)
 	return all
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 )
 
 // An invalid export, ParentMode, cross-namespace routes, streaming lists.
@@ -96,11 +97,11 @@ func testParentMode(t *T) {
 	})
 	f.createEPPService(a, "pool")
 	f.createPool(a, "pool", map[string]string{exportAnnotation: exportClusterSet, exportModeAnnotation: "ParentMode"})
-	f.updateStatus(a, poolsGVR, "pool", map[string]any{"parents": []any{map[string]any{
+	f.setPoolParent(a, "pool", map[string]any{
 		"parentRef":      map[string]any{"group": gatewaysGVR.Group, "kind": "Gateway", "name": "gw", "namespace": f.ns},
-		"controllerName": "example.com/mci-conformance",
+		"controllerName": suiteController,
 		"conditions":     []any{condition1("Accepted", "True", "Accepted")},
-	}}})
+	})
 	f.eventually("the import carries the parent Gateway", func(ctx context.Context) (bool, string) {
 		imp, err := f.getImport(b, "pool")
 		if err != nil || imp == nil {
@@ -137,16 +138,44 @@ func condition1(typ, status, reason string) map[string]any {
 	return map[string]any{"type": typ, "status": status, "reason": reason, "message": "set by mci-conformance", "lastTransitionTime": metav1.Now().UTC().Format("2006-01-02T15:04:05Z")}
 }
 
+// suiteController is the controller name of the status entries the suite
+// writes as a gateway controller would.
+const suiteController = "example.com/mci-conformance"
+
 // updateStatus replaces the status of an object of the fixture's
-// namespace, as its controller would.
+// namespace, as its only controller would.
 func (f *fixture) updateStatus(c *Cluster, gvr schema.GroupVersionResource, name string, status map[string]any) {
 	f.t.Helper()
+	f.writeStatus(c, gvr, name, func(obj *unstructured.Unstructured) { obj.Object["status"] = status })
+}
+
+// setPoolParent sets the suite's entry of the pool's status.parents, as a
+// gateway controller does: the other controllers' entries (the
+// implementation's Exported entry) are kept, and a conflict is retried.
+func (f *fixture) setPoolParent(c *Cluster, name string, entry map[string]any) {
+	f.t.Helper()
+	f.writeStatus(c, poolsGVR, name, func(obj *unstructured.Unstructured) {
+		parents, _, _ := unstructured.NestedSlice(obj.Object, "status", "parents")
+		parents = slices.DeleteFunc(parents, func(p any) bool {
+			m, _ := p.(map[string]any)
+			return m["controllerName"] == suiteController
+		})
+		_ = unstructured.SetNestedSlice(obj.Object, append(parents, entry), "status", "parents")
+	})
+}
+
+func (f *fixture) writeStatus(c *Cluster, gvr schema.GroupVersionResource, name string, change func(*unstructured.Unstructured)) {
+	f.t.Helper()
 	api := c.Dynamic.Resource(gvr).Namespace(f.ns)
-	obj, err := api.Get(f.ctx(), name, metav1.GetOptions{})
-	if err == nil {
-		obj.Object["status"] = status
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		obj, err := api.Get(f.ctx(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(obj)
 		_, err = api.UpdateStatus(f.ctx(), obj, metav1.UpdateOptions{})
-	}
+		return err
+	})
 	if err != nil {
 		f.t.Fatalf("writing the status of %s %s/%s in %s: %v", gvr.Resource, f.ns, name, c.Name, err)
 	}

@@ -161,6 +161,15 @@ test-conformance: build tools
 	VERSION=$(VERSION) $(if $(CONFORMANCE_MODES),CONFORMANCE_MODES='$(CONFORMANCE_MODES)') $(if $(CONFORMANCE_FLAGS),CONFORMANCE_FLAGS='$(CONFORMANCE_FLAGS)') \
 	  hack/test-conformance.sh
 
+# make conformance-selftest: the Required tests must catch a broken
+# implementation: test/conformance starts a local ClusterSet, checks that
+# the chosen tests pass, breaks mci-apiserver one way at a time (no Exported
+# condition written; an importer serving nothing), and expects those tests
+# to fail.
+.PHONY: conformance-selftest
+conformance-selftest: build tools
+	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_CONFORMANCE_SELFTEST=1 go test $(GO_TEST_FLAGS) -count=1 -v -timeout 15m ./test/conformance/
+
 # The Helm chart charts/mci (test/chart): it renders what the kustomize
 # bases of artifacts/deploy render for the same settings, helm lint --strict
 # accepts it, and a real kube-apiserver of a local ClusterSet admits it

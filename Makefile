@@ -10,6 +10,7 @@
 #   make soak         the chaos soak (docs/performance.md, "Chaos soak"), SOAK_DURATION=20m
 #   make plots        redraw docs/performance.md's plots from the latest bench and bench-routing results
 #   make build        binaries into _output/bin
+#   make test-conformance  the conformance suite against a local ClusterSet, full and summary modes
 #   make docs         regenerate docs/reference (flags, API) after changing flags or types
 #   make images       container images into _output/images (OCI archives)
 #   make release      VERSION=vX.Y.Z: multi-platform images, chart, SBOMs into _output/release
@@ -162,6 +163,26 @@ test-programs:
 .PHONY: test-e2e
 test-e2e: build tools test-programs
 	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -timeout 40m -p 1 ./test/e2e/ ./test/localclusterset/
+
+# make test-conformance: the conformance suite (conformance/,
+# docs/conformance.md) against a local ClusterSet of three clusters, once
+# with mci-apiserver in full mode and once in summary mode
+# (hack/test-conformance.sh); each mode's report.yaml and report.html go to
+# _output/conformance/<mode>/. CONFORMANCE_MODES=full runs one mode,
+# CONFORMANCE_FLAGS passes flags to mci-conformance (--run=<regexp>).
+.PHONY: test-conformance
+test-conformance: build tools
+	VERSION=$(VERSION) $(if $(CONFORMANCE_MODES),CONFORMANCE_MODES='$(CONFORMANCE_MODES)') $(if $(CONFORMANCE_FLAGS),CONFORMANCE_FLAGS='$(CONFORMANCE_FLAGS)') \
+	  hack/test-conformance.sh
+
+# make conformance-selftest: the Required tests must catch a broken
+# implementation: test/conformance starts a local ClusterSet, checks that
+# the chosen tests pass, breaks mci-apiserver one way at a time (no Exported
+# condition written; an importer serving nothing), and expects those tests
+# to fail.
+.PHONY: conformance-selftest
+conformance-selftest: build tools
+	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_CONFORMANCE_SELFTEST=1 go test $(GO_TEST_FLAGS) -count=1 -v -timeout 15m ./test/conformance/
 
 # The Helm chart charts/mci (test/chart): it renders what the kustomize
 # bases of artifacts/deploy render for the same settings, helm lint --strict

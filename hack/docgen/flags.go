@@ -12,6 +12,7 @@ import (
 	"k8s.io/component-base/logs"
 
 	apiserverapp "github.com/mci-dev/mci/cmd/mci-apiserver/app"
+	conformanceapp "github.com/mci-dev/mci/cmd/mci-conformance/app"
 	eppapp "github.com/mci-dev/mci/cmd/mci-epp/app"
 	sidecarapp "github.com/mci-dev/mci/cmd/mci-sidecar/app"
 )
@@ -30,6 +31,7 @@ func Binaries() []Binary {
 		apiserverapp.NewCommand(apiserverapp.NewOptions()),
 		sidecarapp.NewCommand(sidecarapp.NewOptions()),
 		eppapp.NewCommand(eppapp.NewOptions()),
+		conformanceapp.NewCommand(conformanceapp.NewOptions()),
 	}
 	out := make([]Binary, 0, len(cmds))
 	for _, cmd := range cmds {

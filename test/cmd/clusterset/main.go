@@ -2,6 +2,7 @@
 // the background, for `make clusterset-up` and `make run`:
 //
 //	clusterset up [--clusters=N | --names=a,b,c] [--dir=_output/clusterset] [--mci-apiserver=_output/bin/mci-apiserver]
+//	              [--member-summaries=auto|never] [--summary-reader-only]
 //	clusterset down [--dir=_output/clusterset]
 //	clusterset status [--dir=_output/clusterset]
 //	clusterset apply-examples [--dir=_output/clusterset] [--examples=artifacts/examples] [--datapath [--datapath-loopback-block=90]]
@@ -67,6 +68,7 @@ func main() {
 func usage() {
 	fmt.Fprintln(os.Stderr, `usage:
   clusterset up [--clusters=N | --names=a,b,c] [--dir=`+defaultDir+`] [--mci-apiserver=`+defaultMCIAPIServer+`]
+                [--member-summaries=auto|never] [--summary-reader-only]
   clusterset down [--dir=`+defaultDir+`]
   clusterset status [--dir=`+defaultDir+`]
   clusterset apply-examples [--dir=`+defaultDir+`] [--examples=`+defaultExamples+`] [--datapath [--datapath-loopback-block=90]]`)
@@ -79,9 +81,11 @@ func up(ctx context.Context, args []string) error {
 	count := flags.Int("clusters", 0, "number of member clusters, named cluster-a, cluster-b, ... (default 3)")
 	names := flags.String("names", "", "comma-separated member cluster names, instead of --clusters")
 	mci := flags.String("mci-apiserver", defaultMCIAPIServer, `mci-apiserver binary to run in every cluster; "" runs none`)
+	summaries := flags.String("member-summaries", "", "every mci-apiserver's --member-summaries: auto (summary mode, the default) or never (full mode)")
+	summaryReaderOnly := flags.Bool("summary-reader-only", false, "grant the member identity the read of mci-apiserver's summaries only, so that summary mode is the only one that works")
 	_ = flags.Parse(args)
 
-	opts := localclusterset.Options{Dir: *dir, Detached: true, Log: os.Stderr}
+	opts := localclusterset.Options{Dir: *dir, Detached: true, Log: os.Stderr, MemberSummaries: *summaries, SummaryReaderOnly: *summaryReaderOnly}
 	switch {
 	case *count != 0 && *names != "":
 		return errors.New("give --clusters or --names, not both")

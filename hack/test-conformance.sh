@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Runs the conformance suite (conformance/, mci-conformance) against a local
+# ClusterSet of three clusters, once per mode of mci-apiserver (`make
+# test-conformance`):
+#
+#   full     --member-summaries=never: every mci-apiserver watches the other
+#            members' objects
+#   summary  --member-summaries=auto, and the member identity may read the
+#            summaries only, so that no server can fall back to full mode
+#
+# Each mode gets a fresh ClusterSet in _output/conformance/<mode>/clusterset,
+# a kubeconfig holding the contexts cluster-a, cluster-b, cluster-c
+# (_output/conformance/<mode>/kubeconfig) and the suite's report.yaml and
+# report.html beside them. The ClusterSet is stopped when the mode ends,
+# failing or not; its logs stay.
+#
+#   CONFORMANCE_MODES    the modes to run (full summary)
+#   CONFORMANCE_FLAGS    more flags for mci-conformance (--run=..., --poll-timeout=...)
+#   VERSION              the implementation version the report names
+set -o errexit -o nounset -o pipefail
+
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "${REPO_ROOT}"
+
+MODES="${CONFORMANCE_MODES:-full summary}"
+FLAGS="${CONFORMANCE_FLAGS:-}"
+VERSION="${VERSION:-$(hack/version.sh | cut -d' ' -f1)}"
+clusters=(cluster-a cluster-b cluster-c)
+
+go build -o "${OUTPUT_BIN}/clusterset" ./test/cmd/clusterset
+
+failed=()
+for mode in ${MODES}; do
+  case "${mode}" in
+    full) up_flags=(--member-summaries=never) ;;
+    summary) up_flags=(--member-summaries=auto --summary-reader-only) ;;
+    *) echo "test-conformance: unknown mode ${mode} (full, summary)" >&2; exit 2 ;;
+  esac
+  out="${REPO_ROOT}/_output/conformance/${mode}"
+  rm -rf "${out}"
+  mkdir -p "${out}"
+  start=${SECONDS}
+  echo "+++ ${mode} mode: starting a local ClusterSet in ${out}/clusterset" >&2
+  status=0
+  (
+    trap '"${OUTPUT_BIN}/clusterset" down --dir="${out}/clusterset"' EXIT
+    "${OUTPUT_BIN}/clusterset" up --names="$(IFS=,; echo "${clusters[*]}")" --dir="${out}/clusterset" \
+      --mci-apiserver="${OUTPUT_BIN}/mci-apiserver" "${up_flags[@]}" >"${out}/clusterset-up.log"
+    kubeconfigs=()
+    for c in "${clusters[@]}"; do kubeconfigs+=("${out}/clusterset/${c}.kubeconfig"); done
+    # One kubeconfig with the three contexts, as a user would hand the
+    # suite; without kubectl the suite reads the three files as KUBECONFIG does.
+    kubeconfig="$(IFS=:; echo "${kubeconfigs[*]}")"
+    if command -v kubectl >/dev/null; then
+      KUBECONFIG="${kubeconfig}" kubectl config view --flatten >"${out}/kubeconfig"
+      kubeconfig="${out}/kubeconfig"
+    fi
+    echo "+++ ${mode} mode: ClusterSet up after $((SECONDS - start))s; running the suite" >&2
+    suite_start=${SECONDS}
+    # shellcheck disable=SC2086 # CONFORMANCE_FLAGS is a list of flags
+    "${OUTPUT_BIN}/mci-conformance" --kubeconfig="${kubeconfig}" --contexts="$(IFS=,; echo "${clusters[*]}")" \
+      --report-dir="${out}" --implementation-version="${VERSION} (${mode} mode)" ${FLAGS}
+    echo "+++ ${mode} mode: the suite ran in $((SECONDS - suite_start))s" >&2
+  ) || status=$?
+  echo "+++ ${mode} mode: $((SECONDS - start))s in all; report in ${out}/report.html" >&2
+  if [[ ${status} -ne 0 ]]; then
+    failed+=("${mode}")
+  fi
+done
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "test-conformance: the suite failed in: ${failed[*]} (logs in _output/conformance/<mode>/clusterset/logs)" >&2
+  exit 1
+fi

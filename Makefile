@@ -3,8 +3,8 @@
 #   make run          start a local ClusterSet (real kube-apiservers) with the examples
 #   make test         codegen and docs checks, vet, unit tests (-short; they run every fuzz target's
 #                     seed corpus), fuzz-smoke (6s of fuzzing per target that takes untrusted input),
-#                     integration, chart, e2e, image, pods-start and release tests, soak-smoke, bench-smoke,
-#                     bench-routing-smoke
+#                     integration, chart, e2e, conformance (and its self-test), image, pods-start and
+#                     release tests, soak-smoke, bench-smoke, bench-routing-smoke
 #   make fuzz         every fuzz target for FUZZTIME (60s) each; FUZZ_MATCH=<regexp> picks targets
 #   make bench        benchmarks against the alternatives (docs/performance.md)
 #   make soak         the chaos soak (docs/performance.md, "Chaos soak"), SOAK_DURATION=20m
@@ -199,7 +199,7 @@ test-docs: build
 	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -count=1 ./test/docs/
 
 .PHONY: test
-test: verify test-unit fuzz-smoke test-integration test-docs test-chart test-e2e test-images test-pods-start test-release soak-smoke bench-smoke bench-routing-smoke
+test: verify test-unit fuzz-smoke test-integration test-docs test-chart test-e2e test-conformance conformance-selftest test-images test-pods-start test-release soak-smoke bench-smoke bench-routing-smoke
 
 # make soak: the chaos soak of docs/performance.md ("Chaos soak"): a local
 # ClusterSet of three clusters with two mci-apiserver replicas each, link

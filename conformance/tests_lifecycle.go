@@ -41,12 +41,9 @@ func lifecycleTests() []Test {
 			Requirement: reqNotExporter,
 			Label:       Required,
 			Run: func(t *T) {
-				a, b := t.Clusters()[0], t.Clusters()[1]
-				f := newFixture(t)
-				f.createNamespace(a)
-				f.createNamespace(b)
-				f.exportPool(a, "pool")
-				f.eventually("the other member imports the pool", f.importWith(b, "pool", a.Name))
+				// importedPool waits for the other member's import first, so
+				// that the exporter's absence is not that of a slow start.
+				f, a, _ := importedPool(t)
 				f.consistently("the exporter imports nothing of its own", f.absenceWindow(), f.noImport(a, "pool"))
 			},
 		},
@@ -72,12 +69,7 @@ func lifecycleTests() []Test {
 			Requirement: reqWithdraw,
 			Label:       Required,
 			Run: func(t *T) {
-				a, b := t.Clusters()[0], t.Clusters()[1]
-				f := newFixture(t)
-				f.createNamespace(a)
-				f.createNamespace(b)
-				f.exportPool(a, "pool")
-				f.eventually("the pool is imported", f.importWith(b, "pool", a.Name))
+				f, a, b := importedPool(t)
 				f.annotatePool(a, "pool", exportAnnotation, nil)
 				f.eventually("the import is gone with the annotation", f.noImport(b, "pool"))
 			},
@@ -87,12 +79,7 @@ func lifecycleTests() []Test {
 			Requirement: reqWithdraw,
 			Label:       Required,
 			Run: func(t *T) {
-				a, b := t.Clusters()[0], t.Clusters()[1]
-				f := newFixture(t)
-				f.createNamespace(a)
-				f.createNamespace(b)
-				f.exportPool(a, "pool")
-				f.eventually("the pool is imported", f.importWith(b, "pool", a.Name))
+				f, a, b := importedPool(t)
 				f.deletePool(a, "pool")
 				f.eventually("the import is gone with the pool", f.noImport(b, "pool"))
 			},
@@ -102,12 +89,7 @@ func lifecycleTests() []Test {
 			Requirement: reqWithdraw,
 			Label:       Required,
 			Run: func(t *T) {
-				a, b := t.Clusters()[0], t.Clusters()[1]
-				f := newFixture(t)
-				f.createNamespace(a)
-				f.createNamespace(b)
-				f.exportPool(a, "pool")
-				f.eventually("the pool is imported", f.importWith(b, "pool", a.Name))
+				f, a, b := importedPool(t)
 				f.deleteNamespace(a)
 				f.eventually("the import is gone with the exporter's namespace", f.noImport(b, "pool"))
 			},

@@ -1,11 +1,12 @@
 package clusterscore
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/mci-dev/mci/pkg/promptprefix"
 )
 
 // BenchmarkPick is a pick over 3 clusters, every scorer on (the target is
@@ -30,7 +31,7 @@ func BenchmarkPick(b *testing.B) {
 			require.NoError(b, err)
 			req := f.req()
 			req.Blocks, req.Session = chain(7, 64), "alice"
-			f.mem.Prefixes.Record(req.Blocks[:32], ClusterID("b"))
+			f.mem.Prefixes.Record(req.Blocks[:32], promptprefix.ClusterID("b"))
 			f.mem.Sessions.Pin(scope, "alice", "c", epoch)
 			if strings.HasSuffix(bc.name, "-established-groups") {
 				// 64 groups of prompts dealt to their homes, this
@@ -93,34 +94,6 @@ func BenchmarkExplainedPick(b *testing.B) {
 	}
 }
 
-// BenchmarkPromptBlocks hashes a chat request of a 4 KiB prompt: reading
-// the body (encoding/json) and hashing its text, then the hashing alone.
-func BenchmarkPromptBlocks(b *testing.B) {
-	prompt := text("You are a helpful assistant.", 3000) + text("What is", 1096)
-	body := chatBody(b, prompt[:3000], prompt[3000:])
-	blocks := make([]uint64, 0, MaxBlocks)
-	b.Run("chat-body", func(b *testing.B) {
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		for b.Loop() {
-			var err error
-			blocks, err = PromptBlocks(blocks[:0], scope, body)
-			if err != nil || len(blocks) != 64 {
-				b.Fatal(len(blocks), err)
-			}
-		}
-	})
-	b.Run("hash-only", func(b *testing.B) {
-		b.SetBytes(int64(len(prompt)))
-		b.ReportAllocs()
-		for b.Loop() {
-			h := newBlockHasher(blocks[:0], scope)
-			h.writeString(prompt)
-			blocks = h.out
-		}
-	})
-}
-
 // BenchmarkServed records a 64-block prompt and pins its session.
 func BenchmarkServed(b *testing.B) {
 	f := newAffinityFixture(b)
@@ -129,24 +102,5 @@ func BenchmarkServed(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		f.mem.Served(req, "b")
-	}
-}
-
-// BenchmarkPrefixIndexMemory reports the index's memory per 100,000
-// prefixes (blocks), full, and the cost of recording into a full index.
-func BenchmarkPrefixIndexMemory(b *testing.B) {
-	for _, capacity := range []int{100_000, 1 << 18, 1_000_000} {
-		b.Run(fmt.Sprint(capacity), func(b *testing.B) {
-			x := NewPrefixIndex(capacity)
-			for i := range capacity / 50 * 2 {
-				x.Record(chain(uint64(i), 50), ClusterID(strings.Repeat("c", 1+i%3)))
-			}
-			blocks := chain(1<<40, 64)
-			for b.Loop() {
-				x.Record(blocks, 1)
-			}
-			b.ReportMetric(float64(x.Bytes())*100_000/float64(x.Capacity()), "bytes/100k-prefixes")
-			b.ReportMetric(float64(x.Bytes()), "index-bytes")
-		})
 	}
 }

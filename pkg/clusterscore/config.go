@@ -53,7 +53,7 @@ type Scorer uint8
 // The scorers.
 const (
 	// ScorePrefixCache is the share of the request's leading prompt blocks
-	// that the candidate served last (PrefixIndex).
+	// that the candidate served last (promptprefix.Index).
 	ScorePrefixCache Scorer = iota
 	// ScoreSession is 1 for the candidate the request's session is pinned
 	// to, 0 for the others.

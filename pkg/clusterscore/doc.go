@@ -45,7 +45,8 @@
 // with optional "pick=two-choices", "filters=health+saturation",
 // "affinity-margin=2" and "home-bound=2".
 //
-// The decisions behind it (prompt blocks, the bounded prefix index, home
+// Prompt blocks and the bounded prefix index are pkg/promptprefix's, which
+// mci-epp shares. The decisions behind them and this package's (home
 // placement with bounded loads, affinity that yields to load, sessions,
 // observations, no herding) are in docs/design/cluster-scoring.md.
 //

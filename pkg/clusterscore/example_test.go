@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -28,7 +29,7 @@ func Example() {
 	rot := clusterscore.NewRotation(cands) // kept across rebuilds while rot.Fits(cands)
 
 	body := []byte(`{"model":"llm","messages":[{"role":"system","content":"You are a terse assistant who answers in one line, citing the manual's section numbers."},{"role":"user","content":"How do I rotate the token?"}]}`)
-	blocks, _ := clusterscore.PromptBlocks(nil, "ns/llm", body)
+	blocks, _ := promptprefix.Blocks(nil, "ns/llm", body)
 	session := clusterscore.SessionSpec{Header: "x-session-id"}.Key(func(string) string { return "alice" })
 	req := &clusterscore.Request{Criticality: scheduling.Standard, Now: now, Scope: "ns/llm", Blocks: blocks, Session: session}
 

@@ -3,6 +3,8 @@ package clusterscore
 import (
 	"math"
 	"slices"
+
+	"github.com/mci-dev/mci/pkg/promptprefix"
 )
 
 // Home placement: the requests of a prefix have a home cluster, derived
@@ -306,7 +308,7 @@ func (p *Pipeline) secondHome(req *Request, key uint64, ids []uint32, caps []flo
 // ids and caps.
 func keptIDs(cands []Candidate, kept []int, slots []slot, ids []uint32, caps []float64) ([]uint32, []float64) {
 	for _, i := range kept {
-		ids, caps = append(ids, ClusterID(cands[i].Name)), append(caps, slots[i].capacity)
+		ids, caps = append(ids, promptprefix.ClusterID(cands[i].Name)), append(caps, slots[i].capacity)
 	}
 	return ids, caps
 }

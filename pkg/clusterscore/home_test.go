@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -16,7 +17,7 @@ import (
 func homeOf(blocks []uint64, names ...string) string {
 	best, home := 0.0, ""
 	for _, n := range names {
-		if r := rendezvous(homeKey(blocks), ClusterID(n), 2); r > best {
+		if r := rendezvous(homeKey(blocks), promptprefix.ClusterID(n), 2); r > best {
 			best, home = r, n
 		}
 	}
@@ -38,7 +39,7 @@ func secondOf(blocks []uint64, home string, names ...string) string {
 // known makes the prompt known to the sidecar, as after its first request
 // (served on cluster), so that its home takes it within the full bound.
 func known(f *affinityFixture, req *Request, cluster string) {
-	f.mem.Prefixes.Record(req.Blocks[:1], ClusterID(cluster))
+	f.mem.Prefixes.Record(req.Blocks[:1], promptprefix.ClusterID(cluster))
 	f.mem.Homes.Served(req.Scope, homeKey(req.Blocks), req.Now)
 }
 

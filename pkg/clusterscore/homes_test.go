@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mci-dev/mci/pkg/promptprefix"
 )
 
 // establish serves each key twice in scope, in the order given.
@@ -23,7 +25,7 @@ func shares(t *testing.T, h *Homes, keys []uint64, names []string, caps []float6
 	t.Helper()
 	ids := make([]uint32, len(names))
 	for i, n := range names {
-		ids[i] = ClusterID(n)
+		ids[i] = promptprefix.ClusterID(n)
 	}
 	out := map[string]int{}
 	for _, k := range keys {
@@ -106,7 +108,7 @@ func TestHomesAgreeAndMoveLittle(t *testing.T) {
 	before := shares(t, one, ks, names, caps)
 	assert.Equal(t, before, shares(t, two, ks, names, caps))
 
-	ids := []uint32{ClusterID("a"), ClusterID("b"), ClusterID("c")}
+	ids := []uint32{promptprefix.ClusterID("a"), promptprefix.ClusterID("b"), promptprefix.ClusterID("c")}
 	homeOf := func(h *Homes, k uint64) uint32 { id, _ := h.Home(scope, k, ids, caps, epoch); return id }
 	was := map[uint64]uint32{}
 	for _, k := range ks {
@@ -136,7 +138,7 @@ func TestHomesAgreeAndMoveLittle(t *testing.T) {
 // other), the same on every replica that saw the same groups.
 func TestHomesDealAHomesGroupsOverTheOthers(t *testing.T) {
 	names, caps := []string{"a", "b", "c"}, []float64{2, 2, 2}
-	ids := []uint32{ClusterID("a"), ClusterID("b"), ClusterID("c")}
+	ids := []uint32{promptprefix.ClusterID("a"), promptprefix.ClusterID("b"), promptprefix.ClusterID("c")}
 	ks := chain(11, 12)
 	one, two := NewHomes(0, 0), NewHomes(0, 0)
 	establish(one, ks, epoch)

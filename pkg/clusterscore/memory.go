@@ -1,12 +1,16 @@
 package clusterscore
 
-import "time"
+import (
+	"time"
+
+	"github.com/mci-dev/mci/pkg/promptprefix"
+)
 
 // Memory is what the pipeline learns from the requests it routes: the
 // prefix index, the session pins and the observations. One Memory serves
 // every backend of a sidecar (entries are scoped by Request.Scope).
 type Memory struct {
-	Prefixes *PrefixIndex
+	Prefixes *promptprefix.Index
 	Homes    *Homes
 	Sessions *Sessions
 	Observed *Observer
@@ -37,7 +41,7 @@ func DefaultMemoryOptions() MemoryOptions {
 // NewMemory returns an empty memory.
 func NewMemory(o MemoryOptions) *Memory {
 	return &Memory{
-		Prefixes: NewPrefixIndex(o.PrefixBlocks),
+		Prefixes: promptprefix.NewIndex(o.PrefixBlocks),
 		Homes:    NewHomes(o.HomeKeys, o.HomeTTL),
 		Sessions: NewSessions(o.Sessions, o.SessionTTL),
 		Observed: NewObserver(o.EWMAAlpha),
@@ -51,7 +55,7 @@ func NewMemory(o MemoryOptions) *Memory {
 // calls it with the cluster whose EPP answered, which may not be the first
 // of the order.
 func (m *Memory) Served(req *Request, cluster string) {
-	m.Prefixes.Record(req.Blocks, ClusterID(cluster))
+	m.Prefixes.Record(req.Blocks, promptprefix.ClusterID(cluster))
 	m.Homes.Served(req.Scope, homeKey(req.Blocks), req.Now)
 	m.Sessions.Pin(req.Scope, req.Session, cluster, req.Now)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -91,8 +92,8 @@ func TestPrefixAffinity(t *testing.T) {
 		{
 			name: "the longer cached prefix wins",
 			setup: func(f *affinityFixture, req *Request) {
-				f.mem.Prefixes.Record(f.blocks[:4], ClusterID("a"))
-				f.mem.Prefixes.Record(f.blocks[:12], ClusterID("c"))
+				f.mem.Prefixes.Record(f.blocks[:4], promptprefix.ClusterID("a"))
+				f.mem.Prefixes.Record(f.blocks[:12], promptprefix.ClusterID("c"))
 			},
 			want: []string{"c", "a", "b"},
 		},
@@ -136,7 +137,7 @@ func TestPrefixAffinity(t *testing.T) {
 		{
 			name: "affinity yields to load: a short shared prefix does not outweigh ten more requests in flight",
 			setup: func(f *affinityFixture, req *Request) {
-				f.mem.Prefixes.Record(f.blocks[:3], ClusterID("b"))
+				f.mem.Prefixes.Record(f.blocks[:3], promptprefix.ClusterID("b"))
 				for range 10 {
 					f.mem.Observed.Started(scope, "b")
 				}

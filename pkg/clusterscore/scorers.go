@@ -1,6 +1,10 @@
 package clusterscore
 
-import "math"
+import (
+	"math"
+
+	"github.com/mci-dev/mci/pkg/promptprefix"
+)
 
 // score fills the totals of the kept candidates, and the explanation's
 // scores when asked.
@@ -120,7 +124,7 @@ func (p *Pipeline) prefixCacheScores(req *Request, cands []Candidate, kept []int
 		ids, matched = make([]uint32, 0, len(kept)), make([]int, 0, len(kept))
 	}
 	for _, i := range kept {
-		ids = append(ids, ClusterID(cands[i].Name))
+		ids = append(ids, promptprefix.ClusterID(cands[i].Name))
 	}
 	matched = matched[:len(kept)]
 	p.mem.Prefixes.Match(req.Blocks, ids, matched)

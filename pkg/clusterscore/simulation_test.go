@@ -13,6 +13,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/test/benchrouting/workload"
 )
@@ -83,7 +84,7 @@ func (s simScenario) prepare(t testing.TB) []*simRequest {
 	for i, r := range reqs {
 		body, err := json.Marshal(map[string]any{"model": "llm", "messages": r.Messages, "max_tokens": r.MaxTokens})
 		require.NoError(t, err)
-		blocks, err := PromptBlocks(nil, simScope, body)
+		blocks, err := promptprefix.Blocks(nil, simScope, body)
 		require.NoError(t, err)
 		out[i] = &simRequest{Request: r, tokens: r.PromptTokens(), blocks: blocks, cache: tokenBlocks(r)}
 	}

@@ -71,10 +71,10 @@ type Request struct {
 	// Scope is what the candidates' names are relative to, such as the
 	// pool's "namespace/name": sessions and observations are kept per
 	// scope and cluster, so that two pools of the same cluster do not
-	// share them. PromptBlocks takes the same scope as its salt.
+	// share them. promptprefix.Blocks takes the same scope as its salt.
 	Scope string
 	// Blocks are the chained hashes of the request's prompt blocks
-	// (PromptBlocks); nil when the body has no prompt.
+	// (promptprefix.Blocks); nil when the body has no prompt.
 	Blocks []uint64
 	// Session is the request's session key (SessionKey); "" when none.
 	Session string

@@ -12,7 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 
-	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
@@ -110,10 +110,10 @@ type Picker struct {
 
 	// prefixes guesses which endpoints hold which prompt prefixes in
 	// their prefix cache: where earlier prompts were sent.
-	prefixes *clusterscore.PrefixIndex
+	prefixes *promptprefix.Index
 }
 
-// PrefixIndexBlocks is how many prompt blocks (of clusterscore.BlockBytes)
+// PrefixIndexBlocks is how many prompt blocks (of promptprefix.BlockBytes)
 // the picker's prefix index remembers: 16 MiB of prompt text, in a table
 // of fixed size allocated at start.
 const PrefixIndexBlocks = 1 << 18
@@ -139,7 +139,7 @@ func NewPicker(cfg PickerConfig, pool *Pool, models *requestmodel.Models, src ra
 		sched:  scheduling.New(cfg.Scheduling, src),
 		rand:   rand.New(src),
 
-		prefixes: clusterscore.NewPrefixIndex(PrefixIndexBlocks),
+		prefixes: promptprefix.NewIndex(PrefixIndexBlocks),
 	}, nil
 }
 
@@ -186,7 +186,7 @@ func (p *Picker) Pick(body []byte, h requestmodel.RequestHeaders, subset []strin
 	}
 	if len(blocks) > 0 {
 		// The primary will hold the prompt's blocks once it has served it.
-		p.prefixes.Record(blocks, clusterscore.ClusterID(d.Endpoints[0]))
+		p.prefixes.Record(blocks, promptprefix.ClusterID(d.Endpoints[0]))
 	}
 	if d.TargetModel != d.Model {
 		d.Body = b.WithModel(d.TargetModel)
@@ -235,13 +235,13 @@ func candidates(snap *snapshot, model string, subset []string, hasSubset bool) (
 // leading ones each candidate endpoint (ids) is taken to hold; nil, nil for
 // a body without a prompt.
 func (p *Picker) prefixMatch(body []byte, model string, snap *snapshot, ids []int) ([]uint64, []int) {
-	blocks, err := clusterscore.PromptBlocks(nil, model, body)
+	blocks, err := promptprefix.Blocks(nil, model, body)
 	if err != nil || len(blocks) == 0 {
 		return nil, nil
 	}
 	endpoints := make([]uint32, len(ids))
 	for j, i := range ids {
-		endpoints[j] = clusterscore.ClusterID(snap.endpoints[i].Address)
+		endpoints[j] = promptprefix.ClusterID(snap.endpoints[i].Address)
 	}
 	match := make([]int, len(ids))
 	p.prefixes.Match(blocks, endpoints, match)

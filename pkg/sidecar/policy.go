@@ -9,6 +9,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/metrics"
+	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
@@ -172,8 +173,8 @@ func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, e
 	}
 	d := picked{req: clusterscore.Request{Criticality: req.Criticality, Now: req.Now, Scope: b.Scope()}}
 	if p.needs.Prompt && len(req.Body) > 0 {
-		d.req.Blocks, d.promptErr = clusterscore.PromptBlocks(nil, d.req.Scope, req.Body)
-		if errors.Is(d.promptErr, clusterscore.ErrNoPrompt) {
+		d.req.Blocks, d.promptErr = promptprefix.Blocks(nil, d.req.Scope, req.Body)
+		if errors.Is(d.promptErr, promptprefix.ErrNoPrompt) {
 			// A request without a prompt has no prefix: nothing wrong.
 			d.promptErr = nil
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	"github.com/mci-dev/mci/test/envoyclient"
@@ -66,11 +67,11 @@ func TestServerTeachesTheClusterThatServed(t *testing.T) {
 				require.Nil(t, res.Immediate)
 
 				mem, scope := h.server.policies.Memory(), ns+"/llm"
-				blocks, err := clusterscore.PromptBlocks(nil, scope, promptBody)
+				blocks, err := promptprefix.Blocks(nil, scope, promptBody)
 				require.NoError(t, err)
 				require.NotEmpty(t, blocks)
 				matched := make([]int, 2)
-				mem.Prefixes.Match(blocks, []uint32{clusterscore.ClusterID("cluster-a"), clusterscore.ClusterID("cluster-c")}, matched)
+				mem.Prefixes.Match(blocks, []uint32{promptprefix.ClusterID("cluster-a"), promptprefix.ClusterID("cluster-c")}, matched)
 				want := []int{len(blocks), 0}
 				if tt.wantServed == "cluster-c" {
 					want = []int{0, len(blocks)}

@@ -1,4 +1,4 @@
-package clusterscore
+package promptprefix
 
 import (
 	"encoding/json"
@@ -35,11 +35,11 @@ func chatBody(t testing.TB, msgs ...string) []byte {
 	return body
 }
 
-func TestPromptBlocks(t *testing.T) {
+func TestBlocks(t *testing.T) {
 	system := text("You are a helpful assistant.", 1000)
 	blocks := func(scope string, body []byte) []uint64 {
 		t.Helper()
-		b, err := PromptBlocks(nil, scope, body)
+		b, err := Blocks(nil, scope, body)
 		require.NoError(t, err)
 		return b
 	}
@@ -95,22 +95,8 @@ func TestPromptBlocks(t *testing.T) {
 		{name: "a malformed content part is an error", body: `{"messages":[{"role":"user","content":[{"type":1}]}]}`, wantErr: "reading the prompt"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := PromptBlocks(nil, "s", []byte(tt.body))
+			_, err := Blocks(nil, "s", []byte(tt.body))
 			assert.ErrorContains(t, err, tt.wantErr)
 		})
 	}
-}
-
-func FuzzPromptBlocks(f *testing.F) {
-	f.Add([]byte(`{"prompt":"hello"}`))
-	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]}`))
-	f.Add([]byte(`{"prompt":[1,2,"a",{"b":1}]}`))
-	f.Fuzz(func(t *testing.T, body []byte) {
-		blocks, err := PromptBlocks(nil, "s", body)
-		if err != nil {
-			return
-		}
-		assert.LessOrEqual(t, len(blocks), MaxBlocks)
-		assert.NotContains(t, blocks, uint64(0))
-	})
 }

@@ -1,4 +1,4 @@
-package clusterscore
+package promptprefix
 
 import (
 	"bytes"
@@ -46,7 +46,7 @@ type contentPart struct {
 	Text json.RawMessage `json:"text"`
 }
 
-// PromptBlocks appends to dst the chained hashes of the prompt's full
+// Blocks appends to dst the chained hashes of the prompt's full
 // blocks. The text is the JSON text of the strings as sent, escapes
 // included (a client that escapes the same text otherwise makes another
 // prefix, as rare as it is harmless): that of a completions request's
@@ -60,7 +60,7 @@ type contentPart struct {
 // same prompt sent to two pools (scopes) is two prefixes. A trailing
 // partial block is left out, as a model server caches full blocks only.
 // A hash is never 0.
-func PromptBlocks(dst []uint64, scope string, body []byte) ([]uint64, error) {
+func Blocks(dst []uint64, scope string, body []byte) ([]uint64, error) {
 	var pb promptBody
 	if err := json.Unmarshal(body, &pb); err != nil {
 		return dst, fmt.Errorf("reading the prompt: %w", err)

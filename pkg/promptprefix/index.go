@@ -1,13 +1,13 @@
-package clusterscore
+package promptprefix
 
 import (
 	"sync"
 	"unsafe"
 )
 
-// PrefixIndex remembers, for a bounded number of prompt blocks, which
+// Index remembers, for a bounded number of prompt blocks, which
 // clusters most recently served a request whose prompt held that block.
-// A block hash is chained with those before it (PromptBlocks), so a block
+// A block hash is chained with those before it (Blocks), so a block
 // present for a cluster stands for the whole prefix up to it.
 //
 // It is a set-associative table allocated once: its memory is fixed at
@@ -21,7 +21,7 @@ import (
 //
 // It is safe for concurrent use: the table is split in shards, each with
 // its own lock, chosen by the block hash.
-type PrefixIndex struct {
+type Index struct {
 	shards   [indexShards]indexShard
 	capacity int
 }
@@ -33,7 +33,7 @@ const (
 )
 
 type indexEntry struct {
-	// key is the block hash; 0 marks a free entry (PromptBlocks never
+	// key is the block hash; 0 marks a free entry (Blocks never
 	// yields 0).
 	key uint64
 	// clusters are cluster ids, most recent first; 0 is none.
@@ -50,11 +50,11 @@ type indexShard struct {
 	entries []indexEntry
 }
 
-// NewPrefixIndex returns an index of at least capacity blocks (rounded up
+// NewIndex returns an index of at least capacity blocks (rounded up
 // to whole sets; at least one set per shard).
-func NewPrefixIndex(capacity int) *PrefixIndex {
+func NewIndex(capacity int) *Index {
 	perShard := max(1, (capacity+indexShards*indexWays-1)/(indexShards*indexWays))
-	x := &PrefixIndex{capacity: perShard * indexShards * indexWays}
+	x := &Index{capacity: perShard * indexShards * indexWays}
 	for i := range x.shards {
 		x.shards[i].sets = uint64(perShard)
 		x.shards[i].entries = make([]indexEntry, perShard*indexWays)
@@ -63,15 +63,15 @@ func NewPrefixIndex(capacity int) *PrefixIndex {
 }
 
 // Capacity is how many blocks the index holds at most.
-func (x *PrefixIndex) Capacity() int { return x.capacity }
+func (x *Index) Capacity() int { return x.capacity }
 
 // Bytes is the memory the index holds, all of it allocated at creation.
-func (x *PrefixIndex) Bytes() int {
+func (x *Index) Bytes() int {
 	return int(unsafe.Sizeof(*x)) + x.capacity*int(unsafe.Sizeof(indexEntry{}))
 }
 
 // Len counts the blocks held, for tests and metrics; it takes every lock.
-func (x *PrefixIndex) Len() int {
+func (x *Index) Len() int {
 	n := 0
 	for i := range x.shards {
 		sh := &x.shards[i]
@@ -89,7 +89,7 @@ func (x *PrefixIndex) Len() int {
 // Evicted counts the blocks pushed out to make room since creation: an
 // index that evicts blocks younger than the prefixes worth keeping is too
 // small (a metric for the operator, who sizes it).
-func (x *PrefixIndex) Evicted() uint64 {
+func (x *Index) Evicted() uint64 {
 	var n uint64
 	for i := range x.shards {
 		sh := &x.shards[i]
@@ -111,14 +111,14 @@ func ClusterID(name string) uint32 {
 	return max(id, 1)
 }
 
-func (x *PrefixIndex) locate(key uint64) (*indexShard, []indexEntry) {
+func (x *Index) locate(key uint64) (*indexShard, []indexEntry) {
 	sh := &x.shards[key%indexShards]
 	set := (key / indexShards) % sh.sets
 	return sh, sh.entries[set*indexWays : (set+1)*indexWays]
 }
 
 // Record notes that cluster served a request of these blocks.
-func (x *PrefixIndex) Record(blocks []uint64, cluster uint32) {
+func (x *Index) Record(blocks []uint64, cluster uint32) {
 	for _, key := range blocks {
 		if key == 0 || cluster == 0 {
 			continue
@@ -165,7 +165,7 @@ func victim(set []indexEntry, key uint64, clock uint32) *indexEntry {
 
 // Match sets matched[j] to how many leading blocks the index holds for
 // cluster ids[j]: its longest cached prefix, in blocks.
-func (x *PrefixIndex) Match(blocks []uint64, ids []uint32, matched []int) {
+func (x *Index) Match(blocks []uint64, ids []uint32, matched []int) {
 	for j := range matched {
 		matched[j] = 0
 	}

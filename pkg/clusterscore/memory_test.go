@@ -1,0 +1,81 @@
+package clusterscore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// chain returns n chained block hashes starting from seed, as
+// promptprefix.Blocks makes them.
+func chain(seed uint64, n int) []uint64 {
+	out := make([]uint64, n)
+	h := seed
+	for i := range out {
+		h = max(h*6364136223846793005+1442695040888963407, 1)
+		out[i] = h
+	}
+	return out
+}
+
+func TestSessions(t *testing.T) {
+	s := NewSessions(2, time.Minute)
+	s.Pin("ns/pool", "alice", "a", epoch)
+	s.Pin("ns/pool", "bob", "b", epoch)
+	assert.Equal(t, "a", s.Cluster("ns/pool", "alice", epoch.Add(time.Minute)), "pinned until the TTL")
+	assert.Empty(t, s.Cluster("ns/other", "alice", epoch), "sessions are per scope")
+	assert.Empty(t, s.Cluster("ns/pool", "alice", epoch.Add(time.Minute+1)), "expired")
+	assert.Equal(t, 1, s.Len(), "an expired pin is forgotten when read")
+
+	s.Pin("ns/pool", "bob", "c", epoch.Add(2*time.Minute))
+	s.Pin("ns/pool", "carol", "a", epoch.Add(2*time.Minute))
+	s.Pin("ns/pool", "dave", "a", epoch.Add(2*time.Minute))
+	assert.Equal(t, 2, s.Len(), "bounded")
+	assert.Empty(t, s.Cluster("ns/pool", "bob", epoch.Add(2*time.Minute)), "the least recently pinned went first")
+	assert.Equal(t, "a", s.Cluster("ns/pool", "dave", epoch.Add(2*time.Minute)))
+	s.Pin("ns/pool", "", "a", epoch)
+	assert.Equal(t, 2, s.Len(), "no session, no pin")
+}
+
+func TestSessionKey(t *testing.T) {
+	headers := map[string]string{"x-session-id": " s1 ", "cookie": "theme=dark; sid=s2"}
+	get := func(name string) string { return headers[name] }
+	tests := []struct {
+		name string
+		spec SessionSpec
+		want string
+	}{
+		{name: "the header's value", spec: SessionSpec{Header: "x-session-id", Cookie: "sid"}, want: "s1"},
+		{name: "the cookie when the header is absent", spec: SessionSpec{Header: "x-user", Cookie: "sid"}, want: "s2"},
+		{name: "nothing configured, no session", spec: SessionSpec{}, want: ""},
+		{name: "a missing cookie, no session", spec: SessionSpec{Cookie: "other"}, want: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { assert.Equal(t, tt.want, tt.spec.Key(get)) })
+	}
+	long := SessionSpec{Header: "h"}.Key(func(string) string { return string(make([]byte, 1000)) })
+	assert.Len(t, long, maxSessionKey)
+}
+
+func TestObserver(t *testing.T) {
+	o := NewObserver(0.5)
+	assert.Equal(t, Observation{}, o.Observe("p", "a"))
+	o.Started("p", "a")
+	o.Started("p", "a")
+	o.FirstByte("p", "a", 100*time.Millisecond)
+	o.FirstByte("p", "a", 300*time.Millisecond)
+	o.Finished("p", "a", true)
+	got := o.Observe("p", "a")
+	assert.Equal(t, int64(1), got.InFlight)
+	assert.Equal(t, 200*time.Millisecond, got.TTFB)
+	assert.InDelta(t, 0.5, got.ErrorRatio, 1e-9)
+	o.Finished("p", "a", false)
+	o.Finished("p", "a", false) // one Finished too many does not go below 0
+	assert.Equal(t, int64(0), o.Observe("p", "a").InFlight)
+	assert.Equal(t, Observation{}, o.Observe("q", "a"), "observations are per scope")
+	o.Retain(func(scope, cluster string) bool { return false })
+	assert.Equal(t, Observation{}, o.Observe("p", "a"))
+	require.NotNil(t, NewObserver(7), "a bad alpha takes the default")
+}

@@ -1,0 +1,54 @@
+package promptprefix
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// BenchmarkBlocks hashes a chat request of a 4 KiB prompt: reading
+// the body (encoding/json) and hashing its text, then the hashing alone.
+func BenchmarkBlocks(b *testing.B) {
+	prompt := text("You are a helpful assistant.", 3000) + text("What is", 1096)
+	body := chatBody(b, prompt[:3000], prompt[3000:])
+	blocks := make([]uint64, 0, MaxBlocks)
+	b.Run("chat-body", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var err error
+			blocks, err = Blocks(blocks[:0], "ns/llm", body)
+			if err != nil || len(blocks) != 64 {
+				b.Fatal(len(blocks), err)
+			}
+		}
+	})
+	b.Run("hash-only", func(b *testing.B) {
+		b.SetBytes(int64(len(prompt)))
+		b.ReportAllocs()
+		for b.Loop() {
+			h := newBlockHasher(blocks[:0], "ns/llm")
+			h.writeString(prompt)
+			blocks = h.out
+		}
+	})
+}
+
+// BenchmarkIndexMemory reports the index's memory per 100,000
+// prefixes (blocks), full, and the cost of recording into a full index.
+func BenchmarkIndexMemory(b *testing.B) {
+	for _, capacity := range []int{100_000, 1 << 18, 1_000_000} {
+		b.Run(fmt.Sprint(capacity), func(b *testing.B) {
+			x := NewIndex(capacity)
+			for i := range capacity / 50 * 2 {
+				x.Record(chain(uint64(i), 50), ClusterID(strings.Repeat("c", 1+i%3)))
+			}
+			blocks := chain(1<<40, 64)
+			for b.Loop() {
+				x.Record(blocks, 1)
+			}
+			b.ReportMetric(float64(x.Bytes())*100_000/float64(x.Capacity()), "bytes/100k-prefixes")
+			b.ReportMetric(float64(x.Bytes()), "index-bytes")
+		})
+	}
+}

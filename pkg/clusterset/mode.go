@@ -87,6 +87,11 @@ func (c *Cache) followMode(name string, m *member) {
 		if !c.serves(name, m) {
 			continue
 		}
+		if _, unknown := m.identity.get(); unknown != "" {
+			// Not read when it connected (a transient error, or the
+			// permission granted since): asked again at each recheck.
+			c.identify(m.ctx, m)
+		}
 		reason, _, _ := m.quota.state()
 		at := m.quota.thawAt()
 		thawing := !at.IsZero() && !time.Now().Before(at)
@@ -135,7 +140,11 @@ func (c *Cache) remode(name string, m *member, served servedapis.Set) error {
 	if err != nil {
 		return err
 	}
-	n.joined = m.joined
+	n.joined, n.created = m.joined, m.created
+	// A fresh read reads the cluster ID afresh: a member refused as a
+	// second name is read again after --member-freeze-retry, and serves
+	// once the member it shared its cluster with has left.
+	c.identify(c.ctx, n)
 	n.startWith(c.ctx, c.thresholds(name), served)
 	go c.followMode(name, n)
 	c.dropReplacement(name, n)

@@ -89,7 +89,8 @@ func TestOfTwoMembersOfOneClusterTheOneThatJoinedLaterIsRefused(t *testing.T) {
 // joined at once) is refused as the summary case is: frozen at quota
 // identity, nothing of it served, flagged, said once however often it is
 // read again. A third member whose credentials may not read kube-system is
-// served as before, and said so (log and metric).
+// served as before, and said so (log and metric). Once the member that
+// kept the cluster leaves, the refused one is served.
 func TestASecondMemberNameForAClusterIsRefusedInFullMode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a kube-apiserver and etcd")
@@ -158,13 +159,13 @@ func TestASecondMemberNameForAClusterIsRefusedInFullMode(t *testing.T) {
 		}
 	})
 	// The same kubeconfig for two member names, and the old identity.
-	go func() {
-		_ = cache.Run(ctx, staticSource{
-			"cluster-c":    {rest: remote, fingerprint: "1"},
-			"cluster-twin": {rest: remote, fingerprint: "1"},
-			"old":          {rest: old, fingerprint: "1"},
-		})
-	}()
+	source := make(reportingSource, 1)
+	source <- map[string]MemberConfig{
+		"cluster-c":    {rest: remote, fingerprint: "1"},
+		"cluster-twin": {rest: remote, fingerprint: "1"},
+		"old":          {rest: old, fingerprint: "1"},
+	}
+	go func() { _ = cache.Run(ctx, source) }()
 
 	require.Eventually(t, func() bool {
 		twin := cache.member("cluster-twin")
@@ -249,6 +250,18 @@ mci_clusterset_member_frozen{member="old",quota="namespaces"} 0
 mci_clusterset_member_frozen{member="old",quota="objects"} 0
 mci_clusterset_member_frozen{member="old",quota="responseBytes"} 0
 `), "mci_clusterset_member_frozen"))
+
+	// The member that kept the cluster leaves: the next read of the
+	// refused one finds no other member with its cluster ID, and serves it.
+	source <- map[string]MemberConfig{
+		"cluster-twin": {rest: remote, fingerprint: "1"},
+		"old":          {rest: old, fingerprint: "1"},
+	}
+	require.Eventually(t, func() bool {
+		reason, _, _ := cache.member("cluster-twin").quota.state()
+		return reason == "" && strings.Join(imported(), ",") == "cluster-twin,old"
+	}, 30*time.Second, 50*time.Millisecond, "served under its name once it is the cluster's only one")
+	assert.Contains(t, logged.String(), `"Member read again within its limits: it is no longer frozen" member="cluster-twin"`)
 }
 
 // syncBuffer is a bytes.Buffer that the logger and the test share.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +21,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/textlogger"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
@@ -116,9 +116,18 @@ func TestASecondMemberNameForAClusterIsRefusedInFullMode(t *testing.T) {
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
+	// klog's own output, which it writes under its lock: the Cache's
+	// goroutines may still log as the test ends.
 	var logged syncBuffer
-	klog.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&logged))))
-	defer klog.ClearLogger()
+	klog.LogToStderr(false)
+	// A line goes to its severity's output and every lower one's: the
+	// INFO one has each line once.
+	klog.SetOutput(io.Discard)
+	klog.SetOutputBySeverity("INFO", &logged)
+	defer func() {
+		klog.SetOutput(os.Stderr)
+		klog.LogToStderr(true)
+	}()
 
 	// A member identity that may read the six kinds and not kube-system,
 	// as member Secrets minted before the check.
@@ -214,6 +223,7 @@ func TestASecondMemberNameForAClusterIsRefusedInFullMode(t *testing.T) {
 	assert.Same(t, refusedAt, cache.member("cluster-twin"), "the refused member stays, its fresh reads are dropped")
 	assert.Equal(t, 1, strings.Count(logged.String(), `"Member frozen: it speaks for another cluster`), "the refusal is logged once, not at every fresh read:\n%s", logged.String())
 	assert.Equal(t, 1, strings.Count(logged.String(), `"Cannot read the member's cluster ID`), "the unread ID is logged once")
+	assert.Equal(t, 1, strings.Count(logged.String(), `"Reading the frozen member again`), "its first read again is said, not every one")
 	assert.Contains(t, logged.String(), `member="old" reason="forbidden"`)
 
 	assert.NoError(t, testutil.CustomCollectAndCompare(NewMetrics(cache), strings.NewReader(`

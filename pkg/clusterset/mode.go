@@ -69,6 +69,7 @@ func (c *Cache) followMode(name string, m *member) {
 	}
 	logger := klog.FromContext(m.ctx).WithValues("member", name)
 	backoff := discoveryBackoff
+	rereads := 0
 	for {
 		wait := modeRecheck
 		if m.mode == modeDiscovering {
@@ -102,7 +103,11 @@ func (c *Cache) followMode(name string, m *member) {
 		next := m.modeOf(served)
 		switch {
 		case thawing && next != modeDiscovering:
-			logger.Info("Reading the frozen member again; its last known data is kept until it lists within its limits", "quota", reason, "mode", next)
+			// Said at the first read again only: a member that stays
+			// frozen is read every --member-freeze-retry, and its freeze
+			// is said once per change (quota.go).
+			logger.V(min(rereads, 1)*2).Info("Reading the frozen member again; its last known data is kept until it lists within its limits", "quota", reason, "mode", next)
+			rereads++
 		case next == m.mode || next == modeDiscovering:
 			// An unanswered discovery changes nothing: a member read
 			// through its summaries stays so while its summary stream

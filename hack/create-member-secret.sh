@@ -7,7 +7,9 @@
 #
 # The kubeconfig authenticates as a least-privilege ServiceAccount of the
 # member (by default mci-system/mci-member-reader, which
-# artifacts/deploy/mci-apiserver/25-member-reader.yaml and the chart create)
+# artifacts/deploy/mci-apiserver/25-member-reader.yaml and the chart create,
+# bound to mci-member-summary-reader: the two summaries, and get on the
+# kube-system Namespace, whose uid is the cluster's ID)
 # with a token the member's TokenRequest API mints for --token-duration
 # (default 168h, one week). Your own credentials are used to mint it and
 # never copied. The token expires: run the script again before it does

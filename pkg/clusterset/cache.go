@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/statelog"
 )
 
 // Options configure a Cache.
@@ -61,6 +62,11 @@ type Cache struct {
 	// ready (see Ready for the bound).
 	unreported map[string]bool
 	joining    map[string]*member
+
+	// ids are the members' cluster IDs (identity.go).
+	ids identities
+	// freezeLog says each member's freeze once per change (quota.go).
+	freezeLog statelog.Log[string]
 }
 
 // New returns a Cache; Run starts it.
@@ -84,7 +90,7 @@ func (c *Cache) Run(ctx context.Context, sources ...Source) error {
 		c.unreported[s.Name()] = true
 	}
 	c.mu.Unlock()
-	if err := c.setMember(c.opts.LocalName, "local", c.opts.Local); err != nil {
+	if err := c.setMember(c.opts.LocalName, "local", c.opts.Local, time.Time{}); err != nil {
 		return fmt.Errorf("connecting to the local cluster: %w", err)
 	}
 	desired := newDesiredMembers(c.opts.LocalName)
@@ -129,13 +135,14 @@ func (c *Cache) apply(ctx context.Context, ch change) {
 		return
 	}
 	logger.Info("Member joined the ClusterSet", "source", ch.source)
-	if err := c.setMember(ch.name, ch.source+"#"+ch.config.fingerprint, ch.config.rest); err != nil {
+	if err := c.setMember(ch.name, ch.source+"#"+ch.config.fingerprint, ch.config.rest, ch.config.created); err != nil {
 		logger.Error(err, "Cannot connect to member")
 	}
 }
 
-// setMember starts (or restarts, when its source changed) one member.
-func (c *Cache) setMember(name, source string, config *rest.Config) error {
+// setMember starts (or restarts, when its source changed) one member;
+// created is when its Secret or ClusterProfile was created.
+func (c *Cache) setMember(name, source string, config *rest.Config, created time.Time) error {
 	c.mu.RLock()
 	old, replacing, ctx := c.members[name], c.replacing[name], c.ctx
 	c.mu.RUnlock()
@@ -154,11 +161,15 @@ func (c *Cache) setMember(name, source string, config *rest.Config) error {
 	// Starting asks the member what it serves, which a hung member makes
 	// slow: never under the lock that every request's snapshot takes.
 	m.joined = time.Now()
+	m.created = created
 	if old == nil {
 		c.mu.Lock()
 		c.joining[name] = m
 		c.mu.Unlock()
 	}
+	// Its cluster ID first: a member refused as a second name for
+	// another's cluster starts frozen, so nothing of it is ever served.
+	c.identify(ctx, m)
 	m.start(ctx, c.thresholds(name))
 	go c.followMode(name, m)
 	if old == nil {
@@ -195,6 +206,7 @@ func (c *Cache) newMember(name, source string, config *rest.Config) (*member, er
 	}
 	m.local = local
 	m.summaryPolicy = c.opts.Summaries
+	m.freezeLog = &c.freezeLog
 	if !local {
 		m.quota = newQuota(limits)
 	}
@@ -230,6 +242,9 @@ func (c *Cache) replaceWhenSynced(name string, m *member) {
 	if old != nil {
 		old.stop()
 	}
+	if was, lasted := c.freezeLog.Clear(name); was {
+		klog.FromContext(m.ctx).Info("Member read again within its limits: it is no longer frozen", "member", name, "frozenFor", lasted.Round(time.Second))
+	}
 	c.handler(Event{Member: name, Kind: KindMember})
 }
 
@@ -256,6 +271,8 @@ func (c *Cache) removeMember(name string) {
 	delete(c.members, name)
 	c.resort()
 	c.mu.Unlock()
+	c.freezeLog.Clear(name)
+	c.ids.unknownLog.Clear(name)
 	if m != nil {
 		m.stop()
 		c.handler(Event{Member: name, Kind: KindMember})

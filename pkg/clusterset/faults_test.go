@@ -192,7 +192,7 @@ func exportingThroughProxy(t *testing.T, ctx context.Context, ns, name string) (
 	_, err = mciclient.NewForConfigOrDie(local).InferencePoolV1().InferencePools(ns).Create(ctx, pool, metav1.CreateOptions{})
 	require.NoError(t, err)
 	proxy = newCutProxy(t, strings.TrimPrefix(local.Host, "https://"))
-	remote = rest.CopyConfig(local)
+	remote = asAnotherCluster(local, "remote-cluster-id")
 	remote.Host = "https://" + proxy.addr()
 	return local, remote, proxy
 }

@@ -103,7 +103,10 @@ func TestAHostileMemberIsFrozenAtItsLimitsAndTheOthersAreUnaffected(t *testing.T
 	}
 	cache := New(Options{ClusterSetName: "test", LocalName: "local", Local: local, UnreachableAfter: 5 * time.Second, RemoveAfter: time.Minute, Limits: limits}, func(Event) {})
 	go func() {
-		_ = cache.Run(ctx, staticSource{"good": {rest: good, fingerprint: "1"}, "hostile": {rest: hostile, fingerprint: "1"}})
+		_ = cache.Run(ctx, staticSource{
+			"good":    {rest: asAnotherCluster(good, "good-cluster-id"), fingerprint: "1"},
+			"hostile": {rest: asAnotherCluster(hostile, "hostile-cluster-id"), fingerprint: "1"},
+		})
 	}()
 	require.Eventually(t, func() bool {
 		h := cache.member("hostile")

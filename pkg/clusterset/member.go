@@ -3,6 +3,7 @@ package clusterset
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/discovery"
@@ -19,6 +20,7 @@ import (
 	inferencelisters "github.com/mci-dev/mci/pkg/generated/listers/inference/v1alpha1"
 	poollisters "github.com/mci-dev/mci/pkg/generated/listers/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/statelog"
 )
 
 // discoveryTimeout bounds asking a member which APIs it serves.
@@ -87,6 +89,18 @@ type member struct {
 	// nil for the local cluster.
 	quota *quota
 
+	// created is when the member's Secret or ClusterProfile was created
+	// (zero for a kubeconfig file): which of two members of one cluster
+	// keeps it (identity.go).
+	created time.Time
+	// identity is the cluster ID the member read (identity.go).
+	identity *clusterID
+	// freezeLog, the Cache's, says each member's freeze once per change,
+	// whichever instance of it froze; nil: every freeze is said.
+	freezeLog *statelog.Log[string]
+	stopOnce  sync.Once
+	stopped   chan struct{}
+
 	// reachability is what the member's probes found.
 	reachability
 }
@@ -100,7 +114,7 @@ func newMember(name, source string, config *rest.Config, responseBytes int64, ha
 		config.QPS = 50
 		config.Burst = 100
 	}
-	m := &member{name: name, source: source, config: rest.CopyConfig(config), gate: newLinkGate(), handler: handler}
+	m := &member{name: name, source: source, config: rest.CopyConfig(config), gate: newLinkGate(), handler: handler, identity: &clusterID{}, stopped: make(chan struct{})}
 	if responseBytes > 0 {
 		config.Wrap(boundResponses(responseBytes, m.responseTooLarge))
 	}
@@ -133,6 +147,22 @@ func newMember(name, source string, config *rest.Config, responseBytes int64, ha
 func (m *member) stop() {
 	m.cancel()
 	<-m.done
+	if m.stopped != nil {
+		m.stopOnce.Do(func() { close(m.stopped) })
+	}
+}
+
+// isStopped reports whether stop has returned.
+func (m *member) isStopped() bool {
+	if m.stopped == nil {
+		return false
+	}
+	select {
+	case <-m.stopped:
+		return true
+	default:
+		return false
+	}
 }
 
 // hasSynced is true once every informer of the member has listed.
@@ -205,13 +235,14 @@ func (m *member) namespaceLister() corev1listers.NamespaceLister {
 }
 
 func (m *member) viewWith(u *imports.Unreachable) imports.Member {
+	if m.speaksForAnother() {
+		// What it sent is another cluster's, in whichever mode it was
+		// read: serving it under this member's name would count that
+		// cluster's exports twice.
+		return imports.Member{Name: m.name, Unreachable: u, Namespaces: imports.SummaryNamespaces(nil), Summaries: noSummaries}
+	}
 	switch m.mode {
 	case modeSummary:
-		if m.speaksForAnother() {
-			// What it sent is another cluster's: serving it under this
-			// member's name would count that cluster's exports twice.
-			return imports.Member{Name: m.name, Unreachable: u, Namespaces: imports.SummaryNamespaces(nil), Summaries: noSummaries}
-		}
 		return imports.Member{Name: m.name, Unreachable: u, Namespaces: m.summaryNamespaces(), Summaries: m.summaries}
 	case modeDiscovering:
 		// Nothing is known of the member yet: it imports and exports

@@ -39,6 +39,10 @@ const (
 type MemberConfig struct {
 	rest        *rest.Config
 	fingerprint string
+	// created is when the Secret or ClusterProfile that names the member
+	// was created; zero for a kubeconfig file. Of two members of one
+	// cluster, the one created first keeps it (identity.go).
+	created time.Time
 	// err says why the source's kubeconfig for this member is unusable.
 	err error
 }
@@ -178,7 +182,9 @@ func membersFromSecrets(secrets []*corev1.Secret) map[string]MemberConfig {
 			members[name] = MemberConfig{err: fmt.Errorf("secret %s/%s has no %q key", s.Namespace, s.Name, MemberKubeconfigKey)}
 			continue
 		}
-		members[name] = parseSecretKubeconfig(data)
+		mc := parseSecretKubeconfig(data)
+		mc.created = s.CreationTimestamp.Time
+		members[name] = mc
 	}
 	return members
 }

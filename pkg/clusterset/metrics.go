@@ -16,6 +16,7 @@ import (
 //	mci_clusterset_member_mode{member,mode}     1 for the mode the member is read in (full, summary, discovering)
 //	mci_clusterset_member_frozen{member,quota}  1 while frozen at that limit (quota.go)
 //	mci_clusterset_member_limit_exceeded_total{member,quota} freezes by limit
+//	mci_clusterset_member_cluster_id_unknown{member,reason} 1 while its cluster ID cannot be read (identity.go)
 //
 // A replica is not ready while a member has listed 0 and removed 0
 // (Cache.Ready): these say which member holds it back.
@@ -46,6 +47,9 @@ var (
 	memberLimitExceededDesc = metrics.NewDesc("mci_clusterset_member_limit_exceeded_total",
 		"Times the member was frozen for exceeding the limit named by quota, by this member instance (a member read again after --member-freeze-retry, or reconnected, counts anew).",
 		[]string{"member", "quota"}, nil, metrics.ALPHA, "")
+	memberClusterIDUnknownDesc = metrics.NewDesc("mci_clusterset_member_cluster_id_unknown",
+		"1 while the member's cluster ID (the uid of its kube-system Namespace) cannot be read, for the reason named: forbidden (its credentials may not get that Namespace) or error; whether it is another member's cluster under a second name is then not checked, and it is served as it is. Else 0.",
+		[]string{"member", "reason"}, nil, metrics.ALPHA, "")
 	memberRemovedDesc = metrics.NewDesc("mci_clusterset_member_removed",
 		"1 while the member has not answered for --member-remove-after, so the pools it exported are not served, else 0.",
 		[]string{"member"}, nil, metrics.ALPHA, "")
@@ -65,6 +69,7 @@ func (m *Metrics) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- memberModeDesc
 	ch <- memberFrozenDesc
 	ch <- memberLimitExceededDesc
+	ch <- memberClusterIDUnknownDesc
 }
 
 // CollectWithStability implements metrics.StableCollector.
@@ -85,6 +90,10 @@ func (m *Metrics) CollectWithStability(ch chan<- metrics.Metric) {
 				ch <- metrics.NewLazyConstMetric(memberFrozenDesc, metrics.GaugeValue, bit(frozen == q), mb.name, q)
 				ch <- metrics.NewLazyConstMetric(memberLimitExceededDesc, metrics.CounterValue, float64(mb.quota.exceededCount(q)), mb.name, q)
 			}
+		}
+		unknown := mb.identityUnknown()
+		for _, r := range idReasons {
+			ch <- metrics.NewLazyConstMetric(memberClusterIDUnknownDesc, metrics.GaugeValue, bit(unknown == r), mb.name, r)
 		}
 		for _, mode := range memberModes {
 			ch <- metrics.NewLazyConstMetric(memberModeDesc, metrics.GaugeValue, bit(mb.mode == mode), mb.name, string(mode))

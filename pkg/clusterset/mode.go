@@ -69,6 +69,7 @@ func (c *Cache) followMode(name string, m *member) {
 	}
 	logger := klog.FromContext(m.ctx).WithValues("member", name)
 	backoff := discoveryBackoff
+	rereads := 0
 	for {
 		wait := modeRecheck
 		if m.mode == modeDiscovering {
@@ -87,6 +88,11 @@ func (c *Cache) followMode(name string, m *member) {
 		if !c.serves(name, m) {
 			continue
 		}
+		if _, unknown := m.identity.get(); unknown != "" {
+			// Not read when it connected (a transient error, or the
+			// permission granted since): asked again at each recheck.
+			c.identify(m.ctx, m)
+		}
 		reason, _, _ := m.quota.state()
 		at := m.quota.thawAt()
 		thawing := !at.IsZero() && !time.Now().Before(at)
@@ -97,7 +103,11 @@ func (c *Cache) followMode(name string, m *member) {
 		next := m.modeOf(served)
 		switch {
 		case thawing && next != modeDiscovering:
-			logger.Info("Reading the frozen member again; its last known data is kept until it lists within its limits", "quota", reason, "mode", next)
+			// Said at the first read again only: a member that stays
+			// frozen is read every --member-freeze-retry, and its freeze
+			// is said once per change (quota.go).
+			logger.V(min(rereads, 1)*2).Info("Reading the frozen member again; its last known data is kept until it lists within its limits", "quota", reason, "mode", next)
+			rereads++
 		case next == m.mode || next == modeDiscovering:
 			// An unanswered discovery changes nothing: a member read
 			// through its summaries stays so while its summary stream
@@ -135,7 +145,11 @@ func (c *Cache) remode(name string, m *member, served servedapis.Set) error {
 	if err != nil {
 		return err
 	}
-	n.joined = m.joined
+	n.joined, n.created = m.joined, m.created
+	// A fresh read reads the cluster ID afresh: a member refused as a
+	// second name is read again after --member-freeze-retry, and serves
+	// once the member it shared its cluster with has left.
+	c.identify(c.ctx, n)
 	n.startWith(c.ctx, c.thresholds(name), served)
 	go c.followMode(name, n)
 	c.dropReplacement(name, n)

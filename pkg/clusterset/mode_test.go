@@ -103,7 +103,9 @@ func TestAMemberWhoseDiscoveryFailsAtStartIsReadInSummaryModeOnceItAnswers(t *te
 	})
 
 	cache := New(Options{ClusterSetName: "test", LocalName: "local", Local: local, UnreachableAfter: time.Second, RemoveAfter: time.Minute}, func(Event) {})
-	go func() { _ = cache.Run(ctx, staticSource{"remote": {rest: remote, fingerprint: "1"}}) }()
+	go func() {
+		_ = cache.Run(ctx, staticSource{"remote": {rest: asAnotherCluster(remote, "remote-cluster-id"), fingerprint: "1"}})
+	}()
 
 	require.Eventually(t, func() bool { return cache.member("remote") != nil }, time.Minute, 20*time.Millisecond)
 	assert.Equal(t, modeDiscovering, cache.member("remote").mode, "not read in full mode on a failed discovery")

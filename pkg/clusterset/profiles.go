@@ -150,6 +150,7 @@ func (st *profileState) members(logger klog.Logger, profiles []*clusterinventory
 		if reason == reasonInvalidName {
 			continue
 		}
+		mc.created = p.CreationTimestamp.Time
 		members[p.Name] = mc
 	}
 	for name := range st.problems {

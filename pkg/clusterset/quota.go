@@ -70,7 +70,9 @@ const (
 	quotaNamespaces = "namespaces"
 	quotaEventRate  = "eventRate"
 	quotaResponse   = "responseBytes"
-	// quotaIdentity: the member's cluster summary names another cluster.
+	// quotaIdentity: the member is another member's cluster under a
+	// second name: its cluster ID is that member's (identity.go), or its
+	// cluster summary names another cluster.
 	quotaIdentity = "identity"
 )
 
@@ -268,18 +270,22 @@ func (m *member) admitNamespaces(n int) bool {
 	return !m.frozen()
 }
 
-// freeze freezes the member, logs it once and tells the handler, so that
-// its imports say so.
+// freeze freezes the member and tells the handler, so that its imports
+// say so. It is logged once per change: a member read again after
+// --member-freeze-retry that freezes for the same reason is not logged
+// again (the Cache's freezeLog, which a member that is read again within
+// its limits clears).
 func (m *member) freeze(reason, message string) {
 	if m.quota == nil || !m.quota.freeze(reason, message, time.Now()) {
 		return
 	}
-
-	msg := "Member frozen: it exceeds a limit; its last known data is served, flagged, and nothing more it sends is applied until it is read again"
-	if reason == quotaIdentity {
-		msg = "Member frozen: it speaks for another cluster; nothing it sent is served, and it is flagged until it is read again"
+	if m.freezeLog == nil || m.freezeLog.Observe(m.name, reason, message).Loud() {
+		msg := "Member frozen: it exceeds a limit; its last known data is served, flagged, and nothing more it sends is applied until it is read again"
+		if reason == quotaIdentity {
+			msg = "Member frozen: it speaks for another cluster; nothing it sent is served, and it is flagged until it is read again"
+		}
+		klog.Background().Error(nil, msg, "member", m.name, "quota", reason, "reason", message, "retryAfter", m.quota.retry())
 	}
-	klog.Background().Error(nil, msg, "member", m.name, "quota", reason, "reason", message, "retryAfter", m.quota.retry())
 	m.handler(Event{Member: m.name, Kind: KindMember})
 }
 

@@ -49,7 +49,9 @@ func TestLocalHTTPRouteChangesNameTheImportsTheyTouch(t *testing.T) {
 		}
 	})
 	// The same apiserver is also a remote member: it must not watch routes.
-	go func() { _ = cache.Run(ctx, staticSource{"remote": {rest: local, fingerprint: "1"}}) }()
+	go func() {
+		_ = cache.Run(ctx, staticSource{"remote": {rest: asAnotherCluster(local, "remote-cluster-id"), fingerprint: "1"}})
+	}()
 	require.Eventually(t, func() bool { return cache.Ready() == nil && len(cache.Snapshot().Members) == 2 }, time.Minute, 50*time.Millisecond)
 	for _, m := range cache.Snapshot().Members {
 		assert.Equal(t, m.Name == "local", m.Routes != nil, "%s: only the local member has routes", m.Name)

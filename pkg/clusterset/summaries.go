@@ -242,14 +242,19 @@ func (m *member) summaryNamespaces() corev1listers.NamespaceLister {
 	return imports.SummaryNamespaces(all[0].Status.Namespaces)
 }
 
-// speaksForAnother reports whether the member's cluster summary names
-// another cluster (watchClusterSummary freezes it for that): none of its
-// summaries is served then, not even as last known data, since they are
-// not this member's. It is read off the summary itself too, so that
-// nothing is served in the moment between the list and the freeze.
+// speaksForAnother reports whether the member was refused as another
+// cluster under a second name: its cluster ID is another member's
+// (identity.go), or its cluster summary names another cluster
+// (watchClusterSummary). Nothing it sent is served then, not even as last
+// known data, since it is not this member's. A summary is read off itself
+// too, so that nothing is served in the moment between the list and the
+// freeze.
 func (m *member) speaksForAnother() bool {
 	if reason, _, _ := m.quota.state(); reason == quotaIdentity {
 		return true
+	}
+	if m.mode != modeSummary || m.clusterSummaries == nil {
+		return false
 	}
 	all, err := m.clusterSummaries.List(labels.Everything())
 	return err == nil && len(all) == 1 && all[0].Name != m.name

@@ -258,7 +258,8 @@ func exportStatus(ctx context.Context, c *cluster, namespace, name string) (map[
 //
 // The first Secret for cluster-twin reaches cluster-c, a member already:
 // a second name for one cluster, which would count cluster-c's exports
-// twice. That member speaks for another cluster (its cluster summary
+// twice. That member speaks for another cluster (its cluster ID, the uid
+// of its kube-system Namespace, is cluster-c's, and so its cluster summary
 // names cluster-c) and is refused: frozen, logged, counted in
 // mci_clusterset_member_frozen, nothing of it served, flagged in the
 // InferencePoolExports' status. The refusal also says which Secret is
@@ -456,8 +457,9 @@ func TestBadMemberSecretsAreReportedAndServingGoesOn(t *testing.T) {
 }
 
 // waitForIdentityRefusal waits until cluster's mci-apiserver has refused
-// member for speaking for another cluster (its cluster summary names
-// speaksFor): the log line, and mci_clusterset_member_frozen on every
+// member for speaking for another cluster (its cluster ID is that of
+// member speaksFor, or its cluster summary names speaksFor: either line
+// names it): the log line, and mci_clusterset_member_frozen on every
 // replica. It returns the log line.
 func waitForIdentityRefusal(t *testing.T, log *serverLog, cluster, member, speaksFor string) string {
 	t.Helper()

@@ -149,7 +149,7 @@ func TestSecurityNoSecretMaterialInLogsOrServedObjects(t *testing.T) {
 
 	// cluster-c joins cluster-b a second time, as "leaky", with the token
 	// of a read-only ServiceAccount. A second name for a cluster already a
-	// member is refused (its cluster summary names cluster-c), but only once
+	// member is refused (its cluster ID is cluster-c's), but only once
 	// mci-apiserver has used the token to read it: the token went through
 	// its clients, and the refusal goes into its log and into cluster-b's
 	// InferencePoolExport, where none of it may show...

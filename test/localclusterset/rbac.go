@@ -24,10 +24,12 @@ var memberReaderRules = []rbacv1.PolicyRule{
 
 // memberSummaryReaderRules is what an mci-apiserver may do in the
 // clusters it reads in summary mode: read the summaries their own
-// mci-apiservers publish, nothing else. artifacts/deploy/mci-apiserver
+// mci-apiservers publish, and the kube-system Namespace whose uid is the
+// cluster's ID, nothing else. artifacts/deploy/mci-apiserver
 // grants exactly these to the identity it hands to other members.
 var memberSummaryReaderRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"inference.networking.x-k8s.io"}, Resources: []string{"inferencepoolexportsummaries", "inferenceclustersummaries"}, Verbs: []string{"get", "list", "watch"}},
+	{APIGroups: []string{""}, Resources: []string{"namespaces"}, ResourceNames: []string{"kube-system"}, Verbs: []string{"get"}},
 }
 
 // memberSummaryReader names the ClusterRole of memberSummaryReaderRules.

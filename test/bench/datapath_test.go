@@ -253,7 +253,7 @@ func benchDataPath(b *testing.B, e *env) {
 	results.compare(sec, "sidecar CPU per request at 80% of the direct path's saturation", "µs", viaSidecar.loadedPoint.cpuPerRequest(), fmt.Sprintf("at %d req/s", cfg.DataPathRate), viaSidecar.pacedPoint.cpuPerRequest(), "", false,
 		fmt.Sprintf("response phase relayed; CPU over the sidecar's slices / requests it completed (%d); ", len(viaSidecar.loadedPoint.lat))+loadedNote)
 	results.compare(sec, "sidecar allocations per request at 80% of the direct path's saturation", "allocs", viaSidecar.loadedPoint.allocsPerRequest(), fmt.Sprintf("at %d req/s", cfg.DataPathRate), viaSidecar.pacedPoint.allocsPerRequest(), "", false,
-		"response phase relayed; go_memstats_mallocs_total over the sidecar's slices, less one scrape's a slice, / requests it completed; "+loadedNote)
+		"response phase relayed; go_memstats_mallocs_total over the sidecar's slices, less one scrape's allocations per slice, / requests it completed; "+loadedNote)
 
 	// The rows must hold figures, whatever they are: a sidecar that
 	// answered requests spent CPU and allocated on them.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -120,9 +121,12 @@ func processCPU(b *testing.B, pid int) time.Duration {
 // --epp-response-phase=Skip (the EPP's stream ends with the request phase
 // and the sidecar answers the response phase: the behaviour before it was
 // relayed), in the same run. Latency at a fixed rate (open loop, the paths
-// alternating request by request), the sidecars' CPU time per request
-// over it, and throughput with a fixed number of clients (closed loop, the
-// paths alternating in slices).
+// alternating request by request); throughput with a fixed number of
+// clients (closed loop, the paths alternating in slices); then latency at
+// 80% of the direct path's throughput, the direct path and the relaying
+// sidecar's alternating in slices (one path at a time, as the throughput
+// was measured). Over both open loops, each sidecar's CPU time and
+// allocations per request.
 func benchDataPath(b *testing.B, e *env) {
 	ctx := context.Background()
 	sim, err := simulator.New(simulator.Options{InstanceID: "sim-0", Model: dpModel, Latency: -1, Concurrency: 1024})
@@ -178,8 +182,8 @@ func benchDataPath(b *testing.B, e *env) {
 	}
 	paths := []*dataPath{
 		{name: "direct", client: dial(eppIP)},
-		{name: "sidecar", client: dial(sidecarIP), pid: sidecarPID},
-		{name: "sidecar, response phase skipped", client: dial(skipSidecarIP), pid: skipPID},
+		{name: "sidecar", client: dial(sidecarIP), pid: sidecarPID, metrics: metricsURL(sidecarIP)},
+		{name: "sidecar, response phase skipped", client: dial(skipSidecarIP), pid: skipPID, metrics: metricsURL(skipSidecarIP)},
 	}
 	transport := &http.Transport{Proxy: nil, MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute}
 	b.Cleanup(transport.CloseIdleConnections)
@@ -198,27 +202,30 @@ func benchDataPath(b *testing.B, e *env) {
 	}
 
 	for _, p := range paths {
-		if p.pid != 0 {
-			p.cpu = processCPU(b, p.pid)
-		}
-		p.sent.Store(0)
+		p.measureScrape(b, ctx)
 	}
-	openLoop(ctx, paths, cfg.DataPathRate, cfg.DataPathDuration)
-	for _, p := range paths {
-		if p.pid != 0 {
-			p.cpu = processCPU(b, p.pid) - p.cpu
-		}
-		p.openSent = p.sent.Load()
-	}
+	measure(b, ctx, paths, (*dataPath).paced, func() { openLoop(ctx, paths, (*dataPath).paced, cfg.DataPathRate, cfg.DataPathDuration) })
 	closedLoop(ctx, paths, cfg.DataPathConcurrency, cfg.DataPathDuration)
-
 	direct, viaSidecar, skipped := paths[0], paths[1], paths[2]
+	// 80% of the direct path's saturation, one path at a time: offered to
+	// all paths at once, it would be more than the machine serves.
+	loadedRate := int(0.8 * medianFloat(direct.rates))
+	require.Positive(b, loadedRate, "the direct path's throughput")
+	const loadedSlices = 6
+	slice := (2 * cfg.DataPathDuration / loadedSlices).Round(time.Millisecond)
+	for i := range loadedSlices {
+		p := []*dataPath{direct, viaSidecar}[i%2]
+		measure(b, ctx, []*dataPath{p}, (*dataPath).loaded, func() {
+			openLoop(ctx, []*dataPath{p}, (*dataPath).loaded, loadedRate, slice)
+		})
+	}
+
 	const sec = "data path"
 	note := fmt.Sprintf("%d req/s per path for %s, interleaved; failures: direct %d, sidecar %d, sidecar with the response phase skipped %d",
-		cfg.DataPathRate, cfg.DataPathDuration, direct.failed.Load(), viaSidecar.failed.Load(), skipped.failed.Load())
-	addedP99 := percentile(viaSidecar.lat, 99) - percentile(direct.lat, 99)
-	results.compare(sec, "p50 latency, gateway -> sidecar -> EPP -> simulator", "ms", ms(median(viaSidecar.lat)), "gateway -> EPP -> simulator", ms(median(direct.lat)), "", false, note)
-	results.compare(sec, "p99 latency, gateway -> sidecar -> EPP -> simulator", "ms", ms(percentile(viaSidecar.lat, 99)), "gateway -> EPP -> simulator", ms(percentile(direct.lat, 99)),
+		cfg.DataPathRate, cfg.DataPathDuration, direct.pacedPoint.failed.Load(), viaSidecar.pacedPoint.failed.Load(), skipped.pacedPoint.failed.Load())
+	addedP99 := percentile(viaSidecar.pacedPoint.lat, 99) - percentile(direct.pacedPoint.lat, 99)
+	results.compare(sec, "p50 latency, gateway -> sidecar -> EPP -> simulator", "ms", ms(median(viaSidecar.pacedPoint.lat)), "gateway -> EPP -> simulator", ms(median(direct.pacedPoint.lat)), "", false, note)
+	results.compare(sec, "p99 latency, gateway -> sidecar -> EPP -> simulator", "ms", ms(percentile(viaSidecar.pacedPoint.lat, 99)), "gateway -> EPP -> simulator", ms(percentile(direct.pacedPoint.lat, 99)),
 		"sidecar adds < 1 ms at p99", addedP99 < time.Millisecond, fmt.Sprintf("added p99 %.3f ms; ", ms(addedP99))+note)
 	results.compare(sec, "throughput through the sidecar", "req/s", medianFloat(viaSidecar.rates), "direct to the EPP", medianFloat(direct.rates), "", false,
 		fmt.Sprintf("%d concurrent clients, median of %d interleaved slices", cfg.DataPathConcurrency, len(direct.rates)))
@@ -226,12 +233,43 @@ func benchDataPath(b *testing.B, e *env) {
 	// What relaying the response phase to the EPP costs, against the
 	// sidecar answering it itself, in the same run.
 	skipNote := "the same sidecar with --epp-response-phase=Skip (EPP stream ends with the request phase; the behaviour before the response phase was relayed); " + note
-	results.compare(sec, "p50 latency, response phase relayed to the EPP", "ms", ms(median(viaSidecar.lat)), "response phase answered by the sidecar", ms(median(skipped.lat)), "", false, skipNote)
-	results.compare(sec, "p99 latency, response phase relayed to the EPP", "ms", ms(percentile(viaSidecar.lat, 99)), "response phase answered by the sidecar", ms(percentile(skipped.lat, 99)), "", false,
-		fmt.Sprintf("added p99 %.3f ms; ", ms(percentile(viaSidecar.lat, 99)-percentile(skipped.lat, 99)))+skipNote)
-	results.compare(sec, "sidecar CPU per request, response phase relayed to the EPP", "µs", viaSidecar.cpuPerRequest(), "response phase answered by the sidecar", skipped.cpuPerRequest(), "", false,
-		fmt.Sprintf("user+system CPU of each mci-sidecar process over the open loop (10 ms ticks) / requests sent to it (%d, %d); added %.0f µs per request",
-			viaSidecar.openSent, skipped.openSent, viaSidecar.cpuPerRequest()-skipped.cpuPerRequest()))
+	results.compare(sec, "p50 latency, response phase relayed to the EPP", "ms", ms(median(viaSidecar.pacedPoint.lat)), "response phase answered by the sidecar", ms(median(skipped.pacedPoint.lat)), "", false, skipNote)
+	results.compare(sec, "p99 latency, response phase relayed to the EPP", "ms", ms(percentile(viaSidecar.pacedPoint.lat, 99)), "response phase answered by the sidecar", ms(percentile(skipped.pacedPoint.lat, 99)), "", false,
+		fmt.Sprintf("added p99 %.3f ms; ", ms(percentile(viaSidecar.pacedPoint.lat, 99)-percentile(skipped.pacedPoint.lat, 99)))+skipNote)
+	results.compare(sec, "sidecar CPU per request, response phase relayed to the EPP", "µs", viaSidecar.pacedPoint.cpuPerRequest(), "response phase answered by the sidecar", skipped.pacedPoint.cpuPerRequest(), "", false,
+		fmt.Sprintf("%d req/s per path: user+system CPU of each mci-sidecar process over the open loop (/proc, 10 ms ticks) / requests it completed (%d, %d); added %.0f µs per request",
+			cfg.DataPathRate, len(viaSidecar.pacedPoint.lat), len(skipped.pacedPoint.lat), viaSidecar.pacedPoint.cpuPerRequest()-skipped.pacedPoint.cpuPerRequest()))
+	results.compare(sec, "sidecar allocations per request, response phase relayed to the EPP", "allocs", viaSidecar.pacedPoint.allocsPerRequest(), "response phase answered by the sidecar", skipped.pacedPoint.allocsPerRequest(), "", false,
+		fmt.Sprintf("%d req/s per path: go_memstats_mallocs_total of each mci-sidecar's /metrics over the open loop, less what one scrape allocates (%.0f, %.0f), / requests it completed",
+			cfg.DataPathRate, viaSidecar.scrapeAllocs, skipped.scrapeAllocs))
+
+	// At 80% of the direct path's saturation.
+	loadedNote := fmt.Sprintf("%d req/s (80%% of the direct path's %.0f), open loop, %d slices of %s alternating between the two paths; failures: direct %d, sidecar %d",
+		loadedRate, medianFloat(direct.rates), loadedSlices, slice, direct.loadedPoint.failed.Load(), viaSidecar.loadedPoint.failed.Load())
+	loadedP99, directLoadedP99 := percentile(viaSidecar.loadedPoint.lat, 99), percentile(direct.loadedPoint.lat, 99)
+	results.compare(sec, "p50 latency at 80% of the direct path's saturation, through the sidecar", "ms", ms(median(viaSidecar.loadedPoint.lat)), "gateway -> EPP -> simulator", ms(median(direct.loadedPoint.lat)), "", false, loadedNote)
+	results.compare(sec, "p99 latency at 80% of the direct path's saturation, through the sidecar", "ms", ms(loadedP99), "gateway -> EPP -> simulator", ms(directLoadedP99),
+		"at most 1.1x direct", directLoadedP99 > 0 && float64(loadedP99) <= 1.1*float64(directLoadedP99), loadedNote)
+	results.compare(sec, "sidecar CPU per request at 80% of the direct path's saturation", "µs", viaSidecar.loadedPoint.cpuPerRequest(), fmt.Sprintf("at %d req/s", cfg.DataPathRate), viaSidecar.pacedPoint.cpuPerRequest(), "", false,
+		fmt.Sprintf("response phase relayed; CPU over the sidecar's slices / requests it completed (%d); ", len(viaSidecar.loadedPoint.lat))+loadedNote)
+	results.compare(sec, "sidecar allocations per request at 80% of the direct path's saturation", "allocs", viaSidecar.loadedPoint.allocsPerRequest(), fmt.Sprintf("at %d req/s", cfg.DataPathRate), viaSidecar.pacedPoint.allocsPerRequest(), "", false,
+		"response phase relayed; go_memstats_mallocs_total over the sidecar's slices, less one scrape's allocations per slice, / requests it completed; "+loadedNote)
+
+	// The rows must hold figures, whatever they are: a sidecar that
+	// answered requests spent CPU and allocated on them.
+	for _, f := range []struct {
+		name  string
+		value float64
+	}{
+		{"CPU per request at the fixed rate, relayed", viaSidecar.pacedPoint.cpuPerRequest()},
+		{"CPU per request at the fixed rate, skipped", skipped.pacedPoint.cpuPerRequest()},
+		{"allocations per request at the fixed rate, relayed", viaSidecar.pacedPoint.allocsPerRequest()},
+		{"allocations per request at the fixed rate, skipped", skipped.pacedPoint.allocsPerRequest()},
+		{"CPU per request at 80% of saturation", viaSidecar.loadedPoint.cpuPerRequest()},
+		{"allocations per request at 80% of saturation", viaSidecar.loadedPoint.allocsPerRequest()},
+	} {
+		require.Positive(b, f.value, "the sidecar's %s", f.name)
+	}
 
 	// Recovery under HealthBased, where the health prober decides whether
 	// the cluster is tried at all.
@@ -261,33 +299,107 @@ type dataPath struct {
 	client  *envoyclient.Client
 	gateway *httptest.Server
 	http    *http.Client
-	// pid is the sidecar process of the path (0: none); cpu its CPU time
-	// over the open loop, and openSent the requests sent then (sent counts
-	// them all).
-	pid      int
-	cpu      time.Duration
-	sent     atomic.Int64
-	openSent int64
+	// pid and metrics are the path's sidecar process and its /metrics (0
+	// and "": none); scrapeAllocs is what one scrape of metrics allocates
+	// in it, taken off each measured window.
+	pid          int
+	metrics      string
+	scrapeAllocs float64
 
-	mu     sync.Mutex
-	lat    []time.Duration
-	rates  []float64
-	failed atomic.Int64
+	// pacedPoint is the open loop at cfg.DataPathRate, loadedPoint the one
+	// at 80% of the direct path's saturation.
+	pacedPoint, loadedPoint loadPoint
+	rates                   []float64
+	failed                  atomic.Int64
+}
+
+func (p *dataPath) paced() *loadPoint  { return &p.pacedPoint }
+func (p *dataPath) loaded() *loadPoint { return &p.loadedPoint }
+
+// loadPoint is what one open loop measured on a path: the latencies of the
+// requests that succeeded, the failures, and the sidecar's CPU time and
+// allocations over the loop's windows.
+type loadPoint struct {
+	mu      sync.Mutex
+	lat     []time.Duration
+	failed  atomic.Int64
+	cpu     time.Duration
+	mallocs float64
+}
+
+// cpuPerRequest is the sidecar's CPU time per completed request, in µs.
+func (l *loadPoint) cpuPerRequest() float64 {
+	if len(l.lat) == 0 {
+		return 0
+	}
+	return float64(l.cpu.Microseconds()) / float64(len(l.lat))
+}
+
+// allocsPerRequest is the sidecar's heap allocations per completed request.
+func (l *loadPoint) allocsPerRequest() float64 {
+	if len(l.lat) == 0 {
+		return 0
+	}
+	return l.mallocs / float64(len(l.lat))
+}
+
+func metricsURL(ip string) string { return "http://" + net.JoinHostPort(ip, "9090") + "/metrics" }
+
+// mallocs is the heap allocations (objects) the path's sidecar has made so
+// far, from the Go runtime's metrics on its /metrics.
+func (p *dataPath) mallocs(b *testing.B, ctx context.Context) float64 {
+	b.Helper()
+	m, err := promtext.Get(ctx, p.metrics)
+	require.NoError(b, err)
+	v, ok, err := m.Lookup("go_memstats_mallocs_total")
+	require.NoError(b, err)
+	require.True(b, ok, "%s has no go_memstats_mallocs_total", p.metrics)
+	return v
+}
+
+// measureScrape sets scrapeAllocs: a scrape's allocations land between
+// the counter's reading and the next's, so a window bounded by two scrapes
+// holds one scrape's worth. Two scrapes in a row with nothing else going
+// on count one; the least of three pairs leaves out background work.
+func (p *dataPath) measureScrape(b *testing.B, ctx context.Context) {
+	if p.pid == 0 {
+		return
+	}
+	least := math.Inf(1)
+	for range 3 {
+		first := p.mallocs(b, ctx)
+		least = min(least, p.mallocs(b, ctx)-first)
+	}
+	p.scrapeAllocs = least
+}
+
+// measure runs run and adds what each path's sidecar spent over it, CPU
+// time and allocations, to the path's point.
+func measure(b *testing.B, ctx context.Context, paths []*dataPath, point func(*dataPath) *loadPoint, run func()) {
+	b.Helper()
+	type usage struct {
+		cpu     time.Duration
+		mallocs float64
+	}
+	read := func(p *dataPath) usage { return usage{processCPU(b, p.pid), p.mallocs(b, ctx)} }
+	before := map[*dataPath]usage{}
+	for _, p := range paths {
+		if p.pid != 0 {
+			before[p] = read(p)
+		}
+	}
+	run()
+	for p, was := range before {
+		now := read(p)
+		pt := point(p)
+		pt.cpu += now.cpu - was.cpu
+		pt.mallocs += now.mallocs - was.mallocs - p.scrapeAllocs
+	}
 }
 
 var completionBody = `{"model":"` + dpModel + `","prompt":"Write a haiku about GPUs.","max_tokens":8}`
 
-// cpuPerRequest is the sidecar's CPU time per request of the open loop,
-// in µs.
-func (p *dataPath) cpuPerRequest() float64 {
-	if p.openSent == 0 {
-		return 0
-	}
-	return float64(p.cpu.Microseconds()) / float64(p.openSent)
-}
-
 func (p *dataPath) send(ctx context.Context) error {
-	p.sent.Add(1)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.gateway.URL+"/v1/completions", strings.NewReader(completionBody))
 	if err != nil {
 		return err
@@ -309,8 +421,9 @@ func (p *dataPath) send(ctx context.Context) error {
 }
 
 // openLoop sends rate requests per second to each path, alternating, for
-// duration, and records each latency from the moment it was due.
-func openLoop(ctx context.Context, paths []*dataPath, rate int, duration time.Duration) {
+// duration, and records each latency from the moment it was due in the
+// path's point.
+func openLoop(ctx context.Context, paths []*dataPath, point func(*dataPath) *loadPoint, rate int, duration time.Duration) {
 	interval := time.Second / time.Duration(max(rate*len(paths), 1))
 	total := int(duration / interval)
 	var wg sync.WaitGroup
@@ -318,9 +431,10 @@ func openLoop(ctx context.Context, paths []*dataPath, rate int, duration time.Du
 	for i := range total {
 		due := start.Add(time.Duration(i) * interval)
 		time.Sleep(time.Until(due)) // the open loop's pace
-		p := paths[i%len(paths)]
+		path := paths[i%len(paths)]
+		p := point(path)
 		wg.Go(func() {
-			err := p.send(ctx)
+			err := path.send(ctx)
 			d := time.Since(due)
 			if err != nil {
 				p.failed.Add(1)

@@ -144,7 +144,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		homes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mci_sidecar_prefix_home_requests_total",
-			Help: "Requests of a policy with a home bound (PrefixAffinity) that have a home cluster (a prompt of at least one full block), by backend and result: home (the home took it), queued (its servers' scraped queue was beyond the affinity margin above the least queued cluster's), left (the home was beyond its load bound, saturated or stale); a request that leaves its home goes to the best cluster within the bound.",
+			Help: "Requests of a policy with a home bound (PrefixAffinity), by backend and result, the lead decision of home placement: no_key (no full prompt block: no home, the scores lead), dealt (a prompt new to the sidecar, dealt by the rotation among the clusters within the bound), home (the home took it), second_home (the home was beyond its load bound, saturated or stale; its second home took it), queued (the home's servers' scraped queue was beyond the queue margin above the least queued cluster's; the request went to the second home or spilled), spill (neither home nor second home could take it; the best scored cluster within the bound did), score_order (no cluster within the bound: the scores' order stood).",
 		}, []string{"backend", "result"}),
 		homesAlike: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "mci_sidecar_prefix_home_capacities_unknown",
@@ -276,18 +276,16 @@ func (m *Metrics) unparseablePrompt() {
 	}
 }
 
+// prefixHome counts a home placement's decision, and while the request
+// had a home, whether its clusters' capacities were known.
 func (m *Metrics) prefixHome(backend string, h clusterscore.HomeDecision) {
 	if m == nil {
 		return
 	}
-	result := "home"
-	switch {
-	case h.Queued:
-		result = "queued"
-	case h.Left:
-		result = "left"
+	m.homes.WithLabelValues(backend, h.Outcome.String()).Inc()
+	if h.Home == "" {
+		return
 	}
-	m.homes.WithLabelValues(backend, result).Inc()
 	v := 0.0
 	if h.Alike {
 		v = 1

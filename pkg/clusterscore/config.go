@@ -138,6 +138,13 @@ type Config struct {
 	// requests in flight to it per ready pod. Negative: affinity counts
 	// whatever the load. It matters only with an affinity scorer.
 	AffinityMargin float64
+	// QueueMargin is how far, in waiting requests per server, the home's
+	// scraped queue may be above the least queued candidate's of the first
+	// tier before the home counts as loaded whatever its bound (the queue
+	// rule, homeBound.queued): its servers are then taken by traffic this
+	// sidecar does not see. Negative: no such rule. It matters only with
+	// a home bound.
+	QueueMargin float64
 	// HomeBound, when not 0, gives each request with a prompt a home
 	// cluster, hashed from its leading prompt blocks, that takes it while
 	// its load stays within HomeBound (at least 1) times its capacity's
@@ -170,6 +177,13 @@ const (
 // least loaded cluster's.
 const DefaultAffinityMargin = 1.0
 
+// DefaultQueueMargin is PrefixAffinity's queue margin: its home counts as
+// loaded when its servers' waiting queue is more than one request per
+// server above the least queued cluster's. A written configuration that
+// does not set one takes its affinity margin, the one margin both rules
+// read before they had a setting each.
+const DefaultQueueMargin = 1.0
+
 // defaultFilters are the filters of a configuration written as scorers.
 var defaultFilters = []Filter{FilterHealth, FilterReady, FilterWeight, FilterModel, FilterSaturation}
 
@@ -191,6 +205,7 @@ func Named() map[string]Config {
 			},
 			Picker:         PickMaxScore,
 			AffinityMargin: DefaultAffinityMargin,
+			QueueMargin:    DefaultQueueMargin,
 			HomeBound:      DefaultHomeBound,
 		},
 		HubReference: {
@@ -199,6 +214,7 @@ func Named() map[string]Config {
 			Scorers:        []WeightedScorer{{ScorePrefixCache, 3}, {ScoreQueue, 2}, {ScoreKVCache, 2}},
 			Picker:         PickMaxScore,
 			AffinityMargin: -1,
+			QueueMargin:    -1,
 		},
 	}
 }
@@ -223,6 +239,7 @@ var ErrSyntax = errors.New("invalid cluster scoring configuration")
 //	pick=<picker>                     max-score (default), two-choices, round-robin, chain
 //	filters=<filter>+<filter>...      instead of health+ready+weight+model+saturation
 //	affinity-margin=<n>|off           requests per ready pod, 0 <= n <= 1000 (default 1)
+//	queue-margin=<n>|off              waiting requests per server, 0 <= n <= 1000 (default: the affinity margin)
 //	home-bound=<c>|off                home placement's load bound, 1 <= c <= 100 (default off)
 //
 // such as "prefix-cache=3,session=2,in-flight=1,queue=1,kv-cache=1" or
@@ -262,6 +279,9 @@ func Parse(s string) (Config, error) {
 		}
 	}
 	c := ps.c
+	if !ps.seen["queue-margin"] {
+		c.QueueMargin = c.AffinityMargin
+	}
 	if len(c.Scorers) == 0 && (c.Picker == PickMaxScore || c.Picker == PickTwoChoices) {
 		return Config{}, fmt.Errorf("%w: picker %s needs at least one scorer", ErrSyntax, c.Picker)
 	}
@@ -292,16 +312,16 @@ func (ps *parser) item(key, value string) error {
 			return err
 		}
 		ps.c.Filters = fs
-	case "affinity-margin":
-		if value == "off" {
-			ps.c.AffinityMargin = -1
-			return nil
+	case "affinity-margin", "queue-margin":
+		m, err := parseMargin(key, value)
+		if err != nil {
+			return err
 		}
-		m, err := strconv.ParseFloat(value, 64)
-		if err != nil || math.IsNaN(m) || m < 0 || m > maxWeight {
-			return fmt.Errorf("%w: affinity-margin %q is not off or a number from 0 to %d", ErrSyntax, value, maxWeight)
+		if key == "affinity-margin" {
+			ps.c.AffinityMargin = m
+		} else {
+			ps.c.QueueMargin = m
 		}
-		ps.c.AffinityMargin = m
 	case "home-bound":
 		if value == "off" {
 			ps.c.HomeBound = 0
@@ -315,7 +335,7 @@ func (ps *parser) item(key, value string) error {
 	default:
 		i := slices.Index(scorerNames[:], key)
 		if i < 0 {
-			return fmt.Errorf("%w: unknown scorer %q; want one of %v, pick, filters, affinity-margin or home-bound", ErrSyntax, key, scorerNames)
+			return fmt.Errorf("%w: unknown scorer %q; want one of %v, pick, filters, affinity-margin, queue-margin or home-bound", ErrSyntax, key, scorerNames)
 		}
 		w, err := strconv.ParseFloat(value, 64)
 		if err != nil || math.IsNaN(w) || w <= 0 || w > maxWeight {
@@ -324,6 +344,19 @@ func (ps *parser) item(key, value string) error {
 		ps.c.Scorers = append(ps.c.Scorers, WeightedScorer{Scorer(i), w})
 	}
 	return nil
+}
+
+// parseMargin reads the value of a margin item: off (-1) or a number
+// from 0 to maxWeight.
+func parseMargin(key, value string) (float64, error) {
+	if value == "off" {
+		return -1, nil
+	}
+	m, err := strconv.ParseFloat(value, 64)
+	if err != nil || math.IsNaN(m) || m < 0 || m > maxWeight {
+		return 0, fmt.Errorf("%w: %s %q is not off or a number from 0 to %d", ErrSyntax, key, value, maxWeight)
+	}
+	return m, nil
 }
 
 func parseFilters(value string) ([]Filter, error) {

@@ -30,8 +30,9 @@ func TestParse(t *testing.T) {
 				Filters: []Filter{FilterHealth, FilterReady, FilterWeight, FilterModel, FilterSaturation},
 				Scorers: []WeightedScorer{{ScorePrefixCache, 3}, {ScoreSession, 2}, {ScoreInFlight, 1}, {ScoreQueue, 0.5}},
 				Picker:  PickMaxScore,
-				// Affinity yields to load unless told otherwise.
-				AffinityMargin: DefaultAffinityMargin,
+				// Affinity yields to load unless told otherwise, and the
+				// queue margin is the affinity margin.
+				AffinityMargin: DefaultAffinityMargin, QueueMargin: DefaultAffinityMargin,
 			},
 		},
 		{
@@ -43,12 +44,13 @@ func TestParse(t *testing.T) {
 				Scorers:        []WeightedScorer{{ScoreInFlight, 1}},
 				Picker:         PickTwoChoices,
 				AffinityMargin: DefaultAffinityMargin,
+				QueueMargin:    DefaultAffinityMargin,
 			},
 		},
 		{
 			name: "round-robin needs no scorer",
 			in:   "pick=round-robin",
-			want: Config{Name: "pick=round-robin", Filters: defaultFilters, Picker: PickRoundRobin, AffinityMargin: DefaultAffinityMargin},
+			want: Config{Name: "pick=round-robin", Filters: defaultFilters, Picker: PickRoundRobin, AffinityMargin: DefaultAffinityMargin, QueueMargin: DefaultAffinityMargin},
 		},
 		{
 			name: "an affinity margin of one's own",
@@ -57,8 +59,27 @@ func TestParse(t *testing.T) {
 				Name:    "prefix-cache=3,in-flight=1,affinity-margin=2.5",
 				Filters: defaultFilters,
 				Scorers: []WeightedScorer{{ScorePrefixCache, 3}, {ScoreInFlight, 1}},
-				Picker:  PickMaxScore, AffinityMargin: 2.5,
+				Picker:  PickMaxScore, AffinityMargin: 2.5, QueueMargin: 2.5,
 			},
+		},
+		{
+			name: "a queue margin of one's own, apart from the affinity margin",
+			in:   "prefix-cache=3,in-flight=1,home-bound=2,affinity-margin=2.5,queue-margin=off",
+			want: Config{
+				Name:    "prefix-cache=3,in-flight=1,home-bound=2,affinity-margin=2.5,queue-margin=off",
+				Filters: defaultFilters,
+				Scorers: []WeightedScorer{{ScorePrefixCache, 3}, {ScoreInFlight, 1}},
+				Picker:  PickMaxScore, AffinityMargin: 2.5, QueueMargin: -1, HomeBound: 2,
+			},
+		},
+		{
+			name: "PrefixAffinity written out is the PrefixAffinity configuration",
+			in:   "prefix-cache=3,session=2,in-flight=1,latency=1,errors=1,queue=1,kv-cache=1,affinity-margin=1,queue-margin=1,home-bound=2",
+			want: func() Config {
+				c := Named()[PrefixAffinity]
+				c.Name = "prefix-cache=3,session=2,in-flight=1,latency=1,errors=1,queue=1,kv-cache=1,affinity-margin=1,queue-margin=1,home-bound=2"
+				return c
+			}(),
 		},
 		{
 			name: "the llm-d hub's documented weights, written out, are the HubReference configuration",
@@ -75,7 +96,7 @@ func TestParse(t *testing.T) {
 			want: Config{
 				Name: "prefix-cache=3,in-flight=1,home-bound=1.5", Filters: defaultFilters,
 				Scorers: []WeightedScorer{{ScorePrefixCache, 3}, {ScoreInFlight, 1}},
-				Picker:  PickMaxScore, AffinityMargin: DefaultAffinityMargin, HomeBound: 1.5,
+				Picker:  PickMaxScore, AffinityMargin: DefaultAffinityMargin, QueueMargin: DefaultAffinityMargin, HomeBound: 1.5,
 			},
 		},
 		{
@@ -83,12 +104,15 @@ func TestParse(t *testing.T) {
 			in:   "session=1,affinity-margin=off",
 			want: Config{
 				Name: "session=1,affinity-margin=off", Filters: defaultFilters,
-				Scorers: []WeightedScorer{{ScoreSession, 1}}, Picker: PickMaxScore, AffinityMargin: -1,
+				Scorers: []WeightedScorer{{ScoreSession, 1}}, Picker: PickMaxScore, AffinityMargin: -1, QueueMargin: -1,
 			},
 		},
 		{name: "a negative affinity margin is refused", in: "session=1,affinity-margin=-1", wantErr: `affinity-margin "-1" is not off`},
 		{name: "a NaN affinity margin is refused", in: "session=1,affinity-margin=NaN", wantErr: `affinity-margin "NaN" is not off`},
 		{name: "an affinity margin given twice is refused", in: "session=1,affinity-margin=1,affinity-margin=2", wantErr: "affinity-margin given twice"},
+		{name: "a negative queue margin is refused", in: "session=1,home-bound=2,queue-margin=-1", wantErr: `queue-margin "-1" is not off`},
+		{name: "a queue margin above 1000 is refused", in: "session=1,home-bound=2,queue-margin=1001", wantErr: `queue-margin "1001" is not off or a number from 0 to 1000`},
+		{name: "a queue margin given twice is refused", in: "session=1,queue-margin=1,queue-margin=off", wantErr: "queue-margin given twice"},
 		{name: "an empty value is refused", in: "  ", wantErr: "empty"},
 		{name: "an unknown name is refused with the known ones", in: "RoundRobin", wantErr: `unknown configuration "RoundRobin"; want one of [Weighted HealthBased MetricsBased LocalFirst PrefixAffinity HubReference]`},
 		{name: "a home bound below 1 is refused", in: "prefix-cache=1,home-bound=0.5", wantErr: `home-bound "0.5" is not off or a number from 1 to 100`},

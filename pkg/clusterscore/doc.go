@@ -31,19 +31,23 @@
 //	              pick chain
 //	PrefixAffinity the default filters; prefix-cache=3, session=2, in-flight=1,
 //	              latency=1, errors=1, queue=1, kv-cache=1;     pick max-score;
-//	              affinity margin 1 request per ready pod; home bound 2
+//	              affinity margin 1 request per ready pod; queue margin 1
+//	              waiting request per server; home bound 2
 //	HubReference  the default filters; prefix-cache=3, queue=2, kv-cache=2;
 //	              pick max-score; no affinity margin (the llm-d hub's weights)
 //
 // With a home bound (PrefixAffinity), a request with a prompt goes first to
 // its home cluster, derived from its leading prompt blocks alike on every
 // replica (rendezvous hashing, the prefixes that repeat dealt in equal
-// shares by Homes), while the home's load stays within the bound; else to
-// the best scored candidate within it (leadHome).
+// shares by Homes), while the home's load stays within the bound and its
+// queue within the queue margin; else to its second home or the best
+// scored candidate within the bound. decideHome is that rule as one
+// table, and its HomeOutcome is what the explanation, the sidecar's log
+// and its metrics say.
 //
 // The annotation syntax is Parse's: a name, or "prefix-cache=3,in-flight=1"
 // with optional "pick=two-choices", "filters=health+saturation",
-// "affinity-margin=2" and "home-bound=2".
+// "affinity-margin=2", "queue-margin=2" and "home-bound=2".
 //
 // Prompt blocks and the bounded prefix index are pkg/promptprefix's, which
 // mci-epp shares. The decisions behind them and this package's (home

@@ -49,5 +49,5 @@ func Example() {
 	fmt.Println(ex.String())
 	// Output:
 	// east east west <nil>
-	// PrefixAffinity home=east,home-load=0,home-bound=1,capacities-unknown east:kept,tier=0,load=0,prefix-cache=1,session=1,in-flight=1,latency=1,errors=1,queue=0.5,kv-cache=0.5,total=9 west:kept,tier=0,load=0,prefix-cache=0,session=0,in-flight=1,latency=1,errors=1,queue=0.5,kv-cache=0.5,total=4
+	// PrefixAffinity home-outcome=home,home=east,home-load=0,home-bound=1,capacities-unknown east:kept,tier=0,load=0,prefix-cache=1,session=1,in-flight=1,latency=1,errors=1,queue=0.5,kv-cache=0.5,total=9 west:kept,tier=0,load=0,prefix-cache=0,session=0,in-flight=1,latency=1,errors=1,queue=0.5,kv-cache=0.5,total=4
 }

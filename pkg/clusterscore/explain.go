@@ -58,8 +58,9 @@ type Explanation struct {
 	Clusters []ClusterExplanation
 	// Yields: the affinity margin applied (Load and AffinityWithheld).
 	Yields bool
-	// Home is the request's home and whether it took the request; its
-	// Home is "" without a home bound or without a prompt block.
+	// Home is the lead decision of home placement (HomeNone without a home
+	// bound), the request's home and whether it took the request; its Home
+	// is "" without a home bound or without a prompt block.
 	Home HomeDecision
 }
 
@@ -81,44 +82,30 @@ func (e *Explanation) fill(slots []slot) {
 // String is the explanation on one line, for a debug log or a response
 // header: the configuration, then per candidate its verdict, tier, each
 // scorer's score and the total, and with an affinity margin its load and
-// whether its affinity was withheld; with a home, the home, its load and
-// bound, "new" for a key not served yet, "capacities-unknown" when the
-// candidates counted alike, the home's scraped queue per server
-// ("home-queue", when measured), "queued" when that queue made the home
-// loaded, "left" when the request went elsewhere and "second=<name>" when
-// that was its key's second home, such as
+// whether its affinity was withheld. With home placement it says first
+// the lead decision ("home-outcome", HomeOutcome), then for a request with
+// a home the home, its load and bound, "new" for a key not served yet,
+// "capacities-unknown" when the candidates counted alike, the home's
+// scraped queue per server ("home-queue", when measured), "queued" when
+// that queue made the home loaded, "left" when the request went elsewhere
+// and "second=<name>" when that was its key's second home, such as
 //
-//	PrefixAffinity home=b,home-load=6,home-bound=5,home-queue=7,left a:kept,tier=0,load=2.5,affinity-withheld,prefix-cache=0,in-flight=1,total=1 b:saturated
+//	PrefixAffinity home-outcome=spill,home=b,home-load=6,home-bound=5,home-queue=7,left a:kept,tier=0,load=2.5,affinity-withheld,prefix-cache=0,in-flight=1,total=1 b:saturated
 func (e *Explanation) String() string {
 	var b strings.Builder
 	b.WriteString(e.Config)
+	if e.Home.Outcome != HomeNone {
+		b.WriteString(" home-outcome=")
+		b.WriteString(e.Home.Outcome.String())
+	}
 	if h := e.Home; h.Home != "" {
-		b.WriteString(" home=")
+		b.WriteString(",home=")
 		b.WriteString(h.Home)
 		b.WriteString(",home-load=")
 		b.WriteString(strconv.FormatFloat(h.Load, 'g', 4, 64))
 		b.WriteString(",home-bound=")
 		b.WriteString(strconv.FormatFloat(h.Bound, 'g', 4, 64))
-		if h.New {
-			b.WriteString(",new")
-		}
-		if h.Alike {
-			b.WriteString(",capacities-unknown")
-		}
-		if h.Queue >= 0 {
-			b.WriteString(",home-queue=")
-			b.WriteString(strconv.FormatFloat(h.Queue, 'g', 3, 64))
-		}
-		if h.Queued {
-			b.WriteString(",queued")
-		}
-		if h.Left {
-			b.WriteString(",left")
-		}
-		if h.Second != "" {
-			b.WriteString(",second=")
-			b.WriteString(h.Second)
-		}
+		writeHomeFlags(&b, h)
 	}
 	for _, c := range e.Clusters {
 		b.WriteByte(' ')
@@ -149,4 +136,29 @@ func (e *Explanation) String() string {
 		}
 	}
 	return b.String()
+}
+
+// writeHomeFlags writes what the explanation says of the request's home
+// beyond its load and bound.
+func writeHomeFlags(b *strings.Builder, h HomeDecision) {
+	if h.New {
+		b.WriteString(",new")
+	}
+	if h.Alike {
+		b.WriteString(",capacities-unknown")
+	}
+	if h.Queue >= 0 {
+		b.WriteString(",home-queue=")
+		b.WriteString(strconv.FormatFloat(h.Queue, 'g', 3, 64))
+	}
+	if h.Queued {
+		b.WriteString(",queued")
+	}
+	if h.Left {
+		b.WriteString(",left")
+	}
+	if h.Second != "" {
+		b.WriteString(",second=")
+		b.WriteString(h.Second)
+	}
 }

@@ -3,6 +3,7 @@ package clusterscore
 import (
 	"math"
 	"slices"
+	"strconv"
 
 	"github.com/mci-dev/mci/pkg/promptprefix"
 )
@@ -66,9 +67,65 @@ func mix64(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
+// HomeOutcome is how home placement led a request: the one decision the
+// explanation, the log and the metrics all say (its String is the result
+// label of mci_sidecar_prefix_home_requests_total).
+type HomeOutcome uint8
+
+// The outcomes, as decideHome reaches them.
+const (
+	// HomeNone: no home placement (the configuration has no home bound).
+	HomeNone HomeOutcome = iota
+	// HomeNoKey: the request has no full prompt block, so no home; the
+	// picker leads as it would without home placement.
+	HomeNoKey
+	// HomeDealt: the key is new to this sidecar, so no cluster is known to
+	// cache it; the backend's rotation dealt it among the candidates
+	// within the bound, its home or not.
+	HomeDealt
+	// HomeAtHome: the home took the request.
+	HomeAtHome
+	// HomeSecond: the home could not take it (beyond its bound, saturated
+	// or stale) and its key's second home did.
+	HomeSecond
+	// HomeQueued: the home's scraped queue per server was beyond the queue
+	// margin above the least queued candidate's; the request went to the
+	// key's second home if that one took it, else as a spill would.
+	HomeQueued
+	// HomeSpill: neither the home nor its second home could take it; the
+	// best scored candidate within the bound did.
+	HomeSpill
+	// HomeScoreOrder: no candidate of the first tier was within the bound:
+	// the candidates keep the score order.
+	HomeScoreOrder
+	numHomeOutcomes
+)
+
+var homeOutcomeNames = [numHomeOutcomes]string{"none", "no_key", "dealt", "home", "second_home", "queued", "spill", "score_order"}
+
+func (o HomeOutcome) String() string {
+	if o < numHomeOutcomes {
+		return homeOutcomeNames[o]
+	}
+	return "HomeOutcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// HomeOutcomes lists the outcomes a request of a configuration with a home
+// bound can have (all but HomeNone).
+func HomeOutcomes() []HomeOutcome {
+	out := make([]HomeOutcome, 0, numHomeOutcomes-1)
+	for o := HomeNoKey; o < numHomeOutcomes; o++ {
+		out = append(out, o)
+	}
+	return out
+}
+
 // HomeDecision is where a request's home was and whether it took the
 // request.
 type HomeDecision struct {
+	// Outcome is the lead decision (decideHome); HomeNone without home
+	// placement.
+	Outcome HomeOutcome
 	// Home is the name of the request's home cluster; "" when the request
 	// has no home (no full prompt block, or no home bound configured).
 	Home string
@@ -79,31 +136,86 @@ type HomeDecision struct {
 	Load, Bound float64
 	// Queue is the home's waiting queue per server from its fresh pool
 	// metrics (-1 when not measured), and Queued is true when it was
-	// beyond the affinity margin above the least queued candidate's of the
+	// beyond the queue margin above the least queued candidate's of the
 	// first tier: the home's servers are taken by traffic this sidecar
 	// does not see (its own in-flight count cannot tell), so it counts as
 	// loaded whatever its bound.
 	Queue  float64
 	Queued bool
-	// Left is true when the home's load was beyond the bound, its queue
-	// beyond the margin (Queued), or the home was not in the first tier
-	// (saturated, stale), so that the request went to its second home
-	// (Second) if that one takes it, else to the best scored candidate
-	// within the bound.
+	// Left is true when the request did not go to its home: every outcome
+	// but HomeAtHome, and HomeDealt when the rotation dealt it elsewhere.
 	Left bool
 	// Second is the name of the cluster a request that left its home went
 	// to as its key's second home (secondHome); "" when it went elsewhere.
 	Second string
 	// New is true when this sidecar has not served a prompt of this home
-	// key yet: no cluster is known to cache it, so it goes where the
-	// backend's rotation deals it among the candidates within the bound
-	// (its home or not), and prompts that share nothing are spread as
-	// round-robin spreads them.
+	// key yet (HomeDealt, or HomeScoreOrder when no candidate was within
+	// the bound).
 	New bool
 	// Alike is true when the candidates counted alike for the hashing and
 	// the bound because not every one reported its ready pods (fresh pool
 	// metrics): capacities are then unknown, not equal.
 	Alike bool
+}
+
+// homeRule is what the lead decision reads about a request with a home
+// key. deal, second and spill say where the request may go instead, as an
+// index into the first tier (-1 for nowhere); decideHome asks each only
+// when the rule reaches it, because dealing advances the rotation.
+type homeRule struct {
+	// key: the request has a home key (a full prompt block); established:
+	// this sidecar has served a prompt of the key.
+	key, established bool
+	// inFirstTier: the home is among the candidates of the first tier
+	// (not saturated or stale while another is not); queued: its queue is
+	// beyond the queue margin (homeBound.queued); withinBound: its load,
+	// the request included, is within the bound.
+	inFirstTier, queued, withinBound bool
+	// home is the home's index in the first tier when inFirstTier.
+	home int
+	// deal is where the backend's rotation deals a new key among the
+	// candidates within the bound (homeBound.spread); second the key's
+	// second home when it is in the first tier and within the bound
+	// (secondHome); spill the best scored candidate within the bound
+	// other than the home (homeBound.spillTo).
+	deal, second, spill func() int
+}
+
+// decideHome is home placement's lead decision, as a table read from the
+// top, and the index in the first tier of the candidate to lead (-1: the
+// score order stands):
+//
+//	no key                             no key (the picker leads)
+//	new key                            dealt by the rotation      else score order
+//	home in the first tier, within
+//	  the bound and not queued         home
+//	home queued                        second home, else spill    else score order; says queued
+//	home beyond the bound, saturated
+//	  or stale                         second home, else spill    else score order
+func decideHome(r homeRule) (HomeOutcome, int) {
+	if !r.key {
+		return HomeNoKey, -1
+	}
+	if !r.established {
+		if i := r.deal(); i >= 0 {
+			return HomeDealt, i
+		}
+		return HomeScoreOrder, -1
+	}
+	if r.inFirstTier && r.withinBound && !r.queued {
+		return HomeAtHome, r.home
+	}
+	outcome, lead := HomeSecond, r.second()
+	if lead < 0 {
+		outcome, lead = HomeSpill, r.spill()
+	}
+	if lead < 0 {
+		outcome = HomeScoreOrder
+	}
+	if r.inFirstTier && r.queued {
+		outcome = HomeQueued
+	}
+	return outcome, lead
 }
 
 // homeLoad fills the candidates' loads and capacities for the bound: the
@@ -129,18 +241,15 @@ func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots [
 	}
 }
 
-// leadHome moves the request's home to the front of kept when it is in
-// the first tier, within the bound (homeWithin) and not queued
-// (homeBound.queued), else its second home (secondHome) when that one is
-// in the first tier and takes it, else the candidate of the first tier
-// that takes it instead (spillTo), else leaves the order as it is; a key
-// new to this sidecar is spread by the rotation instead (spread). It returns the
-// decision, with an empty Home when the request has no prompt block: the
-// picker then leads as it would without a home.
+// leadHome moves the candidate home placement decides (decideHome) to the
+// front of kept, the others keeping their order, and returns the
+// decision; its Home is empty when the request has no prompt block
+// (HomeNoKey): the picker then leads as it would without a home.
 func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots []slot, rot *Rotation) HomeDecision {
 	key := homeKey(req.Blocks)
 	if key == 0 || len(kept) == 0 {
-		return HomeDecision{}
+		outcome, _ := decideHome(homeRule{})
+		return HomeDecision{Outcome: outcome}
 	}
 	alike := setCapacities(kept, slots)
 	var idBuf [maxStack]uint32
@@ -153,25 +262,29 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	for n < len(kept) && slots[kept[n]].tier == slots[kept[0]].tier {
 		n++
 	}
-	within := p.homeWithin(kept[:n], slots)
-	h := kept[home]
-	d := HomeDecision{Home: cands[h].Name, Load: slots[h].homeLoad, Bound: within.bound(h), Queue: slots[h].queue,
-		Queued: home < n && within.queued(h), New: served == 0, Alike: alike}
+	first := kept[:n]
+	within := p.homeWithin(first, slots)
+	h, second := kept[home], -1
+	r := homeRule{
+		key: true, established: served > 0, inFirstTier: home < n, home: home,
+		queued: home < n && within.queued(h), withinBound: within.withinBound(h),
+		deal: func() int { return within.spread(first, rot) },
+		second: func() int {
+			if s := p.secondHome(req, key, ids, caps, home); s >= 0 && s < n && within.takes(kept[s]) {
+				second = s
+			}
+			return second
+		},
+		spill: func() int { return within.spillTo(home, first) },
+	}
+	outcome, lead := decideHome(r)
+	d := HomeDecision{Outcome: outcome, Home: cands[h].Name, Load: slots[h].homeLoad, Bound: within.bound(h), Queue: slots[h].queue,
+		Queued: r.queued, Left: lead != home, New: !r.established, Alike: alike}
 	if home >= n {
 		d.Bound = 0 // saturated or stale: no bound to compare with
 	}
-	lead := home
-	switch {
-	case d.New:
-		lead = within.spread(kept[:n], rot)
-		d.Left = lead != home
-	case home >= n || !within.takes(h):
-		d.Left = true
-		if s := p.secondHome(req, key, ids, caps, home); s >= 0 && s < n && within.takes(kept[s]) {
-			lead, d.Second = s, cands[kept[s]].Name
-		} else {
-			lead = within.spillTo(home, kept[:n])
-		}
+	if lead >= 0 && lead == second {
+		d.Second = cands[kept[lead]].Name
 	}
 	if lead > 0 {
 		c := kept[lead]
@@ -187,7 +300,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 type homeBound struct {
 	// c is the bound's factor; total and capacity the first tier's
 	// load and capacity; leastQueue its least scraped queue per server
-	// (-1 when none is measured) and margin the affinity margin (below
+	// (-1 when none is measured) and margin the queue margin (below
 	// 0: none).
 	c, total, capacity, leastQueue, margin float64
 	slots                                  []slot
@@ -198,7 +311,7 @@ type homeBound struct {
 // are idle: at most n - 1/2, so that a home that stops answering is left
 // after a few requests (2 clusters at 2: 1.5, 3 requests).
 func (p *Pipeline) homeWithin(first []int, slots []slot) homeBound {
-	b := homeBound{c: min(p.cfg.HomeBound, float64(len(first))-0.5), leastQueue: -1, margin: p.cfg.AffinityMargin, slots: slots}
+	b := homeBound{c: min(p.cfg.HomeBound, float64(len(first))-0.5), leastQueue: -1, margin: p.cfg.QueueMargin, slots: slots}
 	for _, i := range first {
 		b.total += slots[i].homeLoad
 		b.capacity += slots[i].capacity
@@ -209,15 +322,15 @@ func (p *Pipeline) homeWithin(first []int, slots []slot) homeBound {
 	return b
 }
 
-// queued is the rule by which the pool metrics make a candidate loaded:
-// its servers' waiting queue (per server, as scraped) is more than the
-// affinity margin above the least queued candidate's of the first tier.
+// queued is the rule by which the pool metrics make a candidate loaded
+// (the queue rule): its servers' waiting queue (per server, as scraped)
+// is more than the queue margin above the least queued candidate's of the first tier.
 // The bound counts only this sidecar's requests, so a home filled by
 // traffic it does not see (the cluster's own, other gateways') keeps its
 // bound until the requests sent there pile up; the queue shows it from
 // the first scrape after they wait. Every replica reads the same queue,
 // so replicas agree on it, and a queue within the margin (a burst of the
-// home's own groups) does not spill them. No margin (affinity-margin=off)
+// home's own groups) does not spill them. No margin (queue-margin=off)
 // or an unmeasured candidate: no such rule.
 func (b homeBound) queued(i int) bool {
 	q := b.slots[i].queue
@@ -229,9 +342,13 @@ func (b homeBound) bound(i int) float64 {
 	return math.Ceil(b.c * (b.total + 1) * b.slots[i].capacity / b.capacity)
 }
 
+// withinBound reports whether candidate i's load, the request included,
+// is within the bound.
+func (b homeBound) withinBound(i int) bool { return b.slots[i].homeLoad+1 <= b.bound(i) }
+
 // takes reports whether candidate i is within the bound with the
 // request and not queued.
-func (b homeBound) takes(i int) bool { return b.slots[i].homeLoad+1 <= b.bound(i) && !b.queued(i) }
+func (b homeBound) takes(i int) bool { return b.withinBound(i) && !b.queued(i) }
 
 // spillTo is the index in first of the best scored candidate within the
 // bound other than the home (first is sorted by total), -1 for none.

@@ -50,11 +50,14 @@ func TestHomePlacement(t *testing.T) {
 		// want is the first cluster: "home", "not home", or a name.
 		want     string
 		wantLeft bool
+		// outcome is the lead decision the explanation states.
+		outcome HomeOutcome
 	}{
 		{
-			name:  "a known prompt goes to its home, hashed from its leading blocks",
-			setup: func(f *affinityFixture, req *Request, home string) { known(f, req, home) },
-			want:  "home",
+			name:    "a known prompt goes to its home, hashed from its leading blocks",
+			setup:   func(f *affinityFixture, req *Request, home string) { known(f, req, home) },
+			want:    "home",
+			outcome: HomeAtHome,
 		},
 		{
 			name: "its home keeps it where another cluster served a longer prefix (the index does not move it)",
@@ -66,7 +69,8 @@ func TestHomePlacement(t *testing.T) {
 					}
 				}
 			},
-			want: "home",
+			want:    "home",
+			outcome: HomeAtHome,
 		},
 		{
 			name: "its home keeps it while its load is within the bound: 1 in flight, the others none (bound: 2 x 2/3, rounded up)",
@@ -74,7 +78,8 @@ func TestHomePlacement(t *testing.T) {
 				known(f, req, home)
 				f.mem.Observed.Started(scope, home)
 			},
-			want: "home",
+			want:    "home",
+			outcome: HomeAtHome,
 		},
 		{
 			name: "a home beyond the bound is left for the best scored cluster within it: 2 in flight, the others none (bound: 2 x 3/3)",
@@ -84,6 +89,7 @@ func TestHomePlacement(t *testing.T) {
 				f.mem.Observed.Started(scope, home)
 			},
 			want:     "not home",
+			outcome:  HomeSecond,
 			wantLeft: true,
 		},
 		{
@@ -93,6 +99,7 @@ func TestHomePlacement(t *testing.T) {
 				f.cand(home).Pool = freshPool(30, 0.5)
 			},
 			want:     "not home",
+			outcome:  HomeSecond,
 			wantLeft: true,
 		},
 		{
@@ -103,6 +110,7 @@ func TestHomePlacement(t *testing.T) {
 				f.mem.Observed.Started(scope, secondOf(req.Blocks, home, "a", "b", "c"))
 			},
 			want:     "second",
+			outcome:  HomeSecond,
 			wantLeft: true,
 		},
 		{
@@ -116,6 +124,7 @@ func TestHomePlacement(t *testing.T) {
 				}
 			},
 			want:     "third",
+			outcome:  HomeSpill,
 			wantLeft: true,
 		},
 		{
@@ -124,6 +133,7 @@ func TestHomePlacement(t *testing.T) {
 				f.mem.Observed.Started(scope, home)
 			},
 			want:     "not home",
+			outcome:  HomeDealt,
 			wantLeft: true,
 		},
 	}
@@ -140,6 +150,8 @@ func TestHomePlacement(t *testing.T) {
 			got := f.cands[order[0]].Name
 			assert.Equal(t, home, ex.Home.Home, ex.String())
 			assert.Equal(t, tt.wantLeft, ex.Home.Left, ex.String())
+			assert.Equal(t, tt.outcome, ex.Home.Outcome, ex.String())
+			assert.Contains(t, ex.String(), " home-outcome="+tt.outcome.String()+",", "the explanation says the decision")
 			switch tt.want {
 			case "home":
 				assert.Equal(t, home, got, ex.String())
@@ -267,7 +279,17 @@ func TestHomeLoadedByItsQueue(t *testing.T) {
 			home: freshPool(4, 0.3),
 		},
 		{
-			name:   "without an affinity margin (affinity-margin=off) the queue does not make a home loaded",
+			name:   "without a queue margin (queue-margin=off) the queue does not make a home loaded, whatever the affinity margin",
+			config: "prefix-cache=3,in-flight=1,queue=1,home-bound=2,affinity-margin=1,queue-margin=off",
+			home:   freshPool(4, 0.3), other: freshPool(0, 0.3),
+		},
+		{
+			name:   "a queue margin of its own makes a home loaded where affinity never yields (affinity-margin=off)",
+			config: "prefix-cache=3,in-flight=1,queue=1,home-bound=2,affinity-margin=off,queue-margin=1",
+			home:   freshPool(2, 0.3), other: freshPool(0, 0.3), wantQueued: true,
+		},
+		{
+			name:   "a written configuration without a queue margin takes its affinity margin's: without one (affinity-margin=off) the queue does not make a home loaded",
 			config: "prefix-cache=3,in-flight=1,queue=1,home-bound=2,affinity-margin=off",
 			home:   freshPool(4, 0.3), other: freshPool(0, 0.3),
 		},
@@ -293,6 +315,11 @@ func TestHomeLoadedByItsQueue(t *testing.T) {
 			assert.Equal(t, home, ex.Home.Home, ex.String())
 			assert.Equal(t, tt.wantQueued, ex.Home.Queued, ex.String())
 			assert.Equal(t, tt.wantQueued, ex.Home.Left, ex.String())
+			if tt.wantQueued {
+				assert.Equal(t, HomeQueued, ex.Home.Outcome, ex.String())
+			} else {
+				assert.Equal(t, HomeAtHome, ex.Home.Outcome, ex.String())
+			}
 			if tt.wantQueued {
 				assert.NotEqual(t, home, f.cands[order[0]].Name, ex.String())
 				assert.Contains(t, ex.String(), ",queued,left", "the explanation says why")

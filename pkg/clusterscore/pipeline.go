@@ -45,8 +45,8 @@ func New(cfg Config, thresholds scheduling.Config, mem *Memory) (*Pipeline, erro
 	if err := thresholds.Validate(); err != nil {
 		return nil, fmt.Errorf("cluster scoring %s: %w", cfg.Name, err)
 	}
-	if math.IsNaN(cfg.AffinityMargin) {
-		return nil, fmt.Errorf("cluster scoring %s: affinity margin is NaN", cfg.Name)
+	if math.IsNaN(cfg.AffinityMargin) || math.IsNaN(cfg.QueueMargin) {
+		return nil, fmt.Errorf("cluster scoring %s: affinity or queue margin is NaN", cfg.Name)
 	}
 	if math.IsNaN(cfg.HomeBound) || cfg.HomeBound != 0 && (cfg.HomeBound < 1 || cfg.HomeBound > maxHomeBound) {
 		return nil, fmt.Errorf("cluster scoring %s: home bound %v is not 0 (none) or from 1 to %d", cfg.Name, cfg.HomeBound, maxHomeBound)

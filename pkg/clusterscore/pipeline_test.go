@@ -295,7 +295,7 @@ func TestExplanation(t *testing.T) {
 	order, err := f.p.Pick(req, f.cands, nil, nil, &ex)
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 0}, order)
-	assert.Equal(t, "PrefixAffinity home=b,home-load=0,home-bound=1,home-queue=1"+
+	assert.Equal(t, "PrefixAffinity home-outcome=home,home=b,home-load=0,home-bound=1,home-queue=1"+
 		" a:kept,tier=0,load=1,prefix-cache=0,session=0,in-flight=1,latency=1,errors=1,queue=0.833,kv-cache=0.7,total=4.533"+
 		" b:kept,tier=0,load=1,prefix-cache=1,session=0,in-flight=1,latency=1,errors=1,queue=0.833,kv-cache=0.7,total=7.533"+
 		" c:not-serving", ex.String())

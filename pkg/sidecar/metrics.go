@@ -138,44 +138,57 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time to rebuild the routing table from the informers' caches.",
 			Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10),
 		}),
-		unparseable: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "mci_sidecar_unparseable_prompts_total",
-			Help: "Request bodies whose prompt a policy with the prefix-cache scorer could not read: routed without prefix affinity.",
-		}),
-		homes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "mci_sidecar_prefix_home_requests_total",
-			Help: "Requests of a policy with a home bound (PrefixAffinity) that have a home cluster (a prompt of at least one full block), by backend and result: home (the home took it), queued (its servers' scraped queue was beyond the affinity margin above the least queued cluster's), left (the home was beyond its load bound, saturated or stale); a request that leaves its home goes to the best cluster within the bound.",
-		}, []string{"backend", "result"}),
-		homesAlike: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "mci_sidecar_prefix_home_capacities_unknown",
-			Help: "1 while the last home decision of a backend counted its clusters alike because not every one reported its ready pods (no fresh pool metrics): homes and bounds then assume equal capacities. 0 once they are known again.",
-		}, []string{"backend"}),
-		answersRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "mci_sidecar_epp_answers_refused_total",
-			Help: "Answers of remote clusters' EPPs the sidecar refused, by cluster and reason (no_destination, conflicting_destinations, unpublished_destination, forbidden_destination, body_mutation, immediate_status, protocol_violation): the request went to the next cluster or followed its failure mode.",
-		}, []string{"cluster", "reason"}),
-		admission: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "mci_sidecar_admission_refused_total",
-			Help: "Streams of the gateway answered 503 because the sidecar was at a global limit, by limit: streams (--max-streams) or body_bytes (--max-inflight-body-bytes).",
-		}, []string{"limit"}),
-		loopback: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "mci_sidecar_remote_destinations_loopback_allowed",
-			Help: "1 when remote EPPs may name loopback destinations (--allow-loopback-destinations: a ClusterSet on one machine only), else 0.",
-		}),
-		deniedRanges: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "mci_sidecar_remote_destination_denied_ranges",
-			Help: "Address ranges no remote EPP may name as a destination beyond loopback, link-local, multicast and unspecified ones, by what they are: services (--service-cluster-ip-range), pods (--cluster-cidr), other (--denied-destination-cidrs). 0 for services or pods: this cluster's Service or Pod addresses are not refused.",
-		}, []string{"ranges"}),
 		reg: reg,
 	}
+	m.watches = informerhealth.NewTracker("mci_sidecar")
+	reg.MustRegister(append(m.remoteMetrics(), m.scoringMetrics()...)...)
+	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.lateBody, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.buildTime, m.watches)
+	return m
+}
+
+// scoringMetrics makes the metrics of the cluster scoring's decisions:
+// prompts it could not read, and home placement's decisions.
+func (m *Metrics) scoringMetrics() []prometheus.Collector {
+	m.unparseable = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "mci_sidecar_unparseable_prompts_total",
+		Help: "Request bodies whose prompt a policy with the prefix-cache scorer could not read: routed without prefix affinity.",
+	})
+	m.homes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mci_sidecar_prefix_home_requests_total",
+		Help: "Requests of a policy with a home bound (PrefixAffinity), by backend and result, the lead decision of home placement: no_key (no full prompt block: no home, the scores lead), dealt (a prompt new to the sidecar, dealt by the rotation among the clusters within the bound), home (the home took it), second_home (the home was beyond its load bound, saturated or stale; its second home took it), queued (the home's servers' scraped queue was beyond the queue margin above the least queued cluster's; the request went to the second home or spilled), spill (neither home nor second home could take it; the best scored cluster within the bound did), score_order (no cluster within the bound: the scores' order stood).",
+	}, []string{"backend", "result"})
+	m.homesAlike = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mci_sidecar_prefix_home_capacities_unknown",
+		Help: "1 while the last home decision of a backend counted its clusters alike because not every one reported its ready pods (no fresh pool metrics): homes and bounds then assume equal capacities. 0 once they are known again.",
+	}, []string{"backend"})
+	return []prometheus.Collector{m.unparseable, m.homes, m.homesAlike}
+}
+
+// remoteMetrics makes the metrics of what the sidecar accepts from remote
+// EPPs and the gateway: answers refused, streams refused at a limit, the
+// destinations allowed and the EPPs reached without verified TLS.
+func (m *Metrics) remoteMetrics() []prometheus.Collector {
+	m.answersRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mci_sidecar_epp_answers_refused_total",
+		Help: "Answers of remote clusters' EPPs the sidecar refused, by cluster and reason (no_destination, conflicting_destinations, unpublished_destination, forbidden_destination, body_mutation, immediate_status, protocol_violation): the request went to the next cluster or followed its failure mode.",
+	}, []string{"cluster", "reason"})
+	m.admission = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mci_sidecar_admission_refused_total",
+		Help: "Streams of the gateway answered 503 because the sidecar was at a global limit, by limit: streams (--max-streams) or body_bytes (--max-inflight-body-bytes).",
+	}, []string{"limit"})
+	m.loopback = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "mci_sidecar_remote_destinations_loopback_allowed",
+		Help: "1 when remote EPPs may name loopback destinations (--allow-loopback-destinations: a ClusterSet on one machine only), else 0.",
+	})
+	m.deniedRanges = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mci_sidecar_remote_destination_denied_ranges",
+		Help: "Address ranges no remote EPP may name as a destination beyond loopback, link-local, multicast and unspecified ones, by what they are: services (--service-cluster-ip-range), pods (--cluster-cidr), other (--denied-destination-cidrs). 0 for services or pods: this cluster's Service or Pod addresses are not refused.",
+	}, []string{"ranges"})
 	m.unverified = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mci_sidecar_remote_epp_unverified",
 		Help: "1 for each cluster of an import (pool, namespace/name) whose EPP's ext_proc would be reached without verified TLS (plaintext or TLS not verified), by outcome: allowed (--insecure-remote-endpoint-pickers names the import: routed to) or refused (skipped, see the routing table's problems).",
 	}, []string{"pool", "cluster", "outcome"})
-	m.watches = informerhealth.NewTracker("mci_sidecar")
-	reg.MustRegister(m.answersRefused, m.admission, m.loopback, m.deniedRanges)
-	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.lateBody, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.unverified, m.buildTime, m.unparseable, m.homes, m.homesAlike, m.watches)
-	return m
+	return []prometheus.Collector{m.answersRefused, m.admission, m.loopback, m.deniedRanges, m.unverified}
 }
 
 func (m *Metrics) request(cluster, outcome string, code int) {
@@ -276,18 +289,16 @@ func (m *Metrics) unparseablePrompt() {
 	}
 }
 
+// prefixHome counts a home placement's decision, and while the request
+// had a home, whether its clusters' capacities were known.
 func (m *Metrics) prefixHome(backend string, h clusterscore.HomeDecision) {
 	if m == nil {
 		return
 	}
-	result := "home"
-	switch {
-	case h.Queued:
-		result = "queued"
-	case h.Left:
-		result = "left"
+	m.homes.WithLabelValues(backend, h.Outcome.String()).Inc()
+	if h.Home == "" {
+		return
 	}
-	m.homes.WithLabelValues(backend, result).Inc()
 	v := 0.0
 	if h.Alike {
 		v = 1

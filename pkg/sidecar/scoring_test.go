@@ -184,7 +184,8 @@ func TestBackendRotationCarriesOver(t *testing.T) {
 }
 
 // TestServerCountsPrefixHomes: a request with a prompt under PrefixAffinity
-// has a home, counted by where it went; without the clusters' ready pods
+// has a home, counted by the lead decision; one without a full prompt block
+// is counted as having no key; without the clusters' ready pods
 // the homes assume equal capacities, which the gauge says.
 func TestServerCountsPrefixHomes(t *testing.T) {
 	a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
@@ -198,8 +199,15 @@ func TestServerCountsPrefixHomes(t *testing.T) {
 	res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: []byte(`{"model":"chat","prompt":"hi"}`), Response: upstreamResponse()})
 	require.Nil(t, res.Immediate)
 	backend := routetable.InferencePoolImportKind + " " + ns + "/llm"
-	home := testutil.ToFloat64(h.metrics.homes.WithLabelValues(backend, "home"))
-	left := testutil.ToFloat64(h.metrics.homes.WithLabelValues(backend, "left"))
-	assert.Equal(t, float64(n), home+left, "every request with a full prompt block has a home; a prompt shorter than a block has none")
+	withHome := 0.0
+	for _, o := range clusterscore.HomeOutcomes() {
+		if o != clusterscore.HomeNoKey {
+			withHome += testutil.ToFloat64(h.metrics.homes.WithLabelValues(backend, o.String()))
+		}
+	}
+	assert.Equal(t, float64(n), withHome, "every request with a full prompt block has a home")
+	assert.Equal(t, 1.0, testutil.ToFloat64(h.metrics.homes.WithLabelValues(backend, "no_key")), "a prompt shorter than a block has none, and is counted as such")
+	assert.Equal(t, 1.0, testutil.ToFloat64(h.metrics.homes.WithLabelValues(backend, "dealt")), "the first request of a prompt is dealt")
+	assert.Equal(t, float64(n-1), testutil.ToFloat64(h.metrics.homes.WithLabelValues(backend, "home")), "the next ones go home")
 	assert.Equal(t, 1.0, testutil.ToFloat64(h.metrics.homesAlike.WithLabelValues(backend)), "no cluster reports its ready pods")
 }

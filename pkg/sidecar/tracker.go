@@ -87,7 +87,7 @@ func (o *observers) track(d *decision, start time.Time, explain bool) *tracker {
 		}
 	}
 	if d.explanation != "" {
-		o.logger.V(4).Info("Cluster decision", "backend", d.backendName(), "scores", d.explanation)
+		o.logger.V(4).Info("Cluster decision", "backend", d.backendName(), "homeOutcome", d.req.Home.Outcome, "scores", d.explanation)
 	}
 	o.homeDecision(d)
 	if d.shimUnresolved && o.shims.Observe(strconv.Itoa(d.code), "", d.details).Loud() {
@@ -377,17 +377,21 @@ func (s *observedStream) explainIn(r *extprocv3.ProcessingResponse) bool {
 	return true
 }
 
-// homeDecision counts where a request with a home went, and says once per
-// change when a backend's homes are placed without knowing its clusters'
-// capacities (a cluster without fresh pool metrics): they are then taken
-// as equal, which may give a small cluster a large share of the groups.
+// homeDecision counts the home placement's decision of a request, and
+// says once per change when a backend's homes are placed without knowing
+// its clusters' capacities (a cluster without fresh pool metrics): they
+// are then taken as equal, which may give a small cluster a large share
+// of the groups.
 func (o *observers) homeDecision(d *decision) {
 	h := d.req.Home
-	if h.Home == "" {
+	if h.Outcome == clusterscore.HomeNone {
 		return
 	}
 	backend := d.backendName()
 	o.metrics.prefixHome(backend, h)
+	if h.Home == "" {
+		return
+	}
 	if h.Alike {
 		if o.homes.Observe(backend, "alike", "").Loud() {
 			o.logger.Info("Prefix homes are placed as if the clusters had equal capacities: not every cluster reports its ready pods (no fresh pool metrics); mci_sidecar_prefix_home_capacities_unknown is 1 until they do", "backend", backend)

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/localclusterset"
 	"github.com/mci-dev/mci/test/promtext"
@@ -339,7 +340,7 @@ func sidecarGeneration(ctx context.Context, host string) (float64, error) {
 }
 
 // homeDecisions sums mci_sidecar_prefix_home_requests_total by result over
-// the mci-sidecars on hosts: where the requests with a home went.
+// the mci-sidecars on hosts: the lead decisions of home placement.
 func homeDecisions(ctx context.Context, hosts []string) (map[string]float64, error) {
 	out := map[string]float64{}
 	for _, host := range hosts {
@@ -356,8 +357,15 @@ func homeDecisions(ctx context.Context, hosts []string) (map[string]float64, err
 	return out, nil
 }
 
-// homeResults are the results of mci_sidecar_prefix_home_requests_total.
-var homeResults = []string{"home", "queued", "left"}
+// homeResults are the results of mci_sidecar_prefix_home_requests_total:
+// the outcomes of home placement's lead decision.
+var homeResults = func() []string {
+	var out []string
+	for _, o := range clusterscore.HomeOutcomes() {
+		out = append(out, o.String())
+	}
+	return out
+}()
 
 // allServers lists every model server as cluster and URL.
 func (e *env) allServers() []server {

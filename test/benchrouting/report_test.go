@@ -39,9 +39,10 @@ type policyResult struct {
 	// 0 elsewhere): each waits there until the run's background requests
 	// end, seconds later, so a few of them make the scenario's p99.
 	AfterSaturation float64 `json:"sent_after_saturation_per_run"`
-	// HomeDecisions are, per run, the requests with a home cluster by
-	// where they went (mci_sidecar_prefix_home_requests_total: home,
-	// queued, left); absent for routings without homes.
+	// HomeDecisions are, per run, the requests of a routing with homes by
+	// the lead decision of home placement
+	// (mci_sidecar_prefix_home_requests_total's results, homeResults);
+	// absent for routings without homes.
 	HomeDecisions map[string]float64 `json:"home_decisions_per_run,omitempty"`
 	// Repetitions are the figures the targets compare, of each
 	// repetition alone (when there are several): the spread a target is
@@ -280,7 +281,7 @@ func homeDecisionsPerRun(runs []*runResult) map[string]float64 {
 // equal clusters took, errors.
 func workloadTable(policies []string, w *workloadResult) string {
 	var b strings.Builder
-	b.WriteString("| routing | prefix-cache hit ratio | TTFT p50 | TTFT p99 | max share (equal clusters) | errors | shed | requests a / b (local) / c | completed req/s | e2e p99 | home / queued / left, per run |")
+	b.WriteString("| routing | prefix-cache hit ratio | TTFT p50 | TTFT p99 | max share (equal clusters) | errors | shed | requests a / b (local) / c | completed req/s | e2e p99 | home decisions per run: " + strings.Join(homeResults, " / ") + " |")
 	if w.Spec.Saturate {
 		fmt.Fprintf(&b, " sent to %s after it filled, per run |", saturatedCluster)
 	}
@@ -298,7 +299,13 @@ func workloadTable(policies []string, w *workloadResult) string {
 			p, pr.PrefixHit, pr.TTFTP50, pr.TTFTP99, maxShare(pr, w.Spec), pr.ErrorRatio, pr.ShedRatio,
 			pr.ClusterShare["cluster-a"], pr.ClusterShare["cluster-b"], pr.ClusterShare["cluster-c"], pr.Throughput, pr.E2EP99)
 		if h := pr.HomeDecisions; h != nil {
-			fmt.Fprintf(&b, " %.1f / %.1f / %.1f |", h["home"], h["queued"], h["left"])
+			for i, result := range homeResults {
+				if i > 0 {
+					b.WriteString(" /")
+				}
+				fmt.Fprintf(&b, " %.1f", h[result])
+			}
+			b.WriteString(" |")
 		} else {
 			b.WriteString(" — |")
 		}

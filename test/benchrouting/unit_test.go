@@ -82,13 +82,13 @@ func TestSummarize(t *testing.T) {
 			outcomes: []outcome{ok("cluster-a", 100, 300, 100, 50), ok("cluster-b", 200, 400, 100, 0), {code: http.StatusTooManyRequests}},
 			active:   2 * time.Second, hitTokens: 50, queryTokens: 200,
 			samples: []loadSample{sampleOf([3]int{0, 2, 2}, [3]int{0, 3, 0})},
-			homes:   map[string]float64{"home": 2, "queued": 1, "left": 0},
+			homes:   map[string]float64{"home": 2, "queued": 1, "spill": 0},
 		},
 		{
 			outcomes: []outcome{ok("cluster-a", 300, 500, 100, 100), {code: 0}, {code: http.StatusOK, complete: false, afterSaturation: true}},
 			active:   2 * time.Second, hitTokens: 100, queryTokens: 100,
 			samples: []loadSample{sampleOf([3]int{1, 2, 2}, [3]int{0, 1, 0})},
-			homes:   map[string]float64{"home": 1, "queued": 0, "left": 0},
+			homes:   map[string]float64{"home": 1, "queued": 0, "spill": 0},
 		},
 	}
 	got := summarize(runs)
@@ -109,7 +109,7 @@ func TestSummarize(t *testing.T) {
 	assert.Equal(t, 2.0, got.ClusterQueue["cluster-b"])
 	assert.Equal(t, 0.5, got.ClusterBusy["cluster-a"])
 	assert.Equal(t, 0.5, got.AfterSaturation, "1 request sent to the saturated cluster in 2 runs")
-	assert.Equal(t, map[string]float64{"home": 1.5, "queued": 0.5, "left": 0}, got.HomeDecisions, "home decisions per run")
+	assert.Equal(t, map[string]float64{"home": 1.5, "queued": 0.5, "spill": 0}, got.HomeDecisions, "home decisions per run")
 	assert.Nil(t, summarize([]*runResult{{}}).HomeDecisions, "a routing without homes has none")
 	assert.Equal(t, []repetition{
 		{TTFTP50: 100, TTFTP99: 200, PrefixHit: 0.25},

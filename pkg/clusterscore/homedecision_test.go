@@ -1,0 +1,94 @@
+package clusterscore
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// TestDecideHome states home placement's lead decision as its table: each
+// row is a request's situation and where the rule sends it.
+func TestDecideHome(t *testing.T) {
+	const home, second, spill, dealt = 0, 1, 2, 3
+	to := func(i int) func() int { return func() int { return i } }
+	never := func() int { panic("the rule asked where it should not have") }
+	tests := []struct {
+		name        string
+		rule        homeRule
+		wantOutcome HomeOutcome
+		wantLead    int
+	}{
+		{
+			name:        "a request without a full prompt block has no home: the picker leads",
+			rule:        homeRule{deal: never, second: never, spill: never},
+			wantOutcome: HomeNoKey, wantLead: -1,
+		},
+		{
+			name:        "a key new to the sidecar is dealt by the rotation, even when its home would take it",
+			rule:        homeRule{key: true, inFirstTier: true, withinBound: true, home: home, deal: to(dealt), second: never, spill: never},
+			wantOutcome: HomeDealt, wantLead: dealt,
+		},
+		{
+			name:        "a key new to the sidecar with no candidate within the bound keeps the score order",
+			rule:        homeRule{key: true, deal: to(-1), second: never, spill: never},
+			wantOutcome: HomeScoreOrder, wantLead: -1,
+		},
+		{
+			name:        "an established key goes home while its home is in the first tier, within the bound and not queued",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, home: home, deal: never, second: never, spill: never},
+			wantOutcome: HomeAtHome, wantLead: home,
+		},
+		{
+			name:        "a home beyond its bound sends the request to its second home when that one takes it",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, home: home, deal: never, second: to(second), spill: never},
+			wantOutcome: HomeSecond, wantLead: second,
+		},
+		{
+			name:        "a home out of the first tier (saturated, stale) sends the request to its second home",
+			rule:        homeRule{key: true, established: true, withinBound: true, home: 5, deal: never, second: to(second), spill: never},
+			wantOutcome: HomeSecond, wantLead: second,
+		},
+		{
+			name:        "a request its home and second home cannot take spills to the best scored candidate within the bound",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, home: home, deal: never, second: to(-1), spill: to(spill)},
+			wantOutcome: HomeSpill, wantLead: spill,
+		},
+		{
+			name:        "a request that nothing within the bound takes keeps the score order",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, home: home, deal: never, second: to(-1), spill: to(-1)},
+			wantOutcome: HomeScoreOrder, wantLead: -1,
+		},
+		{
+			name:        "a home queued beyond the queue margin is left for its second home, whatever its bound, and says queued",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, queued: true, home: home, deal: never, second: to(second), spill: never},
+			wantOutcome: HomeQueued, wantLead: second,
+		},
+		{
+			name:        "a queued home whose second home cannot take the request spills it, and says queued",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, queued: true, home: home, deal: never, second: to(-1), spill: to(spill)},
+			wantOutcome: HomeQueued, wantLead: spill,
+		},
+	}
+	seen := map[HomeOutcome]bool{}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			outcome, lead := decideHome(tt.rule)
+			assert.Equal(t, tt.wantOutcome, outcome, "outcome %s", outcome)
+			assert.Equal(t, tt.wantLead, lead, "lead")
+			seen[outcome] = true
+		})
+	}
+	for _, o := range HomeOutcomes() {
+		assert.True(t, seen[o], "the table has no row for %s", o)
+	}
+}
+
+func TestHomeOutcomeNames(t *testing.T) {
+	var names []string
+	for _, o := range HomeOutcomes() {
+		names = append(names, o.String())
+	}
+	assert.Equal(t, []string{"no_key", "dealt", "home", "second_home", "queued", "spill", "score_order"}, names)
+	assert.Equal(t, "none", HomeNone.String())
+	assert.Equal(t, "HomeOutcome(200)", HomeOutcome(200).String())
+}

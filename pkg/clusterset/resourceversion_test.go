@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/mci-dev/mci/pkg/versionvector"
 )
 
 func TestOnlyAKubeAPIServersResourceVersionsAreOrdered(t *testing.T) {
@@ -35,4 +37,34 @@ func TestOnlyAKubeAPIServersResourceVersionsAreOrdered(t *testing.T) {
 			assert.Equal(t, tc.want, got)
 		})
 	}
+}
+
+func TestAMemberSendingAResourceVersionNoKubeAPIServerIssuesIsFrozenOnce(t *testing.T) {
+	events := 0
+	m := &member{name: "cluster-b", quota: newQuota(Limits{}), handler: func(Event) { events++ }}
+	_, ok := m.resourceVersion("not-a-version")
+	assert.False(t, ok, "the change is not passed on")
+	reason, _, message := m.quota.state()
+	assert.Equal(t, quotaResourceVersion, reason)
+	assert.Contains(t, message, "not-a-version")
+	_, ok = m.resourceVersion("18446744073709551615")
+	assert.False(t, ok)
+	assert.Equal(t, uint64(1), m.quota.exceededCount(quotaResourceVersion), "frozen once")
+	assert.Equal(t, 1, events, "its imports are told once")
+
+	local := &member{name: "local", handler: func(Event) {}}
+	rv, ok := local.resourceVersion("not-a-version")
+	assert.True(t, ok, "the local cluster is trusted")
+	assert.Zero(t, rv, "read as unknown")
+}
+
+func TestASummaryWithAPlainOrAnOutOfRangeMemberComponent(t *testing.T) {
+	m := &member{name: "cluster-b", quota: newQuota(Limits{}), handler: func(Event) {}}
+	rv, ok := m.summaryRV("261")
+	assert.True(t, ok, "a plain resourceVersion, as summaries served from CRDs carry, is the member's")
+	assert.Equal(t, uint64(261), rv)
+	_, ok = m.summaryRV(versionvector.Encode(map[string]uint64{"cluster-b": math.MaxUint64}))
+	assert.False(t, ok)
+	reason, _, _ := m.quota.state()
+	assert.Equal(t, quotaResourceVersion, reason)
 }

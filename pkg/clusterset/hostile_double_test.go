@@ -330,9 +330,9 @@ func TestAHostileMemberDoubleIsFrozenAtItsLimitsAndTheOthersConvergeAsFast(t *te
 		})
 		go func() { _ = c.Run(ctx, members) }()
 		require.Eventually(t, func() bool {
-			m := c.member("good")
-			return m != nil && m.hasSynced()
-		}, time.Minute, 20*time.Millisecond, "the good member listed")
+			g, l := c.member("good"), c.member("local")
+			return g != nil && g.hasSynced() && l != nil && l.hasSynced()
+		}, time.Minute, 20*time.Millisecond, "the local cluster and the good member listed")
 		return c, poolEvents
 	}
 	// convergence changes the good member's pool 20 times and returns the

@@ -239,25 +239,28 @@ mci_clusterset_member_cluster_id_unknown{member="old",reason="error"} 0
 mci_clusterset_member_cluster_id_unknown{member="old",reason="forbidden"} 1
 `), "mci_clusterset_member_cluster_id_unknown"))
 	assert.NoError(t, testutil.CustomCollectAndCompare(NewMetrics(cache), strings.NewReader(`
-# HELP mci_clusterset_member_frozen [ALPHA] 1 while the member is frozen because it exceeded the limit named by quota (objects, bytes, namespaces, eventRate, responseBytes, identity): its last known data is served flagged ClusterUnreachable and nothing more it sends is applied; else 0.
+# HELP mci_clusterset_member_frozen [ALPHA] 1 while the member is frozen because it exceeded the limit named by quota (objects, bytes, namespaces, eventRate, responseBytes, identity, resourceVersion): its last known data is served flagged ClusterUnreachable and nothing more it sends is applied; else 0.
 # TYPE mci_clusterset_member_frozen gauge
 mci_clusterset_member_frozen{member="cluster-c",quota="bytes"} 0
 mci_clusterset_member_frozen{member="cluster-c",quota="eventRate"} 0
 mci_clusterset_member_frozen{member="cluster-c",quota="identity"} 0
 mci_clusterset_member_frozen{member="cluster-c",quota="namespaces"} 0
 mci_clusterset_member_frozen{member="cluster-c",quota="objects"} 0
+mci_clusterset_member_frozen{member="cluster-c",quota="resourceVersion"} 0
 mci_clusterset_member_frozen{member="cluster-c",quota="responseBytes"} 0
 mci_clusterset_member_frozen{member="cluster-twin",quota="bytes"} 0
 mci_clusterset_member_frozen{member="cluster-twin",quota="eventRate"} 0
 mci_clusterset_member_frozen{member="cluster-twin",quota="identity"} 1
 mci_clusterset_member_frozen{member="cluster-twin",quota="namespaces"} 0
 mci_clusterset_member_frozen{member="cluster-twin",quota="objects"} 0
+mci_clusterset_member_frozen{member="cluster-twin",quota="resourceVersion"} 0
 mci_clusterset_member_frozen{member="cluster-twin",quota="responseBytes"} 0
 mci_clusterset_member_frozen{member="old",quota="bytes"} 0
 mci_clusterset_member_frozen{member="old",quota="eventRate"} 0
 mci_clusterset_member_frozen{member="old",quota="identity"} 0
 mci_clusterset_member_frozen{member="old",quota="namespaces"} 0
 mci_clusterset_member_frozen{member="old",quota="objects"} 0
+mci_clusterset_member_frozen{member="old",quota="resourceVersion"} 0
 mci_clusterset_member_frozen{member="old",quota="responseBytes"} 0
 `), "mci_clusterset_member_frozen"))
 

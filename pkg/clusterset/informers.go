@@ -3,7 +3,6 @@ package clusterset
 import (
 	"context"
 	"slices"
-	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -228,7 +227,10 @@ func (m *member) watchRoutes(informer cache.SharedIndexInformer) {
 		if len(keys) == 0 {
 			return
 		}
-		rv, _ := strconv.ParseUint(r.ResourceVersion, 10, 64)
+		rv, ok := m.resourceVersion(r.ResourceVersion)
+		if !ok {
+			return
+		}
 		m.handler(Event{Member: m.name, Kind: KindHTTPRoute, Namespace: r.Namespace, Name: r.Name, ResourceVersion: rv, Imports: keys})
 	}
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -255,12 +257,12 @@ func (m *member) watch(informer cache.SharedIndexInformer, kind Kind) {
 		if err != nil {
 			return
 		}
-		if !m.admit(kind, o.GetNamespace()+"/"+o.GetName(), obj, deleted, changed) {
+		rv, ok := m.resourceVersion(o.GetResourceVersion())
+		if !ok || !m.admit(kind, o.GetNamespace()+"/"+o.GetName(), obj, deleted, changed) {
 			return
 		}
-		var rv uint64
-		if !throughRelist {
-			rv, _ = strconv.ParseUint(o.GetResourceVersion(), 10, 64)
+		if throughRelist {
+			rv = 0
 		}
 		ev := Event{Member: m.name, Kind: kind, Namespace: o.GetNamespace(), Name: o.GetName(), ResourceVersion: rv}
 		if kind == KindNamespace {

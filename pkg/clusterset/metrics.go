@@ -36,13 +36,13 @@ var (
 		"1 while this replica reads the member through the InferencePoolExportSummaries and InferenceClusterSummary its own mci-apiserver publishes (summary mode), 0 while it watches the member's objects (full mode).",
 		[]string{"member"}, nil, metrics.ALPHA, "")
 	memberSummaryErrorsDesc = metrics.NewDesc("mci_clusterset_member_summary_errors_total",
-		"Failed lists and watches of the member's summaries, and problems reading them (a resourceVersion that does not parse, more than one cluster summary) once per change, at most once a minute, in summary mode; meanwhile the last known summaries are served.",
+		"Failed lists and watches of the member's summaries, and problems reading them (more than one cluster summary) once per change, at most once a minute, in summary mode; meanwhile the last known summaries are served.",
 		[]string{"member"}, nil, metrics.ALPHA, "")
 	memberModeDesc = metrics.NewDesc("mci_clusterset_member_mode",
 		"1 for the mode this replica reads the member in, 0 for the others: full (its objects are watched), summary (the summaries its own mci-apiserver publishes), discovering (its API discovery has not said yet whether it publishes summaries: nothing of it is read, and it is asked again with backoff).",
 		[]string{"member", "mode"}, nil, metrics.ALPHA, "")
 	memberFrozenDesc = metrics.NewDesc("mci_clusterset_member_frozen",
-		"1 while the member is frozen because it exceeded the limit named by quota (objects, bytes, namespaces, eventRate, responseBytes, identity): its last known data is served flagged ClusterUnreachable and nothing more it sends is applied; else 0.",
+		"1 while the member is frozen because it exceeded the limit named by quota (objects, bytes, namespaces, eventRate, responseBytes, identity, resourceVersion): its last known data is served flagged ClusterUnreachable and nothing more it sends is applied; else 0.",
 		[]string{"member", "quota"}, nil, metrics.ALPHA, "")
 	memberLimitExceededDesc = metrics.NewDesc("mci_clusterset_member_limit_exceeded_total",
 		"Times the member was frozen for exceeding the limit named by quota, by this member instance (a member read again after --member-freeze-retry, or reconnected, counts anew).",

@@ -74,9 +74,12 @@ const (
 	// second name: its cluster ID is that member's (identity.go), or its
 	// cluster summary names another cluster.
 	quotaIdentity = "identity"
+	// quotaResourceVersion: the member sent a resourceVersion this server
+	// cannot order (resourceVersion.go).
+	quotaResourceVersion = "resourceVersion"
 )
 
-var quotaNames = []string{quotaObjects, quotaBytes, quotaNamespaces, quotaEventRate, quotaResponse, quotaIdentity}
+var quotaNames = []string{quotaObjects, quotaBytes, quotaNamespaces, quotaEventRate, quotaResponse, quotaIdentity, quotaResourceVersion}
 
 // quota tracks what a member holds and sends against its Limits, and
 // freezes it at the first one it exceeds: its informers stop (nothing it

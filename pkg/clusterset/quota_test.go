@@ -105,13 +105,14 @@ func TestTheFrozenMetricsNameTheLimit(t *testing.T) {
 	c.members["cluster-b"] = m
 	c.resort()
 	assert.NoError(t, testutil.CustomCollectAndCompare(NewMetrics(c), strings.NewReader(`
-# HELP mci_clusterset_member_frozen [ALPHA] 1 while the member is frozen because it exceeded the limit named by quota (objects, bytes, namespaces, eventRate, responseBytes, identity): its last known data is served flagged ClusterUnreachable and nothing more it sends is applied; else 0.
+# HELP mci_clusterset_member_frozen [ALPHA] 1 while the member is frozen because it exceeded the limit named by quota (objects, bytes, namespaces, eventRate, responseBytes, identity, resourceVersion): its last known data is served flagged ClusterUnreachable and nothing more it sends is applied; else 0.
 # TYPE mci_clusterset_member_frozen gauge
 mci_clusterset_member_frozen{member="cluster-b",quota="bytes"} 0
 mci_clusterset_member_frozen{member="cluster-b",quota="eventRate"} 0
 mci_clusterset_member_frozen{member="cluster-b",quota="identity"} 1
 mci_clusterset_member_frozen{member="cluster-b",quota="namespaces"} 0
 mci_clusterset_member_frozen{member="cluster-b",quota="objects"} 0
+mci_clusterset_member_frozen{member="cluster-b",quota="resourceVersion"} 0
 mci_clusterset_member_frozen{member="cluster-b",quota="responseBytes"} 0
 `), "mci_clusterset_member_frozen"))
 }

@@ -3,6 +3,7 @@ package clusterset
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -143,10 +144,11 @@ func (m *member) watchSummaries(informer cache.SharedIndexInformer) {
 		if err != nil {
 			return
 		}
-		if !m.admit(KindExportSummary, o.GetNamespace()+"/"+o.GetName(), obj, deleted, changed) {
+		rv, ok := m.summaryRV(o.GetResourceVersion())
+		if !ok || !m.admit(KindExportSummary, o.GetNamespace()+"/"+o.GetName(), obj, deleted, changed) {
 			return
 		}
-		m.handler(Event{Member: m.name, Kind: KindExportSummary, Namespace: o.GetNamespace(), Name: o.GetName(), ResourceVersion: m.summaryRV(o.GetResourceVersion())})
+		m.handler(Event{Member: m.name, Kind: KindExportSummary, Namespace: o.GetNamespace(), Name: o.GetName(), ResourceVersion: rv})
 	}
 	_, _ = informer.AddEventHandler(countedHandler(notify))
 }
@@ -165,12 +167,18 @@ func (m *member) watchClusterSummary(informer cache.SharedIndexInformer) {
 		if !ok || s == nil || s.Name != m.name {
 			return nil, 0
 		}
-		return s.Status.Namespaces, m.summaryRV(s.ResourceVersion)
+		rv, _ := m.summaryRV(s.ResourceVersion)
+		return s.Status.Namespaces, rv
 	}
 	diff := func(old, obj interface{}, deleted, changed bool) {
 		if s, ok := obj.(*v1alpha1.InferenceClusterSummary); ok && s.Name != m.name && !deleted {
 			m.freeze(quotaIdentity, fmt.Sprintf("it publishes a cluster summary named %q, not after the member", s.Name))
 			return
+		}
+		if s, ok := obj.(*v1alpha1.InferenceClusterSummary); ok && !deleted {
+			if _, ok := m.summaryRV(s.ResourceVersion); !ok {
+				return
+			}
 		}
 		before, _ := namespacesOf(old)
 		after, rv := namespacesOf(obj)
@@ -212,15 +220,28 @@ func symmetricDifference(a, b []string) []string {
 	return out
 }
 
-// summaryRV reads the member's resourceVersion off a summary; a version
-// this server cannot read is logged (once per change) and counts as
-// unknown (0), as a deletion seen only through a relist does.
-func (m *member) summaryRV(rv string) uint64 {
+// summaryRV reads the member's resourceVersion off a summary, and
+// freezes the member at one this server cannot order (resourceversion.go);
+// it reports whether the change may be passed on. A summary with no member
+// component has version 0 (unknown), as a deletion seen only through a
+// relist does.
+func (m *member) summaryRV(rv string) (uint64, bool) {
 	n, err := summaryVersion(rv)
 	if err != nil {
-		m.summaryStream.unreadable(m.name, err)
+		// A plain resourceVersion, as summaries served from CRDs carry:
+		// the member's own.
+		if plain, perr := memberResourceVersion(rv); perr == nil {
+			n, err = plain, nil
+		}
 	}
-	return n
+	if err == nil && n > math.MaxInt64 {
+		err = fmt.Errorf("resourceVersion %.64q of a summary has member component %d, past the int64 range of a kube-apiserver's", rv, n)
+	}
+	if err != nil {
+		m.freeze(quotaResourceVersion, err.Error())
+		return 0, false
+	}
+	return n, true
 }
 
 // summaryNamespaces is the member's namespaces as its one

@@ -17,8 +17,6 @@ import (
 	"debug/buildinfo"
 	"debug/elf"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -36,6 +34,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/mod/modfile"
 	"sigs.k8s.io/yaml"
+
+	"github.com/mci-dev/mci/test/ociimage"
 )
 
 const repoRoot = "../.."
@@ -244,7 +244,7 @@ func imageBinaries(t *testing.T, archive, image, appVersion string) []builtBinar
 	require.NoError(t, err)
 	defer f.Close()
 	layoutDir := t.TempDir()
-	require.NoError(t, untar(f, layoutDir), "unpacking %s", archive)
+	require.NoError(t, ociimage.Untar(f, layoutDir), "unpacking %s", archive)
 	root, err := layout.ImageIndexFromPath(layoutDir)
 	require.NoError(t, err, "%s is not an OCI layout", archive)
 	rootManifest, err := root.IndexManifest()
@@ -376,38 +376,6 @@ func assertSBOM(t *testing.T, path, image string, binaries []builtBinary, goMod 
 		}
 	}
 	t.Logf("%s: the SBOM lists %d modules and the standard library", image, len(listed)-1)
-}
-
-// untar writes the directories and regular files of a tar stream under
-// dir; an OCI archive holds nothing else. Any other entry, or a path
-// leaving dir, is an error.
-func untar(r io.Reader, dir string) error {
-	tr := tar.NewReader(r)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		name := filepath.Clean(hdr.Name)
-		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
-			return fmt.Errorf("entry %q leaves the archive's root", hdr.Name)
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
-				return err
-			}
-		case tar.TypeReg:
-			if err := writeFile(filepath.Join(dir, name), tr); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("entry %q: unexpected type %q", hdr.Name, hdr.Typeflag)
-		}
-	}
 }
 
 func writeFile(path string, r io.Reader) error {

@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
-	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/versionvector"
 	"k8s.io/client-go/kubernetes"
@@ -257,23 +256,8 @@ func TestAHostileMemberDoubleIsFrozenAtItsLimitsAndTheOthersConvergeAsFast(t *te
 	const shared = "shared"
 	_, err := kubernetes.NewForConfigOrDie(writer).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: shared}}, metav1.CreateOptions{})
 	require.NoError(t, err)
+	good := wellBehavedMember(t, ctx, local, writer, shared)
 	pools := mciclient.NewForConfigOrDie(writer).InferencePoolV1().InferencePools(shared)
-	_, err = pools.Create(ctx, &poolv1.InferencePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: shared, Name: "pool", Annotations: map[string]string{v1alpha1.ExportAnnotation: v1alpha1.ExportScopeClusterSet}},
-		Spec: poolv1.InferencePoolSpec{
-			Selector:          poolv1.LabelSelector{MatchLabels: map[string]string{"app": "pool"}},
-			TargetPorts:       []poolv1.Port{{Number: 8000}},
-			EndpointPickerRef: poolv1.EndpointPickerRef{Name: "epp", Port: &poolv1.Port{Number: 9002}},
-		},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	good := memberProxy(t, local, func(w http.ResponseWriter, r *http.Request) bool {
-		if r.URL.Path == "/apis/"+v1alpha1.SchemeGroupVersion.String() {
-			http.NotFound(w, r)
-			return true
-		}
-		return false
-	})
 
 	// The heap in use, sampled every 100 ms for the whole test: the peak,
 	// not only what is left after a collection.

@@ -67,24 +67,8 @@ func TestAHostileMemberIsFrozenAtItsLimitsAndTheOthersAreUnaffected(t *testing.T
 		_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	// The well-behaved member exports shared/pool, read in full mode: its
-	// proxy says it publishes no summaries.
-	_, err := mciclient.NewForConfigOrDie(writer).InferencePoolV1().InferencePools(shared).Create(ctx, &poolv1.InferencePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: shared, Name: "pool", Annotations: map[string]string{v1alpha1.ExportAnnotation: v1alpha1.ExportScopeClusterSet}},
-		Spec: poolv1.InferencePoolSpec{
-			Selector:          poolv1.LabelSelector{MatchLabels: map[string]string{"app": "pool"}},
-			TargetPorts:       []poolv1.Port{{Number: 8000}},
-			EndpointPickerRef: poolv1.EndpointPickerRef{Name: "epp", Port: &poolv1.Port{Number: 9002}},
-		},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	good := memberProxy(t, local, func(w http.ResponseWriter, r *http.Request) bool {
-		if r.URL.Path == "/apis/"+v1alpha1.SchemeGroupVersion.String() {
-			http.NotFound(w, r)
-			return true
-		}
-		return false
-	})
+	// The well-behaved member exports shared/pool, read in full mode.
+	good := wellBehavedMember(t, ctx, local, writer, shared)
 	// The hostile member publishes its cluster summary and one export.
 	publishSummaries(t, ctx, writer, "hostile", "flood", "legit")
 	hostile := memberProxy(t, local, nil)
@@ -223,7 +207,7 @@ func TestAHostileMemberIsFrozenAtItsLimitsAndTheOthersAreUnaffected(t *testing.T
 		Status:     v1alpha1.InferenceClusterSummaryStatus{Namespaces: []string{shared}},
 	}))
 	frozenAt(quotaIdentity)
-	_, err = cache.member("hostile").namespaceLister().Get(shared)
+	_, err := cache.member("hostile").namespaceLister().Get(shared)
 	assert.Error(t, err, "the namespaces of a summary naming another cluster are not read")
 	assert.Empty(t, summariesOf(cache, "hostile"), "nothing a member speaking for another cluster sent is served, not even as last known data")
 	assert.True(t, goodImported(), "the cluster it speaks for keeps its own import")
@@ -264,4 +248,28 @@ func (c *Cache) replacingMember(name string) *member {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.replacing[name]
+}
+
+// wellBehavedMember exports pool "pool" of namespace ns (which must exist)
+// from the cluster writer reaches, and returns local behind a proxy that
+// says it publishes no summaries, so that it is read in full mode: the
+// member the hostile tests set beside a hostile one.
+func wellBehavedMember(t *testing.T, ctx context.Context, local, writer *rest.Config, ns string) *rest.Config {
+	t.Helper()
+	_, err := mciclient.NewForConfigOrDie(writer).InferencePoolV1().InferencePools(ns).Create(ctx, &poolv1.InferencePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pool", Annotations: map[string]string{v1alpha1.ExportAnnotation: v1alpha1.ExportScopeClusterSet}},
+		Spec: poolv1.InferencePoolSpec{
+			Selector:          poolv1.LabelSelector{MatchLabels: map[string]string{"app": "pool"}},
+			TargetPorts:       []poolv1.Port{{Number: 8000}},
+			EndpointPickerRef: poolv1.EndpointPickerRef{Name: "epp", Port: &poolv1.Port{Number: 9002}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return memberProxy(t, local, func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Path == "/apis/"+v1alpha1.SchemeGroupVersion.String() {
+			http.NotFound(w, r)
+			return true
+		}
+		return false
+	})
 }

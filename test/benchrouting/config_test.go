@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -176,6 +177,13 @@ var family = map[string]spec{
 // trips) one after the other: the data path restarts only between them.
 var familyOrder = []string{"issue-23", workloadNoPrefix, workloadSaturated, "one-shot-mix", "few-groups-high-load", "far-remote", "many-groups-large-batch"}
 
+// serverCost is every simulated server's cost model.
+var serverCost = simulator.CostModel{
+	BlockTokens: 16, CacheBlocks: 1024,
+	Base: 5 * time.Millisecond, PrefillPerToken: 400 * time.Microsecond, DecodePerToken: 6 * time.Millisecond,
+	OutputTokens: 16, StreamChunkTokens: 4,
+}
+
 func defaultConfig(profile string) config {
 	c := config{
 		Profile: "full",
@@ -189,32 +197,29 @@ func defaultConfig(profile string) config {
 		// of the two runs: differences of a few percent between policies
 		// are within the noise. MCI_BENCH_ROUTING_DURATION=60s gives
 		// steadier figures in about an hour.
-		RunDuration:    18 * time.Second,
-		Repetitions:    2,
-		Warmup:         true,
-		RequestTimeout: 20 * time.Second,
-		Cost: simulator.CostModel{
-			BlockTokens: 16, CacheBlocks: 1024,
-			Base: 5 * time.Millisecond, PrefillPerToken: 400 * time.Microsecond, DecodePerToken: 6 * time.Millisecond,
-			OutputTokens: 16, StreamChunkTokens: 4,
-		},
+		RunDuration:     18 * time.Second,
+		Repetitions:     2,
+		Warmup:          true,
+		RequestTimeout:  20 * time.Second,
+		Cost:            serverCost,
 		RemoteRoundTrip: 20 * time.Millisecond,
 		FarRoundTrip:    50 * time.Millisecond,
-		Workloads:       familyOrder,
+		Workloads:       append(slices.Clone(familyOrder), heldOutOrder()...),
 		Policies:        familyPolicies,
 		SampleEvery:     100 * time.Millisecond,
 		LoopbackBlock:   221,
 	}
 	if profile == "smoke" {
-		// Two workloads on the same servers (no restart), seconds per
-		// policy, the replica case included: the shape and sanity of the
-		// results, not the targets.
+		// Two workloads of the family and a held-out one, all on the same
+		// servers (no restart), seconds per policy, the replica case
+		// included: the shape and sanity of the results and the held-out
+		// table, not the targets.
 		c.Profile = "smoke"
 		c.RunDuration = 4 * time.Second
 		c.Repetitions = 1
 		c.Warmup = false
 		c.RequestTimeout = 10 * time.Second
-		c.Workloads = []string{"issue-23", workloadNoPrefix}
+		c.Workloads = []string{"issue-23", workloadNoPrefix, smokeHeldOut()}
 	}
 	return c
 }
@@ -259,8 +264,9 @@ func loadConfig() (config, error) {
 	if v := os.Getenv("MCI_BENCH_ROUTING_WORKLOADS"); v != "" {
 		c.Workloads = splitList(v, ",")
 		for _, w := range c.Workloads {
-			if _, ok := family[w]; !ok {
-				errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_WORKLOADS: unknown workload %q (want some of %s)", w, strings.Join(familyOrder, ", ")))
+			if _, ok := specOf(w); !ok {
+				errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_WORKLOADS: unknown workload %q (want some of %s, %s<seed> of the held-out seeds %v or %s<seed> of the tuning seeds %v)",
+					w, strings.Join(familyOrder, ", "), heldOutPrefix, heldOutSeeds, tuningPrefix, tuningSeeds))
 			}
 		}
 	}

@@ -204,23 +204,25 @@ func defaultConfig(profile string) config {
 		Cost:            serverCost,
 		RemoteRoundTrip: 20 * time.Millisecond,
 		FarRoundTrip:    50 * time.Millisecond,
-		Workloads:       append(slices.Clone(familyOrder), heldOutOrder()...),
 		Policies:        familyPolicies,
 		SampleEvery:     100 * time.Millisecond,
 		LoopbackBlock:   221,
 	}
-	if profile == "smoke" {
-		// Two workloads of the family and a held-out one, all on the same
-		// servers (no restart), seconds per policy, the replica case
-		// included: the shape and sanity of the results and the held-out
-		// table, not the targets.
-		c.Profile = "smoke"
-		c.RunDuration = 4 * time.Second
-		c.Repetitions = 1
-		c.Warmup = false
-		c.RequestTimeout = 10 * time.Second
-		c.Workloads = []string{"issue-23", workloadNoPrefix, smokeHeldOut()}
+	if profile != "smoke" {
+		// The family, then the held-out workloads.
+		c.Workloads = append(slices.Clone(familyOrder), heldOutOrder()...)
+		return c
 	}
+	// Two workloads of the family and a held-out one, all on the same
+	// servers (no restart), seconds per policy, the replica case included:
+	// the shape and sanity of the results and the held-out table, not the
+	// targets.
+	c.Profile = "smoke"
+	c.RunDuration = 4 * time.Second
+	c.Repetitions = 1
+	c.Warmup = false
+	c.RequestTimeout = 10 * time.Second
+	c.Workloads = []string{"issue-23", workloadNoPrefix, smokeHeldOut()}
 	return c
 }
 

@@ -105,25 +105,22 @@ func isHeldOut(name string) bool { return strings.HasPrefix(name, heldOutPrefix)
 // batch places, then fewer servers, at the same load: the same pressure,
 // at a rate the harness drives.
 func drawn(seed uint64) spec {
-	if w, ok := drawnSpecs().get(seed); ok {
-		return w
+	drawnMu.Lock()
+	defer drawnMu.Unlock()
+	w, ok := drawnSpecs[seed]
+	if !ok {
+		w = draw(seed)
+		drawnSpecs[seed] = w
 	}
-	return draw(seed)
+	return w
 }
 
-// drawnSpecs are the drawn workloads of the listed seeds, drawn once: a
-// draw generates the workload to calibrate it, which takes a while.
-var drawnSpecs = sync.OnceValue(func() drawnSet {
-	set := drawnSet{}
-	for _, s := range append(slices.Clone(tuningSeeds), heldOutSeeds...) {
-		set[s] = draw(s)
-	}
-	return set
-})
-
-type drawnSet map[uint64]spec
-
-func (d drawnSet) get(seed uint64) (spec, bool) { w, ok := d[seed]; return w, ok }
+// drawnSpecs are the workloads drawn so far, by seed: a draw generates
+// the workload to calibrate it, which takes a while.
+var (
+	drawnMu    sync.Mutex
+	drawnSpecs = map[uint64]spec{}
+)
 
 // draw is drawn, uncached.
 func draw(seed uint64) spec {

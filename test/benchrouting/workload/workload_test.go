@@ -173,3 +173,11 @@ func TestOneShotSalt(t *testing.T) {
 	}
 	assert.Positive(t, oneShots)
 }
+
+func TestWordsCountsAsFields(t *testing.T) {
+	for _, s := range []string{"", " ", "one", " two  words ", "tabs\tand\nnewlines\u00a0and a no-break space", "sys0-0 sys0-1 sys0-2", "ünï cödé"} {
+		assert.Equal(t, len(strings.Fields(s)), words(s), "%q", s)
+	}
+	assert.Equal(t, "p0 p1 p2", text("p", 3))
+	assert.Empty(t, text("p", 0))
+}

@@ -189,14 +189,16 @@ func defaultConfig(profile string) config {
 		Profile: "full",
 		// Two interleaved runs of 18 s per policy keep the 7 workloads'
 		// 60 runs, the data path's 4 starts and the ClusterSet's start
-		// within about 22 minutes on 2 cores. The trade-off: 60 to 360
-		// requests a run, caches that start cold each run (conversations
-		// reach their later turns only in the second half of a run, so the
-		// hit ratios are below a long run's steady state for every
-		// policy alike), and a p99 that is the 2nd to 7th slowest request
-		// of the two runs: differences of a few percent between policies
-		// are within the noise. MCI_BENCH_ROUTING_DURATION=60s gives
-		// steadier figures in about an hour.
+		// within about 22 minutes on 2 cores, and the 10 held-out
+		// workloads' 80 runs within about 30 more. The trade-off: 60 to
+		// 460 requests a run, caches that start cold each run
+		// (conversations reach their later turns only in the second half
+		// of a run, so the hit ratios are below a long run's steady state
+		// for every policy alike), and a p99 that is the 2nd to 9th
+		// slowest request of the two runs: differences of a few percent
+		// between policies are within the noise.
+		// MCI_BENCH_ROUTING_DURATION=60s gives steadier figures in about
+		// three hours.
 		RunDuration:     18 * time.Second,
 		Repetitions:     2,
 		Warmup:          true,

@@ -100,8 +100,8 @@ func isHeldOut(name string) bool { return strings.HasPrefix(name, heldOutPrefix)
 // 16 to 64 tokens per answer, no one-shot requests to 60% of them, a load
 // of 60 to 120% of the capacity without cache hits (up to and past the
 // servers' saturation), 2 servers per cluster with 2 or 4 batch places.
-// Counts and lengths are drawn log-uniform, so that small and large are
-// as likely. A workload whose rate would pass maxDrawnRate gets fewer
+// Groups, system prompts and user messages are drawn log-uniform, so that
+// few and many, short and long, are as likely. A workload whose rate would pass maxDrawnRate gets fewer
 // batch places, then fewer servers, at the same load: the same pressure,
 // at a rate the harness drives.
 func drawn(seed uint64) spec {

@@ -245,7 +245,7 @@ soak-smoke: build tools test-programs
 # make bench-smoke runs the same code with tiny sizes (part of make test);
 # make bench-micro runs the in-process Go benchmarks of ./pkg/...
 # make bench ends with the latest routing-quality table of make bench-routing
-# (which it does not rerun: that takes its own ~22 minutes).
+# (which it does not rerun: that takes its own ~55 minutes).
 BENCH_FLAGS := -run '^$$' -bench . -benchtime=1x -v
 
 .PHONY: bench
@@ -263,21 +263,26 @@ bench: build tools
 # the peer reference HubReference, RoundRobin and the Oracle (MetricsBased
 # on the saturated one; PrefixAffinity through 3 mci-sidecar replicas on
 # issue-23), on a local ClusterSet of 3 clusters with simulated model
-# servers that model prefix caching (about 22 minutes on 2 cores). Each
-# workload's table and a summary over the family against issue 23's targets
-# go to stdout and to _output/bench-routing/results.md and results.json.
+# servers that model prefix caching; then ten held-out workloads drawn
+# from seeds nobody tunes on (test/benchrouting/heldout_test.go), each with
+# the same policies, and a table of mci's PrefixAffinity against the hub
+# configuration and the oracle on each and on the worst (about 55 minutes
+# on 2 cores in all). Each workload's table, a summary over the family
+# against issue 23's targets and the held-out table go to stdout and to
+# _output/bench-routing/results.md and results.json.
 # MCI_BENCH_ROUTING_* variables (test/benchrouting/config_test.go) change
-# the run: _WORKLOADS=issue-23,far-remote picks workloads,
+# the run: _WORKLOADS=issue-23,far-remote picks workloads (held-out-<seed>
+# and tuning-<seed> name drawn ones),
 # _POLICIES=Weighted,PrefixAffinity@3,Oracle compares any cluster policy
 # names (<policy>@<n>: through n sidecar replicas). bench-routing-smoke
-# (part of make test) runs two workloads of the family for seconds per
-# policy, the replica case included, and checks the results' shape and
-# sanity, not the targets.
+# (part of make test) runs two workloads of the family and one held-out
+# workload for seconds per policy, the replica case included, and checks
+# the results' shape and sanity, not the targets.
 BENCH_ROUTING_FLAGS := -run '^$$' -bench BenchmarkRouting -benchtime=1x -v
 
 .PHONY: bench-routing
 bench-routing: build tools
-	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_BENCH_ROUTING_OUT=$(CURDIR)/_output/bench-routing go test $(BENCH_ROUTING_FLAGS) -timeout 40m ./test/benchrouting/
+	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_BENCH_ROUTING_OUT=$(CURDIR)/_output/bench-routing go test $(BENCH_ROUTING_FLAGS) -timeout 90m ./test/benchrouting/
 
 .PHONY: bench-routing-smoke
 bench-routing-smoke: build tools

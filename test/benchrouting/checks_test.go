@@ -39,7 +39,8 @@ func sanityErrors(r *results) []error {
 			errs = append(errs, fmt.Errorf("results.json has no workload %s", name))
 			continue
 		}
-		for _, p := range r.Config.policiesOf(family[name]) {
+		ws, _ := specOf(name)
+		for _, p := range r.Config.policiesOf(ws) {
 			obj, ok := w.Policies[p]
 			if !ok {
 				errs = append(errs, fmt.Errorf("%s: no results of policy %s", name, p))
@@ -58,6 +59,7 @@ func sanityErrors(r *results) []error {
 	if len(r.Workloads) > 0 && len(r.Summary) == 0 {
 		errs = append(errs, fmt.Errorf("no summary over the family"))
 	}
+	errs = append(errs, heldOutErrors(r)...)
 	return errs
 }
 

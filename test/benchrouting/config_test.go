@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -176,46 +177,54 @@ var family = map[string]spec{
 // trips) one after the other: the data path restarts only between them.
 var familyOrder = []string{"issue-23", workloadNoPrefix, workloadSaturated, "one-shot-mix", "few-groups-high-load", "far-remote", "many-groups-large-batch"}
 
+// serverCost is every simulated server's cost model.
+var serverCost = simulator.CostModel{
+	BlockTokens: 16, CacheBlocks: 1024,
+	Base: 5 * time.Millisecond, PrefillPerToken: 400 * time.Microsecond, DecodePerToken: 6 * time.Millisecond,
+	OutputTokens: 16, StreamChunkTokens: 4,
+}
+
 func defaultConfig(profile string) config {
 	c := config{
 		Profile: "full",
 		// Two interleaved runs of 18 s per policy keep the 7 workloads'
 		// 60 runs, the data path's 4 starts and the ClusterSet's start
-		// within about 22 minutes on 2 cores. The trade-off: 60 to 360
-		// requests a run, caches that start cold each run (conversations
-		// reach their later turns only in the second half of a run, so the
-		// hit ratios are below a long run's steady state for every
-		// policy alike), and a p99 that is the 2nd to 7th slowest request
-		// of the two runs: differences of a few percent between policies
-		// are within the noise. MCI_BENCH_ROUTING_DURATION=60s gives
-		// steadier figures in about an hour.
-		RunDuration:    18 * time.Second,
-		Repetitions:    2,
-		Warmup:         true,
-		RequestTimeout: 20 * time.Second,
-		Cost: simulator.CostModel{
-			BlockTokens: 16, CacheBlocks: 1024,
-			Base: 5 * time.Millisecond, PrefillPerToken: 400 * time.Microsecond, DecodePerToken: 6 * time.Millisecond,
-			OutputTokens: 16, StreamChunkTokens: 4,
-		},
+		// within about 22 minutes on 2 cores, and the 10 held-out
+		// workloads' 80 runs within about 30 more. The trade-off: 60 to
+		// 460 requests a run, caches that start cold each run
+		// (conversations reach their later turns only in the second half
+		// of a run, so the hit ratios are below a long run's steady state
+		// for every policy alike), and a p99 that is the 2nd to 9th
+		// slowest request of the two runs: differences of a few percent
+		// between policies are within the noise.
+		// MCI_BENCH_ROUTING_DURATION=60s gives steadier figures in about
+		// three hours.
+		RunDuration:     18 * time.Second,
+		Repetitions:     2,
+		Warmup:          true,
+		RequestTimeout:  20 * time.Second,
+		Cost:            serverCost,
 		RemoteRoundTrip: 20 * time.Millisecond,
 		FarRoundTrip:    50 * time.Millisecond,
-		Workloads:       familyOrder,
 		Policies:        familyPolicies,
 		SampleEvery:     100 * time.Millisecond,
 		LoopbackBlock:   221,
 	}
-	if profile == "smoke" {
-		// Two workloads on the same servers (no restart), seconds per
-		// policy, the replica case included: the shape and sanity of the
-		// results, not the targets.
-		c.Profile = "smoke"
-		c.RunDuration = 4 * time.Second
-		c.Repetitions = 1
-		c.Warmup = false
-		c.RequestTimeout = 10 * time.Second
-		c.Workloads = []string{"issue-23", workloadNoPrefix}
+	if profile != "smoke" {
+		// The family, then the held-out workloads.
+		c.Workloads = append(slices.Clone(familyOrder), heldOutOrder()...)
+		return c
 	}
+	// Two workloads of the family and a held-out one, all on the same
+	// servers (no restart), seconds per policy, the replica case included:
+	// the shape and sanity of the results and the held-out table, not the
+	// targets.
+	c.Profile = "smoke"
+	c.RunDuration = 4 * time.Second
+	c.Repetitions = 1
+	c.Warmup = false
+	c.RequestTimeout = 10 * time.Second
+	c.Workloads = []string{"issue-23", workloadNoPrefix, smokeHeldOut()}
 	return c
 }
 
@@ -259,8 +268,9 @@ func loadConfig() (config, error) {
 	if v := os.Getenv("MCI_BENCH_ROUTING_WORKLOADS"); v != "" {
 		c.Workloads = splitList(v, ",")
 		for _, w := range c.Workloads {
-			if _, ok := family[w]; !ok {
-				errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_WORKLOADS: unknown workload %q (want some of %s)", w, strings.Join(familyOrder, ", ")))
+			if _, ok := specOf(w); !ok {
+				errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_WORKLOADS: unknown workload %q (want some of %s, %s<seed> of the held-out seeds %v or %s<seed> of the tuning seeds %v)",
+					w, strings.Join(familyOrder, ", "), heldOutPrefix, heldOutSeeds, tuningPrefix, tuningSeeds))
 			}
 		}
 	}

@@ -78,7 +78,7 @@ func BenchmarkRouting(b *testing.B) {
 	defer func() {
 		res.LoadAverage[1] = loadAverage()
 		if res.Summary == nil { // the run stopped early: what it measured
-			res.Summary = summarizeFamily(res)
+			res.Summary, res.HeldOut = summarizeFamily(res), summarizeHeldOut(res)
 		}
 		res.Failed = b.Failed()
 		res.Elapsed = time.Since(started).Round(time.Second).String()
@@ -91,7 +91,7 @@ func BenchmarkRouting(b *testing.B) {
 	e := startEnv(b, cfg)
 	ctx := context.Background()
 	for _, name := range cfg.Workloads {
-		w := family[name]
+		w, _ := specOf(name)
 		require.NoError(b, e.useServers(ctx, w), "workload %s", name)
 		prof, capacity, err := calibrated(cfg, w)
 		require.NoError(b, err)
@@ -126,6 +126,7 @@ func BenchmarkRouting(b *testing.B) {
 		}
 	}
 	res.Summary = summarizeFamily(res)
+	res.HeldOut = summarizeHeldOut(res)
 	checkSane(b, res)
 }
 

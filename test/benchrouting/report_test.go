@@ -80,7 +80,11 @@ type results struct {
 	Config      config                     `json:"config"`
 	Workloads   map[string]*workloadResult `json:"workloads"`
 	Summary     []policySummary            `json:"summary"`
-	Failed      bool                       `json:"failed"`
+	// HeldOut is the held-out workloads against the hub configuration
+	// and the oracle, and the worst of them; nil when none ran with
+	// those three policies.
+	HeldOut *heldOutSummary `json:"held_out,omitempty"`
+	Failed  bool            `json:"failed"`
 }
 
 // summarize computes a policy's result from its runs (its repetitions).
@@ -245,6 +249,7 @@ func (r *results) markdown() string {
 	fmt.Fprintf(&b, "Routing quality, the workload family: run %s, profile %s, %s in all, %s per policy and repetition, %d repetitions interleaved; load average %s at the start and %s at the end.\n\n",
 		r.Started.Format(time.RFC3339), r.Profile, r.Elapsed, r.Config.RunDuration, r.Config.Repetitions, r.LoadAverage[0], r.LoadAverage[1])
 	b.WriteString(summaryMarkdown(r.Summary))
+	b.WriteString(r.HeldOut.markdown())
 	for _, name := range r.Config.Workloads {
 		w := r.Workloads[name]
 		if w == nil {

@@ -236,14 +236,14 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{"full by default: the whole family", nil, func(t *testing.T, c config) {
 			assert.Equal(t, "full", c.Profile)
-			assert.Equal(t, familyOrder, c.Workloads)
+			assert.Equal(t, append(slices.Clone(familyOrder), heldOutOrder()...), c.Workloads, "the family, then the held-out workloads")
 			assert.True(t, c.Warmup, "each workload warms the sidecar up before its measured runs")
 			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle"}, c.Policies)
 			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle", "MetricsBased"}, c.policiesOf(family[workloadSaturated]))
 			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle", "ClusterOracle", "PrefixAffinity@3"}, c.policiesOf(family["issue-23"]))
 		}, ""},
 		{"smoke: two workloads on the same servers, the replica case included", map[string]string{"MCI_BENCH_PROFILE": "smoke"}, func(t *testing.T, c config) {
-			assert.Equal(t, []string{"issue-23", workloadNoPrefix}, c.Workloads)
+			assert.Equal(t, []string{"issue-23", workloadNoPrefix, smokeHeldOut()}, c.Workloads)
 			assert.Equal(t, 1, c.Repetitions)
 			assert.False(t, c.Warmup)
 			assert.Contains(t, c.policiesOf(family["issue-23"]), "PrefixAffinity@3")
@@ -266,6 +266,10 @@ func TestLoadConfig(t *testing.T) {
 		{"bad repetitions", map[string]string{"MCI_BENCH_ROUTING_REPETITIONS": "0"}, nil, "REPETITIONS"},
 		{"bad warm-up", map[string]string{"MCI_BENCH_ROUTING_WARMUP": "sometimes"}, nil, "MCI_BENCH_ROUTING_WARMUP"},
 		{"unknown workload", map[string]string{"MCI_BENCH_ROUTING_WORKLOADS": "chaos"}, nil, `unknown workload "chaos"`},
+		{"drawn workloads by their seeds", map[string]string{"MCI_BENCH_ROUTING_WORKLOADS": "tuning-1,held-out-9101"}, func(t *testing.T, c config) {
+			assert.Equal(t, []string{"tuning-1", "held-out-9101"}, c.Workloads)
+		}, ""},
+		{"a seed of neither list", map[string]string{"MCI_BENCH_ROUTING_WORKLOADS": "held-out-1"}, nil, `unknown workload "held-out-1"`},
 		{"bad replicas", map[string]string{"MCI_BENCH_ROUTING_POLICIES": "PrefixAffinity@9"}, nil, "1 to 3 replicas"},
 	}
 	for _, tt := range tests {

@@ -39,11 +39,13 @@ func Capacity(reqs []Request, c Cost, slots int) float64 {
 
 // Calibrate sets p's rate so that its workload loads slots batch places to
 // load (0.7: 70%) of their capacity, and returns the profile and that
-// capacity. The requests' lengths depend a little on the rate (more
+// capacity. A load past 1 (up to 2) offers more than the servers complete
+// without cache hits: past their saturation for a routing that reuses
+// nothing. The requests' lengths depend a little on the rate (more
 // arrivals, longer conversations), so it iterates to a fixed point.
 func Calibrate(p Profile, c Cost, slots int, load float64) (Profile, float64, error) {
-	if !(load > 0 && load <= 1) {
-		return p, 0, fmt.Errorf("workload: load %v is not in (0, 1]", load)
+	if !(load > 0 && load <= 2) {
+		return p, 0, fmt.Errorf("workload: load %v is not in (0, 2]", load)
 	}
 	if p.Rate <= 0 {
 		p.Rate = 1

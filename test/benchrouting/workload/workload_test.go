@@ -138,6 +138,14 @@ func TestCapacity(t *testing.T) {
 	assert.InDelta(t, capacity, Capacity(got, c, 12), capacity*0.05)
 	_, _, err = Calibrate(profile(), c, 12, 0)
 	assert.Error(t, err)
+	_, _, err = Calibrate(profile(), c, 12, 2.5)
+	assert.Error(t, err, "more than twice the capacity")
+
+	p, _, err = Calibrate(profile(), c, 12, 1.2)
+	require.NoError(t, err, "past saturation")
+	got, err = Generate(p)
+	require.NoError(t, err)
+	assert.InDelta(t, 1.2, p.Rate/Capacity(got, c, 12), 0.06, "the rate passes the capacity by 20%%")
 }
 
 // A salt makes the one-shot requests of two runs share nothing, and
@@ -164,4 +172,12 @@ func TestOneShotSalt(t *testing.T) {
 		assert.Equal(t, len(strings.Fields(a[i].Messages[0].Content)), len(strings.Fields(b[i].Messages[0].Content)))
 	}
 	assert.Positive(t, oneShots)
+}
+
+func TestWordsCountsAsFields(t *testing.T) {
+	for _, s := range []string{"", " ", "one", " two  words ", "tabs\tand\nnewlines\u00a0and a no-break space", "sys0-0 sys0-1 sys0-2", "ünï cödé"} {
+		assert.Equal(t, len(strings.Fields(s)), words(s), "%q", s)
+	}
+	assert.Equal(t, "p0 p1 p2", text("p", 3))
+	assert.Empty(t, text("p", 0))
 }

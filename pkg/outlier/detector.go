@@ -26,8 +26,9 @@ const (
 	// Error5xx: a 5xx response that is not a gateway failure (500, 501,
 	// 505...).
 	Error5xx
-	// GatewayFailure: 502, 503 or 504, an EPP that failed or refused the
-	// request, or no first byte within the cluster's bound.
+	// GatewayFailure: 502, 503 or 504 (the gateway's own answers when it
+	// cannot connect, is reset or times out), or no first byte within the
+	// cluster's bound.
 	GatewayFailure
 )
 

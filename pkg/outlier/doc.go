@@ -7,8 +7,8 @@
 // it.
 //
 // A Detector learns the result of each request a cluster took (Record): a
-// success, a 5xx answer, or a gateway failure (502, 503, 504, an EPP that
-// failed or refused, no first byte within the cluster's bound). It ejects
+// success, a 5xx answer, or a gateway failure (502, 503, 504, no first
+// byte within the cluster's bound). It ejects
 // the cluster on
 //
 //   - Consecutive5xx failures in a row (any 5xx and gateway failure),

@@ -42,7 +42,7 @@ func (m *Metrics) outlierMetrics() []prometheus.Collector {
 		}, []string{"pool", "cluster"}),
 		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mci_sidecar_outlier_ejections_total",
-			Help: "Ejections of a cluster by outlier detection, by reason: consecutive_5xx, consecutive_gateway_failure (502, 503, 504, an EPP that failed or refused, no first byte within the bound), success_rate (well below the pool's other clusters'), failed_probe (the first request after an ejection failed).",
+			Help: "Ejections of a cluster by outlier detection, by reason: consecutive_5xx, consecutive_gateway_failure (502, 503, 504, no first byte within the bound), success_rate (well below the pool's other clusters'), failed_probe (the first request after an ejection failed).",
 		}, []string{"reason"}),
 		overflows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mci_sidecar_outlier_ejections_withheld_total",
@@ -61,9 +61,13 @@ func (m *Metrics) outlierMetrics() []prometheus.Collector {
 }
 
 // outlierWatch is the sidecar's outlier detection: it learns what became
-// of each request a cluster took, takes the clusters it ejects out of the
-// choice (ejectingState), and says each change once, in a log line and
-// the metrics.
+// of each request a cluster took (the status of its response, or no first
+// byte within the cluster's bound), takes the clusters it ejects out of
+// the choice (ejectingState), and says each change once, in a log line
+// and the metrics. What a cluster's EPP does (failing, refusing) is not
+// its business: passive health takes a failed EPP out until its next good
+// probe, and the health checks bring it back within about a second, which
+// an ejection would hold back.
 type outlierWatch struct {
 	det     *outlier.Detector
 	clock   clock.WithDelayedExecution
@@ -131,20 +135,6 @@ func (w *outlierWatch) retain(t *routetable.Table) {
 		}
 		return keep[k]
 	})
-}
-
-// failed notes that c's EPP failed or refused (503) a request.
-func (w *outlierWatch) failed(c *routetable.Cluster) {
-	if w != nil {
-		w.det.Record(outlierKey(c), outlier.GatewayFailure, w.clock.Now())
-	}
-}
-
-// refused notes that c's EPP answered code itself: a 5xx counts.
-func (w *outlierWatch) refused(c *routetable.Cluster, code int) {
-	if w != nil && code >= 500 {
-		w.det.Record(outlierKey(c), outlier.ResultOfStatus(code), w.clock.Now())
-	}
 }
 
 // routed starts following a request c took, until its first byte.

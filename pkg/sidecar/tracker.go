@@ -163,7 +163,6 @@ func (t *tracker) routed(c *routetable.Cluster, outcome string, sent time.Time, 
 // which goes to the gateway: an error of c when it is 429 or 5xx.
 func (t *tracker) refused(c *routetable.Cluster, code int) {
 	t.cluster, t.outcome, t.code = c.Name, OutcomeRefused, code
-	t.outliers.refused(c, code)
 	if t.d.needs.Observed {
 		t.mem.Observed.Finished(t.d.req.Scope, c.Name, code >= 500 || code == http.StatusTooManyRequests)
 	}
@@ -179,10 +178,6 @@ func (t *tracker) failed(ctx context.Context, c *routetable.Cluster, err error) 
 	if ctx.Err() != nil {
 		return
 	}
-	// A refusal (503: the EPP's pool has no endpoint) fails the
-	// cluster for outlier detection as a failed stream does, a gateway
-	// failure, though not its EPP's health.
-	t.outliers.failed(c)
 	var r *refusal
 	if !errors.As(err, &r) {
 		t.metrics.eppFailure(c.Name)

@@ -157,7 +157,9 @@ type Detector struct {
 	fb     FirstByteConfig
 	notify func(Event)
 
-	mu    sync.Mutex
+	// mu guards pools and their members; Ejected, on every candidate of
+	// every request, reads a cluster in the choice under its read lock.
+	mu    sync.RWMutex
 	pools map[string]*pool
 }
 
@@ -204,19 +206,31 @@ func (d *Detector) member(k Key, now time.Time) (*pool, *member) {
 	return p, m
 }
 
-// Ejected says whether k is out of the choice of new requests at now:
+// Ejected says whether k is out of the choice of new requests at now():
 // ejected, or eligible again with its probe in flight. It makes k one of
-// its pool's clusters.
-func (d *Detector) Ejected(k Key, now time.Time) bool {
+// its pool's clusters. now is called only for a cluster ejected lately:
+// the time costs more than the look-up that says a cluster is in.
+func (d *Detector) Ejected(k Key, now func() time.Time) bool {
+	d.mu.RLock()
+	in := false
+	if p := d.pools[k.Pool]; p != nil {
+		m := p.members[k.Cluster]
+		in = m != nil && m.ejectedUntil.IsZero()
+	}
+	d.mu.RUnlock()
+	if in {
+		return false
+	}
+	at := now()
 	var ev []Event
 	defer func() { d.tell(ev) }()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	_, m := d.member(k, now)
+	_, m := d.member(k, at)
 	if m.ejectedUntil.IsZero() {
 		return false
 	}
-	if now.Before(m.ejectedUntil) {
+	if at.Before(m.ejectedUntil) {
 		return true
 	}
 	if !m.probing {

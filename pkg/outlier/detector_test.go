@@ -10,6 +10,9 @@ import (
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// at is a clock stopped at t.
+func at(t time.Time) func() time.Time { return func() time.Time { return t } }
+
 // step is one thing that happens to a cluster of pool "p" at an offset
 // from epoch: a result, a request sent, a request ended without result.
 type step struct {
@@ -23,7 +26,7 @@ type step struct {
 func run(t *testing.T, d *Detector, clusters []string, steps []step) {
 	t.Helper()
 	for _, c := range clusters {
-		require.False(t, d.Ejected(Key{"p", c}, epoch), "%s starts in", c)
+		require.False(t, d.Ejected(Key{"p", c}, at(epoch)), "%s starts in", c)
 	}
 	for _, s := range steps {
 		k, now := Key{"p", s.cluster}, epoch.Add(s.at)
@@ -36,7 +39,7 @@ func run(t *testing.T, d *Detector, clusters []string, steps []step) {
 			case "gw":
 				d.Record(k, GatewayFailure, now)
 			case "sent":
-				d.Ejected(k, now)
+				d.Ejected(k, at(now))
 				d.Sent(k, now)
 			case "none":
 				d.NoResult(k)
@@ -259,7 +262,7 @@ func TestDetector(t *testing.T) {
 			assert.Equal(t, tt.wantEvents, describe(events))
 			var out []string
 			for _, c := range tt.clusters {
-				if d.Ejected(Key{"p", c}, epoch.Add(tt.checkAt)) {
+				if d.Ejected(Key{"p", c}, at(epoch.Add(tt.checkAt))) {
 					out = append(out, c)
 				}
 			}
@@ -350,7 +353,7 @@ func repeat(d time.Duration, n int) []time.Duration {
 func TestRetainForgetsClusters(t *testing.T) {
 	d := New(DefaultConfig(), DefaultFirstByteConfig(), nil)
 	run(t, d, []string{"a", "b"}, []step{{cluster: "a", what: "5xx", times: 5}})
-	require.True(t, d.Ejected(Key{"p", "a"}, epoch))
+	require.True(t, d.Ejected(Key{"p", "a"}, at(epoch)))
 	d.Retain(func(k Key) bool { return k.Cluster == "b" })
-	assert.False(t, d.Ejected(Key{"p", "a"}, epoch), "a cluster that left and came back starts afresh")
+	assert.False(t, d.Ejected(Key{"p", "a"}, at(epoch)), "a cluster that left and came back starts afresh")
 }

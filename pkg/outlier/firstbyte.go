@@ -93,8 +93,8 @@ func (d *Detector) FirstByte(k Key, took time.Duration, now time.Time) {
 
 // FirstByteBound is how long a request to k may wait for its first byte.
 func (d *Detector) FirstByteBound(k Key) time.Duration {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.mu.RLock()
+	defer d.mu.RUnlock()
 	if p := d.pools[k.Pool]; p != nil {
 		if m := p.members[k.Cluster]; m != nil && m.firstBytes.bound > 0 {
 			return m.firstBytes.bound

@@ -71,6 +71,7 @@ func (m *Metrics) outlierMetrics() []prometheus.Collector {
 type outlierWatch struct {
 	det     *outlier.Detector
 	clock   clock.WithDelayedExecution
+	now     func() time.Time
 	bounded bool
 	metrics *Metrics
 	logger  logr.Logger
@@ -85,6 +86,7 @@ func newOutlierWatch(cfg *OutlierConfig, metrics *Metrics, logger logr.Logger) *
 	if w.clock == nil {
 		w.clock = clock.RealClock{}
 	}
+	w.now = w.clock.Now
 	w.det = outlier.New(cfg.Detection, cfg.FirstByte, w.changed)
 	return w
 }
@@ -232,7 +234,7 @@ type ejectingState struct {
 }
 
 func (s ejectingState) Health(c *routetable.Cluster) Health {
-	if s.w.det.Ejected(outlierKey(c), s.w.clock.Now()) {
+	if s.w.det.Ejected(outlierKey(c), s.w.now) {
 		return clusterscore.HealthEjected
 	}
 	return s.State.Health(c)

@@ -17,10 +17,11 @@ const (
 	DroppedWeight
 	DroppedModel
 	DroppedSaturated
+	DroppedEjected
 	numVerdicts
 )
 
-var verdictNames = [numVerdicts]string{"kept", "not-serving", "not-ready", "no-ready-pods", "weight-0", "no-model", "saturated"}
+var verdictNames = [numVerdicts]string{"kept", "not-serving", "not-ready", "no-ready-pods", "weight-0", "no-model", "saturated", "ejected"}
 
 func (v Verdict) String() string {
 	if v < numVerdicts {

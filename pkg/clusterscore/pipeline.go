@@ -194,6 +194,8 @@ func (p *Pipeline) classify(c *Candidate, now time.Time, s *slot) {
 	saturated := measured && (s.load.WaitingQueue > p.thresholds.SheddableQueueThreshold ||
 		s.load.KVCacheUsage > p.thresholds.SheddableKVCacheThreshold)
 	switch {
+	case c.Health == HealthEjected:
+		s.verdict = DroppedEjected
 	case p.has[FilterHealth] && c.Health == HealthNotServing:
 		s.verdict = DroppedNotServing
 	case p.has[FilterReady] && c.NotReady:
@@ -264,7 +266,7 @@ func (p *Pipeline) localLeads(cands []Candidate) bool {
 		return false
 	}
 	for i := range cands {
-		if cands[i].Local && cands[i].Health != HealthNotServing {
+		if cands[i].Local && cands[i].Health != HealthNotServing && cands[i].Health != HealthEjected {
 			return true
 		}
 	}
@@ -281,7 +283,7 @@ func (p *Pipeline) localFirst(cands []Candidate, order []int, start int) []int {
 	if i := slices.Index(order[start:], local); i >= 0 {
 		order = slices.Delete(order, start+i, start+i+1)
 	}
-	if cands[local].Health == HealthNotServing || cands[local].ModelUnavailable {
+	if cands[local].Health == HealthNotServing || cands[local].Health == HealthEjected || cands[local].ModelUnavailable {
 		return order
 	}
 	return slices.Insert(order, start, local)

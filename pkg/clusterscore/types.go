@@ -19,6 +19,11 @@ const (
 	// HealthNotServing: the EPP answered anything else, did not answer,
 	// or a stream to it just failed.
 	HealthNotServing
+	// HealthEjected: the sidecar's outlier detection (pkg/outlier) took
+	// the cluster out, its responses having failed. Every configuration
+	// drops it, whatever its filters: an ejection is the sidecar's own
+	// measure of the responses, which no policy asks to ignore.
+	HealthEjected
 )
 
 func (h Health) String() string {
@@ -27,6 +32,8 @@ func (h Health) String() string {
 		return "Serving"
 	case HealthNotServing:
 		return "NotServing"
+	case HealthEjected:
+		return "Ejected"
 	default:
 		return "Unknown"
 	}

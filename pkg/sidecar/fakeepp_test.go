@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 )
 
 // What a fake EPP does with a request.
@@ -49,8 +50,11 @@ type fakeEPP struct {
 	name, dest string
 	mode       atomic.Int32
 	calls      atomic.Int64
-	addr       string
-	srv        *grpc.Server
+	// rewriteModel, when set, is the model its answers rewrite the
+	// body's to: its exporter's model rewrite.
+	rewriteModel atomic.Pointer[string]
+	addr         string
+	srv          *grpc.Server
 
 	mu       sync.Mutex
 	subsets  []bool // whether each request carried a subset hint
@@ -222,7 +226,15 @@ func (f *fakeEPP) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 		extproc.SetHeader(extproc.DestinationEndpointHeader, f.dest),
 		extproc.SetHeader("x-picked-by", f.name),
 	}}
-	if err := extproc.SendAll(stream, req.Forward(mutation, extproc.DestinationMetadata(f.dest), req.Body)); err != nil {
+	body := req.Body
+	if model := f.rewriteModel.Load(); model != nil {
+		parsed, err := requestmodel.ParseBody(body)
+		if err != nil {
+			return err
+		}
+		body = parsed.WithModel(*model)
+	}
+	if err := extproc.SendAll(stream, req.Forward(mutation, extproc.DestinationMetadata(f.dest), body)); err != nil {
 		return err
 	}
 	return f.respond(stream, req)

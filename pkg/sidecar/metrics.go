@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -77,6 +78,8 @@ type Metrics struct {
 	// per label set rather than hashed again each time. (No series of
 	// either is ever deleted, so a child kept is never stale.)
 	requestCounts, responseCounts sync.Map
+	// outlier: outlier detection's ejections and first-byte timeouts.
+	outlier outlierMetrics
 	// watches follows the informers the routing table is built from:
 	// mci_sidecar_watch_reachable and mci_sidecar_watch_failures_total.
 	watches *informerhealth.Tracker
@@ -141,7 +144,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg: reg,
 	}
 	m.watches = informerhealth.NewTracker("mci_sidecar")
-	reg.MustRegister(append(m.remoteMetrics(), m.scoringMetrics()...)...)
+	reg.MustRegister(slices.Concat(m.remoteMetrics(), m.scoringMetrics(), m.outlierMetrics())...)
 	reg.MustRegister(m.requests, m.eppFailures, m.responses, m.lateBody, m.pickDuration, m.answer, m.streams, m.eppStreams, m.generation, m.tableErrors, m.refusals, m.buildTime, m.watches)
 	return m
 }

@@ -81,6 +81,9 @@ type ServerConfig struct {
 	// defaults.
 	MaxStreams           int64
 	MaxInflightBodyBytes int64
+	// Outlier configures outlier detection: clusters whose responses fail
+	// are taken out of the choice of new requests for a while. nil: none.
+	Outlier *OutlierConfig
 }
 
 // withDefaults fills the zero fields with their defaults.
@@ -167,13 +170,20 @@ type Server struct {
 func newServer(router *routetable.Router, clusters Clusters, relay *relayer, cfg ServerConfig, metrics *Metrics, logger logr.Logger) *Server {
 	cfg = cfg.withDefaults()
 	policies := NewPolicySet(cfg.Scheduling, clusterscore.NewMemory(cfg.Memory), cfg.Session)
+	outliers := newOutlierWatch(cfg.Outlier, metrics, logger)
+	var state State = clusters
+	if outliers != nil {
+		state = ejectingState{State: clusters, w: outliers}
+	}
+	obs := newObservers(policies.Memory(), clusters, metrics, logger)
+	obs.outliers = outliers
 	return &Server{
 		router:    router,
-		decider:   decider{policies: policies, state: clusters},
+		decider:   decider{policies: policies, state: state},
 		relay:     relay,
 		remote:    newRemoteAnswers(cfg.RemoteDestinations, cfg.StrippedHeaders, cfg.ForwardedMetadataNamespaces, metrics, logger),
 		admit:     newAdmission(cfg.MaxStreams, cfg.MaxInflightBodyBytes, metrics, logger),
-		obs:       newObservers(policies.Memory(), clusters, metrics, logger),
+		obs:       obs,
 		metrics:   metrics,
 		maxBody:   cfg.MaxRequestBodyBytes,
 		logger:    logger,
@@ -196,6 +206,7 @@ func (s *Server) Close() {
 func (s *Server) Retain(t *routetable.Table) {
 	s.policies.Retain(t)
 	s.obs.retain(t)
+	s.obs.outliers.retain(t)
 	keep := map[string]bool{}
 	for _, c := range t.Clusters() {
 		if c.EPP != "" {

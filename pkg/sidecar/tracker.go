@@ -36,10 +36,12 @@ var takeoverLog = statelog.Rule{Interval: time.Minute, Repeat: true}
 
 // observers are what learns what becomes of the requests, shared by their
 // trackers: the policies' memory (Memory.Served, clusterscore.Observer),
-// passive health (FailureRecorder), the metrics and the logs.
+// passive health (FailureRecorder), outlier detection (nil: none), the
+// metrics and the logs.
 type observers struct {
 	mem      *clusterscore.Memory
 	failures FailureRecorder
+	outliers *outlierWatch
 	metrics  *Metrics
 	logger   logr.Logger
 	// prompts are the reasons of unparseable prompts, by backend, logged
@@ -121,7 +123,8 @@ type tracker struct {
 	live        *eppStream
 	liveCluster *routetable.Cluster
 	// took observes the attempt of the cluster that took the request (nil
-	// when the policy observes nothing or none took it).
+	// when neither the policy nor outlier detection observes anything, or
+	// none took it).
 	took *attempt
 }
 
@@ -148,8 +151,11 @@ func (t *tracker) routed(c *routetable.Cluster, outcome string, sent time.Time, 
 	if t.d.req.Blocks != nil || t.d.req.Session != "" {
 		t.mem.Served(&t.d.req, c.Name)
 	}
-	if t.d.needs.Observed {
-		t.took = &attempt{obs: t.mem.Observed, scope: t.d.req.Scope, cluster: c.Name, started: sent, answered: time.Now()}
+	if t.d.needs.Observed || t.outliers != nil {
+		t.took = &attempt{scope: t.d.req.Scope, cluster: c.Name, started: sent, answered: time.Now(), out: t.outliers.routed(c)}
+		if t.d.needs.Observed {
+			t.took.obs = t.mem.Observed
+		}
 	}
 }
 
@@ -264,13 +270,15 @@ func (t *tracker) finish(failed bool) {
 }
 
 // attempt is the observation of the request sent to the cluster that
-// answered it (clusterscore.Observer): started when the request was sent
-// to its EPP, answered when the EPP answered; its first byte is the
-// response headers coming back through the response phase, or, when the
-// gateway's stream ends without any (the gateway does not send the
-// response phase), the EPP's answer.
+// answered it (clusterscore.Observer, nil when the policy observes
+// nothing): started when the request was sent to its EPP, answered when
+// the EPP answered; its first byte is the response headers coming back
+// through the response phase, or, when the gateway's stream ends without
+// any (the gateway does not send the response phase), the EPP's answer.
+// out follows it for outlier detection (nil: none).
 type attempt struct {
 	obs      *clusterscore.Observer
+	out      *outlierRequest
 	scope    string
 	cluster  string
 	started  time.Time
@@ -290,8 +298,18 @@ func (at *attempt) responseHeaders(h *extprocv3.HttpHeaders) {
 		return
 	}
 	at.firstByte = true
+	code, err := strconv.Atoi(extproc.HeaderValue(findHeader(h.GetHeaders(), ":status")))
+	if err != nil || code < 100 || code > 999 {
+		code = 0
+	}
+	if at.out != nil {
+		at.out.firstByte(code)
+	}
+	if at.obs == nil {
+		return
+	}
 	at.obs.FirstByte(at.scope, at.cluster, time.Since(at.started))
-	if code := extproc.HeaderValue(findHeader(h.GetHeaders(), ":status")); len(code) == 3 && code[0] == '5' {
+	if code >= 500 {
 		at.failed = true
 	}
 }
@@ -300,6 +318,12 @@ func (at *attempt) responseHeaders(h *extprocv3.HttpHeaders) {
 func (at *attempt) finish(failed bool) {
 	at.mu.Lock()
 	defer at.mu.Unlock()
+	if at.out != nil {
+		at.out.end()
+	}
+	if at.obs == nil {
+		return
+	}
 	if !at.firstByte {
 		at.obs.FirstByte(at.scope, at.cluster, at.answered.Sub(at.started))
 	}

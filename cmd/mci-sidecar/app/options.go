@@ -95,6 +95,8 @@ type Options struct {
 	RemoteEPPForwardedMetadata []string
 	MaxStreams                 int64
 	MaxInflightBodyBytes       int64
+
+	Outlier OutlierOptions
 }
 
 // NewOptions returns the defaults: the ports of the Endpoint Picker
@@ -126,6 +128,7 @@ func NewOptions() *Options {
 		PrefixIndexBlocks:    clusterscore.DefaultMemoryOptions().PrefixBlocks,
 		MaxStreams:           sidecar.DefaultMaxStreams,
 		MaxInflightBodyBytes: sidecar.DefaultMaxInflightBodyBytes,
+		Outlier:              NewOutlierOptions(),
 	}
 }
 
@@ -206,6 +209,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.StringSliceVar(&o.RemoteEPPForwardedMetadata, "remote-epp-forwarded-metadata-namespaces", o.RemoteEPPForwardedMetadata, "Filter metadata namespaces of the gateway's metadata_context that a remote cluster's EPP gets (comma-separated). Default: none; a remote EPP gets of it only the endpoint that served the request, which the EPP protocol reports in the response phase. "+extproc.SubsetHintNamespace+", which names this cluster's endpoints, is refused.")
 	fs.Int64Var(&o.MaxStreams, "max-streams", o.MaxStreams, "Most ext_proc streams of the gateway served at once (also each connection's HTTP/2 MAX_CONCURRENT_STREAMS); beyond it a stream is answered 503 and counted in mci_sidecar_admission_refused_total. The default suits the chart's 512Mi memory limit.")
 	fs.Int64Var(&o.MaxInflightBodyBytes, "max-inflight-body-bytes", o.MaxInflightBodyBytes, "Most request body bytes buffered at once across streams, each counted twice (the body read whole and the messages kept to replay it to the next cluster); a body that would pass it is answered 503 and counted in mci_sidecar_admission_refused_total. The default (256Mi) suits the chart's 512Mi memory limit.")
+	o.Outlier.AddFlags(fs)
 	version.AddFlag(cmd)
 	return cmd
 }
@@ -304,6 +308,9 @@ func (o *Options) Validate() error {
 	}
 	if o.SessionTTL <= 0 || o.MaxSessions <= 0 || o.PrefixIndexBlocks <= 0 {
 		errs = append(errs, errors.New("--session-ttl, --max-sessions and --prefix-index-blocks must be positive"))
+	}
+	if err := o.Outlier.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return utilerrors.NewAggregate(errs)
 }
@@ -416,6 +423,7 @@ func (o *Options) Config() (sidecar.Config, error) {
 			ForwardedMetadataNamespaces: o.RemoteEPPForwardedMetadata,
 			MaxStreams:                  o.MaxStreams,
 			MaxInflightBodyBytes:        o.MaxInflightBodyBytes,
+			Outlier:                     o.Outlier.Config(),
 		},
 		HealthInterval:         o.HealthInterval,
 		HealthTimeout:          o.HealthTimeout,

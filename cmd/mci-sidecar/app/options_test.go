@@ -20,6 +20,7 @@ import (
 	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/outlier"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar"
 )
@@ -196,6 +197,35 @@ func TestOptions(t *testing.T) {
 				}, cfg.Server.RemoteDestinations)
 			},
 		},
+		{
+			name: "outlier detection is on by default, with the defaults that meet the error-sink targets",
+			check: func(t *testing.T, cfg sidecar.Config) {
+				require.NotNil(t, cfg.Server.Outlier)
+				assert.Equal(t, outlier.DefaultConfig(), cfg.Server.Outlier.Detection)
+				assert.Equal(t, outlier.DefaultFirstByteConfig(), cfg.Server.Outlier.FirstByte)
+			},
+		},
+		{
+			name: "outlier flags reach the configuration",
+			args: []string{"--outlier-consecutive-5xx=7", "--outlier-base-ejection-time=10s", "--outlier-max-ejection-time=1m", "--outlier-max-ejection-percent=34", "--outlier-first-byte-floor=2s", "--outlier-first-byte-ceiling=0"},
+			check: func(t *testing.T, cfg sidecar.Config) {
+				o := cfg.Server.Outlier
+				require.NotNil(t, o)
+				assert.Equal(t, 7, o.Detection.Consecutive5xx)
+				assert.Equal(t, 10*time.Second, o.Detection.BaseEjectionTime)
+				assert.Equal(t, time.Minute, o.Detection.MaxEjectionTime)
+				assert.Equal(t, 34, o.Detection.MaxEjectionPercent)
+				assert.Equal(t, 2*time.Second, o.FirstByte.Floor)
+				assert.Zero(t, o.FirstByte.Ceiling, "no first-byte bound")
+			},
+		},
+		{
+			name:  "outlier detection turned off",
+			args:  []string{"--outlier-detection=false"},
+			check: func(t *testing.T, cfg sidecar.Config) { assert.Nil(t, cfg.Server.Outlier) },
+		},
+		{name: "a maximum ejection time below the base is refused", args: []string{"--outlier-base-ejection-time=30s"}, wantErr: "--outlier-*: base ejection time 30s must be positive and at most the maximum 20s"},
+		{name: "a first-byte ceiling below the floor is refused", args: []string{"--outlier-first-byte-ceiling=500ms"}, wantErr: "--outlier-first-byte-*: first-byte floor 1s must be positive and at most the ceiling 500ms"},
 		{name: "a range that does not parse is refused, naming its flag", args: []string{"--cluster-cidr=10.244.0.0"}, wantErr: `--cluster-cidr: netip.ParsePrefix("10.244.0.0"): no '/'`},
 		{name: "forwarding the subset hint to remote EPPs is refused", args: []string{"--remote-epp-forwarded-metadata-namespaces=envoy.lb.subset_hint"}, wantErr: "names envoy.lb.subset_hint, which lists this cluster's endpoints"},
 	}

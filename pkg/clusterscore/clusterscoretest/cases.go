@@ -75,6 +75,7 @@ func weightedCases() []Case {
 		Case{Name: "weight 0 is never picked nor tried", Weights: []int64{1, 0, 1}, WantFirst: map[string]int{"a": 150, "c": 150}, WantOrder: []string{"a", "c"}},
 		Case{Name: "health is ignored", Health: map[string]clusterscore.Health{"a": clusterscore.HealthNotServing}, WantFirst: map[string]int{"a": 100, "b": 100, "c": 100}, WantOrder: []string{"a", "b", "c"}},
 		Case{Name: "a backend without clusters has no order", Clusters: []string{}, WantOrder: []string{}},
+		Case{Name: "an ejected cluster is dropped though health is ignored, the others share by weight", Health: map[string]clusterscore.Health{"b": clusterscore.HealthEjected}, Weights: []int64{1, 1, 2}, WantFirst: map[string]int{"a": 100, "c": 200}, WantOrder: []string{"c", "a"}},
 	)
 }
 
@@ -99,6 +100,12 @@ func healthBasedCases() []Case {
 			WantFirst: map[string]int{"": 400},
 			WantOrder: []string{},
 		},
+		Case{
+			Name:      "an ejected cluster is skipped as a not-serving one is, the serving ones sharing its part",
+			Health:    map[string]clusterscore.Health{"a": clusterscore.HealthServing, "b": clusterscore.HealthEjected, "c": clusterscore.HealthServing, "d": clusterscore.HealthServing},
+			WantFirst: map[string]int{"a": 134, "c": 133, "d": 133},
+			WantOrder: []string{"a", "c", "d"},
+		},
 	)
 }
 
@@ -121,6 +128,12 @@ func localFirstCases() []Case {
 			Local:     true,
 			Health:    map[string]clusterscore.Health{"local": clusterscore.HealthNotServing, "a": clusterscore.HealthNotServing, "b": clusterscore.HealthServing},
 			WantOrder: []string{"b"},
+		},
+		Case{
+			Name:      "the remote clusters when the local pool is ejected",
+			Local:     true,
+			Health:    map[string]clusterscore.Health{"local": clusterscore.HealthEjected, "a": clusterscore.HealthServing, "b": clusterscore.HealthServing},
+			WantOrder: []string{"a", "b"},
 		},
 		Case{
 			Name:      "without a local pool it is HealthBased",

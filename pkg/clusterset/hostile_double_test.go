@@ -425,11 +425,19 @@ func TestAHostileMemberDoubleIsFrozenAtItsLimitsAndTheOthersConvergeAsFast(t *te
 		assert.NoError(t, c.Ready(), "a frozen member does not hold readiness")
 	}
 
-	var withoutP99, withP99 time.Duration
-	t.Run("the good member's convergence without the hostile member", func(t *testing.T) {
-		_, poolEvents := start(t, nil)
-		withoutP99 = convergence(t, poolEvents)
-	})
+	// The run without the hostile member is measured before and after the
+	// one beside it, and the slower of the two is the reference: on a
+	// shared machine the load drifts between runs, and what is compared
+	// is the hostile member's cost, not that drift.
+	var withoutP99 []time.Duration
+	without := func(when string) {
+		t.Run("the good member's convergence without the hostile member, "+when, func(t *testing.T) {
+			_, poolEvents := start(t, nil)
+			withoutP99 = append(withoutP99, convergence(t, poolEvents))
+		})
+	}
+	var withP99 time.Duration
+	without("before")
 	t.Run("the good member's convergence beside a member sending 10^5 summaries and 1,000 changes a second", func(t *testing.T) {
 		// Read again every second (FreezeRetry), the double lists 10^5
 		// summaries each time, and its watch sends a thousand changes a
@@ -439,11 +447,15 @@ func TestAHostileMemberDoubleIsFrozenAtItsLimitsAndTheOthersConvergeAsFast(t *te
 		// the limit: the list is not applied.
 		frozenAt(t, c, quotaObjects, true)
 		withP99 = convergence(t, poolEvents)
-		t.Logf("good member's convergence p99: %s without the hostile member, %s beside it", withoutP99, withP99)
+	})
+	without("after")
+	if len(withoutP99) == 2 && withP99 > 0 {
+		reference := slices.Max(withoutP99)
+		t.Logf("good member's convergence p99: %s and %s without the hostile member, %s beside it", withoutP99[0], withoutP99[1], withP99)
 		// Within noise: the double is read again every second
 		// (FreezeRetry), but each read stops at its limit.
-		assert.LessOrEqual(t, withP99, 2*withoutP99+50*time.Millisecond, "the good member converges about as fast beside the hostile member")
-	})
+		assert.LessOrEqual(t, withP99, 2*reference+50*time.Millisecond, "the good member converges about as fast beside the hostile member")
+	}
 
 	for _, tc := range []struct {
 		name    string

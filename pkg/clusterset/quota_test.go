@@ -56,6 +56,21 @@ func TestAMemberPastALimitIsFrozenAtTheFirstOneItExceeds(t *testing.T) {
 			}
 			return "", ""
 		}},
+		{name: "a list that would hold too many objects with the other kinds", want: quotaObjects, send: func(q *quota) (string, string) {
+			q.object(KindNamespace, "a", 1, false)
+			q.object(KindNamespace, "b", 1, false)
+			return q.listing(KindInferencePool, listCount{objects: 2, bytes: 2})
+		}},
+		{name: "a relist replaces what it held of its kind", send: func(q *quota) (string, string) {
+			q.object(KindNamespace, "a", 1, false)
+			q.object(KindInferencePool, "a", 1, false)
+			q.object(KindInferencePool, "b", 1, false)
+			return q.listing(KindInferencePool, listCount{objects: 2, bytes: 2})
+		}},
+		{name: "a list past the bytes", want: quotaBytes, send: func(q *quota) (string, string) {
+			q.object(KindNamespace, "a", 50, false)
+			return q.listing(KindInferencePool, listCount{objects: 1, bytes: 51})
+		}},
 		{name: "too many namespaces", want: quotaNamespaces, send: func(q *quota) (string, string) {
 			return q.namespaceCount(3)
 		}},

@@ -1,9 +1,11 @@
 package clusterset
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -41,6 +43,9 @@ type hostileAnswers struct {
 	namespaces  int
 	// eventsPerSecond changes to summary "s-0" the watch sends, 0: none.
 	eventsPerSecond int
+	// noStreamingList refuses a watch with sendInitialEvents, as a
+	// kube-apiserver that does not stream lists does: the reader lists.
+	noStreamingList bool
 }
 
 // memberDouble is a member that answers, over HTTP, what hostileAnswers
@@ -60,13 +65,20 @@ type memberDouble struct {
 	t       *testing.T
 	answers hostileAnswers
 	sent    atomic.Int64
+	// listed counts the summaries sent in lists' pages.
+	listed atomic.Int64
 }
 
 func newMemberDouble(t *testing.T, answers hostileAnswers) *rest.Config {
+	config, _ := startMemberDouble(t, answers)
+	return config
+}
+
+func startMemberDouble(t *testing.T, answers hostileAnswers) (*rest.Config, *memberDouble) {
 	d := &memberDouble{t: t, answers: answers}
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close)
-	return &rest.Config{Host: srv.URL, QPS: -1}
+	return &rest.Config{Host: srv.URL, QPS: -1}, d
 }
 
 const doubleRV = 1000
@@ -85,7 +97,7 @@ func (d *memberDouble) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/apis/" + gv.String() + "/" + apiExportSummaries.Resource:
 		d.serve(w, r, q, "InferencePoolExportSummary", d.answers.summaries, d.exportSummary)
 	case "/apis/" + gv.String() + "/" + apiClusterSummaries.Resource:
-		d.serve(w, r, q, "InferenceClusterSummary", 1, func(int) []byte { return d.clusterSummary() })
+		d.serve(w, r, q, "InferenceClusterSummary", 1, func(w io.Writer, _ int) { d.clusterSummary(w) })
 	default:
 		http.NotFound(w, r)
 	}
@@ -103,46 +115,75 @@ func (d *memberDouble) version(i int) string {
 	return versionvector.Encode(map[string]uint64{"hostile": doubleRV})
 }
 
-func (d *memberDouble) exportSummary(i int) []byte {
+func (d *memberDouble) exportSummary(w io.Writer, i int) {
 	s := exportSummary("flood", fmt.Sprintf("s-%d", i))
 	s.TypeMeta = metav1.TypeMeta{Kind: "InferencePoolExportSummary", APIVersion: v1alpha1.SchemeGroupVersion.String()}
 	s.ResourceVersion = d.version(i)
-	if d.answers.summarySize > 0 {
-		s.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Big", Message: strings.Repeat("x", d.answers.summarySize)}}
+	if d.answers.summarySize == 0 {
+		d.write(w, s, nil)
+		return
 	}
-	data, err := json.Marshal(s)
+	s.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Big", Message: expandHere}}
+	chunk := []byte(strings.Repeat("x", 64<<10))
+	d.write(w, s, func(w io.Writer) {
+		for left := d.answers.summarySize; left > 0; left -= len(chunk) {
+			_, _ = w.Write(chunk[:min(left, len(chunk))])
+		}
+	})
+}
+
+// expandHere is the string that write replaces, in what it encodes, with
+// what its expand function writes: the double sends summaries of
+// megabytes and a million namespaces without holding them, so that the
+// process's heap is what mci holds of them.
+const expandHere = "@expand-here@"
+
+// write writes obj as JSON, with the string expandHere (in its quotes)
+// expanded by expand.
+func (d *memberDouble) write(w io.Writer, obj any, expand func(io.Writer)) {
+	data, err := json.Marshal(obj)
 	require.NoError(d.t, err)
-	return data
+	before, after, found := bytes.Cut(data, []byte(expandHere))
+	if !found || expand == nil {
+		_, _ = w.Write(data)
+		return
+	}
+	_, _ = w.Write(before)
+	expand(w)
+	_, _ = w.Write(after)
 }
 
 // change is summary s-0 at its seq'th change.
-func (d *memberDouble) change(seq int) []byte {
+func (d *memberDouble) change(w io.Writer, seq int) {
 	s := exportSummary("flood", "s-0")
 	s.TypeMeta = metav1.TypeMeta{Kind: "InferencePoolExportSummary", APIVersion: v1alpha1.SchemeGroupVersion.String()}
 	s.Labels = map[string]string{"seq": strconv.Itoa(seq)}
 	s.ResourceVersion = versionvector.Encode(map[string]uint64{"hostile": doubleRV + uint64(seq)})
-	data, err := json.Marshal(s)
-	require.NoError(d.t, err)
-	return data
+	d.write(w, s, nil)
 }
 
-func (d *memberDouble) clusterSummary() []byte {
+func (d *memberDouble) clusterSummary(w io.Writer) {
 	namespaces := []string{"flood"}
-	for i := range d.answers.namespaces {
-		namespaces = append(namespaces, fmt.Sprintf("ns-%07d", i))
+	if d.answers.namespaces > 0 {
+		namespaces = append(namespaces, expandHere)
 	}
-	data, err := json.Marshal(v1alpha1.InferenceClusterSummary{
+	d.write(w, v1alpha1.InferenceClusterSummary{
 		TypeMeta:   metav1.TypeMeta{Kind: "InferenceClusterSummary", APIVersion: v1alpha1.SchemeGroupVersion.String()},
 		ObjectMeta: metav1.ObjectMeta{Name: d.answers.clusterName, ResourceVersion: d.version(0)},
 		Status:     v1alpha1.InferenceClusterSummaryStatus{Namespaces: namespaces},
+	}, func(w io.Writer) {
+		for i := range d.answers.namespaces {
+			if i > 0 {
+				_, _ = io.WriteString(w, `","`)
+			}
+			fmt.Fprintf(w, "ns-%07d", i)
+		}
 	})
-	require.NoError(d.t, err)
-	return data
 }
 
 // serve answers a list (paged by limit and continue, as kube-apiserver
 // pages one from etcd) or a watch of n objects.
-func (d *memberDouble) serve(w http.ResponseWriter, r *http.Request, q map[string][]string, kind string, n int, item func(int) []byte) {
+func (d *memberDouble) serve(w http.ResponseWriter, r *http.Request, q map[string][]string, kind string, n int, item func(io.Writer, int)) {
 	get := func(k string) string {
 		if v := q[k]; len(v) > 0 {
 			return v[0]
@@ -151,6 +192,12 @@ func (d *memberDouble) serve(w http.ResponseWriter, r *http.Request, q map[strin
 	}
 	listRV := versionvector.Encode(map[string]uint64{"hostile": doubleRV})
 	if get("watch") == "true" || get("watch") == "1" {
+		if d.answers.noStreamingList && get("sendInitialEvents") == "true" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			writeJSON(w, metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure, Reason: metav1.StatusReasonBadRequest, Code: http.StatusBadRequest, Message: "streaming lists are not served"})
+			return
+		}
 		d.watch(w, r, kind, get("sendInitialEvents") == "true", n, item, listRV)
 		return
 	}
@@ -169,7 +216,10 @@ func (d *memberDouble) serve(w http.ResponseWriter, r *http.Request, q map[strin
 		if i > from {
 			_, _ = w.Write([]byte{','})
 		}
-		_, _ = w.Write(item(i))
+		item(w, i)
+	}
+	if kind == "InferencePoolExportSummary" {
+		d.listed.Add(int64(to - from))
 	}
 	_, _ = w.Write([]byte("]}"))
 }
@@ -177,25 +227,29 @@ func (d *memberDouble) serve(w http.ResponseWriter, r *http.Request, q map[strin
 // watch streams watch events as kube-apiserver does (one JSON object per
 // event, flushed), bookmarks every second, and the member's changes at
 // its rate.
-func (d *memberDouble) watch(w http.ResponseWriter, r *http.Request, kind string, initial bool, n int, item func(int) []byte, listRV string) {
+func (d *memberDouble) watch(w http.ResponseWriter, r *http.Request, kind string, initial bool, n int, item func(io.Writer, int), listRV string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	flusher := w.(http.Flusher)
-	event := func(typ string, obj []byte) bool {
-		_, err := fmt.Fprintf(w, `{"type":%q,"object":%s}`+"\n", typ, obj)
+	event := func(typ string, obj func(io.Writer)) bool {
+		fmt.Fprintf(w, `{"type":%q,"object":`, typ)
+		obj(w)
+		_, err := io.WriteString(w, "}\n")
 		flusher.Flush()
-		return err == nil
+		return err == nil && r.Context().Err() == nil
 	}
 	bookmark := func(initialEnd bool) bool {
 		annotations := ""
 		if initialEnd {
 			annotations = `,"annotations":{"k8s.io/initial-events-end":"true"}`
 		}
-		return event("BOOKMARK", fmt.Appendf(nil, `{"kind":%q,"apiVersion":%q,"metadata":{"resourceVersion":%q%s}}`, kind, v1alpha1.SchemeGroupVersion.String(), listRV, annotations))
+		return event("BOOKMARK", func(w io.Writer) {
+			fmt.Fprintf(w, `{"kind":%q,"apiVersion":%q,"metadata":{"resourceVersion":%q%s}}`, kind, v1alpha1.SchemeGroupVersion.String(), listRV, annotations)
+		})
 	}
 	if initial {
 		for i := range n {
-			if !event("ADDED", item(i)) {
+			if !event("ADDED", func(w io.Writer) { item(w, i) }) {
 				return
 			}
 		}
@@ -223,7 +277,7 @@ func (d *memberDouble) watch(w http.ResponseWriter, r *http.Request, kind string
 		case <-changes:
 			for range max(d.answers.eventsPerSecond/100, 1) {
 				seq++
-				if !event("MODIFIED", d.change(seq)) {
+				if !event("MODIFIED", func(w io.Writer) { d.change(w, seq) }) {
 					return
 				}
 				d.sent.Add(1)
@@ -238,7 +292,8 @@ func (d *memberDouble) watch(w http.ResponseWriter, r *http.Request, kind string
 // 10^5 summaries, summaries of several megabytes, 10^6 namespaces, a
 // thousand changes a second, resourceVersions no kube-apiserver issues,
 // and a cluster summary naming another cluster. Each freezes the double at
-// the limit it crosses, flagged, holding no more than the limit; the
+// the limit it crosses, as it lists (a list past a limit is not applied)
+// or as it sends, flagged, holding no more than the limit; the
 // process's heap stays under its cap throughout; and the good member's
 // changes reach the Cache as fast, at the 99th percentile, as in the same
 // run without the hostile member.
@@ -260,10 +315,13 @@ func TestAHostileMemberDoubleIsFrozenAtItsLimitsAndTheOthersConvergeAsFast(t *te
 	pools := mciclient.NewForConfigOrDie(writer).InferencePoolV1().InferencePools(shared)
 
 	// The heap in use, sampled every 100 ms for the whole test: the peak,
-	// not only what is left after a collection.
-	// Half the 512 MiB the chart gives mci-apiserver; the test's own
-	// clients and the double's server share this process.
-	const heapCap = 256 << 20
+	// not only what is left after a collection. An eighth of the 512 MiB
+	// the chart gives mci-apiserver, for two members and the local
+	// cluster: the hostile member's objects stop at its limits as it
+	// lists, and one answer of it is decoded at most (the response cap).
+	// The test's own clients share this process; the double sends its
+	// large answers without holding them.
+	const heapCap = 64 << 20
 	var peak atomic.Uint64
 	sampled := make(chan struct{})
 	go func() {
@@ -290,8 +348,11 @@ func TestAHostileMemberDoubleIsFrozenAtItsLimitsAndTheOthersConvergeAsFast(t *te
 		Namespaces:      1000,
 		EventsPerSecond: 200,
 		EventBurst:      400,
-		ResponseBytes:   32 << 20,
-		FreezeRetry:     time.Second,
+		// What one answer may carry: with the objects it holds (Bytes),
+		// what bounds the heap a member can take, since an answer is
+		// decoded whole before any limit can count what it holds.
+		ResponseBytes: 8 << 20,
+		FreezeRetry:   time.Second,
 	}
 	// start runs a Cache over the good member and, unless hostile is nil,
 	// the double; it returns the Cache and the channel of the good
@@ -319,11 +380,13 @@ func TestAHostileMemberDoubleIsFrozenAtItsLimitsAndTheOthersConvergeAsFast(t *te
 		}, time.Minute, 20*time.Millisecond, "the local cluster and the good member listed")
 		return c, poolEvents
 	}
-	// convergence changes the good member's pool 20 times and returns the
+	// convergence changes the good member's pool 100 times and returns the
 	// 99th percentile of the time each change takes to reach the Cache.
 	convergence := func(t *testing.T, poolEvents <-chan uint64) time.Duration {
 		var took []time.Duration
-		for i := range 20 {
+		// A hundred changes: the 99th percentile is not the one slowest
+		// change on a busy machine.
+		for i := range 100 {
 			sent := time.Now()
 			p, err := pools.Patch(ctx, "pool", types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"labels":{"change":"%d-%d"}}}`, sent.UnixNano(), i), metav1.PatchOptions{})
 			require.NoError(t, err)
@@ -338,7 +401,7 @@ func TestAHostileMemberDoubleIsFrozenAtItsLimitsAndTheOthersConvergeAsFast(t *te
 				}
 			}
 			took = append(took, time.Since(sent))
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond)
 		}
 		slices.Sort(took)
 		return took[int(math.Ceil(0.99*float64(len(took))))-1]
@@ -362,28 +425,37 @@ func TestAHostileMemberDoubleIsFrozenAtItsLimitsAndTheOthersConvergeAsFast(t *te
 		assert.NoError(t, c.Ready(), "a frozen member does not hold readiness")
 	}
 
-	var withoutP99, withP99 time.Duration
-	t.Run("the good member's convergence without the hostile member", func(t *testing.T) {
-		_, poolEvents := start(t, nil)
-		withoutP99 = convergence(t, poolEvents)
-	})
+	// The run without the hostile member is measured before and after the
+	// one beside it, and the slower of the two is the reference: on a
+	// shared machine the load drifts between runs, and what is compared
+	// is the hostile member's cost, not that drift.
+	var withoutP99 []time.Duration
+	without := func(when string) {
+		t.Run("the good member's convergence without the hostile member, "+when, func(t *testing.T) {
+			_, poolEvents := start(t, nil)
+			withoutP99 = append(withoutP99, convergence(t, poolEvents))
+		})
+	}
+	var withP99 time.Duration
+	without("before")
 	t.Run("the good member's convergence beside a member sending 10^5 summaries and 1,000 changes a second", func(t *testing.T) {
 		// Read again every second (FreezeRetry), the double lists 10^5
 		// summaries each time, and its watch sends a thousand changes a
 		// second: the member is hostile for the whole measurement.
 		c, poolEvents := start(t, newMemberDouble(t, hostileAnswers{summaries: 100000, clusterName: "hostile", eventsPerSecond: 1000}))
-		frozenAt(t, c, quotaObjects, false)
-		// Not yet bounded: client-go's reflector gathers every page of a
-		// list before the informer's handlers see its first object, so a
-		// list of 10^5 summaries is held whole at its freeze.
-		t.Logf("a list of 100000 summaries: %d held at the freeze (limit %d)", len(summariesOf(c, "hostile")), limits.Objects)
+		// Frozen as it lists, at the page or streamed summary that passes
+		// the limit: the list is not applied.
+		frozenAt(t, c, quotaObjects, true)
 		withP99 = convergence(t, poolEvents)
-		t.Logf("good member's convergence p99: %s without the hostile member, %s beside it", withoutP99, withP99)
-		// The bound is wider than noise alone: the double is read again
-		// every second (FreezeRetry) and each read decodes 10^5 summaries
-		// in this process, on the same cores as the good member's reads.
-		assert.LessOrEqual(t, withP99, 2*withoutP99+250*time.Millisecond, "the good member converges about as fast beside the hostile member")
 	})
+	without("after")
+	if len(withoutP99) == 2 && withP99 > 0 {
+		reference := slices.Max(withoutP99)
+		t.Logf("good member's convergence p99: %s and %s without the hostile member, %s beside it", withoutP99[0], withoutP99[1], withP99)
+		// Within noise: the double is read again every second
+		// (FreezeRetry), but each read stops at its limit.
+		assert.LessOrEqual(t, withP99, 2*reference+50*time.Millisecond, "the good member converges about as fast beside the hostile member")
+	}
 
 	for _, tc := range []struct {
 		name    string
@@ -391,8 +463,12 @@ func TestAHostileMemberDoubleIsFrozenAtItsLimitsAndTheOthersConvergeAsFast(t *te
 		frozen  string
 	}{
 		{name: "a thousand changes a second, within the objects limit", answers: hostileAnswers{summaries: 10, clusterName: "hostile", eventsPerSecond: 1000}, frozen: quotaEventRate},
-		{name: "summaries of 5 MB each", answers: hostileAnswers{summaries: 3, summarySize: 5 << 20, clusterName: "hostile"}, frozen: quotaBytes},
-		{name: "10^6 namespaces", answers: hostileAnswers{summaries: 1, clusterName: "hostile", namespaces: 1000000}, frozen: quotaNamespaces},
+		// Past the bytes limit at the third, within the response cap.
+		{name: "summaries of 2 MB each", answers: hostileAnswers{summaries: 3, summarySize: 2 << 20, clusterName: "hostile"}, frozen: quotaBytes},
+		// A cluster summary of 10^6 namespaces is 13 MB: its answer is
+		// cut at the response cap before it is decoded.
+		{name: "10^6 namespaces", answers: hostileAnswers{summaries: 1, clusterName: "hostile", namespaces: 1000000}, frozen: quotaResponse},
+		{name: "10^5 namespaces", answers: hostileAnswers{summaries: 1, clusterName: "hostile", namespaces: 100000}, frozen: quotaNamespaces},
 		{name: "a cluster summary naming another cluster", answers: hostileAnswers{summaries: 1, clusterName: "good"}, frozen: quotaIdentity},
 		{name: "a resourceVersion that is not a number", answers: hostileAnswers{summaries: 5, clusterName: "hostile", rv: func(i int) string { return "not-a-version" }}, frozen: quotaResourceVersion},
 		{name: "a resourceVersion past the int64 range", answers: hostileAnswers{summaries: 5, clusterName: "hostile", rv: func(i int) string {

@@ -9,18 +9,22 @@ import (
 
 	"github.com/mci-dev/mci/pkg/servedapis"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 	gatewaylisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
 	gatewaylistersv1beta1 "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1beta1"
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
 	poollisters "github.com/mci-dev/mci/pkg/generated/listers/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/imports"
@@ -116,11 +120,14 @@ func (m *member) objectInformers(ctx context.Context, served servedapis.Set, log
 // returns what starts the Namespace informer.
 func (m *member) kubeInformers(ctx context.Context, transform cache.TransformFunc) func(<-chan struct{}) {
 	kubeFactory := informers.NewSharedInformerFactoryWithOptions(m.kube, 0, informers.WithTransform(transform))
+	if m.quota != nil {
+		kubeFactory.InformerFor(&corev1.Namespace{}, boundedInformer[kubernetes.Interface](m, KindNamespace, &corev1.Namespace{}, m.kube.CoreV1().Namespaces(), transform))
+	}
 	nsInformer := kubeFactory.Core().V1().Namespaces()
 	m.namespaces = nsInformer.Lister()
 	m.watch(nsInformer.Informer(), KindNamespace)
 	m.synced = append(m.synced, nsInformer.Informer().HasSynced)
-	m.poolNamespaces = newPoolNamespaces(ctx, m.kube, m.watch)
+	m.poolNamespaces = newPoolNamespaces(ctx, m.kube, m.watch, m.boundNamespaceInformers)
 	m.services = serviceLister{m.poolNamespaces}
 	m.endpointSlices = endpointSliceLister{m.poolNamespaces}
 	return kubeFactory.Start
@@ -138,6 +145,9 @@ func (m *member) poolInformer(served servedapis.Set, transform cache.TransformFu
 		return nil
 	}
 	f := mciinformers.NewSharedInformerFactoryWithOptions(m.mci, 0, mciinformers.WithTransform(transform))
+	if m.quota != nil {
+		f.InformerFor(&poolv1.InferencePool{}, boundedInformer[mciclient.Interface](m, KindInferencePool, &poolv1.InferencePool{}, m.mci.InferencePoolV1().InferencePools(""), transform))
+	}
 	inf := f.InferencePool().V1().InferencePools()
 	if err := inf.Informer().AddIndexers(poolIndexers()); err != nil {
 		logger.Error(err, "Adding pool indexers")
@@ -155,6 +165,9 @@ func (m *member) poolInformer(served servedapis.Set, transform cache.TransformFu
 func (m *member) gatewayInformers(served servedapis.Set, transform cache.TransformFunc, logger klog.Logger) func(<-chan struct{}) {
 	gw := gatewayinformers.NewSharedInformerFactoryWithOptions(m.gateway, 0, gatewayinformers.WithTransform(transform))
 	if served.Has(apiGateways) {
+		if m.quota != nil {
+			gw.InformerFor(&gatewayv1.Gateway{}, boundedInformer[gatewayclient.Interface](m, KindGateway, &gatewayv1.Gateway{}, m.gateway.GatewayV1().Gateways(""), transform))
+		}
 		inf := gw.Gateway().V1().Gateways()
 		m.gateways = inf.Lister()
 		m.watch(inf.Informer(), KindGateway)
@@ -163,6 +176,9 @@ func (m *member) gatewayInformers(served servedapis.Set, transform cache.Transfo
 		m.gateways = gatewaylisters.NewGatewayLister(newNamespacedIndexer(nil))
 	}
 	if served.Has(apiBackendTLSPolicies) {
+		if m.quota != nil {
+			gw.InformerFor(&gatewayv1.BackendTLSPolicy{}, boundedInformer[gatewayclient.Interface](m, KindBackendTLSPolicy, &gatewayv1.BackendTLSPolicy{}, m.gateway.GatewayV1().BackendTLSPolicies(""), transform))
+		}
 		inf := gw.Gateway().V1().BackendTLSPolicies()
 		m.backendTLSPolicies = inf.Lister()
 		m.watch(inf.Informer(), KindBackendTLSPolicy)
@@ -172,6 +188,17 @@ func (m *member) gatewayInformers(served servedapis.Set, transform cache.Transfo
 		m.routeInformers(gw, served, logger)
 	}
 	return gw.Start
+}
+
+// boundNamespaceInformers makes the Services and EndpointSlices informers of
+// a namespace of the member's pools list within its limits (listquota.go);
+// the local cluster's are not bounded.
+func (m *member) boundNamespaceInformers(f informers.SharedInformerFactory, namespace string) {
+	if m.quota == nil {
+		return
+	}
+	f.InformerFor(&corev1.Service{}, boundedInformer[kubernetes.Interface](m, KindService, &corev1.Service{}, m.kube.CoreV1().Services(namespace), trim))
+	f.InformerFor(&discoveryv1.EndpointSlice{}, boundedInformer[kubernetes.Interface](m, KindEndpointSlice, &discoveryv1.EndpointSlice{}, m.kube.DiscoveryV1().EndpointSlices(namespace), trim))
 }
 
 // routeInformers watches the HTTPRoutes and ReferenceGrants of the

@@ -93,9 +93,12 @@ type quota struct {
 
 	mu sync.Mutex
 	// stop stops the member's informers.
-	stop       func()
-	sizes      map[string]int64
-	bytes      int64
+	stop  func()
+	sizes map[string]int64
+	bytes int64
+	// held is what sizes and bytes hold of each kind: a list of one kind
+	// replaces it (listing).
+	held       map[Kind]listCount
 	namespaces int
 	events     flowcontrol.RateLimiter
 	// frozen is the quota the member exceeded, "" while it has not.
@@ -109,36 +112,71 @@ type quota struct {
 }
 
 func newQuota(limits Limits) *quota {
-	q := &quota{limits: limits, sizes: map[string]int64{}, exceeded: map[string]uint64{}}
+	q := &quota{limits: limits, sizes: map[string]int64{}, held: map[Kind]listCount{}, exceeded: map[string]uint64{}}
 	if limits.EventsPerSecond > 0 {
 		q.events = flowcontrol.NewTokenBucketRateLimiter(float32(limits.EventsPerSecond), max(limits.EventBurst, 1))
 	}
 	return q
 }
 
-// object records a change of the object key, of encoded size size (0: it
-// was deleted); changed says whether it is a change the member sent
+// object records a change of the object key of kind, of encoded size size
+// (0: it was deleted); changed says whether it is a change the member sent
 // rather than one its initial list or a relist replayed. It reports the
 // reason to freeze the member, "" when within its limits.
-func (q *quota) object(key string, size int64, changed bool) (string, string) {
+func (q *quota) object(kind Kind, key string, size int64, changed bool) (string, string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.frozen != "" {
 		return "", ""
 	}
-	q.bytes += size - q.sizes[key]
-	if size == 0 {
-		delete(q.sizes, key)
-	} else {
-		q.sizes[key] = size
-	}
+	key = kind.String() + "/" + key
+	old, had := q.sizes[key]
+	h := q.held[kind]
+	q.bytes += size - old
+	h.bytes += size - old
 	switch {
-	case q.limits.Objects > 0 && len(q.sizes) > q.limits.Objects:
-		return quotaObjects, fmt.Sprintf("it holds more than %d objects (--member-max-objects)", q.limits.Objects)
-	case q.limits.Bytes > 0 && q.bytes > q.limits.Bytes:
-		return quotaBytes, fmt.Sprintf("its objects take more than %d bytes (--member-max-bytes)", q.limits.Bytes)
-	case changed && q.events != nil && !q.events.TryAccept():
+	case size == 0 && had:
+		delete(q.sizes, key)
+		h.objects--
+	case size != 0:
+		q.sizes[key] = size
+		if !had {
+			h.objects++
+		}
+	}
+	q.held[kind] = h
+	if reason, msg := q.over(len(q.sizes), q.bytes); reason != "" {
+		return reason, msg
+	}
+	if changed && q.events != nil && !q.events.TryAccept() {
 		return quotaEventRate, fmt.Sprintf("it sends more than %g changes a second, in bursts of more than %d (--member-max-event-rate, --member-max-event-burst)", q.limits.EventsPerSecond, q.limits.EventBurst)
+	}
+	return "", ""
+}
+
+// listing reports the reason to freeze a member whose list of kind (a
+// plain list's pages, or a streaming list's initial events) has brought
+// listed so far: what the member would hold once the list replaced what
+// it holds of kind. What it holds of kind in namespaces other than the
+// list's is not counted then, only once the list is delivered (object).
+func (q *quota) listing(kind Kind, listed listCount) (string, string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.frozen != "" {
+		return "", ""
+	}
+	h := q.held[kind]
+	return q.over(len(q.sizes)-h.objects+listed.objects, q.bytes-h.bytes+listed.bytes)
+}
+
+// over reports the objects or bytes limit that objects objects of bytes
+// bytes pass, "" when none.
+func (q *quota) over(objects int, bytes int64) (string, string) {
+	switch {
+	case q.limits.Objects > 0 && objects > q.limits.Objects:
+		return quotaObjects, fmt.Sprintf("it holds more than %d objects (--member-max-objects)", q.limits.Objects)
+	case q.limits.Bytes > 0 && bytes > q.limits.Bytes:
+		return quotaBytes, fmt.Sprintf("its objects take more than %d bytes (--member-max-bytes)", q.limits.Bytes)
 	}
 	return "", ""
 }
@@ -256,7 +294,7 @@ func (m *member) admit(kind Kind, key string, obj interface{}, deleted, changed 
 	if !deleted {
 		size = max(objectSize(obj), 1)
 	}
-	if reason, msg := m.quota.object(kind.String()+"/"+key, size, changed); reason != "" {
+	if reason, msg := m.quota.object(kind, key, size, changed); reason != "" {
 		m.freeze(reason, msg)
 	}
 	return !m.frozen()

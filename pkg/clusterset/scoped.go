@@ -24,6 +24,9 @@ import (
 type poolNamespaces struct {
 	kube  kubernetes.Interface
 	watch func(cache.SharedIndexInformer, Kind)
+	// bound registers, in a namespace's factory, the informers that list
+	// within the member's limits (listquota.go).
+	bound func(informers.SharedInformerFactory, string)
 
 	mu   sync.RWMutex
 	ctx  context.Context
@@ -40,8 +43,8 @@ func (n *namespaceInformers) hasSynced() bool {
 	return n.services.HasSynced() && n.slices.HasSynced()
 }
 
-func newPoolNamespaces(ctx context.Context, kube kubernetes.Interface, watch func(cache.SharedIndexInformer, Kind)) *poolNamespaces {
-	return &poolNamespaces{kube: kube, watch: watch, ctx: ctx, byNS: map[string]*namespaceInformers{}}
+func newPoolNamespaces(ctx context.Context, kube kubernetes.Interface, watch func(cache.SharedIndexInformer, Kind), bound func(informers.SharedInformerFactory, string)) *poolNamespaces {
+	return &poolNamespaces{kube: kube, watch: watch, bound: bound, ctx: ctx, byNS: map[string]*namespaceInformers{}}
 }
 
 // ensure watches namespace; it returns the namespace's informers and
@@ -54,6 +57,9 @@ func (p *poolNamespaces) ensure(namespace string) (*namespaceInformers, bool) {
 	}
 	ctx, cancel := context.WithCancel(p.ctx)
 	factory := informers.NewSharedInformerFactoryWithOptions(p.kube, 0, informers.WithNamespace(namespace), informers.WithTransform(trim))
+	if p.bound != nil {
+		p.bound(factory, namespace)
+	}
 	n := &namespaceInformers{
 		cancel:   cancel,
 		services: factory.Core().V1().Services().Informer(),

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
 	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/statelog"
@@ -54,6 +55,12 @@ var summaryStreamLog = statelog.Rule{Interval: time.Minute}
 // what starts them.
 func (m *member) summaryInformers(logger klog.Logger) func(<-chan struct{}) {
 	f := mciinformers.NewSharedInformerFactoryWithOptions(m.mci, 0, mciinformers.WithTransform(trimSummary))
+	if m.quota != nil {
+		f.InformerFor(&v1alpha1.InferencePoolExportSummary{}, boundedInformer[mciclient.Interface](m, KindExportSummary, &v1alpha1.InferencePoolExportSummary{}, m.mci.InferenceV1alpha1().InferencePoolExportSummaries(""), trimSummary))
+		// A cluster summary counts as one object (a member publishes one);
+		// its namespaces have their own limit, once it is delivered.
+		f.InformerFor(&v1alpha1.InferenceClusterSummary{}, boundedInformer[mciclient.Interface](m, KindNamespace, &v1alpha1.InferenceClusterSummary{}, m.mci.InferenceV1alpha1().InferenceClusterSummaries(), trimSummary))
+	}
 	exports := f.Inference().V1alpha1().InferencePoolExportSummaries()
 	clusters := f.Inference().V1alpha1().InferenceClusterSummaries()
 	m.summaries = summaryLister{indexer: exports.Informer().GetIndexer(), logger: logger}

@@ -7,14 +7,19 @@ import (
 )
 
 // boundResponses is a rest.Config WrapTransport that caps the body of
-// every response from a member at limit bytes: a list (a plain one, or a
-// watch that streams the initial list), a discovery answer, a probe or a
-// watch stream. Past the cap the body reads fail as a broken connection
-// would. A list or answer that large is the member sending more than it
-// may, and tooLarge is told (the member is frozen: it would never list
-// within its limits); a watch that has carried that much over its life
-// is only ended, and client-go resumes it from its last resourceVersion
-// on a new request. client-go already refuses a single watch event over
+// every response from a member at limit bytes: a list, a discovery
+// answer, a probe or a watch stream. Past the cap the body reads fail as a
+// broken connection would. A list or answer that large is the member
+// sending more than it may, and tooLarge is told (the member is frozen: it
+// would never list within its limits). A watch that has carried that much
+// over its life is only ended, and client-go resumes it from its last
+// resourceVersion on a new request; that holds for a watch that began by
+// streaming the initial list too, because such a stream goes on as an
+// ordinary watch for as long as it lives, and a busy member's ordinary
+// changes must not freeze it. Its initial events are counted by the
+// list-time limits (listquota.go) instead, and a stream ended here before
+// they are done makes client-go fall back to a paged LIST, whose pages
+// this cap bounds. client-go already refuses a single watch event over
 // 16 MiB; this bounds what one response can make this server decode and
 // hold.
 func boundResponses(limit int64, tooLarge func(error)) func(http.RoundTripper) http.RoundTripper {
@@ -42,9 +47,7 @@ func (t boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	body := &boundedBody{ReadCloser: resp.Body, left: t.limit, req: req, limit: t.limit, tooLarge: t.tooLarge}
 	if q := req.URL.Query(); q.Get("watch") == "true" || q.Get("watch") == "1" {
-		if q.Get("sendInitialEvents") != "true" {
-			body.tooLarge = nil
-		}
+		body.tooLarge = nil
 	}
 	resp.Body = body
 	return resp, nil

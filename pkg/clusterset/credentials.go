@@ -1,8 +1,6 @@
 package clusterset
 
 import (
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"net/http"
 	"slices"
@@ -10,13 +8,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/oauth2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 
+	"github.com/mci-dev/mci/pkg/credexpiry"
 	"github.com/mci-dev/mci/pkg/imports"
 )
 
@@ -103,7 +101,7 @@ type rejection struct {
 // made from config. config must not be shared.
 func newCredentials(config *rest.Config, onChange func(prev, next *rejection)) *credentials {
 	c := &credentials{onChange: onChange, forbidden: map[string]forbiddenPath{}}
-	c.certExpiry = certificateExpiry(config.CertData)
+	c.certExpiry = credexpiry.Certificate(config.CertData)
 	// Innermost: client-go adds the Authorization header (a static token,
 	// an exec plugin's) outside the WrapTransport chain, so the observer
 	// sees what is sent.
@@ -167,31 +165,7 @@ func (c *credentials) sent(authorization string) {
 	if token == c.tokenSeen {
 		return
 	}
-	c.tokenSeen, c.tokenExpiry = token, jwtExpiry(token)
-}
-
-// jwtExpiry is a JWT's exp claim; zero when the token is not a JWT or
-// has none.
-func jwtExpiry(token string) time.Time {
-	claims := jwt.RegisteredClaims{}
-	if _, _, err := jwt.NewParser().ParseUnverified(token, &claims); err != nil || claims.ExpiresAt == nil {
-		return time.Time{}
-	}
-	return claims.ExpiresAt.Time
-}
-
-// certificateExpiry is the NotAfter of the first certificate of a PEM
-// client certificate; zero when there is none.
-func certificateExpiry(data []byte) time.Time {
-	block, _ := pem.Decode(data)
-	if block == nil || block.Type != "CERTIFICATE" {
-		return time.Time{}
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return time.Time{}
-	}
-	return cert.NotAfter
+	c.tokenSeen, c.tokenExpiry = token, credexpiry.JWT(token)
 }
 
 // expiries returns the known expiry of each kind of credential sent; a

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -209,10 +210,21 @@ func (c *Cache) setMember(name, source string, mc MemberConfig) error {
 // watch already open is not authenticated again by the member's
 // kube-apiserver; when it ends, the reflector resumes it from its last
 // resourceVersion with the new token. Any other change (server, CA,
-// client certificate, a token file or plugin) reconnects the member
-// (setMember). A frozen member is read afresh at any change.
+// client certificate, a token file or plugin), or a token the member
+// does not accept, reconnects the member (setMember). A frozen member is
+// read afresh at any change.
 func (c *Cache) rotateInPlace(ctx context.Context, m *member, source string, mc MemberConfig) bool {
-	if mc.tokenless == "" || mc.tokenless != m.tokenless || m.frozen() || !m.credentials.rotate(mc.rest.BearerToken) {
+	if mc.tokenless == "" || mc.tokenless != m.tokenless || m.frozen() {
+		return false
+	}
+	// A new token that the member does not accept (a typo, another
+	// cluster's) must not replace one that works: it is reconnected
+	// instead, and the connection in use serves until the new one lists.
+	if err := acceptsToken(ctx, mc.rest); err != nil {
+		klog.FromContext(ctx).Info("Member's new token is not accepted yet: connecting with it beside the connection in use, which serves until the new one lists", "member", m.name, "err", err)
+		return false
+	}
+	if !m.credentials.rotate(mc.rest.BearerToken) {
 		return false
 	}
 	// A replacement still listing was for another change, now undone.
@@ -222,6 +234,18 @@ func (c *Cache) rotateInPlace(ctx context.Context, m *member, source string, mc 
 	m.rotatedMu.Unlock()
 	klog.FromContext(ctx).Info("Member's token rotated in place: its connections and watches go on with the new one", "member", m.name, "source", source)
 	return true
+}
+
+// acceptsToken asks the member whether it accepts config's credentials:
+// a bearer token the member refuses is answered 401 even on /readyz.
+func acceptsToken(ctx context.Context, config *rest.Config) error {
+	config = rest.CopyConfig(config)
+	config.Timeout = probeTimeout
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	return client.Discovery().RESTClient().Get().AbsPath("/readyz").MaxRetries(0).Do(ctx).Error()
 }
 
 // newMember builds member name as this Cache reads it.

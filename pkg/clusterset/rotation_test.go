@@ -108,6 +108,14 @@ func TestARotatedTokenIsSwappedInWithoutARelistOrAWatchGap(t *testing.T) {
 	gapsMu.Unlock()
 	assert.Nil(t, cache.member("remote").credentials.rejected())
 	t.Logf("lists of the member: %d before the rotation, %d after; %d watches resumed, all with the new token", lists, requests.lists(), watches)
+
+	// A new token the member refuses does not replace the one that
+	// works: the connection in use goes on serving, unflagged.
+	source <- map[string]MemberConfig{"remote": tm.memberConfig("not-a-token")}
+	assert.Never(t, func() bool {
+		src, _ := cache.member("remote").current()
+		return src != "reporting#"+rotated.fingerprint || !importedPool(name) || cache.member("remote").credentials.rejected() != nil
+	}, 5*time.Second, 20*time.Millisecond, "the working token stays in use")
 }
 
 // requestCounter counts the lists (plain, or watches that start with the

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -90,7 +91,7 @@ func (c *Cache) Run(ctx context.Context, sources ...Source) error {
 		c.unreported[s.Name()] = true
 	}
 	c.mu.Unlock()
-	if err := c.setMember(c.opts.LocalName, "local", c.opts.Local, time.Time{}); err != nil {
+	if err := c.setMember(c.opts.LocalName, "local", MemberConfig{rest: c.opts.Local}); err != nil {
 		return fmt.Errorf("connecting to the local cluster: %w", err)
 	}
 	desired := newDesiredMembers(c.opts.LocalName)
@@ -135,33 +136,42 @@ func (c *Cache) apply(ctx context.Context, ch change) {
 		return
 	}
 	logger.Info("Member joined the ClusterSet", "source", ch.source)
-	if err := c.setMember(ch.name, ch.source+"#"+ch.config.fingerprint, ch.config.rest, ch.config.created); err != nil {
+	if err := c.setMember(ch.name, ch.source+"#"+ch.config.fingerprint, *ch.config); err != nil {
 		logger.Error(err, "Cannot connect to member")
 	}
 }
 
-// setMember starts (or restarts, when its source changed) one member;
-// created is when its Secret or ClusterProfile was created.
-func (c *Cache) setMember(name, source string, config *rest.Config, created time.Time) error {
+// setMember starts (or restarts, when its source changed) one member
+// from mc (its rest configuration, when its Secret or ClusterProfile was
+// created, and its fingerprint without the token).
+func (c *Cache) setMember(name, source string, mc MemberConfig) error {
 	c.mu.RLock()
 	old, replacing, ctx := c.members[name], c.replacing[name], c.ctx
 	c.mu.RUnlock()
-	if old != nil && old.source == source {
-		// Back to the source in use: a replacement still listing is moot.
-		c.dropReplacement(name, nil)
-		return nil
+	if old != nil {
+		if inUse, _ := old.current(); inUse == source {
+			// Back to the source in use: a replacement still listing is moot.
+			c.dropReplacement(name, nil)
+			return nil
+		}
+		if c.rotateInPlace(ctx, old, source, mc) {
+			return nil
+		}
 	}
-	if replacing != nil && replacing.source == source {
-		return nil
+	if replacing != nil {
+		if pending, _ := replacing.current(); pending == source {
+			return nil
+		}
 	}
-	m, err := c.newMember(name, source, config)
+	m, err := c.newMember(name, source, mc.rest)
 	if err != nil {
 		return err
 	}
+	m.tokenless = mc.tokenless
 	// Starting asks the member what it serves, which a hung member makes
 	// slow: never under the lock that every request's snapshot takes.
 	m.joined = time.Now()
-	m.created = created
+	m.created = mc.created
 	if old == nil {
 		c.mu.Lock()
 		c.joining[name] = m
@@ -191,6 +201,51 @@ func (c *Cache) setMember(name, source string, config *rest.Config, created time
 	c.dropReplacement(name, m)
 	go c.replaceWhenSynced(name, m)
 	return nil
+}
+
+// rotateInPlace gives member m the bearer token of mc when that token is
+// all that changed in its kubeconfig (a rotated Secret): client-go sends
+// the new token with every request from then on, over the connections
+// in use, so the member's watches go on and nothing is listed again. A
+// watch already open is not authenticated again by the member's
+// kube-apiserver; when it ends, the reflector resumes it from its last
+// resourceVersion with the new token. Any other change (server, CA,
+// client certificate, a token file or plugin), or a token the member
+// does not accept, reconnects the member (setMember). A frozen member is
+// read afresh at any change.
+func (c *Cache) rotateInPlace(ctx context.Context, m *member, source string, mc MemberConfig) bool {
+	if mc.tokenless == "" || mc.tokenless != m.tokenless || m.frozen() {
+		return false
+	}
+	// A new token that the member does not accept (a typo, another
+	// cluster's) must not replace one that works: it is reconnected
+	// instead, and the connection in use serves until the new one lists.
+	if err := acceptsToken(ctx, mc.rest); err != nil {
+		klog.FromContext(ctx).Info("Member's new token is not accepted yet: connecting with it beside the connection in use, which serves until the new one lists", "member", m.name, "err", err)
+		return false
+	}
+	if !m.credentials.rotate(mc.rest.BearerToken) {
+		return false
+	}
+	// A replacement still listing was for another change, now undone.
+	c.dropReplacement(m.name, nil)
+	m.rotatedMu.Lock()
+	m.rotated = &rotation{source: source, config: rest.CopyConfig(mc.rest)}
+	m.rotatedMu.Unlock()
+	klog.FromContext(ctx).Info("Member's token rotated in place: its connections and watches go on with the new one", "member", m.name, "source", source)
+	return true
+}
+
+// acceptsToken asks the member whether it accepts config's credentials:
+// a bearer token the member refuses is answered 401 even on /readyz.
+func acceptsToken(ctx context.Context, config *rest.Config) error {
+	config = rest.CopyConfig(config)
+	config.Timeout = probeTimeout
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	return client.Discovery().RESTClient().Get().AbsPath("/readyz").MaxRetries(0).Do(ctx).Error()
 }
 
 // newMember builds member name as this Cache reads it.

@@ -103,6 +103,34 @@ type member struct {
 
 	// reachability is what the member's probes found.
 	reachability
+	// credentials are what the member says of the credentials it is read
+	// with, and hold its inline bearer token (credentials.go).
+	credentials *credentials
+	// tokenless fingerprints the member's kubeconfig without its bearer
+	// token: a change of that token alone is rotated in place
+	// (Cache.rotateInPlace). "" when the kubeconfig has no inline token.
+	tokenless string
+	// rotated is the source and configuration of the latest in-place
+	// rotation, which replace source and config; guarded by rotatedMu.
+	rotatedMu sync.Mutex
+	rotated   *rotation
+}
+
+// rotation is a member's kubeconfig whose token changed in place.
+type rotation struct {
+	source string
+	config *rest.Config
+}
+
+// current is the source and configuration the member now reads with: the
+// ones it was built from, or its latest in-place rotation.
+func (m *member) current() (string, *rest.Config) {
+	m.rotatedMu.Lock()
+	defer m.rotatedMu.Unlock()
+	if m.rotated != nil {
+		return m.rotated.source, m.rotated.config
+	}
+	return m.source, m.config
 }
 
 func newMember(name, source string, config *rest.Config, responseBytes int64, handler Handler) (*member, error) {
@@ -115,6 +143,7 @@ func newMember(name, source string, config *rest.Config, responseBytes int64, ha
 		config.Burst = 100
 	}
 	m := &member{name: name, source: source, config: rest.CopyConfig(config), gate: newLinkGate(), handler: handler, identity: &clusterID{}, stopped: make(chan struct{})}
+	m.credentials = newCredentials(config, m.credentialsChanged)
 	if responseBytes > 0 {
 		config.Wrap(boundResponses(responseBytes, m.responseTooLarge))
 	}
@@ -196,6 +225,16 @@ func (m *member) readyErr() error {
 			m.name, st.Since.UTC().Format(time.RFC3339), st.Message)
 	case st != nil:
 		return nil
+	case m.credentials.rejected() != nil:
+		// A member that refuses the credentials it is read with lists
+		// nothing until they are fixed: it holds readiness as one that
+		// does not answer, until its removal threshold from joining.
+		if m.th.removeAfter > 0 && time.Since(m.joined) >= m.th.removeAfter {
+			return nil
+		}
+		r := m.credentials.rejected()
+		return fmt.Errorf("member %s has not listed since this replica started and rejects its credentials (since %s: %s); this replica waits until it lists or the removal threshold passes",
+			m.name, r.since.UTC().Format(time.RFC3339), r.message)
 	case m.mode == modeDiscovering:
 		// A member that answers its probe but not its discovery would
 		// otherwise hold readiness for good: it holds it as one that does
@@ -211,7 +250,10 @@ func (m *member) readyErr() error {
 func (m *member) view() imports.Member {
 	st := m.status()
 	if st == nil {
-		return m.viewWith(m.frozenFlag(nil))
+		// A member that refuses its credentials answers: its last known
+		// data is served, flagged, however long it refuses them (see
+		// docs/membership.md, Credentials).
+		return m.viewWith(m.frozenFlag(m.credentialsFlag()))
 	}
 	if st.removed {
 		// Past the removal threshold only the member's namespaces are

@@ -45,6 +45,10 @@ type MemberConfig struct {
 	created time.Time
 	// err says why the source's kubeconfig for this member is unusable.
 	err error
+	// tokenless fingerprints the kubeconfig without its inline bearer
+	// tokens ("" when it has none): a member whose kubeconfig changes in
+	// its token alone is rotated in place (Cache.rotateInPlace).
+	tokenless string
 }
 
 // ParseMemberKubeconfig turns kubeconfig bytes into a member connection.
@@ -55,13 +59,41 @@ func ParseMemberKubeconfig(data []byte) MemberConfig {
 		mc.err = fmt.Errorf("kubeconfig is empty")
 		return mc
 	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	cfg, err := clientcmd.Load(data)
 	if err != nil {
 		mc.err = fmt.Errorf("invalid kubeconfig: %w", err)
 		return mc
 	}
-	mc.rest = cfg
+	rc, err := clientcmd.NewDefaultClientConfig(*cfg, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		mc.err = fmt.Errorf("invalid kubeconfig: %w", err)
+		return mc
+	}
+	mc.rest = rc
+	mc.tokenless = tokenlessFingerprint(cfg, rc)
 	return mc
+}
+
+// tokenlessFingerprint fingerprints a kubeconfig with its users' inline
+// bearer tokens blanked, so that two kubeconfigs that differ in nothing
+// else have the same; "" when the resolved configuration sends no inline
+// token (client-go follows a token file, an exec plugin or a client
+// certificate on its own, or not at all).
+func tokenlessFingerprint(cfg *clientcmdapi.Config, rc *rest.Config) string {
+	if rc.BearerToken == "" || rc.BearerTokenFile != "" || rc.ExecProvider != nil || rc.AuthProvider != nil {
+		return ""
+	}
+	blank := cfg.DeepCopy()
+	for _, u := range blank.AuthInfos {
+		if u != nil {
+			u.Token = ""
+		}
+	}
+	data, err := clientcmd.Write(*blank)
+	if err != nil {
+		return ""
+	}
+	return fingerprintOf(data)
 }
 
 // A Source reports the members it knows of, as a complete set, every time
@@ -229,6 +261,7 @@ func parseSecretKubeconfig(data []byte) MemberConfig {
 		return mc
 	}
 	mc.rest = rc
+	mc.tokenless = tokenlessFingerprint(cfg, rc)
 	return mc
 }
 

@@ -17,6 +17,8 @@ import (
 //	mci_clusterset_member_frozen{member,quota}  1 while frozen at that limit (quota.go)
 //	mci_clusterset_member_limit_exceeded_total{member,quota} freezes by limit
 //	mci_clusterset_member_cluster_id_unknown{member,reason} 1 while its cluster ID cannot be read (identity.go)
+//	mci_clusterset_member_credentials_rejected{member,reason} 1 while it refuses the credentials (credentials.go)
+//	mci_clusterset_member_credential_expiry_timestamp_seconds{member,kind} when a credential sent expires
 //
 // A replica is not ready while a member has listed 0 and removed 0
 // (Cache.Ready): these say which member holds it back.
@@ -50,6 +52,12 @@ var (
 	memberClusterIDUnknownDesc = metrics.NewDesc("mci_clusterset_member_cluster_id_unknown",
 		"1 while the member's cluster ID (the uid of its kube-system Namespace) cannot be read, for the reason named: forbidden (its credentials may not get that Namespace) or error; whether it is another member's cluster under a second name is then not checked, and it is served as it is. Else 0.",
 		[]string{"member", "reason"}, nil, metrics.ALPHA, "")
+	memberCredentialsRejectedDesc = metrics.NewDesc("mci_clusterset_member_credentials_rejected",
+		"1 while the member answers but refuses the credentials this replica reads it with, for the reason named: unauthorized (401 to any request: expired, revoked or not its own) or forbidden (403 to its probe or to a list or watch mci needs); its last known data is served flagged CredentialsRejected and is not removed while it answers. Else 0.",
+		[]string{"member", "reason"}, nil, metrics.ALPHA, "")
+	memberCredentialExpiryDesc = metrics.NewDesc("mci_clusterset_member_credential_expiry_timestamp_seconds",
+		"When the credential this replica sends the member expires, in seconds since the epoch, by kind: token (the exp claim of a bearer token that is a JWT, inline or handed over by an exec plugin) or client-certificate (an inline client certificate's NotAfter). Absent when it cannot be read.",
+		[]string{"member", "kind"}, nil, metrics.ALPHA, "")
 	memberRemovedDesc = metrics.NewDesc("mci_clusterset_member_removed",
 		"1 while the member has not answered for --member-remove-after, so the pools it exported are not served, else 0.",
 		[]string{"member"}, nil, metrics.ALPHA, "")
@@ -70,6 +78,8 @@ func (m *Metrics) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- memberFrozenDesc
 	ch <- memberLimitExceededDesc
 	ch <- memberClusterIDUnknownDesc
+	ch <- memberCredentialsRejectedDesc
+	ch <- memberCredentialExpiryDesc
 }
 
 // CollectWithStability implements metrics.StableCollector.
@@ -94,6 +104,18 @@ func (m *Metrics) CollectWithStability(ch chan<- metrics.Metric) {
 		unknown := mb.identityUnknown()
 		for _, r := range idReasons {
 			ch <- metrics.NewLazyConstMetric(memberClusterIDUnknownDesc, metrics.GaugeValue, bit(unknown == r), mb.name, r)
+		}
+		rejected := mb.credentials.rejected()
+		for _, r := range rejectionReasons {
+			ch <- metrics.NewLazyConstMetric(memberCredentialsRejectedDesc, metrics.GaugeValue, bit(rejected != nil && rejected.reason == r), mb.name, r)
+		}
+		if mb.credentials != nil {
+			expiries := mb.credentials.expiries()
+			for _, kind := range credentialKinds {
+				if at, ok := expiries[kind]; ok {
+					ch <- metrics.NewLazyConstMetric(memberCredentialExpiryDesc, metrics.GaugeValue, float64(at.Unix()), mb.name, kind)
+				}
+			}
 		}
 		for _, mode := range memberModes {
 			ch <- metrics.NewLazyConstMetric(memberModeDesc, metrics.GaugeValue, bit(mb.mode == mode), mb.name, string(mode))

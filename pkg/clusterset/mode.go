@@ -141,10 +141,12 @@ func (c *Cache) serves(name string, m *member) bool {
 // remode starts a member from m's kubeconfig in the mode served calls for
 // and puts it in m's place once it has listed.
 func (c *Cache) remode(name string, m *member, served servedapis.Set) error {
-	n, err := c.newMember(name, m.source, m.config)
+	source, config := m.current()
+	n, err := c.newMember(name, source, config)
 	if err != nil {
 		return err
 	}
+	n.tokenless = m.tokenless
 	n.joined, n.created = m.joined, m.created
 	// A fresh read reads the cluster ID afresh: a member refused as a
 	// second name is read again after --member-freeze-retry, and serves

@@ -74,7 +74,14 @@ func (m *member) probeLoop(ctx context.Context, client rest.Interface, th thresh
 		if ctx.Err() != nil {
 			return // shutting down
 		}
-		changed, untilNext := m.assess(started, time.Now(), err, th)
+		// A member that refuses the credentials answers: it is
+		// reachable, and flagged for its credentials instead
+		// (credentials.go, from the same answer).
+		reach := err
+		if credentialError(err) {
+			reach = nil
+		}
+		changed, untilNext := m.assess(started, time.Now(), reach, th)
 		switch {
 		case err == nil || reachedServer(err):
 			m.gate.release()
@@ -85,7 +92,7 @@ func (m *member) probeLoop(ctx context.Context, client rest.Interface, th thresh
 			notify(err)
 		}
 		delay := wait.Jitter(probeIntervalFor(th), 0.1)
-		if err != nil {
+		if reach != nil {
 			delay = backoff.Step()
 			if untilNext > 0 && untilNext < delay {
 				delay = untilNext

@@ -353,7 +353,9 @@ func (m *member) frozenFlag(u *imports.Unreachable) *imports.Unreachable {
 	if u == nil {
 		return &imports.Unreachable{Since: since, Message: msg}
 	}
-	return &imports.Unreachable{Since: u.Since, Message: u.Message + "; " + msg}
+	flagged := *u
+	flagged.Message += "; " + msg
+	return &flagged
 }
 
 // retry is how long the member stays frozen before it is read again.

@@ -10,12 +10,14 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 
+	"github.com/mci-dev/mci/pkg/credexpiry"
 	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/metrics"
@@ -100,6 +102,33 @@ type PoolScraper struct {
 	// clients keeps the client of each URL: the shared one for plaintext,
 	// else one with the URL's credentials, made anew when they change.
 	clients *epptransport.Conns[*http.Client]
+
+	// expiries caches the exp claim of the tokens sent, so that a token
+	// is parsed once, not at every scrape.
+	expiriesMu sync.Mutex
+	expiries   map[string]time.Time
+}
+
+// maxCachedExpiries bounds expiries: tokens rotate, and a few are in use
+// at a time (the token file's, one per token Secret).
+const maxCachedExpiries = 64
+
+// tokenExpiry is token's exp claim when it is a JWT, else zero.
+func (s *PoolScraper) tokenExpiry(token string) time.Time {
+	if token == "" {
+		return time.Time{}
+	}
+	s.expiriesMu.Lock()
+	defer s.expiriesMu.Unlock()
+	if at, ok := s.expiries[token]; ok {
+		return at
+	}
+	if s.expiries == nil || len(s.expiries) >= maxCachedExpiries {
+		s.expiries = map[string]time.Time{}
+	}
+	at := credexpiry.JWT(token)
+	s.expiries[token] = at
+	return at
 }
 
 // scrapeResult is the outcome of a URL's last scrape and the last good
@@ -117,6 +146,8 @@ type scrapeResult struct {
 	withheld string
 	// cluster and pool name the target whose own token was withheld.
 	cluster, pool string
+	// tokenExpiry is when the token sent expires, when it is a JWT.
+	tokenExpiry time.Time
 }
 
 // NewPoolScraper returns a scraper with no targets. It fails only when
@@ -272,8 +303,9 @@ func logOutcome(logger klog.Logger, url string, r *scrapeResult) {
 func (s *PoolScraper) read(ctx context.Context, url string) *scrapeResult {
 	started := time.Now()
 	var withheld, cluster, pool string
+	var expiry time.Time
 	fail := func(state MetricsState, token string, err error) *scrapeResult {
-		return &scrapeResult{state: state, err: err, token: token, withheld: withheld, cluster: cluster, pool: pool}
+		return &scrapeResult{state: state, err: err, token: token, withheld: withheld, cluster: cluster, pool: pool, tokenExpiry: expiry}
 	}
 	// Credentials that cannot be used (a TLS Secret, a token Secret) fail
 	// the metrics port alone, counted with the connection failures.
@@ -290,6 +322,7 @@ func (s *PoolScraper) read(ctx context.Context, url string) *scrapeResult {
 		s.creds.Failed(url, err)
 		return fail(MetricsUnreachable, tokenSource, err)
 	}
+	expiry = s.tokenExpiry(token)
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -336,7 +369,7 @@ func (s *PoolScraper) read(ctx context.Context, url string) *scrapeResult {
 		// is the conservative time for staleness.
 		m.UpdatedAt = started
 	}
-	return &scrapeResult{state: MetricsFresh, pools: pools, token: tokenSource, withheld: withheld, cluster: cluster, pool: pool}
+	return &scrapeResult{state: MetricsFresh, pools: pools, token: tokenSource, withheld: withheld, cluster: cluster, pool: pool, tokenExpiry: expiry}
 }
 
 // Where a scrape's bearer token came from, for logs.
@@ -431,6 +464,19 @@ const tokenWithheldHelp = "1 for each cluster's pool whose EPP metrics scrapes w
 
 var tokenWithheldDesc = prometheus.NewDesc("mci_sidecar_epp_metrics_token_withheld", tokenWithheldHelp, []string{"cluster", "pool", "reason"}, nil)
 
+const tokenExpiryHelp = "When the bearer token the sidecar sends each cluster's pool's EPP for its metrics expires, in seconds since the epoch, when the token is a JWT, by where it comes from: secret (the pool's token Secret; rotate it before then) or file (--epp-metrics-token-file, which the kubelet renews on its own)."
+
+var tokenExpiryDesc = prometheus.NewDesc("mci_sidecar_epp_metrics_token_expiry_timestamp_seconds", tokenExpiryHelp, []string{"cluster", "pool", "source"}, nil)
+
+// tokenSourceLabel is the source label of a token's expiry: secret or
+// file.
+func tokenSourceLabel(source string) string {
+	if source == tokenFromFile {
+		return "file"
+	}
+	return "secret"
+}
+
 // ScrapedPool is a cluster's pool and the metrics URL of its EPP: a series
 // of mci_sidecar_epp_metrics_state when the URL is scraped.
 type ScrapedPool struct {
@@ -457,6 +503,7 @@ func (s *PoolScraper) StateCollector(pools func() []ScrapedPool) prometheus.Coll
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- eppMetricsStateDesc
 	ch <- tokenWithheldDesc
+	ch <- tokenExpiryDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -480,8 +527,15 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(eppMetricsStateDesc, prometheus.GaugeValue, v, p.Cluster, p.Pool, string(s))
 		}
-		if r := c.scraper.poller.Get(p.URL); r != nil && r.withheld != "" {
+		r := c.scraper.poller.Get(p.URL)
+		if r == nil {
+			continue
+		}
+		if r.withheld != "" {
 			ch <- prometheus.MustNewConstMetric(tokenWithheldDesc, prometheus.GaugeValue, 1, p.Cluster, p.Pool, r.withheld)
+		}
+		if !r.tokenExpiry.IsZero() {
+			ch <- prometheus.MustNewConstMetric(tokenExpiryDesc, prometheus.GaugeValue, float64(r.tokenExpiry.Unix()), p.Cluster, p.Pool, tokenSourceLabel(r.token))
 		}
 	}
 }

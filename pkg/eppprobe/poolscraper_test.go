@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -429,6 +430,27 @@ func TestPoolScraperSendsTheTokenOfTheCredentialsSecret(t *testing.T) {
 	tok, secret, err := creds.MetricsToken("http://127.0.0.1:1/metrics")
 	require.NoError(t, err)
 	assert.Empty(t, tok+secret, "a URL without a Secret has no Secret token")
+}
+
+func TestTheExpiryOfTheMetricsTokenSentIsExported(t *testing.T) {
+	exp := time.Unix(2000000000, 0)
+	token, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(exp)}).SignedString([]byte("key"))
+	require.NoError(t, err)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeToken(t, tokenFile, token)
+	_, url, creds := verifiedMetricsServer(t, token)
+	creds.SetTargets([]epptransport.Target{inClusterTarget(url)})
+	s, err := NewPoolScraper(PoolScraperOptions{Interval: 20 * time.Millisecond, Timeout: time.Second, Staleness: time.Minute, TokenFile: tokenFile, Credentials: creds})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.StateCollector(func() []ScrapedPool { return []ScrapedPool{{Cluster: "cluster-a", Pool: ns + "/llm", URL: url}} }))
+	s.SetTargets([]string{url})
+	runScraper(t, s, nil)
+	want := fmt.Sprintf("# HELP mci_sidecar_epp_metrics_token_expiry_timestamp_seconds %s\n# TYPE mci_sidecar_epp_metrics_token_expiry_timestamp_seconds gauge\n"+
+		"mci_sidecar_epp_metrics_token_expiry_timestamp_seconds{cluster=\"cluster-a\",pool=\"%s/llm\",source=\"file\"} 2e+09\n", tokenExpiryHelp, ns)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.NoError(ct, testutil.GatherAndCompare(reg, strings.NewReader(want), "mci_sidecar_epp_metrics_token_expiry_timestamp_seconds"))
+	}, 5*time.Second, 10*time.Millisecond)
 }
 
 func TestEPPMetricsStateMetric(t *testing.T) {

@@ -91,6 +91,12 @@ func unreachable(m Member, since time.Time, msg string) Member {
 	return m
 }
 
+// rejecting flags m as refusing mci-apiserver's credentials since since.
+func rejecting(m Member, since time.Time, msg string) Member {
+	m.Unreachable = &Unreachable{Since: since, Message: msg, CredentialsRejected: true}
+	return m
+}
+
 // clusterSet builds the ClusterSet seen from local, members sorted by name.
 func clusterSet(local string, members ...Member) ClusterSet {
 	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })

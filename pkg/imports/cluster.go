@@ -2,7 +2,6 @@ package imports
 
 import (
 	"fmt"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -53,12 +52,12 @@ func targetPortNumber(pool *poolv1.InferencePool) int32 {
 // unreachableVerdict flags a member whose watches are down: its data is
 // served as last known, and the message says what that data said.
 func unreachableVerdict(cluster string, u *Unreachable, lastKnown verdict) verdict {
-	msg := fmt.Sprintf("cluster %s has been unreachable since %s", cluster, u.Since.UTC().Format(time.RFC3339))
+	msg := u.Describe(cluster)
 	if u.Message != "" {
 		msg += ": " + u.Message
 	}
 	msg += fmt.Sprintf("; serving its last known data, by which it was %s (%s)", readyWord(lastKnown.ok), lastKnown.message)
-	return verdict{reason: v1alpha1.ReasonClusterUnreachable, message: msg}
+	return verdict{reason: u.Reason(), message: msg}
 }
 
 func readyWord(ok bool) string {

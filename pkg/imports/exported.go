@@ -3,7 +3,6 @@ package imports
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -24,7 +23,7 @@ import (
 // fundamental problem (InvalidExport, then InvalidEndpointPickerRef or
 // EndpointPickerNotFound for an EndpointMode export whose EPP Service the
 // importers could not be told about, then NamespaceNotFound, then
-// ClusterUnreachable) and a message that names every problem.
+// CredentialsRejected, then ClusterUnreachable) and a message that names every problem.
 //
 // Only what an export's state is made of counts: the EPP Service's
 // existence, never its readiness, so EPP readiness flaps never change the
@@ -57,7 +56,7 @@ func Exported(cs ClusterSet, namespace, name string) (metav1.Condition, bool) {
 		switch {
 		case t.Reason == v1alpha1.ReasonImported:
 			importers = append(importers, t.Name)
-		case t.Reason == v1alpha1.ReasonClusterUnreachable:
+		case t.Reason == v1alpha1.ReasonClusterUnreachable || t.Reason == v1alpha1.ReasonCredentialsRejected:
 			// The export's message quotes the member's last error, which
 			// may change at every probe while the state does not.
 			problems = append(problems, problem{reason: t.Reason, message: unreachableMessage(others, t.Name)})
@@ -99,7 +98,8 @@ var exportedReasonRank = map[string]int{
 	v1alpha1.ReasonInvalidEndpointPickerRef: 1,
 	v1alpha1.ReasonEndpointPickerNotFound:   2,
 	v1alpha1.ReasonNamespaceNotFound:        3,
-	v1alpha1.ReasonClusterUnreachable:       4,
+	v1alpha1.ReasonCredentialsRejected:      4,
+	v1alpha1.ReasonClusterUnreachable:       5,
 }
 
 // localEndpointPicker says what is wrong, if anything, with the EPP
@@ -126,7 +126,7 @@ func localEndpointPicker(local *Member, cluster string, pool *poolv1.InferencePo
 func unreachableMessage(others []*Member, name string) string {
 	for _, m := range others {
 		if m.Name == name && m.Unreachable != nil {
-			return fmt.Sprintf("cluster %s has been unreachable since %s", name, m.Unreachable.Since.UTC().Format(time.RFC3339))
+			return m.Unreachable.Describe(name)
 		}
 	}
 	return fmt.Sprintf("cluster %s is unreachable", name)

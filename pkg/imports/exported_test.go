@@ -75,6 +75,15 @@ func TestExportedCondition(t *testing.T) {
 			wantMessage: []string{"cluster cluster-b has been unreachable since 2025-01-02T03:04:05Z"},
 		},
 		{
+			name:        "a member that rejects the credentials makes the pool not Exported, under its own reason",
+			local:       readyEPP(testNamespace, testPool),
+			b:           rejecting(member(t, "cluster-b", namespace(testNamespace)), t0, "it answers 401 Unauthorized"),
+			c:           unreachable(member(t, "cluster-c", namespace(testNamespace)), t0, "dial tcp: connection refused"),
+			wantStatus:  metav1.ConditionFalse,
+			wantReason:  v1alpha1.ReasonCredentialsRejected,
+			wantMessage: []string{"cluster cluster-b has rejected mci-apiserver's credentials since 2025-01-02T03:04:05Z", "cluster cluster-c has been unreachable since 2025-01-02T03:04:05Z"},
+		},
+		{
 			name:        "a missing EPP Service makes an EndpointMode export not Exported",
 			local:       []runtime.Object{pool(testNamespace, testPool)},
 			b:           member(t, "cluster-b", namespace(testNamespace)),

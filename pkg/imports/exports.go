@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -140,8 +139,8 @@ func exportTarget(m *Member, pool *poolv1.InferencePool, invalid error, namespac
 
 	switch {
 	case m.Unreachable != nil:
-		t.Reason = v1alpha1.ReasonClusterUnreachable
-		t.Message = fmt.Sprintf("cluster %s has been unreachable since %s", m.Name, m.Unreachable.Since.UTC().Format(time.RFC3339))
+		t.Reason = m.Unreachable.Reason()
+		t.Message = m.Unreachable.Describe(m.Name)
 		if m.Unreachable.Message != "" {
 			t.Message += ": " + m.Unreachable.Message
 		}

@@ -114,6 +114,7 @@ func TestExportTargetClusters(t *testing.T) {
 		unreachable(member(t, "cluster-c", namespace(testNamespace)), since, "connection refused"),
 		member(t, "cluster-b", namespace(testNamespace), pool(testNamespace, testPool)),
 		member(t, "cluster-a", namespace("other")),
+		rejecting(member(t, "cluster-f", namespace(testNamespace)), since, "it answers 401 Unauthorized"),
 	)
 	exp, ok := Export(cs, testNamespace, testPool)
 	require.True(t, ok)
@@ -123,6 +124,7 @@ func TestExportTargetClusters(t *testing.T) {
 		{Name: "cluster-c", Imported: true, Reason: v1alpha1.ReasonClusterUnreachable, Message: "cluster cluster-c has been unreachable since 2025-06-07T08:09:10Z: connection refused; by its last known data it imports example/llm-pool"},
 		{Name: "cluster-d", Imported: false, Reason: v1alpha1.ReasonClusterUnreachable, Message: "cluster cluster-d has been unreachable since 2025-06-07T08:09:10Z: connection refused; by its last known data namespace example does not exist there"},
 		{Name: "cluster-e", Imported: true, Reason: v1alpha1.ReasonImported, Message: "cluster cluster-e imports example/llm-pool"},
+		{Name: "cluster-f", Imported: true, Reason: v1alpha1.ReasonCredentialsRejected, Message: "cluster cluster-f has rejected mci-apiserver's credentials since 2025-06-07T08:09:10Z: it answers 401 Unauthorized; by its last known data it imports example/llm-pool"},
 	}
 	assert.Equal(t, want, exp.Status.Clusters, "every other member, sorted by name, never the local cluster")
 

@@ -14,6 +14,7 @@
 package imports
 
 import (
+	"fmt"
 	"time"
 
 	corev1listers "k8s.io/client-go/listers/core/v1"
@@ -21,6 +22,7 @@ import (
 	gatewaylisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
 	gatewaylistersv1beta1 "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1beta1"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	inferencelisters "github.com/mci-dev/mci/pkg/generated/listers/inference/v1alpha1"
 	poollisters "github.com/mci-dev/mci/pkg/generated/listers/inferencepool/v1"
 )
@@ -79,4 +81,26 @@ type Member struct {
 type Unreachable struct {
 	Since   time.Time
 	Message string
+	// CredentialsRejected: the member answers, but refuses the
+	// credentials it is read with (401, or 403 to what is read). Its last
+	// known data is served as an unreachable member's, under its own
+	// reason: an expired token is not a partition.
+	CredentialsRejected bool
+}
+
+// Reason is the condition reason that flags the member's data.
+func (u *Unreachable) Reason() string {
+	if u.CredentialsRejected {
+		return v1alpha1.ReasonCredentialsRejected
+	}
+	return v1alpha1.ReasonClusterUnreachable
+}
+
+// Describe says since when the member cluster has been flagged, and why in
+// a word, without its last error.
+func (u *Unreachable) Describe(cluster string) string {
+	if u.CredentialsRejected {
+		return fmt.Sprintf("cluster %s has rejected mci-apiserver's credentials since %s", cluster, u.Since.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("cluster %s has been unreachable since %s", cluster, u.Since.UTC().Format(time.RFC3339))
 }

@@ -49,12 +49,15 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 		}
 		stale := false
 		if ready := meta.FindStatusCondition(ic.Conditions, v1alpha1.ConditionReady); ready != nil && ready.Status == metav1.ConditionFalse {
-			if ready.Reason != v1alpha1.ReasonClusterUnreachable {
+			if ready.Reason != v1alpha1.ReasonClusterUnreachable && ready.Reason != v1alpha1.ReasonCredentialsRejected {
 				notReady++
 				continue
 			}
+			// A cluster that rejects mci-apiserver's credentials is as
+			// unknown to the control plane as one it cannot reach; its
+			// data plane may well serve.
 			stale = true
-			report(ReasonClusterUnreachable, "cluster %q is unreachable from mci-apiserver (%s); its last known EPP stays a candidate after every reachable cluster", ic.Name, ready.Message)
+			report(ReasonClusterUnreachable, "cluster %q is unreachable from mci-apiserver or rejects its credentials (%s); its last known EPP stays a candidate after every reachable cluster", ic.Name, ready.Message)
 		}
 		c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: 1, Stale: stale, TargetPort: ic.TargetPortNumber}
 		switch c.Mode {

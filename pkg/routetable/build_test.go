@@ -183,6 +183,21 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "a cluster that rejects mci-apiserver's credentials stays, stale, after the others: its data plane may serve",
+			in: Inputs{Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{func() *v1alphaImport {
+				imp := importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1", ready: metav1.ConditionFalse}, imported{name: "cluster-c", addr: "127.0.3.1"})
+				imp.Status.Clusters[0].Conditions[0].Reason = v1alpha1.ReasonCredentialsRejected
+				return imp
+			}()}},
+			wantReasons: []string{ReasonClusterUnreachable},
+			check: func(t *testing.T, tbl *Table) {
+				require.Len(t, only(t, tbl).Clusters, 2)
+				assert.Equal(t, "cluster-c", only(t, tbl).Clusters[1].Name)
+				assert.True(t, only(t, tbl).Clusters[0].Stale)
+				assert.Equal(t, "127.0.2.1:9002", only(t, tbl).Clusters[0].EPP, "its last known EPP")
+			},
+		},
+		{
 			name: "a cluster that mci-apiserver cannot reach stays, stale, after the others: its EPP may answer",
 			in: Inputs{Routes: oneRef(importRef("llm", nil)), Imports: []*v1alphaImport{func() *v1alphaImport {
 				imp := importOf("llm", imported{name: "cluster-a", addr: "127.0.2.1", ready: metav1.ConditionFalse}, imported{name: "cluster-c", addr: "127.0.3.1"})

@@ -599,7 +599,7 @@ func schema_pkg_apis_inference_v1alpha1_ExportTargetCluster(ref common.Reference
 					},
 					"reason": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Reason is a CamelCase reason: Imported, NamespaceNotFound, ClusterUnreachable or InvalidExport.",
+							Description: "Reason is a CamelCase reason: Imported, NamespaceNotFound, ClusterUnreachable, CredentialsRejected or InvalidExport.",
 							Type:        []string{"string"},
 							Format:      "",
 						},

@@ -80,11 +80,15 @@ const (
 	ReasonEndpointPickerNotFound = "EndpointPickerNotFound"
 	ReasonNoReadyParents         = "NoReadyParents"
 	ReasonClusterUnreachable     = "ClusterUnreachable"
-	ReasonInvalidExport          = "InvalidExport"
-	ReasonNamespaceNotFound      = "NamespaceNotFound"
-	ReasonExported               = "Exported"
-	ReasonImported               = "Imported"
-	ReasonLocalCluster           = "LocalCluster"
+	// ReasonCredentialsRejected flags a member that answers mci-apiserver
+	// but refuses its credentials (401, or 403 to what it reads): its
+	// last known data is served as an unreachable member's.
+	ReasonCredentialsRejected = "CredentialsRejected"
+	ReasonInvalidExport       = "InvalidExport"
+	ReasonNamespaceNotFound   = "NamespaceNotFound"
+	ReasonExported            = "Exported"
+	ReasonImported            = "Imported"
+	ReasonLocalCluster        = "LocalCluster"
 
 	// ReasonInvalidEndpointPickerRef says an exporting pool's
 	// endpointPickerRef cannot be imported: it has no name, names a kind or
@@ -522,7 +526,7 @@ type ExportTargetCluster struct {
 	// Imported is true when the cluster serves an InferencePoolImport for the pool.
 	Imported bool `json:"imported"`
 	// Reason is a CamelCase reason: Imported, NamespaceNotFound,
-	// ClusterUnreachable or InvalidExport.
+	// ClusterUnreachable, CredentialsRejected or InvalidExport.
 	// +optional
 	Reason string `json:"reason,omitempty"`
 	// Message is a human readable explanation.

@@ -1,0 +1,332 @@
+package clusterset
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/oauth2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
+	"k8s.io/klog/v2"
+
+	"github.com/mci-dev/mci/pkg/credexpiry"
+	"github.com/mci-dev/mci/pkg/imports"
+)
+
+// Reasons a member rejects this server's credentials, as the
+// mci_clusterset_member_credentials_rejected metric names them.
+const (
+	// rejectedUnauthorized: the member answered 401 to any request (its
+	// probe, a list, a watch): it does not accept the credentials at all
+	// (expired, revoked, or another cluster's).
+	rejectedUnauthorized = "unauthorized"
+	// rejectedForbidden: the member answered 403 to its probe or to a list
+	// or watch this server needs: the credentials are accepted but may not
+	// read what mci reads (a role binding removed or never made).
+	rejectedForbidden = "forbidden"
+)
+
+var rejectionReasons = []string{rejectedUnauthorized, rejectedForbidden}
+
+// Kinds of credential whose expiry is exported.
+const (
+	// credentialToken: a bearer token that is a JWT (a ServiceAccount
+	// token, or an OIDC or cloud token an exec plugin hands over): its
+	// exp claim, read off what is sent.
+	credentialToken = "token"
+	// credentialClientCertificate: an inline client certificate's
+	// NotAfter.
+	credentialClientCertificate = "client-certificate"
+)
+
+var credentialKinds = []string{credentialToken, credentialClientCertificate}
+
+// forbiddenRetention is how long a 403 on a list or watch counts without
+// being answered again: client-go's reflectors retry a failed list at
+// least every 30 s (their backoff's cap), so a path that stops being
+// asked (its informer stopped: a namespace that no longer holds pools)
+// does not flag the member for good.
+const forbiddenRetention = 2 * time.Minute
+
+// credentials follows what a member says of this server's credentials: it
+// sees every response of the member's clients (the probe's, the lists' and
+// the watches'), and the bearer token each request carries. It also holds
+// the member's inline bearer token, so that a rotated Secret that changes
+// nothing but the token swaps it in place (rotate): client-go's token
+// source transport sends the current one with each request, and the
+// member's connections and watches go on.
+type credentials struct {
+	// onChange is told every change of the rejection, outside the lock.
+	onChange func(prev, next *rejection)
+
+	mu sync.Mutex
+	// token is the bearer token sent, when the member's kubeconfig holds
+	// one inline; "" when client-go sends another kind of credential.
+	token string
+	// swappable: token is sent through this token source, so rotate
+	// changes it in place.
+	swappable bool
+	// unauthorized is when the member first answered 401 since it last
+	// accepted the credentials; zero while it accepts them.
+	unauthorized time.Time
+	// forbidden is when each list or watch path was last answered 403,
+	// and since when it has been.
+	forbidden map[string]forbiddenPath
+	current   *rejection
+	// tokenSeen and tokenExpiry are the last bearer token sent (kept only
+	// to notice a new one; never logged) and its exp claim.
+	tokenSeen   string
+	tokenExpiry time.Time
+	certExpiry  time.Time
+}
+
+type forbiddenPath struct {
+	since, last time.Time
+}
+
+// rejection is a member's refusal of this server's credentials.
+type rejection struct {
+	reason  string
+	since   time.Time
+	message string
+}
+
+// newCredentials sets config up to send its inline bearer token through
+// the returned credentials, which also see every response of the clients
+// made from config. config must not be shared.
+func newCredentials(config *rest.Config, onChange func(prev, next *rejection)) *credentials {
+	c := &credentials{onChange: onChange, forbidden: map[string]forbiddenPath{}}
+	c.certExpiry = credexpiry.Certificate(config.CertData)
+	// Innermost: client-go adds the Authorization header (a static token,
+	// an exec plugin's) outside the WrapTransport chain, so the observer
+	// sees what is sent.
+	config.Wrap(c.observe)
+	if config.BearerToken != "" && config.BearerTokenFile == "" && config.ExecProvider == nil && config.AuthProvider == nil {
+		c.token, c.swappable = config.BearerToken, true
+		config.BearerToken = ""
+		config.Wrap(transport.TokenSourceWrapTransport(c))
+	}
+	return c
+}
+
+// Token implements oauth2.TokenSource: the member's current bearer token.
+func (c *credentials) Token() (*oauth2.Token, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return &oauth2.Token{AccessToken: c.token, TokenType: "Bearer"}, nil
+}
+
+// rotate swaps in token and reports whether it could: only a member whose
+// kubeconfig held an inline token can.
+func (c *credentials) rotate(token string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.swappable || token == "" {
+		return false
+	}
+	c.token = token
+	return true
+}
+
+// observe is a rest.Config WrapTransport.
+func (c *credentials) observe(rt http.RoundTripper) http.RoundTripper {
+	return credentialsTransport{creds: c, next: rt}
+}
+
+type credentialsTransport struct {
+	creds *credentials
+	next  http.RoundTripper
+}
+
+func (t credentialsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.creds.sent(req.Header.Get("Authorization"))
+	resp, err := t.next.RoundTrip(req)
+	if err == nil {
+		t.creds.answered(req, resp.StatusCode, time.Now())
+	}
+	return resp, err
+}
+
+// sent reads the expiry of the bearer token a request carries, when it is
+// a JWT, once per token. The token is parsed, not verified: the member
+// verifies it; this is only to say when it will stop doing so.
+func (c *credentials) sent(authorization string) {
+	token, ok := strings.CutPrefix(authorization, "Bearer ")
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if token == c.tokenSeen {
+		return
+	}
+	c.tokenSeen, c.tokenExpiry = token, credexpiry.JWT(token)
+}
+
+// expiries returns the known expiry of each kind of credential sent; a
+// kind that is not sent, or whose expiry cannot be read, is absent.
+func (c *credentials) expiries() map[string]time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]time.Time{}
+	if !c.tokenExpiry.IsZero() {
+		out[credentialToken] = c.tokenExpiry
+	}
+	if !c.certExpiry.IsZero() {
+		out[credentialClientCertificate] = c.certExpiry
+	}
+	return out
+}
+
+// answered records the status of a response. 401 always means the
+// credentials are refused; 403 only for the probe and for lists and
+// watches, which mci cannot do without: a forbidden get of one object
+// (the cluster ID's Namespace) is a missing permission handled where it
+// is asked (identity.go).
+func (c *credentials) answered(req *http.Request, status int, now time.Time) {
+	c.mu.Lock()
+	prev := c.current
+	path := req.URL.Path
+	switch {
+	case status == http.StatusUnauthorized:
+		if c.unauthorized.IsZero() {
+			c.unauthorized = now
+		}
+	case status == http.StatusForbidden:
+		c.unauthorized = time.Time{}
+		if needed(req) {
+			f := c.forbidden[path]
+			if f.since.IsZero() {
+				f.since = now
+			}
+			f.last = now
+			c.forbidden[path] = f
+		}
+	case status < http.StatusBadRequest:
+		c.unauthorized = time.Time{}
+		delete(c.forbidden, path)
+	}
+	next := c.assessLocked(now)
+	c.mu.Unlock()
+	if !sameRejection(prev, next) {
+		c.onChange(prev, next)
+	}
+}
+
+// assessLocked works out the rejection from what the member answered,
+// keeping the current one (and its start) while its reason holds.
+func (c *credentials) assessLocked(now time.Time) *rejection {
+	for path, f := range c.forbidden {
+		if now.Sub(f.last) > forbiddenRetention {
+			delete(c.forbidden, path)
+		}
+	}
+	var next *rejection
+	switch {
+	case !c.unauthorized.IsZero():
+		msg := "it answers 401 Unauthorized: it does not accept this server's credentials (expired, revoked or not its own)"
+		if !c.tokenExpiry.IsZero() && !c.tokenExpiry.After(now) {
+			msg = fmt.Sprintf("it answers 401 Unauthorized: the token this server sends expired at %s", c.tokenExpiry.UTC().Format(time.RFC3339))
+		}
+		next = &rejection{reason: rejectedUnauthorized, since: c.unauthorized, message: msg}
+	case len(c.forbidden) > 0:
+		paths := make([]string, 0, len(c.forbidden))
+		since := now
+		for path, f := range c.forbidden {
+			paths = append(paths, path)
+			if f.since.Before(since) {
+				since = f.since
+			}
+		}
+		slices.Sort(paths)
+		next = &rejection{reason: rejectedForbidden, since: since, message: "it answers 403 Forbidden: this server's credentials may not read " + strings.Join(paths, ", ")}
+	}
+	if next != nil && c.current != nil && c.current.reason == next.reason && c.current.message == next.message {
+		next = c.current
+	}
+	c.current = next
+	return next
+}
+
+func sameRejection(a, b *rejection) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.reason == b.reason && a.message == b.message
+}
+
+// rejected returns the member's refusal of the credentials, nil while it
+// accepts them.
+func (c *credentials) rejected() *rejection {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.current
+}
+
+// needed reports whether a request is one mci cannot do without: the
+// probe, or a list or watch (a read of a collection, by its path: a
+// cluster-scoped collection, the Namespaces' included, or a namespaced
+// one).
+func needed(req *http.Request) bool {
+	if req.Method != http.MethodGet {
+		return false
+	}
+	if req.URL.Path == "/readyz" {
+		return true
+	}
+	var rest []string
+	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		rest = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		rest = parts[3:]
+	default:
+		return false
+	}
+	if len(rest) >= 2 && rest[0] == "namespaces" {
+		// namespaces/NAME is one Namespace; namespaces/NAME/RESOURCE a
+		// namespaced collection.
+		return len(rest) == 3
+	}
+	return len(rest) == 1
+}
+
+// credentialsChanged says a change of the member's rejection of its
+// credentials, once, and recomputes what reads the member.
+func (m *member) credentialsChanged(prev, next *rejection) {
+	// Any request's answer tells, from the member's first (before
+	// start has set its context): the logger is the process's.
+	logger := klog.Background().WithValues("member", m.name)
+	switch {
+	case next != nil:
+		logger.Info("Member rejects this server's credentials: its last known data is kept, flagged CredentialsRejected", "reason", next.reason, "since", next.since.UTC().Format(time.RFC3339), "message", next.message)
+	default:
+		logger.Info("Member accepts this server's credentials again", "rejectedFor", time.Since(prev.since).Round(time.Second))
+	}
+	m.handler(Event{Member: m.name, Kind: KindMember})
+}
+
+// credentialsFlag is the member's flag while it rejects its credentials
+// and is otherwise reachable; nil while it accepts them.
+func (m *member) credentialsFlag() *imports.Unreachable {
+	r := m.credentials.rejected()
+	if r == nil {
+		return nil
+	}
+	return &imports.Unreachable{Since: r.since, Message: r.message + "; its last known data is kept", CredentialsRejected: true}
+}
+
+// credentialError reports whether a probe's error is the member refusing
+// the credentials: an answer, so the member is reachable.
+func credentialError(err error) bool {
+	return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)
+}

@@ -1,0 +1,159 @@
+package clusterset
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+func TestOnlyTheProbeAndListsAndWatchesCountAsNeeded(t *testing.T) {
+	for _, tc := range []struct {
+		method, path string
+		want         bool
+	}{
+		{http.MethodGet, "/readyz", true},
+		{http.MethodGet, "/api/v1/namespaces", true},
+		{http.MethodGet, "/api/v1/namespaces/pools/services", true},
+		{http.MethodGet, "/apis/inference.networking.k8s.io/v1/inferencepools", true},
+		{http.MethodGet, "/apis/discovery.k8s.io/v1/namespaces/pools/endpointslices", true},
+		// The cluster ID's Namespace: a get of one object, whose 403 is
+		// its own state (identity.go).
+		{http.MethodGet, "/api/v1/namespaces/kube-system", false},
+		{http.MethodGet, "/apis/gateway.networking.k8s.io/v1/namespaces/gw/gateways/one", false},
+		{http.MethodGet, "/apis/gateway.networking.k8s.io/v1", false},
+		{http.MethodGet, "/apis", false},
+		{http.MethodGet, "/version", false},
+		{http.MethodPost, "/api/v1/namespaces", false},
+	} {
+		req := httptest.NewRequest(tc.method, "https://member"+tc.path, nil)
+		assert.Equal(t, tc.want, needed(req), "%s %s", tc.method, tc.path)
+	}
+}
+
+func TestAMemberRejectsItsCredentialsUntilItAcceptsThemAgain(t *testing.T) {
+	var changes []*rejection
+	c := newCredentials(&rest.Config{}, func(_, next *rejection) { changes = append(changes, next) })
+	get := func(path string) *http.Request {
+		return httptest.NewRequest(http.MethodGet, "https://member"+path, nil)
+	}
+	t0 := time.Unix(1000, 0)
+
+	c.answered(get("/readyz"), http.StatusOK, t0)
+	assert.Nil(t, c.rejected())
+	c.answered(get("/api/v1/namespaces"), http.StatusUnauthorized, t0.Add(time.Second))
+	c.answered(get("/readyz"), http.StatusUnauthorized, t0.Add(2*time.Second))
+	r := c.rejected()
+	require.NotNil(t, r)
+	assert.Equal(t, rejectedUnauthorized, r.reason)
+	assert.Equal(t, t0.Add(time.Second), r.since, "rejected since its first 401")
+	require.Len(t, changes, 1, "said once, not at every 401")
+
+	c.answered(get("/readyz"), http.StatusOK, t0.Add(3*time.Second))
+	assert.Nil(t, c.rejected(), "an answer to the credentials ends it")
+	require.Len(t, changes, 2)
+	assert.Nil(t, changes[1])
+
+	c.answered(get("/api/v1/namespaces/kube-system"), http.StatusForbidden, t0.Add(4*time.Second))
+	assert.Nil(t, c.rejected(), "a forbidden get of one object is not a rejection")
+	c.answered(get("/apis/inference.networking.k8s.io/v1/inferencepools"), http.StatusForbidden, t0.Add(5*time.Second))
+	r = c.rejected()
+	require.NotNil(t, r)
+	assert.Equal(t, rejectedForbidden, r.reason)
+	assert.Contains(t, r.message, "/apis/inference.networking.k8s.io/v1/inferencepools")
+	c.answered(get("/readyz"), http.StatusOK, t0.Add(6*time.Second))
+	assert.NotNil(t, c.rejected(), "a 403 on a list holds until that list is answered")
+	c.answered(get("/apis/inference.networking.k8s.io/v1/inferencepools"), http.StatusOK, t0.Add(7*time.Second))
+	assert.Nil(t, c.rejected())
+
+	c.answered(get("/api/v1/namespaces/gone/services"), http.StatusForbidden, t0.Add(8*time.Second))
+	require.NotNil(t, c.rejected())
+	c.answered(get("/readyz"), http.StatusOK, t0.Add(8*time.Second+forbiddenRetention+time.Second))
+	assert.Nil(t, c.rejected(), "a list no longer asked stops counting")
+	assert.Len(t, changes, 6)
+}
+
+func TestTheExpiryOfEachCredentialSentIsRead(t *testing.T) {
+	exp := time.Unix(2000000000, 0)
+	signed, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(exp)}).SignedString([]byte("key"))
+	require.NoError(t, err)
+	c := newCredentials(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CertData: selfSignedCert(t, exp.Add(time.Hour))}}, func(_, _ *rejection) {})
+	c.sent("Bearer " + signed)
+	got := c.expiries()
+	assert.Len(t, got, 2)
+	assert.True(t, exp.Equal(got[credentialToken]), "the token's exp: %s", got[credentialToken])
+	assert.True(t, exp.Add(time.Hour).Equal(got[credentialClientCertificate]), "the certificate's NotAfter: %s", got[credentialClientCertificate])
+
+	for _, tc := range []struct{ name, header string }{
+		{"an opaque token", "Bearer abcdef"},
+		{"a JWT without exp", "Bearer " + must(jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{}).SignedString([]byte("key")))},
+		{"garbage", "Bearer a.b.c"},
+	} {
+		c := newCredentials(&rest.Config{}, func(_, _ *rejection) {})
+		c.sent(tc.header)
+		assert.Empty(t, c.expiries(), tc.name)
+	}
+}
+
+func TestOnlyAnInlineTokenIsRotatedInPlace(t *testing.T) {
+	kubeconfig := func(user *clientcmdapi.AuthInfo, server string) MemberConfig {
+		cfg := clientcmdapi.NewConfig()
+		cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: server}
+		cfg.AuthInfos["u"] = user
+		cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+		cfg.CurrentContext = "c"
+		data, err := clientcmd.Write(*cfg)
+		require.NoError(t, err)
+		return ParseMemberKubeconfig(data)
+	}
+	a := kubeconfig(&clientcmdapi.AuthInfo{Token: "one"}, "https://a")
+	b := kubeconfig(&clientcmdapi.AuthInfo{Token: "two"}, "https://a")
+	require.NoError(t, a.err)
+	assert.NotEqual(t, a.fingerprint, b.fingerprint)
+	assert.NotEmpty(t, a.tokenless)
+	assert.Equal(t, a.tokenless, b.tokenless, "only the token differs")
+	assert.NotEqual(t, a.tokenless, kubeconfig(&clientcmdapi.AuthInfo{Token: "two"}, "https://b").tokenless, "another server is another member")
+	assert.Empty(t, kubeconfig(&clientcmdapi.AuthInfo{TokenFile: "/t"}, "https://a").tokenless, "client-go follows a token file itself")
+
+	config := rest.CopyConfig(a.rest)
+	c := newCredentials(config, func(_, _ *rejection) {})
+	assert.Empty(t, config.BearerToken, "the token is sent through the credentials")
+	tok, err := c.Token()
+	require.NoError(t, err)
+	assert.Equal(t, "one", tok.AccessToken)
+	require.True(t, c.rotate("two"))
+	tok, err = c.Token()
+	require.NoError(t, err)
+	assert.Equal(t, "two", tok.AccessToken)
+	assert.False(t, newCredentials(&rest.Config{}, func(_, _ *rejection) {}).rotate("x"), "no inline token, nothing to swap")
+}
+
+func selfSignedCert(t *testing.T, notAfter time.Time) []byte {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "reader"}, NotBefore: notAfter.Add(-time.Hour), NotAfter: notAfter}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+func must(s string, err error) string {
+	if err != nil {
+		panic(err)
+	}
+	return s
+}

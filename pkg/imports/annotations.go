@@ -6,8 +6,8 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
-	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppaddr"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 )
 
 // ParseExport reads a pool's export annotations, and checks the cluster
@@ -21,7 +21,7 @@ import (
 //   - An invalid export (export-mode without export, or a value that is not
 //     allowed, the empty string included, an endpoint-picker-secret that
 //     is not a Secret name, or an endpoint-picker-transport that does not
-//     parse, a cluster policy that clusterscore.Parse refuses):
+//     parse, a cluster policy that routingpolicy.Parse refuses):
 //     exported=false and err says what is wrong,
 //     quoting the bad value and the allowed ones. Callers surface err in the
 //     InferencePoolExport's Valid condition. A bad Secret name or transport
@@ -90,7 +90,7 @@ func clusterPolicyProblems(annotations, labels map[string]string) []string {
 		if v == "" {
 			continue
 		}
-		if _, err := clusterscore.Parse(v); err != nil {
+		if _, err := routingpolicy.Parse(v); err != nil {
 			problems = append(problems, fmt.Sprintf("%s %q: cluster policy: %v", setting.kind, v1alpha1.ClusterPolicyAnnotation, err))
 		}
 	}

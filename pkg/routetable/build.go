@@ -17,6 +17,7 @@ import (
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/requestmodel"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 )
 
 // Inputs are everything a routing table is built from: the informers'
@@ -38,9 +39,9 @@ type Inputs struct {
 
 	// LocalCluster names this cluster; DefaultLocalCluster when empty.
 	LocalCluster string
-	// DefaultPolicy applies where no annotation chooses one;
-	// PolicyHealthBased when empty.
-	DefaultPolicy Policy
+	// DefaultPolicy applies where no annotation chooses one; HealthBased
+	// when it has no Name.
+	DefaultPolicy routingpolicy.Config
 	// DefaultTransport is the mode of each EPP port that neither its pool
 	// (annotation, Secret, BackendTLSPolicy) nor its import decides;
 	// plaintext where it is empty too.
@@ -116,7 +117,7 @@ func newBuilder(in Inputs) *builder {
 	return &builder{
 		in:      in,
 		local:   cmp.Or(in.LocalCluster, DefaultLocalCluster),
-		policy:  cmp.Or(in.DefaultPolicy, PolicyHealthBased),
+		policy:  defaultPolicy(in.DefaultPolicy),
 		pools:   map[types.NamespacedName]*poolv1.InferencePool{},
 		imports: map[types.NamespacedName]*v1alpha1.InferencePoolImport{},
 		svcs:    map[types.NamespacedName]*corev1.Service{},
@@ -131,10 +132,18 @@ func newBuilder(in Inputs) *builder {
 	}
 }
 
+// defaultPolicy is p, or HealthBased when p is none.
+func defaultPolicy(p routingpolicy.Config) routingpolicy.Config {
+	if p.Name == "" {
+		return routingpolicy.Named()[routingpolicy.HealthBased]
+	}
+	return p
+}
+
 type builder struct {
 	in     Inputs
 	local  string
-	policy Policy
+	policy routingpolicy.Config
 
 	pools   map[types.NamespacedName]*poolv1.InferencePool
 	imports map[types.NamespacedName]*v1alpha1.InferencePoolImport
@@ -228,7 +237,7 @@ func (b *builder) setGrant(g *gatewayv1beta1.ReferenceGrant) {
 
 // routeAnnotations are the settings a route's annotations give.
 type routeAnnotations struct {
-	policy      Policy
+	policy      routingpolicy.Config
 	weights     map[string]int64
 	failureMode poolv1.EndpointPickerFailureMode
 }

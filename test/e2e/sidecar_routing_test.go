@@ -20,6 +20,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/test/promtext"
 	"github.com/mci-dev/mci/test/simulator"
 	"github.com/mci-dev/mci/test/waitfor"
@@ -116,7 +117,7 @@ func (s *sidecarSetup) annotateRoute(t *testing.T, annotations map[string]string
 
 func TestSidecarSplitsShedsWithdrawsAndFailsClosedAcrossTheClusterSet(t *testing.T) {
 	weighted := map[string]string{
-		routetable.PolicyAnnotation:      string(routetable.PolicyWeighted),
+		routetable.PolicyAnnotation:      routingpolicy.Weighted,
 		routetable.FailureModeAnnotation: "FailClose",
 	}
 	s := newSidecarSetupWith(t, "e2e-sidecar-routing", sidecarOptions{
@@ -155,7 +156,7 @@ func TestSidecarSplitsShedsWithdrawsAndFailsClosedAcrossTheClusterSet(t *testing
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
 		s.annotateRoute(t, map[string]string{
-			routetable.PolicyAnnotation:      string(routetable.PolicyMetricsBased),
+			routetable.PolicyAnnotation:      routingpolicy.MetricsBased,
 			routetable.FailureModeAnnotation: "FailClose",
 		})
 		defer func() {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/eppaddr"
@@ -95,6 +97,32 @@ func clusterPolicyProblems(annotations, labels map[string]string) []string {
 		}
 	}
 	return problems
+}
+
+// servedPolicy is the cluster policy an exporter asks its importers to
+// use, to be served on the import (and on the exporting cluster's
+// summary) as annotations: its ClusterPolicyAnnotation annotation, else its
+// label of that name (what exporters set while imports carried only
+// labels), in routingpolicy's canonical form, so that an inline
+// configuration, which no label value can hold, crosses clusters, and
+// every sidecar reads it alike. nil when it names none (an empty value
+// names none, as sidecars read it) or one that does not parse: a pool's
+// makes its export invalid already; a summary, written by another
+// cluster's server, is checked again here, and its label still reaches
+// the sidecars, which report it.
+func servedPolicy(m *metav1.ObjectMeta) map[string]string {
+	v := m.Annotations[v1alpha1.ClusterPolicyAnnotation]
+	if v == "" {
+		v = m.Labels[v1alpha1.ClusterPolicyAnnotation]
+	}
+	if v == "" {
+		return nil
+	}
+	c, err := routingpolicy.Parse(v)
+	if err != nil {
+		return nil
+	}
+	return map[string]string{v1alpha1.ClusterPolicyAnnotation: c.Canonical()}
 }
 
 // asksExport says whether a pool asks to be exported: it carries the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/test/benchrouting/workload"
 )
 
@@ -37,9 +38,9 @@ func affinityFamily() []simScenario {
 // The routings compared: mci's own, the peer's configuration in mci's
 // pipeline, and the two references.
 const (
-	routingAffinity   = PrefixAffinity
-	routingHub        = HubReference
-	routingRoundRobin = Weighted
+	routingAffinity   = routingpolicy.PrefixAffinity
+	routingHub        = routingpolicy.HubReference
+	routingRoundRobin = routingpolicy.Weighted
 	routingOracle     = "Oracle"
 )
 

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mci-dev/mci/pkg/promptprefix"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 )
 
 // BenchmarkPick is a pick over 3 clusters, every scorer on (the target is
@@ -18,14 +19,14 @@ func BenchmarkPick(b *testing.B) {
 	for _, bc := range []struct{ name, config string }{
 		{"all-scorers", all},
 		{"all-scorers-two-choices", all + ",pick=two-choices"},
-		{PrefixAffinity, PrefixAffinity},
-		{PrefixAffinity + "-established-groups", PrefixAffinity},
-		{MetricsBased, MetricsBased},
-		{HealthBased, HealthBased},
+		{routingpolicy.PrefixAffinity, routingpolicy.PrefixAffinity},
+		{routingpolicy.PrefixAffinity + "-established-groups", routingpolicy.PrefixAffinity},
+		{routingpolicy.MetricsBased, routingpolicy.MetricsBased},
+		{routingpolicy.HealthBased, routingpolicy.HealthBased},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			f := newAffinityFixture(b)
-			cfg, err := Parse(bc.config)
+			cfg, err := routingpolicy.Parse(bc.config)
 			require.NoError(b, err)
 			p, err := New(cfg, f.p.thresholds, f.mem)
 			require.NoError(b, err)

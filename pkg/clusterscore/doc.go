@@ -45,9 +45,11 @@
 // table, and its HomeOutcome is what the explanation, the sidecar's log
 // and its metrics say.
 //
-// The annotation syntax is Parse's: a name, or "prefix-cache=3,in-flight=1"
-// with optional "pick=two-choices", "filters=health+saturation",
-// "affinity-margin=2", "queue-margin=2" and "home-bound=2".
+// A configuration (routingpolicy.Config) and its syntax are
+// pkg/routingpolicy's: a name, or "prefix-cache=3,in-flight=1" with
+// optional "pick=two-choices", "filters=health+saturation",
+// "affinity-margin=2", "queue-margin=2" and "home-bound=2". New compiles
+// one into a Pipeline, whose Needs say what a pick reads.
 //
 // Prompt blocks and the bounded prefix index are pkg/promptprefix's, which
 // mci-epp shares. The decisions behind them and this package's (home

@@ -6,13 +6,14 @@ import (
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/promptprefix"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
 // A request's life in the sidecar: the pipeline comes from the backend's
 // annotation, the memory is the sidecar's, the rotation the backend's.
 func Example() {
-	cfg, err := clusterscore.Parse("PrefixAffinity")
+	cfg, err := routingpolicy.Parse("PrefixAffinity")
 	if err != nil {
 		panic(err)
 	}

@@ -3,6 +3,8 @@ package clusterscore
 import (
 	"strconv"
 	"strings"
+
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 )
 
 // Verdict is what the filters decided about a candidate.
@@ -39,7 +41,7 @@ type ClusterExplanation struct {
 	// wants).
 	Tier int8
 	// Scores holds each configured scorer's score, by Scorer.
-	Scores [NumScorers]float64
+	Scores [routingpolicy.NumScorers]float64
 	// Total is the weighted sum of the scores.
 	Total float64
 	// Load is the candidate's load for the affinity margin (queue plus
@@ -55,7 +57,7 @@ type ClusterExplanation struct {
 // its space); passing nil costs nothing.
 type Explanation struct {
 	Config   string
-	Scorers  []WeightedScorer
+	Scorers  []routingpolicy.WeightedScorer
 	Clusters []ClusterExplanation
 	// Yields: the affinity margin applied (Load and AffinityWithheld).
 	Yields bool

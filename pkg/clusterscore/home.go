@@ -20,14 +20,6 @@ import (
 // served the prefix before, a request that leaves its home does not take
 // its prefix's placement with it.
 
-// DefaultHomeBound is PrefixAffinity's load bound: a home keeps its
-// requests while its load, the request included, is at most twice its
-// capacity's share of the candidates' total (rounded up).
-const DefaultHomeBound = 2
-
-// maxHomeBound bounds the load bound Parse accepts.
-const maxHomeBound = 100
-
 // homeKeyBlocks is how many leading prompt blocks the home is hashed from:
 // 256 bytes of prompt text, about 64 tokens. Prompts that share them share
 // a home, so a system prompt shared by many conversations places them all

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mci-dev/mci/pkg/promptprefix"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -237,7 +238,7 @@ func TestHomeYieldsAsFastAsMetricsBased(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%d clusters", tt.clusters), func(t *testing.T) {
-			affinity, metrics := stalled(t, PrefixAffinity, tt.clusters), stalled(t, MetricsBased, tt.clusters)
+			affinity, metrics := stalled(t, routingpolicy.PrefixAffinity, tt.clusters), stalled(t, routingpolicy.MetricsBased, tt.clusters)
 			assert.Equal(t, 1, metrics, "requests MetricsBased sent to the stalled cluster")
 			assert.Equal(t, tt.want, affinity, "requests PrefixAffinity sent to the stalled cluster")
 		})

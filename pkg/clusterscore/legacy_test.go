@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -36,7 +37,7 @@ func newBackend(names []string, health map[string]Health) *backend {
 
 func mustPipeline(t testing.TB, name string) *Pipeline {
 	t.Helper()
-	cfg, err := Parse(name)
+	cfg, err := routingpolicy.Parse(name)
 	require.NoError(t, err)
 	p, err := New(cfg, scheduling.DefaultConfig(), NewMemory(DefaultMemoryOptions()))
 	require.NoError(t, err)
@@ -57,7 +58,7 @@ func (b *backend) order(t testing.TB, p *Pipeline, req Request) ([]string, error
 // rotation (clusterscoretest's cases have it outside), still leads and is
 // not tried twice.
 func TestLocalFirstShimLocalLeads(t *testing.T) {
-	p := mustPipeline(t, LocalFirst)
+	p := mustPipeline(t, routingpolicy.LocalFirst)
 	b := newBackend([]string{"local", "a"}, map[string]Health{"local": HealthServing, "a": HealthServing})
 	b.cands[0].Local = true
 	for range 4 {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -16,10 +17,10 @@ import (
 // concurrent use; the state it reads and writes lives in the Memory and
 // the Rotation its callers pass.
 type Pipeline struct {
-	cfg        Config
+	cfg        routingpolicy.Config
 	thresholds scheduling.Config
 	mem        *Memory
-	has        [numFilters]bool
+	has        [routingpolicy.NumFilters]bool
 	// observed is true when a scorer reads the Observer.
 	observed bool
 	// inFlightQueue: the chain picker adds the in-flight counts to the
@@ -30,7 +31,10 @@ type Pipeline struct {
 	yields bool
 	// homes: requests are placed on their home cluster within the load
 	// bound (leadHome).
-	homes      bool
+	homes bool
+	// needs is what Pick reads besides the candidates' names, weights and
+	// health.
+	needs      Needs
 	schedulers sync.Pool
 	// intN breaks ties and draws two choices: rand.IntN, or a seeded
 	// source where a test replays a workload.
@@ -41,42 +45,30 @@ type Pipeline struct {
 // saturation is its "has capacity" for sheddable requests, freshness its
 // staleness bound. mem holds the affinity and observations; it may be nil
 // only when no scorer needs it.
-func New(cfg Config, thresholds scheduling.Config, mem *Memory) (*Pipeline, error) {
+func New(cfg routingpolicy.Config, thresholds scheduling.Config, mem *Memory) (*Pipeline, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("cluster scoring %s: %w", cfg.Name, err)
+	}
 	if err := thresholds.Validate(); err != nil {
 		return nil, fmt.Errorf("cluster scoring %s: %w", cfg.Name, err)
 	}
-	if math.IsNaN(cfg.AffinityMargin) || math.IsNaN(cfg.QueueMargin) {
-		return nil, fmt.Errorf("cluster scoring %s: affinity or queue margin is NaN", cfg.Name)
-	}
-	if math.IsNaN(cfg.HomeBound) || cfg.HomeBound != 0 && (cfg.HomeBound < 1 || cfg.HomeBound > maxHomeBound) {
-		return nil, fmt.Errorf("cluster scoring %s: home bound %v is not 0 (none) or from 1 to %d", cfg.Name, cfg.HomeBound, maxHomeBound)
-	}
-	if cfg.Picker >= numPickers {
-		return nil, fmt.Errorf("cluster scoring %s: unknown picker %d", cfg.Name, cfg.Picker)
-	}
-	p := &Pipeline{cfg: cfg, thresholds: thresholds, mem: mem, intN: rand.IntN}
+	p := &Pipeline{cfg: cfg, thresholds: thresholds, mem: mem, needs: needsOf(cfg), intN: rand.IntN}
 	for _, f := range cfg.Filters {
-		if f >= numFilters {
-			return nil, fmt.Errorf("cluster scoring %s: unknown filter %d", cfg.Name, f)
-		}
 		p.has[f] = true
 	}
 	for _, s := range cfg.Scorers {
-		if s.Scorer >= NumScorers || !(s.Weight > 0) {
-			return nil, fmt.Errorf("cluster scoring %s: scorer %v with weight %v", cfg.Name, s.Scorer, s.Weight)
-		}
 		switch s.Scorer {
-		case ScorePrefixCache, ScoreSession, ScoreLatency, ScoreErrors, ScoreInFlight:
+		case routingpolicy.ScorePrefixCache, routingpolicy.ScoreSession, routingpolicy.ScoreLatency, routingpolicy.ScoreErrors, routingpolicy.ScoreInFlight:
 			if mem == nil {
 				return nil, fmt.Errorf("cluster scoring %s: scorer %v needs the affinity memory", cfg.Name, s.Scorer)
 			}
-			p.observed = p.observed || s.Scorer >= ScoreLatency
-			p.yields = p.yields || (s.Scorer <= ScoreSession && cfg.AffinityMargin >= 0)
-			p.inFlightQueue = p.inFlightQueue || (s.Scorer == ScoreInFlight && cfg.Picker == PickChain)
+			p.observed = p.observed || s.Scorer >= routingpolicy.ScoreLatency
+			p.yields = p.yields || (s.Scorer <= routingpolicy.ScoreSession && cfg.AffinityMargin >= 0)
+			p.inFlightQueue = p.inFlightQueue || (s.Scorer == routingpolicy.ScoreInFlight && cfg.Picker == routingpolicy.PickChain)
 		}
 	}
 	if p.homes = cfg.HomeBound > 0; p.homes {
-		if mem == nil || (cfg.Picker != PickMaxScore && cfg.Picker != PickTwoChoices) || len(cfg.Scorers) == 0 {
+		if mem == nil || (cfg.Picker != routingpolicy.PickMaxScore && cfg.Picker != routingpolicy.PickTwoChoices) || len(cfg.Scorers) == 0 {
 			return nil, fmt.Errorf("cluster scoring %s: a home bound needs the affinity memory, a scorer and the max-score or two-choices picker", cfg.Name)
 		}
 	}
@@ -84,8 +76,52 @@ func New(cfg Config, thresholds scheduling.Config, mem *Memory) (*Pipeline, erro
 	return p, nil
 }
 
+// Needs are what a pipeline reads besides the candidates' names, weights
+// and health, so that its caller gathers only what some pipeline in use
+// reads.
+type Needs struct {
+	// Criticality: the request's criticality (Request.Criticality), which
+	// costs the caller a parse of the body.
+	Criticality bool
+	// PoolMetrics: the pool gauges of the candidates' EPPs
+	// (Candidate.Pool), which cost a scrape per cluster.
+	PoolMetrics bool
+	// Prompt: the prompt blocks of the body (the prefix-cache scorer),
+	// which cost a parse of the body.
+	Prompt bool
+	// Session: the request's session key (the session scorer).
+	Session bool
+	// Observed: the caller's own observations of each attempt (requests
+	// in flight, time to first byte, errors) in the Memory.
+	Observed bool
+}
+
+// needsOf is what a pipeline of cfg reads.
+func needsOf(cfg routingpolicy.Config) Needs {
+	var n Needs
+	n.Criticality = cfg.Has(routingpolicy.FilterSaturation) || cfg.Picker == routingpolicy.PickChain
+	n.PoolMetrics = cfg.Has(routingpolicy.FilterSaturation) || cfg.Has(routingpolicy.FilterReady) || cfg.Picker == routingpolicy.PickChain
+	for _, sc := range cfg.Scorers {
+		switch sc.Scorer {
+		case routingpolicy.ScorePrefixCache:
+			n.Prompt = true
+		case routingpolicy.ScoreSession:
+			n.Session = true
+		case routingpolicy.ScoreLatency, routingpolicy.ScoreErrors, routingpolicy.ScoreInFlight:
+			n.Observed = true
+		case routingpolicy.ScoreQueue, routingpolicy.ScoreKVCache:
+			n.PoolMetrics = true
+		}
+	}
+	return n
+}
+
+// Needs says what Pick reads besides the candidates' names, weights and
+// health.
+func (p *Pipeline) Needs() Needs { return p.needs }
+
 // Config returns the configuration the pipeline was compiled from.
-func (p *Pipeline) Config() Config { return p.cfg }
+func (p *Pipeline) Config() routingpolicy.Config { return p.cfg }
 
 // Memory returns the memory the pipeline reads; nil when it needs none.
 func (p *Pipeline) Memory() *Memory { return p.mem }
@@ -133,7 +169,7 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 	}
 	req.Home = HomeDecision{}
 	start := len(order)
-	shedding := req.Criticality == scheduling.Sheddable && p.has[FilterSaturation]
+	shedding := req.Criticality == scheduling.Sheddable && p.has[routingpolicy.FilterSaturation]
 	anySaturated := false
 	for i := range cands {
 		s := &slots[i]
@@ -166,11 +202,11 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 		if home.Home == "" {
 			o.lead(kept, rot)
 		}
-		if p.cfg.Picker == PickChain {
+		if p.cfg.Picker == routingpolicy.PickChain {
 			p.rankMeasured(req, cands, kept, slots)
 		}
 	}
-	if p.has[FilterLocalFirst] {
+	if p.has[routingpolicy.FilterLocalFirst] {
 		order = p.localFirst(cands, order, start)
 	}
 	req.Home = home
@@ -196,33 +232,33 @@ func (p *Pipeline) classify(c *Candidate, now time.Time, s *slot) {
 	switch {
 	case c.Health == HealthEjected:
 		s.verdict = DroppedEjected
-	case p.has[FilterHealth] && c.Health == HealthNotServing:
+	case p.has[routingpolicy.FilterHealth] && c.Health == HealthNotServing:
 		s.verdict = DroppedNotServing
-	case p.has[FilterReady] && c.NotReady:
+	case p.has[routingpolicy.FilterReady] && c.NotReady:
 		s.verdict = DroppedNotReady
-	case p.has[FilterReady] && measured && c.Pool.ReadyPods == 0:
+	case p.has[routingpolicy.FilterReady] && measured && c.Pool.ReadyPods == 0:
 		s.verdict = DroppedNoReadyPods
-	case p.has[FilterWeight] && c.Weight <= 0:
+	case p.has[routingpolicy.FilterWeight] && c.Weight <= 0:
 		s.verdict = DroppedWeight
-	case p.has[FilterModel] && c.ModelUnavailable:
+	case p.has[routingpolicy.FilterModel] && c.ModelUnavailable:
 		s.verdict = DroppedModel
-	case p.has[FilterSaturation] && saturated:
+	case p.has[routingpolicy.FilterSaturation] && saturated:
 		s.verdict = DroppedSaturated
 	default:
 		s.verdict = Kept
 	}
 	unknown := int8(0)
-	if p.has[FilterHealth] && c.Health == HealthUnknown {
+	if p.has[routingpolicy.FilterHealth] && c.Health == HealthUnknown {
 		unknown = 1
 	}
 	sat := int8(0)
-	if p.has[FilterSaturation] && saturated {
+	if p.has[routingpolicy.FilterSaturation] && saturated {
 		sat = 1
 	}
 	switch p.cfg.Picker {
-	case PickRoundRobin:
+	case routingpolicy.PickRoundRobin:
 		s.tier = 2*sat + unknown
-	case PickChain:
+	case routingpolicy.PickChain:
 		// Measured with capacity, unmeasured serving, unmeasured of
 		// unknown health, measured saturated (MetricsBased).
 		switch {
@@ -256,13 +292,13 @@ func (p *Pipeline) fresh(m *PoolMetrics, now time.Time) bool {
 // the rotation.
 func (p *Pipeline) rotates(tier int8) bool {
 	tier %= staleTiers
-	return p.cfg.Picker == PickRoundRobin || (p.cfg.Picker == PickChain && (tier == 1 || tier == 2))
+	return p.cfg.Picker == routingpolicy.PickRoundRobin || (p.cfg.Picker == routingpolicy.PickChain && (tier == 1 || tier == 2))
 }
 
 // localLeads reports whether FilterLocalFirst will put a local candidate
 // first, so that the request is not shed.
 func (p *Pipeline) localLeads(cands []Candidate) bool {
-	if !p.has[FilterLocalFirst] {
+	if !p.has[routingpolicy.FilterLocalFirst] {
 		return false
 	}
 	for i := range cands {
@@ -398,7 +434,7 @@ func (o *orderer) lead(kept []int, rot *Rotation) {
 		if first = slices.Index(kept[:n], i); first < 0 {
 			return
 		}
-	case o.p.cfg.Picker == PickMaxScore:
+	case o.p.cfg.Picker == routingpolicy.PickMaxScore:
 		// Ties at the top are broken at random, so that requests between
 		// two metric scrapes do not all go to the same candidate.
 		top := 1
@@ -406,7 +442,7 @@ func (o *orderer) lead(kept []int, rot *Rotation) {
 			top++
 		}
 		first = o.p.intN(top)
-	case o.p.cfg.Picker == PickTwoChoices:
+	case o.p.cfg.Picker == routingpolicy.PickTwoChoices:
 		if n > 1 {
 			a := o.p.intN(n)
 			b := o.p.intN(n - 1)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mci-dev/mci/pkg/promptprefix"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -30,7 +31,7 @@ type affinityFixture struct {
 func newAffinityFixture(t testing.TB) *affinityFixture {
 	t.Helper()
 	mem := NewMemory(DefaultMemoryOptions())
-	p, err := New(Named()[PrefixAffinity], scheduling.DefaultConfig(), mem)
+	p, err := New(routingpolicy.Named()[routingpolicy.PrefixAffinity], scheduling.DefaultConfig(), mem)
 	require.NoError(t, err)
 	f := &affinityFixture{p: p, mem: mem, blocks: chain(42, 16)}
 	for _, n := range []string{"a", "b", "c"} {
@@ -69,7 +70,7 @@ const scorersOnly = "prefix-cache=3,session=2,in-flight=1,latency=1,errors=1,que
 
 func withConfig(t testing.TB, f *affinityFixture, annotation string) {
 	t.Helper()
-	cfg, err := Parse(annotation)
+	cfg, err := routingpolicy.Parse(annotation)
 	require.NoError(t, err)
 	f.p, err = New(cfg, scheduling.DefaultConfig(), f.mem)
 	require.NoError(t, err)
@@ -239,7 +240,7 @@ func TestNoHerdingBetweenScrapes(t *testing.T) {
 	})
 	t.Run("power of two choices never takes the worst of three", func(t *testing.T) {
 		mem := NewMemory(DefaultMemoryOptions())
-		cfg, err := Parse("in-flight=1,pick=two-choices")
+		cfg, err := routingpolicy.Parse("in-flight=1,pick=two-choices")
 		require.NoError(t, err)
 		p, err := New(cfg, scheduling.DefaultConfig(), mem)
 		require.NoError(t, err)
@@ -259,7 +260,7 @@ func TestNoHerdingBetweenScrapes(t *testing.T) {
 	})
 	t.Run("MetricsBased's chain counts the requests in flight since the scrape", func(t *testing.T) {
 		mem := NewMemory(DefaultMemoryOptions())
-		p, err := New(Named()[MetricsBased], scheduling.DefaultConfig(), mem)
+		p, err := New(routingpolicy.Named()[routingpolicy.MetricsBased], scheduling.DefaultConfig(), mem)
 		require.NoError(t, err)
 		// One scrape: a's queue is the shortest, and stays so until the
 		// next one; every cluster has capacity.
@@ -315,7 +316,7 @@ func TestExplanation(t *testing.T) {
 // as many ext_proc streams do; go test -race checks it.
 func TestConcurrentPicks(t *testing.T) {
 	f := newAffinityFixture(t)
-	mb := mustPipeline(t, MetricsBased)
+	mb := mustPipeline(t, routingpolicy.MetricsBased)
 	rot := NewRotation(f.cands)
 	var wg sync.WaitGroup
 	for g := range 8 {
@@ -458,8 +459,8 @@ func TestAffinityYieldsToLoad(t *testing.T) {
 			for _, c := range ex.Clusters {
 				if c.AffinityWithheld {
 					withheld = append(withheld, c.Name)
-					assert.Zero(t, c.Scores[ScorePrefixCache], c.Name)
-					assert.Zero(t, c.Scores[ScoreSession], c.Name)
+					assert.Zero(t, c.Scores[routingpolicy.ScorePrefixCache], c.Name)
+					assert.Zero(t, c.Scores[routingpolicy.ScoreSession], c.Name)
 				}
 			}
 			assert.Equal(t, tt.withheld, withheld, "explanation: %s", ex.String())

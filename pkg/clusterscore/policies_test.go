@@ -7,6 +7,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/clusterscore/clusterscoretest"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestNamedPolicies(t *testing.T) {
 	for _, tc := range clusterscoretest.Cases() {
 		t.Run(tc.Policy+"/"+tc.Name, func(t *testing.T) {
-			cfg, err := clusterscore.Parse(tc.Policy)
+			cfg, err := routingpolicy.Parse(tc.Policy)
 			require.NoError(t, err)
 			p, err := clusterscore.New(cfg, scheduling.DefaultConfig(), clusterscore.NewMemory(clusterscore.DefaultMemoryOptions()))
 			require.NoError(t, err)

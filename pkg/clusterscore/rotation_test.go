@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 )
 
 func TestRotation(t *testing.T) {
@@ -30,7 +32,7 @@ func TestRotation(t *testing.T) {
 	assert.False(t, nilRot.Fits(cands))
 
 	t.Run("a rotation carried across rebuilds keeps the split exact", func(t *testing.T) {
-		p := mustPipeline(t, Weighted)
+		p := mustPipeline(t, routingpolicy.Weighted)
 		rot := NewRotation(cands)
 		got := map[string]int{}
 		for i := range 8 {

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/mci-dev/mci/pkg/promptprefix"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 )
 
 // score fills the totals of the kept candidates, and the explanation's
@@ -74,11 +75,11 @@ func (p *Pipeline) yieldAffinity(req *Request, cands []Candidate, kept []int, sl
 }
 
 // scoreOne writes one scorer's score of kept[k] to val[k].
-func (p *Pipeline) scoreOne(s Scorer, req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation, val []float64) {
+func (p *Pipeline) scoreOne(s routingpolicy.Scorer, req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation, val []float64) {
 	switch s {
-	case ScorePrefixCache:
+	case routingpolicy.ScorePrefixCache:
 		p.prefixCacheScores(req, cands, kept, slots, val)
-	case ScoreSession:
+	case routingpolicy.ScoreSession:
 		pinned := p.mem.Sessions.Cluster(req.Scope, req.Session, req.Now)
 		for k, i := range kept {
 			val[k] = 0
@@ -86,15 +87,15 @@ func (p *Pipeline) scoreOne(s Scorer, req *Request, cands []Candidate, kept []in
 				val[k] = 1
 			}
 		}
-	case ScoreLatency:
+	case routingpolicy.ScoreLatency:
 		latencyScores(obs, val)
-	case ScoreErrors:
+	case routingpolicy.ScoreErrors:
 		for k, o := range obs {
 			val[k] = 1 - min(max(o.ErrorRatio, 0), 1)
 		}
-	case ScoreInFlight:
+	case routingpolicy.ScoreInFlight:
 		inFlightScores(obs, val)
-	case ScoreQueue:
+	case routingpolicy.ScoreQueue:
 		q0 := float64(max(p.thresholds.SheddableQueueThreshold, 1))
 		for k, i := range kept {
 			val[k] = 0.5
@@ -102,14 +103,14 @@ func (p *Pipeline) scoreOne(s Scorer, req *Request, cands []Candidate, kept []in
 				val[k] = 1 / (1 + float64(slots[i].load.WaitingQueue)/q0)
 			}
 		}
-	case ScoreKVCache:
+	case routingpolicy.ScoreKVCache:
 		for k, i := range kept {
 			val[k] = 0.5
 			if p.fresh(cands[i].Pool, req.Now) {
 				val[k] = 1 - slots[i].load.KVCacheUsage
 			}
 		}
-	case ScoreWeight:
+	case routingpolicy.ScoreWeight:
 		weightScores(cands, kept, val)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mci-dev/mci/pkg/promptprefix"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/test/benchrouting/workload"
 )
@@ -336,7 +337,7 @@ type pipelineRouter struct {
 
 func newPipelineRouter(t testing.TB, config string, replicas int) *pipelineRouter {
 	t.Helper()
-	cfg, err := Parse(config)
+	cfg, err := routingpolicy.Parse(config)
 	require.NoError(t, err)
 	pr := &pipelineRouter{}
 	for i := range replicas {

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -14,8 +15,8 @@ import (
 // requests when no other cluster can, and only then, under every named
 // configuration.
 func TestAStaleClusterTakesRequestsOnlyWhenNoOtherCan(t *testing.T) {
-	for name, cfg := range Named() {
-		if name == LocalFirst {
+	for name, cfg := range routingpolicy.Named() {
+		if name == routingpolicy.LocalFirst {
 			continue // the local pool leads whatever the others are
 		}
 		t.Run(name, func(t *testing.T) {
@@ -36,7 +37,7 @@ func TestAStaleClusterTakesRequestsOnlyWhenNoOtherCan(t *testing.T) {
 			order, err := p.Pick(&Request{Now: epoch, Scope: scope, Criticality: scheduling.Standard}, cands, NewRotation(cands), nil, nil)
 			require.NoError(t, err)
 			want := []int{0}
-			if !p.has[FilterHealth] {
+			if !p.has[routingpolicy.FilterHealth] {
 				want = []int{1, 0} // health is not looked at
 			}
 			assert.Equal(t, want, order, "with no other cluster able to, the stale one takes the request")

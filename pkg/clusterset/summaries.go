@@ -75,8 +75,25 @@ func (m *member) summaryInformers(logger klog.Logger) func(<-chan struct{}) {
 	return f.Start
 }
 
+// maxSummaryPolicy bounds the cluster policy annotation kept of a summary:
+// a canonical configuration is a few hundred bytes, and a member's
+// summaries are held by every other cluster's server.
+const maxSummaryPolicy = 1024
+
+// summaryAnnotations are the annotations kept of an export summary: its
+// exporter's cluster policy, which imports carry on (pkg/imports checks
+// it again), when it is not oversized.
+func summaryAnnotations(in map[string]string) map[string]string {
+	v, ok := in[v1alpha1.ClusterPolicyAnnotation]
+	if !ok || len(v) > maxSummaryPolicy {
+		return nil
+	}
+	return map[string]string{v1alpha1.ClusterPolicyAnnotation: v}
+}
+
 // trimSummary keeps what the import computation reads of a summary, as
-// small as it reads it: no managed fields, annotations or uid (an import's
+// small as it reads it: no managed fields, annotations but the cluster
+// policy (summaryAnnotations) or uid (an import's
 // uid is derived from its own name), the resourceVersion down to its one
 // member component (summaryVersion; the reflector has taken the whole one
 // for resuming before the transform), and then kept encoded
@@ -85,7 +102,7 @@ func (m *member) summaryInformers(logger klog.Logger) func(<-chan struct{}) {
 func trimSummary(obj interface{}) (interface{}, error) {
 	switch o := obj.(type) {
 	case *v1alpha1.InferencePoolExportSummary:
-		o.ManagedFields, o.Annotations, o.UID = nil, nil, ""
+		o.ManagedFields, o.Annotations, o.UID = nil, summaryAnnotations(o.Annotations), ""
 		o.ResourceVersion = memberComponent(o.ResourceVersion)
 		return compactOf(o)
 	case *v1alpha1.InferenceClusterSummary:

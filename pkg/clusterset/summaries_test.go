@@ -2,6 +2,7 @@ package clusterset
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -121,4 +122,31 @@ func TestUnreadableSummariesAreCountedOncePerChange(t *testing.T) {
 	assert.Equal(t, uint64(1), s.errorCount())
 	s.unreadable("cluster-a", errors.New("another problem"))
 	assert.Equal(t, uint64(1), s.errorCount())
+}
+
+// An export summary keeps its exporter's cluster policy, which the import
+// carries on, and no other annotation; an oversized one is dropped.
+func TestExportSummariesKeepTheClusterPolicyOnly(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		in   map[string]string
+		want map[string]string
+	}{
+		{"the policy, without the rest", map[string]string{v1alpha1.ClusterPolicyAnnotation: "Weighted", "big": "value"}, map[string]string{v1alpha1.ClusterPolicyAnnotation: "Weighted"}},
+		{"no policy, nothing", map[string]string{"big": "value"}, nil},
+		{"an oversized policy, nothing", map[string]string{v1alpha1.ClusterPolicyAnnotation: strings.Repeat("q", maxSummaryPolicy+1)}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &v1alpha1.InferencePoolExportSummary{}
+			s.Namespace, s.Name, s.ResourceVersion = "ns", "pool", "1"
+			s.Annotations = tt.in
+			out, err := trimSummary(s)
+			require.NoError(t, err)
+			idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+			require.NoError(t, idx.Add(out))
+			got, err := summaryLister{indexer: idx, logger: klog.Background()}.InferencePoolExportSummaries("ns").Get("pool")
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got.Annotations)
+		})
+	}
 }

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
-	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppaddr"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 )
 
 // ParseExport reads a pool's export annotations, and checks the cluster
@@ -21,7 +23,7 @@ import (
 //   - An invalid export (export-mode without export, or a value that is not
 //     allowed, the empty string included, an endpoint-picker-secret that
 //     is not a Secret name, or an endpoint-picker-transport that does not
-//     parse, a cluster policy that clusterscore.Parse refuses):
+//     parse, a cluster policy that routingpolicy.Parse refuses):
 //     exported=false and err says what is wrong,
 //     quoting the bad value and the allowed ones. Callers surface err in the
 //     InferencePoolExport's Valid condition. A bad Secret name or transport
@@ -90,11 +92,37 @@ func clusterPolicyProblems(annotations, labels map[string]string) []string {
 		if v == "" {
 			continue
 		}
-		if _, err := clusterscore.Parse(v); err != nil {
+		if _, err := routingpolicy.Parse(v); err != nil {
 			problems = append(problems, fmt.Sprintf("%s %q: cluster policy: %v", setting.kind, v1alpha1.ClusterPolicyAnnotation, err))
 		}
 	}
 	return problems
+}
+
+// servedPolicy is the cluster policy an exporter asks its importers to
+// use, to be served on the import (and on the exporting cluster's
+// summary) as annotations: its ClusterPolicyAnnotation annotation, else its
+// label of that name (what exporters set while imports carried only
+// labels), in routingpolicy's canonical form, so that an inline
+// configuration, which no label value can hold, crosses clusters, and
+// every sidecar reads it alike. nil when it names none (an empty value
+// names none, as sidecars read it) or one that does not parse: a pool's
+// makes its export invalid already; a summary, written by another
+// cluster's server, is checked again here, and its label still reaches
+// the sidecars, which report it.
+func servedPolicy(m *metav1.ObjectMeta) map[string]string {
+	v := m.Annotations[v1alpha1.ClusterPolicyAnnotation]
+	if v == "" {
+		v = m.Labels[v1alpha1.ClusterPolicyAnnotation]
+	}
+	if v == "" {
+		return nil
+	}
+	c, err := routingpolicy.Parse(v)
+	if err != nil {
+		return nil
+	}
+	return map[string]string{v1alpha1.ClusterPolicyAnnotation: c.Canonical()}
 }
 
 // asksExport says whether a pool asks to be exported: it carries the

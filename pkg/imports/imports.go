@@ -114,6 +114,7 @@ func buildImport(cs ClusterSet, key poolKey, exporters []exporter, counter func(
 			Generation:        importGeneration,
 			CreationTimestamp: oldest.CreationTimestamp,
 			Labels:            copyLabels(oldest.Labels),
+			Annotations:       servedPolicy(oldest),
 		},
 	}
 

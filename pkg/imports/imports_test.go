@@ -474,3 +474,71 @@ func TestComputationNeverChangesTheCaches(t *testing.T) {
 	}
 	assert.Equal(t, before, cached, "the computation and changes to its output left the cached objects alone")
 }
+
+// TestImportCarriesTheExportersPolicy: the import carries its oldest
+// exporter's cluster policy itself, canonical, as an annotation, whether
+// the exporter wrote it as an annotation (an inline configuration, which
+// no label value can hold) or as the label exporters set before; alike
+// when the exporter is read through its own server's summary.
+func TestImportCarriesTheExportersPolicy(t *testing.T) {
+	later := t0.Add(time.Hour)
+	exportAnd := func(kv ...string) poolOption {
+		a := map[string]string{v1alpha1.ExportAnnotation: v1alpha1.ExportScopeClusterSet}
+		for i := 0; i+1 < len(kv); i += 2 {
+			a[kv[i]] = kv[i+1]
+		}
+		return annotations(a)
+	}
+	policyLabel := func(v string) poolOption {
+		return labelled(map[string]string{v1alpha1.ClusterPolicyAnnotation: v})
+	}
+	const inlineCanonical = "prefix-cache=3,in-flight=1,pick=two-choices,filters=health+ready+weight+model+saturation,affinity-margin=1,queue-margin=1,home-bound=off"
+	tests := []struct {
+		name      string
+		exporters map[string][]poolOption
+		want      map[string]string
+	}{
+		{
+			name:      "an inline configuration written as an annotation",
+			exporters: map[string][]poolOption{"cluster-a": {exportAnd(v1alpha1.ClusterPolicyAnnotation, " prefix-cache=3, in-flight=1,pick=two-choices")}},
+			want:      map[string]string{v1alpha1.ClusterPolicyAnnotation: inlineCanonical},
+		},
+		{
+			name:      "a named policy written as a label, as exporters set it before",
+			exporters: map[string][]poolOption{"cluster-a": {policyLabel("MetricsBased")}},
+			want:      map[string]string{v1alpha1.ClusterPolicyAnnotation: "MetricsBased"},
+		},
+		{
+			name:      "the annotation wins over the label",
+			exporters: map[string][]poolOption{"cluster-a": {exportAnd(v1alpha1.ClusterPolicyAnnotation, "Weighted"), policyLabel("MetricsBased")}},
+			want:      map[string]string{v1alpha1.ClusterPolicyAnnotation: "Weighted"},
+		},
+		{
+			name: "the oldest exporter's, as the labels",
+			exporters: map[string][]poolOption{
+				"cluster-a": {created(later), exportAnd(v1alpha1.ClusterPolicyAnnotation, "Weighted")},
+				"cluster-c": {exportAnd(v1alpha1.ClusterPolicyAnnotation, "queue=2")},
+			},
+			want: map[string]string{v1alpha1.ClusterPolicyAnnotation: "queue=2,pick=max-score,filters=health+ready+weight+model+saturation,affinity-margin=1,queue-margin=1,home-bound=off"},
+		},
+		{
+			name:      "an empty value names none",
+			exporters: map[string][]poolOption{"cluster-a": {exportAnd(v1alpha1.ClusterPolicyAnnotation, "")}},
+		},
+		{
+			name:      "no policy, no annotation",
+			exporters: map[string][]poolOption{"cluster-a": nil},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			members := []Member{member(t, "cluster-b", namespace(testNamespace))}
+			for name, opts := range tc.exporters {
+				members = append(members, member(t, name, objects(nsObjects(testNamespace), readyEPP(testNamespace, testPool, opts...))...))
+			}
+			imp, ok := importBothWays(t, clusterSet("cluster-b", members...), testNamespace, testPool)
+			require.True(t, ok)
+			assert.Equal(t, tc.want, imp.Annotations)
+		})
+	}
+}

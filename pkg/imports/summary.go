@@ -69,6 +69,7 @@ func buildSummary(cs ClusterSet, e exporter, counter endpointCounter) *inference
 			Generation:        generation,
 			CreationTimestamp: e.pool.CreationTimestamp,
 			Labels:            copyLabels(e.pool.Labels),
+			Annotations:       servedPolicy(&e.pool.ObjectMeta),
 		},
 		Status: entry,
 	}

@@ -10,39 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/util/validation"
-
-	"github.com/mci-dev/mci/pkg/clusterscore"
 )
-
-// FuzzParsePolicy reads the policy annotation of tenants' HTTPRoutes,
-// pools and imports: an error wraps clusterscore's syntax error and gives
-// no policy; an accepted policy is trimmed and reads back as itself, so
-// the sidecar that reads it again later gets the same configuration.
-func FuzzParsePolicy(f *testing.F) {
-	for _, s := range append([]string{"", " ", "Weighted", " PrefixAffinity\t", "prefix-cache=3,in-flight=1,pick=two-choices",
-		"queue=1,queue=2", "=", "a=b=c", ",,,", "queue=NaN", "queue=1e309", "filters=+", "prefix-cache=-1",
-		strings.Repeat("queue=1,", 1000)}, clusterscore.Names...) {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		p, err := ParsePolicy(s)
-		if err != nil {
-			require.ErrorIs(t, err, clusterscore.ErrSyntax)
-			require.Empty(t, p, "a refused policy is no policy")
-			return
-		}
-		require.NotEmpty(t, p)
-		require.Equal(t, strings.TrimSpace(string(p)), string(p))
-		again, err := ParsePolicy(string(p))
-		require.NoError(t, err, "accepted policy %q does not read back", p)
-		require.Equal(t, p, again)
-		c1, err1 := clusterscore.Parse(s)
-		c2, err2 := clusterscore.Parse(string(p))
-		require.NoError(t, err1)
-		require.NoError(t, err2)
-		require.Equal(t, c1, c2, "trimming changed the configuration")
-	})
-}
 
 // FuzzParseClusterWeights reads the cluster-weights annotation of tenants'
 // HTTPRoutes and pools: an error gives no weights (the caller then weighs

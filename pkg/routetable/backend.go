@@ -1,7 +1,6 @@
 package routetable
 
 import (
-	"cmp"
 	"fmt"
 	"strconv"
 
@@ -10,6 +9,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 )
 
 // backend resolves one backendRef of rule ri.
@@ -129,20 +129,28 @@ func (b *builder) fillImportBackend(be *Backend, key types.NamespacedName, ra ro
 }
 
 // backendPolicy is the policy of a backend: the one of the route that
-// names it (route, "" for none), else the one its pool or import obj of
-// kind names, else the default. The one rule of precedence, for
+// names it (route, with no Name for none), else the one its pool or import
+// obj of kind names, else the default. The one rule of precedence, for
 // backendRefs and for shim pools reached without a route.
-func (b *builder) backendPolicy(route Policy, kind string, obj metav1.Object) Policy {
-	return cmp.Or(route, b.policyOf(kind, obj, ""), b.policy)
+func (b *builder) backendPolicy(route routingpolicy.Config, kind string, obj metav1.Object) routingpolicy.Config {
+	if route.Name != "" {
+		return route
+	}
+	if p := b.policyOf(kind, obj, ""); p.Name != "" {
+		return p
+	}
+	return b.policy
 }
 
-// policyOf is the policy PolicyAnnotation names on obj (nil: none), ""
-// when it names none: the one place the annotation is read. A route's
-// annotation is read;
-// a pool's or an import's annotation, else its label (an import carries its
-// exporter's labels), where an empty value is none. An invalid value is
-// reported against obj, with onInvalid appended, and is none.
-func (b *builder) policyOf(kind string, obj metav1.Object, onInvalid string) Policy {
+// policyOf is the policy PolicyAnnotation names on obj (nil: none), with
+// no Name when it names none: the one place the annotation is read and
+// parsed. A route's annotation is read; a pool's or an import's
+// annotation, else its label (imports carry their exporter's labels; an
+// import served by mci-apiserver carries its exporter's configuration in
+// canonical form as an annotation too), where an empty value is none. An
+// invalid value is reported against obj, with onInvalid appended, and is
+// none.
+func (b *builder) policyOf(kind string, obj metav1.Object, onInvalid string) routingpolicy.Config {
 	var v string
 	var ok bool
 	if r, route := obj.(*gatewayv1.HTTPRoute); route {
@@ -152,12 +160,12 @@ func (b *builder) policyOf(kind string, obj metav1.Object, onInvalid string) Pol
 		ok = v != ""
 	}
 	if !ok {
-		return ""
+		return routingpolicy.Config{}
 	}
-	p, err := ParsePolicy(v)
+	p, err := routingpolicy.Parse(v)
 	if err != nil {
-		b.report(kind, obj.GetNamespace(), obj.GetName(), ReasonInvalidAnnotation, "%s: %v%s", PolicyAnnotation, err, onInvalid)
-		return ""
+		b.report(kind, obj.GetNamespace(), obj.GetName(), ReasonInvalidAnnotation, "%s: cluster policy: %v%s", PolicyAnnotation, err, onInvalid)
+		return routingpolicy.Config{}
 	}
 	return p
 }

@@ -17,6 +17,7 @@ import (
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/requestmodel"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 )
 
 // Inputs are everything a routing table is built from: the informers'
@@ -38,9 +39,9 @@ type Inputs struct {
 
 	// LocalCluster names this cluster; DefaultLocalCluster when empty.
 	LocalCluster string
-	// DefaultPolicy applies where no annotation chooses one;
-	// PolicyHealthBased when empty.
-	DefaultPolicy Policy
+	// DefaultPolicy applies where no annotation chooses one; HealthBased
+	// when it has no Name.
+	DefaultPolicy routingpolicy.Config
 	// DefaultTransport is the mode of each EPP port that neither its pool
 	// (annotation, Secret, BackendTLSPolicy) nor its import decides;
 	// plaintext where it is empty too.
@@ -116,7 +117,7 @@ func newBuilder(in Inputs) *builder {
 	return &builder{
 		in:      in,
 		local:   cmp.Or(in.LocalCluster, DefaultLocalCluster),
-		policy:  cmp.Or(in.DefaultPolicy, PolicyHealthBased),
+		policy:  defaultPolicy(in.DefaultPolicy),
 		pools:   map[types.NamespacedName]*poolv1.InferencePool{},
 		imports: map[types.NamespacedName]*v1alpha1.InferencePoolImport{},
 		svcs:    map[types.NamespacedName]*corev1.Service{},
@@ -131,10 +132,18 @@ func newBuilder(in Inputs) *builder {
 	}
 }
 
+// defaultPolicy is p, or HealthBased when p is none.
+func defaultPolicy(p routingpolicy.Config) routingpolicy.Config {
+	if p.Name == "" {
+		return routingpolicy.Named()[routingpolicy.HealthBased]
+	}
+	return p
+}
+
 type builder struct {
 	in     Inputs
 	local  string
-	policy Policy
+	policy routingpolicy.Config
 
 	pools   map[types.NamespacedName]*poolv1.InferencePool
 	imports map[types.NamespacedName]*v1alpha1.InferencePoolImport
@@ -228,7 +237,7 @@ func (b *builder) setGrant(g *gatewayv1beta1.ReferenceGrant) {
 
 // routeAnnotations are the settings a route's annotations give.
 type routeAnnotations struct {
-	policy      Policy
+	policy      routingpolicy.Config
 	weights     map[string]int64
 	failureMode poolv1.EndpointPickerFailureMode
 }
@@ -287,10 +296,6 @@ func parseClusterWeights(s string) (map[string]int64, error) {
 // route's own, or any when it has none).
 func (b *builder) route(t *Table, r *gatewayv1.HTTPRoute, hostnames []string) {
 	ra := b.annotations(r)
-	key := types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
-	report := func(reason, format string, args ...any) {
-		b.report("HTTPRoute", r.Namespace, r.Name, reason, format, args...)
-	}
 	if hostnames == nil {
 		for _, h := range r.Spec.Hostnames {
 			hostnames = append(hostnames, string(h))
@@ -299,63 +304,78 @@ func (b *builder) route(t *Table, r *gatewayv1.HTTPRoute, hostnames []string) {
 			hostnames = append(hostnames, "")
 		}
 	}
-
-	for ri, rule := range r.Spec.Rules {
-		rl := &Rule{Route: key, Index: ri}
-		filters, err := compileFilters(rule.Filters)
-		switch {
-		case err != nil:
-			rl.Invalid = fmt.Sprintf("rule %d: %v", ri, err)
-			report(ReasonUnsupportedFilter, "%s", rl.Invalid)
-		case filters != nil && filters.redirect != nil:
-			// A redirect answers every request of the rule, whatever its
-			// backendRefs (it needs none).
-			rl.redirect = filters
-		}
-		names := make([]string, 0, len(rule.BackendRefs))
-		weights := make([]int64, 0, len(rule.BackendRefs))
-		for bi, ref := range rule.BackendRefs {
-			be := b.backend(r, ri, bi, ref.BackendRef, ra)
-			if be.Invalid == "" && rl.Invalid == "" {
-				// The rule's filters, then the backendRef's: what a
-				// request picked for this backendRef goes through.
-				if be.filters, err = compileFilters(rule.Filters, ref.Filters); err != nil {
-					be.Invalid = fmt.Sprintf("%s: rule %d backendRef %d: %v", ReasonUnsupportedFilter, ri, bi, err)
-					report(ReasonUnsupportedFilter, "rule %d backendRef %d: %v", ri, bi, err)
-				}
-			}
-			rl.Backends = append(rl.Backends, be)
-			names = append(names, be.String())
-			weights = append(weights, be.Weight)
-		}
-		if rl.Invalid != "" || rl.redirect != nil {
-			// Answered before any backendRef is picked.
-		} else if len(rule.BackendRefs) == 0 {
-			report(ReasonNoBackendRefs, "rule %d has no backendRefs: its requests get 500", ri)
-		} else if !slices.ContainsFunc(weights, func(w int64) bool { return w > 0 }) {
-			report(ReasonAllWeightsZero, "every backendRef of rule %d weighs 0: its requests get 500", ri)
-		}
-		rl.wrr = newRotation(key.String()+"#"+strconv.Itoa(ri), names, weights)
+	for ri := range r.Spec.Rules {
+		rl := b.rule(r, ri, ra)
 		t.rules = append(t.rules, rl)
+		b.indexMatches(t, r, rl, hostnames)
+	}
+}
 
-		matches := rule.Matches
-		if len(matches) == 0 {
-			// The API's default: a PathPrefix match on "/".
-			matches = []gatewayv1.HTTPRouteMatch{{}}
+// rule compiles rule ri of r: its filters and backendRefs.
+func (b *builder) rule(r *gatewayv1.HTTPRoute, ri int, ra routeAnnotations) *Rule {
+	rule := r.Spec.Rules[ri]
+	key := types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
+	report := func(reason, format string, args ...any) {
+		b.report("HTTPRoute", r.Namespace, r.Name, reason, format, args...)
+	}
+	rl := &Rule{Route: key, Index: ri}
+	filters, err := compileFilters(rule.Filters)
+	switch {
+	case err != nil:
+		rl.Invalid = fmt.Sprintf("rule %d: %v", ri, err)
+		report(ReasonUnsupportedFilter, "%s", rl.Invalid)
+	case filters != nil && filters.redirect != nil:
+		// A redirect answers every request of the rule, whatever its
+		// backendRefs (it needs none).
+		rl.redirect = filters
+	}
+	names := make([]string, 0, len(rule.BackendRefs))
+	weights := make([]int64, 0, len(rule.BackendRefs))
+	for bi, ref := range rule.BackendRefs {
+		be := b.backend(r, ri, bi, ref.BackendRef, ra)
+		if be.Invalid == "" && rl.Invalid == "" {
+			// The rule's filters, then the backendRef's: what a
+			// request picked for this backendRef goes through.
+			if be.filters, err = compileFilters(rule.Filters, ref.Filters); err != nil {
+				be.Invalid = fmt.Sprintf("%s: rule %d backendRef %d: %v", ReasonUnsupportedFilter, ri, bi, err)
+				report(ReasonUnsupportedFilter, "rule %d backendRef %d: %v", ri, bi, err)
+			}
 		}
-		for mi, m := range matches {
-			mt, err := compileMatch(m)
-			if err != nil {
-				report(ReasonUnsupportedValue, "rule %d match %d: %v; the match is ignored", ri, mi, err)
-				continue
-			}
-			mt.rule = rl
-			mt.routeCreated = r.CreationTimestamp.Time
-			mt.routeKey = key.String()
-			mt.ruleIndex, mt.matchIndex = ri, mi
-			for _, h := range hostnames {
-				t.index.add(h, mt)
-			}
+		rl.Backends = append(rl.Backends, be)
+		names = append(names, be.String())
+		weights = append(weights, be.Weight)
+	}
+	if rl.Invalid != "" || rl.redirect != nil {
+		// Answered before any backendRef is picked.
+	} else if len(rule.BackendRefs) == 0 {
+		report(ReasonNoBackendRefs, "rule %d has no backendRefs: its requests get 500", ri)
+	} else if !slices.ContainsFunc(weights, func(w int64) bool { return w > 0 }) {
+		report(ReasonAllWeightsZero, "every backendRef of rule %d weighs 0: its requests get 500", ri)
+	}
+	rl.wrr = newRotation(key.String()+"#"+strconv.Itoa(ri), names, weights)
+	return rl
+}
+
+// indexMatches adds the matches of rl's rule to t's index, for hostnames.
+func (b *builder) indexMatches(t *Table, r *gatewayv1.HTTPRoute, rl *Rule, hostnames []string) {
+	ri := rl.Index
+	matches := r.Spec.Rules[ri].Matches
+	if len(matches) == 0 {
+		// The API's default: a PathPrefix match on "/".
+		matches = []gatewayv1.HTTPRouteMatch{{}}
+	}
+	for mi, m := range matches {
+		mt, err := compileMatch(m)
+		if err != nil {
+			b.report("HTTPRoute", r.Namespace, r.Name, ReasonUnsupportedValue, "rule %d match %d: %v; the match is ignored", ri, mi, err)
+			continue
+		}
+		mt.rule = rl
+		mt.routeCreated = r.CreationTimestamp.Time
+		mt.routeKey = rl.Route.String()
+		mt.ruleIndex, mt.matchIndex = ri, mi
+		for _, h := range hostnames {
+			t.index.add(h, mt)
 		}
 	}
 }

@@ -106,53 +106,31 @@ func parseEndpointPicker(v string) (poolv1.EndpointPickerRef, error) {
 // when set, names the Secret of the pool's namespace to reach all three
 // with; modes are the pool's transport annotation.
 func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPickerRef, secret string, modes eppaddr.TransportModes) (*Cluster, error) {
-	if (ref.Group != nil && *ref.Group != "") || (ref.Kind != "" && ref.Kind != "Service") {
-		return nil, fmt.Errorf("endpointPickerRef names a %s; only a core Service is supported", cmp.Or(ref.Kind, "Service"))
-	}
-	if ref.Name == "" {
-		return nil, fmt.Errorf("endpointPickerRef has no name")
-	}
-	svc := b.svcs[types.NamespacedName{Namespace: p.Namespace, Name: ref.Name}]
-	if svc == nil {
-		return nil, fmt.Errorf("Service %s/%s of the endpointPickerRef does not exist", p.Namespace, ref.Name)
-	}
-	addrs := eppaddr.ServiceAddresses(svc)
-	if len(addrs) == 0 {
-		return nil, fmt.Errorf("Service %s/%s of the endpointPickerRef has no address", p.Namespace, ref.Name)
-	}
-	refPort := int32(0)
-	if ref.Port != nil {
-		refPort = ref.Port.Number
-	}
-	// The rule mci-apiserver uses for the pool's import, so that the local
-	// pool and its import reach the same port of the same Service.
-	ports := eppaddr.ResolvePorts(svc, refPort)
-	port := ports.ExtProc
-	if port == 0 {
-		return nil, fmt.Errorf("the ext-proc port of Service %s/%s is unknown: set endpointPickerRef.port", p.Namespace, ref.Name)
+	svc, addr, ports, err := b.localEPPService(p, ref)
+	if err != nil {
+		return nil, err
 	}
 	c := &Cluster{
 		Name:   b.local,
 		Pool:   p.Namespace + "/" + p.Name,
 		Mode:   v1alpha1.RoutingModeEndpoint,
-		EPP:    net.JoinHostPort(addrs[0], strconv.Itoa(int(port))),
+		EPP:    net.JoinHostPort(addr, strconv.Itoa(int(ports.ExtProc))),
 		Weight: 1,
 		Local:  true,
 		// ServiceAddresses falls back to the ExternalName last.
-		ExternalName: svc.Spec.Type == corev1.ServiceTypeExternalName || (svc.Spec.ExternalName != "" && addrs[0] == svc.Spec.ExternalName),
+		ExternalName: svc.Spec.Type == corev1.ServiceTypeExternalName || (svc.Spec.ExternalName != "" && addr == svc.Spec.ExternalName),
 	}
 	var secretRef types.NamespacedName
 	if secret != "" {
 		secretRef = types.NamespacedName{Namespace: p.Namespace, Name: secret}
 	}
-	var err error
 	def := b.in.DefaultTransport
 	validation := b.localValidation(p.Namespace, svc)
-	if c.EPPTransport, err = eppaddr.ResolvePortTransport(eppaddr.PortExtProc, modes.ExtProc, secretRef, validation(port), p.Namespace, def.ExtProc); err != nil {
+	if c.EPPTransport, err = eppaddr.ResolvePortTransport(eppaddr.PortExtProc, modes.ExtProc, secretRef, validation(ports.ExtProc), p.Namespace, def.ExtProc); err != nil {
 		return nil, err
 	}
 	if hp := ports.Health; hp != 0 {
-		c.Health = net.JoinHostPort(addrs[0], strconv.Itoa(int(hp)))
+		c.Health = net.JoinHostPort(addr, strconv.Itoa(int(hp)))
 		if c.HealthTransport, err = eppaddr.ResolvePortTransport(eppaddr.PortHealth, modes.Health, secretRef, validation(hp), p.Namespace, def.Health); err != nil {
 			return nil, err
 		}
@@ -161,7 +139,7 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 		if c.MetricsTransport, err = eppaddr.ResolvePortTransport(eppaddr.PortMetrics, modes.Metrics, secretRef, validation(mp), p.Namespace, def.Metrics); err != nil {
 			return nil, err
 		}
-		c.Metrics = metricsURL(addrs[0], mp, c.MetricsTransport.TLS)
+		c.Metrics = metricsURL(addr, mp, c.MetricsTransport.TLS)
 		// A token that cannot be used fails the metrics port alone.
 		token, err := eppaddr.EndpointPickerMetricsTokenSecret(p.Annotations)
 		switch {
@@ -173,6 +151,36 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 		}
 	}
 	return c, nil
+}
+
+// localEPPService is the Service a local pool's endpointPickerRef names,
+// its first address and its ports, the ext-proc one known.
+func (b *builder) localEPPService(p *poolv1.InferencePool, ref poolv1.EndpointPickerRef) (*corev1.Service, string, eppaddr.Ports, error) {
+	if (ref.Group != nil && *ref.Group != "") || (ref.Kind != "" && ref.Kind != "Service") {
+		return nil, "", eppaddr.Ports{}, fmt.Errorf("endpointPickerRef names a %s; only a core Service is supported", cmp.Or(ref.Kind, "Service"))
+	}
+	if ref.Name == "" {
+		return nil, "", eppaddr.Ports{}, fmt.Errorf("endpointPickerRef has no name")
+	}
+	svc := b.svcs[types.NamespacedName{Namespace: p.Namespace, Name: ref.Name}]
+	if svc == nil {
+		return nil, "", eppaddr.Ports{}, fmt.Errorf("Service %s/%s of the endpointPickerRef does not exist", p.Namespace, ref.Name)
+	}
+	addrs := eppaddr.ServiceAddresses(svc)
+	if len(addrs) == 0 {
+		return nil, "", eppaddr.Ports{}, fmt.Errorf("Service %s/%s of the endpointPickerRef has no address", p.Namespace, ref.Name)
+	}
+	refPort := int32(0)
+	if ref.Port != nil {
+		refPort = ref.Port.Number
+	}
+	// The rule mci-apiserver uses for the pool's import, so that the local
+	// pool and its import reach the same port of the same Service.
+	ports := eppaddr.ResolvePorts(svc, refPort)
+	if ports.ExtProc == 0 {
+		return nil, "", eppaddr.Ports{}, fmt.Errorf("the ext-proc port of Service %s/%s is unknown: set endpointPickerRef.port", p.Namespace, ref.Name)
+	}
+	return svc, addrs[0], ports, nil
 }
 
 // localValidation returns, for a port number of a local EPP Service, the

@@ -62,38 +62,8 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 		c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: 1, Stale: stale, TargetPort: ic.TargetPortNumber}
 		switch c.Mode {
 		case v1alpha1.RoutingModeEndpoint:
-			svc := ic.EndpointPicker.Service
-			if len(svc) == 0 || len(svc[0].Addresses) == 0 || len(svc[0].Ports) == 0 || svc[0].Ports[0].Number <= 0 {
-				report(ReasonInvalidImportedCluster, "cluster %q: the endpointPicker has no service address and port; the cluster is skipped", ic.Name)
+			if !b.remoteEPP(c, imp, ic, report) {
 				continue
-			}
-			epp := ic.EndpointPicker
-			secrets, err := importSecrets(imp.Namespace, epp.SecretRef, epp.Health, epp.Metrics)
-			if err != nil {
-				// Never plaintext to an EPP that its import says serves TLS.
-				report(ReasonInvalidImportedCluster, "cluster %q: %v; the cluster is skipped", ic.Name, err)
-				continue
-			}
-			if err := b.importTransports(c, imp.Namespace, epp, secrets); err != nil {
-				report(ReasonInvalidImportedCluster, "cluster %q: %v; the cluster is skipped", ic.Name, err)
-				continue
-			}
-			if !b.checkRemoteExtProc(key, c) {
-				continue
-			}
-			host := svc[0].Addresses[0]
-			c.EPP = net.JoinHostPort(host, strconv.Itoa(int(svc[0].Ports[0].Number)))
-			if h := epp.Health; h != nil && h.Port > 0 {
-				c.Health = net.JoinHostPort(host, strconv.Itoa(int(h.Port)))
-			}
-			if m := epp.Metrics; m != nil && m.Port > 0 {
-				c.Metrics = metricsURL(host, m.Port, c.MetricsTransport.TLS)
-				// A token that cannot be used fails the metrics port
-				// alone: the cluster is routed to, unmeasured.
-				if c.MetricsToken, err = secretIn(imp.Namespace, m.TokenSecretRef); err != nil {
-					report(ReasonInvalidImportedCluster, "cluster %q: metrics.tokenSecretRef: %v; its EPP's metrics are not scraped", ic.Name, err)
-					c.Metrics = ""
-				}
 			}
 		case v1alpha1.RoutingModeParent:
 			c.Parent = parentAddress(ic.Parents)
@@ -111,6 +81,45 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 		report(ReasonNoReadyClusters, "none of its %d cluster(s) can take requests (%d not Ready); its requests get 503, or follow FailOpen", len(imp.Status.Clusters), notReady)
 	}
 	return out
+}
+
+// remoteEPP fills in how c, imported cluster ic of imp in EndpointMode, is
+// reached; false when it cannot be, reported.
+func (b *builder) remoteEPP(c *Cluster, imp *v1alpha1.InferencePoolImport, ic v1alpha1.ImportedCluster, report func(reason, format string, args ...any)) bool {
+	svc := ic.EndpointPicker.Service
+	if len(svc) == 0 || len(svc[0].Addresses) == 0 || len(svc[0].Ports) == 0 || svc[0].Ports[0].Number <= 0 {
+		report(ReasonInvalidImportedCluster, "cluster %q: the endpointPicker has no service address and port; the cluster is skipped", ic.Name)
+		return false
+	}
+	epp := ic.EndpointPicker
+	secrets, err := importSecrets(imp.Namespace, epp.SecretRef, epp.Health, epp.Metrics)
+	if err != nil {
+		// Never plaintext to an EPP that its import says serves TLS.
+		report(ReasonInvalidImportedCluster, "cluster %q: %v; the cluster is skipped", ic.Name, err)
+		return false
+	}
+	if err := b.importTransports(c, imp.Namespace, epp, secrets); err != nil {
+		report(ReasonInvalidImportedCluster, "cluster %q: %v; the cluster is skipped", ic.Name, err)
+		return false
+	}
+	if !b.checkRemoteExtProc(types.NamespacedName{Namespace: imp.Namespace, Name: imp.Name}, c) {
+		return false
+	}
+	host := svc[0].Addresses[0]
+	c.EPP = net.JoinHostPort(host, strconv.Itoa(int(svc[0].Ports[0].Number)))
+	if h := epp.Health; h != nil && h.Port > 0 {
+		c.Health = net.JoinHostPort(host, strconv.Itoa(int(h.Port)))
+	}
+	if m := epp.Metrics; m != nil && m.Port > 0 {
+		c.Metrics = metricsURL(host, m.Port, c.MetricsTransport.TLS)
+		// A token that cannot be used fails the metrics port
+		// alone: the cluster is routed to, unmeasured.
+		if c.MetricsToken, err = secretIn(imp.Namespace, m.TokenSecretRef); err != nil {
+			report(ReasonInvalidImportedCluster, "cluster %q: metrics.tokenSecretRef: %v; its EPP's metrics are not scraped", ic.Name, err)
+			c.Metrics = ""
+		}
+	}
+	return true
 }
 
 // importTransports resolves how each port of an imported cluster's EPP is

@@ -22,6 +22,7 @@ import (
 	llmdv1alpha2 "github.com/mci-dev/mci/pkg/apis/llmd/v1alpha2"
 	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/requestmodel"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -70,7 +71,7 @@ func TestBuild(t *testing.T) {
 					Health: "127.0.2.1:9003", Metrics: "http://127.0.2.1:9090/metrics", Weight: 1, TargetPort: 8000}, *b.Clusters[0])
 				assert.Equal(t, "127.0.3.1:19002", b.Clusters[1].EPP)
 				assert.Equal(t, poolv1.FailClose, b.FailureMode, "FailClose is the API's default")
-				assert.Equal(t, PolicyHealthBased, b.Policy, "HealthBased is the default policy")
+				assert.Equal(t, routingpolicy.HealthBased, b.Policy.Name, "HealthBased is the default policy")
 				assert.Nil(t, b.Local)
 			},
 		},
@@ -309,7 +310,7 @@ func TestBuild(t *testing.T) {
 			},
 			check: func(t *testing.T, tbl *Table) {
 				b := only(t, tbl)
-				assert.Equal(t, PolicyWeighted, b.Policy)
+				assert.Equal(t, routingpolicy.Weighted, b.Policy.Name)
 				assert.Equal(t, poolv1.FailOpen, b.FailureMode)
 				assert.EqualValues(t, 3, b.Clusters[0].Weight)
 				assert.EqualValues(t, 0, b.Clusters[1].Weight)
@@ -318,7 +319,7 @@ func TestBuild(t *testing.T) {
 		{
 			name: "invalid route annotations are reported and ignored",
 			in: Inputs{
-				DefaultPolicy: PolicyLocalFirst,
+				DefaultPolicy: routingpolicy.Named()[routingpolicy.LocalFirst],
 				Routes: []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))),
 					PolicyAnnotation, "Fastest", ClusterWeightsAnnotation, "cluster-a", FailureModeAnnotation, "FailSometimes")},
 				Imports: []*v1alphaImport{twoClusters},
@@ -326,7 +327,7 @@ func TestBuild(t *testing.T) {
 			wantReasons: []string{ReasonInvalidAnnotation, ReasonInvalidAnnotation, ReasonInvalidAnnotation},
 			check: func(t *testing.T, tbl *Table) {
 				b := only(t, tbl)
-				assert.Equal(t, PolicyLocalFirst, b.Policy)
+				assert.Equal(t, routingpolicy.LocalFirst, b.Policy.Name)
 				assert.Equal(t, poolv1.FailClose, b.FailureMode)
 				assert.EqualValues(t, 1, b.Clusters[0].Weight)
 			},
@@ -338,7 +339,7 @@ func TestBuild(t *testing.T) {
 				imp.Labels = map[string]string{PolicyAnnotation: "MetricsBased"}
 				return imp
 			}()}},
-			check: func(t *testing.T, tbl *Table) { assert.Equal(t, PolicyMetricsBased, only(t, tbl).Policy) },
+			check: func(t *testing.T, tbl *Table) { assert.Equal(t, routingpolicy.MetricsBased, only(t, tbl).Policy.Name) },
 		},
 		{
 			name: "a route annotation may write a configuration inline",
@@ -347,7 +348,7 @@ func TestBuild(t *testing.T) {
 				Imports: []*v1alphaImport{twoClusters},
 			},
 			check: func(t *testing.T, tbl *Table) {
-				assert.Equal(t, Policy("prefix-cache=3,in-flight=1,pick=two-choices"), only(t, tbl).Policy)
+				assert.Equal(t, "prefix-cache=3,in-flight=1,pick=two-choices", only(t, tbl).Policy.Name)
 			},
 		},
 		{
@@ -357,13 +358,15 @@ func TestBuild(t *testing.T) {
 				imp.Annotations = map[string]string{PolicyAnnotation: "PrefixAffinity"}
 				return imp
 			}()}},
-			check: func(t *testing.T, tbl *Table) { assert.Equal(t, PolicyPrefixAffinity, only(t, tbl).Policy) },
+			check: func(t *testing.T, tbl *Table) {
+				assert.Equal(t, routingpolicy.PrefixAffinity, only(t, tbl).Policy.Name)
+			},
 		},
 		{
 			name:        "an invalid inline configuration is reported and the default used",
-			in:          Inputs{DefaultPolicy: PolicyWeighted, Routes: []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), PolicyAnnotation, "prefix-cache=0")}, Imports: []*v1alphaImport{twoClusters}},
+			in:          Inputs{DefaultPolicy: routingpolicy.Named()[routingpolicy.Weighted], Routes: []*gatewayv1.HTTPRoute{annotate(route("r", 0, nil, rule(nil, importRef("llm", nil))), PolicyAnnotation, "prefix-cache=0")}, Imports: []*v1alphaImport{twoClusters}},
 			wantReasons: []string{ReasonInvalidAnnotation},
-			check:       func(t *testing.T, tbl *Table) { assert.Equal(t, PolicyWeighted, only(t, tbl).Policy) },
+			check:       func(t *testing.T, tbl *Table) { assert.Equal(t, routingpolicy.Weighted, only(t, tbl).Policy.Name) },
 		},
 		{
 			name: "the route's policy wins over the import's",
@@ -375,7 +378,7 @@ func TestBuild(t *testing.T) {
 					return imp
 				}()},
 			},
-			check: func(t *testing.T, tbl *Table) { assert.Equal(t, PolicyWeighted, only(t, tbl).Policy) },
+			check: func(t *testing.T, tbl *Table) { assert.Equal(t, routingpolicy.Weighted, only(t, tbl).Policy.Name) },
 		},
 		{
 			name: "only routes attached to the sidecar's gateway are routed",

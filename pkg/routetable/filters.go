@@ -116,40 +116,44 @@ func (f *Filters) add(filter gatewayv1.HTTPRouteFilter) error {
 		}
 		return nil
 	case gatewayv1.HTTPRouteFilterRequestRedirect:
-		r := filter.RequestRedirect
-		if r == nil {
-			return fmt.Errorf("requestRedirect is missing")
-		}
-		rd := &redirect{status: http.StatusFound}
-		if r.Scheme != nil {
-			rd.scheme = strings.ToLower(*r.Scheme)
-		}
-		if r.Hostname != nil {
-			rd.hostname = string(*r.Hostname)
-		}
-		if r.Port != nil {
-			rd.port = int32(*r.Port)
-		}
-		if r.StatusCode != nil {
-			switch *r.StatusCode {
-			case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
-				rd.status = *r.StatusCode
-			default:
-				return fmt.Errorf("status code %d is not a redirect", *r.StatusCode)
-			}
-		}
-		if r.Path != nil {
-			p, err := compilePath(r.Path)
-			if err != nil {
-				return err
-			}
-			f.path = p
-		}
-		f.redirect = rd
-		return nil
+		return f.addRedirect(filter.RequestRedirect)
 	default:
 		return fmt.Errorf("mci-sidecar cannot apply the %s filter: requests of the rule get 500 rather than skip it", filter.Type)
 	}
+}
+
+// addRedirect adds a RequestRedirect filter, r (nil: missing).
+func (f *Filters) addRedirect(r *gatewayv1.HTTPRequestRedirectFilter) error {
+	if r == nil {
+		return fmt.Errorf("requestRedirect is missing")
+	}
+	rd := &redirect{status: http.StatusFound}
+	if r.Scheme != nil {
+		rd.scheme = strings.ToLower(*r.Scheme)
+	}
+	if r.Hostname != nil {
+		rd.hostname = string(*r.Hostname)
+	}
+	if r.Port != nil {
+		rd.port = int32(*r.Port)
+	}
+	if r.StatusCode != nil {
+		switch *r.StatusCode {
+		case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+			rd.status = *r.StatusCode
+		default:
+			return fmt.Errorf("status code %d is not a redirect", *r.StatusCode)
+		}
+	}
+	if r.Path != nil {
+		p, err := compilePath(r.Path)
+		if err != nil {
+			return err
+		}
+		f.path = p
+	}
+	f.redirect = rd
+	return nil
 }
 
 func compilePath(p *gatewayv1.HTTPPathModifier) (*pathModifier, error) {

@@ -128,24 +128,8 @@ func (x *Incremental) compileRoute(rk types.NamespacedName) {
 		}
 		return
 	}
-	e := &routeEntry{key: rk, route: r, used: map[objectRef]struct{}{}}
-	x.b.errs, x.b.used = nil, e.used
-	hostnames, attached := x.b.attached(r)
-	if attached {
-		e.names = routeNames(r)
-		for _, k := range e.names {
-			if k.Namespace != rk.Namespace && !slices.Contains(e.targets, k.Namespace) {
-				e.targets = append(e.targets, k.Namespace)
-			}
-		}
-		t := &Table{}
-		x.b.route(t, r, hostnames)
-		e.rules, e.index = t.rules, t.index
-	}
-	e.errs = x.b.errs
-	x.b.errs, x.b.used = nil, nil
-	e.gateways, _ = servedParents(r, x.b.in.ServedGateways)
-	if !attached && len(e.gateways) == 0 {
+	e, ours := x.entry(rk, r)
+	if !ours {
 		// None of the sidecar's business until it names a served Gateway.
 		if old != nil {
 			x.order = nil
@@ -163,6 +147,45 @@ func (x *Incremental) compileRoute(rk types.NamespacedName) {
 			}
 		}
 	}
+	x.host(e)
+	x.entries[rk] = e
+	if old == nil || !old.route.CreationTimestamp.Equal(&r.CreationTimestamp) {
+		x.order = nil
+	} else if i := slices.Index(x.order, old); i >= 0 {
+		x.order[i] = e
+	} else {
+		x.order = nil
+	}
+	x.changed = true
+}
+
+// entry compiles route r: its rules when it is attached, and what it
+// depends on. ours is false when it is neither attached nor names a
+// served Gateway.
+func (x *Incremental) entry(rk types.NamespacedName, r *gatewayv1.HTTPRoute) (e *routeEntry, ours bool) {
+	e = &routeEntry{key: rk, route: r, used: map[objectRef]struct{}{}}
+	x.b.errs, x.b.used = nil, e.used
+	hostnames, attached := x.b.attached(r)
+	if attached {
+		e.names = routeNames(r)
+		for _, k := range e.names {
+			if k.Namespace != rk.Namespace && !slices.Contains(e.targets, k.Namespace) {
+				e.targets = append(e.targets, k.Namespace)
+			}
+		}
+		t := &Table{}
+		x.b.route(t, r, hostnames)
+		e.rules, e.index = t.rules, t.index
+	}
+	e.errs = x.b.errs
+	x.b.errs, x.b.used = nil, nil
+	e.gateways, _ = servedParents(r, x.b.in.ServedGateways)
+	return e, attached || len(e.gateways) > 0
+}
+
+// host records the hosts of e's index as its hosts, each with e's route
+// and dirty.
+func (x *Incremental) host(e *routeEntry) {
 	for h := range e.index.exact {
 		e.hosts = append(e.hosts, h)
 	}
@@ -176,18 +199,9 @@ func (x *Incremental) compileRoute(rk types.NamespacedName) {
 		if x.hostRoutes[h] == nil {
 			x.hostRoutes[h] = map[types.NamespacedName]struct{}{}
 		}
-		x.hostRoutes[h][rk] = struct{}{}
+		x.hostRoutes[h][e.key] = struct{}{}
 		x.dirtyHosts[h] = struct{}{}
 	}
-	x.entries[rk] = e
-	if old == nil || !old.route.CreationTimestamp.Equal(&r.CreationTimestamp) {
-		x.order = nil
-	} else if i := slices.Index(x.order, old); i >= 0 {
-		x.order[i] = e
-	} else {
-		x.order = nil
-	}
-	x.changed = true
 }
 
 // indexEntry adds (or removes) an entry's dependencies to the indexes

@@ -20,6 +20,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 )
 
 // describeTable renders everything of a table that routing reads, so that
@@ -76,7 +77,7 @@ func describeTable(t *testing.T, tbl *Table) string {
 }
 
 func describeBackend(t *testing.T, b *strings.Builder, be *Backend) {
-	fmt.Fprintf(b, "  %s w=%d invalid=%q fm=%s policy=%s shim=%v\n", be, be.Weight, be.Invalid, be.FailureMode, be.Policy, be.Shim)
+	fmt.Fprintf(b, "  %s w=%d invalid=%q fm=%s policy=%s shim=%v\n", be, be.Weight, be.Invalid, be.FailureMode, be.Policy.Name, be.Shim)
 	for _, c := range be.Clusters {
 		fmt.Fprintf(b, "    cluster %+v\n", *c)
 	}
@@ -145,7 +146,7 @@ func TestIncrementalEqualsBuildOverRandomChanges(t *testing.T) {
 		in   Inputs
 	}{
 		{name: "every route", in: Inputs{LocalCluster: "cluster-b"}},
-		{name: "one gateway's routes", in: Inputs{LocalCluster: "cluster-b", DefaultPolicy: PolicyWeighted,
+		{name: "one gateway's routes", in: Inputs{LocalCluster: "cluster-b", DefaultPolicy: routingpolicy.Named()[routingpolicy.Weighted],
 			ServedGateways: []types.NamespacedName{{Namespace: "example", Name: "gw"}}}},
 		{name: "two gateways' routes", in: Inputs{LocalCluster: "cluster-b",
 			ServedGateways: []types.NamespacedName{{Namespace: "example", Name: "gw"}, {Namespace: "other", Name: "gw"}}}},

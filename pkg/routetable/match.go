@@ -265,29 +265,8 @@ func b2i(b bool) int {
 func compileMatch(m gatewayv1.HTTPRouteMatch) (*matcher, error) {
 	mt := &matcher{pathKind: pathPrefix, pathValue: "/"}
 	if p := m.Path; p != nil {
-		if p.Value != nil {
-			mt.pathValue = *p.Value
-		}
-		typ := gatewayv1.PathMatchPathPrefix
-		if p.Type != nil {
-			typ = *p.Type
-		}
-		switch typ {
-		case gatewayv1.PathMatchExact:
-			mt.pathKind = pathExact
-		case gatewayv1.PathMatchPathPrefix:
-			mt.pathKind = pathPrefix
-		case gatewayv1.PathMatchRegularExpression:
-			re, err := regexp.Compile(`^(?:` + mt.pathValue + `)$`)
-			if err != nil {
-				return nil, fmt.Errorf("path regular expression %q: %w", mt.pathValue, err)
-			}
-			mt.pathKind, mt.pathRE = pathRegex, re
-		default:
-			return nil, fmt.Errorf("unknown path match type %q", typ)
-		}
-		if mt.pathKind != pathRegex && !strings.HasPrefix(mt.pathValue, "/") {
-			return nil, fmt.Errorf("path %q does not start with /", mt.pathValue)
+		if err := mt.compilePath(p); err != nil {
+			return nil, err
 		}
 	}
 	if m.Method != nil {
@@ -323,6 +302,36 @@ func compileMatch(m gatewayv1.HTTPRouteMatch) (*matcher, error) {
 		mt.query = append(mt.query, vm)
 	}
 	return mt, nil
+}
+
+// compilePath sets the matcher's path match, the API's PathPrefix when p
+// has no type.
+func (mt *matcher) compilePath(p *gatewayv1.HTTPPathMatch) error {
+	if p.Value != nil {
+		mt.pathValue = *p.Value
+	}
+	typ := gatewayv1.PathMatchPathPrefix
+	if p.Type != nil {
+		typ = *p.Type
+	}
+	switch typ {
+	case gatewayv1.PathMatchExact:
+		mt.pathKind = pathExact
+	case gatewayv1.PathMatchPathPrefix:
+		mt.pathKind = pathPrefix
+	case gatewayv1.PathMatchRegularExpression:
+		re, err := regexp.Compile(`^(?:` + mt.pathValue + `)$`)
+		if err != nil {
+			return fmt.Errorf("path regular expression %q: %w", mt.pathValue, err)
+		}
+		mt.pathKind, mt.pathRE = pathRegex, re
+	default:
+		return fmt.Errorf("unknown path match type %q", typ)
+	}
+	if mt.pathKind != pathRegex && !strings.HasPrefix(mt.pathValue, "/") {
+		return fmt.Errorf("path %q does not start with /", mt.pathValue)
+	}
+	return nil
 }
 
 func valueMatch(name, value string, exact, regex bool) (valueMatcher, error) {

@@ -12,6 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/utils/ptr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
+	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
 // tableWith builds a table whose one rule splits between imports "x<gen>"
@@ -128,4 +132,88 @@ func BenchmarkBuild(b *testing.B) {
 		}
 		r.Publish(t)
 	}
+}
+
+// TestPublishCompilesEachPolicyOnce: Publish gives every backend its policy
+// compiled, one pipeline per policy text for the whole table and for the
+// tables after it that still name it, so that no request compiles one.
+func TestPublishCompilesEachPolicyOnce(t *testing.T) {
+	in := func(policyY string) Inputs {
+		return Inputs{
+			Routes: []*gatewayv1.HTTPRoute{
+				annotate(route("r", 0, nil, rule(nil, importRef("x", nil), importRef("y", nil))), PolicyAnnotation, "PrefixAffinity"),
+				route("s", 0, []string{"s.example.com"}, rule(nil, importRef("y", nil))),
+			},
+			Imports: []*v1alphaImport{
+				importOf("x", imported{name: "a", addr: "127.0.2.1"}),
+				annotate(importOf("y", imported{name: "a", addr: "127.0.3.1"}), PolicyAnnotation, policyY),
+			},
+		}
+	}
+	backends := func(tbl *Table) []*Backend {
+		var out []*Backend
+		for b := range tbl.Backends {
+			out = append(out, b)
+		}
+		return out
+	}
+	r := NewRouter()
+	first, errs := Build(in("queue=1, kv-cache=1"))
+	require.Empty(t, errs)
+	for _, b := range backends(first) {
+		assert.Nil(t, b.Scoring(), "a table not yet published has nothing compiled")
+	}
+	r.Publish(first)
+	bs := backends(first)
+	require.Len(t, bs, 3)
+	for _, b := range bs {
+		require.NotNil(t, b.Scoring(), b.String())
+		assert.Equal(t, b.Policy, b.Scoring().Config(), b.String())
+	}
+	assert.Equal(t, routingpolicy.PrefixAffinity, bs[0].Policy.Name, "the route's policy wins")
+	assert.Same(t, bs[0].Scoring(), bs[1].Scoring(), "one pipeline per policy")
+	assert.Equal(t, "queue=1, kv-cache=1", bs[2].Policy.Name, "the import's policy")
+	assert.Same(t, r.Memory(), bs[0].Scoring().Memory(), "the policies share the router's memory")
+
+	second, _ := Build(in("HubReference"))
+	r.Publish(second)
+	again := backends(second)
+	assert.Same(t, bs[0].Scoring(), again[0].Scoring(), "a policy the next table still names is not compiled again")
+	assert.Equal(t, routingpolicy.HubReference, again[2].Scoring().Config().Name)
+}
+
+// TestPublishReportsAPolicyThatDoesNotCompile: only a configuration written
+// in code can fail to compile (Parse accepts what Validate does); its
+// backend answers 500 and the table says why once, rather than routing by
+// a policy nobody chose.
+func TestPublishReportsAPolicyThatDoesNotCompile(t *testing.T) {
+	bad := routingpolicy.Named()[routingpolicy.Weighted]
+	bad.Name, bad.Filters = "no-filters", nil
+	tbl, errs := Build(Inputs{
+		DefaultPolicy: bad,
+		Routes:        []*gatewayv1.HTTPRoute{route("r", 0, nil, rule(nil, importRef("x", nil), importRef("y", nil)))},
+		Imports:       []*v1alphaImport{importOf("x", imported{name: "a", addr: "127.0.2.1"}), importOf("y", imported{name: "a", addr: "127.0.3.1"})},
+	})
+	require.Empty(t, errs)
+	NewRouter().Publish(tbl)
+	require.Len(t, tbl.Errors, 1, "reported once for the policy")
+	assert.ErrorContains(t, tbl.Errors[0], "cluster policy does not compile")
+	for b := range tbl.Backends {
+		assert.Contains(t, b.Invalid, `cluster policy "no-filters" does not compile`)
+		assert.NotNil(t, b.Scoring(), "a published backend always has a policy, never asked")
+	}
+}
+
+func TestInvalidPolicyCompiles(t *testing.T) {
+	require.NotNil(t, invalidPolicy)
+}
+
+func TestSetScoringIsRefusedOnceATableIsPublishedOrWithBadThresholds(t *testing.T) {
+	r := NewRouter()
+	assert.ErrorContains(t, r.SetScoring(Scoring{Thresholds: scheduling.Config{SheddableKVCacheThreshold: 2}}), "not between 0 and 1")
+	mem := clusterscore.NewMemory(clusterscore.DefaultMemoryOptions())
+	require.NoError(t, r.SetScoring(Scoring{Thresholds: scheduling.DefaultConfig(), Memory: mem}))
+	assert.Same(t, mem, r.Memory())
+	r.Publish(tableWith(t, 1))
+	assert.ErrorContains(t, r.SetScoring(Scoring{Thresholds: scheduling.DefaultConfig()}), "after a routing table was published")
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 )
 
 // Arrival is where the connection of a request arrived at the sidecar:
@@ -171,7 +172,7 @@ func (b *builder) shim(p *poolv1.InferencePool) *Backend {
 		b.report(InferencePoolKind, key.Namespace, key.Name, ReasonNoShimClusters,
 			"its endpoint picker is mci-sidecar, but no other cluster exports the pool and it has no %s annotation: its requests get 503, or follow FailOpen", LocalEndpointPickerAnnotation)
 	}
-	be.Policy = b.backendPolicy("", InferencePoolKind, p)
+	be.Policy = b.backendPolicy(routingpolicy.Config{}, InferencePoolKind, p)
 	be.wrr = newClusterRotation("shim "+key.String(), be.Clusters)
 	return be
 }

@@ -12,6 +12,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 )
 
 // sidecarService is the sidecar's own Service in the fixtures' namespace.
@@ -63,7 +64,7 @@ func TestBuildShimPools(t *testing.T) {
 				assert.Same(t, be.Clusters[0], be.Local, "the local EPP is the pool's own cluster")
 				assert.True(t, be.Local.Local)
 				assert.Equal(t, poolv1.FailOpen, be.FailureMode, "the pool's failure mode")
-				assert.Equal(t, PolicyHealthBased, be.Policy)
+				assert.Equal(t, routingpolicy.HealthBased, be.Policy.Name)
 				assert.Len(t, tbl.Clusters(), 3, "the prober sees every cluster of the shim pool")
 			},
 		},
@@ -78,7 +79,7 @@ func TestBuildShimPools(t *testing.T) {
 				be := tbl.Shims()[0]
 				assert.Nil(t, be.Local)
 				assert.Equal(t, []string{"cluster-a=127.0.2.1:9002", "cluster-c=127.0.3.1:9002"}, clusterNames(be.Clusters))
-				assert.Equal(t, PolicyWeighted, be.Policy, "the pool's policy annotation")
+				assert.Equal(t, routingpolicy.Weighted, be.Policy.Name, "the pool's policy annotation")
 				assert.Equal(t, []int64{3, 1}, []int64{be.Clusters[0].Weight, be.Clusters[1].Weight}, "the pool's cluster weights")
 				assert.Equal(t, poolv1.FailClose, be.FailureMode)
 			},
@@ -239,7 +240,7 @@ func TestShimPoolPolicy(t *testing.T) {
 		routes      []*gatewayv1.HTTPRoute
 		metadata    string
 		req         *RequestAttrs
-		wantPolicy  Policy
+		wantPolicy  string
 		wantWeights []int64
 	}{
 		{
@@ -248,34 +249,34 @@ func TestShimPoolPolicy(t *testing.T) {
 			routes: []*gatewayv1.HTTPRoute{routeTo("llm", PolicyAnnotation, "PrefixAffinity",
 				ClusterWeightsAnnotation, "cluster-c=3")},
 			req:        request("llm.example.com"),
-			wantPolicy: PolicyPrefixAffinity, wantWeights: []int64{1, 3},
+			wantPolicy: routingpolicy.PrefixAffinity, wantWeights: []int64{1, 3},
 		},
 		{
 			name:       "a route without the annotation leaves the pool's",
 			pools:      []*poolv1.InferencePool{poolSays(shimPool("llm", "", ""))},
 			routes:     []*gatewayv1.HTTPRoute{routeTo("llm")},
 			req:        request("llm.example.com"),
-			wantPolicy: PolicyLocalFirst, wantWeights: []int64{2, 1},
+			wantPolicy: routingpolicy.LocalFirst, wantWeights: []int64{2, 1},
 		},
 		{
 			name:       "neither annotation: the default",
 			pools:      []*poolv1.InferencePool{shimPool("llm", "", "")},
 			routes:     []*gatewayv1.HTTPRoute{routeTo("llm")},
 			req:        request("llm.example.com"),
-			wantPolicy: PolicyHealthBased, wantWeights: []int64{1, 1},
+			wantPolicy: routingpolicy.HealthBased, wantWeights: []int64{1, 1},
 		},
 		{
 			name:       "a request no route matches gets the pool's",
 			pools:      []*poolv1.InferencePool{poolSays(shimPool("llm", "", ""))},
 			routes:     []*gatewayv1.HTTPRoute{routeTo("llm", PolicyAnnotation, "PrefixAffinity")},
 			req:        request("other.example.com"),
-			wantPolicy: PolicyLocalFirst, wantWeights: []int64{2, 1},
+			wantPolicy: routingpolicy.LocalFirst, wantWeights: []int64{2, 1},
 		},
 		{
 			name:       "no HTTPRoute at all: the pool's",
 			pools:      []*poolv1.InferencePool{poolSays(shimPool("llm", "", ""))},
 			req:        request("llm.example.com"),
-			wantPolicy: PolicyLocalFirst, wantWeights: []int64{2, 1},
+			wantPolicy: routingpolicy.LocalFirst, wantWeights: []int64{2, 1},
 		},
 		{
 			name:       "the pool the gateway's metadata names takes its route's annotation",
@@ -283,7 +284,7 @@ func TestShimPoolPolicy(t *testing.T) {
 			routes:     []*gatewayv1.HTTPRoute{routeTo("llm", PolicyAnnotation, "Weighted")},
 			metadata:   ns + "/llm",
 			req:        request("llm.example.com"),
-			wantPolicy: PolicyWeighted, wantWeights: []int64{1, 1},
+			wantPolicy: routingpolicy.Weighted, wantWeights: []int64{1, 1},
 		},
 		{
 			name:       "a route to another shim pool does not decide for the one the metadata names",
@@ -291,14 +292,14 @@ func TestShimPoolPolicy(t *testing.T) {
 			routes:     []*gatewayv1.HTTPRoute{routeTo("chat", PolicyAnnotation, "Weighted")},
 			metadata:   ns + "/llm",
 			req:        request("chat.example.com"),
-			wantPolicy: PolicyLocalFirst, wantWeights: []int64{2, 1},
+			wantPolicy: routingpolicy.LocalFirst, wantWeights: []int64{2, 1},
 		},
 		{
 			name:       "the shim pool the rule names among several takes the route's annotation",
 			pools:      []*poolv1.InferencePool{poolSays(shimPool("llm", "", "")), shimPool("chat", "", "")},
 			routes:     []*gatewayv1.HTTPRoute{routeTo("llm", PolicyAnnotation, "MetricsBased")},
 			req:        request("llm.example.com"),
-			wantPolicy: PolicyMetricsBased, wantWeights: []int64{2, 1},
+			wantPolicy: routingpolicy.MetricsBased, wantWeights: []int64{2, 1},
 		},
 	}
 	for _, tt := range tests {
@@ -312,7 +313,7 @@ func TestShimPoolPolicy(t *testing.T) {
 			be, code, msg := tbl.ShimFor(tt.metadata, Arrival{Port: 9002, Main: true}, tt.req)
 			require.NotNil(t, be, "%d %s", code, msg)
 			assert.Equal(t, "llm", be.Name)
-			assert.Equal(t, tt.wantPolicy, be.Policy)
+			assert.Equal(t, tt.wantPolicy, be.Policy.Name)
 			var weights []int64
 			for _, c := range be.Clusters {
 				weights = append(weights, c.Weight)

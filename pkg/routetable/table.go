@@ -1,9 +1,7 @@
 package routetable
 
 import (
-	"fmt"
 	"slices"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -12,6 +10,7 @@ import (
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppaddr"
 	"github.com/mci-dev/mci/pkg/requestmodel"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -23,7 +22,7 @@ import (
 const (
 	// PolicyAnnotation chooses how a cluster of an InferencePoolImport is
 	// picked: a named cluster policy or an inline configuration of the
-	// scoring pipeline (ParsePolicy).
+	// scoring pipeline, as routingpolicy.Parse reads it.
 	PolicyAnnotation = v1alpha1.ClusterPolicyAnnotation
 	// ClusterWeightsAnnotation gives clusters weights for the Weighted and
 	// HealthBased policies: "cluster-a=3,cluster-c=1". An unlisted cluster
@@ -61,42 +60,6 @@ const (
 
 // DefaultLocalCluster names the local cluster when no name is configured.
 const DefaultLocalCluster = "local"
-
-// Policy is how a cluster is picked among the clusters of a backend: the
-// name of a named configuration of pkg/clusterscore, or a configuration in
-// its inline syntax ("prefix-cache=3,in-flight=1,pick=two-choices"), as
-// clusterscore.Parse reads it.
-type Policy string
-
-// The named cluster policies (clusterscore's named configurations).
-const (
-	// PolicyWeighted picks clusters by weight (equal unless
-	// ClusterWeightsAnnotation says otherwise), ignoring their health.
-	PolicyWeighted Policy = clusterscore.Weighted
-	// PolicyHealthBased is Weighted over the clusters whose EPP answers its
-	// gRPC health check.
-	PolicyHealthBased Policy = clusterscore.HealthBased
-	// PolicyMetricsBased ranks clusters by their EPP's pool metrics with the
-	// filter chain of pkg/scheduling, counting the sidecar's own requests
-	// in flight between two scrapes.
-	PolicyMetricsBased Policy = clusterscore.MetricsBased
-	// PolicyLocalFirst sends an import's requests to the local InferencePool
-	// of the same namespace/name while its EPP is healthy, else to the
-	// remote clusters (HealthBased).
-	PolicyLocalFirst Policy = clusterscore.LocalFirst
-	// PolicyPrefixAffinity scores clusters by prefix-cache and session
-	// affinity, the sidecar's own observations and the pool metrics.
-	PolicyPrefixAffinity Policy = clusterscore.PrefixAffinity
-)
-
-// ParsePolicy checks a policy: a name of Policies or an inline
-// configuration (clusterscore.Parse). Surrounding spaces are dropped.
-func ParsePolicy(s string) (Policy, error) {
-	if _, err := clusterscore.Parse(s); err != nil {
-		return "", fmt.Errorf("cluster policy: %w", err)
-	}
-	return Policy(strings.TrimSpace(s)), nil
-}
 
 // BackendKind is the kind of a backendRef the sidecar routes to.
 type BackendKind string
@@ -191,8 +154,12 @@ type Backend struct {
 	// pool (ShimFor). 0 when the ref names none: the sidecar's main
 	// ext_proc port.
 	ShimPort int32
-	// Policy picks among Clusters.
-	Policy Policy
+	// Policy picks among Clusters: the configuration the annotations
+	// chose, parsed and valid.
+	Policy routingpolicy.Config
+	// scoring is Policy compiled, which Router.Publish sets before the
+	// table serves a request.
+	scoring *clusterscore.Pipeline
 	// filters are the HTTPRoute filters of the backendRef's rule, then of
 	// the backendRef: what a request routed to it goes through. nil when
 	// there are none.
@@ -220,6 +187,10 @@ func (b *Backend) Rotation() *clusterscore.Rotation {
 	}
 	return b.wrr.Rotation
 }
+
+// Scoring is the backend's policy compiled: set on every backend of a
+// table Router has published, nil on one it has not.
+func (b *Backend) Scoring() *clusterscore.Pipeline { return b.scoring }
 
 // String names the backend for logs and errors.
 func (b *Backend) String() string {

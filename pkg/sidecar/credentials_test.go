@@ -23,6 +23,7 @@ import (
 	"github.com/mci-dev/mci/pkg/extproc"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	"github.com/mci-dev/mci/test/envoyclient"
@@ -61,7 +62,7 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfItsImport(t *testing.T) {
 	epp := &imp.Status.Clusters[0].EndpointPicker
 	epp.SecretRef, epp.Health.SecretRef, epp.Metrics.SecretRef = ref, ref, ref
 	r := sidecartest.Route("llm-route", 0, []string{"my.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/v1")}, sidecartest.ImportRef("llm", nil)))
-	r = sidecartest.Annotate(r, routetable.PolicyAnnotation, string(routetable.PolicyMetricsBased))
+	r = sidecartest.Annotate(r, routetable.PolicyAnnotation, routingpolicy.MetricsBased)
 	r.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw"}}
 	creds := map[string][]byte{"ca.crt": serving.CAPEM, "tls.crt": client.CertPEM, "tls.key": client.KeyPEM}
 	kube := kubefake.NewSimpleClientset(epptransporttest.Secret(ns, "epp-creds", creds))

@@ -54,9 +54,8 @@ type decision struct {
 	// explanation explains the order, when one was asked for.
 	explanation string
 	// promptErr says why the prompt could not be read (routed without
-	// prefix affinity); policyErr why the backend's policy does not
-	// compile (the default one ordered the clusters).
-	promptErr, policyErr error
+	// prefix affinity).
+	promptErr error
 }
 
 // answers says whether the sidecar answers the request itself.
@@ -110,8 +109,9 @@ func (d *decision) backendName() string {
 // decider decides where requests go: by the routing table, with the
 // policies of its backends and what they know of the clusters.
 type decider struct {
-	policies *PolicySet
-	state    State
+	// session says where a request's session key is.
+	session clusterscore.SessionSpec
+	state   State
 }
 
 // decide decides where req goes by the table tbl at time now, in order:
@@ -152,6 +152,9 @@ func (d *decision) route(tbl *routetable.Table, req *extproc.Request, at routeta
 			// cluster.
 			be = be.LocalOnly()
 		}
+		if be.Invalid != "" {
+			return d.own(http.StatusInternalServerError, OutcomeInvalidBackend, "%s: %s", be, be.Invalid)
+		}
 		d.backend = be
 	} else {
 		rule, prefix := tbl.Match(&attrs)
@@ -187,8 +190,7 @@ func (d *decision) route(tbl *routetable.Table, req *extproc.Request, at routeta
 // what FailOpen adds, or sheds the request.
 func (dc decider) orderClusters(d *decision, req *extproc.Request, now time.Time, explain bool) {
 	be := d.backend
-	policy, err := dc.policies.Get(be.Policy)
-	d.policyErr = err
+	policy := policyOf(be, dc.session)
 	d.needs = policy.Needs()
 	pr := PickRequest{Now: now, Header: req.Header, Body: req.Body}
 	if d.needs.Criticality {

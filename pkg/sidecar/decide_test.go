@@ -15,10 +15,9 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/routetable"
-	"github.com/mci-dev/mci/pkg/scheduling"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 )
 
@@ -182,11 +181,11 @@ func TestDecide(t *testing.T) {
 			if tt.shim {
 				in = shim
 			}
-			table, _ := buildTable(in)
+			table, _ := publishTable(routetable.NewRouter(), in)
 			if st == nil {
 				st = healthy
 			}
-			dc := decider{policies: NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{}), state: st}
+			dc := decider{state: st}
 			got := summarize(dc.decide(table, tt.req, routetable.Arrival{Main: true}, now, false))
 			want := tt.want
 			if want.details != "" {
@@ -199,8 +198,8 @@ func TestDecide(t *testing.T) {
 }
 
 func TestDecideExplainsOnlyWhenAsked(t *testing.T) {
-	tbl := testTable(routetable.PolicyHealthBased, false, []string{"cluster-a", "cluster-c"})
-	dc := decider{policies: NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{}), state: &fakeState{health: map[string]Health{"cluster-a": HealthServing}}}
+	tbl := testTable(routingpolicy.HealthBased, false, []string{"cluster-a", "cluster-c"})
+	dc := decider{state: &fakeState{health: map[string]Health{"cluster-a": HealthServing}}}
 	req := request("", "/", chatBody)
 	assert.Empty(t, dc.decide(tbl, req, routetable.Arrival{Main: true}, time.Now(), false).explanation)
 	explained := dc.decide(tbl, req, routetable.Arrival{Main: true}, time.Now(), true).explanation
@@ -209,8 +208,8 @@ func TestDecideExplainsOnlyWhenAsked(t *testing.T) {
 }
 
 func TestDecideSaysWhyAPromptCannotBeRead(t *testing.T) {
-	tbl := testTable(routetable.PolicyPrefixAffinity, false, []string{"cluster-a", "cluster-c"})
-	dc := decider{policies: NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{}), state: &fakeState{}}
+	tbl := testTable(routingpolicy.PrefixAffinity, false, []string{"cluster-a", "cluster-c"})
+	dc := decider{state: &fakeState{}}
 	d := dc.decide(tbl, request("", "/", []byte(`{"model":`)), routetable.Arrival{Main: true}, time.Now(), false)
 	assert.Error(t, d.promptErr, "routed without prefix affinity")
 	assert.Len(t, d.order, 2, "routed all the same")

@@ -27,9 +27,11 @@
 //     configuration of the cluster scoring pipeline of pkg/clusterscore
 //     (filters, weighted scorers, a picker), named (Weighted, HealthBased,
 //     MetricsBased, LocalFirst, PrefixAffinity) or written inline in the
-//     annotation ("prefix-cache=3,in-flight=1,pick=two-choices"). PolicySet
-//     compiles each value once and keeps it while a table names it. A
-//     policy's Needs say whether the server parses the request's
+//     annotation ("prefix-cache=3,in-flight=1,pick=two-choices"), in
+//     pkg/routingpolicy's vocabulary. The routing table parses it where it
+//     reads it and routetable.Router compiles it when it publishes the
+//     table, so that a request only takes what is compiled. A policy's
+//     Needs say whether the server parses the request's
 //     criticality or prompt, reads its session key, observes its attempts,
 //     and whether the sidecar scrapes the clusters' pool metrics, so that
 //     neither knows a policy by name. The annotation that chooses it is

@@ -18,6 +18,7 @@ import (
 	"github.com/mci-dev/mci/pkg/outlier"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	"github.com/mci-dev/mci/test/envoyclient"
 )
@@ -157,7 +158,7 @@ func allServe(string) int { return http.StatusOK }
 // another's). Under the default policy (HealthBased), and under Weighted,
 // which ignores health.
 func TestErrorSinkIsEjectedAndComesBack(t *testing.T) {
-	for _, policy := range []string{"", string(routetable.PolicyWeighted)} {
+	for _, policy := range []string{"", routingpolicy.Weighted} {
 		t.Run("policy "+policy, func(t *testing.T) {
 			f := startFleet(t, policy)
 			before := f.run(t, 10*time.Second, allServe)
@@ -238,7 +239,7 @@ func TestFailoverNeverCarriesAnotherClustersRewrite(t *testing.T) {
 	a.rewriteModel.Store(ptr.To("chat-a"))
 	c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
 	h := startServerWith(t, routetable.Inputs{
-		Routes:  []*gatewayv1.HTTPRoute{sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))), routetable.PolicyAnnotation, string(routetable.PolicyWeighted))},
+		Routes:  []*gatewayv1.HTTPRoute{sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))), routetable.PolicyAnnotation, routingpolicy.Weighted)},
 		Imports: []*v1alpha1.InferencePoolImport{twoClusterImport(t, a, c)},
 	}, &fakeState{}, ServerConfig{Outlier: &OutlierConfig{Detection: outlier.DefaultConfig(), FirstByte: outlier.DefaultFirstByteConfig(), Clock: testingclock.NewFakeClock(sidecartest.Epoch)}})
 	for range 6 {

@@ -296,7 +296,6 @@ func overheadServer(role, upstream string) (srv interface {
 			return nil, nil, errors.Join(errs...)
 		}
 		router := routetable.NewRouter()
-		router.Publish(tbl)
 		prober := eppprobe.NewHealthProber(eppprobe.HealthProberOptions{})
 		prober.SetTargets([]string{net.JoinHostPort(host, portStr)})
 		reg := prometheus.NewRegistry()
@@ -307,7 +306,11 @@ func overheadServer(role, upstream string) (srv interface {
 		}
 		metrics := NewMetrics(reg)
 		reg.MustRegister(&eppHealthCollector{router: router, health: prober})
-		server := newServer(router, liveState{health: prober}, newRelayer(cfg, nil, metrics), cfg, metrics, logr.Discard())
+		server, err := newServer(router, liveState{health: prober}, newRelayer(cfg, nil, metrics), cfg, metrics, logr.Discard())
+		if err != nil {
+			return nil, nil, err
+		}
+		router.Publish(tbl)
 		servers, err := extproc.Listen(extproc.ServingOptions{BindAddress: "127.0.0.1"}, server, reg, serverOptions()...)
 		if err != nil {
 			server.Close()

@@ -20,7 +20,7 @@ import (
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
 	"github.com/mci-dev/mci/pkg/routetable"
-	"github.com/mci-dev/mci/pkg/scheduling"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 )
 
@@ -44,14 +44,13 @@ func BenchmarkPick(b *testing.B) {
 	r := routetable.NewRouter()
 	r.Publish(tbl)
 	st := &fakeState{health: map[string]Health{"a": HealthServing, "c": HealthServing}}
-	policies := NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{})
 	attrs := routetable.RequestAttrs{Host: "m7.model.com", Path: "/v1/completions", Method: "POST", Headers: map[string][]string{"x-route": {"7"}}}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
 		rl, _ := r.Table().Match(&attrs)
 		be := rl.PickBackend()
-		p, _ := policies.Get(be.Policy)
+		p := policyOf(be, clusterscore.SessionSpec{})
 		if _, err := p.Order(be, PickRequest{Now: sidecartest.Epoch}, st); err != nil {
 			b.Fatal(err)
 		}
@@ -83,7 +82,7 @@ func BenchmarkImportEventToRoutedRequest(b *testing.B) {
 	mci := mcifake.NewSimpleClientset(mciObjs...)
 	router := routetable.NewRouter()
 	w := NewWatcher(Clients{Kube: kubefake.NewSimpleClientset(kubeObjs...), MCI: mci, Gateway: gatewayfake.NewSimpleClientset(gwObjs...)},
-		WatchConfig{LocalCluster: "b", DefaultPolicy: routetable.PolicyWeighted}, router, nil, nil)
+		WatchConfig{LocalCluster: "b", DefaultPolicy: routingpolicy.Named()[routingpolicy.Weighted]}, router, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -104,7 +103,7 @@ func BenchmarkImportEventToRoutedRequest(b *testing.B) {
 			return ""
 		}
 		be := rl.Backends[1]
-		order, _ := testPolicy(b, routetable.PolicyWeighted).Order(be, PickRequest{}, &fakeState{})
+		order, _ := testPolicy(be).Order(be, PickRequest{}, &fakeState{})
 		for _, c := range order {
 			if c.Name == "a" {
 				return c.EPP

@@ -2,15 +2,14 @@ package sidecar
 
 import (
 	"errors"
-	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/metrics"
 	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -54,69 +53,38 @@ type PickRequest struct {
 	Body   []byte
 }
 
-// Needs are what a policy reads besides the backend and health, so that the
-// server and the sidecar gather only what some policy in use reads.
-type Needs struct {
-	// Criticality: the request's criticality (PickRequest.Criticality),
-	// which costs a parse of the body.
-	Criticality bool
-	// PoolMetrics: the pool gauges of the clusters' EPPs
-	// (State.PoolMetrics), which costs a scrape per cluster.
-	PoolMetrics bool
-	// Prompt: the prompt blocks of the body (the prefix-cache scorer),
-	// which costs a parse of the body.
-	Prompt bool
-	// Session: the request's session key (the session scorer).
-	Session bool
-	// Observed: the sidecar's own observations of each attempt (requests
-	// in flight, time to first byte, errors).
-	Observed bool
-}
+// Needs are what a policy reads besides the backend and health, so that
+// the server and the sidecar gather only what some policy in use reads:
+// its pipeline's (clusterscore.Needs), where Session counts only when the
+// sidecar is told where a request's session key is.
+type Needs = clusterscore.Needs
 
 // ErrShed means a sheddable request was shed: every cluster it could go to
 // is measured and saturated (none is unmeasured). Answered with 429.
 var ErrShed = clusterscore.ErrShed
 
-// ClusterPolicy chooses the clusters of a backend for one request: a
-// compiled configuration of the cluster scoring pipeline
-// (pkg/clusterscore), which the server and the sidecar know only through
-// Needs, Order and FailOpen. The named policies are clusterscore's named
-// configurations; any other is written inline in the annotation.
+// ClusterPolicy chooses the clusters of a backend for one request: the
+// backend's policy as Router.Publish compiled it (pkg/clusterscore), which
+// the server and the sidecar know only through Needs, Order and FailOpen.
+// It is made for each request from what is compiled already, and cannot
+// fail.
 type ClusterPolicy struct {
 	pipeline *clusterscore.Pipeline
-	needs    Needs
 	session  clusterscore.SessionSpec
 }
 
-func newClusterPolicy(p routetable.Policy, thresholds scheduling.Config, mem *clusterscore.Memory, session clusterscore.SessionSpec) (*ClusterPolicy, error) {
-	cfg, err := clusterscore.Parse(string(p))
-	if err != nil {
-		return nil, err
-	}
-	pl, err := clusterscore.New(cfg, thresholds, mem)
-	if err != nil {
-		return nil, err
-	}
-	cp := &ClusterPolicy{pipeline: pl, session: session}
-	cp.needs.Criticality = cfg.Has(clusterscore.FilterSaturation) || cfg.Picker == clusterscore.PickChain
-	cp.needs.PoolMetrics = cfg.Has(clusterscore.FilterSaturation) || cfg.Has(clusterscore.FilterReady) || cfg.Picker == clusterscore.PickChain
-	for _, sc := range cfg.Scorers {
-		switch sc.Scorer {
-		case clusterscore.ScorePrefixCache:
-			cp.needs.Prompt = true
-		case clusterscore.ScoreSession:
-			cp.needs.Session = session != (clusterscore.SessionSpec{})
-		case clusterscore.ScoreLatency, clusterscore.ScoreErrors, clusterscore.ScoreInFlight:
-			cp.needs.Observed = true
-		case clusterscore.ScoreQueue, clusterscore.ScoreKVCache:
-			cp.needs.PoolMetrics = true
-		}
-	}
-	return cp, nil
+// policyOf is the policy of b, a backend of a published table, for a
+// sidecar that reads sessions as session says.
+func policyOf(b *routetable.Backend, session clusterscore.SessionSpec) ClusterPolicy {
+	return ClusterPolicy{pipeline: b.Scoring(), session: session}
 }
 
 // Needs says what Order reads besides the backend and health.
-func (p *ClusterPolicy) Needs() Needs { return p.needs }
+func (p *ClusterPolicy) Needs() Needs {
+	n := p.pipeline.Needs()
+	n.Session = n.Session && p.session != (clusterscore.SessionSpec{})
+	return n
+}
 
 // Name is the policy's name, or its inline configuration.
 func (p *ClusterPolicy) Name() string { return p.pipeline.Config().Name }
@@ -137,9 +105,9 @@ func (p *ClusterPolicy) Order(b *routetable.Backend, req PickRequest, st State) 
 // weight); the local pool of LocalFirst comes last.
 func (p *ClusterPolicy) FailOpen(b *routetable.Backend) []*routetable.Cluster {
 	cfg := p.pipeline.Config()
-	byWeight := cfg.Has(clusterscore.FilterWeight)
+	byWeight := cfg.Has(routingpolicy.FilterWeight)
 	out := slices.DeleteFunc(slices.Clone(b.Clusters), func(c *routetable.Cluster) bool { return byWeight && c.Weight <= 0 })
-	if cfg.Has(clusterscore.FilterLocalFirst) && b.Local != nil && !b.Shim && b.Local.Weight != 0 {
+	if cfg.Has(routingpolicy.FilterLocalFirst) && b.Local != nil && !b.Shim && b.Local.Weight != 0 {
 		out = append(out, b.Local)
 	}
 	return out
@@ -172,14 +140,15 @@ func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, e
 		cands = append(cands, candidate(b.Local, 0, true))
 	}
 	d := picked{req: clusterscore.Request{Criticality: req.Criticality, Now: req.Now, Scope: b.Scope()}}
-	if p.needs.Prompt && len(req.Body) > 0 {
+	needs := p.Needs()
+	if needs.Prompt && len(req.Body) > 0 {
 		d.req.Blocks, d.promptErr = promptprefix.Blocks(nil, d.req.Scope, req.Body)
 		if errors.Is(d.promptErr, promptprefix.ErrNoPrompt) {
 			// A request without a prompt has no prefix: nothing wrong.
 			d.promptErr = nil
 		}
 	}
-	if p.needs.Session && req.Header != nil {
+	if needs.Session && req.Header != nil {
 		d.req.Session = p.session.Key(req.Header)
 	}
 	var ibuf [8]int
@@ -189,79 +158,4 @@ func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, e
 		d.order[k] = clusters[i]
 	}
 	return d, err
-}
-
-// PolicySet compiles the policies a routing table names, once each, and
-// keeps them while some table names them: the one registry of policies.
-// Every policy of a sidecar shares one clusterscore.Memory, whose entries
-// are scoped by pool. It is safe for concurrent use.
-type PolicySet struct {
-	thresholds scheduling.Config
-	mem        *clusterscore.Memory
-	session    clusterscore.SessionSpec
-
-	mu       sync.RWMutex
-	compiled map[routetable.Policy]*ClusterPolicy
-}
-
-// NewPolicySet returns the registry. thresholds configure the saturation
-// filter and the filter chain; mem is the affinity memory (nil: a new one
-// of clusterscore.DefaultMemoryOptions); session says where a request's
-// session key is.
-func NewPolicySet(thresholds scheduling.Config, mem *clusterscore.Memory, session clusterscore.SessionSpec) *PolicySet {
-	if mem == nil {
-		mem = clusterscore.NewMemory(clusterscore.DefaultMemoryOptions())
-	}
-	return &PolicySet{thresholds: thresholds, mem: mem, session: session, compiled: map[routetable.Policy]*ClusterPolicy{}}
-}
-
-// Memory is what the policies learn from the requests routed.
-func (ps *PolicySet) Memory() *clusterscore.Memory { return ps.mem }
-
-// Get returns the compiled policy p. A table names only policies
-// ParsePolicy accepted; one that does not compile nonetheless is
-// HealthBased, the default, and the error says why.
-func (ps *PolicySet) Get(p routetable.Policy) (*ClusterPolicy, error) {
-	ps.mu.RLock()
-	cp := ps.compiled[p]
-	ps.mu.RUnlock()
-	if cp != nil {
-		return cp, nil
-	}
-	cp, err := newClusterPolicy(p, ps.thresholds, ps.mem, ps.session)
-	if err != nil {
-		cp, _ = ps.Get(routetable.PolicyHealthBased)
-		return cp, fmt.Errorf("cluster policy %q: %w; using %s", p, err, routetable.PolicyHealthBased)
-	}
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if c := ps.compiled[p]; c != nil {
-		return c, nil
-	}
-	ps.compiled[p] = cp
-	return cp, nil
-}
-
-// Retain forgets the compiled policies t does not name, and the
-// observations of the pools and clusters it no longer has.
-func (ps *PolicySet) Retain(t *routetable.Table) {
-	keep := map[routetable.Policy]bool{}
-	clusters := map[[2]string]bool{}
-	for b := range t.Backends {
-		keep[b.Policy] = true
-		for _, c := range b.Clusters {
-			clusters[[2]string{b.Scope(), c.Name}] = true
-		}
-		if b.Local != nil {
-			clusters[[2]string{b.Scope(), b.Local.Name}] = true
-		}
-	}
-	ps.mu.Lock()
-	for p := range ps.compiled {
-		if !keep[p] {
-			delete(ps.compiled, p)
-		}
-	}
-	ps.mu.Unlock()
-	ps.mem.Observed.Retain(func(scope, cluster string) bool { return clusters[[2]string{scope, cluster}] })
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -17,7 +16,7 @@ import (
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/clusterscore/clusterscoretest"
 	"github.com/mci-dev/mci/pkg/routetable"
-	"github.com/mci-dev/mci/pkg/scheduling"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 )
 
@@ -47,8 +46,15 @@ func (f *fakeState) failures() []string {
 
 // testTable is a table of one route to import llm of clusters a, b, c,
 // ... with the given weights (1 each when none are given), and optionally
-// the local pool llm, built as the sidecar builds it.
-func testTable(policy routetable.Policy, local bool, names []string, weights ...int64) *routetable.Table {
+// the local pool llm, built and published as the sidecar does, by a
+// router of its own.
+func testTable(policy string, local bool, names []string, weights ...int64) *routetable.Table {
+	return testTableIn(routetable.NewRouter(), policy, local, names, weights...)
+}
+
+// testTableIn is testTable published by router, whose policies share its
+// memory.
+func testTableIn(router *routetable.Router, policy string, local bool, names []string, weights ...int64) *routetable.Table {
 	var clusters []sidecartest.Imported
 	var ws []string
 	for i, n := range names {
@@ -60,18 +66,18 @@ func testTable(policy routetable.Policy, local bool, names []string, weights ...
 		ws = append(ws, fmt.Sprintf("%s=%d", n, w))
 	}
 	r := sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))),
-		routetable.PolicyAnnotation, string(policy), routetable.ClusterWeightsAnnotation, strings.Join(ws, ","))
+		routetable.PolicyAnnotation, policy, routetable.ClusterWeightsAnnotation, strings.Join(ws, ","))
 	in := routetable.Inputs{Routes: []*gatewayv1.HTTPRoute{r}, Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", clusters...)}}
 	if local {
 		in.Pools = []*poolv1.InferencePool{sidecartest.Pool("llm", "")}
 		in.Services = []*corev1.Service{sidecartest.EPPService("llm", "127.0.1.1")}
 	}
-	tbl, _ := buildTable(in)
+	tbl, _ := publishTable(router, in)
 	return tbl
 }
 
 // testBackend is the backend of testTable's route.
-func testBackend(policy routetable.Policy, local bool, names []string, weights ...int64) *routetable.Backend {
+func testBackend(policy string, local bool, names []string, weights ...int64) *routetable.Backend {
 	return testTable(policy, local, names, weights...).Rules()[0].Backends[0]
 }
 
@@ -90,11 +96,11 @@ func names(cs []*routetable.Cluster) []string {
 func TestNamedPolicies(t *testing.T) {
 	for _, tc := range clusterscoretest.Cases() {
 		t.Run(tc.Policy+"/"+tc.Name, func(t *testing.T) {
-			policy := routetable.Policy(tc.Policy)
-			p := testPolicy(t, policy)
+			r := routetable.NewRouter()
 			st := &fakeState{health: tc.Health, metrics: tc.Metrics}
 			clusterscoretest.Check(t, tc, func() func() ([]string, error) {
-				b := testBackend(policy, tc.Local, tc.Clusters, tc.Weights...)
+				b := testTableIn(r, tc.Policy, tc.Local, tc.Clusters, tc.Weights...).Rules()[0].Backends[0]
+				p := testPolicy(b)
 				return func() ([]string, error) {
 					order, err := p.Order(b, PickRequest{Criticality: tc.Criticality, Now: clusterscoretest.Epoch}, st)
 					return names(order), err
@@ -104,73 +110,29 @@ func TestNamedPolicies(t *testing.T) {
 	}
 }
 
-// testPolicy compiles a policy as the server does, with a memory of its
-// own.
-func testPolicy(t testing.TB, p routetable.Policy) *ClusterPolicy {
-	t.Helper()
-	cp, err := NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{}).Get(p)
-	require.NoError(t, err)
-	return cp
+// testPolicy is the policy of b, a backend of a published table, as the
+// server takes it for a request.
+func testPolicy(b *routetable.Backend) *ClusterPolicy {
+	p := policyOf(b, clusterscore.SessionSpec{})
+	return &p
 }
 
-func TestParsePolicy(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    routetable.Policy
-		wantErr bool
-	}{
-		{in: "LocalFirst", want: routetable.PolicyLocalFirst},
-		{in: " PrefixAffinity ", want: routetable.PolicyPrefixAffinity},
-		{in: "prefix-cache=3,in-flight=1,pick=two-choices", want: "prefix-cache=3,in-flight=1,pick=two-choices"},
-		{in: "session=1, filters=health+weight", want: "session=1, filters=health+weight"},
-		{in: "RoundRobin", wantErr: true},
-		{in: "", wantErr: true},
-		{in: "prefix-cache=0", wantErr: true},
-		{in: "pick=two-choices", wantErr: true},
-		{in: "prefix-cache=1,prefix-cache=2", wantErr: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.in, func(t *testing.T) {
-			got, err := routetable.ParsePolicy(tt.in)
-			if tt.wantErr {
-				assert.ErrorIs(t, err, clusterscore.ErrSyntax)
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, tt.want, got)
-		})
-	}
+func TestPolicyNeedsTheSessionOnlyWhereTheSidecarReadsOne(t *testing.T) {
+	b := testBackend("prefix-cache=3,session=1", false, []string{"a"})
+	withSessions := policyOf(b, clusterscore.SessionSpec{Header: "x-session-id"})
+	assert.Equal(t, Needs{Criticality: true, PoolMetrics: true, Prompt: true, Session: true}, withSessions.Needs(), "the default filters read metrics and criticality")
+	assert.Equal(t, Needs{Criticality: true, PoolMetrics: true, Prompt: true}, testPolicy(b).Needs())
+	assert.Equal(t, "prefix-cache=3,session=1", testPolicy(b).Name())
 }
 
-func TestPolicySet(t *testing.T) {
-	ps := NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{Header: "x-session-id"})
-	for _, name := range clusterscore.Names {
-		p := routetable.Policy(name)
-		cp, err := ps.Get(p)
-		require.NoError(t, err, p)
-		assert.Equal(t, string(p), cp.Name())
-		again, _ := ps.Get(p)
-		assert.Same(t, cp, again, "compiled once")
-	}
-	inline, err := ps.Get("prefix-cache=3,session=1")
-	require.NoError(t, err)
-	assert.Equal(t, Needs{Criticality: true, PoolMetrics: true, Prompt: true, Session: true}, inline.Needs(), "the default filters read metrics and criticality")
-
-	bad, err := ps.Get("no-such-policy")
-	require.Error(t, err)
-	assert.Equal(t, string(routetable.PolicyHealthBased), bad.Name(), "a policy that does not compile is the default")
-
-	// Retain drops the policies no table names, and the observations of
-	// the clusters and pools it no longer has.
-	obs := ps.Memory().Observed
+func TestRetainForgetsTheObservationsOfClustersAndPoolsThatLeft(t *testing.T) {
+	s := &Server{mem: clusterscore.NewMemory(clusterscore.DefaultMemoryOptions())}
+	obs := s.mem.Observed
 	for _, c := range []string{"a", "b"} {
 		obs.Started(ns+"/llm", c)
 	}
 	obs.Started(ns+"/gone", "a")
-	ps.Retain(testTable(routetable.PolicyWeighted, false, []string{"a"}))
-	ps.mu.RLock()
-	assert.Len(t, ps.compiled, 1)
-	ps.mu.RUnlock()
+	s.retainObserved(testTable(routingpolicy.Weighted, false, []string{"a"}))
 	assert.EqualValues(t, 1, obs.Observe(ns+"/llm", "a").InFlight, "kept")
 	assert.Zero(t, obs.Observe(ns+"/llm", "b").InFlight, "a cluster that left the backend is forgotten")
 	assert.Zero(t, obs.Observe(ns+"/gone", "a").InFlight, "a pool that left the table is forgotten")
@@ -182,23 +144,24 @@ func TestPolicySet(t *testing.T) {
 // measured clusters of weight 0 before).
 func TestPolicyFailOpenAndNeeds(t *testing.T) {
 	tests := []struct {
-		policy    routetable.Policy
+		policy    string
 		local     bool
 		wantSet   []string
 		wantNeeds Needs
 	}{
-		{policy: routetable.PolicyWeighted, local: true, wantSet: []string{"a", "c"}},
-		{policy: routetable.PolicyHealthBased, wantSet: []string{"a", "c"}},
-		{policy: routetable.PolicyLocalFirst, local: true, wantSet: []string{"a", "c", "local"}},
-		{policy: routetable.PolicyLocalFirst, wantSet: []string{"a", "c"}},
-		{policy: routetable.PolicyMetricsBased, local: true, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Observed: true}},
-		{policy: routetable.PolicyPrefixAffinity, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Prompt: true, Observed: true}},
+		{policy: routingpolicy.Weighted, local: true, wantSet: []string{"a", "c"}},
+		{policy: routingpolicy.HealthBased, wantSet: []string{"a", "c"}},
+		{policy: routingpolicy.LocalFirst, local: true, wantSet: []string{"a", "c", "local"}},
+		{policy: routingpolicy.LocalFirst, wantSet: []string{"a", "c"}},
+		{policy: routingpolicy.MetricsBased, local: true, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Observed: true}},
+		{policy: routingpolicy.PrefixAffinity, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Prompt: true, Observed: true}},
 		{policy: "in-flight=1,filters=health", wantSet: []string{"a", "b", "c"}, wantNeeds: Needs{Observed: true}},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s local=%v", tt.policy, tt.local), func(t *testing.T) {
-			p := testPolicy(t, tt.policy)
-			assert.Equal(t, tt.wantSet, names(p.FailOpen(testBackend(tt.policy, tt.local, []string{"a", "b", "c"}, 1, 0, 2))))
+			b := testBackend(tt.policy, tt.local, []string{"a", "b", "c"}, 1, 0, 2)
+			p := testPolicy(b)
+			assert.Equal(t, tt.wantSet, names(p.FailOpen(b)))
 			assert.Equal(t, tt.wantNeeds, p.Needs())
 		})
 	}

@@ -106,7 +106,6 @@ func TestRecoveryAfterAnOutageLongerThanTheMaxBackoff(t *testing.T) {
 				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Annotate(sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil))), routetable.FailureModeAnnotation, "FailClose")},
 				Imports: []*v1alpha1.InferencePoolImport{imp},
 			})
-			router.Publish(tbl)
 			cfg := ServerConfig{AttemptTimeout: time.Second, Dial: dial}
 			relay := newRelayer(cfg, nil, nil)
 			prober := eppprobe.NewHealthProber(eppprobe.HealthProberOptions{
@@ -115,7 +114,9 @@ func TestRecoveryAfterAnOutageLongerThanTheMaxBackoff(t *testing.T) {
 				Dial:      dial,
 				OnServing: reconnectProbed(router, relay),
 			})
-			server := newServer(router, liveState{health: prober}, relay, cfg, nil, logr.Discard())
+			server, err := newServer(router, liveState{health: prober}, relay, cfg, nil, logr.Discard())
+			require.NoError(t, err)
+			router.Publish(tbl)
 			t.Cleanup(server.Close)
 			var targets []string
 			for _, c := range tbl.Clusters() {

@@ -15,6 +15,7 @@ import (
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	"github.com/mci-dev/mci/test/envoyclient"
 )
@@ -66,7 +67,7 @@ func TestServerTeachesTheClusterThatServed(t *testing.T) {
 				res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: promptBody, Headers: http.Header{"X-Session-Id": {"s1"}}, Response: up})
 				require.Nil(t, res.Immediate)
 
-				mem, scope := h.server.policies.Memory(), ns+"/llm"
+				mem, scope := h.server.mem, ns+"/llm"
 				blocks, err := promptprefix.Blocks(nil, scope, promptBody)
 				require.NoError(t, err)
 				require.NotEmpty(t, blocks)
@@ -102,7 +103,7 @@ func TestServerExplainsDecisionsOnlyWhenAsked(t *testing.T) {
 			t.Run(string(phase)+map[bool]string{false: " off", true: " on"}[explain], func(t *testing.T) {
 				a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 				c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-				h := scoringServer(t, a, c, string(routetable.PolicyPrefixAffinity), ServerConfig{ResponsePhase: phase, ExplainDecisions: explain})
+				h := scoringServer(t, a, c, routingpolicy.PrefixAffinity, ServerConfig{ResponsePhase: phase, ExplainDecisions: explain})
 				res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: promptBody, Response: upstreamResponse()})
 				require.Nil(t, res.Immediate)
 				require.NotNil(t, res.Response)
@@ -137,7 +138,7 @@ func TestServerRoutesUnparseablePromptsWithoutAffinity(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 			c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-			h := scoringServer(t, a, c, string(routetable.PolicyPrefixAffinity), ServerConfig{})
+			h := scoringServer(t, a, c, routingpolicy.PrefixAffinity, ServerConfig{})
 			res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: []byte(tt.body)})
 			require.Nil(t, res.Immediate)
 			assert.NotEmpty(t, res.Destination)
@@ -151,7 +152,7 @@ func TestServerRoutesUnparseablePromptsWithoutAffinity(t *testing.T) {
 // however often the table is rebuilt (the route changes: the sidecar's
 // Incremental recompiles it), and starts afresh when they change.
 func TestBackendRotationCarriesOver(t *testing.T) {
-	x := routetable.NewIncremental(routetable.Inputs{})
+	x := routetable.NewIncremental(routetable.Inputs{DefaultPolicy: routingpolicy.Named()[routingpolicy.Weighted]})
 	x.SetImport(sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: "127.0.0.1"}, sidecartest.Imported{Name: "cluster-c", Addr: "127.0.0.2"}))
 	build := func(weights string) *routetable.Table {
 		r := sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))
@@ -164,13 +165,12 @@ func TestBackendRotationCarriesOver(t *testing.T) {
 		return tbl
 	}
 	backend := func(r *routetable.Router) *routetable.Backend { return r.Table().Rules()[0].Backends[0] }
-	p := testPolicy(t, routetable.PolicyWeighted)
 
 	r := routetable.NewRouter()
 	counts := map[string]int{}
 	for range 100 {
 		r.Publish(build("cluster-a=1,cluster-c=3"))
-		order, err := p.Order(backend(r), PickRequest{Now: sidecartest.Epoch}, &fakeState{})
+		order, err := testPolicy(backend(r)).Order(backend(r), PickRequest{Now: sidecartest.Epoch}, &fakeState{})
 		require.NoError(t, err)
 		counts[order[0].Name]++
 	}
@@ -190,7 +190,7 @@ func TestBackendRotationCarriesOver(t *testing.T) {
 func TestServerCountsPrefixHomes(t *testing.T) {
 	a := startFakeEPP(t, "epp-a", "10.1.0.1:8000")
 	c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-	h := scoringServer(t, a, c, string(routetable.PolicyPrefixAffinity), ServerConfig{})
+	h := scoringServer(t, a, c, routingpolicy.PrefixAffinity, ServerConfig{})
 	const n = 5
 	for range n {
 		res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: promptBody, Response: upstreamResponse()})

@@ -135,6 +135,9 @@ type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
 	router *routetable.Router
+	// mem is what the policies the router compiles learn from the
+	// requests routed.
+	mem *clusterscore.Memory
 	// decider decides where each request goes (its policies, and what they
 	// know of the clusters).
 	decider
@@ -166,20 +169,26 @@ type Server struct {
 // newServer returns the ext_proc service: it routes by router's table,
 // tells its policies what clusters knows of each cluster (and clusters of
 // the EPPs that failed), and reaches the EPPs through relay. metrics may be
-// nil.
-func newServer(router *routetable.Router, clusters Clusters, relay *relayer, cfg ServerConfig, metrics *Metrics, logger logr.Logger) *Server {
+// nil. The router compiles the policies of the tables it publishes with
+// cfg's thresholds and a memory of cfg's size, which the server's
+// observers feed.
+func newServer(router *routetable.Router, clusters Clusters, relay *relayer, cfg ServerConfig, metrics *Metrics, logger logr.Logger) (*Server, error) {
 	cfg = cfg.withDefaults()
-	policies := NewPolicySet(cfg.Scheduling, clusterscore.NewMemory(cfg.Memory), cfg.Session)
+	mem := clusterscore.NewMemory(cfg.Memory)
+	if err := router.SetScoring(routetable.Scoring{Thresholds: cfg.Scheduling, Memory: mem}); err != nil {
+		return nil, err
+	}
 	outliers := newOutlierWatch(cfg.Outlier, metrics, logger)
 	var state State = clusters
 	if outliers != nil {
 		state = ejectingState{State: clusters, w: outliers}
 	}
-	obs := newObservers(policies.Memory(), clusters, metrics, logger)
+	obs := newObservers(mem, clusters, metrics, logger)
 	obs.outliers = outliers
 	return &Server{
 		router:    router,
-		decider:   decider{policies: policies, state: state},
+		mem:       mem,
+		decider:   decider{session: cfg.Session, state: state},
 		relay:     relay,
 		remote:    newRemoteAnswers(cfg.RemoteDestinations, cfg.StrippedHeaders, cfg.ForwardedMetadataNamespaces, metrics, logger),
 		admit:     newAdmission(cfg.MaxStreams, cfg.MaxInflightBodyBytes, metrics, logger),
@@ -191,7 +200,7 @@ func newServer(router *routetable.Router, clusters Clusters, relay *relayer, cfg
 		bodyAhead: cfg.ResponsePhase == "" || cfg.ResponsePhase == ResponsePhaseRelay,
 		explain:   cfg.ExplainDecisions,
 		workers:   newWorkers(),
-	}
+	}, nil
 }
 
 // Close closes the connections to EPPs, and lets the workers go once the
@@ -202,9 +211,9 @@ func (s *Server) Close() {
 }
 
 // Retain keeps connections to the EPPs of t and lets the others go, and
-// the policies and observations of t.
+// the observations of t's pools and clusters.
 func (s *Server) Retain(t *routetable.Table) {
-	s.policies.Retain(t)
+	s.retainObserved(t)
 	s.obs.retain(t)
 	s.obs.outliers.retain(t)
 	keep := map[string]bool{}
@@ -214,6 +223,21 @@ func (s *Server) Retain(t *routetable.Table) {
 		}
 	}
 	s.relay.retain(keep)
+}
+
+// retainObserved forgets the observations of the pools and clusters t no
+// longer has.
+func (s *Server) retainObserved(t *routetable.Table) {
+	clusters := map[[2]string]bool{}
+	for b := range t.Backends {
+		for _, c := range b.Clusters {
+			clusters[[2]string{b.Scope(), c.Name}] = true
+		}
+		if b.Local != nil {
+			clusters[[2]string{b.Scope(), b.Local.Name}] = true
+		}
+	}
+	s.mem.Observed.Retain(func(scope, cluster string) bool { return clusters[[2]string{scope, cluster}] })
 }
 
 // Process serves one request's stream, step by step: read the request

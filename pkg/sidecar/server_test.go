@@ -60,11 +60,13 @@ func startServerWith(t *testing.T, in routetable.Inputs, st *fakeState, cfg Serv
 func startServerOpts(t *testing.T, in routetable.Inputs, st *fakeState, cfg ServerConfig, opts ...grpc.ServerOption) *harness {
 	t.Helper()
 	h := &harness{router: routetable.NewRouter(), state: st}
-	tbl, _ := buildTable(in)
-	h.router.Publish(tbl)
 	h.metrics = NewMetrics(prometheus.NewRegistry())
 	cfg.AttemptTimeout, cfg.Scheduling = 300*time.Millisecond, scheduling.DefaultConfig()
-	h.server = newServer(h.router, st, newRelayer(cfg, nil, h.metrics), cfg, h.metrics, logr.Discard())
+	var err error
+	h.server, err = newServer(h.router, st, newRelayer(cfg, nil, h.metrics), cfg, h.metrics, logr.Discard())
+	require.NoError(t, err)
+	tbl, _ := buildTable(in)
+	h.router.Publish(tbl)
 	t.Cleanup(h.server.Close)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	"github.com/mci-dev/mci/test/envoyclient"
 )
@@ -47,7 +48,7 @@ func TestServerAsEPPShim(t *testing.T) {
 	localSvc := sidecartest.EPPService("llm", lh)
 	localSvc.Spec.Ports[0].Port = lp
 	weighted := func(p *poolv1.InferencePool) *poolv1.InferencePool {
-		return sidecartest.Annotate(p, routetable.PolicyAnnotation, string(routetable.PolicyWeighted), routetable.LocalEndpointPickerAnnotation, p.Annotations[routetable.LocalEndpointPickerAnnotation])
+		return sidecartest.Annotate(p, routetable.PolicyAnnotation, routingpolicy.Weighted, routetable.LocalEndpointPickerAnnotation, p.Annotations[routetable.LocalEndpointPickerAnnotation])
 	}
 	in := routetable.Inputs{
 		EndpointPickerServices: []types.NamespacedName{sidecarService},

@@ -139,9 +139,11 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	reg.MustRegister(scraper.StateCollector(func() []eppprobe.ScrapedPool { return scrapedPools(router.Table()) }))
 	s := &Sidecar{cfg: cfg, transport: transport, router: router, prober: prober, scraper: scraper, creds: creds, metrics: metrics}
 	logger := klog.Background().WithName("ext_proc")
-	s.server = newServer(router, liveState{health: prober, metrics: scraper}, relay, server, metrics, logger)
+	if s.server, err = newServer(router, liveState{health: prober, metrics: scraper}, relay, server, metrics, logger); err != nil {
+		return nil, err
+	}
 	s.server.phases = newResponsePhaseWatch(reg, logger)
-	registerScoringMetrics(reg, s.server.policies.Memory())
+	registerScoringMetrics(reg, s.server.mem)
 	s.watcher = NewWatcher(clients, cfg.Watch, router, s.published, metrics.watches)
 	extProcAddr := cmp.Or(cfg.ExtProcBindAddress, cfg.BindAddress)
 	transportOpts, err := extProcTransport(transport, extProcAddr, cfg.Watch.EndpointPickerServices, reg, logger)
@@ -206,7 +208,7 @@ func (s *Sidecar) published(t *routetable.Table, took time.Duration) {
 		}
 		for _, c := range clusters {
 			healthTargets = append(healthTargets, c.Health)
-			if p, _ := s.server.policies.Get(b.Policy); p.Needs().PoolMetrics {
+			if b.Scoring().Needs().PoolMetrics {
 				metricsTargets = append(metricsTargets, c.Metrics)
 			}
 		}

@@ -28,7 +28,7 @@ import (
 	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/extproc"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
-	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 	"github.com/mci-dev/mci/test/envoyclient"
@@ -122,7 +122,7 @@ func TestSidecarDataPath(t *testing.T) {
 
 	s, err := New(Config{
 		BindAddress:    "127.0.0.1",
-		Watch:          WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: routetable.PolicyHealthBased, Gateways: gatewayRefs("example/inf-gw")},
+		Watch:          WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: routingpolicy.Named()[routingpolicy.HealthBased], Gateways: gatewayRefs("example/inf-gw")},
 		Server:         ServerConfig{AttemptTimeout: time.Second, Scheduling: scheduling.DefaultConfig(), RemoteDestinations: eppanswer.Policy{AllowLoopback: true}},
 		HealthInterval: 50 * time.Millisecond,
 		DrainTimeout:   2 * time.Second,

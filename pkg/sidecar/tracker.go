@@ -74,14 +74,11 @@ func (o *observers) retain(t *routetable.Table) {
 }
 
 // track starts following a request decided by d at start (the end of its
-// body), and tells what the decision found: the time it took, a policy
-// that does not compile, an unparseable prompt, the explanation (at level
+// body), and tells what the decision found: the time it took, an
+// unparseable prompt, the explanation (at level
 // 4). With explain, the explanation goes in the response's ScoresHeader.
 func (o *observers) track(d *decision, start time.Time, explain bool) *tracker {
 	o.metrics.picked(time.Since(start))
-	if d.policyErr != nil {
-		o.logger.Error(d.policyErr, "Cluster policy does not compile", "backend", d.backendName())
-	}
 	if d.promptErr != nil {
 		o.metrics.unparseablePrompt()
 		if o.prompts.Observe(d.backendName(), "", d.promptErr.Error()).Loud() {

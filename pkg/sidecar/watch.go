@@ -29,6 +29,7 @@ import (
 	"github.com/mci-dev/mci/pkg/informerhealth"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 )
 
 // Clients are the clients of the local cluster the sidecar reads. MCI must
@@ -43,7 +44,7 @@ type Clients struct {
 // WatchConfig is what the table is built with besides the cluster's objects.
 type WatchConfig struct {
 	LocalCluster  string
-	DefaultPolicy routetable.Policy
+	DefaultPolicy routingpolicy.Config
 	// DefaultTransport is the mode of each EPP port that nothing else
 	// decides (see Inputs.DefaultTransport).
 	DefaultTransport eppaddr.TransportModes

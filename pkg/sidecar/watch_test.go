@@ -23,6 +23,7 @@ import (
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 )
 
@@ -48,7 +49,7 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 
 	router := routetable.NewRouter()
 	published := make(chan *routetable.Table, 1000)
-	w := NewWatcher(Clients{Kube: kube, MCI: mci, Gateway: gw}, WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: routetable.PolicyLocalFirst, InferenceModels: true}, router,
+	w := NewWatcher(Clients{Kube: kube, MCI: mci, Gateway: gw}, WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: routingpolicy.Named()[routingpolicy.LocalFirst], InferenceModels: true}, router,
 		func(t *routetable.Table, _ time.Duration) { published <- t }, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -66,7 +67,7 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 	require.Equal(t, []string{"cluster-a"}, clustersOf(router))
 	rl, _ := router.Table().Match(&routetable.RequestAttrs{Host: "my.model.com", Path: "/"})
 	b := rl.Backends[0]
-	assert.Equal(t, routetable.PolicyLocalFirst, b.Policy)
+	assert.Equal(t, routingpolicy.LocalFirst, b.Policy.Name)
 	require.NotNil(t, b.Local, "the local pool of the same name")
 	assert.Equal(t, "127.0.1.1:9002", b.Local.EPP)
 	assert.Equal(t, poolv1.FailOpen, b.FailureMode)

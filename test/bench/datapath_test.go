@@ -28,6 +28,7 @@ import (
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/localclusterset"
 	"github.com/mci-dev/mci/test/promtext"
@@ -152,7 +153,7 @@ func benchDataPath(b *testing.B, e *env) {
 	require.NoError(b, createEPPService(ctx, e.kube["cluster-a"], dpNS, dpPool+"-epp", eppIP, true))
 	gw := gatewayclient.NewForConfigOrDie(e.cfg["cluster-b"])
 	_, err = gw.GatewayV1().HTTPRoutes(dpNS).Create(ctx, &gatewayv1.HTTPRoute{
-		ObjectMeta: metav1.ObjectMeta{Name: "completions", Namespace: dpNS, Annotations: map[string]string{routetable.PolicyAnnotation: string(routetable.PolicyWeighted)}},
+		ObjectMeta: metav1.ObjectMeta{Name: "completions", Namespace: dpNS, Annotations: map[string]string{routetable.PolicyAnnotation: routingpolicy.Weighted}},
 		Spec: gatewayv1.HTTPRouteSpec{
 			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "inference-gateway"}}},
 			Rules: []gatewayv1.HTTPRouteRule{{
@@ -284,7 +285,7 @@ func benchDataPath(b *testing.B, e *env) {
 		before := generation()
 		r, err := gw.GatewayV1().HTTPRoutes(dpNS).Get(ctx, "completions", metav1.GetOptions{})
 		require.NoError(b, err)
-		r.Annotations[routetable.PolicyAnnotation] = string(routetable.PolicyHealthBased)
+		r.Annotations[routetable.PolicyAnnotation] = routingpolicy.HealthBased
 		_, err = gw.GatewayV1().HTTPRoutes(dpNS).Update(ctx, r, metav1.UpdateOptions{})
 		require.NoError(b, err)
 		require.NoError(b, pollEvery(20*time.Millisecond, 10*time.Second, func() bool { return generation() > before }), "mci-sidecar never rebuilt its table with HealthBased")

@@ -28,6 +28,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/promtext"
 	"github.com/mci-dev/mci/test/waitfor"
@@ -117,7 +118,7 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 	s := newSidecarSetupWith(t, ns, sidecarOptions{
 		blockA: 176, blockC: 178, sidecarIP: "127.0.177.1",
 		routeAnnotations: map[string]string{
-			routetable.PolicyAnnotation:      string(routetable.PolicyMetricsBased),
+			routetable.PolicyAnnotation:      routingpolicy.MetricsBased,
 			routetable.FailureModeAnnotation: "FailClose",
 		},
 		probeInterval: 200 * time.Millisecond,

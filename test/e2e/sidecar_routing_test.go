@@ -20,6 +20,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/test/promtext"
 	"github.com/mci-dev/mci/test/simulator"
 	"github.com/mci-dev/mci/test/waitfor"
@@ -116,7 +117,7 @@ func (s *sidecarSetup) annotateRoute(t *testing.T, annotations map[string]string
 
 func TestSidecarSplitsShedsWithdrawsAndFailsClosedAcrossTheClusterSet(t *testing.T) {
 	weighted := map[string]string{
-		routetable.PolicyAnnotation:      string(routetable.PolicyWeighted),
+		routetable.PolicyAnnotation:      routingpolicy.Weighted,
 		routetable.FailureModeAnnotation: "FailClose",
 	}
 	s := newSidecarSetupWith(t, "e2e-sidecar-routing", sidecarOptions{
@@ -155,7 +156,7 @@ func TestSidecarSplitsShedsWithdrawsAndFailsClosedAcrossTheClusterSet(t *testing
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
 		s.annotateRoute(t, map[string]string{
-			routetable.PolicyAnnotation:      string(routetable.PolicyMetricsBased),
+			routetable.PolicyAnnotation:      routingpolicy.MetricsBased,
 			routetable.FailureModeAnnotation: "FailClose",
 		})
 		defer func() {
@@ -197,6 +198,53 @@ func TestSidecarSplitsShedsWithdrawsAndFailsClosedAcrossTheClusterSet(t *testing
 		s.settle(t, 30*time.Second, 30, "cluster-a has capacity again: sheddable requests go to cluster-a", func(code int, instance string) bool {
 			return code == http.StatusOK && instance == simA
 		})
+	})
+
+	t.Run("an exporter's inline policy crosses the ClusterSet on the import and routes the sidecar", func(t *testing.T) {
+		ctx := t.Context()
+		const inline = " in-flight=1, pick=two-choices"
+		canonical := "in-flight=1,pick=two-choices,filters=health+ready+weight+model+saturation,affinity-margin=1,queue-margin=1,home-bound=off"
+		setPolicy := func(v string) {
+			for _, name := range []string{"cluster-a", "cluster-c"} {
+				pools := clusterClients(t, name).mci.InferencePoolV1().InferencePools(s.ns)
+				p, err := pools.Get(ctx, "llm", metav1.GetOptions{})
+				require.NoError(t, err)
+				if v == "" {
+					delete(p.Annotations, v1alpha1.ClusterPolicyAnnotation)
+				} else {
+					p.Annotations[v1alpha1.ClusterPolicyAnnotation] = v
+				}
+				_, err = pools.Update(ctx, p, metav1.UpdateOptions{})
+				require.NoError(t, err)
+			}
+		}
+		// The route's policy wins over the import's: it names none here.
+		s.annotateRoute(t, map[string]string{routetable.FailureModeAnnotation: "FailClose"})
+		setPolicy(inline)
+		defer func() {
+			setPolicy("")
+			s.annotateRoute(t, weighted)
+		}()
+
+		imports := s.b.mci.InferenceV1alpha1().InferencePoolImports(s.ns)
+		waitfor.Eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
+			imp, err := imports.Get(ctx, "llm", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			got := imp.Annotations[v1alpha1.ClusterPolicyAnnotation]
+			return got == canonical, fmt.Sprintf("cluster-b's import carries policy %q", got)
+		})
+		waitfor.Eventually(t, ctx, 10*time.Second, func(context.Context) (bool, string) {
+			for b := range s.sidecar.Router().Table().Backends {
+				if b.Namespace == s.ns && b.Name == "llm" && b.Kind == routetable.BackendInferencePoolImport {
+					return b.Policy.Name == canonical && b.Scoring().Config().Name == canonical, fmt.Sprintf("the sidecar routes by %q", b.Policy.Name)
+				}
+			}
+			return false, "the sidecar has no backend for the import"
+		})
+		got := s.spread(t, 50)
+		assert.Equal(t, 50, got[simA]+got[simC], "every request is answered by cluster-a or cluster-c: %v", got)
 	})
 
 	t.Run("withdrawing cluster-c's export removes it from routing within one watch event", func(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/simulator"
@@ -313,7 +314,7 @@ func createRoute(t *testing.T, b *cluster, ns, pool string, annotations map[stri
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	if annotations == nil {
-		annotations = map[string]string{routetable.PolicyAnnotation: string(routetable.PolicyWeighted)}
+		annotations = map[string]string{routetable.PolicyAnnotation: routingpolicy.Weighted}
 	}
 	_, err = b.gateway.GatewayV1().HTTPRoutes(ns).Create(t.Context(), &gatewayv1.HTTPRoute{
 		ObjectMeta: metav1.ObjectMeta{

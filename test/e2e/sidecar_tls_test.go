@@ -22,6 +22,7 @@ import (
 	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/promtext"
@@ -100,7 +101,7 @@ func TestSidecarReachesAMutualTLSEPPWithTheSecretOfTheImportingCluster(t *testin
 	b := clusterClients(t, "cluster-b")
 	b.createNamespace(t, ctx, ns)
 	createRoute(t, b, ns, pool, map[string]string{
-		routetable.PolicyAnnotation:      string(routetable.PolicyWeighted),
+		routetable.PolicyAnnotation:      routingpolicy.Weighted,
 		routetable.FailureModeAnnotation: "FailClose",
 	})
 	wantRef := &corev1.SecretReference{Namespace: ns, Name: secretName}

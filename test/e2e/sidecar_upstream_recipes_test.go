@@ -19,6 +19,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/test/promtext"
 )
 
@@ -45,7 +46,7 @@ func TestTheREADMERecipeRoutesToUpstreamEPPsAtTheirDefaultFlags(t *testing.T) {
 	s := newSidecarSetupWith(t, ns, sidecarOptions{
 		blockA: 196, blockC: 198, sidecarIP: "127.0.197.1",
 		routeAnnotations: map[string]string{
-			routetable.PolicyAnnotation:      string(routetable.PolicyMetricsBased),
+			routetable.PolicyAnnotation:      routingpolicy.MetricsBased,
 			routetable.FailureModeAnnotation: "FailClose",
 		},
 		probeInterval: 200 * time.Millisecond,

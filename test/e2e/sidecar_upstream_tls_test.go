@@ -20,6 +20,7 @@ import (
 	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/sidecar"
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/promtext"
@@ -67,7 +68,7 @@ func TestSidecarReachesAnEPPWithTheUpstreamDefaultsAndHonoursBackendTLSPolicy(t 
 	b := clusterClients(t, "cluster-b")
 	b.createNamespace(t, ctx, ns)
 	createRoute(t, b, ns, pool, map[string]string{
-		routetable.PolicyAnnotation:      string(routetable.PolicyHealthBased),
+		routetable.PolicyAnnotation:      routingpolicy.HealthBased,
 		routetable.FailureModeAnnotation: "FailClose",
 	})
 	sc, err := sidecar.New(sidecar.Config{

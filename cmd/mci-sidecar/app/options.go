@@ -39,6 +39,7 @@ import (
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/metricsauth"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/pkg/servedapis"
 	"github.com/mci-dev/mci/pkg/sidecar"
@@ -110,7 +111,7 @@ func NewOptions() *Options {
 		ServingOptions:       serving,
 		ExtProcTLS:           string(extproc.ListenerAuto),
 		MetricsEndpointAuth:  true,
-		DefaultClusterPolicy: string(routetable.PolicyHealthBased),
+		DefaultClusterPolicy: routingpolicy.HealthBased,
 		InferenceModels:      true,
 		BackendTLSPolicies:   true,
 		MaxRequestBodyBytes:  sidecar.DefaultMaxRequestBodyBytes,
@@ -220,8 +221,8 @@ func (o *Options) Validate() error {
 	if err := o.ServingOptions.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := routetable.ParsePolicy(o.DefaultClusterPolicy); err != nil {
-		errs = append(errs, fmt.Errorf("--default-cluster-policy: %w", err))
+	if _, err := routingpolicy.Parse(o.DefaultClusterPolicy); err != nil {
+		errs = append(errs, fmt.Errorf("--default-cluster-policy: cluster policy: %w", err))
 	}
 	if _, err := o.gateways(); err != nil {
 		errs = append(errs, err)
@@ -361,9 +362,9 @@ func (o *Options) Config() (sidecar.Config, error) {
 	if err != nil {
 		return sidecar.Config{}, err
 	}
-	policy, err := routetable.ParsePolicy(o.DefaultClusterPolicy)
+	policy, err := routingpolicy.Parse(o.DefaultClusterPolicy)
 	if err != nil {
-		return sidecar.Config{}, err
+		return sidecar.Config{}, fmt.Errorf("--default-cluster-policy: cluster policy: %w", err)
 	}
 	shimServices, err := namespacedNames("--endpoint-picker-service", o.EndpointPickerServices)
 	if err != nil {

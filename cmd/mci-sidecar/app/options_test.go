@@ -22,6 +22,7 @@ import (
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/outlier"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/sidecar"
 )
 
@@ -45,7 +46,7 @@ func TestOptions(t *testing.T) {
 				assert.Equal(t, 9002, cfg.GRPCPort)
 				assert.Equal(t, 9003, cfg.HealthPort)
 				assert.Equal(t, 9090, cfg.MetricsPort)
-				assert.Equal(t, routetable.PolicyHealthBased, cfg.Watch.DefaultPolicy)
+				assert.Equal(t, routingpolicy.HealthBased, cfg.Watch.DefaultPolicy.Name)
 				assert.True(t, cfg.Watch.InferenceModels)
 				assert.Equal(t, sidecar.DefaultAttemptTimeout, cfg.Server.AttemptTimeout)
 				assert.Equal(t, sidecar.ResponsePhaseRelay, cfg.Server.ResponsePhase, "EPPs see the response phase by default")
@@ -57,7 +58,7 @@ func TestOptions(t *testing.T) {
 				"--gateway=other/gw", "--endpoint-picker-service=example/mci-sidecar", "--grpc-port=19002", "--bind-address=127.0.0.1", "--epp-attempt-timeout=500ms", "--drain-timeout=3s", "--epp-response-phase=Skip"},
 			check: func(t *testing.T, cfg sidecar.Config) {
 				assert.Equal(t, "cluster-b", cfg.Watch.LocalCluster)
-				assert.Equal(t, routetable.PolicyLocalFirst, cfg.Watch.DefaultPolicy)
+				assert.Equal(t, routingpolicy.LocalFirst, cfg.Watch.DefaultPolicy.Name)
 				assert.Equal(t, []types.NamespacedName{{Namespace: "example", Name: "inf-gw"}, {Namespace: "other", Name: "gw"}}, cfg.Watch.Gateways)
 				assert.Equal(t, []types.NamespacedName{{Namespace: "example", Name: "mci-sidecar"}}, cfg.Watch.EndpointPickerServices)
 				assert.Equal(t, 19002, cfg.GRPCPort)
@@ -113,7 +114,7 @@ func TestOptions(t *testing.T) {
 			args: []string{"--default-cluster-policy=prefix-cache=3, in-flight=1,pick=two-choices", "--session-header=X-Session-ID", "--session-cookie=sid",
 				"--session-ttl=1m", "--max-sessions=10", "--prefix-index-blocks=1024", "--explain-decisions"},
 			check: func(t *testing.T, cfg sidecar.Config) {
-				assert.Equal(t, routetable.Policy("prefix-cache=3, in-flight=1,pick=two-choices"), cfg.Watch.DefaultPolicy)
+				assert.Equal(t, "prefix-cache=3, in-flight=1,pick=two-choices", cfg.Watch.DefaultPolicy.Name)
 				assert.Equal(t, clusterscore.SessionSpec{Header: "x-session-id", Cookie: "sid"}, cfg.Server.Session)
 				assert.Equal(t, clusterscore.MemoryOptions{PrefixBlocks: 1024, Sessions: 10, SessionTTL: time.Minute, EWMAAlpha: clusterscore.DefaultEWMAAlpha}, cfg.Server.Memory)
 				assert.True(t, cfg.Server.ExplainDecisions)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -69,7 +70,7 @@ func withPolicy(policy string, clusters []string, picks int, cases ...Case) []Ca
 }
 
 func weightedCases() []Case {
-	return withPolicy(clusterscore.Weighted, []string{"a", "b", "c"}, 300,
+	return withPolicy(routingpolicy.Weighted, []string{"a", "b", "c"}, 300,
 		Case{Name: "equal weights split equally", WantFirst: map[string]int{"a": 100, "b": 100, "c": 100}, WantOrder: []string{"a", "b", "c"}},
 		Case{Name: "annotated weights hold exactly", Weights: []int64{3, 1, 2}, WantFirst: map[string]int{"a": 150, "b": 50, "c": 100}, WantOrder: []string{"a", "c", "b"}},
 		Case{Name: "weight 0 is never picked nor tried", Weights: []int64{1, 0, 1}, WantFirst: map[string]int{"a": 150, "c": 150}, WantOrder: []string{"a", "c"}},
@@ -80,7 +81,7 @@ func weightedCases() []Case {
 }
 
 func healthBasedCases() []Case {
-	return withPolicy(clusterscore.HealthBased, []string{"a", "b", "c", "d"}, 400,
+	return withPolicy(routingpolicy.HealthBased, []string{"a", "b", "c", "d"}, 400,
 		Case{
 			Name:      "serving clusters share by weight, unknown ones are the fallback, not-serving ones are skipped",
 			Health:    map[string]clusterscore.Health{"a": clusterscore.HealthServing, "b": clusterscore.HealthServing, "c": clusterscore.HealthUnknown, "d": clusterscore.HealthNotServing},
@@ -110,7 +111,7 @@ func healthBasedCases() []Case {
 }
 
 func localFirstCases() []Case {
-	return withPolicy(clusterscore.LocalFirst, []string{"a", "b"}, 0,
+	return withPolicy(routingpolicy.LocalFirst, []string{"a", "b"}, 0,
 		Case{
 			Name:      "the local pool first while its EPP serves, then the remote clusters",
 			Local:     true,
@@ -155,7 +156,7 @@ func stale(queue, kv float64) *clusterscore.PoolMetrics {
 
 // metricsBasedCases: measured clusters, by criticality.
 func metricsBasedCases() []Case {
-	return withPolicy(clusterscore.MetricsBased, []string{"a", "b", "c"}, 60, []Case{
+	return withPolicy(routingpolicy.MetricsBased, []string{"a", "b", "c"}, 60, []Case{
 		{
 			Name:      "a critical request goes to the cluster with the shortest queue, then by KV cache",
 			Metrics:   map[string]*clusterscore.PoolMetrics{"a": fresh(30, 0.2, 3), "b": fresh(2, 0.9, 3), "c": fresh(2, 0.1, 3)},
@@ -197,7 +198,7 @@ func metricsBasedCases() []Case {
 // metricsBasedUnmeasuredCases: clusters without fresh metrics, and
 // clusters that cannot serve.
 func metricsBasedUnmeasuredCases() []Case {
-	return withPolicy(clusterscore.MetricsBased, []string{"a", "b", "c"}, 60, []Case{
+	return withPolicy(routingpolicy.MetricsBased, []string{"a", "b", "c"}, 60, []Case{
 		{
 			Name:      "unmeasured clusters come after measured ones with capacity and before saturated ones",
 			Metrics:   map[string]*clusterscore.PoolMetrics{"a": fresh(40, 0.7, 3), "b": fresh(3, 0.5, 3)},

@@ -45,10 +45,12 @@ const (
 	EndpointPickerMetricsTokenSecretAnnotation = "mci.x-k8s.io/endpoint-picker-metrics-token-secret"
 	// ClusterPolicyAnnotation chooses how importing sidecars pick a cluster
 	// for the pool's requests (a named cluster policy or an inline
-	// configuration of the scoring pipeline). On an HTTPRoute it applies
-	// to the route's backends; on an exported InferencePool, as an
-	// annotation or a label (imports carry their exporter's labels), to
-	// the pool. A value that does not parse makes the export invalid, so
+	// configuration of the scoring pipeline, pkg/routingpolicy). On an
+	// HTTPRoute it applies to the route's backends; on an exported
+	// InferencePool, as an annotation or a label (the annotation wins), to
+	// the pool. The InferencePoolImport carries its oldest exporter's as an
+	// annotation of this name, in canonical form, and the exporter's labels
+	// as they are. A value that does not parse makes the export invalid, so
 	// that importers see why the cluster is not routable instead of a
 	// policy silently replaced by the default.
 	ClusterPolicyAnnotation = "mci.x-k8s.io/cluster-policy"

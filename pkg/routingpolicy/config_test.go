@@ -1,13 +1,13 @@
-package clusterscore
+package routingpolicy
 
 import (
+	"math"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
 func TestParse(t *testing.T) {
@@ -147,36 +147,94 @@ func TestParse(t *testing.T) {
 	}
 }
 
-func TestNamedConfigurationsCompile(t *testing.T) {
+func TestNamedConfigurationsAreValid(t *testing.T) {
 	for _, name := range Names {
 		cfg, err := Parse(name)
 		require.NoError(t, err, name)
-		_, err = New(cfg, scheduling.DefaultConfig(), NewMemory(DefaultMemoryOptions()))
-		require.NoError(t, err, name)
+		assert.NoError(t, cfg.Validate(), name)
+		assert.Equal(t, name, cfg.Canonical(), "a named configuration is written by its name")
 	}
-	_, err := New(Named()[PrefixAffinity], scheduling.DefaultConfig(), nil)
-	assert.ErrorContains(t, err, "needs the affinity memory")
-	_, err = New(Named()[MetricsBased], scheduling.Config{SheddableKVCacheThreshold: 2}, nil)
-	assert.ErrorContains(t, err, "not between 0 and 1")
 }
 
-// FuzzParse: no input panics; what parses compiles and picks.
-func FuzzParse(f *testing.F) {
-	for _, s := range append([]string{"", "queue=1", "prefix-cache=3,session=2,pick=two-choices,filters=health+ready", "a=b=c", ",,,", "queue=1e309", "filters=+"}, Names...) {
-		f.Add(s)
+func TestValidateRefusesWhatParseWouldRefuse(t *testing.T) {
+	base := Named()[PrefixAffinity]
+	tests := []struct {
+		name    string
+		change  func(*Config)
+		wantErr string
+	}{
+		{"a picker that does not exist", func(c *Config) { c.Picker = numPickers }, "unknown picker"},
+		{"no filter", func(c *Config) { c.Filters = nil }, "no filter"},
+		{"a filter twice", func(c *Config) { c.Filters = []Filter{FilterHealth, FilterHealth} }, "filter health given twice"},
+		{"a scorer of weight 0", func(c *Config) { c.Scorers = []WeightedScorer{{ScoreQueue, 0}} }, "weight 0 of queue"},
+		{"a scorer twice", func(c *Config) { c.Scorers = []WeightedScorer{{ScoreQueue, 1}, {ScoreQueue, 2}} }, "scorer queue given twice"},
+		{"a NaN margin", func(c *Config) { c.AffinityMargin = math.NaN() }, "affinity-margin NaN"},
+		{"a negative margin other than off", func(c *Config) { c.QueueMargin = -0.5 }, "queue-margin -0.5"},
+		{"a home bound below 1", func(c *Config) { c.HomeBound = 0.5 }, "home bound 0.5"},
+		{"a home bound with round-robin", func(c *Config) { c.Picker = PickRoundRobin }, "home-bound needs"},
 	}
-	mem := NewMemory(MemoryOptions{PrefixBlocks: 1, Sessions: 1})
-	cands := []Candidate{{Name: "a", Weight: 1}, {Name: "b", Weight: 2, Health: HealthServing}}
-	f.Fuzz(func(t *testing.T, s string) {
-		cfg, err := Parse(s)
-		if err != nil {
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := base
+			c.Filters, c.Scorers = slices.Clone(c.Filters), slices.Clone(c.Scorers)
+			tt.change(&c)
+			err := c.Validate()
 			require.ErrorIs(t, err, ErrSyntax)
-			return
-		}
-		p, err := New(cfg, scheduling.DefaultConfig(), mem)
-		require.NoError(t, err)
-		order, err := p.Pick(&Request{Now: epoch}, cands, NewRotation(cands), nil, &Explanation{})
-		require.NoError(t, err)
-		assert.LessOrEqual(t, len(order), len(cands))
-	})
+			assert.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+}
+
+func TestCanonicalWritesEveryItem(t *testing.T) {
+	tests := []struct {
+		in, want string
+	}{
+		{in: " MetricsBased ", want: "MetricsBased"},
+		{in: "prefix-cache=3, in-flight=1,pick=two-choices",
+			want: "prefix-cache=3,in-flight=1,pick=two-choices,filters=health+ready+weight+model+saturation,affinity-margin=1,queue-margin=1,home-bound=off"},
+		{in: "queue=1e1,filters=health,affinity-margin=off,home-bound=2",
+			want: "queue=10,pick=max-score,filters=health,affinity-margin=off,queue-margin=off,home-bound=2"},
+		{in: "pick=round-robin,filters=weight+model",
+			want: "pick=round-robin,filters=weight+model,affinity-margin=1,queue-margin=1,home-bound=off"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			c, err := Parse(tt.in)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, c.Canonical())
+			back, err := Parse(c.Canonical())
+			require.NoError(t, err)
+			c.Name = back.Name
+			assert.Equal(t, c, back, "the canonical form reads back to the same configuration")
+		})
+	}
+}
+
+func TestParseNamesAConfigurationByItsTextTrimmed(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    string
+		wantErr bool
+	}{
+		{in: "LocalFirst", want: LocalFirst},
+		{in: " PrefixAffinity ", want: PrefixAffinity},
+		{in: "prefix-cache=3,in-flight=1,pick=two-choices", want: "prefix-cache=3,in-flight=1,pick=two-choices"},
+		{in: "session=1, filters=health+weight", want: "session=1, filters=health+weight"},
+		{in: "RoundRobin", wantErr: true},
+		{in: "", wantErr: true},
+		{in: "prefix-cache=0", wantErr: true},
+		{in: "pick=two-choices", wantErr: true},
+		{in: "prefix-cache=1,prefix-cache=2", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := Parse(tt.in)
+			if tt.wantErr {
+				assert.ErrorIs(t, err, ErrSyntax)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got.Name)
+		})
+	}
 }

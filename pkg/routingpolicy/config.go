@@ -1,4 +1,4 @@
-package clusterscore
+package routingpolicy
 
 import (
 	"errors"
@@ -34,13 +34,14 @@ const (
 	// FilterLocalFirst puts the local pool first while its EPP is not known
 	// to be failing.
 	FilterLocalFirst
-	numFilters
+	// NumFilters is how many filters there are.
+	NumFilters
 )
 
-var filterNames = [numFilters]string{"health", "ready", "weight", "model", "saturation", "local-first"}
+var filterNames = [NumFilters]string{"health", "ready", "weight", "model", "saturation", "local-first"}
 
 func (f Filter) String() string {
-	if f < numFilters {
+	if f < NumFilters {
 		return filterNames[f]
 	}
 	return "Filter(" + strconv.Itoa(int(f)) + ")"
@@ -141,7 +142,7 @@ type Config struct {
 	// QueueMargin is how far, in waiting requests per server, the home's
 	// scraped queue may be above the least queued candidate's of the first
 	// tier before the home counts as loaded whatever its bound (the queue
-	// rule, homeBound.queued): its servers are then taken by traffic this
+	// rule of pkg/clusterscore): its servers are then taken by traffic this
 	// sidecar does not see. Negative: no such rule. It matters only with
 	// a home bound.
 	QueueMargin float64
@@ -176,6 +177,14 @@ const (
 // cluster while its load is at most one request per ready pod above the
 // least loaded cluster's.
 const DefaultAffinityMargin = 1.0
+
+// DefaultHomeBound is PrefixAffinity's load bound: a home keeps its
+// requests while its load, the request included, is at most twice its
+// capacity's share of the candidates' total (rounded up).
+const DefaultHomeBound = 2
+
+// MaxHomeBound bounds the load bound a configuration may give.
+const MaxHomeBound = 100
 
 // DefaultQueueMargin is PrefixAffinity's queue margin: its home counts as
 // loaded when its servers' waiting queue is more than one request per
@@ -282,11 +291,8 @@ func Parse(s string) (Config, error) {
 	if !ps.seen["queue-margin"] {
 		c.QueueMargin = c.AffinityMargin
 	}
-	if len(c.Scorers) == 0 && (c.Picker == PickMaxScore || c.Picker == PickTwoChoices) {
-		return Config{}, fmt.Errorf("%w: picker %s needs at least one scorer", ErrSyntax, c.Picker)
-	}
-	if c.HomeBound > 0 && c.Picker != PickMaxScore && c.Picker != PickTwoChoices {
-		return Config{}, fmt.Errorf("%w: home-bound needs the max-score or two-choices picker, not %s", ErrSyntax, c.Picker)
+	if err := c.Validate(); err != nil {
+		return Config{}, err
 	}
 	return c, nil
 }
@@ -328,8 +334,8 @@ func (ps *parser) item(key, value string) error {
 			return nil
 		}
 		b, err := strconv.ParseFloat(value, 64)
-		if err != nil || math.IsNaN(b) || b < 1 || b > maxHomeBound {
-			return fmt.Errorf("%w: home-bound %q is not off or a number from 1 to %d", ErrSyntax, value, maxHomeBound)
+		if err != nil || math.IsNaN(b) || b < 1 || b > MaxHomeBound {
+			return fmt.Errorf("%w: home-bound %q is not off or a number from 1 to %d", ErrSyntax, value, MaxHomeBound)
 		}
 		ps.c.HomeBound = b
 	default:

@@ -365,8 +365,12 @@ func (b homeBound) spread(first []int, rot *Rotation) int {
 	if rot == nil {
 		return b.spillTo(-1, first)
 	}
+	// first is every kept candidate of the first tier: membership is
+	// read from the slots, not searched for in first, which made dealing
+	// quadratic in the candidates.
+	tier := b.slots[first[0]].tier
 	return slices.Index(first, rot.next(func(i int) bool {
-		return i < len(b.slots) && slices.Contains(first, i) && b.takes(i)
+		return i < len(b.slots) && b.slots[i].verdict == Kept && b.slots[i].tier == tier && b.takes(i)
 	}))
 }
 

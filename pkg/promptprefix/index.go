@@ -169,23 +169,41 @@ func (x *Index) Match(blocks []uint64, ids []uint32, matched []int) {
 	for j := range matched {
 		matched[j] = 0
 	}
+	// live are the candidates that hold every block so far: only they can
+	// hold the next one, so that past the first block a match costs the
+	// few clusters that cached the prefix, not every candidate.
+	var liveBuf [16]int
+	live := liveBuf[:0]
 	for k, key := range blocks {
 		sh, set := x.locate(key)
-		alive := false
 		sh.mu.RLock()
+		var e *indexEntry
 		for i := range set {
-			if set[i].key != key {
-				continue
+			if set[i].key == key {
+				e = &set[i]
+				break
 			}
+		}
+		if e != nil && k == 0 {
 			for j, id := range ids {
-				if matched[j] == k && set[i].has(id) {
-					matched[j], alive = k+1, true
+				if e.has(id) {
+					matched[j] = 1
+					live = append(live, j)
 				}
 			}
-			break
+		} else if e != nil {
+			n := 0
+			for _, j := range live {
+				if e.has(ids[j]) {
+					matched[j] = k + 1
+					live[n] = j
+					n++
+				}
+			}
+			live = live[:n]
 		}
 		sh.mu.RUnlock()
-		if !alive {
+		if e == nil || len(live) == 0 {
 			return
 		}
 	}

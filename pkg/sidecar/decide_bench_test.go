@@ -15,6 +15,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/routetable"
+	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 )
@@ -41,9 +42,10 @@ func groupPromptBody(group, tokens int) []byte {
 }
 
 // scaleTable is a table of one route to import llm exported by n
-// clusters (each with fresh pool metrics and a serving EPP), and the state
-// the policies read.
-func scaleTable(b testing.TB, policy routetable.Policy, n int, now time.Time) (*routetable.Table, *fakeState) {
+// clusters (each with fresh pool metrics and a serving EPP), published
+// (its policy compiled) with the memory mem, and the state the policies
+// read.
+func scaleTable(b testing.TB, policy string, n int, now time.Time, mem *clusterscore.Memory) (*routetable.Table, *fakeState) {
 	b.Helper()
 	clusters := make([]sidecartest.Imported, n)
 	st := &fakeState{health: map[string]Health{}, metrics: map[string]*PoolMetrics{}}
@@ -53,9 +55,11 @@ func scaleTable(b testing.TB, policy routetable.Policy, n int, now time.Time) (*
 		st.health[name] = HealthServing
 		st.metrics[name] = &PoolMetrics{AverageQueue: float64(i % 3), AverageKVCache: 0.2, ReadyPods: 4, UpdatedAt: now}
 	}
-	r := sidecartest.Annotate(sidecartest.Route("r", 0, []string{"llm.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/v1")}, sidecartest.ImportRef("llm", nil))),
-		routetable.PolicyAnnotation, string(policy))
-	tbl, errs := buildTable(routetable.Inputs{Routes: []*gatewayv1.HTTPRoute{r}, Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", clusters...)}})
+	route := sidecartest.Annotate(sidecartest.Route("r", 0, []string{"llm.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/v1")}, sidecartest.ImportRef("llm", nil))),
+		routetable.PolicyAnnotation, policy)
+	r := routetable.NewRouter()
+	require.NoError(b, r.SetScoring(routetable.Scoring{Thresholds: scheduling.DefaultConfig(), Memory: mem}))
+	tbl, errs := publishTable(r, routetable.Inputs{Routes: []*gatewayv1.HTTPRoute{route}, Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", clusters...)}})
 	require.Empty(b, errs)
 	require.Len(b, tbl.Rules()[0].Backends[0].Clusters, n)
 	return tbl, st
@@ -70,17 +74,17 @@ func scaleTable(b testing.TB, policy routetable.Policy, n int, now time.Time) (*
 // reports the p50 and p99 of the per-call latency (µs).
 func BenchmarkDecideAtScale(b *testing.B) {
 	now := sidecartest.Epoch
-	for _, policy := range []routetable.Policy{routetable.PolicyPrefixAffinity, routetable.PolicyHealthBased} {
+	for _, policy := range []string{routingpolicy.PrefixAffinity, routingpolicy.HealthBased} {
 		for _, n := range decideScaleClusters {
 			for _, tokens := range decidePromptTokens {
 				b.Run(fmt.Sprintf("policy=%s/clusters=%d/prompt=%dk", policy, n, tokens>>10), func(b *testing.B) {
-					tbl, st := scaleTable(b, policy, n, now)
-					dc := decider{policies: NewPolicySet(scheduling.DefaultConfig(), nil, clusterscore.SessionSpec{}), state: st}
-					mem := dc.policies.Memory()
+					mem := clusterscore.NewMemory(clusterscore.DefaultMemoryOptions())
+					tbl, st := scaleTable(b, policy, n, now, mem)
+					dc := decider{state: st}
 					decideOnce := func(body []byte) decision {
 						d := dc.decide(tbl, request("llm.model.com", "/v1/completions", body), routetable.Arrival{Main: true}, now, false)
-						if d.answers() || len(d.order) == 0 || d.policyErr != nil || d.promptErr != nil {
-							b.Fatalf("decided %s %q: %v %v", d.outcome, d.details, d.policyErr, d.promptErr)
+						if d.answers() || len(d.order) == 0 || d.promptErr != nil {
+							b.Fatalf("decided %s %q: %v", d.outcome, d.details, d.promptErr)
 						}
 						return d
 					}

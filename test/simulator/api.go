@@ -34,6 +34,9 @@ type completionRequest struct {
 
 func (s *Server) completion(k kind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if s.applyFault(r.Context(), w) {
+			return
+		}
 		var req completionRequest
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequestBytes))
 		if err := dec.Decode(&req); err != nil {

@@ -142,6 +142,7 @@ func (p Pins) clone() Pins {
 //	POST /admin/ready?ready=true|false                set readiness
 //	GET, POST /admin/pins                             read or replace the Pins
 //	GET  /admin/load                                  Metrics as JSON
+//	GET, POST /admin/fault                            read or set the Fault: {"fault":"error"|"hang"|""}
 //
 // and with a cost model:
 //
@@ -161,6 +162,8 @@ type Server struct {
 
 	mu   sync.RWMutex
 	pins Pins
+
+	fault faultState
 }
 
 // New returns a Server for opts.
@@ -248,6 +251,8 @@ func New(opts Options) (*Server, error) {
 	mux.HandleFunc("POST /admin/ready", s.adminReady)
 	mux.HandleFunc("GET /admin/pins", s.getPins)
 	mux.HandleFunc("POST /admin/pins", s.setPins)
+	mux.HandleFunc("GET /admin/fault", s.adminFault)
+	mux.HandleFunc("POST /admin/fault", s.adminFault)
 	mux.HandleFunc("GET /admin/load", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, s.Metrics()) })
 	mux.HandleFunc("POST /admin/prefix-match", s.prefixMatch)
 	mux.HandleFunc("GET /admin/cache", s.cacheAdmin)

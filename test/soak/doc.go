@@ -6,7 +6,9 @@
 // faults. It checks, while it runs, that every view comes back to a fresh
 // LIST after each heal, that no request goes to a cluster whose export
 // was withdrawn (past the measured convergence), that each failed request
-// falls in the window of a fault on the data path, and it compares the
+// falls in the window of a fault on the data path, that mci-sidecar's
+// outlier detection takes a cluster whose model servers fail fast or hang
+// out of the choice of new requests and back after, and it compares the
 // heap, goroutines and file descriptors of every mci process at the start
 // and the end. See docs/performance.md, "Chaos soak".
 package soak

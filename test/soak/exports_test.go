@@ -80,13 +80,20 @@ func (e *exporter) run(ctx context.Context) {
 			return
 		case <-time.After(4*time.Second + time.Duration(e.rng.Int64N(int64(6*time.Second)))):
 		}
+		held := e.w.dataPathIsHeld()
 		switch {
-		case open != nil && time.Now().After(restoreAt):
+		case open != nil && (held || time.Now().After(restoreAt)):
+			// Restored early under a model server fault.
 			e.restore(ctx, open)
 			open = nil
 		case open == nil && e.rng.IntN(4) == 0:
-			open = e.withdraw(ctx, e.exporters[e.rng.IntN(len(e.exporters))])
+			cluster := e.exporters[e.rng.IntN(len(e.exporters))]
 			restoreAt = time.Now().Add(15*time.Second + time.Duration(e.rng.Int64N(int64(15*time.Second))))
+			if held {
+				e.changePool(ctx, cluster)
+				continue
+			}
+			open = e.withdraw(ctx, cluster)
 		default:
 			e.changePool(ctx, e.exporters[e.rng.IntN(len(e.exporters))])
 		}

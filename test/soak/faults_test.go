@@ -2,7 +2,10 @@ package soak
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +39,7 @@ type window struct {
 // its time, and records their windows.
 type injector struct {
 	cs    *localclusterset.ClusterSet
+	dp    *localclusterset.DataPath
 	kube  map[string]kubernetes.Interface
 	w     *world
 	mon   *monitor
@@ -147,8 +151,44 @@ func (in *injector) inject(ctx context.Context, f fault) (func() error, error) {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		return nil, in.rot.rotate(ctx)
+	case errorSink, hungFirstByte:
+		mode := map[faultKind]string{errorSink: "error", hungFirstByte: "hang"}[f.Kind]
+		// No withdrawal of the data path pool starts from now until the
+		// cluster is back: it would leave the failing cluster the last.
+		in.w.holdDataPath(1)
+		time.AfterFunc(f.held(), func() { in.w.holdDataPath(-1) })
+		healed := func() error { return in.setModelServerFault(f.Target, "") }
+		return healed, in.setModelServerFault(f.Target, mode)
 	}
 	return nil, fmt.Errorf("unknown fault kind %q", f.Kind)
+}
+
+// setModelServerFault switches the fault of every model server of cluster
+// (test/simulator's POST /admin/fault).
+func (in *injector) setModelServerFault(cluster, mode string) error {
+	var errs []error
+	for _, u := range in.dp.ModelServerURLs[cluster] {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u+"/admin/fault", strings.NewReader(`{"fault":"`+mode+`"}`))
+		if err == nil {
+			var resp *http.Response
+			if resp, err = http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("HTTP %d", resp.StatusCode)
+				}
+			}
+		}
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("setting fault %q on %s: %w", mode, u, err))
+		}
+	}
+	if len(in.dp.ModelServerURLs[cluster]) == 0 {
+		errs = append(errs, fmt.Errorf("%s runs no model server", cluster))
+	}
+	return errors.Join(errs...)
 }
 
 func (in *injector) result() []window {

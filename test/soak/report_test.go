@@ -36,6 +36,12 @@ type report struct {
 	Requests    requestResult    `json:"requests"`
 	Withdrawals []withdrawResult `json:"withdrawals"`
 	Misrouted   int              `json:"misrouted"`
+	// Outliers are the model server faults and what their cluster took.
+	Outliers []outlierResult `json:"model_server_faults"`
+	// WrongModel are the requests answered by another model than the one
+	// they named (target 0).
+	WrongModel      int      `json:"wrong_model"`
+	WrongModelFirst []string `json:"wrong_model_first,omitempty"`
 
 	// Deletions are imports that left an informer while another cluster
 	// still exported the pool (target 0).
@@ -85,6 +91,11 @@ type requestResult struct {
 	OK        int `json:"ok"`
 	Failed    int `json:"failed"`
 	Explained int `json:"failed_explained"`
+	// AtFailingCluster failed at the cluster of a model server fault while
+	// it held: sent there before outlier detection ejected it, or as its
+	// probes. Neither lost nor explained by another fault: they are what
+	// the ejection bounds.
+	AtFailingCluster int `json:"failed_at_failing_cluster"`
 	// Unexplained failed outside every window of a fault on the data
 	// path (target 0); UnexplainedFirst are the first of them.
 	Unexplained      int            `json:"failed_unexplained"`
@@ -131,7 +142,7 @@ func statsOf(ms []*measurement) stats {
 }
 
 func buildReport(cfg config, begin, end time.Time, faults []fault, windows []window, ms []*measurement, requests []request, notSent int,
-	withdrawals []withdrawal, changes int, ws watcherResult, procs []*scraped, topo topology) *report {
+	withdrawals []withdrawal, changes int, ws watcherResult, procs []*scraped, topo topology, model string) *report {
 	r := &report{Seed: cfg.Seed, Duration: cfg.Duration.String(), Began: begin, Ended: end, Rate: cfg.Rate, Measurements: ms, Watchers: ws,
 		HealTarget: fmt.Sprintf("p99 <= %s", cfg.HealTarget)}
 	off := func(t time.Time) string { return fmt.Sprintf("+%.1fs", t.Sub(begin).Seconds()) }
@@ -143,9 +154,9 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 		switch {
 		case m.Kind == "heal":
 			healOf[m.FaultID] = m
-			// EPP link faults do not touch what mci-apiserver serves:
-			// their heals are listed, not counted.
-			if !strings.Contains(m.Label, string(eppStall)) && !strings.Contains(m.Label, string(eppReset)) {
+			// EPP link and model server faults do not touch what
+			// mci-apiserver serves: their heals are listed, not counted.
+			if !slices.ContainsFunc([]faultKind{eppStall, eppReset, errorSink, hungFirstByte}, func(k faultKind) bool { return strings.Contains(m.Label, " "+string(k)+" ") }) {
 				heals = append(heals, m)
 			}
 		case m.During:
@@ -167,8 +178,15 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 
 	// Requests and the faults that explain their failures.
 	r.Requests = requestResult{Total: len(requests), NotSent: notSent, ByCluster: map[string]int{}}
+	// A model server fault's own failures are counted apart (below); it
+	// explains the others as any fault on the data path does: while its
+	// cluster is ejected the pool rests on the others, and a hiccup of
+	// theirs (an EPP missing one health check) finds no cluster.
 	explains := func(w window, q request) bool {
 		return w.onDataPath(topo.Gateway) && !q.Sent.After(w.Healed.Add(explainGrace)) && !q.Done.Before(w.Start)
+	}
+	atFailing := func(w window, q request) bool {
+		return (w.Kind == errorSink || w.Kind == hungFirstByte) && q.Cluster == w.Target && failedIn(w, q)
 	}
 	var latencies []float64
 	for _, q := range requests {
@@ -176,9 +194,19 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 			r.Requests.OK++
 			r.Requests.ByCluster[q.Cluster]++
 			latencies = append(latencies, q.Done.Sub(q.Sent).Seconds())
+			if q.Model != model {
+				r.WrongModel++
+				if len(r.WrongModelFirst) < 10 {
+					r.WrongModelFirst = append(r.WrongModelFirst, fmt.Sprintf("sent %s, served by %s: model %q", off(q.Sent), q.Cluster, q.Model))
+				}
+			}
 			continue
 		}
 		r.Requests.Failed++
+		if slices.ContainsFunc(windows, func(w window) bool { return atFailing(w, q) }) {
+			r.Requests.AtFailingCluster++
+			continue
+		}
 		if slices.ContainsFunc(windows, func(w window) bool { return explains(w, q) }) {
 			r.Requests.Explained++
 			continue
@@ -195,6 +223,20 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 	}
 	if r.Requests.Total == 0 {
 		r.Failures = append(r.Failures, "no request was answered")
+	}
+	if r.WrongModel > 0 {
+		r.Failures = append(r.Failures, fmt.Sprintf("%d requests answered by another model than %s, the one they named (target 0); first: %s", r.WrongModel, model, strings.Join(r.WrongModelFirst, " | ")))
+	}
+	excluded := withdrawnAt(withdrawals, end, 5*time.Second)
+	for _, w := range windows {
+		if w.Kind != errorSink && w.Kind != hungFirstByte {
+			continue
+		}
+		o := judgeOutlier(w, requests, excluded)
+		if !o.OK {
+			r.Failures = append(r.Failures, fmt.Sprintf("fault %s: %s", w.fault, o.Why))
+		}
+		r.Outliers = append(r.Outliers, o)
 	}
 
 	for _, w := range windows {
@@ -353,10 +395,25 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", target, figure, map[bool]string{true: "ok", false: "MISSED"}[ok])
 	}
 	row("after a heal, every view equals a fresh LIST ("+r.HealTarget+")",
-		fmt.Sprintf("p50 %.2fs, p99 %.2fs, max %.2fs over %d heals (EPP link faults not counted); %d not converged", r.Heals.P50, r.Heals.P99, r.Heals.Max, r.Heals.N, r.Heals.Failed),
+		fmt.Sprintf("p50 %.2fs, p99 %.2fs, max %.2fs over %d heals (EPP link and model server faults not counted); %d not converged", r.Heals.P50, r.Heals.P99, r.Heals.Max, r.Heals.N, r.Heals.Failed),
 		!slices.ContainsFunc(r.Failures, func(f string) bool { return strings.Contains(f, "heal") }))
-	row("requests failed outside fault windows: 0",
-		fmt.Sprintf("%d of %d failed: %d in a fault's window, %d outside", r.Requests.Failed, r.Requests.Total, r.Requests.Explained, r.Requests.Unexplained), r.Requests.Unexplained == 0)
+	row("requests failed outside fault windows (lost): 0",
+		fmt.Sprintf("%d of %d failed: %d at a failing model server's cluster before its ejection or as its probes, %d in another fault's window, %d outside", r.Requests.Failed, r.Requests.Total, r.Requests.AtFailingCluster, r.Requests.Explained, r.Requests.Unexplained), r.Requests.Unexplained == 0)
+	row("requests answered by another model than they named: 0", fmt.Sprintf("%d of %d answered", r.WrongModel, r.Requests.OK), r.WrongModel == 0)
+	for _, o := range r.Outliers {
+		target := fmt.Sprintf("#%d %s %s: new requests to it from %s to the heal: at most %d (probes, one each %s", o.ID, o.Kind, o.Cluster, o.JudgedAfter, o.Allowed, probeEvery)
+		if o.Kind == errorSink {
+			target += fmt.Sprintf(", and %.0f%%); back within %s of the heal", 100*errorSinkShare, errorSinkBackWithin)
+		} else {
+			target += ")"
+		}
+		back := "not back by the end"
+		if o.Back >= 0 {
+			back = fmt.Sprintf("back %.1fs after the heal", o.Back.Seconds())
+		}
+		row(target, fmt.Sprintf("%d of %d (%.1f%%; %.0f%% in the 10s before); last other request to it sent +%.1fs into the fault; %d failed at it; %s",
+			o.ToCluster, o.Judged, 100*float64(o.ToCluster)/math.Max(1, float64(o.Judged)), 100*o.ShareBefore, o.LastBefore.Seconds(), o.FailedAt, back), o.OK)
+	}
 	row("imports deleted from an informer while still exported: 0", fmt.Sprintf("%d", len(r.Deletions)), len(r.Deletions) == 0)
 	row("LISTs without the last known pools of a member under a fault: 0", fmt.Sprintf("%d polls", len(r.Losses)), len(r.Losses) == 0)
 	row("requests routed to a withdrawn export after convergence: 0", fmt.Sprintf("%d over %d withdrawals", r.Misrouted, len(r.Withdrawals)), r.Misrouted == 0)

@@ -22,9 +22,23 @@ const (
 	restart   faultKind = "replica-restart"
 	pause     faultKind = "apiserver-pause" // Target's kube-apiserver SIGSTOPped
 	rotation  faultKind = "secret-rotation" // Watcher's member Secret for Target gets a new token, the old one revoked
+	// Model server faults, which mci-sidecar's outlier detection in
+	// Watcher (the gateway cluster) must take Target out for.
+	errorSink     faultKind = "error-sink"      // Target's model servers answer 500 at once
+	hungFirstByte faultKind = "hung-first-byte" // Target's model servers hold every request before its first byte
 )
 
-var allKinds = []faultKind{partition, blackhole, slow500ms, slow2s, eppStall, eppReset, restart, pause, rotation}
+// allKinds are drawn at random; outlierKinds take turns on a lane of their
+// own (see newSchedule).
+var (
+	allKinds     = []faultKind{partition, blackhole, slow500ms, slow2s, eppStall, eppReset, restart, pause, rotation}
+	outlierKinds = []faultKind{errorSink, hungFirstByte}
+)
+
+// outlierRecovery is how long after its heal a model server fault may
+// still keep its cluster ejected: the longest ejection,
+// --outlier-max-ejection-time (20s), and a probe.
+const outlierRecovery = 22 * time.Second
 
 // fault is one scheduled fault: it starts At after the fault phase begins
 // and heals Hold later.
@@ -38,6 +52,9 @@ type fault struct {
 	Watcher string `json:"watcher,omitempty"`
 	// Target is the member, the EPP's cluster or the paused cluster.
 	Target string `json:"target"`
+	// Others are, for a model server fault, the other exporters of the
+	// data path pool, which must serve what Target does not.
+	Others []string `json:"others,omitempty"`
 }
 
 func (f fault) String() string {
@@ -47,6 +64,9 @@ func (f fault) String() string {
 	}
 	if f.Kind == restart {
 		where = f.Watcher + " replica " + f.Target
+	}
+	if f.Kind == errorSink || f.Kind == hungFirstByte {
+		where = f.Target + "'s model servers"
 	}
 	return fmt.Sprintf("#%d %s %s for %s", f.ID, f.Kind, where, f.Hold)
 }
@@ -67,6 +87,16 @@ func (f fault) resources() []string {
 	case rotation:
 		// It writes to both clusters' kube-apiservers.
 		return []string{"secret " + f.Watcher + "->" + f.Target, "apiserver " + f.Watcher, "apiserver " + f.Target}
+	case errorSink, hungFirstByte:
+		// Whatever takes another exporter out of the gateway's choice:
+		// with the other exporter out, the failing cluster would be the last,
+		// which outlier detection never ejects, and its share could not
+		// be judged.
+		out := []string{"model servers"}
+		for _, c := range f.Others {
+			out = append(out, "epp "+c, "apiserver "+c, "link "+f.Watcher+"->"+c)
+		}
+		return out
 	}
 	return []string{string(f.Kind)}
 }
@@ -77,7 +107,7 @@ func (f fault) resources() []string {
 // links, its replicas, its member Secret, an exporter's kube-apiserver).
 func (f fault) onDataPath(gateway string) bool {
 	switch f.Kind {
-	case eppStall, eppReset, pause:
+	case eppStall, eppReset, pause, errorSink, hungFirstByte:
 		return true
 	case partition, blackhole, slow500ms, slow2s, restart, rotation:
 		return f.Watcher == gateway
@@ -108,9 +138,22 @@ type scheduleOptions struct {
 	Hold [2]time.Duration
 }
 
+// held is how long f holds its resources: a model server fault until
+// its cluster is back in the choice.
+func (f fault) held() time.Duration {
+	if f.Kind == errorSink || f.Kind == hungFirstByte {
+		return f.Hold + outlierRecovery
+	}
+	return f.Hold
+}
+
 // newSchedule draws the faults of a soak from seed: the same seed, topology
-// and options give the same schedule.
+// and options give the same schedule. The model server faults take turns
+// on a lane of their own, from 2s into the phase, each after the last one's
+// cluster is back, so that every schedule (the smoke's 45s too) holds each
+// kind at least once; the other kinds are drawn at random around them.
 func newSchedule(seed uint64, topo topology, o scheduleOptions) []fault {
+	faults := outlierLane(seed, topo, o.Phase)
 	rng := rand.New(rand.NewPCG(seed, 0x50a4))
 	between := func(r [2]time.Duration) time.Duration {
 		if r[1] <= r[0] {
@@ -119,7 +162,6 @@ func newSchedule(seed uint64, topo topology, o scheduleOptions) []fault {
 		return r[0] + time.Duration(rng.Int64N(int64(r[1]-r[0])))
 	}
 	pick := func(s []string) string { return s[rng.IntN(len(s))] }
-	var faults []fault
 	at := between(o.Gap) / 2
 	for {
 		f := fault{ID: len(faults) + 1, At: at.Round(100 * time.Millisecond), Kind: allKinds[rng.IntN(len(allKinds))]}
@@ -161,17 +203,51 @@ func newSchedule(seed uint64, topo topology, o scheduleOptions) []fault {
 			at += between(o.Gap)
 		}
 	}
+	slices.SortStableFunc(faults, func(a, b fault) int { return int(a.At - b.At) })
 	for i := range faults {
 		faults[i].ID = i + 1
 	}
 	return faults
 }
 
-// busy reports whether a fault already scheduled holds f's resource when f
-// starts.
+// outlierLane is the model server faults of a schedule: an error sink
+// held 10s or more (5s to be ejected, then at least 5s to judge its
+// share) and a hung first byte held 6 to 8s (its held requests are
+// answered at the heal, within the soak client's 15s timeout), in turn,
+// each more than outlierRecovery after the last heal.
+func outlierLane(seed uint64, topo topology, phase time.Duration) []fault {
+	rng := rand.New(rand.NewPCG(seed, 0x0e1))
+	between := func(lo, hi time.Duration) time.Duration {
+		if hi <= lo {
+			return lo
+		}
+		return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+	}
+	var faults []fault
+	at := 2 * time.Second
+	for i := 0; ; i++ {
+		f := fault{Kind: outlierKinds[i%len(outlierKinds)], At: at.Round(100 * time.Millisecond), Watcher: topo.Gateway}
+		f.Target = topo.Exporters[rng.IntN(len(topo.Exporters))]
+		f.Others = slices.DeleteFunc(slices.Clone(topo.Exporters), func(c string) bool { return c == f.Target })
+		if f.Kind == errorSink {
+			f.Hold = between(10*time.Second, max(10*time.Second, min(20*time.Second, phase/4)))
+		} else {
+			f.Hold = between(6*time.Second, 8*time.Second)
+		}
+		f.Hold = f.Hold.Round(100 * time.Millisecond)
+		if f.At+f.Hold > phase {
+			return faults
+		}
+		faults = append(faults, f)
+		at = f.At + f.Hold + between(outlierRecovery+time.Second, max(outlierRecovery+time.Second, phase/10))
+	}
+}
+
+// busy reports whether a fault already scheduled holds one of f's
+// resources while f would.
 func busy(faults []fault, f fault) bool {
 	for _, g := range faults {
-		if f.At >= g.At+g.Hold+time.Second {
+		if f.At >= g.At+g.held()+time.Second || g.At >= f.At+f.held()+time.Second {
 			continue
 		}
 		for _, r := range f.resources() {

@@ -38,14 +38,34 @@ func TestScheduleKeepsFaultsApartOnOneResourceAndWithinThePhase(t *testing.T) {
 				if f.At < g.At+g.Hold {
 					overlapping++
 				}
-				if f.At < g.At+g.Hold+time.Second {
+				if f.At < g.At+g.held()+time.Second {
 					for _, r := range f.resources() {
 						assert.NotContains(t, g.resources(), r, "seed %d: %s and %s hold %s at once", seed, g, f, r)
 					}
 				}
 			}
 		}
-		assert.Len(t, kinds, len(allKinds), "seed %d: a 20-minute schedule draws every kind of fault", seed)
+		assert.Len(t, kinds, len(allKinds)+len(outlierKinds), "seed %d: a 20-minute schedule draws every kind of fault", seed)
 		assert.Positive(t, overlapping, "seed %d: a 20-minute schedule has overlapping faults", seed)
+	}
+}
+
+func TestScheduleOfTheSmokeHoldsEveryModelServerFault(t *testing.T) {
+	for seed := range uint64(200) {
+		faults := newSchedule(seed, testTopology, scheduleOptions{
+			Phase: 45 * time.Second, Gap: testScheduleOptions.Gap, OverlapGap: testScheduleOptions.OverlapGap, Hold: testScheduleOptions.Hold,
+		})
+		kinds := map[faultKind]int{}
+		for _, f := range faults {
+			kinds[f.Kind]++
+			if f.Kind == errorSink || f.Kind == hungFirstByte {
+				assert.Equal(t, testTopology.Gateway, f.Watcher, "seed %d: %s", seed, f)
+				assert.Contains(t, testTopology.Exporters, f.Target, "seed %d: %s", seed, f)
+				assert.Len(t, f.Others, len(testTopology.Exporters)-1, "seed %d: %s", seed, f)
+			}
+		}
+		for _, k := range outlierKinds {
+			assert.Positive(t, kinds[k], "seed %d: the smoke's 45s of faults hold a %s", seed, k)
+		}
 	}
 }

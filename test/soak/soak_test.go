@@ -283,7 +283,7 @@ func TestSoak(t *testing.T) {
 		}
 	})
 
-	inj := &injector{cs: cs, kube: kube, w: w, mon: mon, rot: rot, log: logf, start: begin.Add(cfg.Warmup)}
+	inj := &injector{cs: cs, dp: dp, kube: kube, w: w, mon: mon, rot: rot, log: logf, start: begin.Add(cfg.Warmup)}
 	inj.run(ctx, faults)
 	// The quiet tail: export changes stop halfway so that the end figures
 	// are taken on a settled ClusterSet. The sleeps are the soak's
@@ -301,7 +301,7 @@ func TestSoak(t *testing.T) {
 	requests, notSent := tr.snapshot()
 	withdrawals, changes := ex.result()
 	deletesMu.Lock()
-	r := buildReport(cfg, begin, end, faults, inj.result(), measurements, requests, notSent, withdrawals, changes, watchers.result(), procs, topo)
+	r := buildReport(cfg, begin, end, faults, inj.result(), measurements, requests, notSent, withdrawals, changes, watchers.result(), procs, topo, dp.Model)
 	r.addDeletions(deletes, begin)
 	mon.mu.Lock()
 	r.addLosses(mon.losses, begin)

@@ -2,6 +2,7 @@ package soak
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +20,8 @@ type request struct {
 	Cluster string `json:"cluster,omitempty"`
 	Err     string `json:"error,omitempty"`
 	Body    string `json:"body,omitempty"`
+	// Model is the model an answered request's response names.
+	Model string `json:"model,omitempty"`
 }
 
 func (r request) failed() bool { return r.Err != "" || r.Code != 200 }
@@ -67,6 +70,15 @@ func (tr *traffic) run(ctx context.Context, rate float64) {
 			}
 			if r.failed() && len(body) > 0 {
 				r.Body = body[:min(len(body), 200)]
+			}
+			if !r.failed() {
+				var answer struct {
+					Model string `json:"model"`
+				}
+				if json.Unmarshal([]byte(body), &answer) != nil || answer.Model == "" {
+					answer.Model = "(none: " + body[:min(len(body), 100)] + ")"
+				}
+				r.Model = answer.Model
 			}
 			tr.mu.Lock()
 			tr.requests = append(tr.requests, r)

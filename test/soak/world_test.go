@@ -38,6 +38,21 @@ type world struct {
 	// since[watcher][member] is when the pair's faults began (a pause of
 	// member counts for every watcher).
 	since map[string]map[string]time.Time
+	// dataPathHeld counts the model server faults whose cluster may not
+	// be back yet: no withdrawal of the data path pool starts meanwhile.
+	dataPathHeld int
+}
+
+func (w *world) holdDataPath(delta int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dataPathHeld += delta
+}
+
+func (w *world) dataPathIsHeld() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.dataPathHeld > 0
 }
 
 func newWorld(clusters []string) *world {

@@ -1,0 +1,72 @@
+package soak
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestJudgeOutlierCountsNewRequestsToTheFailingClusterBeyondItsProbes(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
+	// Ten requests a second over 20s, alternating between the clusters
+	// before outlierAt, then all to cluster-c but for those in toA; the
+	// fault heals at 15s and cluster-a serves again from backAt.
+	traffic := func(outlierAt float64, toA map[int]bool, backAt float64) []request {
+		var out []request
+		for i := range 300 {
+			s := -10 + float64(i)/10
+			q := request{Sent: at(s), Done: at(s + 0.05), Code: 200, Cluster: "cluster-c"}
+			if (s < outlierAt && i%2 == 0) || toA[i] || (s >= backAt && i%2 == 0) {
+				q.Cluster = "cluster-a"
+				if s >= 0 && s < 15 {
+					q.Code = 500
+				}
+			}
+			out = append(out, q)
+		}
+		return out
+	}
+	sink := window{fault: fault{ID: 1, Kind: errorSink, Target: "cluster-a"}, Start: start, Healed: at(15)}
+	none := func(request) bool { return false }
+	for _, tc := range []struct {
+		name string
+		w    window
+		reqs []request
+		ok   bool
+	}{
+		{"an error sink ejected at once, probed twice and back at once passes", sink, traffic(0.5, map[int]bool{153: true, 203: true}, 15), true},
+		{"an error sink that keeps a share fails", sink, traffic(0.5, map[int]bool{151: true, 153: true, 155: true, 157: true, 203: true}, 15), false},
+		{"an error sink never ejected fails", sink, traffic(15, nil, 15), false},
+		{"an error sink back 31s after its heal fails", sink, traffic(0.5, nil, 46), false},
+		{"a hung cluster taking no request after 2s passes", window{fault: fault{ID: 2, Kind: hungFirstByte, Target: "cluster-a"}, Start: start, Healed: at(8)}, traffic(1, map[int]bool{163: true}, 8), true},
+		{"a hung cluster taking requests after 2s fails", window{fault: fault{ID: 2, Kind: hungFirstByte, Target: "cluster-a"}, Start: start, Healed: at(8)}, traffic(4, nil, 8), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := judgeOutlier(tc.w, tc.reqs, none)
+			assert.Equal(t, tc.ok, res.OK, "%+v", res)
+			assert.InDelta(t, 0.5, res.ShareBefore, 0.01, "half the requests went to it before the fault")
+		})
+	}
+}
+
+func TestJudgeOutlierLeavesOutWithdrawals(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	w := window{fault: fault{ID: 1, Kind: errorSink, Target: "cluster-a"}, Start: start, Healed: start.Add(15 * time.Second)}
+	var reqs []request
+	for i := range 150 {
+		// The other cluster's export is withdrawn: every request goes to
+		// the failing cluster, which is the last and is never ejected.
+		sent := start.Add(time.Duration(i) * 100 * time.Millisecond)
+		reqs = append(reqs, request{Sent: sent, Done: sent.Add(time.Millisecond), Code: 500, Cluster: "cluster-a"})
+	}
+	// Sent just before the fault, failed by it.
+	reqs = append(reqs, request{Sent: start.Add(-time.Millisecond), Done: start.Add(time.Millisecond), Code: 500, Cluster: "cluster-a"})
+	reqs = append(reqs, request{Sent: start.Add(16 * time.Second), Code: 200, Cluster: "cluster-a"})
+	excluded := withdrawnAt([]withdrawal{{Cluster: "cluster-c", At: start.Add(-time.Second)}}, start.Add(time.Minute), 5*time.Second)
+	res := judgeOutlier(w, reqs, excluded)
+	assert.Zero(t, res.Judged)
+	assert.False(t, res.OK, "a fault with nothing to judge is not passed")
+	assert.Equal(t, 151, res.FailedAt, "the requests the failing cluster failed are counted, the one under way at its start too")
+}

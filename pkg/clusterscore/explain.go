@@ -65,10 +65,13 @@ type Explanation struct {
 	// bound), the request's home and whether it took the request; its Home
 	// is "" without a home bound or without a prompt block.
 	Home HomeDecision
+	// LastResort: the kept candidates are ejected ones, kept because the
+	// filters kept no other (Request.LastResort).
+	LastResort bool
 }
 
 func (e *Explanation) reset(p *Pipeline, cands []Candidate) {
-	e.Config, e.Scorers, e.Yields, e.Home = p.cfg.Name, p.cfg.Scorers, p.yields, HomeDecision{}
+	e.Config, e.Scorers, e.Yields, e.Home, e.LastResort = p.cfg.Name, p.cfg.Scorers, p.yields, HomeDecision{}, false
 	e.Clusters = e.Clusters[:0]
 	for i := range cands {
 		e.Clusters = append(e.Clusters, ClusterExplanation{Name: cands[i].Name})
@@ -97,6 +100,9 @@ func (e *Explanation) fill(slots []slot) {
 func (e *Explanation) String() string {
 	var b strings.Builder
 	b.WriteString(e.Config)
+	if e.LastResort {
+		b.WriteString(" last-resort=ejected")
+	}
 	if e.Home.Outcome != HomeNone {
 		b.WriteString(" home-outcome=")
 		b.WriteString(e.Home.Outcome.String())

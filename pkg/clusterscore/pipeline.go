@@ -167,20 +167,25 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 	if ex != nil {
 		ex.reset(p, cands)
 	}
-	req.Home = HomeDecision{}
+	req.Home, req.LastResort = HomeDecision{}, false
 	start := len(order)
 	shedding := req.Criticality == scheduling.Sheddable && p.has[routingpolicy.FilterSaturation]
 	anySaturated := false
+	anyEjected := false
 	for i := range cands {
 		s := &slots[i]
-		p.classify(&cands[i], req.Now, s)
+		p.classify(&cands[i], req.Now, false, s)
 		if s.verdict == DroppedSaturated && !shedding {
 			s.verdict = Kept
 		}
 		anySaturated = anySaturated || s.verdict == DroppedSaturated
+		anyEjected = anyEjected || s.verdict == DroppedEjected
 		if s.verdict == Kept {
 			order = append(order, i)
 		}
+	}
+	if len(order) == start && anyEjected {
+		order = p.keepEjected(req, cands, slots, shedding, order)
 	}
 	kept := order[start:]
 	if len(kept) == 0 && anySaturated && !p.localLeads(cands) {
@@ -207,18 +212,41 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 		}
 	}
 	if p.has[routingpolicy.FilterLocalFirst] {
-		order = p.localFirst(cands, order, start)
+		order = p.localFirst(cands, order, start, req.LastResort)
 	}
 	req.Home = home
 	if ex != nil {
 		ex.fill(slots)
-		ex.Home = home
+		ex.Home, ex.LastResort = home, req.LastResort
 	}
 	return order, nil
 }
 
-// classify runs the filters on one candidate and finds its tier.
-func (p *Pipeline) classify(c *Candidate, now time.Time, s *slot) {
+// keepEjected classifies the ejected candidates again as if they were
+// not ejected, when the filters kept no other: the request goes to those
+// the other filters keep (req.LastResort) rather than to none.
+func (p *Pipeline) keepEjected(req *Request, cands []Candidate, slots []slot, shedding bool, order []int) []int {
+	for i := range cands {
+		s := &slots[i]
+		if s.verdict != DroppedEjected {
+			continue
+		}
+		p.classify(&cands[i], req.Now, true, s)
+		if s.verdict == DroppedSaturated && !shedding {
+			s.verdict = Kept
+		}
+		if s.verdict == Kept {
+			order = append(order, i)
+			req.LastResort = true
+		}
+	}
+	return order
+}
+
+// classify runs the filters on one candidate and finds its tier; an
+// ejected candidate is dropped unless lastResort, when it is classified
+// as a serving one.
+func (p *Pipeline) classify(c *Candidate, now time.Time, lastResort bool, s *slot) {
 	measured := p.fresh(c.Pool, now)
 	if measured {
 		s.load = scheduling.Metrics{
@@ -230,7 +258,7 @@ func (p *Pipeline) classify(c *Candidate, now time.Time, s *slot) {
 	saturated := measured && (s.load.WaitingQueue > p.thresholds.SheddableQueueThreshold ||
 		s.load.KVCacheUsage > p.thresholds.SheddableKVCacheThreshold)
 	switch {
-	case c.Health == HealthEjected:
+	case c.Health == HealthEjected && !lastResort:
 		s.verdict = DroppedEjected
 	case p.has[routingpolicy.FilterHealth] && c.Health == HealthNotServing:
 		s.verdict = DroppedNotServing
@@ -310,8 +338,9 @@ func (p *Pipeline) localLeads(cands []Candidate) bool {
 }
 
 // localFirst moves the local candidate to the front of order[start:]
-// while its EPP is not known to be failing, and leaves it out otherwise.
-func (p *Pipeline) localFirst(cands []Candidate, order []int, start int) []int {
+// while its EPP is not known to be failing and it is not ejected (unless
+// ejected ones are the last resort), and leaves it out otherwise.
+func (p *Pipeline) localFirst(cands []Candidate, order []int, start int, lastResort bool) []int {
 	local := slices.IndexFunc(cands, func(c Candidate) bool { return c.Local })
 	if local < 0 {
 		return order
@@ -319,7 +348,7 @@ func (p *Pipeline) localFirst(cands []Candidate, order []int, start int) []int {
 	if i := slices.Index(order[start:], local); i >= 0 {
 		order = slices.Delete(order, start+i, start+i+1)
 	}
-	if cands[local].Health == HealthNotServing || cands[local].Health == HealthEjected || cands[local].ModelUnavailable {
+	if cands[local].Health == HealthNotServing || (cands[local].Health == HealthEjected && !lastResort) || cands[local].ModelUnavailable {
 		return order
 	}
 	return slices.Insert(order, start, local)

@@ -490,3 +490,67 @@ func TestAffinityYieldsToLoad(t *testing.T) {
 		assert.Equal(t, 3, got["b"], "requests sent to the stalled cluster: %v", got)
 	})
 }
+
+// TestEjectedClustersAreTheLastResort: outlier detection's ejected
+// clusters are left out while the filters keep any other, and kept, as
+// if not ejected, when they keep none: a cluster whose responses failed
+// lately may answer, no cluster certainly does not.
+func TestEjectedClustersAreTheLastResort(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		health     map[string]Health
+		local      string
+		want       []string
+		lastResort bool
+		explained  string
+	}{
+		{
+			name:   "an ejected cluster is left out while another is kept",
+			health: map[string]Health{"a": HealthEjected, "c": HealthNotServing},
+			want:   []string{"b"},
+		},
+		{
+			name:       "ejected clusters are kept when every other is dropped",
+			health:     map[string]Health{"a": HealthEjected, "b": HealthNotServing, "c": HealthEjected},
+			want:       []string{"a", "c"},
+			lastResort: true,
+			explained:  "PrefixAffinity last-resort=ejected",
+		},
+		{
+			name:       "an ejected local cluster leads again under local-first when it is the last resort",
+			health:     map[string]Health{"a": HealthNotServing, "b": HealthNotServing, "c": HealthEjected},
+			local:      "c",
+			want:       []string{"c"},
+			lastResort: true,
+		},
+		{
+			name:   "no cluster at all when the others are dropped and none is ejected",
+			health: map[string]Health{"a": HealthNotServing, "b": HealthNotServing, "c": HealthNotServing},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newAffinityFixture(t)
+			if tt.local != "" {
+				withConfig(t, f, scorersOnly+",filters=health+local-first")
+				f.cand(tt.local).Local = true
+			}
+			for n, h := range tt.health {
+				f.cand(n).Health = h
+			}
+			req := f.req()
+			var ex Explanation
+			idx, err := f.p.Pick(req, f.cands, nil, nil, &ex)
+			require.NoError(t, err)
+			var got []string
+			for _, i := range idx {
+				got = append(got, f.cands[i].Name)
+			}
+			assert.ElementsMatch(t, tt.want, got)
+			assert.Equal(t, tt.lastResort, req.LastResort)
+			assert.Equal(t, tt.lastResort, ex.LastResort)
+			if tt.explained != "" {
+				assert.Contains(t, ex.String(), tt.explained)
+			}
+		})
+	}
+}

@@ -90,6 +90,12 @@ type Request struct {
 	// whether it took the request (zero without a home), for the
 	// caller's metrics and logs even when no Explanation is asked for.
 	Home HomeDecision
+	// LastResort is set by Pipeline.Pick when the filters kept no
+	// candidate but ejected ones: they were kept then (ordered as if not
+	// ejected), since a cluster whose responses failed lately may still
+	// answer, and no cluster at all certainly does not (Envoy's panic
+	// routing, at its limit).
+	LastResort bool
 }
 
 // ErrShed means a sheddable request was shed: every candidate it could go

@@ -32,6 +32,7 @@ type outlierMetrics struct {
 	ejections  *prometheus.CounterVec
 	overflows  *prometheus.CounterVec
 	firstBytes *prometheus.CounterVec
+	lastResort *prometheus.CounterVec
 }
 
 func (m *Metrics) outlierMetrics() []prometheus.Collector {
@@ -52,12 +53,25 @@ func (m *Metrics) outlierMetrics() []prometheus.Collector {
 			Name: "mci_sidecar_first_byte_timeouts_total",
 			Help: "Requests routed to a cluster whose response's first byte did not come within the cluster's bound (its recent times to first byte, --outlier-first-byte-*): each counts as a gateway failure of the cluster for outlier detection.",
 		}, []string{"cluster"}),
+		lastResort: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mci_sidecar_outlier_last_resort_requests_total",
+			Help: "Requests of a backend routed to clusters outlier detection had ejected, because the backend's policy kept no other cluster (every other not serving, not ready, without the model or saturated): ejected clusters are the last resort, not left out.",
+		}, []string{"backend"}),
 	}
 	for _, r := range outlier.Reasons {
 		m.outlier.ejections.WithLabelValues(string(r))
 		m.outlier.overflows.WithLabelValues(string(r))
 	}
-	return []prometheus.Collector{m.outlier.ejected, m.outlier.ejections, m.outlier.overflows, m.outlier.firstBytes}
+	return []prometheus.Collector{m.outlier.ejected, m.outlier.ejections, m.outlier.overflows, m.outlier.firstBytes, m.outlier.lastResort}
+}
+
+// outlierLastResort counts a request of backend routed to ejected
+// clusters, no other being kept.
+func (m *Metrics) outlierLastResort(backend string) {
+	if m == nil {
+		return
+	}
+	m.outlier.lastResort.WithLabelValues(backend).Inc()
 }
 
 // outlierWatch is the sidecar's outlier detection: it learns what became

@@ -33,6 +33,7 @@ const requestEvery = 20 * time.Millisecond
 // name for it, "chat-a"; cluster-b and cluster-c serve "chat" as named.
 type fleet struct {
 	h     *harness
+	state *fakeState
 	clock *testingclock.FakeClock
 	// clusterOf is the cluster of each destination, served the model
 	// each serves.
@@ -65,10 +66,11 @@ func startFleet(t *testing.T, policy string) *fleet {
 	if policy != "" {
 		route = sidecartest.Annotate(route, routetable.PolicyAnnotation, policy)
 	}
+	f.state = &fakeState{health: map[string]Health{"cluster-a": HealthServing, "cluster-b": HealthServing, "cluster-c": HealthServing}}
 	f.h = startServerWith(t, routetable.Inputs{
 		Routes:  []*gatewayv1.HTTPRoute{route},
 		Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", clusters...)},
-	}, &fakeState{health: map[string]Health{"cluster-a": HealthServing, "cluster-b": HealthServing, "cluster-c": HealthServing}}, ServerConfig{
+	}, f.state, ServerConfig{
 		ExplainDecisions: true,
 		Outlier:          &OutlierConfig{Detection: outlier.DefaultConfig(), FirstByte: outlier.DefaultFirstByteConfig(), Clock: f.clock},
 	})
@@ -253,4 +255,35 @@ func TestFailoverNeverCarriesAnotherClustersRewrite(t *testing.T) {
 	}
 	assert.Equal(t, int64(3), a.calls.Load(), "cluster-a's EPP was tried first every other request")
 	assert.Zero(t, testutil.ToFloat64(h.metrics.outlier.ejected.WithLabelValues(ns+"/llm", "cluster-a")), "an EPP's refused answers are its health's business, not outlier detection's")
+}
+
+// TestEjectedClustersTakeRequestsWhenNoOtherCan: an ejected cluster is
+// left out while another cluster can take a request, and takes them when
+// none can (the others' EPPs not serving), said in the explanation and
+// counted; it is left out again once the others serve.
+func TestEjectedClustersTakeRequestsWhenNoOtherCan(t *testing.T) {
+	f := startFleet(t, "")
+	failing := func(c string) int {
+		if c == "cluster-b" {
+			return http.StatusInternalServerError
+		}
+		return http.StatusOK
+	}
+	f.run(t, 2*time.Second, failing)
+	require.Equal(t, 1.0, testutil.ToFloat64(f.h.metrics.outlier.ejected.WithLabelValues(ns+"/llm", "cluster-b")), "ejected")
+
+	f.state.setHealth("cluster-a", HealthNotServing)
+	f.state.setHealth("cluster-c", HealthNotServing)
+	cluster, explanation := f.request(t, failing)
+	assert.Equal(t, "cluster-b", cluster, "the ejected cluster, rather than none")
+	assert.Contains(t, explanation, "last-resort=ejected")
+	assert.Equal(t, 1.0, testutil.ToFloat64(f.h.metrics.outlier.lastResort), "counted")
+
+	f.state.setHealth("cluster-a", HealthServing)
+	for range 10 {
+		cluster, explanation = f.request(t, failing)
+		assert.Equal(t, "cluster-a", cluster, "the only cluster serving and not ejected")
+		assert.NotContains(t, explanation, "last-resort")
+	}
+	assert.Equal(t, 1.0, testutil.ToFloat64(f.h.metrics.outlier.lastResort), "not counted again")
 }

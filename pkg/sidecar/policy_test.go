@@ -30,7 +30,19 @@ type fakeState struct {
 	failed []string
 }
 
-func (f *fakeState) Health(c *routetable.Cluster) Health            { return f.health[c.Name] }
+func (f *fakeState) Health(c *routetable.Cluster) Health {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.health[c.Name]
+}
+
+// setHealth changes a cluster's health while requests may run.
+func (f *fakeState) setHealth(cluster string, h Health) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.health[cluster] = h
+}
+
 func (f *fakeState) PoolMetrics(c *routetable.Cluster) *PoolMetrics { return f.metrics[c.Name] }
 func (f *fakeState) Failed(c *routetable.Cluster) {
 	f.mu.Lock()

@@ -51,8 +51,9 @@ type observers struct {
 	// be told, by status, logged once per change; homes the backends whose
 	// clusters' capacities were unknown at their last home decision;
 	// lateBody the clusters whose EPP asks to change body chunks that went
-	// ahead, by what it asks, once per change.
-	prompts, takeovers, shims, homes, lateBody statelog.Log[string]
+	// ahead, by what it asks, once per change; lastResort the backends
+	// whose last request went to ejected clusters, no other being kept.
+	prompts, takeovers, shims, homes, lateBody, lastResort statelog.Log[string]
 }
 
 func newObservers(mem *clusterscore.Memory, failures FailureRecorder, metrics *Metrics, logger logr.Logger) *observers {
@@ -69,6 +70,7 @@ func (o *observers) retain(t *routetable.Table) {
 		clusters[c.Name] = true
 	}
 	o.prompts.Retain(func(b string) bool { return backends[b] })
+	o.lastResort.Retain(func(b string) bool { return backends[b] })
 	o.takeovers.Retain(func(c string) bool { return clusters[c] })
 	o.lateBody.Retain(func(c string) bool { return clusters[c] })
 }
@@ -89,6 +91,7 @@ func (o *observers) track(d *decision, start time.Time, explain bool) *tracker {
 		o.logger.V(4).Info("Cluster decision", "backend", d.backendName(), "homeOutcome", d.req.Home.Outcome, "scores", d.explanation)
 	}
 	o.homeDecision(d)
+	o.lastResortDecision(d)
 	if d.shimUnresolved && o.shims.Observe(strconv.Itoa(d.code), "", d.details).Loud() {
 		o.logger.Info("Cannot tell which shim pool a request is for; it is answered with an error (counted in mci_sidecar_requests_total{outcome=\"no_route\"}; logged again when the reason changes)", "code", d.code, "reason", d.details)
 	}
@@ -396,6 +399,23 @@ func (s *observedStream) explainIn(r *extprocv3.ProcessingResponse) bool {
 	}
 	common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, extproc.SetHeader(ScoresHeader, s.explain))
 	return true
+}
+
+// lastResortDecision counts a request sent to ejected clusters because
+// its backend's policy kept no other, and says once per change when a
+// backend's requests start and stop going there.
+func (o *observers) lastResortDecision(d *decision) {
+	backend := d.backendName()
+	if !d.req.LastResort {
+		if was, _ := o.lastResort.Clear(backend); was {
+			o.logger.Info("Requests go to clusters that are not ejected again", "backend", backend)
+		}
+		return
+	}
+	o.metrics.outlierLastResort(backend)
+	if o.lastResort.Observe(backend, "ejected", "").Loud() {
+		o.logger.Info("Requests go to clusters outlier detection ejected: the policy kept no other cluster of the backend (counted in mci_sidecar_outlier_last_resort_requests_total; said again when it ends)", "backend", backend)
+	}
 }
 
 // homeDecision counts the home placement's decision of a request, and

@@ -174,7 +174,7 @@ func (p *Picker) Pick(body []byte, h requestmodel.RequestHeaders, subset []strin
 		cands[j] = p.pool.metricsOf(snap, i)
 	}
 
-	blocks, match := p.prefixMatch(body, d.TargetModel, snap, ids)
+	blocks, match := p.prefixMatch(b.Prompt(), d.TargetModel, snap, ids)
 	d.PromptBlocks = len(blocks)
 	picked, err := p.schedule(d, ids, cands, match, snap.bases.Has(d.TargetModel), now)
 	if err != nil {
@@ -230,12 +230,13 @@ func candidates(snap *snapshot, model string, subset []string, hasSubset bool) (
 	return ids, nil
 }
 
-// prefixMatch reads the prompt blocks of body, scoped by the model it is
+// prefixMatch reads the prompt blocks of a body's prompt (gathered when its
+// model was read, so the body is read once), scoped by the model it is
 // sent for (each model and adapter has its own prefix cache), and how many
 // leading ones each candidate endpoint (ids) is taken to hold; nil, nil for
 // a body without a prompt.
-func (p *Picker) prefixMatch(body []byte, model string, snap *snapshot, ids []int) ([]uint64, []int) {
-	blocks, err := promptprefix.Blocks(nil, model, body)
+func (p *Picker) prefixMatch(prompt *promptprefix.Prompt, model string, snap *snapshot, ids []int) ([]uint64, []int) {
+	blocks, err := prompt.Blocks(nil, model)
 	if err != nil || len(blocks) == 0 {
 		return nil, nil
 	}

@@ -30,20 +30,61 @@ const (
 // ErrNoPrompt means a body has neither a prompt nor messages.
 var ErrNoPrompt = errors.New("request body has no prompt or messages")
 
-// promptBody is the part of an OpenAI completions or chat completions
-// request that makes the prompt.
-type promptBody struct {
-	Prompt   json.RawMessage `json:"prompt"`
-	Messages []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	} `json:"messages"`
+// message is one chat message, as encoding/json reads it.
+type message struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
 }
 
 // contentPart is one part of a chat message's content array.
 type contentPart struct {
 	Type string          `json:"type"`
 	Text json.RawMessage `json:"text"`
+}
+
+// Prompt is the members of a request body that make its prompt, gathered
+// by a reader that walks the body's top-level members anyway (the
+// sidecar's model lookup), so that the body is read once, not once for the
+// model and once more for the prompt.
+type Prompt struct {
+	prompt   json.RawMessage
+	messages []json.RawMessage
+}
+
+// Member records a top-level member of a request body that is a valid JSON
+// object: key is its name as sent (quoted, escapes included), value its
+// raw JSON value. Names match as encoding/json matches Blocks' struct
+// fields: without regard to case, the last "prompt" winning and each
+// "messages" decoded in turn into the same slice; so Prompt.Blocks hashes
+// what Blocks hashes.
+func (p *Prompt) Member(key, value []byte) {
+	name := key[1 : len(key)-1]
+	if bytes.IndexByte(name, '\\') >= 0 {
+		var k string
+		if json.Unmarshal(key, &k) != nil {
+			return
+		}
+		name = []byte(k)
+	}
+	switch {
+	case bytes.EqualFold(name, []byte("prompt")):
+		p.prompt = value
+	case bytes.EqualFold(name, []byte("messages")):
+		p.messages = append(p.messages, value)
+	}
+}
+
+// Blocks appends to dst the chained hashes of the prompt's full blocks,
+// as the package's Blocks does for the body the members came from; only
+// the messages are decoded, the rest of the body is not read again.
+func (p *Prompt) Blocks(dst []uint64, scope string) ([]uint64, error) {
+	var msgs []message
+	for _, m := range p.messages {
+		if err := json.Unmarshal(m, &msgs); err != nil {
+			return dst, fmt.Errorf("reading the prompt: %w", err)
+		}
+	}
+	return blocks(dst, scope, p.prompt, msgs)
 }
 
 // Blocks appends to dst the chained hashes of the prompt's full
@@ -61,14 +102,22 @@ type contentPart struct {
 // partial block is left out, as a model server caches full blocks only.
 // A hash is never 0.
 func Blocks(dst []uint64, scope string, body []byte) ([]uint64, error) {
-	var pb promptBody
+	var pb struct {
+		Prompt   json.RawMessage `json:"prompt"`
+		Messages []message       `json:"messages"`
+	}
 	if err := json.Unmarshal(body, &pb); err != nil {
 		return dst, fmt.Errorf("reading the prompt: %w", err)
 	}
+	return blocks(dst, scope, pb.Prompt, pb.Messages)
+}
+
+// blocks hashes a completions prompt or chat messages, as Blocks says.
+func blocks(dst []uint64, scope string, prompt json.RawMessage, msgs []message) ([]uint64, error) {
 	h := newBlockHasher(dst, scope)
 	switch {
-	case len(pb.Messages) > 0:
-		for _, m := range pb.Messages {
+	case len(msgs) > 0:
+		for _, m := range msgs {
 			h.writeString(m.Role)
 			h.writeString("\n")
 			if err := writeContent(&h, m.Content); err != nil {
@@ -76,8 +125,8 @@ func Blocks(dst []uint64, scope string, body []byte) ([]uint64, error) {
 			}
 			h.writeString("\n")
 		}
-	case len(pb.Prompt) > 0 && !bytes.Equal(pb.Prompt, []byte("null")):
-		if err := writeContent(&h, pb.Prompt); err != nil {
+	case len(prompt) > 0 && !bytes.Equal(prompt, []byte("null")):
+		if err := writeContent(&h, prompt); err != nil {
 			return dst, err
 		}
 	default:

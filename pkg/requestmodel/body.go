@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/mci-dev/mci/pkg/promptprefix"
 )
 
 // DefaultMaxRequestBodyBytes bounds a request body the EPP, or the sidecar
@@ -31,6 +33,8 @@ type Body struct {
 	// key twice; decoders keep the last value, which is the one Model
 	// returns, and a rewrite replaces them all so no reader sees another.
 	spans [][2]int
+	// prompt is what makes the prompt, gathered in the same walk.
+	prompt promptprefix.Prompt
 }
 
 // ParseBody parses raw, which the Body keeps (not copied).
@@ -44,6 +48,18 @@ type Body struct {
 // walked without decoding them: a prompt is skipped with a byte search, not
 // unmarshaled. This is about three times faster than a json.Decoder walk.
 func ParseBody(raw []byte) (*Body, error) {
+	b, err := ReadBody(raw)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// ReadBody is ParseBody for a reader that wants the prompt too, model or
+// not: on an ErrNoModel error it still returns the Body (its Model "") of
+// a body that is a JSON object, for its Prompt. On ErrNotJSON the Body is
+// nil.
+func ReadBody(raw []byte) (*Body, error) {
 	if !json.Valid(raw) {
 		// The slow decoder runs on this error path only, for its message.
 		var v any
@@ -58,6 +74,7 @@ func ParseBody(raw []byte) (*Body, error) {
 	}
 	b := &Body{raw: raw}
 	found := false
+	var modelErr error
 	// raw is valid JSON: every index below stays in bounds and every token
 	// is where the grammar puts it.
 	for i = skipSpace(raw, i+1); raw[i] != '}'; {
@@ -68,17 +85,28 @@ func ParseBody(raw []byte) (*Body, error) {
 		if isModelKey(key) {
 			var model string
 			if err := json.Unmarshal(raw[start:end], &model); err != nil {
-				return nil, fmt.Errorf(`%w: "model" is %s`, ErrNoModel, raw[start:end])
+				// The first such error is the one reported; the walk goes
+				// on for the prompt.
+				if modelErr == nil {
+					modelErr = fmt.Errorf(`%w: "model" is %s`, ErrNoModel, raw[start:end])
+				}
+			} else {
+				b.model, found = model, true
+				b.spans = append(b.spans, [2]int{start, end})
 			}
-			b.model, found = model, true
-			b.spans = append(b.spans, [2]int{start, end})
 		}
+		b.prompt.Member(key, raw[start:end])
 		if i = skipSpace(raw, end); raw[i] == ',' {
 			i = skipSpace(raw, i+1)
 		}
 	}
-	if !found || b.model == "" {
-		return nil, ErrNoModel
+	switch {
+	case modelErr != nil:
+		b.model, b.spans = "", nil
+		return b, modelErr
+	case !found || b.model == "":
+		b.model, b.spans = "", nil
+		return b, ErrNoModel
 	}
 	return b, nil
 }
@@ -158,6 +186,10 @@ func valueEnd(raw []byte, i int) int {
 		return j
 	}
 }
+
+// Prompt returns the members of the body that make its prompt, for
+// promptprefix to hash without reading the body again.
+func (b *Body) Prompt() *promptprefix.Prompt { return &b.prompt }
 
 // Model returns the body's model.
 func (b *Body) Model() string { return b.model }

@@ -193,12 +193,19 @@ func (dc decider) orderClusters(d *decision, req *extproc.Request, now time.Time
 	policy := policyOf(be, dc.session)
 	d.needs = policy.Needs()
 	pr := PickRequest{Now: now, Header: req.Header, Body: req.Body}
-	if d.needs.Criticality {
-		model := ""
-		if body, err := requestmodel.ParseBody(req.Body); err == nil {
-			model = body.Model()
+	if d.needs.Criticality || d.needs.Prompt {
+		// One walk of the body for both the model and the prompt.
+		body, err := requestmodel.ReadBody(req.Body)
+		if body != nil {
+			pr.Prompt = body.Prompt()
 		}
-		pr.Criticality = be.Criticality(model, requestmodel.ReadRequestHeaders(req.Header).Objective)
+		if d.needs.Criticality {
+			model := ""
+			if err == nil {
+				model = body.Model()
+			}
+			pr.Criticality = be.Criticality(model, requestmodel.ReadRequestHeaders(req.Header).Objective)
+		}
 	}
 	var ex *clusterscore.Explanation
 	if explain {

@@ -51,6 +51,10 @@ type PickRequest struct {
 	// not.
 	Header func(name string) string
 	Body   []byte
+	// Prompt is Body's prompt as the walk that read its model found it,
+	// so that the body is not read again; nil when Body is not a JSON
+	// object or was not walked, and then the prompt is read from Body.
+	Prompt *promptprefix.Prompt
 }
 
 // Needs are what a policy reads besides the backend and health, so that
@@ -142,7 +146,11 @@ func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, e
 	d := picked{req: clusterscore.Request{Criticality: req.Criticality, Now: req.Now, Scope: b.Scope()}}
 	needs := p.Needs()
 	if needs.Prompt && len(req.Body) > 0 {
-		d.req.Blocks, d.promptErr = promptprefix.Blocks(nil, d.req.Scope, req.Body)
+		if req.Prompt != nil {
+			d.req.Blocks, d.promptErr = req.Prompt.Blocks(nil, d.req.Scope)
+		} else {
+			d.req.Blocks, d.promptErr = promptprefix.Blocks(nil, d.req.Scope, req.Body)
+		}
 		if errors.Is(d.promptErr, promptprefix.ErrNoPrompt) {
 			// A request without a prompt has no prefix: nothing wrong.
 			d.promptErr = nil

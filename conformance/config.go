@@ -40,6 +40,11 @@ type Config struct {
 	// name defaults to the controller name the imports carry.
 	ImplementationName    string
 	ImplementationVersion string
+	// WatchHistoryChanges is how many changes to one cluster's imports
+	// push a resourceVersion out of the implementation's watch history: the
+	// only way a client can get a resourceVersion too old to watch from.
+	// 0 skips the test that needs one.
+	WatchHistoryChanges int
 }
 
 // AddFlags registers the suite's flags on fs. They are the same under go
@@ -65,6 +70,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&c.ImplementationName, "implementation-name", c.ImplementationName, "name of the implementation under test, for the report (default: the controller name its imports carry)")
+	fs.IntVar(&c.WatchHistoryChanges, "watch-history-changes", c.WatchHistoryChanges, "how many import changes outrun the implementation's watch history, for the 410 Gone test, which exports that many pools (0 skips it)")
 	fs.StringVar(&c.ImplementationVersion, "implementation-version", c.ImplementationVersion, "version of the implementation under test, for the report")
 }
 
@@ -86,6 +92,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PollTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--poll-timeout is %s", c.PollTimeout))
+	}
+	if c.WatchHistoryChanges < 0 {
+		errs = append(errs, fmt.Errorf("--watch-history-changes is %d", c.WatchHistoryChanges))
 	}
 	if c.Run != "" {
 		if _, err := regexp.Compile(c.Run); err != nil {

@@ -13,5 +13,6 @@ func AllTests() []Test {
 	all = append(all, statusTests()...)
 	all = append(all, optionalTests()...)
 	all = append(all, moreTests()...)
+	all = append(all, expiredTests()...)
 	return all
 }

@@ -64,6 +64,9 @@ type ExtraConfig struct {
 	// Exported parent status entry on the local cluster's exported
 	// InferencePools; nil writes nothing.
 	ExportedStatus *ExportedStatusConfig
+	// WatchHistorySize is how many changes of each resource a watch can
+	// resume across; virtual.DefaultHistorySize when 0.
+	WatchHistorySize int
 }
 
 // ExportedStatusConfig is what the Exported status controller writes
@@ -146,6 +149,10 @@ func (c CompletedConfig) New() (*MCIServer, error) {
 
 	summaryStore = virtual.NewStore(inferencepoolexportsummary.Resource{Index: cache}, localCluster{cache}, inferencepoolexportsummary.Describe().New)
 	clusterSummaryStore = virtual.NewStore(inferenceclustersummary.Resource{LocalName: local}, localCluster{cache}, inferenceclustersummary.Describe().New)
+
+	for _, s := range []*virtual.Store{importStore, exportStore, summaryStore, clusterSummaryStore} {
+		s.SetHistorySize(c.ExtraConfig.WatchHistorySize)
+	}
 
 	served, err := installGroup(generic, cache, importStore, exportStore, summaryStore, clusterSummaryStore)
 	if err != nil {

@@ -81,6 +81,9 @@ func mciAPIServerProcess(dir, binary, cluster, membersDir string, replica, port 
 	if flags.removeAfter > 0 {
 		p.Args = append(p.Args, "--member-remove-after="+flags.removeAfter.String())
 	}
+	if flags.watchHistorySize > 0 {
+		p.Args = append(p.Args, fmt.Sprintf("--watch-history-size=%d", flags.watchHistorySize))
+	}
 	if mode := flags.summariesFor(cluster); mode != "" {
 		p.Args = append(p.Args, "--member-summaries="+mode)
 	}
@@ -93,6 +96,7 @@ type mciServerFlags struct {
 	unreachableAfter, removeAfter time.Duration
 	memberSummaries               string
 	summariesOf                   map[string]string
+	watchHistorySize              int
 }
 
 // registerMCIAPIServer makes the aggregator of one cluster send

@@ -119,6 +119,7 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 			removeAfter:      opts.MemberRemoveAfter,
 			memberSummaries:  opts.MemberSummaries,
 			summariesOf:      opts.MemberSummariesOf,
+			watchHistorySize: opts.WatchHistorySize,
 		},
 		summaryReaderOnly: opts.SummaryReaderOnly,
 	}

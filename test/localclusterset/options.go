@@ -49,6 +49,10 @@ type Options struct {
 	// names, so that one ClusterSet can hold readers of both modes side by
 	// side (the benchmark compares them on the same changes).
 	MemberSummariesOf map[string]string
+	// WatchHistorySize is every mci-apiserver's --watch-history-size, the
+	// server's default when 0: a short history lets a test outrun it
+	// (the conformance suite's 410 Gone test).
+	WatchHistorySize int
 	// SummaryReaderOnly grants the identity of the members/ kubeconfigs
 	// the read of mci-apiserver's summaries only, as a member in summary
 	// mode grants the others (artifacts/deploy/mci-apiserver): an

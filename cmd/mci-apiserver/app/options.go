@@ -37,6 +37,7 @@ import (
 	"github.com/mci-dev/mci/pkg/exportstatus"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	generatedopenapi "github.com/mci-dev/mci/pkg/generated/openapi"
+	"github.com/mci-dev/mci/pkg/registry/virtual"
 	"github.com/mci-dev/mci/pkg/servingcert"
 	"github.com/mci-dev/mci/pkg/version"
 )
@@ -57,6 +58,7 @@ type Options struct {
 	UnreachableAfter    time.Duration
 	RemoveAfter         time.Duration
 	MemberSummaries     string
+	WatchHistorySize    int
 	// MemberLimits bound what each member may make this server hold.
 	MemberLimits clusterset.Limits
 	// ServingCertSecret, when set, names the Secret in Namespace that holds
@@ -109,6 +111,7 @@ func NewOptions() *Options {
 		UnreachableAfter: 10 * time.Second,
 		RemoveAfter:      5 * time.Minute,
 		MemberSummaries:  string(clusterset.SummariesAuto),
+		WatchHistorySize: virtual.DefaultHistorySize,
 		MemberLimits:     clusterset.DefaultLimits,
 		ExportedStatus:   true,
 	}
@@ -167,6 +170,7 @@ status entry of each exported InferencePool (one elected replica writes;
 	fs.StringVar(&o.MemberSummaries, "member-summaries", o.MemberSummaries, "How members other than the local cluster are read: \"auto\" reads a member through the InferencePoolExportSummaries and InferenceClusterSummary its own mci-apiserver publishes (two watches, no watch of its objects) when its API discovery lists them, and watches its InferencePools, Namespaces, Services, EndpointSlices and Gateways otherwise; \"never\" always watches its objects. See docs/membership.md.")
 	fs.DurationVar(&o.RemoveAfter, "member-remove-after", o.RemoveAfter, "How long a member may fail to answer before its data is dropped: the pools it exported leave the imports (watchers see them change or go) until it answers again. Must exceed --member-unreachable-after.")
 	fs.StringVar(&o.ServingCertSecret, "serving-cert-secret", o.ServingCertSecret, "Name of a kubernetes.io/tls Secret in --namespace to serve with, for clusters without cert-manager: when missing, or no longer valid for the Service that APIService "+apiServiceName+" names, or past two thirds of its validity (checked every minute while the server runs), the server creates a certificate signed by a new self-signed CA there, and writes that CA into the APIService's caBundle. Replicas share the Secret. Exclusive with --tls-cert-file.")
+	fs.IntVar(&o.WatchHistorySize, "watch-history-size", o.WatchHistorySize, "How many changes of each served resource a watch can resume across (an eighth more are kept between two cuts of the history). A watch from an older resourceVersion is answered 410 Gone and the client relists; each change kept costs about 50 bytes.")
 	addMemberLimitFlags(fs, &o.MemberLimits)
 	addClusterProfileFlags(fs, o)
 	version.AddFlag(cmd)
@@ -241,6 +245,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--member-remove-after (%s) must exceed --member-unreachable-after (%s)", o.RemoveAfter, o.UnreachableAfter))
 	}
 	errs = append(errs, validateMemberLimits(o.MemberLimits)...)
+	if o.WatchHistorySize < 1 {
+		errs = append(errs, fmt.Errorf("--watch-history-size must be at least 1, not %d", o.WatchHistorySize))
+	}
 	switch clusterset.Summaries(o.MemberSummaries) {
 	case clusterset.SummariesAuto, clusterset.SummariesNever:
 	default:
@@ -314,8 +321,9 @@ func (o *Options) Config() (*apiserver.Config, error) {
 				Summaries:        clusterset.Summaries(o.MemberSummaries),
 				Limits:           o.MemberLimits,
 			},
-			Sources:        sources,
-			ExportedStatus: exported,
+			Sources:          sources,
+			ExportedStatus:   exported,
+			WatchHistorySize: o.WatchHistorySize,
 		},
 	}, nil
 }

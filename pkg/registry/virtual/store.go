@@ -53,10 +53,10 @@ type Snapshotter interface {
 // ClusterSet checks again.
 var baselineInterval = time.Second
 
-// historySize bounds how many changes a watch can resume across (up to
-// historySlack more are kept between two cuts). An older resourceVersion
-// gets 410 Gone and the client relists.
-const historySize = 20000
+// DefaultHistorySize is how many changes a watch can resume across unless
+// SetHistorySize says otherwise (up to an eighth more are kept between two
+// cuts). An older resourceVersion gets 410 Gone and the client relists.
+const DefaultHistorySize = 20000
 
 type change struct {
 	typ  watch.EventType
@@ -117,8 +117,10 @@ type Store struct {
 	// historyEnd is the version of the last.
 	history      []change
 	historyStart Version
-	historyEnd   Version
-	watchers     map[*watcher]struct{}
+	// historySize is how many changes of the history a cut keeps.
+	historySize int
+	historyEnd  Version
+	watchers    map[*watcher]struct{}
 	// advanced is closed (and replaced) whenever version moves, waking
 	// requests that wait for a version this Store has not reached yet.
 	advanced chan struct{}
@@ -149,6 +151,7 @@ func NewStore(resource Resource, cluster Snapshotter, newFunc func() Object) *St
 	epoch := uint64(time.Now().UnixMilli())
 	return &Store{
 		epoch:          epoch,
+		historySize:    DefaultHistorySize,
 		resource:       resource,
 		cluster:        cluster,
 		newFunc:        newFunc,
@@ -242,14 +245,19 @@ func (s *Store) takeBaseline() {
 	}
 }
 
-// historySlack is how far the history may run over historySize before it
-// is cut back to it: cutting at every change would copy the whole history
-// (20,000 changes, about a megabyte) at every change once it is full.
-const historySlack = historySize / 8
+// SetHistorySize sets how many changes a watch can resume across; an
+// eighth more are kept between two cuts (cutting at every change would copy
+// the whole history, about a megabyte at the default size, at every change
+// once it is full). Call it before Run; n below 1 keeps the default.
+func (s *Store) SetHistorySize(n int) {
+	if n >= 1 {
+		s.historySize = n
+	}
+}
 
 func (s *Store) appendHistoryLocked(changes []change) {
 	s.history = append(s.history, changes...)
-	if over := len(s.history) - historySize; over > historySlack {
+	if over := len(s.history) - s.historySize; over > s.historySize/8 {
 		for _, c := range s.history[:over] {
 			s.cutLocked(c.step)
 		}

@@ -237,6 +237,33 @@ func TestWatchOlderThanTheHistoryIsGone(t *testing.T) {
 	assert.True(t, apierrors.IsResourceExpired(err) || apierrors.IsGone(err), "%v", err)
 }
 
+func TestAWatchOutrunByMoreChangesThanTheHistorySizeIsGone(t *testing.T) {
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	s := NewStore(r, emptySnapshot{}, func() Object { return &inference.InferencePoolImport{} })
+	s.SetHistorySize(4)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go s.Run(ctx)
+	require.Eventually(t, s.Ready, 5*time.Second, 5*time.Millisecond)
+	_, start, _ := s.ListWithOptions(context.Background(), ListOptions{})
+
+	// Four changes fit the history; the sixth runs it over by more than an
+	// eighth and cuts the changes start needs.
+	for i := range 6 {
+		name := fmt.Sprintf("pool-%d", i)
+		r.set("ns", name, nil, "cluster-a")
+		notifyPool(s, "cluster-a", "ns", name, uint64(100+i))
+		require.Eventually(t, func() bool { _, ok, _ := s.Get("ns", name); return ok }, 5*time.Second, 5*time.Millisecond)
+		if i == 3 {
+			w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: start})
+			require.NoError(t, err, "four changes are within a history of four")
+			w.Stop()
+		}
+	}
+	_, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: start})
+	assert.True(t, apierrors.IsResourceExpired(err) || apierrors.IsGone(err), "%v", err)
+}
+
 func TestWatchWithInitialEventsEndsThemWithABookmark(t *testing.T) {
 	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
 	r.set("ns", "a", nil, "cluster-a")
@@ -529,13 +556,13 @@ func TestAForeignVersionResumesWithoutReplayingADeletionThatWasUndone(t *testing
 }
 
 // BenchmarkAppendToAFullHistory is the cost of recording one change once
-// the history holds historySize changes, as it does on a busy server.
+// the history holds DefaultHistorySize changes, as it does on a busy server.
 func BenchmarkAppendToAFullHistory(b *testing.B) {
 	s := NewStore(&tableResource{}, emptySnapshot{}, func() Object { return &inference.InferencePoolImport{} })
 	e, err := s.encode(&inference.InferencePoolImport{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}})
 	require.NoError(b, err)
 	one := []change{{typ: watch.Modified, obj: e, prev: e, step: &historyStep{moved: versionStep{{name: "cluster-a", value: 1}}}}}
-	for range historySize {
+	for range DefaultHistorySize {
 		s.appendHistoryLocked(one)
 	}
 	b.ReportAllocs()

@@ -2,7 +2,7 @@
 // the background, for `make clusterset-up` and `make run`:
 //
 //	clusterset up [--clusters=N | --names=a,b,c] [--dir=_output/clusterset] [--mci-apiserver=_output/bin/mci-apiserver]
-//	              [--member-summaries=auto|never] [--summary-reader-only]
+//	              [--member-summaries=auto|never] [--summary-reader-only] [--watch-history-size=N]
 //	clusterset down [--dir=_output/clusterset]
 //	clusterset status [--dir=_output/clusterset]
 //	clusterset apply-examples [--dir=_output/clusterset] [--examples=artifacts/examples] [--datapath [--datapath-loopback-block=90]]
@@ -82,10 +82,11 @@ func up(ctx context.Context, args []string) error {
 	names := flags.String("names", "", "comma-separated member cluster names, instead of --clusters")
 	mci := flags.String("mci-apiserver", defaultMCIAPIServer, `mci-apiserver binary to run in every cluster; "" runs none`)
 	summaries := flags.String("member-summaries", "", "every mci-apiserver's --member-summaries: auto (summary mode, the default) or never (full mode)")
+	watchHistory := flags.Int("watch-history-size", 0, "every mci-apiserver's --watch-history-size (default: the server's)")
 	summaryReaderOnly := flags.Bool("summary-reader-only", false, "grant the member identity the read of mci-apiserver's summaries only, so that summary mode is the only one that works")
 	_ = flags.Parse(args)
 
-	opts := localclusterset.Options{Dir: *dir, Detached: true, Log: os.Stderr, MemberSummaries: *summaries, SummaryReaderOnly: *summaryReaderOnly}
+	opts := localclusterset.Options{Dir: *dir, Detached: true, Log: os.Stderr, MemberSummaries: *summaries, SummaryReaderOnly: *summaryReaderOnly, WatchHistorySize: *watchHistory}
 	switch {
 	case *count != 0 && *names != "":
 		return errors.New("give --clusters or --names, not both")

@@ -170,23 +170,7 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 	req.Home, req.LastResort = HomeDecision{}, false
 	start := len(order)
 	shedding := req.Criticality == scheduling.Sheddable && p.has[routingpolicy.FilterSaturation]
-	anySaturated := false
-	anyEjected := false
-	for i := range cands {
-		s := &slots[i]
-		p.classify(&cands[i], req.Now, false, s)
-		if s.verdict == DroppedSaturated && !shedding {
-			s.verdict = Kept
-		}
-		anySaturated = anySaturated || s.verdict == DroppedSaturated
-		anyEjected = anyEjected || s.verdict == DroppedEjected
-		if s.verdict == Kept {
-			order = append(order, i)
-		}
-	}
-	if len(order) == start && anyEjected {
-		order = p.keepEjected(req, cands, slots, shedding, order)
-	}
+	order, anySaturated := p.filter(req, cands, slots, shedding, order)
 	kept := order[start:]
 	if len(kept) == 0 && anySaturated && !p.localLeads(cands) {
 		if ex != nil {
@@ -220,6 +204,29 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 		ex.Home, ex.LastResort = home, req.LastResort
 	}
 	return order, nil
+}
+
+// filter classifies every candidate and appends the kept ones to order,
+// the ejected ones too when no other is kept (keepEjected); anySaturated
+// says whether a sheddable request found a saturated candidate.
+func (p *Pipeline) filter(req *Request, cands []Candidate, slots []slot, shedding bool, order []int) (_ []int, anySaturated bool) {
+	start, anyEjected := len(order), false
+	for i := range cands {
+		s := &slots[i]
+		p.classify(&cands[i], req.Now, false, s)
+		if s.verdict == DroppedSaturated && !shedding {
+			s.verdict = Kept
+		}
+		anySaturated = anySaturated || s.verdict == DroppedSaturated
+		anyEjected = anyEjected || s.verdict == DroppedEjected
+		if s.verdict == Kept {
+			order = append(order, i)
+		}
+	}
+	if len(order) == start && anyEjected {
+		order = p.keepEjected(req, cands, slots, shedding, order)
+	}
+	return order, anySaturated
 }
 
 // keepEjected classifies the ejected candidates again as if they were

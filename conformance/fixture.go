@@ -63,6 +63,16 @@ func (f *fixture) createNamespace(c *Cluster) {
 	f.t.Cleanup(func() { f.deleteNamespace(c) })
 }
 
+// companion creates, in c, a second namespace of the test's own (the
+// test's namespace with suffix) and returns a fixture for it; the namespace
+// is deleted after the test.
+func (f *fixture) companion(c *Cluster, suffix string) *fixture {
+	f.t.Helper()
+	other := &fixture{t: f.t, ns: f.ns + "-" + suffix}
+	other.createNamespace(c)
+	return other
+}
+
 // deleteNamespace deletes the namespace in c; deleting it twice is fine.
 func (f *fixture) deleteNamespace(c *Cluster) {
 	err := c.Kube.CoreV1().Namespaces().Delete(context.Background(), f.ns, metav1.DeleteOptions{})

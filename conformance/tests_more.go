@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -26,6 +27,9 @@ const (
 		"the exported pool's parent Gateways (the export-mode annotation: ParentMode routes through the pool's parents)"
 	reqReferenceGrant = "Gateway API HTTPRoute backendRefs: a reference to another namespace is permitted only by a ReferenceGrant there " +
 		"(condition ResolvedRefs, reason RefNotPermitted otherwise), on the import's parent entry (upstream ImportController.parents[].conditions)"
+	reqAllowedRoutes = "Gateway API Listener allowedRoutes.namespaces: a route attaches to a listener of a Gateway in another namespace only when the listener " +
+		"allows the route's namespace (from Same by default, All, or Selector over the namespace's labels); on the import's parent entry " +
+		"(upstream ImportController.parents[], the InferencePool's ParentStatus) a Gateway that refuses the route is Accepted False, reason HTTPRouteNotAccepted"
 	reqWatchList = "Kubernetes API streaming lists (sendInitialEvents=true, which client-go informers use where the server supports it): " +
 		"the current imports as ADDED events, then a bookmark annotated k8s.io/initial-events-end"
 )
@@ -49,6 +53,12 @@ func moreTests() []Test {
 			Requirement: reqReferenceGrant,
 			Label:       Optional,
 			Run:         testReferenceGrant,
+		},
+		{
+			Name:        "a Gateway in another namespace accepts the route to the import only once its listener's allowedRoutes admit the route's namespace",
+			Requirement: reqAllowedRoutes,
+			Label:       Optional,
+			Run:         testAllowedRoutes,
 		},
 		{
 			Name:        "a streaming list sends the imports and then the initial-events-end bookmark",
@@ -166,6 +176,27 @@ func (f *fixture) setPoolParent(c *Cluster, name string, entry map[string]any) {
 
 func (f *fixture) writeStatus(c *Cluster, gvr schema.GroupVersionResource, name string, change func(*unstructured.Unstructured)) {
 	f.t.Helper()
+	f.write(c, gvr, name, "the status of ", change, func(api dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
+		_, err := api.UpdateStatus(f.ctx(), obj, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// writeSpec changes an object of the fixture's namespace, as its owner
+// would.
+func (f *fixture) writeSpec(c *Cluster, gvr schema.GroupVersionResource, name string, change func(*unstructured.Unstructured)) {
+	f.t.Helper()
+	f.write(c, gvr, name, "", change, func(api dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
+		_, err := api.Update(f.ctx(), obj, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// write reads an object, changes it and writes it with update, retrying a
+// conflict.
+func (f *fixture) write(c *Cluster, gvr schema.GroupVersionResource, name, what string, change func(*unstructured.Unstructured),
+	update func(dynamic.ResourceInterface, *unstructured.Unstructured) error) {
+	f.t.Helper()
 	api := c.Dynamic.Resource(gvr).Namespace(f.ns)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		obj, err := api.Get(f.ctx(), name, metav1.GetOptions{})
@@ -173,11 +204,10 @@ func (f *fixture) writeStatus(c *Cluster, gvr schema.GroupVersionResource, name 
 			return err
 		}
 		change(obj)
-		_, err = api.UpdateStatus(f.ctx(), obj, metav1.UpdateOptions{})
-		return err
+		return update(api, obj)
 	})
 	if err != nil {
-		f.t.Fatalf("writing the status of %s %s/%s in %s: %v", gvr.Resource, f.ns, name, c.Name, err)
+		f.t.Fatalf("writing %s%s %s/%s in %s: %v", what, gvr.Resource, f.ns, name, c.Name, err)
 	}
 }
 
@@ -187,18 +217,8 @@ func testReferenceGrant(t *T) {
 		t.Skipf("%s serves no Gateway API HTTPRoutes and ReferenceGrants", b.Name)
 	}
 	// The route and its Gateway live in a namespace of their own.
-	routes := f.ns + "-routes"
-	if _, err := b.Kube.CoreV1().Namespaces().Create(f.ctx(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: routes, Labels: map[string]string{managedByLabel: managedByValue},
-	}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating namespace %s in %s: %v", routes, b.Name, err)
-	}
-	t.Cleanup(func() {
-		if err := b.Kube.CoreV1().Namespaces().Delete(context.Background(), routes, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("deleting namespace %s in %s: %v", routes, b.Name, err)
-		}
-	})
-	other := &fixture{t: t, ns: routes}
+	other := f.companion(b, "routes")
+	routes := other.ns
 	other.create(b, gatewaysGVR, map[string]any{
 		"apiVersion": gatewaysGVR.GroupVersion().String(), "kind": "Gateway",
 		"metadata": map[string]any{"name": "gw", "namespace": routes},
@@ -217,7 +237,7 @@ func testReferenceGrant(t *T) {
 			}}}},
 		},
 	})
-	f.eventually("without a ReferenceGrant the parent's ResolvedRefs is False", f.parentResolvedRefs(b, routes, "False"))
+	f.eventually("without a ReferenceGrant the parent's ResolvedRefs is False", f.parentCondition(b, routes, "ResolvedRefs", "False", ""))
 	f.create(b, referenceGrantsGVR, map[string]any{
 		"apiVersion": referenceGrantsGVR.GroupVersion().String(), "kind": "ReferenceGrant",
 		"metadata": map[string]any{"name": "routes-to-imports", "namespace": f.ns},
@@ -226,12 +246,54 @@ func testReferenceGrant(t *T) {
 			"to":   []any{map[string]any{"group": importsGVR.Group, "kind": "InferencePoolImport"}},
 		},
 	})
-	f.eventually("with the ReferenceGrant the parent's ResolvedRefs is True", f.parentResolvedRefs(b, routes, "True"))
+	f.eventually("with the ReferenceGrant the parent's ResolvedRefs is True", f.parentCondition(b, routes, "ResolvedRefs", "True", ""))
 }
 
-// parentResolvedRefs holds when the import's parent Gateway gw of
-// namespace ns has ResolvedRefs of the given status.
-func (f *fixture) parentResolvedRefs(c *Cluster, ns, want string) condition {
+func testAllowedRoutes(t *T) {
+	f, _, b := importedPool(t)
+	if !serves(t, b, httpRoutesGVR) || !serves(t, b, gatewaysGVR) {
+		t.Skipf("%s serves no Gateway API v1 Gateways and HTTPRoutes", b.Name)
+	}
+	// The Gateway lives in a namespace of its own; the route beside the
+	// import, so that no ReferenceGrant is involved.
+	gateways := f.companion(b, "gateways")
+	listener := func(namespaces map[string]any) map[string]any {
+		return map[string]any{"name": "http", "protocol": "HTTP", "port": int64(80), "allowedRoutes": map[string]any{"namespaces": namespaces}}
+	}
+	gateways.create(b, gatewaysGVR, map[string]any{
+		"apiVersion": gatewaysGVR.GroupVersion().String(), "kind": "Gateway",
+		"metadata": map[string]any{"name": "gw", "namespace": gateways.ns},
+		"spec": map[string]any{
+			"gatewayClassName": gatewayClass,
+			"listeners":        []any{listener(map[string]any{"from": "Same"})},
+		},
+	})
+	f.create(b, httpRoutesGVR, map[string]any{
+		"apiVersion": httpRoutesGVR.GroupVersion().String(), "kind": "HTTPRoute",
+		"metadata": map[string]any{"name": "route", "namespace": f.ns},
+		"spec": map[string]any{
+			"parentRefs": []any{map[string]any{"name": "gw", "namespace": gateways.ns}},
+			"rules": []any{map[string]any{"backendRefs": []any{map[string]any{
+				"group": importsGVR.Group, "kind": "InferencePoolImport", "name": "pool",
+			}}}},
+		},
+	})
+	f.eventually("a listener that allows only its own namespace leaves the parent Accepted False, HTTPRouteNotAccepted",
+		f.parentCondition(b, gateways.ns, "Accepted", "False", "HTTPRouteNotAccepted"))
+	// Every namespace carries its name as a label (kubernetes.io/metadata.name),
+	// the usual way to admit one namespace by selector.
+	admitted := listener(map[string]any{"from": "Selector", "selector": map[string]any{"matchLabels": map[string]any{corev1.LabelMetadataName: f.ns}}})
+	gateways.writeSpec(b, gatewaysGVR, "gw", func(obj *unstructured.Unstructured) {
+		_ = unstructured.SetNestedSlice(obj.Object, []any{admitted}, "spec", "listeners")
+	})
+	f.eventually("a listener whose selector admits the route's namespace makes the parent Accepted True",
+		f.parentCondition(b, gateways.ns, "Accepted", "True", ""))
+}
+
+// parentCondition holds when the import's parent Gateway gw of namespace
+// ns has a condition of type typ with the given status (and reason, when
+// one is given).
+func (f *fixture) parentCondition(c *Cluster, ns, typ, want, reason string) condition {
 	return func(ctx context.Context) (bool, string) {
 		imp, err := f.getImport(c, "pool")
 		if err != nil || imp == nil {
@@ -242,7 +304,8 @@ func (f *fixture) parentResolvedRefs(c *Cluster, ns, want string) condition {
 			for _, p := range ctrl.Parents {
 				for _, cond := range p.Conditions {
 					seen = append(seen, fmt.Sprintf("%s/%s %s=%s %s", p.ParentRef.Namespace, p.ParentRef.Name, cond.Type, cond.Status, cond.Reason))
-					if p.ParentRef.Name == "gw" && p.ParentRef.Namespace == ns && cond.Type == "ResolvedRefs" && string(cond.Status) == want {
+					if p.ParentRef.Name == "gw" && p.ParentRef.Namespace == ns && cond.Type == typ && string(cond.Status) == want &&
+						(reason == "" || cond.Reason == reason) {
 						return true, ""
 					}
 				}

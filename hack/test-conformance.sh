@@ -48,25 +48,28 @@ for mode in ${MODES}; do
   start=${SECONDS}
   echo "+++ ${mode} mode: starting a local ClusterSet in ${out}/clusterset" >&2
   status=0
+  # errexit does not apply inside a subshell on the left of ||: every step
+  # that can fail ends the subshell with its status itself.
   (
     trap '"${OUTPUT_BIN}/clusterset" down --dir="${out}/clusterset"' EXIT
     "${OUTPUT_BIN}/clusterset" up --names="$(IFS=,; echo "${clusters[*]}")" --dir="${out}/clusterset" \
-      --mci-apiserver="${OUTPUT_BIN}/mci-apiserver" "${up_flags[@]}" "${history[@]}" >"${out}/clusterset-up.log"
+      --mci-apiserver="${OUTPUT_BIN}/mci-apiserver" "${up_flags[@]}" "${history[@]}" >"${out}/clusterset-up.log" || exit
     kubeconfigs=()
     for c in "${clusters[@]}"; do kubeconfigs+=("${out}/clusterset/${c}.kubeconfig"); done
     # One kubeconfig with the three contexts, as a user would hand the
     # suite; without kubectl the suite reads the three files as KUBECONFIG does.
     kubeconfig="$(IFS=:; echo "${kubeconfigs[*]}")"
     if command -v kubectl >/dev/null; then
-      KUBECONFIG="${kubeconfig}" kubectl config view --flatten >"${out}/kubeconfig"
+      KUBECONFIG="${kubeconfig}" kubectl config view --flatten >"${out}/kubeconfig" || exit
       kubeconfig="${out}/kubeconfig"
     fi
     echo "+++ ${mode} mode: ClusterSet up after $((SECONDS - start))s; running the suite" >&2
     suite_start=${SECONDS}
     # shellcheck disable=SC2086 # CONFORMANCE_FLAGS is a list of flags
     "${OUTPUT_BIN}/mci-conformance" --kubeconfig="${kubeconfig}" --contexts="$(IFS=,; echo "${clusters[*]}")" \
-      --report-dir="${out}" --implementation-version="${VERSION} (${mode} mode)" "${history_changes[@]}" ${FLAGS}
+      --report-dir="${out}" --implementation-version="${VERSION} (${mode} mode)" "${history_changes[@]}" ${FLAGS} || suite=$?
     echo "+++ ${mode} mode: the suite ran in $((SECONDS - suite_start))s" >&2
+    exit "${suite:-0}"
   ) || status=$?
   echo "+++ ${mode} mode: $((SECONDS - start))s in all; report in ${out}/report.html" >&2
   if [[ ${status} -ne 0 ]]; then

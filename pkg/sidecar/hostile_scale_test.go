@@ -35,12 +35,11 @@ import (
 	"github.com/mci-dev/mci/test/hostileepp"
 )
 
-// The hostile EPP harness's sizes: requests of the hostile EPP's import
-// and of a well-behaved cluster's, run by this many concurrent gateway
-// streams; its heap cap (the whole test process: the sidecar, the EPPs
-// and the gateway client).
+// The hostile EPP harness's sizes: requests of a well-behaved cluster's
+// import (beside one for each hostile case), run by this many concurrent
+// gateway streams; its heap cap (the whole test process: the sidecar, the
+// EPPs and the gateway client).
 const (
-	hostileRequests = 700
 	honestRequests  = 300
 	hostileStreams  = 256
 	hostileHeapCap  = 160 << 20
@@ -81,7 +80,8 @@ func TestAHostileEPPAtScaleGetsNothingThroughToTheGateway(t *testing.T) {
 	t.Logf("seed %d (MCI_HOSTILE_EPP_SEED=%d replays it)", seed, seed)
 
 	serviceRange, podRange := netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("10.244.0.0/16")
-	cases := hostileepp.Generate(seed, hostileRequests, hostileepp.Config{
+	// Enough cases for an immediate response of every status.
+	cases := hostileepp.Generate(seed, hostileepp.Rounds(hostileepp.ImmediateRoundsForEveryStatus()), hostileepp.Config{
 		Port:         8000,
 		Addresses:    []netip.Addr{netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.1.0.2"), netip.MustParseAddr("10.1.0.3")},
 		ServiceRange: serviceRange,
@@ -122,17 +122,21 @@ func TestAHostileEPPAtScaleGetsNothingThroughToTheGateway(t *testing.T) {
 	took := time.Since(start)
 	maxHeap := heap()
 	t.Logf("%d requests (%d to the hostile EPP's import) in %v, at most %d streams at once; heap at most %d MiB (cap %d MiB)",
-		len(results), hostileRequests, took.Round(time.Millisecond), peak, maxHeap>>20, hostileHeapCap>>20)
+		len(results), len(cases), took.Round(time.Millisecond), peak, maxHeap>>20, hostileHeapCap>>20)
 
-	byClass := map[string]int{}
+	byClass, statuses := map[string]int{}, map[string]bool{}
 	for _, r := range results {
 		r.check(t)
 		if r.c != nil {
 			byClass[r.c.Class]++
+			statuses[r.c.Detail] = statuses[r.c.Detail] || r.c.Class == "an immediate response"
 		}
 	}
 	for _, class := range hostileepp.Classes() {
 		assert.NotZero(t, byClass[class], "class %q was run", class)
+	}
+	for _, code := range hostileepp.Statuses() {
+		assert.True(t, statuses[strconv.Itoa(code)], "an immediate response of status %d was run", code)
 	}
 	assert.Zero(t, hostile.Unknown.Load(), "every request the hostile EPP got named its case")
 	assert.Zero(t, hostile.Credentialed.Load(), "the client's credentials never reach the hostile EPP")

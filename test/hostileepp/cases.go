@@ -105,20 +105,35 @@ type Config struct {
 type class struct {
 	name string
 	make func(g *gen) (detail string, act action, want Want)
+	// weight is how many cases of it each round of classes has (1 when
+	// 0).
+	weight int
 }
 
 // gen draws a case's parameters.
 type gen struct {
 	r   *rand.Rand
 	cfg Config
+	// statuses are the immediate responses' statuses, swept from a drawn
+	// start: statuses[immediates%len].
+	statuses   []int
+	immediates int
 }
 
-// Generate returns n cases drawn with seed: case i is of class i modulo the
-// number of classes (so n of at least len(Classes()) covers each), its
-// parameters and response phase drawn at random.
+// Generate returns n cases drawn with seed, of the classes in rounds (each
+// class once, or weight times, a round): n of at least Rounds(1) covers
+// every class, and an immediate response of every status (Statuses) once
+// n reaches Rounds(ImmediateRoundsForEveryStatus). Their parameters and
+// response phases are drawn at random.
 func Generate(seed uint64, n int, cfg Config) []*Case {
-	g := &gen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), cfg: cfg}
-	all := classes()
+	g := &gen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), cfg: cfg, statuses: Statuses()}
+	g.immediates = g.r.IntN(len(g.statuses))
+	var all []class
+	for _, cl := range classes() {
+		for range max(cl.weight, 1) {
+			all = append(all, cl)
+		}
+	}
 	cases := make([]*Case, n)
 	for i := range cases {
 		cl := all[i%len(all)]
@@ -131,6 +146,25 @@ func Generate(seed uint64, n int, cfg Config) []*Case {
 	}
 	return cases
 }
+
+// Rounds is how many cases make rounds rounds of every class.
+func Rounds(rounds int) int {
+	n := 0
+	for _, cl := range classes() {
+		n += max(cl.weight, 1)
+	}
+	return rounds * n
+}
+
+// ImmediateRoundsForEveryStatus is how many rounds of classes draw an
+// immediate response of every status.
+func ImmediateRoundsForEveryStatus() int {
+	return (len(Statuses()) + immediateWeight - 1) / immediateWeight
+}
+
+// immediateWeight is the weight of the immediate responses' class: they
+// sweep the statuses.
+const immediateWeight = 4
 
 // Classes names every class Generate draws from, in order.
 func Classes() []string {
@@ -294,7 +328,7 @@ func classes() []class {
 		{name: "a body that never ends", make: func(g *gen) (string, action, Want) {
 			return "1 KiB chunks", endlessBody(g.good()), Want{Reason: ReasonProtocol}
 		}},
-		{name: "an immediate response", make: immediateResponse},
+		{name: "an immediate response", make: immediateResponse, weight: immediateWeight},
 		{name: "a message past gRPC's receive limit", make: func(g *gen) (string, action, Want) {
 			return "5 MiB", oversized(g.good(), 5<<20), Want{Fails: true}
 		}},
@@ -306,9 +340,9 @@ func classes() []class {
 	}
 }
 
-// statuses are the immediate response statuses drawn: every status
-// net/http knows, and some it does not.
-func statuses() []int {
+// Statuses are the immediate responses' statuses: every status net/http
+// knows, and some it does not.
+func Statuses() []int {
 	codes := []int{0, 1, 99, 600, 999, 1 << 20}
 	for c := 100; c < 600; c++ {
 		if http.StatusText(c) != "" {
@@ -318,14 +352,10 @@ func statuses() []int {
 	return codes
 }
 
+// immediateResponse is the next status of the sweep.
 func immediateResponse(g *gen) (string, action, Want) {
-	all := statuses()
-	code := all[g.r.IntN(len(all))]
-	// Draw the statuses that pass (or send the request on) more often than
-	// their share, so that each is seen.
-	if g.r.IntN(3) == 0 {
-		code = []int{400, 404, 413, 429, 503}[g.r.IntN(5)]
-	}
+	code := g.statuses[g.immediates%len(g.statuses)]
+	g.immediates++
 	want := Want{Reason: ReasonImmediateStatus}
 	switch code {
 	case 400, 404, 413, 429:

@@ -40,9 +40,9 @@ import (
 // gateway streams; its heap cap (the whole test process: the sidecar, the
 // EPPs and the gateway client).
 const (
-	honestRequests  = 300
-	hostileStreams  = 256
-	hostileHeapCap  = 160 << 20
+	honestRequests = 300
+	hostileStreams = 256
+	hostileHeapCap = 160 << 20
 )
 
 // The destinations of the harness's clusters: the backup of the hostile

@@ -330,7 +330,7 @@ func classes() []class {
 		}},
 		{name: "an immediate response", make: immediateResponse, weight: immediateWeight},
 		{name: "a message past gRPC's receive limit", make: func(g *gen) (string, action, Want) {
-			return "5 MiB", oversized(g.good(), 5<<20), Want{Fails: true}
+			return "5 MiB", oversized(g.good(), 5<<20), Want{Reason: ReasonProtocol}
 		}},
 		{name: "a garbled or truncated stream", make: garbled},
 		{name: "an answer that never ends", make: func(g *gen) (string, action, Want) {

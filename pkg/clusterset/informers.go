@@ -121,7 +121,7 @@ func (m *member) objectInformers(ctx context.Context, served servedapis.Set, log
 func (m *member) kubeInformers(ctx context.Context, transform cache.TransformFunc) func(<-chan struct{}) {
 	kubeFactory := informers.NewSharedInformerFactoryWithOptions(m.kube, 0, informers.WithTransform(transform))
 	if m.quota != nil {
-		kubeFactory.InformerFor(&corev1.Namespace{}, boundedInformer[kubernetes.Interface](m, KindNamespace, &corev1.Namespace{}, m.kube.CoreV1().Namespaces(), transform))
+		kubeFactory.InformerFor(&corev1.Namespace{}, boundedInformer[kubernetes.Interface](m, KindNamespace, "", &corev1.Namespace{}, m.kube.CoreV1().Namespaces(), transform))
 	}
 	nsInformer := kubeFactory.Core().V1().Namespaces()
 	m.namespaces = nsInformer.Lister()
@@ -146,7 +146,7 @@ func (m *member) poolInformer(served servedapis.Set, transform cache.TransformFu
 	}
 	f := mciinformers.NewSharedInformerFactoryWithOptions(m.mci, 0, mciinformers.WithTransform(transform))
 	if m.quota != nil {
-		f.InformerFor(&poolv1.InferencePool{}, boundedInformer[mciclient.Interface](m, KindInferencePool, &poolv1.InferencePool{}, m.mci.InferencePoolV1().InferencePools(""), transform))
+		f.InformerFor(&poolv1.InferencePool{}, boundedInformer[mciclient.Interface](m, KindInferencePool, "", &poolv1.InferencePool{}, m.mci.InferencePoolV1().InferencePools(""), transform))
 	}
 	inf := f.InferencePool().V1().InferencePools()
 	if err := inf.Informer().AddIndexers(poolIndexers()); err != nil {
@@ -166,7 +166,7 @@ func (m *member) gatewayInformers(served servedapis.Set, transform cache.Transfo
 	gw := gatewayinformers.NewSharedInformerFactoryWithOptions(m.gateway, 0, gatewayinformers.WithTransform(transform))
 	if served.Has(apiGateways) {
 		if m.quota != nil {
-			gw.InformerFor(&gatewayv1.Gateway{}, boundedInformer[gatewayclient.Interface](m, KindGateway, &gatewayv1.Gateway{}, m.gateway.GatewayV1().Gateways(""), transform))
+			gw.InformerFor(&gatewayv1.Gateway{}, boundedInformer[gatewayclient.Interface](m, KindGateway, "", &gatewayv1.Gateway{}, m.gateway.GatewayV1().Gateways(""), transform))
 		}
 		inf := gw.Gateway().V1().Gateways()
 		m.gateways = inf.Lister()
@@ -177,7 +177,7 @@ func (m *member) gatewayInformers(served servedapis.Set, transform cache.Transfo
 	}
 	if served.Has(apiBackendTLSPolicies) {
 		if m.quota != nil {
-			gw.InformerFor(&gatewayv1.BackendTLSPolicy{}, boundedInformer[gatewayclient.Interface](m, KindBackendTLSPolicy, &gatewayv1.BackendTLSPolicy{}, m.gateway.GatewayV1().BackendTLSPolicies(""), transform))
+			gw.InformerFor(&gatewayv1.BackendTLSPolicy{}, boundedInformer[gatewayclient.Interface](m, KindBackendTLSPolicy, "", &gatewayv1.BackendTLSPolicy{}, m.gateway.GatewayV1().BackendTLSPolicies(""), transform))
 		}
 		inf := gw.Gateway().V1().BackendTLSPolicies()
 		m.backendTLSPolicies = inf.Lister()
@@ -197,8 +197,8 @@ func (m *member) boundNamespaceInformers(f informers.SharedInformerFactory, name
 	if m.quota == nil {
 		return
 	}
-	f.InformerFor(&corev1.Service{}, boundedInformer[kubernetes.Interface](m, KindService, &corev1.Service{}, m.kube.CoreV1().Services(namespace), trim))
-	f.InformerFor(&discoveryv1.EndpointSlice{}, boundedInformer[kubernetes.Interface](m, KindEndpointSlice, &discoveryv1.EndpointSlice{}, m.kube.DiscoveryV1().EndpointSlices(namespace), trim))
+	f.InformerFor(&corev1.Service{}, boundedInformer[kubernetes.Interface](m, KindService, namespace, &corev1.Service{}, m.kube.CoreV1().Services(namespace), trim))
+	f.InformerFor(&discoveryv1.EndpointSlice{}, boundedInformer[kubernetes.Interface](m, KindEndpointSlice, namespace, &discoveryv1.EndpointSlice{}, m.kube.DiscoveryV1().EndpointSlices(namespace), trim))
 }
 
 // routeInformers watches the HTTPRoutes and ReferenceGrants of the
@@ -285,7 +285,7 @@ func (m *member) watch(informer cache.SharedIndexInformer, kind Kind) {
 			return
 		}
 		rv, ok := m.resourceVersion(o.GetResourceVersion())
-		if !ok || !m.admit(kind, o.GetNamespace()+"/"+o.GetName(), obj, deleted, changed) {
+		if !ok || !m.admit(kind, o.GetNamespace(), o.GetName(), obj, deleted, changed) {
 			return
 		}
 		if throughRelist {

@@ -30,14 +30,16 @@ type typedListWatch[L runtime.Object] interface {
 
 // boundedInformer makes, for an informer factory's InformerFor, the
 // informer of obj (of kind) that lists and watches the member through
-// client within its limits (listQuota). Registered before the factory's
-// own accessor is called, it is the one that accessor, its lister and the
-// factory's Start use; the factory still sets its transform on it.
-func boundedInformer[C any, L runtime.Object](m *member, kind Kind, obj runtime.Object, client typedListWatch[L], transform cache.TransformFunc) func(C, time.Duration) cache.SharedIndexInformer {
+// client, a client of namespace ("": of all namespaces), within its limits
+// (listQuota). Registered before the factory's own accessor is called, it
+// is the one that accessor, its lister and the factory's Start use; the
+// factory still sets its transform on it.
+func boundedInformer[C any, L runtime.Object](m *member, kind Kind, namespace string, obj runtime.Object, client typedListWatch[L], transform cache.TransformFunc) func(C, time.Duration) cache.SharedIndexInformer {
 	return func(C, time.Duration) cache.SharedIndexInformer {
 		lw := &listQuota{
 			m:         m,
 			kind:      kind,
+			namespace: namespace,
 			transform: transform,
 			list: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 				l, err := client.List(ctx, opts)
@@ -63,8 +65,11 @@ func boundedInformer[C any, L runtime.Object](m *member, kind Kind, obj runtime.
 // passes them arrives; the list is not applied, and the informer keeps
 // what it held before (nothing, at the member's first list).
 type listQuota struct {
-	m         *member
-	kind      Kind
+	m    *member
+	kind Kind
+	// namespace is the one namespace the informer lists, "" when it lists
+	// all: its list replaces what the member holds of kind there.
+	namespace string
 	transform cache.TransformFunc
 	list      func(context.Context, metav1.ListOptions) (runtime.Object, error)
 	watch     func(context.Context, metav1.ListOptions) (watch.Interface, error)
@@ -125,10 +130,14 @@ func (l *listQuota) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 }
 
 // listCount is what one list (or the initial events of one streaming list)
-// has brought so far.
+// has brought so far, or what the member holds of a kind.
 type listCount struct {
 	objects int
 	bytes   int64
+}
+
+func (c listCount) plus(objects int, bytes int64) listCount {
+	return listCount{objects: c.objects + objects, bytes: c.bytes + bytes}
 }
 
 // add counts obj, and freezes the member when what it would hold with the
@@ -137,7 +146,7 @@ type listCount struct {
 func (c *listCount) add(l *listQuota, obj runtime.Object) error {
 	c.objects++
 	c.bytes += l.size(obj)
-	reason, msg := l.m.quota.listing(l.kind, *c)
+	reason, msg := l.m.quota.listing(l.kind, l.namespace, *c)
 	if reason == "" {
 		return nil
 	}

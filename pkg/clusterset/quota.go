@@ -96,9 +96,11 @@ type quota struct {
 	stop  func()
 	sizes map[string]int64
 	bytes int64
-	// held is what sizes and bytes hold of each kind: a list of one kind
-	// replaces it (listing).
+	// held is what sizes and bytes hold of each kind, and heldIn of each
+	// kind in each namespace: a list of a kind replaces what it held of
+	// the kind, in all namespaces or in the list's one (listing).
 	held       map[Kind]listCount
+	heldIn     map[kindIn]listCount
 	namespaces int
 	events     flowcontrol.RateLimiter
 	// frozen is the quota the member exceeded, "" while it has not.
@@ -112,39 +114,51 @@ type quota struct {
 }
 
 func newQuota(limits Limits) *quota {
-	q := &quota{limits: limits, sizes: map[string]int64{}, held: map[Kind]listCount{}, exceeded: map[string]uint64{}}
+	q := &quota{limits: limits, sizes: map[string]int64{}, held: map[Kind]listCount{}, heldIn: map[kindIn]listCount{}, exceeded: map[string]uint64{}}
 	if limits.EventsPerSecond > 0 {
 		q.events = flowcontrol.NewTokenBucketRateLimiter(float32(limits.EventsPerSecond), max(limits.EventBurst, 1))
 	}
 	return q
 }
 
-// object records a change of the object key of kind, of encoded size size
-// (0: it was deleted); changed says whether it is a change the member sent
-// rather than one its initial list or a relist replayed. It reports the
-// reason to freeze the member, "" when within its limits.
-func (q *quota) object(kind Kind, key string, size int64, changed bool) (string, string) {
+// kindIn is a kind in one namespace ("" for cluster-scoped objects).
+type kindIn struct {
+	kind      Kind
+	namespace string
+}
+
+// object records a change of the object namespace/name of kind, of
+// encoded size size (0: it was deleted); changed says whether it is a
+// change the member sent rather than one its initial list or a relist
+// replayed. It reports the reason to freeze the member, "" when within its
+// limits.
+func (q *quota) object(kind Kind, namespace, name string, size int64, changed bool) (string, string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.frozen != "" {
 		return "", ""
 	}
-	key = kind.String() + "/" + key
+	key := kind.String() + "/" + namespace + "/" + name
 	old, had := q.sizes[key]
-	h := q.held[kind]
 	q.bytes += size - old
-	h.bytes += size - old
+	objects := 0
 	switch {
 	case size == 0 && had:
 		delete(q.sizes, key)
-		h.objects--
+		objects = -1
 	case size != 0:
 		q.sizes[key] = size
 		if !had {
-			h.objects++
+			objects = 1
 		}
 	}
-	q.held[kind] = h
+	q.held[kind] = q.held[kind].plus(objects, size-old)
+	in := kindIn{kind, namespace}
+	if h := q.heldIn[in].plus(objects, size-old); h.objects > 0 {
+		q.heldIn[in] = h
+	} else {
+		delete(q.heldIn, in)
+	}
 	if reason, msg := q.over(len(q.sizes), q.bytes); reason != "" {
 		return reason, msg
 	}
@@ -155,17 +169,19 @@ func (q *quota) object(kind Kind, key string, size int64, changed bool) (string,
 }
 
 // listing reports the reason to freeze a member whose list of kind (a
-// plain list's pages, or a streaming list's initial events) has brought
-// listed so far: what the member would hold once the list replaced what
-// it holds of kind. What it holds of kind in namespaces other than the
-// list's is not counted then, only once the list is delivered (object).
-func (q *quota) listing(kind Kind, listed listCount) (string, string) {
+// plain list's pages, or a streaming list's initial events) in namespace
+// ("": of all namespaces) has brought listed so far: what the member
+// would hold once the list replaced what it holds of kind there.
+func (q *quota) listing(kind Kind, namespace string, listed listCount) (string, string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.frozen != "" {
 		return "", ""
 	}
 	h := q.held[kind]
+	if namespace != "" {
+		h = q.heldIn[kindIn{kind, namespace}]
+	}
 	return q.over(len(q.sizes)-h.objects+listed.objects, q.bytes-h.bytes+listed.bytes)
 }
 
@@ -286,7 +302,7 @@ func objectSize(obj interface{}) int64 {
 // admit accounts for a change of the member's object of kind, and freezes
 // the member when it exceeds a limit; it reports whether the change may
 // be passed on (the member is not frozen).
-func (m *member) admit(kind Kind, key string, obj interface{}, deleted, changed bool) bool {
+func (m *member) admit(kind Kind, namespace, name string, obj interface{}, deleted, changed bool) bool {
 	if m.quota == nil {
 		return true
 	}
@@ -294,7 +310,7 @@ func (m *member) admit(kind Kind, key string, obj interface{}, deleted, changed 
 	if !deleted {
 		size = max(objectSize(obj), 1)
 	}
-	if reason, msg := m.quota.object(kind, key, size, changed); reason != "" {
+	if reason, msg := m.quota.object(kind, namespace, name, size, changed); reason != "" {
 		m.freeze(reason, msg)
 	}
 	return !m.frozen()

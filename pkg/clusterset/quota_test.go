@@ -24,52 +24,63 @@ func TestAMemberPastALimitIsFrozenAtTheFirstOneItExceeds(t *testing.T) {
 		want string
 	}{
 		{name: "within every limit", send: func(q *quota) (string, string) {
-			q.object(KindInferencePool, "a", 10, false)
-			q.object(KindInferencePool, "a", 20, true)
-			return q.object(KindInferencePool, "b", 10, true)
+			q.object(KindInferencePool, "", "a", 10, false)
+			q.object(KindInferencePool, "", "a", 20, true)
+			return q.object(KindInferencePool, "", "b", 10, true)
 		}},
 		{name: "one object too many", want: quotaObjects, send: func(q *quota) (string, string) {
 			for i := range 3 {
-				q.object(KindInferencePool, fmt.Sprint(i), 1, false)
+				q.object(KindInferencePool, "", fmt.Sprint(i), 1, false)
 			}
-			return q.object(KindInferencePool, "3", 1, false)
+			return q.object(KindInferencePool, "", "3", 1, false)
 		}},
 		{name: "a deleted object makes room", send: func(q *quota) (string, string) {
 			for i := range 3 {
-				q.object(KindInferencePool, fmt.Sprint(i), 1, false)
+				q.object(KindInferencePool, "", fmt.Sprint(i), 1, false)
 			}
-			q.object(KindInferencePool, "0", 0, true)
-			return q.object(KindInferencePool, "3", 1, false)
+			q.object(KindInferencePool, "", "0", 0, true)
+			return q.object(KindInferencePool, "", "3", 1, false)
 		}},
 		{name: "an object that grows past the bytes", want: quotaBytes, send: func(q *quota) (string, string) {
-			q.object(KindInferencePool, "a", 50, false)
-			return q.object(KindInferencePool, "a", 101, false)
+			q.object(KindInferencePool, "", "a", 50, false)
+			return q.object(KindInferencePool, "", "a", 101, false)
 		}},
 		{name: "changes faster than the rate, past the burst", want: quotaEventRate, send: func(q *quota) (string, string) {
-			q.object(KindInferencePool, "a", 1, true)
-			q.object(KindInferencePool, "a", 1, true)
-			return q.object(KindInferencePool, "a", 1, true)
+			q.object(KindInferencePool, "", "a", 1, true)
+			q.object(KindInferencePool, "", "a", 1, true)
+			return q.object(KindInferencePool, "", "a", 1, true)
 		}},
 		{name: "a relist's unchanged objects do not count as changes", send: func(q *quota) (string, string) {
 			for range 10 {
-				q.object(KindInferencePool, "a", 1, false)
+				q.object(KindInferencePool, "", "a", 1, false)
 			}
 			return "", ""
 		}},
 		{name: "a list that would hold too many objects with the other kinds", want: quotaObjects, send: func(q *quota) (string, string) {
-			q.object(KindNamespace, "a", 1, false)
-			q.object(KindNamespace, "b", 1, false)
-			return q.listing(KindInferencePool, listCount{objects: 2, bytes: 2})
+			q.object(KindNamespace, "", "a", 1, false)
+			q.object(KindNamespace, "", "b", 1, false)
+			return q.listing(KindInferencePool, "", listCount{objects: 2, bytes: 2})
 		}},
 		{name: "a relist replaces what it held of its kind", send: func(q *quota) (string, string) {
-			q.object(KindNamespace, "a", 1, false)
-			q.object(KindInferencePool, "a", 1, false)
-			q.object(KindInferencePool, "b", 1, false)
-			return q.listing(KindInferencePool, listCount{objects: 2, bytes: 2})
+			q.object(KindNamespace, "", "a", 1, false)
+			q.object(KindInferencePool, "", "a", 1, false)
+			q.object(KindInferencePool, "", "b", 1, false)
+			return q.listing(KindInferencePool, "", listCount{objects: 2, bytes: 2})
+		}},
+		{name: "a list of one namespace with what the others hold", want: quotaObjects, send: func(q *quota) (string, string) {
+			q.object(KindService, "a", "s1", 1, false)
+			q.object(KindService, "a", "s2", 1, false)
+			return q.listing(KindService, "b", listCount{objects: 2, bytes: 2})
+		}},
+		{name: "a relist of one namespace replaces what it held there", send: func(q *quota) (string, string) {
+			q.object(KindService, "a", "s1", 1, false)
+			q.object(KindService, "b", "s1", 1, false)
+			q.object(KindService, "b", "s2", 1, false)
+			return q.listing(KindService, "b", listCount{objects: 2, bytes: 2})
 		}},
 		{name: "a list past the bytes", want: quotaBytes, send: func(q *quota) (string, string) {
-			q.object(KindNamespace, "a", 50, false)
-			return q.listing(KindInferencePool, listCount{objects: 1, bytes: 51})
+			q.object(KindNamespace, "", "a", 50, false)
+			return q.listing(KindInferencePool, "", listCount{objects: 1, bytes: 51})
 		}},
 		{name: "too many namespaces", want: quotaNamespaces, send: func(q *quota) (string, string) {
 			return q.namespaceCount(3)
@@ -91,9 +102,9 @@ func TestAFrozenMemberStopsReadingAndIsFlaggedOnce(t *testing.T) {
 	stopped := 0
 	m.quota.onFreeze(func() { stopped++ })
 
-	assert.True(t, m.admit(KindInferencePool, "ns/a", &compactSummary{data: "x", size: 1}, false, false))
-	assert.False(t, m.admit(KindInferencePool, "ns/b", &compactSummary{data: "x", size: 1}, false, false), "the object past the limit is not passed on")
-	assert.False(t, m.admit(KindInferencePool, "ns/a", nil, true, true), "nothing is passed on once frozen")
+	assert.True(t, m.admit(KindInferencePool, "ns", "a", &compactSummary{data: "x", size: 1}, false, false))
+	assert.False(t, m.admit(KindInferencePool, "ns", "b", &compactSummary{data: "x", size: 1}, false, false), "the object past the limit is not passed on")
+	assert.False(t, m.admit(KindInferencePool, "ns", "a", nil, true, true), "nothing is passed on once frozen")
 	m.freeze(quotaBytes, "again")
 
 	assert.Equal(t, 1, stopped, "the informers are stopped once")

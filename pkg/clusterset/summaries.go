@@ -56,10 +56,10 @@ var summaryStreamLog = statelog.Rule{Interval: time.Minute}
 func (m *member) summaryInformers(logger klog.Logger) func(<-chan struct{}) {
 	f := mciinformers.NewSharedInformerFactoryWithOptions(m.mci, 0, mciinformers.WithTransform(trimSummary))
 	if m.quota != nil {
-		f.InformerFor(&v1alpha1.InferencePoolExportSummary{}, boundedInformer[mciclient.Interface](m, KindExportSummary, &v1alpha1.InferencePoolExportSummary{}, m.mci.InferenceV1alpha1().InferencePoolExportSummaries(""), trimSummary))
+		f.InformerFor(&v1alpha1.InferencePoolExportSummary{}, boundedInformer[mciclient.Interface](m, KindExportSummary, "", &v1alpha1.InferencePoolExportSummary{}, m.mci.InferenceV1alpha1().InferencePoolExportSummaries(""), trimSummary))
 		// A cluster summary counts as one object (a member publishes one);
 		// its namespaces have their own limit, once it is delivered.
-		f.InformerFor(&v1alpha1.InferenceClusterSummary{}, boundedInformer[mciclient.Interface](m, KindNamespace, &v1alpha1.InferenceClusterSummary{}, m.mci.InferenceV1alpha1().InferenceClusterSummaries(), trimSummary))
+		f.InformerFor(&v1alpha1.InferenceClusterSummary{}, boundedInformer[mciclient.Interface](m, KindNamespace, "", &v1alpha1.InferenceClusterSummary{}, m.mci.InferenceV1alpha1().InferenceClusterSummaries(), trimSummary))
 	}
 	exports := f.Inference().V1alpha1().InferencePoolExportSummaries()
 	clusters := f.Inference().V1alpha1().InferenceClusterSummaries()
@@ -169,7 +169,7 @@ func (m *member) watchSummaries(informer cache.SharedIndexInformer) {
 			return
 		}
 		rv, ok := m.summaryRV(o.GetResourceVersion())
-		if !ok || !m.admit(KindExportSummary, o.GetNamespace()+"/"+o.GetName(), obj, deleted, changed) {
+		if !ok || !m.admit(KindExportSummary, o.GetNamespace(), o.GetName(), obj, deleted, changed) {
 			return
 		}
 		m.handler(Event{Member: m.name, Kind: KindExportSummary, Namespace: o.GetNamespace(), Name: o.GetName(), ResourceVersion: rv})
@@ -209,7 +209,7 @@ func (m *member) watchClusterSummary(informer cache.SharedIndexInformer) {
 		if deleted {
 			before, after = after, nil
 		}
-		if !m.admit(KindNamespace, "", nil, true, changed) || !m.admitNamespaces(len(after)) {
+		if !m.admit(KindNamespace, "", "", nil, true, changed) || !m.admitNamespaces(len(after)) {
 			return
 		}
 		for _, ns := range symmetricDifference(before, after) {

@@ -7,6 +7,8 @@ import (
 	"net/http"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/eppanswer"
@@ -105,8 +107,9 @@ func (s *Server) fromRemote(c *routetable.Cluster, req *extproc.Request, resps [
 		return nil, &refusal{resp: eppanswer.Immediate(http.StatusServiceUnavailable, c.Name)}
 	case err != nil:
 		var refused *eppanswer.Refusal
-		if errors.As(err, &refused) {
-			// An answer too large to read is refused as any other.
+		if errors.As(err, &refused) || status.Code(err) == codes.ResourceExhausted {
+			// An answer too large to read (past the relay's bounds, or a
+			// message past what gRPC receives) is refused as any other.
 			s.remote.refused(c, err)
 		}
 		return nil, err

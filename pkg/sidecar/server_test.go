@@ -61,7 +61,10 @@ func startServerOpts(t *testing.T, in routetable.Inputs, st *fakeState, cfg Serv
 	t.Helper()
 	h := &harness{router: routetable.NewRouter(), state: st}
 	h.metrics = NewMetrics(prometheus.NewRegistry())
-	cfg.AttemptTimeout, cfg.Scheduling = 300*time.Millisecond, scheduling.DefaultConfig()
+	if cfg.AttemptTimeout <= 0 {
+		cfg.AttemptTimeout = 300 * time.Millisecond
+	}
+	cfg.Scheduling = scheduling.DefaultConfig()
 	var err error
 	h.server, err = newServer(h.router, st, newRelayer(cfg, nil, h.metrics), cfg, h.metrics, logr.Discard())
 	require.NoError(t, err)

@@ -183,6 +183,8 @@ type Backend struct {
 type candidates struct {
 	clusters []*Cluster
 	cands    []clusterscore.Candidate
+	// name is the backend's String.
+	name string
 }
 
 // candidatesOf are b's candidates: its clusters, each of its weight (the
@@ -190,7 +192,7 @@ type candidates struct {
 // the rotation (weight 0), unless it is a shim pool's, which is among the
 // clusters already.
 func candidatesOf(b *Backend) *candidates {
-	c := &candidates{clusters: b.Clusters}
+	c := &candidates{clusters: b.Clusters, name: b.name()}
 	if b.Local != nil && !b.Shim {
 		c.clusters = append(slices.Clip(b.Clusters), b.Local)
 	}
@@ -240,8 +242,16 @@ func (b *Backend) Rotation() *clusterscore.Rotation {
 // table Router has published, nil on one it has not.
 func (b *Backend) Scoring() *clusterscore.Pipeline { return b.scoring }
 
-// String names the backend for logs and errors.
+// String names the backend for logs, errors and metric labels: made once
+// when the table is published, as requests name it in their observations.
 func (b *Backend) String() string {
+	if c := b.candidates; c != nil {
+		return c.name
+	}
+	return b.name()
+}
+
+func (b *Backend) name() string {
 	return string(b.Kind) + " " + b.Namespace + "/" + b.Name
 }
 

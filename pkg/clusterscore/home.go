@@ -4,8 +4,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-
-	"github.com/mci-dev/mci/pkg/promptprefix"
 )
 
 // Home placement: the requests of a prefix have a home cluster, derived
@@ -421,7 +419,7 @@ func (p *Pipeline) secondHome(req *Request, key uint64, ids []uint32, caps []flo
 // ids and caps.
 func keptIDs(cands []Candidate, kept []int, slots []slot, ids []uint32, caps []float64) ([]uint32, []float64) {
 	for _, i := range kept {
-		ids, caps = append(ids, promptprefix.ClusterID(cands[i].Name)), append(caps, slots[i].capacity)
+		ids, caps = append(ids, cands[i].id()), append(caps, slots[i].capacity)
 	}
 	return ids, caps
 }

@@ -3,7 +3,6 @@ package clusterscore
 import (
 	"math"
 
-	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/routingpolicy"
 )
 
@@ -54,7 +53,7 @@ func (p *Pipeline) yieldAffinity(req *Request, cands []Candidate, kept []int, sl
 	least := math.Inf(1)
 	for k, i := range kept {
 		queue, pods := 0.0, 1
-		if c := &cands[i]; p.fresh(c.Pool, req.Now) {
+		if c := &cands[i]; slots[i].measured {
 			queue, pods = max(c.Pool.AverageQueue, 0), max(c.Pool.ReadyPods, 1)
 		}
 		slots[i].busy = queue + float64(obs[k].InFlight)/float64(pods)
@@ -99,14 +98,14 @@ func (p *Pipeline) scoreOne(s routingpolicy.Scorer, req *Request, cands []Candid
 		q0 := float64(max(p.thresholds.SheddableQueueThreshold, 1))
 		for k, i := range kept {
 			val[k] = 0.5
-			if p.fresh(cands[i].Pool, req.Now) {
+			if slots[i].measured {
 				val[k] = 1 / (1 + float64(slots[i].load.WaitingQueue)/q0)
 			}
 		}
 	case routingpolicy.ScoreKVCache:
 		for k, i := range kept {
 			val[k] = 0.5
-			if p.fresh(cands[i].Pool, req.Now) {
+			if slots[i].measured {
 				val[k] = 1 - slots[i].load.KVCacheUsage
 			}
 		}
@@ -125,7 +124,7 @@ func (p *Pipeline) prefixCacheScores(req *Request, cands []Candidate, kept []int
 		ids, matched = make([]uint32, 0, len(kept)), make([]int, 0, len(kept))
 	}
 	for _, i := range kept {
-		ids = append(ids, promptprefix.ClusterID(cands[i].Name))
+		ids = append(ids, cands[i].id())
 	}
 	matched = matched[:len(kept)]
 	p.mem.Prefixes.Match(req.Blocks, ids, matched)

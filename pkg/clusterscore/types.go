@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mci-dev/mci/pkg/metrics"
+	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
@@ -67,6 +68,18 @@ type Candidate struct {
 	// and is ordered after every candidate that is not stale, so that it
 	// takes requests only when none of those can.
 	Stale bool
+	// ID is the cluster's id in the prompt index,
+	// promptprefix.ClusterID(Name), for a caller that computes it once
+	// rather than on every pick; 0: computed when needed.
+	ID uint32
+}
+
+// id is the candidate's id in the prompt index.
+func (c *Candidate) id() uint32 {
+	if c.ID != 0 {
+		return c.ID
+	}
+	return promptprefix.ClusterID(c.Name)
 }
 
 // Request is what the pipeline knows about one request.

@@ -77,8 +77,10 @@ func (r *Router) Memory() *clusterscore.Memory {
 // Table returns the current table.
 func (r *Router) Table() *Table { return r.table.Load() }
 
-// Publish compiles t's policies, makes t the current table and gives it
-// the next generation, so that no request compiles a policy. The
+// Publish compiles t's policies and makes their candidates
+// (Backend.Candidates), makes t the current table and gives it the next
+// generation, so that no request compiles a policy or makes a candidate
+// list. The
 // weighted pickers of t whose candidates and weights are unchanged take over
 // the state of the previous table's, so that a rebuild (any informer event)
 // does not restart the round-robin cycle, which would skew a split toward
@@ -98,6 +100,11 @@ func (r *Router) Publish(t *Table) {
 		})
 	}
 	r.compile(t)
+	for b := range t.Backends {
+		if b.candidates == nil {
+			b.candidates = candidatesOf(b)
+		}
+	}
 	t.Generation = old.Generation + 1
 	r.table.Store(t)
 }

@@ -140,6 +140,7 @@ func (b *Backend) LocalOnly() *Backend {
 		out.Clusters = []*Cluster{&c}
 	}
 	out.wrr = newClusterRotation("relayed", out.Clusters)
+	out.candidates = candidatesOf(&out)
 	return &out
 }
 

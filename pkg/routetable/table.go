@@ -9,6 +9,7 @@ import (
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppaddr"
+	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
@@ -168,6 +169,55 @@ type Backend struct {
 	models *requestmodel.Models
 	// wrr picks among Clusters by their weights.
 	wrr *rotation
+	// candidates are the policy's candidates as far as the table decides
+	// them (candidatesOf), made once when the table is published rather
+	// than on every request; nil until then.
+	candidates *candidates
+}
+
+// candidates are what a backend's policy chooses among, in its order: the
+// clusters (Clusters, then a LocalFirst pool outside the rotation), and
+// each one's candidate with what the table alone says of it (name,
+// weight, local, stale, prompt index id), the request's health and load left for the
+// caller to fill in.
+type candidates struct {
+	clusters []*Cluster
+	cands    []clusterscore.Candidate
+	// name is the backend's String.
+	name string
+}
+
+// candidatesOf are b's candidates: its clusters, each of its weight (the
+// local one of a shim pool marked local), then its local pool, outside
+// the rotation (weight 0), unless it is a shim pool's, which is among the
+// clusters already.
+func candidatesOf(b *Backend) *candidates {
+	c := &candidates{clusters: b.Clusters, name: b.name()}
+	if b.Local != nil && !b.Shim {
+		c.clusters = append(slices.Clip(b.Clusters), b.Local)
+	}
+	c.cands = make([]clusterscore.Candidate, len(c.clusters))
+	for i, cl := range c.clusters {
+		c.cands[i] = clusterscore.Candidate{Name: cl.Name, Weight: cl.Weight, Local: b.Shim && cl == b.Local, Stale: cl.Stale, ID: promptprefix.ClusterID(cl.Name)}
+	}
+	if len(c.clusters) > len(b.Clusters) {
+		c.cands[len(b.Clusters)].Weight, c.cands[len(b.Clusters)].Local = 0, true
+	}
+	return c
+}
+
+// Candidates are what the backend's policy chooses among: the clusters,
+// and in the same order their candidates as far as the table decides
+// them (clusterscore.Candidate's Name, Weight, Local and Stale; the
+// caller sets the rest for each request). Both are shared and must not be
+// modified: copy the candidates to fill them in. Made when the table was
+// published; on a backend of a table not published, made on each call.
+func (b *Backend) Candidates() ([]*Cluster, []clusterscore.Candidate) {
+	c := b.candidates
+	if c == nil {
+		c = candidatesOf(b)
+	}
+	return c.clusters, c.cands
 }
 
 // Filters are the HTTPRoute filters of the backendRef's rule, then of the
@@ -192,8 +242,16 @@ func (b *Backend) Rotation() *clusterscore.Rotation {
 // table Router has published, nil on one it has not.
 func (b *Backend) Scoring() *clusterscore.Pipeline { return b.scoring }
 
-// String names the backend for logs and errors.
+// String names the backend for logs, errors and metric labels: made once
+// when the table is published, as requests name it in their observations.
 func (b *Backend) String() string {
+	if c := b.candidates; c != nil {
+		return c.name
+	}
+	return b.name()
+}
+
+func (b *Backend) name() string {
 	return string(b.Kind) + " " + b.Namespace + "/" + b.Name
 }
 

@@ -129,19 +129,17 @@ type picked struct {
 
 // pick orders b's clusters for req, explained in ex when set.
 func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, ex *clusterscore.Explanation) (picked, error) {
+	// The table made the candidates when it was published; only what a
+	// request learns of them (health, load) is filled in here.
+	clusters, static := b.Candidates()
 	var buf [8]clusterscore.Candidate
-	cands := buf[:0]
-	candidate := func(c *routetable.Cluster, weight int64, local bool) clusterscore.Candidate {
-		return clusterscore.Candidate{Name: c.Name, Weight: weight, Health: st.Health(c), Pool: st.PoolMetrics(c), Local: local, Stale: c.Stale}
-	}
-	for _, c := range b.Clusters {
-		cands = append(cands, candidate(c, c.Weight, b.Shim && c == b.Local))
-	}
-	clusters := b.Clusters
-	if b.Local != nil && !b.Shim {
-		// Outside the rotation: weight 0, after it.
-		clusters = append(slices.Clip(clusters), b.Local)
-		cands = append(cands, candidate(b.Local, 0, true))
+	cands := append(buf[:0], static...)
+	readsPool := p.pipeline.ReadsPool()
+	for i, c := range clusters {
+		cands[i].Health = st.Health(c)
+		if readsPool {
+			cands[i].Pool = st.PoolMetrics(c)
+		}
 	}
 	d := picked{req: clusterscore.Request{Criticality: req.Criticality, Now: req.Now, Scope: b.Scope()}}
 	needs := p.Needs()
@@ -160,7 +158,11 @@ func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, e
 		d.req.Session = p.session.Key(req.Header)
 	}
 	var ibuf [8]int
-	idx, err := p.pipeline.Pick(&d.req, cands, b.Rotation(), ibuf[:0], ex)
+	idx := ibuf[:0]
+	if len(cands) > len(ibuf) {
+		idx = make([]int, 0, len(cands))
+	}
+	idx, err := p.pipeline.Pick(&d.req, cands, b.Rotation(), idx, ex)
 	d.order = make([]*routetable.Cluster, len(idx))
 	for k, i := range idx {
 		d.order[k] = clusters[i]

@@ -103,3 +103,29 @@ func TestLogKeepsEachSubjectApart(t *testing.T) {
 	assert.Equal(t, Same, l.Observe("a", "", "down"), "kept")
 	assert.Equal(t, First, l.Observe("b", "", "down"), "forgotten")
 }
+
+// Clearing keys of a Log that holds no value is what a hot path does on
+// almost every event (nothing to tell): it reads no clock, and still
+// clears a value once one is held, forgotten or retained away.
+func TestLogClearsWithoutAClockWhenNothingIsHeld(t *testing.T) {
+	reads := 0
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := Log[string]{Now: func() time.Time { reads++; return now }}
+	was, _ := l.Clear("a")
+	assert.False(t, was)
+	assert.Zero(t, reads, "no clock read with nothing held")
+
+	l.Observe("a", "", "down")
+	l.Observe("b", "", "down")
+	was, _ = l.Clear("a")
+	assert.True(t, was, "a value held is cleared")
+	l.Retain(func(string) bool { return false })
+	reads = 0
+	was, _ = l.Clear("b")
+	assert.False(t, was, "retained away")
+	assert.Zero(t, reads, "nothing held once Retain forgot the last value")
+
+	l.Observe("b", "", "down")
+	was, _ = l.Clear("b")
+	assert.True(t, was, "held again after Retain emptied the log")
+}

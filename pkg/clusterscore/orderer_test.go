@@ -1,0 +1,66 @@
+package clusterscore
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mci-dev/mci/pkg/routingpolicy"
+)
+
+// TestOrdererCompareIsLess holds the orderer's one-pass comparison, which
+// sorts more than a handful of candidates, to less, which sorts the
+// others and says what the order is: over random candidates of every
+// picker (ties of tier, total and weight; totals that are not
+// comparable), compare(a, b) is -1 exactly where less(a, b), 1 exactly
+// where less(b, a), and the stable sorts by either agree.
+func TestOrdererCompareIsLess(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	for trial := range 500 {
+		picker := []routingpolicy.Picker{routingpolicy.PickMaxScore, routingpolicy.PickRoundRobin, routingpolicy.PickChain, routingpolicy.PickTwoChoices}[trial%4]
+		n := 2 + rng.IntN(60)
+		if trial%2 == 0 {
+			n = 17 + rng.IntN(60) // sorted by pdqsort, unless a total is NaN
+		}
+		o := orderer{p: &Pipeline{cfg: routingpolicy.Config{Picker: picker}}, cands: make([]Candidate, n), slots: make([]slot, n)}
+		for i := range n {
+			o.cands[i] = Candidate{Name: fmt.Sprintf("c%03d", rng.IntN(1000)), Weight: int64(rng.IntN(3))}
+			o.slots[i] = slot{tier: int8(rng.IntN(3) + 4*rng.IntN(2)), total: float64(rng.IntN(4)) / 2}
+			if rng.IntN(20) == 0 {
+				o.slots[i].total = math.NaN()
+			}
+		}
+		for a := range n {
+			for b := range n {
+				want := 0
+				switch {
+				case o.less(a, b):
+					want = -1
+				case o.less(b, a):
+					want = 1
+				}
+				require.Equal(t, want, o.compare(a, b), "trial %d: %d vs %d", trial, a, b)
+			}
+		}
+		idx := make([]int, n)
+		for i := range idx {
+			idx[i] = i
+		}
+		byLess := slices.Clone(idx)
+		slices.SortStableFunc(byLess, func(a, b int) int {
+			switch {
+			case o.less(a, b):
+				return -1
+			case o.less(b, a):
+				return 1
+			}
+			return 0
+		})
+		o.sort(idx)
+		require.Equal(t, byLess, idx, "trial %d", trial)
+	}
+}

@@ -40,8 +40,11 @@
 // its home cluster, derived from its leading prompt blocks alike on every
 // replica (rendezvous hashing, the prefixes that repeat dealt in equal
 // shares by Homes), while the home's load stays within the bound and its
-// queue within the queue margin; else to its second home or the best
-// scored candidate within the bound. decideHome is that rule as one
+// queue within the queue margin, and beyond the bound while its servers
+// show no wait to save (leaving costs a cold prefill elsewhere); else to
+// its second home or the best scored candidate within the bound. A
+// prompt new to the sidecar is dealt in turn among the clusters where
+// the fewest wait. decideHome is that rule as one
 // table, and its HomeOutcome is what the explanation, the sidecar's log
 // and its metrics say.
 //

@@ -92,11 +92,17 @@ func (e *Explanation) fill(slots []slot) {
 // the lead decision ("home-outcome", HomeOutcome), then for a request with
 // a home the home, its load and bound, "new" for a key not served yet,
 // "capacities-unknown" when the candidates counted alike, the home's
-// scraped queue per server ("home-queue", when measured), "queued" when
-// that queue made the home loaded, "left" when the request went elsewhere
-// and "second=<name>" when that was its key's second home, such as
+// scraped queue per server ("home-queue", when measured); for a loaded
+// home, how far its queue is above the least queued candidate's
+// ("home-wait", the wait a move saves) and which term of the cost of
+// leaving decided
+// ("cost-won=prefill": the home kept the request, having no wait to save;
+// "wait": it left; "unknown": the bound decided, the queue unmeasured),
+// "queued" when the queue made the home loaded, "left" when the request
+// went elsewhere and "second=<name>" when that was its key's second home,
+// such as
 //
-//	PrefixAffinity home-outcome=spill,home=b,home-load=6,home-bound=5,home-queue=7,left a:kept,tier=0,load=2.5,affinity-withheld,prefix-cache=0,in-flight=1,total=1 b:saturated
+//	PrefixAffinity home-outcome=queued,home=b,home-load=2,home-bound=3,home-queue=3,home-wait=3,cost-won=wait,queued,left a:kept,tier=0,load=0,prefix-cache=0,in-flight=1,total=1 b:kept,...
 func (e *Explanation) String() string {
 	var b strings.Builder
 	b.WriteString(e.Config)
@@ -159,6 +165,14 @@ func writeHomeFlags(b *strings.Builder, h HomeDecision) {
 	if h.Queue >= 0 {
 		b.WriteString(",home-queue=")
 		b.WriteString(strconv.FormatFloat(h.Queue, 'g', 3, 64))
+	}
+	if h.Won != CostNone {
+		if h.Wait >= 0 {
+			b.WriteString(",home-wait=")
+			b.WriteString(strconv.FormatFloat(h.Wait, 'g', 3, 64))
+		}
+		b.WriteString(",cost-won=")
+		b.WriteString(h.Won.String())
 	}
 	if h.Queued {
 		b.WriteString(",queued")

@@ -75,6 +75,11 @@ const (
 	HomeDealt
 	// HomeAtHome: the home took the request.
 	HomeAtHome
+	// HomeNoWait: the home is beyond its bound, but its servers' own
+	// figures (the pool's waiting queue per server) show no more waiting
+	// there than at the least queued candidate: leaving would add a cold
+	// prefill elsewhere and save no wait, so the home took the request.
+	HomeNoWait
 	// HomeSecond: the home could not take it (beyond its bound, saturated
 	// or stale) and its key's second home did.
 	HomeSecond
@@ -91,7 +96,7 @@ const (
 	numHomeOutcomes
 )
 
-var homeOutcomeNames = [numHomeOutcomes]string{"none", "no_key", "dealt", "home", "second_home", "queued", "spill", "score_order"}
+var homeOutcomeNames = [numHomeOutcomes]string{"none", "no_key", "dealt", "home", "home_no_wait", "second_home", "queued", "spill", "score_order"}
 
 func (o HomeOutcome) String() string {
 	if o < numHomeOutcomes {
@@ -146,6 +151,43 @@ type HomeDecision struct {
 	// the bound because not every one reported its ready pods (fresh pool
 	// metrics): capacities are then unknown, not equal.
 	Alike bool
+	// Wait is the wait term of the cost of leaving: the home's waiting
+	// queue per server above the least queued candidate's of the first
+	// tier, from the servers' own figures (-1 when the home's queue is
+	// not measured). Won says which term of the cost decided a request
+	// whose home was loaded by its bound or its queue.
+	Wait float64
+	Won  CostTerm
+}
+
+// CostTerm is the term of the cost of leaving a loaded home that decided
+// where the request went (homeRule.noWait).
+type CostTerm uint8
+
+const (
+	// CostNone: no cost was weighed (no key, a new key, or a home within
+	// its bound and not queued).
+	CostNone CostTerm = iota
+	// CostPrefill: the home's servers have no more waiting than the least
+	// queued candidate's, so a move would add a cold prefill elsewhere and
+	// save no wait: the home kept the request (HomeNoWait).
+	CostPrefill
+	// CostWait: the home's servers have more waiting than the least
+	// queued candidate's (beyond the queue margin, or beyond the bound by
+	// the sidecar's own count), or the home is saturated: the request left.
+	CostWait
+	// CostUnknown: the home's queue is not measured (no fresh pool
+	// metrics, or a stale home), so the bound alone decided.
+	CostUnknown
+)
+
+var costTermNames = [...]string{"none", "prefill", "wait", "unknown"}
+
+func (c CostTerm) String() string {
+	if int(c) < len(costTermNames) {
+		return costTermNames[c]
+	}
+	return "CostTerm(" + strconv.Itoa(int(c)) + ")"
 }
 
 // homeRule is what the lead decision reads about a request with a home
@@ -159,8 +201,10 @@ type homeRule struct {
 	// inFirstTier: the home is among the candidates of the first tier
 	// (not saturated or stale while another is not); queued: its queue is
 	// beyond the queue margin (homeBound.queued); withinBound: its load,
-	// the request included, is within the bound.
-	inFirstTier, queued, withinBound bool
+	// the request included, is within the bound; noWait: its servers'
+	// queue, measured, is no longer than the least queued candidate's
+	// (homeBound.noWait).
+	inFirstTier, queued, withinBound, noWait bool
 	// home is the home's index in the first tier when inFirstTier.
 	home int
 	// deal is where the backend's rotation deals a new key among the
@@ -179,9 +223,11 @@ type homeRule struct {
 //	new key                            dealt by the rotation      else score order
 //	home in the first tier, within
 //	  the bound and not queued         home
+//	home beyond the bound, no more
+//	  waiting than the least queued    home (no wait to save)
 //	home queued                        second home, else spill    else score order; says queued
-//	home beyond the bound, saturated
-//	  or stale                         second home, else spill    else score order
+//	home beyond the bound and waiting,
+//	  saturated or stale               second home, else spill    else score order
 func decideHome(r homeRule) (HomeOutcome, int) {
 	if !r.key {
 		return HomeNoKey, -1
@@ -192,8 +238,13 @@ func decideHome(r homeRule) (HomeOutcome, int) {
 		}
 		return HomeScoreOrder, -1
 	}
-	if r.inFirstTier && r.withinBound && !r.queued {
-		return HomeAtHome, r.home
+	if r.inFirstTier && !r.queued {
+		if r.withinBound {
+			return HomeAtHome, r.home
+		}
+		if r.noWait {
+			return HomeNoWait, r.home
+		}
 	}
 	outcome, lead := HomeSecond, r.second()
 	if lead < 0 {
@@ -221,7 +272,7 @@ func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots [
 	for k, i := range kept {
 		c := &cands[i]
 		s := &slots[i]
-		s.homeLoad, s.capacity, s.queue = float64(obs[k].InFlight), 0, -1
+		s.homeLoad, s.capacity, s.queue, s.awaiting = float64(obs[k].InFlight), 0, -1, obs[k].Awaiting
 		if p.fresh(c.Pool, req.Now) {
 			s.queue = max(c.Pool.AverageQueue, 0)
 			if c.Pool.ReadyPods > 0 {
@@ -257,7 +308,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	h, second := kept[home], -1
 	r := homeRule{
 		key: true, established: served > 0, inFirstTier: home < n, home: home,
-		queued: home < n && within.queued(h), withinBound: within.withinBound(h),
+		queued: home < n && within.queued(h), withinBound: within.withinBound(h), noWait: home < n && within.noWait(h),
 		deal: func() int { return within.spread(first, rot) },
 		second: func() int {
 			if s := p.secondHome(req, key, ids, caps, home); s >= 0 && s < n && within.takes(kept[s]) {
@@ -269,10 +320,13 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	}
 	outcome, lead := decideHome(r)
 	d := HomeDecision{Outcome: outcome, Home: cands[h].Name, Load: slots[h].homeLoad, Bound: within.bound(h), Queue: slots[h].queue,
-		Queued: r.queued, Left: lead != home, New: !r.established, Alike: alike}
-	if home >= n {
+		Queued: r.queued, Left: lead != home, New: !r.established, Alike: alike, Wait: -1}
+	if home < n {
+		d.Wait = within.wait(h)
+	} else {
 		d.Bound = 0 // saturated or stale: no bound to compare with
 	}
+	d.Won = costWon(outcome, r, d.Wait)
 	if lead >= 0 && lead == second {
 		d.Second = cands[kept[lead]].Name
 	}
@@ -282,6 +336,23 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		kept[0] = c
 	}
 	return d
+}
+
+// costWon is the term of the cost of leaving that decided an established
+// key's request whose home was loaded: the cold prefill elsewhere when
+// the home kept it for want of a wait to save; the wait at home when it
+// left a home queued by its servers' figures or a saturated one; unknown
+// when it left by the bound with no figure of the home's queue.
+func costWon(outcome HomeOutcome, r homeRule, wait float64) CostTerm {
+	switch {
+	case outcome == HomeNoWait:
+		return CostPrefill
+	case !r.established || outcome == HomeNoKey || outcome == HomeAtHome:
+		return CostNone
+	case r.queued || !r.inFirstTier || wait > 0:
+		return CostWait
+	}
+	return CostUnknown
 }
 
 // homeBound is the load bound of one request's candidates of the first
@@ -327,6 +398,36 @@ func (b homeBound) queued(i int) bool {
 	return b.margin >= 0 && q >= 0 && q > b.leastQueue+b.margin
 }
 
+// wait is candidate i's waiting queue per server above the least queued
+// candidate's of the first tier: the wait a request saves by leaving it,
+// in requests per server, by the servers' own figures; -1 when its queue
+// is not measured.
+func (b homeBound) wait(i int) float64 {
+	if q := b.slots[i].queue; q >= 0 {
+		return q - b.leastQueue
+	}
+	return -1
+}
+
+// noWait is the rule by which a home beyond its bound keeps the request:
+// its servers' waiting queue is measured and no longer than the least
+// queued candidate's, and every request this sidecar sent it has had its
+// first byte. Leaving costs the prompt's cold prefill elsewhere (the part
+// the home holds and the other does not) and saves the wait at home
+// beyond the wait there; with no such wait, the move only adds prefill,
+// to the cluster it goes to and to the requests queued behind it there,
+// which is how leaving a home under load feeds the load that made it
+// leave. The bound counts this sidecar's requests in flight, a proxy for
+// the wait; the queue is the servers' own figure of it, but a scrape old:
+// a request of this sidecar still waiting for its first byte may be
+// waiting behind traffic the figure does not show yet (a home that fills
+// up or stops answering), and then the bound decides, as it does for a
+// home whose queue is not measured.
+func (b homeBound) noWait(i int) bool {
+	q := b.slots[i].queue
+	return q >= 0 && q <= b.leastQueue && b.slots[i].awaiting == 0
+}
+
 // bound is the most candidate i may hold with the request.
 func (b homeBound) bound(i int) float64 {
 	return math.Ceil(b.c * (b.total + 1) * b.slots[i].capacity / b.capacity)
@@ -353,12 +454,17 @@ func (b homeBound) spillTo(home int, first []int) int {
 
 // spread is the index in first of where a request of a key new to this
 // sidecar goes: the next of the backend's rotation (the smooth weighted
-// round-robin of Weighted) among the candidates within the bound, so
-// that prompts that share nothing are spread as round-robin spreads
-// them. Placing them at their hashed homes, or at the least loaded by
-// this sidecar's own count, sent bursts to one cluster whose EPP, a
-// scrape behind, queued them on one server (issue 23, no-shared-prefix).
-// Without a rotation, the best scored within the bound.
+// round-robin of Weighted) among the candidates within the bound and not
+// queued whose waiting is within one request of the least (waitingNow),
+// else among all within the bound and not queued. A new key is cached
+// nowhere, so its prefill costs the same on every cluster and only the
+// wait differs: it goes where the fewest wait. The rotation still deals
+// it among those, so that prompts that share nothing are spread as
+// round-robin spreads them: placing them at their hashed homes, at the
+// least loaded by this sidecar's in-flight count, or at the strictly
+// least waiting, sent bursts to one cluster between two scrapes
+// (docs/design/cluster-scoring.md). Without a rotation, the best scored
+// within the bound.
 func (b homeBound) spread(first []int, rot *Rotation) int {
 	if rot == nil {
 		return b.spillTo(-1, first)
@@ -367,9 +473,30 @@ func (b homeBound) spread(first []int, rot *Rotation) int {
 	// read from the slots, not searched for in first, which made dealing
 	// quadratic in the candidates.
 	tier := b.slots[first[0]].tier
-	return slices.Index(first, rot.next(func(i int) bool {
-		return i < len(b.slots) && b.slots[i].verdict == Kept && b.slots[i].tier == tier && b.takes(i)
-	}))
+	least := math.Inf(1)
+	for _, i := range first {
+		least = min(least, b.waitingNow(i))
+	}
+	deal := func(fewestWaiting bool) int {
+		return slices.Index(first, rot.next(func(i int) bool {
+			return i < len(b.slots) && b.slots[i].verdict == Kept && b.slots[i].tier == tier && b.takes(i) &&
+				(!fewestWaiting || b.waitingNow(i) <= least+1/b.slots[i].capacity)
+		}))
+	}
+	if k := deal(true); k >= 0 {
+		return k
+	}
+	return deal(false)
+}
+
+// waitingNow is how many requests wait at candidate i per ready pod, as
+// well as the sidecar can tell now: its servers' scraped queue (0 when
+// not measured) and this sidecar's requests there still waiting for
+// their first byte, which move with every request where the scrape moves
+// once a second. A difference below one request per cluster is within
+// the grain of both.
+func (b homeBound) waitingNow(i int) float64 {
+	return max(b.slots[i].queue, 0) + float64(b.slots[i].awaiting)/b.slots[i].capacity
 }
 
 // setCapacities makes the capacities of the candidates kept their ready

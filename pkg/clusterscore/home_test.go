@@ -94,6 +94,32 @@ func TestHomePlacement(t *testing.T) {
 			wantLeft: true,
 		},
 		{
+			name: "a home beyond the bound whose servers queue no more than the others' and whose requests have all had their first byte keeps the request: a move would cost a cold prefill and save no wait",
+			setup: func(f *affinityFixture, req *Request, home string) {
+				known(f, req, home)
+				f.mem.Observed.Started(scope, home)
+				f.mem.Observed.Started(scope, home)
+				f.mem.Observed.FirstByte(scope, home, 30*time.Millisecond)
+				f.mem.Observed.FirstByte(scope, home, 30*time.Millisecond)
+			},
+			want:    "home",
+			outcome: HomeNoWait,
+		},
+		{
+			name: "... but not one whose servers queue more than the least queued cluster's, even within the queue margin",
+			setup: func(f *affinityFixture, req *Request, home string) {
+				known(f, req, home)
+				f.cand(home).Pool = freshPool(1.5, 0.3)
+				f.mem.Observed.Started(scope, home)
+				f.mem.Observed.Started(scope, home)
+				f.mem.Observed.FirstByte(scope, home, 30*time.Millisecond)
+				f.mem.Observed.FirstByte(scope, home, 30*time.Millisecond)
+			},
+			want:     "not home",
+			outcome:  HomeSecond,
+			wantLeft: true,
+		},
+		{
 			name: "a saturated home is left",
 			setup: func(f *affinityFixture, req *Request, home string) {
 				known(f, req, home)
@@ -358,6 +384,38 @@ func TestNewPromptsAreDealtInTurn(t *testing.T) {
 			setup: func(f *affinityFixture) {
 				for range 3 {
 					f.mem.Observed.Started(scope, "a")
+				}
+			},
+			want: []string{"b", "c", "b", "c", "b", "c"},
+		},
+		{
+			name: "not to a cluster where more wait than at the least waiting by a request or more, within the queue margin: b's servers queue 1 each, the others' none",
+			setup: func(f *affinityFixture) {
+				f.cand("b").Pool = freshPool(1, 0.3)
+				f.cand("a").Pool = freshPool(0, 0.3)
+				f.cand("c").Pool = freshPool(0, 0.3)
+			},
+			want: []string{"a", "c", "a", "c", "a", "c"},
+		},
+		{
+			name: "but to a cluster that waits less than a request more (half a request per server, 2 servers)",
+			setup: func(f *affinityFixture) {
+				f.cand("b").Pool = freshPool(0.5, 0.3)
+				f.cand("a").Pool = freshPool(0, 0.3)
+				f.cand("c").Pool = freshPool(0, 0.3)
+			},
+			want: []string{"a", "b", "c", "a", "b", "c"},
+		},
+		{
+			name: "the sidecar's own requests waiting for their first byte count between two scrapes: 2 in flight on each cluster, a's still waiting (1 per server), send the next prompts elsewhere",
+			setup: func(f *affinityFixture) {
+				for _, c := range []string{"a", "b", "c"} {
+					f.mem.Observed.Started(scope, c)
+					f.mem.Observed.Started(scope, c)
+					if c != "a" {
+						f.mem.Observed.FirstByte(scope, c, 30*time.Millisecond)
+						f.mem.Observed.FirstByte(scope, c, 30*time.Millisecond)
+					}
 				}
 			},
 			want: []string{"b", "c", "b", "c", "b", "c"},

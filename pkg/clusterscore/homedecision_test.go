@@ -39,6 +39,16 @@ func TestDecideHome(t *testing.T) {
 			wantOutcome: HomeAtHome, wantLead: home,
 		},
 		{
+			name:        "a home beyond its bound whose servers queue no more than the least queued candidate's keeps the request: a move saves no wait and costs a cold prefill",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, noWait: true, home: home, deal: never, second: never, spill: never},
+			wantOutcome: HomeNoWait, wantLead: home,
+		},
+		{
+			name:        "a home out of the first tier is left whatever its queue",
+			rule:        homeRule{key: true, established: true, noWait: true, home: 5, deal: never, second: to(second), spill: never},
+			wantOutcome: HomeSecond, wantLead: second,
+		},
+		{
 			name:        "a home beyond its bound sends the request to its second home when that one takes it",
 			rule:        homeRule{key: true, established: true, inFirstTier: true, home: home, deal: never, second: to(second), spill: never},
 			wantOutcome: HomeSecond, wantLead: second,
@@ -88,7 +98,7 @@ func TestHomeOutcomeNames(t *testing.T) {
 	for _, o := range HomeOutcomes() {
 		names = append(names, o.String())
 	}
-	assert.Equal(t, []string{"no_key", "dealt", "home", "second_home", "queued", "spill", "score_order"}, names)
+	assert.Equal(t, []string{"no_key", "dealt", "home", "home_no_wait", "second_home", "queued", "spill", "score_order"}, names)
 	assert.Equal(t, "none", HomeNone.String())
 	assert.Equal(t, "HomeOutcome(200)", HomeOutcome(200).String())
 }

@@ -69,6 +69,7 @@ func TestObserver(t *testing.T) {
 	o.Finished("p", "a", true)
 	got := o.Observe("p", "a")
 	assert.Equal(t, int64(1), got.InFlight)
+	assert.Equal(t, int64(0), got.Awaiting, "both had their first byte")
 	assert.Equal(t, 200*time.Millisecond, got.TTFB)
 	assert.InDelta(t, 0.5, got.ErrorRatio, 1e-9)
 	o.Finished("p", "a", false)
@@ -78,4 +79,29 @@ func TestObserver(t *testing.T) {
 	o.Retain(func(scope, cluster string) bool { return false })
 	assert.Equal(t, Observation{}, o.Observe("p", "a"))
 	require.NotNil(t, NewObserver(7), "a bad alpha takes the default")
+}
+
+// Awaiting counts the requests in flight still waiting for their first
+// byte. A request that ends without one (refused, failed) cannot be told
+// from one that had it: the count errs high, never low, and mends when
+// the answered ones drain.
+func TestObserverAwaiting(t *testing.T) {
+	o := NewObserver(0.5)
+	o.Started("p", "a")
+	o.Started("p", "a")
+	o.Started("p", "a")
+	assert.Equal(t, int64(3), o.Observe("p", "a").Awaiting)
+	o.FirstByte("p", "a", time.Millisecond)
+	assert.Equal(t, int64(2), o.Observe("p", "a").Awaiting)
+	o.Finished("p", "a", false) // the answered one
+	assert.Equal(t, int64(2), o.Observe("p", "a").Awaiting)
+	o.FirstByte("p", "a", time.Millisecond)
+	o.Finished("p", "a", true) // one that failed before its first byte
+	assert.Equal(t, int64(1), o.Observe("p", "a").Awaiting, "high by one: the answered one's count went with it")
+	o.Finished("p", "a", false)
+	assert.Equal(t, Observation{TTFB: o.Observe("p", "a").TTFB, ErrorRatio: o.Observe("p", "a").ErrorRatio}, o.Observe("p", "a"), "drained: nothing in flight, nothing awaiting")
+	o.FirstByte("p", "a", time.Millisecond) // a first byte with nothing in flight counts nothing
+	assert.Equal(t, int64(0), o.Observe("p", "a").Awaiting)
+	o.Started("p", "a")
+	assert.Equal(t, int64(1), o.Observe("p", "a").Awaiting)
 }

@@ -24,6 +24,9 @@ type Observer struct {
 type observed struct {
 	mu       sync.Mutex
 	inFlight int64
+	// answered counts the requests in flight that have had their first
+	// byte (FirstByte): inFlight - answered are still waiting for it.
+	answered int64
 	// ttfb is the EWMA of time to first byte in seconds; 0 before the
 	// first sample.
 	ttfb float64
@@ -34,6 +37,9 @@ type observed struct {
 // Observation is a snapshot of one cluster's observations.
 type Observation struct {
 	InFlight int64
+	// Awaiting is how many of those have not had their first byte yet:
+	// waiting for a batch place, or in their prefill.
+	Awaiting int64
 	// TTFB is the moving average of time to first byte; 0 when none was
 	// measured yet.
 	TTFB time.Duration
@@ -84,6 +90,7 @@ func (o *Observer) Started(scope, cluster string) {
 func (o *Observer) FirstByte(scope, cluster string, d time.Duration) {
 	c := o.get(scope, cluster)
 	c.mu.Lock()
+	c.answered = min(c.answered+1, c.inFlight)
 	if s := d.Seconds(); c.ttfb == 0 {
 		c.ttfb = max(s, 1e-9)
 	} else {
@@ -102,6 +109,12 @@ func (o *Observer) Finished(scope, cluster string, failed bool) {
 	}
 	c.mu.Lock()
 	c.inFlight = max(c.inFlight-1, 0)
+	// Finished does not say whether the request had its first byte: one
+	// that ends without (refused, failed) takes an answered one's count
+	// too, which overstates Awaiting by one until the answered requests in
+	// flight drain. Overstated, it only keeps a loaded home from keeping a
+	// request (homeBound.noWait), as if it had no figures.
+	c.answered = min(max(c.answered-1, 0), c.inFlight)
 	c.errors += o.alpha * (sample - c.errors)
 	c.mu.Unlock()
 }
@@ -116,7 +129,7 @@ func (o *Observer) Observe(scope, cluster string) Observation {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Observation{InFlight: c.inFlight, TTFB: time.Duration(c.ttfb * float64(time.Second)), ErrorRatio: c.errors}
+	return Observation{InFlight: c.inFlight, Awaiting: c.inFlight - c.answered, TTFB: time.Duration(c.ttfb * float64(time.Second)), ErrorRatio: c.errors}
 }
 
 // Retain forgets the clusters of scopes keep reports false, as the

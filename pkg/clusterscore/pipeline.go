@@ -177,8 +177,11 @@ type slot struct {
 	withheld bool
 	// homeLoad and capacity are the candidate's load (requests) and
 	// capacity (ready pods) for the home bound (leadHome); queue its
-	// scraped waiting queue per server, -1 when not measured (homeBound.queued).
+	// scraped waiting queue per server, -1 when not measured (homeBound.queued);
+	// awaiting this sidecar's requests to it still waiting for their
+	// first byte (homeBound.noWait).
 	homeLoad, capacity, queue float64
+	awaiting                  int64
 }
 
 // Pick orders the candidates for one request: the request goes to the

@@ -122,7 +122,7 @@ func (o *owed) override(cfg *extprocv3.ProtocolConfiguration, r *extprocv3.Proce
 func (o *owed) pump(gw gatewayStream, e *eppStream, linger time.Duration) error {
 	for {
 		// Each message goes to the EPP as the gateway encoded it.
-		f := newRequestFrame()
+		f := extproc.NewRequestFrame()
 		err := gw.RecvMsg(f)
 		if err == io.EOF {
 			o.mu.Lock()
@@ -150,7 +150,7 @@ func (o *owed) pump(gw gatewayStream, e *eppStream, linger time.Duration) error 
 		if forward {
 			if o.toRemote != nil {
 				if m := o.toRemote(f.ProcessingRequest); m != f.ProcessingRequest {
-					f.ProcessingRequest, f.raw = m, nil
+					f.ProcessingRequest, f.Raw = m, nil
 				}
 			}
 			// A failed send shows in the receiver, which takes over; the
@@ -234,7 +234,7 @@ func (o *owed) passThrough(msg *extprocv3.ProcessingRequest, gw extproc.Stream) 
 // for an answer to a body chunk that went ahead, which is only checked
 // against what the gateway got. It says whether f is an immediate
 // response, which ends the exchange.
-func (o *owed) fromEPP(f *responseFrame, gw gatewayStream) (immediate bool, err error) {
+func (o *owed) fromEPP(f *extproc.ResponseFrame, gw gatewayStream) (immediate bool, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	send := true
@@ -264,7 +264,7 @@ func (o *owed) fromEPP(f *responseFrame, gw gatewayStream) (immediate bool, err 
 		// The answer is the sidecar's: the message let through unchanged
 		// (relayResponse refused the answers that cannot be).
 		if resp, err := eppanswer.ResponsePhase(f.ProcessingResponse); err == nil {
-			f = &responseFrame{ProcessingResponse: resp}
+			f = &extproc.ResponseFrame{ProcessingResponse: resp}
 		}
 	}
 	if err := gw.SendMsg(f); err != nil {

@@ -30,7 +30,9 @@ func (s *sentStream) Send(r *extprocv3.ProcessingResponse) error {
 	return nil
 }
 
-func (s *sentStream) SendMsg(m any) error { return s.Send(m.(*responseFrame).ProcessingResponse) }
+func (s *sentStream) SendMsg(m any) error {
+	return s.Send(m.(*extproc.ResponseFrame).ProcessingResponse)
+}
 
 func (s *sentStream) RecvMsg(any) error { panic("not read in these tests") }
 
@@ -162,7 +164,7 @@ func TestTakeOverAnswersWhatTheEPPOwedInOrder(t *testing.T) {
 				require.True(t, forward)
 			}
 			for _, r := range tt.epp {
-				_, err := o.fromEPP(&responseFrame{ProcessingResponse: r}, gw)
+				_, err := o.fromEPP(&extproc.ResponseFrame{ProcessingResponse: r}, gw)
 				require.NoError(t, err)
 			}
 			if tt.ahead && len(tt.epp) > 0 {
@@ -334,7 +336,7 @@ func TestStreamedBodyChunksGoToTheGatewayWithoutWaitingForTheEPP(t *testing.T) {
 					require.True(t, forward, "every message goes to the EPP")
 					continue
 				}
-				immediate, err := o.fromEPP(&responseFrame{ProcessingResponse: s.epp}, gw)
+				immediate, err := o.fromEPP(&extproc.ResponseFrame{ProcessingResponse: s.epp}, gw)
 				require.NoError(t, err)
 				require.False(t, immediate)
 			}

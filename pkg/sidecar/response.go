@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mci-dev/mci/pkg/eppanswer"
+	"github.com/mci-dev/mci/pkg/extproc"
 )
 
 // ResponsePhase says what the sidecar does with the response phase of a
@@ -131,7 +132,7 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 	for {
 		// Each answer that goes to the gateway goes as the EPP encoded
 		// it.
-		f := newResponseFrame()
+		f := extproc.NewResponseFrame()
 		if err = e.stream.RecvMsg(f); err != nil {
 			break
 		}

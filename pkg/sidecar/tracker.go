@@ -356,7 +356,7 @@ func (s *observedStream) Recv() (*extprocv3.ProcessingRequest, error) {
 
 func (s *observedStream) RecvMsg(m any) error {
 	err := s.gatewayStream.RecvMsg(m)
-	if f, ok := m.(*requestFrame); ok && err == nil {
+	if f, ok := m.(*extproc.RequestFrame); ok && err == nil {
 		s.observe(f.ProcessingRequest)
 	}
 	return err
@@ -374,8 +374,8 @@ func (s *observedStream) Send(r *extprocv3.ProcessingResponse) error {
 }
 
 func (s *observedStream) SendMsg(m any) error {
-	if f, ok := m.(*responseFrame); ok && s.explainIn(f.ProcessingResponse) {
-		f.raw = nil
+	if f, ok := m.(*extproc.ResponseFrame); ok && s.explainIn(f.ProcessingResponse) {
+		f.Raw = nil
 	}
 	return s.gatewayStream.SendMsg(m)
 }

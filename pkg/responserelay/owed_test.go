@@ -1,4 +1,4 @@
-package sidecar
+package responserelay
 
 import (
 	"testing"
@@ -7,16 +7,11 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/go-logr/logr/funcr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/extproc"
-	"github.com/mci-dev/mci/pkg/routetable"
 )
 
 // sentStream is a gateway stream that keeps what is sent to it.
@@ -347,45 +342,4 @@ func TestStreamedBodyChunksGoToTheGatewayWithoutWaitingForTheEPP(t *testing.T) {
 			assert.Equal(t, tt.wantWhat, what)
 		})
 	}
-}
-
-func TestLateBodyAnswersAreCountedAndLoggedOncePerChange(t *testing.T) {
-	var logged []string
-	logger := funcr.New(func(_, args string) { logged = append(logged, args) }, funcr.Options{})
-	m := NewMetrics(prometheus.NewRegistry())
-	obs := newObservers(clusterscore.NewMemory(clusterscore.DefaultMemoryOptions()), nil, m, logger)
-	c := &routetable.Cluster{Name: "cluster-a", EPP: "127.0.0.1:9002"}
-	respond := func(late int, outcome string) {
-		o := &owed{late: late}
-		if late > 0 {
-			o.lateWhat = "a rewritten body"
-		}
-		(&tracker{observers: obs, liveCluster: c}).responsePhase(outcome, o)
-	}
-	steps := []struct {
-		late    int
-		outcome string
-		// want is a part of the line logged, "" for none.
-		want string
-	}{
-		{late: 2, outcome: ResponseCompleted, want: "asked to change response body chunks"},
-		{late: 1, outcome: ResponseCompleted},
-		{outcome: ResponseCanceled},
-		{outcome: ResponseCompleted, want: "without changes again"},
-		{outcome: ResponseCompleted},
-		{late: 1, outcome: ResponseCompleted, want: "asked to change response body chunks"},
-	}
-	for i, s := range steps {
-		logged = nil
-		respond(s.late, s.outcome)
-		if s.want == "" {
-			assert.Empty(t, logged, "step %d", i)
-			continue
-		}
-		if assert.Len(t, logged, 1, "step %d", i) {
-			assert.Contains(t, logged[0], s.want, "step %d", i)
-			assert.Contains(t, logged[0], `"cluster"="cluster-a"`)
-		}
-	}
-	assert.Equal(t, 4.0, testutil.ToFloat64(m.lateBody.WithLabelValues("cluster-a")), "every late answer is counted")
 }

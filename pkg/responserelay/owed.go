@@ -1,4 +1,4 @@
-package sidecar
+package responserelay
 
 import (
 	"bytes"
@@ -119,7 +119,7 @@ func (o *owed) override(cfg *extprocv3.ProtocolConfiguration, r *extprocv3.Proce
 
 // pump relays the gateway's messages to the EPP until the gateway ends its
 // stream, and answers them itself once the sidecar has taken over.
-func (o *owed) pump(gw gatewayStream, e *eppStream, linger time.Duration) error {
+func (o *owed) pump(gw extproc.FrameStream, e *EPPStream, linger time.Duration) error {
 	for {
 		// Each message goes to the EPP as the gateway encoded it.
 		f := extproc.NewRequestFrame()
@@ -234,7 +234,7 @@ func (o *owed) passThrough(msg *extprocv3.ProcessingRequest, gw extproc.Stream) 
 // for an answer to a body chunk that went ahead, which is only checked
 // against what the gateway got. It says whether f is an immediate
 // response, which ends the exchange.
-func (o *owed) fromEPP(f *extproc.ResponseFrame, gw gatewayStream) (immediate bool, err error) {
+func (o *owed) fromEPP(f *extproc.ResponseFrame, gw extproc.FrameStream) (immediate bool, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	send := true

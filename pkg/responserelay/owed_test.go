@@ -150,7 +150,7 @@ func TestTakeOverAnswersWhatTheEPPOwedInOrder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := newOwed(tt.cfg, nil, tt.ahead, time.Minute, func(error) {})
+			o := newPhaseRelay(Config{Protocol: tt.cfg, Ahead: tt.ahead, Timeout: time.Minute}, nil, func(error) {})
 			defer o.stop()
 			gw := &sentStream{}
 			for _, m := range tt.gateway {
@@ -321,7 +321,7 @@ func TestStreamedBodyChunksGoToTheGatewayWithoutWaitingForTheEPP(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := newOwed(tt.cfg, nil, tt.ahead, time.Minute, func(error) {})
+			o := newPhaseRelay(Config{Protocol: tt.cfg, Ahead: tt.ahead, Timeout: time.Minute}, nil, func(error) {})
 			defer o.stop()
 			gw := &sentStream{}
 			for _, s := range tt.steps {

@@ -85,7 +85,7 @@ type Config struct {
 	Protocol *extprocv3.ProtocolConfiguration
 	Answers  []*extprocv3.ProcessingResponse
 	// Ahead: the chunks of a streamed response body go to the gateway
-	// without waiting for the EPP's answers (owed explains why).
+	// without waiting for the EPP's answers (machine.go explains why).
 	Ahead bool
 	// Remote: the EPP is a remote cluster's: what of its answers goes to
 	// the gateway is eppanswer.ResponsePhase's, and what of the gateway's
@@ -133,14 +133,12 @@ type Result struct {
 // stream with answers owed), the sidecar answers what it owed and the rest
 // of the response phase itself, as if the response phase were not relayed.
 func Run(gw extproc.FrameStream, e *EPPStream, cfg Config, obs Observer) (res Result, err error) {
-	o := newOwed(cfg.Protocol, cfg.Answers, cfg.Ahead, cfg.Timeout, e.cancel)
-	o.remote = cfg.Remote
-	o.toRemote = cfg.ToRemote
+	o := newPhaseRelay(cfg, e.stream, e.cancel)
 	defer o.stop()
 	defer e.cancel(nil)
 	defer linkToGateway(gw, e, o)()
 	toEPP := make(chan error, 1)
-	cfg.Go(func() { toEPP <- o.pump(gw, e, cfg.Linger) })
+	cfg.Go(func() { toEPP <- o.pump(gw, e) })
 
 	res.Outcome = Completed
 	defer func() { res.Late, res.LateWhat = o.lateAnswers() }()
@@ -233,21 +231,13 @@ func eppEnded(err, cause error, owing bool) (outcome string, done bool, why erro
 }
 
 // linkToGateway makes the gateway's end of its stream reset the EPP's, as
-// it would reset its own, unless the gateway had every answer it waits for
-// and the EPP still owes answers to chunks that went ahead: a gateway may
-// reset its stream as soon as it has the last chunk, before the EPP's
-// answer to it is back, and the EPP may still give it, within the linger
-// that bounds its stream once the gateway ended its side. It returns what
-// undoes the link.
-func linkToGateway(gw extproc.FrameStream, e *EPPStream, o *owed) (stop func() bool) {
+// it would reset its own, unless the machine keeps it (the kept phase). It
+// returns what undoes the link.
+func linkToGateway(gw extproc.FrameStream, e *EPPStream, o *phaseRelay) (stop func() bool) {
 	if !e.unlink() {
 		// The gateway is gone already, and the EPP's stream with it.
 		return func() bool { return false }
 	}
 	ctx := gw.Context()
-	return context.AfterFunc(ctx, func() {
-		if !o.keepForEPP() {
-			e.cancel(context.Cause(ctx))
-		}
-	})
+	return context.AfterFunc(ctx, func() { o.gatewayGone(context.Cause(ctx)) })
 }

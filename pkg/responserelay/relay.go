@@ -96,15 +96,13 @@ type Config struct {
 	// Linger the wait for the EPP's end of stream once the gateway ended
 	// its own.
 	Timeout, Linger time.Duration
-	// Go runs the goroutine that relays the gateway's messages to the EPP.
-	Go func(func())
+	// Workers run the goroutine that relays the gateway's messages to the
+	// EPP.
+	Workers interface{ Go(func()) }
 }
 
 // Observer learns what happens to a response phase as it goes.
 type Observer interface {
-	// Refused: an answer of a remote EPP was refused (err, an
-	// eppanswer.Refusal); the sidecar answers the rest itself.
-	Refused(err error)
 	// TakenOver: the EPP did not see the response phase through (outcome,
 	// and why), and the sidecar answers the rest itself. Told before the
 	// gateway is answered: a gateway gone already does not make the EPP's
@@ -112,13 +110,16 @@ type Observer interface {
 	TakenOver(outcome string, why error)
 }
 
-// Result is how a response phase ended: its outcome, and the EPP's answers
-// to body chunks that went ahead which the gateway could not apply any
-// more (Late, and what the first one asked for).
+// Result is how a response phase ended: its outcome; the EPP's answers to
+// body chunks that went ahead which the gateway could not apply any more
+// (Late, and what the first one asked for); and the answer of a remote
+// EPP that was refused (Refused, an eppanswer.Refusal), after which the
+// sidecar answered the rest itself.
 type Result struct {
 	Outcome  string
 	Late     int
 	LateWhat string
+	Refused  error
 }
 
 // Run relays the response phase of the gateway's stream gw to the EPP that
@@ -128,7 +129,7 @@ type Result struct {
 // ends with.
 //
 // Two goroutines share the work: this one relays the EPP's answers to the
-// gateway, a second one (cfg.Go) the gateway's messages to the EPP. When
+// gateway, a second one (cfg.Workers) the gateway's messages to the EPP. When
 // the EPP cannot finish (it fails, does not answer in time, or ends its
 // stream with answers owed), the sidecar answers what it owed and the rest
 // of the response phase itself, as if the response phase were not relayed.
@@ -138,7 +139,7 @@ func Run(gw extproc.FrameStream, e *EPPStream, cfg Config, obs Observer) (res Re
 	defer e.cancel(nil)
 	defer linkToGateway(gw, e, o)()
 	toEPP := make(chan error, 1)
-	cfg.Go(func() { toEPP <- o.pump(gw, e) })
+	cfg.Workers.Go(func() { toEPP <- o.pump(gw, e) })
 
 	res.Outcome = Completed
 	defer func() { res.Late, res.LateWhat = o.lateAnswers() }()
@@ -154,7 +155,7 @@ func Run(gw extproc.FrameStream, e *EPPStream, cfg Config, obs Observer) (res Re
 			// sidecar answers the rest of the response phase itself, the
 			// response unchanged.
 			if err = eppanswer.CheckResponsePhase(f.ProcessingResponse); err != nil {
-				obs.Refused(err)
+				res.Refused = err
 				break
 			}
 		}

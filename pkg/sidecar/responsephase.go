@@ -72,23 +72,19 @@ func (s *Server) relayResponse(gw gatewayStream, t *tracker, cfg *extprocv3.Prot
 		Remote:   remote,
 		Timeout:  s.relay.timeout,
 		Linger:   s.relay.linger,
-		Go:       s.workers.Go,
+		Workers:  s.workers,
 	}
 	if remote {
 		rc.ToRemote = s.remote.message
 	}
-	res, err := responserelay.Run(gw, t.live, rc, &phaseObserver{t: t, remote: s.remote})
+	res, err := responserelay.Run(gw, t.live, rc, t)
+	if res.Refused != nil {
+		s.remote.refused(t.liveCluster, res.Refused)
+	}
 	t.responsePhase(res.Outcome, res.Late, res.LateWhat)
 	return err
 }
 
-// phaseObserver is what the relay of a response phase tells the tracker
-// and the remote answers' filter as it goes.
-type phaseObserver struct {
-	t      *tracker
-	remote *remoteAnswers
-}
-
-func (o *phaseObserver) Refused(err error) { o.remote.refused(o.t.liveCluster, err) }
-
-func (o *phaseObserver) TakenOver(outcome string, err error) { o.t.takenOver(outcome, err) }
+// TakenOver makes the tracker the observer of the response phase it
+// relays (responserelay.Observer).
+func (t *tracker) TakenOver(outcome string, why error) { t.takenOver(outcome, why) }

@@ -42,7 +42,7 @@ func newPhaseRelay(cfg Config, eppStream extprocv3.ExternalProcessor_ProcessClie
 		lingerFor: cfg.Linger,
 		eppStream: eppStream,
 	}
-	r.timer = time.AfterFunc(cfg.Timeout, func() { r.on(event{kind: deadlineFired}, nil, nil) })
+	r.timer = time.AfterFunc(cfg.Timeout, func() { _, _ = r.on(event{kind: deadlineFired}, nil, nil) })
 	r.timer.Stop()
 	return r
 }
@@ -57,7 +57,10 @@ func (r *phaseRelay) on(ev event, gw extproc.FrameStream, f *extproc.ResponseFra
 	if a.err != nil {
 		return false, a.err
 	}
-	return a.do&forwardEPP != 0, r.do(a, gw, f)
+	if err := r.do(a, gw, f); err != nil {
+		return false, err
+	}
+	return a.do&forwardEPP != 0, nil
 }
 
 // do carries out a, in order; a failed send to the gateway stops it.
@@ -85,7 +88,7 @@ func (r *phaseRelay) do(a actions, gw extproc.FrameStream, f *extproc.ResponseFr
 	}
 	if a.do&endEPPSide != 0 {
 		_ = r.eppStream.CloseSend()
-		r.linger = time.AfterFunc(r.lingerFor, func() { r.on(event{kind: lingerOver}, nil, nil) })
+		r.linger = time.AfterFunc(r.lingerFor, func() { _, _ = r.on(event{kind: lingerOver}, nil, nil) })
 	}
 	if a.do&resetEPP != 0 {
 		r.cancel(a.cause)

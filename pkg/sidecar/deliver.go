@@ -13,6 +13,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/responserelay"
 	"github.com/mci-dev/mci/pkg/routetable"
 )
 
@@ -100,7 +101,7 @@ func (s *Server) attempt(ctx context.Context, req *extproc.Request, c *routetabl
 // c's EPP (resps and live, or err): the answer eppanswer builds, or a
 // refusal, which resets the EPP's stream. A 503 (a *refusal) keeps only
 // its status, in the sidecar's own words.
-func (s *Server) fromRemote(c *routetable.Cluster, req *extproc.Request, resps []*extprocv3.ProcessingResponse, live *eppStream, err error) ([]*extprocv3.ProcessingResponse, error) {
+func (s *Server) fromRemote(c *routetable.Cluster, req *extproc.Request, resps []*extprocv3.ProcessingResponse, live *responserelay.EPPStream, err error) ([]*extprocv3.ProcessingResponse, error) {
 	var ref *refusal
 	switch {
 	case errors.As(err, &ref):
@@ -116,7 +117,7 @@ func (s *Server) fromRemote(c *routetable.Cluster, req *extproc.Request, resps [
 	}
 	out, err := s.remote.filter(c, req, resps)
 	if err != nil && live != nil {
-		live.cancel(err)
+		live.Reset(err)
 	}
 	return out, err
 }

@@ -55,7 +55,8 @@
 //     EPP fails before answering; or a remote parent gateway as the
 //     destination (ParentMode); then FailOpen or FailClose); send the
 //     answer; then see the response phase through (relayed to the EPP that
-//     answered, response.go). One tracker per request (tracker.go) is the
+//     answered by pkg/responserelay, a state machine of named phases with
+//     one transition function; responsephase.go). One tracker per request (tracker.go) is the
 //     only place that tells the observers what became of it: the policies'
 //     memory and observations, passive health, the metrics and the logs.
 //     Each address is reached with the transport and credentials

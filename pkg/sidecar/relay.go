@@ -20,6 +20,7 @@ import (
 	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/responserelay"
 	"github.com/mci-dev/mci/pkg/routetable"
 )
 
@@ -104,7 +105,7 @@ type relayer struct {
 // still using it for a grace period.
 func newRelayer(cfg ServerConfig, creds *epptransport.Credentials, metrics *Metrics) *relayer {
 	timeout := cfg.withDefaults().AttemptTimeout
-	dial := append(cfg.Dial.Options(), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(frameCodec{})))
+	dial := append(cfg.Dial.Options(), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(extproc.FrameCodec{})))
 	if metrics != nil {
 		dial = append(dial, grpc.WithStatsHandler(streamGauge{open: metrics.eppStreams}))
 	}
@@ -265,7 +266,7 @@ func keepUnknown(dst, src proto.Message) {
 //
 // limit, when above 0, bounds the body bytes the answer may stream back
 // (a remote EPP's: eppanswer.BodyLimit); past it the answer is refused.
-func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.ProcessingRequest, keep bool, limit int) ([]*extprocv3.ProcessingResponse, *eppStream, error) {
+func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.ProcessingRequest, keep bool, limit int) ([]*extprocv3.ProcessingResponse, *responserelay.EPPStream, error) {
 	conn, err := r.conn(addr)
 	if err != nil {
 		// Credentials that cannot be used fail the port, counted.
@@ -285,10 +286,10 @@ func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.Proc
 	return resps, kept, err
 }
 
-func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*extprocv3.ProcessingRequest, keep bool, limit int) ([]*extprocv3.ProcessingResponse, *eppStream, error) {
+func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*extprocv3.ProcessingRequest, keep bool, limit int) ([]*extprocv3.ProcessingResponse, *responserelay.EPPStream, error) {
 	// The EPP's stream ends with the gateway's: linked to it rather than
 	// derived from it, so that a response phase can let the EPP finish
-	// answering what the gateway already had (eppStream.unlink).
+	// answering what the gateway already had (responserelay.EPPStream).
 	parent := ctx
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
 	unlink := context.AfterFunc(parent, func() { cancel(context.Cause(parent)) })
@@ -333,7 +334,7 @@ func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*ex
 			// an EPP that answered without reading everything.
 			decided(fateKeep)
 			timer.Stop()
-			return resps, &eppStream{stream: stream, ctx: ctx, cancel: cancel, unlink: unlink}, nil
+			return resps, responserelay.NewEPPStream(stream, ctx, cancel, unlink), nil
 		}
 		timer.Stop()
 		decided(fateEnd)

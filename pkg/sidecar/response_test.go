@@ -10,12 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
@@ -428,4 +431,45 @@ func startOneCluster(t *testing.T) (*fakeEPP, *fakeState, *harness) {
 		Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: hostOf(t, a), Port: portOf(t, a)})},
 	}, st)
 	return a, st, h
+}
+
+func TestLateBodyAnswersAreCountedAndLoggedOncePerChange(t *testing.T) {
+	var logged []string
+	logger := funcr.New(func(_, args string) { logged = append(logged, args) }, funcr.Options{})
+	m := NewMetrics(prometheus.NewRegistry())
+	obs := newObservers(clusterscore.NewMemory(clusterscore.DefaultMemoryOptions()), nil, m, logger)
+	c := &routetable.Cluster{Name: "cluster-a", EPP: "127.0.0.1:9002"}
+	respond := func(late int, outcome string) {
+		what := ""
+		if late > 0 {
+			what = "a rewritten body"
+		}
+		(&tracker{observers: obs, liveCluster: c}).responsePhase(outcome, late, what)
+	}
+	steps := []struct {
+		late    int
+		outcome string
+		// want is a part of the line logged, "" for none.
+		want string
+	}{
+		{late: 2, outcome: ResponseCompleted, want: "asked to change response body chunks"},
+		{late: 1, outcome: ResponseCompleted},
+		{outcome: ResponseCanceled},
+		{outcome: ResponseCompleted, want: "without changes again"},
+		{outcome: ResponseCompleted},
+		{late: 1, outcome: ResponseCompleted, want: "asked to change response body chunks"},
+	}
+	for i, s := range steps {
+		logged = nil
+		respond(s.late, s.outcome)
+		if s.want == "" {
+			assert.Empty(t, logged, "step %d", i)
+			continue
+		}
+		if assert.Len(t, logged, 1, "step %d", i) {
+			assert.Contains(t, logged[0], s.want, "step %d", i)
+			assert.Contains(t, logged[0], `"cluster"="cluster-a"`)
+		}
+	}
+	assert.Equal(t, 4.0, testutil.ToFloat64(m.lateBody.WithLabelValues("cluster-a")), "every late answer is counted")
 }

@@ -8,6 +8,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -348,3 +349,13 @@ func (s *Server) arrival(ctx context.Context) routetable.Arrival {
 	}
 	return s.ports.arrival(ctx)
 }
+
+// serverOptions are the options of a gRPC server that serves Server: the
+// frame codec.
+func serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.ForceServerCodecV2(extproc.FrameCodec{})}
+}
+
+// gatewayStream is the gateway's stream in the response phase, whose
+// messages are read and sent as frames.
+type gatewayStream = extproc.FrameStream

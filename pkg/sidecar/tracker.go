@@ -16,6 +16,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/responserelay"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/statelog"
 )
@@ -120,7 +121,7 @@ type tracker struct {
 	tried            []string
 	// live is the stream of the EPP of liveCluster that routed the
 	// request, kept open for the response phase.
-	live        *eppStream
+	live        *responserelay.EPPStream
 	liveCluster *routetable.Cluster
 	// took observes the attempt of the cluster that took the request (nil
 	// when neither the policy nor outlier detection observes anything, or
@@ -143,7 +144,7 @@ func (t *tracker) attempting(c *routetable.Cluster) time.Time {
 // routed notes that c, sent the request at sent, took it (outcome routed or
 // parent): the policies learn where it was served, as soon as it was;
 // live, when set, is its EPP's stream kept for the response phase.
-func (t *tracker) routed(c *routetable.Cluster, outcome string, sent time.Time, live *eppStream) {
+func (t *tracker) routed(c *routetable.Cluster, outcome string, sent time.Time, live *responserelay.EPPStream) {
 	t.cluster, t.outcome, t.code = c.Name, outcome, http.StatusOK
 	if live != nil {
 		t.live, t.liveCluster = live, c
@@ -201,7 +202,7 @@ func (t *tracker) sent(req *extproc.Request) {
 // reach the gateway, with cause.
 func (t *tracker) abandon(cause error) {
 	if t.live != nil {
-		t.live.cancel(cause)
+		t.live.Reset(cause)
 	}
 }
 
@@ -217,13 +218,12 @@ func (t *tracker) observe(stream gatewayStream) gatewayStream {
 // responsePhase notes how the response phase relayed to the EPP of
 // liveCluster ended (ResponseCompleted, ...), and the EPP's answers to
 // body chunks that went ahead of them which the gateway could not apply
-// any more: counted, and logged once per change per cluster (when a
-// cluster's EPP starts asking for them, and once a response it completed
-// had none again).
-func (t *tracker) responsePhase(outcome string, o *owed) {
+// any more (n, the first asking for what): counted, and logged once per
+// change per cluster (when a cluster's EPP starts asking for them, and
+// once a response it completed had none again).
+func (t *tracker) responsePhase(outcome string, n int, what string) {
 	c := t.liveCluster
 	t.metrics.responsePhase(c.Name, outcome)
-	n, what := o.lateAnswers()
 	if n == 0 {
 		if outcome != ResponseCompleted {
 			return
@@ -356,7 +356,7 @@ func (s *observedStream) Recv() (*extprocv3.ProcessingRequest, error) {
 
 func (s *observedStream) RecvMsg(m any) error {
 	err := s.gatewayStream.RecvMsg(m)
-	if f, ok := m.(*requestFrame); ok && err == nil {
+	if f, ok := m.(*extproc.RequestFrame); ok && err == nil {
 		s.observe(f.ProcessingRequest)
 	}
 	return err
@@ -374,8 +374,8 @@ func (s *observedStream) Send(r *extprocv3.ProcessingResponse) error {
 }
 
 func (s *observedStream) SendMsg(m any) error {
-	if f, ok := m.(*responseFrame); ok && s.explainIn(f.ProcessingResponse) {
-		f.raw = nil
+	if f, ok := m.(*extproc.ResponseFrame); ok && s.explainIn(f.ProcessingResponse) {
+		f.Raw = nil
 	}
 	return s.gatewayStream.SendMsg(m)
 }

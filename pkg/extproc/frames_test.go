@@ -1,4 +1,4 @@
-package sidecar
+package extproc
 
 import (
 	"testing"
@@ -10,8 +10,6 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/mci-dev/mci/pkg/extproc"
 )
 
 func TestFrameCodec(t *testing.T) {
@@ -27,7 +25,7 @@ func TestFrameCodec(t *testing.T) {
 		require.NoError(t, err)
 		return append(b, unknown...)
 	}
-	c := frameCodec{}
+	c := FrameCodec{}
 	tests := []struct {
 		name string
 		wire []byte
@@ -41,27 +39,27 @@ func TestFrameCodec(t *testing.T) {
 		{
 			name: "a gateway message is sent on as it was received",
 			wire: encode(headers),
-			into: func() (any, proto.Message) { f := newRequestFrame(); return f, f.ProcessingRequest },
+			into: func() (any, proto.Message) { f := NewRequestFrame(); return f, f.ProcessingRequest },
 			want: headers,
 		},
 		{
 			name: "an EPP answer is sent on as it was received",
 			wire: encode(answer),
-			into: func() (any, proto.Message) { f := newResponseFrame(); return f, f.ProcessingResponse },
+			into: func() (any, proto.Message) { f := NewResponseFrame(); return f, f.ProcessingResponse },
 			want: answer,
 		},
 		{
 			name: "an answer changed after it was received is encoded again",
 			wire: encode(answer),
-			into: func() (any, proto.Message) { f := newResponseFrame(); return f, f.ProcessingResponse },
+			into: func() (any, proto.Message) { f := NewResponseFrame(); return f, f.ProcessingResponse },
 			edit: func(v any) {
-				f := v.(*responseFrame)
-				f.GetResponseHeaders().Response = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{extproc.SetHeader("x", "y")}}}
-				f.raw = nil
+				f := v.(*ResponseFrame)
+				f.GetResponseHeaders().Response = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{SetHeader("x", "y")}}}
+				f.Raw = nil
 			},
 			received: answer,
 			want: &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
-				Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{extproc.SetHeader("x", "y")}}},
+				Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{SetHeader("x", "y")}}},
 			}}},
 		},
 		{
@@ -97,7 +95,7 @@ func TestFrameCodec(t *testing.T) {
 	}
 
 	t.Run("a codec error is reported, not hidden", func(t *testing.T) {
-		f := newRequestFrame()
+		f := NewRequestFrame()
 		assert.Error(t, c.Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{0xff, 0xff})}, f))
 	})
 }

@@ -1,4 +1,4 @@
-package sidecar
+package responserelay
 
 import (
 	"testing"
@@ -7,16 +7,11 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/go-logr/logr/funcr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/extproc"
-	"github.com/mci-dev/mci/pkg/routetable"
 )
 
 // sentStream is a gateway stream that keeps what is sent to it.
@@ -30,7 +25,9 @@ func (s *sentStream) Send(r *extprocv3.ProcessingResponse) error {
 	return nil
 }
 
-func (s *sentStream) SendMsg(m any) error { return s.Send(m.(*responseFrame).ProcessingResponse) }
+func (s *sentStream) SendMsg(m any) error {
+	return s.Send(m.(*extproc.ResponseFrame).ProcessingResponse)
+}
 
 func (s *sentStream) RecvMsg(any) error { panic("not read in these tests") }
 
@@ -153,7 +150,7 @@ func TestTakeOverAnswersWhatTheEPPOwedInOrder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := newOwed(tt.cfg, nil, tt.ahead, time.Minute, func(error) {})
+			o := newPhaseRelay(Config{Protocol: tt.cfg, Ahead: tt.ahead, Timeout: time.Minute}, nil, func(error) {})
 			defer o.stop()
 			gw := &sentStream{}
 			for _, m := range tt.gateway {
@@ -162,7 +159,7 @@ func TestTakeOverAnswersWhatTheEPPOwedInOrder(t *testing.T) {
 				require.True(t, forward)
 			}
 			for _, r := range tt.epp {
-				_, err := o.fromEPP(&responseFrame{ProcessingResponse: r}, gw)
+				_, err := o.fromEPP(&extproc.ResponseFrame{ProcessingResponse: r}, gw)
 				require.NoError(t, err)
 			}
 			if tt.ahead && len(tt.epp) > 0 {
@@ -324,7 +321,7 @@ func TestStreamedBodyChunksGoToTheGatewayWithoutWaitingForTheEPP(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := newOwed(tt.cfg, nil, tt.ahead, time.Minute, func(error) {})
+			o := newPhaseRelay(Config{Protocol: tt.cfg, Ahead: tt.ahead, Timeout: time.Minute}, nil, func(error) {})
 			defer o.stop()
 			gw := &sentStream{}
 			for _, s := range tt.steps {
@@ -334,7 +331,7 @@ func TestStreamedBodyChunksGoToTheGatewayWithoutWaitingForTheEPP(t *testing.T) {
 					require.True(t, forward, "every message goes to the EPP")
 					continue
 				}
-				immediate, err := o.fromEPP(&responseFrame{ProcessingResponse: s.epp}, gw)
+				immediate, err := o.fromEPP(&extproc.ResponseFrame{ProcessingResponse: s.epp}, gw)
 				require.NoError(t, err)
 				require.False(t, immediate)
 			}
@@ -345,45 +342,4 @@ func TestStreamedBodyChunksGoToTheGatewayWithoutWaitingForTheEPP(t *testing.T) {
 			assert.Equal(t, tt.wantWhat, what)
 		})
 	}
-}
-
-func TestLateBodyAnswersAreCountedAndLoggedOncePerChange(t *testing.T) {
-	var logged []string
-	logger := funcr.New(func(_, args string) { logged = append(logged, args) }, funcr.Options{})
-	m := NewMetrics(prometheus.NewRegistry())
-	obs := newObservers(clusterscore.NewMemory(clusterscore.DefaultMemoryOptions()), nil, m, logger)
-	c := &routetable.Cluster{Name: "cluster-a", EPP: "127.0.0.1:9002"}
-	respond := func(late int, outcome string) {
-		o := &owed{late: late}
-		if late > 0 {
-			o.lateWhat = "a rewritten body"
-		}
-		(&tracker{observers: obs, liveCluster: c}).responsePhase(outcome, o)
-	}
-	steps := []struct {
-		late    int
-		outcome string
-		// want is a part of the line logged, "" for none.
-		want string
-	}{
-		{late: 2, outcome: ResponseCompleted, want: "asked to change response body chunks"},
-		{late: 1, outcome: ResponseCompleted},
-		{outcome: ResponseCanceled},
-		{outcome: ResponseCompleted, want: "without changes again"},
-		{outcome: ResponseCompleted},
-		{late: 1, outcome: ResponseCompleted, want: "asked to change response body chunks"},
-	}
-	for i, s := range steps {
-		logged = nil
-		respond(s.late, s.outcome)
-		if s.want == "" {
-			assert.Empty(t, logged, "step %d", i)
-			continue
-		}
-		if assert.Len(t, logged, 1, "step %d", i) {
-			assert.Contains(t, logged[0], s.want, "step %d", i)
-			assert.Contains(t, logged[0], `"cluster"="cluster-a"`)
-		}
-	}
-	assert.Equal(t, 4.0, testutil.ToFloat64(m.lateBody.WithLabelValues("cluster-a")), "every late answer is counted")
 }

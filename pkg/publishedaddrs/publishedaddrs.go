@@ -37,7 +37,8 @@ const maxEntryLen = 64
 // Publish returns the list published for a pool whose endpoints have the
 // addresses addrs (duplicates, zones and invalid addresses dropped;
 // IPv4-mapped IPv6 addresses as IPv4): the sorted addresses when there are
-// at most Max, else the sorted covering prefixes, at most Max.
+// at most Max, else the sorted covering prefixes, at most Max; nil for
+// none.
 func Publish(addrs []netip.Addr) []string {
 	set := make([]netip.Addr, 0, len(addrs))
 	for _, a := range addrs {
@@ -47,6 +48,9 @@ func Publish(addrs []netip.Addr) []string {
 	}
 	slices.SortFunc(set, netip.Addr.Compare)
 	set = slices.Compact(set)
+	if len(set) == 0 {
+		return nil
+	}
 	if len(set) <= Max {
 		out := make([]string, len(set))
 		for i, a := range set {

@@ -156,8 +156,8 @@ type Imported struct {
 
 // DefaultEndpointAddresses are the endpoint addresses an imported cluster
 // publishes unless told otherwise: the loopback address the tests' model
-// servers listen on.
-var DefaultEndpointAddresses = []string{"127.0.0.1"}
+// servers listen on, and the addresses the sidecar tests' fake EPPs name.
+var DefaultEndpointAddresses = []string{"127.0.0.1", "10.0.0.1", "10.1.0.1", "10.2.0.1", "10.3.0.1"}
 
 // Import builds an InferencePoolImport with EndpointMode (or ParentMode)
 // clusters whose EPP health and metrics ports are 9003 and 9090.

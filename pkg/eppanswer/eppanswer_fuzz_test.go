@@ -124,3 +124,56 @@ func FuzzFilter(f *testing.F) {
 		}
 	})
 }
+
+// FuzzResponsePhase feeds ResponsePhase arbitrary answers of a remote EPP
+// to a message of the response phase, as the wire brings them, and checks
+// that what it accepts reaches the gateway as an empty answer of the
+// phase's own kind (the response passes unchanged: no header, body or
+// trailer mutation, no mode override, no dynamic metadata), and that it
+// refuses exactly what CheckResponsePhase refuses.
+func FuzzResponsePhase(f *testing.F) {
+	for _, r := range []*extprocv3.ProcessingResponse{
+		{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{extproc.SetHeader("set-cookie", "session=evil")}},
+		}}}},
+		{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
+			Status: extprocv3.CommonResponse_CONTINUE_AND_REPLACE,
+		}}}},
+		{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}},
+		extproc.ErrorResponse(302, "elsewhere"),
+		{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}},
+	} {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		r := &extprocv3.ProcessingResponse{}
+		if proto.Unmarshal(raw, r) != nil {
+			return
+		}
+		out, err := ResponsePhase(r)
+		if (err == nil) != (CheckResponsePhase(r) == nil) {
+			t.Fatalf("ResponsePhase and CheckResponsePhase disagree: %v", err)
+		}
+		if err != nil {
+			return
+		}
+		var want *extprocv3.ProcessingResponse
+		switch r.Response.(type) {
+		case *extprocv3.ProcessingResponse_ResponseHeaders:
+			want = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
+		case *extprocv3.ProcessingResponse_ResponseBody:
+			want = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+		case *extprocv3.ProcessingResponse_ResponseTrailers:
+			want = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+		default:
+			t.Fatalf("a %T in the response phase passed", r.Response)
+		}
+		if !proto.Equal(want, out) {
+			t.Fatalf("the gateway got %v, want the empty answer %v", out, want)
+		}
+	})
+}

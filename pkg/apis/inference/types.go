@@ -43,10 +43,7 @@ type ImportedCluster struct {
 	TargetPortNumber int32
 	EndpointPicker   EndpointPickerImport
 	Parents          []ParentImport
-	// EndpointAddresses are the addresses of the pool's endpoints, in
-	// EndpointMode (pkg/publishedaddrs).
-	EndpointAddresses []string
-	Conditions        []metav1.Condition
+	Conditions       []metav1.Condition
 }
 
 // EndpointPickerImport says how to reach the exporting cluster's EPP.

@@ -21,6 +21,9 @@ const (
 	// in summary mode: it stands for that member's pool and everything the
 	// pool's entry of an import is computed from.
 	KindExportSummary
+	// KindPod is a pod of a namespace of the member's pools: an export
+	// publishes the addresses of its pool's pods.
+	KindPod
 )
 
 func (k Kind) String() string {
@@ -45,6 +48,8 @@ func (k Kind) String() string {
 		return "BackendTLSPolicy"
 	case KindExportSummary:
 		return "InferencePoolExportSummary"
+	case KindPod:
+		return "Pod"
 	}
 	return "Unknown"
 }

@@ -115,8 +115,8 @@ func (m *member) objectInformers(ctx context.Context, served servedapis.Set, log
 	return append(starters, m.gatewayInformers(served, transform, logger))
 }
 
-// kubeInformers watches the member's Namespaces, and the Services and
-// EndpointSlices of the namespaces that hold pools (poolNamespaces); it
+// kubeInformers watches the member's Namespaces, and the Services,
+// EndpointSlices and Pods of the namespaces that hold pools (poolNamespaces); it
 // returns what starts the Namespace informer.
 func (m *member) kubeInformers(ctx context.Context, transform cache.TransformFunc) func(<-chan struct{}) {
 	kubeFactory := informers.NewSharedInformerFactoryWithOptions(m.kube, 0, informers.WithTransform(transform))
@@ -130,6 +130,7 @@ func (m *member) kubeInformers(ctx context.Context, transform cache.TransformFun
 	m.poolNamespaces = newPoolNamespaces(ctx, m.kube, m.watch, m.boundNamespaceInformers)
 	m.services = serviceLister{m.poolNamespaces}
 	m.endpointSlices = endpointSliceLister{m.poolNamespaces}
+	m.pods = podLister{m.poolNamespaces}
 	return kubeFactory.Start
 }
 
@@ -199,6 +200,7 @@ func (m *member) boundNamespaceInformers(f informers.SharedInformerFactory, name
 	}
 	f.InformerFor(&corev1.Service{}, boundedInformer[kubernetes.Interface](m, KindService, namespace, &corev1.Service{}, m.kube.CoreV1().Services(namespace), trim))
 	f.InformerFor(&discoveryv1.EndpointSlice{}, boundedInformer[kubernetes.Interface](m, KindEndpointSlice, namespace, &discoveryv1.EndpointSlice{}, m.kube.DiscoveryV1().EndpointSlices(namespace), trim))
+	f.InformerFor(&corev1.Pod{}, boundedInformer[kubernetes.Interface](m, KindPod, namespace, &corev1.Pod{}, m.kube.CoreV1().Pods(namespace), trim))
 }
 
 // routeInformers watches the HTTPRoutes and ReferenceGrants of the

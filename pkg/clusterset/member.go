@@ -60,6 +60,7 @@ type member struct {
 	pools          poollisters.InferencePoolLister
 	services       corev1listers.ServiceLister
 	endpointSlices discoverylisters.EndpointSliceLister
+	pods           corev1listers.PodLister
 	gateways       gatewaylisters.GatewayLister
 	poolIndexer    cache.Indexer
 	// routeIndexer and grants are set for the local member only.
@@ -298,6 +299,7 @@ func (m *member) viewWith(u *imports.Unreachable) imports.Member {
 		Pools:          m.pools,
 		Services:       m.services,
 		EndpointSlices: m.endpointSlices,
+		Pods:           m.pods,
 		Gateways:       m.gateways,
 
 		BackendTLSPolicies: m.backendTLSPolicies,

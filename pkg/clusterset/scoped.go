@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// poolNamespaces watches Services and EndpointSlices only in the namespaces
+// poolNamespaces watches Services, EndpointSlices and Pods only in the namespaces
 // where the member has InferencePools, with one namespace-scoped informer
 // pair per such namespace. EPP Services live beside their pools (an
 // endpointPickerRef names a Service of the pool's namespace), so this is
@@ -37,10 +37,13 @@ type namespaceInformers struct {
 	cancel   context.CancelFunc
 	services cache.SharedIndexInformer
 	slices   cache.SharedIndexInformer
+	// pods: an export publishes the addresses of its pool's pods, which
+	// live beside the pool too.
+	pods cache.SharedIndexInformer
 }
 
 func (n *namespaceInformers) hasSynced() bool {
-	return n.services.HasSynced() && n.slices.HasSynced()
+	return n.services.HasSynced() && n.slices.HasSynced() && n.pods.HasSynced()
 }
 
 func newPoolNamespaces(ctx context.Context, kube kubernetes.Interface, watch func(cache.SharedIndexInformer, Kind), bound func(informers.SharedInformerFactory, string)) *poolNamespaces {
@@ -64,9 +67,11 @@ func (p *poolNamespaces) ensure(namespace string) (*namespaceInformers, bool) {
 		cancel:   cancel,
 		services: factory.Core().V1().Services().Informer(),
 		slices:   factory.Discovery().V1().EndpointSlices().Informer(),
+		pods:     factory.Core().V1().Pods().Informer(),
 	}
 	p.watch(n.services, KindService)
 	p.watch(n.slices, KindEndpointSlice)
+	p.watch(n.pods, KindPod)
 	factory.Start(ctx.Done())
 	p.byNS[namespace] = n
 	return n, true
@@ -118,6 +123,7 @@ func (p *poolNamespaces) indexers(namespace string, pick func(*namespaceInformer
 
 func pickServices(n *namespaceInformers) cache.SharedIndexInformer { return n.services }
 func pickSlices(n *namespaceInformers) cache.SharedIndexInformer   { return n.slices }
+func pickPods(n *namespaceInformers) cache.SharedIndexInformer     { return n.pods }
 
 // emptyIndexer answers for namespaces without pools: nothing there.
 var emptyIndexer = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
@@ -169,4 +175,25 @@ func (l endpointSliceLister) List(selector labels.Selector) ([]*discoveryv1.Endp
 
 func (l endpointSliceLister) EndpointSlices(namespace string) discoverylisters.EndpointSliceNamespaceLister {
 	return discoverylisters.NewEndpointSliceLister(l.p.indexer(namespace, pickSlices)).EndpointSlices(namespace)
+}
+
+// podLister lists Pods across the watched namespaces.
+type podLister struct{ p *poolNamespaces }
+
+var _ corev1listers.PodLister = podLister{}
+
+func (l podLister) List(selector labels.Selector) ([]*corev1.Pod, error) {
+	var out []*corev1.Pod
+	for _, idx := range l.p.indexers("", pickPods) {
+		items, err := corev1listers.NewPodLister(idx).List(selector)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, items...)
+	}
+	return out, nil
+}
+
+func (l podLister) Pods(namespace string) corev1listers.PodNamespaceLister {
+	return corev1listers.NewPodLister(l.p.indexer(namespace, pickPods)).Pods(namespace)
 }

@@ -27,6 +27,13 @@ func trim(obj interface{}) (interface{}, error) {
 		return trimService(o), nil
 	case *discoveryv1.EndpointSlice:
 		return trimEndpointSlice(o), nil
+	case *corev1.Pod:
+		// An export publishes the addresses of the pods its pool's
+		// selector picks that may still serve: labels, addresses and
+		// phase are all it reads.
+		meta := trimMeta(o.ObjectMeta)
+		meta.Labels = o.Labels
+		return &corev1.Pod{ObjectMeta: meta, Status: corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs}}, nil
 	case *corev1.Namespace:
 		// The labels are matched against a listener's allowedRoutes
 		// namespace selector (the local cluster's only: see trimOther).
@@ -46,11 +53,9 @@ func trim(obj interface{}) (interface{}, error) {
 		meta.CreationTimestamp = o.CreationTimestamp
 		return &gatewayv1.BackendTLSPolicy{ObjectMeta: meta, Spec: gatewayv1.BackendTLSPolicySpec{TargetRefs: o.Spec.TargetRefs, Validation: o.Spec.Validation}}, nil
 	case *poolv1.InferencePool:
-		// The pod selector is the EPP's business: imports carry the EPP
-		// and the target port, never the pods, so every member's copy of
-		// every pool would keep a map nobody reads.
+		// The pod selector stays: an export publishes the addresses of
+		// the pods it picks.
 		o.ManagedFields = nil
-		o.Spec.Selector = poolv1.LabelSelector{}
 		o.Annotations = projectAnnotations(o.Annotations)
 		return o, nil
 	}

@@ -8,9 +8,16 @@
 //
 //   - the destination (header x-gateway-destination-endpoint and dynamic
 //     metadata envoy.lb/x-gateway-destination-endpoint, which must agree):
-//     IP literals on the port the exporter published for the pool, never
-//     loopback, link-local, unspecified, multicast, a NAT64 translation or
-//     a denied range (the importing cluster's own Service and Pod ranges);
+//     IP literals on the port the exporter published for the pool, whose
+//     address is one the exporter published of the pool's endpoints (an
+//     address of the import's endpointAddresses for that cluster, or in a
+//     /24 or /64 prefix it lists: pkg/publishedaddrs), never loopback,
+//     link-local, unspecified, multicast, a NAT64 translation or a denied
+//     range (the importing cluster's own Service and Pod ranges). The
+//     published addresses bound what a hostile exporter can aim the
+//     gateway at to its own pool's pods; the ranges keep even those away
+//     from what no remote cluster may name, should an exporter publish
+//     them;
 //   - a rewritten request body only when it differs from the request's in
 //     its top-level "model" string alone (an exporter's model rewrite);
 //   - an immediate response only as a status the protocol and the sidecar
@@ -20,6 +27,16 @@
 // Everything else (other header mutations, other dynamic metadata, mode
 // overrides, trailers, a response's headers and body) is dropped. It is a
 // pure package: the sidecar counts and logs what it refuses.
+//
+// The exporter publishes the address of every pod its pool selects, ready
+// or not, so a pod its EPP picks the moment it becomes ready is already
+// published. A pod newer than what the importing sidecar holds (created
+// since the import last changed there, typically a second or two) is
+// refused as unpublished_destination like any other: the sidecar counts
+// and logs the refusal and tries the request on the next cluster the
+// decision holds; with none left, FailClose answers 503 and FailOpen lets
+// the request go on without a destination (for a remote pool the gateway
+// then answers 503 itself). The destination never reaches the gateway.
 package eppanswer
 
 import (
@@ -34,6 +51,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/publishedaddrs"
 )
 
 // Reasons an answer is refused: the reason label of
@@ -46,7 +64,8 @@ const (
 	// different destinations, which the protocol forbids.
 	ReasonConflictingDestinations = "conflicting_destinations"
 	// ReasonUnpublishedDestination: a destination is not an IP literal on
-	// the pool's published port.
+	// the pool's published port, or its address is not among those the
+	// exporter published of the pool's endpoints.
 	ReasonUnpublishedDestination = "unpublished_destination"
 	// ReasonForbiddenDestination: a destination is in a range no remote
 	// EPP may name (loopback, link-local, the local cluster's ranges...).
@@ -110,11 +129,17 @@ type Policy struct {
 }
 
 // Published is what the exporter published of the pool, in the import,
-// that a destination must match.
+// that a destination must match. Built once per routing table, never per
+// request.
 type Published struct {
 	// Port is the pool's target port (targetPortNumber); 0 when the
 	// import carries none, and then no destination is accepted.
 	Port int32
+	// Addresses are the addresses of the pool's endpoints (the import's
+	// endpointAddresses); empty when the import carries none (an exporter
+	// that publishes none, or a list that did not parse), and then no
+	// destination is accepted.
+	Addresses publishedaddrs.Set
 }
 
 // nat64 are the translation prefixes (RFC 6052, RFC 8215): their
@@ -127,40 +152,47 @@ var broadcast = netip.AddrFrom4([4]byte{255, 255, 255, 255})
 // allows, on port (any port when port is 0: a parent gateway's address,
 // which the import carries whole).
 func (p *Policy) CheckEndpoint(endpoint string, port int32) error {
+	_, err := p.checkEndpoint(endpoint, port)
+	return err
+}
+
+// checkEndpoint is CheckEndpoint, which also returns the endpoint's
+// address (IPv4-mapped IPv6 as IPv4).
+func (p *Policy) checkEndpoint(endpoint string, port int32) (netip.Addr, error) {
 	ap, err := netip.ParseAddrPort(endpoint)
 	if err != nil {
-		return refuse(ReasonUnpublishedDestination, "%q is not an ip:port", endpoint)
+		return netip.Addr{}, refuse(ReasonUnpublishedDestination, "%q is not an ip:port", endpoint)
 	}
 	a := ap.Addr()
 	if a.Zone() != "" {
-		return refuse(ReasonForbiddenDestination, "%s has an IPv6 zone", endpoint)
+		return netip.Addr{}, refuse(ReasonForbiddenDestination, "%s has an IPv6 zone", endpoint)
 	}
 	// An IPv4-mapped IPv6 address reaches the IPv4 host.
 	a = a.Unmap()
 	switch {
 	case a.IsUnspecified(), a.IsMulticast(), a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast(), a.IsInterfaceLocalMulticast(), a == broadcast:
-		return refuse(ReasonForbiddenDestination, "%s is an unspecified, multicast, link-local or broadcast address", endpoint)
+		return netip.Addr{}, refuse(ReasonForbiddenDestination, "%s is an unspecified, multicast, link-local or broadcast address", endpoint)
 	case a.IsLoopback() && !p.AllowLoopback:
-		return refuse(ReasonForbiddenDestination, "%s is a loopback address", endpoint)
+		return netip.Addr{}, refuse(ReasonForbiddenDestination, "%s is a loopback address", endpoint)
 	case a.Is4() && a.As4()[0] == 0:
-		return refuse(ReasonForbiddenDestination, "%s is in 0.0.0.0/8", endpoint)
+		return netip.Addr{}, refuse(ReasonForbiddenDestination, "%s is in 0.0.0.0/8", endpoint)
 	}
 	for _, n := range nat64 {
 		if n.Contains(a) {
-			return refuse(ReasonForbiddenDestination, "%s is a NAT64 address", endpoint)
+			return netip.Addr{}, refuse(ReasonForbiddenDestination, "%s is a NAT64 address", endpoint)
 		}
 	}
 	for _, ranges := range [...][]netip.Prefix{p.ServiceRanges, p.PodRanges, p.Denied} {
 		for _, d := range ranges {
 			if d.Contains(a) {
-				return refuse(ReasonForbiddenDestination, "%s is in the denied range %s", endpoint, d)
+				return netip.Addr{}, refuse(ReasonForbiddenDestination, "%s is in the denied range %s", endpoint, d)
 			}
 		}
 	}
 	if ap.Port() == 0 || (port != 0 && int32(ap.Port()) != port) {
-		return refuse(ReasonUnpublishedDestination, "%s is not on the pool's published port %d", endpoint, port)
+		return netip.Addr{}, refuse(ReasonUnpublishedDestination, "%s is not on the pool's published port %d", endpoint, port)
 	}
-	return nil
+	return a, nil
 }
 
 // Destinations checks a destination value "ip:port[,ip:port...]" against
@@ -180,8 +212,12 @@ func (p *Policy) Destinations(value string, pub Published) ([]string, error) {
 		return nil, refuse(ReasonUnpublishedDestination, "%d endpoints, at most %d", len(endpoints), MaxDestinations)
 	}
 	for _, e := range endpoints {
-		if err := p.CheckEndpoint(e, pub.Port); err != nil {
+		a, err := p.checkEndpoint(e, pub.Port)
+		if err != nil {
 			return nil, err
+		}
+		if !pub.Addresses.Contains(a) {
+			return nil, refuse(ReasonUnpublishedDestination, "%s is not an address the exporter published of the pool's endpoints (%d published)", e, pub.Addresses.Len())
 		}
 	}
 	return endpoints, nil

@@ -14,7 +14,8 @@ import (
 // FuzzFilter feeds Filter arbitrary answers of a remote EPP, as the wire
 // brings them (encoded ProcessingResponses), and checks that nothing it
 // accepts reaches the gateway beyond what routing needs: a destination
-// that passes CheckEndpoint on the published port, agreeing in header and
+// that passes CheckEndpoint on the published port, at an address the
+// exporter published (itself or within a published prefix), agreeing in header and
 // metadata; no header but the destination and content-length; no
 // metadata but envoy.lb's destination; a body that is the request's or
 // differs in its model only; an immediate response only of a passing
@@ -36,6 +37,7 @@ func FuzzFilter(f *testing.F) {
 	}
 	add(answer(setDestination("10.8.0.5:8000"), extproc.DestinationMetadata("10.8.0.5:8000"), body), body)
 	add(answer(setDestination("10.8.0.5:8000"), nil, `{"model":"other","prompt":"hello"}`), body)
+	add(answer(setDestination("10.9.1.77:8000,10.8.0.7:8000"), nil, body), body)
 	add(answer(setDestination("127.0.0.1:8000"), nil, body), body)
 	add(answer(setDestination("169.254.169.254:80"), extproc.DestinationMetadata("169.254.169.254:80"), body), body)
 	add(answer(setDestination("10.8.0.5:8000"), extproc.DestinationMetadata("10.96.0.1:443"), body), body)
@@ -45,6 +47,12 @@ func FuzzFilter(f *testing.F) {
 	add(answer(setDestination("10.8.0.5:8000,10.8.0.6:8000"), nil, `{"prompt":"hello","model":"a"}`), body)
 
 	policy := Policy{Denied: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}
+	// The exporter published two pods, a /24 and an address in a denied
+	// range.
+	pub := mustPublished("10.8.0.5", "10.8.0.6", "10.9.1.0/24", "10.96.0.1")
+	publishedTo := func(a netip.Addr) bool {
+		return a == netip.MustParseAddr("10.8.0.5") || a == netip.MustParseAddr("10.8.0.6") || netip.MustParsePrefix("10.9.1.0/24").Contains(a)
+	}
 	f.Fuzz(func(t *testing.T, a, b, c []byte, reqBody string) {
 		var resps []*extprocv3.ProcessingResponse
 		for _, raw := range [][]byte{a, b, c} {
@@ -58,7 +66,7 @@ func FuzzFilter(f *testing.F) {
 			resps = append(resps, r)
 		}
 		req := request(t, reqBody)
-		out, err := policy.Filter(req, resps, Published{Port: 8000}, "cluster-a")
+		out, err := policy.Filter(req, resps, pub, "cluster-a")
 		if err != nil {
 			return
 		}
@@ -103,7 +111,7 @@ func FuzzFilter(f *testing.F) {
 				t.Fatalf("destination %q passed: %v", e, err)
 			}
 			ap := netip.MustParseAddrPort(e)
-			if a := ap.Addr().Unmap(); a.IsLoopback() || a.IsLinkLocalUnicast() || policy.Denied[0].Contains(a) || ap.Port() != 8000 {
+			if a := ap.Addr().Unmap(); a.IsLoopback() || a.IsLinkLocalUnicast() || policy.Denied[0].Contains(a) || ap.Port() != 8000 || !publishedTo(a) {
 				t.Fatalf("destination %q passed", e)
 			}
 		}

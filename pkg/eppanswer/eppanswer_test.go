@@ -12,7 +12,22 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/publishedaddrs"
 )
+
+// published is what the tests' exporter published of its pool: two pods,
+// a /24 (the form of a pool past publishedaddrs.Max pods) and, to show
+// that the denied ranges hold even for what an exporter publishes, an
+// address of the importing cluster's Service range.
+var published = mustPublished("10.8.0.5", "10.8.0.6", "2001:db8::5", "10.9.1.0/24", "10.96.0.1")
+
+func mustPublished(entries ...string) Published {
+	set, err := publishedaddrs.Parse(entries)
+	if err != nil {
+		panic(err)
+	}
+	return Published{Port: 8000, Addresses: set}
+}
 
 var policy = Policy{Denied: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("10.244.0.0/16")}}
 
@@ -119,13 +134,20 @@ func TestFilterKeepsOnlyWhatRoutingNeeds(t *testing.T) {
 		{name: "a metadata server is refused", resps: answer(nil, extproc.DestinationMetadata("169.254.169.254:80"), body), reason: ReasonForbiddenDestination},
 		{name: "one bad fallback refuses the answer", resps: answer(setDestination("10.8.0.5:8000,10.96.0.1:443"), nil, body), reason: ReasonForbiddenDestination},
 		{name: "another port is refused", resps: answer(setDestination("10.8.0.5:9090"), nil, body), reason: ReasonUnpublishedDestination},
+		{name: "an address within a published prefix passes", resps: answer(setDestination("10.9.1.77:8000"), nil, body), wantDest: "10.9.1.77:8000", wantBody: body},
+		{name: "a published IPv6 address passes", resps: answer(setDestination("[2001:db8::5]:8000"), nil, body), wantDest: "[2001:db8::5]:8000", wantBody: body},
+		{name: "a published address written IPv4-mapped passes", resps: answer(setDestination("[::ffff:10.8.0.5]:8000"), nil, body), wantDest: "[::ffff:10.8.0.5]:8000", wantBody: body},
+		{name: "another address on the published port is refused", resps: answer(setDestination("10.8.0.7:8000"), nil, body), reason: ReasonUnpublishedDestination},
+		{name: "an address next to a published prefix is refused", resps: answer(setDestination("10.9.2.1:8000"), nil, body), reason: ReasonUnpublishedDestination},
+		{name: "an unpublished fallback refuses the answer", resps: answer(setDestination("10.8.0.5:8000,10.8.0.7:8000"), nil, body), reason: ReasonUnpublishedDestination},
+		{name: "a published address in a denied range is refused", resps: answer(setDestination("10.96.0.1:8000"), nil, body), reason: ReasonForbiddenDestination},
 		{name: "429 passes as a status", resps: []*extprocv3.ProcessingResponse{extproc.ErrorResponse(429, "<script>phish</script>")}, code: 429},
 		{name: "a redirect is refused", resps: []*extprocv3.ProcessingResponse{extproc.ErrorResponse(302, "go elsewhere")}, reason: ReasonImmediateStatus},
 		{name: "a 200 the gateway did not route is refused", resps: []*extprocv3.ProcessingResponse{extproc.ErrorResponse(200, "fake completion")}, reason: ReasonImmediateStatus},
 		{name: "a 401 is refused", resps: []*extprocv3.ProcessingResponse{extproc.ErrorResponse(401, "log in")}, reason: ReasonImmediateStatus},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			out, err := policy.Filter(req, tt.resps, Published{Port: 8000}, "cluster-a")
+			out, err := policy.Filter(req, tt.resps, published, "cluster-a")
 			if tt.reason != "" {
 				var ref *Refusal
 				require.ErrorAs(t, err, &ref)
@@ -161,8 +183,14 @@ func TestFilterKeepsOnlyWhatRoutingNeeds(t *testing.T) {
 		})
 	}
 	t.Run("nothing is accepted when the import publishes no port", func(t *testing.T) {
-		_, err := policy.Filter(req, answer(setDestination("10.8.0.5:8000"), nil, body), Published{}, "cluster-a")
+		_, err := policy.Filter(req, answer(setDestination("10.8.0.5:8000"), nil, body), Published{Addresses: published.Addresses}, "cluster-a")
 		assert.Error(t, err)
+	})
+	t.Run("nothing is accepted when the import publishes no addresses", func(t *testing.T) {
+		_, err := policy.Filter(req, answer(setDestination("10.8.0.5:8000"), nil, body), Published{Port: 8000}, "cluster-a")
+		var ref *Refusal
+		require.ErrorAs(t, err, &ref)
+		assert.Equal(t, ReasonUnpublishedDestination, ref.Reason)
 	})
 }
 

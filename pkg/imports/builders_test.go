@@ -46,7 +46,7 @@ func newIndexer() cache.Indexer {
 // EndpointSlices, Gateways and BackendTLSPolicies, in any order).
 func member(tb testing.TB, name string, objs ...runtime.Object) Member {
 	tb.Helper()
-	nss, pools, svcs, eps, gws, grants, btls := newIndexer(), newIndexer(), newIndexer(), newIndexer(), newIndexer(), newIndexer(), newIndexer()
+	nss, pools, svcs, eps, gws, grants, btls, pods := newIndexer(), newIndexer(), newIndexer(), newIndexer(), newIndexer(), newIndexer(), newIndexer(), newIndexer()
 	routes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{RoutesByImportIndex: RoutesByImport})
 	for _, o := range objs {
 		var err error
@@ -67,6 +67,8 @@ func member(tb testing.TB, name string, objs ...runtime.Object) Member {
 			err = grants.Add(o)
 		case *gatewayv1.BackendTLSPolicy:
 			err = btls.Add(o)
+		case *corev1.Pod:
+			err = pods.Add(o)
 		default:
 			tb.Fatalf("member %s: unexpected object %T", name, o)
 		}
@@ -78,6 +80,7 @@ func member(tb testing.TB, name string, objs ...runtime.Object) Member {
 		Pools:           poollisters.NewInferencePoolLister(pools),
 		Services:        corev1listers.NewServiceLister(svcs),
 		EndpointSlices:  discoverylisters.NewEndpointSliceLister(eps),
+		Pods:            corev1listers.NewPodLister(pods),
 		Gateways:        gatewaylisters.NewGatewayLister(gws),
 		Routes:          NewRouteIndex(routes),
 		ReferenceGrants: gatewaylistersv1beta1.NewReferenceGrantLister(grants),

@@ -28,6 +28,9 @@ func importedCluster(e exporter, counter endpointCounter, generation int64) (inf
 		RoutingMode:      entry.RoutingMode,
 		TargetPortNumber: entry.TargetPortNumber,
 		Parents:          entry.Parents,
+		// The entry owns the list: summaryEntry and clusterEntry
+		// build it anew.
+		EndpointAddresses: entry.EndpointAddresses,
 	}
 	if entry.EndpointPicker != nil {
 		ic.EndpointPicker = *entry.EndpointPicker

@@ -64,6 +64,11 @@ type Member struct {
 	Services       corev1listers.ServiceLister
 	EndpointSlices discoverylisters.EndpointSliceLister
 	Gateways       gatewaylisters.GatewayLister
+	// Pods are the pods of the namespaces of the member's pools (only
+	// their labels, addresses and phase): an export publishes the
+	// addresses of its pool's pods (endpointaddresses.go). Nil publishes
+	// none.
+	Pods corev1listers.PodLister
 
 	// Routes and ReferenceGrants are read of the local cluster only (nil
 	// for the others): they give an import its parents, the local Gateways

@@ -98,16 +98,28 @@ func clusterEntry(e exporter, counter endpointCounter) (inference.InferencePoolE
 		entry.Parents, ready = parentImports(e.member, e.pool)
 	default:
 		epp, v := endpointPickerImport(e.member, e.pool, counter)
-		entry.EndpointPicker, ready = &epp, v
+		entry.EndpointPicker = &epp
+		ready = withEndpointAddresses(e.member.Name, e, &entry, v)
 	}
 	return entry, ready
 }
 
 // summaryEntry reads a member's published summary as its cluster entry.
 // The result shares nothing with the member's cache. A summary this server
-// cannot read (an unknown routing mode, no Ready condition) gives an entry
-// that is not ready, with a message that says why.
+// cannot read (an unknown routing mode, no Ready condition, endpoint
+// addresses that do not parse) gives an entry that is not ready, with a
+// message that says why.
 func summaryEntry(member string, s *v1alpha1.InferencePoolExportSummary) (inference.InferencePoolExportSummaryStatus, verdict) {
+	entry, ready := readSummary(member, s)
+	if ready.reason == v1alpha1.ReasonInvalidExport {
+		entry.EndpointAddresses = nil
+		return entry, ready
+	}
+	return entry, checkPublishedAddresses(member, &entry, ready)
+}
+
+// readSummary is summaryEntry before the endpoint addresses are checked.
+func readSummary(member string, s *v1alpha1.InferencePoolExportSummary) (inference.InferencePoolExportSummaryStatus, verdict) {
 	var entry inference.InferencePoolExportSummaryStatus
 	// The generated conversion shares memory with its input where the
 	// types agree: convert a copy.

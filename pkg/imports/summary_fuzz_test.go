@@ -12,13 +12,15 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/publishedaddrs"
 )
 
 // FuzzSummaryEntry reads InferencePoolExportSummaries as a member
 // publishes them: a Ready entry has a routing mode this server knows (an
 // EPP to reach in EndpointMode) and a Ready condition that says True; a
 // summary this server cannot read is never Ready; the reason passed on is
-// one a condition can carry; and the entry shares no memory with the
+// one a condition can carry; the endpoint addresses passed on parse
+// (publishedaddrs.Parse), and only in EndpointMode; and the entry shares no memory with the
 // member's object, which stays in its cache.
 func FuzzSummaryEntry(f *testing.F) {
 	for _, s := range []string{
@@ -32,6 +34,9 @@ func FuzzSummaryEntry(f *testing.F) {
 		`{"status":{"routingMode":"EndpointMode","conditions":[{"type":"Ready","status":"False","reason":"Not Ready!","message":"x"}]}}`,
 		`{"status":{"routingMode":"EndpointMode","conditions":[{"type":"Ready","status":"False","reason":"` + strings.Repeat("R", 1025) + `"}]}}`,
 		`{}`,
+		`{"status":{"routingMode":"EndpointMode","endpointAddresses":["10.1.0.5","10.2.0.0/24","fd00::/64"],"conditions":[{"type":"Ready","status":"True","reason":"Ready"}]}}`,
+		`{"status":{"routingMode":"EndpointMode","endpointAddresses":["0.0.0.0/0"],"conditions":[{"type":"Ready","status":"True","reason":"Ready"}]}}`,
+		`{"status":{"routingMode":"ParentMode","endpointAddresses":["10.1.0.5"],"conditions":[{"type":"Ready","status":"True","reason":"Ready"}]}}`,
 	} {
 		f.Add("cluster-a", []byte(s))
 	}
@@ -48,6 +53,11 @@ func FuzzSummaryEntry(f *testing.F) {
 			c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
 			require.NotNil(t, c)
 			require.Equal(t, "True", string(c.Status))
+		}
+		if len(entry.EndpointAddresses) > 0 {
+			require.Equal(t, inference.RoutingModeEndpoint, entry.RoutingMode, "endpoint addresses outside EndpointMode")
+			_, err := publishedaddrs.Parse(entry.EndpointAddresses)
+			require.NoError(t, err, "endpoint addresses passed on that do not parse")
 		}
 		require.Empty(t, readyConditionProblems(&metav1.Condition{Status: metav1.ConditionFalse, Reason: v.reason}), "the import's Ready condition could not carry reason %q", v.reason)
 		want := entry.DeepCopy()

@@ -15,6 +15,8 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/eppaddr"
+	"github.com/mci-dev/mci/pkg/eppanswer"
+	"github.com/mci-dev/mci/pkg/publishedaddrs"
 )
 
 // remoteClusters resolves an import's clusters, once: the entries whose
@@ -59,7 +61,7 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 			stale = true
 			report(ReasonClusterUnreachable, "cluster %q is unreachable from mci-apiserver or rejects its credentials (%s); its last known EPP stays a candidate after every reachable cluster", ic.Name, ready.Message)
 		}
-		c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: 1, Stale: stale, TargetPort: ic.TargetPortNumber}
+		c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: 1, Stale: stale}
 		switch c.Mode {
 		case v1alpha1.RoutingModeEndpoint:
 			if !b.remoteEPP(c, imp, ic, report) {
@@ -86,6 +88,9 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 // remoteEPP fills in how c, imported cluster ic of imp in EndpointMode, is
 // reached; false when it cannot be, reported.
 func (b *builder) remoteEPP(c *Cluster, imp *v1alpha1.InferencePoolImport, ic v1alpha1.ImportedCluster, report func(reason, format string, args ...any)) bool {
+	if !publishedEndpoints(c, ic, report) {
+		return false
+	}
 	svc := ic.EndpointPicker.Service
 	if len(svc) == 0 || len(svc[0].Addresses) == 0 || len(svc[0].Ports) == 0 || svc[0].Ports[0].Number <= 0 {
 		report(ReasonInvalidImportedCluster, "cluster %q: the endpointPicker has no service address and port; the cluster is skipped", ic.Name)
@@ -119,6 +124,26 @@ func (b *builder) remoteEPP(c *Cluster, imp *v1alpha1.InferencePoolImport, ic v1
 			c.Metrics = ""
 		}
 	}
+	return true
+}
+
+// publishedEndpoints sets what a destination of c's EPP (imported cluster
+// ic, in EndpointMode) must match: false, reported, when nothing could
+// (no endpoint addresses, or a list that does not parse), since every
+// answer of its EPP would be refused; the requests go to the other
+// clusters instead. An exporter whose mci-apiserver predates the list
+// publishes none: upgrade mci-apiservers before sidecars.
+func publishedEndpoints(c *Cluster, ic v1alpha1.ImportedCluster, report func(reason, format string, args ...any)) bool {
+	addrs, err := publishedaddrs.Parse(ic.EndpointAddresses)
+	switch {
+	case err != nil:
+		report(ReasonInvalidImportedCluster, "cluster %q: endpointAddresses: %v; the cluster is skipped", ic.Name, err)
+		return false
+	case addrs.Len() == 0:
+		report(ReasonInvalidImportedCluster, "cluster %q publishes no endpoint addresses for the pool, so no destination its EPP names could be accepted; the cluster is skipped", ic.Name)
+		return false
+	}
+	c.Published = eppanswer.Published{Port: ic.TargetPortNumber, Addresses: addrs}
 	return true
 }
 

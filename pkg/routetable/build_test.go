@@ -68,7 +68,7 @@ func TestBuild(t *testing.T) {
 				assert.Equal(t, BackendInferencePoolImport, b.Kind)
 				require.Len(t, b.Clusters, 2)
 				assert.Equal(t, Cluster{Name: "cluster-a", Pool: "example/llm", Mode: v1alpha1.RoutingModeEndpoint, EPP: "127.0.2.1:9002",
-					Health: "127.0.2.1:9003", Metrics: "http://127.0.2.1:9090/metrics", Weight: 1, TargetPort: 8000}, *b.Clusters[0])
+					Health: "127.0.2.1:9003", Metrics: "http://127.0.2.1:9090/metrics", Weight: 1, Published: publishedLoopback}, *b.Clusters[0])
 				assert.Equal(t, "127.0.3.1:19002", b.Clusters[1].EPP)
 				assert.Equal(t, poolv1.FailClose, b.FailureMode, "FailClose is the API's default")
 				assert.Equal(t, routingpolicy.HealthBased, b.Policy.Name, "HealthBased is the default policy")

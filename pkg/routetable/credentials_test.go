@@ -34,7 +34,7 @@ func TestBuildNamesTheSecretsOfEachAddress(t *testing.T) {
 		b := only(t, tbl)
 		require.Len(t, b.Clusters, 2)
 		assert.Equal(t, Cluster{Name: "cluster-a", Pool: "example/llm", Mode: v1alpha1.RoutingModeEndpoint, EPP: "127.0.2.1:9002",
-			Health: "127.0.2.1:9003", Metrics: "https://127.0.2.1:9090/metrics", Weight: 1, TargetPort: 8000,
+			Health: "127.0.2.1:9003", Metrics: "https://127.0.2.1:9090/metrics", Weight: 1, Published: publishedLoopback,
 			EPPTransport: secretTLS, HealthTransport: secretTLS, MetricsTransport: secretTLS}, *b.Clusters[0])
 		assert.Equal(t, creds, b.Clusters[1].EPPTransport.Secret, "a secretRef without a namespace is in the import's")
 	})

@@ -4,6 +4,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/eppanswer"
+	"github.com/mci-dev/mci/pkg/publishedaddrs"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 )
 
@@ -55,3 +57,14 @@ func importOf(name string, clusters ...imported) *v1alphaImport {
 	}
 	return sidecartest.Import(name, cs...)
 }
+
+// publishedLoopback is what sidecartest's imported clusters publish of
+// their pools (sidecartest.DefaultEndpointAddresses on port 8000), as the
+// table holds it.
+var publishedLoopback = func() eppanswer.Published {
+	addrs, err := publishedaddrs.Parse(sidecartest.DefaultEndpointAddresses)
+	if err != nil {
+		panic(err)
+	}
+	return eppanswer.Published{Port: 8000, Addresses: addrs}
+}()

@@ -9,6 +9,7 @@ import (
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppaddr"
+	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/routingpolicy"
@@ -99,10 +100,12 @@ type Cluster struct {
 	MetricsToken types.NamespacedName
 	// Parent is the address ("host:port") of the parent gateway (ParentMode).
 	Parent string
-	// TargetPort is the port the exporter published for the pool's model
-	// servers (an import's targetPortNumber): the only port a remote EPP's
-	// destination may name. 0 for a local pool.
-	TargetPort int32
+	// Published is what the exporter published of the pool that a remote
+	// EPP's destination must match (EndpointMode): the port of its model
+	// servers (an import's targetPortNumber) and their addresses (its
+	// endpointAddresses), parsed once here rather than per request. Zero
+	// for a local pool and in ParentMode.
+	Published eppanswer.Published
 	// Weight is the cluster's weight for the Weighted and HealthBased
 	// policies.
 	Weight int64

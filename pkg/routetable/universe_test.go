@@ -187,7 +187,7 @@ func (u universe) importOf() *v1alpha1.InferencePoolImport {
 		if u.r.IntN(3) == 0 || (name == "cluster-b" && u.r.IntN(3) != 0) {
 			continue
 		}
-		c := v1alpha1.ImportedCluster{Name: name, RoutingMode: v1alpha1.RoutingModeEndpoint}
+		c := v1alpha1.ImportedCluster{Name: name, RoutingMode: v1alpha1.RoutingModeEndpoint, EndpointAddresses: []string{"127.0.0.1"}}
 		addr := fmt.Sprintf("127.0.%d.%d", u.r.IntN(2)+1, u.r.IntN(3)+1)
 		switch u.r.IntN(6) {
 		case 0:

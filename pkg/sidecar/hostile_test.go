@@ -144,7 +144,7 @@ func TestHostileRemoteEPPGetsNothingThroughToTheGateway(t *testing.T) {
 			}
 			ah, ap := startHostileEPP(t, hostile)
 			c := startFakeEPP(t, "epp-c", "10.3.0.1:8000")
-			imp := sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: ah, Port: ap}, sidecartest.Imported{Name: "cluster-c", Addr: hostOf(t, c), Port: portOf(t, c)})
+			imp := sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: ah, Port: ap, EndpointAddresses: []string{"10.1.0.1", "10.244.1.5", "10.96.0.1"}}, sidecartest.Imported{Name: "cluster-c", Addr: hostOf(t, c), Port: portOf(t, c), EndpointAddresses: []string{"10.3.0.1"}})
 			h := startServerWith(t, routetable.Inputs{
 				Routes:  []*gatewayv1.HTTPRoute{sidecartest.Route("r", 0, nil, sidecartest.Rule(nil, sidecartest.ImportRef("llm", nil)))},
 				Imports: []*v1alpha1.InferencePoolImport{imp},

@@ -285,7 +285,11 @@ func overheadServer(role, upstream string) (srv interface {
 		if err != nil {
 			return nil, nil, fmt.Errorf("EPP address %q: %w", eppAddr, err)
 		}
-		imp := sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: host, Port: int32(port)})
+		// The EPP's model server is at 127.91.<pid>:8000
+		// (startRequestPaths; this process serves the sidecar).
+		pid := os.Getpid()
+		published := []string{fmt.Sprintf("127.91.%d.0/24", pid>>8&0xff)}
+		imp := sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: host, Port: int32(port), EndpointAddresses: published})
 		// mci-epp serves gRPC health on its ext_proc port as well.
 		imp.Status.Clusters[0].EndpointPicker.Health.Port = int32(port)
 		tbl, errs := buildTable(routetable.Inputs{

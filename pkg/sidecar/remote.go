@@ -82,7 +82,7 @@ func newRemoteAnswers(policy eppanswer.Policy, stripped, forwarded []string, met
 // EPP of remote cluster c to req, or a *eppanswer.Refusal (counted and
 // logged).
 func (r *remoteAnswers) filter(c *routetable.Cluster, req *extproc.Request, resps []*extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, error) {
-	out, err := r.policy.Filter(req, resps, eppanswer.Published{Port: c.TargetPort}, c.Name)
+	out, err := r.policy.Filter(req, resps, c.Published, c.Name)
 	if err != nil {
 		r.refused(c, err)
 		return nil, err

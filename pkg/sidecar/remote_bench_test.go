@@ -14,6 +14,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/publishedaddrs"
 	"github.com/mci-dev/mci/pkg/routetable"
 )
 
@@ -39,7 +40,14 @@ func BenchmarkRemoteAnswerWork(b *testing.B) {
 	req, err := extproc.ReadRequest(&replayStream{msgs: msgs}, 0)
 	require.NoError(b, err)
 	answer := req.Route([]string{"10.8.0.5:8000"}, nil)
-	c := &routetable.Cluster{Name: "cluster-a", Mode: v1alpha1.RoutingModeEndpoint, TargetPort: 8000}
+	// A pool of publishedaddrs.Max pods, 10.8.0.5 among them.
+	var pods []netip.Addr
+	for i := range publishedaddrs.Max {
+		pods = append(pods, netip.AddrFrom4([4]byte{10, 8, byte(i / 250), byte(i%250 + 1)}))
+	}
+	addrs, err := publishedaddrs.Parse(publishedaddrs.Publish(pods))
+	require.NoError(b, err)
+	c := &routetable.Cluster{Name: "cluster-a", Mode: v1alpha1.RoutingModeEndpoint, Published: eppanswer.Published{Port: 8000, Addresses: addrs}}
 	remote := newRemoteAnswers(eppanswer.Policy{Denied: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("10.244.0.0/16")}}, nil, nil, nil, logr.Discard())
 	admit := newAdmission(DefaultMaxStreams, DefaultMaxInflightBodyBytes, nil, logr.Discard())
 	// keep strips nothing and forwards every namespace (there is none).

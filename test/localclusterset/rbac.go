@@ -16,7 +16,7 @@ import (
 // computation uses, nothing else. A member kubeconfig that could do more
 // would hide a server that asks for more.
 var memberReaderRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{""}, Resources: []string{"namespaces", "services"}, Verbs: []string{"get", "list", "watch"}},
+	{APIGroups: []string{""}, Resources: []string{"namespaces", "services", "pods"}, Verbs: []string{"get", "list", "watch"}},
 	{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
 	{APIGroups: []string{"inference.networking.k8s.io"}, Resources: []string{"inferencepools"}, Verbs: []string{"get", "list", "watch"}},
 	{APIGroups: []string{"gateway.networking.k8s.io"}, Resources: []string{"gateways", "backendtlspolicies"}, Verbs: []string{"get", "list", "watch"}},

@@ -23,7 +23,10 @@ type InferencePoolExportSummaryStatus struct {
 	TargetPortNumber int32
 	EndpointPicker   *EndpointPickerImport
 	Parents          []ParentImport
-	Conditions       []metav1.Condition
+	// EndpointAddresses are the addresses of the pool's endpoints, in
+	// EndpointMode (pkg/publishedaddrs).
+	EndpointAddresses []string
+	Conditions        []metav1.Condition
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

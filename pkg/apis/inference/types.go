@@ -43,7 +43,10 @@ type ImportedCluster struct {
 	TargetPortNumber int32
 	EndpointPicker   EndpointPickerImport
 	Parents          []ParentImport
-	Conditions       []metav1.Condition
+	// EndpointAddresses are the addresses of the pool's endpoints, in
+	// EndpointMode (pkg/publishedaddrs).
+	EndpointAddresses []string
+	Conditions        []metav1.Condition
 }
 
 // EndpointPickerImport says how to reach the exporting cluster's EPP.

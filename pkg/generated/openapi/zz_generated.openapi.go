@@ -817,6 +817,25 @@ func schema_pkg_apis_inference_v1alpha1_ImportedCluster(ref common.ReferenceCall
 							},
 						},
 					},
+					"endpointAddresses": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "EndpointAddresses are the addresses the exporting cluster publishes of the pool's endpoints (the IPs of every pod its selector picks, ready or not), in EndpointMode: a remote EPP's destination must be one of them, or within one of the prefixes listed. At most 1024 entries: IP addresses, or, for a pool of more pods, the /24 (IPv4) or /64 (IPv6) prefixes that cover them. Empty when the exporter publishes none or published a list that does not parse, and then importing gateways accept no destination of this cluster.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
 					"conditions": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{
@@ -1282,6 +1301,25 @@ func schema_pkg_apis_inference_v1alpha1_InferencePoolExportSummaryStatus(ref com
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
 										Ref: ref(v1alpha1.ParentImport{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"endpointAddresses": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "EndpointAddresses are the addresses the exporting cluster publishes of the pool's endpoints (the IPs of every pod its selector picks, ready or not), in EndpointMode: a remote EPP's destination must be one of them, or within one of the prefixes listed. At most 1024 entries: IP addresses, or, for a pool of more pods, the /24 (IPv4) or /64 (IPv6) prefixes that cover them. Empty when the exporter publishes none or published a list that does not parse, and then importing gateways accept no destination of this cluster.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
 									},
 								},
 							},

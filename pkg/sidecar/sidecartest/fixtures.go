@@ -149,7 +149,15 @@ type Imported struct {
 	Port       int32
 	Ready      metav1.ConditionStatus
 	Parent     string
+	// EndpointAddresses are the addresses the exporter publishes of its
+	// pool's endpoints (EndpointMode); DefaultEndpointAddresses when nil.
+	EndpointAddresses []string
 }
+
+// DefaultEndpointAddresses are the endpoint addresses an imported cluster
+// publishes unless told otherwise: the loopback address the tests' model
+// servers listen on, and the addresses the sidecar tests' fake EPPs name.
+var DefaultEndpointAddresses = []string{"127.0.0.1", "10.0.0.1", "10.1.0.1", "10.2.0.1", "10.3.0.1"}
 
 // Import builds an InferencePoolImport with EndpointMode (or ParentMode)
 // clusters whose EPP health and metrics ports are 9003 and 9090.
@@ -163,6 +171,10 @@ func Import(name string, clusters ...Imported) *v1alpha1.InferencePoolImport {
 				Type: corev1.ServiceTypeLoadBalancer, Addresses: []string{c.Parent}, Ports: []v1alpha1.Port{{Number: 80}, {Number: 443}},
 			}}}}
 		} else {
+			ic.EndpointAddresses = c.EndpointAddresses
+			if ic.EndpointAddresses == nil {
+				ic.EndpointAddresses = DefaultEndpointAddresses
+			}
 			port := c.Port
 			if port == 0 {
 				port = 9002

@@ -44,6 +44,18 @@ type InferencePoolExportSummaryStatus struct {
 	// +listType=atomic
 	Parents []ParentImport `json:"parents,omitempty"`
 
+	// EndpointAddresses are the addresses the exporting cluster publishes
+	// of the pool's endpoints (the IPs of every pod its selector picks,
+	// ready or not), in EndpointMode: a remote EPP's destination must be
+	// one of them, or within one of the prefixes listed. At most 1024
+	// entries: IP addresses, or, for a pool of more pods, the /24 (IPv4)
+	// or /64 (IPv6) prefixes that cover them. Empty when the exporter
+	// publishes none or published a list that does not parse, and then
+	// importing gateways accept no destination of this cluster.
+	// +optional
+	// +listType=atomic
+	EndpointAddresses []string `json:"endpointAddresses,omitempty"`
+
 	// Conditions: Ready says whether the EPP (or a parent) can take
 	// traffic, as the exporting cluster sees it.
 	// +optional

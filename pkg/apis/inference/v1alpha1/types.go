@@ -96,6 +96,12 @@ const (
 	// endpointPickerRef cannot be imported: it has no name, names a kind or
 	// group other than a core Service, or no ext-proc port can be determined.
 	ReasonInvalidEndpointPickerRef = "InvalidEndpointPickerRef"
+
+	// ReasonInvalidEndpointAddresses says the endpoint addresses an
+	// exporting cluster publishes of a pool do not parse (an address that
+	// is not an IP, a prefix wider than /24 or /64, too many entries): its
+	// entry carries none, and no destination its EPP names is accepted.
+	ReasonInvalidEndpointAddresses = "InvalidEndpointAddresses"
 )
 
 // +genclient
@@ -184,6 +190,18 @@ type ImportedCluster struct {
 	// +optional
 	// +listType=atomic
 	Parents []ParentImport `json:"parents,omitempty"`
+
+	// EndpointAddresses are the addresses the exporting cluster publishes
+	// of the pool's endpoints (the IPs of every pod its selector picks,
+	// ready or not), in EndpointMode: a remote EPP's destination must be
+	// one of them, or within one of the prefixes listed. At most 1024
+	// entries: IP addresses, or, for a pool of more pods, the /24 (IPv4)
+	// or /64 (IPv6) prefixes that cover them. Empty when the exporter
+	// publishes none or published a list that does not parse, and then
+	// importing gateways accept no destination of this cluster.
+	// +optional
+	// +listType=atomic
+	EndpointAddresses []string `json:"endpointAddresses,omitempty"`
 
 	// Conditions for this cluster: Ready says whether its EPP (or a parent)
 	// can take traffic.

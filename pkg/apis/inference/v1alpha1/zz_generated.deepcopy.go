@@ -237,6 +237,11 @@ func (in *ImportedCluster) DeepCopyInto(out *ImportedCluster) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.EndpointAddresses != nil {
+		in, out := &in.EndpointAddresses, &out.EndpointAddresses
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]metav1.Condition, len(*in))
@@ -517,6 +522,11 @@ func (in *InferencePoolExportSummaryStatus) DeepCopyInto(out *InferencePoolExpor
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
+	}
+	if in.EndpointAddresses != nil {
+		in, out := &in.EndpointAddresses, &out.EndpointAddresses
+		*out = make([]string, len(*in))
+		copy(*out, *in)
 	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions

@@ -46,7 +46,7 @@ func (r Resource) Affected(ev clusterset.Event) virtual.Dirty {
 		return virtual.Dirty{}
 	case clusterset.KindService, clusterset.KindEndpointSlice, clusterset.KindGateway,
 		clusterset.KindHTTPRoute, clusterset.KindReferenceGrant, clusterset.KindBackendTLSPolicy,
-		clusterset.KindExportSummary:
+		clusterset.KindExportSummary, clusterset.KindPod:
 		return virtual.Dirty{}
 	}
 	return virtual.Dirty{All: true}

@@ -61,7 +61,8 @@ func (r Resource) Affected(ev clusterset.Event) virtual.Dirty {
 		return virtual.Dirty{Keys: r.Index.PoolsUsingService(local, ev.Namespace, ev.Service)}
 	case clusterset.KindGateway:
 		return virtual.Dirty{Keys: r.Index.PoolsWithParent(local, ev.Namespace, ev.Name)}
-	case clusterset.KindBackendTLSPolicy:
+	case clusterset.KindBackendTLSPolicy, clusterset.KindPod:
+		// A pod's address may be one a pool of its namespace publishes.
 		return virtual.Dirty{Namespaces: []string{ev.Namespace}}
 	case clusterset.KindNamespace, clusterset.KindHTTPRoute, clusterset.KindReferenceGrant:
 		return virtual.Dirty{}

@@ -75,6 +75,11 @@ func (r Resource) Affected(ev clusterset.Event) virtual.Dirty {
 	// rarely, so every import of the namespace is recomputed.
 	case clusterset.KindReferenceGrant, clusterset.KindBackendTLSPolicy:
 		return virtual.Dirty{Namespaces: []string{ev.Namespace}}
+	// A pod's address may be one its pool publishes: the events carry
+	// no labels to tell which pool selects it, so every import of the
+	// namespace is recomputed (an unchanged import sends no event).
+	case clusterset.KindPod:
+		return virtual.Dirty{Namespaces: []string{ev.Namespace}}
 	case clusterset.KindNamespace:
 		if ev.Member == r.Index.LocalName() {
 			return virtual.Dirty{Namespaces: []string{ev.Namespace}, Keys: r.Index.ImportsRoutedFrom(ev.Namespace)}

@@ -66,7 +66,7 @@ func TestTrimKeepsWhatTheComputationReadsAndDropsTheRest(t *testing.T) {
 	assert.Equal(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, out, "another member's namespaces keep no labels")
 }
 
-func TestTrimDropsThePoolsPodSelectorAndForeignAnnotations(t *testing.T) {
+func TestTrimKeepsThePoolsPodSelectorAndDropsForeignAnnotations(t *testing.T) {
 	pool := &poolv1.InferencePool{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "llm", Namespace: "ns", Labels: map[string]string{"team": "a"},
@@ -88,7 +88,7 @@ func TestTrimDropsThePoolsPodSelectorAndForeignAnnotations(t *testing.T) {
 	out, err := trim(pool)
 	require.NoError(t, err)
 	got := out.(*poolv1.InferencePool)
-	assert.Empty(t, got.Spec.Selector.MatchLabels)
+	assert.Equal(t, map[string]string{"app": "llm"}, got.Spec.Selector.MatchLabels, "the selector names the pods whose addresses an export publishes")
 	assert.Empty(t, got.ManagedFields)
 	assert.Equal(t, map[string]string{"team": "a"}, got.Labels, "imports carry the pool's labels")
 	assert.Equal(t, map[string]string{

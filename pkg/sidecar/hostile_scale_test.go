@@ -93,11 +93,10 @@ func TestAHostileEPPAtScaleGetsNothingThroughToTheGateway(t *testing.T) {
 	backup := startFakeEPP(t, "backup", backupDestination)
 	honest := startFakeEPP(t, "honest", honestDestination)
 	hh, hp := hostPort(t, hostile.Addr())
-	// The hostile EPP's import. Once eppanswer checks the endpoint
-	// addresses an exporter published, it publishes the hostile EPP's
-	// Config.Addresses here.
+	// The hostile EPP's import publishes its Config.Addresses as the
+	// pool's endpoint addresses.
 	llm := sidecartest.Import("llm",
-		sidecartest.Imported{Name: "hostile", Addr: hh, Port: hp},
+		sidecartest.Imported{Name: "hostile", Addr: hh, Port: hp, EndpointAddresses: []string{"10.1.0.1", "10.1.0.2", "10.1.0.3"}},
 		sidecartest.Imported{Name: "backup", Addr: hostOf(t, backup), Port: portOf(t, backup)})
 	well := sidecartest.Import("honest", sidecartest.Imported{Name: "honest", Addr: hostOf(t, honest), Port: portOf(t, honest)})
 	h := startServerOpts(t, routetable.Inputs{

@@ -91,10 +91,9 @@ func (c *Case) String() string {
 type Config struct {
 	// Port is the pool's published target port.
 	Port int32
-	// Addresses are IPv4 addresses a passing destination names. Today the
-	// sidecar checks only the port and the denied ranges
-	// (eppanswer.Published has only Port): the test's import must publish
-	// them once it checks addresses too.
+	// Addresses are IPv4 addresses a passing destination names: the test's
+	// import must publish them as the pool's endpoint addresses, and no
+	// other address of 10.0.0.0/8 outside the denied ranges.
 	Addresses []netip.Addr
 	// ServiceRange and PodRange are the importing cluster's own ranges,
 	// which the sidecar under test denies.
@@ -224,10 +223,7 @@ func refusedDestination(name, reason string, values func(g *gen) string) class {
 	}}
 }
 
-// classes are every class of hostile answer. Where the exporter's
-// published endpoint addresses are checked (eppanswer.Published), add the
-// class of an address on the published port that it did not publish
-// (ReasonUnpublishedDestination) beside "another port".
+// classes are every class of hostile answer.
 func classes() []class {
 	forbidden := ReasonForbiddenDestination
 	return []class{
@@ -238,6 +234,14 @@ func classes() []class {
 				port = 0
 			}
 			return netip.AddrPortFrom(a, uint16(port)).String()
+		}),
+		// Routable addresses on the published port that the exporter did
+		// not publish: another of its networks, documentation ranges, the
+		// IPv6 metadata address, or an unpublished fallback.
+		refusedDestination("an address not published", ReasonUnpublishedDestination, func(g *gen) string {
+			return g.pick(g.endpoint(g.in(netip.MustParsePrefix("10.200.0.0/16"))), g.endpoint(g.in(netip.MustParsePrefix("192.0.2.0/24"))),
+				"[fd00:ec2::254]:"+g.port(), g.endpoint(g.in(netip.MustParsePrefix("2001:db8::/32"))),
+				g.good()+","+g.endpoint(g.in(netip.MustParsePrefix("203.0.113.0/24"))))
 		}),
 		refusedDestination("loopback", forbidden, func(g *gen) string {
 			return g.pick(g.endpoint(g.in(netip.MustParsePrefix("127.0.0.0/8"))), "[::1]:"+g.port())

@@ -294,8 +294,10 @@ func needed(req *http.Request) bool {
 	}
 	if len(rest) >= 2 && rest[0] == "namespaces" {
 		// namespaces/NAME is one Namespace; namespaces/NAME/RESOURCE a
-		// namespaced collection.
-		return len(rest) == 3
+		// namespaced collection. Pods mci can do without: a member whose
+		// credentials may not list them publishes no endpoint addresses
+		// (podaccess.go).
+		return len(rest) == 3 && rest[2] != "pods"
 	}
 	return len(rest) == 1
 }

@@ -127,7 +127,7 @@ func (m *member) kubeInformers(ctx context.Context, transform cache.TransformFun
 	m.namespaces = nsInformer.Lister()
 	m.watch(nsInformer.Informer(), KindNamespace)
 	m.synced = append(m.synced, nsInformer.Informer().HasSynced)
-	m.poolNamespaces = newPoolNamespaces(ctx, m.kube, m.watch, m.boundNamespaceInformers)
+	m.poolNamespaces = newPoolNamespaces(ctx, m.kube, m.watch, m.boundNamespaceInformers, m.podsAccessChanged)
 	m.services = serviceLister{m.poolNamespaces}
 	m.endpointSlices = endpointSliceLister{m.poolNamespaces}
 	m.pods = podLister{m.poolNamespaces}

@@ -19,6 +19,7 @@ import (
 //	mci_clusterset_member_cluster_id_unknown{member,reason} 1 while its cluster ID cannot be read (identity.go)
 //	mci_clusterset_member_credentials_rejected{member,reason} 1 while it refuses the credentials (credentials.go)
 //	mci_clusterset_member_credential_expiry_timestamp_seconds{member,kind} when a credential sent expires
+//	mci_clusterset_member_pods_forbidden{member}  namespaces of its pools whose Pods its credentials may not list (podaccess.go)
 //
 // A replica is not ready while a member has listed 0 and removed 0
 // (Cache.Ready): these say which member holds it back.
@@ -58,6 +59,9 @@ var (
 	memberCredentialExpiryDesc = metrics.NewDesc("mci_clusterset_member_credential_expiry_timestamp_seconds",
 		"When the credential this replica sends the member expires, in seconds since the epoch, by kind: token (the exp claim of a bearer token that is a JWT, inline or handed over by an exec plugin) or client-certificate (an inline client certificate's NotAfter). Absent when it cannot be read.",
 		[]string{"member", "kind"}, nil, metrics.ALPHA, "")
+	memberPodsForbiddenDesc = metrics.NewDesc("mci_clusterset_member_pods_forbidden",
+		"Namespaces of the member's pools whose Pods the credentials this replica reads it with may not list (403): the exports there publish no endpoint addresses (or the last ones listed), so importers accept no destination their EPPs name. The rest of the member is served. 0 when it may list them all.",
+		[]string{"member"}, nil, metrics.ALPHA, "")
 	memberRemovedDesc = metrics.NewDesc("mci_clusterset_member_removed",
 		"1 while the member has not answered for --member-remove-after, so the pools it exported are not served, else 0.",
 		[]string{"member"}, nil, metrics.ALPHA, "")
@@ -80,6 +84,7 @@ func (m *Metrics) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- memberClusterIDUnknownDesc
 	ch <- memberCredentialsRejectedDesc
 	ch <- memberCredentialExpiryDesc
+	ch <- memberPodsForbiddenDesc
 }
 
 // CollectWithStability implements metrics.StableCollector.
@@ -117,6 +122,7 @@ func (m *Metrics) CollectWithStability(ch chan<- metrics.Metric) {
 				}
 			}
 		}
+		ch <- metrics.NewLazyConstMetric(memberPodsForbiddenDesc, metrics.GaugeValue, float64(len(mb.poolNamespaces.podsDenied())), mb.name)
 		for _, mode := range memberModes {
 			ch <- metrics.NewLazyConstMetric(memberModeDesc, metrics.GaugeValue, bit(mb.mode == mode), mb.name, string(mode))
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -24,6 +25,9 @@ import (
 type poolNamespaces struct {
 	kube  kubernetes.Interface
 	watch func(cache.SharedIndexInformer, Kind)
+	// podsAccessChanged is told when the member's credentials may not, or
+	// may again, list a namespace's Pods (podaccess.go).
+	podsAccessChanged func(namespace string, since time.Time)
 	// bound registers, in a namespace's factory, the informers that list
 	// within the member's limits (listquota.go).
 	bound func(informers.SharedInformerFactory, string)
@@ -38,16 +42,18 @@ type namespaceInformers struct {
 	services cache.SharedIndexInformer
 	slices   cache.SharedIndexInformer
 	// pods: an export publishes the addresses of its pool's pods, which
-	// live beside the pool too.
-	pods cache.SharedIndexInformer
+	// live beside the pool too. Pods the member's credentials may not list
+	// count as listed (access).
+	pods   cache.SharedIndexInformer
+	access podAccess
 }
 
 func (n *namespaceInformers) hasSynced() bool {
-	return n.services.HasSynced() && n.slices.HasSynced() && n.pods.HasSynced()
+	return n.services.HasSynced() && n.slices.HasSynced() && (n.pods.HasSynced() || !n.access.denied().IsZero())
 }
 
-func newPoolNamespaces(ctx context.Context, kube kubernetes.Interface, watch func(cache.SharedIndexInformer, Kind), bound func(informers.SharedInformerFactory, string)) *poolNamespaces {
-	return &poolNamespaces{kube: kube, watch: watch, bound: bound, ctx: ctx, byNS: map[string]*namespaceInformers{}}
+func newPoolNamespaces(ctx context.Context, kube kubernetes.Interface, watch func(cache.SharedIndexInformer, Kind), bound func(informers.SharedInformerFactory, string), podsAccessChanged func(string, time.Time)) *poolNamespaces {
+	return &poolNamespaces{kube: kube, watch: watch, bound: bound, podsAccessChanged: podsAccessChanged, ctx: ctx, byNS: map[string]*namespaceInformers{}}
 }
 
 // ensure watches namespace; it returns the namespace's informers and
@@ -72,6 +78,7 @@ func (p *poolNamespaces) ensure(namespace string) (*namespaceInformers, bool) {
 	p.watch(n.services, KindService)
 	p.watch(n.slices, KindEndpointSlice)
 	p.watch(n.pods, KindPod)
+	followPodAccess(ctx, namespace, n, p.podsAccessChanged)
 	factory.Start(ctx.Done())
 	p.byNS[namespace] = n
 	return n, true
@@ -194,6 +201,35 @@ func (l podLister) List(selector labels.Selector) ([]*corev1.Pod, error) {
 	return out, nil
 }
 
+// Pods fails for a namespace whose Pods the member's credentials have
+// never let this server list: its pools then publish no addresses, with
+// the reason, rather than an empty list that looks like no pods.
 func (l podLister) Pods(namespace string) corev1listers.PodNamespaceLister {
+	l.p.mu.RLock()
+	n := l.p.byNS[namespace]
+	l.p.mu.RUnlock()
+	if n != nil && !n.pods.HasSynced() {
+		if since := n.access.denied(); !since.IsZero() {
+			return deniedPods{err: podsDeniedError(namespace, since)}
+		}
+	}
 	return corev1listers.NewPodLister(l.p.indexer(namespace, pickPods)).Pods(namespace)
+}
+
+// podsDenied returns the namespaces whose Pods the member's credentials
+// may not list, sorted.
+func (p *poolNamespaces) podsDenied() []string {
+	if p == nil {
+		return nil
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	var out []string
+	for ns, n := range p.byNS {
+		if !n.access.denied().IsZero() {
+			out = append(out, ns)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

@@ -99,7 +99,8 @@ const (
 
 	// ReasonInvalidEndpointAddresses says the endpoint addresses an
 	// exporting cluster publishes of a pool do not parse (an address that
-	// is not an IP, a prefix wider than /24 or /64, too many entries): its
+	// is not an IP, a prefix wider than /24 or /64, too many entries) or
+	// cannot be read (the member's credentials may not list its pods): its
 	// entry carries none, and no destination its EPP names is accepted.
 	ReasonInvalidEndpointAddresses = "InvalidEndpointAddresses"
 )

@@ -94,7 +94,7 @@ type deniedPods struct{ err error }
 var _ corev1listers.PodNamespaceLister = deniedPods{}
 
 func (d deniedPods) List(labels.Selector) ([]*corev1.Pod, error) { return nil, d.err }
-func (d deniedPods) Get(string) (*corev1.Pod, error)            { return nil, d.err }
+func (d deniedPods) Get(string) (*corev1.Pod, error)             { return nil, d.err }
 
 func podsDeniedError(namespace string, since time.Time) error {
 	return fmt.Errorf("this server's credentials for the member may not list the pods of namespace %s (403 Forbidden since %s): grant them list and watch on pods, as the chart's member-reader role does",

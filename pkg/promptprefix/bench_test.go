@@ -7,7 +7,8 @@ import (
 )
 
 // BenchmarkBlocks hashes a chat request of a 4 KiB prompt: reading
-// the body (encoding/json) and hashing its text, then the hashing alone.
+// the body (encoding/json) and hashing its text, reading the messages
+// member only, then the hashing alone.
 func BenchmarkBlocks(b *testing.B) {
 	prompt := text("You are a helpful assistant.", 3000) + text("What is", 1096)
 	body := chatBody(b, prompt[:3000], prompt[3000:])
@@ -23,6 +24,22 @@ func BenchmarkBlocks(b *testing.B) {
 			}
 		}
 	})
+	// The sidecar's way: the messages member its body reader gathered,
+	// read in place, and decoded as before for comparison.
+	p := promptOf(body)
+	for name, read := range map[string]func([]uint64, string) ([]uint64, error){"members-in-place": p.Blocks, "members-decoded": p.decodeBlocks} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				var err error
+				blocks, err = read(blocks[:0], "ns/llm")
+				if err != nil || len(blocks) != 64 {
+					b.Fatal(len(blocks), err)
+				}
+			}
+		})
+	}
 	b.Run("hash-only", func(b *testing.B) {
 		b.SetBytes(int64(len(prompt)))
 		b.ReportAllocs()

@@ -52,7 +52,7 @@ type Prompt struct {
 }
 
 // Member records a top-level member of a request body that is a valid JSON
-// object: key is its name as sent (quoted, escapes included), value its
+// object (json.Valid: Blocks reads the messages in place trusting it): key is its name as sent (quoted, escapes included), value its
 // raw JSON value. Names match as encoding/json matches Blocks' struct
 // fields: without regard to case, the last "prompt" winning and each
 // "messages" decoded in turn into the same slice; so Prompt.Blocks hashes
@@ -76,8 +76,19 @@ func (p *Prompt) Member(key, value []byte) {
 
 // Blocks appends to dst the chained hashes of the prompt's full blocks,
 // as the package's Blocks does for the body the members came from; only
-// the messages are decoded, the rest of the body is not read again.
+// the messages are read, in place where they take the usual shape
+// (messageBlocks), the rest of the body is not read again.
 func (p *Prompt) Blocks(dst []uint64, scope string) ([]uint64, error) {
+	if len(p.messages) == 1 {
+		if out, ok, err := messageBlocks(dst, scope, p.prompt, p.messages[0]); ok {
+			return out, err
+		}
+	}
+	return p.decodeBlocks(dst, scope)
+}
+
+// decodeBlocks is Blocks with the messages decoded by encoding/json.
+func (p *Prompt) decodeBlocks(dst []uint64, scope string) ([]uint64, error) {
 	var msgs []message
 	for _, m := range p.messages {
 		if err := json.Unmarshal(m, &msgs); err != nil {

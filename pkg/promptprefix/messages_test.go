@@ -1,6 +1,7 @@
 package promptprefix
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -107,21 +108,85 @@ func messageBodies(t testing.TB) [][]byte {
 	)
 }
 
+// assertSameContent checks that writing the content raw (valid JSON)
+// reading an array in place hashes what decoding it does, or fails the
+// same way.
+func assertSameContent(t *testing.T, raw []byte) {
+	t.Helper()
+	inPlace, decoded := newBlockHasher([]uint64{7}, "s"), newBlockHasher([]uint64{7}, "s")
+	// Off the blocks' alignment, so that a part's bytes straddle blocks.
+	inPlace.writeString("system\nabc")
+	decoded.writeString("system\nabc")
+	err := writeContent(&inPlace, raw)
+	wantErr := decodeContent(&decoded, bytes.TrimSpace(raw))
+	if wantErr != nil {
+		assert.EqualError(t, err, wantErr.Error(), "%s", raw)
+		return
+	}
+	require.NoError(t, err, "%s", raw)
+	assert.Equal(t, decoded.out, inPlace.out, "%s", raw)
+	assert.Equal(t, decoded.n, inPlace.n, "%s: the bytes of the last partial block", raw)
+}
+
+// contentArrays are content arrays of the shapes clients send, and of
+// those left to the decoding.
+func contentArrays() [][]byte {
+	long := text("You are a helpful assistant.", 300)
+	var arrays [][]byte
+	for _, part := range []string{
+		`"` + long + `"`,
+		`{"type":"text","text":"` + long + `"}`,
+		` { "TYPE" : "text" , "Text" : "` + long + `" , "cache_control" : {"type":"text","text":"]"} } `,
+		`{"type":"image_url","image_url":{"url":"` + long + `"}}`,
+		`{"text":"` + long + `"}`,
+		`{"type":"text"}`,
+		`{"type":"text","text":12}`,
+		`{"type":"text","text":["` + long + `"]}`,
+		`12345`, `-1.5e3`, `true`, `null`, `[1,2]`,
+		`"x\"y\\` + long + `"`,
+		// Left to the decoding.
+		`{"type":"te\u0078t","text":"` + long + `"}`,
+		`{"type":"téxt","text":"` + long + `"}`,
+		`{"typ\u0065":"text","text":"` + long + `"}`,
+		`{"type":"text","type":"image","text":"` + long + `"}`,
+		`{"type":"text","text":"a","TEXT":"` + long + `"}`,
+		`{"type":null,"text":"` + long + `"}`,
+		`{"type":"text","text":null}`,
+		`{"type":1,"text":"` + long + `"}`,
+		`{"type":["text"],"text":"` + long + `"}`,
+	} {
+		arrays = append(arrays, []byte(`[`+part+`]`), []byte(`[ "`+long+`" , `+part+` , 42 ]`))
+	}
+	return append(arrays, []byte(`[]`), []byte(` [ ] `), []byte(`["`+long+`"]`))
+}
+
 func TestPromptBlocksInPlace(t *testing.T) {
 	for _, body := range messageBodies(t) {
 		assertSameBlocks(t, body)
 	}
-	t.Run("the usual chat body is read without allocating", func(t *testing.T) {
-		p := promptOf(chatBody(t, text("You are a helpful assistant.", 3000), text("What is", 1096)))
-		dst := make([]uint64, 0, MaxBlocks)
-		allocs := testing.AllocsPerRun(20, func() {
-			var err error
-			dst, err = p.Blocks(dst[:0], "ns/pool")
-			require.NoError(t, err)
+	for _, raw := range contentArrays() {
+		assertSameContent(t, raw)
+	}
+	for _, tt := range []struct {
+		name string
+		body []byte
+	}{
+		{"the usual chat body", chatBody(t, text("You are a helpful assistant.", 3000), text("What is", 1096))},
+		{"a chat body of text parts", []byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"` + text("p", 4096) + `"},{"type":"image_url","image_url":{"url":"x"}}]}]}`)},
+		{"a completions prompt of token ids", []byte(`{"prompt":[` + strings.Repeat("1234,", 1000) + `1]}`)},
+	} {
+		t.Run(tt.name+" is read without allocating", func(t *testing.T) {
+			p := promptOf(tt.body)
+			dst := make([]uint64, 0, MaxBlocks)
+			allocs := testing.AllocsPerRun(20, func() {
+				var err error
+				dst, err = p.Blocks(dst[:0], "ns/pool")
+				require.NoError(t, err)
+			})
+			assert.GreaterOrEqual(t, len(dst), 64)
+			assert.Zero(t, allocs)
 		})
-		assert.Len(t, dst, 64)
-		assert.Zero(t, allocs)
-	})
+	}
 }
 
 // FuzzPromptBlocks holds reading the messages in place to decoding them,
@@ -133,5 +198,18 @@ func FuzzPromptBlocks(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("ab", 100) + `"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		assertSameBlocks(t, body)
+	})
+}
+
+// FuzzContent holds reading a content array in place to decoding it, for
+// any array a client may send.
+func FuzzContent(f *testing.F) {
+	for _, raw := range contentArrays() {
+		f.Add(raw)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if json.Valid(raw) {
+			assertSameContent(t, raw)
+		}
 	})
 }

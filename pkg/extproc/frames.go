@@ -62,7 +62,28 @@ func (FrameCodec) Marshal(v any) (mem.BufferSlice, error) {
 			return mem.BufferSlice{mem.SliceBuffer(f.Raw)}, nil
 		}
 	}
-	return protoCodec.Marshal(v)
+	m, ok := v.(proto.Message)
+	if !ok {
+		return protoCodec.Marshal(v)
+	}
+	// As the protobuf codec does, but into a buffer of FramePool, which
+	// is not cleared first.
+	size := proto.Size(m)
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		b, err := proto.MarshalOptions{UseCachedSize: true}.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	buf := FramePool.Get(size)
+	b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:0], m)
+	if err != nil {
+		FramePool.Put(buf)
+		return nil, err
+	}
+	*buf = b
+	return mem.BufferSlice{mem.NewBuffer(buf, FramePool)}, nil
 }
 
 func (FrameCodec) Unmarshal(data mem.BufferSlice, v any) error {
@@ -75,7 +96,24 @@ func (FrameCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		f.Raw = data.Materialize()
 		return proto.Unmarshal(f.Raw, f.ProcessingResponse)
 	}
-	return protoCodec.Unmarshal(data, v)
+	m, ok := v.(proto.Message)
+	if !ok {
+		return protoCodec.Unmarshal(data, v)
+	}
+	if len(data) <= 1 {
+		var b []byte
+		if len(data) == 1 {
+			b = data[0].ReadOnlyData()
+		}
+		return proto.Unmarshal(b, m)
+	}
+	// A message of more than one frame is gathered in a buffer of
+	// FramePool, which is not cleared first: proto.Unmarshal copies what
+	// it keeps, so the buffer goes back to the pool at once.
+	buf := FramePool.Get(data.Len())
+	defer FramePool.Put(buf)
+	data.CopyTo(*buf)
+	return proto.Unmarshal(*buf, m)
 }
 
 // Name is the protobuf codec's: the content type on the wire is the same.

@@ -7,7 +7,8 @@ import (
 )
 
 // BenchmarkBlocks hashes a chat request of a 4 KiB prompt: reading
-// the body (encoding/json) and hashing its text, then the hashing alone.
+// the body (encoding/json) and hashing its text, reading the messages
+// member only (and of a chat request of 80 KiB), then the hashing alone.
 func BenchmarkBlocks(b *testing.B) {
 	prompt := text("You are a helpful assistant.", 3000) + text("What is", 1096)
 	body := chatBody(b, prompt[:3000], prompt[3000:])
@@ -23,6 +24,29 @@ func BenchmarkBlocks(b *testing.B) {
 			}
 		}
 	})
+	// The sidecar's way: the messages member its body reader gathered,
+	// read in place, and decoded as before for comparison; for this body
+	// and one of about 16k tokens (80 KiB, read up to MaxBlocks).
+	long := chatBody(b, text("You are a helpful assistant.", 20_000), text("What is", 60_000))
+	for _, c := range []struct {
+		size string
+		body []byte
+	}{{"4k", body}, {"80k", long}} {
+		p := promptOf(c.body)
+		for name, read := range map[string]func([]uint64, string) ([]uint64, error){"members-in-place": p.Blocks, "members-decoded": p.decodeBlocks} {
+			b.Run(name+"-"+c.size, func(b *testing.B) {
+				b.SetBytes(int64(len(c.body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					var err error
+					blocks, err = read(blocks[:0], "ns/llm")
+					if err != nil || len(blocks) == 0 {
+						b.Fatal(len(blocks), err)
+					}
+				}
+			})
+		}
+	}
 	b.Run("hash-only", func(b *testing.B) {
 		b.SetBytes(int64(len(prompt)))
 		b.ReportAllocs()

@@ -52,7 +52,7 @@ type Prompt struct {
 }
 
 // Member records a top-level member of a request body that is a valid JSON
-// object: key is its name as sent (quoted, escapes included), value its
+// object (json.Valid: Blocks reads the messages in place trusting it): key is its name as sent (quoted, escapes included), value its
 // raw JSON value. Names match as encoding/json matches Blocks' struct
 // fields: without regard to case, the last "prompt" winning and each
 // "messages" decoded in turn into the same slice; so Prompt.Blocks hashes
@@ -76,8 +76,22 @@ func (p *Prompt) Member(key, value []byte) {
 
 // Blocks appends to dst the chained hashes of the prompt's full blocks,
 // as the package's Blocks does for the body the members came from; only
-// the messages are decoded, the rest of the body is not read again.
+// the messages are read, in place where they take the usual shape
+// (messageBlocks), the rest of the body is not read again.
 func (p *Prompt) Blocks(dst []uint64, scope string) ([]uint64, error) {
+	switch len(p.messages) {
+	case 0:
+		return blocks(dst, scope, p.prompt, nil)
+	case 1:
+		if out, ok, err := messageBlocks(dst, scope, p.prompt, p.messages[0]); ok {
+			return out, err
+		}
+	}
+	return p.decodeBlocks(dst, scope)
+}
+
+// decodeBlocks is Blocks with the messages decoded by encoding/json.
+func (p *Prompt) decodeBlocks(dst []uint64, scope string) ([]uint64, error) {
 	var msgs []message
 	for _, m := range p.messages {
 		if err := json.Unmarshal(m, &msgs); err != nil {
@@ -136,9 +150,23 @@ func blocks(dst []uint64, scope string, prompt json.RawMessage, msgs []message) 
 }
 
 // writeContent writes a string, or the strings (or text parts) of an
-// array; anything else as its JSON text.
+// array; anything else as its JSON text. raw is valid JSON (its reader
+// validated it): an array is read in place (writeParts) where its parts
+// take the usual shapes, decoded otherwise.
 func writeContent(h *blockHasher, raw json.RawMessage) error {
 	raw = bytes.TrimSpace(raw)
+	if len(raw) > 0 && raw[0] == '[' {
+		saved := *h
+		if writeParts(h, raw) {
+			return nil
+		}
+		*h = saved
+	}
+	return decodeContent(h, raw)
+}
+
+// decodeContent is writeContent with an array decoded by encoding/json.
+func decodeContent(h *blockHasher, raw json.RawMessage) error {
 	if len(raw) == 0 {
 		return nil
 	}
@@ -157,7 +185,7 @@ func writeContent(h *blockHasher, raw json.RawMessage) error {
 			part = bytes.TrimSpace(part)
 			switch {
 			case len(part) > 0 && part[0] == '"':
-				if err := writeContent(h, part); err != nil {
+				if err := decodeContent(h, part); err != nil {
 					return err
 				}
 			case len(part) > 0 && part[0] == '{':
@@ -166,7 +194,7 @@ func writeContent(h *blockHasher, raw json.RawMessage) error {
 					return fmt.Errorf("reading the prompt: %w", err)
 				}
 				if cp.Type == "text" && len(cp.Text) > 0 && cp.Text[0] == '"' {
-					if err := writeContent(h, cp.Text); err != nil {
+					if err := decodeContent(h, cp.Text); err != nil {
 						return err
 					}
 				}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/mci-dev/mci/pkg/jsonscan"
 	"github.com/mci-dev/mci/pkg/promptprefix"
 )
 
@@ -68,7 +69,7 @@ func ReadBody(raw []byte) (*Body, error) {
 		}
 		return nil, ErrNotJSON
 	}
-	i := skipSpace(raw, 0)
+	i := jsonscan.SkipSpace(raw, 0)
 	if raw[i] != '{' {
 		return nil, ErrNotJSON
 	}
@@ -77,11 +78,11 @@ func ReadBody(raw []byte) (*Body, error) {
 	var modelErr error
 	// raw is valid JSON: every index below stays in bounds and every token
 	// is where the grammar puts it.
-	for i = skipSpace(raw, i+1); raw[i] != '}'; {
-		keyEnd := stringEnd(raw, i)
+	for i = jsonscan.SkipSpace(raw, i+1); raw[i] != '}'; {
+		keyEnd := jsonscan.StringEnd(raw, i)
 		key := raw[i:keyEnd]
-		start := skipSpace(raw, skipSpace(raw, keyEnd)+1) // past the colon
-		end := valueEnd(raw, start)
+		start := jsonscan.SkipSpace(raw, jsonscan.SkipSpace(raw, keyEnd)+1) // past the colon
+		end := jsonscan.ValueEnd(raw, start)
 		if isModelKey(key) {
 			var model string
 			if err := json.Unmarshal(raw[start:end], &model); err != nil {
@@ -96,8 +97,8 @@ func ReadBody(raw []byte) (*Body, error) {
 			}
 		}
 		b.prompt.Member(key, raw[start:end])
-		if i = skipSpace(raw, end); raw[i] == ',' {
-			i = skipSpace(raw, i+1)
+		if i = jsonscan.SkipSpace(raw, end); raw[i] == ',' {
+			i = jsonscan.SkipSpace(raw, i+1)
 		}
 	}
 	switch {
@@ -121,70 +122,6 @@ func isModelKey(key []byte) bool {
 	}
 	var k string
 	return json.Unmarshal(key, &k) == nil && k == "model"
-}
-
-func skipSpace(raw []byte, i int) int {
-	for i < len(raw) {
-		switch raw[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
-}
-
-// stringEnd returns the index after the string starting at raw[i] == '"'.
-// A quote ends the string unless an odd number of backslashes precede it.
-func stringEnd(raw []byte, i int) int {
-	j := i + 1
-	for {
-		q := bytes.IndexByte(raw[j:], '"') + j
-		n := 0
-		for k := q - 1; raw[k] == '\\'; k-- {
-			n++
-		}
-		if n%2 == 0 {
-			return q + 1
-		}
-		j = q + 1
-	}
-}
-
-// valueEnd returns the index after the value starting at raw[i].
-func valueEnd(raw []byte, i int) int {
-	switch raw[i] {
-	case '"':
-		return stringEnd(raw, i)
-	case '{', '[':
-		depth := 0
-		for j := i; ; {
-			k := bytes.IndexAny(raw[j:], `"{}[]`) + j
-			switch raw[k] {
-			case '"':
-				j = stringEnd(raw, k)
-				continue
-			case '{', '[':
-				depth++
-			default:
-				if depth--; depth == 0 {
-					return k + 1
-				}
-			}
-			j = k + 1
-		}
-	default:
-		// A number, true, false or null: up to the next delimiter.
-		j := i
-		for ; j < len(raw); j++ {
-			switch raw[j] {
-			case ',', '}', ']', ' ', '\t', '\r', '\n':
-				return j
-			}
-		}
-		return j
-	}
 }
 
 // Prompt returns the members of the body that make its prompt, for

@@ -78,6 +78,10 @@ type Metrics struct {
 	// per label set rather than hashed again each time. (No series of
 	// either is ever deleted, so a child kept is never stale.)
 	requestCounts, responseCounts sync.Map
+	// homeCounts and alikeGauges are, in the same way, the children of
+	// homes by backend and outcome and of homesAlike by backend, set on
+	// every request a prefix policy places.
+	homeCounts, alikeGauges sync.Map
 	// outlier: outlier detection's ejections and first-byte timeouts.
 	outlier outlierMetrics
 	// watches follows the informers the routing table is built from:
@@ -298,15 +302,30 @@ func (m *Metrics) prefixHome(backend string, h clusterscore.HomeDecision) {
 	if m == nil {
 		return
 	}
-	m.homes.WithLabelValues(backend, h.Outcome.String()).Inc()
+	k := homeLabels{backend, h.Outcome}
+	c, ok := m.homeCounts.Load(k)
+	if !ok {
+		c, _ = m.homeCounts.LoadOrStore(k, m.homes.WithLabelValues(backend, h.Outcome.String()))
+	}
+	c.(prometheus.Counter).Inc()
 	if h.Home == "" {
 		return
+	}
+	g, ok := m.alikeGauges.Load(backend)
+	if !ok {
+		g, _ = m.alikeGauges.LoadOrStore(backend, m.homesAlike.WithLabelValues(backend))
 	}
 	v := 0.0
 	if h.Alike {
 		v = 1
 	}
-	m.homesAlike.WithLabelValues(backend).Set(v)
+	g.(prometheus.Gauge).Set(v)
+}
+
+// homeLabels are the labels of mci_sidecar_prefix_home_requests_total.
+type homeLabels struct {
+	backend string
+	outcome clusterscore.HomeOutcome
 }
 
 func (m *Metrics) answered(d time.Duration) {

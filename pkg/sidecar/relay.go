@@ -105,7 +105,7 @@ type relayer struct {
 // still using it for a grace period.
 func newRelayer(cfg ServerConfig, creds *epptransport.Credentials, metrics *Metrics) *relayer {
 	timeout := cfg.withDefaults().AttemptTimeout
-	dial := append(cfg.Dial.Options(), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(extproc.FrameCodec{})))
+	dial := append(cfg.Dial.Options(), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(extproc.FrameCodec{})), extproc.DialBuffers())
 	if metrics != nil {
 		dial = append(dial, grpc.WithStatsHandler(streamGauge{open: metrics.eppStreams}))
 	}

@@ -351,9 +351,9 @@ func (s *Server) arrival(ctx context.Context) routetable.Arrival {
 }
 
 // serverOptions are the options of a gRPC server that serves Server: the
-// frame codec.
+// frame codec and its buffers.
 func serverOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ForceServerCodecV2(extproc.FrameCodec{})}
+	return []grpc.ServerOption{grpc.ForceServerCodecV2(extproc.FrameCodec{}), extproc.ServerBuffers()}
 }
 
 // gatewayStream is the gateway's stream in the response phase, whose

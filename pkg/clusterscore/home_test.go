@@ -77,7 +77,7 @@ func TestHomePlacement(t *testing.T) {
 			name: "its home keeps it while its load is within the bound: 1 in flight, the others none (bound: 2 x 2/3, rounded up)",
 			setup: func(f *affinityFixture, req *Request, home string) {
 				known(f, req, home)
-				f.mem.Observed.Started(scope, home)
+				f.mem.Observed.Started(scope, home, epoch)
 			},
 			want:    "home",
 			outcome: HomeAtHome,
@@ -86,8 +86,8 @@ func TestHomePlacement(t *testing.T) {
 			name: "a home beyond the bound is left for the best scored cluster within it: 2 in flight, the others none (bound: 2 x 3/3)",
 			setup: func(f *affinityFixture, req *Request, home string) {
 				known(f, req, home)
-				f.mem.Observed.Started(scope, home)
-				f.mem.Observed.Started(scope, home)
+				f.mem.Observed.Started(scope, home, epoch)
+				f.mem.Observed.Started(scope, home, epoch)
 			},
 			want:     "not home",
 			outcome:  HomeSecond,
@@ -97,8 +97,8 @@ func TestHomePlacement(t *testing.T) {
 			name: "a home beyond the bound whose servers queue no more than the others' and whose requests have all had their first byte keeps the request: a move would cost a cold prefill and save no wait",
 			setup: func(f *affinityFixture, req *Request, home string) {
 				known(f, req, home)
-				f.mem.Observed.Started(scope, home)
-				f.mem.Observed.Started(scope, home)
+				f.mem.Observed.Started(scope, home, epoch)
+				f.mem.Observed.Started(scope, home, epoch)
 				f.mem.Observed.FirstByte(scope, home, 30*time.Millisecond)
 				f.mem.Observed.FirstByte(scope, home, 30*time.Millisecond)
 			},
@@ -110,8 +110,8 @@ func TestHomePlacement(t *testing.T) {
 			setup: func(f *affinityFixture, req *Request, home string) {
 				known(f, req, home)
 				f.cand(home).Pool = freshPool(1.5, 0.3)
-				f.mem.Observed.Started(scope, home)
-				f.mem.Observed.Started(scope, home)
+				f.mem.Observed.Started(scope, home, epoch)
+				f.mem.Observed.Started(scope, home, epoch)
 				f.mem.Observed.FirstByte(scope, home, 30*time.Millisecond)
 				f.mem.Observed.FirstByte(scope, home, 30*time.Millisecond)
 			},
@@ -134,7 +134,7 @@ func TestHomePlacement(t *testing.T) {
 			setup: func(f *affinityFixture, req *Request, home string) {
 				known(f, req, home)
 				f.cand(home).Pool = freshPool(30, 0.5)
-				f.mem.Observed.Started(scope, secondOf(req.Blocks, home, "a", "b", "c"))
+				f.mem.Observed.Started(scope, secondOf(req.Blocks, home, "a", "b", "c"), epoch)
 			},
 			want:     "second",
 			outcome:  HomeSecond,
@@ -147,7 +147,7 @@ func TestHomePlacement(t *testing.T) {
 				f.cand(home).Pool = freshPool(30, 0.5)
 				second := secondOf(req.Blocks, home, "a", "b", "c")
 				for range 3 {
-					f.mem.Observed.Started(scope, second)
+					f.mem.Observed.Started(scope, second, epoch)
 				}
 			},
 			want:     "third",
@@ -157,7 +157,7 @@ func TestHomePlacement(t *testing.T) {
 		{
 			name: "without the backend's rotation, a prompt new to the sidecar goes to the best scored cluster within the bound: not its home, busier by 1",
 			setup: func(f *affinityFixture, req *Request, home string) {
-				f.mem.Observed.Started(scope, home)
+				f.mem.Observed.Started(scope, home, epoch)
 			},
 			want:     "not home",
 			outcome:  HomeDealt,
@@ -242,7 +242,7 @@ func TestHomeYieldsAsFastAsMetricsBased(t *testing.T) {
 		for range 50 {
 			order, err := f.order(t, f.req())
 			require.NoError(t, err)
-			f.mem.Observed.Started(scope, order[0])
+			f.mem.Observed.Started(scope, order[0], epoch)
 			if order[0] == home {
 				sent++
 				continue
@@ -383,7 +383,7 @@ func TestNewPromptsAreDealtInTurn(t *testing.T) {
 			name: "not to a cluster beyond the bound: 3 in flight on a, none elsewhere (bound 2 x 4/3, rounded up: 3)",
 			setup: func(f *affinityFixture) {
 				for range 3 {
-					f.mem.Observed.Started(scope, "a")
+					f.mem.Observed.Started(scope, "a", epoch)
 				}
 			},
 			want: []string{"b", "c", "b", "c", "b", "c"},
@@ -410,8 +410,8 @@ func TestNewPromptsAreDealtInTurn(t *testing.T) {
 			name: "the sidecar's own requests waiting for their first byte count between two scrapes: 2 in flight on each cluster, a's still waiting (1 per server), send the next prompts elsewhere",
 			setup: func(f *affinityFixture) {
 				for _, c := range []string{"a", "b", "c"} {
-					f.mem.Observed.Started(scope, c)
-					f.mem.Observed.Started(scope, c)
+					f.mem.Observed.Started(scope, c, epoch)
+					f.mem.Observed.Started(scope, c, epoch)
 					if c != "a" {
 						f.mem.Observed.FirstByte(scope, c, 30*time.Millisecond)
 						f.mem.Observed.FirstByte(scope, c, 30*time.Millisecond)

@@ -74,6 +74,11 @@ func TestDecideHome(t *testing.T) {
 			wantOutcome: HomeQueued, wantLead: second,
 		},
 		{
+			name:        "a home with a request overdue for its first byte is left for its second home, whatever its bound and its scraped queue, and says overdue",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, noWait: true, overdue: true, home: home, deal: never, second: to(second), spill: never},
+			wantOutcome: HomeOverdue, wantLead: second,
+		},
+		{
 			name:        "a queued home whose second home cannot take the request spills it, and says queued",
 			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, queued: true, home: home, deal: never, second: to(-1), spill: to(spill)},
 			wantOutcome: HomeQueued, wantLead: spill,
@@ -98,7 +103,7 @@ func TestHomeOutcomeNames(t *testing.T) {
 	for _, o := range HomeOutcomes() {
 		names = append(names, o.String())
 	}
-	assert.Equal(t, []string{"no_key", "dealt", "home", "home_no_wait", "second_home", "queued", "spill", "score_order"}, names)
+	assert.Equal(t, []string{"no_key", "dealt", "home", "home_no_wait", "second_home", "queued", "overdue", "spill", "score_order"}, names)
 	assert.Equal(t, "none", HomeNone.String())
 	assert.Equal(t, "HomeOutcome(200)", HomeOutcome(200).String())
 }

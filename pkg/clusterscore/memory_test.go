@@ -62,8 +62,8 @@ func TestSessionKey(t *testing.T) {
 func TestObserver(t *testing.T) {
 	o := NewObserver(0.5)
 	assert.Equal(t, Observation{}, o.Observe("p", "a"))
-	o.Started("p", "a")
-	o.Started("p", "a")
+	o.Started("p", "a", epoch)
+	o.Started("p", "a", epoch)
 	o.FirstByte("p", "a", 100*time.Millisecond)
 	o.FirstByte("p", "a", 300*time.Millisecond)
 	o.Finished("p", "a", true)
@@ -87,9 +87,9 @@ func TestObserver(t *testing.T) {
 // the answered ones drain.
 func TestObserverAwaiting(t *testing.T) {
 	o := NewObserver(0.5)
-	o.Started("p", "a")
-	o.Started("p", "a")
-	o.Started("p", "a")
+	o.Started("p", "a", epoch)
+	o.Started("p", "a", epoch)
+	o.Started("p", "a", epoch)
 	assert.Equal(t, int64(3), o.Observe("p", "a").Awaiting)
 	o.FirstByte("p", "a", time.Millisecond)
 	assert.Equal(t, int64(2), o.Observe("p", "a").Awaiting)
@@ -102,6 +102,6 @@ func TestObserverAwaiting(t *testing.T) {
 	assert.Equal(t, Observation{TTFB: o.Observe("p", "a").TTFB, ErrorRatio: o.Observe("p", "a").ErrorRatio}, o.Observe("p", "a"), "drained: nothing in flight, nothing awaiting")
 	o.FirstByte("p", "a", time.Millisecond) // a first byte with nothing in flight counts nothing
 	assert.Equal(t, int64(0), o.Observe("p", "a").Awaiting)
-	o.Started("p", "a")
+	o.Started("p", "a", epoch)
 	assert.Equal(t, int64(1), o.Observe("p", "a").Awaiting)
 }

@@ -37,6 +37,16 @@ func secondOf(blocks []uint64, home string, names ...string) string {
 	return homeOf(blocks, others...)
 }
 
+// answered records requests sent to cluster at at that had their first
+// byte after each of took, and finished.
+func answered(f *affinityFixture, cluster string, at time.Time, took ...time.Duration) {
+	for _, d := range took {
+		f.mem.Observed.Started(scope, cluster, at)
+		f.mem.Observed.FirstByte(scope, cluster, d)
+		f.mem.Observed.Finished(scope, cluster, false)
+	}
+}
+
 // known makes the prompt known to the sidecar, as after its first request
 // (served on cluster), so that its home takes it within the full bound.
 func known(f *affinityFixture, req *Request, cluster string) {
@@ -120,6 +130,27 @@ func TestHomePlacement(t *testing.T) {
 			wantLeft: true,
 		},
 		{
+			name: "a home one of whose requests has awaited its first byte past its due (its first bytes took 30 ms, due within 84 ms; this one 1 s) is left for its second home before any scrape shows it, within its bound",
+			setup: func(f *affinityFixture, req *Request, home string) {
+				known(f, req, home)
+				answered(f, home, epoch.Add(-2*time.Second), 30*time.Millisecond, 30*time.Millisecond)
+				f.mem.Observed.Started(scope, home, epoch.Add(-time.Second))
+			},
+			want:     "second",
+			outcome:  HomeOverdue,
+			wantLeft: true,
+		},
+		{
+			name: "... but not one whose request has awaited it no longer than its first bytes have taken: a prefill, not a full batch (30 to 90 ms; this one 80 ms)",
+			setup: func(f *affinityFixture, req *Request, home string) {
+				known(f, req, home)
+				answered(f, home, epoch.Add(-2*time.Second), 30*time.Millisecond, 90*time.Millisecond, 30*time.Millisecond, 90*time.Millisecond)
+				f.mem.Observed.Started(scope, home, epoch.Add(-80*time.Millisecond))
+			},
+			want:    "home",
+			outcome: HomeAtHome,
+		},
+		{
 			name: "a saturated home is left",
 			setup: func(f *affinityFixture, req *Request, home string) {
 				known(f, req, home)
@@ -179,6 +210,9 @@ func TestHomePlacement(t *testing.T) {
 			assert.Equal(t, tt.wantLeft, ex.Home.Left, ex.String())
 			assert.Equal(t, tt.outcome, ex.Home.Outcome, ex.String())
 			assert.Contains(t, ex.String(), " home-outcome="+tt.outcome.String()+",", "the explanation says the decision")
+			if tt.outcome == HomeOverdue {
+				assert.Contains(t, ex.String(), ",home-awaited=1s,home-due=84ms,overdue", "the explanation says how long it waited, and for how long it was due")
+			}
 			switch tt.want {
 			case "home":
 				assert.Equal(t, home, got, ex.String())

@@ -377,6 +377,10 @@ func newPipelineRouter(t testing.TB, config string, replicas int) *pipelineRoute
 		require.NoError(t, err)
 		// Ties broken by a seeded source: the same figures every run.
 		p.intN = rand.New(rand.NewPCG(uint64(i)+1, 23)).IntN
+		// The chain picker's filter chain too, from one source, whichever
+		// of its pooled schedulers picks.
+		src := rand.NewPCG(uint64(i)+1, 29)
+		p.schedulers.New = func() any { return scheduling.New(scheduling.DefaultConfig(), src) }
 		pr.replicas = append(pr.replicas, p)
 	}
 	return pr

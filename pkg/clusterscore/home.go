@@ -226,8 +226,11 @@ type homeRule struct {
 	// candidates within the bound (homeBound.spread); second the key's
 	// second home when it is in the first tier and within the bound
 	// (secondHome); spill the best scored candidate within the bound
-	// other than the home (homeBound.spillTo).
-	deal, second, spill func() int
+	// other than the home (homeBound.spillTo); order where the score
+	// order leads when nothing within the bound takes the request: -1 for
+	// its first, or the best scored of the first tier that is not overdue
+	// when its first is (homeBound.notOverdue).
+	deal, second, spill, order func() int
 }
 
 // decideHome is home placement's lead decision, as a table read from the
@@ -242,6 +245,10 @@ type homeRule struct {
 //	  waiting than the least queued    home (no wait to save)
 //	home queued                        second home, else spill    else score order; says queued
 //	home with a request overdue        second home, else spill    else score order; says overdue
+//
+// The score order never leads with a cluster that has a request overdue
+// while another of the first tier has none.
+//
 //	home beyond the bound and waiting,
 //	  saturated or stale               second home, else spill    else score order
 func decideHome(r homeRule) (HomeOutcome, int) {
@@ -252,7 +259,7 @@ func decideHome(r homeRule) (HomeOutcome, int) {
 		if i := r.deal(); i >= 0 {
 			return HomeDealt, i
 		}
-		return HomeScoreOrder, -1
+		return HomeScoreOrder, r.order()
 	}
 	if r.inFirstTier && !r.queued && !r.overdue {
 		if r.withinBound {
@@ -267,7 +274,7 @@ func decideHome(r homeRule) (HomeOutcome, int) {
 		outcome, lead = HomeSpill, r.spill()
 	}
 	if lead < 0 {
-		outcome = HomeScoreOrder
+		outcome, lead = HomeScoreOrder, r.order()
 	}
 	switch {
 	case r.inFirstTier && r.queued:
@@ -337,6 +344,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 			return second
 		},
 		spill: func() int { return within.spillTo(home, first) },
+		order: func() int { return within.notOverdue(first) },
 	}
 	outcome, lead := decideHome(r)
 	d := HomeDecision{Outcome: outcome, Home: cands[h].Name, Load: slots[h].homeLoad, Bound: within.bound(h), Queue: slots[h].queue,
@@ -473,6 +481,16 @@ func (b homeBound) takes(i int) bool { return b.withinBound(i) && !b.queued(i) &
 // request sent there meanwhile would wait behind it.
 func (b homeBound) overdue(i int) bool {
 	return b.slots[i].due > 0 && b.slots[i].awaited > b.slots[i].due
+}
+
+// notOverdue is -1 when the first of first (the score order) has no
+// request overdue, else the index of the first that has none (-1 when
+// every one has).
+func (b homeBound) notOverdue(first []int) int {
+	if !b.overdue(first[0]) {
+		return -1
+	}
+	return slices.IndexFunc(first, func(i int) bool { return !b.overdue(i) })
 }
 
 // overdueAfter returns how long the longest awaiting of the sidecar's

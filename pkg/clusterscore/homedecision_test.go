@@ -30,7 +30,7 @@ func TestDecideHome(t *testing.T) {
 		},
 		{
 			name:        "a key new to the sidecar with no candidate within the bound keeps the score order",
-			rule:        homeRule{key: true, deal: to(-1), second: never, spill: never},
+			rule:        homeRule{key: true, deal: to(-1), second: never, spill: never, order: to(-1)},
 			wantOutcome: HomeScoreOrder, wantLead: -1,
 		},
 		{
@@ -65,8 +65,13 @@ func TestDecideHome(t *testing.T) {
 		},
 		{
 			name:        "a request that nothing within the bound takes keeps the score order",
-			rule:        homeRule{key: true, established: true, inFirstTier: true, home: home, deal: never, second: to(-1), spill: to(-1)},
+			rule:        homeRule{key: true, established: true, inFirstTier: true, home: home, deal: never, second: to(-1), spill: to(-1), order: to(-1)},
 			wantOutcome: HomeScoreOrder, wantLead: -1,
+		},
+		{
+			name:        "... led by the best scored candidate without a request overdue when the score order's first has one",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, home: home, deal: never, second: to(-1), spill: to(-1), order: to(spill)},
+			wantOutcome: HomeScoreOrder, wantLead: spill,
 		},
 		{
 			name:        "a home queued beyond the queue margin is left for its second home, whatever its bound, and says queued",

@@ -45,7 +45,7 @@ func BenchmarkPick(b *testing.B) {
 				f.mem.Served(req, "b")
 			}
 			for _, c := range f.cands {
-				f.mem.Observed.Started(scope, c.Name)
+				f.mem.Observed.Started(scope, c.Name, epoch)
 				f.mem.Observed.FirstByte(scope, c.Name, 0)
 			}
 			rot := NewRotation(f.cands)

@@ -38,7 +38,7 @@ func Example() {
 	// leading blocks: the same on every sidecar replica.
 	order, err := p.Pick(req, cands, rot, nil, nil)
 	first := cands[order[0]].Name
-	mem.Observed.Started("ns/llm", first)
+	mem.Observed.Started("ns/llm", first, now)
 	mem.Observed.FirstByte("ns/llm", first, 80*time.Millisecond)
 	mem.Observed.Finished("ns/llm", first, false)
 	mem.Served(req, first)

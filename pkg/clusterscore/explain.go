@@ -3,6 +3,7 @@ package clusterscore
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/mci-dev/mci/pkg/routingpolicy"
 )
@@ -98,7 +99,9 @@ func (e *Explanation) fill(slots []slot) {
 // leaving decided
 // ("cost-won=prefill": the home kept the request, having no wait to save;
 // "wait": it left; "unknown": the bound decided, the queue unmeasured),
-// "queued" when the queue made the home loaded, "left" when the request
+// "queued" when the queue made the home loaded; for a home with a request
+// overdue, how long it has awaited its first byte and how long it was due
+// within ("home-awaited", "home-due") and "overdue"; "left" when the request
 // went elsewhere and "second=<name>" when that was its key's second home,
 // such as
 //
@@ -176,6 +179,13 @@ func writeHomeFlags(b *strings.Builder, h HomeDecision) {
 	}
 	if h.Queued {
 		b.WriteString(",queued")
+	}
+	if h.Overdue {
+		b.WriteString(",home-awaited=")
+		b.WriteString(h.Awaited.Round(time.Millisecond).String())
+		b.WriteString(",home-due=")
+		b.WriteString(h.Due.Round(time.Millisecond).String())
+		b.WriteString(",overdue")
 	}
 	if h.Left {
 		b.WriteString(",left")

@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // Home placement: the requests of a prefix have a home cluster, derived
@@ -87,6 +88,12 @@ const (
 	// margin above the least queued candidate's; the request went to the
 	// key's second home if that one took it, else as a spill would.
 	HomeQueued
+	// HomeOverdue: a request this sidecar sent the home has awaited its
+	// first byte past what the home's first bytes lately took (overdue):
+	// its batch is full of traffic the sidecar does not see, or it stalled,
+	// before a scrape can show it; the request went to the key's second
+	// home if that one took it, else as a spill would.
+	HomeOverdue
 	// HomeSpill: neither the home nor its second home could take it; the
 	// best scored candidate within the bound did.
 	HomeSpill
@@ -96,7 +103,7 @@ const (
 	numHomeOutcomes
 )
 
-var homeOutcomeNames = [numHomeOutcomes]string{"none", "no_key", "dealt", "home", "home_no_wait", "second_home", "queued", "spill", "score_order"}
+var homeOutcomeNames = [numHomeOutcomes]string{"none", "no_key", "dealt", "home", "home_no_wait", "second_home", "queued", "overdue", "spill", "score_order"}
 
 func (o HomeOutcome) String() string {
 	if o < numHomeOutcomes {
@@ -137,6 +144,12 @@ type HomeDecision struct {
 	// loaded whatever its bound.
 	Queue  float64
 	Queued bool
+	// Awaited is how long the home's longest awaiting request of this
+	// sidecar has waited for its first byte (0 when none waits), Due how
+	// long it may before it is overdue (0 when the home has no first byte
+	// measured), and Overdue says it waited longer (overdueAfter).
+	Awaited, Due time.Duration
+	Overdue      bool
 	// Left is true when the request did not go to its home: every outcome
 	// but HomeAtHome, and HomeDealt when the rotation dealt it elsewhere.
 	Left bool
@@ -174,7 +187,8 @@ const (
 	CostPrefill
 	// CostWait: the home's servers have more waiting than the least
 	// queued candidate's (beyond the queue margin, or beyond the bound by
-	// the sidecar's own count), or the home is saturated: the request left.
+	// the sidecar's own count), a request there is overdue, or the home is
+	// saturated: the request left.
 	CostWait
 	// CostUnknown: the home's queue is not measured (no fresh pool
 	// metrics, or a stale home), so the bound alone decided.
@@ -203,16 +217,20 @@ type homeRule struct {
 	// beyond the queue margin (homeBound.queued); withinBound: its load,
 	// the request included, is within the bound; noWait: its servers'
 	// queue, measured, is no longer than the least queued candidate's
-	// (homeBound.noWait).
-	inFirstTier, queued, withinBound, noWait bool
+	// (homeBound.noWait); overdue: one of the sidecar's requests there
+	// has awaited its first byte past its due (homeBound.overdue).
+	inFirstTier, queued, overdue, withinBound, noWait bool
 	// home is the home's index in the first tier when inFirstTier.
 	home int
 	// deal is where the backend's rotation deals a new key among the
 	// candidates within the bound (homeBound.spread); second the key's
 	// second home when it is in the first tier and within the bound
 	// (secondHome); spill the best scored candidate within the bound
-	// other than the home (homeBound.spillTo).
-	deal, second, spill func() int
+	// other than the home (homeBound.spillTo); order where the score
+	// order leads when nothing within the bound takes the request: -1 for
+	// its first, or the best scored of the first tier that is not overdue
+	// when its first is (homeBound.notOverdue).
+	deal, second, spill, order func() int
 }
 
 // decideHome is home placement's lead decision, as a table read from the
@@ -226,6 +244,11 @@ type homeRule struct {
 //	home beyond the bound, no more
 //	  waiting than the least queued    home (no wait to save)
 //	home queued                        second home, else spill    else score order; says queued
+//	home with a request overdue        second home, else spill    else score order; says overdue
+//
+// The score order never leads with a cluster that has a request overdue
+// while another of the first tier has none.
+//
 //	home beyond the bound and waiting,
 //	  saturated or stale               second home, else spill    else score order
 func decideHome(r homeRule) (HomeOutcome, int) {
@@ -236,9 +259,9 @@ func decideHome(r homeRule) (HomeOutcome, int) {
 		if i := r.deal(); i >= 0 {
 			return HomeDealt, i
 		}
-		return HomeScoreOrder, -1
+		return HomeScoreOrder, r.order()
 	}
-	if r.inFirstTier && !r.queued {
+	if r.inFirstTier && !r.queued && !r.overdue {
 		if r.withinBound {
 			return HomeAtHome, r.home
 		}
@@ -251,10 +274,13 @@ func decideHome(r homeRule) (HomeOutcome, int) {
 		outcome, lead = HomeSpill, r.spill()
 	}
 	if lead < 0 {
-		outcome = HomeScoreOrder
+		outcome, lead = HomeScoreOrder, r.order()
 	}
-	if r.inFirstTier && r.queued {
+	switch {
+	case r.inFirstTier && r.queued:
 		outcome = HomeQueued
+	case r.inFirstTier && r.overdue:
+		outcome = HomeOverdue
 	}
 	return outcome, lead
 }
@@ -273,6 +299,7 @@ func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots [
 		c := &cands[i]
 		s := &slots[i]
 		s.homeLoad, s.capacity, s.queue, s.awaiting = float64(obs[k].InFlight), 0, -1, obs[k].Awaiting
+		s.awaited, s.due = obs[k].overdueAfter(req.Now)
 		if p.fresh(c.Pool, req.Now) {
 			s.queue = max(c.Pool.AverageQueue, 0)
 			if c.Pool.ReadyPods > 0 {
@@ -308,7 +335,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	h, second := kept[home], -1
 	r := homeRule{
 		key: true, established: served > 0, inFirstTier: home < n, home: home,
-		queued: home < n && within.queued(h), withinBound: within.withinBound(h), noWait: home < n && within.noWait(h),
+		queued: home < n && within.queued(h), overdue: home < n && within.overdue(h), withinBound: within.withinBound(h), noWait: home < n && within.noWait(h),
 		deal: func() int { return within.spread(first, rot) },
 		second: func() int {
 			if s := p.secondHome(req, key, ids, caps, home); s >= 0 && s < n && within.takes(kept[s]) {
@@ -317,10 +344,12 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 			return second
 		},
 		spill: func() int { return within.spillTo(home, first) },
+		order: func() int { return within.notOverdue(first) },
 	}
 	outcome, lead := decideHome(r)
 	d := HomeDecision{Outcome: outcome, Home: cands[h].Name, Load: slots[h].homeLoad, Bound: within.bound(h), Queue: slots[h].queue,
-		Queued: r.queued, Left: lead != home, New: !r.established, Alike: alike, Wait: -1}
+		Queued: r.queued, Left: lead != home, New: !r.established, Alike: alike, Wait: -1,
+		Awaited: slots[h].awaited, Due: slots[h].due, Overdue: r.overdue}
 	if home < n {
 		d.Wait = within.wait(h)
 	} else {
@@ -349,7 +378,7 @@ func costWon(outcome HomeOutcome, r homeRule, wait float64) CostTerm {
 		return CostPrefill
 	case !r.established || outcome == HomeNoKey || outcome == HomeAtHome:
 		return CostNone
-	case r.queued || !r.inFirstTier || wait > 0:
+	case r.queued || r.overdue || !r.inFirstTier || wait > 0:
 		return CostWait
 	}
 	return CostUnknown
@@ -438,8 +467,50 @@ func (b homeBound) bound(i int) float64 {
 func (b homeBound) withinBound(i int) bool { return b.slots[i].homeLoad+1 <= b.bound(i) }
 
 // takes reports whether candidate i is within the bound with the
-// request and not queued.
-func (b homeBound) takes(i int) bool { return b.withinBound(i) && !b.queued(i) }
+// request, not queued and not overdue.
+func (b homeBound) takes(i int) bool { return b.withinBound(i) && !b.queued(i) && !b.overdue(i) }
+
+// overdue is the rule by which the sidecar's own observations make a
+// candidate full between two scrapes: one of its requests there has
+// awaited its first byte longer than the candidate's first bytes lately
+// took (overdueAfter). A full batch and a cold prefill both delay a first
+// byte, but a prefill takes what the candidate's prefills have taken, and
+// that is in its history; a wait beyond it is a wait for a batch place,
+// or a stall, that the pool metrics show a scrape later. Until that
+// request has its first byte the candidate takes no new request: every
+// request sent there meanwhile would wait behind it.
+func (b homeBound) overdue(i int) bool {
+	return b.slots[i].due > 0 && b.slots[i].awaited > b.slots[i].due
+}
+
+// notOverdue is -1 when the first of first (the score order) has no
+// request overdue, else the index of the first that has none (-1 when
+// every one has).
+func (b homeBound) notOverdue(first []int) int {
+	if !b.overdue(first[0]) {
+		return -1
+	}
+	return slices.IndexFunc(first, func(i int) bool { return !b.overdue(i) })
+}
+
+// overdueAfter returns how long the longest awaiting of the sidecar's
+// requests to the cluster has waited at now, and how long it may wait
+// before it is overdue: the moving average of the cluster's times to
+// first byte plus four times their spread (as TCP bounds a round trip
+// before it retransmits), at least twice that average, so that a
+// history of alike first bytes (no spread) does not make the next
+// slightly slower one overdue. Both are derived from the cluster's own
+// first bytes, which include its prefills, cold or warm, and its
+// queueing under the load it has had; due is 0 while none is measured.
+func (ob Observation) overdueAfter(now time.Time) (awaited, due time.Duration) {
+	if !ob.AwaitingSince.IsZero() {
+		awaited = max(now.Sub(ob.AwaitingSince), 0)
+	}
+	if ob.TTFB > 0 {
+		due = max(ob.TTFB+4*ob.TTFBSpread, 2*ob.TTFB)
+	}
+	return awaited, due
+}
 
 // spillTo is the index in first of the best scored candidate within the
 // bound other than the home (first is sorted by total), -1 for none.

@@ -37,6 +37,16 @@ func secondOf(blocks []uint64, home string, names ...string) string {
 	return homeOf(blocks, others...)
 }
 
+// answered records requests sent to cluster at at that had their first
+// byte after each of took, and finished.
+func answered(f *affinityFixture, cluster string, at time.Time, took ...time.Duration) {
+	for _, d := range took {
+		f.mem.Observed.Started(scope, cluster, at)
+		f.mem.Observed.FirstByte(scope, cluster, d)
+		f.mem.Observed.Finished(scope, cluster, false)
+	}
+}
+
 // known makes the prompt known to the sidecar, as after its first request
 // (served on cluster), so that its home takes it within the full bound.
 func known(f *affinityFixture, req *Request, cluster string) {
@@ -77,7 +87,7 @@ func TestHomePlacement(t *testing.T) {
 			name: "its home keeps it while its load is within the bound: 1 in flight, the others none (bound: 2 x 2/3, rounded up)",
 			setup: func(f *affinityFixture, req *Request, home string) {
 				known(f, req, home)
-				f.mem.Observed.Started(scope, home)
+				f.mem.Observed.Started(scope, home, epoch)
 			},
 			want:    "home",
 			outcome: HomeAtHome,
@@ -86,8 +96,8 @@ func TestHomePlacement(t *testing.T) {
 			name: "a home beyond the bound is left for the best scored cluster within it: 2 in flight, the others none (bound: 2 x 3/3)",
 			setup: func(f *affinityFixture, req *Request, home string) {
 				known(f, req, home)
-				f.mem.Observed.Started(scope, home)
-				f.mem.Observed.Started(scope, home)
+				f.mem.Observed.Started(scope, home, epoch)
+				f.mem.Observed.Started(scope, home, epoch)
 			},
 			want:     "not home",
 			outcome:  HomeSecond,
@@ -97,8 +107,8 @@ func TestHomePlacement(t *testing.T) {
 			name: "a home beyond the bound whose servers queue no more than the others' and whose requests have all had their first byte keeps the request: a move would cost a cold prefill and save no wait",
 			setup: func(f *affinityFixture, req *Request, home string) {
 				known(f, req, home)
-				f.mem.Observed.Started(scope, home)
-				f.mem.Observed.Started(scope, home)
+				f.mem.Observed.Started(scope, home, epoch)
+				f.mem.Observed.Started(scope, home, epoch)
 				f.mem.Observed.FirstByte(scope, home, 30*time.Millisecond)
 				f.mem.Observed.FirstByte(scope, home, 30*time.Millisecond)
 			},
@@ -110,14 +120,35 @@ func TestHomePlacement(t *testing.T) {
 			setup: func(f *affinityFixture, req *Request, home string) {
 				known(f, req, home)
 				f.cand(home).Pool = freshPool(1.5, 0.3)
-				f.mem.Observed.Started(scope, home)
-				f.mem.Observed.Started(scope, home)
+				f.mem.Observed.Started(scope, home, epoch)
+				f.mem.Observed.Started(scope, home, epoch)
 				f.mem.Observed.FirstByte(scope, home, 30*time.Millisecond)
 				f.mem.Observed.FirstByte(scope, home, 30*time.Millisecond)
 			},
 			want:     "not home",
 			outcome:  HomeSecond,
 			wantLeft: true,
+		},
+		{
+			name: "a home one of whose requests has awaited its first byte past its due (its first bytes took 30 ms, due within 84 ms; this one 1 s) is left for its second home before any scrape shows it, within its bound",
+			setup: func(f *affinityFixture, req *Request, home string) {
+				known(f, req, home)
+				answered(f, home, epoch.Add(-2*time.Second), 30*time.Millisecond, 30*time.Millisecond)
+				f.mem.Observed.Started(scope, home, epoch.Add(-time.Second))
+			},
+			want:     "second",
+			outcome:  HomeOverdue,
+			wantLeft: true,
+		},
+		{
+			name: "... but not one whose request has awaited it no longer than its first bytes have taken: a prefill, not a full batch (30 to 90 ms; this one 80 ms)",
+			setup: func(f *affinityFixture, req *Request, home string) {
+				known(f, req, home)
+				answered(f, home, epoch.Add(-2*time.Second), 30*time.Millisecond, 90*time.Millisecond, 30*time.Millisecond, 90*time.Millisecond)
+				f.mem.Observed.Started(scope, home, epoch.Add(-80*time.Millisecond))
+			},
+			want:    "home",
+			outcome: HomeAtHome,
 		},
 		{
 			name: "a saturated home is left",
@@ -134,7 +165,7 @@ func TestHomePlacement(t *testing.T) {
 			setup: func(f *affinityFixture, req *Request, home string) {
 				known(f, req, home)
 				f.cand(home).Pool = freshPool(30, 0.5)
-				f.mem.Observed.Started(scope, secondOf(req.Blocks, home, "a", "b", "c"))
+				f.mem.Observed.Started(scope, secondOf(req.Blocks, home, "a", "b", "c"), epoch)
 			},
 			want:     "second",
 			outcome:  HomeSecond,
@@ -147,7 +178,7 @@ func TestHomePlacement(t *testing.T) {
 				f.cand(home).Pool = freshPool(30, 0.5)
 				second := secondOf(req.Blocks, home, "a", "b", "c")
 				for range 3 {
-					f.mem.Observed.Started(scope, second)
+					f.mem.Observed.Started(scope, second, epoch)
 				}
 			},
 			want:     "third",
@@ -157,7 +188,7 @@ func TestHomePlacement(t *testing.T) {
 		{
 			name: "without the backend's rotation, a prompt new to the sidecar goes to the best scored cluster within the bound: not its home, busier by 1",
 			setup: func(f *affinityFixture, req *Request, home string) {
-				f.mem.Observed.Started(scope, home)
+				f.mem.Observed.Started(scope, home, epoch)
 			},
 			want:     "not home",
 			outcome:  HomeDealt,
@@ -179,6 +210,9 @@ func TestHomePlacement(t *testing.T) {
 			assert.Equal(t, tt.wantLeft, ex.Home.Left, ex.String())
 			assert.Equal(t, tt.outcome, ex.Home.Outcome, ex.String())
 			assert.Contains(t, ex.String(), " home-outcome="+tt.outcome.String()+",", "the explanation says the decision")
+			if tt.outcome == HomeOverdue {
+				assert.Contains(t, ex.String(), ",home-awaited=1s,home-due=84ms,overdue", "the explanation says how long it waited, and for how long it was due")
+			}
 			switch tt.want {
 			case "home":
 				assert.Equal(t, home, got, ex.String())
@@ -242,7 +276,7 @@ func TestHomeYieldsAsFastAsMetricsBased(t *testing.T) {
 		for range 50 {
 			order, err := f.order(t, f.req())
 			require.NoError(t, err)
-			f.mem.Observed.Started(scope, order[0])
+			f.mem.Observed.Started(scope, order[0], epoch)
 			if order[0] == home {
 				sent++
 				continue
@@ -383,7 +417,7 @@ func TestNewPromptsAreDealtInTurn(t *testing.T) {
 			name: "not to a cluster beyond the bound: 3 in flight on a, none elsewhere (bound 2 x 4/3, rounded up: 3)",
 			setup: func(f *affinityFixture) {
 				for range 3 {
-					f.mem.Observed.Started(scope, "a")
+					f.mem.Observed.Started(scope, "a", epoch)
 				}
 			},
 			want: []string{"b", "c", "b", "c", "b", "c"},
@@ -410,8 +444,8 @@ func TestNewPromptsAreDealtInTurn(t *testing.T) {
 			name: "the sidecar's own requests waiting for their first byte count between two scrapes: 2 in flight on each cluster, a's still waiting (1 per server), send the next prompts elsewhere",
 			setup: func(f *affinityFixture) {
 				for _, c := range []string{"a", "b", "c"} {
-					f.mem.Observed.Started(scope, c)
-					f.mem.Observed.Started(scope, c)
+					f.mem.Observed.Started(scope, c, epoch)
+					f.mem.Observed.Started(scope, c, epoch)
 					if c != "a" {
 						f.mem.Observed.FirstByte(scope, c, 30*time.Millisecond)
 						f.mem.Observed.FirstByte(scope, c, 30*time.Millisecond)

@@ -30,7 +30,7 @@ func TestDecideHome(t *testing.T) {
 		},
 		{
 			name:        "a key new to the sidecar with no candidate within the bound keeps the score order",
-			rule:        homeRule{key: true, deal: to(-1), second: never, spill: never},
+			rule:        homeRule{key: true, deal: to(-1), second: never, spill: never, order: to(-1)},
 			wantOutcome: HomeScoreOrder, wantLead: -1,
 		},
 		{
@@ -65,13 +65,23 @@ func TestDecideHome(t *testing.T) {
 		},
 		{
 			name:        "a request that nothing within the bound takes keeps the score order",
-			rule:        homeRule{key: true, established: true, inFirstTier: true, home: home, deal: never, second: to(-1), spill: to(-1)},
+			rule:        homeRule{key: true, established: true, inFirstTier: true, home: home, deal: never, second: to(-1), spill: to(-1), order: to(-1)},
 			wantOutcome: HomeScoreOrder, wantLead: -1,
+		},
+		{
+			name:        "... led by the best scored candidate without a request overdue when the score order's first has one",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, home: home, deal: never, second: to(-1), spill: to(-1), order: to(spill)},
+			wantOutcome: HomeScoreOrder, wantLead: spill,
 		},
 		{
 			name:        "a home queued beyond the queue margin is left for its second home, whatever its bound, and says queued",
 			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, queued: true, home: home, deal: never, second: to(second), spill: never},
 			wantOutcome: HomeQueued, wantLead: second,
+		},
+		{
+			name:        "a home with a request overdue for its first byte is left for its second home, whatever its bound and its scraped queue, and says overdue",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, noWait: true, overdue: true, home: home, deal: never, second: to(second), spill: never},
+			wantOutcome: HomeOverdue, wantLead: second,
 		},
 		{
 			name:        "a queued home whose second home cannot take the request spills it, and says queued",
@@ -98,7 +108,7 @@ func TestHomeOutcomeNames(t *testing.T) {
 	for _, o := range HomeOutcomes() {
 		names = append(names, o.String())
 	}
-	assert.Equal(t, []string{"no_key", "dealt", "home", "home_no_wait", "second_home", "queued", "spill", "score_order"}, names)
+	assert.Equal(t, []string{"no_key", "dealt", "home", "home_no_wait", "second_home", "queued", "overdue", "spill", "score_order"}, names)
 	assert.Equal(t, "none", HomeNone.String())
 	assert.Equal(t, "HomeOutcome(200)", HomeOutcome(200).String())
 }

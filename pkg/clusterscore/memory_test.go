@@ -62,8 +62,8 @@ func TestSessionKey(t *testing.T) {
 func TestObserver(t *testing.T) {
 	o := NewObserver(0.5)
 	assert.Equal(t, Observation{}, o.Observe("p", "a"))
-	o.Started("p", "a")
-	o.Started("p", "a")
+	o.Started("p", "a", epoch)
+	o.Started("p", "a", epoch)
 	o.FirstByte("p", "a", 100*time.Millisecond)
 	o.FirstByte("p", "a", 300*time.Millisecond)
 	o.Finished("p", "a", true)
@@ -87,9 +87,9 @@ func TestObserver(t *testing.T) {
 // the answered ones drain.
 func TestObserverAwaiting(t *testing.T) {
 	o := NewObserver(0.5)
-	o.Started("p", "a")
-	o.Started("p", "a")
-	o.Started("p", "a")
+	o.Started("p", "a", epoch)
+	o.Started("p", "a", epoch)
+	o.Started("p", "a", epoch)
 	assert.Equal(t, int64(3), o.Observe("p", "a").Awaiting)
 	o.FirstByte("p", "a", time.Millisecond)
 	assert.Equal(t, int64(2), o.Observe("p", "a").Awaiting)
@@ -99,9 +99,36 @@ func TestObserverAwaiting(t *testing.T) {
 	o.Finished("p", "a", true) // one that failed before its first byte
 	assert.Equal(t, int64(1), o.Observe("p", "a").Awaiting, "high by one: the answered one's count went with it")
 	o.Finished("p", "a", false)
-	assert.Equal(t, Observation{TTFB: o.Observe("p", "a").TTFB, ErrorRatio: o.Observe("p", "a").ErrorRatio}, o.Observe("p", "a"), "drained: nothing in flight, nothing awaiting")
+	assert.Equal(t, Observation{TTFB: o.Observe("p", "a").TTFB, TTFBSpread: o.Observe("p", "a").TTFBSpread, ErrorRatio: o.Observe("p", "a").ErrorRatio}, o.Observe("p", "a"), "drained: nothing in flight, nothing awaiting")
 	o.FirstByte("p", "a", time.Millisecond) // a first byte with nothing in flight counts nothing
 	assert.Equal(t, int64(0), o.Observe("p", "a").Awaiting)
-	o.Started("p", "a")
+	o.Started("p", "a", epoch)
 	assert.Equal(t, int64(1), o.Observe("p", "a").Awaiting)
+}
+
+// AwaitingSince is when the longest awaiting request was sent, as if the
+// answered ones were the first sent: a wait never overstated. Past the
+// send times kept, the oldest kept stands for it.
+func TestObserverAwaitingSince(t *testing.T) {
+	o := NewObserver(0.5)
+	assert.True(t, o.Observe("p", "a").AwaitingSince.IsZero(), "nothing sent")
+	at := func(i int) time.Time { return epoch.Add(time.Duration(i) * time.Second) }
+	for i := range 3 {
+		o.Started("p", "a", at(i))
+	}
+	assert.Equal(t, at(0).UnixNano(), o.Observe("p", "a").AwaitingSince.UnixNano())
+	o.FirstByte("p", "a", 10*time.Millisecond) // the one sent at 2, or so it counts as the first sent
+	assert.Equal(t, at(1).UnixNano(), o.Observe("p", "a").AwaitingSince.UnixNano())
+	o.FirstByte("p", "a", 10*time.Millisecond)
+	o.FirstByte("p", "a", 10*time.Millisecond)
+	assert.True(t, o.Observe("p", "a").AwaitingSince.IsZero(), "every one answered")
+	for i := range sentKept + 4 {
+		o.Started("p", "a", at(10+i))
+	}
+	assert.Equal(t, at(14).UnixNano(), o.Observe("p", "a").AwaitingSince.UnixNano(), "the oldest of the send times kept")
+
+	// The first bytes' spread starts at half the first and halves with
+	// each alike one at alpha 0.5: three of 10 ms.
+	assert.Equal(t, 10*time.Millisecond, o.Observe("p", "a").TTFB)
+	assert.Equal(t, 1250*time.Microsecond, o.Observe("p", "a").TTFBSpread)
 }

@@ -1,6 +1,7 @@
 package clusterscore
 
 import (
+	"math"
 	"sync"
 	"time"
 )
@@ -20,6 +21,11 @@ type Observer struct {
 	clusters map[scopedKey]*observed
 }
 
+// sentKept is how many send times a cluster keeps: enough for the
+// requests of one cluster awaiting their first byte at once, and past it
+// the oldest kept still shows a long wait.
+const sentKept = 16
+
 // observed is one cluster of one scope. Its fields are guarded by mu.
 type observed struct {
 	mu       sync.Mutex
@@ -27,9 +33,14 @@ type observed struct {
 	// answered counts the requests in flight that have had their first
 	// byte (FirstByte): inFlight - answered are still waiting for it.
 	answered int64
+	// sent holds the send times (Unix nanoseconds) of the latest requests
+	// started, a ring whose next slot is sent[next%sentKept].
+	sent [sentKept]int64
+	next int
 	// ttfb is the EWMA of time to first byte in seconds; 0 before the
-	// first sample.
-	ttfb float64
+	// first sample. ttfbDev is the EWMA of the samples' distance from it,
+	// their spread (as TCP's retransmission timer keeps a round trip's).
+	ttfb, ttfbDev float64
 	// errors is the EWMA of failures (1) and successes (0).
 	errors float64
 }
@@ -40,9 +51,17 @@ type Observation struct {
 	// Awaiting is how many of those have not had their first byte yet:
 	// waiting for a batch place, or in their prefill.
 	Awaiting int64
+	// AwaitingSince is when the earliest sent of the requests awaiting
+	// their first byte was sent, were the answered ones the first sent:
+	// some request has awaited its first byte at least since then (zero
+	// when none awaits). Answers are not matched to their requests, so
+	// the wait is never overstated, only understated when a later request
+	// was answered first.
+	AwaitingSince time.Time
 	// TTFB is the moving average of time to first byte; 0 when none was
-	// measured yet.
-	TTFB time.Duration
+	// measured yet. TTFBSpread is the moving average of the samples'
+	// distance from it.
+	TTFB, TTFBSpread time.Duration
 	// ErrorRatio is the moving average share of failed exchanges.
 	ErrorRatio float64
 }
@@ -77,11 +96,13 @@ func (o *Observer) get(scope, cluster string) *observed {
 	return c
 }
 
-// Started counts a request sent to a cluster of scope.
-func (o *Observer) Started(scope, cluster string) {
+// Started counts a request sent to a cluster of scope at at.
+func (o *Observer) Started(scope, cluster string, at time.Time) {
 	c := o.get(scope, cluster)
 	c.mu.Lock()
 	c.inFlight++
+	c.sent[c.next%sentKept] = at.UnixNano()
+	c.next = (c.next + 1) % sentKept
 	c.mu.Unlock()
 }
 
@@ -92,8 +113,9 @@ func (o *Observer) FirstByte(scope, cluster string, d time.Duration) {
 	c.mu.Lock()
 	c.answered = min(c.answered+1, c.inFlight)
 	if s := d.Seconds(); c.ttfb == 0 {
-		c.ttfb = max(s, 1e-9)
+		c.ttfb, c.ttfbDev = max(s, 1e-9), s/2
 	} else {
+		c.ttfbDev += o.alpha * (math.Abs(s-c.ttfb) - c.ttfbDev)
 		c.ttfb += o.alpha * (s - c.ttfb)
 	}
 	c.mu.Unlock()
@@ -129,8 +151,18 @@ func (o *Observer) Observe(scope, cluster string) Observation {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Observation{InFlight: c.inFlight, Awaiting: c.inFlight - c.answered, TTFB: time.Duration(c.ttfb * float64(time.Second)), ErrorRatio: c.errors}
+	ob := Observation{InFlight: c.inFlight, Awaiting: c.inFlight - c.answered, TTFB: seconds(c.ttfb), TTFBSpread: seconds(c.ttfbDev), ErrorRatio: c.errors}
+	if ob.Awaiting > 0 {
+		// The Awaiting-th latest send, or the oldest kept.
+		k := int(min(ob.Awaiting, sentKept))
+		if at := c.sent[(c.next-k+sentKept)%sentKept]; at != 0 {
+			ob.AwaitingSince = time.Unix(0, at)
+		}
+	}
+	return ob
 }
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // Retain forgets the clusters of scopes keep reports false, as the
 // routing table drops pools and clusters; the map is otherwise bounded by

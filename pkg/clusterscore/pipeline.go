@@ -179,9 +179,11 @@ type slot struct {
 	// capacity (ready pods) for the home bound (leadHome); queue its
 	// scraped waiting queue per server, -1 when not measured (homeBound.queued);
 	// awaiting this sidecar's requests to it still waiting for their
-	// first byte (homeBound.noWait).
+	// first byte (homeBound.noWait); awaited and due how long the
+	// longest of those has waited and may wait (homeBound.overdue).
 	homeLoad, capacity, queue float64
 	awaiting                  int64
+	awaited, due              time.Duration
 }
 
 // Pick orders the candidates for one request: the request goes to the

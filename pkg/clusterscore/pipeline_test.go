@@ -140,7 +140,7 @@ func TestPrefixAffinity(t *testing.T) {
 			setup: func(f *affinityFixture, req *Request) {
 				f.mem.Prefixes.Record(f.blocks[:3], promptprefix.ClusterID("b"))
 				for range 10 {
-					f.mem.Observed.Started(scope, "b")
+					f.mem.Observed.Started(scope, "b", epoch)
 				}
 				f.cand("c").Pool = freshPool(3, 0.3)
 			},
@@ -181,7 +181,7 @@ func TestPrefixAffinity(t *testing.T) {
 				f.mem.Observed.FirstByte(scope, "a", 400*time.Millisecond)
 				f.mem.Observed.FirstByte(scope, "b", 100*time.Millisecond)
 				f.mem.Observed.FirstByte(scope, "c", 100*time.Millisecond)
-				f.mem.Observed.Started(scope, "c")
+				f.mem.Observed.Started(scope, "c", epoch)
 				f.mem.Observed.Finished(scope, "c", true)
 			},
 			want: []string{"b", "c", "a"},
@@ -220,7 +220,7 @@ func TestNoHerdingBetweenScrapes(t *testing.T) {
 			order, err := f.order(t, req)
 			require.NoError(t, err)
 			got[order[0]]++
-			f.mem.Observed.Started(scope, order[0]) // none finishes
+			f.mem.Observed.Started(scope, order[0], epoch) // none finishes
 		}
 		assert.Equal(t, map[string]int{"a": 100, "b": 100, "c": 100}, got)
 	})
@@ -246,9 +246,9 @@ func TestNoHerdingBetweenScrapes(t *testing.T) {
 		require.NoError(t, err)
 		cands := []Candidate{{Name: "a", Weight: 1}, {Name: "b", Weight: 1}, {Name: "c", Weight: 1}}
 		for range 5 {
-			mem.Observed.Started(scope, "c")
+			mem.Observed.Started(scope, "c", epoch)
 		}
-		mem.Observed.Started(scope, "b")
+		mem.Observed.Started(scope, "b", epoch)
 		got := map[string]int{}
 		for range 300 {
 			order, err := p.Pick(&Request{Scope: scope}, cands, nil, nil, nil)
@@ -278,7 +278,7 @@ func TestNoHerdingBetweenScrapes(t *testing.T) {
 			order, err := p.Pick(&Request{Scope: scope, Now: epoch}, cands, rot, nil, nil)
 			require.NoError(t, err)
 			got[cands[order[0]].Name]++
-			mem.Observed.Started(scope, cands[order[0]].Name) // none finishes before the next scrape
+			mem.Observed.Started(scope, cands[order[0]].Name, epoch) // none finishes before the next scrape
 		}
 		for _, n := range []string{"a", "b", "c"} {
 			assert.Greater(t, got[n], 10, "cluster %s first %d times of 60: %v", n, got[n], got)
@@ -329,7 +329,7 @@ func TestConcurrentPicks(t *testing.T) {
 				order, err = f.p.Pick(req, f.cands, nil, order[:0], &ex)
 				require.NoError(t, err)
 				c := f.cands[order[0]].Name
-				f.mem.Observed.Started(scope, c)
+				f.mem.Observed.Started(scope, c, epoch)
 				f.mem.Observed.FirstByte(scope, c, time.Duration(g+1)*time.Millisecond)
 				f.mem.Served(req, c)
 				f.mem.Observed.Finished(scope, c, i%17 == 0)
@@ -354,7 +354,7 @@ func TestConcurrentPicks(t *testing.T) {
 func TestAffinityYieldsToLoad(t *testing.T) {
 	inFlight := func(f *affinityFixture, cluster string, n int) {
 		for range n {
-			f.mem.Observed.Started(scope, cluster)
+			f.mem.Observed.Started(scope, cluster, epoch)
 		}
 	}
 	tests := []struct {
@@ -482,7 +482,7 @@ func TestAffinityYieldsToLoad(t *testing.T) {
 			order, err := f.order(t, f.req())
 			require.NoError(t, err)
 			got[order[0]]++
-			f.mem.Observed.Started(scope, order[0])
+			f.mem.Observed.Started(scope, order[0], epoch)
 			if order[0] != "b" {
 				f.mem.Observed.Finished(scope, order[0], false)
 			}

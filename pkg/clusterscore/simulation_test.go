@@ -56,6 +56,11 @@ type simScenario struct {
 	load float64
 	// remote puts the last cluster simRemote further away.
 	remote bool
+	// saturate takes every batch place of the first cluster from the
+	// arrival of the middle request to the last arrival, as the routing
+	// benchmark's saturated-cluster workload does with traffic no router
+	// sees: its running requests finish, and no other starts.
+	saturate bool
 }
 
 // simRequest is one request of a scenario, with its prompt's blocks as
@@ -224,6 +229,9 @@ type simResult struct {
 	// the median and 99th percentile of the time to first token
 	// (round trip, queue, prefill).
 	wait, ttftMean, ttftP50, ttftP99 time.Duration
+	// sentSaturated is how many requests went to the saturated cluster
+	// from the start of its saturation (saturate).
+	sentSaturated int
 }
 
 // play runs the requests through the router over the scenario's clusters.
@@ -237,8 +245,12 @@ func (s simScenario) play(reqs []*simRequest, router simRouter) simResult {
 	}
 	pools := make([]*PoolMetrics, s.clusters)
 	sim := &simRun{clusters: clusters, router: router, taken: make([]int, s.clusters)}
-	next := time.Duration(0)
+	next, satAt, saturated := time.Duration(0), reqs[len(reqs)/2].At, false
 	for _, r := range reqs {
+		if s.saturate && !saturated && r.At >= satAt {
+			sim.until(satAt)
+			clusters[0].places, saturated = 0, true
+		}
 		sim.until(r.At)
 		if r.At >= next {
 			for i, c := range clusters {
@@ -249,24 +261,44 @@ func (s simScenario) play(reqs []*simRequest, router simRouter) simResult {
 		r.sentAt = r.At
 		r.cluster = router.route(r, r.At, clusters, pools)
 		sim.taken[r.cluster]++
+		if saturated && r.cluster == 0 {
+			sim.sentSaturated++
+		}
 		heap.Push(&sim.events, simEvent{at: r.At + clusters[r.cluster].roundTrip/2, req: r})
 	}
+	if saturated {
+		// The saturation ends with the last arrival: the requests it held
+		// start then.
+		last := reqs[len(reqs)-1].At
+		sim.until(last)
+		c := clusters[0]
+		c.places = s.servers * s.batch
+		for len(c.queue) > 0 && c.busy < c.places {
+			r := c.queue[0]
+			c.queue = c.queue[1:]
+			sim.start(c, r, last)
+		}
+	}
 	sim.until(time.Duration(1 << 62))
-	return sim.result(len(reqs))
+	res := sim.result(len(reqs))
+	res.sentSaturated = sim.sentSaturated
+	return res
 }
 
 var simEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // simRun is the state of one play.
 type simRun struct {
-	clusters   []*simCluster
-	router     simRouter
-	events     simEvents
-	taken      []int
-	hitTokens  int
-	allTokens  int
-	waited     time.Duration
-	timesTaken []time.Duration
+	clusters []*simCluster
+	router   simRouter
+	events   simEvents
+	taken    []int
+	// sentSaturated counts the requests sent to a saturated cluster.
+	sentSaturated int
+	hitTokens     int
+	allTokens     int
+	waited        time.Duration
+	timesTaken    []time.Duration
 }
 
 // until plays the events up to t.
@@ -279,7 +311,7 @@ func (s *simRun) until(t time.Duration) {
 			c.busy--
 			c.running -= e.req.tokens
 			s.router.finished(e.req)
-			if len(c.queue) > 0 {
+			if len(c.queue) > 0 && c.busy < c.places {
 				r := c.queue[0]
 				c.queue = c.queue[1:]
 				s.start(c, r, e.at)
@@ -345,6 +377,10 @@ func newPipelineRouter(t testing.TB, config string, replicas int) *pipelineRoute
 		require.NoError(t, err)
 		// Ties broken by a seeded source: the same figures every run.
 		p.intN = rand.New(rand.NewPCG(uint64(i)+1, 23)).IntN
+		// The chain picker's filter chain too, from one source, whichever
+		// of its pooled schedulers picks.
+		src := rand.NewPCG(uint64(i)+1, 29)
+		p.schedulers.New = func() any { return scheduling.New(scheduling.DefaultConfig(), src) }
 		pr.replicas = append(pr.replicas, p)
 	}
 	return pr
@@ -371,7 +407,7 @@ func (pr *pipelineRouter) route(r *simRequest, now time.Duration, clusters []*si
 		panic(fmt.Sprintf("no cluster for request %d: %v", r.Index, err))
 	}
 	c := pr.cands[pr.order[0]].Name
-	p.Memory().Observed.Started(simScope, c)
+	p.Memory().Observed.Started(simScope, c, req.Now)
 	p.Memory().Served(req, c)
 	return pr.order[0]
 }

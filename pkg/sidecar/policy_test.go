@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	corev1 "k8s.io/api/core/v1"
@@ -141,9 +142,9 @@ func TestRetainForgetsTheObservationsOfClustersAndPoolsThatLeft(t *testing.T) {
 	s := &Server{mem: clusterscore.NewMemory(clusterscore.DefaultMemoryOptions())}
 	obs := s.mem.Observed
 	for _, c := range []string{"a", "b"} {
-		obs.Started(ns+"/llm", c)
+		obs.Started(ns+"/llm", c, time.Now())
 	}
-	obs.Started(ns+"/gone", "a")
+	obs.Started(ns+"/gone", "a", time.Now())
 	s.retainObserved(testTable(routingpolicy.Weighted, false, []string{"a"}))
 	assert.EqualValues(t, 1, obs.Observe(ns+"/llm", "a").InFlight, "kept")
 	assert.Zero(t, obs.Observe(ns+"/llm", "b").InFlight, "a cluster that left the backend is forgotten")

@@ -135,10 +135,11 @@ func (t *tracker) answered(outcome string, code int) { t.outcome, t.code = outco
 // attempting notes an attempt of c about to be sent, and returns when.
 func (t *tracker) attempting(c *routetable.Cluster) time.Time {
 	t.tried = append(t.tried, c.Name)
+	now := time.Now()
 	if t.d.needs.Observed {
-		t.mem.Observed.Started(t.d.req.Scope, c.Name)
+		t.mem.Observed.Started(t.d.req.Scope, c.Name, now)
 	}
-	return time.Now()
+	return now
 }
 
 // routed notes that c, sent the request at sent, took it (outcome routed or

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,25 +13,13 @@ import (
 	"github.com/mci-dev/mci/test/benchrouting/workload"
 )
 
-// The drawn workloads: the generator (drawn) makes a workload of the
-// family from a seed alone, its parameters drawn wide, so that a rule is
-// measured on shapes nobody picked. Their seeds are kept in two lists.
-//
-// tuningSeeds are the drawn workloads anyone changing a rule may look at
-// and run as often as they like (MCI_BENCH_ROUTING_WORKLOADS=tuning-1,...),
-// beside the named workloads of family, on which the rules were tuned.
-//
-// heldOutSeeds are the held-out workloads: make bench-routing runs them
-// and reports their worst against the hub configuration and the oracle,
-// and nobody tunes on them. A rule tuned until these pass has been fitted
-// to them and they stop telling how it does on a workload nobody saw, so a
-// change to a rule needs a reason that holds for every workload
-// (docs/design/cluster-scoring.md), and these seeds only check it. They
-// were chosen before any of them had run; replacing one because it fails
-// defeats them.
+// The drawn workloads (workload.Draw), by the seeds of their two lists:
+// the tuning seeds anyone changing a rule may run as often as they like
+// (MCI_BENCH_ROUTING_WORKLOADS=tuning-1,...), the held-out ones that
+// only check.
 var (
-	tuningSeeds  = []uint64{1, 2, 3, 4, 5}
-	heldOutSeeds = []uint64{9101, 9102, 9103, 9104, 9105, 9106, 9107, 9108, 9109, 9110}
+	tuningSeeds  = workload.TuningSeeds
+	heldOutSeeds = workload.HeldOutSeeds
 )
 
 const (
@@ -94,16 +81,10 @@ func specOf(name string) (spec, bool) {
 
 func isHeldOut(name string) bool { return strings.HasPrefix(name, heldOutPrefix) }
 
-// drawn is the workload of seed, every parameter drawn from it: 4 to 64
-// groups, 1 to 6 open conversations per group, shared system prompts of
-// 200 to 4,000 tokens, 1 to 16 turns, 20 to 160 tokens per user message,
-// 16 to 64 tokens per answer, no one-shot requests to 60% of them, a load
-// of 60 to 120% of the capacity without cache hits (up to and past the
-// servers' saturation), 2 servers per cluster with 2 or 4 batch places.
-// Groups, system prompts and user messages are drawn log-uniform, so that
-// few and many, short and long, are as likely. A workload whose rate would pass maxDrawnRate gets fewer
-// batch places, then fewer servers, at the same load: the same pressure,
-// at a rate the harness drives.
+// drawn is the workload of seed (workload.Draw) on 2 servers per
+// cluster. A workload whose rate would pass maxDrawnRate gets fewer batch
+// places, then fewer servers, at the same load: the same pressure, at a
+// rate the harness drives.
 func drawn(seed uint64) spec {
 	drawnMu.Lock()
 	defer drawnMu.Unlock()
@@ -124,22 +105,9 @@ var (
 
 // draw is drawn, uncached.
 func draw(seed uint64) spec {
-	rng := rand.New(rand.NewPCG(seed, seed^0xda942042e4dd58b5))
-	logUniform := func(lo, hi float64) int { return int(math.Round(lo * math.Pow(hi/lo, rng.Float64()))) }
-	groups := logUniform(4, 64)
-	perGroup := 1 + rng.IntN(6)
-	system := 50 * (logUniform(200, 4000) / 50)
-	turns := 1 + rng.IntN(16)
-	user := logUniform(20, 160)
-	output := []int{16, 32, 64}[rng.IntN(3)]
-	oneShot := round(0.6*rng.Float64(), 2)
-	load := round(0.6+0.6*rng.Float64(), 2)
-	batch := []int{2, 4}[rng.IntN(2)]
-	w := spec{
-		Profile: workload.Profile{Seed: seed, Groups: groups, SystemTokens: system, ActiveConversations: groups * perGroup, Turns: turns,
-			UserTokens: user, OutputTokens: output, OneShotShare: oneShot, OneShotTokens: 300},
-		Load: load, ServersPerCluster: 2, Batch: batch,
-	}
+	d := workload.Draw(seed)
+	p := d.Profile
+	w := spec{Profile: p, Load: d.Load, ServersPerCluster: 2, Batch: d.Batch}
 	for w.Batch > 2 || w.ServersPerCluster > 1 {
 		p, _, err := calibrated(config{Cost: serverCost, RunDuration: 18 * time.Second}, w)
 		if err != nil || p.Rate <= maxDrawnRate {
@@ -152,7 +120,7 @@ func draw(seed uint64) spec {
 		}
 	}
 	w.Summary = fmt.Sprintf("drawn from seed %d: %d groups, %d-token system prompts, %d conversations open, %d turns, %d-token user messages, %d-token answers, %.0f%% one-shot, %d servers per cluster with %d batch places, %.0f%%",
-		seed, groups, system, groups*perGroup, turns, user, output, 100*oneShot, w.ServersPerCluster, w.Batch, 100*load)
+		seed, p.Groups, p.SystemTokens, p.ActiveConversations, p.Turns, p.UserTokens, p.OutputTokens, 100*p.OneShotShare, w.ServersPerCluster, w.Batch, 100*d.Load)
 	return w
 }
 

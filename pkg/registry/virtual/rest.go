@@ -64,7 +64,15 @@ func (r *REST) match(ctx context.Context, options *metainternalversion.ListOptio
 	if r.visible == nil {
 		return selected
 	}
-	visible := r.visible(ctx)
+	v := r.visible(ctx)
+	// A watch hands over its live objects wrapped to be encoded once: the
+	// resource's rule reads the object it computed.
+	visible := func(o Object) bool {
+		if e, ok := o.(*encodedOnce); ok {
+			o = e.Object
+		}
+		return v(o)
+	}
 	if selected == nil {
 		return visible
 	}

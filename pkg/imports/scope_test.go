@@ -154,3 +154,25 @@ func TestInvalidExportScopeIsAnInvalidExport(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, v1alpha1.ReasonInvalidExport, condition(t, exp.Status.Conditions, v1alpha1.ConditionValid).Reason)
 }
+
+// Whatever a pool's writer puts in export-to, parsing neither panics nor
+// accepts a scope that includes nobody, and what it refuses says so.
+func FuzzParseExportScope(f *testing.F) {
+	f.Add(`{"clusters": ["cluster-b"], "selector": "region=eu"}`)
+	f.Add(`{"selector": "!region"}`)
+	f.Add(`{"clusters": []}`)
+	f.Add(`null`)
+	f.Add("{\"clusters\": [\"\xff\"]}")
+	f.Fuzz(func(t *testing.T, value string) {
+		scope, err := parseExportScope(map[string]string{v1alpha1.ExportToAnnotation: value})
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatalf("empty error for %q", value)
+			}
+			return
+		}
+		if !scope.limited || (len(scope.clusters) == 0 && scope.selector == nil) {
+			t.Fatalf("accepted %q as a scope that names and selects nobody", value)
+		}
+	})
+}

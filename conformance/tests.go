@@ -12,6 +12,7 @@ func AllTests() []Test {
 	all = append(all, discoveryTests()...)
 	all = append(all, statusTests()...)
 	all = append(all, optionalTests()...)
+	all = append(all, scopeTests()...)
 	all = append(all, moreTests()...)
 	all = append(all, expiredTests()...)
 	return all

@@ -206,7 +206,10 @@ func installGroup(generic *genericapiserver.GenericAPIServer, cache *clusterset.
 	// Other clusters' servers read the summaries: they wait for the local
 	// cluster only, so that a fleet that starts together does not wait on
 	// itself.
-	summaryREST := virtual.NewREST(summaryStore, inferencepoolexportsummary.Describe(), cache.LocalReady)
+	// A member outside an export's scope is never sent its summary: the
+	// stream is filtered per reader, by the member its identity names.
+	summaryREST := virtual.NewREST(summaryStore, inferencepoolexportsummary.Describe(), cache.LocalReady).
+		WithVisibility(inferencepoolexportsummary.Visibility(cache))
 	clusterSummaryREST := virtual.NewREST(clusterSummaryStore, inferenceclustersummary.Describe(), cache.LocalReady)
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(inference.GroupName, Scheme, metav1.ParameterCodec, Codecs)

@@ -3,6 +3,7 @@ package clusterset
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -50,6 +51,9 @@ type Cache struct {
 
 	mu      sync.RWMutex
 	members map[string]*member
+	// labels are each member's labels as its membership source has them
+	// (desiredMembers.labels), the local cluster's included.
+	labels map[string]map[string]string
 	// replacing are members reconnected with a new kubeconfig (rotated
 	// credentials) that have not listed yet; members keeps the one they
 	// replace until they have.
@@ -105,6 +109,7 @@ func (c *Cache) Run(ctx context.Context, sources ...Source) error {
 			for _, change := range desired.update(src, configs) {
 				c.apply(ctx, change)
 			}
+			c.setLabels(desired.labels())
 			c.mu.Lock()
 			delete(c.unreported, src)
 			c.mu.Unlock()
@@ -342,6 +347,39 @@ func (c *Cache) resort() {
 	sort.Slice(c.sorted, func(i, j int) bool { return c.sorted[i].name < c.sorted[j].name })
 }
 
+// setLabels keeps the members' labels; a member whose labels changed is
+// a KindMember event: the exports whose scope selects by labels are
+// computed again.
+func (c *Cache) setLabels(next map[string]map[string]string) {
+	c.mu.Lock()
+	prev := c.labels
+	c.labels = next
+	c.mu.Unlock()
+	var changed []string
+	for name, l := range next {
+		if !maps.Equal(prev[name], l) {
+			changed = append(changed, name)
+		}
+	}
+	for name, l := range prev {
+		if _, ok := next[name]; !ok && len(l) > 0 {
+			changed = append(changed, name)
+		}
+	}
+	sort.Strings(changed)
+	for _, name := range changed {
+		c.handler(Event{Member: name, Kind: KindMember})
+	}
+}
+
+// MemberLabels are the labels of the member of that name, as its
+// membership source has them; nil when none names it.
+func (c *Cache) MemberLabels(name string) map[string]string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.labels[name]
+}
+
 // Snapshot returns the read-only view the import computation reads. The
 // listers in it keep following the members; the member set is fixed.
 func (c *Cache) Snapshot() imports.ClusterSet {
@@ -349,7 +387,9 @@ func (c *Cache) Snapshot() imports.ClusterSet {
 	defer c.mu.RUnlock()
 	cs := imports.ClusterSet{Name: c.opts.ClusterSetName, Local: c.opts.LocalName, Members: make([]imports.Member, 0, len(c.sorted))}
 	for _, m := range c.sorted {
-		cs.Members = append(cs.Members, m.view())
+		v := m.view()
+		v.Labels = c.labels[m.name]
+		cs.Members = append(cs.Members, v)
 	}
 	return cs
 }

@@ -45,6 +45,10 @@ type MemberConfig struct {
 	created time.Time
 	// err says why the source's kubeconfig for this member is unusable.
 	err error
+	// labels are the labels of the Secret or ClusterProfile that names
+	// the member (none for a kubeconfig file): an export's scope selects
+	// members by them (pkg/imports).
+	labels map[string]string
 	// tokenless fingerprints the kubeconfig without its inline bearer
 	// tokens ("" when it has none): a member whose kubeconfig changes in
 	// its token alone is rotated in place (Cache.rotateInPlace).
@@ -216,6 +220,7 @@ func membersFromSecrets(secrets []*corev1.Secret) map[string]MemberConfig {
 		}
 		mc := parseSecretKubeconfig(data)
 		mc.created = s.CreationTimestamp.Time
+		mc.labels = maps.Clone(s.Labels)
 		members[name] = mc
 	}
 	return members
@@ -440,6 +445,21 @@ func (d *desiredMembers) update(source string, members map[string]MemberConfig) 
 	}
 	sort.Slice(changes, func(i, j int) bool { return changes[i].name < changes[j].name })
 	return changes
+}
+
+// labels are the members' labels, the local cluster's included when a
+// source names it (a ClusterSet-wide member list does), each from the
+// first source that names the cluster, as its connection is.
+func (d *desiredMembers) labels() map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, src := range d.order {
+		for name, mc := range d.sources[src] {
+			if _, ok := out[name]; !ok && mc.err == nil {
+				out[name] = mc.labels
+			}
+		}
+	}
+	return out
 }
 
 // newLocalClaim says whether source names the local cluster with a

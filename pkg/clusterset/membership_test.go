@@ -349,3 +349,22 @@ func TestARefusedMemberConfigIsCountedOncePerChange(t *testing.T) {
 	d.update("secrets:mci-system", map[string]MemberConfig{"a": parseSecretKubeconfig(append(exec, '\n'))})
 	assert.Equal(t, before+2, refused(), "a changed one is counted again")
 }
+
+// A member's labels are its Secret's (or ClusterProfile's), from the first
+// source that names it, the local cluster's included: an export's scope
+// selects members by them.
+func TestMemberLabelsComeFromTheSourceThatNamesTheMember(t *testing.T) {
+	secret := func(name, cluster, region string) *corev1.Secret {
+		return &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "mci-system", Labels: map[string]string{MemberClusterLabel: cluster, "region": region}},
+			Data:       map[string][]byte{MemberKubeconfigKey: kubeconfigFor("https://" + name)},
+		}
+	}
+	d := newDesiredMembers("cluster-a")
+	d.update("dir", map[string]MemberConfig{"cluster-c": ParseMemberKubeconfig(kubeconfigFor("https://c"))})
+	d.update("secrets", membersFromSecrets([]*corev1.Secret{secret("a", "cluster-a", "eu"), secret("b", "cluster-b", "us"), secret("c", "cluster-c", "eu")}))
+	got := d.labels()
+	assert.Equal(t, "eu", got["cluster-a"]["region"], "the local cluster's labels, from the ClusterSet-wide list")
+	assert.Equal(t, "us", got["cluster-b"]["region"])
+	assert.Nil(t, got["cluster-c"], "cluster-c is the directory's, which has no labels")
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -151,6 +152,7 @@ func (st *profileState) members(logger klog.Logger, profiles []*clusterinventory
 			continue
 		}
 		mc.created = p.CreationTimestamp.Time
+		mc.labels = maps.Clone(p.Labels)
 		members[p.Name] = mc
 	}
 	for name := range st.problems {

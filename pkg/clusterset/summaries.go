@@ -80,15 +80,32 @@ func (m *member) summaryInformers(logger klog.Logger) func(<-chan struct{}) {
 // summaries are held by every other cluster's server.
 const maxSummaryPolicy = 1024
 
+// maxSummaryScope bounds the export scope annotation kept of a summary.
+// A scope that is larger is kept as an empty object, which names no
+// cluster: the export reaches no member rather than more members than
+// its exporter chose.
+const maxSummaryScope = 4096
+
 // summaryAnnotations are the annotations kept of an export summary: its
 // exporter's cluster policy, which imports carry on (pkg/imports checks
-// it again), when it is not oversized.
+// it again), when it is not oversized, and its export scope, which the
+// exporter's server already applied to what it sends here and which
+// placement applies again (pkg/imports).
 func summaryAnnotations(in map[string]string) map[string]string {
-	v, ok := in[v1alpha1.ClusterPolicyAnnotation]
-	if !ok || len(v) > maxSummaryPolicy {
-		return nil
+	var out map[string]string
+	if v, ok := in[v1alpha1.ClusterPolicyAnnotation]; ok && len(v) <= maxSummaryPolicy {
+		out = map[string]string{v1alpha1.ClusterPolicyAnnotation: v}
 	}
-	return map[string]string{v1alpha1.ClusterPolicyAnnotation: v}
+	if v, ok := in[v1alpha1.ExportToAnnotation]; ok {
+		if len(v) > maxSummaryScope {
+			v = "{}"
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[v1alpha1.ExportToAnnotation] = v
+	}
+	return out
 }
 
 // trimSummary keeps what the import computation reads of a summary, as

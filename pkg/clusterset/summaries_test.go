@@ -125,8 +125,10 @@ func TestUnreadableSummariesAreCountedOncePerChange(t *testing.T) {
 }
 
 // An export summary keeps its exporter's cluster policy, which the import
-// carries on, and no other annotation; an oversized one is dropped.
-func TestExportSummariesKeepTheClusterPolicyOnly(t *testing.T) {
+// carries on, and its export scope, which placement applies, and no other
+// annotation; an oversized policy is dropped, an oversized scope names no
+// cluster (the export reaches fewer members, never more).
+func TestExportSummariesKeepTheClusterPolicyAndScopeOnly(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		in   map[string]string
@@ -135,6 +137,8 @@ func TestExportSummariesKeepTheClusterPolicyOnly(t *testing.T) {
 		{"the policy, without the rest", map[string]string{v1alpha1.ClusterPolicyAnnotation: "Weighted", "big": "value"}, map[string]string{v1alpha1.ClusterPolicyAnnotation: "Weighted"}},
 		{"no policy, nothing", map[string]string{"big": "value"}, nil},
 		{"an oversized policy, nothing", map[string]string{v1alpha1.ClusterPolicyAnnotation: strings.Repeat("q", maxSummaryPolicy+1)}, nil},
+		{"the scope, without the rest", map[string]string{v1alpha1.ExportToAnnotation: `{"clusters":["b"]}`, "big": "value"}, map[string]string{v1alpha1.ExportToAnnotation: `{"clusters":["b"]}`}},
+		{"an oversized scope names no cluster", map[string]string{v1alpha1.ExportToAnnotation: strings.Repeat(" ", maxSummaryScope+1)}, map[string]string{v1alpha1.ExportToAnnotation: "{}"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &v1alpha1.InferencePoolExportSummary{}

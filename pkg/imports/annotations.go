@@ -23,13 +23,15 @@ import (
 //   - An invalid export (export-mode without export, or a value that is not
 //     allowed, the empty string included, an endpoint-picker-secret that
 //     is not a Secret name, or an endpoint-picker-transport that does not
-//     parse, a cluster policy that routingpolicy.Parse refuses):
+//     parse, a cluster policy that routingpolicy.Parse refuses, an
+//     export-to scope that parseExportScope refuses):
 //     exported=false and err says what is wrong,
 //     quoting the bad value and the allowed ones. Callers surface err in the
 //     InferencePoolExport's Valid condition. A bad Secret name or transport
 //     withdraws the export rather than letting importers reach a TLS EPP
 //     in plaintext; a bad cluster policy withdraws it rather than letting
-//     importers route by a default the pool did not ask for. Importers
+//     importers route by a default the pool did not ask for; a bad scope
+//     withdraws it rather than exporting wider than asked. Importers
 //     list an invalid export as a cluster that is not Ready, with err.
 //
 // Values are matched exactly: "clusterset" is not "ClusterSet".
@@ -71,6 +73,9 @@ func ParseExport(annotations, labels map[string]string) (mode inference.RoutingM
 		problems = append(problems, err.Error())
 	}
 	problems = append(problems, clusterPolicyProblems(annotations, labels)...)
+	if _, err := parseExportScope(annotations); err != nil {
+		problems = append(problems, err.Error())
+	}
 
 	if len(problems) > 0 {
 		return "", false, fmt.Errorf("invalid export: %s", strings.Join(problems, "; "))

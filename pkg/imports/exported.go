@@ -52,8 +52,12 @@ func Exported(cs ClusterSet, namespace, name string) (metav1.Condition, bool) {
 		}
 	}
 	var importers []string
+	scoped := false
 	for _, t := range exp.Status.Clusters {
 		switch {
+		case t.Reason == v1alpha1.ReasonOutsideExportScope:
+			// Not importing is what the exporter asked of it.
+			scoped = true
 		case t.Reason == v1alpha1.ReasonImported:
 			importers = append(importers, t.Name)
 		case t.Reason == v1alpha1.ReasonClusterUnreachable || t.Reason == v1alpha1.ReasonCredentialsRejected:
@@ -67,7 +71,12 @@ func Exported(cs ClusterSet, namespace, name string) (metav1.Condition, bool) {
 
 	if len(problems) == 0 {
 		msg := fmt.Sprintf("exported in %s to every other member of the ClusterSet (%s)", exp.Status.RoutingMode, strings.Join(importers, ", "))
-		if len(importers) == 0 {
+		switch {
+		case scoped && len(importers) == 0:
+			msg = fmt.Sprintf("exported in %s; no other member of the ClusterSet is in the export's scope (%s)", exp.Status.RoutingMode, v1alpha1.ExportToAnnotation)
+		case scoped:
+			msg = fmt.Sprintf("exported in %s to every other member in the export's scope (%s)", exp.Status.RoutingMode, strings.Join(importers, ", "))
+		case len(importers) == 0:
 			msg = fmt.Sprintf("exported in %s; the ClusterSet has no other member yet", exp.Status.RoutingMode)
 		}
 		return verdict{ok: true, reason: v1alpha1.ReasonExported, message: msg}.condition(v1alpha1.ConditionExported, generation), true

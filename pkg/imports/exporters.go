@@ -55,21 +55,47 @@ func (e exporter) valid() bool {
 }
 
 // exportersOf returns the exporters of namespace/name among the members
-// other than local, sorted by cluster name. One Get per member.
+// other than local whose export scope includes local, sorted by cluster
+// name. One Get per member.
 func exportersOf(cs ClusterSet, namespace, name string) []exporter {
+	local := cs.localMember()
 	var out []exporter
 	for _, m := range cs.others() {
+		var (
+			e  exporter
+			ok bool
+		)
 		if m.Summaries != nil {
 			if s, err := m.Summaries.InferencePoolExportSummaries(namespace).Get(name); err == nil && s != nil {
-				out = append(out, summaryExporter(m, s))
+				e, ok = summaryExporter(m, s), true
 			}
-			continue
+		} else {
+			e, ok = poolExporter(m, m.pool(namespace, name))
 		}
-		if e, ok := poolExporter(m, m.pool(namespace, name)); ok {
+		if ok && e.exportsTo(local) {
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// exportsTo says whether the export's scope includes the member: an
+// exporter outside whose scope the member is serves it no import. The
+// scope is the pool's export-to annotation, which a summary carries as
+// it is. In summary mode the exporter's server does not send a member
+// outside the scope the summary at all (see the summary registry); this
+// check is the same rule applied by the reader, so that full mode, and a
+// summary stream that reached a member anyway, place imports alike. An
+// invalid export has no scope: every member lists it, not Ready, as any
+// invalid export, and it carries nothing to route to.
+func (e exporter) exportsTo(m *Member) bool {
+	if m == nil {
+		return false
+	}
+	if !e.valid() {
+		return true
+	}
+	return exportScopeOf(e.meta().Annotations).includes(m.Name, m.Labels)
 }
 
 // summaryExporter is a member's published summary as an exporter.
@@ -119,9 +145,14 @@ type exportGroup struct {
 // namespace ("" = all namespaces), and groups them by namespace/name,
 // sorted by namespace then name. O(P log P) for P exports.
 func exportGroups(cs ClusterSet, namespace string) []exportGroup {
+	local := cs.localMember()
 	var all []exporter
 	for _, m := range cs.others() {
-		all = append(all, exportsOf(m, namespace)...)
+		for _, e := range exportsOf(m, namespace) {
+			if e.exportsTo(local) {
+				all = append(all, e)
+			}
+		}
 	}
 	slices.SortFunc(all, func(a, b exporter) int {
 		am, bm := a.meta(), b.meta()

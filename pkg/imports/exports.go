@@ -85,8 +85,17 @@ func buildExport(cs ClusterSet, pool *poolv1.InferencePool, others []*Member, na
 	exp.Status.Conditions = []metav1.Condition{valid.condition(v1alpha1.ConditionValid, generation)}
 
 	if len(others) > 0 {
+		scope := exportScopeOf(pool.Annotations)
 		exp.Status.Clusters = make([]inference.ExportTargetCluster, len(others))
 		for i, m := range others {
+			if err == nil && !scope.includes(m.Name, m.Labels) {
+				exp.Status.Clusters[i] = inference.ExportTargetCluster{
+					Name:    m.Name,
+					Reason:  v1alpha1.ReasonOutsideExportScope,
+					Message: outOfScopeMessage(m.Name, pool.Namespace, pool.Name),
+				}
+				continue
+			}
 			exp.Status.Clusters[i] = exportTarget(m, pool, err, namespaces)
 		}
 	}

@@ -43,6 +43,11 @@ type ClusterSet struct {
 // Member is a read-only view of one member cluster's cache.
 type Member struct {
 	Name string
+	// Labels are the member's labels as this server's membership knows
+	// them: its ClusterProfile's, or its member Secret's (nil for a
+	// kubeconfig file, and for the local cluster unless a membership
+	// source names it too). An export's selector matches them.
+	Labels map[string]string
 	// Unreachable is set when the member's watches have been down longer
 	// than the configured threshold. Its listers still hold the last
 	// known data, which is served but flagged.

@@ -69,10 +69,32 @@ func buildSummary(cs ClusterSet, e exporter, counter endpointCounter) *inference
 			Generation:        generation,
 			CreationTimestamp: e.pool.CreationTimestamp,
 			Labels:            copyLabels(e.pool.Labels),
-			Annotations:       servedPolicy(&e.pool.ObjectMeta),
+			Annotations:       summaryAnnotations(e),
 		},
 		Status: entry,
 	}
+}
+
+// summaryAnnotations are what a summary carries of its pool's
+// annotations: the cluster policy (servedPolicy) and, of a valid export,
+// its export-to scope as written, which readers check too (exportsTo).
+func summaryAnnotations(e exporter) map[string]string {
+	out := servedPolicy(&e.pool.ObjectMeta)
+	if v, ok := e.pool.Annotations[v1alpha1.ExportToAnnotation]; ok && e.invalid == nil {
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[v1alpha1.ExportToAnnotation] = v
+	}
+	return out
+}
+
+// ExportScopeIncludes says whether the export a summary describes may be
+// sent to the member of that name and labels: the rule by which the
+// summary stream leaves out of a member's view every export whose scope
+// does not include it, the rule importers apply too.
+func ExportScopeIncludes(s *inference.InferencePoolExportSummary, member string, memberLabels map[string]string) bool {
+	return exportScopeOf(s.Annotations).includes(member, memberLabels)
 }
 
 // clusterEntry is the one rule for an exporting cluster's entry of an

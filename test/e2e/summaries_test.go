@@ -3,13 +3,18 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/test/localclusterset"
 	"github.com/mci-dev/mci/test/waitfor"
 )
@@ -162,5 +167,104 @@ func waitImportReady(t *testing.T, ctx context.Context, c *cluster, namespace, n
 		}
 		got := conditionStatus(imp.Status.Conditions, v1alpha1.ConditionReady)
 		return got == status, fmt.Sprintf("Ready is %q", got)
+	})
+}
+
+// A pool exported to cluster-b only (mci.x-k8s.io/export-to) is imported
+// there and nowhere else, and in summary mode cluster-a's server does not
+// send its summary to cluster-c at all: read with the identity cluster-c's
+// server reads cluster-a with, the summary is absent from a LIST, a GET
+// and a WATCH; with cluster-b's it is there. A scope moved to cluster-c
+// reaches both streams as a DELETED and an ADDED event.
+func TestAScopedExportIsNotSentOutsideItsScope(t *testing.T) {
+	cs := startClusterSet(t, "mci-e2e-scope-", localclusterset.Options{
+		Clusters:          []string{"cluster-a", "cluster-b", "cluster-c"},
+		MemberSummaries:   "auto",
+		SummaryReaderOnly: true,
+	})
+	ctx := context.Background()
+	a, b, c := clientsIn(t, cs, "cluster-a"), clientsIn(t, cs, "cluster-b"), clientsIn(t, cs, "cluster-c")
+	const ns = "e2e-scope"
+	for _, cl := range []*cluster{a, b, c} {
+		cl.createNamespace(t, ctx, ns)
+	}
+	a.createEPPService(t, ctx, ns, "127.0.0.5")
+	a.setEPPEndpoint(t, ctx, ns, true)
+	p := exportedPool(ns, "llm", v1alpha1.RoutingModeEndpoint)
+	p.Annotations[v1alpha1.ExportToAnnotation] = `{"clusters": ["cluster-b"]}`
+	_, err := a.mci.InferencePoolV1().InferencePools(ns).Create(ctx, p, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	// What each importer's server reads cluster-a with.
+	readerOf := func(importer string) mciclient.Interface {
+		cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(cs.MemberKubeconfigDir(importer), "cluster-a.kubeconfig"))
+		require.NoError(t, err)
+		return mciclient.NewForConfigOrDie(cfg)
+	}
+	fromB, fromC := readerOf("cluster-b"), readerOf("cluster-c")
+	names := func(t *testing.T, r mciclient.Interface) []string {
+		l, err := r.InferenceV1alpha1().InferencePoolExportSummaries(ns).List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		var out []string
+		for _, s := range l.Items {
+			out = append(out, s.Name)
+		}
+		return out
+	}
+
+	t.Run("cluster-b imports the pool, cluster-c does not", func(t *testing.T) {
+		b.waitImport(t, ctx, ns, "llm", true)
+		c.waitImport(t, ctx, ns, "llm", false)
+	})
+
+	t.Run("the summary stream sends the export to cluster-b only", func(t *testing.T) {
+		require.Equal(t, []string{"llm"}, names(t, fromB))
+		require.Empty(t, names(t, fromC))
+		_, err := fromC.InferenceV1alpha1().InferencePoolExportSummaries(ns).Get(ctx, "llm", metav1.GetOptions{})
+		require.True(t, apierrors.IsNotFound(err), "GET as cluster-c: %v", err)
+	})
+
+	t.Run("cluster-a's InferencePoolExport lists cluster-c as outside the scope", func(t *testing.T) {
+		waitfor.Eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
+			exp, err := a.mci.InferenceV1alpha1().InferencePoolExports(ns).Get(ctx, "llm", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			reasons := map[string]string{}
+			for _, tc := range exp.Status.Clusters {
+				reasons[tc.Name] = tc.Reason
+			}
+			return reasons["cluster-b"] == v1alpha1.ReasonImported && reasons["cluster-c"] == v1alpha1.ReasonOutsideExportScope,
+				fmt.Sprintf("export clusters: %+v", exp.Status.Clusters)
+		})
+	})
+
+	t.Run("a scope moved to cluster-c is DELETED for cluster-b and ADDED for cluster-c", func(t *testing.T) {
+		watchAs := func(r mciclient.Interface) watch.Interface {
+			l, err := r.InferenceV1alpha1().InferencePoolExportSummaries(ns).List(ctx, metav1.ListOptions{})
+			require.NoError(t, err)
+			w, err := r.InferenceV1alpha1().InferencePoolExportSummaries(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
+			require.NoError(t, err)
+			t.Cleanup(w.Stop)
+			return w
+		}
+		wb, wc := watchAs(fromB), watchAs(fromC)
+		pool, err := a.mci.InferencePoolV1().InferencePools(ns).Get(ctx, "llm", metav1.GetOptions{})
+		require.NoError(t, err)
+		pool.Annotations[v1alpha1.ExportToAnnotation] = `{"clusters": ["cluster-c"]}`
+		_, err = a.mci.InferencePoolV1().InferencePools(ns).Update(ctx, pool, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		next := func(w watch.Interface) watch.EventType {
+			select {
+			case ev := <-w.ResultChan():
+				return ev.Type
+			case <-time.After(30 * time.Second):
+				return "none within 30s"
+			}
+		}
+		require.Equal(t, watch.Deleted, next(wb), "cluster-b's stream")
+		require.Equal(t, watch.Added, next(wc), "cluster-c's stream")
+		c.waitImport(t, ctx, ns, "llm", true)
+		b.waitImport(t, ctx, ns, "llm", false)
 	})
 }

@@ -34,6 +34,12 @@ const frontProxyClientName = "front-proxy-client"
 // mci-apiserver uses to watch the other clusters, bound to a read-only role.
 const memberReaderUser = "mci-member-reader"
 
+// memberGroupPrefix, followed by a cluster's name, is the group of the
+// identity that cluster's mci-apiservers read the others with when each
+// has its own (the rule mci-apiserver's summary stream identifies readers
+// by, pkg/registry/inference/inferencepoolexportsummary).
+const memberGroupPrefix = "mci.x-k8s.io:member:"
+
 // keyPair is a certificate and its private key, parsed and PEM-encoded.
 type keyPair struct {
 	cert    *x509.Certificate
@@ -55,8 +61,12 @@ type pki struct {
 	frontProxy   *keyPair // --proxy-client-cert-file: the aggregator's identity
 	admin        *keyPair // O=system:masters
 	memberReader *keyPair // the identity in members/*.kubeconfig
-	mciServingCA *keyPair // the APIService's caBundle
-	mciServing   *keyPair // mci-apiserver's --tls-cert-file
+	// memberReaders are, per reading cluster, the identity in
+	// members-by-reader/<cluster>/*.kubeconfig: memberReaderUser, in a
+	// group that names the cluster.
+	memberReaders map[string]*keyPair
+	mciServingCA  *keyPair // the APIService's caBundle
+	mciServing    *keyPair // mci-apiserver's --tls-cert-file
 }
 
 func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
@@ -126,6 +136,21 @@ func newPKI(dir string, clusters []string) (*pki, error) {
 			ips: loopbackIPs,
 		}},
 	}
+	readers := make([]*keyPair, len(clusters))
+	for i, c := range clusters {
+		leaves = append(leaves, struct {
+			dst  **keyPair
+			name string
+			ca   *keyPair
+			req  certRequest
+		}{&readers[i], "member-reader-" + c, p.clientCA, certRequest{commonName: memberReaderUser, orgs: []string{memberGroupPrefix + c}, usage: x509.ExtKeyUsageClientAuth}})
+	}
+	defer func() {
+		p.memberReaders = map[string]*keyPair{}
+		for i, c := range clusters {
+			p.memberReaders[c] = readers[i]
+		}
+	}()
 	for _, l := range leaves {
 		if *l.dst, err = l.ca.sign(l.req); err != nil {
 			return nil, err

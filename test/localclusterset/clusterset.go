@@ -263,7 +263,7 @@ func (cs *ClusterSet) up(ctx context.Context, opts Options) error {
 // entries this package writes, never the directory itself, which a user may
 // have pointed anywhere. The previous logs are kept aside for inspection.
 func prepareDir(dir string) error {
-	for _, sub := range []string{"etcd", "pki", "members", linkMembersDir, stateFile, "logs.previous"} {
+	for _, sub := range []string{"etcd", "pki", "members", linkMembersDir, readerMembersDir, stateFile, "logs.previous"} {
 		if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
 			return fmt.Errorf("clearing %s: %w", dir, err)
 		}
@@ -325,6 +325,16 @@ func (cs *ClusterSet) writeMembers() error {
 			return err
 		}
 	}
+	if cs.links == nil && cs.summaryReaderOnly {
+		for _, w := range cs.Clusters {
+			for _, c := range cs.Clusters {
+				cfg := kubeconfig(c.Name, c.Server, cs.pki.servingCA.certPEM, memberReaderUser, cs.pki.memberReaders[w.Name])
+				if err := writeKubeconfig(filepath.Join(cs.Dir, readerMembersDir, w.Name, c.Name+".kubeconfig"), cfg); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	if cs.links == nil {
 		return nil
 	}
@@ -337,7 +347,11 @@ func (cs *ClusterSet) writeMembers() error {
 					return err
 				}
 			}
-			cfg := kubeconfig(c.Name, server, cs.pki.servingCA.certPEM, memberReaderUser, cs.pki.memberReader)
+			reader := cs.pki.memberReader
+			if cs.summaryReaderOnly {
+				reader = cs.pki.memberReaders[w.Name]
+			}
+			cfg := kubeconfig(c.Name, server, cs.pki.servingCA.certPEM, memberReaderUser, reader)
 			if err := writeKubeconfig(filepath.Join(cs.MemberKubeconfigDir(w.Name), c.Name+".kubeconfig"), cfg); err != nil {
 				return err
 			}

@@ -261,6 +261,11 @@ func (l *Link) stop() {
 // mci-apiservers that point at its member links.
 const linkMembersDir = "members-via-links"
 
+// readerMembersDir holds, per cluster, the member kubeconfigs of its
+// mci-apiservers when each reads with an identity of its own
+// (Options.SummaryReaderOnly) and there are no links.
+const readerMembersDir = "members-by-reader"
+
 func memberLinkName(watcher, member string) string { return watcher + "->" + member }
 func clientLinkName(cluster string) string         { return "client->" + cluster }
 func eppLinkName(cluster string) string            { return "sidecar->" + cluster + "-epp" }
@@ -362,9 +367,16 @@ func (cs *ClusterSet) MemberServer(watcher, member string) (string, error) {
 
 // MemberKubeconfigDir is the --member-kubeconfig-dir of cluster's
 // mci-apiservers: with Options.Links a directory per cluster whose
-// kubeconfigs point at its member links, else the shared MembersDir.
+// kubeconfigs point at its member links, else its own directory when
+// each reader has an identity of its own, else the shared MembersDir.
 func (cs *ClusterSet) MemberKubeconfigDir(cluster string) string {
 	if cs.links == nil {
+		// A ClusterSet Load attaches to knows its readers' own identities
+		// by the directory they are written in.
+		own := filepath.Join(cs.Dir, readerMembersDir, cluster)
+		if _, err := os.Stat(own); err == nil {
+			return own
+		}
 		return cs.MembersDir()
 	}
 	return filepath.Join(cs.Dir, linkMembersDir, cluster)

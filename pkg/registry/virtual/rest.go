@@ -43,6 +43,40 @@ type REST struct {
 	store *Store
 	desc  Describe
 	ready func() error
+	// visible, when set, says which objects the requester of ctx may be
+	// sent at all: GET answers 404 for the others, and LIST and WATCH
+	// leave them out as a selector would (an object that becomes visible
+	// or invisible is ADDED or DELETED in a watch).
+	visible func(ctx context.Context) func(Object) bool
+}
+
+// WithVisibility makes the resource serve each requester only the objects
+// visible(ctx) accepts (see REST.visible).
+func (r *REST) WithVisibility(visible func(ctx context.Context) func(Object) bool) *REST {
+	r.visible = visible
+	return r
+}
+
+// match is the selectors of options and the requester's visibility, as
+// one predicate; nil when every object matches.
+func (r *REST) match(ctx context.Context, options *metainternalversion.ListOptions) func(Object) bool {
+	selected := matcher(options)
+	if r.visible == nil {
+		return selected
+	}
+	v := r.visible(ctx)
+	// A watch hands over its live objects wrapped to be encoded once: the
+	// resource's rule reads the object it computed.
+	visible := func(o Object) bool {
+		if e, ok := o.(*encodedOnce); ok {
+			o = e.Object
+		}
+		return v(o)
+	}
+	if selected == nil {
+		return visible
+	}
+	return func(o Object) bool { return visible(o) && selected(o) }
 }
 
 // NewREST returns the storage of a computed resource. ready reports
@@ -112,7 +146,7 @@ func (r *REST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runt
 	if err != nil {
 		return nil, err
 	}
-	if !ok {
+	if !ok || (r.visible != nil && !r.visible(ctx)(o)) {
 		return nil, apierrors.NewNotFound(r.desc.Resource, name)
 	}
 	return o, nil
@@ -122,7 +156,7 @@ func (r *REST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runt
 // resourceVersionMatch, limit and continue as Store.ListWithOptions serves
 // them.
 func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
-	opts := ListOptions{Namespace: genericapirequest.NamespaceValue(ctx), Match: matcher(options)}
+	opts := ListOptions{Namespace: genericapirequest.NamespaceValue(ctx), Match: r.match(ctx, options)}
 	if options != nil {
 		opts.ResourceVersion = options.ResourceVersion
 		opts.ResourceVersionMatch = options.ResourceVersionMatch
@@ -151,7 +185,7 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 
 // Watch implements rest.Watcher.
 func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
-	opts := WatchOptions{Namespace: genericapirequest.NamespaceValue(ctx), Match: matcher(options)}
+	opts := WatchOptions{Namespace: genericapirequest.NamespaceValue(ctx), Match: r.match(ctx, options)}
 	if options != nil {
 		opts.ResourceVersion = options.ResourceVersion
 		opts.SendInitialEvents = options.SendInitialEvents != nil && *options.SendInitialEvents

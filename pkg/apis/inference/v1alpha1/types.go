@@ -12,6 +12,16 @@ const (
 	// ExportModeAnnotation chooses the RoutingMode importing gateways use.
 	// It requires ExportAnnotation; EndpointMode is the default.
 	ExportModeAnnotation = "inference.networking.x-k8s.io/export-mode"
+	// ExportToAnnotation on an exported InferencePool limits which members
+	// import it: a JSON object with "clusters", a list of member names,
+	// and "selector", a label selector (kubectl's syntax) over the
+	// members' labels (their ClusterProfile's, or their member Secret's),
+	// e.g. {"clusters": ["cluster-b"], "selector": "region=eu"}. A member
+	// named or selected imports the pool; no other does, and in summary
+	// mode no other is sent its summary. Absent, the pool is exported to
+	// the whole ClusterSet; a value that does not parse makes the export
+	// invalid.
+	ExportToAnnotation = "mci.x-k8s.io/export-to"
 	// ExportScopeClusterSet exports a pool to every member of the ClusterSet.
 	ExportScopeClusterSet = "ClusterSet"
 	// EndpointPickerSecretAnnotation on an InferencePool says that its EPP
@@ -91,6 +101,9 @@ const (
 	ReasonExported            = "Exported"
 	ReasonImported            = "Imported"
 	ReasonLocalCluster        = "LocalCluster"
+	// ReasonOutsideExportScope says a member does not import a pool
+	// because the pool's ExportToAnnotation neither names nor selects it.
+	ReasonOutsideExportScope = "OutsideExportScope"
 
 	// ReasonInvalidEndpointPickerRef says an exporting pool's
 	// endpointPickerRef cannot be imported: it has no name, names a kind or

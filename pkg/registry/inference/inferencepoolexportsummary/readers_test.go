@@ -1,0 +1,84 @@
+package inferencepoolexportsummary
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"k8s.io/apiserver/pkg/authentication/user"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/mci-dev/mci/pkg/apis/inference"
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+)
+
+func TestReaderMember(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		user     user.Info
+		want     string
+		identity bool
+	}{
+		{name: "a group names the member", user: &user.DefaultInfo{Name: "mci-member-reader", Groups: []string{"system:authenticated", "mci.x-k8s.io:member:cluster-b"}}, want: "cluster-b", identity: true},
+		{name: "a ServiceAccount names the member", user: &user.DefaultInfo{Name: "system:serviceaccount:mci-system:mci-member-reader.cluster-c"}, want: "cluster-c", identity: true},
+		{name: "the shared reader names no member", user: &user.DefaultInfo{Name: "system:serviceaccount:mci-system:mci-member-reader"}},
+		{name: "a person names no member", user: &user.DefaultInfo{Name: "alice", Groups: []string{"system:masters"}}},
+		{name: "two members named is no member", user: &user.DefaultInfo{Name: "system:serviceaccount:mci-system:mci-member-reader.cluster-c", Groups: []string{"mci.x-k8s.io:member:cluster-b"}}},
+		{name: "the same member named twice is that member", user: &user.DefaultInfo{Name: "system:serviceaccount:mci-system:mci-member-reader.cluster-b", Groups: []string{"mci.x-k8s.io:member:cluster-b"}}, want: "cluster-b", identity: true},
+		{name: "a name that cannot be a member's is no member", user: &user.DefaultInfo{Groups: []string{"mci.x-k8s.io:member:Cluster B"}}},
+		{name: "no user is no member"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := ReaderMember(tc.user)
+			assert.Equal(t, tc.identity, ok)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+type labelsOf map[string]map[string]string
+
+func (l labelsOf) MemberLabels(name string) map[string]string { return l[name] }
+
+// The summary stream sends a reader the exports whose scope includes the
+// member it reads for, and a reader that is no member the unscoped ones.
+func TestSummariesAreSentToTheMembersInTheirScope(t *testing.T) {
+	summary := func(exportTo string) *inference.InferencePoolExportSummary {
+		s := &inference.InferencePoolExportSummary{}
+		if exportTo != "" {
+			s.Annotations = map[string]string{v1alpha1.ExportToAnnotation: exportTo}
+		}
+		return s
+	}
+	visible := Visibility(labelsOf{"cluster-b": {"region": "eu"}, "cluster-c": {"region": "us"}})
+	reader := func(u user.Info) func(*inference.InferencePoolExportSummary) bool {
+		ctx := context.Background()
+		if u != nil {
+			ctx = genericapirequest.WithUser(ctx, u)
+		}
+		f := visible(ctx)
+		return func(s *inference.InferencePoolExportSummary) bool { return f(s) }
+	}
+	b := reader(&user.DefaultInfo{Name: "r", Groups: []string{MemberGroupPrefix + "cluster-b"}})
+	c := reader(&user.DefaultInfo{Name: "system:serviceaccount:mci-system:" + MemberServiceAccountPrefix + "cluster-c"})
+	nobody := reader(&user.DefaultInfo{Name: "alice"})
+
+	for _, tc := range []struct {
+		name         string
+		exportTo     string
+		b, c, nobody bool
+	}{
+		{name: "an export to the whole ClusterSet reaches every reader", b: true, c: true, nobody: true},
+		{name: "an export to cluster-b reaches cluster-b only", exportTo: `{"clusters":["cluster-b"]}`, b: true},
+		{name: "an export to region us reaches cluster-c only", exportTo: `{"selector":"region=us"}`, c: true},
+		{name: "a selector of absent labels reaches no reader that is no member", exportTo: `{"selector":"!zone"}`, b: true, c: true},
+		{name: "a scope that does not parse reaches nobody", exportTo: `{}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := summary(tc.exportTo)
+			assert.Equal(t, tc.b, b(s), "cluster-b")
+			assert.Equal(t, tc.c, c(s), "cluster-c")
+			assert.Equal(t, tc.nobody, nobody(s), "a reader that is no member")
+		})
+	}
+}

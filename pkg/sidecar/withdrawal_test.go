@@ -66,17 +66,17 @@ func streamingModelServer(t testing.TB, name string, chunks int, tick time.Durat
 }
 
 // changeOfClusters is a change made to the import of two clusters while
-// streams run through both: it takes cluster-a out of the choice of new
-// requests, and says when the sidecar's table shows it.
+// streams run through both, which takes cluster-a out of the choice of new
+// requests.
 type changeOfClusters struct {
 	name string
 	// change edits the import (a copy of the served one).
 	change func(imp *v1alpha1.InferencePoolImport)
 }
 
-// TestInFlightRequestsSurviveAWithdrawal measures what a withdrawn export
-// does to the requests in flight: streams of a minute and more run through
-// cluster-a's EPP when cluster-a leaves the import. Every stream must end
+// TestInFlightRequestsSurviveAWithdrawal measures what a withdrawn or
+// drained export does to the requests in flight: long streams run through
+// cluster-a's EPP when cluster-a leaves the import, or drains. Every stream must end
 // as its model server ended it, and the EPP that routed it must see its
 // response phase through (completed), however long the stream outlives
 // the table that had its cluster; new requests must stop going to
@@ -92,6 +92,13 @@ func TestInFlightRequestsSurviveAWithdrawal(t *testing.T) {
 		name: "export withdrawn",
 		change: func(imp *v1alpha1.InferencePoolImport) {
 			imp.Status.Clusters = imp.Status.Clusters[1:]
+		},
+	}, {
+		name: "export drained",
+		change: func(imp *v1alpha1.InferencePoolImport) {
+			imp.Status.Clusters[0].Conditions = append(imp.Status.Clusters[0].Conditions, metav1.Condition{
+				Type: v1alpha1.ConditionDraining, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonDrainRequested,
+			})
 		},
 	}} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -181,12 +188,59 @@ func TestInFlightRequestsSurviveAWithdrawal(t *testing.T) {
 			}
 			require.Positive(t, onA, "some streams run through cluster-a")
 
+			// New requests, one after another, from before the change to
+			// 2 s after it: which cluster takes each, and when it was sent
+			// (relative to the change).
+			type sent struct {
+				at       time.Duration
+				servedBy string
+			}
+			var (
+				changed  time.Time
+				changeMu sync.Mutex
+				news     []sent
+				newErrs  []error
+			)
+			since := func() time.Duration {
+				changeMu.Lock()
+				defer changeMu.Unlock()
+				if changed.IsZero() {
+					return -time.Nanosecond
+				}
+				return time.Since(changed)
+			}
+			senderDone := make(chan struct{})
+			go func() {
+				defer close(senderDone)
+				for since() < 2*time.Second {
+					at := since()
+					req, _ := http.NewRequest(http.MethodPost, gw.URL+"/v1/completions", strings.NewReader(`{"model":"base","prompt":"hi"}`))
+					req.Host = "my.model.com"
+					resp, err := http.DefaultClient.Do(req)
+					if err == nil {
+						_, _ = io.Copy(io.Discard, resp.Body)
+						_ = resp.Body.Close()
+						if resp.StatusCode != http.StatusOK {
+							err = fmt.Errorf("status %d", resp.StatusCode)
+						}
+					}
+					if err != nil {
+						newErrs = append(newErrs, err)
+						continue
+					}
+					news = append(news, sent{at: at, servedBy: resp.Header.Get("X-Served-By")})
+				}
+			}()
+			time.Sleep(200 * time.Millisecond)
+
 			// cluster-a leaves the choice.
 			cur, err := mci.InferenceV1alpha1().InferencePoolImports(ns).Get(ctx, "llm", metav1.GetOptions{})
 			require.NoError(t, err)
 			cur = cur.DeepCopy()
 			tt.change(cur)
-			changed := time.Now()
+			changeMu.Lock()
+			changed = time.Now()
+			changeMu.Unlock()
 			require.NoError(t, mci.Tracker().Update(importsGVR, cur, ns))
 			var floor time.Duration
 			require.Eventually(t, func() bool {
@@ -195,27 +249,24 @@ func TestInFlightRequestsSurviveAWithdrawal(t *testing.T) {
 				}
 				floor = time.Since(changed)
 				return true
-			}, 5*time.Second, time.Millisecond)
-
-			// New requests, one after another, from the change on: which
-			// cluster takes each, and when it was sent.
-			lastOnA := time.Duration(-1)
-			newOnA, newRequests := 0, 0
-			for time.Since(changed) < 2*time.Second {
-				sent := time.Since(changed)
-				req, _ := http.NewRequest(http.MethodPost, gw.URL+"/v1/completions", strings.NewReader(`{"model":"base","prompt":"hi"}`))
-				req.Host = "my.model.com"
-				resp, err := http.DefaultClient.Do(req)
-				require.NoError(t, err)
-				_, _ = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close()
-				require.Equal(t, http.StatusOK, resp.StatusCode)
-				newRequests++
-				if resp.Header.Get("X-Served-By") == "model-a" {
-					newOnA++
-					lastOnA = sent
+			}, 5*time.Second, 100*time.Microsecond)
+			<-senderDone
+			require.Empty(t, newErrs, "new requests fail")
+			lastOnA := time.Duration(-1 << 62)
+			newOnA, beforeOnA, newRequests := 0, 0, 0
+			for _, n := range news {
+				switch {
+				case n.at < 0 && n.servedBy == "model-a":
+					beforeOnA++
+				case n.at >= 0:
+					newRequests++
+					if n.servedBy == "model-a" {
+						newOnA++
+						lastOnA = n.at
+					}
 				}
 			}
+			require.Positive(t, beforeOnA, "cluster-a took new requests before the change")
 
 			wg.Wait()
 			dropped := 0
@@ -231,13 +282,25 @@ func TestInFlightRequestsSurviveAWithdrawal(t *testing.T) {
 			for _, outcome := range []string{ResponseFailed, ResponseTimeout, ResponseEnded, ResponseCanceled} {
 				notCompleted += int(eppResponsePhases(t, s, "cluster-a", outcome))
 			}
-			t.Logf("%s: %d streams, %d through cluster-a; dropped %d at the client, %d cut at cluster-a's EPP; floor (change to table without cluster-a) %v; %d new requests, %d on cluster-a, the last sent %v after the change",
-				tt.name, streams, onA, dropped, notCompleted, floor, newRequests, newOnA, lastOnA)
+			t.Logf("%s: %d streams, %d through cluster-a; dropped %d at the client, %d cut at cluster-a's EPP; floor (change to table without cluster-a) %v; %d requests before the change on cluster-a; %d new requests after it, %d on cluster-a, the last sent %s after the change",
+				tt.name, streams, onA, dropped, notCompleted, floor, beforeOnA, newRequests, newOnA, lastSent(newOnA, lastOnA))
 			assert.Zero(t, dropped, "in-flight streams dropped at the client")
 			assert.Zero(t, notCompleted, "in-flight streams cut at cluster-a's EPP")
 			assert.Less(t, lastOnA, 2*floor, "new requests stop going to cluster-a within twice the convergence floor")
+			if tt.name == "export drained" {
+				_, body := get(t, "http://"+s.MetricsAddr()+"/metrics")
+				assert.Contains(t, body, `mci_sidecar_clusters_draining{pool="example/llm"} 1`)
+			}
 		})
 	}
+}
+
+// lastSent says when the last of n requests was sent, "none" for none.
+func lastSent(n int, at time.Duration) string {
+	if n == 0 {
+		return "none"
+	}
+	return at.String()
 }
 
 // clusterChosen says whether the sidecar's table offers cluster to new
@@ -245,7 +308,7 @@ func TestInFlightRequestsSurviveAWithdrawal(t *testing.T) {
 func clusterChosen(s *Sidecar, cluster string) bool {
 	for b := range s.Router().Table().Backends {
 		for _, c := range b.Clusters {
-			if c.Name == cluster {
+			if c.Name == cluster && !c.Draining {
 				return true
 			}
 		}

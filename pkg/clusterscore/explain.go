@@ -21,10 +21,11 @@ const (
 	DroppedModel
 	DroppedSaturated
 	DroppedEjected
+	DroppedDraining
 	numVerdicts
 )
 
-var verdictNames = [numVerdicts]string{"kept", "not-serving", "not-ready", "no-ready-pods", "weight-0", "no-model", "saturated", "ejected"}
+var verdictNames = [numVerdicts]string{"kept", "not-serving", "not-ready", "no-ready-pods", "weight-0", "no-model", "saturated", "ejected", "draining"}
 
 func (v Verdict) String() string {
 	if v < numVerdicts {

@@ -251,18 +251,25 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 // the ejected ones too when no other is kept (keepEjected); anySaturated
 // says whether a sheddable request found a saturated candidate.
 func (p *Pipeline) filter(req *Request, cands []Candidate, slots []slot, shedding bool, order []int) (_ []int, anySaturated bool) {
-	start, anyEjected := len(order), false
+	start, anyEjected, anyDraining := len(order), false, false
 	for i := range cands {
 		s := &slots[i]
 		p.classify(&cands[i], req.Now, false, s)
 		if s.verdict == DroppedSaturated && !shedding {
 			s.verdict = Kept
 		}
+		if s.verdict == Kept && cands[i].Draining && !p.holds(req, &cands[i]) {
+			s.verdict = DroppedDraining
+		}
 		anySaturated = anySaturated || s.verdict == DroppedSaturated
 		anyEjected = anyEjected || s.verdict == DroppedEjected
+		anyDraining = anyDraining || s.verdict == DroppedDraining
 		if s.verdict == Kept {
 			order = append(order, i)
 		}
+	}
+	if len(order) == start && anyDraining {
+		order = keepDraining(slots, order)
 	}
 	if len(order) == start && anyEjected {
 		order = p.keepEjected(req, cands, slots, shedding, order)

@@ -68,6 +68,10 @@ type Candidate struct {
 	// and is ordered after every candidate that is not stale, so that it
 	// takes requests only when none of those can.
 	Stale bool
+	// Draining marks a cluster its exporter drains ahead of maintenance:
+	// it takes no new work, only the requests it holds (Pipeline.holds),
+	// unless no other candidate is kept.
+	Draining bool
 	// ID is the cluster's id in the prompt index,
 	// promptprefix.ClusterID(Name), for a caller that computes it once
 	// rather than on every pick; 0: computed when needed.

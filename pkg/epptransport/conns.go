@@ -19,6 +19,9 @@ type Conns[C any] struct {
 	dial  func(addr string, t *EndpointTLS) (C, error)
 	close func(C)
 	grace time.Duration
+	// retire, when set, takes a released connection in place of the
+	// grace period (RetireWith).
+	retire func(C)
 
 	mu    sync.Mutex
 	conns map[string]versioned[C]
@@ -105,8 +108,18 @@ func (c *Conns[C]) Close() {
 	}
 }
 
-// release closes conn after the grace period.
+// RetireWith hands each released connection to retire, which closes it
+// when it sees fit (when its streams have ended, say), in place of closing
+// it after the grace period. Close still closes every connection at once.
+// Call it before the first Get.
+func (c *Conns[C]) RetireWith(retire func(C)) { c.retire = retire }
+
+// release retires conn, or closes it after the grace period.
 func (c *Conns[C]) release(conn C) {
+	if c.retire != nil {
+		c.retire(conn)
+		return
+	}
 	if c.grace <= 0 {
 		c.close(conn)
 		return

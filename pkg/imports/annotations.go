@@ -24,7 +24,8 @@ import (
 //     allowed, the empty string included, an endpoint-picker-secret that
 //     is not a Secret name, or an endpoint-picker-transport that does not
 //     parse, a cluster policy that routingpolicy.Parse refuses, an
-//     export-to scope that parseExportScope refuses):
+//     export-to scope that parseExportScope refuses, a drain annotation
+//     other than "true" or "false"):
 //     exported=false and err says what is wrong,
 //     quoting the bad value and the allowed ones. Callers surface err in the
 //     InferencePoolExport's Valid condition. A bad Secret name or transport
@@ -72,6 +73,9 @@ func ParseExport(annotations, labels map[string]string) (mode inference.RoutingM
 	if _, err := eppaddr.EndpointPickerTransport(annotations); err != nil {
 		problems = append(problems, err.Error())
 	}
+	if _, err := Draining(annotations); err != nil {
+		problems = append(problems, err.Error())
+	}
 	problems = append(problems, clusterPolicyProblems(annotations, labels)...)
 	if _, err := parseExportScope(annotations); err != nil {
 		problems = append(problems, err.Error())
@@ -81,6 +85,21 @@ func ParseExport(annotations, labels map[string]string) (mode inference.RoutingM
 		return "", false, fmt.Errorf("invalid export: %s", strings.Join(problems, "; "))
 	}
 	return mode, true, nil
+}
+
+// Draining reads a pool's drain annotation (v1alpha1.DrainAnnotation):
+// "true" drains the export, "false" or no annotation does not, and any
+// other value is an error, which makes the export invalid (ParseExport):
+// a drain misspelt must not leave the cluster taking new work unseen.
+func Draining(annotations map[string]string) (bool, error) {
+	v, ok := annotations[v1alpha1.DrainAnnotation]
+	switch {
+	case !ok || v == "false":
+		return false, nil
+	case v == "true":
+		return true, nil
+	}
+	return false, fmt.Errorf("annotation %q has value %q; allowed values are \"true\" and \"false\"", v1alpha1.DrainAnnotation, v)
 }
 
 // clusterPolicyProblems checks the cluster policy a pool names, as an

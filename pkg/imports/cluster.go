@@ -41,6 +41,10 @@ func importedCluster(e exporter, counter endpointCounter, generation int64) (inf
 		ready = unreachableVerdict(e.member.Name, u, ready)
 	}
 	ic.Conditions = []metav1.Condition{ready.condition(v1alpha1.ConditionReady, generation)}
+	if e.draining && e.valid() {
+		m := e.meta()
+		ic.Conditions = append(ic.Conditions, drainingCondition(e.member.Name, m.Namespace, m.Name, generation))
+	}
 	return ic, ready
 }
 

@@ -30,6 +30,9 @@ type exporter struct {
 	// invalid is why ParseExport refused the pool's export annotations
 	// (pool exporters only; a summary says it in its Ready condition).
 	invalid error
+	// draining: the export is valid and drains (the pool's
+	// DrainAnnotation, or a summary's Draining condition).
+	draining bool
 }
 
 // poolExporter is a member's pool as an exporter; ok=false when the pool
@@ -41,7 +44,8 @@ func poolExporter(m *Member, p *poolv1.InferencePool) (exporter, bool) {
 		return exporter{}, false
 	}
 	mode, _, err := ParseExport(p.Annotations, p.Labels)
-	return exporter{member: m, pool: p, mode: mode, invalid: err}, true
+	draining, _ := Draining(p.Annotations)
+	return exporter{member: m, pool: p, mode: mode, invalid: err, draining: draining && err == nil}, true
 }
 
 // valid says whether the export is valid: importers route to it when its
@@ -100,7 +104,8 @@ func (e exporter) exportsTo(m *Member) bool {
 
 // summaryExporter is a member's published summary as an exporter.
 func summaryExporter(m *Member, s *v1alpha1.InferencePoolExportSummary) exporter {
-	return exporter{member: m, summary: s, mode: inference.RoutingMode(s.Status.RoutingMode)}
+	return exporter{member: m, summary: s, mode: inference.RoutingMode(s.Status.RoutingMode),
+		draining: meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionDraining)}
 }
 
 // exportsOf lists the exports of one member in namespace ("" = all

@@ -83,6 +83,9 @@ func buildExport(cs ClusterSet, pool *poolv1.InferencePool, others []*Member, na
 		exp.Status.RoutingMode = mode
 	}
 	exp.Status.Conditions = []metav1.Condition{valid.condition(v1alpha1.ConditionValid, generation)}
+	if draining, _ := Draining(pool.Annotations); draining && err == nil {
+		exp.Status.Conditions = append(exp.Status.Conditions, drainingCondition(cs.Local, pool.Namespace, pool.Name, generation))
+	}
 
 	if len(others) > 0 {
 		scope := exportScopeOf(pool.Annotations)

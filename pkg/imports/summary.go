@@ -61,6 +61,9 @@ func buildSummary(cs ClusterSet, e exporter, counter endpointCounter) *inference
 	generation := max(e.pool.Generation, 0)
 	entry, ready := clusterEntry(e, counter)
 	entry.Conditions = []metav1.Condition{ready.condition(v1alpha1.ConditionReady, generation)}
+	if e.draining {
+		entry.Conditions = append(entry.Conditions, drainingCondition(e.member.Name, e.pool.Namespace, e.pool.Name, generation))
+	}
 	return &inference.InferencePoolExportSummary{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:         e.pool.Namespace,

@@ -127,6 +127,10 @@ type Cluster struct {
 	// partition is not a data-plane one), so it stays a candidate, after
 	// every cluster that is not stale (clusterscore.Candidate.Stale).
 	Stale bool
+	// Draining is true for an exporting cluster whose export drains
+	// (condition Draining True): no new requests, only those the cluster
+	// holds (clusterscore.Candidate.Draining).
+	Draining bool
 }
 
 // Backend is one backendRef of a rule, resolved.
@@ -201,7 +205,7 @@ func candidatesOf(b *Backend) *candidates {
 	}
 	c.cands = make([]clusterscore.Candidate, len(c.clusters))
 	for i, cl := range c.clusters {
-		c.cands[i] = clusterscore.Candidate{Name: cl.Name, Weight: cl.Weight, Local: b.Shim && cl == b.Local, Stale: cl.Stale, ID: promptprefix.ClusterID(cl.Name)}
+		c.cands[i] = clusterscore.Candidate{Name: cl.Name, Weight: cl.Weight, Local: b.Shim && cl == b.Local, Stale: cl.Stale, Draining: cl.Draining, ID: promptprefix.ClusterID(cl.Name)}
 	}
 	if len(c.clusters) > len(b.Clusters) {
 		c.cands[len(b.Clusters)].Weight, c.cands[len(b.Clusters)].Local = 0, true

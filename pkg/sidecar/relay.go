@@ -94,7 +94,7 @@ type relayer struct {
 	// creds say how each address is reached (nil: plaintext), and learn
 	// of the addresses that failed or answered.
 	creds *epptransport.Credentials
-	conns *epptransport.Conns[*grpc.ClientConn]
+	conns *epptransport.Conns[relayConn]
 }
 
 // newRelayer returns the relay to EPPs: each answer awaited for
@@ -102,17 +102,20 @@ type relayer struct {
 // the credentials creds give its address (nil: plaintext), its streams
 // counted in metrics (nil: not counted). A connection whose credentials
 // changed, or to an EPP that left the table, stays open for the streams
-// still using it for a grace period.
+// still using it until they end, cfg.EPPDrainTimeout at most (relayConn).
 func newRelayer(cfg ServerConfig, creds *epptransport.Credentials, metrics *Metrics) *relayer {
-	timeout := cfg.withDefaults().AttemptTimeout
+	cfg = cfg.withDefaults()
 	dial := append(cfg.Dial.Options(), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(extproc.FrameCodec{})), extproc.DialBuffers())
 	if metrics != nil {
 		dial = append(dial, grpc.WithStatsHandler(streamGauge{open: metrics.eppStreams}))
 	}
-	r := &relayer{timeout: timeout, linger: time.Second, creds: creds}
-	r.conns = epptransport.NewConns(creds, 2*timeout+5*time.Second, func(addr string, t *epptransport.EndpointTLS) (*grpc.ClientConn, error) {
-		return grpc.NewClient(addr, append(slices.Clip(dial), grpc.WithTransportCredentials(t.GRPC))...)
-	}, func(c *grpc.ClientConn) { _ = c.Close() })
+	r := &relayer{timeout: cfg.AttemptTimeout, linger: time.Second, creds: creds}
+	r.conns = epptransport.NewConns(creds, 0, func(addr string, t *epptransport.EndpointTLS) (relayConn, error) {
+		streams := &openStreams{}
+		c, err := grpc.NewClient(addr, append(slices.Clip(dial), grpc.WithTransportCredentials(t.GRPC), grpc.WithStatsHandler(streams))...)
+		return relayConn{ClientConn: c, streams: streams}, err
+	}, func(c relayConn) { _ = c.Close() })
+	r.conns.RetireWith(func(c relayConn) { c.retire(cfg.EPPDrainTimeout) })
 	return r
 }
 
@@ -122,11 +125,11 @@ func (r *relayer) conn(addr string) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to EPP %s: %w", addr, err)
 	}
-	return c, nil
+	return c.ClientConn, nil
 }
 
-// retain closes, after a grace period, the connections to addresses not in
-// keep.
+// retain closes the connections to addresses not in keep once their
+// streams have ended (relayConn.retire).
 func (r *relayer) retain(keep map[string]bool) {
 	r.conns.Retain(func(addr string) bool { return keep[addr] })
 }
@@ -141,7 +144,7 @@ func (r *relayer) retain(keep map[string]bool) {
 // concurrent map access when the balancer changes them at that moment.
 func (r *relayer) reconnect(addr string) {
 	waiting := false
-	r.conns.With(addr, func(c *grpc.ClientConn) { waiting = c.GetState() == connectivity.TransientFailure })
+	r.conns.With(addr, func(c relayConn) { waiting = c.GetState() == connectivity.TransientFailure })
 	if waiting {
 		r.conns.Forget(addr)
 	}

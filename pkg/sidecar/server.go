@@ -34,6 +34,10 @@ const (
 	// gateway's ext_proc message timeout, so that the next cluster can still
 	// be tried in time.
 	DefaultAttemptTimeout = 2 * time.Second
+	// DefaultEPPDrainTimeout bounds how long a stream keeps the EPP that
+	// routed it once that EPP left the routing table: long enough for a
+	// long generation to end.
+	DefaultEPPDrainTimeout = 10 * time.Minute
 )
 
 // ServerConfig configures the ext_proc server.
@@ -44,6 +48,11 @@ type ServerConfig struct {
 	// AttemptTimeout bounds the wait for one EPP's answer; <= 0:
 	// DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
+	// EPPDrainTimeout bounds how long the requests in flight on an EPP
+	// that left the routing table (an export withdrawn, a cluster gone,
+	// new credentials) keep their stream to it: its connection closes when
+	// the last of them ends, or then. <= 0: DefaultEPPDrainTimeout.
+	EPPDrainTimeout time.Duration
 	// Scheduling configures the MetricsBased policy's filter chain; zero:
 	// scheduling.DefaultConfig().
 	Scheduling scheduling.Config
@@ -94,6 +103,9 @@ func (cfg ServerConfig) withDefaults() ServerConfig {
 	}
 	if cfg.AttemptTimeout <= 0 {
 		cfg.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if cfg.EPPDrainTimeout <= 0 {
+		cfg.EPPDrainTimeout = DefaultEPPDrainTimeout
 	}
 	if cfg.Scheduling == (scheduling.Config{}) {
 		// Zero thresholds would leave no cluster with capacity for a

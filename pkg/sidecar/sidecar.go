@@ -88,6 +88,7 @@ type Sidecar struct {
 	scraper   *eppprobe.PoolScraper
 	creds     *epptransport.Credentials
 	metrics   *Metrics
+	draining  *drainingWatch
 	// servers report readiness as an EPP does (so that gateways health-check
 	// the sidecar as they would an EPP): once the first routing table is
 	// published.
@@ -137,7 +138,8 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 		return nil, err
 	}
 	reg.MustRegister(scraper.StateCollector(func() []eppprobe.ScrapedPool { return scrapedPools(router.Table()) }))
-	s := &Sidecar{cfg: cfg, transport: transport, router: router, prober: prober, scraper: scraper, creds: creds, metrics: metrics}
+	s := &Sidecar{cfg: cfg, transport: transport, router: router, prober: prober, scraper: scraper, creds: creds, metrics: metrics,
+		draining: newDrainingWatch(reg, klog.Background().WithName("draining"))}
 	logger := klog.Background().WithName("ext_proc")
 	if s.server, err = newServer(router, liveState{health: prober, metrics: scraper}, relay, server, metrics, logger); err != nil {
 		return nil, err
@@ -218,6 +220,7 @@ func (s *Sidecar) published(t *routetable.Table, took time.Duration) {
 	s.server.Retain(t)
 	s.server.ports.follow(t)
 	s.metrics.published(t, took)
+	s.draining.follow(t)
 }
 
 // Run serves until ctx ends, then drains: the health services turn

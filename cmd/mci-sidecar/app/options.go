@@ -72,6 +72,7 @@ type Options struct {
 
 	MaxRequestBodyBytes int64
 	EPPAttemptTimeout   time.Duration
+	EPPDrainTimeout     time.Duration
 	EPPReconnectDelay   time.Duration
 	EPPResponsePhase    string
 	HealthInterval      time.Duration
@@ -116,6 +117,7 @@ func NewOptions() *Options {
 		BackendTLSPolicies:   true,
 		MaxRequestBodyBytes:  sidecar.DefaultMaxRequestBodyBytes,
 		EPPAttemptTimeout:    sidecar.DefaultAttemptTimeout,
+		EPPDrainTimeout:      sidecar.DefaultEPPDrainTimeout,
 		EPPReconnectDelay:    epptransport.DefaultReconnectMaxDelay,
 		EPPResponsePhase:     string(sidecar.ResponsePhaseRelay),
 		HealthInterval:       eppprobe.DefaultHealthInterval,
@@ -185,6 +187,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.BoolVar(&o.BackendTLSPolicies, "backend-tls-policies", o.BackendTLSPolicies, "Read BackendTLSPolicies (gateway.networking.k8s.io/v1) for the TLS of local EPPs, as gateways do: a policy that targets an EPP Service makes its ext-proc port TLS, verified with the policy's CA ConfigMaps (read in --endpoint-picker-secret-namespaces) and hostname. Read where the cluster serves them (its API discovery is asked at start; a CRD installed later is read after a restart). Routing waits for them: set false only to force them off where the cluster serves them but the sidecar may not read them. (Imports carry the exporting cluster's policies without this flag.)")
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body buffered; larger requests get 413.")
 	fs.DurationVar(&o.EPPAttemptTimeout, "epp-attempt-timeout", o.EPPAttemptTimeout, "Longest wait for one EPP's answer before the next cluster is tried. Keep it below the gateway's ext_proc message timeout.")
+	fs.DurationVar(&o.EPPDrainTimeout, "epp-drain-timeout", o.EPPDrainTimeout, "Longest time the requests in flight on an EPP that left the routing table (an export withdrawn, a cluster gone, new credentials) keep their stream to it; past it the sidecar answers the rest of their response phase itself.")
 	fs.DurationVar(&o.EPPReconnectDelay, "epp-reconnect-max-delay", o.EPPReconnectDelay, "Longest pause between two attempts to reconnect to an EPP that is down, for the ext_proc relay and the health checks alike: an EPP that comes back is used again within about this long, whatever the length of its outage (gRPC's own default grows to 120s).")
 	fs.StringVar(&o.EPPResponsePhase, "epp-response-phase", o.EPPResponsePhase, "What the EPP that routed a request sees of its response phase (EndpointMode). Relay: the sidecar keeps the EPP's stream open and relays the gateway's response headers, body and trailers (and the served endpoint report) to it, as if the gateway talked to it: its in-flight counts, flow control and usage accounting need it; the gateway waits for the EPP's answers to the headers and trailers, while the chunks of a streamed body go to the gateway unchanged as they go to the EPP, at the model server's pace (an EPP's request to change a chunk already gone is counted in mci_sidecar_epp_late_body_answers_total and logged). Intercept: as Relay, but every body chunk waits for the EPP's answer, for EPPs that rewrite streamed response bodies (a round trip per chunk). Skip: the EPP's stream ends with the request phase and the sidecar lets the response phase through itself, which saves the hop for EPPs that need no response.")
 	fs.DurationVar(&o.HealthInterval, "health-check-interval", o.HealthInterval, "Pause between two gRPC health checks of an EPP.")
@@ -257,6 +260,7 @@ func (o *Options) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"--epp-attempt-timeout": o.EPPAttemptTimeout, "--epp-reconnect-max-delay": o.EPPReconnectDelay, "--health-check-interval": o.HealthInterval, "--health-check-timeout": o.HealthTimeout,
 		"--metrics-scrape-interval": o.ScrapeInterval, "--metrics-scrape-timeout": o.ScrapeTimeout, "--drain-timeout": o.DrainTimeout,
+		"--epp-drain-timeout": o.EPPDrainTimeout,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
@@ -408,6 +412,7 @@ func (o *Options) Config() (sidecar.Config, error) {
 		Server: sidecar.ServerConfig{
 			MaxRequestBodyBytes: o.MaxRequestBodyBytes,
 			AttemptTimeout:      o.EPPAttemptTimeout,
+			EPPDrainTimeout:     o.EPPDrainTimeout,
 			ResponsePhase:       responsePhase,
 			Scheduling:          o.Scheduling,
 			Dial:                epptransport.DialPolicy{MaxDelay: o.EPPReconnectDelay},

@@ -64,6 +64,13 @@ const (
 	// that importers see why the cluster is not routable instead of a
 	// policy silently replaced by the default.
 	ClusterPolicyAnnotation = "mci.x-k8s.io/cluster-policy"
+	// DrainAnnotation on an exported InferencePool drains its export ahead
+	// of maintenance: "true" keeps the export visible to importers, flagged
+	// Draining, and their sidecars send it no new requests, only those of
+	// the sessions and conversations it already serves, until they end;
+	// "false" is the same as no annotation. Any other value makes the
+	// export invalid.
+	DrainAnnotation = "mci.x-k8s.io/drain"
 
 	// ControllerName names this implementation in status.controllers[] of
 	// imports and in the parent status entry of exported InferencePools.
@@ -84,6 +91,14 @@ const (
 	// sets on an exported InferencePool in its own cluster (upstream
 	// proposal 1374): True when every other member imports the pool.
 	ConditionExported = "Exported"
+	// ConditionDraining is True on an export whose pool carries
+	// DrainAnnotation: in the InferencePoolExport's conditions, and in
+	// the import's status.clusters[] entry of that cluster (present only
+	// while it drains, so that clusters that never drain are served as
+	// before). The cluster stays Ready: it serves what it holds.
+	ConditionDraining = "Draining"
+	// ReasonDrainRequested: the exported pool asks to be drained.
+	ReasonDrainRequested = "DrainRequested"
 
 	ReasonAccepted               = "Accepted"
 	ReasonReady                  = "Ready"

@@ -1,0 +1,29 @@
+package imports
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+)
+
+// A drained export (v1alpha1.DrainAnnotation) stays what it was, Ready
+// included: importers keep seeing it, and their sidecars keep sending it
+// the requests it holds. Only the Draining condition is added, to the
+// cluster's entry of each import, to the summary its own server publishes
+// (whence servers that read the member in summary mode take it) and to its
+// InferencePoolExport. The condition is absent while the export does not
+// drain, so that objects of clusters that never drain are served as they
+// were.
+
+// drainingCondition is the Draining condition of cluster's export of
+// namespace/name.
+func drainingCondition(cluster, namespace, name string, generation int64) metav1.Condition {
+	return verdict{
+		ok:     true,
+		reason: v1alpha1.ReasonDrainRequested,
+		message: fmt.Sprintf("cluster %s drains %s/%s (annotation %s): importers send it no new requests, only those of the sessions and conversations it serves, until they end",
+			cluster, namespace, name, v1alpha1.DrainAnnotation),
+	}.condition(v1alpha1.ConditionDraining, generation)
+}

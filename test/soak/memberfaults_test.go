@@ -104,6 +104,7 @@ func (in *injector) recreate(ctx context.Context, f fault) (func() error, error)
 	key := recreatedNS + "/" + recreatedPool
 	kube := in.kube[f.Target]
 	in.w.touch(key)
+	in.w.setAbsent(f.Target, recreatedNS, true)
 	if err := kube.CoreV1().Namespaces().Delete(ctx, recreatedNS, metav1.DeleteOptions{}); err != nil {
 		return nil, fmt.Errorf("deleting %s: %w", recreatedNS, err)
 	}
@@ -124,6 +125,7 @@ func (in *injector) recreate(ctx context.Context, f fault) (func() error, error)
 			return fmt.Errorf("recreating %s: %w", recreatedNS, err)
 		}
 		in.w.setExported(f.Target, key, true)
+		in.w.setAbsent(f.Target, recreatedNS, false)
 		return nil
 	}, nil
 }

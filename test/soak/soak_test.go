@@ -167,6 +167,8 @@ func TestSoak(t *testing.T) {
 		kube[c.Name] = kubernetes.NewForConfigOrDie(cfg)
 		mci[c.Name] = mciclient.NewForConfigOrDie(cfg)
 		require.NoError(t, createNamespace(ctx, kube[c.Name], soakNS))
+		// Every cluster imports the recreated pool into a namespace of that name.
+		require.NoError(t, createNamespace(ctx, kube[c.Name], recreatedNS))
 	}
 	for _, e := range exporters {
 		require.NoError(t, createEPPService(ctx, kube[e], soakNS))

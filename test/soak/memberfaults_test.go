@@ -105,11 +105,20 @@ func (in *injector) recreate(ctx context.Context, f fault) (func() error, error)
 	kube := in.kube[f.Target]
 	in.w.touch(key)
 	in.w.setAbsent(f.Target, recreatedNS, true)
-	if err := kube.CoreV1().Namespaces().Delete(ctx, recreatedNS, metav1.DeleteOptions{}); err != nil {
-		return nil, fmt.Errorf("deleting %s: %w", recreatedNS, err)
-	}
 	in.w.setExported(f.Target, key, false)
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	// Deleted, then gone. A kube-apiserver that another fault restarted
+	// longer than its schedule said is waited for.
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = kube.CoreV1().Namespaces().Delete(ctx, recreatedNS, metav1.DeleteOptions{})
+		return last == nil || apierrors.IsNotFound(last), nil
+	})
+	if err != nil {
+		in.w.setExported(f.Target, key, true)
+		in.w.setAbsent(f.Target, recreatedNS, false)
+		return nil, fmt.Errorf("deleting %s: %w (%v)", recreatedNS, err, last)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := kube.CoreV1().Namespaces().Get(ctx, recreatedNS, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
@@ -144,8 +153,9 @@ func (in *injector) checkAfterHeal(ctx context.Context, f fault, healed time.Tim
 }
 
 // relistSettle is how long after a compaction's heal its relists are
-// counted: the reflectors' backoff after a 410 is under a second.
-const relistSettle = 10 * time.Second
+// counted: a reflector that met the kube-apiserver down backs off up to
+// 30s before it tries again.
+const relistSettle = 30 * time.Second
 
 // checkRelists counts, on Target's restarted kube-apiserver (its counters
 // start with it), the pool reads at cluster scope from its start to

@@ -96,7 +96,8 @@ func (f fault) resources() []string {
 		// One etcd under every kube-apiserver: one compaction at a time.
 		return []string{"apiserver " + f.Target, "etcd"}
 	case recreated:
-		return []string{"namespace " + f.Target + "/" + recreatedNS}
+		// Its deletion and recreation go through Target's kube-apiserver.
+		return []string{"namespace " + f.Target + "/" + recreatedNS, "apiserver " + f.Target}
 	case rotation:
 		// It writes to both clusters' kube-apiservers.
 		return []string{"secret " + f.Watcher + "->" + f.Target, "apiserver " + f.Watcher, "apiserver " + f.Target}
@@ -271,9 +272,11 @@ func memberLane(seed uint64, topo topology, phase time.Duration, faults []fault)
 	at := 5 * time.Second
 	for i := 0; ; {
 		f := fault{Kind: memberKinds[i%len(memberKinds)], At: at.Round(100 * time.Millisecond)}
-		f.Hold = 20 * time.Second
+		// A kube-apiserver restart takes 10 to 25s on the shared 2 cores:
+		// longer, and the injector waits for it.
+		f.Hold = 25 * time.Second
 		if f.Kind == recreated {
-			f.Hold = 8 * time.Second
+			f.Hold = 6 * time.Second
 		}
 		if f.At+f.Hold > phase {
 			return faults

@@ -60,9 +60,10 @@ type injector struct {
 	// healBound is the soak's heal target, which a member fault's
 	// watchers must come back within.
 	healBound time.Duration
-	// mciReplicas counts the mci-apiserver replicas of the ClusterSet:
-	// every one of them reads every member's pools.
-	mciReplicas int
+	// mciReplicas counts each cluster's mci-apiserver replicas: they read
+	// their own cluster's pools (the other clusters read its summaries,
+	// from those replicas).
+	mciReplicas map[string]int
 	mci         map[string]mciclient.Interface
 	gens        *generations
 

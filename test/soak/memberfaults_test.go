@@ -162,13 +162,14 @@ const relistSettle = 30 * time.Second
 // relistSettle after the heal: LISTs and watch-lists (a reflector's relist
 // is one or the other), as apiserver_request_total and
 // apiserver_watch_list_duration_seconds count them. The readers at that
-// scope are every mci-apiserver replica and Target's kube-controller-
-// manager (its garbage collector and quota informers); each may relist
-// once after its 410, and once more if its first attempt met the
-// kube-apiserver still starting: 2 per reader is the bound. A relist loop
-// would exceed it many times over.
+// scope are Target's own mci-apiserver replicas (the other clusters' read
+// Target's summaries from them, in summary mode) and its
+// kube-controller-manager's informers (its garbage collector's and quota's,
+// counted as two); each may relist once after its 410, and once more if
+// its first attempt met the kube-apiserver still starting: 2 per reader is
+// the bound. A relist loop would exceed it many times over.
 func (in *injector) checkRelists(ctx context.Context, f fault, healed time.Time) check {
-	readers := in.mciReplicas + 2
+	readers := in.mciReplicas[f.Target] + 2
 	c := check{Target: fmt.Sprintf("#%d %s %s: pool relists at cluster scope on its restarted kube-apiserver within %s of the heal <= 2 per reader (%d readers)", f.ID, f.Kind, f.Target, relistSettle, readers)}
 	time.Sleep(time.Until(healed.Add(relistSettle)))
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)

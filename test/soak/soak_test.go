@@ -287,9 +287,9 @@ func TestSoak(t *testing.T) {
 		}
 	})
 
-	replicas := 0
+	replicas := map[string]int{}
 	for _, c := range cs.Clusters {
-		replicas += len(c.MCIAPIServerReplicaPorts)
+		replicas[c.Name] = len(c.MCIAPIServerReplicaPorts)
 	}
 	inj := &injector{cs: cs, dp: dp, kube: kube, mci: mci, gens: &generations{}, w: w, mon: mon, rot: rot, log: logf, start: begin.Add(cfg.Warmup),
 		healBound: cfg.HealTarget, mciReplicas: replicas}

@@ -60,8 +60,9 @@ func (a *podAccess) denied() time.Time {
 // followPodAccess makes the namespace's Pods informer report a 403 to
 // changed, once, rather than retry the list behind a log line, and tells
 // changed again once a list succeeds. Other errors are client-go's usual
-// ones. It must be called before the informer starts.
-func followPodAccess(ctx context.Context, namespace string, n *namespaceInformers, changed func(namespace string, since time.Time)) {
+// ones. It must be called before the informer starts; what it starts
+// ends with the informer (the reflector's context).
+func followPodAccess(namespace string, n *namespaceInformers, changed func(namespace string, since time.Time)) {
 	_ = n.pods.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		if !apierrors.IsForbidden(err) {
 			cache.DefaultWatchErrorHandler(ctx, r, err)

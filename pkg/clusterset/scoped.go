@@ -78,7 +78,7 @@ func (p *poolNamespaces) ensure(namespace string) (*namespaceInformers, bool) {
 	p.watch(n.services, KindService)
 	p.watch(n.slices, KindEndpointSlice)
 	p.watch(n.pods, KindPod)
-	followPodAccess(ctx, namespace, n, p.podsAccessChanged)
+	followPodAccess(namespace, n, p.podsAccessChanged)
 	factory.Start(ctx.Done())
 	p.byNS[namespace] = n
 	return n, true

@@ -39,7 +39,7 @@ failed=()
 for mode in ${MODES}; do
   case "${mode}" in
     full) up_flags=(--member-summaries=never) ;;
-    summary) up_flags=(--member-summaries=auto --summary-reader-only) ;;
+    summary) up_flags=(--member-summaries=auto --summary-reader-only --reader-identities) ;;
     *) echo "test-conformance: unknown mode ${mode} (full, summary)" >&2; exit 2 ;;
   esac
   out="${REPO_ROOT}/_output/conformance/${mode}"

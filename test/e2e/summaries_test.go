@@ -181,6 +181,7 @@ func TestAScopedExportIsNotSentOutsideItsScope(t *testing.T) {
 		Clusters:          []string{"cluster-a", "cluster-b", "cluster-c"},
 		MemberSummaries:   "auto",
 		SummaryReaderOnly: true,
+		ReaderIdentities:  true,
 	})
 	ctx := context.Background()
 	a, b, c := clientsIn(t, cs, "cluster-a"), clientsIn(t, cs, "cluster-b"), clientsIn(t, cs, "cluster-c")

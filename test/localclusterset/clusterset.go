@@ -77,6 +77,7 @@ type ClusterSet struct {
 	replicas          int
 	serverFlags       mciServerFlags
 	summaryReaderOnly bool
+	readerIdentities  bool
 	etcd              *process
 	pki               *pki
 	log               io.Writer
@@ -122,6 +123,7 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 			watchHistorySize: opts.WatchHistorySize,
 		},
 		summaryReaderOnly: opts.SummaryReaderOnly,
+		readerIdentities:  opts.ReaderIdentities,
 	}
 	if err := cs.up(ctx, opts); err != nil {
 		if stopErr := cs.Stop(); stopErr != nil {
@@ -325,7 +327,7 @@ func (cs *ClusterSet) writeMembers() error {
 			return err
 		}
 	}
-	if cs.links == nil && cs.summaryReaderOnly {
+	if cs.links == nil && cs.readerIdentities {
 		for _, w := range cs.Clusters {
 			for _, c := range cs.Clusters {
 				cfg := kubeconfig(c.Name, c.Server, cs.pki.servingCA.certPEM, memberReaderUser, cs.pki.memberReaders[w.Name])
@@ -348,7 +350,7 @@ func (cs *ClusterSet) writeMembers() error {
 				}
 			}
 			reader := cs.pki.memberReader
-			if cs.summaryReaderOnly {
+			if cs.readerIdentities {
 				reader = cs.pki.memberReaders[w.Name]
 			}
 			cfg := kubeconfig(c.Name, server, cs.pki.servingCA.certPEM, memberReaderUser, reader)

@@ -58,13 +58,16 @@ type Options struct {
 	// mode grants the others (artifacts/deploy/mci-apiserver): an
 	// mci-apiserver that still watched a member's objects would be
 	// refused. Without it that identity may read both the summaries and
-	// the objects, so that full mode works too. With it, too, each
-	// cluster's mci-apiservers read the others with an identity of their
-	// own that names them (group mci.x-k8s.io:member:<cluster>, in
-	// members-by-reader/<cluster>/), as members hand out one identity per
-	// reader for scoped exports: a member outside an export's scope is
-	// not sent its summary.
+	// the objects, so that full mode works too.
 	SummaryReaderOnly bool
+	// ReaderIdentities has each cluster's mci-apiservers read the others
+	// with an identity of their own that names them (group
+	// mci.x-k8s.io:member:<cluster>, in members-by-reader/<cluster>/), as
+	// members hand out one identity per reader for scoped exports: a
+	// member outside an export's scope is not sent its summary. Without
+	// it every reader shares the identity of the members/ kubeconfigs,
+	// which tests edit to make members leave and join.
+	ReaderIdentities bool
 	// Links puts a controllable TCP proxy on each link between an
 	// mci-apiserver and a member it watches, between a test client and each
 	// kube-apiserver, and (with StartDataPath) between mci-sidecar and each

@@ -2,7 +2,7 @@
 // the background, for `make clusterset-up` and `make run`:
 //
 //	clusterset up [--clusters=N | --names=a,b,c] [--dir=_output/clusterset] [--mci-apiserver=_output/bin/mci-apiserver]
-//	              [--member-summaries=auto|never] [--summary-reader-only] [--watch-history-size=N]
+//	              [--member-summaries=auto|never] [--summary-reader-only] [--reader-identities] [--watch-history-size=N]
 //	clusterset down [--dir=_output/clusterset]
 //	clusterset status [--dir=_output/clusterset]
 //	clusterset apply-examples [--dir=_output/clusterset] [--examples=artifacts/examples] [--datapath [--datapath-loopback-block=90]]
@@ -68,7 +68,7 @@ func main() {
 func usage() {
 	fmt.Fprintln(os.Stderr, `usage:
   clusterset up [--clusters=N | --names=a,b,c] [--dir=`+defaultDir+`] [--mci-apiserver=`+defaultMCIAPIServer+`]
-                [--member-summaries=auto|never] [--summary-reader-only]
+                [--member-summaries=auto|never] [--summary-reader-only] [--reader-identities]
   clusterset down [--dir=`+defaultDir+`]
   clusterset status [--dir=`+defaultDir+`]
   clusterset apply-examples [--dir=`+defaultDir+`] [--examples=`+defaultExamples+`] [--datapath [--datapath-loopback-block=90]]`)
@@ -84,9 +84,10 @@ func up(ctx context.Context, args []string) error {
 	summaries := flags.String("member-summaries", "", "every mci-apiserver's --member-summaries: auto (summary mode, the default) or never (full mode)")
 	watchHistory := flags.Int("watch-history-size", 0, "every mci-apiserver's --watch-history-size (default: the server's)")
 	summaryReaderOnly := flags.Bool("summary-reader-only", false, "grant the member identity the read of mci-apiserver's summaries only, so that summary mode is the only one that works")
+	readerIdentities := flags.Bool("reader-identities", false, "each cluster's mci-apiservers read the others with an identity of their own that names them, as scoped exports need in summary mode")
 	_ = flags.Parse(args)
 
-	opts := localclusterset.Options{Dir: *dir, Detached: true, Log: os.Stderr, MemberSummaries: *summaries, SummaryReaderOnly: *summaryReaderOnly, WatchHistorySize: *watchHistory}
+	opts := localclusterset.Options{Dir: *dir, Detached: true, Log: os.Stderr, MemberSummaries: *summaries, SummaryReaderOnly: *summaryReaderOnly, ReaderIdentities: *readerIdentities, WatchHistorySize: *watchHistory}
 	switch {
 	case *count != 0 && *names != "":
 		return errors.New("give --clusters or --names, not both")

@@ -249,7 +249,7 @@ soak-smoke: build tools test-programs
 BENCH_FLAGS := -run '^$$' -bench . -benchtime=1x -v
 
 .PHONY: bench
-bench: build tools
+bench: build tools test-programs
 	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_BENCH_OUT=$(CURDIR)/_output/bench go test $(BENCH_FLAGS) -timeout 30m ./test/bench/
 	@if [[ -f _output/bench-routing/results.md ]]; then \
 	  echo "Latest routing quality (make bench-routing, _output/bench-routing/results.json):"; cat _output/bench-routing/results.md; \
@@ -281,15 +281,15 @@ bench: build tools
 BENCH_ROUTING_FLAGS := -run '^$$' -bench BenchmarkRouting -benchtime=1x -v
 
 .PHONY: bench-routing
-bench-routing: build tools
+bench-routing: build tools test-programs
 	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_BENCH_ROUTING_OUT=$(CURDIR)/_output/bench-routing go test $(BENCH_ROUTING_FLAGS) -timeout 90m ./test/benchrouting/
 
 .PHONY: bench-routing-smoke
-bench-routing-smoke: build tools
+bench-routing-smoke: build tools test-programs
 	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_BENCH_PROFILE=smoke MCI_BENCH_ROUTING_OUT=$(CURDIR)/_output/bench-routing-smoke go test $(BENCH_ROUTING_FLAGS) -timeout 5m ./test/benchrouting/
 
 .PHONY: bench-smoke
-bench-smoke: build tools
+bench-smoke: build tools test-programs
 	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_BENCH_PROFILE=smoke MCI_BENCH_OUT=$(CURDIR)/_output/bench-smoke go test $(BENCH_FLAGS) -timeout 5m ./test/bench/
 
 .PHONY: bench-micro

@@ -151,6 +151,7 @@ func benchDataPath(b *testing.B, e *env) {
 	_, err = e.mci["cluster-a"].InferencePoolV1().InferencePools(dpNS).Create(ctx, pool(dpNS, dpPool, true), metav1.CreateOptions{})
 	require.NoError(b, err)
 	require.NoError(b, createEPPService(ctx, e.kube["cluster-a"], dpNS, dpPool+"-epp", eppIP, true))
+	require.NoError(b, createModelServerPod(ctx, e.kube["cluster-a"], dpNS, dpPool, simIP))
 	gw := gatewayclient.NewForConfigOrDie(e.cfg["cluster-b"])
 	_, err = gw.GatewayV1().HTTPRoutes(dpNS).Create(ctx, &gatewayv1.HTTPRoute{
 		ObjectMeta: metav1.ObjectMeta{Name: "completions", Namespace: dpNS, Annotations: map[string]string{routetable.PolicyAnnotation: routingpolicy.Weighted}},

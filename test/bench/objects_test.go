@@ -48,6 +48,30 @@ func createEPPService(ctx context.Context, kube kubernetes.Interface, ns, name, 
 	return setEndpointReady(ctx, kube, ns, name, ready)
 }
 
+// createModelServerPod creates the pool's model server Pod (labels
+// app=pool, matching the pool's selector) and writes its status as a
+// kubelet would: Running, Ready, at ip. The sidecar sends the gateway only
+// to addresses the exporting cluster publishes for the pool, so the
+// simulator's address must be a Pod of it.
+func createModelServerPod(ctx context.Context, kube kubernetes.Interface, ns, pool, ip string) error {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: pool + "-server-0", Namespace: ns, Labels: map[string]string{"app": pool}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "server", Image: "model-server"}}},
+	}
+	created, err := kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating Pod %s/%s: %w", ns, pod.Name, err)
+	}
+	created.Status.Phase = corev1.PodRunning
+	created.Status.PodIP = ip
+	created.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+	created.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+	if _, err := kube.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("writing the status of Pod %s/%s: %w", ns, pod.Name, err)
+	}
+	return nil
+}
+
 // setEndpointReady writes the EPP Service's EndpointSlice with one endpoint
 // of the given readiness: one write, as the EndpointSlice controller does
 // on a readiness flap.

@@ -143,6 +143,7 @@ func benchStreams(b *testing.B, e *env) {
 	_, err := e.mci["cluster-a"].InferencePoolV1().InferencePools(streamNS).Create(ctx, pool(streamNS, streamPool, true), metav1.CreateOptions{})
 	require.NoError(b, err)
 	require.NoError(b, createEPPService(ctx, e.kube["cluster-a"], streamNS, streamPool+"-epp", streamEPPIP, true))
+	require.NoError(b, createModelServerPod(ctx, e.kube["cluster-a"], streamNS, streamPool, streamSimIP))
 	require.NoError(b, createStreamRoute(ctx, gatewayclient.NewForConfigOrDie(e.cfg["cluster-b"])))
 	c, err := e.cs.Cluster("cluster-b")
 	require.NoError(b, err)

@@ -1,12 +1,10 @@
 package clusterset
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +18,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/testutil"
-	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
@@ -116,18 +113,7 @@ func TestASecondMemberNameForAClusterIsRefusedInFullMode(t *testing.T) {
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	// klog's own output, which it writes under its lock: the Cache's
-	// goroutines may still log as the test ends.
-	var logged syncBuffer
-	klog.LogToStderr(false)
-	// A line goes to its severity's output and every lower one's: the
-	// INFO one has each line once.
-	klog.SetOutput(io.Discard)
-	klog.SetOutputBySeverity("INFO", &logged)
-	defer func() {
-		klog.SetOutput(os.Stderr)
-		klog.LogToStderr(true)
-	}()
+	logged := captureKlog(t)
 
 	// A member identity that may read the six kinds and not kube-system,
 	// as member Secrets minted before the check.
@@ -275,24 +261,6 @@ mci_clusterset_member_frozen{member="old",quota="responseBytes"} 0
 		return reason == "" && strings.Join(imported(), ",") == "cluster-twin,old"
 	}, 30*time.Second, 50*time.Millisecond, "served under its name once it is the cluster's only one")
 	assert.Contains(t, logged.String(), `"Member read again within its limits: it is no longer frozen" member="cluster-twin"`)
-}
-
-// syncBuffer is a bytes.Buffer that the logger and the test share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // asAnotherCluster returns config, reaching the same kube-apiserver, with

@@ -2,8 +2,6 @@ package clusterset
 
 import (
 	"context"
-	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/testutil"
-	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
@@ -84,14 +81,7 @@ func TestAMemberThatMayNotListPodsIsServedAndPublishesNoAddresses(t *testing.T) 
 	remote.Impersonate = rest.ImpersonationConfig{UserName: "member-without-pods"}
 	remote = asAnotherCluster(remote, "remote-cluster-id")
 
-	var logged syncBuffer
-	klog.LogToStderr(false)
-	klog.SetOutput(io.Discard)
-	klog.SetOutputBySeverity("INFO", &logged)
-	defer func() {
-		klog.SetOutput(os.Stderr)
-		klog.LogToStderr(true)
-	}()
+	logged := captureKlog(t)
 	cache := New(Options{ClusterSetName: "test", LocalName: "local", Local: local, UnreachableAfter: 5 * time.Second, RemoveAfter: time.Minute, Summaries: SummariesNever}, func(Event) {})
 	go func() { _ = cache.Run(ctx, staticSource{"remote": {rest: remote, fingerprint: "1"}}) }()
 

@@ -111,58 +111,13 @@ func TestSidecarDataPath(t *testing.T) {
 	eppA, stopA := runEPP(t, msA, extproc.TLSOptions{})
 	eppC, _ := runEPP(t, msC, extproc.TLSOptions{})
 
-	imp := sidecartest.Import("llm")
-	eppImported(t, "cluster-a", eppA)(imp)
-	eppImported(t, "cluster-c", eppC)(imp)
-	// The pools' published ports: their model servers'.
-	_, imp.Status.Clusters[0].TargetPortNumber = hostPort(t, msA.Listener.Addr().String())
-	_, imp.Status.Clusters[1].TargetPortNumber = hostPort(t, msC.Listener.Addr().String())
-	r := sidecartest.Route("llm-route", 0, []string{"my.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/v1")}, sidecartest.ImportRef("llm", nil)))
-	r.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw"}}
-
-	s, err := New(Config{
-		BindAddress:    "127.0.0.1",
-		Watch:          WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: routingpolicy.Named()[routingpolicy.HealthBased], Gateways: gatewayRefs("example/inf-gw")},
-		Server:         ServerConfig{AttemptTimeout: time.Second, Scheduling: scheduling.DefaultConfig(), RemoteDestinations: eppanswer.Policy{AllowLoopback: true}},
-		HealthInterval: 50 * time.Millisecond,
-		DrainTimeout:   2 * time.Second,
-	}, Clients{
-		Kube:    kubefake.NewSimpleClientset(),
-		MCI:     mcifake.NewSimpleClientset(imp),
-		Gateway: sidecartest.GatewayClients(r, sidecartest.Gateway("inf-gw", sidecartest.Listener("http", 80, "", nil))),
-	})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	stopped := false
-	defer func() {
-		if !stopped {
-			cancel()
-			<-done
-		}
-	}()
-
-	// Ready once the table is built.
-	hc, err := grpc.NewClient(s.HealthAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer func() { _ = hc.Close() }()
-	serving := func() bool {
-		resp, err := healthpb.NewHealthClient(hc).Check(context.Background(), &healthpb.HealthCheckRequest{})
-		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
-	}
-	require.Eventually(t, serving, 10*time.Second, 10*time.Millisecond)
-	// And once the prober has seen both EPPs, so the split is even.
+	path := startTwoClusters(t, msA, msC, eppA, eppC, routingpolicy.HealthBased)
+	s, gw := path.sidecar, path.gateway
+	// Once the prober has seen both EPPs, the split is even.
 	require.Eventually(t, func() bool {
 		_, body := get(t, "http://"+s.MetricsAddr()+"/metrics")
 		return strings.Count(body, "mci_sidecar_epp_healthy{") == 2 && !strings.Contains(body, "mci_sidecar_epp_healthy{cluster=\"cluster-a\",pool=\"example/llm\"} 0")
 	}, 10*time.Second, 20*time.Millisecond)
-
-	client, err := envoyclient.Dial(s.GRPCAddr(), envoyclient.Options{MessageTimeout: 5 * time.Second})
-	require.NoError(t, err)
-	defer func() { _ = client.Close() }()
-	gw := httptest.NewServer(envoyclient.NewProxy(client, nil))
-	defer gw.Close()
 
 	send := func() (int, map[string]string) {
 		req, err := http.NewRequest(http.MethodPost, gw.URL+"/v1/completions", strings.NewReader(`{"model":"base","prompt":"hi"}`))
@@ -207,15 +162,87 @@ func TestSidecarDataPath(t *testing.T) {
 	assert.Contains(t, body, `mci_sidecar_epp_healthy{cluster="cluster-a",pool="example/llm"} 0`)
 
 	// SIGTERM: the sidecar drains and stops.
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the sidecar did not stop")
+	require.NoError(t, path.stop())
+	assert.False(t, path.serving())
+}
+
+// twoClusters is the loopback data path the sidecar's end-to-end tests
+// share: import llm of cluster-a and cluster-c, each a real EPP in front
+// of its model server; llm-route of Gateway inf-gw (host my.model.com,
+// prefix /v1) to it; a sidecar of cluster-b, serving; and an Envoy-like
+// gateway in front of it.
+type twoClusters struct {
+	sidecar *Sidecar
+	mci     *mcifake.Clientset
+	gateway *httptest.Server
+	// serving says whether the sidecar's health check answers SERVING.
+	serving func() bool
+	// stop is SIGTERM: the sidecar drains and stops; Run's error. The
+	// test's end stops it too if the test did not.
+	stop func() error
+}
+
+func startTwoClusters(t *testing.T, msA, msC *httptest.Server, eppA, eppC *epp.EPP, policy string) *twoClusters {
+	t.Helper()
+	imp := sidecartest.Import("llm")
+	eppImported(t, "cluster-a", eppA)(imp)
+	eppImported(t, "cluster-c", eppC)(imp)
+	// The pools' published ports: their model servers'.
+	_, imp.Status.Clusters[0].TargetPortNumber = hostPort(t, msA.Listener.Addr().String())
+	_, imp.Status.Clusters[1].TargetPortNumber = hostPort(t, msC.Listener.Addr().String())
+	r := sidecartest.Route("llm-route", 0, []string{"my.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/v1")}, sidecartest.ImportRef("llm", nil)))
+	r.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw"}}
+
+	path := &twoClusters{mci: mcifake.NewSimpleClientset(imp)}
+	s, err := New(Config{
+		BindAddress:    "127.0.0.1",
+		Watch:          WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: routingpolicy.Named()[policy], Gateways: gatewayRefs("example/inf-gw")},
+		Server:         ServerConfig{AttemptTimeout: time.Second, Scheduling: scheduling.DefaultConfig(), RemoteDestinations: eppanswer.Policy{AllowLoopback: true}},
+		HealthInterval: 50 * time.Millisecond,
+		DrainTimeout:   2 * time.Second,
+	}, Clients{
+		Kube:    kubefake.NewSimpleClientset(),
+		MCI:     path.mci,
+		Gateway: sidecartest.GatewayClients(r, sidecartest.Gateway("inf-gw", sidecartest.Listener("http", 80, "", nil))),
+	})
+	require.NoError(t, err)
+	path.sidecar = s
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	var once sync.Once
+	var stopErr error
+	path.stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case stopErr = <-done:
+			case <-time.After(10 * time.Second):
+				stopErr = fmt.Errorf("the sidecar did not stop")
+			}
+		})
+		return stopErr
 	}
-	stopped = true
-	assert.False(t, serving())
+	t.Cleanup(func() { _ = path.stop() })
+
+	// Ready once the table is built.
+	hc, err := grpc.NewClient(s.HealthAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hc.Close() })
+	path.serving = func() bool {
+		resp, err := healthpb.NewHealthClient(hc).Check(context.Background(), &healthpb.HealthCheckRequest{})
+		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	}
+	require.Eventually(t, path.serving, 10*time.Second, 10*time.Millisecond)
+
+	client, err := envoyclient.Dial(s.GRPCAddr(), envoyclient.Options{MessageTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	path.gateway = httptest.NewServer(envoyclient.NewProxy(client, nil))
+	t.Cleanup(func() {
+		path.gateway.Close()
+		_ = client.Close()
+	})
+	return path
 }
 
 // TestSidecarExtProcTransport: what the ext_proc port serves by default

@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,21 +14,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kubefake "k8s.io/client-go/kubernetes/fake"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
-	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/extproc"
-	mcifake "github.com/mci-dev/mci/pkg/generated/clientset/versioned/fake"
 	"github.com/mci-dev/mci/pkg/routingpolicy"
-	"github.com/mci-dev/mci/pkg/scheduling"
-	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
-	"github.com/mci-dev/mci/test/envoyclient"
 )
 
 // streamingModelServer stands for a vLLM pod that streams its answers: a
@@ -107,47 +96,9 @@ func TestInFlightRequestsSurviveAWithdrawal(t *testing.T) {
 			eppA, _ := runEPP(t, msA, extproc.TLSOptions{})
 			eppC, _ := runEPP(t, msC, extproc.TLSOptions{})
 
-			imp := sidecartest.Import("llm")
-			eppImported(t, "cluster-a", eppA)(imp)
-			eppImported(t, "cluster-c", eppC)(imp)
-			_, imp.Status.Clusters[0].TargetPortNumber = hostPort(t, msA.Listener.Addr().String())
-			_, imp.Status.Clusters[1].TargetPortNumber = hostPort(t, msC.Listener.Addr().String())
-			r := sidecartest.Route("llm-route", 0, []string{"my.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/v1")}, sidecartest.ImportRef("llm", nil)))
-			r.Spec.ParentRefs = []gatewayv1.ParentReference{{Name: "inf-gw"}}
-
-			mci := mcifake.NewSimpleClientset(imp)
-			s, err := New(Config{
-				BindAddress:    "127.0.0.1",
-				Watch:          WatchConfig{LocalCluster: "cluster-b", DefaultPolicy: routingpolicy.Named()[routingpolicy.Weighted], Gateways: gatewayRefs("example/inf-gw")},
-				Server:         ServerConfig{AttemptTimeout: time.Second, Scheduling: scheduling.DefaultConfig(), RemoteDestinations: eppanswer.Policy{AllowLoopback: true}},
-				HealthInterval: 50 * time.Millisecond,
-				DrainTimeout:   2 * time.Second,
-			}, Clients{
-				Kube:    kubefake.NewSimpleClientset(),
-				MCI:     mci,
-				Gateway: sidecartest.GatewayClients(r, sidecartest.Gateway("inf-gw", sidecartest.Listener("http", 80, "", nil))),
-			})
-			require.NoError(t, err)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- s.Run(ctx) }()
-			defer func() {
-				cancel()
-				<-done
-			}()
-			hc, err := grpc.NewClient(s.HealthAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			require.NoError(t, err)
-			defer func() { _ = hc.Close() }()
-			require.Eventually(t, func() bool {
-				resp, err := healthpb.NewHealthClient(hc).Check(context.Background(), &healthpb.HealthCheckRequest{})
-				return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
-			}, 10*time.Second, 10*time.Millisecond)
-
-			client, err := envoyclient.Dial(s.GRPCAddr(), envoyclient.Options{MessageTimeout: 5 * time.Second})
-			require.NoError(t, err)
-			defer func() { _ = client.Close() }()
-			gw := httptest.NewServer(envoyclient.NewProxy(client, nil))
-			defer gw.Close()
+			path := startTwoClusters(t, msA, msC, eppA, eppC, routingpolicy.Weighted)
+			s, mci, gw := path.sidecar, path.mci, path.gateway
+			ctx := t.Context()
 
 			// The streams start; each says which cluster took it as soon as
 			// its headers are back.

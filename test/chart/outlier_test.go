@@ -16,6 +16,13 @@ import (
 // rendered with sets (--set-json).
 func sidecarOutlierFlags(t *testing.T, sets ...string) []string {
 	t.Helper()
+	return sidecarFlags(t, "--outlier-", sets...)
+}
+
+// sidecarFlags are mci-sidecar's arguments starting with prefix, of the
+// chart rendered with sets (--set-json).
+func sidecarFlags(t *testing.T, prefix string, sets ...string) []string {
+	t.Helper()
 	args := []string{"template", "mci", chartDir, "--namespace", releaseNamespace}
 	for _, s := range sets {
 		args = append(args, "--set-json", s)
@@ -27,7 +34,7 @@ func sidecarOutlierFlags(t *testing.T, sets ...string) []string {
 			all, _, _ := unstructured.NestedStringSlice(inits[0].(map[string]any), "args")
 			var out []string
 			for _, a := range all {
-				if strings.HasPrefix(a, "--outlier-") {
+				if strings.HasPrefix(a, prefix) {
 					out = append(out, a)
 				}
 			}
@@ -62,4 +69,15 @@ func TestOutlierDetectionValuesBecomeTheSidecarsFlags(t *testing.T) {
 	t.Run("an empty object keeps it on", func(t *testing.T) {
 		assert.Empty(t, sidecarOutlierFlags(t, `sidecar.outlierDetection={}`))
 	})
+}
+
+// How long requests in flight keep an EPP that left the routing table is
+// the sidecar's own default unless set.
+func TestEPPDrainTimeoutValueBecomesTheSidecarsFlag(t *testing.T) {
+	assert.Empty(t, sidecarFlags(t, "--epp-drain-timeout"))
+	flags := sidecarFlags(t, "--epp-drain-timeout", `sidecar.eppDrainTimeout="30m"`)
+	assert.Equal(t, []string{"--epp-drain-timeout=30m"}, flags)
+	o := app.NewOptions()
+	require.NoError(t, app.NewCommand(o).Flags().Parse(flags))
+	assert.Equal(t, 30*time.Minute, o.EPPDrainTimeout)
 }

@@ -3,7 +3,6 @@ package clusterset
 import (
 	"context"
 	"fmt"
-	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -51,9 +50,9 @@ type Cache struct {
 
 	mu      sync.RWMutex
 	members map[string]*member
-	// labels are each member's labels as its membership source has them
-	// (desiredMembers.labels), the local cluster's included.
-	labels map[string]map[string]string
+	// metas are each member's labels and drain as its membership source
+	// has them (desiredMembers.metas), the local cluster's included.
+	metas map[string]memberMeta
 	// replacing are members reconnected with a new kubeconfig (rotated
 	// credentials) that have not listed yet; members keeps the one they
 	// replace until they have.
@@ -109,7 +108,7 @@ func (c *Cache) Run(ctx context.Context, sources ...Source) error {
 			for _, change := range desired.update(src, configs) {
 				c.apply(ctx, change)
 			}
-			c.setLabels(desired.labels())
+			c.setMetas(desired.metas())
 			c.mu.Lock()
 			delete(c.unreported, src)
 			c.mu.Unlock()
@@ -347,27 +346,28 @@ func (c *Cache) resort() {
 	sort.Slice(c.sorted, func(i, j int) bool { return c.sorted[i].name < c.sorted[j].name })
 }
 
-// setLabels keeps the members' labels; a member whose labels changed is
-// a KindMember event: the exports whose scope selects by labels are
-// computed again.
-func (c *Cache) setLabels(next map[string]map[string]string) {
+// setMetas keeps the members' labels and drains; a member whose labels or
+// drain changed is a KindMember event: the exports whose scope selects by
+// labels, and those of a member that drains, are computed again.
+func (c *Cache) setMetas(next map[string]memberMeta) {
 	c.mu.Lock()
-	prev := c.labels
-	c.labels = next
+	prev := c.metas
+	c.metas = next
 	c.mu.Unlock()
 	var changed []string
-	for name, l := range next {
-		if !maps.Equal(prev[name], l) {
+	for name, m := range next {
+		if !m.equal(prev[name]) {
 			changed = append(changed, name)
 		}
 	}
-	for name, l := range prev {
-		if _, ok := next[name]; !ok && len(l) > 0 {
+	for name, m := range prev {
+		if _, ok := next[name]; !ok && !m.equal(memberMeta{}) {
 			changed = append(changed, name)
 		}
 	}
 	sort.Strings(changed)
 	for _, name := range changed {
+		logDrainChange(name, prev[name], next[name])
 		c.handler(Event{Member: name, Kind: KindMember})
 	}
 }
@@ -377,7 +377,7 @@ func (c *Cache) setLabels(next map[string]map[string]string) {
 func (c *Cache) MemberLabels(name string) map[string]string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.labels[name]
+	return c.metas[name].labels
 }
 
 // Snapshot returns the read-only view the import computation reads. The
@@ -388,7 +388,9 @@ func (c *Cache) Snapshot() imports.ClusterSet {
 	cs := imports.ClusterSet{Name: c.opts.ClusterSetName, Local: c.opts.LocalName, Members: make([]imports.Member, 0, len(c.sorted))}
 	for _, m := range c.sorted {
 		v := m.view()
-		v.Labels = c.labels[m.name]
+		meta := c.metas[m.name]
+		v.Labels = meta.labels
+		v.Draining, _ = meta.draining()
 		cs.Members = append(cs.Members, v)
 	}
 	return cs

@@ -24,6 +24,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/recompute"
 )
 
@@ -49,6 +50,10 @@ type MemberConfig struct {
 	// the member (none for a kubeconfig file): an export's scope selects
 	// members by them (pkg/imports).
 	labels map[string]string
+	// drain is the value of the same object's drain annotation
+	// (v1alpha1.DrainAnnotation), "" when it has none: the member asks
+	// importers to drain every export of its cluster (memberdrain.go).
+	drain string
 	// tokenless fingerprints the kubeconfig without its inline bearer
 	// tokens ("" when it has none): a member whose kubeconfig changes in
 	// its token alone is rotated in place (Cache.rotateInPlace).
@@ -221,6 +226,7 @@ func membersFromSecrets(secrets []*corev1.Secret) map[string]MemberConfig {
 		mc := parseSecretKubeconfig(data)
 		mc.created = s.CreationTimestamp.Time
 		mc.labels = maps.Clone(s.Labels)
+		mc.drain = s.Annotations[v1alpha1.DrainAnnotation]
 		members[name] = mc
 	}
 	return members
@@ -447,15 +453,16 @@ func (d *desiredMembers) update(source string, members map[string]MemberConfig) 
 	return changes
 }
 
-// labels are the members' labels, the local cluster's included when a
-// source names it (a ClusterSet-wide member list does), each from the
-// first source that names the cluster, as its connection is.
-func (d *desiredMembers) labels() map[string]map[string]string {
-	out := map[string]map[string]string{}
+// metas are what the members' Secrets or ClusterProfiles say of them
+// beside their connections, the local cluster's included when a source
+// names it (a ClusterSet-wide member list does), each from the first
+// source that names the cluster, as its connection is.
+func (d *desiredMembers) metas() map[string]memberMeta {
+	out := map[string]memberMeta{}
 	for _, src := range d.order {
 		for name, mc := range d.sources[src] {
 			if _, ok := out[name]; !ok && mc.err == nil {
-				out[name] = mc.labels
+				out[name] = memberMeta{labels: mc.labels, drain: mc.drain}
 			}
 		}
 	}

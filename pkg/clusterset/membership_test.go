@@ -363,8 +363,8 @@ func TestMemberLabelsComeFromTheSourceThatNamesTheMember(t *testing.T) {
 	d := newDesiredMembers("cluster-a")
 	d.update("dir", map[string]MemberConfig{"cluster-c": ParseMemberKubeconfig(kubeconfigFor("https://c"))})
 	d.update("secrets", membersFromSecrets([]*corev1.Secret{secret("a", "cluster-a", "eu"), secret("b", "cluster-b", "us"), secret("c", "cluster-c", "eu")}))
-	got := d.labels()
-	assert.Equal(t, "eu", got["cluster-a"]["region"], "the local cluster's labels, from the ClusterSet-wide list")
-	assert.Equal(t, "us", got["cluster-b"]["region"])
-	assert.Nil(t, got["cluster-c"], "cluster-c is the directory's, which has no labels")
+	got := d.metas()
+	assert.Equal(t, "eu", got["cluster-a"].labels["region"], "the local cluster's labels, from the ClusterSet-wide list")
+	assert.Equal(t, "us", got["cluster-b"].labels["region"])
+	assert.Nil(t, got["cluster-c"].labels, "cluster-c is the directory's, which has no labels")
 }

@@ -20,6 +20,8 @@ import (
 //	mci_clusterset_member_credentials_rejected{member,reason} 1 while it refuses the credentials (credentials.go)
 //	mci_clusterset_member_credential_expiry_timestamp_seconds{member,kind} when a credential sent expires
 //	mci_clusterset_member_pods_forbidden{member}  namespaces of its pools whose Pods its credentials may not list (podaccess.go)
+//	mci_clusterset_member_draining{member}      1 while its Secret or ClusterProfile drains it (memberdrain.go)
+//	mci_clusterset_member_drain_invalid{member} 1 while that drain annotation has a value it ignores
 //
 // A replica is not ready while a member has listed 0 and removed 0
 // (Cache.Ready): these say which member holds it back.
@@ -62,6 +64,12 @@ var (
 	memberPodsForbiddenDesc = metrics.NewDesc("mci_clusterset_member_pods_forbidden",
 		"Namespaces of the member's pools whose Pods the credentials this replica reads it with may not list (403): the exports there publish no endpoint addresses (or the last ones listed), so importers accept no destination their EPPs name. The rest of the member is served. 0 when it may list them all.",
 		[]string{"member"}, nil, metrics.ALPHA, "")
+	memberDrainingDesc = metrics.NewDesc("mci_clusterset_member_draining",
+		"1 while the Secret or ClusterProfile that names the member carries the drain annotation \"true\": its exports are flagged Draining in imports and sidecars send it no new requests; else 0.",
+		[]string{"member"}, nil, metrics.ALPHA, "")
+	memberDrainInvalidDesc = metrics.NewDesc("mci_clusterset_member_drain_invalid",
+		"1 while the drain annotation of the Secret or ClusterProfile that names the member has a value other than \"true\" or \"false\", which is ignored: the member does not drain. Else 0.",
+		[]string{"member"}, nil, metrics.ALPHA, "")
 	memberRemovedDesc = metrics.NewDesc("mci_clusterset_member_removed",
 		"1 while the member has not answered for --member-remove-after, so the pools it exported are not served, else 0.",
 		[]string{"member"}, nil, metrics.ALPHA, "")
@@ -85,12 +93,15 @@ func (m *Metrics) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- memberCredentialsRejectedDesc
 	ch <- memberCredentialExpiryDesc
 	ch <- memberPodsForbiddenDesc
+	ch <- memberDrainingDesc
+	ch <- memberDrainInvalidDesc
 }
 
 // CollectWithStability implements metrics.StableCollector.
 func (m *Metrics) CollectWithStability(ch chan<- metrics.Metric) {
 	m.cache.mu.RLock()
 	members := append([]*member(nil), m.cache.sorted...)
+	metas := m.cache.metas
 	m.cache.mu.RUnlock()
 	for _, mb := range members {
 		st := mb.status()
@@ -123,6 +134,9 @@ func (m *Metrics) CollectWithStability(ch chan<- metrics.Metric) {
 			}
 		}
 		ch <- metrics.NewLazyConstMetric(memberPodsForbiddenDesc, metrics.GaugeValue, float64(len(mb.poolNamespaces.podsDenied())), mb.name)
+		draining, err := metas[mb.name].draining()
+		ch <- metrics.NewLazyConstMetric(memberDrainingDesc, metrics.GaugeValue, bit(draining), mb.name)
+		ch <- metrics.NewLazyConstMetric(memberDrainInvalidDesc, metrics.GaugeValue, bit(err != nil), mb.name)
 		for _, mode := range memberModes {
 			ch <- metrics.NewLazyConstMetric(memberModeDesc, metrics.GaugeValue, bit(mb.mode == mode), mb.name, string(mode))
 		}

@@ -17,8 +17,6 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
-	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/test/localclusterset"
 )
@@ -41,17 +39,7 @@ func TestAMemberThatMayNotListPodsIsServedAndPublishesNoAddresses(t *testing.T) 
 	t.Cleanup(func() { assert.NoError(t, cs.Stop()) })
 	local := cs.Clusters[0].Config
 	admin := kubernetes.NewForConfigOrDie(local)
-	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = mciclient.NewForConfigOrDie(local).InferencePoolV1().InferencePools(ns).Create(ctx, &poolv1.InferencePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{v1alpha1.ExportAnnotation: v1alpha1.ExportScopeClusterSet}},
-		Spec: poolv1.InferencePoolSpec{
-			Selector:          poolv1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-			TargetPorts:       []poolv1.Port{{Number: 8000}},
-			EndpointPickerRef: poolv1.EndpointPickerRef{Name: "epp", Port: &poolv1.Port{Number: 9002}},
-		},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	createExportedPool(ctx, t, local, ns, name)
 	pod, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "model-server", Labels: map[string]string{"app": name}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "model", Image: "model"}}},

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	clusterinventory "github.com/mci-dev/mci/pkg/apis/clusterinventory/v1alpha1"
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
 	"github.com/mci-dev/mci/pkg/recompute"
@@ -153,6 +154,7 @@ func (st *profileState) members(logger klog.Logger, profiles []*clusterinventory
 		}
 		mc.created = p.CreationTimestamp.Time
 		mc.labels = maps.Clone(p.Labels)
+		mc.drain = p.Annotations[v1alpha1.DrainAnnotation]
 		members[p.Name] = mc
 	}
 	for name := range st.problems {

@@ -41,9 +41,11 @@ func importedCluster(e exporter, counter endpointCounter, generation int64) (inf
 		ready = unreachableVerdict(e.member.Name, u, ready)
 	}
 	ic.Conditions = []metav1.Condition{ready.condition(v1alpha1.ConditionReady, generation)}
-	if e.draining && e.valid() {
+	if e.valid() {
 		m := e.meta()
-		ic.Conditions = append(ic.Conditions, drainingCondition(e.member.Name, m.Namespace, m.Name, generation))
+		if c, ok := drainCondition(e.member, e.draining, m.Namespace, m.Name, generation); ok {
+			ic.Conditions = append(ic.Conditions, c)
+		}
 	}
 	return ic, ready
 }

@@ -96,3 +96,57 @@ func TestDrainedExportStaysVisibleAndFlagged(t *testing.T) {
 		requireSummaryModeAgrees(t, cs)
 	})
 }
+
+// A member drained as a whole (the drain annotation on the Secret or
+// ClusterProfile that names it: Member.Draining) flags every export of its
+// cluster, Ready as before, with the member's reason; where its pool
+// drains too, the pool's drain is the one named; the local member's
+// InferencePoolExports say it; an invalid export is not flagged.
+func TestADrainedMemberFlagsEveryExportOfItsCluster(t *testing.T) {
+	const other = "second-pool"
+	drain := func(p *poolv1.InferencePool) { p.Annotations[v1alpha1.DrainAnnotation] = "true" }
+	invalid := func(p *poolv1.InferencePool) { p.Annotations[v1alpha1.DrainAnnotation] = "yes" }
+	drained := func(m Member) Member { m.Draining = true; return m }
+	cs := clusterSet("cluster-b",
+		drained(member(t, "cluster-a", objects(nsObjects(testNamespace), readyEPP(testNamespace, testPool), readyEPP(testNamespace, other, drain), readyEPP(testNamespace, "invalid-pool", invalid))...)),
+		member(t, "cluster-b", namespace(testNamespace)),
+		member(t, "cluster-c", objects(nsObjects(testNamespace), readyEPP(testNamespace, testPool))...),
+	)
+	for _, tt := range []struct {
+		pool       string
+		wantReason string
+	}{
+		{pool: testPool, wantReason: v1alpha1.ReasonMemberDrainRequested},
+		{pool: other, wantReason: v1alpha1.ReasonDrainRequested},
+		{pool: "invalid-pool"},
+	} {
+		t.Run(tt.pool, func(t *testing.T) {
+			imp, ok := Import(cs, testNamespace, tt.pool)
+			require.True(t, ok)
+			a := imp.Status.Clusters[0]
+			require.Equal(t, "cluster-a", a.Name)
+			d := meta.FindStatusCondition(a.Conditions, v1alpha1.ConditionDraining)
+			if tt.wantReason == "" {
+				assert.Nil(t, d, "an invalid export has nothing to drain")
+				return
+			}
+			assert.True(t, meta.IsStatusConditionTrue(a.Conditions, v1alpha1.ConditionReady), "a draining cluster stays Ready: it serves what it holds")
+			require.NotNil(t, d)
+			assert.Equal(t, metav1.ConditionTrue, d.Status)
+			assert.Equal(t, tt.wantReason, d.Reason)
+			assert.Contains(t, d.Message, v1alpha1.DrainAnnotation)
+			if len(imp.Status.Clusters) > 1 {
+				assert.Nil(t, meta.FindStatusCondition(imp.Status.Clusters[1].Conditions, v1alpha1.ConditionDraining), "the other member does not drain")
+			}
+		})
+	}
+	requireSummaryModeAgrees(t, cs)
+
+	own := cs
+	own.Local = "cluster-a"
+	exp, ok := Export(own, testNamespace, testPool)
+	require.True(t, ok)
+	d := meta.FindStatusCondition(exp.Status.Conditions, v1alpha1.ConditionDraining)
+	require.NotNil(t, d, "the drained member's own InferencePoolExport says it drains")
+	assert.Equal(t, v1alpha1.ReasonMemberDrainRequested, d.Reason)
+}

@@ -83,8 +83,14 @@ func buildExport(cs ClusterSet, pool *poolv1.InferencePool, others []*Member, na
 		exp.Status.RoutingMode = mode
 	}
 	exp.Status.Conditions = []metav1.Condition{valid.condition(v1alpha1.ConditionValid, generation)}
-	if draining, _ := Draining(pool.Annotations); draining && err == nil {
-		exp.Status.Conditions = append(exp.Status.Conditions, drainingCondition(cs.Local, pool.Namespace, pool.Name, generation))
+	if draining, _ := Draining(pool.Annotations); err == nil {
+		local := cs.localMember()
+		if local == nil {
+			local = &Member{Name: cs.Local}
+		}
+		if c, ok := drainCondition(local, draining, pool.Namespace, pool.Name, generation); ok {
+			exp.Status.Conditions = append(exp.Status.Conditions, c)
+		}
 	}
 
 	if len(others) > 0 {

@@ -48,6 +48,10 @@ type Member struct {
 	// kubeconfig file, and for the local cluster unless a membership
 	// source names it too). An export's selector matches them.
 	Labels map[string]string
+	// Draining: the Secret or ClusterProfile that names the member in
+	// this server's membership asks (v1alpha1.DrainAnnotation) that every
+	// export of its cluster be drained (drain.go).
+	Draining bool
 	// Unreachable is set when the member's watches have been down longer
 	// than the configured threshold. Its listers still hold the last
 	// known data, which is served but flagged.

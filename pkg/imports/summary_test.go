@@ -36,6 +36,7 @@ func summaryMode(tb testing.TB, cs ClusterSet) ClusterSet {
 		out.Members[i] = Member{
 			Name:        m.Name,
 			Labels:      m.Labels,
+			Draining:    m.Draining,
 			Unreachable: m.Unreachable,
 			Namespaces:  SummaryNamespaces(ClusterSummary(own).Status.Namespaces),
 			Summaries:   inferencelisters.NewInferencePoolExportSummaryLister(idx),

@@ -69,7 +69,10 @@ const (
 	// Draining, and their sidecars send it no new requests, only those of
 	// the sessions and conversations it already serves, until they end;
 	// "false" is the same as no annotation. Any other value makes the
-	// export invalid.
+	// export invalid. On the Secret or ClusterProfile that names a member,
+	// it drains every export of that cluster in the imports of the servers
+	// whose membership it is; there any other value is ignored (reported)
+	// and does not drain.
 	DrainAnnotation = "mci.x-k8s.io/drain"
 
 	// ControllerName names this implementation in status.controllers[] of
@@ -99,6 +102,9 @@ const (
 	ConditionDraining = "Draining"
 	// ReasonDrainRequested: the exported pool asks to be drained.
 	ReasonDrainRequested = "DrainRequested"
+	// ReasonMemberDrainRequested: the Secret or ClusterProfile that names
+	// the exporting member asks that all of its cluster be drained.
+	ReasonMemberDrainRequested = "MemberDrainRequested"
 
 	ReasonAccepted               = "Accepted"
 	ReasonReady                  = "Ready"

@@ -16,6 +16,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -87,6 +88,19 @@ func TestClusterProfileMembersJoinRotateAndLeave(t *testing.T) {
 		return err == nil && importClusters(imp) == joined, importClusters(imp)
 	})
 
+	// Drain: the profile's drain annotation flags cluster-c's export
+	// Draining in cluster-b's import, as the member's; without it, the
+	// drain ends.
+	f.updateProfile(t, ctx, "cluster-c", false, func(p *clusterinventory.ClusterProfile) {
+		p.Annotations = map[string]string{v1alpha1.DrainAnnotation: "true"}
+	})
+	waitForDrainReason(t, ctx, b, ns, "llm", "cluster-c", v1alpha1.ReasonMemberDrainRequested)
+	f.updateProfile(t, ctx, "cluster-c", false, func(p *clusterinventory.ClusterProfile) {
+		delete(p.Annotations, v1alpha1.DrainAnnotation)
+	})
+	waitForDrainReason(t, ctx, b, ns, "llm", "cluster-c", "")
+	waitForImportClusters(t, ctx, b, ns, "llm", joined)
+
 	// Leave: without the ClusterSet label, then deleted.
 	f.setProfileLabel(t, ctx, "cluster-c", "other-clusterset")
 	waitForImportClusters(t, ctx, b, ns, "llm", "<none>")
@@ -94,6 +108,29 @@ func TestClusterProfileMembersJoinRotateAndLeave(t *testing.T) {
 	waitForImportClusters(t, ctx, b, ns, "llm", joined)
 	require.NoError(t, f.hub.mci.ClusterInventoryV1alpha1().ClusterProfiles(f.fleet).Delete(ctx, "cluster-c", metav1.DeleteOptions{}))
 	waitForImportClusters(t, ctx, b, ns, "llm", "<none>")
+}
+
+// waitForDrainReason waits until the import's entry of cluster has a
+// Draining condition of that reason ("": none).
+func waitForDrainReason(t *testing.T, ctx context.Context, in *cluster, ns, name, cluster, reason string) {
+	t.Helper()
+	waitfor.Eventually(t, ctx, convergence*2, func(ctx context.Context) (bool, string) {
+		imp, err := in.importOf(ctx, ns, name)
+		if err != nil || imp == nil {
+			return false, fmt.Sprintf("no import: %v", err)
+		}
+		for _, c := range imp.Status.Clusters {
+			if c.Name != cluster {
+				continue
+			}
+			got := ""
+			if d := meta.FindStatusCondition(c.Conditions, v1alpha1.ConditionDraining); d != nil && d.Status == metav1.ConditionTrue {
+				got = d.Reason
+			}
+			return got == reason, "Draining reason " + got
+		}
+		return false, "no entry of " + cluster
+	})
 }
 
 func newProfileFixture(t *testing.T, ctx context.Context) *profileFixture {

@@ -68,12 +68,16 @@ func (r *recorder) Recv() (*extprocv3.ProcessingRequest, error) {
 	return m, nil
 }
 
-// recv reads the next message, as a frame when the stream reads frames
-// (the sidecar's gRPC server, extproc.FrameCodec): with the bytes it came
-// in.
+// recv reads the next message. Those after the first (the body chunks,
+// most of a request's bytes, and the trailers) are read as frames when
+// the stream reads frames (the sidecar's gRPC server, extproc.FrameCodec):
+// with the bytes they came in. The first, the request headers, is decoded
+// only: a remote EPP gets it changed (forRemote), and keeping its bytes
+// would cost a copy for the local EPP's sake alone, about what encoding
+// it again costs.
 func (r *recorder) recv() (*extprocv3.ProcessingRequest, []byte, error) {
 	fs, ok := r.Stream.(interface{ RecvMsg(any) error })
-	if !ok {
+	if !ok || len(r.msgs) == 0 {
 		m, err := r.Stream.Recv()
 		return m, nil, err
 	}

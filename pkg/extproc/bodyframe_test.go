@@ -51,7 +51,9 @@ func bodyFrameSeeds(t testing.TB) map[string][]byte {
 		"truncated":               plain[:len(plain)-3],
 		"truncated tag":           chunk([]byte{0x80}),
 		"headers":                 enc(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{EndOfStream: true}}}),
-		"response body":           enc(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte("x")}}}),
+		"response body":           enc(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte("data: x"), EndOfStream: true}}}),
+		"response body with more": append(enc(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte("x")}}}), enc(&extprocv3.ProcessingRequest{ObservabilityMode: true})...),
+		"trailers":                enc(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}}),
 		"end of stream too long":  chunk(append(protowire.AppendTag(nil, 2, protowire.VarintType), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01)),
 		"nothing":                 {},
 		"garbage":                 {0xff, 0xff, 0xff},
@@ -65,7 +67,7 @@ func slicesClone(b []byte) []byte { return append([]byte(nil), b...) }
 // what proto.Unmarshal reads, and that a plain body chunk's body is read
 // in place: the bytes of the frame, not a copy.
 func TestUnmarshalRequest(t *testing.T) {
-	inPlace := map[string]bool{"plain": true, "end of stream first": true, "no end of stream": true, "end of stream as 2": true}
+	inPlace := map[string]bool{"plain": true, "end of stream first": true, "no end of stream": true, "end of stream as 2": true, "response body": true}
 	for name, b := range bodyFrameSeeds(t) {
 		t.Run(name, func(t *testing.T) {
 			checkUnmarshalRequest(t, b)
@@ -74,6 +76,9 @@ func TestUnmarshalRequest(t *testing.T) {
 				return
 			}
 			body := got.GetRequestBody().GetBody()
+			if got.GetResponseBody() != nil {
+				body = got.GetResponseBody().GetBody()
+			}
 			require.NotEmpty(t, body)
 			start := uintptr(unsafe.Pointer(&b[0]))
 			at := uintptr(unsafe.Pointer(&body[0]))

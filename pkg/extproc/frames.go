@@ -89,9 +89,10 @@ func (FrameCodec) Marshal(v any) (mem.BufferSlice, error) {
 func (FrameCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch f := v.(type) {
 	case *RequestFrame:
-		// proto.Unmarshal copies what it keeps: Raw is the frame's own.
+		// proto.Unmarshal copies what it keeps: Raw is the frame's own,
+		// and a body chunk's body is read in place (unmarshalRequest).
 		f.Raw = data.Materialize()
-		return proto.Unmarshal(f.Raw, f.ProcessingRequest)
+		return unmarshalRequest(f.Raw, f.ProcessingRequest)
 	case *ResponseFrame:
 		f.Raw = data.Materialize()
 		return proto.Unmarshal(f.Raw, f.ProcessingResponse)

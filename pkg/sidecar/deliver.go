@@ -23,14 +23,14 @@ import (
 // When none does, a FailOpen backend lets the request go on without a
 // destination, a FailClose one answers 503 (the last EPP's own 503 when
 // there is one).
-func (s *Server) deliver(ctx context.Context, req *extproc.Request, msgs []*extprocv3.ProcessingRequest, t *tracker) []*extprocv3.ProcessingResponse {
+func (s *Server) deliver(ctx context.Context, req *extproc.Request, msgs outbound, t *tracker) []*extprocv3.ProcessingResponse {
 	d := t.d
 	if d.answers() {
 		t.answered(d.outcome, d.code)
 		return d.answer(req)
 	}
 	var last *refusal
-	r := &replay{msgs: msgs, local: d.local, filter: s.remote}
+	r := &replay{sent: msgs, local: d.local, filter: s.remote}
 	for _, c := range d.attempts() {
 		resps, err := s.attempt(ctx, req, c, r, t)
 		if resps != nil || ctx.Err() != nil {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
 	"github.com/mci-dev/mci/pkg/extproc"
@@ -74,6 +77,31 @@ type fakeEPP struct {
 	ends      []string
 	// chunks are the response body chunks it got, in order.
 	chunks []string
+	// frames are the bytes of every message it read, as they came.
+	frames [][]byte
+}
+
+// frameLog is a fake EPP's codec: protobuf's, noting the bytes of every
+// message it reads.
+type frameLog struct{ f *fakeEPP }
+
+var protoCodec = encoding.GetCodecV2("proto")
+
+func (c frameLog) Marshal(v any) (mem.BufferSlice, error) { return protoCodec.Marshal(v) }
+
+func (c frameLog) Unmarshal(data mem.BufferSlice, v any) error {
+	c.f.mu.Lock()
+	c.f.frames = append(c.f.frames, data.Materialize())
+	c.f.mu.Unlock()
+	return protoCodec.Unmarshal(data, v)
+}
+
+func (frameLog) Name() string { return protoCodec.Name() }
+
+func (f *fakeEPP) framesOf() [][]byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.frames)
 }
 
 func (f *fakeEPP) chunksOf() []string {
@@ -191,7 +219,8 @@ func startFakeEPP(t *testing.T, name, dest string) *fakeEPP {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	f := &fakeEPP{name: name, dest: dest, addr: lis.Addr().String(), srv: grpc.NewServer()}
+	f := &fakeEPP{name: name, dest: dest, addr: lis.Addr().String()}
+	f.srv = grpc.NewServer(grpc.ForceServerCodecV2(frameLog{f}))
 	extprocv3.RegisterExternalProcessorServer(f.srv, f)
 	go func() { _ = f.srv.Serve(lis) }()
 	t.Cleanup(f.srv.Stop)

@@ -33,9 +33,15 @@ import (
 type recorder struct {
 	extproc.Stream
 	msgs []*extprocv3.ProcessingRequest
-	// buf holds the messages of most requests (the headers, a body in one
-	// chunk, maybe trailers) without an allocation of their own.
-	buf [3]*extprocv3.ProcessingRequest
+	// raw is the gateway's encoding of each of msgs (nil: not kept, the
+	// stream reads no frames), which EPPs get as it is (outbound).
+	raw [][]byte
+	// buf, rawBuf and frames hold the messages of most requests (the
+	// headers, a body in one chunk, maybe trailers) without an allocation
+	// of their own.
+	buf    [3]*extprocv3.ProcessingRequest
+	rawBuf [3][]byte
+	frames [3]extproc.RequestFrame
 	// budget is charged bytes.
 	budget  *admission
 	charged int64
@@ -43,12 +49,12 @@ type recorder struct {
 
 func newRecorder(s extproc.Stream, budget *admission) *recorder {
 	r := &recorder{Stream: s, budget: budget}
-	r.msgs = r.buf[:0]
+	r.msgs, r.raw = r.buf[:0], r.rawBuf[:0]
 	return r
 }
 
 func (r *recorder) Recv() (*extprocv3.ProcessingRequest, error) {
-	m, err := r.Stream.Recv()
+	m, raw, err := r.recv()
 	if err != nil {
 		return m, err
 	}
@@ -58,8 +64,48 @@ func (r *recorder) Recv() (*extprocv3.ProcessingRequest, error) {
 		}
 		r.charged += n
 	}
-	r.msgs = append(r.msgs, m)
+	r.msgs, r.raw = append(r.msgs, m), append(r.raw, raw)
 	return m, nil
+}
+
+// recv reads the next message. Those after the first (the body chunks,
+// most of a request's bytes, and the trailers) are read as frames when
+// the stream reads frames (the sidecar's gRPC server, extproc.FrameCodec):
+// with the bytes they came in. The first, the request headers, is decoded
+// only: a remote EPP gets it changed (forRemote), and keeping its bytes
+// would cost a copy for the local EPP's sake alone, about what encoding
+// it again costs.
+func (r *recorder) recv() (*extprocv3.ProcessingRequest, []byte, error) {
+	fs, ok := r.Stream.(interface{ RecvMsg(any) error })
+	if !ok || len(r.msgs) == 0 {
+		m, err := r.Stream.Recv()
+		return m, nil, err
+	}
+	f := &extproc.RequestFrame{}
+	if n := len(r.msgs); n < len(r.frames) {
+		f = &r.frames[n]
+	}
+	f.ProcessingRequest = &extprocv3.ProcessingRequest{}
+	if err := fs.RecvMsg(f); err != nil {
+		return nil, nil, err
+	}
+	return f.ProcessingRequest, f.Raw, nil
+}
+
+// outbound is a request phase as an EPP is sent it: its messages, and
+// the gateway's encoding of those it sent unchanged (raw[i], nil when
+// changed or not kept), which go as those bytes rather than encoded again.
+type outbound struct {
+	msgs []*extprocv3.ProcessingRequest
+	raw  [][]byte
+}
+
+// rawOf is the encoding message i goes as (nil: encoded again).
+func (o outbound) rawOf(i int) []byte {
+	if i < len(o.raw) {
+		return o.raw[i]
+	}
+	return nil
 }
 
 // release gives the bytes charged back to the budget.
@@ -165,11 +211,12 @@ func shapeOf(msgs []*extprocv3.ProcessingRequest) shape {
 	return s
 }
 
-// replay is the request as the gateway sent it (msgs), replayed to each
+// replay is the request as the gateway sent it (sent), replayed to each
 // cluster's EPP tried: as it is to the local one, and with forRemote's
-// changes, made once, to remote ones.
+// changes, made once (remoteMade), to remote ones.
 type replay struct {
-	msgs, remote []*extprocv3.ProcessingRequest
+	sent, remote outbound
+	remoteMade   bool
 	// local names the local cluster, which remote EPPs learn relayed the
 	// request.
 	local string
@@ -177,13 +224,23 @@ type replay struct {
 	filter *remoteAnswers
 }
 
-// to is the request as c's EPP gets it.
-func (r *replay) to(c *routetable.Cluster) []*extprocv3.ProcessingRequest {
+// to is the request as c's EPP gets it. A message forRemote leaves as it
+// is keeps the gateway's encoding.
+func (r *replay) to(c *routetable.Cluster) outbound {
 	if c.Local {
-		return r.msgs
+		return r.sent
 	}
-	if r.remote == nil {
-		r.remote = forRemote(r.msgs, r.local, r.filter)
+	if !r.remoteMade {
+		r.remoteMade = true
+		r.remote.msgs = forRemote(r.sent.msgs, r.local, r.filter)
+		for i, m := range r.remote.msgs {
+			if raw := r.sent.rawOf(i); raw != nil && m == r.sent.msgs[i] {
+				if r.remote.raw == nil {
+					r.remote.raw = make([][]byte, len(r.remote.msgs))
+				}
+				r.remote.raw[i] = raw
+			}
+		}
 	}
 	return r.remote
 }
@@ -269,7 +326,7 @@ func keepUnknown(dst, src proto.Message) {
 //
 // limit, when above 0, bounds the body bytes the answer may stream back
 // (a remote EPP's: eppanswer.BodyLimit); past it the answer is refused.
-func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.ProcessingRequest, keep bool, limit int) ([]*extprocv3.ProcessingResponse, *responserelay.EPPStream, error) {
+func (r *relayer) relay(ctx context.Context, addr string, msgs outbound, keep bool, limit int) ([]*extprocv3.ProcessingResponse, *responserelay.EPPStream, error) {
 	conn, err := r.conn(addr)
 	if err != nil {
 		// Credentials that cannot be used fail the port, counted.
@@ -289,7 +346,7 @@ func (r *relayer) relay(ctx context.Context, addr string, msgs []*extprocv3.Proc
 	return resps, kept, err
 }
 
-func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*extprocv3.ProcessingRequest, keep bool, limit int) ([]*extprocv3.ProcessingResponse, *responserelay.EPPStream, error) {
+func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs outbound, keep bool, limit int) ([]*extprocv3.ProcessingResponse, *responserelay.EPPStream, error) {
 	// The EPP's stream ends with the gateway's: linked to it rather than
 	// derived from it, so that a response phase can let the EPP finish
 	// answering what the gateway already had (responserelay.EPPStream).
@@ -330,7 +387,7 @@ func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*ex
 			go r.settle(fate, stream, timer, cancel)
 		}
 	}
-	resps, err := receive(stream, shapeOf(msgs), limit)
+	resps, err := receive(stream, shapeOf(msgs.msgs), limit)
 	if err == nil && resps[len(resps)-1].GetImmediateResponse() == nil {
 		if keep {
 			// The timer still bounds the sender, which may be blocked on
@@ -369,10 +426,14 @@ func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs []*ex
 const sendAtOnceBytes = 32 << 10
 
 // sendsAtOnce says whether msgs fit in sendAtOnceBytes.
-func sendsAtOnce(msgs []*extprocv3.ProcessingRequest) bool {
+func sendsAtOnce(msgs outbound) bool {
 	n := 0
-	for _, m := range msgs {
-		if n += proto.Size(m) + 5; n > sendAtOnceBytes {
+	for i, m := range msgs.msgs {
+		size := len(msgs.rawOf(i))
+		if size == 0 {
+			size = proto.Size(m)
+		}
+		if n += size + 5; n > sendAtOnceBytes {
 			return false
 		}
 	}
@@ -380,10 +441,21 @@ func sendsAtOnce(msgs []*extprocv3.ProcessingRequest) bool {
 }
 
 // send sends msgs on stream, until one fails; the failure shows in what
-// the stream then receives.
-func send(stream extprocv3.ExternalProcessor_ProcessClient, msgs []*extprocv3.ProcessingRequest) {
-	for _, m := range msgs {
-		if stream.Send(m) != nil {
+// the stream then receives. A message with the gateway's encoding goes as
+// a frame of those bytes (extproc.FrameCodec, the codec of the relay's
+// connections).
+func send(stream extprocv3.ExternalProcessor_ProcessClient, msgs outbound) {
+	var f extproc.RequestFrame
+	for i, m := range msgs.msgs {
+		var err error
+		if raw := msgs.rawOf(i); raw != nil {
+			// SendMsg encodes f before it returns: f serves every message.
+			f.ProcessingRequest, f.Raw = m, raw
+			err = stream.SendMsg(&f)
+		} else {
+			err = stream.Send(m)
+		}
+		if err != nil {
 			return
 		}
 	}

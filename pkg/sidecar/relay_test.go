@@ -1,20 +1,26 @@
 package sidecar
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
 )
 
 // TestForRemote checks that the copies forRemote makes keep every field
@@ -203,5 +209,67 @@ func TestForRemoteStripsCredentials(t *testing.T) {
 	assert.Equal(t, []string{"x-checksum"}, names(out[2].GetRequestTrailers().GetTrailers().GetHeaders()))
 	for i := range msgs {
 		assert.True(t, proto.Equal(before[i], msgs[i]), "the local EPP's message %d changed", i)
+	}
+}
+
+// TestRelaySendsTheGatewaysBytes checks that a body chunk the gateway sent
+// reaches an EPP as the same bytes, the local EPP and a remote one alike
+// (the sidecar changes no body chunk). The gateway encodes it as protobuf
+// allows but Go does not (end_of_stream before the body), so that a chunk
+// decoded and encoded again would differ.
+func TestRelaySendsTheGatewaysBytes(t *testing.T) {
+	local, remote, in := localAndRemoteEPPs(t)
+	in.Routes = []*gatewayv1.HTTPRoute{
+		sidecartest.Route("local", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/local")}, sidecartest.PoolRef("llm", nil))),
+		sidecartest.Route("remote", 0, nil, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/remote")}, sidecartest.ImportRef("llm", nil))),
+	}
+	h := startServer(t, in, &fakeState{})
+	conn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(extproc.FrameCodec{})))
+	require.NoError(t, err)
+	defer func() { _ = conn.Close() }()
+
+	var chunk []byte
+	chunk = protowire.AppendTag(chunk, 2, protowire.VarintType)
+	chunk = protowire.AppendVarint(chunk, 1)
+	chunk = protowire.AppendTag(chunk, 1, protowire.BytesType)
+	chunk = protowire.AppendBytes(chunk, chatBody)
+	var bodyFrame []byte
+	bodyFrame = protowire.AppendTag(bodyFrame, 4, protowire.BytesType)
+	bodyFrame = protowire.AppendBytes(bodyFrame, chunk)
+	decoded := extproc.NewRequestFrame()
+	require.NoError(t, proto.Unmarshal(bodyFrame, decoded.ProcessingRequest))
+	require.Equal(t, chatBody, decoded.GetRequestBody().GetBody(), "the chunk as encoded here")
+	canonical, err := proto.Marshal(decoded.ProcessingRequest)
+	require.NoError(t, err)
+	require.NotEqual(t, bodyFrame, canonical, "the chunk must differ from Go's own encoding")
+
+	for _, tt := range []struct {
+		path string
+		epp  *fakeEPP
+	}{
+		{path: "/local", epp: local},
+		{path: "/remote", epp: remote},
+	} {
+		t.Run(tt.path, func(t *testing.T) {
+			headers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+				Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+					{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte(tt.path)}, {Key: "content-type", RawValue: []byte("application/json")},
+				}},
+			}}}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			stream, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+			require.NoError(t, err)
+			require.NoError(t, stream.Send(headers))
+			require.NoError(t, stream.SendMsg(&extproc.RequestFrame{ProcessingRequest: decoded.ProcessingRequest, Raw: bodyFrame}))
+			first, err := stream.Recv()
+			require.NoError(t, err)
+			require.NotNil(t, first.GetRequestHeaders(), "the answer: %v", first)
+			require.NoError(t, stream.CloseSend())
+
+			frames := tt.epp.framesOf()
+			require.Len(t, frames, 2)
+			assert.Equal(t, bodyFrame, frames[1], "the body chunk reaches the EPP as the gateway's bytes")
+		})
 	}
 }

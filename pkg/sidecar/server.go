@@ -280,7 +280,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	t := s.obs.track(&d, start, s.explain)
 	failed := true
 	defer func() { t.finish(failed) }()
-	resps := s.deliver(ctx, req, rec.msgs, t)
+	resps := s.deliver(ctx, req, outbound{msgs: rec.msgs, raw: rec.raw}, t)
 	if ctx.Err() != nil {
 		t.abandon(nil)
 		return status.FromContextError(ctx.Err()).Err()

@@ -430,7 +430,7 @@ func TestRelayCollectsTheWholeAnswer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			assert.Equal(t, tt.wantShape, shapeOf(tt.msgs))
-			resps, _, err := r.relay(context.Background(), e.addr, tt.msgs, false, 0)
+			resps, _, err := r.relay(context.Background(), e.addr, outbound{msgs: tt.msgs}, false, 0)
 			require.NoError(t, err)
 			var kinds []string
 			for _, resp := range resps {
@@ -454,7 +454,7 @@ func TestRelayCollectsTheWholeAnswer(t *testing.T) {
 		addr := dead.Addr().String()
 		require.NoError(t, dead.Close())
 		start := time.Now()
-		_, _, err = r.relay(context.Background(), addr, []*extprocv3.ProcessingRequest{headers(true)}, false, 0)
+		_, _, err = r.relay(context.Background(), addr, outbound{msgs: []*extprocv3.ProcessingRequest{headers(true)}}, false, 0)
 		require.ErrorIs(t, err, errNoAnswer)
 		assert.Less(t, time.Since(start), 500*time.Millisecond)
 	})

@@ -86,6 +86,11 @@ func buildExport(cs ClusterSet, pool *poolv1.InferencePool, others []*Member, na
 	if draining, _ := Draining(pool.Annotations); draining && err == nil {
 		exp.Status.Conditions = append(exp.Status.Conditions, drainingCondition(cs.Local, pool.Namespace, pool.Name, generation))
 	}
+	if err == nil {
+		if c := poolSettings(cs.Local, pool.Annotations).condition(generation); c != nil {
+			exp.Status.Conditions = append(exp.Status.Conditions, *c)
+		}
+	}
 
 	if len(others) > 0 {
 		scope := exportScopeOf(pool.Annotations)

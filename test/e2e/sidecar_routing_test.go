@@ -314,6 +314,9 @@ func TestSidecarSplitsShedsWithdrawsAndFailsClosedAcrossTheClusterSet(t *testing
 			pools := clusterClients(t, name).mci.InferencePoolV1().InferencePools(s.ns)
 			p, err := pools.Get(ctx, "llm", metav1.GetOptions{})
 			require.NoError(t, err)
+			if p.Annotations == nil {
+				p.Annotations = map[string]string{}
+			}
 			p.Annotations[v1alpha1.ExportAnnotation] = v1alpha1.ExportScopeClusterSet
 			p.Annotations[v1alpha1.ExportSettingsAnnotation] = settings
 			_, err = pools.Update(ctx, p, metav1.UpdateOptions{})

@@ -38,3 +38,21 @@ func TestChartCreatesAReaderPerMember(t *testing.T) {
 	require.Error(t, err, "a name that is no cluster name is refused")
 	assert.Contains(t, stderr, "readers")
 }
+
+// The sidecar's region reaches its flag.
+func TestChartSetsTheSidecarsRegion(t *testing.T) {
+	var args []any
+	for _, o := range helmTemplate(t, "sidecar.localClusterRegion=eu-west-1") {
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "initContainers")
+		for _, c := range containers {
+			m, _ := c.(map[string]any)
+			if m["name"] == "mci-sidecar" {
+				args, _ = m["args"].([]any)
+			}
+		}
+	}
+	assert.Contains(t, args, "--local-cluster-region=eu-west-1")
+}

@@ -1,6 +1,7 @@
 package imports
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -142,7 +143,8 @@ func poolSettings(cluster string, annotations map[string]string) settingsVerdict
 func summarySettings(cluster string, entry inference.InferencePoolExportSummaryStatus, conditions []metav1.Condition) settingsVerdict {
 	for _, c := range conditions {
 		if c.Type == v1alpha1.ConditionExportSettingsAccepted && c.Status != metav1.ConditionTrue {
-			return settingsVerdict{problem: c.Message}
+			// An empty message would serve no condition at all.
+			return settingsVerdict{problem: cmp.Or(c.Message, fmt.Sprintf("cluster %s could not read its own export settings; its export is served with the default settings", cluster))}
 		}
 	}
 	if entry.ExportSettings == nil {

@@ -103,6 +103,7 @@ func TestSummarySettingsAreCheckedAgain(t *testing.T) {
 		{name: "valid settings are carried", settings: &inference.ExportSettings{Weight: 2, Region: "eu"}, want: &inference.ExportSettings{Weight: 2, Region: "eu"}},
 		{name: "a weight out of bounds is not served", settings: &inference.ExportSettings{Weight: 1 << 30}, wantProblem: "published export settings this server cannot read"},
 		{name: "a region that is no DNS label is not served", settings: &inference.ExportSettings{Weight: 1, Region: "eu/west"}, wantProblem: "cannot read"},
+		{name: "the exporter's verdict without a message still says so", conditions: []metav1.Condition{{Type: v1alpha1.ConditionExportSettingsAccepted, Status: metav1.ConditionFalse}}, wantProblem: "could not read its own export settings"},
 		{name: "the exporter's own verdict is passed on", conditions: []metav1.Condition{{Type: v1alpha1.ConditionExportSettingsAccepted, Status: metav1.ConditionFalse, Message: "cluster a: bad"}}, wantProblem: "cluster a: bad"},
 	}
 	for _, tc := range tests {

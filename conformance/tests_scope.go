@@ -3,7 +3,16 @@ package conformance
 // Export scoping: the proposal's open question "Should we introduce an
 // annotation to filter exporting to specific clusters in the ClusterSet?"
 // answered with mci's annotation, which names the members that may import
-// a pool.
+// a pool; and per-cluster export configuration, the exporter's weight,
+// region and tags carried to its importers.
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
 
 const (
 	reqScopeByName = "Proposal, Open Questions (Export scoping): an annotation on the exported InferencePool that limits which members " +
@@ -12,6 +21,14 @@ const (
 	// exportToAnnotation limits an export to the members it names or
 	// selects; its value is a JSON object with "clusters" and "selector".
 	exportToAnnotation = "mci.x-k8s.io/export-to"
+
+	reqExportSettings = "Proposal, Open Questions (per-cluster export configuration: weights, region, SLO tags): an exporter's " +
+		"mci.x-k8s.io/export-settings (weight, region, tags) reach importers on its status.clusters[] entry as exportSettings; " +
+		"settings that cannot be read leave the export served, without them, and the entry says so (ExportSettingsAccepted False, " +
+		"reason InvalidExportSettings)"
+	// exportSettingsAnnotation states the exporter's weight, region and
+	// tags: a JSON object with "weight", "region" and "tags".
+	exportSettingsAnnotation = "mci.x-k8s.io/export-settings"
 )
 
 func scopeTests() []Test {
@@ -20,7 +37,68 @@ func scopeTests() []Test {
 		Requirement: reqScopeByName,
 		Label:       Optional,
 		Run:         testScopeByName,
+	}, {
+		Name:        "an exporter's weight, region and tags reach importers, and unreadable ones leave the export served and say so",
+		Requirement: reqExportSettings,
+		Label:       Optional,
+		Run:         testExportSettings,
 	}}
+}
+
+func testExportSettings(t *T) {
+	cs := t.Clusters()
+	a, b := cs[0], cs[1]
+	f := newFixture(t)
+	f.createNamespace(a)
+	f.createNamespace(b)
+	f.createEPPService(a, "pool")
+	f.createPool(a, "pool", map[string]string{
+		exportAnnotation:         exportClusterSet,
+		exportSettingsAnnotation: `{"weight": 3, "region": "eu-west-1", "tags": {"slo": "gold"}}`,
+	})
+	want := map[string]any{"weight": int64(3), "region": "eu-west-1", "tags": map[string]any{"slo": "gold"}}
+	f.eventually(b.Name+"'s entry of "+a.Name+" carries its settings", f.clusterEntry(b, "pool", a.Name, func(entry map[string]any) (bool, string) {
+		got, _, _ := unstructured.NestedMap(entry, "exportSettings")
+		return reflect.DeepEqual(got, want), fmt.Sprintf("exportSettings %v, want %v", got, want)
+	}))
+
+	bad := `{"weight": 0, "region": "eu-west-1"}`
+	f.annotatePool(a, "pool", exportSettingsAnnotation, &bad)
+	f.eventually(b.Name+"'s entry of "+a.Name+" drops settings it cannot read and says so", f.clusterEntry(b, "pool", a.Name, func(entry map[string]any) (bool, string) {
+		got, found, _ := unstructured.NestedMap(entry, "exportSettings")
+		conditions, _, _ := unstructured.NestedSlice(entry, "conditions")
+		for _, rc := range conditions {
+			c, _ := rc.(map[string]any)
+			if c["type"] == "ExportSettingsAccepted" && c["status"] == "False" && c["reason"] == "InvalidExportSettings" && !found {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("exportSettings %v (present: %t), conditions %v", got, found, conditions)
+	}))
+	f.eventually(b.Name+" still imports the pool from "+a.Name, f.importWith(b, "pool", a.Name))
+}
+
+// clusterEntry holds when c's import name has a status.clusters[] entry
+// of cluster that ok accepts; it skips the test where imports have no
+// status.clusters (the upstream shape only).
+func (f *fixture) clusterEntry(c *Cluster, name, cluster string, ok func(entry map[string]any) (bool, string)) condition {
+	return func(ctx context.Context) (bool, string) {
+		imp, err := f.getImport(c, name)
+		if err != nil || imp == nil {
+			return false, fmt.Sprintf("%s's import %s/%s: %v (served: %t)", c.Name, f.ns, name, err, imp != nil)
+		}
+		clusters, found, _ := unstructured.NestedSlice(imp.Object, "status", "clusters")
+		if !found {
+			f.t.Skipf("the import has no status.clusters: this implementation serves the upstream shape only")
+		}
+		for _, rc := range clusters {
+			entry, _ := rc.(map[string]any)
+			if entry["name"] == cluster {
+				return ok(entry)
+			}
+		}
+		return false, fmt.Sprintf("%s's import %s/%s has no entry of %s", c.Name, f.ns, name, cluster)
+	}
 }
 
 func testScopeByName(t *T) {

@@ -30,6 +30,16 @@
 #                            the member's ServiceAccount the kubeconfig
 #                            authenticates as (default
 #                            mci-system/mci-member-reader)
+#   --reader-cluster NAME    the target's name in the ClusterSet: the
+#                            kubeconfig then authenticates as the member's
+#                            per-reader ServiceAccount
+#                            mci-system/mci-member-reader.NAME (the chart
+#                            creates one per name in
+#                            membership.memberReader.readers), by which the
+#                            member sends NAME only the exports whose
+#                            mci.x-k8s.io/export-to scope includes it; with
+#                            the shared mci-member-reader, scoped exports
+#                            reach no one (docs/api.md)
 #   --token-duration DUR     lifetime of its token (default 168h; the
 #                            member's apiserver may shorten it: the expiry it
 #                            granted is printed)
@@ -42,7 +52,7 @@ set -o errexit -o nounset -o pipefail
 
 usage() { sed -n '2,/^set -o/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2; exit 2; }
 
-context="" kubeconfig="" name="" service_account="mci-system/mci-member-reader" duration="168h"
+context="" kubeconfig="" name="" service_account="" reader_cluster="" duration="168h"
 target_context="" target_kubeconfig="" namespace="mci-system" dry_run=false
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -50,6 +60,7 @@ while [[ $# -gt 0 ]]; do
     --kubeconfig) kubeconfig="$2"; shift 2 ;;
     --cluster-name) name="$2"; shift 2 ;;
     --token-for-service-account) service_account="$2"; shift 2 ;;
+    --reader-cluster) reader_cluster="$2"; shift 2 ;;
     --token-duration) duration="$2"; shift 2 ;;
     --target-context) target_context="$2"; shift 2 ;;
     --target-kubeconfig) target_kubeconfig="$2"; shift 2 ;;
@@ -65,6 +76,18 @@ if [[ ! "${name}" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]]; then
   echo "cluster name ${name} is not a DNS label: pass --cluster-name" >&2
   exit 2
 fi
+if [[ -n "${reader_cluster}" ]]; then
+  if [[ -n "${service_account}" ]]; then
+    echo "--reader-cluster names the ServiceAccount already: leave out --token-for-service-account" >&2
+    exit 2
+  fi
+  if [[ ! "${reader_cluster}" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]]; then
+    echo "--reader-cluster ${reader_cluster} is not a DNS label" >&2
+    exit 2
+  fi
+  service_account="mci-system/mci-member-reader.${reader_cluster}"
+fi
+service_account="${service_account:-mci-system/mci-member-reader}"
 sa_namespace="${service_account%%/*}" sa_name="${service_account#*/}"
 if [[ "${sa_namespace}" == "${service_account}" || -z "${sa_namespace}" || -z "${sa_name}" ]]; then
   echo "--token-for-service-account wants NAMESPACE/NAME, got ${service_account}" >&2

@@ -35,6 +35,8 @@ func importedCluster(e exporter, counter endpointCounter, generation int64) (inf
 	if entry.EndpointPicker != nil {
 		ic.EndpointPicker = *entry.EndpointPicker
 	}
+	settings := e.settings(entry)
+	ic.ExportSettings = settings.settings
 	if u := e.member.Unreachable; u != nil && ready.reason != v1alpha1.ReasonInvalidExport {
 		// An unreachable member's last known EPP stays a candidate for
 		// sidecars; an invalid export never had one.
@@ -46,6 +48,9 @@ func importedCluster(e exporter, counter endpointCounter, generation int64) (inf
 		if c, ok := drainCondition(e.member, e.draining, m.Namespace, m.Name, generation); ok {
 			ic.Conditions = append(ic.Conditions, c)
 		}
+	}
+	if c := settings.condition(generation); c != nil {
+		ic.Conditions = append(ic.Conditions, *c)
 	}
 	return ic, ready
 }

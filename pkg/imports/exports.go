@@ -92,6 +92,11 @@ func buildExport(cs ClusterSet, pool *poolv1.InferencePool, others []*Member, na
 			exp.Status.Conditions = append(exp.Status.Conditions, c)
 		}
 	}
+	if err == nil {
+		if c := poolSettings(cs.Local, pool.Annotations).condition(generation); c != nil {
+			exp.Status.Conditions = append(exp.Status.Conditions, *c)
+		}
+	}
 
 	if len(others) > 0 {
 		scope := exportScopeOf(pool.Annotations)

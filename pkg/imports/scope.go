@@ -18,10 +18,9 @@ import (
 // labels its selector matches. The zero value (no annotation) is the
 // whole ClusterSet.
 //
-// The annotation is a JSON object so that per-cluster export settings can
-// join it later without a second syntax: a member's weight, region or
-// tags would be one more field, in entries that name clusters or select
-// them as this one does.
+// The annotation is a JSON object, as ExportSettingsAnnotation is; the
+// exporter's own settings are an annotation of their own because a bad
+// scope withdraws the export and bad settings do not (settings.go).
 type exportScope struct {
 	// limited: the annotation is present. A limited scope with no name and
 	// no selector cannot be written: parseExportScope refuses it.

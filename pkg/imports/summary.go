@@ -64,6 +64,11 @@ func buildSummary(cs ClusterSet, e exporter, counter endpointCounter) *inference
 	if e.draining {
 		entry.Conditions = append(entry.Conditions, drainingCondition(e.member.Name, e.pool.Namespace, e.pool.Name, generation))
 	}
+	settings := e.settings(entry)
+	entry.ExportSettings = settings.settings
+	if c := settings.condition(generation); c != nil {
+		entry.Conditions = append(entry.Conditions, *c)
+	}
 	return &inference.InferencePoolExportSummary{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:         e.pool.Namespace,

@@ -54,6 +54,9 @@ func (b *builder) backend(r *gatewayv1.HTTPRoute, ri, bi int, ref gatewayv1.Back
 		}
 	}
 
+	ra.regions.restrict(be, func(format string, args ...any) {
+		b.report("HTTPRoute", r.Namespace, r.Name, ReasonNoClustersInRegions, "rule %d backendRef %d: "+format, append([]any{ri, bi}, args...)...)
+	})
 	be.Policy = b.backendPolicy(ra.policy, string(be.Kind), obj)
 
 	be.wrr = newClusterRotation(r.Namespace+"/"+r.Name+"#"+strconv.Itoa(ri)+"/"+strconv.Itoa(bi), be.Clusters)
@@ -108,9 +111,8 @@ func (b *builder) fillImportBackend(be *Backend, key types.NamespacedName, ra ro
 	}
 	for _, c := range b.remoteClusters(imp) {
 		c := *c
-		c.Weight = 1
 		if w, ok := ra.weights[c.Name]; ok {
-			c.Weight = w
+			c.Weight *= w
 		}
 		be.Clusters = append(be.Clusters, &c)
 	}

@@ -39,6 +39,10 @@ type Inputs struct {
 
 	// LocalCluster names this cluster; DefaultLocalCluster when empty.
 	LocalCluster string
+	// LocalRegion is this cluster's region, for ClusterRegionsAnnotation;
+	// "" when unknown, and then local pools are outside every
+	// restriction.
+	LocalRegion string
 	// DefaultPolicy applies where no annotation chooses one; HealthBased
 	// when it has no Name.
 	DefaultPolicy routingpolicy.Config
@@ -76,6 +80,7 @@ const (
 	ReasonUnsupportedValue       = "UnsupportedValue"
 	ReasonInvalidAnnotation      = "InvalidAnnotation"
 	ReasonNoReadyClusters        = "NoReadyClusters"
+	ReasonNoClustersInRegions    = "NoClustersInRegions"
 	ReasonClusterUnreachable     = "ClusterUnreachable"
 	ReasonInvalidImportedCluster = "InvalidImportedCluster"
 	ReasonInvalidEndpointPicker  = "InvalidEndpointPicker"
@@ -240,6 +245,7 @@ type routeAnnotations struct {
 	policy      routingpolicy.Config
 	weights     map[string]int64
 	failureMode poolv1.EndpointPickerFailureMode
+	regions     *Regions
 }
 
 func (b *builder) annotations(r *gatewayv1.HTTPRoute) routeAnnotations {
@@ -255,6 +261,7 @@ func (b *builder) annotations(r *gatewayv1.HTTPRoute) routeAnnotations {
 		}
 		ra.weights = w
 	}
+	ra.regions = b.routeRegions(r.Annotations, report)
 	if v, ok := r.Annotations[FailureModeAnnotation]; ok {
 		switch fm := poolv1.EndpointPickerFailureMode(v); fm {
 		case poolv1.FailOpen, poolv1.FailClose:

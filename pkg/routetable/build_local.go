@@ -116,6 +116,7 @@ func (b *builder) localCluster(p *poolv1.InferencePool, ref poolv1.EndpointPicke
 		Mode:   v1alpha1.RoutingModeEndpoint,
 		EPP:    net.JoinHostPort(addr, strconv.Itoa(int(ports.ExtProc))),
 		Weight: 1,
+		Region: b.in.LocalRegion,
 		Local:  true,
 		// ServiceAddresses falls back to the ExternalName last.
 		ExternalName: svc.Spec.Type == corev1.ServiceTypeExternalName || (svc.Spec.ExternalName != "" && addr == svc.Spec.ExternalName),

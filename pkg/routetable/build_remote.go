@@ -61,7 +61,8 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 			stale = true
 			report(ReasonClusterUnreachable, "cluster %q is unreachable from mci-apiserver or rejects its credentials (%s); its last known EPP stays a candidate after every reachable cluster", ic.Name, ready.Message)
 		}
-		c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: 1, Stale: stale,
+		weight, region := exportSettings(ic)
+		c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: weight, Region: region, Stale: stale,
 			Draining: meta.IsStatusConditionTrue(ic.Conditions, v1alpha1.ConditionDraining)}
 		switch c.Mode {
 		case v1alpha1.RoutingModeEndpoint:

@@ -208,9 +208,9 @@ func (b *builder) shimClusters(be *Backend, key types.NamespacedName, lr localRe
 		weights = lr.weights
 	}
 	weigh := func(c *Cluster) *Cluster {
-		c.Weight = 1
+		// c weighs what its exporter states (1 for the local pool).
 		if w, ok := weights[c.Name]; ok {
-			c.Weight = w
+			c.Weight *= w
 		}
 		return c
 	}

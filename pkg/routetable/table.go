@@ -107,8 +107,14 @@ type Cluster struct {
 	// for a local pool and in ParentMode.
 	Published eppanswer.Published
 	// Weight is the cluster's weight for the Weighted and HealthBased
-	// policies.
+	// policies and the weight scorer: the route's weight of the cluster
+	// (ClusterWeightsAnnotation, 1 when it gives none) times the weight
+	// its exporter states (the import's exportSettings, 1 when none).
 	Weight int64
+	// Region is the cluster's region: its exporter's statement (the
+	// import's exportSettings), or the sidecar's own for the local
+	// cluster; "" when unknown. ClusterRegionsAnnotation filters by it.
+	Region string
 	// Local is true for the local InferencePool.
 	Local bool
 	// Unverified is true for another cluster's EPP whose ext_proc is
@@ -153,6 +159,11 @@ type Backend struct {
 	Local *Cluster
 	// FailureMode says what happens when no cluster answers.
 	FailureMode poolv1.EndpointPickerFailureMode
+	// Regions, when not nil, is the route's hard locality filter
+	// (ClusterRegionsAnnotation): Clusters and Local hold only clusters
+	// of its regions, and the request never goes on without a
+	// destination (FailOpen stops at the clusters left).
+	Regions *Regions
 	// Shim is true for an InferencePool whose EPP is the sidecar itself:
 	// its Clusters are the pool's real local EPP (also Local), if it has
 	// one, then the clusters of the import of the same namespace/name.

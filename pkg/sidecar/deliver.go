@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
@@ -46,6 +47,11 @@ func (s *Server) deliver(ctx context.Context, req *extproc.Request, msgs outboun
 		return []*extprocv3.ProcessingResponse{extproc.ErrorResponse(http.StatusServiceUnavailable, fmt.Sprintf(format, args...))}
 	}
 	switch {
+	case d.failOpen && d.backend.Regions != nil:
+		// FailOpen has tried the clusters the policy left out; going on
+		// without a destination would let the gateway pick a pool the
+		// route's locality filter rules out.
+		return fail("%s: no cluster's EPP answered (tried %v), and its route's locality filter (%s) lets the request go nowhere else", d.backend, t.tried, strings.Join(d.backend.Regions.Allowed, ", "))
 	case d.failOpen:
 		// Nothing can pick an endpoint: let the request go on unchanged,
 		// without a destination, to whatever the gateway does on its own

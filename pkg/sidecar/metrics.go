@@ -36,6 +36,10 @@ const (
 	OutcomeInvalidBackend = "invalid_backend"
 	// OutcomeUnavailable: no cluster could take the request (503).
 	OutcomeUnavailable = "unavailable"
+	// OutcomeOutsideRegions: the route's locality filter
+	// (routetable.ClusterRegionsAnnotation) left the backend no cluster
+	// (503).
+	OutcomeOutsideRegions = "outside_regions"
 	// OutcomeFailOpen: no cluster could take the request and FailOpen let it
 	// continue without a destination.
 	OutcomeFailOpen = "fail_open"

@@ -43,7 +43,9 @@ type Clients struct {
 
 // WatchConfig is what the table is built with besides the cluster's objects.
 type WatchConfig struct {
-	LocalCluster  string
+	LocalCluster string
+	// LocalRegion is this cluster's region (Inputs.LocalRegion).
+	LocalRegion   string
 	DefaultPolicy routingpolicy.Config
 	// DefaultTransport is the mode of each EPP port that nothing else
 	// decides (see Inputs.DefaultTransport).
@@ -221,7 +223,7 @@ func (w *Watcher) handle(informers map[objectKind]cache.SharedIndexInformer) ([]
 func (w *Watcher) build(ctx context.Context, informers map[objectKind]cache.SharedIndexInformer) {
 	logger := klog.FromContext(ctx)
 	inc := routetable.NewIncremental(routetable.Inputs{
-		LocalCluster: w.cfg.LocalCluster, DefaultPolicy: w.cfg.DefaultPolicy, DefaultTransport: w.cfg.DefaultTransport, ServedGateways: w.cfg.Gateways,
+		LocalCluster: w.cfg.LocalCluster, LocalRegion: w.cfg.LocalRegion, DefaultPolicy: w.cfg.DefaultPolicy, DefaultTransport: w.cfg.DefaultTransport, ServedGateways: w.cfg.Gateways,
 		EndpointPickerServices: w.cfg.EndpointPickerServices, RemoteEndpointPickers: w.cfg.RemoteEndpointPickers,
 	})
 	var lastErrs []string

@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	apiuser "k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/mci-dev/mci/pkg/clusterset"
+	"github.com/mci-dev/mci/pkg/registry/inference/inferencepoolexportsummary"
 	"github.com/mci-dev/mci/test/localclusterset"
 )
 
@@ -348,6 +350,23 @@ func TestSecurityCreateMemberSecretScript(t *testing.T) {
 		assert.NoError(t, err, "the member reader may list services")
 		_, err = kube.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1})
 		assert.Error(t, err, "the member reader may not list secrets")
+	})
+
+	t.Run("--reader-cluster mints the token of the reader's own ServiceAccount, which names it as a member", func(t *testing.T) {
+		memberReaderToken(t, ctx, c, inferencepoolexportsummary.MemberServiceAccountPrefix+"cluster-b", t) // what the chart's memberReader.readers creates
+		out, _ := script("--reader-cluster", "cluster-b", "--dry-run")
+		var secret corev1.Secret
+		require.NoError(t, utilyaml.Unmarshal([]byte(out), &secret))
+		user, _, token := connect(t, &secret)
+		assert.Equal(t, "system:serviceaccount:"+localclusterset.MCIAPIServerNamespace+":mci-member-reader.cluster-b", user)
+		member, ok := inferencepoolexportsummary.ReaderMember(&apiuser.DefaultInfo{Name: user})
+		assert.True(t, ok)
+		assert.Equal(t, "cluster-b", member, "cluster-c's summary stream knows the reader as cluster-b")
+		neverOnACommandLine(t, token)
+
+		_, stderr, err := run(kc.Kubeconfig, "--reader-cluster", "cluster-b", "--token-for-service-account", "mci-system/other", "--dry-run")
+		require.Error(t, err)
+		assert.Contains(t, stderr, "leave out --token-for-service-account")
 	})
 
 	t.Run("a context that skips TLS verification is refused", func(t *testing.T) {

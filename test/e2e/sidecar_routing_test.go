@@ -301,6 +301,56 @@ func TestSidecarSplitsShedsWithdrawsAndFailsClosedAcrossTheClusterSet(t *testing
 			return code == http.StatusServiceUnavailable
 		})
 	})
+
+	t.Run("a region-restricted route never reaches a cluster outside its regions, even with every cluster inside down", func(t *testing.T) {
+		ctx := t.Context()
+		// cluster-a (its EPP down) states eu-west-1; cluster-c, exported
+		// again, states us-east-1 and a weight that would take nearly
+		// every request.
+		for name, settings := range map[string]string{
+			"cluster-a": `{"region": "eu-west-1"}`,
+			"cluster-c": `{"region": "us-east-1", "weight": 1000}`,
+		} {
+			pools := clusterClients(t, name).mci.InferencePoolV1().InferencePools(s.ns)
+			p, err := pools.Get(ctx, "llm", metav1.GetOptions{})
+			require.NoError(t, err)
+			if p.Annotations == nil {
+				p.Annotations = map[string]string{}
+			}
+			p.Annotations[v1alpha1.ExportAnnotation] = v1alpha1.ExportScopeClusterSet
+			p.Annotations[v1alpha1.ExportSettingsAnnotation] = settings
+			_, err = pools.Update(ctx, p, metav1.UpdateOptions{})
+			require.NoError(t, err)
+		}
+		restricted := func(regions string) map[string]string {
+			return map[string]string{
+				routetable.PolicyAnnotation:         routingpolicy.Weighted,
+				routetable.FailureModeAnnotation:    "FailOpen",
+				routetable.ClusterRegionsAnnotation: regions,
+			}
+		}
+		s.annotateRoute(t, restricted("us-east-1"))
+		s.settle(t, 30*time.Second, 30, "restricted to us-east-1: cluster-c serves", func(code int, instance string) bool {
+			return code == http.StatusOK && instance == simC
+		})
+
+		s.annotateRoute(t, restricted("eu-west-1"))
+		s.settle(t, 30*time.Second, 30, "restricted to eu-west-1, whose only cluster is down: 503", func(code int, _ string) bool {
+			return code == http.StatusServiceUnavailable
+		})
+		got := s.spread(t, 100)
+		assert.Equal(t, map[string]int{"HTTP 503": 100}, got, "no request leaves eu-west-1 for the live cluster-c, FailOpen or not")
+
+		s.annotateRoute(t, restricted("ap-south-1"))
+		s.expectProblem(t, routetable.ReasonNoClustersInRegions, "cluster-c (us-east-1)")
+		s.settle(t, 30*time.Second, 10, "restricted to a region of no cluster: 503", func(code int, _ string) bool {
+			return code == http.StatusServiceUnavailable
+		})
+		code, _, body := s.send(t)
+		assert.Equal(t, http.StatusServiceUnavailable, code)
+		assert.Contains(t, body, "no cluster in region(s) ap-south-1", "the 503 says why")
+		s.expectMetric(t, `mci_sidecar_requests_total{cluster="",code="503",outcome="outside_regions"}`, 11)
+	})
 }
 
 func TestSidecarAsAnEPPShimMakesAGatewayMultiCluster(t *testing.T) {

@@ -59,6 +59,7 @@ type Options struct {
 	MetricsEndpointAuth bool
 
 	LocalClusterName        string
+	LocalClusterRegion      string
 	DefaultClusterPolicy    string
 	Gateways                []string
 	EndpointPickerServices  []string
@@ -174,6 +175,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.StringVar(&o.ExtProcTLS, "ext-proc-tls", o.ExtProcTLS, "What the ext_proc ports serve when --tls-cert-file is not set: self-signed-or-plaintext (TLS with a certificate generated at start to clients that open with a TLS handshake, plaintext to the others, on the same port), self-signed (TLS only), plaintext, or auto: self-signed-or-plaintext when --endpoint-picker-service is set (an EPP shim, which gateways reach as they reach upstream EPPs: TLS without verifying the certificate), else plaintext (Envoy's ext_proc server, as artifacts/envoy configures it). With --tls-cert-file, leave it auto: that certificate is served on every port. The gRPC health and metrics ports stay plaintext but with --tls-cert-file.")
 	fs.StringVar(&o.ExtProcBindAddress, "ext-proc-bind-address", o.ExtProcBindAddress, "IP address the main ext_proc port (--grpc-port) listens on. Default: 127.0.0.1 (::1 for --bind-address ::) when --bind-address is every address, as Envoy in the sidecar's pod calls it on loopback and nothing else should; --bind-address when it names one address, or in EPP shim mode (--endpoint-picker-service), where gateways reach the sidecar through its Service.")
 	fs.BoolVar(&o.MetricsEndpointAuth, "metrics-endpoint-auth", o.MetricsEndpointAuth, "Serve /metrics only to bearer tokens, as mci-epp --metrics-endpoint-auth and upstream EPPs do: the cluster authenticates the token (TokenReview) and authorizes get on the non-resource URL /metrics (SubjectAccessReview); the sidecar's identity needs create on tokenreviews and subjectaccessreviews. Without a token 401, with a token not allowed 403. Set false only where nothing but trusted scrapers reach the metrics port.")
+	fs.StringVar(&o.LocalClusterRegion, "local-cluster-region", o.LocalClusterRegion, "Region of this cluster (a DNS label), as its exporters state theirs with "+v1alpha1.ExportSettingsAnnotation+": a route's "+routetable.ClusterRegionsAnnotation+" annotation allows local InferencePools only when it lists this region. Default: none, and then such routes never use local pools.")
 	fs.StringVar(&o.LocalClusterName, "local-cluster-name", o.LocalClusterName, "Name of this cluster in the ClusterSet: the cluster of local InferencePools (LocalFirst, metrics labels). Default: "+routetable.DefaultLocalCluster+".")
 	fs.StringVar(&o.DefaultClusterPolicy, "default-cluster-policy", o.DefaultClusterPolicy, "Cluster policy where no annotation chooses one: Weighted, HealthBased, MetricsBased, LocalFirst, PrefixAffinity, HubReference, or a configuration of the scoring pipeline written inline as in the annotation (\"prefix-cache=3,session=2,in-flight=1,pick=max-score\"; scorers prefix-cache, session, latency, errors, in-flight, queue, kv-cache, weight; pick max-score, two-choices, round-robin, chain; filters=health+ready+weight+model+saturation+local-first; affinity-margin=<requests per ready pod>|off; queue-margin=<waiting requests per server>|off; home-bound=<times the average load>|off).")
 	fs.StringSliceVar(&o.Gateways, "gateway", o.Gateways, "namespace/name of the Gateway this sidecar serves; only the HTTPRoutes its listeners accept are routed (Gateway API's allowedRoutes namespaces and kinds, parentRef sectionName and port, listener hostnames; the sidecar reads that Gateway and the Namespaces' labels). Repeatable. Default: every HTTPRoute, whatever its parentRefs. Cross-namespace backendRefs need a ReferenceGrant either way.")
@@ -226,6 +228,11 @@ func (o *Options) Validate() error {
 	}
 	if _, err := routingpolicy.Parse(o.DefaultClusterPolicy); err != nil {
 		errs = append(errs, fmt.Errorf("--default-cluster-policy: cluster policy: %w", err))
+	}
+	if o.LocalClusterRegion != "" {
+		if msgs := validation.IsDNS1123Label(o.LocalClusterRegion); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--local-cluster-region %q is not a DNS label: %s", o.LocalClusterRegion, strings.Join(msgs, "; ")))
+		}
 	}
 	if _, err := o.gateways(); err != nil {
 		errs = append(errs, err)
@@ -401,6 +408,7 @@ func (o *Options) Config() (sidecar.Config, error) {
 		SecretNamespaces:   o.SecretNamespaces,
 		Watch: sidecar.WatchConfig{
 			LocalCluster:           o.LocalClusterName,
+			LocalRegion:            o.LocalClusterRegion,
 			DefaultPolicy:          policy,
 			DefaultTransport:       transport,
 			RemoteEndpointPickers:  routetable.RemoteEndpointPickers{RequireVerified: true, Insecure: o.InsecureRemoteEPPs},

@@ -26,7 +26,10 @@ type InferencePoolExportSummaryStatus struct {
 	// EndpointAddresses are the addresses of the pool's endpoints, in
 	// EndpointMode (pkg/publishedaddrs).
 	EndpointAddresses []string
-	Conditions        []metav1.Condition
+	// ExportSettings are the exporter's stated settings; nil for none
+	// (or unreadable ones: the defaults apply).
+	ExportSettings *ExportSettings
+	Conditions     []metav1.Condition
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

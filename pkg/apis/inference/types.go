@@ -36,6 +36,14 @@ type InferencePoolImportStatus struct {
 	ObservedGeneration int64
 }
 
+// ExportSettings are what an exporting cluster states of itself for its
+// importers (weight 1 to 1000, region, tags).
+type ExportSettings struct {
+	Weight int32
+	Region string
+	Tags   map[string]string
+}
+
 // ImportedCluster is one exporting cluster behind an import.
 type ImportedCluster struct {
 	Name             string
@@ -46,7 +54,10 @@ type ImportedCluster struct {
 	// EndpointAddresses are the addresses of the pool's endpoints, in
 	// EndpointMode (pkg/publishedaddrs).
 	EndpointAddresses []string
-	Conditions        []metav1.Condition
+	// ExportSettings are the exporter's stated settings; nil for none
+	// (or unreadable ones: the defaults apply).
+	ExportSettings *ExportSettings
+	Conditions     []metav1.Condition
 }
 
 // EndpointPickerImport says how to reach the exporting cluster's EPP.

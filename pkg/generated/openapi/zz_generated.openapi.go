@@ -38,6 +38,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.CACertificateRef{}.OpenAPIModelName():                 schema_pkg_apis_inference_v1alpha1_CACertificateRef(ref),
 		v1alpha1.EndpointPickerImport{}.OpenAPIModelName():             schema_pkg_apis_inference_v1alpha1_EndpointPickerImport(ref),
 		v1alpha1.EndpointTransport{}.OpenAPIModelName():                schema_pkg_apis_inference_v1alpha1_EndpointTransport(ref),
+		v1alpha1.ExportSettings{}.OpenAPIModelName():                   schema_pkg_apis_inference_v1alpha1_ExportSettings(ref),
 		v1alpha1.ExportTargetCluster{}.OpenAPIModelName():              schema_pkg_apis_inference_v1alpha1_ExportTargetCluster(ref),
 		v1alpha1.ExportingCluster{}.OpenAPIModelName():                 schema_pkg_apis_inference_v1alpha1_ExportingCluster(ref),
 		v1alpha1.HealthEndpoint{}.OpenAPIModelName():                   schema_pkg_apis_inference_v1alpha1_HealthEndpoint(ref),
@@ -574,6 +575,50 @@ func schema_pkg_apis_inference_v1alpha1_EndpointTransport(ref common.ReferenceCa
 	}
 }
 
+func schema_pkg_apis_inference_v1alpha1_ExportSettings(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ExportSettings are what an exporting cluster states of itself for its importers: settings that cluster policies and weighted picks use.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"weight": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Weight multiplies the cluster's weight in importing gateways' weighted picks and weight scores: 1 to 1000.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"region": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Region is the exporting cluster's region (a DNS label, such as eu-west-1); importing routes may restrict a backend to clusters of some regions.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"tags": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Tags are free-form settings (SLO class, tier): at most 16, keys and values written as label keys and values.",
+							Type:        []string{"object"},
+							AdditionalProperties: &spec.SchemaOrBool{
+								Allows: true,
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"weight"},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_inference_v1alpha1_ExportTargetCluster(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -836,6 +881,12 @@ func schema_pkg_apis_inference_v1alpha1_ImportedCluster(ref common.ReferenceCall
 							},
 						},
 					},
+					"exportSettings": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ExportSettings are what the exporting cluster states of itself for its importers (the pool's mci.x-k8s.io/export-settings annotation): unset when it states none, or settings that cannot be read (then condition ExportSettingsAccepted is False and the defaults apply: weight 1, no region, no tags).",
+							Ref:         ref(v1alpha1.ExportSettings{}.OpenAPIModelName()),
+						},
+					},
 					"conditions": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{
@@ -862,7 +913,7 @@ func schema_pkg_apis_inference_v1alpha1_ImportedCluster(ref common.ReferenceCall
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.EndpointPickerImport{}.OpenAPIModelName(), v1alpha1.ParentImport{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
+			v1alpha1.EndpointPickerImport{}.OpenAPIModelName(), v1alpha1.ExportSettings{}.OpenAPIModelName(), v1alpha1.ParentImport{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
 	}
 }
 
@@ -1325,6 +1376,12 @@ func schema_pkg_apis_inference_v1alpha1_InferencePoolExportSummaryStatus(ref com
 							},
 						},
 					},
+					"exportSettings": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ExportSettings are what the exporting cluster states of itself for its importers (the pool's mci.x-k8s.io/export-settings annotation): unset when it states none, or settings that cannot be read (then condition ExportSettingsAccepted is False and the defaults apply: weight 1, no region, no tags).",
+							Ref:         ref(v1alpha1.ExportSettings{}.OpenAPIModelName()),
+						},
+					},
 					"conditions": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{
@@ -1351,7 +1408,7 @@ func schema_pkg_apis_inference_v1alpha1_InferencePoolExportSummaryStatus(ref com
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.EndpointPickerImport{}.OpenAPIModelName(), v1alpha1.ParentImport{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
+			v1alpha1.EndpointPickerImport{}.OpenAPIModelName(), v1alpha1.ExportSettings{}.OpenAPIModelName(), v1alpha1.ParentImport{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
 	}
 }
 

@@ -56,6 +56,14 @@ type InferencePoolExportSummaryStatus struct {
 	// +listType=atomic
 	EndpointAddresses []string `json:"endpointAddresses,omitempty"`
 
+	// ExportSettings are what the exporting cluster states of itself for
+	// its importers (the pool's mci.x-k8s.io/export-settings annotation):
+	// unset when it states none, or settings that cannot be read (then
+	// condition ExportSettingsAccepted is False and the defaults apply:
+	// weight 1, no region, no tags).
+	// +optional
+	ExportSettings *ExportSettings `json:"exportSettings,omitempty"`
+
 	// Conditions: Ready says whether the EPP (or a parent) can take
 	// traffic, as the exporting cluster sees it.
 	// +optional

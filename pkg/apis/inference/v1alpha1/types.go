@@ -22,6 +22,14 @@ const (
 	// the whole ClusterSet; a value that does not parse makes the export
 	// invalid.
 	ExportToAnnotation = "mci.x-k8s.io/export-to"
+	// ExportSettingsAnnotation on an exported InferencePool states what
+	// the exporting cluster asks its importers to know of it: a JSON
+	// object with "weight" (1 to 1000, 1 when absent), "region" (a DNS
+	// label) and "tags" (label-like keys and values), carried on the
+	// import's status.clusters[] entry of that cluster as exportSettings.
+	// A value that does not parse leaves the export served with the
+	// defaults, and says so (ConditionExportSettingsAccepted).
+	ExportSettingsAnnotation = "mci.x-k8s.io/export-settings"
 	// ExportScopeClusterSet exports a pool to every member of the ClusterSet.
 	ExportScopeClusterSet = "ClusterSet"
 	// EndpointPickerSecretAnnotation on an InferencePool says that its EPP
@@ -105,6 +113,16 @@ const (
 	// ReasonMemberDrainRequested: the Secret or ClusterProfile that names
 	// the exporting member asks that all of its cluster be drained.
 	ReasonMemberDrainRequested = "MemberDrainRequested"
+	// ConditionExportSettingsAccepted is False, reason
+	// ReasonInvalidExportSettings, on an export whose
+	// ExportSettingsAnnotation cannot be read: in the InferencePoolExport's
+	// conditions and in the import's status.clusters[] entry of that
+	// cluster, which is served with the default settings (no
+	// exportSettings). Present only then, so that exports that state no
+	// settings, or valid ones, are served as before.
+	ConditionExportSettingsAccepted = "ExportSettingsAccepted"
+	// ReasonInvalidExportSettings: see ConditionExportSettingsAccepted.
+	ReasonInvalidExportSettings = "InvalidExportSettings"
 
 	ReasonAccepted               = "Accepted"
 	ReasonReady                  = "Ready"
@@ -203,6 +221,25 @@ type InferencePoolImportStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
+// ExportSettings are what an exporting cluster states of itself for its
+// importers: settings that cluster policies and weighted picks use.
+type ExportSettings struct {
+	// Weight multiplies the cluster's weight in importing gateways'
+	// weighted picks and weight scores: 1 to 1000.
+	Weight int32 `json:"weight"`
+
+	// Region is the exporting cluster's region (a DNS label, such as
+	// eu-west-1); importing routes may restrict a backend to clusters of
+	// some regions.
+	// +optional
+	Region string `json:"region,omitempty"`
+
+	// Tags are free-form settings (SLO class, tier): at most 16, keys and
+	// values written as label keys and values.
+	// +optional
+	Tags map[string]string `json:"tags,omitempty"`
+}
+
 // ImportedCluster is one exporting cluster behind an import.
 type ImportedCluster struct {
 	// Name of the exporting cluster, unique within the list.
@@ -237,6 +274,14 @@ type ImportedCluster struct {
 	// +optional
 	// +listType=atomic
 	EndpointAddresses []string `json:"endpointAddresses,omitempty"`
+
+	// ExportSettings are what the exporting cluster states of itself for
+	// its importers (the pool's mci.x-k8s.io/export-settings annotation):
+	// unset when it states none, or settings that cannot be read (then
+	// condition ExportSettingsAccepted is False and the defaults apply:
+	// weight 1, no region, no tags).
+	// +optional
+	ExportSettings *ExportSettings `json:"exportSettings,omitempty"`
 
 	// Conditions for this cluster: Ready says whether its EPP (or a parent)
 	// can take traffic.

@@ -42,6 +42,11 @@ func (in EndpointTransport) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ExportSettings) OpenAPIModelName() string {
+	return "io.x-k8s.networking.inference.v1alpha1.ExportSettings"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ExportTargetCluster) OpenAPIModelName() string {
 	return "io.x-k8s.networking.inference.v1alpha1.ExportTargetCluster"
 }

@@ -3,11 +3,15 @@ package inferencepoolexportsummary
 import (
 	"context"
 	"strings"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
@@ -35,8 +39,23 @@ const (
 // is: whoever holds the identity is that member, as whoever holds a
 // member Secret's kubeconfig is.
 func ReaderMember(u user.Info) (string, bool) {
+	name, reason := readerMember(u)
+	return name, reason == ""
+}
+
+// Why a reader names no member: the reason label of
+// mci_apiserver_summary_reader_unidentified_total.
+const (
+	unidentifiedNoMember    = "no_member"
+	unidentifiedTwoMembers  = "several_members"
+	unidentifiedInvalidName = "invalid_member_name"
+)
+
+// readerMember is ReaderMember, with why it names no member ("" when it
+// names one).
+func readerMember(u user.Info) (string, string) {
 	if u == nil {
-		return "", false
+		return "", unidentifiedNoMember
 	}
 	var names []string
 	for _, g := range u.GetGroups() {
@@ -50,17 +69,54 @@ func ReaderMember(u user.Info) (string, bool) {
 		}
 	}
 	if len(names) == 0 {
-		return "", false
+		return "", unidentifiedNoMember
 	}
 	for _, n := range names[1:] {
 		if n != names[0] {
-			return "", false
+			return "", unidentifiedTwoMembers
 		}
 	}
 	if len(validation.IsDNS1123Subdomain(names[0])) > 0 {
-		return "", false
+		return "", unidentifiedInvalidName
 	}
-	return names[0], true
+	return names[0], ""
+}
+
+var unidentifiedReaders = metrics.NewCounterVec(&metrics.CounterOpts{
+	Name: "mci_apiserver_summary_reader_unidentified_total",
+	Help: "Requests for InferencePoolExportSummaries (list, get, watch) whose reader's identity names no member of the ClusterSet, by reason: " +
+		"no_member (neither a group " + MemberGroupPrefix + "<cluster> nor a ServiceAccount " + MemberServiceAccountPrefix + "<cluster>), " +
+		"several_members (it names two), invalid_member_name (the name is no cluster name). Such a reader is sent the exports that are not scoped only; " +
+		"each change of the identity is also one log line.",
+	StabilityLevel: metrics.ALPHA,
+}, []string{"reason"})
+
+func init() {
+	legacyregistry.MustRegister(unidentifiedReaders)
+}
+
+// unidentifiedLog logs a reader that names no member once per change of
+// its identity and reason, rather than once per request.
+type unidentifiedLog struct {
+	mu   sync.Mutex
+	last string
+}
+
+func (l *unidentifiedLog) note(ctx context.Context, u user.Info, reason string) {
+	unidentifiedReaders.WithLabelValues(reason).Inc()
+	who := ""
+	if u != nil {
+		who = u.GetName()
+	}
+	key := who + "\x00" + reason
+	l.mu.Lock()
+	changed := l.last != key
+	l.last = key
+	l.mu.Unlock()
+	if changed {
+		klog.FromContext(ctx).Info("A reader of the export summaries names no member of the ClusterSet; it is sent the exports that are not scoped only (counted in mci_apiserver_summary_reader_unidentified_total; logged again when another such reader comes)",
+			"user", who, "reason", reason, "memberGroupPrefix", MemberGroupPrefix, "memberServiceAccountPrefix", MemberServiceAccountPrefix)
+	}
 }
 
 // MemberLabels gives the labels this cluster's membership knows a member
@@ -78,12 +134,16 @@ type MemberLabels interface {
 // comes to include it an ADDED one), 404 to a GET. A reader that names no
 // member gets the exports that are not scoped only.
 func Visibility(members MemberLabels) func(ctx context.Context) func(virtual.Object) bool {
+	var log unidentifiedLog
 	return func(ctx context.Context) func(virtual.Object) bool {
 		u, _ := genericapirequest.UserFrom(ctx)
-		name, identified := ReaderMember(u)
+		name, reason := readerMember(u)
+		identified := reason == ""
 		var memberLabels map[string]string
 		if identified {
 			memberLabels = members.MemberLabels(name)
+		} else {
+			log.note(ctx, u, reason)
 		}
 		return func(o virtual.Object) bool {
 			s, ok := o.(*inference.InferencePoolExportSummary)

@@ -1,12 +1,18 @@
 package inferencepoolexportsummary
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 
 	"github.com/mci-dev/mci/pkg/apis/inference"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
@@ -81,4 +87,33 @@ func TestSummariesAreSentToTheMembersInTheirScope(t *testing.T) {
 			assert.Equal(t, tc.nobody, nobody(s), "a reader that is no member")
 		})
 	}
+}
+
+// A reader that names no member is counted on every request, by reason,
+// and logged once per change of who it is.
+func TestUnidentifiedReadersAreCountedAndLoggedOncePerChange(t *testing.T) {
+	var logged bytes.Buffer
+	ctx := klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&logged))))
+	visible := Visibility(labelsOf{})
+	before := map[string]float64{}
+	for _, r := range []string{unidentifiedNoMember, unidentifiedTwoMembers, unidentifiedInvalidName} {
+		before[r] = counter(t, r)
+	}
+	alice := &user.DefaultInfo{Name: "alice"}
+	two := &user.DefaultInfo{Name: "system:serviceaccount:mci-system:mci-member-reader.cluster-c", Groups: []string{"mci.x-k8s.io:member:cluster-b"}}
+	member := &user.DefaultInfo{Groups: []string{"mci.x-k8s.io:member:cluster-b"}}
+	for _, u := range []user.Info{alice, alice, alice, member, two, two, alice} {
+		visible(genericapirequest.WithUser(ctx, u))
+	}
+	assert.Equal(t, 4.0, counter(t, unidentifiedNoMember)-before[unidentifiedNoMember], "every request of alice")
+	assert.Equal(t, 2.0, counter(t, unidentifiedTwoMembers)-before[unidentifiedTwoMembers])
+	assert.Equal(t, 0.0, counter(t, unidentifiedInvalidName)-before[unidentifiedInvalidName])
+	assert.Equal(t, 3, strings.Count(logged.String(), "names no member of the ClusterSet"), "alice, the two-member reader, alice again: %s", logged.String())
+}
+
+func counter(t *testing.T, reason string) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(unidentifiedReaders.WithLabelValues(reason))
+	require.NoError(t, err)
+	return v
 }

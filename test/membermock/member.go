@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -177,13 +178,23 @@ func (m *Member) Apply(obj runtime.Object) error {
 	if err != nil {
 		return err
 	}
+	tracked := tracksGeneration(obj)
 	if exists {
 		prev, _ := meta.Accessor(old)
 		o.SetUID(prev.GetUID())
 		o.SetCreationTimestamp(prev.GetCreationTimestamp())
+		if tracked {
+			o.SetGeneration(prev.GetGeneration())
+			if specChanged(old.(runtime.Object), obj) {
+				o.SetGeneration(prev.GetGeneration() + 1)
+			}
+		}
 	} else {
 		o.SetUID(uuid.NewUUID())
 		o.SetCreationTimestamp(metav1.NewTime(time.Now().Truncate(time.Second)))
+		if tracked {
+			o.SetGeneration(1)
+		}
 	}
 	m.rv++
 	o.SetResourceVersion(fmt.Sprint(m.rv))
@@ -192,6 +203,32 @@ func (m *Member) Apply(obj runtime.Object) error {
 	}
 	m.notifyLocked(kind, obj, o)
 	return nil
+}
+
+// tracksGeneration says whether a kube-apiserver keeps metadata.generation
+// of obj: custom resources with a status subresource and EndpointSlices
+// do; Namespaces, Services and Pods do not.
+func tracksGeneration(obj runtime.Object) bool {
+	switch obj.(type) {
+	case *corev1.Namespace, *corev1.Service, *corev1.Pod:
+		return false
+	}
+	return true
+}
+
+// specChanged says whether a write changes more than obj's metadata and
+// status: what moves metadata.generation.
+func specChanged(old, obj runtime.Object) bool {
+	strip := func(o runtime.Object) map[string]interface{} {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+		if err != nil {
+			return nil
+		}
+		delete(u, "metadata")
+		delete(u, "status")
+		return u
+	}
+	return !equality.Semantic.DeepEqual(strip(old), strip(obj))
 }
 
 // Delete removes obj (its kind, namespace and name) from the member.

@@ -184,13 +184,16 @@ func (f *Fleet) authenticate(ctx context.Context, token string) (*authenticator.
 	return &authenticator.Response{User: &user.DefaultInfo{Name: readerUser, Groups: groups}}, true, nil
 }
 
+// ErrNotRunning: a member joins a fleet once Run has started.
+var ErrNotRunning = errors.New("the fleet is not running")
+
 // Join adds member name, serving at a loopback port of its own from now
 // on. Its objects are added with Apply.
 func (f *Fleet) Join(name string) (*Member, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ctx == nil {
-		return nil, errors.New("the fleet is not running")
+		return nil, ErrNotRunning
 	}
 	if _, ok := f.members[name]; ok {
 		return nil, fmt.Errorf("member %s has joined already", name)

@@ -43,8 +43,8 @@ import (
 func TestMemberMockServesWhatARealMemberServes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	const ns = "e2e-membermock"
-	real := mockSide(t, ctx, "real", clusterClients(t, "cluster-a"), memberReaderConfig(t, "cluster-a"), ns)
+	const ns, ns2 = "e2e-membermock", "e2e-membermock-2"
+	real := mockSide(t, ctx, "real", clusterClients(t, "cluster-a"), memberReaderConfig(t, "cluster-a"), ns, ns2)
 	fleet := startMockFleet(t, ctx)
 	mock := fleet.Member("cluster-a")
 	namespaces, err := real.admin.kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
@@ -56,69 +56,81 @@ func TestMemberMockServesWhatARealMemberServes(t *testing.T) {
 	}
 	mockConfig, err := fleet.RESTConfig("cluster-a")
 	require.NoError(t, err)
-	fake := mockSide(t, ctx, "mock", nil, mockConfig, ns)
+	fake := mockSide(t, ctx, "mock", nil, mockConfig, ns, ns2)
 	fake.apply = func(t *testing.T, obj runtime.Object) { require.NoError(t, mock.Apply(obj)) }
 	fake.remove = func(t *testing.T, obj runtime.Object) { require.NoError(t, mock.Delete(obj)) }
 	sides := []*memberSide{real, fake}
-	for _, s := range sides {
-		s.startWatches(t, ctx)
-	}
-
 	each := func(f func(s *memberSide)) {
 		for _, s := range sides {
 			f(s)
 		}
 	}
-	steps := []struct {
-		name   string
-		change func(s *memberSide)
-		want   map[string]metav1.ConditionStatus
-	}{
-		// The pools come first, unexported: a real member's server
-		// starts watching a namespace's Services and EndpointSlices when
-		// the namespace gets its first pool, and an export made while
-		// those caches fill can be summarized once without the
-		// EndpointSlices (not Ready) before it is Ready; the mock, whose
-		// objects are all there at once, never passes through that state.
-		{name: "the namespace is created with two pools, not exported yet", change: func(s *memberSide) {
-			s.apply(t, membermock.Namespace(ns))
-			for pool, address := range map[string]string{"llm": "127.0.0.5", "llm-2": "127.0.0.6"} {
-				s.apply(t, membermock.ExportedPool(ns, pool, false))
-				s.apply(t, membermock.EPPService(ns, pool, address))
-				s.apply(t, membermock.EPPEndpoints(ns, pool, true))
-			}
-		}},
-		{name: "a ready pool is exported", change: func(s *memberSide) { s.apply(t, membermock.ExportedPool(ns, "llm-2", true)) },
-			want: map[string]metav1.ConditionStatus{"llm-2": metav1.ConditionTrue}},
-		{name: "a second one", change: func(s *memberSide) { s.apply(t, membermock.ExportedPool(ns, "llm", true)) },
-			want: map[string]metav1.ConditionStatus{"llm": metav1.ConditionTrue, "llm-2": metav1.ConditionTrue}},
-		{name: "its EPP becomes unready", change: func(s *memberSide) { s.apply(t, membermock.EPPEndpoints(ns, "llm", false)) },
-			want: map[string]metav1.ConditionStatus{"llm": metav1.ConditionFalse, "llm-2": metav1.ConditionTrue}},
-		{name: "and ready again", change: func(s *memberSide) { s.apply(t, membermock.EPPEndpoints(ns, "llm", true)) },
-			want: map[string]metav1.ConditionStatus{"llm": metav1.ConditionTrue, "llm-2": metav1.ConditionTrue}},
-		{name: "its export is withdrawn", change: func(s *memberSide) { s.apply(t, membermock.ExportedPool(ns, "llm", false)) },
-			want: map[string]metav1.ConditionStatus{"llm-2": metav1.ConditionTrue}},
-		{name: "and made again", change: func(s *memberSide) { s.apply(t, membermock.ExportedPool(ns, "llm", true)) },
-			want: map[string]metav1.ConditionStatus{"llm": metav1.ConditionTrue, "llm-2": metav1.ConditionTrue}},
-		{name: "the pool is deleted", change: func(s *memberSide) { s.remove(t, membermock.ExportedPool(ns, "llm", true)) },
-			want: map[string]metav1.ConditionStatus{"llm-2": metav1.ConditionTrue}},
-	}
-	for i, step := range steps {
-		each(step.change)
-		if i == 0 {
-			// The real member's server has seen the pools: its namespace
-			// caches list in milliseconds on loopback.
-			time.Sleep(2 * time.Second)
-		}
+	type want map[string]metav1.ConditionStatus
+	wait := func(step string, pools want, listing string) {
 		each(func(s *memberSide) {
 			waitfor.Eventually(t, ctx, 30*time.Second, func(ctx context.Context) (bool, string) {
 				got, err := s.readyByPool(ctx)
 				if err != nil {
 					return false, err.Error()
 				}
-				return fmt.Sprint(got) == fmt.Sprint(step.want) && s.clusters.hasNamespace(ns), fmt.Sprintf("%s after %q: %v, want %v", s.name, step.name, got, step.want)
+				ok := fmt.Sprint(got) == fmt.Sprint(pools) && (listing == "" || s.clusters.listing() == listing)
+				return ok, fmt.Sprintf("%s after %q: %v listing %s, want %v listing %s", s.name, step, got, s.clusters.listing(), pools, listing)
 			})
 		})
+	}
+
+	// Before the watches start, the namespace gets its pools, unexported,
+	// and a pool exported until it is Ready, then deleted: a real
+	// member's server starts watching a namespace's Services and
+	// EndpointSlices when the namespace gets its first pool, and an export
+	// made while those caches fill can be summarized once without the
+	// EndpointSlices (not Ready) before it is Ready. The mock, whose
+	// objects are all there at once, never passes through that state.
+	each(func(s *memberSide) {
+		s.apply(t, membermock.Namespace(ns))
+		for pool, address := range map[string]string{"llm": "127.0.0.5", "llm-2": "127.0.0.6", "warm-up": "127.0.0.7"} {
+			s.apply(t, membermock.ExportedPool(ns, pool, pool == "warm-up"))
+			s.apply(t, membermock.EPPService(ns, pool, address))
+			s.apply(t, membermock.EPPEndpoints(ns, pool, true))
+		}
+	})
+	wait("a pool is exported to warm the namespace's caches up", want{"warm-up": metav1.ConditionTrue}, "")
+	each(func(s *memberSide) { s.remove(t, membermock.ExportedPool(ns, "warm-up", true)) })
+	wait("the pool is deleted", nil, "")
+	for _, s := range sides {
+		s.startWatches(t, ctx)
+	}
+
+	steps := []struct {
+		name    string
+		change  func(s *memberSide)
+		want    want
+		listing string
+	}{
+		{name: "a ready pool is exported", change: func(s *memberSide) { s.apply(t, membermock.ExportedPool(ns, "llm-2", true)) },
+			want: want{"llm-2": metav1.ConditionTrue}},
+		{name: "a second one", change: func(s *memberSide) { s.apply(t, membermock.ExportedPool(ns, "llm", true)) },
+			want: want{"llm": metav1.ConditionTrue, "llm-2": metav1.ConditionTrue}},
+		{name: "its EPP becomes unready", change: func(s *memberSide) { s.apply(t, membermock.EPPEndpoints(ns, "llm", false)) },
+			want: want{"llm": metav1.ConditionFalse, "llm-2": metav1.ConditionTrue}},
+		{name: "and ready again", change: func(s *memberSide) { s.apply(t, membermock.EPPEndpoints(ns, "llm", true)) },
+			want: want{"llm": metav1.ConditionTrue, "llm-2": metav1.ConditionTrue}},
+		{name: "its export is withdrawn", change: func(s *memberSide) { s.apply(t, membermock.ExportedPool(ns, "llm", false)) },
+			want: want{"llm-2": metav1.ConditionTrue}},
+		{name: "and made again", change: func(s *memberSide) { s.apply(t, membermock.ExportedPool(ns, "llm", true)) },
+			want: want{"llm": metav1.ConditionTrue, "llm-2": metav1.ConditionTrue}},
+		{name: "the pool is deleted", change: func(s *memberSide) { s.remove(t, membermock.ExportedPool(ns, "llm", true)) },
+			want: want{"llm-2": metav1.ConditionTrue}},
+		{name: "another namespace is created", change: func(s *memberSide) { s.apply(t, membermock.Namespace(ns2)) },
+			want: want{"llm-2": metav1.ConditionTrue}, listing: "[true true]"},
+	}
+	for _, step := range steps {
+		each(step.change)
+		listing := step.listing
+		if listing == "" {
+			listing = "[true false]"
+		}
+		wait(step.name, step.want, listing)
 	}
 
 	t.Run("LIST", func(t *testing.T) {
@@ -156,7 +168,7 @@ func TestMemberMockServesWhatARealMemberServes(t *testing.T) {
 			w, err := s.reader.InferenceV1alpha1().InferencePoolExportSummaries(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: s.exports.versionAt(from), AllowWatchBookmarks: true})
 			require.NoError(t, err)
 			resumed := &summaryRecorder{}
-			go resumed.record(w, ns)
+			go resumed.record(w)
 			waitfor.Eventually(t, ctx, 10*time.Second, func(context.Context) (bool, string) {
 				return len(resumed.events()) >= len(all)-from-1, fmt.Sprintf("%s resumed: %v", s.name, resumed.events())
 			})
@@ -183,8 +195,8 @@ type memberSide struct {
 	exports, clusters *summaryRecorder
 }
 
-func mockSide(t *testing.T, ctx context.Context, name string, admin *cluster, readerConfig *rest.Config, ns string) *memberSide {
-	s := &memberSide{name: name, admin: admin, reader: mciclient.NewForConfigOrDie(readerConfig), ns: ns, exports: &summaryRecorder{}, clusters: &summaryRecorder{}}
+func mockSide(t *testing.T, ctx context.Context, name string, admin *cluster, readerConfig *rest.Config, ns, ns2 string) *memberSide {
+	s := &memberSide{name: name, admin: admin, reader: mciclient.NewForConfigOrDie(readerConfig), ns: ns, exports: &summaryRecorder{}, clusters: &summaryRecorder{namespaces: []string{ns, ns2}}}
 	if admin != nil {
 		s.apply = func(t *testing.T, obj runtime.Object) { applyToRealMember(t, ctx, admin, obj) }
 		s.remove = func(t *testing.T, obj runtime.Object) {
@@ -202,11 +214,11 @@ func (s *memberSide) startWatches(t *testing.T, ctx context.Context) {
 	w, err := s.reader.InferenceV1alpha1().InferencePoolExportSummaries(s.ns).Watch(ctx, opts)
 	require.NoError(t, err, s.name)
 	t.Cleanup(w.Stop)
-	go s.exports.record(w, s.ns)
+	go s.exports.record(w)
 	cw, err := s.reader.InferenceV1alpha1().InferenceClusterSummaries().Watch(ctx, opts)
 	require.NoError(t, err, s.name)
 	t.Cleanup(cw.Stop)
-	go s.clusters.record(cw, s.ns)
+	go s.clusters.record(cw)
 }
 
 func (s *memberSide) readyByPool(ctx context.Context) (map[string]metav1.ConditionStatus, error) {
@@ -232,18 +244,19 @@ func (s *memberSide) readyByPool(ctx context.Context) (map[string]metav1.Conditi
 // summaryRecorder keeps a watch's events as comparable strings: the type
 // and the object without what differs by nature between two clusters
 // (resourceVersions, creation and transition times). A cluster summary
-// is kept as whether it lists the test's namespace, once per change of
+// is kept as which of the test's namespaces it lists, once per change of
 // that: the real member's namespaces of other tests come and go.
 type summaryRecorder struct {
+	namespaces []string
+
 	mu       sync.Mutex
 	list     []string
 	versions []string
 	ended    bool
-	lastNS   *bool
-	nsNow    bool
+	listed   string
 }
 
-func (r *summaryRecorder) record(w watch.Interface, ns string) {
+func (r *summaryRecorder) record(w watch.Interface) {
 	for ev := range w.ResultChan() {
 		r.mu.Lock()
 		switch o := ev.Object.(type) {
@@ -258,11 +271,13 @@ func (r *summaryRecorder) record(w watch.Interface, ns string) {
 			if ev.Type == watch.Bookmark {
 				break
 			}
-			has := ev.Type != watch.Deleted && containsString(o.Status.Namespaces, ns)
-			r.nsNow = has
-			if r.lastNS == nil || *r.lastNS != has {
-				r.list = append(r.list, fmt.Sprintf("%s %s lists %s: %v", ev.Type, o.Name, ns, has))
-				r.lastNS = &has
+			has := make([]bool, len(r.namespaces))
+			for i, ns := range r.namespaces {
+				has[i] = ev.Type != watch.Deleted && containsString(o.Status.Namespaces, ns)
+			}
+			if listed := fmt.Sprint(has); listed != r.listed {
+				r.list = append(r.list, fmt.Sprintf("%s %s lists %v: %s", ev.Type, o.Name, r.namespaces, listed))
+				r.listed = listed
 			}
 		default:
 			r.list = append(r.list, fmt.Sprintf("%s %T", ev.Type, ev.Object))
@@ -289,10 +304,12 @@ func (r *summaryRecorder) initialEnd() bool {
 	return r.ended
 }
 
-func (r *summaryRecorder) hasNamespace(string) bool {
+// listing says which of the test's namespaces the cluster summary lists
+// now.
+func (r *summaryRecorder) listing() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.nsNow
+	return r.listed
 }
 
 // requireVersionsGrow checks that the member component of each event's

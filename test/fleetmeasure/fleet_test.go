@@ -1,0 +1,174 @@
+// Package fleetmeasure measures one real mci-apiserver importing from a
+// fleet of mock members (test/membermock): how long it takes from its
+// start until every import is consistent, and its heap per member. It
+// runs only when MCI_FLEET_MEMBERS names the fleet sizes (for example
+// "50,200"), with MCI_BIN_DIR as the e2e tests have it; it is not part of
+// `make test`.
+package fleetmeasure
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/membermock"
+	"github.com/mci-dev/mci/test/promtext"
+	"github.com/mci-dev/mci/test/waitfor"
+)
+
+const (
+	importer  = "cluster-x"
+	namespace = "fleet"
+	pools     = 10
+	// maxMembers bounds a fleet this test starts.
+	maxMembers = 1000
+)
+
+func TestImporterAgainstAMockFleet(t *testing.T) {
+	sizes := fleetSizes(t)
+	binDir, err := localclusterset.BinDir()
+	require.NoError(t, err)
+	mci, err := localclusterset.Binary("mci-apiserver")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	cs, err := localclusterset.Up(ctx, localclusterset.Options{Dir: dir, BinDir: binDir, MCIAPIServerBinary: mci, Clusters: []string{importer}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.Stop() })
+	c, err := cs.Cluster(importer)
+	require.NoError(t, err)
+	_, err = kubernetes.NewForConfigOrDie(c.Config).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	baseline := measure(t, ctx, cs, 0)
+	t.Logf("no member: heap %.1f MiB", baseline.heap/(1<<20))
+	for _, n := range sizes {
+		m := measure(t, ctx, cs, n)
+		t.Logf("%d members x %d pools: consistent %.1fs after the server started; heap %.1f MiB, %.1f KiB per member over no member; goroutines %d (%d over no member); load average %s",
+			n, pools, m.bootstrap.Seconds(), m.heap/(1<<20), (m.heap-baseline.heap)/float64(n)/1024, int(m.goroutines), int(m.goroutines-baseline.goroutines), loadAverage())
+	}
+}
+
+type figures struct {
+	bootstrap        time.Duration
+	heap, goroutines float64
+}
+
+// measure restarts the importer's mci-apiserver against a fleet of n mock
+// members and waits until it serves every import with every member Ready.
+func measure(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, n int) figures {
+	fleet, err := membermock.NewFleet(membermock.Options{ClusterSetName: localclusterset.ClusterSetName})
+	require.NoError(t, err)
+	fctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = fleet.Run(fctx)
+	}()
+	defer func() {
+		stop()
+		<-done
+	}()
+	for i := 1; i <= n; i++ {
+		var m *membermock.Member
+		waitfor.Eventually(t, ctx, 10*time.Second, func(context.Context) (bool, string) {
+			m, err = fleet.Join(fmt.Sprintf("member-%04d", i))
+			return err == nil, fmt.Sprint(err)
+		})
+		require.NoError(t, membermock.Populate(m, namespace, pools))
+	}
+	members := filepath.Join(t.TempDir(), "members")
+	require.NoError(t, os.MkdirAll(members, 0o700))
+	require.NoError(t, fleet.WriteKubeconfigs(members))
+
+	started := time.Now()
+	require.NoError(t, cs.RestartMCIAPIServerWithArgs(ctx, importer, "--member-kubeconfig-dir="+members))
+	c, err := cs.Cluster(importer)
+	require.NoError(t, err)
+	client := mciclient.NewForConfigOrDie(c.Config)
+	wantImports := pools
+	if n == 0 {
+		wantImports = 0
+	}
+	waitfor.EventuallyEvery(t, ctx, 200*time.Millisecond, 10*time.Minute, func(ctx context.Context) (bool, string) {
+		l, err := client.InferenceV1alpha1().InferencePoolImports(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(l.Items) != wantImports {
+			return false, fmt.Sprintf("%d imports", len(l.Items))
+		}
+		for _, imp := range l.Items {
+			ready := 0
+			for _, cl := range imp.Status.Clusters {
+				for _, cond := range cl.Conditions {
+					if cond.Type == v1alpha1.ConditionReady && cond.Status == metav1.ConditionTrue {
+						ready++
+					}
+				}
+			}
+			if ready != n {
+				return false, fmt.Sprintf("%s: %d of %d clusters ready", imp.Name, ready, n)
+			}
+		}
+		return true, ""
+	})
+	f := figures{bootstrap: time.Since(started)}
+	f.heap, f.goroutines = runtimeFigures(t, ctx, cs, c)
+	return f
+}
+
+// runtimeFigures reads the server's heap after a collection (pprof's
+// gc=1) and its goroutines.
+func runtimeFigures(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, c *localclusterset.Cluster) (heap, goroutines float64) {
+	config := rest.CopyConfig(c.Config)
+	config.Host = fmt.Sprintf("https://127.0.0.1:%d", c.MCIAPIServerReplicaPorts[0])
+	config.TLSClientConfig.CAData = nil
+	config.TLSClientConfig.CAFile = filepath.Join(cs.Dir, "pki", "mci-serving-ca.crt")
+	client := kubernetes.NewForConfigOrDie(config).Discovery().RESTClient()
+	_, err := client.Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(ctx)
+	require.NoError(t, err)
+	body, err := client.Get().AbsPath("/metrics").DoRaw(ctx)
+	require.NoError(t, err)
+	m, err := promtext.Parse(body)
+	require.NoError(t, err)
+	return m.Value(t, "go_memstats_heap_alloc_bytes"), m.Value(t, "go_goroutines")
+}
+
+func fleetSizes(t *testing.T) []int {
+	env := os.Getenv("MCI_FLEET_MEMBERS")
+	if env == "" {
+		t.Skip("MCI_FLEET_MEMBERS names no fleet size (for example 50,200)")
+	}
+	var sizes []int
+	for _, s := range strings.Split(env, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		require.NoError(t, err, "MCI_FLEET_MEMBERS")
+		require.True(t, n >= 1 && n <= maxMembers, "MCI_FLEET_MEMBERS: %d is not between 1 and %d", n, maxMembers)
+		sizes = append(sizes, n)
+	}
+	return sizes
+}
+
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(data))[:3], " ")
+}

@@ -156,7 +156,9 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 			healOf[m.FaultID] = m
 			// EPP link and model server faults do not touch what
 			// mci-apiserver serves: their heals are listed, not counted.
-			if !slices.ContainsFunc([]faultKind{eppStall, eppReset, errorSink, hungFirstByte}, func(k faultKind) bool { return strings.Contains(m.Label, " "+string(k)+" ") }) {
+			// A compaction restarts a kube-apiserver: its watchers come
+			// back within their reflectors' backoff, judged apart (below).
+			if !slices.ContainsFunc([]faultKind{eppStall, eppReset, errorSink, hungFirstByte, compaction}, func(k faultKind) bool { return strings.Contains(m.Label, " "+string(k)+" ") }) {
 				heals = append(heals, m)
 			}
 		case m.During:
@@ -260,6 +262,20 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 		}
 		if w.Err != "" {
 			r.Failures = append(r.Failures, fmt.Sprintf("fault %s: %s", w.fault, w.Err))
+		}
+		if m := healOf[w.ID]; m != nil && w.Kind == compaction {
+			bound := relistSettle + cfg.HealTarget
+			c := check{Target: fmt.Sprintf("#%d %s %s: after the heal, every view equals a fresh LIST within %s (reflectors' backoff after connections refused, and the heal target)", w.ID, w.Kind, w.Target, bound),
+				Figure: fmt.Sprintf("%.2fs", m.Took.Seconds()), OK: !m.Failed && m.Took <= bound}
+			if m.Failed {
+				c.Figure = "not in " + m.Took.Round(time.Second).String()
+			}
+			fr.Checks = append(slices.Clip(fr.Checks), c)
+		}
+		for _, c := range fr.Checks {
+			if !c.OK {
+				r.Failures = append(r.Failures, fmt.Sprintf("fault %s: %s: %s", w.fault, c.Target, c.Figure))
+			}
 		}
 		r.Faults = append(r.Faults, fr)
 	}
@@ -413,6 +429,11 @@ func (r *report) markdown() string {
 		}
 		row(target, fmt.Sprintf("%d of %d (%.1f%%; %.0f%% in the 10s before); last other request to it sent +%.1fs into the fault; %d failed at it; %s",
 			o.ToCluster, o.Judged, 100*float64(o.ToCluster)/math.Max(1, float64(o.Judged)), 100*o.ShareBefore, o.LastBefore.Seconds(), o.FailedAt, back), o.OK)
+	}
+	for _, f := range r.Faults {
+		for _, c := range f.Checks {
+			row(c.Target, c.Figure, c.OK)
+		}
 	}
 	row("imports deleted from an informer while still exported: 0", fmt.Sprintf("%d", len(r.Deletions)), len(r.Deletions) == 0)
 	row("LISTs without the last known pools of a member under a fault: 0", fmt.Sprintf("%d polls", len(r.Losses)), len(r.Losses) == 0)

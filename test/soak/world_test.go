@@ -41,6 +41,26 @@ type world struct {
 	// dataPathHeld counts the model server faults whose cluster may not
 	// be back yet: no withdrawal of the data path pool starts meanwhile.
 	dataPathHeld int
+	// absent[cluster] are the namespaces a member fault deleted there: a
+	// cluster imports into a namespace of its own name only, so it
+	// imports nothing into them until they are back.
+	absent map[string]map[string]bool
+}
+
+func (w *world) setAbsent(cluster, ns string, absent bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if absent {
+		w.absent[cluster][ns] = true
+	} else {
+		delete(w.absent[cluster], ns)
+	}
+}
+
+// namespaceOf is the namespace of a "namespace/name" key.
+func namespaceOf(key string) string {
+	ns, _, _ := strings.Cut(key, "/")
+	return ns
 }
 
 func (w *world) holdDataPath(delta int) {
@@ -56,8 +76,10 @@ func (w *world) dataPathIsHeld() bool {
 }
 
 func newWorld(clusters []string) *world {
-	w := &world{exports: map[string]map[string]bool{}, faulted: map[string]map[string]int{}, paused: map[string]int{}, changed: map[string]time.Time{}, since: map[string]map[string]time.Time{}}
+	w := &world{exports: map[string]map[string]bool{}, faulted: map[string]map[string]int{}, paused: map[string]int{}, changed: map[string]time.Time{}, since: map[string]map[string]time.Time{},
+		absent: map[string]map[string]bool{}}
 	for _, c := range clusters {
+		w.absent[c] = map[string]bool{}
 		w.exports[c] = map[string]bool{}
 		w.faulted[c] = map[string]int{}
 		w.since[c] = map[string]time.Time{}
@@ -97,7 +119,7 @@ func (w *world) exported(cluster, key string) bool {
 func (w *world) unexpectedDelete(in, key string, settle time.Duration) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if time.Since(w.changed[key]) < settle {
+	if time.Since(w.changed[key]) < settle || w.absent[in][namespaceOf(key)] {
 		return ""
 	}
 	var by []string
@@ -160,12 +182,18 @@ type judged struct {
 	// before the faults on the pair began: in's LIST must still list the
 	// member in their imports, Ready or flagged.
 	kept map[string]map[string][]string
+	// absent[in] are the namespaces deleted in in.
+	absent map[string]map[string]bool
 }
 
 func (w *world) snapshot() judged {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	j := judged{exports: map[string]map[string]bool{}, skip: map[string]map[string]bool{}, unread: map[string]bool{}, kept: map[string]map[string][]string{}}
+	j := judged{exports: map[string]map[string]bool{}, skip: map[string]map[string]bool{}, unread: map[string]bool{}, kept: map[string]map[string][]string{},
+		absent: map[string]map[string]bool{}}
+	for c, ns := range w.absent {
+		j.absent[c] = maps.Clone(ns)
+	}
 	for c, pools := range w.exports {
 		j.exports[c] = maps.Clone(pools)
 		j.skip[c] = map[string]bool{}
@@ -215,7 +243,7 @@ func (j judged) lost(in string, imps []*v1alpha1.InferencePoolImport) []string {
 	var out []string
 	for m, keys := range j.kept[in] {
 		for _, key := range keys {
-			if !listed[key][m] {
+			if !listed[key][m] && !j.absent[in][namespaceOf(key)] {
 				out = append(out, fmt.Sprintf("%s's import %s without %s", in, key, m))
 			}
 		}
@@ -234,6 +262,9 @@ func (j judged) want(in string) string {
 			continue
 		}
 		for key := range pools {
+			if j.absent[in][namespaceOf(key)] {
+				continue
+			}
 			entries[key] = append(entries[key], exporter+":"+v1alpha1.ReasonReady)
 		}
 	}

@@ -102,3 +102,23 @@ func TestEveryThresholdHoldsSeveralProbes(t *testing.T) {
 		assert.Equal(t, tc.want, probeIntervalFor(thresholds{unreachableAfter: tc.unreachableAfter}), "threshold %s", tc.unreachableAfter)
 	}
 }
+
+func TestOnlyAProbeTheMemberAnsweredAndAcceptedOpensTheGate(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{name: "ready", want: true},
+		{name: "not ready (an error status)", err: apierrors.NewInternalError(errors.New("etcd not ready")), want: true},
+		{name: "credentials refused (401)", err: apierrors.NewUnauthorized("token expired")},
+		{name: "credentials refused (403: no role binding, or an authorizer still starting)", err: fmt.Errorf("probe: %w", apierrors.NewForbidden(schema.GroupResource{}, "readyz", errors.New("no")))},
+		{name: "a refused connection", err: errors.New("dial tcp 127.0.0.1:1: connect: connection refused")},
+		{name: "no answer within the timeout", err: context.DeadlineExceeded},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, gateOpens(tc.err))
+		})
+	}
+}

@@ -82,10 +82,9 @@ func (m *member) probeLoop(ctx context.Context, client rest.Interface, th thresh
 			reach = nil
 		}
 		changed, untilNext := m.assess(started, time.Now(), reach, th)
-		switch {
-		case err == nil || reachedServer(err):
+		if gateOpens(err) {
 			m.gate.release()
-		default:
+		} else {
 			m.gate.hold()
 		}
 		if changed {
@@ -134,6 +133,19 @@ func probeTimeoutFor(th thresholds) time.Duration {
 // reachedServer reports whether a failed probe got an HTTP answer (an
 // error status): the member's apiserver is reachable though not ready, so
 // its informers need not wait.
+// gateOpens reports whether a probe's answer lets the member's list and
+// watch requests go: the member answered, and accepted the credentials. A
+// member that refuses them (an expired or revoked token, or a
+// kube-apiserver whose authorizer has not read its role bindings yet, for
+// a second or more after it restarts) would refuse the informers too, and
+// every refusal grows a reflector's backoff, up to 30s: held at the gate,
+// they resume within one probe interval of the first accepted probe. The
+// member is flagged CredentialsRejected from the probe's answer alone, so
+// nothing is learned from the refused reads.
+func gateOpens(err error) bool {
+	return err == nil || (reachedServer(err) && !credentialError(err))
+}
+
 func reachedServer(err error) bool {
 	var status apierrors.APIStatus
 	return errors.As(err, &status)

@@ -3,11 +3,13 @@ package localclusterset
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // StopAPIServer stops the kube-apiserver of cluster, as a crash would: its
@@ -17,7 +19,12 @@ func (cs *ClusterSet) StopAPIServer(cluster string) error {
 }
 
 // StartAPIServer starts the kube-apiserver of cluster again on the same
-// port, with the same data, and waits until it is ready.
+// port, with the same data, and waits until it is ready: as its admin sees
+// it, and as the members' reader identity does. A kube-apiserver answers
+// its admin's /readyz (system:masters, which no authorizer is asked
+// about) a second or more before its RBAC authorizer has read the role
+// bindings; until then every other client, the readers of the
+// ClusterSet's mci-apiservers among them, gets 403 Forbidden.
 func (cs *ClusterSet) StartAPIServer(ctx context.Context, cluster string) error {
 	c, err := cs.Cluster(cluster)
 	if err != nil {
@@ -30,7 +37,14 @@ func (cs *ClusterSet) StartAPIServer(ctx context.Context, cluster string) error 
 	if err := cs.saveState(); err != nil {
 		return err
 	}
-	return waitReady(ctx, p, apiServerReadyTimeout, apiServerReady(c.Config))
+	if err := waitReady(ctx, p, apiServerReadyTimeout, apiServerReady(c.Config)); err != nil {
+		return err
+	}
+	reader, err := clientcmd.BuildConfigFromFlags("", filepath.Join(cs.MembersDir(), cluster+".kubeconfig"))
+	if err != nil {
+		return fmt.Errorf("clusterset: the member reader's kubeconfig of %s: %w", cluster, err)
+	}
+	return waitReady(ctx, p, apiServerReadyTimeout, apiServerReady(reader))
 }
 
 // PauseAPIServer freezes the kube-apiserver of cluster (SIGSTOP): it keeps

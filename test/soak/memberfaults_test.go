@@ -103,9 +103,15 @@ func (in *injector) compact(ctx context.Context, f fault) (func() error, error) 
 func (in *injector) recreate(ctx context.Context, f fault) (func() error, error) {
 	key := recreatedNS + "/" + recreatedPool
 	kube := in.kube[f.Target]
+	// While the namespace terminates, its pool is left out of every
+	// comparison: the namespace controller deletes it when it gets to it
+	// (seconds on the shared machine), and until then the pool is still
+	// exported. Once the namespace is gone, the pool's leaving is an export
+	// change, measured as the others.
 	in.w.touch(key)
 	in.w.setAbsent(f.Target, recreatedNS, true)
-	in.w.setExported(f.Target, key, false)
+	in.w.setSettling(f.Target, key, true)
+	defer in.w.setSettling(f.Target, key, false)
 	// Deleted, then gone. A kube-apiserver that another fault restarted
 	// longer than its schedule said is waited for.
 	var last error
@@ -114,7 +120,6 @@ func (in *injector) recreate(ctx context.Context, f fault) (func() error, error)
 		return last == nil || apierrors.IsNotFound(last), nil
 	})
 	if err != nil {
-		in.w.setExported(f.Target, key, true)
 		in.w.setAbsent(f.Target, recreatedNS, false)
 		return nil, fmt.Errorf("deleting %s: %w (%v)", recreatedNS, err, last)
 	}
@@ -125,6 +130,7 @@ func (in *injector) recreate(ctx context.Context, f fault) (func() error, error)
 	if err != nil {
 		return nil, fmt.Errorf("namespace %s of %s not gone: %w", recreatedNS, f.Target, err)
 	}
+	in.w.setExported(f.Target, key, false)
 	in.mon.await("export", fmt.Sprintf("%s deleted in %s", recreatedNS, f.Target), f.ID, true)
 	return func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -156,9 +156,7 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 			healOf[m.FaultID] = m
 			// EPP link and model server faults do not touch what
 			// mci-apiserver serves: their heals are listed, not counted.
-			// A compaction restarts a kube-apiserver: its watchers come
-			// back within their reflectors' backoff, judged apart (below).
-			if !slices.ContainsFunc([]faultKind{eppStall, eppReset, errorSink, hungFirstByte, compaction}, func(k faultKind) bool { return strings.Contains(m.Label, " "+string(k)+" ") }) {
+			if !slices.ContainsFunc([]faultKind{eppStall, eppReset, errorSink, hungFirstByte}, func(k faultKind) bool { return strings.Contains(m.Label, " "+string(k)+" ") }) {
 				heals = append(heals, m)
 			}
 		case m.During:
@@ -262,15 +260,6 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 		}
 		if w.Err != "" {
 			r.Failures = append(r.Failures, fmt.Sprintf("fault %s: %s", w.fault, w.Err))
-		}
-		if m := healOf[w.ID]; m != nil && w.Kind == compaction {
-			bound := relistSettle + cfg.HealTarget
-			c := check{Target: fmt.Sprintf("#%d %s %s: after the heal, every view equals a fresh LIST within %s (reflectors' backoff after connections refused, and the heal target)", w.ID, w.Kind, w.Target, bound),
-				Figure: fmt.Sprintf("%.2fs", m.Took.Seconds()), OK: !m.Failed && m.Took <= bound}
-			if m.Failed {
-				c.Figure = "not in " + m.Took.Round(time.Second).String()
-			}
-			fr.Checks = append(slices.Clip(fr.Checks), c)
 		}
 		for _, c := range fr.Checks {
 			if !c.OK {

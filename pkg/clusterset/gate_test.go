@@ -55,24 +55,6 @@ func TestAHeldGateMakesRequestsWaitUntilReleasedOrCancelled(t *testing.T) {
 	assert.False(t, g.held())
 }
 
-func TestAProbeThatGotAnHTTPAnswerReachedTheServer(t *testing.T) {
-	tests := []struct {
-		name string
-		err  error
-		want bool
-	}{
-		{name: "an error status", err: apierrors.NewInternalError(errors.New("etcd not ready")), want: true},
-		{name: "a wrapped error status", err: fmt.Errorf("probe: %w", apierrors.NewForbidden(schema.GroupResource{}, "readyz", errors.New("no"))), want: true},
-		{name: "a refused connection", err: errors.New("dial tcp 127.0.0.1:1: connect: connection refused")},
-		{name: "no answer within the timeout", err: context.DeadlineExceeded},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, reachedServer(tc.err))
-		})
-	}
-}
-
 func TestAPendingProbeFlagsAMemberThatHasNotAnsweredForTheThreshold(t *testing.T) {
 	th := thresholds{unreachableAfter: 5 * time.Second}
 	t0 := time.Now()
@@ -100,5 +82,25 @@ func TestEveryThresholdHoldsSeveralProbes(t *testing.T) {
 		{unreachableAfter: 0, want: probeInterval},
 	} {
 		assert.Equal(t, tc.want, probeIntervalFor(thresholds{unreachableAfter: tc.unreachableAfter}), "threshold %s", tc.unreachableAfter)
+	}
+}
+
+func TestOnlyAProbeAnsweredReadyAndAcceptedOpensTheGate(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{name: "ready", want: true},
+		{name: "not ready (a kube-apiserver starting: 500)", err: apierrors.NewInternalError(errors.New("poststarthook/apiservice-registration-controller failed"))},
+		{name: "credentials refused (401)", err: apierrors.NewUnauthorized("token expired")},
+		{name: "credentials refused (403: no role binding, or an authorizer still starting)", err: fmt.Errorf("probe: %w", apierrors.NewForbidden(schema.GroupResource{}, "readyz", errors.New("no")))},
+		{name: "a refused connection", err: errors.New("dial tcp 127.0.0.1:1: connect: connection refused")},
+		{name: "no answer within the timeout", err: context.DeadlineExceeded},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, gateOpens(tc.err))
+		})
 	}
 }

@@ -2,11 +2,9 @@ package clusterset
 
 import (
 	"context"
-	"errors"
 	"math"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -82,10 +80,9 @@ func (m *member) probeLoop(ctx context.Context, client rest.Interface, th thresh
 			reach = nil
 		}
 		changed, untilNext := m.assess(started, time.Now(), reach, th)
-		switch {
-		case err == nil || reachedServer(err):
+		if gateOpens(err) {
 			m.gate.release()
-		default:
+		} else {
 			m.gate.hold()
 		}
 		if changed {
@@ -131,12 +128,26 @@ func probeTimeoutFor(th thresholds) time.Duration {
 	return max(probeTimeout, th.unreachableAfter)
 }
 
-// reachedServer reports whether a failed probe got an HTTP answer (an
-// error status): the member's apiserver is reachable though not ready, so
-// its informers need not wait.
-func reachedServer(err error) bool {
-	var status apierrors.APIStatus
-	return errors.As(err, &status)
+// gateOpens reports whether a probe's answer lets the member's list and
+// watch requests go: the member said it is ready, and accepted the
+// credentials. Any other answer says the informers' requests would fail
+// too, and every failure grows a reflector's backoff (up to 30s), so the
+// member would be read again whenever each backoff next allowed it:
+//   - a kube-apiserver that is starting answers /readyz 500, and the
+//     requests for resources it has not installed yet (custom resources,
+//     the aggregated APIs) 503 with Retry-After: 5, which client-go
+//     sleeps out inside the request;
+//   - one that refuses the credentials (an expired or revoked token, or
+//     an RBAC authorizer that has not read its role bindings yet, for a
+//     second or more after a restart) refuses the informers alike; the
+//     member is flagged CredentialsRejected from the probe's answer.
+//
+// Held at the gate, the informers go the moment a probe is answered ready
+// and accepted: within a probe interval. A member that answers not ready
+// is failing (reachability.go) and flagged once past its threshold, so
+// its last known data is not served as fresh meanwhile.
+func gateOpens(err error) bool {
+	return err == nil
 }
 
 func probeBackoff(th thresholds) wait.Backoff {

@@ -3,7 +3,13 @@ package localclusterset
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // StopAPIServer stops the kube-apiserver of cluster, as a crash would: its
@@ -13,7 +19,12 @@ func (cs *ClusterSet) StopAPIServer(cluster string) error {
 }
 
 // StartAPIServer starts the kube-apiserver of cluster again on the same
-// port, with the same data, and waits until it is ready.
+// port, with the same data, and waits until it is ready: as its admin sees
+// it, and as the members' reader identity does. A kube-apiserver answers
+// its admin's /readyz (system:masters, which no authorizer is asked
+// about) a second or more before its RBAC authorizer has read the role
+// bindings; until then every other client, the readers of the
+// ClusterSet's mci-apiservers among them, gets 403 Forbidden.
 func (cs *ClusterSet) StartAPIServer(ctx context.Context, cluster string) error {
 	c, err := cs.Cluster(cluster)
 	if err != nil {
@@ -26,7 +37,14 @@ func (cs *ClusterSet) StartAPIServer(ctx context.Context, cluster string) error 
 	if err := cs.saveState(); err != nil {
 		return err
 	}
-	return waitReady(ctx, p, apiServerReadyTimeout, apiServerReady(c.Config))
+	if err := waitReady(ctx, p, apiServerReadyTimeout, apiServerReady(c.Config)); err != nil {
+		return err
+	}
+	reader, err := clientcmd.BuildConfigFromFlags("", filepath.Join(cs.MembersDir(), cluster+".kubeconfig"))
+	if err != nil {
+		return fmt.Errorf("clusterset: the member reader's kubeconfig of %s: %w", cluster, err)
+	}
+	return waitReady(ctx, p, apiServerReadyTimeout, apiServerReady(reader))
 }
 
 // PauseAPIServer freezes the kube-apiserver of cluster (SIGSTOP): it keeps
@@ -184,4 +202,32 @@ func (cs *ClusterSet) restart(server **process) (*process, error) {
 	}
 	*server = p
 	return p, nil
+}
+
+// CompactEtcd compacts the ClusterSet's etcd, which every member's
+// kube-apiserver shares, to its current revision and returns it: from
+// then on a read or watch from an older revision is refused as
+// compacted. A watch that is caught up goes on, and so does every
+// kube-apiserver's watch cache: restart a kube-apiserver after it to have
+// its watchers resume from a revision it no longer has.
+func (cs *ClusterSet) CompactEtcd(ctx context.Context) (int64, error) {
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{"http://" + hostPort(cs.etcd.Port)},
+		DialTimeout: 10 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("clusterset: connecting to etcd: %w", err)
+	}
+	defer func() { _ = client.Close() }()
+	// Any key: the answer's header carries the store's revision.
+	got, err := client.Get(ctx, "/", clientv3.WithCountOnly(), clientv3.WithLimit(1))
+	if err != nil {
+		return 0, fmt.Errorf("clusterset: reading etcd's revision: %w", err)
+	}
+	rev := got.Header.Revision
+	if _, err := client.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		return 0, fmt.Errorf("clusterset: compacting etcd to revision %d: %w", rev, err)
+	}
+	return rev, nil
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/mci-dev/mci/pkg/clusterset"
+	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/test/localclusterset"
 )
 
@@ -33,6 +34,16 @@ type window struct {
 	Healed time.Time `json:"healed"`
 	// Err says what went wrong applying or healing it (a harness error).
 	Err string `json:"error,omitempty"`
+	// Checks are the invariants of its kind the injector checked after
+	// the heal (member faults).
+	Checks []check `json:"checks,omitempty"`
+}
+
+// check is one invariant of a fault: what must hold, what was seen.
+type check struct {
+	Target string `json:"target"`
+	Figure string `json:"figure"`
+	OK     bool   `json:"ok"`
 }
 
 // injector applies the faults of a schedule, each on its own goroutine at
@@ -46,6 +57,15 @@ type injector struct {
 	rot   *rotator
 	log   func(format string, args ...any)
 	start time.Time
+	// healBound is the soak's heal target, which a member fault's
+	// watchers must come back within.
+	healBound time.Duration
+	// mciReplicas counts each cluster's mci-apiserver replicas: they read
+	// their own cluster's pools (the other clusters read its summaries,
+	// from those replicas).
+	mciReplicas map[string]int
+	mci         map[string]mciclient.Interface
+	gens        *generations
 
 	mu      sync.Mutex
 	windows []*window
@@ -78,8 +98,13 @@ func (in *injector) apply(ctx context.Context, f fault) {
 		in.log("fault %s: NOT APPLIED: %v", f, err)
 	}
 	// Held for its time even when the soak is stopping: every fault heals.
-	// The sleep is the fault's duration.
-	time.Sleep(time.Until(win.Start.Add(f.Hold)))
+	// The sleep is the fault's duration. A compaction ends when its
+	// restarted kube-apiserver is ready, which inject waited for: its heal
+	// is measured from then, when every watch on the member resumes with
+	// its 410 (its Hold is the budget of the restart in the schedule).
+	if f.Kind != compaction {
+		time.Sleep(time.Until(win.Start.Add(f.Hold)))
+	}
 	if heal != nil {
 		if err := heal(); err != nil {
 			win.Err = strings.TrimPrefix(win.Err+"; heal: "+err.Error(), "; ")
@@ -89,6 +114,15 @@ func (in *injector) apply(ctx context.Context, f fault) {
 	win.Healed = time.Now()
 	in.log("fault %s: healed after %s", f, win.Healed.Sub(win.Start).Round(100*time.Millisecond))
 	in.mon.await("heal", f.String(), f.ID, false)
+	if err == nil {
+		checks := in.checkAfterHeal(ctx, f, win.Healed)
+		in.mu.Lock()
+		win.Checks = checks
+		in.mu.Unlock()
+		for _, c := range checks {
+			in.log("fault %s: %s: %s (%s)", f, c.Target, c.Figure, map[bool]string{true: "ok", false: "MISSED"}[c.OK])
+		}
+	}
 }
 
 // inject applies f and returns what heals it.
@@ -151,6 +185,10 @@ func (in *injector) inject(ctx context.Context, f fault) (func() error, error) {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		return nil, in.rot.rotate(ctx)
+	case compaction:
+		return in.compact(ctx, f)
+	case recreated:
+		return in.recreate(ctx, f)
 	case errorSink, hungFirstByte:
 		mode := map[faultKind]string{errorSink: "error", hungFirstByte: "hang"}[f.Kind]
 		// No withdrawal of the data path pool starts from now until the

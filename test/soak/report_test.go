@@ -261,6 +261,11 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 		if w.Err != "" {
 			r.Failures = append(r.Failures, fmt.Sprintf("fault %s: %s", w.fault, w.Err))
 		}
+		for _, c := range fr.Checks {
+			if !c.OK {
+				r.Failures = append(r.Failures, fmt.Sprintf("fault %s: %s: %s", w.fault, c.Target, c.Figure))
+			}
+		}
 		r.Faults = append(r.Faults, fr)
 	}
 	if len(windows) != len(faults) {
@@ -413,6 +418,11 @@ func (r *report) markdown() string {
 		}
 		row(target, fmt.Sprintf("%d of %d (%.1f%%; %.0f%% in the 10s before); last other request to it sent +%.1fs into the fault; %d failed at it; %s",
 			o.ToCluster, o.Judged, 100*float64(o.ToCluster)/math.Max(1, float64(o.Judged)), 100*o.ShareBefore, o.LastBefore.Seconds(), o.FailedAt, back), o.OK)
+	}
+	for _, f := range r.Faults {
+		for _, c := range f.Checks {
+			row(c.Target, c.Figure, c.OK)
+		}
 	}
 	row("imports deleted from an informer while still exported: 0", fmt.Sprintf("%d", len(r.Deletions)), len(r.Deletions) == 0)
 	row("LISTs without the last known pools of a member under a fault: 0", fmt.Sprintf("%d polls", len(r.Losses)), len(r.Losses) == 0)

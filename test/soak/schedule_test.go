@@ -26,13 +26,18 @@ const (
 	// Watcher (the gateway cluster) must take Target out for.
 	errorSink     faultKind = "error-sink"      // Target's model servers answer 500 at once
 	hungFirstByte faultKind = "hung-first-byte" // Target's model servers hold every request before its first byte
+	// Faults of a member's state, which every watcher of Target must
+	// come back from.
+	compaction faultKind = "etcd-compaction"  // etcd compacted to its revision, Target's kube-apiserver restarted: every watch on it gets 410 Gone
+	recreated  faultKind = "member-recreated" // Target's namespace recreatedNS deleted and recreated: new UIDs, new resourceVersions
 )
 
-// allKinds are drawn at random; outlierKinds take turns on a lane of their
-// own (see newSchedule).
+// allKinds are drawn at random; outlierKinds and memberKinds take turns
+// on lanes of their own (see newSchedule).
 var (
 	allKinds     = []faultKind{partition, blackhole, slow500ms, slow2s, eppStall, eppReset, restart, pause, rotation}
 	outlierKinds = []faultKind{errorSink, hungFirstByte}
+	memberKinds  = []faultKind{compaction, recreated}
 )
 
 // outlierRecovery is how long after its heal a model server fault may
@@ -68,6 +73,9 @@ func (f fault) String() string {
 	if f.Kind == errorSink || f.Kind == hungFirstByte {
 		where = f.Target + "'s model servers"
 	}
+	if f.Kind == recreated {
+		where = f.Target + "/" + recreatedNS
+	}
 	return fmt.Sprintf("#%d %s %s for %s", f.ID, f.Kind, where, f.Hold)
 }
 
@@ -84,6 +92,12 @@ func (f fault) resources() []string {
 		return []string{"replica " + f.Watcher + "/" + f.Target, "apiserver " + f.Watcher}
 	case pause:
 		return []string{"apiserver " + f.Target}
+	case compaction:
+		// One etcd under every kube-apiserver: one compaction at a time.
+		return []string{"apiserver " + f.Target, "etcd"}
+	case recreated:
+		// Its deletion and recreation go through Target's kube-apiserver.
+		return []string{"namespace " + f.Target + "/" + recreatedNS, "apiserver " + f.Target}
 	case rotation:
 		// It writes to both clusters' kube-apiservers.
 		return []string{"secret " + f.Watcher + "->" + f.Target, "apiserver " + f.Watcher, "apiserver " + f.Target}
@@ -107,11 +121,12 @@ func (f fault) resources() []string {
 // links, its replicas, its member Secret, an exporter's kube-apiserver).
 func (f fault) onDataPath(gateway string) bool {
 	switch f.Kind {
-	case eppStall, eppReset, pause, errorSink, hungFirstByte:
+	case eppStall, eppReset, pause, errorSink, hungFirstByte, compaction:
 		return true
 	case partition, blackhole, slow500ms, slow2s, restart, rotation:
 		return f.Watcher == gateway
 	}
+	// recreated: its namespace carries no traffic.
 	return false
 }
 
@@ -150,10 +165,12 @@ func (f fault) held() time.Duration {
 // newSchedule draws the faults of a soak from seed: the same seed, topology
 // and options give the same schedule. The model server faults take turns
 // on a lane of their own, from 2s into the phase, each after the last one's
-// cluster is back, so that every schedule (the smoke's 45s too) holds each
-// kind at least once; the other kinds are drawn at random around them.
+// cluster is back, and the member faults on another, so that every
+// schedule (the smoke's 45s too) holds each of those kinds at least once;
+// the other kinds are drawn at random around them.
 func newSchedule(seed uint64, topo topology, o scheduleOptions) []fault {
 	faults := outlierLane(seed, topo, o.Phase)
+	faults = memberLane(seed, topo, o.Phase, faults)
 	rng := rand.New(rand.NewPCG(seed, 0x50a4))
 	between := func(r [2]time.Duration) time.Duration {
 		if r[1] <= r[0] {
@@ -240,6 +257,46 @@ func outlierLane(seed uint64, topo topology, phase time.Duration) []fault {
 		}
 		faults = append(faults, f)
 		at = f.At + f.Hold + between(outlierRecovery+time.Second, max(outlierRecovery+time.Second, phase/10))
+	}
+}
+
+// memberLane adds the member faults to faults, drawn from seed: an etcd
+// compaction and a member recreated in turn, from 5s into the phase, each
+// on an exporter that no fault already scheduled holds (else a second
+// later), 15s to phase/10 after the last one starts. A compaction's Hold
+// is the window in which the restart it includes may explain a failure;
+// a recreation's is the time from the deletion to the recreation (longer
+// when the namespace takes longer to go).
+func memberLane(seed uint64, topo topology, phase time.Duration, faults []fault) []fault {
+	rng := rand.New(rand.NewPCG(seed, 0x3e3))
+	at := 5 * time.Second
+	for i := 0; ; {
+		f := fault{Kind: memberKinds[i%len(memberKinds)], At: at.Round(100 * time.Millisecond)}
+		// A kube-apiserver restart takes 10 to 25s on the shared 2 cores:
+		// longer, and the injector waits for it.
+		f.Hold = 25 * time.Second
+		if f.Kind == recreated {
+			f.Hold = 6 * time.Second
+		}
+		if f.At+f.Hold > phase {
+			return faults
+		}
+		placed := false
+		for _, j := range rng.Perm(len(topo.Exporters)) {
+			f.Target = topo.Exporters[j]
+			if !busy(faults, f) {
+				faults = append(faults, f)
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			at += time.Second
+			continue
+		}
+		i++
+		lo := 15 * time.Second
+		at += lo + time.Duration(rng.Int64N(int64(max(time.Second, phase/10-lo))))
 	}
 }
 

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -45,12 +46,12 @@ func TestScheduleKeepsFaultsApartOnOneResourceAndWithinThePhase(t *testing.T) {
 				}
 			}
 		}
-		assert.Len(t, kinds, len(allKinds)+len(outlierKinds), "seed %d: a 20-minute schedule draws every kind of fault", seed)
+		assert.Len(t, kinds, len(allKinds)+len(outlierKinds)+len(memberKinds), "seed %d: a 20-minute schedule draws every kind of fault", seed)
 		assert.Positive(t, overlapping, "seed %d: a 20-minute schedule has overlapping faults", seed)
 	}
 }
 
-func TestScheduleOfTheSmokeHoldsEveryModelServerFault(t *testing.T) {
+func TestScheduleOfTheSmokeHoldsEveryModelServerAndMemberFault(t *testing.T) {
 	for seed := range uint64(200) {
 		faults := newSchedule(seed, testTopology, scheduleOptions{
 			Phase: 45 * time.Second, Gap: testScheduleOptions.Gap, OverlapGap: testScheduleOptions.OverlapGap, Hold: testScheduleOptions.Hold,
@@ -64,7 +65,7 @@ func TestScheduleOfTheSmokeHoldsEveryModelServerFault(t *testing.T) {
 				assert.Len(t, f.Others, len(testTopology.Exporters)-1, "seed %d: %s", seed, f)
 			}
 		}
-		for _, k := range outlierKinds {
+		for _, k := range append(slices.Clone(outlierKinds), memberKinds...) {
 			assert.Positive(t, kinds[k], "seed %d: the smoke's 45s of faults hold a %s", seed, k)
 		}
 	}

@@ -167,6 +167,8 @@ func TestSoak(t *testing.T) {
 		kube[c.Name] = kubernetes.NewForConfigOrDie(cfg)
 		mci[c.Name] = mciclient.NewForConfigOrDie(cfg)
 		require.NoError(t, createNamespace(ctx, kube[c.Name], soakNS))
+		// Every cluster imports the recreated pool into a namespace of that name.
+		require.NoError(t, createNamespace(ctx, kube[c.Name], recreatedNS))
 	}
 	for _, e := range exporters {
 		require.NoError(t, createEPPService(ctx, kube[e], soakNS))
@@ -174,6 +176,8 @@ func TestSoak(t *testing.T) {
 		_, err := mci[e].InferencePoolV1().InferencePools(soakNS).Create(ctx, exportedPool(soakNS, anchorPool), metav1.CreateOptions{})
 		require.NoError(t, err)
 		w.setExported(e, soakNS+"/"+anchorPool, true)
+		require.NoError(t, createRecreated(ctx, kube[e], mci[e], firstPort))
+		w.setExported(e, recreatedNS+"/"+recreatedPool, true)
 	}
 	rot := &rotator{cs: cs, watcher: topo.Rotating[0], member: topo.Rotating[1], watcherKube: kube[topo.Rotating[0]], memberKube: kube[topo.Rotating[1]]}
 	require.NoError(t, rot.setUp(ctx), "moving %s's kubeconfig of %s to a member Secret", rot.watcher, rot.member)
@@ -283,7 +287,12 @@ func TestSoak(t *testing.T) {
 		}
 	})
 
-	inj := &injector{cs: cs, dp: dp, kube: kube, w: w, mon: mon, rot: rot, log: logf, start: begin.Add(cfg.Warmup)}
+	replicas := map[string]int{}
+	for _, c := range cs.Clusters {
+		replicas[c.Name] = len(c.MCIAPIServerReplicaPorts)
+	}
+	inj := &injector{cs: cs, dp: dp, kube: kube, mci: mci, gens: &generations{}, w: w, mon: mon, rot: rot, log: logf, start: begin.Add(cfg.Warmup),
+		healBound: cfg.HealTarget, mciReplicas: replicas}
 	inj.run(ctx, faults)
 	// The quiet tail: export changes stop halfway so that the end figures
 	// are taken on a settled ClusterSet. The sleeps are the soak's

@@ -41,6 +41,41 @@ type world struct {
 	// dataPathHeld counts the model server faults whose cluster may not
 	// be back yet: no withdrawal of the data path pool starts meanwhile.
 	dataPathHeld int
+	// absent[cluster] are the namespaces a member fault deleted there: a
+	// cluster imports into a namespace of its own name only, so it
+	// imports nothing into them until they are back.
+	absent map[string]map[string]bool
+	// settling[cluster] are the pools whose deletion there is under way
+	// (their namespace terminating): a view may show them or not until
+	// they are gone, so their entries from cluster are left out of every
+	// comparison meanwhile.
+	settling map[string]map[string]bool
+}
+
+func (w *world) setSettling(cluster, key string, settling bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if settling {
+		w.settling[cluster][key] = true
+	} else {
+		delete(w.settling[cluster], key)
+	}
+}
+
+func (w *world) setAbsent(cluster, ns string, absent bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if absent {
+		w.absent[cluster][ns] = true
+	} else {
+		delete(w.absent[cluster], ns)
+	}
+}
+
+// namespaceOf is the namespace of a "namespace/name" key.
+func namespaceOf(key string) string {
+	ns, _, _ := strings.Cut(key, "/")
+	return ns
 }
 
 func (w *world) holdDataPath(delta int) {
@@ -56,8 +91,11 @@ func (w *world) dataPathIsHeld() bool {
 }
 
 func newWorld(clusters []string) *world {
-	w := &world{exports: map[string]map[string]bool{}, faulted: map[string]map[string]int{}, paused: map[string]int{}, changed: map[string]time.Time{}, since: map[string]map[string]time.Time{}}
+	w := &world{exports: map[string]map[string]bool{}, faulted: map[string]map[string]int{}, paused: map[string]int{}, changed: map[string]time.Time{}, since: map[string]map[string]time.Time{},
+		absent: map[string]map[string]bool{}, settling: map[string]map[string]bool{}}
 	for _, c := range clusters {
+		w.absent[c] = map[string]bool{}
+		w.settling[c] = map[string]bool{}
 		w.exports[c] = map[string]bool{}
 		w.faulted[c] = map[string]int{}
 		w.since[c] = map[string]time.Time{}
@@ -97,12 +135,15 @@ func (w *world) exported(cluster, key string) bool {
 func (w *world) unexpectedDelete(in, key string, settle time.Duration) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if time.Since(w.changed[key]) < settle {
+	if time.Since(w.changed[key]) < settle || w.absent[in][namespaceOf(key)] {
 		return ""
 	}
 	var by []string
 	for c, pools := range w.exports {
 		if c != in && pools[key] {
+			if w.settling[c][key] {
+				return "" // being deleted there
+			}
 			by = append(by, c)
 		}
 	}
@@ -160,12 +201,23 @@ type judged struct {
 	// before the faults on the pair began: in's LIST must still list the
 	// member in their imports, Ready or flagged.
 	kept map[string]map[string][]string
+	// absent[in] are the namespaces deleted in in.
+	absent map[string]map[string]bool
+	// settling[exporter] are the pools being deleted there.
+	settling map[string]map[string]bool
 }
 
 func (w *world) snapshot() judged {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	j := judged{exports: map[string]map[string]bool{}, skip: map[string]map[string]bool{}, unread: map[string]bool{}, kept: map[string]map[string][]string{}}
+	j := judged{exports: map[string]map[string]bool{}, skip: map[string]map[string]bool{}, unread: map[string]bool{}, kept: map[string]map[string][]string{},
+		absent: map[string]map[string]bool{}, settling: map[string]map[string]bool{}}
+	for c, ns := range w.absent {
+		j.absent[c] = maps.Clone(ns)
+	}
+	for c, keys := range w.settling {
+		j.settling[c] = maps.Clone(keys)
+	}
 	for c, pools := range w.exports {
 		j.exports[c] = maps.Clone(pools)
 		j.skip[c] = map[string]bool{}
@@ -191,7 +243,7 @@ func (w *world) snapshot() judged {
 			for key := range w.exports[m] {
 				// A change made just before the fault may not have
 				// reached in yet.
-				if w.changed[key].Before(since.Add(-3 * time.Second)) {
+				if w.changed[key].Before(since.Add(-3*time.Second)) && !w.settling[m][key] {
 					j.kept[in][m] = append(j.kept[in][m], key)
 				}
 			}
@@ -215,7 +267,7 @@ func (j judged) lost(in string, imps []*v1alpha1.InferencePoolImport) []string {
 	var out []string
 	for m, keys := range j.kept[in] {
 		for _, key := range keys {
-			if !listed[key][m] {
+			if !listed[key][m] && !j.absent[in][namespaceOf(key)] {
 				out = append(out, fmt.Sprintf("%s's import %s without %s", in, key, m))
 			}
 		}
@@ -234,6 +286,9 @@ func (j judged) want(in string) string {
 			continue
 		}
 		for key := range pools {
+			if j.absent[in][namespaceOf(key)] || j.settling[exporter][key] {
+				continue
+			}
 			entries[key] = append(entries[key], exporter+":"+v1alpha1.ReasonReady)
 		}
 	}
@@ -247,14 +302,15 @@ func (j judged) want(in string) string {
 }
 
 // state is a set of imports as "namespace/name=cluster:reason,..." lines,
-// leaving out the entries of skipped members (and imports left with no
-// entry). Times are left out: each replica stamps its own.
-func state(imps []*v1alpha1.InferencePoolImport, skip map[string]bool) string {
+// leaving out the entries of skipped members and of pools settling in
+// their exporter (and imports left with no entry). Times are left out:
+// each replica stamps its own.
+func state(imps []*v1alpha1.InferencePoolImport, skip map[string]bool, settling map[string]map[string]bool) string {
 	var lines []string
 	for _, imp := range imps {
 		var parts []string
 		for _, c := range imp.Status.Clusters {
-			if skip[c.Name] {
+			if skip[c.Name] || settling[c.Name][imp.Namespace+"/"+imp.Name] {
 				continue
 			}
 			reason := ""
@@ -383,7 +439,7 @@ func converged(ctx context.Context, w *world, views []*view, replicas bool) (ok 
 			lost = append(lost, v.replicaLost(ctx, j)...)
 		}
 		skip := j.skip[v.cluster]
-		listed, informed, want := state(imps, skip), state(v.informed(), skip), j.want(v.cluster)
+		listed, informed, want := state(imps, skip, j.settling), state(v.informed(), skip, j.settling), j.want(v.cluster)
 		if listed != want || informed != listed {
 			bad = append(bad, fmt.Sprintf("%s: want [%s] LIST [%s] informer [%s]", v.cluster, want, listed, informed))
 		}
@@ -406,6 +462,10 @@ type measurement struct {
 	// the views differed.
 	Failed bool   `json:"failed,omitempty"`
 	Last   string `json:"last,omitempty"`
+	// Behind is what the last poll before convergence found behind (the
+	// view that took longest, and how it differed): where a heal's time
+	// went.
+	Behind string `json:"behind,omitempty"`
 }
 
 // monitor polls convergence and resolves the measurements waiting on it:
@@ -450,6 +510,7 @@ func (m *monitor) run(ctx context.Context, every time.Duration) {
 		// Each replica is asked directly once a second.
 		ok, why, lost := converged(ctx, m.w, m.views, n%4 == 0)
 		m.mu.Lock()
+		behind := m.last
 		if len(lost) > 0 {
 			if len(m.losses) == 0 || time.Since(m.losses[len(m.losses)-1].At) > 5*time.Second {
 				m.logf("UNEXPECTED: pools of a member under a fault are gone: %s", strings.Join(lost, "; "))
@@ -461,6 +522,9 @@ func (m *monitor) run(ctx context.Context, every time.Duration) {
 			switch {
 			case ok && p.Since.Before(began):
 				p.Took = time.Since(p.Since)
+				if behind != "" && p.Took > 500*time.Millisecond {
+					p.Behind = behind
+				}
 			case time.Since(p.Since) > m.timeout:
 				p.Took, p.Failed, p.Last = time.Since(p.Since), true, why
 			default:
@@ -471,6 +535,9 @@ func (m *monitor) run(ctx context.Context, every time.Duration) {
 				verdict := "every view = a fresh LIST"
 				if p.Failed {
 					verdict = "NOT CONVERGED: " + p.Last
+				}
+				if p.Behind != "" {
+					verdict += " (behind until then: " + p.Behind + ")"
 				}
 				m.logf("%s %s: %s after %s", p.Kind, p.Label, verdict, p.Took.Round(10*time.Millisecond))
 			}

@@ -88,6 +88,9 @@ func (d *memberDouble) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	gv := v1alpha1.SchemeGroupVersion
 	q := r.URL.Query()
 	switch r.URL.Path {
+	case "/readyz":
+		// A kube-apiserver serving its clients answers its probe ready.
+		_, _ = io.WriteString(w, "ok")
 	case "/api/v1/namespaces/" + clusterIDNamespace:
 		writeJSON(w, corev1.Namespace{TypeMeta: metav1.TypeMeta{Kind: "Namespace", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: clusterIDNamespace, UID: "hostile-double-id"}})
 	case "/apis/" + gv.String():

@@ -194,6 +194,7 @@ func (x *Incremental) SetImport(imp *v1alpha1.InferencePoolImport) {
 func (x *Incremental) DeleteImport(k types.NamespacedName) {
 	if _, ok := x.b.imports[k]; ok {
 		delete(x.b.imports, k)
+		delete(x.b.entryMemo, k)
 		x.name(k)
 	}
 }

@@ -129,7 +129,7 @@ func newBuilder(in Inputs) *builder {
 		btls:      map[types.NamespacedName]*gatewayv1.BackendTLSPolicy{},
 		locals:    map[types.NamespacedName]localResult{},
 		remotes:   map[types.NamespacedName]remoteResult{},
-		entryMemo: map[types.NamespacedName]map[string]resolvedEntry{},
+		entryMemo: map[types.NamespacedName]*entryMemo{},
 		models:    map[types.NamespacedName]*requestmodel.Models{},
 
 		gateways: map[types.NamespacedName]*gatewayv1.Gateway{},
@@ -162,9 +162,9 @@ type builder struct {
 	remotes map[types.NamespacedName]remoteResult
 	models  map[types.NamespacedName]*requestmodel.Models
 	// entryMemo is, by import, the resolution of each of its cluster
-	// entries by name, kept by the Incremental builder (see
-	// resolveRemote) across the import's changes.
-	entryMemo map[types.NamespacedName]map[string]resolvedEntry
+	// entries, kept by the Incremental builder (see resolveRemote) across
+	// the import's changes.
+	entryMemo map[types.NamespacedName]*entryMemo
 
 	// The served Gateways, the labels of namespaces, and the
 	// ReferenceGrants by namespace and name.

@@ -42,30 +42,21 @@ func (b *builder) remoteClusters(imp *v1alpha1.InferencePoolImport) []*Cluster {
 // entries it changes, not the import's every entry.
 func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 	key := types.NamespacedName{Namespace: imp.Namespace, Name: imp.Name}
-	memo := b.entryMemo[key]
-	if b.incremental && (memo == nil || len(memo) != len(imp.Status.Clusters)) {
-		// Entries came or went: the memo starts again from those that
-		// stay, so that it holds no entry the import no longer has.
-		memo = make(map[string]resolvedEntry, len(imp.Status.Clusters))
-		for _, ic := range imp.Status.Clusters {
-			if re, ok := b.entryMemo[key][ic.Name]; ok {
-				memo[ic.Name] = re
-			}
-		}
+	var memo *entryMemo
+	if b.incremental {
+		memo = b.entryMemo[key].next(len(imp.Status.Clusters))
 		b.entryMemo[key] = memo
 	}
 	out := make([]*Cluster, 0, len(imp.Status.Clusters))
 	notReady := 0
 	for i := range imp.Status.Clusters {
 		ic := &imp.Status.Clusters[i]
-		re, ok := memo[ic.Name]
+		re, ok := memo.find(i, ic.Name)
 		if ok && sameEntry(re.from, ic) {
 			b.errs = append(b.errs, re.errs...)
 		} else {
 			re = b.resolveEntry(imp, ic)
-			if memo != nil {
-				memo[ic.Name] = re
-			}
+			memo.set(i, re)
 		}
 		if re.notReady {
 			notReady++
@@ -78,6 +69,67 @@ func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
 		b.report(InferencePoolImportKind, imp.Namespace, imp.Name, ReasonNoReadyClusters, "none of its %d cluster(s) can take requests (%d not Ready); its requests get 503, or follow FailOpen", len(imp.Status.Clusters), notReady)
 	}
 	return out
+}
+
+// entryMemo is the resolution of each cluster entry of an import, in the
+// import's order, and the previous resolution's when the number of
+// entries changed. A resolution is reused only for an entry that is the
+// same as the one it was made of (its from), so the memo may hold any
+// resolution in any place: where an entry's is looked for decides only
+// how often one is found.
+type entryMemo struct {
+	entries []resolvedEntry
+	prev    []resolvedEntry
+	// byName indexes prev (entries when prev is nil) by entry name, made
+	// when an entry is not where it was.
+	byName map[string]int
+}
+
+// next is the memo for a resolution of n entries.
+func (m *entryMemo) next(n int) *entryMemo {
+	if m != nil && len(m.entries) == n {
+		m.prev, m.byName = nil, nil
+		return m
+	}
+	out := &entryMemo{entries: make([]resolvedEntry, n)}
+	if m != nil {
+		out.prev = m.entries
+	}
+	return out
+}
+
+// find is the resolution that entry i, of this name, had: in place when
+// the entries are where they were, else by name.
+func (m *entryMemo) find(i int, name string) (resolvedEntry, bool) {
+	if m == nil {
+		return resolvedEntry{}, false
+	}
+	old := m.entries
+	if m.prev != nil {
+		old = m.prev
+	}
+	if i < len(old) && old[i].from != nil && old[i].from.Name == name {
+		return old[i], true
+	}
+	if m.byName == nil {
+		m.byName = make(map[string]int, len(old))
+		for j, re := range old {
+			if re.from != nil {
+				m.byName[re.from.Name] = j
+			}
+		}
+	}
+	j, ok := m.byName[name]
+	if !ok {
+		return resolvedEntry{}, false
+	}
+	return old[j], true
+}
+
+func (m *entryMemo) set(i int, re resolvedEntry) {
+	if m != nil {
+		m.entries[i] = re
+	}
 }
 
 // resolvedEntry is the resolution of one cluster entry of an import: from

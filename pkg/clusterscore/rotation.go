@@ -32,6 +32,11 @@ func NewRotation(cands []Candidate) *Rotation {
 	return &Rotation{key: rotationKey(cands), weights: w, credit: make([]int64, len(cands))}
 }
 
+// Key identifies the candidates the rotation was made for, names and
+// weights in order: it Fits the candidates of another rotation of the
+// same key.
+func (r *Rotation) Key() string { return r.key }
+
 // Fits reports whether the rotation was made for candidates of these names
 // and weights, in this order: then the caller keeps it.
 func (r *Rotation) Fits(cands []Candidate) bool {

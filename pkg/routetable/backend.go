@@ -109,12 +109,19 @@ func (b *builder) fillImportBackend(be *Backend, key types.NamespacedName, ra ro
 	if imp == nil {
 		return nil
 	}
-	for _, c := range b.remoteClusters(imp) {
-		c := *c
+	remote := b.remoteClusters(imp)
+	be.Clusters = make([]*Cluster, 0, len(remote))
+	for _, c := range remote {
+		// Resolved clusters are never modified, so a backend shares them
+		// but for the ones the route weighs: an export change copies
+		// nothing of the clusters it did not change.
 		if w, ok := ra.weights[c.Name]; ok {
+			c := *c
 			c.Weight *= w
+			be.Clusters = append(be.Clusters, &c)
+			continue
 		}
-		be.Clusters = append(be.Clusters, &c)
+		be.Clusters = append(be.Clusters, c)
 	}
 	lr := b.localPool(key)
 	if lr.cluster != nil {

@@ -120,16 +120,17 @@ func (e *BuildError) Error() string {
 // newBuilder returns a builder with in's settings and empty indexes.
 func newBuilder(in Inputs) *builder {
 	return &builder{
-		in:      in,
-		local:   cmp.Or(in.LocalCluster, DefaultLocalCluster),
-		policy:  defaultPolicy(in.DefaultPolicy),
-		pools:   map[types.NamespacedName]*poolv1.InferencePool{},
-		imports: map[types.NamespacedName]*v1alpha1.InferencePoolImport{},
-		svcs:    map[types.NamespacedName]*corev1.Service{},
-		btls:    map[types.NamespacedName]*gatewayv1.BackendTLSPolicy{},
-		locals:  map[types.NamespacedName]localResult{},
-		remotes: map[types.NamespacedName]remoteResult{},
-		models:  map[types.NamespacedName]*requestmodel.Models{},
+		in:        in,
+		local:     cmp.Or(in.LocalCluster, DefaultLocalCluster),
+		policy:    defaultPolicy(in.DefaultPolicy),
+		pools:     map[types.NamespacedName]*poolv1.InferencePool{},
+		imports:   map[types.NamespacedName]*v1alpha1.InferencePoolImport{},
+		svcs:      map[types.NamespacedName]*corev1.Service{},
+		btls:      map[types.NamespacedName]*gatewayv1.BackendTLSPolicy{},
+		locals:    map[types.NamespacedName]localResult{},
+		remotes:   map[types.NamespacedName]remoteResult{},
+		entryMemo: map[types.NamespacedName]*entryMemo{},
+		models:    map[types.NamespacedName]*requestmodel.Models{},
 
 		gateways: map[types.NamespacedName]*gatewayv1.Gateway{},
 		nsLabels: map[string]map[string]string{},
@@ -160,6 +161,10 @@ type builder struct {
 	locals  map[types.NamespacedName]localResult
 	remotes map[types.NamespacedName]remoteResult
 	models  map[types.NamespacedName]*requestmodel.Models
+	// entryMemo is, by import, the resolution of each of its cluster
+	// entries, kept by the Incremental builder (see resolveRemote) across
+	// the import's changes.
+	entryMemo map[types.NamespacedName]*entryMemo
 
 	// The served Gateways, the labels of namespaces, and the
 	// ReferenceGrants by namespace and name.

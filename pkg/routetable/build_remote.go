@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,56 +36,167 @@ func (b *builder) remoteClusters(imp *v1alpha1.InferencePoolImport) []*Cluster {
 	return out
 }
 
+// resolveRemote resolves each cluster entry of imp. The Incremental
+// builder keeps each entry's resolution (cluster and problems) and reuses
+// it while the entry is unchanged, so that an export change costs the
+// entries it changes, not the import's every entry.
 func (b *builder) resolveRemote(imp *v1alpha1.InferencePoolImport) []*Cluster {
+	key := types.NamespacedName{Namespace: imp.Namespace, Name: imp.Name}
+	var memo *entryMemo
+	if b.incremental {
+		memo = b.entryMemo[key].next(len(imp.Status.Clusters))
+		b.entryMemo[key] = memo
+	}
+	out := make([]*Cluster, 0, len(imp.Status.Clusters))
+	notReady := 0
+	for i := range imp.Status.Clusters {
+		ic := &imp.Status.Clusters[i]
+		re, ok := memo.find(i, ic.Name)
+		if ok && sameEntry(re.from, ic) {
+			b.errs = append(b.errs, re.errs...)
+		} else {
+			re = b.resolveEntry(imp, ic)
+			memo.set(i, re)
+		}
+		if re.notReady {
+			notReady++
+		}
+		if re.cluster != nil {
+			out = append(out, re.cluster)
+		}
+	}
+	if len(out) == 0 {
+		b.report(InferencePoolImportKind, imp.Namespace, imp.Name, ReasonNoReadyClusters, "none of its %d cluster(s) can take requests (%d not Ready); its requests get 503, or follow FailOpen", len(imp.Status.Clusters), notReady)
+	}
+	return out
+}
+
+// entryMemo is the resolution of each cluster entry of an import, in the
+// import's order, and the previous resolution's when the number of
+// entries changed. A resolution is reused only for an entry that is the
+// same as the one it was made of (its from), so the memo may hold any
+// resolution in any place: where an entry's is looked for decides only
+// how often one is found.
+type entryMemo struct {
+	entries []resolvedEntry
+	prev    []resolvedEntry
+	// byName indexes prev (entries when prev is nil) by entry name, made
+	// when an entry is not where it was.
+	byName map[string]int
+}
+
+// next is the memo for a resolution of n entries.
+func (m *entryMemo) next(n int) *entryMemo {
+	if m != nil && len(m.entries) == n {
+		m.prev, m.byName = nil, nil
+		return m
+	}
+	out := &entryMemo{entries: make([]resolvedEntry, n)}
+	if m != nil {
+		out.prev = m.entries
+	}
+	return out
+}
+
+// find is the resolution that entry i, of this name, had: in place when
+// the entries are where they were, else by name.
+func (m *entryMemo) find(i int, name string) (resolvedEntry, bool) {
+	if m == nil {
+		return resolvedEntry{}, false
+	}
+	old := m.entries
+	if m.prev != nil {
+		old = m.prev
+	}
+	if i < len(old) && old[i].from != nil && old[i].from.Name == name {
+		return old[i], true
+	}
+	if m.byName == nil {
+		m.byName = make(map[string]int, len(old))
+		for j, re := range old {
+			if re.from != nil {
+				m.byName[re.from.Name] = j
+			}
+		}
+	}
+	j, ok := m.byName[name]
+	if !ok {
+		return resolvedEntry{}, false
+	}
+	return old[j], true
+}
+
+func (m *entryMemo) set(i int, re resolvedEntry) {
+	if m != nil {
+		m.entries[i] = re
+	}
+}
+
+// resolvedEntry is the resolution of one cluster entry of an import: from
+// is (a copy of) the entry, cluster what it resolved to (nil: skipped),
+// errs the problems it reported.
+type resolvedEntry struct {
+	from     *v1alpha1.ImportedCluster
+	cluster  *Cluster
+	notReady bool
+	errs     []error
+}
+
+// resolveEntry resolves cluster entry ic of imp, reporting its problems;
+// for the Incremental builder, they are kept with the result too.
+func (b *builder) resolveEntry(imp *v1alpha1.InferencePoolImport, ic *v1alpha1.ImportedCluster) resolvedEntry {
+	mark := len(b.errs)
+	c, notReady := b.resolveCluster(imp, *ic)
+	re := resolvedEntry{cluster: c, notReady: notReady}
+	if b.incremental {
+		re.from, re.errs = ic.DeepCopy(), slices.Clone(b.errs[mark:])
+	}
+	return re
+}
+
+// resolveCluster resolves cluster entry ic of imp: nil when it cannot take
+// requests (notReady when that is its Ready condition), reported.
+func (b *builder) resolveCluster(imp *v1alpha1.InferencePoolImport, ic v1alpha1.ImportedCluster) (_ *Cluster, notReady bool) {
 	key := types.NamespacedName{Namespace: imp.Namespace, Name: imp.Name}
 	report := func(reason, format string, args ...any) {
 		b.report(InferencePoolImportKind, imp.Namespace, imp.Name, reason, format, args...)
 	}
-	var out []*Cluster
-	notReady := 0
-	for _, ic := range imp.Status.Clusters {
-		if ic.Name == b.local {
-			// An import never lists the importing cluster; one that does
-			// would send requests in a circle.
-			report(ReasonLocalClusterInImport, "cluster %q is the local cluster; it is skipped", ic.Name)
-			continue
-		}
-		stale := false
-		if ready := meta.FindStatusCondition(ic.Conditions, v1alpha1.ConditionReady); ready != nil && ready.Status == metav1.ConditionFalse {
-			if ready.Reason != v1alpha1.ReasonClusterUnreachable && ready.Reason != v1alpha1.ReasonCredentialsRejected {
-				notReady++
-				continue
-			}
-			// A cluster that rejects mci-apiserver's credentials is as
-			// unknown to the control plane as one it cannot reach; its
-			// data plane may well serve.
-			stale = true
-			report(ReasonClusterUnreachable, "cluster %q is unreachable from mci-apiserver or rejects its credentials (%s); its last known EPP stays a candidate after every reachable cluster", ic.Name, ready.Message)
-		}
-		weight, region := exportSettings(ic)
-		c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: weight, Region: region, Stale: stale,
-			Draining: meta.IsStatusConditionTrue(ic.Conditions, v1alpha1.ConditionDraining)}
-		switch c.Mode {
-		case v1alpha1.RoutingModeEndpoint:
-			if !b.remoteEPP(c, imp, ic, report) {
-				continue
-			}
-		case v1alpha1.RoutingModeParent:
-			c.Parent = parentAddress(ic.Parents)
-			if c.Parent == "" {
-				report(ReasonInvalidImportedCluster, "cluster %q: no parent gateway has an address and a port; the cluster is skipped", ic.Name)
-				continue
-			}
-		default:
-			report(ReasonInvalidImportedCluster, "cluster %q: unknown routing mode %q; the cluster is skipped", ic.Name, ic.RoutingMode)
-			continue
-		}
-		out = append(out, c)
+	if ic.Name == b.local {
+		// An import never lists the importing cluster; one that does
+		// would send requests in a circle.
+		report(ReasonLocalClusterInImport, "cluster %q is the local cluster; it is skipped", ic.Name)
+		return nil, false
 	}
-	if len(out) == 0 {
-		report(ReasonNoReadyClusters, "none of its %d cluster(s) can take requests (%d not Ready); its requests get 503, or follow FailOpen", len(imp.Status.Clusters), notReady)
+	stale := false
+	if ready := meta.FindStatusCondition(ic.Conditions, v1alpha1.ConditionReady); ready != nil && ready.Status == metav1.ConditionFalse {
+		if ready.Reason != v1alpha1.ReasonClusterUnreachable && ready.Reason != v1alpha1.ReasonCredentialsRejected {
+			return nil, true
+		}
+		// A cluster that rejects mci-apiserver's credentials is as
+		// unknown to the control plane as one it cannot reach; its
+		// data plane may well serve.
+		stale = true
+		report(ReasonClusterUnreachable, "cluster %q is unreachable from mci-apiserver or rejects its credentials (%s); its last known EPP stays a candidate after every reachable cluster", ic.Name, ready.Message)
 	}
-	return out
+	weight, region := exportSettings(ic)
+	c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: weight, Region: region, Stale: stale,
+		Draining: meta.IsStatusConditionTrue(ic.Conditions, v1alpha1.ConditionDraining)}
+	switch c.Mode {
+	case v1alpha1.RoutingModeEndpoint:
+		if !b.remoteEPP(c, imp, ic, report) {
+			return nil, false
+		}
+	case v1alpha1.RoutingModeParent:
+		c.Parent = parentAddress(ic.Parents)
+		if c.Parent == "" {
+			report(ReasonInvalidImportedCluster, "cluster %q: no parent gateway has an address and a port; the cluster is skipped", ic.Name)
+			return nil, false
+		}
+	default:
+		report(ReasonInvalidImportedCluster, "cluster %q: unknown routing mode %q; the cluster is skipped", ic.Name, ic.RoutingMode)
+		return nil, false
+	}
+	return c, false
 }
 
 // remoteEPP fills in how c, imported cluster ic of imp in EndpointMode, is

@@ -27,7 +27,9 @@ import (
 //     its namespace (allowedRoutes selectors); when a ReferenceGrant of a
 //     namespace its backendRefs refer to changes.
 //   - A local pool's EPP, an import's clusters and a pool's InferenceModels
-//     and InferenceObjectives are resolved once and kept until they change.
+//     and InferenceObjectives are resolved once and kept until they change;
+//     when an import changes, only its cluster entries that changed are
+//     resolved again, the others' clusters and problems are kept.
 //   - The host index keeps the precedence-sorted matchers of every
 //     hostname; only the hostnames of recompiled routes are sorted again,
 //     the others are shared with the previous table.
@@ -194,6 +196,7 @@ func (x *Incremental) SetImport(imp *v1alpha1.InferencePoolImport) {
 func (x *Incremental) DeleteImport(k types.NamespacedName) {
 	if _, ok := x.b.imports[k]; ok {
 		delete(x.b.imports, k)
+		delete(x.b.entryMemo, k)
 		x.name(k)
 	}
 }

@@ -1,11 +1,6 @@
 package routetable
 
-import (
-	"strconv"
-	"strings"
-
-	"github.com/mci-dev/mci/pkg/clusterscore"
-)
+import "github.com/mci-dev/mci/pkg/clusterscore"
 
 // rotation is the smooth weighted round-robin state (clusterscore.Rotation)
 // of a rule's backendRefs or of a backend's clusters, with the key that
@@ -22,26 +17,27 @@ type rotation struct {
 // weights, owned by owner.
 func newRotation(owner string, names []string, weights []int64) *rotation {
 	cands := make([]clusterscore.Candidate, len(names))
-	var b strings.Builder
-	b.WriteString(owner)
 	for i, n := range names {
 		cands[i] = clusterscore.Candidate{Name: n, Weight: weights[i]}
-		b.WriteByte('|')
-		b.WriteString(n)
-		b.WriteByte('=')
-		b.WriteString(strconv.FormatInt(weights[i], 10))
 	}
-	return &rotation{key: b.String(), Rotation: clusterscore.NewRotation(cands)}
+	return rotationOf(owner, cands)
+}
+
+// rotationOf is the rotation of cands owned by owner; its key is the
+// owner's, then the candidates' as the rotation has it (written once,
+// for a backend of 1,000 clusters at every change of one).
+func rotationOf(owner string, cands []clusterscore.Candidate) *rotation {
+	r := clusterscore.NewRotation(cands)
+	return &rotation{key: owner + "|" + r.Key(), Rotation: r}
 }
 
 // newClusterRotation returns the rotation of a backend's clusters. A local
 // pool outside them (LocalFirst) is not part of it: the policies pass it
 // after the clusters, with weight 0.
 func newClusterRotation(owner string, clusters []*Cluster) *rotation {
-	names := make([]string, len(clusters))
-	weights := make([]int64, len(clusters))
+	cands := make([]clusterscore.Candidate, len(clusters))
 	for i, c := range clusters {
-		names[i], weights[i] = c.Name, c.Weight
+		cands[i] = clusterscore.Candidate{Name: c.Name, Weight: c.Weight}
 	}
-	return newRotation(owner, names, weights)
+	return rotationOf(owner, cands)
 }

@@ -3,13 +3,12 @@ package localclusterset
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 )
 
 // StopAPIServer stops the kube-apiserver of cluster, as a crash would: its
@@ -20,7 +19,7 @@ func (cs *ClusterSet) StopAPIServer(cluster string) error {
 
 // StartAPIServer starts the kube-apiserver of cluster again on the same
 // port, with the same data, and waits until it is ready: as its admin sees
-// it, and as the members' reader identity does. A kube-apiserver answers
+// it, and as any identity its authorizer is asked about does. A kube-apiserver answers
 // its admin's /readyz (system:masters, which no authorizer is asked
 // about) a second or more before its RBAC authorizer has read the role
 // bindings; until then every other client, the readers of the
@@ -40,11 +39,13 @@ func (cs *ClusterSet) StartAPIServer(ctx context.Context, cluster string) error 
 	if err := waitReady(ctx, p, apiServerReadyTimeout, apiServerReady(c.Config)); err != nil {
 		return err
 	}
-	reader, err := clientcmd.BuildConfigFromFlags("", filepath.Join(cs.MembersDir(), cluster+".kubeconfig"))
-	if err != nil {
-		return fmt.Errorf("clusterset: the member reader's kubeconfig of %s: %w", cluster, err)
-	}
-	return waitReady(ctx, p, apiServerReadyTimeout, apiServerReady(reader))
+	// An identity the authorizer is asked about: its /readyz is allowed
+	// by a bootstrap role binding, which the authorizer has read when it
+	// has read the readers' (a test may have moved or unbound the
+	// members' own identity).
+	authorized := rest.CopyConfig(c.Config)
+	authorized.Impersonate = rest.ImpersonationConfig{UserName: "localclusterset:readiness", Groups: []string{"system:authenticated"}}
+	return waitReady(ctx, p, apiServerReadyTimeout, apiServerReady(authorized))
 }
 
 // PauseAPIServer freezes the kube-apiserver of cluster (SIGSTOP): it keeps

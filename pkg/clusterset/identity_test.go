@@ -19,9 +19,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/testutil"
 
-	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
-	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
-	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/test/localclusterset"
 )
@@ -100,19 +97,9 @@ func TestASecondMemberNameForAClusterIsRefusedInFullMode(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, cs.Stop()) })
 	local, remote := cs.Clusters[0].Config, cs.Clusters[1].Config
-	for _, config := range []*rest.Config{local, remote} {
-		_, err := kubernetes.NewForConfigOrDie(config).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-	}
-	_, err = mciclient.NewForConfigOrDie(remote).InferencePoolV1().InferencePools(ns).Create(ctx, &poolv1.InferencePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{v1alpha1.ExportAnnotation: v1alpha1.ExportScopeClusterSet}},
-		Spec: poolv1.InferencePoolSpec{
-			Selector:          poolv1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-			TargetPorts:       []poolv1.Port{{Number: 8000}},
-			EndpointPickerRef: poolv1.EndpointPickerRef{Name: "epp", Port: &poolv1.Port{Number: 9002}},
-		},
-	}, metav1.CreateOptions{})
+	_, err = kubernetes.NewForConfigOrDie(local).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	require.NoError(t, err)
+	createExportedPool(ctx, t, remote, ns, name)
 	logged := captureKlog(t)
 
 	// A member identity that may read the six kinds and not kube-system,

@@ -350,6 +350,5 @@ func (m *member) poolEvent(ev Event, deleted bool) {
 			return
 		}
 	}
-	ns, _ := m.poolNamespaces.ensure(ev.Namespace)
-	ns.deliver(ev)
+	m.poolNamespaces.ensure(ev.Namespace).deliver(ev)
 }

@@ -111,14 +111,13 @@ func newPoolNamespaces(ctx context.Context, kube kubernetes.Interface, watch fun
 	return &poolNamespaces{kube: kube, watch: watch, handler: handler, bound: bound, podsAccessChanged: podsAccessChanged, ctx: ctx, byNS: map[string]*namespaceInformers{}}
 }
 
-// ensure watches namespace; it returns the namespace's informers and
-// whether they were started by this call. The namespace's events are held
-// until it has listed (namespaceInformers.deliver).
-func (p *poolNamespaces) ensure(namespace string) (*namespaceInformers, bool) {
+// ensure watches namespace; it returns the namespace's informers, whose
+// events are held until it has listed (namespaceInformers.deliver).
+func (p *poolNamespaces) ensure(namespace string) *namespaceInformers {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if n, ok := p.byNS[namespace]; ok {
-		return n, false
+		return n
 	}
 	ctx, cancel := context.WithCancel(p.ctx)
 	factory := informers.NewSharedInformerFactoryWithOptions(p.kube, 0, informers.WithNamespace(namespace), informers.WithTransform(trim))
@@ -139,7 +138,7 @@ func (p *poolNamespaces) ensure(namespace string) (*namespaceInformers, bool) {
 	factory.Start(ctx.Done())
 	go n.openWhenListed(ctx)
 	p.byNS[namespace] = n
-	return n, true
+	return n
 }
 
 // release stops watching namespace.

@@ -127,7 +127,7 @@ func (m *member) kubeInformers(ctx context.Context, transform cache.TransformFun
 	m.namespaces = nsInformer.Lister()
 	m.watch(nsInformer.Informer(), KindNamespace)
 	m.synced = append(m.synced, nsInformer.Informer().HasSynced)
-	m.poolNamespaces = newPoolNamespaces(ctx, m.kube, m.watch, m.boundNamespaceInformers, m.podsAccessChanged)
+	m.poolNamespaces = newPoolNamespaces(ctx, m.kube, m.watchTo, m.handler, m.boundNamespaceInformers, m.podsAccessChanged)
 	m.services = serviceLister{m.poolNamespaces}
 	m.endpointSlices = endpointSliceLister{m.poolNamespaces}
 	m.pods = podLister{m.poolNamespaces}
@@ -273,6 +273,12 @@ func (m *member) watchRoutes(informer cache.SharedIndexInformer) {
 // starts once also count towards hasSynced; the per-namespace ones are
 // tracked by poolNamespaces.
 func (m *member) watch(informer cache.SharedIndexInformer, kind Kind) {
+	m.watchTo(informer, kind, m.handler)
+}
+
+// watchTo passes the informer's changes on to deliver as Events, but for
+// InferencePools (poolEvent).
+func (m *member) watchTo(informer cache.SharedIndexInformer, kind Kind, deliver Handler) {
 	notify := func(obj interface{}, deleted, changed bool) {
 		// A deletion seen only through a relist carries the object's last
 		// known resourceVersion, not the member's at its deletion: its
@@ -304,7 +310,7 @@ func (m *member) watch(informer cache.SharedIndexInformer, kind Kind) {
 			m.poolEvent(ev, deleted)
 			return
 		}
-		m.handler(ev)
+		deliver(ev)
 	}
 	_, _ = informer.AddEventHandler(countedHandler(notify))
 }
@@ -331,26 +337,18 @@ func resourceVersionOf(obj interface{}) string {
 	return o.GetResourceVersion()
 }
 
-// poolEvent keeps the Services and EndpointSlices of the pool's namespace
-// watched while the namespace has pools, and passes the event on once that
-// namespace's cache has synced, so that an import is never computed from a
-// namespace cache still being filled (its EPP would look missing).
+// poolEvent keeps the Services, EndpointSlices and Pods of the pool's
+// namespace watched while the namespace has pools, and passes the event on
+// as one of that namespace: held until it has listed (scoped.go). The
+// deletion of its last pool is passed on at once: nothing is computed from
+// the namespace's caches any more.
 func (m *member) poolEvent(ev Event, deleted bool) {
 	if deleted {
 		if pools, err := m.poolIndexer.ByIndex(cache.NamespaceIndex, ev.Namespace); err == nil && len(pools) == 0 {
 			m.poolNamespaces.release(ev.Namespace)
-		}
-		m.handler(ev)
-		return
-	}
-	ns, _ := m.poolNamespaces.ensure(ev.Namespace)
-	if ns.hasSynced() {
-		m.handler(ev)
-		return
-	}
-	go func() {
-		if cache.WaitForCacheSync(m.ctx.Done(), ns.hasSynced) {
 			m.handler(ev)
+			return
 		}
-	}()
+	}
+	m.poolNamespaces.ensure(ev.Namespace).deliver(ev)
 }

@@ -104,13 +104,13 @@ func podsDeniedError(namespace string, since time.Time) error {
 
 // podsAccessChanged says, once per change, that the member's credentials
 // may not (since non-zero) or may again list a namespace's Pods, and
-// recomputes what its pools there publish.
-func (m *member) podsAccessChanged(namespace string, since time.Time) {
+// recomputes what its pools there publish (deliver: the namespace's events).
+func (m *member) podsAccessChanged(namespace string, since time.Time, deliver Handler) {
 	logger := klog.Background().WithValues("member", m.name, "namespace", namespace)
 	if since.IsZero() {
 		logger.Info("Member's pods can be listed again: its exports in the namespace publish their endpoint addresses")
 	} else {
 		logger.Info("Member's credentials may not list pods: its exports in the namespace publish no endpoint addresses (their last known ones if listed before), so importers accept no destination their EPPs name; grant list and watch on pods", "since", since.UTC().Format(time.RFC3339))
 	}
-	m.handler(Event{Member: m.name, Kind: KindPod, Namespace: namespace})
+	deliver(Event{Member: m.name, Kind: KindPod, Namespace: namespace})
 }

@@ -23,11 +23,15 @@ import (
 // everything the computation can read, and the cache grows with pools
 // rather than with every Service of the cluster.
 type poolNamespaces struct {
-	kube  kubernetes.Interface
-	watch func(cache.SharedIndexInformer, Kind)
+	kube kubernetes.Interface
+	// watch passes an informer's changes on to deliver.
+	watch func(informer cache.SharedIndexInformer, kind Kind, deliver Handler)
+	// handler is told a namespace's events once it has listed (listed).
+	handler Handler
 	// podsAccessChanged is told when the member's credentials may not, or
-	// may again, list a namespace's Pods (podaccess.go).
-	podsAccessChanged func(namespace string, since time.Time)
+	// may again, list a namespace's Pods (podaccess.go); it says so to
+	// deliver.
+	podsAccessChanged func(namespace string, since time.Time, deliver Handler)
 	// bound registers, in a namespace's factory, the informers that list
 	// within the member's limits (listquota.go).
 	bound func(informers.SharedInformerFactory, string)
@@ -46,23 +50,74 @@ type namespaceInformers struct {
 	// count as listed (access).
 	pods   cache.SharedIndexInformer
 	access podAccess
+
+	// Every event of the namespace, its pools' included, is held until
+	// all its watches have listed (listed), then passed on in order:
+	// computed from a namespace cache still filling, an export would be
+	// published once without its EPP's EndpointSlices (not Ready) or
+	// without its Service, then Ready, a flap every importer and sidecar
+	// sees. A watch that fails in a way the server reports (Pods it may
+	// not list) counts as listed.
+	handler Handler
+	mu      sync.Mutex
+	open    bool
+	held    []Event
 }
 
-func (n *namespaceInformers) hasSynced() bool {
+// listed is true once every watch of the namespace has listed, or failed
+// in a way that is reported (podaccess.go).
+func (n *namespaceInformers) listed() bool {
 	return n.services.HasSynced() && n.slices.HasSynced() && (n.pods.HasSynced() || !n.access.denied().IsZero())
 }
 
-func newPoolNamespaces(ctx context.Context, kube kubernetes.Interface, watch func(cache.SharedIndexInformer, Kind), bound func(informers.SharedInformerFactory, string), podsAccessChanged func(string, time.Time)) *poolNamespaces {
-	return &poolNamespaces{kube: kube, watch: watch, bound: bound, podsAccessChanged: podsAccessChanged, ctx: ctx, byNS: map[string]*namespaceInformers{}}
+// hasSynced is true once the namespace has listed and its held events
+// have been passed on.
+func (n *namespaceInformers) hasSynced() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.open
 }
 
-// ensure watches namespace; it returns the namespace's informers and
-// whether they were started by this call.
-func (p *poolNamespaces) ensure(namespace string) (*namespaceInformers, bool) {
+// deliver passes ev on, or holds it while the namespace has not listed.
+func (n *namespaceInformers) deliver(ev Event) {
+	n.mu.Lock()
+	if !n.open {
+		n.held = append(n.held, ev)
+		n.mu.Unlock()
+		return
+	}
+	n.mu.Unlock()
+	n.handler(ev)
+}
+
+// openWhenListed passes the held events on once the namespace has listed,
+// and every later one as it comes; a namespace no longer watched (ctx)
+// drops them.
+func (n *namespaceInformers) openWhenListed(ctx context.Context) {
+	if !cache.WaitForCacheSync(ctx.Done(), n.listed) {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	// Under the lock, so that an event that comes meanwhile is passed on
+	// after these (the handler does not block).
+	for _, ev := range n.held {
+		n.handler(ev)
+	}
+	n.held, n.open = nil, true
+}
+
+func newPoolNamespaces(ctx context.Context, kube kubernetes.Interface, watch func(cache.SharedIndexInformer, Kind, Handler), handler Handler, bound func(informers.SharedInformerFactory, string), podsAccessChanged func(string, time.Time, Handler)) *poolNamespaces {
+	return &poolNamespaces{kube: kube, watch: watch, handler: handler, bound: bound, podsAccessChanged: podsAccessChanged, ctx: ctx, byNS: map[string]*namespaceInformers{}}
+}
+
+// ensure watches namespace; it returns the namespace's informers, whose
+// events are held until it has listed (namespaceInformers.deliver).
+func (p *poolNamespaces) ensure(namespace string) *namespaceInformers {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if n, ok := p.byNS[namespace]; ok {
-		return n, false
+		return n
 	}
 	ctx, cancel := context.WithCancel(p.ctx)
 	factory := informers.NewSharedInformerFactoryWithOptions(p.kube, 0, informers.WithNamespace(namespace), informers.WithTransform(trim))
@@ -74,14 +129,16 @@ func (p *poolNamespaces) ensure(namespace string) (*namespaceInformers, bool) {
 		services: factory.Core().V1().Services().Informer(),
 		slices:   factory.Discovery().V1().EndpointSlices().Informer(),
 		pods:     factory.Core().V1().Pods().Informer(),
+		handler:  p.handler,
 	}
-	p.watch(n.services, KindService)
-	p.watch(n.slices, KindEndpointSlice)
-	p.watch(n.pods, KindPod)
-	followPodAccess(namespace, n, p.podsAccessChanged)
+	p.watch(n.services, KindService, n.deliver)
+	p.watch(n.slices, KindEndpointSlice, n.deliver)
+	p.watch(n.pods, KindPod, n.deliver)
+	followPodAccess(namespace, n, func(namespace string, since time.Time) { p.podsAccessChanged(namespace, since, n.deliver) })
 	factory.Start(ctx.Done())
+	go n.openWhenListed(ctx)
 	p.byNS[namespace] = n
-	return n, true
+	return n
 }
 
 // release stops watching namespace.

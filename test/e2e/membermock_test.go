@@ -80,23 +80,18 @@ func TestMemberMockServesWhatARealMemberServes(t *testing.T) {
 	}
 
 	// Before the watches start, the namespace gets its pools, unexported,
-	// and a pool exported until it is Ready, then deleted: a real
-	// member's server starts watching a namespace's Services and
-	// EndpointSlices when the namespace gets its first pool, and an export
-	// made while those caches fill can be summarized once without the
-	// EndpointSlices (not Ready) before it is Ready. The mock, whose
-	// objects are all there at once, never passes through that state.
+	// with their EPPs. A real member's server starts watching the
+	// namespace's Services, EndpointSlices and Pods at its first pool and
+	// computes nothing of it until they have all listed, so an export made
+	// while they fill is published Ready at once, as the mock publishes it.
 	each(func(s *memberSide) {
 		s.apply(t, membermock.Namespace(ns))
-		for pool, address := range map[string]string{"llm": "127.0.0.5", "llm-2": "127.0.0.6", "warm-up": "127.0.0.7"} {
-			s.apply(t, membermock.ExportedPool(ns, pool, pool == "warm-up"))
+		for pool, address := range map[string]string{"llm": "127.0.0.5", "llm-2": "127.0.0.6"} {
+			s.apply(t, membermock.ExportedPool(ns, pool, false))
 			s.apply(t, membermock.EPPService(ns, pool, address))
 			s.apply(t, membermock.EPPEndpoints(ns, pool, true))
 		}
 	})
-	wait("a pool is exported to warm the namespace's caches up", want{"warm-up": metav1.ConditionTrue}, "")
-	each(func(s *memberSide) { s.remove(t, membermock.ExportedPool(ns, "warm-up", true)) })
-	wait("the pool is deleted", nil, "")
 	for _, s := range sides {
 		s.startWatches(t, ctx)
 	}

@@ -397,7 +397,8 @@ func (c *Cache) Snapshot() imports.ClusterSet {
 }
 
 // Ready reports nil once every membership source has reported and every
-// member has listed or is past its removal threshold (member.readyErr):
+// member has listed, is past its removal threshold, or answers but is
+// flagged for what keeps it from listing (member.readyErr):
 // before that, imports computed from a partial cache would show clusters
 // disappearing and reappearing.
 func (c *Cache) Ready() error {
@@ -411,9 +412,13 @@ func (c *Cache) Ready() error {
 	}
 	// A member still joining has listed nothing: like a member that has
 	// not listed (member.readyErr), it holds readiness until its removal
-	// threshold, counted from when it joined.
+	// threshold, counted from when it joined, or until it is flagged for
+	// what keeps it from listing (member.flaggedUnlistable).
 	var joining []string
 	for name, m := range c.joining {
+		if m.flaggedUnlistable() {
+			continue
+		}
 		if removeAfter := c.thresholds(name).removeAfter; removeAfter == 0 || time.Since(m.joined) < removeAfter {
 			joining = append(joining, name)
 		}

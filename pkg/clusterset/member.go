@@ -214,9 +214,7 @@ func (m *member) hasSynced() bool {
 // added back at the heal). Past the threshold every replica agrees that
 // the member's pools are gone.
 func (m *member) readyErr() error {
-	if m.hasSynced() || m.frozen() {
-		// A frozen member is flagged and serves what it holds: it must
-		// not hold readiness for good by sending too much to list.
+	if m.hasSynced() || m.flaggedUnlistable() {
 		return nil
 	}
 	st := m.status()
@@ -226,16 +224,6 @@ func (m *member) readyErr() error {
 			m.name, st.Since.UTC().Format(time.RFC3339), st.Message)
 	case st != nil:
 		return nil
-	case m.credentials.rejected() != nil:
-		// A member that refuses the credentials it is read with lists
-		// nothing until they are fixed: it holds readiness as one that
-		// does not answer, until its removal threshold from joining.
-		if m.th.removeAfter > 0 && time.Since(m.joined) >= m.th.removeAfter {
-			return nil
-		}
-		r := m.credentials.rejected()
-		return fmt.Errorf("member %s has not listed since this replica started and rejects its credentials (since %s: %s); this replica waits until it lists or the removal threshold passes",
-			m.name, r.since.UTC().Format(time.RFC3339), r.message)
 	case m.mode == modeDiscovering:
 		// A member that answers its probe but not its discovery would
 		// otherwise hold readiness for good: it holds it as one that does
@@ -246,6 +234,21 @@ func (m *member) readyErr() error {
 		return fmt.Errorf("member %s has not said yet whether it publishes summaries (its API discovery cannot be asked); it is asked again with backoff", m.name)
 	}
 	return fmt.Errorf("member %s has not listed yet", m.name)
+}
+
+// flaggedUnlistable reports whether the member answers but is flagged for
+// a reason that keeps it from listing: frozen for what it sends, or
+// refusing the credentials it is read with. Such a member does not hold
+// readiness once flagged, as a removed one: it is never removed while it
+// answers, so waiting for its removal threshold would only delay the same
+// outcome (the replica serving it without what it never listed), while
+// every replica that restarts during an operator's mistake on one member
+// stays out of service. It is served flagged, with what it last listed, or
+// nothing of it when it has listed nothing since this replica started.
+// A member that refuses the credentials and then stops answering is
+// unreachable, flagged and held as such (view, readyErr).
+func (m *member) flaggedUnlistable() bool {
+	return m.frozen() || (m.status() == nil && m.credentials.rejected() != nil)
 }
 
 func (m *member) view() imports.Member {

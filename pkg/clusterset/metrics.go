@@ -32,7 +32,7 @@ type Metrics struct {
 
 var (
 	memberListedDesc = metrics.NewDesc("mci_clusterset_member_listed",
-		"1 once every informer of the member has listed in this replica, else 0; a replica is not ready while a member that is not removed has not listed.",
+		"1 once every informer of the member has listed in this replica, else 0; a replica is not ready while a member that is not removed has not listed, unless it is flagged CredentialsRejected or frozen.",
 		[]string{"member"}, nil, metrics.ALPHA, "")
 	memberUnreachableDesc = metrics.NewDesc("mci_clusterset_member_unreachable",
 		"1 while the member is flagged ClusterUnreachable (it has not answered for --member-unreachable-after; its last known data is kept), else 0.",

@@ -352,8 +352,9 @@ func (o *Options) genericConfig() (*genericapiserver.RecommendedConfig, error) {
 	if err := o.ServerRun.ApplyTo(&generic.Config); err != nil {
 		return nil, err
 	}
-	// A replica is ready once every member has listed or is past
-	// --member-remove-after (clusterset.Cache.Ready): one that starts while
+	// A replica is ready once every member has listed, is past
+	// --member-remove-after, or answers but is flagged for what keeps it
+	// from listing (clusterset.Cache.Ready): one that starts while
 	// a member is unreachable must not serve that member's pools as gone
 	// while other replicas still serve them. The wait for storage
 	// readiness (after which the server becomes ready regardless, with a

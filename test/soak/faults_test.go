@@ -69,6 +69,8 @@ type injector struct {
 
 	mu      sync.Mutex
 	windows []*window
+	// upgraded are the rolling upgrades' checks, by fault ID.
+	upgraded map[int]check
 }
 
 func (in *injector) run(ctx context.Context, faults []fault) {
@@ -101,8 +103,9 @@ func (in *injector) apply(ctx context.Context, f fault) {
 	// The sleep is the fault's duration. A compaction ends when its
 	// restarted kube-apiserver is ready, which inject waited for: its heal
 	// is measured from then, when every watch on the member resumes with
-	// its 410 (its Hold is the budget of the restart in the schedule).
-	if f.Kind != compaction {
+	// its 410 (its Hold is the budget of the restart in the schedule); a
+	// rolling upgrade ends when its last new replica is ready.
+	if f.Kind != compaction && f.Kind != upgrade {
 		time.Sleep(time.Until(win.Start.Add(f.Hold)))
 	}
 	if heal != nil {
@@ -187,6 +190,8 @@ func (in *injector) inject(ctx context.Context, f fault) (func() error, error) {
 		return nil, in.rot.rotate(ctx)
 	case compaction:
 		return in.compact(ctx, f)
+	case upgrade:
+		return nil, in.upgrade(ctx, f)
 	case recreated:
 		return in.recreate(ctx, f)
 	case errorSink, hungFirstByte:

@@ -154,6 +154,10 @@ func (in *injector) checkAfterHeal(ctx context.Context, f fault, healed time.Tim
 		return []check{in.checkRelists(ctx, f, healed)}
 	case recreated:
 		return []check{in.checkRecreated(ctx, f, healed)}
+	case upgrade:
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		return []check{in.upgraded[f.ID]}
 	}
 	return nil
 }

@@ -30,6 +30,11 @@ const (
 	// come back from.
 	compaction faultKind = "etcd-compaction"  // etcd compacted to its revision, Target's kube-apiserver restarted: every watch on it gets 410 Gone
 	recreated  faultKind = "member-recreated" // Target's namespace recreatedNS deleted and recreated: new UIDs, new resourceVersions
+	// upgrade: Target's mci-apiserver replicas replaced one at a time,
+	// each once the other serves, as a rollout with one replica
+	// unavailable at most: the watchers of its imports (mci-sidecar among
+	// them) move from the old replicas to the new ones.
+	upgrade faultKind = "apiserver-rolling-upgrade"
 )
 
 // allKinds are drawn at random; outlierKinds and memberKinds take turns
@@ -38,6 +43,8 @@ var (
 	allKinds     = []faultKind{partition, blackhole, slow500ms, slow2s, eppStall, eppReset, restart, pause, rotation}
 	outlierKinds = []faultKind{errorSink, hungFirstByte}
 	memberKinds  = []faultKind{compaction, recreated}
+	// laneKinds are the kinds every schedule holds, the smoke's too.
+	laneKinds = append(append(slices.Clone(outlierKinds), memberKinds...), upgrade)
 )
 
 // outlierRecovery is how long after its heal a model server fault may
@@ -90,6 +97,8 @@ func (f fault) resources() []string {
 		return []string{"epp " + f.Target}
 	case restart:
 		return []string{"replica " + f.Watcher + "/" + f.Target, "apiserver " + f.Watcher}
+	case upgrade:
+		return []string{"replica " + f.Target + "/0", "replica " + f.Target + "/1", "apiserver " + f.Target}
 	case pause:
 		return []string{"apiserver " + f.Target}
 	case compaction:
@@ -126,7 +135,9 @@ func (f fault) onDataPath(gateway string) bool {
 	case partition, blackhole, slow500ms, slow2s, restart, rotation:
 		return f.Watcher == gateway
 	}
-	// recreated: its namespace carries no traffic.
+	// recreated: its namespace carries no traffic. upgrade: one replica
+	// serves throughout, so no request through the gateway may fail in
+	// its window.
 	return false
 }
 
@@ -171,6 +182,7 @@ func (f fault) held() time.Duration {
 func newSchedule(seed uint64, topo topology, o scheduleOptions) []fault {
 	faults := outlierLane(seed, topo, o.Phase)
 	faults = memberLane(seed, topo, o.Phase, faults)
+	faults = upgradeLane(topo, o.Phase, faults)
 	rng := rand.New(rand.NewPCG(seed, 0x50a4))
 	between := func(r [2]time.Duration) time.Duration {
 		if r[1] <= r[0] {
@@ -258,6 +270,27 @@ func outlierLane(seed uint64, topo topology, phase time.Duration) []fault {
 		faults = append(faults, f)
 		at = f.At + f.Hold + between(outlierRecovery+time.Second, max(outlierRecovery+time.Second, phase/10))
 	}
+}
+
+// upgradeHold is a rolling upgrade's budget in the schedule: two replica
+// restarts, each 3 to 10s on the shared 2 cores. It heals when its last
+// replica is ready.
+const upgradeHold = 20 * time.Second
+
+// upgradeLane adds one rolling upgrade of the gateway cluster's
+// mci-apiservers, a fifth into the phase (else a second later while what
+// it needs is busy). One: it replaces replica 0 too, whose growth a long
+// soak judges over its last process, which then covers the rest of the
+// run.
+func upgradeLane(topo topology, phase time.Duration, faults []fault) []fault {
+	f := fault{Kind: upgrade, Target: topo.Gateway, Hold: upgradeHold}
+	for at := (phase / 5).Round(100 * time.Millisecond); at+f.Hold <= phase; at += time.Second {
+		f.At = at
+		if !busy(faults, f) {
+			return append(faults, f)
+		}
+	}
+	return faults
 }
 
 // memberLane adds the member faults to faults, drawn from seed: an etcd

@@ -156,8 +156,9 @@ func (in *injector) checkAfterHeal(ctx context.Context, f fault, healed time.Tim
 		return []check{in.checkRecreated(ctx, f, healed)}
 	case upgrade:
 		in.mu.Lock()
-		defer in.mu.Unlock()
-		return []check{in.upgraded[f.ID]}
+		resumed := in.upgraded[f.ID]
+		in.mu.Unlock()
+		return []check{resumed, in.checkReplicasAgree(ctx, f, healed)}
 	}
 	return nil
 }

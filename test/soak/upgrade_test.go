@@ -3,12 +3,14 @@ package soak
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
@@ -140,5 +142,50 @@ func (r *watchResumer) stop() check {
 	if r.last != "" {
 		c.Figure += " (last: " + r.last + ")"
 	}
+	return c
+}
+
+// checkReplicasAgree waits until every replica of Target, each asked
+// directly, serves the same imports as a fresh LIST through its
+// aggregator (entries of members under a fault and pools settling left
+// out, as the views' comparison does): a new replica serves what the old
+// ones did, not a partial list. Bound: the heal target.
+func (in *injector) checkReplicasAgree(ctx context.Context, f fault, healed time.Time) check {
+	c := check{Target: fmt.Sprintf("#%d %s %s: every replica, asked directly, serves the imports its aggregator's LIST does within %s of the heal", f.ID, f.Kind, f.Target, in.healBound)}
+	i := slices.IndexFunc(in.mon.views, func(v *view) bool { return v.cluster == f.Target })
+	if i < 0 {
+		c.Figure = "no view of " + f.Target
+		return c
+	}
+	v := in.mon.views[i]
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		j := in.w.snapshot()
+		imps, err := v.list(ctx)
+		if err != nil {
+			last = "aggregator: " + err.Error()
+			return false, nil
+		}
+		want := state(imps, j.skip[f.Target], j.settling)
+		for r, client := range v.replicas {
+			got, err := listImports(ctx, client)
+			if err != nil {
+				last = fmt.Sprintf("replica %d: %v", r, err)
+				return false, nil
+			}
+			if s := state(got, j.skip[f.Target], j.settling); s != want {
+				last = fmt.Sprintf("replica %d serves [%s], the aggregator [%s]", r, s, want)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	took := time.Since(healed)
+	if err != nil {
+		c.Figure = fmt.Sprintf("not in %s: %s", took.Round(time.Second), last)
+		return c
+	}
+	c.OK = took <= in.healBound
+	c.Figure = fmt.Sprintf("%d replicas agree %.2fs after the heal", len(v.replicas), took.Seconds())
 	return c
 }

@@ -71,6 +71,8 @@ type injector struct {
 	windows []*window
 	// upgraded are the rolling upgrades' checks, by fault ID.
 	upgraded map[int]check
+	// renewals are the certificate renewals' checks, by fault ID.
+	renewals map[int][]check
 }
 
 func (in *injector) run(ctx context.Context, faults []fault) {
@@ -104,8 +106,9 @@ func (in *injector) apply(ctx context.Context, f fault) {
 	// restarted kube-apiserver is ready, which inject waited for: its heal
 	// is measured from then, when every watch on the member resumes with
 	// its 410 (its Hold is the budget of the restart in the schedule); a
-	// rolling upgrade ends when its last new replica is ready.
-	if f.Kind != compaction && f.Kind != upgrade {
+	// rolling upgrade ends when its last new replica is ready, a
+	// certificate renewal when its checks are done.
+	if f.Kind != compaction && f.Kind != upgrade && f.Kind != certRenewal {
 		time.Sleep(time.Until(win.Start.Add(f.Hold)))
 	}
 	if heal != nil {
@@ -192,6 +195,8 @@ func (in *injector) inject(ctx context.Context, f fault) (func() error, error) {
 		return in.compact(ctx, f)
 	case upgrade:
 		return nil, in.upgrade(ctx, f)
+	case certRenewal:
+		return nil, in.renewCert(ctx, f)
 	case recreated:
 		return in.recreate(ctx, f)
 	case errorSink, hungFirstByte:

@@ -159,6 +159,10 @@ func (in *injector) checkAfterHeal(ctx context.Context, f fault, healed time.Tim
 		resumed := in.upgraded[f.ID]
 		in.mu.Unlock()
 		return []check{resumed, in.checkReplicasAgree(ctx, f, healed)}
+	case certRenewal:
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		return in.renewals[f.ID]
 	}
 	return nil
 }

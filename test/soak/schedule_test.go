@@ -35,6 +35,10 @@ const (
 	// unavailable at most: the watchers of its imports (mci-sidecar among
 	// them) move from the old replicas to the new ones.
 	upgrade faultKind = "apiserver-rolling-upgrade"
+	// certRenewal: Target's kube-apiserver gets a new serving
+	// certificate from the same CA while every watcher's watches are open
+	// on it (certrenewal_test.go says why this rotation).
+	certRenewal faultKind = "serving-cert-renewal"
 )
 
 // allKinds are drawn at random; outlierKinds and memberKinds take turns
@@ -44,7 +48,7 @@ var (
 	outlierKinds = []faultKind{errorSink, hungFirstByte}
 	memberKinds  = []faultKind{compaction, recreated}
 	// laneKinds are the kinds every schedule holds, the smoke's too.
-	laneKinds = append(append(slices.Clone(outlierKinds), memberKinds...), upgrade)
+	laneKinds = append(append(slices.Clone(outlierKinds), memberKinds...), upgrade, certRenewal)
 )
 
 // outlierRecovery is how long after its heal a model server fault may
@@ -100,10 +104,14 @@ func (f fault) resources() []string {
 	case upgrade:
 		return []string{"replica " + f.Target + "/0", "replica " + f.Target + "/1", "apiserver " + f.Target}
 	case pause:
-		return []string{"apiserver " + f.Target}
+		return []string{"apiserver " + f.Target, "apiserver process " + f.Target}
+	case certRenewal:
+		// Only what stops the kube-apiserver: a paused one reloads
+		// nothing, a restarted one ends the watches it must keep.
+		return []string{"apiserver process " + f.Target}
 	case compaction:
 		// One etcd under every kube-apiserver: one compaction at a time.
-		return []string{"apiserver " + f.Target, "etcd"}
+		return []string{"apiserver " + f.Target, "apiserver process " + f.Target, "etcd"}
 	case recreated:
 		// Its deletion and recreation go through Target's kube-apiserver.
 		return []string{"namespace " + f.Target + "/" + recreatedNS, "apiserver " + f.Target}
@@ -137,7 +145,7 @@ func (f fault) onDataPath(gateway string) bool {
 	}
 	// recreated: its namespace carries no traffic. upgrade: one replica
 	// serves throughout, so no request through the gateway may fail in
-	// its window.
+	// its window. certRenewal: neither may one fail in its window.
 	return false
 }
 
@@ -183,6 +191,7 @@ func newSchedule(seed uint64, topo topology, o scheduleOptions) []fault {
 	faults := outlierLane(seed, topo, o.Phase)
 	faults = memberLane(seed, topo, o.Phase, faults)
 	faults = upgradeLane(topo, o.Phase, faults)
+	faults = renewalLane(topo, o.Phase, faults)
 	rng := rand.New(rand.NewPCG(seed, 0x50a4))
 	between := func(r [2]time.Duration) time.Duration {
 		if r[1] <= r[0] {
@@ -288,6 +297,26 @@ func upgradeLane(topo topology, phase time.Duration, faults []fault) []fault {
 		f.At = at
 		if !busy(faults, f) {
 			return append(faults, f)
+		}
+	}
+	return faults
+}
+
+// renewalHold is a serving certificate renewal's budget in the schedule:
+// the kube-apiserver's reload and the checks. It heals when they are done.
+const renewalHold = 15 * time.Second
+
+// renewalLane adds one serving certificate renewal of an exporter's
+// kube-apiserver, which the gateway cluster's replicas watch, from a
+// quarter into the phase (else a second later, or on the other exporter, while
+// what it needs is busy).
+func renewalLane(topo topology, phase time.Duration, faults []fault) []fault {
+	for at := (phase / 4).Round(100 * time.Millisecond); at+renewalHold <= phase; at += time.Second {
+		for _, target := range topo.Exporters {
+			f := fault{Kind: certRenewal, Target: target, At: at, Hold: renewalHold}
+			if !busy(faults, f) {
+				return append(faults, f)
+			}
 		}
 	}
 	return faults

@@ -292,7 +292,7 @@ func TestSoak(t *testing.T) {
 		replicas[c.Name] = len(c.MCIAPIServerReplicaPorts)
 	}
 	inj := &injector{cs: cs, dp: dp, kube: kube, mci: mci, gens: &generations{}, w: w, mon: mon, rot: rot, log: logf, start: begin.Add(cfg.Warmup),
-		healBound: cfg.HealTarget, mciReplicas: replicas, upgraded: map[int]check{}}
+		healBound: cfg.HealTarget, mciReplicas: replicas, upgraded: map[int]check{}, renewals: map[int][]check{}}
 	inj.run(ctx, faults)
 	// The quiet tail: export changes stop halfway so that the end figures
 	// are taken on a settled ClusterSet. The sleeps are the soak's

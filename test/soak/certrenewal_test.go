@@ -72,9 +72,7 @@ func (in *injector) renewCert(ctx context.Context, f fault) error {
 	}
 	inFlight := check{Target: fmt.Sprintf("#%d %s %s: a watch opened on the old certificate delivers a change made after the renewal", f.ID, f.Kind, f.Target)}
 	inFlight.OK, inFlight.Figure = stream.deliversChange(ctx, renewed.SerialNumber)
-	in.mu.Lock()
-	in.renewals[f.ID] = []check{newConns, inFlight}
-	in.mu.Unlock()
+	in.record(f.ID, newConns, inFlight)
 	return nil
 }
 

@@ -155,14 +155,9 @@ func (in *injector) checkAfterHeal(ctx context.Context, f fault, healed time.Tim
 	case recreated:
 		return []check{in.checkRecreated(ctx, f, healed)}
 	case upgrade:
-		in.mu.Lock()
-		resumed := in.upgraded[f.ID]
-		in.mu.Unlock()
-		return []check{resumed, in.checkReplicasAgree(ctx, f, healed)}
-	case certRenewal:
-		in.mu.Lock()
-		defer in.mu.Unlock()
-		return in.renewals[f.ID]
+		return append(in.recordedChecks(f.ID), in.checkReplicasAgree(ctx, f, healed))
+	case certRenewal, nameFailure:
+		return in.recordedChecks(f.ID)
 	}
 	return nil
 }

@@ -39,6 +39,10 @@ const (
 	// certificate from the same CA while every watcher's watches are open
 	// on it (certrenewal_test.go says why this rotation).
 	certRenewal faultKind = "serving-cert-renewal"
+	// nameFailure: the host name by which Watcher's member Secret names
+	// Target stops resolving, its connections cut, then resolves again
+	// (dnsfailure_test.go says how without a DNS query).
+	nameFailure faultKind = "member-name-unresolvable"
 )
 
 // allKinds are drawn at random; outlierKinds and memberKinds take turns
@@ -48,7 +52,7 @@ var (
 	outlierKinds = []faultKind{errorSink, hungFirstByte}
 	memberKinds  = []faultKind{compaction, recreated}
 	// laneKinds are the kinds every schedule holds, the smoke's too.
-	laneKinds = append(append(slices.Clone(outlierKinds), memberKinds...), upgrade, certRenewal)
+	laneKinds = append(append(slices.Clone(outlierKinds), memberKinds...), upgrade, certRenewal, nameFailure)
 )
 
 // outlierRecovery is how long after its heal a model server fault may
@@ -115,6 +119,11 @@ func (f fault) resources() []string {
 	case recreated:
 		// Its deletion and recreation go through Target's kube-apiserver.
 		return []string{"namespace " + f.Target + "/" + recreatedNS, "apiserver " + f.Target}
+	case nameFailure:
+		// Its member is reached by that name only through the Secret,
+		// and through that link; a member stopped or paused meanwhile
+		// would be flagged for that.
+		return []string{"secret " + f.Watcher + "->" + f.Target, "link " + f.Watcher + "->" + f.Target, "apiserver process " + f.Target}
 	case rotation:
 		// It writes to both clusters' kube-apiservers.
 		return []string{"secret " + f.Watcher + "->" + f.Target, "apiserver " + f.Watcher, "apiserver " + f.Target}
@@ -140,7 +149,7 @@ func (f fault) onDataPath(gateway string) bool {
 	switch f.Kind {
 	case eppStall, eppReset, pause, errorSink, hungFirstByte, compaction:
 		return true
-	case partition, blackhole, slow500ms, slow2s, restart, rotation:
+	case partition, blackhole, slow500ms, slow2s, restart, rotation, nameFailure:
 		return f.Watcher == gateway
 	}
 	// recreated: its namespace carries no traffic. upgrade: one replica
@@ -157,6 +166,10 @@ type topology struct {
 	// Rotating is the member Secret that rotations change: the gateway
 	// cluster's Secret for the first exporter.
 	Rotating [2]string
+	// Named is the member Secret that names its member by a host name
+	// (nameFailure): the second exporter's Secret for the first, off the
+	// data path, so that its member's flag is judged on its own.
+	Named [2]string
 }
 
 // scheduleOptions shape a schedule.
@@ -192,6 +205,7 @@ func newSchedule(seed uint64, topo topology, o scheduleOptions) []fault {
 	faults = memberLane(seed, topo, o.Phase, faults)
 	faults = upgradeLane(topo, o.Phase, faults)
 	faults = renewalLane(topo, o.Phase, faults)
+	faults = nameFailureLane(topo, o.Phase, faults)
 	rng := rand.New(rand.NewPCG(seed, 0x50a4))
 	between := func(r [2]time.Duration) time.Duration {
 		if r[1] <= r[0] {
@@ -292,14 +306,24 @@ const upgradeHold = 20 * time.Second
 // soak judges over its last process, which then covers the rest of the
 // run.
 func upgradeLane(topo topology, phase time.Duration, faults []fault) []fault {
-	f := fault{Kind: upgrade, Target: topo.Gateway, Hold: upgradeHold}
-	for at := (phase / 5).Round(100 * time.Millisecond); at+f.Hold <= phase; at += time.Second {
-		f.At = at
-		if !busy(faults, f) {
-			return append(faults, f)
+	return placeOnce(faults, phase, phase/5, fault{Kind: upgrade, Target: topo.Gateway, Hold: upgradeHold})
+}
+
+// placeOnce adds to faults the first of candidates whose needs no fault
+// already scheduled holds, from from into the phase, a second later each
+// time round; none when none fits within the phase.
+func placeOnce(faults []fault, phase, from time.Duration, candidates ...fault) []fault {
+	for at := from.Round(100 * time.Millisecond); ; at += time.Second {
+		for _, f := range candidates {
+			f.At = at
+			if f.At+f.Hold > phase {
+				return faults
+			}
+			if !busy(faults, f) {
+				return append(faults, f)
+			}
 		}
 	}
-	return faults
 }
 
 // renewalHold is a serving certificate renewal's budget in the schedule:
@@ -311,15 +335,23 @@ const renewalHold = 15 * time.Second
 // quarter into the phase (else a second later, or on the other exporter, while
 // what it needs is busy).
 func renewalLane(topo topology, phase time.Duration, faults []fault) []fault {
-	for at := (phase / 4).Round(100 * time.Millisecond); at+renewalHold <= phase; at += time.Second {
-		for _, target := range topo.Exporters {
-			f := fault{Kind: certRenewal, Target: target, At: at, Hold: renewalHold}
-			if !busy(faults, f) {
-				return append(faults, f)
-			}
-		}
+	var candidates []fault
+	for _, target := range topo.Exporters {
+		candidates = append(candidates, fault{Kind: certRenewal, Target: target, Hold: renewalHold})
 	}
-	return faults
+	return placeOnce(faults, phase, phase/4, candidates...)
+}
+
+// nameFailureHold is how long the rotating member's name does not
+// resolve: past the unreachable threshold and a probe interval, so that
+// the member is flagged, and a few seconds of it flagged.
+const nameFailureHold = unreachableAfter + 5*time.Second
+
+// nameFailureLane adds one name failure of the named member Secret's
+// member, from 3/10 into the phase.
+func nameFailureLane(topo topology, phase time.Duration, faults []fault) []fault {
+	f := fault{Kind: nameFailure, Watcher: topo.Named[0], Target: topo.Named[1], Hold: nameFailureHold}
+	return placeOnce(faults, phase, 3*phase/10, f)
 }
 
 // memberLane adds the member faults to faults, drawn from seed: an etcd

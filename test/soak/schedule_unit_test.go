@@ -10,7 +10,7 @@ import (
 
 var testTopology = topology{
 	Clusters: []string{"cluster-a", "cluster-b", "cluster-c"}, Gateway: "cluster-b",
-	Exporters: []string{"cluster-a", "cluster-c"}, Rotating: [2]string{"cluster-b", "cluster-a"},
+	Exporters: []string{"cluster-a", "cluster-c"}, Rotating: [2]string{"cluster-b", "cluster-a"}, Named: [2]string{"cluster-c", "cluster-a"},
 }
 
 var testScheduleOptions = scheduleOptions{

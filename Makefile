@@ -225,9 +225,10 @@ test: verify test-unit fuzz-smoke test-integration test-docs test-chart test-e2e
 # same soak for 75s with seed 8 unless SOAK_SEED says otherwise (its 45s
 # of faults then hold an error sink and a hung first byte, an etcd
 # compaction, a member's namespace recreated, a rolling upgrade of the
-# gateway cluster's mci-apiservers, an EPP reset, partitions and a slow
-# link), judging every target but the growth of the processes, which
-# needs a longer run.
+# gateway cluster's mci-apiservers, a member's serving certificate
+# renewed, a member's name that stops resolving, an EPP reset, partitions
+# and a slow link), judging every target but the growth of the
+# processes, which needs a longer run.
 SOAK_DURATION ?= 20m
 SOAK_SMOKE_SEED ?= 8
 SOAK_ENV = MCI_BIN_DIR=$(OUTPUT_BIN) $(if $(SOAK_RATE),SOAK_RATE=$(SOAK_RATE)) $(if $(SOAK_WATCHERS),SOAK_WATCHERS=$(SOAK_WATCHERS))

@@ -24,12 +24,13 @@ import (
 // aggregator resumes, each time it ends, from the last resourceVersion it
 // saw, as client-go's reflectors do. resourceVersions are the members'
 // own, not a replica's, so a replica takes up a version another one gave
-// whenever it can prove it has seen all the version has: when the version
-// covers what the replica first listed of every member. A version older
-// than that it must refuse with 410 Gone (the watcher relists), since it
-// cannot tell what changed in between; any other 410 (a history too short,
-// say) is a relist the upgrade caused for nothing. So: at most one 410 per
-// replica replaced, each for that reason.
+// whenever it can prove it has seen all the version has. A replica just
+// started cannot for a version older than its first listing of every
+// member, nor for one issued before what it learnt out of order (every
+// member joining it, at its start): it refuses those with 410 Gone and
+// the watcher relists. Any other 410 (a history too short, say) is a
+// relist the upgrade caused for nothing. So: at most one 410 per replica
+// replaced, each for one of those two reasons.
 func (in *injector) upgrade(ctx context.Context, f fault) error {
 	resumer := startResumer(ctx, in.mci[f.Target].InferenceV1alpha1().InferencePoolImports(metav1.NamespaceAll))
 	var err error
@@ -46,7 +47,7 @@ func (in *injector) upgrade(ctx context.Context, f fault) error {
 		in.log("fault %s: replica %d replaced", f, r)
 	}
 	c := resumer.stop(2)
-	c.Target = fmt.Sprintf("#%d %s %s: a watch of its imports resumed from its last resourceVersion as the replicas are replaced, refused with 410 Gone at most once per replica and only for a version older than the new replica's first listing", f.ID, f.Kind, f.Target)
+	c.Target = fmt.Sprintf("#%d %s %s: a watch of its imports resumed from its last resourceVersion as the replicas are replaced, refused with 410 Gone at most once per replica replaced and only for a version the new replica cannot place in its history", f.ID, f.Kind, f.Target)
 	in.record(f.ID, c)
 	return err
 }
@@ -61,13 +62,15 @@ type watchResumer struct {
 	gone     int
 	failures int
 	last     string
-	// goneFor are the reasons of the 410s other than predatesListing.
+	// goneFor are the reasons of the 410s other than unprovable.
 	goneFor []string
 }
 
-// predatesListing is what a replica says refusing a version another one
-// issued before it had listed every member (pkg/registry/virtual).
-const predatesListing = "before this one had listed every member cluster"
+// unprovable are what a replica says refusing a version another one
+// issued that it cannot place in its own history (pkg/registry/virtual):
+// issued before it had listed every member, or before what it learnt out
+// of order.
+var unprovable = []string{"before this one had listed every member cluster", "before it had seen what this one learnt out of order"}
 
 type importWatcher interface {
 	List(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.InferencePoolImportList, error)
@@ -124,7 +127,7 @@ func (r *watchResumer) refused(err error) bool {
 	r.mu.Lock()
 	if gone {
 		r.gone++
-		if !strings.Contains(err.Error(), predatesListing) {
+		if !slices.ContainsFunc(unprovable, func(s string) bool { return strings.Contains(err.Error(), s) }) {
 			r.goneFor = append(r.goneFor, err.Error())
 		}
 	}
@@ -152,7 +155,7 @@ func (r *watchResumer) stop(replaced int) check {
 	<-r.done
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c := check{OK: r.gone <= replaced && len(r.goneFor) == 0, Figure: fmt.Sprintf("%d resumes, %d refused with 410 Gone (%d for a version older than the replica's first listing), %d other failures", r.resumed, r.gone, r.gone-len(r.goneFor), r.failures)}
+	c := check{OK: r.gone <= replaced && len(r.goneFor) == 0, Figure: fmt.Sprintf("%d resumes, %d refused with 410 Gone (%d for a version the new replica could not place), %d other failures", r.resumed, r.gone, r.gone-len(r.goneFor), r.failures)}
 	if len(r.goneFor) > 0 {
 		c.Figure += " (other 410: " + r.goneFor[0] + ")"
 	}

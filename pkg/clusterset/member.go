@@ -143,17 +143,24 @@ func newMember(name, source string, config *rest.Config, responseBytes int64, ha
 		config.QPS = 50
 		config.Burst = 100
 	}
+	// Uncompressed: a gzip-encoded watch holds a decompressor with its
+	// 32 KiB window for as long as it lives, about 40 KiB per stream and
+	// two streams per member in summary mode, more than the member's
+	// summaries take; what a member sends is small, and its size is
+	// bounded as decoded either way (boundResponses).
+	config.DisableCompression = true
 	m := &member{name: name, source: source, config: rest.CopyConfig(config), gate: newLinkGate(), handler: handler, identity: &clusterID{}, stopped: make(chan struct{})}
 	m.credentials = newCredentials(config, m.credentialsChanged)
 	if responseBytes > 0 {
 		config.Wrap(boundResponses(responseBytes, m.responseTooLarge))
 	}
 	// The probe goes around the gate: it is what opens it again.
-	probe, err := kubernetes.NewForConfig(config)
+	// One REST client, not a clientset of every API group's.
+	probe, err := discovery.NewDiscoveryClientForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
-	m.probeClient = probe.Discovery().RESTClient()
+	m.probeClient = probe.RESTClient()
 	gated := rest.CopyConfig(config)
 	gated.Wrap(m.gate.wrap)
 	if m.kube, err = kubernetes.NewForConfig(gated); err != nil {

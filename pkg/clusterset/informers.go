@@ -74,8 +74,19 @@ func (m *member) startWith(ctx context.Context, th thresholds, served servedapis
 	informerCtx, stopInformers := context.WithCancel(ctx)
 	m.quota.onFreeze(stopInformers)
 
+	mode := m.modeOf(served)
+	if mode == modeFull {
+		if err := m.objectClients(); err != nil {
+			// Not expected: the member's other clients were made from the
+			// same configuration. It is read as a member whose discovery
+			// cannot be asked, which its mode metric says, and asked again
+			// with backoff.
+			logger.Error(err, "Cannot make the clients that watch the member's objects; asking again")
+			mode = modeDiscovering
+		}
+	}
 	var starters []func(context.Context)
-	switch m.mode = m.modeOf(served); m.mode {
+	switch m.mode = mode; m.mode {
 	case modeSummary:
 		starters = append(starters, m.summaryInformers(logger))
 	case modeFull:

@@ -183,7 +183,7 @@ test-compat: build tools test-programs
 # _output/conformance/<mode>/. CONFORMANCE_MODES=full runs one mode,
 # CONFORMANCE_FLAGS passes flags to mci-conformance (--run=<regexp>).
 .PHONY: test-conformance
-test-conformance: build tools
+test-conformance: build tools test-programs
 	VERSION=$(VERSION) $(if $(CONFORMANCE_MODES),CONFORMANCE_MODES='$(CONFORMANCE_MODES)') $(if $(CONFORMANCE_FLAGS),CONFORMANCE_FLAGS='$(CONFORMANCE_FLAGS)') \
 	  hack/test-conformance.sh
 

@@ -40,6 +40,10 @@ const (
 	// (routetable.ClusterRegionsAnnotation) left the backend no cluster
 	// (503).
 	OutcomeOutsideRegions = "outside_regions"
+	// OutcomeOutsideTags: the route's filter on the exporters' tags
+	// (routetable.ClusterTagsAnnotation) left the backend no cluster
+	// (503).
+	OutcomeOutsideTags = "outside_tags"
 	// OutcomeFailOpen: no cluster could take the request and FailOpen let it
 	// continue without a destination.
 	OutcomeFailOpen = "fail_open"

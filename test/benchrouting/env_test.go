@@ -54,6 +54,7 @@ var (
 	httpRouteGVR     = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}
 	inferencePoolGVR = schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
 	podGVR           = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	importGVR        = schema.GroupVersionResource{Group: "inference.networking.x-k8s.io", Version: "v1alpha1", Resource: "inferencepoolimports"}
 )
 
 // env is the running ClusterSet and data path.

@@ -94,6 +94,13 @@ const (
 	// before a scrape can show it; the request went to the key's second
 	// home if that one took it, else as a spill would.
 	HomeOverdue
+	// HomeFilled: every batch place of the home's servers was taken by
+	// requests this sidecar did not send (their pool metrics' running
+	// requests and batch places): a request sent there would wait for one
+	// of those to end, however long, which no cold prefill elsewhere costs;
+	// the request went to the key's second home if that one took it, else
+	// as a spill would.
+	HomeFilled
 	// HomeSpill: neither the home nor its second home could take it; the
 	// best scored candidate within the bound did.
 	HomeSpill
@@ -103,7 +110,7 @@ const (
 	numHomeOutcomes
 )
 
-var homeOutcomeNames = [numHomeOutcomes]string{"none", "no_key", "dealt", "home", "home_no_wait", "second_home", "queued", "overdue", "spill", "score_order"}
+var homeOutcomeNames = [numHomeOutcomes]string{"none", "no_key", "dealt", "home", "home_no_wait", "second_home", "queued", "overdue", "filled", "spill", "score_order"}
 
 func (o HomeOutcome) String() string {
 	if o < numHomeOutcomes {
@@ -144,6 +151,9 @@ type HomeDecision struct {
 	// loaded whatever its bound.
 	Queue  float64
 	Queued bool
+	// Filled is true when every batch place of the home's servers was
+	// taken by requests this sidecar did not send (homeBound.filled).
+	Filled bool
 	// Awaited is how long the home's longest awaiting request of this
 	// sidecar has waited for its first byte (0 when none waits), Due how
 	// long it may before it is overdue (0 when the home has no first byte
@@ -218,8 +228,10 @@ type homeRule struct {
 	// the request included, is within the bound; noWait: its servers'
 	// queue, measured, is no longer than the least queued candidate's
 	// (homeBound.noWait); overdue: one of the sidecar's requests there
-	// has awaited its first byte past its due (homeBound.overdue).
-	inFirstTier, queued, overdue, withinBound, noWait bool
+	// has awaited its first byte past its due (homeBound.overdue);
+	// filled: every batch place of its servers is taken by requests the
+	// sidecar did not send (homeBound.filled).
+	inFirstTier, queued, overdue, filled, withinBound, noWait bool
 	// home is the home's index in the first tier when inFirstTier.
 	home int
 	// deal is where the backend's rotation deals a new key among the
@@ -245,6 +257,7 @@ type homeRule struct {
 //	  waiting than the least queued    home (no wait to save)
 //	home queued                        second home, else spill    else score order; says queued
 //	home with a request overdue        second home, else spill    else score order; says overdue
+//	home filled by others' requests    second home, else spill    else score order; says filled
 //
 // The score order never leads with a cluster that has a request overdue
 // while another of the first tier has none.
@@ -261,7 +274,7 @@ func decideHome(r homeRule) (HomeOutcome, int) {
 		}
 		return HomeScoreOrder, r.order()
 	}
-	if r.inFirstTier && !r.queued && !r.overdue {
+	if r.inFirstTier && !r.queued && !r.overdue && !r.filled {
 		if r.withinBound {
 			return HomeAtHome, r.home
 		}
@@ -281,6 +294,8 @@ func decideHome(r homeRule) (HomeOutcome, int) {
 		outcome = HomeQueued
 	case r.inFirstTier && r.overdue:
 		outcome = HomeOverdue
+	case r.inFirstTier && r.filled:
+		outcome = HomeFilled
 	}
 	return outcome, lead
 }
@@ -300,8 +315,10 @@ func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots [
 		s := &slots[i]
 		s.homeLoad, s.capacity, s.queue, s.awaiting = float64(obs[k].InFlight), 0, -1, obs[k].Awaiting
 		s.awaited, s.due = obs[k].overdueAfter(req.Now)
+		s.filled = false
 		if p.fresh(c.Pool, req.Now) {
 			s.queue = max(c.Pool.AverageQueue, 0)
+			s.filled = c.Pool.BatchFilledByOthers(s.homeLoad)
 			if c.Pool.ReadyPods > 0 {
 				s.capacity = float64(c.Pool.ReadyPods)
 			}
@@ -335,7 +352,8 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	h, second := kept[home], -1
 	r := homeRule{
 		key: true, established: served > 0, inFirstTier: home < n, home: home,
-		queued: home < n && within.queued(h), overdue: home < n && within.overdue(h), withinBound: within.withinBound(h), noWait: home < n && within.noWait(h),
+		queued: home < n && within.queued(h), overdue: home < n && within.overdue(h), filled: home < n && within.filled(h),
+		withinBound: within.withinBound(h), noWait: home < n && within.noWait(h),
 		deal: func() int { return within.spread(first, rot) },
 		second: func() int {
 			if s := p.secondHome(req, key, ids, caps, home); s >= 0 && s < n && within.takes(kept[s]) {
@@ -348,7 +366,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	}
 	outcome, lead := decideHome(r)
 	d := HomeDecision{Outcome: outcome, Home: cands[h].Name, Load: slots[h].homeLoad, Bound: within.bound(h), Queue: slots[h].queue,
-		Queued: r.queued, Left: lead != home, New: !r.established, Alike: alike, Wait: -1,
+		Queued: r.queued, Filled: r.filled, Left: lead != home, New: !r.established, Alike: alike, Wait: -1,
 		Awaited: slots[h].awaited, Due: slots[h].due, Overdue: r.overdue}
 	if home < n {
 		d.Wait = within.wait(h)
@@ -378,7 +396,7 @@ func costWon(outcome HomeOutcome, r homeRule, wait float64) CostTerm {
 		return CostPrefill
 	case !r.established || outcome == HomeNoKey || outcome == HomeAtHome:
 		return CostNone
-	case r.queued || r.overdue || !r.inFirstTier || wait > 0:
+	case r.queued || r.overdue || r.filled || !r.inFirstTier || wait > 0:
 		return CostWait
 	}
 	return CostUnknown
@@ -467,8 +485,23 @@ func (b homeBound) bound(i int) float64 {
 func (b homeBound) withinBound(i int) bool { return b.slots[i].homeLoad+1 <= b.bound(i) }
 
 // takes reports whether candidate i is within the bound with the
-// request, not queued and not overdue.
-func (b homeBound) takes(i int) bool { return b.withinBound(i) && !b.queued(i) && !b.overdue(i) }
+// request, not queued, not overdue and not filled.
+func (b homeBound) takes(i int) bool {
+	return b.withinBound(i) && !b.queued(i) && !b.overdue(i) && !b.filled(i)
+}
+
+// filled is the rule by which the servers' batch occupancy makes a
+// candidate full before its queue shows it: its pool metrics say every
+// batch place of its servers is taken, and not by this sidecar's own
+// requests (metrics.PoolMetrics.BatchFilledByOthers). A request sent there
+// waits until one of those others ends, however long they run, where a
+// cold prefill elsewhere costs a known time; a batch this sidecar filled
+// itself is its bound's business, not this rule's. Such a candidate takes
+// no new key, no spill and no second home's request, and a home that is
+// filled is left. Pools that do not publish their batch places (upstream
+// EPPs, servers without vllm:num_requests_running) are never filled: the
+// queue rule and the overdue rule tell, later.
+func (b homeBound) filled(i int) bool { return b.slots[i].filled }
 
 // overdue is the rule by which the sidecar's own observations make a
 // candidate full between two scrapes: one of its requests there has

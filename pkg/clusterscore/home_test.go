@@ -391,6 +391,78 @@ func TestHomeLoadedByItsQueue(t *testing.T) {
 	}
 }
 
+// A cluster is filled when its pool metrics say every batch place of its
+// servers is taken by requests this sidecar did not send: a home so filled
+// is left, and a filled cluster is dealt no new key and takes no spill,
+// whatever its queue, which is still empty.
+func TestHomeFilledByOthers(t *testing.T) {
+	// batch is a pool of 2 servers of 2 batch places each with running
+	// requests on average, and no queue.
+	batch := func(running, places float64) *PoolMetrics {
+		m := freshPool(0, 0.3)
+		m.AverageRunning, m.AverageBatchCapacity = running, places
+		return m
+	}
+	tests := []struct {
+		name string
+		home *PoolMetrics
+		// inFlight are the requests this sidecar has in flight at home.
+		inFlight   int
+		wantFilled bool
+	}{
+		{name: "every place taken by others: filled, left", home: batch(2, 2), wantFilled: true},
+		{name: "a place free: the home keeps its requests", home: batch(1.5, 2)},
+		{name: "every place taken, one by the sidecar's own request: the bound's business, not filled", home: batch(2, 2), inFlight: 1},
+		{name: "batch places not published (an upstream EPP): today's rules alone", home: batch(2, -1)},
+		{name: "running requests not published (a server without them): today's rules alone", home: batch(-1, 2)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newAffinityFixture(t)
+			req := f.req()
+			home := homeOf(req.Blocks, "a", "b", "c")
+			known(f, req, home)
+			for i := range f.cands {
+				f.cands[i].Pool = batch(0, 2)
+				if f.cands[i].Name == home {
+					f.cands[i].Pool = tt.home
+				}
+			}
+			for range tt.inFlight {
+				f.mem.Observed.Started(scope, home, epoch)
+			}
+			var ex Explanation
+			order, err := f.p.Pick(req, f.cands, nil, nil, &ex)
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantFilled, ex.Home.Filled, ex.String())
+			if !tt.wantFilled {
+				assert.Equal(t, home, f.cands[order[0]].Name, ex.String())
+				return
+			}
+			assert.Equal(t, HomeFilled, ex.Home.Outcome, ex.String())
+			assert.NotEqual(t, home, f.cands[order[0]].Name, ex.String())
+			assert.Contains(t, ex.String(), ",filled,left", "the explanation says why")
+		})
+	}
+
+	t.Run("new keys are not dealt to a filled cluster", func(t *testing.T) {
+		f := newAffinityFixture(t)
+		f.cand("a").Pool = batch(2, 2)
+		for _, n := range []string{"b", "c"} {
+			f.cand(n).Pool = batch(0, 2)
+		}
+		rot := NewRotation(f.cands)
+		for i := range 30 {
+			req := f.req()
+			req.Blocks = chain(uint64(1000+i), 16)
+			var ex Explanation
+			order, err := f.p.Pick(req, f.cands, rot, nil, &ex)
+			require.NoError(t, err)
+			assert.NotEqual(t, "a", f.cands[order[0]].Name, ex.String())
+		}
+	})
+}
+
 // stalePool is freshPool's metrics, a minute older than the staleness
 // bound allows.
 func stalePool(queue, kv float64) *PoolMetrics {

@@ -184,6 +184,9 @@ type slot struct {
 	homeLoad, capacity, queue float64
 	awaiting                  int64
 	awaited, due              time.Duration
+	// filled: every batch place of its servers is taken by requests this
+	// sidecar did not send (homeBound.filled).
+	filled bool
 }
 
 // Pick orders the candidates for one request: the request goes to the

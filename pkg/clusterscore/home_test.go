@@ -403,6 +403,7 @@ func TestHomeFilledByOthers(t *testing.T) {
 		m.AverageRunning, m.AverageBatchCapacity = running, places
 		return m
 	}
+	queued := func(m *PoolMetrics, queue float64) *PoolMetrics { m.AverageQueue = queue; return m }
 	tests := []struct {
 		name string
 		home *PoolMetrics
@@ -413,6 +414,7 @@ func TestHomeFilledByOthers(t *testing.T) {
 		{name: "every place taken by others: filled, left", home: batch(2, 2), wantFilled: true},
 		{name: "a place free: the home keeps its requests", home: batch(1.5, 2)},
 		{name: "every place taken, one by the sidecar's own request: the bound's business, not filled", home: batch(2, 2), inFlight: 1},
+		{name: "every place taken by others, the sidecar's own request waiting behind them: filled", home: queued(batch(2, 2), 0.5), inFlight: 1, wantFilled: true},
 		{name: "batch places not published (an upstream EPP): today's rules alone", home: batch(2, -1)},
 		{name: "running requests not published (a server without them): today's rules alone", home: batch(-1, 2)},
 	}

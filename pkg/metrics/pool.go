@@ -108,17 +108,21 @@ type PoolMetrics struct {
 }
 
 // BatchFilledByOthers reports whether every batch place of the pool's
-// servers is taken by requests other than inFlight, the requests the
-// reader itself has in flight there: a request sent now waits until one of
+// servers is taken by requests other than the reader's own (inFlight, the
+// requests it has in flight there): a request sent now waits until one of
 // those others ends, however long that is, which a cold prefill elsewhere
-// does not. False when the batch places or the running requests are not
-// published, or the ready pods are not known.
+// does not. The reader's requests that can be waiting (as many as the
+// pool's queue holds) are not counted as running: a request of its own
+// queued behind a full batch must not hide that batch. False when the
+// batch places or the running requests are not published, or the ready
+// pods are not known.
 func (m *PoolMetrics) BatchFilledByOthers(inFlight float64) bool {
 	if m == nil || m.AverageBatchCapacity <= 0 || m.AverageRunning < 0 || m.ReadyPods <= 0 {
 		return false
 	}
 	pods := float64(m.ReadyPods)
-	return m.AverageRunning*pods-max(inFlight, 0) >= m.AverageBatchCapacity*pods
+	ownRunning := max(inFlight-max(m.AverageQueue, 0)*pods, 0)
+	return m.AverageRunning*pods-ownRunning >= m.AverageBatchCapacity*pods
 }
 
 // ErrNoPoolMetrics means an exposition has no pool with both the queue and

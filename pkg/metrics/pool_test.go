@@ -142,6 +142,7 @@ func TestBatchFilledByOthers(t *testing.T) {
 	pool := func(running, places float64, ready int) *PoolMetrics {
 		return &PoolMetrics{AverageRunning: running, AverageBatchCapacity: places, ReadyPods: ready}
 	}
+	queued := func(m *PoolMetrics, queue float64) *PoolMetrics { m.AverageQueue = queue; return m }
 	tests := []struct {
 		name     string
 		m        *PoolMetrics
@@ -150,6 +151,8 @@ func TestBatchFilledByOthers(t *testing.T) {
 	}{
 		{name: "every place taken by traffic the reader does not see", m: pool(2, 2, 2), want: true},
 		{name: "every place taken, some by the reader's own requests", m: pool(2, 2, 2), inFlight: 1},
+		{name: "every place taken by others, the reader's own request waiting behind them", m: queued(pool(2, 2, 2), 0.5), inFlight: 1, want: true},
+		{name: "every place taken, the reader's own requests running and waiting", m: queued(pool(2, 2, 2), 0.5), inFlight: 3},
 		{name: "a place free", m: pool(1.5, 2, 2)},
 		{name: "no batch places published (an upstream EPP)", m: pool(2, -1, 2)},
 		{name: "no running requests published", m: pool(-1, 2, 2)},

@@ -94,12 +94,11 @@ const (
 	// before a scrape can show it; the request went to the key's second
 	// home if that one took it, else as a spill would.
 	HomeOverdue
-	// HomeFilled: every batch place of the home's servers was taken by
-	// requests this sidecar did not send (their pool metrics' running
-	// requests and batch places): a request sent there would wait for one
-	// of those to end, however long, which no cold prefill elsewhere costs;
-	// the request went to the key's second home if that one took it, else
-	// as a spill would.
+	// HomeFilled: the home's pool metrics said every batch place of its
+	// servers was taken and a request this sidecar sent it had awaited its
+	// first byte past the home's average (homeBound.filled): it waits for
+	// a place, not in a prefill; the request went to the key's second home
+	// if that one took it, else as a spill would.
 	HomeFilled
 	// HomeSpill: neither the home nor its second home could take it; the
 	// best scored candidate within the bound did.
@@ -151,8 +150,8 @@ type HomeDecision struct {
 	// loaded whatever its bound.
 	Queue  float64
 	Queued bool
-	// Filled is true when every batch place of the home's servers was
-	// taken by requests this sidecar did not send (homeBound.filled).
+	// Filled is true when the home's batch was full and a request of this
+	// sidecar there waited past its average first byte (homeBound.filled).
 	Filled bool
 	// Awaited is how long the home's longest awaiting request of this
 	// sidecar has waited for its first byte (0 when none waits), Due how
@@ -229,8 +228,8 @@ type homeRule struct {
 	// queue, measured, is no longer than the least queued candidate's
 	// (homeBound.noWait); overdue: one of the sidecar's requests there
 	// has awaited its first byte past its due (homeBound.overdue);
-	// filled: every batch place of its servers is taken by requests the
-	// sidecar did not send (homeBound.filled).
+	// filled: its batch is full and a request there waits past its
+	// average first byte (homeBound.filled).
 	inFirstTier, queued, overdue, filled, withinBound, noWait bool
 	// home is the home's index in the first tier when inFirstTier.
 	home int
@@ -257,7 +256,8 @@ type homeRule struct {
 //	  waiting than the least queued    home (no wait to save)
 //	home queued                        second home, else spill    else score order; says queued
 //	home with a request overdue        second home, else spill    else score order; says overdue
-//	home filled by others' requests    second home, else spill    else score order; says filled
+//	home's batch full, a request there
+//	  past its average first byte      second home, else spill    else score order; says filled
 //
 // The score order never leads with a cluster that has a request overdue
 // while another of the first tier has none.
@@ -315,10 +315,10 @@ func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots [
 		s := &slots[i]
 		s.homeLoad, s.capacity, s.queue, s.awaiting = float64(obs[k].InFlight), 0, -1, obs[k].Awaiting
 		s.awaited, s.due = obs[k].overdueAfter(req.Now)
-		s.filled = false
+		s.full, s.ttfb = false, obs[k].TTFB
 		if p.fresh(c.Pool, req.Now) {
 			s.queue = max(c.Pool.AverageQueue, 0)
-			s.filled = c.Pool.BatchFilledByOthers(s.homeLoad)
+			s.full = c.Pool.BatchFull()
 			if c.Pool.ReadyPods > 0 {
 				s.capacity = float64(c.Pool.ReadyPods)
 			}
@@ -485,23 +485,30 @@ func (b homeBound) bound(i int) float64 {
 func (b homeBound) withinBound(i int) bool { return b.slots[i].homeLoad+1 <= b.bound(i) }
 
 // takes reports whether candidate i is within the bound with the
-// request, not queued, not overdue and not filled.
+// request, not queued, not overdue and its batch not full.
 func (b homeBound) takes(i int) bool {
-	return b.withinBound(i) && !b.queued(i) && !b.overdue(i) && !b.filled(i)
+	return b.withinBound(i) && !b.queued(i) && !b.overdue(i) && !b.slots[i].full
 }
 
-// filled is the rule by which the servers' batch occupancy makes a
-// candidate full before its queue shows it: its pool metrics say every
-// batch place of its servers is taken, and not by this sidecar's own
-// requests (metrics.PoolMetrics.BatchFilledByOthers). A request sent there
-// waits until one of those others ends, however long they run, where a
-// cold prefill elsewhere costs a known time; a batch this sidecar filled
-// itself is its bound's business, not this rule's. Such a candidate takes
-// no new key, no spill and no second home's request, and a home that is
-// filled is left. Pools that do not publish their batch places (upstream
-// EPPs, servers without vllm:num_requests_running) are never filled: the
-// queue rule and the overdue rule tell, later.
-func (b homeBound) filled(i int) bool { return b.slots[i].filled }
+// filled is the rule by which the servers' batch occupancy tells a home
+// full of traffic the sidecar does not see from one busy with a cold
+// prefill: its pool metrics say every batch place is taken
+// (metrics.PoolMetrics.BatchFull) and one of the sidecar's requests there
+// has awaited its first byte longer than the home's first bytes take on
+// average. A prefill runs in a batch place, so with none free the wait is
+// for a place, which lasts as long as the others' requests run; the
+// overdue rule, which cannot tell the two, waits four spreads longer. The
+// figures are a scrape old and a batch under load turns over, so the
+// sidecar's own late request is what says the home is not turning over
+// for it. A request that pays a cold prefill wherever it goes (a new key,
+// a spill, a second home's) goes to no full batch (takes). Pools that
+// publish no batch places (upstream EPPs, servers without
+// vllm:num_requests_running) are never full: the queue and overdue rules
+// tell, later.
+func (b homeBound) filled(i int) bool {
+	s := b.slots[i]
+	return s.full && s.ttfb > 0 && s.awaited > s.ttfb
+}
 
 // overdue is the rule by which the sidecar's own observations make a
 // candidate full between two scrapes: one of its requests there has

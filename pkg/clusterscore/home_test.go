@@ -391,11 +391,13 @@ func TestHomeLoadedByItsQueue(t *testing.T) {
 	}
 }
 
-// A cluster is filled when its pool metrics say every batch place of its
-// servers is taken by requests this sidecar did not send: a home so filled
-// is left, and a filled cluster is dealt no new key and takes no spill,
-// whatever its queue, which is still empty.
-func TestHomeFilledByOthers(t *testing.T) {
+// A home is filled when its pool metrics say every batch place of its
+// servers is taken and one of the sidecar's requests there has awaited its
+// first byte longer than the home's first bytes take on average: a
+// prefill runs in a batch place, so with none free the request waits for
+// the others to end. A filled home is left before the overdue rule (four
+// spreads later) would; a full cluster is dealt no new key.
+func TestHomeFilled(t *testing.T) {
 	// batch is a pool of 2 servers of 2 batch places each with running
 	// requests on average, and no queue.
 	batch := func(running, places float64) *PoolMetrics {
@@ -403,20 +405,20 @@ func TestHomeFilledByOthers(t *testing.T) {
 		m.AverageRunning, m.AverageBatchCapacity = running, places
 		return m
 	}
-	queued := func(m *PoolMetrics, queue float64) *PoolMetrics { m.AverageQueue = queue; return m }
 	tests := []struct {
 		name string
 		home *PoolMetrics
-		// inFlight are the requests this sidecar has in flight at home.
-		inFlight   int
+		// awaited is how long the sidecar's request at home has awaited
+		// its first byte (0: none awaits); the home's first bytes took
+		// 40 ms, so one is overdue past 80 ms.
+		awaited    time.Duration
 		wantFilled bool
 	}{
-		{name: "every place taken by others: filled, left", home: batch(2, 2), wantFilled: true},
-		{name: "a place free: the home keeps its requests", home: batch(1.5, 2)},
-		{name: "every place taken, one by the sidecar's own request: the bound's business, not filled", home: batch(2, 2), inFlight: 1},
-		{name: "every place taken by others, the sidecar's own request waiting behind them: filled", home: queued(batch(2, 2), 0.5), inFlight: 1, wantFilled: true},
-		{name: "batch places not published (an upstream EPP): today's rules alone", home: batch(2, -1)},
-		{name: "running requests not published (a server without them): today's rules alone", home: batch(-1, 2)},
+		{name: "every place taken, a request awaiting past the home's average first byte: filled, left", home: batch(2, 2), awaited: 60 * time.Millisecond, wantFilled: true},
+		{name: "every place taken, a request awaiting within the average first byte: home", home: batch(2, 2), awaited: 30 * time.Millisecond},
+		{name: "every place taken, no request awaiting: home (the batch turns over)", home: batch(2, 2)},
+		{name: "a place free, a request awaiting past the average: home (a prefill, not a full batch)", home: batch(1.5, 2), awaited: 60 * time.Millisecond},
+		{name: "batch places not published (an upstream EPP): today's rules alone", home: batch(2, -1), awaited: 60 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -430,8 +432,11 @@ func TestHomeFilledByOthers(t *testing.T) {
 					f.cands[i].Pool = tt.home
 				}
 			}
-			for range tt.inFlight {
-				f.mem.Observed.Started(scope, home, epoch)
+			f.mem.Observed.Started(scope, home, epoch.Add(-10*time.Second))
+			f.mem.Observed.FirstByte(scope, home, 40*time.Millisecond)
+			f.mem.Observed.Finished(scope, home, false)
+			if tt.awaited > 0 {
+				f.mem.Observed.Started(scope, home, epoch.Add(-tt.awaited))
 			}
 			var ex Explanation
 			order, err := f.p.Pick(req, f.cands, nil, nil, &ex)
@@ -441,13 +446,14 @@ func TestHomeFilledByOthers(t *testing.T) {
 				assert.Equal(t, home, f.cands[order[0]].Name, ex.String())
 				return
 			}
+			assert.False(t, ex.Home.Overdue, "not overdue yet: "+ex.String())
 			assert.Equal(t, HomeFilled, ex.Home.Outcome, ex.String())
 			assert.NotEqual(t, home, f.cands[order[0]].Name, ex.String())
 			assert.Contains(t, ex.String(), ",filled,left", "the explanation says why")
 		})
 	}
 
-	t.Run("new keys are not dealt to a filled cluster", func(t *testing.T) {
+	t.Run("new keys are not dealt to a cluster whose batch is full", func(t *testing.T) {
 		f := newAffinityFixture(t)
 		f.cand("a").Pool = batch(2, 2)
 		for _, n := range []string{"b", "c"} {

@@ -107,22 +107,13 @@ type PoolMetrics struct {
 	UpdatedAt time.Time
 }
 
-// BatchFilledByOthers reports whether every batch place of the pool's
-// servers is taken by requests other than the reader's own (inFlight, the
-// requests it has in flight there): a request sent now waits until one of
-// those others ends, however long that is, which a cold prefill elsewhere
-// does not. The reader's requests that can be waiting (as many as the
-// pool's queue holds) are not counted as running: a request of its own
-// queued behind a full batch must not hide that batch. False when the
-// batch places or the running requests are not published, or the ready
-// pods are not known.
-func (m *PoolMetrics) BatchFilledByOthers(inFlight float64) bool {
-	if m == nil || m.AverageBatchCapacity <= 0 || m.AverageRunning < 0 || m.ReadyPods <= 0 {
-		return false
-	}
-	pods := float64(m.ReadyPods)
-	ownRunning := max(inFlight-max(m.AverageQueue, 0)*pods, 0)
-	return m.AverageRunning*pods-ownRunning >= m.AverageBatchCapacity*pods
+// BatchFull reports whether the pool's figures say every batch place of
+// its servers is taken: its average running requests are at least its
+// average batch places. False when either is not published. The figures
+// are a scrape old, so a batch that turns over fast may read full while
+// it has a place: readers weigh it with what they see themselves.
+func (m *PoolMetrics) BatchFull() bool {
+	return m != nil && m.AverageBatchCapacity > 0 && m.AverageRunning >= m.AverageBatchCapacity
 }
 
 // ErrNoPoolMetrics means an exposition has no pool with both the queue and

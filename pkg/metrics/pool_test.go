@@ -138,31 +138,24 @@ func TestParsePool(t *testing.T) {
 	}
 }
 
-func TestBatchFilledByOthers(t *testing.T) {
-	pool := func(running, places float64, ready int) *PoolMetrics {
-		return &PoolMetrics{AverageRunning: running, AverageBatchCapacity: places, ReadyPods: ready}
+func TestBatchFull(t *testing.T) {
+	pool := func(running, places float64) *PoolMetrics {
+		return &PoolMetrics{AverageRunning: running, AverageBatchCapacity: places, ReadyPods: 2}
 	}
-	queued := func(m *PoolMetrics, queue float64) *PoolMetrics { m.AverageQueue = queue; return m }
 	tests := []struct {
-		name     string
-		m        *PoolMetrics
-		inFlight float64
-		want     bool
+		name string
+		m    *PoolMetrics
+		want bool
 	}{
-		{name: "every place taken by traffic the reader does not see", m: pool(2, 2, 2), want: true},
-		{name: "every place taken, some by the reader's own requests", m: pool(2, 2, 2), inFlight: 1},
-		{name: "every place taken by others, the reader's own request waiting behind them", m: queued(pool(2, 2, 2), 0.5), inFlight: 1, want: true},
-		{name: "every place taken, the reader's own requests running and waiting", m: queued(pool(2, 2, 2), 0.5), inFlight: 3},
-		{name: "a place free", m: pool(1.5, 2, 2)},
-		{name: "no batch places published (an upstream EPP)", m: pool(2, -1, 2)},
-		{name: "no running requests published", m: pool(-1, 2, 2)},
-		{name: "ready pods unknown", m: pool(2, 2, -1)},
-		{name: "no ready pod", m: pool(2, 2, 0)},
+		{name: "every place taken", m: pool(2, 2), want: true},
+		{name: "a place free on one server of two", m: pool(1.5, 2)},
+		{name: "no batch places published (an upstream EPP)", m: pool(2, -1)},
+		{name: "no running requests published (a server without them)", m: pool(-1, 2)},
 		{name: "no pool metrics", m: nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, tt.m.BatchFilledByOthers(tt.inFlight))
+			assert.Equal(t, tt.want, tt.m.BatchFull())
 		})
 	}
 }
@@ -196,7 +189,7 @@ func FuzzParsePool(f *testing.F) {
 			for _, v := range []float64{m.AverageRunning, m.AverageBatchCapacity} {
 				assert.True(t, v == -1 || (v >= 0 && v <= maxBatchPlaces), "running or batch places %v", v)
 			}
-			_ = m.BatchFilledByOthers(0)
+			_ = m.BatchFull()
 			assert.NotEmpty(t, m.Scheme)
 		}
 	})

@@ -84,7 +84,7 @@ func TestDecideHome(t *testing.T) {
 			wantOutcome: HomeOverdue, wantLead: second,
 		},
 		{
-			name:        "a home whose every batch place is taken by requests the sidecar did not send is left for its second home, whatever its bound and queue, and says filled",
+			name:        "a home whose batch is full while a request there waits past its average first byte is left for its second home, whatever its bound and queue, and says filled",
 			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, noWait: true, filled: true, home: home, deal: never, second: to(second), spill: never},
 			wantOutcome: HomeFilled, wantLead: second,
 		},

@@ -179,11 +179,13 @@ test-compat: build tools test-programs
 # make test-conformance: the conformance suite (conformance/,
 # docs/conformance.md) against a local ClusterSet of three clusters, once
 # with mci-apiserver in full mode and once in summary mode
-# (hack/test-conformance.sh); each mode's report.yaml and report.html go to
+# (hack/test-conformance.sh), with the data path of make run for the
+# Extended tests and the local ClusterSet's leave/join commands for the
+# member-leaving test; each mode's report.yaml and report.html go to
 # _output/conformance/<mode>/. CONFORMANCE_MODES=full runs one mode,
 # CONFORMANCE_FLAGS passes flags to mci-conformance (--run=<regexp>).
 .PHONY: test-conformance
-test-conformance: build tools
+test-conformance: build tools test-programs
 	VERSION=$(VERSION) $(if $(CONFORMANCE_MODES),CONFORMANCE_MODES='$(CONFORMANCE_MODES)') $(if $(CONFORMANCE_FLAGS),CONFORMANCE_FLAGS='$(CONFORMANCE_FLAGS)') \
 	  hack/test-conformance.sh
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -45,6 +46,35 @@ type Config struct {
 	// only way a client can get a resourceVersion too old to watch from.
 	// 0 skips the test that needs one.
 	WatchHistoryChanges int
+	// MemberLeaveCommand and MemberJoinCommand take a member out of the
+	// ClusterSet and put it back: how is the implementation's (a fleet
+	// membership, a ClusterProfile, a member Secret), so the runner says
+	// it. Each runs with sh -c, the member in its environment (see
+	// memberEnv). Empty skips the test that needs them.
+	MemberLeaveCommand string
+	MemberJoinCommand  string
+	// DataPath names a data path the Extended tests send requests through.
+	DataPath DataPath
+}
+
+// DataPath is a data path the operator set up: a Gateway in one of the
+// clusters whose HTTPRoute sends DataPath.Path to an InferencePoolImport,
+// and model servers behind the pools other members export. The suite
+// sends requests to it and reads objects; it creates nothing for it.
+type DataPath struct {
+	// URL is the Gateway listener's base URL, reachable from the runner.
+	URL string
+	// Context is the kubeconfig context of the Gateway's (importing)
+	// cluster, one of Contexts.
+	Context string
+	// Import is the namespace/name of the InferencePoolImport its route
+	// sends to.
+	Import string
+	// Model is the model name of the requests.
+	Model string
+	// ServedByHeader, when set, is a response header whose value begins
+	// with the name of the cluster whose model server answered, then "/".
+	ServedByHeader string
 }
 
 // AddFlags registers the suite's flags on fs. They are the same under go
@@ -71,6 +101,13 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&c.ImplementationName, "implementation-name", c.ImplementationName, "name of the implementation under test, for the report (default: the controller name its imports carry)")
 	fs.IntVar(&c.WatchHistoryChanges, "watch-history-changes", c.WatchHistoryChanges, "how many import changes outrun the implementation's watch history, for the 410 Gone test, which exports that many pools (0 skips it)")
+	fs.StringVar(&c.MemberLeaveCommand, "member-leave-command", c.MemberLeaveCommand, "shell command that takes a member out of the ClusterSet, run with MCI_CONFORMANCE_MEMBER (its name in the ClusterSet) and MCI_CONFORMANCE_CONTEXT set (empty skips the member-leaving test)")
+	fs.StringVar(&c.MemberJoinCommand, "member-join-command", c.MemberJoinCommand, "shell command that puts back a member --member-leave-command took out, run with the same environment")
+	fs.StringVar(&c.DataPath.URL, "datapath-url", c.DataPath.URL, "base URL of a Gateway listener in the importing cluster whose HTTPRoute sends /v1 to --datapath-import, for the Extended tests (empty skips them)")
+	fs.StringVar(&c.DataPath.Context, "datapath-context", c.DataPath.Context, "kubeconfig context of the cluster whose Gateway --datapath-url is, one of --contexts")
+	fs.StringVar(&c.DataPath.Import, "datapath-import", c.DataPath.Import, "namespace/name of the InferencePoolImport the Gateway's route sends to")
+	fs.StringVar(&c.DataPath.Model, "datapath-model", c.DataPath.Model, "model name of the completion requests sent through the Gateway")
+	fs.StringVar(&c.DataPath.ServedByHeader, "datapath-served-by-header", c.DataPath.ServedByHeader, "response header naming the model server that answered as <cluster>/<server>, so that the Extended tests can tell which cluster served (default: none; the tests then conclude from the route's only backend being the import)")
 	fs.StringVar(&c.ImplementationVersion, "implementation-version", c.ImplementationVersion, "version of the implementation under test, for the report")
 }
 
@@ -101,6 +138,10 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--run: %w", err))
 		}
 	}
+	if (c.MemberLeaveCommand == "") != (c.MemberJoinCommand == "") {
+		errs = append(errs, errors.New("--member-leave-command and --member-join-command go together: a member that left must join again for the tests after it"))
+	}
+	errs = append(errs, c.DataPath.validate(c.Contexts)...)
 	for _, l := range c.Labels {
 		if !Label(l).valid() {
 			errs = append(errs, fmt.Errorf("--labels: %q is not one of Required, Optional, Extended", l))
@@ -117,4 +158,21 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+func (d DataPath) validate(contexts []string) []error {
+	if d.URL == "" {
+		return nil
+	}
+	var errs []error
+	if !slices.Contains(contexts, d.Context) {
+		errs = append(errs, fmt.Errorf("--datapath-context %q is not one of --contexts", d.Context))
+	}
+	if ns, name, ok := strings.Cut(d.Import, "/"); !ok || ns == "" || name == "" {
+		errs = append(errs, fmt.Errorf("--datapath-import %q is not namespace/name", d.Import))
+	}
+	if d.Model == "" {
+		errs = append(errs, errors.New("--datapath-model is required with --datapath-url"))
+	}
+	return errs
 }

@@ -105,6 +105,42 @@ func TestTheConfigSaysEverythingWrongAtOnce(t *testing.T) {
 	}
 }
 
+func TestTheConfigRefusesHalfAMembershipHookAndAnIncompleteDataPath(t *testing.T) {
+	base := func() Config {
+		return Config{Contexts: []string{"a", "b"}, PollTimeout: time.Second}
+	}
+	tests := []struct {
+		name   string
+		change func(c *Config)
+		want   []string
+	}{
+		{"both membership commands", func(c *Config) { c.MemberLeaveCommand, c.MemberJoinCommand = "leave", "join" }, nil},
+		{"a leave without a join", func(c *Config) { c.MemberLeaveCommand = "leave" }, []string{"go together"}},
+		{"a join without a leave", func(c *Config) { c.MemberJoinCommand = "join" }, []string{"go together"}},
+		{"a whole data path", func(c *Config) {
+			c.DataPath = DataPath{URL: "http://127.0.0.1:8080", Context: "b", Import: "ns/pool", Model: "m"}
+		}, nil},
+		{"a data path of another cluster, without an import or a model", func(c *Config) { c.DataPath = DataPath{URL: "http://127.0.0.1:8080", Context: "z", Import: "pool"} },
+			[]string{`--datapath-context "z"`, `--datapath-import "pool"`, "--datapath-model"}},
+		{"no data path at all", func(c *Config) { c.DataPath = DataPath{Context: "z"} }, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base()
+			tc.change(&c)
+			err := c.Validate()
+			if tc.want == nil {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			for _, want := range tc.want {
+				assert.Contains(t, err.Error(), want)
+			}
+		})
+	}
+}
+
 func TestAResultSaysHowLongTheTestTook(t *testing.T) {
 	res := offlineSuite().RunTest(context.Background(), Test{Name: "x", Label: Required, Run: func(t *T) { time.Sleep(50 * time.Millisecond) }})
 	assert.GreaterOrEqual(t, res.Duration, 50*time.Millisecond)

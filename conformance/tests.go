@@ -8,6 +8,7 @@ var metav1GetOptions = metav1.GetOptions{}
 func AllTests() []Test {
 	var all []Test
 	all = append(all, lifecycleTests()...)
+	all = append(all, membershipTests()...)
 	all = append(all, apiTests()...)
 	all = append(all, discoveryTests()...)
 	all = append(all, statusTests()...)
@@ -15,5 +16,6 @@ func AllTests() []Test {
 	all = append(all, scopeTests()...)
 	all = append(all, moreTests()...)
 	all = append(all, expiredTests()...)
+	all = append(all, dataPathTests()...)
 	return all
 }

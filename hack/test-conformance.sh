@@ -32,6 +32,15 @@ clusters=(cluster-a cluster-b cluster-c)
 # that the test's 250 make one too old in seconds.
 history=(--watch-history-size=200)
 history_changes=(--watch-history-changes=250)
+# The data path the Extended tests send requests through: model-server
+# simulators behind mci-epp in cluster-a and cluster-c, mci-sidecar and the
+# Envoy-like gateway in cluster-b (the data path of make run), on
+# 127.0.110-112.x, which no other test uses. The simulators name the
+# instance that served in X-Simulator-Instance as <cluster>/<pod>.
+datapath_block=110
+datapath_flags=(--datapath-url="http://127.0.$((datapath_block + 1)).1:8080" --datapath-context=cluster-b
+  --datapath-import=demo/llm-pool --datapath-model=meta-llama/Llama-3.1-8B-Instruct
+  --datapath-served-by-header=X-Simulator-Instance)
 
 go build -o "${OUTPUT_BIN}/clusterset" ./test/cmd/clusterset
 
@@ -54,6 +63,20 @@ for mode in ${MODES}; do
     trap '"${OUTPUT_BIN}/clusterset" down --dir="${out}/clusterset"' EXIT
     "${OUTPUT_BIN}/clusterset" up --names="$(IFS=,; echo "${clusters[*]}")" --dir="${out}/clusterset" \
       --mci-apiserver="${OUTPUT_BIN}/mci-apiserver" "${up_flags[@]}" "${history[@]}" >"${out}/clusterset-up.log" || exit
+    echo "+++ ${mode} mode: ClusterSet up after $((SECONDS - start))s; starting the data path" >&2
+    datapath_start=${SECONDS}
+    # --examples names an empty folder: the data path alone, none of the
+    # examples, whose objects the suite has no business seeing.
+    no_examples="${out}/no-examples"
+    mkdir -p "${no_examples}"
+    "${OUTPUT_BIN}/clusterset" apply-examples --dir="${out}/clusterset" --examples="${no_examples}" \
+      --datapath --datapath-loopback-block="${datapath_block}" --datapath-bin-dir="${OUTPUT_BIN}" >"${out}/datapath-up.log" 2>&1 || exit
+    echo "+++ ${mode} mode: data path up in $((SECONDS - datapath_start))s" >&2
+    # A member leaves the local ClusterSet when its member kubeconfig is
+    # taken out of the directories every mci-apiserver watches.
+    membership_flags=(
+      --member-leave-command="'${OUTPUT_BIN}/clusterset' leave --dir='${out}/clusterset' --member=\"\${MCI_CONFORMANCE_MEMBER}\""
+      --member-join-command="'${OUTPUT_BIN}/clusterset' join --dir='${out}/clusterset' --member=\"\${MCI_CONFORMANCE_MEMBER}\"")
     kubeconfigs=()
     for c in "${clusters[@]}"; do kubeconfigs+=("${out}/clusterset/${c}.kubeconfig"); done
     # One kubeconfig with the three contexts, as a user would hand the
@@ -63,11 +86,12 @@ for mode in ${MODES}; do
       KUBECONFIG="${kubeconfig}" kubectl config view --flatten >"${out}/kubeconfig" || exit
       kubeconfig="${out}/kubeconfig"
     fi
-    echo "+++ ${mode} mode: ClusterSet up after $((SECONDS - start))s; running the suite" >&2
+    echo "+++ ${mode} mode: running the suite" >&2
     suite_start=${SECONDS}
     # shellcheck disable=SC2086 # CONFORMANCE_FLAGS is a list of flags
     "${OUTPUT_BIN}/mci-conformance" --kubeconfig="${kubeconfig}" --contexts="$(IFS=,; echo "${clusters[*]}")" \
-      --report-dir="${out}" --implementation-version="${VERSION} (${mode} mode)" "${history_changes[@]}" ${FLAGS} || suite=$?
+      --report-dir="${out}" --implementation-version="${VERSION} (${mode} mode)" "${history_changes[@]}" \
+      "${datapath_flags[@]}" "${membership_flags[@]}" ${FLAGS} || suite=$?
     echo "+++ ${mode} mode: the suite ran in $((SECONDS - suite_start))s" >&2
     exit "${suite:-0}"
   ) || status=$?

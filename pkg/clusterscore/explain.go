@@ -181,6 +181,9 @@ func writeHomeFlags(b *strings.Builder, h HomeDecision) {
 	if h.Queued {
 		b.WriteString(",queued")
 	}
+	if h.Filled {
+		b.WriteString(",filled")
+	}
 	if h.Overdue {
 		b.WriteString(",home-awaited=")
 		b.WriteString(h.Awaited.Round(time.Millisecond).String())

@@ -94,6 +94,12 @@ const (
 	// before a scrape can show it; the request went to the key's second
 	// home if that one took it, else as a spill would.
 	HomeOverdue
+	// HomeFilled: the home's pool metrics said every batch place of its
+	// servers was taken and a request this sidecar sent it had awaited its
+	// first byte past the home's average (homeBound.filled): it waits for
+	// a place, not in a prefill; the request went to the key's second home
+	// if that one took it, else as a spill would.
+	HomeFilled
 	// HomeSpill: neither the home nor its second home could take it; the
 	// best scored candidate within the bound did.
 	HomeSpill
@@ -103,7 +109,7 @@ const (
 	numHomeOutcomes
 )
 
-var homeOutcomeNames = [numHomeOutcomes]string{"none", "no_key", "dealt", "home", "home_no_wait", "second_home", "queued", "overdue", "spill", "score_order"}
+var homeOutcomeNames = [numHomeOutcomes]string{"none", "no_key", "dealt", "home", "home_no_wait", "second_home", "queued", "overdue", "filled", "spill", "score_order"}
 
 func (o HomeOutcome) String() string {
 	if o < numHomeOutcomes {
@@ -144,6 +150,9 @@ type HomeDecision struct {
 	// loaded whatever its bound.
 	Queue  float64
 	Queued bool
+	// Filled is true when the home's batch was full and a request of this
+	// sidecar there waited past its average first byte (homeBound.filled).
+	Filled bool
 	// Awaited is how long the home's longest awaiting request of this
 	// sidecar has waited for its first byte (0 when none waits), Due how
 	// long it may before it is overdue (0 when the home has no first byte
@@ -218,8 +227,10 @@ type homeRule struct {
 	// the request included, is within the bound; noWait: its servers'
 	// queue, measured, is no longer than the least queued candidate's
 	// (homeBound.noWait); overdue: one of the sidecar's requests there
-	// has awaited its first byte past its due (homeBound.overdue).
-	inFirstTier, queued, overdue, withinBound, noWait bool
+	// has awaited its first byte past its due (homeBound.overdue);
+	// filled: its batch is full and a request there waits past its
+	// average first byte (homeBound.filled).
+	inFirstTier, queued, overdue, filled, withinBound, noWait bool
 	// home is the home's index in the first tier when inFirstTier.
 	home int
 	// deal is where the backend's rotation deals a new key among the
@@ -245,6 +256,8 @@ type homeRule struct {
 //	  waiting than the least queued    home (no wait to save)
 //	home queued                        second home, else spill    else score order; says queued
 //	home with a request overdue        second home, else spill    else score order; says overdue
+//	home's batch full, a request there
+//	  past its average first byte      second home, else spill    else score order; says filled
 //
 // The score order never leads with a cluster that has a request overdue
 // while another of the first tier has none.
@@ -261,7 +274,7 @@ func decideHome(r homeRule) (HomeOutcome, int) {
 		}
 		return HomeScoreOrder, r.order()
 	}
-	if r.inFirstTier && !r.queued && !r.overdue {
+	if r.inFirstTier && !r.queued && !r.overdue && !r.filled {
 		if r.withinBound {
 			return HomeAtHome, r.home
 		}
@@ -281,6 +294,8 @@ func decideHome(r homeRule) (HomeOutcome, int) {
 		outcome = HomeQueued
 	case r.inFirstTier && r.overdue:
 		outcome = HomeOverdue
+	case r.inFirstTier && r.filled:
+		outcome = HomeFilled
 	}
 	return outcome, lead
 }
@@ -300,8 +315,10 @@ func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots [
 		s := &slots[i]
 		s.homeLoad, s.capacity, s.queue, s.awaiting = float64(obs[k].InFlight), 0, -1, obs[k].Awaiting
 		s.awaited, s.due = obs[k].overdueAfter(req.Now)
+		s.full, s.ttfb = false, obs[k].TTFB
 		if p.fresh(c.Pool, req.Now) {
 			s.queue = max(c.Pool.AverageQueue, 0)
+			s.full = c.Pool.BatchFull()
 			if c.Pool.ReadyPods > 0 {
 				s.capacity = float64(c.Pool.ReadyPods)
 			}
@@ -335,7 +352,8 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	h, second := kept[home], -1
 	r := homeRule{
 		key: true, established: served > 0, inFirstTier: home < n, home: home,
-		queued: home < n && within.queued(h), overdue: home < n && within.overdue(h), withinBound: within.withinBound(h), noWait: home < n && within.noWait(h),
+		queued: home < n && within.queued(h), overdue: home < n && within.overdue(h), filled: home < n && within.filled(h),
+		withinBound: within.withinBound(h), noWait: home < n && within.noWait(h),
 		deal: func() int { return within.spread(first, rot) },
 		second: func() int {
 			if s := p.secondHome(req, key, ids, caps, home); s >= 0 && s < n && within.takes(kept[s]) {
@@ -348,7 +366,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	}
 	outcome, lead := decideHome(r)
 	d := HomeDecision{Outcome: outcome, Home: cands[h].Name, Load: slots[h].homeLoad, Bound: within.bound(h), Queue: slots[h].queue,
-		Queued: r.queued, Left: lead != home, New: !r.established, Alike: alike, Wait: -1,
+		Queued: r.queued, Filled: r.filled, Left: lead != home, New: !r.established, Alike: alike, Wait: -1,
 		Awaited: slots[h].awaited, Due: slots[h].due, Overdue: r.overdue}
 	if home < n {
 		d.Wait = within.wait(h)
@@ -378,7 +396,7 @@ func costWon(outcome HomeOutcome, r homeRule, wait float64) CostTerm {
 		return CostPrefill
 	case !r.established || outcome == HomeNoKey || outcome == HomeAtHome:
 		return CostNone
-	case r.queued || r.overdue || !r.inFirstTier || wait > 0:
+	case r.queued || r.overdue || r.filled || !r.inFirstTier || wait > 0:
 		return CostWait
 	}
 	return CostUnknown
@@ -467,8 +485,30 @@ func (b homeBound) bound(i int) float64 {
 func (b homeBound) withinBound(i int) bool { return b.slots[i].homeLoad+1 <= b.bound(i) }
 
 // takes reports whether candidate i is within the bound with the
-// request, not queued and not overdue.
-func (b homeBound) takes(i int) bool { return b.withinBound(i) && !b.queued(i) && !b.overdue(i) }
+// request, not queued, not overdue and its batch not full.
+func (b homeBound) takes(i int) bool {
+	return b.withinBound(i) && !b.queued(i) && !b.overdue(i) && !b.slots[i].full
+}
+
+// filled is the rule by which the servers' batch occupancy tells a home
+// full of traffic the sidecar does not see from one busy with a cold
+// prefill: its pool metrics say every batch place is taken
+// (metrics.PoolMetrics.BatchFull) and one of the sidecar's requests there
+// has awaited its first byte longer than the home's first bytes take on
+// average. A prefill runs in a batch place, so with none free the wait is
+// for a place, which lasts as long as the others' requests run; the
+// overdue rule, which cannot tell the two, waits four spreads longer. The
+// figures are a scrape old and a batch under load turns over, so the
+// sidecar's own late request is what says the home is not turning over
+// for it. A request that pays a cold prefill wherever it goes (a new key,
+// a spill, a second home's) goes to no full batch (takes). Pools that
+// publish no batch places (upstream EPPs, servers without
+// vllm:num_requests_running) are never full: the queue and overdue rules
+// tell, later.
+func (b homeBound) filled(i int) bool {
+	s := b.slots[i]
+	return s.full && s.ttfb > 0 && s.awaited > s.ttfb
+}
 
 // overdue is the rule by which the sidecar's own observations make a
 // candidate full between two scrapes: one of its requests there has

@@ -391,6 +391,86 @@ func TestHomeLoadedByItsQueue(t *testing.T) {
 	}
 }
 
+// A home is filled when its pool metrics say every batch place of its
+// servers is taken and one of the sidecar's requests there has awaited its
+// first byte longer than the home's first bytes take on average: a
+// prefill runs in a batch place, so with none free the request waits for
+// the others to end. A filled home is left before the overdue rule (four
+// spreads later) would; a full cluster is dealt no new key.
+func TestHomeFilled(t *testing.T) {
+	// batch is a pool of 2 servers of 2 batch places each with running
+	// requests on average, and no queue.
+	batch := func(running, places float64) *PoolMetrics {
+		m := freshPool(0, 0.3)
+		m.AverageRunning, m.AverageBatchCapacity = running, places
+		return m
+	}
+	tests := []struct {
+		name string
+		home *PoolMetrics
+		// awaited is how long the sidecar's request at home has awaited
+		// its first byte (0: none awaits); the home's first bytes took
+		// 40 ms, so one is overdue past 80 ms.
+		awaited    time.Duration
+		wantFilled bool
+	}{
+		{name: "every place taken, a request awaiting past the home's average first byte: filled, left", home: batch(2, 2), awaited: 60 * time.Millisecond, wantFilled: true},
+		{name: "every place taken, a request awaiting within the average first byte: home", home: batch(2, 2), awaited: 30 * time.Millisecond},
+		{name: "every place taken, no request awaiting: home (the batch turns over)", home: batch(2, 2)},
+		{name: "a place free, a request awaiting past the average: home (a prefill, not a full batch)", home: batch(1.5, 2), awaited: 60 * time.Millisecond},
+		{name: "batch places not published (an upstream EPP): today's rules alone", home: batch(2, -1), awaited: 60 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newAffinityFixture(t)
+			req := f.req()
+			home := homeOf(req.Blocks, "a", "b", "c")
+			known(f, req, home)
+			for i := range f.cands {
+				f.cands[i].Pool = batch(0, 2)
+				if f.cands[i].Name == home {
+					f.cands[i].Pool = tt.home
+				}
+			}
+			f.mem.Observed.Started(scope, home, epoch.Add(-10*time.Second))
+			f.mem.Observed.FirstByte(scope, home, 40*time.Millisecond)
+			f.mem.Observed.Finished(scope, home, false)
+			if tt.awaited > 0 {
+				f.mem.Observed.Started(scope, home, epoch.Add(-tt.awaited))
+			}
+			var ex Explanation
+			order, err := f.p.Pick(req, f.cands, nil, nil, &ex)
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantFilled, ex.Home.Filled, ex.String())
+			if !tt.wantFilled {
+				assert.Equal(t, home, f.cands[order[0]].Name, ex.String())
+				return
+			}
+			assert.False(t, ex.Home.Overdue, "not overdue yet: "+ex.String())
+			assert.Equal(t, HomeFilled, ex.Home.Outcome, ex.String())
+			assert.NotEqual(t, home, f.cands[order[0]].Name, ex.String())
+			assert.Contains(t, ex.String(), ",filled,left", "the explanation says why")
+		})
+	}
+
+	t.Run("new keys are not dealt to a cluster whose batch is full", func(t *testing.T) {
+		f := newAffinityFixture(t)
+		f.cand("a").Pool = batch(2, 2)
+		for _, n := range []string{"b", "c"} {
+			f.cand(n).Pool = batch(0, 2)
+		}
+		rot := NewRotation(f.cands)
+		for i := range 30 {
+			req := f.req()
+			req.Blocks = chain(uint64(1000+i), 16)
+			var ex Explanation
+			order, err := f.p.Pick(req, f.cands, rot, nil, &ex)
+			require.NoError(t, err)
+			assert.NotEqual(t, "a", f.cands[order[0]].Name, ex.String())
+		}
+	})
+}
+
 // stalePool is freshPool's metrics, a minute older than the staleness
 // bound allows.
 func stalePool(queue, kv float64) *PoolMetrics {

@@ -84,6 +84,16 @@ func TestDecideHome(t *testing.T) {
 			wantOutcome: HomeOverdue, wantLead: second,
 		},
 		{
+			name:        "a home whose batch is full while a request there waits past its average first byte is left for its second home, whatever its bound and queue, and says filled",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, noWait: true, filled: true, home: home, deal: never, second: to(second), spill: never},
+			wantOutcome: HomeFilled, wantLead: second,
+		},
+		{
+			name:        "a filled home whose second home cannot take the request spills it, and says filled",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, filled: true, home: home, deal: never, second: to(-1), spill: to(spill)},
+			wantOutcome: HomeFilled, wantLead: spill,
+		},
+		{
 			name:        "a queued home whose second home cannot take the request spills it, and says queued",
 			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, queued: true, home: home, deal: never, second: to(-1), spill: to(spill)},
 			wantOutcome: HomeQueued, wantLead: spill,
@@ -108,7 +118,7 @@ func TestHomeOutcomeNames(t *testing.T) {
 	for _, o := range HomeOutcomes() {
 		names = append(names, o.String())
 	}
-	assert.Equal(t, []string{"no_key", "dealt", "home", "home_no_wait", "second_home", "queued", "overdue", "spill", "score_order"}, names)
+	assert.Equal(t, []string{"no_key", "dealt", "home", "home_no_wait", "second_home", "queued", "overdue", "filled", "spill", "score_order"}, names)
 	assert.Equal(t, "none", HomeNone.String())
 	assert.Equal(t, "HomeOutcome(200)", HomeOutcome(200).String())
 }

@@ -184,6 +184,10 @@ type slot struct {
 	homeLoad, capacity, queue float64
 	awaiting                  int64
 	awaited, due              time.Duration
+	// full: its pool metrics say every batch place of its servers is
+	// taken; ttfb its first bytes' moving average (homeBound.filled).
+	full bool
+	ttfb time.Duration
 }
 
 // Pick orders the candidates for one request: the request goes to the

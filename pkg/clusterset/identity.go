@@ -117,7 +117,7 @@ type identities struct {
 func (m *member) readClusterID(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, discoveryTimeout)
 	defer cancel()
-	ns, err := m.kube.CoreV1().Namespaces().Get(ctx, clusterIDNamespace, metav1.GetOptions{})
+	ns, err := m.core.Namespaces().Get(ctx, clusterIDNamespace, metav1.GetOptions{})
 	if err != nil {
 		return "", err
 	}

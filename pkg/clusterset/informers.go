@@ -74,8 +74,19 @@ func (m *member) startWith(ctx context.Context, th thresholds, served servedapis
 	informerCtx, stopInformers := context.WithCancel(ctx)
 	m.quota.onFreeze(stopInformers)
 
-	var starters []func(<-chan struct{})
-	switch m.mode = m.modeOf(served); m.mode {
+	mode := m.modeOf(served)
+	if mode == modeFull {
+		if err := m.objectClients(); err != nil {
+			// Not expected: the member's other clients were made from the
+			// same configuration. It is read as a member whose discovery
+			// cannot be asked, which its mode metric says, and asked again
+			// with backoff.
+			logger.Error(err, "Cannot make the clients that watch the member's objects; asking again")
+			mode = modeDiscovering
+		}
+	}
+	var starters []func(context.Context)
+	switch m.mode = mode; m.mode {
 	case modeSummary:
 		starters = append(starters, m.summaryInformers(logger))
 	case modeFull:
@@ -85,7 +96,7 @@ func (m *member) startWith(ctx context.Context, th thresholds, served servedapis
 		logger.Info("The member's API discovery cannot be asked whether it publishes summaries; asking again with backoff before reading it")
 	}
 	for _, start := range starters {
-		start(informerCtx.Done())
+		start(informerCtx)
 	}
 
 	go func() {
@@ -103,12 +114,12 @@ func (m *member) startWith(ctx context.Context, th thresholds, served servedapis
 
 // objectInformers watches the member's objects (full mode, and always the
 // local cluster); it returns what starts the informers.
-func (m *member) objectInformers(ctx context.Context, served servedapis.Set, logger klog.Logger) []func(<-chan struct{}) {
+func (m *member) objectInformers(ctx context.Context, served servedapis.Set, logger klog.Logger) []func(context.Context) {
 	transform := trimOther
 	if m.local {
 		transform = trim
 	}
-	starters := []func(<-chan struct{}){m.kubeInformers(ctx, transform)}
+	starters := []func(context.Context){m.kubeInformers(ctx, transform)}
 	if start := m.poolInformer(served, transform, logger); start != nil {
 		starters = append(starters, start)
 	}
@@ -118,7 +129,7 @@ func (m *member) objectInformers(ctx context.Context, served servedapis.Set, log
 // kubeInformers watches the member's Namespaces, and the Services,
 // EndpointSlices and Pods of the namespaces that hold pools (poolNamespaces); it
 // returns what starts the Namespace informer.
-func (m *member) kubeInformers(ctx context.Context, transform cache.TransformFunc) func(<-chan struct{}) {
+func (m *member) kubeInformers(ctx context.Context, transform cache.TransformFunc) func(context.Context) {
 	kubeFactory := informers.NewSharedInformerFactoryWithOptions(m.kube, 0, informers.WithTransform(transform))
 	if m.quota != nil {
 		kubeFactory.InformerFor(&corev1.Namespace{}, boundedInformer[kubernetes.Interface](m, KindNamespace, "", &corev1.Namespace{}, m.kube.CoreV1().Namespaces(), transform))
@@ -131,13 +142,13 @@ func (m *member) kubeInformers(ctx context.Context, transform cache.TransformFun
 	m.services = serviceLister{m.poolNamespaces}
 	m.endpointSlices = endpointSliceLister{m.poolNamespaces}
 	m.pods = podLister{m.poolNamespaces}
-	return kubeFactory.Start
+	return kubeFactory.StartWithContext
 }
 
 // poolInformer watches the member's InferencePools, indexed (indexes.go);
 // it returns what starts the informer. A member that does not serve them
 // has none: an empty index, and nothing to start (nil).
-func (m *member) poolInformer(served servedapis.Set, transform cache.TransformFunc, logger klog.Logger) func(<-chan struct{}) {
+func (m *member) poolInformer(served servedapis.Set, transform cache.TransformFunc, logger klog.Logger) func(context.Context) {
 	if !served.Has(apiInferencePools) {
 		indexers := poolIndexers()
 		indexers[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc
@@ -157,13 +168,13 @@ func (m *member) poolInformer(served servedapis.Set, transform cache.TransformFu
 	m.poolIndexer = inf.Informer().GetIndexer()
 	m.watch(inf.Informer(), KindInferencePool)
 	m.synced = append(m.synced, inf.Informer().HasSynced)
-	return f.Start
+	return f.StartWithContext
 }
 
 // gatewayInformers watches the member's Gateways and BackendTLSPolicies,
 // and in the local cluster its HTTPRoutes and ReferenceGrants, of those it
 // serves; it returns what starts them.
-func (m *member) gatewayInformers(served servedapis.Set, transform cache.TransformFunc, logger klog.Logger) func(<-chan struct{}) {
+func (m *member) gatewayInformers(served servedapis.Set, transform cache.TransformFunc, logger klog.Logger) func(context.Context) {
 	gw := gatewayinformers.NewSharedInformerFactoryWithOptions(m.gateway, 0, gatewayinformers.WithTransform(transform))
 	if served.Has(apiGateways) {
 		if m.quota != nil {
@@ -188,7 +199,7 @@ func (m *member) gatewayInformers(served servedapis.Set, transform cache.Transfo
 	if m.local {
 		m.routeInformers(gw, served, logger)
 	}
-	return gw.Start
+	return gw.StartWithContext
 }
 
 // boundNamespaceInformers makes the Services and EndpointSlices informers of

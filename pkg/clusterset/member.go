@@ -3,11 +3,13 @@ package clusterset
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/rest"
@@ -40,13 +42,19 @@ type member struct {
 	// changed Secret or file reconnects it.
 	source string
 
-	kube kubernetes.Interface
-	// gate holds the requests of kube, mci, gateway and discovery while
-	// the probe cannot reach the member; probeClient goes around it.
+	// gate holds the requests of core, mci, kube, gateway and discovery
+	// while the probe cannot reach the member; probeClient goes around it.
 	gate        *linkGate
 	probeClient rest.Interface
-	mci         mciclient.Interface
+	// core reads the member's cluster ID (identity.go).
+	core corev1client.CoreV1Interface
+	mci  mciclient.Interface
+	// kube and gateway are made for full mode only (objectClients), from
+	// gatedConfig and gatedClient, which every gated client shares.
+	kube        kubernetes.Interface
 	gateway     gatewayclient.Interface
+	gatedConfig *rest.Config
+	gatedClient *http.Client
 	// discovery asks which optional APIs the member serves, within
 	// discoveryTimeout.
 	discovery discovery.DiscoveryInterface
@@ -143,26 +151,35 @@ func newMember(name, source string, config *rest.Config, responseBytes int64, ha
 		config.QPS = 50
 		config.Burst = 100
 	}
+	// Uncompressed: a gzip-encoded watch holds a decompressor with its
+	// 32 KiB window for as long as it lives, about 40 KiB per stream and
+	// two streams per member in summary mode, more than the member's
+	// summaries take; what a member sends is small, and its size is
+	// bounded as decoded either way (boundResponses).
+	config.DisableCompression = true
 	m := &member{name: name, source: source, config: rest.CopyConfig(config), gate: newLinkGate(), handler: handler, identity: &clusterID{}, stopped: make(chan struct{})}
 	m.credentials = newCredentials(config, m.credentialsChanged)
 	if responseBytes > 0 {
 		config.Wrap(boundResponses(responseBytes, m.responseTooLarge))
 	}
 	// The probe goes around the gate: it is what opens it again.
-	probe, err := kubernetes.NewForConfig(config)
+	// One REST client, not a clientset of every API group's.
+	probe, err := discovery.NewDiscoveryClientForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
-	m.probeClient = probe.Discovery().RESTClient()
+	m.probeClient = probe.RESTClient()
 	gated := rest.CopyConfig(config)
 	gated.Wrap(m.gate.wrap)
-	if m.kube, err = kubernetes.NewForConfig(gated); err != nil {
+	// One HTTP client for every request that waits at the gate.
+	if m.gatedClient, err = rest.HTTPClientFor(gated); err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
-	if m.mci, err = mciclient.NewForConfig(gated); err != nil {
+	m.gatedConfig = gated
+	if m.mci, err = mciclient.NewForConfigAndClient(gated, m.gatedClient); err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
-	if m.gateway, err = gatewayclient.NewForConfig(gated); err != nil {
+	if m.core, err = corev1client.NewForConfigAndClient(gated, m.gatedClient); err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
 	// Discovery at start-up must not wait forever on a hung member.
@@ -172,6 +189,26 @@ func newMember(name, source string, config *rest.Config, responseBytes int64, ha
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
 	return m, nil
+}
+
+// objectClients makes the clientsets full mode watches the member's
+// objects with. A clientset holds a REST client, and its rate limiter, for
+// each API group it knows, about 10 KiB for Kubernetes' own: a member read
+// in summary mode, which has no use for them, does without.
+func (m *member) objectClients() error {
+	if m.kube != nil {
+		return nil
+	}
+	kube, err := kubernetes.NewForConfigAndClient(m.gatedConfig, m.gatedClient)
+	if err != nil {
+		return fmt.Errorf("member %s: %w", m.name, err)
+	}
+	gateway, err := gatewayclient.NewForConfigAndClient(m.gatedConfig, m.gatedClient)
+	if err != nil {
+		return fmt.Errorf("member %s: %w", m.name, err)
+	}
+	m.kube, m.gateway = kube, gateway
+	return nil
 }
 
 func (m *member) stop() {

@@ -135,7 +135,7 @@ func (p *poolNamespaces) ensure(namespace string) *namespaceInformers {
 	p.watch(n.slices, KindEndpointSlice, n.deliver)
 	p.watch(n.pods, KindPod, n.deliver)
 	followPodAccess(namespace, n, func(namespace string, since time.Time) { p.podsAccessChanged(namespace, since, n.deliver) })
-	factory.Start(ctx.Done())
+	factory.StartWithContext(ctx)
 	go n.openWhenListed(ctx)
 	p.byNS[namespace] = n
 	return n

@@ -53,7 +53,7 @@ var summaryStreamLog = statelog.Rule{Interval: time.Minute}
 // and nothing else of it: two watches, served from the member's
 // mci-apiserver memory, none by its kube-apiserver's storage. It returns
 // what starts them.
-func (m *member) summaryInformers(logger klog.Logger) func(<-chan struct{}) {
+func (m *member) summaryInformers(logger klog.Logger) func(context.Context) {
 	f := mciinformers.NewSharedInformerFactoryWithOptions(m.mci, 0, mciinformers.WithTransform(trimSummary))
 	if m.quota != nil {
 		f.InformerFor(&v1alpha1.InferencePoolExportSummary{}, boundedInformer[mciclient.Interface](m, KindExportSummary, "", &v1alpha1.InferencePoolExportSummary{}, m.mci.InferenceV1alpha1().InferencePoolExportSummaries(""), trimSummary))
@@ -72,7 +72,7 @@ func (m *member) summaryInformers(logger klog.Logger) func(<-chan struct{}) {
 	m.watchSummaries(exports.Informer())
 	m.watchClusterSummary(clusters.Informer())
 	logger.Info("Reading the member through the summaries its mci-apiserver publishes (summary mode)")
-	return f.Start
+	return f.StartWithContext
 }
 
 // maxSummaryPolicy bounds the cluster policy annotation kept of a summary:

@@ -119,6 +119,10 @@ type Config struct {
 	// PoolMetricsSchemes are the names the pool gauges are served under;
 	// empty: metrics.GIEScheme's (inference_pool_*).
 	PoolMetricsSchemes []metrics.PoolScheme
+	// MaxNumSeqs is the batch places of each model server of the pool
+	// (vLLM's --max-num-seqs), published with the pool gauges beside their
+	// running requests; 0: not known, not published.
+	MaxNumSeqs int
 	// MetricsFilter, when set, guards /metrics (metricsauth): as upstream
 	// EPPs serve it by default, to bearer tokens only.
 	MetricsFilter func(http.Handler) http.Handler
@@ -165,7 +169,7 @@ func New(cfg Config, source Source) (*EPP, error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := NewMetrics(reg, pool, cfg.Picker.Scheduling.MetricsStaleness, cfg.PoolMetricsSchemes...)
+	m := NewMetrics(reg, pool, cfg.Picker.Scheduling.MetricsStaleness, cfg.MaxNumSeqs, cfg.PoolMetricsSchemes...)
 	reg.MustRegister(NewAPICollector(models))
 	if c, ok := source.(prometheus.Collector); ok {
 		// The source's own metrics (KubeSource: whether its informers

@@ -3,9 +3,11 @@ package epp
 import (
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/metrics"
 	"github.com/mci-dev/mci/pkg/requestmodel"
@@ -44,9 +46,11 @@ const (
 
 // NewMetrics registers the EPP's metrics for pool in reg. staleness is the
 // scheduler's: stale metrics count as unknown in the pool's averages too.
-// The pool gauges are served under each of schemes (none: the GIE names),
-// as the llm-d EPP serves both its own and the GIE names.
-func NewMetrics(reg prometheus.Registerer, pool *Pool, staleness time.Duration, schemes ...metrics.PoolScheme) *Metrics {
+// maxNumSeqs is the batch places of each of the pool's model servers
+// (vLLM's --max-num-seqs; 0: not known). The pool gauges are served under
+// each of schemes (none: the GIE names), as the llm-d EPP serves both its
+// own and the GIE names.
+func NewMetrics(reg prometheus.Registerer, pool *Pool, staleness time.Duration, maxNumSeqs int, schemes ...metrics.PoolScheme) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mci_epp_requests_total",
@@ -82,7 +86,14 @@ func NewMetrics(reg prometheus.Registerer, pool *Pool, staleness time.Duration, 
 	if len(schemes) == 0 {
 		schemes = []metrics.PoolScheme{metrics.GIEScheme}
 	}
-	pc := &poolCollector{pool: pool, staleness: staleness}
+	pc := &poolCollector{pool: pool, staleness: staleness, maxNumSeqs: maxNumSeqs,
+		batchCapacity: prometheus.NewDesc(metrics.BatchCapacityMetric,
+			"Average batch places (the model servers' max-num-seqs) of the model servers of the pool that publish their running requests; absent when either is unknown.",
+			[]string{metrics.PoolNameLabel}, nil),
+		batchKnown: prometheus.NewDesc("mci_epp_pool_batch_occupancy_known",
+			"1 when the pool's running requests and batch places are published (some model server exposes vllm:num_requests_running and --model-server-max-num-seqs is set), 0 when not: a router then tells a full batch only from the queue.",
+			[]string{metrics.PoolNameLabel}, nil),
+	}
 	for _, s := range schemes {
 		pc.schemes = append(pc.schemes, newPoolDescs(s))
 	}
@@ -111,7 +122,7 @@ func (m *Metrics) observe(d *Decision, code int, took time.Duration) {
 }
 
 // poolDescs are the descriptors of the pool gauges under one naming scheme.
-type poolDescs struct{ queue, kvCache, ready *prometheus.Desc }
+type poolDescs struct{ queue, kvCache, ready, running *prometheus.Desc }
 
 func newPoolDescs(s metrics.PoolScheme) poolDescs {
 	label := []string{metrics.PoolNameLabel}
@@ -119,6 +130,7 @@ func newPoolDescs(s metrics.PoolScheme) poolDescs {
 		queue:   prometheus.NewDesc(s.Queue, "Average number of requests waiting in the model servers of the pool that have known metrics.", label, nil),
 		kvCache: prometheus.NewDesc(s.KVCache, "Average KV cache utilization (0 to 1) of the model servers of the pool that have known metrics.", label, nil),
 		ready:   prometheus.NewDesc(s.ReadyPods, "Ready model servers in the pool: the candidate endpoints.", label, nil),
+		running: prometheus.NewDesc(s.Running, "Average number of requests running in the batches of the model servers of the pool that expose it; absent when none does.", label, nil),
 	}
 }
 
@@ -155,9 +167,16 @@ func (m *Metrics) served(result string) {
 // poolCollector derives the pool gauges at scrape time from the pool and
 // its metrics, rather than keeping copies up to date.
 type poolCollector struct {
-	pool      *Pool
-	staleness time.Duration
-	schemes   []poolDescs
+	pool       *Pool
+	staleness  time.Duration
+	maxNumSeqs int
+	schemes    []poolDescs
+	// batchCapacity and batchKnown are scheme-less: no upstream EPP
+	// publishes batch places.
+	batchCapacity, batchKnown *prometheus.Desc
+	// occupancy is the last batchOccupancy state logged, so that a change
+	// is said once.
+	occupancy atomic.Int32
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -165,33 +184,92 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d.queue
 		ch <- d.kvCache
 		ch <- d.ready
+		ch <- d.running
 	}
+	ch <- c.batchCapacity
+	ch <- c.batchKnown
 }
 
-func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
-	snap := c.pool.snap.Load()
+// poolAverages are the pool gauges' values: averages over the model
+// servers with fresh metrics; running over those that expose it
+// (runningKnown of them).
+type poolAverages struct {
+	queue, kv, running  float64
+	known, runningKnown int
+}
+
+func (c *poolCollector) averages(snap *snapshot) poolAverages {
 	cutoff := time.Now().Add(-c.staleness)
-	var queue, kv float64
-	known := 0
+	var a poolAverages
 	for i := range snap.endpoints {
 		m := c.pool.metricsOf(snap, i)
 		if m == nil || (c.staleness > 0 && m.UpdatedAt.Before(cutoff)) {
 			continue
 		}
-		known++
-		queue += float64(m.WaitingQueue)
-		kv += m.KVCacheUsage
+		a.known++
+		a.queue += float64(m.WaitingQueue)
+		a.kv += m.KVCacheUsage
+		if m.RunningKnown {
+			a.runningKnown++
+			a.running += float64(m.RunningRequests)
+		}
 	}
-	if known > 0 {
-		queue /= float64(known)
-		kv /= float64(known)
+	if a.known > 0 {
+		a.queue /= float64(a.known)
+		a.kv /= float64(a.known)
 	}
+	if a.runningKnown > 0 {
+		a.running /= float64(a.runningKnown)
+	}
+	return a
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	snap := c.pool.snap.Load()
+	a := c.averages(snap)
 	name := c.pool.Name()
 	for _, d := range c.schemes {
-		ch <- prometheus.MustNewConstMetric(d.queue, prometheus.GaugeValue, queue, name)
-		ch <- prometheus.MustNewConstMetric(d.kvCache, prometheus.GaugeValue, kv, name)
+		ch <- prometheus.MustNewConstMetric(d.queue, prometheus.GaugeValue, a.queue, name)
+		ch <- prometheus.MustNewConstMetric(d.kvCache, prometheus.GaugeValue, a.kv, name)
 		ch <- prometheus.MustNewConstMetric(d.ready, prometheus.GaugeValue, float64(len(snap.endpoints)), name)
+		if a.runningKnown > 0 {
+			ch <- prometheus.MustNewConstMetric(d.running, prometheus.GaugeValue, a.running, name)
+		}
 	}
+	known := c.batchOccupancy(a)
+	if known == occupancyKnown {
+		ch <- prometheus.MustNewConstMetric(c.batchCapacity, prometheus.GaugeValue, float64(c.maxNumSeqs), name)
+	}
+	ch <- prometheus.MustNewConstMetric(c.batchKnown, prometheus.GaugeValue, float64(known), name)
+}
+
+// The states of a pool's batch occupancy: whether it publishes both its
+// running requests and its batch places.
+const (
+	occupancyUnknown int32 = iota
+	occupancyKnown
+)
+
+// batchOccupancy says whether the pool's batch occupancy is published,
+// and logs each change: without it, a router tells a batch full of
+// traffic it does not see only once requests queue there. Servers with no
+// known metrics yet say nothing either way.
+func (c *poolCollector) batchOccupancy(a poolAverages) int32 {
+	state := occupancyUnknown
+	if a.runningKnown > 0 && c.maxNumSeqs > 0 {
+		state = occupancyKnown
+	}
+	if a.known > 0 && c.occupancy.Swap(state+1) != state+1 {
+		logger := klog.Background().WithName("pool-metrics")
+		if state == occupancyKnown {
+			logger.Info("Publishing the pool's running requests and batch places", "pool", c.pool.Name(), "maxNumSeqs", c.maxNumSeqs)
+		} else {
+			logger.Info("Not publishing the pool's batch places: routers tell a full batch only from the queue",
+				"pool", c.pool.Name(), "serversExposingRunning", a.runningKnown, "maxNumSeqs", c.maxNumSeqs,
+				"reason", "no model server exposes "+metrics.RunningRequestsMetric+", or --model-server-max-num-seqs is not set")
+		}
+	}
+	return state
 }
 
 var apiServedDesc = prometheus.NewDesc("mci_epp_model_config_api_served",

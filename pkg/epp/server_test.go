@@ -41,6 +41,8 @@ type modelServer struct {
 	kv      float64
 	loras   []string
 	maxLoRA int
+	// running, when set, is exposed as vllm:num_requests_running.
+	running *int
 	srv     *httptest.Server
 }
 
@@ -56,6 +58,9 @@ vllm:kv_cache_usage_perc{engine="0",model_name="base"} %g
 # TYPE vllm:lora_requests_info gauge
 vllm:lora_requests_info{max_lora="%d",running_lora_adapters="%s",waiting_lora_adapters=""} 1.7435e+09
 `, m.queue, m.kv, m.maxLoRA, strings.Join(m.loras, ","))
+		if m.running != nil {
+			fmt.Fprintf(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\",model_name=\"base\"} %d\n", *m.running)
+		}
 		return
 	}
 	var body struct {
@@ -388,6 +393,51 @@ func TestMetricsAndHealth(t *testing.T) {
 	assert.Equal(t, "1", metricValue(t, e.MetricsAddr(), `mci_epp_requests_total{code="200",model_name="batch",target_model_name="base"}`))
 	for _, svc := range []string{"", epp.LivenessService, epp.ReadinessService, "envoy.service.ext_proc.v3.ExternalProcessor"} {
 		assert.Equal(t, healthpb.HealthCheckResponse_SERVING, healthStatus(t, e.HealthAddr(), svc), "service %q", svc)
+	}
+}
+
+func TestPoolBatchGauges(t *testing.T) {
+	running := func(m *modelServer, n int) *modelServer { m.running = &n; return m }
+	tests := []struct {
+		name       string
+		servers    []*modelServer
+		maxNumSeqs int
+		// want are the gauges' values ("" for absent).
+		wantRunning, wantCapacity, wantKnown string
+	}{
+		{
+			name:        "servers exposing their running requests, with their batch places set",
+			servers:     []*modelServer{running(pod("A", 0, 0.1), 2), running(pod("B", 1, 0.2), 3)},
+			maxNumSeqs:  4,
+			wantRunning: "2.5", wantCapacity: "4", wantKnown: "1",
+		},
+		{
+			name:        "servers exposing their running requests, without batch places: no capacity",
+			servers:     []*modelServer{running(pod("A", 0, 0.1), 2)},
+			wantRunning: "2", wantCapacity: "", wantKnown: "0",
+		},
+		{
+			name:        "servers exposing no running requests: neither, as before",
+			servers:     []*modelServer{pod("A", 0, 0.1), pod("B", 1, 0.2)},
+			maxNumSeqs:  4,
+			wantRunning: "", wantCapacity: "", wantKnown: "0",
+		},
+		{
+			name:        "the average is over the servers that expose it",
+			servers:     []*modelServer{running(pod("A", 0, 0.1), 4), pod("B", 1, 0.2)},
+			maxNumSeqs:  4,
+			wantRunning: "4", wantCapacity: "4", wantKnown: "1",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := startEPP(t, epp.Config{MaxNumSeqs: tt.maxNumSeqs}, startModelServers(t, tt.servers...))
+			e.do(t, envoyclient.Request{Body: completion("batch")})
+			addr := e.MetricsAddr()
+			assert.Equal(t, tt.wantRunning, metricValue(t, addr, `inference_pool_average_running_requests{name="pool"}`))
+			assert.Equal(t, tt.wantCapacity, metricValue(t, addr, `mci_epp_pool_average_batch_capacity{name="pool"}`))
+			assert.Equal(t, tt.wantKnown, metricValue(t, addr, `mci_epp_pool_batch_occupancy_known{name="pool"}`))
+		})
 	}
 }
 

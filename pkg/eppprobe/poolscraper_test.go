@@ -507,7 +507,7 @@ func TestParsePoolOfMCIEPP(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			p := epp.NewPool("llm", nil, nil)
 			require.NoError(t, p.SetEndpoints([]epp.Endpoint{{Name: "a", Address: "127.0.0.1:1"}}))
-			epp.NewMetrics(reg, p, time.Second, tt.schemes...)
+			epp.NewMetrics(reg, p, time.Second, 0, tt.schemes...)
 			srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 			defer srv.Close()
 			resp, err := http.Get(srv.URL)

@@ -25,6 +25,7 @@ import (
 // The vLLM metric and label names Parse reads.
 const (
 	WaitingQueueMetric       = "vllm:num_requests_waiting"
+	RunningRequestsMetric    = "vllm:num_requests_running"
 	KVCacheUsageMetric       = "vllm:kv_cache_usage_perc"
 	LegacyKVCacheUsageMetric = "vllm:gpu_cache_usage_perc" // vLLM before kv_cache_usage_perc
 	LoRAInfoMetric           = "vllm:lora_requests_info"
@@ -99,6 +100,22 @@ func Parse(r io.Reader) (*scheduling.Metrics, error) {
 		return nil, err
 	}
 
+	// The running requests are optional: a server without them has its
+	// batch occupancy unknown (RunningKnown false), as the EPP says.
+	if running, ok := families[RunningRequestsMetric]; ok {
+		total := 0.0
+		if err := eachValue(running, func(v float64) error {
+			if !(v >= 0) || math.IsInf(v, 0) {
+				return fmt.Errorf("value %v is not a count of requests", v)
+			}
+			total += v
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		m.RunningRequests, m.RunningKnown = int(math.Round(min(total, maxQueue))), true
+	}
+
 	// lora_requests_info is absent when the server does not serve adapters:
 	// no adapters and no room for any, which is what the zero values say.
 	m.ActiveAdapters, m.WaitingAdapters = sets.New[string](), sets.New[string]()
@@ -170,7 +187,7 @@ func keepLine(line []byte, names []string) bool {
 }
 
 // readNames are the metric families Parse reads.
-var readNames = [...]string{WaitingQueueMetric, KVCacheUsageMetric, LegacyKVCacheUsageMetric, LoRAInfoMetric}
+var readNames = [...]string{WaitingQueueMetric, RunningRequestsMetric, KVCacheUsageMetric, LegacyKVCacheUsageMetric, LoRAInfoMetric}
 
 // startsWithName reports whether b starts with one of names, plain or
 // quoted. A quoted name with escapes counts as one: telling is the parser's

@@ -41,6 +41,8 @@ func TestParse(t *testing.T) {
 			want: scheduling.Metrics{
 				WaitingQueue:    7,
 				KVCacheUsage:    0.4235,
+				RunningRequests: 12,
+				RunningKnown:    true,
 				ActiveAdapters:  adapters("sql-lora", "tweet-summary"),
 				WaitingAdapters: adapters("sql-lora-v2"),
 				MaxLoRA:         4,
@@ -52,6 +54,8 @@ func TestParse(t *testing.T) {
 			want: scheduling.Metrics{
 				WaitingQueue:    54,
 				KVCacheUsage:    0.91,
+				RunningRequests: 3,
+				RunningKnown:    true,
 				ActiveAdapters:  adapters(),
 				WaitingAdapters: adapters(),
 			},
@@ -94,6 +98,11 @@ vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.2
 vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.7
 `,
 			want: scheduling.Metrics{WaitingQueue: 7, KVCacheUsage: 0.7, ActiveAdapters: adapters(), WaitingAdapters: adapters()},
+		},
+		{
+			name: "running requests of several engines add up",
+			text: waitingAndKV + "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 3\nvllm:num_requests_running{engine=\"1\",model_name=\"m\"} 2\n",
+			want: scheduling.Metrics{WaitingQueue: 2, KVCacheUsage: 0.5, RunningRequests: 5, RunningKnown: true, ActiveAdapters: adapters(), WaitingAdapters: adapters()},
 		},
 		{
 			name: "metrics without HELP or TYPE lines are read as untyped",
@@ -165,6 +174,8 @@ func TestParseRejects(t *testing.T) {
 		{name: "a negative queue is rejected", text: "vllm:num_requests_waiting -1\nvllm:kv_cache_usage_perc 0.1\n", wantMsg: "not a queue length"},
 		{name: "an infinite queue is rejected", text: "vllm:num_requests_waiting +Inf\nvllm:kv_cache_usage_perc 0.1\n", wantMsg: "not a queue length"},
 		{name: "a NaN KV cache usage is rejected", text: "vllm:num_requests_waiting 1\nvllm:kv_cache_usage_perc NaN\n", wantMsg: "not a KV cache usage"},
+		{name: "negative running requests are rejected", text: waitingAndKV + "vllm:num_requests_running -1\n", wantMsg: "not a count of requests"},
+		{name: "NaN running requests are rejected", text: waitingAndKV + "vllm:num_requests_running NaN\n", wantMsg: "not a count of requests"},
 		{name: "a negative KV cache usage is rejected", text: "vllm:num_requests_waiting 1\nvllm:kv_cache_usage_perc -0.5\n", wantMsg: "not a KV cache usage"},
 		{
 			name:    "a max_lora that is not a number is rejected",
@@ -212,6 +223,7 @@ func FuzzParse(f *testing.F) {
 		"{\"vllm:num_requests_waiting\"} 1\n",
 		"# TYPE vllm:num_requests_waiting histogram\nvllm:num_requests_waiting_bucket{le=\"1\"} 1\n",
 		"vllm:num_requests_waiting 1e308\nvllm:kv_cache_usage_perc 1e-308\n",
+		waitingAndKV + "vllm:num_requests_running{engine=\"0\"} 1e308\nvllm:num_requests_running{engine=\"1\"} 1e308\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -226,6 +238,8 @@ func FuzzParse(f *testing.F) {
 		assert.GreaterOrEqual(t, m.WaitingQueue, 0)
 		assert.True(t, m.KVCacheUsage >= 0 && m.KVCacheUsage <= 1, "KV cache usage %v", m.KVCacheUsage)
 		assert.GreaterOrEqual(t, m.MaxLoRA, 0)
+		assert.GreaterOrEqual(t, m.RunningRequests, 0)
+		assert.True(t, m.RunningKnown || m.RunningRequests == 0)
 		assert.NotNil(t, m.ActiveAdapters)
 		assert.NotNil(t, m.WaitingAdapters)
 	})

@@ -24,8 +24,9 @@ type PoolScheme struct {
 	Name string
 	// Queue, KVCache and ReadyPods are the families of the average waiting
 	// queue, the average KV cache utilization (0-1) and the ready model
-	// servers of the pool.
-	Queue, KVCache, ReadyPods string
+	// servers of the pool; Running the average requests running in their
+	// batches (optional: older EPPs do not publish it).
+	Queue, KVCache, ReadyPods, Running string
 }
 
 // The naming schemes ParsePool reads, in order of preference. Upstream EPPs
@@ -38,6 +39,7 @@ var (
 		Queue:     "inference_pool_average_queue_size",
 		KVCache:   "inference_pool_average_kv_cache_utilization",
 		ReadyPods: "inference_pool_ready_pods",
+		Running:   "inference_pool_average_running_requests",
 	}
 	// LLMDScheme: the llm-d router's EPP (subsystem llm_d_epp,
 	// pkg/epp/metrics/llm_d_router_metrics.go), whose ready-pods gauge is
@@ -47,6 +49,7 @@ var (
 		Queue:     "llm_d_epp_average_queue_size",
 		KVCache:   "llm_d_epp_average_kv_cache_utilization",
 		ReadyPods: "llm_d_epp_ready_endpoints",
+		Running:   "llm_d_epp_average_running_requests",
 	}
 	// LLMDRouterScheme: llm-d router releases that named the subsystem
 	// llm_d_router_epp before settling on llm_d_epp.
@@ -55,15 +58,27 @@ var (
 		Queue:     "llm_d_router_epp_average_queue_size",
 		KVCache:   "llm_d_router_epp_average_kv_cache_utilization",
 		ReadyPods: "llm_d_router_epp_ready_endpoints",
+		Running:   "llm_d_router_epp_average_running_requests",
 	}
 	PoolSchemes = []PoolScheme{GIEScheme, LLMDScheme, LLMDRouterScheme}
 )
 
+// BatchCapacityMetric is the average batch places (vLLM's max-num-seqs) of
+// a pool's model servers, as mci-epp publishes it under every scheme: no
+// upstream EPP publishes one, so it has mci's own name, labelled with the
+// pool's name (PoolNameLabel) as the pool gauges are.
+const BatchCapacityMetric = "mci_epp_pool_average_batch_capacity"
+
+// maxBatchPlaces bounds the running requests and batch places read from a
+// pool's EPP: beyond any engine's batch, and small enough that products
+// with a pod count stay exact.
+const maxBatchPlaces = 1 << 20
+
 // poolNames are the families ParsePool reads.
 var poolNames = func() []string {
-	var out []string
+	out := []string{BatchCapacityMetric}
 	for _, s := range PoolSchemes {
-		out = append(out, s.Queue, s.KVCache, s.ReadyPods)
+		out = append(out, s.Queue, s.KVCache, s.ReadyPods, s.Running)
 	}
 	return out
 }()
@@ -79,11 +94,26 @@ type PoolMetrics struct {
 	// ReadyPods is the number of ready model servers; -1 when the EPP does
 	// not expose it.
 	ReadyPods int
+	// AverageRunning is the average number of requests running in their
+	// servers' batches, and AverageBatchCapacity their average batch
+	// places (vLLM's max-num-seqs); each -1 when the EPP does not publish
+	// it (an upstream EPP publishes no batch capacity; a model server may
+	// expose neither).
+	AverageRunning, AverageBatchCapacity float64
 	// Scheme is the Name of the naming scheme they were read under.
 	Scheme string
 	// UpdatedAt is when they were observed; ParsePool leaves it to the
 	// caller.
 	UpdatedAt time.Time
+}
+
+// BatchFull reports whether the pool's figures say every batch place of
+// its servers is taken: its average running requests are at least its
+// average batch places. False when either is not published. The figures
+// are a scrape old, so a batch that turns over fast may read full while
+// it has a place: readers weigh it with what they see themselves.
+func (m *PoolMetrics) BatchFull() bool {
+	return m != nil && m.AverageBatchCapacity > 0 && m.AverageRunning >= m.AverageBatchCapacity
 }
 
 // ErrNoPoolMetrics means an exposition has no pool with both the queue and
@@ -155,7 +185,8 @@ func parseScheme(families map[string]*dto.MetricFamily, scheme PoolScheme) (map[
 	get := func(pool string) *PoolMetrics {
 		m := partial[pool]
 		if m == nil {
-			m = &PoolMetrics{AverageQueue: math.NaN(), AverageKVCache: math.NaN(), ReadyPods: -1, Scheme: scheme.Name}
+			m = &PoolMetrics{AverageQueue: math.NaN(), AverageKVCache: math.NaN(), ReadyPods: -1,
+				AverageRunning: -1, AverageBatchCapacity: -1, Scheme: scheme.Name}
 			partial[pool] = m
 		}
 		return m
@@ -192,6 +223,21 @@ func parseScheme(families map[string]*dto.MetricFamily, scheme PoolScheme) (map[
 			m.ReadyPods = int(min(math.Round(v), math.MaxInt32))
 			return nil
 		}); err != nil {
+			return nil, err
+		}
+	}
+	batchFamilies := []struct {
+		mf  *dto.MetricFamily
+		set func(*PoolMetrics, float64)
+	}{
+		{families[scheme.Running], func(m *PoolMetrics, v float64) { m.AverageRunning = min(v, maxBatchPlaces) }},
+		{families[BatchCapacityMetric], func(m *PoolMetrics, v float64) { m.AverageBatchCapacity = min(v, maxBatchPlaces) }},
+	}
+	for _, f := range batchFamilies {
+		if f.mf == nil {
+			continue
+		}
+		if err := each(f.mf, func(m *PoolMetrics, v float64) error { f.set(m, v); return nil }); err != nil {
 			return nil, err
 		}
 	}

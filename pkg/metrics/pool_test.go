@@ -56,29 +56,29 @@ func TestParsePool(t *testing.T) {
 		{
 			name: "the GIE names of one pool, among other metrics and garbage",
 			text: giePool,
-			want: map[string]*PoolMetrics{"llm": {AverageQueue: 4.5, AverageKVCache: 0.25, ReadyPods: 3, Scheme: "inference_pool"}},
+			want: map[string]*PoolMetrics{"llm": {AverageQueue: 4.5, AverageKVCache: 0.25, ReadyPods: 3, AverageRunning: -1, AverageBatchCapacity: -1, Scheme: "inference_pool"}},
 		},
 		{
 			name: "the llm-d names of one pool",
 			text: llmdPool("llm", "2", "0.5", "4", false),
-			want: map[string]*PoolMetrics{"llm": {AverageQueue: 2, AverageKVCache: 0.5, ReadyPods: 4, Scheme: "llm_d_epp"}},
+			want: map[string]*PoolMetrics{"llm": {AverageQueue: 2, AverageKVCache: 0.5, ReadyPods: 4, AverageRunning: -1, AverageBatchCapacity: -1, Scheme: "llm_d_epp"}},
 		},
 		{
 			name: "llm-d's dual emission reads as one pool, under the first scheme",
 			text: llmdPool("llm", "2", "0.5", "4", true),
-			want: map[string]*PoolMetrics{"llm": {AverageQueue: 2, AverageKVCache: 0.5, ReadyPods: 4, Scheme: "inference_pool"}},
+			want: map[string]*PoolMetrics{"llm": {AverageQueue: 2, AverageKVCache: 0.5, ReadyPods: 4, AverageRunning: -1, AverageBatchCapacity: -1, Scheme: "inference_pool"}},
 		},
 		{
 			name: "the llm_d_router_epp names of older llm-d releases",
 			text: "llm_d_router_epp_average_queue_size{name=\"llm\"} 1\nllm_d_router_epp_average_kv_cache_utilization{name=\"llm\"} 0.1\n",
-			want: map[string]*PoolMetrics{"llm": {AverageQueue: 1, AverageKVCache: 0.1, ReadyPods: -1, Scheme: "llm_d_router_epp"}},
+			want: map[string]*PoolMetrics{"llm": {AverageQueue: 1, AverageKVCache: 0.1, ReadyPods: -1, AverageRunning: -1, AverageBatchCapacity: -1, Scheme: "llm_d_router_epp"}},
 		},
 		{
 			name: "pools under different schemes on one page",
 			text: "inference_pool_average_queue_size{name=\"a\"} 1\ninference_pool_average_kv_cache_utilization{name=\"a\"} 0.1\n" + llmdPool("b", "7", "0.9", "0", false),
 			want: map[string]*PoolMetrics{
-				"a": {AverageQueue: 1, AverageKVCache: 0.1, ReadyPods: -1, Scheme: "inference_pool"},
-				"b": {AverageQueue: 7, AverageKVCache: 0.9, ReadyPods: 0, Scheme: "llm_d_epp"},
+				"a": {AverageQueue: 1, AverageKVCache: 0.1, ReadyPods: -1, AverageRunning: -1, AverageBatchCapacity: -1, Scheme: "inference_pool"},
+				"b": {AverageQueue: 7, AverageKVCache: 0.9, ReadyPods: 0, AverageRunning: -1, AverageBatchCapacity: -1, Scheme: "llm_d_epp"},
 			},
 		},
 		{
@@ -89,13 +89,30 @@ func TestParsePool(t *testing.T) {
 		{
 			name: "a series without a pool name is pool \"\"",
 			text: "inference_pool_average_queue_size 1\ninference_pool_average_kv_cache_utilization 0.1\n",
-			want: map[string]*PoolMetrics{"": {AverageQueue: 1, AverageKVCache: 0.1, ReadyPods: -1, Scheme: "inference_pool"}},
+			want: map[string]*PoolMetrics{"": {AverageQueue: 1, AverageKVCache: 0.1, ReadyPods: -1, AverageRunning: -1, AverageBatchCapacity: -1, Scheme: "inference_pool"}},
 		},
 		{
 			name: "a KV cache utilization above 1 reads as full",
 			text: llmdPool("llm", "0", "80", "1", false),
-			want: map[string]*PoolMetrics{"llm": {AverageQueue: 0, AverageKVCache: 1, ReadyPods: 1, Scheme: "llm_d_epp"}},
+			want: map[string]*PoolMetrics{"llm": {AverageQueue: 0, AverageKVCache: 1, ReadyPods: 1, AverageRunning: -1, AverageBatchCapacity: -1, Scheme: "llm_d_epp"}},
 		},
+		{
+			name: "running requests and batch places as mci-epp publishes them",
+			text: giePool + "inference_pool_average_running_requests{name=\"llm\"} 3.5\n" + BatchCapacityMetric + "{name=\"llm\"} 4\n",
+			want: map[string]*PoolMetrics{"llm": {AverageQueue: 4.5, AverageKVCache: 0.25, ReadyPods: 3, AverageRunning: 3.5, AverageBatchCapacity: 4, Scheme: "inference_pool"}},
+		},
+		{
+			name: "the llm-d name of running requests, without batch places (an upstream EPP)",
+			text: llmdPool("llm", "2", "0.5", "4", false) + "llm_d_epp_average_running_requests{name=\"llm\"} 7\n",
+			want: map[string]*PoolMetrics{"llm": {AverageQueue: 2, AverageKVCache: 0.5, ReadyPods: 4, AverageRunning: 7, AverageBatchCapacity: -1, Scheme: "llm_d_epp"}},
+		},
+		{
+			name: "running requests and batch places beyond any engine's are capped",
+			text: giePool + "inference_pool_average_running_requests{name=\"llm\"} 1e300\n" + BatchCapacityMetric + "{name=\"llm\"} 1e300\n",
+			want: map[string]*PoolMetrics{"llm": {AverageQueue: 4.5, AverageKVCache: 0.25, ReadyPods: 3, AverageRunning: maxBatchPlaces, AverageBatchCapacity: maxBatchPlaces, Scheme: "inference_pool"}},
+		},
+		{name: "negative running requests", text: giePool + "inference_pool_average_running_requests{name=\"llm\"} -2\n", wantErr: "inference_pool_average_running_requests: value -2"},
+		{name: "NaN batch places", text: giePool + BatchCapacityMetric + "{name=\"llm\"} NaN\n", wantErr: BatchCapacityMetric + ": value NaN"},
 		{name: "no pool gauges", text: "go_goroutines 12\n", wantErr: "no pool gauges"},
 		{name: "an empty page", text: "", wantErr: "no pool gauges"},
 		{name: "a queue without KV cache", text: `inference_pool_average_queue_size{name="a"} 1` + "\n", wantErr: "no pool gauges"},
@@ -121,6 +138,28 @@ func TestParsePool(t *testing.T) {
 	}
 }
 
+func TestBatchFull(t *testing.T) {
+	pool := func(running, places float64) *PoolMetrics {
+		return &PoolMetrics{AverageRunning: running, AverageBatchCapacity: places, ReadyPods: 2}
+	}
+	tests := []struct {
+		name string
+		m    *PoolMetrics
+		want bool
+	}{
+		{name: "every place taken", m: pool(2, 2), want: true},
+		{name: "a place free on one server of two", m: pool(1.5, 2)},
+		{name: "no batch places published (an upstream EPP)", m: pool(2, -1)},
+		{name: "no running requests published (a server without them)", m: pool(-1, 2)},
+		{name: "no pool metrics", m: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, tt.m.BatchFull())
+		})
+	}
+}
+
 func FuzzParsePool(f *testing.F) {
 	for _, s := range []string{
 		"",
@@ -129,6 +168,8 @@ func FuzzParsePool(f *testing.F) {
 		llmdPool("", "1e308", "1e-308", "1e300", false),
 		"{\"inference_pool_average_queue_size\",name=\"a\"} 1\n{\"inference_pool_average_kv_cache_utilization\"} 1\n",
 		"# HELP inference_pool_average_queue_size x\n{}\n",
+		giePool + "inference_pool_average_running_requests{name=\"llm\"} 2\n" + BatchCapacityMetric + "{name=\"llm\"} 2\n",
+		llmdPool("llm", "2", "0.5", "4", false) + "llm_d_epp_average_running_requests{name=\"llm\"} 1e308\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -145,6 +186,10 @@ func FuzzParsePool(f *testing.F) {
 			assert.True(t, m.AverageQueue >= 0 && !math.IsInf(m.AverageQueue, 0), "queue %v", m.AverageQueue)
 			assert.True(t, m.AverageKVCache >= 0 && m.AverageKVCache <= 1, "KV cache %v", m.AverageKVCache)
 			assert.GreaterOrEqual(t, m.ReadyPods, -1)
+			for _, v := range []float64{m.AverageRunning, m.AverageBatchCapacity} {
+				assert.True(t, v == -1 || (v >= 0 && v <= maxBatchPlaces), "running or batch places %v", v)
+			}
+			_ = m.BatchFull()
 			assert.NotEmpty(t, m.Scheme)
 		}
 	})

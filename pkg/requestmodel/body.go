@@ -142,7 +142,13 @@ func (b *Body) WithModel(model string) []byte {
 		// Marshaling a string cannot fail.
 		panic(err)
 	}
-	out := make([]byte, 0, len(b.raw)+len(b.spans)*(len(quoted)-len(b.model)))
+	// Sized from the spans' raw lengths, not the decoded model's: escapes
+	// and invalid UTF-8 (decoded as U+FFFD) make the two differ.
+	size := len(b.raw)
+	for _, s := range b.spans {
+		size += len(quoted) - (s[1] - s[0])
+	}
+	out := make([]byte, 0, size)
 	prev := 0
 	for _, s := range b.spans {
 		out = append(out, b.raw[prev:s[0]]...)

@@ -81,6 +81,7 @@ const (
 	ReasonInvalidAnnotation      = "InvalidAnnotation"
 	ReasonNoReadyClusters        = "NoReadyClusters"
 	ReasonNoClustersInRegions    = "NoClustersInRegions"
+	ReasonNoClustersWithTags     = "NoClustersWithTags"
 	ReasonClusterUnreachable     = "ClusterUnreachable"
 	ReasonInvalidImportedCluster = "InvalidImportedCluster"
 	ReasonInvalidEndpointPicker  = "InvalidEndpointPicker"
@@ -251,6 +252,7 @@ type routeAnnotations struct {
 	weights     map[string]int64
 	failureMode poolv1.EndpointPickerFailureMode
 	regions     *Regions
+	tags        *Tags
 }
 
 func (b *builder) annotations(r *gatewayv1.HTTPRoute) routeAnnotations {
@@ -267,6 +269,7 @@ func (b *builder) annotations(r *gatewayv1.HTTPRoute) routeAnnotations {
 		ra.weights = w
 	}
 	ra.regions = b.routeRegions(r.Annotations, report)
+	ra.tags = b.routeTags(r.Annotations, report)
 	if v, ok := r.Annotations[FailureModeAnnotation]; ok {
 		switch fm := poolv1.EndpointPickerFailureMode(v); fm {
 		case poolv1.FailOpen, poolv1.FailClose:

@@ -179,7 +179,7 @@ func (b *builder) resolveCluster(imp *v1alpha1.InferencePoolImport, ic v1alpha1.
 		report(ReasonClusterUnreachable, "cluster %q is unreachable from mci-apiserver or rejects its credentials (%s); its last known EPP stays a candidate after every reachable cluster", ic.Name, ready.Message)
 	}
 	weight, region := exportSettings(ic)
-	c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: weight, Region: region, Stale: stale,
+	c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: weight, Region: region, Tags: exportTags(ic), Stale: stale,
 		Draining: meta.IsStatusConditionTrue(ic.Conditions, v1alpha1.ConditionDraining)}
 	switch c.Mode {
 	case v1alpha1.RoutingModeEndpoint:

@@ -115,6 +115,10 @@ type Cluster struct {
 	// import's exportSettings), or the sidecar's own for the local
 	// cluster; "" when unknown. ClusterRegionsAnnotation filters by it.
 	Region string
+	// Tags are what the cluster's exporter states (the import's
+	// exportSettings); none for the local cluster. ClusterTagsAnnotation
+	// filters by them.
+	Tags map[string]string
 	// Local is true for the local InferencePool.
 	Local bool
 	// Unverified is true for another cluster's EPP whose ext_proc is
@@ -164,6 +168,9 @@ type Backend struct {
 	// of its regions, and the request never goes on without a
 	// destination (FailOpen stops at the clusters left).
 	Regions *Regions
+	// Tags, when not nil, is the route's hard filter on the exporters'
+	// tags (ClusterTagsAnnotation), kept as Regions is.
+	Tags *Tags
 	// Shim is true for an InferencePool whose EPP is the sidecar itself:
 	// its Clusters are the pool's real local EPP (also Local), if it has
 	// one, then the clusters of the import of the same namespace/name.

@@ -24,6 +24,11 @@ type Metrics struct {
 	WaitingQueue int
 	// KVCacheUsage is the fraction of the KV cache in use, from 0 to 1.
 	KVCacheUsage float64
+	// RunningRequests is the number of requests in the candidate's batch
+	// (vLLM's num_requests_running), summed over its engines, when
+	// RunningKnown: a server may not expose it.
+	RunningRequests int
+	RunningKnown    bool
 	// ActiveAdapters are the LoRA adapters of running requests: loaded.
 	ActiveAdapters sets.Set[string]
 	// WaitingAdapters are the LoRA adapters of waiting requests: about to be

@@ -196,6 +196,11 @@ func (dc decider) orderClusters(d *decision, req *extproc.Request, now time.Time
 		d.own(http.StatusServiceUnavailable, OutcomeOutsideRegions, "%s: %s", be, be.Regions.Unavailable())
 		return
 	}
+	if be.Tags != nil && len(be.Clusters) == 0 && be.Local == nil {
+		// Likewise for the route's filter on the exporters' tags.
+		d.own(http.StatusServiceUnavailable, OutcomeOutsideTags, "%s: %s", be, be.Tags.Unavailable())
+		return
+	}
 	policy := policyOf(be, dc.session)
 	d.needs = policy.Needs()
 	pr := PickRequest{Now: now, Header: req.Header, Body: req.Body}

@@ -52,6 +52,9 @@ func (s *Server) deliver(ctx context.Context, req *extproc.Request, msgs outboun
 		// without a destination would let the gateway pick a pool the
 		// route's locality filter rules out.
 		return fail("%s: no cluster's EPP answered (tried %v), and its route's locality filter (%s) lets the request go nowhere else", d.backend, t.tried, strings.Join(d.backend.Regions.Allowed, ", "))
+	case d.failOpen && d.backend.Tags != nil:
+		// The same for the route's filter on the exporters' tags.
+		return fail("%s: no cluster's EPP answered (tried %v), and its route's tag filter (%s) lets the request go nowhere else", d.backend, t.tried, routetable.ClusterTagsAnnotation)
 	case d.failOpen:
 		// Nothing can pick an endpoint: let the request go on unchanged,
 		// without a destination, to whatever the gateway does on its own

@@ -40,6 +40,10 @@ const (
 	// (routetable.ClusterRegionsAnnotation) left the backend no cluster
 	// (503).
 	OutcomeOutsideRegions = "outside_regions"
+	// OutcomeOutsideTags: the route's filter on the exporters' tags
+	// (routetable.ClusterTagsAnnotation) left the backend no cluster
+	// (503).
+	OutcomeOutsideTags = "outside_tags"
 	// OutcomeFailOpen: no cluster could take the request and FailOpen let it
 	// continue without a destination.
 	OutcomeFailOpen = "fail_open"
@@ -166,7 +170,7 @@ func (m *Metrics) scoringMetrics() []prometheus.Collector {
 	})
 	m.homes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mci_sidecar_prefix_home_requests_total",
-		Help: "Requests of a policy with a home bound (PrefixAffinity), by backend and result, the lead decision of home placement: no_key (no full prompt block: no home, the scores lead), dealt (a prompt new to the sidecar, dealt by the rotation among the clusters within the bound where the fewest wait), home (the home took it), home_no_wait (the home was beyond its load bound, but its servers queued no more than the least queued cluster's and every request the sidecar sent it had its first byte: a move would cost a cold prefill and save no wait, so the home took it), second_home (the home was beyond its load bound, saturated or stale; its second home took it), queued (the home's servers' scraped queue was beyond the queue margin above the least queued cluster's; the request went to the second home or spilled), spill (neither home nor second home could take it; the best scored cluster within the bound did), score_order (no cluster within the bound: the scores' order stood).",
+		Help: "Requests of a policy with a home bound (PrefixAffinity), by backend and result, the lead decision of home placement: no_key (no full prompt block: no home, the scores lead), dealt (a prompt new to the sidecar, dealt by the rotation among the clusters within the bound where the fewest wait), home (the home took it), home_no_wait (the home was beyond its load bound, but its servers queued no more than the least queued cluster's and every request the sidecar sent it had its first byte: a move would cost a cold prefill and save no wait, so the home took it), second_home (the home was beyond its load bound, saturated or stale; its second home took it), queued (the home's servers' scraped queue was beyond the queue margin above the least queued cluster's; the request went to the second home or spilled), overdue (a request the sidecar sent the home awaited its first byte past its due; the request went to the second home or spilled), filled (the home's pool metrics said every batch place of its servers was taken and a request the sidecar sent it had awaited its first byte past the home's average: a wait for a place, not a prefill; the request went to the second home or spilled), spill (neither home nor second home could take it; the best scored cluster within the bound did), score_order (no cluster within the bound: the scores' order stood).",
 	}, []string{"backend", "result"})
 	m.homesAlike = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mci_sidecar_prefix_home_capacities_unknown",

@@ -60,6 +60,7 @@ func sanityErrors(r *results) []error {
 		errs = append(errs, fmt.Errorf("no summary over the family"))
 	}
 	errs = append(errs, heldOutErrors(r)...)
+	errs = append(errs, regionErrors(r.RegionFilter)...)
 	return errs
 }
 

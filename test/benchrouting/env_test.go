@@ -54,6 +54,7 @@ var (
 	httpRouteGVR     = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}
 	inferencePoolGVR = schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
 	podGVR           = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	importGVR        = schema.GroupVersionResource{Group: "inference.networking.x-k8s.io", Version: "v1alpha1", Resource: "inferencepoolimports"}
 )
 
 // env is the running ClusterSet and data path.
@@ -160,6 +161,9 @@ func (e *env) useServers(ctx context.Context, w spec) error {
 		BinDir:         e.binDir(),
 		LocalPool:      true,
 		SimulatorArgs:  func(cluster string) []string { return simulatorArgs(e.cfg, shape, cluster) },
+		// The simulators' batch places, which no model server publishes
+		// as a metric: mci-epp publishes them with its pool gauges.
+		EPPArgs: []string{"--model-server-max-num-seqs=" + strconv.Itoa(shape.batch)},
 	})
 	if err != nil {
 		return fmt.Errorf("starting the data path: %w", err)

@@ -125,6 +125,9 @@ func BenchmarkRouting(b *testing.B) {
 			wr.Policies[policy] = summarize(rs)
 		}
 	}
+	var err error
+	res.RegionFilter, err = checkRegionFilter(ctx, e)
+	require.NoError(b, err, "the region filter check")
 	res.Summary = summarizeFamily(res)
 	res.HeldOut = summarizeHeldOut(res)
 	checkSane(b, res)

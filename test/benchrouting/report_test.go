@@ -84,7 +84,10 @@ type results struct {
 	// and the oracle, and the worst of them; nil when none ran with
 	// those three policies.
 	HeldOut *heldOutSummary `json:"held_out,omitempty"`
-	Failed  bool            `json:"failed"`
+	// RegionFilter is the locality filter's check after the workloads;
+	// nil when the run stopped before it.
+	RegionFilter *regionResult `json:"region_filter,omitempty"`
+	Failed       bool          `json:"failed"`
 }
 
 // summarize computes a policy's result from its runs (its repetitions).

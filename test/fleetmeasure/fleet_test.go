@@ -3,7 +3,8 @@
 // start until every import is consistent, and its heap per member. It
 // runs only when MCI_FLEET_MEMBERS names the fleet sizes (for example
 // "50,200"), with MCI_BIN_DIR as the e2e tests have it; it is not part of
-// `make test`.
+// `make test`. MCI_FLEET_PROFILES, a directory, keeps the server's heap
+// and goroutine profiles at each fleet size.
 package fleetmeasure
 
 import (
@@ -129,20 +130,28 @@ func measure(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, 
 		return true, ""
 	})
 	f := figures{bootstrap: time.Since(started)}
-	f.heap, f.goroutines = runtimeFigures(t, ctx, cs, c)
+	f.heap, f.goroutines = runtimeFigures(t, ctx, cs, c, n)
 	return f
 }
 
 // runtimeFigures reads the server's heap after a collection (pprof's
-// gc=1) and its goroutines.
-func runtimeFigures(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, c *localclusterset.Cluster) (heap, goroutines float64) {
+// gc=1) and its goroutines. With MCI_FLEET_PROFILES naming a directory it
+// keeps the server's heap and goroutine profiles there, named after the
+// fleet size, for `go tool pprof`.
+func runtimeFigures(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, c *localclusterset.Cluster, n int) (heap, goroutines float64) {
 	config := rest.CopyConfig(c.Config)
 	config.Host = fmt.Sprintf("https://127.0.0.1:%d", c.MCIAPIServerReplicaPorts[0])
 	config.TLSClientConfig.CAData = nil
 	config.TLSClientConfig.CAFile = filepath.Join(cs.Dir, "pki", "mci-serving-ca.crt")
 	client := kubernetes.NewForConfigOrDie(config).Discovery().RESTClient()
-	_, err := client.Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(ctx)
+	profile, err := client.Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(ctx)
 	require.NoError(t, err)
+	if dir := os.Getenv("MCI_FLEET_PROFILES"); dir != "" {
+		goroutines, err := client.Get().AbsPath("/debug/pprof/goroutine").DoRaw(ctx)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("heap-%d.pb.gz", n)), profile, 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("goroutine-%d.pb.gz", n)), goroutines, 0o600))
+	}
 	body, err := client.Get().AbsPath("/metrics").DoRaw(ctx)
 	require.NoError(t, err)
 	m, err := promtext.Parse(body)

@@ -88,6 +88,9 @@ type DataPathOptions struct {
 	// SimulatorArgs, when set, returns more flags for the simulators of
 	// cluster (for example a cost model).
 	SimulatorArgs func(cluster string) []string
+	// EPPArgs are more flags for every cluster's mci-epp (for example the
+	// model servers' batch places).
+	EPPArgs []string
 }
 
 // dataPathSidecarService is the Service name of mci-sidecar that a
@@ -337,9 +340,9 @@ func (cs *ClusterSet) startServingClusters(ctx context.Context, opts DataPathOpt
 				return nil, err
 			}
 		}
-		p := cs.dataPathProcess(cluster+"-mci-epp", bin("mci-epp"), eppGRPCPort,
-			"--pool-name="+DataPathPool, "--pool-namespace="+DataPathNamespace, "--kubeconfig="+c.Kubeconfig,
-			"--bind-address="+listenIP, "--base-models="+DataPathModel, "-v=2")
+		args := append([]string{"--pool-name=" + DataPathPool, "--pool-namespace=" + DataPathNamespace, "--kubeconfig=" + c.Kubeconfig,
+			"--bind-address=" + listenIP, "--base-models=" + DataPathModel, "-v=2"}, opts.EPPArgs...)
+		p := cs.dataPathProcess(cluster+"-mci-epp", bin("mci-epp"), eppGRPCPort, args...)
 		cs.progress("starting %s for %s/%s on %s", p.Name, DataPathNamespace, DataPathPool, net.JoinHostPort(listenIP, strconv.Itoa(eppGRPCPort)))
 		if err := cs.startDataPathProcess(p); err != nil {
 			return nil, err

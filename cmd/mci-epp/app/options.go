@@ -41,6 +41,9 @@ type Options struct {
 	MetricsEndpointAuth bool
 	MetricsTokenFile    string
 	PoolMetricsNames    string
+	// ModelServerMaxNumSeqs is the model servers' batch places, published
+	// with the pool gauges.
+	ModelServerMaxNumSeqs int
 
 	PoolName      string
 	PoolNamespace string
@@ -149,6 +152,7 @@ servers that serve its target model, and gets 404 when no ready server does.`,
 	fs.BoolVar(&o.MetricsEndpointAuth, "metrics-endpoint-auth", o.MetricsEndpointAuth, "Serve /metrics only to bearer tokens, as upstream EPPs do by default: in Kubernetes mode the pool's cluster authenticates the token (TokenReview) and authorizes get on the non-resource URL /metrics (SubjectAccessReview); the EPP's identity needs create on tokenreviews and subjectaccessreviews. Without a token 401, with a token not allowed 403. Off by default, so that the local ClusterSet and tests scrape it freely.")
 	fs.StringVar(&o.MetricsTokenFile, "metrics-token-file", o.MetricsTokenFile, "With --metrics-endpoint-auth: accept the tokens of this file instead of asking the cluster (kube-apiserver's --token-auth-file format: token,user,uid,\"groups\"; every user it names may read /metrics). Required in standalone mode.")
 	fs.StringVar(&o.PoolMetricsNames, "pool-metrics-names", o.PoolMetricsNames, "Names of the pool gauges on /metrics: inference_pool (the Gateway API Inference Extension EPP's: inference_pool_average_queue_size, ..._kv_cache_utilization, inference_pool_ready_pods), llm_d_epp (the llm-d router EPP's: llm_d_epp_average_queue_size, ..._kv_cache_utilization, llm_d_epp_ready_endpoints) or both (as llm-d serves them).")
+	fs.IntVar(&o.ModelServerMaxNumSeqs, "model-server-max-num-seqs", o.ModelServerMaxNumSeqs, "The batch places of each model server of the pool: the --max-num-seqs they run with (vLLM's, or its simulators'), which no model server publishes as a metric. Set, the pool gauges carry it (mci_epp_pool_average_batch_capacity) beside the servers' average running requests (vllm:num_requests_running), so that a router tells a batch full of traffic it does not see before requests queue there. 0: not published.")
 	fs.StringVar(&o.PoolName, "pool-name", o.PoolName, "Name of the InferencePool. Required in Kubernetes mode; in standalone mode it only labels the metrics.")
 	fs.StringVar(&o.PoolNamespace, "pool-namespace", o.PoolNamespace, "Namespace of the InferencePool (Kubernetes mode). Default: $POD_NAMESPACE, else default.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig of the pool's cluster (Kubernetes mode). Default: the in-cluster configuration.")
@@ -204,6 +208,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxFallbacks < 0 {
 		errs = append(errs, errors.New("--max-fallback-endpoints must not be negative"))
+	}
+	if o.ModelServerMaxNumSeqs < 0 {
+		errs = append(errs, errors.New("--model-server-max-num-seqs must not be negative"))
 	}
 	if o.MaxRequestBodyBytes <= 0 {
 		errs = append(errs, errors.New("--max-request-body-bytes must be positive"))
@@ -366,6 +373,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	e, err := epp.New(epp.Config{
 		PoolMetricsSchemes:  schemes,
+		MaxNumSeqs:          o.ModelServerMaxNumSeqs,
 		MetricsFilter:       filter,
 		BindAddress:         o.BindAddress,
 		GRPCPort:            o.GRPCPort,

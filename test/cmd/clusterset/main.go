@@ -6,6 +6,7 @@
 //	clusterset down [--dir=_output/clusterset]
 //	clusterset status [--dir=_output/clusterset]
 //	clusterset apply-examples [--dir=_output/clusterset] [--examples=artifacts/examples] [--datapath [--datapath-loopback-block=90]]
+//	clusterset leave|join --member=NAME [--dir=_output/clusterset]
 //
 // `up` returns once every server is ready and leaves them running; running
 // it again reuses a healthy ClusterSet (restarting the mci-apiservers if
@@ -15,7 +16,10 @@
 // --datapath it then starts the data path (clusterset.StartDataPath):
 // model-server simulators behind mci-epp in the exporting clusters,
 // mci-sidecar and an Envoy-like gateway in cluster-b, so that a request to
-// cluster-b's gateway reaches a model server of another cluster.
+// cluster-b's gateway reaches a model server of another cluster. `leave`
+// takes a member out of the ClusterSet as every mci-apiserver sees it, and
+// `join` puts it back (the conformance suite's --member-leave-command and
+// --member-join-command).
 package main
 
 import (
@@ -56,6 +60,8 @@ func main() {
 		err = status(ctx, args)
 	case "apply-examples":
 		err = applyExamples(ctx, args)
+	case "leave", "join":
+		err = membership(cmd, args)
 	default:
 		usage()
 	}
@@ -71,7 +77,8 @@ func usage() {
                 [--member-summaries=auto|never] [--summary-reader-only] [--reader-identities]
   clusterset down [--dir=`+defaultDir+`]
   clusterset status [--dir=`+defaultDir+`]
-  clusterset apply-examples [--dir=`+defaultDir+`] [--examples=`+defaultExamples+`] [--datapath [--datapath-loopback-block=90]]`)
+  clusterset apply-examples [--dir=`+defaultDir+`] [--examples=`+defaultExamples+`] [--datapath [--datapath-loopback-block=90]]
+  clusterset leave|join --member=NAME [--dir=`+defaultDir+`]`)
 	os.Exit(2)
 }
 
@@ -181,6 +188,35 @@ func status(ctx context.Context, args []string) error {
 		return fmt.Errorf("unhealthy:\n%w", err)
 	}
 	fmt.Println("healthy")
+	return nil
+}
+
+// membership takes a member out of the ClusterSet (leave) or puts it back
+// (join).
+func membership(cmd string, args []string) error {
+	flags := flag.NewFlagSet(cmd, flag.ExitOnError)
+	dir := flags.String("dir", defaultDir, "directory of the ClusterSet")
+	member := flags.String("member", "", "the member cluster that leaves or joins")
+	_ = flags.Parse(args)
+	if *member == "" {
+		return fmt.Errorf("%s: --member is required", cmd)
+	}
+	cs, err := localclusterset.Load(*dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("no ClusterSet runs from %s", *dir)
+	}
+	if err != nil {
+		return err
+	}
+	if cmd == "leave" {
+		err = cs.Leave(*member)
+	} else {
+		err = cs.Join(*member)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "%s: %s\n", *member, map[string]string{"leave": "left the ClusterSet", "join": "joined the ClusterSet"}[cmd])
 	return nil
 }
 

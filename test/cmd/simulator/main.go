@@ -84,6 +84,10 @@ func parseFlags(args []string) (simulator.Options, string, error) {
 	fs.IntVar(&opts.MaxLoRA, "max-lora", 0, fmt.Sprintf("how many LoRA adapters can be resident at once (%d when 0 and adapters are served)", simulator.DefaultMaxLoRA))
 	fs.DurationVar(&opts.Latency, "latency", simulator.DefaultLatency, "how long a request runs once admitted to the batch (negative: none)")
 	fs.IntVar(&opts.Concurrency, "concurrency", simulator.DefaultConcurrency, "batch size: requests beyond it wait")
+	// The name vLLM and llm-d-inference-sim give the batch size; neither
+	// publishes it as a metric, only vllm:num_requests_running, as this
+	// simulator does.
+	fs.IntVar(&opts.Concurrency, "max-num-seqs", simulator.DefaultConcurrency, "batch size, as vLLM names it: the same as --concurrency")
 	fs.StringVar(&opts.InstanceID, "instance-id", "", "instance ID (default $POD_NAME, else the host name)")
 	fs.BoolVar(&notReady, "not-ready", false, "start not ready (POST /admin/ready?ready=true makes it ready)")
 	fs.BoolVar(&opts.NoMetadata, "no-metadata", false, "serve no seed 002 /metadata (404), as a plain vLLM server; by default /metadata names --model and --lora-adapters")

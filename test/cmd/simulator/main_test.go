@@ -46,6 +46,12 @@ func TestParseFlags(t *testing.T) {
 			listen: "127.0.1.2:8000",
 		},
 		{
+			name:   "--max-num-seqs sets the batch size, as vLLM's flag does",
+			args:   []string{"--model=m", "--max-num-seqs=3"},
+			want:   simulator.Options{Model: "m", Latency: simulator.DefaultLatency, Concurrency: 3, LoRAAdapters: []string{}},
+			listen: "127.0.1.1:8000",
+		},
+		{
 			name: "an adapter pin given empty pins none",
 			args: []string{"--model=m", "--pin-waiting-adapters="},
 			want: simulator.Options{Model: "m", Latency: simulator.DefaultLatency, Concurrency: simulator.DefaultConcurrency, LoRAAdapters: []string{},

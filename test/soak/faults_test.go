@@ -120,7 +120,9 @@ func (in *injector) apply(ctx context.Context, f fault) {
 			in.log("fault %s: HEAL FAILED: %v", f, err)
 		}
 	}
+	in.mu.Lock()
 	win.Healed = time.Now()
+	in.mu.Unlock()
 	in.log("fault %s: healed after %s", f, win.Healed.Sub(win.Start).Round(100*time.Millisecond))
 	in.mon.await("heal", f.String(), f.ID, false)
 	if err == nil {

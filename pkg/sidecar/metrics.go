@@ -36,13 +36,13 @@ const (
 	OutcomeInvalidBackend = "invalid_backend"
 	// OutcomeUnavailable: no cluster could take the request (503).
 	OutcomeUnavailable = "unavailable"
-	// OutcomeOutsideRegions: the route's locality filter
-	// (routetable.ClusterRegionsAnnotation) left the backend no cluster
-	// (503).
+	// OutcomeOutsideRegions: the route's cluster filter left the backend
+	// no cluster, none of its clusters being in the regions it allows
+	// (routetable.ClusterRegionsAnnotation) (503).
 	OutcomeOutsideRegions = "outside_regions"
-	// OutcomeOutsideTags: the route's filter on the exporters' tags
-	// (routetable.ClusterTagsAnnotation) left the backend no cluster
-	// (503).
+	// OutcomeOutsideTags: the route's cluster filter left the backend no
+	// cluster, for want of the tags it requires
+	// (routetable.ClusterTagsAnnotation) (503).
 	OutcomeOutsideTags = "outside_tags"
 	// OutcomeFailOpen: no cluster could take the request and FailOpen let it
 	// continue without a destination.

@@ -56,9 +56,13 @@ const streamsBeginGrace = time.Second
 // stream of the relay ends cancels its context: the EPP's end of stream
 // read once the request phase was all (settle); a reset, for an immediate
 // answer or a failure; the gateway's end, linked to it; the attempt
-// timeout; the end of the response phase (responserelay.Run). A stream the
-// EPP ended stays counted until the relay is done with it, at once in
-// settle, when the gateway's stream ends in the response phase.
+// timeout; the end of the response phase (responserelay.Run, deferred).
+// A panic on the way is covered too: until the response phase the
+// gateway's end cancels the stream (linked), and in it Run's deferred
+// cancel does. A stream the EPP has ended stays
+// counted until the relay is done with it: at once in settle, and in the
+// response phase when Run returns (when the EPP ended early and the
+// sidecar answers the rest, as the gateway's stream ends).
 func (s *openStreams) opened(cancel context.CancelCauseFunc) context.CancelCauseFunc {
 	s.add(1)
 	e := &streamEnd{cancel: cancel, streams: s}

@@ -134,7 +134,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		eppStreams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mci_sidecar_epp_streams",
-			Help: "ext_proc streams to EPPs open now (request and response phases relayed), as gRPC counts them: 0 when no request is open.",
+			Help: "ext_proc streams to EPPs open now (request and response phases relayed), counted by the relay from opening each to its end: 0 when no request is open.",
 		}),
 		generation: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mci_sidecar_routing_table_generation",

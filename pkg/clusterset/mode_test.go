@@ -147,6 +147,56 @@ mci_clusterset_member_mode{member="remote",mode="summary"} 1
 	assert.NoError(t, err, "its namespaces are watched")
 }
 
+// A replica that starts while its link to a member is down (a partition)
+// cannot discover what the member serves; once the link heals, it reads
+// the member within a probe interval, not when a discovery backoff grown
+// while the link was down next lets it ask. The backoff is made longer
+// than the test so that only the gate's reopening can wake it.
+func TestAMemberDiscoveredWhileItsLinkIsDownIsReadOnceTheLinkHeals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a kube-apiserver and etcd")
+	}
+	defer restoreModeTimings(time.Minute)()
+	discoveryBackoff = wait.Backoff{Duration: 5 * time.Minute, Factor: 1, Steps: 1 << 30}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	local := summaryServingCluster(t, ctx)
+	const ns = "partitioned"
+	_, err := kubernetes.NewForConfigOrDie(local).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	publishSummaries(t, ctx, local, "remote", ns, "pool")
+
+	// The link: while down, every connection is dropped unanswered.
+	var down atomic.Bool
+	down.Store(true)
+	remote := memberProxy(t, local, func(w http.ResponseWriter, _ *http.Request) bool {
+		if !down.Load() {
+			return false
+		}
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			_ = conn.Close()
+		}
+		return true
+	})
+
+	cache := New(Options{ClusterSetName: "test", LocalName: "local", Local: local, UnreachableAfter: time.Second, RemoveAfter: time.Minute}, func(Event) {})
+	go func() {
+		_ = cache.Run(ctx, staticSource{"remote": {rest: asAnotherCluster(remote, "remote-cluster-id"), fingerprint: "1"}})
+	}()
+	require.Eventually(t, func() bool {
+		m := cache.member("remote")
+		return m != nil && m.mode == modeDiscovering && m.gate.held()
+	}, time.Minute, 20*time.Millisecond, "the member's probe fails and its discovery waits")
+
+	down.Store(false)
+	healed := time.Now()
+	require.Eventually(t, func() bool {
+		m := cache.member("remote")
+		return m.mode == modeSummary && m.hasSynced() && len(summariesOf(cache, "remote")) == 1
+	}, 30*time.Second, 20*time.Millisecond, "read once its link heals, without waiting out the discovery backoff")
+	t.Logf("read %s after the link healed", time.Since(healed).Round(10*time.Millisecond))
+}
+
 // restoreModeTimings shortens how often members are asked again what
 // they serve, for a test, and returns what puts them back.
 func restoreModeTimings(recheck time.Duration) func() {

@@ -181,12 +181,6 @@ func (f *ClusterFilter) holds(r Restriction) bool {
 	return f.Tags != nil
 }
 
-// Allows says whether c meets every restriction of f.
-func (f *ClusterFilter) Allows(c *Cluster) bool {
-	outside, _ := f.check(c)
-	return len(outside) == 0
-}
-
 // check returns the restrictions c does not meet, and what of c breaks
 // each, as messages say it.
 func (f *ClusterFilter) check(c *Cluster) (outside []Restriction, why []string) {

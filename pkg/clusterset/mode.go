@@ -50,9 +50,10 @@ func (m *member) modeOf(served servedapis.Set) memberMode {
 // probe gets through again after failing: a member that could not be
 // asked at start is read as soon as it answers, and one whose link was
 // down (a replica started during a partition) within a probe interval of
-// the link healing, not at the end of a backoff grown while it was down. A member whose mode
-// is known is asked again every modeRecheck, so that one that installs or
-// removes its mci-apiserver is read in its new mode without a restart.
+// the link healing, not at the end of a backoff grown while it was down.
+// A member whose mode is known is asked again every modeRecheck, so that
+// one that installs or removes its mci-apiserver is read in its new mode
+// without a restart.
 var (
 	discoveryBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 10 * time.Second}
 	modeRecheck      = time.Minute

@@ -23,12 +23,14 @@ type linkGate struct {
 	// open is closed while requests may go, and replaced by an open
 	// channel while they wait.
 	open chan struct{}
+	// reopened is closed, and replaced, each time a hold ends.
+	reopened chan struct{}
 }
 
 func newLinkGate() *linkGate {
 	open := make(chan struct{})
 	close(open)
-	return &linkGate{open: open}
+	return &linkGate{open: open, reopened: make(chan struct{})}
 }
 
 // hold makes new requests wait until release.
@@ -50,6 +52,8 @@ func (g *linkGate) release() {
 	case <-g.open: // open already
 	default:
 		close(g.open)
+		close(g.reopened)
+		g.reopened = make(chan struct{})
 	}
 }
 
@@ -63,6 +67,14 @@ func (g *linkGate) held() bool {
 	default:
 		return true
 	}
+}
+
+// reopens is closed the next time the gate opens after holding: when a
+// probe gets through again. Open now, it waits for a hold and its end.
+func (g *linkGate) reopens() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.reopened
 }
 
 // wrap is a rest.Config WrapTransport: each request waits at the gate

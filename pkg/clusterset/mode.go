@@ -46,10 +46,14 @@ func (m *member) modeOf(served servedapis.Set) memberMode {
 }
 
 // The member's discovery is asked again, until it answers, after
-// discoveryBackoff (jittered, doubling to its cap): a member that could
-// not be asked at start is read as soon as it answers. A member whose mode
-// is known is asked again every modeRecheck, so that one that installs or
-// removes its mci-apiserver is read in its new mode without a restart.
+// discoveryBackoff (jittered, doubling to its cap), or at once when its
+// probe gets through again after failing: a member that could not be
+// asked at start is read as soon as it answers, and one whose link was
+// down (a replica started during a partition) within a probe interval of
+// the link healing, not at the end of a backoff grown while it was down.
+// A member whose mode is known is asked again every modeRecheck, so that
+// one that installs or removes its mci-apiserver is read in its new mode
+// without a restart.
 var (
 	discoveryBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 10 * time.Second}
 	modeRecheck      = time.Minute
@@ -72,8 +76,10 @@ func (c *Cache) followMode(name string, m *member) {
 	rereads := 0
 	for {
 		wait := modeRecheck
+		var reopened <-chan struct{}
 		if m.mode == modeDiscovering {
 			wait = backoff.Step()
+			reopened = m.gate.reopens()
 		}
 		if at := m.quota.thawAt(); !at.IsZero() {
 			wait = min(wait, max(time.Until(at), 0))
@@ -84,6 +90,8 @@ func (c *Cache) followMode(name string, m *member) {
 			timer.Stop()
 			return
 		case <-timer.C:
+		case <-reopened:
+			timer.Stop()
 		}
 		if !c.serves(name, m) {
 			continue

@@ -84,28 +84,18 @@ func TestAMemberWhoseDiscoveryFailsAtStartIsReadInSummaryModeOnceItAnswers(t *te
 	defer restoreModeTimings(time.Second)()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	local := summaryServingCluster(t, ctx)
 	const ns = "mode"
-	_, err := kubernetes.NewForConfigOrDie(local).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	publishSummaries(t, ctx, local, "remote", ns, "pool")
-
-	// The member is the same kube-apiserver, reached through a proxy whose
-	// discovery of the summary group version fails until the test lets it.
+	// The member's discovery of the summary group version fails until the
+	// test lets it.
 	var failDiscovery atomic.Bool
 	failDiscovery.Store(true)
-	remote := memberProxy(t, local, func(w http.ResponseWriter, r *http.Request) bool {
+	local, cache := summaryMemberBehindProxy(t, ctx, ns, func(w http.ResponseWriter, r *http.Request) bool {
 		if failDiscovery.Load() && r.URL.Path == "/apis/"+v1alpha1.SchemeGroupVersion.String() {
 			http.Error(w, "discovery is having a bad day", http.StatusInternalServerError)
 			return true
 		}
 		return false
 	})
-
-	cache := New(Options{ClusterSetName: "test", LocalName: "local", Local: local, UnreachableAfter: time.Second, RemoveAfter: time.Minute}, func(Event) {})
-	go func() {
-		_ = cache.Run(ctx, staticSource{"remote": {rest: asAnotherCluster(remote, "remote-cluster-id"), fingerprint: "1"}})
-	}()
 
 	require.Eventually(t, func() bool { return cache.member("remote") != nil }, time.Minute, 20*time.Millisecond)
 	assert.Equal(t, modeDiscovering, cache.member("remote").mode, "not read in full mode on a failed discovery")
@@ -143,8 +133,67 @@ mci_clusterset_member_mode{member="remote",mode="summary"} 1
 		m := cache.member("remote")
 		return m.mode == modeFull && m.hasSynced()
 	}, time.Minute, 50*time.Millisecond, "read in full mode once it answers that it publishes no summaries")
-	_, err = cache.member("remote").namespaceLister().Get(ns)
+	_, err := cache.member("remote").namespaceLister().Get(ns)
 	assert.NoError(t, err, "its namespaces are watched")
+}
+
+// A replica that starts while its link to a member is down (a partition)
+// cannot discover what the member serves; once the link heals, it reads
+// the member within a probe interval, not when a discovery backoff grown
+// while the link was down next lets it ask. The backoff is made longer
+// than the test so that only the gate's reopening can wake it.
+func TestAMemberDiscoveredWhileItsLinkIsDownIsReadOnceTheLinkHeals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a kube-apiserver and etcd")
+	}
+	defer restoreModeTimings(time.Minute)()
+	discoveryBackoff = wait.Backoff{Duration: 5 * time.Minute, Factor: 1, Steps: 1 << 30}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	// The link: while down, every connection is dropped unanswered.
+	var down atomic.Bool
+	down.Store(true)
+	_, cache := summaryMemberBehindProxy(t, ctx, "partitioned", func(w http.ResponseWriter, _ *http.Request) bool {
+		if !down.Load() {
+			return false
+		}
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			_ = conn.Close()
+		}
+		return true
+	})
+	require.Eventually(t, func() bool {
+		m := cache.member("remote")
+		return m != nil && m.mode == modeDiscovering && m.gate.held()
+	}, time.Minute, 20*time.Millisecond, "the member's probe fails and its discovery waits")
+
+	down.Store(false)
+	healed := time.Now()
+	require.Eventually(t, func() bool {
+		m := cache.member("remote")
+		return m.mode == modeSummary && m.hasSynced() && len(summariesOf(cache, "remote")) == 1
+	}, 30*time.Second, 20*time.Millisecond, "read once its link heals, without waiting out the discovery backoff")
+	t.Logf("read %s after the link healed", time.Since(healed).Round(10*time.Millisecond))
+}
+
+// summaryMemberBehindProxy starts a one-cluster ClusterSet that serves
+// summaries, publishes as member "remote" the summary of one export in
+// namespace ns, and runs a Cache of that cluster as "local" with "remote"
+// as its member: the same kube-apiserver reached through a proxy that
+// intercept may answer instead. It returns the cluster's configuration
+// and the Cache.
+func summaryMemberBehindProxy(t *testing.T, ctx context.Context, ns string, intercept func(http.ResponseWriter, *http.Request) bool) (*rest.Config, *Cache) {
+	t.Helper()
+	local := summaryServingCluster(t, ctx)
+	_, err := kubernetes.NewForConfigOrDie(local).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	publishSummaries(t, ctx, local, "remote", ns, "pool")
+	remote := memberProxy(t, local, intercept)
+	cache := New(Options{ClusterSetName: "test", LocalName: "local", Local: local, UnreachableAfter: time.Second, RemoveAfter: time.Minute}, func(Event) {})
+	go func() {
+		_ = cache.Run(ctx, staticSource{"remote": {rest: asAnotherCluster(remote, "remote-cluster-id"), fingerprint: "1"}})
+	}()
+	return local, cache
 }
 
 // restoreModeTimings shortens how often members are asked again what

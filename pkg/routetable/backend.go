@@ -54,11 +54,8 @@ func (b *builder) backend(r *gatewayv1.HTTPRoute, ri, bi int, ref gatewayv1.Back
 		}
 	}
 
-	ra.regions.restrict(be, func(format string, args ...any) {
-		b.report("HTTPRoute", r.Namespace, r.Name, ReasonNoClustersInRegions, "rule %d backendRef %d: "+format, append([]any{ri, bi}, args...)...)
-	})
-	ra.tags.restrict(be, func(format string, args ...any) {
-		b.report("HTTPRoute", r.Namespace, r.Name, ReasonNoClustersWithTags, "rule %d backendRef %d: "+format, append([]any{ri, bi}, args...)...)
+	ra.filter.apply(be, func(reason, format string, args ...any) {
+		b.report("HTTPRoute", r.Namespace, r.Name, reason, "rule %d backendRef %d: "+format, append([]any{ri, bi}, args...)...)
 	})
 	be.Policy = b.backendPolicy(ra.policy, string(be.Kind), obj)
 

@@ -3,6 +3,7 @@ package routetable
 import (
 	"cmp"
 	"fmt"
+	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -251,8 +252,7 @@ type routeAnnotations struct {
 	policy      routingpolicy.Config
 	weights     map[string]int64
 	failureMode poolv1.EndpointPickerFailureMode
-	regions     *Regions
-	tags        *Tags
+	filter      *ClusterFilter
 }
 
 func (b *builder) annotations(r *gatewayv1.HTTPRoute) routeAnnotations {
@@ -268,8 +268,7 @@ func (b *builder) annotations(r *gatewayv1.HTTPRoute) routeAnnotations {
 		}
 		ra.weights = w
 	}
-	ra.regions = b.routeRegions(r.Annotations, report)
-	ra.tags = b.routeTags(r.Annotations, report)
+	ra.filter = routeClusterFilter(r.Annotations, report)
 	if v, ok := r.Annotations[FailureModeAnnotation]; ok {
 		switch fm := poolv1.EndpointPickerFailureMode(v); fm {
 		case poolv1.FailOpen, poolv1.FailClose:
@@ -281,15 +280,23 @@ func (b *builder) annotations(r *gatewayv1.HTTPRoute) routeAnnotations {
 	return ra
 }
 
+// listItems yields the items of an annotation's comma-separated list,
+// spaces trimmed, empty ones skipped.
+func listItems(s string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for item := range strings.SplitSeq(s, ",") {
+			if item = strings.TrimSpace(item); item != "" && !yield(item) {
+				return
+			}
+		}
+	}
+}
+
 // parseClusterWeights parses "a=3,b=1" (spaces allowed); a cluster named
 // twice is an error, not the last weight silently.
 func parseClusterWeights(s string) (map[string]int64, error) {
 	w := map[string]int64{}
-	for item := range strings.SplitSeq(s, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
+	for item := range listItems(s) {
 		name, num, ok := strings.Cut(item, "=")
 		name = strings.TrimSpace(name)
 		if !ok || name == "" {

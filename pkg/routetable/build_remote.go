@@ -178,8 +178,8 @@ func (b *builder) resolveCluster(imp *v1alpha1.InferencePoolImport, ic v1alpha1.
 		stale = true
 		report(ReasonClusterUnreachable, "cluster %q is unreachable from mci-apiserver or rejects its credentials (%s); its last known EPP stays a candidate after every reachable cluster", ic.Name, ready.Message)
 	}
-	weight, region := exportSettings(ic)
-	c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: weight, Region: region, Tags: exportTags(ic), Stale: stale,
+	weight, region, tags := exportSettings(ic)
+	c := &Cluster{Name: ic.Name, Pool: key.String(), Mode: cmp.Or(ic.RoutingMode, v1alpha1.RoutingModeEndpoint), Weight: weight, Region: region, Tags: tags, Stale: stale,
 		Draining: meta.IsStatusConditionTrue(ic.Conditions, v1alpha1.ConditionDraining)}
 	switch c.Mode {
 	case v1alpha1.RoutingModeEndpoint:
@@ -342,4 +342,16 @@ func parentAddress(parents []v1alpha1.ParentImport) string {
 		}
 	}
 	return best
+}
+
+// exportSettings reads what an imported cluster's exporter states: its
+// weight (1 when it states none), region and tags.
+func exportSettings(ic v1alpha1.ImportedCluster) (weight int64, region string, tags map[string]string) {
+	s := ic.ExportSettings
+	if s == nil {
+		return 1, "", nil
+	}
+	// mci-apiserver serves 1 to 1000; another server's import is held to
+	// the same bounds rather than trusted with the route's arithmetic.
+	return min(max(int64(s.Weight), 1), 1000), s.Region, s.Tags
 }

@@ -163,14 +163,11 @@ type Backend struct {
 	Local *Cluster
 	// FailureMode says what happens when no cluster answers.
 	FailureMode poolv1.EndpointPickerFailureMode
-	// Regions, when not nil, is the route's hard locality filter
-	// (ClusterRegionsAnnotation): Clusters and Local hold only clusters
-	// of its regions, and the request never goes on without a
-	// destination (FailOpen stops at the clusters left).
-	Regions *Regions
-	// Tags, when not nil, is the route's hard filter on the exporters'
-	// tags (ClusterTagsAnnotation), kept as Regions is.
-	Tags *Tags
+	// ClusterFilter, when not nil, is the route's hard filter on clusters
+	// (its regions and tags): Clusters and Local hold only the clusters
+	// it allows, and the request never goes on without a destination
+	// (FailOpen stops at the clusters left).
+	ClusterFilter *ClusterFilter
 	// Shim is true for an InferencePool whose EPP is the sidecar itself:
 	// its Clusters are the pool's real local EPP (also Local), if it has
 	// one, then the clusters of the import of the same namespace/name.

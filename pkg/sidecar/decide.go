@@ -190,15 +190,8 @@ func (d *decision) route(tbl *routetable.Table, req *extproc.Request, at routeta
 // what FailOpen adds, or sheds the request.
 func (dc decider) orderClusters(d *decision, req *extproc.Request, now time.Time, explain bool) {
 	be := d.backend
-	if be.Regions != nil && len(be.Clusters) == 0 && be.Local == nil {
-		// The route's locality filter left nothing: say so rather than
-		// fail open to a cluster it rules out.
-		d.own(http.StatusServiceUnavailable, OutcomeOutsideRegions, "%s: %s", be, be.Regions.Unavailable())
-		return
-	}
-	if be.Tags != nil && len(be.Clusters) == 0 && be.Local == nil {
-		// Likewise for the route's filter on the exporters' tags.
-		d.own(http.StatusServiceUnavailable, OutcomeOutsideTags, "%s: %s", be, be.Tags.Unavailable())
+	if outcome, msg, ok := outsideFilter(be); ok {
+		d.own(http.StatusServiceUnavailable, outcome, "%s", msg)
 		return
 	}
 	policy := policyOf(be, dc.session)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
@@ -46,15 +45,10 @@ func (s *Server) deliver(ctx context.Context, req *extproc.Request, msgs outboun
 		t.answered(OutcomeUnavailable, http.StatusServiceUnavailable)
 		return []*extprocv3.ProcessingResponse{extproc.ErrorResponse(http.StatusServiceUnavailable, fmt.Sprintf(format, args...))}
 	}
-	switch {
-	case d.failOpen && d.backend.Regions != nil:
-		// FailOpen has tried the clusters the policy left out; going on
-		// without a destination would let the gateway pick a pool the
-		// route's locality filter rules out.
-		return fail("%s: no cluster's EPP answered (tried %v), and its route's locality filter (%s) lets the request go nowhere else", d.backend, t.tried, strings.Join(d.backend.Regions.Allowed, ", "))
-	case d.failOpen && d.backend.Tags != nil:
-		// The same for the route's filter on the exporters' tags.
-		return fail("%s: no cluster's EPP answered (tried %v), and its route's tag filter (%s) lets the request go nowhere else", d.backend, t.tried, routetable.ClusterTagsAnnotation)
+	switch refusal, filtered := filterRefusal(d.backend, t.tried); {
+	case d.failOpen && filtered:
+		// FailOpen has tried the clusters the policy left out.
+		return fail("%s", refusal)
 	case d.failOpen:
 		// Nothing can pick an endpoint: let the request go on unchanged,
 		// without a destination, to whatever the gateway does on its own

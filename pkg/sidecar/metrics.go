@@ -36,13 +36,13 @@ const (
 	OutcomeInvalidBackend = "invalid_backend"
 	// OutcomeUnavailable: no cluster could take the request (503).
 	OutcomeUnavailable = "unavailable"
-	// OutcomeOutsideRegions: the route's locality filter
-	// (routetable.ClusterRegionsAnnotation) left the backend no cluster
-	// (503).
+	// OutcomeOutsideRegions: the route's cluster filter left the backend
+	// no cluster, none of its clusters being in the regions it allows
+	// (routetable.ClusterRegionsAnnotation) (503).
 	OutcomeOutsideRegions = "outside_regions"
-	// OutcomeOutsideTags: the route's filter on the exporters' tags
-	// (routetable.ClusterTagsAnnotation) left the backend no cluster
-	// (503).
+	// OutcomeOutsideTags: the route's cluster filter left the backend no
+	// cluster, for want of the tags it requires
+	// (routetable.ClusterTagsAnnotation) (503).
 	OutcomeOutsideTags = "outside_tags"
 	// OutcomeFailOpen: no cluster could take the request and FailOpen let it
 	// continue without a destination.
@@ -134,7 +134,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		eppStreams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mci_sidecar_epp_streams",
-			Help: "ext_proc streams to EPPs open now (request and response phases relayed), as gRPC counts them: 0 when no request is open.",
+			Help: "ext_proc streams to EPPs open now (request and response phases relayed), counted by the relay from opening each to its end: 0 when no request is open.",
 		}),
 		generation: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mci_sidecar_routing_table_generation",

@@ -329,7 +329,7 @@ func overheadServer(role, upstream string) (srv interface {
 		if err != nil {
 			return nil, nil, err
 		}
-		servers, err := extproc.Listen(extproc.ServingOptions{BindAddress: "127.0.0.1"}, envoyclient.NewNullRelay(conn), prometheus.NewRegistry())
+		servers, err := extproc.Listen(extproc.ServingOptions{BindAddress: "127.0.0.1"}, envoyclient.NewNullRelay(conn.ClientConn), prometheus.NewRegistry())
 		if err != nil {
 			relayer.close()
 			return nil, nil, err

@@ -11,6 +11,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -146,32 +147,33 @@ type relayer struct {
 // newRelayer returns the relay to EPPs: each answer awaited for
 // cfg.AttemptTimeout at most, each connection dialled with cfg.Dial and
 // the credentials creds give its address (nil: plaintext), its streams
-// counted in metrics (nil: not counted). A connection whose credentials
-// changed, or to an EPP that left the table, stays open for the streams
-// still using it until they end, cfg.EPPDrainTimeout at most (relayConn).
+// counted in metrics (nil: not counted; openStreams). A connection whose
+// credentials changed, or to an EPP that left the table, stays open for
+// the streams still using it until they end, cfg.EPPDrainTimeout at most
+// (relayConn).
 func newRelayer(cfg ServerConfig, creds *epptransport.Credentials, metrics *Metrics) *relayer {
 	cfg = cfg.withDefaults()
 	dial := append(cfg.Dial.Options(), grpc.WithDefaultCallOptions(grpc.ForceCodecV2(extproc.FrameCodec{})), extproc.DialBuffers())
+	var gauge prometheus.Gauge
 	if metrics != nil {
-		dial = append(dial, grpc.WithStatsHandler(streamGauge{open: metrics.eppStreams}))
+		gauge = metrics.eppStreams
 	}
 	r := &relayer{timeout: cfg.AttemptTimeout, linger: time.Second, creds: creds}
 	r.conns = epptransport.NewConns(creds, 0, func(addr string, t *epptransport.EndpointTLS) (relayConn, error) {
-		streams := &openStreams{}
-		c, err := grpc.NewClient(addr, append(slices.Clip(dial), grpc.WithTransportCredentials(t.GRPC), grpc.WithStatsHandler(streams))...)
-		return relayConn{ClientConn: c, streams: streams}, err
+		c, err := grpc.NewClient(addr, append(slices.Clip(dial), grpc.WithTransportCredentials(t.GRPC))...)
+		return relayConn{ClientConn: c, streams: &openStreams{gauge: gauge}}, err
 	}, func(c relayConn) { _ = c.Close() })
 	r.conns.RetireWith(func(c relayConn) { c.retire(cfg.EPPDrainTimeout) })
 	return r
 }
 
 // conn returns the connection to addr with its current credentials.
-func (r *relayer) conn(addr string) (*grpc.ClientConn, error) {
+func (r *relayer) conn(addr string) (relayConn, error) {
 	c, err := r.conns.Get(addr)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to EPP %s: %w", addr, err)
+		return relayConn{}, fmt.Errorf("connecting to EPP %s: %w", addr, err)
 	}
-	return c.ClientConn, nil
+	return c, nil
 }
 
 // retain closes the connections to addresses not in keep once their
@@ -346,12 +348,15 @@ func (r *relayer) relay(ctx context.Context, addr string, msgs outbound, keep bo
 	return resps, kept, err
 }
 
-func (r *relayer) relayOn(ctx context.Context, conn *grpc.ClientConn, msgs outbound, keep bool, limit int) ([]*extprocv3.ProcessingResponse, *responserelay.EPPStream, error) {
+func (r *relayer) relayOn(ctx context.Context, conn relayConn, msgs outbound, keep bool, limit int) ([]*extprocv3.ProcessingResponse, *responserelay.EPPStream, error) {
 	// The EPP's stream ends with the gateway's: linked to it rather than
 	// derived from it, so that a response phase can let the EPP finish
 	// answering what the gateway already had (responserelay.EPPStream).
+	// Every way it ends cancels its context, with cancel: the stream is
+	// counted from here until then (openStreams.opened).
 	parent := ctx
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	ctx, cancelCtx := context.WithCancelCause(context.WithoutCancel(parent))
+	cancel := conn.streams.opened(cancelCtx)
 	unlink := context.AfterFunc(parent, func() { cancel(context.Cause(parent)) })
 	// One timer bounds the wait for the answer and then, re-armed, the
 	// wait for the EPP to end its stream.

@@ -155,3 +155,57 @@ func TestTheSchemaAcceptsTheRangesTheSidecarParses(t *testing.T) {
 		})
 	}
 }
+
+// The sidecar sends no credential to EPPs' /metrics by default; with an
+// audience set, the token it sends is a projected ServiceAccount token of
+// that audience alone (no kube-apiserver takes it) with a short life, the
+// only token file its flag names, and its recipients reach their flag.
+func TestTheSidecarsEPPMetricsTokenIsProjectedWithItsOwnAudience(t *testing.T) {
+	const tokenFlag = "--epp-metrics-token-file=/var/run/secrets/mci/epp-metrics/token"
+	sidecarOf := func(objs []*unstructured.Unstructured) (args []string, pod map[string]any) {
+		t.Helper()
+		for _, o := range objs {
+			if o.GetKind() != "Deployment" || o.GetName() != "inference-gateway" {
+				continue
+			}
+			pod, _, _ = unstructured.NestedMap(o.Object, "spec", "template", "spec")
+			inits, _, _ := unstructured.NestedSlice(pod, "initContainers")
+			for _, c := range inits {
+				if m := c.(map[string]any); m["name"] == "mci-sidecar" {
+					args, _, _ = unstructured.NestedStringSlice(m, "args")
+				}
+			}
+		}
+		require.NotNil(t, pod, "no inference-gateway Deployment")
+		return args, pod
+	}
+	projected := func(pod map[string]any) []any {
+		volumes, _, _ := unstructured.NestedSlice(pod, "volumes")
+		for _, v := range volumes {
+			if m := v.(map[string]any); m["name"] == "epp-metrics-token" {
+				sources, _, _ := unstructured.NestedSlice(m, "projected", "sources")
+				return sources
+			}
+		}
+		return nil
+	}
+
+	t.Run("no token by default", func(t *testing.T) {
+		args, pod := sidecarOf(helmTemplate(t))
+		assert.NotContains(t, strings.Join(args, " "), "--epp-metrics-token")
+		assert.Nil(t, projected(pod), "a token volume is mounted by default")
+	})
+
+	t.Run("a projected token of its own audience and a short life", func(t *testing.T) {
+		args, pod := sidecarOf(helmTemplate(t, "sidecar.eppMetricsToken.audience=mci-epp-metrics",
+			"sidecar.eppMetricsToken.recipients={cluster-a}"))
+		assert.Contains(t, args, tokenFlag)
+		assert.Contains(t, args, "--epp-metrics-token-recipients=cluster-a")
+		sources := projected(pod)
+		require.Len(t, sources, 1, "the token volume holds the token alone")
+		token, _, _ := unstructured.NestedMap(sources[0].(map[string]any), "serviceAccountToken")
+		assert.Equal(t, "mci-epp-metrics", token["audience"])
+		assert.EqualValues(t, 600, token["expirationSeconds"])
+		assert.Equal(t, "token", token["path"])
+	})
+}

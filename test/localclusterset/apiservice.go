@@ -68,10 +68,9 @@ func mciAPIServerProcess(dir, binary, cluster, membersDir string, replica, port 
 			"--tls-private-key-file=" + filepath.Join(dir, "pki", "mci-apiserver.key"),
 			// As in artifacts/deploy: /readyz fails at once on SIGTERM so the
 			// front (the Service) stops sending new connections before the
-			// listener closes; requests still arriving then get 429 and
-			// Retry-After, which clients retry without relisting.
+			// listener closes and the server sends GOAWAY on the
+			// connections it has.
 			"--shutdown-delay-duration=1s",
-			"--shutdown-send-retry-after",
 			"-v=2",
 		},
 	}

@@ -225,9 +225,12 @@ test: verify test-unit fuzz-smoke test-integration test-docs test-chart test-e2e
 # _output/soak/results.md and results.json; it fails when a target is
 # missed, saying which and why. soak-smoke (part of make test) runs the
 # same soak for 75s with seed 8 unless SOAK_SEED says otherwise (its 45s
-# of faults then hold a Secret rotation, an EPP reset, partitions and slow
-# links of the gateway cluster), judging every target but the growth of
-# the processes, which needs a longer run.
+# of faults then hold an error sink and a hung first byte, an etcd
+# compaction, a member's namespace recreated, a rolling upgrade of the
+# gateway cluster's mci-apiservers, a member's serving certificate
+# renewed, a member's name that stops resolving, an EPP reset, partitions
+# and a slow link), judging every target but the growth of the
+# processes, which needs a longer run.
 SOAK_DURATION ?= 20m
 SOAK_SMOKE_SEED ?= 8
 SOAK_ENV = MCI_BIN_DIR=$(OUTPUT_BIN) $(if $(SOAK_RATE),SOAK_RATE=$(SOAK_RATE)) $(if $(SOAK_WATCHERS),SOAK_WATCHERS=$(SOAK_WATCHERS))

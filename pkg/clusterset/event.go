@@ -24,6 +24,11 @@ const (
 	// KindPod is a pod of a namespace of the member's pools: an export
 	// publishes the addresses of its pool's pods.
 	KindPod
+	// KindListed says the member's caches hold everything up to
+	// ResourceVersion, the version of their first lists: nothing changed,
+	// but a deletion before it, which no listed object carries, is known
+	// to be covered. It names no object.
+	KindListed
 )
 
 func (k Kind) String() string {
@@ -50,6 +55,8 @@ func (k Kind) String() string {
 		return "InferencePoolExportSummary"
 	case KindPod:
 		return "Pod"
+	case KindListed:
+		return "Listed"
 	}
 	return "Unknown"
 }

@@ -35,8 +35,15 @@ type typedListWatch[L runtime.Object] interface {
 // is the one that accessor, its lister and the factory's Start use; the
 // factory still sets its transform on it.
 func boundedInformer[C any, L runtime.Object](m *member, kind Kind, namespace string, obj runtime.Object, client typedListWatch[L], transform cache.TransformFunc) func(C, time.Duration) cache.SharedIndexInformer {
+	return boundedInformerListed[C](m, kind, namespace, obj, client, transform, nil)
+}
+
+// boundedInformerListed is boundedInformer whose first complete list's
+// resourceVersion is recorded in first (listed.go).
+func boundedInformerListed[C any, L runtime.Object](m *member, kind Kind, namespace string, obj runtime.Object, client typedListWatch[L], transform cache.TransformFunc, first *firstList) func(C, time.Duration) cache.SharedIndexInformer {
 	return func(C, time.Duration) cache.SharedIndexInformer {
 		lw := &listQuota{
+			first:     first,
 			m:         m,
 			kind:      kind,
 			namespace: namespace,
@@ -73,6 +80,9 @@ type listQuota struct {
 	transform cache.TransformFunc
 	list      func(context.Context, metav1.ListOptions) (runtime.Object, error)
 	watch     func(context.Context, metav1.ListOptions) (watch.Interface, error)
+	// first records the version of the first complete list; nil records
+	// nothing.
+	first *firstList
 }
 
 // ListWithContext lists in pages of listPageSize with client-go's pager,
@@ -103,6 +113,11 @@ func (l *listQuota) ListWithContext(ctx context.Context, opts metav1.ListOptions
 	p.PageSize = listPageSize
 	p.FullListIfExpired = false
 	list, _, err := p.ListWithAlloc(ctx, opts)
+	if err == nil {
+		if acc, aerr := meta.ListAccessor(list); aerr == nil {
+			l.first.record(acc.GetResourceVersion())
+		}
+	}
 	return list, err
 }
 
@@ -223,6 +238,7 @@ func (w *initialEventsBound) run(l *listQuota) {
 		case ev.Type == watch.Bookmark:
 			if o, err := meta.Accessor(ev.Object); err == nil && o.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
 				initial = false
+				l.first.record(o.GetResourceVersion())
 			}
 		}
 		select {

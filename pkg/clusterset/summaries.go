@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -55,11 +56,12 @@ var summaryStreamLog = statelog.Rule{Interval: time.Minute}
 // what starts them.
 func (m *member) summaryInformers(logger klog.Logger) func(context.Context) {
 	f := mciinformers.NewSharedInformerFactoryWithOptions(m.mci, 0, mciinformers.WithTransform(trimSummary))
+	exportsList, clustersList := &firstList{}, &firstList{}
 	if m.quota != nil {
-		f.InformerFor(&v1alpha1.InferencePoolExportSummary{}, boundedInformer[mciclient.Interface](m, KindExportSummary, "", &v1alpha1.InferencePoolExportSummary{}, m.mci.InferenceV1alpha1().InferencePoolExportSummaries(""), trimSummary))
+		f.InformerFor(&v1alpha1.InferencePoolExportSummary{}, boundedInformerListed[mciclient.Interface](m, KindExportSummary, "", &v1alpha1.InferencePoolExportSummary{}, m.mci.InferenceV1alpha1().InferencePoolExportSummaries(""), trimSummary, exportsList))
 		// A cluster summary counts as one object (a member publishes one);
 		// its namespaces have their own limit, once it is delivered.
-		f.InformerFor(&v1alpha1.InferenceClusterSummary{}, boundedInformer[mciclient.Interface](m, KindNamespace, "", &v1alpha1.InferenceClusterSummary{}, m.mci.InferenceV1alpha1().InferenceClusterSummaries(), trimSummary))
+		f.InformerFor(&v1alpha1.InferenceClusterSummary{}, boundedInformerListed[mciclient.Interface](m, KindNamespace, "", &v1alpha1.InferenceClusterSummary{}, m.mci.InferenceV1alpha1().InferenceClusterSummaries(), trimSummary, clustersList))
 	}
 	exports := f.Inference().V1alpha1().InferencePoolExportSummaries()
 	clusters := f.Inference().V1alpha1().InferenceClusterSummaries()
@@ -69,10 +71,19 @@ func (m *member) summaryInformers(logger klog.Logger) func(context.Context) {
 		_ = inf.SetWatchErrorHandlerWithContext(m.summaryStream.watchError(m.name, logger))
 		m.synced = append(m.synced, inf.HasSynced)
 	}
-	m.watchSummaries(exports.Informer())
-	m.watchClusterSummary(clusters.Informer())
+	sources := []listedSource{
+		{handler: m.watchSummaries(exports.Informer()), list: exportsList},
+		{handler: m.watchClusterSummary(clusters.Informer()), list: clustersList},
+	}
+	// The member counts as listed once its version is raised to its
+	// lists' (listed.go), so that the baseline covers them.
+	announced := &atomic.Bool{}
+	m.synced = append(m.synced, announced.Load)
 	logger.Info("Reading the member through the summaries its mci-apiserver publishes (summary mode)")
-	return f.StartWithContext
+	return func(ctx context.Context) {
+		f.StartWithContext(ctx)
+		go m.announceListed(ctx, sources, summaryListVersion, announced, logger)
+	}
 }
 
 // maxSummaryPolicy bounds the cluster policy annotation kept of a summary:
@@ -174,9 +185,23 @@ func summaryVersion(rv string) (uint64, error) {
 	return found, nil
 }
 
+// summaryListVersion is the member's own resourceVersion at a list of its
+// summaries, read as summaryRV reads a summary's, without freezing the
+// member: a version that cannot be read only raises nothing.
+func summaryListVersion(rv string) (uint64, error) {
+	n, err := summaryVersion(rv)
+	if err != nil {
+		return memberResourceVersion(rv)
+	}
+	if n > math.MaxInt64 {
+		return 0, fmt.Errorf("resourceVersion %.64q of a list of summaries has member component %d, past the int64 range of a kube-apiserver's", rv, n)
+	}
+	return n, nil
+}
+
 // watchSummaries passes summary changes on as Events of
 // KindExportSummary.
-func (m *member) watchSummaries(informer cache.SharedIndexInformer) {
+func (m *member) watchSummaries(informer cache.SharedIndexInformer) cache.ResourceEventHandlerRegistration {
 	notify := func(obj interface{}, deleted, changed bool) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
@@ -191,7 +216,8 @@ func (m *member) watchSummaries(informer cache.SharedIndexInformer) {
 		}
 		m.handler(Event{Member: m.name, Kind: KindExportSummary, Namespace: o.GetNamespace(), Name: o.GetName(), ResourceVersion: rv})
 	}
-	_, _ = informer.AddEventHandler(countedHandler(notify))
+	reg, _ := informer.AddEventHandler(countedHandler(notify))
+	return reg
 }
 
 // watchClusterSummary passes a change of the member's namespaces on as a
@@ -199,7 +225,7 @@ func (m *member) watchSummaries(informer cache.SharedIndexInformer) {
 // Namespace informer does in full mode. A cluster summary named after
 // another cluster than the member is refused, and freezes the member: a
 // member must not speak for another.
-func (m *member) watchClusterSummary(informer cache.SharedIndexInformer) {
+func (m *member) watchClusterSummary(informer cache.SharedIndexInformer) cache.ResourceEventHandlerRegistration {
 	namespacesOf := func(obj interface{}) ([]string, uint64) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
@@ -233,11 +259,12 @@ func (m *member) watchClusterSummary(informer cache.SharedIndexInformer) {
 			m.handler(Event{Member: m.name, Kind: KindNamespace, Namespace: ns, ResourceVersion: rv})
 		}
 	}
-	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+	reg, _ := informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj interface{}, initial bool) { diff(nil, obj, false, !initial) },
 		UpdateFunc: func(old, obj interface{}) { diff(old, obj, false, resourceVersionOf(old) != resourceVersionOf(obj)) },
 		DeleteFunc: func(obj interface{}) { diff(nil, obj, true, true) },
 	})
+	return reg
 }
 
 // symmetricDifference lists the names in exactly one of the sorted lists a

@@ -100,14 +100,8 @@ func newPKI(dir string, clusters []string) (*pki, error) {
 		}
 	}
 
-	loopbackIPs := []net.IP{net.ParseIP("127.0.0.1")}
 	for _, c := range clusters {
-		kp, err := p.servingCA.sign(certRequest{
-			commonName: c + "-kube-apiserver",
-			usage:      x509.ExtKeyUsageServerAuth,
-			dnsNames:   []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-			ips:        loopbackIPs,
-		})
+		kp, err := p.servingCA.sign(apiServerCertRequest(c))
 		if err != nil {
 			return nil, err
 		}
@@ -133,7 +127,7 @@ func newPKI(dir string, clusters []string) (*pki, error) {
 				MCIAPIServerServiceName + "." + MCIAPIServerNamespace + ".svc.cluster.local",
 				"localhost",
 			},
-			ips: loopbackIPs,
+			ips: []net.IP{net.ParseIP("127.0.0.1")},
 		}},
 	}
 	readers := make([]*keyPair, len(clusters))
@@ -181,6 +175,38 @@ func newPKI(dir string, clusters []string) (*pki, error) {
 		return nil, fmt.Errorf("writing service account public key: %w", err)
 	}
 	return p, nil
+}
+
+// apiServerCertRequest is what a cluster's kube-apiserver serving
+// certificate is valid for.
+func apiServerCertRequest(cluster string) certRequest {
+	return certRequest{
+		commonName: cluster + "-kube-apiserver",
+		usage:      x509.ExtKeyUsageServerAuth,
+		dnsNames:   []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+		ips:        []net.IP{net.ParseIP("127.0.0.1")},
+	}
+}
+
+// replace writes kp over the files of name, each through a rename so that
+// a reader never sees half a file. A server that reloads them on change
+// may read the new certificate with the old key in between: it keeps what
+// it served until the pair matches.
+func (p *pki) replace(name string, kp *keyPair) error {
+	for _, f := range []struct {
+		ext  string
+		data []byte
+		mode os.FileMode
+	}{{".crt", kp.certPEM, 0o644}, {".key", kp.keyPEM, 0o600}} {
+		tmp := p.path(name + f.ext + ".new")
+		if err := os.WriteFile(tmp, f.data, f.mode); err != nil {
+			return fmt.Errorf("writing %s%s: %w", name, f.ext, err)
+		}
+		if err := os.Rename(tmp, p.path(name+f.ext)); err != nil {
+			return fmt.Errorf("replacing %s%s: %w", name, f.ext, err)
+		}
+	}
+	return nil
 }
 
 // loadPKI reads back what newPKI wrote: a detached ClusterSet is attached to

@@ -2,6 +2,7 @@ package localclusterset
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"syscall"
 	"time"
@@ -231,4 +232,27 @@ func (cs *ClusterSet) CompactEtcd(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("clusterset: compacting etcd to revision %d: %w", rev, err)
 	}
 	return rev, nil
+}
+
+// RenewAPIServerCertificate issues cluster's kube-apiserver a new serving
+// certificate from the same serving CA, with a new key and serial number,
+// and writes it over the files its --tls-cert-file and
+// --tls-private-key-file name, as a platform team's renewal does. The
+// kube-apiserver reloads them when they change, without a restart: the
+// connections already open keep the certificate they were opened with,
+// new ones get the new one. It returns the new certificate.
+func (cs *ClusterSet) RenewAPIServerCertificate(cluster string) (*x509.Certificate, error) {
+	if _, err := cs.Cluster(cluster); err != nil {
+		return nil, err
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	kp, err := cs.pki.servingCA.sign(apiServerCertRequest(cluster))
+	if err != nil {
+		return nil, err
+	}
+	if err := cs.pki.replace(apiServerCertName(cluster), kp); err != nil {
+		return nil, fmt.Errorf("clusterset: renewing the serving certificate of %s: %w", cluster, err)
+	}
+	return kp.cert, nil
 }

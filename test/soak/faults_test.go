@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,12 +51,14 @@ type check struct {
 // injector applies the faults of a schedule, each on its own goroutine at
 // its time, and records their windows.
 type injector struct {
-	cs    *localclusterset.ClusterSet
-	dp    *localclusterset.DataPath
-	kube  map[string]kubernetes.Interface
-	w     *world
-	mon   *monitor
-	rot   *rotator
+	cs   *localclusterset.ClusterSet
+	dp   *localclusterset.DataPath
+	kube map[string]kubernetes.Interface
+	w    *world
+	mon  *monitor
+	rot  *rotator
+	// named is the member Secret whose member's name fails (nameFailure).
+	named *rotator
 	log   func(format string, args ...any)
 	start time.Time
 	// healBound is the soak's heal target, which a member fault's
@@ -69,6 +73,9 @@ type injector struct {
 
 	mu      sync.Mutex
 	windows []*window
+	// recorded are the checks a fault's injection made while it held, by
+	// fault ID (checkAfterHeal reports them).
+	recorded map[int][]check
 }
 
 func (in *injector) run(ctx context.Context, faults []fault) {
@@ -101,8 +108,10 @@ func (in *injector) apply(ctx context.Context, f fault) {
 	// The sleep is the fault's duration. A compaction ends when its
 	// restarted kube-apiserver is ready, which inject waited for: its heal
 	// is measured from then, when every watch on the member resumes with
-	// its 410 (its Hold is the budget of the restart in the schedule).
-	if f.Kind != compaction {
+	// its 410 (its Hold is the budget of the restart in the schedule); a
+	// rolling upgrade ends when its last new replica is ready, a
+	// certificate renewal when its checks are done.
+	if f.Kind != compaction && f.Kind != upgrade && f.Kind != certRenewal {
 		time.Sleep(time.Until(win.Start.Add(f.Hold)))
 	}
 	if heal != nil {
@@ -111,7 +120,9 @@ func (in *injector) apply(ctx context.Context, f fault) {
 			in.log("fault %s: HEAL FAILED: %v", f, err)
 		}
 	}
+	in.mu.Lock()
 	win.Healed = time.Now()
+	in.mu.Unlock()
 	in.log("fault %s: healed after %s", f, win.Healed.Sub(win.Start).Round(100*time.Millisecond))
 	in.mon.await("heal", f.String(), f.ID, false)
 	if err == nil {
@@ -187,6 +198,12 @@ func (in *injector) inject(ctx context.Context, f fault) (func() error, error) {
 		return nil, in.rot.rotate(ctx)
 	case compaction:
 		return in.compact(ctx, f)
+	case upgrade:
+		return nil, in.upgrade(ctx, f)
+	case certRenewal:
+		return nil, in.renewCert(ctx, f)
+	case nameFailure:
+		return in.failName(ctx, f)
 	case recreated:
 		return in.recreate(ctx, f)
 	case errorSink, hungFirstByte:
@@ -229,6 +246,21 @@ func (in *injector) setModelServerFault(cluster, mode string) error {
 	return errors.Join(errs...)
 }
 
+func (in *injector) record(id int, checks ...check) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.recorded == nil {
+		in.recorded = map[int][]check{}
+	}
+	in.recorded[id] = append(in.recorded[id], checks...)
+}
+
+func (in *injector) recordedChecks(id int) []check {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.recorded[id]
+}
+
 func (in *injector) result() []window {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -245,7 +277,10 @@ func (in *injector) result() []window {
 // deleted, which revokes its token, as an operator rotating credentials
 // does.
 type rotator struct {
-	cs              *localclusterset.ClusterSet
+	cs *localclusterset.ClusterSet
+	// names, when set, resolves the host name by which the Secret names
+	// its member (memberName); else the Secret gives the member's address.
+	names           *localclusterset.NameProxy
 	watcher, member string
 	watcherKube     kubernetes.Interface
 	memberKube      kubernetes.Interface
@@ -253,6 +288,16 @@ type rotator struct {
 	mu      sync.Mutex
 	current string
 	n       int
+	// ip is the address the member's name resolves to.
+	ip string
+}
+
+// resolved is the address the member's name resolves to, once a Secret
+// names it.
+func (r *rotator) resolved() (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ip, r.ip != ""
 }
 
 const rotatorSecret = "soak-member"
@@ -298,7 +343,7 @@ func (r *rotator) rotate(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.n++
-	name := fmt.Sprintf("soak-reader-%d", r.n)
+	name := fmt.Sprintf("soak-reader-%s-%d", r.watcher, r.n)
 	token, err := r.token(ctx, name)
 	if err != nil {
 		return err
@@ -313,6 +358,20 @@ func (r *rotator) rotate(ctx context.Context) error {
 	}
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[r.member] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: m.Config.CAData}
+	if r.names != nil {
+		// The Secret names the member by a host name that the name proxy
+		// resolves to its link, and the member's certificate is checked
+		// for a name it holds.
+		u, err := url.Parse(server)
+		if err != nil {
+			return err
+		}
+		r.ip = u.Hostname()
+		r.names.Resolve(memberName(r.member), r.ip)
+		cfg.Clusters[r.member].Server = "https://" + net.JoinHostPort(memberName(r.member), u.Port())
+		cfg.Clusters[r.member].ProxyURL = r.names.URL()
+		cfg.Clusters[r.member].TLSServerName = "localhost"
+	}
 	cfg.AuthInfos[r.member] = &clientcmdapi.AuthInfo{Token: token}
 	cfg.Contexts[r.member] = &clientcmdapi.Context{Cluster: r.member, AuthInfo: r.member}
 	cfg.CurrentContext = r.member
@@ -346,20 +405,33 @@ func (r *rotator) rotate(ctx context.Context) error {
 	return nil
 }
 
+// readerRoles are the ClusterRoles a member Secret's ServiceAccount is
+// bound to, as the deployment binds the identity it hands to the other
+// members: the full reader's, and the summary reader's, which is all
+// that the other clusters read a member with (summary mode). Without the
+// second a replica that starts from the Secret is refused every read, and
+// serves none of the member's pools.
+var readerRoles = []string{"mci-member-reader", "mci-member-summary-reader"}
+
+// bindingName is the ClusterRoleBinding of ServiceAccount name to role.
+func bindingName(name, role string) string { return name + "-" + role }
+
 // token creates a ServiceAccount in the member bound to the member reader
-// role and returns a token of it.
+// roles and returns a token of it.
 func (r *rotator) token(ctx context.Context, name string) (string, error) {
 	ns := localclusterset.MCIAPIServerNamespace
 	if _, err := r.memberKube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		return "", fmt.Errorf("creating ServiceAccount %s: %w", name, err)
 	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "mci-member-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
-	}
-	if _, err := r.memberKube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		return "", fmt.Errorf("binding ServiceAccount %s: %w", name, err)
+	for _, role := range readerRoles {
+		binding := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: bindingName(name, role)},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
+		}
+		if _, err := r.memberKube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+			return "", fmt.Errorf("binding ServiceAccount %s to %s: %w", name, role, err)
+		}
 	}
 	tr, err := r.memberKube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3 * 3600)},
@@ -371,8 +443,10 @@ func (r *rotator) token(ctx context.Context, name string) (string, error) {
 }
 
 func (r *rotator) revoke(ctx context.Context, name string) error {
-	if err := r.memberKube.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-		return fmt.Errorf("revoking %s: %w", name, err)
+	for _, role := range readerRoles {
+		if err := r.memberKube.RbacV1().ClusterRoleBindings().Delete(ctx, bindingName(name, role), metav1.DeleteOptions{}); err != nil {
+			return fmt.Errorf("revoking %s: %w", name, err)
+		}
 	}
 	if err := r.memberKube.CoreV1().ServiceAccounts(localclusterset.MCIAPIServerNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		return fmt.Errorf("revoking %s: %w", name, err)

@@ -356,8 +356,12 @@ func watchTolerance(level float64) float64 { return max(3, level/10) }
 // of the end window (the window's median, within watchTolerance) for two
 // samples or more in a row; false when they stayed at that level
 // throughout. One sample away is a blip (watches reopened between two
-// readings), not a move.
+// readings), not a move. No samples (a replica restarted too late in the
+// run for any of its own to settle) did not move.
 func watchesMoved(life []sample, win time.Duration) (time.Time, bool) {
+	if len(life) == 0 {
+		return time.Time{}, false
+	}
 	end := life[len(life)-1].At
 	level := median(pick(life, func(x sample) bool { return !x.At.Before(end.Add(-win)) }), func(x sample) float64 { return x.Watches })
 	var at time.Time

@@ -89,3 +89,18 @@ func TestWatchTotalsAddTheReplicasOfACluster(t *testing.T) {
 	got := watchTotals([]*scraped{r0, r1, sidecar}, t0, 2*time.Minute)
 	assert.Equal(t, []watchTotal{{Cluster: "cluster-c", Start: 40, End: 40}}, got)
 }
+
+func TestCompareReportsAReplicaRestartedTooLateForItsSamplesToSettle(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	// 200s of its first process, then two samples of a process started
+	// then, both within the settle time of its start.
+	s := &scraped{Name: "cluster-b-mci-apiserver", Cluster: "cluster-b", samples: series(t0, repeat(18, 20), repeat(12, 20))}
+	restarted := series(t0.Add(200*time.Second), repeat(18, 2), repeat(12, 2))
+	for i := range restarted {
+		restarted[i].PID = 8
+	}
+	s.samples = append(s.samples, restarted...)
+	g := s.compare(t0, 2*time.Minute, 30*time.Second, true, 5*time.Minute)
+	assert.False(t, g.Judged)
+	assert.Equal(t, "too few samples of its last process", g.Why)
+}

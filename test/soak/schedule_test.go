@@ -30,6 +30,19 @@ const (
 	// come back from.
 	compaction faultKind = "etcd-compaction"  // etcd compacted to its revision, Target's kube-apiserver restarted: every watch on it gets 410 Gone
 	recreated  faultKind = "member-recreated" // Target's namespace recreatedNS deleted and recreated: new UIDs, new resourceVersions
+	// upgrade: Target's mci-apiserver replicas replaced one at a time,
+	// each once the other serves, as a rollout with one replica
+	// unavailable at most: the watchers of its imports (mci-sidecar among
+	// them) move from the old replicas to the new ones.
+	upgrade faultKind = "apiserver-rolling-upgrade"
+	// certRenewal: Target's kube-apiserver gets a new serving
+	// certificate from the same CA while every watcher's watches are open
+	// on it (certrenewal_test.go says why this rotation).
+	certRenewal faultKind = "serving-cert-renewal"
+	// nameFailure: the host name by which Watcher's member Secret names
+	// Target stops resolving, its connections cut, then resolves again
+	// (dnsfailure_test.go says how without a DNS query).
+	nameFailure faultKind = "member-name-unresolvable"
 )
 
 // allKinds are drawn at random; outlierKinds and memberKinds take turns
@@ -38,6 +51,8 @@ var (
 	allKinds     = []faultKind{partition, blackhole, slow500ms, slow2s, eppStall, eppReset, restart, pause, rotation}
 	outlierKinds = []faultKind{errorSink, hungFirstByte}
 	memberKinds  = []faultKind{compaction, recreated}
+	// laneKinds are the kinds every schedule holds, the smoke's too.
+	laneKinds = append(append(slices.Clone(outlierKinds), memberKinds...), upgrade, certRenewal, nameFailure)
 )
 
 // outlierRecovery is how long after its heal a model server fault may
@@ -90,14 +105,28 @@ func (f fault) resources() []string {
 		return []string{"epp " + f.Target}
 	case restart:
 		return []string{"replica " + f.Watcher + "/" + f.Target, "apiserver " + f.Watcher}
+	case upgrade:
+		// Not with a compaction: a new replica's first listing of a
+		// member whose kube-apiserver restarts waits out the reflectors'
+		// backoff, which the compaction's heal measures.
+		return []string{"replica " + f.Target + "/0", "replica " + f.Target + "/1", "apiserver " + f.Target, "etcd"}
 	case pause:
-		return []string{"apiserver " + f.Target}
+		return []string{"apiserver " + f.Target, "apiserver process " + f.Target}
+	case certRenewal:
+		// Only what stops the kube-apiserver: a paused one reloads
+		// nothing, a restarted one ends the watches it must keep.
+		return []string{"apiserver process " + f.Target}
 	case compaction:
 		// One etcd under every kube-apiserver: one compaction at a time.
-		return []string{"apiserver " + f.Target, "etcd"}
+		return []string{"apiserver " + f.Target, "apiserver process " + f.Target, "etcd"}
 	case recreated:
 		// Its deletion and recreation go through Target's kube-apiserver.
 		return []string{"namespace " + f.Target + "/" + recreatedNS, "apiserver " + f.Target}
+	case nameFailure:
+		// Its member is reached by that name only through the Secret,
+		// and through that link; a member stopped or paused meanwhile
+		// would be flagged for that.
+		return []string{"secret " + f.Watcher + "->" + f.Target, "link " + f.Watcher + "->" + f.Target, "apiserver process " + f.Target}
 	case rotation:
 		// It writes to both clusters' kube-apiservers.
 		return []string{"secret " + f.Watcher + "->" + f.Target, "apiserver " + f.Watcher, "apiserver " + f.Target}
@@ -123,10 +152,12 @@ func (f fault) onDataPath(gateway string) bool {
 	switch f.Kind {
 	case eppStall, eppReset, pause, errorSink, hungFirstByte, compaction:
 		return true
-	case partition, blackhole, slow500ms, slow2s, restart, rotation:
+	case partition, blackhole, slow500ms, slow2s, restart, rotation, nameFailure:
 		return f.Watcher == gateway
 	}
-	// recreated: its namespace carries no traffic.
+	// recreated: its namespace carries no traffic. upgrade: one replica
+	// serves throughout, so no request through the gateway may fail in
+	// its window. certRenewal: neither may one fail in its window.
 	return false
 }
 
@@ -138,6 +169,10 @@ type topology struct {
 	// Rotating is the member Secret that rotations change: the gateway
 	// cluster's Secret for the first exporter.
 	Rotating [2]string
+	// Named is the member Secret that names its member by a host name
+	// (nameFailure): the second exporter's Secret for the first, off the
+	// data path, so that its member's flag is judged on its own.
+	Named [2]string
 }
 
 // scheduleOptions shape a schedule.
@@ -171,6 +206,9 @@ func (f fault) held() time.Duration {
 func newSchedule(seed uint64, topo topology, o scheduleOptions) []fault {
 	faults := outlierLane(seed, topo, o.Phase)
 	faults = memberLane(seed, topo, o.Phase, faults)
+	faults = upgradeLane(topo, o.Phase, faults)
+	faults = renewalLane(topo, o.Phase, faults)
+	faults = nameFailureLane(topo, o.Phase, faults)
 	rng := rand.New(rand.NewPCG(seed, 0x50a4))
 	between := func(r [2]time.Duration) time.Duration {
 		if r[1] <= r[0] {
@@ -258,6 +296,67 @@ func outlierLane(seed uint64, topo topology, phase time.Duration) []fault {
 		faults = append(faults, f)
 		at = f.At + f.Hold + between(outlierRecovery+time.Second, max(outlierRecovery+time.Second, phase/10))
 	}
+}
+
+// upgradeHold is a rolling upgrade's budget in the schedule: two replica
+// restarts, each 3 to 6s on the shared 2 cores while no member restarts
+// (seen: 16s for one that started while a member's kube-apiserver did,
+// which the upgrade now never overlaps). It heals when its last replica
+// is ready, however long that takes.
+const upgradeHold = 12 * time.Second
+
+// upgradeLane adds one rolling upgrade of the gateway cluster's
+// mci-apiservers, a fifth into the phase (else a second later while what
+// it needs is busy). One: it replaces replica 0 too, whose growth a long
+// soak judges over its last process, which then covers the rest of the
+// run.
+func upgradeLane(topo topology, phase time.Duration, faults []fault) []fault {
+	return placeOnce(faults, phase, phase/5, fault{Kind: upgrade, Target: topo.Gateway, Hold: upgradeHold})
+}
+
+// placeOnce adds to faults the first of candidates whose needs no fault
+// already scheduled holds, from from into the phase, a second later each
+// time round; none when none fits within the phase.
+func placeOnce(faults []fault, phase, from time.Duration, candidates ...fault) []fault {
+	for at := from.Round(100 * time.Millisecond); ; at += time.Second {
+		for _, f := range candidates {
+			f.At = at
+			if f.At+f.Hold > phase {
+				return faults
+			}
+			if !busy(faults, f) {
+				return append(faults, f)
+			}
+		}
+	}
+}
+
+// renewalHold is a serving certificate renewal's budget in the schedule:
+// the kube-apiserver's reload and the checks. It heals when they are done.
+const renewalHold = 15 * time.Second
+
+// renewalLane adds one serving certificate renewal of an exporter's
+// kube-apiserver, which the gateway cluster's replicas watch, from a
+// quarter into the phase (else a second later, or on the other exporter, while
+// what it needs is busy).
+func renewalLane(topo topology, phase time.Duration, faults []fault) []fault {
+	var candidates []fault
+	for _, target := range topo.Exporters {
+		candidates = append(candidates, fault{Kind: certRenewal, Target: target, Hold: renewalHold})
+	}
+	return placeOnce(faults, phase, phase/4, candidates...)
+}
+
+// nameFailureHold is how long the rotating member's name does not
+// resolve: past the unreachable threshold and a probe interval, so that
+// the member is flagged, and a few seconds of it flagged.
+const nameFailureHold = unreachableAfter + 5*time.Second
+
+// nameFailureLane adds one name failure of the named member Secret's
+// member, from 3/10 into the phase.
+func nameFailureLane(topo topology, phase time.Duration, faults []fault) []fault {
+	f := fault{Kind: nameFailure, Watcher: topo.Named[0], Target: topo.Named[1], Hold: nameFailureHold}
+	return placeOnce(faults, phase, 3*phase/10, f)
 }
 
 // memberLane adds the member faults to faults, drawn from seed: an etcd

@@ -156,7 +156,7 @@ func TestSoak(t *testing.T) {
 	dp, err := cs.StartDataPath(upCtx, localclusterset.DataPathOptions{GatewayCluster: "cluster-b", LoopbackBlock: cfg.LoopbackBlock})
 	require.NoError(t, err, "starting the data path")
 	exporters := []string{"cluster-a", "cluster-c"}
-	topo := topology{Clusters: cs.Names(), Gateway: dp.GatewayCluster, Exporters: exporters, Rotating: [2]string{dp.GatewayCluster, exporters[0]}}
+	topo := topology{Clusters: cs.Names(), Gateway: dp.GatewayCluster, Exporters: exporters, Rotating: [2]string{dp.GatewayCluster, exporters[0]}, Named: [2]string{exporters[len(exporters)-1], exporters[0]}}
 
 	kube := map[string]kubernetes.Interface{}
 	mci := map[string]mciclient.Interface{}
@@ -179,6 +179,11 @@ func TestSoak(t *testing.T) {
 		require.NoError(t, createRecreated(ctx, kube[e], mci[e], firstPort))
 		w.setExported(e, recreatedNS+"/"+recreatedPool, true)
 	}
+	names, err := localclusterset.StartNameProxy()
+	require.NoError(t, err)
+	defer func() { _ = names.Close() }()
+	named := &rotator{cs: cs, names: names, watcher: topo.Named[0], member: topo.Named[1], watcherKube: kube[topo.Named[0]], memberKube: kube[topo.Named[1]]}
+	require.NoError(t, named.setUp(ctx), "moving %s's kubeconfig of %s to a member Secret that names it by a host name", named.watcher, named.member)
 	rot := &rotator{cs: cs, watcher: topo.Rotating[0], member: topo.Rotating[1], watcherKube: kube[topo.Rotating[0]], memberKube: kube[topo.Rotating[1]]}
 	require.NoError(t, rot.setUp(ctx), "moving %s's kubeconfig of %s to a member Secret", rot.watcher, rot.member)
 
@@ -291,7 +296,7 @@ func TestSoak(t *testing.T) {
 	for _, c := range cs.Clusters {
 		replicas[c.Name] = len(c.MCIAPIServerReplicaPorts)
 	}
-	inj := &injector{cs: cs, dp: dp, kube: kube, mci: mci, gens: &generations{}, w: w, mon: mon, rot: rot, log: logf, start: begin.Add(cfg.Warmup),
+	inj := &injector{cs: cs, dp: dp, kube: kube, mci: mci, gens: &generations{}, w: w, mon: mon, rot: rot, named: named, log: logf, start: begin.Add(cfg.Warmup),
 		healBound: cfg.HealTarget, mciReplicas: replicas}
 	inj.run(ctx, faults)
 	// The quiet tail: export changes stop halfway so that the end figures

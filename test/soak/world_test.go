@@ -370,9 +370,14 @@ func (v *view) replicaLost(ctx context.Context, j judged) []string {
 }
 
 func (v *view) list(ctx context.Context) ([]*v1alpha1.InferencePoolImport, error) {
+	return listImports(ctx, v.client)
+}
+
+// listImports is a fresh LIST of every import client serves.
+func listImports(ctx context.Context, client mciclient.Interface) ([]*v1alpha1.InferencePoolImport, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	list, err := v.client.InferenceV1alpha1().InferencePoolImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	list, err := client.InferenceV1alpha1().InferencePoolImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}

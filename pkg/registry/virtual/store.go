@@ -105,7 +105,10 @@ type Store struct {
 	// pendingEvents summarizes each member's events since the last pass,
 	// for resume.go.
 	pendingEvents map[string]memberEvents
-	signal        chan struct{}
+	// listed are the versions of the members' first lists
+	// (clusterset.KindListed): the baseline covers them.
+	listed Version
+	signal chan struct{}
 
 	mu sync.RWMutex
 	// codec encodes the objects the Store keeps (entry).
@@ -158,6 +161,7 @@ func NewStore(resource Resource, cluster Snapshotter, newFunc func() Object) *St
 		now:            time.Now,
 		pendingV:       Version{},
 		pendingEvents:  map[string]memberEvents{},
+		listed:         Version{},
 		unplacedBefore: map[string]uint64{},
 		signal:         make(chan struct{}, 1),
 		codec:          compact.New(),
@@ -173,6 +177,10 @@ func NewStore(resource Resource, cluster Snapshotter, newFunc func() Object) *St
 // Notify records a cluster event. It never blocks: events are coalesced
 // until the Store's loop recomputes what they touched.
 func (s *Store) Notify(ev clusterset.Event) {
+	if ev.Kind == clusterset.KindListed {
+		s.notifyListed(ev)
+		return
+	}
 	d := s.resource.Affected(ev)
 	s.pendingMu.Lock()
 	if d.All {
@@ -189,6 +197,28 @@ func (s *Store) Notify(ev clusterset.Event) {
 		s.pendingV.advance(reachabilityComponent, uint64(s.now().UnixMilli()))
 	}
 	s.pendingEvents[ev.Member] = s.pendingEvents[ev.Member].add(ev)
+	s.pendingMu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+}
+
+// notifyListed raises a member's component to the version of its first
+// lists. Nothing is recomputed: every object of those lists has come as
+// an event already. Without it a member's component would stay at the
+// newest object it listed, below a deletion made before the list that
+// another replica saw, and a watch resumed here from that replica's
+// version would wait for the member's next change. The baseline covers
+// it too (takeBaseline): a version another replica issued before the
+// list may miss what the list no longer holds, and is refused.
+func (s *Store) notifyListed(ev clusterset.Event) {
+	if ev.ResourceVersion == 0 {
+		return
+	}
+	s.pendingMu.Lock()
+	s.pendingV.advance(ev.Member, ev.ResourceVersion)
+	s.listed.advance(ev.Member, ev.ResourceVersion)
 	s.pendingMu.Unlock()
 	select {
 	case s.signal <- struct{}{}:
@@ -238,10 +268,14 @@ func (s *Store) takeBaseline() {
 	if done || s.cluster.Ready() != nil {
 		return
 	}
+	s.pendingMu.Lock()
+	listed := s.listed.clone()
+	s.pendingMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.baseline == nil {
 		s.baseline = s.version.clone()
+		s.baseline.catchUp(listed)
 	}
 }
 

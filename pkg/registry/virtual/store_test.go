@@ -426,6 +426,51 @@ func TestAForeignVersionResumesOnlyOnceEveryMemberListed(t *testing.T) {
 	assert.True(t, apierrors.IsResourceExpired(err), "a foreign version older than the baseline is still refused: %v", err)
 }
 
+// A replica that starts after a member deleted something places the
+// member at its first list's version, not at the newest object the list
+// holds: a watch resumed from another replica's version that saw the
+// deletion goes on at once (it used to wait for the member's next change,
+// and get 504 when the member stayed quiet), and one from between the
+// newest listed object and the list is refused, since the list no longer
+// holds what it may have had.
+func TestAMembersFirstListPlacesVersionsOfAnotherReplica(t *testing.T) {
+	baselineInterval = 10 * time.Millisecond
+	blockTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { blockTimeout = 3 * time.Second })
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	r.set("ns", "a", nil, "cluster-a")
+	cluster := &syncingSnapshot{}
+	s := NewStore(r, cluster, func() Object { return &inference.InferencePoolImport{} })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+	require.Eventually(t, s.Ready, 5*time.Second, 5*time.Millisecond)
+
+	// The member's first list: ns/a, last changed at 5; the list's own
+	// version is 9 (ns/b was deleted at 9, which the other replica saw).
+	notifyPool(s, "cluster-a", "ns", "a", 5)
+	s.Notify(clusterset.Event{Member: "cluster-a", Kind: clusterset.KindListed, ResourceVersion: 9})
+	cluster.mu.Lock()
+	cluster.ready = true
+	cluster.mu.Unlock()
+	later := uint64(time.Now().Add(time.Hour).UnixMilli())
+	foreign := func(n uint64) string {
+		return Version{"cluster-a": n, reachabilityComponent: later, epochComponent: 1, viewComponent: viewOf(imports.ClusterSet{})}.String()
+	}
+	require.Eventually(t, func() bool {
+		w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: foreign(9)})
+		if err != nil {
+			return false
+		}
+		w.Stop()
+		return true
+	}, 5*time.Second, 10*time.Millisecond, "a version that saw the deletion before the list resumes")
+	_, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: foreign(7)})
+	assert.True(t, apierrors.IsResourceExpired(err), "a version from before the list may hold what the list no longer does: %v", err)
+	_, err = s.Watch(context.Background(), WatchOptions{ResourceVersion: foreign(4)})
+	assert.True(t, apierrors.IsResourceExpired(err), "%v", err)
+}
+
 func TestAChangeWithoutANewerMemberVersionStillGetsANewVersion(t *testing.T) {
 	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
 	r.set("ns", "a", nil, "cluster-a")

@@ -1,0 +1,83 @@
+package clusterset
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// A member's first lists say more than the objects they hold: their
+// resourceVersion covers every change before it, deletions included, which
+// no listed object carries. A replica that starts after a member deleted
+// something would otherwise place the member at its newest listed object,
+// below the deletion that a replica running then saw and put in the
+// versions it issued: a watch resumed here from such a version would wait
+// for the member's next change, however long the member stays quiet. So
+// once the handlers have every object of the first lists, the member's
+// version is raised to theirs (a KindListed event).
+
+// firstList records the resourceVersion of an informer's first complete
+// list (a paged list, or a streaming list's closing bookmark). Later
+// lists are not recorded: only the first is known to have reached the
+// handlers once the handler's registration has synced.
+type firstList struct{ rv atomic.Pointer[string] }
+
+func (f *firstList) record(rv string) {
+	if f != nil && rv != "" {
+		f.rv.CompareAndSwap(nil, &rv)
+	}
+}
+
+func (f *firstList) version() string {
+	if p := f.rv.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// listedSource is one informer of a member: its handler's registration
+// and the record of its first list.
+type listedSource struct {
+	handler cache.ResourceEventHandlerRegistration
+	list    *firstList
+}
+
+// listedPoll is how often announceListed looks at the handlers.
+const listedPoll = 50 * time.Millisecond
+
+// announceListed waits until every source's handler has had its first
+// list, then raises the member's version to the lowest of the lists'
+// versions, read by version (a summary's member component). It closes
+// done either way: a version it cannot read raises nothing, and the
+// member's component stays at its newest listed object, as before.
+func (m *member) announceListed(ctx context.Context, sources []listedSource, version func(string) (uint64, error), done *atomic.Bool, logger klog.Logger) {
+	defer done.Store(true)
+	err := wait.PollUntilContextCancel(ctx, listedPoll, true, func(context.Context) (bool, error) {
+		for _, s := range sources {
+			if s.handler != nil && !s.handler.HasSynced() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil || slices.ContainsFunc(sources, func(s listedSource) bool { return s.handler == nil }) {
+		return
+	}
+	var lowest uint64
+	for i, s := range sources {
+		n, err := version(s.list.version())
+		if err != nil || n == 0 {
+			logger.V(2).Info("The version of the member's first list cannot be read; its version stays at the newest object listed", "resourceVersion", s.list.version(), "err", err)
+			return
+		}
+		if i == 0 || n < lowest {
+			lowest = n
+		}
+	}
+	m.handler(Event{Member: m.name, Kind: KindListed, ResourceVersion: lowest})
+}

@@ -77,6 +77,7 @@ func usage() {
 	fmt.Fprintln(os.Stderr, `usage:
   clusterset up [--clusters=N | --names=a,b,c] [--dir=`+defaultDir+`] [--mci-apiserver=`+defaultMCIAPIServer+`]
                 [--member-summaries=auto|never] [--summary-reader-only] [--reader-identities]
+                [--member-labels=<member>:<key>=<value>,... ...]
   clusterset down [--dir=`+defaultDir+`]
   clusterset status [--dir=`+defaultDir+`]
   clusterset apply-examples [--dir=`+defaultDir+`] [--examples=`+defaultExamples+`] [--datapath [--datapath-loopback-block=90]]

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // DefaultPollTimeout is how long a test waits, by default, for a change to
@@ -53,6 +55,14 @@ type Config struct {
 	// memberEnv). Empty skips the test that needs them.
 	MemberLeaveCommand string
 	MemberJoinCommand  string
+	// MemberLabels are the labels each member has in the ClusterSet, by
+	// member name, as the runner states them (--member-labels): which
+	// labels a member has, and where they are written (a ClusterProfile, a
+	// member Secret, a fleet's inventory), is the implementation's and the
+	// ClusterSet's business, so the suite is told rather than looking.
+	// Empty skips the test of scoping by selector; when given, it names
+	// every member under test (a member without labels with none).
+	MemberLabels map[string]map[string]string
 	// DataPath names a data path the Extended tests send requests through.
 	DataPath DataPath
 }
@@ -103,6 +113,20 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.WatchHistoryChanges, "watch-history-changes", c.WatchHistoryChanges, "how many import changes outrun the implementation's watch history, for the 410 Gone test, which exports that many pools (0 skips it)")
 	fs.StringVar(&c.MemberLeaveCommand, "member-leave-command", c.MemberLeaveCommand, "shell command that takes a member out of the ClusterSet, run with MCI_CONFORMANCE_MEMBER (its name in the ClusterSet) and MCI_CONFORMANCE_CONTEXT set (empty skips the member-leaving test)")
 	fs.StringVar(&c.MemberJoinCommand, "member-join-command", c.MemberJoinCommand, "shell command that puts back a member --member-leave-command took out, run with the same environment")
+	fs.Func("member-labels", "labels of one member of the ClusterSet, as <member>:<key>=<value>,... (<member>: for a member without labels); repeat it for every member under test, for the test of export scoping by label selector (none skips it)", func(s string) error {
+		member, set, err := parseMemberLabels(s)
+		if err != nil {
+			return err
+		}
+		if c.MemberLabels == nil {
+			c.MemberLabels = map[string]map[string]string{}
+		}
+		if _, dup := c.MemberLabels[member]; dup {
+			return fmt.Errorf("member %q is given labels twice", member)
+		}
+		c.MemberLabels[member] = set
+		return nil
+	})
 	fs.StringVar(&c.DataPath.URL, "datapath-url", c.DataPath.URL, "base URL of a Gateway listener in the importing cluster whose HTTPRoute sends /v1 to --datapath-import, for the Extended tests (empty skips them)")
 	fs.StringVar(&c.DataPath.Context, "datapath-context", c.DataPath.Context, "kubeconfig context of the cluster whose Gateway --datapath-url is, one of --contexts")
 	fs.StringVar(&c.DataPath.Import, "datapath-import", c.DataPath.Import, "namespace/name of the InferencePoolImport the Gateway's route sends to")
@@ -158,6 +182,22 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// parseMemberLabels reads one --member-labels value,
+// <member>:<key>=<value>,...: the labels are written as kubectl's --labels
+// and must be valid label keys and values.
+func parseMemberLabels(s string) (string, map[string]string, error) {
+	member, list, ok := strings.Cut(s, ":")
+	member = strings.TrimSpace(member)
+	if !ok || member == "" {
+		return "", nil, fmt.Errorf("%q is not <member>:<key>=<value>,...", s)
+	}
+	set, err := labels.ConvertSelectorToLabelsMap(strings.TrimSpace(list))
+	if err != nil {
+		return "", nil, fmt.Errorf("labels of %s: %w", member, err)
+	}
+	return member, set, nil
 }
 
 func (d DataPath) validate(contexts []string) []error {

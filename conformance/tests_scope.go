@@ -3,13 +3,15 @@ package conformance
 // Export scoping: the proposal's open question "Should we introduce an
 // annotation to filter exporting to specific clusters in the ClusterSet?"
 // answered with mci's annotation, which names the members that may import
-// a pool; and per-cluster export configuration, the exporter's weight,
-// region and tags carried to its importers.
+// a pool or selects them by label; and per-cluster export configuration,
+// the exporter's weight, region and tags carried to its importers.
 
 import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -18,6 +20,10 @@ const (
 	reqScopeByName = "Proposal, Open Questions (Export scoping): an annotation on the exported InferencePool that limits which members " +
 		"import it (mci.x-k8s.io/export-to, by cluster name): a named member imports it, another serves no import, and the " +
 		"InferencePoolExport lists that member as not imported, with the reason"
+	reqScopeBySelector = "Proposal, Open Questions (Export scoping): an annotation on the exported InferencePool that limits which members " +
+		"import it (mci.x-k8s.io/export-to, by a label selector matched against each member's labels in the ClusterSet): the members " +
+		"whose labels match import it, no other member serves an import, the InferencePoolExport lists those as not imported, with the " +
+		"reason, and a changed selector moves the import to the members it now selects"
 	// exportToAnnotation limits an export to the members it names or
 	// selects; its value is a JSON object with "clusters" and "selector".
 	exportToAnnotation = "mci.x-k8s.io/export-to"
@@ -37,6 +43,12 @@ func scopeTests() []Test {
 		Requirement: reqScopeByName,
 		Label:       Optional,
 		Run:         testScopeByName,
+	}, {
+		Name:        "an export scoped by a label selector is imported by the members whose labels match and by no other",
+		Requirement: reqScopeBySelector,
+		Label:       Optional,
+		Clusters:    3,
+		Run:         testScopeBySelector,
 	}, {
 		Name:        "an exporter's weight, region and tags reach importers, and unreadable ones leave the export served and say so",
 		Requirement: reqExportSettings,
@@ -127,4 +139,101 @@ func testScopeByName(t *T) {
 	value := `{"clusters": ["` + in.Name + `", "` + out.Name + `"]}`
 	f.annotatePool(a, "pool", exportToAnnotation, &value)
 	f.eventually(out.Name+" imports the pool once the scope names it", f.importWith(out, "pool", a.Name))
+}
+
+// testScopeBySelector scopes an export by a label selector. Which labels a
+// member has is the ClusterSet's (a ClusterProfile's labels, a member
+// Secret's, a fleet inventory's), and the suite reads no implementation's
+// objects, so the runner states them with --member-labels and the test
+// picks a selector from them: one label that some members other than the
+// exporter have and others lack, so that both sides of the scope are
+// seen. Without --member-labels, or without such a label, it is skipped,
+// saying why.
+//
+// A member's labels are not changed by the test: how is the ClusterSet's,
+// and a hook for it (as for members leaving) would test the runner's
+// command more than the scope. The selector is changed instead, to its
+// negation, which moves the import from the members it selected to the
+// others: the same rule, evaluated again on a change.
+func testScopeBySelector(t *T) {
+	cs := t.Clusters()
+	a, others := cs[0], cs[1:]
+	given := t.suite.cfg.MemberLabels
+	if len(given) == 0 {
+		t.Skipf("no --member-labels: the runner has not said which labels the members have in this ClusterSet")
+	}
+	var missing []string
+	for _, c := range cs {
+		if _, ok := given[c.Name]; !ok {
+			missing = append(missing, c.Name)
+		}
+	}
+	if len(missing) > 0 {
+		t.Skipf("--member-labels names no labels for %s: name every member under test (<member>: for one without labels), or a member left out might match the selector", strings.Join(missing, ", "))
+	}
+	key, value, ok := splittingLabel(given, others)
+	if !ok {
+		t.Skipf("no label of --member-labels is had by some of %s and not by the others: the test needs a member in the selector's scope and one outside it", strings.Join(names(others...), ", "))
+	}
+	selected := func(c *Cluster) bool { return given[c.Name][key] == value }
+
+	f := newFixture(t)
+	for _, c := range cs {
+		f.createNamespace(c)
+	}
+	f.createEPPService(a, "pool")
+	scope := func(selector string) string { return `{"selector": "` + selector + `"}` }
+	f.createPool(a, "pool", map[string]string{
+		exportAnnotation:   exportClusterSet,
+		exportToAnnotation: scope(key + "=" + value),
+	})
+	exportsListed := serves(t, a, exportsGVR)
+	check := func(selector string, in func(*Cluster) bool) {
+		for _, c := range others {
+			if in(c) {
+				f.eventually(c.Name+" imports the pool, its labels matching "+selector, f.importWith(c, "pool", a.Name))
+			} else {
+				f.eventually(c.Name+" serves no import of the pool, its labels not matching "+selector, f.noImport(c, "pool"))
+			}
+		}
+		for _, c := range others {
+			if !in(c) {
+				f.consistently(c.Name+" serves no import of the pool under "+selector, f.absenceWindow(), f.noImport(c, "pool"))
+			}
+		}
+		if exportsListed {
+			for _, c := range others {
+				what := "the export lists " + c.Name + " as imported under " + selector
+				if !in(c) {
+					what = "the export lists " + c.Name + " as not imported under " + selector + ", and why"
+				}
+				f.eventually(what, f.exportTargets(a, c.Name, in(c)))
+			}
+		}
+	}
+	check(key+"="+value, selected)
+
+	// The negated selector moves the import to the members it left out.
+	negated := scope(key + "!=" + value)
+	f.annotatePool(a, "pool", exportToAnnotation, &negated)
+	check(key+"!="+value, func(c *Cluster) bool { return !selected(c) })
+}
+
+// splittingLabel finds a label key=value that some of cs have and others
+// do not, the first in the order of cs and of keys.
+func splittingLabel(given map[string]map[string]string, cs []*Cluster) (key, value string, ok bool) {
+	for _, c := range cs {
+		keys := make([]string, 0, len(given[c.Name]))
+		for k := range given[c.Name] {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			v := given[c.Name][k]
+			if slices.ContainsFunc(cs, func(o *Cluster) bool { return given[o.Name][k] != v }) {
+				return k, v, true
+			}
+		}
+	}
+	return "", "", false
 }

@@ -42,6 +42,14 @@ datapath_flags=(--datapath-url="http://127.0.$((datapath_block + 1)).1:8080" --d
   --datapath-import=demo/llm-pool --datapath-model=meta-llama/Llama-3.1-8B-Instruct
   --datapath-served-by-header=X-Simulator-Instance)
 
+# Member labels, for the test of export scoping by label selector: the
+# ClusterSet gives each member its labels on a member Secret that every
+# mci-apiserver reads (in place of its member kubeconfig file), and the
+# suite is told the same labels, since it reads no implementation's objects.
+member_labels=(cluster-a:region=us,tier=gold cluster-b:region=eu,tier=gold cluster-c:region=us)
+label_flags=()
+for l in "${member_labels[@]}"; do label_flags+=(--member-labels="${l}"); done
+
 go build -o "${OUTPUT_BIN}/clusterset" ./test/cmd/clusterset
 
 failed=()
@@ -62,7 +70,7 @@ for mode in ${MODES}; do
   (
     trap '"${OUTPUT_BIN}/clusterset" down --dir="${out}/clusterset"' EXIT
     "${OUTPUT_BIN}/clusterset" up --names="$(IFS=,; echo "${clusters[*]}")" --dir="${out}/clusterset" \
-      --mci-apiserver="${OUTPUT_BIN}/mci-apiserver" "${up_flags[@]}" "${history[@]}" >"${out}/clusterset-up.log" || exit
+      --mci-apiserver="${OUTPUT_BIN}/mci-apiserver" "${up_flags[@]}" "${history[@]}" "${label_flags[@]}" >"${out}/clusterset-up.log" || exit
     echo "+++ ${mode} mode: ClusterSet up after $((SECONDS - start))s; starting the data path" >&2
     datapath_start=${SECONDS}
     # --examples names an empty folder: the data path alone, none of the
@@ -73,7 +81,8 @@ for mode in ${MODES}; do
       --datapath --datapath-loopback-block="${datapath_block}" --datapath-bin-dir="${OUTPUT_BIN}" >"${out}/datapath-up.log" 2>&1 || exit
     echo "+++ ${mode} mode: data path up in $((SECONDS - datapath_start))s" >&2
     # A member leaves the local ClusterSet when its member kubeconfig is
-    # taken out of the directories every mci-apiserver watches.
+    # taken out of the directories every mci-apiserver watches and its
+    # member Secrets are deleted.
     membership_flags=(
       --member-leave-command="'${OUTPUT_BIN}/clusterset' leave --dir='${out}/clusterset' --member=\"\${MCI_CONFORMANCE_MEMBER}\""
       --member-join-command="'${OUTPUT_BIN}/clusterset' join --dir='${out}/clusterset' --member=\"\${MCI_CONFORMANCE_MEMBER}\"")
@@ -91,7 +100,7 @@ for mode in ${MODES}; do
     # shellcheck disable=SC2086 # CONFORMANCE_FLAGS is a list of flags
     "${OUTPUT_BIN}/mci-conformance" --kubeconfig="${kubeconfig}" --contexts="$(IFS=,; echo "${clusters[*]}")" \
       --report-dir="${out}" --implementation-version="${VERSION} (${mode} mode)" "${history_changes[@]}" \
-      "${datapath_flags[@]}" "${membership_flags[@]}" ${FLAGS} || suite=$?
+      "${datapath_flags[@]}" "${membership_flags[@]}" "${label_flags[@]}" ${FLAGS} || suite=$?
     echo "+++ ${mode} mode: the suite ran in $((SECONDS - suite_start))s" >&2
     exit "${suite:-0}"
   ) || status=$?

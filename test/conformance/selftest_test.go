@@ -5,7 +5,9 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +31,10 @@ type fault struct {
 	// must still pass) so that the self-test stays short.
 	run      string
 	mustFail []string
+	// brokenPoll is the poll timeout of the broken run, 5 s when 0: long
+	// enough that a healthy implementation would pass (a fault whose test
+	// waits out a member directory's re-read needs the default).
+	brokenPoll time.Duration
 }
 
 var faults = []fault{
@@ -60,6 +66,35 @@ var faults = []fault{
 			"the exporting cluster serves no import of its own pool",
 		},
 	},
+	{
+		// The member-leave command really takes the member out of the
+		// ClusterSet's member list; cluster-b's server reads a copy of
+		// that list taken before (--member-kubeconfig-dir, the flag an
+		// operator sets), so it keeps serving what the departed member
+		// exported, as an implementation that does not follow membership
+		// would.
+		name: "an importer keeps a departed member (its member list is a copy that does not follow the ClusterSet)",
+		inject: func(ctx context.Context, cs *localclusterset.ClusterSet) error {
+			snapshot := filepath.Join(cs.Dir, "members-snapshot")
+			if err := os.CopyFS(snapshot, os.DirFS(cs.MembersDir())); err != nil {
+				return err
+			}
+			return cs.RestartMCIAPIServerWithArgs(ctx, "cluster-b", "--member-kubeconfig-dir="+snapshot)
+		},
+		restore: func(ctx context.Context, cs *localclusterset.ClusterSet) error {
+			if err := cs.RestartMCIAPIServerWithArgs(ctx, "cluster-b"); err != nil {
+				return err
+			}
+			return os.RemoveAll(filepath.Join(cs.Dir, "members-snapshot"))
+		},
+		run: "leaves the ClusterSet",
+		mustFail: []string{
+			"a member that leaves the ClusterSet is dropped from every import, and the others' exports stay imported",
+		},
+		// mci-apiserver reads its member directory every 10 s: with a
+		// shorter wait the healthy server would fail the test too.
+		brokenPoll: conformance.DefaultPollTimeout,
+	},
 }
 
 func TestTheRequiredTestsCatchABrokenImplementation(t *testing.T) {
@@ -79,13 +114,21 @@ func TestTheRequiredTestsCatchABrokenImplementation(t *testing.T) {
 		require.NoError(t, err)
 		kubeconfigs = append(kubeconfigs, c.Kubeconfig)
 	}
+	// A member leaves this ClusterSet when its kubeconfig is taken out of
+	// the member directory every mci-apiserver reads (as `clusterset
+	// leave` does for a detached ClusterSet).
+	members, left := cs.MembersDir(), filepath.Join(cs.Dir, "members-left")
+	require.NoError(t, os.MkdirAll(left, 0o700))
+	member := `"${MCI_CONFORMANCE_MEMBER}.kubeconfig"`
 	config := func(run string, poll time.Duration) conformance.Config {
 		return conformance.Config{
-			Kubeconfig:  strings.Join(kubeconfigs, string(filepath.ListSeparator)),
-			Contexts:    cs.Names(),
-			PollTimeout: poll,
-			Labels:      []string{string(conformance.Required)},
-			Run:         run,
+			Kubeconfig:         strings.Join(kubeconfigs, string(filepath.ListSeparator)),
+			Contexts:           cs.Names(),
+			PollTimeout:        poll,
+			Labels:             []string{string(conformance.Required)},
+			Run:                run,
+			MemberLeaveCommand: fmt.Sprintf("cd '%s' && mv %s '%s/'", members, member, left),
+			MemberJoinCommand:  fmt.Sprintf("cd '%s' && mv %s '%s/'", left, member, members),
 		}
 	}
 	outcomes := func(t *testing.T, run string, poll time.Duration) map[string]conformance.Result {
@@ -103,7 +146,7 @@ func TestTheRequiredTestsCatchABrokenImplementation(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			// The healthy run has the default poll timeout (a member whose
 			// mci-apiserver the previous fault restarted may take a few
-			// seconds to be read again); the broken run a short one, since
+			// seconds to be read again); the broken run a short one (brokenPoll), since
 			// the tests that catch the fault wait it out.
 			healthy := outcomes(t, f.run, conformance.DefaultPollTimeout)
 			for _, name := range f.mustFail {
@@ -111,7 +154,7 @@ func TestTheRequiredTestsCatchABrokenImplementation(t *testing.T) {
 				require.Equal(t, conformance.Pass, healthy[name].Outcome, "the healthy implementation must pass %q first: %s", name, healthy[name].Reason)
 			}
 			require.NoError(t, f.inject(ctx, cs))
-			broken := outcomes(t, f.run, 5*time.Second)
+			broken := outcomes(t, f.run, cmp.Or(f.brokenPoll, 5*time.Second))
 			require.NoError(t, f.restore(ctx, cs))
 			for _, name := range f.mustFail {
 				assert.Equal(t, conformance.Fail, broken[name].Outcome, "%q did not catch the fault", name)

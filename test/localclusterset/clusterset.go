@@ -78,6 +78,7 @@ type ClusterSet struct {
 	serverFlags       mciServerFlags
 	summaryReaderOnly bool
 	readerIdentities  bool
+	memberLabels      map[string]map[string]string
 	etcd              *process
 	pki               *pki
 	log               io.Writer
@@ -124,6 +125,7 @@ func Up(ctx context.Context, opts Options) (*ClusterSet, error) {
 		},
 		summaryReaderOnly: opts.SummaryReaderOnly,
 		readerIdentities:  opts.ReaderIdentities,
+		memberLabels:      opts.MemberLabels,
 	}
 	if err := cs.up(ctx, opts); err != nil {
 		if stopErr := cs.Stop(); stopErr != nil {
@@ -225,6 +227,9 @@ func (cs *ClusterSet) up(ctx context.Context, opts Options) error {
 		}
 	}
 	if err := cs.writeMembers(); err != nil {
+		return err
+	}
+	if err := cs.writeMemberSecrets(ctx); err != nil {
 		return err
 	}
 

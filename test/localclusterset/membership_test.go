@@ -1,6 +1,7 @@
 package localclusterset
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,19 +25,19 @@ func TestAMemberLeavesEveryMemberDirectoryAndJoinsBack(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(cs.Dir, f), []byte(f), 0o600))
 	}
 
-	require.NoError(t, cs.Leave("cluster-a"))
+	require.NoError(t, cs.Leave(context.Background(), "cluster-a"))
 	for _, f := range files {
 		assert.NoFileExists(t, filepath.Join(cs.Dir, f), "after leaving")
 	}
 	assert.FileExists(t, filepath.Join(cs.Dir, stays), "the other member stays")
-	assert.Error(t, cs.Leave("cluster-a"), "a member that left cannot leave again")
+	assert.Error(t, cs.Leave(context.Background(), "cluster-a"), "a member that left cannot leave again")
 
-	require.NoError(t, cs.Join("cluster-a"))
+	require.NoError(t, cs.Join(context.Background(), "cluster-a"))
 	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join(cs.Dir, f))
 		require.NoError(t, err, "after joining")
 		assert.Equal(t, f, string(b), "the kubeconfig it had")
 	}
-	assert.Error(t, cs.Join("cluster-a"), "a member cannot join twice")
-	assert.Error(t, cs.Leave("cluster-z"), "no such cluster")
+	assert.Error(t, cs.Join(context.Background(), "cluster-a"), "a member cannot join twice")
+	assert.Error(t, cs.Leave(context.Background(), "cluster-z"), "no such cluster")
 }

@@ -68,6 +68,15 @@ type Options struct {
 	// it every reader shares the identity of the members/ kubeconfigs,
 	// which tests edit to make members leave and join.
 	ReaderIdentities bool
+	// MemberLabels gives the clusters it names labels in the ClusterSet,
+	// as a real ClusterSet gives a member labels on the object that makes
+	// it one: every mci-apiserver finds such a member in a Secret of its
+	// mci-system namespace, labelled mci.x-k8s.io/member-cluster and with
+	// these labels, rather than in its member kubeconfig directory, so
+	// that exports can be scoped by selector (docs/api.md). Its own
+	// cluster included: a server knows its own labels from its member
+	// list. Leave and Join move the Secrets too.
+	MemberLabels map[string]map[string]string
 	// Links puts a controllable TCP proxy on each link between an
 	// mci-apiserver and a member it watches, between a test client and each
 	// kube-apiserver, and (with StartDataPath) between mci-sidecar and each
@@ -109,6 +118,16 @@ func (o *Options) complete() error {
 			return fmt.Errorf("clusterset: cluster %q named twice", c)
 		}
 		seen[c] = true
+	}
+	for c, set := range o.MemberLabels {
+		if !seen[c] {
+			return fmt.Errorf("clusterset: Options.MemberLabels names %q, which is not a cluster", c)
+		}
+		for k, v := range set {
+			if errs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...); len(errs) > 0 || k == memberClusterLabel {
+				return fmt.Errorf("clusterset: Options.MemberLabels of %s: %s=%s is not a label it may have: %s", c, k, v, strings.Join(errs, "; "))
+			}
+		}
 	}
 	switch {
 	case o.Replicas == 0:

@@ -35,6 +35,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/mci-dev/mci/test/localclusterset"
 )
 
@@ -61,7 +63,7 @@ func main() {
 	case "apply-examples":
 		err = applyExamples(ctx, args)
 	case "leave", "join":
-		err = membership(cmd, args)
+		err = membership(ctx, cmd, args)
 	default:
 		usage()
 	}
@@ -75,6 +77,7 @@ func usage() {
 	fmt.Fprintln(os.Stderr, `usage:
   clusterset up [--clusters=N | --names=a,b,c] [--dir=`+defaultDir+`] [--mci-apiserver=`+defaultMCIAPIServer+`]
                 [--member-summaries=auto|never] [--summary-reader-only] [--reader-identities]
+                [--member-labels=<member>:<key>=<value>,... ...]
   clusterset down [--dir=`+defaultDir+`]
   clusterset status [--dir=`+defaultDir+`]
   clusterset apply-examples [--dir=`+defaultDir+`] [--examples=`+defaultExamples+`] [--datapath [--datapath-loopback-block=90]]
@@ -92,9 +95,22 @@ func up(ctx context.Context, args []string) error {
 	watchHistory := flags.Int("watch-history-size", 0, "every mci-apiserver's --watch-history-size (default: the server's)")
 	summaryReaderOnly := flags.Bool("summary-reader-only", false, "grant the member identity the read of mci-apiserver's summaries only, so that summary mode is the only one that works")
 	readerIdentities := flags.Bool("reader-identities", false, "each cluster's mci-apiservers read the others with an identity of their own that names them, as scoped exports need in summary mode")
+	memberLabels := map[string]map[string]string{}
+	flags.Func("member-labels", "labels of one member, as <member>:<key>=<value>,... (<member>: for none): every mci-apiserver then finds that member in a member Secret with these labels, so that exports can be scoped by selector; repeat it per member", func(v string) error {
+		member, list, ok := strings.Cut(v, ":")
+		if !ok || member == "" {
+			return fmt.Errorf("%q is not <member>:<key>=<value>,...", v)
+		}
+		set, err := labels.ConvertSelectorToLabelsMap(list)
+		if err != nil {
+			return fmt.Errorf("labels of %s: %w", member, err)
+		}
+		memberLabels[member] = set
+		return nil
+	})
 	_ = flags.Parse(args)
 
-	opts := localclusterset.Options{Dir: *dir, Detached: true, Log: os.Stderr, MemberSummaries: *summaries, SummaryReaderOnly: *summaryReaderOnly, ReaderIdentities: *readerIdentities, WatchHistorySize: *watchHistory}
+	opts := localclusterset.Options{Dir: *dir, Detached: true, Log: os.Stderr, MemberSummaries: *summaries, SummaryReaderOnly: *summaryReaderOnly, ReaderIdentities: *readerIdentities, WatchHistorySize: *watchHistory, MemberLabels: memberLabels}
 	switch {
 	case *count != 0 && *names != "":
 		return errors.New("give --clusters or --names, not both")
@@ -193,7 +209,7 @@ func status(ctx context.Context, args []string) error {
 
 // membership takes a member out of the ClusterSet (leave) or puts it back
 // (join).
-func membership(cmd string, args []string) error {
+func membership(ctx context.Context, cmd string, args []string) error {
 	flags := flag.NewFlagSet(cmd, flag.ExitOnError)
 	dir := flags.String("dir", defaultDir, "directory of the ClusterSet")
 	member := flags.String("member", "", "the member cluster that leaves or joins")
@@ -209,9 +225,9 @@ func membership(cmd string, args []string) error {
 		return err
 	}
 	if cmd == "leave" {
-		err = cs.Leave(*member)
+		err = cs.Leave(ctx, *member)
 	} else {
-		err = cs.Join(*member)
+		err = cs.Join(ctx, *member)
 	}
 	if err != nil {
 		return err

@@ -133,16 +133,19 @@ type MemberLabels interface {
 // WATCH (a scope that comes to exclude it is a DELETED event, one that
 // comes to include it an ADDED one), 404 to a GET. A reader that names no
 // member gets the exports that are not scoped only.
+//
+// The member's labels are read when each summary is judged, not once per
+// request: a watch outlives what this cluster knew of the reader when it
+// began (a reader that connects while this server's membership is still
+// being read, a member whose labels change), and the next change of a
+// summary must reach it with the labels known then.
 func Visibility(members MemberLabels) func(ctx context.Context) func(virtual.Object) bool {
 	var log unidentifiedLog
 	return func(ctx context.Context) func(virtual.Object) bool {
 		u, _ := genericapirequest.UserFrom(ctx)
 		name, reason := readerMember(u)
 		identified := reason == ""
-		var memberLabels map[string]string
-		if identified {
-			memberLabels = members.MemberLabels(name)
-		} else {
+		if !identified {
 			log.note(ctx, u, reason)
 		}
 		return func(o virtual.Object) bool {
@@ -156,7 +159,7 @@ func Visibility(members MemberLabels) func(ctx context.Context) func(virtual.Obj
 				_, scoped := s.Annotations[v1alpha1.ExportToAnnotation]
 				return !scoped
 			}
-			return imports.ExportScopeIncludes(s, name, memberLabels)
+			return imports.ExportScopeIncludes(s, name, members.MemberLabels(name))
 		}
 	}
 }

@@ -89,6 +89,22 @@ func TestSummariesAreSentToTheMembersInTheirScope(t *testing.T) {
 	}
 }
 
+// A watch judges each summary with the reader's labels as this cluster
+// knows them then: a reader whose watch began before its labels were
+// known (this server still reading its membership) is sent the next
+// summary its labels select.
+func TestAWatchJudgesSummariesWithTheLabelsKnownThen(t *testing.T) {
+	known := labelsOf{}
+	visible := Visibility(known)
+	ctx := genericapirequest.WithUser(context.Background(), &user.DefaultInfo{Name: "r", Groups: []string{MemberGroupPrefix + "cluster-b"}})
+	watch := visible(ctx)
+	s := &inference.InferencePoolExportSummary{}
+	s.Annotations = map[string]string{v1alpha1.ExportToAnnotation: `{"selector":"region=eu"}`}
+	assert.False(t, watch(s), "no labels known yet")
+	known["cluster-b"] = map[string]string{"region": "eu"}
+	assert.True(t, watch(s), "the labels known once the membership was read")
+}
+
 // A reader that names no member is counted on every request, by reason,
 // and logged once per change of who it is.
 func TestUnidentifiedReadersAreCountedAndLoggedOncePerChange(t *testing.T) {

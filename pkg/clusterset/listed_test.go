@@ -63,20 +63,28 @@ func TestAMembersVersionIsItsFirstListsOnceListed(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
+	checkPlacedAtItsLists(t, "remote", events, KindExportSummary, afterDeletion)
+}
+
+// checkPlacedAtItsLists checks a member's events until it counted as
+// listed: one KindListed, after every event of kind, whose version is at
+// least afterDeletion, which none of those carries.
+func checkPlacedAtItsLists(t *testing.T, member string, events []Event, kind Kind, afterDeletion uint64) {
+	t.Helper()
 	var listed, newest uint64
 	for _, ev := range events {
 		switch ev.Kind {
 		case KindListed:
-			assert.Zero(t, listed, "announced once")
+			assert.Zero(t, listed, "%s: announced once", member)
 			listed = ev.ResourceVersion
-		case KindExportSummary:
-			assert.Zero(t, listed, "announced after every listed summary: %v", ev)
+		case kind:
+			assert.Zero(t, listed, "%s: announced after every listed object: %v", member, ev)
 			newest = max(newest, ev.ResourceVersion)
 		}
 	}
-	require.NotZero(t, listed, "the member's first list is announced before it counts as listed; events: %v", events)
-	assert.GreaterOrEqual(t, listed, afterDeletion, "the list's version covers the deletion")
-	assert.Less(t, newest, afterDeletion, "no listed summary carries the deletion")
+	require.NotZero(t, listed, "%s: the member's first lists are announced before it counts as listed; events: %v", member, events)
+	assert.GreaterOrEqual(t, listed, afterDeletion, "%s: the lists' version covers the deletion", member)
+	assert.Less(t, newest, afterDeletion, "%s: no listed object carries the deletion", member)
 }
 
 // The same in full mode, for a member read through its kube-apiserver and
@@ -131,19 +139,6 @@ func TestAMemberReadInFullModeIsPlacedAtItsFirstListsOnceListed(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	for _, member := range []string{"local", "remote"} {
-		var listed, newest uint64
-		for _, ev := range events[member] {
-			switch ev.Kind {
-			case KindListed:
-				assert.Zero(t, listed, "%s: announced once", member)
-				listed = ev.ResourceVersion
-			case KindInferencePool:
-				assert.Zero(t, listed, "%s: announced after every listed pool: %v", member, ev)
-				newest = max(newest, ev.ResourceVersion)
-			}
-		}
-		require.NotZero(t, listed, "%s: the member's first lists are announced before it counts as listed; events: %v", member, events[member])
-		assert.GreaterOrEqual(t, listed, afterDeletion, "%s: the lists' version covers the deletion", member)
-		assert.Less(t, newest, afterDeletion, "%s: no listed pool carries the deletion", member)
+		checkPlacedAtItsLists(t, member, events[member], KindInferencePool, afterDeletion)
 	}
 }

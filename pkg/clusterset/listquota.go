@@ -32,9 +32,10 @@ type typedListWatch[L runtime.Object] interface {
 // informer of obj (of kind) that lists and watches the member through
 // client, a client of namespace ("": of all namespaces), within its limits
 // (listQuota; the local cluster has none), recording the first list of
-// an informer of all namespaces (listed.go). Registered before the factory's own accessor is called, it
-// is the one that accessor, its lister and the factory's Start use; the
-// factory still sets its transform on it.
+// an informer of all namespaces (listed.go). Registered before the
+// factory's own accessor is called, it is the one that accessor, its
+// lister and the factory's Start use; the factory still sets its
+// transform on it.
 func boundedInformer[C any, L runtime.Object](m *member, kind Kind, namespace string, obj runtime.Object, client typedListWatch[L], transform cache.TransformFunc) func(C, time.Duration) cache.SharedIndexInformer {
 	return func(C, time.Duration) cache.SharedIndexInformer {
 		var first *firstList

@@ -60,6 +60,9 @@ type report struct {
 	// Failures are the missed targets, each with its explanation; empty
 	// when the soak passed.
 	Failures []string `json:"failures"`
+	// NotJudged are the checks that had nothing to judge, and why: neither
+	// missed nor passed.
+	NotJudged []string `json:"not_judged,omitempty"`
 }
 
 type faultResult struct {
@@ -227,14 +230,16 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 	if r.WrongModel > 0 {
 		r.Failures = append(r.Failures, fmt.Sprintf("%d requests answered by another model than %s, the one they named (target 0); first: %s", r.WrongModel, model, strings.Join(r.WrongModelFirst, " | ")))
 	}
-	excluded := withdrawnAt(withdrawals, end, 5*time.Second)
 	for _, w := range windows {
 		if w.Kind != errorSink && w.Kind != hungFirstByte {
 			continue
 		}
-		o := judgeOutlier(w, requests, excluded)
-		if !o.OK {
+		o := judgeOutlier(w, requests, withdrawals, end)
+		if o.Why != "" {
 			r.Failures = append(r.Failures, fmt.Sprintf("fault %s: %s", w.fault, o.Why))
+		}
+		if o.NotJudged != "" {
+			r.NotJudged = append(r.NotJudged, fmt.Sprintf("fault %s: not judged: %s", w.fault, o.NotJudged))
 		}
 		r.Outliers = append(r.Outliers, o)
 	}
@@ -392,12 +397,18 @@ func (r *report) markdown() string {
 	if len(r.Failures) > 0 {
 		verdict = fmt.Sprintf("FAIL (%d targets missed)", len(r.Failures))
 	}
+	if len(r.NotJudged) > 0 {
+		verdict += fmt.Sprintf(", %d checks not judged", len(r.NotJudged))
+	}
 	fmt.Fprintf(&b, "# Chaos soak: %s\n\n", verdict)
 	fmt.Fprintf(&b, "Seed %d (`SOAK_SEED=%d make soak SOAK_DURATION=%s` replays the schedule), %s from %s, %.0f req/s, %d watchers.\n\n",
 		r.Seed, r.Seed, r.Duration, r.Duration, r.Began.UTC().Format(time.RFC3339), r.Rate, r.Watchers.Watchers)
 	fmt.Fprintf(&b, "| target | figure | verdict |\n|---|---|---|\n")
+	rowVerdict := func(target, figure, verdict string) {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", target, figure, verdict)
+	}
 	row := func(target, figure string, ok bool) {
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", target, figure, map[bool]string{true: "ok", false: "MISSED"}[ok])
+		rowVerdict(target, figure, map[bool]string{true: "ok", false: "MISSED"}[ok])
 	}
 	row("after a heal, every view equals a fresh LIST ("+r.HealTarget+")",
 		fmt.Sprintf("p50 %.2fs, p99 %.2fs, max %.2fs over %d heals (EPP link and model server faults not counted); %d not converged", r.Heals.P50, r.Heals.P99, r.Heals.Max, r.Heals.N, r.Heals.Failed),
@@ -416,8 +427,12 @@ func (r *report) markdown() string {
 		if o.Back >= 0 {
 			back = fmt.Sprintf("back %.1fs after the heal", o.Back.Seconds())
 		}
-		row(target, fmt.Sprintf("%d of %d (%.1f%%; %.0f%% in the 10s before); last other request to it sent +%.1fs into the fault; %d failed at it; %s",
-			o.ToCluster, o.Judged, 100*float64(o.ToCluster)/math.Max(1, float64(o.Judged)), 100*o.ShareBefore, o.LastBefore.Seconds(), o.FailedAt, back), o.OK)
+		verdict := map[bool]string{true: "ok", false: "MISSED"}[o.Why == ""]
+		if o.Why == "" && o.NotJudged != "" {
+			verdict = "not judged (below)"
+		}
+		rowVerdict(target, fmt.Sprintf("%d of %d (%.1f%%; %.0f%% in the 10s before); last other request to it sent +%.1fs into the fault; %d failed at it; %s",
+			o.ToCluster, o.Judged, 100*float64(o.ToCluster)/math.Max(1, float64(o.Judged)), 100*o.ShareBefore, o.LastBefore.Seconds(), o.FailedAt, back), verdict)
 	}
 	for _, f := range r.Faults {
 		for _, c := range f.Checks {
@@ -499,6 +514,12 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "\n## Targets missed\n\n")
 		for _, f := range r.Failures {
 			fmt.Fprintf(&b, "- %s\n", f)
+		}
+	}
+	if len(r.NotJudged) > 0 {
+		fmt.Fprintf(&b, "\n## Not judged (neither missed nor passed)\n\n")
+		for _, n := range r.NotJudged {
+			fmt.Fprintf(&b, "- %s\n", n)
 		}
 	}
 	return b.String()

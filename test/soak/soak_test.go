@@ -232,13 +232,19 @@ func TestSoak(t *testing.T) {
 	require.NoError(t, err)
 
 	phase := cfg.Duration - cfg.Warmup - cfg.Tail
-	faults := newSchedule(cfg.Seed, topo, scheduleOptions{
+	opts := scheduleOptions{
 		Phase:      phase,
 		Gap:        [2]time.Duration{8 * time.Second, 25 * time.Second},
 		OverlapGap: [2]time.Duration{time.Second, 4 * time.Second},
 		Hold:       [2]time.Duration{6 * time.Second, 20 * time.Second},
-	})
-	logf("soak: schedule of seed %d: %d faults over %s after a %s warm-up, then a %s quiet tail:\n%s", cfg.Seed, len(faults), phase, cfg.Warmup, cfg.Tail, describeSchedule(faults))
+		// Export changes run from the start and stop halfway into the
+		// quiet tail.
+		Warmup: cfg.Warmup, ExportsUntil: phase + cfg.Tail/2,
+	}
+	faults := newSchedule(cfg.Seed, topo, opts)
+	plan := planWithdrawals(cfg.Seed, topo, opts, faults)
+	logf("soak: schedule of seed %d: %d faults over %s after a %s warm-up, then a %s quiet tail:\n%s%d withdrawals of the data path pool (from the faults' start):\n%s",
+		cfg.Seed, len(faults), phase, cfg.Warmup, cfg.Tail, describeSchedule(faults), len(plan), describeWithdrawals(plan))
 
 	// Traffic, export changes and runtime sampling run from here to the
 	// end; faults from the end of the warm-up to the tail.
@@ -251,7 +257,7 @@ func TestSoak(t *testing.T) {
 	running.Go(func() { tr.run(runCtx, cfg.Rate) })
 	ex := &exporter{
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0xe4)), clients: mci, exporters: exporters, gateway: mci[dp.GatewayCluster],
-		dpNS: dp.Namespace, dpPool: dp.Pool, w: w, mon: mon, logf: logf, gone: 3 * time.Minute,
+		dpNS: dp.Namespace, dpPool: dp.Pool, w: w, mon: mon, logf: logf, gone: 3 * time.Minute, plan: plan, start: begin.Add(cfg.Warmup),
 	}
 	exCtx, stopExports := context.WithCancel(ctx)
 	defer stopExports()
@@ -327,6 +333,9 @@ func TestSoak(t *testing.T) {
 	logf("soak: results in %s", cfg.Out)
 	for _, f := range r.Failures {
 		t.Errorf("target missed: %s", f)
+	}
+	for _, n := range r.NotJudged {
+		t.Logf("not judged: %s", n)
 	}
 	for _, p := range cs.Processes() {
 		if !p.Alive {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestJudgeOutlierCountsNewRequestsToTheFailingClusterBeyondItsProbes(t *testing.T) {
@@ -148,4 +149,27 @@ func TestJudgeOutlierCountsFailuresAtTheClusterUnderAWithdrawal(t *testing.T) {
 	assert.False(t, res.OK, "a fault with nothing to judge is not passed")
 	assert.NotEmpty(t, res.NotJudged)
 	assert.Equal(t, 151, res.FailedAt, "the requests the failing cluster failed are counted, the one under way at its start too")
+}
+
+func TestReportListsAFaultWithNothingToJudgeApartFromTheMissedTargets(t *testing.T) {
+	begin := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return begin.Add(time.Duration(s * float64(time.Second))) }
+	end := at(75)
+	sink := window{fault: fault{ID: 1, Kind: errorSink, Target: "cluster-a", Hold: 11 * time.Second}, Start: at(12), Healed: at(23)}
+	// cluster-a's export was withdrawn in the warm-up and never restored:
+	// every request went to cluster-c.
+	var reqs []request
+	for i := range 700 {
+		sent := at(float64(i) / 10)
+		reqs = append(reqs, request{Sent: sent, Done: sent.Add(30 * time.Millisecond), Code: 200, Cluster: "cluster-c", Model: "m"})
+	}
+	wds := []withdrawal{{Cluster: "cluster-a", At: at(6), Converged: true, Gone: 100 * time.Millisecond}}
+	cfg := config{Seed: 4242, Duration: 75 * time.Second, Warmup: 10 * time.Second, HealTarget: 5 * time.Second}
+	r := buildReport(cfg, begin, end, []fault{sink.fault}, []window{sink}, nil, reqs, 0, wds, 0, watcherResult{}, nil, testTopology, "m")
+	assert.Empty(t, r.Failures, "nothing missed")
+	require.Len(t, r.NotJudged, 1)
+	assert.Contains(t, r.NotJudged[0], "fault #1 error-sink cluster-a's model servers for 11s: not judged: its share from 5s into the fault to its heal: cluster-a's export of the data path pool was withdrawn from 6.0s before the fault to the end of the soak")
+	md := r.markdown()
+	assert.Contains(t, md, "# Chaos soak: PASS, 1 checks not judged")
+	assert.Contains(t, md, "| not judged (below) |")
 }

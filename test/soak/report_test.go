@@ -36,6 +36,8 @@ type report struct {
 	Requests    requestResult    `json:"requests"`
 	Withdrawals []withdrawResult `json:"withdrawals"`
 	Misrouted   int              `json:"misrouted"`
+	// Regional is what the regional route's requests were answered.
+	Regional *regionalResult `json:"regional_route,omitempty"`
 	// Outliers are the model server faults and what their cluster took.
 	Outliers []outlierResult `json:"model_server_faults"`
 	// WrongModel are the requests answered by another model than the one
@@ -101,12 +103,16 @@ type requestResult struct {
 	AtFailingCluster int `json:"failed_at_failing_cluster"`
 	// Unexplained failed outside every window of a fault on the data
 	// path (target 0); UnexplainedFirst are the first of them.
-	Unexplained      int            `json:"failed_unexplained"`
-	UnexplainedFirst []string       `json:"unexplained_first,omitempty"`
-	NotSent          int            `json:"not_sent"`
-	ByCluster        map[string]int `json:"by_cluster"`
-	LatencyP50       float64        `json:"latency_p50_s"`
-	LatencyP99       float64        `json:"latency_p99_s"`
+	Unexplained      int      `json:"failed_unexplained"`
+	UnexplainedFirst []string `json:"unexplained_first,omitempty"`
+	// Refused are the regional route's requests that mci-sidecar refused
+	// (503) because no cluster of its region was left: expected, not
+	// failures.
+	Refused    int            `json:"refused_no_cluster_in_region"`
+	NotSent    int            `json:"not_sent"`
+	ByCluster  map[string]int `json:"by_cluster"`
+	LatencyP50 float64        `json:"latency_p50_s"`
+	LatencyP99 float64        `json:"latency_p99_s"`
 }
 
 type withdrawResult struct {
@@ -205,6 +211,10 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 			}
 			continue
 		}
+		if refusedForRegion(q) {
+			r.Requests.Refused++
+			continue
+		}
 		r.Requests.Failed++
 		if slices.ContainsFunc(windows, func(w window) bool { return atFailing(w, q) }) {
 			r.Requests.AtFailingCluster++
@@ -230,11 +240,24 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 	if r.WrongModel > 0 {
 		r.Failures = append(r.Failures, fmt.Sprintf("%d requests answered by another model than %s, the one they named (target 0); first: %s", r.WrongModel, model, strings.Join(r.WrongModelFirst, " | ")))
 	}
+	if topo.Regional != "" {
+		reg := judgeRegional(requests, topo.Regional, begin)
+		r.Regional = &reg
+		if reg.Outside > 0 {
+			r.Failures = append(r.Failures, fmt.Sprintf("%d requests of the route restricted to %s answered by a cluster outside it (target 0); first: %s", reg.Outside, reg.Region, strings.Join(reg.OutsideFirst, " | ")))
+		}
+		if reg.InRegion == 0 {
+			r.Failures = append(r.Failures, fmt.Sprintf("no request of the route restricted to %s was answered by %s, its cluster", reg.Region, topo.Regional))
+		}
+	}
+	// The outlier checks judge the data path's own route: the regional
+	// route's requests can go to one cluster only.
+	mainRoute := slices.DeleteFunc(slices.Clone(requests), func(q request) bool { return q.Route != "" })
 	for _, w := range windows {
 		if w.Kind != errorSink && w.Kind != hungFirstByte {
 			continue
 		}
-		o := judgeOutlier(w, requests, withdrawals, end)
+		o := judgeOutlier(w, mainRoute, withdrawals, end)
 		if o.Why != "" {
 			r.Failures = append(r.Failures, fmt.Sprintf("fault %s: %s", w.fault, o.Why))
 		}
@@ -416,6 +439,11 @@ func (r *report) markdown() string {
 	row("requests failed outside fault windows (lost): 0",
 		fmt.Sprintf("%d of %d failed: %d at a failing model server's cluster before its ejection or as its probes, %d in another fault's window, %d outside", r.Requests.Failed, r.Requests.Total, r.Requests.AtFailingCluster, r.Requests.Explained, r.Requests.Unexplained), r.Requests.Unexplained == 0)
 	row("requests answered by another model than they named: 0", fmt.Sprintf("%d of %d answered", r.WrongModel, r.Requests.OK), r.WrongModel == 0)
+	if g := r.Regional; g != nil {
+		row(fmt.Sprintf("requests of the route restricted to region %s answered by a cluster outside it: 0", g.Region),
+			fmt.Sprintf("%d of %d: %d answered in the region, %d failed there, %d refused (503: no cluster of the region left), %d failed otherwise", g.Outside, g.Sent, g.InRegion, g.FailedInRegion, g.Refused, g.Sent-g.InRegion-g.FailedInRegion-g.Refused-g.Outside),
+			g.Outside == 0 && g.InRegion > 0)
+	}
 	for _, o := range r.Outliers {
 		target := fmt.Sprintf("#%d %s %s: new requests to it from %s to the heal: at most %d (probes, one each %s", o.ID, o.Kind, o.Cluster, o.JudgedAfter, o.Allowed, probeEvery)
 		if o.Kind == errorSink {

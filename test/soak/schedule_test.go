@@ -173,6 +173,9 @@ type topology struct {
 	// (nameFailure): the second exporter's Secret for the first, off the
 	// data path, so that its member's flag is judged on its own.
 	Named [2]string
+	// Regional is the exporter whose region the regional route is
+	// restricted to; empty when the soak has no regional route.
+	Regional string
 }
 
 // scheduleOptions shape a schedule.

@@ -40,10 +40,11 @@ type withdrawal struct {
 	Gone time.Duration `json:"gone"`
 }
 
-// exporter makes the export changes of the soak on a seeded schedule: in
-// the exporting clusters, pools of soakNS created, deleted, their export
-// withdrawn and restored; and the data path's pool withdrawn by one
-// exporter at a time and restored.
+// exporter makes the export changes of the soak: in the exporting
+// clusters, pools of soakNS created, deleted, their export withdrawn and
+// restored, on a seeded schedule of their own; and the data path's pool
+// withdrawn by one exporter at a time and restored, as the schedule's plan
+// says (planWithdrawals).
 type exporter struct {
 	rng       *rand.Rand
 	clients   map[string]mciclient.Interface
@@ -57,6 +58,10 @@ type exporter struct {
 	// gone is the bound of the wait for a withdrawal to leave the gateway
 	// cluster's import.
 	gone time.Duration
+	// plan are the withdrawals of the data path pool, counted from start,
+	// the start of the fault phase.
+	plan  []plannedWithdrawal
+	start time.Time
 
 	mu          sync.Mutex
 	withdrawals []*withdrawal
@@ -64,39 +69,41 @@ type exporter struct {
 	changes     int
 }
 
-// run changes exports every 4-10s until ctx ends, then restores the data
-// path pool's export.
+// run changes the pools of soakNS every 4-10s, and makes the planned
+// withdrawals of the data path pool, until ctx ends; a withdrawal open
+// then is restored.
 func (e *exporter) run(ctx context.Context) {
-	var open *withdrawal
-	restoreAt := time.Time{}
-	defer func() {
-		if open != nil {
-			e.restore(context.Background(), open)
-		}
-	}()
+	var planned sync.WaitGroup
+	planned.Go(func() { e.runPlan(ctx) })
+	defer planned.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(4*time.Second + time.Duration(e.rng.Int64N(int64(6*time.Second)))):
 		}
-		held := e.w.dataPathIsHeld()
-		switch {
-		case open != nil && (held || time.Now().After(restoreAt)):
-			// Restored early under a model server fault.
-			e.restore(ctx, open)
-			open = nil
-		case open == nil && e.rng.IntN(4) == 0:
-			cluster := e.exporters[e.rng.IntN(len(e.exporters))]
-			restoreAt = time.Now().Add(15*time.Second + time.Duration(e.rng.Int64N(int64(15*time.Second))))
-			if held {
-				e.changePool(ctx, cluster)
-				continue
-			}
-			open = e.withdraw(ctx, cluster)
-		default:
-			e.changePool(ctx, e.exporters[e.rng.IntN(len(e.exporters))])
+		e.changePool(ctx, e.exporters[e.rng.IntN(len(e.exporters))])
+	}
+}
+
+// runPlan makes the planned withdrawals of the data path pool, on its own
+// goroutine: a pool change that waits on a paused kube-apiserver does not
+// delay them.
+func (e *exporter) runPlan(ctx context.Context) {
+	for _, p := range e.plan {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(e.start.Add(p.At))):
 		}
+		wd := e.withdraw(ctx, p.Cluster)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(e.start.Add(p.Restore))):
+		}
+		// Restored even when a withdrawal failed: the patch may have
+		// reached the kube-apiserver all the same.
+		e.restore(p.Cluster, wd)
 	}
 }
 
@@ -169,7 +176,9 @@ func (e *exporter) annotateExport(ctx context.Context, patch patcher, name strin
 func (e *exporter) withdraw(ctx context.Context, cluster string) *withdrawal {
 	pools := e.clients[cluster].InferencePoolV1().InferencePools(e.dpNS)
 	e.w.touch(e.dpNS + "/" + e.dpPool)
-	if err := e.annotateExport(ctx, pools.Patch, e.dpPool, false); err != nil {
+	patchCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := e.annotateExport(patchCtx, pools.Patch, e.dpPool, false); err != nil {
 		e.logf("export change: withdrawing %s/%s in %s: %v", e.dpNS, e.dpPool, cluster, err)
 		return nil
 	}
@@ -196,21 +205,47 @@ func (e *exporter) withdraw(ctx context.Context, cluster string) *withdrawal {
 	return wd
 }
 
-func (e *exporter) restore(ctx context.Context, wd *withdrawal) {
-	if wd == nil {
-		return
-	}
-	pools := e.clients[wd.Cluster].InferencePoolV1().InferencePools(e.dpNS)
+// restoreWithin bounds the retries of a restore: the longest a planned
+// fault keeps a kube-apiserver from answering, and more.
+const restoreWithin = 2 * time.Minute
+
+// restore exports the data path pool from cluster again, retrying each
+// second while its kube-apiserver does not answer (a pause, a restart
+// the schedule did not foresee): a restore given up would leave the
+// cluster out of the data path to the end of the soak.
+func (e *exporter) restore(cluster string, wd *withdrawal) {
+	pools := e.clients[cluster].InferencePoolV1().InferencePools(e.dpNS)
 	e.w.touch(e.dpNS + "/" + e.dpPool)
-	if err := e.annotateExport(ctx, pools.Patch, e.dpPool, true); err != nil {
-		e.logf("export change: restoring %s/%s in %s: %v", e.dpNS, e.dpPool, wd.Cluster, err)
+	ctx, cancel := context.WithTimeout(context.Background(), restoreWithin)
+	defer cancel()
+	failures := 0
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		patchCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := e.annotateExport(patchCtx, pools.Patch, e.dpPool, true); err != nil {
+			if failures == 0 {
+				e.logf("export change: restoring %s/%s in %s: %v (retrying)", e.dpNS, e.dpPool, cluster, err)
+			}
+			failures++
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		e.logf("export change: restoring %s/%s in %s: not restored within %s", e.dpNS, e.dpPool, cluster, restoreWithin)
 		return
 	}
-	e.mu.Lock()
-	wd.Restored = time.Now()
-	e.mu.Unlock()
-	e.w.setExported(wd.Cluster, e.dpNS+"/"+e.dpPool, true)
-	e.changed(fmt.Sprintf("restore %s/%s (data path) in %s", e.dpNS, e.dpPool, wd.Cluster))
+	if wd != nil {
+		e.mu.Lock()
+		wd.Restored = time.Now()
+		e.mu.Unlock()
+	}
+	e.w.setExported(cluster, e.dpNS+"/"+e.dpPool, true)
+	what := fmt.Sprintf("restore %s/%s (data path) in %s", e.dpNS, e.dpPool, cluster)
+	if failures > 0 {
+		what += fmt.Sprintf(" (after %d failed attempts)", failures)
+	}
+	e.changed(what)
 }
 
 // importLists reports whether the gateway cluster's import of the data

@@ -208,10 +208,8 @@ func (in *injector) inject(ctx context.Context, f fault) (func() error, error) {
 		return in.recreate(ctx, f)
 	case errorSink, hungFirstByte:
 		mode := map[faultKind]string{errorSink: "error", hungFirstByte: "hang"}[f.Kind]
-		// No withdrawal of the data path pool starts from now until the
-		// cluster is back: it would leave the failing cluster the last.
-		in.w.holdDataPath(1)
-		time.AfterFunc(f.held(), func() { in.w.holdDataPath(-1) })
+		// No withdrawal of the data path pool is planned from a second
+		// before it to its cluster's return (planWithdrawals).
 		healed := func() error { return in.setModelServerFault(f.Target, "") }
 		return healed, in.setModelServerFault(f.Target, mode)
 	}

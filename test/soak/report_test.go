@@ -36,6 +36,8 @@ type report struct {
 	Requests    requestResult    `json:"requests"`
 	Withdrawals []withdrawResult `json:"withdrawals"`
 	Misrouted   int              `json:"misrouted"`
+	// Regional is what the regional route's requests were answered.
+	Regional *regionalResult `json:"regional_route,omitempty"`
 	// Outliers are the model server faults and what their cluster took.
 	Outliers []outlierResult `json:"model_server_faults"`
 	// WrongModel are the requests answered by another model than the one
@@ -60,6 +62,9 @@ type report struct {
 	// Failures are the missed targets, each with its explanation; empty
 	// when the soak passed.
 	Failures []string `json:"failures"`
+	// NotJudged are the checks that had nothing to judge, and why: neither
+	// missed nor passed.
+	NotJudged []string `json:"not_judged,omitempty"`
 }
 
 type faultResult struct {
@@ -98,12 +103,16 @@ type requestResult struct {
 	AtFailingCluster int `json:"failed_at_failing_cluster"`
 	// Unexplained failed outside every window of a fault on the data
 	// path (target 0); UnexplainedFirst are the first of them.
-	Unexplained      int            `json:"failed_unexplained"`
-	UnexplainedFirst []string       `json:"unexplained_first,omitempty"`
-	NotSent          int            `json:"not_sent"`
-	ByCluster        map[string]int `json:"by_cluster"`
-	LatencyP50       float64        `json:"latency_p50_s"`
-	LatencyP99       float64        `json:"latency_p99_s"`
+	Unexplained      int      `json:"failed_unexplained"`
+	UnexplainedFirst []string `json:"unexplained_first,omitempty"`
+	// Refused are the regional route's requests that mci-sidecar refused
+	// (503) because no cluster of its region was left: expected, not
+	// failures.
+	Refused    int            `json:"refused_no_cluster_in_region"`
+	NotSent    int            `json:"not_sent"`
+	ByCluster  map[string]int `json:"by_cluster"`
+	LatencyP50 float64        `json:"latency_p50_s"`
+	LatencyP99 float64        `json:"latency_p99_s"`
 }
 
 type withdrawResult struct {
@@ -202,6 +211,10 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 			}
 			continue
 		}
+		if refusedForRegion(q) {
+			r.Requests.Refused++
+			continue
+		}
 		r.Requests.Failed++
 		if slices.ContainsFunc(windows, func(w window) bool { return atFailing(w, q) }) {
 			r.Requests.AtFailingCluster++
@@ -227,14 +240,29 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 	if r.WrongModel > 0 {
 		r.Failures = append(r.Failures, fmt.Sprintf("%d requests answered by another model than %s, the one they named (target 0); first: %s", r.WrongModel, model, strings.Join(r.WrongModelFirst, " | ")))
 	}
-	excluded := withdrawnAt(withdrawals, end, 5*time.Second)
+	if topo.Regional != "" {
+		reg := judgeRegional(requests, topo.Regional, begin)
+		r.Regional = &reg
+		if reg.Outside > 0 {
+			r.Failures = append(r.Failures, fmt.Sprintf("%d requests of the route restricted to %s answered by a cluster outside it (target 0); first: %s", reg.Outside, reg.Region, strings.Join(reg.OutsideFirst, " | ")))
+		}
+		if reg.InRegion == 0 {
+			r.Failures = append(r.Failures, fmt.Sprintf("no request of the route restricted to %s was answered by %s, its cluster", reg.Region, topo.Regional))
+		}
+	}
+	// The outlier checks judge the data path's own route: the regional
+	// route's requests can go to one cluster only.
+	mainRoute := slices.DeleteFunc(slices.Clone(requests), func(q request) bool { return q.Route != "" })
 	for _, w := range windows {
 		if w.Kind != errorSink && w.Kind != hungFirstByte {
 			continue
 		}
-		o := judgeOutlier(w, requests, excluded)
-		if !o.OK {
+		o := judgeOutlier(w, mainRoute, withdrawals, end)
+		if o.Why != "" {
 			r.Failures = append(r.Failures, fmt.Sprintf("fault %s: %s", w.fault, o.Why))
+		}
+		if o.NotJudged != "" {
+			r.NotJudged = append(r.NotJudged, fmt.Sprintf("fault %s: not judged: %s", w.fault, o.NotJudged))
 		}
 		r.Outliers = append(r.Outliers, o)
 	}
@@ -392,12 +420,18 @@ func (r *report) markdown() string {
 	if len(r.Failures) > 0 {
 		verdict = fmt.Sprintf("FAIL (%d targets missed)", len(r.Failures))
 	}
+	if len(r.NotJudged) > 0 {
+		verdict += fmt.Sprintf(", %d checks not judged", len(r.NotJudged))
+	}
 	fmt.Fprintf(&b, "# Chaos soak: %s\n\n", verdict)
 	fmt.Fprintf(&b, "Seed %d (`SOAK_SEED=%d make soak SOAK_DURATION=%s` replays the schedule), %s from %s, %.0f req/s, %d watchers.\n\n",
 		r.Seed, r.Seed, r.Duration, r.Duration, r.Began.UTC().Format(time.RFC3339), r.Rate, r.Watchers.Watchers)
 	fmt.Fprintf(&b, "| target | figure | verdict |\n|---|---|---|\n")
+	rowVerdict := func(target, figure, verdict string) {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", target, figure, verdict)
+	}
 	row := func(target, figure string, ok bool) {
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", target, figure, map[bool]string{true: "ok", false: "MISSED"}[ok])
+		rowVerdict(target, figure, map[bool]string{true: "ok", false: "MISSED"}[ok])
 	}
 	row("after a heal, every view equals a fresh LIST ("+r.HealTarget+")",
 		fmt.Sprintf("p50 %.2fs, p99 %.2fs, max %.2fs over %d heals (EPP link and model server faults not counted); %d not converged", r.Heals.P50, r.Heals.P99, r.Heals.Max, r.Heals.N, r.Heals.Failed),
@@ -405,6 +439,11 @@ func (r *report) markdown() string {
 	row("requests failed outside fault windows (lost): 0",
 		fmt.Sprintf("%d of %d failed: %d at a failing model server's cluster before its ejection or as its probes, %d in another fault's window, %d outside", r.Requests.Failed, r.Requests.Total, r.Requests.AtFailingCluster, r.Requests.Explained, r.Requests.Unexplained), r.Requests.Unexplained == 0)
 	row("requests answered by another model than they named: 0", fmt.Sprintf("%d of %d answered", r.WrongModel, r.Requests.OK), r.WrongModel == 0)
+	if g := r.Regional; g != nil {
+		row(fmt.Sprintf("requests of the route restricted to region %s answered by a cluster outside it: 0", g.Region),
+			fmt.Sprintf("%d of %d: %d answered in the region, %d failed there, %d refused (503: no cluster of the region left), %d failed otherwise", g.Outside, g.Sent, g.InRegion, g.FailedInRegion, g.Refused, g.Sent-g.InRegion-g.FailedInRegion-g.Refused-g.Outside),
+			g.Outside == 0 && g.InRegion > 0)
+	}
 	for _, o := range r.Outliers {
 		target := fmt.Sprintf("#%d %s %s: new requests to it from %s to the heal: at most %d (probes, one each %s", o.ID, o.Kind, o.Cluster, o.JudgedAfter, o.Allowed, probeEvery)
 		if o.Kind == errorSink {
@@ -416,8 +455,12 @@ func (r *report) markdown() string {
 		if o.Back >= 0 {
 			back = fmt.Sprintf("back %.1fs after the heal", o.Back.Seconds())
 		}
-		row(target, fmt.Sprintf("%d of %d (%.1f%%; %.0f%% in the 10s before); last other request to it sent +%.1fs into the fault; %d failed at it; %s",
-			o.ToCluster, o.Judged, 100*float64(o.ToCluster)/math.Max(1, float64(o.Judged)), 100*o.ShareBefore, o.LastBefore.Seconds(), o.FailedAt, back), o.OK)
+		verdict := map[bool]string{true: "ok", false: "MISSED"}[o.Why == ""]
+		if o.Why == "" && o.NotJudged != "" {
+			verdict = "not judged (below)"
+		}
+		rowVerdict(target, fmt.Sprintf("%d of %d (%.1f%%; %.0f%% in the 10s before); last other request to it sent +%.1fs into the fault; %d failed at it; %s",
+			o.ToCluster, o.Judged, 100*float64(o.ToCluster)/math.Max(1, float64(o.Judged)), 100*o.ShareBefore, o.LastBefore.Seconds(), o.FailedAt, back), verdict)
 	}
 	for _, f := range r.Faults {
 		for _, c := range f.Checks {
@@ -499,6 +542,12 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "\n## Targets missed\n\n")
 		for _, f := range r.Failures {
 			fmt.Fprintf(&b, "- %s\n", f)
+		}
+	}
+	if len(r.NotJudged) > 0 {
+		fmt.Fprintf(&b, "\n## Not judged (neither missed nor passed)\n\n")
+		for _, n := range r.NotJudged {
+			fmt.Fprintf(&b, "- %s\n", n)
 		}
 	}
 	return b.String()

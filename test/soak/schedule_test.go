@@ -173,6 +173,9 @@ type topology struct {
 	// (nameFailure): the second exporter's Secret for the first, off the
 	// data path, so that its member's flag is judged on its own.
 	Named [2]string
+	// Regional is the exporter whose region the regional route is
+	// restricted to; empty when the soak has no regional route.
+	Regional string
 }
 
 // scheduleOptions shape a schedule.
@@ -186,6 +189,10 @@ type scheduleOptions struct {
 	OverlapGap [2]time.Duration
 	// Hold is the range of a fault's duration.
 	Hold [2]time.Duration
+	// Warmup is how long before the phase the export changes start, and
+	// ExportsUntil when, from the phase's start, they stop: the
+	// withdrawals of the data path pool fall in between (planWithdrawals).
+	Warmup, ExportsUntil time.Duration
 }
 
 // held is how long f holds its resources: a model server fault until
@@ -413,6 +420,132 @@ func busy(faults []fault, f fault) bool {
 		}
 	}
 	return false
+}
+
+// withdrawalSettle is how long after a withdrawal of the data path
+// pool's export is restored the gateway may still leave its cluster out of
+// the choice: the import's convergence and mci-sidecar's informer lag.
+// Requests sent meanwhile are judged as sent under the withdrawal.
+const withdrawalSettle = 5 * time.Second
+
+// Withdrawals of the data path pool last withdrawalHold, shortened down to
+// minWithdrawal where the next model server fault leaves no more room:
+// long enough to see the import converge and the gateway stop routing to
+// the cluster.
+var (
+	withdrawalHold = [2]time.Duration{15 * time.Second, 30 * time.Second}
+	minWithdrawal  = 10 * time.Second
+)
+
+// plannedWithdrawal is a withdrawal of the data path pool's export by
+// Cluster, from At to Restore, both counted from the start of the fault
+// phase: At is negative in the warm-up, when export changes already run.
+type plannedWithdrawal struct {
+	Cluster string        `json:"cluster"`
+	At      time.Duration `json:"at"`
+	Restore time.Duration `json:"restore"`
+}
+
+// planWithdrawals draws the withdrawals of the data path pool's export
+// from seed, one at a time, around the faults of a schedule: the first at
+// the first export change where one fits, then a chance in four at each
+// change (every 4 to 10s from the start of the export changes), each on an
+// exporter where it fits (withdrawalFits), restored before the export
+// changes stop. The faults are placed first, so a seed's faults are the
+// same with or without them.
+func planWithdrawals(seed uint64, topo topology, o scheduleOptions, faults []fault) []plannedWithdrawal {
+	rng := rand.New(rand.NewPCG(seed, 0x3d))
+	between := func(r [2]time.Duration) time.Duration {
+		return r[0] + time.Duration(rng.Int64N(int64(r[1]-r[0])))
+	}
+	var out []plannedWithdrawal
+	for at := -o.Warmup; ; {
+		at += between([2]time.Duration{4 * time.Second, 10 * time.Second})
+		if at+minWithdrawal > o.ExportsUntil {
+			return out
+		}
+		// The first at the first change where one fits, so that short
+		// schedules (the smoke's) hold one too.
+		if rng.IntN(4) != 0 && len(out) > 0 {
+			continue
+		}
+		want := between(withdrawalHold)
+		for _, j := range rng.Perm(len(topo.Exporters)) {
+			wd, ok := fitWithdrawal(faults, topo, o, plannedWithdrawal{Cluster: topo.Exporters[j], At: at.Round(100 * time.Millisecond)}, want)
+			if ok {
+				out = append(out, wd)
+				at = wd.Restore
+				break
+			}
+		}
+	}
+}
+
+// fitWithdrawal gives wd the longest hold up to want, and at least
+// minWithdrawal, with which it fits among faults and ends before the
+// export changes stop.
+func fitWithdrawal(faults []fault, topo topology, o scheduleOptions, wd plannedWithdrawal, want time.Duration) (plannedWithdrawal, bool) {
+	for hold := want; hold >= minWithdrawal; hold -= time.Second {
+		wd.Restore = min(wd.At+hold, o.ExportsUntil).Round(100 * time.Millisecond)
+		if wd.Restore-wd.At >= minWithdrawal && withdrawalFits(faults, topo, wd) {
+			return wd, true
+		}
+	}
+	return wd, false
+}
+
+// withdrawalFits reports whether wd leaves every model server fault
+// something to judge, and can be made and restored:
+//   - from a second before a model server fault to a second after its
+//     heal, the gateway's choice must hold its cluster and another: no
+//     withdrawal of its cluster (it could take no request) nor of the
+//     only other exporter (its cluster would be the last, which outlier
+//     detection never ejects) may hold then, counting withdrawalSettle
+//     after the restore;
+//   - nor one of an error sink's cluster until errorSinkBackWithin after
+//     the heal, in which the cluster must serve again;
+//   - the withdrawal and its restore are writes to the cluster's
+//     kube-apiserver: neither falls in a fault that stops that process (a
+//     pause, a compaction's restart), which would delay the restore into
+//     a model server fault's window.
+func withdrawalFits(faults []fault, topo topology, wd plannedWithdrawal) bool {
+	overlap := func(a0, a1, b0, b1 time.Duration) bool { return a0 < b1 && b0 < a1 }
+	for _, f := range faults {
+		switch {
+		case f.Kind == errorSink || f.Kind == hungFirstByte:
+			end := f.At + f.Hold + time.Second
+			if wd.Cluster == f.Target && f.Kind == errorSink {
+				end = f.At + f.Hold + errorSinkBackWithin
+			} else if len(f.Others) > 1 {
+				continue // another exporter stays in the choice
+			}
+			if overlap(wd.At, wd.Restore+withdrawalSettle, f.At-time.Second, end) {
+				return false
+			}
+		case stopsAPIServer(f, wd.Cluster):
+			for _, t := range []time.Duration{wd.At, wd.Restore} {
+				if overlap(t, t+time.Second, f.At-time.Second, f.At+f.held()+time.Second) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// stopsAPIServer reports whether f stops cluster's kube-apiserver: a
+// request to it waits, or is refused, while f holds.
+func stopsAPIServer(f fault, cluster string) bool {
+	return (f.Kind == pause || f.Kind == compaction) && f.Target == cluster
+}
+
+// describeWithdrawals is the plan of withdrawals, one a line, for the log.
+func describeWithdrawals(plan []plannedWithdrawal) string {
+	var b strings.Builder
+	for _, wd := range plan {
+		fmt.Fprintf(&b, "  %+.1fs to %+.1fs  %s withdraws the data path pool\n", wd.At.Seconds(), wd.Restore.Seconds(), wd.Cluster)
+	}
+	return b.String()
 }
 
 // describeSchedule is the schedule, one fault a line, for the log.

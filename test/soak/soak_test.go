@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,11 +19,13 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
@@ -156,7 +159,8 @@ func TestSoak(t *testing.T) {
 	dp, err := cs.StartDataPath(upCtx, localclusterset.DataPathOptions{GatewayCluster: "cluster-b", LoopbackBlock: cfg.LoopbackBlock})
 	require.NoError(t, err, "starting the data path")
 	exporters := []string{"cluster-a", "cluster-c"}
-	topo := topology{Clusters: cs.Names(), Gateway: dp.GatewayCluster, Exporters: exporters, Rotating: [2]string{dp.GatewayCluster, exporters[0]}, Named: [2]string{exporters[len(exporters)-1], exporters[0]}}
+	topo := topology{Clusters: cs.Names(), Gateway: dp.GatewayCluster, Exporters: exporters, Rotating: [2]string{dp.GatewayCluster, exporters[0]}, Named: [2]string{exporters[len(exporters)-1], exporters[0]},
+		Regional: exporters[0]}
 
 	kube := map[string]kubernetes.Interface{}
 	mci := map[string]mciclient.Interface{}
@@ -179,6 +183,14 @@ func TestSoak(t *testing.T) {
 		require.NoError(t, createRecreated(ctx, kube[e], mci[e], firstPort))
 		w.setExported(e, recreatedNS+"/"+recreatedPool, true)
 	}
+	// The regional route, restricted to the first exporter's region.
+	gatewayCluster, err := cs.Cluster(dp.GatewayCluster)
+	require.NoError(t, err)
+	require.NoError(t, setUpRegionalRoute(ctx, dp, mci, gatewayclient.NewForConfigOrDie(gatewayCluster.Config), exporters, topo.Regional), "the regional route")
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		code, instance, _, err := sendRegional(ctx, dp)
+		return err == nil && code == 200 && strings.HasPrefix(instance, topo.Regional+"/"), nil
+	}), "the regional route must be served by %s", topo.Regional)
 	names, err := localclusterset.StartNameProxy()
 	require.NoError(t, err)
 	defer func() { _ = names.Close() }()
@@ -232,13 +244,19 @@ func TestSoak(t *testing.T) {
 	require.NoError(t, err)
 
 	phase := cfg.Duration - cfg.Warmup - cfg.Tail
-	faults := newSchedule(cfg.Seed, topo, scheduleOptions{
+	opts := scheduleOptions{
 		Phase:      phase,
 		Gap:        [2]time.Duration{8 * time.Second, 25 * time.Second},
 		OverlapGap: [2]time.Duration{time.Second, 4 * time.Second},
 		Hold:       [2]time.Duration{6 * time.Second, 20 * time.Second},
-	})
-	logf("soak: schedule of seed %d: %d faults over %s after a %s warm-up, then a %s quiet tail:\n%s", cfg.Seed, len(faults), phase, cfg.Warmup, cfg.Tail, describeSchedule(faults))
+		// Export changes run from the start and stop halfway into the
+		// quiet tail.
+		Warmup: cfg.Warmup, ExportsUntil: phase + cfg.Tail/2,
+	}
+	faults := newSchedule(cfg.Seed, topo, opts)
+	plan := planWithdrawals(cfg.Seed, topo, opts, faults)
+	logf("soak: schedule of seed %d: %d faults over %s after a %s warm-up, then a %s quiet tail:\n%s%d withdrawals of the data path pool (from the faults' start):\n%s",
+		cfg.Seed, len(faults), phase, cfg.Warmup, cfg.Tail, describeSchedule(faults), len(plan), describeWithdrawals(plan))
 
 	// Traffic, export changes and runtime sampling run from here to the
 	// end; faults from the end of the warm-up to the tail.
@@ -247,11 +265,11 @@ func TestSoak(t *testing.T) {
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	var running sync.WaitGroup
-	tr := &traffic{dp: dp, maxInFlight: 64}
+	tr := &traffic{dp: dp, maxInFlight: 64, regional: true}
 	running.Go(func() { tr.run(runCtx, cfg.Rate) })
 	ex := &exporter{
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0xe4)), clients: mci, exporters: exporters, gateway: mci[dp.GatewayCluster],
-		dpNS: dp.Namespace, dpPool: dp.Pool, w: w, mon: mon, logf: logf, gone: 3 * time.Minute,
+		dpNS: dp.Namespace, dpPool: dp.Pool, w: w, mon: mon, logf: logf, gone: 3 * time.Minute, plan: plan, start: begin.Add(cfg.Warmup),
 	}
 	exCtx, stopExports := context.WithCancel(ctx)
 	defer stopExports()
@@ -327,6 +345,9 @@ func TestSoak(t *testing.T) {
 	logf("soak: results in %s", cfg.Out)
 	for _, f := range r.Failures {
 		t.Errorf("target missed: %s", f)
+	}
+	for _, n := range r.NotJudged {
+		t.Logf("not judged: %s", n)
 	}
 	for _, p := range cs.Processes() {
 		if !p.Alive {

@@ -22,6 +22,9 @@ type request struct {
 	Body    string `json:"body,omitempty"`
 	// Model is the model an answered request's response names.
 	Model string `json:"model,omitempty"`
+	// Route is regionalRoute for a request to the regional route; empty
+	// for the data path's own.
+	Route string `json:"route,omitempty"`
 }
 
 func (r request) failed() bool { return r.Err != "" || r.Code != 200 }
@@ -32,6 +35,8 @@ func (r request) failed() bool { return r.Err != "" || r.Code != 200 }
 type traffic struct {
 	dp          *localclusterset.DataPath
 	maxInFlight int
+	// regional: one request in regionalEvery goes to the regional route.
+	regional bool
 
 	mu       sync.Mutex
 	requests []request
@@ -44,7 +49,7 @@ func (tr *traffic) run(ctx context.Context, rate float64) {
 	defer wg.Wait()
 	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer tick.Stop()
-	for {
+	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
@@ -61,15 +66,21 @@ func (tr *traffic) run(ctx context.Context, rate float64) {
 		wg.Go(func() {
 			defer func() { <-slots }()
 			// Not ctx: a request under way when the soak stops finishes.
+			send := tr.dp.Send
 			r := request{Sent: time.Now()}
-			code, instance, body, err := tr.dp.Send(context.Background())
+			if tr.regional && n%regionalEvery == regionalEvery-1 {
+				send = func(ctx context.Context) (int, string, string, error) { return sendRegional(ctx, tr.dp) }
+				r.Route = regionalRoute
+			}
+			code, instance, body, err := send(context.Background())
 			r.Done, r.Code = time.Now(), code
 			r.Cluster, _, _ = strings.Cut(instance, "/")
 			if err != nil {
 				r.Err = err.Error()
 			}
 			if r.failed() && len(body) > 0 {
-				r.Body = body[:min(len(body), 200)]
+				// Room for mci-sidecar's refusal of the regional route.
+				r.Body = body[:min(len(body), 400)]
 			}
 			if !r.failed() {
 				var answer struct {

@@ -38,9 +38,6 @@ type world struct {
 	// since[watcher][member] is when the pair's faults began (a pause of
 	// member counts for every watcher).
 	since map[string]map[string]time.Time
-	// dataPathHeld counts the model server faults whose cluster may not
-	// be back yet: no withdrawal of the data path pool starts meanwhile.
-	dataPathHeld int
 	// absent[cluster] are the namespaces a member fault deleted there: a
 	// cluster imports into a namespace of its own name only, so it
 	// imports nothing into them until they are back.
@@ -76,18 +73,6 @@ func (w *world) setAbsent(cluster, ns string, absent bool) {
 func namespaceOf(key string) string {
 	ns, _, _ := strings.Cut(key, "/")
 	return ns
-}
-
-func (w *world) holdDataPath(delta int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.dataPathHeld += delta
-}
-
-func (w *world) dataPathIsHeld() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.dataPathHeld > 0
 }
 
 func newWorld(clusters []string) *world {

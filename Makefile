@@ -267,16 +267,16 @@ bench: build tools test-programs
 # further, no shared prefix, a saturated cluster), each with PrefixAffinity,
 # the peer reference HubReference, RoundRobin and the Oracle (MetricsBased
 # on the saturated one; PrefixAffinity through 3 mci-sidecar replicas on
-# issue-23), on a local ClusterSet of 3 clusters with simulated model
+# shared-prompts), on a local ClusterSet of 3 clusters with simulated model
 # servers that model prefix caching; then ten held-out workloads drawn
 # from seeds nobody tunes on (test/benchrouting/heldout_test.go), each with
 # the same policies, and a table of mci's PrefixAffinity against the hub
 # configuration and the oracle on each and on the worst (about 55 minutes
 # on 2 cores in all). Each workload's table, a summary over the family
-# against issue 23's targets and the held-out table go to stdout and to
+# against the routing targets and the held-out table go to stdout and to
 # _output/bench-routing/results.md and results.json.
 # MCI_BENCH_ROUTING_* variables (test/benchrouting/config_test.go) change
-# the run: _WORKLOADS=issue-23,far-remote picks workloads (held-out-<seed>
+# the run: _WORKLOADS=shared-prompts,far-remote picks workloads (held-out-<seed>
 # and tuning-<seed> name drawn ones),
 # _POLICIES=Weighted,PrefixAffinity@3,Oracle compares any cluster policy
 # names (<policy>@<n>: through n sidecar replicas). bench-routing-smoke

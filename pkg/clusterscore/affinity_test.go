@@ -13,7 +13,7 @@ import (
 	"github.com/mci-dev/mci/test/benchrouting/workload"
 )
 
-// affinityFamily is the workload family of issue 23 in pure logic: 4 to
+// affinityFamily is the routing benchmark's workload family in pure logic: 4 to
 // 32 groups, system prompts of 500 to 4,000 tokens, multi-turn and
 // one-shot mixes, 50 to 90% of the capacity (without cache), 2 to 8 batch
 // places per server, 2 or 3 clusters, one scenario with a cluster 50 ms
@@ -98,12 +98,12 @@ func figureTable(name string, n int, figs simFigures) string {
 }
 
 // TestAffinityUnderAWorkloadFamily holds PrefixAffinity to the targets of
-// issue 23 on every workload of the family, with 1 and 3 sidecar replicas.
+// the routing targets on every workload of the family, with 1 and 3 sidecar replicas.
 // The one it misses is written as it is met: with one replica, the hub's
 // configuration keeps 0.005 to 0.021 more of the prompt tokens cached,
 // and the check allows 0.025: its learned index follows each conversation
 // exactly, where PrefixAffinity deals the first request of a group by the
-// rotation (a key new to the sidecar: since issue 23's no-shared-prefix
+// rotation (a key new to the sidecar: since the family's no-shared-prefix
 // fix, which cost the one-shot mix 0.011 here, 0.770 to 0.759), gives the
 // second to the rendezvous home before the group's dealt home, and spills
 // bursts beyond the bound. With three replicas PrefixAffinity keeps more

@@ -59,7 +59,7 @@ func liveHeap() uint64 {
 // and its EndpointSlice cost in a member's cache once trimmed: the object
 // and the informer store's index entries. This is the worst case: Services
 // of namespaces without InferencePools are not watched at all, so only
-// those beside a pool cost this. The bound is 20 MiB for 10,000 of
+// those beside a pool cost this. The bound is 20 MiB for 10,000 of
 // each, about 2 KiB per pair.
 func BenchmarkCacheBytesPerUnrelatedObject(b *testing.B) {
 	const n = 10000

@@ -99,7 +99,7 @@ func BenchmarkClusterSet(b *testing.B) {
 				b.Run("streams", func(b *testing.B) { benchStreams(b, e) })
 			}
 			if i == len(sizes)-1 {
-				// Issue 22 asks for the storm at the largest size run.
+				// The storm runs at the largest size run.
 				b.Run("reconnect-storm", func(b *testing.B) { benchReconnectStorm(b, e) })
 			}
 			if n == cfg.ScaleClusters {

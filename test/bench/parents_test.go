@@ -19,7 +19,7 @@ var (
 	httpRouteGVR = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}
 )
 
-// importParentTarget is issue 13's target for an import's parents
+// importParentTarget is the target for an import's parents
 // following an HTTPRoute change.
 const importParentTarget = 100 * time.Millisecond
 

@@ -16,7 +16,7 @@ import (
 // first request through the sidecar is served by it: the time a gateway's
 // users wait after the EPP is back. The route is switched to HealthBased
 // first (healthBased), so that the health prober's view decides whether
-// the cluster is tried, as in the outage issue 12 reports. The sidecar
+// the cluster is tried, as in a reported outage. The sidecar
 // runs with its default flags (--epp-reconnect-max-delay=1s,
 // --health-check-interval=1s).
 func benchEPPRecovery(b *testing.B, path *dataPath, healthBased, stopEPP, startEPP func()) {

@@ -153,7 +153,7 @@ func formatValue(v float64) string {
 	return fmt.Sprintf("%.3g", v)
 }
 
-// sectionOrder is the order of the measurements; other sections
+// sectionOrder is the order of the measurements; other sections
 // follow in the order they first appear.
 var sectionOrder = []string{"convergence", "write amplification", "list and watch", "memory", "data path", "scheduling", "import parents", "recovery"}
 

@@ -130,7 +130,7 @@ type streamPath struct {
 // gateway -> mci-sidecar of cluster-b -> mci-epp of cluster-a's exported
 // pool -> simulator, with the response phase skipped, relayed (the
 // default: chunks go ahead of the EPP's answers) and intercepted (every
-// chunk waits for the EPP, the behaviour before issue 24). For each pace
+// chunk waits for the EPP, the behaviour before streaming was relayed). For each pace
 // and number of concurrent streams: the inter-chunk time (p50, p99) and
 // the total stream time.
 func benchStreams(b *testing.B, e *env) {
@@ -363,7 +363,7 @@ func reportStreams(pace time.Duration, conc int, paths []*streamPath) {
 	ok := relay.failed == 0 && len(relay.totals) > 0
 	results.compare(sec, "p50 inter-chunk time, response phase relayed, "+what, "ms", ms(median(relay.gaps)),
 		"direct to the simulator", ms(median(sim.gaps)), "", false, note)
-	// The target is issue 24's, on what a user sees: the time between two
+	// The target is on what a user sees: the time between two
 	// chunks. Chunk transit, below, leaves the simulator's timer jitter out
 	// and says what each hop adds; it has no target.
 	added := percentile(relay.gaps, 99) - percentile(sim.gaps, 99)
@@ -376,11 +376,11 @@ func reportStreams(pace time.Duration, conc int, paths []*streamPath) {
 	results.compare(sec, "p99 chunk transit, response phase relayed, against the gateway talking to the EPP itself, "+what, "ms", ms(percentile(relay.transits, 99)),
 		"gateway -> EPP -> simulator", ms(percentile(by["gateway -> EPP"].transits, 99)), "", false,
 		fmt.Sprintf("what mci adds to a gateway's own ext_proc round trip per chunk: %.3f ms at p99; ", ms(percentile(relay.transits, 99)-percentile(by["gateway -> EPP"].transits, 99)))+note)
-	results.compare(sec, "p99 chunk transit, body intercepted (every chunk waits for the EPP, before issue 24), "+what, "ms", ms(percentile(intercept.transits, 99)),
+	results.compare(sec, "p99 chunk transit, body intercepted (every chunk waits for the EPP, before streaming was relayed), "+what, "ms", ms(percentile(intercept.transits, 99)),
 		"direct to the simulator", ms(percentile(sim.transits, 99)), "", false, note)
 	ratio := ms(median(relay.totals)) / ms(median(skip.totals))
 	results.compare(sec, "median total stream time, response phase relayed, "+what, "ms", ms(median(relay.totals)),
 		"response phase skipped", ms(median(skip.totals)), "relayed within 5% of Skip", ratio <= 1.05 && ok, note)
-	results.compare(sec, "median total stream time, body intercepted (before issue 24), "+what, "ms", ms(median(intercept.totals)),
+	results.compare(sec, "median total stream time, body intercepted (before streaming was relayed), "+what, "ms", ms(median(intercept.totals)),
 		"response phase skipped", ms(median(skip.totals)), "", false, note)
 }

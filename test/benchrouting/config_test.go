@@ -101,7 +101,7 @@ func conversations(seed uint64, groups, system, active, turns, output int, oneSh
 		UserTokens: 40, OutputTokens: output, OneShotShare: oneShot, OneShotTokens: 300}
 }
 
-// family is the workload family of issue 23 (item 4): load 50 to 90% of
+// family is the workload family of the routing targets: load 50 to 90% of
 // the capacity without cache hits, 4 to 32 groups, system prompts of 500
 // to 4,000 tokens, 2 to 8 batch places per server, multi-turn and one-shot
 // mixes, a remote cluster 50 ms further away, no shared prefix, and a
@@ -111,12 +111,12 @@ func conversations(seed uint64, groups, system, active, turns, output int, oneSh
 // on the 3 clusters of this harness. A server caches 1,024 blocks of 16
 // tokens (16,384 tokens).
 var family = map[string]spec{
-	// issue-23: the workload of the issue's report, where PrefixAffinity
+	// shared-prompts: the workload on which PrefixAffinity
 	// of old lost to the hub: 8 groups share 2,000-token system prompts
 	// (16,000 tokens: about one server's cache, so a cluster that gets
 	// every group evicts), long conversations, 2 batch places per server,
 	// 70%. The headline.
-	"issue-23": {
+	"shared-prompts": {
 		Profile: conversations(23, 8, 2000, 24, 8, 16, 0.1), Load: 0.7, ServersPerCluster: 2, Batch: 2,
 		ExtraPolicies: []string{clusterOraclePolicy}, ReplicaPolicies: []string{"PrefixAffinity@3"},
 		Summary: "8 groups, 2,000-token system prompts, multi-turn (8 turns), 10% one-shot, 2 batch places per server, 70%",
@@ -148,7 +148,7 @@ var family = map[string]spec{
 		Profile: conversations(26, 16, 4000, 32, 1, 16, 0.5), Load: 0.8, ServersPerCluster: 2, Batch: 2, ExtraPolicies: []string{clusterOraclePolicy},
 		Summary: "16 groups, 4,000-token system prompts, single-turn requests, 50% one-shot, 2 batch places per server, 80%",
 	},
-	// far-remote: the issue-23 shape with cluster-c 50 ms further away
+	// far-remote: the shared-prompts shape with cluster-c 50 ms further away
 	// than cluster-a (70 ms round trip against 20): whether a policy
 	// pays the far cluster's round trip on every turn of the groups it
 	// homes there. 4 batch places per server at 60%.
@@ -163,19 +163,19 @@ var family = map[string]spec{
 		Profile: workload.Profile{Seed: 28, OneShotShare: 1, OneShotTokens: 1000, OutputTokens: 16}, Load: 0.7, ServersPerCluster: 2, Batch: 2,
 		Summary: "one-shot requests of 1,000 tokens, no shared prefix, 2 batch places per server, 70%",
 	},
-	// saturated-cluster: the issue-23 workload, and from mid-run every
+	// saturated-cluster: the shared-prompts workload, and from mid-run every
 	// batch place of cluster-a taken by its own background requests,
 	// which no router sees: how many requests a policy still sends there
 	// (target: as few as MetricsBased).
 	workloadSaturated: {
 		Profile: conversations(23, 8, 2000, 24, 8, 16, 0.1), Load: 0.7, ServersPerCluster: 2, Batch: 2, Saturate: true, ExtraPolicies: []string{"MetricsBased"},
-		Summary: "the issue-23 workload; from mid-run every batch place of cluster-a's servers is taken by its own background requests",
+		Summary: "the shared-prompts workload; from mid-run every batch place of cluster-a's servers is taken by its own background requests",
 	},
 }
 
 // familyOrder runs the workloads that share servers (batch places, round
 // trips) one after the other: the data path restarts only between them.
-var familyOrder = []string{"issue-23", workloadNoPrefix, workloadSaturated, "one-shot-mix", "few-groups-high-load", "far-remote", "many-groups-large-batch"}
+var familyOrder = []string{"shared-prompts", workloadNoPrefix, workloadSaturated, "one-shot-mix", "few-groups-high-load", "far-remote", "many-groups-large-batch"}
 
 // serverCost is every simulated server's cost model.
 var serverCost = simulator.CostModel{
@@ -224,7 +224,7 @@ func defaultConfig(profile string) config {
 	c.Repetitions = 1
 	c.Warmup = false
 	c.RequestTimeout = 10 * time.Second
-	c.Workloads = []string{"issue-23", workloadNoPrefix, smokeHeldOut()}
+	c.Workloads = []string{"shared-prompts", workloadNoPrefix, smokeHeldOut()}
 	return c
 }
 

@@ -51,7 +51,7 @@ func heldOutOrder() []string {
 }
 
 // smokeHeldOut is the held-out workload the smoke runs: the first on the
-// servers of issue-23 (2 per cluster, 2 batch places), so that the smoke
+// servers of shared-prompts (2 per cluster, 2 batch places), so that the smoke
 // does not restart the data path for it.
 func smokeHeldOut() string {
 	for _, s := range heldOutSeeds {

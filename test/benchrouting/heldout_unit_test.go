@@ -29,8 +29,8 @@ func TestHeldOutSeedsAreApart(t *testing.T) {
 		return out
 	}(), "every held-out workload runs once")
 	smoke, _ := specOf(smokeHeldOut())
-	assert.Equal(t, [2]int{family["issue-23"].ServersPerCluster, family["issue-23"].Batch}, [2]int{smoke.ServersPerCluster, smoke.Batch},
-		"the smoke's held-out workload runs on issue-23's servers, without a restart")
+	assert.Equal(t, [2]int{family["shared-prompts"].ServersPerCluster, family["shared-prompts"].Batch}, [2]int{smoke.ServersPerCluster, smoke.Batch},
+		"the smoke's held-out workload runs on shared-prompts's servers, without a restart")
 }
 
 // The drawn workloads are valid, drivable on 2 cores, and their
@@ -69,9 +69,9 @@ func TestSummarizeHeldOut(t *testing.T) {
 		return &policyResult{PrefixHit: hit, TTFTP50: p50, TTFTP99: p99}
 	}
 	r := &results{
-		Config: config{Workloads: []string{"issue-23", "held-out-9101", "held-out-9102", "held-out-9103"}},
+		Config: config{Workloads: []string{"shared-prompts", "held-out-9101", "held-out-9102", "held-out-9103"}},
 		Workloads: map[string]*workloadResult{
-			"issue-23": {Policies: map[string]*policyResult{mciPolicy: pr(0.1, 900, 900), hubPolicy: pr(0.5, 100, 100), oraclePolicy: pr(0.6, 90, 90)}},
+			"shared-prompts": {Policies: map[string]*policyResult{mciPolicy: pr(0.1, 900, 900), hubPolicy: pr(0.5, 100, 100), oraclePolicy: pr(0.6, 90, 90)}},
 			// Meets all three targets: p99 within 1.1 x the hub's.
 			"held-out-9101": {Policies: map[string]*policyResult{mciPolicy: pr(0.5, 100, 210), hubPolicy: pr(0.4, 120, 200), oraclePolicy: pr(0.6, 90, 150)}},
 			// Misses the hit ratio by a third: the worst.
@@ -91,6 +91,6 @@ func TestSummarizeHeldOut(t *testing.T) {
 	assert.Contains(t, md, "Worst, held-out-9102: hit ratio 0.300 against the hub's 0.450 (missed), TTFT p50 100 ms against 110 ms (met), p99 200 ms against 1.1 x 200 ms (met)")
 	assert.Empty(t, heldOutErrors(&results{Config: r.Config, Workloads: r.Workloads, HeldOut: s}))
 	assert.NotEmpty(t, heldOutErrors(&results{Config: r.Config, Workloads: r.Workloads}), "held-out results without their table")
-	assert.Nil(t, summarizeHeldOut(&results{Config: config{Workloads: []string{"issue-23"}}, Workloads: r.Workloads}), "no held-out workload ran")
+	assert.Nil(t, summarizeHeldOut(&results{Config: config{Workloads: []string{"shared-prompts"}}, Workloads: r.Workloads}), "no held-out workload ran")
 	assert.Empty(t, (*heldOutSummary)(nil).markdown())
 }

@@ -32,7 +32,7 @@
 // harness picks the cluster and sends the request to a gateway of that
 // cluster's EPP (the same gateway code, in this process), and the EPP
 // picks the server as it does for the sidecar. The report ends with a
-// summary over the family against issue 23's targets (summary_test.go).
+// summary over the family against its targets (summary_test.go).
 //
 // `make bench-routing` runs the full profile, `make bench-routing-smoke`
 // (part of `make test`) a short one; results.json and results.md go to

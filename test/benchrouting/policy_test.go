@@ -18,7 +18,7 @@ import (
 // mci.x-k8s.io/cluster-policy. A new policy is one more name here (or in
 // MCI_BENCH_ROUTING_POLICIES): any name that is not a reference routing is
 // taken as such an annotation value. HubReference is the llm-d hub's
-// documented scoring in mci's pipeline, the peer reference of issue 23.
+// documented scoring in mci's pipeline, the peer reference.
 var sidecarPolicies = []string{"Weighted", "HealthBased", "MetricsBased", "LocalFirst", "PrefixAffinity", "HubReference"}
 
 // referenceRoutings bypass mci-sidecar: the harness picks the cluster
@@ -137,7 +137,7 @@ func parseReplicas(policy string) (string, int, error) {
 }
 
 // dealer deals the requests in turn to the gateways of several
-// mci-sidecar replicas: the round-robin front of issue 23's replica
+// mci-sidecar replicas: the round-robin front of the replica
 // target.
 type dealer struct {
 	gateways []string

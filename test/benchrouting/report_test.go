@@ -13,7 +13,7 @@ import (
 )
 
 // policyResult is what results.json reports of one policy in one
-// scenario. The first six keys are the issue's.
+// scenario. The first six keys are the targets'.
 type policyResult struct {
 	TTFTP50      float64            `json:"ttft_p50_ms"`
 	TTFTP99      float64            `json:"ttft_p99_ms"`

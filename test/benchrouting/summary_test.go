@@ -13,12 +13,12 @@ const (
 	rrPolicy      = "RoundRobin"
 	metricsPolicy = "MetricsBased"
 	// clusterOraclePolicy is the Oracle over EPPs whose prefix filter is
-	// off: placement by prefix at the cluster level only (issue 23's
+	// off: placement by prefix at the cluster level only (the targets'
 	// reference for the prefix-aware mci-epp).
 	clusterOraclePolicy = "ClusterOracle"
 )
 
-// goal is one of issue 23's targets, checked on one workload: applies
+// goal is one of the routing targets, checked on one workload: applies
 // says whether it is checked there (its references ran, the workload is
 // of its kind); v whether the policy meets it, and detail the figures
 // compared.
@@ -27,7 +27,7 @@ type goal struct {
 	check func(w *workloadResult, policy string, pr *policyResult) (applies bool, v verdict, detail string)
 }
 
-// goals are issue 23's targets, in the summary's order.
+// goals are the routing targets, in the summary's order.
 var goals = []goal{
 	{"hit ratio >= hub's", func(w *workloadResult, _ string, pr *policyResult) (bool, verdict, string) {
 		hub := w.Policies[hubPolicy]
@@ -265,7 +265,7 @@ func summaryMarkdown(sum []policySummary) string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("Summary over the family: workloads where each target of issue 23 is met, of those where it applies;" +
+	b.WriteString("Summary over the family: workloads where each routing target is met, of those where it applies;" +
 		" \"+n ~\" counts those where it is not met but within the spread of the repetitions (not counted as met).\n\n| routing |")
 	for _, t := range goals {
 		b.WriteString(" " + t.name + " |")

@@ -125,8 +125,8 @@ func TestSanityErrors(t *testing.T) {
 	}
 	mk := func(oracle, rr float64) *results {
 		r := &results{
-			Config: config{Workloads: []string{"issue-23"}, Policies: []string{"LocalFirst", "RoundRobin", "Oracle"}},
-			Workloads: map[string]*workloadResult{"issue-23": {Spec: family["issue-23"], Policies: map[string]*policyResult{
+			Config: config{Workloads: []string{"shared-prompts"}, Policies: []string{"LocalFirst", "RoundRobin", "Oracle"}},
+			Workloads: map[string]*workloadResult{"shared-prompts": {Spec: family["shared-prompts"], Policies: map[string]*policyResult{
 				"LocalFirst": good(0.6), "RoundRobin": good(rr), "Oracle": good(oracle), "ClusterOracle": good(0.6), "PrefixAffinity@3": good(0.6)}}},
 		}
 		r.Summary = summarizeFamily(r)
@@ -136,15 +136,15 @@ func TestSanityErrors(t *testing.T) {
 	assert.ErrorContains(t, joinErrs(sanityErrors(mk(0.4, 0.5))), "Oracle's prefix hit ratio 0.400 is below RoundRobin's 0.500")
 
 	r := mk(0.7, 0.5)
-	delete(r.Workloads["issue-23"].Policies, "RoundRobin")
+	delete(r.Workloads["shared-prompts"].Policies, "RoundRobin")
 	assert.ErrorContains(t, joinErrs(sanityErrors(r)), "no results of policy RoundRobin")
 
 	r = mk(0.7, 0.5)
-	delete(r.Workloads["issue-23"].Policies, "PrefixAffinity@3")
+	delete(r.Workloads["shared-prompts"].Policies, "PrefixAffinity@3")
 	assert.ErrorContains(t, joinErrs(sanityErrors(r)), "no results of policy PrefixAffinity@3", "the workload's replica policy runs too")
 
 	r = mk(0.7, 0.5)
-	r.Workloads["issue-23"].Policies["LocalFirst"].ClusterShare = map[string]float64{"cluster-a": 0.5, "cluster-b": 0.5}
+	r.Workloads["shared-prompts"].Policies["LocalFirst"].ClusterShare = map[string]float64{"cluster-a": 0.5, "cluster-b": 0.5}
 	assert.ErrorContains(t, joinErrs(sanityErrors(r)), "is the policy applied?")
 
 	r = mk(0.7, 0.5)
@@ -240,13 +240,13 @@ func TestLoadConfig(t *testing.T) {
 			assert.True(t, c.Warmup, "each workload warms the sidecar up before its measured runs")
 			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle"}, c.Policies)
 			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle", "MetricsBased"}, c.policiesOf(family[workloadSaturated]))
-			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle", "ClusterOracle", "PrefixAffinity@3"}, c.policiesOf(family["issue-23"]))
+			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle", "ClusterOracle", "PrefixAffinity@3"}, c.policiesOf(family["shared-prompts"]))
 		}, ""},
 		{"smoke: two workloads on the same servers, the replica case included", map[string]string{"MCI_BENCH_PROFILE": "smoke"}, func(t *testing.T, c config) {
-			assert.Equal(t, []string{"issue-23", workloadNoPrefix, smokeHeldOut()}, c.Workloads)
+			assert.Equal(t, []string{"shared-prompts", workloadNoPrefix, smokeHeldOut()}, c.Workloads)
 			assert.Equal(t, 1, c.Repetitions)
 			assert.False(t, c.Warmup)
-			assert.Contains(t, c.policiesOf(family["issue-23"]), "PrefixAffinity@3")
+			assert.Contains(t, c.policiesOf(family["shared-prompts"]), "PrefixAffinity@3")
 		}, ""},
 		{"a new policy name is one more entry", map[string]string{"MCI_BENCH_ROUTING_POLICIES": "Weighted, PrefixAffinity,Oracle"}, func(t *testing.T, c config) {
 			assert.Equal(t, []string{"Weighted", "PrefixAffinity", "Oracle"}, c.Policies)
@@ -289,7 +289,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 }
 
-// TestFamilySpansTheRanges: the family covers issue 23's ranges, and each
+// TestFamilySpansTheRanges: the family covers its ranges, and each
 // workload is valid and calibrated to its load.
 func TestFamilySpansTheRanges(t *testing.T) {
 	c := defaultConfig("full")

@@ -39,7 +39,7 @@ import (
 const reflectorBackoffGrown = 12 * time.Second
 
 // healBound is how soon after a heal every view must be back to the
-// truth: the target is 2s; the bound allows for a loaded 2-core
+// truth: the target is 2s; the bound allows for a loaded 2-core
 // machine running three clusters, and the measured figure is logged.
 const healBound = 5 * time.Second
 

@@ -1,4 +1,4 @@
-// Package soak is the chaos soak of issue 15 (`make soak`, and a short
+// Package soak is the chaos soak (`make soak`, and a short
 // smoke of it in `make test`): a local ClusterSet (test/localclusterset) of
 // three clusters with two mci-apiserver replicas each, link proxies and
 // the data path, under steady request traffic, 50 watchers and an

@@ -55,7 +55,7 @@ type config struct {
 	// descriptor growth; shorter ones only report it.
 	JudgeGrowth bool
 	// HealTarget is the p99 bound of the time from a heal to every view
-	// equal to a fresh LIST: the 2s for a soak, 5s for the smoke,
+	// equal to a fresh LIST: 2s for a soak, 5s for the smoke,
 	// which shares a loaded 2-core CI machine (as e2e's healBound).
 	HealTarget time.Duration
 }

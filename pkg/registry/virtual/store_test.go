@@ -94,6 +94,19 @@ func (s *syncingSnapshot) Ready() error {
 	return nil
 }
 
+// startSyncingStore starts a Store over a ClusterSet that is not complete
+// until the test says so (syncingSnapshot.ready).
+func startSyncingStore(t *testing.T, r *tableResource) (*Store, *syncingSnapshot) {
+	t.Helper()
+	cluster := &syncingSnapshot{}
+	s := NewStore(r, cluster, func() Object { return &inference.InferencePoolImport{} })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go s.Run(ctx)
+	require.Eventually(t, s.Ready, 5*time.Second, 5*time.Millisecond)
+	return s, cluster
+}
+
 func startStore(t *testing.T, r *tableResource) *Store {
 	t.Helper()
 	s := NewStore(r, emptySnapshot{}, func() Object { return &inference.InferencePoolImport{} })
@@ -382,12 +395,7 @@ func TestAForeignVersionResumesOnlyOnceEveryMemberListed(t *testing.T) {
 	baselineInterval = 10 * time.Millisecond
 	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
 	r.set("ns", "a", nil, "cluster-a")
-	cluster := &syncingSnapshot{}
-	s := NewStore(r, cluster, func() Object { return &inference.InferencePoolImport{} })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go s.Run(ctx)
-	require.Eventually(t, s.Ready, 5*time.Second, 5*time.Millisecond)
+	s, cluster := startSyncingStore(t, r)
 	_, own, _ := s.ListWithOptions(context.Background(), ListOptions{})
 	foreign := Version{"cluster-a": 5, epochComponent: 1}.String()
 
@@ -439,12 +447,7 @@ func TestAMembersFirstListPlacesVersionsOfAnotherReplica(t *testing.T) {
 	t.Cleanup(func() { blockTimeout = 3 * time.Second })
 	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
 	r.set("ns", "a", nil, "cluster-a")
-	cluster := &syncingSnapshot{}
-	s := NewStore(r, cluster, func() Object { return &inference.InferencePoolImport{} })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go s.Run(ctx)
-	require.Eventually(t, s.Ready, 5*time.Second, 5*time.Millisecond)
+	s, cluster := startSyncingStore(t, r)
 
 	// The member's first list: ns/a, last changed at 5; the list's own
 	// version is 9 (ns/b was deleted at 9, which the other replica saw).

@@ -98,7 +98,6 @@ func (m *member) startWith(ctx context.Context, th thresholds, served servedapis
 	for _, start := range starters {
 		start(informerCtx)
 	}
-	m.announceWhenListed(informerCtx, logger)
 
 	go func() {
 		defer close(m.done)
@@ -132,13 +131,14 @@ func (m *member) objectInformers(ctx context.Context, served servedapis.Set, log
 // returns what starts the Namespace informer.
 func (m *member) kubeInformers(ctx context.Context, transform cache.TransformFunc) func(context.Context) {
 	kubeFactory := informers.NewSharedInformerFactoryWithOptions(m.kube, 0, informers.WithTransform(transform))
-	kubeFactory.InformerFor(&corev1.Namespace{}, boundedInformer[kubernetes.Interface](m, KindNamespace, "", &corev1.Namespace{}, m.kube.CoreV1().Namespaces(), transform))
+	if m.quota != nil {
+		kubeFactory.InformerFor(&corev1.Namespace{}, boundedInformer[kubernetes.Interface](m, KindNamespace, "", &corev1.Namespace{}, m.kube.CoreV1().Namespaces(), transform))
+	}
 	nsInformer := kubeFactory.Core().V1().Namespaces()
 	m.namespaces = nsInformer.Lister()
 	m.watch(nsInformer.Informer(), KindNamespace)
 	m.synced = append(m.synced, nsInformer.Informer().HasSynced)
-	scopedWatch := func(i cache.SharedIndexInformer, k Kind, deliver Handler) { m.watchTo(i, k, deliver) }
-	m.poolNamespaces = newPoolNamespaces(ctx, m.kube, scopedWatch, m.handler, m.boundNamespaceInformers, m.podsAccessChanged)
+	m.poolNamespaces = newPoolNamespaces(ctx, m.kube, m.watchTo, m.handler, m.boundNamespaceInformers, m.podsAccessChanged)
 	m.services = serviceLister{m.poolNamespaces}
 	m.endpointSlices = endpointSliceLister{m.poolNamespaces}
 	m.pods = podLister{m.poolNamespaces}
@@ -157,7 +157,9 @@ func (m *member) poolInformer(served servedapis.Set, transform cache.TransformFu
 		return nil
 	}
 	f := mciinformers.NewSharedInformerFactoryWithOptions(m.mci, 0, mciinformers.WithTransform(transform))
-	f.InformerFor(&poolv1.InferencePool{}, boundedInformer[mciclient.Interface](m, KindInferencePool, "", &poolv1.InferencePool{}, m.mci.InferencePoolV1().InferencePools(""), transform))
+	if m.quota != nil {
+		f.InformerFor(&poolv1.InferencePool{}, boundedInformer[mciclient.Interface](m, KindInferencePool, "", &poolv1.InferencePool{}, m.mci.InferencePoolV1().InferencePools(""), transform))
+	}
 	inf := f.InferencePool().V1().InferencePools()
 	if err := inf.Informer().AddIndexers(poolIndexers()); err != nil {
 		logger.Error(err, "Adding pool indexers")
@@ -175,7 +177,9 @@ func (m *member) poolInformer(served servedapis.Set, transform cache.TransformFu
 func (m *member) gatewayInformers(served servedapis.Set, transform cache.TransformFunc, logger klog.Logger) func(context.Context) {
 	gw := gatewayinformers.NewSharedInformerFactoryWithOptions(m.gateway, 0, gatewayinformers.WithTransform(transform))
 	if served.Has(apiGateways) {
-		gw.InformerFor(&gatewayv1.Gateway{}, boundedInformer[gatewayclient.Interface](m, KindGateway, "", &gatewayv1.Gateway{}, m.gateway.GatewayV1().Gateways(""), transform))
+		if m.quota != nil {
+			gw.InformerFor(&gatewayv1.Gateway{}, boundedInformer[gatewayclient.Interface](m, KindGateway, "", &gatewayv1.Gateway{}, m.gateway.GatewayV1().Gateways(""), transform))
+		}
 		inf := gw.Gateway().V1().Gateways()
 		m.gateways = inf.Lister()
 		m.watch(inf.Informer(), KindGateway)
@@ -184,7 +188,9 @@ func (m *member) gatewayInformers(served servedapis.Set, transform cache.Transfo
 		m.gateways = gatewaylisters.NewGatewayLister(newNamespacedIndexer(nil))
 	}
 	if served.Has(apiBackendTLSPolicies) {
-		gw.InformerFor(&gatewayv1.BackendTLSPolicy{}, boundedInformer[gatewayclient.Interface](m, KindBackendTLSPolicy, "", &gatewayv1.BackendTLSPolicy{}, m.gateway.GatewayV1().BackendTLSPolicies(""), transform))
+		if m.quota != nil {
+			gw.InformerFor(&gatewayv1.BackendTLSPolicy{}, boundedInformer[gatewayclient.Interface](m, KindBackendTLSPolicy, "", &gatewayv1.BackendTLSPolicy{}, m.gateway.GatewayV1().BackendTLSPolicies(""), transform))
+		}
 		inf := gw.Gateway().V1().BackendTLSPolicies()
 		m.backendTLSPolicies = inf.Lister()
 		m.watch(inf.Informer(), KindBackendTLSPolicy)
@@ -215,20 +221,18 @@ func (m *member) boundNamespaceInformers(f informers.SharedInformerFactory, name
 // said once in the log.
 func (m *member) routeInformers(gw gatewayinformers.SharedInformerFactory, served servedapis.Set, logger klog.Logger) {
 	if served.Has(apiHTTPRoutes) {
-		gw.InformerFor(&gatewayv1.HTTPRoute{}, boundedInformer[gatewayclient.Interface](m, KindHTTPRoute, "", &gatewayv1.HTTPRoute{}, m.gateway.GatewayV1().HTTPRoutes(""), trim))
 		inf := gw.Gateway().V1().HTTPRoutes().Informer()
 		if err := inf.AddIndexers(routeIndexers()); err != nil {
 			logger.Error(err, "Adding HTTPRoute indexers")
 		}
 		m.routeIndexer = inf.GetIndexer()
-		m.addListed(m.watchRoutes(inf), KindHTTPRoute)
+		m.watchRoutes(inf)
 		m.synced = append(m.synced, inf.HasSynced)
 	} else {
 		logger.Info("The local cluster does not serve HTTPRoutes; imports will list no parents", "groupVersion", apiHTTPRoutes.GroupVersion().String())
 		m.routeIndexer = newNamespacedIndexer(routeIndexers())
 	}
 	if served.Has(apiReferenceGrants) {
-		gw.InformerFor(&gatewayv1beta1.ReferenceGrant{}, boundedInformer[gatewayclient.Interface](m, KindReferenceGrant, "", &gatewayv1beta1.ReferenceGrant{}, m.gateway.GatewayV1beta1().ReferenceGrants(""), trim))
 		inf := gw.Gateway().V1beta1().ReferenceGrants()
 		m.grants = inf.Lister()
 		m.watch(inf.Informer(), KindReferenceGrant)
@@ -243,7 +247,7 @@ func (m *member) routeInformers(gw gatewayinformers.SharedInformerFactory, serve
 // the route used before and after the change: a route that stops using an
 // import must still recompute it. Changes of routes that use no import, before
 // or after, are not passed on.
-func (m *member) watchRoutes(informer cache.SharedIndexInformer) cache.ResourceEventHandlerRegistration {
+func (m *member) watchRoutes(informer cache.SharedIndexInformer) {
 	notify := func(old, obj interface{}) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
@@ -269,24 +273,23 @@ func (m *member) watchRoutes(informer cache.SharedIndexInformer) cache.ResourceE
 		}
 		m.handler(Event{Member: m.name, Kind: KindHTTPRoute, Namespace: r.Namespace, Name: r.Name, ResourceVersion: rv, Imports: keys})
 	}
-	reg, _ := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { notify(nil, obj) },
 		UpdateFunc: func(old, obj interface{}) { notify(old, obj) },
 		DeleteFunc: func(obj interface{}) { notify(nil, obj) },
 	})
-	return reg
 }
 
 // watch passes the informer's changes on as Events. Informers the member
 // starts once also count towards hasSynced; the per-namespace ones are
 // tracked by poolNamespaces.
 func (m *member) watch(informer cache.SharedIndexInformer, kind Kind) {
-	m.addListed(m.watchTo(informer, kind, m.handler), kind)
+	m.watchTo(informer, kind, m.handler)
 }
 
 // watchTo passes the informer's changes on to deliver as Events, but for
 // InferencePools (poolEvent).
-func (m *member) watchTo(informer cache.SharedIndexInformer, kind Kind, deliver Handler) cache.ResourceEventHandlerRegistration {
+func (m *member) watchTo(informer cache.SharedIndexInformer, kind Kind, deliver Handler) {
 	notify := func(obj interface{}, deleted, changed bool) {
 		// A deletion seen only through a relist carries the object's last
 		// known resourceVersion, not the member's at its deletion: its
@@ -320,8 +323,7 @@ func (m *member) watchTo(informer cache.SharedIndexInformer, kind Kind, deliver 
 		}
 		deliver(ev)
 	}
-	reg, _ := informer.AddEventHandler(countedHandler(notify))
-	return reg
+	_, _ = informer.AddEventHandler(countedHandler(notify))
 }
 
 // countedHandler calls notify with each change, whether it was a deletion,

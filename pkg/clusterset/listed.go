@@ -18,11 +18,17 @@ import (
 // below the deletion that a replica running then saw and put in the
 // versions it issued: a watch resumed here from such a version would wait
 // for the member's next change, however long the member stays quiet. So
-// once the handlers have every object of the first lists of the informers
-// the member starts once (every one but those of the namespaces of its
-// pools, which start later), the member's version is raised to theirs (a
-// KindListed event). The local cluster is a member too: its version is
-// what its summaries carry to every other cluster.
+// once the handlers have every object of the first lists, the member's
+// version is raised to theirs (a KindListed event).
+//
+// Only for a member read through its summaries. The member component of a
+// list of summaries is the newest change the member's own server has
+// seen, the same whichever replica reads it when. A kube-apiserver's
+// list version is not: it moves with every write to the cluster, so two
+// replicas that listed a quiet member a moment apart would be placed at
+// two versions, and a watch moving from the later to the earlier would be
+// refused, or wait for the member's next change. A member read in full
+// mode (the local cluster too) stays at its newest listed object.
 
 // firstList records the resourceVersion of an informer's first complete
 // list (a paged list, or a streaming list's closing bookmark). Later
@@ -43,58 +49,19 @@ func (f *firstList) version() string {
 	return ""
 }
 
-// listedSource is one informer the member starts once: its handler's
-// registration and the record of its first list.
+// listedSource is one informer of a member: its handler's registration
+// and the record of its first list.
 type listedSource struct {
 	handler cache.ResourceEventHandlerRegistration
 	list    *firstList
 }
 
-// firstListOf returns the record of the first list of the member's
-// informer of kind, made on first use.
-func (m *member) firstListOf(kind Kind) *firstList {
-	if m.firstLists == nil {
-		m.firstLists = map[Kind]*firstList{}
-	}
-	if m.firstLists[kind] == nil {
-		m.firstLists[kind] = &firstList{}
-	}
-	return m.firstLists[kind]
-}
-
-// addListed counts the informer of kind, whose handler reg is, in what
-// the member's version is raised to once listed.
-func (m *member) addListed(reg cache.ResourceEventHandlerRegistration, kind Kind) {
-	m.listed = append(m.listed, listedSource{handler: reg, list: m.firstListOf(kind)})
-}
-
 // listedPoll is how often announceListed looks at the handlers.
 const listedPoll = 50 * time.Millisecond
 
-// announceWhenListed raises the member's version to its first lists'
-// once they have reached the handlers (announceListed), and counts the
-// member as listed only after that, so that the baseline of every Store
-// covers it. The versions of a member read in full mode are its
-// kube-apiserver's; those of its summaries carry its own as their one
-// member component.
-func (m *member) announceWhenListed(ctx context.Context, logger klog.Logger) {
-	if len(m.listed) == 0 {
-		return
-	}
-	version := memberResourceVersion
-	if m.mode == modeSummary {
-		version = summaryListVersion
-	}
-	announced := &atomic.Bool{}
-	m.synced = append(m.synced, announced.Load)
-	go m.announceListed(ctx, slices.Clone(m.listed), version, announced, logger)
-}
-
 // announceListed waits until every source's handler has had its first
-// list (and, in full mode, every namespace of the member's pools has
-// listed), then raises the member's version to the lowest of the lists'
-// versions, read by version. The per-namespace informers start once their
-// pools are listed, so their first lists come later than these. It sets
+// list, then raises the member's version to the lowest of the lists'
+// versions, read by version (a summary's member component). It closes
 // done either way: a version it cannot read raises nothing, and the
 // member's component stays at its newest listed object, as before.
 func (m *member) announceListed(ctx context.Context, sources []listedSource, version func(string) (uint64, error), done *atomic.Bool, logger klog.Logger) {
@@ -105,7 +72,7 @@ func (m *member) announceListed(ctx context.Context, sources []listedSource, ver
 				return false, nil
 			}
 		}
-		return m.poolNamespaces == nil || m.poolNamespaces.hasSynced(), nil
+		return true, nil
 	})
 	if err != nil || slices.ContainsFunc(sources, func(s listedSource) bool { return s.handler == nil }) {
 		return

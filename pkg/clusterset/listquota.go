@@ -31,17 +31,17 @@ type typedListWatch[L runtime.Object] interface {
 // boundedInformer makes, for an informer factory's InformerFor, the
 // informer of obj (of kind) that lists and watches the member through
 // client, a client of namespace ("": of all namespaces), within its limits
-// (listQuota; the local cluster has none), recording the first list of
-// an informer of all namespaces (listed.go). Registered before the
-// factory's own accessor is called, it is the one that accessor, its
-// lister and the factory's Start use; the factory still sets its
-// transform on it.
+// (listQuota). Registered before the factory's own accessor is called, it
+// is the one that accessor, its lister and the factory's Start use; the
+// factory still sets its transform on it.
 func boundedInformer[C any, L runtime.Object](m *member, kind Kind, namespace string, obj runtime.Object, client typedListWatch[L], transform cache.TransformFunc) func(C, time.Duration) cache.SharedIndexInformer {
+	return boundedInformerListed[C](m, kind, namespace, obj, client, transform, nil)
+}
+
+// boundedInformerListed is boundedInformer whose first complete list's
+// resourceVersion is recorded in first (listed.go).
+func boundedInformerListed[C any, L runtime.Object](m *member, kind Kind, namespace string, obj runtime.Object, client typedListWatch[L], transform cache.TransformFunc, first *firstList) func(C, time.Duration) cache.SharedIndexInformer {
 	return func(C, time.Duration) cache.SharedIndexInformer {
-		var first *firstList
-		if namespace == "" {
-			first = m.firstListOf(kind)
-		}
 		lw := &listQuota{
 			first:     first,
 			m:         m,
@@ -160,10 +160,6 @@ func (c listCount) plus(objects int, bytes int64) listCount {
 // stops the list.
 func (c *listCount) add(l *listQuota, obj runtime.Object) error {
 	c.objects++
-	if l.m.quota == nil {
-		// The local cluster's informers are not bounded.
-		return nil
-	}
 	c.bytes += l.size(obj)
 	reason, msg := l.m.quota.listing(l.kind, l.namespace, *c)
 	if reason == "" {

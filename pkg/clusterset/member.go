@@ -63,10 +63,6 @@ type member struct {
 	done      chan struct{}
 	synced    []cache.InformerSynced
 	handler   Handler
-	// firstLists record the first list of each informer the member starts
-	// once, by kind, and listed pairs each with its handler (listed.go).
-	firstLists map[Kind]*firstList
-	listed     []listedSource
 
 	namespaces     corev1listers.NamespaceLister
 	pools          poollisters.InferencePoolLister

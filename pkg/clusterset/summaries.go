@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -55,10 +56,13 @@ var summaryStreamLog = statelog.Rule{Interval: time.Minute}
 // what starts them.
 func (m *member) summaryInformers(logger klog.Logger) func(context.Context) {
 	f := mciinformers.NewSharedInformerFactoryWithOptions(m.mci, 0, mciinformers.WithTransform(trimSummary))
-	f.InformerFor(&v1alpha1.InferencePoolExportSummary{}, boundedInformer[mciclient.Interface](m, KindExportSummary, "", &v1alpha1.InferencePoolExportSummary{}, m.mci.InferenceV1alpha1().InferencePoolExportSummaries(""), trimSummary))
-	// A cluster summary counts as one object (a member publishes one);
-	// its namespaces have their own limit, once it is delivered.
-	f.InformerFor(&v1alpha1.InferenceClusterSummary{}, boundedInformer[mciclient.Interface](m, KindNamespace, "", &v1alpha1.InferenceClusterSummary{}, m.mci.InferenceV1alpha1().InferenceClusterSummaries(), trimSummary))
+	exportsList, clustersList := &firstList{}, &firstList{}
+	if m.quota != nil {
+		f.InformerFor(&v1alpha1.InferencePoolExportSummary{}, boundedInformerListed[mciclient.Interface](m, KindExportSummary, "", &v1alpha1.InferencePoolExportSummary{}, m.mci.InferenceV1alpha1().InferencePoolExportSummaries(""), trimSummary, exportsList))
+		// A cluster summary counts as one object (a member publishes one);
+		// its namespaces have their own limit, once it is delivered.
+		f.InformerFor(&v1alpha1.InferenceClusterSummary{}, boundedInformerListed[mciclient.Interface](m, KindNamespace, "", &v1alpha1.InferenceClusterSummary{}, m.mci.InferenceV1alpha1().InferenceClusterSummaries(), trimSummary, clustersList))
+	}
 	exports := f.Inference().V1alpha1().InferencePoolExportSummaries()
 	clusters := f.Inference().V1alpha1().InferenceClusterSummaries()
 	m.summaries = summaryLister{indexer: exports.Informer().GetIndexer(), logger: logger}
@@ -67,10 +71,19 @@ func (m *member) summaryInformers(logger klog.Logger) func(context.Context) {
 		_ = inf.SetWatchErrorHandlerWithContext(m.summaryStream.watchError(m.name, logger))
 		m.synced = append(m.synced, inf.HasSynced)
 	}
-	m.addListed(m.watchSummaries(exports.Informer()), KindExportSummary)
-	m.addListed(m.watchClusterSummary(clusters.Informer()), KindNamespace)
+	sources := []listedSource{
+		{handler: m.watchSummaries(exports.Informer()), list: exportsList},
+		{handler: m.watchClusterSummary(clusters.Informer()), list: clustersList},
+	}
+	// The member counts as listed once its version is raised to its
+	// lists' (listed.go), so that the baseline covers them.
+	announced := &atomic.Bool{}
+	m.synced = append(m.synced, announced.Load)
 	logger.Info("Reading the member through the summaries its mci-apiserver publishes (summary mode)")
-	return f.StartWithContext
+	return func(ctx context.Context) {
+		f.StartWithContext(ctx)
+		go m.announceListed(ctx, sources, summaryListVersion, announced, logger)
+	}
 }
 
 // maxSummaryPolicy bounds the cluster policy annotation kept of a summary:

@@ -69,8 +69,10 @@ type watchResumer struct {
 // unprovable are what a replica says refusing a version another one
 // issued that it cannot place in its own history (pkg/registry/virtual):
 // issued before it had listed every member, or before what it learnt out
-// of order.
-var unprovable = []string{"before this one had listed every member cluster", "before it had seen what this one learnt out of order"}
+// of order, or computed with another view of the members (a replica
+// started during a partition of one of them sees it otherwise than one
+// that was running when it began).
+var unprovable = []string{"before this one had listed every member cluster", "before it had seen what this one learnt out of order", "whose view of the members (which, in which mode, reachable or not) differs from this one's"}
 
 type importWatcher interface {
 	List(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.InferencePoolImportList, error)

@@ -105,10 +105,11 @@ type Store struct {
 	// pendingEvents summarizes each member's events since the last pass,
 	// for resume.go.
 	pendingEvents map[string]memberEvents
-	// listed are the versions of the members' first lists
-	// (clusterset.KindListed): the baseline covers them.
-	listed Version
-	signal chan struct{}
+	// observed are the member components as the members' changes alone
+	// placed them, without their first lists' versions
+	// (clusterset.KindListed): what the baseline takes.
+	observed Version
+	signal   chan struct{}
 
 	mu sync.RWMutex
 	// codec encodes the objects the Store keeps (entry).
@@ -161,7 +162,7 @@ func NewStore(resource Resource, cluster Snapshotter, newFunc func() Object) *St
 		now:            time.Now,
 		pendingV:       Version{},
 		pendingEvents:  map[string]memberEvents{},
-		listed:         Version{},
+		observed:       Version{},
 		unplacedBefore: map[string]uint64{},
 		signal:         make(chan struct{}, 1),
 		codec:          compact.New(),
@@ -192,6 +193,7 @@ func (s *Store) Notify(ev clusterset.Event) {
 	}
 	if ev.ResourceVersion > 0 {
 		s.pendingV.advance(ev.Member, ev.ResourceVersion)
+		s.observed.advance(ev.Member, ev.ResourceVersion)
 	}
 	if ev.Kind == clusterset.KindMember {
 		s.pendingV.advance(reachabilityComponent, uint64(s.now().UnixMilli()))
@@ -209,16 +211,16 @@ func (s *Store) Notify(ev clusterset.Event) {
 // an event already. Without it a member's component would stay at the
 // newest object it listed, below a deletion made before the list that
 // another replica saw, and a watch resumed here from that replica's
-// version would wait for the member's next change. The baseline covers
-// it too (takeBaseline): a version another replica issued before the
-// list may miss what the list no longer holds, and is refused.
+// version would wait for the member's next change. The baseline does not
+// take it (takeBaseline): a list's version also moves with changes that
+// no object here reflects, and a replica running since before them, whose
+// versions never moved past them, must still be resumed from.
 func (s *Store) notifyListed(ev clusterset.Event) {
 	if ev.ResourceVersion == 0 {
 		return
 	}
 	s.pendingMu.Lock()
 	s.pendingV.advance(ev.Member, ev.ResourceVersion)
-	s.listed.advance(ev.Member, ev.ResourceVersion)
 	s.pendingMu.Unlock()
 	select {
 	case s.signal <- struct{}{}:
@@ -269,13 +271,17 @@ func (s *Store) takeBaseline() {
 		return
 	}
 	s.pendingMu.Lock()
-	listed := s.listed.clone()
+	observed := s.observed.clone()
 	s.pendingMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.baseline == nil {
 		s.baseline = s.version.clone()
-		s.baseline.catchUp(listed)
+		for k, n := range s.baseline {
+			if isMemberComponent(k) {
+				s.baseline[k] = min(n, observed[k])
+			}
+		}
 	}
 }
 

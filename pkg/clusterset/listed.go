@@ -61,7 +61,7 @@ const listedPoll = 50 * time.Millisecond
 
 // announceListed waits until every source's handler has had its first
 // list, then raises the member's version to the lowest of the lists'
-// versions, read by version (a summary's member component). It closes
+// versions, read by version (a summary's member component). It sets
 // done either way: a version it cannot read raises nothing, and the
 // member's component stays at its newest listed object, as before.
 func (m *member) announceListed(ctx context.Context, sources []listedSource, version func(string) (uint64, error), done *atomic.Bool, logger klog.Logger) {

@@ -76,7 +76,8 @@ func (m *member) summaryInformers(logger klog.Logger) func(context.Context) {
 		{handler: m.watchClusterSummary(clusters.Informer()), list: clustersList},
 	}
 	// The member counts as listed once its version is raised to its
-	// lists' (listed.go), so that the baseline covers them.
+	// lists' (listed.go), so that a version another replica issued after
+	// the lists is resumed at once.
 	announced := &atomic.Bool{}
 	m.synced = append(m.synced, announced.Load)
 	logger.Info("Reading the member through the summaries its mci-apiserver publishes (summary mode)")

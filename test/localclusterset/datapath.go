@@ -386,11 +386,20 @@ func (cs *ClusterSet) StartExporters(ctx context.Context, opts DataPathOptions) 
 // status, the instance ID of the simulator that answered (its
 // X-Simulator-Instance header) and the body.
 func (d *DataPath) Send(ctx context.Context) (code int, instance, body string, err error) {
+	return d.SendTo(ctx, "")
+}
+
+// SendTo is Send with host as the request's host ("": the gateway's
+// address), for a route of the gateway matched by its host name.
+func (d *DataPath) SendTo(ctx context.Context, host string) (code int, instance, body string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.CompletionURL(), strings.NewReader(d.CompletionBody()))
 	if err != nil {
 		return 0, "", "", err
+	}
+	if host != "" {
+		req.Host = host
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := loopbackClient.Do(req)

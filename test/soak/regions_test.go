@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -73,29 +72,6 @@ func setUpRegionalRoute(ctx context.Context, dp *localclusterset.DataPath, mci m
 	_, err = routes.Create(ctx, route, metav1.CreateOptions{})
 	return err
 }
-
-// sendRegional sends a completion request to the regional route: the
-// gateway's address with regionalHost as the request's host.
-func sendRegional(ctx context.Context, dp *localclusterset.DataPath) (code int, instance, body string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dp.CompletionURL(), strings.NewReader(dp.CompletionBody()))
-	if err != nil {
-		return 0, "", "", err
-	}
-	req.Host = regionalHost
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := regionalClient.Do(req)
-	if err != nil {
-		return 0, "", "", err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header.Get("X-Simulator-Instance"), string(b), err
-}
-
-// regionalClient reaches the gateway on loopback, never through a proxy.
-var regionalClient = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}}
 
 // regionalResult is what the regional route's requests were answered.
 type regionalResult struct {

@@ -188,7 +188,7 @@ func TestSoak(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, setUpRegionalRoute(ctx, dp, mci, gatewayclient.NewForConfigOrDie(gatewayCluster.Config), exporters, topo.Regional), "the regional route")
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		code, instance, _, err := sendRegional(ctx, dp)
+		code, instance, _, err := dp.SendTo(ctx, regionalHost)
 		return err == nil && code == 200 && strings.HasPrefix(instance, topo.Regional+"/"), nil
 	}), "the regional route must be served by %s", topo.Regional)
 	names, err := localclusterset.StartNameProxy()

@@ -69,7 +69,7 @@ func (tr *traffic) run(ctx context.Context, rate float64) {
 			send := tr.dp.Send
 			r := request{Sent: time.Now()}
 			if tr.regional && n%regionalEvery == regionalEvery-1 {
-				send = func(ctx context.Context) (int, string, string, error) { return sendRegional(ctx, tr.dp) }
+				send = func(ctx context.Context) (int, string, string, error) { return tr.dp.SendTo(ctx, regionalHost) }
 				r.Route = regionalRoute
 			}
 			code, instance, body, err := send(context.Background())

@@ -85,10 +85,10 @@ func New(cfg routingpolicy.Config, thresholds scheduling.Config, mem *Memory) (*
 // candidates does not allocate and clear it anew each time.
 type scratch struct {
 	slots []slot
-	// byTier, packed and scored are sortRanked's.
-	byTier []int
-	packed []uint64
-	scored []scoredKey
+	// byRank, keys and runs are sortRanked's.
+	byRank []int32
+	keys   []uint64
+	runs   []int
 	// obs, val, ids, matched and caps are the scorers' and home
 	// placement's, one per kept candidate.
 	obs     []Observation

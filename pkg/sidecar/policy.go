@@ -138,16 +138,19 @@ func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, e
 	// request learns of them (health, load) is filled in here.
 	clusters, static := b.Candidates()
 	var buf [8]clusterscore.Candidate
-	cands := buf[:0]
+	var cands []clusterscore.Candidate
 	if len(static) > len(buf) {
 		// Many candidates: space reused from pick to pick (each
 		// overwrites what the last left) rather than a slice of them
-		// allocated and collected for each request.
+		// allocated and collected for each request. Only the pooled
+		// slice is stored back, so that buf stays on the stack.
 		pooled := candidateSpace.Get().(*[]clusterscore.Candidate)
-		cands = (*pooled)[:0]
-		defer func() { *pooled = cands[:0]; candidateSpace.Put(pooled) }()
+		*pooled = append((*pooled)[:0], static...)
+		cands = *pooled
+		defer candidateSpace.Put(pooled)
+	} else {
+		cands = append(buf[:0], static...)
 	}
-	cands = append(cands, static...)
 	readsPool := p.pipeline.ReadsPool()
 	for i, c := range clusters {
 		cands[i].Health = st.Health(c)

@@ -510,12 +510,12 @@ func (o *orderer) less(a, b int) bool {
 }
 
 // sort sorts idx stably: an insertion sort for a handful of candidates
-// (no closure to allocate); beyond, by tier and packed keys where the
-// candidates are ranked (sortRanked), else pdqsort with the index as the
-// last key, or a merge sort where that would not be the same order
-// (weakOrder). The insertion sort's quadratic cost took most of a pick
-// over 1,000 candidates, and the comparison of names and totals through
-// the slots a quarter of it.
+// (no closure to allocate); beyond, in linear time where the candidates
+// are ranked (sortRanked), else pdqsort with the index as the last key,
+// or a merge sort where that would not be the same order (weakOrder).
+// The insertion sort's quadratic cost took most of a pick over 1,000
+// candidates, and pdqsort's comparisons of names and totals through the
+// slots a quarter of it.
 func (o *orderer) sort(idx []int) {
 	if len(idx) > maxStack {
 		if o.sc != nil && o.sortRanked(idx, o.sc) {

@@ -330,7 +330,7 @@ func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots [
 // front of kept, the others keeping their order, and returns the
 // decision; its Home is empty when the request has no prompt block
 // (HomeNoKey): the picker then leads as it would without a home.
-func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots []slot, rot *Rotation) HomeDecision {
+func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots []slot, sc *scratch, rot *Rotation) HomeDecision {
 	key := homeKey(req.Blocks)
 	if key == 0 || len(kept) == 0 {
 		outcome, _ := decideHome(homeRule{})
@@ -339,7 +339,12 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	alike := setCapacities(kept, slots)
 	var idBuf [maxStack]uint32
 	var capBuf [maxStack]float64
-	ids, caps := keptIDs(cands, kept, slots, idBuf[:0], capBuf[:0])
+	ids, caps := idBuf[:0], capBuf[:0]
+	if len(kept) > maxStack {
+		sc.ids, sc.caps = slices.Grow(sc.ids[:0], len(kept)), slices.Grow(sc.caps[:0], len(kept))
+		ids, caps = sc.ids, sc.caps
+	}
+	ids, caps = keptIDs(cands, kept, slots, ids, caps)
 	home, served := p.findHome(req, key, ids, caps)
 	// The bound compares the candidates of the first tier: those a
 	// request may go to before any saturated or stale one.

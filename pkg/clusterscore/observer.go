@@ -146,6 +146,23 @@ func (o *Observer) Observe(scope, cluster string) Observation {
 	o.mu.RLock()
 	c := o.clusters[scopedKey{scope, cluster}]
 	o.mu.RUnlock()
+	return c.observation()
+}
+
+// observeKept appends the observations of the kept candidates of scope
+// to obs, reading the clusters' map under one lock rather than one a
+// candidate.
+func (o *Observer) observeKept(scope string, cands []Candidate, kept []int, obs []Observation) []Observation {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	for _, i := range kept {
+		obs = append(obs, o.clusters[scopedKey{scope, cands[i].Name}].observation())
+	}
+	return obs
+}
+
+// observation is a snapshot of c; zero when c is nil.
+func (c *observed) observation() Observation {
 	if c == nil {
 		return Observation{}
 	}

@@ -64,3 +64,59 @@ func TestOrdererCompareIsLess(t *testing.T) {
 		require.Equal(t, byLess, idx, "trial %d", trial)
 	}
 }
+
+// TestRankedSortIsTheSort holds the sort of ranked candidates
+// (sortRanked: counted into tiers, packed keys, no names compared) to the
+// stable sort by less, which says what the order is: over random
+// candidates of every picker, with ties of tier, total, weight and name,
+// totals that are not comparable (where it must decline, and the stable
+// sort orders) and as many candidates as a fleet's, the orders are the
+// same.
+func TestRankedSortIsTheSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 17))
+	pickers := []routingpolicy.Picker{routingpolicy.PickMaxScore, routingpolicy.PickRoundRobin, routingpolicy.PickChain, routingpolicy.PickTwoChoices}
+	ranked := 0
+	for trial := range 400 {
+		n := 17 + rng.IntN(80)
+		if trial%20 == 0 {
+			n = 1000 + rng.IntN(50)
+		}
+		o := orderer{p: &Pipeline{cfg: routingpolicy.Config{Picker: pickers[trial%4]}}, cands: make([]Candidate, n), slots: make([]slot, n), sc: &scratch{}}
+		for i := range n {
+			o.cands[i] = Candidate{Name: fmt.Sprintf("c%03d", rng.IntN(n)), Weight: int64(rng.IntN(3))}
+			o.slots[i] = slot{tier: int8(rng.IntN(4) + 4*rng.IntN(2)), total: float64(rng.IntN(6)) / 2}
+			if rng.IntN(10) == 0 {
+				o.slots[i].total = -o.slots[i].total // -0 is 0
+			}
+			if trial%5 == 0 && rng.IntN(200) == 0 {
+				o.slots[i].total = math.NaN()
+			}
+		}
+		RankCandidates(o.cands)
+		var idx []int
+		for i := range n {
+			if rng.IntN(8) != 0 {
+				idx = append(idx, i)
+			}
+		}
+		want := slices.Clone(idx)
+		slices.SortStableFunc(want, func(a, b int) int {
+			switch {
+			case o.less(a, b):
+				return -1
+			case o.less(b, a):
+				return 1
+			}
+			return 0
+		})
+		got := slices.Clone(idx)
+		if o.sortRanked(got, o.sc) {
+			ranked++
+		} else {
+			require.Equal(t, idx, got, "trial %d: declined, left as it was", trial)
+			o.sort(got)
+		}
+		require.Equal(t, want, got, "trial %d (%v, %d candidates)", trial, o.p.cfg.Picker, n)
+	}
+	require.Greater(t, ranked, 300, "most trials sorted by rank")
+}

@@ -85,6 +85,17 @@ func New(cfg routingpolicy.Config, thresholds scheduling.Config, mem *Memory) (*
 // candidates does not allocate and clear it anew each time.
 type scratch struct {
 	slots []slot
+	// byRank, keys and runs are sortRanked's.
+	byRank []int32
+	keys   []uint64
+	runs   []int
+	// obs, val, ids, matched and caps are the scorers' and home
+	// placement's, one per kept candidate.
+	obs     []Observation
+	val     []float64
+	ids     []uint32
+	matched []int
+	caps    []float64
 }
 
 // scratch returns a scratch for n candidates, its slots zero; the caller
@@ -203,8 +214,9 @@ type slot struct {
 func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []int, ex *Explanation) ([]int, error) {
 	var buf [maxStack]slot
 	slots := buf[:0]
+	var sc *scratch
 	if len(cands) > maxStack {
-		sc := p.scratch(len(cands))
+		sc = p.scratch(len(cands))
 		defer p.scratches.Put(sc)
 		slots = sc.slots
 	}
@@ -224,13 +236,13 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 		return order, ErrShed
 	}
 	if len(kept) > 0 && len(p.cfg.Scorers) > 0 {
-		p.score(req, cands, kept, slots, ex)
+		p.score(req, cands, kept, slots, sc, ex)
 	}
-	o := orderer{p: p, cands: cands, slots: slots}
+	o := orderer{p: p, cands: cands, slots: slots, sc: sc}
 	o.sort(kept)
 	var home HomeDecision
 	if p.homes && len(kept) > 0 {
-		home = p.leadHome(req, cands, kept, slots, rot)
+		home = p.leadHome(req, cands, kept, slots, sc, rot)
 	}
 	if len(kept) > 0 {
 		if home.Home == "" {
@@ -479,6 +491,8 @@ type orderer struct {
 	p     *Pipeline
 	cands []Candidate
 	slots []slot
+	// sc is the pick's scratch, nil for a handful of candidates.
+	sc *scratch
 }
 
 func (o *orderer) less(a, b int) bool {
@@ -496,12 +510,17 @@ func (o *orderer) less(a, b int) bool {
 }
 
 // sort sorts idx stably: an insertion sort for a handful of candidates
-// (no closure to allocate); beyond, pdqsort with the index as the last
-// key, or a merge sort where that would not be the same order
-// (weakOrder). The insertion sort's quadratic cost took most of a pick
-// over 1,000 candidates, and the merge sort a quarter of it.
+// (no closure to allocate); beyond, in linear time where the candidates
+// are ranked (sortRanked), else pdqsort with the index as the last key,
+// or a merge sort where that would not be the same order (weakOrder).
+// The insertion sort's quadratic cost took most of a pick over 1,000
+// candidates, and pdqsort's comparisons of names and totals through the
+// slots a quarter of it.
 func (o *orderer) sort(idx []int) {
 	if len(idx) > maxStack {
+		if o.sc != nil && o.sortRanked(idx, o.sc) {
+			return
+		}
 		if o.weakOrder(idx) {
 			// Equal candidates keep their order by the index tie-break,
 			// as the stable sort keeps it, at the cost of pdqsort.

@@ -2,24 +2,27 @@ package clusterscore
 
 import (
 	"math"
+	"slices"
 
 	"github.com/mci-dev/mci/pkg/routingpolicy"
 )
 
 // score fills the totals of the kept candidates, and the explanation's
 // scores when asked.
-func (p *Pipeline) score(req *Request, cands []Candidate, kept []int, slots []slot, ex *Explanation) {
+// sc is the pick's scratch, which holds the observations and scores of
+// more than a handful of candidates (nil for a handful).
+func (p *Pipeline) score(req *Request, cands []Candidate, kept []int, slots []slot, sc *scratch, ex *Explanation) {
 	var obsBuf [maxStack]Observation
 	var valBuf [maxStack]float64
 	obs, val := obsBuf[:0], valBuf[:0]
 	if len(kept) > maxStack {
-		obs, val = make([]Observation, 0, len(kept)), make([]float64, 0, len(kept))
+		// Grown to fit, so that what is appended stays in the scratch.
+		sc.obs, sc.val = slices.Grow(sc.obs[:0], len(kept)), slices.Grow(sc.val[:0], len(kept))
+		obs, val = sc.obs, sc.val
 	}
 	val = val[:len(kept)]
 	if p.observed || p.yields || p.homes {
-		for _, i := range kept {
-			obs = append(obs, p.mem.Observed.Observe(req.Scope, cands[i].Name))
-		}
+		obs = p.mem.Observed.observeKept(req.Scope, cands, kept, obs)
 	}
 	if p.yields {
 		p.yieldAffinity(req, cands, kept, slots, obs)
@@ -28,7 +31,7 @@ func (p *Pipeline) score(req *Request, cands []Candidate, kept []int, slots []sl
 		p.homeLoad(req, cands, kept, slots, obs)
 	}
 	for _, ws := range p.cfg.Scorers {
-		p.scoreOne(ws.Scorer, req, cands, kept, slots, obs, val)
+		p.scoreOne(ws.Scorer, req, cands, kept, slots, sc, obs, val)
 		for k, i := range kept {
 			slots[i].total += ws.Weight * val[k]
 			if ex != nil {
@@ -74,10 +77,10 @@ func (p *Pipeline) yieldAffinity(req *Request, cands []Candidate, kept []int, sl
 }
 
 // scoreOne writes one scorer's score of kept[k] to val[k].
-func (p *Pipeline) scoreOne(s routingpolicy.Scorer, req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation, val []float64) {
+func (p *Pipeline) scoreOne(s routingpolicy.Scorer, req *Request, cands []Candidate, kept []int, slots []slot, sc *scratch, obs []Observation, val []float64) {
 	switch s {
 	case routingpolicy.ScorePrefixCache:
-		p.prefixCacheScores(req, cands, kept, slots, val)
+		p.prefixCacheScores(req, cands, kept, slots, sc, val)
 	case routingpolicy.ScoreSession:
 		pinned := p.mem.Sessions.Cluster(req.Scope, req.Session, req.Now)
 		for k, i := range kept {
@@ -116,12 +119,13 @@ func (p *Pipeline) scoreOne(s routingpolicy.Scorer, req *Request, cands []Candid
 
 // prefixCacheScores: the share of the request's prompt blocks that each
 // candidate is remembered to hold, 0 where affinity is withheld.
-func (p *Pipeline) prefixCacheScores(req *Request, cands []Candidate, kept []int, slots []slot, val []float64) {
+func (p *Pipeline) prefixCacheScores(req *Request, cands []Candidate, kept []int, slots []slot, sc *scratch, val []float64) {
 	var idBuf [maxStack]uint32
 	var matchBuf [maxStack]int
 	ids, matched := idBuf[:0], matchBuf[:0]
 	if len(kept) > maxStack {
-		ids, matched = make([]uint32, 0, len(kept)), make([]int, 0, len(kept))
+		sc.ids, sc.matched = slices.Grow(sc.ids[:0], len(kept)), slices.Grow(sc.matched[:0], len(kept))
+		ids, matched = sc.ids, sc.matched
 	}
 	for _, i := range kept {
 		ids = append(ids, cands[i].id())

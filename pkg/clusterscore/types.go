@@ -76,6 +76,11 @@ type Candidate struct {
 	// promptprefix.ClusterID(Name), for a caller that computes it once
 	// rather than on every pick; 0: computed when needed.
 	ID uint32
+	// Rank is the candidate's place among the candidates by weight, then
+	// name (RankCandidates), for a caller that ranks them once rather
+	// than on every pick; 0: the pick compares weights and names. Either
+	// every candidate is ranked or none.
+	Rank int32
 }
 
 // id is the candidate's id in the prompt index.

@@ -200,8 +200,8 @@ type Backend struct {
 // candidates are what a backend's policy chooses among, in its order: the
 // clusters (Clusters, then a LocalFirst pool outside the rotation), and
 // each one's candidate with what the table alone says of it (name,
-// weight, local, stale, prompt index id), the request's health and load left for the
-// caller to fill in.
+// weight, local, stale, prompt index id, rank by weight and name), the
+// request's health and load left for the caller to fill in.
 type candidates struct {
 	clusters []*Cluster
 	cands    []clusterscore.Candidate
@@ -225,13 +225,14 @@ func candidatesOf(b *Backend) *candidates {
 	if len(c.clusters) > len(b.Clusters) {
 		c.cands[len(b.Clusters)].Weight, c.cands[len(b.Clusters)].Local = 0, true
 	}
+	clusterscore.RankCandidates(c.cands)
 	return c
 }
 
 // Candidates are what the backend's policy chooses among: the clusters,
 // and in the same order their candidates as far as the table decides
-// them (clusterscore.Candidate's Name, Weight, Local and Stale; the
-// caller sets the rest for each request). Both are shared and must not be
+// them (clusterscore.Candidate's Name, Weight, Local, Stale, ID and Rank;
+// the caller sets the rest for each request). Both are shared and must not be
 // modified: copy the candidates to fill them in. Made when the table was
 // published; on a backend of a table not published, made on each call.
 func (b *Backend) Candidates() ([]*Cluster, []clusterscore.Candidate) {

@@ -111,19 +111,27 @@ func randomState(rng *rand.Rand, b *routetable.Backend, now time.Time) *fakeStat
 // pick) to the ones pick made for every request before: over random
 // tables (clusters, weights, stale clusters, a local pool), random states
 // and every named policy, the two give the same decision, with the same
-// explanation (verdicts, tiers, scores, home), each from a table and a
-// memory of its own that the same requests went through. Where the
-// picker draws at random and no home leads, the order is compared as a
-// set.
+// explanation (verdicts, tiers, scores, home) and FailOpen's fallback,
+// each from a table and a memory of its own that the same requests went
+// through. The precomputed candidates are ranked, so that beyond a
+// handful, up to a fleet's 1,000, they are sorted by rank
+// (clusterscore.RankCandidates) where the per-request ones are compared
+// by name. Where the max-score picker breaks a tie at the top at random
+// and no home leads, the orders without the two leads are compared (the
+// rest is the score order in both); the chain picker's, which draws all
+// along, as sets.
 func TestPrecomputedCandidatesDecideAsPerRequestOnes(t *testing.T) {
-	policies := []string{routingpolicy.HealthBased, routingpolicy.Weighted, routingpolicy.LocalFirst, routingpolicy.MetricsBased, routingpolicy.PrefixAffinity}
+	policies := routingpolicy.Names
 	now := sidecartest.Epoch
 	rng := rand.New(rand.NewPCG(7, 11))
 	for trial := range 150 {
 		policy := policies[trial%len(policies)]
 		n := 1 + rng.IntN(8)
-		if trial%3 == 0 {
-			n = 17 + rng.IntN(40) // beyond a pick's stack scratch
+		switch {
+		case trial%25 == 0:
+			n = 900 + rng.IntN(200) // a fleet's
+		case trial%3 == 0:
+			n = 17 + rng.IntN(40) // beyond a pick's stack scratch, sorted by rank
 		}
 		local := rng.IntN(2) == 0
 		seed := rng.Uint64()
@@ -154,11 +162,22 @@ func TestPrecomputedCandidatesDecideAsPerRequestOnes(t *testing.T) {
 			require.Equal(t, exRef.String(), exOurs.String(), what)
 			require.Equal(t, rreq.Home, got.req.Home, what)
 			require.Equal(t, rreq.LastResort, got.req.LastResort, what)
-			if random && rreq.Home.Home == "" {
+			switch {
+			case random && rreq.Home.Home == "" && picker == routingpolicy.PickChain:
 				require.ElementsMatch(t, names(want), names(got.order), what)
-			} else {
+			case random && rreq.Home.Home == "" && len(want) > 0 && len(got.order) > 0:
+				// The tables are apart: clusters are told by name.
+				leads := []string{want[0].Name, got.order[0].Name}
+				led := func(name string) bool { return slices.Contains(leads, name) }
+				require.Equal(t, slices.DeleteFunc(names(want), led), slices.DeleteFunc(names(got.order), led), what)
+				require.ElementsMatch(t, names(want), names(got.order), what)
+			default:
 				require.Equal(t, names(want), names(got.order), what)
 			}
+			// FailOpen's fallback: the clusters left out, looked up in a
+			// set beyond a handful, as searched in the order before.
+			wantFallback := slices.DeleteFunc(p.FailOpen(ref), func(c *routetable.Cluster) bool { return slices.Contains(want, c) })
+			require.Equal(t, names(wantFallback), names(withoutOrdered(p.FailOpen(ours), got.order)), what)
 			if len(want) > 0 {
 				// The same request served by the same cluster in both
 				// memories, so that they stay alike.

@@ -229,6 +229,20 @@ func (dc decider) orderClusters(d *decision, req *extproc.Request, now time.Time
 		// capacity) are better than nothing: the health they were left
 		// out for may be stale.
 		d.failOpen = true
-		d.fallback = slices.DeleteFunc(policy.FailOpen(be), func(c *routetable.Cluster) bool { return slices.Contains(d.order, c) })
+		d.fallback = withoutOrdered(policy.FailOpen(be), d.order)
 	}
+}
+
+// withoutOrdered is fallback without the clusters of order: searched in
+// order for a handful, else looked up in a set, so that a backend of
+// 1,000 clusters does not search 1,000 times through 1,000.
+func withoutOrdered(fallback, order []*routetable.Cluster) []*routetable.Cluster {
+	if len(order) <= 16 {
+		return slices.DeleteFunc(fallback, func(c *routetable.Cluster) bool { return slices.Contains(order, c) })
+	}
+	in := make(map[*routetable.Cluster]bool, len(order))
+	for _, c := range order {
+		in[c] = true
+	}
+	return slices.DeleteFunc(fallback, func(c *routetable.Cluster) bool { return in[c] })
 }

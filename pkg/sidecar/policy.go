@@ -3,6 +3,7 @@ package sidecar
 import (
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/mci-dev/mci/pkg/clusterscore"
@@ -127,13 +128,29 @@ type picked struct {
 	promptErr error
 }
 
+// candidateSpace holds the candidates' space of picks over more than a
+// handful of clusters.
+var candidateSpace = sync.Pool{New: func() any { return new([]clusterscore.Candidate) }}
+
 // pick orders b's clusters for req, explained in ex when set.
 func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, ex *clusterscore.Explanation) (picked, error) {
 	// The table made the candidates when it was published; only what a
 	// request learns of them (health, load) is filled in here.
 	clusters, static := b.Candidates()
 	var buf [8]clusterscore.Candidate
-	cands := append(buf[:0], static...)
+	var cands []clusterscore.Candidate
+	if len(static) > len(buf) {
+		// Many candidates: space reused from pick to pick (each
+		// overwrites what the last left) rather than a slice of them
+		// allocated and collected for each request. Only the pooled
+		// slice is stored back, so that buf stays on the stack.
+		pooled := candidateSpace.Get().(*[]clusterscore.Candidate)
+		*pooled = append((*pooled)[:0], static...)
+		cands = *pooled
+		defer candidateSpace.Put(pooled)
+	} else {
+		cands = append(buf[:0], static...)
+	}
 	readsPool := p.pipeline.ReadsPool()
 	for i, c := range clusters {
 		cands[i].Health = st.Health(c)

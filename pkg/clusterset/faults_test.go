@@ -175,6 +175,15 @@ func (silentSource) Run(ctx context.Context, _ func(string, map[string]MemberCon
 // reached through a proxy that the test can cut, and that proxy.
 func exportingThroughProxy(t *testing.T, ctx context.Context, ns, name string) (local, remote *rest.Config, proxy *cutProxy) {
 	t.Helper()
+	_, local, remote, proxy = exportingClusterSetThroughProxy(t, ctx, ns, name)
+	return local, remote, proxy
+}
+
+// exportingClusterSetThroughProxy is exportingThroughProxy that also
+// returns the ClusterSet, whose one cluster is named ns, for tests that
+// mint its users.
+func exportingClusterSetThroughProxy(t *testing.T, ctx context.Context, ns, name string) (cs *localclusterset.ClusterSet, local, remote *rest.Config, proxy *cutProxy) {
+	t.Helper()
 	cs, err := localclusterset.Up(ctx, localclusterset.Options{Dir: t.TempDir(), Clusters: []string{ns}, Log: testLog{t}})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, cs.Stop()) })
@@ -194,7 +203,7 @@ func exportingThroughProxy(t *testing.T, ctx context.Context, ns, name string) (
 	proxy = newCutProxy(t, strings.TrimPrefix(local.Host, "https://"))
 	remote = asAnotherCluster(local, "remote-cluster-id")
 	remote.Host = "https://" + proxy.addr()
-	return local, remote, proxy
+	return cs, local, remote, proxy
 }
 
 func readyReason(imp *inference.InferencePoolImport) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -47,6 +48,28 @@ const (
 )
 
 var credentialKinds = []string{credentialToken, credentialClientCertificate}
+
+// Sources of a credential whose expiry is exported: who renews it.
+const (
+	// sourceInline: the kubeconfig holds it (a Secret's, a file's):
+	// someone must rotate the kubeconfig before it expires.
+	sourceInline = "inline"
+	// sourceFile: client-go reads it from a file named in the kubeconfig
+	// (a projected ServiceAccount token, a certificate a certificate
+	// manager renews), again as it changes: whatever writes the file
+	// renews it.
+	sourceFile = "file"
+	// sourcePlugin: an exec plugin hands it over, and client-go runs the
+	// plugin again before the expirationTimestamp the plugin gave and at a
+	// 401: the plugin renews it.
+	sourcePlugin = "plugin"
+)
+
+// expiry is when a credential sent expires, and who renews it.
+type expiry struct {
+	at     time.Time
+	source string
+}
 
 // forbiddenRetention is how long a 403 on a list or watch counts without
 // being answered again: client-go's reflectors retry a failed list at
@@ -94,6 +117,13 @@ type credentials struct {
 	tokenSeen   string
 	tokenExpiry time.Time
 	certExpiry  time.Time
+	// tokenSource and certSource say who renews the token and the client
+	// certificate (sourceInline, sourceFile, sourcePlugin).
+	tokenSource, certSource string
+	// certFile is the client certificate client-go reads again as it
+	// changes, when the kubeconfig names one: its NotAfter is read at
+	// each scrape.
+	certFile string
 }
 
 type forbiddenPath struct {
@@ -114,6 +144,16 @@ type rejection struct {
 func newCredentials(config *rest.Config, onChange func(prev, next *rejection)) *credentials {
 	c := &credentials{onChange: onChange, forbidden: map[string]forbiddenPath{}}
 	c.certExpiry = credexpiry.Certificate(config.CertData)
+	c.tokenSource, c.certSource = sourceInline, sourceInline
+	switch {
+	case config.ExecProvider != nil || config.AuthProvider != nil:
+		c.tokenSource = sourcePlugin
+	case config.BearerTokenFile != "":
+		c.tokenSource = sourceFile
+	}
+	if len(config.CertData) == 0 && config.CertFile != "" {
+		c.certFile, c.certSource = config.CertFile, sourceFile
+	}
 	// Innermost: client-go adds the Authorization header (a static token,
 	// an exec plugin's) outside the WrapTransport chain, so the observer
 	// sees what is sent.
@@ -317,17 +357,29 @@ func (c *credentials) sent(authorization string) {
 	c.tokenSeen, c.tokenExpiry = token, credexpiry.JWT(token)
 }
 
-// expiries returns the known expiry of each kind of credential sent; a
-// kind that is not sent, or whose expiry cannot be read, is absent.
-func (c *credentials) expiries() map[string]time.Time {
+// expiries returns the known expiry of each kind of credential sent, and
+// who renews it; a kind that is not sent, or whose expiry cannot be read,
+// is absent. A certificate an exec plugin hands over cannot be read: it
+// is in the TLS handshake client-go makes, nowhere mci sees it.
+func (c *credentials) expiries() map[string]expiry {
+	var fileExpiry time.Time
+	if c.certFile != "" {
+		// Read as client-go reads it, at each use: the file changes.
+		if data, err := os.ReadFile(c.certFile); err == nil {
+			fileExpiry = credexpiry.Certificate(data)
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := map[string]time.Time{}
+	out := map[string]expiry{}
 	if !c.tokenExpiry.IsZero() {
-		out[credentialToken] = c.tokenExpiry
+		out[credentialToken] = expiry{at: c.tokenExpiry, source: c.tokenSource}
 	}
-	if !c.certExpiry.IsZero() {
-		out[credentialClientCertificate] = c.certExpiry
+	switch {
+	case !fileExpiry.IsZero():
+		out[credentialClientCertificate] = expiry{at: fileExpiry, source: c.certSource}
+	case !c.certExpiry.IsZero():
+		out[credentialClientCertificate] = expiry{at: c.certExpiry, source: c.certSource}
 	}
 	return out
 }

@@ -10,6 +10,8 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -95,8 +97,8 @@ func TestTheExpiryOfEachCredentialSentIsRead(t *testing.T) {
 	c.sent("Bearer " + signed)
 	got := c.expiries()
 	assert.Len(t, got, 2)
-	assert.True(t, exp.Equal(got[credentialToken]), "the token's exp: %s", got[credentialToken])
-	assert.True(t, exp.Add(time.Hour).Equal(got[credentialClientCertificate]), "the certificate's NotAfter: %s", got[credentialClientCertificate])
+	assert.True(t, exp.Equal(got[credentialToken].at), "the token's exp: %s", got[credentialToken].at)
+	assert.True(t, exp.Add(time.Hour).Equal(got[credentialClientCertificate].at), "the certificate's NotAfter: %s", got[credentialClientCertificate].at)
 
 	for _, tc := range []struct{ name, header string }{
 		{"an opaque token", "Bearer abcdef"},
@@ -173,11 +175,11 @@ func TestOnlyInlineCredentialsAreRotatedInPlace(t *testing.T) {
 	assert.Empty(t, config.CertData, "the certificate is sent through the credentials' transport")
 	assert.Empty(t, config.CAData, "the CA is verified by the credentials' transport")
 	before := c.base.current()
-	assert.True(t, notAfter.Equal(c.expiries()[credentialClientCertificate]))
+	assert.True(t, notAfter.Equal(c.expiries()[credentialClientCertificate].at))
 	rotated := kubeconfigWith(&clientcmdapi.AuthInfo{ClientCertificateData: cert2, ClientKeyData: key2}, "https://a", ca1)
 	require.True(t, c.rotate(rotated.rest))
 	assert.NotSame(t, before, c.base.current(), "a new certificate comes with a new transport")
-	assert.True(t, notAfter.Add(time.Hour).Equal(c.expiries()[credentialClientCertificate]), "the new certificate's NotAfter")
+	assert.True(t, notAfter.Add(time.Hour).Equal(c.expiries()[credentialClientCertificate].at), "the new certificate's NotAfter")
 	assert.False(t, c.rotate(b.rest), "a token where none was sent")
 
 	// A server named without a scheme is reached over TLS because of the
@@ -215,4 +217,63 @@ func must(s string, err error) string {
 		panic(err)
 	}
 	return s
+}
+
+// A credential that something else renews (a projected token in a file, a
+// certificate file, an exec plugin's token) has its expiry exported too,
+// with its source, so that an alert meant for what someone must rotate by
+// hand can leave out what renews itself.
+func TestTheExpiryOfACredentialRenewedOutsideTheKubeconfigIsReadWithItsSource(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	defer srv.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	exp := time.Now().Add(time.Hour).Truncate(time.Second)
+	token := must(jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(exp)}).SignedString([]byte("key")))
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(token), 0o600))
+	// The plugin's expirationTimestamp is a minute before the token's exp:
+	// what is exported is the exp.
+	credential := `{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"` + token +
+		`","expirationTimestamp":"` + exp.Add(-time.Minute).UTC().Format(time.RFC3339) + `"}}`
+	plugin := filepath.Join(dir, "plugin")
+	require.NoError(t, os.WriteFile(plugin, []byte("#!/bin/sh\nprintf '%s\\n' '"+credential+"'\n"), 0o700))
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	writeCert := func(notAfter time.Time) {
+		cert, key := selfSignedKeyPair(t, notAfter)
+		require.NoError(t, os.WriteFile(certFile, cert, 0o600))
+		require.NoError(t, os.WriteFile(keyFile, key, 0o600))
+	}
+	writeCert(exp)
+
+	for _, tc := range []struct {
+		name   string
+		config rest.Config
+		kind   string
+		source string
+	}{
+		{"a token file", rest.Config{BearerTokenFile: tokenFile}, credentialToken, sourceFile},
+		{"an exec plugin's token", rest.Config{ExecProvider: &clientcmdapi.ExecConfig{Command: plugin, APIVersion: "client.authentication.k8s.io/v1", InteractiveMode: clientcmdapi.NeverExecInteractiveMode}}, credentialToken, sourcePlugin},
+		{"an inline token", rest.Config{BearerToken: token}, credentialToken, sourceInline},
+		{"a certificate file", rest.Config{TLSClientConfig: rest.TLSClientConfig{CertFile: certFile, KeyFile: keyFile}}, credentialClientCertificate, sourceFile},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			config := tc.config
+			config.Host, config.CAData = srv.URL, ca
+			c := newCredentials(&config, func(_, _ *rejection) {})
+			client, err := rest.HTTPClientFor(&config)
+			require.NoError(t, err)
+			resp, err := client.Get(srv.URL + "/readyz")
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+			got, ok := c.expiries()[tc.kind]
+			require.True(t, ok, "the expiry is read")
+			assert.True(t, exp.Equal(got.at), "when it expires: %s", got.at)
+			assert.Equal(t, tc.source, got.source)
+		})
+	}
+
+	c := newCredentials(&rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{CertFile: certFile, KeyFile: keyFile, CAData: ca}}, func(_, _ *rejection) {})
+	writeCert(exp.Add(24 * time.Hour))
+	assert.True(t, exp.Add(24*time.Hour).Equal(c.expiries()[credentialClientCertificate].at), "a renewed certificate file is read again")
 }

@@ -192,7 +192,7 @@ func TestARotatedClientCertificateIsSwappedInWithoutARelistOrAWatchGap(t *testin
 	// old connection; a new request goes on a new one, with the new
 	// certificate.
 	assert.Equal(t, "cert-reader-2", whoami(t, ctx, cache.member("remote")), "a request after the rotation presents the new certificate")
-	assert.True(t, user2.notAfter.Equal(cache.member("remote").credentials.expiries()[credentialClientCertificate]),
+	assert.True(t, user2.notAfter.Equal(cache.member("remote").credentials.expiries()[credentialClientCertificate].at),
 		"the expiry metric has the new certificate's NotAfter")
 	cm.revoke("cert-reader-1")
 

@@ -236,13 +236,14 @@ type cutProxy struct {
 	backend string
 	mu      sync.Mutex
 	cut     bool
-	conns   map[net.Conn]struct{}
+	// conns are the open connections, and when each was accepted.
+	conns map[net.Conn]time.Time
 }
 
 func newCutProxy(t *testing.T, backend string) *cutProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &cutProxy{ln: ln, backend: backend, conns: map[net.Conn]struct{}{}}
+	p := &cutProxy{ln: ln, backend: backend, conns: map[net.Conn]time.Time{}}
 	t.Cleanup(func() { _ = ln.Close(); p.setCut(true) })
 	go func() {
 		for {
@@ -279,7 +280,7 @@ func (p *cutProxy) track(c net.Conn) bool {
 		_ = c.Close()
 		return false
 	}
-	p.conns[c] = struct{}{}
+	p.conns[c] = time.Now()
 	return true
 }
 
@@ -291,7 +292,7 @@ func (p *cutProxy) setCut(cut bool) {
 		for c := range p.conns {
 			_ = c.Close()
 		}
-		p.conns = map[net.Conn]struct{}{}
+		p.conns = map[net.Conn]time.Time{}
 	}
 }
 

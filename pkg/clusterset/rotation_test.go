@@ -122,8 +122,14 @@ func TestARotatedTokenIsSwappedInWithoutARelistOrAWatchGap(t *testing.T) {
 	// works: the connection in use goes on serving, unflagged.
 	source <- map[string]MemberConfig{"remote": tm.memberConfig("not-a-token")}
 	assert.Never(t, func() bool {
-		src, _ := cache.member("remote").current()
-		return src != "reporting#"+rotated.fingerprint || !importedPool(name) || cache.member("remote").credentials.rejected() != nil
+		m := cache.member("remote")
+		if m == nil {
+			// The cache has stopped: a check of Never may still run
+			// once the test has returned.
+			return ctx.Err() == nil
+		}
+		src, _ := m.current()
+		return src != "reporting#"+rotated.fingerprint || !importedPool(name) || m.credentials.rejected() != nil
 	}, 5*time.Second, 20*time.Millisecond, "the working token stays in use")
 }
 
@@ -181,6 +187,7 @@ func TestARotatedClientCertificateIsSwappedInWithoutARelistOrAWatchGap(t *testin
 	user2 := cm.mint("cert-reader-2")
 	require.NotEqual(t, user1.notAfter, user2.notAfter, "the two certificates end at different times")
 	rotated := cm.memberConfig(user2, cm.ca)
+	rotatedAt := time.Now()
 	source <- map[string]MemberConfig{"remote": rotated}
 	require.Eventually(t, func() bool {
 		src, _ := cache.member("remote").current()
@@ -196,11 +203,11 @@ func TestARotatedClientCertificateIsSwappedInWithoutARelistOrAWatchGap(t *testin
 		"the expiry metric has the new certificate's NotAfter")
 	cm.revoke("cert-reader-1")
 
-	// End every connection to the member, the watches' included: the
-	// reflectors resume their watches, which the old certificate may no
-	// longer open.
+	// End the connections opened before the rotation, the watches'
+	// included: the reflectors resume their watches, which the old
+	// certificate may no longer open.
 	requests.mark()
-	proxy.resetConns()
+	proxy.resetConnsOpenedBefore(rotatedAt)
 	require.Eventually(t, func() bool { return requests.watchesSinceMark() > 0 }, 30*time.Second, 10*time.Millisecond,
 		"the member's watches resume")
 	createPool(t, ctx, local, ns, "after-rotation")
@@ -211,13 +218,14 @@ func TestARotatedClientCertificateIsSwappedInWithoutARelistOrAWatchGap(t *testin
 	// taken in place too.
 	other, _ := selfSignedKeyPair(t, time.Now().Add(time.Hour))
 	bundle := cm.memberConfig(user2, append(append([]byte{}, cm.ca...), other...))
+	bundledAt := time.Now()
 	source <- map[string]MemberConfig{"remote": bundle}
 	require.Eventually(t, func() bool {
 		src, _ := cache.member("remote").current()
 		return src == "reporting#"+bundle.fingerprint
 	}, 10*time.Second, 10*time.Millisecond, "the kubeconfig with the new CA bundle is in use")
 	requests.mark()
-	proxy.resetConns()
+	proxy.resetConnsOpenedBefore(bundledAt)
 	require.Eventually(t, func() bool { return requests.watchesSinceMark() > 0 }, 30*time.Second, 10*time.Millisecond,
 		"the member's watches resume through the new CA bundle")
 	createPool(t, ctx, local, ns, "after-ca-bundle")
@@ -239,8 +247,14 @@ func TestARotatedClientCertificateIsSwappedInWithoutARelistOrAWatchGap(t *testin
 	// one that does: the connection in use goes on serving, unflagged.
 	source <- map[string]MemberConfig{"remote": cm.memberConfig(user2, other)}
 	assert.Never(t, func() bool {
-		src, _ := cache.member("remote").current()
-		return src != "reporting#"+bundle.fingerprint || !importedPool(name) || cache.member("remote").credentials.rejected() != nil
+		m := cache.member("remote")
+		if m == nil {
+			// The cache has stopped: a check of Never may still run
+			// once the test has returned.
+			return ctx.Err() == nil
+		}
+		src, _ := m.current()
+		return src != "reporting#"+bundle.fingerprint || !importedPool(name) || m.credentials.rejected() != nil
 	}, 5*time.Second, 20*time.Millisecond, "the CA bundle that verifies the member stays in use")
 }
 
@@ -426,5 +440,21 @@ func (p *cutProxy) resetConns() {
 	for c := range p.conns {
 		_ = c.Close()
 	}
-	p.conns = map[net.Conn]struct{}{}
+	p.conns = map[net.Conn]time.Time{}
+}
+
+// resetConnsOpenedBefore ends every open connection accepted before t,
+// as an apiserver's watch timeout or a load balancer would end the
+// connections of a member's old transport, and leaves the newer ones:
+// ending those too, one after the other, could fail a watch that a
+// reflector just resumed on one of them, which makes it list again.
+func (p *cutProxy) resetConnsOpenedBefore(t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c, opened := range p.conns {
+		if opened.Before(t) {
+			_ = c.Close()
+			delete(p.conns, c)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package clusterset
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sort"
@@ -171,7 +172,7 @@ func (c *Cache) setMember(name, source string, mc MemberConfig) error {
 	if err != nil {
 		return err
 	}
-	m.tokenless = mc.tokenless
+	m.credentialless = mc.credentialless
 	// Starting asks the member what it serves, which a hung member makes
 	// slow: never under the lock that every request's snapshot takes.
 	m.joined = time.Now()
@@ -207,28 +208,34 @@ func (c *Cache) setMember(name, source string, mc MemberConfig) error {
 	return nil
 }
 
-// rotateInPlace gives member m the bearer token of mc when that token is
-// all that changed in its kubeconfig (a rotated Secret): client-go sends
-// the new token with every request from then on, over the connections
-// in use, so the member's watches go on and nothing is listed again. A
-// watch already open is not authenticated again by the member's
-// kube-apiserver; when it ends, the reflector resumes it from its last
-// resourceVersion with the new token. Any other change (server, CA,
-// client certificate, a token file or plugin), or a token the member
-// does not accept, reconnects the member (setMember). A frozen member is
-// read afresh at any change.
+// rotateInPlace gives member m the inline credentials of mc when they are
+// all that changed in its kubeconfig (a rotated Secret): its bearer
+// token, its client certificate and key, its CA bundle, in any
+// combination. client-go sends the new token with every request from then
+// on, over the connections in use; a new certificate or CA comes with a
+// new base transport, whose connections present and verify them, while
+// the requests in flight go on over the old one (credentials.rotate). The
+// member's watches go on and nothing is listed again. A watch already
+// open is not authenticated again by the member's kube-apiserver; when it
+// ends, the reflector resumes it from its last resourceVersion with the
+// new credentials. Any other change (server, a token or certificate file,
+// a plugin, another way to authenticate), or credentials the member does
+// not accept, or a CA that does not verify the member, reconnects the
+// member (setMember). A frozen member is read afresh at any change.
 func (c *Cache) rotateInPlace(ctx context.Context, m *member, source string, mc MemberConfig) bool {
-	if mc.tokenless == "" || mc.tokenless != m.tokenless || m.frozen() {
+	if mc.credentialless == "" || mc.credentialless != m.credentialless || m.frozen() {
 		return false
 	}
-	// A new token that the member does not accept (a typo, another
-	// cluster's) must not replace one that works: it is reconnected
-	// instead, and the connection in use serves until the new one lists.
-	if err := acceptsToken(ctx, mc.rest); err != nil {
-		klog.FromContext(ctx).Info("Member's new token is not accepted yet: connecting with it beside the connection in use, which serves until the new one lists", "member", m.name, "err", err)
+	// New credentials that the member does not accept (a typo, another
+	// cluster's), or a CA that does not verify its serving certificate,
+	// must not replace what works: the member is reconnected instead, and
+	// the connection in use serves until the new one lists.
+	if err := acceptsCredentials(ctx, mc.rest); err != nil {
+		klog.FromContext(ctx).Info("Member's new credentials are not accepted yet: connecting with them beside the connection in use, which serves until the new one lists", "member", m.name, "err", err)
 		return false
 	}
-	if !m.credentials.rotate(mc.rest.BearerToken) {
+	_, inUse := m.current()
+	if !m.credentials.rotate(mc.rest) {
 		return false
 	}
 	// A replacement still listing was for another change, now undone.
@@ -236,13 +243,30 @@ func (c *Cache) rotateInPlace(ctx context.Context, m *member, source string, mc 
 	m.rotatedMu.Lock()
 	m.rotated = &rotation{source: source, config: rest.CopyConfig(mc.rest)}
 	m.rotatedMu.Unlock()
-	klog.FromContext(ctx).Info("Member's token rotated in place: its connections and watches go on with the new one", "member", m.name, "source", source)
+	klog.FromContext(ctx).Info("Member's credentials rotated in place: its connections and watches go on with the new ones", "member", m.name, "source", source, "changed", rotatedParts(inUse, mc.rest))
 	return true
 }
 
-// acceptsToken asks the member whether it accepts config's credentials:
-// a bearer token the member refuses is answered 401 even on /readyz.
-func acceptsToken(ctx context.Context, config *rest.Config) error {
+// rotatedParts names what of a member's inline credentials changed.
+func rotatedParts(prev, next *rest.Config) []string {
+	var parts []string
+	if prev.BearerToken != next.BearerToken {
+		parts = append(parts, "token")
+	}
+	if !bytes.Equal(prev.CertData, next.CertData) || !bytes.Equal(prev.KeyData, next.KeyData) {
+		parts = append(parts, "client-certificate")
+	}
+	if !bytes.Equal(prev.CAData, next.CAData) {
+		parts = append(parts, "certificate-authority")
+	}
+	return parts
+}
+
+// acceptsCredentials asks the member, over a connection of its own,
+// whether it accepts config's credentials: the TLS handshake verifies the
+// member's serving certificate against config's CA, and a bearer token or
+// client certificate the member refuses is answered 401 even on /readyz.
+func acceptsCredentials(ctx context.Context, config *rest.Config) error {
 	config = rest.CopyConfig(config)
 	config.Timeout = probeTimeout
 	client, err := kubernetes.NewForConfig(config)

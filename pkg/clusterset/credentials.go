@@ -1,8 +1,10 @@
 package clusterset
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -10,6 +12,7 @@ import (
 
 	"golang.org/x/oauth2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
@@ -46,6 +49,28 @@ const (
 
 var credentialKinds = []string{credentialToken, credentialClientCertificate}
 
+// Sources of a credential whose expiry is exported: who renews it.
+const (
+	// sourceInline: the kubeconfig holds it (a Secret's, a file's):
+	// someone must rotate the kubeconfig before it expires.
+	sourceInline = "inline"
+	// sourceFile: client-go reads it from a file named in the kubeconfig
+	// (a projected ServiceAccount token, a certificate a certificate
+	// manager renews), again as it changes: whatever writes the file
+	// renews it.
+	sourceFile = "file"
+	// sourcePlugin: an exec plugin hands it over, and client-go runs the
+	// plugin again before the expirationTimestamp the plugin gave and at a
+	// 401: the plugin renews it.
+	sourcePlugin = "plugin"
+)
+
+// expiry is when a credential sent expires, and who renews it.
+type expiry struct {
+	at     time.Time
+	source string
+}
+
 // forbiddenRetention is how long a 403 on a list or watch counts without
 // being answered again: client-go's reflectors retry a failed list at
 // least every 30 s (their backoff's cap), so a path that stops being
@@ -56,10 +81,12 @@ const forbiddenRetention = 2 * time.Minute
 // credentials follows what a member says of this server's credentials: it
 // sees every response of the member's clients (the probe's, the lists' and
 // the watches'), and the bearer token each request carries. It also holds
-// the member's inline bearer token, so that a rotated Secret that changes
-// nothing but the token swaps it in place (rotate): client-go's token
-// source transport sends the current one with each request, and the
-// member's connections and watches go on.
+// the member's inline credentials, so that a rotated Secret that changes
+// nothing but them (its token, its client certificate and key, its CA
+// bundle) swaps them in place (rotate): client-go's token source transport
+// sends the current token with each request, and every request goes
+// through the current base transport, which holds the client certificate
+// and CA; the member's watches go on.
 type credentials struct {
 	// onChange is told every change of the rejection, outside the lock.
 	onChange func(prev, next *rejection)
@@ -71,6 +98,13 @@ type credentials struct {
 	// swappable: token is sent through this token source, so rotate
 	// changes it in place.
 	swappable bool
+	// tls is the member's client certificate, key and CA, when the
+	// kubeconfig holds them inline (or holds no certificate and no CA
+	// file): requests go through base, which rotate swaps for a transport
+	// of the new ones. nil when client-go builds the TLS of the member's
+	// connections on its own (files, plugins, insecure).
+	tls  *tlsMaterial
+	base *swappableTransport
 	// unauthorized is when the member first answered 401 since it last
 	// accepted the credentials; zero while it accepts them.
 	unauthorized time.Time
@@ -83,6 +117,13 @@ type credentials struct {
 	tokenSeen   string
 	tokenExpiry time.Time
 	certExpiry  time.Time
+	// tokenSource and certSource say who renews the token and the client
+	// certificate (sourceInline, sourceFile, sourcePlugin).
+	tokenSource, certSource string
+	// certFile is the client certificate client-go reads again as it
+	// changes, when the kubeconfig names one: its NotAfter is read at
+	// each scrape.
+	certFile string
 }
 
 type forbiddenPath struct {
@@ -96,12 +137,23 @@ type rejection struct {
 	message string
 }
 
-// newCredentials sets config up to send its inline bearer token through
-// the returned credentials, which also see every response of the clients
-// made from config. config must not be shared.
+// newCredentials sets config up to send its inline bearer token, and its
+// inline client certificate and CA, through the returned credentials,
+// which also see every response of the clients made from config. config
+// must not be shared.
 func newCredentials(config *rest.Config, onChange func(prev, next *rejection)) *credentials {
 	c := &credentials{onChange: onChange, forbidden: map[string]forbiddenPath{}}
 	c.certExpiry = credexpiry.Certificate(config.CertData)
+	c.tokenSource, c.certSource = sourceInline, sourceInline
+	switch {
+	case config.ExecProvider != nil || config.AuthProvider != nil:
+		c.tokenSource = sourcePlugin
+	case config.BearerTokenFile != "":
+		c.tokenSource = sourceFile
+	}
+	if len(config.CertData) == 0 && config.CertFile != "" {
+		c.certFile, c.certSource = config.CertFile, sourceFile
+	}
 	// Innermost: client-go adds the Authorization header (a static token,
 	// an exec plugin's) outside the WrapTransport chain, so the observer
 	// sees what is sent.
@@ -111,8 +163,104 @@ func newCredentials(config *rest.Config, onChange func(prev, next *rejection)) *
 		config.BearerToken = ""
 		config.Wrap(transport.TokenSourceWrapTransport(c))
 	}
+	c.takeTLS(config)
 	return c
 }
+
+// tlsMaterial is what of a member's TLS a rotation may change in place.
+type tlsMaterial struct {
+	ca, cert, key []byte
+}
+
+func tlsOf(config *rest.Config) tlsMaterial {
+	return tlsMaterial{ca: config.CAData, cert: config.CertData, key: config.KeyData}
+}
+
+func (t tlsMaterial) equal(o tlsMaterial) bool {
+	return bytes.Equal(t.ca, o.ca) && bytes.Equal(t.cert, o.cert) && bytes.Equal(t.key, o.key)
+}
+
+// takeTLS moves config's inline client certificate, key and CA into a
+// base transport of the credentials' own, built by client-go as it
+// would have built it from config, so that rotate can swap it. A config
+// whose TLS client-go builds from files or a plugin, or that skips
+// verification, is left as it is: client-go follows files and plugins on
+// its own, and a change of any of it reconnects the member.
+func (c *credentials) takeTLS(config *rest.Config) {
+	if config.Transport != nil || config.ExecProvider != nil || config.AuthProvider != nil || config.Insecure ||
+		config.CAFile != "" || config.CertFile != "" || config.KeyFile != "" {
+		return
+	}
+	// Whether a server named without a scheme is reached over TLS depends
+	// on the CA and certificate in config (rest.DefaultServerUrlFor): it
+	// is decided, and written down, before they leave config.
+	server, _, err := rest.DefaultServerUrlFor(config)
+	if err != nil || server.Scheme != "https" {
+		return
+	}
+	material := tlsOf(config)
+	base := baseTransportConfig(config)
+	rt, err := transportFor(base, material)
+	if err != nil {
+		// A certificate that does not parse: left to client-go, which
+		// says so when the member's clients are made.
+		return
+	}
+	c.tls, c.base = &material, &swappableTransport{rt: rt, config: base}
+	config.Host = server.String()
+	config.Transport = c.base
+	config.TLSClientConfig = rest.TLSClientConfig{}
+	config.Proxy, config.Dial = nil, nil
+}
+
+// baseTransportConfig is what of config, beside its certificate, key and
+// CA, makes the transport that client-go would make from it.
+func baseTransportConfig(config *rest.Config) transport.Config {
+	base := transport.Config{
+		TLS:                transport.TLSConfig{ServerName: config.ServerName, NextProtos: config.NextProtos},
+		Proxy:              config.Proxy,
+		DisableCompression: config.DisableCompression,
+	}
+	if config.Dial != nil {
+		base.DialHolder = &transport.DialHolder{Dial: config.Dial}
+	}
+	return base
+}
+
+// transportFor is client-go's transport (its TLS configuration, its
+// dialer, its cache) for base with material, and nothing else: the
+// member's clients add authentication, their user agent and their
+// wrappers around it.
+func transportFor(base transport.Config, material tlsMaterial) (http.RoundTripper, error) {
+	base.TLS.CAData, base.TLS.CertData, base.TLS.KeyData = material.ca, material.cert, material.key
+	return transport.New(&base)
+}
+
+// swappableTransport is a member's base transport: every request goes
+// through the one it holds at the time, so a rotated client certificate
+// or CA is used by every request from the swap on, while the requests in
+// flight (the watches) go on over the connections of the transport they
+// started with.
+type swappableTransport struct {
+	config transport.Config
+
+	mu sync.RWMutex
+	rt http.RoundTripper
+}
+
+func (s *swappableTransport) current() http.RoundTripper {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.rt
+}
+
+func (s *swappableTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return s.current().RoundTrip(req)
+}
+
+// WrappedRoundTripper lets client-go's helpers (closing idle
+// connections, say) reach the transport in use.
+func (s *swappableTransport) WrappedRoundTripper() http.RoundTripper { return s.current() }
 
 // Token implements oauth2.TokenSource: the member's current bearer token.
 func (c *credentials) Token() (*oauth2.Token, error) {
@@ -121,15 +269,56 @@ func (c *credentials) Token() (*oauth2.Token, error) {
 	return &oauth2.Token{AccessToken: c.token, TokenType: "Bearer"}, nil
 }
 
-// rotate swaps in token and reports whether it could: only a member whose
-// kubeconfig held an inline token can.
-func (c *credentials) rotate(token string) bool {
+// rotate swaps in the inline credentials of config (a rotated kubeconfig
+// of the member that differs from the one in use in nothing else: Cache.
+// rotateInPlace checks that) and reports whether it could: only a member
+// whose kubeconfig held them inline can. A new client certificate or CA
+// comes with a new base transport, so every request from then on opens a
+// connection of its own and presents the new certificate: reusing a
+// connection opened with the old one (HTTP/2 carries every request of a
+// member over one) would go on presenting the old certificate, which a
+// kube-apiserver verifies at every request, not only at the handshake,
+// and refuses once it is expired or its CA is no longer trusted. The
+// requests in flight, the watches, are not cut: the kube-apiserver
+// authenticated them when they started, as it did a watch opened with a
+// rotated token; when they end they resume through the new transport.
+// The old transport's idle connections are closed.
+func (c *credentials) rotate(config *rest.Config) bool {
+	material := tlsOf(config)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.swappable || token == "" {
+	token := config.BearerToken
+	switch {
+	case token != "" && !c.swappable, token == "" && c.swappable:
+		c.mu.Unlock()
+		return false
+	case c.tls == nil && (len(material.ca) > 0 || len(material.cert) > 0 || len(material.key) > 0):
+		c.mu.Unlock()
 		return false
 	}
-	c.token = token
+	var next http.RoundTripper
+	if c.tls != nil && !c.tls.equal(material) {
+		rt, err := transportFor(c.base.config, material)
+		if err != nil {
+			c.mu.Unlock()
+			return false
+		}
+		next = rt
+	}
+	if c.swappable {
+		c.token = token
+	}
+	var prev http.RoundTripper
+	if next != nil {
+		c.tls = &material
+		c.certExpiry = credexpiry.Certificate(material.cert)
+		c.base.mu.Lock()
+		prev, c.base.rt = c.base.rt, next
+		c.base.mu.Unlock()
+	}
+	c.mu.Unlock()
+	if prev != nil && prev != next {
+		utilnet.CloseIdleConnectionsFor(prev)
+	}
 	return true
 }
 
@@ -168,17 +357,29 @@ func (c *credentials) sent(authorization string) {
 	c.tokenSeen, c.tokenExpiry = token, credexpiry.JWT(token)
 }
 
-// expiries returns the known expiry of each kind of credential sent; a
-// kind that is not sent, or whose expiry cannot be read, is absent.
-func (c *credentials) expiries() map[string]time.Time {
+// expiries returns the known expiry of each kind of credential sent, and
+// who renews it; a kind that is not sent, or whose expiry cannot be read,
+// is absent. A certificate an exec plugin hands over cannot be read: it
+// is in the TLS handshake client-go makes, nowhere mci sees it.
+func (c *credentials) expiries() map[string]expiry {
+	var fileExpiry time.Time
+	if c.certFile != "" {
+		// Read as client-go reads it, at each use: the file changes.
+		if data, err := os.ReadFile(c.certFile); err == nil {
+			fileExpiry = credexpiry.Certificate(data)
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := map[string]time.Time{}
+	out := map[string]expiry{}
 	if !c.tokenExpiry.IsZero() {
-		out[credentialToken] = c.tokenExpiry
+		out[credentialToken] = expiry{at: c.tokenExpiry, source: c.tokenSource}
 	}
-	if !c.certExpiry.IsZero() {
-		out[credentialClientCertificate] = c.certExpiry
+	switch {
+	case !fileExpiry.IsZero():
+		out[credentialClientCertificate] = expiry{at: fileExpiry, source: c.certSource}
+	case !c.certExpiry.IsZero():
+		out[credentialClientCertificate] = expiry{at: c.certExpiry, source: c.certSource}
 	}
 	return out
 }

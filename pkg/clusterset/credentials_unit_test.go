@@ -10,6 +10,8 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -95,8 +97,8 @@ func TestTheExpiryOfEachCredentialSentIsRead(t *testing.T) {
 	c.sent("Bearer " + signed)
 	got := c.expiries()
 	assert.Len(t, got, 2)
-	assert.True(t, exp.Equal(got[credentialToken]), "the token's exp: %s", got[credentialToken])
-	assert.True(t, exp.Add(time.Hour).Equal(got[credentialClientCertificate]), "the certificate's NotAfter: %s", got[credentialClientCertificate])
+	assert.True(t, exp.Equal(got[credentialToken].at), "the token's exp: %s", got[credentialToken].at)
+	assert.True(t, exp.Add(time.Hour).Equal(got[credentialClientCertificate].at), "the certificate's NotAfter: %s", got[credentialClientCertificate].at)
 
 	for _, tc := range []struct{ name, header string }{
 		{"an opaque token", "Bearer abcdef"},
@@ -109,10 +111,10 @@ func TestTheExpiryOfEachCredentialSentIsRead(t *testing.T) {
 	}
 }
 
-func TestOnlyAnInlineTokenIsRotatedInPlace(t *testing.T) {
-	kubeconfig := func(user *clientcmdapi.AuthInfo, server string) MemberConfig {
+func TestOnlyInlineCredentialsAreRotatedInPlace(t *testing.T) {
+	kubeconfigWith := func(user *clientcmdapi.AuthInfo, server string, ca []byte) MemberConfig {
 		cfg := clientcmdapi.NewConfig()
-		cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: server}
+		cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
 		cfg.AuthInfos["u"] = user
 		cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
 		cfg.CurrentContext = "c"
@@ -120,14 +122,41 @@ func TestOnlyAnInlineTokenIsRotatedInPlace(t *testing.T) {
 		require.NoError(t, err)
 		return ParseMemberKubeconfig(data)
 	}
+	kubeconfig := func(user *clientcmdapi.AuthInfo, server string) MemberConfig {
+		return kubeconfigWith(user, server, nil)
+	}
 	a := kubeconfig(&clientcmdapi.AuthInfo{Token: "one"}, "https://a")
 	b := kubeconfig(&clientcmdapi.AuthInfo{Token: "two"}, "https://a")
 	require.NoError(t, a.err)
 	assert.NotEqual(t, a.fingerprint, b.fingerprint)
-	assert.NotEmpty(t, a.tokenless)
-	assert.Equal(t, a.tokenless, b.tokenless, "only the token differs")
-	assert.NotEqual(t, a.tokenless, kubeconfig(&clientcmdapi.AuthInfo{Token: "two"}, "https://b").tokenless, "another server is another member")
-	assert.Empty(t, kubeconfig(&clientcmdapi.AuthInfo{TokenFile: "/t"}, "https://a").tokenless, "client-go follows a token file itself")
+	assert.NotEmpty(t, a.credentialless)
+	assert.Equal(t, a.credentialless, b.credentialless, "only the token differs")
+	assert.NotEqual(t, a.credentialless, kubeconfig(&clientcmdapi.AuthInfo{Token: "two"}, "https://b").credentialless, "another server is another member")
+	assert.Empty(t, kubeconfig(&clientcmdapi.AuthInfo{TokenFile: "/t"}, "https://a").credentialless, "client-go follows a token file itself")
+
+	notAfter := time.Now().Add(time.Hour).Truncate(time.Second)
+	cert1, key1 := selfSignedKeyPair(t, notAfter)
+	cert2, key2 := selfSignedKeyPair(t, notAfter.Add(time.Hour))
+	ca1, _ := selfSignedKeyPair(t, notAfter)
+	ca2, _ := selfSignedKeyPair(t, notAfter)
+	withCert1 := kubeconfigWith(&clientcmdapi.AuthInfo{ClientCertificateData: cert1, ClientKeyData: key1}, "https://a", ca1)
+	require.NoError(t, withCert1.err)
+	for _, tc := range []struct {
+		name string
+		mc   MemberConfig
+		same bool
+	}{
+		{"a new client certificate and key", kubeconfigWith(&clientcmdapi.AuthInfo{ClientCertificateData: cert2, ClientKeyData: key2}, "https://a", ca1), true},
+		{"a new CA bundle", kubeconfigWith(&clientcmdapi.AuthInfo{ClientCertificateData: cert1, ClientKeyData: key1}, "https://a", append(append([]byte{}, ca1...), ca2...)), true},
+		{"a new certificate, key and CA bundle", kubeconfigWith(&clientcmdapi.AuthInfo{ClientCertificateData: cert2, ClientKeyData: key2}, "https://a", ca2), true},
+		{"a token instead of the certificate", kubeconfigWith(&clientcmdapi.AuthInfo{Token: "one"}, "https://a", ca1), false},
+		{"a token beside the certificate", kubeconfigWith(&clientcmdapi.AuthInfo{Token: "one", ClientCertificateData: cert1, ClientKeyData: key1}, "https://a", ca1), false},
+		{"the system's CAs instead of the bundle", kubeconfigWith(&clientcmdapi.AuthInfo{ClientCertificateData: cert1, ClientKeyData: key1}, "https://a", nil), false},
+		{"another server", kubeconfigWith(&clientcmdapi.AuthInfo{ClientCertificateData: cert2, ClientKeyData: key2}, "https://b", ca1), false},
+	} {
+		require.NoError(t, tc.mc.err, tc.name)
+		assert.Equal(t, tc.same, withCert1.credentialless == tc.mc.credentialless, tc.name)
+	}
 
 	config := rest.CopyConfig(a.rest)
 	c := newCredentials(config, func(_, _ *rejection) {})
@@ -135,20 +164,52 @@ func TestOnlyAnInlineTokenIsRotatedInPlace(t *testing.T) {
 	tok, err := c.Token()
 	require.NoError(t, err)
 	assert.Equal(t, "one", tok.AccessToken)
-	require.True(t, c.rotate("two"))
+	require.True(t, c.rotate(b.rest))
 	tok, err = c.Token()
 	require.NoError(t, err)
 	assert.Equal(t, "two", tok.AccessToken)
-	assert.False(t, newCredentials(&rest.Config{}, func(_, _ *rejection) {}).rotate("x"), "no inline token, nothing to swap")
+	assert.False(t, newCredentials(&rest.Config{}, func(_, _ *rejection) {}).rotate(b.rest), "no inline token, nothing to swap")
+
+	config = rest.CopyConfig(withCert1.rest)
+	c = newCredentials(config, func(_, _ *rejection) {})
+	assert.Empty(t, config.CertData, "the certificate is sent through the credentials' transport")
+	assert.Empty(t, config.CAData, "the CA is verified by the credentials' transport")
+	before := c.base.current()
+	assert.True(t, notAfter.Equal(c.expiries()[credentialClientCertificate].at))
+	rotated := kubeconfigWith(&clientcmdapi.AuthInfo{ClientCertificateData: cert2, ClientKeyData: key2}, "https://a", ca1)
+	require.True(t, c.rotate(rotated.rest))
+	assert.NotSame(t, before, c.base.current(), "a new certificate comes with a new transport")
+	assert.True(t, notAfter.Add(time.Hour).Equal(c.expiries()[credentialClientCertificate].at), "the new certificate's NotAfter")
+	assert.False(t, c.rotate(b.rest), "a token where none was sent")
+
+	// A server named without a scheme is reached over TLS because of the
+	// CA and certificate: it still is once they are in the credentials'
+	// transport.
+	// (clientcmd resolves such a kubeconfig without its CA and
+	// certificate; a configuration made in code may have them.)
+	config = &rest.Config{Host: "127.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{CAData: ca1, CertData: cert1, KeyData: key1}}
+	newCredentials(config, func(_, _ *rejection) {})
+	require.Empty(t, config.CAData)
+	server, _, err := rest.DefaultServerUrlFor(config)
+	require.NoError(t, err)
+	assert.Equal(t, "https://127.0.0.1:6443", server.String())
 }
 
 func selfSignedCert(t *testing.T, notAfter time.Time) []byte {
+	cert, _ := selfSignedKeyPair(t, notAfter)
+	return cert
+}
+
+// selfSignedKeyPair is a PEM certificate valid until notAfter and its key.
+func selfSignedKeyPair(t *testing.T, notAfter time.Time) (certPEM, keyPEM []byte) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "reader"}, NotBefore: notAfter.Add(-time.Hour), NotAfter: notAfter}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "reader"}, NotBefore: notAfter.Add(-2 * time.Hour), NotAfter: notAfter, IsCA: true, BasicConstraintsValid: true}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	require.NoError(t, err)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }
 
 func must(s string, err error) string {
@@ -156,4 +217,63 @@ func must(s string, err error) string {
 		panic(err)
 	}
 	return s
+}
+
+// A credential that something else renews (a projected token in a file, a
+// certificate file, an exec plugin's token) has its expiry exported too,
+// with its source, so that an alert meant for what someone must rotate by
+// hand can leave out what renews itself.
+func TestTheExpiryOfACredentialRenewedOutsideTheKubeconfigIsReadWithItsSource(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	defer srv.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	exp := time.Now().Add(time.Hour).Truncate(time.Second)
+	token := must(jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(exp)}).SignedString([]byte("key")))
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(token), 0o600))
+	// The plugin's expirationTimestamp is a minute before the token's exp:
+	// what is exported is the exp.
+	credential := `{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"` + token +
+		`","expirationTimestamp":"` + exp.Add(-time.Minute).UTC().Format(time.RFC3339) + `"}}`
+	plugin := filepath.Join(dir, "plugin")
+	require.NoError(t, os.WriteFile(plugin, []byte("#!/bin/sh\nprintf '%s\\n' '"+credential+"'\n"), 0o700))
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	writeCert := func(notAfter time.Time) {
+		cert, key := selfSignedKeyPair(t, notAfter)
+		require.NoError(t, os.WriteFile(certFile, cert, 0o600))
+		require.NoError(t, os.WriteFile(keyFile, key, 0o600))
+	}
+	writeCert(exp)
+
+	for _, tc := range []struct {
+		name   string
+		config rest.Config
+		kind   string
+		source string
+	}{
+		{"a token file", rest.Config{BearerTokenFile: tokenFile}, credentialToken, sourceFile},
+		{"an exec plugin's token", rest.Config{ExecProvider: &clientcmdapi.ExecConfig{Command: plugin, APIVersion: "client.authentication.k8s.io/v1", InteractiveMode: clientcmdapi.NeverExecInteractiveMode}}, credentialToken, sourcePlugin},
+		{"an inline token", rest.Config{BearerToken: token}, credentialToken, sourceInline},
+		{"a certificate file", rest.Config{TLSClientConfig: rest.TLSClientConfig{CertFile: certFile, KeyFile: keyFile}}, credentialClientCertificate, sourceFile},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			config := tc.config
+			config.Host, config.CAData = srv.URL, ca
+			c := newCredentials(&config, func(_, _ *rejection) {})
+			client, err := rest.HTTPClientFor(&config)
+			require.NoError(t, err)
+			resp, err := client.Get(srv.URL + "/readyz")
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+			got, ok := c.expiries()[tc.kind]
+			require.True(t, ok, "the expiry is read")
+			assert.True(t, exp.Equal(got.at), "when it expires: %s", got.at)
+			assert.Equal(t, tc.source, got.source)
+		})
+	}
+
+	c := newCredentials(&rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{CertFile: certFile, KeyFile: keyFile, CAData: ca}}, func(_, _ *rejection) {})
+	writeCert(exp.Add(24 * time.Hour))
+	assert.True(t, exp.Add(24*time.Hour).Equal(c.expiries()[credentialClientCertificate].at), "a renewed certificate file is read again")
 }

@@ -175,6 +175,15 @@ func (silentSource) Run(ctx context.Context, _ func(string, map[string]MemberCon
 // reached through a proxy that the test can cut, and that proxy.
 func exportingThroughProxy(t *testing.T, ctx context.Context, ns, name string) (local, remote *rest.Config, proxy *cutProxy) {
 	t.Helper()
+	_, local, remote, proxy = exportingClusterSetThroughProxy(t, ctx, ns, name)
+	return local, remote, proxy
+}
+
+// exportingClusterSetThroughProxy is exportingThroughProxy that also
+// returns the ClusterSet, whose one cluster is named ns, for tests that
+// mint its users.
+func exportingClusterSetThroughProxy(t *testing.T, ctx context.Context, ns, name string) (cs *localclusterset.ClusterSet, local, remote *rest.Config, proxy *cutProxy) {
+	t.Helper()
 	cs, err := localclusterset.Up(ctx, localclusterset.Options{Dir: t.TempDir(), Clusters: []string{ns}, Log: testLog{t}})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, cs.Stop()) })
@@ -194,7 +203,7 @@ func exportingThroughProxy(t *testing.T, ctx context.Context, ns, name string) (
 	proxy = newCutProxy(t, strings.TrimPrefix(local.Host, "https://"))
 	remote = asAnotherCluster(local, "remote-cluster-id")
 	remote.Host = "https://" + proxy.addr()
-	return local, remote, proxy
+	return cs, local, remote, proxy
 }
 
 func readyReason(imp *inference.InferencePoolImport) string {
@@ -227,13 +236,14 @@ type cutProxy struct {
 	backend string
 	mu      sync.Mutex
 	cut     bool
-	conns   map[net.Conn]struct{}
+	// conns are the open connections, and when each was accepted.
+	conns map[net.Conn]time.Time
 }
 
 func newCutProxy(t *testing.T, backend string) *cutProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &cutProxy{ln: ln, backend: backend, conns: map[net.Conn]struct{}{}}
+	p := &cutProxy{ln: ln, backend: backend, conns: map[net.Conn]time.Time{}}
 	t.Cleanup(func() { _ = ln.Close(); p.setCut(true) })
 	go func() {
 		for {
@@ -270,7 +280,7 @@ func (p *cutProxy) track(c net.Conn) bool {
 		_ = c.Close()
 		return false
 	}
-	p.conns[c] = struct{}{}
+	p.conns[c] = time.Now()
 	return true
 }
 
@@ -282,7 +292,7 @@ func (p *cutProxy) setCut(cut bool) {
 		for c := range p.conns {
 			_ = c.Close()
 		}
-		p.conns = map[net.Conn]struct{}{}
+		p.conns = map[net.Conn]time.Time{}
 	}
 }
 

@@ -113,19 +113,21 @@ type member struct {
 	// reachability is what the member's probes found.
 	reachability
 	// credentials are what the member says of the credentials it is read
-	// with, and hold its inline bearer token (credentials.go).
+	// with, and hold its inline bearer token, client certificate and CA
+	// (credentials.go).
 	credentials *credentials
-	// tokenless fingerprints the member's kubeconfig without its bearer
-	// token: a change of that token alone is rotated in place
-	// (Cache.rotateInPlace). "" when the kubeconfig has no inline token.
-	tokenless string
+	// credentialless fingerprints the member's kubeconfig without the
+	// values of its inline credentials and CA: a change of those alone is
+	// rotated in place (Cache.rotateInPlace). "" when client-go reads any
+	// of them from a file or a plugin.
+	credentialless string
 	// rotated is the source and configuration of the latest in-place
 	// rotation, which replace source and config; guarded by rotatedMu.
 	rotatedMu sync.Mutex
 	rotated   *rotation
 }
 
-// rotation is a member's kubeconfig whose token changed in place.
+// rotation is a member's kubeconfig whose credentials changed in place.
 type rotation struct {
 	source string
 	config *rest.Config

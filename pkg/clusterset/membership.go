@@ -54,10 +54,11 @@ type MemberConfig struct {
 	// (v1alpha1.DrainAnnotation), "" when it has none: the member asks
 	// importers to drain every export of its cluster (memberdrain.go).
 	drain string
-	// tokenless fingerprints the kubeconfig without its inline bearer
-	// tokens ("" when it has none): a member whose kubeconfig changes in
-	// its token alone is rotated in place (Cache.rotateInPlace).
-	tokenless string
+	// credentialless fingerprints the kubeconfig without the values of
+	// its inline credentials and CA bundles ("" when client-go reads any
+	// of them from a file or a plugin): a member whose kubeconfig changes
+	// in them alone is rotated in place (Cache.rotateInPlace).
+	credentialless string
 }
 
 // ParseMemberKubeconfig turns kubeconfig bytes into a member connection.
@@ -79,23 +80,43 @@ func ParseMemberKubeconfig(data []byte) MemberConfig {
 		return mc
 	}
 	mc.rest = rc
-	mc.tokenless = tokenlessFingerprint(cfg, rc)
+	mc.credentialless = credentiallessFingerprint(cfg, rc)
 	return mc
 }
 
-// tokenlessFingerprint fingerprints a kubeconfig with its users' inline
-// bearer tokens blanked, so that two kubeconfigs that differ in nothing
-// else have the same; "" when the resolved configuration sends no inline
-// token (client-go follows a token file, an exec plugin or a client
-// certificate on its own, or not at all).
-func tokenlessFingerprint(cfg *clientcmdapi.Config, rc *rest.Config) string {
-	if rc.BearerToken == "" || rc.BearerTokenFile != "" || rc.ExecProvider != nil || rc.AuthProvider != nil {
+// credentiallessFingerprint fingerprints a kubeconfig with the values of
+// its users' inline bearer tokens, client certificates and keys and of its
+// clusters' inline CA bundles replaced by a mark, so that two kubeconfigs
+// that differ in nothing else have the same: which of them are set still
+// counts (a token that becomes a certificate is another way to
+// authenticate, a CA bundle that appears replaces the system's). "" when
+// the resolved configuration reads a credential or CA from a file or a
+// plugin (client-go follows those on its own, or not at all) or skips
+// verification.
+func credentiallessFingerprint(cfg *clientcmdapi.Config, rc *rest.Config) string {
+	if rc.BearerTokenFile != "" || rc.ExecProvider != nil || rc.AuthProvider != nil || rc.Insecure ||
+		rc.CAFile != "" || rc.CertFile != "" || rc.KeyFile != "" {
 		return ""
+	}
+	mark := func(b []byte) []byte {
+		if len(b) == 0 {
+			return nil
+		}
+		return []byte("inline")
 	}
 	blank := cfg.DeepCopy()
 	for _, u := range blank.AuthInfos {
-		if u != nil {
-			u.Token = ""
+		if u == nil {
+			continue
+		}
+		if u.Token != "" {
+			u.Token = "inline"
+		}
+		u.ClientCertificateData, u.ClientKeyData = mark(u.ClientCertificateData), mark(u.ClientKeyData)
+	}
+	for _, c := range blank.Clusters {
+		if c != nil {
+			c.CertificateAuthorityData = mark(c.CertificateAuthorityData)
 		}
 	}
 	data, err := clientcmd.Write(*blank)
@@ -272,7 +293,7 @@ func parseSecretKubeconfig(data []byte) MemberConfig {
 		return mc
 	}
 	mc.rest = rc
-	mc.tokenless = tokenlessFingerprint(cfg, rc)
+	mc.credentialless = credentiallessFingerprint(cfg, rc)
 	return mc
 }
 

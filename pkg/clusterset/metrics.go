@@ -18,7 +18,7 @@ import (
 //	mci_clusterset_member_limit_exceeded_total{member,quota} freezes by limit
 //	mci_clusterset_member_cluster_id_unknown{member,reason} 1 while its cluster ID cannot be read (identity.go)
 //	mci_clusterset_member_credentials_rejected{member,reason} 1 while it refuses the credentials (credentials.go)
-//	mci_clusterset_member_credential_expiry_timestamp_seconds{member,kind} when a credential sent expires
+//	mci_clusterset_member_credential_expiry_timestamp_seconds{member,kind,source} when a credential sent expires, and who renews it
 //	mci_clusterset_member_pods_forbidden{member}  namespaces of its pools whose Pods its credentials may not list (podaccess.go)
 //	mci_clusterset_member_draining{member}      1 while its Secret or ClusterProfile drains it (memberdrain.go)
 //	mci_clusterset_member_drain_invalid{member} 1 while that drain annotation has a value it ignores
@@ -59,8 +59,8 @@ var (
 		"1 while the member answers but refuses the credentials this replica reads it with, for the reason named: unauthorized (401 to any request: expired, revoked or not its own) or forbidden (403 to its probe or to a list or watch mci needs); its last known data is served flagged CredentialsRejected and is not removed while it answers. Else 0.",
 		[]string{"member", "reason"}, nil, metrics.ALPHA, "")
 	memberCredentialExpiryDesc = metrics.NewDesc("mci_clusterset_member_credential_expiry_timestamp_seconds",
-		"When the credential this replica sends the member expires, in seconds since the epoch, by kind: token (the exp claim of a bearer token that is a JWT, inline or handed over by an exec plugin) or client-certificate (an inline client certificate's NotAfter). Absent when it cannot be read.",
-		[]string{"member", "kind"}, nil, metrics.ALPHA, "")
+		"When the credential this replica sends the member expires, in seconds since the epoch, by kind: token (the exp claim of a bearer token that is a JWT) or client-certificate (a client certificate's NotAfter); and by source, who renews it: inline (the member's kubeconfig holds it: someone must rotate the kubeconfig), file (client-go reads it again from a file named in the kubeconfig, which whatever writes the file renews: a projected token) or plugin (an exec plugin hands it over and client-go runs the plugin again before it expires). Absent when it cannot be read (an opaque token, a certificate an exec plugin hands over).",
+		[]string{"member", "kind", "source"}, nil, metrics.ALPHA, "")
 	memberPodsForbiddenDesc = metrics.NewDesc("mci_clusterset_member_pods_forbidden",
 		"Namespaces of the member's pools whose Pods the credentials this replica reads it with may not list (403): the exports there publish no endpoint addresses (or the last ones listed), so importers accept no destination their EPPs name. The rest of the member is served. 0 when it may list them all.",
 		[]string{"member"}, nil, metrics.ALPHA, "")
@@ -128,8 +128,8 @@ func (m *Metrics) CollectWithStability(ch chan<- metrics.Metric) {
 		if mb.credentials != nil {
 			expiries := mb.credentials.expiries()
 			for _, kind := range credentialKinds {
-				if at, ok := expiries[kind]; ok {
-					ch <- metrics.NewLazyConstMetric(memberCredentialExpiryDesc, metrics.GaugeValue, float64(at.Unix()), mb.name, kind)
+				if e, ok := expiries[kind]; ok {
+					ch <- metrics.NewLazyConstMetric(memberCredentialExpiryDesc, metrics.GaugeValue, float64(e.at.Unix()), mb.name, kind, e.source)
 				}
 			}
 		}

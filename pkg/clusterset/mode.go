@@ -154,7 +154,7 @@ func (c *Cache) remode(name string, m *member, served servedapis.Set) error {
 	if err != nil {
 		return err
 	}
-	n.tokenless = m.tokenless
+	n.credentialless = m.credentialless
 	n.joined, n.created = m.joined, m.created
 	// A fresh read reads the cluster ID afresh: a member refused as a
 	// second name is read again after --member-freeze-retry, and serves

@@ -11,12 +11,21 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/credexpiry"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/test/localclusterset"
 )
 
 // A rotated token (the routine: a new one minted, the Secret changed, the
@@ -113,9 +122,235 @@ func TestARotatedTokenIsSwappedInWithoutARelistOrAWatchGap(t *testing.T) {
 	// works: the connection in use goes on serving, unflagged.
 	source <- map[string]MemberConfig{"remote": tm.memberConfig("not-a-token")}
 	assert.Never(t, func() bool {
-		src, _ := cache.member("remote").current()
-		return src != "reporting#"+rotated.fingerprint || !importedPool(name) || cache.member("remote").credentials.rejected() != nil
+		m := cache.member("remote")
+		if m == nil {
+			// The cache has stopped: a check of Never may still run
+			// once the test has returned.
+			return ctx.Err() == nil
+		}
+		src, _ := m.current()
+		return src != "reporting#"+rotated.fingerprint || !importedPool(name) || m.credentials.rejected() != nil
 	}, 5*time.Second, 20*time.Millisecond, "the working token stays in use")
+}
+
+// A rotated client certificate (a new certificate and key from the same
+// CA, and then a CA bundle that gains a second CA) is taken in place as a
+// rotated token is: the member's watches go on, every request from the
+// rotation on presents the new certificate (over a connection of its own:
+// the member's kube-apiserver verifies the certificate at every request,
+// and the old connection, which HTTP/2 would reuse, carries the old one),
+// the watches resume with it from their last resourceVersion when they
+// end, and nothing is listed again. A CA bundle that does not verify the
+// member is not taken in place.
+func TestARotatedClientCertificateIsSwappedInWithoutARelistOrAWatchGap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a kube-apiserver and etcd")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	const ns, name = "certrotated", "pool"
+	cs, local, _, proxy := exportingClusterSetThroughProxy(t, ctx, ns, name)
+	cm := newCertMember(t, ctx, cs, local, ns, "https://"+proxy.addr())
+	requests := &requestCounter{}
+	cm.wrap = requests.wrap
+	cache := New(Options{ClusterSetName: "test", LocalName: "local", Local: local, UnreachableAfter: 2 * time.Second, RemoveAfter: time.Minute}, func(Event) {})
+	source := make(reportingSource, 1)
+	user1 := cm.mint("cert-reader-1")
+	source <- map[string]MemberConfig{"remote": cm.memberConfig(user1, cm.ca)}
+	go func() { _ = cache.Run(ctx, source) }()
+	importedPool := func(name string) bool {
+		imp, ok := imports.Import(cache.Snapshot(), ns, name)
+		// Not flagged: the test creates no EPP, so not Ready either.
+		return ok && len(imp.Status.Clusters) == 1 && readyReason(imp) == v1alpha1.ReasonEndpointPickerNotFound
+	}
+	require.Eventually(t, func() bool { return cache.Ready() == nil && importedPool(name) }, time.Minute, 50*time.Millisecond)
+	before := cache.member("remote")
+	require.Equal(t, "cert-reader-1", whoami(t, ctx, before), "the member is read as the first certificate's user")
+	lists := requests.lists()
+
+	var gaps []string
+	var gapsMu sync.Mutex
+	sampling, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for sampling.Err() == nil {
+			if !importedPool(name) {
+				gapsMu.Lock()
+				gaps = append(gaps, time.Now().Format(time.StampMilli))
+				gapsMu.Unlock()
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+
+	user2 := cm.mint("cert-reader-2")
+	require.NotEqual(t, user1.notAfter, user2.notAfter, "the two certificates end at different times")
+	rotated := cm.memberConfig(user2, cm.ca)
+	rotatedAt := time.Now()
+	source <- map[string]MemberConfig{"remote": rotated}
+	require.Eventually(t, func() bool {
+		src, _ := cache.member("remote").current()
+		return src == "reporting#"+rotated.fingerprint
+	}, 10*time.Second, 10*time.Millisecond, "the rotated kubeconfig is in use")
+	assert.True(t, before == cache.member("remote"), "the member was not reconnected for the new certificate")
+	assert.Equal(t, lists, requests.lists(), "nothing was listed for the new certificate")
+	// The watches opened with the old certificate are still open, on the
+	// old connection; a new request goes on a new one, with the new
+	// certificate.
+	assert.Equal(t, "cert-reader-2", whoami(t, ctx, cache.member("remote")), "a request after the rotation presents the new certificate")
+	assert.True(t, user2.notAfter.Equal(cache.member("remote").credentials.expiries()[credentialClientCertificate].at),
+		"the expiry metric has the new certificate's NotAfter")
+	cm.revoke("cert-reader-1")
+
+	// End the connections opened before the rotation, the watches'
+	// included: the reflectors resume their watches, which the old
+	// certificate may no longer open.
+	requests.mark()
+	proxy.resetConnsOpenedBefore(rotatedAt)
+	require.Eventually(t, func() bool { return requests.watchesSinceMark() > 0 }, 30*time.Second, 10*time.Millisecond,
+		"the member's watches resume")
+	createPool(t, ctx, local, ns, "after-rotation")
+	require.Eventually(t, func() bool { return importedPool("after-rotation") }, 10*time.Second, 10*time.Millisecond,
+		"a pool created after the rotation reaches the imports")
+
+	// A CA bundle that gains a CA, and still verifies the member, is
+	// taken in place too.
+	other, _ := selfSignedKeyPair(t, time.Now().Add(time.Hour))
+	bundle := cm.memberConfig(user2, append(append([]byte{}, cm.ca...), other...))
+	bundledAt := time.Now()
+	source <- map[string]MemberConfig{"remote": bundle}
+	require.Eventually(t, func() bool {
+		src, _ := cache.member("remote").current()
+		return src == "reporting#"+bundle.fingerprint
+	}, 10*time.Second, 10*time.Millisecond, "the kubeconfig with the new CA bundle is in use")
+	requests.mark()
+	proxy.resetConnsOpenedBefore(bundledAt)
+	require.Eventually(t, func() bool { return requests.watchesSinceMark() > 0 }, 30*time.Second, 10*time.Millisecond,
+		"the member's watches resume through the new CA bundle")
+	createPool(t, ctx, local, ns, "after-ca-bundle")
+	require.Eventually(t, func() bool { return importedPool("after-ca-bundle") }, 10*time.Second, 10*time.Millisecond,
+		"a pool created after the new CA bundle reaches the imports")
+	stopSampling()
+	<-sampled
+
+	assert.True(t, before == cache.member("remote"), "the member was not reconnected")
+	assert.Equal(t, lists, requests.lists(), "nothing was listed again")
+	assert.Zero(t, requests.refusedSinceMark(), "no request was refused")
+	gapsMu.Lock()
+	assert.Empty(t, gaps, "the pool stayed imported and unflagged throughout")
+	gapsMu.Unlock()
+	assert.Nil(t, cache.member("remote").credentials.rejected())
+	t.Logf("lists of the member: %d before the rotations, %d after", lists, requests.lists())
+
+	// A CA bundle that does not verify the member does not replace the
+	// one that does: the connection in use goes on serving, unflagged.
+	source <- map[string]MemberConfig{"remote": cm.memberConfig(user2, other)}
+	assert.Never(t, func() bool {
+		m := cache.member("remote")
+		if m == nil {
+			// The cache has stopped: a check of Never may still run
+			// once the test has returned.
+			return ctx.Err() == nil
+		}
+		src, _ := m.current()
+		return src != "reporting#"+bundle.fingerprint || !importedPool(name) || m.credentials.rejected() != nil
+	}, 5*time.Second, 20*time.Millisecond, "the CA bundle that verifies the member stays in use")
+}
+
+func createPool(t *testing.T, ctx context.Context, config *rest.Config, ns, name string) {
+	t.Helper()
+	pool := &poolv1.InferencePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{v1alpha1.ExportAnnotation: v1alpha1.ExportScopeClusterSet}},
+		Spec: poolv1.InferencePoolSpec{
+			Selector:          poolv1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			TargetPorts:       []poolv1.Port{{Number: 8000}},
+			EndpointPickerRef: poolv1.EndpointPickerRef{Name: "epp", Port: &poolv1.Port{Number: 9002}},
+		},
+	}
+	_, err := mciclient.NewForConfigOrDie(config).InferencePoolV1().InferencePools(ns).Create(ctx, pool, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+// whoami is the user the member's clients are authenticated as, asked
+// through them.
+func whoami(t *testing.T, ctx context.Context, m *member) string {
+	t.Helper()
+	client, err := authenticationv1client.NewForConfigAndClient(m.gatedConfig, m.gatedClient)
+	require.NoError(t, err)
+	review, err := client.SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return review.Status.UserInfo.Username
+}
+
+// certMember reads a cluster as users with client certificates of its
+// client CA, each allowed to read it by a ClusterRoleBinding of its own:
+// deleting the binding revokes what the certificate may do.
+type certMember struct {
+	t       *testing.T
+	ctx     context.Context
+	cs      *localclusterset.ClusterSet
+	cluster string
+	kube    kubernetes.Interface
+	server  string
+	ca      []byte
+	wrap    func(http.RoundTripper) http.RoundTripper
+}
+
+type certUser struct {
+	cert, key []byte
+	notAfter  time.Time
+}
+
+func newCertMember(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, admin *rest.Config, cluster, server string) *certMember {
+	t.Helper()
+	return &certMember{t: t, ctx: ctx, cs: cs, cluster: cluster, kube: kubernetes.NewForConfigOrDie(admin), server: server}
+}
+
+// mint issues a client certificate for user and lets user read the
+// cluster.
+func (cm *certMember) mint(user string) certUser {
+	cm.t.Helper()
+	config, err := cm.cs.UserConfig(cm.cluster, user)
+	require.NoError(cm.t, err)
+	if cm.ca == nil {
+		cm.ca = config.CAData
+	}
+	_, err = cm.kube.RbacV1().ClusterRoleBindings().Create(cm.ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}, metav1.CreateOptions{})
+	require.NoError(cm.t, err)
+	return certUser{cert: config.CertData, key: config.KeyData, notAfter: credexpiry.Certificate(config.CertData)}
+}
+
+// revoke deletes user's binding: the cluster answers 403 to whatever the
+// user asks from then on.
+func (cm *certMember) revoke(user string) {
+	cm.t.Helper()
+	require.NoError(cm.t, cm.kube.RbacV1().ClusterRoleBindings().Delete(cm.ctx, user, metav1.DeleteOptions{}))
+}
+
+// memberConfig is the member's configuration with user's certificate and
+// the CA bundle ca, as a Secret's kubeconfig gives it, counted and
+// answering as a cluster of its own.
+func (cm *certMember) memberConfig(user certUser, ca []byte) MemberConfig {
+	cm.t.Helper()
+	kubeconfig := clientcmdapi.NewConfig()
+	kubeconfig.Clusters["remote"] = &clientcmdapi.Cluster{Server: cm.server, CertificateAuthorityData: ca}
+	kubeconfig.AuthInfos["reader"] = &clientcmdapi.AuthInfo{ClientCertificateData: user.cert, ClientKeyData: user.key}
+	kubeconfig.Contexts["remote"] = &clientcmdapi.Context{Cluster: "remote", AuthInfo: "reader"}
+	kubeconfig.CurrentContext = "remote"
+	data, err := clientcmd.Write(*kubeconfig)
+	require.NoError(cm.t, err)
+	mc := parseSecretKubeconfig(data)
+	require.NoError(cm.t, mc.err)
+	if cm.wrap != nil {
+		mc.rest.Wrap(cm.wrap)
+	}
+	mc.rest = asAnotherCluster(mc.rest, "remote-cluster-id")
+	return mc
 }
 
 // requestCounter counts the lists (plain, or watches that start with the
@@ -126,6 +361,9 @@ type requestCounter struct {
 	listCount   int
 	marked      bool
 	watchTokens []string
+	// refused counts the lists and watches answered 401 or 403 since the
+	// mark.
+	refused int
 }
 
 func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -145,7 +383,15 @@ func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 			}
 			c.mu.Unlock()
 		}
-		return rt.RoundTrip(r)
+		resp, err := rt.RoundTrip(r)
+		if err == nil && needed(r) && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
+			c.mu.Lock()
+			if c.marked {
+				c.refused++
+			}
+			c.mu.Unlock()
+		}
+		return resp, err
 	})
 }
 
@@ -159,6 +405,12 @@ func (c *requestCounter) mark() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.marked, c.watchTokens = true, nil
+}
+
+func (c *requestCounter) refusedSinceMark() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refused
 }
 
 func (c *requestCounter) watchesSinceMark() int {
@@ -188,5 +440,21 @@ func (p *cutProxy) resetConns() {
 	for c := range p.conns {
 		_ = c.Close()
 	}
-	p.conns = map[net.Conn]struct{}{}
+	p.conns = map[net.Conn]time.Time{}
+}
+
+// resetConnsOpenedBefore ends every open connection accepted before t,
+// as an apiserver's watch timeout or a load balancer would end the
+// connections of a member's old transport, and leaves the newer ones:
+// ending those too, one after the other, could fail a watch that a
+// reflector just resumed on one of them, which makes it list again.
+func (p *cutProxy) resetConnsOpenedBefore(t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c, opened := range p.conns {
+		if opened.Before(t) {
+			_ = c.Close()
+			delete(p.conns, c)
+		}
+	}
 }

@@ -4,9 +4,10 @@
 #   make test         codegen and docs checks, vet, unit tests (-short; they run every fuzz target's
 #                     seed corpus), fuzz-smoke (6s of fuzzing per target that takes untrusted input),
 #                     integration, chart, e2e, conformance (and its self-test), image, pods-start and
-#                     release tests, soak-smoke, bench-smoke, bench-routing-smoke
+#                     release tests, soak-smoke, bench-smoke, bench-routing-smoke, bench-fleet-smoke
 #   make fuzz         every fuzz target for FUZZTIME (60s) each; FUZZ_MATCH=<regexp> picks targets
 #   make bench        benchmarks against the alternatives (docs/performance.md)
+#   make bench-fleet  one mci-apiserver against mock fleets of 50, 200 and 1,000 members
 #   make soak         the chaos soak (docs/performance.md, "Chaos soak"), SOAK_DURATION=20m
 #   make plots        redraw docs/performance.md's plots from the latest bench and bench-routing results
 #   make build        binaries into _output/bin
@@ -213,7 +214,7 @@ test-docs: build
 	MCI_BIN_DIR=$(OUTPUT_BIN) go test $(GO_TEST_FLAGS) -count=1 ./test/docs/
 
 .PHONY: test
-test: verify test-unit fuzz-smoke test-integration test-docs test-chart test-e2e test-conformance conformance-selftest test-images test-pods-start test-release soak-smoke bench-smoke bench-routing-smoke
+test: verify test-unit fuzz-smoke test-integration test-docs test-chart test-e2e test-conformance conformance-selftest test-images test-pods-start test-release soak-smoke bench-smoke bench-routing-smoke bench-fleet-smoke
 
 # make soak: the chaos soak of docs/performance.md ("Chaos soak"): a local
 # ClusterSet of three clusters with two mci-apiserver replicas each, link
@@ -296,6 +297,24 @@ bench-routing-smoke: build tools test-programs
 .PHONY: bench-smoke
 bench-smoke: build tools test-programs
 	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_BENCH_PROFILE=smoke MCI_BENCH_OUT=$(CURDIR)/_output/bench-smoke go test $(BENCH_FLAGS) -timeout 5m ./test/bench/
+
+# make bench-fleet: one real mci-apiserver in summary mode against mock
+# fleets of 50, 200 and 1,000 members of 10 pools each (test/fleetmeasure,
+# docs/performance.md "One importer against a mock fleet"): start to
+# consistent, heap and goroutines per member; the server's heap and
+# goroutine profiles go to _output/bench-fleet. FLEET_MEMBERS=<n,...>
+# picks the sizes. bench-fleet-smoke (part of make test) runs 50 members
+# and holds them to the test's regression bounds.
+FLEET_MEMBERS ?= 50,200,1000
+
+.PHONY: bench-fleet
+bench-fleet: build tools
+	mkdir -p _output/bench-fleet
+	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_FLEET_MEMBERS=$(FLEET_MEMBERS) MCI_FLEET_PROFILES=$(CURDIR)/_output/bench-fleet go test -count=1 -v -timeout 60m ./test/fleetmeasure/
+
+.PHONY: bench-fleet-smoke
+bench-fleet-smoke: build tools
+	MCI_BIN_DIR=$(OUTPUT_BIN) MCI_FLEET_MEMBERS=50 MCI_FLEET_CHECK=1 go test -count=1 -v -timeout 10m ./test/fleetmeasure/
 
 .PHONY: bench-micro
 bench-micro:

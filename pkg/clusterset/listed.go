@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
 
@@ -49,11 +48,11 @@ func (f *firstList) version() string {
 	return ""
 }
 
-// listedSource is one informer of a member: its handler's registration
-// and the record of its first list.
+// listedSource is one informer of a member: whether its handler has had
+// its first list, and the record of that list.
 type listedSource struct {
-	handler cache.ResourceEventHandlerRegistration
-	list    *firstList
+	synced func() bool
+	list   *firstList
 }
 
 // listedPoll is how often announceListed looks at the handlers.
@@ -68,13 +67,13 @@ func (m *member) announceListed(ctx context.Context, sources []listedSource, ver
 	defer done.Store(true)
 	err := wait.PollUntilContextCancel(ctx, listedPoll, true, func(context.Context) (bool, error) {
 		for _, s := range sources {
-			if s.handler != nil && !s.handler.HasSynced() {
+			if s.synced != nil && !s.synced() {
 				return false, nil
 			}
 		}
 		return true, nil
 	})
-	if err != nil || slices.ContainsFunc(sources, func(s listedSource) bool { return s.handler == nil }) {
+	if err != nil || slices.ContainsFunc(sources, func(s listedSource) bool { return s.synced == nil }) {
 		return
 	}
 	var lowest uint64

@@ -35,31 +35,32 @@ type typedListWatch[L runtime.Object] interface {
 // is the one that accessor, its lister and the factory's Start use; the
 // factory still sets its transform on it.
 func boundedInformer[C any, L runtime.Object](m *member, kind Kind, namespace string, obj runtime.Object, client typedListWatch[L], transform cache.TransformFunc) func(C, time.Duration) cache.SharedIndexInformer {
-	return boundedInformerListed[C](m, kind, namespace, obj, client, transform, nil)
-}
-
-// boundedInformerListed is boundedInformer whose first complete list's
-// resourceVersion is recorded in first (listed.go).
-func boundedInformerListed[C any, L runtime.Object](m *member, kind Kind, namespace string, obj runtime.Object, client typedListWatch[L], transform cache.TransformFunc, first *firstList) func(C, time.Duration) cache.SharedIndexInformer {
 	return func(C, time.Duration) cache.SharedIndexInformer {
-		lw := &listQuota{
-			first:     first,
-			m:         m,
-			kind:      kind,
-			namespace: namespace,
-			transform: transform,
-			list: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-				l, err := client.List(ctx, opts)
-				if err != nil {
-					return nil, err
-				}
-				return l, nil
-			},
-			watch: client.Watch,
-		}
-		return cache.NewSharedIndexInformerWithOptions(lw, obj, cache.SharedIndexInformerOptions{
+		return cache.NewSharedIndexInformerWithOptions(boundedListWatch(m, kind, namespace, client, transform, nil), obj, cache.SharedIndexInformerOptions{
 			Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		})
+	}
+}
+
+// boundedListWatch lists and watches the member's objects of kind through
+// client, a client of namespace ("": of all namespaces), within its limits
+// (listQuota), and records the resourceVersion of its first complete list
+// in first, if not nil (listed.go).
+func boundedListWatch[L runtime.Object](m *member, kind Kind, namespace string, client typedListWatch[L], transform cache.TransformFunc, first *firstList) *listQuota {
+	return &listQuota{
+		first:     first,
+		m:         m,
+		kind:      kind,
+		namespace: namespace,
+		transform: transform,
+		list: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			l, err := client.List(ctx, opts)
+			if err != nil {
+				return nil, err
+			}
+			return l, nil
+		},
+		watch: client.Watch,
 	}
 }
 

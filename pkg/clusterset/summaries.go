@@ -17,9 +17,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
-	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
-	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
+	inferencelisters "github.com/mci-dev/mci/pkg/generated/listers/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/informerhealth"
+	"github.com/mci-dev/mci/pkg/inlineinformer"
 	"github.com/mci-dev/mci/pkg/statelog"
 	"github.com/mci-dev/mci/pkg/versionvector"
 )
@@ -55,26 +56,30 @@ var summaryStreamLog = statelog.Rule{Interval: time.Minute}
 // mci-apiserver memory, none by its kube-apiserver's storage. It returns
 // what starts them.
 func (m *member) summaryInformers(logger klog.Logger) func(context.Context) {
-	f := mciinformers.NewSharedInformerFactoryWithOptions(m.mci, 0, mciinformers.WithTransform(trimSummary))
 	exportsList, clustersList := &firstList{}, &firstList{}
+	exportsClient, clustersClient := m.mci.InferenceV1alpha1().InferencePoolExportSummaries(""), m.mci.InferenceV1alpha1().InferenceClusterSummaries()
+	var exportsLW, clustersLW cache.ListerWatcher = informerhealth.ListWatch(m.mci, exportsClient.List, exportsClient.Watch), informerhealth.ListWatch(m.mci, clustersClient.List, clustersClient.Watch)
 	if m.quota != nil {
-		f.InformerFor(&v1alpha1.InferencePoolExportSummary{}, boundedInformerListed[mciclient.Interface](m, KindExportSummary, "", &v1alpha1.InferencePoolExportSummary{}, m.mci.InferenceV1alpha1().InferencePoolExportSummaries(""), trimSummary, exportsList))
+		exportsLW = boundedListWatch(m, KindExportSummary, "", exportsClient, trimSummary, exportsList)
 		// A cluster summary counts as one object (a member publishes one);
 		// its namespaces have their own limit, once it is delivered.
-		f.InformerFor(&v1alpha1.InferenceClusterSummary{}, boundedInformerListed[mciclient.Interface](m, KindNamespace, "", &v1alpha1.InferenceClusterSummary{}, m.mci.InferenceV1alpha1().InferenceClusterSummaries(), trimSummary, clustersList))
+		clustersLW = boundedListWatch(m, KindNamespace, "", clustersClient, trimSummary, clustersList)
 	}
-	exports := f.Inference().V1alpha1().InferencePoolExportSummaries()
-	clusters := f.Inference().V1alpha1().InferenceClusterSummaries()
-	m.summaries = summaryLister{indexer: exports.Informer().GetIndexer(), logger: logger}
-	m.clusterSummaries = clusters.Lister()
-	for _, inf := range []cache.SharedIndexInformer{exports.Informer(), clusters.Informer()} {
-		_ = inf.SetWatchErrorHandlerWithContext(m.summaryStream.watchError(m.name, logger))
-		m.synced = append(m.synced, inf.HasSynced)
-	}
-	sources := []listedSource{
-		{handler: m.watchSummaries(exports.Informer()), list: exportsList},
-		{handler: m.watchClusterSummary(clusters.Informer()), list: clustersList},
-	}
+	// One handler each: informers that call it in line rather than
+	// client-go's shared ones, which keep a buffer and goroutines per
+	// handler, for every member (inlineinformer).
+	onError := m.summaryStream.watchError(m.name, logger)
+	exports := inlineinformer.New(exportsLW, &v1alpha1.InferencePoolExportSummary{}, inlineinformer.Options{
+		Handler: m.summariesHandler(), Transform: trimSummary, WatchErrorHandler: onError,
+		Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+	})
+	clusters := inlineinformer.New(clustersLW, &v1alpha1.InferenceClusterSummary{}, inlineinformer.Options{
+		Handler: m.clusterSummaryHandler(), Transform: trimSummary, WatchErrorHandler: onError,
+	})
+	m.summaries = summaryLister{indexer: exports.GetIndexer(), logger: logger}
+	m.clusterSummaries = inferencelisters.NewInferenceClusterSummaryLister(clusters.GetIndexer())
+	m.synced = append(m.synced, exports.HasSynced, clusters.HasSynced)
+	sources := []listedSource{{synced: exports.HasSynced, list: exportsList}, {synced: clusters.HasSynced, list: clustersList}}
 	// The member counts as listed once its version is raised to its
 	// lists' (listed.go), so that a version another replica issued after
 	// the lists is resumed at once.
@@ -82,7 +87,8 @@ func (m *member) summaryInformers(logger klog.Logger) func(context.Context) {
 	m.synced = append(m.synced, announced.Load)
 	logger.Info("Reading the member through the summaries its mci-apiserver publishes (summary mode)")
 	return func(ctx context.Context) {
-		f.StartWithContext(ctx)
+		go exports.Run(ctx)
+		go clusters.Run(ctx)
 		go m.announceListed(ctx, sources, summaryListVersion, announced, logger)
 	}
 }
@@ -202,7 +208,7 @@ func summaryListVersion(rv string) (uint64, error) {
 
 // watchSummaries passes summary changes on as Events of
 // KindExportSummary.
-func (m *member) watchSummaries(informer cache.SharedIndexInformer) cache.ResourceEventHandlerRegistration {
+func (m *member) summariesHandler() cache.ResourceEventHandler {
 	notify := func(obj interface{}, deleted, changed bool) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
@@ -217,8 +223,7 @@ func (m *member) watchSummaries(informer cache.SharedIndexInformer) cache.Resour
 		}
 		m.handler(Event{Member: m.name, Kind: KindExportSummary, Namespace: o.GetNamespace(), Name: o.GetName(), ResourceVersion: rv})
 	}
-	reg, _ := informer.AddEventHandler(countedHandler(notify))
-	return reg
+	return countedHandler(notify)
 }
 
 // watchClusterSummary passes a change of the member's namespaces on as a
@@ -226,7 +231,7 @@ func (m *member) watchSummaries(informer cache.SharedIndexInformer) cache.Resour
 // Namespace informer does in full mode. A cluster summary named after
 // another cluster than the member is refused, and freezes the member: a
 // member must not speak for another.
-func (m *member) watchClusterSummary(informer cache.SharedIndexInformer) cache.ResourceEventHandlerRegistration {
+func (m *member) clusterSummaryHandler() cache.ResourceEventHandler {
 	namespacesOf := func(obj interface{}) ([]string, uint64) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
@@ -260,12 +265,11 @@ func (m *member) watchClusterSummary(informer cache.SharedIndexInformer) cache.R
 			m.handler(Event{Member: m.name, Kind: KindNamespace, Namespace: ns, ResourceVersion: rv})
 		}
 	}
-	reg, _ := informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj interface{}, initial bool) { diff(nil, obj, false, !initial) },
 		UpdateFunc: func(old, obj interface{}) { diff(old, obj, false, resourceVersionOf(old) != resourceVersionOf(obj)) },
 		DeleteFunc: func(obj interface{}) { diff(nil, obj, true, true) },
-	})
-	return reg
+	}
 }
 
 // symmetricDifference lists the names in exactly one of the sorted lists a

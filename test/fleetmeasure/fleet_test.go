@@ -2,9 +2,11 @@
 // fleet of mock members (test/membermock): how long it takes from its
 // start until every import is consistent, and its heap per member. It
 // runs only when MCI_FLEET_MEMBERS names the fleet sizes (for example
-// "50,200"), with MCI_BIN_DIR as the e2e tests have it; it is not part of
-// `make test`. MCI_FLEET_PROFILES, a directory, keeps the server's heap
-// and goroutine profiles at each fleet size.
+// "50,200"), with MCI_BIN_DIR as the e2e tests have it. MCI_FLEET_PROFILES,
+// a directory, keeps the server's heap and goroutine profiles at each fleet
+// size. `make bench-fleet` runs it at 50, 200 and 1,000 members;
+// `make bench-fleet-smoke` (part of `make test`) at 50, with
+// MCI_FLEET_CHECK=1: then each size must also stay within regressionBounds.
 package fleetmeasure
 
 import (
@@ -17,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,6 +42,17 @@ const (
 	maxMembers = 1000
 )
 
+// regressionBounds are what MCI_FLEET_CHECK holds every size to: generous
+// against what was measured (about 150 KiB and 13 goroutines a member, a
+// few seconds at 50 members on 2 loaded cores), so that they fail on a
+// regression, not on noise. The goroutines bound fails with client-go's
+// shared informers for a member's summaries (23 a member).
+var regressionBounds = struct {
+	bootstrap           time.Duration
+	heapPerMember       float64
+	goroutinesPerMember float64
+}{bootstrap: 60 * time.Second, heapPerMember: 320 * 1024, goroutinesPerMember: 16}
+
 func TestImporterAgainstAMockFleet(t *testing.T) {
 	sizes := fleetSizes(t)
 	binDir, err := localclusterset.BinDir()
@@ -60,8 +74,15 @@ func TestImporterAgainstAMockFleet(t *testing.T) {
 	t.Logf("no member: heap %.1f MiB", baseline.heap/(1<<20))
 	for _, n := range sizes {
 		m := measure(t, ctx, cs, n)
+		heapPerMember, goroutinesPerMember := (m.heap-baseline.heap)/float64(n), (m.goroutines-baseline.goroutines)/float64(n)
 		t.Logf("%d members x %d pools: consistent %.1fs after the server started; heap %.1f MiB, %.1f KiB per member over no member; goroutines %d (%d over no member); load average %s",
-			n, pools, m.bootstrap.Seconds(), m.heap/(1<<20), (m.heap-baseline.heap)/float64(n)/1024, int(m.goroutines), int(m.goroutines-baseline.goroutines), loadAverage())
+			n, pools, m.bootstrap.Seconds(), m.heap/(1<<20), heapPerMember/1024, int(m.goroutines), int(m.goroutines-baseline.goroutines), loadAverage())
+		if os.Getenv("MCI_FLEET_CHECK") != "" {
+			b := regressionBounds
+			assert.LessOrEqual(t, m.bootstrap, b.bootstrap, "%d members: start to consistent", n)
+			assert.LessOrEqual(t, heapPerMember, b.heapPerMember, "%d members: heap per member", n)
+			assert.LessOrEqual(t, goroutinesPerMember, b.goroutinesPerMember, "%d members: goroutines per member", n)
+		}
 	}
 }
 

@@ -123,8 +123,14 @@ func (e *env) reconnectStorm(b *testing.B, ns, name string, readers []summaryWat
 	}
 	what := fmt.Sprintf("%d clusters, %d importers reconnecting at once to a restarted mci-apiserver", len(e.names), k)
 	results.check("member restart", what+": last one consistent", "s", consistent.Seconds(), "all importers", lost == nil, note)
+	listed := map[string]float64{}
+	for _, smp := range e.mciMetrics(b, "cluster-a").Samples("apiserver_request_total") {
+		if smp.Labels["verb"] == "LIST" {
+			listed[smp.Labels["resource"]+" "+smp.Labels["code"]] += smp.Value
+		}
+	}
 	results.check("member restart", what+": LIST requests it served", "requests", lists, "0", lists == 0,
-		"every reader resumes its watches from its resourceVersion; the ClusterSet's own summary-mode replicas reconnect too")
+		fmt.Sprintf("every reader resumes its watches from its resourceVersion; the ClusterSet's own summary-mode replicas reconnect too; by resource and code: %v", listed))
 }
 
 // mciRequests are the LIST and WATCH requests cluster's mci-apiserver has

@@ -54,6 +54,11 @@ type sizes struct {
 	// Importers are the readers of one member's summaries connected when
 	// its mci-apiserver restarts (the reconnect storm).
 	Importers int `json:"importers"`
+	// FanoutReaders are the readers of one member's summaries connected
+	// while its exports change (the exporter's fan-out): at 1,000
+	// clusters one exporting member serves about that many importers, two
+	// watches each. The reconnect storm is repeated with them.
+	FanoutReaders int `json:"fanoutReaders"`
 	// Writers is how many clients create objects in parallel.
 	Writers int `json:"writers"`
 	// Out is where results.md and results.json go.
@@ -83,6 +88,7 @@ func defaultSizes(profile string) sizes {
 			SchedulingTime:      20 * time.Millisecond,
 			RecoveryOutage:      3 * time.Second,
 			Importers:           10,
+			FanoutReaders:       20,
 			Writers:             8,
 		}
 	}
@@ -107,6 +113,7 @@ func defaultSizes(profile string) sizes {
 		SchedulingTime:      time.Second,
 		RecoveryOutage:      150 * time.Second,
 		Importers:           100,
+		FanoutReaders:       1000,
 		Writers:             24,
 	}
 }
@@ -136,6 +143,7 @@ func loadSizes() (sizes, error) {
 		"STREAM_ROUNDS":        &s.StreamRounds,
 		"WRITERS":              &s.Writers,
 		"IMPORTERS":            &s.Importers,
+		"FANOUT_READERS":       &s.FanoutReaders,
 	}
 	for name, p := range ints {
 		if v := os.Getenv("MCI_BENCH_" + name); v != "" {

@@ -412,7 +412,44 @@ func (e *env) stableHeap(b *testing.B, cluster string) uint64 {
 // rss is the resident set of cluster's mci-apiserver, from /proc.
 func (e *env) rss(b *testing.B, cluster string) uint64 {
 	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.mciPID(b, cluster)))
+	return procRSS(b, e.mciPID(b, cluster))
+}
+
+// cpuTime is the CPU time cluster's mci-apiserver has used so far, from
+// /proc.
+func (e *env) cpuTime(b *testing.B, cluster string) time.Duration {
+	b.Helper()
+	return processCPU(b, e.mciPID(b, cluster))
+}
+
+// mciPID is the process id of cluster's mci-apiserver.
+func (e *env) mciPID(b *testing.B, cluster string) int {
+	b.Helper()
+	return e.pid(b, cluster+"-mci-apiserver")
+}
+
+// kubePID is the process id of cluster's kube-apiserver.
+func (e *env) kubePID(b *testing.B, cluster string) int {
+	b.Helper()
+	return e.pid(b, cluster+"-kube-apiserver")
+}
+
+// pid is the process id of the ClusterSet's server named name.
+func (e *env) pid(b *testing.B, name string) int {
+	b.Helper()
+	for _, p := range e.cs.Processes() {
+		if p.Name == name {
+			return p.PID
+		}
+	}
+	b.Fatalf("no process %s in the ClusterSet", name)
+	return 0
+}
+
+// procRSS is the resident set of process pid, from /proc.
+func procRSS(b *testing.B, pid int) uint64 {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	require.NoError(b, err)
 	for _, line := range strings.Split(string(data), "\n") {
 		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
@@ -421,38 +458,7 @@ func (e *env) rss(b *testing.B, cluster string) uint64 {
 			return kb << 10
 		}
 	}
-	b.Fatalf("no VmRSS for %s's mci-apiserver", cluster)
-	return 0
-}
-
-// cpuTime is the CPU time cluster's mci-apiserver has used so far, from
-// /proc (utime + stime, in clock ticks of 10ms).
-func (e *env) cpuTime(b *testing.B, cluster string) time.Duration {
-	b.Helper()
-	pid := e.mciPID(b, cluster)
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	require.NoError(b, err)
-	// The fields after the command, which may contain spaces.
-	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
-	require.Greater(b, len(fields), 12, "/proc/%d/stat", pid)
-	var ticks uint64
-	for _, f := range fields[11:13] {
-		n, err := strconv.ParseUint(f, 10, 64)
-		require.NoError(b, err)
-		ticks += n
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond
-}
-
-// mciPID is the process id of cluster's mci-apiserver.
-func (e *env) mciPID(b *testing.B, cluster string) int {
-	b.Helper()
-	for _, p := range e.cs.Processes() {
-		if p.Name == cluster+"-mci-apiserver" {
-			return p.PID
-		}
-	}
-	b.Fatalf("no mci-apiserver process for %s", cluster)
+	b.Fatalf("no VmRSS for process %d", pid)
 	return 0
 }
 

@@ -24,7 +24,11 @@
 //     model server alone;
 //   - summary mode against full mode (modes_test.go): both run side by
 //     side in every ClusterSet; watches on a member's kube-apiserver by
-//     origin, heap per mode, readiness flaps, a member restart's resync.
+//     origin, heap per mode, readiness flaps, a member restart's resync;
+//   - the exporter's fan-out (fanout_test.go): as many readers of one
+//     member's summaries as a large ClusterSet's importers, the time an
+//     export change takes to reach each, what they cost the member's
+//     mci-apiserver and kube-apiserver, and its restart with them all.
 //
 // `make bench` runs it with full sizes and `make bench-smoke` with tiny
 // ones (MCI_BENCH_PROFILE=smoke); config_test.go lists the knobs. The table
@@ -97,6 +101,9 @@ func BenchmarkClusterSet(b *testing.B) {
 				b.Run("write-amplification", func(b *testing.B) { benchWriteAmplification(b, e) })
 				b.Run("data-path", func(b *testing.B) { benchDataPath(b, e) })
 				b.Run("streams", func(b *testing.B) { benchStreams(b, e) })
+				// A reader's cost at the exporter does not depend on the
+				// ClusterSet's size: the smallest keeps the machine quietest.
+				b.Run("exporter-fanout", func(b *testing.B) { benchExporterFanout(b, e) })
 			}
 			if i == len(sizes)-1 {
 				// The storm runs at the largest size run.

@@ -184,9 +184,10 @@ func (r *report) markdown() string {
 		sb.WriteString("\n**Some benchmarks failed: the table is incomplete.**\n")
 	}
 	s := r.Sizes
-	fmt.Fprintf(&sb, "\nSizes: convergence at %v clusters (%d samples per variant); scale at %d clusters x %d pools; %d LIST rounds; %d watchers; %d unrelated Services+EndpointSlices; data path %d req/s per path for %s, %d concurrent for throughput; streams of %d tokens at %v a token, %v at once, %d rounds.\n",
+	fmt.Fprintf(&sb, "\nSizes: convergence at %v clusters (%d samples per variant); scale at %d clusters x %d pools; %d LIST rounds; %d watchers; %d unrelated Services+EndpointSlices; data path %d req/s per path for %s, %d concurrent for throughput; streams of %d tokens at %v a token, %v at once, %d rounds; %d summary readers in the reconnect storm, %d in the exporter's fan-out.\n",
 		s.ConvergenceClusters, s.ConvergenceSamples, s.ScaleClusters, s.PoolsPerCluster, s.ListRounds, s.Watchers, s.Unrelated,
-		s.DataPathRate, s.DataPathDuration, s.DataPathConcurrency, s.StreamTokens, s.StreamTokenPaces, s.StreamConcurrency, s.StreamRounds)
+		s.DataPathRate, s.DataPathDuration, s.DataPathConcurrency, s.StreamTokens, s.StreamTokenPaces, s.StreamConcurrency, s.StreamRounds,
+		s.Importers, s.FanoutReaders)
 	sb.WriteString("\nEach comparison ran interleaved (A, B, A, B) in this run; ratio = mci / baseline (below 1 is better for mci on times, bytes and writes; above 1 on rates).\n")
 	section := ""
 	for _, res := range r.sorted() {

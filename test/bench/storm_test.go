@@ -21,15 +21,22 @@ import (
 
 const stormNS = "storm"
 
+// summaryWatcher is one reader of a member's summaries, as a summary-mode
+// importer holds it: the export summaries' informer and its lister.
+type summaryWatcher struct {
+	exports  cache.SharedIndexInformer
+	exported mcilisters.InferencePoolExportSummaryLister
+}
+
 // summaryReaders starts k readers of cluster-a's summaries as a
 // summary-mode importer reads them (an informer of each of the two
 // resources, through cluster-a's aggregator), each on connections of its
-// own, and returns their export summary listers once synced.
-func (e *env) summaryReaders(b *testing.B, k int) []mcilisters.InferencePoolExportSummaryLister {
+// own, and returns them once synced.
+func (e *env) summaryReaders(b *testing.B, k int) []summaryWatcher {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	out := make([]mcilisters.InferencePoolExportSummaryLister, k)
+	out := make([]summaryWatcher, k)
 	var synced []cache.InformerSynced
 	for i := range out {
 		cfg := rest.CopyConfig(e.cfg["cluster-a"])
@@ -38,7 +45,7 @@ func (e *env) summaryReaders(b *testing.B, k int) []mcilisters.InferencePoolExpo
 		f := mciinformers.NewSharedInformerFactory(mciclient.NewForConfigOrDie(cfg), 0)
 		exports := f.Inference().V1alpha1().InferencePoolExportSummaries()
 		clusters := f.Inference().V1alpha1().InferenceClusterSummaries()
-		out[i] = exports.Lister()
+		out[i] = summaryWatcher{exports: exports.Informer(), exported: exports.Lister()}
 		synced = append(synced, exports.Informer().HasSynced, clusters.Informer().HasSynced)
 		f.Start(ctx.Done())
 	}
@@ -48,39 +55,47 @@ func (e *env) summaryReaders(b *testing.B, k int) []mcilisters.InferencePoolExpo
 	return out
 }
 
-// hasStormSummary says whether a reader holds the summary of the storm
-// pool.
-func hasStormSummary(l mcilisters.InferencePoolExportSummaryLister) bool {
-	all, err := l.InferencePoolExportSummaries(stormNS).List(labels.Everything())
+// hasSummaryIn says whether a reader holds an export summary in ns.
+func (r summaryWatcher) hasSummaryIn(ns string) bool {
+	all, err := r.exported.InferencePoolExportSummaries(ns).List(labels.Everything())
 	return err == nil && len(all) > 0
 }
 
 // benchReconnectStorm: cfg.Importers readers of cluster-a's summaries (as
 // that many summary-mode importers would hold) are connected when
-// cluster-a's mci-apiserver restarts, with the storm pool's export
-// withdrawn while it is down: how long until every reader has the change,
-// how long until the server serves all their watches again, and what the
-// reconnection cost it (its LIST and WATCH requests since its start, its
-// CPU over the window).
+// cluster-a's mci-apiserver restarts.
 func benchReconnectStorm(b *testing.B, e *env) {
 	ctx := context.Background()
-	k := max(cfg.Importers, 1)
 	e.namespaceEverywhere(b, stormNS)
-	pools := e.mci["cluster-a"].InferencePoolV1().InferencePools(stormNS)
-	_, err := pools.Create(ctx, pool(stormNS, "storm", true), metav1.CreateOptions{})
+	_, err := e.mci["cluster-a"].InferencePoolV1().InferencePools(stormNS).Create(ctx, pool(stormNS, "storm", true), metav1.CreateOptions{})
 	require.NoError(b, err)
-	readers := e.summaryReaders(b, k)
+	e.reconnectStorm(b, stormNS, "storm", e.summaryReaders(b, max(cfg.Importers, 1)))
+}
+
+// reconnectStorm restarts cluster-a's mci-apiserver while readers are
+// connected, with pool name in ns exported before and withdrawn while the
+// server is down: how long until every reader has the change, how long
+// until the server serves all their watches again, and what the
+// reconnection cost it (its LIST and WATCH requests since its start, its
+// CPU over the window). A LIST means a reader could not resume its watch
+// from its resourceVersion and read everything again.
+func (e *env) reconnectStorm(b *testing.B, ns, name string, readers []summaryWatcher) {
+	ctx := context.Background()
+	k := len(readers)
+	pools := e.mci["cluster-a"].InferencePoolV1().InferencePools(ns)
+	_, err := pools.Patch(ctx, name, types.MergePatchType, exportPatch(true), metav1.PatchOptions{})
+	require.NoError(b, err)
 	require.NoError(b, pollFor(time.Minute, func() bool {
 		for _, r := range readers {
-			if !hasStormSummary(r) {
+			if !r.hasSummaryIn(ns) {
 				return false
 			}
 		}
 		return true
-	}), "the storm pool's summary at every reader")
+	}), "the %s pool's summary at every reader", name)
 	served := e.mciWatchesServed(b, "cluster-a")
 	require.NoError(b, e.cs.StopMCIAPIServer("cluster-a"))
-	_, err = pools.Patch(ctx, "storm", types.MergePatchType, exportPatch(false), metav1.PatchOptions{})
+	_, err = pools.Patch(ctx, name, types.MergePatchType, exportPatch(false), metav1.PatchOptions{})
 	require.NoError(b, err)
 	require.NoError(b, e.cs.StartMCIAPIServer(ctx, "cluster-a"))
 	ready := time.Now()
@@ -88,7 +103,7 @@ func benchReconnectStorm(b *testing.B, e *env) {
 	var consistent, back time.Duration
 	lost := pollEvery(20*time.Millisecond, 2*time.Minute, func() bool {
 		for _, r := range readers {
-			if hasStormSummary(r) {
+			if r.hasSummaryIn(ns) {
 				return false
 			}
 		}
@@ -106,8 +121,16 @@ func benchReconnectStorm(b *testing.B, e *env) {
 	if lost != nil {
 		note = "NOT every reader had the change after 2 minutes; " + note
 	}
-	results.check("member restart", fmt.Sprintf("%d clusters, %d importers reconnecting at once to a restarted mci-apiserver: last one consistent", len(e.names), k), "s", consistent.Seconds(),
-		"all importers", lost == nil, note)
+	what := fmt.Sprintf("%d clusters, %d importers reconnecting at once to a restarted mci-apiserver", len(e.names), k)
+	results.check("member restart", what+": last one consistent", "s", consistent.Seconds(), "all importers", lost == nil, note)
+	listed := map[string]float64{}
+	for _, smp := range e.mciMetrics(b, "cluster-a").Samples("apiserver_request_total") {
+		if smp.Labels["verb"] == "LIST" {
+			listed[smp.Labels["resource"]+" "+smp.Labels["code"]] += smp.Value
+		}
+	}
+	results.check("member restart", what+": LIST requests it served", "requests", lists, "0", lists == 0,
+		fmt.Sprintf("every reader resumes its watches from its resourceVersion; the ClusterSet's own summary-mode replicas reconnect too; by resource and code: %v", listed))
 }
 
 // mciRequests are the LIST and WATCH requests cluster's mci-apiserver has

@@ -58,21 +58,7 @@ func TestARotatedTokenIsSwappedInWithoutARelistOrAWatchGap(t *testing.T) {
 
 	// Watch the member's view from the rotation on: the pool must stay
 	// imported and unflagged throughout.
-	var gaps []string
-	var gapsMu sync.Mutex
-	sampling, stopSampling := context.WithCancel(ctx)
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for sampling.Err() == nil {
-			if !importedPool(name) {
-				gapsMu.Lock()
-				gaps = append(gaps, time.Now().Format(time.StampMilli))
-				gapsMu.Unlock()
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
+	stopSampling := sampleGaps(ctx, func() bool { return importedPool(name) })
 
 	token2 := tm.mint("token-2")
 	rotated := tm.memberConfig(token2)
@@ -104,17 +90,14 @@ func TestARotatedTokenIsSwappedInWithoutARelistOrAWatchGap(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return importedPool("after-rotation") }, 10*time.Second, 10*time.Millisecond,
 		"a pool created after the rotation reaches the imports")
-	stopSampling()
-	<-sampled
+	gaps := stopSampling()
 
 	assert.True(t, before == cache.member("remote"), "the member was not reconnected")
 	assert.Equal(t, lists, requests.lists(), "nothing was listed again")
 	watches, withOld, withNew := requests.watchTokensSinceMark(tm.tokens["token-1"], token2)
 	assert.Zero(t, withOld, "no watch resumed with the revoked token")
 	assert.Equal(t, watches, withNew, "every resumed watch carries the new token")
-	gapsMu.Lock()
 	assert.Empty(t, gaps, "the pool stayed imported and unflagged throughout")
-	gapsMu.Unlock()
 	assert.Nil(t, cache.member("remote").credentials.rejected())
 	t.Logf("lists of the member: %d before the rotation, %d after; %d watches resumed, all with the new token", lists, requests.lists(), watches)
 
@@ -168,21 +151,7 @@ func TestARotatedClientCertificateIsSwappedInWithoutARelistOrAWatchGap(t *testin
 	require.Equal(t, "cert-reader-1", whoami(t, ctx, before), "the member is read as the first certificate's user")
 	lists := requests.lists()
 
-	var gaps []string
-	var gapsMu sync.Mutex
-	sampling, stopSampling := context.WithCancel(ctx)
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for sampling.Err() == nil {
-			if !importedPool(name) {
-				gapsMu.Lock()
-				gaps = append(gaps, time.Now().Format(time.StampMilli))
-				gapsMu.Unlock()
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
+	stopSampling := sampleGaps(ctx, func() bool { return importedPool(name) })
 
 	user2 := cm.mint("cert-reader-2")
 	require.NotEqual(t, user1.notAfter, user2.notAfter, "the two certificates end at different times")
@@ -231,15 +200,12 @@ func TestARotatedClientCertificateIsSwappedInWithoutARelistOrAWatchGap(t *testin
 	createPool(t, ctx, local, ns, "after-ca-bundle")
 	require.Eventually(t, func() bool { return importedPool("after-ca-bundle") }, 10*time.Second, 10*time.Millisecond,
 		"a pool created after the new CA bundle reaches the imports")
-	stopSampling()
-	<-sampled
+	gaps := stopSampling()
 
 	assert.True(t, before == cache.member("remote"), "the member was not reconnected")
 	assert.Equal(t, lists, requests.lists(), "nothing was listed again")
 	assert.Zero(t, requests.refusedSinceMark(), "no request was refused")
-	gapsMu.Lock()
 	assert.Empty(t, gaps, "the pool stayed imported and unflagged throughout")
-	gapsMu.Unlock()
 	assert.Nil(t, cache.member("remote").credentials.rejected())
 	t.Logf("lists of the member: %d before the rotations, %d after", lists, requests.lists())
 
@@ -456,5 +422,27 @@ func (p *cutProxy) resetConnsOpenedBefore(t time.Time) {
 			_ = c.Close()
 			delete(p.conns, c)
 		}
+	}
+}
+
+// sampleGaps checks held every 5 ms until the returned stop is called,
+// which returns the times at which it did not hold.
+func sampleGaps(ctx context.Context, held func() bool) (stop func() []string) {
+	var gaps []string
+	sampling, cancel := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for sampling.Err() == nil {
+			if !held() {
+				gaps = append(gaps, time.Now().Format(time.StampMilli))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return func() []string {
+		cancel()
+		<-sampled
+		return gaps
 	}
 }

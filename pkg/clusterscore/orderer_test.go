@@ -51,15 +51,7 @@ func TestOrdererCompareIsLess(t *testing.T) {
 			idx[i] = i
 		}
 		byLess := slices.Clone(idx)
-		slices.SortStableFunc(byLess, func(a, b int) int {
-			switch {
-			case o.less(a, b):
-				return -1
-			case o.less(b, a):
-				return 1
-			}
-			return 0
-		})
+		stableByLess(&o, byLess)
 		o.sort(idx)
 		require.Equal(t, byLess, idx, "trial %d", trial)
 	}
@@ -100,15 +92,7 @@ func TestRankedSortIsTheSort(t *testing.T) {
 			}
 		}
 		want := slices.Clone(idx)
-		slices.SortStableFunc(want, func(a, b int) int {
-			switch {
-			case o.less(a, b):
-				return -1
-			case o.less(b, a):
-				return 1
-			}
-			return 0
-		})
+		stableByLess(&o, want)
 		got := slices.Clone(idx)
 		if o.sortRanked(got, o.sc) {
 			ranked++
@@ -119,4 +103,18 @@ func TestRankedSortIsTheSort(t *testing.T) {
 		require.Equal(t, want, got, "trial %d (%v, %d candidates)", trial, o.p.cfg.Picker, n)
 	}
 	require.Greater(t, ranked, 300, "most trials sorted by rank")
+}
+
+// stableByLess sorts idx stably by o.less: the order the orderer's sorts
+// are held to.
+func stableByLess(o *orderer, idx []int) {
+	slices.SortStableFunc(idx, func(a, b int) int {
+		switch {
+		case o.less(a, b):
+			return -1
+		case o.less(b, a):
+			return 1
+		}
+		return 0
+	})
 }

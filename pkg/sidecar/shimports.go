@@ -90,9 +90,11 @@ func (p *shimPorts) retry() {
 func (p *shimPorts) reconcile() {
 	for port, l := range p.open {
 		if !slices.Contains(p.want, port) {
+			// The series goes first: the metric never says a port
+			// listens once a client can see it closed.
+			p.listening.DeleteLabelValues(portLabel(port))
 			_ = l.Close()
 			delete(p.open, port)
-			p.listening.DeleteLabelValues(portLabel(port))
 			p.logger.Info("Closed the ext_proc port no shim pool names any more", "port", port)
 		}
 	}

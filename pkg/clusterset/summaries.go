@@ -206,7 +206,7 @@ func summaryListVersion(rv string) (uint64, error) {
 	return n, nil
 }
 
-// watchSummaries passes summary changes on as Events of
+// summariesHandler passes summary changes on as Events of
 // KindExportSummary.
 func (m *member) summariesHandler() cache.ResourceEventHandler {
 	notify := func(obj interface{}, deleted, changed bool) {
@@ -226,7 +226,7 @@ func (m *member) summariesHandler() cache.ResourceEventHandler {
 	return countedHandler(notify)
 }
 
-// watchClusterSummary passes a change of the member's namespaces on as a
+// clusterSummaryHandler passes a change of the member's namespaces on as a
 // KindNamespace Event per namespace that came or went, as the member's
 // Namespace informer does in full mode. A cluster summary named after
 // another cluster than the member is refused, and freezes the member: a

@@ -330,7 +330,7 @@ func (m *member) summaryNamespaces() corev1listers.NamespaceLister {
 		return imports.SummaryNamespaces(nil)
 	}
 	if all[0].Name != m.name {
-		// Refused (watchClusterSummary froze the member).
+		// Refused (clusterSummaryHandler froze the member).
 		return imports.SummaryNamespaces(nil)
 	}
 	return imports.SummaryNamespaces(all[0].Status.Namespaces)
@@ -339,7 +339,7 @@ func (m *member) summaryNamespaces() corev1listers.NamespaceLister {
 // speaksForAnother reports whether the member was refused as another
 // cluster under a second name: its cluster ID is another member's
 // (identity.go), or its cluster summary names another cluster
-// (watchClusterSummary). Nothing it sent is served then, not even as last
+// (clusterSummaryHandler). Nothing it sent is served then, not even as last
 // known data, since it is not this member's. A summary is read off itself
 // too, so that nothing is served in the moment between the list and the
 // freeze.

@@ -104,16 +104,7 @@ func TestARotatedTokenIsSwappedInWithoutARelistOrAWatchGap(t *testing.T) {
 	// A new token the member refuses does not replace the one that
 	// works: the connection in use goes on serving, unflagged.
 	source <- map[string]MemberConfig{"remote": tm.memberConfig("not-a-token")}
-	assert.Never(t, func() bool {
-		m := cache.member("remote")
-		if m == nil {
-			// The cache has stopped: a check of Never may still run
-			// once the test has returned.
-			return ctx.Err() == nil
-		}
-		src, _ := m.current()
-		return src != "reporting#"+rotated.fingerprint || !importedPool(name) || m.credentials.rejected() != nil
-	}, 5*time.Second, 20*time.Millisecond, "the working token stays in use")
+	assertStaysInUse(t, ctx, cache, rotated, func() bool { return importedPool(name) }, "the working token stays in use")
 }
 
 // A rotated client certificate (a new certificate and key from the same
@@ -212,16 +203,7 @@ func TestARotatedClientCertificateIsSwappedInWithoutARelistOrAWatchGap(t *testin
 	// A CA bundle that does not verify the member does not replace the
 	// one that does: the connection in use goes on serving, unflagged.
 	source <- map[string]MemberConfig{"remote": cm.memberConfig(user2, other)}
-	assert.Never(t, func() bool {
-		m := cache.member("remote")
-		if m == nil {
-			// The cache has stopped: a check of Never may still run
-			// once the test has returned.
-			return ctx.Err() == nil
-		}
-		src, _ := m.current()
-		return src != "reporting#"+bundle.fingerprint || !importedPool(name) || m.credentials.rejected() != nil
-	}, 5*time.Second, 20*time.Millisecond, "the CA bundle that verifies the member stays in use")
+	assertStaysInUse(t, ctx, cache, bundle, func() bool { return importedPool(name) }, "the CA bundle that verifies the member stays in use")
 }
 
 func createPool(t *testing.T, ctx context.Context, config *rest.Config, ns, name string) {
@@ -445,4 +427,20 @@ func sampleGaps(ctx context.Context, held func() bool) (stop func() []string) {
 		<-sampled
 		return gaps
 	}
+}
+
+// assertStaysInUse holds, for 5 s, that the member remote is still read
+// through config, unflagged, and that served still holds.
+func assertStaysInUse(t *testing.T, ctx context.Context, cache *Cache, config MemberConfig, served func() bool, msg string) {
+	t.Helper()
+	assert.Never(t, func() bool {
+		m := cache.member("remote")
+		if m == nil {
+			// The cache has stopped: a check of Never may still run
+			// once the test has returned.
+			return ctx.Err() == nil
+		}
+		src, _ := m.current()
+		return src != "reporting#"+config.fingerprint || !served() || m.credentials.rejected() != nil
+	}, 5*time.Second, 20*time.Millisecond, msg)
 }

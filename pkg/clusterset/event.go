@@ -25,9 +25,10 @@ const (
 	// publishes the addresses of its pool's pods.
 	KindPod
 	// KindListed says the member's caches hold everything up to
-	// ResourceVersion, the version of their first lists: nothing changed,
-	// but a deletion before it, which no listed object carries, is known
-	// to be covered. It names no object.
+	// ResourceVersion, a version their lists or their watches' bookmarks
+	// reached: nothing changed, but a deletion before it, which no listed
+	// object carries, or a change no cached object reflects, is known to
+	// be covered. It names no object.
 	KindListed
 )
 

@@ -36,7 +36,7 @@ type typedListWatch[L runtime.Object] interface {
 // factory still sets its transform on it.
 func boundedInformer[C any, L runtime.Object](m *member, kind Kind, namespace string, obj runtime.Object, client typedListWatch[L], transform cache.TransformFunc) func(C, time.Duration) cache.SharedIndexInformer {
 	return func(C, time.Duration) cache.SharedIndexInformer {
-		return cache.NewSharedIndexInformerWithOptions(boundedListWatch(m, kind, namespace, client, transform, nil), obj, cache.SharedIndexInformerOptions{
+		return cache.NewSharedIndexInformerWithOptions(boundedListWatch(m, kind, namespace, client, transform), obj, cache.SharedIndexInformerOptions{
 			Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		})
 	}
@@ -44,11 +44,9 @@ func boundedInformer[C any, L runtime.Object](m *member, kind Kind, namespace st
 
 // boundedListWatch lists and watches the member's objects of kind through
 // client, a client of namespace ("": of all namespaces), within its limits
-// (listQuota), and records the resourceVersion of its first complete list
-// in first, if not nil (listed.go).
-func boundedListWatch[L runtime.Object](m *member, kind Kind, namespace string, client typedListWatch[L], transform cache.TransformFunc, first *firstList) *listQuota {
+// (listQuota).
+func boundedListWatch[L runtime.Object](m *member, kind Kind, namespace string, client typedListWatch[L], transform cache.TransformFunc) *listQuota {
 	return &listQuota{
-		first:     first,
 		m:         m,
 		kind:      kind,
 		namespace: namespace,
@@ -81,9 +79,6 @@ type listQuota struct {
 	transform cache.TransformFunc
 	list      func(context.Context, metav1.ListOptions) (runtime.Object, error)
 	watch     func(context.Context, metav1.ListOptions) (watch.Interface, error)
-	// first records the version of the first complete list; nil records
-	// nothing.
-	first *firstList
 }
 
 // ListWithContext lists in pages of listPageSize with client-go's pager,
@@ -114,11 +109,6 @@ func (l *listQuota) ListWithContext(ctx context.Context, opts metav1.ListOptions
 	p.PageSize = listPageSize
 	p.FullListIfExpired = false
 	list, _, err := p.ListWithAlloc(ctx, opts)
-	if err == nil {
-		if acc, aerr := meta.ListAccessor(list); aerr == nil {
-			l.first.record(acc.GetResourceVersion())
-		}
-	}
 	return list, err
 }
 
@@ -239,7 +229,6 @@ func (w *initialEventsBound) run(l *listQuota) {
 		case ev.Type == watch.Bookmark:
 			if o, err := meta.Accessor(ev.Object); err == nil && o.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
 				initial = false
-				l.first.record(o.GetResourceVersion())
 			}
 		}
 		select {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -56,40 +55,39 @@ var summaryStreamLog = statelog.Rule{Interval: time.Minute}
 // mci-apiserver memory, none by its kube-apiserver's storage. It returns
 // what starts them.
 func (m *member) summaryInformers(logger klog.Logger) func(context.Context) {
-	exportsList, clustersList := &firstList{}, &firstList{}
 	exportsClient, clustersClient := m.mci.InferenceV1alpha1().InferencePoolExportSummaries(""), m.mci.InferenceV1alpha1().InferenceClusterSummaries()
 	var exportsLW, clustersLW cache.ListerWatcher = informerhealth.ListWatch(m.mci, exportsClient.List, exportsClient.Watch), informerhealth.ListWatch(m.mci, clustersClient.List, clustersClient.Watch)
 	if m.quota != nil {
-		exportsLW = boundedListWatch(m, KindExportSummary, "", exportsClient, trimSummary, exportsList)
+		exportsLW = boundedListWatch(m, KindExportSummary, "", exportsClient, trimSummary)
 		// A cluster summary counts as one object (a member publishes one);
 		// its namespaces have their own limit, once it is delivered.
-		clustersLW = boundedListWatch(m, KindNamespace, "", clustersClient, trimSummary, clustersList)
+		clustersLW = boundedListWatch(m, KindNamespace, "", clustersClient, trimSummary)
 	}
 	// One handler each: informers that call it in line rather than
 	// client-go's shared ones, which keep a buffer and goroutines per
 	// handler, for every member (inlineinformer).
+	// The member's version follows what both have handled (listed.go):
+	// a member counts as listed once raised to its first lists'
+	// versions, so that a version another replica issued after those
+	// lists is resumed at once.
 	onError := m.summaryStream.watchError(m.name, logger)
+	progress := newMemberProgress(2, summaryListVersion, func(rv uint64) {
+		m.handler(Event{Member: m.name, Kind: KindListed, ResourceVersion: rv})
+	}, logger)
 	exports := inlineinformer.New(exportsLW, &v1alpha1.InferencePoolExportSummary{}, inlineinformer.Options{
-		Handler: m.summariesHandler(), Transform: trimSummary, WatchErrorHandler: onError,
+		Handler: m.summariesHandler(), Transform: trimSummary, WatchErrorHandler: onError, OnProgress: progress.of(0),
 		Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 	})
 	clusters := inlineinformer.New(clustersLW, &v1alpha1.InferenceClusterSummary{}, inlineinformer.Options{
-		Handler: m.clusterSummaryHandler(), Transform: trimSummary, WatchErrorHandler: onError,
+		Handler: m.clusterSummaryHandler(), Transform: trimSummary, WatchErrorHandler: onError, OnProgress: progress.of(1),
 	})
 	m.summaries = summaryLister{indexer: exports.GetIndexer(), logger: logger}
 	m.clusterSummaries = inferencelisters.NewInferenceClusterSummaryLister(clusters.GetIndexer())
 	m.synced = append(m.synced, exports.HasSynced, clusters.HasSynced)
-	sources := []listedSource{{synced: exports.HasSynced, list: exportsList}, {synced: clusters.HasSynced, list: clustersList}}
-	// The member counts as listed once its version is raised to its
-	// lists' (listed.go), so that a version another replica issued after
-	// the lists is resumed at once.
-	announced := &atomic.Bool{}
-	m.synced = append(m.synced, announced.Load)
 	logger.Info("Reading the member through the summaries its mci-apiserver publishes (summary mode)")
 	return func(ctx context.Context) {
 		go exports.Run(ctx)
 		go clusters.Run(ctx)
-		go m.announceListed(ctx, sources, summaryListVersion, announced, logger)
 	}
 }
 

@@ -47,6 +47,12 @@ type Options struct {
 	// before the Reflector tries again; nil is client-go's default, which
 	// logs it.
 	WatchErrorHandler cache.WatchErrorHandlerWithContext
+	// OnProgress, if set, is called in line with a resourceVersion up to
+	// which the handler has been told every change: a list's, once its
+	// changes are handled, and each watch event's and bookmark's. A
+	// bookmark is how a server says its version moved with no change this
+	// watch sees; without it a reader would learn that only from a list.
+	OnProgress func(resourceVersion string)
 }
 
 // Informer lists and watches one resource into an Indexer and calls its
@@ -74,9 +80,10 @@ func New(lw cache.ListerWatcher, example runtime.Object, opts Options) *Informer
 		example: example,
 		onError: onError,
 		store: &store{
-			indexer:   cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers),
-			handler:   opts.Handler,
-			transform: opts.Transform,
+			indexer:    cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers),
+			handler:    opts.Handler,
+			transform:  opts.Transform,
+			onProgress: opts.OnProgress,
 		},
 	}
 }
@@ -111,7 +118,8 @@ func (i *Informer) Run(ctx context.Context) {
 	})
 }
 
-// HasSynced is true once the first list is stored and handled.
+// HasSynced is true once the first list is stored and handled, and its
+// version given to OnProgress.
 func (i *Informer) HasSynced() bool { return i.store.synced.Load() }
 
 // GetIndexer is the informer's cache; only the informer writes to it.
@@ -120,13 +128,25 @@ func (i *Informer) GetIndexer() cache.Indexer { return i.store.indexer }
 // store is the Reflector's store: it applies each change to the indexer
 // and tells the handler. The Reflector calls it from one goroutine.
 type store struct {
-	indexer   cache.Indexer
-	handler   cache.ResourceEventHandler
-	transform cache.TransformFunc
-	synced    atomic.Bool
+	indexer    cache.Indexer
+	handler    cache.ResourceEventHandler
+	transform  cache.TransformFunc
+	onProgress func(string)
+	synced     atomic.Bool
 }
 
-var _ cache.TransformingStore = &store{}
+var (
+	_ cache.TransformingStore      = &store{}
+	_ cache.ResourceVersionUpdater = &store{}
+)
+
+// UpdateResourceVersion is the Reflector's word, after each watch event
+// (a bookmark included), that the store has it.
+func (s *store) UpdateResourceVersion(rv string) {
+	if s.onProgress != nil {
+		s.onProgress(rv)
+	}
+}
 
 func (s *store) Transformer() cache.TransformFunc { return s.transform }
 
@@ -184,7 +204,7 @@ func (s *store) Delete(obj interface{}) error {
 // deletion of every stored object the list no longer holds, with its last
 // known state (DeletedFinalStateUnknown, as client-go's informers tell a
 // deletion seen only by a relist). The first list's adds are initial.
-func (s *store) Replace(list []interface{}, _ string) error {
+func (s *store) Replace(list []interface{}, rv string) error {
 	initial := !s.synced.Load()
 	listed := make(map[string]struct{}, len(list))
 	for _, obj := range list {
@@ -214,6 +234,7 @@ func (s *store) Replace(list []interface{}, _ string) error {
 		}
 		s.handler.OnDelete(cache.DeletedFinalStateUnknown{Key: key, Obj: old})
 	}
+	s.UpdateResourceVersion(rv)
 	s.synced.Store(true)
 	return nil
 }

@@ -1,13 +1,17 @@
 package inlineinformer
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -126,4 +130,50 @@ func TestTheIndexerHoldsWhatTheHandlerWasLastTold(t *testing.T) {
 	obj, _, err := s.indexer.GetByKey("ns/b")
 	require.NoError(t, err)
 	assert.Equal(t, "ns/b@3+t", describe(obj), "stored transformed, once")
+}
+
+// The informer's progress comes after the changes it covers: a list's
+// version once its objects are handled, then each watch event's, and a
+// bookmark's, which is the only word a watcher gets that its server's
+// version moved with no change it sees. It runs client-go's Reflector on a
+// scripted list and watch.
+func TestProgressComesAfterTheChangesItCovers(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	r := &recorder{}
+	watcher := watch.NewFake()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}, Items: []corev1.ConfigMap{*configMap("a", "3")}}, nil
+		},
+		WatchFuncWithContext: func(_ context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			if opts.ResourceVersion != "5" {
+				return nil, fmt.Errorf("watch from %q, not from the list's version", opts.ResourceVersion)
+			}
+			return watcher, nil
+		},
+	}
+	progressed := make(chan string, 10)
+	i := New(lw, &corev1.ConfigMap{}, Options{Handler: r.handler(), OnProgress: func(rv string) {
+		r.calls = append(r.calls, "progress "+rv)
+		progressed <- rv
+	}})
+	next := func() string {
+		select {
+		case rv := <-progressed:
+			return rv
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no progress told; the handler was told %v", r.calls)
+			return ""
+		}
+	}
+	go i.Run(ctx)
+	require.Equal(t, "5", next())
+	assert.True(t, i.HasSynced(), "synced once its list's progress is told")
+	watcher.Add(configMap("b", "7"))
+	require.Equal(t, "7", next())
+	watcher.Action(watch.Bookmark, configMap("", "12"))
+	require.Equal(t, "12", next())
+	cancel()
+	assert.Equal(t, []string{"add ns/a@3 initial=true", "progress 5", "add ns/b@7 initial=false", "progress 7", "progress 12"}, r.calls)
 }

@@ -355,19 +355,30 @@ func replicaMetrics(t *testing.T, cs *localclusterset.ClusterSet, cluster string
 	c, err := cs.Cluster(cluster)
 	require.NoError(t, err)
 	var out []replicaMetric
-	for _, port := range c.MCIAPIServerReplicaPorts {
-		config := rest.CopyConfig(c.Config)
-		config.Host = fmt.Sprintf("https://127.0.0.1:%d", port)
-		config.TLSClientConfig.CAData = nil
-		config.TLSClientConfig.CAFile = filepath.Join(cs.Dir, "pki", "mci-serving-ca.crt")
-		client, err := kubernetes.NewForConfig(config)
+	for r := range c.MCIAPIServerReplicaPorts {
+		client, err := kubernetes.NewForConfig(replicaConfig(t, cs, cluster, r))
 		require.NoError(t, err)
 		out = append(out, func(t *testing.T, ctx context.Context, series string) float64 {
 			t.Helper()
 			body, err := client.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-			require.NoError(t, err, "reading the metrics of the replica on port %d", port)
+			require.NoError(t, err, "reading the metrics of replica %d", r)
 			return seriesValue(t, body, series)
 		})
 	}
 	return out
+}
+
+// replicaConfig is the admin configuration of cluster's mci-apiserver
+// replica r, talked to directly (not through the aggregator): the
+// replica authorizes the cluster's admin like the aggregator's requests.
+func replicaConfig(t *testing.T, cs *localclusterset.ClusterSet, cluster string, r int) *rest.Config {
+	t.Helper()
+	c, err := cs.Cluster(cluster)
+	require.NoError(t, err)
+	require.Less(t, r, len(c.MCIAPIServerReplicaPorts), "%s runs %d replicas", cluster, len(c.MCIAPIServerReplicaPorts))
+	config := rest.CopyConfig(c.Config)
+	config.Host = fmt.Sprintf("https://127.0.0.1:%d", c.MCIAPIServerReplicaPorts[r])
+	config.TLSClientConfig.CAData = nil
+	config.TLSClientConfig.CAFile = filepath.Join(cs.Dir, "pki", "mci-serving-ca.crt")
+	return config
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/clusterset"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	"github.com/mci-dev/mci/pkg/versionvector"
 	"github.com/mci-dev/mci/test/localclusterset"
 	"github.com/mci-dev/mci/test/waitfor"
 )
@@ -80,6 +81,39 @@ func TestFaultsInAnHAClusterSet(t *testing.T) {
 		relists := f.syncs.Load() - before
 		t.Logf("relists while replicas stopped in turn: %d", relists)
 		assert.Zero(t, relists, "a watch must resume on the other replica from its resourceVersion")
+	})
+
+	// The exporter's server moves its version with changes that alter no
+	// summary. A replica that restarts lists it there; the other, which
+	// only watched, must learn it from the summaries' bookmarks, or a
+	// watch moving to it from the restarted one's versions waits for the
+	// exporter's next change and is refused.
+	t.Run("a watch moves from a restarted replica to one that only watched while the exporter's version moved", func(t *testing.T) {
+		before := f.listVersion(t, ctx, 1)
+		_, err := f.a.kube.CoreV1().Services(faultNS).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "in-no-pool"},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		require.NoError(t, f.cs.StopMCIAPIServerReplica("cluster-b", 0))
+		require.NoError(t, f.cs.StartMCIAPIServerReplica(ctx, "cluster-b", 0))
+		restarted := f.listVersion(t, ctx, 0)
+		moved, err := versionvector.Component(restarted, "cluster-a")
+		require.NoError(t, err)
+		was, err := versionvector.Component(before, "cluster-a")
+		require.NoError(t, err)
+		require.Greater(t, moved, was, "the Service moves cluster-a's version with no summary changed: before %s, restarted replica %s", before, restarted)
+
+		imports := mciclient.NewForConfigOrDie(replicaConfig(t, f.cs, "cluster-b", 1)).InferenceV1alpha1().InferencePoolImports(faultNS)
+		waitfor.Eventually(t, ctx, 10*time.Second, func(ctx context.Context) (bool, string) {
+			w, err := imports.Watch(ctx, metav1.ListOptions{ResourceVersion: restarted})
+			if err != nil {
+				return false, fmt.Sprintf("a watch from the restarted replica's %s: %v", restarted, err)
+			}
+			w.Stop()
+			return true, ""
+		})
+		f.requireConsistent(t, ctx)
 	})
 
 	t.Run("a paused member is flagged ClusterUnreachable within the threshold and recovers", func(t *testing.T) {
@@ -269,6 +303,15 @@ func (f *faultSet) startInformer(t *testing.T) {
 	syncCtx, syncCancel := context.WithTimeout(ctx, convergence)
 	defer syncCancel()
 	require.True(t, cache.WaitForCacheSync(syncCtx.Done(), f.informer.HasSynced), "the informer must sync through the aggregator")
+}
+
+// listVersion is the resourceVersion of a LIST of the imports served by
+// cluster-b's replica r alone.
+func (f *faultSet) listVersion(t *testing.T, ctx context.Context, r int) string {
+	t.Helper()
+	list, err := mciclient.NewForConfigOrDie(replicaConfig(t, f.cs, "cluster-b", r)).InferenceV1alpha1().InferencePoolImports(faultNS).List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	return list.ResourceVersion
 }
 
 func (f *faultSet) createPool(t *testing.T, ctx context.Context, name string) {

@@ -106,8 +106,8 @@ type Store struct {
 	// for resume.go.
 	pendingEvents map[string]memberEvents
 	// observed are the member components as the members' changes alone
-	// placed them, without their first lists' versions
-	// (clusterset.KindListed): what the baseline takes.
+	// placed them, without the versions their lists and bookmarks raised
+	// them to (clusterset.KindListed): what the baseline takes.
 	observed Version
 	signal   chan struct{}
 
@@ -206,15 +206,17 @@ func (s *Store) Notify(ev clusterset.Event) {
 	}
 }
 
-// notifyListed raises a member's component to the version of its first
-// lists. Nothing is recomputed: every object of those lists has come as
-// an event already. Without it a member's component would stay at the
-// newest object it listed, below a deletion made before the list that
-// another replica saw, and a watch resumed here from that replica's
-// version would wait for the member's next change. The baseline does not
-// take it (takeBaseline): a list's version also moves with changes that
-// no object here reflects, and a replica running since before them, whose
-// versions never moved past them, must still be resumed from.
+// notifyListed raises a member's component to a version its caches are
+// known to hold everything up to (a list's or a bookmark's). Nothing is
+// recomputed: every object up to it has come as an event already. Without
+// it a member's component would stay at the newest object it holds, below
+// a deletion made before a list, or a move of the member's version that
+// changed nothing here, that another replica's versions include, and a
+// watch resumed here from such a version would wait for the member's next
+// change. The baseline does not take it (takeBaseline): a list's version
+// also moves with changes that no object here reflects, and a replica
+// running since before them, whose versions never moved past them, must
+// still be resumed from.
 func (s *Store) notifyListed(ev clusterset.Event) {
 	if ev.ResourceVersion == 0 {
 		return

@@ -280,7 +280,9 @@ bench: build tools test-programs
 # the run: _WORKLOADS=shared-prompts,far-remote picks workloads (held-out-<seed>
 # and tuning-<seed> name drawn ones),
 # _POLICIES=Weighted,PrefixAffinity@3,Oracle compares any cluster policy
-# names (<policy>@<n>: through n sidecar replicas). bench-routing-smoke
+# names (<policy>@<n>: through n sidecar replicas), _RECORDS=<dir> writes
+# each run's requests there, one JSON line each (sent when, served where,
+# TTFT), to tell what a tail is made of. bench-routing-smoke
 # (part of make test) runs two workloads of the family and one held-out
 # workload for seconds per policy, the replica case included, and checks
 # the results' shape and sanity, not the targets.

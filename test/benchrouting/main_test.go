@@ -116,6 +116,7 @@ func BenchmarkRouting(b *testing.B) {
 				run, err := runPolicy(ctx, e, w, policy, reqs)
 				require.NoError(b, err, "workload %s, policy %s", name, policy)
 				runs[policy] = append(runs[policy], run)
+				require.NoError(b, writeRecords(os.Getenv(recordsDirEnv), fmt.Sprintf("%s-r%d-%s", name, rep+1, policy), reqs, run))
 				one := summarize([]*runResult{run})
 				logf("  %s rep %d %-16s TTFT p50 %6.0f ms p99 %6.0f ms, hit %.2f, %.1f req/s, shed %.3f, errors %.3f, share %v",
 					name, rep+1, policy, one.TTFTP50, one.TTFTP99, one.PrefixHit, one.Throughput, one.ShedRatio, one.ErrorRatio, one.ClusterShare)

@@ -211,8 +211,9 @@ func defaultConfig(profile string) config {
 		LoopbackBlock:   221,
 	}
 	if profile != "smoke" {
-		// The family, then the held-out workloads.
-		c.Workloads = append(slices.Clone(familyOrder), heldOutOrder()...)
+		// The family, then the held-out workloads, with the workloads of
+		// traffic the sidecar does not see among them (withUnseen).
+		c.Workloads = withUnseen(append(slices.Clone(familyOrder), heldOutOrder()...))
 		return c
 	}
 	// Two workloads of the family and a held-out one, all on the same

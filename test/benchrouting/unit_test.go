@@ -236,7 +236,7 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{"full by default: the whole family", nil, func(t *testing.T, c config) {
 			assert.Equal(t, "full", c.Profile)
-			assert.Equal(t, append(slices.Clone(familyOrder), heldOutOrder()...), c.Workloads, "the family, then the held-out workloads")
+			assert.Equal(t, withUnseen(append(slices.Clone(familyOrder), heldOutOrder()...)), c.Workloads, "the family, then the held-out workloads, with those of unseen traffic")
 			assert.True(t, c.Warmup, "each workload warms the sidecar up before its measured runs")
 			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle"}, c.Policies)
 			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle", "MetricsBased"}, c.policiesOf(family[workloadSaturated]))

@@ -79,8 +79,21 @@ var unseenFamily = func() map[string]spec {
 			Summary: v.summary + "; 8 groups over all the users, 2,000-token system prompts, multi-turn (8 turns), 10% one-shot, 2 batch places per server, 70%",
 		}
 	}
+	// The smoke's one case of both ways, on shared-prompts's servers:
+	// the code paths of the exporters' own gateways and of the second
+	// importer in one workload, seconds per policy.
+	out[unseenSmoke] = spec{
+		Profile: withUsers(conversations(32, 8, 2000, 24, 8, 16, 0.1), []workload.Population{
+			{Entry: "", Share: 0.4}, {Entry: secondImporterEntry, Share: 0.3}, {Entry: "cluster-a", Share: 0.15}, {Entry: "cluster-c", Share: 0.15}}),
+		Load: 0.7, ServersPerCluster: 2, Batch: 2,
+		Summary: "the smoke's case: 30% of the requests from the exporters' own users, the rest from two importing sidecars' users; 8 groups over all the users, 2,000-token system prompts, multi-turn (8 turns), 10% one-shot, 2 batch places per server, 70%",
+	}
 	return out
 }()
+
+// unseenSmoke is the workload of traffic the sidecar does not see that
+// the smoke runs.
+const unseenSmoke = "unseen-smoke"
 
 // The drawn workloads of the variants (workload.Draw of the seed, with
 // the variant's populations), by variant: the tuning seeds anyone may run

@@ -74,6 +74,11 @@ func TestUnseenWorkloadsRunInTheFullProfile(t *testing.T) {
 	assert.Equal(t, 2, importers(unseenFamily["two-importers"]))
 	assert.Zero(t, directShare(unseenFamily["two-importers"]))
 	assert.False(t, hasUnseenTraffic(family["shared-prompts"]))
+	smoke := unseenFamily[unseenSmoke]
+	assert.Equal(t, shapeOf(family["shared-prompts"]), shapeOf(smoke), "the smoke's case runs without a restart")
+	assert.Equal(t, 2, importers(smoke))
+	assert.InDelta(t, 0.3, directShare(smoke), 1e-9)
+	assert.NotContains(t, c.Workloads, unseenSmoke, "the smoke's case is not the full profile's")
 }
 
 func count(list []string, s string) int {

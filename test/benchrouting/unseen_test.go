@@ -228,7 +228,9 @@ func (x *entryRoutes) of(entry string) router {
 // toGateway sends every request to one gateway.
 type toGateway string
 
-func (g toGateway) route(context.Context, []byte) (string, func(), error) { return string(g), noop, nil }
+func (g toGateway) route(context.Context, []byte) (string, func(), error) {
+	return string(g), noop, nil
+}
 
 // entryRoutesFor are the routes of a run of policy on w, whose main router
 // is main. A second importer's sidecar starts with the first run that

@@ -272,8 +272,9 @@ func loadConfig() (config, error) {
 		c.Workloads = splitList(v, ",")
 		for _, w := range c.Workloads {
 			if _, ok := specOf(w); !ok {
-				errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_WORKLOADS: unknown workload %q (want some of %s, %s<seed> of the held-out seeds %v or %s<seed> of the tuning seeds %v)",
-					w, strings.Join(familyOrder, ", "), heldOutPrefix, heldOutSeeds, tuningPrefix, tuningSeeds))
+				errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_WORKLOADS: unknown workload %q (want some of %s, %s<seed> of the held-out seeds %v or %s<seed> of the tuning seeds %v, or of traffic the sidecar does not see %s, %s<variant>-<seed> of %v or %s<variant>-<seed> of %v)",
+					w, strings.Join(familyOrder, ", "), heldOutPrefix, heldOutSeeds, tuningPrefix, tuningSeeds,
+					strings.Join(unseenOrder()[:len(unseenVariants)], ", "), heldOutPrefix, unseenHeldOutSeeds, tuningPrefix, unseenTuningSeeds))
 			}
 		}
 	}

@@ -272,20 +272,27 @@ bench: build tools test-programs
 # servers that model prefix caching; then ten held-out workloads drawn
 # from seeds nobody tunes on (test/benchrouting/heldout_test.go), each with
 # the same policies, and a table of mci's PrefixAffinity against the hub
-# configuration and the oracle on each and on the worst (about 55 minutes
-# on 2 cores in all). Each workload's table, a summary over the family
+# configuration and the oracle on each and on the worst; among them,
+# traffic the sidecar does not see (test/benchrouting/unseen_test.go):
+# direct-30 and direct-60 (30% or 60% of the requests from the exporters'
+# own users, sent to their own gateway) and two-importers (a second
+# importing sidecar with its own users), each with a held-out drawn one
+# (about 75 minutes on 2 cores in all). Each workload's table, a summary over the family
 # against the routing targets and the held-out table go to stdout and to
 # _output/bench-routing/results.md and results.json.
 # MCI_BENCH_ROUTING_* variables (test/benchrouting/config_test.go) change
 # the run: _WORKLOADS=shared-prompts,far-remote picks workloads (held-out-<seed>
-# and tuning-<seed> name drawn ones),
+# and tuning-<seed> name drawn ones, held-out-direct-30-<seed> and the like
+# those of unseen traffic), _LOOPBACK_BLOCK=251 moves the clusters' loopback
+# addresses (two runs on one machine),
 # _POLICIES=Weighted,PrefixAffinity@3,Oracle compares any cluster policy
 # names (<policy>@<n>: through n sidecar replicas), _RECORDS=<dir> writes
 # each run's requests there, one JSON line each (sent when, served where,
 # TTFT), to tell what a tail is made of. bench-routing-smoke
-# (part of make test) runs two workloads of the family and one held-out
-# workload for seconds per policy, the replica case included, and checks
-# the results' shape and sanity, not the targets.
+# (part of make test) runs two workloads of the family, one case of
+# traffic the sidecar does not see (both ways in one workload) and one
+# held-out workload for seconds per policy, the replica case included, and
+# checks the results' shape and sanity, not the targets.
 BENCH_ROUTING_FLAGS := -run '^$$' -bench BenchmarkRouting -benchtime=1x -v
 
 .PHONY: bench-routing

@@ -211,20 +211,22 @@ func defaultConfig(profile string) config {
 		LoopbackBlock:   221,
 	}
 	if profile != "smoke" {
-		// The family, then the held-out workloads.
-		c.Workloads = append(slices.Clone(familyOrder), heldOutOrder()...)
+		// The family, then the held-out workloads, with the workloads of
+		// traffic the sidecar does not see among them (withUnseen).
+		c.Workloads = withUnseen(append(slices.Clone(familyOrder), heldOutOrder()...))
 		return c
 	}
-	// Two workloads of the family and a held-out one, all on the same
-	// servers (no restart), seconds per policy, the replica case included:
-	// the shape and sanity of the results and the held-out table, not the
-	// targets.
+	// Two workloads of the family, the case of traffic the sidecar does
+	// not see (its two ways in one workload: about 20 s more) and a
+	// held-out workload, all on the same servers (no restart), seconds
+	// per policy, the replica case included: the shape and sanity of the
+	// results and the held-out table, not the targets.
 	c.Profile = "smoke"
 	c.RunDuration = 4 * time.Second
 	c.Repetitions = 1
 	c.Warmup = false
 	c.RequestTimeout = 10 * time.Second
-	c.Workloads = []string{"shared-prompts", workloadNoPrefix, smokeHeldOut()}
+	c.Workloads = []string{"shared-prompts", workloadNoPrefix, unseenSmoke, smokeHeldOut()}
 	return c
 }
 
@@ -232,8 +234,9 @@ func defaultConfig(profile string) config {
 // MCI_BENCH_ROUTING_DURATION (per run), _REPETITIONS, _WARMUP, _WORKLOADS and
 // _POLICIES (comma-separated; semicolon-separated when the list holds a
 // ";", so that inline configurations such as
-// "prefix-cache=3,in-flight=1;RoundRobin" can be compared), and
-// MCI_BENCH_ROUTING_OUT.
+// "prefix-cache=3,in-flight=1;RoundRobin" can be compared),
+// _LOOPBACK_BLOCK (the first cluster's third octet, so that two runs on
+// one machine do not meet), and MCI_BENCH_ROUTING_OUT.
 func loadConfig() (config, error) {
 	profile := os.Getenv("MCI_BENCH_PROFILE")
 	if profile == "" {
@@ -269,10 +272,18 @@ func loadConfig() (config, error) {
 		c.Workloads = splitList(v, ",")
 		for _, w := range c.Workloads {
 			if _, ok := specOf(w); !ok {
-				errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_WORKLOADS: unknown workload %q (want some of %s, %s<seed> of the held-out seeds %v or %s<seed> of the tuning seeds %v)",
-					w, strings.Join(familyOrder, ", "), heldOutPrefix, heldOutSeeds, tuningPrefix, tuningSeeds))
+				errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_WORKLOADS: unknown workload %q (want some of %s, %s<seed> of the held-out seeds %v or %s<seed> of the tuning seeds %v, or of traffic the sidecar does not see %s, %s<variant>-<seed> of %v or %s<variant>-<seed> of %v)",
+					w, strings.Join(familyOrder, ", "), heldOutPrefix, heldOutSeeds, tuningPrefix, tuningSeeds,
+					strings.Join(unseenOrder()[:len(unseenVariants)], ", "), heldOutPrefix, unseenHeldOutSeeds, tuningPrefix, unseenTuningSeeds))
 			}
 		}
+	}
+	if v := os.Getenv("MCI_BENCH_ROUTING_LOOPBACK_BLOCK"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 252 {
+			errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_LOOPBACK_BLOCK=%q: want 1 to 252 (the clusters take it and the next two)", v))
+		}
+		c.LoopbackBlock = n
 	}
 	if v := os.Getenv("MCI_BENCH_ROUTING_POLICIES"); v != "" {
 		sep := ","

@@ -78,6 +78,9 @@ type env struct {
 	// closeDirect stops the direct gateways.
 	closeDirect []func()
 	policy      string // the current cluster policy; "" before the first
+	// importer2 is the gateway of the second importer's mci-sidecar
+	// (secondImporter), "" until a workload needs it.
+	importer2 string
 }
 
 // serverShape is what the data path's simulators are started with: a
@@ -146,6 +149,7 @@ func (e *env) useServers(ctx context.Context, w spec) error {
 		return nil
 	}
 	e.stopDirect()
+	e.importer2 = ""
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	if e.dp != nil && shape.servers < e.shape.servers {
@@ -275,8 +279,9 @@ func startDirectGateway(epp, ip string) (string, func(), error) {
 }
 
 // setPolicy sets the cluster policy on the HTTPRoute and on the local
-// shim InferencePool, and waits until mci-sidecar has rebuilt its routing
-// table after each change (the policy is part of the table). The route's
+// shim InferencePool, and waits until mci-sidecar (and the second
+// importer's, when it runs) has rebuilt its routing table after each
+// change (the policy is part of the table). The route's
 // annotation decides for the requests its rule matches (pkg/routetable's
 // Table.ShimFor); the pool's, for any other request to the pool, so that
 // no request of a run escapes the policy.
@@ -296,17 +301,17 @@ func (e *env) setPolicy(ctx context.Context, policy string) error {
 		if obj.GetAnnotations()[policyAnnotation] == policy {
 			continue
 		}
-		before, err := e.tableGeneration(ctx)
+		before, err := e.tableGenerations(ctx)
 		if err != nil {
 			return err
 		}
 		if _, err := e.dyn.Resource(gvr).Namespace(e.dp.Namespace).Patch(ctx, e.dp.Pool, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("setting the cluster policy %s on %s %s/%s: %w", policy, gvr.Resource, e.dp.Namespace, e.dp.Pool, err)
 		}
-		var last float64
+		var last []float64
 		err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-			last, err = e.tableGeneration(ctx)
-			return err == nil && last > before, nil
+			last, err = e.tableGenerations(ctx)
+			return err == nil && allAbove(last, before), nil
 		})
 		if err != nil {
 			return fmt.Errorf("mci-sidecar did not rebuild its routing table after the cluster policy %s was set on %s (generation %v, was %v): %w", policy, gvr.Resource, last, before, err)

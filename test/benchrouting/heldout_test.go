@@ -68,6 +68,9 @@ func specOf(name string) (spec, bool) {
 	if w, ok := family[name]; ok {
 		return w, true
 	}
+	if w, ok := unseenSpecOf(name); ok {
+		return w, true
+	}
 	for prefix, seeds := range map[string][]uint64{heldOutPrefix: heldOutSeeds, tuningPrefix: tuningSeeds} {
 		if s, ok := strings.CutPrefix(name, prefix); ok {
 			seed, err := strconv.ParseUint(s, 10, 64)

@@ -47,24 +47,12 @@ func (e *env) startReplicas(ctx context.Context, n int) (gateways []string, stop
 			stop()
 		}
 	}()
-	block := e.cfg.LoopbackBlock + indexOf(clusterNames, importingCluster)
 	for i := range n {
-		ip := fmt.Sprintf("127.0.%d.%d", block, replicaHost+i)
-		sidecar, err := e.startProcess(fmt.Sprintf("replica-%d-mci-sidecar", i+2), "mci-sidecar",
-			"--kubeconfig="+e.kubeconfig, "--bind-address="+ip, "--local-cluster-name="+importingCluster,
-			"--gateway="+e.dp.Namespace+"/"+dataPathGateway, "--endpoint-picker-service="+e.dp.Namespace+"/"+dataPathSidecarService, "-v=2",
-			"--metrics-endpoint-auth=false", "--insecure-remote-endpoint-pickers=*", "--allow-loopback-destinations")
+		gw, err := e.startSidecar(&started, fmt.Sprintf("replica-%d", i+2), replicaHost+i)
 		if err != nil {
 			return nil, stop, err
 		}
-		started.procs = append(started.procs, sidecar)
-		gw, err := e.startProcess(fmt.Sprintf("replica-%d-gateway", i+2), "gateway",
-			"--listen="+net.JoinHostPort(ip, strconv.Itoa(localclusterset.DataPathGatewayPort)), "--ext-proc="+net.JoinHostPort(ip, "9002"))
-		if err != nil {
-			return nil, stop, err
-		}
-		started.procs = append(started.procs, gw)
-		gateways = append(gateways, "http://"+net.JoinHostPort(ip, strconv.Itoa(localclusterset.DataPathGatewayPort)))
+		gateways = append(gateways, gw)
 	}
 	for i, gw := range gateways {
 		if err := e.waitRoutes(ctx, gw); err != nil {
@@ -73,6 +61,30 @@ func (e *env) startReplicas(ctx context.Context, n int) (gateways []string, stop
 	}
 	logf("  %d more mci-sidecar replicas up: %v", n, gateways)
 	return gateways, stop, nil
+}
+
+// startSidecar starts an mci-sidecar of the importing cluster on host of
+// its loopback block, as the data path starts its own, with a gateway in
+// front, into started; its logs are <name>-mci-sidecar.log and
+// <name>-gateway.log. It returns the gateway's base URL, not waiting for
+// it to route.
+func (e *env) startSidecar(started *processes, name string, host int) (string, error) {
+	ip := fmt.Sprintf("127.0.%d.%d", e.cfg.LoopbackBlock+indexOf(clusterNames, importingCluster), host)
+	sidecar, err := e.startProcess(name+"-mci-sidecar", "mci-sidecar",
+		"--kubeconfig="+e.kubeconfig, "--bind-address="+ip, "--local-cluster-name="+importingCluster,
+		"--gateway="+e.dp.Namespace+"/"+dataPathGateway, "--endpoint-picker-service="+e.dp.Namespace+"/"+dataPathSidecarService, "-v=2",
+		"--metrics-endpoint-auth=false", "--insecure-remote-endpoint-pickers=*", "--allow-loopback-destinations")
+	if err != nil {
+		return "", err
+	}
+	started.procs = append(started.procs, sidecar)
+	gw, err := e.startProcess(name+"-gateway", "gateway",
+		"--listen="+net.JoinHostPort(ip, strconv.Itoa(localclusterset.DataPathGatewayPort)), "--ext-proc="+net.JoinHostPort(ip, "9002"))
+	if err != nil {
+		return "", err
+	}
+	started.procs = append(started.procs, gw)
+	return "http://" + net.JoinHostPort(ip, strconv.Itoa(localclusterset.DataPathGatewayPort)), nil
 }
 
 // processes are what a step of the harness started, stopped together:

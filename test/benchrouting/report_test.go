@@ -48,6 +48,9 @@ type policyResult struct {
 	// repetition alone (when there are several): the spread a target is
 	// judged against (summary_test.go).
 	Repetitions []repetition `json:"repetitions,omitempty"`
+	// Routed are the figures of the requests the routing decided, when
+	// some were sent past it (to the exporters' own gateways).
+	Routed *routedFigures `json:"routed,omitempty"`
 }
 
 // repetition is one repetition's figures of a policy.
@@ -56,6 +59,7 @@ type repetition struct {
 	TTFTP99         float64 `json:"ttft_p99_ms"`
 	PrefixHit       float64 `json:"prefix_hit_ratio"`
 	AfterSaturation float64 `json:"sent_after_saturation"`
+	RoutedHit       float64 `json:"routed_prefix_hit_ratio,omitempty"`
 }
 
 // workloadResult is one workload of the family: its spec, rate, and each
@@ -146,6 +150,7 @@ func summarize(runs []*runResult) *policyResult {
 	}
 	r.HomeDecisions = homeDecisionsPerRun(runs)
 	r.Repetitions = repetitions(runs)
+	r.Routed = routedOf(runs)
 	for _, c := range clusterNames {
 		var busy, waiting float64
 		for _, s := range samples {
@@ -170,7 +175,11 @@ func repetitions(runs []*runResult) []repetition {
 	out := make([]repetition, 0, len(runs))
 	for _, run := range runs {
 		one := summarize([]*runResult{run})
-		out = append(out, repetition{TTFTP50: one.TTFTP50, TTFTP99: one.TTFTP99, PrefixHit: one.PrefixHit, AfterSaturation: one.AfterSaturation})
+		rep := repetition{TTFTP50: one.TTFTP50, TTFTP99: one.TTFTP99, PrefixHit: one.PrefixHit, AfterSaturation: one.AfterSaturation}
+		if one.Routed != nil {
+			rep.RoutedHit = one.Routed.PrefixHit
+		}
+		out = append(out, rep)
 	}
 	return out
 }
@@ -261,6 +270,7 @@ func (r *results) markdown() string {
 		fmt.Fprintf(&b, "**%s** — %s; %.1f req/s offered (%.0f%% of %.1f req/s capacity without cache hits), %d requests per run.\n\n",
 			name, w.Spec.Summary, w.RateRPS, 100*w.RateRPS/max(w.CapacityRPS, 1e-9), w.CapacityRPS, w.Requests)
 		b.WriteString(workloadTable(r.Config.policiesOf(w.Spec), w))
+		b.WriteString(unseenTable(r.Config.policiesOf(w.Spec), w))
 	}
 	return b.String()
 }

@@ -37,6 +37,8 @@ type outcome struct {
 	// after the saturation's start), where it waits for a batch place
 	// until the run's background requests end.
 	afterSaturation bool
+	// entry is where the request entered (workload.Request.Entry).
+	entry string
 }
 
 // loadSample is the load of each cluster at one instant: requests
@@ -61,13 +63,19 @@ type runResult struct {
 }
 
 // runPolicy sends reqs through policy's router on their schedule and
-// measures them, with every server's cache emptied first.
+// measures them, with every server's cache emptied first. Requests that
+// enter elsewhere (workload.Request.Entry) go their own way
+// (entryRoutesFor).
 func runPolicy(ctx context.Context, e *env, w spec, policy string, reqs []workload.Request) (*runResult, error) {
 	rt, stop, err := e.routerFor(ctx, policy)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
+	routes, err := e.entryRoutesFor(ctx, w, policy, rt)
+	if err != nil {
+		return nil, err
+	}
 	if err := e.resetCaches(ctx); err != nil {
 		return nil, err
 	}
@@ -75,7 +83,7 @@ func runPolicy(ctx context.Context, e *env, w spec, policy string, reqs []worklo
 	if err != nil {
 		return nil, err
 	}
-	hosts := sidecarHosts(rt)
+	hosts := routes.hosts
 	homesBefore, err := homeDecisions(ctx, hosts)
 	if err != nil {
 		return nil, err
@@ -106,7 +114,8 @@ func runPolicy(ctx context.Context, e *env, w spec, policy string, reqs []worklo
 			}
 		}
 		wg.Go(func() {
-			res.outcomes[i] = send(ctx, e.cfg.RequestTimeout, rt, e.dp.Model, r, at)
+			res.outcomes[i] = send(ctx, e.cfg.RequestTimeout, routes.of(r.Entry), e.dp.Model, r, at)
+			res.outcomes[i].entry = r.Entry
 			res.outcomes[i].afterSaturation = w.Saturate &&
 				res.outcomes[i].cluster == saturatedCluster && r.At >= saturationStart(e.cfg)
 			lastMu.Lock()

@@ -236,14 +236,14 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{"full by default: the whole family", nil, func(t *testing.T, c config) {
 			assert.Equal(t, "full", c.Profile)
-			assert.Equal(t, append(slices.Clone(familyOrder), heldOutOrder()...), c.Workloads, "the family, then the held-out workloads")
+			assert.Equal(t, withUnseen(append(slices.Clone(familyOrder), heldOutOrder()...)), c.Workloads, "the family, then the held-out workloads, with those of unseen traffic")
 			assert.True(t, c.Warmup, "each workload warms the sidecar up before its measured runs")
 			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle"}, c.Policies)
 			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle", "MetricsBased"}, c.policiesOf(family[workloadSaturated]))
 			assert.Equal(t, []string{"PrefixAffinity", "HubReference", "RoundRobin", "Oracle", "ClusterOracle", "PrefixAffinity@3"}, c.policiesOf(family["shared-prompts"]))
 		}, ""},
 		{"smoke: two workloads on the same servers, the replica case included", map[string]string{"MCI_BENCH_PROFILE": "smoke"}, func(t *testing.T, c config) {
-			assert.Equal(t, []string{"shared-prompts", workloadNoPrefix, smokeHeldOut()}, c.Workloads)
+			assert.Equal(t, []string{"shared-prompts", workloadNoPrefix, unseenSmoke, smokeHeldOut()}, c.Workloads)
 			assert.Equal(t, 1, c.Repetitions)
 			assert.False(t, c.Warmup)
 			assert.Contains(t, c.policiesOf(family["shared-prompts"]), "PrefixAffinity@3")
@@ -261,6 +261,10 @@ func TestLoadConfig(t *testing.T) {
 			assert.Equal(t, 3, c.Repetitions)
 			assert.Equal(t, []string{workloadNoPrefix, "far-remote"}, c.Workloads)
 		}, ""},
+		{"another loopback block", map[string]string{"MCI_BENCH_ROUTING_LOOPBACK_BLOCK": "251"}, func(t *testing.T, c config) {
+			assert.Equal(t, 251, c.LoopbackBlock)
+		}, ""},
+		{"bad loopback block", map[string]string{"MCI_BENCH_ROUTING_LOOPBACK_BLOCK": "254"}, nil, "MCI_BENCH_ROUTING_LOOPBACK_BLOCK"},
 		{"bad profile", map[string]string{"MCI_BENCH_PROFILE": "huge"}, nil, "want full or smoke"},
 		{"bad duration", map[string]string{"MCI_BENCH_ROUTING_DURATION": "fast"}, nil, "MCI_BENCH_ROUTING_DURATION"},
 		{"bad repetitions", map[string]string{"MCI_BENCH_ROUTING_REPETITIONS": "0"}, nil, "REPETITIONS"},
@@ -274,7 +278,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, k := range []string{"MCI_BENCH_PROFILE", "MCI_BENCH_ROUTING_DURATION", "MCI_BENCH_ROUTING_REPETITIONS", "MCI_BENCH_ROUTING_WARMUP", "MCI_BENCH_ROUTING_WORKLOADS", "MCI_BENCH_ROUTING_POLICIES"} {
+			for _, k := range []string{"MCI_BENCH_PROFILE", "MCI_BENCH_ROUTING_DURATION", "MCI_BENCH_ROUTING_REPETITIONS", "MCI_BENCH_ROUTING_WARMUP", "MCI_BENCH_ROUTING_WORKLOADS", "MCI_BENCH_ROUTING_POLICIES", "MCI_BENCH_ROUTING_LOOPBACK_BLOCK"} {
 				t.Setenv(k, tt.env[k])
 			}
 			c, err := loadConfig()

@@ -45,6 +45,14 @@ type Profile struct {
 	// one-shot requests of two workloads that differ only by it share
 	// nothing either (same arrivals, conversations and lengths).
 	OneShotSalt string
+	// TextPrefix starts the text of every prompt (system prompts,
+	// messages, one-shot requests): a population's own text, which no
+	// other population's shares a block with.
+	TextPrefix string
+	// Users, when set, split the workload into populations that enter
+	// in different places (Population); nil: one population, whose
+	// requests have no Entry.
+	Users []Population
 }
 
 // Validate reports what makes p unusable.
@@ -78,6 +86,7 @@ func (p Profile) Validate() error {
 	if n := p.Rate * p.Duration.Seconds(); n > 1e6 {
 		errs = append(errs, fmt.Errorf("%.0f requests: want at most a million", n))
 	}
+	errs = append(errs, validateUsers(p.Users)...)
 	return errors.Join(errs...)
 }
 
@@ -97,6 +106,9 @@ type Request struct {
 	Conversation, Group, Turn int
 	Messages                  []Message
 	MaxTokens                 int
+	// Entry is where the request enters: its population's
+	// (Population.Entry); "" without populations.
+	Entry string
 }
 
 // PromptTokens counts the request's tokens as the simulator does: the
@@ -136,10 +148,18 @@ func Generate(p Profile) ([]Request, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("workload: %w", err)
 	}
+	if len(p.Users) > 0 {
+		return generateUsers(p), nil
+	}
+	return generate(p), nil
+}
+
+// generate is Generate of one valid population.
+func generate(p Profile) []Request {
 	rng := rand.New(rand.NewPCG(p.Seed, p.Seed^0x9e3779b97f4a7c15))
 	systems := make([]string, p.Groups)
 	for g := range systems {
-		systems[g] = text(fmt.Sprintf("sys%d-", g), p.SystemTokens)
+		systems[g] = text(fmt.Sprintf("%ssys%d-", p.TextPrefix, g), p.SystemTokens)
 	}
 	nextID := 0
 	open := func() *conversation {
@@ -161,7 +181,7 @@ func Generate(p Profile) ([]Request, error) {
 		r := Request{Index: len(out), At: at, MaxTokens: p.OutputTokens}
 		if len(active) == 0 || rng.Float64() < p.OneShotShare {
 			r.Conversation, r.Group, r.Turn = -1, -1, 1
-			r.Messages = []Message{{Role: "user", Content: text(fmt.Sprintf("%sonce%d-", p.OneShotSalt, oneShots), p.OneShotTokens)}}
+			r.Messages = []Message{{Role: "user", Content: text(fmt.Sprintf("%s%sonce%d-", p.TextPrefix, p.OneShotSalt, oneShots), p.OneShotTokens)}}
 			oneShots++
 			out = append(out, r)
 			continue
@@ -169,18 +189,18 @@ func Generate(p Profile) ([]Request, error) {
 		slot := rng.IntN(len(active))
 		c := active[slot]
 		turn := len(c.history)/2 + 1 // system, then user and assistant per turn
-		c.history = append(c.history, Message{Role: "user", Content: text(fmt.Sprintf("c%d-t%d-", c.id, turn), p.UserTokens)})
+		c.history = append(c.history, Message{Role: "user", Content: text(fmt.Sprintf("%sc%d-t%d-", p.TextPrefix, c.id, turn), p.UserTokens)})
 		r.Conversation, r.Group, r.Turn = c.id, c.group, turn
 		r.Messages = append([]Message(nil), c.history...)
 		out = append(out, r)
 		// The client resends the answer as the assistant's message; its
 		// text stands for whatever the server answered.
-		c.history = append(c.history, Message{Role: "assistant", Content: text(fmt.Sprintf("a%d-t%d-", c.id, turn), p.OutputTokens)})
+		c.history = append(c.history, Message{Role: "assistant", Content: text(fmt.Sprintf("%sa%d-t%d-", p.TextPrefix, c.id, turn), p.OutputTokens)})
 		if turn >= p.Turns {
 			active[slot] = open()
 		}
 	}
-	return out, nil
+	return out
 }
 
 // exp is the gap to the next arrival of a Poisson process of rate per

@@ -409,8 +409,6 @@ var unseenGoals = []goal{
 }
 
 // The summary checks these targets after the family's.
-func init() { goals = append(goals, unseenGoals...) }
-
 // unseenTable is the table of a workload with unseen traffic: what the
 // routing decided beside all the traffic, for each policy; "" for other
 // workloads.

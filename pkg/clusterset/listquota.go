@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/pager"
@@ -69,7 +72,10 @@ func boundedListWatch[L runtime.Object](m *member, kind Kind, namespace string, 
 // accounting of each object, see the first one). A member that lists past
 // its limits is frozen as soon as the page or the streamed object that
 // passes them arrives; the list is not applied, and the informer keeps
-// what it held before (nothing, at the member's first list).
+// what it held before (nothing, at the member's first list). It is also
+// where a watch that meets the member's server down resumes rather than
+// relists (watchFailed): every informer of a member other than the local
+// cluster, in full and summary mode, reads through one.
 type listQuota struct {
 	m    *member
 	kind Kind
@@ -79,6 +85,11 @@ type listQuota struct {
 	transform cache.TransformFunc
 	list      func(context.Context, metav1.ListOptions) (runtime.Object, error)
 	watch     func(context.Context, metav1.ListOptions) (watch.Interface, error)
+	// unavailable, if set, is told of every watch that could not start
+	// because the server behind the member's API was down (resumable):
+	// the reflector retries it without ending its ListAndWatch, so its
+	// watch error handler does not hear of it.
+	unavailable func(context.Context, error)
 }
 
 // ListWithContext lists in pages of listPageSize with client-go's pager,
@@ -119,11 +130,53 @@ func (l *listQuota) ListWithContext(ctx context.Context, opts metav1.ListOptions
 // one as the informer delivers them (quota.go).
 func (l *listQuota) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	w, err := l.watch(ctx, opts)
-	if err != nil || opts.SendInitialEvents == nil || !*opts.SendInitialEvents {
-		return w, err
+	if err != nil {
+		return nil, l.watchFailed(ctx, err)
+	}
+	if opts.SendInitialEvents == nil || !*opts.SendInitialEvents {
+		return w, nil
 	}
 	return newInitialEventsBound(w, l), nil
 }
+
+// watchFailed is the error a watch that could not start returns to the
+// reflector. A 503 Service Unavailable says the server behind the
+// member's API is down for now, most often the member's own mci-apiserver
+// that its aggregator proxies the summaries to, during a rolling restart
+// ("service unavailable", "error trying to reach service: ... connection
+// refused"): what this server has read is still good, and a relist would
+// only read it again from the restarted server. The reflector keeps
+// watching from its resourceVersion, after its own backoff, for the errors
+// it knows to be passing (connection refused, 429), and lists again after
+// any other: the 503 is passed as a connection refused (resumable), which
+// it is one hop further. That leaves the retry to the reflector (its
+// backoff, its stop, the same resourceVersion, watch-list included) rather
+// than to a loop of our own in its place. Every such failure is still
+// reported: to unavailable where it is set (summary mode counts it and
+// logs once per change), else in client-go's error log as its watch error
+// handler would. Any other error, a 410 Gone among them, is returned as
+// it is.
+func (l *listQuota) watchFailed(ctx context.Context, err error) error {
+	if !apierrors.IsServiceUnavailable(err) || ctx.Err() != nil {
+		return err
+	}
+	if l.unavailable != nil {
+		l.unavailable(ctx, err)
+	} else {
+		utilruntime.HandleErrorWithContext(ctx, err, "Failed to watch; resuming from the same resourceVersion after a backoff", "member", l.m.name, "kind", l.kind)
+	}
+	return resumable{err: err}
+}
+
+// resumable is a watch error the reflector retries from the same
+// resourceVersion: it reads as the error it wraps (a 503, for
+// apierrors.IsServiceUnavailable and the logs) and as a connection refused
+// (syscall.ECONNREFUSED, which client-go's reflector retries).
+type resumable struct{ err error }
+
+func (e resumable) Error() string { return e.err.Error() }
+
+func (e resumable) Unwrap() []error { return []error{e.err, syscall.ECONNREFUSED} }
 
 // List and Watch complete cache.ListerWatcher; the reflector calls the
 // WithContext methods.

@@ -58,10 +58,16 @@ func (m *member) summaryInformers(logger klog.Logger) func(context.Context) {
 	exportsClient, clustersClient := m.mci.InferenceV1alpha1().InferencePoolExportSummaries(""), m.mci.InferenceV1alpha1().InferenceClusterSummaries()
 	var exportsLW, clustersLW cache.ListerWatcher = informerhealth.ListWatch(m.mci, exportsClient.List, exportsClient.Watch), informerhealth.ListWatch(m.mci, clustersClient.List, clustersClient.Watch)
 	if m.quota != nil {
-		exportsLW = boundedListWatch(m, KindExportSummary, "", exportsClient, trimSummary)
+		// A watch that meets the member's mci-apiserver down (a 503 from
+		// its aggregator) resumes rather than relists (listquota.go); it
+		// is counted and logged as a failed stream all the same.
+		unavailable := func(_ context.Context, err error) { m.summaryStream.failed(m.name, logger, err) }
+		exports := boundedListWatch(m, KindExportSummary, "", exportsClient, trimSummary)
 		// A cluster summary counts as one object (a member publishes one);
 		// its namespaces have their own limit, once it is delivered.
-		clustersLW = boundedListWatch(m, KindNamespace, "", clustersClient, trimSummary)
+		clusters := boundedListWatch(m, KindNamespace, "", clustersClient, trimSummary)
+		exports.unavailable, clusters.unavailable = unavailable, unavailable
+		exportsLW, clustersLW = exports, clusters
 	}
 	// One handler each: informers that call it in line rather than
 	// client-go's shared ones, which keep a buffer and goroutines per
@@ -369,14 +375,20 @@ func (s *summaryStream) watchError(member string, logger klog.Logger) cache.Watc
 		if ctx.Err() != nil {
 			return // the member is being stopped
 		}
-		s.mu.Lock()
-		s.errors++
-		change := s.state.Observe(time.Now(), "", err.Error(), summaryStreamLog)
-		s.mu.Unlock()
-		if change.Loud() {
-			logger.Error(err, "The member's summary stream failed; its last known summaries are kept while it retries", "member", member)
-		}
+		s.failed(member, logger, err)
 		cache.DefaultWatchErrorHandler(ctx, r, err)
+	}
+}
+
+// failed counts a failed list or watch of the member's summaries, and logs
+// it once per change.
+func (s *summaryStream) failed(member string, logger klog.Logger, err error) {
+	s.mu.Lock()
+	s.errors++
+	change := s.state.Observe(time.Now(), "", err.Error(), summaryStreamLog)
+	s.mu.Unlock()
+	if change.Loud() {
+		logger.Error(err, "The member's summary stream failed; its last known summaries are kept while it retries", "member", member)
 	}
 }
 

@@ -316,7 +316,7 @@ func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots [
 		s.homeLoad, s.capacity, s.queue, s.awaiting = float64(obs[k].InFlight), 0, -1, obs[k].Awaiting
 		s.awaited, s.due = obs[k].overdueAfter(req.Now)
 		s.full, s.ttfb = false, obs[k].TTFB
-		if p.fresh(c.Pool, req.Now) {
+		if s.measured { // fresh pool metrics (classify)
 			s.queue = max(c.Pool.AverageQueue, 0)
 			s.full = c.Pool.BatchFull()
 			if c.Pool.ReadyPods > 0 {

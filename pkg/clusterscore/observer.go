@@ -17,8 +17,11 @@ type Observer struct {
 	// alpha is the EWMA weight of a new sample.
 	alpha float64
 
-	mu       sync.RWMutex
-	clusters map[scopedKey]*observed
+	mu sync.RWMutex
+	// clusters holds each scope's clusters by name: a pick over many
+	// candidates finds its scope once and then hashes one name a
+	// candidate, and none at all for a scope nothing was sent to yet.
+	clusters map[string]map[string]*observed
 }
 
 // sentKept is how many send times a cluster keeps: enough for the
@@ -76,22 +79,26 @@ func NewObserver(alpha float64) *Observer {
 	if !(alpha > 0 && alpha <= 1) {
 		alpha = DefaultEWMAAlpha
 	}
-	return &Observer{alpha: alpha, clusters: map[scopedKey]*observed{}}
+	return &Observer{alpha: alpha, clusters: map[string]map[string]*observed{}}
 }
 
 func (o *Observer) get(scope, cluster string) *observed {
-	k := scopedKey{scope, cluster}
 	o.mu.RLock()
-	c := o.clusters[k]
+	c := o.clusters[scope][cluster]
 	o.mu.RUnlock()
 	if c != nil {
 		return c
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if c = o.clusters[k]; c == nil {
+	byName := o.clusters[scope]
+	if byName == nil {
+		byName = map[string]*observed{}
+		o.clusters[scope] = byName
+	}
+	if c = byName[cluster]; c == nil {
 		c = &observed{}
-		o.clusters[k] = c
+		byName[cluster] = c
 	}
 	return c
 }
@@ -144,7 +151,7 @@ func (o *Observer) Finished(scope, cluster string, failed bool) {
 // Observe returns the observations of a cluster of scope; zero when none.
 func (o *Observer) Observe(scope, cluster string) Observation {
 	o.mu.RLock()
-	c := o.clusters[scopedKey{scope, cluster}]
+	c := o.clusters[scope][cluster]
 	o.mu.RUnlock()
 	return c.observation()
 }
@@ -155,8 +162,13 @@ func (o *Observer) Observe(scope, cluster string) Observation {
 func (o *Observer) observeKept(scope string, cands []Candidate, kept []int, obs []Observation) []Observation {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
+	byName := o.clusters[scope]
+	if len(byName) == 0 {
+		// Nothing sent in the scope yet: every observation is zero.
+		return append(obs, make([]Observation, len(kept))...)
+	}
 	for _, i := range kept {
-		obs = append(obs, o.clusters[scopedKey{scope, cands[i].Name}].observation())
+		obs = append(obs, byName[cands[i].Name].observation())
 	}
 	return obs
 }
@@ -187,9 +199,14 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 func (o *Observer) Retain(keep func(scope, cluster string) bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for k := range o.clusters {
-		if !keep(k.scope, k.name) {
-			delete(o.clusters, k)
+	for scope, byName := range o.clusters {
+		for name := range byName {
+			if !keep(scope, name) {
+				delete(byName, name)
+			}
+		}
+		if len(byName) == 0 {
+			delete(o.clusters, scope)
 		}
 	}
 }

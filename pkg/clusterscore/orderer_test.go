@@ -1,6 +1,7 @@
 package clusterscore
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -117,4 +118,54 @@ func stableByLess(o *orderer, idx []int) {
 		}
 		return 0
 	})
+}
+
+// TestSortsByTotalAreTheStableSort holds both sorts of a scored tier by
+// total, by counting few values (sortByFewTotals) and by radix
+// (radixByTotal), to the stable sort by total, the larger first: over
+// random runs whose totals take from one value to more than the counting
+// sort takes (where it must decline, the run untouched), with -0 beside
+// 0, negative totals, and totals all distinct.
+func TestSortsByTotalAreTheStableSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(29, 31))
+	counted := 0
+	for trial := range 600 {
+		n := 2 + rng.IntN(300)
+		values := 1 + trial%(fewTotals+8)
+		slots := make([]slot, n+10)
+		for i := range slots {
+			slots[i].total = float64(rng.IntN(values))/7 - 1
+			switch {
+			case trial%9 == 0:
+				slots[i].total = rng.Float64() * 10 // all distinct
+			case rng.IntN(15) == 0:
+				slots[i].total = math.Copysign(0, -1)
+			}
+		}
+		run := rng.Perm(len(slots))[:n]
+		want := slices.Clone(run)
+		slices.SortStableFunc(want, func(a, b int) int { return -cmp.Compare(slots[a].total, slots[b].total) })
+		byRadix := slices.Clone(run)
+		radixByTotal(byRadix, slots, &scratch{})
+		require.Equal(t, want, byRadix, "trial %d: radix", trial)
+		byCount := slices.Clone(run)
+		if sortByFewTotals(byCount, slots, &scratch{}) {
+			counted++
+			require.Equal(t, want, byCount, "trial %d: counted, %d values", trial, values)
+		} else {
+			require.Equal(t, run, byCount, "trial %d: declined, left as it was", trial)
+			require.Greater(t, distinctTotals(slots, run), fewTotals, "trial %d: declined %d values", trial, values)
+		}
+	}
+	require.Greater(t, counted, 400, "most trials counted")
+}
+
+// distinctTotals is how many values the totals of run's slots take, -0
+// counted as 0.
+func distinctTotals(slots []slot, run []int) int {
+	seen := map[float64]bool{}
+	for _, i := range run {
+		seen[slots[i].total+0] = true
+	}
+	return len(seen)
 }

@@ -85,10 +85,13 @@ func New(cfg routingpolicy.Config, thresholds scheduling.Config, mem *Memory) (*
 // candidates does not allocate and clear it anew each time.
 type scratch struct {
 	slots []slot
-	// byRank, keys and runs are sortRanked's.
+	// byRank, keys and runs are sortRanked's, which its sorts by total
+	// reuse.
 	byRank []int32
 	keys   []uint64
 	runs   []int
+	// which is sortByFewTotals': each candidate's value.
+	which []uint8
 	// obs, val, ids, matched and caps are the scorers' and home
 	// placement's, one per kept candidate.
 	obs     []Observation
@@ -268,9 +271,10 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 // says whether a sheddable request found a saturated candidate.
 func (p *Pipeline) filter(req *Request, cands []Candidate, slots []slot, shedding bool, order []int) (_ []int, anySaturated bool) {
 	start, anyEjected, anyDraining := len(order), false, false
+	since := p.freshSince(req.Now)
 	for i := range cands {
 		s := &slots[i]
-		p.classify(&cands[i], req.Now, false, s)
+		p.classify(&cands[i], since, false, s)
 		if s.verdict == DroppedSaturated && !shedding {
 			s.verdict = Kept
 		}
@@ -297,12 +301,13 @@ func (p *Pipeline) filter(req *Request, cands []Candidate, slots []slot, sheddin
 // not ejected, when the filters kept no other: the request goes to those
 // the other filters keep (req.LastResort) rather than to none.
 func (p *Pipeline) keepEjected(req *Request, cands []Candidate, slots []slot, shedding bool, order []int) []int {
+	since := p.freshSince(req.Now)
 	for i := range cands {
 		s := &slots[i]
 		if s.verdict != DroppedEjected {
 			continue
 		}
-		p.classify(&cands[i], req.Now, true, s)
+		p.classify(&cands[i], since, true, s)
 		if s.verdict == DroppedSaturated && !shedding {
 			s.verdict = Kept
 		}
@@ -316,9 +321,10 @@ func (p *Pipeline) keepEjected(req *Request, cands []Candidate, slots []slot, sh
 
 // classify runs the filters on one candidate and finds its tier; an
 // ejected candidate is dropped unless lastResort, when it is classified
-// as a serving one.
-func (p *Pipeline) classify(c *Candidate, now time.Time, lastResort bool, s *slot) {
-	measured := p.fresh(c.Pool, now)
+// as a serving one. since is the staleness bound of the pick's time
+// (freshSince).
+func (p *Pipeline) classify(c *Candidate, since freshBound, lastResort bool, s *slot) {
+	measured := since.fresh(c.Pool)
 	s.measured = measured
 	if measured {
 		s.load = scheduling.Metrics{
@@ -381,11 +387,27 @@ func (p *Pipeline) classify(c *Candidate, now time.Time, lastResort bool, s *slo
 // tiers are 0 to 3), in the same order among themselves.
 const staleTiers = 4
 
+// freshBound is the staleness bound of pool metrics at one time: the
+// oldest update that is still fresh, when there is a bound at all. A pick
+// computes it once rather than once a candidate.
+type freshBound struct {
+	bounded bool
+	oldest  time.Time
+}
+
+// freshSince is the staleness bound at now.
+func (p *Pipeline) freshSince(now time.Time) freshBound {
+	if p.thresholds.MetricsStaleness <= 0 {
+		return freshBound{}
+	}
+	return freshBound{bounded: true, oldest: now.Add(-p.thresholds.MetricsStaleness)}
+}
+
 // fresh reports whether pool metrics are known: present, comparable and
 // younger than the staleness bound.
-func (p *Pipeline) fresh(m *PoolMetrics, now time.Time) bool {
+func (b freshBound) fresh(m *PoolMetrics) bool {
 	return m != nil && !math.IsNaN(m.AverageKVCache) && !math.IsNaN(m.AverageQueue) &&
-		(p.thresholds.MetricsStaleness <= 0 || !m.UpdatedAt.Before(now.Add(-p.thresholds.MetricsStaleness)))
+		(!b.bounded || !m.UpdatedAt.Before(b.oldest))
 }
 
 // rotates reports whether a tier is ordered by weight, its lead picked by

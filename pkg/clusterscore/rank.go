@@ -70,9 +70,88 @@ func (o *orderer) sortRanked(idx []int, sc *scratch) bool {
 }
 
 // sortByTotal sorts run by total, the larger first, keeping the order of
+// equal totals: by counting when the totals take a few values
+// (sortByFewTotals), else by a radix sort of their bytes (radixByTotal).
+func sortByTotal(run []int, slots []slot, sc *scratch) {
+	if !sortByFewTotals(run, slots, sc) {
+		radixByTotal(run, slots, sc)
+	}
+}
+
+// fewTotals is how many distinct totals sortByFewTotals sorts; the
+// table that finds them has twice as many places.
+const fewTotals = 32
+
+// sortByFewTotals sorts run as radixByTotal does when its totals take at
+// most fewTotals values, which candidates that no scorer tells apart
+// (unmeasured, never sent to, holding none of the prompt) make common: it
+// finds each candidate's value in a small hash table, sorts the values,
+// and places the candidates in run's order after the candidates of the
+// larger values, so that equal totals keep their order. It reports false,
+// run untouched, for more values.
+func sortByFewTotals(run []int, slots []slot, sc *scratch) bool {
+	var (
+		table  [2 * fewTotals]uint8 // a value's place in keys, plus one
+		keys   [fewTotals]uint64
+		counts [fewTotals]int
+		n      int
+	)
+	which := slices.Grow(sc.which[:0], len(run))[:len(run)]
+	sc.which = which
+	last, lastAt := uint64(0), -1
+	for k, i := range run {
+		key := descending(slots[i].total)
+		if lastAt < 0 || key != last {
+			h := (key * 0x9e3779b97f4a7c15) >> 58 // 6 bits: len(table)
+			for table[h] != 0 && keys[table[h]-1] != key {
+				h = (h + 1) % uint64(len(table))
+			}
+			if table[h] == 0 {
+				if n == fewTotals {
+					return false
+				}
+				keys[n], n = key, n+1
+				table[h] = uint8(n)
+			}
+			last, lastAt = key, int(table[h]-1)
+		}
+		which[k] = uint8(lastAt)
+		counts[lastAt]++
+	}
+	placeByValue(run, which, keys[:n], counts[:n], sc)
+	return true
+}
+
+// placeByValue places run's candidates, of values keys[which[k]] (each
+// counts times), by value, ascending, in run's order among equal values.
+func placeByValue(run []int, which []uint8, keys []uint64, counts []int, sc *scratch) {
+	var order, start [fewTotals]int
+	for v := range keys {
+		order[v] = v
+	}
+	byKey := order[:len(keys)]
+	for a := 1; a < len(byKey); a++ { // a handful: insertion
+		for b := a; b > 0 && keys[byKey[b]] < keys[byKey[b-1]]; b-- {
+			byKey[b], byKey[b-1] = byKey[b-1], byKey[b]
+		}
+	}
+	next := 0
+	for _, v := range byKey {
+		start[v], next = next, next+counts[v]
+	}
+	out := slices.Grow(sc.runs[:0], len(run))[:len(run)]
+	sc.runs = out
+	for k, i := range run {
+		out[start[which[k]]] = i
+		start[which[k]]++
+	}
+	copy(run, out)
+}
+
+// radixByTotal sorts run by total, the larger first, keeping the order of
 // equal totals: a radix sort of the totals' bytes, least significant
 // first, that skips the bytes every total shares.
-func sortByTotal(run []int, slots []slot, sc *scratch) {
+func radixByTotal(run []int, slots []slot, sc *scratch) {
 	keys := slices.Grow(sc.keys[:0], 2*len(run))[:2*len(run)]
 	cur := slices.Grow(sc.runs[:0], 2*len(run))[:2*len(run)]
 	sc.keys, sc.runs = keys, cur

@@ -132,6 +132,10 @@ type picked struct {
 // handful of clusters.
 var candidateSpace = sync.Pool{New: func() any { return new([]clusterscore.Candidate) }}
 
+// orderSpace holds the order's indices of picks over more than a handful
+// of clusters.
+var orderSpace = sync.Pool{New: func() any { return new([]int) }}
+
 // pick orders b's clusters for req, explained in ex when set.
 func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, ex *clusterscore.Explanation) (picked, error) {
 	// The table made the candidates when it was published; only what a
@@ -176,13 +180,23 @@ func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, e
 	}
 	var ibuf [8]int
 	idx := ibuf[:0]
+	var pooled *[]int
 	if len(cands) > len(ibuf) {
-		idx = make([]int, 0, len(cands))
+		// Reused as the candidates' space is: the order is copied out.
+		// Grown before the pick, which appends no more than the
+		// candidates, so that only the pooled slice is stored back and
+		// ibuf stays on the stack.
+		pooled = orderSpace.Get().(*[]int)
+		*pooled = slices.Grow((*pooled)[:0], len(cands))
+		idx = *pooled
 	}
 	idx, err := p.pipeline.Pick(&d.req, cands, b.Rotation(), idx, ex)
 	d.order = make([]*routetable.Cluster, len(idx))
 	for k, i := range idx {
 		d.order[k] = clusters[i]
+	}
+	if pooled != nil {
+		orderSpace.Put(pooled)
 	}
 	return d, err
 }

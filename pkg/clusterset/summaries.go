@@ -62,20 +62,20 @@ func (m *member) summaryInformers(logger klog.Logger) func(context.Context) {
 		// its aggregator) resumes rather than relists (listquota.go); it
 		// is counted and logged as a failed stream all the same.
 		unavailable := func(_ context.Context, err error) { m.summaryStream.failed(m.name, logger, err) }
-		exports := boundedListWatch(m, KindExportSummary, "", exportsClient, trimSummary)
+		exportsBound := boundedListWatch(m, KindExportSummary, "", exportsClient, trimSummary)
 		// A cluster summary counts as one object (a member publishes one);
 		// its namespaces have their own limit, once it is delivered.
-		clusters := boundedListWatch(m, KindNamespace, "", clustersClient, trimSummary)
-		exports.unavailable, clusters.unavailable = unavailable, unavailable
-		exportsLW, clustersLW = exports, clusters
+		clustersBound := boundedListWatch(m, KindNamespace, "", clustersClient, trimSummary)
+		exportsBound.unavailable, clustersBound.unavailable = unavailable, unavailable
+		exportsLW, clustersLW = exportsBound, clustersBound
 	}
 	// One handler each: informers that call it in line rather than
 	// client-go's shared ones, which keep a buffer and goroutines per
-	// handler, for every member (inlineinformer).
-	// The member's version follows what both have handled (listed.go):
-	// a member counts as listed once raised to its first lists'
-	// versions, so that a version another replica issued after those
-	// lists is resumed at once.
+	// handler, for every member (inlineinformer). The member's version
+	// follows what both have handled (listed.go); it counts as listed
+	// once both have synced, which is after the raise to their first
+	// lists' versions, so that a version another replica issued after
+	// those lists is resumed at once.
 	onError := m.summaryStream.watchError(m.name, logger)
 	progress := newMemberProgress(2, summaryListVersion, func(rv uint64) {
 		m.handler(Event{Member: m.name, Kind: KindListed, ResourceVersion: rv})

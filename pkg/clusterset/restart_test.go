@@ -95,7 +95,10 @@ func TestASummaryWatchResumesAcrossTheMembersServerRestart(t *testing.T) {
 		"the failed watch is counted (mci_clusterset_member_summary_errors_total)")
 	require.NoError(t, cs.StartMCIAPIServer(ctx, member))
 	requests.serverReady()
-	require.Eventually(t, func() bool { return requests.watchesBack() == 2 }, time.Minute, 20*time.Millisecond,
+	// The Reflector's retry delay grows while the server is down, up to
+	// 30 s with jitter up to twice that: on a loaded machine, where the
+	// stop and start take long, the next retry can be a minute away.
+	require.Eventually(t, func() bool { return requests.watchesBack() == 2 }, 2*time.Minute, 20*time.Millisecond,
 		"both summary watches are open again")
 
 	// Changes made once the server is back arrive on the resumed watches.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -79,14 +80,27 @@ func exportReachesTheOtherMembers(t *testing.T, cs *localclusterset.ClusterSet, 
 	})
 
 	t.Run("cluster-a publishes the summary of its export", func(t *testing.T) {
-		s, err := a.mci.InferenceV1alpha1().InferencePoolExportSummaries(ns).Get(ctx, "llm", metav1.GetOptions{})
-		require.NoError(t, err)
+		// The pool was created a moment ago: its summary is computed
+		// from cluster-a's watch of it, not at once.
+		var s *v1alpha1.InferencePoolExportSummary
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+			var err error
+			s, err = a.mci.InferenceV1alpha1().InferencePoolExportSummaries(ns).Get(ctx, "llm", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return conditionStatus(s.Status.Conditions, v1alpha1.ConditionReady) == metav1.ConditionTrue, fmt.Sprintf("conditions %v", s.Status.Conditions)
+		})
 		require.Equal(t, v1alpha1.RoutingModeEndpoint, s.Status.RoutingMode)
 		require.NotNil(t, s.Status.EndpointPicker)
 		require.Equal(t, metav1.ConditionTrue, conditionStatus(s.Status.Conditions, v1alpha1.ConditionReady))
-		cs, err := b.mci.InferenceV1alpha1().InferenceClusterSummaries().Get(ctx, "cluster-b", metav1.GetOptions{})
-		require.NoError(t, err)
-		require.Contains(t, cs.Status.Namespaces, ns)
+		waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
+			cs, err := b.mci.InferenceV1alpha1().InferenceClusterSummaries().Get(ctx, "cluster-b", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return slices.Contains(cs.Status.Namespaces, ns), fmt.Sprintf("namespaces %v", cs.Status.Namespaces)
+		})
 	})
 
 	t.Run("cluster-b imports it from the summary, cluster-c lacks the namespace", func(t *testing.T) {

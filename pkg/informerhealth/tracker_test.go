@@ -213,3 +213,65 @@ func TestInformerFallingBackFromStreamingListIsNoFailure(t *testing.T) {
 	assert.Equal(t, 0.0, testutil.ToFloat64(tr.failures.WithLabelValues("services")))
 	assert.Empty(t, logs.get())
 }
+
+// TestInformerReadsAServerThatComesBackWithinASecond runs client-go's
+// reflector on a ListerWatcher whose server is away for 4 s (every List
+// and Watch refused) and then answers. The calls that find no server are
+// retried at most 1.5 s apart, where the reflector's own backoff would
+// make at most 3 calls in 4 s and then wait 3 s or more: at least 4 Lists
+// while it is away, and the cache synced within 2 s of its return.
+func TestInformerReadsAServerThatComesBackWithinASecond(t *testing.T) {
+	var away atomic.Bool
+	away.Store(true)
+	var lists atomic.Int32
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			lists.Add(1)
+			if away.Load() {
+				return nil, refused("/api/v1/services?limit=500")
+			}
+			return &corev1.ServiceList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}, nil
+		},
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+			if away.Load() {
+				return nil, refused("/api/v1/services?watch=true")
+			}
+			return watch.NewFake(), nil
+		},
+	}
+	tr := NewTracker("test")
+	inf := tr.NewInformer("services", noWatchList{lw}, &corev1.Service{})
+	var logs logLines
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logs.logger()))
+	defer cancel()
+	go inf.RunWithContext(ctx)
+
+	time.Sleep(4 * time.Second) // the server is away for this long; not a wait
+	assert.GreaterOrEqual(t, lists.Load(), int32(4), "Lists while the server was away for 4s")
+	assert.False(t, inf.HasSynced())
+	away.Store(false)
+	back := time.Now()
+	require.Eventually(t, inf.HasSynced, 5*time.Second, 10*time.Millisecond)
+	assert.Less(t, time.Since(back), 2*time.Second, "the cache syncs within a reconnect pause of the server's return")
+	assert.Equal(t, 1.0, testutil.ToFloat64(tr.failures.WithLabelValues("services")), "one loss, whatever the retries")
+}
+
+func TestOnlyTheErrorsOfNoServerAreRetriedInTheCall(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{refused("/api/v1/services"), true},
+		{fmt.Errorf("failed to list *v1.Service: %w", refused("/api/v1/services")), true},
+		{apierrors.NewServiceUnavailable("the server is currently unable to handle the request"), true},
+		{apierrors.NewForbidden(corev1.Resource("services"), "", fmt.Errorf("RBAC")), false},
+		{apierrors.NewUnauthorized("token expired"), false},
+		{apierrors.NewInternalError(fmt.Errorf("boom")), false},
+		{apierrors.NewTooManyRequests("later", 1), false},
+		{io.EOF, false},
+		{nil, false},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, noServer(tt.err), "%v", tt.err)
+	}
+}

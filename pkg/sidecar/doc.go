@@ -16,9 +16,10 @@
 //   - When an informer cannot list or watch its resource (the aggregated
 //     API of InferencePoolImports unavailable because no mci-apiserver
 //     replica of the cluster answers, the kube-apiserver unreachable, RBAC
-//     missing), client-go retries with backoff and its cache keeps what it
-//     last read, so the sidecar keeps routing on the last table built from
-//     it. pkg/informerhealth builds every informer of the Watcher and says
+//     missing), its list or watch is tried again (within a second while
+//     no server answers) and its cache keeps what it last read, so the
+//     sidecar keeps routing on the last table built from it.
+//     pkg/informerhealth builds every informer of the Watcher and says
 //     so: one log line per change (lost, with the error; back, with how
 //     long it was lost; another error while lost at most once a minute),
 //     mci_sidecar_watch_reachable{resource} (1/0) and

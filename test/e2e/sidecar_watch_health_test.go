@@ -20,10 +20,10 @@ import (
 // sidecar data path (loopback blocks 127.0.211-213.x) and stops every
 // replica of cluster-b's mci-apiserver, as when they all crash or are cut
 // off: the aggregated API of InferencePoolImports then answers 503 to the
-// sidecar's informer, which client-go retries with backoff. The sidecar
-// says so once, in one log line and mci_sidecar_watch_reachable going to 0
-// (mci_sidecar_watch_failures_total +1), however many times the reflector
-// retries; requests meanwhile are routed on the last table; once the
+// sidecar's informer, which pkg/informerhealth retries every second at
+// most. The sidecar says so once, in one log line and
+// mci_sidecar_watch_reachable going to 0 (mci_sidecar_watch_failures_total
+// +1), however many times the list or watch is tried; requests meanwhile are routed on the last table; once the
 // mci-apiserver is back, the gauge returns to 1 and one line says for how
 // long the watch was lost. The exporting clusters' mci-epp report their
 // informers' mci_epp_watch_reachable too.
@@ -33,7 +33,8 @@ func TestSidecarKeepsItsTableAndSaysSoWhileItCannotWatchImports(t *testing.T) {
 		services = "services"
 	)
 	// Verbosity 3 keeps the reflector's "Listing and watching" line of
-	// every attempt, to count the retries.
+	// every list and watch, and informerhealth's line of every call it
+	// tries again, to count the attempts.
 	logs := &capturedLogs{}
 	logger := funcr.New(func(_, args string) {
 		logs.mu.Lock()
@@ -53,7 +54,10 @@ func TestSidecarKeepsItsTableAndSaysSoWhileItCannotWatchImports(t *testing.T) {
 	}
 	failuresBefore := s.watchSeries(t, "mci_sidecar_watch_failures_total", imports)
 	tableBefore := s.sidecar.Router().Table()
-	attemptsBefore := logs.count("Listing and watching", "InferencePoolImport")
+	attemptsOfImports := func() int {
+		return logs.count("Listing and watching", "InferencePoolImport") + logs.count("No server answers the list or watch", imports)
+	}
+	attemptsBefore := attemptsOfImports()
 
 	require.NoError(t, clusters.StopMCIAPIServer("cluster-b"))
 	stopped := time.Now()
@@ -66,19 +70,18 @@ func TestSidecarKeepsItsTableAndSaysSoWhileItCannotWatchImports(t *testing.T) {
 	s.waitWatch(t, imports, 0, 30*time.Second)
 	t.Logf("mci_sidecar_watch_reachable of imports is 0 %s after cluster-b's mci-apiserver stopped", time.Since(stopped).Round(time.Millisecond))
 
-	// The outage lasts until the reflector has retried three times (its
-	// backoff starts at 0.8 s and doubles, each wait jittered up to twice
-	// its base: the third attempt comes within about 11 s); requests are
-	// routed on the last table meanwhile.
+	// The outage lasts until the imports' list or watch has been tried
+	// three times (at most 1.5 s apart); requests are routed on the last
+	// table meanwhile.
 	var served, attempts int
 	for attempts < 3 {
-		require.Less(t, time.Since(stopped), 30*time.Second, "the reflector retried %d times in 30s of outage, want several", attempts)
+		require.Less(t, time.Since(stopped), 30*time.Second, "the imports were tried %d times in 30s of outage, want several", attempts)
 		code, _, err := s.try(ctx)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, code, "a request while the imports cannot be watched")
 		served++
 		time.Sleep(200 * time.Millisecond) // paces the requests; not a wait
-		attempts = logs.count("Listing and watching", "InferencePoolImport") - attemptsBefore
+		attempts = attemptsOfImports() - attemptsBefore
 	}
 	assert.Equal(t, tableBefore.Generation, s.sidecar.Router().Table().Generation, "the table is the last one built before the loss")
 	assert.Equal(t, 1, logs.count("Cannot list or watch a resource", imports), "one log line for the loss, for %d list-and-watch attempts", attempts)
@@ -89,8 +92,8 @@ func TestSidecarKeepsItsTableAndSaysSoWhileItCannotWatchImports(t *testing.T) {
 	require.NoError(t, clusters.StartMCIAPIServer(ctx, "cluster-b"))
 	restarted = true
 	back := time.Now()
-	// The reflector's backoff (up to 2x jitter) decides when it tries
-	// again.
+	// The aggregator answers once it sees the APIService available again;
+	// the next try follows within 1.5 s.
 	s.waitWatch(t, imports, 1, 90*time.Second)
 	t.Logf("mci_sidecar_watch_reachable of imports is 1 %s after cluster-b's mci-apiserver was Available again", time.Since(back).Round(time.Millisecond))
 	// The tracker sets the gauge, then logs the recovery.

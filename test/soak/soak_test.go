@@ -27,8 +27,9 @@ import (
 	"k8s.io/utils/ptr"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
-	mciinformers "github.com/mci-dev/mci/pkg/generated/informers/externalversions"
+	"github.com/mci-dev/mci/pkg/informerhealth"
 	"github.com/mci-dev/mci/test/localclusterset"
 )
 
@@ -200,12 +201,15 @@ func TestSoak(t *testing.T) {
 	require.NoError(t, rot.setUp(ctx), "moving %s's kubeconfig of %s to a member Secret", rot.watcher, rot.member)
 
 	// An informer per cluster on every namespace's imports, through the
-	// aggregator, as mci-sidecar's.
+	// aggregator, built as mci-sidecar's (pkg/informerhealth: a call that
+	// finds no server is tried again within a second).
 	var views []*view
 	infCtx, stopInformers := context.WithCancel(context.Background())
 	defer stopInformers()
+	viewWatches := informerhealth.NewTracker("soak_view")
 	for _, c := range cs.Clusters {
-		inf := mciinformers.NewSharedInformerFactory(mci[c.Name], 0).Inference().V1alpha1().InferencePoolImports().Informer()
+		imports := mci[c.Name].InferenceV1alpha1().InferencePoolImports(metav1.NamespaceAll)
+		inf := viewWatches.NewInformer(c.Name+"/inferencepoolimports", informerhealth.ListWatch(mci[c.Name], imports.List, imports.Watch), &v1alpha1.InferencePoolImport{})
 		go inf.RunWithContext(infCtx)
 		v := &view{cluster: c.Name, client: mci[c.Name], informer: inf}
 		for _, port := range c.MCIAPIServerReplicaPorts {

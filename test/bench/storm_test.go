@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +29,39 @@ const stormNS = "storm"
 type summaryWatcher struct {
 	exports  cache.SharedIndexInformer
 	exported mcilisters.InferencePoolExportSummaryLister
+	// reads counts the requests of every reader of the set (shared).
+	reads *summaryReads
 }
+
+// summaryReads counts the readers' requests that read a summary resource
+// whole: LISTs and streaming lists (watch=true&sendInitialEvents=true),
+// which the server's request metrics count as WATCHes. Either is a relist;
+// a reader that resumes sends neither.
+type summaryReads struct{ lists, streamingLists atomic.Int64 }
+
+func (c *summaryReads) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "summaries") {
+			q := req.URL.Query()
+			switch {
+			case q.Get("watch") != "true" && q.Get("watch") != "1":
+				c.lists.Add(1)
+			case q.Get("sendInitialEvents") == "true":
+				c.streamingLists.Add(1)
+			}
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+// relists are the LISTs and streaming lists counted so far.
+func (c *summaryReads) relists() (lists, streamingLists int64) {
+	return c.lists.Load(), c.streamingLists.Load()
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // summaryReaders starts k readers of cluster-a's summaries as a
 // summary-mode importer reads them (an informer of each of the two
@@ -37,15 +72,17 @@ func (e *env) summaryReaders(b *testing.B, k int) []summaryWatcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	out := make([]summaryWatcher, k)
+	reads := &summaryReads{}
 	var synced []cache.InformerSynced
 	for i := range out {
 		cfg := rest.CopyConfig(e.cfg["cluster-a"])
 		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 		cfg.Dial = d.DialContext
+		cfg.Wrap(reads.wrap)
 		f := mciinformers.NewSharedInformerFactory(mciclient.NewForConfigOrDie(cfg), 0)
 		exports := f.Inference().V1alpha1().InferencePoolExportSummaries()
 		clusters := f.Inference().V1alpha1().InferenceClusterSummaries()
-		out[i] = summaryWatcher{exports: exports.Informer(), exported: exports.Lister()}
+		out[i] = summaryWatcher{exports: exports.Informer(), exported: exports.Lister(), reads: reads}
 		synced = append(synced, exports.Informer().HasSynced, clusters.Informer().HasSynced)
 		f.Start(ctx.Done())
 	}
@@ -94,6 +131,7 @@ func (e *env) reconnectStorm(b *testing.B, ns, name string, readers []summaryWat
 		return true
 	}), "the %s pool's summary at every reader", name)
 	served := e.mciWatchesServed(b, "cluster-a")
+	listsBefore, streamingBefore := readers[0].reads.relists()
 	require.NoError(b, e.cs.StopMCIAPIServer("cluster-a"))
 	_, err = pools.Patch(ctx, name, types.MergePatchType, exportPatch(false), metav1.PatchOptions{})
 	require.NoError(b, err)
@@ -131,6 +169,10 @@ func (e *env) reconnectStorm(b *testing.B, ns, name string, readers []summaryWat
 	}
 	results.check("member restart", what+": LIST requests it served", "requests", lists, "0", lists == 0,
 		fmt.Sprintf("every reader resumes its watches from its resourceVersion; the ClusterSet's own summary-mode replicas reconnect too; by resource and code: %v", listed))
+	listsAfter, streamingAfter := readers[0].reads.relists()
+	relists := (listsAfter - listsBefore) + (streamingAfter - streamingBefore)
+	results.check("member restart", what+": relists by the importers", "requests", float64(relists), "0", relists == 0,
+		fmt.Sprintf("counted by the readers from the stop to the end: %d LISTs and %d streaming lists (a streaming list is a WATCH to the server's request metrics, so the LIST count above cannot show it)", listsAfter-listsBefore, streamingAfter-streamingBefore))
 }
 
 // mciRequests are the LIST and WATCH requests cluster's mci-apiserver has

@@ -132,25 +132,11 @@ func TestTrackerIgnoresOutcomesOfAStoppingInformer(t *testing.T) {
 // calling the watch error handler: the tracker still sees the resource
 // failing, once, and reachable again once a Watch opens.
 func TestInformerReportsWatchRetriesTheReflectorKeepsToItself(t *testing.T) {
-	var down atomic.Bool
-	down.Store(true)
-	var watches atomic.Int32
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-			return &corev1.ServiceList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}, nil
-		},
-		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
-			watches.Add(1)
-			if down.Load() {
-				return nil, refused("/api/v1/services?watch=true")
-			}
-			return watch.NewFake(), nil
-		},
-	}
-	// watch-list is off: a ListWatch of no clientset (as a fake client's)
-	// streams no lists, so the reflector lists, then watches.
+	server := &flakyServer{listsAnswer: true}
+	server.down.Store(true)
+	down, watches := &server.down, &server.watches
 	tr := NewTracker("test")
-	inf := tr.NewInformer("services", noWatchList{lw}, &corev1.Service{})
+	inf := tr.NewInformer("services", server.listWatch(), &corev1.Service{})
 	var logs logLines
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logs.logger()))
 	defer cancel()
@@ -176,6 +162,35 @@ func TestInformerReportsWatchRetriesTheReflectorKeepsToItself(t *testing.T) {
 
 // noWatchList is a ListerWatcher that says it streams no lists.
 type noWatchList struct{ *cache.ListWatch }
+
+// flakyServer answers Lists and Watches of Services while it is up, and
+// refuses the connection of each Watch (and of each List unless
+// listsAnswer) while down. Its ListerWatcher streams no lists (as a
+// fake client's), so the reflector lists, then watches.
+type flakyServer struct {
+	down           atomic.Bool
+	listsAnswer    bool
+	lists, watches atomic.Int32
+}
+
+func (s *flakyServer) listWatch() cache.ListerWatcher {
+	return noWatchList{&cache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			s.lists.Add(1)
+			if s.down.Load() && !s.listsAnswer {
+				return nil, refused("/api/v1/services?limit=500")
+			}
+			return &corev1.ServiceList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}, nil
+		},
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+			s.watches.Add(1)
+			if s.down.Load() {
+				return nil, refused("/api/v1/services?watch=true")
+			}
+			return watch.NewFake(), nil
+		},
+	}}
+}
 
 func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
 
@@ -221,26 +236,11 @@ func TestInformerFallingBackFromStreamingListIsNoFailure(t *testing.T) {
 // make at most 3 calls in 4 s and then wait 3 s or more: at least 4 Lists
 // while it is away, and the cache synced within 2 s of its return.
 func TestInformerReadsAServerThatComesBackWithinASecond(t *testing.T) {
-	var away atomic.Bool
-	away.Store(true)
-	var lists atomic.Int32
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-			lists.Add(1)
-			if away.Load() {
-				return nil, refused("/api/v1/services?limit=500")
-			}
-			return &corev1.ServiceList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}, nil
-		},
-		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
-			if away.Load() {
-				return nil, refused("/api/v1/services?watch=true")
-			}
-			return watch.NewFake(), nil
-		},
-	}
+	server := &flakyServer{}
+	server.down.Store(true)
+	away, lists := &server.down, &server.lists
 	tr := NewTracker("test")
-	inf := tr.NewInformer("services", noWatchList{lw}, &corev1.Service{})
+	inf := tr.NewInformer("services", server.listWatch(), &corev1.Service{})
 	var logs logLines
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logs.logger()))
 	defer cancel()

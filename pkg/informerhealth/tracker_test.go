@@ -241,10 +241,7 @@ func TestInformerReadsAServerThatComesBackWithinASecond(t *testing.T) {
 	away, lists := &server.down, &server.lists
 	tr := NewTracker("test")
 	inf := tr.NewInformer("services", server.listWatch(), &corev1.Service{})
-	var logs logLines
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logs.logger()))
-	defer cancel()
-	go inf.RunWithContext(ctx)
+	go inf.RunWithContext(t.Context())
 
 	time.Sleep(4 * time.Second) // the server is away for this long; not a wait
 	assert.GreaterOrEqual(t, lists.Load(), int32(4), "Lists while the server was away for 4s")

@@ -73,3 +73,29 @@ func TestPoller(t *testing.T) {
 
 	assert.Error(t, p.Run(context.Background()), "one Run at a time")
 }
+
+// The readers look targets up in a copy made when they change: every Set
+// that adds or removes one must be seen at once, and a target removed and
+// set again must read as new, not as the one removed.
+func TestReadersSeeEverySet(t *testing.T) {
+	p := New(time.Hour, (&counter{calls: map[string]int{}}).check)
+	v := 7
+	p.Set([]string{"a"})
+	p.Put("a", &v)
+	require.Equal(t, 7, *p.Get("a"))
+
+	p.Set([]string{"a", "b"})
+	assert.True(t, p.Has("b"), "an added target is seen")
+	assert.Nil(t, p.Get("b"))
+	assert.Equal(t, 7, *p.Get("a"), "a kept target keeps its value")
+
+	p.Set([]string{"b"})
+	assert.False(t, p.Has("a"), "a removed target is gone")
+	assert.Nil(t, p.Get("a"))
+	p.Put("a", &v)
+	assert.Nil(t, p.Get("a"), "Put does not bring a removed target back")
+
+	p.Set([]string{"a", "b"})
+	assert.True(t, p.Has("a"))
+	assert.Nil(t, p.Get("a"), "a target set again starts with no value")
+}

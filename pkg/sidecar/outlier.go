@@ -247,9 +247,11 @@ type ejectingState struct {
 	w *outlierWatch
 }
 
-func (s ejectingState) Health(c *routetable.Cluster) Health {
-	if s.w.det.Ejected(outlierKey(c), s.w.now) {
-		return clusterscore.HealthEjected
+func (s ejectingState) Read(clusters []*routetable.Cluster, cands []clusterscore.Candidate, pools bool) {
+	s.State.Read(clusters, cands, pools)
+	for i, c := range clusters {
+		if s.w.det.Ejected(outlierKey(c), s.w.now) {
+			cands[i].Health = clusterscore.HealthEjected
+		}
 	}
-	return s.State.Health(c)
 }

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"strings"
 
+	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/eppprobe"
 	"github.com/mci-dev/mci/pkg/routetable"
 )
@@ -16,11 +17,16 @@ type liveState struct {
 	metrics *eppprobe.PoolScraper
 }
 
-func (s liveState) Health(c *routetable.Cluster) Health {
-	if s.health == nil {
-		return HealthUnknown
+func (s liveState) Read(clusters []*routetable.Cluster, cands []clusterscore.Candidate, pools bool) {
+	for i, c := range clusters {
+		cands[i].Health = HealthUnknown
+		if s.health != nil {
+			cands[i].Health = healthOf(s.health, c.Health)
+		}
+		if pools {
+			cands[i].Pool = s.poolMetrics(c)
+		}
 	}
-	return healthOf(s.health, c.Health)
 }
 
 // healthOf is what prober knows of the EPP at health address addr.
@@ -35,7 +41,8 @@ func healthOf(prober *eppprobe.HealthProber, addr string) Health {
 	}
 }
 
-func (s liveState) PoolMetrics(c *routetable.Cluster) *PoolMetrics {
+// poolMetrics are the latest gauges of c's pool; nil when none were read.
+func (s liveState) poolMetrics(c *routetable.Cluster) *PoolMetrics {
 	if s.metrics == nil {
 		return nil
 	}

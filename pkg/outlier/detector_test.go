@@ -1,6 +1,7 @@
 package outlier
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -260,13 +261,22 @@ func TestDetector(t *testing.T) {
 			run(t, d, tt.clusters, tt.steps)
 			// Checking may start a probe: only the events of the steps count.
 			assert.Equal(t, tt.wantEvents, describe(events))
+			// EjectedAmong answers as Ejected does, a cluster not seen
+			// yet among the others; asked first, it is the one that
+			// finds ejections over.
+			among := append(slices.Clone(tt.clusters), "unseen")
+			var outAmong []string
+			d.EjectedAmong(len(among), func(i int) Key { return Key{"p", among[i]} }, at(epoch.Add(tt.checkAt)), func(i int) {
+				outAmong = append(outAmong, among[i])
+			})
 			var out []string
-			for _, c := range tt.clusters {
+			for _, c := range among {
 				if d.Ejected(Key{"p", c}, at(epoch.Add(tt.checkAt))) {
 					out = append(out, c)
 				}
 			}
 			assert.Equal(t, tt.wantOut, out)
+			assert.Equal(t, out, outAmong, "EjectedAmong answers as Ejected")
 		})
 	}
 }

@@ -249,9 +249,7 @@ type ejectingState struct {
 
 func (s ejectingState) Read(clusters []*routetable.Cluster, cands []clusterscore.Candidate, pools bool) {
 	s.State.Read(clusters, cands, pools)
-	for i, c := range clusters {
-		if s.w.det.Ejected(outlierKey(c), s.w.now) {
-			cands[i].Health = clusterscore.HealthEjected
-		}
-	}
+	s.w.det.EjectedAmong(len(clusters), func(i int) outlier.Key { return outlierKey(clusters[i]) }, s.w.now, func(i int) {
+		cands[i].Health = clusterscore.HealthEjected
+	})
 }

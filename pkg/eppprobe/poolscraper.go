@@ -225,6 +225,44 @@ func (s *PoolScraper) Get(url, pool string) *metrics.PoolMetrics {
 	return poolOf(r.pools, pool)
 }
 
+// MetricsRef reads the gauges of one pool at one URL without looking the
+// URL up (poll.Ref): see PoolScraper.Refs.
+type MetricsRef struct {
+	r    poll.Ref[scrapeResult]
+	pool string
+}
+
+// Get answers as PoolScraper.Get does for the URL and pool the Ref was
+// made for, while the scraper's Version is the one Refs returned.
+func (r MetricsRef) Get() *metrics.PoolMetrics {
+	v := r.r.Load()
+	if v == nil {
+		return nil
+	}
+	return poolOf(v.pools, r.pool)
+}
+
+// Refs sets out[i] to the MetricsRef of the pool and URL target(i) names
+// for each i below len(out), and returns the version of the scraper's
+// targets they read (Version): a reader of the same pools at every
+// request (the clusters of a backend) looks them up once a change of
+// the targets.
+func (s *PoolScraper) Refs(target func(i int) (url, pool string), out []MetricsRef) (version uint64) {
+	refs := make([]poll.Ref[scrapeResult], len(out))
+	version = s.poller.Refs(func(i int) string {
+		url, _ := target(i)
+		return url
+	}, refs)
+	for i, r := range refs {
+		_, pool := target(i)
+		out[i] = MetricsRef{r: r, pool: pool}
+	}
+	return version
+}
+
+// Version changes whenever the scraped URLs do (SetTargets).
+func (s *PoolScraper) Version() uint64 { return s.poller.Version() }
+
 func poolOf(pools map[string]*metrics.PoolMetrics, pool string) *metrics.PoolMetrics {
 	if m, ok := pools[pool]; ok {
 		return m

@@ -32,7 +32,7 @@ type Poller[T any] struct {
 	// modified after: Get and the other readers look targets up in it
 	// without a lock, the sidecar's picks reading 1,000 of them or more
 	// each while the targets change only with the routing table.
-	published atomic.Pointer[map[string]*pollTarget[T]]
+	published atomic.Pointer[publishedTargets[T]]
 	runCtx    context.Context
 	wg        sync.WaitGroup
 }
@@ -43,6 +43,13 @@ type pollTarget[T any] struct {
 	// wake, when it holds a token, makes the loop check at once rather
 	// than at the end of its interval.
 	wake chan struct{}
+}
+
+// publishedTargets are the targets at one moment, and which change of
+// them that was (Version).
+type publishedTargets[T any] struct {
+	version uint64
+	targets map[string]*pollTarget[T]
 }
 
 func newPollTarget[T any]() *pollTarget[T] {
@@ -61,14 +68,49 @@ func New[T any](interval time.Duration, check func(ctx context.Context, target s
 // publish makes the readers see the targets as they are. p.mu must be
 // held, or p not yet shared.
 func (p *Poller[T]) publish() {
-	m := maps.Clone(p.targets)
-	p.published.Store(&m)
+	next := &publishedTargets[T]{targets: maps.Clone(p.targets)}
+	if last := p.published.Load(); last != nil {
+		next.version = last.version + 1
+	}
+	p.published.Store(next)
 }
 
 // target is key's target as last published; nil when none.
 func (p *Poller[T]) target(key string) *pollTarget[T] {
-	return (*p.published.Load())[key]
+	return p.published.Load().targets[key]
 }
+
+// Ref is a target's latest value read without a look-up, for a caller
+// that reads the same targets again and again (the clusters of a
+// backend, at every pick of the sidecar) and looks them up once for each
+// change of the targets (Refs, Version). The zero Ref, or one of a key
+// that was no target, has no value.
+type Ref[T any] struct{ t *pollTarget[T] }
+
+// Load is the target's latest value, as Get returns it while the targets
+// are those of the version its Ref was made in; nil when none.
+func (r Ref[T]) Load() *T {
+	if r.t == nil {
+		return nil
+	}
+	return r.t.value.Load()
+}
+
+// Refs sets out[i] to the Ref of keys(i) for each i below len(out), and
+// returns the version of the targets they are the targets of: they read
+// what Get reads as long as Version returns it. A target removed, and
+// set again, is another target, which its old Ref does not read.
+func (p *Poller[T]) Refs(keys func(i int) string, out []Ref[T]) (version uint64) {
+	pub := p.published.Load()
+	for i := range out {
+		out[i] = Ref[T]{t: pub.targets[keys(i)]}
+	}
+	return pub.version
+}
+
+// Version says which change of the targets is the latest: it changes
+// whenever one is added or removed.
+func (p *Poller[T]) Version() uint64 { return p.published.Load().version }
 
 // Run polls until ctx ends, then waits for the checks in flight.
 func (p *Poller[T]) Run(ctx context.Context) error {

@@ -99,3 +99,37 @@ func TestReadersSeeEverySet(t *testing.T) {
 	assert.True(t, p.Has("a"))
 	assert.Nil(t, p.Get("a"), "a target set again starts with no value")
 }
+
+// A Ref reads its target's latest value while the targets are those of
+// the version it was made in; a change of the targets changes the
+// version, so that a reader who keeps Refs looks them up again.
+func TestRefsReadTheirTargetsUntilTheTargetsChange(t *testing.T) {
+	p := New(time.Hour, (&counter{calls: map[string]int{}}).check)
+	keys := []string{"a", "b", "none"}
+	p.Set([]string{"a", "b"})
+	refs := make([]Ref[int], len(keys))
+	version := p.Refs(func(i int) string { return keys[i] }, refs)
+	require.Equal(t, version, p.Version())
+	assert.Nil(t, refs[0].Load(), "no value yet")
+	assert.Nil(t, refs[2].Load(), "a key that is no target has no value")
+	assert.Nil(t, Ref[int]{}.Load())
+
+	one, two := 1, 2
+	p.Put("a", &one)
+	assert.Equal(t, 1, *refs[0].Load(), "a Ref reads the latest value")
+	p.Put("a", &two)
+	assert.Equal(t, 2, *refs[0].Load())
+
+	p.Set([]string{"a", "b"})
+	assert.Equal(t, version, p.Version(), "a Set that changes nothing keeps the version")
+
+	p.Set([]string{"b"})
+	assert.NotEqual(t, version, p.Version(), "removing a target changes the version")
+	version = p.Version()
+	p.Set([]string{"a", "b"})
+	assert.NotEqual(t, version, p.Version(), "adding one changes it")
+	p.Put("a", &one)
+	assert.Equal(t, 2, *refs[0].Load(), "the old Ref reads the target removed, not the new one")
+	p.Refs(func(i int) string { return keys[i] }, refs)
+	assert.Equal(t, 1, *refs[0].Load(), "looked up again, it reads the new one")
+}

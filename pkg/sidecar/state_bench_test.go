@@ -35,7 +35,7 @@ func BenchmarkLiveStateRead(b *testing.B) {
 		scraper, err := eppprobe.NewPoolScraper(eppprobe.PoolScraperOptions{})
 		require.NoError(b, err)
 		scraper.SetTargets(metrics)
-		st := ejectingState{State: liveState{health: prober, metrics: scraper},
+		st := ejectingState{State: newLiveState(prober, scraper),
 			w: newOutlierWatch(&OutlierConfig{Detection: outlier.DefaultConfig(), FirstByte: outlier.DefaultFirstByteConfig()}, nil, logr.Discard())}
 		// Every cluster seen once, as after the first pick.
 		st.Read(clusters, make([]clusterscore.Candidate, n), true)

@@ -19,13 +19,13 @@ type liveState struct {
 	metrics *eppprobe.PoolScraper
 	// refs keeps each backend's references to the prober's and the
 	// scraper's findings; nil (tests): they are looked up at every pick.
-	refs *stateRefs
+	refs *byBackend[*backendRefs]
 }
 
 // newLiveState is the state of prober and scraper, each backend's
 // references to their findings kept from pick to pick.
 func newLiveState(prober *eppprobe.HealthProber, scraper *eppprobe.PoolScraper) liveState {
-	return liveState{health: prober, metrics: scraper, refs: &stateRefs{}}
+	return liveState{health: prober, metrics: scraper, refs: &byBackend[*backendRefs]{}}
 }
 
 func (s liveState) Read(clusters []*routetable.Cluster, cands []clusterscore.Candidate, pools bool) {
@@ -70,25 +70,42 @@ type backendRefs struct {
 	metrics                       []eppprobe.MetricsRef
 }
 
-// stateRefs keeps the backendRefs of the backends picked lately. A pick
-// over 1,000 clusters looked up 2,000 addresses in the prober's and the
-// scraper's maps (half of BenchmarkLiveStateRead); their targets change
-// only with the routing table, so the look-ups are made once a version
-// of the targets and a backend, and a pick reads the references.
-type stateRefs struct {
-	// byBackend holds a *backendRefs by the address of the first element
-	// of the backend's clusters: a published table's slice, the same at
-	// every pick, and other clusters at another address.
-	byBackend sync.Map
-	// stored counts the clusters of the entries stored since the map was
+// byBackend keeps a value for each backend picked lately, by its
+// clusters: what a pick would otherwise compute again from every cluster
+// (2,000 look-ups a pick at 1,000 clusters), kept while what it was
+// computed from stays. The key is the address of the clusters' first
+// element: a published table's slice, the same at every pick; other
+// clusters are at another address.
+type byBackend[T any] struct {
+	values sync.Map
+	// stored counts the clusters of the values stored since the map was
 	// last cleared: those of the tables replaced are dropped, with the
-	// tables they keep, once it passes maxClusterRefs.
+	// tables they keep, once it passes maxKeptClusters.
 	stored atomic.Int64
 }
 
-// maxClusterRefs bounds stateRefs: about 8 MB of references, the clusters
-// of 25 tables of 1,000 clusters x 10 pools.
-const maxClusterRefs = 1 << 18
+// maxKeptClusters bounds a byBackend: the clusters of 25 tables of 1,000
+// clusters x 10 pools.
+const maxKeptClusters = 1 << 18
+
+// load is the value kept for clusters, which are not empty.
+func (c *byBackend[T]) load(clusters []*routetable.Cluster) (T, bool) {
+	v, ok := c.values.Load(&clusters[0])
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	return v.(T), true
+}
+
+// store keeps v for clusters, which are not empty.
+func (c *byBackend[T]) store(clusters []*routetable.Cluster, v T) {
+	if c.stored.Add(int64(len(clusters))) > maxKeptClusters {
+		c.values.Clear()
+		c.stored.Store(int64(len(clusters)))
+	}
+	c.values.Store(&clusters[0], v)
+}
 
 // refsOf is the references to the findings of clusters: kept ones while
 // the prober's and the scraper's targets are those they were made for,
@@ -102,11 +119,8 @@ func (s liveState) refsOf(clusters []*routetable.Cluster) *backendRefs {
 		metricsVersion = s.metrics.Version()
 	}
 	if s.refs != nil && len(clusters) > 0 {
-		if v, ok := s.refs.byBackend.Load(&clusters[0]); ok {
-			r := v.(*backendRefs)
-			if len(r.health) == len(clusters) && r.healthVersion == healthVersion && r.metricsVersion == metricsVersion {
-				return r
-			}
+		if r, ok := s.refs.load(clusters); ok && len(r.health) == len(clusters) && r.healthVersion == healthVersion && r.metricsVersion == metricsVersion {
+			return r
 		}
 	}
 	r := &backendRefs{health: make([]eppprobe.HealthRef, len(clusters)), metrics: make([]eppprobe.MetricsRef, len(clusters))}
@@ -120,11 +134,7 @@ func (s liveState) refsOf(clusters []*routetable.Cluster) *backendRefs {
 		}, r.metrics)
 	}
 	if s.refs != nil && len(clusters) > 0 {
-		if s.refs.stored.Add(int64(len(clusters))) > maxClusterRefs {
-			s.refs.byBackend.Clear()
-			s.refs.stored.Store(int64(len(clusters)))
-		}
-		s.refs.byBackend.Store(&clusters[0], r)
+		s.refs.store(clusters, r)
 	}
 	return r
 }

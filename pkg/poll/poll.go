@@ -8,7 +8,6 @@ package poll
 import (
 	"context"
 	"errors"
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,12 +25,12 @@ type Poller[T any] struct {
 	// goroutine has ended. Set it before Run.
 	Forget func(target string)
 
-	mu      sync.RWMutex
+	mu sync.RWMutex
+	// targets is replaced when they change, never modified (Set).
 	targets map[string]*pollTarget[T]
-	// published is a copy of targets made when they change, never
-	// modified after: Get and the other readers look targets up in it
-	// without a lock, the sidecar's picks reading 1,000 of them or more
-	// each while the targets change only with the routing table.
+	// published are the targets as last set: Get and the other readers
+	// look them up without a lock, the sidecar's picks reading 1,000 of
+	// them or more each while they change only with the routing table.
 	published atomic.Pointer[publishedTargets[T]]
 	runCtx    context.Context
 	wg        sync.WaitGroup
@@ -65,10 +64,11 @@ func New[T any](interval time.Duration, check func(ctx context.Context, target s
 	return p
 }
 
-// publish makes the readers see the targets as they are. p.mu must be
-// held, or p not yet shared.
+// publish makes the readers see the targets as they are, p.targets,
+// which Set replaces rather than modifies. p.mu must be held, or p not
+// yet shared.
 func (p *Poller[T]) publish() {
-	next := &publishedTargets[T]{targets: maps.Clone(p.targets)}
+	next := &publishedTargets[T]{targets: p.targets}
 	if last := p.published.Load(); last != nil {
 		next.version = last.version + 1
 	}
@@ -133,9 +133,10 @@ func (p *Poller[T]) Run(ctx context.Context) error {
 }
 
 // Set makes the targets exactly keys ("" is none); kept targets keep their
-// values.
+// values. The targets are a new map when they change, never modified
+// after, so that readers read them without a lock (publish).
 func (p *Poller[T]) Set(keys []string) {
-	want := make(map[string]bool, len(keys))
+	next := make(map[string]*pollTarget[T], len(keys))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	changed := false
@@ -143,28 +144,31 @@ func (p *Poller[T]) Set(keys []string) {
 		if k == "" {
 			continue
 		}
-		want[k] = true
-		if _, ok := p.targets[k]; ok {
+		if _, ok := next[k]; ok {
 			continue
 		}
-		t := newPollTarget[T]()
-		p.targets[k], changed = t, true
-		if p.runCtx != nil {
-			p.start(k, t)
+		t, ok := p.targets[k]
+		if !ok {
+			t, changed = newPollTarget[T](), true
+			if p.runCtx != nil {
+				p.start(k, t)
+			}
 		}
+		next[k] = t
 	}
 	for k, t := range p.targets {
-		if !want[k] {
-			delete(p.targets, k)
-			changed = true
-			if t.cancel != nil {
-				t.cancel()
-			} else if p.Forget != nil {
-				p.Forget(k)
-			}
+		if _, ok := next[k]; ok {
+			continue
+		}
+		changed = true
+		if t.cancel != nil {
+			t.cancel()
+		} else if p.Forget != nil {
+			p.Forget(k)
 		}
 	}
 	if changed {
+		p.targets = next
 		p.publish()
 	}
 }

@@ -627,3 +627,27 @@ func TestMetricsRefsReadWhatGetReads(t *testing.T) {
 	s.SetTargets(nil)
 	assert.NotEqual(t, version, s.Version(), "a change of the URLs changes the version")
 }
+
+// A pool's gauges are its series, or the only series of an EPP that
+// serves one whatever its name; of an EPP that serves several, an
+// unknown pool has none.
+func TestPoolScraperFindsAPoolsGaugesByNameOrAsTheOnlyOnes(t *testing.T) {
+	one := newMetricsServer(t, gauges("llm", 7), "")
+	two := newMetricsServer(t, gauges("a", 1)+gauges("b", 2), "")
+	s, err := NewPoolScraper(PoolScraperOptions{Interval: time.Hour, Timeout: time.Second})
+	require.NoError(t, err)
+	s.SetTargets([]string{one.URL, two.URL})
+	runScraper(t, s, nil)
+	require.Eventually(t, func() bool { return s.Get(one.URL, "llm") != nil && s.Get(two.URL, "a") != nil }, 5*time.Second, 10*time.Millisecond)
+	queue := func(url, pool string) float64 {
+		if g := s.Get(url, pool); g != nil {
+			return g.AverageQueue
+		}
+		return -1
+	}
+	assert.Equal(t, 7.0, queue(one.URL, "llm"))
+	assert.Equal(t, 7.0, queue(one.URL, "other"), "the only series, whatever its name")
+	assert.Equal(t, 1.0, queue(two.URL, "a"))
+	assert.Equal(t, 2.0, queue(two.URL, "b"))
+	assert.Equal(t, -1.0, queue(two.URL, "other"), "of several, none is taken for another")
+}

@@ -120,6 +120,35 @@ func (h *HealthProber) Serving(addr string) (serving, known bool) {
 	return false, false
 }
 
+// HealthRef reads what the prober knows of one EPP without looking its
+// address up (poll.Ref): see HealthProber.Refs.
+type HealthRef struct{ r poll.Ref[bool] }
+
+// Serving answers as HealthProber.Serving does for the address the Ref
+// was made for, while the prober's Version is the one Refs returned.
+func (r HealthRef) Serving() (serving, known bool) {
+	if v := r.r.Load(); v != nil {
+		return *v, true
+	}
+	return false, false
+}
+
+// Refs sets out[i] to the HealthRef of addrs(i) for each i below
+// len(out), and returns the version of the prober's targets they read
+// (Version): a reader of the same addresses at every request (the
+// clusters of a backend) looks them up once a change of the targets.
+func (h *HealthProber) Refs(addrs func(i int) string, out []HealthRef) (version uint64) {
+	refs := make([]poll.Ref[bool], len(out))
+	version = h.poller.Refs(addrs, refs)
+	for i, r := range refs {
+		out[i] = HealthRef{r: r}
+	}
+	return version
+}
+
+// Version changes whenever the probed addresses do (SetTargets).
+func (h *HealthProber) Version() uint64 { return h.poller.Version() }
+
 var notServing = false
 
 // MarkFailed records that the EPP at health address addr just failed: it is

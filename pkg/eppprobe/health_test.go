@@ -104,10 +104,27 @@ func TestHealthProber(t *testing.T) {
 		defer cancel()
 		go func() { _ = p2.Run(ctx) }()
 		require.Eventually(t, func() bool { return statusOf(p2, up) == isServing }, 5*time.Second, 10*time.Millisecond)
+		addrs := []string{up, "", "not-a-target:1"}
+		refs := make([]HealthRef, len(addrs))
+		version := p2.Refs(func(i int) string { return addrs[i] }, refs)
+		refsAnswer := func() {
+			t.Helper()
+			for i, addr := range addrs {
+				serving, known := p2.Serving(addr)
+				refServing, refKnown := refs[i].Serving()
+				assert.Equal(t, [2]bool{serving, known}, [2]bool{refServing, refKnown}, "a HealthRef answers as Serving for %q", addr)
+			}
+		}
+		refsAnswer()
 		p2.MarkFailed(up)
 		assert.Equal(t, isNotServing, statusOf(p2, up))
+		refsAnswer()
 		p2.MarkFailed("not-a-target:1")
 		assert.Equal(t, isUnknown, statusOf(p2, "not-a-target:1"))
+		refsAnswer()
+		assert.Equal(t, version, p2.Version())
+		p2.SetTargets(nil)
+		assert.NotEqual(t, version, p2.Version(), "a change of the addresses changes the version")
 	})
 
 	t.Run("removed targets are forgotten", func(t *testing.T) {

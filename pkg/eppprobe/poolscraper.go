@@ -139,6 +139,10 @@ type scrapeResult struct {
 	err error
 	// pools are the last good gauges by pool name; nil before any.
 	pools map[string]*metrics.PoolMetrics
+	// only is the gauges of the one pool when pools has one (what an EPP
+	// serves, most of the time): poolOf's answer for any name, read
+	// without a look-up by a pick over 1,000 clusters.
+	only *metrics.PoolMetrics
 	// token says which token the last scrape sent.
 	token string
 	// withheld, when set, says why the sidecar's own token was not sent
@@ -222,6 +226,52 @@ func (s *PoolScraper) Get(url, pool string) *metrics.PoolMetrics {
 	if r == nil {
 		return nil
 	}
+	return r.gauges(pool)
+}
+
+// MetricsRef reads the gauges of one pool at one URL without looking the
+// URL up (poll.Ref): see PoolScraper.Refs.
+type MetricsRef struct {
+	r    poll.Ref[scrapeResult]
+	pool string
+}
+
+// Get answers as PoolScraper.Get does for the URL and pool the Ref was
+// made for, while the scraper's Version is the one Refs returned.
+func (r MetricsRef) Get() *metrics.PoolMetrics {
+	v := r.r.Load()
+	if v == nil {
+		return nil
+	}
+	return v.gauges(r.pool)
+}
+
+// Refs sets out[i] to the MetricsRef of the pool and URL target(i) names
+// for each i below len(out), and returns the version of the scraper's
+// targets they read (Version): a reader of the same pools at every
+// request (the clusters of a backend) looks them up once a change of
+// the targets.
+func (s *PoolScraper) Refs(target func(i int) (url, pool string), out []MetricsRef) (version uint64) {
+	refs := make([]poll.Ref[scrapeResult], len(out))
+	version = s.poller.Refs(func(i int) string {
+		url, _ := target(i)
+		return url
+	}, refs)
+	for i, r := range refs {
+		_, pool := target(i)
+		out[i] = MetricsRef{r: r, pool: pool}
+	}
+	return version
+}
+
+// Version changes whenever the scraped URLs do (SetTargets).
+func (s *PoolScraper) Version() uint64 { return s.poller.Version() }
+
+// gauges are r's gauges of pool (poolOf).
+func (r *scrapeResult) gauges(pool string) *metrics.PoolMetrics {
+	if r.only != nil {
+		return r.only
+	}
 	return poolOf(r.pools, pool)
 }
 
@@ -247,7 +297,7 @@ func (s *PoolScraper) State(url, pool string, now time.Time) (state MetricsState
 	if r == nil {
 		return MetricsStale, errors.New("not scraped yet"), true
 	}
-	m := poolOf(r.pools, pool)
+	m := r.gauges(pool)
 	switch {
 	case m != nil && (s.staleness <= 0 || !m.UpdatedAt.Before(now.Add(-s.staleness))):
 		return MetricsFresh, nil, true
@@ -272,6 +322,11 @@ func (s *PoolScraper) scrape(ctx context.Context, url string) (*scrapeResult, er
 	}
 	if r.state != MetricsFresh && prev != nil {
 		r.pools = prev.pools
+	}
+	if len(r.pools) == 1 {
+		for _, m := range r.pools {
+			r.only = m
+		}
 	}
 	if prev == nil || prev.state != r.state || prev.token != r.token {
 		logOutcome(klog.FromContext(ctx), url, r)

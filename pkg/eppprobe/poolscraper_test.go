@@ -603,3 +603,51 @@ func connectionFailures(t *testing.T, reg *prometheus.Registry, cluster, port st
 	}
 	return total
 }
+
+// A MetricsRef reads what Get reads for its URL and pool, the latest
+// scrape's, until the scraped URLs change (Version).
+func TestMetricsRefsReadWhatGetReads(t *testing.T) {
+	m := newMetricsServer(t, gauges("llm", 7), "")
+	s, err := NewPoolScraper(PoolScraperOptions{Interval: 20 * time.Millisecond, Timeout: time.Second})
+	require.NoError(t, err)
+	s.SetTargets([]string{m.URL})
+	targets := [][2]string{{m.URL, "llm"}, {m.URL, "other"}, {"http://127.0.0.1:1/metrics", "llm"}, {"", "llm"}}
+	refs := make([]MetricsRef, len(targets))
+	version := s.Refs(func(i int) (string, string) { return targets[i][0], targets[i][1] }, refs)
+	runScraper(t, s, nil)
+	require.Eventually(t, func() bool { g := refs[0].Get(); return g != nil && g.AverageQueue == 7 }, 5*time.Second, 10*time.Millisecond)
+	for i, tt := range targets {
+		assert.Same(t, s.Get(tt[0], tt[1]), refs[i].Get(), "%v", tt)
+	}
+
+	page := gauges("llm", 9)
+	m.page.Store(&page)
+	require.Eventually(t, func() bool { return refs[0].Get().AverageQueue == 9 }, 5*time.Second, 10*time.Millisecond, "a Ref reads the latest scrape")
+	assert.Equal(t, version, s.Version())
+	s.SetTargets(nil)
+	assert.NotEqual(t, version, s.Version(), "a change of the URLs changes the version")
+}
+
+// A pool's gauges are its series, or the only series of an EPP that
+// serves one whatever its name; of an EPP that serves several, an
+// unknown pool has none.
+func TestPoolScraperFindsAPoolsGaugesByNameOrAsTheOnlyOnes(t *testing.T) {
+	one := newMetricsServer(t, gauges("llm", 7), "")
+	two := newMetricsServer(t, gauges("a", 1)+gauges("b", 2), "")
+	s, err := NewPoolScraper(PoolScraperOptions{Interval: time.Hour, Timeout: time.Second})
+	require.NoError(t, err)
+	s.SetTargets([]string{one.URL, two.URL})
+	runScraper(t, s, nil)
+	require.Eventually(t, func() bool { return s.Get(one.URL, "llm") != nil && s.Get(two.URL, "a") != nil }, 5*time.Second, 10*time.Millisecond)
+	queue := func(url, pool string) float64 {
+		if g := s.Get(url, pool); g != nil {
+			return g.AverageQueue
+		}
+		return -1
+	}
+	assert.Equal(t, 7.0, queue(one.URL, "llm"))
+	assert.Equal(t, 7.0, queue(one.URL, "other"), "the only series, whatever its name")
+	assert.Equal(t, 1.0, queue(two.URL, "a"))
+	assert.Equal(t, 2.0, queue(two.URL, "b"))
+	assert.Equal(t, -1.0, queue(two.URL, "other"), "of several, none is taken for another")
+}

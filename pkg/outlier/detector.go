@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -161,6 +162,9 @@ type Detector struct {
 	// every request, reads a cluster in the choice under its read lock.
 	mu    sync.RWMutex
 	pools map[string]*pool
+	// changes counts the ejections and the clusters added and forgotten
+	// (Changes); written with mu held for writing.
+	changes atomic.Uint64
 }
 
 type pool struct {
@@ -202,6 +206,7 @@ func (d *Detector) member(k Key, now time.Time) (*pool, *member) {
 	if m == nil {
 		m = &member{}
 		p.members[k.Cluster] = m
+		d.changes.Add(1)
 	}
 	return p, m
 }
@@ -239,6 +244,33 @@ func (d *Detector) Ejected(k Key, now func() time.Time) bool {
 	}
 	return m.probeSent
 }
+
+// NotIn appends to out the indices i below n whose key(i) may be out of
+// the choice: ejected, eligible again (Ejected says whether its probe is
+// in flight), or not one of its pool's clusters yet (which Ejected makes
+// it). The others are in, read under one read lock where Ejected takes
+// one a cluster, and stay in while Changes returns the version NotIn
+// returns: only an ejection takes a cluster out. The sidecar asks for
+// every cluster of a backend on every pick, then Ejected of the few
+// NotIn found, and asks NotIn again only when the version changes.
+func (d *Detector) NotIn(n int, key func(i int) Key, out []int) (_ []int, version uint64) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for i := range n {
+		k := key(i)
+		if p := d.pools[k.Pool]; p != nil {
+			if m := p.members[k.Cluster]; m != nil && m.ejectedUntil.IsZero() {
+				continue
+			}
+		}
+		out = append(out, i)
+	}
+	return out, d.changes.Load()
+}
+
+// Changes is the version of the detector's clusters that NotIn read: it
+// changes whenever one is ejected, added or forgotten.
+func (d *Detector) Changes() uint64 { return d.changes.Load() }
 
 // Sent notes a request sent to k: its probe, when it is eligible again
 // after an ejection.
@@ -346,6 +378,7 @@ func (d *Detector) eject(p *pool, m *member, k Key, reason Reason, now time.Time
 	m.ejections++
 	length := min(d.cfg.BaseEjectionTime*time.Duration(m.ejections), d.cfg.MaxEjectionTime)
 	m.ejectedUntil, m.probing, m.probeSent, m.overflow, m.returned = now.Add(length), false, false, false, time.Time{}
+	d.changes.Add(1)
 	m.consecutive5xx, m.consecutiveGateway = 0, 0
 	return append(ev, Event{Key: k, Kind: EventEjected, Reason: reason, For: length, Ejections: m.ejections})
 }
@@ -375,6 +408,7 @@ func (d *Detector) Retain(keep func(Key) bool) {
 		for cluster := range p.members {
 			if !keep(Key{Pool: name, Cluster: cluster}) {
 				delete(p.members, cluster)
+				d.changes.Add(1)
 			}
 		}
 		if len(p.members) == 0 {

@@ -1,6 +1,7 @@
 package outlier
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -260,13 +261,27 @@ func TestDetector(t *testing.T) {
 			run(t, d, tt.clusters, tt.steps)
 			// Checking may start a probe: only the events of the steps count.
 			assert.Equal(t, tt.wantEvents, describe(events))
+			// Ejected of those NotIn finds answers as Ejected of every
+			// cluster, a cluster not seen yet among them; asked first, it
+			// is the one that finds ejections over.
+			among := append(slices.Clone(tt.clusters), "unseen")
+			notIn, version := d.NotIn(len(among), func(i int) Key { return Key{"p", among[i]} }, nil)
+			assert.Contains(t, notIn, len(among)-1, "a cluster not seen yet may be out")
+			var outAmong []string
+			for _, i := range notIn {
+				if d.Ejected(Key{"p", among[i]}, at(epoch.Add(tt.checkAt))) {
+					outAmong = append(outAmong, among[i])
+				}
+			}
+			assert.NotEqual(t, version, d.Changes(), "the cluster not seen yet was added")
 			var out []string
-			for _, c := range tt.clusters {
+			for _, c := range among {
 				if d.Ejected(Key{"p", c}, at(epoch.Add(tt.checkAt))) {
 					out = append(out, c)
 				}
 			}
 			assert.Equal(t, tt.wantOut, out)
+			assert.Equal(t, out, outAmong, "Ejected of those NotIn finds answers as Ejected of all")
 		})
 	}
 }
@@ -356,4 +371,40 @@ func TestRetainForgetsClusters(t *testing.T) {
 	require.True(t, d.Ejected(Key{"p", "a"}, at(epoch)))
 	d.Retain(func(k Key) bool { return k.Cluster == "b" })
 	assert.False(t, d.Ejected(Key{"p", "a"}, at(epoch)), "a cluster that left and came back starts afresh")
+}
+
+// A reader keeps what NotIn found while Changes stays: every change that
+// may take a cluster out of the choice, or make it one of its pool's,
+// must change it, and results that leave every cluster in need not.
+func TestChangesSayWhenWhatNotInFoundMayNoLongerHold(t *testing.T) {
+	d := New(DefaultConfig(), DefaultFirstByteConfig(), nil)
+	keys := []Key{{"p", "a"}, {"p", "b"}}
+	key := func(i int) Key { return keys[i] }
+	notIn, version := d.NotIn(len(keys), key, nil)
+	assert.Equal(t, []int{0, 1}, notIn, "clusters not seen yet")
+	for _, k := range keys {
+		require.False(t, d.Ejected(k, at(epoch)))
+	}
+	assert.NotEqual(t, version, d.Changes(), "clusters added")
+	notIn, version = d.NotIn(len(keys), key, nil)
+	assert.Empty(t, notIn)
+
+	d.Record(keys[0], Success, epoch)
+	d.Record(keys[1], Error5xx, epoch)
+	d.Sent(keys[0], epoch)
+	d.NoResult(keys[0])
+	assert.Equal(t, version, d.Changes(), "results that eject nothing change nothing")
+
+	for range 4 {
+		d.Record(keys[1], Error5xx, epoch)
+	}
+	require.True(t, d.Ejected(keys[1], at(epoch)))
+	assert.NotEqual(t, version, d.Changes(), "an ejection")
+	notIn, version = d.NotIn(len(keys), key, nil)
+	assert.Equal(t, []int{1}, notIn)
+
+	d.Retain(func(k Key) bool { return k == keys[0] })
+	assert.NotEqual(t, version, d.Changes(), "a cluster forgotten")
+	notIn, _ = d.NotIn(len(keys), key, nil)
+	assert.Equal(t, []int{1}, notIn, "a cluster forgotten is not one of its pool's")
 }

@@ -31,7 +31,9 @@ import (
 func referencePick(b *routetable.Backend, req *clusterscore.Request, st State, ex *clusterscore.Explanation) ([]*routetable.Cluster, error) {
 	var cands []clusterscore.Candidate
 	candidate := func(c *routetable.Cluster, weight int64, local bool) clusterscore.Candidate {
-		return clusterscore.Candidate{Name: c.Name, Weight: weight, Health: st.Health(c), Pool: st.PoolMetrics(c), Local: local, Stale: c.Stale}
+		cand := []clusterscore.Candidate{{Name: c.Name, Weight: weight, Local: local, Stale: c.Stale}}
+		st.Read([]*routetable.Cluster{c}, cand, true)
+		return cand[0]
 	}
 	for _, c := range b.Clusters {
 		cands = append(cands, candidate(c, c.Weight, b.Shim && c == b.Local))

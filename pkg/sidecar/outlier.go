@@ -89,6 +89,9 @@ type outlierWatch struct {
 	bounded bool
 	metrics *Metrics
 	logger  logr.Logger
+	// notInByBackend keeps what the detector does not know to be in the
+	// choice of each backend's clusters (notIn).
+	notInByBackend byBackend[*backendNotIn]
 }
 
 // newOutlierWatch returns the detection cfg configures; nil for none.
@@ -247,9 +250,35 @@ type ejectingState struct {
 	w *outlierWatch
 }
 
-func (s ejectingState) Health(c *routetable.Cluster) Health {
-	if s.w.det.Ejected(outlierKey(c), s.w.now) {
-		return clusterscore.HealthEjected
+func (s ejectingState) Read(clusters []*routetable.Cluster, cands []clusterscore.Candidate, pools bool) {
+	s.State.Read(clusters, cands, pools)
+	for _, i := range s.w.notIn(clusters) {
+		if s.w.det.Ejected(outlierKey(clusters[i]), s.w.now) {
+			cands[i].Health = clusterscore.HealthEjected
+		}
 	}
-	return s.State.Health(c)
+}
+
+// notIn are the indices of the clusters that the detector does not know
+// to be in the choice (Detector.NotIn): kept for each backend while the
+// detector's Changes stay, so that a pick asks Ejected of those few only.
+func (w *outlierWatch) notIn(clusters []*routetable.Cluster) []int {
+	if len(clusters) == 0 {
+		return nil
+	}
+	if kept, ok := w.notInByBackend.load(clusters); ok && kept.n == len(clusters) && kept.version == w.det.Changes() {
+		return kept.notIn
+	}
+	kept := &backendNotIn{n: len(clusters)}
+	kept.notIn, kept.version = w.det.NotIn(len(clusters), func(i int) outlier.Key { return outlierKey(clusters[i]) }, nil)
+	w.notInByBackend.store(clusters, kept)
+	return kept.notIn
+}
+
+// backendNotIn is what Detector.NotIn found of a backend's n clusters at
+// one version of the detector's clusters.
+type backendNotIn struct {
+	n       int
+	version uint64
+	notIn   []int
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,6 +16,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/outlier"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/routetable"
@@ -286,4 +288,49 @@ func TestEjectedClustersTakeRequestsWhenNoOtherCan(t *testing.T) {
 		assert.NotContains(t, explanation, "last-resort")
 	}
 	assert.Equal(t, 1.0, testutil.ToFloat64(f.h.metrics.outlier.lastResort), "not counted again")
+}
+
+// The ejecting state keeps, for each backend, which of its clusters the
+// detector does not know to be in the choice, while the detector's
+// clusters stay as they were: an ejection, its end, the cluster's return
+// and a cluster forgotten must all show at the next pick.
+func TestEjectingStateReadsEveryEjectionAtTheNextPick(t *testing.T) {
+	clk := testingclock.NewFakeClock(sidecartest.Epoch)
+	w := newOutlierWatch(&OutlierConfig{Detection: outlier.DefaultConfig(), FirstByte: outlier.DefaultFirstByteConfig(), Clock: clk}, nil, logr.Discard())
+	clusters := []*routetable.Cluster{{Name: "a", Pool: "default/llm"}, {Name: "b", Pool: "default/llm"}, {Name: "c", Pool: "default/llm"}}
+	st := ejectingState{State: &fakeState{health: map[string]Health{"a": HealthServing, "b": HealthServing, "c": HealthServing}}, w: w}
+	read := func() []Health {
+		cands := make([]clusterscore.Candidate, len(clusters))
+		st.Read(clusters, cands, false)
+		return []Health{cands[0].Health, cands[1].Health, cands[2].Health}
+	}
+	serving, ejected := HealthServing, clusterscore.HealthEjected
+	for _, c := range clusters {
+		// Known to the detector, so that the first pick finds every
+		// cluster in, and the next ones keep that.
+		w.det.Record(outlierKey(c), outlier.Success, clk.Now())
+	}
+	assert.Equal(t, []Health{serving, serving, serving}, read())
+	assert.Equal(t, []Health{serving, serving, serving}, read(), "kept from the last pick")
+
+	b := outlierKey(clusters[1])
+	for range 5 {
+		w.det.Record(b, outlier.Error5xx, clk.Now())
+	}
+	assert.Equal(t, []Health{serving, ejected, serving}, read(), "an ejection shows at the next pick")
+	assert.Equal(t, []Health{serving, ejected, serving}, read())
+
+	clk.Step(outlier.DefaultConfig().BaseEjectionTime)
+	assert.Equal(t, []Health{serving, serving, serving}, read(), "its ejection over, the cluster takes a probe")
+	w.det.Sent(b, clk.Now())
+	assert.Equal(t, []Health{serving, ejected, serving}, read(), "with its probe in flight it takes no other")
+	w.det.Record(b, outlier.Success, clk.Now())
+	assert.Equal(t, []Health{serving, serving, serving}, read(), "back")
+
+	c := outlierKey(clusters[2])
+	w.det.Retain(func(k outlier.Key) bool { return k != c })
+	for range 5 {
+		w.det.Record(c, outlier.Error5xx, clk.Now())
+	}
+	assert.Equal(t, []Health{serving, serving, ejected}, read(), "a cluster forgotten and seen again, then ejected")
 }

@@ -33,8 +33,11 @@ type PoolMetrics = metrics.PoolMetrics
 // State is what the policies know about clusters at request time: the
 // health prober's and the metrics scraper's latest findings.
 type State interface {
-	Health(c *routetable.Cluster) Health
-	PoolMetrics(c *routetable.Cluster) *PoolMetrics
+	// Read sets the Health of cands[i], the candidate of clusters[i], and
+	// its Pool when pools is true. A backend's clusters are read at once,
+	// so that what is kept under a lock is locked once a pick rather than
+	// once a cluster (1,000 times at 1,000 clusters).
+	Read(clusters []*routetable.Cluster, cands []clusterscore.Candidate, pools bool)
 }
 
 // PickRequest is what a policy knows about the request.
@@ -128,8 +131,7 @@ type picked struct {
 	promptErr error
 }
 
-// candidateSpace holds the candidates' space of picks over more than a
-// handful of clusters.
+// candidateSpace holds the candidates' space of picks.
 var candidateSpace = sync.Pool{New: func() any { return new([]clusterscore.Candidate) }}
 
 // orderSpace holds the order's indices of picks over more than a handful
@@ -141,27 +143,15 @@ func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, e
 	// The table made the candidates when it was published; only what a
 	// request learns of them (health, load) is filled in here.
 	clusters, static := b.Candidates()
-	var buf [8]clusterscore.Candidate
-	var cands []clusterscore.Candidate
-	if len(static) > len(buf) {
-		// Many candidates: space reused from pick to pick (each
-		// overwrites what the last left) rather than a slice of them
-		// allocated and collected for each request. Only the pooled
-		// slice is stored back, so that buf stays on the stack.
-		pooled := candidateSpace.Get().(*[]clusterscore.Candidate)
-		*pooled = append((*pooled)[:0], static...)
-		cands = *pooled
-		defer candidateSpace.Put(pooled)
-	} else {
-		cands = append(buf[:0], static...)
-	}
-	readsPool := p.pipeline.ReadsPool()
-	for i, c := range clusters {
-		cands[i].Health = st.Health(c)
-		if readsPool {
-			cands[i].Pool = st.PoolMetrics(c)
-		}
-	}
+	// Space reused from pick to pick (each overwrites what the last
+	// left) rather than a slice of candidates allocated and collected for
+	// each request; a handful of them could stay on the stack, but
+	// State.Read, an interface's method, would send them to the heap.
+	space := candidateSpace.Get().(*[]clusterscore.Candidate)
+	defer candidateSpace.Put(space)
+	*space = append((*space)[:0], static...)
+	cands := *space
+	st.Read(clusters, cands, p.pipeline.ReadsPool())
 	d := picked{req: clusterscore.Request{Criticality: req.Criticality, Now: req.Now, Scope: b.Scope()}}
 	needs := p.Needs()
 	if needs.Prompt && len(req.Body) > 0 {

@@ -31,10 +31,15 @@ type fakeState struct {
 	failed []string
 }
 
-func (f *fakeState) Health(c *routetable.Cluster) Health {
+func (f *fakeState) Read(clusters []*routetable.Cluster, cands []clusterscore.Candidate, pools bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.health[c.Name]
+	for i, c := range clusters {
+		cands[i].Health = f.health[c.Name]
+		if pools {
+			cands[i].Pool = f.metrics[c.Name]
+		}
+	}
 }
 
 // setHealth changes a cluster's health while requests may run.
@@ -44,7 +49,6 @@ func (f *fakeState) setHealth(cluster string, h Health) {
 	f.health[cluster] = h
 }
 
-func (f *fakeState) PoolMetrics(c *routetable.Cluster) *PoolMetrics { return f.metrics[c.Name] }
 func (f *fakeState) Failed(c *routetable.Cluster) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -141,7 +141,7 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	s := &Sidecar{cfg: cfg, transport: transport, router: router, prober: prober, scraper: scraper, creds: creds, metrics: metrics,
 		draining: newDrainingWatch(reg, klog.Background().WithName("draining"))}
 	logger := klog.Background().WithName("ext_proc")
-	if s.server, err = newServer(router, liveState{health: prober, metrics: scraper}, relay, server, metrics, logger); err != nil {
+	if s.server, err = newServer(router, newLiveState(prober, scraper), relay, server, metrics, logger); err != nil {
 		return nil, err
 	}
 	s.server.phases = newResponsePhaseWatch(reg, logger)

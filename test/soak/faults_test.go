@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -76,6 +77,39 @@ type injector struct {
 	// recorded are the checks a fault's injection made while it held, by
 	// fault ID (checkAfterHeal reports them).
 	recorded map[int][]check
+	// held are the resources of the faults in flight (holdResources).
+	held map[string]*sync.Mutex
+}
+
+// holdResources waits until no fault in flight holds one of f's
+// resources, takes them, and returns what gives them back. The schedule
+// keeps faults on a resource apart by their planned hold, but a process
+// restarted under load can take longer to be ready than planned: a
+// second restart of the same replica would then stop it while the first
+// one's heal still waits for it. The resources are taken in their order,
+// so that two faults never wait for each other.
+func (in *injector) holdResources(f fault) (release func()) {
+	names := slices.Compact(slices.Sorted(slices.Values(f.resources())))
+	locks := make([]*sync.Mutex, len(names))
+	in.mu.Lock()
+	if in.held == nil {
+		in.held = map[string]*sync.Mutex{}
+	}
+	for i, n := range names {
+		if in.held[n] == nil {
+			in.held[n] = &sync.Mutex{}
+		}
+		locks[i] = in.held[n]
+	}
+	in.mu.Unlock()
+	for _, l := range locks {
+		l.Lock()
+	}
+	return func() {
+		for _, l := range locks {
+			l.Unlock()
+		}
+	}
 }
 
 func (in *injector) run(ctx context.Context, faults []fault) {
@@ -94,6 +128,11 @@ func (in *injector) run(ctx context.Context, faults []fault) {
 }
 
 func (in *injector) apply(ctx context.Context, f fault) {
+	due := time.Now()
+	release := in.holdResources(f)
+	if late := time.Since(due); late > time.Second {
+		in.log("fault %s: starts %s late: a fault before it on the same resources took longer to heal than planned", f, late.Round(100*time.Millisecond))
+	}
 	win := &window{fault: f, Start: time.Now()}
 	in.mu.Lock()
 	in.windows = append(in.windows, win)
@@ -123,6 +162,7 @@ func (in *injector) apply(ctx context.Context, f fault) {
 	in.mu.Lock()
 	win.Healed = time.Now()
 	in.mu.Unlock()
+	release()
 	in.log("fault %s: healed after %s", f, win.Healed.Sub(win.Start).Round(100*time.Millisecond))
 	in.mon.await("heal", f.String(), f.ID, false)
 	if err == nil {

@@ -237,6 +237,26 @@ func (w *world) snapshot() judged {
 	return j
 }
 
+// keptThroughout is j with only the kept pools that after keeps too: a
+// LIST taken between the two snapshots may rightly leave out a pool whose
+// export changed meanwhile (a withdrawal held up by a pause and made as
+// it ended, say), which j alone would count as lost.
+func (j judged) keptThroughout(after judged) judged {
+	out := j
+	out.kept = map[string]map[string][]string{}
+	for in, members := range j.kept {
+		out.kept[in] = map[string][]string{}
+		for m, keys := range members {
+			for _, key := range keys {
+				if slices.Contains(after.kept[in][m], key) {
+					out.kept[in][m] = append(out.kept[in][m], key)
+				}
+			}
+		}
+	}
+	return out
+}
+
 // lost lists the pools of members under a fault that cluster in's
 // imports no longer list: a member that cannot be reached keeps its last
 // known pools, flagged ClusterUnreachable.
@@ -330,9 +350,10 @@ type view struct {
 }
 
 // replicaLost lists, for each replica of v's cluster that says it is
-// ready, the pools of members under a fault its LIST leaves out. A
-// replica that does not answer is not serving: the front skips it.
-func (v *view) replicaLost(ctx context.Context, j judged) []string {
+// ready, the pools of members under a fault its LIST leaves out (kept in
+// j and in w from before to after the LIST). A replica that does not
+// answer is not serving: the front skips it.
+func (v *view) replicaLost(ctx context.Context, w *world, j judged) []string {
 	var out []string
 	for r, client := range v.replicas {
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -344,7 +365,7 @@ func (v *view) replicaLost(ctx context.Context, j judged) []string {
 				for i := range list.Items {
 					imps = append(imps, &list.Items[i])
 				}
-				for _, l := range j.lost(v.cluster, imps) {
+				for _, l := range j.keptThroughout(w.snapshot()).lost(v.cluster, imps) {
 					out = append(out, fmt.Sprintf("replica %d: %s", r, l))
 				}
 			}
@@ -424,9 +445,9 @@ func converged(ctx context.Context, w *world, views []*view, replicas bool) (ok 
 			bad = append(bad, v.cluster+": LIST: "+err.Error())
 			continue
 		}
-		lost = append(lost, j.lost(v.cluster, imps)...)
+		lost = append(lost, j.keptThroughout(w.snapshot()).lost(v.cluster, imps)...)
 		if replicas {
-			lost = append(lost, v.replicaLost(ctx, j)...)
+			lost = append(lost, v.replicaLost(ctx, w, j)...)
 		}
 		skip := j.skip[v.cluster]
 		listed, informed, want := state(imps, skip, j.settling), state(v.informed(), skip, j.settling), j.want(v.cluster)

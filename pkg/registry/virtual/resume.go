@@ -50,17 +50,26 @@ type memberEvents struct {
 	// unplaced: a member event, or one without a resourceVersion.
 	unplaced bool
 	n        int
+	// newest is the largest resourceVersion of the events.
+	newest uint64
 }
 
 func (e memberEvents) add(ev clusterset.Event) memberEvents {
 	e.unplaced = e.unplaced || ev.Kind == clusterset.KindMember || ev.ResourceVersion == 0
 	e.n++
+	e.newest = max(e.newest, ev.ResourceVersion)
 	return e
 }
 
 // span is the stretch of a member's resourceVersions, from (excluded) to
 // to, that passes folded: a version of another replica strictly inside it
-// may have shown states this Store never computed.
+// may have shown states this Store never computed. It ends at the newest
+// event folded, not where the pass moved the member's version: a list's or
+// a bookmark's version that the pass took too (Notify, KindListed) covers
+// no change past that event, so the states between the two are the one
+// this Store computed. Ended there, the span does not refuse a version
+// that the other replica issued for that event before its own bookmark
+// came.
 type span struct{ from, to uint64 }
 
 // placeLocked looks at each member's events of a pass before the pass
@@ -84,7 +93,11 @@ func (s *Store) placeLocked(events map[string]memberEvents, advanced Version) []
 		if !ok {
 			sp.from = s.version[m]
 		}
-		sp.to = advanced[m]
+		to := advanced[m]
+		if !e.unplaced {
+			to = min(to, e.newest)
+		}
+		sp.to = max(sp.to, to)
 		s.coalesced[m] = sp
 	}
 	sort.Strings(names)

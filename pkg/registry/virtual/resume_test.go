@@ -420,3 +420,44 @@ func TestAWatchResumedOnAnotherReplicaMissesNothing(t *testing.T) {
 	assert.Greater(t, resumed, trials/20, "resumes are proven complete often enough to test them")
 	assert.Positive(t, laterStamp, "the other replica's later stamp is exercised")
 }
+
+// TestAFoldedPassRefusesOnlyVersionsBetweenItsEvents: one pass folds two
+// events of cluster-c (ns/b added at 6, ns/a withdrawn at 7) with the
+// version of the bookmark that came after them (9). Another replica's
+// version at 6 may have shown a state this Store never computed (b
+// without a's withdrawal) and is refused; one at 7 or 8 holds every change
+// up to the bookmark, as this Store does, and resumes.
+func TestAFoldedPassRefusesOnlyVersionsBetweenItsEvents(t *testing.T) {
+	ctx := context.Background()
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	// No Run loop: the test decides which events a pass folds.
+	s := NewStore(r, emptySnapshot{}, func() Object { return &inference.InferencePoolImport{} })
+	r.set("ns", "a", nil, "cluster-c")
+	s.pending.All = true
+	notifyPool(s, "cluster-c", "ns", "a", 4)
+	s.recompute(ctx)
+	s.takeBaseline()
+
+	r.set("ns", "b", nil, "cluster-c")
+	notifyPool(s, "cluster-c", "ns", "b", 6)
+	r.remove("ns", "a")
+	notifyPool(s, "cluster-c", "ns", "a", 7)
+	s.Notify(clusterset.Event{Member: "cluster-c", Kind: clusterset.KindListed, ResourceVersion: 9})
+	s.recompute(ctx)
+	s.mu.RLock()
+	here := s.version.clone()
+	s.mu.RUnlock()
+	require.Equal(t, uint64(9), here["cluster-c"])
+
+	for n, resumes := range map[uint64]bool{6: false, 7: true, 8: true, 9: true} {
+		foreign := Version{"cluster-c": n, reachabilityComponent: here[reachabilityComponent], epochComponent: here[epochComponent] + 1, viewComponent: here[viewComponent]}
+		w, err := s.Watch(ctx, WatchOptions{ResourceVersion: foreign.String()})
+		if resumes {
+			if assert.NoError(t, err, "another replica's version at %d", n) {
+				w.Stop()
+			}
+			continue
+		}
+		assert.True(t, apierrors.IsResourceExpired(err), "another replica's version at %d, between the folded events, is refused: %v", n, err)
+	}
+}

@@ -187,6 +187,9 @@ type simStep struct {
 	n       int  // changes read
 	flip    bool // the next membership change
 	recheck bool // recompute after it
+	// bookmark: after reading one change, the member's informers tell a
+	// version up to its next change (a bookmark's; KindListed).
+	bookmark bool
 }
 
 // apply does step on replica r of store s, notifying s as the member
@@ -216,6 +219,9 @@ func (w *simWorld) apply(r *simReplica, s *Store, st simStep) {
 		}
 	}
 	if st.n == 1 {
+		if st.bookmark {
+			s.Notify(clusterset.Event{Member: st.member, Kind: clusterset.KindListed, ResourceVersion: w.bookmarkAfter(st.member, r.read[st.member])})
+		}
 		return
 	}
 	for k, o := range r.data[st.member] {
@@ -229,6 +235,16 @@ func (w *simWorld) apply(r *simReplica, s *Store, st simStep) {
 		}
 	}
 	s.Notify(clusterset.Event{Member: st.member, Kind: clusterset.KindInferencePool, Namespace: "ns", Name: st.member})
+}
+
+// bookmarkAfter is the version a bookmark carries once read changes of
+// member are read: the last before its next change (its server moved with
+// changes the summaries do not reflect), or past the last one.
+func (w *simWorld) bookmarkAfter(member string, read int) uint64 {
+	if read < len(w.changes[member]) {
+		return w.changes[member][read].rv - 1
+	}
+	return w.changes[member][read-1].rv + 5
 }
 
 func newSimWorld(rng *rand.Rand) *simWorld {
@@ -283,6 +299,7 @@ func (w *simWorld) schedule(rng *rand.Rand) []simStep {
 			if rng.Intn(10) == 0 {
 				st.n = 1 + rng.Intn(left[st.member])
 			}
+			st.bookmark = st.n == 1 && rng.Intn(3) == 0
 			left[st.member] -= st.n
 		}
 		steps = append(steps, st)

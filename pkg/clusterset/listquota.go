@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"syscall"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -15,8 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/pager"
+	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/pkg/noserver"
 )
 
 // listPageSize is how many objects a member is asked for in one page of a
@@ -73,8 +73,9 @@ func boundedListWatch[L runtime.Object](m *member, kind Kind, namespace string, 
 // its limits is frozen as soon as the page or the streamed object that
 // passes them arrives; the list is not applied, and the informer keeps
 // what it held before (nothing, at the member's first list). It is also
-// where a watch that meets the member's server down resumes rather than
-// relists (watchFailed): every informer of a member other than the local
+// where a list or watch that finds no server is made again in the call
+// (noserver; reported by retrying), so that a watch that meets the
+// member's server down resumes rather than relists: every informer of a member other than the local
 // cluster, in full and summary mode, reads through one.
 type listQuota struct {
 	m    *member
@@ -85,9 +86,9 @@ type listQuota struct {
 	transform cache.TransformFunc
 	list      func(context.Context, metav1.ListOptions) (runtime.Object, error)
 	watch     func(context.Context, metav1.ListOptions) (watch.Interface, error)
-	// unavailable, if set, is told of every watch that could not start
-	// because the server behind the member's API was down (resumable):
-	// the reflector retries it without ending its ListAndWatch, so its
+	// unavailable, if set, is told of every list page or watch that
+	// found no server behind the member's API, once per call (retrying):
+	// the call is made again until the server answers, so the reflector's
 	// watch error handler does not hear of it.
 	unavailable func(context.Context, error)
 }
@@ -108,7 +109,7 @@ func (l *listQuota) ListWithContext(ctx context.Context, opts metav1.ListOptions
 	}
 	var count listCount
 	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		page, err := l.list(ctx, opts)
+		page, err := noserver.Retry(ctx, func() (runtime.Object, error) { return l.list(ctx, opts) }, l.retrying(ctx, "list"))
 		if err != nil {
 			return nil, err
 		}
@@ -129,9 +130,9 @@ func (l *listQuota) ListWithContext(ctx context.Context, opts metav1.ListOptions
 // them. Other watches pass as they are: their changes are accounted one by
 // one as the informer delivers them (quota.go).
 func (l *listQuota) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	w, err := l.watch(ctx, opts)
+	w, err := noserver.Retry(ctx, func() (watch.Interface, error) { return l.watch(ctx, opts) }, l.retrying(ctx, "watch"))
 	if err != nil {
-		return nil, l.watchFailed(ctx, err)
+		return nil, err
 	}
 	if opts.SendInitialEvents == nil || !*opts.SendInitialEvents {
 		return w, nil
@@ -139,44 +140,30 @@ func (l *listQuota) WatchWithContext(ctx context.Context, opts metav1.ListOption
 	return newInitialEventsBound(w, l), nil
 }
 
-// watchFailed is the error a watch that could not start returns to the
-// reflector. A 503 Service Unavailable says the server behind the
-// member's API is down for now, most often the member's own mci-apiserver
-// that its aggregator proxies the summaries to, during a rolling restart
-// ("service unavailable", "error trying to reach service: ... connection
-// refused"): what this server has read is still good, and a relist would
-// only read it again from the restarted server. The reflector keeps
-// watching from its resourceVersion, after its own backoff, for the errors
-// it knows to be passing (connection refused, 429), and lists again after
-// any other: the 503 is passed as a connection refused (resumable), which
-// it is one hop further. That leaves the retry to the reflector (its
-// backoff, its stop, the same resourceVersion, watch-list included) rather
-// than to a loop of our own in its place. Every such failure is still
-// reported: to unavailable where it is set (summary mode counts it and
-// logs once per change), else in client-go's error log as its watch error
-// handler would. Any other error, a 410 Gone among them, is returned as
-// it is.
-func (l *listQuota) watchFailed(ctx context.Context, err error) error {
-	if !apierrors.IsServiceUnavailable(err) || ctx.Err() != nil {
-		return err
+// retrying reports the calls of one List page or Watch that find no
+// server (noserver): the first once, to unavailable where it is set
+// (summary mode counts it and logs once per change) else in client-go's
+// error log as a failed list or watch would be; the others at the
+// verbosity of the reflector's own retries. Most often it is the member's
+// own mci-apiserver that its aggregator proxies the summaries to, during a
+// rolling restart ("service unavailable", "error trying to reach service:
+// ... connection refused"): what this server has read is still good, and
+// the call resumes from the same resourceVersion once it is back.
+func (l *listQuota) retrying(ctx context.Context, verb string) func(error, time.Duration) {
+	first := true
+	return func(err error, pause time.Duration) {
+		if !first {
+			klog.FromContext(ctx).V(3).Info("No server answers the member yet; trying again", "member", l.m.name, "kind", l.kind, "verb", verb, "in", pause.Round(time.Millisecond), "err", err)
+			return
+		}
+		first = false
+		if l.unavailable != nil {
+			l.unavailable(ctx, err)
+			return
+		}
+		utilruntime.HandleErrorWithContext(ctx, err, "No server answers the member; trying again from the same resourceVersion", "member", l.m.name, "kind", l.kind, "verb", verb)
 	}
-	if l.unavailable != nil {
-		l.unavailable(ctx, err)
-	} else {
-		utilruntime.HandleErrorWithContext(ctx, err, "Failed to watch; resuming from the same resourceVersion after a backoff", "member", l.m.name, "kind", l.kind)
-	}
-	return resumable{err: err}
 }
-
-// resumable is a watch error the reflector retries from the same
-// resourceVersion: it reads as the error it wraps (a 503, for
-// apierrors.IsServiceUnavailable and the logs) and as a connection refused
-// (syscall.ECONNREFUSED, which client-go's reflector retries).
-type resumable struct{ err error }
-
-func (e resumable) Error() string { return e.err.Error() }
-
-func (e resumable) Unwrap() []error { return []error{e.err, syscall.ECONNREFUSED} }
 
 // List and Watch complete cache.ListerWatcher; the reflector calls the
 // WithContext methods.

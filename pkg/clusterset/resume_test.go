@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -87,9 +86,10 @@ func clusterSummaryAt(rv string) *v1alpha1.InferenceClusterSummary {
 // TestAWatchThatMeetsTheMembersServerDownResumes drives client-go's
 // Reflector (through the in-line informer summary mode uses) over a
 // member's ListerWatcher whose watch, once its stream ended, cannot start
-// again at once: a 503 from the member's aggregator is retried from the
-// same resourceVersion after the Reflector's backoff, with nothing listed
-// again, and each failure is reported; a 410 Gone still lists again.
+// again at once: a 503 from the member's aggregator is retried inside the
+// call from the same resourceVersion, with nothing listed again and the
+// Reflector none the wiser, and reported once; a 410 Gone still lists
+// again.
 func TestAWatchThatMeetsTheMembersServerDownResumes(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -97,7 +97,7 @@ func TestAWatchThatMeetsTheMembersServerDownResumes(t *testing.T) {
 		relist      bool
 		unavailable int
 	}{
-		{name: "503 twice: resumed from the same resourceVersion", errs: []error{aggregatorUnavailable(), aggregatorUnavailable()}, unavailable: 2},
+		{name: "503 twice: resumed from the same resourceVersion", errs: []error{aggregatorUnavailable(), aggregatorUnavailable()}, unavailable: 1},
 		{name: "410 Gone: listed again", errs: []error{apierrors.NewResourceExpired("too old resource version: 11 (12)")}, relist: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,38 +139,47 @@ func TestAWatchThatMeetsTheMembersServerDownResumes(t *testing.T) {
 			}
 			assert.Zero(t, lists+streamingLists, "nothing listed again")
 			assert.Zero(t, relisted.Load(), "ListAndWatch did not end")
-			assert.EqualValues(t, tc.unavailable, reported.Load(), "every 503 is reported")
+			assert.EqualValues(t, tc.unavailable, reported.Load(), "the call that met the 503s is reported once")
 		})
 	}
 }
 
-// TestOnlyAnUnavailableServerIsResumable: the error a 503 is returned as
-// still reads as a 503 (for the logs and the counts) and as a connection
-// refused (which client-go's Reflector retries); other errors pass as they
-// are.
-func TestOnlyAnUnavailableServerIsResumable(t *testing.T) {
+// TestOnlyAWatchThatFindsNoServerIsMadeAgain: a watch that meets a 503
+// is made again, from the same resourceVersion, until the server answers;
+// any other error is returned as it is, after one call.
+func TestOnlyAWatchThatFindsNoServerIsMadeAgain(t *testing.T) {
 	m, err := newMember("member", "test", &rest.Config{Host: "https://127.0.0.1:1"}, 1<<20, func(Event) {})
 	require.NoError(t, err)
 	for _, tc := range []struct {
-		name      string
-		err       error
-		resumable bool
+		name    string
+		err     error
+		resumed bool
 	}{
-		{name: "the aggregator's 503", err: aggregatorUnavailable(), resumable: true},
-		{name: "a Status 503 ServiceUnavailable", err: apierrors.NewServiceUnavailable("service unavailable"), resumable: true},
+		{name: "the aggregator's 503", err: aggregatorUnavailable(), resumed: true},
+		{name: "a Status 503 ServiceUnavailable", err: apierrors.NewServiceUnavailable("service unavailable"), resumed: true},
 		{name: "410 Gone", err: apierrors.NewResourceExpired("too old")},
 		{name: "403 Forbidden", err: apierrors.NewForbidden(schema.GroupResource{Resource: "inferenceclustersummaries"}, "", nil)},
 		{name: "500", err: apierrors.NewInternalError(assert.AnError)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lw := boundedListWatch(m, KindNamespace, "", &scriptedSummaries{errs: []error{tc.err}}, trimSummary)
-			lw.watch = func(context.Context, metav1.ListOptions) (watch.Interface, error) { return nil, tc.err }
-			_, got := lw.WatchWithContext(t.Context(), metav1.ListOptions{ResourceVersion: "11"})
-			require.Error(t, got)
-			assert.Equal(t, tc.resumable, utilnet.IsConnectionRefused(got))
-			assert.Equal(t, tc.err.Error(), got.Error())
-			assert.Equal(t, apierrors.ReasonForError(tc.err), apierrors.ReasonForError(got))
-			assert.Equal(t, apierrors.IsResourceExpired(tc.err), apierrors.IsResourceExpired(got))
+			lw := boundedListWatch(m, KindNamespace, "", &scriptedSummaries{}, trimSummary)
+			var asked []string
+			lw.watch = func(_ context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+				asked = append(asked, opts.ResourceVersion)
+				if len(asked) == 1 {
+					return nil, tc.err
+				}
+				return watch.NewFake(), nil
+			}
+			w, got := lw.WatchWithContext(t.Context(), metav1.ListOptions{ResourceVersion: "11"})
+			if tc.resumed {
+				require.NoError(t, got)
+				w.Stop()
+				assert.Equal(t, []string{"11", "11"}, asked, "made again from the same resourceVersion")
+				return
+			}
+			assert.Equal(t, tc.err, got)
+			assert.Len(t, asked, 1)
 		})
 	}
 }

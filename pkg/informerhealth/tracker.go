@@ -13,21 +13,15 @@
 // watch answered or failed) and <prefix>_watch_failures_total{resource}
 // (times the resource went from reachable, or not known yet, to failing).
 //
-// A List or Watch that finds no server (connection refused, or 503 from a
-// kube-apiserver that is starting or an aggregator whose API is not
-// available yet) is tried again inside the call, every 250 ms to 1 s, until
-// it answers: client-go's reflector would back off instead, up to 30 s, so
-// a restarted kube-apiserver would be read again up to half a minute after
-// it answers. What is built from these caches (a routing table) needs them
-// current within a second of the server's return; the price is at most a
-// few cheap requests a second per informer while its server is away.
+// A List or Watch that finds no server is tried again inside the call
+// (package noserver): what is built from these caches (a routing table)
+// needs them current within a second of the server's return.
 package informerhealth
 
 import (
 	"context"
 	"errors"
 	"io"
-	"math"
 	"sync"
 	"time"
 
@@ -35,12 +29,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/watchlist"
 	"k8s.io/klog/v2"
+
+	"github.com/mci-dev/mci/pkg/noserver"
 )
 
 // Tracker follows whether the informers it builds list and watch their
@@ -209,7 +204,7 @@ func (l *trackedListWatch) ListWithContext(ctx context.Context, opts metav1.List
 func (l *trackedListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	return untilServerAnswers(ctx, l.resource, func() (watch.Interface, error) {
 		w, err := l.inner.WatchWithContext(ctx, opts)
-		if err != nil && !noServer(err) && opts.SendInitialEvents != nil && *opts.SendInitialEvents && refusedStreamingList(err) {
+		if err != nil && !noserver.Is(err) && opts.SendInitialEvents != nil && *opts.SendInitialEvents && refusedStreamingList(err) {
 			// The reflector lists instead of a streaming list that the
 			// server refused (one that does not stream lists, say): that
 			// List's outcome tells.
@@ -220,36 +215,13 @@ func (l *trackedListWatch) WatchWithContext(ctx context.Context, opts metav1.Lis
 	})
 }
 
-// reconnectBackoff paces the calls that find no server: jittered, doubling
-// from 250 ms to its cap of 1 s, well under client-go's 30 s.
-var reconnectBackoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: time.Second}
-
-// untilServerAnswers makes call, a List or Watch of resource, until its
-// error is not one of no server, or ctx ends (the last outcome is returned
-// then). Each retry is logged at the verbosity of the reflector's own
-// "Listing and watching" line.
+// untilServerAnswers makes call, a List or Watch of resource, until a
+// server answers it (noserver.Retry). Each retry is logged at the
+// verbosity of the reflector's own "Listing and watching" line.
 func untilServerAnswers[T any](ctx context.Context, resource string, call func() (T, error)) (T, error) {
-	delay := reconnectBackoff.DelayFunc()
-	for {
-		out, err := call()
-		if !noServer(err) {
-			return out, err
-		}
-		pause := delay()
+	return noserver.Retry(ctx, call, func(err error, pause time.Duration) {
 		klog.FromContext(ctx).V(3).Info("No server answers the list or watch of a resource yet; trying again", "resource", resource, "in", pause.Round(time.Millisecond), "err", err)
-		select {
-		case <-ctx.Done():
-			return out, err
-		case <-time.After(pause):
-		}
-	}
-}
-
-// noServer tells the errors of a server that is not there to answer yet: a
-// refused connection, or 503 (a kube-apiserver that is starting, an
-// aggregated API whose server is not available).
-func noServer(err error) bool {
-	return err != nil && (utilnet.IsConnectionRefused(err) || apierrors.IsServiceUnavailable(err))
+	})
 }
 
 // refusedStreamingList tells the answers to a streaming list (watch-list)

@@ -252,23 +252,3 @@ func TestInformerReadsAServerThatComesBackWithinASecond(t *testing.T) {
 	assert.Less(t, time.Since(back), 2*time.Second, "the cache syncs within a reconnect pause of the server's return")
 	assert.Equal(t, 1.0, testutil.ToFloat64(tr.failures.WithLabelValues("services")), "one loss, whatever the retries")
 }
-
-func TestOnlyTheErrorsOfNoServerAreRetriedInTheCall(t *testing.T) {
-	tests := []struct {
-		err  error
-		want bool
-	}{
-		{refused("/api/v1/services"), true},
-		{fmt.Errorf("failed to list *v1.Service: %w", refused("/api/v1/services")), true},
-		{apierrors.NewServiceUnavailable("the server is currently unable to handle the request"), true},
-		{apierrors.NewForbidden(corev1.Resource("services"), "", fmt.Errorf("RBAC")), false},
-		{apierrors.NewUnauthorized("token expired"), false},
-		{apierrors.NewInternalError(fmt.Errorf("boom")), false},
-		{apierrors.NewTooManyRequests("later", 1), false},
-		{io.EOF, false},
-		{nil, false},
-	}
-	for _, tt := range tests {
-		assert.Equal(t, tt.want, noServer(tt.err), "%v", tt.err)
-	}
-}

@@ -61,18 +61,24 @@ type outlierResult struct {
 }
 
 // judgeOutlier judges a model server fault's window over the requests.
-// Requests sent while a withdrawal of the data path pool's export held, or
-// within withdrawalSettle of its restoring, are left out: the failing
-// cluster could then take none, or was the last, which outlier detection
-// never ejects. A check whose window such withdrawals cover whole is not
-// judged (NotJudged says why), neither missed nor passed. end is the end
-// of the soak, until which a withdrawal never restored held.
-func judgeOutlier(w window, requests []request, withdrawals []withdrawal, end time.Time) outlierResult {
+// Requests sent while the gateway's choice could not hold the failing
+// cluster as the checks need are left out (absencesOf): while a
+// withdrawal of the data path pool's export held, or within
+// withdrawalSettle of its restoring (the failing cluster could then take
+// none, or was the last, which outlier detection never ejects), and while
+// a fault of cutOffs kept the gateway cluster's mci-apiservers from
+// reaching the failing cluster (it was flagged unreachable, a candidate
+// after every reachable cluster). A check whose window such absences
+// cover whole is not judged (NotJudged says why), neither missed nor
+// passed. end is the end of the soak, until which a withdrawal never
+// restored held.
+func judgeOutlier(w window, requests []request, withdrawals []withdrawal, cutOffs []absence, end time.Time) outlierResult {
 	res := outlierResult{ID: w.ID, Kind: w.Kind, Cluster: w.Target, JudgedAfter: errorSinkJudgedAfter, Back: -1}
 	if w.Kind == hungFirstByte {
 		res.JudgedAfter = hungJudgedAfter
 	}
-	excluded := withdrawnAt(withdrawals, end, withdrawalSettle)
+	absences := absencesOf(w, withdrawals, cutOffs, end)
+	excluded := absentAt(absences)
 	from := w.Start.Add(res.JudgedAfter)
 	before, beforeTo := 0, 0
 	var back time.Time
@@ -120,7 +126,7 @@ func judgeOutlier(w window, requests []request, withdrawals []withdrawal, end ti
 		res.Allowed += int(errorSinkShare * float64(res.Judged))
 	}
 	var why, notJudged []string
-	covered := coveredBy(withdrawals, end, from, w.Healed, func(withdrawal) bool { return true })
+	covered := coveredBy(absences, from, w.Healed, func(absence) bool { return true })
 	switch {
 	case covered != nil:
 		notJudged = append(notJudged, fmt.Sprintf("its share from %s into the fault to its heal: %s", res.JudgedAfter, describeCover(covered, w)))
@@ -132,10 +138,11 @@ func judgeOutlier(w window, requests []request, withdrawals []withdrawal, end ti
 			w.Target, res.ToCluster, res.Judged, res.JudgedAfter, res.Allowed, res.Probes, map[bool]string{true: fmt.Sprintf(" and %.0f%%", 100*errorSinkShare)}[w.Kind == errorSink]))
 	}
 	if w.Kind == errorSink && (res.Back < 0 || res.Back > errorSinkBackWithin) {
-		// Its own withdrawal after the heal keeps it from serving.
-		own := func(wd withdrawal) bool { return wd.Cluster == w.Target }
-		if wds := overlapping(withdrawals, end, w.Healed, w.Healed.Add(errorSinkBackWithin), own); len(wds) > 0 {
-			notJudged = append(notJudged, fmt.Sprintf("its return within %s of its heal: %s", errorSinkBackWithin, describeCover(wds, w)))
+		// Its own withdrawal after the heal keeps it from serving, and so
+		// does a cut-off.
+		own := func(a absence) bool { return a.Cluster == w.Target }
+		if as := overlapping(absences, w.Healed, w.Healed.Add(errorSinkBackWithin), own); len(as) > 0 {
+			notJudged = append(notJudged, fmt.Sprintf("its return within %s of its heal: %s", errorSinkBackWithin, describeCover(as, w)))
 		} else {
 			why = append(why, fmt.Sprintf("%s served no request within %s of its heal", w.Target, errorSinkBackWithin))
 		}
@@ -148,88 +155,157 @@ func judgeOutlier(w window, requests []request, withdrawals []withdrawal, end ti
 	return res
 }
 
-// withdrawnSpan is when a withdrawal kept its cluster out of the gateway's
-// choice: from its start to withdrawalSettle after its restoring (the end
-// of the soak when never restored).
-func withdrawnSpan(wd withdrawal, end time.Time) (time.Time, time.Time) {
-	until := wd.Restored
-	if until.IsZero() {
-		until = end
-	}
-	return wd.At, until.Add(withdrawalSettle)
+// absence is a span in which the gateway's choice did not hold a model
+// server fault's cluster as its checks need, the settle after its end
+// included: Cluster took no request (withdrawn, or flagged unreachable
+// while another exporter served), or was the last exporter, which
+// outlier detection never ejects.
+type absence struct {
+	Cluster     string
+	From, Until time.Time
+	// what says what kept Cluster out, its times counted from w's start.
+	what func(w window) string
 }
 
-// overlapping are the withdrawals that pick keeps whose span meets
-// [from, to), by their start.
-func overlapping(withdrawals []withdrawal, end, from, to time.Time, pick func(withdrawal) bool) []withdrawal {
-	var out []withdrawal
+// absencesOf are w's absences: every withdrawal of the data path pool's
+// export, from its start to withdrawalSettle after its restoring (the
+// end of the soak when never restored), and the cut-offs of w's own
+// cluster. A cut-off of the other exporter leaves w's cluster the only
+// reachable one, which takes its requests and is ejected as ever.
+func absencesOf(w window, withdrawals []withdrawal, cutOffs []absence, end time.Time) []absence {
+	var out []absence
 	for _, wd := range withdrawals {
-		if s, e := withdrawnSpan(wd, end); pick(wd) && s.Before(to) && from.Before(e) {
-			out = append(out, wd)
+		until := wd.Restored
+		if until.IsZero() {
+			until = end
+		}
+		out = append(out, absence{Cluster: wd.Cluster, From: wd.At, Until: until.Add(withdrawalSettle), what: func(w window) string {
+			until := "the end of the soak"
+			if !wd.Restored.IsZero() {
+				until = relativeTo(w, wd.Restored) + fmt.Sprintf(" (and %s after)", withdrawalSettle)
+			}
+			what := fmt.Sprintf("no request could go to %s", w.Target)
+			if wd.Cluster != w.Target {
+				what = fmt.Sprintf("%s was the last exporter, which outlier detection never ejects", w.Target)
+			}
+			return fmt.Sprintf("%s's export of the data path pool was withdrawn from %s to %s: %s", wd.Cluster, relativeTo(w, wd.At), until, what)
+		}})
+	}
+	for _, c := range cutOffs {
+		if c.Cluster == w.Target {
+			out = append(out, c)
 		}
 	}
-	slices.SortFunc(out, func(a, b withdrawal) int { return a.At.Compare(b.At) })
 	return out
 }
 
-// coveredBy returns the withdrawals whose spans cover [from, to) whole;
-// nil when they leave some of it, or when it is empty.
-func coveredBy(withdrawals []withdrawal, end, from, to time.Time, pick func(withdrawal) bool) []withdrawal {
+// cutsGatewayOff reports whether f keeps gateway's mci-apiservers from
+// reaching f.Target long enough for them to flag it unreachable: its
+// kube-apiserver paused or restarting (which also refuses credentials
+// while it starts), the link from gateway to it cut or blackholed, or
+// the name by which gateway knows it not resolving. A slow link does
+// not: unreachableAfter is longer than the slowest. Nor does a rotation
+// of gateway's member Secret: its replicas read the new token as the
+// Secret changes, and one still refused with the old is flagged for
+// milliseconds.
+func (f fault) cutsGatewayOff(gateway string) bool {
+	switch f.Kind {
+	case pause, compaction:
+		return f.Target != gateway
+	case partition, blackhole, nameFailure:
+		return f.Watcher == gateway
+	}
+	return false
+}
+
+// cutOffsOf are the absences of the faults that cut gateway off an
+// exporter: its mci-apiservers flag the exporter's entries unreachable
+// (ClusterUnreachable, or CredentialsRejected), and mci-sidecar keeps a
+// flagged cluster a candidate only after every reachable one
+// (clusterscore.Candidate.Stale), so that it takes no new request while
+// another exporter serves and outlier detection learns nothing of it: a
+// failing cluster whose flag goes is ejected after as many failures in a
+// row as ever, from then. Each is judged as a withdrawal of the
+// cluster's export: from when it may be flagged first (unreachableAfter
+// after its last answer, which came a probe interval at most before the
+// fault) to withdrawalSettle after every view was fresh again after the
+// heal (healOf: the flag gone; from the heal when not measured).
+func cutOffsOf(windows []window, healOf map[int]*measurement, gateway string) []absence {
+	var out []absence
+	for _, f := range windows {
+		if !f.cutsGatewayOff(gateway) {
+			continue
+		}
+		flagged, fresh := f.Start.Add(unreachableAfter-probeInterval), f.Healed
+		if m := healOf[f.ID]; m != nil {
+			fresh = fresh.Add(m.Took)
+		}
+		out = append(out, absence{Cluster: f.Target, From: flagged, Until: fresh.Add(withdrawalSettle), what: func(w window) string {
+			return fmt.Sprintf("fault %s, from %s to %s, kept %s's mci-apiservers from reaching %s: it was flagged unreachable, a candidate only after every reachable cluster, from %s at the earliest to %s, when the views were fresh again (and %s after)",
+				f.fault, relativeTo(w, f.Start), relativeTo(w, f.Healed), gateway, f.Target, relativeTo(w, flagged), relativeTo(w, fresh), withdrawalSettle)
+		}})
+	}
+	return out
+}
+
+// overlapping are the absences that pick keeps which meet [from, to), by
+// their start.
+func overlapping(absences []absence, from, to time.Time, pick func(absence) bool) []absence {
+	var out []absence
+	for _, a := range absences {
+		if pick(a) && a.From.Before(to) && from.Before(a.Until) {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, func(a, b absence) int { return a.From.Compare(b.From) })
+	return out
+}
+
+// coveredBy returns the absences that cover [from, to) whole; nil when
+// they leave some of it, or when it is empty.
+func coveredBy(absences []absence, from, to time.Time, pick func(absence) bool) []absence {
 	if !from.Before(to) {
 		return nil
 	}
-	wds := overlapping(withdrawals, end, from, to, pick)
+	as := overlapping(absences, from, to, pick)
 	reached := from
-	for _, wd := range wds {
-		s, e := withdrawnSpan(wd, end)
-		if s.After(reached) {
+	for _, a := range as {
+		if a.From.After(reached) {
 			return nil
 		}
-		if e.After(reached) {
-			reached = e
+		if a.Until.After(reached) {
+			reached = a.Until
 		}
 	}
 	if reached.Before(to) {
 		return nil
 	}
-	return wds
+	return as
 }
 
-// describeCover says what the withdrawals did to w's cluster, their times
-// counted from w's start.
-func describeCover(wds []withdrawal, w window) string {
-	rel := func(t time.Time) string {
-		if d := t.Sub(w.Start); d < 0 {
-			return fmt.Sprintf("%.1fs before the fault", -d.Seconds())
-		} else {
-			return fmt.Sprintf("%.1fs into it", d.Seconds())
-		}
+// relativeTo says when t was, counted from w's start.
+func relativeTo(w window, t time.Time) string {
+	if d := t.Sub(w.Start); d < 0 {
+		return fmt.Sprintf("%.1fs before the fault", -d.Seconds())
+	} else {
+		return fmt.Sprintf("%.1fs into it", d.Seconds())
 	}
+}
+
+// describeCover says what the absences did to w's cluster.
+func describeCover(as []absence, w window) string {
 	var parts []string
-	for _, wd := range wds {
-		until := "the end of the soak"
-		if !wd.Restored.IsZero() {
-			until = rel(wd.Restored) + fmt.Sprintf(" (and %s after)", withdrawalSettle)
-		}
-		what := fmt.Sprintf("no request could go to %s", w.Target)
-		if wd.Cluster != w.Target {
-			what = fmt.Sprintf("%s was the last exporter, which outlier detection never ejects", w.Target)
-		}
-		parts = append(parts, fmt.Sprintf("%s's export of the data path pool was withdrawn from %s to %s: %s", wd.Cluster, rel(wd.At), until, what))
+	for _, a := range as {
+		parts = append(parts, a.what(w))
 	}
 	return strings.Join(parts, "; ")
 }
 
-// withdrawnAt returns whether a request was sent while a withdrawal of the
-// data path pool's export held, or within settle of its restoring.
-func withdrawnAt(withdrawals []withdrawal, end time.Time, settle time.Duration) func(request) bool {
+// absentAt returns whether a request was sent within one of the absences.
+func absentAt(absences []absence) func(request) bool {
 	return func(q request) bool {
-		for _, wd := range withdrawals {
-			until := wd.Restored
-			if until.IsZero() {
-				until = end
-			}
-			if !q.Sent.Before(wd.At) && q.Sent.Before(until.Add(settle)) {
+		for _, a := range absences {
+			if !q.Sent.Before(a.From) && q.Sent.Before(a.Until) {
 				return true
 			}
 		}

@@ -44,7 +44,7 @@ func TestJudgeOutlierCountsNewRequestsToTheFailingClusterBeyondItsProbes(t *test
 		{"a hung cluster taking requests after 2s fails", window{fault: fault{ID: 2, Kind: hungFirstByte, Target: "cluster-a"}, Start: start, Healed: at(8)}, traffic(4, nil, 8), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := judgeOutlier(tc.w, tc.reqs, nil, at(60))
+			res := judgeOutlier(tc.w, tc.reqs, nil, nil, at(60))
 			assert.Equal(t, tc.ok, res.OK, "%+v", res)
 			assert.InDelta(t, 0.5, res.ShareBefore, 0.01, "half the requests went to it before the fault")
 		})
@@ -117,7 +117,7 @@ func TestJudgeOutlierLeavesOutWithdrawals(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := judgeOutlier(tc.w, tc.reqs, tc.withdrawals, end)
+			res := judgeOutlier(tc.w, tc.reqs, tc.withdrawals, nil, end)
 			assert.False(t, res.OK, "a fault with something missed or not judged is not passed: %+v", res)
 			if tc.missed == "" {
 				assert.Empty(t, res.Why)
@@ -144,7 +144,7 @@ func TestJudgeOutlierCountsFailuresAtTheClusterUnderAWithdrawal(t *testing.T) {
 	// Sent just before the fault, failed by it.
 	reqs = append(reqs, request{Sent: start.Add(-time.Millisecond), Done: start.Add(time.Millisecond), Code: 500, Cluster: "cluster-a"})
 	reqs = append(reqs, request{Sent: start.Add(16 * time.Second), Code: 200, Cluster: "cluster-a"})
-	res := judgeOutlier(w, reqs, []withdrawal{{Cluster: "cluster-c", At: start.Add(-time.Second)}}, start.Add(time.Minute))
+	res := judgeOutlier(w, reqs, []withdrawal{{Cluster: "cluster-c", At: start.Add(-time.Second)}}, nil, start.Add(time.Minute))
 	assert.Zero(t, res.Judged)
 	assert.False(t, res.OK, "a fault with nothing to judge is not passed")
 	assert.NotEmpty(t, res.NotJudged)
@@ -172,4 +172,142 @@ func TestReportListsAFaultWithNothingToJudgeApartFromTheMissedTargets(t *testing
 	md := r.markdown()
 	assert.Contains(t, md, "# Chaos soak: PASS, 1 checks not judged")
 	assert.Contains(t, md, "| not judged (below) |")
+}
+
+// TestReportDoesNotCountTheRequestsOfAnErrorSinkTheGatewayCouldNotReach
+// replays fault #102 of seed 98153's 60-minute soak: cluster-c's
+// kube-apiserver is paused from 4.7s before its model servers fail to
+// 8.3s into it. cluster-b's mci-apiservers flag cluster-c unreachable
+// as its model servers start failing, and mci-sidecar keeps a flagged
+// cluster a candidate only after every reachable one: it takes one
+// request, which fails, then none until the flag goes 9.1s into the
+// fault, then every other request until the fifth failure in a row
+// ejects it, 9.9s into it. Those four requests were not new requests
+// outlier detection should have kept from it for 5s: it had seen one
+// failure. Its share cannot be judged, and is not missed.
+func TestReportDoesNotCountTheRequestsOfAnErrorSinkTheGatewayCouldNotReach(t *testing.T) {
+	begin := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return begin.Add(time.Duration(s * float64(time.Second))) }
+	end := at(75)
+	paused := window{fault: fault{ID: 1, Kind: pause, Target: "cluster-c", Hold: 13 * time.Second}, Start: at(20), Healed: at(33)}
+	sink := window{fault: fault{ID: 2, Kind: errorSink, Target: "cluster-c", Watcher: "cluster-b", Others: []string{"cluster-a"}, Hold: 10200 * time.Millisecond}, Start: at(24.7), Healed: at(34.9)}
+	ms := []*measurement{
+		{Label: "heal " + paused.fault.String(), Kind: "heal", FaultID: 1, Since: paused.Healed, Took: 760 * time.Millisecond},
+		{Label: "heal " + sink.fault.String(), Kind: "heal", FaultID: 2, Since: sink.Healed, Took: 110 * time.Millisecond},
+	}
+	// Ten requests a second, every other one to cluster-c while it is
+	// neither flagged (24.84s to 33.81s) nor ejected (from its fifth
+	// failure in a row to 40s, when its probe succeeds).
+	var reqs []request
+	failures, ejectedAt := 0, time.Time{}
+	for i := range 700 {
+		sent := at(float64(i) / 10)
+		q := request{Sent: sent, Done: sent.Add(25 * time.Millisecond), Code: 200, Cluster: "cluster-a", Model: "m"}
+		flagged := !sent.Before(at(24.84)) && sent.Before(at(33.81))
+		ejected := !ejectedAt.IsZero() && sent.Before(at(40))
+		if i%2 == 0 && !flagged && !ejected {
+			q.Cluster = "cluster-c"
+			if !sent.Before(sink.Start) && sent.Before(sink.Healed) {
+				q.Code, q.Done = 500, sent.Add(3*time.Millisecond)
+				if failures++; failures == 5 {
+					ejectedAt = sent
+				}
+			}
+		}
+		reqs = append(reqs, q)
+	}
+	require.Equal(t, at(34.6), ejectedAt, "the fifth failure in a row ejects it")
+
+	cfg := config{Seed: 98153, Duration: 75 * time.Second, Warmup: 10 * time.Second, HealTarget: 5 * time.Second}
+	r := buildReport(cfg, begin, end, []fault{paused.fault, sink.fault}, []window{paused, sink}, ms, reqs, 0, nil, 0, watcherResult{}, nil, testTopology, "m")
+	assert.Empty(t, r.Failures, "nothing missed")
+	require.Len(t, r.Outliers, 1)
+	assert.Zero(t, r.Outliers[0].Judged, "every request of the window was sent while cluster-c was flagged, or within the settle after")
+	assert.Equal(t, 5, r.Outliers[0].FailedAt, "the one before the flag and the four after are counted as failed at it")
+	require.Len(t, r.NotJudged, 1)
+	assert.Contains(t, r.NotJudged[0], "fault #2 error-sink cluster-c's model servers for 10.2s: not judged: its share from 5s into the fault to its heal: fault #1 apiserver-pause cluster-c for 13s")
+	assert.Contains(t, r.NotJudged[0], "kept cluster-b's mci-apiservers from reaching cluster-c: it was flagged unreachable, a candidate only after every reachable cluster, from 0.7s before the fault at the earliest to 9.1s into it, when the views were fresh again (and 5s after)")
+}
+
+// TestJudgeOutlierLeavesOutTheFailingClusterWhileTheGatewayCannotReachIt:
+// a fault that cuts the gateway cluster off the failing cluster takes it
+// out of the choice, as a withdrawal of its export does, from when it
+// may be flagged to withdrawalSettle after the views were fresh again;
+// one that cuts it off the other exporter, or only slows a link, does
+// not.
+func TestJudgeOutlierLeavesOutTheFailingClusterWhileTheGatewayCannotReachIt(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
+	end := at(60)
+	sink := window{fault: fault{ID: 1, Kind: errorSink, Target: "cluster-a"}, Start: start, Healed: at(15)}
+	// Ten requests a second from -10s to 40s, every other one to the
+	// failing cluster, which is never ejected: its share is missed
+	// wherever it is judged.
+	var reqs []request
+	for i := range 500 {
+		s := -10 + float64(i)/10
+		q := request{Sent: at(s), Done: at(s + 0.01), Code: 200, Cluster: "cluster-c"}
+		if i%2 == 0 {
+			q.Cluster = "cluster-a"
+			if s >= 0 && s < 15 {
+				q.Code = 500
+			}
+		}
+		reqs = append(reqs, q)
+	}
+	for _, tc := range []struct {
+		name string
+		cut  window
+		// missed and notJudged are what the result's Why and NotJudged
+		// contain; empty: nothing.
+		missed, notJudged string
+	}{
+		{
+			name: "its kube-apiserver paused over the whole window: not judged", cut: window{fault: fault{ID: 2, Kind: pause, Target: "cluster-a", Hold: 13 * time.Second}, Start: at(-4), Healed: at(9)},
+			notJudged: "fault #2 apiserver-pause cluster-a for 13s, from 4.0s before the fault to 9.0s into it, kept cluster-b's mci-apiservers from reaching cluster-a: it was flagged unreachable, a candidate only after every reachable cluster, from 0.0s into it at the earliest to 10.0s into it",
+		},
+		{
+			name: "the gateway's link to it cut over the whole window: not judged", cut: window{fault: fault{ID: 2, Kind: partition, Watcher: "cluster-b", Target: "cluster-a", Hold: 12 * time.Second}, Start: at(-2), Healed: at(10)},
+			notJudged: "fault #2 partition cluster-b->cluster-a for 12s",
+		},
+		{
+			name: "its kube-apiserver restarted over the whole window: not judged", cut: window{fault: fault{ID: 2, Kind: compaction, Target: "cluster-a", Hold: 25 * time.Second}, Start: at(-3), Healed: at(14)},
+			notJudged: "fault #2 etcd-compaction cluster-a",
+		},
+		{
+			// Paused from 6s before the fault, it was flagged until 5s
+			// after its views were fresh again, 2s into the fault: the
+			// rest of the window is judged.
+			name: "a pause that ended before the window: judged", cut: window{fault: fault{ID: 2, Kind: pause, Target: "cluster-a", Hold: 7 * time.Second}, Start: at(-9), Healed: at(-2)},
+			missed: "cluster-a took",
+		},
+		{
+			name: "the other exporter's kube-apiserver paused: judged", cut: window{fault: fault{ID: 2, Kind: pause, Target: "cluster-c", Hold: 13 * time.Second}, Start: at(-4), Healed: at(9)},
+			missed: "cluster-a took",
+		},
+		{
+			name: "another cluster's link to it cut: judged", cut: window{fault: fault{ID: 2, Kind: partition, Watcher: "cluster-c", Target: "cluster-a", Hold: 12 * time.Second}, Start: at(-2), Healed: at(10)},
+			missed: "cluster-a took",
+		},
+		{
+			name: "the gateway's link to it slow: judged", cut: window{fault: fault{ID: 2, Kind: slow2s, Watcher: "cluster-b", Target: "cluster-a", Hold: 12 * time.Second}, Start: at(-2), Healed: at(10)},
+			missed: "cluster-a took",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			healOf := map[int]*measurement{tc.cut.ID: {Kind: "heal", FaultID: tc.cut.ID, Took: time.Second}}
+			res := judgeOutlier(sink, reqs, nil, cutOffsOf([]window{tc.cut}, healOf, "cluster-b"), end)
+			assert.False(t, res.OK, "a fault with something missed or not judged is not passed: %+v", res)
+			if tc.missed == "" {
+				assert.Empty(t, res.Why)
+			} else {
+				assert.Contains(t, res.Why, tc.missed)
+			}
+			if tc.notJudged == "" {
+				assert.Empty(t, res.NotJudged)
+			} else {
+				assert.Contains(t, res.NotJudged, tc.notJudged)
+			}
+		})
+	}
 }

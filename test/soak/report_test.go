@@ -253,11 +253,12 @@ func buildReport(cfg config, begin, end time.Time, faults []fault, windows []win
 	// The outlier checks judge the data path's own route: the regional
 	// route's requests can go to one cluster only.
 	mainRoute := slices.DeleteFunc(slices.Clone(requests), func(q request) bool { return q.Route != "" })
+	cutOffs := cutOffsOf(windows, healOf, topo.Gateway)
 	for _, w := range windows {
 		if w.Kind != errorSink && w.Kind != hungFirstByte {
 			continue
 		}
-		o := judgeOutlier(w, mainRoute, withdrawals, end)
+		o := judgeOutlier(w, mainRoute, withdrawals, cutOffs, end)
 		if o.Why != "" {
 			r.Failures = append(r.Failures, fmt.Sprintf("fault %s: %s", w.fault, o.Why))
 		}

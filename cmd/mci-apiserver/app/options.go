@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -20,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/apiserver/pkg/server/healthz"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	utilcompatibility "k8s.io/apiserver/pkg/util/compatibility"
 	"k8s.io/client-go/dynamic"
@@ -373,7 +376,26 @@ func (o *Options) genericConfig() (*genericapiserver.RecommendedConfig, error) {
 	if err := o.Recommended.ApplyTo(generic); err != nil {
 		return nil, err
 	}
+	if rh := generic.Authentication.RequestHeaderConfig; rh != nil && rh.CAContentProvider != nil {
+		generic.AddReadyzChecks(aggregatorCALoaded(rh.CAContentProvider))
+	}
 	return generic, nil
+}
+
+// aggregatorCALoaded is a readiness check that fails until the CA that
+// signs the aggregator's client certificate is loaded. k8s.io/apiserver
+// loads it from the extension-apiserver-authentication ConfigMap through
+// an informer that starts with the server, so for its first 100 ms or so
+// a replica takes every request the aggregator proxies as anonymous and
+// refuses it 403: a summary reader told 403 lists again. Not ready, the
+// replica gets no request through its Service meanwhile.
+func aggregatorCALoaded(ca dynamiccertificates.CAContentProvider) healthz.HealthChecker {
+	return healthz.NamedCheck("aggregator-client-ca", func(*http.Request) error {
+		if len(ca.CurrentCABundleContent()) == 0 {
+			return fmt.Errorf("the CA of the aggregator's client certificate (%s) is not loaded yet: its requests would be taken as anonymous", ca.Name())
+		}
+		return nil
+	})
 }
 
 // memberSources are where the members' kubeconfigs come from, in the

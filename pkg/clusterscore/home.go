@@ -309,18 +309,16 @@ func decideHome(r homeRule) (HomeOutcome, int) {
 // them made new prompts queue longer with 3 replicas
 // (docs/design/cluster-scoring.md); they make a home loaded by their own
 // rule instead (homeBound.queued).
-func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation) {
+func (p *Pipeline) homeLoad(req *Request, kept []int, slots []slot, obs []Observation) {
 	for k, i := range kept {
-		c := &cands[i]
 		s := &slots[i]
 		s.homeLoad, s.capacity, s.queue, s.awaiting = float64(obs[k].InFlight), 0, -1, obs[k].Awaiting
 		s.awaited, s.due = obs[k].overdueAfter(req.Now)
-		s.full, s.ttfb = false, obs[k].TTFB
-		if s.measured { // fresh pool metrics (classify)
-			s.queue = max(c.Pool.AverageQueue, 0)
-			s.full = c.Pool.BatchFull()
-			if c.Pool.ReadyPods > 0 {
-				s.capacity = float64(c.Pool.ReadyPods)
+		s.ttfb = obs[k].TTFB
+		if s.measured { // fresh pool metrics, as classify read them
+			s.queue = s.poolQueue
+			if s.pods > 0 {
+				s.capacity = float64(s.pods)
 			}
 		}
 	}

@@ -184,6 +184,15 @@ type slot struct {
 	measured bool
 	total    float64
 	load     scheduling.Metrics
+	// poolQueue, pods and full are the measured pool's average queue (0
+	// when negative), ready pods and whether every batch place of its
+	// servers is taken (homeBound.filled); zero when not measured. Kept
+	// by classify so that the affinity margin and the home bound read
+	// them here rather than through the pool's pointer in passes of
+	// their own.
+	poolQueue float64
+	pods      int
+	full      bool
 	// busy is the candidate's load for the affinity margin (queue plus
 	// in flight per ready pod); withheld means it is beyond the margin,
 	// so its affinity does not count.
@@ -198,9 +207,7 @@ type slot struct {
 	homeLoad, capacity, queue float64
 	awaiting                  int64
 	awaited, due              time.Duration
-	// full: its pool metrics say every batch place of its servers is
-	// taken; ttfb its first bytes' moving average (homeBound.filled).
-	full bool
+	// ttfb is its first bytes' moving average (homeBound.filled).
 	ttfb time.Duration
 }
 
@@ -326,12 +333,14 @@ func (p *Pipeline) keepEjected(req *Request, cands []Candidate, slots []slot, sh
 func (p *Pipeline) classify(c *Candidate, since freshBound, lastResort bool, s *slot) {
 	measured := since.fresh(c.Pool)
 	s.measured = measured
+	s.poolQueue, s.pods, s.full = 0, 0, false
 	if measured {
 		s.load = scheduling.Metrics{
 			WaitingQueue: int(math.Round(min(max(c.Pool.AverageQueue, 0), 1<<30))),
 			KVCacheUsage: min(max(c.Pool.AverageKVCache, 0), 1),
 			UpdatedAt:    c.Pool.UpdatedAt,
 		}
+		s.poolQueue, s.pods, s.full = max(c.Pool.AverageQueue, 0), c.Pool.ReadyPods, c.Pool.BatchFull()
 	}
 	saturated := measured && (s.load.WaitingQueue > p.thresholds.SheddableQueueThreshold ||
 		s.load.KVCacheUsage > p.thresholds.SheddableKVCacheThreshold)

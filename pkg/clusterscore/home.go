@@ -300,26 +300,23 @@ func decideHome(r homeRule) (HomeOutcome, int) {
 	return outcome, lead
 }
 
-// homeLoad fills the candidates' loads and capacities for the bound: the
-// requests this sidecar has in flight to each (exact for its own traffic,
-// and with requests dealt to replicas in turn, each replica's share of
-// the whole), and their ready pods and waiting queues when their pool
-// metrics are fresh. The scraped queues, which every replica sees alike,
+// homeLoad fills a kept candidate's load and capacity for the bound
+// (Pipeline.loads calls it for each): the requests this sidecar has in
+// flight to it (exact for its own traffic, and with requests dealt to
+// replicas in turn, each replica's share of the whole), and its ready
+// pods and waiting queue when its pool metrics are fresh. The scraped queues, which every replica sees alike,
 // are not added to the load: they are up to a scrape old, and counting
 // them made new prompts queue longer with 3 replicas
 // (docs/design/cluster-scoring.md); they make a home loaded by their own
 // rule instead (homeBound.queued).
-func (p *Pipeline) homeLoad(req *Request, kept []int, slots []slot, obs []Observation) {
-	for k, i := range kept {
-		s := &slots[i]
-		s.homeLoad, s.capacity, s.queue, s.awaiting = float64(obs[k].InFlight), 0, -1, obs[k].Awaiting
-		s.awaited, s.due = obs[k].overdueAfter(req.Now)
-		s.ttfb = obs[k].TTFB
-		if s.measured { // fresh pool metrics, as classify read them
-			s.queue = s.poolQueue
-			if s.pods > 0 {
-				s.capacity = float64(s.pods)
-			}
+func homeLoad(now time.Time, s *slot, ob *Observation) {
+	s.homeLoad, s.capacity, s.queue, s.awaiting = float64(ob.InFlight), 0, -1, ob.Awaiting
+	s.awaited, s.due = ob.overdueAfter(now)
+	s.ttfb = ob.TTFB
+	if s.measured { // fresh pool metrics, as classify read them
+		s.queue = s.poolQueue
+		if s.pods > 0 {
+			s.capacity = float64(s.pods)
 		}
 	}
 }

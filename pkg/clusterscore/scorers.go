@@ -23,13 +23,10 @@ func (p *Pipeline) score(req *Request, cands []Candidate, kept []int, slots []sl
 	if p.observed || p.yields || p.homes {
 		obs = p.mem.Observed.observeKept(req.Scope, cands, kept, obs)
 	}
-	if p.yields {
-		p.yieldAffinity(cands, kept, slots, obs)
-	}
-	if p.homes {
-		p.homeLoad(req, kept, slots, obs)
-	}
 	rel := scoredAgainst{matched: matched[:len(kept)], blocks: len(req.Blocks), q0: float64(max(p.thresholds.SheddableQueueThreshold, 1))}
+	if p.yields || p.homes {
+		rel.yieldAbove = p.loads(req, cands, kept, slots, obs)
+	}
 	for _, ws := range p.cfg.Scorers {
 		switch ws.Scorer {
 		case routingpolicy.ScorePrefixCache:
@@ -50,9 +47,11 @@ func (p *Pipeline) score(req *Request, cands []Candidate, kept []int, slots []sl
 // scoredAgainst is what the scores of one pick are relative to, found
 // once a pick: the prompt blocks each candidate holds (matched, by kept
 // index) of blocks, the session's cluster, the fastest first byte, the
-// fewest requests in flight, the largest weight, and the queue that
-// halves the queue score (q0).
+// fewest requests in flight, the largest weight, the queue that halves
+// the queue score (q0), and the load above which affinity is withheld
+// (yieldAbove, with an affinity margin).
 type scoredAgainst struct {
+	yieldAbove    float64
 	matched       []int
 	blocks        int
 	pinned        string
@@ -69,6 +68,7 @@ type scoredAgainst struct {
 func (p *Pipeline) addScores(rel *scoredAgainst, cands []Candidate, kept []int, slots []slot, obs []Observation, ex *Explanation) {
 	for k, i := range kept {
 		s := &slots[i]
+		s.withheld = p.yields && s.busy > rel.yieldAbove
 		for _, ws := range p.cfg.Scorers {
 			var v float64
 			switch ws.Scorer {
@@ -95,12 +95,12 @@ func (p *Pipeline) addScores(rel *scoredAgainst, cands []Candidate, kept []int, 
 			case routingpolicy.ScoreQueue:
 				v = 0.5
 				if s.measured {
-					v = 1 / (1 + float64(s.load.WaitingQueue)/rel.q0)
+					v = 1 / (1 + float64(s.waiting)/rel.q0)
 				}
 			case routingpolicy.ScoreKVCache:
 				v = 0.5
 				if s.measured {
-					v = 1 - s.load.KVCacheUsage
+					v = 1 - s.kvCache
 				}
 			case routingpolicy.ScoreWeight:
 				if rel.mostWeight > 0 {
@@ -125,15 +125,11 @@ func (p *Pipeline) addScores(rel *scoredAgainst, cands []Candidate, kept []int, 
 // count them, else for the whole cluster). The in-flight part moves with
 // every request, so a cluster that stops answering loses its affinity
 // after a few requests queue there, not a scrape or a saturation
-// threshold later.
-func (p *Pipeline) yieldAffinity(cands []Candidate, kept []int, slots []slot, obs []Observation) {
+// threshold later. It returns the load above which affinity is withheld,
+// from the candidates' loads (busy, which loads fills).
+func (p *Pipeline) yieldAffinity(cands []Candidate, kept []int, slots []slot) (above float64) {
 	least := math.Inf(1)
-	for k, i := range kept {
-		queue, pods := 0.0, 1
-		if slots[i].measured {
-			queue, pods = slots[i].poolQueue, max(slots[i].pods, 1)
-		}
-		slots[i].busy = queue + float64(obs[k].InFlight)/float64(pods)
+	for _, i := range kept {
 		// A stale candidate comes after the others whatever its load:
 		// its load is no yardstick for theirs.
 		if !cands[i].Stale {
@@ -145,9 +141,31 @@ func (p *Pipeline) yieldAffinity(cands []Candidate, kept []int, slots []slot, ob
 			least = min(least, slots[i].busy)
 		}
 	}
-	for _, i := range kept {
-		slots[i].withheld = slots[i].busy > least+p.cfg.AffinityMargin
+	return least + p.cfg.AffinityMargin
+}
+
+// loads fills, in one pass over the kept candidates, what the affinity
+// margin (busy) and the home bound (homeLoad) read of each, and returns
+// the load above which a candidate's affinity is withheld
+// (yieldAffinity), which addScores applies.
+func (p *Pipeline) loads(req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation) (yieldAbove float64) {
+	for k, i := range kept {
+		s := &slots[i]
+		if p.homes {
+			homeLoad(req.Now, s, &obs[k])
+		}
+		if p.yields {
+			queue, pods := 0.0, 1
+			if s.measured {
+				queue, pods = s.poolQueue, max(s.pods, 1)
+			}
+			s.busy = queue + float64(obs[k].InFlight)/float64(pods)
+		}
 	}
+	if !p.yields {
+		return 0
+	}
+	return p.yieldAffinity(cands, kept, slots)
 }
 
 // prefixMatches writes to matched[k] how many of the request's prompt

@@ -331,7 +331,6 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		outcome, _ := decideHome(homeRule{})
 		return HomeDecision{Outcome: outcome}
 	}
-	alike := setCapacities(kept, slots)
 	var idBuf [maxStack]uint32
 	var capBuf [maxStack]float64
 	ids, caps := idBuf[:0], capBuf[:0]
@@ -339,7 +338,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		sc.ids, sc.caps = slices.Grow(sc.ids[:0], len(kept)), slices.Grow(sc.caps[:0], len(kept))
 		ids, caps = sc.ids, sc.caps
 	}
-	ids, caps = keptIDs(cands, kept, slots, ids, caps)
+	ids, caps, alike := keptIDs(cands, kept, slots, ids, caps)
 	home, served := p.findHome(req, key, ids, caps)
 	// The bound compares the candidates of the first tier: those a
 	// request may go to before any saturated or stale one.
@@ -610,21 +609,6 @@ func (b homeBound) waitingNow(i int) float64 {
 	return max(b.slots[i].queue, 0) + float64(b.slots[i].awaiting)/b.slots[i].capacity
 }
 
-// setCapacities makes the capacities of the candidates kept their ready
-// pods when every one reports them; else every candidate counts alike,
-// rather than comparing pods with guesses, and it returns true.
-func setCapacities(kept []int, slots []slot) (alike bool) {
-	for _, i := range kept {
-		alike = alike || slots[i].capacity <= 0
-	}
-	if alike {
-		for _, i := range kept {
-			slots[i].capacity = 1
-		}
-	}
-	return alike
-}
-
 // findHome returns the index, in the candidates' ids (of capacities caps),
 // of the request's home, and how many requests of its key this sidecar
 // has served.
@@ -654,12 +638,22 @@ func (p *Pipeline) secondHome(req *Request, key uint64, ids []uint32, caps []flo
 }
 
 // keptIDs appends the cluster ids and capacities of the candidates kept to
-// ids and caps.
-func keptIDs(cands []Candidate, kept []int, slots []slot, ids []uint32, caps []float64) ([]uint32, []float64) {
+// ids and caps. The capacities are the candidates' ready pods when every
+// one reports them; else every candidate counts alike, rather than
+// comparing pods with guesses, and it reports alike: their capacities
+// are made 1, in their slots too.
+func keptIDs(cands []Candidate, kept []int, slots []slot, ids []uint32, caps []float64) (_ []uint32, _ []float64, alike bool) {
+	start := len(caps)
 	for _, i := range kept {
+		alike = alike || slots[i].capacity <= 0
 		ids, caps = append(ids, cands[i].id()), append(caps, slots[i].capacity)
 	}
-	return ids, caps
+	if alike {
+		for k, i := range kept {
+			slots[i].capacity, caps[start+k] = 1, 1
+		}
+	}
+	return ids, caps, alike
 }
 
 // firstByRendezvous is the index of the cluster of the highest rendezvous

@@ -69,6 +69,9 @@ func (p *Pipeline) addScores(rel *scoredAgainst, cands []Candidate, kept []int, 
 	for k, i := range kept {
 		s := &slots[i]
 		s.withheld = p.yields && s.busy > rel.yieldAbove
+		// Summed in a register and stored once: through the slot, each
+		// addition waited for the store of the one before.
+		total := s.total
 		for _, ws := range p.cfg.Scorers {
 			var v float64
 			switch ws.Scorer {
@@ -107,11 +110,12 @@ func (p *Pipeline) addScores(rel *scoredAgainst, cands []Candidate, kept []int, 
 					v = float64(max(cands[i].Weight, 0)) / float64(rel.mostWeight)
 				}
 			}
-			s.total += ws.Weight * v
+			total += ws.Weight * v
 			if ex != nil {
 				ex.Clusters[i].Scores[ws.Scorer] = v
 			}
 		}
+		s.total = total
 	}
 }
 

@@ -92,10 +92,9 @@ type scratch struct {
 	runs   []int
 	// which is sortByFewTotals': each candidate's value.
 	which []uint8
-	// obs, val, ids, matched and caps are the scorers' and home
-	// placement's, one per kept candidate.
+	// obs, ids, matched and caps are the scorers' and home placement's,
+	// one per kept candidate.
 	obs     []Observation
-	val     []float64
 	ids     []uint32
 	matched []int
 	caps    []float64

@@ -9,8 +9,8 @@ import (
 
 // score fills the totals of the kept candidates, and the explanation's
 // scores when asked.
-// sc is the pick's scratch, which holds the observations and scores of
-// more than a handful of candidates (nil for a handful).
+// sc is the pick's scratch, which holds the observations and prompt
+// matches of more than a handful of candidates (nil for a handful).
 func (p *Pipeline) score(req *Request, cands []Candidate, kept []int, slots []slot, sc *scratch, ex *Explanation) {
 	var obsBuf [maxStack]Observation
 	var matchBuf [maxStack]int

@@ -1,13 +1,16 @@
 package clusterscore
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/routingpolicy"
+	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
 // BenchmarkPick is a pick over 3 clusters, every scorer on (the target is
@@ -103,5 +106,58 @@ func BenchmarkServed(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		f.mem.Served(req, "b")
+	}
+}
+
+// BenchmarkPickAtScale is BenchmarkDecideAtScale's pick alone (the
+// pipeline, without the sidecar's request, state and candidates): a
+// PrefixAffinity pick over 1,000 candidates, all serving and measured,
+// ranked and with their ids as the routing table makes them, the memory
+// warm with 64 groups of prompts served twice each, the request's among
+// them. unobserved is the benchmark's case, no request sent yet; observed
+// the running sidecar's, every cluster having had requests and first
+// bytes, so that each one's observations are read.
+func BenchmarkPickAtScale(b *testing.B) {
+	for _, observed := range []bool{false, true} {
+		name := "unobserved"
+		if observed {
+			name = "observed"
+		}
+		b.Run(name, func(b *testing.B) {
+			mem := NewMemory(DefaultMemoryOptions())
+			p, err := New(routingpolicy.Named()[routingpolicy.PrefixAffinity], scheduling.DefaultConfig(), mem)
+			require.NoError(b, err)
+			cands := make([]Candidate, 1000)
+			for i := range cands {
+				name := fmt.Sprintf("cluster-%04d", i)
+				cands[i] = Candidate{Name: name, Weight: 1, Health: HealthServing, ID: promptprefix.ClusterID(name),
+					Pool: &PoolMetrics{AverageQueue: float64(i % 3), AverageKVCache: 0.2, ReadyPods: 4, UpdatedAt: epoch}}
+			}
+			RankCandidates(cands)
+			rot := NewRotation(cands)
+			order := make([]int, 0, len(cands))
+			for range 2 {
+				for g := range 64 {
+					req := Request{Now: epoch, Scope: scope, Blocks: chain(uint64(1000+g), 64)}
+					order, err = p.Pick(&req, cands, rot, order[:0], nil)
+					require.NoError(b, err)
+					mem.Served(&req, cands[order[0]].Name)
+				}
+			}
+			if observed {
+				for i := range cands {
+					mem.Observed.Started(scope, cands[i].Name, epoch)
+					mem.Observed.FirstByte(scope, cands[i].Name, time.Duration(100+i%7)*time.Millisecond)
+				}
+			}
+			req := Request{Now: epoch, Scope: scope, Blocks: chain(1007, 64)}
+			b.ReportAllocs()
+			for b.Loop() {
+				order, err = p.Pick(&req, cands, rot, order[:0], nil)
+				if err != nil || len(order) != len(cands) {
+					b.Fatal(len(order), err)
+				}
+			}
+		})
 	}
 }

@@ -300,28 +300,23 @@ func decideHome(r homeRule) (HomeOutcome, int) {
 	return outcome, lead
 }
 
-// homeLoad fills the candidates' loads and capacities for the bound: the
-// requests this sidecar has in flight to each (exact for its own traffic,
-// and with requests dealt to replicas in turn, each replica's share of
-// the whole), and their ready pods and waiting queues when their pool
-// metrics are fresh. The scraped queues, which every replica sees alike,
+// homeLoad fills a kept candidate's load and capacity for the bound
+// (Pipeline.loads calls it for each): the requests this sidecar has in
+// flight to it (exact for its own traffic, and with requests dealt to
+// replicas in turn, each replica's share of the whole), and its ready
+// pods and waiting queue when its pool metrics are fresh. The scraped queues, which every replica sees alike,
 // are not added to the load: they are up to a scrape old, and counting
 // them made new prompts queue longer with 3 replicas
 // (docs/design/cluster-scoring.md); they make a home loaded by their own
 // rule instead (homeBound.queued).
-func (p *Pipeline) homeLoad(req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation) {
-	for k, i := range kept {
-		c := &cands[i]
-		s := &slots[i]
-		s.homeLoad, s.capacity, s.queue, s.awaiting = float64(obs[k].InFlight), 0, -1, obs[k].Awaiting
-		s.awaited, s.due = obs[k].overdueAfter(req.Now)
-		s.full, s.ttfb = false, obs[k].TTFB
-		if s.measured { // fresh pool metrics (classify)
-			s.queue = max(c.Pool.AverageQueue, 0)
-			s.full = c.Pool.BatchFull()
-			if c.Pool.ReadyPods > 0 {
-				s.capacity = float64(c.Pool.ReadyPods)
-			}
+func homeLoad(now time.Time, s *slot, ob *Observation) {
+	s.homeLoad, s.capacity, s.queue, s.awaiting = float64(ob.InFlight), 0, -1, ob.Awaiting
+	s.awaited, s.due = ob.overdueAfter(now)
+	s.ttfb = ob.TTFB
+	if s.measured { // fresh pool metrics, as classify read them
+		s.queue = s.poolQueue
+		if s.pods > 0 {
+			s.capacity = float64(s.pods)
 		}
 	}
 }
@@ -336,7 +331,6 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		outcome, _ := decideHome(homeRule{})
 		return HomeDecision{Outcome: outcome}
 	}
-	alike := setCapacities(kept, slots)
 	var idBuf [maxStack]uint32
 	var capBuf [maxStack]float64
 	ids, caps := idBuf[:0], capBuf[:0]
@@ -344,7 +338,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		sc.ids, sc.caps = slices.Grow(sc.ids[:0], len(kept)), slices.Grow(sc.caps[:0], len(kept))
 		ids, caps = sc.ids, sc.caps
 	}
-	ids, caps = keptIDs(cands, kept, slots, ids, caps)
+	ids, caps, alike := keptIDs(cands, kept, slots, ids, caps)
 	home, served := p.findHome(req, key, ids, caps)
 	// The bound compares the candidates of the first tier: those a
 	// request may go to before any saturated or stale one.
@@ -615,21 +609,6 @@ func (b homeBound) waitingNow(i int) float64 {
 	return max(b.slots[i].queue, 0) + float64(b.slots[i].awaiting)/b.slots[i].capacity
 }
 
-// setCapacities makes the capacities of the candidates kept their ready
-// pods when every one reports them; else every candidate counts alike,
-// rather than comparing pods with guesses, and it returns true.
-func setCapacities(kept []int, slots []slot) (alike bool) {
-	for _, i := range kept {
-		alike = alike || slots[i].capacity <= 0
-	}
-	if alike {
-		for _, i := range kept {
-			slots[i].capacity = 1
-		}
-	}
-	return alike
-}
-
 // findHome returns the index, in the candidates' ids (of capacities caps),
 // of the request's home, and how many requests of its key this sidecar
 // has served.
@@ -659,12 +638,22 @@ func (p *Pipeline) secondHome(req *Request, key uint64, ids []uint32, caps []flo
 }
 
 // keptIDs appends the cluster ids and capacities of the candidates kept to
-// ids and caps.
-func keptIDs(cands []Candidate, kept []int, slots []slot, ids []uint32, caps []float64) ([]uint32, []float64) {
+// ids and caps. The capacities are the candidates' ready pods when every
+// one reports them; else every candidate counts alike, rather than
+// comparing pods with guesses, and it reports alike: their capacities
+// are made 1, in their slots too.
+func keptIDs(cands []Candidate, kept []int, slots []slot, ids []uint32, caps []float64) (_ []uint32, _ []float64, alike bool) {
+	start := len(caps)
 	for _, i := range kept {
+		alike = alike || slots[i].capacity <= 0
 		ids, caps = append(ids, cands[i].id()), append(caps, slots[i].capacity)
 	}
-	return ids, caps
+	if alike {
+		for k, i := range kept {
+			slots[i].capacity, caps[start+k] = 1, 1
+		}
+	}
+	return ids, caps, alike
 }
 
 // firstByRendezvous is the index of the cluster of the highest rendezvous

@@ -204,11 +204,15 @@ func (h *Homes) established(scope string) []uint64 {
 	return keys
 }
 
-// signature stands for the candidates' ids and capacities.
+// signature stands for the candidates' ids and capacities, in their
+// order. Each candidate's term, of its place, id and capacity, is hashed
+// on its own and the terms are summed: chained, each hash waited for the
+// one before, which over a thousand candidates took a few microseconds of
+// every pick; apart, the processor computes several at once.
 func signature(ids []uint32, caps []float64) uint64 {
-	s := uint64(len(ids))
+	s := mix64(uint64(len(ids)))
 	for i, id := range ids {
-		s = mix64(s ^ uint64(id)<<32 ^ math.Float64bits(caps[i]))
+		s += mix64(mix64(uint64(i)<<32|uint64(id)) ^ math.Float64bits(caps[i]))
 	}
 	return s
 }

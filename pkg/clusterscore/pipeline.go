@@ -92,25 +92,22 @@ type scratch struct {
 	runs   []int
 	// which is sortByFewTotals': each candidate's value.
 	which []uint8
-	// obs, val, ids, matched and caps are the scorers' and home
-	// placement's, one per kept candidate.
+	// obs, ids, matched and caps are the scorers' and home placement's,
+	// one per kept candidate.
 	obs     []Observation
-	val     []float64
 	ids     []uint32
 	matched []int
 	caps    []float64
 }
 
-// scratch returns a scratch for n candidates, its slots zero; the caller
-// puts it back in p.scratches once the pick is done.
+// scratch returns a scratch for n candidates, its slots as the last pick
+// left them: the filters start each candidate's slot anew (classify). The
+// caller puts it back in p.scratches once the pick is done.
 func (p *Pipeline) scratch(n int) *scratch {
 	sc := p.scratches.Get().(*scratch)
 	if cap(sc.slots) < n {
 		sc.slots = make([]slot, 0, n)
 	}
-	sc.slots = sc.slots[:n]
-	clear(sc.slots)
-	sc.slots = sc.slots[:0]
 	return sc
 }
 
@@ -175,20 +172,37 @@ func (p *Pipeline) Memory() *Memory { return p.mem }
 // scratch space.
 const maxStack = 16
 
-// slot is the scratch of one candidate during a pick.
+// slot is the scratch of one candidate during a pick. Over a thousand
+// candidates the passes of a pick were bound by loading slots rather than
+// by what they computed, so a slot is two cache lines, the first holding
+// what the filters, the scorers and the sort read.
 type slot struct {
 	verdict Verdict
 	tier    int8
 	// measured: the candidate's pool metrics are fresh (classify), so
 	// that the scorers need not ask again.
 	measured bool
-	total    float64
-	load     scheduling.Metrics
-	// busy is the candidate's load for the affinity margin (queue plus
-	// in flight per ready pod); withheld means it is beyond the margin,
-	// so its affinity does not count.
-	busy     float64
+	// withheld means the candidate's load (busy) is beyond the affinity
+	// margin, so its affinity does not count.
 	withheld bool
+	// full: its pool metrics say every batch place of its servers is
+	// taken (homeBound.filled).
+	full  bool
+	total float64
+	// waiting and kvCache are its measured pool's waiting queue (rounded,
+	// and with the chain picker the requests in flight per pod added) and
+	// KV cache usage, as the filter chain ranks them (rankRun).
+	waiting int
+	kvCache float64
+	// poolQueue and pods are the measured pool's average queue (0 when
+	// negative) and ready pods; zero when not measured. Kept by classify
+	// so that the affinity margin and the home bound read them here
+	// rather than through the pool's pointer.
+	poolQueue float64
+	pods      int
+	// busy is the candidate's load for the affinity margin (queue plus
+	// in flight per ready pod).
+	busy float64
 	// homeLoad and capacity are the candidate's load (requests) and
 	// capacity (ready pods) for the home bound (leadHome); queue its
 	// scraped waiting queue per server, -1 when not measured (homeBound.queued);
@@ -198,10 +212,11 @@ type slot struct {
 	homeLoad, capacity, queue float64
 	awaiting                  int64
 	awaited, due              time.Duration
-	// full: its pool metrics say every batch place of its servers is
-	// taken; ttfb its first bytes' moving average (homeBound.filled).
-	full bool
+	// ttfb is its first bytes' moving average (homeBound.filled).
 	ttfb time.Duration
+	// A slot is 128 bytes, so that no slot of a pick's array straddles
+	// a third cache line.
+	_ [16]byte
 }
 
 // Pick orders the candidates for one request: the request goes to the
@@ -325,16 +340,16 @@ func (p *Pipeline) keepEjected(req *Request, cands []Candidate, slots []slot, sh
 // (freshSince).
 func (p *Pipeline) classify(c *Candidate, since freshBound, lastResort bool, s *slot) {
 	measured := since.fresh(c.Pool)
-	s.measured = measured
+	// The slot starts anew here, in the pass that first touches it,
+	// rather than in a pass of its own that cleared every slot before.
+	*s = slot{measured: measured}
 	if measured {
-		s.load = scheduling.Metrics{
-			WaitingQueue: int(math.Round(min(max(c.Pool.AverageQueue, 0), 1<<30))),
-			KVCacheUsage: min(max(c.Pool.AverageKVCache, 0), 1),
-			UpdatedAt:    c.Pool.UpdatedAt,
-		}
+		s.waiting = int(math.Round(min(max(c.Pool.AverageQueue, 0), 1<<30)))
+		s.kvCache = min(max(c.Pool.AverageKVCache, 0), 1)
+		s.poolQueue, s.pods, s.full = max(c.Pool.AverageQueue, 0), c.Pool.ReadyPods, c.Pool.BatchFull()
 	}
-	saturated := measured && (s.load.WaitingQueue > p.thresholds.SheddableQueueThreshold ||
-		s.load.KVCacheUsage > p.thresholds.SheddableKVCacheThreshold)
+	saturated := measured && (s.waiting > p.thresholds.SheddableQueueThreshold ||
+		s.kvCache > p.thresholds.SheddableKVCacheThreshold)
 	switch {
 	case c.Health == HealthEjected && !lastResort:
 		s.verdict = DroppedEjected
@@ -468,7 +483,7 @@ func (p *Pipeline) rankMeasured(req *Request, cands []Candidate, kept []int, slo
 				continue
 			}
 			n := p.mem.Observed.Observe(req.Scope, cands[i].Name).InFlight
-			slots[i].load.WaitingQueue += int((n + int64(max(cands[i].Pool.ReadyPods, 1)) - 1) / int64(max(cands[i].Pool.ReadyPods, 1)))
+			slots[i].waiting += int((n + int64(max(cands[i].Pool.ReadyPods, 1)) - 1) / int64(max(cands[i].Pool.ReadyPods, 1)))
 		}
 	}
 	for lo := 0; lo < len(kept); {
@@ -478,20 +493,30 @@ func (p *Pipeline) rankMeasured(req *Request, cands []Candidate, kept []int, slo
 			hi++
 		}
 		if !p.rotates(tier) {
-			rankRun(s, r, kept[lo:hi], slots, req.Now)
+			rankRun(s, r, kept[lo:hi], cands, slots, req.Now)
 		}
 		lo = hi
 	}
 }
 
-func rankRun(s *scheduling.Scheduler, r scheduling.Request, run []int, slots []slot, now time.Time) {
+// load is the candidate's load as the filter chain ranks it, updated
+// when its pool metrics were (never when not measured).
+func (s *slot) load(c *Candidate) scheduling.Metrics {
+	m := scheduling.Metrics{WaitingQueue: s.waiting, KVCacheUsage: s.kvCache}
+	if s.measured {
+		m.UpdatedAt = c.Pool.UpdatedAt
+	}
+	return m
+}
+
+func rankRun(s *scheduling.Scheduler, r scheduling.Request, run []int, cands []Candidate, slots []slot, now time.Time) {
 	// The scheduler keeps what it is given out of sight of escape
 	// analysis: copies of the loads go to it, so that the pick's scratch
 	// stays on the stack for the other pickers.
 	values := make([]scheduling.Metrics, len(run))
 	load, rest := make([]*scheduling.Metrics, 0, len(run)), make([]int, 0, len(run))
 	for k, i := range run {
-		values[k] = slots[i].load
+		values[k] = slots[i].load(&cands[i])
 		load, rest = append(load, &values[k]), append(rest, i)
 	}
 	for k := range run {

@@ -9,35 +9,113 @@ import (
 
 // score fills the totals of the kept candidates, and the explanation's
 // scores when asked.
-// sc is the pick's scratch, which holds the observations and scores of
-// more than a handful of candidates (nil for a handful).
+// sc is the pick's scratch, which holds the observations and prompt
+// matches of more than a handful of candidates (nil for a handful).
 func (p *Pipeline) score(req *Request, cands []Candidate, kept []int, slots []slot, sc *scratch, ex *Explanation) {
 	var obsBuf [maxStack]Observation
-	var valBuf [maxStack]float64
-	obs, val := obsBuf[:0], valBuf[:0]
+	var matchBuf [maxStack]int
+	obs, matched := obsBuf[:0], matchBuf[:0]
 	if len(kept) > maxStack {
 		// Grown to fit, so that what is appended stays in the scratch.
-		sc.obs, sc.val = slices.Grow(sc.obs[:0], len(kept)), slices.Grow(sc.val[:0], len(kept))
-		obs, val = sc.obs, sc.val
+		sc.obs, sc.matched = slices.Grow(sc.obs[:0], len(kept)), slices.Grow(sc.matched[:0], len(kept))
+		obs, matched = sc.obs, sc.matched
 	}
-	val = val[:len(kept)]
 	if p.observed || p.yields || p.homes {
 		obs = p.mem.Observed.observeKept(req.Scope, cands, kept, obs)
 	}
-	if p.yields {
-		p.yieldAffinity(req, cands, kept, slots, obs)
-	}
-	if p.homes {
-		p.homeLoad(req, cands, kept, slots, obs)
+	rel := scoredAgainst{matched: matched[:len(kept)], blocks: len(req.Blocks), q0: float64(max(p.thresholds.SheddableQueueThreshold, 1))}
+	if p.yields || p.homes {
+		rel.yieldAbove = p.loads(req, cands, kept, slots, obs)
 	}
 	for _, ws := range p.cfg.Scorers {
-		p.scoreOne(ws.Scorer, req, cands, kept, slots, sc, obs, val)
-		for k, i := range kept {
-			slots[i].total += ws.Weight * val[k]
+		switch ws.Scorer {
+		case routingpolicy.ScorePrefixCache:
+			p.prefixMatches(req, cands, kept, sc, rel.matched)
+		case routingpolicy.ScoreSession:
+			rel.pinned = p.mem.Sessions.Cluster(req.Scope, req.Session, req.Now)
+		case routingpolicy.ScoreLatency:
+			rel.fastest = fastestTTFB(obs)
+		case routingpolicy.ScoreInFlight:
+			rel.leastInFlight = leastInFlight(obs)
+		case routingpolicy.ScoreWeight:
+			rel.mostWeight = mostWeight(cands, kept)
+		}
+	}
+	p.addScores(&rel, cands, kept, slots, obs, ex)
+}
+
+// scoredAgainst is what the scores of one pick are relative to, found
+// once a pick: the prompt blocks each candidate holds (matched, by kept
+// index) of blocks, the session's cluster, the fastest first byte, the
+// fewest requests in flight, the largest weight, the queue that halves
+// the queue score (q0), and the load above which affinity is withheld
+// (yieldAbove, with an affinity margin).
+type scoredAgainst struct {
+	yieldAbove    float64
+	matched       []int
+	blocks        int
+	pinned        string
+	fastest       float64
+	leastInFlight int64
+	mostWeight    int64
+	q0            float64
+}
+
+// addScores adds each configured scorer's weighted score to the totals of
+// the kept candidates, candidate by candidate and in the configuration's
+// order, which makes the same sums a pass per scorer made while reading
+// each candidate's slot once rather than once a scorer.
+func (p *Pipeline) addScores(rel *scoredAgainst, cands []Candidate, kept []int, slots []slot, obs []Observation, ex *Explanation) {
+	for k, i := range kept {
+		s := &slots[i]
+		s.withheld = p.yields && s.busy > rel.yieldAbove
+		// Summed in a register and stored once: through the slot, each
+		// addition waited for the store of the one before.
+		total := s.total
+		for _, ws := range p.cfg.Scorers {
+			var v float64
+			switch ws.Scorer {
+			case routingpolicy.ScorePrefixCache:
+				if rel.blocks > 0 && !s.withheld {
+					v = float64(rel.matched[k]) / float64(rel.blocks)
+				}
+			case routingpolicy.ScoreSession:
+				if rel.pinned != "" && cands[i].Name == rel.pinned && !s.withheld {
+					v = 1
+				}
+			case routingpolicy.ScoreLatency:
+				// A cluster not measured yet scores as the fastest, so
+				// that it gets measured.
+				v = 1
+				if t := obs[k].TTFB.Seconds(); t > 0 {
+					v = rel.fastest / t
+				}
+			case routingpolicy.ScoreErrors:
+				v = 1 - min(max(obs[k].ErrorRatio, 0), 1)
+			case routingpolicy.ScoreInFlight:
+				// (least+1)/(own+1): the fewest in flight score 1.
+				v = float64(rel.leastInFlight+1) / float64(obs[k].InFlight+1)
+			case routingpolicy.ScoreQueue:
+				v = 0.5
+				if s.measured {
+					v = 1 / (1 + float64(s.waiting)/rel.q0)
+				}
+			case routingpolicy.ScoreKVCache:
+				v = 0.5
+				if s.measured {
+					v = 1 - s.kvCache
+				}
+			case routingpolicy.ScoreWeight:
+				if rel.mostWeight > 0 {
+					v = float64(max(cands[i].Weight, 0)) / float64(rel.mostWeight)
+				}
+			}
+			total += ws.Weight * v
 			if ex != nil {
-				ex.Clusters[i].Scores[ws.Scorer] = val[k]
+				ex.Clusters[i].Scores[ws.Scorer] = v
 			}
 		}
+		s.total = total
 	}
 }
 
@@ -51,15 +129,11 @@ func (p *Pipeline) score(req *Request, cands []Candidate, kept []int, slots []sl
 // count them, else for the whole cluster). The in-flight part moves with
 // every request, so a cluster that stops answering loses its affinity
 // after a few requests queue there, not a scrape or a saturation
-// threshold later.
-func (p *Pipeline) yieldAffinity(req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation) {
+// threshold later. It returns the load above which affinity is withheld,
+// from the candidates' loads (busy, which loads fills).
+func (p *Pipeline) yieldAffinity(cands []Candidate, kept []int, slots []slot) (above float64) {
 	least := math.Inf(1)
-	for k, i := range kept {
-		queue, pods := 0.0, 1
-		if c := &cands[i]; slots[i].measured {
-			queue, pods = max(c.Pool.AverageQueue, 0), max(c.Pool.ReadyPods, 1)
-		}
-		slots[i].busy = queue + float64(obs[k].InFlight)/float64(pods)
+	for _, i := range kept {
 		// A stale candidate comes after the others whatever its load:
 		// its load is no yardstick for theirs.
 		if !cands[i].Stale {
@@ -71,116 +145,78 @@ func (p *Pipeline) yieldAffinity(req *Request, cands []Candidate, kept []int, sl
 			least = min(least, slots[i].busy)
 		}
 	}
-	for _, i := range kept {
-		slots[i].withheld = slots[i].busy > least+p.cfg.AffinityMargin
-	}
+	return least + p.cfg.AffinityMargin
 }
 
-// scoreOne writes one scorer's score of kept[k] to val[k].
-func (p *Pipeline) scoreOne(s routingpolicy.Scorer, req *Request, cands []Candidate, kept []int, slots []slot, sc *scratch, obs []Observation, val []float64) {
-	switch s {
-	case routingpolicy.ScorePrefixCache:
-		p.prefixCacheScores(req, cands, kept, slots, sc, val)
-	case routingpolicy.ScoreSession:
-		pinned := p.mem.Sessions.Cluster(req.Scope, req.Session, req.Now)
-		for k, i := range kept {
-			val[k] = 0
-			if pinned != "" && cands[i].Name == pinned && !slots[i].withheld {
-				val[k] = 1
+// loads fills, in one pass over the kept candidates, what the affinity
+// margin (busy) and the home bound (homeLoad) read of each, and returns
+// the load above which a candidate's affinity is withheld
+// (yieldAffinity), which addScores applies.
+func (p *Pipeline) loads(req *Request, cands []Candidate, kept []int, slots []slot, obs []Observation) (yieldAbove float64) {
+	for k, i := range kept {
+		s := &slots[i]
+		if p.homes {
+			homeLoad(req.Now, s, &obs[k])
+		}
+		if p.yields {
+			queue, pods := 0.0, 1
+			if s.measured {
+				queue, pods = s.poolQueue, max(s.pods, 1)
 			}
+			s.busy = queue + float64(obs[k].InFlight)/float64(pods)
 		}
-	case routingpolicy.ScoreLatency:
-		latencyScores(obs, val)
-	case routingpolicy.ScoreErrors:
-		for k, o := range obs {
-			val[k] = 1 - min(max(o.ErrorRatio, 0), 1)
-		}
-	case routingpolicy.ScoreInFlight:
-		inFlightScores(obs, val)
-	case routingpolicy.ScoreQueue:
-		q0 := float64(max(p.thresholds.SheddableQueueThreshold, 1))
-		for k, i := range kept {
-			val[k] = 0.5
-			if slots[i].measured {
-				val[k] = 1 / (1 + float64(slots[i].load.WaitingQueue)/q0)
-			}
-		}
-	case routingpolicy.ScoreKVCache:
-		for k, i := range kept {
-			val[k] = 0.5
-			if slots[i].measured {
-				val[k] = 1 - slots[i].load.KVCacheUsage
-			}
-		}
-	case routingpolicy.ScoreWeight:
-		weightScores(cands, kept, val)
 	}
+	if !p.yields {
+		return 0
+	}
+	return p.yieldAffinity(cands, kept, slots)
 }
 
-// prefixCacheScores: the share of the request's prompt blocks that each
-// candidate is remembered to hold, 0 where affinity is withheld.
-func (p *Pipeline) prefixCacheScores(req *Request, cands []Candidate, kept []int, slots []slot, sc *scratch, val []float64) {
+// prefixMatches writes to matched[k] how many of the request's prompt
+// blocks kept[k] is remembered to hold.
+func (p *Pipeline) prefixMatches(req *Request, cands []Candidate, kept []int, sc *scratch, matched []int) {
 	var idBuf [maxStack]uint32
-	var matchBuf [maxStack]int
-	ids, matched := idBuf[:0], matchBuf[:0]
+	ids := idBuf[:0]
 	if len(kept) > maxStack {
-		sc.ids, sc.matched = slices.Grow(sc.ids[:0], len(kept)), slices.Grow(sc.matched[:0], len(kept))
-		ids, matched = sc.ids, sc.matched
+		sc.ids = slices.Grow(sc.ids[:0], len(kept))
+		ids = sc.ids
 	}
 	for _, i := range kept {
 		ids = append(ids, cands[i].id())
 	}
-	matched = matched[:len(kept)]
 	p.mem.Prefixes.Match(req.Blocks, ids, matched)
-	for k, i := range kept {
-		val[k] = 0
-		if len(req.Blocks) > 0 && !slots[i].withheld {
-			val[k] = float64(matched[k]) / float64(len(req.Blocks))
-		}
-	}
 }
 
-// latencyScores are relative to the fastest; a cluster not measured yet
-// scores as the fastest, so that it gets measured.
-func latencyScores(obs []Observation, val []float64) {
+// fastestTTFB is the least time to first byte measured, in seconds; 0
+// when none is. Latency scores are relative to it.
+func fastestTTFB(obs []Observation) float64 {
 	best := 0.0
 	for _, o := range obs {
 		if t := o.TTFB.Seconds(); t > 0 && (best == 0 || t < best) {
 			best = t
 		}
 	}
-	for k, o := range obs {
-		val[k] = 1
-		if t := o.TTFB.Seconds(); t > 0 {
-			val[k] = best / t
-		}
-	}
+	return best
 }
 
-// inFlightScores favour the candidates with the fewest requests in flight
-// from this sidecar: (least+1)/(own+1).
-func inFlightScores(obs []Observation, val []float64) {
+// leastInFlight is the fewest requests in flight from this sidecar to a
+// candidate; in-flight scores are relative to it.
+func leastInFlight(obs []Observation) int64 {
 	least := int64(-1)
 	for _, o := range obs {
 		if least < 0 || o.InFlight < least {
 			least = o.InFlight
 		}
 	}
-	for k, o := range obs {
-		val[k] = float64(least+1) / float64(o.InFlight+1)
-	}
+	return least
 }
 
-// weightScores are the candidates' weights relative to the largest.
-func weightScores(cands []Candidate, kept []int, val []float64) {
+// mostWeight is the largest weight of the kept candidates; weight scores
+// are relative to it.
+func mostWeight(cands []Candidate, kept []int) int64 {
 	most := int64(0)
 	for _, i := range kept {
 		most = max(most, cands[i].Weight)
 	}
-	for k, i := range kept {
-		val[k] = 0
-		if most > 0 {
-			val[k] = float64(max(cands[i].Weight, 0)) / float64(most)
-		}
-	}
+	return most
 }

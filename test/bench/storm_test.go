@@ -228,7 +228,12 @@ func (e *env) restartUnderReaders(b *testing.B, ns, name string, readers []summa
 		return withdrawn()
 	})
 	var back time.Duration
-	_ = pollFor(2*time.Minute, func() bool {
+	wait := 2 * time.Minute
+	if out.lost != nil {
+		// The readers did not come back: neither will their watches.
+		wait = 10 * time.Second
+	}
+	_ = pollFor(wait, func() bool {
 		back = time.Since(ready)
 		return e.mciWatchesServed(b, "cluster-a") >= served
 	})

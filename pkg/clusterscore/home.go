@@ -304,9 +304,10 @@ func decideHome(r homeRule) (HomeOutcome, int) {
 // (Pipeline.loads calls it for each): the requests this sidecar has in
 // flight to it (exact for its own traffic, and with requests dealt to
 // replicas in turn, each replica's share of the whole), and its ready
-// pods and waiting queue when its pool metrics are fresh. The scraped queues, which every replica sees alike,
-// are not added to the load: they are up to a scrape old, and counting
-// them made new prompts queue longer with 3 replicas
+// pods and waiting queue when its pool metrics are fresh. The scraped
+// queues, which every replica sees alike, are not added to the load: they
+// are up to a scrape old, and counting them made new prompts queue longer
+// with 3 replicas
 // (docs/design/cluster-scoring.md); they make a home loaded by their own
 // rule instead (homeBound.queued).
 func homeLoad(now time.Time, s *slot, ob *Observation) {

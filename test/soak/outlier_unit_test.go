@@ -118,17 +118,7 @@ func TestJudgeOutlierLeavesOutWithdrawals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := judgeOutlier(tc.w, tc.reqs, tc.withdrawals, nil, end)
-			assert.False(t, res.OK, "a fault with something missed or not judged is not passed: %+v", res)
-			if tc.missed == "" {
-				assert.Empty(t, res.Why)
-			} else {
-				assert.Contains(t, res.Why, tc.missed)
-			}
-			if tc.notJudged == "" {
-				assert.Empty(t, res.NotJudged)
-			} else {
-				assert.Contains(t, res.NotJudged, tc.notJudged)
-			}
+			assertMissedOrNotJudged(t, res, tc.missed, tc.notJudged)
 		})
 	}
 }
@@ -297,17 +287,25 @@ func TestJudgeOutlierLeavesOutTheFailingClusterWhileTheGatewayCannotReachIt(t *t
 		t.Run(tc.name, func(t *testing.T) {
 			healOf := map[int]*measurement{tc.cut.ID: {Kind: "heal", FaultID: tc.cut.ID, Took: time.Second}}
 			res := judgeOutlier(sink, reqs, nil, cutOffsOf([]window{tc.cut}, healOf, "cluster-b"), end)
-			assert.False(t, res.OK, "a fault with something missed or not judged is not passed: %+v", res)
-			if tc.missed == "" {
-				assert.Empty(t, res.Why)
-			} else {
-				assert.Contains(t, res.Why, tc.missed)
-			}
-			if tc.notJudged == "" {
-				assert.Empty(t, res.NotJudged)
-			} else {
-				assert.Contains(t, res.NotJudged, tc.notJudged)
-			}
+			assertMissedOrNotJudged(t, res, tc.missed, tc.notJudged)
 		})
+	}
+}
+
+// assertMissedOrNotJudged holds a judged fault that did not pass to what
+// was missed and what was not judged ("": nothing), each a part of the
+// judge's reason.
+func assertMissedOrNotJudged(t *testing.T, res outlierResult, missed, notJudged string) {
+	t.Helper()
+	assert.False(t, res.OK, "a fault with something missed or not judged is not passed: %+v", res)
+	if missed == "" {
+		assert.Empty(t, res.Why)
+	} else {
+		assert.Contains(t, res.Why, missed)
+	}
+	if notJudged == "" {
+		assert.Empty(t, res.NotJudged)
+	} else {
+		assert.Contains(t, res.NotJudged, notJudged)
 	}
 }

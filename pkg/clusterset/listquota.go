@@ -75,8 +75,9 @@ func boundedListWatch[L runtime.Object](m *member, kind Kind, namespace string, 
 // what it held before (nothing, at the member's first list). It is also
 // where a list or watch that finds no server is made again in the call
 // (noserver; reported by retrying), so that a watch that meets the
-// member's server down resumes rather than relists: every informer of a member other than the local
-// cluster, in full and summary mode, reads through one.
+// member's server down resumes rather than relists: every informer of a
+// member other than the local cluster, in full and summary mode, reads
+// through one.
 type listQuota struct {
 	m    *member
 	kind Kind

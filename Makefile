@@ -310,7 +310,8 @@ bench-smoke: build tools test-programs
 # make bench-fleet: one real mci-apiserver in summary mode against mock
 # fleets of 50, 200 and 1,000 members of 10 pools each (test/fleetmeasure,
 # docs/performance.md "One importer against a mock fleet"): start to
-# consistent, heap and goroutines per member; the server's heap and
+# consistent, heap and goroutines per member, export changes under churn
+# and a restart of 100 members at once; the server's heap and
 # goroutine profiles go to _output/bench-fleet. FLEET_MEMBERS=<n,...>
 # picks the sizes. bench-fleet-smoke (part of make test) runs 50 members
 # and holds them to the test's regression bounds.

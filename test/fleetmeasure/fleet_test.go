@@ -1,6 +1,9 @@
 // Package fleetmeasure measures one real mci-apiserver importing from a
 // fleet of mock members (test/membermock): how long it takes from its
-// start until every import is consistent, and its heap per member. It
+// start until every import is consistent and the summary reads that
+// start sends, its heap per member, the time an export change takes to
+// reach a watcher of its imports while the fleet churns, and what a
+// restart of many members at once costs it in reads. It
 // runs only when MCI_FLEET_MEMBERS names the fleet sizes (for example
 // "50,200"), with MCI_BIN_DIR as the e2e tests have it. MCI_FLEET_PROFILES,
 // a directory, keeps the server's heap and goroutine profiles at each fleet
@@ -46,12 +49,15 @@ const (
 // against what was measured (about 150 KiB and 13 goroutines a member, a
 // few seconds at 50 members on 2 loaded cores), so that they fail on a
 // regression, not on noise. The goroutines bound fails with client-go's
-// shared informers for a member's summaries (23 a member).
+// shared informers for a member's summaries (23 a member). Beside them,
+// every export change must reach the importer's watcher and a member's
+// restart must cost its reader no LIST: those are exact.
 var regressionBounds = struct {
 	bootstrap           time.Duration
 	heapPerMember       float64
 	goroutinesPerMember float64
-}{bootstrap: 60 * time.Second, heapPerMember: 320 * 1024, goroutinesPerMember: 16}
+	exportChangeP99     time.Duration
+}{bootstrap: 60 * time.Second, heapPerMember: 320 * 1024, goroutinesPerMember: 16, exportChangeP99: 5 * time.Second}
 
 func TestImporterAgainstAMockFleet(t *testing.T) {
 	sizes := fleetSizes(t)
@@ -77,11 +83,21 @@ func TestImporterAgainstAMockFleet(t *testing.T) {
 		heapPerMember, goroutinesPerMember := (m.heap-baseline.heap)/float64(n), (m.goroutines-baseline.goroutines)/float64(n)
 		t.Logf("%d members x %d pools: consistent %.1fs after the server started; heap %.1f MiB, %.1f KiB per member over no member; goroutines %d (%d over no member); load average %s",
 			n, pools, m.bootstrap.Seconds(), m.heap/(1<<20), heapPerMember/1024, int(m.goroutines), int(m.goroutines-baseline.goroutines), loadAverage())
+		t.Logf("%d members: the importer's start sent %d LISTs (streaming lists included) and %d WATCHes (%.2f and %.2f a member)",
+			n, m.bootstrapReads.Lists, m.bootstrapReads.Watches, float64(m.bootstrapReads.Lists)/float64(n), float64(m.bootstrapReads.Watches)/float64(n))
+		t.Logf("%d members: %d export changes in %s (%.0f a second, as many flaps): to the importer's watcher p50 %s, p99 %s, %d unseen after %s; importer CPU %s a change over its idle %s a second",
+			n, m.churn.changes, churnFor, churnPerMember*float64(n), m.churn.p50.Round(time.Millisecond), m.churn.p99.Round(time.Millisecond), m.churn.unseen, churnSettle,
+			m.churn.cpuPerChange.Round(time.Microsecond), m.churn.idleCPU.Round(time.Microsecond))
+		t.Logf("%d members: %d restarted at once: every summary watch back in %s, %d LISTs (streaming lists included) and %d WATCHes sent to them",
+			n, m.restart.members, m.restart.back.Round(time.Millisecond), m.restart.lists, m.restart.watches)
 		if os.Getenv("MCI_FLEET_CHECK") != "" {
 			b := regressionBounds
 			assert.LessOrEqual(t, m.bootstrap, b.bootstrap, "%d members: start to consistent", n)
 			assert.LessOrEqual(t, heapPerMember, b.heapPerMember, "%d members: heap per member", n)
 			assert.LessOrEqual(t, goroutinesPerMember, b.goroutinesPerMember, "%d members: goroutines per member", n)
+			assert.LessOrEqual(t, m.churn.p99, b.exportChangeP99, "%d members: export change p99 to the importer's watcher", n)
+			assert.Zero(t, m.churn.unseen, "%d members: export changes the importer's watcher never saw", n)
+			assert.Zero(t, m.restart.lists, "%d members: LISTs after %d members restarted", n, m.restart.members)
 		}
 	}
 }
@@ -89,10 +105,16 @@ func TestImporterAgainstAMockFleet(t *testing.T) {
 type figures struct {
 	bootstrap        time.Duration
 	heap, goroutines float64
+	// bootstrapReads are the summary reads the importer's start sent.
+	bootstrapReads membermock.Reads
+	churn          churnFigures
+	restart        restartFigures
 }
 
 // measure restarts the importer's mci-apiserver against a fleet of n mock
-// members and waits until it serves every import with every member Ready.
+// members and waits until it serves every import with every member Ready;
+// then, with members, it churns the fleet's exports (churn_test.go) and
+// restarts many members at once.
 func measure(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, n int) figures {
 	fleet, err := membermock.NewFleet(membermock.Options{ClusterSetName: localclusterset.ClusterSetName})
 	require.NoError(t, err)
@@ -118,6 +140,7 @@ func measure(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, 
 	require.NoError(t, os.MkdirAll(members, 0o700))
 	require.NoError(t, fleet.WriteKubeconfigs(members))
 
+	readsBefore := fleet.Reads()
 	started := time.Now()
 	require.NoError(t, cs.RestartMCIAPIServerWithArgs(ctx, importer, "--member-kubeconfig-dir="+members))
 	c, err := cs.Cluster(importer)
@@ -150,8 +173,13 @@ func measure(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, 
 		}
 		return true, ""
 	})
-	f := figures{bootstrap: time.Since(started)}
+	f := figures{bootstrap: time.Since(started), bootstrapReads: readsSince(readsBefore, fleet.Reads())}
 	f.heap, f.goroutines = runtimeFigures(t, ctx, cs, c, n)
+	if n > 0 {
+		cpu := func() float64 { return serverMetrics(t, ctx, cs, c).Value(t, "process_cpu_seconds_total") }
+		f.churn = measureChurn(t, ctx, fleet, client, cpu)
+		f.restart = measureMemberRestart(t, ctx, fleet)
+	}
 	return f
 }
 
@@ -160,11 +188,7 @@ func measure(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, 
 // keeps the server's heap and goroutine profiles there, named after the
 // fleet size, for `go tool pprof`.
 func runtimeFigures(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, c *localclusterset.Cluster, n int) (heap, goroutines float64) {
-	config := rest.CopyConfig(c.Config)
-	config.Host = fmt.Sprintf("https://127.0.0.1:%d", c.MCIAPIServerReplicaPorts[0])
-	config.TLSClientConfig.CAData = nil
-	config.TLSClientConfig.CAFile = filepath.Join(cs.Dir, "pki", "mci-serving-ca.crt")
-	client := kubernetes.NewForConfigOrDie(config).Discovery().RESTClient()
+	client := serverClient(cs, c)
 	profile, err := client.Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(ctx)
 	require.NoError(t, err)
 	if dir := os.Getenv("MCI_FLEET_PROFILES"); dir != "" {
@@ -173,11 +197,27 @@ func runtimeFigures(t *testing.T, ctx context.Context, cs *localclusterset.Clust
 		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("heap-%d.pb.gz", n)), profile, 0o600))
 		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("goroutine-%d.pb.gz", n)), goroutines, 0o600))
 	}
-	body, err := client.Get().AbsPath("/metrics").DoRaw(ctx)
+	m := serverMetrics(t, ctx, cs, c)
+	return m.Value(t, "go_memstats_heap_alloc_bytes"), m.Value(t, "go_goroutines")
+}
+
+// serverClient reaches the importer's mci-apiserver itself, not through
+// its aggregator.
+func serverClient(cs *localclusterset.ClusterSet, c *localclusterset.Cluster) rest.Interface {
+	config := rest.CopyConfig(c.Config)
+	config.Host = fmt.Sprintf("https://127.0.0.1:%d", c.MCIAPIServerReplicaPorts[0])
+	config.TLSClientConfig.CAData = nil
+	config.TLSClientConfig.CAFile = filepath.Join(cs.Dir, "pki", "mci-serving-ca.crt")
+	return kubernetes.NewForConfigOrDie(config).Discovery().RESTClient()
+}
+
+// serverMetrics are the importer's mci-apiserver's metrics.
+func serverMetrics(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, c *localclusterset.Cluster) promtext.Metrics {
+	body, err := serverClient(cs, c).Get().AbsPath("/metrics").DoRaw(ctx)
 	require.NoError(t, err)
 	m, err := promtext.Parse(body)
 	require.NoError(t, err)
-	return m.Value(t, "go_memstats_heap_alloc_bytes"), m.Value(t, "go_goroutines")
+	return m
 }
 
 func fleetSizes(t *testing.T) []int {

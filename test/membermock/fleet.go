@@ -70,6 +70,9 @@ type Fleet struct {
 
 	mu      sync.RWMutex
 	members map[string]*served
+
+	// reads counts what readers asked of the summaries, fleet-wide.
+	reads readCounts
 }
 
 // served is a member with what serves it.
@@ -230,6 +233,7 @@ func (f *Fleet) listen(m *served, addr string) error {
 	handler := f.generic.Handler
 	m.server = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			f.reads.count(m, r)
 			handler.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), memberKey{}, m)))
 		}),
 		ReadHeaderTimeout: 10 * time.Second,

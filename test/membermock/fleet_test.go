@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
@@ -173,4 +174,30 @@ func readyOf(s *v1alpha1.InferencePoolExportSummary) metav1.ConditionStatus {
 		}
 	}
 	return ""
+}
+
+// A member's reader is counted a LIST for a LIST and for a watch that asks
+// for its initial events, a WATCH for a watch from a resourceVersion, and
+// nothing for what it asks besides the summaries.
+func TestReadsAreCountedPerMember(t *testing.T) {
+	f := startFleet(t, Options{ClusterSetName: "fleet", Reader: "importer"}, "member-1", "member-2")
+	ctx := context.Background()
+	one, err := f.RESTConfig("member-1")
+	require.NoError(t, err)
+	summaries := mciclient.NewForConfigOrDie(one).InferenceV1alpha1()
+
+	l, err := summaries.InferencePoolExportSummaries("").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	w, err := summaries.InferencePoolExportSummaries("").Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
+	require.NoError(t, err)
+	w.Stop()
+	w, err = summaries.InferenceClusterSummaries().Watch(ctx, metav1.ListOptions{
+		SendInitialEvents: ptr.To(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true,
+	})
+	require.NoError(t, err)
+	w.Stop()
+	_, err = kubernetes.NewForConfigOrDie(one).CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
+	require.NoError(t, err)
+
+	require.Equal(t, map[string]Reads{"member-1": {Lists: 2, Watches: 1}}, f.Reads())
 }

@@ -91,7 +91,10 @@ func TestASummaryWatchResumesAcrossTheMembersServerRestart(t *testing.T) {
 	require.Eventually(t, func() bool { return requests.unavailableWatches() > 0 }, time.Minute, 20*time.Millisecond,
 		"a watch of the member's summaries meets the aggregator's 503")
 	t.Logf("the aggregator answered a watch: %s", requests.unavailableText())
-	require.Eventually(t, func() bool { return cache.member(member).summaryStream.errorCount() > 0 }, 10*time.Second, 20*time.Millisecond,
+	// A server shutting down answers 503 with Retry-After: 1, which
+	// client-go's request retries itself, up to 10 times, before the
+	// watch returns the error that is counted.
+	require.Eventually(t, func() bool { return cache.member(member).summaryStream.errorCount() > 0 }, 30*time.Second, 20*time.Millisecond,
 		"the failed watch is counted (mci_clusterset_member_summary_errors_total)")
 	require.NoError(t, cs.StartMCIAPIServer(ctx, member))
 	requests.serverReady()

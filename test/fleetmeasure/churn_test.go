@@ -154,7 +154,7 @@ func watchImports(t *testing.T, ctx context.Context, client mciclient.Interface,
 // measureChurn changes the fleet's exports at churnPerMember a second
 // per member, with as many readiness flaps, for churnFor, and times each
 // export change to the importer's watcher.
-func measureChurn(t *testing.T, ctx context.Context, fleet *membermock.Fleet, client mciclient.Interface, cpu func() float64) churnFigures {
+func measureChurn(t *testing.T, ctx context.Context, fleet *membermock.Fleet, client mciclient.Interface, importer importerServer) churnFigures {
 	p := &propagation{clusters: map[string][]string{}, pending: map[exportChange]time.Time{}}
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
@@ -163,14 +163,16 @@ func measureChurn(t *testing.T, ctx context.Context, fleet *membermock.Fleet, cl
 	names := fleet.Names()
 	rate := churnPerMember * float64(len(names))
 	withdrawn := map[exportChange]bool{} // the pools withdrawn now; every pool starts exported
-	idleFrom := cpu()
+	idleFrom := importer.cpu(t, ctx)
 	time.Sleep(idleFor)
-	cpuBefore := cpu()
+	cpuBefore := importer.cpu(t, ctx)
 	idle := (cpuBefore - idleFrom) / idleFor.Seconds()
 	cctx, stopChurn := context.WithTimeout(ctx, churnFor)
 	defer stopChurn()
 	fleet.RunChurn(cctx, membermock.Churn{Namespace: namespace, Pools: pools, Flaps: rate})
 	churnStart := time.Now()
+	profiled := make(chan error, 1)
+	go func() { profiled <- importer.profileCPU(ctx, "churn", churnFor-time.Second) }()
 	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer tick.Stop()
 	changes := 0
@@ -189,13 +191,14 @@ func measureChurn(t *testing.T, ctx context.Context, fleet *membermock.Fleet, cl
 			changes++
 		}
 	}
+	require.NoError(t, <-profiled)
 	deadline := time.Now().Add(churnSettle)
 	for p.unseen() > 0 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	f := churnFigures{changes: changes, unseen: p.unseen(), idleCPU: time.Duration(idle * float64(time.Second))}
 	if changes > 0 {
-		busy := cpu() - cpuBefore - idle*time.Since(churnStart).Seconds()
+		busy := importer.cpu(t, ctx) - cpuBefore - idle*time.Since(churnStart).Seconds()
 		f.cpuPerChange = time.Duration(busy / float64(changes) * float64(time.Second))
 	}
 	p.mu.Lock()

@@ -176,8 +176,7 @@ func measure(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, 
 	f := figures{bootstrap: time.Since(started), bootstrapReads: readsSince(readsBefore, fleet.Reads())}
 	f.heap, f.goroutines = runtimeFigures(t, ctx, cs, c, n)
 	if n > 0 {
-		cpu := func() float64 { return serverMetrics(t, ctx, cs, c).Value(t, "process_cpu_seconds_total") }
-		f.churn = measureChurn(t, ctx, fleet, client, cpu)
+		f.churn = measureChurn(t, ctx, fleet, client, importerServer{cs: cs, c: c, n: n})
 		f.restart = measureMemberRestart(t, ctx, fleet)
 	}
 	return f
@@ -199,6 +198,33 @@ func runtimeFigures(t *testing.T, ctx context.Context, cs *localclusterset.Clust
 	}
 	m := serverMetrics(t, ctx, cs, c)
 	return m.Value(t, "go_memstats_heap_alloc_bytes"), m.Value(t, "go_goroutines")
+}
+
+// importerServer is the importer's mci-apiserver, read as the churn
+// needs it.
+type importerServer struct {
+	cs *localclusterset.ClusterSet
+	c  *localclusterset.Cluster
+	n  int
+}
+
+func (s importerServer) cpu(t *testing.T, ctx context.Context) float64 {
+	return serverMetrics(t, ctx, s.cs, s.c).Value(t, "process_cpu_seconds_total")
+}
+
+// profileCPU keeps a CPU profile of the server over d in
+// MCI_FLEET_PROFILES, named after what and the fleet size; nothing when
+// that names no directory.
+func (s importerServer) profileCPU(ctx context.Context, what string, d time.Duration) error {
+	dir := os.Getenv("MCI_FLEET_PROFILES")
+	if dir == "" {
+		return nil
+	}
+	profile, err := serverClient(s.cs, s.c).Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d + 30*time.Second).DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("the CPU profile of %s: %w", what, err)
+	}
+	return os.WriteFile(filepath.Join(dir, fmt.Sprintf("cpu-%s-%d.pb.gz", what, s.n)), profile, 0o600)
 }
 
 // serverClient reaches the importer's mci-apiserver itself, not through

@@ -2,10 +2,12 @@ package fleetmeasure
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,6 +50,14 @@ type churnFigures struct {
 	// spends idle (probes, bookmarks), flaps included, by export change;
 	// idleCPU is what it spends idle a second.
 	cpuPerChange, idleCPU time.Duration
+	// cores are the cores each party used over the churn, idle included:
+	// the importer's mci-apiserver, its kube-apiserver (whose aggregator
+	// relays every watch event of the imports) and this process (the
+	// mock fleet and the watcher that decodes every event).
+	cores struct{ importer, kubeAPIServer, measuring float64 }
+	// importBytes is one import's size as JSON after the churn, what every
+	// change of any of its clusters sends each watcher whole.
+	importBytes int
 }
 
 // idleFor is how long the importer's idle CPU is read before the churn.
@@ -167,6 +177,7 @@ func measureChurn(t *testing.T, ctx context.Context, fleet *membermock.Fleet, cl
 	time.Sleep(idleFor)
 	cpuBefore := importer.cpu(t, ctx)
 	idle := (cpuBefore - idleFrom) / idleFor.Seconds()
+	kubeBefore, selfBefore := importer.kubeAPIServerCPU(t, ctx), processCPU(t)
 	cctx, stopChurn := context.WithTimeout(ctx, churnFor)
 	defer stopChurn()
 	fleet.RunChurn(cctx, membermock.Churn{Namespace: namespace, Pools: pools, Flaps: rate})
@@ -191,16 +202,26 @@ func measureChurn(t *testing.T, ctx context.Context, fleet *membermock.Fleet, cl
 			changes++
 		}
 	}
+	churned := time.Since(churnStart).Seconds()
+	var f churnFigures
+	f.cores.importer = (importer.cpu(t, ctx) - cpuBefore) / churned
+	f.cores.kubeAPIServer = (importer.kubeAPIServerCPU(t, ctx) - kubeBefore) / churned
+	f.cores.measuring = (processCPU(t) - selfBefore) / churned
 	require.NoError(t, <-profiled)
 	deadline := time.Now().Add(churnSettle)
 	for p.unseen() > 0 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	f := churnFigures{changes: changes, unseen: p.unseen(), idleCPU: time.Duration(idle * float64(time.Second))}
+	f.changes, f.unseen, f.idleCPU = changes, p.unseen(), time.Duration(idle*float64(time.Second))
 	if changes > 0 {
-		busy := importer.cpu(t, ctx) - cpuBefore - idle*time.Since(churnStart).Seconds()
+		busy := (f.cores.importer - idle) * churned
 		f.cpuPerChange = time.Duration(busy / float64(changes) * float64(time.Second))
 	}
+	imp, err := client.InferenceV1alpha1().InferencePoolImports(namespace).Get(ctx, membermock.PoolName(0), metav1.GetOptions{})
+	require.NoError(t, err)
+	encoded, err := json.Marshal(imp)
+	require.NoError(t, err)
+	f.importBytes = len(encoded)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f.p50, f.p99 = percentile(p.latencies, 0.5), percentile(p.latencies, 0.99)
@@ -268,4 +289,11 @@ func readsSince(before, now map[string]membermock.Reads) membermock.Reads {
 		sum.Watches += r.Watches - before[name].Watches
 	}
 	return sum
+}
+
+// processCPU is this process's CPU time so far, in seconds.
+func processCPU(t *testing.T) float64 {
+	var u syscall.Rusage
+	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &u))
+	return time.Duration(u.Utime.Nano() + u.Stime.Nano()).Seconds()
 }

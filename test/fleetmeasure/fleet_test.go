@@ -88,6 +88,8 @@ func TestImporterAgainstAMockFleet(t *testing.T) {
 		t.Logf("%d members: %d export changes in %s (%.0f a second, as many flaps): to the importer's watcher p50 %s, p99 %s, %d unseen after %s; importer CPU %s a change over its idle %s a second",
 			n, m.churn.changes, churnFor, churnPerMember*float64(n), m.churn.p50.Round(time.Millisecond), m.churn.p99.Round(time.Millisecond), m.churn.unseen, churnSettle,
 			m.churn.cpuPerChange.Round(time.Microsecond), m.churn.idleCPU.Round(time.Microsecond))
+		t.Logf("%d members: cores used over the churn: the importer's mci-apiserver %.2f, its kube-apiserver %.2f, the mock fleet and the watcher %.2f; an import of %d clusters is %.1f KiB as JSON, sent whole to each watcher at every change of one of them",
+			n, m.churn.cores.importer, m.churn.cores.kubeAPIServer, m.churn.cores.measuring, n, float64(m.churn.importBytes)/1024)
 		t.Logf("%d members: %d restarted at once: every summary watch back in %s, %d LISTs (streaming lists included) and %d WATCHes sent to them",
 			n, m.restart.members, m.restart.back.Round(time.Millisecond), m.restart.lists, m.restart.watches)
 		if os.Getenv("MCI_FLEET_CHECK") != "" {
@@ -210,6 +212,16 @@ type importerServer struct {
 
 func (s importerServer) cpu(t *testing.T, ctx context.Context) float64 {
 	return serverMetrics(t, ctx, s.cs, s.c).Value(t, "process_cpu_seconds_total")
+}
+
+// kubeAPIServerCPU is the CPU time of the importer's kube-apiserver so
+// far, in seconds.
+func (s importerServer) kubeAPIServerCPU(t *testing.T, ctx context.Context) float64 {
+	body, err := kubernetes.NewForConfigOrDie(s.c.Config).Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	require.NoError(t, err)
+	m, err := promtext.Parse(body)
+	require.NoError(t, err)
+	return m.Value(t, "process_cpu_seconds_total")
 }
 
 // profileCPU keeps a CPU profile of the server over d in

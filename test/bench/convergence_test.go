@@ -17,6 +17,7 @@ import (
 
 	"github.com/mci-dev/mci/test/bench/crdfanout"
 	"github.com/mci-dev/mci/test/localclusterset"
+	"github.com/mci-dev/mci/test/quantile"
 )
 
 // startBaseline runs the CRD fan-out controller for namespace ns, writing
@@ -171,15 +172,15 @@ var convergenceP50 = map[string]map[int]float64{}
 func reportAgainstFloor(sec, prefix string, v, floor, base *variant) {
 	note := samplesNote(v, floor)
 	results.compare(sec, prefix+"p50 vs single-hop floor", "ms", ms(median(v.lat)), "floor", ms(median(floor.lat)), "", false, note)
-	results.compare(sec, prefix+"p99 vs single-hop floor", "ms", ms(percentile(v.lat, 99)), "floor", ms(percentile(floor.lat, 99)),
-		"<= 2x floor", len(v.failed) == 0 && percentile(v.lat, 99) <= 2*percentile(floor.lat, 99), note)
+	results.compare(sec, prefix+"p99 vs single-hop floor", "ms", ms(quantile.Nearest(v.lat, 99)), "floor", ms(quantile.Nearest(floor.lat, 99)),
+		"<= 2x floor", len(v.failed) == 0 && quantile.Nearest(v.lat, 99) <= 2*quantile.Nearest(floor.lat, 99), note)
 	if base == nil {
 		return
 	}
 	note = samplesNote(v, base)
 	results.compare(sec, prefix+"p50 vs CRD fan-out", "ms", ms(median(v.lat)), "CRD fan-out", ms(median(base.lat)), "", false, note)
-	results.compare(sec, prefix+"p99 vs CRD fan-out", "ms", ms(percentile(v.lat, 99)), "CRD fan-out", ms(percentile(base.lat, 99)),
-		"< baseline", len(v.failed) == 0 && percentile(v.lat, 99) < percentile(base.lat, 99), note)
+	results.compare(sec, prefix+"p99 vs CRD fan-out", "ms", ms(quantile.Nearest(v.lat, 99)), "CRD fan-out", ms(quantile.Nearest(base.lat, 99)),
+		"< baseline", len(v.failed) == 0 && quantile.Nearest(v.lat, 99) < quantile.Nearest(base.lat, 99), note)
 }
 
 // importSeen recognises the import of name in an observer's watch: listing
@@ -247,11 +248,11 @@ func benchConvergence(b *testing.B, e *env) {
 	floor, base := vs[2], vs[3]
 	// Sizes run smallest first: the largest one's figures stay.
 	results.fact(factConvClusters, float64(n))
-	results.fact(factConvFloorP99, ms(percentile(floor.lat, 99)))
-	results.fact(factConvBaseP99, ms(percentile(base.lat, 99)))
+	results.fact(factConvFloorP99, ms(quantile.Nearest(floor.lat, 99)))
+	results.fact(factConvBaseP99, ms(quantile.Nearest(base.lat, 99)))
 	for i, mode := range []string{modeSummary, modeFull} {
 		v := vs[i]
-		results.fact(mode+"."+factConvP99, ms(percentile(v.lat, 99)))
+		results.fact(mode+"."+factConvP99, ms(quantile.Nearest(v.lat, 99)))
 		if convergenceP50[mode] == nil {
 			convergenceP50[mode] = map[int]float64{}
 		}

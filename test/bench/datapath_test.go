@@ -32,6 +32,7 @@ import (
 	"github.com/mci-dev/mci/test/envoyclient"
 	"github.com/mci-dev/mci/test/localclusterset"
 	"github.com/mci-dev/mci/test/promtext"
+	"github.com/mci-dev/mci/test/quantile"
 	"github.com/mci-dev/mci/test/simulator"
 )
 
@@ -225,9 +226,9 @@ func benchDataPath(b *testing.B, e *env) {
 	const sec = "data path"
 	note := fmt.Sprintf("%d req/s per path for %s, interleaved; failures: direct %d, sidecar %d, sidecar with the response phase skipped %d",
 		cfg.DataPathRate, cfg.DataPathDuration, direct.pacedPoint.failed.Load(), viaSidecar.pacedPoint.failed.Load(), skipped.pacedPoint.failed.Load())
-	addedP99 := percentile(viaSidecar.pacedPoint.lat, 99) - percentile(direct.pacedPoint.lat, 99)
+	addedP99 := quantile.Nearest(viaSidecar.pacedPoint.lat, 99) - quantile.Nearest(direct.pacedPoint.lat, 99)
 	results.compare(sec, "p50 latency, gateway -> sidecar -> EPP -> simulator", "ms", ms(median(viaSidecar.pacedPoint.lat)), "gateway -> EPP -> simulator", ms(median(direct.pacedPoint.lat)), "", false, note)
-	results.compare(sec, "p99 latency, gateway -> sidecar -> EPP -> simulator", "ms", ms(percentile(viaSidecar.pacedPoint.lat, 99)), "gateway -> EPP -> simulator", ms(percentile(direct.pacedPoint.lat, 99)),
+	results.compare(sec, "p99 latency, gateway -> sidecar -> EPP -> simulator", "ms", ms(quantile.Nearest(viaSidecar.pacedPoint.lat, 99)), "gateway -> EPP -> simulator", ms(quantile.Nearest(direct.pacedPoint.lat, 99)),
 		"sidecar adds < 1 ms at p99", addedP99 < time.Millisecond, fmt.Sprintf("added p99 %.3f ms; ", ms(addedP99))+note)
 	results.compare(sec, "throughput through the sidecar", "req/s", medianFloat(viaSidecar.rates), "direct to the EPP", medianFloat(direct.rates), "", false,
 		fmt.Sprintf("%d concurrent clients, median of %d interleaved slices", cfg.DataPathConcurrency, len(direct.rates)))
@@ -236,8 +237,8 @@ func benchDataPath(b *testing.B, e *env) {
 	// sidecar answering it itself, in the same run.
 	skipNote := "the same sidecar with --epp-response-phase=Skip (EPP stream ends with the request phase; the behaviour before the response phase was relayed); " + note
 	results.compare(sec, "p50 latency, response phase relayed to the EPP", "ms", ms(median(viaSidecar.pacedPoint.lat)), "response phase answered by the sidecar", ms(median(skipped.pacedPoint.lat)), "", false, skipNote)
-	results.compare(sec, "p99 latency, response phase relayed to the EPP", "ms", ms(percentile(viaSidecar.pacedPoint.lat, 99)), "response phase answered by the sidecar", ms(percentile(skipped.pacedPoint.lat, 99)), "", false,
-		fmt.Sprintf("added p99 %.3f ms; ", ms(percentile(viaSidecar.pacedPoint.lat, 99)-percentile(skipped.pacedPoint.lat, 99)))+skipNote)
+	results.compare(sec, "p99 latency, response phase relayed to the EPP", "ms", ms(quantile.Nearest(viaSidecar.pacedPoint.lat, 99)), "response phase answered by the sidecar", ms(quantile.Nearest(skipped.pacedPoint.lat, 99)), "", false,
+		fmt.Sprintf("added p99 %.3f ms; ", ms(quantile.Nearest(viaSidecar.pacedPoint.lat, 99)-quantile.Nearest(skipped.pacedPoint.lat, 99)))+skipNote)
 	results.compare(sec, "sidecar CPU per request, response phase relayed to the EPP", "µs", viaSidecar.pacedPoint.cpuPerRequest(), "response phase answered by the sidecar", skipped.pacedPoint.cpuPerRequest(), "", false,
 		fmt.Sprintf("%d req/s per path: user+system CPU of each mci-sidecar process over the open loop (/proc, 10 ms ticks) / requests it completed (%d, %d); added %.0f µs per request",
 			cfg.DataPathRate, len(viaSidecar.pacedPoint.lat), len(skipped.pacedPoint.lat), viaSidecar.pacedPoint.cpuPerRequest()-skipped.pacedPoint.cpuPerRequest()))
@@ -248,7 +249,7 @@ func benchDataPath(b *testing.B, e *env) {
 	// At 80% of the direct path's saturation.
 	loadedNote := fmt.Sprintf("%d req/s (80%% of the direct path's %.0f), open loop, %d slices of %s alternating between the two paths; failures: direct %d, sidecar %d",
 		loadedRate, medianFloat(direct.rates), loadedSlices, slice, direct.loadedPoint.failed.Load(), viaSidecar.loadedPoint.failed.Load())
-	loadedP99, directLoadedP99 := percentile(viaSidecar.loadedPoint.lat, 99), percentile(direct.loadedPoint.lat, 99)
+	loadedP99, directLoadedP99 := quantile.Nearest(viaSidecar.loadedPoint.lat, 99), quantile.Nearest(direct.loadedPoint.lat, 99)
 	results.compare(sec, "p50 latency at 80% of the direct path's saturation, through the sidecar", "ms", ms(median(viaSidecar.loadedPoint.lat)), "gateway -> EPP -> simulator", ms(median(direct.loadedPoint.lat)), "", false, loadedNote)
 	results.compare(sec, "p99 latency at 80% of the direct path's saturation, through the sidecar", "ms", ms(loadedP99), "gateway -> EPP -> simulator", ms(directLoadedP99),
 		"at most 1.1x direct", directLoadedP99 > 0 && float64(loadedP99) <= 1.1*float64(directLoadedP99), loadedNote)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	"github.com/mci-dev/mci/test/quantile"
 )
 
 const (
@@ -83,7 +84,7 @@ func benchExporterFanout(b *testing.B, e *env) {
 	const section = "exporter fan-out"
 	what := fmt.Sprintf("%d readers of one exporting member's summaries", k)
 	perReader := func(with, without float64) float64 { return (with - without) / float64(k) }
-	p50, p99, last := percentile(with.seen, 50), percentile(with.seen, 99), percentile(with.seen, 100)
+	p50, p99, last := quantile.Nearest(with.seen, 50), quantile.Nearest(with.seen, 99), quantile.Nearest(with.seen, 100)
 	note := fmt.Sprintf("%d changes (the pool exported and withdrawn in turn), %d samples; from the write to each reader's informer event; the last reader of each change %v",
 		fanoutChanges, len(with.seen), roundAll(with.lastOfEachChange))
 	results.add(section, what+": export change at a reader, p50", "ms", ms(p50), note)

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/mci-dev/mci/test/quantile"
 )
 
 var sliceGVR = schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}
@@ -120,7 +122,7 @@ func benchFlapConvergence(b *testing.B, e *env) {
 	interleave(b, cfg.ConvergenceSamples, append(slices.Clone(vs), floor))
 	for _, v := range vs {
 		if v.name == fmt.Sprintf("%s mode, %s", modeSummary, flapNamespaces[0].label) {
-			results.fact(modeSummary+"."+factFlapP99, ms(percentile(v.lat, 99)))
+			results.fact(modeSummary+"."+factFlapP99, ms(quantile.Nearest(v.lat, 99)))
 		}
 		reportAgainstFloor("convergence", fmt.Sprintf("%d clusters, readiness flap, %s: ", n, v.name), v, floor, nil)
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mci-dev/mci/test/quantile"
 )
 
 // result is one figure of the table: what mci measured and, where there is
@@ -243,18 +245,7 @@ func (r *report) write(dir string) error {
 	return nil
 }
 
-// percentile of d (p in 0..100), nearest rank.
-func percentile(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	idx := int(math.Ceil(p/100*float64(len(s)))) - 1
-	return s[min(max(idx, 0), len(s)-1)]
-}
-
-func median(d []time.Duration) time.Duration { return percentile(d, 50) }
+func median(d []time.Duration) time.Duration { return quantile.Nearest(d, 50) }
 
 func medianFloat(v []float64) float64 {
 	if len(v) == 0 {

@@ -7,9 +7,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
+
+	"github.com/mci-dev/mci/test/quantile"
 )
 
 // policyResult is what results.json reports of one policy in one
@@ -132,8 +133,8 @@ func summarize(runs []*runResult) *policyResult {
 			}
 		}
 	}
-	r.TTFTP50, r.TTFTP99 = ms(percentile(ttft, 50)), ms(percentile(ttft, 99))
-	r.E2EP99 = ms(percentile(e2e, 99))
+	r.TTFTP50, r.TTFTP99 = ms(quantile.Nearest(ttft, 50)), ms(quantile.Nearest(ttft, 99))
+	r.E2EP99 = ms(quantile.Nearest(e2e, 99))
 	if active > 0 {
 		r.Throughput = round(float64(r.Completed)/active.Seconds(), 2)
 	}
@@ -199,17 +200,6 @@ func herding(samples []loadSample) float64 {
 		}
 	}
 	return ratio(n, len(samples))
-}
-
-// percentile is the nearest-rank p-th percentile; 0 of nothing.
-func percentile(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := int(math.Ceil(p/100*float64(len(s)))) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }
 
 func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 1) }

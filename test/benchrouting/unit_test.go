@@ -11,36 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestPercentile(t *testing.T) {
-	ms := func(v ...int) []time.Duration {
-		out := make([]time.Duration, len(v))
-		for i, x := range v {
-			out[i] = time.Duration(x) * time.Millisecond
-		}
-		return out
-	}
-	tests := []struct {
-		name string
-		in   []time.Duration
-		p    float64
-		want time.Duration
-	}{
-		{"nothing", nil, 50, 0},
-		{"one", ms(7), 99, 7 * time.Millisecond},
-		{"median of 4 is the 2nd", ms(4, 1, 3, 2), 50, 2 * time.Millisecond},
-		{"p99 of 100 is the 99th", ms(func() []int {
-			v := make([]int, 100)
-			for i := range v {
-				v[i] = 100 - i
-			}
-			return v
-		}()...), 99, 99 * time.Millisecond},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { assert.Equal(t, tt.want, percentile(tt.in, tt.p)) })
-	}
-}
-
 func sampleOf(running, waiting [3]int) loadSample {
 	s := loadSample{running: map[string]int{}, waiting: map[string]int{}}
 	for i, c := range clusterNames {

@@ -20,6 +20,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/test/membermock"
+	"github.com/mci-dev/mci/test/quantile"
 	"github.com/mci-dev/mci/test/waitfor"
 )
 
@@ -224,17 +225,8 @@ func measureChurn(t *testing.T, ctx context.Context, fleet *membermock.Fleet, cl
 	f.importBytes = len(encoded)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	f.p50, f.p99 = percentile(p.latencies, 0.5), percentile(p.latencies, 0.99)
+	f.p50, f.p99 = quantile.Nearest(p.latencies, 50), quantile.Nearest(p.latencies, 99)
 	return f
-}
-
-func percentile(d []time.Duration, q float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
 // restartFigures are what a restart of many members at once costs their
@@ -279,16 +271,6 @@ func measureMemberRestart(t *testing.T, ctx context.Context, fleet *membermock.F
 		f.watches += now[name].Watches - before[name].Watches
 	}
 	return f
-}
-
-// readsSince sums the summary reads the members were sent since before.
-func readsSince(before, now map[string]membermock.Reads) membermock.Reads {
-	var sum membermock.Reads
-	for name, r := range now {
-		sum.Lists += r.Lists - before[name].Lists
-		sum.Watches += r.Watches - before[name].Watches
-	}
-	return sum
 }
 
 // processCPU is this process's CPU time so far, in seconds.

@@ -184,6 +184,16 @@ func measure(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, 
 	return f
 }
 
+// readsSince sums the summary reads the members were sent since before.
+func readsSince(before, now map[string]membermock.Reads) membermock.Reads {
+	var sum membermock.Reads
+	for name, r := range now {
+		sum.Lists += r.Lists - before[name].Lists
+		sum.Watches += r.Watches - before[name].Watches
+	}
+	return sum
+}
+
 // runtimeFigures reads the server's heap after a collection (pprof's
 // gc=1) and its goroutines. With MCI_FLEET_PROFILES naming a directory it
 // keeps the server's heap and goroutine profiles there, named after the

@@ -150,7 +150,9 @@ func watchImports(t *testing.T, ctx context.Context, client mciclient.Interface,
 		for ev := range w.ResultChan() {
 			imp, ok := ev.Object.(*v1alpha1.InferencePoolImport)
 			if !ok {
-				continue // a bookmark, or an error the retry watcher reports
+				// A bookmark, or an error the retry watcher reports: a
+				// change it costs is never seen, and counts as unseen.
+				continue
 			}
 			switch ev.Type {
 			case watch.Deleted:

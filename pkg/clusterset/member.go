@@ -89,7 +89,7 @@ type member struct {
 	summaryPolicy    Summaries
 	mode             memberMode
 	summaries        inferencelisters.InferencePoolExportSummaryLister
-	clusterSummaries inferencelisters.InferenceClusterSummaryLister
+	clusterSummaries *clusterSummaryIndexer
 	summaryStream    summaryStream
 
 	// th are the member's thresholds, as started.
@@ -312,7 +312,7 @@ func (m *member) view() imports.Member {
 func (m *member) namespaceLister() corev1listers.NamespaceLister {
 	switch m.mode {
 	case modeSummary:
-		return m.summaryNamespaces()
+		return m.summaryNamespaces(m.heldClusterSummary())
 	case modeDiscovering:
 		return imports.SummaryNamespaces(nil)
 	}
@@ -320,7 +320,8 @@ func (m *member) namespaceLister() corev1listers.NamespaceLister {
 }
 
 func (m *member) viewWith(u *imports.Unreachable) imports.Member {
-	if m.speaksForAnother() {
+	held := m.heldClusterSummary()
+	if m.speaksForAnother(held) {
 		// What it sent is another cluster's, in whichever mode it was
 		// read: serving it under this member's name would count that
 		// cluster's exports twice.
@@ -328,7 +329,7 @@ func (m *member) viewWith(u *imports.Unreachable) imports.Member {
 	}
 	switch m.mode {
 	case modeSummary:
-		return imports.Member{Name: m.name, Unreachable: u, Namespaces: m.summaryNamespaces(), Summaries: m.summaries}
+		return imports.Member{Name: m.name, Unreachable: u, Namespaces: m.summaryNamespaces(held), Summaries: m.summaries}
 	case modeDiscovering:
 		// Nothing is known of the member yet: it imports and exports
 		// nothing, as a member that has not listed.

@@ -10,13 +10,10 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/labels"
-	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
-	inferencelisters "github.com/mci-dev/mci/pkg/generated/listers/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/informerhealth"
 	"github.com/mci-dev/mci/pkg/inlineinformer"
@@ -84,11 +81,12 @@ func (m *member) summaryInformers(logger klog.Logger) func(context.Context) {
 		Handler: m.summariesHandler(), Transform: trimSummary, WatchErrorHandler: onError, OnProgress: progress.of(0),
 		Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 	})
+	m.clusterSummaries = newClusterSummaryIndexer()
 	clusters := inlineinformer.New(clustersLW, &v1alpha1.InferenceClusterSummary{}, inlineinformer.Options{
 		Handler: m.clusterSummaryHandler(), Transform: trimSummary, WatchErrorHandler: onError, OnProgress: progress.of(1),
+		Indexer: m.clusterSummaries,
 	})
 	m.summaries = summaryLister{indexer: exports.GetIndexer(), logger: logger}
-	m.clusterSummaries = inferencelisters.NewInferenceClusterSummaryLister(clusters.GetIndexer())
 	m.synced = append(m.synced, exports.HasSynced, clusters.HasSynced)
 	logger.Info("Reading the member through the summaries its mci-apiserver publishes (summary mode)")
 	return func(ctx context.Context) {
@@ -325,37 +323,41 @@ func (m *member) summaryRV(rv string) (uint64, bool) {
 // InferenceClusterSummary lists them; none until it is listed. A member
 // that publishes several (it is not mci-apiserver) is read as having none,
 // which its stream's state says.
-func (m *member) summaryNamespaces() corev1listers.NamespaceLister {
-	all, err := m.clusterSummaries.List(labels.Everything())
-	if err != nil || len(all) != 1 {
-		if len(all) > 1 {
-			m.summaryStream.unreadable(m.name, fmt.Errorf("the member publishes %d InferenceClusterSummaries, not one", len(all)))
+func (m *member) summaryNamespaces(held heldClusterSummary) imports.SummaryNamespaces {
+	if held.count != 1 {
+		if held.count > 1 {
+			m.summaryStream.unreadable(m.name, fmt.Errorf("the member publishes %d InferenceClusterSummaries, not one", held.count))
 		}
-		return imports.SummaryNamespaces(nil)
+		return nil
 	}
-	if all[0].Name != m.name {
+	if held.name != m.name {
 		// Refused (clusterSummaryHandler froze the member).
-		return imports.SummaryNamespaces(nil)
+		return nil
 	}
-	return imports.SummaryNamespaces(all[0].Status.Namespaces)
+	return held.namespaces
+}
+
+// heldClusterSummary is what this server holds of the member's cluster
+// summaries; none when it is not read in summary mode.
+func (m *member) heldClusterSummary() heldClusterSummary {
+	if m.mode != modeSummary || m.clusterSummaries == nil {
+		return heldClusterSummary{}
+	}
+	return m.clusterSummaries.summary()
 }
 
 // speaksForAnother reports whether the member was refused as another
 // cluster under a second name: its cluster ID is another member's
 // (identity.go), or its cluster summary names another cluster
 // (clusterSummaryHandler). Nothing it sent is served then, not even as last
-// known data, since it is not this member's. A summary is read off itself
-// too, so that nothing is served in the moment between the list and the
-// freeze.
-func (m *member) speaksForAnother() bool {
+// known data, since it is not this member's. A summary is read off the
+// cache too (clusterSummaryIndexer), so that nothing is served in the
+// moment between the write and the freeze.
+func (m *member) speaksForAnother(held heldClusterSummary) bool {
 	if reason, _, _ := m.quota.state(); reason == quotaIdentity {
 		return true
 	}
-	if m.mode != modeSummary || m.clusterSummaries == nil {
-		return false
-	}
-	all, err := m.clusterSummaries.List(labels.Everything())
-	return err == nil && len(all) == 1 && all[0].Name != m.name
+	return held.count == 1 && held.name != m.name
 }
 
 // summaryStream is what this replica knows of a member's summary stream:

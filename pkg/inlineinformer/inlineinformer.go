@@ -43,6 +43,9 @@ type Options struct {
 	Transform cache.TransformFunc
 	// Indexers of the informer's Indexer.
 	Indexers cache.Indexers
+	// Indexer, if set, is the informer's cache in place of a new one with
+	// Indexers: one that keeps something of its own on each write.
+	Indexer cache.Indexer
 	// WatchErrorHandler is told what each failed ListAndWatch returned
 	// before the Reflector tries again; nil is client-go's default, which
 	// logs it.
@@ -67,9 +70,13 @@ type Informer struct {
 // New returns an Informer of lw's resource; example is an object of its
 // type. Run starts it.
 func New(lw cache.ListerWatcher, example runtime.Object, opts Options) *Informer {
-	indexers := opts.Indexers
-	if indexers == nil {
-		indexers = cache.Indexers{}
+	indexer := opts.Indexer
+	if indexer == nil {
+		indexers := opts.Indexers
+		if indexers == nil {
+			indexers = cache.Indexers{}
+		}
+		indexer = cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers)
 	}
 	onError := opts.WatchErrorHandler
 	if onError == nil {
@@ -80,7 +87,7 @@ func New(lw cache.ListerWatcher, example runtime.Object, opts Options) *Informer
 		example: example,
 		onError: onError,
 		store: &store{
-			indexer:    cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers),
+			indexer:    indexer,
 			handler:    opts.Handler,
 			transform:  opts.Transform,
 			onProgress: opts.OnProgress,

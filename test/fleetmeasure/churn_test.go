@@ -59,6 +59,11 @@ type churnFigures struct {
 	// importBytes is one import's size as JSON after the churn, what every
 	// change of any of its clusters sends each watcher whole.
 	importBytes int
+	// events is how many changed imports the watcher received over the
+	// churn and until the changes were seen.
+	events int
+	// passes are the importer's over the churn.
+	passes importPasses
 }
 
 // idleFor is how long the importer's idle CPU is read before the churn.
@@ -72,6 +77,7 @@ type propagation struct {
 	clusters  map[string][]string // import name: its clusters, sorted
 	pending   map[exportChange]time.Time
 	latencies []time.Duration
+	events    int
 }
 
 // seen takes the import's clusters from an event and times the changes
@@ -92,6 +98,13 @@ func (p *propagation) seen(name string, clusters []string) {
 		}
 	}
 	p.clusters[name] = clusters
+}
+
+// received counts an event of a changed import.
+func (p *propagation) received() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.events++
 }
 
 func (p *propagation) timed(c exportChange, at time.Time) {
@@ -154,6 +167,7 @@ func watchImports(t *testing.T, ctx context.Context, client mciclient.Interface,
 				// change it costs is never seen, and counts as unseen.
 				continue
 			}
+			p.received()
 			switch ev.Type {
 			case watch.Deleted:
 				p.seen(imp.Name, nil)
@@ -180,7 +194,7 @@ func measureChurn(t *testing.T, ctx context.Context, fleet *membermock.Fleet, cl
 	time.Sleep(idleFor)
 	cpuBefore := importer.cpu(t, ctx)
 	idle := (cpuBefore - idleFrom) / idleFor.Seconds()
-	kubeBefore, selfBefore := importer.kubeAPIServerCPU(t, ctx), processCPU(t)
+	kubeBefore, selfBefore, passesBefore := importer.kubeAPIServerCPU(t, ctx), processCPU(t), importer.passes(t, ctx)
 	cctx, stopChurn := context.WithTimeout(ctx, churnFor)
 	defer stopChurn()
 	fleet.RunChurn(cctx, membermock.Churn{Namespace: namespace, Pools: pools, Flaps: rate})
@@ -210,6 +224,8 @@ func measureChurn(t *testing.T, ctx context.Context, fleet *membermock.Fleet, cl
 	f.cores.importer = (importer.cpu(t, ctx) - cpuBefore) / churned
 	f.cores.kubeAPIServer = (importer.kubeAPIServerCPU(t, ctx) - kubeBefore) / churned
 	f.cores.measuring = (processCPU(t) - selfBefore) / churned
+	passesAfter := importer.passes(t, ctx)
+	f.passes = importPasses{objects: passesAfter.objects - passesBefore.objects, took: passesAfter.took - passesBefore.took, versions: passesAfter.versions - passesBefore.versions}
 	require.NoError(t, <-profiled)
 	deadline := time.Now().Add(churnSettle)
 	for p.unseen() > 0 && time.Now().Before(deadline) {
@@ -227,6 +243,7 @@ func measureChurn(t *testing.T, ctx context.Context, fleet *membermock.Fleet, cl
 	f.importBytes = len(encoded)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	f.events = p.events
 	f.p50, f.p99 = quantile.Nearest(p.latencies, 50), quantile.Nearest(p.latencies, 99)
 	return f
 }

@@ -88,8 +88,10 @@ func TestImporterAgainstAMockFleet(t *testing.T) {
 		t.Logf("%d members: %d export changes in %s (%.0f a second, as many flaps): to the importer's watcher p50 %s, p99 %s, %d unseen after %s; importer CPU %s a change over its idle %s a second",
 			n, m.churn.changes, churnFor, churnPerMember*float64(n), m.churn.p50.Round(time.Millisecond), m.churn.p99.Round(time.Millisecond), m.churn.unseen, churnSettle,
 			m.churn.cpuPerChange.Round(time.Microsecond), m.churn.idleCPU.Round(time.Microsecond))
-		t.Logf("%d members: cores used over the churn: the importer's mci-apiserver %.2f, its kube-apiserver %.2f, the mock fleet and the watcher %.2f; an import of %d clusters is %.1f KiB as JSON, sent whole to each watcher at every change of one of them",
-			n, m.churn.cores.importer, m.churn.cores.kubeAPIServer, m.churn.cores.measuring, n, float64(m.churn.importBytes)/1024)
+		t.Logf("%d members: cores used over the churn: the importer's mci-apiserver %.2f, its kube-apiserver %.2f, the mock fleet and the watcher %.2f; an import of %d clusters is %.1f KiB as JSON, sent whole to each watcher at every change of one of them: %d times",
+			n, m.churn.cores.importer, m.churn.cores.kubeAPIServer, m.churn.cores.measuring, n, float64(m.churn.importBytes)/1024, m.churn.events)
+		t.Logf("%d members: the importer's passes over the churn: %d computed imports (%s each on average), %d only moved versions",
+			n, m.churn.passes.objects, m.churn.passes.meanTook().Round(time.Microsecond), m.churn.passes.versions)
 		t.Logf("%d members: %d restarted at once: every summary watch back in %s, %d LISTs (streaming lists included) and %d WATCHes sent to them",
 			n, m.restart.members, m.restart.back.Round(time.Millisecond), m.restart.lists, m.restart.watches)
 		if os.Getenv("MCI_FLEET_CHECK") != "" {
@@ -222,6 +224,34 @@ type importerServer struct {
 
 func (s importerServer) cpu(t *testing.T, ctx context.Context) float64 {
 	return serverMetrics(t, ctx, s.cs, s.c).Value(t, "process_cpu_seconds_total")
+}
+
+// importPasses are the passes of the importer's Store of imports so far:
+// how many computed objects and how long they took in all, and how many
+// only moved versions.
+type importPasses struct {
+	objects  uint64
+	took     time.Duration
+	versions uint64
+}
+
+// meanTook is how long a pass that computed objects took on average.
+func (p importPasses) meanTook() time.Duration {
+	if p.objects == 0 {
+		return 0
+	}
+	return p.took / time.Duration(p.objects)
+}
+
+func (s importerServer) passes(t *testing.T, ctx context.Context) importPasses {
+	m := serverMetrics(t, ctx, s.cs, s.c)
+	var p importPasses
+	objects, took, err := m.HistogramMatching(`mci_apiserver_recompute_duration_seconds{kind="InferencePoolImport",work="objects"}`)
+	require.NoError(t, err)
+	versions, _, err := m.HistogramMatching(`mci_apiserver_recompute_duration_seconds{kind="InferencePoolImport",work="versions"}`)
+	require.NoError(t, err)
+	p.objects, p.took, p.versions = objects, time.Duration(took*float64(time.Second)), versions
+	return p
 }
 
 // kubeAPIServerCPU is the CPU time of the importer's kube-apiserver so

@@ -116,8 +116,8 @@ func NewFleet(opts Options) (*Fleet, error) {
 // storage, and what else a reader asks a member (memberinfo.go).
 func (f *Fleet) install(generic *genericapiserver.GenericAPIServer) error {
 	ready := func() error { return nil }
-	exports := virtual.NewREST(virtual.NewStore(inferencepoolexportsummary.Resource{}, nil, nil), inferencepoolexportsummary.Describe(), ready)
-	clusters := virtual.NewREST(virtual.NewStore(inferenceclustersummary.Resource{}, nil, nil), inferenceclustersummary.Describe(), ready)
+	exports := virtual.NewREST(virtual.NewStore(inferencepoolexportsummary.Resource{}, nil, inferencepoolexportsummary.Describe().New), inferencepoolexportsummary.Describe(), ready)
+	clusters := virtual.NewREST(virtual.NewStore(inferenceclustersummary.Resource{}, nil, inferenceclustersummary.Describe().New), inferenceclustersummary.Describe(), ready)
 	group := genericapiserver.NewDefaultAPIGroupInfo(inference.GroupName, apiserver.Scheme, metav1.ParameterCodec, apiserver.Codecs)
 	group.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
 		"inferencepoolexportsummaries": &memberREST{REST: exports, fleet: f, of: func(m *Member) *virtual.REST { return m.exportsREST }},

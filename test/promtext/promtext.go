@@ -140,6 +140,22 @@ func (m Metrics) Samples(name string) []Sample {
 	return out
 }
 
+// HistogramMatching adds the observations of selector's histogram whose
+// labels include selector's: their count and their sum.
+func (m Metrics) HistogramMatching(selector string) (count uint64, sum float64, err error) {
+	name, labels, err := parseSeries(selector)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, x := range m[name].GetMetric() {
+		if h := x.GetHistogram(); h != nil && includes(labelMap(x), labels) {
+			count += h.GetSampleCount()
+			sum += h.GetSampleSum()
+		}
+	}
+	return count, sum, nil
+}
+
 // Sum adds the series of name whose labels include every one of labels
 // (all of them when labels is empty).
 func (m Metrics) Sum(name string, labels map[string]string) float64 {

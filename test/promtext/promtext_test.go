@@ -104,3 +104,31 @@ func TestSumMatchingAddsTheSeriesThatIncludeTheSelectorsLabels(t *testing.T) {
 	_, err = m.SumMatching(`requests_total{code=}`)
 	require.Error(t, err)
 }
+
+func TestHistogramMatchingAddsTheObservationsOfTheSeriesThatIncludeTheLabels(t *testing.T) {
+	m, err := Parse([]byte(`# TYPE pass_seconds histogram
+pass_seconds_bucket{kind="a",work="objects",le="+Inf"} 3
+pass_seconds_sum{kind="a",work="objects"} 1.5
+pass_seconds_count{kind="a",work="objects"} 3
+pass_seconds_bucket{kind="b",work="objects",le="+Inf"} 2
+pass_seconds_sum{kind="b",work="objects"} 0.25
+pass_seconds_count{kind="b",work="objects"} 2
+pass_seconds_bucket{kind="a",work="versions",le="+Inf"} 5
+pass_seconds_sum{kind="a",work="versions"} 0.01
+pass_seconds_count{kind="a",work="versions"} 5
+`))
+	require.NoError(t, err)
+	count, sum, err := m.HistogramMatching(`pass_seconds{kind="a",work="objects"}`)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(3), count)
+	assert.InDelta(t, 1.5, sum, 1e-9)
+	count, sum, err = m.HistogramMatching(`pass_seconds{work="objects"}`)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(5), count)
+	assert.InDelta(t, 1.75, sum, 1e-9)
+	count, _, err = m.HistogramMatching(`absent_seconds`)
+	require.NoError(t, err)
+	assert.Zero(t, count)
+	_, _, err = m.HistogramMatching(`pass_seconds{`)
+	assert.Error(t, err)
+}

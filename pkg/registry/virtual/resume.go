@@ -216,9 +216,16 @@ func crosses(since Version, spans map[string]span) bool {
 // member's name, mode and reachability. Never zero, the value of a version
 // without a view.
 func viewOf(cs imports.ClusterSet) uint64 {
-	members := slices.Clone(cs.Members)
-	slices.SortFunc(members, func(a, b imports.Member) int { return strings.Compare(a.Name, b.Name) })
+	// It is taken at every recomputation, of every member: the members
+	// come sorted (Snapshot), and are copied to sort only when not.
+	members := cs.Members
+	byName := func(a, b imports.Member) int { return strings.Compare(a.Name, b.Name) }
+	if !slices.IsSortedFunc(members, byName) {
+		members = slices.Clone(members)
+		slices.SortFunc(members, byName)
+	}
 	h := fnv.New64a()
+	var buf []byte
 	for _, m := range members {
 		var state byte
 		if m.Unreachable != nil {
@@ -227,8 +234,8 @@ func viewOf(cs imports.ClusterSet) uint64 {
 		if m.Summaries != nil {
 			state |= 2
 		}
-		_, _ = h.Write([]byte(m.Name))
-		_, _ = h.Write([]byte{0, state})
+		buf = append(append(buf[:0], m.Name...), 0, state)
+		_, _ = h.Write(buf)
 	}
 	if v := h.Sum64(); v != 0 {
 		return v

@@ -27,9 +27,15 @@ type Dirty struct {
 	All        bool
 }
 
+// empty says nothing is dirty.
+func (d Dirty) empty() bool {
+	return !d.All && len(d.Keys) == 0 && len(d.Namespaces) == 0
+}
+
 // Resource is how one computed resource is derived from the ClusterSet.
 type Resource interface {
 	// Compute returns the object namespace/name, false when none is served.
+	// A pass calls it for several objects at once, on one snapshot.
 	Compute(cs imports.ClusterSet, namespace, name string) (Object, bool)
 	// ComputeNamespace returns every object of namespace ("" for all).
 	ComputeNamespace(cs imports.ClusterSet, namespace string) []Object
@@ -98,6 +104,8 @@ type Store struct {
 	cluster  Snapshotter
 	newFunc  func() Object
 	now      func() time.Time
+	// kind names the objects in the Store's metrics.
+	kind string
 
 	pendingMu sync.Mutex
 	pending   Dirty
@@ -159,6 +167,7 @@ func NewStore(resource Resource, cluster Snapshotter, newFunc func() Object) *St
 		resource:       resource,
 		cluster:        cluster,
 		newFunc:        newFunc,
+		kind:           kindOf(newFunc),
 		now:            time.Now,
 		pendingV:       Version{},
 		pendingEvents:  map[string]memberEvents{},
@@ -258,8 +267,30 @@ func (s *Store) Run(ctx context.Context) {
 			s.mu.Unlock()
 			return
 		case <-s.signal:
-			s.recompute(ctx)
+			if took := s.recompute(ctx); took > 0 {
+				s.rest(ctx, took)
+			}
 		}
+	}
+}
+
+// maxRest bounds how long a Store rests after a pass (rest).
+const maxRest = time.Second
+
+// rest waits as long as a pass that computed objects took (at most
+// maxRest), gathering the events that arrive meanwhile for the next
+// pass. A Store so spends at most half its time computing, and under
+// churn it sends a changed object at most once a rest: each event costs
+// every watcher a decode of the whole object, which for an import of a
+// pool that a thousand clusters export is half a megabyte, and watchers
+// that cannot keep up fall behind by seconds. A pass of a small
+// ClusterSet takes a millisecond or less, and its rest is as short.
+func (s *Store) rest(ctx context.Context, took time.Duration) {
+	t := time.NewTimer(min(took, maxRest))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 

@@ -2,9 +2,12 @@ package virtual
 
 import (
 	"fmt"
+	"sync"
 	"unique"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/mci-dev/mci/pkg/compact"
 )
 
 // entry is an object as the Store keeps it: encoded and compressed
@@ -19,6 +22,18 @@ type entry struct {
 }
 
 func (e *entry) key() string { return key(e.namespace, e.name) }
+
+// codecs are the codecs of the Stores of a process, one per kind: Stores
+// of one kind share a dictionary and the compressors that hold it (a
+// compressor is most of a megabyte, and a process serving many Stores of
+// one kind, as the member mock does, would otherwise make one per
+// encoding once the garbage collector empties their pools).
+var codecs sync.Map // kind: *compact.Codec
+
+func codecFor(kind string) *compact.Codec {
+	c, _ := codecs.LoadOrStore(kind, compact.New())
+	return c.(*compact.Codec)
+}
 
 // objectKey is an object's namespace and name: the key of the Store's
 // objects, sharing the strings of their entries (a namespace/name string

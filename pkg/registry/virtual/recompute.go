@@ -18,6 +18,11 @@ import (
 type computed struct {
 	key string
 	obj Object // nil: not served
+	// prev is the entry served under key when the object was computed,
+	// and was its object, decoded then (nil when none, or when it did not
+	// decode: applyLocked decodes it again and says why).
+	prev *entry
+	was  Object
 }
 
 // recompute brings the served objects up to date with what changed since
@@ -66,6 +71,7 @@ func (s *Store) recompute(ctx context.Context) (took time.Duration) {
 		advanced.advance(reachabilityComponent, uint64(s.now().UnixMilli()))
 	}
 	results, replaceNamespace := s.compute(cs, dirty)
+	s.decodeServed(results)
 
 	now := metav1.NewTime(s.now().Truncate(time.Second))
 	log := klog.FromContext(ctx)
@@ -153,6 +159,34 @@ func (s *Store) moveLocked(events map[string]memberEvents, advanced Version) (mo
 	return moved
 }
 
+// decodeServed decodes the objects served under the keys computed, which
+// applyLocked compares them with, on as many cores as there are and
+// outside the lock, which readers wait for. Only the Store's loop changes
+// what is served, so what it reads here is what applyLocked finds.
+func (s *Store) decodeServed(results []computed) {
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i := range results {
+		if results[i].obj == nil {
+			continue
+		}
+		s.mu.RLock()
+		prev := s.objects[objectKeyOf(results[i].key)]
+		s.mu.RUnlock()
+		if prev == nil {
+			continue
+		}
+		g.Go(func() error {
+			results[i].prev = prev
+			if was, err := s.decode(prev); err == nil {
+				results[i].was = was
+			}
+			return nil
+		})
+	}
+	_ = g.Wait() // nothing fails
+}
+
 // advanceLocked moves the version by the member resourceVersions seen since
 // the last pass, and reports whether it moved.
 func (s *Store) advanceLocked(advanced Version) (moved bool) {
@@ -185,7 +219,11 @@ func (s *Store) applyLocked(log klog.Logger, results []computed, now metav1.Time
 			continue
 		}
 		var was Object
-		if prev != nil {
+		switch {
+		case prev == nil:
+		case prev == r.prev && r.was != nil:
+			was = r.was
+		default:
 			var err error
 			if was, err = s.decode(prev); err != nil {
 				log.Error(err, "Cannot compare a computed object with the one served; it stays as served")

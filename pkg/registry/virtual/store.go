@@ -174,7 +174,7 @@ func NewStore(resource Resource, cluster Snapshotter, newFunc func() Object) *St
 		observed:       Version{},
 		unplacedBefore: map[string]uint64{},
 		signal:         make(chan struct{}, 1),
-		codec:          compact.New(),
+		codec:          codecFor(kindOf(newFunc)),
 		objects:        map[objectKey]*entry{},
 		version:        Version{epochComponent: epoch},
 		historyStart:   Version{},

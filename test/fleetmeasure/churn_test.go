@@ -191,7 +191,10 @@ func measureChurn(t *testing.T, ctx context.Context, fleet *membermock.Fleet, cl
 	rate := churnPerMember * float64(len(names))
 	withdrawn := map[exportChange]bool{} // the pools withdrawn now; every pool starts exported
 	idleFrom := importer.cpu(t, ctx)
+	idleProfiled := make(chan error, 1)
+	go func() { idleProfiled <- importer.profileCPU(ctx, "idle", idleFor-time.Second) }()
 	time.Sleep(idleFor)
+	require.NoError(t, <-idleProfiled)
 	cpuBefore := importer.cpu(t, ctx)
 	idle := (cpuBefore - idleFrom) / idleFor.Seconds()
 	kubeBefore, selfBefore, passesBefore := importer.kubeAPIServerCPU(t, ctx), processCPU(t), importer.passes(t, ctx)

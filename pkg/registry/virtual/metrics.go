@@ -8,8 +8,9 @@ import (
 )
 
 // recomputeDuration times the Store's passes: a change waits for the pass
-// under way, then its own, so their length bounds how fast a change
-// reaches the watchers; their count says how often events wake the Store.
+// under way and the rest after it (Store.rest, as long as the pass), then
+// its own pass, so their length bounds how fast a change reaches the
+// watchers; their count says how often events wake the Store.
 var recomputeDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
 	Name: "mci_apiserver_recompute_duration_seconds",
 	Help: "How long each pass of a virtual resource's Store took, by kind of the objects it serves and by work: " +

@@ -19,8 +19,9 @@ type computed struct {
 	key string
 	obj Object // nil: not served
 	// prev is the entry served under key when the object was computed,
-	// and was its object, decoded then (nil when none, or when it did not
-	// decode: applyLocked decodes it again and says why).
+	// and was its object, decoded then (computeKeys; nil when none, when
+	// not decoded beside the computation, or when it did not decode:
+	// applyLocked decodes it again, and says why).
 	prev *entry
 	was  Object
 }
@@ -71,7 +72,6 @@ func (s *Store) recompute(ctx context.Context) (took time.Duration) {
 		advanced.advance(reachabilityComponent, uint64(s.now().UnixMilli()))
 	}
 	results, replaceNamespace := s.compute(cs, dirty)
-	s.decodeServed(results)
 
 	now := metav1.NewTime(s.now().Truncate(time.Second))
 	log := klog.FromContext(ctx)
@@ -129,9 +129,13 @@ func (s *Store) compute(cs imports.ClusterSet, dirty Dirty) (results []computed,
 	return append(results, s.computeKeys(cs, keys)...), replaceNamespace
 }
 
-// computeKeys computes the objects of keys, on as many cores as there
-// are: an object of a large ClusterSet (an import of a pool a thousand
-// clusters export) takes milliseconds, and a change waits for its pass.
+// computeKeys computes the objects of keys, and decodes the ones served
+// that they are compared with, on as many cores as there are and outside
+// the lock that readers wait for: an object of a large ClusterSet (an
+// import of a pool a thousand clusters export) takes milliseconds, and a
+// change waits for its pass. A pass that computes whole namespaces is
+// left to compare them one at a time, under the lock, so that it never
+// holds every object twice.
 func (s *Store) computeKeys(cs imports.ClusterSet, keys []string) []computed {
 	results := make([]computed, len(keys))
 	var g errgroup.Group
@@ -139,10 +143,12 @@ func (s *Store) computeKeys(cs imports.ClusterSet, keys []string) []computed {
 	for i, k := range keys {
 		g.Go(func() error {
 			ns, name := splitKey(k)
-			results[i] = computed{key: k}
+			r := computed{key: k}
 			if o, ok := s.resource.Compute(cs, ns, name); ok {
-				results[i].obj = o
+				r.obj = o
+				r.prev, r.was = s.served(k)
 			}
+			results[i] = r
 			return nil
 		})
 	}
@@ -159,32 +165,22 @@ func (s *Store) moveLocked(events map[string]memberEvents, advanced Version) (mo
 	return moved
 }
 
-// decodeServed decodes the objects served under the keys computed, which
-// applyLocked compares them with, on as many cores as there are and
-// outside the lock, which readers wait for. Only the Store's loop changes
-// what is served, so what it reads here is what applyLocked finds.
-func (s *Store) decodeServed(results []computed) {
-	var g errgroup.Group
-	g.SetLimit(runtime.GOMAXPROCS(0))
-	for i := range results {
-		if results[i].obj == nil {
-			continue
-		}
-		s.mu.RLock()
-		prev := s.objects[objectKeyOf(results[i].key)]
-		s.mu.RUnlock()
-		if prev == nil {
-			continue
-		}
-		g.Go(func() error {
-			results[i].prev = prev
-			if was, err := s.decode(prev); err == nil {
-				results[i].was = was
-			}
-			return nil
-		})
+// served is the entry served under key and its object, decoded (nil when
+// it does not decode: applyLocked decodes it again and says why). Only
+// the Store's loop changes what is served, so applyLocked finds the same
+// entry.
+func (s *Store) served(key string) (*entry, Object) {
+	s.mu.RLock()
+	prev := s.objects[objectKeyOf(key)]
+	s.mu.RUnlock()
+	if prev == nil {
+		return nil, nil
 	}
-	_ = g.Wait() // nothing fails
+	was, err := s.decode(prev)
+	if err != nil {
+		return prev, nil
+	}
+	return prev, was
 }
 
 // advanceLocked moves the version by the member resourceVersions seen since

@@ -193,7 +193,7 @@ func (c *Cache) setMember(name, source string, mc MemberConfig) error {
 		c.members[name] = m
 		c.resort()
 		c.mu.Unlock()
-		c.handler(Event{Member: name, Kind: KindMember})
+		c.handler(Event{Member: name, Kind: KindMember, Replaced: true})
 		return nil
 	}
 	// A reconnected member (rotated credentials) replaces the old one only
@@ -328,7 +328,7 @@ func (c *Cache) replaceWhenSynced(name string, m *member) {
 	if was, lasted := c.freezeLog.Clear(name); was {
 		klog.FromContext(m.ctx).Info("Member read again within its limits: it is no longer frozen", "member", name, "frozenFor", lasted.Round(time.Second))
 	}
-	c.handler(Event{Member: name, Kind: KindMember})
+	c.handler(Event{Member: name, Kind: KindMember, Replaced: true})
 }
 
 // dropReplacement stops the replacement of member name that is still

@@ -4,8 +4,10 @@ package clusterset
 type Kind int
 
 const (
-	// KindMember says a member joined, left, or became reachable or
-	// unreachable: everything computed from it may have changed.
+	// KindMember says a member joined, left, was read anew, or changed in
+	// what the view of the members records of it (reachability,
+	// credentials, freeze, labels, drain): everything computed from it
+	// may have changed.
 	KindMember Kind = iota
 	KindInferencePool
 	KindService
@@ -80,6 +82,13 @@ type Event struct {
 	// InferencePoolImports it uses as backendRefs before and after the
 	// change; for other kinds it is empty.
 	Imports []string
+	// Replaced is set on the KindMember event of a member whose caches
+	// were replaced by a new read of it (it joined, or a read with other
+	// credentials or in another mode took the old one's place): the new
+	// caches' data came in out of the member's order, deletions made
+	// meanwhile included, which no resourceVersion places. Every other
+	// member event leaves the member's data as it was.
+	Replaced bool
 }
 
 // Handler receives events. It must not block: the cache calls it from

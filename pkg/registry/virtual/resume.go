@@ -1,7 +1,9 @@
 package virtual
 
 import (
+	"encoding/binary"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -18,25 +20,32 @@ import (
 //
 //   - the member components: a member's own resourceVersions, which both
 //     replicas read from the same member, each in the member's order;
-//   - the view (viewComponent): which members, in which mode, reachable or
-//     not, as a digest.
+//   - the view (viewComponent): everything of the members but their data,
+//     as a digest: which members, in which mode, reachable or not, and
+//     what else flags or selects their exports (viewOf).
 //
 // The membership stamp (reachabilityComponent) is the other replica's
-// clock, and what this Store learnt of a member out of that member's order
-// has no place in the other replica's history: a member joined, left, was
-// replaced or changed reachability (member events), or a relist found
-// what changed while a watch was down (events without a resourceVersion,
-// which the member caches send for deletions seen through a relist, and
-// must send for every relist). Such a pass leaves a mark: the member and
-// its component then. A mark is settled by the
+// clock, and what this Store learnt of a member's data out of that
+// member's order has no place in the other replica's history: a member's
+// caches were replaced by a new read (it joined, or was read again with
+// other credentials or in another mode: member events marked Replaced),
+// or a relist found what changed while a watch was down (events without
+// a resourceVersion, which the member caches send for deletions seen
+// through a relist). Such a pass leaves a mark: the member and its
+// component then. A member event that leaves the data as it was
+// (reachability, credentials, freeze, labels, drain) leaves none: it
+// changes the view, and a version of another view is refused below, so
+// that a watch resumed after a member's outage is not refused for the
+// outage alone. A mark is settled by the
 // member's next move, to p: the member's data at p includes whatever the
 // relist or the replacement found, so a version whose component is at
 // least p has seen it. A version below p may hold an object this Store
 // never had (created and deleted while its watch of the member was down),
 // which no replay would delete: the watch is refused with 410 Gone and the
-// client relists. So is a version whose view differs from this Store's
-// where the member components place it, or that has no view (issued by an
-// older server).
+// client relists. So is a version whose view this Store's history never
+// held, or that has no view (issued by an older server). A view it held
+// places the client too: its states hold up to the last change this Store
+// computed with that view, and the replay starts there at the latest.
 
 // unplacedMark is a change of member's data that no member resourceVersion
 // places: value is the member's component when it was made.
@@ -47,7 +56,8 @@ type unplacedMark struct {
 
 // memberEvents summarizes a member's events of one pass.
 type memberEvents struct {
-	// unplaced: a member event, or one without a resourceVersion.
+	// unplaced: a member event that replaced the member's caches, or an
+	// event of its data without a resourceVersion.
 	unplaced bool
 	n        int
 	// newest is the largest resourceVersion of the events.
@@ -55,7 +65,11 @@ type memberEvents struct {
 }
 
 func (e memberEvents) add(ev clusterset.Event) memberEvents {
-	e.unplaced = e.unplaced || ev.Kind == clusterset.KindMember || ev.ResourceVersion == 0
+	if ev.Kind == clusterset.KindMember {
+		e.unplaced = e.unplaced || ev.Replaced
+	} else {
+		e.unplaced = e.unplaced || ev.ResourceVersion == 0
+	}
 	e.n++
 	e.newest = max(e.newest, ev.ResourceVersion)
 	return e
@@ -74,8 +88,8 @@ type span struct{ from, to uint64 }
 
 // placeLocked looks at each member's events of a pass before the pass
 // moves the version to advanced. It returns the members with an event out
-// of the member's order (a member event, or one without a
-// resourceVersion), and records the span of each member whose several events
+// of the member's order (a member event that replaced its caches, or one
+// without a resourceVersion), and records the span of each member whose several events
 // the pass folds (merged with the spans since the last change).
 func (s *Store) placeLocked(events map[string]memberEvents, advanced Version) []string {
 	var names []string
@@ -160,7 +174,16 @@ func (s *Store) resumeFromLocked(since Version, rv string) (int, error) {
 	n := len(s.history)
 	k := n
 	version := s.historyStart.clone()
-	viewAtK := version[viewComponent]
+	// held is where a replay must start at the latest for the client's
+	// view: just after the last change computed with since's view (0 when
+	// that is the history's start, -1 when this Store never had it).
+	// Every view change recomputes every object, so that an object left
+	// as it was from there on is the same under since's view as under
+	// this Store's, and one that changed is replayed.
+	held := -1
+	if version[viewComponent] == since[viewComponent] {
+		held = 0
+	}
 	var prev *historyStep
 	for i, c := range s.history {
 		if c.step != prev {
@@ -176,9 +199,14 @@ func (s *Store) resumeFromLocked(since Version, rv string) (int, error) {
 		if k == n && !since.coversMembers(version) {
 			k = i
 		}
-		if i < k {
-			viewAtK = version[viewComponent]
+		if version[viewComponent] == since[viewComponent] {
+			held = i + 1
 		}
+	}
+	if s.version[viewComponent] == since[viewComponent] {
+		// A view that changed after the last change, with no object
+		// changing, left every object as it was.
+		held = n
 	}
 	// Moves since the last change settle the marks too; the current
 	// component is at least the first of them.
@@ -192,14 +220,12 @@ func (s *Store) resumeFromLocked(since Version, rv string) (int, error) {
 		return 0, apierrors.NewResourceExpired("resource version " + rv + " was issued by another replica at a point this one computed past in one pass, whose intermediate states it never had; relist")
 	}
 	if !settled || len(marks) > 0 {
-		return 0, apierrors.NewResourceExpired("resource version " + rv + " was issued by another replica before it had seen what this one learnt out of order (a member joined, left, was replaced or relisted); relist")
+		return 0, apierrors.NewResourceExpired("resource version " + rv + " was issued by another replica before it had seen what this one learnt out of order (a member read anew, or a relist's deletions); relist")
 	}
-	// A view that changed after the last change with no object changing
-	// left every object as it was: at the end, either view holds.
-	if since[viewComponent] != viewAtK && (k < n || since[viewComponent] != s.version[viewComponent]) {
-		return 0, apierrors.NewResourceExpired("resource version " + rv + " was issued by another replica whose view of the members (which, in which mode, reachable or not) differs from this one's; relist")
+	if held < 0 {
+		return 0, apierrors.NewResourceExpired("resource version " + rv + " was issued by another replica with a view of the members (which, in which mode, reachable or not, flagged or selected how) that this one's history does not hold, at " + s.version.String() + "; relist")
 	}
-	return k, nil
+	return min(k, held), nil
 }
 
 // crosses reports whether since falls strictly inside one of the spans.
@@ -212,9 +238,15 @@ func crosses(since Version, spans map[string]span) bool {
 	return false
 }
 
-// viewOf is the digest of the membership view of cs (viewComponent): each
-// member's name, mode and reachability. Never zero, the value of a version
-// without a view.
+// viewOf is the digest of the membership view of cs (viewComponent):
+// everything of each member that its member events change and that
+// decides what is computed from its data: its name, mode and
+// reachability, the reason it is flagged for, whether its data is served
+// at all (past the removal threshold it is not), its drain and its
+// labels (export scopes select by them). Two replicas with the same
+// member components and the same view compute the same objects, but for
+// times and messages, which each stamps its own. Never zero, the value
+// of a version without a view.
 func viewOf(cs imports.ClusterSet) uint64 {
 	// It is taken at every recomputation, of every member: the members
 	// come sorted (Snapshot), and are copied to sort only when not.
@@ -227,18 +259,60 @@ func viewOf(cs imports.ClusterSet) uint64 {
 	h := fnv.New64a()
 	var buf []byte
 	for _, m := range members {
-		var state byte
-		if m.Unreachable != nil {
-			state |= 1
-		}
-		if m.Summaries != nil {
-			state |= 2
-		}
-		buf = append(append(buf[:0], m.Name...), 0, state)
+		buf = appendMemberView(buf[:0], m)
 		_, _ = h.Write(buf)
 	}
 	if v := h.Sum64(); v != 0 {
 		return v
 	}
 	return 1
+}
+
+// The state bits of a member's view. The first two were the whole view
+// once: a member in none of the others digests as it did then, so that
+// replicas of both releases agree on it.
+const (
+	viewUnreachable byte = 1 << iota
+	viewSummaries
+	viewCredentialsRejected
+	viewDataWithheld
+	viewDraining
+	viewLabelled
+)
+
+func appendMemberView(buf []byte, m imports.Member) []byte {
+	var state byte
+	if m.Unreachable != nil {
+		state |= viewUnreachable
+		if m.Unreachable.CredentialsRejected {
+			state |= viewCredentialsRejected
+		}
+	}
+	if m.Summaries != nil {
+		state |= viewSummaries
+	}
+	if m.Summaries == nil && m.Pools == nil {
+		// Neither mode's data: a member past its removal threshold.
+		state |= viewDataWithheld
+	}
+	if m.Draining {
+		state |= viewDraining
+	}
+	if len(m.Labels) > 0 {
+		state |= viewLabelled
+	}
+	buf = append(append(buf, m.Name...), 0, state)
+	if len(m.Labels) == 0 {
+		return buf
+	}
+	// Lengths first, so that no two label sets (nor a label and the next
+	// member) encode alike.
+	buf = binary.AppendUvarint(buf, uint64(len(m.Labels)))
+	for _, k := range slices.Sorted(maps.Keys(m.Labels)) {
+		buf = binary.AppendUvarint(buf, uint64(len(k)))
+		buf = append(buf, k...)
+		buf = binary.AppendUvarint(buf, uint64(len(m.Labels[k])))
+		buf = append(buf, m.Labels[k]...)
+	}
+	return buf
 }

@@ -6,7 +6,9 @@ import (
 	"maps"
 	"math/rand"
 	"os"
+	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,48 +26,120 @@ import (
 // A client resumes here with a version another replica issued: that
 // replica's membership stamp comes from its own clock, later than this
 // one's by a millisecond or by minutes. A change this replica made for a
-// membership change alone (cluster-b became unreachable, say) has no member
-// resourceVersion to place it; the client must get it, or be told to
-// relist. Never may it wait, stale, for an event that was skipped.
+// member event alone has no member resourceVersion to place it: cluster-b
+// joined (its caches are new: the event is marked Replaced), or became
+// unreachable (the view changes). The client must get the change, or be
+// told to relist. Never may it wait, stale, for an event that was skipped.
 func TestAForeignVersionWithALaterMembershipStampMissesNoChange(t *testing.T) {
-	for _, skew := range []time.Duration{time.Millisecond, 10 * time.Minute} {
-		t.Run(skew.String(), func(t *testing.T) {
-			r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
-			r.set("ns", "c", nil, "cluster-c")
-			s := startStore(t, r)
-			notifyPool(s, "cluster-c", "ns", "c", 5)
-			s.recompute(context.Background())
-			s.takeBaseline()
-			_, seen, _ := s.ListWithOptions(context.Background(), ListOptions{})
+	for _, tc := range []struct {
+		name  string
+		event clusterset.Event
+		view  *imports.Unreachable
+	}{
+		{"a member joins", clusterset.Event{Member: "cluster-b", Kind: clusterset.KindMember, Namespace: "ns", Name: "c", Replaced: true}, nil},
+		{"a member becomes unreachable", clusterset.Event{Member: "cluster-b", Kind: clusterset.KindMember, Namespace: "ns", Name: "c"}, &imports.Unreachable{}},
+	} {
+		for _, skew := range []time.Duration{time.Millisecond, 10 * time.Minute} {
+			t.Run(tc.name+"/"+skew.String(), func(t *testing.T) {
+				r, members, s, seen := listedAtClusterC5(t)
 
-			r.set("ns", "c", nil, "cluster-c", "cluster-b")
-			s.Notify(clusterset.Event{Member: "cluster-b", Kind: clusterset.KindMember, Namespace: "ns", Name: "c"})
-			s.recompute(context.Background())
-			c, _, _ := s.Get("ns", "c")
-			require.Len(t, c.(*inference.InferencePoolImport).Status.Clusters, 2)
-			stamped, err := ParseVersion(c.GetResourceVersion())
-			require.NoError(t, err)
+				r.set("ns", "c", nil, "cluster-c", "cluster-b")
+				members.setUnreachable("cluster-b", tc.view)
+				s.Notify(tc.event)
+				s.recompute(context.Background())
+				c, _, _ := s.Get("ns", "c")
+				require.Len(t, c.(*inference.InferencePoolImport).Status.Clusters, 2)
+				stamped, err := ParseVersion(c.GetResourceVersion())
+				require.NoError(t, err)
 
-			// The other replica had seen cluster-c up to 5, not the
-			// membership change; its clock stamped something later.
-			foreign, err := ParseVersion(seen)
-			require.NoError(t, err)
-			foreign[epochComponent] = 1
-			foreign[reachabilityComponent] = stamped[reachabilityComponent] + uint64(skew.Milliseconds())
-			w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: foreign.String()})
-			if err != nil {
-				assert.True(t, apierrors.IsResourceExpired(err), "a resume that cannot be proven complete is 410 Gone: %v", err)
-				return
-			}
-			defer w.Stop()
-			select {
-			case ev := <-w.ResultChan():
-				assert.Equal(t, watch.Modified, ev.Type)
-				assert.Equal(t, "c", nameOf(ev))
-			case <-time.After(time.Second):
-				t.Fatal("the change made for the membership change alone was never sent, and the watch was not refused")
-			}
-		})
+				// The other replica had seen cluster-c up to 5, not the
+				// member event; its clock stamped something later.
+				foreign, err := ParseVersion(seen)
+				require.NoError(t, err)
+				foreign[epochComponent] = 1
+				foreign[reachabilityComponent] = stamped[reachabilityComponent] + uint64(skew.Milliseconds())
+				w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: foreign.String()})
+				if err != nil {
+					assert.True(t, apierrors.IsResourceExpired(err), "a resume that cannot be proven complete is 410 Gone: %v", err)
+					return
+				}
+				defer w.Stop()
+				select {
+				case ev := <-w.ResultChan():
+					assert.Equal(t, watch.Modified, ev.Type)
+					assert.Equal(t, "c", nameOf(ev))
+				case <-time.After(time.Second):
+					t.Fatal("the change made for the member event alone was never sent, and the watch was not refused")
+				}
+			})
+		}
+	}
+}
+
+// A member event that leaves the member's data as it was and changes
+// nothing served (cluster-b's outage flags nothing of ns/c) leaves no
+// mark: a version the other replica issued before the outage, with the
+// view that holds again after it, resumes without a relist.
+func TestAForeignVersionResumesAcrossAnOutageThatChangedNothing(t *testing.T) {
+	_, members, s, seen := listedAtClusterC5(t)
+	for _, u := range []*imports.Unreachable{{Message: "gone"}, nil} {
+		members.setUnreachable("cluster-b", u)
+		s.Notify(clusterset.Event{Member: "cluster-b", Kind: clusterset.KindMember})
+		s.recompute(context.Background())
+	}
+	foreign, err := ParseVersion(seen)
+	require.NoError(t, err)
+	foreign[epochComponent] = 1
+	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: foreign.String()})
+	require.NoError(t, err, "an outage of another member that changed nothing must not refuse the resume")
+	w.Stop()
+
+	// A member read anew (its caches replaced) does refuse it.
+	s.Notify(clusterset.Event{Member: "cluster-b", Kind: clusterset.KindMember, Replaced: true})
+	s.recompute(context.Background())
+	_, err = s.Watch(context.Background(), WatchOptions{ResourceVersion: foreign.String()})
+	assert.True(t, apierrors.IsResourceExpired(err), "after a member was read anew, before its next change: %v", err)
+}
+
+// listedAtClusterC5 starts a Store of members cluster-b and cluster-c
+// serving ns/c, exported by cluster-c at 5, and lists it: seen is the
+// version a client got.
+func listedAtClusterC5(t *testing.T) (r *tableResource, members *settableSnapshot, s *Store, seen string) {
+	t.Helper()
+	r = &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	r.set("ns", "c", nil, "cluster-c")
+	members = &settableSnapshot{cs: imports.ClusterSet{Members: []imports.Member{{Name: "cluster-b"}, {Name: "cluster-c"}}}}
+	s = startStoreOf(t, r, members)
+	notifyPool(s, "cluster-c", "ns", "c", 5)
+	s.recompute(context.Background())
+	s.takeBaseline()
+	_, seen, err := s.ListWithOptions(context.Background(), ListOptions{})
+	require.NoError(t, err)
+	return r, members, s, seen
+}
+
+// settableSnapshot is a ClusterSet whose members' reachability a test
+// sets.
+type settableSnapshot struct {
+	mu sync.Mutex
+	cs imports.ClusterSet
+}
+
+func (s *settableSnapshot) Snapshot() imports.ClusterSet {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return imports.ClusterSet{Members: slices.Clone(s.cs.Members)}
+}
+
+func (*settableSnapshot) Ready() error { return nil }
+
+func (s *settableSnapshot) setUnreachable(member string, u *imports.Unreachable) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.cs.Members {
+		if s.cs.Members[i].Name == member {
+			s.cs.Members[i].Unreachable = u
+		}
 	}
 }
 
@@ -261,7 +335,7 @@ func newSimWorld(rng *rand.Rand) *simWorld {
 			w.changes[m] = append(w.changes[m], c)
 		}
 	}
-	for range rng.Intn(3) {
+	for range rng.Intn(5) {
 		w.flips = append(w.flips, w.members[rng.Intn(len(w.members))])
 	}
 	return w

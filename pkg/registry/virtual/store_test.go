@@ -109,7 +109,13 @@ func startSyncingStore(t *testing.T, r *tableResource) (*Store, *syncingSnapshot
 
 func startStore(t *testing.T, r *tableResource) *Store {
 	t.Helper()
-	s := NewStore(r, emptySnapshot{}, func() Object { return &inference.InferencePoolImport{} })
+	return startStoreOf(t, r, emptySnapshot{})
+}
+
+// startStoreOf starts a Store of r over the members of cluster.
+func startStoreOf(t *testing.T, r *tableResource, cluster Snapshotter) *Store {
+	t.Helper()
+	s := NewStore(r, cluster, func() Object { return &inference.InferencePoolImport{} })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go s.Run(ctx)

@@ -22,6 +22,7 @@ import (
 	inferencelisters "github.com/mci-dev/mci/pkg/generated/listers/inference/v1alpha1"
 	poollisters "github.com/mci-dev/mci/pkg/generated/listers/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/noserver"
 	"github.com/mci-dev/mci/pkg/statelog"
 )
 
@@ -164,6 +165,9 @@ func newMember(name, source string, config *rest.Config, responseBytes int64, ha
 	if responseBytes > 0 {
 		config.Wrap(boundResponses(responseBytes, m.responseTooLarge))
 	}
+	// A member's kube-apiserver that is starting is asked again within a
+	// second (noserver), not after the 5 s it asks for.
+	config.Wrap(noserver.WithoutRetryAfter)
 	// The probe goes around the gate: it is what opens it again.
 	// One REST client, not a clientset of every API group's.
 	probe, err := discovery.NewDiscoveryClientForConfig(config)

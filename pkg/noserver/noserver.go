@@ -12,11 +12,17 @@
 // reflector never learns that the server was away: nothing is listed
 // again. The price is at most a few cheap requests a second per informer
 // while its server is away.
+//
+// The clients of those informers carry WithoutRetryAfter: client-go's REST
+// client would otherwise wait out, inside the call, the Retry-After of a
+// 503 (a kube-apiserver that is starting asks for 5 s), and the call would
+// answer seconds after the server could.
 package noserver
 
 import (
 	"context"
 	"math"
+	"net/http"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -56,3 +62,25 @@ func Retry[T any](ctx context.Context, call func() (T, error), retrying func(err
 		}
 	}
 }
+
+// WithoutRetryAfter is a rest.Config WrapTransport that takes the
+// Retry-After header off a 503 answer, so that client-go hands the answer
+// back at once rather than sleeping for it and asking again up to ten
+// times, and Retry asks again at its own pace. A 429 keeps its
+// Retry-After: it is a server's flow control, which the client obeys.
+func WithoutRetryAfter(rt http.RoundTripper) http.RoundTripper {
+	return withoutRetryAfter{rt}
+}
+
+type withoutRetryAfter struct{ next http.RoundTripper }
+
+func (w withoutRetryAfter) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := w.next.RoundTrip(req)
+	if resp != nil && resp.StatusCode == http.StatusServiceUnavailable {
+		resp.Header.Del("Retry-After")
+	}
+	return resp, err
+}
+
+// WrappedRoundTripper lets client-go's transport helpers see through it.
+func (w withoutRetryAfter) WrappedRoundTripper() http.RoundTripper { return w.next }

@@ -6,15 +6,21 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 )
 
 // refused is the error client-go returns for a request whose connection
@@ -85,4 +91,47 @@ func TestRetriesEndWithTheContext(t *testing.T) {
 	assert.True(t, Is(err), "the last error is returned: %v", err)
 	assert.Less(t, time.Since(start), 2*time.Second)
 	assert.GreaterOrEqual(t, calls, 2)
+}
+
+// A starting kube-apiserver answers 503 with Retry-After: 5. Through
+// WithoutRetryAfter the answer comes back at once, as an error Retry
+// retries at its own pace, where client-go alone would sleep 5 s and ask
+// again. A 429's Retry-After is the server's flow control and stays.
+func TestA503ComesBackAtOnceAndA429IsWaitedFor(t *testing.T) {
+	for _, tc := range []struct {
+		code     int
+		requests int32
+	}{{http.StatusServiceUnavailable, 1}, {http.StatusTooManyRequests, 2}} {
+		var requests atomic.Int32
+		server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if requests.Add(1) > 1 {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Success"}`))
+				return
+			}
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "not ready", tc.code)
+		}))
+		config := &rest.Config{Host: server.URL, WrapTransport: WithoutRetryAfter}
+		client, err := rest.UnversionedRESTClientFor(withCodecs(config))
+		require.NoError(t, err)
+		began := time.Now()
+		err = client.Get().AbsPath("/api").Do(context.Background()).Error()
+		took := time.Since(began)
+		server.Close()
+		assert.Equal(t, tc.requests, requests.Load(), "%d: requests", tc.code)
+		if tc.code == http.StatusServiceUnavailable {
+			assert.True(t, Is(err), "a 503 is no server: %v", err)
+			assert.Less(t, took, 500*time.Millisecond, "the 503's Retry-After is not waited out")
+		} else {
+			assert.NoError(t, err)
+			assert.GreaterOrEqual(t, took, time.Second, "a 429's Retry-After is waited out")
+		}
+	}
+}
+
+func withCodecs(c *rest.Config) *rest.Config {
+	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	c.GroupVersion = &schema.GroupVersion{Version: "v1"}
+	return c
 }

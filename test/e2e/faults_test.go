@@ -27,6 +27,8 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/clusterset"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	"github.com/mci-dev/mci/pkg/informerhealth"
+	"github.com/mci-dev/mci/pkg/noserver"
 	"github.com/mci-dev/mci/pkg/versionvector"
 	"github.com/mci-dev/mci/test/localclusterset"
 	"github.com/mci-dev/mci/test/waitfor"
@@ -218,6 +220,42 @@ func TestFaultsInAnHAClusterSet(t *testing.T) {
 		f.requireConsistent(t, ctx)
 	})
 
+	// The importing cluster's own kube-apiserver restarts on a compacted
+	// etcd while the exporter withdraws a pool: both replicas flag their
+	// own cluster unreachable, then read it again, and the client's last
+	// version names the view with it unreachable. An informer built as
+	// mci-sidecar's resumes its watch through the restarted aggregator on
+	// either replica, with no relist, and has the withdrawal soon after
+	// the kube-apiserver serves again: its client asks again within a
+	// second, not after the 5 s that the starting server asks for, and
+	// neither the outage nor the view it names refuses the resume.
+	t.Run("the importing cluster's kube-apiserver restarts on a compacted etcd while a pool is withdrawn", func(t *testing.T) {
+		sidecarLike := f.startSidecarLikeInformer(t)
+		for round := range 2 {
+			name := fmt.Sprintf("withdrawn-during-restart-%d", round)
+			f.createPool(t, ctx, name)
+			f.requireConsistent(t, ctx)
+			waitfor.Eventually(t, ctx, convergence, func(context.Context) (bool, string) {
+				return slices.Contains(sidecarLike.names(), name), fmt.Sprintf("the sidecar-like informer has %v", sidecarLike.names())
+			})
+			syncs := sidecarLike.syncs.Load()
+			_, err := f.cs.CompactEtcd(ctx)
+			require.NoError(t, err)
+			require.NoError(t, f.cs.StopAPIServer("cluster-b"))
+			f.deletePool(t, ctx, name)
+			require.NoError(t, f.cs.StartAPIServer(ctx, "cluster-b"))
+			serving := time.Now()
+			waitfor.Eventually(t, ctx, convergence, func(context.Context) (bool, string) {
+				return !slices.Contains(sidecarLike.names(), name), fmt.Sprintf("the sidecar-like informer still has %s: %v", name, sidecarLike.names())
+			})
+			took := time.Since(serving)
+			t.Logf("round %d: the withdrawal reached the sidecar-like informer %s after the restarted kube-apiserver was ready", round, took.Round(time.Millisecond))
+			assert.Equal(t, syncs, sidecarLike.syncs.Load(), "round %d: the watch must resume without a relist", round)
+			assert.Less(t, took, 2*time.Second, "round %d: the withdrawal must reach the informer within 2 s of the restart (3.6 to 5.8 s before)", round)
+			f.requireConsistent(t, ctx)
+		}
+	})
+
 	t.Run("500 concurrent watchers through the aggregator", func(t *testing.T) {
 		f.manyWatchers(t, ctx, 500, 5)
 		f.requireConsistent(t, ctx)
@@ -269,20 +307,41 @@ func (w testWriter) Write(p []byte) (int, error) {
 // counting the full lists it makes.
 func (f *faultSet) startInformer(t *testing.T) {
 	t.Helper()
-	client := f.b.mci
+	lw := countedImports(t, f.b.mci, &f.syncs)
+	f.informer = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, f.b.mci), &v1alpha1.InferencePoolImport{}, cache.SharedIndexInformerOptions{})
+	runUntilSynced(t, f.informer, "the informer")
+}
+
+// runUntilSynced runs informer until the test ends, and waits until it
+// has synced through the aggregator.
+func runUntilSynced(t *testing.T, informer cache.SharedIndexInformer, what string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go informer.RunWithContext(ctx)
+	syncCtx, syncCancel := context.WithTimeout(ctx, convergence)
+	defer syncCancel()
+	require.True(t, cache.WaitForCacheSync(syncCtx.Done(), informer.HasSynced), "%s must sync through the aggregator", what)
+}
+
+// countedImports lists and watches the imports of faultNS with client,
+// counting in syncs the full lists made (LISTs, and watches with
+// sendInitialEvents: after the first, each is a relist) and logging what
+// made a watch fail or end, which is what made an informer relist, if it
+// does.
+func countedImports(t *testing.T, client mciclient.Interface, syncs *atomic.Int64) *cache.ListWatch {
 	imports := client.InferenceV1alpha1().InferencePoolImports(faultNS)
-	lw := &cache.ListWatch{
+	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			f.syncs.Add(1)
+			syncs.Add(1)
 			return imports.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			if ptr.Deref(o.SendInitialEvents, false) {
-				f.syncs.Add(1)
+				syncs.Add(1)
 			}
 			w, err := imports.Watch(ctx, o)
 			if err != nil {
-				// What made the informer relist, if it does.
 				t.Logf("watch from resourceVersion %q: %v", o.ResourceVersion, err)
 				return nil, err
 			}
@@ -296,13 +355,34 @@ func (f *faultSet) startInformer(t *testing.T) {
 			}), nil
 		},
 	}
-	f.informer = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), &v1alpha1.InferencePoolImport{}, cache.SharedIndexInformerOptions{})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go f.informer.RunWithContext(ctx)
-	syncCtx, syncCancel := context.WithTimeout(ctx, convergence)
-	defer syncCancel()
-	require.True(t, cache.WaitForCacheSync(syncCtx.Done(), f.informer.HasSynced), "the informer must sync through the aggregator")
+}
+
+// sidecarLike is an informer of the imports in cluster-b built as
+// mci-sidecar builds its own (informerhealth, and a client that does not
+// wait out a 503's Retry-After), counting its full lists.
+type sidecarLike struct {
+	informer cache.SharedIndexInformer
+	syncs    atomic.Int64
+}
+
+func (s *sidecarLike) names() []string {
+	var out []string
+	for _, o := range s.informer.GetStore().List() {
+		out = append(out, o.(*v1alpha1.InferencePoolImport).Name)
+	}
+	return out
+}
+
+func (f *faultSet) startSidecarLikeInformer(t *testing.T) *sidecarLike {
+	t.Helper()
+	config := rest.CopyConfig(f.bConfig)
+	config.Wrap(noserver.WithoutRetryAfter)
+	client := mciclient.NewForConfigOrDie(config)
+	s := &sidecarLike{}
+	lw := countedImports(t, client, &s.syncs)
+	s.informer = informerhealth.NewTracker("e2e_sidecar_like").NewInformer(faultNS+"/inferencepoolimports", cache.ToListWatcherWithWatchListSemantics(lw, client), &v1alpha1.InferencePoolImport{})
+	runUntilSynced(t, s.informer, "the sidecar-like informer")
+	return s
 }
 
 // listVersion is the resourceVersion of a LIST of the imports served by

@@ -25,6 +25,7 @@ import (
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/metrics"
 	"github.com/mci-dev/mci/pkg/metricsauth"
+	"github.com/mci-dev/mci/pkg/noserver"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/pkg/version"
@@ -307,6 +308,9 @@ func (o *Options) restConfig() (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster configuration: %w", err)
 	}
+	// Its informers ask a kube-apiserver that is starting again within a
+	// second (noserver), not after the 5 s it asks for.
+	config.Wrap(noserver.WithoutRetryAfter)
 	return config, nil
 }
 

@@ -38,6 +38,7 @@ import (
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/metricsauth"
+	"github.com/mci-dev/mci/pkg/noserver"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
@@ -489,6 +490,9 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cluster configuration: %w", err)
 	}
+	// Its informers ask a kube-apiserver that is starting again within a
+	// second (noserver), not after the 5 s it asks for.
+	restConfig.Wrap(noserver.WithoutRetryAfter)
 	var clients sidecar.Clients
 	if clients.Kube, err = kubernetes.NewForConfig(restConfig); err != nil {
 		return err

@@ -161,20 +161,21 @@ type Store struct {
 // NewStore returns a Store for resource; Run keeps it up to date.
 func NewStore(resource Resource, cluster Snapshotter, newFunc func() Object) *Store {
 	epoch := uint64(time.Now().UnixMilli())
+	kind := kindOf(newFunc)
 	return &Store{
 		epoch:          epoch,
 		historySize:    DefaultHistorySize,
 		resource:       resource,
 		cluster:        cluster,
 		newFunc:        newFunc,
-		kind:           kindOf(newFunc),
+		kind:           kind,
 		now:            time.Now,
 		pendingV:       Version{},
 		pendingEvents:  map[string]memberEvents{},
 		observed:       Version{},
 		unplacedBefore: map[string]uint64{},
 		signal:         make(chan struct{}, 1),
-		codec:          codecFor(kindOf(newFunc)),
+		codec:          codecFor(kind),
 		objects:        map[objectKey]*entry{},
 		version:        Version{epochComponent: epoch},
 		historyStart:   Version{},

@@ -30,6 +30,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/pkg/informerhealth"
+	"github.com/mci-dev/mci/pkg/noserver"
 	"github.com/mci-dev/mci/test/localclusterset"
 )
 
@@ -201,15 +202,20 @@ func TestSoak(t *testing.T) {
 	require.NoError(t, rot.setUp(ctx), "moving %s's kubeconfig of %s to a member Secret", rot.watcher, rot.member)
 
 	// An informer per cluster on every namespace's imports, through the
-	// aggregator, built as mci-sidecar's (pkg/informerhealth: a call that
-	// finds no server is tried again within a second).
+	// aggregator, built as mci-sidecar's: a call that finds no server is
+	// tried again within a second (pkg/informerhealth), and a starting
+	// kube-apiserver's Retry-After is not waited out (its client's
+	// noserver.WithoutRetryAfter).
 	var views []*view
 	infCtx, stopInformers := context.WithCancel(context.Background())
 	defer stopInformers()
 	viewWatches := informerhealth.NewTracker("soak_view")
 	for _, c := range cs.Clusters {
-		imports := mci[c.Name].InferenceV1alpha1().InferencePoolImports(metav1.NamespaceAll)
-		inf := viewWatches.NewInformer(c.Name+"/inferencepoolimports", informerhealth.ListWatch(mci[c.Name], imports.List, imports.Watch), &v1alpha1.InferencePoolImport{})
+		sidecarLike := rest.CopyConfig(c.Config)
+		sidecarLike.Wrap(noserver.WithoutRetryAfter)
+		viewClient := mciclient.NewForConfigOrDie(sidecarLike)
+		imports := viewClient.InferenceV1alpha1().InferencePoolImports(metav1.NamespaceAll)
+		inf := viewWatches.NewInformer(c.Name+"/inferencepoolimports", informerhealth.ListWatch(viewClient, imports.List, imports.Watch), &v1alpha1.InferencePoolImport{})
 		go inf.RunWithContext(infCtx)
 		v := &view{cluster: c.Name, client: mci[c.Name], informer: inf}
 		for _, port := range c.MCIAPIServerReplicaPorts {

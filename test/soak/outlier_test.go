@@ -25,6 +25,10 @@ const (
 	// ejection ends, and no ejection is shorter than
 	// --outlier-base-ejection-time.
 	probeEvery = 5 * time.Second
+	// judgeableAtLeast is the least of a judged window that absences may
+	// leave for it to be missed when no request was sent in it: ten
+	// requests at the soak's default rate.
+	judgeableAtLeast = time.Second
 )
 
 // outlierResult is what a model server fault's cluster was sent.
@@ -126,10 +130,15 @@ func judgeOutlier(w window, requests []request, withdrawals []withdrawal, cutOff
 		res.Allowed += int(errorSinkShare * float64(res.Judged))
 	}
 	var why, notJudged []string
-	covered := coveredBy(absences, from, w.Healed, func(absence) bool { return true })
+	covering, left := cover(absences, from, w.Healed, func(absence) bool { return true })
 	switch {
-	case covered != nil:
-		notJudged = append(notJudged, fmt.Sprintf("its share from %s into the fault to its heal: %s", res.JudgedAfter, describeCover(covered, w)))
+	case len(covering) > 0 && left == 0:
+		notJudged = append(notJudged, fmt.Sprintf("its share from %s into the fault to its heal: %s", res.JudgedAfter, describeCover(covering, w)))
+	case res.Judged == 0 && len(covering) > 0 && left < judgeableAtLeast:
+		// Too little of the window is left to expect a request in it: the
+		// faults' starts, drawn apart, can leave a fraction of a
+		// millisecond between an absence and the window.
+		notJudged = append(notJudged, fmt.Sprintf("its share from %s into the fault to its heal: %s; they leave %s of it, less than %s", res.JudgedAfter, describeCover(covering, w), left.Round(time.Microsecond), judgeableAtLeast))
 	case res.Judged == 0:
 		why = append(why, fmt.Sprintf("no request to judge from %s into the fault to its heal", res.JudgedAfter))
 	}
@@ -261,26 +270,26 @@ func overlapping(absences []absence, from, to time.Time, pick func(absence) bool
 	return out
 }
 
-// coveredBy returns the absences that cover [from, to) whole; nil when
-// they leave some of it, or when it is empty.
-func coveredBy(absences []absence, from, to time.Time, pick func(absence) bool) []absence {
+// cover returns the absences that pick keeps which meet [from, to), and
+// how much of it they leave; none when it is empty.
+func cover(absences []absence, from, to time.Time, pick func(absence) bool) (as []absence, left time.Duration) {
 	if !from.Before(to) {
-		return nil
+		return nil, 0
 	}
-	as := overlapping(absences, from, to, pick)
+	as = overlapping(absences, from, to, pick)
 	reached := from
 	for _, a := range as {
 		if a.From.After(reached) {
-			return nil
+			left += a.From.Sub(reached)
 		}
 		if a.Until.After(reached) {
 			reached = a.Until
 		}
 	}
 	if reached.Before(to) {
-		return nil
+		left += to.Sub(reached)
 	}
-	return as
+	return as, left
 }
 
 // relativeTo says when t was, counted from w's start.

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -308,4 +309,59 @@ func assertMissedOrNotJudged(t *testing.T, res outlierResult, missed, notJudged 
 	} else {
 		assert.Contains(t, res.NotJudged, notJudged)
 	}
+}
+
+// A fault that cuts the gateway off the failing cluster starts its
+// absence a fraction of a millisecond after the judged window does (seen
+// in a 60-minute soak: two faults drawn 2 s apart, one judged from 2 s
+// into it, the other excluding from 4 s into it): no request falls in
+// what is left, which tells nothing of outlier detection. A longer rest
+// with no request is still missed.
+func TestJudgeOutlierLeavesOutAWindowItsAbsencesLeaveTooLittleOf(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
+	end := at(60)
+	hung := window{fault: fault{ID: 2, Kind: hungFirstByte, Target: "cluster-c"}, Start: start, Healed: at(8)}
+	// Ten requests a second to the other cluster, none sent in [from, until).
+	sentBut := func(from, until float64) []request {
+		var out []request
+		for i := range 500 {
+			s := -10 + float64(i)/10
+			if s >= from && s < until {
+				continue
+			}
+			out = append(out, request{Sent: at(s), Done: at(s + 0.001), Code: 200, Cluster: "cluster-a"})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name              string
+		withdrawnAt       float64
+		missed, notJudged string
+	}{
+		{name: "a fifth of a millisecond left: not judged", withdrawnAt: 2.0002, notJudged: "they leave 200µs of it, less than 1s"},
+		{name: "a second and a half left without a request: missed", withdrawnAt: 3.5, missed: "no request to judge from 2s into the fault to its heal"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			withdrawals := []withdrawal{{Cluster: "cluster-c", At: at(tc.withdrawnAt), Restored: at(9)}}
+			res := judgeOutlier(hung, sentBut(2, tc.withdrawnAt), withdrawals, nil, end)
+			require.Zero(t, res.Judged, "no request is sent in what the withdrawal leaves of the window")
+			assertMissedOrNotJudged(t, res, tc.missed, tc.notJudged)
+		})
+	}
+}
+
+// The heals' row says what the heals did, whatever else missed: a model
+// server fault's miss names its heal too.
+func TestTheHealsRowIsJudgedOnTheHealsAlone(t *testing.T) {
+	r := &report{HealTarget: "p99 <= 2s", HealsMet: true, Failures: []string{"fault #17 hung-first-byte cluster-a's model servers for 6.3s: [no request to judge from 2s into the fault to its heal]"}}
+	var row string
+	for _, line := range strings.Split(r.markdown(), "\n") {
+		if strings.HasPrefix(line, "| after a heal, every view equals a fresh LIST") {
+			row = line
+		}
+	}
+	assert.True(t, strings.HasSuffix(row, "| ok |"), "the heals met their target: %q", row)
+	r.HealsMet = false
+	assert.Contains(t, r.markdown(), "0 not converged | MISSED |")
 }

@@ -143,36 +143,54 @@ func Run(gw extproc.FrameStream, e *EPPStream, cfg Config, obs Observer) (res Re
 
 	res.Outcome = Completed
 	defer func() { res.Late, res.LateWhat = o.lateAnswers() }()
+	recvErr, ended, err := relayAnswers(gw, e, cfg, o, &res)
+	if ended {
+		return res, err
+	}
+	err = afterEPPEnded(gw, e, o, obs, toEPP, recvErr, &res)
+	return res, err
+}
+
+// relayAnswers relays the EPP's answers to the gateway until the EPP's
+// stream ends (recvErr: its receive's error, or the refusal of a remote
+// EPP's answer), or the response phase ends here (ended: an answer could
+// not be sent, err, or it was an immediate response).
+func relayAnswers(gw extproc.FrameStream, e *EPPStream, cfg Config, o *phaseRelay, res *Result) (recvErr error, ended bool, err error) {
 	for {
 		// Each answer that goes to the gateway goes as the EPP encoded
 		// it.
 		f := extproc.NewResponseFrame()
-		if err = e.stream.RecvMsg(f); err != nil {
-			break
+		if recvErr = e.stream.RecvMsg(f); recvErr != nil {
+			return recvErr, false, nil
 		}
 		if cfg.Remote {
 			// An answer eppanswer refuses (an immediate response): the
 			// sidecar answers the rest of the response phase itself, the
 			// response unchanged.
-			if err = eppanswer.CheckResponsePhase(f.ProcessingResponse); err != nil {
-				res.Refused = err
-				break
+			if recvErr = eppanswer.CheckResponsePhase(f.ProcessingResponse); recvErr != nil {
+				res.Refused = recvErr
+				return recvErr, false, nil
 			}
 		}
 		immediate, sendErr := o.fromEPP(f, gw)
 		if sendErr != nil {
 			res.Outcome = Canceled
 			e.cancel(sendErr)
-			return res, sendErr
+			return nil, true, sendErr
 		}
 		if immediate {
 			// The gateway ends the exchange with an immediate response;
 			// the sender ends when the gateway's stream does.
 			res.Outcome = Immediate
-			return res, nil
+			return nil, true, nil
 		}
 	}
+}
 
+// afterEPPEnded sees the response phase through once the EPP's stream
+// ended (recvErr, relayAnswers'), and returns what the gateway's stream
+// ends with. toEPP is the pump's result.
+func afterEPPEnded(gw extproc.FrameStream, e *EPPStream, o *phaseRelay, obs Observer, toEPP <-chan error, recvErr error, res *Result) error {
 	// What ended the EPP's stream: the gateway going away (linkToGateway),
 	// or the EPP itself (its stream failed or ended, or it did not answer
 	// in time: errResponseTimeout, errLinger).
@@ -192,22 +210,23 @@ func Run(gw extproc.FrameStream, e *EPPStream, cfg Config, obs Observer) (res Re
 			res.Outcome = Canceled
 		}
 		if pumpErr != nil {
-			return res, pumpErr
+			return pumpErr
 		}
-		return res, status.FromContextError(ctxErr).Err()
+		return status.FromContextError(ctxErr).Err()
 	}
-	var done bool
-	if res.Outcome, done, err = eppEnded(err, cause, o.owing()); done {
+	outcome, done, why := eppEnded(recvErr, cause, o.owing())
+	res.Outcome = outcome
+	if done {
 		// Whatever the gateway still sends passes through.
 		o.takeOver(gw)
-		return res, <-toEPP
+		return <-toEPP
 	}
-	obs.TakenOver(res.Outcome, err)
+	obs.TakenOver(outcome, why)
 	if err := o.takeOver(gw); err != nil {
-		return res, err
+		return err
 	}
 	e.cancel(errTakenOver)
-	return res, <-toEPP
+	return <-toEPP
 }
 
 // eppEnded says how the response phase of an EPP whose stream ended (err

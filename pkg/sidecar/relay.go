@@ -349,12 +349,63 @@ func (r *relayer) relay(ctx context.Context, addr string, msgs outbound, keep bo
 }
 
 func (r *relayer) relayOn(ctx context.Context, conn relayConn, msgs outbound, keep bool, limit int) ([]*extprocv3.ProcessingResponse, *responserelay.EPPStream, error) {
+	a, err := r.open(ctx, conn)
+	if err != nil {
+		return nil, nil, err
+	}
+	a.send(r, msgs)
+	resps, err := receive(a.stream, shapeOf(msgs.msgs), limit)
+	if err == nil && resps[len(resps)-1].GetImmediateResponse() == nil {
+		if keep {
+			// The timer still bounds the sender, which may be blocked on
+			// an EPP that answered without reading everything.
+			a.decided(r, fateKeep)
+			a.timer.Stop()
+			return resps, responserelay.NewEPPStream(a.stream, a.ctx, a.cancel, a.unlink), nil
+		}
+		a.timer.Stop()
+		a.decided(r, fateEnd)
+		return resps, nil, nil
+	}
+	a.timer.Stop()
+	// A gateway resets the stream once it has an immediate response. The
+	// sender takes the news only once it has stopped sending msgs, which
+	// the next cluster's stream sends again.
+	a.cancel(nil)
+	a.decided(r, fateReset)
+	if err != nil {
+		if errors.Is(context.Cause(a.ctx), errAttemptTimeout) {
+			err = fmt.Errorf("%w: no answer within %v: %w", errAttemptTimeout, r.timeout, err)
+		}
+		return nil, nil, fmt.Errorf("%w: %w", errNoAnswer, err)
+	}
+	if resps[0].GetImmediateResponse().GetStatus().GetCode() == http.StatusServiceUnavailable {
+		return nil, nil, &refusal{resp: resps[0]}
+	}
+	return resps, nil, nil
+}
+
+// eppAttempt is the stream of one attempt at an EPP: its context (ctx,
+// reset with cancel, unlinked from the gateway's stream with unlink), the
+// timer that bounds it, and the sender's channel (next, nil when the
+// request was sent whole at once).
+type eppAttempt struct {
+	stream extprocv3.ExternalProcessor_ProcessClient
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	unlink func() bool
+	timer  *time.Timer
+	next   chan streamFate
+}
+
+// open opens the EPP's stream for one attempt of the gateway's stream's
+// request (parent).
+func (r *relayer) open(parent context.Context, conn relayConn) (eppAttempt, error) {
 	// The EPP's stream ends with the gateway's: linked to it rather than
 	// derived from it, so that a response phase can let the EPP finish
 	// answering what the gateway already had (responserelay.EPPStream).
 	// Every way it ends cancels its context, with cancel: the stream is
 	// counted from here until then (openStreams.opened).
-	parent := ctx
 	ctx, cancelCtx := context.WithCancelCause(context.WithoutCancel(parent))
 	cancel := conn.streams.opened(cancelCtx)
 	unlink := context.AfterFunc(parent, func() { cancel(context.Cause(parent)) })
@@ -365,62 +416,40 @@ func (r *relayer) relayOn(ctx context.Context, conn relayConn, msgs outbound, ke
 	if err != nil {
 		timer.Stop()
 		cancel(nil)
-		return nil, nil, fmt.Errorf("%w: opening the stream: %w", errNoAnswer, err)
+		return eppAttempt{}, fmt.Errorf("%w: opening the stream: %w", errNoAnswer, err)
 	}
-	// The sender runs beside the receiver, as in a gateway: an EPP may
-	// answer (an immediate response) before it has read the whole body.
-	// Once it has sent everything, it learns what becomes of the stream;
-	// a kept stream is handed over only then, so that nothing else sends
-	// on it while the sender does. A request that can be sent whole
-	// without the EPP reading any of it, as most can, is sent first, on
-	// this goroutine: a goroutine of its own would cost more than sending.
-	var next chan streamFate
+	return eppAttempt{stream: stream, ctx: ctx, cancel: cancel, unlink: unlink, timer: timer}, nil
+}
+
+// send sends msgs. The sender runs beside the receiver, as in a gateway:
+// an EPP may answer (an immediate response) before it has read the whole
+// body. Once it has sent everything, it learns what becomes of the stream
+// (decided); a kept stream is handed over only then, so that nothing else
+// sends on it while the sender does. A request that can be sent whole
+// without the EPP reading any of it, as most can, is sent first, on this
+// goroutine: a goroutine of its own would cost more than sending.
+func (a *eppAttempt) send(r *relayer, msgs outbound) {
 	if sendsAtOnce(msgs) {
+		send(a.stream, msgs)
+		return
+	}
+	a.next = make(chan streamFate)
+	stream, timer, cancel, next := a.stream, a.timer, a.cancel, a.next
+	go func() {
 		send(stream, msgs)
-	} else {
-		next = make(chan streamFate)
-		go func() {
-			send(stream, msgs)
-			r.settle(<-next, stream, timer, cancel)
-		}()
+		r.settle(<-next, stream, timer, cancel)
+	}()
+}
+
+// decided tells the sender what becomes of the stream, or settles an
+// ended one itself when the request was sent at once.
+func (a *eppAttempt) decided(r *relayer, fate streamFate) {
+	switch {
+	case a.next != nil:
+		a.next <- fate
+	case fate == fateEnd:
+		go r.settle(fate, a.stream, a.timer, a.cancel)
 	}
-	decided := func(fate streamFate) {
-		switch {
-		case next != nil:
-			next <- fate
-		case fate == fateEnd:
-			go r.settle(fate, stream, timer, cancel)
-		}
-	}
-	resps, err := receive(stream, shapeOf(msgs.msgs), limit)
-	if err == nil && resps[len(resps)-1].GetImmediateResponse() == nil {
-		if keep {
-			// The timer still bounds the sender, which may be blocked on
-			// an EPP that answered without reading everything.
-			decided(fateKeep)
-			timer.Stop()
-			return resps, responserelay.NewEPPStream(stream, ctx, cancel, unlink), nil
-		}
-		timer.Stop()
-		decided(fateEnd)
-		return resps, nil, nil
-	}
-	timer.Stop()
-	// A gateway resets the stream once it has an immediate response. The
-	// sender takes the news only once it has stopped sending msgs, which
-	// the next cluster's stream sends again.
-	cancel(nil)
-	decided(fateReset)
-	if err != nil {
-		if errors.Is(context.Cause(ctx), errAttemptTimeout) {
-			err = fmt.Errorf("%w: no answer within %v: %w", errAttemptTimeout, r.timeout, err)
-		}
-		return nil, nil, fmt.Errorf("%w: %w", errNoAnswer, err)
-	}
-	if resps[0].GetImmediateResponse().GetStatus().GetCode() == http.StatusServiceUnavailable {
-		return nil, nil, &refusal{resp: resps[0]}
-	}
-	return resps, nil, nil
 }
 
 // sendAtOnceBytes bounds the encoded bytes of a request sent before its

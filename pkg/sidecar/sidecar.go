@@ -118,6 +118,29 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 	creds := epptransport.NewCredentials(clients.Kube, cfg.SecretNamespaces, klog.Background().WithName("credentials"))
 	creds.RegisterMetrics(reg)
 	relay := newRelayer(server, creds, metrics)
+	prober, scraper, err := newProbes(cfg, server, creds, router, relay, reg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sidecar{cfg: cfg, transport: transport, router: router, prober: prober, scraper: scraper, creds: creds, metrics: metrics,
+		draining: newDrainingWatch(reg, klog.Background().WithName("draining"))}
+	logger := klog.Background().WithName("ext_proc")
+	if s.server, err = newServer(router, newLiveState(prober, scraper), relay, server, metrics, logger); err != nil {
+		return nil, err
+	}
+	s.server.phases = newResponsePhaseWatch(reg, logger)
+	registerScoringMetrics(reg, s.server.mem)
+	s.watcher = NewWatcher(clients, cfg.Watch, router, s.published, metrics.watches)
+	if err := s.listen(server, reg, logger); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newProbes makes what watches the EPPs: the health prober, which has the
+// relay reconnect to an EPP that serves again, and the pool scraper, each
+// with its metrics in reg.
+func newProbes(cfg Config, server ServerConfig, creds *epptransport.Credentials, router *routetable.Router, relay *relayer, reg *prometheus.Registry) (*eppprobe.HealthProber, *eppprobe.PoolScraper, error) {
 	prober := eppprobe.NewHealthProber(eppprobe.HealthProberOptions{
 		Interval:    cfg.HealthInterval,
 		Timeout:     cfg.HealthTimeout,
@@ -135,43 +158,40 @@ func New(cfg Config, clients Clients) (*Sidecar, error) {
 		Credentials:     creds,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	reg.MustRegister(scraper.StateCollector(func() []eppprobe.ScrapedPool { return scrapedPools(router.Table()) }))
-	s := &Sidecar{cfg: cfg, transport: transport, router: router, prober: prober, scraper: scraper, creds: creds, metrics: metrics,
-		draining: newDrainingWatch(reg, klog.Background().WithName("draining"))}
-	logger := klog.Background().WithName("ext_proc")
-	if s.server, err = newServer(router, newLiveState(prober, scraper), relay, server, metrics, logger); err != nil {
-		return nil, err
-	}
-	s.server.phases = newResponsePhaseWatch(reg, logger)
-	registerScoringMetrics(reg, s.server.mem)
-	s.watcher = NewWatcher(clients, cfg.Watch, router, s.published, metrics.watches)
-	extProcAddr := cmp.Or(cfg.ExtProcBindAddress, cfg.BindAddress)
-	transportOpts, err := extProcTransport(transport, extProcAddr, cfg.Watch.EndpointPickerServices, reg, logger)
+	return prober, scraper, nil
+}
+
+// listen binds the sidecar's listeners: ext_proc (the shim pools' ports
+// too), health and metrics.
+func (s *Sidecar) listen(server ServerConfig, reg *prometheus.Registry, logger klog.Logger) error {
+	extProcAddr := cmp.Or(s.cfg.ExtProcBindAddress, s.cfg.BindAddress)
+	transportOpts, err := extProcTransport(s.transport, extProcAddr, s.cfg.Watch.EndpointPickerServices, reg, logger)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	servers, err := extproc.Listen(extproc.ServingOptions{
-		BindAddress:        cfg.BindAddress,
-		ExtProcBindAddress: cfg.ExtProcBindAddress,
-		GRPCPort:           cfg.GRPCPort,
-		HealthPort:         cfg.HealthPort,
-		MetricsPort:        cfg.MetricsPort,
-		TLS:                cfg.TLS,
-		MetricsFilter:      cfg.MetricsFilter,
+		BindAddress:        s.cfg.BindAddress,
+		ExtProcBindAddress: s.cfg.ExtProcBindAddress,
+		GRPCPort:           s.cfg.GRPCPort,
+		HealthPort:         s.cfg.HealthPort,
+		MetricsPort:        s.cfg.MetricsPort,
+		TLS:                s.cfg.TLS,
+		MetricsFilter:      s.cfg.MetricsFilter,
 	}, s.server, reg, append(serverOptions(), append(transportOpts,
 		// Per connection; the admission bounds the streams across them.
 		grpc.MaxConcurrentStreams(uint32(min(server.MaxStreams, math.MaxUint32))))...)...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.servers = servers
 	_, mainPort, _ := net.SplitHostPort(servers.GRPCAddr())
 	port, _ := strconv.ParseInt(mainPort, 10, 32)
 	// The shim pools' ports are ext_proc ports too.
 	s.server.ports = newShimPorts(extProcAddr, int32(port), servers.ServeExtProc, reg, logger)
-	return s, nil
+	return nil
 }
 
 // reconnectProbed follows an EPP health address that turned SERVING: the

@@ -295,76 +295,64 @@ func apply(inc *routetable.Incremental, store cache.Store, ch objectChange) erro
 	if err != nil {
 		return err
 	}
-	k := types.NamespacedName{Namespace: ns, Name: name}
-	switch ch.kind {
-	case kindRoute:
-		if r, ok := obj.(*gatewayv1.HTTPRoute); exists && ok {
-			inc.SetRoute(r)
-		} else {
-			inc.DeleteRoute(k)
-		}
-	case kindImport:
-		if imp, ok := obj.(*v1alpha1.InferencePoolImport); exists && ok {
-			inc.SetImport(imp)
-		} else {
-			inc.DeleteImport(k)
-		}
-	case kindPool:
-		if p, ok := obj.(*poolv1.InferencePool); exists && ok {
-			inc.SetPool(p)
-		} else {
-			inc.DeletePool(k)
-		}
-	case kindService:
-		if svc, ok := obj.(*corev1.Service); exists && ok {
-			inc.SetService(svc)
-		} else {
-			inc.DeleteService(k)
-		}
-	case kindModel:
-		if m, ok := obj.(*v1alpha2.InferenceModel); exists && ok {
-			inc.SetModel(m)
-		} else {
-			inc.DeleteModel(k)
-		}
-	case kindGateway:
-		if g, ok := obj.(*gatewayv1.Gateway); exists && ok {
-			inc.SetGateway(g)
-		} else {
-			inc.DeleteGateway(k)
-		}
-	case kindNamespace:
-		if n, ok := obj.(*corev1.Namespace); exists && ok {
-			inc.SetNamespace(n)
-		} else {
-			inc.DeleteNamespace(name)
-		}
-	case kindReferenceGrant:
-		if g, ok := obj.(*gatewayv1beta1.ReferenceGrant); exists && ok {
-			inc.SetReferenceGrant(g)
-		} else {
-			inc.DeleteReferenceGrant(k)
-		}
-	case kindObjective:
-		if o, ok := obj.(*v1alpha2.InferenceObjective); exists && ok {
-			inc.SetObjective(o)
-		} else {
-			inc.DeleteObjective(routetable.KeyOfObjective(v1alpha2.SchemeGroupVersion.String(), k))
-		}
-	case kindLLMDObjective:
-		if o, ok := obj.(*llmdv1alpha2.InferenceObjective); exists && ok {
-			inc.SetObjective(requestmodel.ObjectiveFromLLMD(o))
-		} else {
-			inc.DeleteObjective(routetable.KeyOfObjective(llmdv1alpha2.SchemeGroupVersion.String(), k))
-		}
-	case kindBackendTLSPolicy:
-		if p, ok := obj.(*gatewayv1.BackendTLSPolicy); exists && ok {
-			inc.SetBackendTLSPolicy(p)
-		} else {
-			inc.DeleteBackendTLSPolicy(k)
-		}
+	if int(ch.kind) >= len(appliers) {
+		return nil
+	}
+	a := appliers[ch.kind]
+	if !exists || !a.set(inc, obj) {
+		a.remove(inc, types.NamespacedName{Namespace: ns, Name: name})
 	}
 	return nil
+}
+
+// applier is how the builder learns of one kind's objects: set hands it
+// one (false when obj is not of the kind), remove says one is gone.
+type applier struct {
+	set    func(inc *routetable.Incremental, obj any) bool
+	remove func(inc *routetable.Incremental, k types.NamespacedName)
+}
+
+// appliers are each watched kind's, by objectKind.
+var appliers = [...]applier{
+	kindRoute:            {setter((*routetable.Incremental).SetRoute), (*routetable.Incremental).DeleteRoute},
+	kindImport:           {setter((*routetable.Incremental).SetImport), (*routetable.Incremental).DeleteImport},
+	kindPool:             {setter((*routetable.Incremental).SetPool), (*routetable.Incremental).DeletePool},
+	kindService:          {setter((*routetable.Incremental).SetService), (*routetable.Incremental).DeleteService},
+	kindModel:            {setter((*routetable.Incremental).SetModel), (*routetable.Incremental).DeleteModel},
+	kindGateway:          {setter((*routetable.Incremental).SetGateway), (*routetable.Incremental).DeleteGateway},
+	kindReferenceGrant:   {setter((*routetable.Incremental).SetReferenceGrant), (*routetable.Incremental).DeleteReferenceGrant},
+	kindBackendTLSPolicy: {setter((*routetable.Incremental).SetBackendTLSPolicy), (*routetable.Incremental).DeleteBackendTLSPolicy},
+	// A namespace is known by its name alone.
+	kindNamespace: {setter((*routetable.Incremental).SetNamespace), func(inc *routetable.Incremental, k types.NamespacedName) { inc.DeleteNamespace(k.Name) }},
+	// Objectives of either API group are one kind to the builder, keyed
+	// with their group.
+	kindObjective: {setter((*routetable.Incremental).SetObjective), func(inc *routetable.Incremental, k types.NamespacedName) {
+		inc.DeleteObjective(routetable.KeyOfObjective(v1alpha2.SchemeGroupVersion.String(), k))
+	}},
+	kindLLMDObjective: {
+		func(inc *routetable.Incremental, obj any) bool {
+			o, ok := obj.(*llmdv1alpha2.InferenceObjective)
+			if ok {
+				inc.SetObjective(requestmodel.ObjectiveFromLLMD(o))
+			}
+			return ok
+		},
+		func(inc *routetable.Incremental, k types.NamespacedName) {
+			inc.DeleteObjective(routetable.KeyOfObjective(llmdv1alpha2.SchemeGroupVersion.String(), k))
+		},
+	},
+}
+
+// setter is an applier's set for a builder method that takes objects of
+// type T.
+func setter[T any](set func(*routetable.Incremental, T)) func(*routetable.Incremental, any) bool {
+	return func(inc *routetable.Incremental, obj any) bool {
+		o, ok := obj.(T)
+		if ok {
+			set(inc, o)
+		}
+		return ok
+	}
 }
 
 // logProblems logs the build's problems when they differ from the last

@@ -225,3 +225,13 @@ func gatewayRefs(refs ...string) []types.NamespacedName {
 	}
 	return out
 }
+
+// TestEveryWatchedKindReachesTheBuilder: a kind without an applier would
+// have its changes dropped without a word.
+func TestEveryWatchedKindReachesTheBuilder(t *testing.T) {
+	require.Len(t, appliers, int(kindBackendTLSPolicy)+1)
+	for kind, a := range appliers {
+		assert.NotNil(t, a.set, "kind %d", kind)
+		assert.NotNil(t, a.remove, "kind %d", kind)
+	}
+}

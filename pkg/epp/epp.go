@@ -87,6 +87,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/metrics"
+	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 )
 
@@ -193,6 +194,9 @@ func New(cfg Config, source Source) (*EPP, error) {
 		TLS:         cfg.TLS,
 		// As upstream EPPs: only the metrics port is guarded.
 		MetricsFilter: cfg.MetricsFilter,
+		// The importing clusters' sidecars read the prefix summary where
+		// they read the pool gauges, with the same credentials.
+		MetricsAlternatives: map[string]http.Handler{promptprefix.SummaryContentType: newPrefixSummary(picker, reg)},
 	}, NewServer(picker, m, cfg.MaxRequestBodyBytes, klog.Background().WithName("ext_proc")), reg, opts...)
 	if err != nil {
 		return nil, err

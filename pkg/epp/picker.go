@@ -111,6 +111,11 @@ type Picker struct {
 	// prefixes guesses which endpoints hold which prompt prefixes in
 	// their prefix cache: where earlier prompts were sent.
 	prefixes *promptprefix.Index
+	// sent are the prompt blocks sent to the pool, scoped by the model
+	// the request named rather than the one it was sent for: what the
+	// importing clusters' routers can hash too, as they do not know this
+	// EPP's rewrites. The prefix summary is read from it.
+	sent *promptprefix.Index
 }
 
 // PrefixIndexBlocks is how many prompt blocks (of promptprefix.BlockBytes)
@@ -140,7 +145,29 @@ func NewPicker(cfg PickerConfig, pool *Pool, models *requestmodel.Models, src ra
 		rand:   rand.New(src),
 
 		prefixes: promptprefix.NewIndex(PrefixIndexBlocks),
+		sent:     promptprefix.NewIndex(2 * promptprefix.MaxSummaryBlocks),
 	}, nil
+}
+
+// recordSent records the blocks of a prompt sent to the pool under the
+// model the request named: those the picker matched with when no rewrite
+// changed the model, else hashed again.
+func (p *Picker) recordSent(prompt *promptprefix.Prompt, d *Decision, blocks []uint64) {
+	if d.TargetModel != d.Model {
+		var err error
+		if blocks, err = prompt.Blocks(nil, promptprefix.ScopeOfModel(d.Model)); err != nil {
+			return
+		}
+	}
+	p.sent.Record(blocks, 1)
+}
+
+// PrefixSummary is the prompt prefixes the pool's servers likely hold, as
+// one set: the blocks of the prompts most recently sent to any of them
+// (at most limit; see promptprefix.Index.Summary), scoped by the model
+// each request named (promptprefix.ScopeOfModel).
+func (p *Picker) PrefixSummary(limit int) *promptprefix.Summary {
+	return p.sent.Summary(limit)
 }
 
 // Pick decides where a request with this body and steering headers goes.
@@ -187,6 +214,7 @@ func (p *Picker) Pick(body []byte, h requestmodel.RequestHeaders, subset []strin
 	if len(blocks) > 0 {
 		// The primary will hold the prompt's blocks once it has served it.
 		p.prefixes.Record(blocks, promptprefix.ClusterID(d.Endpoints[0]))
+		p.recordSent(b.Prompt(), d, blocks)
 	}
 	if d.TargetModel != d.Model {
 		d.Body = b.WithModel(d.TargetModel)
@@ -232,11 +260,12 @@ func candidates(snap *snapshot, model string, subset []string, hasSubset bool) (
 
 // prefixMatch reads the prompt blocks of a body's prompt (gathered when its
 // model was read, so the body is read once), scoped by the model it is
-// sent for (each model and adapter has its own prefix cache), and how many
+// sent for (each model and adapter has its own prefix cache) as the prefix
+// summary's consumers scope them (promptprefix.ScopeOfModel), and how many
 // leading ones each candidate endpoint (ids) is taken to hold; nil, nil for
 // a body without a prompt.
 func (p *Picker) prefixMatch(prompt *promptprefix.Prompt, model string, snap *snapshot, ids []int) ([]uint64, []int) {
-	blocks, err := prompt.Blocks(nil, model)
+	blocks, err := prompt.Blocks(nil, promptprefix.ScopeOfModel(model))
 	if err != nil || len(blocks) == 0 {
 		return nil, nil
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -51,6 +52,11 @@ type ServingOptions struct {
 	// MetricsFilter, when set, wraps the /metrics handler (authentication
 	// and authorization of scrapers).
 	MetricsFilter func(http.Handler) http.Handler
+	// MetricsAlternatives serve /metrics in other media types than the
+	// Prometheus exposition, by the type a request accepts first (mci-epp's
+	// prompt prefix summary): behind the same MetricsFilter, at the URL
+	// the importing clusters already scrape with its credentials.
+	MetricsAlternatives map[string]http.Handler
 }
 
 // NewServingOptions returns the defaults: every address, ext_proc on 9002,
@@ -146,12 +152,31 @@ func Listen(o ServingOptions, processor extprocv3.ExternalProcessorServer, reg *
 
 	mux := http.NewServeMux()
 	var metrics http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	if len(o.MetricsAlternatives) > 0 {
+		metrics = byAcceptedType(o.MetricsAlternatives, metrics)
+	}
 	if o.MetricsFilter != nil {
 		metrics = o.MetricsFilter(metrics)
 	}
 	mux.Handle("/metrics", metrics)
 	s.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig}
 	return s, nil
+}
+
+// byAcceptedType serves a request with the handler of the media type its
+// Accept header names first, when alternatives has one, else with
+// fallback. Quality values are not weighed: a client that asks for an
+// alternative names it alone.
+func byAcceptedType(alternatives map[string]http.Handler, fallback http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first, _, _ := strings.Cut(r.Header.Get("Accept"), ",")
+		mediaType, _, _ := strings.Cut(first, ";")
+		if h, ok := alternatives[strings.TrimSpace(mediaType)]; ok {
+			h.ServeHTTP(w, r)
+			return
+		}
+		fallback.ServeHTTP(w, r)
+	})
 }
 
 // streamServerOptions tune the ext_proc server for many short streams of a

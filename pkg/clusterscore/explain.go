@@ -52,6 +52,12 @@ type ClusterExplanation struct {
 	// configuration with an affinity scorer and a margin.
 	Load             float64
 	AffinityWithheld bool
+	// Reported is how many leading blocks of the prompt the candidate's
+	// EPP reports its servers hold (its prefix summary); -1 when it
+	// reports none (it publishes no summary, or its pool metrics are not
+	// fresh): its prefix score is this sidecar's own memory alone. Only
+	// when Explanation.Reports.
+	Reported int32
 }
 
 // Explanation is why a pick came out as it did. A caller that wants one
@@ -70,10 +76,13 @@ type Explanation struct {
 	// LastResort: the kept candidates are ejected ones, kept because the
 	// filters kept no other (Request.LastResort).
 	LastResort bool
+	// Reports: the prefix scores read the candidates' EPPs' prefix
+	// summaries (ClusterExplanation.Reported).
+	Reports bool
 }
 
 func (e *Explanation) reset(p *Pipeline, cands []Candidate) {
-	e.Config, e.Scorers, e.Yields, e.Home, e.LastResort = p.cfg.Name, p.cfg.Scorers, p.yields, HomeDecision{}, false
+	e.Config, e.Scorers, e.Yields, e.Home, e.LastResort, e.Reports = p.cfg.Name, p.cfg.Scorers, p.yields, HomeDecision{}, false, false
 	e.Clusters = e.Clusters[:0]
 	for i := range cands {
 		e.Clusters = append(e.Clusters, ClusterExplanation{Name: cands[i].Name})
@@ -84,6 +93,7 @@ func (e *Explanation) fill(slots []slot) {
 	for i := range slots {
 		e.Clusters[i].Verdict, e.Clusters[i].Tier, e.Clusters[i].Total = slots[i].verdict, slots[i].tier, slots[i].total
 		e.Clusters[i].Load, e.Clusters[i].AffinityWithheld = slots[i].busy, slots[i].withheld
+		e.Clusters[i].Reported = slots[i].reported
 	}
 }
 
@@ -103,8 +113,11 @@ func (e *Explanation) fill(slots []slot) {
 // "queued" when the queue made the home loaded; for a home with a request
 // overdue, how long it has awaited its first byte and how long it was due
 // within ("home-awaited", "home-due") and "overdue"; "left" when the request
-// went elsewhere and "second=<name>" when that was its key's second home,
-// such as
+// went elsewhere and "second=<name>" when that was its key's second home.
+// Where the prefix scores read the EPPs' prefix summaries, each kept
+// candidate says how many of the prompt's blocks its EPP reports held
+// ("reported=<n>", or "reported=none" for an EPP that publishes none), such
+// as
 //
 //	PrefixAffinity home-outcome=queued,home=b,home-load=2,home-bound=3,home-queue=3,home-wait=3,cost-won=wait,queued,left a:kept,tier=0,load=0,prefix-cache=0,in-flight=1,total=1 b:kept,...
 func (e *Explanation) String() string {
@@ -152,6 +165,12 @@ func (e *Explanation) String() string {
 		if len(e.Scorers) > 0 {
 			b.WriteString(",total=")
 			b.WriteString(strconv.FormatFloat(c.Total, 'g', 4, 64))
+		}
+		if e.Reports && c.Reported < 0 {
+			b.WriteString(",reported=none")
+		} else if e.Reports {
+			b.WriteString(",reported=")
+			b.WriteString(strconv.Itoa(int(c.Reported)))
 		}
 	}
 	return b.String()

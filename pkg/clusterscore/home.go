@@ -74,6 +74,11 @@ const (
 	// cache it; the backend's rotation dealt it among the candidates
 	// within the bound, its home or not.
 	HomeDealt
+	// HomeReported: the key is new to this sidecar, and a candidate's EPP
+	// reports that its servers hold the prompt's leading blocks (its
+	// prefix summary: traffic this sidecar did not route left them
+	// there); that cluster, as the key's home, took the request.
+	HomeReported
 	// HomeAtHome: the home took the request.
 	HomeAtHome
 	// HomeNoWait: the home is beyond its bound, but its servers' own
@@ -109,7 +114,7 @@ const (
 	numHomeOutcomes
 )
 
-var homeOutcomeNames = [numHomeOutcomes]string{"none", "no_key", "dealt", "home", "home_no_wait", "second_home", "queued", "overdue", "filled", "spill", "score_order"}
+var homeOutcomeNames = [numHomeOutcomes]string{"none", "no_key", "dealt", "reported", "home", "home_no_wait", "second_home", "queued", "overdue", "filled", "spill", "score_order"}
 
 func (o HomeOutcome) String() string {
 	if o < numHomeOutcomes {
@@ -219,8 +224,10 @@ func (c CostTerm) String() string {
 // when the rule reaches it, because dealing advances the rotation.
 type homeRule struct {
 	// key: the request has a home key (a full prompt block); established:
-	// this sidecar has served a prompt of the key.
-	key, established bool
+	// this sidecar has served a prompt of the key; reported: it has not,
+	// and home is the candidate whose EPP reports holding the most of the
+	// prompt (reportedHome).
+	key, established, reported bool
 	// inFirstTier: the home is among the candidates of the first tier
 	// (not saturated or stale while another is not); queued: its queue is
 	// beyond the queue margin (homeBound.queued); withinBound: its load,
@@ -249,6 +256,10 @@ type homeRule struct {
 // score order stands):
 //
 //	no key                             no key (the picker leads)
+//	new key, its prefix reported
+//	  held by a candidate's EPP        as an established key's home, that
+//	                                   candidate (the rows below; says
+//	                                   reported where it takes the request)
 //	new key                            dealt by the rotation      else score order
 //	home in the first tier, within
 //	  the bound and not queued         home
@@ -268,13 +279,16 @@ func decideHome(r homeRule) (HomeOutcome, int) {
 	if !r.key {
 		return HomeNoKey, -1
 	}
-	if !r.established {
+	if !r.established && !r.reported {
 		if i := r.deal(); i >= 0 {
 			return HomeDealt, i
 		}
 		return HomeScoreOrder, r.order()
 	}
 	if r.inFirstTier && !r.queued && !r.overdue && !r.filled {
+		if r.withinBound && r.reported {
+			return HomeReported, r.home
+		}
 		if r.withinBound {
 			return HomeAtHome, r.home
 		}
@@ -348,10 +362,16 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		n++
 	}
 	first := kept[:n]
+	reported := false
+	if served == 0 {
+		if k := reportedHome(req, first, slots); k >= 0 {
+			home, reported = k, true
+		}
+	}
 	within := p.homeWithin(first, slots)
 	h, second := kept[home], -1
 	r := homeRule{
-		key: true, established: served > 0, inFirstTier: home < n, home: home,
+		key: true, established: served > 0, reported: reported, inFirstTier: home < n, home: home,
 		queued: home < n && within.queued(h), overdue: home < n && within.overdue(h), filled: home < n && within.filled(h),
 		withinBound: within.withinBound(h), noWait: home < n && within.noWait(h),
 		deal: func() int { return within.spread(first, rot) },
@@ -383,6 +403,20 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		kept[0] = c
 	}
 	return d
+}
+
+// reportedHome is the index in first (the candidates of the first tier,
+// in score order) of the one whose EPP reports holding the most of the
+// request's prompt, at least its home key's blocks (slot.reported); -1
+// when none does. Of equal ones, the better scored.
+func reportedHome(req *Request, first []int, slots []slot) int {
+	best, most := -1, int32(min(len(req.Blocks), homeKeyBlocks))-1
+	for k, i := range first {
+		if r := slots[i].reported; r > most {
+			best, most = k, r
+		}
+	}
+	return best
 }
 
 // costWon is the term of the cost of leaving that decided an established

@@ -51,7 +51,7 @@ func answered(f *affinityFixture, cluster string, at time.Time, took ...time.Dur
 // (served on cluster), so that its home takes it within the full bound.
 func known(f *affinityFixture, req *Request, cluster string) {
 	f.mem.Prefixes.Record(req.Blocks[:1], promptprefix.ClusterID(cluster))
-	f.mem.Homes.Served(req.Scope, homeKey(req.Blocks), req.Now)
+	f.mem.Homes.Served(req.Scope, homeKey(req.Blocks), 0, req.Now)
 }
 
 func TestHomePlacement(t *testing.T) {

@@ -34,6 +34,21 @@ func TestDecideHome(t *testing.T) {
 			wantOutcome: HomeScoreOrder, wantLead: -1,
 		},
 		{
+			name:        "a key new to the sidecar whose prefix a candidate's EPP reports holding goes to that candidate, not where the rotation would deal it",
+			rule:        homeRule{key: true, reported: true, inFirstTier: true, withinBound: true, home: home, deal: never, second: never, spill: never},
+			wantOutcome: HomeReported, wantLead: home,
+		},
+		{
+			name:        "... as an established key's home: beyond its bound and waiting, to its second home",
+			rule:        homeRule{key: true, reported: true, inFirstTier: true, home: home, deal: never, second: to(second), spill: never},
+			wantOutcome: HomeSecond, wantLead: second,
+		},
+		{
+			name:        "... and queued, to its second home, saying queued",
+			rule:        homeRule{key: true, reported: true, inFirstTier: true, withinBound: true, queued: true, home: home, deal: never, second: to(second), spill: never},
+			wantOutcome: HomeQueued, wantLead: second,
+		},
+		{
 			name:        "an established key goes home while its home is in the first tier, within the bound and not queued",
 			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, home: home, deal: never, second: never, spill: never},
 			wantOutcome: HomeAtHome, wantLead: home,
@@ -118,7 +133,7 @@ func TestHomeOutcomeNames(t *testing.T) {
 	for _, o := range HomeOutcomes() {
 		names = append(names, o.String())
 	}
-	assert.Equal(t, []string{"no_key", "dealt", "home", "home_no_wait", "second_home", "queued", "overdue", "filled", "spill", "score_order"}, names)
+	assert.Equal(t, []string{"no_key", "dealt", "reported", "home", "home_no_wait", "second_home", "queued", "overdue", "filled", "spill", "score_order"}, names)
 	assert.Equal(t, "none", HomeNone.String())
 	assert.Equal(t, "HomeOutcome(200)", HomeOutcome(200).String())
 }

@@ -13,7 +13,9 @@ import (
 // prompt shared by a group of conversations, are dealt to the clusters in
 // equal shares of their capacity instead of by the luck of hashing (8
 // groups hashed over 2 clusters put 6 or more on one in a third of the
-// cases). A key is established from its second request on.
+// cases). A key is established from its second request on, or from its
+// first when it was pinned: placed where an EPP reported its prefix held
+// (HomeReported), where the assignment keeps it before dealing the rest.
 //
 // The established keys of a scope are assigned in the order of their
 // values, each to the first cluster of its rendezvous order that has not
@@ -50,7 +52,13 @@ type homeEntry struct {
 	k      scopedHome
 	served int
 	last   time.Time
+	// pinned is the cluster the key is assigned to whatever the dealing
+	// (its first request went where an EPP reported its prefix); 0: none.
+	pinned uint32
 }
+
+// established reports whether the key takes part in the assignment.
+func (e *homeEntry) established() bool { return e.served >= 2 || e.pinned != 0 }
 
 // homeAssignment is the assignment of a scope's established keys to the
 // candidates of one signature, at one version of the keys.
@@ -88,8 +96,9 @@ func NewHomes(capacity int, ttl time.Duration) *Homes {
 	}
 }
 
-// Served counts a request of the key served in scope.
-func (h *Homes) Served(scope string, key uint64, now time.Time) {
+// Served counts a request of the key served in scope. pin, when not 0,
+// pins a key new to the table to that cluster (homeEntry.pinned).
+func (h *Homes) Served(scope string, key uint64, pin uint32, now time.Time) {
 	if key == 0 {
 		return
 	}
@@ -98,7 +107,7 @@ func (h *Homes) Served(scope string, key uint64, now time.Time) {
 	defer h.mu.Unlock()
 	if el, ok := h.keys[k]; ok {
 		e := el.Value.(*homeEntry)
-		if e.served++; e.served == 2 {
+		if e.served++; e.served == 2 && e.pinned == 0 {
 			h.versions[scope]++
 		}
 		e.last = now
@@ -108,13 +117,16 @@ func (h *Homes) Served(scope string, key uint64, now time.Time) {
 	for h.order.Len() >= h.capacity {
 		h.remove(h.order.Back())
 	}
-	h.keys[k] = h.order.PushFront(&homeEntry{k: k, served: 1, last: now})
+	h.keys[k] = h.order.PushFront(&homeEntry{k: k, served: 1, last: now, pinned: pin})
 	h.perScope[scope]++
+	if pin != 0 {
+		h.versions[scope]++
+	}
 }
 
 func (h *Homes) remove(el *list.Element) {
 	e := el.Value.(*homeEntry)
-	if e.served >= 2 {
+	if e.established() {
 		h.versions[e.k.scope]++
 	}
 	delete(h.keys, e.k)
@@ -146,11 +158,11 @@ func (h *Homes) Home(scope string, key uint64, ids []uint32, caps []float64, now
 	if !ok {
 		return 0, 0
 	}
-	served := el.Value.(*homeEntry).served
-	if served < 2 {
-		return 0, served
+	e := el.Value.(*homeEntry)
+	if !e.established() {
+		return 0, e.served
 	}
-	return h.assignment(scope, ids, caps).home[key], served
+	return h.assignment(scope, ids, caps).home[key], e.served
 }
 
 // Second returns the cluster id an established key of scope goes to when
@@ -163,7 +175,7 @@ func (h *Homes) Home(scope string, key uint64, ids []uint32, caps []float64, now
 func (h *Homes) Second(scope string, key uint64, home uint32, ids []uint32, caps []float64) uint32 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if el, ok := h.keys[scopedHome{scope, key}]; !ok || el.Value.(*homeEntry).served < 2 {
+	if el, ok := h.keys[scopedHome{scope, key}]; !ok || !el.Value.(*homeEntry).established() {
 		return 0
 	}
 	a := h.assignment(scope, ids, caps)
@@ -185,23 +197,31 @@ func (h *Homes) assignment(scope string, ids []uint32, caps []float64) *homeAssi
 	sig := signature(ids, caps)
 	a := h.assigned[scope]
 	if a == nil || a.version != h.versions[scope] || a.candidates != sig {
-		keys := h.established(scope)
-		a = &homeAssignment{version: h.versions[scope], candidates: sig, keys: keys, home: assign(keys, ids, caps)}
+		keys, pins := h.established(scope)
+		a = &homeAssignment{version: h.versions[scope], candidates: sig, keys: keys, home: assign(keys, pins, ids, caps)}
 		h.assigned[scope] = a
 	}
 	return a
 }
 
-// established lists the established keys of scope in order.
-func (h *Homes) established(scope string) []uint64 {
-	var keys []uint64
+// established lists the established keys of scope in order, and the
+// clusters of the pinned ones.
+func (h *Homes) established(scope string) (keys []uint64, pins map[uint64]uint32) {
 	for k, el := range h.keys {
-		if k.scope == scope && el.Value.(*homeEntry).served >= 2 {
-			keys = append(keys, k.key)
+		e := el.Value.(*homeEntry)
+		if k.scope != scope || !e.established() {
+			continue
+		}
+		keys = append(keys, k.key)
+		if e.pinned != 0 {
+			if pins == nil {
+				pins = map[uint64]uint32{}
+			}
+			pins[k.key] = e.pinned
 		}
 	}
 	slices.Sort(keys)
-	return keys
+	return keys, pins
 }
 
 // signature stands for the candidates' ids and capacities, in their
@@ -218,10 +238,28 @@ func signature(ids []uint32, caps []float64) uint64 {
 }
 
 // assign deals keys, in order, over the candidates ids of capacities
-// caps (deal).
-func assign(keys []uint64, ids []uint32, caps []float64) map[uint64]uint32 {
+// caps (deal), after the pinned keys went to their clusters when those
+// are candidates, counted in their shares.
+func assign(keys []uint64, pins map[uint64]uint32, ids []uint32, caps []float64) map[uint64]uint32 {
 	out := make(map[uint64]uint32, len(keys))
-	deal(keys, len(keys), ids, caps, make([]int, len(ids)), out)
+	count := make([]int, len(ids))
+	rest := keys
+	if len(pins) > 0 {
+		index := make(map[uint32]int, len(ids))
+		for i, id := range ids {
+			index[id] = i
+		}
+		rest = make([]uint64, 0, len(keys))
+		for _, k := range keys {
+			if i, ok := index[pins[k]]; ok && pins[k] != 0 {
+				out[k] = pins[k]
+				count[i]++
+				continue
+			}
+			rest = append(rest, k)
+		}
+	}
+	deal(rest, len(keys), ids, caps, count, out)
 	return out
 }
 

@@ -15,7 +15,7 @@ import (
 func establish(h *Homes, keys []uint64, at time.Time) {
 	for range 2 {
 		for _, k := range keys {
-			h.Served(scope, k, at)
+			h.Served(scope, k, 0, at)
 		}
 	}
 }
@@ -169,4 +169,42 @@ func TestHomesDealAHomesGroupsOverTheOthers(t *testing.T) {
 			"without %s, the others' groups within one of each other (homes %v, after %v)", name, homes, after)
 	}
 	assert.Zero(t, one.Second(scope, chain(12, 1)[0], ids[0], ids, caps), "no second home for a key not established")
+}
+
+// TestAPinnedKeyStaysWhereItsPrefixWasReported: a key placed where an EPP
+// reported its prefix is established at once and assigned there, counted
+// in that cluster's share, so that the other keys are dealt around it; a
+// pin to a cluster that is no longer a candidate is dealt as any key.
+func TestAPinnedKeyStaysWhereItsPrefixWasReported(t *testing.T) {
+	ids := []uint32{promptprefix.ClusterID("a"), promptprefix.ClusterID("b")}
+	caps := []float64{1, 1}
+	var keys []uint64
+	for i := range 6 {
+		keys = append(keys, uint64(1000+i)*0x9e3779b97f4a7c15)
+	}
+	h := NewHomes(0, 0)
+	establish(h, keys[1:], epoch)
+	// Pinned to whichever cluster the dealing would not have given it.
+	dealt, _ := h.Home(scope, keys[1], ids, caps, epoch)
+	pinned := ids[0]
+	if dealt == ids[0] {
+		pinned = ids[1]
+	}
+	h.Served(scope, keys[1]^1, pinned, epoch)
+	home, served := h.Home(scope, keys[1]^1, ids, caps, epoch)
+	assert.Equal(t, 1, served)
+	assert.Equal(t, pinned, home, "established from its first request, at its pin")
+	all := append(slices.Clone(keys[1:]), keys[1]^1)
+	count := map[uint32]int{}
+	for _, k := range all {
+		id, _ := h.Home(scope, k, ids, caps, epoch)
+		count[id]++
+	}
+	assert.Equal(t, 3, count[ids[0]], "the pin counts in its cluster's share: %v", count)
+	assert.Equal(t, 3, count[ids[1]], "the pin counts in its cluster's share: %v", count)
+
+	// Its cluster gone, the key is dealt among those left.
+	onlyOther := []uint32{promptprefix.ClusterID("c")}
+	home, _ = h.Home(scope, keys[1]^1, onlyOther, []float64{1}, epoch)
+	assert.Equal(t, onlyOther[0], home)
 }

@@ -51,11 +51,16 @@ func NewMemory(o MemoryOptions) *Memory {
 // Served records that cluster took the request: its prompt blocks are
 // now likely cached there, its session is pinned there, and its home key
 // counts one more request (wherever it was served: the home does not
-// follow the serving cluster). The sidecar
-// calls it with the cluster whose EPP answered, which may not be the first
-// of the order.
+// follow the serving cluster, but for a key placed where an EPP reported
+// its prefix, which is pinned there: Homes). The sidecar calls it with
+// the cluster whose EPP answered, which may not be the first of the
+// order.
 func (m *Memory) Served(req *Request, cluster string) {
 	m.Prefixes.Record(req.Blocks, promptprefix.ClusterID(cluster))
-	m.Homes.Served(req.Scope, homeKey(req.Blocks), req.Now)
+	pin := uint32(0)
+	if req.Home.Outcome == HomeReported && req.Home.Home == cluster {
+		pin = promptprefix.ClusterID(cluster)
+	}
+	m.Homes.Served(req.Scope, homeKey(req.Blocks), pin, req.Now)
 	m.Sessions.Pin(req.Scope, req.Session, cluster, req.Now)
 }

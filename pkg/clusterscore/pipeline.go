@@ -214,9 +214,13 @@ type slot struct {
 	awaited, due              time.Duration
 	// ttfb is its first bytes' moving average (homeBound.filled).
 	ttfb time.Duration
+	// reported is how many leading blocks of the request its EPP reports
+	// its servers hold (its prefix summary), when its pool metrics are
+	// fresh; -1 when it reports none (prefixMatches).
+	reported int32
 	// A slot is 128 bytes, so that no slot of a pick's array straddles
 	// a third cache line.
-	_ [16]byte
+	_ [12]byte
 }
 
 // Pick orders the candidates for one request: the request goes to the

@@ -12,6 +12,9 @@ import (
 // sc is the pick's scratch, which holds the observations and prompt
 // matches of more than a handful of candidates (nil for a handful).
 func (p *Pipeline) score(req *Request, cands []Candidate, kept []int, slots []slot, sc *scratch, ex *Explanation) {
+	if ex != nil {
+		ex.Reports = p.mem != nil && p.mem.Prefixes != nil && len(req.ModelBlocks) > 0 && p.needs.Prompt
+	}
 	var obsBuf [maxStack]Observation
 	var matchBuf [maxStack]int
 	obs, matched := obsBuf[:0], matchBuf[:0]
@@ -30,7 +33,7 @@ func (p *Pipeline) score(req *Request, cands []Candidate, kept []int, slots []sl
 	for _, ws := range p.cfg.Scorers {
 		switch ws.Scorer {
 		case routingpolicy.ScorePrefixCache:
-			p.prefixMatches(req, cands, kept, sc, rel.matched)
+			p.prefixMatches(req, cands, kept, slots, sc, rel.matched)
 		case routingpolicy.ScoreSession:
 			rel.pinned = p.mem.Sessions.Cluster(req.Scope, req.Session, req.Now)
 		case routingpolicy.ScoreLatency:
@@ -173,8 +176,12 @@ func (p *Pipeline) loads(req *Request, cands []Candidate, kept []int, slots []sl
 }
 
 // prefixMatches writes to matched[k] how many of the request's prompt
-// blocks kept[k] is remembered to hold.
-func (p *Pipeline) prefixMatches(req *Request, cands []Candidate, kept []int, sc *scratch, matched []int) {
+// blocks kept[k] is remembered to hold: the longer of what this sidecar
+// sent it (its memory) and what its EPP reports its servers hold (its
+// prefix summary, read while its pool metrics are fresh), which counts
+// the traffic this sidecar does not see. A candidate whose EPP publishes
+// no summary is scored on the memory alone.
+func (p *Pipeline) prefixMatches(req *Request, cands []Candidate, kept []int, slots []slot, sc *scratch, matched []int) {
 	var idBuf [maxStack]uint32
 	ids := idBuf[:0]
 	if len(kept) > maxStack {
@@ -185,6 +192,19 @@ func (p *Pipeline) prefixMatches(req *Request, cands []Candidate, kept []int, sc
 		ids = append(ids, cands[i].id())
 	}
 	p.mem.Prefixes.Match(req.Blocks, ids, matched)
+	if len(req.ModelBlocks) == 0 {
+		return
+	}
+	for k, i := range kept {
+		pm := cands[i].Pool
+		if pm == nil || pm.Prefixes == nil || !slots[i].measured {
+			slots[i].reported = -1
+			continue
+		}
+		held := min(pm.Prefixes.Held(req.ModelBlocks), len(req.Blocks))
+		slots[i].reported = int32(held)
+		matched[k] = max(matched[k], held)
+	}
 }
 
 // fastestTTFB is the least time to first byte measured, in seconds; 0

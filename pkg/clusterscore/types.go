@@ -102,9 +102,16 @@ type Request struct {
 	// scope and cluster, so that two pools of the same cluster do not
 	// share them. promptprefix.Blocks takes the same scope as its salt.
 	Scope string
-	// Blocks are the chained hashes of the request's prompt blocks
-	// (promptprefix.Blocks); nil when the body has no prompt.
+	// Blocks are the chained hashes of the request's prompt blocks under
+	// Scope (promptprefix.Blocks, or promptprefix.Rescoped from
+	// ModelBlocks), which this sidecar's own memory keeps; nil when the
+	// body has no prompt.
 	Blocks []uint64
+	// ModelBlocks are the same blocks under the scope of the model the
+	// request names (promptprefix.ScopeOfModel), as the candidates' EPPs'
+	// prefix summaries (Candidate.Pool.Prefixes) hold them; nil when not
+	// read.
+	ModelBlocks []uint64
 	// Session is the request's session key (SessionKey); "" when none.
 	Session string
 

@@ -77,6 +77,10 @@ type PoolScraperOptions struct {
 	// included for the local cluster) or cluster/namespace/name (one pool
 	// of that cluster). See ParseTokenRecipient.
 	TokenRecipients []string
+	// PrefixSummaryInterval is how often each EPP is asked for its prompt
+	// prefix summary, after a good scrape, at the same URL with the same
+	// credentials; 0: DefaultPrefixSummaryInterval; negative: never.
+	PrefixSummaryInterval time.Duration
 }
 
 // PoolScraper keeps the pool metrics each EPP metrics URL serves, and the
@@ -107,6 +111,11 @@ type PoolScraper struct {
 	// is parsed once, not at every scrape.
 	expiriesMu sync.Mutex
 	expiries   map[string]time.Time
+
+	// summaryInterval is PrefixSummaryInterval, its default applied;
+	// summaryFetches counts the asks by result.
+	summaryInterval time.Duration
+	summaryFetches  *prometheus.CounterVec
 }
 
 // maxCachedExpiries bounds expiries: tokens rotate, and a few are in use
@@ -152,6 +161,9 @@ type scrapeResult struct {
 	cluster, pool string
 	// tokenExpiry is when the token sent expires, when it is a JWT.
 	tokenExpiry time.Time
+	// summary is the last ask for the EPP's prefix summary, which the
+	// pools of a good scrape carry (PoolMetrics.Prefixes).
+	summary summaryFetch
 }
 
 // NewPoolScraper returns a scraper with no targets. It fails only when
@@ -164,6 +176,12 @@ func NewPoolScraper(o PoolScraperOptions) (*PoolScraper, error) {
 		timeout:   positiveOr(o.Timeout, DefaultScrapeTimeout),
 		staleness: o.Staleness,
 		creds:     o.Credentials,
+
+		summaryInterval: o.PrefixSummaryInterval,
+		summaryFetches:  newSummaryFetches(),
+	}
+	if s.summaryInterval == 0 {
+		s.summaryInterval = DefaultPrefixSummaryInterval
 	}
 	if len(o.TokenRecipients) > 0 {
 		s.recipients = map[string]bool{}
@@ -323,6 +341,19 @@ func (s *PoolScraper) scrape(ctx context.Context, url string) (*scrapeResult, er
 	if r.state != MetricsFresh && prev != nil {
 		r.pools = prev.pools
 	}
+	if r.state == MetricsFresh {
+		// The pools were parsed just now, seen by no reader yet.
+		var last summaryFetch
+		if prev != nil {
+			last = prev.summary
+		}
+		r.summary = s.prefixSummary(ctx, url, last, time.Now())
+		for _, m := range r.pools {
+			m.Prefixes = r.summary.summary
+		}
+	} else if prev != nil {
+		r.summary = prev.summary
+	}
 	if len(r.pools) == 1 {
 		for _, m := range r.pools {
 			r.only = m
@@ -380,15 +411,7 @@ func (s *PoolScraper) read(ctx context.Context, url string) *scrapeResult {
 	expiry = s.tokenExpiry(token)
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return fail(MetricsUnreachable, tokenSource, err)
-	}
-	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := client.Do(req)
+	resp, err := s.get(ctx, client, url, token, "text/plain;version=0.0.4", "")
 	if err != nil {
 		return fail(MetricsUnreachable, tokenSource, err)
 	}
@@ -425,6 +448,23 @@ func (s *PoolScraper) read(ctx context.Context, url string) *scrapeResult {
 		m.UpdatedAt = started
 	}
 	return &scrapeResult{state: MetricsFresh, pools: pools, token: tokenSource, withheld: withheld, cluster: cluster, pool: pool, tokenExpiry: expiry}
+}
+
+// get sends a GET of url accepting the media type accept, with the bearer
+// token when there is one and If-None-Match etag when set.
+func (s *PoolScraper) get(ctx context.Context, client *http.Client, url, token, accept, etag string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", accept)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if etag != "" {
+		req.Header.Set("If-None-Match", etag)
+	}
+	return client.Do(req)
 }
 
 // Where a scrape's bearer token came from, for logs.

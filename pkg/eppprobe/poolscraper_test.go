@@ -393,7 +393,8 @@ func TestPoolScraperLogsOncePerChangeOfState(t *testing.T) {
 	assert.Equal(t, 1, logs.count(`"state"="unauthorized"`), "%q", logs.lines)
 	m.token.Store(new(string))
 	require.Eventually(t, func() bool { return logs.count(`"state"="fresh"`) == 1 }, 5*time.Second, 10*time.Millisecond)
-	assert.Len(t, logs.lines, 2, "%q", logs.lines)
+	assert.Equal(t, 2, logs.count(`"state"=`), "one line per change of state: %q", logs.lines)
+	assert.Equal(t, 1, logs.count(`"result"="not_published"`), "and one for the prefix summary this EPP does not publish: %q", logs.lines)
 }
 
 func TestPoolScraperSendsTheTokenOfTheCredentialsSecret(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mci-dev/mci/pkg/promptprefix"
+
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -105,6 +107,11 @@ type PoolMetrics struct {
 	// UpdatedAt is when they were observed; ParsePool leaves it to the
 	// caller.
 	UpdatedAt time.Time
+	// Prefixes are the prompt prefixes the pool's servers likely hold, as
+	// its EPP publishes them (mci-epp's prefix summary); nil when it
+	// publishes none or it was not read. ParsePool leaves it to the
+	// caller.
+	Prefixes *promptprefix.Summary
 }
 
 // BatchFull reports whether the pool's figures say every batch place of

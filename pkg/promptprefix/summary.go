@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // Summary is a compact, bounded set of prompt blocks: a Bloom filter over
@@ -103,10 +105,12 @@ func (s *Summary) Has(block uint64) bool {
 // up to it, so the blocks held are a leading run and a binary search finds
 // its end in a few probes rather than one a block.
 func (s *Summary) Held(blocks []uint64) int {
-	if s == nil || s.blocks == 0 {
+	// Most summaries a router asks do not hold a given prompt at all:
+	// its first block settles that in a probe or two.
+	if s == nil || s.blocks == 0 || len(blocks) == 0 || !s.Has(blocks[0]) {
 		return 0
 	}
-	lo, hi := 0, len(blocks) // blocks[:lo] held; blocks[hi:] not
+	lo, hi := 1, len(blocks) // blocks[:lo] held; blocks[hi:] not
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
 		if s.Has(blocks[mid]) {
@@ -167,6 +171,22 @@ func ParseSummary(data []byte) (*Summary, error) {
 		s.words[i] = binary.LittleEndian.Uint64(data[summaryHeaderBytes+8*i:])
 	}
 	return s, nil
+}
+
+// Rescoped appends to dst the blocks of a prompt hashed under one scope
+// (Blocks), moved to another: each hashed again with the scope's hash.
+// Each still stands for its whole prefix, under both scopes, and is never
+// 0. A router that hashed a prompt once under the model's scope, to match
+// the EPPs' summaries, keeps its own index under the pool's without
+// hashing the prompt again.
+func Rescoped(dst, blocks []uint64, scope string) []uint64 {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[8:], xxhash.Sum64String(scope))
+	for _, h := range blocks {
+		binary.LittleEndian.PutUint64(b[:8], h)
+		dst = append(dst, max(xxhash.Sum64(b[:]), 1))
+	}
+	return dst
 }
 
 // Summary is the index's most recently recorded blocks, at most max (and

@@ -162,3 +162,26 @@ func TestAnIndexSummarizesItsMostRecentBlocks(t *testing.T) {
 		require.True(t, all.Has(b))
 	}
 }
+
+// TestRescopedBlocksKeepTheirPrefixesApartByScope: one hashing of the
+// prompt serves the summaries' scope and the router's own.
+func TestRescopedBlocksKeepTheirPrefixesApartByScope(t *testing.T) {
+	a := chatBody(t, text("You are a helpful assistant.", 3000), text("What is", 1000))
+	b := chatBody(t, text("You are a helpful assistant.", 3000), text("Tell me", 1000))
+	byModelA, err := Blocks(nil, ScopeOfModel("llm"), a)
+	require.NoError(t, err)
+	byModelB, err := Blocks(nil, ScopeOfModel("llm"), b)
+	require.NoError(t, err)
+	poolA, poolB := Rescoped(nil, byModelA, "ns/llm"), Rescoped(nil, byModelB, "ns/llm")
+	require.Len(t, poolA, len(byModelA))
+	shared := 3000 / BlockBytes
+	assert.Equal(t, poolA[:shared], poolB[:shared], "a shared prefix stays shared")
+	assert.NotEqual(t, poolA[shared+1], poolB[shared+1], "and apart where the prompts part")
+	other := Rescoped(nil, byModelA, "ns/llm-2")
+	for i := range poolA {
+		assert.NotEqual(t, poolA[i], other[i], "another pool's block %d", i)
+		assert.NotEqual(t, byModelA[i], poolA[i], "the model's scope's block %d", i)
+		assert.NotZero(t, poolA[i])
+	}
+	assert.Equal(t, poolA, Rescoped(nil, byModelA, "ns/llm"), "the same each time")
+}

@@ -17,7 +17,6 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
-	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
@@ -155,7 +154,7 @@ func TestPrecomputedCandidatesDecideAsPerRequestOnes(t *testing.T) {
 
 			rreq := clusterscore.Request{Criticality: crit, Now: now, Scope: ref.Scope()}
 			if ref.Scoring().Needs().Prompt {
-				rreq.Blocks, _ = promptprefix.Blocks(nil, rreq.Scope, body)
+				rreq.ModelBlocks, rreq.Blocks, _ = promptBlocks(PickRequest{Body: body}, rreq.Scope)
 			}
 			want, errRef := referencePick(ref, &rreq, st, &exRef)
 

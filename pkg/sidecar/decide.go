@@ -201,7 +201,7 @@ func (dc decider) orderClusters(d *decision, req *extproc.Request, now time.Time
 		// One walk of the body for both the model and the prompt.
 		body, err := requestmodel.ReadBody(req.Body)
 		if body != nil {
-			pr.Prompt = body.Prompt()
+			pr.Prompt, pr.Model = body.Prompt(), body.Model()
 		}
 		if d.needs.Criticality {
 			model := ""

@@ -59,6 +59,9 @@ type PickRequest struct {
 	// so that the body is not read again; nil when Body is not a JSON
 	// object or was not walked, and then the prompt is read from Body.
 	Prompt *promptprefix.Prompt
+	// Model is the model Body names, as that walk read it ("" when none):
+	// the scope of the EPPs' prefix summaries.
+	Model string
 }
 
 // Needs are what a policy reads besides the backend and health, so that
@@ -138,6 +141,23 @@ var candidateSpace = sync.Pool{New: func() any { return new([]clusterscore.Candi
 // of clusters.
 var orderSpace = sync.Pool{New: func() any { return new([]int) }}
 
+// promptBlocks hashes the request's prompt once, under the scope of the
+// model it names, as the EPPs' prefix summaries hold it (byModel), and
+// moves those blocks to the backend's scope for this sidecar's own memory
+// (own): each backend keeps its prefixes apart, and each model its own.
+func promptBlocks(req PickRequest, scope string) (byModel, own []uint64, err error) {
+	modelScope := promptprefix.ScopeOfModel(req.Model)
+	if req.Prompt != nil {
+		byModel, err = req.Prompt.Blocks(nil, modelScope)
+	} else {
+		byModel, err = promptprefix.Blocks(nil, modelScope, req.Body)
+	}
+	if len(byModel) == 0 {
+		return nil, nil, err
+	}
+	return byModel, promptprefix.Rescoped(make([]uint64, 0, len(byModel)), byModel, scope), err
+}
+
 // pick orders b's clusters for req, explained in ex when set.
 func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, ex *clusterscore.Explanation) (picked, error) {
 	// The table made the candidates when it was published; only what a
@@ -155,11 +175,7 @@ func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, e
 	d := picked{req: clusterscore.Request{Criticality: req.Criticality, Now: req.Now, Scope: b.Scope()}}
 	needs := p.Needs()
 	if needs.Prompt && len(req.Body) > 0 {
-		if req.Prompt != nil {
-			d.req.Blocks, d.promptErr = req.Prompt.Blocks(nil, d.req.Scope)
-		} else {
-			d.req.Blocks, d.promptErr = promptprefix.Blocks(nil, d.req.Scope, req.Body)
-		}
+		d.req.ModelBlocks, d.req.Blocks, d.promptErr = promptBlocks(req, d.req.Scope)
 		if errors.Is(d.promptErr, promptprefix.ErrNoPrompt) {
 			// A request without a prompt has no prefix: nothing wrong.
 			d.promptErr = nil

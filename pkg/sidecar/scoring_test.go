@@ -14,6 +14,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
 	"github.com/mci-dev/mci/pkg/promptprefix"
+	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
@@ -68,7 +69,9 @@ func TestServerTeachesTheClusterThatServed(t *testing.T) {
 				require.Nil(t, res.Immediate)
 
 				mem, scope := h.server.mem, ns+"/llm"
-				blocks, err := promptprefix.Blocks(nil, scope, promptBody)
+				body, err := requestmodel.ReadBody(promptBody)
+				require.NoError(t, err)
+				_, blocks, err := promptBlocks(PickRequest{Prompt: body.Prompt(), Model: body.Model()}, scope)
 				require.NoError(t, err)
 				require.NotEmpty(t, blocks)
 				matched := make([]int, 2)

@@ -62,6 +62,9 @@ type Config struct {
 	// (MetricsBased only). Zero: the defaults.
 	HealthInterval, HealthTimeout time.Duration
 	ScrapeInterval, ScrapeTimeout time.Duration
+	// PrefixSummaryInterval paces the asks for the EPPs' prompt prefix
+	// summaries, after a good scrape; zero: never.
+	PrefixSummaryInterval time.Duration
 	// MetricsTokenFile, when set, holds the sidecar's own bearer token for
 	// the scrapes of EPP metrics whose pool names no token Secret: a
 	// projected ServiceAccount token with an audience of its own, re-read
@@ -156,11 +159,13 @@ func newProbes(cfg Config, server ServerConfig, creds *epptransport.Credentials,
 		TokenFile:       cfg.MetricsTokenFile,
 		TokenRecipients: cfg.MetricsTokenRecipients,
 		Credentials:     creds,
+		// The options' zero means the default; the sidecar's means never.
+		PrefixSummaryInterval: cmp.Or(cfg.PrefixSummaryInterval, -1),
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	reg.MustRegister(scraper.StateCollector(func() []eppprobe.ScrapedPool { return scrapedPools(router.Table()) }))
+	reg.MustRegister(scraper.StateCollector(func() []eppprobe.ScrapedPool { return scrapedPools(router.Table()) }), scraper.SummaryFetches())
 	return prober, scraper, nil
 }
 

@@ -166,6 +166,14 @@ func TestSidecarDataPath(t *testing.T) {
 	assert.False(t, path.serving())
 }
 
+// with is cfg changed by each of configure in turn.
+func (cfg Config) with(configure ...func(*Config)) Config {
+	for _, f := range configure {
+		f(&cfg)
+	}
+	return cfg
+}
+
 // twoClusters is the loopback data path the sidecar's end-to-end tests
 // share: import llm of cluster-a and cluster-c, each a real EPP in front
 // of its model server; llm-route of Gateway inf-gw (host my.model.com,
@@ -182,7 +190,7 @@ type twoClusters struct {
 	stop func() error
 }
 
-func startTwoClusters(t *testing.T, msA, msC *httptest.Server, eppA, eppC *epp.EPP, policy string) *twoClusters {
+func startTwoClusters(t *testing.T, msA, msC *httptest.Server, eppA, eppC *epp.EPP, policy string, configure ...func(*Config)) *twoClusters {
 	t.Helper()
 	imp := sidecartest.Import("llm")
 	eppImported(t, "cluster-a", eppA)(imp)
@@ -200,7 +208,7 @@ func startTwoClusters(t *testing.T, msA, msC *httptest.Server, eppA, eppC *epp.E
 		Server:         ServerConfig{AttemptTimeout: time.Second, Scheduling: scheduling.DefaultConfig(), RemoteDestinations: eppanswer.Policy{AllowLoopback: true}},
 		HealthInterval: 50 * time.Millisecond,
 		DrainTimeout:   2 * time.Second,
-	}, Clients{
+	}.with(configure...), Clients{
 		Kube:    kubefake.NewSimpleClientset(),
 		MCI:     path.mci,
 		Gateway: sidecartest.GatewayClients(r, sidecartest.Gateway("inf-gw", sidecartest.Listener("http", 80, "", nil))),

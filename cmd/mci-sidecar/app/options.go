@@ -81,8 +81,11 @@ type Options struct {
 	HealthTimeout       time.Duration
 	ScrapeInterval      time.Duration
 	ScrapeTimeout       time.Duration
-	DrainTimeout        time.Duration
-	Scheduling          scheduling.Config
+	// PrefixSummaryInterval paces the asks for the EPPs' prefix summaries
+	// (0: never).
+	PrefixSummaryInterval time.Duration
+	DrainTimeout          time.Duration
+	Scheduling            scheduling.Config
 
 	SessionHeader     string
 	SessionCookie     string
@@ -110,30 +113,31 @@ func NewOptions() *Options {
 	serving := extproc.NewServingOptions()
 	serving.HealthPortUsage = "SERVING once the first routing table is built, NOT_SERVING while draining."
 	return &Options{
-		Logs:                 logs.NewOptions(),
-		ServingOptions:       serving,
-		ExtProcTLS:           string(extproc.ListenerAuto),
-		MetricsEndpointAuth:  true,
-		DefaultClusterPolicy: routingpolicy.HealthBased,
-		InferenceModels:      true,
-		BackendTLSPolicies:   true,
-		MaxRequestBodyBytes:  sidecar.DefaultMaxRequestBodyBytes,
-		EPPAttemptTimeout:    sidecar.DefaultAttemptTimeout,
-		EPPDrainTimeout:      sidecar.DefaultEPPDrainTimeout,
-		EPPReconnectDelay:    epptransport.DefaultReconnectMaxDelay,
-		EPPResponsePhase:     string(sidecar.ResponsePhaseRelay),
-		HealthInterval:       eppprobe.DefaultHealthInterval,
-		HealthTimeout:        eppprobe.DefaultHealthTimeout,
-		ScrapeInterval:       eppprobe.DefaultScrapeInterval,
-		ScrapeTimeout:        eppprobe.DefaultScrapeTimeout,
-		DrainTimeout:         sidecar.DefaultDrainTimeout,
-		Scheduling:           scheduling.DefaultConfig(),
-		SessionTTL:           clusterscore.DefaultMemoryOptions().SessionTTL,
-		MaxSessions:          clusterscore.DefaultMemoryOptions().Sessions,
-		PrefixIndexBlocks:    clusterscore.DefaultMemoryOptions().PrefixBlocks,
-		MaxStreams:           sidecar.DefaultMaxStreams,
-		MaxInflightBodyBytes: sidecar.DefaultMaxInflightBodyBytes,
-		Outlier:              NewOutlierOptions(),
+		Logs:                  logs.NewOptions(),
+		ServingOptions:        serving,
+		ExtProcTLS:            string(extproc.ListenerAuto),
+		MetricsEndpointAuth:   true,
+		DefaultClusterPolicy:  routingpolicy.HealthBased,
+		InferenceModels:       true,
+		BackendTLSPolicies:    true,
+		MaxRequestBodyBytes:   sidecar.DefaultMaxRequestBodyBytes,
+		EPPAttemptTimeout:     sidecar.DefaultAttemptTimeout,
+		EPPDrainTimeout:       sidecar.DefaultEPPDrainTimeout,
+		EPPReconnectDelay:     epptransport.DefaultReconnectMaxDelay,
+		EPPResponsePhase:      string(sidecar.ResponsePhaseRelay),
+		HealthInterval:        eppprobe.DefaultHealthInterval,
+		HealthTimeout:         eppprobe.DefaultHealthTimeout,
+		ScrapeInterval:        eppprobe.DefaultScrapeInterval,
+		ScrapeTimeout:         eppprobe.DefaultScrapeTimeout,
+		PrefixSummaryInterval: eppprobe.DefaultPrefixSummaryInterval,
+		DrainTimeout:          sidecar.DefaultDrainTimeout,
+		Scheduling:            scheduling.DefaultConfig(),
+		SessionTTL:            clusterscore.DefaultMemoryOptions().SessionTTL,
+		MaxSessions:           clusterscore.DefaultMemoryOptions().Sessions,
+		PrefixIndexBlocks:     clusterscore.DefaultMemoryOptions().PrefixBlocks,
+		MaxStreams:            sidecar.DefaultMaxStreams,
+		MaxInflightBodyBytes:  sidecar.DefaultMaxInflightBodyBytes,
+		Outlier:               NewOutlierOptions(),
 	}
 }
 
@@ -197,6 +201,7 @@ imports: mci.x-k8s.io/failure-mode (FailOpen, FailClose).`,
 	fs.DurationVar(&o.HealthTimeout, "health-check-timeout", o.HealthTimeout, "Timeout of one gRPC health check of an EPP.")
 	fs.DurationVar(&o.ScrapeInterval, "metrics-scrape-interval", o.ScrapeInterval, "Pause between two scrapes of an EPP's pool metrics (MetricsBased).")
 	fs.DurationVar(&o.ScrapeTimeout, "metrics-scrape-timeout", o.ScrapeTimeout, "Timeout of one scrape of an EPP's pool metrics.")
+	fs.DurationVar(&o.PrefixSummaryInterval, "prefix-summary-interval", o.PrefixSummaryInterval, "Pause between two asks for an EPP's prompt prefix summary (the prefixes its servers hold, traffic this sidecar does not route included; mci-epp publishes one, upstream EPPs none), at its metrics URL after a good scrape. PrefixAffinity scores a cluster on the longer of the prefixes it reports and this sidecar's own observations. 0: never asked.")
 	fs.DurationVar(&o.Scheduling.MetricsStaleness, "metrics-staleness-threshold", o.Scheduling.MetricsStaleness, "Pool metrics older than this make a cluster unmeasured for MetricsBased.")
 	fs.IntVar(&o.Scheduling.LowQueueThreshold, "low-queue-threshold", o.Scheduling.LowQueueThreshold, "MetricsBased: critical and standard requests prefer clusters whose pool's average queue is below this.")
 	fs.IntVar(&o.Scheduling.SheddableQueueThreshold, "sheddable-queue-threshold", o.Scheduling.SheddableQueueThreshold, "MetricsBased: sheddable requests go only to clusters whose pool's average queue is at most this and average KV cache at most --sheddable-kv-cache-threshold.")
@@ -273,6 +278,9 @@ func (o *Options) Validate() error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
+	}
+	if o.PrefixSummaryInterval < 0 {
+		errs = append(errs, errors.New("--prefix-summary-interval must not be negative"))
 	}
 	if o.MaxRequestBodyBytes <= 0 {
 		errs = append(errs, errors.New("--max-request-body-bytes must be positive"))
@@ -444,6 +452,7 @@ func (o *Options) Config() (sidecar.Config, error) {
 		HealthTimeout:          o.HealthTimeout,
 		ScrapeInterval:         o.ScrapeInterval,
 		ScrapeTimeout:          o.ScrapeTimeout,
+		PrefixSummaryInterval:  o.PrefixSummaryInterval,
 		DrainTimeout:           o.DrainTimeout,
 		MetricsTokenFile:       o.EPPMetricsTokenFile,
 		MetricsTokenRecipients: o.EPPMetricsTokenTargets,

@@ -35,6 +35,7 @@ type prefixSummary struct {
 
 	blocks, bytes prometheus.Gauge
 	served        *prometheus.CounterVec
+	sentBytes     prometheus.Counter
 }
 
 func newPrefixSummary(picker *Picker, reg prometheus.Registerer) *prefixSummary {
@@ -53,8 +54,12 @@ func newPrefixSummary(picker *Picker, reg prometheus.Registerer) *prefixSummary 
 			Name: "mci_epp_prefix_summary_requests_total",
 			Help: "Requests for the prefix summary, by result: sent, or unchanged (304: the scraper held it already).",
 		}, []string{"result"}),
+		sentBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mci_epp_prefix_summary_sent_bytes_total",
+			Help: "Bytes of prefix summaries sent (the body of each answer that was not a 304): what the summaries cost the network.",
+		}),
 	}
-	reg.MustRegister(h.blocks, h.bytes, h.served)
+	reg.MustRegister(h.blocks, h.bytes, h.served, h.sentBytes)
 	return h
 }
 
@@ -86,6 +91,7 @@ func (h *prefixSummary) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.served.WithLabelValues("sent").Inc()
+	h.sentBytes.Add(float64(len(encoded)))
 	w.Header().Set("Content-Type", promptprefix.SummaryContentType)
 	w.Header().Set("Content-Length", strconv.Itoa(len(encoded)))
 	_, _ = w.Write(encoded)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -87,4 +88,5 @@ func TestThePrefixSummaryHoldsWhatWasRoutedAsItsConsumersHashIt(t *testing.T) {
 	assert.Equal(t, "1", metricValue(t, e.MetricsAddr(), `mci_epp_prefix_summary_requests_total{result="unchanged"}`))
 	assert.Equal(t, "1", metricValue(t, e.MetricsAddr(), `mci_epp_prefix_summary_requests_total{result="sent"}`))
 	assert.NotEmpty(t, metricValue(t, e.MetricsAddr(), `mci_epp_prefix_summary_blocks`))
+	assert.Equal(t, strconv.Itoa(len(encoded)), metricValue(t, e.MetricsAddr(), `mci_epp_prefix_summary_sent_bytes_total`), "the one summary sent")
 }

@@ -348,6 +348,37 @@ func sidecarGeneration(ctx context.Context, host string) (float64, error) {
 	return v, err
 }
 
+// summaryFigures are what the EPPs of the data path report of their
+// prefix summaries: the bytes sent so far, over all of them, the largest
+// summary last built, and how many EPPs (pools) there are.
+type summaryFigures struct {
+	sent, largest float64
+	pools         int
+}
+
+// prefixSummaries reads mci_epp_prefix_summary_sent_bytes_total and
+// mci_epp_prefix_summary_bytes of every cluster's mci-epp (its metrics on
+// 9090 of its ext_proc address).
+func (e *env) prefixSummaries(ctx context.Context) (summaryFigures, error) {
+	var f summaryFigures
+	for cluster, addr := range e.dp.EPPs {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return f, err
+		}
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		m, err := promtext.Get(ctx, "http://"+net.JoinHostPort(host, "9090")+"/metrics")
+		cancel()
+		if err != nil {
+			return f, fmt.Errorf("reading %s's mci-epp metrics: %w", cluster, err)
+		}
+		f.sent += m.Sum("mci_epp_prefix_summary_sent_bytes_total", nil)
+		f.largest = max(f.largest, m.Sum("mci_epp_prefix_summary_bytes", nil))
+		f.pools++
+	}
+	return f, nil
+}
+
 // homeDecisions sums mci_sidecar_prefix_home_requests_total by result over
 // the mci-sidecars on hosts: the lead decisions of home placement.
 func homeDecisions(ctx context.Context, hosts []string) (map[string]float64, error) {

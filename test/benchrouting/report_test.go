@@ -45,6 +45,11 @@ type policyResult struct {
 	// (mci_sidecar_prefix_home_requests_total's results, homeResults);
 	// absent for routings without homes.
 	HomeDecisions map[string]float64 `json:"home_decisions_per_run,omitempty"`
+	// SummaryKiBPerSecond is what the exporting clusters' prefix
+	// summaries cost, per pool (EPP) and second of the runs, and
+	// SummaryLargestKiB the largest summary built.
+	SummaryKiBPerSecond float64 `json:"prefix_summary_kib_per_second_per_pool"`
+	SummaryLargestKiB   float64 `json:"prefix_summary_largest_kib"`
 	// Repetitions are the figures the targets compare, of each
 	// repetition alone (when there are several): the spread a target is
 	// judged against (summary_test.go).
@@ -150,6 +155,7 @@ func summarize(runs []*runResult) *policyResult {
 		r.AfterSaturation = round(float64(afterSaturation)/float64(len(runs)), 1)
 	}
 	r.HomeDecisions = homeDecisionsPerRun(runs)
+	r.SummaryKiBPerSecond, r.SummaryLargestKiB = summaryCost(runs)
 	r.Repetitions = repetitions(runs)
 	r.Routed = routedOf(runs)
 	for _, c := range clusterNames {
@@ -265,6 +271,21 @@ func (r *results) markdown() string {
 	return b.String()
 }
 
+// summaryCost is the prefix summaries' bytes per pool and second over
+// the runs, and the largest summary, in KiB.
+func summaryCost(runs []*runResult) (perSecond, largest float64) {
+	var bytes, poolSeconds float64
+	for _, run := range runs {
+		bytes += run.summaryBytes
+		poolSeconds += float64(run.summaryPools) * run.active.Seconds()
+		largest = max(largest, run.summaryLargest)
+	}
+	if poolSeconds > 0 {
+		perSecond = round(bytes/1024/poolSeconds, 2)
+	}
+	return perSecond, round(largest/1024, 1)
+}
+
 // homeDecisionsPerRun averages the runs' home decisions; nil when no
 // request had a home.
 func homeDecisionsPerRun(runs []*runResult) map[string]float64 {
@@ -321,6 +342,11 @@ func workloadTable(policies []string, w *workloadResult) string {
 			fmt.Fprintf(&b, " %.1f |", pr.AfterSaturation)
 		}
 		b.WriteString("\n")
+	}
+	for _, p := range policies {
+		if pr := w.Policies[p]; pr != nil && pr.HomeDecisions != nil {
+			fmt.Fprintf(&b, "Prefix summaries under `%s`: %.2f KiB/s per pool, the largest %.1f KiB.\n\n", p, pr.SummaryKiBPerSecond, pr.SummaryLargestKiB)
+		}
 	}
 	b.WriteString("\n")
 	return b.String()

@@ -60,6 +60,11 @@ type runResult struct {
 	// homes counts the sidecars' home decisions of the run by result
 	// (homeResults); nil for a reference routing.
 	homes map[string]float64
+	// summaryBytes are the bytes of prefix summaries the exporting
+	// clusters' EPPs sent during the run, summaryLargest the largest
+	// summary one of them built, and summaryPools how many EPPs there are.
+	summaryBytes, summaryLargest float64
+	summaryPools                 int
 }
 
 // runPolicy sends reqs through policy's router on their schedule and
@@ -85,6 +90,10 @@ func runPolicy(ctx context.Context, e *env, w spec, policy string, reqs []worklo
 	}
 	hosts := routes.hosts
 	homesBefore, err := homeDecisions(ctx, hosts)
+	if err != nil {
+		return nil, err
+	}
+	summariesBefore, err := e.prefixSummaries(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +149,12 @@ func runPolicy(ctx context.Context, e *env, w spec, policy string, reqs []worklo
 		res.hitTokens += a.HitTokens - before[url].HitTokens
 		res.queryTokens += a.QueryTokens - before[url].QueryTokens
 	}
+	summariesAfter, err := e.prefixSummaries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.summaryBytes = summariesAfter.sent - summariesBefore.sent
+	res.summaryLargest, res.summaryPools = summariesAfter.largest, summariesAfter.pools
 	if len(hosts) > 0 {
 		homesAfter, err := homeDecisions(ctx, hosts)
 		if err != nil {

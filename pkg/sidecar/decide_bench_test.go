@@ -14,6 +14,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/clusterscore"
+	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/scheduling"
@@ -65,6 +66,28 @@ func scaleTable(b testing.TB, policy string, n int, now time.Time, mem *clusters
 	return tbl, st
 }
 
+// withReports gives each of the n clusters of st a prefix summary holding
+// the prompts of the benchmark's groups it is dealt (group g to cluster g
+// mod n), as their EPPs would report after routing them.
+func withReports(b *testing.B, st *fakeState, n int) {
+	summaries := make([]*promptprefix.Summary, n)
+	for i := range summaries {
+		summaries[i] = promptprefix.NewSummary(64 * 64 / n)
+	}
+	for g := range 64 {
+		blocks, err := promptprefix.Blocks(nil, promptprefix.ScopeOfModel("llm"), groupPromptBody(g, 256))
+		require.NoError(b, err)
+		for _, bl := range blocks {
+			summaries[g%n].Add(bl)
+		}
+	}
+	for i, s := range summaries {
+		m := *st.metrics[fmt.Sprintf("cluster-%04d", i)]
+		m.Prefixes = s
+		st.metrics[fmt.Sprintf("cluster-%04d", i)] = &m
+	}
+}
+
 // BenchmarkDecideAtScale is the sidecar's whole routing decision (decide:
 // the route's match, the backendRef, the policy's filters, scorers, home
 // placement and picker, and FailOpen's fallback) for one backend exported
@@ -72,14 +95,26 @@ func scaleTable(b testing.TB, policy string, n int, now time.Time, mem *clusters
 // warm: 64 groups of prompts, the request's among them, have been served
 // twice each, so their home keys are established. Besides ns/op it
 // reports the p50 and p99 of the per-call latency (µs).
+//
+// With reports, PrefixAffinity's clusters also carry their EPPs' prefix
+// summaries (withReports): what the decision costs when every exporting
+// cluster publishes one.
 func BenchmarkDecideAtScale(b *testing.B) {
 	now := sidecartest.Epoch
-	for _, policy := range []string{routingpolicy.PrefixAffinity, routingpolicy.HealthBased} {
+	for _, policy := range []string{routingpolicy.PrefixAffinity, routingpolicy.PrefixAffinity + "/reports", routingpolicy.HealthBased} {
+		policy, reports := strings.CutSuffix(policy, "/reports")
 		for _, n := range decideScaleClusters {
 			for _, tokens := range decidePromptTokens {
-				b.Run(fmt.Sprintf("policy=%s/clusters=%d/prompt=%dk", policy, n, tokens>>10), func(b *testing.B) {
+				name := fmt.Sprintf("policy=%s/clusters=%d/prompt=%dk", policy, n, tokens>>10)
+				if reports {
+					name += "/reports"
+				}
+				b.Run(name, func(b *testing.B) {
 					mem := clusterscore.NewMemory(clusterscore.DefaultMemoryOptions())
 					tbl, st := scaleTable(b, policy, n, now, mem)
+					if reports {
+						withReports(b, st, n)
+					}
 					dc := decider{state: st}
 					decideOnce := func(body []byte) decision {
 						d := dc.decide(tbl, request("llm.model.com", "/v1/completions", body), routetable.Arrival{Main: true}, now, false)

@@ -158,3 +158,23 @@ func TestTheExplanationSaysWhatEachEPPReports(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, ex.String(), "reported=")
 }
+
+// TestPrefixReportsOffReadsTheMemoryAlone: HubReference, as the hub it
+// stands for, and any configuration with prefix-reports=off.
+func TestPrefixReportsOffReadsTheMemoryAlone(t *testing.T) {
+	modelBlocks := chain(7, 16)
+	f := newAffinityFixture(t)
+	withConfig(t, f, "prefix-cache=3,in-flight=1,queue=1,home-bound=2,prefix-reports=off")
+	home := homeOf(f.blocks, "a", "b", "c")
+	reporting(f, otherThan(home), modelBlocks, 16)
+	req := f.req()
+	req.ModelBlocks = modelBlocks
+	var ex Explanation
+	_, err := f.p.Pick(req, f.cands, nil, nil, &ex)
+	require.NoError(t, err)
+	assert.Equal(t, HomeDealt, ex.Home.Outcome, ex.String())
+	assert.NotContains(t, ex.String(), "reported=")
+	for _, c := range ex.Clusters {
+		assert.Zero(t, c.Scores[routingpolicy.ScorePrefixCache], ex.String())
+	}
+}

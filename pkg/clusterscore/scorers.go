@@ -13,7 +13,7 @@ import (
 // matches of more than a handful of candidates (nil for a handful).
 func (p *Pipeline) score(req *Request, cands []Candidate, kept []int, slots []slot, sc *scratch, ex *Explanation) {
 	if ex != nil {
-		ex.Reports = p.mem != nil && p.mem.Prefixes != nil && len(req.ModelBlocks) > 0 && p.needs.Prompt
+		ex.Reports = len(req.ModelBlocks) > 0 && p.needs.Prompt && !p.cfg.IgnorePrefixReports
 	}
 	var obsBuf [maxStack]Observation
 	var matchBuf [maxStack]int
@@ -192,7 +192,7 @@ func (p *Pipeline) prefixMatches(req *Request, cands []Candidate, kept []int, sl
 		ids = append(ids, cands[i].id())
 	}
 	p.mem.Prefixes.Match(req.Blocks, ids, matched)
-	if len(req.ModelBlocks) == 0 {
+	if len(req.ModelBlocks) == 0 || p.cfg.IgnorePrefixReports {
 		return
 	}
 	for k, i := range kept {

@@ -152,6 +152,11 @@ type Config struct {
 	// share of the total (leadHome); else the best scored candidate within
 	// the bound does. It needs the max-score or two-choices picker.
 	HomeBound float64
+	// IgnorePrefixReports: the prefix-cache score and home placement read
+	// this sidecar's own memory only, not what the candidates' EPPs report
+	// their servers hold (their prefix summaries): prefix-reports=off.
+	// HubReference has it, as the hub it stands for reads no such report.
+	IgnorePrefixReports bool
 }
 
 // Has reports whether the configuration includes the filter.
@@ -223,6 +228,8 @@ func Named() map[string]Config {
 			Scorers:        []WeightedScorer{{ScorePrefixCache, 3}, {ScoreQueue, 2}, {ScoreKVCache, 2}},
 			Picker:         PickMaxScore,
 			AffinityMargin: -1,
+			// The llm-d hub learns prefixes from its own traffic only.
+			IgnorePrefixReports: true,
 			QueueMargin:    -1,
 		},
 	}
@@ -250,6 +257,7 @@ var ErrSyntax = errors.New("invalid cluster scoring configuration")
 //	affinity-margin=<n>|off           requests per ready pod, 0 <= n <= 1000 (default 1)
 //	queue-margin=<n>|off              waiting requests per server, 0 <= n <= 1000 (default: the affinity margin)
 //	home-bound=<c>|off                home placement's load bound, 1 <= c <= 100 (default off)
+//	prefix-reports=on|off             read the EPPs' prefix summaries (default on)
 //
 // such as "prefix-cache=3,session=2,in-flight=1,queue=1,kv-cache=1" or
 // "in-flight=1,pick=two-choices". Spaces around items are ignored. Each
@@ -328,6 +336,15 @@ func (ps *parser) item(key, value string) error {
 		} else {
 			ps.c.QueueMargin = m
 		}
+	case "prefix-reports":
+		switch value {
+		case "on":
+			ps.c.IgnorePrefixReports = false
+		case "off":
+			ps.c.IgnorePrefixReports = true
+		default:
+			return fmt.Errorf("%w: prefix-reports %q is not on or off", ErrSyntax, value)
+		}
 	case "home-bound":
 		if value == "off" {
 			ps.c.HomeBound = 0
@@ -341,7 +358,7 @@ func (ps *parser) item(key, value string) error {
 	default:
 		i := slices.Index(scorerNames[:], key)
 		if i < 0 {
-			return fmt.Errorf("%w: unknown scorer %q; want one of %v, pick, filters, affinity-margin, queue-margin or home-bound", ErrSyntax, key, scorerNames)
+			return fmt.Errorf("%w: unknown scorer %q; want one of %v, pick, filters, affinity-margin, queue-margin, home-bound or prefix-reports", ErrSyntax, key, scorerNames)
 		}
 		w, err := strconv.ParseFloat(value, 64)
 		if err != nil || math.IsNaN(w) || w <= 0 || w > maxWeight {

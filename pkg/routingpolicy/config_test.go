@@ -83,12 +83,20 @@ func TestParse(t *testing.T) {
 		},
 		{
 			name: "the llm-d hub's documented weights, written out, are the HubReference configuration",
-			in:   "prefix-cache=3,queue=2,kv-cache=2,pick=max-score,affinity-margin=off",
+			in:   "prefix-cache=3,queue=2,kv-cache=2,pick=max-score,affinity-margin=off,prefix-reports=off",
 			want: func() Config {
 				c := Named()[HubReference]
-				c.Name = "prefix-cache=3,queue=2,kv-cache=2,pick=max-score,affinity-margin=off"
+				c.Name = "prefix-cache=3,queue=2,kv-cache=2,pick=max-score,affinity-margin=off,prefix-reports=off"
 				return c
 			}(),
+		},
+		{
+			name: "the EPPs' prefix reports are read unless turned off",
+			in:   "prefix-cache=3,prefix-reports=on",
+			want: Config{
+				Name: "prefix-cache=3,prefix-reports=on", Filters: defaultFilters,
+				Scorers: []WeightedScorer{{ScorePrefixCache, 3}}, Picker: PickMaxScore, AffinityMargin: DefaultAffinityMargin, QueueMargin: DefaultAffinityMargin,
+			},
 		},
 		{
 			name: "home placement with a load bound of one's own",
@@ -117,6 +125,7 @@ func TestParse(t *testing.T) {
 		{name: "an unknown name is refused with the known ones", in: "RoundRobin", wantErr: `unknown configuration "RoundRobin"; want one of [Weighted HealthBased MetricsBased LocalFirst PrefixAffinity HubReference]`},
 		{name: "a home bound below 1 is refused", in: "prefix-cache=1,home-bound=0.5", wantErr: `home-bound "0.5" is not off or a number from 1 to 100`},
 		{name: "a home bound needs a scoring picker", in: "prefix-cache=1,pick=round-robin,home-bound=1.5", wantErr: "home-bound needs the max-score or two-choices picker, not round-robin"},
+		{name: "prefix reports are on or off", in: "prefix-cache=1,prefix-reports=maybe", wantErr: `prefix-reports "maybe" is not on or off`},
 		{name: "a home bound given twice is refused", in: "prefix-cache=1,home-bound=2,home-bound=off", wantErr: "home-bound given twice"},
 		{name: "an unknown scorer is refused", in: "prefix=3", wantErr: `unknown scorer "prefix"`},
 		{name: "a scorer given twice is refused", in: "queue=1,queue=2", wantErr: "scorer queue given twice"},
@@ -196,6 +205,12 @@ func TestCanonicalWritesEveryItem(t *testing.T) {
 			want: "queue=10,pick=max-score,filters=health,affinity-margin=off,queue-margin=off,home-bound=2"},
 		{in: "pick=round-robin,filters=weight+model",
 			want: "pick=round-robin,filters=weight+model,affinity-margin=1,queue-margin=1,home-bound=off"},
+		// Written only when off: a reader of a release before the reports
+		// reads none either way.
+		{in: "prefix-reports=off,prefix-cache=1",
+			want: "prefix-cache=1,pick=max-score,filters=health+ready+weight+model+saturation,affinity-margin=1,queue-margin=1,home-bound=off,prefix-reports=off"},
+		{in: "prefix-reports=on,prefix-cache=1",
+			want: "prefix-cache=1,pick=max-score,filters=health+ready+weight+model+saturation,affinity-margin=1,queue-margin=1,home-bound=off"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -64,7 +64,9 @@ func (c Config) Validate() error {
 // Canonical is the configuration in the one form every reader takes alike:
 // its name when it is a named configuration unchanged, else every item
 // written out in a fixed order (scorers as given, then pick, filters,
-// affinity-margin, queue-margin, home-bound), so that no default of a
+// affinity-margin, queue-margin, home-bound, then prefix-reports=off when
+// set: readers of releases before the reports take the default, on, as
+// not reading them), so that no default of a
 // reader's version fills in what the writer's meant. Parse reads it back to
 // the same configuration. It is what mci-apiserver serves on an import, so
 // that an inline configuration crosses clusters as the exporter wrote it.
@@ -88,6 +90,9 @@ func (c Config) Canonical() string {
 		b.WriteString("off")
 	} else {
 		b.WriteString(formatNumber(c.HomeBound))
+	}
+	if c.IgnorePrefixReports {
+		b.WriteString(",prefix-reports=off")
 	}
 	return b.String()
 }

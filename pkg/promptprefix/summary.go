@@ -50,6 +50,11 @@ const (
 	MaxSummaryBytes = summaryHeaderBytes + MaxSummaryBits/8
 )
 
+// maxSummaryFill is the share of a filter's bits, in percent, that no
+// summary NewSummary sized has set (1 - e^(-probes/bits a block) = 50%
+// when full).
+const maxSummaryFill = 60
+
 // summaryMagic opens an encoded Summary, its version in the last byte.
 var summaryMagic = [4]byte{'m', 'c', 'i', 1}
 
@@ -167,8 +172,17 @@ func ParseSummary(data []byte) (*Summary, error) {
 		return nil, fmt.Errorf("%w: %d bytes for 2^%d bits", ErrBadSummary, len(data), logBits)
 	}
 	s := &Summary{words: make([]uint64, words), blocks: int(binary.LittleEndian.Uint32(data[8:12]))}
+	set := 0
 	for i := range s.words {
 		s.words[i] = binary.LittleEndian.Uint64(data[summaryHeaderBytes+8*i:])
+		set += bits.OnesCount64(s.words[i])
+	}
+	// A filter built as NewSummary sizes it (at least summaryBitsPerBlock
+	// bits a block) has about half its bits set when full. One with many
+	// more claims nearly every prompt: an EPP that sent it would draw
+	// every new prompt to itself.
+	if set > len(s.words)*64*maxSummaryFill/100 {
+		return nil, fmt.Errorf("%w: %d%% of its bits set, beyond the %d%% of a full summary", ErrBadSummary, set*100/(len(s.words)*64), maxSummaryFill)
 	}
 	return s, nil
 }

@@ -61,6 +61,10 @@ func TestASummaryFalsePositivesStayUnderOnePercentWhenFull(t *testing.T) {
 		s.Add(max(r.Uint64(), 1))
 	}
 	assert.Equal(t, MaxSummaryBytes, s.Bytes())
+	encoded, err := s.AppendBinary(nil)
+	require.NoError(t, err)
+	_, err = ParseSummary(encoded)
+	require.NoError(t, err, "a full summary is read")
 	falsePositives := 0
 	const probes = 200_000
 	for range probes {
@@ -96,6 +100,13 @@ func TestParseSummaryRefusesWhatIsNotOne(t *testing.T) {
 		"a word cut short":        good[:len(good)-1],
 		"a word too many":         append(append([]byte(nil), good...), make([]byte, 8)...),
 		"beyond the size bound":   make([]byte, MaxSummaryBytes+1),
+		// An EPP that claims every prompt would draw every new one.
+		"every bit set": change(func(b []byte) []byte {
+			for i := summaryHeaderBytes; i < len(b); i++ {
+				b[i] = 0xff
+			}
+			return b
+		}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			s, err := ParseSummary(data)

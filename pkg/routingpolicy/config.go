@@ -230,7 +230,7 @@ func Named() map[string]Config {
 			AffinityMargin: -1,
 			// The llm-d hub learns prefixes from its own traffic only.
 			IgnorePrefixReports: true,
-			QueueMargin:    -1,
+			QueueMargin:         -1,
 		},
 	}
 }

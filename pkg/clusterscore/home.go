@@ -354,7 +354,6 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		ids, caps = sc.ids, sc.caps
 	}
 	ids, caps, alike := keptIDs(cands, kept, slots, ids, caps)
-	home, served := p.findHome(req, key, ids, caps)
 	// The bound compares the candidates of the first tier: those a
 	// request may go to before any saturated or stale one.
 	n := 1
@@ -362,12 +361,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		n++
 	}
 	first := kept[:n]
-	reported := false
-	if served == 0 {
-		if k := reportedHome(req, first, slots); k >= 0 {
-			home, reported = k, true
-		}
-	}
+	home, served, reported := p.placeKey(req, key, ids, caps, first, slots)
 	within := p.homeWithin(first, slots)
 	h, second := kept[home], -1
 	r := homeRule{
@@ -403,6 +397,20 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		kept[0] = c
 	}
 	return d
+}
+
+// placeKey returns the index, in the candidates' ids, of the key's home
+// (findHome) and how many of its requests this sidecar served; for a key
+// it never served that an EPP of the first tier reports held, that
+// candidate (reportedHome) and reported.
+func (p *Pipeline) placeKey(req *Request, key uint64, ids []uint32, caps []float64, first []int, slots []slot) (home, served int, reported bool) {
+	home, served = p.findHome(req, key, ids, caps)
+	if served == 0 {
+		if k := reportedHome(req, first, slots); k >= 0 {
+			return k, 0, true
+		}
+	}
+	return home, served, false
 }
 
 // reportedHome is the index in first (the candidates of the first tier,

@@ -431,16 +431,9 @@ func (s *PoolScraper) read(ctx context.Context, url string) *scrapeResult {
 	default:
 		return fail(MetricsUnreachable, tokenSource, fmt.Errorf("GET %s: %s", url, resp.Status))
 	}
-	body, err := io.ReadAll(metrics.LimitReader(resp.Body, maxPoolMetricsBytes))
-	if errors.Is(err, metrics.ErrTooLarge) {
-		return fail(MetricsUnparseable, tokenSource, fmt.Errorf("GET %s: the page is larger than %d bytes", url, maxPoolMetricsBytes))
-	}
+	pools, state, err := pagePools(resp.Body, url)
 	if err != nil {
-		return fail(MetricsUnreachable, tokenSource, fmt.Errorf("GET %s: reading the page: %w", url, err))
-	}
-	pools, err := metrics.ParsePool(bytes.NewReader(body))
-	if err != nil {
-		return fail(MetricsUnparseable, tokenSource, fmt.Errorf("GET %s: %w", url, err))
+		return fail(state, tokenSource, err)
 	}
 	for _, m := range pools {
 		// The EPP computed them at some point during the scrape; its start
@@ -448,6 +441,23 @@ func (s *PoolScraper) read(ctx context.Context, url string) *scrapeResult {
 		m.UpdatedAt = started
 	}
 	return &scrapeResult{state: MetricsFresh, pools: pools, token: tokenSource, withheld: withheld, cluster: cluster, pool: pool, tokenExpiry: expiry}
+}
+
+// pagePools reads the pool gauges of the page of url's answer, or says
+// why it cannot (the state, and the error).
+func pagePools(body io.Reader, url string) (map[string]*metrics.PoolMetrics, MetricsState, error) {
+	page, err := io.ReadAll(metrics.LimitReader(body, maxPoolMetricsBytes))
+	if errors.Is(err, metrics.ErrTooLarge) {
+		return nil, MetricsUnparseable, fmt.Errorf("GET %s: the page is larger than %d bytes", url, maxPoolMetricsBytes)
+	}
+	if err != nil {
+		return nil, MetricsUnreachable, fmt.Errorf("GET %s: reading the page: %w", url, err)
+	}
+	pools, err := metrics.ParsePool(bytes.NewReader(page))
+	if err != nil {
+		return nil, MetricsUnparseable, fmt.Errorf("GET %s: %w", url, err)
+	}
+	return pools, MetricsFresh, nil
 }
 
 // get sends a GET of url accepting the media type accept, with the bearer

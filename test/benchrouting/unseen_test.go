@@ -57,15 +57,26 @@ type unseenVariant struct {
 	name    string
 	users   []workload.Population
 	summary string
+	// shared: the populations share their system prompts
+	// (workload.Profile.SharedSystemPrompts).
+	shared bool
+	// seed is the named workload's (unseenFamily).
+	seed uint64
 }
 
 var unseenVariants = []unseenVariant{
 	{"direct-30", []workload.Population{{Entry: "", Share: 0.7}, {Entry: "cluster-a", Share: 0.15}, {Entry: "cluster-c", Share: 0.15}},
-		"30% of the requests from the exporters' own users (15% each), sent to their own cluster's gateway"},
+		"30% of the requests from the exporters' own users (15% each), sent to their own cluster's gateway", false, 29},
 	{"direct-60", []workload.Population{{Entry: "", Share: 0.4}, {Entry: "cluster-a", Share: 0.3}, {Entry: "cluster-c", Share: 0.3}},
-		"60% of the requests from the exporters' own users (30% each), sent to their own cluster's gateway"},
+		"60% of the requests from the exporters' own users (30% each), sent to their own cluster's gateway", false, 30},
 	{"two-importers", []workload.Population{{Entry: "", Share: 0.5}, {Entry: secondImporterEntry, Share: 0.5}},
-		"two importing sidecars with their own users (half each) sharing the exporters"},
+		"two importing sidecars with their own users (half each) sharing the exporters", false, 31},
+	// The exporters' own users start the same conversations (one
+	// application, deployed in every cluster): what the sidecar does not
+	// see is what it routes next, which only the EPPs' prefix summaries
+	// tell it.
+	{"direct-30-shared", []workload.Population{{Entry: "", Share: 0.7}, {Entry: "cluster-a", Share: 0.15}, {Entry: "cluster-c", Share: 0.15}},
+		"30% of the requests from the exporters' own users (15% each), sent to their own cluster's gateway, with the same system prompts as the importing cluster's users", true, 33},
 }
 
 // unseenFamily are the named workloads of the variants: shared-prompts's
@@ -73,9 +84,11 @@ var unseenVariants = []unseenVariant{
 // multi-turn, 2 batch places per server, 70%), on seeds of their own.
 var unseenFamily = func() map[string]spec {
 	out := map[string]spec{}
-	for i, v := range unseenVariants {
+	for _, v := range unseenVariants {
+		p := withUsers(conversations(v.seed, 8, 2000, 24, 8, 16, 0.1), v.users)
+		p.SharedSystemPrompts = v.shared
 		out[v.name] = spec{
-			Profile: withUsers(conversations(uint64(29+i), 8, 2000, 24, 8, 16, 0.1), v.users), Load: 0.7, ServersPerCluster: 2, Batch: 2,
+			Profile: p, Load: 0.7, ServersPerCluster: 2, Batch: 2,
 			Summary: v.summary + "; 8 groups over all the users, 2,000-token system prompts, multi-turn (8 turns), 10% one-shot, 2 batch places per server, 70%",
 		}
 	}
@@ -100,8 +113,8 @@ const unseenSmoke = "unseen-smoke"
 // while changing a rule, and the held-out ones that only check (the full
 // profile runs them; workload.HeldOutSeeds says why they are apart).
 var (
-	unseenTuningSeeds  = map[string][]uint64{"direct-30": {11}, "direct-60": {12}, "two-importers": {13}}
-	unseenHeldOutSeeds = map[string][]uint64{"direct-30": {9201}, "direct-60": {9202}, "two-importers": {9203}}
+	unseenTuningSeeds  = map[string][]uint64{"direct-30": {11}, "direct-60": {12}, "two-importers": {13}, "direct-30-shared": {14}}
+	unseenHeldOutSeeds = map[string][]uint64{"direct-30": {9201}, "direct-60": {9202}, "two-importers": {9203}, "direct-30-shared": {9204}}
 )
 
 func withUsers(p workload.Profile, users []workload.Population) workload.Profile {
@@ -128,11 +141,15 @@ func unseenSpecOf(name string) (spec, bool) {
 				continue
 			}
 			seed, err := strconv.ParseUint(s, 10, 64)
-			if err != nil || !slices.Contains(seeds[v.name], seed) {
+			if err != nil {
+				// Another variant whose name starts with this one's.
+				continue
+			}
+			if !slices.Contains(seeds[v.name], seed) {
 				return spec{}, false
 			}
 			w := drawn(seed)
-			w.Profile.Users = v.users
+			w.Profile.Users, w.Profile.SharedSystemPrompts = v.users, v.shared
 			w.Summary = v.summary + "; " + w.Summary
 			return w, true
 		}

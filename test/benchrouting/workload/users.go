@@ -51,7 +51,9 @@ func validateUsers(users []Population) []error {
 // per request as p), its own seed and its own text; its requests carry
 // its entry. Their requests merge in the order they are sent. So the
 // whole has p's arrival rate, turns and lengths, and no population
-// shares a prefix with another.
+// shares a prefix with another, but for the system prompts when
+// p.SharedSystemPrompts: then each population draws from all of p's
+// groups, whose prompts are the same text for all.
 func generateUsers(p Profile) []Request {
 	var out []Request
 	for i, u := range p.Users {
@@ -66,7 +68,11 @@ func generateUsers(p Profile) []Request {
 		if u.Entry != "" {
 			q.TextPrefix = p.TextPrefix + u.Entry + "-"
 		}
-		reqs := generate(q)
+		systemPrefix := q.TextPrefix
+		if p.SharedSystemPrompts {
+			q.Groups, systemPrefix = p.Groups, p.TextPrefix
+		}
+		reqs := generate(q, systemPrefix)
 		for j := range reqs {
 			reqs[j].Entry = u.Entry
 		}

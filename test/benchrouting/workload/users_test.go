@@ -61,6 +61,35 @@ func TestPopulationsHaveTheirOwnPrefixes(t *testing.T) {
 	}
 }
 
+// With shared system prompts, every population opens its conversations
+// with the same groups' prompts, and its messages are its own.
+func TestPopulationsMayShareTheirSystemPrompts(t *testing.T) {
+	p := profile()
+	p.Users = []Population{{Entry: "", Share: 0.4}, {Entry: "cluster-a", Share: 0.3}, {Entry: "cluster-c", Share: 0.3}}
+	p.SharedSystemPrompts = true
+	reqs, err := Generate(p)
+	require.NoError(t, err)
+	systems := map[string]map[string]bool{}
+	for _, r := range reqs {
+		if r.Group < 0 {
+			continue
+		}
+		if systems[r.Entry] == nil {
+			systems[r.Entry] = map[string]bool{}
+		}
+		systems[r.Entry][r.Messages[0].Content] = true
+		if len(r.Messages) > 1 && r.Entry != "" {
+			assert.True(t, strings.HasPrefix(r.Messages[1].Content, r.Entry+"-"), "its messages are its own")
+		}
+	}
+	for _, entry := range []string{"", "cluster-a", "cluster-c"} {
+		assert.Len(t, systems[entry], p.Groups, "%q draws from every group", entry)
+		for s := range systems[entry] {
+			assert.True(t, systems[""][s], "the same prompts")
+		}
+	}
+}
+
 func TestPopulationsAreValidated(t *testing.T) {
 	for name, users := range map[string][]Population{
 		"shares not summing to 1": {{Entry: "", Share: 0.5}, {Entry: "b", Share: 0.2}},

@@ -53,6 +53,11 @@ type Profile struct {
 	// in different places (Population); nil: one population, whose
 	// requests have no Entry.
 	Users []Population
+	// SharedSystemPrompts: the populations' conversations open with the
+	// same Groups system prompts, each population drawing from all of
+	// them (one application whose users reach it through several
+	// clusters); their messages stay their own.
+	SharedSystemPrompts bool
 }
 
 // Validate reports what makes p unusable.
@@ -151,15 +156,16 @@ func Generate(p Profile) ([]Request, error) {
 	if len(p.Users) > 0 {
 		return generateUsers(p), nil
 	}
-	return generate(p), nil
+	return generate(p, p.TextPrefix), nil
 }
 
-// generate is Generate of one valid population.
-func generate(p Profile) []Request {
+// generate is Generate of one valid population, whose system prompts'
+// text opens with systemPrefix.
+func generate(p Profile, systemPrefix string) []Request {
 	rng := rand.New(rand.NewPCG(p.Seed, p.Seed^0x9e3779b97f4a7c15))
 	systems := make([]string, p.Groups)
 	for g := range systems {
-		systems[g] = text(fmt.Sprintf("%ssys%d-", p.TextPrefix, g), p.SystemTokens)
+		systems[g] = text(fmt.Sprintf("%ssys%d-", systemPrefix, g), p.SystemTokens)
 	}
 	nextID := 0
 	open := func() *conversation {

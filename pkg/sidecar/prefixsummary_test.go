@@ -15,6 +15,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/epp"
 	"github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/promptprefix"
 	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/test/envoyclient"
 )
@@ -77,12 +78,23 @@ func TestPromptsRoutedWithoutTheSidecarAreReportedByTheirEPP(t *testing.T) {
 		require.Nil(t, res.Immediate)
 		_ = client.Close()
 	}
-	// Once the sidecar has read the summaries that hold them (each EPP
-	// builds its own at most once a second)...
+	// Once the sidecar holds each EPP's summary of them: as the EPP builds
+	// it now (it builds at most once a second, so one read a build period
+	// after the last first turn holds them all)...
+	firstTurnsDone := time.Now()
 	require.Eventually(t, func() bool {
-		_, body := get(t, "http://"+path.sidecar.MetricsAddr()+"/metrics")
-		return metricAtLeast(body, `mci_sidecar_epp_prefix_summary_fetches_total{result="fetched"}`, 4)
-	}, 10*time.Second, 20*time.Millisecond)
+		if time.Since(firstTurnsDone) < epp.PrefixSummaryInterval {
+			return false
+		}
+		for _, e := range []*epp.EPP{eppA, eppC} {
+			want := publishedSummary(t, e)
+			held := path.sidecar.scraper.Get("http://"+e.MetricsAddr()+"/metrics", "")
+			if want == nil || want.Blocks() == 0 || held == nil || held.Prefixes == nil || held.Prefixes.Blocks() != want.Blocks() {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 50*time.Millisecond)
 
 	// ...the next turns go through the sidecar, each to the cluster that
 	// served its first.
@@ -105,14 +117,20 @@ func TestPromptsRoutedWithoutTheSidecarAreReportedByTheirEPP(t *testing.T) {
 	assert.Contains(t, body, `mci_sidecar_prefix_home_requests_total{backend="InferencePoolImport example/llm",result="reported"} 8`, "each conversation placed once by a report")
 }
 
-// metricAtLeast says whether an exposition has the series at least min.
-func metricAtLeast(exposition, series string, min float64) bool {
-	for _, line := range strings.Split(exposition, "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			var f float64
-			_, err := fmt.Sscan(v, &f)
-			return err == nil && f >= min
-		}
+// publishedSummary is the prefix summary e serves now, nil if none.
+func publishedSummary(t *testing.T, e *epp.EPP) *promptprefix.Summary {
+	req, err := http.NewRequest(http.MethodGet, "http://"+e.MetricsAddr()+"/metrics", nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", promptprefix.SummaryContentType)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	if resp.StatusCode != http.StatusOK {
+		return nil
 	}
-	return false
+	s, err := promptprefix.ParseSummary(b)
+	require.NoError(t, err)
+	return s
 }

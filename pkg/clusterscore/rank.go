@@ -149,24 +149,30 @@ func placeByValue(run []int, which []uint8, keys []uint64, counts []int, sc *scr
 }
 
 // radixByTotal sorts run by total, the larger first, keeping the order of
-// equal totals: a radix sort of the totals' bytes, least significant
-// first, that skips the bytes every total shares.
+// equal totals: a radix sort of the high half of the totals' keys, least
+// significant byte first, that skips the bytes every total shares, then
+// each run of equal high halves sorted by the whole key (sortByKey). The
+// high half holds the sign, the exponent and 20 bits of the fraction:
+// totals it does not tell apart differ by about a millionth of their
+// value, and are few, while sorting every byte of the totals that the
+// latency score makes all distinct took twice the passes, a fifth of a
+// pick over 1,000 clusters.
 func radixByTotal(run []int, slots []slot, sc *scratch) {
 	keys := slices.Grow(sc.keys[:0], 2*len(run))[:2*len(run)]
 	cur := slices.Grow(sc.runs[:0], 2*len(run))[:2*len(run)]
 	sc.keys, sc.runs = keys, cur
 	keys, spare := keys[:len(run)], keys[len(run):]
 	cur, other := cur[:len(run)], cur[len(run):]
-	var hist [8][256]int
+	var hist [4][256]int
 	for k, i := range run {
 		keys[k], cur[k] = descending(slots[i].total), i
 		for d := range hist {
-			hist[d][byte(keys[k]>>(8*d))]++
+			hist[d][byte(keys[k]>>(32+8*d))]++
 		}
 	}
 	for d := range hist {
 		h := &hist[d]
-		if h[byte(keys[0]>>(8*d))] == len(keys) {
+		if h[byte(keys[0]>>(32+8*d))] == len(keys) {
 			continue // every total has this byte
 		}
 		sum := 0
@@ -174,13 +180,53 @@ func radixByTotal(run []int, slots []slot, sc *scratch) {
 			h[b], sum = sum, sum+c
 		}
 		for k, key := range keys {
-			b := byte(key >> (8 * d))
+			b := byte(key >> (32 + 8*d))
 			spare[h[b]], other[h[b]] = key, cur[k]
 			h[b]++
 		}
 		keys, spare, cur, other = spare, keys, other, cur
 	}
+	for lo := 0; lo < len(keys); {
+		hi := lo + 1
+		for hi < len(keys) && keys[hi]>>32 == keys[lo]>>32 {
+			hi++
+		}
+		if hi-lo > 1 {
+			sortByKey(keys[lo:hi], cur[lo:hi])
+		}
+		lo = hi
+	}
 	copy(run, cur)
+}
+
+// sortByKey sorts keys ascending, and idx with them, keeping the order of
+// equal keys: untouched when they are in order already (equal totals, the
+// common case), by insertion for a handful, else by the stable sort.
+func sortByKey(keys []uint64, idx []int) {
+	if slices.IsSorted(keys) {
+		return
+	}
+	if len(keys) <= maxStack {
+		for a := 1; a < len(keys); a++ {
+			for b := a; b > 0 && keys[b] < keys[b-1]; b-- {
+				keys[b], keys[b-1] = keys[b-1], keys[b]
+				idx[b], idx[b-1] = idx[b-1], idx[b]
+			}
+		}
+		return
+	}
+	type keyed struct {
+		key uint64
+		i   int
+	}
+	pairs := make([]keyed, len(keys))
+	for k := range keys {
+		pairs[k] = keyed{keys[k], idx[k]}
+	}
+	slices.SortStableFunc(pairs, func(a, b keyed) int { return cmp.Compare(a.key, b.key) })
+	for k, p := range pairs {
+		keys[k], idx[k] = p.key, p.i
+	}
 }
 
 // descending is a total as an unsigned key that orders the larger total

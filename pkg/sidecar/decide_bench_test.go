@@ -42,19 +42,38 @@ func groupPromptBody(group, tokens int) []byte {
 	return body
 }
 
+// positionalState stands in for the running sidecar's state (liveState)
+// in the benchmarks of one backend: as liveState keeps a backend's
+// references to the prober's and the scraper's findings in its clusters'
+// order, it reads them by position, not by name, which a map of names
+// would make a sixth of a pick over 1,000 clusters.
+type positionalState struct {
+	clusters []*routetable.Cluster
+	health   []Health
+	metrics  []*PoolMetrics
+}
+
+func (s *positionalState) Read(clusters []*routetable.Cluster, cands []clusterscore.Candidate, pools bool) {
+	if len(clusters) != len(s.clusters) || &clusters[0] != &s.clusters[0] {
+		panic("positionalState read for clusters of another backend")
+	}
+	for i := range clusters {
+		cands[i].Health = s.health[i]
+		if pools {
+			cands[i].Pool = s.metrics[i]
+		}
+	}
+}
+
 // scaleTable is a table of one route to import llm exported by n
 // clusters (each with fresh pool metrics and a serving EPP), published
 // (its policy compiled) with the memory mem, and the state the policies
 // read.
-func scaleTable(b testing.TB, policy string, n int, now time.Time, mem *clusterscore.Memory) (*routetable.Table, *fakeState) {
+func scaleTable(b testing.TB, policy string, n int, now time.Time, mem *clusterscore.Memory) (*routetable.Table, *positionalState) {
 	b.Helper()
 	clusters := make([]sidecartest.Imported, n)
-	st := &fakeState{health: map[string]Health{}, metrics: map[string]*PoolMetrics{}}
 	for i := range clusters {
-		name := fmt.Sprintf("cluster-%04d", i)
-		clusters[i] = sidecartest.Imported{Name: name, Addr: fmt.Sprintf("127.%d.%d.%d", 1+i>>16, (i>>8)&255, i&255)}
-		st.health[name] = HealthServing
-		st.metrics[name] = &PoolMetrics{AverageQueue: float64(i % 3), AverageKVCache: 0.2, ReadyPods: 4, UpdatedAt: now}
+		clusters[i] = sidecartest.Imported{Name: fmt.Sprintf("cluster-%04d", i), Addr: fmt.Sprintf("127.%d.%d.%d", 1+i>>16, (i>>8)&255, i&255)}
 	}
 	route := sidecartest.Annotate(sidecartest.Route("r", 0, []string{"llm.model.com"}, sidecartest.Rule([]gatewayv1.HTTPRouteMatch{sidecartest.Prefix("/v1")}, sidecartest.ImportRef("llm", nil))),
 		routetable.PolicyAnnotation, policy)
@@ -63,13 +82,20 @@ func scaleTable(b testing.TB, policy string, n int, now time.Time, mem *clusters
 	tbl, errs := publishTable(r, routetable.Inputs{Routes: []*gatewayv1.HTTPRoute{route}, Imports: []*v1alpha1.InferencePoolImport{sidecartest.Import("llm", clusters...)}})
 	require.Empty(b, errs)
 	require.Len(b, tbl.Rules()[0].Backends[0].Clusters, n)
+	st := &positionalState{health: make([]Health, n), metrics: make([]*PoolMetrics, n)}
+	st.clusters, _ = tbl.Rules()[0].Backends[0].Candidates()
+	for i, c := range st.clusters {
+		require.Equal(b, fmt.Sprintf("cluster-%04d", i), c.Name)
+		st.health[i] = HealthServing
+		st.metrics[i] = &PoolMetrics{AverageQueue: float64(i % 3), AverageKVCache: 0.2, ReadyPods: 4, UpdatedAt: now}
+	}
 	return tbl, st
 }
 
 // withReports gives each of the n clusters of st a prefix summary holding
 // the prompts of the benchmark's groups it is dealt (group g to cluster g
 // mod n), as their EPPs would report after routing them.
-func withReports(b *testing.B, st *fakeState, n int) {
+func withReports(b *testing.B, st *positionalState, n int) {
 	summaries := make([]*promptprefix.Summary, n)
 	for i := range summaries {
 		summaries[i] = promptprefix.NewSummary(64 * 64 / n)
@@ -82,9 +108,21 @@ func withReports(b *testing.B, st *fakeState, n int) {
 		}
 	}
 	for i, s := range summaries {
-		m := *st.metrics[fmt.Sprintf("cluster-%04d", i)]
+		m := *st.metrics[i]
 		m.Prefixes = s
-		st.metrics[fmt.Sprintf("cluster-%04d", i)] = &m
+		st.metrics[i] = &m
+	}
+}
+
+// observeEach gives the memory an exchange with each cluster of the
+// table's one backend, as the running sidecar has once it has sent a
+// request to each: a pick reads an observation of every candidate.
+func observeEach(tbl *routetable.Table, mem *clusterscore.Memory, now time.Time) {
+	b := tbl.Rules()[0].Backends[0]
+	for i, c := range b.Clusters {
+		mem.Observed.Started(b.Scope(), c.Name, now)
+		mem.Observed.FirstByte(b.Scope(), c.Name, time.Duration(40+i%20)*time.Millisecond)
+		mem.Observed.Finished(b.Scope(), c.Name, false)
 	}
 }
 
@@ -93,7 +131,8 @@ func withReports(b *testing.B, st *fakeState, n int) {
 // placement and picker, and FailOpen's fallback) for one backend exported
 // by 1 to 1,000 clusters, for prompts of 1k and 16k tokens. The memory is
 // warm: 64 groups of prompts, the request's among them, have been served
-// twice each, so their home keys are established. Besides ns/op it
+// twice each, so their home keys are established, and each cluster has
+// answered one request (observeEach). Besides ns/op it
 // reports the p50 and p99 of the per-call latency (µs).
 //
 // With reports, PrefixAffinity's clusters also carry their EPPs' prefix
@@ -115,6 +154,7 @@ func BenchmarkDecideAtScale(b *testing.B) {
 					if reports {
 						withReports(b, st, n)
 					}
+					observeEach(tbl, mem, now)
 					dc := decider{state: st}
 					decideOnce := func(body []byte) decision {
 						d := dc.decide(tbl, request("llm.model.com", "/v1/completions", body), routetable.Arrival{Main: true}, now, false)

@@ -527,9 +527,9 @@ func (b homeBound) bound(i int) float64 {
 func (b homeBound) withinBound(i int) bool { return b.slots[i].homeLoad+1 <= b.bound(i) }
 
 // takes reports whether candidate i is within the bound with the
-// request, not queued, not overdue and its batch not full.
+// request, not queued, not overdue and not filled.
 func (b homeBound) takes(i int) bool {
-	return b.withinBound(i) && !b.queued(i) && !b.overdue(i) && !b.slots[i].full
+	return b.withinBound(i) && !b.queued(i) && !b.overdue(i) && !b.filled(i)
 }
 
 // filled is the rule by which the servers' batch occupancy tells a home
@@ -543,7 +543,10 @@ func (b homeBound) takes(i int) bool {
 // figures are a scrape old and a batch under load turns over, so the
 // sidecar's own late request is what says the home is not turning over
 // for it. A request that pays a cold prefill wherever it goes (a new key,
-// a spill, a second home's) goes to no full batch (takes). Pools that
+// a spill, a second home's) goes to no filled cluster (takes), but to one
+// whose batch only reads full: keeping new keys off every batch a scrape
+// caught full sent them all to the clusters it caught with a place, ten
+// in a row, until the next scrape. Pools that
 // publish no batch places (upstream EPPs, servers without
 // vllm:num_requests_running) are never full: the queue and overdue rules
 // tell, later.

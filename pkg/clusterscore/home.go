@@ -327,7 +327,7 @@ func decideHome(r homeRule) (HomeOutcome, int) {
 func homeLoad(now time.Time, s *slot, ob *Observation) {
 	s.homeLoad, s.capacity, s.queue, s.awaiting = float64(ob.InFlight), 0, -1, ob.Awaiting
 	s.awaited, s.due = ob.overdueAfter(now)
-	s.ttfb = ob.TTFB
+	s.ttfb, s.floor = ob.TTFB, ob.TTFBFloor
 	if s.measured { // fresh pool metrics, as classify read them
 		s.queue = s.poolQueue
 		if s.pods > 0 {
@@ -348,12 +348,13 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	}
 	var idBuf [maxStack]uint32
 	var capBuf [maxStack]float64
-	ids, caps := idBuf[:0], capBuf[:0]
+	var farBuf [maxStack]uint8
+	set := homeSet{ids: idBuf[:0], caps: capBuf[:0], far: farBuf[:0]}
 	if len(kept) > maxStack {
-		sc.ids, sc.caps = slices.Grow(sc.ids[:0], len(kept)), slices.Grow(sc.caps[:0], len(kept))
-		ids, caps = sc.ids, sc.caps
+		sc.ids, sc.caps, sc.far = slices.Grow(sc.ids[:0], len(kept)), slices.Grow(sc.caps[:0], len(kept)), slices.Grow(sc.far[:0], len(kept))
+		set = homeSet{ids: sc.ids, caps: sc.caps, far: sc.far}
 	}
-	ids, caps, alike := keptIDs(cands, kept, slots, ids, caps)
+	set, alike := keptIDs(cands, kept, slots, set)
 	// The bound compares the candidates of the first tier: those a
 	// request may go to before any saturated or stale one.
 	n := 1
@@ -361,7 +362,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		n++
 	}
 	first := kept[:n]
-	home, served, reported := p.placeKey(req, key, ids, caps, first, slots)
+	home, served, reported := p.placeKey(req, key, set, first, slots)
 	within := p.homeWithin(first, slots)
 	h, second := kept[home], -1
 	r := homeRule{
@@ -370,7 +371,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		withinBound: within.withinBound(h), noWait: home < n && within.noWait(h),
 		deal: func() int { return within.spread(first, rot) },
 		second: func() int {
-			if s := p.secondHome(req, key, ids, caps, home); s >= 0 && s < n && within.takes(kept[s]) {
+			if s := p.secondHome(req, key, set, home); s >= 0 && s < n && within.takes(kept[s]) {
 				second = s
 			}
 			return second
@@ -403,8 +404,8 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 // (findHome) and how many of its requests this sidecar served; for a key
 // it never served that an EPP of the first tier reports held, that
 // candidate (reportedHome) and reported.
-func (p *Pipeline) placeKey(req *Request, key uint64, ids []uint32, caps []float64, first []int, slots []slot) (home, served int, reported bool) {
-	home, served = p.findHome(req, key, ids, caps)
+func (p *Pipeline) placeKey(req *Request, key uint64, set homeSet, first []int, slots []slot) (home, served int, reported bool) {
+	home, served = p.findHome(req, key, set)
 	if served == 0 {
 		if k := reportedHome(req, first, slots); k >= 0 {
 			return k, 0, true
@@ -655,19 +656,18 @@ func (b homeBound) waitingNow(i int) float64 {
 	return max(b.slots[i].queue, 0) + float64(b.slots[i].awaiting)/b.slots[i].capacity
 }
 
-// findHome returns the index, in the candidates' ids (of capacities caps),
-// of the request's home, and how many requests of its key this sidecar
-// has served.
-func (p *Pipeline) findHome(req *Request, key uint64, ids []uint32, caps []float64) (home, served int) {
+// findHome returns the index, in the candidates' ids, of the request's
+// home, and how many requests of its key this sidecar has served.
+func (p *Pipeline) findHome(req *Request, key uint64, set homeSet) (home, served int) {
 	// An established key has the home Homes deals it; another, the
 	// first of its rendezvous order.
-	assigned, served := p.mem.Homes.Home(req.Scope, key, ids, caps, req.Now)
+	assigned, served := p.mem.Homes.Home(req.Scope, key, set.ids, set.caps, set.far, req.Now)
 	if assigned != 0 {
-		if home = slices.Index(ids, assigned); home >= 0 {
+		if home = slices.Index(set.ids, assigned); home >= 0 {
 			return home, served
 		}
 	}
-	return firstByRendezvous(key, ids, caps, -1), served
+	return firstByRendezvous(key, set.ids, set.caps, -1), served
 }
 
 // secondHome returns the index, in the candidates' ids, of where a request
@@ -676,30 +676,70 @@ func (p *Pipeline) findHome(req *Request, key uint64, ids []uint32, caps []float
 // (Homes.Second), so that the groups of a full or failed cluster spread
 // over the others in equal shares and every replica sends them to the same
 // place; for a key served once, the next of its rendezvous order.
-func (p *Pipeline) secondHome(req *Request, key uint64, ids []uint32, caps []float64, home int) int {
-	if id := p.mem.Homes.Second(req.Scope, key, ids[home], ids, caps); id != 0 {
-		return slices.Index(ids, id)
+func (p *Pipeline) secondHome(req *Request, key uint64, set homeSet, home int) int {
+	if id := p.mem.Homes.Second(req.Scope, key, set.ids[home], set.ids, set.caps, set.far); id != 0 {
+		return slices.Index(set.ids, id)
 	}
-	return firstByRendezvous(key, ids, caps, home)
+	return firstByRendezvous(key, set.ids, set.caps, home)
 }
 
-// keptIDs appends the cluster ids and capacities of the candidates kept to
-// ids and caps. The capacities are the candidates' ready pods when every
-// one reports them; else every candidate counts alike, rather than
-// comparing pods with guesses, and it reports alike: their capacities
-// are made 1, in their slots too.
-func keptIDs(cands []Candidate, kept []int, slots []slot, ids []uint32, caps []float64) (_ []uint32, _ []float64, alike bool) {
-	start := len(caps)
+// homeSet is what home placement deals keys over: the kept candidates'
+// cluster ids, capacities and distance classes (parallel; far nil when
+// every candidate is as near as the nearest).
+type homeSet struct {
+	ids  []uint32
+	caps []float64
+	far  []uint8
+}
+
+// keptIDs appends the cluster ids, capacities and distance classes of the
+// candidates kept to set's. The capacities are the candidates' ready pods
+// when every one reports them; else every candidate counts alike, rather
+// than comparing pods with guesses, and it reports alike: their
+// capacities are made 1, in their slots too.
+func keptIDs(cands []Candidate, kept []int, slots []slot, set homeSet) (_ homeSet, alike bool) {
+	start := len(set.caps)
+	var least time.Duration
 	for _, i := range kept {
 		alike = alike || slots[i].capacity <= 0
-		ids, caps = append(ids, cands[i].id()), append(caps, slots[i].capacity)
+		set.ids, set.caps = append(set.ids, cands[i].id()), append(set.caps, slots[i].capacity)
+		if f := slots[i].floor; f > 0 && (least == 0 || f < least) {
+			least = f
+		}
 	}
 	if alike {
 		for k, i := range kept {
-			slots[i].capacity, caps[start+k] = 1, 1
+			slots[i].capacity, set.caps[start+k] = 1, 1
 		}
 	}
-	return ids, caps, alike
+	set.far = distances(kept, slots, least, set.far)
+	return set, alike
+}
+
+// farStep is the least difference of first-byte floors (the round trip
+// and the fastest answer) that makes a cluster further than another:
+// apart from distance, floors differ by a few milliseconds of prefill.
+const farStep = 25 * time.Millisecond
+
+// distances appends the distance class of each kept candidate to far:
+// how many steps its first-byte floor is above the least (least), a step
+// being farStep or the least floor if longer, so that clusters under a
+// load that slows every answer alike stay alike; 0 when its floor is not
+// measured. nil when every class is 0, as when all are near.
+func distances(kept []int, slots []slot, least time.Duration, far []uint8) []uint8 {
+	step := max(farStep, least)
+	start, further := len(far), false
+	for _, i := range kept {
+		d := uint8(0)
+		if f := slots[i].floor; f > 0 {
+			d = uint8(min((f-least)/step, 255))
+		}
+		far, further = append(far, d), further || d > 0
+	}
+	if !further {
+		return nil
+	}
+	return far[start:]
 }
 
 // firstByRendezvous is the index of the cluster of the highest rendezvous

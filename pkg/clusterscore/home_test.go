@@ -583,3 +583,75 @@ func TestNewPromptsAreDealtInTurn(t *testing.T) {
 		})
 	}
 }
+
+// A cluster is further than the nearest by steps of 25 ms of their
+// first-byte floors, or of the nearest's floor when that is longer: a
+// remote cluster 50 ms away is 2 steps further, clusters that only
+// differ by their prefills or that load slows alike are as near.
+func TestDistances(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	tests := []struct {
+		name   string
+		floors []time.Duration
+		want   []uint8
+	}{
+		{name: "one local, one 20 ms and one 70 ms away", floors: []time.Duration{ms(12), ms(32), ms(82)}, want: []uint8{0, 0, 2}},
+		{name: "prefills apart: all near", floors: []time.Duration{ms(10), ms(18), ms(30)}, want: nil},
+		{name: "loaded alike: steps of the least floor", floors: []time.Duration{ms(400), ms(600), ms(790)}, want: nil},
+		{name: "twice the least under load: a step", floors: []time.Duration{ms(400), ms(820)}, want: []uint8{0, 1}},
+		{name: "not measured: as near", floors: []time.Duration{0, ms(10), ms(70)}, want: []uint8{0, 0, 2}},
+		{name: "none measured", floors: []time.Duration{0, 0}, want: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			slots := make([]slot, len(tt.floors))
+			kept := make([]int, len(tt.floors))
+			for i, f := range tt.floors {
+				slots[i].floor, slots[i].capacity, kept[i] = f, 1, i
+			}
+			set, _ := keptIDs(make([]Candidate, len(kept)), kept, slots, homeSet{})
+			assert.Equal(t, tt.want, set.far)
+		})
+	}
+}
+
+// The distance comes from the sidecar's own first bytes: with c's least
+// first byte 70 ms above a's and b's, 8 groups leave c 2 of them whatever
+// their keys, where without it c is home to 3 in some draws.
+func TestHomesDealtNearerByFirstBytes(t *testing.T) {
+	homesOfC := func(seed uint64, far bool) int {
+		f := newAffinityFixture(t)
+		if far {
+			answered(f, "a", epoch, 12*time.Millisecond, 40*time.Millisecond)
+			answered(f, "b", epoch, 10*time.Millisecond)
+			answered(f, "c", epoch, 82*time.Millisecond, 90*time.Millisecond)
+		}
+		var reqs []*Request
+		for g := range uint64(8) {
+			req := f.req()
+			req.Blocks = chain(seed*8+g+7000, 8)
+			reqs = append(reqs, req)
+			f.mem.Homes.Served(req.Scope, homeKey(req.Blocks), 0, req.Now)
+			f.mem.Homes.Served(req.Scope, homeKey(req.Blocks), 0, req.Now)
+		}
+		atC := 0
+		for _, req := range reqs {
+			var ex Explanation
+			order, err := f.p.Pick(req, f.cands, nil, nil, &ex)
+			require.NoError(t, err)
+			require.Equal(t, HomeAtHome, ex.Home.Outcome, ex.String())
+			if f.cands[order[0]].Name == "c" {
+				atC++
+			}
+		}
+		return atC
+	}
+	threeAtC := 0
+	for seed := range uint64(40) {
+		require.Equal(t, 2, homesOfC(seed, true), "seed %d: c is further", seed)
+		if homesOfC(seed, false) == 3 {
+			threeAtC++
+		}
+	}
+	assert.Positive(t, threeAtC, "all near: c takes an extra in some draws")
+}

@@ -146,9 +146,10 @@ func (h *Homes) Len() int {
 }
 
 // Home returns the cluster id an established key of scope is assigned to
-// among the candidates ids of capacities caps (parallel), 0 when the key
-// is not established; and how many of its requests were served.
-func (h *Homes) Home(scope string, key uint64, ids []uint32, caps []float64, now time.Time) (uint32, int) {
+// among the candidates ids of capacities caps and distances far
+// (parallel; far nil when all are alike, farther), 0 when the key is not
+// established; and how many of its requests were served.
+func (h *Homes) Home(scope string, key uint64, ids []uint32, caps []float64, far []uint8, now time.Time) (uint32, int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for el := h.order.Back(); el != nil && now.Sub(el.Value.(*homeEntry).last) > h.ttl; el = h.order.Back() {
@@ -162,7 +163,7 @@ func (h *Homes) Home(scope string, key uint64, ids []uint32, caps []float64, now
 	if !e.established() {
 		return 0, e.served
 	}
-	return h.assignment(scope, ids, caps).home[key], e.served
+	return h.assignment(scope, ids, caps, far).home[key], e.served
 }
 
 // Second returns the cluster id an established key of scope goes to when
@@ -172,16 +173,16 @@ func (h *Homes) Home(scope string, key uint64, ids []uint32, caps []float64, now
 // and leave them with equal shares of their capacity (within one), as
 // every replica that saw the same keys deals them; 0 when the key is not
 // established.
-func (h *Homes) Second(scope string, key uint64, home uint32, ids []uint32, caps []float64) uint32 {
+func (h *Homes) Second(scope string, key uint64, home uint32, ids []uint32, caps []float64, far []uint8) uint32 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if el, ok := h.keys[scopedHome{scope, key}]; !ok || !el.Value.(*homeEntry).established() {
 		return 0
 	}
-	a := h.assignment(scope, ids, caps)
+	a := h.assignment(scope, ids, caps, far)
 	second, ok := a.second[home]
 	if !ok {
-		second = assignSecond(a.keys, a.home, home, ids, caps)
+		second = assignSecond(a.keys, a.home, home, ids, caps, far)
 		if a.second == nil {
 			a.second = map[uint32]map[uint64]uint32{}
 		}
@@ -191,14 +192,14 @@ func (h *Homes) Second(scope string, key uint64, home uint32, ids []uint32, caps
 }
 
 // assignment is the assignment of scope's established keys to the
-// candidates ids of capacities caps, made again when either changed.
-// h.mu is held.
-func (h *Homes) assignment(scope string, ids []uint32, caps []float64) *homeAssignment {
-	sig := signature(ids, caps)
+// candidates ids of capacities caps and distances far, made again when
+// either changed. h.mu is held.
+func (h *Homes) assignment(scope string, ids []uint32, caps []float64, far []uint8) *homeAssignment {
+	sig := signature(ids, caps, far)
 	a := h.assigned[scope]
 	if a == nil || a.version != h.versions[scope] || a.candidates != sig {
 		keys, pins := h.established(scope)
-		a = &homeAssignment{version: h.versions[scope], candidates: sig, keys: keys, home: assign(keys, pins, ids, caps)}
+		a = &homeAssignment{version: h.versions[scope], candidates: sig, keys: keys, home: assign(keys, pins, ids, caps, far)}
 		h.assigned[scope] = a
 	}
 	return a
@@ -224,23 +225,26 @@ func (h *Homes) established(scope string) (keys []uint64, pins map[uint64]uint32
 	return keys, pins
 }
 
-// signature stands for the candidates' ids and capacities, in their
-// order. Each candidate's term, of its place, id and capacity, is hashed
+// signature stands for the candidates' ids, capacities and distances,
+// in their order. Each candidate's term, of its place, id and capacity, is hashed
 // on its own and the terms are summed: chained, each hash waited for the
 // one before, which over a thousand candidates took a few microseconds of
 // every pick; apart, the processor computes several at once.
-func signature(ids []uint32, caps []float64) uint64 {
+func signature(ids []uint32, caps []float64, far []uint8) uint64 {
 	s := mix64(uint64(len(ids)))
 	for i, id := range ids {
 		s += mix64(mix64(uint64(i)<<32|uint64(id)) ^ math.Float64bits(caps[i]))
+	}
+	for i, d := range far {
+		s += mix64(uint64(i)<<8 | uint64(d) | 1<<63)
 	}
 	return s
 }
 
 // assign deals keys, in order, over the candidates ids of capacities
-// caps (deal), after the pinned keys went to their clusters when those
-// are candidates, counted in their shares.
-func assign(keys []uint64, pins map[uint64]uint32, ids []uint32, caps []float64) map[uint64]uint32 {
+// caps and distances far (deal), after the pinned keys went to their
+// clusters when those are candidates, counted in their shares.
+func assign(keys []uint64, pins map[uint64]uint32, ids []uint32, caps []float64, far []uint8) map[uint64]uint32 {
 	out := make(map[uint64]uint32, len(keys))
 	count := make([]int, len(ids))
 	rest := keys
@@ -259,21 +263,25 @@ func assign(keys []uint64, pins map[uint64]uint32, ids []uint32, caps []float64)
 			rest = append(rest, k)
 		}
 	}
-	deal(rest, len(keys), ids, caps, count, out)
+	deal(rest, len(keys), ids, caps, far, count, out)
 	return out
 }
 
 // assignSecond deals the keys that home holds in homes over the other
 // candidates (deal), each keeping the keys it holds already.
-func assignSecond(keys []uint64, homes map[uint64]uint32, home uint32, ids []uint32, caps []float64) map[uint64]uint32 {
+func assignSecond(keys []uint64, homes map[uint64]uint32, home uint32, ids []uint32, caps []float64, far []uint8) map[uint64]uint32 {
 	var (
 		ofHome    []uint64
 		others    []uint32
 		otherCaps []float64
+		otherFar  []uint8
 	)
 	for i, id := range ids {
 		if id != home {
 			others, otherCaps = append(others, id), append(otherCaps, caps[i])
+			if far != nil {
+				otherFar = append(otherFar, far[i])
+			}
 		}
 	}
 	count := make([]int, len(others))
@@ -285,17 +293,21 @@ func assignSecond(keys []uint64, homes map[uint64]uint32, home uint32, ids []uin
 		}
 	}
 	out := make(map[uint64]uint32, len(ofHome))
-	deal(ofHome, len(keys), others, otherCaps, count, out)
+	deal(ofHome, len(keys), others, otherCaps, otherFar, count, out)
 	return out
 }
 
 // deal deals keys, in order, each to the first candidate of its
 // rendezvous order below its share of total keys, counting the keys each
 // holds already (count): its capacity's share of total, rounded down, and
-// one more for as many candidates as the keys need, first come. So equal
+// one more for as many candidates as the keys need (extras). So equal
 // candidates end within one key of each other: rounded up, 4 keys over 3
-// clusters could be dealt 2, 2 and 0.
-func deal(keys []uint64, total int, ids []uint32, caps []float64, count []int, out map[uint64]uint32) {
+// clusters could be dealt 2, 2 and 0. The extras go to the nearest
+// candidates first (far, the distance classes; first come among equally
+// near ones): a key dealt beyond an equal share is a group whose every
+// turn pays its home's round trip, so 8 groups over 3 clusters, one of
+// them further away, leave it 2 and the near ones 3.
+func deal(keys []uint64, total int, ids []uint32, caps []float64, far []uint8, count []int, out map[uint64]uint32) {
 	if len(ids) == 0 {
 		return
 	}
@@ -309,13 +321,11 @@ func deal(keys []uint64, total int, ids []uint32, caps []float64, count []int, o
 		base[i] = int(math.Floor(float64(total)*c/sum + 1e-9))
 		room += max(base[i]-count[i], 0)
 	}
-	// extra is how many candidates may still take one key beyond their
-	// share rounded down.
-	extra := len(keys) - room
+	extras := extrasByDistance(len(keys)-room, far, len(ids))
 	for _, k := range keys {
 		best, score := -1, math.Inf(-1)
 		for i, id := range ids {
-			open := count[i] < base[i] || (count[i] == base[i] && extra > 0)
+			open := count[i] < base[i] || (count[i] == base[i] && extras[distance(far, i)] > 0)
 			if r := rendezvous(k, id, caps[i]); open && r > score {
 				best, score = i, r
 			}
@@ -326,9 +336,32 @@ func deal(keys []uint64, total int, ids []uint32, caps []float64, count []int, o
 			best = firstByRendezvous(k, ids, caps, -1)
 		}
 		if count[best] >= base[best] {
-			extra--
+			extras[distance(far, best)]--
 		}
 		count[best]++
 		out[k] = ids[best]
 	}
+}
+
+// distance is candidate i's distance class; 0 when far is nil.
+func distance(far []uint8, i int) uint8 {
+	if far == nil {
+		return 0
+	}
+	return far[i]
+}
+
+// extrasByDistance shares n extras among the distance classes of n
+// candidates, nearest first, one a candidate: the nearest class takes as
+// many as it has candidates, the next the rest, and so on.
+func extrasByDistance(n int, far []uint8, candidates int) *[256]int {
+	var per, extras [256]int
+	for i := range candidates {
+		per[distance(far, i)]++
+	}
+	for d := range per {
+		take := min(max(n, 0), per[d])
+		extras[d], n = take, n-take
+	}
+	return &extras
 }

@@ -29,7 +29,7 @@ func shares(t *testing.T, h *Homes, keys []uint64, names []string, caps []float6
 	}
 	out := map[string]int{}
 	for _, k := range keys {
-		id, served := h.Home(scope, k, ids, caps, epoch)
+		id, served := h.Home(scope, k, ids, caps, nil, epoch)
 		require.Equal(t, 2, served)
 		for i := range ids {
 			if ids[i] == id {
@@ -92,6 +92,61 @@ func TestHomesDealWithinOneWhateverTheKeys(t *testing.T) {
 	}
 }
 
+// The keys beyond equal shares go to the nearest clusters: 8 groups over
+// 3 equal clusters, one of them further away, leave it 2 whatever the
+// keys; with all alike it takes 3 in some draws, as any may. The shares
+// rounded down are kept: a further cluster still takes its share.
+func TestHomesDealTheExtrasToTheNearest(t *testing.T) {
+	names, caps := []string{"a", "b", "c"}, []float64{2, 2, 2}
+	ids := []uint32{promptprefix.ClusterID("a"), promptprefix.ClusterID("b"), promptprefix.ClusterID("c")}
+	count := func(h *Homes, ks []uint64, far []uint8) map[string]int {
+		out := map[string]int{}
+		for _, k := range ks {
+			id, _ := h.Home(scope, k, ids, caps, far, epoch)
+			out[names[slices.Index(ids, id)]]++
+		}
+		return out
+	}
+	tests := []struct {
+		name     string
+		keys     int
+		far      []uint8
+		cAtMost  int
+		cAtLeast int
+	}{
+		{name: "8 groups, c further: c takes its 2", keys: 8, far: []uint8{0, 0, 2}, cAtMost: 2, cAtLeast: 2},
+		{name: "7 groups, c further: c takes its 2, the one extra goes to a or b", keys: 7, far: []uint8{0, 0, 1}, cAtMost: 2, cAtLeast: 2},
+		{name: "2 groups, c further: a and b take them", keys: 2, far: []uint8{0, 0, 1}, cAtMost: 0, cAtLeast: 0},
+		{name: "4 groups, b and c further, c furthest: a 2, b 1, c 1", keys: 4, far: []uint8{0, 1, 2}, cAtMost: 1, cAtLeast: 1},
+		{name: "8 groups, all alike: c takes 2 or 3", keys: 8, far: nil, cAtMost: 3, cAtLeast: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sawExtraAtC := false
+			for seed := range uint64(50) {
+				ks := chain(500+seed*16+uint64(tt.keys), tt.keys)
+				h := NewHomes(0, 0)
+				establish(h, ks, epoch)
+				got := count(h, ks, tt.far)
+				require.GreaterOrEqual(t, got["c"], tt.cAtLeast, "seed %d: %v", seed, got)
+				require.LessOrEqual(t, got["c"], tt.cAtMost, "seed %d: %v", seed, got)
+				least, most := tt.keys, 0
+				for _, n := range names {
+					least, most = min(least, got[n]), max(most, got[n])
+				}
+				require.LessOrEqual(t, most-least, 1, "seed %d: within one of each other: %v", seed, got)
+				sawExtraAtC = sawExtraAtC || got["c"] == 3
+				if tt.far != nil && tt.far[1] > 0 && tt.keys == 4 {
+					require.Equal(t, map[string]int{"a": 2, "b": 1, "c": 1}, got, "seed %d", seed)
+				}
+			}
+			if tt.far == nil {
+				assert.True(t, sawExtraAtC, "with all alike, c takes an extra in some draws")
+			}
+		})
+	}
+}
+
 // Two replicas that served the same groups in another order deal them
 // alike; a group that joins moves few of the others; a group not served
 // for the TTL is forgotten.
@@ -109,7 +164,7 @@ func TestHomesAgreeAndMoveLittle(t *testing.T) {
 	assert.Equal(t, before, shares(t, two, ks, names, caps))
 
 	ids := []uint32{promptprefix.ClusterID("a"), promptprefix.ClusterID("b"), promptprefix.ClusterID("c")}
-	homeOf := func(h *Homes, k uint64) uint32 { id, _ := h.Home(scope, k, ids, caps, epoch); return id }
+	homeOf := func(h *Homes, k uint64) uint32 { id, _ := h.Home(scope, k, ids, caps, nil, epoch); return id }
 	was := map[uint64]uint32{}
 	for _, k := range ks {
 		was[k] = homeOf(one, k)
@@ -123,7 +178,7 @@ func TestHomesAgreeAndMoveLittle(t *testing.T) {
 	}
 	assert.LessOrEqual(t, moved, 2, "groups moved by a 13th")
 
-	id, served := one.Home(scope, ks[0], ids, caps, epoch.Add(2*time.Minute))
+	id, served := one.Home(scope, ks[0], ids, caps, nil, epoch.Add(2*time.Minute))
 	assert.Zero(t, id)
 	assert.Zero(t, served, "forgotten a TTL after its last request")
 	assert.Zero(t, one.Len())
@@ -148,15 +203,15 @@ func TestHomesDealAHomesGroupsOverTheOthers(t *testing.T) {
 	for out, name := range names {
 		after := map[string]int{}
 		for _, k := range ks {
-			home, _ := one.Home(scope, k, ids, caps, epoch)
+			home, _ := one.Home(scope, k, ids, caps, nil, epoch)
 			if home != ids[out] {
 				after[names[slices.Index(ids, home)]]++
 				continue
 			}
-			second := one.Second(scope, k, home, ids, caps)
+			second := one.Second(scope, k, home, ids, caps, nil)
 			require.NotZero(t, second, "a second home for every established key")
 			require.NotEqual(t, ids[out], second)
-			assert.Equal(t, second, two.Second(scope, k, home, ids, caps), "replicas agree")
+			assert.Equal(t, second, two.Second(scope, k, home, ids, caps, nil), "replicas agree")
 			after[names[slices.Index(ids, second)]]++
 		}
 		var counts []int
@@ -168,7 +223,7 @@ func TestHomesDealAHomesGroupsOverTheOthers(t *testing.T) {
 		assert.LessOrEqual(t, max(counts[0], counts[1])-min(counts[0], counts[1]), 1,
 			"without %s, the others' groups within one of each other (homes %v, after %v)", name, homes, after)
 	}
-	assert.Zero(t, one.Second(scope, chain(12, 1)[0], ids[0], ids, caps), "no second home for a key not established")
+	assert.Zero(t, one.Second(scope, chain(12, 1)[0], ids[0], ids, caps, nil), "no second home for a key not established")
 }
 
 // TestAPinnedKeyStaysWhereItsPrefixWasReported: a key placed where an EPP
@@ -185,19 +240,19 @@ func TestAPinnedKeyStaysWhereItsPrefixWasReported(t *testing.T) {
 	h := NewHomes(0, 0)
 	establish(h, keys[1:], epoch)
 	// Pinned to whichever cluster the dealing would not have given it.
-	dealt, _ := h.Home(scope, keys[1], ids, caps, epoch)
+	dealt, _ := h.Home(scope, keys[1], ids, caps, nil, epoch)
 	pinned := ids[0]
 	if dealt == ids[0] {
 		pinned = ids[1]
 	}
 	h.Served(scope, keys[1]^1, pinned, epoch)
-	home, served := h.Home(scope, keys[1]^1, ids, caps, epoch)
+	home, served := h.Home(scope, keys[1]^1, ids, caps, nil, epoch)
 	assert.Equal(t, 1, served)
 	assert.Equal(t, pinned, home, "established from its first request, at its pin")
 	all := append(slices.Clone(keys[1:]), keys[1]^1)
 	count := map[uint32]int{}
 	for _, k := range all {
-		id, _ := h.Home(scope, k, ids, caps, epoch)
+		id, _ := h.Home(scope, k, ids, caps, nil, epoch)
 		count[id]++
 	}
 	assert.Equal(t, 3, count[ids[0]], "the pin counts in its cluster's share: %v", count)
@@ -205,6 +260,6 @@ func TestAPinnedKeyStaysWhereItsPrefixWasReported(t *testing.T) {
 
 	// Its cluster gone, the key is dealt among those left.
 	onlyOther := []uint32{promptprefix.ClusterID("c")}
-	home, _ = h.Home(scope, keys[1]^1, onlyOther, []float64{1}, epoch)
+	home, _ = h.Home(scope, keys[1]^1, onlyOther, []float64{1}, nil, epoch)
 	assert.Equal(t, onlyOther[0], home)
 }

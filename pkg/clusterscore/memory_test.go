@@ -81,6 +81,28 @@ func TestObserver(t *testing.T) {
 	require.NotNil(t, NewObserver(7), "a bad alpha takes the default")
 }
 
+// The floor is the least first byte of the latest 64 to 128: one fast
+// answer sets it, and it goes when two windows passed without one like it,
+// so a cluster that moved further away shows it.
+func TestObserverFloor(t *testing.T) {
+	o := NewObserver(0)
+	for range 10 {
+		o.FirstByte("p", "a", 90*time.Millisecond)
+	}
+	o.FirstByte("p", "a", 70*time.Millisecond)
+	o.FirstByte("p", "a", 200*time.Millisecond)
+	assert.Equal(t, 70*time.Millisecond, o.Observe("p", "a").TTFBFloor, "the least")
+	for range floorWindow {
+		o.FirstByte("p", "a", 120*time.Millisecond)
+	}
+	assert.Equal(t, 70*time.Millisecond, o.Observe("p", "a").TTFBFloor, "kept through the next window")
+	for range floorWindow {
+		o.FirstByte("p", "a", 120*time.Millisecond)
+	}
+	assert.Equal(t, 120*time.Millisecond, o.Observe("p", "a").TTFBFloor, "gone after two windows without it")
+	assert.Zero(t, o.Observe("p", "b").TTFBFloor, "none measured")
+}
+
 // Awaiting counts the requests in flight still waiting for their first
 // byte. A request that ends without one (refused, failed) cannot be told
 // from one that had it: the count errs high, never low, and mends when
@@ -99,7 +121,7 @@ func TestObserverAwaiting(t *testing.T) {
 	o.Finished("p", "a", true) // one that failed before its first byte
 	assert.Equal(t, int64(1), o.Observe("p", "a").Awaiting, "high by one: the answered one's count went with it")
 	o.Finished("p", "a", false)
-	assert.Equal(t, Observation{TTFB: o.Observe("p", "a").TTFB, TTFBSpread: o.Observe("p", "a").TTFBSpread, ErrorRatio: o.Observe("p", "a").ErrorRatio}, o.Observe("p", "a"), "drained: nothing in flight, nothing awaiting")
+	assert.Equal(t, Observation{TTFB: o.Observe("p", "a").TTFB, TTFBSpread: o.Observe("p", "a").TTFBSpread, TTFBFloor: time.Millisecond, ErrorRatio: o.Observe("p", "a").ErrorRatio}, o.Observe("p", "a"), "drained: nothing in flight, nothing awaiting")
 	o.FirstByte("p", "a", time.Millisecond) // a first byte with nothing in flight counts nothing
 	assert.Equal(t, int64(0), o.Observe("p", "a").Awaiting)
 	o.Started("p", "a", epoch)

@@ -44,9 +44,20 @@ type observed struct {
 	// first sample. ttfbDev is the EWMA of the samples' distance from it,
 	// their spread (as TCP's retransmission timer keeps a round trip's).
 	ttfb, ttfbDev float64
+	// least holds the least first byte, in seconds, of the samples of
+	// the current window of floorWindow (least[0], sampled of them so
+	// far) and of the window before (least[1]); 0 before any.
+	least   [2]float64
+	sampled int
 	// errors is the EWMA of failures (1) and successes (0).
 	errors float64
 }
+
+// floorWindow is how many first bytes a window of the floor holds: the
+// floor is the least of the latest 64 to 128, so that a cluster that
+// moves further away (or nearer) shows it within as many requests, and
+// one slow or fast answer does not.
+const floorWindow = 64
 
 // Observation is a snapshot of one cluster's observations.
 type Observation struct {
@@ -65,6 +76,10 @@ type Observation struct {
 	// measured yet. TTFBSpread is the moving average of the samples'
 	// distance from it.
 	TTFB, TTFBSpread time.Duration
+	// TTFBFloor is the least time to first byte of the latest 64 to 128
+	// requests: the round trip to the cluster and its fastest answer,
+	// without the waits that load adds; 0 when none was measured yet.
+	TTFBFloor time.Duration
 	// ErrorRatio is the moving average share of failed exchanges.
 	ErrorRatio float64
 }
@@ -125,7 +140,29 @@ func (o *Observer) FirstByte(scope, cluster string, d time.Duration) {
 		c.ttfbDev += o.alpha * (math.Abs(s-c.ttfb) - c.ttfbDev)
 		c.ttfb += o.alpha * (s - c.ttfb)
 	}
+	c.sampleFloor(max(d.Seconds(), 1e-9))
 	c.mu.Unlock()
+}
+
+// sampleFloor counts a first byte of s seconds in the floor's window,
+// starting a new window after floorWindow samples. c.mu is held.
+func (c *observed) sampleFloor(s float64) {
+	if c.sampled == floorWindow {
+		c.least[1], c.least[0], c.sampled = c.least[0], 0, 0
+	}
+	if c.least[0] == 0 || s < c.least[0] {
+		c.least[0] = s
+	}
+	c.sampled++
+}
+
+// floor is the least first byte of the current and the last window.
+// c.mu is held.
+func (c *observed) floor() float64 {
+	if c.least[1] > 0 && c.least[1] < c.least[0] {
+		return c.least[1]
+	}
+	return c.least[0]
 }
 
 // Finished ends a request Started before; failed says it failed (no
@@ -180,7 +217,7 @@ func (c *observed) observation() Observation {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ob := Observation{InFlight: c.inFlight, Awaiting: c.inFlight - c.answered, TTFB: seconds(c.ttfb), TTFBSpread: seconds(c.ttfbDev), ErrorRatio: c.errors}
+	ob := Observation{InFlight: c.inFlight, Awaiting: c.inFlight - c.answered, TTFB: seconds(c.ttfb), TTFBSpread: seconds(c.ttfbDev), TTFBFloor: seconds(c.floor()), ErrorRatio: c.errors}
 	if ob.Awaiting > 0 {
 		// The Awaiting-th latest send, or the oldest kept.
 		k := int(min(ob.Awaiting, sentKept))

@@ -92,12 +92,13 @@ type scratch struct {
 	runs   []int
 	// which is sortByFewTotals': each candidate's value.
 	which []uint8
-	// obs, ids, matched and caps are the scorers' and home placement's,
-	// one per kept candidate.
+	// obs, ids, matched, caps and far are the scorers' and home
+	// placement's, one per kept candidate.
 	obs     []Observation
 	ids     []uint32
 	matched []int
 	caps    []float64
+	far     []uint8
 }
 
 // scratch returns a scratch for n candidates, its slots as the last pick
@@ -212,15 +213,16 @@ type slot struct {
 	homeLoad, capacity, queue float64
 	awaiting                  int64
 	awaited, due              time.Duration
-	// ttfb is its first bytes' moving average (homeBound.filled).
-	ttfb time.Duration
+	// ttfb is its first bytes' moving average (homeBound.filled), floor
+	// the least of its latest first bytes (its distance class, keptIDs).
+	ttfb, floor time.Duration
 	// reported is how many leading blocks of the request its EPP reports
 	// its servers hold (its prefix summary), when its pool metrics are
 	// fresh; -1 when it reports none (prefixMatches).
 	reported int32
 	// A slot is 128 bytes, so that no slot of a pick's array straddles
 	// a third cache line.
-	_ [12]byte
+	_ [4]byte
 }
 
 // Pick orders the candidates for one request: the request goes to the

@@ -321,7 +321,7 @@ func deal(keys []uint64, total int, ids []uint32, caps []float64, far []uint8, c
 		base[i] = int(math.Floor(float64(total)*c/sum + 1e-9))
 		room += max(base[i]-count[i], 0)
 	}
-	extras := extrasByDistance(len(keys)-room, far, len(ids))
+	extras := extrasByDistance(len(keys)-room, far, count, base)
 	for _, k := range keys {
 		best, score := -1, math.Inf(-1)
 		for i, id := range ids {
@@ -351,13 +351,16 @@ func distance(far []uint8, i int) uint8 {
 	return far[i]
 }
 
-// extrasByDistance shares n extras among the distance classes of n
-// candidates, nearest first, one a candidate: the nearest class takes as
-// many as it has candidates, the next the rest, and so on.
-func extrasByDistance(n int, far []uint8, candidates int) *[256]int {
+// extrasByDistance shares n extras among the distance classes of the
+// candidates that may take one (not above their share: count, base),
+// nearest first, one a candidate: the nearest class takes as many as it
+// has such candidates, the next the rest, and so on.
+func extrasByDistance(n int, far []uint8, count, base []int) *[256]int {
 	var per, extras [256]int
-	for i := range candidates {
-		per[distance(far, i)]++
+	for i := range count {
+		if count[i] <= base[i] {
+			per[distance(far, i)]++
+		}
 	}
 	for d := range per {
 		take := min(max(n, 0), per[d])

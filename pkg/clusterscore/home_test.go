@@ -622,9 +622,11 @@ func TestHomesDealtNearerByFirstBytes(t *testing.T) {
 	homesOfC := func(seed uint64, far bool) int {
 		f := newAffinityFixture(t)
 		if far {
-			answered(f, "a", epoch, 12*time.Millisecond, 40*time.Millisecond)
-			answered(f, "b", epoch, 10*time.Millisecond)
-			answered(f, "c", epoch, 82*time.Millisecond, 90*time.Millisecond)
+			for range floorWindow {
+				answered(f, "a", epoch, 12*time.Millisecond)
+				answered(f, "b", epoch, 10*time.Millisecond)
+				answered(f, "c", epoch, 82*time.Millisecond)
+			}
 		}
 		var reqs []*Request
 		for g := range uint64(8) {

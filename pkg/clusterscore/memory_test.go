@@ -81,25 +81,35 @@ func TestObserver(t *testing.T) {
 	require.NotNil(t, NewObserver(7), "a bad alpha takes the default")
 }
 
-// The floor is the least first byte of the latest 64 to 128: one fast
-// answer sets it, and it goes when two windows passed without one like it,
-// so a cluster that moved further away shows it.
+// The floor is the least first byte of the latest 64 to 128, settled at
+// the end of each window of 64: none before the first, and a move of less
+// than 5 ms (or a fifth) is not taken, so that a floor near the edge of a
+// distance class does not cross it back and forth. A cluster that moved
+// further away shows it two windows later.
 func TestObserverFloor(t *testing.T) {
 	o := NewObserver(0)
-	for range 10 {
-		o.FirstByte("p", "a", 90*time.Millisecond)
+	window := func(least time.Duration) {
+		o.FirstByte("p", "a", least)
+		for range floorWindow - 1 {
+			o.FirstByte("p", "a", least+50*time.Millisecond)
+		}
 	}
 	o.FirstByte("p", "a", 70*time.Millisecond)
-	o.FirstByte("p", "a", 200*time.Millisecond)
-	assert.Equal(t, 70*time.Millisecond, o.Observe("p", "a").TTFBFloor, "the least")
-	for range floorWindow {
-		o.FirstByte("p", "a", 120*time.Millisecond)
+	assert.Zero(t, o.Observe("p", "a").TTFBFloor, "not before a window is complete")
+	for range floorWindow - 1 {
+		o.FirstByte("p", "a", 90*time.Millisecond)
 	}
-	assert.Equal(t, 70*time.Millisecond, o.Observe("p", "a").TTFBFloor, "kept through the next window")
-	for range floorWindow {
-		o.FirstByte("p", "a", 120*time.Millisecond)
-	}
-	assert.Equal(t, 120*time.Millisecond, o.Observe("p", "a").TTFBFloor, "gone after two windows without it")
+	assert.Equal(t, 70*time.Millisecond, o.Observe("p", "a").TTFBFloor, "the least of the first window")
+	window(73 * time.Millisecond)
+	window(67 * time.Millisecond)
+	window(74 * time.Millisecond)
+	assert.Equal(t, 70*time.Millisecond, o.Observe("p", "a").TTFBFloor, "moves within 5 ms are not taken")
+	window(120 * time.Millisecond)
+	assert.Equal(t, 70*time.Millisecond, o.Observe("p", "a").TTFBFloor, "the window before still holds a faster one")
+	window(120 * time.Millisecond)
+	assert.Equal(t, 120*time.Millisecond, o.Observe("p", "a").TTFBFloor, "further away: taken after two windows")
+	window(110 * time.Millisecond)
+	assert.Equal(t, 120*time.Millisecond, o.Observe("p", "a").TTFBFloor, "10 ms is within a fifth of 120")
 	assert.Zero(t, o.Observe("p", "b").TTFBFloor, "none measured")
 }
 
@@ -121,7 +131,7 @@ func TestObserverAwaiting(t *testing.T) {
 	o.Finished("p", "a", true) // one that failed before its first byte
 	assert.Equal(t, int64(1), o.Observe("p", "a").Awaiting, "high by one: the answered one's count went with it")
 	o.Finished("p", "a", false)
-	assert.Equal(t, Observation{TTFB: o.Observe("p", "a").TTFB, TTFBSpread: o.Observe("p", "a").TTFBSpread, TTFBFloor: time.Millisecond, ErrorRatio: o.Observe("p", "a").ErrorRatio}, o.Observe("p", "a"), "drained: nothing in flight, nothing awaiting")
+	assert.Equal(t, Observation{TTFB: o.Observe("p", "a").TTFB, TTFBSpread: o.Observe("p", "a").TTFBSpread, ErrorRatio: o.Observe("p", "a").ErrorRatio}, o.Observe("p", "a"), "drained: nothing in flight, nothing awaiting")
 	o.FirstByte("p", "a", time.Millisecond) // a first byte with nothing in flight counts nothing
 	assert.Equal(t, int64(0), o.Observe("p", "a").Awaiting)
 	o.Started("p", "a", epoch)

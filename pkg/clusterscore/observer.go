@@ -46,9 +46,11 @@ type observed struct {
 	ttfb, ttfbDev float64
 	// least holds the least first byte, in seconds, of the samples of
 	// the current window of floorWindow (least[0], sampled of them so
-	// far) and of the window before (least[1]); 0 before any.
+	// far) and of the window before (least[1]); 0 before any. floor is
+	// the settled floor (settleFloor); 0 until a window is complete.
 	least   [2]float64
 	sampled int
+	floor   float64
 	// errors is the EWMA of failures (1) and successes (0).
 	errors float64
 }
@@ -58,6 +60,14 @@ type observed struct {
 // moves further away (or nearer) shows it within as many requests, and
 // one slow or fast answer does not.
 const floorWindow = 64
+
+// floorSettle is the least move of the floor that a window's end takes:
+// 5 ms or a fifth of the floor, whichever is more. Between windows the
+// least first byte of a steady link moves by a few milliseconds of
+// prefill and scheduling; the distance classes read from the floor
+// (keptIDs) deal a pool's keys anew when one changes, so a floor near a
+// class's edge must not cross it back and forth.
+const floorSettle = 5 * time.Millisecond
 
 // Observation is a snapshot of one cluster's observations.
 type Observation struct {
@@ -77,8 +87,9 @@ type Observation struct {
 	// distance from it.
 	TTFB, TTFBSpread time.Duration
 	// TTFBFloor is the least time to first byte of the latest 64 to 128
-	// requests: the round trip to the cluster and its fastest answer,
-	// without the waits that load adds; 0 when none was measured yet.
+	// requests, settled (it moves by 5 ms or a fifth at least): the round
+	// trip to the cluster and its fastest answer, without the waits that
+	// load adds; 0 until 64 were measured.
 	TTFBFloor time.Duration
 	// ErrorRatio is the moving average share of failed exchanges.
 	ErrorRatio float64
@@ -144,25 +155,23 @@ func (o *Observer) FirstByte(scope, cluster string, d time.Duration) {
 	c.mu.Unlock()
 }
 
-// sampleFloor counts a first byte of s seconds in the floor's window,
-// starting a new window after floorWindow samples. c.mu is held.
+// sampleFloor counts a first byte of s seconds in the floor's window;
+// a complete window settles the floor and starts the next. c.mu is held.
 func (c *observed) sampleFloor(s float64) {
-	if c.sampled == floorWindow {
-		c.least[1], c.least[0], c.sampled = c.least[0], 0, 0
-	}
 	if c.least[0] == 0 || s < c.least[0] {
 		c.least[0] = s
 	}
-	c.sampled++
-}
-
-// floor is the least first byte of the current and the last window.
-// c.mu is held.
-func (c *observed) floor() float64 {
-	if c.least[1] > 0 && c.least[1] < c.least[0] {
-		return c.least[1]
+	if c.sampled++; c.sampled < floorWindow {
+		return
 	}
-	return c.least[0]
+	least := c.least[0]
+	if c.least[1] > 0 {
+		least = min(least, c.least[1])
+	}
+	if c.floor == 0 || math.Abs(least-c.floor) > max(floorSettle.Seconds(), c.floor/5) {
+		c.floor = least
+	}
+	c.least[1], c.least[0], c.sampled = c.least[0], 0, 0
 }
 
 // Finished ends a request Started before; failed says it failed (no
@@ -217,7 +226,7 @@ func (c *observed) observation() Observation {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ob := Observation{InFlight: c.inFlight, Awaiting: c.inFlight - c.answered, TTFB: seconds(c.ttfb), TTFBSpread: seconds(c.ttfbDev), TTFBFloor: seconds(c.floor()), ErrorRatio: c.errors}
+	ob := Observation{InFlight: c.inFlight, Awaiting: c.inFlight - c.answered, TTFB: seconds(c.ttfb), TTFBSpread: seconds(c.ttfbDev), TTFBFloor: seconds(c.floor), ErrorRatio: c.errors}
 	if ob.Awaiting > 0 {
 		// The Awaiting-th latest send, or the oldest kept.
 		k := int(min(ob.Awaiting, sentKept))

@@ -147,7 +147,7 @@ func (h *Homes) Len() int {
 
 // Home returns the cluster id an established key of scope is assigned to
 // among the candidates ids of capacities caps and distances far
-// (parallel; far nil when all are alike, farther), 0 when the key is not
+// (parallel; far nil when all are as near), 0 when the key is not
 // established; and how many of its requests were served.
 func (h *Homes) Home(scope string, key uint64, ids []uint32, caps []float64, far []uint8, now time.Time) (uint32, int) {
 	h.mu.Lock()

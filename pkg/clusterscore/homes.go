@@ -226,10 +226,12 @@ func (h *Homes) established(scope string) (keys []uint64, pins map[uint64]uint32
 }
 
 // signature stands for the candidates' ids, capacities and distances,
-// in their order. Each candidate's term, of its place, id and capacity, is hashed
-// on its own and the terms are summed: chained, each hash waited for the
-// one before, which over a thousand candidates took a few microseconds of
-// every pick; apart, the processor computes several at once.
+// in their order. Each candidate's term, of its place, id and capacity
+// (and of its place and distance class, when there are classes), is
+// hashed on its own and the terms are summed: chained, each hash waited
+// for the one before, which over a thousand candidates took a few
+// microseconds of every pick; apart, the processor computes several at
+// once.
 func signature(ids []uint32, caps []float64, far []uint8) uint64 {
 	s := mix64(uint64(len(ids)))
 	for i, id := range ids {

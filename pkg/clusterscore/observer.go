@@ -47,7 +47,7 @@ type observed struct {
 	// least holds the least first byte, in seconds, of the samples of
 	// the current window of floorWindow (least[0], sampled of them so
 	// far) and of the window before (least[1]); 0 before any. floor is
-	// the settled floor (settleFloor); 0 until a window is complete.
+	// the settled floor (sampleFloor); 0 until a window is complete.
 	least   [2]float64
 	sampled int
 	floor   float64

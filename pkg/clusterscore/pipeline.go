@@ -214,7 +214,8 @@ type slot struct {
 	awaiting                  int64
 	awaited, due              time.Duration
 	// ttfb is its first bytes' moving average (homeBound.filled), floor
-	// the least of its latest first bytes (its distance class, keptIDs).
+	// their settled floor (Observation.TTFBFloor; its distance class,
+	// keptIDs).
 	ttfb, floor time.Duration
 	// reported is how many leading blocks of the request its EPP reports
 	// its servers hold (its prefix summary), when its pool metrics are

@@ -144,6 +144,10 @@ func TestARotatedClientCertificateIsSwappedInWithoutARelistOrAWatchGap(t *testin
 
 	stopSampling := sampleGaps(ctx, func() bool { return importedPool(name) })
 
+	// A certificate's dates are whole seconds: the second is minted in a
+	// later second than the first, so that the expiry metric can tell
+	// them apart.
+	time.Sleep(time.Until(user1.mintedBy.Truncate(time.Second).Add(time.Second)))
 	user2 := cm.mint("cert-reader-2")
 	require.NotEqual(t, user1.notAfter, user2.notAfter, "the two certificates end at different times")
 	rotated := cm.memberConfig(user2, cm.ca)
@@ -248,6 +252,9 @@ type certMember struct {
 type certUser struct {
 	cert, key []byte
 	notAfter  time.Time
+	// mintedBy is a time no earlier than the certificate's issue: its
+	// dates are whole seconds from then.
+	mintedBy time.Time
 }
 
 func newCertMember(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, admin *rest.Config, cluster, server string) *certMember {
@@ -270,7 +277,7 @@ func (cm *certMember) mint(user string) certUser {
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
 	}, metav1.CreateOptions{})
 	require.NoError(cm.t, err)
-	return certUser{cert: config.CertData, key: config.KeyData, notAfter: credexpiry.Certificate(config.CertData)}
+	return certUser{cert: config.CertData, key: config.KeyData, notAfter: credexpiry.Certificate(config.CertData), mintedBy: time.Now()}
 }
 
 // revoke deletes user's binding: the cluster answers 403 to whatever the

@@ -177,12 +177,12 @@ func (s *Store) stateAt(namespace string, v Version, rv string) ([]*entry, error
 	if v[epochComponent] != s.epoch {
 		return nil, apierrors.NewResourceExpired("resource version " + rv + " was issued by another replica or an earlier run of the server, which cannot serve its exact state; list without resourceVersionMatch=Exact")
 	}
-	if !v.Covers(s.historyStart) {
-		return nil, apierrors.NewResourceExpired("too old resource version: " + rv + " (the server keeps a limited history; relist)")
-	}
 	// Undoing the changes v does not cover gives the state after the last
 	// change it covers.
-	first := s.firstUncovered(v)
+	first, ok := s.firstUncovered(v)
+	if !ok || !v.Covers(s.historyStart) {
+		return nil, apierrors.NewResourceExpired("too old resource version: " + rv + " (the server keeps a limited history; relist)")
+	}
 
 	state := map[objectKey]*entry{}
 	for _, e := range s.entriesIn(namespace) {

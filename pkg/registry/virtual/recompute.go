@@ -277,15 +277,15 @@ func (s *Store) versionChangesLocked() {
 	s.advanced = make(chan struct{})
 }
 
-// commitLocked gives each change the current version and keeps its object:
+// commitLocked gives each change its version (versionWithin) and keeps its object:
 // encoded (entry), in place of the one it changes. A change whose object
 // cannot be encoded (a bug) is logged and left out: the object stays as
 // served.
 func (s *Store) commitLocked(log klog.Logger, changes []liveChange) batch {
 	rv := s.version.String()
 	b := batch{changes: make([]change, 0, len(changes)), live: make([]Object, 0, len(changes))}
-	for _, c := range changes {
-		c.obj.SetResourceVersion(rv)
+	for i, c := range changes {
+		c.obj.SetResourceVersion(s.versionWithin(rv, len(b.changes), i == len(changes)-1))
 		e, err := s.encode(c.obj)
 		if err != nil {
 			log.Error(err, "Cannot keep a computed object; it stays as served", "object", key(c.obj.GetNamespace(), c.obj.GetName()))
@@ -296,10 +296,23 @@ func (s *Store) commitLocked(log klog.Logger, changes []liveChange) batch {
 		} else {
 			s.objects[e.objectKey()] = e
 		}
-		b.changes = append(b.changes, change{typ: c.typ, obj: e, prev: c.prev})
+		b.changes = append(b.changes, change{typ: c.typ, obj: e, prev: c.prev, inPass: len(b.changes)})
 		b.live = append(b.live, c.obj)
 	}
 	return b
+}
+
+// versionWithin is the version of the k-th change kept of a
+// recomputation (from 0): rv, the current version, for its last change;
+// for the others, the current version with passComponent at k+1, so that
+// a client cut off after the k-th resumes with the rest of them.
+func (s *Store) versionWithin(rv string, k int, last bool) string {
+	if last {
+		return rv
+	}
+	s.version[passComponent] = uint64(k + 1)
+	defer delete(s.version, passComponent)
+	return s.version.String()
 }
 
 // publishLocked appends a batch to the history and sends it to every

@@ -72,6 +72,9 @@ type change struct {
 	// history to this one, shared by the changes of one recomputation.
 	// A whole Version per change cost more than the change's object.
 	step *historyStep
+	// inPass is the change's place among the changes of its
+	// recomputation, from 0 (passComponent).
+	inPass int
 }
 
 // historyStep is how the version moved at one recomputation, and the
@@ -332,6 +335,11 @@ func (s *Store) SetHistorySize(n int) {
 func (s *Store) appendHistoryLocked(changes []change) {
 	s.history = append(s.history, changes...)
 	if over := len(s.history) - s.historySize; over > s.historySize/8 {
+		// Whole recomputations: a version within one is placed by its
+		// changes (firstUncovered).
+		for over < len(s.history) && s.history[over].step == s.history[over-1].step {
+			over++
+		}
 		for _, c := range s.history[:over] {
 			s.cutLocked(c.step)
 		}
@@ -341,17 +349,36 @@ func (s *Store) appendHistoryLocked(changes []change) {
 
 // firstUncovered is the index of the first change of the history that v
 // does not cover (len(history) when v covers them all). Versions only
-// grow, so the changes v covers are a prefix of the history. The store's
-// lock is held.
-func (s *Store) firstUncovered(v Version) int {
+// grow, so the changes v covers are a prefix of the history. v must cover
+// historyStart; ok is false when v is within a recomputation that the
+// history no longer has (the changes after v's are cut). The store's lock
+// is held.
+func (s *Store) firstUncovered(v Version) (first int, ok bool) {
 	version := s.historyStart.clone()
+	first = len(s.history)
 	for i, c := range s.history {
 		version.apply(c.step.moved)
 		if !v.Covers(version) {
-			return i
+			first = i
+			break
 		}
 	}
-	return len(s.history)
+	k, within := v[passComponent]
+	if !within {
+		return first, true
+	}
+	if first == 0 {
+		// The history starts after v's recomputation: the history is
+		// cut between recomputations (appendHistoryLocked).
+		return 0, false
+	}
+	// v covers its recomputation's step but only the first k of its
+	// changes: the rest of them are uncovered too.
+	step := s.history[first-1].step
+	for first > 0 && s.history[first-1].step == step && uint64(s.history[first-1].inPass) >= k {
+		first--
+	}
+	return first, true
 }
 
 // Ready reports whether the first computation has finished.

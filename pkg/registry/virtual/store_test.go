@@ -3,6 +3,7 @@ package virtual
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -204,7 +205,7 @@ func TestWatchResumesFromAnyVersionInItsHistory(t *testing.T) {
 	_, start, _ := s.ListWithOptions(context.Background(), ListOptions{})
 
 	// One change at a time: changes that arrive together are computed
-	// together and share one version.
+	// together, in one recomputation.
 	for i, name := range []string{"a", "b", "c"} {
 		r.set("ns", name, nil, "cluster-a")
 		notifyPool(s, "cluster-a", "ns", name, uint64(100+i))
@@ -670,4 +671,100 @@ func TestAnObjectThatDoesNotDecodeIsAnErrorToItsReaders(t *testing.T) {
 		}
 	}
 	assert.Contains(t, types, watch.Error, "the watch ended with an error event: %v", types)
+}
+
+// Changes computed in one pass share the pass's member components; a
+// watch cut after some of them resumes from the version of the last it
+// got and gets the rest of the pass, not the next pass: each change
+// carries a version of its own, as each event of the Kubernetes API does.
+func TestAWatchCutWithinAPassResumesWithTheRestOfIt(t *testing.T) {
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	s := startStore(t, r)
+	_, start, _ := s.ListWithOptions(context.Background(), ListOptions{})
+	for _, name := range []string{"a", "b", "c"} {
+		r.set("ns", name, nil, "cluster-a")
+	}
+	// A namespace's change recomputes all its objects in one pass.
+	s.Notify(clusterset.Event{Member: "cluster-a", Kind: clusterset.KindNamespace, Namespace: "ns", ResourceVersion: 7})
+
+	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: start})
+	require.NoError(t, err)
+	first := next(t, w)
+	w.Stop()
+	require.Equal(t, watch.Added, first.Type)
+	versions := map[string]bool{}
+	for _, name := range []string{"a", "b", "c"} {
+		o, ok, _ := s.Get("ns", name)
+		require.True(t, ok)
+		versions[o.GetResourceVersion()] = true
+	}
+	assert.Len(t, versions, 3, "each change of the pass has its own version")
+
+	resumed, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: first.Object.(Object).GetResourceVersion()})
+	require.NoError(t, err)
+	defer resumed.Stop()
+	var rest []string
+	for range 2 {
+		ev := next(t, resumed)
+		assert.Equal(t, watch.Added, ev.Type)
+		rest = append(rest, nameOf(ev))
+	}
+	assert.ElementsMatch(t, slices.DeleteFunc([]string{"a", "b", "c"}, func(n string) bool { return n == nameOf(first) }), rest,
+		"the resumed watch gets the pass's other changes")
+
+	exact, _, err := s.ListWithOptions(context.Background(), ListOptions{ResourceVersion: first.Object.(Object).GetResourceVersion(), ResourceVersionMatch: metav1.ResourceVersionMatchExact})
+	require.NoError(t, err)
+	require.Len(t, exact.items, 1, "the state at a change's version has the changes up to it")
+	assert.Equal(t, nameOf(first), exact.items[0].GetName())
+}
+
+// The history is cut between recomputations, never within one: a version
+// within a recomputation that was cut is too old, as a version before it
+// is; one within a recomputation the history keeps resumes.
+func TestTheHistoryIsCutBetweenRecomputations(t *testing.T) {
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	s := NewStore(r, emptySnapshot{}, func() Object { return &inference.InferencePoolImport{} })
+	s.SetHistorySize(4)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go s.Run(ctx)
+	require.Eventually(t, s.Ready, 5*time.Second, 5*time.Millisecond)
+	// pass makes the objects names of namespace ns in one recomputation
+	// and returns the version of the first change.
+	pass := func(ns string, rv uint64, names ...string) string {
+		for _, name := range names {
+			r.set(ns, name, nil, "cluster-a")
+		}
+		s.Notify(clusterset.Event{Member: "cluster-a", Kind: clusterset.KindNamespace, Namespace: ns, ResourceVersion: rv})
+		var versions []string
+		require.Eventually(t, func() bool {
+			versions = versions[:0]
+			for _, name := range names {
+				o, ok, _ := s.Get(ns, name)
+				if !ok {
+					return false
+				}
+				versions = append(versions, o.GetResourceVersion())
+			}
+			return true
+		}, 5*time.Second, 5*time.Millisecond)
+		slices.Sort(versions)
+		return versions[0]
+	}
+	inFirst := pass("one", 10, "a", "b", "c")
+	inSecond := pass("two", 11, "a", "b", "c")
+	// Six changes run a history of 4 over by more than an eighth: two
+	// are cut, and the rest of their recomputation with them.
+	s.mu.RLock()
+	assert.Len(t, s.history, 3, "the first recomputation is cut whole")
+	s.mu.RUnlock()
+
+	_, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: inFirst})
+	assert.True(t, apierrors.IsResourceExpired(err) || apierrors.IsGone(err), "a version within a cut recomputation: %v", err)
+	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: inSecond})
+	require.NoError(t, err, "a version within a kept recomputation")
+	defer w.Stop()
+	for _, want := range []watch.EventType{watch.Added, watch.Added} {
+		assert.Equal(t, want, next(t, w).Type, "its recomputation's other two changes")
+	}
 }

@@ -35,17 +35,29 @@ const epochComponent = "~epoch"
 // whether a version another replica issued saw the membership it sees.
 const viewComponent = "~view"
 
+// passComponent places a version among the changes of one recomputation,
+// which share its other components: a version with passComponent k has
+// the first k of them (a change's own version, for all of the
+// recomputation's changes but its last, whose version is the
+// recomputation's). A watch cut off within a recomputation resumes with
+// the rest of it (firstUncovered), as a watch of the Kubernetes API
+// resumes after the last event it got, each event having a version of its
+// own. Only a Store's own versions are placed by it: a version of another
+// replica or run places the client roughly and replays from earlier
+// anyway (resumeFromLocked).
+const passComponent = "~pass"
+
 // isMemberComponent reports whether k is a member's resourceVersion rather
 // than a reserved component: the only components that mean the same on
 // every replica.
 func isMemberComponent(k string) bool { return !strings.HasPrefix(k, "~") }
 
 // Covers reports whether v has seen everything o has: every component of o
-// is at most the same component of v. The epoch and the view are not
-// compared.
+// is at most the same component of v. The epoch, the view and the place
+// within a recomputation are not compared.
 func (v Version) Covers(o Version) bool {
 	for k, n := range o {
-		if k == epochComponent || k == viewComponent {
+		if k == epochComponent || k == viewComponent || k == passComponent {
 			continue
 		}
 		if v[k] < n {

@@ -146,11 +146,12 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 		// absorbs rather than changes it misses.
 		backlog = netChanges(s.history[from:])
 	default:
-		if !since.Covers(s.historyStart) {
+		first, ok := s.firstUncovered(since)
+		if !ok || !since.Covers(s.historyStart) {
 			s.mu.Unlock()
 			return nil, apierrors.NewResourceExpired("too old resource version: " + opts.ResourceVersion + " (the server keeps a limited history; relist)")
 		}
-		backlog = slices.Clone(s.history[s.firstUncovered(since):])
+		backlog = slices.Clone(s.history[first:])
 	}
 	s.watchers[w] = struct{}{}
 	s.mu.Unlock()

@@ -54,6 +54,41 @@ func Encode(components map[string]uint64) string {
 	return string(b)
 }
 
+// With is Encode of the components of rv, an encoding by Encode, and of
+// the component name at value, which rv must not have. Sorted pairs let it
+// insert the pair in place: a version of a thousand members is encoded in
+// 200 µs, and a Store that needs it again with one more component would
+// otherwise pay that twice. rv in an older format is decoded and encoded
+// anew.
+func With(rv, name string, value uint64) (string, error) {
+	body, ok := strings.CutPrefix(rv, formatV2)
+	if !ok {
+		v, err := Decode(rv)
+		if err != nil {
+			return "", err
+		}
+		v[name] = value
+		return Encode(v), nil
+	}
+	pair := name + "=" + strconv.FormatUint(value, 36)
+	// at is where the first pair whose name sorts after name starts.
+	at := len(body)
+	for at > 0 {
+		start := strings.LastIndexByte(body[:at], ',') + 1
+		if k, _, _ := strings.Cut(body[start:at], "="); k < name {
+			break
+		}
+		at = max(start-1, 0)
+	}
+	switch {
+	case body == "":
+		return formatV2 + pair, nil
+	case at == 0:
+		return formatV2 + pair + "," + body, nil
+	}
+	return formatV2 + body[:at] + "," + pair + body[at:], nil
+}
+
 // Decode reads a resourceVersion made by Encode, in the current format or
 // an older one.
 func Decode(s string) (map[string]uint64, error) {

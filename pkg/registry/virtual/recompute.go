@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/versionvector"
 )
 
 // computed is one object as a recomputation found it.
@@ -310,6 +311,11 @@ func (s *Store) versionWithin(rv string, k int, last bool) string {
 	if last {
 		return rv
 	}
+	if within, err := versionvector.With(rv, passComponent, uint64(k+1)); err == nil {
+		return within
+	}
+	// rv is s.version's encoding, which always decodes: the same
+	// version, the slow way.
 	s.version[passComponent] = uint64(k + 1)
 	defer delete(s.version, passComponent)
 	return s.version.String()

@@ -124,6 +124,19 @@ func startStoreOf(t *testing.T, r *tableResource, cluster Snapshotter) *Store {
 	return s
 }
 
+// startStoreWithHistory starts a Store of r, with no members, whose watch
+// history is n changes long.
+func startStoreWithHistory(t *testing.T, r *tableResource, n int) *Store {
+	t.Helper()
+	s := NewStore(r, emptySnapshot{}, func() Object { return &inference.InferencePoolImport{} })
+	s.SetHistorySize(n)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go s.Run(ctx)
+	require.Eventually(t, s.Ready, 5*time.Second, 5*time.Millisecond)
+	return s
+}
+
 // notifyPool tells the store that member m changed ns/name at resourceVersion rv.
 func notifyPool(s *Store, member, ns, name string, rv uint64) {
 	s.Notify(clusterset.Event{Member: member, Kind: clusterset.KindInferencePool, Namespace: ns, Name: name, ResourceVersion: rv})
@@ -259,12 +272,7 @@ func TestWatchOlderThanTheHistoryIsGone(t *testing.T) {
 
 func TestAWatchOutrunByMoreChangesThanTheHistorySizeIsGone(t *testing.T) {
 	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
-	s := NewStore(r, emptySnapshot{}, func() Object { return &inference.InferencePoolImport{} })
-	s.SetHistorySize(4)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go s.Run(ctx)
-	require.Eventually(t, s.Ready, 5*time.Second, 5*time.Millisecond)
+	s := startStoreWithHistory(t, r, 4)
 	_, start, _ := s.ListWithOptions(context.Background(), ListOptions{})
 
 	// Four changes fit the history; the sixth runs it over by more than an
@@ -723,12 +731,7 @@ func TestAWatchCutWithinAPassResumesWithTheRestOfIt(t *testing.T) {
 // is; one within a recomputation the history keeps resumes.
 func TestTheHistoryIsCutBetweenRecomputations(t *testing.T) {
 	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
-	s := NewStore(r, emptySnapshot{}, func() Object { return &inference.InferencePoolImport{} })
-	s.SetHistorySize(4)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go s.Run(ctx)
-	require.Eventually(t, s.Ready, 5*time.Second, 5*time.Millisecond)
+	s := startStoreWithHistory(t, r, 4)
 	// pass makes the objects names of namespace ns in one recomputation
 	// and returns the version of the first change.
 	pass := func(ns string, rv uint64, names ...string) string {

@@ -1,6 +1,8 @@
 package versionvector
 
 import (
+	"maps"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -38,5 +40,36 @@ func TestWithIsEncodeWithOneMoreComponent(t *testing.T) {
 	t.Run("not a version", func(t *testing.T) {
 		_, err := With("%%", "~pass", 1)
 		assert.Error(t, err)
+	})
+}
+
+// FuzzWith checks With against Encode: whatever rv is, With does not
+// panic, and for an rv that decodes and lacks the component, it gives a
+// version of rv's components and that one; Encode's own encoding of them
+// when rv is Encode's.
+//
+// Trusted input: a Store's own versions (a client's resourceVersion is
+// decoded by Decode, fuzzed through the Store's version parsing).
+func FuzzWith(f *testing.F) {
+	for _, s := range []string{"v2;", "v2;cluster-a=7,~epoch=1,~view=3", "v2;~view=1", "djE7Y2x1c3Rlci1hPTc", "v2;a=1,,b=2", "v2;=", "%%"} {
+		f.Add(s, "~pass")
+	}
+	f.Fuzz(func(t *testing.T, rv, name string) {
+		got, err := With(rv, name, 5)
+		components, decodeErr := Decode(rv)
+		if decodeErr != nil || err != nil {
+			return
+		}
+		if _, has := components[name]; has || name == "" || strings.ContainsAny(name, ",=") {
+			return
+		}
+		canonical := Encode(components) == rv
+		components[name] = 5
+		if canonical && got != Encode(components) {
+			t.Fatalf("With(%q, %q) = %q, want %q", rv, name, got, Encode(components))
+		}
+		if read, err := Decode(got); err != nil || !maps.Equal(read, components) {
+			t.Fatalf("With(%q, %q) = %q, which decodes to %v (%v), want %v", rv, name, got, read, err, components)
+		}
 	})
 }

@@ -302,7 +302,7 @@ func (e *env) heapAlloc(b *testing.B, cluster string) uint64 {
 	b.Helper()
 	c, err := e.cs.Cluster(cluster)
 	require.NoError(b, err)
-	resp, err := e.mciHTTP(b).Get(fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/heap?gc=1&debug=1", c.MCIAPIServerPort))
+	resp, err := e.mciHTTP(b).Get(fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/heap?gc=1&debug=1", c.MCIAPIServerReplicaPorts[0]))
 	require.NoError(b, err)
 	defer resp.Body.Close()
 	require.Equal(b, http.StatusOK, resp.StatusCode)
@@ -330,7 +330,7 @@ func (e *env) saveHeapProfile(b *testing.B, cluster, name string) {
 	}
 	c, err := e.cs.Cluster(cluster)
 	require.NoError(b, err)
-	resp, err := e.mciHTTP(b).Get(fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/heap?gc=1", c.MCIAPIServerPort))
+	resp, err := e.mciHTTP(b).Get(fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/heap?gc=1", c.MCIAPIServerReplicaPorts[0]))
 	require.NoError(b, err)
 	defer resp.Body.Close()
 	require.Equal(b, http.StatusOK, resp.StatusCode)
@@ -353,7 +353,7 @@ func (e *env) saveCPUProfile(b *testing.B, cluster, name string, d time.Duration
 	}
 	c, err := e.cs.Cluster(cluster)
 	require.NoError(b, err)
-	url := fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/profile?seconds=%d", c.MCIAPIServerPort, int(max(d, time.Second)/time.Second))
+	url := fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/profile?seconds=%d", c.MCIAPIServerReplicaPorts[0], int(max(d, time.Second)/time.Second))
 	client := e.mciHTTP(b)
 	done := make(chan error, 1)
 	go func() {

@@ -138,7 +138,7 @@ func (e *env) mciMetrics(b *testing.B, cluster string) promtext.Metrics {
 	b.Helper()
 	c, err := e.cs.Cluster(cluster)
 	require.NoError(b, err)
-	resp, err := e.mciHTTP(b).Get(fmt.Sprintf("https://127.0.0.1:%d/metrics", c.MCIAPIServerPort))
+	resp, err := e.mciHTTP(b).Get(fmt.Sprintf("https://127.0.0.1:%d/metrics", c.MCIAPIServerReplicaPorts[0]))
 	require.NoError(b, err)
 	defer resp.Body.Close()
 	require.Equal(b, http.StatusOK, resp.StatusCode)

@@ -292,14 +292,14 @@ func TestBadMemberSecretsAreReportedAndServingGoesOn(t *testing.T) {
 	// unreachable threshold), which is not what this test is about.
 	readyz := directClient(t, nil)
 	waitfor.Eventually(t, ctx, convergence, func(ctx context.Context) (bool, string) {
-		resp, err := readyz.Get(fmt.Sprintf("https://127.0.0.1:%d/readyz", bServer.MCIAPIServerPort))
+		resp, err := readyz.Get(fmt.Sprintf("https://127.0.0.1:%d/readyz", bServer.MCIAPIServerReplicaPorts[0]))
 		if err != nil {
 			return false, err.Error()
 		}
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, resp.Status
 	})
-	stopReadyz := watchReadyz(t, bServer.MCIAPIServerPort)
+	stopReadyz := watchReadyz(t, bServer.MCIAPIServerReplicaPorts[0])
 
 	dead := unusedLoopbackServer(t)
 	// Two kubeconfigs that are not self-contained, both for a server that

@@ -53,7 +53,7 @@ func directGet(t *testing.T, client *http.Client, cluster, path string, header h
 	t.Helper()
 	c, err := clusters.Cluster(cluster)
 	require.NoError(t, err)
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d%s", c.MCIAPIServerPort, path), nil)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d%s", c.MCIAPIServerReplicaPorts[0], path), nil)
 	require.NoError(t, err)
 	for k, v := range header {
 		req.Header[k] = v

@@ -111,7 +111,7 @@ func mciAPIServerDiscovery(t *testing.T, ctx context.Context, c *localclusterset
 	caBundle, err := base64.StdEncoding.DecodeString(encoded)
 	require.NoError(t, err, "the APIService's caBundle")
 	config := rest.CopyConfig(c.Config)
-	config.Host = fmt.Sprintf("https://127.0.0.1:%d", c.MCIAPIServerPort)
+	config.Host = fmt.Sprintf("https://127.0.0.1:%d", c.MCIAPIServerReplicaPorts[0])
 	config.CAFile, config.CAData, config.ServerName = "", caBundle, ""
 	return discovery.NewDiscoveryClientForConfigOrDie(config)
 }

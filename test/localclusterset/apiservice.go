@@ -218,13 +218,13 @@ func (cs *ClusterSet) startMCIAPIServer(ctx context.Context, c *Cluster) error {
 			return err
 		}
 	}
-	if len(c.MCIAPIServerReplicaPorts) > 1 {
+	if c.MCIAPIServerPort != c.mciAPIServer.Port {
 		f, err := startReplicaFront(c.MCIAPIServerPort, c.MCIAPIServerReplicaPorts, cs.pki.mciServingCA.certPEM)
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.Name, err)
 		}
 		c.front = f
-		cs.progress("front for %s's %d mci-apiservers on %s", c.Name, len(c.MCIAPIServerReplicaPorts), hostPort(c.MCIAPIServerPort))
+		cs.progress("front for %s's mci-apiservers (%d) on %s", c.Name, len(c.MCIAPIServerReplicaPorts), hostPort(c.MCIAPIServerPort))
 	}
 	kube, dyn, err := clients(c.Config)
 	if err != nil {
@@ -323,12 +323,16 @@ func replicaClient(caPEM []byte) *http.Client {
 }
 
 // replicaFront stands for the Service in front of an mci-apiserver
-// Deployment: a TCP listener on loopback that hands each connection to the
-// next replica whose /readyz answered last time it was asked (every
-// replica when none did, as kube-proxy falls back to terminating
-// endpoints), trying the next one when a replica refuses the connection.
-// TLS passes through untouched: the aggregator still verifies the
-// replica's certificate.
+// Deployment, however many replicas it has: a TCP listener on loopback
+// that hands each connection to the next replica whose /readyz answered
+// last time it was asked, trying the next ready one when a replica
+// refuses the connection, and closes a connection when none is ready, as
+// kube-proxy rejects one to a Service without ready endpoints. A replica
+// that has just started is sent nothing until its /readyz answers: one
+// that is not ready yet (its authentication not yet loaded: it would take
+// the aggregator's requests as anonymous) gets no request a kubelet's
+// readiness probe would keep from it. TLS passes through untouched: the
+// aggregator still verifies the replica's certificate.
 type replicaFront struct {
 	listener net.Listener
 	backends []int
@@ -381,20 +385,18 @@ func (f *replicaFront) accept() {
 	}
 }
 
-// candidates are the backends to try for one connection, ready ones
-// first, starting from the next in turn.
+// candidates are the ready backends to try for one connection, starting
+// from the next in turn.
 func (f *replicaFront) candidates() []int {
 	start := int(f.next.Add(1))
-	var ready, other []int
+	var ready []int
 	for i := range f.backends {
 		j := (start + i) % len(f.backends)
 		if f.ready[j].Load() {
 			ready = append(ready, f.backends[j])
-		} else {
-			other = append(other, f.backends[j])
 		}
 	}
-	return append(ready, other...)
+	return ready
 }
 
 func (f *replicaFront) relay(client net.Conn) {

@@ -43,12 +43,12 @@ type Cluster struct {
 	// Config is an admin client configuration; copy it (rest.CopyConfig)
 	// before changing it.
 	Config *rest.Config
-	// MCIAPIServerPort is the port mci-apiserver serves on, 0 when none runs.
-	// With Options.Replicas > 1 it is the port of the front that spreads
-	// connections over the replicas, which the APIService points at.
+	// MCIAPIServerPort is the port the APIService points at, 0 when no
+	// mci-apiserver runs: that of the front that plays the Service before
+	// the replicas, or of the one replica of a Detached ClusterSet.
 	MCIAPIServerPort int
 	// MCIAPIServerReplicaPorts are the ports of the mci-apiserver replicas,
-	// in replica order; one entry, MCIAPIServerPort, without a front.
+	// in replica order.
 	MCIAPIServerReplicaPorts []int
 
 	apiServer         *process
@@ -156,11 +156,11 @@ func (cs *ClusterSet) up(ctx context.Context, opts Options) error {
 		}
 	}
 	// etcd client and peer ports, a kube-apiserver port per cluster, per
-	// cluster a port for each mci-apiserver replica and, with more than
-	// one, a port for the front before them, and a kube-controller-manager
+	// cluster a port for each mci-apiserver replica and, unless detached,
+	// a port for the front before them, and a kube-controller-manager
 	// port per cluster, last.
 	perCluster := cs.replicas
-	if cs.replicas > 1 {
+	if !cs.detached {
 		perCluster++
 	}
 	ports, err := FreePorts(2 + len(opts.Clusters) + perCluster*len(opts.Clusters) + len(opts.Clusters))
@@ -246,7 +246,7 @@ func (cs *ClusterSet) up(ctx context.Context, opts Options) error {
 				c.MCIAPIServerReplicaPorts = append(c.MCIAPIServerReplicaPorts, p.Port)
 			}
 			c.MCIAPIServerPort = c.mciAPIServer.Port
-			if cs.replicas > 1 {
+			if !cs.detached {
 				c.MCIAPIServerPort = own[cs.replicas]
 			}
 			if err := cs.startMCIAPIServer(ctx, c); err != nil {

@@ -29,11 +29,11 @@ type Options struct {
 	// empty runs none.
 	MCIAPIServerBinary string
 	// Replicas is how many mci-apiservers run in every cluster; 1 when 0.
-	// With more than one, the APIService points at a TCP front on loopback
-	// that plays the Service: it spreads connections over the replicas
-	// whose /readyz answers, as kube-proxy does over ready endpoints. The
-	// front runs in the calling process, so Replicas > 1 cannot be
-	// Detached.
+	// The APIService points at a TCP front on loopback that plays the
+	// Service: it spreads connections over the replicas whose /readyz
+	// answers, as kube-proxy does over ready endpoints. The front runs in
+	// the calling process, so a Detached ClusterSet has none (its one
+	// replica is dialled directly) and Replicas > 1 cannot be Detached.
 	Replicas int
 	// MemberUnreachableAfter is every mci-apiserver's
 	// --member-unreachable-after; the server's default when 0.

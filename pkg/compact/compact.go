@@ -15,6 +15,7 @@ package compact
 import (
 	"bytes"
 	"compress/flate"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"strings"
@@ -28,7 +29,7 @@ import (
 // encodes becomes its dictionary: the others, of the same kind, share most
 // of their bytes with it. A Codec is safe for concurrent use.
 type Codec struct {
-	enc cbor.EncMode
+	enc cbor.UserBufferEncMode
 	dec cbor.DecMode
 
 	dict    atomic.Pointer[[]byte]
@@ -41,7 +42,7 @@ type Codec struct {
 func New() *Codec {
 	// Core deterministic encoding: equal values have equal encodings, so
 	// that two encodings can be compared as bytes.
-	enc, err := cbor.CoreDetEncOptions().EncMode()
+	enc, err := cbor.CoreDetEncOptions().UserBufferEncMode()
 	if err != nil {
 		panic(fmt.Sprintf("compact: CBOR encoding options: %v", err))
 	}
@@ -79,6 +80,24 @@ func (c *Codec) Encode(v any) (string, error) {
 		return "", fmt.Errorf("compressing %T: %w", v, err)
 	}
 	return out.String(), nil
+}
+
+// Digest is a digest of what v holds: the first 128 bits of the SHA-256 of
+// its deterministic encoding, so that equal values have equal digests in
+// every process that has the same types, whatever its dictionary. It is
+// cryptographic because the values hold what other clusters wrote: a
+// member must not be able to make two different values share one.
+type Digest [16]byte
+
+// Digest returns the digest of v.
+func (c *Codec) Digest(v any) (Digest, error) {
+	raw := c.buffer()
+	defer c.buffers.Put(raw)
+	if err := c.enc.MarshalToBuffer(v, raw); err != nil {
+		return Digest{}, fmt.Errorf("encoding %T: %w", v, err)
+	}
+	sum := sha256.Sum256(raw.Bytes())
+	return Digest(sum[:16]), nil
 }
 
 // Decode decodes data, which Encode returned, into v (a pointer).

@@ -138,3 +138,19 @@ func BenchmarkImport(b *testing.B) {
 		}
 	})
 }
+
+func TestDigestsAreOfTheValueOnly(t *testing.T) {
+	first, second := New(), New()
+	_, err := second.Encode(anImport(9)) // another dictionary
+	require.NoError(t, err)
+	a, err := first.Digest(anImport(3))
+	require.NoError(t, err)
+	b, err := second.Digest(anImport(3))
+	require.NoError(t, err)
+	assert.Equal(t, a, b, "equal values, in codecs of other dictionaries")
+	other, err := first.Digest(anImport(4))
+	require.NoError(t, err)
+	assert.NotEqual(t, a, other)
+	_, err = first.Digest(func() {})
+	assert.Error(t, err, "a value that does not encode")
+}

@@ -63,6 +63,13 @@ func (q *batchQueue) pop() (batch, bool) {
 	return b, true
 }
 
+// pending reports whether a batch waits.
+func (q *batchQueue) pending() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.batches) > 0
+}
+
 // bookmarkInterval is how often a watcher that allows bookmarks is told the
 // current resourceVersion when it moved since what the watcher last got.
 // Member changes that alter no object still move the version; a client
@@ -321,10 +328,15 @@ func (w *watcher) run(ctx context.Context, initial []*entry, initialVersion stri
 				}
 			}
 		case <-ticks:
+			// A batch is queued under the Store's lock as its version
+			// moves: with none queued, this watcher has been sent every
+			// change up to the version read under that lock. With one
+			// queued, a bookmark sent ahead of it would place a client
+			// cut off before it past it.
 			w.store.mu.RLock()
-			rv := w.store.version.String()
+			rv, behind := w.store.version.String(), w.queue.pending()
 			w.store.mu.RUnlock()
-			if rv == sent {
+			if behind || rv == sent {
 				continue
 			}
 			if !emit(watch.Event{Type: watch.Bookmark, Object: w.bookmark(rv)}) {

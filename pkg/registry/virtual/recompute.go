@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
 
+	"github.com/mci-dev/mci/pkg/compact"
 	"github.com/mci-dev/mci/pkg/imports"
 	"github.com/mci-dev/mci/pkg/versionvector"
 )
@@ -25,6 +26,9 @@ type computed struct {
 	// applyLocked decodes it again, and says why).
 	prev *entry
 	was  Object
+	// digest is obj's (digestOf), or digestErr why it has none.
+	digest    compact.Digest
+	digestErr error
 }
 
 // recompute brings the served objects up to date with what changed since
@@ -100,7 +104,7 @@ func (s *Store) compute(cs imports.ClusterSet, dirty Dirty) (results []computed,
 	if dirty.All {
 		replaceNamespace[""] = true
 		for _, o := range s.resource.ComputeNamespace(cs, "") {
-			results = append(results, computed{key: key(o.GetNamespace(), o.GetName()), obj: o})
+			results = append(results, s.computedOf(key(o.GetNamespace(), o.GetName()), o))
 		}
 		return results, replaceNamespace
 	}
@@ -113,7 +117,7 @@ func (s *Store) compute(cs imports.ClusterSet, dirty Dirty) (results []computed,
 		for _, o := range s.resource.ComputeNamespace(cs, ns) {
 			k := key(o.GetNamespace(), o.GetName())
 			seen[k] = true
-			results = append(results, computed{key: k, obj: o})
+			results = append(results, s.computedOf(k, o))
 		}
 	}
 	var keys []string
@@ -146,7 +150,7 @@ func (s *Store) computeKeys(cs imports.ClusterSet, keys []string) []computed {
 			ns, name := splitKey(k)
 			r := computed{key: k}
 			if o, ok := s.resource.Compute(cs, ns, name); ok {
-				r.obj = o
+				r = s.computedOf(k, o)
 				r.prev, r.was = s.served(k)
 			}
 			results[i] = r
@@ -155,6 +159,12 @@ func (s *Store) computeKeys(cs imports.ClusterSet, keys []string) []computed {
 	}
 	_ = g.Wait() // nothing fails
 	return results
+}
+
+// computedOf is o, computed under key, with its digest.
+func (s *Store) computedOf(key string, o Object) computed {
+	d, err := s.digestOf(o)
+	return computed{key: key, obj: o, digest: d, digestErr: err}
 }
 
 // moveLocked moves the version past a pass's events, advanced, and
@@ -215,6 +225,10 @@ func (s *Store) applyLocked(log klog.Logger, results []computed, now metav1.Time
 			}
 			continue
 		}
+		if r.digestErr != nil {
+			log.Error(r.digestErr, "Cannot keep a computed object; it stays as served", "object", r.key)
+			continue
+		}
 		var was Object
 		switch {
 		case prev == nil:
@@ -236,7 +250,7 @@ func (s *Store) applyLocked(log klog.Logger, results []computed, now metav1.Time
 			}
 			typ = watch.Modified
 		}
-		changes = append(changes, liveChange{typ: typ, obj: r.obj, prev: prev})
+		changes = append(changes, liveChange{typ: typ, obj: r.obj, prev: prev, digest: r.digest})
 	}
 	return changes, present
 }
@@ -283,6 +297,10 @@ func (s *Store) versionChangesLocked() {
 // cannot be encoded (a bug) is logged and left out: the object stays as
 // served.
 func (s *Store) commitLocked(log klog.Logger, changes []liveChange) batch {
+	// Every change is kept: its object encoded for its digest, so the
+	// encoding below (the same, and compressed into memory) cannot fail
+	// but by a bug, and the state names them all.
+	s.setStateLocked(changes)
 	rv := s.version.String()
 	b := batch{changes: make([]change, 0, len(changes)), live: make([]Object, 0, len(changes))}
 	for i, c := range changes {
@@ -324,7 +342,8 @@ func (s *Store) versionWithin(rv string, k int, last bool) string {
 // publishLocked appends a batch to the history and sends it to every
 // watcher, each object encoded once for all of them.
 func (s *Store) publishLocked(ctx context.Context, b batch) {
-	step := &historyStep{moved: s.historyEnd.catchUp(s.version), unplaced: s.unplaced, coalesced: s.coalesced}
+	state, _ := stateOf(s.version) // commitLocked named it
+	step := &historyStep{moved: s.historyEnd.catchUp(s.version), unplaced: s.unplaced, coalesced: s.coalesced, state: state}
 	s.unplaced, s.coalesced = nil, nil
 	for i := range b.changes {
 		b.changes[i].step = step

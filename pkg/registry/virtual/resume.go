@@ -135,6 +135,7 @@ func (s *Store) markLocked(members []string) {
 // move at or before the new start settles stay in unplacedBefore: a
 // version that resumes before they are settled is refused.
 func (s *Store) cutLocked(step *historyStep) {
+	s.historyStartState = step.state
 	for _, m := range step.unplaced {
 		s.unplacedBefore[m.member] = max(s.unplacedBefore[m.member], m.value)
 	}
@@ -148,6 +149,32 @@ func (s *Store) cutLocked(step *historyStep) {
 			delete(s.unplacedBefore, c.name)
 		}
 	}
+}
+
+// foreignBacklogLocked is what a watch that resumes from since, a version
+// another Store issued, is replayed, or 410 Gone when nothing proves that
+// the replay leaves nothing out. The member components place it when they
+// cover this Store's baseline (unplaced is nil) and its history's start
+// (resumeFromLocked): only roughly, so the replay starts at changes the
+// client may have seen, folded into current states (netChanges):
+// duplicates the client absorbs rather than changes it misses. Otherwise,
+// or when they cannot prove it, the state since names places it
+// exactly, if this Store held that state (resumeByStateLocked).
+func (s *Store) foreignBacklogLocked(since Version, rv string, unplaced error) ([]change, error) {
+	err := unplaced
+	if err == nil && !since.coversMembers(s.historyStart) {
+		err = apierrors.NewResourceExpired("too old resource version: " + rv + " (the server keeps a limited history; relist)")
+	}
+	if err == nil {
+		var from int
+		if from, err = s.resumeFromLocked(since, rv); err == nil {
+			return netChanges(s.history[from:]), nil
+		}
+	}
+	if from, ok := s.resumeByStateLocked(since); ok {
+		return slices.Clone(s.history[from:]), nil
+	}
+	return nil, err
 }
 
 // resumeFromLocked returns the index of the history from which a watch

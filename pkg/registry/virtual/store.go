@@ -83,6 +83,8 @@ type historyStep struct {
 	moved     versionStep
 	unplaced  []unplacedMark
 	coalesced map[string]span
+	// state is the state after the recomputation (state.go).
+	state compact.Digest
 }
 
 // batch is the changes of one recomputation as they go to the watchers:
@@ -99,6 +101,8 @@ type liveChange struct {
 	typ  watch.EventType
 	obj  Object
 	prev *entry
+	// digest is obj's as computed (digestOf); none for a deletion.
+	digest compact.Digest
 }
 
 // Store holds the current objects of one resource and their recent changes.
@@ -126,12 +130,16 @@ type Store struct {
 	// codec encodes the objects the Store keeps (entry).
 	codec   *compact.Codec
 	objects map[objectKey]*entry
+	// digests are the objects' digests as computed (state.go).
+	digests map[objectKey]compact.Digest
 	version Version
 	// history holds the changes after historyStart, oldest first; the
 	// version of each is historyStart advanced by the steps up to it, and
 	// historyEnd is the version of the last.
 	history      []change
 	historyStart Version
+	// historyStartState is the state at historyStart.
+	historyStartState compact.Digest
 	// historySize is how many changes of the history a cut keeps.
 	historySize int
 	historyEnd  Version
@@ -180,11 +188,14 @@ func NewStore(resource Resource, cluster Snapshotter, newFunc func() Object) *St
 		signal:         make(chan struct{}, 1),
 		codec:          codecFor(kind),
 		objects:        map[objectKey]*entry{},
+		digests:        map[objectKey]compact.Digest{},
 		version:        Version{epochComponent: epoch},
 		historyStart:   Version{},
-		historyEnd:     Version{},
-		watchers:       map[*watcher]struct{}{},
-		advanced:       make(chan struct{}),
+		// Empty, as the Store starts.
+		historyStartState: stateOfDigests(nil),
+		historyEnd:        Version{},
+		watchers:          map[*watcher]struct{}{},
+		advanced:          make(chan struct{}),
 	}
 }
 

@@ -57,7 +57,7 @@ func isMemberComponent(k string) bool { return !strings.HasPrefix(k, "~") }
 // within a recomputation are not compared.
 func (v Version) Covers(o Version) bool {
 	for k, n := range o {
-		if k == epochComponent || k == viewComponent || k == passComponent {
+		if k == epochComponent || k == passComponent || unordered(k) {
 			continue
 		}
 		if v[k] < n {
@@ -78,10 +78,10 @@ func (v Version) coversMembers(o Version) bool {
 	return true
 }
 
-// advance raises component k to n if n is larger (sets the view if it
-// differs), and reports whether it did.
+// advance raises component k to n if n is larger (sets an unordered one
+// if it differs), and reports whether it did.
 func (v Version) advance(k string, n uint64) bool {
-	if n > v[k] || (k == viewComponent && n != v[k]) {
+	if n > v[k] || (unordered(k) && n != v[k]) {
 		v[k] = n
 		return true
 	}

@@ -107,15 +107,18 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 	// A watch may arrive before the periodic check noticed that the
 	// ClusterSet became complete.
 	s.takeBaseline()
+	// unplaced says why the member components cannot place a version
+	// another Store issued; its state may still (foreignBacklogLocked).
+	var unplaced error
 	if since != nil && !opts.SendInitialEvents && since[epochComponent] != s.epoch {
-		if err := s.checkBaseline(since, opts.ResourceVersion); err != nil {
-			return nil, err
-		}
+		unplaced = s.checkBaseline(since, opts.ResourceVersion)
 		// Another replica may have read further than this one: wait for
 		// this Store to get there, as a LIST does, so that the passes
 		// that bring it there are in the history resumeFromLocked checks.
-		if err := s.waitFor(ctx, since); err != nil {
-			return nil, err
+		if unplaced == nil {
+			if err := s.waitFor(ctx, since); err != nil {
+				return nil, err
+			}
 		}
 	}
 	w := &watcher{
@@ -138,20 +141,11 @@ func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 	case since == nil || opts.SendInitialEvents:
 		initial = s.entriesIn("")
 	case since[epochComponent] != s.epoch:
-		if !since.coversMembers(s.historyStart) {
-			s.mu.Unlock()
-			return nil, apierrors.NewResourceExpired("too old resource version: " + opts.ResourceVersion + " (the server keeps a limited history; relist)")
-		}
-		from, err := s.resumeFromLocked(since, opts.ResourceVersion)
-		if err != nil {
+		var err error
+		if backlog, err = s.foreignBacklogLocked(since, opts.ResourceVersion, unplaced); err != nil {
 			s.mu.Unlock()
 			return nil, err
 		}
-		// The member components place the client only roughly in this
-		// Store's history: the replay starts at changes it may have seen,
-		// folded into current states (netChanges): duplicates the client
-		// absorbs rather than changes it misses.
-		backlog = netChanges(s.history[from:])
 	default:
 		first, ok := s.firstUncovered(since)
 		if !ok || !since.Covers(s.historyStart) {

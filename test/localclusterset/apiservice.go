@@ -328,16 +328,27 @@ func replicaClient(caPEM []byte) *http.Client {
 // last time it was asked, trying the next ready one when a replica
 // refuses the connection, and closes a connection when none is ready, as
 // kube-proxy rejects one to a Service without ready endpoints. A replica
-// that has just started is sent nothing until its /readyz answers: one
-// that is not ready yet (its authentication not yet loaded: it would take
-// the aggregator's requests as anonymous) gets no request a kubelet's
-// readiness probe would keep from it. TLS passes through untouched: the
-// aggregator still verifies the replica's certificate.
+// that restarts is sent nothing until its /readyz answers: one that is
+// not ready yet (its authentication not yet loaded: it would take the
+// aggregator's requests as anonymous) gets no request a kubelet's
+// readiness probe would keep from it.
+//
+// Until a replica of the cluster has first been ready, though, the front
+// hands connections to the replicas that are not: the harness starts
+// every cluster's server at once, and each is ready only once it has read
+// the others' summaries, which their fronts would not serve. A ClusterSet
+// installed one cluster at a time never waits so (a server reads the
+// members that run no mci-apiserver yet in full mode); one whose servers
+// all restart at once does, until the storage initialization timeout
+// (docs/membership.md). TLS passes through untouched: the aggregator
+// still verifies the replica's certificate.
 type replicaFront struct {
 	listener net.Listener
 	backends []int
 	ready    []atomic.Bool
-	next     atomic.Uint64
+	// served: a replica has been ready.
+	served atomic.Bool
+	next   atomic.Uint64
 	stop     chan struct{}
 
 	mu    sync.Mutex
@@ -369,6 +380,9 @@ func startReplicaFront(port int, backends []int, caPEM []byte) (*replicaFront, e
 			wait.UntilWithContext(ctx, func(ctx context.Context) {
 				ok, _ := check(ctx)
 				f.ready[i].Store(ok)
+				if ok {
+					f.served.Store(true)
+				}
 			}, frontProbeInterval)
 		})
 	}
@@ -386,13 +400,14 @@ func (f *replicaFront) accept() {
 }
 
 // candidates are the ready backends to try for one connection, starting
-// from the next in turn.
+// from the next in turn; every one before a replica was first ready.
 func (f *replicaFront) candidates() []int {
 	start := int(f.next.Add(1))
+	starting := !f.served.Load()
 	var ready []int
 	for i := range f.backends {
 		j := (start + i) % len(f.backends)
-		if f.ready[j].Load() {
+		if starting || f.ready[j].Load() {
 			ready = append(ready, f.backends[j])
 		}
 	}

@@ -349,7 +349,7 @@ type replicaFront struct {
 	// served: a replica has been ready.
 	served atomic.Bool
 	next   atomic.Uint64
-	stop     chan struct{}
+	stop   chan struct{}
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}

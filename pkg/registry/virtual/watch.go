@@ -92,8 +92,9 @@ type WatchOptions struct {
 
 // Watch starts a watch. A resourceVersion older than the retained history
 // gets 410 Gone, one not issued by this server 400 Bad Request. One issued
-// by another replica resumes when the member components and the view prove
-// that the client misses nothing, and gets 410 Gone otherwise (resume.go).
+// by another replica or run resumes when the member components and the
+// view (resume.go), or the state it names (state.go), prove that the
+// client misses nothing, and gets 410 Gone otherwise.
 func (s *Store) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, error) {
 	var since Version
 	if opts.ResourceVersion != "" && opts.ResourceVersion != "0" {

@@ -771,3 +771,42 @@ func TestTheHistoryIsCutBetweenRecomputations(t *testing.T) {
 		assert.Equal(t, want, next(t, w).Type, "its recomputation's other two changes")
 	}
 }
+
+// A bookmark carries the Store's version: sent while a batch is still
+// queued for the watcher, it would place a client cut off before the
+// batch past it. The batch here is queued as a pass queues one, under the
+// Store's lock with the version moved, and held from the watcher's loop
+// so that only the bookmark's tick can run.
+func TestNoBookmarkOvertakesAQueuedChange(t *testing.T) {
+	defer func(d time.Duration) { bookmarkInterval = d }(bookmarkInterval)
+	bookmarkInterval = 10 * time.Millisecond
+	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
+	r.set("ns1", "a", nil, "cluster-a")
+	s := startStore(t, r)
+	o, _, _ := s.Get("ns1", "a")
+	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: o.GetResourceVersion(), AllowBookmarks: true})
+	require.NoError(t, err)
+	defer w.Stop()
+
+	s.mu.Lock()
+	var queued *watcher
+	for qw := range s.watchers {
+		queued = qw
+	}
+	s.version.advance("cluster-a", 99)
+	queued.queue.mu.Lock()
+	a := s.objects[objectKey{"ns1", "a"}]
+	queued.queue.batches = append(queued.queue.batches, batch{changes: []change{{typ: watch.Modified, obj: a, prev: a}}, live: []Object{nil}})
+	queued.queue.mu.Unlock()
+	s.mu.Unlock()
+
+	select {
+	case ev := <-w.ResultChan():
+		t.Fatalf("a change is queued, yet the watcher got a %s first", ev.Type)
+	case <-time.After(20 * bookmarkInterval):
+	}
+	queued.queue.ready <- struct{}{}
+	ev := next(t, w)
+	assert.Equal(t, watch.Modified, ev.Type, "the queued change, then bookmarks")
+	assert.Equal(t, watch.Bookmark, next(t, w).Type)
+}

@@ -542,17 +542,27 @@ func TestAStoppedStoreEndsItsWatchesAndRefusesNewOnes(t *testing.T) {
 	assert.True(t, apierrors.IsTooManyRequests(err), "%v", err)
 }
 
-// A member change that alters no object still moves the version; a watcher
-// that allows bookmarks is told so, and nothing when the version stays.
-func TestBookmarksFollowTheVersionWithoutChanges(t *testing.T) {
-	defer func(d time.Duration) { bookmarkInterval = d }(bookmarkInterval)
-	bookmarkInterval = 20 * time.Millisecond
+// watchedWithBookmarks starts a Store serving ns1/a and a watch of it from
+// a's version that allows bookmarks, sent every interval (restored when
+// the test ends).
+func watchedWithBookmarks(t *testing.T, interval time.Duration) (*Store, watch.Interface) {
+	t.Helper()
+	was := bookmarkInterval
+	t.Cleanup(func() { bookmarkInterval = was })
+	bookmarkInterval = interval
 	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
 	r.set("ns1", "a", nil, "cluster-a")
 	s := startStore(t, r)
 	o, _, _ := s.Get("ns1", "a")
 	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: o.GetResourceVersion(), AllowBookmarks: true})
 	require.NoError(t, err)
+	return s, w
+}
+
+// A member change that alters no object still moves the version; a watcher
+// that allows bookmarks is told so, and nothing when the version stays.
+func TestBookmarksFollowTheVersionWithoutChanges(t *testing.T) {
+	s, w := watchedWithBookmarks(t, 20*time.Millisecond)
 	defer w.Stop()
 
 	select {
@@ -778,14 +788,7 @@ func TestTheHistoryIsCutBetweenRecomputations(t *testing.T) {
 // Store's lock with the version moved, and held from the watcher's loop
 // so that only the bookmark's tick can run.
 func TestNoBookmarkOvertakesAQueuedChange(t *testing.T) {
-	defer func(d time.Duration) { bookmarkInterval = d }(bookmarkInterval)
-	bookmarkInterval = 10 * time.Millisecond
-	r := &tableResource{objects: map[string]*inference.InferencePoolImport{}}
-	r.set("ns1", "a", nil, "cluster-a")
-	s := startStore(t, r)
-	o, _, _ := s.Get("ns1", "a")
-	w, err := s.Watch(context.Background(), WatchOptions{ResourceVersion: o.GetResourceVersion(), AllowBookmarks: true})
-	require.NoError(t, err)
+	s, w := watchedWithBookmarks(t, 10*time.Millisecond)
 	defer w.Stop()
 
 	s.mu.Lock()

@@ -108,6 +108,9 @@ type Config struct {
 	// GRPCPort (ext_proc), HealthPort (grpc.health.v1) and MetricsPort
 	// (Prometheus /metrics). 0 picks a free port (tests).
 	GRPCPort, HealthPort, MetricsPort int
+	// EnablePprof serves Go's runtime profiles on the metrics port, behind
+	// MetricsFilter.
+	EnablePprof bool
 	// SecureServing serves ext_proc over TLS with a self-signed certificate,
 	// as gateways that verify nothing but encryption expect. TLS, when
 	// enabled, supersedes it.
@@ -191,6 +194,7 @@ func New(cfg Config, source Source) (*EPP, error) {
 		GRPCPort:    cfg.GRPCPort,
 		HealthPort:  cfg.HealthPort,
 		MetricsPort: cfg.MetricsPort,
+		EnablePprof: cfg.EnablePprof,
 		TLS:         cfg.TLS,
 		// As upstream EPPs: only the metrics port is guarded.
 		MetricsFilter: cfg.MetricsFilter,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"runtime"
 	"strconv"
 	"strings"
@@ -52,6 +53,9 @@ type ServingOptions struct {
 	// MetricsFilter, when set, wraps the /metrics handler (authentication
 	// and authorization of scrapers).
 	MetricsFilter func(http.Handler) http.Handler
+	// EnablePprof serves Go's runtime profiles (/debug/pprof/) on the
+	// metrics port, behind MetricsFilter as /metrics is.
+	EnablePprof bool
 	// MetricsAlternatives serve /metrics in other media types than the
 	// Prometheus exposition, by the type a request accepts first (mci-epp's
 	// prompt prefix summary): behind the same MetricsFilter, at the URL
@@ -76,6 +80,7 @@ func (o *ServingOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.GRPCPort, "grpc-port", o.GRPCPort, "Port of the ext_proc gRPC service the gateway calls.")
 	fs.IntVar(&o.HealthPort, "grpc-health-port", o.HealthPort, healthUsage)
 	fs.IntVar(&o.MetricsPort, "metrics-port", o.MetricsPort, "Port of the Prometheus /metrics endpoint.")
+	fs.BoolVar(&o.EnablePprof, "enable-pprof", o.EnablePprof, "Serve Go's runtime profiles (/debug/pprof/) on the metrics port, to the clients its metrics endpoint admits. Off by default: a goroutine dump shows what requests are being served.")
 	o.TLS.AddFlags(fs)
 }
 
@@ -159,8 +164,26 @@ func Listen(o ServingOptions, processor extprocv3.ExternalProcessorServer, reg *
 		metrics = o.MetricsFilter(metrics)
 	}
 	mux.Handle("/metrics", metrics)
+	if o.EnablePprof {
+		var profiles http.Handler = profilesMux()
+		if o.MetricsFilter != nil {
+			profiles = o.MetricsFilter(profiles)
+		}
+		mux.Handle("/debug/pprof/", profiles)
+	}
 	s.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig}
 	return s, nil
+}
+
+// profilesMux serves net/http/pprof's handlers under /debug/pprof/.
+func profilesMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
 
 // byAcceptedType serves a request with the handler of the media type its

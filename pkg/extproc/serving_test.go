@@ -105,3 +105,44 @@ func TestServers(t *testing.T) {
 		t.Fatal("Run did not return after its context ended")
 	}
 }
+
+func TestProfilesAreServedOnlyWhenEnabledAndOnlyToWhomTheMetricsFilterAdmits(t *testing.T) {
+	// The filter admits requests bearing the header, as the sidecar's
+	// admits an authorized scraper.
+	admit := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Admitted") == "" {
+				http.Error(w, "forbidden", http.StatusForbidden)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	get := func(t *testing.T, addr string, admitted bool) int {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/debug/pprof/goroutine?debug=1", nil)
+		require.NoError(t, err)
+		if admitted {
+			req.Header.Set("X-Admitted", "yes")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, enabled := range []bool{false, true} {
+		s, err := Listen(ServingOptions{BindAddress: "127.0.0.1", EnablePprof: enabled, MetricsFilter: admit}, extprocv3.UnimplementedExternalProcessorServer{}, prometheus.NewRegistry())
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx, time.Second) }()
+		if enabled {
+			assert.Equal(t, http.StatusOK, get(t, s.MetricsAddr(), true), "enabled, admitted")
+			assert.Equal(t, http.StatusForbidden, get(t, s.MetricsAddr(), false), "enabled, not admitted")
+		} else {
+			assert.Equal(t, http.StatusNotFound, get(t, s.MetricsAddr(), true), "not enabled")
+		}
+		cancel()
+		require.NoError(t, <-done)
+	}
+}

@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -9,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strconv"
 	"sync"
@@ -35,6 +35,7 @@ var (
 	overheadRate     = flag.Int("sidecar.overhead-rate", 2000, "BenchmarkSidecarOverhead: round trips per second, on one path at a time")
 	overheadDuration = flag.Duration("sidecar.overhead-duration", 4*time.Second, "BenchmarkSidecarOverhead: sending time per path")
 	overheadRounds   = flag.Int("sidecar.overhead-rounds", 8, "BenchmarkSidecarOverhead: interleaved turns per path")
+	overheadClients  = flag.Int("sidecar.overhead-clients", 32, "BenchmarkSidecarOverhead: round trips in flight at saturation")
 )
 
 // overheadRequest is the request of the overhead benchmarks: a short
@@ -66,22 +67,27 @@ const (
 // ext_proc address.
 const overheadEPPEnv = "MCI_SIDECAR_BENCH_EPP"
 
-// overheadModelEnv gives the EPP process its model server's address; empty:
-// defaultModelAddr.
+// overheadModelEnv gives the server processes of a benchmark its model
+// server's address (benchModelAddr).
 const overheadModelEnv = "MCI_SIDECAR_BENCH_MODEL"
 
-// defaultModelAddr is where the EPP's model server listens unless told:
-// on the port the sidecar's import publishes for the pool (8000), at an
-// address of its own, as the sidecar checks destinations.
-const defaultModelAddr = "127.0.91.1:8000"
+// benchModelAddr is where the EPP's model server listens, on the port the
+// sidecar's import publishes for the pool (8000): in a server process of a
+// benchmark, the address the benchmark gave it; in the benchmark's own, one
+// of its own (127.91.<pid>), so that benchmarks of other processes on the
+// machine do not collide. The sidecar's import publishes its /24, as the
+// sidecar checks destinations.
+func benchModelAddr() string {
+	if addr := os.Getenv(overheadModelEnv); addr != "" {
+		return addr
+	}
+	pid := os.Getpid()
+	return fmt.Sprintf("127.91.%d.%d:8000", pid>>8&0xff, pid&0xff)
+}
 
 func TestMain(m *testing.M) {
 	envoyclient.RunIfChild(func(ctx context.Context, role string, ready func(string)) error {
-		upstream := os.Getenv(overheadEPPEnv)
-		if role == roleEPP {
-			upstream = os.Getenv(overheadModelEnv)
-		}
-		srv, release, err := overheadServer(role, upstream)
+		srv, release, err := overheadServer(role, os.Getenv(overheadEPPEnv))
 		if err != nil {
 			return err
 		}
@@ -119,10 +125,11 @@ func TestMain(m *testing.M) {
 // MCI_BENCH_CPUPROFILE=<dir> writes a CPU profile of each server process to
 // <dir>/<role>.cpu.
 func BenchmarkSidecarOverhead(b *testing.B) {
-	eppProc := envoyclient.StartChild(b, roleEPP)
-	relay := envoyclient.StartChild(b, roleNullRelay, overheadEPPEnv+"="+eppProc.Addr)
-	side := envoyclient.StartChild(b, roleSidecar, overheadEPPEnv+"="+eppProc.Addr)
-	skip := envoyclient.StartChild(b, roleSidecarSkip, overheadEPPEnv+"="+eppProc.Addr)
+	model := overheadModelEnv + "=" + benchModelAddr()
+	eppProc := envoyclient.StartChild(b, roleEPP, model)
+	relay := envoyclient.StartChild(b, roleNullRelay, model, overheadEPPEnv+"="+eppProc.Addr)
+	side := envoyclient.StartChild(b, roleSidecar, model, overheadEPPEnv+"="+eppProc.Addr)
+	skip := envoyclient.StartChild(b, roleSidecarSkip, model, overheadEPPEnv+"="+eppProc.Addr)
 	targets := []envoyclient.Target{{Name: "direct", Client: eppProc.Client}, relay.Target, side.Target, skip.Target}
 	// Until the EPP has scraped its model server and the sidecar has
 	// probed the EPP, some answers are errors: the warm-up does not count.
@@ -171,6 +178,41 @@ func BenchmarkSidecarOverhead(b *testing.B) {
 	b.ReportMetric(float64(added(k, d, .99).Microseconds()), "skip-added-p99-µs")
 	b.ReportMetric(float64(d.Percentile(.99).Microseconds()), "direct-p99-µs")
 	b.ReportMetric(s.Rate(), "req/s")
+	saturate(b, procs, targets)
+}
+
+// saturate measures each path's throughput with -sidecar.overhead-clients
+// round trips in flight (a closed loop, the paths in interleaved turns)
+// and each server's CPU per round trip there: what the machine serves
+// through the sidecar against through the null relay, the floor of an
+// extra hop, and straight to the EPP.
+func saturate(b *testing.B, procs []*envoyclient.Child, targets []envoyclient.Target) {
+	cpu := make([]time.Duration, len(procs))
+	for i, p := range procs {
+		cpu[i] = p.CPU(b)
+	}
+	res := envoyclient.Saturate(context.Background(), envoyclient.SaturateOptions{
+		Request: overheadRequest, Clients: *overheadClients, Duration: *overheadDuration, Rounds: *overheadRounds,
+		Check: checkOverheadAnswer,
+	}, targets...)
+	for i, p := range procs {
+		cpu[i] = p.CPU(b) - cpu[i]
+	}
+	for _, r := range res {
+		b.Log("saturated ", r)
+		require.Zero(b, r.Failed, "%s failed round trips at saturation", r.Name)
+	}
+	d, n, s, k := res[0], res[1], res[2], res[3]
+	perOp := func(cpu time.Duration, sent int) float64 { return float64(cpu.Microseconds()) / float64(sent) }
+	b.Logf("throughput at saturation (%d in flight): direct %.0f/s, null relay %.0f/s (%.2fx), sidecar %.0f/s (%.2fx; %.2fx the null relay's), response phase skipped %.0f/s (%.2fx)",
+		*overheadClients, d.Rate(), n.Rate(), n.Rate()/d.Rate(), s.Rate(), s.Rate()/d.Rate(), s.Rate()/n.Rate(), k.Rate(), k.Rate()/d.Rate())
+	b.Logf("CPU per round trip at saturation: EPP %.0f µs (all paths), null relay %.0f µs, sidecar %.0f µs, sidecar with the response phase skipped %.0f µs",
+		perOp(cpu[0], d.Sent+n.Sent+s.Sent+k.Sent), perOp(cpu[1], n.Sent), perOp(cpu[2], s.Sent), perOp(cpu[3], k.Sent))
+	b.ReportMetric(s.Rate()/d.Rate(), "saturated-sidecar/direct")
+	b.ReportMetric(n.Rate()/d.Rate(), "saturated-relay/direct")
+	b.ReportMetric(s.Rate()/n.Rate(), "saturated-sidecar/relay")
+	b.ReportMetric(perOp(cpu[2], s.Sent), "saturated-sidecar-cpu-µs/op")
+	b.ReportMetric(perOp(cpu[1], n.Sent), "saturated-relay-cpu-µs/op")
 }
 
 // checkOverheadAnswer accepts a round trip routed by the EPP whose
@@ -241,8 +283,8 @@ func serveInProcess(b testing.TB, role, upstream string) string {
 }
 
 // overheadServer builds the ext_proc server of a role of the overhead
-// benchmarks, whose upstream is the EPP's ext_proc address, or for roleEPP
-// its model server's ("": defaultModelAddr):
+// benchmarks, whose upstream is the EPP's ext_proc address (none for
+// roleEPP, whose model server is at benchModelAddr):
 //   - roleEPP: mci-epp for pool "llm" in front of one idle model server;
 //   - roleSidecar: the sidecar's ext_proc service, whose one route sends
 //     every request to the import of "llm" in one cluster, the EPP at
@@ -259,7 +301,7 @@ func overheadServer(role, upstream string) (srv interface {
 }, release func(), err error) {
 	switch role {
 	case roleEPP:
-		lis, err := net.Listen("tcp", cmp.Or(upstream, defaultModelAddr))
+		lis, err := net.Listen("tcp", benchModelAddr())
 		if err != nil {
 			return nil, nil, fmt.Errorf("the model server's port: %w", err)
 		}
@@ -285,10 +327,11 @@ func overheadServer(role, upstream string) (srv interface {
 		if err != nil {
 			return nil, nil, fmt.Errorf("EPP address %q: %w", eppAddr, err)
 		}
-		// The EPP's model server is at 127.91.<pid>:8000
-		// (startRequestPaths; this process serves the sidecar).
-		pid := os.Getpid()
-		published := []string{fmt.Sprintf("127.91.%d.0/24", pid>>8&0xff)}
+		model, _, err := net.SplitHostPort(benchModelAddr())
+		if err != nil {
+			return nil, nil, err
+		}
+		published := []string{netip.PrefixFrom(netip.MustParseAddr(model), 24).Masked().String()}
 		imp := sidecartest.Import("llm", sidecartest.Imported{Name: "cluster-a", Addr: host, Port: int32(port), EndpointAddresses: published})
 		// mci-epp serves gRPC health on its ext_proc port as well.
 		imp.Status.Clusters[0].EndpointPicker.Health.Port = int32(port)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"runtime"
 	"strings"
 	"syscall"
@@ -146,11 +145,7 @@ type requestPath struct {
 // warmed up: the EPP has scraped its model server and the sidecar has
 // probed the EPP.
 func startRequestPaths(tb testing.TB) []requestPath {
-	// A model server address of this process's own, so that benchmarks of
-	// other processes on the machine do not collide.
-	pid := os.Getpid()
-	model := fmt.Sprintf("127.91.%d.%d:8000", pid>>8&0xff, pid&0xff)
-	eppProc := envoyclient.StartChild(tb, roleEPP, overheadModelEnv+"="+model)
+	eppProc := envoyclient.StartChild(tb, roleEPP, overheadModelEnv+"="+benchModelAddr())
 	paths := []requestPath{{name: "direct", client: eppProc.Client}}
 	for _, role := range []string{roleNullRelay, "relayed", "skipped"} {
 		serverRole := map[string]string{"relayed": roleSidecar, "skipped": roleSidecarSkip}[role]

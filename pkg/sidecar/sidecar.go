@@ -41,6 +41,9 @@ type Config struct {
 	// GRPCPort (ext_proc), HealthPort (grpc.health.v1) and MetricsPort
 	// (Prometheus /metrics). 0 picks a free port (tests).
 	GRPCPort, HealthPort, MetricsPort int
+	// EnablePprof serves Go's runtime profiles on the metrics port, behind
+	// MetricsFilter.
+	EnablePprof bool
 	// TLS, when enabled, serves those ports over TLS.
 	TLS extproc.TLSOptions
 	// ExtProcTransport is what the ext_proc ports serve without TLS:
@@ -183,6 +186,7 @@ func (s *Sidecar) listen(server ServerConfig, reg *prometheus.Registry, logger k
 		GRPCPort:           s.cfg.GRPCPort,
 		HealthPort:         s.cfg.HealthPort,
 		MetricsPort:        s.cfg.MetricsPort,
+		EnablePprof:        s.cfg.EnablePprof,
 		TLS:                s.cfg.TLS,
 		MetricsFilter:      s.cfg.MetricsFilter,
 	}, s.server, reg, append(serverOptions(), append(transportOpts,

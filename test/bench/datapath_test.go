@@ -172,7 +172,7 @@ func benchDataPath(b *testing.B, e *env) {
 	c, err := e.cs.Cluster("cluster-b")
 	require.NoError(b, err)
 	sidecarPID, _ := runBinary(b, "mci-sidecar", "--kubeconfig="+c.Kubeconfig, "--local-cluster-name=cluster-b", "--inference-models=false",
-		"--bind-address="+sidecarIP, "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "-v=0", "--metrics-endpoint-auth=false", "--insecure-remote-endpoint-pickers=*", "--allow-loopback-destinations")
+		"--bind-address="+sidecarIP, "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "-v=0", "--metrics-endpoint-auth=false", "--insecure-remote-endpoint-pickers=*", "--allow-loopback-destinations", "--enable-pprof")
 	skipPID, _ := runBinary(b, "mci-sidecar", "--kubeconfig="+c.Kubeconfig, "--local-cluster-name=cluster-b", "--inference-models=false",
 		"--bind-address="+skipSidecarIP, "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "-v=0", "--metrics-endpoint-auth=false", "--insecure-remote-endpoint-pickers=*",
 		"--epp-response-phase=Skip", "--allow-loopback-destinations")
@@ -183,10 +183,12 @@ func benchDataPath(b *testing.B, e *env) {
 		b.Cleanup(func() { _ = client.Close() })
 		return client
 	}
+	relay := envoyclient.StartChild(b, roleNullRelay, nullRelayUpstreamEnv+"="+net.JoinHostPort(eppIP, "9002"))
 	paths := []*dataPath{
 		{name: "direct", client: dial(eppIP)},
 		{name: "sidecar", client: dial(sidecarIP), pid: sidecarPID, metrics: metricsURL(sidecarIP)},
 		{name: "sidecar, response phase skipped", client: dial(skipSidecarIP), pid: skipPID, metrics: metricsURL(skipSidecarIP)},
+		{name: "null relay", client: dial(nullRelayIP), pid: relay.PID(), metrics: metricsURL(nullRelayIP)},
 	}
 	transport := &http.Transport{Proxy: nil, MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute}
 	b.Cleanup(transport.CloseIdleConnections)
@@ -207,31 +209,45 @@ func benchDataPath(b *testing.B, e *env) {
 	for _, p := range paths {
 		p.measureScrape(b, ctx)
 	}
+	measurePathsIdle(b, paths)
 	measure(b, ctx, paths, (*dataPath).paced, func() { openLoop(ctx, paths, (*dataPath).paced, cfg.DataPathRate, cfg.DataPathDuration) })
 	closedLoop(ctx, paths, cfg.DataPathConcurrency, cfg.DataPathDuration)
-	direct, viaSidecar, skipped := paths[0], paths[1], paths[2]
+	direct, viaSidecar, skipped, viaRelay := paths[0], paths[1], paths[2], paths[3]
 	// 80% of the direct path's saturation, one path at a time: offered to
 	// all paths at once, it would be more than the machine serves.
 	loadedRate := int(0.8 * medianFloat(direct.rates))
 	require.Positive(b, loadedRate, "the direct path's throughput")
-	const loadedSlices = 6
-	slice := (2 * cfg.DataPathDuration / loadedSlices).Round(time.Millisecond)
+	loaded := []*dataPath{direct, viaSidecar, viaRelay}
+	loadedSlices := 2 * len(loaded)
+	slice := (3 * cfg.DataPathDuration / time.Duration(loadedSlices)).Round(time.Millisecond)
 	for i := range loadedSlices {
-		p := []*dataPath{direct, viaSidecar}[i%2]
+		p := loaded[i%len(loaded)]
 		measure(b, ctx, []*dataPath{p}, (*dataPath).loaded, func() {
 			openLoop(ctx, []*dataPath{p}, (*dataPath).loaded, loadedRate, slice)
 		})
 	}
 
 	const sec = "data path"
-	note := fmt.Sprintf("%d req/s per path for %s, interleaved; failures: direct %d, sidecar %d, sidecar with the response phase skipped %d",
-		cfg.DataPathRate, cfg.DataPathDuration, direct.pacedPoint.failed.Load(), viaSidecar.pacedPoint.failed.Load(), skipped.pacedPoint.failed.Load())
+	note := fmt.Sprintf("%d req/s per path for %s, interleaved; failures: direct %d, sidecar %d, sidecar with the response phase skipped %d, null relay %d",
+		cfg.DataPathRate, cfg.DataPathDuration, direct.pacedPoint.failed.Load(), viaSidecar.pacedPoint.failed.Load(), skipped.pacedPoint.failed.Load(), viaRelay.pacedPoint.failed.Load())
 	addedP99 := quantile.Nearest(viaSidecar.pacedPoint.lat, 99) - quantile.Nearest(direct.pacedPoint.lat, 99)
 	results.compare(sec, "p50 latency, gateway -> sidecar -> EPP -> simulator", "ms", ms(median(viaSidecar.pacedPoint.lat)), "gateway -> EPP -> simulator", ms(median(direct.pacedPoint.lat)), "", false, note)
 	results.compare(sec, "p99 latency, gateway -> sidecar -> EPP -> simulator", "ms", ms(quantile.Nearest(viaSidecar.pacedPoint.lat, 99)), "gateway -> EPP -> simulator", ms(quantile.Nearest(direct.pacedPoint.lat, 99)),
 		"sidecar adds < 1 ms at p99", addedP99 < time.Millisecond, fmt.Sprintf("added p99 %.3f ms; ", ms(addedP99))+note)
 	results.compare(sec, "throughput through the sidecar", "req/s", medianFloat(viaSidecar.rates), "direct to the EPP", medianFloat(direct.rates), "", false,
 		fmt.Sprintf("%d concurrent clients, median of %d interleaved slices", cfg.DataPathConcurrency, len(direct.rates)))
+
+	// The floor of any extra hop, in the same run: a relay that decides
+	// nothing.
+	relayNote := "a process that pipes each stream to the EPP and back and decides nothing, served and connected with gRPC's codec as mci-sidecar serves and connects; " + note
+	results.compare(sec, "throughput through the sidecar, against a null relay", "req/s", medianFloat(viaSidecar.rates), "through the null relay", medianFloat(viaRelay.rates), "", false,
+		fmt.Sprintf("%d concurrent clients, median of %d interleaved slices; the null relay %.2fx the direct path's", cfg.DataPathConcurrency, len(viaRelay.rates), medianFloat(viaRelay.rates)/medianFloat(direct.rates)))
+	results.compare(sec, "p50 latency through the sidecar, against a null relay", "ms", ms(median(viaSidecar.pacedPoint.lat)), "through the null relay", ms(median(viaRelay.pacedPoint.lat)), "", false, relayNote)
+	results.compare(sec, "p99 latency through the sidecar, against a null relay", "ms", ms(quantile.Nearest(viaSidecar.pacedPoint.lat, 99)), "through the null relay", ms(quantile.Nearest(viaRelay.pacedPoint.lat, 99)), "", false, relayNote)
+	results.compare(sec, "sidecar CPU per request, against a null relay", "µs", viaSidecar.pacedPoint.cpuPerRequest(), "the null relay's", viaRelay.pacedPoint.cpuPerRequest(), "", false,
+		fmt.Sprintf("%d req/s per path, response phase relayed; idle, each used %.1f and %.1f ms of CPU a second, %.0f and %.0f µs a request at this rate; at 80%% of the direct path's saturation %.0f against %.0f µs",
+			cfg.DataPathRate, viaSidecar.idle.Seconds()*1e3, viaRelay.idle.Seconds()*1e3, viaSidecar.idle.Seconds()*1e6/float64(cfg.DataPathRate), viaRelay.idle.Seconds()*1e6/float64(cfg.DataPathRate),
+			viaSidecar.loadedPoint.cpuPerRequest(), viaRelay.loadedPoint.cpuPerRequest()))
 
 	// What relaying the response phase to the EPP costs, against the
 	// sidecar answering it itself, in the same run.
@@ -247,8 +263,8 @@ func benchDataPath(b *testing.B, e *env) {
 			cfg.DataPathRate, viaSidecar.scrapeAllocs, skipped.scrapeAllocs))
 
 	// At 80% of the direct path's saturation.
-	loadedNote := fmt.Sprintf("%d req/s (80%% of the direct path's %.0f), open loop, %d slices of %s alternating between the two paths; failures: direct %d, sidecar %d",
-		loadedRate, medianFloat(direct.rates), loadedSlices, slice, direct.loadedPoint.failed.Load(), viaSidecar.loadedPoint.failed.Load())
+	loadedNote := fmt.Sprintf("%d req/s (80%% of the direct path's %.0f), open loop, %d slices of %s taken in turn by the direct path, the sidecar and the null relay (p99 %.3f ms); failures: direct %d, sidecar %d, null relay %d",
+		loadedRate, medianFloat(direct.rates), loadedSlices, slice, ms(quantile.Nearest(viaRelay.loadedPoint.lat, 99)), direct.loadedPoint.failed.Load(), viaSidecar.loadedPoint.failed.Load(), viaRelay.loadedPoint.failed.Load())
 	loadedP99, directLoadedP99 := quantile.Nearest(viaSidecar.loadedPoint.lat, 99), quantile.Nearest(direct.loadedPoint.lat, 99)
 	results.compare(sec, "p50 latency at 80% of the direct path's saturation, through the sidecar", "ms", ms(median(viaSidecar.loadedPoint.lat)), "gateway -> EPP -> simulator", ms(median(direct.loadedPoint.lat)), "", false, loadedNote)
 	results.compare(sec, "p99 latency at 80% of the direct path's saturation, through the sidecar", "ms", ms(loadedP99), "gateway -> EPP -> simulator", ms(directLoadedP99),
@@ -270,6 +286,7 @@ func benchDataPath(b *testing.B, e *env) {
 		{"allocations per request at the fixed rate, skipped", skipped.pacedPoint.allocsPerRequest()},
 		{"CPU per request at 80% of saturation", viaSidecar.loadedPoint.cpuPerRequest()},
 		{"allocations per request at 80% of saturation", viaSidecar.loadedPoint.allocsPerRequest()},
+		{"CPU per request at the fixed rate, the null relay", viaRelay.pacedPoint.cpuPerRequest()},
 	} {
 		require.Positive(b, f.value, "the sidecar's %s", f.name)
 	}
@@ -308,6 +325,10 @@ type dataPath struct {
 	pid          int
 	metrics      string
 	scrapeAllocs float64
+	// idle is the CPU time its process uses a second with no request to
+	// serve (probes, scrapes, the runtime): what a CPU figure per request
+	// at a low rate holds besides the requests' own.
+	idle time.Duration
 
 	// pacedPoint is the open loop at cfg.DataPathRate, loadedPoint the one
 	// at 80% of the direct path's saturation.
@@ -374,6 +395,22 @@ func (p *dataPath) measureScrape(b *testing.B, ctx context.Context) {
 		least = min(least, p.mallocs(b, ctx)-first)
 	}
 	p.scrapeAllocs = least
+}
+
+// measurePathsIdle sets each path process's idle CPU a second, over a few
+// seconds in which no request is sent.
+func measurePathsIdle(b *testing.B, paths []*dataPath) {
+	const window = 3 * time.Second
+	before := map[*dataPath]time.Duration{}
+	for _, p := range paths {
+		if p.pid != 0 {
+			before[p] = processCPU(b, p.pid)
+		}
+	}
+	time.Sleep(window)
+	for p, was := range before {
+		p.idle = time.Duration(float64(processCPU(b, p.pid)-was) / window.Seconds())
+	}
 }
 
 // measure runs run and adds what each path's sidecar spent over it, CPU
@@ -452,11 +489,11 @@ func openLoop(ctx context.Context, paths []*dataPath, point func(*dataPath) *loa
 }
 
 // closedLoop keeps clients requests in flight on one path at a time,
-// switching path every slice, for duration in all, and records the rate of
-// each slice.
+// switching path every slice (an eighth of duration), three slices a path,
+// and records the rate of each slice.
 func closedLoop(ctx context.Context, paths []*dataPath, clients int, duration time.Duration) {
-	slices := 8
-	slice := duration / time.Duration(slices)
+	slices := 3 * len(paths)
+	slice := duration / 8
 	for i := range slices {
 		p := paths[i%len(paths)]
 		var done atomic.Int64

@@ -43,11 +43,14 @@ import (
 	"os"
 	"slices"
 	"testing"
+
+	"github.com/mci-dev/mci/test/envoyclient"
 )
 
 var cfg sizes
 
 func TestMain(m *testing.M) {
+	envoyclient.RunIfChild(serveChild)
 	flag.Parse()
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
 		os.Exit(m.Run())

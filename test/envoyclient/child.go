@@ -122,3 +122,6 @@ func runChild(role string, serve func(ctx context.Context, role string, ready fu
 	// streams wait for it to serve.
 	return serve(ctx, role, func(addr string) { fmt.Println(addr) })
 }
+
+// PID is the child's process id.
+func (c *Child) PID() int { return c.pid }

@@ -1,6 +1,7 @@
 package envoyclient
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -101,15 +102,7 @@ func Load(ctx context.Context, opts LoadOptions, targets ...Target) []*LoadResul
 	}
 	check := opts.Check
 	if check == nil {
-		check = func(res *Result) error {
-			if res.Immediate != nil {
-				return fmt.Errorf("immediate response %d: %s", res.Immediate.StatusCode, res.Immediate.Body)
-			}
-			if res.Destination == "" {
-				return fmt.Errorf("no destination")
-			}
-			return nil
-		}
+		check = routed
 	}
 	results := make([]*LoadResult, len(targets))
 	for i, t := range targets {
@@ -159,6 +152,98 @@ func Load(ctx context.Context, opts LoadOptions, targets ...Target) []*LoadResul
 						return
 					}
 					r.Latencies = append(r.Latencies, latency)
+				})
+			}
+			wg.Wait()
+			r.Elapsed += time.Since(start)
+		}
+	}
+	for _, r := range results {
+		slices.Sort(r.Latencies)
+	}
+	return results
+}
+
+// routed accepts every answer with a destination.
+func routed(res *Result) error {
+	if res.Immediate != nil {
+		return fmt.Errorf("immediate response %d: %s", res.Immediate.StatusCode, res.Immediate.Body)
+	}
+	if res.Destination == "" {
+		return fmt.Errorf("no destination")
+	}
+	return nil
+}
+
+// SaturateOptions say how Saturate drives its targets.
+type SaturateOptions struct {
+	// Request is what every round trip sends.
+	Request Request
+	// Clients is how many round trips are kept in flight: each client
+	// sends its next as soon as its last is answered (a closed loop).
+	Clients int
+	// Duration is each target's total sending time, in Rounds turns taken
+	// in turn as Load takes them.
+	Duration time.Duration
+	Rounds   int
+	// Timeout bounds each round trip. Zero: 5s.
+	Timeout time.Duration
+	// Check judges an answer; nil counts every answer with a destination as
+	// a success.
+	Check func(*Result) error
+}
+
+// Saturate keeps opts.Clients round trips in flight on one target at a time,
+// in interleaved turns, and returns one result per target, in the order
+// given, Rate the throughput the target sustained (a round trip's latency
+// is from its send). On
+// a machine that the target's servers and this process share, that is the
+// throughput their CPU allows. It returns early when ctx ends.
+func Saturate(ctx context.Context, opts SaturateOptions, targets ...Target) []*LoadResult {
+	rounds, clients := max(opts.Rounds, 1), max(opts.Clients, 1)
+	timeout := cmp.Or(opts.Timeout, 5*time.Second)
+	check := opts.Check
+	if check == nil {
+		check = routed
+	}
+	results := make([]*LoadResult, len(targets))
+	for i, t := range targets {
+		results[i] = &LoadResult{Name: t.Name}
+	}
+	turn := opts.Duration / time.Duration(rounds)
+	for range rounds {
+		for i, t := range targets {
+			if ctx.Err() != nil {
+				return results
+			}
+			r := results[i]
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			start := time.Now()
+			end := start.Add(turn)
+			for range clients {
+				wg.Go(func() {
+					for time.Now().Before(end) && ctx.Err() == nil {
+						sent := time.Now()
+						rctx, cancel := context.WithTimeout(ctx, timeout)
+						var answered time.Time
+						res, err := t.Client.do(rctx, opts.Request, &answered)
+						cancel()
+						if err == nil {
+							err = check(res)
+						}
+						mu.Lock()
+						r.Sent++
+						if err != nil {
+							r.Failed++
+							if r.FirstError == nil {
+								r.FirstError = err
+							}
+						} else {
+							r.Latencies = append(r.Latencies, answered.Sub(sent))
+						}
+						mu.Unlock()
+					}
 				})
 			}
 			wg.Wait()

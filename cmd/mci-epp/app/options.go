@@ -383,6 +383,7 @@ func (o *Options) Run(ctx context.Context) error {
 		GRPCPort:            o.GRPCPort,
 		HealthPort:          o.HealthPort,
 		MetricsPort:         o.MetricsPort,
+		EnablePprof:         o.EnablePprof,
 		SecureServing:       o.SecureServing,
 		TLS:                 o.TLS,
 		PoolName:            o.PoolName,

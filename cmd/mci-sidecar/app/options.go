@@ -412,6 +412,7 @@ func (o *Options) Config() (sidecar.Config, error) {
 		GRPCPort:           o.GRPCPort,
 		HealthPort:         o.HealthPort,
 		MetricsPort:        o.MetricsPort,
+		EnablePprof:        o.EnablePprof,
 		TLS:                o.TLS,
 		ExtProcTransport:   extProcTransport,
 		SecretNamespaces:   o.SecretNamespaces,

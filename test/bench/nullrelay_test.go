@@ -43,7 +43,7 @@ func serveChild(ctx context.Context, role string, ready func(string)) error {
 	defer func() { _ = conn.Close() }()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector())
-	servers, err := extproc.Listen(extproc.ServingOptions{BindAddress: nullRelayIP, GRPCPort: 9002, HealthPort: 9003, MetricsPort: 9090}, envoyclient.NewNullRelay(conn), reg)
+	servers, err := extproc.Listen(extproc.ServingOptions{BindAddress: nullRelayIP, GRPCPort: 9002, HealthPort: 9003, MetricsPort: 9090, EnablePprof: true}, envoyclient.NewNullRelay(conn), reg)
 	if err != nil {
 		return err
 	}

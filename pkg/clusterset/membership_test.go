@@ -302,14 +302,24 @@ func TestReadMemberDir(t *testing.T) {
 	write(".hidden", kubeconfigFor("https://hidden"))
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "..data"), 0o700))
 
-	members, err := readMemberDir(dir)
+	members, err := readMemberDir(dir, nil)
 	require.NoError(t, err)
 	require.Len(t, members, 3, "hidden entries and folders (Secret volume internals) are skipped")
 	assert.Equal(t, "https://a", members["cluster-a"].rest.Host, "the .kubeconfig extension is dropped")
 	assert.Equal(t, "https://b", members["cluster-b"].rest.Host, "the .yaml extension is dropped")
 	assert.Error(t, members["cluster-c"].err)
 
-	_, err = readMemberDir(filepath.Join(dir, "missing"))
+	// Read again, an unchanged file keeps its parse and a changed one is
+	// parsed anew.
+	write("cluster-b.yaml", kubeconfigFor("https://b2"))
+	again, err := readMemberDir(dir, members)
+	require.NoError(t, err)
+	assert.Same(t, members["cluster-a"].rest, again["cluster-a"].rest, "an unchanged kubeconfig is not parsed again")
+	assert.Equal(t, "https://b2", again["cluster-b"].rest.Host, "a changed kubeconfig is parsed again")
+	assert.NotEqual(t, members["cluster-b"].fingerprint, again["cluster-b"].fingerprint)
+	assert.Error(t, again["cluster-c"].err)
+
+	_, err = readMemberDir(filepath.Join(dir, "missing"), nil)
 	assert.Error(t, err)
 }
 

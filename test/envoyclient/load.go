@@ -96,23 +96,53 @@ func Load(ctx context.Context, opts LoadOptions, targets ...Target) []*LoadResul
 	if inFlight <= 0 {
 		inFlight = 256
 	}
-	timeout := opts.Timeout
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	check := opts.Check
-	if check == nil {
-		check = routed
-	}
+	timeout := cmp.Or(opts.Timeout, 5*time.Second)
+	check := checkOr(opts.Check)
+	perTurn := int(float64(opts.Rate) * (opts.Duration / time.Duration(rounds)).Seconds())
+	interval := time.Second / time.Duration(max(opts.Rate, 1))
+	slots := make(chan struct{}, inFlight)
+	return inTurns(ctx, rounds, targets, func(t Target, r *LoadResult, record func(error, time.Duration)) {
+		var wg sync.WaitGroup
+		start := time.Now()
+		for n := range perTurn {
+			due := start.Add(time.Duration(n) * interval)
+			time.Sleep(time.Until(due))
+			select {
+			case slots <- struct{}{}:
+			default:
+				r.Backlogged++
+				slots <- struct{}{}
+			}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				rctx, cancel := context.WithTimeout(ctx, timeout)
+				defer cancel()
+				var answered time.Time
+				res, err := t.Client.do(rctx, opts.Request, &answered)
+				if err == nil {
+					err = check(res)
+				}
+				record(err, answered.Sub(due))
+			})
+		}
+		wg.Wait()
+	})
+}
+
+// inTurns runs turn for each target in turn, rounds times, each turn's time
+// added to the target's Elapsed, and returns the results, their latencies
+// sorted. A turn calls record, safe for concurrent use, once for each round
+// trip it sends. It returns early, with what was measured, when ctx ends.
+func inTurns(ctx context.Context, rounds int, targets []Target, turn func(t Target, r *LoadResult, record func(error, time.Duration))) []*LoadResult {
 	results := make([]*LoadResult, len(targets))
 	for i, t := range targets {
 		results[i] = &LoadResult{Name: t.Name}
 	}
-	turn := opts.Duration / time.Duration(rounds)
-	perTurn := int(float64(opts.Rate) * turn.Seconds())
-	interval := time.Second / time.Duration(max(opts.Rate, 1))
-	slots := make(chan struct{}, inFlight)
-
+	defer func() {
+		for _, r := range results {
+			slices.Sort(r.Latencies)
+		}
+	}()
 	for range rounds {
 		for i, t := range targets {
 			if ctx.Err() != nil {
@@ -120,48 +150,37 @@ func Load(ctx context.Context, opts LoadOptions, targets ...Target) []*LoadResul
 			}
 			r := results[i]
 			var mu sync.Mutex
-			var wg sync.WaitGroup
 			start := time.Now()
-			for n := range perTurn {
-				due := start.Add(time.Duration(n) * interval)
-				time.Sleep(time.Until(due))
-				select {
-				case slots <- struct{}{}:
-				default:
-					r.Backlogged++
-					slots <- struct{}{}
-				}
+			turn(t, r, func(err error, latency time.Duration) {
+				mu.Lock()
+				defer mu.Unlock()
 				r.Sent++
-				wg.Go(func() {
-					defer func() { <-slots }()
-					rctx, cancel := context.WithTimeout(ctx, timeout)
-					defer cancel()
-					var answered time.Time
-					res, err := t.Client.do(rctx, opts.Request, &answered)
-					latency := answered.Sub(due)
-					if err == nil {
-						err = check(res)
-					}
-					mu.Lock()
-					defer mu.Unlock()
-					if err != nil {
-						r.Failed++
-						if r.FirstError == nil {
-							r.FirstError = err
-						}
-						return
-					}
-					r.Latencies = append(r.Latencies, latency)
-				})
-			}
-			wg.Wait()
+				r.record(err, latency)
+			})
 			r.Elapsed += time.Since(start)
 		}
 	}
-	for _, r := range results {
-		slices.Sort(r.Latencies)
-	}
 	return results
+}
+
+// record counts a round trip that ended with err, or took latency.
+func (r *LoadResult) record(err error, latency time.Duration) {
+	if err != nil {
+		r.Failed++
+		if r.FirstError == nil {
+			r.FirstError = err
+		}
+		return
+	}
+	r.Latencies = append(r.Latencies, latency)
+}
+
+// checkOr is check, or routed when nil.
+func checkOr(check func(*Result) error) func(*Result) error {
+	if check == nil {
+		return routed
+	}
+	return check
 }
 
 // routed accepts every answer with a destination.
@@ -196,62 +215,32 @@ type SaturateOptions struct {
 // Saturate keeps opts.Clients round trips in flight on one target at a time,
 // in interleaved turns, and returns one result per target, in the order
 // given, Rate the throughput the target sustained (a round trip's latency
-// is from its send). On
-// a machine that the target's servers and this process share, that is the
-// throughput their CPU allows. It returns early when ctx ends.
+// is from its send). On a machine that the target's servers and this
+// process share, that is the throughput their CPU allows. It returns early
+// when ctx ends.
 func Saturate(ctx context.Context, opts SaturateOptions, targets ...Target) []*LoadResult {
 	rounds, clients := max(opts.Rounds, 1), max(opts.Clients, 1)
 	timeout := cmp.Or(opts.Timeout, 5*time.Second)
-	check := opts.Check
-	if check == nil {
-		check = routed
-	}
-	results := make([]*LoadResult, len(targets))
-	for i, t := range targets {
-		results[i] = &LoadResult{Name: t.Name}
-	}
+	check := checkOr(opts.Check)
 	turn := opts.Duration / time.Duration(rounds)
-	for range rounds {
-		for i, t := range targets {
-			if ctx.Err() != nil {
-				return results
-			}
-			r := results[i]
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			start := time.Now()
-			end := start.Add(turn)
-			for range clients {
-				wg.Go(func() {
-					for time.Now().Before(end) && ctx.Err() == nil {
-						sent := time.Now()
-						rctx, cancel := context.WithTimeout(ctx, timeout)
-						var answered time.Time
-						res, err := t.Client.do(rctx, opts.Request, &answered)
-						cancel()
-						if err == nil {
-							err = check(res)
-						}
-						mu.Lock()
-						r.Sent++
-						if err != nil {
-							r.Failed++
-							if r.FirstError == nil {
-								r.FirstError = err
-							}
-						} else {
-							r.Latencies = append(r.Latencies, answered.Sub(sent))
-						}
-						mu.Unlock()
+	return inTurns(ctx, rounds, targets, func(t Target, _ *LoadResult, record func(error, time.Duration)) {
+		var wg sync.WaitGroup
+		end := time.Now().Add(turn)
+		for range clients {
+			wg.Go(func() {
+				for time.Now().Before(end) && ctx.Err() == nil {
+					sent := time.Now()
+					rctx, cancel := context.WithTimeout(ctx, timeout)
+					var answered time.Time
+					res, err := t.Client.do(rctx, opts.Request, &answered)
+					cancel()
+					if err == nil {
+						err = check(res)
 					}
-				})
-			}
-			wg.Wait()
-			r.Elapsed += time.Since(start)
+					record(err, answered.Sub(sent))
+				}
+			})
 		}
-	}
-	for _, r := range results {
-		slices.Sort(r.Latencies)
-	}
-	return results
+		wg.Wait()
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -140,6 +141,27 @@ func (s *sidecarSetup) expectProblem(t *testing.T, reason, text string) {
 
 // expectMetric waits until the sidecar's metrics have series with the
 // value want.
+// settledMetric is the value of one series of the sidecar's metrics once
+// two reads in a row agree (0 while it is absent).
+func (s *sidecarSetup) settledMetric(t *testing.T, series string) float64 {
+	t.Helper()
+	last, settled := math.NaN(), 0.0
+	waitfor.Eventually(t, t.Context(), 15*time.Second, func(ctx context.Context) (bool, string) {
+		m, err := promtext.Get(ctx, "http://"+s.sidecar.MetricsAddr()+"/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		v, _, err := m.Lookup(series)
+		if err != nil {
+			return false, err.Error()
+		}
+		stable := v == last
+		settled, last = v, v
+		return stable, fmt.Sprintf("%s moved to %v", series, v)
+	})
+	return settled
+}
+
 func (s *sidecarSetup) expectMetric(t *testing.T, series string, want float64) {
 	t.Helper()
 	waitfor.Eventually(t, t.Context(), 15*time.Second, func(ctx context.Context) (bool, string) {

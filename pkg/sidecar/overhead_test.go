@@ -150,20 +150,19 @@ func BenchmarkSidecarOverhead(b *testing.B) {
 		require.Zero(b, r.Failed, "%s failed round trips", r.Name)
 	}
 	d, n, s, k := res[0], res[1], res[2], res[3]
-	perOp := func(cpu time.Duration, sent int) float64 { return float64(cpu.Microseconds()) / float64(sent) }
 	added := func(r *envoyclient.LoadResult, over *envoyclient.LoadResult, p float64) time.Duration {
 		return r.Percentile(p) - over.Percentile(p)
 	}
 	b.Logf("added over direct: null relay p50 %v, p99 %v; sidecar p50 %v, p99 %v; sidecar over null relay: p50 %v, p99 %v",
 		added(n, d, .5), added(n, d, .99), added(s, d, .5), added(s, d, .99), added(s, n, .5), added(s, n, .99))
 	b.Logf("CPU per round trip: EPP %.0f µs (all paths), null relay %.0f µs, sidecar %.0f µs, sidecar with the response phase skipped %.0f µs",
-		perOp(cpu[0], d.Sent+n.Sent+s.Sent+k.Sent), perOp(cpu[1], n.Sent), perOp(cpu[2], s.Sent), perOp(cpu[3], k.Sent))
+		cpuPerOp(cpu[0], d.Sent+n.Sent+s.Sent+k.Sent), cpuPerOp(cpu[1], n.Sent), cpuPerOp(cpu[2], s.Sent), cpuPerOp(cpu[3], k.Sent))
 	b.Logf("response phase relayed over skipped: sidecar CPU %+.0f µs per round trip, p50 %v, p99 %v",
-		perOp(cpu[2], s.Sent)-perOp(cpu[3], k.Sent), added(s, k, .5), added(s, k, .99))
-	b.ReportMetric(perOp(cpu[2], s.Sent), "sidecar-cpu-µs/op")
-	b.ReportMetric(perOp(cpu[1], n.Sent), "relay-cpu-µs/op")
-	b.ReportMetric(perOp(cpu[3], k.Sent), "skip-sidecar-cpu-µs/op")
-	b.ReportMetric(perOp(cpu[0], d.Sent+n.Sent+s.Sent+k.Sent), "epp-cpu-µs/op")
+		cpuPerOp(cpu[2], s.Sent)-cpuPerOp(cpu[3], k.Sent), added(s, k, .5), added(s, k, .99))
+	b.ReportMetric(cpuPerOp(cpu[2], s.Sent), "sidecar-cpu-µs/op")
+	b.ReportMetric(cpuPerOp(cpu[1], n.Sent), "relay-cpu-µs/op")
+	b.ReportMetric(cpuPerOp(cpu[3], k.Sent), "skip-sidecar-cpu-µs/op")
+	b.ReportMetric(cpuPerOp(cpu[0], d.Sent+n.Sent+s.Sent+k.Sent), "epp-cpu-µs/op")
 	b.ReportMetric(float64(added(s, d, .5).Microseconds()), "added-p50-µs")
 	b.ReportMetric(float64(added(s, d, .99).Microseconds()), "added-p99-µs")
 	b.ReportMetric(float64(added(n, d, .5).Microseconds()), "relay-added-p50-µs")
@@ -195,16 +194,20 @@ func saturate(b *testing.B, procs []*envoyclient.Child, targets []envoyclient.Ta
 		require.Zero(b, r.Failed, "%s failed round trips at saturation", r.Name)
 	}
 	d, n, s, k := res[0], res[1], res[2], res[3]
-	perOp := func(cpu time.Duration, sent int) float64 { return float64(cpu.Microseconds()) / float64(sent) }
 	b.Logf("throughput at saturation (%d in flight): direct %.0f/s, null relay %.0f/s (%.2fx), sidecar %.0f/s (%.2fx; %.2fx the null relay's), response phase skipped %.0f/s (%.2fx)",
 		*overheadClients, d.Rate(), n.Rate(), n.Rate()/d.Rate(), s.Rate(), s.Rate()/d.Rate(), s.Rate()/n.Rate(), k.Rate(), k.Rate()/d.Rate())
 	b.Logf("CPU per round trip at saturation: EPP %.0f µs (all paths), null relay %.0f µs, sidecar %.0f µs, sidecar with the response phase skipped %.0f µs",
-		perOp(cpu[0], d.Sent+n.Sent+s.Sent+k.Sent), perOp(cpu[1], n.Sent), perOp(cpu[2], s.Sent), perOp(cpu[3], k.Sent))
+		cpuPerOp(cpu[0], d.Sent+n.Sent+s.Sent+k.Sent), cpuPerOp(cpu[1], n.Sent), cpuPerOp(cpu[2], s.Sent), cpuPerOp(cpu[3], k.Sent))
 	b.ReportMetric(s.Rate()/d.Rate(), "saturated-sidecar/direct")
 	b.ReportMetric(n.Rate()/d.Rate(), "saturated-relay/direct")
 	b.ReportMetric(s.Rate()/n.Rate(), "saturated-sidecar/relay")
-	b.ReportMetric(perOp(cpu[2], s.Sent), "saturated-sidecar-cpu-µs/op")
-	b.ReportMetric(perOp(cpu[1], n.Sent), "saturated-relay-cpu-µs/op")
+	b.ReportMetric(cpuPerOp(cpu[2], s.Sent), "saturated-sidecar-cpu-µs/op")
+	b.ReportMetric(cpuPerOp(cpu[1], n.Sent), "saturated-relay-cpu-µs/op")
+}
+
+// cpuPerOp is cpu per round trip of sent, in µs.
+func cpuPerOp(cpu time.Duration, sent int) float64 {
+	return float64(cpu.Microseconds()) / float64(sent)
 }
 
 // cpuOver is the CPU time each process used while run ran.

@@ -139,19 +139,23 @@ func (s *sidecarSetup) expectProblem(t *testing.T, reason, text string) {
 	})
 }
 
-// expectMetric waits until the sidecar's metrics have series with the
-// value want.
+// metric is the value of one series of the sidecar's metrics (0 and false
+// while it is absent).
+func (s *sidecarSetup) metric(ctx context.Context, series string) (float64, bool, error) {
+	m, err := promtext.Get(ctx, "http://"+s.sidecar.MetricsAddr()+"/metrics")
+	if err != nil {
+		return 0, false, err
+	}
+	return m.Lookup(series)
+}
+
 // settledMetric is the value of one series of the sidecar's metrics once
 // two reads in a row agree (0 while it is absent).
 func (s *sidecarSetup) settledMetric(t *testing.T, series string) float64 {
 	t.Helper()
 	last, settled := math.NaN(), 0.0
 	waitfor.Eventually(t, t.Context(), 15*time.Second, func(ctx context.Context) (bool, string) {
-		m, err := promtext.Get(ctx, "http://"+s.sidecar.MetricsAddr()+"/metrics")
-		if err != nil {
-			return false, err.Error()
-		}
-		v, _, err := m.Lookup(series)
+		v, _, err := s.metric(ctx, series)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -162,14 +166,12 @@ func (s *sidecarSetup) settledMetric(t *testing.T, series string) float64 {
 	return settled
 }
 
+// expectMetric waits until the sidecar's metrics have series with the
+// value want.
 func (s *sidecarSetup) expectMetric(t *testing.T, series string, want float64) {
 	t.Helper()
 	waitfor.Eventually(t, t.Context(), 15*time.Second, func(ctx context.Context) (bool, string) {
-		m, err := promtext.Get(ctx, "http://"+s.sidecar.MetricsAddr()+"/metrics")
-		if err != nil {
-			return false, err.Error()
-		}
-		v, found, err := m.Lookup(series)
+		v, found, err := s.metric(ctx, series)
 		if err != nil {
 			return false, err.Error()
 		}

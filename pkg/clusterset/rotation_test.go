@@ -72,6 +72,7 @@ func TestARotatedTokenIsSwappedInWithoutARelistOrAWatchGap(t *testing.T) {
 	// End every connection to the member, the watches' included, as an
 	// apiserver's watch timeout or a load balancer would: the reflectors
 	// resume their watches, which the old token could no longer open.
+	requests.waitForWatchesOlderThanASecond(t)
 	requests.mark()
 	proxy.resetConns()
 	require.Eventually(t, func() bool { return requests.watchesSinceMark() > 0 }, 30*time.Second, 10*time.Millisecond,
@@ -170,6 +171,7 @@ func TestARotatedClientCertificateIsSwappedInWithoutARelistOrAWatchGap(t *testin
 	// End the connections opened before the rotation, the watches'
 	// included: the reflectors resume their watches, which the old
 	// certificate may no longer open.
+	requests.waitForWatchesOlderThanASecond(t)
 	requests.mark()
 	proxy.resetConnsOpenedBefore(rotatedAt)
 	require.Eventually(t, func() bool { return requests.watchesSinceMark() > 0 }, 30*time.Second, 10*time.Millisecond,
@@ -188,6 +190,7 @@ func TestARotatedClientCertificateIsSwappedInWithoutARelistOrAWatchGap(t *testin
 		src, _ := cache.member("remote").current()
 		return src == "reporting#"+bundle.fingerprint
 	}, 10*time.Second, 10*time.Millisecond, "the kubeconfig with the new CA bundle is in use")
+	requests.waitForWatchesOlderThanASecond(t)
 	requests.mark()
 	proxy.resetConnsOpenedBefore(bundledAt)
 	require.Eventually(t, func() bool { return requests.watchesSinceMark() > 0 }, 30*time.Second, 10*time.Millisecond,
@@ -319,6 +322,8 @@ type requestCounter struct {
 	// refused counts the lists and watches answered 401 or 403 since the
 	// mark.
 	refused int
+	// lastWatch is when the latest watch was sent, a list's included.
+	lastWatch time.Time
 }
 
 func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -329,6 +334,9 @@ func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 			// objects first (WatchList), or a plain list when the
 			// server cannot: either is a list.
 			q := r.URL.Query()
+			if q.Get("watch") == "true" {
+				c.lastWatch = time.Now()
+			}
 			if q.Get("watch") == "true" && q.Get("sendInitialEvents") != "true" {
 				if c.marked {
 					c.watchTokens = append(c.watchTokens, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
@@ -348,6 +356,22 @@ func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 		}
 		return resp, err
 	})
+}
+
+// waitForWatchesOlderThanASecond waits until the latest watch sent to
+// the member is more than a second old. client-go's reflector takes a
+// watch that ends within a second of its start, having delivered nothing,
+// for a failure ("very short watch"): it backs off and lists again. The
+// tests cut the member's connections once its watches are older than that,
+// as they are in a server that has run for a while; a cut right after the
+// member listed, or right after an earlier cut, would make them list.
+func (c *requestCounter) waitForWatchesOlderThanASecond(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return time.Since(c.lastWatch) > 1200*time.Millisecond
+	}, 30*time.Second, 20*time.Millisecond, "the member's watches grow older than a second")
 }
 
 func (c *requestCounter) lists() int {

@@ -201,7 +201,7 @@ func selfSignedCert(t *testing.T, notAfter time.Time) []byte {
 }
 
 // selfSignedKeyPair is a PEM certificate valid until notAfter and its key.
-func selfSignedKeyPair(t *testing.T, notAfter time.Time) (certPEM, keyPEM []byte) {
+func selfSignedKeyPair(t testing.TB, notAfter time.Time) (certPEM, keyPEM []byte) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "reader"}, NotBefore: notAfter.Add(-2 * time.Hour), NotAfter: notAfter, IsCA: true, BasicConstraintsValid: true}

@@ -117,7 +117,11 @@ type identities struct {
 func (m *member) readClusterID(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, discoveryTimeout)
 	defer cancel()
-	ns, err := m.core.Namespaces().Get(ctx, clusterIDNamespace, metav1.GetOptions{})
+	core, err := m.coreClient()
+	if err != nil {
+		return "", err
+	}
+	ns, err := core.Namespaces().Get(ctx, clusterIDNamespace, metav1.GetOptions{})
 	if err != nil {
 		return "", err
 	}

@@ -57,8 +57,20 @@ func (m *member) optionalAPIs() []schema.GroupVersionResource {
 // and probing it (startWith).
 func (m *member) start(ctx context.Context, th thresholds) {
 	logger := klog.FromContext(ctx).WithValues("member", m.name)
-	served := servedapis.Discover(klog.NewContext(ctx, logger), m.discovery, discoveryTimeout, m.optionalAPIs()...)
-	m.startWith(ctx, th, served)
+	m.startWith(ctx, th, m.discover(klog.NewContext(ctx, logger)))
+}
+
+// discover asks the member which optional APIs it serves (optionalAPIs).
+// Its discovery client is made from the configuration newMember made one
+// from; should it fail all the same, every optional API is taken as
+// served because it could not be asked, as when the member cannot answer.
+func (m *member) discover(ctx context.Context) servedapis.Set {
+	d, err := m.discoveryClient()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot make the member's discovery client")
+		return servedapis.Unasked(m.optionalAPIs()...)
+	}
+	return servedapis.Discover(ctx, d, discoveryTimeout, m.optionalAPIs()...)
 }
 
 // startWith begins watching and probing the member, in the mode what it

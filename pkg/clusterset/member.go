@@ -19,6 +19,7 @@ import (
 	gatewaylistersv1beta1 "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1beta1"
 
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	inferencev1alpha1client "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inference/v1alpha1"
 	inferencelisters "github.com/mci-dev/mci/pkg/generated/listers/inference/v1alpha1"
 	poollisters "github.com/mci-dev/mci/pkg/generated/listers/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/imports"
@@ -43,27 +44,28 @@ type member struct {
 	// changed Secret or file reconnects it.
 	source string
 
-	// gate holds the requests of core, mci, kube, gateway and discovery
-	// while the probe cannot reach the member; probeClient goes around it.
+	// gate holds the requests of every client of the member but the
+	// probe while the probe cannot reach the member; probeClient goes
+	// around it.
 	gate        *linkGate
 	probeClient rest.Interface
-	// core reads the member's cluster ID (identity.go).
-	core corev1client.CoreV1Interface
-	mci  mciclient.Interface
-	// kube and gateway are made for full mode only (objectClients), from
-	// gatedConfig and gatedClient, which every gated client shares.
+	// summaryClient reads the member's summaries (summary mode): one
+	// REST client, not a clientset of every API group's.
+	summaryClient inferencev1alpha1client.InferenceV1alpha1Interface
+	// mci, kube and gateway are made for full mode only (objectClients),
+	// from gatedConfig and gatedClient, which every gated client shares;
+	// the clients asked once in a while (discovery, the cluster ID) are
+	// made when asked (discoveryClient, coreClient).
+	mci         mciclient.Interface
 	kube        kubernetes.Interface
 	gateway     gatewayclient.Interface
 	gatedConfig *rest.Config
 	gatedClient *http.Client
-	// discovery asks which optional APIs the member serves, within
-	// discoveryTimeout.
-	discovery discovery.DiscoveryInterface
-	ctx       context.Context
-	cancel    context.CancelFunc
-	done      chan struct{}
-	synced    []cache.InformerSynced
-	handler   Handler
+	ctx         context.Context
+	cancel      context.CancelFunc
+	done        chan struct{}
+	synced      []cache.InformerSynced
+	handler     Handler
 
 	namespaces     corev1listers.NamespaceLister
 	pools          poollisters.InferencePoolLister
@@ -182,19 +184,31 @@ func newMember(name, source string, config *rest.Config, responseBytes int64, ha
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
 	m.gatedConfig = gated
-	if m.mci, err = mciclient.NewForConfigAndClient(gated, m.gatedClient); err != nil {
+	if m.summaryClient, err = inferencev1alpha1client.NewForConfigAndClient(gated, m.gatedClient); err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
-	if m.core, err = corev1client.NewForConfigAndClient(gated, m.gatedClient); err != nil {
-		return nil, fmt.Errorf("member %s: %w", name, err)
-	}
-	// Discovery at start-up must not wait forever on a hung member.
-	bounded := rest.CopyConfig(gated)
-	bounded.Timeout = discoveryTimeout
-	if m.discovery, err = discovery.NewDiscoveryClientForConfig(bounded); err != nil {
+	// The clients made when asked are made from this configuration: an
+	// error here would be theirs.
+	if _, err := m.discoveryClient(); err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
 	return m, nil
+}
+
+// discoveryClient asks which optional APIs the member serves, within
+// discoveryTimeout: discovery must not wait forever on a hung member. It
+// is asked when the member starts and at each recheck (mode.go), so it is
+// made then rather than kept by every member.
+func (m *member) discoveryClient() (discovery.DiscoveryInterface, error) {
+	bounded := rest.CopyConfig(m.gatedConfig)
+	bounded.Timeout = discoveryTimeout
+	return discovery.NewDiscoveryClientForConfigAndClient(bounded, &http.Client{Transport: m.gatedClient.Transport, Timeout: discoveryTimeout})
+}
+
+// coreClient reads the member's cluster ID (identity.go), asked when the
+// member joins and at rechecks while it could not be read.
+func (m *member) coreClient() (corev1client.CoreV1Interface, error) {
+	return corev1client.NewForConfigAndClient(m.gatedConfig, m.gatedClient)
 }
 
 // objectClients makes the clientsets full mode watches the member's
@@ -213,7 +227,11 @@ func (m *member) objectClients() error {
 	if err != nil {
 		return fmt.Errorf("member %s: %w", m.name, err)
 	}
-	m.kube, m.gateway = kube, gateway
+	mci, err := mciclient.NewForConfigAndClient(m.gatedConfig, m.gatedClient)
+	if err != nil {
+		return fmt.Errorf("member %s: %w", m.name, err)
+	}
+	m.kube, m.gateway, m.mci = kube, gateway, mci
 	return nil
 }
 

@@ -36,10 +36,11 @@ func TestAMemberIsReadUncompressedAndWithoutFullModeClientsets(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, m.kube, "the Kubernetes clientset, before full mode")
 	assert.Nil(t, m.gateway, "the Gateway API clientset, before full mode")
+	assert.Nil(t, m.mci, "mci's clientset, before full mode")
 
 	_ = m.probe(t.Context(), m.probeClient, thresholds{})
-	_, _ = m.mci.InferenceV1alpha1().InferencePoolExportSummaries("").List(t.Context(), metav1.ListOptions{})
-	_, _ = m.core.Namespaces().Get(t.Context(), clusterIDNamespace, metav1.GetOptions{})
+	_, _ = m.summaryClient.InferencePoolExportSummaries("").List(t.Context(), metav1.ListOptions{})
+	_, _ = m.readClusterID(t.Context())
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, encodings, 3)
@@ -50,4 +51,5 @@ func TestAMemberIsReadUncompressedAndWithoutFullModeClientsets(t *testing.T) {
 	require.NoError(t, m.objectClients())
 	assert.NotNil(t, m.kube)
 	assert.NotNil(t, m.gateway)
+	assert.NotNil(t, m.mci)
 }

@@ -107,7 +107,7 @@ func (c *Cache) followMode(name string, m *member) {
 		if m.summaryPolicy == SummariesNever && !thawing {
 			continue
 		}
-		served := servedapis.Discover(klog.NewContext(m.ctx, logger), m.discovery, discoveryTimeout, m.optionalAPIs()...)
+		served := m.discover(klog.NewContext(m.ctx, logger))
 		next := m.modeOf(served)
 		switch {
 		case thawing && next != modeDiscovering:

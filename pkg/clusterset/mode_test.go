@@ -68,7 +68,9 @@ func servedSet(t *testing.T, served, assumed bool) servedapis.Set {
 	defer srv.Close()
 	m, err := newMember("m", "", &rest.Config{Host: srv.URL}, 0, func(Event) {})
 	require.NoError(t, err)
-	return servedapis.Discover(t.Context(), m.discovery, time.Second, apiExportSummaries, apiClusterSummaries)
+	d, err := m.discoveryClient()
+	require.NoError(t, err)
+	return servedapis.Discover(t.Context(), d, time.Second, apiExportSummaries, apiClusterSummaries)
 }
 
 // A member whose discovery fails while it joins used to be read in full

@@ -52,8 +52,8 @@ var summaryStreamLog = statelog.Rule{Interval: time.Minute}
 // mci-apiserver memory, none by its kube-apiserver's storage. It returns
 // what starts them.
 func (m *member) summaryInformers(logger klog.Logger) func(context.Context) {
-	exportsClient, clustersClient := m.mci.InferenceV1alpha1().InferencePoolExportSummaries(""), m.mci.InferenceV1alpha1().InferenceClusterSummaries()
-	var exportsLW, clustersLW cache.ListerWatcher = informerhealth.ListWatch(m.mci, exportsClient.List, exportsClient.Watch), informerhealth.ListWatch(m.mci, clustersClient.List, clustersClient.Watch)
+	exportsClient, clustersClient := m.summaryClient.InferencePoolExportSummaries(""), m.summaryClient.InferenceClusterSummaries()
+	var exportsLW, clustersLW cache.ListerWatcher = informerhealth.ListWatch(m.summaryClient, exportsClient.List, exportsClient.Watch), informerhealth.ListWatch(m.summaryClient, clustersClient.List, clustersClient.Watch)
 	if m.quota != nil {
 		// A watch that meets the member's mci-apiserver down (a 503 from
 		// its aggregator) resumes rather than relists (listquota.go); it

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
@@ -109,4 +111,40 @@ func parentModeSummary(i int) *v1alpha1.InferencePoolExportSummary {
 		Parents:          []v1alpha1.ParentImport{parent("inference-gateway"), parent("inference-gateway-2")},
 		Conditions:       readyCondition("2 of 2 parent Gateway(s) in cluster cluster-a are Programmed with an address: gateways/inference-gateway, gateways/inference-gateway-2"),
 	}}
+}
+
+// BenchmarkMemberClientBytes measures what a member's clients cost this
+// server's heap before it connects (newMember: its credentials, its
+// transport's configuration, its probe, gated and summary clients), with
+// a kubeconfig as a Secret gives it (a CA, a client certificate, a
+// bearer token). The connection, the watches and the cache come on top.
+func BenchmarkMemberClientBytes(b *testing.B) {
+	const members = 500
+	// A pair of each member's own: client-go shares the transport of
+	// configurations whose TLS is the same, which members' are not.
+	type keyPair struct{ cert, key []byte }
+	pairs := make([]keyPair, members)
+	for i := range pairs {
+		pairs[i].cert, pairs[i].key = selfSignedKeyPair(b, time.Now().Add(time.Hour))
+	}
+	var perMember float64
+	for range b.N {
+		kept := make([]*member, 0, members)
+		before := heapInUse()
+		for i, p := range pairs {
+			config := &rest.Config{
+				Host:            fmt.Sprintf("https://127.0.0.1:%d", 20000+i),
+				BearerToken:     "token",
+				TLSClientConfig: rest.TLSClientConfig{CAData: p.cert, CertData: p.cert, KeyData: p.key},
+			}
+			m, err := newMember(fmt.Sprintf("member-%d", i), "", config, 1<<20, func(Event) {})
+			if err != nil {
+				b.Fatal(err)
+			}
+			kept = append(kept, m)
+		}
+		perMember = float64(heapInUse()-before) / members
+		runtime.KeepAlive(kept)
+	}
+	b.ReportMetric(perMember, "bytes/member")
 }

@@ -107,6 +107,16 @@ func Discover(ctx context.Context, d discovery.DiscoveryInterface, timeout time.
 	return s
 }
 
+// Unasked is the set of a cluster that could not be asked: every one of
+// resources taken as served, as Discover takes what it cannot ask.
+func Unasked(resources ...schema.GroupVersionResource) Set {
+	s := Set{served: map[schema.GroupVersionResource]bool{}, assumed: map[schema.GroupVersionResource]bool{}}
+	for _, r := range resources {
+		s.served[r], s.assumed[r] = true, true
+	}
+	return s
+}
+
 // groupVersions lists the group versions of resources, each once, in order.
 func groupVersions(resources []schema.GroupVersionResource) []schema.GroupVersion {
 	var gvs []schema.GroupVersion

@@ -94,3 +94,15 @@ func TestDiscoverAsksAFakeDiscoveryThroughItsResources(t *testing.T) {
 
 	assert.Equal(t, map[schema.GroupVersionResource]bool{objectives: true, rewrites: false, models: false}, served.Map())
 }
+
+// A cluster that could not be asked is taken to serve what it was to be
+// asked about, as Discover takes a group version it cannot ask: served,
+// neither known nor answered.
+func TestUnaskedTakesEveryResourceAsServedWithoutAnAnswer(t *testing.T) {
+	r := schema.GroupVersionResource{Group: "inference.networking.x-k8s.io", Version: "v1alpha1", Resource: "inferencepoolexportsummaries"}
+	s := Unasked(r)
+	assert.True(t, s.Has(r))
+	assert.False(t, s.Known(r))
+	assert.False(t, s.Answered(r))
+	assert.False(t, s.Has(schema.GroupVersionResource{Resource: "other"}))
+}

@@ -50,9 +50,7 @@ type faultSet struct {
 	a, b     *cluster
 	bConfig  *rest.Config
 	informer cache.SharedIndexInformer
-	// syncs counts full lists the informer asked for: LISTs and watches
-	// with sendInitialEvents. After the first, each is a relist.
-	syncs atomic.Int64
+	importReads
 	// pools are the pools cluster-a exports, as the test made them: the
 	// truth to compare with while cluster-a cannot be asked.
 	pools map[string]bool
@@ -72,6 +70,7 @@ func TestFaultsInAnHAClusterSet(t *testing.T) {
 	t.Run("a watch on a replica that stops resumes on the other without a relist", func(t *testing.T) {
 		before := f.syncs.Load()
 		for r := range 2 {
+			f.waitForAWatchOlderThanASecond(t, ctx)
 			require.NoError(t, f.cs.StopMCIAPIServerReplica("cluster-b", r))
 			// A change while one replica is down reaches the informer
 			// through the other.
@@ -238,6 +237,7 @@ func TestFaultsInAnHAClusterSet(t *testing.T) {
 			waitfor.Eventually(t, ctx, convergence, func(context.Context) (bool, string) {
 				return slices.Contains(sidecarLike.names(), name), fmt.Sprintf("the sidecar-like informer has %v", sidecarLike.names())
 			})
+			sidecarLike.waitForAWatchOlderThanASecond(t, ctx)
 			syncs := sidecarLike.syncs.Load()
 			_, err := f.cs.CompactEtcd(ctx)
 			require.NoError(t, err)
@@ -307,7 +307,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // counting the full lists it makes.
 func (f *faultSet) startInformer(t *testing.T) {
 	t.Helper()
-	lw := countedImports(t, f.b.mci, &f.syncs)
+	lw := countedImports(t, f.b.mci, &f.importReads)
 	f.informer = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, f.b.mci), &v1alpha1.InferencePoolImport{}, cache.SharedIndexInformerOptions{})
 	runUntilSynced(t, f.informer, "the informer")
 }
@@ -324,21 +324,46 @@ func runUntilSynced(t *testing.T, informer cache.SharedIndexInformer, what strin
 	require.True(t, cache.WaitForCacheSync(syncCtx.Done(), informer.HasSynced), "%s must sync through the aggregator", what)
 }
 
+// importReads is what an informer of the imports asked for
+// (countedImports).
+type importReads struct {
+	// syncs counts full lists: LISTs and watches with sendInitialEvents.
+	// After the first, each is a relist.
+	syncs atomic.Int64
+	// watchSent is when the latest watch was sent (Unix nanoseconds).
+	watchSent atomic.Int64
+}
+
+// waitForAWatchOlderThanASecond waits until the informer's latest watch
+// was sent more than a second ago. client-go's reflector takes a watch
+// that ends within a second of its start, having delivered nothing, for
+// a failure ("very short watch") and lists again: a fault that ends a
+// watch just moved to another replica would make it relist whatever the
+// servers do, which is not what these scenarios test.
+func (r *importReads) waitForAWatchOlderThanASecond(t *testing.T, ctx context.Context) {
+	t.Helper()
+	waitfor.Eventually(t, ctx, 10*time.Second, func(context.Context) (bool, string) {
+		age := time.Since(time.Unix(0, r.watchSent.Load()))
+		return age > 1200*time.Millisecond, fmt.Sprintf("the informer's latest watch was sent %s ago", age.Round(time.Millisecond))
+	})
+}
+
 // countedImports lists and watches the imports of faultNS with client,
 // counting in syncs the full lists made (LISTs, and watches with
 // sendInitialEvents: after the first, each is a relist) and logging what
 // made a watch fail or end, which is what made an informer relist, if it
 // does.
-func countedImports(t *testing.T, client mciclient.Interface, syncs *atomic.Int64) *cache.ListWatch {
+func countedImports(t *testing.T, client mciclient.Interface, reads *importReads) *cache.ListWatch {
 	imports := client.InferenceV1alpha1().InferencePoolImports(faultNS)
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			syncs.Add(1)
+			reads.syncs.Add(1)
 			return imports.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			reads.watchSent.Store(time.Now().UnixNano())
 			if ptr.Deref(o.SendInitialEvents, false) {
-				syncs.Add(1)
+				reads.syncs.Add(1)
 			}
 			w, err := imports.Watch(ctx, o)
 			if err != nil {
@@ -362,7 +387,7 @@ func countedImports(t *testing.T, client mciclient.Interface, syncs *atomic.Int6
 // wait out a 503's Retry-After), counting its full lists.
 type sidecarLike struct {
 	informer cache.SharedIndexInformer
-	syncs    atomic.Int64
+	importReads
 }
 
 func (s *sidecarLike) names() []string {
@@ -379,7 +404,7 @@ func (f *faultSet) startSidecarLikeInformer(t *testing.T) *sidecarLike {
 	config.Wrap(noserver.WithoutRetryAfter)
 	client := mciclient.NewForConfigOrDie(config)
 	s := &sidecarLike{}
-	lw := countedImports(t, client, &s.syncs)
+	lw := countedImports(t, client, &s.importReads)
 	s.informer = informerhealth.NewTracker("e2e_sidecar_like").NewInformer(faultNS+"/inferencepoolimports", cache.ToListWatcherWithWatchListSemantics(lw, client), &v1alpha1.InferencePoolImport{})
 	runUntilSynced(t, s.informer, "the sidecar-like informer")
 	return s

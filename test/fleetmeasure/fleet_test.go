@@ -38,9 +38,11 @@ import (
 )
 
 const (
-	importer  = "cluster-x"
-	namespace = "fleet"
-	pools     = 10
+	// profilesEnv names a directory for the servers' profiles.
+	profilesEnv = "MCI_FLEET_PROFILES"
+	importer    = "cluster-x"
+	namespace   = "fleet"
+	pools       = 10
 	// maxMembers bounds a fleet this test starts.
 	maxMembers = 1000
 )
@@ -83,6 +85,8 @@ func TestImporterAgainstAMockFleet(t *testing.T) {
 		heapPerMember, goroutinesPerMember := (m.heap-baseline.heap)/float64(n), (m.goroutines-baseline.goroutines)/float64(n)
 		t.Logf("%d members x %d pools: consistent %.1fs after the server started; heap %.1f MiB, %.1f KiB per member over no member; goroutines %d (%d over no member); load average %s",
 			n, pools, m.bootstrap.Seconds(), m.heap/(1<<20), heapPerMember/1024, int(m.goroutines), int(m.goroutines-baseline.goroutines), loadAverage())
+		t.Logf("%d members: a bare client-go reader of the same members' two summary resources (one connection and two reflectors a member, nothing else): heap %.1f KiB a member keeping the summaries decoded in a store, %.1f KiB keeping nothing; %.1f goroutines a member",
+			n, m.bare.heapPerMember/1024, m.bareKeepingNothing.heapPerMember/1024, m.bare.goroutinesPerMember)
 		t.Logf("%d members: the importer's start sent %d LISTs (streaming lists included) and %d WATCHes (%.2f and %.2f a member)",
 			n, m.bootstrapReads.Lists, m.bootstrapReads.Watches, float64(m.bootstrapReads.Lists)/float64(n), float64(m.bootstrapReads.Watches)/float64(n))
 		t.Logf("%d members: %d export changes in %s (%.0f a second, as many flaps): to the importer's watcher p50 %s, p99 %s, %d unseen after %s; importer CPU %s a change over its idle %s a second",
@@ -111,8 +115,12 @@ type figures struct {
 	heap, goroutines float64
 	// bootstrapReads are the summary reads the importer's start sent.
 	bootstrapReads membermock.Reads
-	churn          churnFigures
-	restart        restartFigures
+	// bare and bareKeepingNothing are what a bare reader of the same
+	// members holds, keeping their summaries decoded and keeping nothing
+	// of them (barereader_test.go).
+	bare, bareKeepingNothing bareFigures
+	churn                    churnFigures
+	restart                  restartFigures
 }
 
 // measure restarts the importer's mci-apiserver against a fleet of n mock
@@ -120,7 +128,9 @@ type figures struct {
 // then, with members, it churns the fleet's exports (churn_test.go) and
 // restarts many members at once.
 func measure(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, n int) figures {
-	fleet, err := membermock.NewFleet(membermock.Options{ClusterSetName: localclusterset.ClusterSetName})
+	// The members' tokens name the importer as their reader, as a member
+	// Secret minted for it does.
+	fleet, err := membermock.NewFleet(membermock.Options{ClusterSetName: localclusterset.ClusterSetName, Reader: importer})
 	require.NoError(t, err)
 	fctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -180,6 +190,8 @@ func measure(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, 
 	f := figures{bootstrap: time.Since(started), bootstrapReads: readsSince(readsBefore, fleet.Reads())}
 	f.heap, f.goroutines = runtimeFigures(t, ctx, cs, c, n)
 	if n > 0 {
+		f.bare = measureBareReader(t, ctx, members, n, true)
+		f.bareKeepingNothing = measureBareReader(t, ctx, members, n, false)
 		f.churn = measureChurn(t, ctx, fleet, client, importerServer{cs: cs, c: c, n: n})
 		f.restart = measureMemberRestart(t, ctx, fleet)
 	}
@@ -196,15 +208,21 @@ func readsSince(before, now map[string]membermock.Reads) membermock.Reads {
 	return sum
 }
 
-// runtimeFigures reads the server's heap after a collection (pprof's
-// gc=1) and its goroutines. With MCI_FLEET_PROFILES naming a directory it
-// keeps the server's heap and goroutine profiles there, named after the
-// fleet size, for `go tool pprof`.
+// runtimeFigures reads the server's heap after two collections (pprof's
+// gc=1, twice: what sync.Pools hold, the encoders and buffers of the
+// passes that computed the imports, survives one) and its goroutines.
+// With MCI_FLEET_PROFILES naming a directory it keeps the server's heap
+// and goroutine profiles there, named after the fleet size, for `go tool
+// pprof`.
 func runtimeFigures(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, c *localclusterset.Cluster, n int) (heap, goroutines float64) {
 	client := serverClient(cs, c)
-	profile, err := client.Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(ctx)
-	require.NoError(t, err)
-	if dir := os.Getenv("MCI_FLEET_PROFILES"); dir != "" {
+	var profile []byte
+	for range 2 {
+		var err error
+		profile, err = client.Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(ctx)
+		require.NoError(t, err)
+	}
+	if dir := os.Getenv(profilesEnv); dir != "" {
 		goroutines, err := client.Get().AbsPath("/debug/pprof/goroutine").DoRaw(ctx)
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("heap-%d.pb.gz", n)), profile, 0o600))
@@ -268,7 +286,7 @@ func (s importerServer) kubeAPIServerCPU(t *testing.T, ctx context.Context) floa
 // MCI_FLEET_PROFILES, named after what and the fleet size; nothing when
 // that names no directory.
 func (s importerServer) profileCPU(ctx context.Context, what string, d time.Duration) error {
-	dir := os.Getenv("MCI_FLEET_PROFILES")
+	dir := os.Getenv(profilesEnv)
 	if dir == "" {
 		return nil
 	}

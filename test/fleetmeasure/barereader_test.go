@@ -1,0 +1,204 @@
+package fleetmeasure
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	inferencev1alpha1client "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inference/v1alpha1"
+)
+
+// A bare reader is what the importer's heap and goroutines per member are
+// read against, in the same run: a process of its own (this test binary
+// run again) that reads the two summary resources of every member of a
+// directory of kubeconfigs with client-go alone, as cheaply as client-go
+// reads them: per member one HTTP client (its own TLS connection, as the
+// importer has), uncompressed as the importer reads, and per resource a
+// reflector and a store, no informer around them. Nothing of what the
+// importer adds: no probe, gate, quota, identity, mode or import. It runs
+// twice: keeping the summaries decoded in client-go's store, as a stock
+// reader does, and keeping nothing of them, which is the floor of any
+// reader of a member's summaries over a connection of its own, before
+// it keeps anything.
+const (
+	bareReaderEnv     = "MCI_FLEET_BARE_READER"
+	bareReaderKeepEnv = "MCI_FLEET_BARE_READER_KEEPS"
+)
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(bareReaderEnv); dir != "" {
+		if err := runBareReader(dir, os.Getenv(bareReaderKeepEnv) != ""); err != nil {
+			fmt.Fprintln(os.Stderr, "bare reader:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// bareFigures are the bare reader's heap and goroutines per member: over
+// what the same process held before it read any member.
+type bareFigures struct {
+	heapPerMember, goroutinesPerMember float64
+}
+
+// measureBareReader runs a bare reader of the members whose kubeconfigs
+// are in dir, keeping their summaries or not, until every member is
+// listed and its watches are open.
+func measureBareReader(t *testing.T, ctx context.Context, dir string, n int, keeps bool) bareFigures {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), bareReaderEnv+"="+dir)
+	if keeps {
+		cmd.Env = append(cmd.Env, bareReaderKeepEnv+"=1")
+	}
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() {
+		// Closing stdin is what ends the reader.
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err, "the bare reader did not report")
+	var heap0, goroutines0, heap, goroutines float64
+	_, err = fmt.Sscanf(strings.TrimSpace(line), "%g %g %g %g", &heap0, &goroutines0, &heap, &goroutines)
+	require.NoError(t, err, "the bare reader's report %q", line)
+	return bareFigures{heapPerMember: (heap - heap0) / float64(n), goroutinesPerMember: (goroutines - goroutines0) / float64(n)}
+}
+
+// runBareReader reads every member of dir, then prints its heap and
+// goroutines before and after, and reads until stdin closes.
+func runBareReader(dir string, keeps bool) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	heap0, goroutines0 := liveHeap()
+	files, err := filepath.Glob(filepath.Join(dir, "*.kubeconfig"))
+	if err != nil {
+		return err
+	}
+	var reflectors []*cache.Reflector
+	for _, f := range files {
+		rs, err := readMember(ctx, f, keeps)
+		if err != nil {
+			return err
+		}
+		reflectors = append(reflectors, rs...)
+	}
+	for _, r := range reflectors {
+		for r.LastSyncResourceVersion() == "" {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// The watches follow their lists: let them open.
+	time.Sleep(2 * time.Second)
+	heap, goroutines := liveHeap()
+	if dir := os.Getenv(profilesEnv); dir != "" {
+		if err := writeHeapProfile(filepath.Join(dir, fmt.Sprintf("bare-heap-keeps-%t.pb.gz", keeps))); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("%d %d %d %d\n", heap0, goroutines0, heap, goroutines)
+	<-ctx.Done()
+	runtime.KeepAlive(reflectors)
+	return nil
+}
+
+// readMember starts a reflector for each summary resource of the member
+// whose kubeconfig is file, into a store when it keeps them.
+func readMember(ctx context.Context, file string, keeps bool) ([]*cache.Reflector, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	config, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		return nil, err
+	}
+	config.DisableCompression = true
+	httpClient, err := rest.HTTPClientFor(config)
+	if err != nil {
+		return nil, err
+	}
+	client, err := inferencev1alpha1client.NewForConfigAndClient(config, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	var out []*cache.Reflector
+	for _, r := range []struct {
+		resource schema.GroupResource
+		object   interface{ GetName() string }
+	}{
+		{v1alpha1.Resource("inferencepoolexportsummaries"), &v1alpha1.InferencePoolExportSummary{}},
+		{v1alpha1.Resource("inferenceclustersummaries"), &v1alpha1.InferenceClusterSummary{}},
+	} {
+		lw := cache.NewListWatchFromClient(client.RESTClient(), r.resource.Resource, "", fields.Everything())
+		var store cache.ReflectorStore = discardingStore{}
+		if keeps {
+			store = cache.NewStore(cache.MetaNamespaceKeyFunc)
+		}
+		reflector := cache.NewReflector(lw, r.object, store, 0)
+		go reflector.RunWithContext(ctx)
+		out = append(out, reflector)
+	}
+	return out, nil
+}
+
+// liveHeap is the process's heap after two collections, and its
+// goroutines.
+func liveHeap() (heap uint64, goroutines int) {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc, runtime.NumGoroutine()
+}
+
+// discardingStore is a reflector's store that keeps nothing.
+type discardingStore struct{}
+
+func (discardingStore) Add(any) error               { return nil }
+func (discardingStore) Update(any) error            { return nil }
+func (discardingStore) Delete(any) error            { return nil }
+func (discardingStore) Replace([]any, string) error { return nil }
+func (discardingStore) Resync() error               { return nil }
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -40,6 +40,10 @@ import (
 const (
 	bareReaderEnv     = "MCI_FLEET_BARE_READER"
 	bareReaderKeepEnv = "MCI_FLEET_BARE_READER_KEEPS"
+	// bareReaderSync bounds how long the bare reader waits for every
+	// member's lists: the importer is given 10 minutes to be consistent,
+	// a reader with nothing to compute needs far less.
+	bareReaderSync = 2 * time.Minute
 )
 
 func TestMain(m *testing.M) {
@@ -110,10 +114,14 @@ func runBareReader(dir string, keeps bool) error {
 		}
 		reflectors = append(reflectors, rs...)
 	}
+	deadline := time.Now().Add(bareReaderSync)
 	for _, r := range reflectors {
 		for r.LastSyncResourceVersion() == "" {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("not every member listed within %s", bareReaderSync)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

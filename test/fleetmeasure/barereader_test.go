@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	apiruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -143,11 +143,7 @@ func runBareReader(dir string, keeps bool) error {
 // readMember starts a reflector for each summary resource of the member
 // whose kubeconfig is file, into a store when it keeps them.
 func readMember(ctx context.Context, file string, keeps bool) ([]*cache.Reflector, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	config, err := clientcmd.RESTConfigFromKubeConfig(data)
+	config, err := clientcmd.BuildConfigFromFlags("", file)
 	if err != nil {
 		return nil, err
 	}
@@ -162,13 +158,13 @@ func readMember(ctx context.Context, file string, keeps bool) ([]*cache.Reflecto
 	}
 	var out []*cache.Reflector
 	for _, r := range []struct {
-		resource schema.GroupResource
-		object   interface{ GetName() string }
+		resource string
+		object   apiruntime.Object
 	}{
-		{v1alpha1.Resource("inferencepoolexportsummaries"), &v1alpha1.InferencePoolExportSummary{}},
-		{v1alpha1.Resource("inferenceclustersummaries"), &v1alpha1.InferenceClusterSummary{}},
+		{"inferencepoolexportsummaries", &v1alpha1.InferencePoolExportSummary{}},
+		{"inferenceclustersummaries", &v1alpha1.InferenceClusterSummary{}},
 	} {
-		lw := cache.NewListWatchFromClient(client.RESTClient(), r.resource.Resource, "", fields.Everything())
+		lw := cache.NewListWatchFromClient(client.RESTClient(), r.resource, "", fields.Everything())
 		var store cache.ReflectorStore = discardingStore{}
 		if keeps {
 			store = cache.NewStore(cache.MetaNamespaceKeyFunc)

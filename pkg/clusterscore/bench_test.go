@@ -161,3 +161,16 @@ func BenchmarkPickAtScale(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkObserverExchange is what one request costs the Observer: its
+// Started, FirstByte and Finished, each of which publishes the cluster's
+// observation for the picks to read (observed.publish).
+func BenchmarkObserverExchange(b *testing.B) {
+	o := NewObserver(DefaultEWMAAlpha)
+	b.ReportAllocs()
+	for b.Loop() {
+		o.Started(scope, "a", epoch)
+		o.FirstByte(scope, "a", 40*time.Millisecond)
+		o.Finished(scope, "a", false)
+	}
+}

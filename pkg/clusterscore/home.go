@@ -355,15 +355,13 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		set = homeSet{ids: sc.ids, caps: sc.caps, far: sc.far}
 	}
 	set, alike := keptIDs(cands, kept, slots, set)
-	// The bound compares the candidates of the first tier: those a
-	// request may go to before any saturated or stale one.
-	n := 1
-	for n < len(kept) && slots[kept[n]].tier == slots[kept[0]].tier {
-		n++
-	}
-	first := kept[:n]
+	// Dealt, and bound, by the shares offered (Shares) rather than by
+	// capacity alone.
+	shares := p.mem.Shares.offer(req, cands, kept, slots, set.caps)
+	first := firstTier(kept, slots)
+	n := len(first)
 	home, served, reported := p.placeKey(req, key, set, first, slots)
-	within := p.homeWithin(first, slots)
+	within := p.homeWithin(first, slots, shares)
 	h, second := kept[home], -1
 	r := homeRule{
 		key: true, established: served > 0, reported: reported, inFirstTier: home < n, home: home,
@@ -398,6 +396,16 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		kept[0] = c
 	}
 	return d
+}
+
+// firstTier is the candidates of kept's first tier, which the bound
+// compares: those a request may go to before any saturated or stale one.
+func firstTier(kept []int, slots []slot) []int {
+	n := 1
+	for n < len(kept) && slots[kept[n]].tier == slots[kept[0]].tier {
+		n++
+	}
+	return kept[:n]
 }
 
 // placeKey returns the index, in the candidates' ids, of the key's home
@@ -446,26 +454,28 @@ func costWon(outcome HomeOutcome, r homeRule, wait float64) CostTerm {
 }
 
 // homeBound is the load bound of one request's candidates of the first
-// tier: HomeBound times a candidate's capacity's share of their total
+// tier: HomeBound times a candidate's share (Shares) of their total
 // load, the request included, rounded up.
 type homeBound struct {
-	// c is the bound's factor; total and capacity the first tier's
-	// load and capacity; leastQueue its least scraped queue per server
+	// c is the bound's factor; total and shares the first tier's
+	// load and shares; leastQueue its least scraped queue per server
 	// (-1 when none is measured) and margin the queue margin (below
 	// 0: none).
-	c, total, capacity, leastQueue, margin float64
-	slots                                  []slot
+	c, total, shares, leastQueue, margin float64
+	slots                                []slot
+	// share is each candidate's share, by candidate index.
+	share []float64
 }
 
 // homeWithin is the bound of a request over first. With n candidates, a
 // factor of n or more times the average never binds while the others
 // are idle: at most n - 1/2, so that a home that stops answering is left
 // after a few requests (2 clusters at 2: 1.5, 3 requests).
-func (p *Pipeline) homeWithin(first []int, slots []slot) homeBound {
-	b := homeBound{c: min(p.cfg.HomeBound, float64(len(first))-0.5), leastQueue: -1, margin: p.cfg.QueueMargin, slots: slots}
+func (p *Pipeline) homeWithin(first []int, slots []slot, share []float64) homeBound {
+	b := homeBound{c: min(p.cfg.HomeBound, float64(len(first))-0.5), leastQueue: -1, margin: p.cfg.QueueMargin, slots: slots, share: share}
 	for _, i := range first {
 		b.total += slots[i].homeLoad
-		b.capacity += slots[i].capacity
+		b.shares += share[i]
 		if q := slots[i].queue; q >= 0 && (b.leastQueue < 0 || q < b.leastQueue) {
 			b.leastQueue = q
 		}
@@ -520,7 +530,7 @@ func (b homeBound) noWait(i int) bool {
 
 // bound is the most candidate i may hold with the request.
 func (b homeBound) bound(i int) float64 {
-	return math.Ceil(b.c * (b.total + 1) * b.slots[i].capacity / b.capacity)
+	return math.Ceil(b.c * (b.total + 1) * b.share[i] / b.shares)
 }
 
 // withinBound reports whether candidate i's load, the request included,

@@ -1,6 +1,7 @@
 package clusterscore
 
 import (
+	"cmp"
 	"container/list"
 	"math"
 	"slices"
@@ -305,10 +306,12 @@ func assignSecond(keys []uint64, homes map[uint64]uint32, home uint32, ids []uin
 // one more for as many candidates as the keys need (extras). So equal
 // candidates end within one key of each other: rounded up, 4 keys over 3
 // clusters could be dealt 2, 2 and 0. The extras go to the nearest
-// candidates first (far, the distance classes; first come among equally
-// near ones): a key dealt beyond an equal share is a group whose every
-// turn pays its home's round trip, so 8 groups over 3 clusters, one of
-// them further away, leave it 2 and the near ones 3.
+// candidates first (far, the distance classes), and among equally near
+// ones to those whose share lost most in the rounding down (a cluster
+// offered 2.8 keys before one offered 1.4: Shares offers unequal shares),
+// first come among those alike: a key dealt beyond an equal share is a
+// group whose every turn pays its home's round trip, so 8 groups over 3
+// clusters, one of them further away, leave it 2 and the near ones 3.
 func deal(keys []uint64, total int, ids []uint32, caps []float64, far []uint8, count []int, out map[uint64]uint32) {
 	if len(ids) == 0 {
 		return
@@ -318,16 +321,19 @@ func deal(keys []uint64, total int, ids []uint32, caps []float64, far []uint8, c
 		sum += c
 	}
 	base := make([]int, len(ids))
+	lost := make([]float64, len(ids))
 	room := 0
 	for i, c := range caps {
-		base[i] = int(math.Floor(float64(total)*c/sum + 1e-9))
+		quota := float64(total) * c / sum
+		base[i] = int(math.Floor(quota + 1e-9))
+		lost[i] = quota - float64(base[i])
 		room += max(base[i]-count[i], 0)
 	}
-	extras := extrasByDistance(len(keys)-room, far, count, base)
+	tier, extras := extrasInTiers(len(keys)-room, far, lost, count, base)
 	for _, k := range keys {
 		best, score := -1, math.Inf(-1)
 		for i, id := range ids {
-			open := count[i] < base[i] || (count[i] == base[i] && extras[distance(far, i)] > 0)
+			open := count[i] < base[i] || (count[i] == base[i] && extras[tier[i]] > 0)
 			if r := rendezvous(k, id, caps[i]); open && r > score {
 				best, score = i, r
 			}
@@ -338,7 +344,7 @@ func deal(keys []uint64, total int, ids []uint32, caps []float64, far []uint8, c
 			best = firstByRendezvous(k, ids, caps, -1)
 		}
 		if count[best] >= base[best] {
-			extras[distance(far, best)]--
+			extras[tier[best]]--
 		}
 		count[best]++
 		out[k] = ids[best]
@@ -353,20 +359,48 @@ func distance(far []uint8, i int) uint8 {
 	return far[i]
 }
 
-// extrasByDistance shares n extras among the distance classes of the
-// candidates that may take one (not above their share: count, base),
-// nearest first, one a candidate: the nearest class takes as many as it
-// has such candidates, the next the rest, and so on.
-func extrasByDistance(n int, far []uint8, count, base []int) *[256]int {
-	var per, extras [256]int
+// extrasInTiers shares n extras among the candidates that may take one
+// (not above their share: count, base), one a candidate, in tiers: by
+// distance class, nearest first, and within a class by what their share
+// lost in the rounding down (lost), most first; candidates alike in both
+// are one tier. It returns each candidate's tier and each tier's extras:
+// the first tiers take one for each of their candidates, the next the
+// rest, to be taken first come.
+func extrasInTiers(n int, far []uint8, lost []float64, count, base []int) (tier, extras []int) {
+	order := make([]int, 0, len(count))
 	for i := range count {
 		if count[i] <= base[i] {
-			per[distance(far, i)]++
+			order = append(order, i)
 		}
 	}
-	for d := range per {
-		take := min(max(n, 0), per[d])
-		extras[d], n = take, n-take
+	// Losses a rounding error apart are alike.
+	loss := func(i int) float64 { return math.Round(lost[i] * 1e6) }
+	slices.SortStableFunc(order, func(a, b int) int {
+		if c := cmp.Compare(distance(far, a), distance(far, b)); c != 0 {
+			return c
+		}
+		return cmp.Compare(loss(b), loss(a))
+	})
+	tier = make([]int, len(count))
+	for i := range tier {
+		tier[i] = -1
 	}
-	return &extras
+	extras = make([]int, len(order)+1) // the last for candidates in none
+	t := -1
+	for k, i := range order {
+		if k == 0 || distance(far, i) != distance(far, order[k-1]) || loss(i) != loss(order[k-1]) {
+			t++
+		}
+		tier[i] = t
+		if n > 0 {
+			extras[t]++
+			n--
+		}
+	}
+	for i := range tier {
+		if tier[i] < 0 {
+			tier[i] = len(extras) - 1
+		}
+	}
+	return tier, extras
 }

@@ -92,6 +92,38 @@ func TestHomesDealWithinOneWhateverTheKeys(t *testing.T) {
 	}
 }
 
+// Among equally near clusters, the extras go to those whose share lost
+// most in the rounding down: unequal shares (Shares levels them against
+// traffic the sidecar does not place) are met as closely as the keys
+// allow, whatever the keys.
+func TestHomesDealTheExtrasToTheSharesRoundedDownMost(t *testing.T) {
+	names := []string{"a", "b", "c"}
+	tests := []struct {
+		name string
+		keys int
+		caps []float64
+		want map[string]int
+	}{
+		{name: "6 groups at shares 0.23, 0.47, 0.30 (1.4, 2.8, 1.8 keys): 1, 3, 2", keys: 6, caps: []float64{0.23, 0.47, 0.30}, want: map[string]int{"a": 1, "b": 3, "c": 2}},
+		{name: "8 groups at shares 0.08, 0.84, 0.08 (0.64, 6.72, 0.64 keys): 0, 7, 1 or 1, 7, 0", keys: 8, caps: []float64{0.08, 0.84, 0.08}, want: map[string]int{"b": 7}},
+		{name: "8 groups over clusters of 4, 2 and 2 pods: 4, 2, 2", keys: 8, caps: []float64{4, 2, 2}, want: map[string]int{"a": 4, "b": 2, "c": 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for seed := range uint64(50) {
+				ks := chain(700+seed*16+uint64(tt.keys), tt.keys)
+				h := NewHomes(0, 0)
+				establish(h, ks, epoch)
+				got := shares(t, h, ks, names, tt.caps)
+				for name, n := range tt.want {
+					require.Equal(t, n, got[name], "seed %d: %v", seed, got)
+				}
+				require.Equal(t, tt.keys, got["a"]+got["b"]+got["c"])
+			}
+		})
+	}
+}
+
 // The keys beyond equal shares go to the nearest clusters: 8 groups over
 // 3 equal clusters, one of them further away, leave it 2 whatever the
 // keys; with all alike it takes 3 in some draws, as any may. The shares

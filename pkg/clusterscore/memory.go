@@ -14,6 +14,7 @@ type Memory struct {
 	Homes    *Homes
 	Sessions *Sessions
 	Observed *Observer
+	Shares   *Shares
 }
 
 // MemoryOptions size a Memory.
@@ -45,6 +46,7 @@ func NewMemory(o MemoryOptions) *Memory {
 		Homes:    NewHomes(o.HomeKeys, o.HomeTTL),
 		Sessions: NewSessions(o.Sessions, o.SessionTTL),
 		Observed: NewObserver(o.EWMAAlpha),
+		Shares:   NewShares(),
 	}
 }
 

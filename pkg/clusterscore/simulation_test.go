@@ -61,12 +61,18 @@ type simScenario struct {
 	// benchmark's saturated-cluster workload does with traffic no router
 	// sees: its running requests finish, and no other starts.
 	saturate bool
+	// uncounted: the EPPs count no requests in flight by relaying
+	// cluster (PoolMetrics.RelayedInFlight), as upstream EPPs do not.
+	uncounted bool
 }
 
 // simRequest is one request of a scenario, with its prompt's blocks as
 // the sidecar hashes them and as the servers cache them.
 type simRequest struct {
 	workload.Request
+	// direct: the request of a cluster's own users (Entry), sent to
+	// that cluster without the router.
+	direct  bool
 	tokens  int
 	blocks  []uint64 // the sidecar's prompt blocks
 	cache   []uint64 // the servers' 16-token blocks
@@ -92,12 +98,15 @@ func (s simScenario) prepare(t testing.TB) []*simRequest {
 		require.NoError(t, err)
 		blocks, err := promptprefix.Blocks(nil, simScope, body)
 		require.NoError(t, err)
-		out[i] = &simRequest{Request: r, tokens: r.PromptTokens(), blocks: blocks, cache: tokenBlocks(r)}
+		out[i] = &simRequest{Request: r, direct: r.Entry != "", tokens: r.PromptTokens(), blocks: blocks, cache: tokenBlocks(r)}
 	}
 	return out
 }
 
 const simScope = "ns/llm"
+
+// simImporter is the router's cluster, as the EPPs count its requests.
+const simImporter = "importer"
 
 // tokenBlocks are the chained hashes of the request's full blocks of
 // simBlockTokens words, the words standing for tokens.
@@ -182,6 +191,9 @@ type simCluster struct {
 	queue     []*simRequest
 	cache     *lru
 	roundTrip time.Duration
+	// routed and direct count the requests sent there by the router or
+	// by the cluster's own users, as its EPP counts them.
+	routed, direct int
 }
 
 // kvUsage is the share of the cache the running requests hold.
@@ -223,8 +235,12 @@ type simRouter interface {
 type simResult struct {
 	// hit is the share of prompt tokens found in the cluster's cache.
 	hit float64
-	// maxShare is the largest share of requests one cluster took.
+	// maxShare is the largest share of requests one cluster took, and
+	// shares each cluster's, of all the requests (direct ones too).
 	maxShare float64
+	shares   []float64
+	// routedHit is hit over the routed requests alone.
+	routedHit float64
 	// wait is the mean time requests queued for a batch place; ttft
 	// the median and 99th percentile of the time to first token
 	// (round trip, queue, prefill).
@@ -255,11 +271,20 @@ func (s simScenario) play(reqs []*simRequest, router simRouter) simResult {
 		if r.At >= next {
 			for i, c := range clusters {
 				pools[i] = &PoolMetrics{AverageQueue: float64(len(c.queue)) / float64(c.servers), AverageKVCache: c.kvUsage(), ReadyPods: c.servers, UpdatedAt: simEpoch.Add(r.At)}
+				if !s.uncounted {
+					pools[i].RelayedRequests = map[string]float64{"": float64(c.direct), simImporter: float64(c.routed)}
+				}
 			}
 			next = r.At + simScrape
 		}
 		r.sentAt = r.At
-		r.cluster = router.route(r, r.At, clusters, pools)
+		if r.direct {
+			r.cluster = slices.IndexFunc(clusters, func(c *simCluster) bool { return c.name == r.Entry })
+			clusters[r.cluster].direct++
+		} else {
+			r.cluster = router.route(r, r.At, clusters, pools)
+			clusters[r.cluster].routed++
+		}
 		sim.taken[r.cluster]++
 		if saturated && r.cluster == 0 {
 			sim.sentSaturated++
@@ -297,8 +322,10 @@ type simRun struct {
 	sentSaturated int
 	hitTokens     int
 	allTokens     int
-	waited        time.Duration
-	timesTaken    []time.Duration
+	// routedHitTokens and routedTokens are the routed requests' alone.
+	routedHitTokens, routedTokens int
+	waited                        time.Duration
+	timesTaken                    []time.Duration
 }
 
 // until plays the events up to t.
@@ -310,7 +337,9 @@ func (s *simRun) until(t time.Duration) {
 		case e.finish:
 			c.busy--
 			c.running -= e.req.tokens
-			s.router.finished(e.req)
+			if !e.req.direct {
+				s.router.finished(e.req)
+			}
 			if len(c.queue) > 0 && c.busy < c.places {
 				r := c.queue[0]
 				c.queue = c.queue[1:]
@@ -332,18 +361,26 @@ func (s *simRun) start(c *simCluster, r *simRequest, at time.Duration) {
 	cached := min(c.cache.serve(r.cache)*simBlockTokens, r.tokens)
 	s.hitTokens += cached
 	s.allTokens += r.tokens
+	if !r.direct {
+		s.routedHitTokens += cached
+		s.routedTokens += r.tokens
+	}
 	s.waited += at - r.sentAt - c.roundTrip/2
 	prefill := simCost.Base + time.Duration(r.tokens-cached)*simCost.PrefillPerToken
 	ttft := at - r.sentAt + prefill + c.roundTrip/2
 	s.timesTaken = append(s.timesTaken, ttft)
-	s.router.firstByte(r, ttft)
+	if !r.direct {
+		s.router.firstByte(r, ttft)
+	}
 	heap.Push(&s.events, simEvent{at: at + prefill + time.Duration(r.MaxTokens-1)*simCost.DecodePerToken, finish: true, req: r})
 }
 
 func (s *simRun) result(n int) simResult {
-	res := simResult{hit: float64(s.hitTokens) / float64(max(s.allTokens, 1)), wait: s.waited / time.Duration(max(n, 1))}
+	res := simResult{hit: float64(s.hitTokens) / float64(max(s.allTokens, 1)), wait: s.waited / time.Duration(max(n, 1)),
+		routedHit: float64(s.routedHitTokens) / float64(max(s.routedTokens, 1))}
 	for _, k := range s.taken {
 		res.maxShare = max(res.maxShare, float64(k)/float64(n))
+		res.shares = append(res.shares, float64(k)/float64(n))
 	}
 	slices.Sort(s.timesTaken)
 	if len(s.timesTaken) > 0 {
@@ -400,7 +437,7 @@ func (pr *pipelineRouter) route(r *simRequest, now time.Duration, clusters []*si
 	}
 	r.replica = r.Index % len(pr.replicas)
 	p := pr.replicas[r.replica]
-	req := &Request{Criticality: scheduling.Standard, Now: simEpoch.Add(now), Scope: simScope, Blocks: r.blocks}
+	req := &Request{Criticality: scheduling.Standard, Now: simEpoch.Add(now), Scope: simScope, Blocks: r.blocks, Cluster: simImporter}
 	var err error
 	pr.order, err = p.Pick(req, pr.cands, pr.rots[r.replica], pr.order[:0], nil)
 	if err != nil || len(pr.order) == 0 {

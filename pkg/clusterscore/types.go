@@ -114,6 +114,10 @@ type Request struct {
 	ModelBlocks []uint64
 	// Session is the request's session key (SessionKey); "" when none.
 	Session string
+	// Cluster is the name of this sidecar's cluster, as the requests it
+	// relays name it to other clusters' EPPs (extproc.RelayedHeader), by
+	// which their counts of requests in flight tell its own (Shares).
+	Cluster string
 
 	// Home is set by Pipeline.Pick: where the request's home was and
 	// whether it took the request (zero without a home), for the

@@ -27,6 +27,7 @@ type Metrics struct {
 	streams           prometheus.Gauge
 	unknownObjectives prometheus.Counter
 	inFlight          prometheus.Gauge
+	relayed           *relayedRequests
 	servedBy          *prometheus.CounterVec
 	prefixMatch       prometheus.Histogram
 }
@@ -97,7 +98,8 @@ func NewMetrics(reg prometheus.Registerer, pool *Pool, staleness time.Duration, 
 	for _, s := range schemes {
 		pc.schemes = append(pc.schemes, newPoolDescs(s))
 	}
-	reg.MustRegister(m.requests, m.decisions, m.streams, m.unknownObjectives, m.inFlight, m.servedBy, m.prefixMatch, pc)
+	m.relayed = newRelayedRequests(pool)
+	reg.MustRegister(m.requests, m.decisions, m.streams, m.unknownObjectives, m.inFlight, m.relayed, m.servedBy, m.prefixMatch, pc)
 	return m
 }
 
@@ -141,10 +143,12 @@ type requestInFlight struct {
 	ended bool
 }
 
-// startRequest counts a routed request in flight; m may be nil.
-func (m *Metrics) startRequest() *requestInFlight {
+// startRequest counts a routed request, relayed by relayer ("" for one of
+// this cluster's gateway), and counts it in flight; m may be nil.
+func (m *Metrics) startRequest(relayer string) *requestInFlight {
 	r := &requestInFlight{}
 	if m != nil {
+		m.relayed.count(relayer)
 		r.gauge = m.inFlight
 		r.gauge.Inc()
 	}

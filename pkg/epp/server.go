@@ -112,7 +112,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	}
 	// The request is in flight from its pick until its response has
 	// ended, or the gateway ended the stream without one.
-	inFlight := s.metrics.startRequest()
+	inFlight := s.metrics.startRequest(req.Header(extproc.RelayedHeader))
 	defer inFlight.end()
 	if err := extproc.SendAll(stream, req.Route(d.Endpoints, d.Body)); err != nil {
 		return err

@@ -27,6 +27,7 @@ import (
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
 	"github.com/mci-dev/mci/pkg/epp"
 	mciextproc "github.com/mci-dev/mci/pkg/extproc"
+	"github.com/mci-dev/mci/pkg/metrics"
 	"github.com/mci-dev/mci/pkg/requestmodel"
 	"github.com/mci-dev/mci/pkg/scheduling"
 	"github.com/mci-dev/mci/test/envoyclient"
@@ -345,6 +346,41 @@ func metricValue(t *testing.T, metricsAddr, series string) string {
 		}
 	}
 	return ""
+}
+
+// TestRoutedRequestsAreCountedByTheClusterThatRelayedThem sends requests
+// from this cluster's gateway, from two importing clusters' sidecars
+// (extproc.RelayedHeader) and from callers naming no valid cluster, and
+// checks that each routed request is counted under its relaying cluster,
+// the invalid names under one value that no cluster has, and that this
+// cluster's count is published before any request.
+func TestRoutedRequestsAreCountedByTheClusterThatRelayedThem(t *testing.T) {
+	eps := startModelServers(t, pod("A", 1, 0.1))
+	e := startEPP(t, epp.Config{}, eps)
+	routed := func(from string) string {
+		return metricValue(t, e.MetricsAddr(), `mci_epp_pool_routed_requests_total{name="pool",relayed_from="`+from+`"}`)
+	}
+	assert.Equal(t, "0", routed(""), "published before any request, so that a reader knows the EPP counts")
+	for _, from := range []string{"", "cluster-b", "cluster-b", "cluster-d", "Not_A_Cluster", strings.Repeat("a", 300)} {
+		headers := http.Header{}
+		if from != "" {
+			headers.Set(mciextproc.RelayedHeader, from)
+		}
+		e.do(t, envoyclient.Request{Body: completion("batch"), Headers: headers})
+	}
+	for from, n := range map[string]string{"": "1", "cluster-b": "2", "cluster-d": "1", metrics.RelayedElsewhere: "2"} {
+		assert.Equal(t, n, routed(from), "routed for %q", from)
+	}
+	assert.Empty(t, routed("Not_A_Cluster"), "an invalid name is no label value")
+
+	// Callers may name any cluster: beyond 128 counted apart, the rest
+	// are counted together.
+	for i := range 140 {
+		e.do(t, envoyclient.Request{Body: completion("batch"), Headers: http.Header{mciextproc.RelayedHeader: {fmt.Sprintf("cluster-%d", i)}}})
+	}
+	assert.Equal(t, "1", routed("cluster-125"))
+	assert.Empty(t, routed("cluster-127"), "the 129th relaying cluster is not counted apart")
+	assert.Equal(t, "16", routed(metrics.RelayedElsewhere), "2 invalid names and 14 beyond the bound")
 }
 
 func TestClientCancelMidStream(t *testing.T) {

@@ -359,7 +359,7 @@ func (s *PoolScraper) scrape(ctx context.Context, url string) (*scrapeResult, er
 			r.only = m
 		}
 	}
-	if prev == nil || prev.state != r.state || prev.token != r.token {
+	if prev == nil || prev.state != r.state || prev.token != r.token || countsRouted(prev.pools) != countsRouted(r.pools) {
 		logOutcome(klog.FromContext(ctx), url, r)
 	}
 	if r.withheld != "" && (prev == nil || prev.withheld != r.withheld) {
@@ -367,6 +367,17 @@ func (s *PoolScraper) scrape(ctx context.Context, url string) (*scrapeResult, er
 			"url", url, "cluster", r.cluster, "pool", r.pool, "reason", r.withheld)
 	}
 	return r, nil
+}
+
+// countsRouted reports whether an EPP's pools carry its counts of the
+// requests it routed by relaying cluster (mci-epp's).
+func countsRouted(pools map[string]*metrics.PoolMetrics) bool {
+	for _, m := range pools {
+		if m.RelayedRequests != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func logOutcome(logger klog.Logger, url string, r *scrapeResult) {
@@ -377,7 +388,11 @@ func logOutcome(logger klog.Logger, url string, r *scrapeResult) {
 		for _, m := range r.pools {
 			schemes[m.Scheme] = true
 		}
-		logger.Info("Reading the pool metrics of an EPP", "pools", metrics.PoolNames(r.pools), "schemes", len(schemes))
+		// Without its counts of routed requests, PrefixAffinity deals
+		// the pool's keys as if this sidecar's traffic were all of it
+		// (docs/routing.md, "Traffic the sidecar does not place").
+		logger.Info("Reading the pool metrics of an EPP", "pools", metrics.PoolNames(r.pools), "schemes", len(schemes),
+			"countsRoutedRequests", countsRouted(r.pools))
 	case MetricsUnauthorized:
 		logger.Info("An EPP refuses the sidecar its pool metrics: its clusters are unmeasured for MetricsBased until it accepts the token sent (see docs/tls.md, \"Metrics behind authentication\")", "err", r.err)
 	default:
@@ -567,6 +582,10 @@ var eppMetricsStateDesc = prometheus.NewDesc("mci_sidecar_epp_metrics_state", ep
 
 const tokenWithheldHelp = "1 for each cluster's pool whose EPP metrics scrapes would carry the sidecar's own token (--epp-metrics-token-file; the pool names no token Secret) but do not, by reason: plaintext or tls-unverified (the token goes over verified TLS only), remote-cluster or external-name (nor --epp-metrics-token-recipients names it), unknown-target."
 
+const routedCountedHelp = "1 for each cluster's pool whose EPP counts the requests it routes by the cluster that relayed them (mci-epp), against which PrefixAffinity levels the shares of its keys; 0 for one that does not (an upstream EPP), whose cluster is dealt its capacity's share as if this sidecar's traffic were all it serves. Only while its pool metrics are fresh."
+
+var routedCountedDesc = prometheus.NewDesc("mci_sidecar_epp_routed_requests_counted", routedCountedHelp, []string{"cluster", "pool"}, nil)
+
 var tokenWithheldDesc = prometheus.NewDesc("mci_sidecar_epp_metrics_token_withheld", tokenWithheldHelp, []string{"cluster", "pool", "reason"}, nil)
 
 const tokenExpiryHelp = "When the bearer token the sidecar sends each cluster's pool's EPP for its metrics expires, in seconds since the epoch, when the token is a JWT, by where it comes from: secret (the pool's token Secret; rotate it before then) or file (--epp-metrics-token-file, which the kubelet renews on its own)."
@@ -609,6 +628,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- eppMetricsStateDesc
 	ch <- tokenWithheldDesc
 	ch <- tokenExpiryDesc
+	ch <- routedCountedDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -635,6 +655,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		r := c.scraper.poller.Get(p.URL)
 		if r == nil {
 			continue
+		}
+		if m := poolOf(r.pools, pool); m != nil && state == MetricsFresh {
+			counted := 0.0
+			if m.RelayedRequests != nil {
+				counted = 1
+			}
+			ch <- prometheus.MustNewConstMetric(routedCountedDesc, prometheus.GaugeValue, counted, p.Cluster, p.Pool)
 		}
 		if r.withheld != "" {
 			ch <- prometheus.MustNewConstMetric(tokenWithheldDesc, prometheus.GaugeValue, 1, p.Cluster, p.Pool, r.withheld)

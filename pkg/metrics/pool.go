@@ -71,6 +71,28 @@ var (
 // pool's name (PoolNameLabel) as the pool gauges are.
 const BatchCapacityMetric = "mci_epp_pool_average_batch_capacity"
 
+// RelayedRequestsMetric is mci-epp's count of the requests it routed, by
+// the cluster whose mci-sidecar relayed them (RelayedFromLabel; "" for
+// the requests of its own cluster's gateway), labelled with the pool's
+// name (PoolNameLabel) as the pool gauges are: a counter. An importing
+// cluster's sidecar reads its own part of the pool's requests from it, and
+// the rest as traffic it does not place. No upstream EPP publishes one.
+const RelayedRequestsMetric = "mci_epp_pool_routed_requests_total"
+
+// RelayedFromLabel names the relaying cluster of a RelayedRequestsMetric
+// series.
+const RelayedFromLabel = "relayed_from"
+
+// RelayedElsewhere is the RelayedFromLabel value of the requests relayed
+// by a cluster mci-epp does not count on its own: one whose name is not a
+// valid cluster name, or beyond the most it counts at once. No cluster has
+// that name.
+const RelayedElsewhere = "~other"
+
+// maxRelayedSeries bounds the relaying clusters read of a pool: mci-epp
+// counts 128 apart, and its own cluster's gateway and the rest besides.
+const maxRelayedSeries = 256
+
 // maxBatchPlaces bounds the running requests and batch places read from a
 // pool's EPP: beyond any engine's batch, and small enough that products
 // with a pod count stay exact.
@@ -78,7 +100,7 @@ const maxBatchPlaces = 1 << 20
 
 // poolNames are the families ParsePool reads.
 var poolNames = func() []string {
-	out := []string{BatchCapacityMetric}
+	out := []string{BatchCapacityMetric, RelayedRequestsMetric}
 	for _, s := range PoolSchemes {
 		out = append(out, s.Queue, s.KVCache, s.ReadyPods, s.Running)
 	}
@@ -112,6 +134,12 @@ type PoolMetrics struct {
 	// publishes none or it was not read. ParsePool leaves it to the
 	// caller.
 	Prefixes *promptprefix.Summary
+	// RelayedRequests are the requests the pool's EPP routed since it
+	// started, by the cluster whose mci-sidecar relayed them ("" for its
+	// own cluster's gateway's), as mci-epp counts them
+	// (RelayedRequestsMetric); nil when the EPP publishes none (an
+	// upstream EPP).
+	RelayedRequests map[string]float64
 }
 
 // BatchFull reports whether the pool's figures say every batch place of
@@ -198,14 +226,14 @@ func parseScheme(families map[string]*dto.MetricFamily, scheme PoolScheme) (map[
 		}
 		return m
 	}
-	each := func(mf *dto.MetricFamily, set func(*PoolMetrics, float64) error) error {
+	eachSeries := func(mf *dto.MetricFamily, set func(*PoolMetrics, *dto.Metric, float64) error) error {
 		for _, s := range mf.GetMetric() {
 			v, err := value(mf, s)
 			if err == nil {
 				if !(v >= 0) || math.IsInf(v, 0) {
 					err = fmt.Errorf("value %v is not a non-negative number", v)
 				} else {
-					err = set(get(labelValue(s, PoolNameLabel)), v)
+					err = set(get(labelValue(s, PoolNameLabel)), s, v)
 				}
 			}
 			if err != nil {
@@ -213,6 +241,9 @@ func parseScheme(families map[string]*dto.MetricFamily, scheme PoolScheme) (map[
 			}
 		}
 		return nil
+	}
+	each := func(mf *dto.MetricFamily, set func(*PoolMetrics, float64) error) error {
+		return eachSeries(mf, func(m *PoolMetrics, _ *dto.Metric, v float64) error { return set(m, v) })
 	}
 	if err := each(queue, func(m *PoolMetrics, v float64) error { m.AverageQueue = v; return nil }); err != nil {
 		return nil, err
@@ -245,6 +276,20 @@ func parseScheme(families map[string]*dto.MetricFamily, scheme PoolScheme) (map[
 			continue
 		}
 		if err := each(f.mf, func(m *PoolMetrics, v float64) error { f.set(m, v); return nil }); err != nil {
+			return nil, err
+		}
+	}
+	if mf := families[RelayedRequestsMetric]; mf != nil {
+		if err := eachSeries(mf, func(m *PoolMetrics, s *dto.Metric, v float64) error {
+			if m.RelayedRequests == nil {
+				m.RelayedRequests = map[string]float64{}
+			}
+			if len(m.RelayedRequests) >= maxRelayedSeries {
+				return fmt.Errorf("more than %d relaying clusters", maxRelayedSeries)
+			}
+			m.RelayedRequests[labelValue(s, RelayedFromLabel)] += v
+			return nil
+		}); err != nil {
 			return nil, err
 		}
 	}

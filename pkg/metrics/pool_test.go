@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -45,6 +46,16 @@ go_goroutines 12
 inference_objective_request_duration_seconds_bucket{le="+Inf",model_name="m",target_model_name="m"} 1
 this line is garbage of another metric
 `
+
+// manyRelayers is n series of RelayedRequestsMetric for pool llm, each of
+// its own relaying cluster.
+func manyRelayers(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "%s{name=\"llm\",relayed_from=\"cluster-%d\"} 1\n", RelayedRequestsMetric, i)
+	}
+	return b.String()
+}
 
 func TestParsePool(t *testing.T) {
 	tests := []struct {
@@ -111,6 +122,15 @@ func TestParsePool(t *testing.T) {
 			text: giePool + "inference_pool_average_running_requests{name=\"llm\"} 1e300\n" + BatchCapacityMetric + "{name=\"llm\"} 1e300\n",
 			want: map[string]*PoolMetrics{"llm": {AverageQueue: 4.5, AverageKVCache: 0.25, ReadyPods: 3, AverageRunning: maxBatchPlaces, AverageBatchCapacity: maxBatchPlaces, Scheme: "inference_pool"}},
 		},
+		{
+			name: "requests routed by relaying cluster, as mci-epp counts them",
+			text: giePool + RelayedRequestsMetric + "{name=\"llm\",relayed_from=\"\"} 2\n" + RelayedRequestsMetric + "{name=\"llm\",relayed_from=\"cluster-b\"} 5\n" +
+				RelayedRequestsMetric + "{name=\"llm\",relayed_from=\"~other\"} 1\n",
+			want: map[string]*PoolMetrics{"llm": {AverageQueue: 4.5, AverageKVCache: 0.25, ReadyPods: 3, AverageRunning: -1, AverageBatchCapacity: -1, Scheme: "inference_pool",
+				RelayedRequests: map[string]float64{"": 2, "cluster-b": 5, RelayedElsewhere: 1}}},
+		},
+		{name: "a negative count of routed requests", text: giePool + RelayedRequestsMetric + "{name=\"llm\",relayed_from=\"x\"} -1\n", wantErr: RelayedRequestsMetric + ": value -1"},
+		{name: "more relaying clusters than any mci-epp counts", text: giePool + manyRelayers(maxRelayedSeries+1), wantErr: "more than 256 relaying clusters"},
 		{name: "negative running requests", text: giePool + "inference_pool_average_running_requests{name=\"llm\"} -2\n", wantErr: "inference_pool_average_running_requests: value -2"},
 		{name: "NaN batch places", text: giePool + BatchCapacityMetric + "{name=\"llm\"} NaN\n", wantErr: BatchCapacityMetric + ": value NaN"},
 		{name: "no pool gauges", text: "go_goroutines 12\n", wantErr: "no pool gauges"},

@@ -27,7 +27,7 @@ type decision struct {
 	pathPrefix string
 	backend    *routetable.Backend
 	// local names the local cluster of the table, which the request
-	// relayed to remote EPPs carries (RelayedHeader).
+	// relayed to remote EPPs carries (extproc.RelayedHeader).
 	local string
 
 	// outcome is set for the sidecar's own answer: its code and details,
@@ -145,7 +145,7 @@ func (d *decision) route(tbl *routetable.Table, req *extproc.Request, at routeta
 			d.shimUnresolved = true
 			return d.own(code, OutcomeNoRoute, "%s", msg)
 		}
-		if req.Header(RelayedHeader) != "" {
+		if req.Header(extproc.RelayedHeader) != "" {
 			// Another cluster's sidecar chose this cluster: only the
 			// pool's local EPP may answer, and a refusal is better than
 			// FailOpen, so that the relaying sidecar tries its next
@@ -196,7 +196,7 @@ func (dc decider) orderClusters(d *decision, req *extproc.Request, now time.Time
 	}
 	policy := policyOf(be, dc.session)
 	d.needs = policy.Needs()
-	pr := PickRequest{Now: now, Header: req.Header, Body: req.Body}
+	pr := PickRequest{Now: now, Header: req.Header, Body: req.Body, Cluster: d.local}
 	if d.needs.Criticality || d.needs.Prompt {
 		// One walk of the body for both the model and the prompt.
 		body, err := requestmodel.ReadBody(req.Body)

@@ -171,7 +171,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "in shim mode a request another cluster's sidecar relayed goes to the local EPP only",
 			shim: true,
-			req:  request("anything", "/v1/completions", chatBody, RelayedHeader, "cluster-a"),
+			req:  request("anything", "/v1/completions", chatBody, extproc.RelayedHeader, "cluster-a"),
 			want: decided{order: []string{"cluster-b"}},
 		},
 	}

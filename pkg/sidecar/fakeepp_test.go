@@ -62,7 +62,7 @@ type fakeEPP struct {
 	mu       sync.Mutex
 	subsets  []bool // whether each request carried a subset hint
 	lastBody []byte
-	// relayed is the RelayedHeader of each request ("" without one).
+	// relayed is the extproc.RelayedHeader of each request ("" without one).
 	relayed []string
 	// paths are the :path of each request.
 	paths []string
@@ -237,7 +237,7 @@ func (f *fakeEPP) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 	f.mu.Lock()
 	f.subsets = append(f.subsets, hasSubset)
 	f.lastBody = req.Body
-	f.relayed = append(f.relayed, req.Header(RelayedHeader))
+	f.relayed = append(f.relayed, req.Header(extproc.RelayedHeader))
 	f.paths = append(f.paths, req.Header(":path"))
 	f.mu.Unlock()
 	switch f.mode.Load() {

@@ -159,7 +159,7 @@ func TestHostileRemoteEPPGetsNothingThroughToTheGateway(t *testing.T) {
 			for _, name := range []string{"authorization", "cookie", "proxy-authorization"} {
 				assert.NotContains(t, hostile.headers, name, "the client's credentials do not reach the remote EPP")
 			}
-			assert.Equal(t, "local", hostile.headers[RelayedHeader][0])
+			assert.Equal(t, "local", hostile.headers[extproc.RelayedHeader][0])
 			assert.Empty(t, res.Headers.Get("set-cookie"))
 			assert.NotEqual(t, "kube-apiserver.internal", res.Headers.Get(":authority"))
 			assert.NotEqual(t, "Bearer exporter", res.Headers.Get("authorization"))

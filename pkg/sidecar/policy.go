@@ -62,6 +62,9 @@ type PickRequest struct {
 	// Model is the model Body names, as that walk read it ("" when none):
 	// the scope of the EPPs' prefix summaries.
 	Model string
+	// Cluster is the local cluster's name, as the sidecar names it to
+	// other clusters' EPPs (clusterscore.Request.Cluster).
+	Cluster string
 }
 
 // Needs are what a policy reads besides the backend and health, so that
@@ -172,7 +175,7 @@ func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, e
 	*space = append((*space)[:0], static...)
 	cands := *space
 	st.Read(clusters, cands, p.pipeline.ReadsPool())
-	d := picked{req: clusterscore.Request{Criticality: req.Criticality, Now: req.Now, Scope: b.Scope()}}
+	d := picked{req: clusterscore.Request{Criticality: req.Criticality, Now: req.Now, Scope: b.Scope(), Cluster: req.Cluster}}
 	needs := p.Needs()
 	if needs.Prompt && len(req.Body) > 0 {
 		d.req.ModelBlocks, d.req.Blocks, d.promptErr = promptBlocks(req, d.req.Scope)

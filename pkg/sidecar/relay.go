@@ -249,7 +249,7 @@ func (r *replay) to(c *routetable.Cluster) outbound {
 
 // forRemote returns msgs as a remote cluster's EPP is to get them: the
 // headers filter strips (the client's credentials) taken out of the first
-// message's headers and of the request's trailers; RelayedHeader, naming
+// message's headers and of the request's trailers; extproc.RelayedHeader, naming
 // the local cluster, added to its headers; and each message without the
 // attributes and metadata filter.message removes, such as the subset
 // hint, which lists endpoints of the local pool that a remote EPP does
@@ -281,7 +281,7 @@ func forRemote(msgs []*extprocv3.ProcessingRequest, local string, filter *remote
 		// Clipped, so that the append cannot write into the original's
 		// array.
 		hm := &corev3.HeaderMap{Headers: append(slices.Clip(filter.stripHeaders(h.GetHeaders().GetHeaders())),
-			&corev3.HeaderValue{Key: RelayedHeader, RawValue: []byte(local)})}
+			&corev3.HeaderValue{Key: extproc.RelayedHeader, RawValue: []byte(local)})}
 		keepUnknown(hm, h.GetHeaders())
 		headers := &extprocv3.HttpHeaders{Headers: hm, EndOfStream: h.EndOfStream}
 		keepUnknown(headers, h)

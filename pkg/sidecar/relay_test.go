@@ -108,7 +108,7 @@ func TestForRemote(t *testing.T) {
 			if h.Headers == nil {
 				h.Headers = &corev3.HeaderMap{}
 			}
-			h.Headers.Headers = append(h.Headers.Headers, &corev3.HeaderValue{Key: RelayedHeader, RawValue: []byte("cluster-b")})
+			h.Headers.Headers = append(h.Headers.Headers, &corev3.HeaderValue{Key: extproc.RelayedHeader, RawValue: []byte("cluster-b")})
 			for i := range want {
 				assert.True(t, proto.Equal(want[i], out[i]), "message %d: want\n%v\ngot\n%v", i, want[i], out[i])
 			}
@@ -205,7 +205,7 @@ func TestForRemoteStripsCredentials(t *testing.T) {
 		}
 		return out
 	}
-	assert.Equal(t, []string{":path", "content-type", RelayedHeader}, names(out[0].GetRequestHeaders().GetHeaders().GetHeaders()))
+	assert.Equal(t, []string{":path", "content-type", extproc.RelayedHeader}, names(out[0].GetRequestHeaders().GetHeaders().GetHeaders()))
 	assert.Equal(t, []string{"x-checksum"}, names(out[2].GetRequestTrailers().GetTrailers().GetHeaders()))
 	for i := range msgs {
 		assert.True(t, proto.Equal(before[i], msgs[i]), "the local EPP's message %d changed", i)

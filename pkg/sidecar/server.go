@@ -21,12 +21,6 @@ import (
 	"github.com/mci-dev/mci/pkg/scheduling"
 )
 
-// RelayedHeader marks a request a sidecar relays to another cluster's EPP;
-// its value is the relaying sidecar's cluster. A shim-mode sidecar serves
-// such a request with its local EPP only, so that two clusters that both
-// export a shim pool never send a request back and forth.
-const RelayedHeader = "x-mci-relayed-from"
-
 // Defaults of ServerConfig.
 const (
 	DefaultMaxRequestBodyBytes = requestmodel.DefaultMaxRequestBodyBytes
@@ -238,11 +232,12 @@ func (s *Server) Retain(t *routetable.Table) {
 	s.relay.retain(keep)
 }
 
-// retainObserved forgets the observations of the pools and clusters t no
-// longer has.
+// retainObserved forgets the observations and shares of the pools and
+// clusters t no longer has.
 func (s *Server) retainObserved(t *routetable.Table) {
-	clusters := map[[2]string]bool{}
+	clusters, scopes := map[[2]string]bool{}, map[string]bool{}
 	for b := range t.Backends {
+		scopes[b.Scope()] = true
 		for _, c := range b.Clusters {
 			clusters[[2]string{b.Scope(), c.Name}] = true
 		}
@@ -251,6 +246,7 @@ func (s *Server) retainObserved(t *routetable.Table) {
 		}
 	}
 	s.mem.Observed.Retain(func(scope, cluster string) bool { return clusters[[2]string{scope, cluster}] })
+	s.mem.Shares.Retain(func(scope string) bool { return scopes[scope] })
 }
 
 // Process serves one request's stream, step by step: read the request

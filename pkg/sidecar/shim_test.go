@@ -14,6 +14,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
+	"github.com/mci-dev/mci/pkg/extproc"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/pkg/sidecar/sidecartest"
@@ -83,7 +84,7 @@ func TestServerAsEPPShim(t *testing.T) {
 	t.Run("a request another cluster's sidecar relayed is served by the local EPP only", func(t *testing.T) {
 		before := a.calls.Load() + c.calls.Load()
 		for range 6 {
-			res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Headers: http.Header{RelayedHeader: {"cluster-a"}}})
+			res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Headers: http.Header{extproc.RelayedHeader: {"cluster-a"}}})
 			require.Nil(t, res.Immediate)
 			assert.Equal(t, "10.2.0.1:8000", res.Destination)
 		}
@@ -91,7 +92,7 @@ func TestServerAsEPPShim(t *testing.T) {
 
 		local.mode.Store(eppFail)
 		defer local.mode.Store(eppRoute)
-		res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Headers: http.Header{RelayedHeader: {"cluster-a"}}})
+		res := h.do(t, envoyclient.Request{Path: "/v1/completions", Body: chatBody, Headers: http.Header{extproc.RelayedHeader: {"cluster-a"}}})
 		require.NotNil(t, res.Immediate, "a relayed request fails closed when the local EPP fails")
 		assert.Equal(t, http.StatusServiceUnavailable, res.Immediate.StatusCode)
 	})

@@ -62,13 +62,15 @@ const (
 )
 
 // offered is one scope's state, for the kept candidates of signature
-// set: by candidate index, the smoothed rates of requests (this
-// cluster's own and the others'), whether they are known, the counts
-// they were last read at; and the adopted shares (0 for a candidate not
-// kept), which are replaced, never written to.
+// set: by candidate index, the cluster the index held when last read
+// (ids), the smoothed rates of requests (this cluster's own and the
+// others'), whether they are known, the counts they were last read at;
+// and the adopted shares (0 for a candidate not kept), which are
+// replaced, never written to.
 type offered struct {
 	set         uint64
 	sampled     time.Time
+	ids         []uint32
 	own, others []float64
 	known       []bool
 	last        []relayedCount
@@ -94,7 +96,7 @@ func (s *Shares) offer(req *Request, cands []Candidate, kept []int, slots []slot
 		o = &offered{}
 		s.scopes[req.Scope] = o
 	}
-	set := keptSignature(len(cands), kept, caps)
+	set := keptSignature(cands, kept, caps)
 	if changed := set != o.set || len(o.shares) != len(cands); changed || req.Now.Sub(o.sampled) >= sharesSampled {
 		o.sample(req, cands, kept, slots)
 		o.adopt(set, changed, kept, caps)
@@ -117,12 +119,13 @@ func (s *Shares) Retain(keep func(scope string) bool) {
 	}
 }
 
-// keptSignature stands for the kept candidates and their capacities,
-// whatever the order of kept (the score order, which moves every pick).
-func keptSignature(n int, kept []int, caps []float64) uint64 {
-	s := mix64(uint64(n))
+// keptSignature stands for the kept candidates, their places and their
+// capacities, whatever the order of kept (the score order, which moves
+// every pick).
+func keptSignature(cands []Candidate, kept []int, caps []float64) uint64 {
+	s := mix64(uint64(len(cands)))
 	for k, i := range kept {
-		s += mix64(mix64(uint64(i)) ^ math.Float64bits(caps[k]))
+		s += mix64(mix64(uint64(i)<<32|uint64(cands[i].id())) ^ math.Float64bits(caps[k]))
 	}
 	return s
 }
@@ -131,7 +134,7 @@ func keptSignature(n int, kept []int, caps []float64) uint64 {
 // counts (relayedCounts) since the scrape they were read at before.
 func (o *offered) sample(req *Request, cands []Candidate, kept []int, slots []slot) {
 	if n := len(cands); len(o.own) != n {
-		o.own, o.others, o.known, o.last = make([]float64, n), make([]float64, n), make([]bool, n), make([]relayedCount, n)
+		o.ids, o.own, o.others, o.known, o.last = make([]uint32, n), make([]float64, n), make([]float64, n), make([]bool, n), make([]relayedCount, n)
 	}
 	// Counts read across a pause in this sidecar's picks are no rate of
 	// the traffic it levels against: they hold whatever the pause held
@@ -140,6 +143,11 @@ func (o *offered) sample(req *Request, cands []Candidate, kept []int, slots []sl
 	paused := !o.sampled.IsZero() && req.Now.Sub(o.sampled) > sharesPause
 	o.sampled = req.Now
 	for _, i := range kept {
+		if id := cands[i].id(); o.ids[i] != id {
+			// Another cluster at this place (the table changed): what
+			// was read of the one before is not its.
+			o.ids[i], o.known[i], o.last[i] = id, false, relayedCount{}
+		}
 		now, ok := relayedCounts(&cands[i], slots[i].measured, req.Cluster)
 		last := o.last[i]
 		switch {

@@ -158,3 +158,25 @@ func TestSharesRetainForgetsThePoolsGone(t *testing.T) {
 	s.Retain(func(sc string) bool { return sc != scope })
 	assert.NotContains(t, s.scopes, scope)
 }
+
+// A table that puts another cluster at a candidate's place starts that
+// cluster's rates anew: the counts of the cluster before are not its.
+func TestSharesStartAnewForAnotherClusterAtAPlace(t *testing.T) {
+	s := NewShares()
+	scrape := func(last string, othersAtLast float64) func(i int) []Candidate {
+		return func(i int) []Candidate {
+			n := float64(i)
+			cands := sharesFixture(epoch.Add(time.Duration(i)*time.Second),
+				map[string]float64{"importer": 3 * n, "": 0},
+				map[string]float64{"": 3 * n},
+				map[string]float64{"importer": 3 * n, "": othersAtLast})
+			cands[2].Name = last
+			return cands
+		}
+	}
+	offerEach(s, 0, 30, scrape("c", 0))
+	// d's EPP has counted 10,000 requests of its own users since it
+	// started, none of them now.
+	got := offerEach(s, 31, 40, scrape("d", 10000))
+	assert.Greater(t, got[2], 0.25, "d's counts are not a rate over c's: %v", got)
+}

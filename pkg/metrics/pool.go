@@ -85,7 +85,7 @@ const RelayedFromLabel = "relayed_from"
 
 // RelayedElsewhere is the RelayedFromLabel value of the requests relayed
 // by a cluster mci-epp does not count on its own: one whose name is not a
-// valid cluster name, or beyond the most it counts at once. No cluster has
+// valid cluster name, or beyond the 128 it counts apart. No cluster has
 // that name.
 const RelayedElsewhere = "~other"
 

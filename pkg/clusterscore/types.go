@@ -116,7 +116,7 @@ type Request struct {
 	Session string
 	// Cluster is the name of this sidecar's cluster, as the requests it
 	// relays name it to other clusters' EPPs (extproc.RelayedHeader), by
-	// which their counts of requests in flight tell its own (Shares).
+	// which their counts of the requests they route tell its own (Shares).
 	Cluster string
 
 	// Home is set by Pipeline.Pick: where the request's home was and

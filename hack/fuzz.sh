@@ -83,8 +83,17 @@ summary=()
 # fuzz_once runs one target for fuzztime into $out and sets status.
 fuzz_once() {
   status=0
-  # </dev/null: the loop's list is on stdin.
-  go test -run '^$' -fuzz "^${target}\$" -fuzztime "${fuzztime}" "${dir}" </dev/null 2>&1 | tee "${out}" || status=$?
+  # </dev/null: the loop's list is on stdin. The output is shown once the
+  # run is judged (shown_as).
+  go test -run '^$' -fuzz "^${target}\$" -fuzztime "${fuzztime}" "${dir}" </dev/null >"${out}" 2>&1 || status=$?
+}
+
+# shown_as prints the run in $out, each line after prefix: a first run
+# retried for the engine's own failure is shown as such, so that its
+# "--- FAIL" line is not counted as a test's failure by those who count
+# them (.ci/run).
+shown_as() {
+  sed "s/^/${1}/" "${out}"
 }
 
 # failure_of prints why the run in $out failed: the input that fails, how
@@ -129,6 +138,7 @@ while read -r dir target _; do
   if [[ ${status} -ne 0 ]] && ! grep -q 'no fuzz tests to fuzz' "${out}"; then
     why="$(failure_of)"
     if [[ -z "${why}" ]]; then
+      shown_as "first run, retried: "
       # Nothing that fails on its own: the engine's failure, said and
       # retried once; a second one fails the run.
       reason="$(grep -m1 -E 'context deadline exceeded|hung or terminated|terminated without fuzzing' "${out}" | sed 's/^ *//' || true)"
@@ -139,6 +149,7 @@ while read -r dir target _; do
       fuzz_once
     fi
   fi
+  shown_as ""
   # The last progress line says how many inputs were run; the seconds
   # include the build.
   execs="$(grep -o 'execs: [0-9]*' "${out}" | tail -1 | cut -d' ' -f2 || true)"

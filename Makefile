@@ -276,7 +276,8 @@ bench: build tools test-programs
 # traffic the sidecar does not see (test/benchrouting/unseen_test.go):
 # direct-30 and direct-60 (30% or 60% of the requests from the exporters'
 # own users, sent to their own gateway) and two-importers (a second
-# importing sidecar with its own users), each with a held-out drawn one
+# importing cluster's sidecar with its own users, in a fourth cluster that
+# serves no pool), each with a held-out drawn one
 # (about 75 minutes on 2 cores in all). Each workload's table, a summary over the family
 # against the routing targets and the held-out table go to stdout and to
 # _output/bench-routing/results.md and results.json.

@@ -280,8 +280,8 @@ func loadConfig() (config, error) {
 	}
 	if v := os.Getenv("MCI_BENCH_ROUTING_LOOPBACK_BLOCK"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 252 {
-			errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_LOOPBACK_BLOCK=%q: want 1 to 252 (the clusters take it and the next two)", v))
+		if last := 255 - len(allClusters) + 1; err != nil || n < 1 || n > last {
+			errs = append(errs, fmt.Sprintf("MCI_BENCH_ROUTING_LOOPBACK_BLOCK=%q: want 1 to %d (the %d clusters take it and the next ones)", v, last, len(allClusters)))
 		}
 		c.LoopbackBlock = n
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,9 +33,18 @@ import (
 	"github.com/mci-dev/mci/test/simulator"
 )
 
-// The clusters: cluster-b imports and runs mci-sidecar and the gateway, with
-// a local pool of its own; cluster-a and cluster-c export theirs.
+// The clusters that serve the pool: cluster-b imports and runs mci-sidecar
+// and the gateway, with a local pool of its own; cluster-a and cluster-c
+// export theirs. The ClusterSet has one more, secondImporterCluster, that
+// only imports.
 var clusterNames = []string{"cluster-a", "cluster-b", "cluster-c"}
+
+// allClusters are the ClusterSet's clusters, in the order of their
+// loopback blocks.
+var allClusters = append(slices.Clone(clusterNames), secondImporterCluster)
+
+// exportingClusters are the clusters that export the pool.
+var exportingClusters = slices.DeleteFunc(slices.Clone(clusterNames), func(c string) bool { return c == importingCluster })
 
 const (
 	importingCluster = "cluster-b"
@@ -65,8 +75,6 @@ type env struct {
 	// dir holds the ClusterSet, the data path's binaries (bin) and the
 	// logs of the harness's own processes.
 	dir string
-	// kubeconfig is the importing cluster's, for sidecar replicas.
-	kubeconfig string
 
 	// The data path of the current servers (useServers): dp, its shape,
 	// the servers' base URLs by cluster, and direct the base URLs of the
@@ -79,8 +87,10 @@ type env struct {
 	closeDirect []func()
 	policy      string // the current cluster policy; "" before the first
 	// importer2 is the gateway of the second importer's mci-sidecar
-	// (secondImporter), "" until a workload needs it.
-	importer2 string
+	// (secondImporter), "" until a workload needs it; importer2Dyn is
+	// its cluster's client.
+	importer2    string
+	importer2Dyn dynamic.Interface
 }
 
 // serverShape is what the data path's simulators are started with: a
@@ -90,7 +100,7 @@ type serverShape struct {
 	far            string
 }
 
-// startEnv starts a ClusterSet of 3 clusters until the benchmark ends; the
+// startEnv starts the ClusterSet (allClusters) until the benchmark ends; the
 // data path starts with the first workload (useServers).
 func startEnv(b *testing.B, cfg config) *env {
 	b.Helper()
@@ -118,7 +128,7 @@ func startEnv(b *testing.B, cfg config) *env {
 	start := time.Now()
 	cs, err := localclusterset.Up(ctx, localclusterset.Options{
 		Dir:                filepath.Join(dir, "clusterset"),
-		Clusters:           clusterNames,
+		Clusters:           allClusters,
 		BinDir:             binDir,
 		MCIAPIServerBinary: filepath.Join(binDir, "mci-apiserver"),
 		Log:                progressLog{},
@@ -134,7 +144,7 @@ func startEnv(b *testing.B, cfg config) *env {
 	require.NoError(b, err)
 	dyn, err := dynamic.NewForConfig(c.Config)
 	require.NoError(b, err)
-	e := &env{cfg: cfg, cs: cs, dyn: dyn, dir: dir, kubeconfig: c.Kubeconfig}
+	e := &env{cfg: cfg, cs: cs, dyn: dyn, dir: dir}
 	b.Cleanup(e.stopDirect)
 	return e
 }
@@ -159,12 +169,13 @@ func (e *env) useServers(ctx context.Context, w spec) error {
 	}
 	start := time.Now()
 	dp, err := e.cs.StartDataPath(ctx, localclusterset.DataPathOptions{
-		GatewayCluster: importingCluster,
-		ModelServers:   shape.servers,
-		LoopbackBlock:  e.cfg.LoopbackBlock,
-		BinDir:         e.binDir(),
-		LocalPool:      true,
-		SimulatorArgs:  func(cluster string) []string { return simulatorArgs(e.cfg, shape, cluster) },
+		GatewayCluster:    importingCluster,
+		ExportingClusters: exportingClusters,
+		ModelServers:      shape.servers,
+		LoopbackBlock:     e.cfg.LoopbackBlock,
+		BinDir:            e.binDir(),
+		LocalPool:         true,
+		SimulatorArgs:     func(cluster string) []string { return simulatorArgs(e.cfg, shape, cluster) },
 		// The simulators' batch places, which no model server publishes
 		// as a metric: mci-epp publishes them with its pool gauges.
 		EPPArgs: []string{"--model-server-max-num-seqs=" + strconv.Itoa(shape.batch)},
@@ -279,9 +290,9 @@ func startDirectGateway(epp, ip string) (string, func(), error) {
 }
 
 // setPolicy sets the cluster policy on the HTTPRoute and on the local
-// shim InferencePool, and waits until mci-sidecar (and the second
-// importer's, when it runs) has rebuilt its routing table after each
-// change (the policy is part of the table). The route's
+// shim InferencePool, and on the second importer's HTTPRoute when it runs,
+// and waits until the mci-sidecar that reads each has rebuilt its routing
+// table after its change (the policy is part of the table). The route's
 // annotation decides for the requests its rule matches (pkg/routetable's
 // Table.ShimFor); the pool's, for any other request to the pool, so that
 // no request of a run escapes the policy.
@@ -289,36 +300,72 @@ func (e *env) setPolicy(ctx context.Context, policy string) error {
 	if policy == e.policy {
 		return nil
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{policyAnnotation: policy}}})
-	for _, gvr := range []schema.GroupVersionResource{httpRouteGVR, inferencePoolGVR} {
-		// A restarted data path keeps the objects' annotations, which
-		// its new sidecar read as it started: setting the same value
-		// again changes nothing and rebuilds nothing.
-		obj, err := e.dyn.Resource(gvr).Namespace(e.dp.Namespace).Get(ctx, e.dp.Pool, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("reading %s %s/%s: %w", gvr.Resource, e.dp.Namespace, e.dp.Pool, err)
-		}
-		if obj.GetAnnotations()[policyAnnotation] == policy {
-			continue
-		}
-		before, err := e.tableGenerations(ctx)
-		if err != nil {
+	for _, o := range e.policyObjects() {
+		if err := e.annotatePolicy(ctx, o, policy); err != nil {
 			return err
-		}
-		if _, err := e.dyn.Resource(gvr).Namespace(e.dp.Namespace).Patch(ctx, e.dp.Pool, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return fmt.Errorf("setting the cluster policy %s on %s %s/%s: %w", policy, gvr.Resource, e.dp.Namespace, e.dp.Pool, err)
-		}
-		var last []float64
-		err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-			last, err = e.tableGenerations(ctx)
-			return err == nil && allAbove(last, before), nil
-		})
-		if err != nil {
-			return fmt.Errorf("mci-sidecar did not rebuild its routing table after the cluster policy %s was set on %s (generation %v, was %v): %w", policy, gvr.Resource, last, before, err)
 		}
 	}
 	e.policy = policy
 	return nil
+}
+
+// policyObject is an object that carries the cluster policy: its
+// resource, through its cluster's client, and the gateway of the
+// mci-sidecar that reads it.
+type policyObject struct {
+	dyn     dynamic.Interface
+	gvr     schema.GroupVersionResource
+	gateway string
+}
+
+func (e *env) policyObjects() []policyObject {
+	out := []policyObject{{e.dyn, httpRouteGVR, e.dp.GatewayURL}, {e.dyn, inferencePoolGVR, e.dp.GatewayURL}}
+	if e.importer2 != "" {
+		out = append(out, policyObject{e.importer2Dyn, httpRouteGVR, e.importer2})
+	}
+	return out
+}
+
+// annotatePolicy sets policy on o, and waits until its mci-sidecar has
+// rebuilt its routing table after the change. A restarted data path keeps
+// the objects' annotations, which its new sidecar read as it started:
+// setting the same value again changes nothing and rebuilds nothing.
+func (e *env) annotatePolicy(ctx context.Context, o policyObject, policy string) error {
+	res := o.dyn.Resource(o.gvr).Namespace(e.dp.Namespace)
+	obj, err := res.Get(ctx, e.dp.Pool, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading %s %s/%s: %w", o.gvr.Resource, e.dp.Namespace, e.dp.Pool, err)
+	}
+	if obj.GetAnnotations()[policyAnnotation] == policy {
+		return nil
+	}
+	u, err := url.Parse(o.gateway)
+	if err != nil {
+		return err
+	}
+	before, err := sidecarGeneration(ctx, u.Hostname())
+	if err != nil {
+		return err
+	}
+	if err := patchPolicy(ctx, res, e.dp.Pool, policy); err != nil {
+		return fmt.Errorf("setting the cluster policy %s on %s %s/%s: %w", policy, o.gvr.Resource, e.dp.Namespace, e.dp.Pool, err)
+	}
+	last := before
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		last, err = sidecarGeneration(ctx, u.Hostname())
+		return err == nil && last > before, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the mci-sidecar of %s did not rebuild its routing table after the cluster policy %s was set on %s (generation %v, was %v): %w", o.gateway, policy, o.gvr.Resource, last, before, err)
+	}
+	return nil
+}
+
+// patchPolicy sets the policy annotation on the object name of res.
+func patchPolicy(ctx context.Context, res dynamic.ResourceInterface, name, policy string) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{policyAnnotation: policy}}})
+	_, err := res.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
 }
 
 // tableGeneration reads the data path's mci-sidecar's

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -163,6 +164,11 @@ type roundRobin struct {
 	next    atomic.Uint64
 }
 
+// over is round-robin over the targets of clusters only.
+func (r *roundRobin) over(clusters []string) router {
+	return &roundRobin{targets: within(r.targets, clusters)}
+}
+
 func (r *roundRobin) route(context.Context, []byte) (string, func(), error) {
 	t := r.targets[(r.next.Add(1)-1)%uint64(len(r.targets))]
 	return t.base, noop, nil
@@ -182,6 +188,28 @@ func newOracle(e *env, targets []target) *oracle {
 }
 
 func (o *oracle) route(ctx context.Context, body []byte) (string, func(), error) {
+	return o.routeOver(ctx, body, o.targets)
+}
+
+// over is the oracle choosing among the targets of clusters only, its
+// requests in flight counted with the oracle's.
+func (o *oracle) over(clusters []string) router { return oracleOver{o, within(o.targets, clusters)} }
+
+type oracleOver struct {
+	o       *oracle
+	targets []target
+}
+
+func (v oracleOver) route(ctx context.Context, body []byte) (string, func(), error) {
+	return v.o.routeOver(ctx, body, v.targets)
+}
+
+// within is the targets of clusters.
+func within(targets []target, clusters []string) []target {
+	return slices.DeleteFunc(slices.Clone(targets), func(t target) bool { return !slices.Contains(clusters, t.cluster) })
+}
+
+func (o *oracle) routeOver(ctx context.Context, body []byte, targets []target) (string, func(), error) {
 	servers := o.e.allServers()
 	cached := make([]int, len(servers))
 	errs := make([]error, len(servers))
@@ -203,7 +231,7 @@ func (o *oracle) route(ctx context.Context, body []byte) (string, func(), error)
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	t, err := pickOracle(o.targets, best, o.inFlight, o.ties.Add(1)-1)
+	t, err := pickOracle(targets, best, o.inFlight, o.ties.Add(1)-1)
 	if err != nil {
 		return "", nil, err
 	}

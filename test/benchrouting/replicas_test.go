@@ -25,9 +25,6 @@ const (
 	// of the first extra mci-sidecar replica (and its gateway); the next
 	// ones follow.
 	replicaHost = 160
-	// dataPathGateway is the Gateway the data path's mci-sidecar serves
-	// (test/localclusterset's, which names it so).
-	dataPathGateway = "inference-gateway"
 	// dataPathSidecarService is the Service the local shim pool names as
 	// its endpointPickerRef.
 	dataPathSidecarService = "mci-sidecar"
@@ -48,7 +45,7 @@ func (e *env) startReplicas(ctx context.Context, n int) (gateways []string, stop
 		}
 	}()
 	for i := range n {
-		gw, err := e.startSidecar(&started, fmt.Sprintf("replica-%d", i+2), replicaHost+i)
+		gw, err := e.startSidecar(&started, fmt.Sprintf("replica-%d", i+2), importingCluster, replicaHost+i)
 		if err != nil {
 			return nil, stop, err
 		}
@@ -63,17 +60,27 @@ func (e *env) startReplicas(ctx context.Context, n int) (gateways []string, stop
 	return gateways, stop, nil
 }
 
-// startSidecar starts an mci-sidecar of the importing cluster on host of
-// its loopback block, as the data path starts its own, with a gateway in
-// front, into started; its logs are <name>-mci-sidecar.log and
-// <name>-gateway.log. It returns the gateway's base URL, not waiting for
+// startSidecar starts an mci-sidecar of cluster on host of its loopback
+// block, as the data path starts its own, with a gateway in front, into
+// started; its logs are <name>-mci-sidecar.log and <name>-gateway.log. In
+// the importing cluster it serves the local shim pool, as the data path's
+// does; in another it serves a Gateway whose route names the import
+// (localclusterset's ApplyImportingGateway), with that cluster's own pool
+// as its local cluster. It returns the gateway's base URL, not waiting for
 // it to route.
-func (e *env) startSidecar(started *processes, name string, host int) (string, error) {
-	ip := fmt.Sprintf("127.0.%d.%d", e.cfg.LoopbackBlock+indexOf(clusterNames, importingCluster), host)
-	sidecar, err := e.startProcess(name+"-mci-sidecar", "mci-sidecar",
-		"--kubeconfig="+e.kubeconfig, "--bind-address="+ip, "--local-cluster-name="+importingCluster,
-		"--gateway="+e.dp.Namespace+"/"+dataPathGateway, "--endpoint-picker-service="+e.dp.Namespace+"/"+dataPathSidecarService, "-v=2",
-		"--metrics-endpoint-auth=false", "--insecure-remote-endpoint-pickers=*", "--allow-loopback-destinations")
+func (e *env) startSidecar(started *processes, name, cluster string, host int) (string, error) {
+	c, err := e.cs.Cluster(cluster)
+	if err != nil {
+		return "", err
+	}
+	ip := e.hostIP(cluster, host)
+	args := []string{"--kubeconfig=" + c.Kubeconfig, "--bind-address=" + ip, "--local-cluster-name=" + cluster,
+		"--gateway=" + e.dp.Namespace + "/" + localclusterset.DataPathGatewayName, "-v=2",
+		"--metrics-endpoint-auth=false", "--insecure-remote-endpoint-pickers=*", "--allow-loopback-destinations"}
+	if cluster == importingCluster {
+		args = append(args, "--endpoint-picker-service="+e.dp.Namespace+"/"+dataPathSidecarService)
+	}
+	sidecar, err := e.startProcess(name+"-mci-sidecar", "mci-sidecar", args...)
 	if err != nil {
 		return "", err
 	}
@@ -85,6 +92,11 @@ func (e *env) startSidecar(started *processes, name string, host int) (string, e
 	}
 	started.procs = append(started.procs, gw)
 	return "http://" + net.JoinHostPort(ip, strconv.Itoa(localclusterset.DataPathGatewayPort)), nil
+}
+
+// hostIP is the loopback address of host in cluster's block.
+func (e *env) hostIP(cluster string, host int) string {
+	return fmt.Sprintf("127.0.%d.%d", e.cfg.LoopbackBlock+indexOf(allClusters, cluster), host)
 }
 
 // processes are what a step of the harness started, stopped together:

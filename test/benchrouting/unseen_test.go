@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net/url"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+
+	"k8s.io/client-go/dynamic"
 
 	"github.com/mci-dev/mci/test/benchrouting/workload"
 )
@@ -25,30 +26,36 @@ import (
 //     meet the same servers, and fill and evict the same caches. Every
 //     routing meets the same local traffic, which always goes to its own
 //     cluster: only the importing users' requests are routed.
-//   - two-importers: two importing sidecars, each with its own users (half
-//     each, their own groups and prompts), share the exporters. The second
-//     is an mci-sidecar started as the data path's own, with its own
-//     gateway, for as long as the data path runs (its memory lives as
-//     long as the first one's). It differs from replicas of one sidecar
-//     ("<policy>@<n>") in whose requests each sees: replicas are dealt the
-//     requests of one population in turn, so each sees every
-//     conversation's turns in part, and they are judged against one
-//     replica; each importer here sees all of its own users' requests and
-//     none of the other's. The two run in the one importing cluster of the
-//     harness (cluster-b): they share its local servers too, which two
-//     importing clusters would not (theirs would be their own).
+//   - two-importers: two importing clusters' sidecars, each with its own
+//     users (half each, their own groups and prompts), share the
+//     exporters. The second importing cluster (secondImporterCluster)
+//     serves no pool of its own: its gateway's route names the import, so
+//     its mci-sidecar routes over the two exporters, as the first routes
+//     over them and its own servers. It is started with the data path's
+//     first run that needs it, with its own gateway, for as long as the
+//     data path runs (its memory lives as long as the first one's). It
+//     differs from replicas of one sidecar ("<policy>@<n>") in whose
+//     requests each sees: replicas are dealt the requests of one
+//     population in turn, so each sees every conversation's turns in
+//     part, and they are judged against one replica; each importer here
+//     sees all of its own users' requests and none of the other's, and
+//     the EPPs count each one's requests apart (by the cluster that
+//     relayed them).
 //
 // The references route every request the sidecars route: the Oracle
 // reads every server's cache, which all the traffic fills, so it knows
 // what the local users' requests left there; it and RoundRobin route both
-// importers' users.
+// importers' users, the second importer's over the exporters alone (all
+// its cluster reaches).
 
 const (
 	// secondImporterEntry is where the second importer's users enter.
 	secondImporterEntry = "importer-2"
-	// secondImporterHost is the host, in the importing cluster's loopback
-	// block, of the second importer's mci-sidecar and its gateway.
-	secondImporterHost = 165
+	// secondImporterCluster runs the second importer's mci-sidecar and
+	// its gateway, on secondImporterHost of its loopback block: a member
+	// of the ClusterSet that imports the pool and serves none.
+	secondImporterCluster = "cluster-d"
+	secondImporterHost    = 165
 )
 
 // unseenVariant is a way part of the traffic escapes the sidecar: the
@@ -258,7 +265,15 @@ func (e *env) entryRoutesFor(ctx context.Context, w spec, policy string, main ro
 		switch {
 		case isDirectEntry(u.Entry):
 			x.byEntry[u.Entry] = toGateway(e.direct[u.Entry])
-		case u.Entry == secondImporterEntry && !isReference(policy):
+		case u.Entry == secondImporterEntry && isReference(policy):
+			// The second importer's users reach only the exporters,
+			// whichever routing chooses among them.
+			r, ok := main.(interface{ over([]string) router })
+			if !ok {
+				return nil, fmt.Errorf("the reference %s cannot route the second importer's users over the exporters alone", policy)
+			}
+			x.byEntry[u.Entry] = r.over(exportingClusters)
+		case u.Entry == secondImporterEntry:
 			gw, err := e.secondImporter(ctx)
 			if err != nil {
 				return nil, err
@@ -271,15 +286,32 @@ func (e *env) entryRoutesFor(ctx context.Context, w spec, policy string, main ro
 }
 
 // secondImporter is the gateway of the second importer's mci-sidecar,
-// started when first asked for on this data path (it reads the route's
-// current policy as it starts; setPolicy then waits for it as for the
-// data path's), stopped with the data path.
+// started when first asked for on this data path with its cluster's
+// Gateway and route (ApplyImportingGateway), which carries the current
+// policy as the sidecar starts (setPolicy then changes it as the data
+// path's), stopped with the data path.
 func (e *env) secondImporter(ctx context.Context) (string, error) {
 	if e.importer2 != "" {
 		return e.importer2, nil
 	}
+	c, err := e.cs.Cluster(secondImporterCluster)
+	if err != nil {
+		return "", err
+	}
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return "", err
+	}
+	if err := e.cs.ApplyImportingGateway(ctx, secondImporterCluster, e.hostIP(secondImporterCluster, secondImporterHost)); err != nil {
+		return "", fmt.Errorf("the second importer's Gateway and HTTPRoute in %s: %w", secondImporterCluster, err)
+	}
+	if e.policy != "" {
+		if err := patchPolicy(ctx, dyn.Resource(httpRouteGVR).Namespace(e.dp.Namespace), e.dp.Pool, e.policy); err != nil {
+			return "", fmt.Errorf("setting the cluster policy %s on the second importer's HTTPRoute: %w", e.policy, err)
+		}
+	}
 	started := &processes{}
-	gw, err := e.startSidecar(started, secondImporterEntry, secondImporterHost)
+	gw, err := e.startSidecar(started, secondImporterEntry, secondImporterCluster, secondImporterHost)
 	if err == nil {
 		err = e.waitRoutes(ctx, gw)
 	}
@@ -288,45 +320,9 @@ func (e *env) secondImporter(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("the second importer's mci-sidecar (logs in %s): %w", filepath.Join(e.dir, "logs"), err)
 	}
 	e.closeDirect = append(e.closeDirect, started.stop)
-	e.importer2 = gw
-	logf("  the second importer's mci-sidecar up: %s", gw)
+	e.importer2, e.importer2Dyn = gw, dyn
+	logf("  the second importer's mci-sidecar up in %s: %s", secondImporterCluster, gw)
 	return gw, nil
-}
-
-// tableGenerations reads mci_sidecar_routing_table_generation of every
-// mci-sidecar that follows the route's policy for the whole data path:
-// the data path's, and the second importer's once started.
-func (e *env) tableGenerations(ctx context.Context) ([]float64, error) {
-	gateways := []string{e.dp.GatewayURL}
-	if e.importer2 != "" {
-		gateways = append(gateways, e.importer2)
-	}
-	out := make([]float64, 0, len(gateways))
-	for _, g := range gateways {
-		u, err := url.Parse(g)
-		if err != nil {
-			return nil, err
-		}
-		v, err := sidecarGeneration(ctx, u.Hostname())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-// allAbove: every generation of after is past before's.
-func allAbove(after, before []float64) bool {
-	if len(after) != len(before) {
-		return false
-	}
-	for i := range after {
-		if after[i] <= before[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // routedFigures are what the routing decided of a policy's runs: the

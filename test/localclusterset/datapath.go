@@ -43,13 +43,15 @@ const (
 	DataPathModel = "meta-llama/Llama-3.1-8B-Instruct"
 	// DataPathGatewayPort is where the gateway serves HTTP.
 	DataPathGatewayPort = 8080
+	// DataPathGatewayName is the Gateway the data path's mci-sidecar
+	// serves, in DataPathNamespace.
+	DataPathGatewayName = "inference-gateway"
 
-	dataPathGatewayName = "inference-gateway"
-	modelServerPort     = 8000
-	eppGRPCPort         = 9002
-	eppHealthPort       = 9003
-	eppMetricsPort      = 9090
-	eppHost             = 100
+	modelServerPort = 8000
+	eppGRPCPort     = 9002
+	eppHealthPort   = 9003
+	eppMetricsPort  = 9090
+	eppHost         = 100
 	// eppLinkedHost is where the EPP listens when a link takes its
 	// Service address (Options.Links).
 	eppLinkedHost   = 101
@@ -208,7 +210,7 @@ func (cs *ClusterSet) StartDataPath(ctx context.Context, opts DataPathOptions) (
 
 	gwIP := opts.ip(cs, opts.GatewayCluster, 1)
 	if err := cs.applyTemplate(ctx, opts.GatewayCluster, gatewayClusterTemplate, map[string]any{
-		"Namespace": DataPathNamespace, "Pool": DataPathPool, "Gateway": dataPathGatewayName, "IP": gwIP, "Port": DataPathGatewayPort,
+		"Namespace": DataPathNamespace, "Pool": DataPathPool, "Gateway": DataPathGatewayName, "IP": gwIP, "Port": DataPathGatewayPort,
 		"LocalPool": opts.LocalPool,
 	}); err != nil {
 		return nil, err
@@ -216,7 +218,7 @@ func (cs *ClusterSet) StartDataPath(ctx context.Context, opts DataPathOptions) (
 	gc, _ := cs.Cluster(opts.GatewayCluster)
 	sidecarAddr := net.JoinHostPort(gwIP, strconv.Itoa(eppGRPCPort))
 	scArgs := []string{"--kubeconfig=" + gc.Kubeconfig, "--bind-address=" + gwIP, "--local-cluster-name=" + opts.GatewayCluster,
-		"--gateway=" + DataPathNamespace + "/" + dataPathGatewayName, "-v=2",
+		"--gateway=" + DataPathNamespace + "/" + DataPathGatewayName, "-v=2",
 		// Scraped freely here (the soak, a person with curl), as mci-epp's.
 		"--metrics-endpoint-auth=false",
 		// The local ClusterSet's EPPs serve plaintext on loopback.
@@ -271,6 +273,23 @@ func (cs *ClusterSet) StartDataPath(ctx context.Context, opts DataPathOptions) (
 	}
 	cs.progress("data path up: %s answered through %s's gateway", answered, opts.GatewayCluster)
 	return dp, nil
+}
+
+// ApplyImportingGateway applies, in cluster, the data path's Gateway
+// programmed at ip and an HTTPRoute from /v1 to the pool's
+// InferencePoolImport: what the gateway cluster has without LocalPool. An
+// mci-sidecar of cluster started with --gateway=<DataPathNamespace>/
+// <DataPathGatewayName> then routes the route's requests over the import's
+// exporters and, when cluster exports the pool too, its own pool of the
+// same name (its local cluster): a cluster that imports as well as exports.
+func (cs *ClusterSet) ApplyImportingGateway(ctx context.Context, cluster, ip string) error {
+	if _, err := cs.Cluster(cluster); err != nil {
+		return fmt.Errorf("importing gateway: %w", err)
+	}
+	return cs.applyTemplate(ctx, cluster, gatewayClusterTemplate, map[string]any{
+		"Namespace": DataPathNamespace, "Pool": DataPathPool, "Gateway": DataPathGatewayName, "IP": ip, "Port": DataPathGatewayPort,
+		"LocalPool": false,
+	})
 }
 
 // awaited is a started server and the check that says it is ready.

@@ -104,7 +104,7 @@ func TestDataPathOfMakeRunRoutesARequestFromTheGatewayClusterToAnotherCluster(t 
 		}, 20*time.Second, 100*time.Millisecond, "kubectl: %v\n%s", err, out)
 		t.Logf("kubectl get ipimp -n %s %s -o yaml:\n%s", DataPathNamespace, DataPathPool, out)
 		p := imp.Status.Controllers[0].Parents[0]
-		assert.Equal(t, v1alpha1.ParentReference{Group: ptr.To("gateway.networking.k8s.io"), Kind: "Gateway", Name: dataPathGatewayName, Namespace: DataPathNamespace}, p.ParentRef)
+		assert.Equal(t, v1alpha1.ParentReference{Group: ptr.To("gateway.networking.k8s.io"), Kind: "Gateway", Name: DataPathGatewayName, Namespace: DataPathNamespace}, p.ParentRef)
 		assert.Equal(t, v1alpha1.ControllerName, p.ControllerName)
 		for _, c := range []string{"Accepted", "ResolvedRefs"} {
 			cond := meta.FindStatusCondition(p.Conditions, c)

@@ -68,9 +68,11 @@ const (
 // and the adopted shares (0 for a candidate not kept), which are
 // replaced, never written to.
 type offered struct {
-	set         uint64
-	sampled     time.Time
-	ids         []uint32
+	set     uint64
+	sampled time.Time
+	ids     []uint32
+	// names are the clusters at the indexes, for Each.
+	names       []string
 	own, others []float64
 	known       []bool
 	last        []relayedCount
@@ -119,6 +121,21 @@ func (s *Shares) Retain(keep func(scope string) bool) {
 	}
 }
 
+// Each calls f with every scope's adopted share of each kept cluster (in
+// no order), for the metrics; under the shares' lock, which picks take,
+// so f only copies.
+func (s *Shares) Each(f func(scope, cluster string, share float64)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for scope, o := range s.scopes {
+		for i, share := range o.shares {
+			if share > 0 && i < len(o.names) {
+				f(scope, o.names[i], share)
+			}
+		}
+	}
+}
+
 // keptSignature stands for the kept candidates, their places and their
 // capacities, whatever the order of kept (the score order, which moves
 // every pick).
@@ -134,7 +151,7 @@ func keptSignature(cands []Candidate, kept []int, caps []float64) uint64 {
 // counts (relayedCounts) since the scrape they were read at before.
 func (o *offered) sample(req *Request, cands []Candidate, kept []int, slots []slot) {
 	if n := len(cands); len(o.own) != n {
-		o.ids, o.own, o.others, o.known, o.last = make([]uint32, n), make([]float64, n), make([]float64, n), make([]bool, n), make([]relayedCount, n)
+		o.ids, o.names, o.own, o.others, o.known, o.last = make([]uint32, n), make([]string, n), make([]float64, n), make([]float64, n), make([]bool, n), make([]relayedCount, n)
 	}
 	// Counts read across a pause in this sidecar's picks are no rate of
 	// the traffic it levels against: they hold whatever the pause held
@@ -146,7 +163,7 @@ func (o *offered) sample(req *Request, cands []Candidate, kept []int, slots []sl
 		if id := cands[i].id(); o.ids[i] != id {
 			// Another cluster at this place (the table changed): what
 			// was read of the one before is not its.
-			o.ids[i], o.known[i], o.last[i] = id, false, relayedCount{}
+			o.ids[i], o.names[i], o.known[i], o.last[i] = id, cands[i].Name, false, relayedCount{}
 		}
 		now, ok := relayedCounts(&cands[i], slots[i].measured, req.Cluster)
 		last := o.last[i]

@@ -390,7 +390,29 @@ func registerScoringMetrics(reg prometheus.Registerer, mem *clusterscore.Memory)
 		}, func() float64 { return float64(mem.Prefixes.Evicted()) }),
 		gauge("mci_sidecar_session_pins", "Sessions pinned to a cluster (expired ones included until read or pushed out).",
 			func() float64 { return float64(mem.Sessions.Len()) }),
+		sharesCollector{mem.Shares},
 	)
+}
+
+var homeSharesDesc = prometheus.NewDesc("mci_sidecar_prefix_home_shares",
+	"The share of its prompt homes a policy with a home bound (PrefixAffinity) deals each cluster of a backend, as last adopted: the clusters' capacities' shares, leveled against the requests the sidecar does not place where their EPPs count them. Absent before the backend's first home decision.",
+	[]string{"backend", "cluster"}, nil)
+
+// sharesCollector reads the adopted shares at scrape time.
+type sharesCollector struct{ shares *clusterscore.Shares }
+
+func (c sharesCollector) Describe(ch chan<- *prometheus.Desc) { ch <- homeSharesDesc }
+
+func (c sharesCollector) Collect(ch chan<- prometheus.Metric) {
+	type share struct {
+		backend, cluster string
+		v                float64
+	}
+	var all []share
+	c.shares.Each(func(backend, cluster string, v float64) { all = append(all, share{backend, cluster, v}) })
+	for _, s := range all {
+		ch <- prometheus.MustNewConstMetric(homeSharesDesc, prometheus.GaugeValue, s.v, s.backend, s.cluster)
+	}
 }
 
 var eppHealthDesc = prometheus.NewDesc("mci_sidecar_epp_healthy",

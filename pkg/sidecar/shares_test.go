@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -23,7 +24,7 @@ import (
 // with EPPs that count nothing (upstream EPPs) it keeps its third.
 func TestHomesLeaveAClusterBusyWithTrafficTheSidecarDoesNotPlace(t *testing.T) {
 	const groups = 9
-	homesAt := func(counted bool) map[string]int {
+	homesAt := func(counted bool) (map[string]int, map[string]float64) {
 		now := sidecartest.Epoch
 		mem := clusterscore.NewMemory(clusterscore.DefaultMemoryOptions())
 		tbl, st := scaleTable(t, routingpolicy.PrefixAffinity, 3, now, mem)
@@ -56,11 +57,41 @@ func TestHomesLeaveAClusterBusyWithTrafficTheSidecarDoesNotPlace(t *testing.T) {
 		for g := range groups {
 			homes[decideGroup(g, now.Add(61*time.Second)).order[0].Name]++
 		}
-		return homes
+		return homes, sharesMetric(t, mem)
 	}
-	without, with := homesAt(false), homesAt(true)
-	t.Logf("homes of %d groups: %v counted, %v not", groups, with, without)
+	without, sharesWithout := homesAt(false)
+	with, sharesWith := homesAt(true)
+	t.Logf("homes of %d groups: %v counted, %v not; shares %v counted, %v not", groups, with, without, sharesWith, sharesWithout)
 	assert.Equal(t, groups/3, without["cluster-0000"], "not counted: its capacity's third")
 	assert.Less(t, with["cluster-0000"], groups/3, "counted: fewer than its third, the others more")
 	assert.Equal(t, groups, with["cluster-0000"]+with["cluster-0001"]+with["cluster-0002"], fmt.Sprint(with))
+	// mci_sidecar_prefix_home_shares says so.
+	for _, c := range []string{"cluster-0000", "cluster-0001", "cluster-0002"} {
+		assert.InDelta(t, 1.0/3, sharesWithout[c], 1e-9, "not counted: %s's capacity's third", c)
+	}
+	assert.Less(t, sharesWith["cluster-0000"], 1.0/3-0.1, "counted")
+	assert.InDelta(t, 1, sharesWith["cluster-0000"]+sharesWith["cluster-0001"]+sharesWith["cluster-0002"], 2.0/64, "counted, rounded to 1/64 each")
+}
+
+// sharesMetric is mci_sidecar_prefix_home_shares of mem, by cluster.
+func sharesMetric(t *testing.T, mem *clusterscore.Memory) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	registerScoringMetrics(reg, mem)
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "mci_sidecar_prefix_home_shares" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			out[labels["cluster"]] = m.GetGauge().GetValue()
+		}
+	}
+	return out
 }

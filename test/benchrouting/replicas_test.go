@@ -65,9 +65,8 @@ func (e *env) startReplicas(ctx context.Context, n int) (gateways []string, stop
 // started; its logs are <name>-mci-sidecar.log and <name>-gateway.log. In
 // the importing cluster it serves the local shim pool, as the data path's
 // does; in another it serves a Gateway whose route names the import
-// (localclusterset's ApplyImportingGateway), with that cluster's own pool
-// as its local cluster. It returns the gateway's base URL, not waiting for
-// it to route.
+// (localclusterset's ApplyImportingGateway). It returns the gateway's base
+// URL, not waiting for it to route.
 func (e *env) startSidecar(started *processes, name, cluster string, host int) (string, error) {
 	c, err := e.cs.Cluster(cluster)
 	if err != nil {

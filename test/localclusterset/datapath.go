@@ -280,8 +280,8 @@ func (cs *ClusterSet) StartDataPath(ctx context.Context, opts DataPathOptions) (
 // InferencePoolImport: what the gateway cluster has without LocalPool. An
 // mci-sidecar of cluster started with --gateway=<DataPathNamespace>/
 // <DataPathGatewayName> then routes the route's requests over the import's
-// exporters and, when cluster exports the pool too, its own pool of the
-// same name (its local cluster): a cluster that imports as well as exports.
+// exporters (a pool of the same name in cluster joins them only under the
+// LocalFirst policy, as for any route that names an import).
 func (cs *ClusterSet) ApplyImportingGateway(ctx context.Context, cluster, ip string) error {
 	if _, err := cs.Cluster(cluster); err != nil {
 		return fmt.Errorf("importing gateway: %w", err)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -18,12 +19,13 @@ import (
 )
 
 // fetchSummary asks the EPP's metrics URL for its prefix summary, as an
-// importing cluster's sidecar does; etag, when set, is the one it holds.
-func fetchSummary(t *testing.T, metricsAddr, etag string) (*http.Response, []byte) {
+// importing cluster's sidecar does; etag, when set, is the one it holds,
+// and accepted the media types it lists after the summary's.
+func fetchSummary(t *testing.T, metricsAddr, etag string, accepted ...string) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, "http://"+metricsAddr+"/metrics", nil)
 	require.NoError(t, err)
-	req.Header.Set("Accept", promptprefix.SummaryContentType)
+	req.Header.Set("Accept", strings.Join(append([]string{promptprefix.SummaryContentType}, accepted...), ", "))
 	if etag != "" {
 		req.Header.Set("If-None-Match", etag)
 	}
@@ -89,4 +91,56 @@ func TestThePrefixSummaryHoldsWhatWasRoutedAsItsConsumersHashIt(t *testing.T) {
 	assert.Equal(t, "1", metricValue(t, e.MetricsAddr(), `mci_epp_prefix_summary_requests_total{result="sent"}`))
 	assert.NotEmpty(t, metricValue(t, e.MetricsAddr(), `mci_epp_prefix_summary_blocks`))
 	assert.Equal(t, strconv.Itoa(len(encoded)), metricValue(t, e.MetricsAddr(), `mci_epp_prefix_summary_sent_bytes_total`), "the one summary sent")
+}
+
+// TestAScraperHoldingARecentSummaryIsSentWhatChanged: a scraper that
+// holds a summary built lately and accepts deltas is sent the bits that
+// flipped since, which make from it the summary sent whole; one that
+// holds a summary the EPP does not know, or accepts no delta, is sent the
+// whole summary.
+func TestAScraperHoldingARecentSummaryIsSentWhatChanged(t *testing.T) {
+	eps := startModelServers(t, pod("A", 0, 0.1), pod("B", 0, 0.1))
+	e := startEPP(t, epp.Config{}, eps)
+	route := func(text string) {
+		raw, err := json.Marshal(map[string]any{"model": "base", "prompt": strings.Repeat(text, 60)})
+		require.NoError(t, err)
+		require.Nil(t, e.do(t, envoyclient.Request{Path: "/v1/completions", Body: raw}).Immediate)
+	}
+	route("The first prompt of the pool. ")
+	resp, encoded := fetchSummary(t, e.MetricsAddr(), "", promptprefix.SummaryDeltaContentType)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, promptprefix.SummaryContentType, resp.Header.Get("Content-Type"), "no summary held: sent whole")
+	held, err := promptprefix.ParseSummary(encoded)
+	require.NoError(t, err)
+	heldTag := resp.Header.Get("ETag")
+
+	// Built again at most once a second.
+	route("Another prompt, routed later. ")
+	time.Sleep(epp.PrefixSummaryInterval + 100*time.Millisecond)
+	resp, whole := fetchSummary(t, e.MetricsAddr(), heldTag)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, promptprefix.SummaryContentType, resp.Header.Get("Content-Type"), "no delta accepted: sent whole")
+	currentTag := resp.Header.Get("ETag")
+	require.NotEqual(t, heldTag, currentTag)
+
+	for range 2 { // the second made once, then kept
+		resp, delta := fetchSummary(t, e.MetricsAddr(), heldTag, promptprefix.SummaryDeltaContentType)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Equal(t, promptprefix.SummaryDeltaContentType, resp.Header.Get("Content-Type"))
+		assert.Equal(t, currentTag, resp.Header.Get("ETag"))
+		assert.Less(t, len(delta), len(whole)/4, "%d bytes against %d whole", len(delta), len(whole))
+		made, err := promptprefix.ApplyDelta(held, delta)
+		require.NoError(t, err)
+		encoded, err := made.AppendBinary(nil)
+		require.NoError(t, err)
+		assert.Equal(t, whole, encoded, "the delta makes the summary sent whole")
+	}
+
+	resp, body := fetchSummary(t, e.MetricsAddr(), `"not one it built"`, promptprefix.SummaryDeltaContentType)
+	assert.Equal(t, promptprefix.SummaryContentType, resp.Header.Get("Content-Type"))
+	assert.Equal(t, whole, body)
+	resp, _ = fetchSummary(t, e.MetricsAddr(), currentTag, promptprefix.SummaryDeltaContentType)
+	assert.Equal(t, http.StatusNotModified, resp.StatusCode)
+	assert.Equal(t, "2", metricValue(t, e.MetricsAddr(), `mci_epp_prefix_summary_requests_total{result="delta"}`))
+	assert.Equal(t, "3", metricValue(t, e.MetricsAddr(), `mci_epp_prefix_summary_requests_total{result="sent"}`))
 }

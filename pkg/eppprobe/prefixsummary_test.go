@@ -3,7 +3,9 @@ package eppprobe
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,17 +18,21 @@ import (
 )
 
 // summaryEPP serves pool gauges, and a prefix summary to a scraper that
-// accepts one, as mci-epp's metrics URL does (an ETag, 304 to a scraper
-// that holds it); answer, when set, answers the summary's requests
-// instead, as EPPs that publish none or publish garbage do.
+// accepts one first, as mci-epp's metrics URL does (an ETag, 304 to a
+// scraper that holds it, the delta from an earlier version to one that
+// holds that and accepts deltas); answer, when set, answers the
+// summary's requests instead, as EPPs that publish none or publish
+// garbage do.
 type summaryEPP struct {
 	*httptest.Server
 	mu       sync.Mutex
 	summary  []byte
 	version  int
+	versions map[string]*promptprefix.Summary
 	answer   http.HandlerFunc
 	asked    int
 	notMod   int
+	deltas   int
 	lastAuth string
 }
 
@@ -49,23 +55,30 @@ func (e *summaryEPP) setSummary(t *testing.T, blocks ...uint64) {
 	defer e.mu.Unlock()
 	e.summary = encoded
 	e.version++
+	if e.versions == nil {
+		e.versions = map[string]*promptprefix.Summary{}
+	}
+	e.versions[e.etag()] = s
 }
 
+func (e *summaryEPP) etag() string { return `"` + strconv.Itoa(e.version) + `"` }
+
 func (e *summaryEPP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("Accept") != promptprefix.SummaryContentType {
+	accept := strings.Split(r.Header.Get("Accept"), ", ")
+	if accept[0] != promptprefix.SummaryContentType {
 		_, _ = w.Write([]byte(gauges("llm", 1)))
 		return
 	}
 	e.mu.Lock()
 	e.asked++
 	e.lastAuth = r.Header.Get("Authorization")
-	summary, answer, version := e.summary, e.answer, e.version
+	summary, answer, etag := e.summary, e.answer, e.etag()
+	held, current := e.versions[r.Header.Get("If-None-Match")], e.versions[etag]
 	e.mu.Unlock()
 	if answer != nil {
 		answer(w, r)
 		return
 	}
-	etag := `"` + strconv.Itoa(version) + `"`
 	w.Header().Set("ETag", etag)
 	if r.Header.Get("If-None-Match") == etag {
 		e.mu.Lock()
@@ -73,6 +86,16 @@ func (e *summaryEPP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.mu.Unlock()
 		w.WriteHeader(http.StatusNotModified)
 		return
+	}
+	if slices.Contains(accept, promptprefix.SummaryDeltaContentType) {
+		if delta, ok := current.AppendDelta(nil, held); ok {
+			e.mu.Lock()
+			e.deltas++
+			e.mu.Unlock()
+			w.Header().Set("Content-Type", promptprefix.SummaryDeltaContentType)
+			_, _ = w.Write(delta)
+			return
+		}
 	}
 	w.Header().Set("Content-Type", promptprefix.SummaryContentType)
 	_, _ = w.Write(summary)
@@ -107,6 +130,64 @@ func TestPoolScraperReadsThePrefixSummaryBesideTheGauges(t *testing.T) {
 	}, 5*time.Second, 5*time.Millisecond)
 	assert.Positive(t, testutil.ToFloat64(s.summaryFetches.WithLabelValues(SummaryFetched)))
 	assert.Positive(t, testutil.ToFloat64(s.summaryFetches.WithLabelValues(SummaryUnchanged)))
+}
+
+// TestPoolScraperHoldingASummaryIsSentWhatChanged: a scraper that holds a
+// summary asks for the delta from it too, and makes the new summary from
+// it; a delta that does not apply to the summary held drops it, said
+// once, and the next ask is sent the summary whole.
+func TestPoolScraperHoldingASummaryIsSentWhatChanged(t *testing.T) {
+	blocks := make([]uint64, 200)
+	for i := range blocks {
+		blocks[i] = uint64(i+1) * 0x9e3779b97f4a7c15
+	}
+	e := newSummaryEPP(t, blocks[:100]...)
+	s, err := NewPoolScraper(PoolScraperOptions{Interval: 10 * time.Millisecond, Timeout: time.Second, PrefixSummaryInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	s.SetTargets([]string{e.URL})
+	var logs logLines
+	runScraper(t, s, &logs)
+	held := func() int {
+		g := s.Get(e.URL, "llm")
+		if g == nil {
+			return 0
+		}
+		return g.Prefixes.Held(blocks[100:102])
+	}
+	require.Eventually(t, func() bool { g := s.Get(e.URL, "llm"); return g != nil && g.Prefixes != nil }, 5*time.Second, 5*time.Millisecond)
+
+	e.setSummary(t, blocks[:101]...)
+	require.Eventually(t, func() bool { return held() == 1 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, 1.0, testutil.ToFloat64(s.summaryFetches.WithLabelValues(SummaryDelta)))
+	assert.Equal(t, 1.0, testutil.ToFloat64(s.summaryFetches.WithLabelValues(SummaryFetched)))
+
+	// A delta from another summary than the one held.
+	e.mu.Lock()
+	e.answer = func(w http.ResponseWriter, _ *http.Request) {
+		other := promptprefix.NewSummary(100)
+		next := promptprefix.NewSummary(100)
+		next.Add(blocks[101])
+		delta, ok := next.AppendDelta(nil, other)
+		require.True(t, ok)
+		w.Header().Set("Content-Type", promptprefix.SummaryDeltaContentType)
+		w.Header().Set("ETag", `"another"`)
+		_, _ = w.Write(delta)
+	}
+	e.mu.Unlock()
+	require.Eventually(t, func() bool {
+		g := s.Get(e.URL, "llm")
+		return g != nil && g.Prefixes == nil
+	}, 5*time.Second, 5*time.Millisecond)
+	assert.Positive(t, testutil.ToFloat64(s.summaryFetches.WithLabelValues(SummaryRefused)))
+
+	e.mu.Lock()
+	e.answer = nil
+	e.mu.Unlock()
+	e.setSummary(t, blocks[:102]...)
+	require.Eventually(t, func() bool { return held() == 2 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, 2.0, testutil.ToFloat64(s.summaryFetches.WithLabelValues(SummaryFetched)), "sent whole after the refusal")
+	assert.Equal(t, 2, logs.count(`"result"="fetched"`)+logs.count(`"result"="delta"`), "read, said once each time it is read again")
+	assert.Equal(t, 1, logs.count(`"result"="refused"`))
 }
 
 // TestPoolScraperScoresWithoutASummaryItCannotRead: an upstream EPP, one

@@ -136,13 +136,18 @@ func (s *Summary) Bytes() int { return summaryHeaderBytes + len(s.words)*8 }
 // AppendBinary appends the encoded summary to b: the header
 // (summaryHeaderBytes), then the filter's words, little-endian.
 func (s *Summary) AppendBinary(b []byte) ([]byte, error) {
-	b = append(b, summaryMagic[:]...)
-	b = append(b, summaryProbes, byte(bits.TrailingZeros(uint(len(s.words)*64))), 0, 0)
-	b = binary.LittleEndian.AppendUint32(b, uint32(min(s.blocks, math.MaxUint32)))
+	b = s.appendHeader(b)
 	for _, w := range s.words {
 		b = binary.LittleEndian.AppendUint64(b, w)
 	}
 	return b, nil
+}
+
+// appendHeader appends the summary's header (summaryHeaderBytes).
+func (s *Summary) appendHeader(b []byte) []byte {
+	b = append(b, summaryMagic[:]...)
+	b = append(b, summaryProbes, byte(bits.TrailingZeros(uint(len(s.words)*64))), 0, 0)
+	return binary.LittleEndian.AppendUint32(b, uint32(min(s.blocks, math.MaxUint32)))
 }
 
 // ErrBadSummary wraps the reasons an encoded summary is refused.
@@ -172,19 +177,29 @@ func ParseSummary(data []byte) (*Summary, error) {
 		return nil, fmt.Errorf("%w: %d bytes for 2^%d bits", ErrBadSummary, len(data), logBits)
 	}
 	s := &Summary{words: make([]uint64, words), blocks: int(binary.LittleEndian.Uint32(data[8:12]))}
-	set := 0
 	for i := range s.words {
 		s.words[i] = binary.LittleEndian.Uint64(data[summaryHeaderBytes+8*i:])
-		set += bits.OnesCount64(s.words[i])
 	}
-	// A filter built as NewSummary sizes it (at least summaryBitsPerBlock
-	// bits a block) has about half its bits set when full. One with many
-	// more claims nearly every prompt: an EPP that sent it would draw
-	// every new prompt to itself.
-	if set > len(s.words)*64*maxSummaryFill/100 {
-		return nil, fmt.Errorf("%w: %d%% of its bits set, beyond the %d%% of a full summary", ErrBadSummary, set*100/(len(s.words)*64), maxSummaryFill)
+	if err := s.checkFill(); err != nil {
+		return nil, err
 	}
 	return s, nil
+}
+
+// checkFill refuses a summary with more of its bits set than a full one
+// has. A filter built as NewSummary sizes it (at least
+// summaryBitsPerBlock bits a block) has about half its bits set when full.
+// One with many more claims nearly every prompt: an EPP that sent it would
+// draw every new prompt to itself.
+func (s *Summary) checkFill() error {
+	set := 0
+	for _, w := range s.words {
+		set += bits.OnesCount64(w)
+	}
+	if set > len(s.words)*64*maxSummaryFill/100 {
+		return fmt.Errorf("%w: %d%% of its bits set, beyond the %d%% of a full summary", ErrBadSummary, set*100/(len(s.words)*64), maxSummaryFill)
+	}
+	return nil
 }
 
 // Rescoped appends to dst the blocks of a prompt hashed under one scope

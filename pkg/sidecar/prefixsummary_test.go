@@ -115,6 +115,29 @@ func TestPromptsRoutedWithoutTheSidecarAreReportedByTheirEPP(t *testing.T) {
 	}
 	_, body := get(t, "http://"+path.sidecar.MetricsAddr()+"/metrics")
 	assert.Contains(t, body, `mci_sidecar_prefix_home_requests_total{backend="InferencePoolImport example/llm",result="reported"} 8`, "each conversation placed once by a report")
+
+	// The next turns added blocks to the summaries the sidecar holds: it
+	// is sent how they changed, and holds what the EPPs publish whole.
+	nextTurnsDone := time.Now()
+	require.Eventually(t, func() bool {
+		if time.Since(nextTurnsDone) < epp.PrefixSummaryInterval {
+			return false
+		}
+		for _, e := range []*epp.EPP{eppA, eppC} {
+			want, err := publishedSummary(t, e).AppendBinary(nil)
+			require.NoError(t, err)
+			held := path.sidecar.scraper.Get("http://"+e.MetricsAddr()+"/metrics", "")
+			if held == nil || held.Prefixes == nil {
+				return false
+			}
+			if got, err := held.Prefixes.AppendBinary(nil); err != nil || string(got) != string(want) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 50*time.Millisecond)
+	_, body = get(t, "http://"+path.sidecar.MetricsAddr()+"/metrics")
+	assert.Regexp(t, `mci_sidecar_epp_prefix_summary_fetches_total\{result="delta"\} [1-9]`, body)
 }
 
 // publishedSummary is the prefix summary e serves now, nil if none.

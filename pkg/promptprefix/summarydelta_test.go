@@ -138,7 +138,10 @@ func TestApplyDeltaRefusesWhatDoesNotApply(t *testing.T) {
 		"a flip cut short":       {base, good[:len(good)-1]},
 		"a byte too many":        {base, append(append([]byte(nil), good...), 0)},
 		"more flips than listed": {base, change(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[28:], 1<<20); return b })},
-		"fewer flips than sent":  {base, change(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[28:], binary.LittleEndian.Uint32(b[28:])-1); return b })},
+		"fewer flips than sent": {base, change(func(b []byte) []byte {
+			binary.LittleEndian.PutUint32(b[28:], binary.LittleEndian.Uint32(b[28:])-1)
+			return b
+		})},
 		"a flip past the end": {base, change(func(b []byte) []byte {
 			binary.LittleEndian.PutUint32(b[28:], binary.LittleEndian.Uint32(b[28:])+1)
 			return binary.AppendUvarint(b, uint64(len(base.words)*64))

@@ -137,8 +137,8 @@ func TestApplyDeltaRefusesWhatDoesNotApply(t *testing.T) {
 		"another base":           {anotherBase, good},
 		"a flip cut short":       {base, good[:len(good)-1]},
 		"a byte too many":        {base, append(append([]byte(nil), good...), 0)},
-		"more flips than listed": {base, change(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[28:], 1<<20); return b })},
-		"fewer flips than sent": {base, change(func(b []byte) []byte {
+		"more flips listed than sent": {base, change(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[28:], 1<<20); return b })},
+		"fewer flips listed than sent": {base, change(func(b []byte) []byte {
 			binary.LittleEndian.PutUint32(b[28:], binary.LittleEndian.Uint32(b[28:])-1)
 			return b
 		})},

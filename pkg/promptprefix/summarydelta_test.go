@@ -126,17 +126,17 @@ func TestApplyDeltaRefusesWhatDoesNotApply(t *testing.T) {
 		base *Summary
 		data []byte
 	}{
-		"no base":                {nil, good},
-		"empty":                  {base, nil},
-		"a header cut short":     {base, good[:summaryDeltaHeaderBytes-1]},
-		"a summary sent whole":   {base, must(next.AppendBinary(nil))},
-		"another version":        {base, change(func(b []byte) []byte { b[3] = 2; return b })},
-		"other probes":           {base, change(func(b []byte) []byte { b[4] = 3; return b })},
-		"reserved bytes set":     {base, change(func(b []byte) []byte { b[7] = 1; return b })},
-		"another size":           {smaller, good},
-		"another base":           {anotherBase, good},
-		"a flip cut short":       {base, good[:len(good)-1]},
-		"a byte too many":        {base, append(append([]byte(nil), good...), 0)},
+		"no base":                     {nil, good},
+		"empty":                       {base, nil},
+		"a header cut short":          {base, good[:summaryDeltaHeaderBytes-1]},
+		"a summary sent whole":        {base, must(next.AppendBinary(nil))},
+		"another version":             {base, change(func(b []byte) []byte { b[3] = 2; return b })},
+		"other probes":                {base, change(func(b []byte) []byte { b[4] = 3; return b })},
+		"reserved bytes set":          {base, change(func(b []byte) []byte { b[7] = 1; return b })},
+		"another size":                {smaller, good},
+		"another base":                {anotherBase, good},
+		"a flip cut short":            {base, good[:len(good)-1]},
+		"a byte too many":             {base, append(append([]byte(nil), good...), 0)},
 		"more flips listed than sent": {base, change(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[28:], 1<<20); return b })},
 		"fewer flips listed than sent": {base, change(func(b []byte) []byte {
 			binary.LittleEndian.PutUint32(b[28:], binary.LittleEndian.Uint32(b[28:])-1)

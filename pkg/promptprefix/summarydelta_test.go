@@ -16,6 +16,16 @@ func recordRandom(x *Index, r *rand.Rand, n int) {
 	}
 }
 
+// summarizedTwice is the summaries of limit blocks of an index of held
+// random blocks, and of the same index once added more were recorded.
+func summarizedTwice(r *rand.Rand, held, added, limit int) (before, after *Summary) {
+	x := NewIndex(1 << 16)
+	recordRandom(x, r, held)
+	before = x.Summary(limit)
+	recordRandom(x, r, added)
+	return before, x.Summary(limit)
+}
+
 // TestASummaryDeltaMakesTheNextSummaryFromTheLast: an EPP's summary built
 // again after a few seconds of new blocks, its oldest ones dropped, goes
 // to a consumer that holds the last one as the bits that flipped, a
@@ -33,12 +43,7 @@ func TestASummaryDeltaMakesTheNextSummaryFromTheLast(t *testing.T) {
 		{"unchanged", 1000, MaxSummaryBlocks, 0, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			r := rand.New(rand.NewPCG(5, 6))
-			x := NewIndex(1 << 16)
-			recordRandom(x, r, tt.held)
-			base := x.Summary(tt.limit)
-			recordRandom(x, r, tt.added)
-			next := x.Summary(tt.limit)
+			base, next := summarizedTwice(rand.New(rand.NewPCG(5, 6)), tt.held, tt.added, tt.limit)
 			require.Equal(t, base.Bytes(), next.Bytes(), "the same size")
 
 			delta, ok := next.AppendDelta(nil, base)
@@ -68,20 +73,14 @@ func TestASummaryDeltaMakesTheNextSummaryFromTheLast(t *testing.T) {
 // most bits flipped.
 func TestASummaryIsSentWholeWhereADeltaWouldNotBeSmaller(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
-	x := NewIndex(1 << 16)
-	recordRandom(x, r, 500)
-	small := x.Summary(MaxSummaryBlocks)
-	recordRandom(x, r, 5000)
-	large := x.Summary(MaxSummaryBlocks)
+	small, large := summarizedTwice(r, 500, 5000, MaxSummaryBlocks)
 	require.NotEqual(t, small.Bytes(), large.Bytes())
 	_, ok := large.AppendDelta(nil, small)
 	assert.False(t, ok, "another size")
 	_, ok = large.AppendDelta(nil, nil)
 	assert.False(t, ok, "no base")
 
-	y := NewIndex(1 << 16)
-	recordRandom(y, r, 5000)
-	other := y.Summary(MaxSummaryBlocks)
+	other, _ := summarizedTwice(r, 5000, 0, MaxSummaryBlocks)
 	require.Equal(t, large.Bytes(), other.Bytes())
 	b, ok := other.AppendDelta([]byte("kept"), large)
 	assert.False(t, ok, "two summaries of nothing in common")
@@ -92,19 +91,13 @@ func TestASummaryIsSentWholeWhereADeltaWouldNotBeSmaller(t *testing.T) {
 // EPP's answer, and applies only to the summary it was made from.
 func TestApplyDeltaRefusesWhatDoesNotApply(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
-	x := NewIndex(1 << 16)
-	recordRandom(x, r, 1000)
-	base := x.Summary(MaxSummaryBlocks)
-	recordRandom(x, r, 50)
-	next := x.Summary(MaxSummaryBlocks)
+	base, next := summarizedTwice(r, 1000, 50, MaxSummaryBlocks)
 	good, ok := next.AppendDelta(nil, base)
 	require.True(t, ok)
 	_, err := ApplyDelta(base, good)
 	require.NoError(t, err)
 
-	y := NewIndex(1 << 16)
-	recordRandom(y, r, 1000)
-	anotherBase := y.Summary(MaxSummaryBlocks)
+	anotherBase, _ := summarizedTwice(r, 1000, 0, MaxSummaryBlocks)
 	require.Equal(t, base.Bytes(), anotherBase.Bytes())
 	smaller := NewSummary(1)
 

@@ -88,15 +88,15 @@ func newPrefixSummary(picker *Picker, reg prometheus.Registerer) *prefixSummary 
 // current returns the summary's encoding and ETag, built again when the
 // last one is older than PrefixSummaryInterval, and the delta to it from
 // the summary of ETag held, when one was built lately, the scraper
-// accepts deltas (deltas) and the delta is the smaller; nil otherwise.
-func (h *prefixSummary) current(held string, deltas bool) (encoded []byte, etag string, delta []byte) {
+// accepts deltas and the delta is the smaller; nil otherwise.
+func (h *prefixSummary) current(held string, acceptsDelta bool) (encoded []byte, etag string, delta []byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := h.now()
 	if h.encoded == nil || now.Sub(h.builtAt) >= PrefixSummaryInterval {
 		h.build(now)
 	}
-	if !deltas || held == "" || held == h.etag {
+	if !acceptsDelta || held == "" || held == h.etag {
 		return h.encoded, h.etag, nil
 	}
 	if d, ok := h.deltas[held]; ok {

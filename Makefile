@@ -2,7 +2,7 @@
 #
 #   make run          start a local ClusterSet (real kube-apiservers) with the examples
 #   make test         codegen and docs checks, vet, unit tests (-short; they run every fuzz target's
-#                     seed corpus), fuzz-smoke (6s of fuzzing per target that takes untrusted input),
+#                     seed corpus), fuzz-smoke (3s of fuzzing per target that takes untrusted input),
 #                     integration, chart, e2e, conformance (and its self-test), image, pods-start and
 #                     release tests, soak-smoke, bench-smoke, bench-routing-smoke, bench-fleet-smoke
 #   make fuzz         every fuzz target for FUZZTIME (60s) each; FUZZ_MATCH=<regexp> picks targets
@@ -336,13 +336,13 @@ bench-micro:
 # FuzzXxx of a _test.go file), so a new target needs no list.
 # FUZZ_MATCH=<regexp> picks targets by name.
 # fuzz-smoke (part of make test; the seed corpora already ran as ordinary
-# tests in test-unit) fuzzes for FUZZ_SMOKE_TIME (6s) each target that
+# tests in test-unit) fuzzes for FUZZ_SMOKE_TIME (3s) each target that
 # takes input across a trust boundary: all of them but those whose doc
 # comment has a "Trusted input:" line. A crash fails it once every target
 # has run, printing the input go test wrote to testdata/fuzz/ and the
 # command that replays it (docs/development.md, "Fuzzing").
 FUZZTIME ?= 60s
-FUZZ_SMOKE_TIME ?= 6s
+FUZZ_SMOKE_TIME ?= 3s
 FUZZ_ENV = $(if $(FUZZ_MATCH),FUZZ_MATCH='$(FUZZ_MATCH)')
 
 .PHONY: fuzz

@@ -4,7 +4,7 @@
 #
 #   hack/fuzz.sh            every target for FUZZTIME (60s): make fuzz
 #   hack/fuzz.sh --smoke    the targets whose input crosses a trust boundary
-#                           for FUZZ_SMOKE_TIME (6s): make fuzz-smoke, in
+#                           for FUZZ_SMOKE_TIME (3s): make fuzz-smoke, in
 #                           make test
 #   hack/fuzz.sh --list     the targets, each with "smoke" or "trusted"
 #
@@ -40,7 +40,7 @@ case "${1:-}" in
 esac
 fuzztime="${FUZZTIME:-60s}"
 if [[ ${mode} == smoke ]]; then
-  fuzztime="${FUZZ_SMOKE_TIME:-6s}"
+  fuzztime="${FUZZ_SMOKE_TIME:-3s}"
 fi
 match="${FUZZ_MATCH:-.}"
 

@@ -136,16 +136,17 @@ func (s *Summary) Bytes() int { return summaryHeaderBytes + len(s.words)*8 }
 // AppendBinary appends the encoded summary to b: the header
 // (summaryHeaderBytes), then the filter's words, little-endian.
 func (s *Summary) AppendBinary(b []byte) ([]byte, error) {
-	b = s.appendHeader(b)
+	b = s.appendHeader(b, summaryMagic)
 	for _, w := range s.words {
 		b = binary.LittleEndian.AppendUint64(b, w)
 	}
 	return b, nil
 }
 
-// appendHeader appends the summary's header (summaryHeaderBytes).
-func (s *Summary) appendHeader(b []byte) []byte {
-	b = append(b, summaryMagic[:]...)
+// appendHeader appends the summary's header (summaryHeaderBytes), which
+// a summary and a delta open with, each with its magic.
+func (s *Summary) appendHeader(b []byte, magic [4]byte) []byte {
+	b = append(b, magic[:]...)
 	b = append(b, summaryProbes, byte(bits.TrailingZeros(uint(len(s.words)*64))), 0, 0)
 	return binary.LittleEndian.AppendUint32(b, uint32(min(s.blocks, math.MaxUint32)))
 }
@@ -156,21 +157,9 @@ var ErrBadSummary = errors.New("not a prompt prefix summary")
 // ParseSummary reads an encoded summary, checking every field: a summary
 // comes from another cluster's EPP, untrusted.
 func ParseSummary(data []byte) (*Summary, error) {
-	switch {
-	case len(data) < summaryHeaderBytes:
-		return nil, fmt.Errorf("%w: %d bytes", ErrBadSummary, len(data))
-	case len(data) > MaxSummaryBytes:
-		return nil, fmt.Errorf("%w: %d bytes, beyond %d", ErrBadSummary, len(data), MaxSummaryBytes)
-	case [4]byte(data[:4]) != summaryMagic:
-		return nil, fmt.Errorf("%w: it opens with %q", ErrBadSummary, data[:4])
-	case data[4] != summaryProbes:
-		return nil, fmt.Errorf("%w: %d probes a block, not %d", ErrBadSummary, data[4], summaryProbes)
-	case data[6] != 0 || data[7] != 0:
-		return nil, fmt.Errorf("%w: reserved bytes set", ErrBadSummary)
-	}
-	logBits := int(data[5])
-	if logBits < bits.TrailingZeros(summaryMinBits) || logBits > bits.TrailingZeros(MaxSummaryBits) {
-		return nil, fmt.Errorf("%w: 2^%d bits", ErrBadSummary, logBits)
+	logBits, err := readHeader(data, summaryMagic, summaryHeaderBytes)
+	if err != nil {
+		return nil, err
 	}
 	words := 1 << logBits / 64
 	if len(data) != summaryHeaderBytes+8*words {
@@ -184,6 +173,29 @@ func ParseSummary(data []byte) (*Summary, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// readHeader checks the header that an encoded summary or delta opens
+// with (its magic), the encoding at least minLen bytes long, and returns
+// log2 of its bits.
+func readHeader(data []byte, magic [4]byte, minLen int) (logBits int, err error) {
+	switch {
+	case len(data) < minLen:
+		return 0, fmt.Errorf("%w: %d bytes", ErrBadSummary, len(data))
+	case len(data) > MaxSummaryBytes:
+		return 0, fmt.Errorf("%w: %d bytes, beyond %d", ErrBadSummary, len(data), MaxSummaryBytes)
+	case [4]byte(data[:4]) != magic:
+		return 0, fmt.Errorf("%w: it opens with %q, not %q", ErrBadSummary, data[:4], magic[:])
+	case data[4] != summaryProbes:
+		return 0, fmt.Errorf("%w: %d probes a block, not %d", ErrBadSummary, data[4], summaryProbes)
+	case data[6] != 0 || data[7] != 0:
+		return 0, fmt.Errorf("%w: reserved bytes set", ErrBadSummary)
+	}
+	logBits = int(data[5])
+	if logBits < bits.TrailingZeros(summaryMinBits) || logBits > bits.TrailingZeros(MaxSummaryBits) {
+		return 0, fmt.Errorf("%w: 2^%d bits", ErrBadSummary, logBits)
+	}
+	return logBits, nil
 }
 
 // checkFill refuses a summary with more of its bits set than a full one

@@ -3,7 +3,6 @@ package promptprefix
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"math/bits"
 
 	"github.com/cespare/xxhash/v2"
@@ -36,21 +35,8 @@ const summaryDeltaHeaderBytes = 32
 // Digest is the xxhash of the summary's encoding (AppendBinary), by which
 // a delta names the summaries it goes between.
 func (s *Summary) Digest() uint64 {
-	var d xxhash.Digest
-	d.Reset()
-	var header [summaryHeaderBytes]byte
-	s.appendHeader(header[:0])
-	_, _ = d.Write(header[:])
-	var w [8 * 64]byte
-	for i := 0; i < len(s.words); i += 64 {
-		n := 0
-		for _, word := range s.words[i:min(i+64, len(s.words))] {
-			binary.LittleEndian.PutUint64(w[n:], word)
-			n += 8
-		}
-		_, _ = d.Write(w[:n])
-	}
-	return d.Sum64()
+	encoded, _ := s.AppendBinary(make([]byte, 0, s.Bytes()))
+	return xxhash.Sum64(encoded)
 }
 
 // AppendDelta appends to b the delta that makes s from base, and reports
@@ -70,9 +56,7 @@ func (s *Summary) AppendDelta(b []byte, base *Summary) ([]byte, bool) {
 		return b, false
 	}
 	start := len(b)
-	b = append(b, summaryDeltaMagic[:]...)
-	b = append(b, summaryProbes, byte(bits.TrailingZeros(uint(len(s.words)*64))), 0, 0)
-	b = binary.LittleEndian.AppendUint32(b, uint32(min(s.blocks, math.MaxUint32)))
+	b = s.appendHeader(b, summaryDeltaMagic)
 	b = binary.LittleEndian.AppendUint64(b, base.Digest())
 	b = binary.LittleEndian.AppendUint64(b, s.Digest())
 	b = binary.LittleEndian.AppendUint32(b, uint32(flips))
@@ -96,21 +80,15 @@ func (s *Summary) AppendDelta(b []byte, base *Summary) ([]byte, bool) {
 // ParseSummary checks one sent whole: a delta comes from another
 // cluster's EPP, untrusted. base is left as it was.
 func ApplyDelta(base *Summary, data []byte) (*Summary, error) {
-	switch {
-	case base == nil:
+	if base == nil {
 		return nil, fmt.Errorf("%w: a delta without the summary it applies to", ErrBadSummary)
-	case len(data) < summaryDeltaHeaderBytes:
-		return nil, fmt.Errorf("%w: a delta of %d bytes", ErrBadSummary, len(data))
-	case len(data) > MaxSummaryBytes:
-		return nil, fmt.Errorf("%w: a delta of %d bytes, beyond %d", ErrBadSummary, len(data), MaxSummaryBytes)
-	case [4]byte(data[:4]) != summaryDeltaMagic:
-		return nil, fmt.Errorf("%w: a delta that opens with %q", ErrBadSummary, data[:4])
-	case data[4] != summaryProbes:
-		return nil, fmt.Errorf("%w: a delta of %d probes a block, not %d", ErrBadSummary, data[4], summaryProbes)
-	case data[6] != 0 || data[7] != 0:
-		return nil, fmt.Errorf("%w: a delta with reserved bytes set", ErrBadSummary)
-	case int(data[5]) != bits.TrailingZeros(uint(len(base.words)*64)):
-		return nil, fmt.Errorf("%w: a delta of 2^%d bits for a summary of %d", ErrBadSummary, data[5], len(base.words)*64)
+	}
+	logBits, err := readHeader(data, summaryDeltaMagic, summaryDeltaHeaderBytes)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("a delta: %w", err)
+	case logBits != bits.TrailingZeros(uint(len(base.words)*64)):
+		return nil, fmt.Errorf("%w: a delta of 2^%d bits for a summary of %d", ErrBadSummary, logBits, len(base.words)*64)
 	case binary.LittleEndian.Uint64(data[12:20]) != base.Digest():
 		return nil, fmt.Errorf("%w: a delta from another summary than the one held", ErrBadSummary)
 	}

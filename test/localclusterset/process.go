@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -183,15 +184,23 @@ func (p *process) exitError() error {
 // kube-apiserver's to etcd, a client's), and the server then fails with
 // "address already in use" (TestLinkFaults did, in CI). Below that range
 // only another listener can take it. The listeners are held until all
-// ports are chosen so that the same port is not returned twice.
+// ports are chosen so that the same port is not returned twice, and a port
+// is never handed out twice in one process: ClusterSets started side by
+// side by one test process (parallel subtests) each bind theirs later, so
+// a port one was given and has not bound yet looks free to the other.
 func FreePorts(n int) ([]int, error) {
 	low := ephemeralPortsStart()
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	ports := make([]int, 0, n)
 	for tries := 0; len(ports) < n; tries++ {
 		if tries > 100*n {
 			return nil, fmt.Errorf("finding %d free loopback ports below %d: only %d after %d tries", n, low, len(ports), tries)
 		}
 		port := reservedPortsFloor + rand.IntN(low-reservedPortsFloor)
+		if handedOut.ports[port] {
+			continue
+		}
 		l, err := net.Listen("tcp", hostPort(port))
 		if err != nil {
 			continue // taken: try another
@@ -199,8 +208,17 @@ func FreePorts(n int) ([]int, error) {
 		defer l.Close()
 		ports = append(ports, port)
 	}
+	for _, port := range ports {
+		handedOut.ports[port] = true
+	}
 	return ports, nil
 }
+
+// handedOut are the ports FreePorts returned in this process.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // reservedPortsFloor is the lowest port FreePorts chooses: above the
 // well-known and most registered ports that daemons listen on.

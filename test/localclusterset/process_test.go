@@ -25,3 +25,31 @@ func TestFreePortsAreDistinctBindableAndOutsideTheEphemeralRange(t *testing.T) {
 		}
 	}
 }
+
+// ClusterSets started side by side by one process bind their ports only
+// later: the calls that chose them must not have chosen the same port.
+// 100 calls of 40 take 4,000 of the 17,000-odd ports: chosen at random
+// without the memory of what was handed out, some would repeat.
+func TestFreePortsNeverHandsOutAPortTwiceInOneProcess(t *testing.T) {
+	results := make([][]int, 100)
+	done := make(chan struct{})
+	for i := range results {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			ports, err := FreePorts(40)
+			assert.NoError(t, err)
+			results[i] = ports
+		}()
+	}
+	for range results {
+		<-done
+	}
+	seen := map[int]bool{}
+	for _, ports := range results {
+		require.Len(t, ports, 40)
+		for _, p := range ports {
+			assert.False(t, seen[p], "port %d handed out twice", p)
+			seen[p] = true
+		}
+	}
+}

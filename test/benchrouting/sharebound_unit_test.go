@@ -1,8 +1,11 @@
 package benchrouting
 
 import (
+	"cmp"
+	"maps"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +61,18 @@ func shareWindows(reqs []workload.Request, length time.Duration, n int) []shareW
 	return out
 }
 
+// windowsOf is the requests of w over n windows of a run's length, and
+// those windows.
+func windowsOf(t *testing.T, cfg config, w spec, n int) ([]workload.Request, []shareWindow) {
+	t.Helper()
+	p, _, err := calibrated(cfg, w)
+	require.NoError(t, err)
+	p.Duration = time.Duration(n) * cfg.RunDuration
+	reqs, err := workload.Generate(p)
+	require.NoError(t, err)
+	return reqs, shareWindows(reqs, cfg.RunDuration, n)
+}
+
 // reaches says whether an importer's users can be sent to cluster j (of
 // clusterNames): the second importer routes over the exporters alone.
 func reaches(entry string, j int) bool {
@@ -76,22 +91,52 @@ func (w shareWindow) gap(placed map[groupOf]int) float64 {
 	for g, n := range w.groups {
 		load[placed[g]] += n
 	}
-	for entry, n := range w.oneShots {
-		for range int(n) {
-			least := -1
-			for j := range load {
-				if reaches(entry, j) && (least < 0 || load[j] < load[least]) {
-					least = j
-				}
-			}
-			load[least]++
+	// In the entries' order, so that the figures do not move with the
+	// map's.
+	for _, entry := range slices.Sorted(maps.Keys(w.oneShots)) {
+		for range int(w.oneShots[entry]) {
+			load[leastLoaded(load, entry)]++
 		}
 	}
+	return loadGap(load, w.total)
+}
+
+// leastLoaded is the cluster of least load that entry's users reach.
+func leastLoaded(load []float64, entry string) int {
+	least := -1
+	for j := range load {
+		if reaches(entry, j) && (least < 0 || load[j] < load[least]) {
+			least = j
+		}
+	}
+	return least
+}
+
+// loadGap is, in points, how far the cluster furthest from an
+// equal share of total is from it, with load the requests each served.
+func loadGap(load []float64, total float64) float64 {
 	gap := 0.0
 	for _, l := range load {
-		gap = max(gap, math.Abs(l/w.total-1/float64(len(load))))
+		gap = max(gap, math.Abs(l/total-1/float64(len(load))))
 	}
 	return 100 * gap
+}
+
+// groupsOf is the groups that send in any of ws, in order (a placement
+// tried exhaustively keeps the first of equal ones).
+func groupsOf(ws []shareWindow) []groupOf {
+	var groups []groupOf
+	for _, w := range ws {
+		for g := range w.groups {
+			if !slices.Contains(groups, g) {
+				groups = append(groups, g)
+			}
+		}
+	}
+	slices.SortFunc(groups, func(a, b groupOf) int {
+		return cmp.Or(strings.Compare(a.entry, b.entry), cmp.Compare(a.group, b.group))
+	})
+	return groups
 }
 
 // bestPlacement is the placement of groups that brings w closest to
@@ -123,8 +168,8 @@ func (w shareWindow) bestPlacement(groups []groupOf) (map[groupOf]int, float64) 
 // TestWholeGroupsPlacedFromTheLastRunMissTheEqualShares: with hindsight,
 // some placement of whole groups puts every cluster within a point of an
 // equal share in nearly every window of a run's length, but the best
-// placement for one window, kept for the next, misses 5 points in about
-// half of them: a group's traffic is how many of its conversations are
+// placement for one window, kept for the next, misses 5 points in most
+// of them: a group's traffic is how many of its conversations are
 // open, which turns over within a run. A placement of whole groups made
 // from what was measured cannot hold the shares within 5 points on these
 // workloads; only moving groups within a run (a cold prefill each) or
@@ -134,22 +179,9 @@ func TestWholeGroupsPlacedFromTheLastRunMissTheEqualShares(t *testing.T) {
 	const windows = 8
 	var hindsight, kept []float64
 	for _, v := range unseenVariants {
-		w := unseenFamily[v.name]
-		p, _, err := calibrated(cfg, w)
-		require.NoError(t, err)
-		p.Duration = windows * cfg.RunDuration
-		reqs, err := workload.Generate(p)
-		require.NoError(t, err)
-		ws := shareWindows(reqs, cfg.RunDuration, windows)
+		_, ws := windowsOf(t, cfg, unseenFamily[v.name], windows)
 		for i := 0; i+1 < windows; i++ {
-			var groups []groupOf
-			for _, x := range ws[i : i+2] {
-				for g := range x.groups {
-					if !slices.Contains(groups, g) {
-						groups = append(groups, g)
-					}
-				}
-			}
+			groups := groupsOf(ws[i : i+2])
 			placed, _ := ws[i].bestPlacement(groups)
 			_, best := ws[i+1].bestPlacement(groups)
 			hindsight, kept = append(hindsight, best), append(kept, ws[i+1].gap(placed))
@@ -170,4 +202,135 @@ func TestWholeGroupsPlacedFromTheLastRunMissTheEqualShares(t *testing.T) {
 	// come: a few of its windows are beyond 5 points whatever is placed.
 	assert.LessOrEqual(t, missed(hindsight), len(hindsight)/6, "with hindsight")
 	assert.GreaterOrEqual(t, missed(kept), len(kept)*2/5, "kept from the window before")
+}
+
+// splitFigures are what splitNewConversations found over a workload's
+// windows: each window's equal-share gap; the conversations it started,
+// and how many of those left their group's home; and how many times a
+// group was first served by a cluster other than the first that served
+// it in the window (a cold prefill of the group's prefix there).
+type splitFigures struct {
+	gaps                 []float64
+	conversations, moved int
+	coldGroups           int
+}
+
+// splitNewConversations routes each window after the first with the
+// groups homed where the best placement of the window before put them,
+// as TestWholeGroupsPlacedFromTheLastRunMissTheEqualShares keeps them,
+// but a conversation that starts while its group's home has served more
+// than an equal share of the window's requests so far by margin points
+// goes to the least loaded cluster its users reach, and its later turns
+// follow it there. The exporters' own users' requests count where they
+// enter, as they come; one-shot prompts fill the least loaded.
+func splitNewConversations(reqs []workload.Request, ws []shareWindow, length time.Duration, margin float64) splitFigures {
+	var f splitFigures
+	for i := 0; i+1 < len(ws); i++ {
+		placed, _ := ws[i].bestPlacement(groupsOf(ws[i : i+2]))
+		load := make([]float64, len(clusterNames))
+		total := 0.0
+		type conversationOf struct {
+			entry string
+			id    int
+		}
+		at := map[conversationOf]int{}
+		servedBy := map[groupOf]map[int]bool{}
+		for _, r := range reqs {
+			if int(r.At/length) != i+1 {
+				continue
+			}
+			total++
+			if isDirectEntry(r.Entry) {
+				load[slices.Index(clusterNames, r.Entry)]++
+				continue
+			}
+			if r.Group < 0 {
+				load[leastLoaded(load, r.Entry)]++
+				continue
+			}
+			g, c := groupOf{r.Entry, r.Group}, conversationOf{r.Entry, r.Conversation}
+			to, open := at[c]
+			if !open {
+				f.conversations++
+				home, ok := placed[g]
+				if !ok {
+					home = leastLoaded(load, r.Entry)
+				}
+				to = home
+				if 100*(load[home]+1)/total > 100/float64(len(load))+margin {
+					to = leastLoaded(load, r.Entry)
+				}
+				if to != home {
+					f.moved++
+				}
+				at[c] = to
+			}
+			load[to]++
+			if servedBy[g] == nil {
+				servedBy[g] = map[int]bool{}
+			}
+			if !servedBy[g][to] && len(servedBy[g]) > 0 {
+				f.coldGroups++
+			}
+			servedBy[g][to] = true
+		}
+		f.gaps = append(f.gaps, loadGap(load, total))
+	}
+	return f
+}
+
+// splitMargin is how far above an equal share a home may have served
+// before its group's new conversations go elsewhere: of 1, 2 and 3
+// points, which all kept every window of the tuning seeds' workloads
+// within 5 points in a scratch run (their groups placed largest first:
+// too many to try every placement), the one that moves the fewest
+// conversations.
+const splitMargin = 3
+
+// TestNewConversationsLeavingAHomeAboveItsShareHoldTheEqualShares: where
+// whole groups kept from the window before miss the equal shares by more
+// than 5 points in most windows, groups whose new conversations leave a
+// home that has served more than its share miss them in few, on the
+// named workloads and on the held-out ones (seeds not used to choose the
+// margin), at the cost of a group's prefix computed cold once on each
+// further cluster that serves it (2 to 3% of the requests). The simulation knows, as the sidecar
+// would only through its EPPs' counts a scrape and a smoothing later, the
+// requests each cluster served so far.
+func TestNewConversationsLeavingAHomeAboveItsShareHoldTheEqualShares(t *testing.T) {
+	cfg := defaultConfig("full")
+	const windows = 8
+	for _, set := range []struct {
+		name   string
+		nameOf func(v unseenVariant) string
+	}{
+		{"named", func(v unseenVariant) string { return v.name }},
+		{"held-out", func(v unseenVariant) string {
+			return unseenName(heldOutPrefix, v.name, unseenHeldOutSeeds[v.name][0])
+		}},
+	} {
+		var split, whole splitFigures
+		requests := 0
+		for _, v := range unseenVariants {
+			w, ok := unseenSpecOf(set.nameOf(v))
+			require.True(t, ok, set.nameOf(v))
+			reqs, ws := windowsOf(t, cfg, w, windows)
+			for _, w := range ws[1:] {
+				requests += int(w.total)
+			}
+			s, k := splitNewConversations(reqs, ws, cfg.RunDuration, splitMargin), splitNewConversations(reqs, ws, cfg.RunDuration, math.Inf(1))
+			split.gaps, split.conversations, split.moved, split.coldGroups = append(split.gaps, s.gaps...), split.conversations+s.conversations, split.moved+s.moved, split.coldGroups+s.coldGroups
+			whole.gaps = append(whole.gaps, k.gaps...)
+			assert.Zero(t, k.moved+k.coldGroups, "%s: no conversation leaves its home without a margin", set.nameOf(v))
+		}
+		missed := func(gaps []float64) int {
+			return len(slices.DeleteFunc(slices.Clone(gaps), func(g float64) bool { return g <= 5 }))
+		}
+		t.Logf("%s: whole groups miss 5 points in %d of %d windows (worst %.1f); new conversations leaving a home %d points above its share, in %d (worst %.1f), %d of %d conversations moved, a group's prefix cold on a further cluster %d times in %d requests",
+			set.name, missed(whole.gaps), len(whole.gaps), slices.Max(whole.gaps), splitMargin, missed(split.gaps), slices.Max(split.gaps), split.moved, split.conversations, split.coldGroups, requests)
+		// A quarter of whole groups' misses at most: 5 of 22 on the named
+		// workloads (direct-60's own users are 60% of the requests, drawn as
+		// they come, so some of its windows are beyond any placement), 0 of
+		// 11 on the held-out ones.
+		assert.LessOrEqual(t, 4*missed(split.gaps), missed(whole.gaps), "%s: windows beyond 5 points with new conversations leaving a home above its share, against whole groups", set.name)
+	}
 }

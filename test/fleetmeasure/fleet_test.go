@@ -218,10 +218,12 @@ func readsSince(before, now map[string]membermock.Reads) membermock.Reads {
 // runtimeFigures reads the server's heap after two collections (pprof's
 // gc=1, twice: what sync.Pools hold, the encoders and buffers of the
 // passes that computed the imports, survives one) and its goroutines.
-// The heap is the least of heapSamples such reads a second apart: one
-// read also holds what is in flight at that moment (a watch event being
-// encoded, a member's bookmark being decoded), which moved the figure by
-// up to 14 KiB a member at 50 members from one run to the next.
+// The heap is the least of heapSamples such reads a second apart, so
+// that what is in flight at one read (a watch event being encoded, a
+// member's bookmark decoded) is not counted: read once, the figure moved
+// by up to 14 KiB a member at 50 members from one run to the next (of
+// which the least of three reads took away part: 35 and 43 KiB above the
+// bare reader in two CI runs).
 // With MCI_FLEET_PROFILES naming a directory it keeps the server's heap
 // and goroutine profiles there, named after the fleet size, for `go tool
 // pprof`.

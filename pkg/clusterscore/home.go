@@ -81,6 +81,20 @@ const (
 	HomeReported
 	// HomeAtHome: the home took the request.
 	HomeAtHome
+	// HomeFollowed: the request continues a conversation home placement
+	// moved off its home (HomeSplit, Moved), and the cluster its last
+	// turn went to, which holds more of its prompt than the home, took it
+	// within its bound: the history is there, the home would compute it
+	// cold.
+	HomeFollowed
+	// HomeSplit: the request opens a conversation (Request.Opens) of a
+	// key whose home serves more than splitMargin above its capacity's
+	// share of all the requests its EPP and the others count (Shares); the
+	// candidate of the first tier furthest below its own share took it,
+	// within its bound, and the conversation's later turns follow it
+	// (HomeFollowed). A group's system prompt is then computed on one more
+	// cluster, once, where whole groups could not hold equal shares.
+	HomeSplit
 	// HomeNoWait: the home is beyond its bound, but its servers' own
 	// figures (the pool's waiting queue per server) show no more waiting
 	// there than at the least queued candidate: leaving would add a cold
@@ -114,7 +128,7 @@ const (
 	numHomeOutcomes
 )
 
-var homeOutcomeNames = [numHomeOutcomes]string{"none", "no_key", "dealt", "reported", "home", "home_no_wait", "second_home", "queued", "overdue", "filled", "spill", "score_order"}
+var homeOutcomeNames = [numHomeOutcomes]string{"none", "no_key", "dealt", "reported", "home", "followed", "split", "home_no_wait", "second_home", "queued", "overdue", "filled", "spill", "score_order"}
 
 func (o HomeOutcome) String() string {
 	if o < numHomeOutcomes {
@@ -238,8 +252,17 @@ type homeRule struct {
 	// filled: its batch is full and a request there waits past its
 	// average first byte (homeBound.filled).
 	inFirstTier, queued, overdue, filled, withinBound, noWait bool
+	// overShare: the request opens a conversation and its home, in the
+	// first tier, serves more than splitMargin above its share of all the
+	// requests (homeBound.overShare).
+	overShare bool
 	// home is the home's index in the first tier when inFirstTier.
 	home int
+	// follow is where the request's conversation was moved before, when
+	// that candidate holds more of its prompt than the home and takes it
+	// (Pipeline.follow); split where a conversation opened at a home
+	// over its share goes (homeBound.split); -1 for nowhere.
+	follow, split func() int
 	// deal is where the backend's rotation deals a new key among the
 	// candidates within the bound (homeBound.spread); second the key's
 	// second home when it is in the first tier and within the bound
@@ -261,6 +284,12 @@ type homeRule struct {
 //	                                   candidate (the rows below; says
 //	                                   reported where it takes the request)
 //	new key                            dealt by the rotation      else score order
+//	a conversation moved off its home
+//	  before (split)                   where it went, if it holds more of the
+//	                                   prompt and takes it; says followed
+//	a conversation opens, its home
+//	  over its share of all requests   the one furthest below its share, if it
+//	                                   takes it; says split
 //	home in the first tier, within
 //	  the bound and not queued         home
 //	home beyond the bound, no more
@@ -284,6 +313,14 @@ func decideHome(r homeRule) (HomeOutcome, int) {
 			return HomeDealt, i
 		}
 		return HomeScoreOrder, r.order()
+	}
+	if i := r.follow(); i >= 0 {
+		return HomeFollowed, i
+	}
+	if r.overShare {
+		if i := r.split(); i >= 0 {
+			return HomeSplit, i
+		}
 	}
 	if r.inFirstTier && !r.queued && !r.overdue && !r.filled {
 		if r.withinBound && r.reported {
@@ -357,7 +394,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	set, alike := keptIDs(cands, kept, slots, set)
 	// Dealt, and bound, by the shares offered (Shares) rather than by
 	// capacity alone.
-	shares := p.mem.Shares.offer(req, cands, kept, slots, set.caps)
+	shares, over := p.mem.Shares.offer(req, cands, kept, slots, set.caps)
 	first := firstTier(kept, slots)
 	n := len(first)
 	home, served, reported := p.placeKey(req, key, set, first, slots)
@@ -365,7 +402,10 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 	h, second := kept[home], -1
 	r := homeRule{
 		key: true, established: served > 0, reported: reported, inFirstTier: home < n, home: home,
-		queued: home < n && within.queued(h), overdue: home < n && within.overdue(h), filled: home < n && within.filled(h),
+		overShare: home < n && req.Opens && within.overShare(h, over),
+		follow:    func() int { return p.follow(req, cands, h, first, within) },
+		split:     func() int { return within.split(home, first, over, set.far) },
+		queued:    home < n && within.queued(h), overdue: home < n && within.overdue(h), filled: home < n && within.filled(h),
 		withinBound: within.withinBound(h), noWait: home < n && within.noWait(h),
 		deal: func() int { return within.spread(first, rot) },
 		second: func() int {
@@ -606,6 +646,56 @@ func (ob Observation) overdueAfter(now time.Time) (awaited, due time.Duration) {
 		due = max(ob.TTFB+4*ob.TTFBSpread, 2*ob.TTFB)
 	}
 	return awaited, due
+}
+
+// splitMargin is how far above its capacity's share of all the requests
+// a home may serve before the conversations its groups open go elsewhere:
+// the least of the margins (1 to 3 points) that kept every window of the
+// routing benchmark's few-group workloads within 5 points of an equal
+// share when simulated, which moves the fewest conversations.
+const splitMargin = 0.03
+
+// overShare reports whether candidate i serves more than splitMargin
+// above its share of all the requests (over, from Shares; nil: not known,
+// and then never).
+func (b homeBound) overShare(i int, over []float64) bool {
+	return over != nil && over[i] > splitMargin
+}
+
+// follow is the index in first of where the request's conversation was
+// moved (Moved): the candidate, other than the home (candidate index h),
+// that holds the most of the prompt, more than the home and than the home
+// key's blocks, when the conversation's last request went there and it
+// takes this one; -1 otherwise.
+func (p *Pipeline) follow(req *Request, cands []Candidate, h int, first []int, within homeBound) int {
+	best, most := -1, max(within.slots[h].matched, homeKeyBlocks)
+	for k, i := range first {
+		if i != h && within.slots[i].matched > most {
+			best, most = k, within.slots[i].matched
+		}
+	}
+	if best < 0 || int(most) > len(req.Blocks) {
+		return -1
+	}
+	if i := first[best]; p.mem.Moved.To(req.Blocks[most-1]) != cands[i].id() || !within.takes(i) {
+		return -1
+	}
+	return best
+}
+
+// split is the index in first of where a conversation opened at a home
+// over its share goes: the candidate furthest below its own share (over)
+// that takes the request, no further than the home (far, by kept index,
+// which first begins); -1 when none is below its share.
+func (b homeBound) split(home int, first []int, over []float64, far []uint8) int {
+	best, least := -1, 0.0
+	for k, i := range first {
+		if k == home || over[i] >= least || distance(far, k) > distance(far, home) || !b.takes(i) {
+			continue
+		}
+		best, least = k, over[i]
+	}
+	return best
 }
 
 // spillTo is the index in first of the best scored candidate within the

@@ -104,6 +104,26 @@ func TestDecideHome(t *testing.T) {
 			wantOutcome: HomeFilled, wantLead: second,
 		},
 		{
+			name:        "a request whose conversation went elsewhere before follows it there when that cluster takes it, its home within its bound or not",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, home: home, deal: never, second: never, spill: never, follow: to(spill)},
+			wantOutcome: HomeFollowed, wantLead: spill,
+		},
+		{
+			name:        "a conversation opening at a home over its share goes to the cluster furthest below its own",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, overShare: true, home: home, deal: never, second: never, spill: never, split: to(second)},
+			wantOutcome: HomeSplit, wantLead: second,
+		},
+		{
+			name:        "a conversation opening at a home over its share stays home when no other cluster below its share takes it",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, overShare: true, home: home, deal: never, second: never, spill: never, split: to(-1)},
+			wantOutcome: HomeAtHome, wantLead: home,
+		},
+		{
+			name:        "a home over its share but within its bound is not left by a conversation's later turn",
+			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, home: home, deal: never, second: never, spill: never, split: never},
+			wantOutcome: HomeAtHome, wantLead: home,
+		},
+		{
 			name:        "a filled home whose second home cannot take the request spills it, and says filled",
 			rule:        homeRule{key: true, established: true, inFirstTier: true, withinBound: true, filled: true, home: home, deal: never, second: to(-1), spill: to(spill)},
 			wantOutcome: HomeFilled, wantLead: spill,
@@ -117,6 +137,15 @@ func TestDecideHome(t *testing.T) {
 	seen := map[HomeOutcome]bool{}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// Most rows are of a request no other cluster holds more of
+			// than its home, opening no conversation at a home over its
+			// share.
+			if tt.rule.follow == nil {
+				tt.rule.follow = to(-1)
+			}
+			if tt.rule.split == nil {
+				tt.rule.split = to(-1)
+			}
 			outcome, lead := decideHome(tt.rule)
 			assert.Equal(t, tt.wantOutcome, outcome, "outcome %s", outcome)
 			assert.Equal(t, tt.wantLead, lead, "lead")
@@ -133,7 +162,7 @@ func TestHomeOutcomeNames(t *testing.T) {
 	for _, o := range HomeOutcomes() {
 		names = append(names, o.String())
 	}
-	assert.Equal(t, []string{"no_key", "dealt", "reported", "home", "home_no_wait", "second_home", "queued", "overdue", "filled", "spill", "score_order"}, names)
+	assert.Equal(t, []string{"no_key", "dealt", "reported", "home", "followed", "split", "home_no_wait", "second_home", "queued", "overdue", "filled", "spill", "score_order"}, names)
 	assert.Equal(t, "none", HomeNone.String())
 	assert.Equal(t, "HomeOutcome(200)", HomeOutcome(200).String())
 }

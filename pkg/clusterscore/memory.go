@@ -15,6 +15,7 @@ type Memory struct {
 	Sessions *Sessions
 	Observed *Observer
 	Shares   *Shares
+	Moved    *Moved
 }
 
 // MemoryOptions size a Memory.
@@ -47,6 +48,7 @@ func NewMemory(o MemoryOptions) *Memory {
 		Sessions: NewSessions(o.Sessions, o.SessionTTL),
 		Observed: NewObserver(o.EWMAAlpha),
 		Shares:   NewShares(),
+		Moved:    NewMoved(0),
 	}
 }
 
@@ -64,5 +66,10 @@ func (m *Memory) Served(req *Request, cluster string) {
 		pin = promptprefix.ClusterID(cluster)
 	}
 	m.Homes.Served(req.Scope, homeKey(req.Blocks), pin, req.Now)
+	if o := req.Home.Outcome; (o == HomeSplit || o == HomeFollowed) && len(req.Blocks) > 0 {
+		// Where it was served, the lead or a cluster after it: its
+		// history is there now.
+		m.Moved.Record(req.Blocks[len(req.Blocks)-1], promptprefix.ClusterID(cluster))
+	}
 	m.Sessions.Pin(req.Scope, req.Session, cluster, req.Now)
 }

@@ -127,6 +127,9 @@ type Needs struct {
 	Prompt bool
 	// Session: the request's session key (the session scorer).
 	Session bool
+	// Opens: whether the request opens a conversation (Request.Opens,
+	// home placement), which costs a walk of its messages.
+	Opens bool
 	// Observed: the caller's own observations of each attempt (requests
 	// in flight, time to first byte, errors) in the Memory.
 	Observed bool
@@ -137,6 +140,7 @@ func needsOf(cfg routingpolicy.Config) Needs {
 	var n Needs
 	n.Criticality = cfg.Has(routingpolicy.FilterSaturation) || cfg.Picker == routingpolicy.PickChain
 	n.PoolMetrics = cfg.Has(routingpolicy.FilterSaturation) || cfg.Has(routingpolicy.FilterReady) || cfg.Picker == routingpolicy.PickChain
+	n.Opens = cfg.HomeBound > 0
 	for _, sc := range cfg.Scorers {
 		switch sc.Scorer {
 		case routingpolicy.ScorePrefixCache:
@@ -221,9 +225,11 @@ type slot struct {
 	// its servers hold (its prefix summary), when its pool metrics are
 	// fresh; -1 when it reports none (prefixMatches).
 	reported int32
-	// A slot is 128 bytes, so that no slot of a pick's array straddles
-	// a third cache line.
-	_ [4]byte
+	// matched is how many leading blocks of the request it holds, as the
+	// prefix-cache scorer found (the sidecar's memory, or its EPP's
+	// report); 0 without that scorer. A slot is 128 bytes, so that no
+	// slot of a pick's array straddles a third cache line.
+	matched int32
 }
 
 // Pick orders the candidates for one request: the request goes to the

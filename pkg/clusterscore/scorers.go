@@ -79,6 +79,7 @@ func (p *Pipeline) addScores(rel *scoredAgainst, cands []Candidate, kept []int, 
 			var v float64
 			switch ws.Scorer {
 			case routingpolicy.ScorePrefixCache:
+				s.matched = int32(rel.matched[k])
 				if rel.blocks > 0 && !s.withheld {
 					v = float64(rel.matched[k]) / float64(rel.blocks)
 				}

@@ -77,6 +77,12 @@ type offered struct {
 	known       []bool
 	last        []relayedCount
 	shares      []float64
+	// over is, by candidate index, how far the kept candidate's part of
+	// all the requests the counts saw is above its capacity's share of
+	// the kept candidates' capacity (below it: negative); nil unless
+	// every kept candidate's counts are known. Replaced, never written
+	// to, as shares are.
+	over []float64
 }
 
 // relayedCount is a candidate's counts as last read, and when its EPP
@@ -88,9 +94,10 @@ type relayedCount struct {
 
 // offer rewrites caps, the capacities of the kept candidates (kept[k]'s
 // at k), as the shares this sidecar offers them, and returns the shares by
-// candidate index. The candidates' slots say whether their pool metrics
-// are fresh.
-func (s *Shares) offer(req *Request, cands []Candidate, kept []int, slots []slot, caps []float64) []float64 {
+// candidate index, and how far each is above its capacity's share of all
+// the requests (offered.over; nil when not known). The candidates' slots
+// say whether their pool metrics are fresh.
+func (s *Shares) offer(req *Request, cands []Candidate, kept []int, slots []slot, caps []float64) (shares, over []float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o := s.scopes[req.Scope]
@@ -102,11 +109,12 @@ func (s *Shares) offer(req *Request, cands []Candidate, kept []int, slots []slot
 	if changed := set != o.set || len(o.shares) != len(cands); changed || req.Now.Sub(o.sampled) >= sharesSampled {
 		o.sample(req, cands, kept, slots)
 		o.adopt(set, changed, kept, caps)
+		o.measureOver(kept, caps)
 	}
 	for k, i := range kept {
 		caps[k] = o.shares[i]
 	}
-	return o.shares
+	return o.shares, o.over
 }
 
 // Retain forgets the scopes keep reports false, as the routing table drops
@@ -241,6 +249,29 @@ func (o *offered) adopt(set uint64, changed bool, kept []int, caps []float64) {
 		} else {
 			o.shares[i] = shares[k] // capacity's share, as exact as before
 		}
+	}
+}
+
+// measureOver finds over from the smoothed rates, with caps the kept
+// candidates' capacities: each one's part of the requests every kept
+// candidate served (its own and the others') less its part of their
+// capacity. Unknown (nil) while a kept candidate's counts are not known,
+// or none served a request: a part of an unknown whole is no figure.
+func (o *offered) measureOver(kept []int, caps []float64) {
+	o.over = nil
+	served, capacity := 0.0, 0.0
+	for k, i := range kept {
+		if !o.known[i] {
+			return
+		}
+		served, capacity = served+o.own[i]+o.others[i], capacity+caps[k]
+	}
+	if served <= 0 || capacity <= 0 {
+		return
+	}
+	o.over = make([]float64, len(o.own))
+	for k, i := range kept {
+		o.over[i] = (o.own[i]+o.others[i])/served - caps[k]/capacity
 	}
 }
 

@@ -63,7 +63,7 @@ func offerEach(s *Shares, first, last int, scrape func(i int) []Candidate) []flo
 			slots[k].measured = true
 		}
 		caps := []float64{2, 2, 2}
-		shares = s.offer(&Request{Now: at, Scope: scope, Cluster: "importer"}, cands, []int{0, 1, 2}, slots, caps)
+		shares, _ = s.offer(&Request{Now: at, Scope: scope, Cluster: "importer"}, cands, []int{0, 1, 2}, slots, caps)
 	}
 	return shares
 }

@@ -114,6 +114,11 @@ type Request struct {
 	ModelBlocks []uint64
 	// Session is the request's session key (SessionKey); "" when none.
 	Session string
+	// Opens is true when the request opens a conversation: a chat
+	// request none of whose messages is an answer (promptprefix's
+	// Prompt.Opens). Home placement may send it off a home that serves
+	// more than its share (HomeSplit); false when not known.
+	Opens bool
 	// Cluster is the name of this sidecar's cluster, as the requests it
 	// relays name it to other clusters' EPPs (extproc.RelayedHeader), by
 	// which their counts of the requests they route tell its own (Shares).

@@ -177,3 +177,35 @@ func readPart(part []byte) (typ, text []byte, ok bool) {
 	}
 	return typ, text, true
 }
+
+// Opens reports whether the prompt opens a conversation: chat messages
+// none of which is an assistant's. A client continuing a conversation
+// sends the answers it had as assistant messages, so a request without one
+// is a conversation's first turn, whose prompt past the system's no server
+// holds yet. False for a completions prompt (nothing tells a turn there)
+// and for messages this does not read in place (a shape only the decoder
+// reads, or a role with escapes): a request it cannot tell is taken to
+// continue, so that nothing moves it off the history it may have.
+func (p *Prompt) Opens() bool {
+	n := 0
+	for _, raw := range p.messages {
+		i := jsonscan.SkipSpace(raw, 0)
+		if i == len(raw) || raw[i] != '[' {
+			return false
+		}
+		for i = jsonscan.SkipSpace(raw, i+1); raw[i] != ']'; {
+			if raw[i] != '{' {
+				return false
+			}
+			role, _, end, ok := readMessage(raw, i)
+			if !ok || role == nil || bytes.IndexByte(role, '\\') >= 0 || string(role) == `"assistant"` {
+				return false
+			}
+			if i = jsonscan.SkipSpace(raw, end); raw[i] == ',' {
+				i = jsonscan.SkipSpace(raw, i+1)
+			}
+			n++
+		}
+	}
+	return n > 0
+}

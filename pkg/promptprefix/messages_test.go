@@ -190,7 +190,8 @@ func TestPromptBlocksInPlace(t *testing.T) {
 }
 
 // FuzzPromptBlocks holds reading the messages in place to decoding them,
-// for any body a client may send.
+// for any body a client may send, and Opens to what decoding them says:
+// a body it finds opening has messages and no assistant's among them.
 func FuzzPromptBlocks(f *testing.F) {
 	for _, body := range messageBodies(f) {
 		f.Add(body)
@@ -198,6 +199,16 @@ func FuzzPromptBlocks(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("ab", 100) + `"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		assertSameBlocks(t, body)
+		if p := promptOf(body); p != nil && p.Opens() {
+			var msgs []message
+			for _, m := range p.messages {
+				require.NoError(t, json.Unmarshal(m, &msgs), "%s", body)
+			}
+			require.NotEmpty(t, msgs, "%s", body)
+			for _, m := range msgs {
+				assert.NotEqual(t, "assistant", m.Role, "%s", body)
+			}
+		}
 	})
 }
 
@@ -212,4 +223,28 @@ func FuzzContent(f *testing.F) {
 			assertSameContent(t, raw)
 		}
 	})
+}
+
+func TestOpensIsAChatRequestWithoutAnAnswerBeforeIt(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		opens      bool
+	}{
+		{"a system prompt and the first user message", `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`, true},
+		{"a user message alone", `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`, true},
+		{"the second turn resends the first answer", `{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"},{"role":"assistant","content":"hello"},{"role":"user","content":"more"}]}`, false},
+		{"an answer whose content is null (a tool call)", `{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null},{"role":"tool","content":"42"}]}`, false},
+		{"the word in a user's content is no answer", `{"model":"m","messages":[{"role":"user","content":"\"assistant\""}]}`, true},
+		{"a completions prompt tells no turn", `{"model":"m","prompt":"hi"}`, false},
+		{"no message", `{"model":"m","messages":[]}`, false},
+		{"a role with escapes is not read", `{"model":"m","messages":[{"role":"\u0061ssistant","content":"x"},{"role":"user","content":"y"}]}`, false},
+		{"a message without a role", `{"model":"m","messages":[{"content":"x"}]}`, false},
+		{"messages that are not an array", `{"model":"m","messages":{"role":"user"}}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := promptOf([]byte(tc.body))
+			require.NotNil(t, p)
+			assert.Equal(t, tc.opens, p.Opens())
+		})
+	}
 }

@@ -184,6 +184,9 @@ func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, e
 			d.promptErr = nil
 		}
 	}
+	if needs.Opens && req.Prompt != nil {
+		d.req.Opens = req.Prompt.Opens()
+	}
 	if needs.Session && req.Header != nil {
 		d.req.Session = p.session.Key(req.Header)
 	}

@@ -171,7 +171,7 @@ func TestPolicyFailOpenAndNeeds(t *testing.T) {
 		{policy: routingpolicy.LocalFirst, local: true, wantSet: []string{"a", "c", "local"}},
 		{policy: routingpolicy.LocalFirst, wantSet: []string{"a", "c"}},
 		{policy: routingpolicy.MetricsBased, local: true, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Observed: true}},
-		{policy: routingpolicy.PrefixAffinity, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Prompt: true, Observed: true}},
+		{policy: routingpolicy.PrefixAffinity, wantSet: []string{"a", "c"}, wantNeeds: Needs{Criticality: true, PoolMetrics: true, Prompt: true, Opens: true, Observed: true}},
 		{policy: "in-flight=1,filters=health", wantSet: []string{"a", "b", "c"}, wantNeeds: Needs{Observed: true}},
 	}
 	for _, tt := range tests {

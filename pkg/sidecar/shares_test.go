@@ -1,7 +1,9 @@
 package sidecar
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,4 +96,85 @@ func sharesMetric(t *testing.T, mem *clusterscore.Memory) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// chatTurn is the chat body of turn (from 1) of conversation c of group
+// g: the group's system prompt, then each turn's user message and, before
+// the last, the answers the client resends.
+func chatTurn(g, c, turn int) []byte {
+	msgs := []map[string]string{{"role": "system", "content": string(groupSystemPrompt(g))}}
+	for k := 1; k <= turn; k++ {
+		msgs = append(msgs, map[string]string{"role": "user", "content": fmt.Sprintf("conversation %d asks question %d of many words to fill a block or two of text", c, k)})
+		if k < turn {
+			msgs = append(msgs, map[string]string{"role": "assistant", "content": fmt.Sprintf("answer %d of conversation %d", k, c)})
+		}
+	}
+	body, _ := json.Marshal(map[string]any{"model": "llm", "messages": msgs, "max_tokens": 16})
+	return body
+}
+
+func groupSystemPrompt(g int) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "You are assistant %d of a fleet. ", g)
+	for i := 0; b.Len() < 1024; i++ {
+		fmt.Fprintf(&b, "rule%d ", i)
+	}
+	return []byte(b.String())
+}
+
+// TestConversationsSplitOffAHomeOverItsShareStayWhereTheyWent decides chat
+// conversations of one group through the sidecar while the EPPs count
+// their cluster's home serving 6 requests a second of all 9: a
+// conversation the group opens goes elsewhere (split), and its next turns
+// follow it there, where its history is; a conversation that went home
+// stays home.
+func TestConversationsSplitOffAHomeOverItsShareStayWhereTheyWent(t *testing.T) {
+	now := sidecartest.Epoch
+	mem := clusterscore.NewMemory(clusterscore.DefaultMemoryOptions())
+	tbl, st := scaleTable(t, routingpolicy.PrefixAffinity, 3, now, mem)
+	dc := decider{state: st}
+	decide := func(body []byte, at time.Time) (string, clusterscore.HomeOutcome) {
+		d := dc.decide(tbl, request("llm.model.com", "/v1/chat/completions", body), routetable.Arrival{Main: true}, at, false)
+		require.False(t, d.answers(), "%s %q", d.outcome, d.details)
+		require.NoError(t, d.promptErr)
+		mem.Served(&d.req, d.order[0].Name)
+		return d.order[0].Name, d.req.Home.Outcome
+	}
+	// The EPPs' counts at second sec of this sidecar's requests (a
+	// few groups' traffic, which the shares deal by count): 1 a second
+	// at each cluster, and 6 more at busy.
+	count := func(sec int, busy string) time.Time {
+		at := now.Add(time.Duration(sec) * time.Second)
+		for i, c := range tbl.Rules()[0].Backends[0].Clusters {
+			m := *st.metrics[i]
+			m.UpdatedAt, m.AverageQueue = at, 0
+			mine := tbl.LocalCluster()
+			if c.Local {
+				mine = ""
+			}
+			m.RelayedRequests = map[string]float64{mine: float64(sec)}
+			if c.Name == busy {
+				m.RelayedRequests[mine] = 7 * float64(sec)
+			}
+			st.metrics[i] = &m
+		}
+		return at
+	}
+	_, outcome := decide(chatTurn(0, 0, 1), count(0, ""))
+	require.Equal(t, clusterscore.HomeDealt, outcome, "a key new to the sidecar")
+	home, outcome := decide(chatTurn(0, 0, 2), now)
+	require.Equal(t, clusterscore.HomeAtHome, outcome, "established")
+	for sec := range 31 {
+		_, outcome := decide(chatTurn(0, 0, 3+sec), count(sec, home))
+		require.Equal(t, clusterscore.HomeAtHome, outcome, "a conversation at home stays home")
+	}
+	at := now.Add(30 * time.Second)
+	to, outcome := decide(chatTurn(0, 1, 1), at)
+	assert.Equal(t, clusterscore.HomeSplit, outcome, "a conversation opens")
+	assert.NotEqual(t, home, to)
+	for turn := 2; turn <= 4; turn++ {
+		next, outcome := decide(chatTurn(0, 1, turn), at)
+		assert.Equal(t, clusterscore.HomeFollowed, outcome, "turn %d", turn)
+		assert.Equal(t, to, next, "turn %d", turn)
+	}
 }

@@ -1,0 +1,155 @@
+package clusterscore
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// splitFixture is PrefixAffinity over a, b and c, equal, with one group's
+// key established at its home, and the clusters' EPPs counting the
+// requests they route at the rates given (per second, by cluster index)
+// over 30 seconds of picks, so that the shares know each one's part of
+// all the requests.
+type splitFixture struct {
+	*affinityFixture
+	home string
+	now  time.Time
+}
+
+func newSplitFixture(t *testing.T, rates map[string]float64) *splitFixture {
+	f := &splitFixture{affinityFixture: newAffinityFixture(t), now: epoch}
+	group := f.conversation(0, 4)
+	for range 2 {
+		req := f.at(group, false)
+		order, err := f.order(t, req)
+		require.NoError(t, err)
+		f.mem.Served(req, order[0])
+		f.home = order[0]
+	}
+	for s := range 30 {
+		f.now = epoch.Add(time.Duration(s) * time.Second)
+		f.count(rates)
+		_, err := f.order(t, f.at(group, false))
+		require.NoError(t, err)
+	}
+	return f
+}
+
+// count sets each cluster's EPP counts at f.now, as scraped: requests of
+// other clusters' users (relayed from "") at rates since epoch.
+func (f *splitFixture) count(rates map[string]float64) {
+	n := f.now.Sub(epoch).Seconds()
+	for i := range f.cands {
+		f.cands[i].Pool.UpdatedAt = f.now
+		f.cands[i].Pool.RelayedRequests = nil
+		if rates != nil {
+			f.cands[i].Pool.RelayedRequests = map[string]float64{"": rates[f.cands[i].Name] * n}
+		}
+	}
+}
+
+// conversation is the blocks of conversation c's prompt of the fixture's
+// group: the group's 8 shared blocks, then turns blocks of its own.
+func (f *splitFixture) conversation(c uint64, turns int) []uint64 {
+	return append(slices.Clone(f.blocks[:8]), chain(1000+c, turns)...)
+}
+
+func (f *splitFixture) at(blocks []uint64, opens bool) *Request {
+	req := f.req()
+	req.Now, req.Blocks, req.Opens = f.now, blocks, opens
+	return req
+}
+
+// route picks for req, records it served where it led, and returns where
+// and how.
+func (f *splitFixture) route(t *testing.T, req *Request) (string, HomeOutcome) {
+	t.Helper()
+	order, err := f.order(t, req)
+	require.NoError(t, err)
+	f.mem.Served(req, order[0])
+	return order[0], req.Home.Outcome
+}
+
+func TestConversationsOpenedAtAHomeOverItsShareGoElsewhereAndStayThere(t *testing.T) {
+	others := func(home string) (under, over string) {
+		var rest []string
+		for _, n := range []string{"a", "b", "c"} {
+			if n != home {
+				rest = append(rest, n)
+			}
+		}
+		return rest[0], rest[1]
+	}
+	// The home's EPP counts 6 requests a second, the others 1 and 3: the
+	// home serves 60% of all the requests, 27 points above a third.
+	probe := newSplitFixture(t, nil)
+	under, busier := others(probe.home)
+	rates := map[string]float64{probe.home: 6, under: 1, busier: 3}
+	f := newSplitFixture(t, rates)
+	require.Equal(t, probe.home, f.home, "the same key, the same home")
+
+	to, outcome := f.route(t, f.at(f.conversation(1, 1), true))
+	assert.Equal(t, HomeSplit, outcome)
+	assert.Equal(t, under, to, "the cluster furthest below its share")
+
+	to, outcome = f.route(t, f.at(f.conversation(1, 3), false))
+	assert.Equal(t, HomeFollowed, outcome, "its next turn")
+	assert.Equal(t, under, to)
+	to, outcome = f.route(t, f.at(f.conversation(1, 5), false))
+	assert.Equal(t, HomeFollowed, outcome, "and the one after")
+	assert.Equal(t, under, to)
+
+	// A turn of a conversation that went home is not moved: its history
+	// is at home, and only conversations that open are split.
+	to, outcome = f.route(t, f.at(f.conversation(2, 2), false))
+	assert.Equal(t, HomeAtHome, outcome)
+	assert.Equal(t, f.home, to)
+	to, outcome = f.route(t, f.at(f.conversation(2, 4), false))
+	assert.Equal(t, HomeAtHome, outcome)
+	assert.Equal(t, f.home, to)
+}
+
+func TestConversationsStayHomeWhereTheSharesAreNotKnownOrHeld(t *testing.T) {
+	probe := newSplitFixture(t, nil)
+	others := map[string]float64{"a": 3, "b": 3, "c": 3}
+	for _, tc := range []struct {
+		name  string
+		rates func(home string) map[string]float64
+	}{
+		{"EPPs that count nothing (upstream EPPs)", func(string) map[string]float64 { return nil }},
+		{"a home at its share", func(string) map[string]float64 { return others }},
+		{"a home within the margin above its share (2 points)", func(home string) map[string]float64 {
+			r := map[string]float64{"a": 3, "b": 3, "c": 3}
+			r[home] = 3.3
+			return r
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newSplitFixture(t, tc.rates(probe.home))
+			to, outcome := f.route(t, f.at(f.conversation(1, 1), true))
+			assert.Equal(t, HomeAtHome, outcome)
+			assert.Equal(t, f.home, to)
+		})
+	}
+}
+
+func TestMovedForgetsTheOlderGeneration(t *testing.T) {
+	m := NewMoved(2)
+	m.Record(1, 10)
+	m.Record(2, 20)
+	m.Record(1, 11) // known: no new generation
+	assert.Equal(t, uint32(11), m.To(1))
+	m.Record(3, 30) // the generation of 1 and 2 becomes the older
+	assert.Equal(t, uint32(20), m.To(2))
+	assert.Equal(t, uint32(30), m.To(3))
+	m.Record(4, 40)
+	m.Record(5, 50) // 1 and 2 forgotten
+	assert.Zero(t, m.To(1))
+	assert.Zero(t, m.To(2))
+	assert.Equal(t, uint32(30), m.To(3))
+	assert.Equal(t, 3, m.Len())
+}

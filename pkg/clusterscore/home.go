@@ -43,9 +43,14 @@ func homeKey(blocks []uint64) uint64 {
 // that a change of one cluster's weight or presence moves only the keys
 // it gains or loses.
 func rendezvous(key uint64, cluster uint32, weight float64) float64 {
-	h := mix64(key ^ uint64(cluster)*0x9e3779b97f4a7c15)
-	u := (float64(h>>11) + 0.5) / (1 << 53) // uniform in (0, 1)
+	u := (float64(rendezvousHash(key, cluster)>>11) + 0.5) / (1 << 53) // uniform in (0, 1)
 	return -weight / math.Log(u)
+}
+
+// rendezvousHash is the hash a cluster's rendezvous score for a key is
+// made from: with equal weights, the scores are in its order.
+func rendezvousHash(key uint64, cluster uint32) uint64 {
+	return mix64(key ^ uint64(cluster)*0x9e3779b97f4a7c15)
 }
 
 // mix64 is splitmix64's finalizer: every bit of the input moves every bit
@@ -392,9 +397,7 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		set = homeSet{ids: sc.ids, caps: sc.caps, far: sc.far}
 	}
 	set, alike := keptIDs(cands, kept, slots, set)
-	// Dealt, and bound, by the shares offered (Shares) rather than by
-	// capacity alone.
-	shares, over := p.mem.Shares.offer(req, cands, kept, slots, set.caps)
+	shares, over := p.sharesOf(req, cands, kept, slots, set.caps, sc)
 	first := firstTier(kept, slots)
 	n := len(first)
 	home, served, reported := p.placeKey(req, key, set, first, slots)
@@ -436,6 +439,37 @@ func (p *Pipeline) leadHome(req *Request, cands []Candidate, kept []int, slots [
 		kept[0] = c
 	}
 	return d
+}
+
+// sharesOf are the shares the kept candidates are dealt and bound by, by
+// candidate index, and how far each is over its share of all the
+// requests (nil: not known): those Shares offers rather than capacity's;
+// of a sample, capacity's, since the shares leveled against the other
+// traffic are of every candidate. caps are the kept candidates'
+// capacities, which Shares rewrites as the shares it offers.
+func (p *Pipeline) sharesOf(req *Request, cands []Candidate, kept []int, slots []slot, caps []float64, sc *scratch) (shares, over []float64) {
+	if req.Sampled {
+		return capacityShares(cands, kept, caps, sc), nil
+	}
+	return p.mem.Shares.offer(req, cands, kept, slots, caps)
+}
+
+// capacityShares is the kept candidates' capacities (caps, kept[k]'s at
+// k) by candidate index, as the bound reads shares: in sc's space beyond
+// a handful of candidates.
+func capacityShares(cands []Candidate, kept []int, caps []float64, sc *scratch) []float64 {
+	var shares []float64
+	if sc != nil {
+		sc.shares = slices.Grow(sc.shares[:0], len(cands))[:len(cands)]
+		clear(sc.shares)
+		shares = sc.shares
+	} else {
+		shares = make([]float64, len(cands))
+	}
+	for k, i := range kept {
+		shares[i] = caps[k]
+	}
+	return shares
 }
 
 // firstTier is the candidates of kept's first tier, which the bound
@@ -759,6 +793,12 @@ func (b homeBound) waitingNow(i int) float64 {
 // findHome returns the index, in the candidates' ids, of the request's
 // home, and how many requests of its key this sidecar has served.
 func (p *Pipeline) findHome(req *Request, key uint64, set homeSet) (home, served int) {
+	if req.Sampled {
+		// The deal is of every candidate, which a sample does not hold:
+		// the first of the key's rendezvous order, unweighted, which is
+		// the first of those Sample took that the filters kept.
+		return firstByRendezvous(key, set.ids, nil, -1), p.mem.Homes.Count(req.Scope, key, req.Now)
+	}
 	// An established key has the home Homes deals it; another, the
 	// first of its rendezvous order.
 	assigned, served := p.mem.Homes.Home(req.Scope, key, set.ids, set.caps, set.far, req.Now)
@@ -777,6 +817,9 @@ func (p *Pipeline) findHome(req *Request, key uint64, set homeSet) (home, served
 // over the others in equal shares and every replica sends them to the same
 // place; for a key served once, the next of its rendezvous order.
 func (p *Pipeline) secondHome(req *Request, key uint64, set homeSet, home int) int {
+	if req.Sampled {
+		return firstByRendezvous(key, set.ids, nil, home)
+	}
 	if id := p.mem.Homes.Second(req.Scope, key, set.ids[home], set.ids, set.caps, set.far); id != 0 {
 		return slices.Index(set.ids, id)
 	}
@@ -843,11 +886,16 @@ func distances(kept []int, slots []slot, least time.Duration, far []uint8) []uin
 }
 
 // firstByRendezvous is the index of the cluster of the highest rendezvous
-// score for key, skipping index skip; -1 when there is none.
+// score for key, skipping index skip; -1 when there is none. Weighted by
+// caps, or alike when caps is nil.
 func firstByRendezvous(key uint64, ids []uint32, caps []float64, skip int) int {
 	first, best := -1, math.Inf(-1)
 	for k := range ids {
-		if r := rendezvous(key, ids[k], caps[k]); k != skip && r > best {
+		w := 1.0
+		if caps != nil {
+			w = caps[k]
+		}
+		if r := rendezvous(key, ids[k], w); k != skip && r > best {
 			first, best = k, r
 		}
 	}

@@ -167,6 +167,21 @@ func (h *Homes) Home(scope string, key uint64, ids []uint32, caps []float64, far
 	return h.assignment(scope, ids, caps, far).home[key], e.served
 }
 
+// Count returns how many requests of scope's key were served; 0 when the
+// key is not remembered (or forgotten: its TTL passed).
+func (h *Homes) Count(scope string, key uint64, now time.Time) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	el, ok := h.keys[scopedHome{scope, key}]
+	if !ok {
+		return 0
+	}
+	if e := el.Value.(*homeEntry); now.Sub(e.last) <= h.ttl {
+		return e.served
+	}
+	return 0
+}
+
 // Second returns the cluster id an established key of scope goes to when
 // its home cannot take it: the keys of that home dealt over the other
 // candidates as assign deals, each other candidate keeping its own keys,

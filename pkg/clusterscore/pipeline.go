@@ -99,6 +99,9 @@ type scratch struct {
 	matched []int
 	caps    []float64
 	far     []uint8
+	// shares are a sampled pick's capacities by candidate index
+	// (capacityShares).
+	shares []float64
 }
 
 // scratch returns a scratch for n candidates, its slots as the last pick
@@ -271,6 +274,14 @@ func (p *Pipeline) Pick(req *Request, cands []Candidate, rot *Rotation, order []
 	}
 	o := orderer{p: p, cands: cands, slots: slots, sc: sc}
 	o.sort(kept)
+	if req.Sampled && len(kept) > 0 && slots[kept[0]].tier != 0 {
+		// The sample's best is saturated or stale: whether another
+		// candidate is not, only every candidate tells (Sample).
+		if ex != nil {
+			ex.fill(slots)
+		}
+		return order[:start], nil
+	}
 	var home HomeDecision
 	if p.homes && len(kept) > 0 {
 		home = p.leadHome(req, cands, kept, slots, sc, rot)
@@ -316,10 +327,12 @@ func (p *Pipeline) filter(req *Request, cands []Candidate, slots []slot, sheddin
 			order = append(order, i)
 		}
 	}
-	if len(order) == start && anyDraining {
+	// A sample that keeps none is no answer (Sample): the draining and
+	// ejected candidates are kept only when every candidate was read.
+	if len(order) == start && anyDraining && !req.Sampled {
 		order = keepDraining(slots, order)
 	}
-	if len(order) == start && anyEjected {
+	if len(order) == start && anyEjected && !req.Sampled {
 		order = p.keepEjected(req, cands, slots, shedding, order)
 	}
 	return order, anySaturated

@@ -124,6 +124,10 @@ type Request struct {
 	// which their counts of the requests they route tell its own (Shares).
 	Cluster string
 
+	// Sampled is set by Pipeline.Sample: the candidates are a sample of
+	// a backend's (SampleAbove), over which home placement hashes alone.
+	Sampled bool
+
 	// Home is set by Pipeline.Pick: where the request's home was and
 	// whether it took the request (zero without a home), for the
 	// caller's metrics and logs even when no Explanation is asked for.

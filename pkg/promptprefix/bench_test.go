@@ -76,3 +76,25 @@ func BenchmarkIndexMemory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOpens tells whether chat requests of about 1k and 16k tokens
+// (4 and 80 KiB) open a conversation, as home placement asks of each.
+func BenchmarkOpens(b *testing.B) {
+	for _, c := range []struct {
+		size string
+		body []byte
+	}{
+		{"4k", chatBody(b, text("You are a helpful assistant.", 3000), text("What is", 1096))},
+		{"80k", chatBody(b, text("You are a helpful assistant.", 20_000), text("What is", 60_000))},
+	} {
+		p := promptOf(c.body)
+		b.Run(c.size, func(b *testing.B) {
+			b.SetBytes(int64(len(c.body)))
+			for b.Loop() {
+				if !p.Opens() {
+					b.Fatal("a system prompt and a user message open a conversation")
+				}
+			}
+		})
+	}
+}

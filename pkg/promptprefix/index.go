@@ -1,6 +1,7 @@
 package promptprefix
 
 import (
+	"slices"
 	"sync"
 	"unsafe"
 )
@@ -207,6 +208,60 @@ func (x *Index) Match(blocks []uint64, ids []uint32, matched []int) {
 			return
 		}
 	}
+}
+
+// HolderClusters is how many clusters Holders finds a block held by at
+// most: the clusters the index keeps of a block.
+const HolderClusters = indexClusters
+
+// Holders appends to dst the clusters the index keeps for the deepest of
+// blocks it holds and for blocks[key-1] (a prompt's leading blocks), each
+// once, most recent first: where a pick over many clusters looks for the
+// prompt without matching every one. The deepest is found by bisection,
+// as the blocks a prompt shares with what was served are a leading run.
+func (x *Index) Holders(blocks []uint64, key int, dst []uint32) []uint32 {
+	add := func(k int) {
+		e, ok := x.entry(blocks[k])
+		if !ok {
+			return
+		}
+		for _, c := range e.clusters {
+			if c != 0 && !slices.Contains(dst, c) {
+				dst = append(dst, c)
+			}
+		}
+	}
+	// The deepest held: the last k for which blocks[k] is held, of the
+	// run that starts at the first block.
+	lo, hi := 0, len(blocks) // blocks[:lo] held as far as bisection knows
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if _, ok := x.entry(blocks[mid]); ok {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo > 0 {
+		add(lo - 1)
+	}
+	if key > 0 && key <= len(blocks) && key != lo {
+		add(key - 1)
+	}
+	return dst
+}
+
+// entry is a copy of the entry of block key; false when not held.
+func (x *Index) entry(key uint64) (indexEntry, bool) {
+	sh, set := x.locate(key)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	for i := range set {
+		if set[i].key == key {
+			return set[i], true
+		}
+	}
+	return indexEntry{}, false
 }
 
 func (e *indexEntry) has(id uint32) bool {

@@ -126,3 +126,18 @@ func TestIndexMemoryIsBounded(t *testing.T) {
 	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	assert.Less(t, grown, int64(x.Bytes())+1<<20, "the heap grew by %d bytes for an index of %d", grown, x.Bytes())
 }
+
+func TestHoldersAreTheClustersOfThePromptsDeepestBlockHeldAndOfItsKey(t *testing.T) {
+	x := NewIndex(1 << 12)
+	prompt := make([]uint64, 40)
+	for i := range prompt {
+		prompt[i] = uint64(i+1) * 0x9e3779b97f4a7c15
+	}
+	x.Record(prompt[:30], 1) // a conversation of 30 blocks at 1
+	x.Record(prompt[:10], 2) // another of its group's at 2
+	x.Record(prompt[:4], 3)  // its key alone at 3
+	assert.Equal(t, []uint32{1, 3, 2}, x.Holders(prompt, 4, nil), "the deepest (1), then the key's, most recent first")
+	assert.Equal(t, []uint32{2, 1, 3}, x.Holders(prompt[:10], 4, nil), "of a prompt of 10 blocks: block 10 is 2's and 1's")
+	assert.Empty(t, x.Holders([]uint64{7, 8, 9}, 3, nil), "a prompt nothing holds")
+	assert.Equal(t, []uint32{9, 3, 2, 1}, x.Holders(prompt[:4], 4, []uint32{9}), "appended to dst; the key is the deepest block, read once")
+}

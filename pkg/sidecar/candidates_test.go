@@ -31,7 +31,7 @@ func referencePick(b *routetable.Backend, req *clusterscore.Request, st State, e
 	var cands []clusterscore.Candidate
 	candidate := func(c *routetable.Cluster, weight int64, local bool) clusterscore.Candidate {
 		cand := []clusterscore.Candidate{{Name: c.Name, Weight: weight, Local: local, Stale: c.Stale}}
-		st.Read([]*routetable.Cluster{c}, cand, true)
+		st.Read([]*routetable.Cluster{c}, nil, cand, true)
 		return cand[0]
 	}
 	for _, c := range b.Clusters {
@@ -150,7 +150,12 @@ func TestPrecomputedCandidatesDecideAsPerRequestOnes(t *testing.T) {
 
 			var exOurs, exRef clusterscore.Explanation
 			p := policyOf(ours, clusterscore.SessionSpec{})
-			got, errOurs := p.pick(ours, PickRequest{Criticality: crit, Now: now, Body: body}, st, &exOurs)
+			// Every candidate, as the reference orders them: a sample
+			// of many (pick) is another order, held to its own
+			// (clusterscore's TestSampledPicksKeepTheKeysHome).
+			got := p.request(ours, PickRequest{Criticality: crit, Now: now, Body: body})
+			clusters, static := ours.Candidates()
+			errOurs := p.pickAmong(clusters, static, nil, st, &got, ours.Rotation(), &exOurs)
 
 			rreq := clusterscore.Request{Criticality: crit, Now: now, Scope: ref.Scope()}
 			if ref.Scoring().Needs().Prompt {

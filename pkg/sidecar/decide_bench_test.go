@@ -53,14 +53,15 @@ type positionalState struct {
 	metrics  []*PoolMetrics
 }
 
-func (s *positionalState) Read(clusters []*routetable.Cluster, cands []clusterscore.Candidate, pools bool) {
+func (s *positionalState) Read(clusters []*routetable.Cluster, at []int, cands []clusterscore.Candidate, pools bool) {
 	if len(clusters) != len(s.clusters) || &clusters[0] != &s.clusters[0] {
 		panic("positionalState read for clusters of another backend")
 	}
-	for i := range clusters {
-		cands[i].Health = s.health[i]
+	for k := range cands {
+		i := placeOf(at, k)
+		cands[k].Health = s.health[i]
 		if pools {
-			cands[i].Pool = s.metrics[i]
+			cands[k].Pool = s.metrics[i]
 		}
 	}
 }

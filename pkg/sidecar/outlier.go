@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -250,11 +251,20 @@ type ejectingState struct {
 	w *outlierWatch
 }
 
-func (s ejectingState) Read(clusters []*routetable.Cluster, cands []clusterscore.Candidate, pools bool) {
-	s.State.Read(clusters, cands, pools)
-	for _, i := range s.w.notIn(clusters) {
-		if s.w.det.Ejected(outlierKey(clusters[i]), s.w.now) {
-			cands[i].Health = clusterscore.HealthEjected
+func (s ejectingState) Read(clusters []*routetable.Cluster, at []int, cands []clusterscore.Candidate, pools bool) {
+	s.State.Read(clusters, at, cands, pools)
+	notIn := s.w.notIn(clusters)
+	if at == nil {
+		for _, i := range notIn {
+			if s.w.det.Ejected(outlierKey(clusters[i]), s.w.now) {
+				cands[i].Health = clusterscore.HealthEjected
+			}
+		}
+		return
+	}
+	for k, i := range at {
+		if _, in := slices.BinarySearch(notIn, i); in && s.w.det.Ejected(outlierKey(clusters[i]), s.w.now) {
+			cands[k].Health = clusterscore.HealthEjected
 		}
 	}
 }

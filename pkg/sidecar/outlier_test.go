@@ -301,7 +301,7 @@ func TestEjectingStateReadsEveryEjectionAtTheNextPick(t *testing.T) {
 	st := ejectingState{State: &fakeState{health: map[string]Health{"a": HealthServing, "b": HealthServing, "c": HealthServing}}, w: w}
 	read := func() []Health {
 		cands := make([]clusterscore.Candidate, len(clusters))
-		st.Read(clusters, cands, false)
+		st.Read(clusters, nil, cands, false)
 		return []Health{cands[0].Health, cands[1].Health, cands[2].Health}
 	}
 	serving, ejected := HealthServing, clusterscore.HealthEjected

@@ -33,11 +33,13 @@ type PoolMetrics = metrics.PoolMetrics
 // State is what the policies know about clusters at request time: the
 // health prober's and the metrics scraper's latest findings.
 type State interface {
-	// Read sets the Health of cands[i], the candidate of clusters[i], and
-	// its Pool when pools is true. A backend's clusters are read at once,
-	// so that what is kept under a lock is locked once a pick rather than
-	// once a cluster (1,000 times at 1,000 clusters).
-	Read(clusters []*routetable.Cluster, cands []clusterscore.Candidate, pools bool)
+	// Read sets the Health of cands[k], the candidate of clusters[at[k]]
+	// (of clusters[k] when at is nil: every one), and its Pool when pools
+	// is true. clusters are a backend's, read at once, so that what is
+	// kept under a lock is locked once a pick rather than once a cluster
+	// (1,000 times at 1,000 clusters), and a sample of them (at) by
+	// their places in the backend's.
+	Read(clusters []*routetable.Cluster, at []int, cands []clusterscore.Candidate, pools bool)
 }
 
 // PickRequest is what a policy knows about the request.
@@ -161,20 +163,32 @@ func promptBlocks(req PickRequest, scope string) (byModel, own []uint64, err err
 	return byModel, promptprefix.Rescoped(make([]uint64, 0, len(byModel)), byModel, scope), err
 }
 
-// pick orders b's clusters for req, explained in ex when set.
+// pick orders b's clusters for req, explained in ex when set: a sample
+// of them when they are many and the policy samples (clusterscore's
+// Sample), else all of them.
 func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, ex *clusterscore.Explanation) (picked, error) {
+	d := p.request(b, req)
 	// The table made the candidates when it was published; only what a
 	// request learns of them (health, load) is filled in here.
 	clusters, static := b.Candidates()
-	// Space reused from pick to pick (each overwrites what the last
-	// left) rather than a slice of candidates allocated and collected for
-	// each request; a handful of them could stay on the stack, but
-	// State.Read, an interface's method, would send them to the heap.
-	space := candidateSpace.Get().(*[]clusterscore.Candidate)
-	defer candidateSpace.Put(space)
-	*space = append((*space)[:0], static...)
-	cands := *space
-	st.Read(clusters, cands, p.pipeline.ReadsPool())
+	if s := b.Sampler(); s != nil && p.pipeline.Samples() {
+		var atBuf [32]int
+		at := p.pipeline.Sample(&d.req, s, atBuf[:0])
+		err := p.pickAmong(clusters, static, at, st, &d, nil, ex)
+		if len(d.order) > 0 {
+			return d, err
+		}
+		// The filters kept none of the sample, or its best is
+		// saturated or stale: only every candidate tells.
+		d.req.Sampled = false
+	}
+	err := p.pickAmong(clusters, static, nil, st, &d, b.Rotation(), ex)
+	return d, err
+}
+
+// request is what the policy reads of req for a pick over b's clusters:
+// the prompt's blocks, whether it opens a conversation, its session.
+func (p *ClusterPolicy) request(b *routetable.Backend, req PickRequest) picked {
 	d := picked{req: clusterscore.Request{Criticality: req.Criticality, Now: req.Now, Scope: b.Scope(), Cluster: req.Cluster}}
 	needs := p.Needs()
 	if needs.Prompt && len(req.Body) > 0 {
@@ -190,6 +204,28 @@ func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, e
 	if needs.Session && req.Header != nil {
 		d.req.Session = p.session.Key(req.Header)
 	}
+	return d
+}
+
+// pickAmong orders the candidates static of clusters at the places at
+// (every one when nil) into d.order, turning rot (nil for a sample).
+func (p *ClusterPolicy) pickAmong(clusters []*routetable.Cluster, static []clusterscore.Candidate, at []int, st State, d *picked, rot *clusterscore.Rotation, ex *clusterscore.Explanation) error {
+	// Space reused from pick to pick (each overwrites what the last
+	// left) rather than a slice of candidates allocated and collected for
+	// each request; a handful of them could stay on the stack, but
+	// State.Read, an interface's method, would send them to the heap.
+	space := candidateSpace.Get().(*[]clusterscore.Candidate)
+	defer candidateSpace.Put(space)
+	if at == nil {
+		*space = append((*space)[:0], static...)
+	} else {
+		*space = (*space)[:0]
+		for _, i := range at {
+			*space = append(*space, static[i])
+		}
+	}
+	cands := *space
+	st.Read(clusters, at, cands, p.pipeline.ReadsPool())
 	var ibuf [8]int
 	idx := ibuf[:0]
 	var pooled *[]int
@@ -202,13 +238,13 @@ func (p *ClusterPolicy) pick(b *routetable.Backend, req PickRequest, st State, e
 		*pooled = slices.Grow((*pooled)[:0], len(cands))
 		idx = *pooled
 	}
-	idx, err := p.pipeline.Pick(&d.req, cands, b.Rotation(), idx, ex)
+	idx, err := p.pipeline.Pick(&d.req, cands, rot, idx, ex)
 	d.order = make([]*routetable.Cluster, len(idx))
 	for k, i := range idx {
-		d.order[k] = clusters[i]
+		d.order[k] = clusters[placeOf(at, i)]
 	}
 	if pooled != nil {
 		orderSpace.Put(pooled)
 	}
-	return d, err
+	return err
 }

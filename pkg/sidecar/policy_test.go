@@ -31,13 +31,14 @@ type fakeState struct {
 	failed []string
 }
 
-func (f *fakeState) Read(clusters []*routetable.Cluster, cands []clusterscore.Candidate, pools bool) {
+func (f *fakeState) Read(clusters []*routetable.Cluster, at []int, cands []clusterscore.Candidate, pools bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for i, c := range clusters {
-		cands[i].Health = f.health[c.Name]
+	for k := range cands {
+		c := clusters[placeOf(at, k)]
+		cands[k].Health = f.health[c.Name]
 		if pools {
-			cands[i].Pool = f.metrics[c.Name]
+			cands[k].Pool = f.metrics[c.Name]
 		}
 	}
 }

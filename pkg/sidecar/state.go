@@ -28,20 +28,30 @@ func newLiveState(prober *eppprobe.HealthProber, scraper *eppprobe.PoolScraper) 
 	return liveState{health: prober, metrics: scraper, refs: &byBackend[*backendRefs]{}}
 }
 
-func (s liveState) Read(clusters []*routetable.Cluster, cands []clusterscore.Candidate, pools bool) {
+func (s liveState) Read(clusters []*routetable.Cluster, at []int, cands []clusterscore.Candidate, pools bool) {
 	refs := s.refsOf(clusters)
-	for i := range clusters {
-		cands[i].Health = HealthUnknown
+	for k := range cands {
+		i := placeOf(at, k)
+		cands[k].Health = HealthUnknown
 		if s.health != nil {
-			cands[i].Health = healthFrom(refs.health[i].Serving())
+			cands[k].Health = healthFrom(refs.health[i].Serving())
 		}
 		if pools {
-			cands[i].Pool = nil
+			cands[k].Pool = nil
 			if s.metrics != nil {
-				cands[i].Pool = refs.metrics[i].Get()
+				cands[k].Pool = refs.metrics[i].Get()
 			}
 		}
 	}
+}
+
+// placeOf is the place in a backend's clusters of the k-th candidate
+// read (State.Read): at[k], or k when every cluster is read.
+func placeOf(at []int, k int) int {
+	if at == nil {
+		return k
+	}
+	return at[k]
 }
 
 // healthOf is what prober knows of the EPP at health address addr.

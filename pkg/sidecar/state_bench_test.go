@@ -60,18 +60,18 @@ func BenchmarkLiveStateRead(b *testing.B) {
 		st := ejectingState{State: newLiveState(prober, scraper),
 			w: newOutlierWatch(&OutlierConfig{Detection: outlier.DefaultConfig(), FirstByte: outlier.DefaultFirstByteConfig()}, nil, logr.Discard())}
 		// Every cluster seen once, as after the first pick.
-		st.Read(clusters, make([]clusterscore.Candidate, n), true)
+		st.Read(clusters, nil, make([]clusterscore.Candidate, n), true)
 		b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
 			cands := make([]clusterscore.Candidate, n)
 			for b.Loop() {
-				st.Read(clusters, cands, true)
+				st.Read(clusters, nil, cands, true)
 			}
 		})
 		b.Run(fmt.Sprintf("clusters=%d/parallel", n), func(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				cands := make([]clusterscore.Candidate, n)
 				for pb.Next() {
-					st.Read(clusters, cands, true)
+					st.Read(clusters, nil, cands, true)
 				}
 			})
 		})

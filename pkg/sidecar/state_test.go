@@ -37,7 +37,7 @@ func TestLiveStateReadsWhatTheProberAndScraperKnowAfterTheirTargetsChange(t *tes
 	st := newLiveState(prober, scraper)
 	read := func() []clusterscore.Candidate {
 		cands := make([]clusterscore.Candidate, len(clusters))
-		st.Read(clusters, cands, true)
+		st.Read(clusters, nil, cands, true)
 		return cands
 	}
 	health := func(cands []clusterscore.Candidate) []Health { return []Health{cands[0].Health, cands[1].Health} }
@@ -68,12 +68,12 @@ func TestLiveStateReadsWhatTheProberAndScraperKnowAfterTheirTargetsChange(t *tes
 
 	other := []*routetable.Cluster{clusters[1], clusters[0]}
 	cands := make([]clusterscore.Candidate, 2)
-	st.Read(other, cands, true)
+	st.Read(other, nil, cands, true)
 	assert.Equal(t, []Health{HealthUnknown, HealthUnknown}, []Health{cands[0].Health, cands[1].Health})
-	require.Eventually(t, func() bool { st.Read(other, cands, true); return cands[0].Pool != nil }, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { st.Read(other, nil, cands, true); return cands[0].Pool != nil }, 5*time.Second, 10*time.Millisecond,
 		"another backend's clusters have references of their own")
 	prober.MarkFailed("127.0.0.1:2")
-	st.Read(other, cands, true)
+	st.Read(other, nil, cands, true)
 	assert.Equal(t, HealthNotServing, cands[0].Health)
 	assert.Nil(t, cands[1].Pool)
 }

@@ -30,7 +30,7 @@ import (
 // Over the sample, home placement is rendezvous hashing with bounded
 // loads, unweighted, as it was before keys were dealt: the deal of the
 // established keys and the shares it is dealt in are of the whole set of
-// candidates, which a sample does not hold (SampledRequest).
+// candidates, which a sample does not hold (Request.Sampled).
 //
 // What the sample leaves out, the pick does not order: the request's
 // clusters are the sample's, in its order. When the filters keep none of
@@ -49,8 +49,8 @@ const (
 
 // Sampler is what a pick samples many candidates with: their prompt index
 // ids in order and each id's index, and the local candidate's index (-1
-// when none). Made once for a backend's candidates, when its table is
-// published; nil for SampleAbove candidates or fewer.
+// when none). Made once for a backend's candidates, by the first pick
+// after its table is published; nil for SampleAbove candidates or fewer.
 type Sampler struct {
 	ids   []uint32
 	index map[uint32]int
@@ -98,7 +98,8 @@ func (p *Pipeline) Sample(req *Request, s *Sampler, out []int) []int {
 	}
 	add(s.local)
 	if key := homeKey(req.Blocks); key != 0 && p.homes {
-		for _, i := range firstByHash(key, s.ids, sampleHomes) {
+		top, n := firstByHash(key, s.ids)
+		for _, i := range top[:n] {
 			add(i)
 		}
 	}
@@ -119,26 +120,25 @@ func (p *Pipeline) Sample(req *Request, s *Sampler, out []int) []int {
 	return out
 }
 
-// firstByHash returns the indices of the n first of ids in key's
-// rendezvous order with equal weights, best first: the order of the
-// rendezvous scores with equal weights is the order of their hashes, so
-// no logarithm is taken.
-func firstByHash(key uint64, ids []uint32, n int) []int {
-	var top [sampleHomes]int
+// firstByHash returns the indices of the sampleHomes first of ids in
+// key's rendezvous order with equal weights, best first, and how many
+// there are (fewer ids than that): the order of the rendezvous scores
+// with equal weights is the order of their hashes, so no logarithm is
+// taken.
+func firstByHash(key uint64, ids []uint32) (top [sampleHomes]int, n int) {
 	var score [sampleHomes]uint64
-	k := 0
 	for i, id := range ids {
 		h := rendezvousHash(key, id)
-		if k < n {
-			k++
-		} else if h <= score[k-1] {
+		if n < sampleHomes {
+			n++
+		} else if h <= score[n-1] {
 			continue
 		}
-		j := k - 1
+		j := n - 1
 		for ; j > 0 && score[j-1] < h; j-- {
 			top[j], score[j] = top[j-1], score[j-1]
 		}
 		top[j], score[j] = i, h
 	}
-	return top[:k]
+	return top, n
 }

@@ -37,9 +37,11 @@ func TestFirstByHashIsTheRendezvousOrderWithEqualWeights(t *testing.T) {
 			want = append(want, slices.Index(ids, rest[k]))
 			rest = slices.Delete(rest, k, k+1)
 		}
-		assert.Equal(t, want, firstByHash(key, ids, sampleHomes), "key %d", key)
+		top, n := firstByHash(key, ids)
+		assert.Equal(t, want, top[:n], "key %d", key)
 	}
-	assert.Equal(t, []int{0}, firstByHash(7, ids[:1], sampleHomes), "fewer ids than asked")
+	top, n := firstByHash(7, ids[:1])
+	assert.Equal(t, []int{0}, top[:n], "fewer ids than the homes sampled")
 }
 
 func TestSampleHoldsTheCandidatesAPickCanChoose(t *testing.T) {
@@ -64,7 +66,9 @@ func TestSampleHoldsTheCandidatesAPickCanChoose(t *testing.T) {
 		seen[i] = true
 	}
 	assert.True(t, seen[17], "the local candidate")
-	for _, i := range firstByHash(homeKey(blocks), s.ids, sampleHomes) {
+	top, n := firstByHash(homeKey(blocks), s.ids)
+	require.Equal(t, sampleHomes, n)
+	for _, i := range top[:n] {
 		assert.True(t, seen[i], "the key's rendezvous order: %d", i)
 	}
 	assert.True(t, seen[512], "the cluster that served the prompt")
@@ -92,7 +96,7 @@ func TestSampledPicksKeepTheKeysHome(t *testing.T) {
 	p, err := New(routingpolicy.Named()[routingpolicy.PrefixAffinity], scheduling.DefaultConfig(), mem)
 	require.NoError(t, err)
 	blocks := chain(7, 24)
-	order := firstByHash(homeKey(blocks), s.ids, sampleHomes)
+	order, _ := firstByHash(homeKey(blocks), s.ids)
 	pick := func() (string, HomeOutcome) {
 		req := &Request{Now: epoch, Scope: scope, Blocks: blocks, Criticality: scheduling.Standard}
 		at := p.Sample(req, s, nil)

@@ -73,6 +73,14 @@ func NewSampler(cands []Candidate) *Sampler {
 	return s
 }
 
+// placeOf is the index of the candidate of cluster id; -1 for none.
+func (s *Sampler) placeOf(id uint32) int {
+	if i, ok := s.index[id]; ok {
+		return i
+	}
+	return -1
+}
+
 // Samples reports whether the pipeline orders a sample of a Sampler's
 // candidates: one of scorers and the max-score or two-choices picker.
 // The round-robin and chain pickers rotate over every candidate.
@@ -86,38 +94,36 @@ func (p *Pipeline) Samples() bool {
 func (p *Pipeline) Sample(req *Request, s *Sampler, out []int) []int {
 	req.Sampled = true
 	start := len(out)
-	add := func(i int) {
-		if i >= 0 && !slices.Contains(out[start:], i) {
-			out = append(out, i)
-		}
-	}
-	byID := func(id uint32) {
-		if i, ok := s.index[id]; ok {
-			add(i)
-		}
-	}
-	add(s.local)
+	out = addOnce(out, start, s.local)
 	if key := homeKey(req.Blocks); key != 0 && p.homes {
 		top, n := firstByHash(key, s.ids)
 		for _, i := range top[:n] {
-			add(i)
+			out = addOnce(out, start, i)
 		}
 	}
 	if p.mem != nil && p.needs.Prompt && len(req.Blocks) > 0 {
 		var held [2 * promptprefix.HolderClusters]uint32
 		for _, id := range p.mem.Prefixes.Holders(req.Blocks, min(len(req.Blocks), homeKeyBlocks), held[:0]) {
-			byID(id)
+			out = addOnce(out, start, s.placeOf(id))
 		}
 	}
 	if p.mem != nil && p.needs.Session && req.Session != "" {
 		if c := p.mem.Sessions.Cluster(req.Scope, req.Session, req.Now); c != "" {
-			byID(promptprefix.ClusterID(c))
+			out = addOnce(out, start, s.placeOf(promptprefix.ClusterID(c)))
 		}
 	}
 	for range sampleRandom {
-		add(p.intN(len(s.ids)))
+		out = addOnce(out, start, p.intN(len(s.ids)))
 	}
 	return out
+}
+
+// addOnce appends i to out unless it is below 0 or out[start:] has it.
+func addOnce(out []int, start, i int) []int {
+	if i < 0 || slices.Contains(out[start:], i) {
+		return out
+	}
+	return append(out, i)
 }
 
 // firstByHash returns the indices of the sampleHomes first of ids in

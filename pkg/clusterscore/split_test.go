@@ -151,5 +151,6 @@ func TestMovedForgetsTheOlderGeneration(t *testing.T) {
 	assert.Zero(t, m.To(1))
 	assert.Zero(t, m.To(2))
 	assert.Equal(t, uint32(30), m.To(3))
-	assert.Equal(t, 3, m.Len())
+	assert.Equal(t, uint32(40), m.To(4))
+	assert.Equal(t, uint32(50), m.To(5))
 }

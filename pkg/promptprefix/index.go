@@ -220,17 +220,6 @@ const HolderClusters = indexClusters
 // prompt without matching every one. The deepest is found by bisection,
 // as the blocks a prompt shares with what was served are a leading run.
 func (x *Index) Holders(blocks []uint64, key int, dst []uint32) []uint32 {
-	add := func(k int) {
-		e, ok := x.entry(blocks[k])
-		if !ok {
-			return
-		}
-		for _, c := range e.clusters {
-			if c != 0 && !slices.Contains(dst, c) {
-				dst = append(dst, c)
-			}
-		}
-	}
 	// The deepest held: the last k for which blocks[k] is held, of the
 	// run that starts at the first block.
 	lo, hi := 0, len(blocks) // blocks[:lo] held as far as bisection knows
@@ -243,10 +232,22 @@ func (x *Index) Holders(blocks []uint64, key int, dst []uint32) []uint32 {
 		}
 	}
 	if lo > 0 {
-		add(lo - 1)
+		dst = x.appendHolders(dst, blocks[lo-1])
 	}
 	if key > 0 && key <= len(blocks) && key != lo {
-		add(key - 1)
+		dst = x.appendHolders(dst, blocks[key-1])
+	}
+	return dst
+}
+
+// appendHolders appends to dst the clusters holding block that dst does
+// not have.
+func (x *Index) appendHolders(dst []uint32, block uint64) []uint32 {
+	e, _ := x.entry(block)
+	for _, c := range e.clusters {
+		if c != 0 && !slices.Contains(dst, c) {
+			dst = append(dst, c)
+		}
 	}
 	return dst
 }

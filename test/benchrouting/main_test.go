@@ -104,13 +104,17 @@ func BenchmarkRouting(b *testing.B) {
 		runs := map[string][]*runResult{}
 		for rep := range cfg.Repetitions {
 			for _, policy := range rotate(cfg.policiesOf(w), rep) {
-				// Each run's one-shot requests are its own: mci-sidecar
-				// remembers the prompts of every run (one memory for its
-				// policies and for the workloads that share its data
-				// path), and a replayed one-shot prompt is one it has
-				// seen, whose home it keeps, while the servers' caches
-				// were emptied. Conversations are the same in every run.
-				prof.OneShotSalt = oneShotSalt(name, fmt.Sprintf("r%d-%s", rep+1, policy))
+				// Each run's one-shot requests and conversations are its
+				// own: mci-sidecar remembers the prompts of every run
+				// (one memory for its policies and for the workloads that
+				// share its data path), and a replayed prompt is one it
+				// has seen, whose home it keeps, while the servers' caches
+				// were emptied: a conversation moved off its home would
+				// find its next turn remembered there from the run before
+				// and go back. The groups' system prompts are the same in
+				// every run, as an application's are.
+				prof.OneShotSalt = runSalt(name, fmt.Sprintf("r%d-%s", rep+1, policy))
+				prof.ConversationSalt = prof.OneShotSalt
 				reqs, err := workload.Generate(prof)
 				require.NoError(b, err)
 				run, err := runPolicy(ctx, e, w, policy, reqs)
@@ -139,7 +143,7 @@ func BenchmarkRouting(b *testing.B) {
 // one memory for all its policies (homes, the learned index), so without
 // it the policy that runs first meets a sidecar that has never seen the
 // workload's groups and those after it one that has, and the measure
-// depends on the order. Its one-shot prompts are its own, as every run's.
+// depends on the order. Its one-shot prompts and conversations are its own, as every run's.
 func warmUp(ctx context.Context, e *env, w spec, name string, prof workload.Profile) error {
 	policies := cfg.policiesOf(w)
 	i := slices.IndexFunc(policies, func(p string) bool { return !isReference(p) })
@@ -150,7 +154,8 @@ func warmUp(ctx context.Context, e *env, w spec, name string, prof workload.Prof
 	if err != nil {
 		return err
 	}
-	prof.OneShotSalt = oneShotSalt(name, "warmup")
+	prof.OneShotSalt = runSalt(name, "warmup")
+	prof.ConversationSalt = prof.OneShotSalt
 	reqs, err := workload.Generate(prof)
 	if err != nil {
 		return err
@@ -164,13 +169,13 @@ func warmUp(ctx context.Context, e *env, w spec, name string, prof workload.Prof
 	return nil
 }
 
-// oneShotSalt starts the text of the one-shot prompts of a run of
-// workload: the workload's name is part of it, since one-shot prompts of
-// the same salt open with the same text whatever their length, and a
-// workload run after another on the same data path would meet prompts the
-// sidecar has seen (2026-11-28: one-shot-mix after no-shared-prefix took
+// runSalt starts the text of the one-shot prompts and conversations of a
+// run of workload: the workload's name is part of it, since one-shot
+// prompts of the same salt open with the same text whatever their length,
+// and a workload run after another on the same data path would meet
+// prompts the sidecar has seen (2026-11-28: one-shot-mix after no-shared-prefix took
 // 155 of 158 requests to homes of prompts served before).
-func oneShotSalt(workload, run string) string { return workload + "-" + run + "-" }
+func runSalt(workload, run string) string { return workload + "-" + run + "-" }
 
 // calibrated is w's profile for one run, its rate calibrated to w.Load of
 // the servers' capacity without cache hits, and that capacity.

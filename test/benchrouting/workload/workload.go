@@ -45,6 +45,11 @@ type Profile struct {
 	// one-shot requests of two workloads that differ only by it share
 	// nothing either (same arrivals, conversations and lengths).
 	OneShotSalt string
+	// ConversationSalt starts the text of every conversation's messages
+	// (not its system prompt), so that two profiles that differ only by
+	// it have the same arrivals, groups and lengths but conversations
+	// that share no block beyond their group's system prompt.
+	ConversationSalt string
 	// TextPrefix starts the text of every prompt (system prompts,
 	// messages, one-shot requests): a population's own text, which no
 	// other population's shares a block with.
@@ -195,13 +200,13 @@ func generate(p Profile, systemPrefix string) []Request {
 		slot := rng.IntN(len(active))
 		c := active[slot]
 		turn := len(c.history)/2 + 1 // system, then user and assistant per turn
-		c.history = append(c.history, Message{Role: "user", Content: text(fmt.Sprintf("%sc%d-t%d-", p.TextPrefix, c.id, turn), p.UserTokens)})
+		c.history = append(c.history, Message{Role: "user", Content: text(fmt.Sprintf("%s%sc%d-t%d-", p.TextPrefix, p.ConversationSalt, c.id, turn), p.UserTokens)})
 		r.Conversation, r.Group, r.Turn = c.id, c.group, turn
 		r.Messages = append([]Message(nil), c.history...)
 		out = append(out, r)
 		// The client resends the answer as the assistant's message; its
 		// text stands for whatever the server answered.
-		c.history = append(c.history, Message{Role: "assistant", Content: text(fmt.Sprintf("%sa%d-t%d-", p.TextPrefix, c.id, turn), p.OutputTokens)})
+		c.history = append(c.history, Message{Role: "assistant", Content: text(fmt.Sprintf("%s%sa%d-t%d-", p.TextPrefix, p.ConversationSalt, c.id, turn), p.OutputTokens)})
 		if turn >= p.Turns {
 			active[slot] = open()
 		}

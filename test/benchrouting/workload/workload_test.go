@@ -174,6 +174,37 @@ func TestOneShotSalt(t *testing.T) {
 	assert.Positive(t, oneShots)
 }
 
+// A conversation salt makes two runs' conversations share nothing but
+// their groups' system prompts, and changes nothing else.
+func TestConversationSalt(t *testing.T) {
+	p := Profile{Seed: 3, Duration: 5 * time.Second, Rate: 20, Groups: 2, SystemTokens: 50, ActiveConversations: 3, Turns: 3,
+		UserTokens: 5, OutputTokens: 4, OneShotShare: 0.5, OneShotTokens: 20}
+	a, err := Generate(p)
+	require.NoError(t, err)
+	p.ConversationSalt = "r2-"
+	b, err := Generate(p)
+	require.NoError(t, err)
+	require.Equal(t, len(a), len(b))
+	turns := 0
+	for i := range a {
+		assert.Equal(t, a[i].At, b[i].At)
+		assert.Equal(t, a[i].Group, b[i].Group)
+		require.Len(t, b[i].Messages, len(a[i].Messages))
+		if a[i].Conversation < 0 {
+			assert.Equal(t, a[i].Messages, b[i].Messages, "request %d: a one-shot request", i)
+			continue
+		}
+		turns++
+		assert.Equal(t, a[i].Messages[0], b[i].Messages[0], "request %d: the group's system prompt", i)
+		for m := 1; m < len(a[i].Messages); m++ {
+			assert.Equal(t, a[i].Messages[m].Role, b[i].Messages[m].Role)
+			assert.NotEqual(t, a[i].Messages[m].Content[:8], b[i].Messages[m].Content[:8], "request %d, message %d", i, m)
+			assert.Equal(t, len(strings.Fields(a[i].Messages[m].Content)), len(strings.Fields(b[i].Messages[m].Content)))
+		}
+	}
+	assert.Positive(t, turns)
+}
+
 func TestWordsCountsAsFields(t *testing.T) {
 	for _, s := range []string{"", " ", "one", " two  words ", "tabs\tand\nnewlines\u00a0and a no-break space", "sys0-0 sys0-1 sys0-2", "ünï cödé"} {
 		assert.Equal(t, len(strings.Fields(s)), words(s), "%q", s)

@@ -94,8 +94,9 @@ const (
 	HomeFollowed
 	// HomeSplit: the request opens a conversation (Request.Opens) of a
 	// key whose home serves more than splitMargin above its capacity's
-	// share of all the requests its EPP and the others count (Shares); the
-	// candidate of the first tier furthest below its own share took it,
+	// share of all the requests its EPP and the others count (Shares); of
+	// the candidates of the first tier below their own share, the one
+	// holding the most of the prompt, then the furthest below, took it,
 	// within its bound, and the conversation's later turns follow it
 	// (HomeFollowed). A group's system prompt is then computed on one more
 	// cluster, once, where whole groups could not hold equal shares.
@@ -293,8 +294,10 @@ type homeRule struct {
 //	  before (split)                   where it went, if it holds more of the
 //	                                   prompt and takes it; says followed
 //	a conversation opens, its home
-//	  over its share of all requests   the one furthest below its share, if it
-//	                                   takes it; says split
+//	  over its share of all requests   of those below their share, the one
+//	                                   holding the most of the prompt, then
+//	                                   the furthest below, if it takes it;
+//	                                   says split
 //	home in the first tier, within
 //	  the bound and not queued         home
 //	home beyond the bound, no more
@@ -718,16 +721,28 @@ func (p *Pipeline) follow(req *Request, cands []Candidate, h int, first []int, w
 }
 
 // split is the index in first of where a conversation opened at a home
-// over its share goes: the candidate furthest below its own share (over)
-// that takes the request, no further than the home (far, by kept index,
-// which first begins); -1 when none is below its share.
+// over its share goes: of the candidates below their own share (over)
+// that take the request, no further than the home (far, by kept index,
+// which first begins), the one holding the most of the prompt (where the
+// group's conversations split before went, its prefix is cached: on the
+// five few-group workloads of traffic the sidecar does not see, the
+// routed hit ratio rose by about a point against the furthest below
+// alone, the shares within the spread), then the furthest below; -1 when
+// none is below its share.
 func (b homeBound) split(home int, first []int, over []float64, far []uint8) int {
-	best, least := -1, 0.0
+	best := -1
 	for k, i := range first {
-		if k == home || over[i] >= least || distance(far, k) > distance(far, home) || !b.takes(i) {
+		if k == home || over[i] >= 0 || distance(far, k) > distance(far, home) || !b.takes(i) {
 			continue
 		}
-		best, least = k, over[i]
+		if best < 0 {
+			best = k
+			continue
+		}
+		j := first[best]
+		if m, n := b.slots[i].matched, b.slots[j].matched; m > n || m == n && over[i] < over[j] {
+			best = k
+		}
 	}
 	return best
 }

@@ -113,6 +113,35 @@ func TestConversationsOpenedAtAHomeOverItsShareGoElsewhereAndStayThere(t *testin
 	assert.Equal(t, f.home, to)
 }
 
+// Of the clusters below their share, a split conversation goes to the one
+// that holds the most of its prompt, whose cache saves that much of its
+// prefill, and of those that hold as much, the furthest below. Here every
+// cluster holds the group's prefix (the fixture's first request of the
+// group was dealt before its home was known) and the one less far below
+// has also served a conversation that opened the same way.
+func TestConversationsSplitGoWhereMostOfTheirPromptIs(t *testing.T) {
+	probe := newSplitFixture(t, nil)
+	var under, below string
+	for _, n := range []string{"a", "b", "c"} {
+		if n != probe.home {
+			under, below = below, n
+		}
+	}
+	// The home serves 60% of all the requests, below 30% and under 10%:
+	// both below a third.
+	f := newSplitFixture(t, map[string]float64{probe.home: 6, under: 1, below: 3})
+	opening := f.conversation(1, 1)
+	f.mem.Served(f.at(opening, true), below)
+
+	to, outcome := f.route(t, f.at(opening, true))
+	assert.Equal(t, HomeSplit, outcome)
+	assert.Equal(t, below, to, "the cluster below its share that holds the most of the prompt, not the one furthest below")
+
+	to, outcome = f.route(t, f.at(f.conversation(2, 1), true))
+	assert.Equal(t, HomeSplit, outcome)
+	assert.Equal(t, under, to, "holding as much as the others, the furthest below")
+}
+
 func TestConversationsStayHomeWhereTheSharesAreNotKnownOrHeld(t *testing.T) {
 	probe := newSplitFixture(t, nil)
 	others := map[string]float64{"a": 3, "b": 3, "c": 3}

@@ -256,17 +256,21 @@ func (o *offered) adopt(set uint64, changed bool, kept []int, caps []float64) {
 // candidates' capacities: each one's part of the requests every kept
 // candidate served (its own and the others') less its part of their
 // capacity. Unknown (nil) while a kept candidate's counts are not known,
-// or none served a request: a part of an unknown whole is no figure.
+// or none served a request: a part of an unknown whole is no figure. Nil
+// too while the traffic the sidecar does not place is at most
+// splitUnseenAbove of all of it: then a home over its share is its
+// groups' own traffic, which its bound already sheds, and nothing is
+// split.
 func (o *offered) measureOver(kept []int, caps []float64) {
 	o.over = nil
-	served, capacity := 0.0, 0.0
+	served, others, capacity := 0.0, 0.0, 0.0
 	for k, i := range kept {
 		if !o.known[i] {
 			return
 		}
-		served, capacity = served+o.own[i]+o.others[i], capacity+caps[k]
+		served, others, capacity = served+o.own[i]+o.others[i], others+o.others[i], capacity+caps[k]
 	}
-	if served <= 0 || capacity <= 0 {
+	if served <= 0 || capacity <= 0 || others <= splitUnseenAbove*served {
 		return
 	}
 	o.over = make([]float64, len(o.own))

@@ -11,9 +11,11 @@ import (
 
 // splitFixture is PrefixAffinity over a, b and c, equal, with one group's
 // key established at its home, and the clusters' EPPs counting the
-// requests they route at the rates given (per second, by cluster index)
-// over 30 seconds of picks, so that the shares know each one's part of
-// all the requests.
+// requests they route over 30 seconds of picks: this sidecar's at the
+// rates given (per second, by cluster name) and another importer's,
+// othersRate a second at each, so that the shares know each one's part
+// of all the requests and stay equal (the other importer's traffic is
+// the same at each).
 type splitFixture struct {
 	*affinityFixture
 	home string
@@ -21,6 +23,12 @@ type splitFixture struct {
 }
 
 func newSplitFixture(t *testing.T, rates map[string]float64) *splitFixture {
+	return newSplitFixtureWith(t, rates, othersRate)
+}
+
+// newSplitFixtureWith is newSplitFixture with another importer sending
+// others requests a second to each cluster.
+func newSplitFixtureWith(t *testing.T, rates map[string]float64, others float64) *splitFixture {
 	f := &splitFixture{affinityFixture: newAffinityFixture(t), now: epoch}
 	group := f.conversation(0, 4)
 	for range 2 {
@@ -32,22 +40,28 @@ func newSplitFixture(t *testing.T, rates map[string]float64) *splitFixture {
 	}
 	for s := range 30 {
 		f.now = epoch.Add(time.Duration(s) * time.Second)
-		f.count(rates)
+		f.countWith(rates, others)
 		_, err := f.order(t, f.at(group, false))
 		require.NoError(t, err)
 	}
 	return f
 }
 
-// count sets each cluster's EPP counts at f.now, as scraped: requests of
-// other clusters' users (relayed from "") at rates since epoch.
-func (f *splitFixture) count(rates map[string]float64) {
+// othersRate is the requests a second another importer sends each
+// cluster in the fixture: 6 of every 16 with the rates of most tests,
+// well above splitUnseenAbove.
+const othersRate = 2
+
+// countWith sets each cluster's EPP counts at f.now, as scraped: this
+// sidecar's requests (relayed from "", the fixture's requests' cluster)
+// at rates since epoch, and another importer's at others.
+func (f *splitFixture) countWith(rates map[string]float64, others float64) {
 	n := f.now.Sub(epoch).Seconds()
 	for i := range f.cands {
 		f.cands[i].Pool.UpdatedAt = f.now
 		f.cands[i].Pool.RelayedRequests = nil
 		if rates != nil {
-			f.cands[i].Pool.RelayedRequests = map[string]float64{"": rates[f.cands[i].Name] * n}
+			f.cands[i].Pool.RelayedRequests = map[string]float64{"": rates[f.cands[i].Name] * n, "cluster-x": others * n}
 		}
 	}
 }
@@ -145,20 +159,30 @@ func TestConversationsSplitGoWhereMostOfTheirPromptIs(t *testing.T) {
 func TestConversationsStayHomeWhereTheSharesAreNotKnownOrHeld(t *testing.T) {
 	probe := newSplitFixture(t, nil)
 	others := map[string]float64{"a": 3, "b": 3, "c": 3}
+	busyHome := func(home string) map[string]float64 {
+		r := map[string]float64{"a": 1, "b": 1, "c": 1}
+		r[home] = 6
+		return r
+	}
 	for _, tc := range []struct {
-		name  string
-		rates func(home string) map[string]float64
+		name   string
+		rates  func(home string) map[string]float64
+		others float64
 	}{
-		{"EPPs that count nothing (upstream EPPs)", func(string) map[string]float64 { return nil }},
-		{"a home at its share", func(string) map[string]float64 { return others }},
-		{"a home within the margin above its share (2 points)", func(home string) map[string]float64 {
+		{"EPPs that count nothing (upstream EPPs)", func(string) map[string]float64 { return nil }, othersRate},
+		{"a home at its share", func(string) map[string]float64 { return others }, othersRate},
+		{"a home within the margin above its share (1.3 points)", func(home string) map[string]float64 {
 			r := map[string]float64{"a": 3, "b": 3, "c": 3}
 			r[home] = 3.3
 			return r
-		}},
+		}, othersRate},
+		// The home serves 75% of all the requests, but the sidecar places
+		// all of them: its bound sheds its groups' own traffic.
+		{"no traffic the sidecar does not place", busyHome, 0},
+		{"less than a tenth of the traffic the sidecar does not place (9%)", busyHome, 0.27},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newSplitFixture(t, tc.rates(probe.home))
+			f := newSplitFixtureWith(t, tc.rates(probe.home), tc.others)
 			to, outcome := f.route(t, f.at(f.conversation(1, 1), true))
 			assert.Equal(t, HomeAtHome, outcome)
 			assert.Equal(t, f.home, to)

@@ -142,7 +142,10 @@ func TestConversationsSplitOffAHomeOverItsShareStayWhereTheyWent(t *testing.T) {
 	}
 	// The EPPs' counts at second sec of this sidecar's requests (a
 	// few groups' traffic, which the shares deal by count): 1 a second
-	// at each cluster, and 6 more at busy.
+	// at each cluster, and 6 more at busy; and of another importing
+	// cluster's, 1 a second at each (a third of all the requests when
+	// none is busy: traffic this sidecar does not place, without which
+	// nothing is split).
 	count := func(sec int, busy string) time.Time {
 		at := now.Add(time.Duration(sec) * time.Second)
 		for i, c := range tbl.Rules()[0].Backends[0].Clusters {
@@ -152,7 +155,7 @@ func TestConversationsSplitOffAHomeOverItsShareStayWhereTheyWent(t *testing.T) {
 			if c.Local {
 				mine = ""
 			}
-			m.RelayedRequests = map[string]float64{mine: float64(sec)}
+			m.RelayedRequests = map[string]float64{mine: float64(sec), "cluster-x": float64(sec)}
 			if c.Name == busy {
 				m.RelayedRequests[mine] = 7 * float64(sec)
 			}

@@ -148,28 +148,48 @@ func TestCapacity(t *testing.T) {
 	assert.InDelta(t, 1.2, p.Rate/Capacity(got, c, 12), 0.06, "the rate passes the capacity by 20%%")
 }
 
-// A salt makes the one-shot requests of two runs share nothing, and
-// changes nothing else: arrivals, conversations and lengths.
-func TestOneShotSalt(t *testing.T) {
+// saltedPair generates a small profile's requests without a salt and
+// with the one salt sets, arrival for arrival.
+func saltedPair(t *testing.T, salt func(*Profile)) (a, b []Request) {
+	t.Helper()
 	p := Profile{Seed: 3, Duration: 5 * time.Second, Rate: 20, Groups: 2, SystemTokens: 50, ActiveConversations: 3, Turns: 3,
 		UserTokens: 5, OutputTokens: 4, OneShotShare: 0.5, OneShotTokens: 20}
 	a, err := Generate(p)
 	require.NoError(t, err)
-	p.OneShotSalt = "r2-"
-	b, err := Generate(p)
+	salt(&p)
+	b, err = Generate(p)
 	require.NoError(t, err)
 	require.Equal(t, len(a), len(b))
-	oneShots := 0
 	for i := range a {
 		assert.Equal(t, a[i].At, b[i].At)
+		assert.Equal(t, a[i].Group, b[i].Group)
 		require.Len(t, b[i].Messages, len(a[i].Messages))
+	}
+	return a, b
+}
+
+// differs asserts that message m of request i of a and b has other text
+// of as many words, in the same role.
+func differs(t *testing.T, a, b []Request, i, m int) {
+	t.Helper()
+	x, y := a[i].Messages[m], b[i].Messages[m]
+	assert.Equal(t, x.Role, y.Role)
+	assert.NotEqual(t, x.Content[:8], y.Content[:8], "request %d, message %d", i, m)
+	assert.Equal(t, len(strings.Fields(x.Content)), len(strings.Fields(y.Content)))
+}
+
+// A salt makes the one-shot requests of two runs share nothing, and
+// changes nothing else: arrivals, conversations and lengths.
+func TestOneShotSalt(t *testing.T) {
+	a, b := saltedPair(t, func(p *Profile) { p.OneShotSalt = "r2-" })
+	oneShots := 0
+	for i := range a {
 		if a[i].Conversation >= 0 {
 			assert.Equal(t, a[i].Messages, b[i].Messages, "request %d: a conversation's turn", i)
 			continue
 		}
 		oneShots++
-		assert.NotEqual(t, a[i].Messages[0].Content[:8], b[i].Messages[0].Content[:8], "request %d: a one-shot request", i)
-		assert.Equal(t, len(strings.Fields(a[i].Messages[0].Content)), len(strings.Fields(b[i].Messages[0].Content)))
+		differs(t, a, b, i, 0)
 	}
 	assert.Positive(t, oneShots)
 }
@@ -177,19 +197,9 @@ func TestOneShotSalt(t *testing.T) {
 // A conversation salt makes two runs' conversations share nothing but
 // their groups' system prompts, and changes nothing else.
 func TestConversationSalt(t *testing.T) {
-	p := Profile{Seed: 3, Duration: 5 * time.Second, Rate: 20, Groups: 2, SystemTokens: 50, ActiveConversations: 3, Turns: 3,
-		UserTokens: 5, OutputTokens: 4, OneShotShare: 0.5, OneShotTokens: 20}
-	a, err := Generate(p)
-	require.NoError(t, err)
-	p.ConversationSalt = "r2-"
-	b, err := Generate(p)
-	require.NoError(t, err)
-	require.Equal(t, len(a), len(b))
+	a, b := saltedPair(t, func(p *Profile) { p.ConversationSalt = "r2-" })
 	turns := 0
 	for i := range a {
-		assert.Equal(t, a[i].At, b[i].At)
-		assert.Equal(t, a[i].Group, b[i].Group)
-		require.Len(t, b[i].Messages, len(a[i].Messages))
 		if a[i].Conversation < 0 {
 			assert.Equal(t, a[i].Messages, b[i].Messages, "request %d: a one-shot request", i)
 			continue
@@ -197,9 +207,7 @@ func TestConversationSalt(t *testing.T) {
 		turns++
 		assert.Equal(t, a[i].Messages[0], b[i].Messages[0], "request %d: the group's system prompt", i)
 		for m := 1; m < len(a[i].Messages); m++ {
-			assert.Equal(t, a[i].Messages[m].Role, b[i].Messages[m].Role)
-			assert.NotEqual(t, a[i].Messages[m].Content[:8], b[i].Messages[m].Content[:8], "request %d, message %d", i, m)
-			assert.Equal(t, len(strings.Fields(a[i].Messages[m].Content)), len(strings.Fields(b[i].Messages[m].Content)))
+			differs(t, a, b, i, m)
 		}
 	}
 	assert.Positive(t, turns)

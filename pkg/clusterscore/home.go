@@ -96,9 +96,9 @@ const (
 	// key whose home serves more than splitMargin above its capacity's
 	// share of all the requests its EPP and the others count (Shares),
 	// more than splitUnseenAbove of them traffic the sidecar does not
-	// place; of
-	// the candidates of the first tier below their own share, the one
-	// holding the most of the prompt, then the furthest below, took it,
+	// place; of the candidates of the first tier below their own share,
+	// the one holding the most of the prompt, then the furthest below,
+	// took it,
 	// within its bound, and the conversation's later turns follow it
 	// (HomeFollowed). A group's system prompt is then computed on one more
 	// cluster, once, where whole groups could not hold equal shares.

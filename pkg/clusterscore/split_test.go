@@ -98,8 +98,9 @@ func TestConversationsOpenedAtAHomeOverItsShareGoElsewhereAndStayThere(t *testin
 		}
 		return rest[0], rest[1]
 	}
-	// The home's EPP counts 6 requests a second, the others 1 and 3: the
-	// home serves 60% of all the requests, 27 points above a third.
+	// The home's EPP counts 6 requests a second of this sidecar's, the
+	// others 1 and 3, and each 2 of another importer's: the home serves
+	// half of all the requests, 17 points above a third.
 	probe := newSplitFixture(t, nil)
 	under, busier := others(probe.home)
 	rates := map[string]float64{probe.home: 6, under: 1, busier: 3}
@@ -129,10 +130,9 @@ func TestConversationsOpenedAtAHomeOverItsShareGoElsewhereAndStayThere(t *testin
 
 // Of the clusters below their share, a split conversation goes to the one
 // that holds the most of its prompt, whose cache saves that much of its
-// prefill, and of those that hold as much, the furthest below. Here every
-// cluster holds the group's prefix (the fixture's first request of the
-// group was dealt before its home was known) and the one less far below
-// has also served a conversation that opened the same way.
+// prefill, and of those that hold as much, the furthest below. In the
+// fixture every cluster already holds the group's prefix; here the one
+// less far below has also served a conversation that opened the same way.
 func TestConversationsSplitGoWhereMostOfTheirPromptIs(t *testing.T) {
 	probe := newSplitFixture(t, nil)
 	var under, below string
@@ -141,8 +141,8 @@ func TestConversationsSplitGoWhereMostOfTheirPromptIs(t *testing.T) {
 			under, below = below, n
 		}
 	}
-	// The home serves 60% of all the requests, below 30% and under 10%:
-	// both below a third.
+	// With the other importer's requests, the home serves half of all
+	// the requests, below 31% and under 19%: both below a third.
 	f := newSplitFixture(t, map[string]float64{probe.home: 6, under: 1, below: 3})
 	opening := f.conversation(1, 1)
 	f.mem.Served(f.at(opening, true), below)

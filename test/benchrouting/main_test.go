@@ -143,7 +143,8 @@ func BenchmarkRouting(b *testing.B) {
 // one memory for all its policies (homes, the learned index), so without
 // it the policy that runs first meets a sidecar that has never seen the
 // workload's groups and those after it one that has, and the measure
-// depends on the order. Its one-shot prompts and conversations are its own, as every run's.
+// depends on the order. Its one-shot prompts and conversations are its
+// own, as every run's.
 func warmUp(ctx context.Context, e *env, w spec, name string, prof workload.Profile) error {
 	policies := cfg.policiesOf(w)
 	i := slices.IndexFunc(policies, func(p string) bool { return !isReference(p) })

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
@@ -396,22 +397,37 @@ func applyToRealMember(t *testing.T, ctx context.Context, c *cluster, obj runtim
 		}
 	case *discoveryv1.EndpointSlice:
 		api := c.kube.DiscoveryV1().EndpointSlices(o.Namespace)
-		var existing *discoveryv1.EndpointSlice
-		if existing, err = api.Get(ctx, o.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			_, err = api.Create(ctx, o, metav1.CreateOptions{})
-		} else if err == nil {
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			existing, err := api.Get(ctx, o.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				_, err = api.Create(ctx, o, metav1.CreateOptions{})
+				return err
+			}
+			if err != nil {
+				return err
+			}
 			o.ResourceVersion = existing.ResourceVersion
 			_, err = api.Update(ctx, o, metav1.UpdateOptions{})
-		}
+			return err
+		})
 	case *poolv1.InferencePool:
+		// The member's export status controller writes the pool's status
+		// between a read and an update: retried as any writer of a shared
+		// object does.
 		api := c.mci.InferencePoolV1().InferencePools(o.Namespace)
-		var existing *poolv1.InferencePool
-		if existing, err = api.Get(ctx, o.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			_, err = api.Create(ctx, o, metav1.CreateOptions{})
-		} else if err == nil {
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			existing, err := api.Get(ctx, o.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				_, err = api.Create(ctx, o, metav1.CreateOptions{})
+				return err
+			}
+			if err != nil {
+				return err
+			}
 			o.ResourceVersion = existing.ResourceVersion
 			_, err = api.Update(ctx, o, metav1.UpdateOptions{})
-		}
+			return err
+		})
 	default:
 		t.Fatalf("no rule to apply a %T", obj)
 	}

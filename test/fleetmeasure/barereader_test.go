@@ -36,10 +36,14 @@ import (
 // twice: keeping the summaries decoded in client-go's store, as a stock
 // reader does, and keeping nothing of them, which is the floor of any
 // reader of a member's summaries over a connection of its own, before
-// it keeps anything.
+// it keeps anything. It runs a third time keeping nothing of the export
+// summaries alone, one reflector a member: what a member's second watch
+// costs, and the floor of a reader that would read both summaries
+// through one watch.
 const (
 	bareReaderEnv     = "MCI_FLEET_BARE_READER"
 	bareReaderKeepEnv = "MCI_FLEET_BARE_READER_KEEPS"
+	bareReaderOneEnv  = "MCI_FLEET_BARE_READER_ONE_WATCH"
 	// bareReaderSync bounds how long the bare reader waits for every
 	// member's lists: the importer is given 10 minutes to be consistent,
 	// a reader with nothing to compute needs far less.
@@ -48,7 +52,7 @@ const (
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(bareReaderEnv); dir != "" {
-		if err := runBareReader(dir, os.Getenv(bareReaderKeepEnv) != ""); err != nil {
+		if err := runBareReader(dir, bareReading{keeps: os.Getenv(bareReaderKeepEnv) != "", oneWatch: os.Getenv(bareReaderOneEnv) != ""}); err != nil {
 			fmt.Fprintln(os.Stderr, "bare reader:", err)
 			os.Exit(1)
 		}
@@ -63,15 +67,25 @@ type bareFigures struct {
 	heapPerMember, goroutinesPerMember float64
 }
 
+// bareReading is what a bare reader reads of each member: both summary
+// resources or the export summaries alone (oneWatch), kept decoded or
+// not kept.
+type bareReading struct {
+	keeps, oneWatch bool
+}
+
 // measureBareReader runs a bare reader of the members whose kubeconfigs
-// are in dir, keeping their summaries or not, until every member is
-// listed and its watches are open.
-func measureBareReader(t *testing.T, ctx context.Context, dir string, n int, keeps bool) bareFigures {
+// are in dir, reading them as r says, until every member is listed and
+// its watches are open.
+func measureBareReader(t *testing.T, ctx context.Context, dir string, n int, r bareReading) bareFigures {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), bareReaderEnv+"="+dir)
-	if keeps {
+	if r.keeps {
 		cmd.Env = append(cmd.Env, bareReaderKeepEnv+"=1")
+	}
+	if r.oneWatch {
+		cmd.Env = append(cmd.Env, bareReaderOneEnv+"=1")
 	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -94,7 +108,7 @@ func measureBareReader(t *testing.T, ctx context.Context, dir string, n int, kee
 
 // runBareReader reads every member of dir, then prints its heap and
 // goroutines before and after, and reads until stdin closes.
-func runBareReader(dir string, keeps bool) error {
+func runBareReader(dir string, r bareReading) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -108,7 +122,7 @@ func runBareReader(dir string, keeps bool) error {
 	}
 	var reflectors []*cache.Reflector
 	for _, f := range files {
-		rs, err := readMember(ctx, f, keeps)
+		rs, err := readMember(ctx, f, r)
 		if err != nil {
 			return err
 		}
@@ -130,7 +144,7 @@ func runBareReader(dir string, keeps bool) error {
 	time.Sleep(2 * time.Second)
 	heap, goroutines := liveHeap()
 	if dir := os.Getenv(profilesEnv); dir != "" {
-		if err := writeHeapProfile(filepath.Join(dir, fmt.Sprintf("bare-heap-keeps-%t.pb.gz", keeps))); err != nil {
+		if err := writeHeapProfile(filepath.Join(dir, fmt.Sprintf("bare-heap-keeps-%t-one-watch-%t.pb.gz", r.keeps, r.oneWatch))); err != nil {
 			return err
 		}
 	}
@@ -141,8 +155,9 @@ func runBareReader(dir string, keeps bool) error {
 }
 
 // readMember starts a reflector for each summary resource of the member
-// whose kubeconfig is file, into a store when it keeps them.
-func readMember(ctx context.Context, file string, keeps bool) ([]*cache.Reflector, error) {
+// whose kubeconfig is file (the export summaries alone with
+// r.oneWatch), into a store when r keeps them.
+func readMember(ctx context.Context, file string, r bareReading) ([]*cache.Reflector, error) {
 	config, err := clientcmd.BuildConfigFromFlags("", file)
 	if err != nil {
 		return nil, err
@@ -156,20 +171,24 @@ func readMember(ctx context.Context, file string, keeps bool) ([]*cache.Reflecto
 	if err != nil {
 		return nil, err
 	}
-	var out []*cache.Reflector
-	for _, r := range []struct {
+	resources := []struct {
 		resource string
 		object   apiruntime.Object
 	}{
 		{"inferencepoolexportsummaries", &v1alpha1.InferencePoolExportSummary{}},
 		{"inferenceclustersummaries", &v1alpha1.InferenceClusterSummary{}},
-	} {
-		lw := cache.NewListWatchFromClient(client.RESTClient(), r.resource, "", fields.Everything())
+	}
+	if r.oneWatch {
+		resources = resources[:1]
+	}
+	var out []*cache.Reflector
+	for _, res := range resources {
+		lw := cache.NewListWatchFromClient(client.RESTClient(), res.resource, "", fields.Everything())
 		var store cache.ReflectorStore = discardingStore{}
-		if keeps {
+		if r.keeps {
 			store = cache.NewStore(cache.MetaNamespaceKeyFunc)
 		}
-		reflector := cache.NewReflector(lw, r.object, store, 0)
+		reflector := cache.NewReflector(lw, res.object, store, 0)
 		go reflector.RunWithContext(ctx)
 		out = append(out, reflector)
 	}

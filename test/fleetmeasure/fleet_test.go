@@ -92,8 +92,8 @@ func TestImporterAgainstAMockFleet(t *testing.T) {
 		heapPerMember, goroutinesPerMember := (m.heap-baseline.heap)/float64(n), (m.goroutines-baseline.goroutines)/float64(n)
 		t.Logf("%d members x %d pools: consistent %.1fs after the server started; heap %.1f MiB, %.1f KiB per member over no member; goroutines %d (%d over no member); load average %s",
 			n, pools, m.bootstrap.Seconds(), m.heap/(1<<20), heapPerMember/1024, int(m.goroutines), int(m.goroutines-baseline.goroutines), loadAverage())
-		t.Logf("%d members: a bare client-go reader of the same members' two summary resources (one connection and two reflectors a member, nothing else): heap %.1f KiB a member keeping the summaries decoded in a store, %.1f KiB keeping nothing; %.1f goroutines a member",
-			n, m.bare.heapPerMember/1024, m.bareKeepingNothing.heapPerMember/1024, m.bare.goroutinesPerMember)
+		t.Logf("%d members: a bare client-go reader of the same members' two summary resources (one connection and two reflectors a member, nothing else): heap %.1f KiB a member keeping the summaries decoded in a store, %.1f KiB keeping nothing; %.1f goroutines a member; reading the export summaries alone (one watch a member), keeping nothing, %.1f KiB",
+			n, m.bare.heapPerMember/1024, m.bareKeepingNothing.heapPerMember/1024, m.bare.goroutinesPerMember, m.bareOneWatch.heapPerMember/1024)
 		t.Logf("%d members: the importer's start sent %d LISTs (streaming lists included) and %d WATCHes (%.2f and %.2f a member)",
 			n, m.bootstrapReads.Lists, m.bootstrapReads.Watches, float64(m.bootstrapReads.Lists)/float64(n), float64(m.bootstrapReads.Watches)/float64(n))
 		t.Logf("%d members: %d export changes in %s (%.0f a second, as many flaps): to the importer's watcher p50 %s, p99 %s, %d unseen after %s; importer CPU %s a change over its idle %s a second",
@@ -126,8 +126,11 @@ type figures struct {
 	// members holds, keeping their summaries decoded and keeping nothing
 	// of them (barereader_test.go).
 	bare, bareKeepingNothing bareFigures
-	churn                    churnFigures
-	restart                  restartFigures
+	// bareOneWatch is what a bare reader of the export summaries alone
+	// holds keeping nothing: one watch a member.
+	bareOneWatch bareFigures
+	churn        churnFigures
+	restart      restartFigures
 }
 
 // measure restarts the importer's mci-apiserver against a fleet of n mock
@@ -197,8 +200,9 @@ func measure(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, 
 	f := figures{bootstrap: time.Since(started), bootstrapReads: readsSince(readsBefore, fleet.Reads())}
 	f.heap, f.goroutines = runtimeFigures(t, ctx, cs, c, n)
 	if n > 0 {
-		f.bare = measureBareReader(t, ctx, members, n, true)
-		f.bareKeepingNothing = measureBareReader(t, ctx, members, n, false)
+		f.bare = measureBareReader(t, ctx, members, n, bareReading{keeps: true})
+		f.bareKeepingNothing = measureBareReader(t, ctx, members, n, bareReading{})
+		f.bareOneWatch = measureBareReader(t, ctx, members, n, bareReading{oneWatch: true})
 		f.churn = measureChurn(t, ctx, fleet, client, importerServer{cs: cs, c: c, n: n})
 		f.restart = measureMemberRestart(t, ctx, fleet)
 	}

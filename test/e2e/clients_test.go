@@ -140,6 +140,27 @@ func (c *cluster) createProgrammedGateway(t *testing.T, ctx context.Context, nam
 	require.NoError(t, err)
 }
 
+// editPool changes the pool as its owner does: read, change, write with
+// the resourceVersion read, retry on a conflict. The member's export status
+// controller writes the pool's status between a test's read and its
+// write, so a plain read and update fails now and then.
+func (c *cluster) editPool(t *testing.T, ctx context.Context, namespace, name string, change func(*poolv1.InferencePool)) {
+	t.Helper()
+	api := c.mci.InferencePoolV1().InferencePools(namespace)
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pool, err := api.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if pool.Annotations == nil {
+			pool.Annotations = map[string]string{}
+		}
+		change(pool)
+		_, err = api.Update(ctx, pool, metav1.UpdateOptions{})
+		return err
+	}), "editing InferencePool %s/%s", namespace, name)
+}
+
 // setGatewayParents sets the pool's status.parents entries of controller
 // to parents, as a gateway controller does: read, modify only its own
 // entries, write with the resourceVersion read, retry on a conflict. Other

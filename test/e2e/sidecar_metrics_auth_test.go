@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/routingpolicy"
@@ -175,11 +176,9 @@ func TestSidecarReadsEPPMetricsBehindAuthenticationAndRoutesAroundUnknownLoad(t 
 		Data:       map[string][]byte{epptransport.SecretTokenKey: []byte(tr.Status.Token)},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	exported, err := a.mci.InferencePoolV1().InferencePools(ns).Get(ctx, pool, metav1.GetOptions{})
-	require.NoError(t, err)
-	exported.Annotations[v1alpha1.EndpointPickerMetricsTokenSecretAnnotation] = "epp-metrics-token"
-	_, err = a.mci.InferencePoolV1().InferencePools(ns).Update(ctx, exported, metav1.UpdateOptions{})
-	require.NoError(t, err)
+	a.editPool(t, ctx, ns, pool, func(p *poolv1.InferencePool) {
+		p.Annotations[v1alpha1.EndpointPickerMetricsTokenSecretAnnotation] = "epp-metrics-token"
+	})
 	// Sent once the import names it: authenticated, not yet authorized.
 	waitfor.Eventually(t, ctx, 30*time.Second, func(context.Context) (bool, string) {
 		n := logs.count(urlA, `"state"="unauthorized"`, "403 Forbidden")

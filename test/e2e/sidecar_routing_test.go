@@ -19,6 +19,7 @@ import (
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha2"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/routingpolicy"
 	"github.com/mci-dev/mci/test/promtext"
@@ -206,16 +207,13 @@ func TestSidecarSplitsShedsWithdrawsAndFailsClosedAcrossTheClusterSet(t *testing
 		canonical := "in-flight=1,pick=two-choices,filters=health+ready+weight+model+saturation,affinity-margin=1,queue-margin=1,home-bound=off"
 		setPolicy := func(v string) {
 			for _, name := range []string{"cluster-a", "cluster-c"} {
-				pools := clusterClients(t, name).mci.InferencePoolV1().InferencePools(s.ns)
-				p, err := pools.Get(ctx, "llm", metav1.GetOptions{})
-				require.NoError(t, err)
-				if v == "" {
-					delete(p.Annotations, v1alpha1.ClusterPolicyAnnotation)
-				} else {
-					p.Annotations[v1alpha1.ClusterPolicyAnnotation] = v
-				}
-				_, err = pools.Update(ctx, p, metav1.UpdateOptions{})
-				require.NoError(t, err)
+				clusterClients(t, name).editPool(t, ctx, s.ns, "llm", func(p *poolv1.InferencePool) {
+					if v == "" {
+						delete(p.Annotations, v1alpha1.ClusterPolicyAnnotation)
+					} else {
+						p.Annotations[v1alpha1.ClusterPolicyAnnotation] = v
+					}
+				})
 			}
 		}
 		// The route's policy wins over the import's: it names none here.
@@ -256,15 +254,11 @@ func TestSidecarSplitsShedsWithdrawsAndFailsClosedAcrossTheClusterSet(t *testing
 		require.NoError(t, err)
 		defer w.Stop()
 
-		c := clusterClients(t, "cluster-c")
-		pools := c.mci.InferencePoolV1().InferencePools(s.ns)
-		p, err := pools.Get(ctx, "llm", metav1.GetOptions{})
-		require.NoError(t, err)
-		delete(p.Annotations, v1alpha1.ExportAnnotation)
-		delete(p.Annotations, v1alpha1.ExportModeAnnotation)
 		withdrawn := time.Now()
-		_, err = pools.Update(ctx, p, metav1.UpdateOptions{})
-		require.NoError(t, err)
+		clusterClients(t, "cluster-c").editPool(t, ctx, s.ns, "llm", func(p *poolv1.InferencePool) {
+			delete(p.Annotations, v1alpha1.ExportAnnotation)
+			delete(p.Annotations, v1alpha1.ExportModeAnnotation)
+		})
 
 		var ev watch.Event
 		select {
@@ -311,16 +305,10 @@ func TestSidecarSplitsShedsWithdrawsAndFailsClosedAcrossTheClusterSet(t *testing
 			"cluster-a": `{"region": "eu-west-1"}`,
 			"cluster-c": `{"region": "us-east-1", "weight": 1000}`,
 		} {
-			pools := clusterClients(t, name).mci.InferencePoolV1().InferencePools(s.ns)
-			p, err := pools.Get(ctx, "llm", metav1.GetOptions{})
-			require.NoError(t, err)
-			if p.Annotations == nil {
-				p.Annotations = map[string]string{}
-			}
-			p.Annotations[v1alpha1.ExportAnnotation] = v1alpha1.ExportScopeClusterSet
-			p.Annotations[v1alpha1.ExportSettingsAnnotation] = settings
-			_, err = pools.Update(ctx, p, metav1.UpdateOptions{})
-			require.NoError(t, err)
+			clusterClients(t, name).editPool(t, ctx, s.ns, "llm", func(p *poolv1.InferencePool) {
+				p.Annotations[v1alpha1.ExportAnnotation] = v1alpha1.ExportScopeClusterSet
+				p.Annotations[v1alpha1.ExportSettingsAnnotation] = settings
+			})
 		}
 		restricted := func(regions string) map[string]string {
 			return map[string]string{

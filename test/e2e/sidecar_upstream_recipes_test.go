@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/routetable"
 	"github.com/mci-dev/mci/pkg/routingpolicy"
@@ -98,12 +99,10 @@ func TestTheREADMERecipeRoutesToUpstreamEPPsAtTheirDefaultFlags(t *testing.T) {
 		require.NoError(t, err)
 
 		// On the exported pool: the two annotations of the recipe.
-		p, err := x.mci.InferencePoolV1().InferencePools(ns).Get(ctx, pool, metav1.GetOptions{})
-		require.NoError(t, err)
-		p.Annotations[v1alpha1.EndpointPickerTransportAnnotation] = "ext-proc=TLS"
-		p.Annotations[v1alpha1.EndpointPickerMetricsTokenSecretAnnotation] = tokenSecret(cluster)
-		_, err = x.mci.InferencePoolV1().InferencePools(ns).Update(ctx, p, metav1.UpdateOptions{})
-		require.NoError(t, err)
+		x.editPool(t, ctx, ns, pool, func(p *poolv1.InferencePool) {
+			p.Annotations[v1alpha1.EndpointPickerTransportAnnotation] = "ext-proc=TLS"
+			p.Annotations[v1alpha1.EndpointPickerMetricsTokenSecretAnnotation] = tokenSecret(cluster)
+		})
 	}
 
 	waitStates := func(what string, want map[string]string) {

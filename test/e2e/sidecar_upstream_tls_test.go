@@ -17,6 +17,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/eppanswer"
 	"github.com/mci-dev/mci/pkg/epptransport"
 	"github.com/mci-dev/mci/pkg/routetable"
@@ -97,11 +98,9 @@ func TestSidecarReachesAnEPPWithTheUpstreamDefaultsAndHonoursBackendTLSPolicy(t 
 	}
 	setPoolTransport := func(t *testing.T, value string) {
 		t.Helper()
-		p, err := a.mci.InferencePoolV1().InferencePools(ns).Get(ctx, pool, metav1.GetOptions{})
-		require.NoError(t, err)
-		p.Annotations[v1alpha1.EndpointPickerTransportAnnotation] = value
-		_, err = a.mci.InferencePoolV1().InferencePools(ns).Update(ctx, p, metav1.UpdateOptions{})
-		require.NoError(t, err)
+		a.editPool(t, ctx, ns, pool, func(p *poolv1.InferencePool) {
+			p.Annotations[v1alpha1.EndpointPickerTransportAnnotation] = value
+		})
 	}
 	importTransport := func(t *testing.T, want func(v1alpha1.EndpointPickerImport) bool) v1alpha1.EndpointPickerImport {
 		t.Helper()

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
+	poolv1 "github.com/mci-dev/mci/pkg/apis/inferencepool/v1"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
 	"github.com/mci-dev/mci/test/localclusterset"
 	"github.com/mci-dev/mci/test/waitfor"
@@ -264,11 +265,9 @@ func TestAScopedExportIsNotSentOutsideItsScope(t *testing.T) {
 			return w
 		}
 		wb, wc := watchAs(fromB), watchAs(fromC)
-		pool, err := a.mci.InferencePoolV1().InferencePools(ns).Get(ctx, "llm", metav1.GetOptions{})
-		require.NoError(t, err)
-		pool.Annotations[v1alpha1.ExportToAnnotation] = `{"clusters": ["cluster-c"]}`
-		_, err = a.mci.InferencePoolV1().InferencePools(ns).Update(ctx, pool, metav1.UpdateOptions{})
-		require.NoError(t, err)
+		a.editPool(t, ctx, ns, "llm", func(p *poolv1.InferencePool) {
+			p.Annotations[v1alpha1.ExportToAnnotation] = `{"clusters": ["cluster-c"]}`
+		})
 		next := func(w watch.Interface) watch.EventType {
 			select {
 			case ev := <-w.ResultChan():

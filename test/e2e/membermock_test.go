@@ -396,40 +396,38 @@ func applyToRealMember(t *testing.T, ctx context.Context, c *cluster, obj runtim
 			_, err = c.kube.CoreV1().Services(o.Namespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{})
 		}
 	case *discoveryv1.EndpointSlice:
-		api := c.kube.DiscoveryV1().EndpointSlices(o.Namespace)
-		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			existing, err := api.Get(ctx, o.Name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				_, err = api.Create(ctx, o, metav1.CreateOptions{})
-				return err
-			}
-			if err != nil {
-				return err
-			}
-			o.ResourceVersion = existing.ResourceVersion
-			_, err = api.Update(ctx, o, metav1.UpdateOptions{})
-			return err
-		})
+		err = createOrReplace(ctx, c.kube.DiscoveryV1().EndpointSlices(o.Namespace), o)
 	case *poolv1.InferencePool:
-		// The member's export status controller writes the pool's status
-		// between a read and an update: retried as any writer of a shared
-		// object does.
-		api := c.mci.InferencePoolV1().InferencePools(o.Namespace)
-		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			existing, err := api.Get(ctx, o.Name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				_, err = api.Create(ctx, o, metav1.CreateOptions{})
-				return err
-			}
-			if err != nil {
-				return err
-			}
-			o.ResourceVersion = existing.ResourceVersion
-			_, err = api.Update(ctx, o, metav1.UpdateOptions{})
-			return err
-		})
+		err = createOrReplace(ctx, c.mci.InferencePoolV1().InferencePools(o.Namespace), o)
 	default:
 		t.Fatalf("no rule to apply a %T", obj)
 	}
 	require.NoError(t, err)
+}
+
+// objectAPI is a typed client of objects of type T in one namespace.
+type objectAPI[T metav1.Object] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+}
+
+// createOrReplace creates o, or replaces the object of its name with it,
+// retrying on a conflict: the member's controllers write the objects'
+// status between a read and an update (its export status controller a
+// pool's).
+func createOrReplace[T metav1.Object](ctx context.Context, api objectAPI[T], o T) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		existing, err := api.Get(ctx, o.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = api.Create(ctx, o, metav1.CreateOptions{})
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		o.SetResourceVersion(existing.GetResourceVersion())
+		_, err = api.Update(ctx, o, metav1.UpdateOptions{})
+		return err
+	})
 }

@@ -45,7 +45,7 @@ func (t boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.tooLarge(err)
 		return nil, err
 	}
-	body := &boundedBody{ReadCloser: resp.Body, left: t.limit, req: req, limit: t.limit, tooLarge: t.tooLarge}
+	body := &boundedBody{ReadCloser: resp.Body, left: t.limit, method: req.Method, path: req.URL.Path, limit: t.limit, tooLarge: t.tooLarge}
 	if q := req.URL.Query(); q.Get("watch") == "true" || q.Get("watch") == "1" {
 		body.tooLarge = nil
 	}
@@ -53,14 +53,17 @@ func (t boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// boundedBody fails its reads once more than limit bytes were read.
+// boundedBody fails its reads once more than limit bytes were read. It
+// names the request by its method and path rather than keeping it: a
+// watch's body lives for minutes, and the request with it, its headers
+// and URL, about 1.5 KiB each of a member's two.
 type boundedBody struct {
 	io.ReadCloser
-	left     int64
-	limit    int64
-	req      *http.Request
-	tooLarge func(error)
-	err      error
+	left         int64
+	limit        int64
+	method, path string
+	tooLarge     func(error)
+	err          error
 }
 
 func (b *boundedBody) Read(p []byte) (int, error) {
@@ -75,7 +78,7 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.left -= int64(n)
 	if b.left < 0 {
-		b.err = fmt.Errorf("the response to %s %s exceeds the %d bytes a member may send in one (--member-max-response-bytes)", b.req.Method, b.req.URL.Path, b.limit)
+		b.err = fmt.Errorf("the response to %s %s exceeds the %d bytes a member may send in one (--member-max-response-bytes)", b.method, b.path, b.limit)
 		if b.tooLarge != nil {
 			b.tooLarge(b.err)
 		}

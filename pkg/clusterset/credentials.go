@@ -3,6 +3,7 @@ package clusterset
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -10,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/oauth2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
@@ -83,8 +83,8 @@ const forbiddenRetention = 2 * time.Minute
 // the watches'), and the bearer token each request carries. It also holds
 // the member's inline credentials, so that a rotated Secret that changes
 // nothing but them (its token, its client certificate and key, its CA
-// bundle) swaps them in place (rotate): client-go's token source transport
-// sends the current token with each request, and every request goes
+// bundle) swaps them in place (rotate): its wrapper of the member's
+// transport sends the current token with each request, and every request goes
 // through the current base transport, which holds the client certificate
 // and CA; the member's watches go on.
 type credentials struct {
@@ -95,7 +95,7 @@ type credentials struct {
 	// token is the bearer token sent, when the member's kubeconfig holds
 	// one inline; "" when client-go sends another kind of credential.
 	token string
-	// swappable: token is sent through this token source, so rotate
+	// swappable: token is sent by the credentials' wrapper, so rotate
 	// changes it in place.
 	swappable bool
 	// tls is the member's client certificate, key and CA, when the
@@ -154,15 +154,14 @@ func newCredentials(config *rest.Config, onChange func(prev, next *rejection)) *
 	if len(config.CertData) == 0 && config.CertFile != "" {
 		c.certFile, c.certSource = config.CertFile, sourceFile
 	}
-	// Innermost: client-go adds the Authorization header (a static token,
-	// an exec plugin's) outside the WrapTransport chain, so the observer
-	// sees what is sent.
-	config.Wrap(c.observe)
 	if config.BearerToken != "" && config.BearerTokenFile == "" && config.ExecProvider == nil && config.AuthProvider == nil {
 		c.token, c.swappable = config.BearerToken, true
 		config.BearerToken = ""
-		config.Wrap(transport.TokenSourceWrapTransport(c))
 	}
+	// Innermost: client-go adds the Authorization header (a static token,
+	// an exec plugin's) outside the WrapTransport chain, so the wrapper
+	// sees what is sent, and adds the swappable token itself.
+	config.Wrap(c.wrap)
 	c.takeTLS(config)
 	return c
 }
@@ -227,14 +226,50 @@ func baseTransportConfig(config *rest.Config) transport.Config {
 	return base
 }
 
-// transportFor is client-go's transport (its TLS configuration, its
-// dialer, its cache) for base with material, and nothing else: the
+// transportFor is the transport client-go would make for base with
+// material (its TLS configuration, the dialer, proxy and timeouts of its
+// transport cache, HTTP/2 as client-go sets it up), and nothing else: the
 // member's clients add authentication, their user agent and their
-// wrappers around it.
+// wrappers around it. It is made here rather than by client-go's cache
+// for one difference: the HPACK tables of the member's HTTP/2 connection.
+// A connection keeps a table each way for its life, up to 4 KiB each by
+// default, filled by the headers of the member's responses (their audit
+// IDs among them) and of mci's requests (the bearer token among them).
+// A member is asked little and mostly answers through watches that last
+// minutes, so the tables would save a few hundred bytes a request at the
+// price of several KiB held for every member.
 func transportFor(base transport.Config, material tlsMaterial) (http.RoundTripper, error) {
 	base.TLS.CAData, base.TLS.CertData, base.TLS.KeyData = material.ca, material.cert, material.key
-	return transport.New(&base)
+	tlsConfig, err := transport.TLSConfigFor(&base)
+	if err != nil {
+		return nil, err
+	}
+	dial := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	if base.DialHolder != nil {
+		dial = base.DialHolder.Dial
+	}
+	proxy := http.ProxyFromEnvironment
+	if base.Proxy != nil {
+		proxy = base.Proxy
+	}
+	return utilnet.SetTransportDefaults(&http.Transport{
+		Proxy:               proxy,
+		TLSHandshakeTimeout: 10 * time.Second,
+		TLSClientConfig:     tlsConfig,
+		MaxIdleConnsPerHost: 25,
+		DialContext:         dial,
+		DisableCompression:  base.DisableCompression,
+		HTTP2: &http.HTTP2Config{
+			MaxDecoderHeaderTableSize: headerTableBytes,
+			MaxEncoderHeaderTableSize: headerTableBytes,
+		},
+	}), nil
 }
+
+// headerTableBytes is the size of a member connection's HPACK tables: no
+// header field fits in it (each takes its length and 32 bytes), so every
+// field is sent literally. Zero would mean the default to Go's HTTP/2.
+const headerTableBytes = 1
 
 // swappableTransport is a member's base transport: every request goes
 // through the one it holds at the time, so a rotated client certificate
@@ -262,11 +297,12 @@ func (s *swappableTransport) RoundTrip(req *http.Request) (*http.Response, error
 // connections, say) reach the transport in use.
 func (s *swappableTransport) WrappedRoundTripper() http.RoundTripper { return s.current() }
 
-// Token implements oauth2.TokenSource: the member's current bearer token.
-func (c *credentials) Token() (*oauth2.Token, error) {
+// swappableToken is the member's current bearer token, when it is sent
+// by the credentials rather than by client-go.
+func (c *credentials) swappableToken() (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return &oauth2.Token{AccessToken: c.token, TokenType: "Bearer"}, nil
+	return c.token, c.swappable
 }
 
 // rotate swaps in the inline credentials of config (a rotated kubeconfig
@@ -322,8 +358,9 @@ func (c *credentials) rotate(config *rest.Config) bool {
 	return true
 }
 
-// observe is a rest.Config WrapTransport.
-func (c *credentials) observe(rt http.RoundTripper) http.RoundTripper {
+// wrap is a rest.Config WrapTransport: it sends the swappable token and
+// observes every request and its answer.
+func (c *credentials) wrap(rt http.RoundTripper) http.RoundTripper {
 	return credentialsTransport{creds: c, next: rt}
 }
 
@@ -332,7 +369,16 @@ type credentialsTransport struct {
 	next  http.RoundTripper
 }
 
+// RoundTrip sends the swappable token with a request that carries no
+// other credential, as client-go's token source transport would. It does
+// so itself for the memory: that transport's response body keeps both the
+// request it was given and its copy with the token for as long as the
+// body is read, and a watch's body is read for minutes, two a member.
 func (t credentialsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if token, ok := t.creds.swappableToken(); ok && req.Header.Get("Authorization") == "" {
+		req = utilnet.CloneRequest(req)
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	t.creds.sent(req.Header.Get("Authorization"))
 	resp, err := t.next.RoundTrip(req)
 	if err == nil {

@@ -4,9 +4,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -161,13 +163,9 @@ func TestOnlyInlineCredentialsAreRotatedInPlace(t *testing.T) {
 	config := rest.CopyConfig(a.rest)
 	c := newCredentials(config, func(_, _ *rejection) {})
 	assert.Empty(t, config.BearerToken, "the token is sent through the credentials")
-	tok, err := c.Token()
-	require.NoError(t, err)
-	assert.Equal(t, "one", tok.AccessToken)
+	assert.Equal(t, "Bearer one", authorizationSent(t, config), "the inline token is sent")
 	require.True(t, c.rotate(b.rest))
-	tok, err = c.Token()
-	require.NoError(t, err)
-	assert.Equal(t, "two", tok.AccessToken)
+	assert.Equal(t, "Bearer two", authorizationSent(t, config), "the rotated token is sent from then on")
 	assert.False(t, newCredentials(&rest.Config{}, func(_, _ *rejection) {}).rotate(b.rest), "no inline token, nothing to swap")
 
 	config = rest.CopyConfig(withCert1.rest)
@@ -276,4 +274,66 @@ func TestTheExpiryOfACredentialRenewedOutsideTheKubeconfigIsReadWithItsSource(t 
 	c := newCredentials(&rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{CertFile: certFile, KeyFile: keyFile, CAData: ca}}, func(_, _ *rejection) {})
 	writeCert(exp.Add(24 * time.Hour))
 	assert.True(t, exp.Add(24*time.Hour).Equal(c.expiries()[credentialClientCertificate].at), "a renewed certificate file is read again")
+}
+
+// authorizationSent is the Authorization header a request made through
+// config's wrappers carries when it leaves them.
+func authorizationSent(t *testing.T, config *rest.Config) string {
+	t.Helper()
+	var got string
+	rt := config.WrapTransport(roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		got = req.Header.Get("Authorization")
+		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: req}, nil
+	}))
+	req, err := http.NewRequest(http.MethodGet, "https://a/api", nil)
+	require.NoError(t, err)
+	resp, err := rt.RoundTrip(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	assert.Empty(t, req.Header.Get("Authorization"), "the caller's request is not changed")
+	return got
+}
+
+// A member whose kubeconfig holds its CA inline is read over HTTP/2 and
+// verified TLS through the transport mci makes for it, its responses'
+// headers whole though no header table is kept; a server whose
+// certificate that CA did not sign is refused.
+func TestAMemberWithInlineTLSIsReadOverVerifiedHTTP2(t *testing.T) {
+	served := 0
+	member := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served++
+		w.Header().Set("Audit-Id", fmt.Sprintf("audit-%d-%s", served, r.Proto))
+		w.WriteHeader(http.StatusOK)
+	}))
+	member.EnableHTTP2 = true
+	member.StartTLS()
+	defer member.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: member.Certificate().Raw})
+
+	config := &rest.Config{Host: member.URL, TLSClientConfig: rest.TLSClientConfig{CAData: ca}}
+	c := newCredentials(config, func(_, _ *rejection) {})
+	require.NotNil(t, c.base, "an inline CA is taken into the credentials' transport")
+	for i := 1; i <= 3; i++ {
+		req, err := http.NewRequest(http.MethodGet, member.URL+"/api", nil)
+		require.NoError(t, err)
+		resp, err := c.base.RoundTrip(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, 2, resp.ProtoMajor, "HTTP/2: a member's requests share one connection")
+		assert.Equal(t, fmt.Sprintf("audit-%d-HTTP/2.0", i), resp.Header.Get("Audit-Id"))
+	}
+
+	otherCert, otherKey := selfSignedKeyPair(t, time.Now().Add(time.Hour))
+	otherPair, err := tls.X509KeyPair(otherCert, otherKey)
+	require.NoError(t, err)
+	other := httptest.NewUnstartedServer(http.NotFoundHandler())
+	other.EnableHTTP2 = true
+	other.TLS = &tls.Config{Certificates: []tls.Certificate{otherPair}}
+	other.StartTLS()
+	defer other.Close()
+	req, err := http.NewRequest(http.MethodGet, other.URL+"/api", nil)
+	require.NoError(t, err)
+	_, err = c.base.RoundTrip(req)
+	require.Error(t, err, "a certificate the member's CA did not sign")
+	assert.Contains(t, err.Error(), "certificate")
 }

@@ -18,11 +18,14 @@ import (
 	gatewaylisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
 	gatewaylistersv1beta1 "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1beta1"
 
+	"github.com/mci-dev/mci/pkg/apis/inference/v1alpha1"
 	mciclient "github.com/mci-dev/mci/pkg/generated/clientset/versioned"
+	"github.com/mci-dev/mci/pkg/generated/clientset/versioned/scheme"
 	inferencev1alpha1client "github.com/mci-dev/mci/pkg/generated/clientset/versioned/typed/inference/v1alpha1"
 	inferencelisters "github.com/mci-dev/mci/pkg/generated/listers/inference/v1alpha1"
 	poollisters "github.com/mci-dev/mci/pkg/generated/listers/inferencepool/v1"
 	"github.com/mci-dev/mci/pkg/imports"
+	"github.com/mci-dev/mci/pkg/jsonframe"
 	"github.com/mci-dev/mci/pkg/noserver"
 	"github.com/mci-dev/mci/pkg/statelog"
 )
@@ -184,7 +187,7 @@ func newMember(name, source string, config *rest.Config, responseBytes int64, ha
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
 	m.gatedConfig = gated
-	if m.summaryClient, err = inferencev1alpha1client.NewForConfigAndClient(gated, m.gatedClient); err != nil {
+	if m.summaryClient, err = summaryClientFor(gated, m.gatedClient); err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
 	// The clients made when asked are made from this configuration: an
@@ -193,6 +196,22 @@ func newMember(name, source string, config *rest.Config, responseBytes int64, ha
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
 	return m, nil
+}
+
+// summaryClientFor is the generated client of the summary API, configured
+// as its constructor would, but for the framer of its watches: a member's
+// two summary watches last for hours, and apimachinery's JSON framer keeps
+// a buffer as large as the largest event for each (jsonframe).
+func summaryClientFor(config *rest.Config, httpClient *http.Client) (*inferencev1alpha1client.InferenceV1alpha1Client, error) {
+	config = rest.CopyConfig(config)
+	gv := v1alpha1.SchemeGroupVersion
+	config.GroupVersion, config.APIPath = &gv, "/apis"
+	config.NegotiatedSerializer = jsonframe.NegotiatedSerializer(rest.CodecFactoryForGeneratedClient(scheme.Scheme, scheme.Codecs).WithoutConversion())
+	client, err := rest.RESTClientForConfigAndClient(config, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	return inferencev1alpha1client.New(client), nil
 }
 
 // discoveryClient asks which optional APIs the member serves, within

@@ -90,8 +90,9 @@ func TestImporterAgainstAMockFleet(t *testing.T) {
 	for _, n := range sizes {
 		m := measure(t, ctx, cs, n)
 		heapPerMember, goroutinesPerMember := (m.heap-baseline.heap)/float64(n), (m.goroutines-baseline.goroutines)/float64(n)
-		t.Logf("%d members x %d pools: consistent %.1fs after the server started; heap %.1f MiB, %.1f KiB per member over no member; goroutines %d (%d over no member); load average %s",
-			n, pools, m.bootstrap.Seconds(), m.heap/(1<<20), heapPerMember/1024, int(m.goroutines), int(m.goroutines-baseline.goroutines), loadAverage())
+		t.Logf("%d members x %d pools: consistent %.1fs after the server started; heap %.1f MiB, %.1f KiB per member over no member; goroutines %d (%d over no member), their stacks %.1f MiB (%.1f KiB per member over no member); load average %s",
+			n, pools, m.bootstrap.Seconds(), m.heap/(1<<20), heapPerMember/1024, int(m.goroutines), int(m.goroutines-baseline.goroutines),
+			m.stacks/(1<<20), (m.stacks-baseline.stacks)/float64(n)/1024, loadAverage())
 		t.Logf("%d members: a bare client-go reader of the same members' two summary resources (one connection and two reflectors a member, nothing else): heap %.1f KiB a member keeping the summaries decoded in a store, %.1f KiB keeping nothing; %.1f goroutines a member; reading the export summaries alone (one watch a member), keeping nothing, %.1f KiB",
 			n, m.bare.heapPerMember/1024, m.bareKeepingNothing.heapPerMember/1024, m.bare.goroutinesPerMember, m.bareOneWatch.heapPerMember/1024)
 		t.Logf("%d members: the importer's start sent %d LISTs (streaming lists included) and %d WATCHes (%.2f and %.2f a member)",
@@ -120,6 +121,9 @@ func TestImporterAgainstAMockFleet(t *testing.T) {
 type figures struct {
 	bootstrap        time.Duration
 	heap, goroutines float64
+	// stacks is the memory of the server's goroutines' stacks, which the
+	// heap does not count.
+	stacks float64
 	// bootstrapReads are the summary reads the importer's start sent.
 	bootstrapReads membermock.Reads
 	// bare and bareKeepingNothing are what a bare reader of the same
@@ -198,7 +202,7 @@ func measure(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, 
 		return true, ""
 	})
 	f := figures{bootstrap: time.Since(started), bootstrapReads: readsSince(readsBefore, fleet.Reads())}
-	f.heap, f.goroutines = runtimeFigures(t, ctx, cs, c, n)
+	f.heap, f.stacks, f.goroutines = runtimeFigures(t, ctx, cs, c, n)
 	if n > 0 {
 		f.bare = measureBareReader(t, ctx, members, n, bareReading{keeps: true})
 		f.bareKeepingNothing = measureBareReader(t, ctx, members, n, bareReading{})
@@ -221,7 +225,8 @@ func readsSince(before, now map[string]membermock.Reads) membermock.Reads {
 
 // runtimeFigures reads the server's heap after two collections (pprof's
 // gc=1, twice: what sync.Pools hold, the encoders and buffers of the
-// passes that computed the imports, survives one) and its goroutines.
+// passes that computed the imports, survives one), its goroutines and
+// their stacks.
 // The heap is the least of heapSamples such reads a second apart, so
 // that what is in flight at one read (a watch event being encoded, a
 // member's bookmark decoded) is not counted: read once, the figure moved
@@ -231,7 +236,7 @@ func readsSince(before, now map[string]membermock.Reads) membermock.Reads {
 // With MCI_FLEET_PROFILES naming a directory it keeps the server's heap
 // and goroutine profiles there, named after the fleet size, for `go tool
 // pprof`.
-func runtimeFigures(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, c *localclusterset.Cluster, n int) (heap, goroutines float64) {
+func runtimeFigures(t *testing.T, ctx context.Context, cs *localclusterset.ClusterSet, c *localclusterset.Cluster, n int) (heap, stacks, goroutines float64) {
 	client := serverClient(cs, c)
 	var profile []byte
 	heap = math.Inf(1)
@@ -246,7 +251,7 @@ func runtimeFigures(t *testing.T, ctx context.Context, cs *localclusterset.Clust
 		}
 		m := serverMetrics(t, ctx, cs, c)
 		if h := m.Value(t, "go_memstats_heap_alloc_bytes"); h < heap {
-			heap, goroutines = h, m.Value(t, "go_goroutines")
+			heap, stacks, goroutines = h, m.Value(t, "go_memstats_stack_inuse_bytes"), m.Value(t, "go_goroutines")
 		}
 	}
 	if dir := os.Getenv(profilesEnv); dir != "" {
@@ -255,7 +260,7 @@ func runtimeFigures(t *testing.T, ctx context.Context, cs *localclusterset.Clust
 		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("heap-%d.pb.gz", n)), profile, 0o600))
 		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("goroutine-%d.pb.gz", n)), goroutines, 0o600))
 	}
-	return heap, goroutines
+	return heap, stacks, goroutines
 }
 
 // heapSamples is how many reads of the heap runtimeFigures takes the least of.

@@ -61,10 +61,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// bareFigures are the bare reader's heap and goroutines per member: over
-// what the same process held before it read any member.
+// bareFigures are the bare reader's heap, goroutines and their stacks per
+// member: over what the same process held before it read any member.
 type bareFigures struct {
-	heapPerMember, goroutinesPerMember float64
+	heapPerMember, goroutinesPerMember, stacksPerMember float64
 }
 
 // bareReading is what a bare reader reads of each member: both summary
@@ -100,14 +100,14 @@ func measureBareReader(t *testing.T, ctx context.Context, dir string, n int, r b
 	}()
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	require.NoError(t, err, "the bare reader did not report")
-	var heap0, goroutines0, heap, goroutines float64
-	_, err = fmt.Sscanf(strings.TrimSpace(line), "%g %g %g %g", &heap0, &goroutines0, &heap, &goroutines)
+	var heap0, goroutines0, stacks0, heap, goroutines, stacks float64
+	_, err = fmt.Sscanf(strings.TrimSpace(line), "%g %g %g %g %g %g", &heap0, &goroutines0, &stacks0, &heap, &goroutines, &stacks)
 	require.NoError(t, err, "the bare reader's report %q", line)
-	return bareFigures{heapPerMember: (heap - heap0) / float64(n), goroutinesPerMember: (goroutines - goroutines0) / float64(n)}
+	return bareFigures{heapPerMember: (heap - heap0) / float64(n), goroutinesPerMember: (goroutines - goroutines0) / float64(n), stacksPerMember: (stacks - stacks0) / float64(n)}
 }
 
-// runBareReader reads every member of dir, then prints its heap and
-// goroutines before and after, and reads until stdin closes.
+// runBareReader reads every member of dir, then prints its heap,
+// goroutines and their stacks before and after, and reads until stdin closes.
 func runBareReader(dir string, r bareReading) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -115,7 +115,7 @@ func runBareReader(dir string, r bareReading) error {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
 	}()
-	heap0, goroutines0 := liveHeap()
+	heap0, goroutines0, stacks0 := liveHeap()
 	files, err := filepath.Glob(filepath.Join(dir, "*.kubeconfig"))
 	if err != nil {
 		return err
@@ -142,13 +142,13 @@ func runBareReader(dir string, r bareReading) error {
 	}
 	// The watches follow their lists: let them open.
 	time.Sleep(2 * time.Second)
-	heap, goroutines := liveHeap()
+	heap, goroutines, stacks := liveHeap()
 	if dir := os.Getenv(profilesEnv); dir != "" {
 		if err := writeHeapProfile(filepath.Join(dir, fmt.Sprintf("bare-heap-keeps-%t-one-watch-%t.pb.gz", r.keeps, r.oneWatch))); err != nil {
 			return err
 		}
 	}
-	fmt.Printf("%d %d %d %d\n", heap0, goroutines0, heap, goroutines)
+	fmt.Printf("%d %d %d %d %d %d\n", heap0, goroutines0, stacks0, heap, goroutines, stacks)
 	<-ctx.Done()
 	runtime.KeepAlive(reflectors)
 	return nil
@@ -197,12 +197,12 @@ func readMember(ctx context.Context, file string, r bareReading) ([]*cache.Refle
 
 // liveHeap is the process's heap after two collections, and its
 // goroutines.
-func liveHeap() (heap uint64, goroutines int) {
+func liveHeap() (heap uint64, goroutines int, stacks uint64) {
 	runtime.GC()
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return m.HeapAlloc, runtime.NumGoroutine()
+	return m.HeapAlloc, runtime.NumGoroutine(), m.StackInuse
 }
 
 // discardingStore is a reflector's store that keeps nothing.

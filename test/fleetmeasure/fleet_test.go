@@ -93,8 +93,9 @@ func TestImporterAgainstAMockFleet(t *testing.T) {
 		t.Logf("%d members x %d pools: consistent %.1fs after the server started; heap %.1f MiB, %.1f KiB per member over no member; goroutines %d (%d over no member), their stacks %.1f MiB (%.1f KiB per member over no member); load average %s",
 			n, pools, m.bootstrap.Seconds(), m.heap/(1<<20), heapPerMember/1024, int(m.goroutines), int(m.goroutines-baseline.goroutines),
 			m.stacks/(1<<20), (m.stacks-baseline.stacks)/float64(n)/1024, loadAverage())
-		t.Logf("%d members: a bare client-go reader of the same members' two summary resources (one connection and two reflectors a member, nothing else): heap %.1f KiB a member keeping the summaries decoded in a store, %.1f KiB keeping nothing; %.1f goroutines a member; reading the export summaries alone (one watch a member), keeping nothing, %.1f KiB",
-			n, m.bare.heapPerMember/1024, m.bareKeepingNothing.heapPerMember/1024, m.bare.goroutinesPerMember, m.bareOneWatch.heapPerMember/1024)
+		t.Logf("%d members: a bare client-go reader of the same members' two summary resources (one connection and two reflectors a member, nothing else): heap %.1f KiB a member keeping the summaries decoded in a store, %.1f KiB keeping nothing; %.1f goroutines a member, their stacks %.1f KiB; reading the export summaries alone (one watch a member), keeping nothing, %.1f KiB, %.1f goroutines a member, their stacks %.1f KiB",
+			n, m.bare.heapPerMember/1024, m.bareKeepingNothing.heapPerMember/1024, m.bareKeepingNothing.goroutinesPerMember, m.bareKeepingNothing.stacksPerMember/1024,
+			m.bareOneWatch.heapPerMember/1024, m.bareOneWatch.goroutinesPerMember, m.bareOneWatch.stacksPerMember/1024)
 		t.Logf("%d members: the importer's start sent %d LISTs (streaming lists included) and %d WATCHes (%.2f and %.2f a member)",
 			n, m.bootstrapReads.Lists, m.bootstrapReads.Watches, float64(m.bootstrapReads.Lists)/float64(n), float64(m.bootstrapReads.Watches)/float64(n))
 		t.Logf("%d members: %d export changes in %s (%.0f a second, as many flaps): to the importer's watcher p50 %s, p99 %s, %d unseen after %s; importer CPU %s a change over its idle %s a second",

@@ -84,9 +84,9 @@ const forbiddenRetention = 2 * time.Minute
 // the member's inline credentials, so that a rotated Secret that changes
 // nothing but them (its token, its client certificate and key, its CA
 // bundle) swaps them in place (rotate): its wrapper of the member's
-// transport sends the current token with each request, and every request goes
-// through the current base transport, which holds the client certificate
-// and CA; the member's watches go on.
+// transport sends the current token with each request, and every request
+// goes through the current base transport, which holds the client
+// certificate and CA; the member's watches go on.
 type credentials struct {
 	// onChange is told every change of the rejection, outside the lock.
 	onChange func(prev, next *rejection)

@@ -199,9 +199,10 @@ func newMember(name, source string, config *rest.Config, responseBytes int64, ha
 }
 
 // summaryClientFor is the generated client of the summary API, configured
-// as its constructor would, but for the framer of its watches: a member's
-// two summary watches last for hours, and apimachinery's JSON framer keeps
-// a buffer as large as the largest event for each (jsonframe).
+// as its constructor would, but for the framer of its watches: a member
+// has its two summary watches open at any time, and apimachinery's JSON
+// framer keeps a buffer as large as the largest event for each watch's
+// life (jsonframe).
 func summaryClientFor(config *rest.Config, httpClient *http.Client) (*inferencev1alpha1client.InferenceV1alpha1Client, error) {
 	config = rest.CopyConfig(config)
 	gv := v1alpha1.SchemeGroupVersion

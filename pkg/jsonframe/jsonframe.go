@@ -8,9 +8,9 @@
 // buffers were about 3.5 KiB a member. This framer scans the bytes as
 // they are read into the caller's buffer instead (client-go's streaming
 // decoder, which keeps its own) and holds only what one read returned
-// past the end of a value, until it is asked for the next. It finds where a value ends and
-// no more: whether the value is valid JSON is the serializer's to say, as
-// it decodes the frame.
+// past the end of a value, until it is asked for the next. It finds
+// where a value ends and no more: whether the value is valid JSON is the
+// serializer's to say, as it decodes the frame.
 package jsonframe
 
 import (

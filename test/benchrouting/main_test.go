@@ -87,7 +87,7 @@ func BenchmarkRouting(b *testing.B) {
 		}
 		logf("done in %s; results in %s", res.Elapsed, cfg.Out)
 	}()
-	logf("profile %s: workloads %v, policies %v, %s per run, %d repetitions", cfg.Profile, cfg.Workloads, cfg.Policies, cfg.RunDuration, cfg.Repetitions)
+	logf("profile %s: workloads %v, policies %v, %s per run, %d repetitions (%d of traffic the sidecar does not see)", cfg.Profile, cfg.Workloads, cfg.Policies, cfg.RunDuration, cfg.Repetitions, cfg.repetitionsOf(unseenOrder()[0]))
 	e := startEnv(b, cfg)
 	ctx := context.Background()
 	for _, name := range cfg.Workloads {
@@ -102,7 +102,7 @@ func BenchmarkRouting(b *testing.B) {
 		logf("workload %s: %d requests at %.1f req/s (capacity %.1f req/s)", name, len(reqs), prof.Rate, capacity)
 		require.NoError(b, warmUp(ctx, e, w, name, prof), "workload %s: warm-up", name)
 		runs := map[string][]*runResult{}
-		for rep := range cfg.Repetitions {
+		for rep := range cfg.repetitionsOf(name) {
 			for _, policy := range rotate(cfg.policiesOf(w), rep) {
 				// Each run's one-shot requests and conversations are its
 				// own: mci-sidecar remembers the prompts of every run

@@ -254,8 +254,8 @@ func (r *results) write(dir string) error {
 // workload's.
 func (r *results) markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Routing quality, the workload family: run %s, profile %s, %s in all, %s per policy and repetition, %d repetitions interleaved; load average %s at the start and %s at the end.\n\n",
-		r.Started.Format(time.RFC3339), r.Profile, r.Elapsed, r.Config.RunDuration, r.Config.Repetitions, r.LoadAverage[0], r.LoadAverage[1])
+	fmt.Fprintf(&b, "Routing quality, the workload family: run %s, profile %s, %s in all, %s per policy and repetition, %d repetitions interleaved (%d of traffic the sidecar does not see); load average %s at the start and %s at the end.\n\n",
+		r.Started.Format(time.RFC3339), r.Profile, r.Elapsed, r.Config.RunDuration, r.Config.Repetitions, r.Config.repetitionsOf(unseenOrder()[0]), r.LoadAverage[0], r.LoadAverage[1])
 	b.WriteString(summaryMarkdown(r.Summary))
 	b.WriteString(r.HeldOut.markdown())
 	for _, name := range r.Config.Workloads {

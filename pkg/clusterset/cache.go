@@ -186,7 +186,7 @@ func (c *Cache) setMember(name, source string, mc MemberConfig) error {
 	// another's cluster starts frozen, so nothing of it is ever served.
 	c.identify(ctx, m)
 	m.start(ctx, c.thresholds(name))
-	go c.followMode(name, m)
+	c.followMode(name, m)
 	if old == nil {
 		c.mu.Lock()
 		delete(c.joining, name)

@@ -23,14 +23,14 @@ type linkGate struct {
 	// open is closed while requests may go, and replaced by an open
 	// channel while they wait.
 	open chan struct{}
-	// reopened is closed, and replaced, each time a hold ends.
-	reopened chan struct{}
+	// onReopen is called, and forgotten, when a hold ends.
+	onReopen func()
 }
 
 func newLinkGate() *linkGate {
 	open := make(chan struct{})
 	close(open)
-	return &linkGate{open: open, reopened: make(chan struct{})}
+	return &linkGate{open: open}
 }
 
 // hold makes new requests wait until release.
@@ -47,13 +47,16 @@ func (g *linkGate) hold() {
 // release lets waiting and new requests go.
 func (g *linkGate) release() {
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	var reopened func()
 	select {
 	case <-g.open: // open already
 	default:
 		close(g.open)
-		close(g.reopened)
-		g.reopened = make(chan struct{})
+		reopened, g.onReopen = g.onReopen, nil
+	}
+	g.mu.Unlock()
+	if reopened != nil {
+		reopened()
 	}
 }
 
@@ -69,12 +72,14 @@ func (g *linkGate) held() bool {
 	}
 }
 
-// reopens is closed the next time the gate opens after holding: when a
-// probe gets through again. Open now, it waits for a hold and its end.
-func (g *linkGate) reopens() <-chan struct{} {
+// whenReopened calls f the next time the gate opens after holding: when
+// a probe gets through again (open now, after a hold and its end), in the
+// goroutine that releases it, so f must not block. A later call replaces
+// f: the gate has one follower, the member's mode (mode.go).
+func (g *linkGate) whenReopened(f func()) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.reopened
+	g.onReopen = f
 }
 
 // wrap is a rest.Config WrapTransport: each request waits at the gate

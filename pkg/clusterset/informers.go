@@ -111,10 +111,7 @@ func (m *member) startWith(ctx context.Context, th thresholds, served servedapis
 		start(informerCtx)
 	}
 
-	go func() {
-		defer close(m.done)
-		m.probeLoop(ctx, m.probeClient, th)
-	}()
+	m.startProbes(ctx, m.probeClient, th)
 	go func() {
 		started := time.Now()
 		if cache.WaitForCacheSync(ctx.Done(), m.hasSynced) {

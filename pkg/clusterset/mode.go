@@ -1,6 +1,8 @@
 package clusterset
 
 import (
+	"context"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -67,74 +69,134 @@ var (
 // place once it has listed (replaceWhenSynced): until then m keeps serving
 // its last known data. Each change is one log line, and the mode is
 // exported as mci_clusterset_member_mode.
+//
+// It runs on a timer, as the member's probes do (probe.go): a goroutine
+// that sleeps a minute between rechecks for the member's life would cost
+// each member its stack.
 func (c *Cache) followMode(name string, m *member) {
 	if m.local {
 		return
 	}
-	logger := klog.FromContext(m.ctx).WithValues("member", name)
-	backoff := discoveryBackoff
-	rereads := 0
-	for {
-		wait := modeRecheck
-		var reopened <-chan struct{}
-		if m.mode == modeDiscovering {
-			wait = backoff.Step()
-			reopened = m.gate.reopens()
-		}
-		if at := m.quota.thawAt(); !at.IsZero() {
-			wait = min(wait, max(time.Until(at), 0))
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-m.ctx.Done():
-			timer.Stop()
-			return
-		case <-timer.C:
-		case <-reopened:
-			timer.Stop()
-		}
-		if !c.serves(name, m) {
-			continue
-		}
-		if _, unknown := m.identity.get(); unknown != "" {
-			// Not read when it connected (a transient error, or the
-			// permission granted since): asked again at each recheck.
-			c.identify(m.ctx, m)
-		}
-		reason, _, _ := m.quota.state()
-		at := m.quota.thawAt()
-		thawing := !at.IsZero() && !time.Now().Before(at)
-		if m.summaryPolicy == SummariesNever && !thawing {
-			continue
-		}
-		served := m.discover(klog.NewContext(m.ctx, logger))
-		next := m.modeOf(served)
-		switch {
-		case thawing && next != modeDiscovering:
-			// Said at the first read again only: a member that stays
-			// frozen is read every --member-freeze-retry, and its freeze
-			// is said once per change (quota.go).
-			logger.V(min(rereads, 1)*2).Info("Reading the frozen member again; its last known data is kept until it lists within its limits", "quota", reason, "mode", next)
-			rereads++
-		case next == m.mode || next == modeDiscovering:
-			// An unanswered discovery changes nothing: a member read
-			// through its summaries stays so while its summary stream
-			// retries, one read in full mode stays so.
-			continue
-		default:
-			logger.Info("The member's mode changes", "from", m.mode, "to", next)
-		}
-		if err := c.remode(name, m, served); err != nil {
-			logger.Error(err, "Cannot start the member's informers again; asking again")
-			continue
-		}
-		if !thawing {
-			return
-		}
-		// A fresh member that freezes while listing is dropped, and this
-		// one stays, frozen: it is read again after another FreezeRetry.
-		m.quota.rearm(time.Now())
+	f := &modeFollower{c: c, name: name, m: m, logger: klog.FromContext(m.ctx).WithValues("member", name), backoff: discoveryBackoff}
+	f.wait()
+	context.AfterFunc(m.ctx, f.stop)
+}
+
+// modeFollower is the state of followMode between its rechecks.
+type modeFollower struct {
+	c       *Cache
+	name    string
+	m       *member
+	logger  klog.Logger
+	backoff wait.Backoff
+	rereads int
+
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool
+}
+
+// wait schedules the next recheck: after modeRecheck, or the discovery
+// backoff while the member is discovering (or the probe gets through
+// again, whichever is first), or when a frozen member thaws.
+func (f *modeFollower) wait() {
+	d := modeRecheck
+	discovering := f.m.mode == modeDiscovering
+	if discovering {
+		d = f.backoff.Step()
 	}
+	if at := f.m.quota.thawAt(); !at.IsZero() {
+		d = min(d, max(time.Until(at), 0))
+	}
+	var once sync.Once
+	recheck := func() { once.Do(f.recheck) }
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return
+	}
+	t := time.AfterFunc(d, recheck)
+	f.timer = t
+	if discovering {
+		f.m.gate.whenReopened(func() {
+			// The gate's releaser must not block: the recheck, which
+			// asks the member's discovery, runs on a timer of its own.
+			// A reopen after this wait ended (t fired) is not this
+			// wait's.
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if !f.stopped && t.Stop() {
+				f.timer = time.AfterFunc(0, recheck)
+			}
+		})
+	}
+}
+
+func (f *modeFollower) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = true
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+}
+
+// recheck asks the member's discovery and follows its answer, then waits
+// for the next recheck, unless it has handed the member on.
+func (f *modeFollower) recheck() {
+	if f.m.ctx.Err() != nil {
+		return
+	}
+	if f.follow() {
+		f.wait()
+	}
+}
+
+// follow takes one recheck; it reports whether m is still to be followed.
+func (f *modeFollower) follow() bool {
+	c, name, m, logger := f.c, f.name, f.m, f.logger
+	if !c.serves(name, m) {
+		return true
+	}
+	if _, unknown := m.identity.get(); unknown != "" {
+		// Not read when it connected (a transient error, or the
+		// permission granted since): asked again at each recheck.
+		c.identify(m.ctx, m)
+	}
+	reason, _, _ := m.quota.state()
+	at := m.quota.thawAt()
+	thawing := !at.IsZero() && !time.Now().Before(at)
+	if m.summaryPolicy == SummariesNever && !thawing {
+		return true
+	}
+	served := m.discover(klog.NewContext(m.ctx, logger))
+	next := m.modeOf(served)
+	switch {
+	case thawing && next != modeDiscovering:
+		// Said at the first read again only: a member that stays
+		// frozen is read every --member-freeze-retry, and its freeze
+		// is said once per change (quota.go).
+		logger.V(min(f.rereads, 1)*2).Info("Reading the frozen member again; its last known data is kept until it lists within its limits", "quota", reason, "mode", next)
+		f.rereads++
+	case next == m.mode || next == modeDiscovering:
+		// An unanswered discovery changes nothing: a member read
+		// through its summaries stays so while its summary stream
+		// retries, one read in full mode stays so.
+		return true
+	default:
+		logger.Info("The member's mode changes", "from", m.mode, "to", next)
+	}
+	if err := c.remode(name, m, served); err != nil {
+		logger.Error(err, "Cannot start the member's informers again; asking again")
+		return true
+	}
+	if !thawing {
+		return false
+	}
+	// A fresh member that freezes while listing is dropped, and this
+	// one stays, frozen: it is read again after another FreezeRetry.
+	m.quota.rearm(time.Now())
+	return true
 }
 
 // serves reports whether m is member name's, in use or replacing it. A
@@ -161,7 +223,7 @@ func (c *Cache) remode(name string, m *member, served servedapis.Set) error {
 	// once the member it shared its cluster with has left.
 	c.identify(c.ctx, n)
 	n.startWith(c.ctx, c.thresholds(name), served)
-	go c.followMode(name, n)
+	c.followMode(name, n)
 	c.dropReplacement(name, n)
 	go c.replaceWhenSynced(name, n)
 	return nil

@@ -3,6 +3,7 @@ package clusterset
 import (
 	"context"
 	"math"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -26,84 +27,167 @@ const (
 	probeMaxInterval = probeInterval
 )
 
-// probeLoop checks that the member apiserver answers, every probeInterval
-// while it does and with exponential backoff and jitter while it does not
-// (so that many replicas probing a dead member do not beat in step), but
-// never sleeping past the next threshold. Informers retry on their own,
-// with their own jittered backoff; the probe exists because a hung
-// apiserver (or a silent partition) keeps a watch open without errors, and
-// only a request with a deadline notices.
-func (m *member) probeLoop(ctx context.Context, client rest.Interface, th thresholds) {
-	logger := klog.FromContext(ctx)
-	notify := func(err error) {
-		st := m.status()
-		logger.Info("Member reachability changed", "member", m.name, "unreachable", st != nil, "removed", st != nil && st.removed, "err", err)
-		m.handler(Event{Member: m.name, Kind: KindMember})
+// startProbes checks that the member apiserver answers, every
+// probeInterval while it does and with exponential backoff and jitter
+// while it does not (so that many replicas probing a dead member do not
+// beat in step), but never sleeping past the next threshold. Informers
+// retry on their own, with their own jittered backoff; the probe exists
+// because a hung apiserver (or a silent partition) keeps a watch open
+// without errors, and only a request with a deadline notices. It closes
+// m.done once ctx has ended and no probe is pending.
+//
+// The probes run on timers, not on a goroutine of the member's: a
+// goroutine's stack is about 5 KiB, as much as a tenth of what a member
+// costs a replica, and this one would sleep between probes for the
+// member's life. A probe runs in its timer's goroutine, which ends with
+// it.
+func (m *member) startProbes(ctx context.Context, client rest.Interface, th thresholds) {
+	p := &prober{m: m, ctx: ctx, client: client, th: th, logger: klog.FromContext(ctx), backoff: probeBackoff(th)}
+	p.mu.Lock()
+	p.next = time.AfterFunc(0, p.send)
+	p.mu.Unlock()
+	context.AfterFunc(ctx, p.stop)
+}
+
+// prober is the state of a member's probes between its timers' callbacks.
+// Its lock is held through each step (a probe's answer, a threshold
+// crossed while it is pending), so that the steps are taken one at a
+// time, in order, as a loop would take them: a threshold crossed and an
+// answer that arrive together never leave the gate held for a member
+// that answered.
+type prober struct {
+	m      *member
+	ctx    context.Context
+	client rest.Interface
+	th     thresholds
+	logger klog.Logger
+
+	mu      sync.Mutex
+	backoff wait.Backoff
+	// next sends the next probe, while none is pending; threshold is the
+	// next threshold a failing member crosses while one is.
+	next, threshold *time.Timer
+	pending         bool
+	// probes counts the probes sent, so that a threshold timer of an
+	// earlier one that fires late is not taken as the pending one's.
+	probes          uint64
+	stopped, closed bool
+}
+
+// send probes the member and takes its answer.
+func (p *prober) send() {
+	p.mu.Lock()
+	if p.stopped {
+		p.closeLocked()
+		p.mu.Unlock()
+		return
 	}
-	backoff := probeBackoff(th)
-	for {
-		started := time.Now()
-		result := make(chan error, 1)
-		go func() { result <- m.probe(ctx, client, th) }()
-		// A failing member crosses its thresholds on time even while a
-		// probe hangs (a paused apiserver answers nothing until the
-		// probe's timeout): no answer yet is no recovery.
-		var err error
-		for answered := false; !answered; {
-			var threshold <-chan time.Time
-			var timer *time.Timer
-			if d := m.untilThreshold(time.Now(), th); d > 0 {
-				timer = time.NewTimer(d)
-				threshold = timer.C
-			}
-			select {
-			case err = <-result:
-				answered = true
-			case <-threshold:
-				if m.crossThresholds(time.Now(), th) {
-					m.gate.hold()
-					notify(m.pendingProbeError())
-				}
-			}
-			if timer != nil {
-				timer.Stop()
-			}
+	p.pending = true
+	p.probes++
+	p.armThresholdLocked()
+	p.mu.Unlock()
+
+	started := time.Now()
+	err := p.m.probe(p.ctx, p.client, p.th)
+	p.answered(started, err)
+}
+
+// armThresholdLocked sets the timer of the next threshold, if a failing
+// member has one left: a failing member crosses its thresholds on time
+// even while a probe hangs (a paused apiserver answers nothing until the
+// probe's timeout), as no answer yet is no recovery.
+func (p *prober) armThresholdLocked() {
+	if d := p.m.untilThreshold(time.Now(), p.th); d > 0 {
+		probe := p.probes
+		p.threshold = time.AfterFunc(d, func() { p.crossed(probe) })
+	}
+}
+
+// crossed takes a threshold that fell while probe is pending.
+func (p *prober) crossed(probe uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.pending || probe != p.probes {
+		return // answered meanwhile
+	}
+	if p.m.crossThresholds(time.Now(), p.th) {
+		p.m.gate.hold()
+		p.notify(p.m.pendingProbeError())
+	}
+	p.armThresholdLocked()
+}
+
+// answered takes a probe's answer and schedules the next probe.
+func (p *prober) answered(started time.Time, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pending = false
+	if p.threshold != nil {
+		p.threshold.Stop()
+		p.threshold = nil
+	}
+	if p.stopped || p.ctx.Err() != nil {
+		p.closeLocked() // shutting down
+		return
+	}
+	// A member that refuses the credentials answers: it is reachable,
+	// and flagged for its credentials instead (credentials.go, from the
+	// same answer).
+	reach := err
+	if credentialError(err) {
+		reach = nil
+	}
+	changed, untilNext := p.m.assess(started, time.Now(), reach, p.th)
+	if gateOpens(err) {
+		p.m.gate.release()
+	} else {
+		p.m.gate.hold()
+	}
+	if changed {
+		p.notify(err)
+	}
+	delay := wait.Jitter(probeIntervalFor(p.th), 0.1)
+	if reach != nil {
+		delay = p.backoff.Step()
+		if untilNext > 0 && untilNext < delay {
+			delay = untilNext
 		}
-		if ctx.Err() != nil {
-			return // shutting down
-		}
-		// A member that refuses the credentials answers: it is
-		// reachable, and flagged for its credentials instead
-		// (credentials.go, from the same answer).
-		reach := err
-		if credentialError(err) {
-			reach = nil
-		}
-		changed, untilNext := m.assess(started, time.Now(), reach, th)
-		if gateOpens(err) {
-			m.gate.release()
-		} else {
-			m.gate.hold()
-		}
-		if changed {
-			notify(err)
-		}
-		delay := wait.Jitter(probeIntervalFor(th), 0.1)
-		if reach != nil {
-			delay = backoff.Step()
-			if untilNext > 0 && untilNext < delay {
-				delay = untilNext
-			}
-		} else {
-			backoff = probeBackoff(th)
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
+	} else {
+		p.backoff = probeBackoff(p.th)
+	}
+	p.next = time.AfterFunc(delay, p.send)
+}
+
+func (p *prober) notify(err error) {
+	st := p.m.status()
+	p.logger.Info("Member reachability changed", "member", p.m.name, "unreachable", st != nil, "removed", st != nil && st.removed, "err", err)
+	p.m.handler(Event{Member: p.m.name, Kind: KindMember})
+}
+
+// stop ends the probes when the member's context ends; m.done is closed
+// at once unless a probe is pending, else when it returns (its context
+// ends it).
+func (p *prober) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
+	if p.threshold != nil {
+		p.threshold.Stop()
+	}
+	if p.pending {
+		return
+	}
+	if p.next != nil && !p.next.Stop() {
+		// Its callback has started, and will close m.done under the lock.
+		return
+	}
+	p.closeLocked()
+}
+
+func (p *prober) closeLocked() {
+	if !p.closed {
+		p.closed = true
+		close(p.m.done)
 	}
 }
 

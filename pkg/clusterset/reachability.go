@@ -22,7 +22,7 @@ type thresholds struct {
 // reachability is the state machine of a member's probes: reachable, then
 // unreachable once it has failed for the unreachable threshold, then
 // removed once it has failed for the removal threshold, and reachable again
-// at its first answer. It knows nothing of clients or timers: probeLoop
+// at its first answer. It knows nothing of clients or timers: the prober (probe.go)
 // feeds it each probe's outcome (assess) and asks it when the next
 // threshold falls (untilThreshold) and whether one has passed while a
 // probe is pending (crossThresholds).

@@ -181,7 +181,7 @@ var family = map[string]spec{
 }
 
 // familyOrder runs the workloads that share servers (batch places, round
-// trips) one after the other: the data path restarts only between them.
+// trips) one after the other: the servers' Pods change only between them.
 var familyOrder = []string{"shared-prompts", workloadNoPrefix, workloadSaturated, "one-shot-mix", "few-groups-high-load", "far-remote", "many-groups-large-batch"}
 
 // serverCost is every simulated server's cost model.

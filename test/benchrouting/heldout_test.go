@@ -36,7 +36,7 @@ const (
 func heldOutName(seed uint64) string { return heldOutPrefix + strconv.FormatUint(seed, 10) }
 
 // heldOutOrder is the held-out workloads in the order they run: by their
-// servers, so that the data path restarts once per shape.
+// servers, so that the servers' Pods change once per shape.
 func heldOutOrder() []string {
 	seeds := slices.Clone(heldOutSeeds)
 	slices.SortStableFunc(seeds, func(a, b uint64) int {
@@ -52,7 +52,7 @@ func heldOutOrder() []string {
 
 // smokeHeldOut is the held-out workload the smoke runs: the first on the
 // servers of shared-prompts (2 per cluster, 2 batch places), so that the smoke
-// does not restart the data path for it.
+// does not change the servers' Pods for it.
 func smokeHeldOut() string {
 	for _, s := range heldOutSeeds {
 		if w := drawn(s); w.ServersPerCluster == 2 && w.Batch == 2 {

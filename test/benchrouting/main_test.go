@@ -19,8 +19,8 @@
 // It runs a family of seeded workloads (config_test.go's family: load,
 // groups, prompt lengths, batch places, conversation mixes, a far
 // cluster, no shared prefix, a saturated cluster), so that no single
-// workload can be tuned to. A workload whose servers differ (batch places,
-// servers per cluster, round trips) restarts the data path. On each
+// workload can be tuned to. Each workload starts a data path of its own
+// (simulators, EPPs and mci-sidecar with empty state). On each
 // workload every policy meets the same requests, one after the other with
 // every cache emptied before each run, interleaved over the repetitions
 // with the order rotated each time, after an uncounted warm-up run through
@@ -92,7 +92,7 @@ func BenchmarkRouting(b *testing.B) {
 	ctx := context.Background()
 	for _, name := range cfg.Workloads {
 		w, _ := specOf(name)
-		require.NoError(b, e.useServers(ctx, w), "workload %s", name)
+		require.NoError(b, e.startDataPath(ctx, w), "workload %s", name)
 		prof, capacity, err := calibrated(cfg, w)
 		require.NoError(b, err)
 		reqs, err := workload.Generate(prof)
@@ -106,8 +106,7 @@ func BenchmarkRouting(b *testing.B) {
 			for _, policy := range rotate(cfg.policiesOf(w), rep) {
 				// Each run's one-shot requests and conversations are its
 				// own: mci-sidecar remembers the prompts of every run
-				// (one memory for its policies and for the workloads that
-				// share its data path), and a replayed prompt is one it
+				// (one memory for its policies), and a replayed prompt is one it
 				// has seen, whose home it keeps, while the servers' caches
 				// were emptied: a conversation moved off its home would
 				// find its next turn remembered there from the run before
@@ -173,9 +172,7 @@ func warmUp(ctx context.Context, e *env, w spec, name string, prof workload.Prof
 // runSalt starts the text of the one-shot prompts and conversations of a
 // run of workload: the workload's name is part of it, since one-shot
 // prompts of the same salt open with the same text whatever their length,
-// and a workload run after another on the same data path would meet
-// prompts the sidecar has seen (2026-11-28: one-shot-mix after no-shared-prefix took
-// 155 of 158 requests to homes of prompts served before).
+// so that no two workloads' runs send the same prompt.
 func runSalt(workload, run string) string { return workload + "-" + run + "-" }
 
 // calibrated is w's profile for one run, its rate calibrated to w.Load of

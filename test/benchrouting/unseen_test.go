@@ -179,8 +179,8 @@ func unseenOrder() []string {
 }
 
 // withUnseen is workloads with unseenOrder's inserted, each after the
-// last workload on the same servers (so that the data path does not
-// restart for it), or at the end.
+// last workload on the same servers (so that the servers' Pods do not
+// change for it), or at the end.
 func withUnseen(workloads []string) []string {
 	out := slices.Clone(workloads)
 	for _, name := range unseenOrder() {

@@ -216,8 +216,59 @@ func TestHomesAgreeAndMoveLittle(t *testing.T) {
 	assert.Zero(t, id)
 	assert.Zero(t, served, "forgotten a TTL after its last request")
 	assert.Zero(t, one.Len())
-	assert.Empty(t, one.assigned, "a scope's assignment goes with its last key")
-	assert.Empty(t, one.versions)
+	assert.Empty(t, one.scopes, "a scope's assignment and version go with its last key")
+}
+
+// A group that stopped sending leaves the dealing once idle: not served
+// for DefaultHomeIdle while its scope served others. The groups that send
+// are then dealt in equal shares among themselves, not around the silent
+// ones (a system prompt rolled out over the old one: 43 old groups, 6
+// new). A pause of the whole scope idles nothing, and an idle group's
+// next request brings it back.
+func TestHomesDealTheGroupsThatSend(t *testing.T) {
+	ids := []uint32{promptprefix.ClusterID("a"), promptprefix.ClusterID("b"), promptprefix.ClusterID("c")}
+	caps := []float64{2, 2, 2}
+	count := func(h *Homes, keys []uint64, now time.Time) map[uint32]int {
+		out := map[uint32]int{}
+		for _, k := range keys {
+			id, _ := h.Home(scope, k, ids, caps, nil, now)
+			require.NotZero(t, id, "key %x has a home", k)
+			out[id]++
+		}
+		return out
+	}
+
+	old, fresh := chain(21, 43), chain(22, 6)
+	h := NewHomes(0, 0)
+	establish(h, old, epoch)
+	later := epoch.Add(DefaultHomeIdle + time.Second)
+	for range 10 { // 120 requests of the scope after the old groups' last
+		establish(h, fresh, later)
+	}
+	assert.Equal(t, map[uint32]int{ids[0]: 2, ids[1]: 2, ids[2]: 2}, count(h, fresh, later),
+		"the 6 groups that send, in equal shares")
+	assert.Len(t, h.scopes[scope].assigned.keys, 6, "the old groups are out of the dealing")
+
+	back := later.Add(time.Second)
+	h.Served(scope, old[0], 0, back)
+	assert.Equal(t, 7, sumOf(count(h, append([]uint64{old[0]}, fresh...), back)))
+	assert.Len(t, h.scopes[scope].assigned.keys, 7, "an idle group's request brings it back")
+
+	paused := NewHomes(0, 0)
+	ks := chain(23, 12)
+	establish(paused, ks, epoch)
+	before := count(paused, ks, epoch)
+	version := paused.scopes[scope].version
+	assert.Equal(t, before, count(paused, ks, epoch.Add(2*DefaultHomeIdle)), "a pause of the whole scope")
+	assert.Equal(t, version, paused.scopes[scope].version, "no key left the dealing in the pause")
+}
+
+func sumOf(m map[uint32]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 // When a home cannot take a request of an established key, the key's

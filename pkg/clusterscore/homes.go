@@ -242,9 +242,10 @@ func (h *Homes) Home(scope string, key uint64, ids []uint32, caps []float64, far
 	}
 	e := el.Value.(*homeEntry)
 	s := h.scopes[scope]
-	// A key asked for is served now: it is not idle.
-	h.wake(s, e)
 	h.idleKeys(scope, s, now)
+	// A key asked for is served now: it is not idle, whatever its last
+	// request says until Served records this one.
+	h.wake(s, e)
 	if !e.established() {
 		return 0, e.served
 	}

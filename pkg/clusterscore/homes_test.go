@@ -253,6 +253,11 @@ func TestHomesDealTheGroupsThatSend(t *testing.T) {
 	h.Served(scope, old[0], 0, back)
 	assert.Equal(t, 7, sumOf(count(h, append([]uint64{old[0]}, fresh...), back)))
 	assert.Len(t, h.scopes[scope].assigned.keys, 7, "an idle group's request brings it back")
+	// Asked for when the idleness is looked at again, before Served
+	// records the request: dealt all the same.
+	asked := back.Add(DefaultHomeIdle / 2)
+	id, _ := h.Home(scope, old[1], ids, caps, nil, asked)
+	assert.NotZero(t, id, "an idle group asked for has its home at once")
 
 	paused := NewHomes(0, 0)
 	ks := chain(23, 12)
